@@ -1,0 +1,83 @@
+#pragma once
+// The paged view of the KV cache that every attention kernel reads: plain structs of pointers and
+// integers (no engine objects), built only by src/kv (PagedLayoutBuilder, KvLayout::layer_view) so
+// the stride arithmetic lives in one place. The CPU and CUDA kernels read the same structs.
+//
+// A batch of sequences addresses the pool through the CSR "paged layout" (FlashInfer's
+// paged_kv_t): sequence s owns blocks kv_indices[kv_indptr[s] .. kv_indptr[s+1]) in logical
+// order, and the last of them holds kv_last_page_len[s] valid tokens (1..block_size). A sequence
+// with no blocks has kv_len 0.
+//
+//   kv_indptr        [0,        3,     5]          num_seqs + 1 entries
+//   kv_indices       [7, 2, 9,  4, 1]              block ids, nnz = kv_indptr[num_seqs]
+//   kv_last_page_len [5,        16]                valid tokens in each sequence's last block
+//   -> seq 0: tokens 0..15 in block 7, 16..31 in block 2, 32..36 in block 9 (block_size 16)
+//
+// One layer's K (and V) inside the pool, per block, head-major (see src/kv/kv_layout.h for the
+// whole pool):
+//
+//   k_data + block_id * block_stride
+//     | head 0: token 0 [head_dim] | token 1 [head_dim] | ... | token block_size-1 |
+//     | head 1: ...                                                               |  head_stride apart
+//
+// A slot (= block_id * block_size + offset) names one token position in the pool.
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace strata {
+
+// The CSR block tables of one batch; shared by all layers of a step. Host or device pointers,
+// matching where the kernel runs.
+struct PagedKvLayout {
+  const int32_t* kv_indptr = nullptr;         // [num_seqs + 1]
+  const int32_t* kv_indices = nullptr;        // [kv_indptr[num_seqs]] block ids
+  const int32_t* kv_last_page_len = nullptr;  // [num_seqs], in 1..block_size (unused if no blocks)
+  int32_t num_seqs = 0;
+  int32_t block_size = 0;
+
+  int32_t num_blocks(int32_t seq_idx) const {
+    return kv_indptr[seq_idx + 1] - kv_indptr[seq_idx];
+  }
+  // Tokens held for the sequence: full blocks plus the valid part of the last one.
+  int32_t kv_len(int32_t seq_idx) const {
+    const int32_t n = num_blocks(seq_idx);
+    return n == 0 ? 0 : (n - 1) * block_size + kv_last_page_len[seq_idx];
+  }
+  // Block holding logical token position pos of the sequence (pos < kv_len(seq_idx)).
+  int32_t block_of(int32_t seq_idx, int32_t pos) const {
+    return kv_indices[kv_indptr[seq_idx] + pos / block_size];
+  }
+};
+
+// One layer's K and V storage in the pool. Strides are in elements of dtype.
+struct PagedKvCacheView {
+  void* k_data = nullptr;  // this layer's K in block 0; block b starts block_stride elements later
+  void* v_data = nullptr;  // this layer's V in block 0
+  int64_t block_stride = 0;  // elements between the same layer's K (or V) of blocks b and b + 1
+  int64_t head_stride = 0;   // elements between KV heads inside a block (= block_size * head_dim)
+  int64_t token_stride = 0;  // elements between tokens of one head (= head_dim)
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  DType dtype = DType::kF32;
+
+  int64_t offset(int32_t block_id, int32_t kv_head, int32_t token_in_block) const {
+    return block_id * block_stride + kv_head * head_stride + token_in_block * token_stride;
+  }
+  int64_t slot_offset(int64_t slot, int32_t kv_head) const {
+    return offset(static_cast<int32_t>(slot / block_size), kv_head,
+                  static_cast<int32_t>(slot % block_size));
+  }
+  template <typename T>
+  T* k(int32_t block_id, int32_t kv_head, int32_t token_in_block) const {
+    return static_cast<T*>(k_data) + offset(block_id, kv_head, token_in_block);
+  }
+  template <typename T>
+  T* v(int32_t block_id, int32_t kv_head, int32_t token_in_block) const {
+    return static_cast<T*>(v_data) + offset(block_id, kv_head, token_in_block);
+  }
+};
+
+}  // namespace strata

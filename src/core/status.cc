@@ -1,0 +1,23 @@
+#include "core/status.h"
+
+namespace strata {
+
+const char* status_code_name(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kNotFound: return "not found";
+    case StatusCode::kOutOfRange: return "out of range";
+    case StatusCode::kResourceExhausted: return "resource exhausted";
+    case StatusCode::kUnsupported: return "unsupported";
+    case StatusCode::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+std::string Status::to_string() const {
+  if (ok()) return "ok";
+  return std::string(status_code_name(code_)) + ": " + message_;
+}
+
+}  // namespace strata
