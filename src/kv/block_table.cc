@@ -1,0 +1,41 @@
+#include "kv/block_table.h"
+
+#include "core/check.h"
+
+namespace strata::kv {
+
+BlockTable::BlockTable(int32_t block_size) : block_size_(block_size) {
+  STRATA_CHECK(block_size > 0, "block_size must be positive");
+}
+
+int32_t BlockTable::num_blocks_needed(int32_t num_new_tokens) const {
+  STRATA_CHECK(num_new_tokens >= 0, "negative token count");
+  const int64_t total = static_cast<int64_t>(num_tokens_) + num_new_tokens;
+  const int64_t blocks = (total + block_size_ - 1) / block_size_;
+  return static_cast<int32_t>(blocks - static_cast<int64_t>(blocks_.size()));
+}
+
+bool BlockTable::append_slots(BlockPool& pool, int32_t num_new_tokens) {
+  const int32_t needed = num_blocks_needed(num_new_tokens);
+  if (needed > 0) {
+    auto fresh = pool.allocate(needed);
+    if (!fresh) return false;
+    blocks_.insert(blocks_.end(), fresh->begin(), fresh->end());
+  }
+  num_tokens_ += num_new_tokens;
+  return true;
+}
+
+int64_t BlockTable::slot(int32_t pos) const {
+  STRATA_CHECK(pos >= 0 && pos < num_tokens_, "slot: position has no slot");
+  const BlockId block = blocks_[static_cast<size_t>(pos / block_size_)];
+  return static_cast<int64_t>(block.value) * block_size_ + pos % block_size_;
+}
+
+void BlockTable::release(BlockPool& pool) {
+  pool.free(blocks_);
+  blocks_.clear();
+  num_tokens_ = 0;
+}
+
+}  // namespace strata::kv
