@@ -1,0 +1,138 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kv/block_pool.h"
+#include "kv/block_table.h"
+#include "kv/host_kv_buffer.h"
+#include "kv/paged_layout_builder.h"
+
+namespace strata::engine {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+  }
+  return "?";
+}
+
+Generator::Generator(model::Model& model, ThreadPool& pool, GeneratorConfig config)
+    : model_(model), pool_(pool), config_(std::move(config)) {
+  STRATA_CHECK(validate_config(config_).ok(), "Generator built from an invalid config");
+  if (config_.max_model_len == 0) config_.max_model_len = model_.config().max_position_embeddings;
+}
+
+Status Generator::validate_config(const GeneratorConfig& config) {
+  if (std::find(kSupportedBlockSizes.begin(), kSupportedBlockSizes.end(), config.block_size) ==
+      kSupportedBlockSizes.end()) {
+    return Status::InvalidArgument("block size " + std::to_string(config.block_size) +
+                                   " is not supported (use 8, 16, 32, 64 or 128)");
+  }
+  if (config.max_num_batched_tokens < 1) {
+    return Status::InvalidArgument("max_num_batched_tokens must be at least 1");
+  }
+  if (config.num_blocks < 0 || config.max_model_len < 0) {
+    return Status::InvalidArgument("num_blocks and max_model_len must not be negative");
+  }
+  if (config.kv_dtype != DType::kF32 && config.kv_dtype != DType::kBF16 &&
+      config.kv_dtype != DType::kF16) {
+    return Status::InvalidArgument("the CPU KV cache holds f32, bf16 or f16");
+  }
+  return Status::Ok();
+}
+
+Status Generator::validate_request(const GenerationRequest& request) const {
+  const auto vocab = static_cast<int32_t>(model_.vocab_size());
+  if (request.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
+  for (int32_t id : request.prompt) {
+    if (id < 0 || id >= vocab) {
+      return Status::InvalidArgument("prompt token id " + std::to_string(id) +
+                                     " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  STRATA_RETURN_IF_ERROR(request.params.validate(vocab));
+  const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
+  if (total > config_.max_model_len) {
+    return Status::InvalidArgument(
+        "prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
+        std::to_string(request.params.max_tokens) + ") exceeds the maximum model length " +
+        std::to_string(config_.max_model_len));
+  }
+  return Status::Ok();
+}
+
+int32_t Generator::blocks_for(std::span<const GenerationRequest> requests) const {
+  if (config_.num_blocks > 0) return config_.num_blocks;
+  int64_t blocks = 1;  // the null block
+  for (const GenerationRequest& r : requests) {
+    const int64_t len = static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens;
+    blocks += (len + config_.block_size - 1) / config_.block_size;
+  }
+  return static_cast<int32_t>(blocks);
+}
+
+Result<std::vector<Sequence>> Generator::make_sequences(
+    std::span<const GenerationRequest> requests, bool all_logits) {
+  const auto vocab = static_cast<int32_t>(model_.vocab_size());
+  std::vector<Sequence> seqs;
+  seqs.reserve(requests.size());
+  for (const GenerationRequest& r : requests) {
+    STRATA_RETURN_IF_ERROR(validate_request(r));
+    Sequence& s = seqs.emplace_back(config_.block_size, vocab);
+    s.tokens = r.prompt;
+    s.num_prompt = static_cast<int32_t>(r.prompt.size());
+    s.params = r.params;
+    s.all_logits = all_logits;
+    s.counts.add_prompt(r.prompt);
+    if (!all_logits) s.sampler.emplace(r.params, vocab);
+    if (r.params.prompt_logprobs >= 0) s.result.prompt_logprobs.resize(r.prompt.size());
+  }
+  return seqs;
+}
+
+Result<std::vector<GenerationResult>> Generator::generate(
+    std::span<const GenerationRequest> requests) {
+  auto seqs = make_sequences(requests, /*all_logits=*/false);
+  if (!seqs.ok()) return seqs.status();
+  STRATA_RETURN_IF_ERROR(run(*seqs, blocks_for(requests)));
+  std::vector<GenerationResult> out;
+  out.reserve(seqs->size());
+  for (Sequence& s : *seqs) out.push_back(std::move(s.result));
+  return out;
+}
+
+Result<std::vector<std::vector<float>>> Generator::prompt_logits(
+    std::span<const std::vector<int32_t>> prompts) {
+  std::vector<GenerationRequest> requests(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests[i].prompt = prompts[i];
+    requests[i].params.max_tokens = 1;
+  }
+  auto seqs = make_sequences(requests, /*all_logits=*/true);
+  if (!seqs.ok()) return seqs.status();
+  STRATA_RETURN_IF_ERROR(run(*seqs, blocks_for(requests)));
+  std::vector<std::vector<float>> out;
+  out.reserve(seqs->size());
+  for (Sequence& s : *seqs) out.push_back(std::move(s.logits));
+  return out;
+}
+
+Status Generator::run(std::vector<Sequence>& seqs, int32_t num_blocks) {
+  stats_ = GeneratorStats{};
+  stats_.num_blocks = num_blocks;
+  kv::BlockPool pool(num_blocks);
+  kv::HostKvBuffer kv(kv::KvLayout(model_.kv_spec(config_.kv_dtype), config_.block_size),
+                      num_blocks);
+  Status status;
+  while (status.ok() &&
+         std::any_of(seqs.begin(), seqs.end(), [](const Sequence& s) { return !s.finished; })) {
+    status = step(seqs, pool, kv);
+  }
+  for (Sequence& s : seqs) s.table.release(pool);  // after an error, too
+  last_used_blocks_ = pool.num_used_blocks();
+  return status;
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,102 @@
+#pragma once
+// Generator: runs a fixed batch of requests from prompt to their last token on the CPU, over the
+// paged KV cache: prompts are prefilled in chunks under a token budget, then every unfinished
+// sequence decodes one token per step, all in one forward batch. Finished sequences give their
+// blocks back at once.
+//
+// This is the walking skeleton's step loop. The time layer (continuous batching, admission by
+// free blocks, preemption) replaces the fixed batch with a scheduler but keeps the same step:
+// build the batch (token ids, positions, slot mapping, paged layout) -> Model::forward -> sample.
+//
+// Owns the block pool and the KV buffer for the batch; borrows the model and the thread pool.
+// Not thread-safe. Cost per step: one forward pass over the step's tokens.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "engine/sequence.h"
+#include "kv/block_pool.h"
+#include "model/model.h"
+
+namespace strata::engine {
+
+// Block sizes the engine accepts (--block-size); tests sweep the same array.
+inline constexpr std::array<int32_t, 5> kSupportedBlockSizes = {8, 16, 32, 64, 128};
+
+struct GeneratorConfig {
+  int32_t block_size = 16;              // one of kSupportedBlockSizes
+  // Blocks in the pool including the null block; 0 = exactly enough for the batch's
+  // prompts + max_tokens.
+  int32_t num_blocks = 0;
+  int32_t max_num_batched_tokens = 2048;  // prefill tokens per step (chunked prefill)
+  int64_t max_model_len = 0;              // 0 = the model's max_position_embeddings
+  DType kv_dtype = DType::kF32;
+  std::vector<int32_t> eos_token_ids;     // the model's EOS ids (config and generation config)
+};
+
+// Where the time of the last generate() / prompt_logits() call went. A step that runs any prefill
+// token counts as a prefill step (its decodes ride along).
+struct GeneratorStats {
+  int64_t num_prefill_tokens = 0;
+  int64_t num_decode_tokens = 0;
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  int32_t num_steps = 0;
+  int32_t num_blocks = 0;  // pool size, the null block included
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // token ids, non-empty
+  SamplingParams params;
+};
+
+class Generator {
+ public:
+  // config.block_size must be supported (checked by validate_config before).
+  Generator(model::Model& model, ThreadPool& pool, GeneratorConfig config);
+
+  // InvalidArgument for a block size, budget or dtype the engine does not support.
+  static Status validate_config(const GeneratorConfig& config);
+
+  // Runs the requests to completion together. Errors (nothing generated): InvalidArgument for a
+  // bad request (empty prompt, token id outside the vocabulary, invalid sampling params, prompt +
+  // max_tokens beyond max_model_len); ResourceExhausted when the KV pool cannot hold the batch.
+  Result<std::vector<GenerationResult>> generate(std::span<const GenerationRequest> requests);
+
+  // Logits at every position of each prompt ([len, vocab] row-major per prompt), prefilled
+  // together in chunks of at most max_num_batched_tokens. For verification and scoring.
+  Result<std::vector<std::vector<float>>> prompt_logits(
+      std::span<const std::vector<int32_t>> prompts);
+
+  // Blocks in use after the last call (0 unless something leaked).
+  int32_t num_used_blocks() const { return last_used_blocks_; }
+  const GeneratorStats& stats() const { return stats_; }
+
+ private:
+  Status validate_request(const GenerationRequest& request) const;
+  int32_t blocks_for(std::span<const GenerationRequest> requests) const;
+  Result<std::vector<Sequence>> make_sequences(std::span<const GenerationRequest> requests,
+                                               bool all_logits);
+  Status run(std::vector<Sequence>& seqs, int32_t num_blocks);
+  Status step(std::vector<Sequence>& seqs, kv::BlockPool& pool, kv::HostKvBuffer& kv);
+  Status consume_logits(Sequence& seq, int32_t first_pos, int32_t num_rows, const float* logits,
+                        kv::BlockPool& pool);
+
+  model::Model& model_;
+  ThreadPool& pool_;
+  GeneratorConfig config_;
+  int32_t last_used_blocks_ = 0;
+  GeneratorStats stats_;
+  std::vector<float> logits_;
+};
+
+}  // namespace strata::engine

@@ -1,0 +1,122 @@
+// Generator's step: build one forward batch from the unfinished sequences, run it, and consume
+// the logits (prompt logprobs, sampling, stop checks, freeing finished sequences' blocks).
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/generator.h"
+#include "kv/paged_layout_builder.h"
+
+namespace strata::engine {
+namespace {
+
+// Where one sequence's rows sit in the step.
+struct Scheduled {
+  size_t seq_idx;
+  int32_t first_pos;    // position of the sequence's first token in this step
+  int32_t num_tokens;   // tokens it runs this step
+  int32_t first_logits_row;  // index into logits_rows, or -1 when it wants none
+  int32_t num_logits_rows;
+};
+
+}  // namespace
+
+Status Generator::step(std::vector<Sequence>& seqs, kv::BlockPool& pool, kv::HostKvBuffer& kv) {
+  const auto start = std::chrono::steady_clock::now();
+  int64_t num_prefill = 0, num_decode = 0;
+  kv::PagedLayoutBuilder builder(config_.block_size);
+  std::vector<int32_t> token_ids, positions, q_indptr{0}, logits_rows;
+  std::vector<Scheduled> scheduled;
+  int32_t prefill_budget = config_.max_num_batched_tokens;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& s = seqs[i];
+    if (s.finished) continue;
+    const int32_t remaining = static_cast<int32_t>(s.tokens.size()) - s.num_computed;
+    const bool decode = remaining == 1 && s.num_computed >= s.num_prompt;
+    const int32_t n = decode ? 1 : std::min(remaining, prefill_budget);
+    if (n == 0) continue;
+    if (!decode) prefill_budget -= n;
+    (decode ? num_decode : num_prefill) += n;
+    if (!s.table.append_slots(pool, n)) {
+      return Status::ResourceExhausted("the KV cache has too few free blocks for this batch");
+    }
+    builder.add_sequence(s.table, s.num_computed + n, n);
+    Scheduled sc{i, s.num_computed, n, static_cast<int32_t>(logits_rows.size()), 0};
+    const int32_t row0 = static_cast<int32_t>(token_ids.size());
+    for (int32_t j = 0; j < n; ++j) {
+      token_ids.push_back(s.tokens[static_cast<size_t>(s.num_computed + j)]);
+      positions.push_back(s.num_computed + j);
+    }
+    q_indptr.push_back(static_cast<int32_t>(token_ids.size()));
+    const bool completes = s.num_computed + n == static_cast<int32_t>(s.tokens.size());
+    if (s.wants_all_rows()) {
+      for (int32_t j = 0; j < n; ++j) logits_rows.push_back(row0 + j);
+      sc.num_logits_rows = n;
+    } else if (completes) {
+      logits_rows.push_back(row0 + n - 1);
+      sc.num_logits_rows = 1;
+    }
+    scheduled.push_back(sc);
+  }
+  const auto vocab = static_cast<size_t>(model_.vocab_size());
+  logits_.resize(logits_rows.size() * vocab);
+  model::ForwardBatch batch{token_ids, positions, q_indptr, builder.layout(),
+                            builder.slot_mapping(), logits_rows};
+  STRATA_RETURN_IF_ERROR(model_.forward(batch, kv, logits_, pool_));
+  for (const Scheduled& sc : scheduled) {
+    const float* rows = logits_.data() + static_cast<size_t>(sc.first_logits_row) * vocab;
+    STRATA_RETURN_IF_ERROR(consume_logits(seqs[sc.seq_idx], sc.first_pos, sc.num_tokens,
+                                          sc.num_logits_rows > 0 ? rows : nullptr, pool));
+  }
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  (num_prefill > 0 ? stats_.prefill_seconds : stats_.decode_seconds) += elapsed.count();
+  stats_.num_prefill_tokens += num_prefill;
+  stats_.num_decode_tokens += num_decode;
+  ++stats_.num_steps;
+  return Status::Ok();
+}
+
+// logits: this step's rows for the sequence (every row when wants_all_rows(), else only the last
+// row when the step completes its tokens, else nullptr).
+Status Generator::consume_logits(Sequence& s, int32_t first_pos, int32_t num_rows,
+                                 const float* logits, kv::BlockPool& pool) {
+  const auto vocab = static_cast<size_t>(model_.vocab_size());
+  if (s.all_logits) s.logits.insert(s.logits.end(), logits, logits + num_rows * vocab);
+  if (s.params.prompt_logprobs >= 0) {
+    // The logits at position p score prompt token p + 1.
+    for (int32_t j = 0; j < num_rows; ++j) {
+      const int32_t next = first_pos + j + 1;
+      if (next >= s.num_prompt) break;
+      s.result.prompt_logprobs[static_cast<size_t>(next)] = compute_logprobs(
+          {logits + j * vocab, vocab}, s.tokens[static_cast<size_t>(next)], s.params.prompt_logprobs);
+    }
+  }
+  s.num_computed += num_rows;
+  if (s.num_computed < static_cast<int32_t>(s.tokens.size())) return Status::Ok();
+  if (s.all_logits) {
+    s.finished = true;
+  } else {
+    const float* last = logits + (s.wants_all_rows() ? (num_rows - 1) * vocab : 0);
+    Result<SampleResult> sampled = s.sampler->sample({last, vocab}, s.counts);
+    if (!sampled.ok()) return sampled.status();
+    const int32_t token = sampled->token;
+    s.tokens.push_back(token);
+    s.counts.add_output(token);
+    s.result.output_ids.push_back(token);
+    if (s.params.logprobs >= 0) {
+      s.result.output_logprobs.push_back(
+          TokenLogprobs{token, sampled->logprob, std::move(sampled->top_logprobs)});
+    }
+    if (is_stop_token(token, s.params, config_.eos_token_ids)) {
+      s.result.finish_reason = FinishReason::kStop;
+      s.finished = true;
+    } else if (static_cast<int32_t>(s.result.output_ids.size()) >= s.params.max_tokens) {
+      s.result.finish_reason = FinishReason::kLength;
+      s.finished = true;
+    }
+  }
+  if (s.finished) s.table.release(pool);
+  return Status::Ok();
+}
+
+}  // namespace strata::engine

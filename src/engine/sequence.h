@@ -1,0 +1,45 @@
+#pragma once
+// Sequence: one stream of tokens through the engine -- its prompt and output ids, how many of them
+// have K/V in the cache, its block table, its sampler and history, and what it returns.
+// Owned by the step loop; not thread-safe.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "kv/block_table.h"
+
+namespace strata::engine {
+
+enum class FinishReason { kLength, kStop };
+const char* finish_reason_name(FinishReason reason);
+
+struct GenerationResult {
+  std::vector<int32_t> output_ids;  // generated tokens, the stop token included
+  // One per output token when params.logprobs >= 0.
+  std::vector<TokenLogprobs> output_logprobs;
+  // One per prompt token when params.prompt_logprobs >= 0; the first is nullopt (OpenAI echo).
+  std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
+  FinishReason finish_reason = FinishReason::kLength;
+};
+
+struct Sequence {
+  std::vector<int32_t> tokens;  // prompt, then output
+  int32_t num_prompt = 0;
+  int32_t num_computed = 0;     // tokens whose K/V are in the cache
+  kv::BlockTable table;
+  SamplingParams params;
+  std::optional<Sampler> sampler;
+  TokenCounts counts;
+  bool all_logits = false;  // scoring: keep every prompt position's logits, sample nothing
+  bool finished = false;
+  GenerationResult result;
+  std::vector<float> logits;  // all_logits only: [num_prompt, vocab]
+
+  Sequence(int32_t block_size, int32_t vocab) : table(block_size), counts(vocab) {}
+  bool wants_all_rows() const { return all_logits || params.prompt_logprobs >= 0; }
+};
+
+}  // namespace strata::engine

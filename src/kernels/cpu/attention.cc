@@ -1,0 +1,327 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace strata::cpu {
+namespace {
+
+// Per-thread buffers reused across calls; sized for the largest row seen so far.
+struct Scratch {
+  std::vector<float> scores;  // [group, window]: scores, then softmax numerators
+  std::vector<float> acc;     // [group, head_dim]: sum over blocks of the block partials
+  std::vector<float> part;    // [head_dim]: one block's sum of weight * V
+  std::vector<float> tile;    // [block_size, head_dim]: one block's K or V rows as fp32
+  std::vector<float> max;     // [group]
+  std::vector<float> sum;     // [group]
+};
+
+Scratch& thread_scratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// One unit of work: a token and one KV head, i.e. the `group` query heads sharing that KV head.
+struct RowTask {
+  int32_t seq_idx;
+  int32_t kv_head;
+  int32_t first_pos;  // first attended position (sliding window start)
+  int32_t pos;        // the token's own position, the last attended one
+  const float* q;     // [group, head_dim]
+  float* out;         // [group, head_dim]
+};
+
+Status validate_shapes(const AttentionParams& p) {
+  const PagedKvLayout& layout = p.layout;
+  const PagedKvCacheView& cache = p.cache;
+  if (p.q_indptr == nullptr || layout.kv_indptr == nullptr) {
+    return Status::InvalidArgument("attention: q_indptr and kv_indptr must not be null");
+  }
+  if (layout.num_seqs < 0) return Status::InvalidArgument("attention: negative num_seqs");
+  if (cache.k_data == nullptr || cache.v_data == nullptr) {
+    return Status::InvalidArgument("attention: cache k_data and v_data must not be null");
+  }
+  if (cache.num_kv_heads <= 0 || cache.head_dim <= 0) {
+    return Status::InvalidArgument("attention: num_kv_heads and head_dim must be positive");
+  }
+  if (p.num_q_heads <= 0 || p.num_q_heads % cache.num_kv_heads != 0) {
+    return Status::InvalidArgument("attention: num_q_heads (" + std::to_string(p.num_q_heads) +
+                                   ") must be a positive multiple of num_kv_heads (" +
+                                   std::to_string(cache.num_kv_heads) + ")");
+  }
+  if (layout.block_size <= 0 || layout.block_size != cache.block_size) {
+    return Status::InvalidArgument("attention: layout and cache block sizes differ or are not positive");
+  }
+  if (cache.token_stride < cache.head_dim || cache.head_stride < 0 || cache.block_stride < 0) {
+    return Status::InvalidArgument("attention: bad cache strides");
+  }
+  if (p.sliding_window < 0) return Status::InvalidArgument("attention: negative sliding_window");
+  if (!is_cpu_float_dtype(cache.dtype)) {
+    return Status::Unsupported("attention: KV cache dtype " + std::string(dtype_name(cache.dtype)) +
+                               " (supported: F32, BF16, F16)");
+  }
+  return Status::Ok();
+}
+
+Status validate_sequence(const AttentionParams& p, int32_t s) {
+  const PagedKvLayout& layout = p.layout;
+  const std::string where = "attention: sequence " + std::to_string(s) + ": ";
+  const int32_t q_len = p.q_indptr[s + 1] - p.q_indptr[s];
+  if (q_len < 0) return Status::InvalidArgument(where + "q_indptr decreases");
+  const int32_t num_blocks = layout.num_blocks(s);
+  if (num_blocks < 0) return Status::InvalidArgument(where + "kv_indptr decreases");
+  if (num_blocks > 0) {
+    if (layout.kv_indices == nullptr || layout.kv_last_page_len == nullptr) {
+      return Status::InvalidArgument(where + "kv_indices and kv_last_page_len must not be null");
+    }
+    const int32_t last = layout.kv_last_page_len[s];
+    if (last < 1 || last > layout.block_size) {
+      return Status::InvalidArgument(where + "kv_last_page_len " + std::to_string(last) +
+                                     " outside 1..block_size");
+    }
+    for (int32_t i = layout.kv_indptr[s]; i < layout.kv_indptr[s + 1]; ++i) {
+      if (layout.kv_indices[i] < 0) return Status::InvalidArgument(where + "negative block id");
+    }
+  }
+  const int32_t kv_len = layout.kv_len(s);
+  if (q_len > kv_len) {
+    return Status::InvalidArgument(where + "q_len " + std::to_string(q_len) + " > kv_len " +
+                                   std::to_string(kv_len));
+  }
+  return Status::Ok();
+}
+
+Status validate(const AttentionParams& p) {
+  STRATA_RETURN_IF_ERROR(validate_shapes(p));
+  if (p.q_indptr[0] != 0) return Status::InvalidArgument("attention: q_indptr[0] must be 0");
+  for (int32_t s = 0; s < p.layout.num_seqs; ++s) STRATA_RETURN_IF_ERROR(validate_sequence(p, s));
+  if (p.q_indptr[p.layout.num_seqs] > 0 && (p.q == nullptr || p.out == nullptr)) {
+    return Status::InvalidArgument("attention: q and out must not be null");
+  }
+  return Status::Ok();
+}
+
+// Rows [token, token + count) of one block and KV head as fp32; *ld receives the row stride.
+// F32 caches are read in place, BF16/F16 rows are converted into the scratch tile.
+const float* block_rows(const void* data, const PagedKvCacheView& cache, int32_t block_id,
+                        int32_t kv_head, int32_t token, int32_t count, std::vector<float>& tile,
+                        int64_t* ld) {
+  const int64_t offset = cache.offset(block_id, kv_head, token);
+  if (cache.dtype == DType::kF32) {
+    *ld = cache.token_stride;
+    return static_cast<const float*>(data) + offset;
+  }
+  const int64_t d = cache.head_dim;
+  *ld = d;
+  for (int32_t i = 0; i < count; ++i) {
+    detail::load_f32(data, cache.dtype, offset + i * cache.token_stride, d, tile.data() + i * d);
+  }
+  return tile.data();
+}
+
+// Pass 1: scores[h][j] = scale * q_h . k_(first_pos + j), block by block.
+void compute_scores(const AttentionParams& p, const RowTask& t, int32_t group, Scratch& s) {
+  const int32_t bs = p.layout.block_size;
+  const int32_t d = p.cache.head_dim;
+  const int32_t n = t.pos - t.first_pos + 1;
+  const int32_t* blocks = p.layout.kv_indices + p.layout.kv_indptr[t.seq_idx];
+  for (int32_t b = t.first_pos / bs; b <= t.pos / bs; ++b) {
+    const int32_t first = std::max(t.first_pos, b * bs);
+    const int32_t count = std::min(t.pos, b * bs + bs - 1) - first + 1;
+    int64_t ld = 0;
+    const float* k = block_rows(p.cache.k_data, p.cache, blocks[b], t.kv_head, first - b * bs,
+                                count, s.tile, &ld);
+    for (int32_t h = 0; h < group; ++h) {
+      const float* qh = t.q + static_cast<int64_t>(h) * d;
+      float* scores = s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
+      for (int32_t j = 0; j < count; ++j) scores[j] = detail::dot(qh, k + j * ld, d) * p.scale;
+    }
+  }
+}
+
+// Pass 2: two-pass softmax. Per block, weights exp(score - max) are summed and applied to V into a
+// block partial that is then added to the row's accumulator (blocked summation: a fixed order, and
+// error growing with block_size + blocks rather than with the window length).
+void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scratch& s) {
+  const int32_t bs = p.layout.block_size;
+  const int32_t d = p.cache.head_dim;
+  const int32_t n = t.pos - t.first_pos + 1;
+  const int32_t* blocks = p.layout.kv_indices + p.layout.kv_indptr[t.seq_idx];
+  for (int32_t h = 0; h < group; ++h) {
+    const float* scores = s.scores.data() + static_cast<int64_t>(h) * n;
+    s.max[h] = *std::max_element(scores, scores + n);
+    s.sum[h] = 0.0f;
+  }
+  std::fill(s.acc.begin(), s.acc.begin() + static_cast<int64_t>(group) * d, 0.0f);
+  for (int32_t b = t.first_pos / bs; b <= t.pos / bs; ++b) {
+    const int32_t first = std::max(t.first_pos, b * bs);
+    const int32_t count = std::min(t.pos, b * bs + bs - 1) - first + 1;
+    int64_t ld = 0;
+    const float* v = block_rows(p.cache.v_data, p.cache, blocks[b], t.kv_head, first - b * bs,
+                                count, s.tile, &ld);
+    for (int32_t h = 0; h < group; ++h) {
+      float* weights = s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
+      float* part = s.part.data();
+      std::fill(part, part + d, 0.0f);
+      float block_sum = 0.0f;
+      for (int32_t j = 0; j < count; ++j) {
+        const float w = std::exp(weights[j] - s.max[h]);
+        block_sum += w;
+        const float* vj = v + j * ld;
+        for (int32_t c = 0; c < d; ++c) part[c] += w * vj[c];
+      }
+      s.sum[h] += block_sum;
+      float* acc = s.acc.data() + static_cast<int64_t>(h) * d;
+      for (int32_t c = 0; c < d; ++c) acc[c] += part[c];
+    }
+  }
+  for (int32_t h = 0; h < group; ++h) {
+    const float* acc = s.acc.data() + static_cast<int64_t>(h) * d;
+    float* out = t.out + static_cast<int64_t>(h) * d;
+    for (int32_t c = 0; c < d; ++c) out[c] = acc[c] / s.sum[h];
+  }
+}
+
+void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv_head,
+            Scratch& s) {
+  const int32_t group = p.num_q_heads / p.cache.num_kv_heads;
+  const int32_t d = p.cache.head_dim;
+  const int32_t q_begin = p.q_indptr[seq_idx];
+  const int32_t q_len = p.q_indptr[seq_idx + 1] - q_begin;
+  RowTask t;
+  t.seq_idx = seq_idx;
+  t.kv_head = kv_head;
+  t.pos = p.layout.kv_len(seq_idx) - q_len + (token - q_begin);
+  t.first_pos = p.sliding_window > 0 ? std::max(0, t.pos - p.sliding_window + 1) : 0;
+  const int64_t row = (static_cast<int64_t>(token) * p.num_q_heads +
+                       static_cast<int64_t>(kv_head) * group) * d;
+  t.q = p.q + row;
+  t.out = p.out + row;
+
+  const auto n = static_cast<size_t>(t.pos - t.first_pos + 1);
+  const auto g = static_cast<size_t>(group);
+  const auto dim = static_cast<size_t>(d);
+  if (s.scores.size() < g * n) s.scores.resize(g * n);
+  if (s.acc.size() < g * dim) s.acc.resize(g * dim);
+  if (s.part.size() < dim) s.part.resize(dim);
+  if (s.tile.size() < static_cast<size_t>(p.layout.block_size) * dim) {
+    s.tile.resize(static_cast<size_t>(p.layout.block_size) * dim);
+  }
+  if (s.max.size() < g) {
+    s.max.resize(g);
+    s.sum.resize(g);
+  }
+  compute_scores(p, t, group, s);
+  weighted_sum(p, t, group, s);
+}
+
+// Writes one row of head_dim fp32 values at element offset `offset` of a cache area.
+void store_row(void* data, DType dtype, int64_t offset, const float* src, int64_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(static_cast<float*>(data) + offset, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::kBF16: {
+      uint16_t* dst = static_cast<uint16_t*>(data) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      uint16_t* dst = static_cast<uint16_t*>(data) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case DType::kF64:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+    case DType::kI64:
+    case DType::kI32:
+    case DType::kI16:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool: break;
+  }
+  STRATA_CHECK(false, "append_kv: cache dtype not validated");
+}
+
+Status validate_append(const AppendKvParams& p) {
+  const PagedKvCacheView& cache = p.cache;
+  if (p.num_tokens < 0) return Status::InvalidArgument("append_kv: negative num_tokens");
+  if (p.num_tokens > 0 && (p.k == nullptr || p.v == nullptr || p.slot_mapping == nullptr)) {
+    return Status::InvalidArgument("append_kv: k, v and slot_mapping must not be null");
+  }
+  if (cache.k_data == nullptr || cache.v_data == nullptr) {
+    return Status::InvalidArgument("append_kv: cache k_data and v_data must not be null");
+  }
+  if (cache.num_kv_heads <= 0 || cache.head_dim <= 0 || cache.block_size <= 0 ||
+      cache.token_stride < cache.head_dim || p.num_cache_blocks < 0) {
+    return Status::InvalidArgument("append_kv: bad cache view or num_cache_blocks");
+  }
+  if (!is_cpu_float_dtype(cache.dtype)) {
+    return Status::Unsupported("append_kv: KV cache dtype " + std::string(dtype_name(cache.dtype)) +
+                               " (supported: F32, BF16, F16)");
+  }
+  const int64_t limit = p.num_cache_blocks * cache.block_size;
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    const int64_t slot = p.slot_mapping[t];
+    if (slot < -1 || (p.num_cache_blocks > 0 && slot >= limit)) {
+      return Status::OutOfRange("append_kv: token " + std::to_string(t) + " has slot " +
+                                std::to_string(slot));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status paged_attention(const AttentionParams& params, ThreadPool& pool) {
+  STRATA_RETURN_IF_ERROR(validate(params));
+  const int32_t num_seqs = params.layout.num_seqs;
+  const int32_t num_tokens = params.q_indptr[num_seqs];
+  std::vector<int32_t> token_seq(static_cast<size_t>(num_tokens));
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    for (int32_t i = params.q_indptr[s]; i < params.q_indptr[s + 1]; ++i) {
+      token_seq[static_cast<size_t>(i)] = s;
+    }
+  }
+  const int32_t num_kv_heads = params.cache.num_kv_heads;
+  const int64_t num_items = static_cast<int64_t>(num_tokens) * num_kv_heads;
+  detail::parallel_dynamic(pool, num_items, 1, [&](int64_t begin, int64_t end) {
+    Scratch& scratch = thread_scratch();
+    for (int64_t item = begin; item < end; ++item) {
+      const auto token = static_cast<int32_t>(item / num_kv_heads);
+      const auto kv_head = static_cast<int32_t>(item % num_kv_heads);
+      attend(params, token_seq[static_cast<size_t>(token)], token, kv_head, scratch);
+    }
+  });
+  return Status::Ok();
+}
+
+Status append_kv(const AppendKvParams& params, ThreadPool& pool) {
+  STRATA_RETURN_IF_ERROR(validate_append(params));
+  const PagedKvCacheView& cache = params.cache;
+  const int64_t d = cache.head_dim;
+  const int64_t row_elems = static_cast<int64_t>(cache.num_kv_heads) * d;
+  pool.parallel_for(
+      params.num_tokens,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          const int64_t slot = params.slot_mapping[t];
+          if (slot == -1) continue;
+          for (int32_t h = 0; h < cache.num_kv_heads; ++h) {
+            const int64_t offset = cache.slot_offset(slot, h);
+            store_row(cache.k_data, cache.dtype, offset, params.k + t * row_elems + h * d, d);
+            store_row(cache.v_data, cache.dtype, offset, params.v + t * row_elems + h * d, d);
+          }
+        }
+      },
+      /*min_chunk=*/16);
+  return Status::Ok();
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,75 @@
+#pragma once
+// Paged attention on the CPU (fp32 activations) for a batch that mixes decodes, prefill chunks on
+// top of an already-cached prefix, and whole prefills; plus append_kv, which writes a step's new K
+// and V into the paged cache before attention reads them.
+//
+// Determinism: every output row (token, query head) is computed by one thread with one fixed order
+// of fp32 operations that depends only on the row's position, its sliding window, the block size and
+// the K/V values -- not on the batch it is in, the block ids, the thread count or how its prompt was
+// chunked. Batch and chunking invariance of the engine rest on this.
+//
+// Cost: attention reads each KV block of a (token, KV head) pair once for K and once for V and shares
+// both reads among the num_q_heads / num_kv_heads query heads of the group (K/V are never repeated);
+// work is spread over (token, KV head) pairs with dynamic balancing across the ThreadPool.
+
+#include <array>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/paged_kv.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+
+namespace strata::cpu {
+
+// KV cache element types attention and append_kv accept (convert on read / on write).
+inline constexpr std::array<DType, 3> kAttentionKvDTypes = {DType::kF32, DType::kBF16,
+                                                            DType::kF16};
+
+struct AttentionParams {
+  // [num_tokens, num_q_heads, head_dim], num_tokens = q_indptr[layout.num_seqs]. Row i of sequence
+  // s is q row q_indptr[s] + i.
+  const float* q = nullptr;
+  // [num_tokens, num_q_heads, head_dim]; written in full for every row of every sequence. Must not
+  // overlap q or the cache.
+  float* out = nullptr;
+  // [layout.num_seqs + 1], q_indptr[0] == 0, non-decreasing: the q rows of each sequence.
+  const int32_t* q_indptr = nullptr;
+  // Block tables of the batch; kv_len(s) >= q_len(s) for every sequence.
+  PagedKvLayout layout;
+  // One layer's K/V; dtype in kAttentionKvDTypes, block_size == layout.block_size.
+  PagedKvCacheView cache;
+  int32_t num_q_heads = 0;  // a positive multiple of cache.num_kv_heads
+  float scale = 0.0f;       // softmax scale, usually 1 / sqrt(head_dim)
+  // > 0: a query at position pos attends to [max(0, pos - sliding_window + 1), pos] (Hugging Face:
+  // the window includes the token itself). 0: to [0, pos]. Negative: InvalidArgument.
+  int32_t sliding_window = 0;
+};
+
+// out = softmax(scale * q K^T + causal/window mask) V per sequence, query head and row. Query row
+// i of sequence s sits at position kv_len(s) - q_len(s) + i: its own K/V is already in the cache.
+// Query head h reads KV head h / (num_q_heads / num_kv_heads).
+// Errors (nothing is written): InvalidArgument for null pointers, inconsistent shapes or block
+// sizes, q_len > kv_len, a bad kv_last_page_len, a negative block id or window; Unsupported for a
+// cache dtype outside kAttentionKvDTypes.
+Status paged_attention(const AttentionParams& params, ThreadPool& pool);
+
+struct AppendKvParams {
+  const float* k = nullptr;  // [num_tokens, cache.num_kv_heads, cache.head_dim]
+  const float* v = nullptr;  // [num_tokens, cache.num_kv_heads, cache.head_dim]
+  // [num_tokens]: slot = block_id * block_size + offset where token t's K/V go; -1 skips the token
+  // (padding). Slots other than -1 must be distinct, or the value written there is unspecified.
+  const int64_t* slot_mapping = nullptr;
+  int64_t num_tokens = 0;
+  PagedKvCacheView cache;  // one layer; dtype in kAttentionKvDTypes
+  // Blocks in the pool. When > 0, a slot >= num_cache_blocks * block_size is OutOfRange; 0 leaves
+  // the upper bound unchecked (the view itself does not know the pool size).
+  int64_t num_cache_blocks = 0;
+};
+
+// Writes k and v into the cache at the slots, rounding to the cache dtype (round to nearest even
+// for BF16/F16). Errors (nothing is written): InvalidArgument for null pointers or a bad view,
+// OutOfRange for a slot < -1 or beyond num_cache_blocks, Unsupported for the cache dtype.
+Status append_kv(const AppendKvParams& params, ThreadPool& pool);
+
+}  // namespace strata::cpu

@@ -1,0 +1,151 @@
+#pragma once
+// Shared pieces of the CPU kernels (src/kernels/cpu). Public: kCpuFloatDTypes, the element types
+// every CPU kernel reads for weights and KV (tests iterate over it). Everything in detail:: is an
+// implementation helper for the kernel sources and their tests, not an API for other layers.
+//
+// Determinism contract of the helpers: each output is produced by one fixed sequence of fp32
+// operations that depends only on the input values and lengths -- never on the thread count, on the
+// tile a row lands in, or on the row's position in a batch. The kernel library is compiled with
+// -ffp-contract=off so that no code path (a 2x2 tile, a 1x1 remainder) fuses a multiply-add that
+// another path leaves unfused.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace strata::cpu {
+
+// Weight and KV element types the CPU kernels read (converted to fp32 on read).
+inline constexpr std::array<DType, 3> kCpuFloatDTypes = {DType::kF32, DType::kBF16, DType::kF16};
+
+constexpr bool is_cpu_float_dtype(DType t) {
+  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
+}
+
+namespace detail {
+
+// Independent partial sums per dot product: enough for the compiler to vectorize the k loop
+// without reassociation (no -ffast-math), and a pairwise-ish error bound.
+inline constexpr int kLanes = 8;
+
+inline float f32_from_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline uint32_t bits_from_f32(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return bits;
+}
+
+// fp16 bit pattern -> fp32, exact; equal to strata::f16_to_f32 on all 65536 inputs (tested) but
+// branch-free so conversion loops vectorize. Normal numbers move the exponent from bias 15 to
+// bias 127; subnormals are mantissa * 2^-24 (exact in fp32); inf/NaN keep their payload.
+inline float f16_bits_to_f32(uint16_t h) {
+  const uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
+  const uint32_t exponent = (static_cast<uint32_t>(h) >> 10) & 0x1fu;
+  const uint32_t mantissa = static_cast<uint32_t>(h) & 0x3ffu;
+  const uint32_t normal = ((static_cast<uint32_t>(h) & 0x7fffu) << 13) + (112u << 23);
+  const uint32_t special = 0x7f800000u | (mantissa << 13);
+  const uint32_t subnormal = bits_from_f32(static_cast<float>(mantissa) * 0x1p-24f);
+  const uint32_t magnitude = exponent == 0 ? subnormal : (exponent == 0x1f ? special : normal);
+  return f32_from_bits(sign | magnitude);
+}
+
+// dst[i] = element (offset + i) of src as fp32, for i in [0, n). dtype must satisfy
+// is_cpu_float_dtype (callers validate first and return Status::Unsupported otherwise).
+inline void load_f32(const void* src, DType dtype, int64_t offset, int64_t n, float* dst) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, static_cast<const float*>(src) + offset, static_cast<size_t>(n) * 4);
+      return;
+    case DType::kBF16: {
+      const uint16_t* p = static_cast<const uint16_t*>(src) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = f32_from_bits(static_cast<uint32_t>(p[i]) << 16);
+      return;
+    }
+    case DType::kF16: {
+      const uint16_t* p = static_cast<const uint16_t*>(src) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_bits_to_f32(p[i]);
+      return;
+    }
+    case DType::kF64:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+    case DType::kI64:
+    case DType::kI32:
+    case DType::kI16:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool: break;
+  }
+  STRATA_CHECK(false, "load_f32: dtype is not F32, BF16 or F16 (validate before calling)");
+}
+
+// Sum of the lanes in one fixed tree: (l, l+4), then (l, l+2), then (0, 1).
+inline float reduce_lanes(const float* acc) {
+  const float s0 = acc[0] + acc[4];
+  const float s1 = acc[1] + acc[5];
+  const float s2 = acc[2] + acc[6];
+  const float s3 = acc[3] + acc[7];
+  return (s0 + s2) + (s1 + s3);
+}
+
+// out[r * C + c] = dot(x[r][0..k), w[c][0..k)) for an R x C tile. Every output uses the same
+// order whatever R and C are: lane l accumulates elements l, l + kLanes, ... (the k % kLanes tail
+// elements go to lanes 0..), then reduce_lanes. So a row's result is bit-identical in any tile.
+template <int R, int C>
+inline void dot_tile(const float* const* x, const float* const* w, int64_t k, float* out) {
+  float acc[R][C][kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes) {
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < C; ++c) {
+        for (int l = 0; l < kLanes; ++l) acc[r][c][l] += x[r][i + l] * w[c][i + l];
+      }
+    }
+  }
+  const int64_t tail = k - i;
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      for (int64_t l = 0; l < tail; ++l) acc[r][c][l] += x[r][i + l] * w[c][i + l];
+      out[r * C + c] = reduce_lanes(acc[r][c]);
+    }
+  }
+}
+
+inline float dot(const float* a, const float* b, int64_t k) {
+  float out;
+  dot_tile<1, 1>(&a, &b, k, &out);
+  return out;
+}
+
+// Calls fn(begin, end) on consecutive ranges of `grain` items taken from a shared counter, so
+// items of uneven cost (attention rows late in a prompt) balance across the pool's threads. Which
+// thread runs an item never changes its result: items write disjoint outputs.
+template <typename Fn>
+void parallel_dynamic(ThreadPool& pool, int64_t num_items, int64_t grain, const Fn& fn) {
+  if (num_items <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t num_grains = (num_items + grain - 1) / grain;
+  const int64_t participants = std::min<int64_t>(pool.num_threads(), num_grains);
+  std::atomic<int64_t> next{0};
+  pool.parallel_for(participants, [&](int64_t, int64_t) {
+    for (;;) {
+      const int64_t begin = next.fetch_add(grain, std::memory_order_relaxed);
+      if (begin >= num_items) return;
+      fn(begin, std::min(num_items, begin + grain));
+    }
+  });
+}
+
+}  // namespace detail
+}  // namespace strata::cpu

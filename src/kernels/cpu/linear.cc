@@ -1,0 +1,130 @@
+#include "kernels/cpu/linear.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace strata::cpu {
+namespace {
+
+constexpr int64_t kNTile = 16;  // rows of W per task (widened to fp32 together when BF16/F16)
+constexpr int64_t kMTile = 64;  // rows of x per task
+
+Status validate(const float* x, const TensorView& weight, const TensorView& bias, const float* out,
+                int64_t m) {
+  if (weight.empty() || weight.rank != 2) {
+    return Status::InvalidArgument("linear: weight must be a non-null [n, k] tensor");
+  }
+  if (weight.shape[0] <= 0 || weight.shape[1] <= 0) {
+    return Status::InvalidArgument("linear: weight dimensions must be positive");
+  }
+  if (!is_cpu_float_dtype(weight.dtype)) {
+    return Status::Unsupported("linear: weight dtype " + std::string(dtype_name(weight.dtype)) +
+                               " (supported: F32, BF16, F16)");
+  }
+  if (!bias.empty()) {
+    if (bias.rank != 1 || bias.shape[0] != weight.shape[0]) {
+      return Status::InvalidArgument("linear: bias must be [n] with n = weight.dim(0)");
+    }
+    if (!is_cpu_float_dtype(bias.dtype)) {
+      return Status::Unsupported("linear: bias dtype " + std::string(dtype_name(bias.dtype)) +
+                                 " (supported: F32, BF16, F16)");
+    }
+  }
+  if (m < 0) return Status::InvalidArgument("linear: negative m");
+  if (m > 0 && (x == nullptr || out == nullptr)) {
+    return Status::InvalidArgument("linear: x and out must not be null");
+  }
+  return Status::Ok();
+}
+
+// out[r * ldo + c] = dot(x row r, w row c) (+ bias[c]) for an R x C tile; rows are k long.
+template <int R, int C>
+void tile_kernel(const float* x, const float* w, int64_t k, const float* bias, float* out,
+                 int64_t ldo) {
+  const float* x_rows[R];
+  const float* w_rows[C];
+  for (int r = 0; r < R; ++r) x_rows[r] = x + r * k;
+  for (int c = 0; c < C; ++c) w_rows[c] = w + c * k;
+  float result[R * C];
+  detail::dot_tile<R, C>(x_rows, w_rows, k, result);
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      const float v = result[r * C + c];
+      out[r * ldo + c] = bias == nullptr ? v : v + bias[c];
+    }
+  }
+}
+
+// The [mt, nt] block of out at `out` (row stride ldo) from mt rows of x and nt rows of w.
+// 2x2 tiles reuse each loaded x and w value twice; remainders use narrower tiles with the same
+// per-output arithmetic.
+void compute_block(const float* x, int64_t mt, const float* w, int64_t nt, int64_t k,
+                   const float* bias, float* out, int64_t ldo) {
+  const auto bias_at = [bias](int64_t c) { return bias == nullptr ? nullptr : bias + c; };
+  int64_t r = 0;
+  for (; r + 2 <= mt; r += 2) {
+    int64_t c = 0;
+    for (; c + 2 <= nt; c += 2) {
+      tile_kernel<2, 2>(x + r * k, w + c * k, k, bias_at(c), out + r * ldo + c, ldo);
+    }
+    for (; c < nt; ++c) tile_kernel<2, 1>(x + r * k, w + c * k, k, bias_at(c), out + r * ldo + c, ldo);
+  }
+  for (; r < mt; ++r) {
+    int64_t c = 0;
+    for (; c + 4 <= nt; c += 4) {
+      tile_kernel<1, 4>(x + r * k, w + c * k, k, bias_at(c), out + r * ldo + c, ldo);
+    }
+    for (; c < nt; ++c) tile_kernel<1, 1>(x + r * k, w + c * k, k, bias_at(c), out + r * ldo + c, ldo);
+  }
+}
+
+std::vector<float>& weight_scratch() {
+  thread_local std::vector<float> scratch;
+  return scratch;
+}
+
+}  // namespace
+
+Status linear(const float* x, TensorView weight, TensorView bias, float* out, int64_t m,
+              ThreadPool& pool) {
+  STRATA_RETURN_IF_ERROR(validate(x, weight, bias, out, m));
+  const int64_t n = weight.shape[0];
+  const int64_t k = weight.shape[1];
+  if (m == 0) return Status::Ok();
+  const int64_t num_m_tiles = (m + kMTile - 1) / kMTile;
+  const int64_t num_n_tiles = (n + kNTile - 1) / kNTile;
+  // Tasks are n-tile major so a thread's consecutive tasks share one widened weight tile.
+  pool.parallel_for(num_m_tiles * num_n_tiles, [&](int64_t begin, int64_t end) {
+    std::vector<float>& scratch = weight_scratch();
+    std::array<float, kNTile> bias_tile{};
+    const float* w = nullptr;
+    int64_t cached_n_tile = -1;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t n_tile = task / num_m_tiles;
+      const int64_t m0 = (task % num_m_tiles) * kMTile;
+      const int64_t n0 = n_tile * kNTile;
+      const int64_t nt = std::min(kNTile, n - n0);
+      const int64_t mt = std::min(kMTile, m - m0);
+      if (n_tile != cached_n_tile) {
+        if (weight.dtype == DType::kF32) {
+          w = static_cast<const float*>(weight.data) + n0 * k;
+        } else {
+          scratch.resize(static_cast<size_t>(kNTile * k));
+          detail::load_f32(weight.data, weight.dtype, n0 * k, nt * k, scratch.data());
+          w = scratch.data();
+        }
+        if (!bias.empty()) detail::load_f32(bias.data, bias.dtype, n0, nt, bias_tile.data());
+        cached_n_tile = n_tile;
+      }
+      compute_block(x + m0 * k, mt, w, nt, k, bias.empty() ? nullptr : bias_tile.data(),
+                    out + m0 * n + n0, n);
+    }
+  });
+  return Status::Ok();
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,31 @@
+#pragma once
+// linear: out = x W^T + b on the CPU with fp32 activations and F32/BF16/F16 weights (the layout of
+// torch.nn.Linear and of Hugging Face checkpoints: weight [out_features, in_features]).
+//
+// Determinism: each output element is one dot product over k with a fixed accumulation order
+// (kLanes = 8 interleaved partial sums combined in a fixed tree, then + bias), the same whatever
+// tile the row lands in, the batch size m or the thread count. So a token's projection is
+// bit-identical alone or in any batch.
+//
+// Cost: 2 * m * n * k flops. Work is split into tiles of up to 64 rows of x by 16 rows of W over
+// the ThreadPool; a BF16/F16 weight tile is widened to fp32 once per (thread, tile), never the
+// whole matrix.
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "core/tensor_view.h"
+#include "core/thread_pool.h"
+
+namespace strata::cpu {
+
+// x:      [m, k] fp32, row-major, k = weight.dim(1).
+// weight: [n, k], rank 2, dtype F32, BF16 or F16.
+// bias:   [n] (rank 1) in F32, BF16 or F16, or empty (data == nullptr) for no bias.
+// out:    [m, n] fp32; must not overlap x, weight or bias.
+// m >= 0; m == 0 writes nothing. Errors (nothing is written): InvalidArgument for null pointers or
+// shapes that do not match; Unsupported for a weight or bias dtype outside F32/BF16/F16.
+Status linear(const float* x, TensorView weight, TensorView bias, float* out, int64_t m,
+              ThreadPool& pool);
+
+}  // namespace strata::cpu

@@ -1,0 +1,84 @@
+#include "model/llama_family.h"
+
+#include <string>
+
+namespace strata::model {
+namespace {
+
+// One tensor of a decoder layer: its name after "model.layers.N.", where it binds, its shape.
+struct LayerTensor {
+  const char* suffix;
+  TensorView LayerWeights::*member;
+  std::vector<int64_t> shape;
+};
+
+// The tensors a layer of this config has, in checkpoint order. The single source of truth for
+// both the expected shapes (dummy weights, validation) and the binding.
+std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
+  const int64_t q_out = c.num_attention_heads * hd, kv_out = c.num_key_value_heads * hd;
+  std::vector<LayerTensor> t = {
+      {"input_layernorm.weight", &LayerWeights::input_norm, {hidden}},
+      {"self_attn.q_proj.weight", &LayerWeights::q_proj, {q_out, hidden}},
+      {"self_attn.k_proj.weight", &LayerWeights::k_proj, {kv_out, hidden}},
+      {"self_attn.v_proj.weight", &LayerWeights::v_proj, {kv_out, hidden}},
+  };
+  if (c.qkv_bias) {
+    t.push_back({"self_attn.q_proj.bias", &LayerWeights::q_bias, {q_out}});
+    t.push_back({"self_attn.k_proj.bias", &LayerWeights::k_bias, {kv_out}});
+    t.push_back({"self_attn.v_proj.bias", &LayerWeights::v_bias, {kv_out}});
+  }
+  if (c.qk_norm) {
+    t.push_back({"self_attn.q_norm.weight", &LayerWeights::q_norm, {hd}});
+    t.push_back({"self_attn.k_norm.weight", &LayerWeights::k_norm, {hd}});
+  }
+  t.push_back({"self_attn.o_proj.weight", &LayerWeights::o_proj, {hidden, q_out}});
+  if (c.o_bias) t.push_back({"self_attn.o_proj.bias", &LayerWeights::o_bias, {hidden}});
+  t.push_back({"post_attention_layernorm.weight", &LayerWeights::post_attention_norm, {hidden}});
+  t.push_back({"mlp.gate_proj.weight", &LayerWeights::gate_proj, {inter, hidden}});
+  t.push_back({"mlp.up_proj.weight", &LayerWeights::up_proj, {inter, hidden}});
+  t.push_back({"mlp.down_proj.weight", &LayerWeights::down_proj, {hidden, inter}});
+  if (c.mlp_bias) {
+    t.push_back({"mlp.gate_proj.bias", &LayerWeights::gate_bias, {inter}});
+    t.push_back({"mlp.up_proj.bias", &LayerWeights::up_bias, {inter}});
+    t.push_back({"mlp.down_proj.bias", &LayerWeights::down_bias, {hidden}});
+  }
+  return t;
+}
+
+std::string layer_prefix(int64_t layer_idx) {
+  return "model.layers." + std::to_string(layer_idx) + ".";
+}
+
+}  // namespace
+
+TensorShapes llama_family_tensors(const ModelConfig& config) {
+  const std::vector<int64_t> embed_shape = {config.vocab_size, config.hidden_size};
+  TensorShapes shapes = {{"model.embed_tokens.weight", embed_shape}};
+  const std::vector<LayerTensor> per_layer = layer_tensors(config);
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    for (const LayerTensor& t : per_layer) shapes.emplace_back(layer_prefix(l) + t.suffix, t.shape);
+  }
+  shapes.emplace_back("model.norm.weight", std::vector<int64_t>{config.hidden_size});
+  if (!config.tie_word_embeddings) shapes.emplace_back("lm_head.weight", embed_shape);
+  return shapes;
+}
+
+DecoderWeights bind_llama_family(const ModelConfig& config, const WeightStore& store) {
+  const std::vector<int64_t> embed_shape = {config.vocab_size, config.hidden_size};
+  DecoderWeights w;
+  w.embed = store.get_checked("model.embed_tokens.weight", embed_shape);
+  w.final_norm = store.get_checked("model.norm.weight", {config.hidden_size});
+  w.lm_head = config.tie_word_embeddings ? w.embed : store.get_checked("lm_head.weight", embed_shape);
+  const std::vector<LayerTensor> per_layer = layer_tensors(config);
+  w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    for (const LayerTensor& t : per_layer) {
+      w.layers[static_cast<size_t>(l)].*t.member =
+          store.get_checked(layer_prefix(l) + t.suffix, t.shape);
+    }
+  }
+  return w;
+}
+
+}  // namespace strata::model

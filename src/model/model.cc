@@ -1,0 +1,224 @@
+#include "model/model.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "model/rope.h"
+
+namespace strata::model {
+namespace {
+
+WeightStore open_weights(const ModelLoadOptions& options, const ModelConfig& config) {
+  switch (options.load_format) {
+    case LoadFormat::kAuto:
+      return WeightStore::open(options.model_dir);
+    case LoadFormat::kDummy: {
+      DummyWeightsConfig dummy;
+      dummy.scale = 0.02f;
+      // Norm weights near one keep activations in range over many layers, as trained models do.
+      dummy.range_for = [](std::string_view name) -> std::optional<DummyRange> {
+        if (name.find("norm") != std::string_view::npos) return DummyRange{0.9f, 1.1f};
+        return std::nullopt;
+      };
+      return WeightStore::dummy(llama_family_tensors(config), options.dummy_dtype,
+                                options.dummy_seed, dummy);
+    }
+  }
+  throw Error("unknown load format");
+}
+
+int64_t span_size(size_t n) { return static_cast<int64_t>(n); }
+
+}  // namespace
+
+Model::Model(ModelConfig config, WeightStore store)
+    : config_(std::move(config)),
+      store_(std::move(store)),
+      weights_(bind_llama_family(config_, store_)),
+      inv_freq_(rope_inv_freq(config_.rope, config_.head_dim)) {}
+
+Model Model::load(const ModelLoadOptions& options) {
+  ModelConfig config = load_model_config(options.model_dir);
+  WeightStore store = open_weights(options, config);
+  return Model(std::move(config), std::move(store));
+}
+
+kv::KvSpec Model::kv_spec(DType kv_dtype) const {
+  kv::KvSpec spec;
+  spec.num_layers = static_cast<int32_t>(config_.num_hidden_layers);
+  spec.num_kv_heads = static_cast<int32_t>(config_.num_key_value_heads);
+  spec.head_dim = static_cast<int32_t>(config_.head_dim);
+  spec.dtype = kv_dtype;
+  return spec;
+}
+
+int64_t Model::weight_bytes() const {
+  int64_t total = 0;
+  for (const std::string& name : store_.names()) total += store_.get(name).nbytes();
+  return total;
+}
+
+void Model::Scratch::resize(const ModelConfig& c, int64_t num_tokens) {
+  const auto n = static_cast<size_t>(num_tokens);
+  const auto hidden_size = static_cast<size_t>(c.hidden_size);
+  const auto q_size = static_cast<size_t>(c.num_attention_heads * c.head_dim);
+  const auto kv_size = static_cast<size_t>(c.num_key_value_heads * c.head_dim);
+  const auto inter = static_cast<size_t>(c.intermediate_size);
+  hidden.resize(n * hidden_size);
+  normed.resize(n * hidden_size);
+  proj.resize(n * hidden_size);
+  q.resize(n * q_size);
+  attn.resize(n * q_size);
+  k.resize(n * kv_size);
+  v.resize(n * kv_size);
+  gate.resize(n * inter);
+  up.resize(n * inter);
+}
+
+Status Model::validate(const ForwardBatch& b, const kv::HostKvBuffer& kv, size_t logits_size) const {
+  const size_t num_tokens = b.token_ids.size();
+  if (num_tokens == 0) return Status::InvalidArgument("forward: empty batch");
+  if (b.positions.size() != num_tokens || b.slot_mapping.size() != num_tokens) {
+    return Status::InvalidArgument("forward: positions and slot mapping must have one entry per token");
+  }
+  if (b.q_indptr.size() != static_cast<size_t>(b.layout.num_seqs) + 1 ||
+      b.q_indptr.front() != 0 || static_cast<size_t>(b.q_indptr.back()) != num_tokens) {
+    return Status::InvalidArgument("forward: q_indptr does not cover the batch's tokens");
+  }
+  if (b.layout.block_size != kv.layout().block_size()) {
+    return Status::InvalidArgument("forward: paged layout and KV buffer disagree on block size");
+  }
+  for (int32_t row : b.logits_rows) {
+    if (row < 0 || static_cast<size_t>(row) >= num_tokens) {
+      return Status::OutOfRange("forward: logits row " + std::to_string(row) + " outside the batch");
+    }
+  }
+  if (logits_size != b.logits_rows.size() * static_cast<size_t>(config_.vocab_size)) {
+    return Status::InvalidArgument("forward: logits buffer must be [logits_rows, vocab]");
+  }
+  return Status::Ok();
+}
+
+Status Model::forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span<float> logits,
+                      ThreadPool& pool) {
+  STRATA_RETURN_IF_ERROR(validate(batch, kv, logits.size()));
+  const int64_t num_tokens = span_size(batch.token_ids.size());
+  scratch_.resize(config_, num_tokens);
+  cpu::EmbeddingParams embed;
+  embed.token_ids = batch.token_ids.data();
+  embed.num_tokens = num_tokens;
+  embed.table = weights_.embed;
+  embed.out = scratch_.hidden.data();
+  STRATA_RETURN_IF_ERROR(cpu::embedding(embed, pool));
+  for (int32_t l = 0; l < static_cast<int32_t>(config_.num_hidden_layers); ++l) {
+    STRATA_RETURN_IF_ERROR(run_layer(l, batch, kv, pool));
+  }
+  // Final norm and LM head only for the rows whose logits are wanted.
+  const int64_t hidden_size = config_.hidden_size;
+  const int64_t num_rows = span_size(batch.logits_rows.size());
+  scratch_.rows.resize(static_cast<size_t>(num_rows * hidden_size));
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const float* src = scratch_.hidden.data() + batch.logits_rows[static_cast<size_t>(r)] * hidden_size;
+    std::copy(src, src + hidden_size, scratch_.rows.data() + r * hidden_size);
+  }
+  STRATA_RETURN_IF_ERROR(rms_norm(scratch_.rows.data(), weights_.final_norm, scratch_.rows.data(),
+                                   num_rows, pool));
+  return cpu::linear(scratch_.rows.data(), weights_.lm_head, TensorView{}, logits.data(), num_rows,
+                     pool);
+}
+
+Status Model::rms_norm(const float* x, TensorView weight, float* out, int64_t num_rows,
+                       ThreadPool& pool) const {
+  cpu::RmsNormParams p;
+  p.x = x;
+  p.out = out;
+  p.weight = weight;
+  p.num_rows = num_rows;
+  p.eps = static_cast<float>(config_.rms_norm_eps);
+  return cpu::rms_norm(p, pool);
+}
+
+Status Model::run_layer(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
+                        ThreadPool& pool) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
+  const int64_t num_tokens = span_size(batch.token_ids.size());
+  STRATA_RETURN_IF_ERROR(rms_norm(scratch_.hidden.data(), w.input_norm, scratch_.normed.data(),
+                                   num_tokens, pool));
+  STRATA_RETURN_IF_ERROR(run_attention(layer_idx, batch, kv, pool));
+  STRATA_RETURN_IF_ERROR(cpu::linear(scratch_.attn.data(), w.o_proj, w.o_bias, scratch_.proj.data(),
+                                     num_tokens, pool));
+  const int64_t hidden_elems = num_tokens * config_.hidden_size;
+  STRATA_RETURN_IF_ERROR(cpu::add_inplace(scratch_.hidden.data(), scratch_.proj.data(), hidden_elems, pool));
+  STRATA_RETURN_IF_ERROR(rms_norm(scratch_.hidden.data(), w.post_attention_norm, scratch_.normed.data(),
+                                   num_tokens, pool));
+  STRATA_RETURN_IF_ERROR(run_mlp(layer_idx, num_tokens, pool));
+  return cpu::add_inplace(scratch_.hidden.data(), scratch_.proj.data(), hidden_elems, pool);
+}
+
+Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
+                            ThreadPool& pool) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
+  const int64_t num_tokens = span_size(batch.token_ids.size());
+  const auto num_heads = static_cast<int32_t>(config_.num_attention_heads);
+  const auto num_kv_heads = static_cast<int32_t>(config_.num_key_value_heads);
+  const auto head_dim = static_cast<int32_t>(config_.head_dim);
+  const float* x = scratch_.normed.data();
+  STRATA_RETURN_IF_ERROR(cpu::linear(x, w.q_proj, w.q_bias, scratch_.q.data(), num_tokens, pool));
+  STRATA_RETURN_IF_ERROR(cpu::linear(x, w.k_proj, w.k_bias, scratch_.k.data(), num_tokens, pool));
+  STRATA_RETURN_IF_ERROR(cpu::linear(x, w.v_proj, w.v_bias, scratch_.v.data(), num_tokens, pool));
+  if (config_.qk_norm) {
+    STRATA_RETURN_IF_ERROR(rms_norm(scratch_.q.data(), w.q_norm, scratch_.q.data(),
+                                     num_tokens * num_heads, pool));
+    STRATA_RETURN_IF_ERROR(rms_norm(scratch_.k.data(), w.k_norm, scratch_.k.data(),
+                                     num_tokens * num_kv_heads, pool));
+  }
+  cpu::RopeParams rope;
+  rope.q = scratch_.q.data();
+  rope.k = scratch_.k.data();
+  rope.positions = batch.positions.data();
+  rope.inv_freq = inv_freq_.data();
+  rope.num_tokens = num_tokens;
+  rope.num_q_heads = num_heads;
+  rope.num_kv_heads = num_kv_heads;
+  rope.head_dim = head_dim;
+  STRATA_RETURN_IF_ERROR(cpu::apply_rope(rope, pool));
+  const PagedKvCacheView cache = kv.layer_view(layer_idx);
+  cpu::AppendKvParams append;
+  append.k = scratch_.k.data();
+  append.v = scratch_.v.data();
+  append.slot_mapping = batch.slot_mapping.data();
+  append.num_tokens = num_tokens;
+  append.cache = cache;
+  append.num_cache_blocks = kv.num_blocks();
+  STRATA_RETURN_IF_ERROR(cpu::append_kv(append, pool));
+  cpu::AttentionParams attn;
+  attn.q = scratch_.q.data();
+  attn.out = scratch_.attn.data();
+  attn.q_indptr = batch.q_indptr.data();
+  attn.layout = batch.layout;
+  attn.cache = cache;
+  attn.num_q_heads = num_heads;
+  attn.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  attn.sliding_window = config_.layer_sliding_window[static_cast<size_t>(layer_idx)];
+  return cpu::paged_attention(attn, pool);
+}
+
+Status Model::run_mlp(int32_t layer_idx, int64_t num_tokens, ThreadPool& pool) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
+  const float* x = scratch_.normed.data();
+  STRATA_RETURN_IF_ERROR(cpu::linear(x, w.gate_proj, w.gate_bias, scratch_.gate.data(), num_tokens, pool));
+  STRATA_RETURN_IF_ERROR(cpu::linear(x, w.up_proj, w.up_bias, scratch_.up.data(), num_tokens, pool));
+  STRATA_RETURN_IF_ERROR(cpu::silu_and_mul(scratch_.gate.data(), scratch_.up.data(),
+                                           scratch_.gate.data(),
+                                           num_tokens * config_.intermediate_size, pool));
+  return cpu::linear(scratch_.gate.data(), w.down_proj, w.down_bias, scratch_.proj.data(), num_tokens,
+                     pool);
+}
+
+}  // namespace strata::model

@@ -1,0 +1,98 @@
+#pragma once
+// Model: one loaded decoder (config, weights, RoPE tables) and its CPU forward pass over a batch
+// that reads and writes the paged KV cache.
+//
+// Owns the WeightStore (mmaped checkpoint or dummy weights), the bound DecoderWeights views into
+// it, and activation scratch sized for the largest batch seen so far. Does not own the KV cache or
+// the thread pool. forward() is not thread-safe (it reuses the scratch); the step loop calls it
+// from one thread and the kernels spread each operation over the pool.
+//
+// Cost of forward(): every weight is read once per call whatever the number of tokens; attention
+// reads each sequence's KV blocks once per layer.
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/paged_kv.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kv/host_kv_buffer.h"
+#include "kv/kv_layout.h"
+#include "model/hf_config.h"
+#include "model/llama_family.h"
+#include "model/weight_store.h"
+
+namespace strata::model {
+
+// vLLM's --load-format: "auto" reads the safetensors checkpoint, "dummy" makes seeded random
+// weights of the config's shapes (benchmarking real shapes without a checkpoint).
+enum class LoadFormat { kAuto, kDummy };
+
+struct ModelLoadOptions {
+  std::filesystem::path model_dir;  // holds config.json (and the weights unless dummy)
+  LoadFormat load_format = LoadFormat::kAuto;
+  uint64_t dummy_seed = 0;
+  DType dummy_dtype = DType::kBF16;  // F32, BF16 or F16
+};
+
+// One step's input. Sequence s owns token rows [q_indptr[s], q_indptr[s+1]); their K/V slots are
+// slot_mapping rows, and layout (built by kv::PagedLayoutBuilder) already counts them in kv_len.
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;     // [num_tokens]
+  std::span<const int32_t> positions;     // [num_tokens], position of each token in its sequence
+  std::span<const int32_t> q_indptr;      // [num_seqs + 1]
+  PagedKvLayout layout;                   // num_seqs == q_indptr.size() - 1
+  std::span<const int64_t> slot_mapping;  // [num_tokens]
+  std::span<const int32_t> logits_rows;   // token rows whose logits are wanted, e.g. each last
+};
+
+class Model {
+ public:
+  // Reads config.json (and generation-independent weights); throws strata::Error with a message a
+  // user can act on for missing, malformed or mismatched files.
+  static Model load(const ModelLoadOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const WeightStore& weights() const { return store_; }
+  int64_t vocab_size() const { return config_.vocab_size; }
+  // The KV cache shape of this model for a given element type.
+  kv::KvSpec kv_spec(DType kv_dtype) const;
+  // Bytes of all weights, as stored.
+  int64_t weight_bytes() const;
+
+  // Runs the batch through every layer, writing this step's K/V into kv at the slot mapping, and
+  // fills logits [logits_rows.size(), vocab] (row-major) for the requested rows. Returns
+  // InvalidArgument / OutOfRange for an inconsistent batch or a token id outside the vocabulary;
+  // the KV cache is then unspecified only at this batch's slots.
+  Status forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span<float> logits,
+                 ThreadPool& pool);
+
+ private:
+  Model(ModelConfig config, WeightStore store);
+
+  struct Scratch {
+    std::vector<float> hidden, normed, q, k, v, attn, proj, gate, up, rows;
+    void resize(const ModelConfig& c, int64_t num_tokens);
+  };
+
+  Status validate(const ForwardBatch& batch, const kv::HostKvBuffer& kv, size_t logits_size) const;
+  Status run_layer(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
+                   ThreadPool& pool);
+  Status run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
+                       ThreadPool& pool);
+  Status run_mlp(int32_t layer_idx, int64_t num_tokens, ThreadPool& pool);
+  // rms_norm over num_rows rows of weight.dim(0) elements with the config's epsilon.
+  Status rms_norm(const float* x, TensorView weight, float* out, int64_t num_rows,
+                  ThreadPool& pool) const;
+
+  ModelConfig config_;
+  WeightStore store_;
+  DecoderWeights weights_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+  Scratch scratch_;
+};
+
+}  // namespace strata::model

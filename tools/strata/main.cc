@@ -1,0 +1,34 @@
+// strata: the command-line entry point. Each subcommand lives in its own *_command.cc; this file
+// parses the command line and turns every error into one line on stderr and a non-zero exit.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <new>
+
+#include "core/error.h"
+#include "generate_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Strata: an LLM inference engine built around the KV cache", "strata"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "strata 0.1.0");
+  strata::cli::GenerateOptions generate;
+  strata::cli::add_generate_command(app, generate);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (app.got_subcommand("generate")) return strata::cli::run_generate(generate);
+  } catch (const strata::Error& e) {
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "strata: error: out of memory\n");
+    return 1;
+  }
+  return 0;
+}
