@@ -152,8 +152,13 @@ def write_fixture(out_dir, name, model, knockouts, seed, lengths=(300, 317), sha
     saved.save_pretrained(path, **kwargs)
     if v4_config:
         to_v4_config(os.path.join(path, "config.json"))
-    # The reference is computed from exactly the weights that were saved (bf16/f16 rounding included).
-    ref_model = saved.to(torch.float32) if save_dtype is not None else model
+    # The reference is computed from the checkpoint as transformers loads it: the saved weights
+    # (bf16/f16 rounding included) with RoPE tables computed afresh in fp32. Upcasting the in-memory
+    # bf16 model instead would keep a bf16-rounded inv_freq buffer, which no real load has.
+    ref_model = model
+    if save_dtype is not None:
+        ref_model = transformers.AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, attn_implementation="eager").eval()
     vocab = model.config.vocab_size
 
     tensors, summary = {}, {"name": name, "knockouts": {}}
