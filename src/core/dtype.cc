@@ -62,7 +62,7 @@ float f16_to_f32(uint16_t h) {
 uint16_t f32_to_f16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs_bits = bits & 0x7fffffffu;
   if (abs_bits >= 0x7f800000u) {  // inf or NaN
     return static_cast<uint16_t>(sign | 0x7c00u | (abs_bits > 0x7f800000u ? 0x200u : 0u));

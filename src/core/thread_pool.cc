@@ -42,7 +42,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   wake_.notify_all();
   // The caller takes the last chunk index, workers take 0 .. workers-1.
-  const int64_t caller_chunk = static_cast<int64_t>(workers_.size());
+  const auto caller_chunk = static_cast<int64_t>(workers_.size());
   if (caller_chunk < num_chunks) {
     fn(caller_chunk * chunk, std::min(n, (caller_chunk + 1) * chunk));
   }

@@ -42,9 +42,9 @@ Status Generator::step(std::vector<Sequence>& seqs, kv::BlockPool& pool, kv::Hos
     }
     builder.add_sequence(s.table, s.num_computed + n, n);
     Scheduled sc{i, s.num_computed, n, static_cast<int32_t>(logits_rows.size()), 0};
-    const int32_t row0 = static_cast<int32_t>(token_ids.size());
+    const auto row0 = static_cast<int32_t>(token_ids.size());
     for (int32_t j = 0; j < n; ++j) {
-      token_ids.push_back(s.tokens[static_cast<size_t>(s.num_computed + j)]);
+      token_ids.push_back(s.tokens[static_cast<size_t>(s.num_computed) + static_cast<size_t>(j)]);
       positions.push_back(s.num_computed + j);
     }
     q_indptr.push_back(static_cast<int32_t>(token_ids.size()));

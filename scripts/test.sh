@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds and runs every test stage; prints each stage's time and fails if
+# the whole run passes STRATA_TEST_BUDGET_S (default 3600 s). This is what .ci/run executes.
+#
+# Stages: release build (gcc; CUDA compiled when nvcc exists) and its tests (GPU tests skip
+# without a device); clang ASan+UBSan build with the libFuzzer targets, its tests without the
+# `slow` label, and each fuzzer for STRATA_FUZZ_SECONDS; clang-tidy on src/core, src/kv,
+# src/engine; the check that docs/gpu-runs.md covers the current CUDA sources.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+budget_s=${STRATA_TEST_BUDGET_S:-3600}
+fuzz_s=${STRATA_FUZZ_SECONDS:-60}
+jobs=${STRATA_JOBS:-$(nproc)}
+start=$(date +%s)
+stage_start=$start
+
+stage() {
+  local now; now=$(date +%s)
+  if [[ -n "${current_stage:-}" ]]; then
+    printf '== stage %-28s %5d s\n' "$current_stage" $((now - stage_start))
+  fi
+  if ((now - start > budget_s)); then
+    echo "test.sh: over the ${budget_s} s budget after stage '${current_stage}'" >&2
+    exit 1
+  fi
+  current_stage=$1
+  stage_start=$now
+  [[ "$1" == done ]] || echo "== stage $1"
+}
+
+stage install
+bash scripts/install_deps.sh
+
+stage release-build
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$jobs"
+
+stage release-tests
+ctest --preset release -j "$jobs"
+
+stage asan-build
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$jobs"
+
+stage asan-tests
+ctest --preset asan -j "$jobs"
+
+stage fuzz
+for fuzzer in build/asan/fuzz/*_fuzz; do
+  [[ -x "$fuzzer" ]] || continue
+  name=$(basename "$fuzzer")
+  corpus=$(mktemp -d)
+  cp -r "fuzz/corpus/${name}/." "$corpus/" 2>/dev/null || true
+  echo "fuzzing $name for ${fuzz_s} s"
+  "$fuzzer" -max_total_time="$fuzz_s" -print_final_stats=0 "$corpus" 2>&1 | tail -n 3
+  rm -rf "$corpus"
+done
+
+stage clang-tidy
+mapfile -t tidy_files < <(git ls-files 'src/core/*.cc' 'src/kv/*.cc' 'src/engine/*.cc')
+run-clang-tidy -quiet -p build/asan -j "$jobs" -header-filter="$(pwd)/src/.*" "${tidy_files[@]}" \
+  >build/asan/clang-tidy.log 2>&1 || { tail -n 60 build/asan/clang-tidy.log; exit 1; }
+echo "clang-tidy: ${#tidy_files[@]} files clean"
+
+stage gpu-run-record
+if [[ -x tools/check_gpu_run_current.sh ]]; then
+  tools/check_gpu_run_current.sh
+fi
+
+stage done
+echo "test.sh: all stages passed in $(( $(date +%s) - start )) s"
