@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "core/error.h"
 #include "generate_command.h"
@@ -14,6 +15,10 @@ int main(int argc, char** argv) {
   CLI::App app{"Strata: an LLM inference engine built around the KV cache", "strata"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata 0.1.0");
+  // Usage errors are one line too, like every other error.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "strata: error: " + std::string(e.what()) + " (see --help)\n";
+  });
   strata::cli::GenerateOptions generate;
   strata::cli::add_generate_command(app, generate);
   try {

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# End-to-end checks of the strata CLI: right tokens out, the JSON shape (logprobs, echo), dummy
+# weights, and every kind of bad input giving exactly one line on stderr and a non-zero exit.
+# Usage: cli_test.sh STRATA_BINARY TEST_DATA_DIR
+set -uo pipefail
+strata=$1
+data=$2
+model=$data/models/llama3-gqa
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+passed=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+ok() { passed=$((passed + 1)); }
+
+# A prompt and its transformers greedy continuation, read from the fixture.
+read -r prompt greedy < <(python3 - "$model/reference.safetensors" <<'PY'
+import array, json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+def ints(name):
+    b, e = header[name]["data_offsets"]
+    a = array.array("i"); a.frombytes(raw[8 + n + b:8 + n + e]); return a.tolist()
+print(",".join(map(str, ints("prompt.0"))), ",".join(map(str, ints("greedy.0")[:12])))
+PY
+)
+
+# 1. greedy tokens equal transformers'
+out=$("$strata" generate --model "$model" --prompt-ids "$prompt" --max-tokens 12 --temperature 0 \
+      --ignore-eos --json --threads 2) || fail "greedy generate exited non-zero"
+got=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["output_ids"])))' <<<"$out")
+[[ "$got" == "$greedy" ]] && ok || fail "greedy ids $got != transformers $greedy"
+
+# 2. logprobs + echo: prompt tokens first, the first entry null, K alternatives each
+out=$("$strata" generate --model "$model" --prompt-ids 5,17,99,3 --max-tokens 3 --temperature 0 \
+      --logprobs 2 --echo --json) || fail "echo generate exited non-zero"
+python3 - "$out" <<'PY' && ok || fail "logprobs/echo JSON shape"
+import json, sys
+j = json.loads(sys.argv[1])
+lp = j["logprobs"]
+assert lp["tokens"][:4] == [5, 17, 99, 3], lp["tokens"]
+assert len(lp["tokens"]) == 4 + len(j["output_ids"]) == 7
+assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+assert all(isinstance(x, float) and x <= 0 for x in lp["token_logprobs"][1:])
+assert all(len(t) == 2 for t in lp["top_logprobs"][1:])
+PY
+
+# 3. same seed, same output; the readable table mentions the finish reason
+a=$("$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 8 --seed 7 --ignore-eos --json)
+b=$("$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 8 --seed 7 --ignore-eos --json)
+ids() { python3 -c 'import json,sys; print(json.load(sys.stdin)["output_ids"])' <<<"$1"; }
+[[ "$(ids "$a")" == "$(ids "$b")" ]] && ok || fail "seeded runs differ"
+"$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 2 | grep -q "^finish" && ok \
+  || fail "table output"
+
+# 4. dummy weights need only config.json
+mkdir "$tmp/config_only" && cp "$model/config.json" "$tmp/config_only/"
+"$strata" generate --model "$tmp/config_only" --load-format dummy --prompt-ids 1,2,3 \
+  --max-tokens 4 --json >/dev/null && ok || fail "dummy load format"
+
+# 5. bad input: one line on stderr, non-zero exit, never a crash
+expect_error() {  # expect_error NAME PATTERN ARGS...
+  local name=$1 pattern=$2; shift 2
+  local err rc
+  err=$("$strata" "$@" 2>&1 >/dev/null); rc=$?
+  if ((rc == 0)); then fail "$name: exit 0"; return; fi
+  if ((rc > 128)); then fail "$name: crashed (exit $rc): $err"; return; fi
+  if [[ $(printf '%s\n' "$err" | wc -l) -ne 1 ]]; then fail "$name: not one line: $err"; return; fi
+  if ! grep -qiE "$pattern" <<<"$err"; then fail "$name: '$err' lacks /$pattern/"; return; fi
+  ok
+}
+copy_model() { rm -rf "$tmp/m"; cp -r "$model" "$tmp/m"; }
+
+expect_error missing-dir "config.json" generate --model "$tmp/nope" --prompt-ids 1
+copy_model; echo '{"architectures": ["LlamaForCausalLM"], "hidden_size": ' >"$tmp/m/config.json"
+expect_error malformed-config "config.json" generate --model "$tmp/m" --prompt-ids 1
+copy_model; sed -i 's/LlamaForCausalLM/GPT2LMHeadModel/' "$tmp/m/config.json"
+expect_error unsupported-arch "LlamaForCausalLM" generate --model "$tmp/m" --prompt-ids 1
+copy_model; head -c 4000 "$model/model.safetensors" >"$tmp/m/model.safetensors"
+expect_error truncated-weights "safetensors" generate --model "$tmp/m" --prompt-ids 1
+copy_model; rm "$tmp/m/model.safetensors"
+expect_error no-weights "safetensors" generate --model "$tmp/m" --prompt-ids 1
+copy_model; sed -i 's/"intermediate_size": 192/"intermediate_size": 200/' "$tmp/m/config.json"
+expect_error shape-mismatch "shape" generate --model "$tmp/m" --prompt-ids 1
+copy_model; printf '\xff\xff\xff\xff\xff\xff\xff\x7f' >"$tmp/m/model.safetensors"
+expect_error header-overflow "header" generate --model "$tmp/m" --prompt-ids 1
+expect_error token-out-of-vocab "vocabulary" generate --model "$model" --prompt-ids 1,160
+expect_error bad-block-size "block-size" generate --model "$model" --prompt-ids 1 --block-size 24
+expect_error bad-prompt-ids "prompt-ids" generate --model "$model" --prompt-ids 1,x
+expect_error too-long "maximum model length" generate --model "$model" --prompt-ids 1 --max-tokens 2000
+expect_error bad-top-p "top_p" generate --model "$model" --prompt-ids 1 --top-p 1.5
+expect_error no-subcommand "subcommand" 
+
+echo "$passed passed, $failures failed"
+((failures == 0))
