@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <exception>
 
 namespace strata {
 
@@ -43,12 +44,20 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   wake_.notify_all();
   // The caller takes the last chunk index, workers take 0 .. workers-1.
   const auto caller_chunk = static_cast<int64_t>(workers_.size());
+  std::exception_ptr caller_error;
   if (caller_chunk < num_chunks) {
-    fn(caller_chunk * chunk, std::min(n, (caller_chunk + 1) * chunk));
+    try {
+      fn(caller_chunk * chunk, std::min(n, (caller_chunk + 1) * chunk));
+    } catch (...) {
+      caller_error = std::current_exception();  // rethrown once the workers are done with fn
+    }
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  job_ = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+  if (caller_error) std::rethrow_exception(caller_error);
 }
 
 void ThreadPool::worker_loop(int worker_idx) {

@@ -6,6 +6,9 @@
 // one per participant, and returns when all are done. Results do not depend on the thread count as
 // long as each index writes only its own outputs (every kernel in src/kernels/cpu does).
 //
+// Exceptions: fn must not throw on a worker (that terminates); one thrown on the calling thread's
+// chunk is rethrown after every worker has finished. Kernels return Status and never throw.
+//
 // Thread-safety: parallel_for may be called from one thread at a time (the step loop). Cost: one
 // wake-up and one join per call, a few microseconds; kernels should give each call enough work.
 

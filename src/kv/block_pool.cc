@@ -97,8 +97,8 @@ void BlockPool::check_invariants() const {
   int32_t count = 0;
   int32_t prev = kNone;
   for (int32_t i = head_; i != kNone; i = meta_[static_cast<size_t>(i)].next_free) {
-    const BlockMeta& m = meta_[static_cast<size_t>(i)];
     STRATA_CHECK(i > 0 && i < num_blocks(), "free queue holds an invalid block id");
+    const BlockMeta& m = meta_[static_cast<size_t>(i)];
     STRATA_CHECK(m.in_queue, "queued block not marked in_queue");
     STRATA_CHECK(m.prev_free == prev, "free queue links are not symmetric");
     STRATA_CHECK(m.ref_count == 0, "queued block has references");

@@ -1,0 +1,205 @@
+#include "kv/kv_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/paged_kv.h"
+
+namespace strata::kv {
+namespace {
+
+// Llama-3-8B's KV shape: 32 layers, 8 KV heads (GQA), head_dim 128.
+constexpr KvSpec kLlama8B{32, 8, 128, DType::kBF16};
+
+TEST(KvSpecTest, BytesPerTokenIsTwoTimesLayersHeadsDimElementSize) {
+  EXPECT_EQ(kLlama8B.bytes_per_token(), 2 * 32 * 8 * 128 * 2);  // 128 KiB
+  EXPECT_EQ((KvSpec{32, 8, 128, DType::kF32}).bytes_per_token(), 262144);
+  EXPECT_EQ((KvSpec{32, 8, 128, DType::kF8E4M3}).bytes_per_token(), 65536);
+  EXPECT_EQ((KvSpec{24, 1, 64, DType::kF16}).bytes_per_token(), 2 * 24 * 1 * 64 * 2);  // MQA
+  EXPECT_EQ((KvSpec{1, 1, 1, DType::kF32}).bytes_per_token(), 8);
+  EXPECT_EQ(KvSpec{}.bytes_per_token(), 0);
+}
+
+TEST(KvSpecTest, BytesPerTokenDoesNotOverflowInt32) {
+  // 2 x 128 x 128 x 512 x 8 = 128 MiB per token: every factor fits in int32, the product does not
+  // once multiplied by a block.
+  const KvSpec big{128, 128, 512, DType::kF64};
+  EXPECT_EQ(big.bytes_per_token(), int64_t{2} * 128 * 128 * 512 * 8);
+  const KvLayout layout(big, 128);
+  EXPECT_EQ(layout.block_bytes(), int64_t{2} * 128 * 128 * 512 * 8 * 128);
+  EXPECT_EQ(layout.pool_bytes(1000), int64_t{2} * 128 * 128 * 512 * 8 * 128 * 1000);
+}
+
+TEST(KvLayoutTest, SizesOfTheLlama8BLayout) {
+  const KvLayout layout(kLlama8B, 16);
+  EXPECT_EQ(layout.block_size(), 16);
+  EXPECT_EQ(layout.spec().num_layers, 32);
+  EXPECT_EQ(layout.head_elems(), 16 * 128);
+  EXPECT_EQ(layout.kv_area_bytes(), 8 * 16 * 128 * 2);  // 32 KiB: one layer's K of a block
+  EXPECT_EQ(layout.layer_bytes(), 2 * 32768);
+  EXPECT_EQ(layout.block_bytes(), 32 * 65536);  // 2 MiB
+  EXPECT_EQ(layout.pool_bytes(0), 0);
+  EXPECT_EQ(layout.pool_bytes(1000), int64_t{1000} * 2 * 1024 * 1024);
+}
+
+TEST(KvLayoutTest, BlockBytesIsBytesPerTokenTimesBlockSize) {
+  const std::vector<KvSpec> specs = {
+      kLlama8B,
+      {1, 1, 8, DType::kF32},
+      {2, 4, 64, DType::kF16},
+      {28, 2, 128, DType::kF8E5M2},
+      {3, 5, 24, DType::kF32},
+  };
+  for (const KvSpec& spec : specs) {
+    for (const int32_t bs : {8, 16, 32, 64, 128}) {
+      const KvLayout layout(spec, bs);
+      EXPECT_EQ(layout.block_bytes(), spec.bytes_per_token() * bs)
+          << spec.num_layers << "x" << spec.num_kv_heads << "x" << spec.head_dim << " bs " << bs;
+      EXPECT_EQ(layout.pool_bytes(7), 7 * layout.block_bytes());
+    }
+  }
+}
+
+TEST(KvLayoutTest, KAndVOffsetsInsideABlock) {
+  const KvLayout layout({4, 2, 8, DType::kF16}, 16);
+  const int64_t area = 2 * 16 * 8 * 2;  // 512 bytes
+  ASSERT_EQ(layout.kv_area_bytes(), area);
+  for (int32_t l = 0; l < 4; ++l) {
+    EXPECT_EQ(layout.k_offset_bytes(l), l * 2 * area);
+    EXPECT_EQ(layout.v_offset_bytes(l), l * 2 * area + area);
+  }
+  EXPECT_EQ(layout.v_offset_bytes(3) + area, layout.block_bytes()) << "layer 3's V ends the block";
+}
+
+TEST(KvLayoutTest, LayerViewStridesAndPointers) {
+  struct Case {
+    KvSpec spec;
+    int32_t block_size;
+  };
+  const std::vector<Case> cases = {
+      {kLlama8B, 16},
+      {{2, 4, 64, DType::kF32}, 8},
+      {{3, 1, 128, DType::kF16}, 128},
+      {{5, 3, 16, DType::kF8E4M3}, 32},
+  };
+  for (const Case& c : cases) {
+    const KvLayout layout(c.spec, c.block_size);
+    const int64_t elem = dtype_size(c.spec.dtype);
+    std::vector<std::byte> block(static_cast<size_t>(layout.block_bytes()));
+    std::byte* base = block.data();
+    for (int32_t l = 0; l < c.spec.num_layers; ++l) {
+      const PagedKvCacheView view = layout.layer_view(base, l);
+      SCOPED_TRACE(testing::Message() << "layers " << c.spec.num_layers << " layer " << l);
+      EXPECT_EQ(view.k_data, base + layout.k_offset_bytes(l));
+      EXPECT_EQ(view.v_data, base + layout.v_offset_bytes(l));
+      EXPECT_EQ(view.block_stride * elem, layout.block_bytes());
+      EXPECT_EQ(view.head_stride, static_cast<int64_t>(c.block_size) * c.spec.head_dim);
+      EXPECT_EQ(view.token_stride, c.spec.head_dim);
+      EXPECT_EQ(view.num_kv_heads, c.spec.num_kv_heads);
+      EXPECT_EQ(view.head_dim, c.spec.head_dim);
+      EXPECT_EQ(view.block_size, c.block_size);
+      EXPECT_EQ(view.dtype, c.spec.dtype);
+    }
+  }
+}
+
+TEST(KvLayoutTest, LayerAreasAreSixteenByteAlignedWhenAHeadRowIs) {
+  for (const KvSpec& spec : {KvSpec{4, 8, 128, DType::kBF16}, KvSpec{3, 1, 16, DType::kF8E4M3},
+                             KvSpec{2, 3, 4, DType::kF32}}) {
+    ASSERT_EQ(spec.head_dim * dtype_size(spec.dtype) % 16, 0);
+    for (const int32_t bs : {8, 16, 32, 64, 128}) {
+      const KvLayout layout(spec, bs);
+      for (int32_t l = 0; l < spec.num_layers; ++l) {
+        EXPECT_EQ(layout.k_offset_bytes(l) % 16, 0);
+        EXPECT_EQ(layout.v_offset_bytes(l) % 16, 0);
+      }
+      EXPECT_EQ(layout.block_bytes() % 16, 0);
+    }
+  }
+}
+
+// Walks every element address of every (block, layer, K/V, head, token, channel) through the
+// layer views, as a kernel would, and counts how often each pool byte is covered.
+void expect_addresses_tile_the_pool(const KvSpec& spec, int32_t block_size, int32_t num_blocks) {
+  const KvLayout layout(spec, block_size);
+  const int64_t elem = dtype_size(spec.dtype);
+  std::vector<std::byte> pool(static_cast<size_t>(layout.pool_bytes(num_blocks)));
+  std::vector<int> covered(pool.size(), 0);
+  std::byte* base = pool.data();
+  int64_t num_elements = 0;
+  for (int32_t l = 0; l < spec.num_layers; ++l) {
+    const PagedKvCacheView view = layout.layer_view(base, l);
+    for (int32_t b = 0; b < num_blocks; ++b) {
+      for (int kv = 0; kv < 2; ++kv) {
+        void* data = kv == 0 ? view.k_data : view.v_data;
+        for (int32_t h = 0; h < spec.num_kv_heads; ++h) {
+          for (int32_t t = 0; t < block_size; ++t) {
+            for (int32_t c = 0; c < spec.head_dim; ++c) {
+              const int64_t byte =
+                  static_cast<std::byte*>(data) - base + (view.offset(b, h, t) + c) * elem;
+              // The documented formula, written out independently.
+              const int64_t expected = b * layout.block_bytes() + l * layout.layer_bytes() +
+                                       kv * layout.kv_area_bytes() +
+                                       ((h * block_size + t) * spec.head_dim + c) * elem;
+              ASSERT_EQ(byte, expected) << "b " << b << " l " << l << " kv " << kv << " h " << h
+                                        << " t " << t << " c " << c;
+              // The element lies inside its own block.
+              ASSERT_GE(byte, b * layout.block_bytes());
+              ASSERT_LE(byte + elem, (b + 1) * layout.block_bytes());
+              for (int64_t i = 0; i < elem; ++i) ++covered[static_cast<size_t>(byte + i)];
+              ++num_elements;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(num_elements * elem, layout.pool_bytes(num_blocks));
+  for (size_t i = 0; i < covered.size(); ++i) {
+    ASSERT_EQ(covered[i], 1) << "byte " << i << (covered[i] == 0 ? " is a hole" : " overlaps");
+  }
+}
+
+TEST(KvLayoutTest, DistinctAddressesNeverOverlapAndTileEveryBlockExactly) {
+  expect_addresses_tile_the_pool({3, 2, 4, DType::kF32}, 8, 3);
+  expect_addresses_tile_the_pool({2, 3, 8, DType::kBF16}, 8, 4);
+  expect_addresses_tile_the_pool({1, 1, 16, DType::kF8E4M3}, 16, 2);
+  expect_addresses_tile_the_pool({4, 1, 2, DType::kF16}, 32, 3);
+}
+
+TEST(KvLayoutTest, SlotOffsetOfALayerViewMatchesTheBlockAndOffset) {
+  const KvLayout layout({2, 2, 4, DType::kF32}, 8);
+  std::vector<float> pool(static_cast<size_t>(layout.pool_bytes(5)) / sizeof(float));
+  const PagedKvCacheView view = layout.layer_view(pool.data(), 1);
+  for (int64_t slot = 0; slot < 5 * 8; ++slot) {
+    for (int32_t h = 0; h < 2; ++h) {
+      ASSERT_EQ(view.slot_offset(slot, h),
+                view.offset(static_cast<int32_t>(slot / 8), h, static_cast<int32_t>(slot % 8)));
+    }
+  }
+  // A write through the view lands where the layout says: block 3, layer 1, V, head 1, token 5.
+  *view.v<float>(3, 1, 5) = 42.0f;
+  const int64_t byte = 3 * layout.block_bytes() + layout.v_offset_bytes(1) + (1 * 8 + 5) * 4 * 4;
+  EXPECT_EQ(pool[static_cast<size_t>(byte / 4)], 42.0f);
+}
+
+TEST(KvLayoutDeathTest, InvalidSpecOrLayerAborts) {
+  const KvSpec no_layers{0, 8, 128, DType::kBF16};
+  const KvSpec no_heads{32, 0, 128, DType::kBF16};
+  const KvSpec no_dim{32, 8, 0, DType::kBF16};
+  EXPECT_DEATH(KvLayout(no_layers, 16), "positive layers");
+  EXPECT_DEATH(KvLayout(no_heads, 16), "positive layers");
+  EXPECT_DEATH(KvLayout(no_dim, 16), "positive layers");
+  EXPECT_DEATH(KvLayout(kLlama8B, 0), "block_size must be positive");
+  const KvLayout layout({2, 1, 8, DType::kF32}, 8);
+  std::vector<std::byte> block(static_cast<size_t>(layout.block_bytes()));
+  EXPECT_DEATH((void)layout.layer_view(block.data(), 2), "layer index out of range");
+  EXPECT_DEATH((void)layout.layer_view(block.data(), -1), "layer index out of range");
+}
+
+}  // namespace
+}  // namespace strata::kv
