@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -13,12 +14,25 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 constexpr double kPosInf = std::numeric_limits<double>::infinity();
 
+// A token still in the running, with its weight inline so that selection and sorting read
+// contiguous memory. Heavier first, then lower id: a total order, so the result of nth_element and
+// sort does not depend on the standard library.
+struct Candidate {
+  double weight;
+  int32_t id;
+};
+bool heavier(const Candidate& a, const Candidate& b) {
+  return a.weight != b.weight ? a.weight > b.weight : a.id < b.id;
+}
+
 // Per-thread scratch, O(vocab), reused across steps and samplers so a Sampler stays small and a
 // step allocates nothing once the buffers have grown. Not reentrant (nothing here recurses).
 struct Workspace {
-  std::vector<double> weights;   // [vocab]
-  std::vector<int32_t> order;    // token ids, for top_k / top_p / top logprobs
-  std::vector<float> logprobs;   // [vocab]
+  std::vector<double> weights;        // [vocab]
+  std::vector<double> heap;           // the k largest values so far, for top_k
+  std::vector<Candidate> candidates;  // tokens still in the running, for top_p
+  std::vector<int32_t> order;         // token ids, for the top logprobs
+  std::vector<float> logprobs;        // [vocab]
 };
 
 Workspace& workspace() {
@@ -48,66 +62,88 @@ int32_t argmax(std::span<const double> values) {
   return best;
 }
 
-// values -> exp((values / temperature) - max), in [0, 1] with 1 at the max. Returns false when
-// every value is -inf.
-bool to_weights(std::span<double> values, double temperature) {
+// values /= temperature; returns the largest (-inf when every value is -inf).
+double apply_temperature(std::span<double> values, double temperature) {
   double max = kNegInf;
   for (double& v : values) {
     v /= temperature;
     max = std::max(max, v);
   }
-  if (max == kNegInf) return false;
-  for (double& v : values) v = std::exp(shift(v, max));
-  return true;
+  return max;
 }
 
-// Keeps tokens whose probability is >= min_p times the largest one (weights are relative to the
-// largest already).
-void apply_min_p(std::span<double> weights, double min_p) {
-  for (double& w : weights) {
-    if (w < min_p) w = 0.0;
+// Keeps tokens whose probability is >= min_p times the largest one, in log space:
+// value - max >= log(min_p).
+void apply_min_p(std::span<double> values, double max, double min_p) {
+  const double log_min_p = std::log(min_p);
+  for (double& v : values) {
+    if (shift(v, max) < log_min_p) v = kNegInf;
   }
 }
 
-// Ids of the tokens still in the running (weight > 0), into order.
-void collect_candidates(std::span<const double> weights, std::vector<int32_t>& order) {
-  order.clear();
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (weights[i] > 0.0) order.push_back(static_cast<int32_t>(i));
-  }
-}
-
-// Keeps the k heaviest tokens and any tied with the k-th.
-void apply_top_k(std::span<double> weights, int32_t k, std::vector<int32_t>& order) {
-  collect_candidates(weights, order);
-  if (order.size() <= static_cast<size_t>(k)) return;
-  const auto kth = order.begin() + (k - 1);
-  std::nth_element(order.begin(), kth, order.end(),
-                   [&](int32_t a, int32_t b) { return weights[a] > weights[b]; });
-  const double kth_weight = weights[*kth];
-  for (double& w : weights) {
-    if (w < kth_weight) w = 0.0;
-  }
-}
-
-// Keeps the shortest prefix of the tokens sorted by (weight desc, id asc) whose share of the
-// total reaches top_p: a token stays iff the mass strictly before it is < top_p * total.
-void apply_top_p(std::span<double> weights, double top_p, std::vector<int32_t>& order) {
-  collect_candidates(weights, order);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return weights[a] != weights[b] ? weights[a] > weights[b] : a < b;
-  });
-  double total = 0.0;
-  for (const int32_t id : order) total += weights[id];
-  const double threshold = top_p * total;
-  double before = 0.0;
-  for (const int32_t id : order) {
-    if (before < threshold) {
-      before += weights[id];
-    } else {
-      weights[id] = 0.0;
+// Keeps the k largest values and any tied with the k-th (vLLM and HF compare against the k-th
+// value). One pass with a min-heap of the k largest so far: O(vocab + r log k) for r heap
+// replacements, typically few.
+void apply_top_k(std::span<double> values, int32_t k, std::vector<double>& heap) {
+  const auto k_size = static_cast<size_t>(k);
+  const std::greater<> min_first;
+  heap.clear();
+  for (const double v : values) {
+    if (v == kNegInf) continue;
+    if (heap.size() < k_size) {
+      heap.push_back(v);
+      std::push_heap(heap.begin(), heap.end(), min_first);
+    } else if (v > heap.front()) {
+      std::pop_heap(heap.begin(), heap.end(), min_first);
+      heap.back() = v;
+      std::push_heap(heap.begin(), heap.end(), min_first);
     }
   }
+  if (heap.size() < k_size) return;
+  const double kth = heap.front();
+  for (double& v : values) {
+    if (v < kth) v = kNegInf;
+  }
+}
+
+// values -> exp(value - max), in [0, 1] with 1 at the max and 0 for -inf. Only the survivors of
+// min_p and top_k pay for an exp.
+void to_weights(std::span<double> values, double max) {
+  for (double& v : values) v = v == kNegInf ? 0.0 : std::exp(shift(v, max));
+}
+
+// The tokens of weight > 0, in id order; returns their total weight (summed in id order).
+double collect_candidates(std::span<const double> weights, std::vector<Candidate>& out) {
+  out.clear();
+  double total = 0.0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] > 0.0) {
+      out.push_back({weights[i], static_cast<int32_t>(i)});
+      total += weights[i];
+    }
+  }
+  return total;
+}
+
+// Keeps the shortest prefix of the tokens in heavier() order whose share of the total reaches
+// top_p: a token stays iff the mass strictly before it is < top_p * total. The nucleus is usually
+// small, so the order is built a chunk at a time (select the next chunk, sort it) until the prefix
+// reaches top_p: O(vocab + n log n) for a nucleus of n tokens, not a sort of the vocabulary.
+void apply_top_p(std::span<double> weights, double top_p, std::vector<Candidate>& cands) {
+  const double threshold = top_p * collect_candidates(weights, cands);
+  const size_t n = cands.size();
+  double before = 0.0;
+  size_t kept = 0;  // cands[0, kept) stay
+  for (size_t chunk = 256; kept < n; chunk *= 4) {
+    const auto first = cands.begin() + static_cast<std::ptrdiff_t>(kept);
+    const auto last = cands.begin() + static_cast<std::ptrdiff_t>(std::min(n, kept + chunk));
+    if (last != cands.end()) std::nth_element(first, last, cands.end(), heavier);
+    std::sort(first, last, heavier);
+    const size_t chunk_end = kept + static_cast<size_t>(last - first);
+    while (kept < chunk_end && before < threshold) before += cands[kept++].weight;
+    if (before >= threshold) break;
+  }
+  for (size_t i = kept; i < n; ++i) weights[static_cast<size_t>(cands[i].id)] = 0.0;
 }
 
 // Inverse CDF over token ids in ascending order: the first token whose cumulative weight exceeds
@@ -130,9 +166,7 @@ int32_t draw(std::span<const double> weights, double u) {
 
 // A uniform double in [0, 1) from the top 53 bits of one raw 64-bit output; unlike
 // std::uniform_real_distribution, this is the same on every standard library.
-double next_uniform(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
+double next_uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
 uint64_t random_seed() {
   std::random_device device;
@@ -154,8 +188,7 @@ TokenCounts::TokenCounts(int32_t vocab_size) : vocab_size_(vocab_size) {
 
 TokenCounts::Entry& TokenCounts::entry_for(int32_t token) {
   STRATA_CHECK(token >= 0 && token < vocab_size_, "TokenCounts: token id outside the vocabulary");
-  const auto [it, inserted] =
-      entry_idx_.try_emplace(token, static_cast<int32_t>(entries_.size()));
+  const auto [it, inserted] = entry_idx_.try_emplace(token, static_cast<int32_t>(entries_.size()));
   if (inserted) entries_.push_back(Entry{.token = token});
   return entries_[static_cast<size_t>(it->second)];
 }
@@ -226,9 +259,8 @@ TokenLogprobs compute_logprobs(std::span<const float> logits, int32_t token, int
   std::vector<int32_t>& order = workspace().order;
   order.resize(logits.size());
   std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return lp[a] != lp[b] ? lp[a] > lp[b] : a < b;
-  });
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return lp[a] != lp[b] ? lp[a] > lp[b] : a < b; });
   out.top_logprobs.reserve(static_cast<size_t>(k));
   for (int32_t i = 0; i < k; ++i) out.top_logprobs.emplace_back(order[i], lp[order[i]]);
   return out;
@@ -243,8 +275,7 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
   STRATA_CHECK(params.validate(vocab_size).ok(), "Sampler: params must be validated first");
 }
 
-Result<int32_t> Sampler::compute_weights(std::span<const float> logits,
-                                         const TokenCounts& counts,
+Result<int32_t> Sampler::compute_weights(std::span<const float> logits, const TokenCounts& counts,
                                          std::vector<double>& weights) const {
   STRATA_CHECK(logits.size() == static_cast<size_t>(vocab_size_),
                "Sampler: logits must hold exactly vocab_size values");
@@ -258,11 +289,15 @@ Result<int32_t> Sampler::compute_weights(std::span<const float> logits,
     if (token < 0) return no_distribution();
     return token;
   }
-  if (!to_weights(weights, params_.temperature)) return no_distribution();
-  std::vector<int32_t>& order = workspace().order;
-  if (params_.min_p > 0.0f) apply_min_p(weights, params_.min_p);
-  if (params_.top_k > 0 && params_.top_k < vocab_size_) apply_top_k(weights, params_.top_k, order);
-  if (params_.top_p < 1.0f) apply_top_p(weights, params_.top_p, order);
+  const double max = apply_temperature(weights, params_.temperature);
+  if (max == kNegInf) return no_distribution();
+  Workspace& ws = workspace();
+  if (params_.min_p > 0.0f) apply_min_p(weights, max, params_.min_p);
+  if (params_.top_k > 0 && params_.top_k < vocab_size_) {
+    apply_top_k(weights, params_.top_k, ws.heap);
+  }
+  to_weights(weights, max);
+  if (params_.top_p < 1.0f) apply_top_p(weights, params_.top_p, ws.candidates);
   return -1;
 }
 

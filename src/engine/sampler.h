@@ -99,9 +99,10 @@ struct SampleResult {
 // renormalised mass reaches top_p: a token stays iff the mass strictly before it is < top_p,
 // so at least one stays); renormalise; then exactly one draw (see sample()).
 //
-// Cost per step: O(vocab) (one exp per token), plus O(n log n) over the n survivors of top_k
-// when top_p < 1 (a full sort of the vocab when top_k is off). The O(vocab) scratch buffers are
-// thread_local, shared by every sampler on a thread, so a Sampler itself is ~2.5 KiB (RNG state).
+// Cost per step: O(vocab) passes, plus one exp per token that survives min_p and top_k (top_k:
+// one pass with a k-entry heap), plus, when top_p < 1, O(n log n) for a nucleus of n tokens (the
+// order is built in growing chunks, never a full sort of the vocab). The O(vocab) scratch buffers
+// are thread_local, shared by every sampler on a thread, so a Sampler itself is ~2.5 KiB (RNG).
 // Not thread-safe: one sequence, one thread at a time.
 class Sampler {
  public:

@@ -21,10 +21,10 @@ struct SamplingParams {
   // Bound on |presence_penalty| and |frequency_penalty| (OpenAI API).
   static constexpr float kMaxAbsPenalty = 2.0f;
 
-  float temperature = 1.0f;   // >= 0; below kGreedyTemperature (e.g. 0) = greedy
-  float top_p = 1.0f;         // in (0, 1]; 1 = off
-  int32_t top_k = 0;          // 0 or -1 = off; 1 = greedy; larger than the vocab = off
-  float min_p = 0.0f;         // in [0, 1]; 0 = off
+  float temperature = 1.0f;      // >= 0; below kGreedyTemperature (e.g. 0) = greedy
+  float top_p = 1.0f;            // in (0, 1]; 1 = off
+  int32_t top_k = 0;             // 0 or -1 = off; 1 = greedy; larger than the vocab = off
+  float min_p = 0.0f;            // in [0, 1]; 0 = off
   std::optional<uint64_t> seed;  // same seed, same params, same logits -> same tokens
 
   // > 0; 1 = off. Applies to every token seen in the prompt or the output (vLLM/HF): a positive
