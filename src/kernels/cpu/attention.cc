@@ -15,7 +15,6 @@ namespace {
 struct Scratch {
   std::vector<float> scores;  // [group, window]: scores, then softmax numerators
   std::vector<float> acc;     // [group, head_dim]: sum over blocks of the block partials
-  std::vector<float> part;    // [head_dim]: one block's sum of weight * V
   std::vector<float> tile;    // [block_size, head_dim]: one block's K or V rows as fp32
   std::vector<float> max;     // [group]
   std::vector<float> sum;     // [group]
@@ -55,7 +54,8 @@ Status validate_shapes(const AttentionParams& p) {
                                    std::to_string(cache.num_kv_heads) + ")");
   }
   if (layout.block_size <= 0 || layout.block_size != cache.block_size) {
-    return Status::InvalidArgument("attention: layout and cache block sizes differ or are not positive");
+    return Status::InvalidArgument(
+        "attention: layout and cache block sizes differ or are not positive");
   }
   if (cache.token_stride < cache.head_dim || cache.head_stride < 0 || cache.block_stride < 0) {
     return Status::InvalidArgument("attention: bad cache strides");
@@ -136,17 +136,61 @@ void compute_scores(const AttentionParams& p, const RowTask& t, int32_t group, S
     int64_t ld = 0;
     const float* k = block_rows(p.cache.k_data, p.cache, blocks[b], t.kv_head, first - b * bs,
                                 count, s.tile, &ld);
+    // scores[h][j] = q_h . k_j for the group's heads at once (each K row is loaded once per two
+    // heads), then scaled: the same fp32 operations for every row whatever the group size.
+    float* scores = s.scores.data() + (first - t.first_pos);
+    detail::matmul_nt(t.q, d, group, k, ld, count, d, scores, n);
     for (int32_t h = 0; h < group; ++h) {
-      const float* qh = t.q + static_cast<int64_t>(h) * d;
-      float* scores = s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
-      for (int32_t j = 0; j < count; ++j) scores[j] = detail::dot(qh, k + j * ld, d) * p.scale;
+      float* row = scores + static_cast<int64_t>(h) * n;
+      for (int32_t j = 0; j < count; ++j) row[j] *= p.scale;
     }
   }
 }
 
-// Pass 2: two-pass softmax. Per block, weights exp(score - max) are summed and applied to V into a
-// block partial that is then added to the row's accumulator (blocked summation: a fixed order, and
-// error growing with block_size + blocks rather than with the window length).
+// acc[h][c .. c + 4 * V) += sum_j w[h][j] * v[j * ld + c ..] for H heads sharing each V load. The
+// block partial is summed over j in order from 0 in registers, then added to acc once.
+template <int H, int V>
+void accumulate_chunk(const float* const* w, const float* v, int64_t ld, int32_t count, int32_t c,
+                      float* const* acc) {
+  using detail::F32x4;
+  F32x4 part[H][V] = {};
+  for (int32_t j = 0; j < count; ++j) {
+    const float* vj = v + j * ld + c;
+    F32x4 vv[V];
+    for (int q = 0; q < V; ++q) vv[q] = detail::load4(vj + 4 * q);
+    for (int h = 0; h < H; ++h) {
+      const F32x4 wj = {w[h][j], w[h][j], w[h][j], w[h][j]};
+      for (int q = 0; q < V; ++q) part[h][q] += wj * vv[q];
+    }
+  }
+  for (int h = 0; h < H; ++h) {
+    for (int q = 0; q < V; ++q) {
+      const F32x4 sum = detail::load4(acc[h] + c + 4 * q) + part[h][q];
+      std::memcpy(acc[h] + c + 4 * q, &sum, sizeof(sum));
+    }
+  }
+}
+
+// acc[h][c] += sum_j w[h][j] * v[j * ld + c] for c < d: 16 channels at a time, then 4, then one;
+// every path does the same fp32 operations per element (partial over j from 0, then + acc).
+template <int H>
+void accumulate_weighted_v(const float* const* w, const float* v, int64_t ld, int32_t count,
+                           int32_t d, float* const* acc) {
+  int32_t c = 0;
+  for (; c + 16 <= d; c += 16) accumulate_chunk<H, 4>(w, v, ld, count, c, acc);
+  for (; c + 4 <= d; c += 4) accumulate_chunk<H, 1>(w, v, ld, count, c, acc);
+  for (; c < d; ++c) {
+    for (int h = 0; h < H; ++h) {
+      float part = 0.0f;
+      for (int32_t j = 0; j < count; ++j) part += w[h][j] * v[j * ld + c];
+      acc[h][c] += part;
+    }
+  }
+}
+
+// Pass 2: two-pass softmax. Per block, the weights exp(score - max) are summed and applied to V
+// into block partials that are then added to the row's accumulators (blocked summation: a fixed
+// order, and error growing with block_size + blocks rather than with the window length).
 void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scratch& s) {
   const int32_t bs = p.layout.block_size;
   const int32_t d = p.cache.head_dim;
@@ -161,23 +205,32 @@ void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scr
   for (int32_t b = t.first_pos / bs; b <= t.pos / bs; ++b) {
     const int32_t first = std::max(t.first_pos, b * bs);
     const int32_t count = std::min(t.pos, b * bs + bs - 1) - first + 1;
+    for (int32_t h = 0; h < group; ++h) {
+      float* weights = s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
+      float block_sum = 0.0f;
+      for (int32_t j = 0; j < count; ++j) {
+        weights[j] = std::exp(weights[j] - s.max[h]);
+        block_sum += weights[j];
+      }
+      s.sum[h] += block_sum;
+    }
     int64_t ld = 0;
     const float* v = block_rows(p.cache.v_data, p.cache, blocks[b], t.kv_head, first - b * bs,
                                 count, s.tile, &ld);
-    for (int32_t h = 0; h < group; ++h) {
-      float* weights = s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
-      float* part = s.part.data();
-      std::fill(part, part + d, 0.0f);
-      float block_sum = 0.0f;
-      for (int32_t j = 0; j < count; ++j) {
-        const float w = std::exp(weights[j] - s.max[h]);
-        block_sum += w;
-        const float* vj = v + j * ld;
-        for (int32_t c = 0; c < d; ++c) part[c] += w * vj[c];
-      }
-      s.sum[h] += block_sum;
-      float* acc = s.acc.data() + static_cast<int64_t>(h) * d;
-      for (int32_t c = 0; c < d; ++c) acc[c] += part[c];
+    const auto weights_of = [&](int32_t h) {
+      return s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
+    };
+    const auto acc_of = [&](int32_t h) { return s.acc.data() + static_cast<int64_t>(h) * d; };
+    int32_t h = 0;
+    for (; h + 2 <= group; h += 2) {
+      const float* w[2] = {weights_of(h), weights_of(h + 1)};
+      float* acc[2] = {acc_of(h), acc_of(h + 1)};
+      accumulate_weighted_v<2>(w, v, ld, count, d, acc);
+    }
+    if (h < group) {
+      const float* w[1] = {weights_of(h)};
+      float* acc[1] = {acc_of(h)};
+      accumulate_weighted_v<1>(w, v, ld, count, d, acc);
     }
   }
   for (int32_t h = 0; h < group; ++h) {
@@ -187,8 +240,7 @@ void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scr
   }
 }
 
-void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv_head,
-            Scratch& s) {
+void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv_head, Scratch& s) {
   const int32_t group = p.num_q_heads / p.cache.num_kv_heads;
   const int32_t d = p.cache.head_dim;
   const int32_t q_begin = p.q_indptr[seq_idx];
@@ -198,8 +250,8 @@ void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv
   t.kv_head = kv_head;
   t.pos = p.layout.kv_len(seq_idx) - q_len + (token - q_begin);
   t.first_pos = p.sliding_window > 0 ? std::max(0, t.pos - p.sliding_window + 1) : 0;
-  const int64_t row = (static_cast<int64_t>(token) * p.num_q_heads +
-                       static_cast<int64_t>(kv_head) * group) * d;
+  const int64_t row =
+      (static_cast<int64_t>(token) * p.num_q_heads + static_cast<int64_t>(kv_head) * group) * d;
   t.q = p.q + row;
   t.out = p.out + row;
 
@@ -208,7 +260,6 @@ void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv
   const auto dim = static_cast<size_t>(d);
   if (s.scores.size() < g * n) s.scores.resize(g * n);
   if (s.acc.size() < g * dim) s.acc.resize(g * dim);
-  if (s.part.size() < dim) s.part.resize(dim);
   if (s.tile.size() < static_cast<size_t>(p.layout.block_size) * dim) {
     s.tile.resize(static_cast<size_t>(p.layout.block_size) * dim);
   }
@@ -244,7 +295,8 @@ void store_row(void* data, DType dtype, int64_t offset, const float* src, int64_
     case DType::kI16:
     case DType::kI8:
     case DType::kU8:
-    case DType::kBool: break;
+    case DType::kBool:
+      break;
   }
   STRATA_CHECK(false, "append_kv: cache dtype not validated");
 }

@@ -4,13 +4,14 @@
 // and V into the paged cache before attention reads them.
 //
 // Determinism: every output row (token, query head) is computed by one thread with one fixed order
-// of fp32 operations that depends only on the row's position, its sliding window, the block size and
-// the K/V values -- not on the batch it is in, the block ids, the thread count or how its prompt was
-// chunked. Batch and chunking invariance of the engine rest on this.
+// of fp32 operations that depends only on the row's position, its sliding window, the block size
+// and the K/V values -- not on the batch it is in, the block ids, the thread count or how its
+// prompt was chunked. Batch and chunking invariance of the engine rest on this.
 //
-// Cost: attention reads each KV block of a (token, KV head) pair once for K and once for V and shares
-// both reads among the num_q_heads / num_kv_heads query heads of the group (K/V are never repeated);
-// work is spread over (token, KV head) pairs with dynamic balancing across the ThreadPool.
+// Cost: attention reads each KV block of a (token, KV head) pair once for K and once for V and
+// shares both reads among the num_q_heads / num_kv_heads query heads of the group (K/V are never
+// repeated); work is spread over (token, KV head) pairs with dynamic balancing across the
+// ThreadPool.
 
 #include <array>
 #include <cstdint>
@@ -23,8 +24,7 @@
 namespace strata::cpu {
 
 // KV cache element types attention and append_kv accept (convert on read / on write).
-inline constexpr std::array<DType, 3> kAttentionKvDTypes = {DType::kF32, DType::kBF16,
-                                                            DType::kF16};
+inline constexpr std::array<DType, 3> kAttentionKvDTypes = {DType::kF32, DType::kBF16, DType::kF16};
 
 struct AttentionParams {
   // [num_tokens, num_q_heads, head_dim], num_tokens = q_indptr[layout.num_seqs]. Row i of sequence

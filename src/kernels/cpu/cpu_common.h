@@ -56,7 +56,11 @@ inline float f16_bits_to_f32(uint16_t h) {
   const uint32_t normal = ((static_cast<uint32_t>(h) & 0x7fffu) << 13) + (112u << 23);
   const uint32_t special = 0x7f800000u | (mantissa << 13);
   const uint32_t subnormal = bits_from_f32(static_cast<float>(mantissa) * 0x1p-24f);
-  const uint32_t magnitude = exponent == 0 ? subnormal : (exponent == 0x1f ? special : normal);
+  // Selected with masks rather than branches so the loops over rows vectorize.
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(exponent == 0);
+  const uint32_t is_special = 0u - static_cast<uint32_t>(exponent == 0x1f);
+  const uint32_t magnitude =
+      (subnormal & is_subnormal) | (special & is_special) | (normal & ~(is_subnormal | is_special));
   return f32_from_bits(sign | magnitude);
 }
 
@@ -85,12 +89,23 @@ inline void load_f32(const void* src, DType dtype, int64_t offset, int64_t n, fl
     case DType::kI16:
     case DType::kI8:
     case DType::kU8:
-    case DType::kBool: break;
+    case DType::kBool:
+      break;
   }
   STRATA_CHECK(false, "load_f32: dtype is not F32, BF16 or F16 (validate before calling)");
 }
 
-// Sum of the lanes in one fixed tree: (l, l+4), then (l, l+2), then (0, 1).
+// Four fp32 lanes (GCC/Clang vector extension; one SSE register on x86-64). Arithmetic on it is
+// IEEE per lane, exactly like the scalar code it replaces; it only fixes which axis is vectorized.
+using F32x4 = float __attribute__((vector_size(16)));
+
+inline F32x4 load4(const float* p) {
+  F32x4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Sum of kLanes lanes in one fixed tree: (l, l+4), then (l, l+2), then (0, 1).
 inline float reduce_lanes(const float* acc) {
   const float s0 = acc[0] + acc[4];
   const float s1 = acc[1] + acc[5];
@@ -99,33 +114,85 @@ inline float reduce_lanes(const float* acc) {
   return (s0 + s2) + (s1 + s3);
 }
 
-// out[r * C + c] = dot(x[r][0..k), w[c][0..k)) for an R x C tile. Every output uses the same
-// order whatever R and C are: lane l accumulates elements l, l + kLanes, ... (the k % kLanes tail
-// elements go to lanes 0..), then reduce_lanes. So a row's result is bit-identical in any tile.
+// out[r * ldo + c] = dot(x[r][0..k), w[c][0..k)) for an R x C tile. Every output uses the same
+// order whatever R and C are: lane l in [0, 8) accumulates elements l, l + 8, l + 16, ... (lanes
+// 0..3 in `lo`, 4..7 in `hi`), the k % 8 tail elements go to lanes 0.., then reduce_lanes. So a
+// row's result is bit-identical in any tile, alone or in a batch.
 template <int R, int C>
-inline void dot_tile(const float* const* x, const float* const* w, int64_t k, float* out) {
-  float acc[R][C][kLanes] = {};
+inline void dot_tile(const float* const* x, const float* const* w, int64_t k, float* out,
+                     int64_t ldo) {
+  static_assert(kLanes == 8, "dot_tile keeps lanes in two F32x4 halves");
+  F32x4 lo[R][C] = {};
+  F32x4 hi[R][C] = {};
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
+    F32x4 x_lo[R];
+    F32x4 x_hi[R];
     for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < C; ++c) {
-        for (int l = 0; l < kLanes; ++l) acc[r][c][l] += x[r][i + l] * w[c][i + l];
+      x_lo[r] = load4(x[r] + i);
+      x_hi[r] = load4(x[r] + i + 4);
+    }
+    for (int c = 0; c < C; ++c) {
+      const F32x4 w_lo = load4(w[c] + i);
+      const F32x4 w_hi = load4(w[c] + i + 4);
+      for (int r = 0; r < R; ++r) {
+        lo[r][c] += x_lo[r] * w_lo;
+        hi[r][c] += x_hi[r] * w_hi;
       }
     }
   }
   const int64_t tail = k - i;
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {
-      for (int64_t l = 0; l < tail; ++l) acc[r][c][l] += x[r][i + l] * w[c][i + l];
-      out[r * C + c] = reduce_lanes(acc[r][c]);
+      float acc[kLanes];
+      std::memcpy(acc, &lo[r][c], sizeof(F32x4));
+      std::memcpy(acc + 4, &hi[r][c], sizeof(F32x4));
+      for (int64_t l = 0; l < tail; ++l) acc[l] += x[r][i + l] * w[c][i + l];
+      out[r * ldo + c] = reduce_lanes(acc);
     }
   }
 }
 
 inline float dot(const float* a, const float* b, int64_t k) {
   float out;
-  dot_tile<1, 1>(&a, &b, k, &out);
+  dot_tile<1, 1>(&a, &b, k, &out, 1);
   return out;
+}
+
+template <int R, int C>
+inline void matmul_nt_tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k,
+                           float* out, int64_t ldo) {
+  const float* x_rows[R];
+  const float* w_rows[C];
+  for (int r = 0; r < R; ++r) x_rows[r] = x + r * ldx;
+  for (int c = 0; c < C; ++c) w_rows[c] = w + c * ldw;
+  dot_tile<R, C>(x_rows, w_rows, k, out, ldo);
+}
+
+// out[r * ldo + c] = dot(x row r, w row c) for r < m, c < n: a small x W^T block. Rows of x are
+// ldx apart, rows of w ldw apart, each k long. 2x2 tiles load each x and w value once per two
+// outputs; remainders use narrower tiles with the same per-output arithmetic (see dot_tile).
+inline void matmul_nt(const float* x, int64_t ldx, int64_t m, const float* w, int64_t ldw,
+                      int64_t n, int64_t k, float* out, int64_t ldo) {
+  int64_t r = 0;
+  for (; r + 2 <= m; r += 2) {
+    int64_t c = 0;
+    for (; c + 2 <= n; c += 2) {
+      matmul_nt_tile<2, 2>(x + r * ldx, ldx, w + c * ldw, ldw, k, out + r * ldo + c, ldo);
+    }
+    for (; c < n; ++c) {
+      matmul_nt_tile<2, 1>(x + r * ldx, ldx, w + c * ldw, ldw, k, out + r * ldo + c, ldo);
+    }
+  }
+  for (; r < m; ++r) {
+    int64_t c = 0;
+    for (; c + 4 <= n; c += 4) {
+      matmul_nt_tile<1, 4>(x + r * ldx, ldx, w + c * ldw, ldw, k, out + r * ldo + c, ldo);
+    }
+    for (; c < n; ++c) {
+      matmul_nt_tile<1, 1>(x + r * ldx, ldx, w + c * ldw, ldw, k, out + r * ldo + c, ldo);
+    }
+  }
 }
 
 // Calls fn(begin, end) on consecutive ranges of `grain` items taken from a shared counter, so

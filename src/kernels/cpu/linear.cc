@@ -41,44 +41,14 @@ Status validate(const float* x, const TensorView& weight, const TensorView& bias
   return Status::Ok();
 }
 
-// out[r * ldo + c] = dot(x row r, w row c) (+ bias[c]) for an R x C tile; rows are k long.
-template <int R, int C>
-void tile_kernel(const float* x, const float* w, int64_t k, const float* bias, float* out,
-                 int64_t ldo) {
-  const float* x_rows[R];
-  const float* w_rows[C];
-  for (int r = 0; r < R; ++r) x_rows[r] = x + r * k;
-  for (int c = 0; c < C; ++c) w_rows[c] = w + c * k;
-  float result[R * C];
-  detail::dot_tile<R, C>(x_rows, w_rows, k, result);
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      const float v = result[r * C + c];
-      out[r * ldo + c] = bias == nullptr ? v : v + bias[c];
-    }
-  }
-}
-
-// The [mt, nt] block of out at `out` (row stride ldo) from mt rows of x and nt rows of w.
-// 2x2 tiles reuse each loaded x and w value twice; remainders use narrower tiles with the same
-// per-output arithmetic.
+// The [mt, nt] block of out at `out` (row stride ldo): dot products, then + bias (if any), so each
+// output is exactly dot(x row, w row) + bias[c] in fp32.
 void compute_block(const float* x, int64_t mt, const float* w, int64_t nt, int64_t k,
                    const float* bias, float* out, int64_t ldo) {
-  const auto bias_at = [bias](int64_t c) { return bias == nullptr ? nullptr : bias + c; };
-  int64_t r = 0;
-  for (; r + 2 <= mt; r += 2) {
-    int64_t c = 0;
-    for (; c + 2 <= nt; c += 2) {
-      tile_kernel<2, 2>(x + r * k, w + c * k, k, bias_at(c), out + r * ldo + c, ldo);
-    }
-    for (; c < nt; ++c) tile_kernel<2, 1>(x + r * k, w + c * k, k, bias_at(c), out + r * ldo + c, ldo);
-  }
-  for (; r < mt; ++r) {
-    int64_t c = 0;
-    for (; c + 4 <= nt; c += 4) {
-      tile_kernel<1, 4>(x + r * k, w + c * k, k, bias_at(c), out + r * ldo + c, ldo);
-    }
-    for (; c < nt; ++c) tile_kernel<1, 1>(x + r * k, w + c * k, k, bias_at(c), out + r * ldo + c, ldo);
+  detail::matmul_nt(x, k, mt, w, k, nt, k, out, ldo);
+  if (bias == nullptr) return;
+  for (int64_t r = 0; r < mt; ++r) {
+    for (int64_t c = 0; c < nt; ++c) out[r * ldo + c] += bias[c];
   }
 }
 

@@ -41,7 +41,8 @@ float inv_rms(const float* x, int64_t dim, float eps) {
     const double v = x[i + l];
     acc[l] += v * v;
   }
-  const double sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  const double sum =
+      ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
   const double mean = sum / static_cast<double>(dim);
   return static_cast<float>(1.0 / std::sqrt(mean + static_cast<double>(eps)));
 }
@@ -62,7 +63,8 @@ Status rms_norm(const RmsNormParams& params, ThreadPool& pool) {
           float* out = params.out + r * dim;
           const float scale = inv_rms(x, dim, params.eps);
           // Hugging Face order: (x * inv_rms) first, then the weight.
-          for (int64_t i = 0; i < dim; ++i) out[i] = (x[i] * scale) * weight[static_cast<size_t>(i)];
+          for (int64_t i = 0; i < dim; ++i)
+            out[i] = (x[i] * scale) * weight[static_cast<size_t>(i)];
         }
       },
       min_rows);

@@ -20,9 +20,9 @@ struct RmsNormParams {
   const float* x = nullptr;  // [num_rows, dim], dim = weight.dim(0)
   // [num_rows, dim]; may equal x (in place), must not otherwise overlap it.
   float* out = nullptr;
-  TensorView weight;         // [dim], rank 1, F32, BF16 or F16
-  int64_t num_rows = 0;      // >= 0
-  float eps = 1e-6f;         // >= 0 (config.json rms_norm_eps)
+  TensorView weight;     // [dim], rank 1, F32, BF16 or F16
+  int64_t num_rows = 0;  // >= 0
+  float eps = 1e-6f;     // >= 0 (config.json rms_norm_eps)
 };
 
 // Errors (nothing is written): InvalidArgument for null pointers, a weight that is not [dim] with

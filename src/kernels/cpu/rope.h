@@ -9,8 +9,8 @@
 // dynamic scaling, so this kernel knows no rope type.
 //
 // Determinism: each token is rotated on its own; its angles depend only on its position. Cost:
-// head_dim / 2 cos/sin pairs per token plus 6 flops per channel pair and head; tokens are split over
-// the ThreadPool.
+// head_dim / 2 cos/sin pairs per token plus 6 flops per channel pair and head; tokens are split
+// over the ThreadPool.
 
 #include <cstdint>
 

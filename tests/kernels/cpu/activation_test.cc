@@ -1,0 +1,126 @@
+#include "kernels/cpu/activation.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernel_test_util.h"
+#include "kernels/cpu/cpu_common.h"
+
+namespace strata::cpu {
+namespace {
+
+using test_util::bit_equal;
+using test_util::encode;
+using test_util::hashed_uniform;
+using test_util::make_view;
+using test_util::round_to;
+using test_util::Tolerance;
+
+TEST(SiluAndMulTest, MatchesFloat64ReferenceIncludingExtremes) {
+  std::vector<float> gate = {-100.0f, -89.0f, -20.0f, -1e-3f, 0.0f,
+                             1e-3f,   5.0f,   20.0f,  88.0f,  100.0f};
+  const size_t num_fixed = gate.size();
+  gate.resize(40000);  // large enough to be split over threads
+  for (size_t i = num_fixed; i < gate.size(); ++i) gate[i] = 8.0f * hashed_uniform(11, i);
+  std::vector<float> up(gate.size());
+  for (size_t i = 0; i < up.size(); ++i) up[i] = 2.0f * hashed_uniform(12, i);
+  std::vector<float> out(gate.size());
+  ThreadPool pool(3);
+  ASSERT_TRUE(
+      silu_and_mul(gate.data(), up.data(), out.data(), static_cast<int64_t>(out.size()), pool)
+          .ok());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double g = gate[i];
+    const double ref = g / (1.0 + std::exp(-g)) * up[i];
+    EXPECT_LE(std::abs(out[i] - ref), Tolerance::kActivation * std::abs(ref) + 1e-30)
+        << "gate " << gate[i] << " up " << up[i];
+  }
+  // In place over gate or over up: same bits.
+  std::vector<float> g2 = gate, u2 = up;
+  ASSERT_TRUE(
+      silu_and_mul(g2.data(), up.data(), g2.data(), static_cast<int64_t>(g2.size()), pool).ok());
+  ASSERT_TRUE(
+      silu_and_mul(gate.data(), u2.data(), u2.data(), static_cast<int64_t>(u2.size()), pool).ok());
+  EXPECT_TRUE(bit_equal(g2.data(), out.data(), static_cast<int64_t>(out.size())));
+  EXPECT_TRUE(bit_equal(u2.data(), out.data(), static_cast<int64_t>(out.size())));
+}
+
+TEST(AddInplaceTest, AddsElementwiseExactly) {
+  std::vector<float> dst(50000), src(50000);
+  for (size_t i = 0; i < dst.size(); ++i) {
+    dst[i] = hashed_uniform(13, i);
+    src[i] = hashed_uniform(14, i);
+  }
+  std::vector<float> expected(dst.size());
+  for (size_t i = 0; i < dst.size(); ++i) expected[i] = dst[i] + src[i];
+  ThreadPool pool(2);
+  ASSERT_TRUE(add_inplace(dst.data(), src.data(), static_cast<int64_t>(dst.size()), pool).ok());
+  EXPECT_TRUE(bit_equal(dst.data(), expected.data(), static_cast<int64_t>(dst.size())));
+  ASSERT_TRUE(add_inplace(src.data(), src.data(), 1, pool).ok());  // dst == src doubles
+  EXPECT_EQ(src[0], 2.0f * hashed_uniform(14, 0));
+  EXPECT_EQ(add_inplace(nullptr, src.data(), 3, pool).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(add_inplace(dst.data(), src.data(), -1, pool).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(silu_and_mul(dst.data(), nullptr, dst.data(), 3, pool).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(EmbeddingTest, GathersRowsForEveryTableDType) {
+  const int64_t vocab = 50, hidden = 33;
+  const std::vector<int32_t> ids = {0, 49, 7, 7, 23};
+  ThreadPool pool(2);
+  for (DType dtype : kCpuFloatDTypes) {
+    std::vector<float> table(static_cast<size_t>(vocab * hidden));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = round_to(dtype, hashed_uniform(15, i));
+    const std::vector<uint8_t> bytes = encode(table, dtype);
+    std::vector<float> out(ids.size() * hidden);
+    EmbeddingParams p;
+    p.token_ids = ids.data();
+    p.num_tokens = static_cast<int64_t>(ids.size());
+    p.table = make_view(bytes.data(), dtype, {vocab, hidden});
+    p.out = out.data();
+    ASSERT_TRUE(embedding(p, pool).ok());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      EXPECT_TRUE(bit_equal(out.data() + t * hidden, table.data() + ids[t] * hidden, hidden))
+          << dtype_name(dtype) << " token " << t;
+    }
+  }
+}
+
+TEST(EmbeddingTest, RejectsOutOfRangeIdsWithoutWriting) {
+  const std::vector<float> table(4 * 3, 1.0f);
+  std::vector<float> out(6, -5.0f);
+  ThreadPool pool(1);
+  for (int32_t bad : {-1, 4, 1 << 30}) {
+    const std::vector<int32_t> ids = {1, bad};
+    EmbeddingParams p;
+    p.token_ids = ids.data();
+    p.num_tokens = 2;
+    p.table = make_view(table.data(), DType::kF32, {4, 3});
+    p.out = out.data();
+    EXPECT_EQ(embedding(p, pool).code(), StatusCode::kOutOfRange) << bad;
+    p.token_ids = ids.data();
+    p.table.dtype = DType::kI32;
+    EXPECT_EQ(embedding(p, pool).code(), StatusCode::kUnsupported);
+    p.table = make_view(table.data(), DType::kF32, {12});
+    EXPECT_EQ(embedding(p, pool).code(), StatusCode::kInvalidArgument);
+  }
+  for (float v : out) EXPECT_EQ(v, -5.0f);
+}
+
+TEST(CpuCommonTest, FastF16ConversionIsExactOnAllInputs) {
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    const float fast = detail::f16_bits_to_f32(static_cast<uint16_t>(h));
+    const float slow = f16_to_f32(static_cast<uint16_t>(h));
+    uint32_t a, b;
+    std::memcpy(&a, &fast, 4);
+    std::memcpy(&b, &slow, 4);
+    ASSERT_EQ(a, b) << "f16 bits " << h;
+  }
+}
+
+}  // namespace
+}  // namespace strata::cpu

@@ -1,0 +1,234 @@
+#include "kernels/cpu/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernel_test_util.h"
+#include "paged_batch.h"
+
+namespace strata::cpu {
+namespace {
+
+using test_util::AttnConfig;
+using test_util::bit_equal;
+using test_util::PagedBatch;
+using test_util::SeqSpec;
+using test_util::Tolerance;
+
+ThreadPool& pool_of(int num_threads) {
+  static ThreadPool pool1(1);
+  static ThreadPool pool2(2);
+  static ThreadPool pool3(3);
+  return num_threads == 1 ? pool1 : (num_threads == 2 ? pool2 : pool3);
+}
+
+struct HeadConfig {
+  int32_t num_q_heads;
+  int32_t num_kv_heads;
+  const char* name;
+};
+constexpr HeadConfig kHeadConfigs[] = {{8, 2, "GQA"}, {4, 1, "MQA"}, {2, 2, "MHA"}};
+
+// A ragged batch over kv_len: a prefill chunk on top of a cached prefix, a decode, and a whole
+// prefill (capped so the 2049 sweeps stay fast; LongWholePrefill covers the uncapped case).
+std::vector<SeqSpec> ragged_batch(int32_t kv_len) {
+  const int32_t chunk = std::max(1, std::min(7, kv_len - 1));
+  const int32_t whole = kv_len <= 97 ? kv_len : 9;
+  return {{chunk, kv_len, 11}, {1, kv_len, 12}, {whole, whole, 13}};
+}
+
+std::string case_name(const AttnConfig& cfg, const HeadConfig& heads) {
+  return std::string(heads.name) + " q_heads=" + std::to_string(cfg.num_q_heads) +
+         " kv_heads=" + std::to_string(cfg.num_kv_heads) +
+         " head_dim=" + std::to_string(cfg.head_dim) + " block=" + std::to_string(cfg.block_size) +
+         " dtype=" + std::string(dtype_name(cfg.dtype)) +
+         " window=" + std::to_string(cfg.sliding_window);
+}
+
+// ---- the sweep: block size x kv length x KV dtype, each over GQA / MQA / MHA and head dims -----
+
+using SweepParam = std::tuple<int32_t, int32_t, DType>;
+
+class PagedAttentionSweep : public ::testing::TestWithParam<SweepParam> {};
+
+TEST_P(PagedAttentionSweep, MatchesFloat64Reference) {
+  const auto [block_size, kv_len, dtype] = GetParam();
+  // Long cases use a small head_dim so the whole sweep stays CI-fast.
+  const std::vector<int32_t> head_dims =
+      kv_len > 97 ? std::vector<int32_t>{32} : std::vector<int32_t>{64, 128};
+  for (const HeadConfig& heads : kHeadConfigs) {
+    for (int32_t head_dim : head_dims) {
+      AttnConfig cfg;
+      cfg.num_q_heads = heads.num_q_heads;
+      cfg.num_kv_heads = heads.num_kv_heads;
+      cfg.head_dim = head_dim;
+      cfg.block_size = block_size;
+      cfg.dtype = dtype;
+      PagedBatch batch(cfg, ragged_batch(kv_len), /*shuffle_seed=*/static_cast<uint32_t>(kv_len));
+      ASSERT_TRUE(paged_attention(batch.params(), pool_of(2)).ok());
+      EXPECT_LT(batch.max_row_error(), Tolerance::kAttention) << case_name(cfg, heads);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BlockSizeLengthDType, PagedAttentionSweep,
+                         ::testing::Combine(::testing::Values(8, 16, 32, 64, 128),
+                                            ::testing::Values(1, 17, 97, 2049),
+                                            ::testing::ValuesIn(kAttentionKvDTypes)),
+                         [](const ::testing::TestParamInfo<SweepParam>& info) {
+                           return "block" + std::to_string(std::get<0>(info.param)) + "_len" +
+                                  std::to_string(std::get<1>(info.param)) + "_" +
+                                  std::string(dtype_name(std::get<2>(info.param)));
+                         });
+
+// ---- sliding windows -------------------------------------------------------------------------
+
+TEST(PagedAttentionTest, SlidingWindowMatchesReference) {
+  for (int32_t block_size : {8, 32}) {
+    for (int32_t window : {1, 5, 16, 96, 97, 98, 1000}) {
+      AttnConfig cfg;
+      cfg.block_size = block_size;
+      cfg.sliding_window = window;
+      cfg.dtype = block_size == 8 ? DType::kBF16 : DType::kF32;
+      PagedBatch batch(cfg, ragged_batch(97), /*shuffle_seed=*/5);
+      ASSERT_TRUE(paged_attention(batch.params(), pool_of(3)).ok());
+      EXPECT_LT(batch.max_row_error(), Tolerance::kAttention) << case_name(cfg, kHeadConfigs[0]);
+    }
+  }
+}
+
+TEST(PagedAttentionTest, WindowShorterThanContextChangesTheResult) {
+  // Proves the window test can fail: a window that cuts the context must change the output, and a
+  // window covering the whole context must not.
+  const std::vector<SeqSpec> seqs = {{1, 97, 3}};
+  AttnConfig cfg;
+  PagedBatch full(cfg, seqs, 1);
+  cfg.sliding_window = 16;
+  PagedBatch windowed(cfg, seqs, 1);
+  cfg.sliding_window = 97;
+  PagedBatch covering(cfg, seqs, 1);
+  for (PagedBatch* b : {&full, &windowed, &covering}) {
+    ASSERT_TRUE(paged_attention(b->params(), pool_of(1)).ok());
+  }
+  const int64_t n = full.row_elems();
+  EXPECT_FALSE(bit_equal(full.out_row(0), windowed.out_row(0), n));
+  EXPECT_TRUE(bit_equal(full.out_row(0), covering.out_row(0), n));
+}
+
+TEST(PagedAttentionTest, LongWholePrefillMatchesReference) {
+  for (int32_t window : {0, 256}) {
+    AttnConfig cfg;
+    cfg.num_q_heads = 2;
+    cfg.num_kv_heads = 1;
+    cfg.head_dim = 32;
+    cfg.block_size = 16;
+    cfg.sliding_window = window;
+    PagedBatch batch(cfg, {{2049, 2049, 21}}, /*shuffle_seed=*/9);
+    ASSERT_TRUE(paged_attention(batch.params(), pool_of(2)).ok());
+    EXPECT_LT(batch.max_row_error(), Tolerance::kAttention) << "window " << window;
+  }
+}
+
+TEST(PagedAttentionTest, HeadDimNotMultipleOfLanes) {
+  for (int32_t head_dim : {4, 20, 72}) {
+    AttnConfig cfg;
+    cfg.head_dim = head_dim;
+    cfg.dtype = DType::kF16;
+    PagedBatch batch(cfg, ragged_batch(40), /*shuffle_seed=*/3);
+    ASSERT_TRUE(paged_attention(batch.params(), pool_of(2)).ok());
+    EXPECT_LT(batch.max_row_error(), Tolerance::kAttention) << "head_dim " << head_dim;
+  }
+}
+
+TEST(PagedAttentionTest, SequencesWithoutQueryRowsAreSkipped) {
+  // A sequence with cached K/V but no rows this step, and an empty one, between two others.
+  AttnConfig cfg;
+  PagedBatch batch(cfg, {{3, 20, 1}, {0, 30, 2}, {0, 0, 3}, {1, 9, 4}}, /*shuffle_seed=*/4);
+  ASSERT_TRUE(paged_attention(batch.params(), pool_of(2)).ok());
+  EXPECT_LT(batch.max_row_error(), Tolerance::kAttention);
+}
+
+// ---- determinism: batch, thread count and chunking invariance ----------------------------------
+
+TEST(PagedAttentionTest, RowsBitIdenticalAloneOrInBatchAtAnyThreadCount) {
+  for (DType dtype : kAttentionKvDTypes) {
+    AttnConfig cfg;
+    cfg.dtype = dtype;
+    const SeqSpec target = {5, 50, 7};
+    PagedBatch alone(cfg, {target}, /*shuffle_seed=*/1);
+    ASSERT_TRUE(paged_attention(alone.params(), pool_of(1)).ok());
+    for (int threads : {1, 2, 3}) {
+      PagedBatch batch(cfg, {{1, 30, 1}, {20, 20, 2}, target, {4, 64, 3}},
+                       /*shuffle_seed=*/static_cast<uint32_t>(10 + threads));
+      ASSERT_TRUE(paged_attention(batch.params(), pool_of(threads)).ok());
+      const int32_t begin = batch.q_begin(2);
+      EXPECT_TRUE(
+          bit_equal(alone.out_row(0), batch.out_row(begin), target.q_len * alone.row_elems()))
+          << dtype_name(dtype) << " threads " << threads;
+    }
+  }
+}
+
+TEST(PagedAttentionTest, ChunkedPrefillBitIdenticalToWholePrefill) {
+  AttnConfig cfg;
+  cfg.block_size = 8;
+  const int32_t len = 97;
+  PagedBatch whole(cfg, {{len, len, 5}}, /*shuffle_seed=*/1);
+  ASSERT_TRUE(paged_attention(whole.params(), pool_of(2)).ok());
+  const std::vector<std::pair<int32_t, int32_t>> chunks = {{0, 40}, {40, 41}, {41, 80}, {80, 97}};
+  for (const auto& [begin, end] : chunks) {
+    // The chunk shares its batch with an unrelated decode, and runs on another thread count.
+    PagedBatch chunk(cfg, {{1, 33, 6}, {end - begin, end, 5}},
+                     /*shuffle_seed=*/static_cast<uint32_t>(end));
+    ASSERT_TRUE(paged_attention(chunk.params(), pool_of(3)).ok());
+    EXPECT_TRUE(bit_equal(whole.out_row(begin), chunk.out_row(chunk.q_begin(1)),
+                          (end - begin) * whole.row_elems()))
+        << "chunk [" << begin << ", " << end << ")";
+  }
+}
+
+// ---- errors ----------------------------------------------------------------------------------
+
+TEST(PagedAttentionTest, RejectsInvalidParams) {
+  AttnConfig cfg;
+  PagedBatch batch(cfg, {{2, 10, 1}, {1, 5, 2}}, /*shuffle_seed=*/1);
+  const auto code_of = [&](auto mutate) {
+    AttentionParams p = batch.params();
+    mutate(p);
+    return paged_attention(p, pool_of(1)).code();
+  };
+  const StatusCode kInvalid = StatusCode::kInvalidArgument;
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.q = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.out = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.q_indptr = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.kv_indices = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.k_data = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.num_q_heads = 7; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.num_q_heads = 0; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.block_size = 32; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.sliding_window = -1; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.dtype = DType::kI8; }),
+            StatusCode::kUnsupported);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.dtype = DType::kF8E4M3; }),
+            StatusCode::kUnsupported);
+
+  // q_len > kv_len: sequence 1 gets 11 query rows but holds 5 tokens.
+  const std::vector<int32_t> long_q = {0, 2, 13};
+  EXPECT_EQ(code_of([&](AttentionParams& p) { p.q_indptr = long_q.data(); }), kInvalid);
+  const std::vector<int32_t> bad_last = {16, 0};
+  EXPECT_EQ(code_of([&](AttentionParams& p) { p.layout.kv_last_page_len = bad_last.data(); }),
+            kInvalid);
+  const std::vector<int32_t> bad_indices = {-3, 1};
+  EXPECT_EQ(code_of([&](AttentionParams& p) { p.layout.kv_indices = bad_indices.data(); }),
+            kInvalid);
+  // Nothing was written by any rejected call.
+  for (float v : batch.out()) ASSERT_TRUE(std::isnan(v));
+}
+
+}  // namespace
+}  // namespace strata::cpu

@@ -1,0 +1,256 @@
+#pragma once
+// PagedBatch: a test batch for paged attention built by hand -- CSR block tables with shuffled,
+// non-contiguous block ids (block 0, the null block, never used), a real pool laid out by
+// kv::KvLayout, the queries -- plus a float64 reference over contiguous K/V.
+//
+// Q/K/V values are a function of (data_id, position, head, channel) only, so one sequence can be
+// rebuilt in another batch, with other block ids or as a different prefill chunk, with identical
+// inputs. Pool bytes that hold no token are 0xFF (NaN in F32, BF16 and F16), and the output starts
+// as NaN, so a read past kv_len or an unwritten output shows up as NaN in the error.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernel_test_util.h"
+#include "kernels/cpu/attention.h"
+#include "kv/kv_layout.h"
+
+namespace strata::cpu::test_util {
+
+struct SeqSpec {
+  int32_t q_len = 0;
+  int32_t kv_len = 0;
+  uint64_t data_id = 0;  // which sequence's values
+};
+
+struct AttnConfig {
+  int32_t num_q_heads = 8;
+  int32_t num_kv_heads = 2;
+  int32_t head_dim = 64;
+  int32_t block_size = 16;
+  DType dtype = DType::kF32;
+  int32_t sliding_window = 0;
+  float scale_multiplier = 2.0f;  // scale = multiplier / sqrt(head_dim); > 1 sharpens the softmax
+};
+
+inline float q_value(uint64_t id, int32_t pos, int32_t head, int32_t c) {
+  return 2.0f * hashed_uniform(3 * id, static_cast<uint64_t>(pos), static_cast<uint64_t>(head),
+                               static_cast<uint64_t>(c));
+}
+inline float k_value(uint64_t id, int32_t pos, int32_t head, int32_t c) {
+  return hashed_uniform(3 * id + 1, static_cast<uint64_t>(pos), static_cast<uint64_t>(head),
+                        static_cast<uint64_t>(c));
+}
+inline float v_value(uint64_t id, int32_t pos, int32_t head, int32_t c) {
+  return hashed_uniform(3 * id + 2, static_cast<uint64_t>(pos), static_cast<uint64_t>(head),
+                        static_cast<uint64_t>(c));
+}
+
+class PagedBatch {
+ public:
+  static constexpr int32_t kLayerIdx = 1;  // of 2 layers, so the layer offset is exercised
+  static constexpr int32_t kSpareBlocks = 3;
+
+  PagedBatch(const AttnConfig& cfg, std::vector<SeqSpec> seqs, uint32_t shuffle_seed)
+      : cfg_(cfg),
+        seqs_(std::move(seqs)),
+        kv_layout_(kv::KvSpec{2, cfg.num_kv_heads, cfg.head_dim, cfg.dtype}, cfg.block_size) {
+    build_block_tables(shuffle_seed);
+    pool_.assign(static_cast<size_t>(kv_layout_.pool_bytes(num_pool_blocks_)), 0xFF);
+    view_ = kv_layout_.layer_view(pool_.data(), kLayerIdx);
+    for (size_t s = 0; s < seqs_.size(); ++s) write_sequence(static_cast<int32_t>(s));
+    fill_queries();
+  }
+
+  int32_t num_seqs() const { return static_cast<int32_t>(seqs_.size()); }
+  int32_t num_tokens() const { return q_indptr_.back(); }
+  int32_t num_pool_blocks() const { return num_pool_blocks_; }
+  int64_t row_elems() const { return static_cast<int64_t>(cfg_.num_q_heads) * cfg_.head_dim; }
+  // First q/out row of sequence s.
+  int32_t q_begin(int32_t s) const { return q_indptr_[static_cast<size_t>(s)]; }
+  const std::vector<float>& out() const { return out_; }
+  const float* out_row(int32_t token) const { return out_.data() + token * row_elems(); }
+  const PagedKvCacheView& view() const { return view_; }
+  std::vector<uint8_t>& pool() { return pool_; }
+
+  PagedKvLayout layout() const {
+    PagedKvLayout layout;
+    layout.kv_indptr = kv_indptr_.data();
+    layout.kv_indices = kv_indices_.data();
+    layout.kv_last_page_len = kv_last_page_len_.data();
+    layout.num_seqs = num_seqs();
+    layout.block_size = cfg_.block_size;
+    return layout;
+  }
+
+  AttentionParams params() {
+    AttentionParams p;
+    p.q = q_.data();
+    p.out = out_.data();
+    p.q_indptr = q_indptr_.data();
+    p.layout = layout();
+    p.cache = view_;
+    p.num_q_heads = cfg_.num_q_heads;
+    p.scale = cfg_.scale_multiplier / std::sqrt(static_cast<float>(cfg_.head_dim));
+    p.sliding_window = cfg_.sliding_window;
+    return p;
+  }
+
+  // Float64 attention over contiguous K/V as stored (after rounding to the cache dtype),
+  // [num_tokens, num_q_heads, head_dim].
+  std::vector<double> reference() {
+    const double scale = params().scale;
+    std::vector<double> ref(out_.size());
+    for (int32_t s = 0; s < num_seqs(); ++s) {
+      const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
+      const std::vector<double> k = contiguous(spec, k_value);
+      const std::vector<double> v = contiguous(spec, v_value);
+      for (int32_t i = 0; i < spec.q_len; ++i) {
+        const int32_t pos = spec.kv_len - spec.q_len + i;
+        const int32_t token = q_begin(s) + i;
+        for (int32_t h = 0; h < cfg_.num_q_heads; ++h) {
+          reference_row(k, v, token, h, pos, scale,
+                        ref.data() + (token * row_elems()) + h * cfg_.head_dim);
+        }
+      }
+    }
+    return ref;
+  }
+
+  // The largest rel_l2_error over all (token, head) rows of out() against reference().
+  double max_row_error() {
+    const std::vector<double> ref = reference();
+    double worst = 0.0;
+    for (int64_t row = 0; row < static_cast<int64_t>(out_.size()) / cfg_.head_dim; ++row) {
+      const double e = rel_l2_error(out_.data() + row * cfg_.head_dim,
+                                    ref.data() + row * cfg_.head_dim, cfg_.head_dim);
+      worst = std::isnan(e) ? e : std::max(worst, e);
+      if (std::isnan(worst)) break;
+    }
+    return worst;
+  }
+
+ private:
+  int32_t blocks_for(int32_t kv_len) const {
+    return (kv_len + cfg_.block_size - 1) / cfg_.block_size;
+  }
+
+  void build_block_tables(uint32_t shuffle_seed) {
+    int32_t total = 0;
+    for (const SeqSpec& s : seqs_) total += blocks_for(s.kv_len);
+    num_pool_blocks_ = total + 1 + kSpareBlocks;
+    std::vector<int32_t> ids(static_cast<size_t>(num_pool_blocks_ - 1));
+    std::iota(ids.begin(), ids.end(), 1);  // block 0 is the reserved null block
+    std::mt19937 rng(shuffle_seed);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    size_t next = 0;
+    kv_indptr_ = {0};
+    q_indptr_ = {0};
+    for (const SeqSpec& s : seqs_) {
+      const int32_t n = blocks_for(s.kv_len);
+      for (int32_t j = 0; j < n; ++j) kv_indices_.push_back(ids[next++]);
+      kv_indptr_.push_back(static_cast<int32_t>(kv_indices_.size()));
+      kv_last_page_len_.push_back(n == 0 ? 0 : s.kv_len - (n - 1) * cfg_.block_size);
+      q_indptr_.push_back(q_indptr_.back() + s.q_len);
+    }
+  }
+
+  void store(void* area, int32_t block_id, int32_t head, int32_t tok, int32_t c, float value) {
+    const int64_t idx = view_.offset(block_id, head, tok) + c;
+    if (cfg_.dtype == DType::kF32) {
+      static_cast<float*>(area)[idx] = value;
+    } else {
+      static_cast<uint16_t*>(area)[idx] =
+          cfg_.dtype == DType::kBF16 ? f32_to_bf16(value) : f32_to_f16(value);
+    }
+  }
+
+  void write_sequence(int32_t s) {
+    const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
+    const PagedKvLayout l = layout();
+    for (int32_t pos = 0; pos < spec.kv_len; ++pos) {
+      const int32_t block_id = l.block_of(s, pos);
+      const int32_t tok = pos % cfg_.block_size;
+      for (int32_t h = 0; h < cfg_.num_kv_heads; ++h) {
+        for (int32_t c = 0; c < cfg_.head_dim; ++c) {
+          store(view_.k_data, block_id, h, tok, c, k_value(spec.data_id, pos, h, c));
+          store(view_.v_data, block_id, h, tok, c, v_value(spec.data_id, pos, h, c));
+        }
+      }
+    }
+  }
+
+  void fill_queries() {
+    q_.resize(static_cast<size_t>(num_tokens() * row_elems()));
+    out_.assign(q_.size(), std::numeric_limits<float>::quiet_NaN());
+    for (int32_t s = 0; s < num_seqs(); ++s) {
+      const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
+      for (int32_t i = 0; i < spec.q_len; ++i) {
+        const int32_t pos = spec.kv_len - spec.q_len + i;
+        float* row = q_.data() + (q_begin(s) + i) * row_elems();
+        for (int32_t h = 0; h < cfg_.num_q_heads; ++h) {
+          for (int32_t c = 0; c < cfg_.head_dim; ++c) {
+            row[h * cfg_.head_dim + c] = q_value(spec.data_id, pos, h, c);
+          }
+        }
+      }
+    }
+  }
+
+  // [kv_len, num_kv_heads, head_dim] as the cache stores them, widened to double.
+  template <typename Fn>
+  std::vector<double> contiguous(const SeqSpec& spec, Fn value) const {
+    std::vector<double> out;
+    out.reserve(static_cast<size_t>(spec.kv_len) * cfg_.num_kv_heads * cfg_.head_dim);
+    for (int32_t pos = 0; pos < spec.kv_len; ++pos) {
+      for (int32_t h = 0; h < cfg_.num_kv_heads; ++h) {
+        for (int32_t c = 0; c < cfg_.head_dim; ++c) {
+          out.push_back(round_to(cfg_.dtype, value(spec.data_id, pos, h, c)));
+        }
+      }
+    }
+    return out;
+  }
+
+  void reference_row(const std::vector<double>& k, const std::vector<double>& v, int32_t token,
+                     int32_t h, int32_t pos, double scale, double* out) const {
+    const int32_t d = cfg_.head_dim;
+    const int32_t kv_head = h / (cfg_.num_q_heads / cfg_.num_kv_heads);
+    const int32_t first = cfg_.sliding_window > 0 ? std::max(0, pos - cfg_.sliding_window + 1) : 0;
+    const float* q = q_.data() + token * row_elems() + h * d;
+    const auto at = [&](int32_t p) {
+      return (static_cast<size_t>(p) * cfg_.num_kv_heads + kv_head) * d;
+    };
+    std::vector<double> w(static_cast<size_t>(pos - first + 1));
+    for (int32_t p = first; p <= pos; ++p) {
+      double dot = 0.0;
+      for (int32_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[at(p) + c];
+      w[static_cast<size_t>(p - first)] = dot * scale;
+    }
+    const double max = *std::max_element(w.begin(), w.end());
+    double sum = 0.0;
+    for (double& x : w) sum += (x = std::exp(x - max));
+    std::fill(out, out + d, 0.0);
+    for (int32_t p = first; p <= pos; ++p) {
+      const double weight = w[static_cast<size_t>(p - first)] / sum;
+      for (int32_t c = 0; c < d; ++c) out[c] += weight * v[at(p) + c];
+    }
+  }
+
+  AttnConfig cfg_;
+  std::vector<SeqSpec> seqs_;
+  kv::KvLayout kv_layout_;
+  int32_t num_pool_blocks_ = 0;
+  std::vector<int32_t> kv_indptr_, kv_indices_, kv_last_page_len_, q_indptr_;
+  std::vector<uint8_t> pool_;
+  PagedKvCacheView view_;
+  std::vector<float> q_, out_;
+};
+
+}  // namespace strata::cpu::test_util
