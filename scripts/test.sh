@@ -49,12 +49,13 @@ ctest --preset asan -j "$jobs"
 stage fuzz
 for fuzzer in build/asan/fuzz/*_fuzz; do
   [[ -x "$fuzzer" ]] || continue
-  name=$(basename "$fuzzer")
-  corpus=$(mktemp -d)
-  cp -r "fuzz/corpus/${name}/." "$corpus/" 2>/dev/null || true
+  name=$(basename "$fuzzer" _fuzz)
+  scratch=$(mktemp -d)  # first corpus folder: libFuzzer writes new inputs there, not into fuzz/
+  dict=()
+  [[ -f "fuzz/${name}.dict" ]] && dict=(-dict="fuzz/${name}.dict")
   echo "fuzzing $name for ${fuzz_s} s"
-  "$fuzzer" -max_total_time="$fuzz_s" -print_final_stats=0 "$corpus" 2>&1 | tail -n 3
-  rm -rf "$corpus"
+  "$fuzzer" -max_total_time="$fuzz_s" "${dict[@]}" "$scratch" "fuzz/corpus/${name}" 2>&1 | tail -n 2
+  rm -rf "$scratch"
 done
 
 stage clang-tidy

@@ -164,7 +164,8 @@ RopeConfig parse_rope(const JsonFields& top, std::string_view source) {
     rope.theta = f.opt_number("rope_theta").value_or(rope.theta);
     rope.type = parse_rope_type(f);
     switch (rope.type) {
-      case RopeConfig::Type::kDefault: break;
+      case RopeConfig::Type::kDefault:
+        break;
       case RopeConfig::Type::kLinear:
         rope.factor = f.get_number("factor");
         check_positive_finite(f, "factor", rope.factor);
@@ -192,8 +193,10 @@ RopeConfig parse_rope(const JsonFields& top, std::string_view source) {
 // The sliding window in effect, before layer_types / max_window_layers pick the layers.
 std::optional<int64_t> effective_window(const JsonFields& f, Architecture arch) {
   switch (arch) {
-    case Architecture::kLlama: return std::nullopt;
-    case Architecture::kMistral: return f.opt_int("sliding_window");
+    case Architecture::kLlama:
+      return std::nullopt;
+    case Architecture::kMistral:
+      return f.opt_int("sliding_window");
     case Architecture::kQwen2:
     case Architecture::kQwen3:
       if (!f.opt_bool("use_sliding_window").value_or(false)) return std::nullopt;
@@ -216,8 +219,10 @@ std::vector<int32_t> parse_sliding_windows(const JsonFields& f, const ModelConfi
       const json& t = (*types)[i];
       if (t == "sliding_attention") {
         if (!window) {
-          f.fail("'layer_types' marks layer " + std::to_string(i) + " as sliding_attention, but "
-                 "no sliding window is in effect (sliding_window null or use_sliding_window false)");
+          f.fail(
+              "'layer_types' marks layer " + std::to_string(i) +
+              " as sliding_attention, but "
+              "no sliding window is in effect (sliding_window null or use_sliding_window false)");
         }
         windows[i] = static_cast<int32_t>(*window);
       } else if (t != "full_attention") {

@@ -44,10 +44,10 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   int64_t max_position_embeddings = 0;
   std::string hidden_act = "silu";  // the only supported activation
-  bool qkv_bias = false;  // q_proj, k_proj, v_proj have biases
-  bool o_bias = false;    // o_proj has a bias
-  bool mlp_bias = false;  // gate_proj, up_proj, down_proj have biases
-  bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (Qwen3)
+  bool qkv_bias = false;            // q_proj, k_proj, v_proj have biases
+  bool o_bias = false;              // o_proj has a bias
+  bool mlp_bias = false;            // gate_proj, up_proj, down_proj have biases
+  bool qk_norm = false;             // per-head RMSNorm on q and k before RoPE (Qwen3)
   bool tie_word_embeddings = false;
   std::vector<int64_t> bos_token_ids;  // empty when null or absent
   std::vector<int64_t> eos_token_ids;

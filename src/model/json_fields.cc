@@ -21,6 +21,11 @@ std::string quote(std::string_view s) {
 }
 
 json parse_json_object(std::string_view text, std::string_view source, std::string_view what) {
+  // nlohmann stops at a NUL byte as if the input ended there; JSON text has none.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    throw Error(std::string(source) + ": " + std::string(what) +
+                " is not valid JSON: NUL byte at offset " + std::to_string(nul));
+  }
   json value;
   try {
     value = json::parse(text.begin(), text.end());

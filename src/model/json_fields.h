@@ -29,7 +29,7 @@ class JsonFields {
  public:
   JsonFields(const nlohmann::json& object, std::string_view source, std::string_view prefix = "");
 
-  bool has(std::string_view key) const;  // present and not null
+  bool has(std::string_view key) const;                    // present and not null
   const nlohmann::json* find(std::string_view key) const;  // nullptr when absent or null
 
   int64_t get_int(std::string_view key) const;  // required

@@ -21,23 +21,23 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 constexpr uint64_t kLengthPrefixBytes = 8;
 
 // Every DType, for the "supported" list of the unknown-dtype message.
-constexpr std::array kAllDTypes = {DType::kF64,  DType::kF32,    DType::kF16,    DType::kBF16,
-                                   DType::kF8E4M3, DType::kF8E5M2, DType::kI64,  DType::kI32,
-                                   DType::kI16,  DType::kI8,     DType::kU8,     DType::kBool};
+constexpr std::array kAllDTypes = {DType::kF64,    DType::kF32,    DType::kF16, DType::kBF16,
+                                   DType::kF8E4M3, DType::kF8E5M2, DType::kI64, DType::kI32,
+                                   DType::kI16,    DType::kI8,     DType::kU8,  DType::kBool};
 
 // Reports failures as "safetensors file '<source>': [tensor '<name>': ]<what>".
 class Reporter {
  public:
   explicit Reporter(std::string_view source) : source_(source) {}
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error("safetensors file '" + std::string(source_) + "': " + what);
+    throw Error("safetensors file '" + source_ + "': " + what);
   }
   [[noreturn]] void fail(std::string_view tensor, const std::string& what) const {
     fail("tensor " + quote(tensor) + ": " + what);
   }
 
  private:
-  std::string_view source_;
+  std::string source_;
 };
 
 uint64_t read_u64_le(const uint8_t* p) {
@@ -64,6 +64,10 @@ json parse_header(std::string_view text, const Reporter& report) {
     }
     return true;
   };
+  // nlohmann stops at a NUL byte as if the input ended there; the format allows none.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    report.fail("header is not valid JSON: NUL byte at header offset " + std::to_string(nul));
+  }
   json header;
   try {
     header = json::parse(text.begin(), text.end(), on_event);
@@ -90,11 +94,15 @@ void check_metadata(const json& metadata, const Reporter& report) {
 DType parse_dtype(const json& entry, std::string_view name, const Reporter& report) {
   const auto it = entry.find("dtype");
   if (it == entry.end()) report.fail(name, "missing 'dtype'");
-  if (!it->is_string()) report.fail(name, std::string("'dtype' must be a string, got ") + it->type_name());
+  if (!it->is_string()) {
+    report.fail(name, std::string("'dtype' must be a string, got ") + it->type_name());
+  }
   const auto& text = it->get_ref<const std::string&>();
   if (const auto dtype = dtype_from_safetensors_name(text)) return *dtype;
   std::string supported;
-  for (const DType t : kAllDTypes) supported += (supported.empty() ? "" : ", ") + std::string(dtype_name(t));
+  for (const DType t : kAllDTypes) {
+    supported += (supported.empty() ? "" : ", ") + std::string(dtype_name(t));
+  }
   report.fail(name, "unknown dtype " + quote(text) + " (supported: " + supported + ")");
 }
 
@@ -103,7 +111,9 @@ std::vector<int64_t> parse_shape(const json& entry, std::string_view name, const
                                  int64_t& numel) {
   const auto it = entry.find("shape");
   if (it == entry.end()) report.fail(name, "missing 'shape'");
-  if (!it->is_array()) report.fail(name, std::string("'shape' must be an array, got ") + it->type_name());
+  if (!it->is_array()) {
+    report.fail(name, std::string("'shape' must be an array, got ") + it->type_name());
+  }
   std::vector<int64_t> shape;
   numel = 1;
   for (const json& dim : *it) {
@@ -146,7 +156,8 @@ SafetensorsTensor parse_entry(const std::string& name, const json& entry, uint64
   int64_t numel = 0;
   t.shape = parse_shape(entry, name, report, numel);
   const auto [begin, end] = parse_offsets(entry, name, report);
-  const std::string offsets = "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  const std::string offsets =
+      "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
   if (begin > end) report.fail(name, offsets + " has begin > end");
   if (end > data_bytes) {
     report.fail(name, offsets + " end is past the data section (" + std::to_string(data_bytes) +
@@ -188,16 +199,19 @@ void check_no_overlap(const std::vector<SafetensorsTensor>& tensors, const Repor
 }  // namespace
 
 const SafetensorsTensor* SafetensorsTable::find(std::string_view name) const {
-  const auto it = std::lower_bound(tensors.begin(), tensors.end(), name,
-                                   [](const SafetensorsTensor& t, std::string_view n) { return t.name < n; });
+  const auto it =
+      std::lower_bound(tensors.begin(), tensors.end(), name,
+                       [](const SafetensorsTensor& t, std::string_view n) { return t.name < n; });
   return (it != tensors.end() && it->name == name) ? &*it : nullptr;
 }
 
-SafetensorsTable parse_safetensors(std::span<const uint8_t> file_bytes, std::string_view source_name) {
+SafetensorsTable parse_safetensors(std::span<const uint8_t> file_bytes,
+                                   std::string_view source_name) {
   const Reporter report(source_name);
   if (file_bytes.size() < kLengthPrefixBytes) {
-    report.fail("file is " + std::to_string(file_bytes.size()) +
-                " bytes, shorter than the 8-byte header length; it is truncated or not safetensors");
+    report.fail(
+        "file is " + std::to_string(file_bytes.size()) +
+        " bytes, shorter than the 8-byte header length; it is truncated or not safetensors");
   }
   SafetensorsTable table;
   table.header_bytes = read_u64_le(file_bytes.data());
@@ -244,8 +258,8 @@ TensorView SafetensorsFile::tensor(std::string_view name) const {
   if (t == nullptr) report.fail(name, "not found in this file");
   if (t->shape.size() > static_cast<size_t>(TensorView::kMaxRank)) {
     report.fail(name, "has rank " + std::to_string(t->shape.size()) + " (shape " +
-                          shape_text(t->shape) + "); Strata supports rank <= " +
-                          std::to_string(TensorView::kMaxRank));
+                          shape_text(t->shape) +
+                          "); Strata supports rank <= " + std::to_string(TensorView::kMaxRank));
   }
   // mmap returns page-aligned memory, so file offset alignment is pointer alignment.
   if (t->file_offset % static_cast<uint64_t>(dtype_size(t->dtype)) != 0) {

@@ -1,6 +1,7 @@
 #include "model/weight_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <set>
@@ -125,7 +126,8 @@ int64_t checked_numel(const std::string& name, const std::vector<int64_t>& shape
 WeightStore WeightStore::open(const fs::path& model_dir) {
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec)) {
-    throw Error("model directory '" + model_dir.string() + "' does not exist or is not a directory");
+    throw Error("model directory '" + model_dir.string() +
+                "' does not exist or is not a directory");
   }
   WeightStore store(model_dir.string());
   const fs::path single = model_dir / kSingleFile;
@@ -164,8 +166,8 @@ void WeightStore::open_sharded(const fs::path& model_dir, const fs::path& index_
   for (const std::string& shard : shard_names) {
     const fs::path shard_path = model_dir / shard;
     if (!is_file(shard_path)) {
-      throw Error("shard '" + shard + "' named in '" + index_path.string() +
-                  "' is missing from '" + model_dir.string() + "' (incomplete download?)");
+      throw Error("shard '" + shard + "' named in '" + index_path.string() + "' is missing from '" +
+                  model_dir.string() + "' (incomplete download?)");
     }
     add_file(SafetensorsFile::open(shard_path));
   }
@@ -195,7 +197,8 @@ WeightStore WeightStore::dummy(const TensorShapes& shapes, DType dtype, uint64_t
     size_t padded = 0;
     if (__builtin_mul_overflow(numel, dtype_size(dtype), &nbytes) ||
         __builtin_add_overflow(end, kArenaAlign - 1, &padded) ||
-        __builtin_add_overflow(padded / kArenaAlign * kArenaAlign, static_cast<size_t>(nbytes), &end)) {
+        __builtin_add_overflow(padded / kArenaAlign * kArenaAlign, static_cast<size_t>(nbytes),
+                               &end)) {
       throw Error(store.source_ + ": tensor " + quote(name) + " is too large");
     }
     offsets.push_back(padded / kArenaAlign * kArenaAlign);
@@ -215,8 +218,13 @@ WeightStore WeightStore::dummy(const TensorShapes& shapes, DType dtype, uint64_t
     if (!store.entries_.try_emplace(name, Entry{kOwned, view}).second) {
       throw Error(store.source_ + ": tensor " + quote(name) + " is listed twice");
     }
-    const std::optional<DummyRange> custom = config.range_for ? config.range_for(name) : std::nullopt;
+    const std::optional<DummyRange> custom =
+        config.range_for ? config.range_for(name) : std::nullopt;
     const DummyRange range = custom.value_or(DummyRange{-config.scale, config.scale});
+    if (!std::isfinite(range.low) || !std::isfinite(range.high) || range.low > range.high) {
+      throw Error(store.source_ + ": tensor " + quote(name) + " has an invalid value range [" +
+                  std::to_string(range.low) + ", " + std::to_string(range.high) + "]");
+    }
     fill_uniform(store.arena_.get() + offsets[i], view.numel(), dtype, seed ^ fnv1a64(name), range);
   }
   return store;

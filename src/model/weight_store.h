@@ -30,7 +30,8 @@ struct DummyRange {
 };
 
 struct DummyWeightsConfig {
-  // Range for tensors without an override: uniform in [-scale, scale].
+  // Range for tensors without an override: uniform in [-scale, scale]. Ranges must be finite with
+  // low <= high, else dummy() throws strata::Error.
   float scale = 0.02f;
   // Per-tensor override, e.g. {0.9f, 1.1f} for norm weights; nullopt keeps the default range.
   std::function<std::optional<DummyRange>(std::string_view name)> range_for;
@@ -67,7 +68,8 @@ class WeightStore {
   // get(), plus a check of the shape: throws strata::Error
   // "tensor 'x' has shape [64, 32], expected [64, 64] (<source>)" on mismatch.
   TensorView get_checked(std::string_view name, std::span<const int64_t> expected_shape) const;
-  TensorView get_checked(std::string_view name, std::initializer_list<int64_t> expected_shape) const;
+  TensorView get_checked(std::string_view name,
+                         std::initializer_list<int64_t> expected_shape) const;
 
   std::vector<std::string> names() const;  // sorted
   size_t num_tensors() const { return entries_.size(); }

@@ -86,10 +86,12 @@ json logprobs_json(const std::vector<int32_t>& prompt, const engine::GenerationR
 
 double per_second(int64_t n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
 
-void print_json(const GenerateOptions& o, const engine::GenerationResult& r,
+void print_json(const GenerateOptions& o, const model::Model& m, const engine::GenerationResult& r,
                 const engine::GeneratorStats& s) {
   json out = {
       {"model", o.model_dir},
+      {"weight_bytes", m.weight_bytes()},
+      {"kv_bytes_per_token", m.kv_spec(DType::kF32).bytes_per_token()},
       {"prompt_ids", o.prompt_ids},
       {"output_ids", r.output_ids},
       {"finish_reason", engine::finish_reason_name(r.finish_reason)},
@@ -190,7 +192,7 @@ int run_generate(const GenerateOptions& o) {
   auto results = generator.generate(requests);
   if (!results.ok()) throw Error(results.status().message());
   if (o.json) {
-    print_json(o, results->front(), generator.stats());
+    print_json(o, m, results->front(), generator.stats());
   } else {
     print_table(o, m, results->front(), generator.stats(), o.block_size);
   }
