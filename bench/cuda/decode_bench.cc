@@ -1,0 +1,312 @@
+// strata_decode_bench: paged decode attention bandwidth on the GPU, against the device-to-device
+// copy bandwidth measured in the same run (tools/bench_decode_torch.py measures PyTorch's SDPA on
+// the same shapes in the same call; tools/gpu_check.sh runs both).
+//
+// BF16 KV, 32 query / 8 KV heads, head dim 128, block sizes 16, 32 and 64, (batch x context) =
+// 1 x 65536, 16 x 32768, 64 x 4096, 256 x 1024. Blocks are handed out in a random order, as a
+// long-running pool would. The pool is filled by random_fill, whose values the host recomputes,
+// so correctness is checked (two sequences, first and last KV head) before anything is timed.
+// Times are medians of individually event-timed launches. "KV bytes" counts K and V once.
+//
+//   strata_decode_bench [--json FILE] [--reps N] [--block-size N] [--batch N] [--no-sweep]
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/event.h"
+#include "kernels/cuda/random_fill.h"
+#include "kernels/cuda/stream.h"
+#include "kv/kv_layout.h"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int32_t kQoHeads = 32;
+constexpr int32_t kKvHeads = 8;
+constexpr int32_t kHeadDim = 128;
+constexpr uint64_t kPoolSeed = 11;
+constexpr uint64_t kQSeed = 12;
+
+struct Shape {
+  int32_t batch;
+  int32_t context;
+};
+constexpr Shape kShapes[] = {{1, 65536}, {16, 32768}, {64, 4096}, {256, 1024}};
+constexpr int32_t kBlockSizes[] = {16, 32, 64};
+
+void die_if(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+    std::exit(1);
+  }
+}
+
+template <typename T>
+T take(Result<T> r, const char* what) {
+  die_if(r.status(), what);
+  return std::move(r).value();
+}
+
+void check_cuda(cudaError_t err) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+float bf16_value(uint64_t seed, int64_t i, float lo, float hi) {
+  return bf16_to_f32(f32_to_bf16(random_fill_value(seed, i, lo, hi)));
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median milliseconds of reps event-timed calls of fn (after warmup untimed calls).
+template <typename F>
+float time_ms(const Stream& stream, int reps, F&& fn, int warmup = 3) {
+  for (int i = 0; i < warmup; ++i) die_if(fn(), "warm-up");
+  Event start = take(Event::create(), "event");
+  Event end = take(Event::create(), "event");
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    die_if(start.record(stream.get()), "record");
+    die_if(fn(), "timed call");
+    die_if(end.record(stream.get()), "record");
+    die_if(end.synchronize(), "sync");
+    ms.push_back(take(Event::elapsed_ms(start, end), "elapsed"));
+  }
+  return median(ms);
+}
+
+struct Row {
+  int32_t block_size;
+  Shape shape;
+  double kv_bytes;
+  float median_us;
+  float unsplit_us;
+  double gbs;
+  double max_abs_err;
+  std::string split_sweep;  // JSON members "splits": microseconds
+};
+
+int run(int argc, char** argv) {
+  std::string json_path;
+  int reps = 30;
+  int only_bs = 0;     // 0 = every block size
+  int only_batch = 0;  // 0 = every shape
+  bool sweep = true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+      json_path = argv[++i];
+    else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--block-size") == 0 && i + 1 < argc)
+      only_bs = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
+      only_batch = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--no-sweep") == 0)
+      sweep = false;
+  }
+  Stream stream = take(Stream::create(), "stream");
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0));
+
+  // Copy bandwidth: 2 GiB device to device, bytes read + written.
+  const size_t copy_bytes = size_t{2} << 30;
+  DeviceBuffer copy_src = take(DeviceBuffer::allocate(copy_bytes), "alloc");
+  DeviceBuffer copy_dst = take(DeviceBuffer::allocate(copy_bytes), "alloc");
+  die_if(random_fill({copy_src.data(), DType::kF32, static_cast<int64_t>(copy_bytes / 4), 3, -1, 1},
+                     stream.get()),
+         "fill");
+  const float copy_ms = time_ms(stream, reps, [&] {
+    return cudaMemcpyAsync(copy_dst.data(), copy_src.data(), copy_bytes, cudaMemcpyDeviceToDevice,
+                           stream.get()) == cudaSuccess
+               ? Status::Ok()
+               : Status::Internal("cudaMemcpyAsync");
+  });
+  const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
+  copy_src = DeviceBuffer();
+  copy_dst = DeviceBuffer();
+  std::printf("device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, copy_gbs);
+
+  std::vector<Row> rows;
+  std::mt19937_64 rng(1);
+  for (int32_t bs : kBlockSizes) {
+    if (only_bs != 0 && bs != only_bs) continue;
+    for (const Shape& sh : kShapes) {
+      if (only_batch != 0 && sh.batch != only_batch) continue;
+      const int32_t blocks_per_seq = (sh.context + bs - 1) / bs;
+      const int32_t num_blocks = sh.batch * blocks_per_seq + 1;
+      const kv::KvLayout layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, bs);
+      DeviceBuffer pool = take(DeviceBuffer::allocate(layout.pool_bytes(num_blocks)), "pool");
+      const int64_t pool_elems = layout.pool_bytes(num_blocks) / 2;
+      die_if(random_fill({pool.data(), DType::kBF16, pool_elems, kPoolSeed, -1, 1}, stream.get()),
+             "fill");
+      const int64_t q_elems = static_cast<int64_t>(sh.batch) * kQoHeads * kHeadDim;
+      DeviceBuffer q = take(DeviceBuffer::allocate(q_elems * 2), "q");
+      DeviceBuffer o = take(DeviceBuffer::allocate(q_elems * 2), "o");
+      die_if(random_fill({q.data(), DType::kBF16, q_elems, kQSeed, -2, 2}, stream.get()), "fill");
+      std::vector<int32_t> ids(num_blocks - 1);
+      std::iota(ids.begin(), ids.end(), 1);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      std::vector<int32_t> indptr(sh.batch + 1);
+      for (int32_t s = 0; s <= sh.batch; ++s) indptr[s] = s * blocks_per_seq;
+      std::vector<int32_t> last(sh.batch, sh.context - (blocks_per_seq - 1) * bs);
+      DeviceBuffer d_indptr = take(DeviceBuffer::allocate(indptr.size() * 4), "a");
+      DeviceBuffer d_ids = take(DeviceBuffer::allocate(ids.size() * 4), "a");
+      DeviceBuffer d_last = take(DeviceBuffer::allocate(last.size() * 4), "a");
+      check_cuda(
+          cudaMemcpy(d_indptr.data(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+      check_cuda(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+      check_cuda(cudaMemcpy(d_last.data(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+      const size_t ws_bytes =
+          decode_attention_workspace_bytes(sh.batch, kQoHeads, kHeadDim, kMaxDecodeSplits);
+      DeviceBuffer ws = take(DeviceBuffer::allocate(ws_bytes), "ws");
+
+      DecodeAttentionParams p;
+      p.q = q.data();
+      p.q_seq_stride = kQoHeads * kHeadDim;
+      p.o = o.data();
+      p.o_seq_stride = kQoHeads * kHeadDim;
+      p.layout = PagedKvLayout{d_indptr.as<int32_t>(), d_ids.as<int32_t>(), d_last.as<int32_t>(),
+                               sh.batch, bs};
+      p.cache = layout.layer_view(pool.data(), 0);
+      p.num_qo_heads = kQoHeads;
+      p.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+      p.max_kv_len = sh.context;
+      p.workspace = ws.data();
+      p.workspace_bytes = ws.bytes();
+      die_if(decode_attention(p, stream.get()), "decode");
+      die_if(stream.synchronize(), "sync");
+
+      // Correctness: sequences 0 and batch-1, KV heads 0 and 7, against a double reference
+      // computed from the fill's formula.
+      std::vector<uint16_t> out(static_cast<size_t>(q_elems));
+      check_cuda(cudaMemcpy(out.data(), o.data(), q_elems * 2, cudaMemcpyDeviceToHost));
+      double max_err = 0.0;
+      const PagedKvCacheView view = layout.layer_view(nullptr, 0);
+      std::vector<int32_t> checked_seqs = {0};
+      if (sh.batch > 1) checked_seqs.push_back(sh.batch - 1);
+      for (int32_t s : checked_seqs) {
+        for (int32_t kvh : {0, kKvHeads - 1}) {
+          std::vector<float> k(static_cast<size_t>(sh.context) * kHeadDim);
+          std::vector<float> v(k.size());
+          for (int32_t t = 0; t < sh.context; ++t) {
+            const int32_t block = ids[s * blocks_per_seq + t / bs];
+            const int64_t k_off = view.offset(block, kvh, t % bs);
+            const int64_t v_off = k_off + layout.kv_area_bytes() / 2;
+            for (int32_t e = 0; e < kHeadDim; ++e) {
+              k[static_cast<size_t>(t) * kHeadDim + e] = bf16_value(kPoolSeed, k_off + e, -1, 1);
+              v[static_cast<size_t>(t) * kHeadDim + e] = bf16_value(kPoolSeed, v_off + e, -1, 1);
+            }
+          }
+          for (int32_t g = 0; g < kQoHeads / kKvHeads; ++g) {
+            const int32_t h = kvh * (kQoHeads / kKvHeads) + g;
+            const int64_t q_off = (static_cast<int64_t>(s) * kQoHeads + h) * kHeadDim;
+            std::vector<double> sc(sh.context);
+            double m = -INFINITY;
+            for (int32_t t = 0; t < sh.context; ++t) {
+              double dot = 0;
+              for (int32_t e = 0; e < kHeadDim; ++e) {
+                dot += static_cast<double>(bf16_value(kQSeed, q_off + e, -2, 2)) *
+                       k[static_cast<size_t>(t) * kHeadDim + e];
+              }
+              sc[t] = dot * p.sm_scale;
+              m = std::max(m, sc[t]);
+            }
+            double l = 0;
+            for (double& x : sc) l += (x = std::exp(x - m));
+            for (int32_t e = 0; e < kHeadDim; ++e) {
+              double acc = 0;
+              for (int32_t t = 0; t < sh.context; ++t)
+                acc += sc[t] * v[static_cast<size_t>(t) * kHeadDim + e];
+              max_err = std::max(max_err, std::abs(acc / l - bf16_to_f32(out[q_off + e])));
+            }
+          }
+        }
+      }
+      if (!(max_err < 1e-2)) {
+        std::fprintf(stderr, "bs %d %dx%d: max abs error %.3g against the reference\n", bs,
+                     sh.batch, sh.context, max_err);
+        return 1;
+      }
+
+      Row r{};
+      r.block_size = bs;
+      r.shape = sh;
+      r.kv_bytes = 2.0 * sh.batch * static_cast<double>(sh.context) * kKvHeads * kHeadDim * 2;
+      r.median_us = 1e3f * time_ms(stream, reps, [&] { return decode_attention(p, stream.get()); });
+      DecodeAttentionParams unsplit = p;
+      unsplit.num_splits = 1;
+      // Unsplit small batches leave most of the GPU idle and run long: a few calls suffice.
+      r.unsplit_us =
+          1e3f * time_ms(
+                     stream, 3, [&] { return decode_attention(unsplit, stream.get()); }, 1);
+      r.gbs = r.kv_bytes / (r.median_us * 1e-6) / 1e9;
+      // How time depends on the number of splits (block size 16 only), for tuning the planner.
+      if (sweep && bs == kBlockSizes[0]) {
+        std::printf("  splits sweep:");
+        for (int32_t n = 1; n <= kMaxDecodeSplits && n <= sh.context / 256; n *= 2) {
+          DecodeAttentionParams forced = p;
+          forced.num_splits = n;
+          const float us =
+              1e3f * time_ms(
+                         stream, 5, [&] { return decode_attention(forced, stream.get()); }, 1);
+          std::printf(" %d:%.1f", n, us);
+          r.split_sweep += (r.split_sweep.empty() ? "" : ", ") + std::string("\"") +
+                           std::to_string(n) + "\": " + std::to_string(us);
+        }
+        std::printf(" us\n");
+      }
+      r.max_abs_err = max_err;
+      rows.push_back(r);
+      std::printf(
+          "bs %3d  %3d x %5d  %9.1f us  %6.0f GB/s  (%.2f of copy)  unsplit %9.1f us  err %.2e\n",
+          bs, sh.batch, sh.context, r.median_us, r.gbs, r.gbs / copy_gbs, r.unsplit_us, max_err);
+      std::fflush(stdout);
+    }
+  }
+
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f == nullptr) return 1;
+    std::fprintf(f,
+                 "{\"device\": \"%s\", \"copy_bandwidth_gbs\": %.1f, \"num_qo_heads\": %d, "
+                 "\"num_kv_heads\": %d, \"head_dim\": %d, \"reps\": %d, \"results\": [\n",
+                 prop.name, copy_gbs, kQoHeads, kKvHeads, kHeadDim, reps);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::fprintf(f,
+                   "  {\"block_size\": %d, \"batch\": %d, \"context\": %d, \"kv_bytes\": %.0f, "
+                   "\"median_us\": %.2f, \"unsplit_us\": %.2f, \"gbs\": %.1f, \"max_abs_err\": "
+                   "%.3e, \"split_sweep_us\": {%s}}%s\n",
+                   r.block_size, r.shape.batch, r.shape.context, r.kv_bytes, r.median_us,
+                   r.unsplit_us, r.gbs, r.max_abs_err, r.split_sweep.c_str(),
+                   i + 1 < rows.size() ? "," : "");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata::cuda
+
+int main(int argc, char** argv) { return strata::cuda::run(argc, argv); }

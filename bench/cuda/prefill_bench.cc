@@ -1,0 +1,191 @@
+// strata_prefill_bench: paged prefill attention TFLOP/s on the GPU (tools/bench_decode_torch.py
+// measures SDPA on the same shapes and the bf16 matrix rate in the same call; tools/gpu_check.sh
+// runs both).
+//
+// BF16 KV, 32 query / 8 KV heads, head dim 128, block size 16, one sequence: a prompt of 4096 or
+// 16384 tokens, or a 4096-token chunk on a cached prefix of 4096 or 12288 tokens. Causal FLOPs
+// (4 * heads * head_dim * attended pairs) over the median of event-timed launches; a few rows are
+// checked against a double-precision reference first.
+//
+//   strata_prefill_bench [--reps N]   (prints one JSON line prefixed "json: ")
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/event.h"
+#include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/random_fill.h"
+#include "kernels/cuda/stream.h"
+#include "kv/kv_layout.h"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int32_t kQoHeads = 32;
+constexpr int32_t kKvHeads = 8;
+constexpr int32_t kHeadDim = 128;
+constexpr int32_t kBlockSize = 16;
+constexpr uint64_t kPoolSeed = 21;
+constexpr uint64_t kQSeed = 22;
+
+struct Case {
+  int32_t prefix;
+  int32_t chunk;
+};
+constexpr Case kCases[] = {{0, 4096}, {0, 16384}, {4096, 4096}, {12288, 4096}};
+
+void check(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+    std::exit(1);
+  }
+}
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+template <typename T>
+T take(Result<T> r, const char* what) {
+  check(r.status(), what);
+  return std::move(r).value();
+}
+float bf16_value(uint64_t seed, int64_t i, float lo, float hi) {
+  return bf16_to_f32(f32_to_bf16(random_fill_value(seed, i, lo, hi)));
+}
+
+int run(int argc, char** argv) {
+  int reps = 10;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
+  }
+  Stream stream = take(Stream::create(), "stream");
+  std::string json = "{\"cases\": [";
+  std::mt19937_64 rng(3);
+  for (const Case& cs : kCases) {
+    const int32_t kv_len = cs.prefix + cs.chunk;
+    const int32_t blocks = (kv_len + kBlockSize - 1) / kBlockSize;
+    const kv::KvLayout layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, kBlockSize);
+    DeviceBuffer pool = take(DeviceBuffer::allocate(layout.pool_bytes(blocks + 1)), "pool");
+    check(random_fill(
+              {pool.data(), DType::kBF16, layout.pool_bytes(blocks + 1) / 2, kPoolSeed, -1, 1},
+              stream.get()),
+          "fill");
+    const int64_t q_elems = static_cast<int64_t>(cs.chunk) * kQoHeads * kHeadDim;
+    DeviceBuffer q = take(DeviceBuffer::allocate(q_elems * 2), "q");
+    DeviceBuffer o = take(DeviceBuffer::allocate(q_elems * 2), "o");
+    check(random_fill({q.data(), DType::kBF16, q_elems, kQSeed, -2, 2}, stream.get()), "fill");
+    std::vector<int32_t> ids(blocks);
+    std::iota(ids.begin(), ids.end(), 1);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    const std::vector<int32_t> kv_indptr = {0, blocks};
+    const std::vector<int32_t> last = {kv_len - (blocks - 1) * kBlockSize};
+    const std::vector<int32_t> qo_indptr = {0, cs.chunk};
+    DeviceBuffer d_ids = take(DeviceBuffer::allocate(ids.size() * 4), "a");
+    DeviceBuffer d_kv = take(DeviceBuffer::allocate(8), "a");
+    DeviceBuffer d_last = take(DeviceBuffer::allocate(4), "a");
+    DeviceBuffer d_qo = take(DeviceBuffer::allocate(8), "a");
+    check(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), "copy");
+    check(cudaMemcpy(d_kv.data(), kv_indptr.data(), 8, cudaMemcpyHostToDevice), "copy");
+    check(cudaMemcpy(d_last.data(), last.data(), 4, cudaMemcpyHostToDevice), "copy");
+    check(cudaMemcpy(d_qo.data(), qo_indptr.data(), 8, cudaMemcpyHostToDevice), "copy");
+
+    PrefillAttentionParams p;
+    p.q = q.data();
+    p.q_token_stride = kQoHeads * kHeadDim;
+    p.o = o.data();
+    p.o_token_stride = kQoHeads * kHeadDim;
+    p.qo_indptr = d_qo.as<int32_t>();
+    p.layout =
+        PagedKvLayout{d_kv.as<int32_t>(), d_ids.as<int32_t>(), d_last.as<int32_t>(), 1, kBlockSize};
+    p.cache = layout.layer_view(pool.data(), 0);
+    p.num_qo_heads = kQoHeads;
+    p.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    p.max_q_len = cs.chunk;
+    check(prefill_attention(p, stream.get()), "prefill");
+    check(stream.synchronize(), "sync");
+
+    std::vector<uint16_t> out(static_cast<size_t>(q_elems));
+    check(cudaMemcpy(out.data(), o.data(), q_elems * 2, cudaMemcpyDeviceToHost), "copy");
+    const PagedKvCacheView view = layout.layer_view(nullptr, 0);
+    double max_err = 0.0;
+    for (int32_t row : {0, cs.chunk / 2 + 7, cs.chunk - 1}) {
+      for (int32_t h : {0, kQoHeads - 1}) {
+        const int32_t kvh = h / (kQoHeads / kKvHeads);
+        const int32_t pos = cs.prefix + row;
+        std::vector<double> sc(pos + 1);
+        double m = -INFINITY;
+        const int64_t q_off = (static_cast<int64_t>(row) * kQoHeads + h) * kHeadDim;
+        for (int32_t t = 0; t <= pos; ++t) {
+          const int64_t k_off = view.offset(ids[t / kBlockSize], kvh, t % kBlockSize);
+          double dot = 0;
+          for (int32_t e = 0; e < kHeadDim; ++e) {
+            dot += static_cast<double>(bf16_value(kQSeed, q_off + e, -2, 2)) *
+                   bf16_value(kPoolSeed, k_off + e, -1, 1);
+          }
+          sc[t] = dot * p.sm_scale;
+          m = std::max(m, sc[t]);
+        }
+        double l = 0;
+        for (double& x : sc) l += (x = std::exp(x - m));
+        for (int32_t e = 0; e < kHeadDim; ++e) {
+          double acc = 0;
+          for (int32_t t = 0; t <= pos; ++t) {
+            const int64_t v_off =
+                view.offset(ids[t / kBlockSize], kvh, t % kBlockSize) + layout.kv_area_bytes() / 2;
+            acc += sc[t] * bf16_value(kPoolSeed, v_off + e, -1, 1);
+          }
+          max_err = std::max(max_err, std::abs(acc / l - bf16_to_f32(out[q_off + e])));
+        }
+      }
+    }
+    if (!(max_err < 2e-2)) {
+      std::fprintf(stderr, "prefix %d chunk %d: max abs error %.3g\n", cs.prefix, cs.chunk,
+                   max_err);
+      return 1;
+    }
+    Event start = take(Event::create(), "event");
+    Event end = take(Event::create(), "event");
+    std::vector<float> ms;
+    for (int i = 0; i < reps + 2; ++i) {
+      check(start.record(stream.get()), "record");
+      check(prefill_attention(p, stream.get()), "prefill");
+      check(end.record(stream.get()), "record");
+      check(end.synchronize(), "sync");
+      if (i >= 2) ms.push_back(take(Event::elapsed_ms(start, end), "elapsed"));
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    // Attended (query, key) pairs: row i sees prefix + i + 1 keys.
+    const double pairs =
+        static_cast<double>(cs.chunk) * cs.prefix + 0.5 * cs.chunk * (cs.chunk + 1.0);
+    const double flops = 4.0 * kQoHeads * kHeadDim * pairs;
+    const double tflops = flops / (med * 1e-3) / 1e12;
+    std::printf("prefill prefix %5d chunk %5d: %9.1f us  %6.1f TFLOP/s  err %.2e\n", cs.prefix,
+                cs.chunk, med * 1e3, tflops, max_err);
+    json += std::string(&cs == kCases ? "" : ", ") + "{\"prefix\": " + std::to_string(cs.prefix) +
+            ", \"chunk\": " + std::to_string(cs.chunk) +
+            ", \"median_us\": " + std::to_string(med * 1e3) +
+            ", \"tflops\": " + std::to_string(tflops) +
+            ", \"max_abs_err\": " + std::to_string(max_err) + "}";
+  }
+  std::printf("json: %s]}\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata::cuda
+
+int main(int argc, char** argv) { return strata::cuda::run(argc, argv); }

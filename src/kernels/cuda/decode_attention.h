@@ -1,0 +1,69 @@
+#pragma once
+// Paged decode attention: one new query token per sequence attends to the sequence's K/V in the
+// paged pool (src/core/paged_kv.h). Design (docs/kernels.md):
+//   - GQA-grouped: a thread block owns one (sequence, KV head, split) and computes every query
+//     head of that KV head's group, so each KV byte is read once per step;
+//   - 16-byte loads, several tokens' K and V in flight per thread;
+//   - split-KV (FlashDecoding): when sequences x KV heads do not fill the GPU, each sequence's
+//     tokens are cut into chunks whose partial results (output, log-sum-exp) a merge kernel
+//     combines; the workspace holds the partials;
+//   - sliding window: only the last window_left + 1 positions are attended;
+//   - optional per-slot attention mass for the eviction policies.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/paged_kv.h"
+#include "core/status.h"
+
+namespace strata::cuda {
+
+// Most KV splits the planner uses for one sequence.
+inline constexpr int32_t kMaxDecodeSplits = 128;
+
+struct DecodeAttentionParams {
+  const void* q = nullptr;   // [num_seqs, num_qo_heads, head_dim], cache.dtype
+  int64_t q_seq_stride = 0;  // elements between sequences of q (>= num_qo_heads * head_dim)
+  void* o = nullptr;         // [num_seqs, num_qo_heads, head_dim], cache.dtype
+  int64_t o_seq_stride = 0;  // elements between sequences of o
+  PagedKvLayout layout;      // device pointers; layout.block_size == cache.block_size
+  PagedKvCacheView cache;    // one layer; dtype in kKvDTypes, head_dim in kAttentionHeadDims
+  int32_t num_qo_heads = 0;  // multiple of cache.num_kv_heads; query head h reads KV head
+                             //   h / (num_qo_heads / num_kv_heads)
+  float sm_scale = 0.0f;     // softmax scale, usually 1 / sqrt(head_dim)
+  // Sliding window: the query (at position kv_len - 1) attends positions
+  // [kv_len - 1 - window_left, kv_len); -1 = the whole sequence.
+  int32_t window_left = -1;
+  // Host-side upper bound on any sequence's kv_len, used to plan splits; 0 = never split.
+  int32_t max_kv_len = 0;
+  // 0 = the planner picks; n >= 1 forces n splits (tests), capped by the workspace.
+  int32_t num_splits = 0;
+  // Optional [num_seqs, num_qo_heads] log-sum-exp (natural log) of the scaled scores; -inf for an
+  // empty sequence. nullptr = not written.
+  float* lse = nullptr;
+  // Optional [num_pool_slots, num_kv_heads] float: for every attended slot, the attention
+  // probabilities of the KV head's query heads, summed, are ADDED to
+  // attn_mass[slot * num_kv_heads + kv_head] (H2O-style running sums: the caller zeroes it or
+  // lets it accumulate over layers and steps). Slots shared by several sequences receive the sum
+  // of all. Costs a second pass over K. nullptr = off.
+  float* attn_mass = nullptr;
+  // Device scratch for split partials and the mass pass; decode_attention_workspace_bytes()
+  // says how much allows max_splits splits. Too small (or nullptr) just means fewer splits,
+  // except that attn_mass needs at least decode_attention_workspace_bytes(.., 1).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Bytes of workspace that allow up to max_splits splits (and the attention-mass pass).
+size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_qo_heads, int32_t head_dim,
+                                        int32_t max_splits);
+
+// out[s, h] = softmax(sm_scale * q[s, h] . K[s, kv(h)]^T) V[s, kv(h)] over the attended window.
+// A sequence with kv_len 0 gets a zero output. Unsupported for dtype / head_dim / block_size
+// outside the sets in dispatch.h; InvalidArgument for inconsistent shapes or misaligned pointers.
+// Asynchronous on stream.
+Status decode_attention(const DecodeAttentionParams& params, cudaStream_t stream);
+
+}  // namespace strata::cuda

@@ -1,0 +1,6 @@
+// Prefill attention instance: BF16 KV, head dim 128.
+#include "kernels/cuda/prefill_attention_kernel.cuh"
+
+namespace strata::cuda::detail {
+template Status run_prefill_attention<DType::kBF16, 128>(const PrefillAttentionParams&, cudaStream_t);
+}  // namespace strata::cuda::detail

@@ -1,0 +1,18 @@
+#pragma once
+// Internal interface between the prefill-attention launcher (prefill_attention.cc) and its
+// per-(dtype x head dim) instances (instances/prefill_*.cu). Host-only.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/cuda/prefill_attention.h"
+
+namespace strata::cuda::detail {
+
+template <DType kDType, int32_t kHeadDim>
+Status run_prefill_attention(const PrefillAttentionParams& params, cudaStream_t stream);
+
+}  // namespace strata::cuda::detail

@@ -1,0 +1,224 @@
+// Paged prefill attention against a double-precision CPU reference: prompt chunks on top of cached
+// prefixes mixed with decode tokens in one ragged batch, every KV dtype x prefill head dim x block
+// size, group sizes, sliding windows, a 2049-token prompt. Outputs are poisoned first and every
+// element (and the row padding) is checked.
+
+#include "kernels/cuda/prefill_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "kernels/cuda/dispatch.h"
+#include "kv/kv_layout.h"
+
+namespace strata::cuda::testing {
+namespace {
+
+struct SeqShape {
+  int32_t q_len;
+  int32_t kv_len;
+};
+
+struct PrefillCase {
+  DType dtype = DType::kBF16;
+  int32_t head_dim = 128;
+  int32_t block_size = 16;
+  int32_t num_kv_heads = 2;
+  int32_t group_size = 2;
+  std::vector<SeqShape> seqs;
+  int32_t window_left = -1;
+  uint64_t seed = 1;
+};
+
+void run_prefill_case(const PrefillCase& c) {
+  std::string desc = std::string(dtype_name(c.dtype)) + " hd" + std::to_string(c.head_dim) + " bs" +
+                     std::to_string(c.block_size) + " g" + std::to_string(c.group_size) +
+                     " window " + std::to_string(c.window_left) + " seqs";
+  for (const SeqShape& s : c.seqs)
+    desc += " " + std::to_string(s.q_len) + "/" + std::to_string(s.kv_len);
+  SCOPED_TRACE(desc);
+  std::mt19937_64 rng(c.seed);
+  const int32_t num_seqs = static_cast<int32_t>(c.seqs.size());
+  const int32_t num_qo_heads = c.num_kv_heads * c.group_size;
+  const int32_t d = c.head_dim;
+
+  std::vector<int32_t> kv_indptr{0}, last_len, qo_indptr{0};
+  int32_t needed = 0;
+  int32_t max_q_len = 0;
+  for (const SeqShape& s : c.seqs) {
+    const int32_t blocks = (s.kv_len + c.block_size - 1) / c.block_size;
+    needed += blocks;
+    kv_indptr.push_back(kv_indptr.back() + blocks);
+    last_len.push_back(blocks == 0 ? 0 : s.kv_len - (blocks - 1) * c.block_size);
+    qo_indptr.push_back(qo_indptr.back() + s.q_len);
+    max_q_len = std::max(max_q_len, s.q_len);
+  }
+  const int32_t num_q = qo_indptr.back();
+  const int32_t num_pool_blocks = needed + 3;
+  std::vector<int32_t> ids(num_pool_blocks - 1);
+  std::iota(ids.begin(), ids.end(), 1);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int32_t> indices(ids.begin(), ids.begin() + needed);
+
+  const kv::KvLayout kv_layout(kv::KvSpec{2, c.num_kv_heads, d, c.dtype}, c.block_size);
+  const std::vector<uint16_t> pool = random_halves(
+      static_cast<size_t>(kv_layout.pool_bytes(num_pool_blocks) / 2), c.dtype, -1.0f, 1.0f, rng);
+  const int64_t q_stride = static_cast<int64_t>(num_qo_heads) * d + 8;
+  const int64_t o_stride = static_cast<int64_t>(num_qo_heads) * d + 16;
+  const std::vector<uint16_t> q =
+      random_halves(static_cast<size_t>(std::max(num_q, 1)) * q_stride, c.dtype, -3.0f, 3.0f, rng);
+
+  DeviceBuffer d_pool = upload(pool);
+  DeviceBuffer d_q = upload(q);
+  DeviceBuffer d_qo = upload(qo_indptr);
+  DeviceBuffer d_kv_indptr = upload(kv_indptr);
+  DeviceBuffer d_indices = upload(indices.empty() ? std::vector<int32_t>{0} : indices);
+  DeviceBuffer d_last = upload(last_len);
+  DeviceBuffer d_o =
+      upload(std::vector<uint16_t>(static_cast<size_t>(std::max(num_q, 1)) * o_stride, 0xFFFFu));
+
+  PrefillAttentionParams p;
+  p.q = d_q.data();
+  p.q_token_stride = q_stride;
+  p.o = d_o.data();
+  p.o_token_stride = o_stride;
+  p.qo_indptr = d_qo.as<int32_t>();
+  p.layout = PagedKvLayout{d_kv_indptr.as<int32_t>(), d_indices.as<int32_t>(), d_last.as<int32_t>(),
+                           num_seqs, c.block_size};
+  p.cache = kv_layout.layer_view(d_pool.data(), 1);
+  p.num_qo_heads = num_qo_heads;
+  p.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.window_left = c.window_left;
+  p.max_q_len = max_q_len;
+  STRATA_ASSERT_OK(prefill_attention(p, nullptr));
+  sync_device();
+  const auto o = download<uint16_t>(d_o, static_cast<size_t>(std::max(num_q, 1)) * o_stride);
+
+  const PagedKvLayout host{kv_indptr.data(), indices.data(), last_len.data(), num_seqs,
+                           c.block_size};
+  const PagedKvCacheView cache = kv_layout.layer_view(const_cast<uint16_t*>(pool.data()), 1);
+  const Tolerance tol = tolerance(Quantity::kPrefillOutput, c.dtype);
+  int64_t bad = 0;
+  std::vector<double> sc, acc(d);
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const int32_t kv_len = host.kv_len(s);
+    for (int32_t i = 0; i < c.seqs[s].q_len; ++i) {
+      const int64_t row = qo_indptr[s] + i;
+      const int32_t pos = kv_len - c.seqs[s].q_len + i;
+      const int32_t lo = c.window_left >= 0 ? std::max(0, pos - c.window_left) : 0;
+      for (int32_t h = 0; h < num_qo_heads; ++h) {
+        const int32_t kvh = h / c.group_size;
+        sc.assign(static_cast<size_t>(pos - lo + 1), 0.0);
+        double m = -INFINITY;
+        for (int32_t t = lo; t <= pos; ++t) {
+          const uint16_t* k = cache.k<uint16_t>(host.block_of(s, t), kvh, t % c.block_size);
+          double dot = 0;
+          for (int32_t e = 0; e < d; ++e) {
+            dot += to_f32(q[row * q_stride + h * d + e], c.dtype) * to_f32(k[e], c.dtype);
+          }
+          sc[t - lo] = dot * p.sm_scale;
+          m = std::max(m, sc[t - lo]);
+        }
+        double l = 0;
+        for (double& x : sc) l += (x = std::exp(x - m));
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int32_t t = lo; t <= pos; ++t) {
+          const uint16_t* v = cache.v<uint16_t>(host.block_of(s, t), kvh, t % c.block_size);
+          for (int32_t e = 0; e < d; ++e) acc[e] += sc[t - lo] * to_f32(v[e], c.dtype);
+        }
+        for (int32_t e = 0; e < d; ++e) {
+          const double want = acc[e] / l;
+          const double got = to_f32(o[row * o_stride + h * d + e], c.dtype);
+          if (!(std::abs(got - want) <= tol.atol + tol.rtol * std::abs(want)) && bad++ < 10) {
+            ADD_FAILURE() << "seq " << s << " row " << i << " head " << h << " elem " << e
+                          << ": got " << got << " want " << want;
+          }
+        }
+      }
+      for (int64_t e = static_cast<int64_t>(num_qo_heads) * d; e < o_stride; ++e) {
+        if (o[row * o_stride + e] != 0xFFFFu && bad++ < 10) ADD_FAILURE() << "padding written";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+class PrefillAttentionTest : public CudaTest {};
+
+// Prompt chunks on cached prefixes, fresh prompts, decode tokens, and a sequence with no query
+// rows, in one batch.
+const std::vector<SeqShape> kMixedBatch = {{17, 17}, {97, 700}, {1, 33},   {64, 64},
+                                           {1, 1},   {0, 5},    {130, 200}};
+
+TEST_F(PrefillAttentionTest, SmallRaggedBatch) {
+  PrefillCase c;
+  c.seqs = {{17, 17}, {5, 40}, {1, 9}};
+  run_prefill_case(c);
+}
+
+TEST_F(PrefillAttentionTest, SweepDTypeHeadDimBlockSize) {
+  uint64_t seed = 500;
+  for (DType dtype : kKvDTypes) {
+    for (int32_t hd : kPrefillHeadDims) {
+      for (int32_t bs : kKvBlockSizes) {
+        PrefillCase c;
+        c.dtype = dtype;
+        c.head_dim = hd;
+        c.block_size = bs;
+        c.seqs = kMixedBatch;
+        c.seed = seed++;
+        run_prefill_case(c);
+      }
+    }
+  }
+}
+
+TEST_F(PrefillAttentionTest, GroupSizesAndSlidingWindow) {
+  for (int32_t group : {1, 4, 8}) {
+    for (int32_t window : {-1, 0, 31, 100}) {
+      PrefillCase c;
+      c.group_size = group;
+      c.num_kv_heads = 1;
+      c.seqs = {{97, 150}, {40, 40}, {1, 77}};
+      c.window_left = window;
+      c.seed = 600 + group * 7 + window;
+      run_prefill_case(c);
+    }
+  }
+}
+
+TEST_F(PrefillAttentionTest, Prompt2049Tokens) {
+  PrefillCase c;
+  c.num_kv_heads = 1;
+  c.seqs = {{2049, 2049}};
+  run_prefill_case(c);
+}
+
+TEST(PrefillAttentionDispatchTest, UnsupportedHeadDimReturnsStatus) {
+  alignas(16) static int32_t fake[64] = {};
+  PrefillAttentionParams p;
+  p.q = p.o = fake;
+  p.qo_indptr = fake;
+  p.layout = PagedKvLayout{fake, fake, fake, 1, 16};
+  p.cache.k_data = p.cache.v_data = fake;
+  p.cache.num_kv_heads = 1;
+  p.cache.head_dim = 96;
+  p.cache.block_size = 16;
+  p.cache.token_stride = 96;
+  p.cache.head_stride = p.cache.block_stride = 16 * 96;
+  p.cache.dtype = DType::kBF16;
+  p.num_qo_heads = 1;
+  p.q_token_stride = p.o_token_stride = 96;
+  p.max_q_len = 1;
+  EXPECT_EQ(prefill_attention(p, nullptr).code(), StatusCode::kUnsupported);
+}
+
+}  // namespace
+}  // namespace strata::cuda::testing

@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# gpu_check.sh: build, run and record the CUDA kernels' tests, sanitizer runs and benchmarks.
+#
+#   tools/gpu_check.sh build            on the CPU machine (nvcc, no GPU needed): builds the CUDA
+#                                       test and benchmark binaries (Release, sm_90a, GoogleTest
+#                                       and libstdc++ linked statically) into .devcarry/gpu/, with
+#                                       the commit and the src/kernels/cuda tree hash they came from
+#   tools/gpu_check.sh run OUT_DIR      on the GPU machine, from the repository root with
+#                                       .devcarry/gpu/bin copied there (nothing else is needed): runs
+#                                       the test binary, the decode and prefill benchmarks, the
+#                                       PyTorch comparison, and a reduced filter of the tests
+#                                       under compute-sanitizer memcheck and racecheck; writes
+#                                       seven files (logs, JSON) under OUT_DIR
+#   tools/gpu_check.sh report RUN_DIR   on the CPU machine: turns RUN_DIR (the files "run" wrote)
+#                                       into docs/gpu-runs.md (figures for docs/benchmarks.md)
+#
+# GPU_CHECK_JOBS sets the build's parallelism (default 1); GPU_CHECK_SANITIZER_FILTER the tests
+# run under the sanitizers.
+#
+# The test binaries are run directly, not through ctest: ctest files hold absolute build paths.
+# The build uses a small CMake project of its own (written into .devcarry/gpu/project) that pulls
+# in src/core, src/kv, src/kernels/cuda, tests/kernels/cuda and bench/cuda, so it does not depend
+# on the rest of the tree configuring.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CARRY="$ROOT/.devcarry/gpu"
+JOBS="${GPU_CHECK_JOBS:-1}"
+
+# Tree hash of src/kernels/cuda as it is in the working tree (uncommitted edits included): equal
+# to `git rev-parse HEAD:src/kernels/cuda` once those files are committed unchanged.
+kernels_tree_hash() {
+  local idx
+  idx="$(mktemp)"
+  rm -f "$idx"
+  cp "$ROOT/.git/index" "$idx" 2>/dev/null || true
+  GIT_INDEX_FILE="$idx" git -C "$ROOT" add -A src/kernels/cuda >/dev/null
+  GIT_INDEX_FILE="$idx" git -C "$ROOT" write-tree --prefix=src/kernels/cuda/
+  rm -f "$idx"
+}
+
+write_project() {
+  mkdir -p "$CARRY/project"
+  cat >"$CARRY/project/CMakeLists.txt" <<EOF
+cmake_minimum_required(VERSION 3.25)
+project(strata_gpu_check LANGUAGES C CXX)
+set(STRATA_ROOT "$ROOT")
+# The included CMakeLists refer to the Strata root as PROJECT_SOURCE_DIR.
+set(PROJECT_SOURCE_DIR \${STRATA_ROOT})
+set(CMAKE_CXX_STANDARD 20)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+set(CMAKE_CXX_EXTENSIONS OFF)
+set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+set(STRATA_CUDA ON)
+include(\${STRATA_ROOT}/cmake/strata_cuda.cmake)
+include(\${STRATA_ROOT}/cmake/strata_defaults.cmake)
+find_package(Threads REQUIRED)
+# Everything but the CUDA driver and glibc linked statically, so the binaries run on the GPU
+# machine's image.
+add_link_options(-static-libstdc++ -static-libgcc)
+add_library(GTest::gtest STATIC IMPORTED)
+set_target_properties(GTest::gtest PROPERTIES
+  IMPORTED_LOCATION /usr/lib/x86_64-linux-gnu/libgtest.a
+  INTERFACE_INCLUDE_DIRECTORIES /usr/include
+  INTERFACE_LINK_LIBRARIES Threads::Threads)
+add_library(GTest::gtest_main STATIC IMPORTED)
+set_target_properties(GTest::gtest_main PROPERTIES
+  IMPORTED_LOCATION /usr/lib/x86_64-linux-gnu/libgtest_main.a
+  INTERFACE_LINK_LIBRARIES GTest::gtest)
+function(strata_add_gtest name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" \${ARGN})
+  add_executable(\${name} \${ARG_SOURCES})
+  strata_target_defaults(\${name})
+  target_link_libraries(\${name} PRIVATE \${ARG_LIBS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(\${name} PRIVATE STRATA_TEST_DATA_DIR="\${STRATA_ROOT}/tests/data")
+endfunction()
+add_subdirectory(\${STRATA_ROOT}/src/core core)
+add_subdirectory(\${STRATA_ROOT}/src/kv kv)
+add_subdirectory(\${STRATA_ROOT}/src/kernels/cuda kernels_cuda)
+add_subdirectory(\${STRATA_ROOT}/tests/kernels/cuda tests_kernels_cuda)
+add_subdirectory(\${STRATA_ROOT}/bench/cuda bench_cuda)
+EOF
+}
+
+cmd_build() {
+  write_project
+  # Every instance, head dims 96 and 256 included, is built and tested on the GPU.
+  cmake -S "$CARRY/project" -B "$CARRY/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DSTRATA_CUDA_EXTRA_HEAD_DIMS=ON >/dev/null
+  ninja -C "$CARRY/build" -j "$JOBS" strata_kernels_cuda_test strata_decode_bench strata_prefill_bench
+  mkdir -p "$CARRY/bin"
+  cp "$CARRY/build/tests_kernels_cuda/strata_kernels_cuda_test" "$CARRY/bin/"
+  cp "$CARRY/build/bench_cuda/strata_decode_bench" "$CARRY/build/bench_cuda/strata_prefill_bench" \
+    "$CARRY/bin/"
+  cp "$ROOT/tools/bench_decode_torch.py" "$CARRY/bin/"
+  {
+    echo "commit=$(git -C "$ROOT" rev-parse HEAD)"
+    echo "kernels_tree=$(kernels_tree_hash)"
+    if git -C "$ROOT" diff --quiet HEAD -- src/kernels/cuda tests/kernels/cuda bench/cuda &&
+       [ -z "$(git -C "$ROOT" ls-files --others --exclude-standard src/kernels/cuda tests/kernels/cuda bench/cuda)" ]; then
+      echo "dirty=no"
+    else
+      echo "dirty=yes"
+    fi
+    echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "nvcc=$(/usr/local/cuda/bin/nvcc --version | tail -1)"
+  } >"$CARRY/bin/build-info.txt"
+  du -sh "$CARRY/bin"
+  cat "$CARRY/bin/build-info.txt"
+}
+
+# Runs a step under a time limit, keeping its exit status in OUT/status.txt and appending its
+# output, after a "### NAME" line, to OUT/LOG.log.
+step() {
+  local name="$1" log="$2" limit="$3"
+  shift 3
+  local rc=0
+  local t0
+  t0=$(date +%s)
+  echo "### $name" >>"$OUT/$log.log"
+  timeout "$limit" "$@" >>"$OUT/$log.log" 2>&1 || rc=$?
+  echo "step $name rc=$rc seconds=$(( $(date +%s) - t0 ))" | tee -a "$OUT/status.txt"
+}
+
+cmd_run() {
+  OUT="$1"
+  mkdir -p "$OUT"
+  export PATH="/usr/local/cuda/bin:$PATH"
+  local bin="$ROOT/.devcarry/gpu/bin"
+  # Seven files in all: build info and step results share one, the sanitizer runs another.
+  cp "$bin/build-info.txt" "$OUT/status.txt"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
+    >>"$OUT/status.txt" 2>&1 || true
+  # Most important first: the tests, then the numbers, then the (slow) sanitizer runs.
+  step tests tests "${GPU_CHECK_TEST_LIMIT:-180}" "$bin/strata_kernels_cuda_test" --gtest_brief=1
+  step bench bench 100 "$bin/strata_decode_bench" --json "$OUT/bench.json"
+  step prefill bench 60 "$bin/strata_prefill_bench"
+  step torch torch 150 env PYTHONUNBUFFERED=1 python3 "$bin/bench_decode_torch.py" --json "$OUT/torch.json"
+  # The sanitizers slow kernels by 10-100x: run the small configurations only.
+  local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*}"
+  step memcheck sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$bin/strata_kernels_cuda_test" --gtest_brief=1 --gtest_filter="$filter"
+  step racecheck sanitizer 100 compute-sanitizer --tool racecheck --error-exitcode 3 \
+    "$bin/strata_kernels_cuda_test" --gtest_brief=1 --gtest_filter="$filter"
+  cat "$OUT/status.txt"
+  tail -n 30 "$OUT/tests.log"
+  grep -E "^###|PASSED|FAILED|SUMMARY" "$OUT/sanitizer.log"
+  tail -n 24 "$OUT/bench.log"
+  grep -v Warning "$OUT/torch.log" | grep -v "^  return" | tail -n 14
+}
+
+cmd_report() {
+  local run="$1"
+  python3 - "$run" "$ROOT/docs/gpu-runs.md" <<'PY'
+import json, os, re, sys
+run, dst = sys.argv[1], sys.argv[2]
+def read(name):
+    p = os.path.join(run, name)
+    return open(p, encoding="utf-8", errors="replace").read() if os.path.exists(p) else ""
+st = read("status.txt").splitlines()
+info = dict(l.split("=", 1) for l in st if "=" in l and not l.startswith(("step ", "name")))
+gpu = [l for l in st if "NVIDIA" in l]
+status = dict((l.split()[1], l.split()[2].split("=")[1]) for l in st if l.startswith("step "))
+def gtest_counts(log):
+    passed = re.search(r"\[  PASSED  \] (\d+) test", log)
+    failed = re.findall(r"\[  FAILED  \] (\S+)", log)
+    skipped = re.search(r"\[  SKIPPED \] (\d+) test", log)
+    return (int(passed.group(1)) if passed else 0, sorted(set(f for f in failed if "." in f)),
+            int(skipped.group(1)) if skipped else 0)
+def sanitizer(log):
+    m = re.search(r"ERROR SUMMARY: (\d+) error", log)
+    h = re.search(r"RACECHECK SUMMARY: (\d+) hazard", log)
+    parts = []
+    if m: parts.append(f"{m.group(1)} errors")
+    if h: parts.append(f"{h.group(1)} hazards")
+    return ", ".join(parts) or "no summary"
+lines = ["# GPU runs", "",
+         "Written by `tools/gpu_check.sh report` from the files `tools/gpu_check.sh run` wrote on an",
+         "H200 GPU. `tools/check_gpu_run_current.sh` compares the tree hash below with",
+         "`git rev-parse HEAD:src/kernels/cuda`: CI fails when the kernels changed after this run.", "",
+         "## Latest run", "",
+         f"- commit built on: `{info.get('commit', '?')}`" +
+         (" (plus uncommitted kernel edits, recorded by tree hash)" if info.get("dirty") == "yes" else ""),
+         f"- kernels_tree: `{info.get('kernels_tree', '?')}`",
+         f"- built: {info.get('built', '?')} with {info.get('nvcc', '?')}, sm_90a",
+         f"- device: {gpu[0].strip() if gpu else 'one H200 GPU'}", ""]
+p, f, s = gtest_counts(read("tests.log"))
+lines += ["| step | exit | result |", "|---|---|---|"]
+lines.append(f"| tests (`strata_kernels_cuda_test`) | {status.get('tests', '?')} | {p} passed, {len(f)} failed, {s} skipped |")
+san = read("sanitizer.log").split("### ")
+san_logs = {part.split("\n", 1)[0].strip(): part for part in san if part.strip()}
+for name in ("memcheck", "racecheck"):
+    log = san_logs.get(name, "")
+    pp, ff, _ = gtest_counts(log)
+    lines.append(f"| compute-sanitizer {name} (reduced filter) | {status.get(name, '?')} | {sanitizer(log)}; {pp} passed, {len(ff)} failed |")
+lines.append(f"| decode benchmark | {status.get('bench', '?')} | see below |")
+lines.append(f"| prefill benchmark | {status.get('prefill', '?')} | see below |")
+lines.append(f"| PyTorch SDPA comparison | {status.get('torch', '?')} | see below |")
+if f:
+    lines += ["", "Failed tests: " + ", ".join(f"`{x}`" for x in f)]
+bench = json.loads(read("bench.json") or "{}")
+torch = json.loads(read("torch.json") or "{}")
+if bench:
+    copy_bw = bench.get("copy_bandwidth_gbs", 0.0)
+    sdpa = {(r["batch"], r["context"]): r for r in torch.get("results", [])}
+    lines += ["", "## Decode attention benchmark", "",
+              f"BF16, {bench.get('num_qo_heads')} query / {bench.get('num_kv_heads')} KV heads, head dim "
+              f"{bench.get('head_dim')}; KV bytes read per second (median of event-timed runs). "
+              f"Device-to-device copy: {copy_bw:.0f} GB/s (bytes read + written)"
+              + (f"; PyTorch's copy in its run: {torch.get('copy_bandwidth_gbs', 0):.0f} GB/s." if torch else "."), "",
+              "Copy bandwidth counts bytes read and written; the attention kernels only read. \"unsplit\" is",
+              "the same kernel forced to one split per sequence.", "",
+              "| block size | batch x context | Strata us | Strata GB/s | unsplit us | SDPA us | SDPA GB/s | Strata / SDPA | Strata / copy | max abs err |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in bench.get("results", []):
+        t = sdpa.get((r["batch"], r["context"]))
+        sd_us = f"{t['median_us']:.1f}" if t else "-"
+        sd_bw = f"{t['gbs']:.0f}" if t else "-"
+        ratio = f"{r['gbs'] / t['gbs']:.2f}" if t else "-"
+        lines.append(f"| {r['block_size']} | {r['batch']} x {r['context']} | {r['median_us']:.1f} | {r['gbs']:.0f} | "
+                     f"{r.get('unsplit_us', 0):.1f} | {sd_us} | {sd_bw} | {ratio} | {r['gbs'] / copy_bw:.2f} | {r['max_abs_err']:.2e} |")
+pre = [l[6:] for l in read("bench.log").splitlines() if l.startswith("json: ")]
+prefill = json.loads(pre[0]).get("cases", []) if pre else []
+if prefill:
+    sd = {(r["prefix"], r["chunk"]): r for r in torch.get("prefill", [])}
+    mm = torch.get("matmul_tflops", 0.0)
+    lines += ["", "## Prefill attention benchmark", "",
+              "BF16, 32 query / 8 KV heads, head dim 128, block size 16, one sequence; causal TFLOP/s"
+              + (f"; bf16 matrix product in the same run: {mm:.0f} TFLOP/s." if mm else "."), "",
+              "| cached prefix | chunk | Strata us | Strata TFLOP/s | SDPA TFLOP/s | Strata / SDPA | max abs err |",
+              "|---|---|---|---|---|---|---|"]
+    for r in prefill:
+        t = sd.get((r["prefix"], r["chunk"]))
+        st = f"{t['tflops']:.0f} ({t['best_backend']})" if t and t.get("best_backend") else "-"
+        ratio = f"{r['tflops'] / t['tflops']:.2f}" if t and t.get("best_backend") else "-"
+        lines.append(f"| {r['prefix']} | {r['chunk']} | {r['median_us']:.1f} | {r['tflops']:.1f} | {st} | {ratio} | {r['max_abs_err']:.2e} |")
+open(dst, "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+}
+
+case "${1:-}" in
+  build) cmd_build ;;
+  run) cmd_run "${2:?run OUT_DIR}" ;;
+  report) cmd_report "${2:?report RUN_DIR}" ;;
+  *) echo "usage: $0 build | run OUT_DIR | report RUN_DIR" >&2; exit 2 ;;
+esac
