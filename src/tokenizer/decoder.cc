@@ -1,0 +1,197 @@
+#include "tokenizer/decoder.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "tokenizer/json_util.h"
+#include "tokenizer/utf8.h"
+
+namespace strata::tokenizer {
+namespace {
+
+std::string replace_all(const std::string& s, const std::string& pattern, const std::string& with) {
+  if (pattern.empty() || s.find(pattern) == std::string::npos) return s;
+  std::string out;
+  size_t pos = 0;
+  for (size_t hit; (hit = s.find(pattern, pos)) != std::string::npos; pos = hit + pattern.size()) {
+    out.append(s, pos, hit - pos);
+    out += with;
+  }
+  out.append(s, pos);
+  return out;
+}
+
+// Byte-level characters back to bytes; a token with any character outside the alphabet (an
+// added token such as "<｜User｜>") keeps its own UTF-8 bytes.
+std::string byte_level_bytes(const std::vector<std::string>& tokens) {
+  std::string bytes;
+  for (const std::string& t : tokens) {
+    const size_t mark = bytes.size();
+    bool all = true;
+    for (size_t i = 0; i < t.size();) {
+      char32_t cp;
+      i += utf8_decode(t, i, cp);
+      const int b = unicode_to_byte(cp);
+      if (b < 0) {
+        all = false;
+        break;
+      }
+      bytes += static_cast<char>(b);
+    }
+    if (!all) {
+      bytes.resize(mark);
+      bytes += t;
+    }
+  }
+  return utf8_lossy(bytes);
+}
+
+int byte_token_value(const std::string& t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  int v = 0;
+  for (size_t i = 3; i < 5; ++i) {
+    const char c = t[i];
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                         : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// Runs of <0xXX> tokens become their UTF-8 text, or one U+FFFD per byte when not valid UTF-8.
+void byte_fallback(std::vector<std::string>& tokens) {
+  std::vector<std::string> out;
+  std::string pending;
+  size_t pending_count = 0;
+  const auto flush = [&] {
+    if (pending_count == 0) return;
+    if (is_valid_utf8(pending)) {
+      out.push_back(pending);
+    } else {
+      for (size_t k = 0; k < pending_count; ++k) out.emplace_back(kReplacementChar);
+    }
+    pending.clear();
+    pending_count = 0;
+  };
+  for (std::string& t : tokens) {
+    if (const int b = byte_token_value(t); b >= 0) {
+      pending += static_cast<char>(b);
+      ++pending_count;
+    } else {
+      flush();
+      out.push_back(std::move(t));
+    }
+  }
+  flush();
+  tokens.swap(out);
+}
+
+// Removes up to `start` leading and `stop` trailing copies of the one-character `content`.
+std::string strip(const std::string& t, const std::string& content, size_t start, size_t stop) {
+  size_t begin = 0, end = t.size();
+  for (size_t k = 0; k < start && t.compare(begin, content.size(), content) == 0 && begin < end;
+       ++k) {
+    begin += content.size();
+  }
+  for (size_t k = 0; k < stop && end >= begin + content.size() &&
+                     t.compare(end - content.size(), content.size(), content) == 0;
+       ++k) {
+    end -= content.size();
+  }
+  return t.substr(begin, end - begin);
+}
+
+}  // namespace
+
+void Decoder::add_json(const nlohmann::json& j, const std::string& where, std::vector<Step>& out) {
+  if (j.is_null()) return;
+  const std::string type = json_string(j, "type", where + ": decoder");
+  const std::string ctx = where + ": decoder " + type;
+  if (type == "Sequence") {
+    for (const auto& child : json_array(j, "decoders", ctx)) add_json(child, where, out);
+  } else if (type == "ByteLevel") {
+    out.push_back({Kind::kByteLevel});
+  } else if (type == "Metaspace") {
+    Step s{Kind::kMetaspace, json_string(j, "replacement", ctx)};
+    if (j.contains("prepend_scheme")) {
+      s.prepend = json_string(j, "prepend_scheme", ctx) != "never";
+    } else {
+      s.prepend = json_bool(j, "add_prefix_space", true, ctx);
+    }
+    out.push_back(std::move(s));
+  } else if (type == "Replace") {
+    out.push_back({Kind::kReplace, json_string_pattern(j, ctx), json_string(j, "content", ctx)});
+  } else if (type == "ByteFallback") {
+    out.push_back({Kind::kByteFallback});
+  } else if (type == "Fuse") {
+    out.push_back({Kind::kFuse});
+  } else if (type == "Strip") {
+    Step s{Kind::kStrip, {}, json_string(j, "content", ctx)};
+    const auto count = [&](const char* key) {
+      const nlohmann::json& v = json_field(j, key, ctx);
+      if (!v.is_number_unsigned()) throw Error(ctx + ": '" + key + "' must be a count");
+      return v.get<size_t>();
+    };
+    s.start = count("start");
+    s.stop = count("stop");
+    if (s.b.empty()) throw Error(ctx + ": 'content' must not be empty");
+    out.push_back(std::move(s));
+  } else {
+    throw Error(where + ": decoder type '" + type + "' is not supported");
+  }
+}
+
+Decoder Decoder::from_json(const nlohmann::json& j, const std::string& where) {
+  Decoder d;
+  d.null_ = j.is_null();
+  add_json(j, where, d.steps_);
+  return d;
+}
+
+void Decoder::apply(const Step& step, std::vector<std::string>& tokens) {
+  switch (step.kind) {
+    case Kind::kByteLevel: {
+      std::string text = byte_level_bytes(tokens);
+      tokens.assign(1, std::move(text));
+      break;
+    }
+    case Kind::kMetaspace:
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        std::string t = replace_all(tokens[i], step.a, " ");
+        if (i == 0 && step.prepend && !t.empty() && t[0] == ' ') t.erase(0, 1);
+        tokens[i] = std::move(t);
+      }
+      break;
+    case Kind::kReplace:
+      for (std::string& t : tokens) t = replace_all(t, step.a, step.b);
+      break;
+    case Kind::kByteFallback:
+      byte_fallback(tokens);
+      break;
+    case Kind::kFuse: {
+      std::string all;
+      for (const std::string& t : tokens) all += t;
+      tokens.assign(1, std::move(all));
+      break;
+    }
+    case Kind::kStrip:
+      for (std::string& t : tokens) t = strip(t, step.b, step.start, step.stop);
+      break;
+  }
+}
+
+std::string Decoder::decode(std::vector<std::string> tokens) const {
+  std::string text;
+  if (null_) {
+    for (size_t i = 0; i < tokens.size(); ++i) text += (i ? " " : "") + tokens[i];
+    return utf8_lossy(text);
+  }
+  for (const Step& step : steps_) apply(step, tokens);
+  for (const std::string& t : tokens) text += t;
+  return utf8_lossy(text);
+}
+
+}  // namespace strata::tokenizer

@@ -1,0 +1,208 @@
+// Behaviour of each tokenizer stage on small hand-written tokenizer.json files: merge formats,
+// Metaspace, byte fallback and its decoders, added-token flags, Split behaviours, streaming, and
+// the errors malformed files give.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::tokenizer {
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+// A SentencePiece-style BPE over a tiny alphabet: ▁ a b c, merges a b -> ab, ab c -> abc,
+// ▁ abc -> ▁abc, with the 256 byte tokens for byte_fallback at ids 100..355.
+std::string sentencepiece_json(const std::string& merges, const std::string& normalizer,
+                               const std::string& pre_tokenizer, const std::string& added) {
+  std::string vocab = R"("<unk>": 0, "<s>": 1, "</s>": 2, "▁": 3, "a": 4, "b": 5, "c": 6, "ab": 7,
+                         "abc": 8, "▁abc": 9)";
+  for (int b = 0; b < 256; ++b) {
+    char name[16];
+    std::snprintf(name, sizeof(name), ", \"<0x%02X>\": %d", b, 100 + b);
+    vocab += name;
+  }
+  return R"({"version": "1.0", "added_tokens": [)" + added + R"(], "normalizer": )" + normalizer +
+         R"(, "pre_tokenizer": )" + pre_tokenizer + R"(,
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+      {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+      "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+      {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": true,
+      "vocab": {)" +
+         vocab + R"(}, "merges": )" + merges + "}}";
+}
+
+const std::string kSpecialAdded =
+    R"({"id": 1, "content": "<s>", "special": true, "normalized": false, "lstrip": false, "rstrip": false, "single_word": false},
+       {"id": 2, "content": "</s>", "special": true, "normalized": false, "lstrip": false, "rstrip": false, "single_word": false})";
+const std::string kLlama2Normalizer =
+    R"({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]})";
+
+Tokenizer llama2_style(const std::string& merges = R"(["a b", "ab c", "▁ abc"])") {
+  return Tokenizer::from_json(sentencepiece_json(merges, kLlama2Normalizer, "null", kSpecialAdded),
+                              "", "test");
+}
+
+TEST(TokenizerTest, LegacyAndPairMergesGiveTheSameIds) {
+  const Tokenizer legacy = llama2_style();
+  const Tokenizer pairs = llama2_style(R"([["a", "b"], ["ab", "c"], ["▁", "abc"]])");
+  EXPECT_EQ(legacy.encode("abc abc", false), (Ids{9, 9}));
+  EXPECT_EQ(pairs.encode("abc abc", false), (Ids{9, 9}));
+  EXPECT_EQ(legacy.encode("ab", false), (Ids{3, 7}));
+}
+
+TEST(TokenizerTest, PrependNormalizerRunsOnEachPieceBetweenAddedTokens) {
+  const Tokenizer t = llama2_style();
+  EXPECT_EQ(t.encode("abc<s>abc", false), (Ids{9, 1, 9}));
+  EXPECT_EQ(t.encode("abc", true), (Ids{1, 9}));
+  EXPECT_EQ(t.encode("", true), (Ids{1}));
+}
+
+TEST(TokenizerTest, ByteFallbackEncodesAndDecodesUnknownCharacters) {
+  const Tokenizer t = llama2_style();
+  // "é" is not in the vocab: its two UTF-8 bytes C3 A9 become <0xC3> <0xA9>.
+  EXPECT_EQ(t.encode("é", false), (Ids{3, 100 + 0xC3, 100 + 0xA9}));
+  EXPECT_EQ(t.decode(Ids{3, 100 + 0xC3, 100 + 0xA9}, false), "é");
+  // A lone continuation byte decodes to U+FFFD, and the leading space is stripped once.
+  EXPECT_EQ(t.decode(Ids{9, 100 + 0xA9, 9}, false), "abc\xEF\xBF\xBD abc");
+  EXPECT_EQ(t.decode(Ids{1, 9}, false), "<s> abc");
+  EXPECT_EQ(t.decode(Ids{1, 9}, true), "abc");
+}
+
+TEST(TokenizerTest, StreamDecoderHoldsBackIncompleteCharacters) {
+  const Tokenizer t = llama2_style();
+  const Ids ids = t.encode("abc 你 abc", false);
+  StreamDecoder stream(t, false);
+  std::string text;
+  std::vector<std::string> deltas;
+  for (const int32_t id : ids) deltas.push_back(stream.push(id));
+  text += deltas[0];
+  for (size_t i = 1; i < deltas.size(); ++i) text += deltas[i];
+  text += stream.flush();
+  EXPECT_EQ(text, "abc 你 abc");
+  for (const std::string& d : deltas) EXPECT_EQ(d.find("\xEF\xBF\xBD"), std::string::npos);
+}
+
+TEST(TokenizerTest, MetaspacePrependSchemeFirstAndSplit) {
+  const std::string meta =
+      R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true})";
+  const Tokenizer t = Tokenizer::from_json(
+      sentencepiece_json(R"(["a b", "ab c", "▁ abc"])", "null", meta, kSpecialAdded), "", "test");
+  EXPECT_EQ(t.encode("abc abc", false), (Ids{9, 9}));
+  // Only the start of the input gets the ▁: after an added token there is none.
+  EXPECT_EQ(t.encode("abc</s>abc", false), (Ids{9, 2, 8}));
+}
+
+TEST(TokenizerTest, AddedTokenLstripRstripSwallowWhitespace) {
+  const std::string added =
+      R"({"id": 2, "content": "</s>", "special": true, "normalized": false, "lstrip": true, "rstrip": true, "single_word": false})";
+  const Tokenizer t = Tokenizer::from_json(
+      sentencepiece_json(R"(["a b", "ab c", "▁ abc"])", kLlama2Normalizer, "null", added), "",
+      "test");
+  EXPECT_EQ(t.encode("abc  </s>  abc", false), (Ids{9, 2, 9}));
+}
+
+std::string byte_level_json(const std::string& pre_tokenizer, bool ignore_merges) {
+  return R"({"added_tokens": [], "normalizer": null, "pre_tokenizer": )" + pre_tokenizer + R"(,
+    "post_processor": null, "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "ignore_merges": )" +
+         std::string(ignore_merges ? "true" : "false") +
+         R"(, "vocab": {"a": 0, "b": 1, "Ġ": 2, "ab": 3, "Ġa": 4, "Ġab": 5, "abab": 6},
+      "merges": ["Ġ a", "a b", "Ġa b"]}})";
+}
+
+TEST(TokenizerTest, SplitInvertAndBehaviors) {
+  const auto make = [](const std::string& behavior, bool invert) {
+    return Tokenizer::from_json(
+        byte_level_json(
+            R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"String": " "},
+           "behavior": ")" +
+                behavior + R"(", "invert": )" + (invert ? "true" : "false") +
+                R"(}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})",
+            false),
+        "", "test");
+  };
+  EXPECT_EQ(make("Isolated", false).encode("ab ab", false), (Ids{3, 2, 3}));
+  EXPECT_EQ(make("Removed", false).encode("ab ab", false), (Ids{3, 3}));
+  EXPECT_EQ(make("MergedWithNext", false).encode("ab ab", false), (Ids{3, 5}));
+  EXPECT_EQ(make("MergedWithPrevious", false).encode("ab ab", false), (Ids{3, 2, 3}));
+  // Inverted, the pattern marks what to keep: Removed then drops everything else.
+  EXPECT_EQ(make("Removed", true).encode("ab ab", false), (Ids{2}));
+  EXPECT_EQ(make("Isolated", false).decode(Ids{3, 2, 3}, false), "ab ab");
+}
+
+TEST(TokenizerTest, IgnoreMergesTakesWholeWordsFromTheVocab) {
+  const std::string pre = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
+  EXPECT_EQ(Tokenizer::from_json(byte_level_json(pre, true), "", "t").encode("abab", false),
+            (Ids{6}));
+  EXPECT_EQ(Tokenizer::from_json(byte_level_json(pre, false), "", "t").encode("abab", false),
+            (Ids{3, 3}));
+}
+
+TEST(TokenizerTest, InvalidUtf8InputIsRepairedNotRejected) {
+  const Tokenizer t = llama2_style();
+  EXPECT_EQ(t.encode("a\xFF", false), (Ids{3, 4, 100 + 0xEF, 100 + 0xBF, 100 + 0xBD}));
+}
+
+TEST(TokenizerTest, AddBosTokenFromConfigForLlamaClasses) {
+  const std::string json =
+      sentencepiece_json(R"(["a b", "ab c", "▁ abc"])", kLlama2Normalizer, "null", kSpecialAdded);
+  const Tokenizer with_eos = Tokenizer::from_json(
+      json, R"({"tokenizer_class": "LlamaTokenizerFast", "bos_token": {"content": "<s>"},
+                "eos_token": "</s>", "add_bos_token": false, "add_eos_token": true})",
+      "t");
+  EXPECT_EQ(with_eos.encode("abc", true), (Ids{9, 2}));
+  EXPECT_EQ(with_eos.bos_token_id(), 1);
+  EXPECT_EQ(with_eos.eos_token_id(), 2);
+}
+
+void expect_error(const std::string& json, const std::string& fragment) {
+  try {
+    (void)Tokenizer::from_json(json, "", "dir");
+    FAIL() << "no error for " << json.substr(0, 80);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(TokenizerTest, MalformedFilesGiveClearErrors) {
+  expect_error("{not json", "not valid JSON");
+  expect_error("[]", "expected a JSON object");
+  expect_error(R"({"added_tokens": []})", "missing field 'model'");
+  expect_error(R"({"model": {"type": "WordPiece", "vocab": {}}})", "'WordPiece' is not supported");
+  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})",
+               "not in the vocab");
+  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 0}, "merges": []}})",
+               "used twice");
+  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})", "vocab id");
+  expect_error(R"({"model": {"type": "BPE", "vocab": {}, "merges": [1]}})", "merge 0");
+  expect_error(
+      R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(["}, "behavior": "Isolated"},
+                   "model": {"type": "BPE", "vocab": {}, "merges": []}})",
+      "regex does not compile");
+  expect_error(
+      R"({"normalizer": {"type": "Precompiled"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})",
+      "normalizer type 'Precompiled'");
+  expect_error(
+      R"({"added_tokens": [{"id": -1, "content": "x"}], "model": {"type": "BPE", "vocab": {}, "merges": []}})",
+      "'id' must be");
+}
+
+TEST(TokenizerTest, LoadNamesTheMissingFile) {
+  try {
+    (void)Tokenizer::load("/nonexistent-dir");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/tokenizer.json"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace strata::tokenizer
