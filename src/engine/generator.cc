@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <string>
 
-#include "kv/block_pool.h"
 #include "kv/block_table.h"
 #include "kv/host_kv_buffer.h"
-#include "kv/paged_layout_builder.h"
+#include "kv/kv_cache_manager.h"
 
 namespace strata::engine {
 
@@ -84,6 +83,7 @@ Result<std::vector<Sequence>> Generator::make_sequences(
     s.tokens = r.prompt;
     s.num_prompt = static_cast<int32_t>(r.prompt.size());
     s.params = r.params;
+    s.cache_keys.cache_salt = r.cache_salt;
     s.all_logits = all_logits;
     s.counts.add_prompt(r.prompt);
     if (!all_logits) s.sampler.emplace(r.params, vocab);
@@ -119,19 +119,32 @@ Result<std::vector<std::vector<float>>> Generator::prompt_logits(
   return out;
 }
 
+// Keeps the pool (and its cached prefixes) when prefix caching is on and it is large enough;
+// otherwise starts from an empty one, as a cache-less engine would.
+void Generator::prepare_cache(int32_t num_blocks) {
+  if (config_.enable_prefix_caching && cache_ && cache_->pool().num_blocks() >= num_blocks) return;
+  kv_.reset();
+  cache_ = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
+      .num_blocks = num_blocks,
+      .block_size = config_.block_size,
+      .enable_prefix_caching = config_.enable_prefix_caching,
+  });
+  kv_ = std::make_unique<kv::HostKvBuffer>(
+      kv::KvLayout(model_.kv_spec(config_.kv_dtype), config_.block_size), num_blocks);
+}
+
 Status Generator::run(std::vector<Sequence>& seqs, int32_t num_blocks) {
+  prepare_cache(num_blocks);
   stats_ = GeneratorStats{};
-  stats_.num_blocks = num_blocks;
-  kv::BlockPool pool(num_blocks);
-  kv::HostKvBuffer kv(kv::KvLayout(model_.kv_spec(config_.kv_dtype), config_.block_size),
-                      num_blocks);
+  stats_.num_blocks = cache_->pool().num_blocks();
   Status status;
   while (status.ok() &&
          std::any_of(seqs.begin(), seqs.end(), [](const Sequence& s) { return !s.finished; })) {
-    status = step(seqs, pool, kv);
+    status = step(seqs);
   }
-  for (Sequence& s : seqs) s.table.release(pool);  // after an error, too
-  last_used_blocks_ = pool.num_used_blocks();
+  for (Sequence& s : seqs) cache_->free(s.table);  // after an error, too
+  last_used_blocks_ = cache_->pool().num_used_blocks();
+  stats_.prefix_cache = cache_->stats();
   return status;
 }
 

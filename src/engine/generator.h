@@ -8,11 +8,17 @@
 // free blocks, preemption) replaces the fixed batch with a scheduler but keeps the same step:
 // build the batch (token ids, positions, slot mapping, paged layout) -> Model::forward -> sample.
 //
-// Owns the block pool and the KV buffer for the batch; borrows the model and the thread pool.
-// Not thread-safe. Cost per step: one forward pass over the step's tokens.
+// Owns the KV cache manager (block pool + prefix cache) and the KV buffer; borrows the model and
+// the thread pool. With prefix caching on (the default) both live across generate() calls, so a
+// prompt whose leading blocks an earlier sequence computed skips them: the sequence starts with
+// those blocks shared and prefills only the rest (sequences that want every prompt position's
+// logits -- prompt_logits(), prompt_logprobs -- always compute the whole prompt, but still fill
+// the cache). Not thread-safe. Cost per step: one forward pass over the step's tokens, plus one
+// SHA-256 per newly full block.
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -24,7 +30,8 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/sequence.h"
-#include "kv/block_pool.h"
+#include "kv/host_kv_buffer.h"
+#include "kv/kv_cache_manager.h"
 #include "model/model.h"
 
 namespace strata::engine {
@@ -41,6 +48,7 @@ struct GeneratorConfig {
   int64_t max_model_len = 0;              // 0 = the model's max_position_embeddings
   DType kv_dtype = DType::kF32;
   std::vector<int32_t> eos_token_ids;     // the model's EOS ids (config and generation config)
+  bool enable_prefix_caching = true;      // --no-enable-prefix-caching turns it off
 };
 
 // Where the time of the last generate() / prompt_logits() call went. A step that runs any prefill
@@ -52,11 +60,15 @@ struct GeneratorStats {
   double decode_seconds = 0.0;
   int32_t num_steps = 0;
   int32_t num_blocks = 0;  // pool size, the null block included
+  int64_t num_cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
+  kv::PrefixCacheStats prefix_cache;     // the cache's counters since it was created
 };
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids, non-empty
   SamplingParams params;
+  // Tenant isolation for the prefix cache: requests with different salts never share KV.
+  std::string cache_salt = {};
 };
 
 class Generator {
@@ -86,14 +98,19 @@ class Generator {
   int32_t blocks_for(std::span<const GenerationRequest> requests) const;
   Result<std::vector<Sequence>> make_sequences(std::span<const GenerationRequest> requests,
                                                bool all_logits);
+  void prepare_cache(int32_t num_blocks);
   Status run(std::vector<Sequence>& seqs, int32_t num_blocks);
-  Status step(std::vector<Sequence>& seqs, kv::BlockPool& pool, kv::HostKvBuffer& kv);
-  Status consume_logits(Sequence& seq, int32_t first_pos, int32_t num_rows, const float* logits,
-                        kv::BlockPool& pool);
+  Status step(std::vector<Sequence>& seqs);
+  // Tokens the sequence runs this step (0 = none), its slots allocated; a first prefill starts
+  // with the longest cached prefix. ResourceExhausted when the pool is too small.
+  Result<int32_t> schedule(Sequence& seq, int32_t& prefill_budget);
+  Status consume_logits(Sequence& seq, int32_t first_pos, int32_t num_rows, const float* logits);
 
   model::Model& model_;
   ThreadPool& pool_;
   GeneratorConfig config_;
+  std::unique_ptr<kv::KvCacheManager> cache_;
+  std::unique_ptr<kv::HostKvBuffer> kv_;
   int32_t last_used_blocks_ = 0;
   GeneratorStats stats_;
   std::vector<float> logits_;

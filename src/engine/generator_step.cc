@@ -1,10 +1,13 @@
-// Generator's step: build one forward batch from the unfinished sequences, run it, and consume
-// the logits (prompt logprobs, sampling, stop checks, freeing finished sequences' blocks).
+// Generator's step: build one forward batch from the unfinished sequences (a first prefill starts
+// after the sequence's longest cached prefix), run the copy-on-write copies and the forward pass,
+// and consume the logits (prompt logprobs, sampling, stop checks, registering newly full blocks in
+// the prefix cache, freeing finished sequences' blocks).
 
 #include <algorithm>
 #include <chrono>
 
 #include "engine/generator.h"
+#include "kv/block_copy.h"
 #include "kv/paged_layout_builder.h"
 
 namespace strata::engine {
@@ -21,7 +24,31 @@ struct Scheduled {
 
 }  // namespace
 
-Status Generator::step(std::vector<Sequence>& seqs, kv::BlockPool& pool, kv::HostKvBuffer& kv) {
+Result<int32_t> Generator::schedule(Sequence& s, int32_t& prefill_budget) {
+  kv::PrefixHit hit;
+  // Look the prefix up when the prompt can start, so it sees what earlier steps cached.
+  if (!s.prefix_looked_up && prefill_budget > 0) {
+    s.prefix_looked_up = true;
+    // Sequences that want every prompt position's logits compute them all.
+    if (!s.wants_all_rows() && s.num_computed == 0) {
+      hit = cache_->find_cached_prefix({s.tokens.data(), static_cast<size_t>(s.num_prompt)},
+                                       s.cache_keys);
+    }
+  }
+  const int32_t remaining = static_cast<int32_t>(s.tokens.size()) - s.num_computed - hit.num_tokens;
+  const bool decode = remaining == 1 && s.num_computed >= s.num_prompt;
+  const int32_t n = decode ? 1 : std::min(remaining, prefill_budget);
+  if (n == 0 && hit.blocks.empty()) return 0;
+  if (!cache_->allocate_slots(s.table, n, &hit)) {
+    return Status::ResourceExhausted("the KV cache has too few free blocks for this batch");
+  }
+  s.num_computed += hit.num_tokens;
+  stats_.num_cached_prompt_tokens += hit.num_tokens;
+  if (!decode) prefill_budget -= n;
+  return n;
+}
+
+Status Generator::step(std::vector<Sequence>& seqs) {
   const auto start = std::chrono::steady_clock::now();
   int64_t num_prefill = 0, num_decode = 0;
   kv::PagedLayoutBuilder builder(config_.block_size);
@@ -31,15 +58,11 @@ Status Generator::step(std::vector<Sequence>& seqs, kv::BlockPool& pool, kv::Hos
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = seqs[i];
     if (s.finished) continue;
-    const int32_t remaining = static_cast<int32_t>(s.tokens.size()) - s.num_computed;
-    const bool decode = remaining == 1 && s.num_computed >= s.num_prompt;
-    const int32_t n = decode ? 1 : std::min(remaining, prefill_budget);
+    Result<int32_t> scheduled_tokens = schedule(s, prefill_budget);
+    if (!scheduled_tokens.ok()) return scheduled_tokens.status();
+    const int32_t n = *scheduled_tokens;
     if (n == 0) continue;
-    if (!decode) prefill_budget -= n;
-    (decode ? num_decode : num_prefill) += n;
-    if (!s.table.append_slots(pool, n)) {
-      return Status::ResourceExhausted("the KV cache has too few free blocks for this batch");
-    }
+    (s.num_computed >= s.num_prompt ? num_decode : num_prefill) += n;
     builder.add_sequence(s.table, s.num_computed + n, n);
     Scheduled sc{i, s.num_computed, n, static_cast<int32_t>(logits_rows.size()), 0};
     const auto row0 = static_cast<int32_t>(token_ids.size());
@@ -58,15 +81,16 @@ Status Generator::step(std::vector<Sequence>& seqs, kv::BlockPool& pool, kv::Hos
     }
     scheduled.push_back(sc);
   }
+  kv::copy_blocks(*kv_, cache_->take_pending_copies());  // copy-on-write, before any KV write
   const auto vocab = static_cast<size_t>(model_.vocab_size());
   logits_.resize(logits_rows.size() * vocab);
   model::ForwardBatch batch{token_ids, positions, q_indptr, builder.layout(),
                             builder.slot_mapping(), logits_rows};
-  STRATA_RETURN_IF_ERROR(model_.forward(batch, kv, logits_, pool_));
+  STRATA_RETURN_IF_ERROR(model_.forward(batch, *kv_, logits_, pool_));
   for (const Scheduled& sc : scheduled) {
     const float* rows = logits_.data() + static_cast<size_t>(sc.first_logits_row) * vocab;
     STRATA_RETURN_IF_ERROR(consume_logits(seqs[sc.seq_idx], sc.first_pos, sc.num_tokens,
-                                          sc.num_logits_rows > 0 ? rows : nullptr, pool));
+                                          sc.num_logits_rows > 0 ? rows : nullptr));
   }
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
   (num_prefill > 0 ? stats_.prefill_seconds : stats_.decode_seconds) += elapsed.count();
@@ -79,7 +103,7 @@ Status Generator::step(std::vector<Sequence>& seqs, kv::BlockPool& pool, kv::Hos
 // logits: this step's rows for the sequence (every row when wants_all_rows(), else only the last
 // row when the step completes its tokens, else nullptr).
 Status Generator::consume_logits(Sequence& s, int32_t first_pos, int32_t num_rows,
-                                 const float* logits, kv::BlockPool& pool) {
+                                 const float* logits) {
   const auto vocab = static_cast<size_t>(model_.vocab_size());
   if (s.all_logits) s.logits.insert(s.logits.end(), logits, logits + num_rows * vocab);
   if (s.params.prompt_logprobs >= 0) {
@@ -92,6 +116,7 @@ Status Generator::consume_logits(Sequence& s, int32_t first_pos, int32_t num_row
     }
   }
   s.num_computed += num_rows;
+  cache_->cache_full_blocks(s.table, s.tokens, s.num_computed, s.cache_keys);
   if (s.num_computed < static_cast<int32_t>(s.tokens.size())) return Status::Ok();
   if (s.all_logits) {
     s.finished = true;
@@ -115,7 +140,7 @@ Status Generator::consume_logits(Sequence& s, int32_t first_pos, int32_t num_row
       s.finished = true;
     }
   }
-  if (s.finished) s.table.release(pool);
+  if (s.finished) cache_->free(s.table);
   return Status::Ok();
 }
 

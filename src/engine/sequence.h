@@ -9,6 +9,7 @@
 
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "kv/block_hash.h"
 #include "kv/block_table.h"
 
 namespace strata::engine {
@@ -30,6 +31,8 @@ struct Sequence {
   int32_t num_prompt = 0;
   int32_t num_computed = 0;     // tokens whose K/V are in the cache
   kv::BlockTable table;
+  kv::BlockExtraKeys cache_keys;  // what else keys its blocks in the prefix cache (the salt)
+  bool prefix_looked_up = false;  // the prefix cache was asked once, at its first schedule
   SamplingParams params;
   std::optional<Sampler> sampler;
   TokenCounts counts;

@@ -6,10 +6,20 @@
 
 namespace strata::kv {
 
-BlockPool::BlockPool(int32_t num_blocks) {
-  STRATA_CHECK(num_blocks >= 1, "BlockPool needs at least the null block");
-  meta_.resize(static_cast<size_t>(num_blocks));
-  for (int32_t i = 1; i < num_blocks; ++i) push_back(i);
+BlockPool::BlockPool(int32_t num_blocks) : BlockPool(BlockPoolConfig{.num_blocks = num_blocks}) {}
+
+BlockPool::BlockPool(const BlockPoolConfig& config)
+    : block_size_(config.block_size),
+      prefix_caching_(config.enable_prefix_caching),
+      event_sink_(config.event_sink) {
+  STRATA_CHECK(config.num_blocks >= 1, "BlockPool needs at least the null block");
+  STRATA_CHECK(config.block_size > 0, "block_size must be positive");
+  meta_.resize(static_cast<size_t>(config.num_blocks));
+  for (int32_t i = 1; i < config.num_blocks; ++i) push_back(i);
+  if (prefix_caching_) {
+    tokens_.resize(static_cast<size_t>(config.num_blocks) * static_cast<size_t>(block_size_));
+    salts_.resize(static_cast<size_t>(config.num_blocks));
+  }
 }
 
 std::optional<std::vector<BlockId>> BlockPool::allocate(int32_t n) {
@@ -20,7 +30,8 @@ std::optional<std::vector<BlockId>> BlockPool::allocate(int32_t n) {
   for (int32_t i = 0; i < n; ++i) {
     const int32_t idx = head_;
     remove(idx);
-    meta_[static_cast<size_t>(idx)].ref_count = 1;
+    if (meta(idx).cached) evict(idx);
+    meta(idx).ref_count = 1;
     out.emplace_back(idx);
   }
   return out;
@@ -112,6 +123,7 @@ void BlockPool::check_invariants() const {
     STRATA_CHECK(m.in_queue == (m.ref_count == 0), "block free iff ref count 0 violated");
     STRATA_CHECK(m.ref_count >= 0, "negative ref count");
   }
+  check_cache_invariants();
 }
 
 }  // namespace strata::kv

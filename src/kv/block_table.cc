@@ -35,7 +35,10 @@ int64_t BlockTable::slot(int32_t pos) const {
 void BlockTable::release(BlockPool& pool) {
   pool.free(blocks_);
   blocks_.clear();
+  block_hashes_.clear();
   num_tokens_ = 0;
+  num_cached_blocks_ = 0;
+  chain_tail_ = kNullBlock;
 }
 
 }  // namespace strata::kv

@@ -5,12 +5,17 @@
 // its slot is block_id * block_size + offset. The table owns one reference to each of its blocks
 // and gives them back with release(). Growing is transactional: append_slots either allocates
 // every block it needs or changes nothing. Cost: O(new blocks) per append.
+//
+// With prefix caching, KvCacheManager also keeps here the hash chain of the table's full blocks
+// (block_hashes()) and how many leading blocks are already in the prefix cache; it is the only
+// writer of those, and of a shared last block's replacement on copy-on-write.
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "core/ids.h"
+#include "kv/block_hash.h"
 #include "kv/block_pool.h"
 
 namespace strata::kv {
@@ -37,10 +42,23 @@ class BlockTable {
   // Drops the table's reference to every block and empties it.
   void release(BlockPool& pool);
 
+  // Hashes of the leading full blocks computed so far (a prefix of blocks()).
+  std::span<const BlockHash> block_hashes() const { return block_hashes_; }
+  // Leading blocks that are in the prefix cache (hit, registered, or found identical).
+  int32_t num_cached_blocks() const { return num_cached_blocks_; }
+
  private:
+  friend class KvCacheManager;
+
   int32_t block_size_;
   int32_t num_tokens_ = 0;
   std::vector<BlockId> blocks_;
+  std::vector<BlockHash> block_hashes_;
+  int32_t num_cached_blocks_ = 0;
+  // The cached block that holds block num_cached_blocks_ - 1's content (the table's own block, or
+  // an identical one registered first); the parent of the next block to register. kNullBlock
+  // before the first block; invalid when the chain broke (nothing further is registered).
+  BlockId chain_tail_ = kNullBlock;
 };
 
 }  // namespace strata::kv

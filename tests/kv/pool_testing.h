@@ -31,15 +31,22 @@ inline std::vector<int32_t> values(std::span<const BlockId> blocks) {
 struct PoolSnapshot {
   std::vector<int32_t> free_queue;
   std::vector<int32_t> ref_counts;  // every block, the null block included
+  std::vector<int32_t> cached;      // ids of the blocks in the prefix cache
   int32_t num_free_blocks = 0;
   int32_t num_used_blocks = 0;
+  int32_t num_cached_blocks = 0;
+  int64_t num_evictions = 0;
 
   explicit PoolSnapshot(const BlockPool& pool)
       : free_queue(values(pool.free_queue())),
         num_free_blocks(pool.num_free_blocks()),
-        num_used_blocks(pool.num_used_blocks()) {
-    for (int32_t i = 0; i < pool.num_blocks(); ++i)
+        num_used_blocks(pool.num_used_blocks()),
+        num_cached_blocks(pool.num_cached_blocks()),
+        num_evictions(pool.num_evictions()) {
+    for (int32_t i = 0; i < pool.num_blocks(); ++i) {
       ref_counts.push_back(pool.ref_count(BlockId{i}));
+      if (pool.is_cached(BlockId{i})) cached.push_back(i);
+    }
   }
   bool operator==(const PoolSnapshot&) const = default;
 };
@@ -49,7 +56,9 @@ inline std::ostream& operator<<(std::ostream& os, const PoolSnapshot& s) {
   for (const int32_t b : s.free_queue) os << b << ' ';
   os << "] refs [";
   for (const int32_t r : s.ref_counts) os << r << ' ';
-  return os << ']';
+  os << "] cached [";
+  for (const int32_t b : s.cached) os << b << ' ';
+  return os << "] evictions " << s.num_evictions;
 }
 
 // Allocates every free block, then frees them in `order` followed by the rest in id order, so the

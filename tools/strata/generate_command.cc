@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -12,6 +14,7 @@
 #include "engine/generator.h"
 #include "model/generation_config.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata::cli {
 namespace {
@@ -87,7 +90,7 @@ json logprobs_json(const std::vector<int32_t>& prompt, const engine::GenerationR
 double per_second(int64_t n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
 
 void print_json(const GenerateOptions& o, const model::Model& m, const engine::GenerationResult& r,
-                const engine::GeneratorStats& s) {
+                const engine::GeneratorStats& s, const std::optional<std::string>& text) {
   json out = {
       {"model", o.model_dir},
       {"weight_bytes", m.weight_bytes()},
@@ -101,9 +104,14 @@ void print_json(const GenerateOptions& o, const model::Model& m, const engine::G
         {"decode_seconds", s.decode_seconds},
         {"prefill_tokens_per_second", per_second(s.num_prefill_tokens, s.prefill_seconds)},
         {"decode_tokens_per_second", per_second(s.num_decode_tokens, s.decode_seconds)}}},
+      {"prefix_cache",
+       {{"enabled", o.enable_prefix_caching},
+        {"cached_prompt_tokens", s.num_cached_prompt_tokens},
+        {"cached_blocks", s.prefix_cache.num_cached_blocks}}},
   };
   if (o.logprobs >= 0 || o.echo) out["logprobs"] = logprobs_json(o.prompt_ids, r, o.echo);
-  std::printf("%s\n", out.dump(2).c_str());
+  if (text) out["text"] = *text;
+  std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
 }
 
 std::string ids_text(const std::vector<int32_t>& ids) {
@@ -128,6 +136,9 @@ void print_table(const GenerateOptions& o, const model::Model& m, const engine::
   std::printf("prefill      %lld tokens in %.3f ms (%.1f tokens/s)\n",
               static_cast<long long>(s.num_prefill_tokens), s.prefill_seconds * 1e3,
               per_second(s.num_prefill_tokens, s.prefill_seconds));
+  std::printf("prefix cache %s, %lld prompt tokens hit, %d blocks cached\n",
+              o.enable_prefix_caching ? "on" : "off",
+              static_cast<long long>(s.num_cached_prompt_tokens), s.prefix_cache.num_cached_blocks);
   std::printf("decode       %lld tokens in %.3f ms (%.1f tokens/s)\n",
               static_cast<long long>(s.num_decode_tokens), s.decode_seconds * 1e3,
               per_second(s.num_decode_tokens, s.decode_seconds));
@@ -142,8 +153,10 @@ void print_table(const GenerateOptions& o, const model::Model& m, const engine::
 void add_generate_command(CLI::App& app, GenerateOptions& o) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate tokens for one prompt on the CPU");
   cmd->add_option("--model", o.model_dir, "Hugging Face model directory")->required();
-  cmd->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated")
-      ->required()->delimiter(',');
+  CLI::Option* ids =
+      cmd->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated")
+          ->delimiter(',');
+  cmd->add_option("--prompt", o.prompt, "Prompt text (needs tokenizer.json in --model)")->excludes(ids);
   cmd->add_option("--max-tokens", o.max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--temperature", o.temperature, "Sampling temperature; 0 = greedy");
   cmd->add_option("--top-p", o.top_p, "Nucleus sampling mass");
@@ -169,9 +182,15 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
       ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--max-model-len", o.max_model_len, "Longest prompt + output (0 = model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+                "Reuse the KV of cached prompt prefixes (on by default)");
 }
 
-int run_generate(const GenerateOptions& o) {
+int run_generate(const GenerateOptions& options) {
+  if (options.prompt.empty() && options.prompt_ids.empty()) {
+    throw Error("give the prompt with --prompt TEXT or --prompt-ids IDS");
+  }
+  GenerateOptions o = options;
   ThreadPool pool(o.threads);
   model::ModelLoadOptions load;
   load.model_dir = o.model_dir;
@@ -180,10 +199,18 @@ int run_generate(const GenerateOptions& o) {
   model::Model m = model::Model::load(load);
   const model::GenerationConfig gen_config = model::load_generation_config(o.model_dir);
 
+  std::optional<tokenizer::Tokenizer> tok;
+  const std::filesystem::path tokenizer_json = std::filesystem::path(o.model_dir) / "tokenizer.json";
+  if (!o.prompt.empty() || std::filesystem::exists(tokenizer_json)) {
+    tok = tokenizer::Tokenizer::load(o.model_dir);
+  }
+  if (!o.prompt.empty()) o.prompt_ids = tok->encode(o.prompt, /*add_special_tokens=*/true);
+
   engine::GeneratorConfig config;
   config.block_size = o.block_size;
   config.max_num_batched_tokens = o.max_num_batched_tokens;
   config.max_model_len = o.max_model_len;
+  config.enable_prefix_caching = o.enable_prefix_caching;
   config.eos_token_ids = eos_ids(m.config(), gen_config);
   if (Status s = engine::Generator::validate_config(config); !s.ok()) throw Error(s.message());
   engine::Generator generator(m, pool, config);
@@ -191,10 +218,13 @@ int run_generate(const GenerateOptions& o) {
       {o.prompt_ids, sampling_params(o, gen_config)}};
   auto results = generator.generate(requests);
   if (!results.ok()) throw Error(results.status().message());
+  const std::optional<std::string> text =
+      tok ? std::optional(tok->decode(results->front().output_ids, true)) : std::nullopt;
   if (o.json) {
-    print_json(o, m, results->front(), generator.stats());
+    print_json(o, m, results->front(), generator.stats(), text);
   } else {
     print_table(o, m, results->front(), generator.stats(), o.block_size);
+    if (text) std::printf("text         %s\n", text->c_str());
   }
   return 0;
 }

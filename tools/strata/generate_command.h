@@ -16,6 +16,7 @@ namespace strata::cli {
 struct GenerateOptions {
   std::string model_dir;
   std::vector<int32_t> prompt_ids;
+  std::string prompt;  // text, encoded with the model directory's tokenizer.json
   int32_t max_tokens = 16;
   std::optional<float> temperature, top_p, min_p, repetition_penalty;
   std::optional<int32_t> top_k;
@@ -33,6 +34,7 @@ struct GenerateOptions {
   int32_t threads = 0;
   int32_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
+  bool enable_prefix_caching = true;
 };
 
 void add_generate_command(CLI::App& app, GenerateOptions& options);

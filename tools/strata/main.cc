@@ -10,6 +10,8 @@
 
 #include "core/error.h"
 #include "generate_command.h"
+#include "plan_command.h"
+#include "tokenize_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Strata: an LLM inference engine built around the KV cache", "strata"};
@@ -21,6 +23,12 @@ int main(int argc, char** argv) {
   });
   strata::cli::GenerateOptions generate;
   strata::cli::add_generate_command(app, generate);
+  strata::cli::PlanOptions plan;
+  strata::cli::add_plan_command(app, plan);
+  strata::cli::TokenizeOptions tokenize;
+  strata::cli::add_tokenize_command(app, tokenize);
+  strata::cli::DetokenizeOptions detokenize;
+  strata::cli::add_detokenize_command(app, detokenize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -28,6 +36,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("generate")) return strata::cli::run_generate(generate);
+    if (app.got_subcommand("plan")) return strata::cli::run_plan(plan);
+    if (app.got_subcommand("tokenize")) return strata::cli::run_tokenize(tokenize);
+    if (app.got_subcommand("detokenize")) return strata::cli::run_detokenize(detokenize);
   } catch (const strata::Error& e) {
     std::fprintf(stderr, "strata: error: %s\n", e.what());
     return 1;

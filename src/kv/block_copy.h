@@ -1,0 +1,20 @@
+#pragma once
+// Host block copies: the CPU backend's half of copy-on-write. KvCacheManager decides which blocks
+// to copy (BlockCopy pairs); the bytes live in the KV buffer, and with the block-outermost layout
+// (kv_layout.h) one block -- every layer's K and V -- is one contiguous span of block_bytes, so a
+// copy is one memcpy whatever the number of layers. The CUDA backend has its own kernel
+// (src/kernels/cuda/block_copy.h) over the same layout.
+
+#include <span>
+
+#include "kv/host_kv_buffer.h"
+#include "kv/kv_cache_manager.h"
+
+namespace strata::kv {
+
+// Copies each src block's bytes over its dst block, in order. Ids must be real blocks of the
+// buffer (not the null block) and src != dst; a dst must not be a later pair's src. Cost:
+// copies.size() * block_bytes bytes moved.
+void copy_blocks(HostKvBuffer& kv, std::span<const BlockCopy> copies);
+
+}  // namespace strata::kv

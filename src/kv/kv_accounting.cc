@@ -1,0 +1,129 @@
+#include "kv/kv_accounting.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/check.h"
+
+namespace strata::kv {
+namespace {
+
+constexpr int64_t kScaleBytes = 2;  // fp16 scales
+
+}  // namespace
+
+std::optional<KvCacheDType> parse_kv_cache_dtype(std::string_view name) {
+  if (name == "float32" || name == "f32") return KvCacheDType::kF32;
+  if (name == "bfloat16" || name == "bf16") return KvCacheDType::kBF16;
+  if (name == "float16" || name == "f16" || name == "half") return KvCacheDType::kF16;
+  if (name == "fp8" || name == "fp8_e4m3") return KvCacheDType::kFp8E4M3;
+  if (name == "fp8_e5m2") return KvCacheDType::kFp8E5M2;
+  if (name == "int8") return KvCacheDType::kInt8;
+  if (name == "int4") return KvCacheDType::kInt4;
+  return std::nullopt;
+}
+
+std::string_view kv_cache_dtype_name(KvCacheDType dtype) {
+  switch (dtype) {
+    case KvCacheDType::kF32:
+      return "float32";
+    case KvCacheDType::kBF16:
+      return "bfloat16";
+    case KvCacheDType::kF16:
+      return "float16";
+    case KvCacheDType::kFp8E4M3:
+      return "fp8_e4m3";
+    case KvCacheDType::kFp8E5M2:
+      return "fp8_e5m2";
+    case KvCacheDType::kInt8:
+      return "int8";
+    case KvCacheDType::kInt4:
+      return "int4";
+  }
+  return "?";
+}
+
+int32_t kv_cache_dtype_bits(KvCacheDType dtype) {
+  switch (dtype) {
+    case KvCacheDType::kF32:
+      return 32;
+    case KvCacheDType::kBF16:
+    case KvCacheDType::kF16:
+      return 16;
+    case KvCacheDType::kFp8E4M3:
+    case KvCacheDType::kFp8E5M2:
+    case KvCacheDType::kInt8:
+      return 8;
+    case KvCacheDType::kInt4:
+      return 4;
+  }
+  return 0;
+}
+
+namespace {
+
+// Scale bytes of one block (all layers).
+int64_t scale_block_bytes(const KvShape& s, KvCacheDType dtype, int32_t block_size) {
+  // MLA keeps one latent "head" of kv_lora_rank + rope_head_dim channels, used as K and V alike.
+  const int64_t heads = s.is_mla() ? 1 : s.num_kv_heads;
+  const int64_t channels = s.is_mla() ? s.kv_lora_rank + s.rope_head_dim : s.head_dim;
+  const int64_t tensors = s.is_mla() ? 1 : 2;  // K and V, or the one latent
+  switch (dtype) {
+    case KvCacheDType::kF32:
+    case KvCacheDType::kBF16:
+    case KvCacheDType::kF16:
+    case KvCacheDType::kFp8E4M3:
+    case KvCacheDType::kFp8E5M2:
+      return 0;
+    case KvCacheDType::kInt8:
+      return s.num_layers * tensors * heads * block_size * kScaleBytes;
+    case KvCacheDType::kInt4: {
+      // K (or the latent): per channel per block; V: per token.
+      const int64_t k = heads * channels * kScaleBytes;
+      const int64_t v = s.is_mla() ? 0 : heads * block_size * kScaleBytes;
+      return s.num_layers * (k + v);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int64_t kv_block_bytes(const KvShape& s, KvCacheDType dtype, int32_t block_size) {
+  STRATA_CHECK(s.num_layers > 0 && block_size > 0, "kv_block_bytes: empty shape or block");
+  STRATA_CHECK(s.is_mla() || (s.num_kv_heads > 0 && s.head_dim > 0), "kv_block_bytes: bad shape");
+  const int64_t elems_per_token =
+      s.is_mla() ? static_cast<int64_t>(s.num_layers) * (s.kv_lora_rank + s.rope_head_dim)
+                 : 2LL * s.num_layers * s.num_kv_heads * s.head_dim;
+  const int64_t data_bits = elems_per_token * block_size * kv_cache_dtype_bits(dtype);
+  return (data_bits + 7) / 8 + scale_block_bytes(s, dtype, block_size);
+}
+
+double kv_bytes_per_token(const KvShape& shape, KvCacheDType dtype, int32_t block_size) {
+  return static_cast<double>(kv_block_bytes(shape, dtype, block_size)) / block_size;
+}
+
+double kv_scale_bytes_per_token(const KvShape& shape, KvCacheDType dtype, int32_t block_size) {
+  return static_cast<double>(scale_block_bytes(shape, dtype, block_size)) / block_size;
+}
+
+PoolUsage measure_usage(const BlockPool& pool, std::span<const BlockTable* const> tables) {
+  const int32_t bs = pool.block_size();
+  PoolUsage u;
+  u.capacity_slots = static_cast<int64_t>(pool.num_blocks() - 1) * bs;
+  u.allocated_slots = static_cast<int64_t>(pool.num_used_blocks()) * bs;
+  std::vector<int32_t> live(static_cast<size_t>(pool.num_blocks()), 0);
+  for (const BlockTable* t : tables) {
+    STRATA_CHECK(t->block_size() == bs, "measure_usage: table of another block size");
+    const auto blocks = t->blocks();
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const int32_t tokens = std::min(bs, t->num_tokens() - static_cast<int32_t>(i) * bs);
+      int32_t& l = live[static_cast<size_t>(blocks[i].value)];
+      l = std::max(l, tokens);
+    }
+  }
+  for (size_t i = 1; i < live.size(); ++i) u.live_slots += live[i];
+  return u;
+}
+
+}  // namespace strata::kv

@@ -1,0 +1,194 @@
+// `strata plan` against hand-computed figures: GQA (Llama 3.2 1B), MLA (DeepSeek-V3),
+// all-sliding-window (Mistral 7B: window-capped), hybrid windows (a note, full length),
+// quantized KV dtypes with their scales, and clear errors for impossible settings.
+
+#include "../../tools/strata/plan_command.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+
+namespace strata::cli {
+namespace {
+
+using kv::KvCacheDType;
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const std::string kLlama1B =
+    read(std::string(STRATA_SOURCE_DIR) + "/bench/models/llama-3.2-1b/config.json");
+
+const char* kDeepSeekV3 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+  "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+  "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+  "n_routed_experts": 256, "n_shared_experts": 1, "first_k_dense_replace": 3,
+  "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+  "v_head_dim": 128, "vocab_size": 129280, "max_position_embeddings": 163840,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}})";
+
+const char* kMistral7B = R"({
+  "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+  "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+  "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768,
+  "sliding_window": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+
+const char* kHybrid = R"({
+  "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 2304,
+  "intermediate_size": 9216, "num_hidden_layers": 4, "num_attention_heads": 8,
+  "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000,
+  "max_position_embeddings": 8192, "sliding_window": 4096, "tie_word_embeddings": true,
+  "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]})";
+
+PlanSettings settings(int64_t gpu_bytes, KvCacheDType dtype = KvCacheDType::kBF16) {
+  PlanSettings s;
+  s.kv_dtype = dtype;
+  s.gpu_memory_bytes = gpu_bytes;
+  return s;
+}
+
+constexpr int64_t kGiB = 1LL << 30;
+
+TEST(PlanTest, Llama32OneBOnA24GiBDevice) {
+  const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
+  EXPECT_TRUE(m.engine_supported);
+  // 16 + 16 x (attention 10,485,760 + norms 4,096 + MLP 50,331,648) + embeddings (tied)
+  // 262,668,288 + final norm 2,048 = 1,235,814,400 parameters, bf16.
+  EXPECT_EQ(m.weight_bytes, 2'471'628'800);
+  const PlanReport r = compute_plan(m, settings(24 * kGiB));
+  EXPECT_EQ(r.kv_bytes_per_token, 32768.0);  // 2 x 16 x 8 x 64 x 2
+  EXPECT_EQ(r.kv_bytes_per_token_per_layer, 2048.0);
+  EXPECT_EQ(r.scale_bytes_per_token, 0.0);
+  EXPECT_EQ(r.naive_mha_bytes_per_token, 131072.0);  // 32 heads instead of 8
+  EXPECT_EQ(r.block_bytes, 524'288);
+  // floor(0.9 x 24 GiB) - weights = 20,721,194,598 bytes; / 524,288 = 39,522 blocks, one null.
+  EXPECT_EQ(r.kv_pool_bytes, 20'721'194'598);
+  EXPECT_EQ(r.num_blocks, 39'521);
+  EXPECT_EQ(r.capacity_tokens, 39'521 * 16);
+  EXPECT_EQ(r.naive_capacity_tokens, 158'090);
+  EXPECT_EQ(r.max_model_len, 131'072);
+  EXPECT_EQ(r.blocks_per_seq, 8192);
+  EXPECT_EQ(r.max_concurrent_seqs, 4);
+  EXPECT_EQ(r.longest_context, 131'072);
+  EXPECT_EQ(r.window, 0);
+}
+
+TEST(PlanTest, QuantizedKvDtypesCountTheirScales) {
+  const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
+  // fp8: one scale per tensor.
+  EXPECT_EQ(compute_plan(m, settings(24 * kGiB, KvCacheDType::kFp8E4M3)).kv_bytes_per_token,
+            16384.0);
+  // int8: data 16,384 + one fp16 scale per token per KV head for K and V: 2 x 16 x 8 x 2 = 512.
+  const PlanReport i8 = compute_plan(m, settings(24 * kGiB, KvCacheDType::kInt8));
+  EXPECT_EQ(i8.kv_bytes_per_token, 16896.0);
+  EXPECT_EQ(i8.scale_bytes_per_token, 512.0);
+  // int4: data 8,192; K scales per channel per block 16 x 8 x 64 x 2 = 16,384 bytes and V scales
+  // per token 16 x 8 x 16 x 2 = 4,096 bytes per block of 16: 1,280 per token.
+  const PlanReport i4 = compute_plan(m, settings(24 * kGiB, KvCacheDType::kInt4));
+  EXPECT_EQ(i4.scale_bytes_per_token, 1280.0);
+  EXPECT_EQ(i4.kv_bytes_per_token, 9472.0);
+  EXPECT_EQ(compute_plan(m, settings(24 * kGiB, KvCacheDType::kF32)).kv_bytes_per_token, 65536.0);
+}
+
+TEST(PlanTest, DeepSeekV3MlaLatentCache) {
+  const PlanModel m = parse_plan_model(kDeepSeekV3, "deepseek-v3");
+  EXPECT_TRUE(m.kv.is_mla());
+  EXPECT_FALSE(m.engine_supported);
+  // ~671e9 parameters at 1 byte (fp8 weights).
+  EXPECT_NEAR(static_cast<double>(m.weight_bytes), 671e9, 2e9);
+  PlanSettings s = settings(80 * kGiB);
+  s.kv_cache_memory_bytes = 64 * kGiB;
+  const PlanReport r = compute_plan(m, s);
+  EXPECT_EQ(r.kv_bytes_per_token, 70272.0);  // 61 x (512 + 64) x 2
+  EXPECT_EQ(r.kv_bytes_per_token_per_layer, 1152.0);
+  // Naive MHA: 61 x 128 heads x (K 128 + 64, V 128) x 2 bytes.
+  EXPECT_EQ(r.naive_mha_bytes_per_token, 4'997'120.0);
+  EXPECT_EQ(r.block_bytes, 1'124'352);
+  EXPECT_EQ(r.num_blocks, 61'118);  // 64 GiB / 1,124,352 = 61,119 blocks, one of them null
+  EXPECT_EQ(r.naive_capacity_tokens, 13'751);
+  EXPECT_EQ(r.blocks_per_seq, 10'240);  // 163,840 / 16
+  EXPECT_EQ(r.max_concurrent_seqs, 5);
+  s.kv_dtype = KvCacheDType::kFp8E4M3;
+  EXPECT_EQ(compute_plan(m, s).kv_bytes_per_token, 35136.0) << "fp8 latent: 61 x 576";
+}
+
+TEST(PlanTest, AllSlidingWindowLayersCapEachSequence) {
+  const PlanModel m = parse_plan_model(kMistral7B, "mistral-7b");
+  // 7,241,732,096 parameters (untied), bf16.
+  EXPECT_EQ(m.weight_bytes, 14'483'464'192);
+  const PlanReport r = compute_plan(m, settings(80 * kGiB));
+  EXPECT_EQ(r.kv_bytes_per_token, 131072.0);  // 2 x 32 x 8 x 128 x 2
+  EXPECT_EQ(r.num_blocks, 29'956);
+  EXPECT_EQ(r.window, 4096);
+  EXPECT_EQ(r.blocks_per_seq, 257) << "4096 / 16 + the block the window straddles";
+  EXPECT_EQ(r.max_concurrent_seqs, 116);
+  EXPECT_EQ(r.longest_context, 32'768);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes[0].find("sliding window of 4096"), std::string::npos);
+}
+
+TEST(PlanTest, HybridWindowsPlanFullLengthWithANote) {
+  const PlanModel m = parse_plan_model(kHybrid, "hybrid");
+  PlanSettings s = settings(0);
+  s.kv_cache_memory_bytes = 8 * kGiB;
+  const PlanReport r = compute_plan(m, s);
+  EXPECT_EQ(r.kv_bytes_per_token, 16384.0);  // 2 x 4 x 4 x 256 x 2
+  EXPECT_EQ(r.window, 0);
+  EXPECT_EQ(r.blocks_per_seq, 512);  // the full 8192 tokens
+  EXPECT_EQ(r.num_blocks, 8 * kGiB / (16384 * 16) - 1);
+  EXPECT_EQ(r.max_concurrent_seqs, r.num_blocks / 512);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes[0].find("2 of 4 layers"), std::string::npos);
+}
+
+TEST(PlanTest, ImpossibleSettingsAreClearErrors) {
+  const PlanModel v3 = parse_plan_model(kDeepSeekV3, "deepseek-v3");
+  try {
+    (void)compute_plan(v3, settings(80 * kGiB));
+    FAIL() << "671 GB of weights fit in 80 GiB?";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("do not fit"), std::string::npos) << e.what();
+  }
+  const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
+  PlanSettings tiny = settings(0);
+  tiny.kv_cache_memory_bytes = 1000;
+  EXPECT_THROW((void)compute_plan(m, tiny), Error);  // zero blocks
+  PlanSettings small = settings(4 * kGiB);           // 1 GiB of KV: 32,767 tokens < 131,072
+  try {
+    (void)compute_plan(m, small);
+    FAIL() << "a 131k-token sequence fit in ~1 GiB";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lower --max-model-len"), std::string::npos) << e.what();
+  }
+  small.max_model_len = 16384;
+  EXPECT_EQ(compute_plan(m, small).max_model_len, 16384);
+  small.max_model_len = 200'000;
+  EXPECT_THROW((void)compute_plan(m, small), Error);  // beyond max_position_embeddings
+  EXPECT_THROW((void)parse_plan_model("{\"num_hidden_layers\": 2}", "x"), Error);
+  EXPECT_THROW((void)parse_plan_model("not json", "x"), Error);
+}
+
+TEST(PlanTest, ByteSizes) {
+  EXPECT_EQ(parse_byte_size("80GiB"), 80 * kGiB);
+  EXPECT_EQ(parse_byte_size("141e9"), 141'000'000'000);
+  EXPECT_EQ(parse_byte_size("1.5T"), 1'500'000'000'000);
+  EXPECT_EQ(parse_byte_size("4096"), 4096);
+  EXPECT_EQ(parse_byte_size("512Mi"), 512LL << 20);
+  EXPECT_EQ(parse_byte_size("abc"), std::nullopt);
+  EXPECT_EQ(parse_byte_size("-1"), std::nullopt);
+  EXPECT_EQ(parse_byte_size(""), std::nullopt);
+}
+
+}  // namespace
+}  // namespace strata::cli

@@ -1,0 +1,440 @@
+#include "plan_command.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/hf_config.h"
+
+namespace strata::cli {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(std::string_view source, const std::string& message) {
+  throw Error(std::string(source) + ": " + message);
+}
+
+int64_t get_int(const json& j, std::string_view source, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() <= 0) {
+    fail(source, std::string("'") + key + "' must be a positive integer");
+  }
+  return it->get<int64_t>();
+}
+
+int64_t opt_int(const json& j, const char* key, int64_t fallback) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
+int32_t weight_bits_of(const json& j) {
+  if (const auto q = j.find("quantization_config"); q != j.end() && q->is_object()) {
+    if (q->value("quant_method", "") == "fp8") return 8;
+  }
+  std::string dtype = j.value("torch_dtype", "");
+  if (dtype.empty() && j.contains("dtype") && j["dtype"].is_string()) dtype = j["dtype"];
+  return dtype == "float32" ? 32 : 16;
+}
+
+// Parameters of the layers' MLP: dense, or routed + shared experts after first_k_dense_replace.
+double mlp_params(const json& j, int64_t hidden, int64_t layers) {
+  const int64_t inter = opt_int(j, "intermediate_size", 0);
+  const int64_t experts = opt_int(j, "n_routed_experts", opt_int(j, "num_experts", 0));
+  if (experts == 0) return 3.0 * hidden * inter * layers;
+  const int64_t moe_inter = opt_int(j, "moe_intermediate_size", inter);
+  const int64_t shared = opt_int(j, "n_shared_experts", 0);
+  const int64_t dense_layers = std::min(opt_int(j, "first_k_dense_replace", 0), layers);
+  const double moe_layer = 3.0 * hidden * moe_inter * static_cast<double>(experts + shared) +
+                           static_cast<double>(hidden) * experts;  // + the router
+  return 3.0 * hidden * inter * dense_layers + moe_layer * (layers - dense_layers);
+}
+
+// MLA attention projections of one layer (DeepSeek-V2/V3).
+double mla_attention_params(const json& j, std::string_view source, int64_t hidden, int64_t heads) {
+  const int64_t q_lora = opt_int(j, "q_lora_rank", 0);
+  const int64_t nope = get_int(j, source, "qk_nope_head_dim");
+  const int64_t rope = get_int(j, source, "qk_rope_head_dim");
+  const int64_t v = get_int(j, source, "v_head_dim");
+  const int64_t kv_lora = get_int(j, source, "kv_lora_rank");
+  const double q = q_lora > 0 ? static_cast<double>(hidden) * q_lora + q_lora +
+                                    static_cast<double>(q_lora) * heads * (nope + rope)
+                              : static_cast<double>(hidden) * heads * (nope + rope);
+  const double kv = static_cast<double>(hidden) * (kv_lora + rope) + kv_lora +
+                    static_cast<double>(kv_lora) * heads * (nope + v);
+  return q + kv + static_cast<double>(heads) * v * hidden;
+}
+
+void estimate_weights(PlanModel& m, const json& j, std::string_view source) {
+  const int64_t hidden = get_int(j, source, "hidden_size");
+  const int64_t vocab = get_int(j, source, "vocab_size");
+  const int64_t layers = m.kv.num_layers;
+  const bool tied = j.value("tie_word_embeddings", false);
+  double attn = 0;
+  if (m.kv.is_mla()) {
+    attn = mla_attention_params(j, source, hidden, m.num_attention_heads);
+  } else {
+    const double q = static_cast<double>(m.num_attention_heads) * m.kv.head_dim;
+    const double kv = 2.0 * m.kv.num_kv_heads * m.kv.head_dim;
+    attn = hidden * (q + kv) + q * hidden;
+    if (j.value("attention_bias", false) || m.model_type == "qwen2") attn += q + kv;
+  }
+  const double params = static_cast<double>(vocab) * hidden * (tied ? 1 : 2) +
+                        (attn + 2.0 * hidden) * layers + mlp_params(j, hidden, layers) + hidden;
+  m.weight_bytes = static_cast<int64_t>(std::ceil(params * m.weight_bits / 8.0));
+}
+
+// Per-layer windows for architectures the engine does not load: layer_types, else one window
+// for every layer unless use_sliding_window is false.
+std::vector<int32_t> generic_windows(const json& j, int64_t layers) {
+  std::vector<int32_t> w(static_cast<size_t>(layers), 0);
+  const auto sw = j.find("sliding_window");
+  if (sw == j.end() || !sw->is_number_integer() || !j.value("use_sliding_window", true)) return w;
+  const auto window = sw->get<int32_t>();
+  const auto types = j.find("layer_types");
+  for (size_t i = 0; i < w.size(); ++i) {
+    const bool sliding = types == j.end() || !types->is_array() || i >= types->size() ||
+                         (*types)[i] == "sliding_attention";
+    w[i] = sliding ? window : 0;
+  }
+  return w;
+}
+
+void parse_generic(PlanModel& m, const json& j, std::string_view source) {
+  m.kv.num_layers = static_cast<int32_t>(get_int(j, source, "num_hidden_layers"));
+  m.num_attention_heads = static_cast<int32_t>(get_int(j, source, "num_attention_heads"));
+  m.max_position_embeddings = get_int(j, source, "max_position_embeddings");
+  if (j.contains("kv_lora_rank") && !j["kv_lora_rank"].is_null()) {  // MLA
+    m.kv.kv_lora_rank = static_cast<int32_t>(get_int(j, source, "kv_lora_rank"));
+    m.kv.rope_head_dim = static_cast<int32_t>(get_int(j, source, "qk_rope_head_dim"));
+    m.mha_head_dim_k =
+        static_cast<int32_t>(get_int(j, source, "qk_nope_head_dim")) + m.kv.rope_head_dim;
+    m.mha_head_dim_v = static_cast<int32_t>(get_int(j, source, "v_head_dim"));
+  } else {
+    m.kv.num_kv_heads =
+        static_cast<int32_t>(opt_int(j, "num_key_value_heads", m.num_attention_heads));
+    m.kv.head_dim = static_cast<int32_t>(
+        opt_int(j, "head_dim", get_int(j, source, "hidden_size") / m.num_attention_heads));
+    m.mha_head_dim_k = m.mha_head_dim_v = m.kv.head_dim;
+  }
+  m.layer_windows = generic_windows(j, m.kv.num_layers);
+}
+
+bool engine_architecture(const json& j) {
+  const auto a = j.find("architectures");
+  if (a == j.end() || !a->is_array() || a->empty() || !(*a)[0].is_string()) return false;
+  const std::string name = (*a)[0];
+  return name == "LlamaForCausalLM" || name == "MistralForCausalLM" || name == "Qwen2ForCausalLM" ||
+         name == "Qwen3ForCausalLM";
+}
+
+std::string gib(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), v == std::floor(v) ? "%.0f" : "%.2f", v);
+  return buf;
+}
+
+}  // namespace
+
+std::optional<int64_t> parse_byte_size(std::string_view text) {
+  static constexpr std::pair<std::string_view, double> kSuffixes[] = {{"KiB", 1024.0},
+                                                                      {"MiB", 1048576.0},
+                                                                      {"GiB", 1073741824.0},
+                                                                      {"TiB", 1099511627776.0},
+                                                                      {"Ki", 1024.0},
+                                                                      {"Mi", 1048576.0},
+                                                                      {"Gi", 1073741824.0},
+                                                                      {"Ti", 1099511627776.0},
+                                                                      {"KB", 1e3},
+                                                                      {"MB", 1e6},
+                                                                      {"GB", 1e9},
+                                                                      {"TB", 1e12},
+                                                                      {"K", 1e3},
+                                                                      {"M", 1e6},
+                                                                      {"G", 1e9},
+                                                                      {"T", 1e12},
+                                                                      {"B", 1.0}};
+  double scale = 1.0;
+  for (const auto& [suffix, factor] : kSuffixes) {
+    if (text.size() > suffix.size() && text.ends_with(suffix)) {
+      text.remove_suffix(suffix.size());
+      scale = factor;
+      break;
+    }
+  }
+  const std::string s(text);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) || v < 0 || v * scale > 9e18) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(std::llround(v * scale));
+}
+
+PlanModel parse_plan_model(std::string_view json_text, std::string_view source) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    fail(source, std::string("not valid JSON (") + e.what() + ")");
+  }
+  if (!j.is_object()) fail(source, "expected a JSON object");
+  PlanModel m;
+  m.name = std::string(source);
+  m.model_type = j.value("model_type", "");
+  m.weight_bits = weight_bits_of(j);
+  m.engine_supported = engine_architecture(j);
+  if (m.engine_supported) {
+    // What the engine itself will load: its parser decides heads, head_dim and windows.
+    const model::ModelConfig c = model::parse_model_config_text(json_text, source);
+    m.kv =
+        kv::KvShape{static_cast<int32_t>(c.num_hidden_layers),
+                    static_cast<int32_t>(c.num_key_value_heads), static_cast<int32_t>(c.head_dim)};
+    m.num_attention_heads = static_cast<int32_t>(c.num_attention_heads);
+    m.mha_head_dim_k = m.mha_head_dim_v = m.kv.head_dim;
+    m.max_position_embeddings = c.max_position_embeddings;
+    m.layer_windows = c.layer_sliding_window;
+  } else {
+    parse_generic(m, j, source);
+  }
+  estimate_weights(m, j, source);
+  return m;
+}
+
+namespace {
+
+// The KV pool's bytes: explicit, or the utilization budget minus the weights.
+int64_t kv_pool_bytes(const PlanModel& model, const PlanSettings& s) {
+  if (s.kv_cache_memory_bytes) return *s.kv_cache_memory_bytes;
+  const double budget = static_cast<double>(s.gpu_memory_bytes) * s.gpu_memory_utilization;
+  if (static_cast<double>(model.weight_bytes) >= budget) {
+    throw Error("the weights (" + gib(static_cast<double>(model.weight_bytes)) +
+                ") do not fit in " + num(s.gpu_memory_utilization) + " x " +
+                gib(static_cast<double>(s.gpu_memory_bytes)) + " = " + gib(budget) +
+                ": raise --gpu-memory / --gpu-memory-utilization, or give "
+                "--kv-cache-memory-bytes");
+  }
+  return static_cast<int64_t>(budget) - model.weight_bytes;
+}
+
+// Blocks one sequence of max_model_len holds: window-capped when every layer uses the same
+// sliding window (blocks wholly outside it are given back; the window straddles one extra block),
+// else the full length, with a note for hybrid models.
+void plan_sequence_blocks(PlanReport& r) {
+  const auto& w = r.model.layer_windows;
+  const int32_t bs = r.settings.block_size;
+  const int64_t num_windowed = std::count_if(w.begin(), w.end(), [](int32_t x) { return x > 0; });
+  const bool all_same_window =
+      !w.empty() && num_windowed == static_cast<int64_t>(w.size()) &&
+      std::all_of(w.begin(), w.end(), [&](int32_t x) { return x == w.front(); });
+  const int64_t full_blocks = (r.max_model_len + bs - 1) / bs;
+  r.blocks_per_seq = full_blocks;
+  if (all_same_window) {
+    r.window = w.front();
+    r.blocks_per_seq = std::min<int64_t>(full_blocks, (r.window + bs - 1) / bs + 1);
+    r.notes.push_back("every layer uses a sliding window of " + std::to_string(r.window) +
+                      " tokens: a sequence holds at most " + std::to_string(r.blocks_per_seq) +
+                      " blocks whatever its length");
+  } else if (num_windowed > 0) {
+    r.notes.push_back(std::to_string(num_windowed) + " of " + std::to_string(w.size()) +
+                      " layers use a sliding window; the pool keeps every layer's KV for the "
+                      "full length, so capacity is computed for full attention");
+  }
+}
+
+}  // namespace
+
+PlanReport compute_plan(const PlanModel& model, const PlanSettings& s) {
+  PlanReport r;
+  r.model = model;
+  r.settings = s;
+  const kv::KvShape& shape = model.kv;
+  r.block_bytes = kv::kv_block_bytes(shape, s.kv_dtype, s.block_size);
+  r.kv_bytes_per_token = kv::kv_bytes_per_token(shape, s.kv_dtype, s.block_size);
+  r.kv_bytes_per_token_per_layer = r.kv_bytes_per_token / shape.num_layers;
+  r.scale_bytes_per_token = kv::kv_scale_bytes_per_token(shape, s.kv_dtype, s.block_size);
+  r.naive_mha_bytes_per_token = static_cast<double>(shape.num_layers) * model.num_attention_heads *
+                                (model.mha_head_dim_k + model.mha_head_dim_v) * 2.0;
+  r.max_model_len = s.max_model_len > 0 ? s.max_model_len : model.max_position_embeddings;
+  if (r.max_model_len > model.max_position_embeddings) {
+    throw Error("--max-model-len " + std::to_string(r.max_model_len) +
+                " is beyond the model's max_position_embeddings (" +
+                std::to_string(model.max_position_embeddings) + ")");
+  }
+  r.kv_pool_bytes = kv_pool_bytes(model, s);
+  r.num_blocks = std::max<int64_t>(r.kv_pool_bytes / r.block_bytes - 1, 0);  // minus the null block
+  if (r.num_blocks == 0) {
+    throw Error("the KV pool (" + std::to_string(r.kv_pool_bytes) + " bytes) holds no block of " +
+                std::to_string(r.block_bytes) + " bytes (block size " +
+                std::to_string(s.block_size) + "): give the KV cache more memory");
+  }
+  r.capacity_tokens = r.num_blocks * s.block_size;
+  r.naive_capacity_tokens =
+      static_cast<int64_t>(static_cast<double>(r.kv_pool_bytes) / r.naive_mha_bytes_per_token);
+  plan_sequence_blocks(r);
+  if (r.blocks_per_seq > r.num_blocks) {
+    throw Error("one sequence of max_model_len " + std::to_string(r.max_model_len) + " needs " +
+                std::to_string(r.blocks_per_seq) + " blocks but the pool holds " +
+                std::to_string(r.num_blocks) + ": lower --max-model-len to at most " +
+                std::to_string(r.capacity_tokens) + " or give the KV cache more memory");
+  }
+  r.max_concurrent_seqs = r.num_blocks / r.blocks_per_seq;
+  r.longest_context = r.window > 0 ? r.max_model_len : std::min(r.capacity_tokens, r.max_model_len);
+  if (model.weight_bytes_estimated && !s.kv_cache_memory_bytes) {
+    r.notes.emplace_back("weight bytes estimated from config.json shapes");
+  }
+  if (!model.engine_supported) {
+    r.notes.emplace_back(
+        "the engine cannot load this architecture yet; figures come from the config");
+  }
+  r.notes.emplace_back("activation scratch is not subtracted: the engine measures it at start-up");
+  return r;
+}
+
+std::string format_plan_text(const PlanReport& r) {
+  std::ostringstream o;
+  const kv::KvShape& k = r.model.kv;
+  o << "model          " << r.model.name << " (" << r.model.model_type << ", " << k.num_layers
+    << " layers, ";
+  if (k.is_mla()) {
+    o << "MLA: kv_lora_rank " << k.kv_lora_rank << " + rope " << k.rope_head_dim << ")\n";
+  } else {
+    o << r.model.num_attention_heads << " heads / " << k.num_kv_heads << " KV heads, head_dim "
+      << k.head_dim << ")\n";
+  }
+  o << "kv cache       " << kv::kv_cache_dtype_name(r.settings.kv_dtype) << ", block size "
+    << r.settings.block_size << " (" << r.block_bytes << " bytes/block)\n";
+  o << "kv bytes/token " << num(r.kv_bytes_per_token) << " (" << num(r.kv_bytes_per_token_per_layer)
+    << " per layer, " << num(r.scale_bytes_per_token) << " of it scales)\n";
+  o << "naive MHA      " << num(r.naive_mha_bytes_per_token)
+    << " bytes/token at 16 bits: " << num(r.naive_mha_bytes_per_token / r.kv_bytes_per_token)
+    << "x more\n";
+  o << "weights        " << gib(static_cast<double>(r.model.weight_bytes)) << " ("
+    << r.model.weight_bytes << " bytes" << (r.model.weight_bytes_estimated ? ", estimated" : "")
+    << ")\n";
+  o << "kv pool        " << gib(static_cast<double>(r.kv_pool_bytes)) << ": " << r.num_blocks
+    << " blocks, " << r.capacity_tokens << " tokens (naive MHA: " << r.naive_capacity_tokens
+    << ")\n";
+  o << "max model len  " << r.max_model_len << " (" << r.blocks_per_seq << " blocks/sequence)\n";
+  o << "concurrency    " << r.max_concurrent_seqs << " sequences of " << r.max_model_len
+    << " tokens\n";
+  o << "longest        " << r.longest_context << " tokens in one sequence\n";
+  for (const std::string& n : r.notes) o << "note           " << n << "\n";
+  return o.str();
+}
+
+std::string format_plan_json(const PlanReport& r) {
+  json j = {
+      {"model", r.model.name},
+      {"model_type", r.model.model_type},
+      {"attention", r.model.kv.is_mla() ? "mla" : "gqa"},
+      {"num_layers", r.model.kv.num_layers},
+      {"kv_cache_dtype", kv::kv_cache_dtype_name(r.settings.kv_dtype)},
+      {"block_size", r.settings.block_size},
+      {"block_bytes", r.block_bytes},
+      {"kv_bytes_per_token", r.kv_bytes_per_token},
+      {"kv_bytes_per_token_per_layer", r.kv_bytes_per_token_per_layer},
+      {"scale_bytes_per_token", r.scale_bytes_per_token},
+      {"naive_mha_bytes_per_token", r.naive_mha_bytes_per_token},
+      {"weight_bytes", r.model.weight_bytes},
+      {"weight_bytes_estimated", r.model.weight_bytes_estimated},
+      {"kv_pool_bytes", r.kv_pool_bytes},
+      {"num_blocks", r.num_blocks},
+      {"capacity_tokens", r.capacity_tokens},
+      {"naive_capacity_tokens", r.naive_capacity_tokens},
+      {"max_model_len", r.max_model_len},
+      {"sliding_window", r.window},
+      {"blocks_per_sequence", r.blocks_per_seq},
+      {"max_concurrent_sequences", r.max_concurrent_seqs},
+      {"longest_context", r.longest_context},
+      {"notes", r.notes},
+  };
+  return j.dump(2) + "\n";
+}
+
+void add_plan_command(CLI::App& app, PlanOptions& o) {
+  CLI::App* cmd = app.add_subcommand("plan",
+                                     "What fits: KV bytes per token, pool capacity, "
+                                     "concurrency and longest context for a model");
+  auto* model = cmd->add_option("--model", o.model_dir, "Hugging Face model directory");
+  auto* config = cmd->add_option("--config", o.config_file, "A config.json file");
+  model->excludes(config);
+  cmd->add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                  "auto (the weights' dtype), float32, bfloat16, float16, fp8, fp8_e4m3, "
+                  "fp8_e5m2, int8, int4");
+  cmd->add_option("--block-size", o.block_size, "KV cache block size in tokens")
+      ->check(CLI::IsMember({8, 16, 32, 64, 128}));
+  cmd->add_option("--gpu-memory", o.gpu_memory, "Device memory, e.g. 80GiB or 141e9 (bytes)");
+  auto* util = cmd->add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                               "Share of device memory for weights + KV (default 0.9)")
+                   ->check(CLI::Range(0.0, 1.0));
+  auto* kv_bytes = cmd->add_option("--kv-cache-memory-bytes", o.kv_cache_memory_bytes,
+                                   "KV pool size in bytes (instead of the utilization budget)");
+  util->excludes(kv_bytes);
+  cmd->add_option("--max-model-len", o.max_model_len, "Longest prompt + output (0 = model's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_flag("--json", o.json, "Print the plan as JSON");
+}
+
+int run_plan(const PlanOptions& o) {
+  namespace fs = std::filesystem;
+  if (o.model_dir.empty() == o.config_file.empty())
+    throw Error("plan needs --model DIR or --config FILE");
+  const fs::path config_path =
+      o.config_file.empty() ? fs::path(o.model_dir) / "config.json" : fs::path(o.config_file);
+  std::ifstream in(config_path);
+  if (!in) throw Error(config_path.string() + ": cannot read the model's config.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  PlanModel model = parse_plan_model(text, config_path.string());
+  if (!o.model_dir.empty()) {  // the stored weights, when there are any
+    int64_t bytes = 0;
+    for (const auto& e : fs::directory_iterator(o.model_dir)) {
+      if (e.path().extension() == ".safetensors" &&
+          e.path().filename() != "reference.safetensors") {
+        bytes += static_cast<int64_t>(e.file_size());
+      }
+    }
+    if (bytes > 0) {
+      model.weight_bytes = bytes;
+      model.weight_bytes_estimated = false;
+    }
+  }
+  PlanSettings s;
+  const std::string dtype = o.kv_cache_dtype == "auto"
+                                ? (model.weight_bits == 32 ? "float32" : "bfloat16")
+                                : o.kv_cache_dtype;
+  const auto kv_dtype = kv::parse_kv_cache_dtype(dtype);
+  if (!kv_dtype) throw Error("--kv-cache-dtype '" + o.kv_cache_dtype + "' is not supported");
+  s.kv_dtype = *kv_dtype;
+  s.block_size = o.block_size;
+  const auto gpu = parse_byte_size(o.gpu_memory);
+  if (!gpu) throw Error("--gpu-memory '" + o.gpu_memory + "' is not a byte size (e.g. 80GiB)");
+  s.gpu_memory_bytes = *gpu;
+  s.gpu_memory_utilization = o.gpu_memory_utilization.value_or(0.9);
+  if (s.gpu_memory_utilization <= 0) throw Error("--gpu-memory-utilization must be above 0");
+  if (!o.kv_cache_memory_bytes.empty()) {
+    s.kv_cache_memory_bytes = parse_byte_size(o.kv_cache_memory_bytes);
+    if (!s.kv_cache_memory_bytes) {
+      throw Error("--kv-cache-memory-bytes '" + o.kv_cache_memory_bytes + "' is not a byte size");
+    }
+  }
+  s.max_model_len = o.max_model_len;
+  const PlanReport report = compute_plan(model, s);
+  std::fputs((o.json ? format_plan_json(report) : format_plan_text(report)).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace strata::cli
