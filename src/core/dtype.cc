@@ -38,27 +38,6 @@ std::optional<DType> dtype_from_safetensors_name(std::string_view name) {
   return std::nullopt;
 }
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0) {
-    // Zero or subnormal: value = mantissa * 2^-24, exact in fp32.
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    float f = (sign != 0) ? -magnitude : magnitude;
-    return f;
-  }
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);  // inf or NaN
-  } else {
-    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 uint16_t f32_to_f16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));

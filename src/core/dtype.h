@@ -66,7 +66,29 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>((bits + rounding_bias) >> 16);
 }
 
-float f16_to_f32(uint16_t h);
+// fp16 bit pattern -> fp32, exact. Branch-free (the cases are selected with masks) so that the
+// CPU kernels' conversion loops vectorize: normal numbers move the exponent from bias 15 to bias
+// 127, subnormals are mantissa * 2^-24 (exact in fp32), inf/NaN keep their payload.
+inline float f16_to_f32(uint16_t h) {
+  const auto bits = static_cast<uint32_t>(h);
+  const uint32_t sign = (bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  const uint32_t normal = ((bits & 0x7fffu) << 13) + (112u << 23);
+  const uint32_t special = 0x7f800000u | (mantissa << 13);
+  const float subnormal_value = static_cast<float>(mantissa) * 0x1p-24f;
+  uint32_t subnormal;
+  std::memcpy(&subnormal, &subnormal_value, sizeof(subnormal));
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(exponent == 0);
+  const uint32_t is_special = 0u - static_cast<uint32_t>(exponent == 0x1f);
+  const uint32_t magnitude =
+      (subnormal & is_subnormal) | (special & is_special) | (normal & ~(is_subnormal | is_special));
+  const uint32_t out = sign | magnitude;
+  float f;
+  std::memcpy(&f, &out, sizeof(f));
+  return f;
+}
+
 uint16_t f32_to_f16(float f);
 
 }  // namespace strata

@@ -111,15 +111,24 @@ TEST(EmbeddingTest, RejectsOutOfRangeIdsWithoutWriting) {
   for (float v : out) EXPECT_EQ(v, -5.0f);
 }
 
-TEST(CpuCommonTest, FastF16ConversionIsExactOnAllInputs) {
-  for (uint32_t h = 0; h <= 0xffffu; ++h) {
-    const float fast = detail::f16_bits_to_f32(static_cast<uint16_t>(h));
-    const float slow = f16_to_f32(static_cast<uint16_t>(h));
-    uint32_t a, b;
-    std::memcpy(&a, &fast, 4);
-    std::memcpy(&b, &slow, 4);
-    ASSERT_EQ(a, b) << "f16 bits " << h;
-  }
+TEST(CpuCommonTest, LoadF32WidensEveryF16AndBf16PatternExactly) {
+  // The conversions themselves are checked against a float64 reference in tests/core; this pins
+  // the kernels' bulk loader to them for all 65536 patterns of each type.
+  std::vector<uint16_t> all(0x10000);
+  for (uint32_t h = 0; h <= 0xffffu; ++h) all[h] = static_cast<uint16_t>(h);
+  auto check = [&](DType dtype, float (*want)(uint16_t)) {
+    std::vector<float> out(all.size());
+    detail::load_f32(all.data(), dtype, 0, static_cast<int64_t>(all.size()), out.data());
+    for (uint32_t h = 0; h <= 0xffffu; ++h) {
+      const float w = want(all[h]);
+      uint32_t a, b;
+      std::memcpy(&a, &out[h], 4);
+      std::memcpy(&b, &w, 4);
+      ASSERT_EQ(a, b) << dtype_name(dtype) << " bits " << h;
+    }
+  };
+  check(DType::kF16, &f16_to_f32);
+  check(DType::kBF16, &bf16_to_f32);
 }
 
 }  // namespace
