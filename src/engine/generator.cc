@@ -5,6 +5,7 @@
 
 #include "kv/block_table.h"
 #include "kv/host_kv_buffer.h"
+#include "kv/kv_accounting.h"
 #include "kv/kv_cache_manager.h"
 
 namespace strata::engine {
@@ -21,6 +22,7 @@ Generator::Generator(model::Model& model, ThreadPool& pool, GeneratorConfig conf
     : model_(model), pool_(pool), config_(std::move(config)) {
   STRATA_CHECK(validate_config(config_).ok(), "Generator built from an invalid config");
   if (config_.max_model_len == 0) config_.max_model_len = model_.config().max_position_embeddings;
+  window_ = kv::pool_sliding_window(model_.config().layer_sliding_window);
 }
 
 Status Generator::validate_config(const GeneratorConfig& config) {
@@ -62,12 +64,16 @@ Status Generator::validate_request(const GenerationRequest& request) const {
   return Status::Ok();
 }
 
+// An auto-sized pool holds every request at its longest at once; with a sliding window, a
+// sequence's window and one prefill chunk (the most it holds in any step).
 int32_t Generator::blocks_for(std::span<const GenerationRequest> requests) const {
   if (config_.num_blocks > 0) return config_.num_blocks;
   int64_t blocks = 1;  // the null block
   for (const GenerationRequest& r : requests) {
     const int64_t len = static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens;
-    blocks += (len + config_.block_size - 1) / config_.block_size;
+    const int64_t held =
+        window_ > 0 ? std::min<int64_t>(len, window_ + config_.max_num_batched_tokens) : len;
+    blocks += (held + config_.block_size - 1) / config_.block_size + (window_ > 0 ? 1 : 0);
   }
   return static_cast<int32_t>(blocks);
 }
@@ -119,15 +125,22 @@ Result<std::vector<std::vector<float>>> Generator::prompt_logits(
   return out;
 }
 
-// Keeps the pool (and its cached prefixes) when prefix caching is on and it is large enough;
-// otherwise starts from an empty one, as a cache-less engine would.
+// Keeps the pool (and its cached prefixes) when prefix caching is on, growing it if it is too
+// small; otherwise starts from an empty one, as a cache-less engine would.
 void Generator::prepare_cache(int32_t num_blocks) {
-  if (config_.enable_prefix_caching && cache_ && cache_->pool().num_blocks() >= num_blocks) return;
+  if (config_.enable_prefix_caching && cache_) {
+    if (cache_->pool().num_blocks() < num_blocks) {
+      kv_->grow(num_blocks);
+      cache_->pool().grow(num_blocks);
+    }
+    return;
+  }
   kv_.reset();
   cache_ = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
       .num_blocks = num_blocks,
       .block_size = config_.block_size,
       .enable_prefix_caching = config_.enable_prefix_caching,
+      .sliding_window = window_,
   });
   kv_ = std::make_unique<kv::HostKvBuffer>(
       kv::KvLayout(model_.kv_spec(config_.kv_dtype), config_.block_size), num_blocks);

@@ -8,8 +8,12 @@
 // free blocks, preemption) replaces the fixed batch with a scheduler but keeps the same step:
 // build the batch (token ids, positions, slot mapping, paged layout) -> Model::forward -> sample.
 //
+// Models whose layers all use a sliding window give the blocks wholly outside a sequence's window
+// back every step, so a sequence holds at most ceil(window / block_size) + 1 blocks.
+//
 // Owns the KV cache manager (block pool + prefix cache) and the KV buffer; borrows the model and
-// the thread pool. With prefix caching on (the default) both live across generate() calls, so a
+// the thread pool. With prefix caching on (the default) both live across generate() calls (an
+// auto-sized pool that is too small for a later call grows, keeping its cached blocks), so a
 // prompt whose leading blocks an earlier sequence computed skips them: the sequence starts with
 // those blocks shared and prefills only the rest (sequences that want every prompt position's
 // logits -- prompt_logits(), prompt_logprobs -- always compute the whole prompt, but still fill
@@ -60,9 +64,11 @@ struct GeneratorStats {
   double decode_seconds = 0.0;
   int32_t num_steps = 0;
   int32_t num_blocks = 0;  // pool size, the null block included
+  int32_t peak_used_blocks = 0;  // most blocks in use at the end of any step's scheduling
   int64_t num_cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
   kv::PrefixCacheStats prefix_cache;     // the cache's counters since it was created
 };
+
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids, non-empty
@@ -111,6 +117,7 @@ class Generator {
   GeneratorConfig config_;
   std::unique_ptr<kv::KvCacheManager> cache_;
   std::unique_ptr<kv::HostKvBuffer> kv_;
+  int32_t window_ = 0;  // kv::pool_sliding_window of the model's layers: 0 = keep every block
   int32_t last_used_blocks_ = 0;
   GeneratorStats stats_;
   std::vector<float> logits_;

@@ -39,6 +39,8 @@ Result<int32_t> Generator::schedule(Sequence& s, int32_t& prefill_budget) {
   const bool decode = remaining == 1 && s.num_computed >= s.num_prompt;
   const int32_t n = decode ? 1 : std::min(remaining, prefill_budget);
   if (n == 0 && hit.blocks.empty()) return 0;
+  // The step's first query is at num_computed: blocks before its window are never read again.
+  cache_->free_blocks_outside_window(s.table);
   if (!cache_->allocate_slots(s.table, n, &hit)) {
     return Status::ResourceExhausted("the KV cache has too few free blocks for this batch");
   }
@@ -81,6 +83,7 @@ Status Generator::step(std::vector<Sequence>& seqs) {
     }
     scheduled.push_back(sc);
   }
+  stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, cache_->pool().num_used_blocks());
   kv::copy_blocks(*kv_, cache_->take_pending_copies());  // copy-on-write, before any KV write
   const auto vocab = static_cast<size_t>(model_.vocab_size());
   logits_.resize(logits_rows.size() * vocab);

@@ -39,6 +39,7 @@ std::optional<BlockId> BlockPool::find_cached(const BlockHash& hash, BlockId par
 
 void BlockPool::touch(std::span<const BlockId> blocks) {
   for (const BlockId b : blocks) {
+    if (b == kNullBlock) continue;  // an entry a sliding window skips
     STRATA_CHECK(b.value > 0 && b.value < num_blocks(), "touch: block id out of range");
     BlockMeta& m = meta(b.value);
     STRATA_CHECK(m.cached, "touch of a block that is not cached");

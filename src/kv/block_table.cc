@@ -29,6 +29,7 @@ bool BlockTable::append_slots(BlockPool& pool, int32_t num_new_tokens) {
 int64_t BlockTable::slot(int32_t pos) const {
   STRATA_CHECK(pos >= 0 && pos < num_tokens_, "slot: position has no slot");
   const BlockId block = blocks_[static_cast<size_t>(pos / block_size_)];
+  STRATA_CHECK(block != kNullBlock, "slot: position's block was given back (sliding window)");
   return static_cast<int64_t>(block.value) * block_size_ + pos % block_size_;
 }
 
@@ -38,6 +39,7 @@ void BlockTable::release(BlockPool& pool) {
   block_hashes_.clear();
   num_tokens_ = 0;
   num_cached_blocks_ = 0;
+  num_skipped_blocks_ = 0;
   chain_tail_ = kNullBlock;
 }
 

@@ -46,6 +46,9 @@ class BlockTable {
   std::span<const BlockHash> block_hashes() const { return block_hashes_; }
   // Leading blocks that are in the prefix cache (hit, registered, or found identical).
   int32_t num_cached_blocks() const { return num_cached_blocks_; }
+  // Leading entries given back because no query attends to them any more (sliding window); they
+  // point at the null block. Blocks the table still references: blocks().size() minus these.
+  int32_t num_skipped_blocks() const { return num_skipped_blocks_; }
 
  private:
   friend class KvCacheManager;
@@ -55,6 +58,7 @@ class BlockTable {
   std::vector<BlockId> blocks_;
   std::vector<BlockHash> block_hashes_;
   int32_t num_cached_blocks_ = 0;
+  int32_t num_skipped_blocks_ = 0;
   // The cached block that holds block num_cached_blocks_ - 1's content (the table's own block, or
   // an identical one registered first); the parent of the next block to register. kNullBlock
   // before the first block; invalid when the chain broke (nothing further is registered).

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "core/check.h"
 
@@ -10,16 +11,27 @@ namespace strata::kv {
 
 void HostKvBuffer::AlignedFree::operator()(std::byte* p) const { std::free(p); }
 
-HostKvBuffer::HostKvBuffer(const KvLayout& layout, int32_t num_blocks)
-    : layout_(layout), num_blocks_(num_blocks) {
-  STRATA_CHECK(num_blocks >= 1, "a KV buffer holds at least the null block");
+HostKvBuffer::Bytes HostKvBuffer::allocate_zeroed(size_t bytes) {
   constexpr size_t kAlign = 64;
-  const auto bytes = static_cast<size_t>(layout.pool_bytes(num_blocks));
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, rounded);
-  data_.reset(p);
+  return Bytes(p);
+}
+
+HostKvBuffer::HostKvBuffer(const KvLayout& layout, int32_t num_blocks)
+    : layout_(layout), num_blocks_(num_blocks) {
+  STRATA_CHECK(num_blocks >= 1, "a KV buffer holds at least the null block");
+  data_ = allocate_zeroed(static_cast<size_t>(layout.pool_bytes(num_blocks)));
+}
+
+void HostKvBuffer::grow(int32_t num_blocks) {
+  STRATA_CHECK(num_blocks >= num_blocks_, "grow: a KV buffer never shrinks");
+  Bytes bigger = allocate_zeroed(static_cast<size_t>(layout_.pool_bytes(num_blocks)));
+  std::memcpy(bigger.get(), data_.get(), static_cast<size_t>(layout_.pool_bytes(num_blocks_)));
+  data_ = std::move(bigger);
+  num_blocks_ = num_blocks;
 }
 
 }  // namespace strata::kv

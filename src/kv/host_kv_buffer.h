@@ -23,14 +23,23 @@ class HostKvBuffer {
 
   PagedKvCacheView layer_view(int32_t layer_idx) { return layout_.layer_view(data_.get(), layer_idx); }
 
+  // Grows the buffer to num_blocks (>= num_blocks()), keeping every existing block's bytes (the
+  // layout is block-outermost, so they are a prefix of the new allocation); new blocks are zero.
+  // Views taken before are invalid afterwards. Throws std::bad_alloc, leaving the buffer as it
+  // was, when memory runs out.
+  void grow(int32_t num_blocks);
+
  private:
   struct AlignedFree {
     void operator()(std::byte* p) const;
   };
 
+  using Bytes = std::unique_ptr<std::byte[], AlignedFree>;
+  static Bytes allocate_zeroed(size_t bytes);
+
   KvLayout layout_;
   int32_t num_blocks_;
-  std::unique_ptr<std::byte[], AlignedFree> data_;
+  Bytes data_;
 };
 
 }  // namespace strata::kv

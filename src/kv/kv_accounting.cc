@@ -107,6 +107,20 @@ double kv_scale_bytes_per_token(const KvShape& shape, KvCacheDType dtype, int32_
   return static_cast<double>(scale_block_bytes(shape, dtype, block_size)) / block_size;
 }
 
+int32_t pool_sliding_window(std::span<const int32_t> layer_windows) {
+  if (layer_windows.empty()) return 0;
+  if (std::any_of(layer_windows.begin(), layer_windows.end(), [](int32_t w) { return w <= 0; })) {
+    return 0;
+  }
+  return *std::max_element(layer_windows.begin(), layer_windows.end());
+}
+
+int64_t blocks_held_per_sequence(int64_t num_tokens, int32_t window, int32_t block_size) {
+  const int64_t all = (num_tokens + block_size - 1) / block_size;
+  if (window <= 0) return all;
+  return std::min<int64_t>(all, (window + block_size - 1) / block_size + 1);
+}
+
 PoolUsage measure_usage(const BlockPool& pool, std::span<const BlockTable* const> tables) {
   const int32_t bs = pool.block_size();
   PoolUsage u;

@@ -54,6 +54,15 @@ double kv_bytes_per_token(const KvShape& shape, KvCacheDType dtype, int32_t bloc
 // Of which scales.
 double kv_scale_bytes_per_token(const KvShape& shape, KvCacheDType dtype, int32_t block_size);
 
+// The sliding window the pool can exploit, or 0. Blocks wholly outside a sequence's window go
+// back to the pool only when every layer uses a window (then the largest decides); a hybrid model
+// keeps every layer's KV for the full length.
+int32_t pool_sliding_window(std::span<const int32_t> layer_windows);
+
+// Blocks one decoding sequence of num_tokens holds at most: all of them, or, with a window,
+// ceil(window / block_size) + 1 (the window straddles one extra block).
+int64_t blocks_held_per_sequence(int64_t num_tokens, int32_t window, int32_t block_size);
+
 // How a pool's token slots are used at one moment.
 struct PoolUsage {
   int64_t capacity_slots = 0;   // (num_blocks - 1) x block_size: every allocatable slot

@@ -10,7 +10,10 @@ namespace strata::kv {
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : pool_(BlockPoolConfig{config.num_blocks, config.block_size, config.enable_prefix_caching,
                             config.event_sink}),
-      hasher_(config.hash_bits) {}
+      hasher_(config.hash_bits),
+      window_(config.sliding_window) {
+  STRATA_CHECK(window_ >= 0, "sliding_window must not be negative");
+}
 
 PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
                                              const BlockExtraKeys& extra) {
@@ -31,6 +34,12 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
     parent = *block;
   }
   hit.num_tokens = static_cast<int32_t>(hit.blocks.size()) * bs;
+  if (window_ > 0 && !hit.blocks.empty()) {
+    // The first position computed after the hit is hit.num_tokens; the last block always stays.
+    const auto skipped = std::min(std::max(hit.num_tokens - window_ + 1, 0) / bs,
+                                  static_cast<int32_t>(hit.blocks.size()) - 1);
+    std::fill_n(hit.blocks.begin(), skipped, kNullBlock);
+  }
   ++stats_.num_queries;
   stats_.num_query_tokens += static_cast<int64_t>(tokens.size());
   stats_.num_hit_tokens += hit.num_tokens;
@@ -50,7 +59,7 @@ int32_t KvCacheManager::num_blocks_to_allocate(const BlockTable& table, int32_t 
   }
   STRATA_CHECK(table.num_tokens() == 0, "a prefix hit goes into an empty block table");
   int32_t num_free_hits = 0;
-  for (const BlockId b : hit->blocks) num_free_hits += pool_.ref_count(b) == 0 ? 1 : 0;
+  for (const BlockId b : hit->blocks) num_free_hits += b != kNullBlock && pool_.ref_count(b) == 0;
   const int32_t bs = block_size();
   const int32_t new_blocks =
       (hit->num_tokens + num_new_tokens + bs - 1) / bs - static_cast<int32_t>(hit->blocks.size());
@@ -68,6 +77,10 @@ bool KvCacheManager::allocate_slots(BlockTable& table, int32_t num_new_tokens,
     table.block_hashes_ = hit->hashes;
     table.num_tokens_ = hit->num_tokens;
     table.num_cached_blocks_ = static_cast<int32_t>(hit->blocks.size());
+    table.num_skipped_blocks_ = static_cast<int32_t>(
+        std::find_if(hit->blocks.begin(), hit->blocks.end(),
+                     [](BlockId b) { return b != kNullBlock; }) -
+        hit->blocks.begin());
     table.chain_tail_ = hit->blocks.back();
   }
   if (needs_copy_on_write(table, num_new_tokens)) {
@@ -106,6 +119,10 @@ void KvCacheManager::cache_full_blocks(BlockTable& table, std::span<const int32_
     const BlockHash& hash = table.block_hashes_[idx];
     const BlockId parent = table.chain_tail_;
     const BlockId block = table.blocks_[idx];
+    if (block == kNullBlock) {  // given back before it was registered: nothing more to register
+      table.chain_tail_ = BlockId{};
+      continue;
+    }
     // An identical block may be cached already (the same prompt computed twice, or a forked table
     // sharing its parent's block): it becomes the chain's parent for what follows.
     if (const std::optional<BlockId> same = pool_.find_cached(hash, parent, block_tokens, extra)) {
@@ -128,7 +145,20 @@ void KvCacheManager::fork(const BlockTable& parent, BlockTable& child) {
   child.block_hashes_ = parent.block_hashes_;
   child.num_tokens_ = parent.num_tokens_;
   child.num_cached_blocks_ = parent.num_cached_blocks_;
+  child.num_skipped_blocks_ = parent.num_skipped_blocks_;
   child.chain_tail_ = parent.chain_tail_;
+}
+
+void KvCacheManager::free_blocks_before(BlockTable& table, int32_t first_needed_pos) {
+  const int32_t last_block = static_cast<int32_t>(table.blocks_.size()) - 1;
+  // Never the last block: it holds the newest position, which every next query reads.
+  const int32_t end = std::min(std::max(first_needed_pos, 0) / block_size(), last_block);
+  for (int32_t i = table.num_skipped_blocks_; i < end; ++i) {
+    BlockId& entry = table.blocks_[static_cast<size_t>(i)];
+    pool_.free(std::span<const BlockId>(&entry, 1));
+    entry = kNullBlock;
+  }
+  table.num_skipped_blocks_ = std::max(table.num_skipped_blocks_, end);
 }
 
 void KvCacheManager::free(BlockTable& table) {

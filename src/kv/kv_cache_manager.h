@@ -7,6 +7,7 @@
 //                                   of a shared partly filled last block, new blocks -- all or none
 //   cache_full_blocks(table)        after a step: register newly full computed blocks
 //   fork(parent, child)             share every block (n > 1, beam search)
+//   free_blocks_before(table, pos)  sliding window: give back blocks no query reads any more
 //   free(table)                     give the blocks back, tail first
 //   take_pending_copies()           the (src, dst) block copies the next step must do first
 //
@@ -34,6 +35,10 @@ struct KvCacheConfig {
   int32_t block_size = 16;
   bool enable_prefix_caching = true;
   int32_t hash_bits = 256;            // < 256 only in tests (forced collisions)
+  // > 0 when every layer attends to at most this many positions (kv::pool_sliding_window): a
+  // prefix hit then leaves the blocks before its last window out, and free_blocks_before() gives
+  // back what a growing sequence no longer reads.
+  int32_t sliding_window = 0;
   KvEventSink* event_sink = nullptr;  // borrowed
 };
 
@@ -70,7 +75,9 @@ class KvCacheManager {
 
   // The longest cached prefix of tokens, in whole blocks, leaving at least the last token to
   // compute (a step needs it to produce logits). Nothing is referenced yet; the only side effect
-  // is the query counters. Empty when prefix caching is off.
+  // is the query counters. Empty when prefix caching is off. With a sliding window, the whole
+  // chain is still confirmed, but the entries wholly before the window of the first position to
+  // compute are kNullBlock: the table will not take them.
   PrefixHit find_cached_prefix(std::span<const int32_t> tokens, const BlockExtraKeys& extra);
 
   // Blocks allocate_slots(table, num_new_tokens, hit) would take from the free queue, the hit's
@@ -100,6 +107,19 @@ class KvCacheManager {
   // hashes. The first append into a shared partly filled block copies it (allocate_slots).
   void fork(const BlockTable& parent, BlockTable& child);
 
+  // Sliding-window attention: drops the table's references to the blocks that hold only positions
+  // before first_needed_pos (no query of this or a later step reads them) and points those
+  // entries at the null block, so a sequence holds at most ceil(window / block_size) + 1 blocks
+  // however long it grows. The last block is always kept. A freed block that was cached stays in
+  // the prefix cache until it is evicted. Cost: O(blocks freed); a table's skipped blocks are
+  // remembered.
+  void free_blocks_before(BlockTable& table, int32_t first_needed_pos);
+  // The same for the configured sliding window, before a step computes the table's next token
+  // (position table.num_tokens()): call it before allocate_slots. No-op without a window.
+  void free_blocks_outside_window(BlockTable& table) {
+    if (window_ > 0) free_blocks_before(table, table.num_tokens() - window_ + 1);
+  }
+
   // Drops the table's references, last block first: a sequence's tail is evicted before the
   // prefix other requests are likelier to share. Empties the table.
   void free(BlockTable& table);
@@ -115,6 +135,7 @@ class KvCacheManager {
 
   BlockPool pool_;
   BlockHasher hasher_;
+  int32_t window_ = 0;
   std::vector<BlockCopy> pending_copies_;
   PrefixCacheStats stats_;
 };

@@ -5,10 +5,13 @@
 // checks the one property that matters: every hit block holds exactly the query's prefix. Also
 // checked after every operation: the pool's invariants, ref counts recomputed from the tables,
 // no write into a shared or cached block, and that a failed allocation changes nothing. The 8-bit
-// weakened hash runs the same operations: collisions everywhere, still zero wrong hits.
+// weakened hash runs the same operations: collisions everywhere, still zero wrong hits. With a
+// sliding window, blocks before each step's window are given back first, and every block a step's
+// queries read must still be the sequence's own.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <random>
@@ -43,9 +46,13 @@ struct Content {
 
 class RandomCacheSim {
  public:
-  RandomCacheSim(uint64_t seed, int32_t hash_bits)
+  RandomCacheSim(uint64_t seed, int32_t hash_bits, int32_t window)
       : rng_(seed),
-        m_(KvCacheConfig{.num_blocks = kNumBlocks, .block_size = kBs, .hash_bits = hash_bits}),
+        window_(window),
+        m_(KvCacheConfig{.num_blocks = kNumBlocks,
+                         .block_size = kBs,
+                         .hash_bits = hash_bits,
+                         .sliding_window = window}),
         content_(kNumBlocks) {
     for (auto& doc : docs_) {
       for (int i = 0; i < 48; ++i) doc.push_back(uniform(0, 5));
@@ -96,6 +103,7 @@ class RandomCacheSim {
     s.extra.cache_salt = uniform(0, 3) == 0 ? "tenant-b" : "";
     const PrefixHit hit = m_.find_cached_prefix(s.tokens, s.extra);
     for (size_t i = 0; i < hit.blocks.size(); ++i) {
+      if (hit.blocks[i] == kNullBlock) continue;  // before the window: not taken
       const Content expected{
           s.extra.cache_salt,
           {s.tokens.begin(), s.tokens.begin() + static_cast<int64_t>((i + 1) * kBs)}};
@@ -116,6 +124,7 @@ class RandomCacheSim {
     SimSeq& s = seqs_[i];
     if (s.num_computed == static_cast<int32_t>(s.tokens.size())) s.tokens.push_back(uniform(0, 5));
     const int32_t n = uniform(1, static_cast<int32_t>(s.tokens.size()) - s.num_computed);
+    m_.free_blocks_outside_window(s.table);
     if (try_allocate(s, n, nullptr)) compute(s, n);
   }
 
@@ -135,11 +144,21 @@ class RandomCacheSim {
     return ok;
   }
 
-  // "Runs" the step: copy-on-write copies, then writes positions [num_computed, + n).
+  // "Runs" the step: copy-on-write copies, then checks that every earlier position the step's
+  // queries attend to holds this sequence's own K/V, then writes positions [num_computed, + n).
   void compute(SimSeq& s, int32_t n) {
     for (const BlockCopy& c : m_.take_pending_copies()) {
       content_[static_cast<size_t>(c.dst.value)] = content_[static_cast<size_t>(c.src.value)];
       ++num_copies;
+    }
+    const int32_t first_read = window_ > 0 ? std::max(0, s.num_computed - window_ + 1) : 0;
+    for (int32_t pos = first_read; pos < s.num_computed; ++pos) {
+      const BlockId b = s.table.blocks()[static_cast<size_t>(pos / kBs)];
+      ASSERT_NE(b, kNullBlock) << "op " << op_ << ": a block inside the window was given back";
+      const Content& c = content_[static_cast<size_t>(b.value)];
+      ASSERT_TRUE(c.salt == s.extra.cache_salt && static_cast<int32_t>(c.prefix.size()) > pos &&
+                  std::equal(c.prefix.begin(), c.prefix.begin() + pos + 1, s.tokens.begin()))
+          << "op " << op_ << ": position " << pos << " reads another sequence's K/V";
     }
     for (int32_t pos = s.num_computed; pos < s.num_computed + n; ++pos) {
       const BlockId b = s.table.blocks()[static_cast<size_t>(pos / kBs)];
@@ -185,7 +204,7 @@ class RandomCacheSim {
     std::vector<int32_t> owned(kNumBlocks, 0);
     for (const SimSeq& s : seqs_) {
       ASSERT_EQ(s.table.num_tokens(), s.num_computed);
-      for (const BlockId b : s.table.blocks()) ++owned[static_cast<size_t>(b.value)];
+      for (const BlockId b : s.table.blocks()) owned[static_cast<size_t>(b.value)] += b != kNullBlock;
     }
     for (int32_t i = 0; i < kNumBlocks; ++i) {
       ASSERT_EQ(m_.pool().ref_count(BlockId{i}), owned[static_cast<size_t>(i)])
@@ -194,6 +213,7 @@ class RandomCacheSim {
   }
 
   std::mt19937_64 rng_;
+  int32_t window_;
   KvCacheManager m_;
   std::vector<Content> content_;
   std::array<std::vector<int32_t>, 4> docs_;
@@ -204,12 +224,13 @@ class RandomCacheSim {
 struct Param {
   uint64_t seed;
   int32_t hash_bits;
+  int32_t window = 0;
 };
 
 class KvCacheManagerRandomTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(KvCacheManagerRandomTest, MixedOperationsNeverServeWrongKvAndLeakNothing) {
-  RandomCacheSim sim(GetParam().seed, GetParam().hash_bits);
+  RandomCacheSim sim(GetParam().seed, GetParam().hash_bits, GetParam().window);
   sim.run(kNumOps);
   ASSERT_FALSE(HasFatalFailure());
   sim.free_all();
@@ -226,10 +247,11 @@ TEST_P(KvCacheManagerRandomTest, MixedOperationsNeverServeWrongKvAndLeakNothing)
 
 INSTANTIATE_TEST_SUITE_P(Seeds, KvCacheManagerRandomTest,
                          ::testing::Values(Param{1, 256}, Param{2, 256}, Param{3, 8}, Param{4, 8},
-                                           Param{20240601, 1}),
+                                           Param{20240601, 1}, Param{5, 256, 6}, Param{6, 8, 9}),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return "Seed" + std::to_string(info.param.seed) + "Bits" +
-                                  std::to_string(info.param.hash_bits);
+                                  std::to_string(info.param.hash_bits) + "Window" +
+                                  std::to_string(info.param.window);
                          });
 
 }  // namespace

@@ -230,24 +230,19 @@ int64_t kv_pool_bytes(const PlanModel& model, const PlanSettings& s) {
   return static_cast<int64_t>(budget) - model.weight_bytes;
 }
 
-// Blocks one sequence of max_model_len holds: window-capped when every layer uses the same
-// sliding window (blocks wholly outside it are given back; the window straddles one extra block),
+// Blocks one sequence of max_model_len holds: window-capped when every layer uses a sliding
+// window (the engine gives back blocks wholly outside it; the window straddles one extra block),
 // else the full length, with a note for hybrid models.
 void plan_sequence_blocks(PlanReport& r) {
   const auto& w = r.model.layer_windows;
   const int32_t bs = r.settings.block_size;
   const int64_t num_windowed = std::count_if(w.begin(), w.end(), [](int32_t x) { return x > 0; });
-  const bool all_same_window =
-      !w.empty() && num_windowed == static_cast<int64_t>(w.size()) &&
-      std::all_of(w.begin(), w.end(), [&](int32_t x) { return x == w.front(); });
-  const int64_t full_blocks = (r.max_model_len + bs - 1) / bs;
-  r.blocks_per_seq = full_blocks;
-  if (all_same_window) {
-    r.window = w.front();
-    r.blocks_per_seq = std::min<int64_t>(full_blocks, (r.window + bs - 1) / bs + 1);
+  r.window = kv::pool_sliding_window(w);
+  r.blocks_per_seq = kv::blocks_held_per_sequence(r.max_model_len, r.window, bs);
+  if (r.window > 0) {
     r.notes.push_back("every layer uses a sliding window of " + std::to_string(r.window) +
-                      " tokens: a sequence holds at most " + std::to_string(r.blocks_per_seq) +
-                      " blocks whatever its length");
+                      " tokens or fewer: a sequence holds at most " +
+                      std::to_string(r.blocks_per_seq) + " blocks whatever its length");
   } else if (num_windowed > 0) {
     r.notes.push_back(std::to_string(num_windowed) + " of " + std::to_string(w.size()) +
                       " layers use a sliding window; the pool keeps every layer's KV for the "
