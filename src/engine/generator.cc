@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kv/block_hash.h"
 #include "kv/block_table.h"
 #include "kv/host_kv_buffer.h"
 #include "kv/kv_accounting.h"
@@ -23,6 +24,7 @@ Generator::Generator(model::Model& model, ThreadPool& pool, GeneratorConfig conf
   STRATA_CHECK(validate_config(config_).ok(), "Generator built from an invalid config");
   if (config_.max_model_len == 0) config_.max_model_len = model_.config().max_position_embeddings;
   window_ = kv::pool_sliding_window(model_.config().layer_sliding_window);
+  if (config_.tenant_salt_secret.empty()) config_.tenant_salt_secret = kv::random_tenant_secret();
 }
 
 Status Generator::validate_config(const GeneratorConfig& config) {
@@ -89,7 +91,9 @@ Result<std::vector<Sequence>> Generator::make_sequences(
     s.tokens = r.prompt;
     s.num_prompt = static_cast<int32_t>(r.prompt.size());
     s.params = r.params;
-    s.cache_keys.cache_salt = r.cache_salt;
+    s.cache_keys.cache_salt =
+        r.tenant.empty() ? r.cache_salt
+                         : kv::derive_tenant_salt(config_.tenant_salt_secret, r.tenant, r.cache_salt);
     s.all_logits = all_logits;
     s.counts.add_prompt(r.prompt);
     if (!all_logits) s.sampler.emplace(r.params, vocab);

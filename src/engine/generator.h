@@ -53,6 +53,8 @@ struct GeneratorConfig {
   DType kv_dtype = DType::kF32;
   std::vector<int32_t> eos_token_ids;     // the model's EOS ids (config and generation config)
   bool enable_prefix_caching = true;      // --no-enable-prefix-caching turns it off
+  // Key of the per-tenant cache salts (kv::derive_tenant_salt); empty = a random one per engine.
+  std::string tenant_salt_secret;
 };
 
 // Where the time of the last generate() / prompt_logits() call went. A step that runs any prefill
@@ -75,6 +77,9 @@ struct GenerationRequest {
   SamplingParams params;
   // Tenant isolation for the prefix cache: requests with different salts never share KV.
   std::string cache_salt = {};
+  // The engine salts a tenant's requests itself (with cache_salt mixed in): tenants never share
+  // KV whatever salts their clients send. Empty = no tenant.
+  std::string tenant = {};
 };
 
 class Generator {

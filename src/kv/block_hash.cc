@@ -1,6 +1,8 @@
 #include "kv/block_hash.h"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 #include <utility>
 
@@ -17,16 +19,39 @@ void update_u32(EVP_MD_CTX* ctx, uint32_t v) {
   EVP_DigestUpdate(ctx, le.data(), le.size());
 }
 
-}  // namespace
-
-std::string BlockHash::short_hex() const {
+std::string to_hex(std::span<const uint8_t> bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string s;
-  for (size_t i = 0; i < 8; ++i) {
-    s += kDigits[bytes[i] >> 4];
-    s += kDigits[bytes[i] & 15];
+  for (const uint8_t b : bytes) {
+    s += kDigits[b >> 4];
+    s += kDigits[b & 15];
   }
   return s;
+}
+
+}  // namespace
+
+std::string BlockHash::short_hex() const { return to_hex(std::span(bytes).first(8)); }
+
+std::string derive_tenant_salt(std::string_view secret, std::string_view tenant,
+                               std::string_view request_salt) {
+  std::string message(tenant);
+  message += '\0';
+  message += request_salt;
+  std::array<uint8_t, EVP_MAX_MD_SIZE> mac{};
+  unsigned int len = 0;
+  STRATA_CHECK(HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+                    reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+                    mac.data(), &len) != nullptr,
+               "HMAC-SHA256 failed");
+  return to_hex(std::span(mac).first(len));
+}
+
+std::string random_tenant_secret() {
+  std::array<uint8_t, 32> bytes{};
+  STRATA_CHECK(RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) == 1,
+               "OpenSSL's RNG failed");
+  return to_hex(bytes);
 }
 
 BlockHasher::BlockHasher(int32_t num_bits) : ctx_(EVP_MD_CTX_new()), num_bits_(num_bits) {

@@ -18,6 +18,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace strata::kv {
 
@@ -40,6 +41,16 @@ struct BlockExtraKeys {
 
   bool operator==(const BlockExtraKeys&) const = default;
 };
+
+// The cache salt an engine derives itself for a tenant (an API key's owner, the OpenAI `user`
+// field): hex HMAC-SHA256(secret, tenant, 0x00, request_salt). Requests of different tenants never
+// share KV, nor can one time another's prefixes, even when clients send no salt or the same one;
+// the secret (random per engine unless configured) keeps the salts unguessable.
+std::string derive_tenant_salt(std::string_view secret, std::string_view tenant,
+                               std::string_view request_salt);
+
+// A fresh 32-byte secret for derive_tenant_salt, hex, from OpenSSL's RNG.
+std::string random_tenant_secret();
 
 // Computes block hashes with OpenSSL's SHA-256. Owns one reusable digest context (no allocation
 // per hash). Not thread-safe: one hasher per thread. Cost: one SHA-256 over ~block_size * 4 + 40

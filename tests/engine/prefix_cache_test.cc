@@ -12,6 +12,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/generator.h"
+#include "kv/block_hash.h"
 #include "kv/kv_accounting.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -155,6 +156,39 @@ TEST_P(PrefixCacheEngineTest, OtherSaltsNeverHit) {
   ASSERT_TRUE(a.ok());
   EXPECT_GT(g.stats().num_cached_prompt_tokens, 0);
   EXPECT_EQ((*a)[0].output_ids, (*b)[0].output_ids);
+}
+
+TEST_P(PrefixCacheEngineTest, TenantsNeverHitEachOtherWhateverSaltTheySend) {
+  GeneratorConfig config;
+  config.num_blocks = 64;
+  Generator g(model_, pool_, config);
+  GenerationRequest alice = greedy(prompt_, "shared-salt");
+  alice.tenant = "alice";
+  GenerationRequest bob = alice;
+  bob.tenant = "bob";
+  ASSERT_TRUE(g.generate(std::vector<GenerationRequest>{alice}).ok());
+  auto b = g.generate(std::vector<GenerationRequest>{bob});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(g.stats().num_cached_prompt_tokens, 0) << "same salt, other tenant: no hit";
+  GenerationRequest plain = greedy(prompt_, "shared-salt");  // no tenant: its own salt only
+  ASSERT_TRUE(g.generate(std::vector<GenerationRequest>{plain}).ok());
+  EXPECT_EQ(g.stats().num_cached_prompt_tokens, 0);
+  auto a = g.generate(std::vector<GenerationRequest>{alice});
+  ASSERT_TRUE(a.ok());
+  EXPECT_GT(g.stats().num_cached_prompt_tokens, 0) << "a tenant hits its own prefix";
+  EXPECT_EQ((*a)[0].output_ids, (*b)[0].output_ids);
+}
+
+TEST(TenantSaltTest, IsAKeyedFunctionOfTenantAndRequestSalt) {
+  const std::string s = kv::derive_tenant_salt("secret", "alice", "");
+  EXPECT_EQ(s.size(), 64u);
+  EXPECT_EQ(s, kv::derive_tenant_salt("secret", "alice", ""));
+  EXPECT_NE(s, kv::derive_tenant_salt("other secret", "alice", ""));
+  EXPECT_NE(s, kv::derive_tenant_salt("secret", "bob", ""));
+  EXPECT_NE(s, kv::derive_tenant_salt("secret", "alice", "x"));
+  // The separator keeps (tenant, salt) pairs apart: "ab" + "" differs from "a" + "b".
+  EXPECT_NE(kv::derive_tenant_salt("k", "ab", ""), kv::derive_tenant_salt("k", "a", "b"));
+  EXPECT_NE(kv::random_tenant_secret(), kv::random_tenant_secret());
 }
 
 TEST_P(PrefixCacheEngineTest, BatchMatesShareAPrefixComputedInAnEarlierStep) {
