@@ -21,8 +21,6 @@ struct StrongId {
 using BlockId = StrongId<struct BlockIdTag>;
 // A sequence: one stream of tokens with its own block table.
 using SeqId = StrongId<struct SeqIdTag>;
-// A request submitted to the engine; a request with n > 1 owns several sequences.
-using RequestId = StrongId<struct RequestIdTag>;
 
 inline constexpr BlockId kNullBlock{0};
 

@@ -26,6 +26,9 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kLength;
 };
 
+// Where a sequence is in the continuous scheduler (Generator does not use it).
+enum class SeqStatus { kWaiting, kRunning, kFinished };
+
 struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then output
   int32_t num_prompt = 0;
@@ -41,8 +44,22 @@ struct Sequence {
   GenerationResult result;
   std::vector<float> logits;  // all_logits only: [num_prompt, vocab]
 
+  // ---- continuous scheduling (Engine); Generator leaves these alone ----
+  uint64_t request_id = 0;
+  int32_t index = 0;            // which of its request's n sequences
+  SeqStatus status = SeqStatus::kWaiting;
+  int32_t priority = 0;         // lower runs first (priority policy)
+  uint64_t arrival_order = 0;   // the request's submission order
+  size_t num_sent = 0;          // output tokens already returned in step outputs
+  bool prompt_logprobs_done = false;  // computed once; a recompute after preemption skips them
+  int32_t num_preemptions = 0;
+  double arrival_time = 0.0;           // engine clock, seconds
+  int64_t contiguous_offset = -1;      // contiguous-allocator baseline: reserved range, or -1
+
   Sequence(int32_t block_size, int32_t vocab) : table(block_size), counts(vocab) {}
-  bool wants_all_rows() const { return all_logits || params.prompt_logprobs >= 0; }
+  bool wants_all_rows() const {
+    return all_logits || (params.prompt_logprobs >= 0 && !prompt_logprobs_done);
+  }
 };
 
 }  // namespace strata::engine

@@ -10,7 +10,7 @@ namespace strata {
 namespace {
 
 static_assert(!std::is_convertible_v<BlockId, SeqId>, "ids of different kinds do not mix");
-static_assert(!std::is_convertible_v<SeqId, RequestId>, "ids of different kinds do not mix");
+static_assert(!std::is_convertible_v<SeqId, BlockId>, "ids of different kinds do not mix");
 static_assert(!std::is_convertible_v<int32_t, BlockId>, "construction from an int is explicit");
 static_assert(std::is_constructible_v<BlockId, int32_t>);
 static_assert(sizeof(BlockId) == sizeof(int32_t), "an id costs what an int32 costs");
@@ -26,7 +26,7 @@ TEST(StrongIdTest, DefaultIsInvalid) {
 TEST(StrongIdTest, NonNegativeValuesAreValid) {
   EXPECT_TRUE(BlockId{0}.valid());
   EXPECT_TRUE(SeqId{7}.valid());
-  EXPECT_FALSE(RequestId{-5}.valid());
+  EXPECT_FALSE(SeqId{-5}.valid());
 }
 
 TEST(StrongIdTest, NullBlockIsBlockZero) {
@@ -47,9 +47,9 @@ TEST(StrongIdTest, ComparesLikeItsValue) {
 
 TEST(StrongIdTest, HashesLikeItsValue) {
   EXPECT_EQ(std::hash<BlockId>{}(BlockId{42}), std::hash<int32_t>{}(42));
-  std::unordered_set<RequestId> ids = {RequestId{1}, RequestId{2}, RequestId{1}};
+  std::unordered_set<SeqId> ids = {SeqId{1}, SeqId{2}, SeqId{1}};
   EXPECT_EQ(ids.size(), 2u);
-  EXPECT_TRUE(ids.contains(RequestId{2}));
+  EXPECT_TRUE(ids.contains(SeqId{2}));
 }
 
 }  // namespace

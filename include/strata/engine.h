@@ -1,0 +1,195 @@
+#pragma once
+// strata::Engine: the C++ API of the serving engine. Requests go in at any time; each step()
+// runs one iteration over every running request (continuous batching) and returns what each
+// request produced in it (a stream of deltas); cancel() stops a request at once.
+//
+//   auto engine = strata::Engine::create(config);          // loads the model, sizes the KV pool
+//   strata::RequestId id = *(*engine)->submit(request);
+//   while ((*engine)->has_unfinished()) {
+//     for (const strata::RequestOutput& out : *(*engine)->step()) { ... }
+//   }
+//
+// Scheduling (src/engine/scheduler.h): each step takes the running decodes, then partly done and
+// new prefills, under max_num_seqs and max_num_batched_tokens; long prompts are prefilled in
+// chunks; a request's cached prefix skips prefill; finished and cancelled requests give their
+// blocks back (or to the prefix cache) within the step, and waiting requests take them in the
+// same step. When blocks run out the most recently admitted request (lowest priority first under
+// the priority policy) is preempted: recomputed later, or swapped to host memory and back.
+// n > 1 prefills the prompt once and forks n sequences that share its KV (copy-on-write).
+//
+// Not thread-safe: one thread submits, cancels and steps (the server's engine thread).
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "engine/sampling_params.h"
+#include "engine/sequence.h"
+
+namespace strata {
+
+using engine::FinishReason;
+using engine::SamplingParams;
+using engine::TokenLogprobs;
+
+namespace model {
+class Model;
+}
+class ThreadPool;
+
+using RequestId = uint64_t;
+
+enum class PreemptionMode { kRecompute, kSwap };
+enum class SchedulingPolicy { kFcfs, kPriority };
+// kStatic exists only as the measured baseline: wait for max_batch_size requests or
+// batch_timeout_ms, then run that batch to its longest request (finished requests keep their
+// slots and blocks, padded), admitting nothing else meanwhile.
+enum class SchedulerKind { kContinuous, kStatic };
+// kContiguous reserves max_model_len slots for each request at admission (a contiguous KV
+// allocator's behaviour, kv/contiguous_allocator.h): the baseline paging is measured against.
+enum class KvAllocatorKind { kPaged, kContiguous };
+
+struct EngineConfig {
+  // ---- model (used by Engine::create; the borrowing constructor takes a loaded model) --------
+  std::string model_dir;
+  bool dummy_weights = false;          // --load-format dummy
+  DType dummy_dtype = DType::kBF16;
+  int32_t num_threads = 0;             // 0 = every core
+
+  // ---- KV cache ---------------------------------------------------------------------------
+  int32_t block_size = 16;             // 8, 16, 32, 64 or 128
+  // Blocks in the pool, the null block included; 0 = kv_cache_memory_bytes / block bytes.
+  int32_t num_blocks = 0;
+  int64_t kv_cache_memory_bytes = int64_t{1} << 30;
+  DType kv_dtype = DType::kF32;
+  bool enable_prefix_caching = true;
+  std::string tenant_salt_secret;      // key of the per-tenant salts; empty = random
+  KvAllocatorKind allocator = KvAllocatorKind::kPaged;
+
+  // ---- scheduling ---------------------------------------------------------------------------
+  int32_t max_num_seqs = 256;            // sequences in one step
+  int32_t max_num_batched_tokens = 2048; // tokens in one step (decodes + prefill chunks)
+  int64_t max_model_len = 0;             // 0 = the model's max_position_embeddings
+  // Admission keeps this share of the pool free, so running decodes are not starved.
+  double watermark = 0.01;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  PreemptionMode preemption_mode = PreemptionMode::kRecompute;
+  int64_t swap_space_bytes = int64_t{4} << 30;  // host memory for swapped-out blocks
+  SchedulerKind scheduler = SchedulerKind::kContinuous;
+  int32_t max_batch_size = 32;       // static scheduler only
+  double batch_timeout_ms = 100.0;   // static scheduler only
+  std::vector<int32_t> eos_token_ids;  // empty = the model's (config + generation config)
+};
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;  // token ids, non-empty
+  SamplingParams params;
+  int32_t n = 1;                // sequences to generate from the prompt (their seeds: seed + i)
+  std::string cache_salt;       // the client's prefix-cache salt
+  std::string tenant;           // the engine salts each tenant's requests itself
+  int32_t priority = 0;         // priority policy: lower runs first (vLLM's convention)
+};
+
+// One sequence's progress in one step.
+struct CompletionDelta {
+  int32_t index = 0;                          // which of the request's n sequences
+  std::vector<int32_t> token_ids;             // new tokens this step
+  std::vector<TokenLogprobs> logprobs;        // one per new token when params.logprobs >= 0
+  std::optional<FinishReason> finish_reason;  // set in the step it finishes
+};
+
+struct RequestMetrics {
+  double arrival_time = 0.0;      // seconds on the engine's steady clock
+  double first_scheduled_time = 0.0;
+  double first_token_time = 0.0;  // 0 until the first token
+  double finished_time = 0.0;     // 0 until finished
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache (first admission)
+  int32_t num_preemptions = 0;
+};
+
+struct RequestOutput {
+  RequestId id = 0;
+  std::vector<CompletionDelta> deltas;  // the sequences that advanced or finished this step
+  // Once, with the first delta, when params.prompt_logprobs >= 0 (the first entry is nullopt).
+  std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
+  bool finished = false;  // every sequence finished (or the request was cancelled)
+  bool cancelled = false;
+  RequestMetrics metrics;
+};
+
+// What the last step did, and the engine's state after it.
+struct EngineStepStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  int32_t num_swapped = 0;
+  int32_t num_scheduled_seqs = 0;
+  int32_t num_prefill_tokens = 0;
+  int32_t num_decode_tokens = 0;
+  int32_t num_preempted = 0;      // this step
+  double schedule_seconds = 0.0;  // scheduling and batch building, not the forward pass
+  double step_seconds = 0.0;      // the whole step
+  int32_t num_used_blocks = 0;
+  int32_t num_free_blocks = 0;
+  int64_t live_token_slots = 0;   // tokens in the pool (shared blocks once)
+  int64_t capacity_token_slots = 0;
+};
+
+struct EngineTotals {
+  int64_t num_steps = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_swapped_out_blocks = 0;
+  int64_t num_swapped_in_blocks = 0;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_prompt_tokens = 0;
+  int64_t num_generated_tokens = 0;
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t num_evictions = 0;
+};
+
+class EngineImpl;
+
+class Engine {
+ public:
+  // Loads config.model_dir (or dummy weights) and builds the engine. InvalidArgument / NotFound
+  // for a bad config or checkpoint.
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  // Borrows a loaded model and a thread pool (tests, benchmarks, several engines on one model).
+  static Result<std::unique_ptr<Engine>> create(model::Model& model, ThreadPool& pool,
+                                                const EngineConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. InvalidArgument (nothing queued) for an empty prompt, a token id outside
+  // the vocabulary, invalid sampling params, n < 1, or prompt + max_tokens beyond max_model_len
+  // or beyond what the whole pool can hold.
+  Result<RequestId> submit(EngineRequest request);
+  // Stops a request now: its blocks are freed (or kept by the prefix cache) before this returns,
+  // and the next step() reports it finished and cancelled. Unknown or finished ids are ignored.
+  void cancel(RequestId id);
+
+  // One iteration: schedule, run the forward pass, sample, return the outputs. An error is
+  // internal (the forward pass failed); requests stay queued.
+  Result<std::vector<RequestOutput>> step();
+
+  bool has_unfinished() const;
+  const EngineStepStats& last_step() const;
+  EngineTotals totals() const;
+  const EngineConfig& config() const;
+  int32_t vocab_size() const;
+  const model::Model& model() const;
+  // Seconds on the clock the metrics use.
+  double now() const;
+
+ private:
+  explicit Engine(std::unique_ptr<EngineImpl> impl);
+  std::unique_ptr<EngineImpl> impl_;
+};
+
+}  // namespace strata

@@ -1,0 +1,241 @@
+// strata::Engine: creation, request submission and cancellation (one step: engine_step.cc).
+
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "engine/engine_impl.h"
+#include "engine/generator.h"
+#include "kv/block_hash.h"
+#include "kv/kv_accounting.h"
+#include "model/generation_config.h"
+
+namespace strata {
+
+bool RequestState::all_finished() const {
+  if (!forked && request.n > 1 && !cancelled) return false;
+  return std::all_of(seqs.begin(), seqs.end(), [](const auto& s) { return s->finished; });
+}
+
+Status EngineImpl::validate_config(const EngineConfig& c) {
+  if (std::find(engine::kSupportedBlockSizes.begin(), engine::kSupportedBlockSizes.end(),
+                c.block_size) == engine::kSupportedBlockSizes.end()) {
+    return Status::InvalidArgument("block size " + std::to_string(c.block_size) +
+                                   " is not supported (use 8, 16, 32, 64 or 128)");
+  }
+  if (c.max_num_seqs < 1) return Status::InvalidArgument("max_num_seqs must be at least 1");
+  if (c.max_num_batched_tokens < 1) {
+    return Status::InvalidArgument("max_num_batched_tokens must be at least 1");
+  }
+  if (c.num_blocks < 0 || c.max_model_len < 0 || c.kv_cache_memory_bytes < 0) {
+    return Status::InvalidArgument("num_blocks, max_model_len and the KV memory must not be negative");
+  }
+  if (!(c.watermark >= 0.0 && c.watermark < 1.0)) {
+    return Status::InvalidArgument("watermark must be in [0, 1)");
+  }
+  if (c.kv_dtype != DType::kF32 && c.kv_dtype != DType::kBF16 && c.kv_dtype != DType::kF16) {
+    return Status::InvalidArgument("the CPU KV cache holds f32, bf16 or f16");
+  }
+  if (c.preemption_mode == PreemptionMode::kSwap) {
+    return Status::Unsupported("--preemption-mode swap is not implemented yet; use recompute");
+  }
+  if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
+    return Status::InvalidArgument("max_batch_size must be >= 1 and batch_timeout_ms >= 0");
+  }
+  return Status::Ok();
+}
+
+Result<int32_t> EngineImpl::pool_blocks(const EngineConfig& c, const model::Model& model) {
+  if (c.num_blocks > 0) {
+    if (c.num_blocks < 2) return Status::InvalidArgument("the KV pool needs at least 2 blocks");
+    return c.num_blocks;
+  }
+  const int64_t block_bytes = kv::KvLayout(model.kv_spec(c.kv_dtype), c.block_size).block_bytes();
+  const int64_t blocks = c.kv_cache_memory_bytes / block_bytes;
+  if (blocks < 2) {
+    return Status::InvalidArgument("the KV cache memory (" +
+                                   std::to_string(c.kv_cache_memory_bytes) +
+                                   " bytes) holds fewer than 2 blocks of " +
+                                   std::to_string(block_bytes) + " bytes");
+  }
+  return static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
+}
+
+EngineImpl::EngineImpl(std::unique_ptr<model::Model> owned_model,
+                       std::unique_ptr<ThreadPool> owned_pool, model::Model& model,
+                       ThreadPool& pool, EngineConfig config, int32_t num_blocks)
+    : config_(std::move(config)),
+      owned_model_(std::move(owned_model)),
+      owned_pool_(std::move(owned_pool)),
+      model_(model),
+      pool_(pool) {
+  if (config_.max_model_len == 0) config_.max_model_len = model_.config().max_position_embeddings;
+  if (config_.tenant_salt_secret.empty()) config_.tenant_salt_secret = kv::random_tenant_secret();
+  window_ = kv::pool_sliding_window(model_.config().layer_sliding_window);
+  cache_ = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
+      .num_blocks = num_blocks,
+      .block_size = config_.block_size,
+      .enable_prefix_caching = config_.enable_prefix_caching,
+      .sliding_window = window_,
+  });
+  kv_ = std::make_unique<kv::HostKvBuffer>(
+      kv::KvLayout(model_.kv_spec(config_.kv_dtype), config_.block_size), num_blocks);
+  scheduler_ = std::make_unique<engine::Scheduler>(
+      engine::SchedulerConfig{
+          .max_num_seqs = config_.max_num_seqs,
+          .max_num_batched_tokens = config_.max_num_batched_tokens,
+          .max_model_len = config_.max_model_len,
+          .watermark = config_.watermark,
+          .policy = config_.policy,
+          .kind = config_.scheduler,
+          .max_batch_size = config_.max_batch_size,
+          .batch_timeout_s = config_.batch_timeout_ms / 1000.0,
+          .allocator = config_.allocator,
+      },
+      *cache_);
+  last_step_.num_free_blocks = cache_->pool().num_free_blocks();
+  last_step_.capacity_token_slots = static_cast<int64_t>(num_blocks - 1) * config_.block_size;
+}
+
+Status EngineImpl::validate_request(const EngineRequest& r) const {
+  const auto vocab = static_cast<int32_t>(model_.vocab_size());
+  if (r.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
+  for (const int32_t id : r.prompt) {
+    if (id < 0 || id >= vocab) {
+      return Status::InvalidArgument("prompt token id " + std::to_string(id) +
+                                     " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                     ")");
+    }
+  }
+  STRATA_RETURN_IF_ERROR(r.params.validate(vocab));
+  if (r.n < 1 || r.n > 1024) return Status::InvalidArgument("n must be in [1, 1024]");
+  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens;
+  if (total > config_.max_model_len) {
+    return Status::InvalidArgument("prompt (" + std::to_string(r.prompt.size()) +
+                                   " tokens) + max_tokens (" + std::to_string(r.params.max_tokens) +
+                                   ") exceeds the maximum model length " +
+                                   std::to_string(config_.max_model_len));
+  }
+  // It must fit the whole pool on its own, or it could never run (preemption would loop).
+  const int32_t bs = config_.block_size;
+  const int64_t chunk = std::min<int64_t>(total, config_.max_num_batched_tokens);
+  const int64_t held = window_ > 0 ? (window_ + chunk + bs - 1) / bs + 1 : (total + bs - 1) / bs;
+  const int64_t usable = cache_->pool().num_blocks() - 1;
+  if (held > usable || (config_.allocator == KvAllocatorKind::kContiguous &&
+                        config_.max_model_len > usable * bs)) {
+    return Status::InvalidArgument("prompt + max_tokens (" + std::to_string(total) +
+                                   " tokens) needs more KV blocks than the pool has (" +
+                                   std::to_string(usable) + ")");
+  }
+  return Status::Ok();
+}
+
+engine::Sequence& EngineImpl::new_sequence(RequestState& r, int32_t index) {
+  const auto vocab = static_cast<int32_t>(model_.vocab_size());
+  auto seq = std::make_unique<engine::Sequence>(config_.block_size, vocab);
+  seq->request_id = r.id;
+  seq->index = index;
+  seq->priority = r.request.priority;
+  seq->arrival_order = r.id;
+  seq->arrival_time = r.metrics.arrival_time;
+  seq->params = r.request.params;
+  if (index > 0 && seq->params.seed) *seq->params.seed += static_cast<uint64_t>(index);
+  seq->sampler.emplace(seq->params, vocab);
+  r.seqs.push_back(std::move(seq));
+  return *r.seqs.back();
+}
+
+Result<RequestId> EngineImpl::submit(EngineRequest request) {
+  STRATA_RETURN_IF_ERROR(validate_request(request));
+  const RequestId id = next_id_++;
+  RequestState& r = requests_[id];
+  r.id = id;
+  r.request = std::move(request);
+  r.metrics.arrival_time = now();
+  r.metrics.num_prompt_tokens = static_cast<int32_t>(r.request.prompt.size());
+  engine::Sequence& seq = new_sequence(r, 0);
+  seq.tokens = r.request.prompt;
+  seq.num_prompt = static_cast<int32_t>(seq.tokens.size());
+  seq.cache_keys.cache_salt =
+      r.request.tenant.empty()
+          ? r.request.cache_salt
+          : kv::derive_tenant_salt(config_.tenant_salt_secret, r.request.tenant,
+                                   r.request.cache_salt);
+  seq.counts.add_prompt(seq.tokens);
+  if (r.request.params.prompt_logprobs >= 0) r.prompt_logprobs.resize(seq.tokens.size());
+  scheduler_->add_waiting(&seq);
+  return id;
+}
+
+void EngineImpl::cancel(RequestId id) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.cancelled) return;
+  RequestState& r = it->second;
+  r.cancelled = true;
+  for (auto& seq : r.seqs) {
+    if (seq->status != engine::SeqStatus::kFinished) scheduler_->finish(seq.get(), true);
+    seq->finished = true;
+  }
+}
+
+// ---- Engine: the public face ------------------------------------------------------------------
+
+Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+  STRATA_RETURN_IF_ERROR(EngineImpl::validate_config(config));
+  std::unique_ptr<model::Model> model;
+  try {
+    model = std::make_unique<model::Model>(model::Model::load(model::ModelLoadOptions{
+        .model_dir = config.model_dir,
+        .load_format = config.dummy_weights ? model::LoadFormat::kDummy : model::LoadFormat::kAuto,
+        .dummy_dtype = config.dummy_dtype,
+    }));
+  } catch (const Error& e) {
+    return Status::InvalidArgument(e.what());
+  }
+  EngineConfig c = config;
+  if (c.eos_token_ids.empty()) {
+    const model::GenerationConfig g = model::load_generation_config(c.model_dir);
+    for (const auto& list : {model->config().eos_token_ids, g.eos_token_ids}) {
+      for (const int64_t eos : list) {
+        const auto id = static_cast<int32_t>(eos);
+        if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) {
+          c.eos_token_ids.push_back(id);
+        }
+      }
+    }
+  }
+  auto pool = std::make_unique<ThreadPool>(config.num_threads);
+  const Result<int32_t> blocks = EngineImpl::pool_blocks(c, *model);
+  if (!blocks.ok()) return blocks.status();
+  model::Model& m = *model;
+  ThreadPool& p = *pool;
+  return std::unique_ptr<Engine>(new Engine(
+      std::make_unique<EngineImpl>(std::move(model), std::move(pool), m, p, std::move(c), *blocks)));
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, ThreadPool& pool,
+                                               const EngineConfig& config) {
+  STRATA_RETURN_IF_ERROR(EngineImpl::validate_config(config));
+  const Result<int32_t> blocks = EngineImpl::pool_blocks(config, model);
+  if (!blocks.ok()) return blocks.status();
+  return std::unique_ptr<Engine>(
+      new Engine(std::make_unique<EngineImpl>(nullptr, nullptr, model, pool, config, *blocks)));
+}
+
+Result<RequestId> Engine::submit(EngineRequest request) { return impl_->submit(std::move(request)); }
+void Engine::cancel(RequestId id) { impl_->cancel(id); }
+Result<std::vector<RequestOutput>> Engine::step() { return impl_->step(); }
+bool Engine::has_unfinished() const { return impl_->has_unfinished(); }
+const EngineStepStats& Engine::last_step() const { return impl_->last_step_; }
+EngineTotals Engine::totals() const { return impl_->totals_; }
+const EngineConfig& Engine::config() const { return impl_->config_; }
+int32_t Engine::vocab_size() const { return static_cast<int32_t>(impl_->model_.vocab_size()); }
+const model::Model& Engine::model() const { return impl_->model_; }
+double Engine::now() const { return impl_->now(); }
+
+}  // namespace strata

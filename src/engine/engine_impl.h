@@ -1,0 +1,86 @@
+#pragma once
+// EngineImpl: what strata::Engine (include/strata/engine.h) holds -- the model (owned or
+// borrowed), the KV pool and its manager, the scheduler, and every live request with its
+// sequences. engine.cc: creation, submit, cancel; engine_step.cc: one step.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "kv/host_kv_buffer.h"
+#include "kv/kv_cache_manager.h"
+#include "model/model.h"
+#include "strata/engine.h"
+
+namespace strata {
+
+// One submitted request: its n sequences (one until the prompt is done, then forked) and what
+// it has reported.
+struct RequestState {
+  RequestId id = 0;
+  EngineRequest request;
+  std::vector<std::unique_ptr<engine::Sequence>> seqs;
+  RequestMetrics metrics;
+  bool forked = false;       // the n - 1 siblings exist
+  bool cancelled = false;
+  bool reported_done = false;
+  bool prompt_logprobs_sent = false;
+  std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
+
+  bool all_finished() const;
+};
+
+class EngineImpl {
+ public:
+  EngineImpl(std::unique_ptr<model::Model> owned_model, std::unique_ptr<ThreadPool> owned_pool,
+             model::Model& model, ThreadPool& pool, EngineConfig config, int32_t num_blocks);
+
+  static Status validate_config(const EngineConfig& config);
+  // Blocks in the pool for this config and model, the null block included.
+  static Result<int32_t> pool_blocks(const EngineConfig& config, const model::Model& model);
+
+  Result<RequestId> submit(EngineRequest request);
+  void cancel(RequestId id);
+  Result<std::vector<RequestOutput>> step();
+
+  bool has_unfinished() const { return !requests_.empty(); }
+  double now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+  }
+
+  EngineConfig config_;
+  EngineStepStats last_step_;
+  EngineTotals totals_;
+  std::unique_ptr<model::Model> owned_model_;
+  std::unique_ptr<ThreadPool> owned_pool_;
+  model::Model& model_;
+  ThreadPool& pool_;
+
+ private:
+  Status validate_request(const EngineRequest& request) const;
+  engine::Sequence& new_sequence(RequestState& r, int32_t index);
+  // After a step computed num_rows tokens of seq: prompt logprobs, fork, sampling, stop checks.
+  Status consume(RequestState& r, engine::Sequence& seq, int32_t first_pos, int32_t num_rows,
+                 const float* logits);
+  void fork_siblings(RequestState& r, engine::Sequence& parent);
+  void finish_sequence(engine::Sequence& seq, FinishReason reason);
+  RequestOutput collect(RequestState& r);
+  void record_step_stats(const engine::SchedulerOutput& out, double start, double scheduled);
+
+  int32_t window_ = 0;
+  std::unique_ptr<kv::KvCacheManager> cache_;
+  std::unique_ptr<kv::HostKvBuffer> kv_;
+  std::unique_ptr<engine::Scheduler> scheduler_;
+  std::map<RequestId, RequestState> requests_;
+  RequestId next_id_ = 1;
+  std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+  std::vector<float> logits_;
+};
+
+}  // namespace strata

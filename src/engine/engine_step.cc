@@ -1,0 +1,226 @@
+// One engine step: schedule, build the forward batch (token ids, positions, slot mapping, paged
+// layout), run the copy-on-write copies and the forward pass, consume the logits (prompt
+// logprobs, n > 1 forks, sampling, stop checks, prefix-cache registration), report the deltas.
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/engine_impl.h"
+#include "kv/block_copy.h"
+#include "kv/kv_accounting.h"
+#include "kv/paged_layout_builder.h"
+
+namespace strata {
+
+using engine::Sequence;
+
+namespace {
+
+struct Row {
+  RequestState* request;
+  Sequence* seq;
+  int32_t first_pos;
+  int32_t num_tokens;
+  int32_t first_logits_row;  // -1: none
+};
+
+}  // namespace
+
+Result<std::vector<RequestOutput>> EngineImpl::step() {
+  const double start = now();
+  engine::SchedulerOutput plan = scheduler_->schedule(start);
+  kv::PagedLayoutBuilder builder(config_.block_size);
+  std::vector<int32_t> token_ids, positions, q_indptr{0}, logits_rows;
+  std::vector<Row> rows;
+  rows.reserve(plan.scheduled.size());
+  for (const engine::ScheduledSeq& sc : plan.scheduled) {
+    Sequence& s = *sc.seq;
+    RequestState& r = requests_.at(s.request_id);
+    if (sc.first_admission) {
+      if (r.metrics.first_scheduled_time == 0.0) {
+        r.metrics.first_scheduled_time = start;
+        r.metrics.num_cached_tokens = sc.num_cached_tokens;
+        totals_.num_prompt_tokens += s.num_prompt;
+        totals_.num_cached_prompt_tokens += sc.num_cached_tokens;
+      }
+    }
+    const int32_t n = sc.num_tokens;
+    builder.add_sequence(s.table, s.num_computed + n, n);
+    Row row{&r, &s, s.num_computed, n, -1};
+    const auto row0 = static_cast<int32_t>(token_ids.size());
+    for (int32_t j = 0; j < n; ++j) {
+      token_ids.push_back(s.tokens[static_cast<size_t>(s.num_computed + j)]);
+      positions.push_back(s.num_computed + j);
+    }
+    q_indptr.push_back(static_cast<int32_t>(token_ids.size()));
+    const bool completes = s.num_computed + n == static_cast<int32_t>(s.tokens.size());
+    if (s.wants_all_rows()) {
+      row.first_logits_row = static_cast<int32_t>(logits_rows.size());
+      for (int32_t j = 0; j < n; ++j) logits_rows.push_back(row0 + j);
+    } else if (completes) {
+      row.first_logits_row = static_cast<int32_t>(logits_rows.size());
+      logits_rows.push_back(row0 + n - 1);
+    }
+    rows.push_back(row);
+  }
+  const double scheduled = now();
+  if (!rows.empty()) {
+    kv::copy_blocks(*kv_, cache_->take_pending_copies());  // copy-on-write, before any KV write
+    const auto vocab = static_cast<size_t>(model_.vocab_size());
+    logits_.resize(logits_rows.size() * vocab);
+    model::ForwardBatch batch{token_ids, positions, q_indptr, builder.layout(),
+                              builder.slot_mapping(), logits_rows};
+    STRATA_RETURN_IF_ERROR(model_.forward(batch, *kv_, logits_, pool_));
+    for (const Row& row : rows) {
+      const float* logits = row.first_logits_row < 0
+                                ? nullptr
+                                : logits_.data() + static_cast<size_t>(row.first_logits_row) * vocab;
+      STRATA_RETURN_IF_ERROR(consume(*row.request, *row.seq, row.first_pos, row.num_tokens, logits));
+    }
+  }
+  std::vector<RequestOutput> outputs;
+  std::vector<RequestId> done;
+  for (auto& [id, r] : requests_) {
+    RequestOutput out = collect(r);
+    if (!out.deltas.empty() || out.finished) outputs.push_back(std::move(out));
+    if (r.reported_done) done.push_back(id);
+  }
+  for (const RequestId id : done) requests_.erase(id);
+  record_step_stats(plan, start, scheduled);
+  return outputs;
+}
+
+Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int32_t num_rows,
+                           const float* logits) {
+  const auto vocab = static_cast<size_t>(model_.vocab_size());
+  const bool all_rows = s.wants_all_rows();
+  if (all_rows && s.params.prompt_logprobs >= 0) {
+    for (int32_t j = 0; j < num_rows; ++j) {  // the logits at position p score prompt token p + 1
+      const int32_t next = first_pos + j + 1;
+      if (next >= s.num_prompt) break;
+      r.prompt_logprobs[static_cast<size_t>(next)] = engine::compute_logprobs(
+          {logits + j * vocab, vocab}, s.tokens[static_cast<size_t>(next)], s.params.prompt_logprobs);
+    }
+  }
+  s.num_computed += num_rows;
+  cache_->cache_full_blocks(s.table, s.tokens, s.num_computed, s.cache_keys);
+  if (s.num_computed < static_cast<int32_t>(s.tokens.size())) return Status::Ok();
+  if (s.num_computed >= s.num_prompt) s.prompt_logprobs_done = true;
+  const float* last = logits + (all_rows ? (num_rows - 1) * vocab : 0);
+  // n > 1: the prompt is done once; its siblings fork here and sample from the same logits row,
+  // each with its own sampler (seed + index).
+  std::vector<Sequence*> to_sample{&s};
+  if (r.request.n > 1 && !r.forked) {
+    fork_siblings(r, s);
+    for (size_t i = 1; i < r.seqs.size(); ++i) to_sample.push_back(r.seqs[i].get());
+  }
+  for (Sequence* t : to_sample) {
+    Result<engine::SampleResult> sampled = t->sampler->sample({last, vocab}, t->counts);
+    if (!sampled.ok()) return sampled.status();
+    const int32_t token = sampled->token;
+    t->tokens.push_back(token);
+    t->counts.add_output(token);
+    t->result.output_ids.push_back(token);
+    ++totals_.num_generated_tokens;
+    if (r.metrics.first_token_time == 0.0) r.metrics.first_token_time = now();
+    if (t->params.logprobs >= 0) {
+      t->result.output_logprobs.push_back(
+          TokenLogprobs{token, sampled->logprob, std::move(sampled->top_logprobs)});
+    }
+    if (engine::is_stop_token(token, t->params, config_.eos_token_ids)) {
+      finish_sequence(*t, FinishReason::kStop);
+    } else if (static_cast<int32_t>(t->result.output_ids.size()) >= t->params.max_tokens) {
+      finish_sequence(*t, FinishReason::kLength);
+    }
+  }
+  return Status::Ok();
+}
+
+void EngineImpl::fork_siblings(RequestState& r, Sequence& parent) {
+  r.forked = true;
+  for (int32_t i = 1; i < r.request.n; ++i) {
+    Sequence& child = new_sequence(r, i);
+    child.tokens = parent.tokens;
+    child.num_prompt = parent.num_prompt;
+    child.num_computed = parent.num_computed;
+    child.cache_keys = parent.cache_keys;
+    child.counts = parent.counts;
+    child.prefix_looked_up = true;
+    child.prompt_logprobs_done = true;
+    cache_->fork(parent.table, child.table);
+    scheduler_->add_forked(&child, &parent);
+  }
+}
+
+void EngineImpl::finish_sequence(Sequence& s, FinishReason reason) {
+  s.result.finish_reason = reason;
+  s.finished = true;
+  scheduler_->finish(&s);
+}
+
+RequestOutput EngineImpl::collect(RequestState& r) {
+  constexpr size_t kReported = static_cast<size_t>(-1);  // num_sent once the finish was sent
+  RequestOutput out;
+  out.id = r.id;
+  for (auto& seq : r.seqs) {
+    Sequence& s = *seq;
+    if (r.cancelled || s.num_sent == kReported) continue;
+    if (s.num_sent == s.result.output_ids.size() && !s.finished) continue;
+    CompletionDelta d;
+    d.index = s.index;
+    const auto from = static_cast<ptrdiff_t>(s.num_sent);
+    d.token_ids.assign(s.result.output_ids.begin() + from, s.result.output_ids.end());
+    if (s.params.logprobs >= 0) {
+      d.logprobs.assign(s.result.output_logprobs.begin() + from, s.result.output_logprobs.end());
+    }
+    if (s.finished) d.finish_reason = s.result.finish_reason;
+    s.num_sent = s.finished ? kReported : s.result.output_ids.size();
+    out.deltas.push_back(std::move(d));
+  }
+  if (!r.prompt_logprobs_sent && r.request.params.prompt_logprobs >= 0 && !out.deltas.empty()) {
+    out.prompt_logprobs = r.prompt_logprobs;
+    r.prompt_logprobs_sent = true;
+  }
+  if (!r.reported_done && (r.cancelled || r.all_finished())) {
+    r.reported_done = true;
+    out.finished = true;
+    out.cancelled = r.cancelled;
+    r.metrics.finished_time = now();
+  }
+  for (const auto& seq : r.seqs) {
+    r.metrics.num_preemptions = std::max(r.metrics.num_preemptions, seq->num_preemptions);
+  }
+  out.metrics = r.metrics;
+  return out;
+}
+
+void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double start,
+                                   double scheduled) {
+  EngineStepStats& st = last_step_;
+  st.num_running = scheduler_->num_running();
+  st.num_waiting = scheduler_->num_waiting();
+  st.num_swapped = 0;
+  st.num_scheduled_seqs = static_cast<int32_t>(plan.scheduled.size());
+  st.num_prefill_tokens = plan.num_prefill_tokens;
+  st.num_decode_tokens = plan.num_decode_tokens;
+  st.num_preempted = static_cast<int32_t>(plan.preempted.size());
+  st.schedule_seconds = scheduled - start;
+  st.step_seconds = now() - start;
+  const kv::BlockPool& pool = cache_->pool();
+  st.num_used_blocks = pool.num_used_blocks();
+  st.num_free_blocks = pool.num_free_blocks();
+  std::vector<const kv::BlockTable*> tables;
+  for (const Sequence* s : scheduler_->running()) tables.push_back(&s->table);
+  for (const kv::BlockTable& t : scheduler_->held_by_batch()) tables.push_back(&t);
+  const kv::PoolUsage usage = kv::measure_usage(pool, tables);
+  st.live_token_slots = usage.live_slots;
+  st.capacity_token_slots = usage.capacity_slots;
+  ++totals_.num_steps;
+  totals_.num_preemptions += st.num_preempted;
+  const kv::PrefixCacheStats cache = cache_->stats();
+  totals_.prefix_query_tokens = cache.num_query_tokens;
+  totals_.prefix_hit_tokens = cache.num_hit_tokens;
+  totals_.num_evictions = cache.num_evictions;
+}
+
+}  // namespace strata

@@ -1,0 +1,221 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "core/check.h"
+
+namespace strata::engine {
+
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache)
+    : config_(config), cache_(cache) {
+  STRATA_CHECK(config.max_num_seqs >= 1 && config.max_num_batched_tokens >= 1,
+               "scheduler budgets must be positive");
+  if (config_.allocator == KvAllocatorKind::kContiguous) {
+    contiguous_.emplace(static_cast<int64_t>(cache.pool().num_blocks() - 1) * cache.block_size());
+  }
+}
+
+bool Scheduler::ranks_before(const Sequence* a, const Sequence* b) const {
+  if (config_.policy == SchedulingPolicy::kPriority && a->priority != b->priority) {
+    return a->priority < b->priority;
+  }
+  if (a->arrival_order != b->arrival_order) return a->arrival_order < b->arrival_order;
+  return a->index < b->index;
+}
+
+void Scheduler::insert_waiting(Sequence* seq) {
+  seq->status = SeqStatus::kWaiting;
+  const auto at = std::upper_bound(waiting_.begin(), waiting_.end(), seq,
+                                   [this](const Sequence* a, const Sequence* b) {
+                                     return ranks_before(a, b);
+                                   });
+  waiting_.insert(at, seq);
+}
+
+void Scheduler::add_waiting(Sequence* seq) {
+  STRATA_CHECK(seq->num_computed == 0 && seq->table.num_tokens() == 0,
+               "a new sequence has nothing computed");
+  insert_waiting(seq);
+}
+
+void Scheduler::add_forked(Sequence* seq, const Sequence* parent) {
+  const auto it = std::find(running_.begin(), running_.end(), parent);
+  STRATA_CHECK(it != running_.end(), "fork of a sequence that is not running");
+  seq->status = SeqStatus::kRunning;
+  running_.insert(it + 1, seq);
+}
+
+void Scheduler::release(Sequence* seq) { release(seq->table, seq->contiguous_offset); }
+
+void Scheduler::release(kv::BlockTable& table, int64_t& contiguous_offset) {
+  cache_.free(table);
+  if (contiguous_ && contiguous_offset >= 0) {
+    contiguous_->release(contiguous_offset, config_.max_model_len);
+    contiguous_offset = -1;
+  }
+}
+
+void Scheduler::finish(Sequence* seq, bool cancelled) {
+  const SeqStatus was = seq->status;
+  seq->status = SeqStatus::kFinished;
+  if (was == SeqStatus::kWaiting) {
+    const auto it = std::find(waiting_.begin(), waiting_.end(), seq);
+    if (it != waiting_.end()) waiting_.erase(it);
+    release(seq);
+    return;
+  }
+  const auto it = std::find(running_.begin(), running_.end(), seq);
+  if (it == running_.end()) return;  // finished before, held by a static batch
+  running_.erase(it);
+  if (config_.kind == SchedulerKind::kStatic && !cancelled) {
+    // Padding: the batch keeps its blocks (and reservation) until it ends.
+    batch_done_.push_back(std::exchange(seq->table, kv::BlockTable(seq->table.block_size())));
+    batch_done_offsets_.push_back(std::exchange(seq->contiguous_offset, -1));
+  } else {
+    release(seq);
+  }
+  if (config_.kind == SchedulerKind::kStatic && running_.empty()) {
+    for (size_t i = 0; i < batch_done_.size(); ++i) release(batch_done_[i], batch_done_offsets_[i]);
+    batch_done_.clear();
+    batch_done_offsets_.clear();
+  }
+}
+
+Sequence* Scheduler::pick_victim() const {
+  if (running_.empty()) return nullptr;
+  if (config_.policy == SchedulingPolicy::kFcfs) return running_.back();
+  return *std::max_element(running_.begin(), running_.end(),
+                           [this](const Sequence* a, const Sequence* b) {
+                             return ranks_before(a, b);
+                           });
+}
+
+void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
+  running_.erase(std::find(running_.begin(), running_.end(), victim));
+  release(victim);
+  victim->num_computed = 0;
+  victim->prefix_looked_up = false;
+  ++victim->num_preemptions;
+  insert_waiting(victim);
+  out.preempted.push_back(victim);
+  if (config_.kind == SchedulerKind::kStatic) ++static_admit_left_;  // still a batch member
+  // A victim scheduled earlier in this step (priority policy) gives its tokens back.
+  const auto it = std::find_if(out.scheduled.begin(), out.scheduled.end(),
+                               [victim](const ScheduledSeq& s) { return s.seq == victim; });
+  if (it != out.scheduled.end()) {
+    (it->prefill ? out.num_prefill_tokens : out.num_decode_tokens) -= it->num_tokens;
+    out.scheduled.erase(it);
+  }
+}
+
+int32_t Scheduler::next_chunk(const Sequence& seq, int32_t budget) const {
+  const int32_t remaining = static_cast<int32_t>(seq.tokens.size()) - seq.num_computed;
+  if (seq.num_computed >= seq.num_prompt && remaining == 1) return 1;  // decode
+  return std::min(remaining, budget);
+}
+
+int32_t Scheduler::watermark_blocks() const {
+  return static_cast<int32_t>(std::ceil(config_.watermark * (cache_.pool().num_blocks() - 1)));
+}
+
+void Scheduler::schedule_running(SchedulerOutput& out, int32_t& budget) {
+  // Walks a snapshot: preemption removes sequences from running_, possibly ones already scheduled
+  // this step (priority policy), whose tokens then go back to the budget.
+  const std::vector<Sequence*> order(running_.begin(), running_.end());
+  for (Sequence* seq : order) {
+    if (budget <= 0) break;
+    if (seq->status != SeqStatus::kRunning) continue;  // preempted by an earlier sequence
+    const int32_t n = next_chunk(*seq, budget);
+    cache_.free_blocks_outside_window(seq->table);
+    bool preempted_self = false;
+    while (!cache_.allocate_slots(seq->table, n)) {
+      Sequence* victim = pick_victim();
+      const int32_t refund = scheduled_tokens(out, victim);
+      preempt(victim, out);
+      budget += refund;
+      if (victim == seq) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) continue;
+    const bool prefill = seq->num_computed < seq->num_prompt || n > 1;
+    out.scheduled.push_back({seq, n, false, 0, prefill});
+    (prefill ? out.num_prefill_tokens : out.num_decode_tokens) += n;
+    budget -= n;
+  }
+}
+
+int32_t Scheduler::scheduled_tokens(const SchedulerOutput& out, const Sequence* seq) {
+  for (const ScheduledSeq& s : out.scheduled) {
+    if (s.seq == seq) return s.num_tokens;
+  }
+  return 0;
+}
+
+int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32_t max_admit) {
+  int32_t admitted = 0;
+  while (!waiting_.empty() && budget > 0 && admitted < max_admit &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    kv::PrefixHit hit;
+    if (!seq->wants_all_rows()) {
+      hit = cache_.find_cached_prefix(
+          {seq->tokens.data(), seq->tokens.size()}, seq->cache_keys);
+    }
+    const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - hit.num_tokens;
+    const int32_t n = std::min(remaining, budget);
+    const int32_t needed = cache_.num_blocks_to_allocate(seq->table, n, &hit);
+    if (needed > cache_.pool().num_free_blocks() - watermark_blocks()) break;
+    if (contiguous_) {
+      const std::optional<int64_t> offset = contiguous_->reserve(config_.max_model_len);
+      if (!offset) break;
+      seq->contiguous_offset = *offset;
+    }
+    STRATA_CHECK(cache_.allocate_slots(seq->table, n, &hit), "admission after can_allocate failed");
+    waiting_.pop_front();
+    seq->prefix_looked_up = true;
+    seq->num_computed = hit.num_tokens;
+    seq->status = SeqStatus::kRunning;
+    running_.push_back(seq);
+    out.scheduled.push_back({seq, n, true, hit.num_tokens, true});
+    out.num_prefill_tokens += n;
+    budget -= n;
+    ++admitted;
+  }
+  return admitted;
+}
+
+bool Scheduler::static_batch_ready(double now) const {
+  if (!running_.empty() || !batch_done_.empty() || waiting_.empty() || static_admit_left_ > 0) {
+    return false;
+  }
+  if (static_cast<int32_t>(waiting_.size()) >= config_.max_batch_size) return true;
+  double oldest = waiting_.front()->arrival_time;
+  for (const Sequence* s : waiting_) oldest = std::min(oldest, s->arrival_time);
+  return now - oldest >= config_.batch_timeout_s;
+}
+
+SchedulerOutput Scheduler::schedule(double now) {
+  SchedulerOutput out;
+  int32_t budget = config_.max_num_batched_tokens;
+  schedule_running(out, budget);
+  if (!out.preempted.empty()) return out;
+  if (config_.kind == SchedulerKind::kContinuous) {
+    schedule_waiting(out, budget, config_.max_num_seqs);
+    return out;
+  }
+  // Static: form a batch of the first max_batch_size waiting sequences, then admit its members
+  // (over several steps if the token budget is short) and nobody else until it has finished.
+  if (static_batch_ready(now)) {
+    static_admit_left_ = std::min(config_.max_batch_size, static_cast<int32_t>(waiting_.size()));
+  }
+  if (static_admit_left_ > 0) {
+    static_admit_left_ -= schedule_waiting(out, budget, static_admit_left_);
+  }
+  return out;
+}
+
+}  // namespace strata::engine

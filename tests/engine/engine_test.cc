@@ -1,0 +1,425 @@
+// The continuous-batching engine (include/strata/engine.h) on a transformers fixture: what a
+// request gets does not depend on what else runs -- batch sizes 1, 3 and 16, prefill chunks of
+// 1, 7 and 64 tokens, after a prefix hit, after recompute preemption -- (greedy tokens identical
+// to the request run alone, top-20 logprobs within 1e-5); cancellation frees blocks; randomized
+// submit / cancel / finish sequences leak nothing and never overcommit the pool; priority order;
+// n > 1 holds the prompt's blocks once; a sliding-window sequence holds only its window.
+
+#include "strata/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace strata {
+namespace {
+
+constexpr double kTolerance = 1e-5;
+const std::string kModels = std::string(STRATA_TEST_DATA_DIR) + "/models/";
+
+// What one request produced, gathered from the step outputs.
+struct Collected {
+  std::map<int32_t, std::vector<int32_t>> tokens;  // by sequence index
+  std::map<int32_t, std::vector<TokenLogprobs>> logprobs;
+  std::map<int32_t, FinishReason> finish;
+  bool finished = false;
+  bool cancelled = false;
+  RequestMetrics metrics;
+};
+
+EngineRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens = 12) {
+  EngineRequest r;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  r.params.logprobs = 20;
+  return r;
+}
+
+std::vector<int32_t> prompt_of(int32_t len, int32_t seed) {
+  std::vector<int32_t> p;
+  for (int32_t i = 0; i < len; ++i) p.push_back((i * 37 + seed * 101 + 7) % 120);
+  return p;
+}
+
+double rel_err(const std::vector<TokenLogprobs>& a, const std::vector<TokenLogprobs>& b) {
+  double worst = 0.0;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t k = 0; k < std::min(a[i].top_logprobs.size(), b[i].top_logprobs.size()); ++k) {
+      EXPECT_EQ(a[i].top_logprobs[k].first, b[i].top_logprobs[k].first);
+      const double x = a[i].top_logprobs[k].second, y = b[i].top_logprobs[k].second;
+      diff += (x - y) * (x - y);
+      norm += y * y;
+    }
+    worst = std::max(worst, std::sqrt(diff / norm));
+  }
+  return worst;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  EngineTest() : pool_(2), model_(model::Model::load({kModels + "llama3-gqa"})) {}
+
+  std::unique_ptr<Engine> make(EngineConfig c = {}) {
+    if (c.num_blocks == 0) c.num_blocks = 256;
+    auto e = Engine::create(model_, pool_, c);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return std::move(*e);
+  }
+
+  // Steps until every request finished; checks the pool after every step.
+  static std::map<RequestId, Collected> drain(Engine& e) {
+    std::map<RequestId, Collected> out;
+    int guard = 0;
+    while (e.has_unfinished()) {
+      auto step = e.step();
+      EXPECT_TRUE(step.ok()) << step.status().to_string();
+      if (!step.ok() || ++guard > 100000) break;
+      EXPECT_LE(e.last_step().live_token_slots, e.last_step().capacity_token_slots);
+      for (const RequestOutput& o : *step) absorb(out[o.id], o);
+    }
+    return out;
+  }
+
+  static void absorb(Collected& c, const RequestOutput& o) {
+    for (const CompletionDelta& d : o.deltas) {
+      auto& t = c.tokens[d.index];
+      t.insert(t.end(), d.token_ids.begin(), d.token_ids.end());
+      auto& l = c.logprobs[d.index];
+      l.insert(l.end(), d.logprobs.begin(), d.logprobs.end());
+      if (d.finish_reason) c.finish[d.index] = *d.finish_reason;
+    }
+    c.finished |= o.finished;
+    c.cancelled |= o.cancelled;
+    c.metrics = o.metrics;
+  }
+
+  Collected alone(const EngineRequest& r) {
+    auto e = make();
+    const RequestId id = *e->submit(r);
+    return drain(*e)[id];
+  }
+
+  ThreadPool pool_;
+  model::Model model_;
+};
+
+struct Shape {
+  int32_t batch;
+  int32_t chunk;
+};
+
+class EngineInvarianceTest : public EngineTest, public ::testing::WithParamInterface<Shape> {};
+
+TEST_P(EngineInvarianceTest, EveryRequestGetsWhatItGetsAlone) {
+  EngineConfig c;
+  c.max_num_batched_tokens = GetParam().chunk;
+  auto e = make(c);
+  std::vector<EngineRequest> requests;
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < GetParam().batch; ++i) {
+    requests.push_back(greedy(prompt_of(20 + 9 * i, i), 6 + i % 5));
+    ids.push_back(*e->submit(requests.back()));
+  }
+  auto got = drain(*e);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0) << "leaked blocks";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Collected ref = alone(requests[i]);
+    const Collected& x = got[ids[i]];
+    ASSERT_TRUE(x.finished);
+    EXPECT_EQ(x.tokens.at(0), ref.tokens.at(0)) << "request " << i;
+    EXPECT_LE(rel_err(x.logprobs.at(0), ref.logprobs.at(0)), kTolerance) << "request " << i;
+    EXPECT_EQ(x.finish.at(0), FinishReason::kLength);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, EngineInvarianceTest,
+                         ::testing::Values(Shape{1, 64}, Shape{3, 7}, Shape{16, 64}, Shape{3, 1},
+                                           Shape{16, 7}),
+                         [](const ::testing::TestParamInfo<Shape>& i) {
+                           return "Batch" + std::to_string(i.param.batch) + "Chunk" +
+                                  std::to_string(i.param.chunk);
+                         });
+
+TEST_F(EngineTest, RecomputePreemptionGivesTheSameTokensAndFreesEverything) {
+  EngineConfig c;
+  c.num_blocks = 1 + 12;  // 16 requests of 4-5 blocks each: constant preemption
+  c.max_num_batched_tokens = 64;
+  c.watermark = 0.0;
+  auto e = make(c);
+  std::vector<EngineRequest> requests;
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 16; ++i) {
+    requests.push_back(greedy(prompt_of(40 + i, i), 24));
+    ids.push_back(*e->submit(requests.back()));
+  }
+  auto got = drain(*e);
+  EXPECT_GT(e->totals().num_preemptions, 0);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  int preempted_requests = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Collected ref = alone(requests[i]);
+    EXPECT_EQ(got[ids[i]].tokens.at(0), ref.tokens.at(0)) << "request " << i;
+    EXPECT_LE(rel_err(got[ids[i]].logprobs.at(0), ref.logprobs.at(0)), kTolerance);
+    preempted_requests += got[ids[i]].metrics.num_preemptions > 0;
+  }
+  EXPECT_GT(preempted_requests, 0);
+}
+
+TEST_F(EngineTest, APrefixHitGivesTheColdRunsTokens) {
+  auto e = make();
+  const std::vector<int32_t> shared = prompt_of(64, 3);
+  std::vector<int32_t> p2 = shared;
+  p2.insert(p2.end(), {5, 6, 7, 8, 9});
+  *e->submit(greedy(shared));
+  drain(*e);
+  const RequestId id = *e->submit(greedy(p2));
+  auto got = drain(*e);
+  EXPECT_EQ(got[id].metrics.num_cached_tokens, 64);
+  const Collected ref = alone(greedy(p2));
+  EXPECT_EQ(got[id].tokens.at(0), ref.tokens.at(0));
+  EXPECT_LE(rel_err(got[id].logprobs.at(0), ref.logprobs.at(0)), kTolerance);
+}
+
+TEST_F(EngineTest, CancelFreesBlocksAtOnceAndReportsTheRequestOnce) {
+  auto e = make();
+  const RequestId a = *e->submit(greedy(prompt_of(50, 1), 100));
+  const RequestId b = *e->submit(greedy(prompt_of(30, 2), 5));
+  ASSERT_TRUE(e->step().ok());
+  ASSERT_TRUE(e->step().ok());
+  const int32_t used = e->last_step().num_used_blocks;
+  e->cancel(a);
+  auto out = e->step();
+  ASSERT_TRUE(out.ok());
+  bool reported = false;
+  for (const RequestOutput& o : *out) {
+    if (o.id == a) {
+      reported = true;
+      EXPECT_TRUE(o.finished && o.cancelled);
+      EXPECT_TRUE(o.deltas.empty());
+    }
+  }
+  EXPECT_TRUE(reported);
+  EXPECT_LT(e->last_step().num_used_blocks, used);
+  auto rest = drain(*e);
+  EXPECT_FALSE(rest.contains(a)) << "a cancelled request is reported once";
+  EXPECT_TRUE(rest[b].finished);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  e->cancel(a);  // unknown by now: ignored
+  e->cancel(12345);
+}
+
+TEST_F(EngineTest, RandomSubmitCancelFinishNeverLeaksOrOvercommits) {
+  EngineConfig c;
+  c.num_blocks = 1 + 24;
+  c.max_num_batched_tokens = 48;
+  c.max_num_seqs = 6;
+  auto e = make(c);
+  std::mt19937 rng(7);
+  std::vector<RequestId> live;
+  for (int iter = 0; iter < 400; ++iter) {
+    const int op = std::uniform_int_distribution<int>(0, 9)(rng);
+    if (op < 3) {
+      EngineRequest r = greedy(prompt_of(std::uniform_int_distribution<int>(1, 60)(rng), iter),
+                               std::uniform_int_distribution<int>(1, 20)(rng));
+      r.n = std::uniform_int_distribution<int>(1, 3)(rng);
+      r.params.temperature = 0.8f;
+      r.params.seed = static_cast<uint64_t>(iter);
+      live.push_back(*e->submit(r));
+    } else if (op < 4 && !live.empty()) {
+      e->cancel(live[std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng)]);
+    } else {
+      auto out = e->step();
+      ASSERT_TRUE(out.ok());
+      const EngineStepStats& st = e->last_step();
+      ASSERT_GE(st.num_free_blocks, 0);
+      ASSERT_EQ(st.num_used_blocks + st.num_free_blocks, 24);
+      ASSERT_LE(st.num_running, c.max_num_seqs * 3);  // n > 1 forks beyond max_num_seqs
+      ASSERT_LE(st.num_prefill_tokens + st.num_decode_tokens, c.max_num_batched_tokens);
+    }
+  }
+  drain(*e);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0) << "leaked blocks";
+}
+
+TEST_F(EngineTest, PriorityPolicyRunsLowerValuesFirst) {
+  EngineConfig c;
+  c.policy = SchedulingPolicy::kPriority;
+  c.max_num_seqs = 1;
+  auto e = make(c);
+  std::vector<RequestId> ids;
+  for (int32_t p : {5, 1, 3, 0}) {
+    EngineRequest r = greedy(prompt_of(10, p), 3);
+    r.priority = p;
+    ids.push_back(*e->submit(r));
+  }
+  std::vector<RequestId> order;
+  while (e->has_unfinished()) {
+    auto step = e->step();
+    ASSERT_TRUE(step.ok());
+    for (const RequestOutput& o : *step) {
+      if (o.finished) order.push_back(o.id);
+    }
+  }
+  EXPECT_EQ(order, (std::vector<RequestId>{ids[3], ids[1], ids[2], ids[0]}));
+}
+
+TEST_F(EngineTest, NGreaterThanOneSharesThePromptsBlocksAndSeedsEachSequence) {
+  EngineConfig c;
+  c.block_size = 16;
+  auto e = make(c);
+  EngineRequest r = greedy(prompt_of(64, 9), 8);  // 4 full blocks
+  r.n = 4;
+  r.params.temperature = 1.0f;
+  r.params.seed = 11;
+  const RequestId id = *e->submit(r);
+  Collected head;
+  auto first = e->step();  // prefill + fork + first tokens
+  ASSERT_TRUE(first.ok());
+  for (const RequestOutput& o : *first) absorb(head, o);
+  EXPECT_EQ(head.tokens.size(), 4u) << "every sequence got its first token in the prefill step";
+  // The prompt's 4 blocks once: no block for the output tokens until they are computed.
+  EXPECT_EQ(e->last_step().num_used_blocks, 4);
+  auto second = e->step();
+  ASSERT_TRUE(second.ok());
+  for (const RequestOutput& o : *second) absorb(head, o);
+  // Each sequence appends into a block of its own; the prompt's blocks stay shared.
+  EXPECT_EQ(e->last_step().num_used_blocks, 4 + 4);
+  auto got = drain(*e);
+  for (auto& [index, tokens] : head.tokens) {
+    tokens.insert(tokens.end(), got[id].tokens[index].begin(), got[id].tokens[index].end());
+  }
+  got[id].tokens = head.tokens;
+  ASSERT_EQ(got[id].tokens.size(), 4u);
+  EXPECT_NE(got[id].tokens[0], got[id].tokens[1]) << "siblings draw with different seeds";
+  // Sequence i equals a single request seeded with seed + i.
+  for (int32_t i = 0; i < 4; ++i) {
+    EngineRequest single = r;
+    single.n = 1;
+    single.params.seed = 11 + static_cast<uint64_t>(i);
+    EXPECT_EQ(got[id].tokens.at(i), alone(single).tokens.at(0)) << "sequence " << i;
+  }
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+TEST_F(EngineTest, NGreaterThanOneCopiesAPartlyFilledSharedBlockBeforeWritingIt) {
+  auto e = make();
+  EngineRequest r = greedy(prompt_of(70, 4), 10);  // the last prompt block holds 6 tokens
+  r.n = 3;
+  r.params.temperature = 0.7f;
+  r.params.seed = 5;
+  const RequestId id = *e->submit(r);
+  auto got = drain(*e);
+  for (int32_t i = 0; i < 3; ++i) {
+    EngineRequest single = r;
+    single.n = 1;
+    single.params.seed = 5 + static_cast<uint64_t>(i);
+    const Collected ref = alone(single);
+    EXPECT_EQ(got[id].tokens.at(i), ref.tokens.at(0)) << "sequence " << i;
+    EXPECT_LE(rel_err(got[id].logprobs.at(i), ref.logprobs.at(0)), kTolerance);
+  }
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+TEST_F(EngineTest, StaticBaselineRunsOneBatchToItsEndBeforeAdmittingMore) {
+  EngineConfig c;
+  c.scheduler = SchedulerKind::kStatic;
+  c.max_batch_size = 4;
+  c.batch_timeout_ms = 0.0;
+  auto e = make(c);
+  std::vector<EngineRequest> requests;
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 8; ++i) {
+    requests.push_back(greedy(prompt_of(12 + i, i), 2 + 3 * i));
+    ids.push_back(*e->submit(requests.back()));
+  }
+  std::map<RequestId, Collected> got;
+  std::map<RequestId, int64_t> first_step, last_step;
+  for (int64_t step = 0; e->has_unfinished(); ++step) {
+    auto out = e->step();
+    ASSERT_TRUE(out.ok());
+    EXPECT_LE(e->last_step().num_running, 4);
+    for (const RequestOutput& o : *out) {
+      absorb(got[o.id], o);
+      if (!first_step.contains(o.id)) first_step[o.id] = step;
+      if (o.finished) last_step[o.id] = step;
+    }
+  }
+  int64_t first_batch_end = 0;
+  for (int32_t i = 0; i < 4; ++i) first_batch_end = std::max(first_batch_end, last_step[ids[i]]);
+  for (int32_t i = 4; i < 8; ++i) {
+    EXPECT_GT(first_step[ids[i]], first_batch_end) << "request " << i << " joined a running batch";
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(got[ids[i]].tokens.at(0), alone(requests[i]).tokens.at(0));
+  }
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+TEST_F(EngineTest, ContiguousBaselineAdmitsOnlyWhatFullLengthReservationsAllow) {
+  EngineConfig c;
+  c.allocator = KvAllocatorKind::kContiguous;
+  c.num_blocks = 1 + 64;  // 1024 slots
+  c.max_model_len = 300;  // 3 reservations fit
+  auto e = make(c);
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 8; ++i) ids.push_back(*e->submit(greedy(prompt_of(20, i), 10)));
+  int32_t most = 0;
+  while (e->has_unfinished()) {
+    ASSERT_TRUE(e->step().ok());
+    most = std::max(most, e->last_step().num_running);
+  }
+  EXPECT_EQ(most, 3);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+TEST_F(EngineTest, RejectsBadRequestsWithoutQueueingThem) {
+  auto e = make();
+  EXPECT_FALSE(e->submit(greedy({})).ok());
+  EXPECT_FALSE(e->submit(greedy({1, 99999})).ok());
+  EngineRequest r = greedy({1, 2});
+  r.n = 0;
+  EXPECT_FALSE(e->submit(r).ok());
+  r.n = 1;
+  r.params.max_tokens = 1 << 30;
+  EXPECT_FALSE(e->submit(r).ok());
+  EXPECT_FALSE(e->has_unfinished());
+  EngineConfig bad;
+  bad.block_size = 12;
+  EXPECT_FALSE(Engine::create(model_, pool_, bad).ok());
+}
+
+TEST(EngineWindowTest, ASlidingWindowSequenceHoldsOnlyItsWindow) {
+  ThreadPool pool(2);
+  model::Model model = model::Model::load({kModels + "mistral-swa"});  // 64-token window
+  EngineConfig c;
+  c.block_size = 16;
+  c.num_blocks = 1 + 8;
+  c.max_num_batched_tokens = 16;
+  auto created = Engine::create(model, pool, c);
+  ASSERT_TRUE(created.ok());
+  auto e = std::move(*created);
+  *e->submit(greedy(prompt_of(20, 1), 640));
+  int32_t peak_decode = 0;
+  while (e->has_unfinished()) {
+    ASSERT_TRUE(e->step().ok());
+    if (e->last_step().num_prefill_tokens == 0) {
+      peak_decode = std::max(peak_decode, e->last_step().num_used_blocks);
+    }
+  }
+  EXPECT_LE(peak_decode, 64 / 16 + 1);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+}  // namespace
+}  // namespace strata
