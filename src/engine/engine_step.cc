@@ -49,7 +49,7 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
     Row row{&r, &s, s.num_computed, n, -1};
     const auto row0 = static_cast<int32_t>(token_ids.size());
     for (int32_t j = 0; j < n; ++j) {
-      token_ids.push_back(s.tokens[static_cast<size_t>(s.num_computed + j)]);
+      token_ids.push_back(s.tokens[static_cast<size_t>(s.num_computed) + static_cast<size_t>(j)]);
       positions.push_back(s.num_computed + j);
     }
     q_indptr.push_back(static_cast<int32_t>(token_ids.size()));
@@ -159,7 +159,7 @@ void EngineImpl::finish_sequence(Sequence& s, FinishReason reason) {
 }
 
 RequestOutput EngineImpl::collect(RequestState& r) {
-  constexpr size_t kReported = static_cast<size_t>(-1);  // num_sent once the finish was sent
+  constexpr auto kReported = static_cast<size_t>(-1);  // num_sent once the finish was sent
   RequestOutput out;
   out.id = r.id;
   for (auto& seq : r.seqs) {
