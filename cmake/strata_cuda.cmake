@@ -20,6 +20,12 @@ if(NOT STRATA_CUDA STREQUAL "OFF")
   endif()
 endif()
 if(STRATA_WITH_CUDA)
+  # CMake 3.25 does not know nvcc 13's C++20 flag; tell it (harmless where it does know). Set after
+  # enable_language, whose compiler module would otherwise leave it empty.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   set(STRATA_CUDA_GENCODE "-gencode=arch=compute_90a,code=sm_90a")

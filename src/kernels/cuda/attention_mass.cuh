@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/decode_attention_kernel.cuh"
+#include "kernels/cuda/decode_common.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace strata::cuda::detail {
@@ -18,8 +18,8 @@ inline constexpr int kMassChunkTokens = 512;
 struct AttentionMassArgs {
   const void* q;
   int64_t q_seq_stride;
-  const float* lse_log2;            // [num_seqs, num_qo_heads]
-  float* mass;                      // [num_pool_slots, num_kv_heads]
+  const float* lse_log2;  // [num_seqs, num_qo_heads]
+  float* mass;            // [num_pool_slots, num_kv_heads]
   const int32_t* kv_indptr;
   const int32_t* kv_indices;
   const int32_t* kv_last_page_len;
@@ -42,11 +42,12 @@ struct AttentionMassArgs {
 template <DType kDType, int kHeadDim>
 __global__ void __launch_bounds__(kDecodeThreads)
     attention_mass_kernel(const __grid_constant__ AttentionMassArgs a) {
-  using Shape = DecodeShape<kHeadDim>;
   using T = typename CudaType<kDType>::type;
-  constexpr int kTpt = Shape::kTpt;
-  constexpr int kNv = Shape::kNv;
-  constexpr int kGroups = Shape::kGroups;
+  // A token row is spread over kTpt lanes, kNv 16-byte vectors each; kGroups rows at a time.
+  constexpr int kVecs = kHeadDim / 8;
+  constexpr int kTpt = (kVecs % 16 == 0) ? 16 : (kVecs % 8 == 0) ? 8 : 4;
+  constexpr int kNv = kVecs / kTpt;
+  constexpr int kGroups = kDecodeThreads / kTpt;
 
   const int seq = blockIdx.x;
   const int kv_head = blockIdx.y;
@@ -64,10 +65,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int t = base + grp < hi ? base + grp : lo;
     const int32_t page = pages[t >> a.log2_block_size];
     const int in_block = t & (a.block_size - 1);
-    const T* k_row = k_head + static_cast<int64_t>(page) * a.block_stride + in_block * a.token_stride;
+    const T* k_row =
+        k_head + static_cast<int64_t>(page) * a.block_stride + in_block * a.token_stride;
     float kf[kNv][8];
 #pragma unroll
-    for (int i = 0; i < kNv; ++i) unpack8<kDType>(load_stream16(k_row + (lane + i * kTpt) * 8), kf[i]);
+    for (int i = 0; i < kNv; ++i) {
+      unpack8<kDType>(load_stream16(k_row + (lane + i * kTpt) * 8), kf[i]);
+    }
     float mass = 0.0f;
     for (int g = 0; g < a.group_size; ++g) {
       const int head = kv_head * a.group_size + g;
@@ -75,7 +79,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
       for (int i = 0; i < kNv; ++i) {
         float qf[8];
-        unpack8<kDType>(*reinterpret_cast<const uint4*>(q_seq + head * kHeadDim + (lane + i * kTpt) * 8), qf);
+        unpack8<kDType>(
+            *reinterpret_cast<const uint4*>(q_seq + head * kHeadDim + (lane + i * kTpt) * 8), qf);
 #pragma unroll
         for (int e = 0; e < 8; ++e) dot = fmaf(qf[e] * a.scale_log2, kf[i][e], dot);
       }
@@ -90,6 +95,4 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
 }
 
-// The query-head tile for a group size: the next power of two, at most 8 (larger groups are
-// covered by several tiles, each reading the KV head once).
 }  // namespace strata::cuda::detail

@@ -64,7 +64,8 @@ Status block_copy(const BlockCopyParams& p, cudaStream_t stream) {
   a.block_pairs = p.block_pairs;
   a.block_vecs = p.block_bytes / 16;
   constexpr int kThreads = 256;
-  const int64_t x_blocks = std::clamp<int64_t>(detail::ceil_div(a.block_vecs, kThreads * 4), 1, 1024);
+  const int64_t x_blocks =
+      std::clamp<int64_t>(detail::ceil_div(a.block_vecs, kThreads * 4), 1, 1024);
   block_copy_kernel<<<dim3(static_cast<unsigned>(x_blocks), static_cast<unsigned>(p.num_pairs)),
                       kThreads, 0, stream>>>(a);
   STRATA_CUDA_CHECK_LAUNCH();

@@ -13,11 +13,11 @@
 namespace strata::cuda {
 
 struct BlockCopyParams {
-  const void* src_pool = nullptr;      // [num_src_blocks, block_bytes] device-accessible
-  void* dst_pool = nullptr;            // [num_dst_blocks, block_bytes]; may equal src_pool
+  const void* src_pool = nullptr;        // [num_src_blocks, block_bytes] device-accessible
+  void* dst_pool = nullptr;              // [num_dst_blocks, block_bytes]; may equal src_pool
   const int32_t* block_pairs = nullptr;  // [num_pairs, 2] device: (src block id, dst block id)
   int32_t num_pairs = 0;
-  int64_t block_bytes = 0;             // multiple of 16
+  int64_t block_bytes = 0;  // multiple of 16
 };
 
 // Copies block block_pairs[i][0] of src_pool to block block_pairs[i][1] of dst_pool for every i.

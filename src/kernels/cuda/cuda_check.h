@@ -14,12 +14,12 @@ Status cuda_error_status(cudaError_t err, const char* expr, const char* file, in
 }  // namespace strata::cuda
 
 // Evaluates a cudaError_t expression; returns a non-OK Status from the enclosing function on error.
-#define STRATA_CUDA_CHECK(expr)                                                        \
-  do {                                                                                 \
-    const cudaError_t strata_cuda_err_ = (expr);                                       \
-    if (strata_cuda_err_ != cudaSuccess) [[unlikely]] {                                \
+#define STRATA_CUDA_CHECK(expr)                                                              \
+  do {                                                                                       \
+    const cudaError_t strata_cuda_err_ = (expr);                                             \
+    if (strata_cuda_err_ != cudaSuccess) [[unlikely]] {                                      \
       return ::strata::cuda::cuda_error_status(strata_cuda_err_, #expr, __FILE__, __LINE__); \
-    }                                                                                  \
+    }                                                                                        \
   } while (0)
 
 // After a kernel launch: reports launch-configuration errors (not asynchronous faults).

@@ -28,7 +28,9 @@ Status validate(const DecodeAttentionParams& p) {
       p.num_qo_heads % c.num_kv_heads != 0) {
     return Status::InvalidArgument("num_qo_heads must be a positive multiple of num_kv_heads");
   }
-  if (static_cast<int64_t>(c.num_kv_heads) * ((p.num_qo_heads / c.num_kv_heads + 3) / 4) > 65535) {
+  // Grid y: KV heads x query-head tiles of 16 (one tile for groups of up to 8).
+  if (static_cast<int64_t>(c.num_kv_heads) * ((p.num_qo_heads / c.num_kv_heads + 15) / 16) >
+      65535) {
     return Status::InvalidArgument("too many KV heads for one launch");
   }
   if (p.q == nullptr || p.o == nullptr || p.layout.kv_indptr == nullptr ||
@@ -52,8 +54,8 @@ Status validate(const DecodeAttentionParams& p) {
   }
   if (p.attn_mass != nullptr &&
       (p.workspace == nullptr ||
-       p.workspace_bytes < decode_attention_workspace_bytes(p.layout.num_seqs, p.num_qo_heads,
-                                                            c.head_dim, 1))) {
+       p.workspace_bytes <
+           decode_attention_workspace_bytes(p.layout.num_seqs, p.num_qo_heads, c.head_dim, 1))) {
     return Status::InvalidArgument("attn_mass needs decode_attention_workspace_bytes(.., 1)");
   }
   if (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % kWorkspaceAlign != 0) {
@@ -87,7 +89,8 @@ DecodeWorkspaceLayout decode_workspace_layout(int32_t num_seqs, int32_t num_qo_h
 
 size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_qo_heads, int32_t head_dim,
                                         int32_t max_splits) {
-  return detail::decode_workspace_layout(num_seqs, num_qo_heads, head_dim, max_splits > 1 ? max_splits : 1)
+  return detail::decode_workspace_layout(num_seqs, num_qo_heads, head_dim,
+                                         max_splits > 1 ? max_splits : 1)
       .total_bytes;
 }
 

@@ -17,8 +17,8 @@ struct DecodeMergeArgs {
   const float* partial_lse;  // [num_splits, num_seqs, num_qo_heads]
   void* o;
   int64_t o_seq_stride;
-  float* lse_ln;             // optional
-  float* lse_log2;           // optional
+  float* lse_ln;    // optional
+  float* lse_log2;  // optional
   int32_t num_seqs;
   int32_t num_qo_heads;
   int32_t head_dim;

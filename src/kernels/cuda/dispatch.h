@@ -42,12 +42,13 @@ Status dispatch_value(int64_t value, const char* what, F&& f) {
   return [&]<size_t... I>(std::index_sequence<I...>) {
     Status result = Status::Unsupported(std::string(what) + " = " + std::to_string(value) +
                                         " has no CUDA kernel instance");
-    static_cast<void>(((static_cast<int64_t>(kSet[I]) == value
-                            ? (result = f.template operator()<kSet[I]>(), true)
-                            : false) ||
-                       ...));
+    static_cast<void>(
+        ((static_cast<int64_t>(kSet[I]) == value ? (result = f.template operator()<kSet[I]>(), true)
+                                                 : false) ||
+         ...));
     return result;
-  }(std::make_index_sequence<kSet.size()>{});
+  }
+  (std::make_index_sequence<kSet.size()>{});
 }
 
 // Calls f.template operator()<kDType>() for a KV dtype in kKvDTypes; Unsupported otherwise.
@@ -60,7 +61,8 @@ Status dispatch_kv_dtype(DType dtype, F&& f) {
         ((kKvDTypes[I] == dtype ? (result = f.template operator()<kKvDTypes[I]>(), true) : false) ||
          ...));
     return result;
-  }(std::make_index_sequence<kKvDTypes.size()>{});
+  }
+  (std::make_index_sequence<kKvDTypes.size()>{});
 }
 
 }  // namespace strata::cuda

@@ -18,13 +18,13 @@ struct KvAppendArgs {
   const int64_t* slot_mapping;
   uint4* k_cache;
   uint4* v_cache;
-  int64_t block_stride;    // in 16-byte vectors
+  int64_t block_stride;  // in 16-byte vectors
   int64_t head_stride;
   int64_t token_stride;
   int32_t block_size;
   int32_t num_kv_heads;
   int32_t vecs_per_head;
-  int64_t total_vecs;      // num_tokens * num_kv_heads * vecs_per_head
+  int64_t total_vecs;  // num_tokens * num_kv_heads * vecs_per_head
 };
 
 // One 16-byte vector per thread; consecutive threads cover one head's row, then the next head, so

@@ -12,11 +12,11 @@
 namespace strata::cuda {
 
 struct KvAppendParams {
-  PagedKvCacheView cache;           // destination layer; dtype in kKvDTypes
-  const void* k = nullptr;          // [num_tokens, num_kv_heads, head_dim], cache.dtype
-  const void* v = nullptr;          // [num_tokens, num_kv_heads, head_dim], cache.dtype
-  int64_t k_token_stride = 0;       // elements between tokens of k (>= num_kv_heads * head_dim;
-  int64_t v_token_stride = 0;       //   larger when k and v sit inside a fused qkv buffer)
+  PagedKvCacheView cache;      // destination layer; dtype in kKvDTypes
+  const void* k = nullptr;     // [num_tokens, num_kv_heads, head_dim], cache.dtype
+  const void* v = nullptr;     // [num_tokens, num_kv_heads, head_dim], cache.dtype
+  int64_t k_token_stride = 0;  // elements between tokens of k (>= num_kv_heads * head_dim;
+  int64_t v_token_stride = 0;  //   larger when k and v sit inside a fused qkv buffer)
   const int64_t* slot_mapping = nullptr;  // [num_tokens] device; -1 = padding, skipped
   int32_t num_tokens = 0;
 };

@@ -25,9 +25,9 @@ Status validate(const PrefillAttentionParams& p) {
     return Status::InvalidArgument(
         "num_qo_heads must be a positive multiple of num_kv_heads; at most 65535 sequences");
   }
-  if (p.q == nullptr || p.o == nullptr || p.qo_indptr == nullptr ||
-      p.layout.kv_indptr == nullptr || p.layout.kv_indices == nullptr ||
-      p.layout.kv_last_page_len == nullptr || c.k_data == nullptr || c.v_data == nullptr) {
+  if (p.q == nullptr || p.o == nullptr || p.qo_indptr == nullptr || p.layout.kv_indptr == nullptr ||
+      p.layout.kv_indices == nullptr || p.layout.kv_last_page_len == nullptr ||
+      c.k_data == nullptr || c.v_data == nullptr) {
     return Status::InvalidArgument("prefill attention needs q, o, qo_indptr, the layout and K/V");
   }
   const int64_t elem = dtype_size(c.dtype);
@@ -39,7 +39,8 @@ Status validate(const PrefillAttentionParams& p) {
       (p.q_token_stride * elem) % 16 != 0 || (p.o_token_stride * elem) % 16 != 0 ||
       (c.block_stride * elem) % 16 != 0 || (c.head_stride * elem) % 16 != 0 ||
       (c.token_stride * elem) % 16 != 0) {
-    return Status::InvalidArgument("prefill attention pointers and strides must be 16-byte aligned");
+    return Status::InvalidArgument(
+        "prefill attention pointers and strides must be 16-byte aligned");
   }
   if (p.window_left < -1 || p.max_q_len < 0) {
     return Status::InvalidArgument("window_left >= -1 and max_q_len >= 0");

@@ -18,19 +18,19 @@ namespace strata::cuda {
 inline constexpr std::array<int32_t, 2> kPrefillHeadDims = {64, 128};
 
 struct PrefillAttentionParams {
-  const void* q = nullptr;      // [num_q_tokens, num_qo_heads, head_dim], cache.dtype
-  int64_t q_token_stride = 0;   // elements between query tokens (>= num_qo_heads * head_dim)
-  void* o = nullptr;            // [num_q_tokens, num_qo_heads, head_dim], cache.dtype
+  const void* q = nullptr;     // [num_q_tokens, num_qo_heads, head_dim], cache.dtype
+  int64_t q_token_stride = 0;  // elements between query tokens (>= num_qo_heads * head_dim)
+  void* o = nullptr;           // [num_q_tokens, num_qo_heads, head_dim], cache.dtype
   int64_t o_token_stride = 0;
   // [num_seqs + 1] device: sequence s owns query rows qo_indptr[s] .. qo_indptr[s + 1); its q_len
   // must not exceed its kv_len. Query row i of s sits at position kv_len - q_len + i.
   const int32_t* qo_indptr = nullptr;
-  PagedKvLayout layout;         // device pointers
-  PagedKvCacheView cache;       // dtype in kKvDTypes, head_dim in kPrefillHeadDims
-  int32_t num_qo_heads = 0;     // multiple of cache.num_kv_heads
+  PagedKvLayout layout;      // device pointers
+  PagedKvCacheView cache;    // dtype in kKvDTypes, head_dim in kPrefillHeadDims
+  int32_t num_qo_heads = 0;  // multiple of cache.num_kv_heads
   float sm_scale = 0.0f;
-  int32_t window_left = -1;     // as in DecodeAttentionParams; -1 = none
-  int32_t max_q_len = 0;        // host-side upper bound on any sequence's q_len (sizes the grid)
+  int32_t window_left = -1;  // as in DecodeAttentionParams; -1 = none
+  int32_t max_q_len = 0;     // host-side upper bound on any sequence's q_len (sizes the grid)
 };
 
 // o = softmax(sm_scale * q K^T + causal mask) V per query row. Unsupported outside the supported

@@ -23,7 +23,8 @@ __host__ __device__ inline float hash_uniform(uint64_t seed, int64_t i, float lo
 template <DType kDType>
 __global__ void random_fill_kernel(void* data, int64_t n, uint64_t seed, float lo, float hi) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
     const float x = hash_uniform(seed, i, lo, hi);
     if constexpr (kDType == DType::kF32) {
       static_cast<float*>(data)[i] = x;
@@ -50,13 +51,16 @@ Status random_fill(const RandomFillParams& p, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(blocks);
   switch (p.dtype) {
     case DType::kF32:
-      random_fill_kernel<DType::kF32><<<grid, 256, 0, stream>>>(p.data, p.num_elements, p.seed, p.lo, p.hi);
+      random_fill_kernel<DType::kF32>
+          <<<grid, 256, 0, stream>>>(p.data, p.num_elements, p.seed, p.lo, p.hi);
       break;
     case DType::kBF16:
-      random_fill_kernel<DType::kBF16><<<grid, 256, 0, stream>>>(p.data, p.num_elements, p.seed, p.lo, p.hi);
+      random_fill_kernel<DType::kBF16>
+          <<<grid, 256, 0, stream>>>(p.data, p.num_elements, p.seed, p.lo, p.hi);
       break;
     case DType::kF16:
-      random_fill_kernel<DType::kF16><<<grid, 256, 0, stream>>>(p.data, p.num_elements, p.seed, p.lo, p.hi);
+      random_fill_kernel<DType::kF16>
+          <<<grid, 256, 0, stream>>>(p.data, p.num_elements, p.seed, p.lo, p.hi);
       break;
     case DType::kF64:
     case DType::kF8E4M3:

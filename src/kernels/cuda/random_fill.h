@@ -13,7 +13,7 @@
 namespace strata::cuda {
 
 struct RandomFillParams {
-  void* data = nullptr;  // [num_elements] of dtype, device
+  void* data = nullptr;        // [num_elements] of dtype, device
   DType dtype = DType::kBF16;  // kF32, kBF16 or kF16
   int64_t num_elements = 0;
   uint64_t seed = 0;

@@ -226,7 +226,7 @@ TEST_F(DecodeAttentionTest, LongContext33000SplitAndUnsplit) {
 }
 
 TEST_F(DecodeAttentionTest, GroupSizesIncludingMultipleQueryTiles) {
-  for (int32_t group : {1, 2, 3, 5, 6, 8, 12, 16}) {
+  for (int32_t group : {1, 2, 3, 5, 6, 8, 12, 16, 20, 32}) {
     for (int32_t splits : {1, 2}) {
       DecodeCase c;
       c.group_size = group;

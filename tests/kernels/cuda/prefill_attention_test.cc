@@ -181,7 +181,8 @@ TEST_F(PrefillAttentionTest, SweepDTypeHeadDimBlockSize) {
 }
 
 TEST_F(PrefillAttentionTest, GroupSizesAndSlidingWindow) {
-  for (int32_t group : {1, 4, 8}) {
+  // Groups 3, 6, 12, 16 pack 1, 2, 4, 8 query heads per block with several head tiles.
+  for (int32_t group : {1, 3, 4, 6, 8, 12, 16}) {
     for (int32_t window : {-1, 0, 31, 100}) {
       PrefillCase c;
       c.group_size = group;
@@ -191,6 +192,19 @@ TEST_F(PrefillAttentionTest, GroupSizesAndSlidingWindow) {
       c.seed = 600 + group * 7 + window;
       run_prefill_case(c);
     }
+  }
+}
+
+// Chunks of several row tiles on long cached prefixes (many K/V tiles, the longest-first order),
+// a group of 4 heads, with and without a window.
+TEST_F(PrefillAttentionTest, LongChunksOnCachedPrefixes) {
+  for (int32_t window : {-1, 300}) {
+    PrefillCase c;
+    c.group_size = 4;
+    c.seqs = {{300, 1300}, {1, 1000}, {129, 129}};
+    c.window_left = window;
+    c.seed = 700 + window;
+    run_prefill_case(c);
   }
 }
 

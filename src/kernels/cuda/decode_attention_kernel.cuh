@@ -1,0 +1,336 @@
+#pragma once
+// Device code of paged decode attention on the tensor cores (docs/kernels.md has the design and
+// the numbers). Included only by the launcher (decode_attention_launch.cuh).
+//
+// Work decomposition. A thread block of 4 warps owns one (sequence, KV head, query-head tile,
+// split). The query heads of the tile (up to 16, the M dimension of mma.sync m16n8k16; 8 when the
+// group has at most 8) are the rows of every product, so each K/V byte is read once for all of
+// them. The block's token range is cut into tiles of kTileTokens (16) tokens aligned to 16
+// positions; warp w takes tiles w, w + 4, ..., keeps its own online softmax (FlashAttention-2's,
+// in log2 units) and computes S = Q K^T and O += P V with mma.sync, fragments loaded by ldmatrix.
+// The four warps' states are merged through shared memory at the end.
+//
+// Why tensor cores for one query token: on CUDA cores every K/V element costs a conversion, one
+// FMA per query head and a share of a shuffle reduction, about 4 instructions per byte of KV, which
+// kept the first kernel at 0.8-0.9 of the copy bandwidth with the SMs 67% busy; here a 16-token
+// tile of head dim 128 (8 KiB of K and V) takes 32 mma, 16 ldmatrix and a few dozen other
+// instructions per warp, so the loads alone set the pace.
+//
+// Loads. Each warp copies its own tiles with cp.async into a private ring of kStages buffers in
+// shared memory (rows padded by 16 bytes, so the 8 row addresses of an ldmatrix hit 8 distinct
+// bank groups) and needs only __syncwarp, no block barrier; kStages - 1 tiles stay in flight while
+// one is computed. Block ids of the next tile are loaded one iteration ahead. Tokens past the end
+// are zero-filled (never read) and masked, tokens before a sliding window's start masked.
+//
+// Split-KV: with num_splits > 1, split z covers [base + z * chunk, base + (z + 1) * chunk), base =
+// the attended range's start rounded down to 16, chunk a multiple of 16 (the last split runs to
+// the end, so a kv_len above the planner's bound is still correct), and writes a float partial
+// output and its log-sum-exp to the workspace; decode_merge_kernel combines the splits.
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/vec.cuh"
+
+namespace strata::cuda::detail {
+
+template <int kHeadDim>
+struct DecodeShape {
+  static constexpr int kWarps = kDecodeThreads / 32;
+  static constexpr int kTileTokens = 16;
+  // Three buffers per warp (two tiles in flight) for head dims up to 128: two blocks per SM. Two
+  // buffers (three blocks per SM) and four (one) measured slower overall on an H200 GPU
+  // (docs/kernels.md). Head dim 256, whose tiles are twice as large, keeps two.
+  static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
+  static constexpr int kPitch = kHeadDim + 8;  // elements per shared-memory row
+  static constexpr int kTileElems = kTileTokens * kPitch;
+  static constexpr size_t kPipelineBytes =
+      static_cast<size_t>(kWarps) * kStages * 2 * kTileElems * sizeof(uint16_t);
+  static constexpr int kMergePitch = kHeadDim + 4;  // floats; rows 16 bytes out of bank step
+  static constexpr size_t kMergeBytes = static_cast<size_t>(kWarps) * 16 * kMergePitch * 4;
+  static constexpr size_t kSmemBytes = kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes;
+  static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of 16");
+  static_assert(kTileTokens * (kHeadDim / 8) % 32 == 0, "whole vectors per lane");
+};
+
+// kRows: query-head rows computed per tile, 8 (groups of up to 8 heads: the upper half of the
+// m16 fragments is zero and skipped) or 16.
+template <DType kDType, int kHeadDim, int kRows>
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_attention_kernel(const __grid_constant__ DecodeKernelArgs a) {
+  using Shape = DecodeShape<kHeadDim>;
+  using T = typename CudaType<kDType>::type;
+  constexpr int kWarps = Shape::kWarps;
+  constexpr int kT = Shape::kTileTokens;
+  constexpr int kStages = Shape::kStages;
+  constexpr int kPitch = Shape::kPitch;
+  constexpr int kChunks = kHeadDim / 16;   // k-chunks of Q K^T, pairs of n-tiles of P V
+  constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O
+  constexpr int kRowVecs = kHeadDim / 8;   // 16-byte vectors per K/V row
+  constexpr int kLaneVecs = kT * kRowVecs / 32;
+  constexpr bool kUpper = kRows == 16;
+  static_assert(kRows == 8 || kRows == 16);
+
+  const int seq = blockIdx.x;
+  const int kv_head = blockIdx.y / a.q_tiles;
+  const int g_begin = (blockIdx.y % a.q_tiles) * kRows;
+  const int g_count = min(kRows, a.group_size - g_begin);
+  const int qo_head0 = kv_head * a.group_size + g_begin;
+  const int split = blockIdx.z;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+
+  const SeqExtent ext =
+      seq_extent(a.kv_indptr, a.kv_last_page_len, a.block_size, a.window_left, seq);
+  const int lo = (ext.begin & ~(kT - 1)) + split * a.chunk_tokens;
+  const int hi = split == a.num_splits - 1 ? ext.kv_len : min(ext.kv_len, lo + a.chunk_tokens);
+  const int num_tiles = hi > lo ? (hi - lo + kT - 1) / kT : 0;
+  const int my_tiles = num_tiles > warp ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
+
+  // Q fragments (rows = query heads of the tile; zeros past g_count).
+  const T* q_seq = static_cast<const T*>(a.q) + seq * a.q_seq_stride;
+  auto q_word = [&](int row, int col) -> uint32_t {
+    if (row >= g_count) return 0u;
+    return *reinterpret_cast<const uint32_t*>(q_seq + (qo_head0 + row) * kHeadDim + col);
+  };
+  uint32_t qf[kChunks][4];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    qf[c][0] = q_word(g, 16 * c + 2 * t);
+    qf[c][1] = kUpper ? q_word(g + 8, 16 * c + 2 * t) : 0u;
+    qf[c][2] = q_word(g, 16 * c + 8 + 2 * t);
+    qf[c][3] = kUpper ? q_word(g + 8, 16 * c + 8 + 2 * t) : 0u;
+  }
+
+  float o[kDimTiles][4];
+#pragma unroll
+  for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+
+  const T* k_head = static_cast<const T*>(a.k_data) + kv_head * a.head_stride;
+  const T* v_head = static_cast<const T*>(a.v_data) + kv_head * a.head_stride;
+  const int32_t* pages = a.kv_indices + ext.page_begin;
+  const int in_block_mask = a.block_size - 1;
+
+  extern __shared__ uint4 smem[];
+  T* ring = reinterpret_cast<T*>(smem) + warp * kStages * 2 * Shape::kTileElems;
+  auto k_buf = [&](int st) { return ring + (2 * st) * Shape::kTileElems; };
+  auto v_buf = [&](int st) { return ring + (2 * st + 1) * Shape::kTileElems; };
+
+  // Block ids of the two 8-token halves of the next tile to issue (block sizes are >= 8 and tiles
+  // are 16-aligned, so a half never straddles blocks); indices clamped into the sequence.
+  int next_page0 = 0, next_page1 = 0;
+  auto load_pages = [&](int i) {
+    const int t0 = lo + (warp + kWarps * i) * kT;
+    const int last = ext.num_pages - 1;
+    next_page0 = pages[min(t0 >> a.log2_block_size, last)];
+    next_page1 = a.block_size >= kT ? next_page0 : pages[min((t0 + 8) >> a.log2_block_size, last)];
+  };
+  auto issue = [&](int i) {
+    const int st = i % kStages;
+    const int t0 = lo + (warp + kWarps * i) * kT;
+#pragma unroll
+    for (int v = 0; v < kLaneVecs; ++v) {
+      const int idx = lane + 32 * v;
+      const int r = idx / kRowVecs;
+      const int c = idx % kRowVecs;
+      const int tok = t0 + r;
+      const bool ok = tok < hi;
+      const int64_t off = static_cast<int64_t>(r < 8 ? next_page0 : next_page1) * a.block_stride +
+                          (tok & in_block_mask) * a.token_stride + c * 8;
+      cp_async16_zfill(k_buf(st) + r * kPitch + c * 8, ok ? k_head + off : k_head, ok);
+      cp_async16_zfill(v_buf(st) + r * kPitch + c * 8, ok ? v_head + off : v_head, ok);
+    }
+  };
+
+  if (my_tiles > 0) load_pages(0);
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < my_tiles) {
+      issue(i);
+      if (i + 1 < my_tiles) load_pages(i + 1);
+    }
+    cp_async_commit();
+  }
+
+  // ldmatrix row addresses: lane l gives row (l & 7) of matrix (l >> 3).
+  const int mi = lane >> 3;
+  const int mr = lane & 7;
+  for (int i = 0; i < my_tiles; ++i) {
+    const int ahead = i + kStages - 1;
+    if (ahead < my_tiles) {
+      issue(ahead);
+      if (ahead + 1 < my_tiles) load_pages(ahead + 1);
+    }
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+
+    const int st = i % kStages;
+    const T* ks = k_buf(st);
+    const T* vs = v_buf(st);
+    // S = Q K^T: n-tile 0 = tokens 0..7, 1 = tokens 8..15. Matrices: (tokens 0-7, channels
+    // 16c..+7), (0-7, 16c+8..), (8-15, 16c..), (8-15, 16c+8..) -> b0, b1 of n-tile 0, then 1.
+    float s[2][4] = {};
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      uint32_t b[4];
+      ldmatrix_x4(b, ks + ((mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
+      mma_16816<kDType>(s[0], qf[c], b[0], b[1]);
+      mma_16816<kDType>(s[1], qf[c], b[2], b[3]);
+    }
+
+    const int t0 = lo + (warp + kWarps * i) * kT;
+    const bool full = t0 >= ext.begin && t0 + kT <= hi;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int tok = t0 + 8 * n + 2 * t + (e & 1);
+        const bool ok = full || (tok >= ext.begin && tok < hi);
+        s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
+      }
+    }
+    float mx_a = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+    float mx_b = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+      if constexpr (kUpper) mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+    }
+    // Every tile holds an attended token, so the new maxima are finite; the accumulator is
+    // rescaled only when a row's maximum moved.
+    const float new_a = fmaxf(m_a, mx_a);
+    const float new_b = kUpper ? fmaxf(m_b, mx_b) : 0.0f;
+    if (new_a > m_a || (kUpper && new_b > m_b)) {
+      const float alpha_a = fast_exp2(m_a - new_a);
+      const float alpha_b = kUpper ? fast_exp2(m_b - new_b) : 1.0f;
+      l_a *= alpha_a;
+      l_b *= alpha_b;
+#pragma unroll
+      for (int j = 0; j < kDimTiles; ++j) {
+        o[j][0] *= alpha_a;
+        o[j][1] *= alpha_a;
+        if constexpr (kUpper) {
+          o[j][2] *= alpha_b;
+          o[j][3] *= alpha_b;
+        }
+      }
+      m_a = new_a;
+      if constexpr (kUpper) m_b = new_b;
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      s[n][0] = fast_exp2(s[n][0] - m_a);
+      s[n][1] = fast_exp2(s[n][1] - m_a);
+      l_a += s[n][0] + s[n][1];
+      if constexpr (kUpper) {
+        s[n][2] = fast_exp2(s[n][2] - m_b);
+        s[n][3] = fast_exp2(s[n][3] - m_b);
+        l_b += s[n][2] + s[n][3];
+      }
+    }
+    uint32_t pf[4];
+    pf[0] = pack2<kDType>(s[0][0], s[0][1]);
+    pf[1] = kUpper ? pack2<kDType>(s[0][2], s[0][3]) : 0u;
+    pf[2] = pack2<kDType>(s[1][0], s[1][1]);
+    pf[3] = kUpper ? pack2<kDType>(s[1][2], s[1][3]) : 0u;
+    // O += P V. Matrices: (tokens 0-7, channels 16c..+7), (8-15, 16c..), (0-7, 16c+8..),
+    // (8-15, 16c+8..), transposed -> b0, b1 of n-tile 2c, then of 2c + 1.
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vs + ((mi & 1) * 8 + mr) * kPitch + 16 * c + (mi >> 1) * 8);
+      mma_16816<kDType>(o[2 * c], pf, b[0], b[1]);
+      mma_16816<kDType>(o[2 * c + 1], pf, b[2], b[3]);
+    }
+    __syncwarp();  // the buffer is refilled two iterations on
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
+    if constexpr (kUpper) l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+  }
+
+  // Merge the warps through shared memory (the rings are free once every warp is past its loop).
+  __syncthreads();
+  float* s_o = reinterpret_cast<float*>(smem);  // [kWarps][16][kMergePitch]
+  __shared__ float s_m[kWarps][16];
+  __shared__ float s_l[kWarps][16];
+  constexpr int kMp = Shape::kMergePitch;
+#pragma unroll
+  for (int j = 0; j < kDimTiles; ++j) {
+    *reinterpret_cast<float2*>(&s_o[(warp * 16 + g) * kMp + 8 * j + 2 * t]) =
+        make_float2(o[j][0], o[j][1]);
+    if constexpr (kUpper) {
+      *reinterpret_cast<float2*>(&s_o[(warp * 16 + g + 8) * kMp + 8 * j + 2 * t]) =
+          make_float2(o[j][2], o[j][3]);
+    }
+  }
+  if (t == 0) {
+    s_m[warp][g] = m_a;
+    s_l[warp][g] = l_a;
+    if constexpr (kUpper) {
+      s_m[warp][g + 8] = m_b;
+      s_l[warp][g + 8] = l_b;
+    }
+  }
+  __syncthreads();
+
+  // One thread per (query head, 8 channels).
+  for (int item = threadIdx.x; item < g_count * kRowVecs; item += kDecodeThreads) {
+    const int row = item / kRowVecs;
+    const int c = item % kRowVecs;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, s_m[w][row]);
+    float acc[8] = {};
+    float l_all = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wgt = s_m[w][row] == -INFINITY ? 0.0f : fast_exp2(s_m[w][row] - m_all);
+      l_all += wgt * s_l[w][row];
+      const float4* src = reinterpret_cast<const float4*>(&s_o[(w * 16 + row) * kMp + c * 8]);
+      const float4 x0 = src[0];
+      const float4 x1 = src[1];
+      acc[0] += wgt * x0.x;
+      acc[1] += wgt * x0.y;
+      acc[2] += wgt * x0.z;
+      acc[3] += wgt * x0.w;
+      acc[4] += wgt * x1.x;
+      acc[5] += wgt * x1.y;
+      acc[6] += wgt * x1.z;
+      acc[7] += wgt * x1.w;
+    }
+    const float inv_l = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+    const float lse2 = l_all > 0.0f ? m_all + log2f(l_all) : -INFINITY;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] *= inv_l;
+    const int head = qo_head0 + row;
+    if (a.partial_o == nullptr) {
+      T* out = static_cast<T*>(a.o) + seq * a.o_seq_stride + head * kHeadDim;
+      *reinterpret_cast<uint4*>(out + c * 8) = pack8<kDType>(acc);
+      if (c == 0) {
+        const int64_t idx = static_cast<int64_t>(seq) * a.num_qo_heads + head;
+        if (a.lse_ln != nullptr) a.lse_ln[idx] = lse2 * 0.69314718055994531f;
+        if (a.lse_log2 != nullptr) a.lse_log2[idx] = lse2;
+      }
+    } else {
+      const int64_t idx = (static_cast<int64_t>(split) * a.num_seqs + seq) * a.num_qo_heads + head;
+      float4* dst = reinterpret_cast<float4*>(a.partial_o + idx * kHeadDim + c * 8);
+      dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      if (c == 0) a.partial_lse[idx] = lse2;
+    }
+  }
+}
+
+}  // namespace strata::cuda::detail

@@ -1,0 +1,63 @@
+#pragma once
+// Pieces of paged decode attention shared by the attention kernel, the attention-mass pass and
+// the launcher: the kernel arguments and a sequence's extent in the paged layout. Internal (.cuh).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata::cuda::detail {
+
+inline constexpr int kDecodeThreads = 128;
+// Fewest tokens per split: below this the merge and launch overheads outweigh the parallelism.
+inline constexpr int kMinSplitTokens = 256;
+
+struct DecodeKernelArgs {
+  const void* q;  // [num_seqs, num_qo_heads, head_dim]
+  int64_t q_seq_stride;
+  void* o;  // [num_seqs, num_qo_heads, head_dim]
+  int64_t o_seq_stride;
+  float* partial_o;                 // [num_splits, num_seqs, num_qo_heads, head_dim]; null unsplit
+  float* partial_lse;               // [num_splits, num_seqs, num_qo_heads], log2 units
+  float* lse_ln;                    // [num_seqs, num_qo_heads] natural log, optional (unsplit)
+  float* lse_log2;                  // [num_seqs, num_qo_heads] log2 units, optional (unsplit)
+  const int32_t* kv_indptr;         // [num_seqs + 1]
+  const int32_t* kv_indices;        // [nnz]
+  const int32_t* kv_last_page_len;  // [num_seqs]
+  const void* k_data;               // layer's K of block 0
+  const void* v_data;               // layer's V of block 0
+  int64_t block_stride;             // elements
+  int64_t head_stride;
+  int64_t token_stride;
+  int32_t num_seqs;
+  int32_t num_qo_heads;
+  int32_t group_size;  // query heads per KV head
+  int32_t q_tiles;     // query-head tiles per KV head
+  int32_t block_size;
+  int32_t log2_block_size;
+  int32_t window_left;  // -1 = none
+  int32_t num_splits;
+  int32_t chunk_tokens;  // tokens per split (unused when num_splits == 1)
+  float scale_log2;      // sm_scale * log2(e)
+};
+
+// Extent of one sequence in the paged layout, and the attended range [begin, kv_len).
+struct SeqExtent {
+  int32_t page_begin;
+  int32_t num_pages;
+  int32_t kv_len;
+  int32_t begin;
+};
+
+__device__ __forceinline__ SeqExtent seq_extent(const int32_t* indptr, const int32_t* last_len,
+                                                int32_t block_size, int32_t window_left,
+                                                int32_t seq) {
+  SeqExtent e;
+  e.page_begin = indptr[seq];
+  e.num_pages = indptr[seq + 1] - e.page_begin;
+  e.kv_len = e.num_pages == 0 ? 0 : (e.num_pages - 1) * block_size + last_len[seq];
+  e.begin = window_left >= 0 ? max(0, e.kv_len - 1 - window_left) : 0;
+  return e;
+}
+
+}  // namespace strata::cuda::detail
