@@ -38,9 +38,7 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   if (c.kv_dtype != DType::kF32 && c.kv_dtype != DType::kBF16 && c.kv_dtype != DType::kF16) {
     return Status::InvalidArgument("the CPU KV cache holds f32, bf16 or f16");
   }
-  if (c.preemption_mode == PreemptionMode::kSwap) {
-    return Status::Unsupported("--preemption-mode swap is not implemented yet; use recompute");
-  }
+  if (c.swap_space_bytes < 0) return Status::InvalidArgument("swap space must not be negative");
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
     return Status::InvalidArgument("max_batch_size must be >= 1 and batch_timeout_ms >= 0");
   }
@@ -80,8 +78,13 @@ EngineImpl::EngineImpl(std::unique_ptr<model::Model> owned_model,
       .enable_prefix_caching = config_.enable_prefix_caching,
       .sliding_window = window_,
   });
-  kv_ = std::make_unique<kv::HostKvBuffer>(
-      kv::KvLayout(model_.kv_spec(config_.kv_dtype), config_.block_size), num_blocks);
+  const kv::KvLayout layout(model_.kv_spec(config_.kv_dtype), config_.block_size);
+  kv_ = std::make_unique<kv::HostKvBuffer>(layout, num_blocks);
+  if (config_.preemption_mode == PreemptionMode::kSwap) {
+    const int64_t swap_blocks = config_.swap_space_bytes / layout.block_bytes();
+    swap_ = std::make_unique<kv::SwapSpace>(
+        layout, static_cast<int32_t>(std::min<int64_t>(swap_blocks, int64_t{1} << 30)));
+  }
   scheduler_ = std::make_unique<engine::Scheduler>(
       engine::SchedulerConfig{
           .max_num_seqs = config_.max_num_seqs,
@@ -93,8 +96,9 @@ EngineImpl::EngineImpl(std::unique_ptr<model::Model> owned_model,
           .max_batch_size = config_.max_batch_size,
           .batch_timeout_s = config_.batch_timeout_ms / 1000.0,
           .allocator = config_.allocator,
+          .preemption = config_.preemption_mode,
       },
-      *cache_);
+      *cache_, swap_.get(), kv_.get());
   last_step_.num_free_blocks = cache_->pool().num_free_blocks();
   last_step_.capacity_token_slots = static_cast<int64_t>(num_blocks - 1) * config_.block_size;
 }

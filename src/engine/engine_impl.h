@@ -15,6 +15,7 @@
 #include "engine/sequence.h"
 #include "kv/host_kv_buffer.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/swap_space.h"
 #include "model/model.h"
 #include "strata/engine.h"
 
@@ -76,6 +77,7 @@ class EngineImpl {
   int32_t window_ = 0;
   std::unique_ptr<kv::KvCacheManager> cache_;
   std::unique_ptr<kv::HostKvBuffer> kv_;
+  std::unique_ptr<kv::SwapSpace> swap_;  // swap preemption only; destroyed before kv_
   std::unique_ptr<engine::Scheduler> scheduler_;
   std::map<RequestId, RequestState> requests_;
   RequestId next_id_ = 1;

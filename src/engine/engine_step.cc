@@ -64,6 +64,8 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
     rows.push_back(row);
   }
   const double scheduled = now();
+  // Swap-outs read blocks that may already belong to another sequence: done before any write.
+  for (const kv::SwapSpace::Transfer& t : plan.swap_outs) t.wait();
   if (!rows.empty()) {
     kv::copy_blocks(*kv_, cache_->take_pending_copies());  // copy-on-write, before any KV write
     const auto vocab = static_cast<size_t>(model_.vocab_size());
@@ -199,7 +201,7 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   EngineStepStats& st = last_step_;
   st.num_running = scheduler_->num_running();
   st.num_waiting = scheduler_->num_waiting();
-  st.num_swapped = 0;
+  st.num_swapped = scheduler_->num_swapped();
   st.num_scheduled_seqs = static_cast<int32_t>(plan.scheduled.size());
   st.num_prefill_tokens = plan.num_prefill_tokens;
   st.num_decode_tokens = plan.num_decode_tokens;
@@ -217,6 +219,8 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   st.capacity_token_slots = usage.capacity_slots;
   ++totals_.num_steps;
   totals_.num_preemptions += st.num_preempted;
+  totals_.num_swapped_out_blocks += plan.num_swapped_out_blocks;
+  totals_.num_swapped_in_blocks += plan.num_swapped_in_blocks;
   const kv::PrefixCacheStats cache = cache_->stats();
   totals_.prefix_query_tokens = cache.num_query_tokens;
   totals_.prefix_hit_tokens = cache.num_hit_tokens;

@@ -8,8 +8,11 @@
 
 namespace strata::engine {
 
-Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache)
-    : config_(config), cache_(cache) {
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,
+                     kv::SwapSpace* swap, kv::HostKvBuffer* kv)
+    : config_(config), cache_(cache), swap_(swap), kv_(kv) {
+  STRATA_CHECK(config.preemption == PreemptionMode::kRecompute || (swap && kv),
+               "swap preemption needs a swap space and the KV buffer");
   STRATA_CHECK(config.max_num_seqs >= 1 && config.max_num_batched_tokens >= 1,
                "scheduler budgets must be positive");
   if (config_.allocator == KvAllocatorKind::kContiguous) {
@@ -57,8 +60,28 @@ void Scheduler::release(kv::BlockTable& table, int64_t& contiguous_offset) {
   }
 }
 
+void Scheduler::drop_swapped(Sequence* seq) {
+  if (seq->transfer) seq->transfer->wait();  // a copy must not land in a reused block
+  if (seq->status == SeqStatus::kSwapped) {
+    swapped_.erase(std::find(swapped_.begin(), swapped_.end(), seq));
+    swap_->free(seq->transfer->swap_blocks);
+  } else {
+    swapping_in_.erase(std::find(swapping_in_.begin(), swapping_in_.end(), seq));
+    swap_->free(seq->transfer->swap_blocks);
+    cache_.pool().free(seq->swap_in_blocks);
+  }
+  seq->transfer.reset();
+  seq->swapped_layout.clear();
+  seq->swap_in_blocks.clear();
+}
+
 void Scheduler::finish(Sequence* seq, bool cancelled) {
   const SeqStatus was = seq->status;
+  if (was == SeqStatus::kSwapped || was == SeqStatus::kSwappingIn) {
+    drop_swapped(seq);
+    seq->status = SeqStatus::kFinished;
+    return;
+  }
   seq->status = SeqStatus::kFinished;
   if (was == SeqStatus::kWaiting) {
     const auto it = std::find(waiting_.begin(), waiting_.end(), seq);
@@ -92,14 +115,43 @@ Sequence* Scheduler::pick_victim() const {
                            });
 }
 
+bool Scheduler::swap_out(Sequence* victim, SchedulerOutput& out) {
+  // Only the computed positions' blocks (a victim scheduled earlier in this step has slots for
+  // tokens it will not compute now).
+  const int32_t bs = cache_.block_size();
+  const auto keep = static_cast<size_t>((victim->num_computed + bs - 1) / bs);
+  std::vector<BlockId> layout(victim->table.blocks().begin(), victim->table.blocks().begin() + keep);
+  std::vector<BlockId> live;
+  for (const BlockId b : layout) {
+    if (b != kNullBlock) live.push_back(b);
+  }
+  std::optional<kv::SwapSpace::Transfer> t = swap_->swap_out(*kv_, live);
+  if (!t) return false;
+  out.swap_outs.push_back(*t);
+  out.num_swapped_out_blocks += static_cast<int32_t>(live.size());
+  victim->swapped_layout = std::move(layout);
+  victim->transfer = std::move(t);
+  release(victim);  // the blocks may be reallocated now; the step waits for the copy first
+  victim->status = SeqStatus::kSwapped;
+  const auto at = std::upper_bound(swapped_.begin(), swapped_.end(), victim,
+                                   [this](const Sequence* a, const Sequence* b) {
+                                     return ranks_before(a, b);
+                                   });
+  swapped_.insert(at, victim);
+  return true;
+}
+
 void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
   running_.erase(std::find(running_.begin(), running_.end(), victim));
-  release(victim);
-  victim->num_computed = 0;
-  victim->prefix_looked_up = false;
   ++victim->num_preemptions;
-  insert_waiting(victim);
   out.preempted.push_back(victim);
+  if (config_.preemption != PreemptionMode::kSwap || victim->num_computed == 0 ||
+      !swap_out(victim, out)) {
+    release(victim);  // recompute (also when the swap space is full)
+    victim->num_computed = 0;
+    victim->prefix_looked_up = false;
+    insert_waiting(victim);
+  }
   if (config_.kind == SchedulerKind::kStatic) ++static_admit_left_;  // still a batch member
   // A victim scheduled earlier in this step (priority policy) gives its tokens back.
   const auto it = std::find_if(out.scheduled.begin(), out.scheduled.end(),
@@ -198,11 +250,53 @@ bool Scheduler::static_batch_ready(double now) const {
   return now - oldest >= config_.batch_timeout_s;
 }
 
+void Scheduler::resume_swapped_in(SchedulerOutput& out) {
+  while (!swapping_in_.empty() && swapping_in_.front()->transfer->ready()) {
+    Sequence* seq = swapping_in_.front();
+    swapping_in_.pop_front();
+    swap_->free(seq->transfer->swap_blocks);
+    out.num_swapped_in_blocks += static_cast<int32_t>(seq->swap_in_blocks.size());
+    // The table's entries: the new blocks in place of the swapped ones, nulls where they were.
+    std::vector<BlockId> blocks = std::move(seq->swapped_layout);
+    size_t next = 0;
+    for (BlockId& b : blocks) {
+      if (b != kNullBlock) b = seq->swap_in_blocks[next++];
+    }
+    cache_.adopt_blocks(seq->table, std::move(blocks), seq->num_computed);
+    seq->transfer.reset();
+    seq->swapped_layout.clear();
+    seq->swap_in_blocks.clear();
+    seq->status = SeqStatus::kRunning;
+    running_.push_back(seq);
+  }
+}
+
+void Scheduler::start_swap_ins() {
+  while (!swapped_.empty() &&
+         static_cast<int32_t>(running_.size() + swapping_in_.size()) < config_.max_num_seqs) {
+    Sequence* seq = swapped_.front();
+    const auto needed = static_cast<int32_t>(seq->transfer->swap_blocks.size());
+    if (needed > cache_.pool().num_free_blocks() - watermark_blocks()) break;
+    std::optional<std::vector<BlockId>> blocks = cache_.pool().allocate(needed);
+    STRATA_CHECK(blocks.has_value(), "swap-in allocation failed after the free-block check");
+    swapped_.pop_front();
+    seq->swap_in_blocks = std::move(*blocks);
+    seq->transfer = swap_->swap_in(*kv_, seq->transfer->swap_blocks, seq->swap_in_blocks);
+    seq->status = SeqStatus::kSwappingIn;
+    swapping_in_.push_back(seq);
+  }
+}
+
 SchedulerOutput Scheduler::schedule(double now) {
   SchedulerOutput out;
   int32_t budget = config_.max_num_batched_tokens;
+  if (swap_ != nullptr) resume_swapped_in(out);
   schedule_running(out, budget);
   if (!out.preempted.empty()) return out;
+  if (swap_ != nullptr) {
+    start_swap_ins();
+    if (!swapped_.empty()) return out;  // swapped sequences come back before new ones start
+  }
   if (config_.kind == SchedulerKind::kContinuous) {
     schedule_waiting(out, budget, config_.max_num_seqs);
     return out;

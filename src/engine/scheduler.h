@@ -45,6 +45,7 @@ struct SchedulerConfig {
   int32_t max_batch_size = 32;
   double batch_timeout_s = 0.1;
   KvAllocatorKind allocator = KvAllocatorKind::kPaged;
+  PreemptionMode preemption = PreemptionMode::kRecompute;
 };
 
 struct ScheduledSeq {
@@ -58,13 +59,20 @@ struct ScheduledSeq {
 struct SchedulerOutput {
   std::vector<ScheduledSeq> scheduled;
   std::vector<Sequence*> preempted;
+  // Swap-outs started this step: the step waits for them before it writes any KV (the pool
+  // blocks they read may have been handed to another sequence).
+  std::vector<kv::SwapSpace::Transfer> swap_outs;
+  int32_t num_swapped_out_blocks = 0;
+  int32_t num_swapped_in_blocks = 0;  // swap-ins completed and resumed this step
   int32_t num_prefill_tokens = 0;
   int32_t num_decode_tokens = 0;
 };
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache);
+  // swap and kv (the pool's bytes) are needed for PreemptionMode::kSwap only.
+  Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,
+            kv::SwapSpace* swap = nullptr, kv::HostKvBuffer* kv = nullptr);
 
   // Queues a new sequence (status kWaiting, nothing computed, an empty table).
   void add_waiting(Sequence* seq);
@@ -80,7 +88,11 @@ class Scheduler {
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
-  bool empty() const { return running_.empty() && waiting_.empty() && batch_done_.empty(); }
+  int32_t num_swapped() const { return static_cast<int32_t>(swapped_.size() + swapping_in_.size()); }
+  bool empty() const {
+    return running_.empty() && waiting_.empty() && batch_done_.empty() && swapped_.empty() &&
+           swapping_in_.empty();
+  }
   const std::deque<Sequence*>& running() const { return running_; }
   // Static scheduler: the tables of finished members of the running batch (their blocks stay
   // allocated until the batch ends). The scheduler owns them: the sequences may be gone.
@@ -91,6 +103,13 @@ class Scheduler {
   void insert_waiting(Sequence* seq);
   Sequence* pick_victim() const;
   void preempt(Sequence* victim, SchedulerOutput& out);
+  // Starts the victim's swap-out; false (nothing changed) when the swap space is short.
+  bool swap_out(Sequence* victim, SchedulerOutput& out);
+  // Swapped sequences whose copies are done rejoin the running set; then, blocks permitting,
+  // more swapped sequences start coming back.
+  void resume_swapped_in(SchedulerOutput& out);
+  void start_swap_ins();
+  void drop_swapped(Sequence* seq);
   void release(Sequence* seq);
   void release(kv::BlockTable& table, int64_t& contiguous_offset);
   // Tokens a running sequence computes next (1 for a decode), at most budget for a prefill.
@@ -107,6 +126,10 @@ class Scheduler {
   std::optional<kv::ContiguousAllocator> contiguous_;
   std::deque<Sequence*> waiting_;  // sorted by rank
   std::deque<Sequence*> running_;  // admission order
+  std::deque<Sequence*> swapped_;  // sorted by rank
+  std::deque<Sequence*> swapping_in_;  // copies in flight, in start order
+  kv::SwapSpace* swap_;
+  kv::HostKvBuffer* kv_;
   std::vector<kv::BlockTable> batch_done_;  // static scheduler: finished members' blocks
   std::vector<int64_t> batch_done_offsets_;  // and their contiguous reservations
   int32_t static_admit_left_ = 0;  // members of the forming static batch not yet admitted

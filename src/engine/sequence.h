@@ -11,6 +11,7 @@
 #include "engine/sampling_params.h"
 #include "kv/block_hash.h"
 #include "kv/block_table.h"
+#include "kv/swap_space.h"
 
 namespace strata::engine {
 
@@ -27,7 +28,9 @@ struct GenerationResult {
 };
 
 // Where a sequence is in the continuous scheduler (Generator does not use it).
-enum class SeqStatus { kWaiting, kRunning, kFinished };
+// kSwapped: preempted by swap, its K/V in the swap space; kSwappingIn: its blocks are coming
+// back (a copy in flight), not scheduled until they are there.
+enum class SeqStatus { kWaiting, kRunning, kSwapped, kSwappingIn, kFinished };
 
 struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then output
@@ -55,6 +58,11 @@ struct Sequence {
   int32_t num_preemptions = 0;
   double arrival_time = 0.0;           // engine clock, seconds
   int64_t contiguous_offset = -1;      // contiguous-allocator baseline: reserved range, or -1
+  // Swap preemption: the table's entries while swapped (kNullBlock where a window skipped one),
+  // the swap blocks holding the rest in order, and the copy in flight.
+  std::vector<BlockId> swapped_layout;
+  std::optional<kv::SwapSpace::Transfer> transfer;
+  std::vector<BlockId> swap_in_blocks;  // pool blocks a swap-in copies into
 
   Sequence(int32_t block_size, int32_t vocab) : table(block_size), counts(vocab) {}
   bool wants_all_rows() const {

@@ -20,6 +20,7 @@ class HostKvBuffer {
   int32_t num_blocks() const { return num_blocks_; }
   int64_t size_bytes() const { return layout_.pool_bytes(num_blocks_); }
   std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
 
   PagedKvCacheView layer_view(int32_t layer_idx) { return layout_.layer_view(data_.get(), layer_idx); }
 

@@ -161,6 +161,20 @@ void KvCacheManager::free_blocks_before(BlockTable& table, int32_t first_needed_
   table.num_skipped_blocks_ = std::max(table.num_skipped_blocks_, end);
 }
 
+void KvCacheManager::adopt_blocks(BlockTable& table, std::vector<BlockId> blocks,
+                                  int32_t num_tokens) {
+  STRATA_CHECK(table.num_tokens() == 0 && table.blocks_.empty(), "adopt_blocks: table not empty");
+  STRATA_CHECK(table.num_blocks_needed(num_tokens) == static_cast<int32_t>(blocks.size()),
+               "adopt_blocks: block count does not match the token count");
+  table.blocks_ = std::move(blocks);
+  table.num_tokens_ = num_tokens;
+  table.num_skipped_blocks_ = static_cast<int32_t>(
+      std::find_if(table.blocks_.begin(), table.blocks_.end(),
+                   [](BlockId b) { return b != kNullBlock; }) -
+      table.blocks_.begin());
+  table.chain_tail_ = BlockId{};  // nothing further is registered
+}
+
 void KvCacheManager::free(BlockTable& table) {
   std::reverse(table.blocks_.begin(), table.blocks_.end());
   table.release(pool_);

@@ -9,6 +9,7 @@
 //   fork(parent, child)             share every block (n > 1, beam search)
 //   free_blocks_before(table, pos)  sliding window: give back blocks no query reads any more
 //   free(table)                     give the blocks back, tail first
+//   adopt_blocks(table, ...)        a swapped-in sequence's table, on fresh blocks
 //   take_pending_copies()           the (src, dst) block copies the next step must do first
 //
 // Owns the BlockPool, a BlockHasher and the prefix-cache counters; borrows the block tables (the
@@ -119,6 +120,11 @@ class KvCacheManager {
   void free_blocks_outside_window(BlockTable& table) {
     if (window_ > 0) free_blocks_before(table, table.num_tokens() - window_ + 1);
   }
+
+  // Swap-in: the empty table takes blocks -- allocated from this pool (one reference each) and
+  // holding the positions' K/V again, kNullBlock for entries a sliding window had skipped -- for
+  // num_tokens positions. Its blocks are not registered in the prefix cache again.
+  void adopt_blocks(BlockTable& table, std::vector<BlockId> blocks, int32_t num_tokens);
 
   // Drops the table's references, last block first: a sequence's tail is evicted before the
   // prefix other requests are likelier to share. Empties the table.

@@ -151,11 +151,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, EngineInvarianceTest,
                                   std::to_string(i.param.chunk);
                          });
 
-TEST_F(EngineTest, RecomputePreemptionGivesTheSameTokensAndFreesEverything) {
+class EnginePreemptionTest : public EngineTest,
+                             public ::testing::WithParamInterface<PreemptionMode> {};
+
+TEST_P(EnginePreemptionTest, PreemptedRequestsGetTheSameTokensAndNothingLeaks) {
   EngineConfig c;
   c.num_blocks = 1 + 12;  // 16 requests of 4-5 blocks each: constant preemption
   c.max_num_batched_tokens = 64;
   c.watermark = 0.0;
+  c.preemption_mode = GetParam();
   auto e = make(c);
   std::vector<EngineRequest> requests;
   std::vector<RequestId> ids;
@@ -165,6 +169,13 @@ TEST_F(EngineTest, RecomputePreemptionGivesTheSameTokensAndFreesEverything) {
   }
   auto got = drain(*e);
   EXPECT_GT(e->totals().num_preemptions, 0);
+  if (GetParam() == PreemptionMode::kSwap) {
+    EXPECT_GT(e->totals().num_swapped_out_blocks, 0);
+    EXPECT_EQ(e->totals().num_swapped_in_blocks, e->totals().num_swapped_out_blocks)
+        << "every swapped block came back";
+  } else {
+    EXPECT_EQ(e->totals().num_swapped_out_blocks, 0);
+  }
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
   int preempted_requests = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -175,6 +186,30 @@ TEST_F(EngineTest, RecomputePreemptionGivesTheSameTokensAndFreesEverything) {
   }
   EXPECT_GT(preempted_requests, 0);
 }
+
+TEST_P(EnginePreemptionTest, CancellingPreemptedRequestsFreesEverything) {
+  EngineConfig c;
+  c.num_blocks = 1 + 12;
+  c.max_num_batched_tokens = 64;
+  c.watermark = 0.0;
+  c.preemption_mode = GetParam();
+  auto e = make(c);
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 12; ++i) ids.push_back(*e->submit(greedy(prompt_of(40 + i, i), 40)));
+  for (int step = 0; step < 12; ++step) ASSERT_TRUE(e->step().ok());
+  EXPECT_GT(e->totals().num_preemptions, 0);
+  for (const RequestId id : ids) e->cancel(id);
+  drain(*e);
+  EXPECT_FALSE(e->has_unfinished());
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  EXPECT_EQ(e->last_step().num_swapped, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, EnginePreemptionTest,
+                         ::testing::Values(PreemptionMode::kRecompute, PreemptionMode::kSwap),
+                         [](const ::testing::TestParamInfo<PreemptionMode>& i) {
+                           return i.param == PreemptionMode::kSwap ? "Swap" : "Recompute";
+                         });
 
 TEST_F(EngineTest, APrefixHitGivesTheColdRunsTokens) {
   auto e = make();
