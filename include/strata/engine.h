@@ -82,7 +82,8 @@ struct EngineConfig {
   SchedulerKind scheduler = SchedulerKind::kContinuous;
   int32_t max_batch_size = 32;       // static scheduler only
   double batch_timeout_ms = 100.0;   // static scheduler only
-  std::vector<int32_t> eos_token_ids;  // empty = the model's (config + generation config)
+  // Empty = the checkpoint's: config.json's, then model_dir's generation_config.json's.
+  std::vector<int32_t> eos_token_ids;
 };
 
 struct EngineRequest {

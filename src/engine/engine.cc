@@ -186,6 +186,26 @@ void EngineImpl::cancel(RequestId id) {
 
 // ---- Engine: the public face ------------------------------------------------------------------
 
+namespace {
+
+// Unless the config names them, the EOS ids are the checkpoint's: config.json's, then
+// generation_config.json's (in config.model_dir, when set), as `strata generate` takes them.
+void fill_eos_ids(EngineConfig& c, const model::Model& model) {
+  if (!c.eos_token_ids.empty()) return;
+  const model::GenerationConfig g =
+      c.model_dir.empty() ? model::GenerationConfig{} : model::load_generation_config(c.model_dir);
+  for (const auto& list : {model.config().eos_token_ids, g.eos_token_ids}) {
+    for (const int64_t eos : list) {
+      const auto id = static_cast<int32_t>(eos);
+      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) {
+        c.eos_token_ids.push_back(id);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
@@ -202,17 +222,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     return Status::InvalidArgument(e.what());
   }
   EngineConfig c = config;
-  if (c.eos_token_ids.empty()) {
-    const model::GenerationConfig g = model::load_generation_config(c.model_dir);
-    for (const auto& list : {model->config().eos_token_ids, g.eos_token_ids}) {
-      for (const int64_t eos : list) {
-        const auto id = static_cast<int32_t>(eos);
-        if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) {
-          c.eos_token_ids.push_back(id);
-        }
-      }
-    }
-  }
+  fill_eos_ids(c, *model);
   auto pool = std::make_unique<ThreadPool>(config.num_threads);
   const Result<int32_t> blocks = EngineImpl::pool_blocks(c, *model);
   if (!blocks.ok()) return blocks.status();
@@ -227,8 +237,10 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, ThreadPool& 
   STRATA_RETURN_IF_ERROR(EngineImpl::validate_config(config));
   const Result<int32_t> blocks = EngineImpl::pool_blocks(config, model);
   if (!blocks.ok()) return blocks.status();
+  EngineConfig c = config;
+  fill_eos_ids(c, model);
   return std::unique_ptr<Engine>(
-      new Engine(std::make_unique<EngineImpl>(nullptr, nullptr, model, pool, config, *blocks)));
+      new Engine(std::make_unique<EngineImpl>(nullptr, nullptr, model, pool, std::move(c), *blocks)));
 }
 
 Result<RequestId> Engine::submit(EngineRequest request) { return impl_->submit(std::move(request)); }

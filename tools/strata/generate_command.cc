@@ -152,7 +152,8 @@ void print_table(const GenerateOptions& o, const model::Model& m, const engine::
 
 void add_generate_command(CLI::App& app, GenerateOptions& o) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate tokens for one prompt on the CPU");
-  cmd->add_option("--model", o.model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("--model", o.model_dir, "Hugging Face model directory")
+      ->default_val(std::string(STRATA_DEFAULT_MODEL_DIR));
   CLI::Option* ids =
       cmd->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated")
           ->delimiter(',');

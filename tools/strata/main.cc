@@ -8,7 +8,9 @@
 #include <new>
 #include <string>
 
+#include "bench_command.h"
 #include "core/error.h"
+#include "eval_command.h"
 #include "generate_command.h"
 #include "plan_command.h"
 #include "tokenize_command.h"
@@ -29,6 +31,10 @@ int main(int argc, char** argv) {
   strata::cli::add_tokenize_command(app, tokenize);
   strata::cli::DetokenizeOptions detokenize;
   strata::cli::add_detokenize_command(app, detokenize);
+  strata::cli::EvalOptions eval;
+  strata::cli::add_eval_command(app, eval);
+  strata::cli::BenchOptions bench;
+  strata::cli::add_bench_command(app, bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -39,6 +45,8 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("plan")) return strata::cli::run_plan(plan);
     if (app.got_subcommand("tokenize")) return strata::cli::run_tokenize(tokenize);
     if (app.got_subcommand("detokenize")) return strata::cli::run_detokenize(detokenize);
+    if (app.got_subcommand("eval")) return strata::cli::run_eval(eval);
+    if (app.got_subcommand("bench")) return strata::cli::run_bench(bench);
   } catch (const strata::Error& e) {
     std::fprintf(stderr, "strata: error: %s\n", e.what());
     return 1;

@@ -367,6 +367,9 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
   auto* model = cmd->add_option("--model", o.model_dir, "Hugging Face model directory");
   auto* config = cmd->add_option("--config", o.config_file, "A config.json file");
   model->excludes(config);
+  cmd->final_callback([&o] {  // neither --model nor --config: the bundled model
+    if (o.model_dir.empty() && o.config_file.empty()) o.model_dir = STRATA_DEFAULT_MODEL_DIR;
+  });
   cmd->add_option("--kv-cache-dtype", o.kv_cache_dtype,
                   "auto (the weights' dtype), float32, bfloat16, float16, fp8, fp8_e4m3, "
                   "fp8_e5m2, int8, int4");

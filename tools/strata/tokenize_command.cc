@@ -14,7 +14,8 @@ namespace strata::cli {
 
 void add_tokenize_command(CLI::App& app, TokenizeOptions& o) {
   CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids of TEXT (or of stdin)");
-  cmd->add_option("--model", o.model_dir, "Directory with tokenizer.json")->required();
+  cmd->add_option("--model", o.model_dir, "Directory with tokenizer.json")
+      ->default_val(std::string(STRATA_DEFAULT_MODEL_DIR));
   cmd->add_flag("--add-special-tokens", o.add_special_tokens,
                 "Add the BOS/EOS tokens the model expects (post-processor, add_bos_token)");
   cmd->add_flag("--json", o.json, "Print {\"ids\": [...], \"tokens\": [...]} as JSON");
@@ -23,7 +24,8 @@ void add_tokenize_command(CLI::App& app, TokenizeOptions& o) {
 
 void add_detokenize_command(CLI::App& app, DetokenizeOptions& o) {
   CLI::App* cmd = app.add_subcommand("detokenize", "Print the text of comma-separated token IDS");
-  cmd->add_option("--model", o.model_dir, "Directory with tokenizer.json")->required();
+  cmd->add_option("--model", o.model_dir, "Directory with tokenizer.json")
+      ->default_val(std::string(STRATA_DEFAULT_MODEL_DIR));
   cmd->add_flag("--skip-special-tokens", o.skip_special_tokens, "Leave out special tokens");
   cmd->add_option("ids", o.ids, "Token ids, comma- or space-separated")->required()->delimiter(',');
 }

@@ -1,0 +1,85 @@
+#pragma once
+// BenchEngine and BenchClock: what the bench driver needs from an engine and from time, as two
+// small interfaces, so the driver runs against strata::Engine in the CLI and against a scripted
+// fake with a fake clock in the tests (no sleeping, no model).
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+
+namespace strata::bench {
+
+struct SubmitRequest {
+  std::span<const int32_t> prompt;
+  int32_t max_tokens = 1;
+  bool ignore_eos = true;
+  int32_t priority = 0;
+  uint64_t seed = 0;
+};
+
+// One request's progress in one step.
+struct TokenEvent {
+  uint64_t id = 0;
+  std::vector<int32_t> new_tokens;
+  bool finished = false;
+  bool cancelled = false;
+};
+
+// What one step did: EngineStepStats' fields the report reads.
+struct StepRecord {
+  double time_s = 0.0;  // when the step returned, seconds after the run's start
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  int32_t num_scheduled_seqs = 0;
+  int32_t num_prefill_tokens = 0;
+  int32_t num_decode_tokens = 0;
+  int32_t num_preempted = 0;
+  double schedule_seconds = 0.0;
+  double step_seconds = 0.0;
+  int32_t num_used_blocks = 0;
+  int64_t live_token_slots = 0;
+  int64_t capacity_token_slots = 0;
+};
+
+// The engine's cumulative counters at the end of a run (EngineTotals).
+struct EngineCounters {
+  int64_t num_steps = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_swapped_out_blocks = 0;
+  int64_t num_swapped_in_blocks = 0;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_prompt_tokens = 0;
+  int64_t num_generated_tokens = 0;
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t num_evictions = 0;
+};
+
+class BenchEngine {
+ public:
+  virtual ~BenchEngine() = default;
+  // InvalidArgument when the engine refuses the request.
+  virtual Result<uint64_t> submit(const SubmitRequest& request) = 0;
+  // One engine step; appends the requests that advanced or finished to events and fills stats.
+  virtual Status step(std::vector<TokenEvent>& events, StepRecord& stats) = 0;
+  virtual bool has_unfinished() const = 0;
+  virtual EngineCounters counters() const = 0;
+};
+
+class BenchClock {
+ public:
+  virtual ~BenchClock() = default;
+  virtual double now() = 0;  // seconds, monotonic
+  virtual void sleep_until(double t) = 0;
+};
+
+// std::chrono::steady_clock and std::this_thread::sleep_until.
+class SteadyClock final : public BenchClock {
+ public:
+  double now() override;
+  void sleep_until(double t) override;
+};
+
+}  // namespace strata::bench

@@ -1,0 +1,97 @@
+#include "bench/report.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace strata::bench {
+namespace {
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+void latency_metrics(const RunResult& run, BenchMetrics& m) {
+  std::vector<double> ttft, tpot, e2e;
+  double total_len = 0.0;
+  for (const RequestRecord& r : run.requests) {
+    ttft.push_back(r.first_token_s - r.arrival_s);
+    e2e.push_back(r.finish_s - r.arrival_s);
+    if (r.num_output_tokens > 1) {
+      tpot.push_back((r.finish_s - r.first_token_s) / (r.num_output_tokens - 1));
+    }
+    total_len += r.prompt_len + r.num_output_tokens;
+  }
+  m.ttft_s = summarize(ttft);
+  m.tpot_s = summarize(tpot);
+  m.e2e_s = summarize(e2e);
+  std::vector<double> itl = run.inter_token_s;
+  m.inter_token_s = summarize(itl);
+  m.mean_sequence_len = ratio(total_len, static_cast<double>(run.requests.size()));
+}
+
+void step_metrics(const RunResult& run, int32_t block_size, BenchMetrics& m) {
+  std::vector<double> schedule, step;
+  double util = 0.0, fill = 0.0, running = 0.0;
+  for (const StepRecord& s : run.steps) {
+    schedule.push_back(s.schedule_seconds);
+    step.push_back(s.step_seconds);
+    util +=
+        ratio(static_cast<double>(s.live_token_slots), static_cast<double>(s.capacity_token_slots));
+    fill += ratio(static_cast<double>(s.live_token_slots),
+                  static_cast<double>(s.num_used_blocks) * block_size);
+    running += s.num_running;
+    m.max_concurrency = std::max(m.max_concurrency, s.num_running);
+  }
+  const auto n = static_cast<double>(run.steps.size());
+  m.num_steps = static_cast<int64_t>(run.steps.size());
+  m.num_idle_steps = run.num_idle_steps;
+  m.pool_utilization = ratio(util, n);
+  m.block_fill = ratio(fill, n);
+  m.mean_concurrency = ratio(running, n);
+  double schedule_sum = 0.0, step_sum = 0.0;
+  for (const double s : schedule) schedule_sum += s;
+  for (const double s : step) step_sum += s;
+  m.schedule_share = ratio(schedule_sum, step_sum);
+  m.schedule_s = summarize(schedule);
+  m.step_s = summarize(step);
+  std::vector<double> at_max;
+  double at_max_sum = 0.0, at_max_step_sum = 0.0;
+  for (const StepRecord& s : run.steps) {
+    if (s.num_running < m.max_concurrency) continue;
+    at_max.push_back(s.schedule_seconds);
+    at_max_sum += s.schedule_seconds;
+    at_max_step_sum += s.step_seconds;
+  }
+  m.schedule_at_max_s = summarize(at_max);
+  m.schedule_share_at_max = ratio(at_max_sum, at_max_step_sum);
+}
+
+}  // namespace
+
+BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context) {
+  BenchMetrics m;
+  m.num_requests = static_cast<int64_t>(run.requests.size());
+  m.duration_s = run.duration_s;
+  m.num_prompt_tokens = run.num_prompt_tokens;
+  m.num_output_tokens = run.num_output_tokens;
+  m.output_tokens_per_s = ratio(static_cast<double>(run.num_output_tokens), run.duration_s);
+  m.total_tokens_per_s =
+      ratio(static_cast<double>(run.num_prompt_tokens + run.num_output_tokens), run.duration_s);
+  m.requests_per_s = ratio(static_cast<double>(m.num_requests), run.duration_s);
+  latency_metrics(run, m);
+  step_metrics(run, context.block_size, m);
+  m.pool_utilization_bound =
+      m.mean_sequence_len > 0 ? 1.0 - context.block_size / (2.0 * m.mean_sequence_len) : 0.0;
+  const EngineCounters& c = run.counters;
+  m.num_cached_prompt_tokens = c.num_cached_prompt_tokens;
+  m.prefix_hit_rate = ratio(static_cast<double>(c.num_cached_prompt_tokens),
+                            static_cast<double>(c.num_prompt_tokens));
+  m.num_cacheable_tokens = run.cacheable.cacheable_tokens;
+  m.cacheable_share = run.cacheable.share();
+  m.kv_bytes_per_token = context.kv_bytes_per_token;
+  m.num_preemptions = c.num_preemptions;
+  m.num_swapped_out_blocks = c.num_swapped_out_blocks;
+  m.num_swapped_in_blocks = c.num_swapped_in_blocks;
+  m.num_stopped_early = run.num_stopped_early;
+  return m;
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,112 @@
+#pragma once
+// Bench metrics: what one run measured, computed from the driver's RunResult, and the two ways
+// of printing a set of runs side by side (a table for people, JSON for machines).
+//
+// Definitions (docs/bench.md repeats them):
+//   duration             first submission to the last finish
+//   output tokens/s      output tokens / duration; total tokens/s adds prompt tokens
+//   TTFT                 first token - arrival (for a session turn, arrival = when it was ready)
+//   inter-token latency  every gap between consecutive tokens of one request
+//   TPOT                 per request, (finish - first token) / (output tokens - 1)
+//   end-to-end latency   finish - arrival
+//   pool utilization     mean over steps of live_token_slots / capacity_token_slots; its bound
+//                        1 - block_size / (2 x mean sequence length) is what paging leaves
+//                        (half a block per sequence)
+//   block fill           mean over steps of live_token_slots / (used blocks x block_size)
+//   prefix hit rate      cached prompt tokens / prompt tokens (the engine's totals), beside the
+//                        cacheable share (cacheable_share.h), its ceiling
+//   scheduler time       EngineStepStats::schedule_seconds per step (mean, p99) and its share of
+//                        the summed step_seconds
+//                        (also over only the steps at max concurrency)
+//   max concurrency      the most running requests after any step
+// Steps that scheduled nothing (a static batch gathering) are left out of the per-step figures.
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "bench/driver.h"
+#include "bench/stats.h"
+
+namespace strata::bench {
+
+struct BenchMetrics {
+  std::string scheduler;  // "continuous" / "static"
+  std::string allocator;  // "paged" / "contiguous"
+
+  int64_t num_requests = 0;
+  double duration_s = 0.0;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_output_tokens = 0;
+  double output_tokens_per_s = 0.0;
+  double total_tokens_per_s = 0.0;
+  double requests_per_s = 0.0;
+
+  Distribution ttft_s, inter_token_s, tpot_s, e2e_s;
+
+  double pool_utilization = 0.0;
+  double pool_utilization_bound = 0.0;
+  double block_fill = 0.0;
+  double mean_sequence_len = 0.0;
+
+  double prefix_hit_rate = 0.0;
+  double cacheable_share = 0.0;
+  int64_t num_cached_prompt_tokens = 0;
+  int64_t num_cacheable_tokens = 0;
+
+  double kv_bytes_per_token = 0.0;
+  int64_t num_preemptions = 0;
+  int64_t num_swapped_out_blocks = 0;
+  int64_t num_swapped_in_blocks = 0;
+  int64_t num_stopped_early = 0;
+
+  int64_t num_steps = 0;
+  int64_t num_idle_steps = 0;
+  Distribution schedule_s, step_s;
+  double schedule_share = 0.0;
+  // The same over the steps that ran at max_concurrency (the scheduler's heaviest steps).
+  Distribution schedule_at_max_s;
+  double schedule_share_at_max = 0.0;
+  int32_t max_concurrency = 0;
+  double mean_concurrency = 0.0;
+};
+
+struct MetricsContext {
+  int32_t block_size = 16;
+  double kv_bytes_per_token = 0.0;
+};
+
+BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context);
+
+// What the report says about the setup, above the runs.
+struct ReportHeader {
+  std::string model;
+  std::string workload;  // name
+  std::string workload_description;
+  int64_t num_requests = 0;
+  int64_t num_sessions = 0;
+  double request_rate = 0.0;  // requests (sessions) per second; infinity = offline
+  bool trace_timestamps = false;
+  uint64_t seed = 0;
+  bool ignore_eos = true;
+  double temperature = 0.0;
+  int32_t block_size = 16;
+  int32_t num_blocks = 0;  // 0 = sized from kv_cache_memory_bytes
+  int64_t kv_cache_memory_bytes = 0;
+  int32_t max_num_seqs = 0;
+  int32_t max_num_batched_tokens = 0;
+  int64_t max_model_len = 0;
+  bool enable_prefix_caching = true;
+  std::string preemption_mode;
+  std::string scheduling_policy;
+  int32_t max_batch_size = 0;
+  double batch_timeout_ms = 0.0;
+  int32_t num_threads = 0;
+};
+
+// One JSON document: {"header": {...}, "runs": [{...}, ...]}, times in seconds.
+std::string report_json(const ReportHeader& header, std::span<const BenchMetrics> runs);
+// A readable table, one column per run.
+std::string report_table(const ReportHeader& header, std::span<const BenchMetrics> runs);
+
+}  // namespace strata::bench

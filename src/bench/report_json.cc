@@ -1,0 +1,97 @@
+// report_json: the bench's machine-readable output.
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "bench/report.h"
+
+namespace strata::bench {
+namespace {
+
+using nlohmann::json;
+
+json distribution_json(const Distribution& d) {
+  return {{"count", d.count}, {"mean", d.mean}, {"p50", d.p50},
+          {"p90", d.p90},     {"p99", d.p99},   {"max", d.max}};
+}
+
+json header_json(const ReportHeader& h) {
+  return {
+      {"model", h.model},
+      {"workload",
+       {{"name", h.workload},
+        {"description", h.workload_description},
+        {"num_requests", h.num_requests},
+        {"num_sessions", h.num_sessions},
+        // null = offline (every request at once) or the trace's own timestamps
+        {"request_rate", std::isfinite(h.request_rate) ? json(h.request_rate) : json(nullptr)},
+        {"trace_timestamps", h.trace_timestamps},
+        {"seed", h.seed},
+        {"ignore_eos", h.ignore_eos},
+        {"temperature", h.temperature}}},
+      {"engine",
+       {{"block_size", h.block_size},
+        {"num_blocks", h.num_blocks},
+        {"kv_cache_memory_bytes", h.kv_cache_memory_bytes},
+        {"max_num_seqs", h.max_num_seqs},
+        {"max_num_batched_tokens", h.max_num_batched_tokens},
+        {"max_model_len", h.max_model_len},
+        {"enable_prefix_caching", h.enable_prefix_caching},
+        {"preemption_mode", h.preemption_mode},
+        {"scheduling_policy", h.scheduling_policy},
+        {"max_batch_size", h.max_batch_size},
+        {"batch_timeout_ms", h.batch_timeout_ms},
+        {"threads", h.num_threads}}},
+  };
+}
+
+json run_json(const BenchMetrics& m) {
+  return {
+      {"scheduler", m.scheduler},
+      {"allocator", m.allocator},
+      {"num_requests", m.num_requests},
+      {"duration_s", m.duration_s},
+      {"prompt_tokens", m.num_prompt_tokens},
+      {"output_tokens", m.num_output_tokens},
+      {"output_tokens_per_s", m.output_tokens_per_s},
+      {"total_tokens_per_s", m.total_tokens_per_s},
+      {"requests_per_s", m.requests_per_s},
+      {"ttft_s", distribution_json(m.ttft_s)},
+      {"inter_token_latency_s", distribution_json(m.inter_token_s)},
+      {"tpot_s", distribution_json(m.tpot_s)},
+      {"e2e_latency_s", distribution_json(m.e2e_s)},
+      {"pool_utilization", m.pool_utilization},
+      {"pool_utilization_bound", m.pool_utilization_bound},
+      {"block_fill", m.block_fill},
+      {"mean_sequence_len", m.mean_sequence_len},
+      {"prefix_hit_rate", m.prefix_hit_rate},
+      {"cacheable_share", m.cacheable_share},
+      {"cached_prompt_tokens", m.num_cached_prompt_tokens},
+      {"cacheable_tokens", m.num_cacheable_tokens},
+      {"kv_bytes_per_token", m.kv_bytes_per_token},
+      {"preemptions", m.num_preemptions},
+      {"swapped_out_blocks", m.num_swapped_out_blocks},
+      {"swapped_in_blocks", m.num_swapped_in_blocks},
+      {"stopped_early", m.num_stopped_early},
+      {"steps", m.num_steps},
+      {"idle_steps", m.num_idle_steps},
+      {"schedule_s", distribution_json(m.schedule_s)},
+      {"step_s", distribution_json(m.step_s)},
+      {"schedule_share", m.schedule_share},
+      {"schedule_at_max_concurrency_s", distribution_json(m.schedule_at_max_s)},
+      {"schedule_share_at_max_concurrency", m.schedule_share_at_max},
+      {"max_concurrency", m.max_concurrency},
+      {"mean_concurrency", m.mean_concurrency},
+  };
+}
+
+}  // namespace
+
+std::string report_json(const ReportHeader& header, std::span<const BenchMetrics> runs) {
+  json out = {{"header", header_json(header)}, {"runs", json::array()}};
+  for (const BenchMetrics& m : runs) out["runs"].push_back(run_json(m));
+  return out.dump(2);
+}
+
+}  // namespace strata::bench

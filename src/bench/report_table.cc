@@ -1,0 +1,125 @@
+// report_table: the bench's readable output, one column per run.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/report.h"
+
+namespace strata::bench {
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string ms(double seconds) { return fmt("%.2f", seconds * 1e3); }
+std::string us(double seconds) { return fmt("%.1f", seconds * 1e6); }
+std::string pct(double share) { return fmt("%.2f %%", share * 100.0); }
+std::string num(double v) { return fmt("%.0f", v); }
+
+struct Row {
+  std::string label;
+  std::function<std::string(const BenchMetrics&)> cell;
+};
+
+std::vector<Row> rows() {
+  return {
+      {"requests", [](const BenchMetrics& m) { return num(m.num_requests); }},
+      {"duration (s)", [](const BenchMetrics& m) { return fmt("%.3f", m.duration_s); }},
+      {"prompt / output tokens",
+       [](const BenchMetrics& m) {
+         return num(m.num_prompt_tokens) + " / " + num(m.num_output_tokens);
+       }},
+      {"output tokens/s", [](const BenchMetrics& m) { return fmt("%.1f", m.output_tokens_per_s); }},
+      {"total tokens/s", [](const BenchMetrics& m) { return fmt("%.1f", m.total_tokens_per_s); }},
+      {"requests/s", [](const BenchMetrics& m) { return fmt("%.3f", m.requests_per_s); }},
+      {"TTFT p50/p90/p99 (ms)",
+       [](const BenchMetrics& m) {
+         return ms(m.ttft_s.p50) + " / " + ms(m.ttft_s.p90) + " / " + ms(m.ttft_s.p99);
+       }},
+      {"ITL p50/p90/p99 (ms)",
+       [](const BenchMetrics& m) {
+         return ms(m.inter_token_s.p50) + " / " + ms(m.inter_token_s.p90) + " / " +
+                ms(m.inter_token_s.p99);
+       }},
+      {"TPOT mean (ms)", [](const BenchMetrics& m) { return ms(m.tpot_s.mean); }},
+      {"E2E p50/p90/p99 (ms)",
+       [](const BenchMetrics& m) {
+         return ms(m.e2e_s.p50) + " / " + ms(m.e2e_s.p90) + " / " + ms(m.e2e_s.p99);
+       }},
+      {"pool utilization (bound)",
+       [](const BenchMetrics& m) {
+         return pct(m.pool_utilization) + " (" + pct(m.pool_utilization_bound) + ")";
+       }},
+      {"block fill", [](const BenchMetrics& m) { return pct(m.block_fill); }},
+      {"prefix hit rate (cacheable)",
+       [](const BenchMetrics& m) {
+         return pct(m.prefix_hit_rate) + " (" + pct(m.cacheable_share) + ")";
+       }},
+      {"KV bytes/token", [](const BenchMetrics& m) { return num(m.kv_bytes_per_token); }},
+      {"preemptions", [](const BenchMetrics& m) { return num(m.num_preemptions); }},
+      {"max / mean concurrency",
+       [](const BenchMetrics& m) {
+         return num(m.max_concurrency) + " / " + fmt("%.1f", m.mean_concurrency);
+       }},
+      {"steps", [](const BenchMetrics& m) { return num(m.num_steps); }},
+      {"schedule mean/p99 (us)",
+       [](const BenchMetrics& m) { return us(m.schedule_s.mean) + " / " + us(m.schedule_s.p99); }},
+      {"schedule share of step", [](const BenchMetrics& m) { return pct(m.schedule_share); }},
+      {"  at max concurrency",
+       [](const BenchMetrics& m) {
+         return us(m.schedule_at_max_s.mean) + " us, " + pct(m.schedule_share_at_max);
+       }},
+      {"step mean (ms)", [](const BenchMetrics& m) { return ms(m.step_s.mean); }},
+  };
+}
+
+std::string pad(const std::string& s, size_t width) {
+  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
+
+}  // namespace
+
+std::string report_table(const ReportHeader& h, std::span<const BenchMetrics> runs) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "model      %s\nworkload   %s: %s\n", h.model.c_str(),
+                h.workload.c_str(), h.workload_description.c_str());
+  out += line;
+  const std::string arrivals = h.trace_timestamps ? "trace timestamps"
+                               : std::isfinite(h.request_rate)
+                                   ? fmt("Poisson, %g requests/s", h.request_rate)
+                                   : std::string("offline (all at once)");
+  std::snprintf(line, sizeof line,
+                "arrivals   %s\nengine     block size %d, max-num-seqs %d, max-num-batched-tokens "
+                "%d, prefix caching %s, preemption %s, policy %s\n\n",
+                arrivals.c_str(), h.block_size, h.max_num_seqs, h.max_num_batched_tokens,
+                h.enable_prefix_caching ? "on" : "off", h.preemption_mode.c_str(),
+                h.scheduling_policy.c_str());
+  out += line;
+  const std::vector<Row> table = rows();
+  size_t label_width = 0;
+  for (const Row& r : table) label_width = std::max(label_width, r.label.size());
+  std::vector<std::vector<std::string>> cells(runs.size());
+  std::vector<size_t> widths(runs.size());
+  for (size_t c = 0; c < runs.size(); ++c) {
+    cells[c].push_back(runs[c].scheduler + " / " + runs[c].allocator);
+    for (const Row& r : table) cells[c].push_back(r.cell(runs[c]));
+    for (const std::string& s : cells[c]) widths[c] = std::max(widths[c], s.size());
+  }
+  for (size_t row = 0; row <= table.size(); ++row) {
+    out += pad(row == 0 ? "" : table[row - 1].label, label_width);
+    for (size_t c = 0; c < runs.size(); ++c) out += "  " + pad(cells[c][row], widths[c]);
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace strata::bench

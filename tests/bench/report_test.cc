@@ -1,0 +1,176 @@
+#include "bench/report.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "bench/progress.h"
+
+namespace strata::bench {
+namespace {
+
+RunResult hand_built_run() {
+  RunResult r;
+  // Two requests: arrival 0 and 1; first tokens at 0.5 and 1.25; finishes at 1.5 and 2.0.
+  r.requests = {{.arrival_s = 0,
+                 .submit_s = 0,
+                 .first_token_s = 0.5,
+                 .finish_s = 1.5,
+                 .prompt_len = 30,
+                 .output_len = 3,
+                 .num_output_tokens = 3},
+                {.arrival_s = 1,
+                 .submit_s = 1,
+                 .first_token_s = 1.25,
+                 .finish_s = 2.0,
+                 .prompt_len = 10,
+                 .output_len = 2,
+                 .num_output_tokens = 2}};
+  r.inter_token_s = {0.5, 0.5, 0.75};
+  r.duration_s = 2.0;
+  r.num_prompt_tokens = 40;
+  r.num_output_tokens = 5;
+  for (int i = 0; i < 4; ++i) {
+    StepRecord s;
+    s.num_scheduled_seqs = 1;
+    s.num_running = i + 1;
+    s.schedule_seconds = 0.001 * (i + 1);  // 1..4 ms
+    s.step_seconds = 0.1;
+    s.live_token_slots = 25 * (i + 1);  // 25..100 of 100
+    s.capacity_token_slots = 100;
+    s.num_used_blocks = 2 * (i + 1);  // 32 slots per 25 live at block size 16
+    r.steps.push_back(s);
+  }
+  r.num_idle_steps = 3;
+  r.cacheable = {.prompt_tokens = 40, .cacheable_tokens = 16};
+  r.counters.num_prompt_tokens = 40;
+  r.counters.num_cached_prompt_tokens = 8;
+  r.counters.num_preemptions = 2;
+  return r;
+}
+
+TEST(MetricsTest, ComputedFromAHandBuiltRun) {
+  const BenchMetrics m =
+      compute_metrics(hand_built_run(), {.block_size = 16, .kv_bytes_per_token = 256});
+  EXPECT_DOUBLE_EQ(m.output_tokens_per_s, 2.5);
+  EXPECT_DOUBLE_EQ(m.total_tokens_per_s, 22.5);
+  EXPECT_DOUBLE_EQ(m.requests_per_s, 1.0);
+  EXPECT_DOUBLE_EQ(m.ttft_s.p50, 0.375);  // 0.25 and 0.5
+  EXPECT_DOUBLE_EQ(m.e2e_s.max, 1.5);
+  EXPECT_DOUBLE_EQ(m.tpot_s.mean, 0.625);  // (1.0 / 2 + 0.75 / 1) / 2
+  EXPECT_DOUBLE_EQ(m.inter_token_s.p50, 0.5);
+  EXPECT_DOUBLE_EQ(m.pool_utilization, 0.625);  // mean of 0.25, 0.5, 0.75, 1
+  EXPECT_DOUBLE_EQ(m.block_fill, 25.0 / 32.0);
+  EXPECT_DOUBLE_EQ(m.mean_sequence_len, 22.5);  // (33 + 12) / 2
+  EXPECT_DOUBLE_EQ(m.pool_utilization_bound, 1.0 - 16.0 / 45.0);
+  EXPECT_DOUBLE_EQ(m.prefix_hit_rate, 0.2);
+  EXPECT_DOUBLE_EQ(m.cacheable_share, 0.4);
+  EXPECT_DOUBLE_EQ(m.schedule_s.mean, 0.0025);
+  EXPECT_NEAR(m.schedule_s.p99, 0.00397, 1e-12);
+  EXPECT_DOUBLE_EQ(m.schedule_share, 0.01 / 0.4);
+  EXPECT_EQ(m.max_concurrency, 4);
+  EXPECT_EQ(m.schedule_at_max_s.count, 1);  // the last step only
+  EXPECT_DOUBLE_EQ(m.schedule_at_max_s.mean, 0.004);
+  EXPECT_DOUBLE_EQ(m.schedule_share_at_max, 0.04);
+  EXPECT_DOUBLE_EQ(m.mean_concurrency, 2.5);
+  EXPECT_EQ(m.num_steps, 4);
+  EXPECT_EQ(m.num_idle_steps, 3);
+  EXPECT_EQ(m.num_preemptions, 2);
+  EXPECT_DOUBLE_EQ(m.kv_bytes_per_token, 256);
+}
+
+TEST(MetricsTest, EmptyRunIsAllZeros) {
+  const BenchMetrics m = compute_metrics(RunResult{}, {});
+  EXPECT_EQ(m.output_tokens_per_s, 0.0);
+  EXPECT_EQ(m.pool_utilization, 0.0);
+  EXPECT_EQ(m.pool_utilization_bound, 0.0);
+  EXPECT_EQ(m.schedule_share, 0.0);
+}
+
+ReportHeader header() {
+  ReportHeader h;
+  h.model = "m";
+  h.workload = "random";
+  h.workload_description = "2 prompts";
+  h.num_requests = 2;
+  h.request_rate = std::numeric_limits<double>::infinity();
+  h.preemption_mode = "recompute";
+  h.scheduling_policy = "fcfs";
+  return h;
+}
+
+TEST(ReportTest, JsonHasEveryRunWithItsFields) {
+  BenchMetrics a = compute_metrics(hand_built_run(), {.block_size = 16});
+  a.scheduler = "continuous";
+  a.allocator = "paged";
+  BenchMetrics b = a;
+  b.scheduler = "static";
+  const std::vector<BenchMetrics> runs = {a, b};
+  const nlohmann::json j = nlohmann::json::parse(report_json(header(), runs));
+  EXPECT_TRUE(j["header"]["workload"]["request_rate"].is_null());
+  EXPECT_EQ(j["header"]["workload"]["name"], "random");
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_EQ(j["runs"][1]["scheduler"], "static");
+  for (const char* key :
+       {"output_tokens_per_s", "total_tokens_per_s", "requests_per_s", "pool_utilization",
+        "pool_utilization_bound", "prefix_hit_rate", "cacheable_share", "kv_bytes_per_token",
+        "preemptions", "schedule_share", "max_concurrency"}) {
+    EXPECT_TRUE(j["runs"][0][key].is_number()) << key;
+  }
+  for (const char* key : {"ttft_s", "inter_token_latency_s", "e2e_latency_s", "schedule_s"}) {
+    for (const char* p : {"mean", "p50", "p90", "p99"}) {
+      EXPECT_TRUE(j["runs"][0][key][p].is_number()) << key << "." << p;
+    }
+  }
+  EXPECT_DOUBLE_EQ(j["runs"][0]["ttft_s"]["p50"].get<double>(), 0.375);
+}
+
+TEST(ReportTest, TableHasOneColumnPerRun) {
+  BenchMetrics a = compute_metrics(hand_built_run(), {.block_size = 16});
+  a.scheduler = "continuous";
+  a.allocator = "paged";
+  BenchMetrics b = a;
+  b.allocator = "contiguous";
+  const std::vector<BenchMetrics> runs = {a, b};
+  const std::string t = report_table(header(), runs);
+  const size_t a_col = t.find("continuous / paged"), b_col = t.find("continuous / contiguous");
+  ASSERT_NE(a_col, std::string::npos) << t;
+  ASSERT_NE(b_col, std::string::npos) << t;
+  EXPECT_LT(a_col, b_col);
+  EXPECT_EQ(t.find('\n', a_col), t.find('\n', b_col)) << "one header line";
+  EXPECT_NE(t.find("offline (all at once)"), std::string::npos) << t;
+  EXPECT_NE(t.find("prefix hit rate (cacheable)"), std::string::npos) << t;
+  EXPECT_NE(t.find("20.00 % (40.00 %)"), std::string::npos) << t;
+}
+
+TEST(ProgressBarTest, RendersCountsAndRate) {
+  const Progress p{.num_finished = 5,
+                   .num_requests = 10,
+                   .num_output_tokens = 300,
+                   .num_running = 4,
+                   .num_waiting = 1,
+                   .elapsed_s = 2.0};
+  EXPECT_EQ(ProgressBar::render("bench", p, 10),
+            "bench [#####.....] 5/10 requests, 4 running, 1 waiting, 150.0 output tokens/s, 2.0 s");
+  EXPECT_EQ(ProgressBar::render("bench", p, 0),
+            "bench 5/10 requests, 4 running, 1 waiting, 150.0 output tokens/s, 2.0 s");
+}
+
+TEST(ProgressBarTest, NonTerminalWritesALineEveryInterval) {
+  char buf[4096] = {};
+  std::FILE* f = fmemopen(buf, sizeof buf, "w");
+  ASSERT_NE(f, nullptr);
+  ProgressBar bar(f, /*is_terminal=*/false, "b", 0.1, 5.0);
+  for (int i = 0; i <= 80; ++i) bar.update({.num_requests = 1, .elapsed_s = i * 0.125});  // 10 s
+  std::fclose(f);
+  const std::string out = buf;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;  // at 0, 5 and 10 s
+  EXPECT_EQ(out.find('\r'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::bench

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# `strata bench` end to end on a small fixture model: the JSON report's fields and their
+# relations, a side-by-side comparison, an agentic run whose hit rate approaches its cacheable
+# share, a Mooncake trace replay, and one-line errors with a non-zero exit for bad input.
+# Usage: bench_cli_test.sh STRATA_BINARY TEST_DATA_DIR
+set -uo pipefail
+strata=$1
+data=$2
+model=$data/models/llama3-gqa
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+passed=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+ok() { passed=$((passed + 1)); }
+bench() { "$strata" bench --model "$model" --threads 2 --num-blocks 512 "$@"; }
+
+# 1. random workload, two schedulers x two allocators side by side, JSON
+bench --num-prompts 12 --input-len 16:64 --output-len 4:12 --scheduler continuous,static \
+  --allocator paged,contiguous --batch-timeout-ms 5 --json >"$tmp/random.json" 2>"$tmp/err" \
+  || fail "random bench exited non-zero: $(cat "$tmp/err")"
+python3 - "$tmp/random.json" <<'PY' && ok || fail "random bench JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["header"]["workload"]["name"] == "random"
+assert j["header"]["workload"]["request_rate"] is None  # offline
+runs = j["runs"]
+assert [(r["scheduler"], r["allocator"]) for r in runs] == [
+    ("continuous", "paged"), ("continuous", "contiguous"), ("static", "paged"),
+    ("static", "contiguous")], runs
+for r in runs:
+    assert r["num_requests"] == 12
+    # the same workload every run: same prompt and output token counts
+    assert r["prompt_tokens"] == runs[0]["prompt_tokens"]
+    assert r["output_tokens"] == runs[0]["output_tokens"]
+    assert 12 * 4 <= r["output_tokens"] <= 12 * 12
+    assert r["output_tokens_per_s"] > 0 and r["total_tokens_per_s"] > r["output_tokens_per_s"]
+    assert abs(r["requests_per_s"] - 12 / r["duration_s"]) < 1e-6 * r["requests_per_s"]
+    for k in ("ttft_s", "inter_token_latency_s", "e2e_latency_s", "schedule_s"):
+        d = r[k]
+        assert 0 <= d["p50"] <= d["p90"] <= d["p99"] <= d["max"], (k, d)
+    assert r["ttft_s"]["p50"] <= r["e2e_latency_s"]["p50"]
+    assert 0 < r["pool_utilization"] <= 1 and 0 < r["pool_utilization_bound"] < 1
+    assert 0 < r["block_fill"] <= 1
+    # llama3-gqa: 2 layers x 2 KV heads x head_dim 16 x 2 (K, V) x 4 bytes (f32 KV)
+    assert r["kv_bytes_per_token"] == 512, r["kv_bytes_per_token"]
+    assert 1 <= r["max_concurrency"] <= 12
+    assert 0 <= r["schedule_share"] < 1
+    assert r["preemptions"] >= 0 and r["steps"] > 0
+PY
+
+# 2. agentic: sessions share a system prefix and each turn extends the last, so most of the
+#    prompt is cacheable and the engine's hit rate comes close to that share
+bench --workload agentic --num-sessions 3 --turns 4 --length-scale 0.04 --json \
+  >"$tmp/agentic.json" 2>"$tmp/err" || fail "agentic bench exited non-zero: $(cat "$tmp/err")"
+python3 - "$tmp/agentic.json" <<'PY' && ok || fail "agentic bench JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+r = j["runs"][0]
+assert j["header"]["workload"]["num_sessions"] == 3
+assert r["num_requests"] == 12, r["num_requests"]
+assert r["cacheable_share"] > 0.5, r["cacheable_share"]
+assert r["prefix_hit_rate"] <= r["cacheable_share"] + 1e-9
+assert r["prefix_hit_rate"] >= 0.9 * r["cacheable_share"], (r["prefix_hit_rate"], r["cacheable_share"])
+PY
+
+# 3. a Mooncake trace scaled to 16-token blocks, replayed at 10x speed
+cat >"$tmp/mooncake.jsonl" <<'JSONL'
+{"timestamp": 0, "input_length": 1500, "output_length": 8, "hash_ids": [0, 1, 2]}
+{"timestamp": 20, "input_length": 1100, "output_length": 6, "hash_ids": [0, 1, 3]}
+{"timestamp": 45, "input_length": 2000, "output_length": 5, "hash_ids": [0, 1, 2, 4]}
+JSONL
+bench --trace "$tmp/mooncake.jsonl" --trace-block-size 16 --trace-time-scale 0.1 --json \
+  >"$tmp/trace.json" 2>"$tmp/err" || fail "trace bench exited non-zero: $(cat "$tmp/err")"
+python3 - "$tmp/trace.json" <<'PY' && ok || fail "trace bench JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+r = j["runs"][0]
+assert j["header"]["workload"]["trace_timestamps"] is True
+assert r["num_requests"] == 3 and r["output_tokens"] == 19
+# prompts 32 + ceil(476 / 32), 32 + ceil(76 / 32), 48 + ceil(464 / 32) tokens; blocks [0 1] are
+# shared (request 1 has only 15 tokens of block 2, so its third block differs from request 3's)
+assert r["prompt_tokens"] == 47 + 35 + 63, r["prompt_tokens"]
+assert r["cacheable_tokens"] == 32 + 32, r["cacheable_tokens"]
+PY
+
+# 4. the readable table names every run
+bench --num-prompts 2 --input-len 8 --output-len 2 --allocator paged,contiguous >"$tmp/table" \
+  2>/dev/null || fail "table bench exited non-zero"
+grep -q "continuous / paged" "$tmp/table" && grep -q "continuous / contiguous" "$tmp/table" \
+  && grep -q "^prefix hit rate" "$tmp/table" && ok || fail "table: $(cat "$tmp/table")"
+
+# 5. bad input: one line on stderr, non-zero exit, never a crash
+expect_error() {  # expect_error NAME PATTERN ARGS...
+  local name=$1 pattern=$2; shift 2
+  local err rc
+  err=$("$strata" bench --model "$model" --num-blocks 512 "$@" 2>&1 >/dev/null); rc=$?
+  if ((rc == 0)); then fail "$name: exit 0"; return; fi
+  if ((rc > 128)); then fail "$name: crashed (exit $rc): $err"; return; fi
+  if [[ $(printf '%s\n' "$err" | wc -l) -ne 1 ]]; then fail "$name: not one line: $err"; return; fi
+  if ! grep -qiE -e "$pattern" <<<"$err"; then fail "$name: '$err' lacks /$pattern/"; return; fi
+  ok
+}
+printf '{"input_length": 4, "output_length": 2}\n{"input_length": 4}\n' >"$tmp/missing.jsonl"
+printf '{"input_length": 4, "output_length": 2}\nnot json\n' >"$tmp/garbage.jsonl"
+printf '{"input_ids": [1, 2, 99999], "output_length": 2}\n' >"$tmp/vocab.jsonl"
+printf '{"input_length": 1500, "output_length": 2, "hash_ids": [1]}\n' >"$tmp/hash.jsonl"
+expect_error unknown-workload "unknown workload" --workload nope
+expect_error bad-range "--input-len" --input-len 9:3
+expect_error too-long "max model length" --input-len 1000 --output-len 100
+expect_error missing-trace "cannot read the trace" --trace "$tmp/nope.jsonl"
+expect_error trace-missing-field "line 2: missing output_length" --trace "$tmp/missing.jsonl"
+expect_error trace-not-json "line 2: not valid JSON" --trace "$tmp/garbage.jsonl"
+expect_error trace-vocab "trace line 1: token id 99999" --trace "$tmp/vocab.jsonl"
+expect_error trace-hash-count "trace line 1: 1 hash_ids" --trace "$tmp/hash.jsonl"
+expect_error bad-rate "request-rate" --request-rate fast
+expect_error bad-scheduler "scheduler" --scheduler eager
+expect_error agentic-too-long "length-scale" --workload agentic
+
+echo "bench_cli_test: $passed passed, $failures failed"
+((failures == 0))
