@@ -8,7 +8,7 @@
 #include "engine/engine_impl.h"
 #include "kv/block_copy.h"
 #include "kv/kv_accounting.h"
-#include "kv/paged_layout_builder.h"
+#include "engine/step_batch.h"
 
 namespace strata {
 
@@ -29,50 +29,28 @@ struct Row {
 Result<std::vector<RequestOutput>> EngineImpl::step() {
   const double start = now();
   engine::SchedulerOutput plan = scheduler_->schedule(start);
-  kv::PagedLayoutBuilder builder(config_.block_size);
-  std::vector<int32_t> token_ids, positions, q_indptr{0}, logits_rows;
+  engine::StepBatch batch(config_.block_size);
   std::vector<Row> rows;
   rows.reserve(plan.scheduled.size());
   for (const engine::ScheduledSeq& sc : plan.scheduled) {
     Sequence& s = *sc.seq;
     RequestState& r = requests_.at(s.request_id);
-    if (sc.first_admission) {
-      if (r.metrics.first_scheduled_time == 0.0) {
-        r.metrics.first_scheduled_time = start;
-        r.metrics.num_cached_tokens = sc.num_cached_tokens;
-        totals_.num_prompt_tokens += s.num_prompt;
-        totals_.num_cached_prompt_tokens += sc.num_cached_tokens;
-      }
+    if (sc.first_admission && r.metrics.first_scheduled_time == 0.0) {
+      r.metrics.first_scheduled_time = start;
+      r.metrics.num_cached_tokens = sc.num_cached_tokens;
+      totals_.num_prompt_tokens += s.num_prompt;
+      totals_.num_cached_prompt_tokens += sc.num_cached_tokens;
     }
-    const int32_t n = sc.num_tokens;
-    builder.add_sequence(s.table, s.num_computed + n, n);
-    Row row{&r, &s, s.num_computed, n, -1};
-    const auto row0 = static_cast<int32_t>(token_ids.size());
-    for (int32_t j = 0; j < n; ++j) {
-      token_ids.push_back(s.tokens[static_cast<size_t>(s.num_computed) + static_cast<size_t>(j)]);
-      positions.push_back(s.num_computed + j);
-    }
-    q_indptr.push_back(static_cast<int32_t>(token_ids.size()));
-    const bool completes = s.num_computed + n == static_cast<int32_t>(s.tokens.size());
-    if (s.wants_all_rows()) {
-      row.first_logits_row = static_cast<int32_t>(logits_rows.size());
-      for (int32_t j = 0; j < n; ++j) logits_rows.push_back(row0 + j);
-    } else if (completes) {
-      row.first_logits_row = static_cast<int32_t>(logits_rows.size());
-      logits_rows.push_back(row0 + n - 1);
-    }
-    rows.push_back(row);
+    rows.push_back(Row{&r, &s, s.num_computed, sc.num_tokens, batch.add(s, sc.num_tokens)});
   }
   const double scheduled = now();
   // Swap-outs read blocks that may already belong to another sequence: done before any write.
   for (const kv::SwapSpace::Transfer& t : plan.swap_outs) t.wait();
-  if (!rows.empty()) {
+  if (!batch.empty()) {
     kv::copy_blocks(*kv_, cache_->take_pending_copies());  // copy-on-write, before any KV write
     const auto vocab = static_cast<size_t>(model_.vocab_size());
-    logits_.resize(logits_rows.size() * vocab);
-    model::ForwardBatch batch{token_ids, positions, q_indptr, builder.layout(),
-                              builder.slot_mapping(), logits_rows};
-    STRATA_RETURN_IF_ERROR(model_.forward(batch, *kv_, logits_, pool_));
+    logits_.resize(batch.num_logits_rows() * vocab);
+    STRATA_RETURN_IF_ERROR(model_.forward(batch.view(), *kv_, logits_, pool_));
     for (const Row& row : rows) {
       const float* logits = row.first_logits_row < 0
                                 ? nullptr

@@ -8,7 +8,7 @@
 
 #include "engine/generator.h"
 #include "kv/block_copy.h"
-#include "kv/paged_layout_builder.h"
+#include "engine/step_batch.h"
 
 namespace strata::engine {
 namespace {
@@ -18,8 +18,7 @@ struct Scheduled {
   size_t seq_idx;
   int32_t first_pos;    // position of the sequence's first token in this step
   int32_t num_tokens;   // tokens it runs this step
-  int32_t first_logits_row;  // index into logits_rows, or -1 when it wants none
-  int32_t num_logits_rows;
+  int32_t first_logits_row;  // index into the step's logits rows, or -1 when it wants none
 };
 
 }  // namespace
@@ -53,8 +52,7 @@ Result<int32_t> Generator::schedule(Sequence& s, int32_t& prefill_budget) {
 Status Generator::step(std::vector<Sequence>& seqs) {
   const auto start = std::chrono::steady_clock::now();
   int64_t num_prefill = 0, num_decode = 0;
-  kv::PagedLayoutBuilder builder(config_.block_size);
-  std::vector<int32_t> token_ids, positions, q_indptr{0}, logits_rows;
+  StepBatch batch(config_.block_size);
   std::vector<Scheduled> scheduled;
   int32_t prefill_budget = config_.max_num_batched_tokens;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -65,35 +63,18 @@ Status Generator::step(std::vector<Sequence>& seqs) {
     const int32_t n = *scheduled_tokens;
     if (n == 0) continue;
     (s.num_computed >= s.num_prompt ? num_decode : num_prefill) += n;
-    builder.add_sequence(s.table, s.num_computed + n, n);
-    Scheduled sc{i, s.num_computed, n, static_cast<int32_t>(logits_rows.size()), 0};
-    const auto row0 = static_cast<int32_t>(token_ids.size());
-    for (int32_t j = 0; j < n; ++j) {
-      token_ids.push_back(s.tokens[static_cast<size_t>(s.num_computed) + static_cast<size_t>(j)]);
-      positions.push_back(s.num_computed + j);
-    }
-    q_indptr.push_back(static_cast<int32_t>(token_ids.size()));
-    const bool completes = s.num_computed + n == static_cast<int32_t>(s.tokens.size());
-    if (s.wants_all_rows()) {
-      for (int32_t j = 0; j < n; ++j) logits_rows.push_back(row0 + j);
-      sc.num_logits_rows = n;
-    } else if (completes) {
-      logits_rows.push_back(row0 + n - 1);
-      sc.num_logits_rows = 1;
-    }
-    scheduled.push_back(sc);
+    const int32_t first_row = batch.add(s, n);
+    scheduled.push_back({i, s.num_computed, n, first_row});
   }
   stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, cache_->pool().num_used_blocks());
   kv::copy_blocks(*kv_, cache_->take_pending_copies());  // copy-on-write, before any KV write
   const auto vocab = static_cast<size_t>(model_.vocab_size());
-  logits_.resize(logits_rows.size() * vocab);
-  model::ForwardBatch batch{token_ids, positions, q_indptr, builder.layout(),
-                            builder.slot_mapping(), logits_rows};
-  STRATA_RETURN_IF_ERROR(model_.forward(batch, *kv_, logits_, pool_));
+  logits_.resize(batch.num_logits_rows() * vocab);
+  STRATA_RETURN_IF_ERROR(model_.forward(batch.view(), *kv_, logits_, pool_));
   for (const Scheduled& sc : scheduled) {
     const float* rows = logits_.data() + static_cast<size_t>(sc.first_logits_row) * vocab;
     STRATA_RETURN_IF_ERROR(consume_logits(seqs[sc.seq_idx], sc.first_pos, sc.num_tokens,
-                                          sc.num_logits_rows > 0 ? rows : nullptr));
+                                          sc.first_logits_row >= 0 ? rows : nullptr));
   }
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
   (num_prefill > 0 ? stats_.prefill_seconds : stats_.decode_seconds) += elapsed.count();

@@ -1,0 +1,25 @@
+#include "engine/step_batch.h"
+
+namespace strata::engine {
+
+int32_t StepBatch::add(const Sequence& s, int32_t n) {
+  builder_.add_sequence(s.table, s.num_computed + n, n);
+  const auto row0 = static_cast<int32_t>(token_ids_.size());
+  for (int32_t j = 0; j < n; ++j) {
+    token_ids_.push_back(s.tokens[static_cast<size_t>(s.num_computed) + static_cast<size_t>(j)]);
+    positions_.push_back(s.num_computed + j);
+  }
+  q_indptr_.push_back(static_cast<int32_t>(token_ids_.size()));
+  const auto first_logits_row = static_cast<int32_t>(logits_rows_.size());
+  if (s.wants_all_rows()) {
+    for (int32_t j = 0; j < n; ++j) logits_rows_.push_back(row0 + j);
+    return first_logits_row;
+  }
+  if (s.num_computed + n == static_cast<int32_t>(s.tokens.size())) {
+    logits_rows_.push_back(row0 + n - 1);
+    return first_logits_row;
+  }
+  return -1;
+}
+
+}  // namespace strata::engine

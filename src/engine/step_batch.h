@@ -1,0 +1,37 @@
+#pragma once
+// StepBatch: one forward pass's input, built sequence by sequence -- token ids, positions,
+// q_indptr, the paged layout and slot mapping (kv::PagedLayoutBuilder), and the rows whose logits
+// the step needs. Generator and Engine both build their steps with it, so Model::forward is fed
+// one way. Owns its vectors; view() borrows them. Cost: O(tokens + blocks) per step.
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/paged_layout_builder.h"
+#include "model/model.h"
+
+namespace strata::engine {
+
+class StepBatch {
+ public:
+  explicit StepBatch(int32_t block_size) : builder_(block_size) {}
+
+  // Adds seq's next n tokens, from position seq.num_computed (their slots already allocated).
+  // Returns the index of seq's first logits row -- every row when seq.wants_all_rows(), else the
+  // last row when the n tokens complete the sequence -- or -1 when it needs none.
+  int32_t add(const Sequence& seq, int32_t n);
+
+  bool empty() const { return token_ids_.empty(); }
+  size_t num_logits_rows() const { return logits_rows_.size(); }
+  model::ForwardBatch view() const {
+    return {token_ids_, positions_, q_indptr_, builder_.layout(), builder_.slot_mapping(),
+            logits_rows_};
+  }
+
+ private:
+  kv::PagedLayoutBuilder builder_;
+  std::vector<int32_t> token_ids_, positions_, q_indptr_{0}, logits_rows_;
+};
+
+}  // namespace strata::engine
