@@ -17,6 +17,7 @@
 
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "reference_testing.h"
 
 namespace strata {
 namespace {
@@ -51,19 +52,7 @@ std::vector<int32_t> prompt_of(int32_t len, int32_t seed) {
 }
 
 double rel_err(const std::vector<TokenLogprobs>& a, const std::vector<TokenLogprobs>& b) {
-  double worst = 0.0;
-  EXPECT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    double diff = 0.0, norm = 0.0;
-    for (size_t k = 0; k < std::min(a[i].top_logprobs.size(), b[i].top_logprobs.size()); ++k) {
-      EXPECT_EQ(a[i].top_logprobs[k].first, b[i].top_logprobs[k].first);
-      const double x = a[i].top_logprobs[k].second, y = b[i].top_logprobs[k].second;
-      diff += (x - y) * (x - y);
-      norm += y * y;
-    }
-    worst = std::max(worst, std::sqrt(diff / norm));
-  }
-  return worst;
+  return engine::test_util::max_top_logprobs_rel_err(a, b);
 }
 
 class EngineTest : public ::testing::Test {

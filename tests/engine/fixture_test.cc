@@ -13,9 +13,13 @@
 #include "engine/generator.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "reference_testing.h"
 
 namespace strata::engine {
 namespace {
+
+using test_util::int_tensor;
+using test_util::max_row_rel_err;
 
 constexpr double kReferenceTolerance = 1e-4;   // vs transformers, float64
 constexpr double kInvarianceTolerance = 1e-5;  // same request, other batch / chunking / threads
@@ -27,26 +31,6 @@ const std::vector<std::string> kFixtures = {
     "llama2-mha",  "llama-mqa-bias", "llama3-gqa",   "llama3-gqa-bf16",
     "mistral-swa", "qwen2-tied",     "qwen3-qknorm", "qwen3-qknorm-f16",
 };
-
-std::vector<int32_t> int_tensor(const TensorView& t) {
-  const auto* p = static_cast<const int32_t*>(t.data);
-  return {p, p + t.numel()};
-}
-
-// max over positions of |a - b| / |b|, rows of vocab floats.
-double max_row_rel_err(const float* a, const float* b, int64_t rows, int64_t vocab) {
-  double worst = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    double diff = 0.0, norm = 0.0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      const double x = a[r * vocab + v], y = b[r * vocab + v];
-      diff += (x - y) * (x - y);
-      norm += y * y;
-    }
-    worst = std::max(worst, std::sqrt(diff) / std::sqrt(norm));
-  }
-  return worst;
-}
 
 class FixtureTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -16,6 +16,7 @@
 #include "kv/kv_accounting.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "reference_testing.h"
 
 namespace strata::engine {
 namespace {
@@ -39,24 +40,10 @@ GenerationRequest greedy(std::vector<int32_t> prompt, std::string salt = "") {
   return r;
 }
 
-// Relative L2 distance of two results' top-logprob vectors, worst over generated tokens; the
-// token ids of the alternatives must agree.
+// Relative L2 distance of two results' top-logprob vectors; the token ids must agree.
 double max_rel_err(const GenerationResult& a, const GenerationResult& b) {
   EXPECT_EQ(a.output_ids, b.output_ids);
-  double worst = 0.0;
-  for (size_t i = 0; i < std::min(a.output_logprobs.size(), b.output_logprobs.size()); ++i) {
-    const auto& x = a.output_logprobs[i].top_logprobs;
-    const auto& y = b.output_logprobs[i].top_logprobs;
-    EXPECT_EQ(x.size(), y.size());
-    double diff = 0.0, norm = 0.0;
-    for (size_t k = 0; k < std::min(x.size(), y.size()); ++k) {
-      EXPECT_EQ(x[k].first, y[k].first) << "token " << i << " alternative " << k;
-      diff += (x[k].second - y[k].second) * (x[k].second - y[k].second);
-      norm += static_cast<double>(y[k].second) * y[k].second;
-    }
-    worst = std::max(worst, std::sqrt(diff / norm));
-  }
-  return worst;
+  return test_util::max_top_logprobs_rel_err(a.output_logprobs, b.output_logprobs);
 }
 
 class PrefixCacheEngineTest : public ::testing::TestWithParam<std::string> {

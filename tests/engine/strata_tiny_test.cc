@@ -19,6 +19,7 @@
 #include "eval/needle_run.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "reference_testing.h"
 #include "strata/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,25 +32,8 @@ constexpr double kKnockoutFactor = 100.0;
 const std::string kModel = std::string(STRATA_MODELS_DIR) + "/strata-tiny";
 const std::string kFixture = std::string(STRATA_TEST_DATA_DIR) + "/models/strata-tiny-reference";
 
-std::vector<int32_t> ints(const TensorView& t) {
-  const auto* p = static_cast<const int32_t*>(t.data);
-  return {p, p + t.numel()};
-}
-
-// max over rows of |a - b| / |b|.
-double max_row_rel_err(const float* a, const float* b, int64_t rows, int64_t vocab) {
-  double worst = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    double diff = 0.0, norm = 0.0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      const double x = a[r * vocab + v], y = b[r * vocab + v];
-      diff += (x - y) * (x - y);
-      norm += y * y;
-    }
-    worst = std::max(worst, std::sqrt(diff / norm));
-  }
-  return worst;
-}
+using test_util::int_tensor;
+using test_util::max_row_rel_err;
 
 class StrataTinyTest : public ::testing::Test {
  protected:
@@ -59,7 +43,7 @@ class StrataTinyTest : public ::testing::Test {
         reference_(model::SafetensorsFile::open(kFixture + "/reference.safetensors")) {}
 
   std::vector<int32_t> tensor(const std::string& name) const {
-    return ints(reference_.tensor(name));
+    return int_tensor(reference_.tensor(name));
   }
 
   ThreadPool pool_;
