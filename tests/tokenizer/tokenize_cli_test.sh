@@ -7,12 +7,8 @@
 set -uo pipefail
 strata=$1
 data=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-passed=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { passed=$((passed + 1)); }
+# shellcheck source=/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/../tools/cli_testing.sh"
 
 # A character-level tokenizer whose ids fit the test models' 160-entry vocabulary.
 python3 - "$tmp/tok" <<'PY'
@@ -69,16 +65,6 @@ PY
 done
 
 # 4. bad input: one line on stderr, non-zero exit, never a crash
-expect_error() {  # expect_error NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  local err rc
-  err=$("$strata" "$@" 2>&1 >/dev/null); rc=$?
-  if ((rc == 0)); then fail "$name: exit 0"; return; fi
-  if ((rc > 128)); then fail "$name: crashed (exit $rc): $err"; return; fi
-  if [[ $(printf '%s\n' "$err" | wc -l) -ne 1 ]]; then fail "$name: not one line: $err"; return; fi
-  if ! grep -qiE "$pattern" <<<"$err"; then fail "$name: '$err' lacks /$pattern/"; return; fi
-  ok
-}
 expect_error missing-dir "tokenizer.json" tokenize --model "$tmp/nope" hi
 expect_error bad-id "token id 5000" detokenize --model "$tmp/tok" 1,5000
 expect_error negative-id "token id -1" detokenize --model "$tmp/tok" 1,-1
@@ -90,5 +76,4 @@ expect_error truncated "not valid JSON" tokenize --model "$tmp/bad" hi
 expect_error prompt-and-ids "excludes" generate --model "$tmp/m" --prompt hi --prompt-ids 1
 expect_error no-prompt "prompt TEXT" generate --model "$tmp/m" --load-format dummy
 
-echo "tokenize_cli_test: $passed passed, $failures failed"
-((failures == 0))
+finish tokenize_cli_test

@@ -7,14 +7,13 @@ set -uo pipefail
 strata=$1
 data=$2
 model=$data/models/llama3-gqa
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-passed=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { passed=$((passed + 1)); }
+# shellcheck source=/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/cli_testing.sh"
 bench() { "$strata" bench --model "$model" --threads 2 --num-blocks 512 "$@"; }
+bench_error() {  # bench_error NAME PATTERN ARGS...: expect_error on `strata bench` on the model
+  local name=$1 pattern=$2; shift 2
+  expect_error "$name" "$pattern" bench --model "$model" --num-blocks 512 "$@"
+}
 
 # 1. random workload, two schedulers x two allocators side by side, JSON
 bench --num-prompts 12 --input-len 16:64 --output-len 4:12 --scheduler continuous,static \
@@ -92,31 +91,20 @@ grep -q "continuous / paged" "$tmp/table" && grep -q "continuous / contiguous" "
   && grep -q "^prefix hit rate" "$tmp/table" && ok || fail "table: $(cat "$tmp/table")"
 
 # 5. bad input: one line on stderr, non-zero exit, never a crash
-expect_error() {  # expect_error NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  local err rc
-  err=$("$strata" bench --model "$model" --num-blocks 512 "$@" 2>&1 >/dev/null); rc=$?
-  if ((rc == 0)); then fail "$name: exit 0"; return; fi
-  if ((rc > 128)); then fail "$name: crashed (exit $rc): $err"; return; fi
-  if [[ $(printf '%s\n' "$err" | wc -l) -ne 1 ]]; then fail "$name: not one line: $err"; return; fi
-  if ! grep -qiE -e "$pattern" <<<"$err"; then fail "$name: '$err' lacks /$pattern/"; return; fi
-  ok
-}
 printf '{"input_length": 4, "output_length": 2}\n{"input_length": 4}\n' >"$tmp/missing.jsonl"
 printf '{"input_length": 4, "output_length": 2}\nnot json\n' >"$tmp/garbage.jsonl"
 printf '{"input_ids": [1, 2, 99999], "output_length": 2}\n' >"$tmp/vocab.jsonl"
 printf '{"input_length": 1500, "output_length": 2, "hash_ids": [1]}\n' >"$tmp/hash.jsonl"
-expect_error unknown-workload "unknown workload" --workload nope
-expect_error bad-range "--input-len" --input-len 9:3
-expect_error too-long "max model length" --input-len 1000 --output-len 100
-expect_error missing-trace "cannot read the trace" --trace "$tmp/nope.jsonl"
-expect_error trace-missing-field "line 2: missing output_length" --trace "$tmp/missing.jsonl"
-expect_error trace-not-json "line 2: not valid JSON" --trace "$tmp/garbage.jsonl"
-expect_error trace-vocab "trace line 1: token id 99999" --trace "$tmp/vocab.jsonl"
-expect_error trace-hash-count "trace line 1: 1 hash_ids" --trace "$tmp/hash.jsonl"
-expect_error bad-rate "request-rate" --request-rate fast
-expect_error bad-scheduler "scheduler" --scheduler eager
-expect_error agentic-too-long "length-scale" --workload agentic
+bench_error unknown-workload "unknown workload" --workload nope
+bench_error bad-range "--input-len" --input-len 9:3
+bench_error too-long "max model length" --input-len 1000 --output-len 100
+bench_error missing-trace "cannot read the trace" --trace "$tmp/nope.jsonl"
+bench_error trace-missing-field "line 2: missing output_length" --trace "$tmp/missing.jsonl"
+bench_error trace-not-json "line 2: not valid JSON" --trace "$tmp/garbage.jsonl"
+bench_error trace-vocab "trace line 1: token id 99999" --trace "$tmp/vocab.jsonl"
+bench_error trace-hash-count "trace line 1: 1 hash_ids" --trace "$tmp/hash.jsonl"
+bench_error bad-rate "request-rate" --request-rate fast
+bench_error bad-scheduler "scheduler" --scheduler eager
+bench_error agentic-too-long "length-scale" --workload agentic
 
-echo "bench_cli_test: $passed passed, $failures failed"
-((failures == 0))
+finish bench_cli_test

@@ -6,13 +6,8 @@ set -uo pipefail
 strata=$1
 data=$2
 model=$data/models/llama3-gqa
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-passed=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { passed=$((passed + 1)); }
+# shellcheck source=/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/cli_testing.sh"
 
 # A prompt and its transformers greedy continuation, read from the fixture.
 read -r prompt greedy < <(python3 - "$model/reference.safetensors" <<'PY'
@@ -61,16 +56,6 @@ mkdir "$tmp/config_only" && cp "$model/config.json" "$tmp/config_only/"
   --max-tokens 4 --json >/dev/null && ok || fail "dummy load format"
 
 # 5. bad input: one line on stderr, non-zero exit, never a crash
-expect_error() {  # expect_error NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  local err rc
-  err=$("$strata" "$@" 2>&1 >/dev/null); rc=$?
-  if ((rc == 0)); then fail "$name: exit 0"; return; fi
-  if ((rc > 128)); then fail "$name: crashed (exit $rc): $err"; return; fi
-  if [[ $(printf '%s\n' "$err" | wc -l) -ne 1 ]]; then fail "$name: not one line: $err"; return; fi
-  if ! grep -qiE "$pattern" <<<"$err"; then fail "$name: '$err' lacks /$pattern/"; return; fi
-  ok
-}
 copy_model() { rm -rf "$tmp/m"; cp -r "$model" "$tmp/m"; }
 
 expect_error missing-dir "config.json" generate --model "$tmp/nope" --prompt-ids 1
@@ -93,5 +78,4 @@ expect_error too-long "maximum model length" generate --model "$model" --prompt-
 expect_error bad-top-p "top_p" generate --model "$model" --prompt-ids 1 --top-p 1.5
 expect_error no-subcommand "subcommand" 
 
-echo "$passed passed, $failures failed"
-((failures == 0))
+finish cli_test

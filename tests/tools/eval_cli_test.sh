@@ -6,12 +6,8 @@
 set -uo pipefail
 strata=$1
 model=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-passed=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { passed=$((passed + 1)); }
+# shellcheck source=/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/cli_testing.sh"
 grid=(--contexts 256,512 --depths 0,0.5,1 --trials 1 --threads 2)
 
 # 1. JSON: 2 x 3 prompts, all retrieved, every prompt's result kept; the heatmap is one SVG
@@ -69,16 +65,6 @@ PY
   && ok || fail "eval needle without --model"
 
 # 4. bad input: one line on stderr, non-zero exit
-expect_error() {  # expect_error NAME PATTERN ARGS...
-  local name=$1 pattern=$2; shift 2
-  local err rc
-  err=$("$strata" "$@" 2>&1 >/dev/null); rc=$?
-  if ((rc == 0)); then fail "$name: exit 0"; return; fi
-  if ((rc > 128)); then fail "$name: crashed (exit $rc): $err"; return; fi
-  if [[ $(printf '%s\n' "$err" | wc -l) -ne 1 ]]; then fail "$name: not one line: $err"; return; fi
-  if ! grep -qiE "$pattern" <<<"$err"; then fail "$name: '$err' lacks /$pattern/"; return; fi
-  ok
-}
 expect_error bad-contexts "contexts.*not a number" eval needle --model "$model" --contexts 512,abc
 expect_error short-context "too short" eval needle --model "$model" --contexts 20
 expect_error long-context "max_position_embeddings" eval needle --model "$model" --contexts 8192
@@ -92,5 +78,4 @@ expect_error no-task "subcommand" eval
 expect_error bad-plot "heatmap" eval needle --model "$model" --contexts 256 --depths 0 --trials 1 \
   --plot "$tmp/no/such/dir/h.svg"
 
-echo "eval_cli_test: $passed passed, $failures failed"
-((failures == 0))
+finish eval_cli_test
