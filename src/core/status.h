@@ -18,6 +18,7 @@ enum class StatusCode {
   kResourceExhausted,
   kUnsupported,
   kInternal,
+  kUnavailable,  // the service cannot take it now (shutting down, queue full): retry later
 };
 
 const char* status_code_name(StatusCode code);
@@ -36,6 +37,7 @@ class [[nodiscard]] Status {
   }
   static Status Unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

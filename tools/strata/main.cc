@@ -13,6 +13,7 @@
 #include "eval_command.h"
 #include "generate_command.h"
 #include "plan_command.h"
+#include "serve_command.h"
 #include "tokenize_command.h"
 
 int main(int argc, char** argv) {
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
   strata::cli::add_eval_command(app, eval);
   strata::cli::BenchOptions bench;
   strata::cli::add_bench_command(app, bench);
+  strata::cli::ServeOptions serve;
+  strata::cli::add_serve_command(app, serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("detokenize")) return strata::cli::run_detokenize(detokenize);
     if (app.got_subcommand("eval")) return strata::cli::run_eval(eval);
     if (app.got_subcommand("bench")) return strata::cli::run_bench(bench);
+    if (app.got_subcommand("serve")) return strata::cli::run_serve(serve);
   } catch (const strata::Error& e) {
     std::fprintf(stderr, "strata: error: %s\n", e.what());
     return 1;

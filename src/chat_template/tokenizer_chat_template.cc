@@ -1,0 +1,39 @@
+// render_tokenizer_chat_template: the chat template and special tokens a Tokenizer stores.
+
+#include <nlohmann/json.hpp>
+
+#include "chat_template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::chat_template {
+namespace {
+
+std::string token_text(const tokenizer::Tokenizer& tok, std::optional<int32_t> id) {
+  if (!id) return "";
+  return tok.id_to_token(*id).value_or("");
+}
+
+}  // namespace
+
+Result<std::string> render_tokenizer_chat_template(const tokenizer::Tokenizer& tokenizer,
+                                                   const nlohmann::ordered_json& messages,
+                                                   const nlohmann::ordered_json& options,
+                                                   const RenderLimits& limits) {
+  if (tokenizer.chat_template().empty()) {
+    return Status::NotFound("the tokenizer has no chat_template in tokenizer_config.json");
+  }
+  if (!options.is_null() && !options.is_object()) {
+    return Status::InvalidArgument("chat template options must be a JSON object");
+  }
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  context["messages"] = messages;
+  context["add_generation_prompt"] = true;
+  context["bos_token"] = token_text(tokenizer, tokenizer.bos_token_id());
+  context["eos_token"] = token_text(tokenizer, tokenizer.eos_token_id());
+  if (options.is_object()) {
+    for (auto it = options.begin(); it != options.end(); ++it) context[it.key()] = it.value();
+  }
+  return render_chat_template(tokenizer.chat_template(), context, limits);
+}
+
+}  // namespace strata::chat_template

@@ -1,0 +1,162 @@
+#include "server/completion_output.h"
+
+#include <algorithm>
+
+namespace strata::server {
+
+CompletionOutput::CompletionOutput(const CompletionRequest& request, const ServedModel& model,
+                                   size_t prompt_idx)
+    : request_(request), model_(model), prompt_(request.prompts[prompt_idx]) {
+  for (const std::string& s : request.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
+  choices_.resize(static_cast<size_t>(request.n));
+  for (int32_t i = 0; i < request.n; ++i) {
+    Choice& c = choices_[static_cast<size_t>(i)];
+    c.index = static_cast<int32_t>(prompt_idx) * request.n + i;
+    if (model.tokenizer != nullptr) c.decoder.emplace(*model.tokenizer, true);
+    if (request.echo && model.tokenizer != nullptr) {
+      c.text = model.tokenizer->decode(prompt_, /*skip_special_tokens=*/false);
+    }
+  }
+}
+
+std::string CompletionOutput::token_text(int32_t id) const {
+  if (request_.return_tokens_as_token_ids || model_.tokenizer == nullptr) {
+    return "token_id:" + std::to_string(id);
+  }
+  return model_.tokenizer->decode(std::vector<int32_t>{id}, /*skip_special_tokens=*/false);
+}
+
+void CompletionOutput::add_logprob(Choice& c, const TokenLogprobs* lp, int32_t token,
+                                   size_t text_offset) {
+  CompletionLogprobs& l = c.logprobs;
+  l.tokens.push_back(token_text(token));
+  l.text_offset.push_back(static_cast<int32_t>(text_offset));
+  if (lp == nullptr) {
+    l.token_logprobs.emplace_back();
+    l.top_logprobs.emplace_back();
+    return;
+  }
+  l.token_logprobs.emplace_back(lp->logprob);
+  std::vector<std::pair<std::string, float>> top;
+  for (const auto& [id, value] : lp->top_logprobs) top.emplace_back(token_text(id), value);
+  l.top_logprobs.emplace_back(std::move(top));
+}
+
+// Moves text from held to text: all of it, or all but what could still begin a stop string
+// (cut at a UTF-8 character boundary). A stop string found ends the choice there.
+void CompletionOutput::release(Choice& c, bool all) {
+  for (const std::string& stop : request_.stop) {
+    const size_t at = c.held.find(stop);
+    if (at != std::string::npos) {
+      c.text += c.held.substr(0, at);
+      c.held.clear();
+      c.stopped = true;
+      c.finish_reason = "stop";
+      return;
+    }
+  }
+  size_t keep = all || max_stop_len_ == 0 ? 0 : std::min(c.held.size(), max_stop_len_ - 1);
+  size_t cut = c.held.size() - keep;
+  while (cut > 0 && cut < c.held.size() && (static_cast<unsigned char>(c.held[cut]) & 0xC0) == 0x80) {
+    --cut;
+  }
+  c.text += c.held.substr(0, cut);
+  c.held.erase(0, cut);
+}
+
+void CompletionOutput::add_tokens(Choice& c, const CompletionDelta& d) {
+  for (size_t i = 0; i < d.token_ids.size() && !c.stopped; ++i) {
+    const int32_t id = d.token_ids[i];
+    ++c.num_tokens;
+    if (request_.params.logprobs >= 0) {
+      add_logprob(c, i < d.logprobs.size() ? &d.logprobs[i] : nullptr, id,
+                  c.text.size() + c.held.size());
+    }
+    if (c.decoder) c.held += c.decoder->push(id);
+    release(c, false);
+  }
+  if (d.finish_reason && !c.stopped) {
+    if (c.decoder) c.held += c.decoder->flush();
+    release(c, true);
+    if (!c.stopped) {
+      c.finish_reason = *d.finish_reason == FinishReason::kStop ? "stop" : "length";
+      c.stopped = true;
+    }
+  }
+}
+
+bool CompletionOutput::add(const RequestOutput& out) {
+  if (!out.prompt_logprobs.empty() && request_.echo && request_.params.logprobs >= 0) {
+    for (Choice& c : choices_) {
+      size_t offset = 0;
+      for (size_t i = 0; i < prompt_.size(); ++i) {
+        const auto& lp = out.prompt_logprobs[i];
+        add_logprob(c, lp ? &*lp : nullptr, prompt_[i], offset);
+        offset += c.logprobs.tokens.back().size();
+      }
+    }
+  }
+  cached_tokens_ = out.metrics.num_cached_tokens;
+  for (const CompletionDelta& d : out.deltas) {
+    add_tokens(choices_[static_cast<size_t>(d.index)], d);
+  }
+  if (out.finished) {
+    for (Choice& c : choices_) {
+      if (c.stopped) continue;
+      c.text += c.held;
+      c.held.clear();
+      c.stopped = true;
+      c.finish_reason = out.cancelled ? "abort" : "length";
+    }
+  }
+  return finished();
+}
+
+bool CompletionOutput::finished() const {
+  return std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.stopped; });
+}
+
+CompletionOutput::ChoiceDelta CompletionOutput::delta_of(const Choice& c, size_t text_from,
+                                                         size_t logprobs_from) const {
+  ChoiceDelta d{c.index, c.text.substr(text_from), std::nullopt, c.finish_reason};
+  if (request_.params.logprobs >= 0) {
+    CompletionLogprobs l;
+    const CompletionLogprobs& all = c.logprobs;
+    for (size_t i = logprobs_from; i < all.size(); ++i) {
+      l.tokens.push_back(all.tokens[i]);
+      l.token_logprobs.push_back(all.token_logprobs[i]);
+      l.top_logprobs.push_back(all.top_logprobs[i]);
+      l.text_offset.push_back(all.text_offset[i]);
+    }
+    d.logprobs = std::move(l);
+  }
+  return d;
+}
+
+std::vector<CompletionOutput::ChoiceDelta> CompletionOutput::take_deltas() {
+  std::vector<ChoiceDelta> out;
+  for (Choice& c : choices_) {
+    const bool finishing = c.finish_reason.has_value() && c.sent != std::string::npos;
+    if (c.sent == std::string::npos) continue;  // finish already sent
+    if (c.text.size() == c.sent && c.logprobs.size() == c.logprobs_sent && !finishing) continue;
+    out.push_back(delta_of(c, c.sent, c.logprobs_sent));
+    if (!c.finish_reason) out.back().finish_reason.reset();
+    c.sent = finishing ? std::string::npos : c.text.size();
+    c.logprobs_sent = c.logprobs.size();
+  }
+  return out;
+}
+
+std::vector<CompletionOutput::ChoiceDelta> CompletionOutput::choices() const {
+  std::vector<ChoiceDelta> out;
+  for (const Choice& c : choices_) out.push_back(delta_of(c, 0, 0));
+  return out;
+}
+
+int64_t CompletionOutput::completion_tokens() const {
+  int64_t n = 0;
+  for (const Choice& c : choices_) n += c.num_tokens;
+  return n;
+}
+
+}  // namespace strata::server

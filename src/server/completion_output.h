@@ -1,0 +1,81 @@
+#pragma once
+// What a completion request returns, built from the engine's step outputs: each choice's text
+// (streaming detokenization, stop strings matched on the text and cut before them), its finish
+// reason, OpenAI completions-style logprobs, and the usage counts. The same object serves the
+// streaming path (take_delta after every step) and the plain one (the accumulated text).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/completion_request.h"
+#include "strata/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::server {
+
+// OpenAI completions logprobs: parallel lists, one entry per token (a null entry for the first
+// echoed prompt token).
+struct CompletionLogprobs {
+  std::vector<std::string> tokens;
+  std::vector<std::optional<float>> token_logprobs;
+  std::vector<std::optional<std::vector<std::pair<std::string, float>>>> top_logprobs;
+  std::vector<int32_t> text_offset;
+  size_t size() const { return tokens.size(); }
+};
+
+class CompletionOutput {
+ public:
+  // One per engine request (one prompt): choices [index_base, index_base + n).
+  CompletionOutput(const CompletionRequest& request, const ServedModel& model, size_t prompt_idx);
+
+  // Folds one step's output in. Returns true when every choice has finished, stop strings
+  // included (then the engine request can be cancelled if it is still running).
+  bool add(const RequestOutput& out);
+  bool finished() const;
+
+  struct ChoiceDelta {
+    int32_t index;
+    std::string text;
+    std::optional<CompletionLogprobs> logprobs;  // when asked
+    std::optional<std::string> finish_reason;
+  };
+  // Streaming: what is new since the last call (text held back while it could start a stop
+  // string).
+  std::vector<ChoiceDelta> take_deltas();
+  // Whole choices (non-streaming): text, logprobs and finish reason of each.
+  std::vector<ChoiceDelta> choices() const;
+
+  int64_t prompt_tokens() const { return static_cast<int64_t>(prompt_.size()); }
+  int64_t completion_tokens() const;
+  int64_t cached_tokens() const { return cached_tokens_; }
+
+ private:
+  struct Choice {
+    int32_t index = 0;
+    std::optional<tokenizer::StreamDecoder> decoder;
+    std::string text;       // final, sent or to send
+    size_t sent = 0;        // bytes of text already taken by take_deltas
+    std::string held;       // decoded but held back (could start a stop string)
+    int32_t num_tokens = 0; // counted up to the stop
+    bool stopped = false;
+    std::optional<std::string> finish_reason;
+    CompletionLogprobs logprobs;
+    size_t logprobs_sent = 0;
+  };
+  void add_tokens(Choice& c, const CompletionDelta& d);
+  void add_logprob(Choice& c, const TokenLogprobs* lp, int32_t token, size_t text_offset);
+  ChoiceDelta delta_of(const Choice& c, size_t text_from, size_t logprobs_from) const;
+  void release(Choice& c, bool all);
+  std::string token_text(int32_t id) const;
+
+  const CompletionRequest& request_;
+  const ServedModel& model_;
+  std::vector<int32_t> prompt_;
+  std::vector<Choice> choices_;
+  size_t max_stop_len_ = 0;
+  int64_t cached_tokens_ = 0;
+};
+
+}  // namespace strata::server

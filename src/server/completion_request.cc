@@ -1,0 +1,191 @@
+#include "server/completion_request.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+
+namespace strata::server {
+namespace {
+
+using nlohmann::json;
+
+// Reads an optional field of the expected kind; a wrong type is a 400 naming the field.
+struct Fields {
+  const json& body;
+  std::optional<ApiError> error;
+
+  const json* get(const char* name) const {
+    const auto it = body.find(name);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  }
+  void wrong(const char* name, const char* expected) {
+    if (!error) error = ApiError::bad_request(std::string("'") + name + "' must be " + expected, name);
+  }
+  template <typename T>
+  void number(const char* name, T& out) {
+    const json* v = get(name);
+    if (v == nullptr) return;
+    if (!v->is_number() || (std::is_integral_v<T> && !v->is_number_integer())) {
+      wrong(name, std::is_integral_v<T> ? "an integer" : "a number");
+      return;
+    }
+    out = v->get<T>();
+  }
+  void boolean(const char* name, bool& out) {
+    const json* v = get(name);
+    if (v == nullptr) return;
+    if (!v->is_boolean()) return wrong(name, "a boolean");
+    out = v->get<bool>();
+  }
+  void string(const char* name, std::string& out) {
+    const json* v = get(name);
+    if (v == nullptr) return;
+    if (!v->is_string()) return wrong(name, "a string");
+    out = v->get<std::string>();
+  }
+};
+
+bool is_token_list(const json& v) {
+  if (!v.is_array() || v.empty()) return false;
+  for (const json& t : v) {
+    if (!t.is_number_integer()) return false;
+  }
+  return true;
+}
+
+std::optional<ApiError> read_prompts(const json& prompt, const ServedModel& model,
+                                     std::vector<std::vector<int32_t>>& out) {
+  auto encode = [&](const json& text) -> std::optional<ApiError> {
+    if (model.tokenizer == nullptr) {
+      return ApiError::bad_request("this model has no tokenizer: send token ids", "prompt");
+    }
+    out.push_back(model.tokenizer->encode(text.get<std::string>(), /*add_special_tokens=*/true));
+    if (out.back().empty()) return ApiError::bad_request("the prompt is empty", "prompt");
+    return std::nullopt;
+  };
+  if (prompt.is_string()) return encode(prompt);
+  if (is_token_list(prompt)) {
+    out.push_back(prompt.get<std::vector<int32_t>>());
+    return std::nullopt;
+  }
+  if (prompt.is_array() && !prompt.empty()) {
+    for (const json& p : prompt) {
+      if (p.is_string()) {
+        if (auto e = encode(p)) return e;
+      } else if (is_token_list(p)) {
+        out.push_back(p.get<std::vector<int32_t>>());
+      } else {
+        return ApiError::bad_request(
+            "'prompt' must be a string, a list of strings, a list of token ids or a list of "
+            "token-id lists",
+            "prompt");
+      }
+    }
+    return std::nullopt;
+  }
+  return ApiError::bad_request(
+      "'prompt' must be a non-empty string, list of strings, token ids or list of token-id lists",
+      "prompt");
+}
+
+}  // namespace
+
+std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
+                                                                   const ServedModel& model) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return ApiError::bad_request("the request body is not valid JSON");
+  if (!j.is_object()) return ApiError::bad_request("the request body must be a JSON object");
+  Fields f{j, std::nullopt};
+  CompletionRequest r;
+  std::string name;
+  f.string("model", name);
+  if (!name.empty() && name != model.name) {
+    return ApiError{404, "not_found_error", "the model '" + name + "' does not exist", "model",
+                    "model_not_found"};
+  }
+  const json* prompt = f.get("prompt");
+  if (prompt == nullptr) return ApiError::bad_request("'prompt' is required", "prompt");
+  engine::SamplingParams& p = r.params;
+  f.number("max_tokens", p.max_tokens);
+  f.number("temperature", p.temperature);
+  f.number("top_p", p.top_p);
+  f.number("top_k", p.top_k);
+  f.number("min_p", p.min_p);
+  f.number("presence_penalty", p.presence_penalty);
+  f.number("frequency_penalty", p.frequency_penalty);
+  f.number("repetition_penalty", p.repetition_penalty);
+  f.number("n", r.n);
+  f.boolean("stream", r.stream);
+  f.boolean("echo", r.echo);
+  f.boolean("ignore_eos", p.ignore_eos);
+  f.boolean("return_tokens_as_token_ids", r.return_tokens_as_token_ids);
+  f.string("cache_salt", r.cache_salt);
+  f.string("user", r.user);
+  if (const json* seed = f.get("seed")) {
+    if (!seed->is_number_integer()) {
+      f.wrong("seed", "an integer");
+    } else {
+      p.seed = static_cast<uint64_t>(seed->get<int64_t>());
+    }
+  }
+  if (const json* lp = f.get("logprobs")) {
+    if (!lp->is_number_integer()) {
+      f.wrong("logprobs", "an integer");
+    } else {
+      p.logprobs = lp->get<int32_t>();
+      if (p.logprobs < 0 || p.logprobs > engine::SamplingParams::kMaxLogprobs) {
+        return ApiError::bad_request("'logprobs' must be in [0, 20]", "logprobs");
+      }
+    }
+  }
+  if (const json* stop = f.get("stop")) {
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array() && stop->size() <= 4 &&
+               std::all_of(stop->begin(), stop->end(), [](const json& s) { return s.is_string(); })) {
+      r.stop = stop->get<std::vector<std::string>>();
+    } else {
+      f.wrong("stop", "a string or a list of at most 4 strings");
+    }
+    for (const std::string& s : r.stop) {
+      if (s.empty()) return ApiError::bad_request("stop strings must not be empty", "stop");
+    }
+  }
+  if (const json* so = f.get("stream_options")) {
+    if (!so->is_object()) {
+      f.wrong("stream_options", "an object");
+    } else if (so->contains("include_usage")) {
+      if (!(*so)["include_usage"].is_boolean()) {
+        f.wrong("stream_options", "an object with a boolean include_usage");
+      } else {
+        r.include_usage = (*so)["include_usage"].get<bool>();
+      }
+    }
+  }
+  if (f.error) return *f.error;
+  if (r.n < 1 || r.n > model.max_n) {
+    return ApiError::bad_request("'n' must be in [1, " + std::to_string(model.max_n) + "]", "n");
+  }
+  if (r.echo) p.prompt_logprobs = std::max(p.logprobs, 0);
+  if (Status s = p.validate(model.vocab_size); !s.ok()) return ApiError::bad_request(s.message());
+  if (auto e = read_prompts(*prompt, model, r.prompts)) return *e;
+  for (const auto& ids : r.prompts) {
+    for (const int32_t id : ids) {
+      if (id < 0 || id >= model.vocab_size) {
+        return ApiError::bad_request("token id " + std::to_string(id) + " is outside the vocabulary",
+                                     "prompt");
+      }
+    }
+    const int64_t total = static_cast<int64_t>(ids.size()) + p.max_tokens;
+    if (total > model.max_model_len) {
+      return ApiError::bad_request(
+          "this model's maximum context length is " + std::to_string(model.max_model_len) +
+              " tokens; the prompt has " + std::to_string(ids.size()) + " and max_tokens asks for " +
+              std::to_string(p.max_tokens),
+          "max_tokens", "context_length_exceeded");
+    }
+  }
+  return r;
+}
+
+}  // namespace strata::server

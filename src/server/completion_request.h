@@ -1,0 +1,43 @@
+#pragma once
+// POST /v1/completions: the request body, parsed and validated into what the engine runs. Every
+// problem is an ApiError naming the field (400), with OpenAI's codes where they exist
+// (context_length_exceeded).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "server/api_error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::server {
+
+// What the server serves: the name clients ask for, and the limits requests are checked against.
+struct ServedModel {
+  std::string name;
+  int32_t vocab_size = 0;
+  int64_t max_model_len = 0;
+  const tokenizer::Tokenizer* tokenizer = nullptr;  // nullptr: token-id prompts only
+  int32_t max_n = 16;
+};
+
+struct CompletionRequest {
+  std::vector<std::vector<int32_t>> prompts;  // one per prompt, token ids
+  engine::SamplingParams params;
+  int32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;
+  std::vector<std::string> stop;  // stop strings (text), matched on the decoded output
+  std::string cache_salt;
+  std::string user;
+  bool return_tokens_as_token_ids = false;
+};
+
+std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
+                                                                   const ServedModel& model);
+
+}  // namespace strata::server

@@ -1,0 +1,67 @@
+#pragma once
+// HttpServer: Strata's OpenAI-compatible HTTP front (cpp-httplib), over an AsyncEngine.
+//
+//   POST /v1/completions   prompt(s) as text or token ids; streaming (SSE) or not; OpenAI errors
+//   GET  /v1/models        the served model
+//   GET  /health           200 while serving
+//   GET  /metrics          Prometheus text, vLLM-style names under strata:
+//   POST /tokenize, /detokenize   the model's tokenizer
+//
+// Handler threads parse and validate, submit to the engine thread, and wait on their request's
+// stream; a streaming client that disconnects is cancelled within one poll (50 ms). Every bad
+// request gets an OpenAI error object and leaves the others alone.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "server/async_engine.h"
+#include "server/completion_request.h"
+#include "server/metrics.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}
+
+namespace strata::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int num_threads = 0;                  // 0 = max_num_seqs + 16
+  size_t max_body_bytes = 16u << 20;    // 413 beyond
+  // Bearer key required on /v1/* (401 otherwise); empty = open. Each key's requests are a tenant
+  // of the prefix cache: the engine salts them apart.
+  std::string api_key;
+  // Requests admitted but not finished beyond which new ones get 503 + Retry-After; 0 = no bound.
+  int64_t max_waiting_requests = 0;
+};
+
+class HttpServer {
+ public:
+  HttpServer(AsyncEngine& engine, ServedModel model, ServerConfig config);
+  ~HttpServer();
+
+  // Binds (port 0: any free port), prints "strata: serving NAME on http://HOST:PORT" on stderr and
+  // serves until stop(); false (with a message on stderr) when the port cannot be bound.
+  bool listen();
+  void stop();
+
+ private:
+  void routes();
+  void completions(const httplib::Request& req, httplib::Response& res);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  bool serve();
+
+  AsyncEngine& engine_;
+  ServedModel model_;
+  ServerConfig config_;
+  Metrics metrics_;
+  int64_t kv_bytes_per_token_ = 0;
+  std::unique_ptr<httplib::Server> http_;
+};
+
+}  // namespace strata::server

@@ -1,0 +1,95 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace strata::server {
+namespace {
+
+void line(std::string& out, const std::string& text) {
+  out += text;
+  out += '\n';
+}
+
+void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
+  line(out, std::string("# HELP ") + name + " " + help);
+  line(out, std::string("# TYPE ") + name + " " + type);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " %.17g", value);
+  line(out, std::string(name) + buf);
+}
+
+}  // namespace
+
+void Histogram::observe(double seconds) {
+  for (size_t i = 0; i < kBuckets.size(); ++i) counts_[i] += seconds <= kBuckets[i] ? 1 : 0;
+  ++count_;
+  sum_ += seconds;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& help) const {
+  line(out, "# HELP " + name + " " + help);
+  line(out, "# TYPE " + name + " histogram");
+  char buf[96];
+  for (size_t i = 0; i < kBuckets.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), "_bucket{le=\"%g\"} %lld", kBuckets[i],
+                  static_cast<long long>(counts_[i]));
+    line(out, name + buf);
+  }
+  std::snprintf(buf, sizeof(buf), "_bucket{le=\"+Inf\"} %lld", static_cast<long long>(count_));
+  line(out, name + buf);
+  std::snprintf(buf, sizeof(buf), "_sum %.17g", sum_);
+  line(out, name + buf);
+  std::snprintf(buf, sizeof(buf), "_count %lld", static_cast<long long>(count_));
+  line(out, name + buf);
+}
+
+void Metrics::record_finished(const RequestMetrics& m, const std::string& reason,
+                              int64_t num_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++finished_by_reason_[reason];
+  if (m.first_token_time > 0.0) ttft_.observe(m.first_token_time - m.arrival_time);
+  if (m.finished_time > 0.0) e2e_.observe(m.finished_time - m.arrival_time);
+  if (m.finished_time > 0.0 && m.first_token_time > 0.0 && num_tokens > 1) {
+    itl_.observe((m.finished_time - m.first_token_time) / static_cast<double>(num_tokens - 1));
+  }
+}
+
+std::string Metrics::render(const EngineSnapshot& s, int64_t kv_bytes_per_token) const {
+  std::string out;
+  const EngineStepStats& st = s.last_step;
+  const EngineTotals& t = s.totals;
+  metric(out, "strata:num_requests_running", "gauge", "Sequences in the running batch.",
+         st.num_running);
+  metric(out, "strata:num_requests_waiting", "gauge", "Sequences waiting for admission.",
+         st.num_waiting);
+  metric(out, "strata:num_requests_swapped", "gauge", "Sequences swapped to host memory.",
+         st.num_swapped);
+  const double blocks = static_cast<double>(st.num_used_blocks + st.num_free_blocks);
+  metric(out, "strata:kv_cache_usage_perc", "gauge", "Share of KV blocks in use (1 = full).",
+         blocks > 0 ? st.num_used_blocks / blocks : 0.0);
+  metric(out, "strata:kv_bytes_per_token", "gauge", "KV cache bytes one token takes.",
+         static_cast<double>(kv_bytes_per_token));
+  metric(out, "strata:prefix_cache_queries_total", "counter", "Prompt tokens looked up.",
+         static_cast<double>(t.prefix_query_tokens));
+  metric(out, "strata:prefix_cache_hits_total", "counter", "Prompt tokens found in the cache.",
+         static_cast<double>(t.prefix_hit_tokens));
+  metric(out, "strata:prompt_tokens_total", "counter", "Prompt tokens admitted.",
+         static_cast<double>(t.num_prompt_tokens));
+  metric(out, "strata:generation_tokens_total", "counter", "Tokens generated.",
+         static_cast<double>(t.num_generated_tokens));
+  metric(out, "strata:num_preemptions_total", "counter", "Sequences preempted.",
+         static_cast<double>(t.num_preemptions));
+  std::lock_guard<std::mutex> lock(mu_);
+  ttft_.render(out, "strata:time_to_first_token_seconds", "Time to first token.");
+  itl_.render(out, "strata:inter_token_latency_seconds", "Mean time between output tokens.");
+  e2e_.render(out, "strata:e2e_request_latency_seconds", "Arrival to last token.");
+  line(out, "# HELP strata:request_success_total Finished requests by finish reason.");
+  line(out, "# TYPE strata:request_success_total counter");
+  for (const auto& [reason, n] : finished_by_reason_) {
+    line(out, "strata:request_success_total{finished_reason=\"" + reason + "\"} " +
+                  std::to_string(n));
+  }
+  return out;
+}
+
+}  // namespace strata::server

@@ -1,0 +1,42 @@
+#pragma once
+// Metrics: the server's Prometheus text (GET /metrics), vLLM-style names under `strata:`.
+// Gauges and counters come from the engine's snapshot; latency histograms and finished requests
+// by reason are recorded here as requests end. Thread-safe (handler threads record, the metrics
+// handler renders).
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "server/async_engine.h"
+
+namespace strata::server {
+
+class Histogram {
+ public:
+  static constexpr std::array<double, 14> kBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                                      0.1,   0.25,  0.5,  1.0,  2.5,  5.0,  10.0};
+  void observe(double seconds);
+  void render(std::string& out, const std::string& name, const std::string& help) const;
+
+ private:
+  std::array<int64_t, kBuckets.size()> counts_{};
+  int64_t count_ = 0;
+  double sum_ = 0.0;
+};
+
+class Metrics {
+ public:
+  // One finished request: its engine metrics and its finish reason ("stop", "length", "abort").
+  void record_finished(const RequestMetrics& m, const std::string& reason, int64_t num_tokens);
+  std::string render(const EngineSnapshot& snapshot, int64_t kv_bytes_per_token) const;
+
+ private:
+  mutable std::mutex mu_;
+  Histogram ttft_, e2e_, itl_;
+  std::map<std::string, int64_t> finished_by_reason_;
+};
+
+}  // namespace strata::server

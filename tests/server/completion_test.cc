@@ -1,0 +1,147 @@
+// POST /v1/completions without HTTP: request parsing and validation (every bad field is a 400
+// naming it; the OpenAI codes context_length_exceeded and model_not_found), and the output side:
+// streaming deltas that add up to the whole text, stop strings cut before they appear (also across
+// token boundaries, never leaking a partial match), usage and logprobs.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "server/completion_output.h"
+#include "server/completion_request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::server {
+namespace {
+
+class CompletionTest : public ::testing::Test {
+ protected:
+  CompletionTest() : tok_(tokenizer::Tokenizer::load(STRATA_MODEL_DIR)) {
+    model_ = ServedModel{"strata-tiny", 8192, 4096, &tok_, 16};
+  }
+
+  CompletionRequest ok(const std::string& body) {
+    auto r = parse_completion_request(body, model_);
+    if (auto* e = std::get_if<ApiError>(&r)) ADD_FAILURE() << body << ": " << e->message;
+    return std::holds_alternative<CompletionRequest>(r) ? std::get<CompletionRequest>(r)
+                                                        : CompletionRequest{};
+  }
+  ApiError error(const std::string& body) {
+    auto r = parse_completion_request(body, model_);
+    EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body << " was accepted";
+    return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+  }
+
+  tokenizer::Tokenizer tok_;
+  ServedModel model_;
+};
+
+TEST_F(CompletionTest, PromptsAsTextIdsAndListsOfEither) {
+  CompletionRequest r = ok(R"({"model":"strata-tiny","prompt":"And it came to pass"})");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0], tok_.encode("And it came to pass", true));
+  EXPECT_EQ(r.params.max_tokens, 16) << "OpenAI's default";
+  r = ok(R"({"prompt":[5,6,7]})");
+  EXPECT_EQ(r.prompts, (std::vector<std::vector<int32_t>>{{5, 6, 7}}));
+  r = ok(R"({"prompt":[[1,2],"In the beginning"],"n":2,"seed":3,"logprobs":2,"echo":true})");
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.params.seed, 3u);
+  EXPECT_EQ(r.params.prompt_logprobs, 2) << "echo with logprobs scores the prompt";
+  r = ok(R"({"prompt":"x","stop":"\n","stream":true,"stream_options":{"include_usage":true}})");
+  EXPECT_EQ(r.stop, std::vector<std::string>{"\n"});
+  EXPECT_TRUE(r.stream && r.include_usage);
+}
+
+TEST_F(CompletionTest, EveryBadFieldIsA400NamingIt) {
+  EXPECT_EQ(error("{bad").http_status, 400);
+  EXPECT_EQ(error("[1,2]").http_status, 400);
+  EXPECT_EQ(error(R"({"max_tokens":4})").param, "prompt");
+  EXPECT_EQ(error(R"({"prompt":"x","temperature":"hot"})").param, "temperature");
+  EXPECT_EQ(error(R"({"prompt":"x","max_tokens":1.5})").param, "max_tokens");
+  EXPECT_EQ(error(R"({"prompt":"x","n":0})").param, "n");
+  EXPECT_EQ(error(R"({"prompt":"x","n":17})").param, "n");
+  EXPECT_EQ(error(R"({"prompt":"x","logprobs":21})").param, "logprobs");
+  EXPECT_EQ(error(R"({"prompt":"x","stop":["a","b","c","d","e"]})").param, "stop");
+  EXPECT_EQ(error(R"({"prompt":"x","stop":[""]})").param, "stop");
+  EXPECT_EQ(error(R"({"prompt":"x","stream":"yes"})").param, "stream");
+  EXPECT_EQ(error(R"({"prompt":[]})").param, "prompt");
+  EXPECT_EQ(error(R"({"prompt":[1,"a"]})").param, "prompt");
+  EXPECT_EQ(error(R"({"prompt":[99999]})").param, "prompt");
+  EXPECT_EQ(error(R"({"prompt":"x","top_p":0})").http_status, 400);
+  const ApiError too_long = error(R"({"prompt":"x","max_tokens":4096})");
+  EXPECT_EQ(too_long.code, "context_length_exceeded");
+  const ApiError unknown = error(R"({"model":"gpt-4","prompt":"x"})");
+  EXPECT_EQ(unknown.http_status, 404);
+  EXPECT_EQ(unknown.code, "model_not_found");
+  EXPECT_NE(unknown.to_json().find("\"error\""), std::string::npos);
+}
+
+// Feeds the ids one step at a time, as the engine would, and gathers the streamed deltas.
+std::string stream_text(CompletionOutput& out, const std::vector<int32_t>& ids,
+                        std::vector<std::string>* pieces = nullptr) {
+  std::string text;
+  for (size_t i = 0; i < ids.size() && !out.finished(); ++i) {
+    RequestOutput o;
+    o.deltas.push_back({0, {ids[i]}, {}, std::nullopt});
+    if (i + 1 == ids.size()) {
+      o.deltas.back().finish_reason = FinishReason::kLength;
+      o.finished = true;
+    }
+    out.add(o);
+    for (const auto& d : out.take_deltas()) {
+      text += d.text;
+      if (pieces) pieces->push_back(d.text);
+    }
+  }
+  return text;
+}
+
+TEST_F(CompletionTest, StreamedDeltasAddUpToTheWholeText) {
+  CompletionRequest r = ok(R"({"prompt":"x","max_tokens":64})");
+  const std::vector<int32_t> ids = tok_.encode("And God said, Let there be light: and there was light.", false);
+  CompletionOutput out(r, model_, 0);
+  EXPECT_EQ(stream_text(out, ids), tok_.decode(ids, true));
+  EXPECT_EQ(out.choices()[0].finish_reason, "length");
+  EXPECT_EQ(out.completion_tokens(), static_cast<int64_t>(ids.size()));
+}
+
+TEST_F(CompletionTest, AStopStringEndsTheChoiceBeforeItAndNeverLeaksAPartialMatch) {
+  CompletionRequest r = ok(R"({"prompt":"x","max_tokens":64,"stop":[" there was"]})");
+  const std::vector<int32_t> ids = tok_.encode("And God said, Let there be light: and there was light.", false);
+  CompletionOutput out(r, model_, 0);
+  std::vector<std::string> pieces;
+  const std::string text = stream_text(out, ids, &pieces);
+  EXPECT_EQ(text, "And God said, Let there be light: and");
+  EXPECT_EQ(out.choices()[0].text, text);
+  EXPECT_EQ(out.choices()[0].finish_reason, "stop");
+  EXPECT_TRUE(out.finished());
+  EXPECT_LT(out.completion_tokens(), static_cast<int64_t>(ids.size()));
+  for (const std::string& p : pieces) EXPECT_EQ(p.find(" there was"), std::string::npos);
+}
+
+TEST_F(CompletionTest, LogprobsListOneEntryPerTokenWithTextOffsets) {
+  CompletionRequest r = ok(R"({"prompt":"x","logprobs":1})");
+  CompletionOutput out(r, model_, 0);
+  const std::vector<int32_t> ids = tok_.encode("In the beginning", false);
+  RequestOutput o;
+  CompletionDelta d{0, ids, {}, FinishReason::kLength};
+  for (const int32_t id : ids) d.logprobs.push_back(TokenLogprobs{id, -0.5f, {{id, -0.5f}}});
+  o.deltas.push_back(d);
+  o.finished = true;
+  out.add(o);
+  const auto choice = out.choices()[0];
+  ASSERT_TRUE(choice.logprobs.has_value());
+  ASSERT_EQ(choice.logprobs->size(), ids.size());
+  std::string joined;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(choice.logprobs->text_offset[i], static_cast<int32_t>(joined.size()));
+    joined += choice.logprobs->tokens[i];
+  }
+  EXPECT_EQ(joined, choice.text);
+}
+
+}  // namespace
+}  // namespace strata::server

@@ -1,0 +1,120 @@
+// The official openai npm client (pinned in client/package.json) against a running strata serve:
+// completions plain and streaming (with usage), n > 1, logprobs, token-id prompts, stop strings,
+// cached tokens on a repeated prefix, errors as OpenAI error objects, and the server healthy after
+// each. Usage: node openai_client_test.mjs BASE_URL API_KEY
+import OpenAI from "./client/node_modules/openai/index.mjs";
+
+const base = process.argv[2];
+const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: process.argv[3], maxRetries: 0 });
+let passed = 0;
+let failed = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+  } catch (e) {
+    failed++;
+    console.log(`FAIL: ${name}: ${e.stack || e}`);
+  }
+}
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+const model = (await client.models.list()).data[0].id;
+
+await check("models", async () => {
+  assert(model === "strata-tiny", `model id ${model}`);
+});
+
+await check("completion", async () => {
+  const r = await client.completions.create({
+    model, prompt: "And it came to pass", max_tokens: 16, temperature: 0,
+  });
+  assert(r.object === "text_completion", "object");
+  assert(r.choices.length === 1 && r.choices[0].text.length > 0, "text");
+  assert(r.choices[0].finish_reason === "length", `finish ${r.choices[0].finish_reason}`);
+  assert(r.usage.completion_tokens === 16 && r.usage.prompt_tokens > 0, "usage");
+});
+
+await check("greedy is repeatable and streaming equals plain", async () => {
+  const args = { model, prompt: "In the beginning", max_tokens: 20, temperature: 0 };
+  const plain = await client.completions.create(args);
+  const stream = await client.completions.create({
+    ...args, stream: true, stream_options: { include_usage: true },
+  });
+  let text = "";
+  let usage = null;
+  let finish = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.text;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert(text === plain.choices[0].text, `stream '${text}' != plain '${plain.choices[0].text}'`);
+  assert(finish === "length", `finish ${finish}`);
+  assert(usage && usage.completion_tokens === 20, "usage in the last chunk");
+});
+
+await check("n > 1 with a seed, logprobs", async () => {
+  const r = await client.completions.create({
+    model, prompt: "And the LORD said", max_tokens: 8, n: 3, seed: 7, logprobs: 2,
+  });
+  assert(r.choices.length === 3, "three choices");
+  const idx = r.choices.map((c) => c.index).sort();
+  assert(JSON.stringify(idx) === "[0,1,2]", `indices ${idx}`);
+  for (const c of r.choices) {
+    assert(c.logprobs.tokens.length === 8, "8 logprobs");
+    assert(c.logprobs.token_logprobs.every((x) => x <= 0), "logprobs <= 0");
+    assert(Object.keys(c.logprobs.top_logprobs[0]).length >= 1, "top logprobs");
+  }
+});
+
+await check("token-id prompts and a list of prompts", async () => {
+  const r = await client.completions.create({
+    model, prompt: [[0, 200, 300], [0, 400]], max_tokens: 4, temperature: 0,
+  });
+  assert(r.choices.length === 2, "a choice per prompt");
+  assert(r.usage.prompt_tokens === 5, `prompt tokens ${r.usage.prompt_tokens}`);
+});
+
+await check("stop strings cut the text", async () => {
+  const args = { model, prompt: "And it came to pass", max_tokens: 40, temperature: 0 };
+  const full = (await client.completions.create(args)).choices[0].text;
+  const word = full.trim().split(" ")[2];
+  const r = await client.completions.create({ ...args, stop: [word] });
+  assert(r.choices[0].finish_reason === "stop", `finish ${r.choices[0].finish_reason}`);
+  assert(full.startsWith(r.choices[0].text) && !r.choices[0].text.includes(word), "cut");
+});
+
+await check("cached tokens on a repeated prefix", async () => {
+  const prefix = "Then answered Job and said, ".repeat(12);
+  await client.completions.create({ model, prompt: prefix + "one", max_tokens: 2 });
+  const r = await client.completions.create({ model, prompt: prefix + "two", max_tokens: 2 });
+  assert(r.usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(r.usage));
+});
+
+await check("errors are OpenAI error objects", async () => {
+  for (const [args, status, code] of [
+    [{ model, prompt: "x", max_tokens: 100000 }, 400, "context_length_exceeded"],
+    [{ model, prompt: "x", temperature: -1 }, 400, null],
+    [{ model: "no-such-model", prompt: "x" }, 404, "model_not_found"],
+    [{ model, prompt: "x", n: 1000 }, 400, null],
+  ]) {
+    try {
+      await client.completions.create(args);
+      throw new Error(`no error for ${JSON.stringify(args)}`);
+    } catch (e) {
+      assert(e instanceof OpenAI.APIError, `${e}`);
+      assert(e.status === status, `status ${e.status} for ${JSON.stringify(args)}`);
+      if (code) assert(e.code === code, `code ${e.code}`);
+    }
+  }
+  const health = await fetch(`${base}/health`);
+  assert(health.status === 200, "healthy after errors");
+});
+
+console.log(`openai_client_test: ${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
