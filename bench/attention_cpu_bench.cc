@@ -9,6 +9,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear.h"
 #include "kv/kv_layout.h"
 
@@ -72,9 +73,16 @@ BENCHMARK(BM_PagedDecodeAttentionCpu)
     ->UseRealTime();
 
 // out[m, n] = x[m, k] W[n, k]^T: m = 1 is a decode step (bandwidth bound), m = 64 a prefill chunk.
+// Only weights larger than the last-level cache (the LM head row) measure memory bandwidth; the
+// smaller ones are re-read from cache on every iteration.
 void BM_LinearCpu(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const auto dtype = static_cast<DType>(state.range(3));
+  const auto isa = static_cast<CpuIsa>(state.range(4));
+  if (!cpu_supports(isa)) {
+    state.SkipWithError("this CPU lacks the path");
+    return;
+  }
   std::vector<uint8_t> w(static_cast<size_t>(n * k * dtype_size(dtype)), 0x3c);
   std::vector<float> x(static_cast<size_t>(m * k), 0.5f), out(static_cast<size_t>(m * n));
   TensorView weight;
@@ -84,7 +92,7 @@ void BM_LinearCpu(benchmark::State& state) {
   weight.shape = {n, k, 0, 0};
   ThreadPool pool(kThreads);
   for (auto _ : state) {
-    if (!linear(x.data(), weight, TensorView{}, out.data(), m, pool).ok()) {
+    if (!detail::linear_with_isa(isa, x.data(), weight, TensorView{}, out.data(), m, pool).ok()) {
       state.SkipWithError("linear failed");
     }
     benchmark::DoNotOptimize(out.data());
@@ -95,12 +103,35 @@ void BM_LinearCpu(benchmark::State& state) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * m * n * k * iters / 1e9, benchmark::Counter::kIsRate);
 }
+constexpr auto kPortable = static_cast<int64_t>(CpuIsa::kPortable);
+constexpr auto kAvx2 = static_cast<int64_t>(CpuIsa::kAvx2);
+constexpr auto kBf16 = static_cast<int64_t>(DType::kBF16);
 BENCHMARK(BM_LinearCpu)
-    ->ArgNames({"m", "n", "k", "dtype"})
-    ->Args({1, 4096, 4096, static_cast<int64_t>(DType::kF32)})
-    ->Args({1, 4096, 4096, static_cast<int64_t>(DType::kBF16)})
-    ->Args({64, 4096, 4096, static_cast<int64_t>(DType::kBF16)})
+    ->ArgNames({"m", "n", "k", "dtype", "isa"})
+    ->Args({1, 4096, 4096, static_cast<int64_t>(DType::kF32), kPortable})
+    ->Args({1, 4096, 4096, static_cast<int64_t>(DType::kF32), kAvx2})
+    ->Args({1, 4096, 4096, kBf16, kPortable})
+    ->Args({1, 4096, 4096, kBf16, kAvx2})
+    ->Args({1, 4864, 896, kBf16, kAvx2})  // Qwen2-0.5B gate/up projection, one decode row
+    ->Args({1, 896, 4864, kBf16, kAvx2})  // its down projection
+    ->Args({1, 151936, 896, kBf16, kPortable})  // its LM head: 272 MB, beyond any cache
+    ->Args({1, 151936, 896, kBf16, kAvx2})
+    ->Args({64, 4096, 4096, kBf16, kPortable})
+    ->Args({64, 4096, 4096, kBf16, kAvx2})
     ->UseRealTime();
+
+// One empty parallel_for over the pool's threads: the fixed cost every kernel call pays (a decode
+// step of a 24-layer model makes a few hundred).
+void BM_ThreadPoolParallelFor(benchmark::State& state) {
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  std::vector<int64_t> sink(64);
+  for (auto _ : state) {
+    pool.parallel_for(pool.num_threads(),
+                      [&](int64_t begin, int64_t) { sink[static_cast<size_t>(begin) * 8] += 1; });
+  }
+  benchmark::DoNotOptimize(sink.data());
+}
+BENCHMARK(BM_ThreadPoolParallelFor)->Arg(2)->UseRealTime();
 
 // The machine's memory read bandwidth at the same thread count: the ceiling for the GB/s above.
 // Sums a 512 MiB float buffer (far beyond the caches) in 8 lanes per thread.

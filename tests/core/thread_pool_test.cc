@@ -207,5 +207,22 @@ TEST(ThreadPoolTest, DestructionWithIdleWorkersJoins) {
   }
 }
 
+TEST(ThreadPoolTest, BackToBackCallsHandOffWithoutLosingAJob) {
+  // Calls a few microseconds apart (workers still polling) and uneven chunks (the caller or a
+  // worker finishes first and waits): every call must see every index exactly once, none may hang.
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<int64_t> hits(64, 0);
+    for (int call = 0; call < 4000; ++call) {
+      pool.parallel_for(64, [&](int64_t begin, int64_t end) {
+        volatile int64_t spin = (begin == 0 && call % 7 == 0) ? 2000 : 0;
+        while (spin > 0) spin = spin - 1;
+        for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
+      });
+    }
+    for (int64_t h : hits) EXPECT_EQ(h, 4000) << threads << " threads";
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/linear_avx2.h"
 
 namespace strata::cpu {
 namespace {
@@ -61,13 +62,26 @@ std::vector<float>& weight_scratch() {
 
 Status linear(const float* x, TensorView weight, TensorView bias, float* out, int64_t m,
               ThreadPool& pool) {
+  return detail::linear_with_isa(best_cpu_isa(), x, weight, bias, out, m, pool);
+}
+
+namespace detail {
+
+Status linear_with_isa(CpuIsa isa, const float* x, TensorView weight, TensorView bias, float* out,
+                       int64_t m, ThreadPool& pool) {
   STRATA_RETURN_IF_ERROR(validate(x, weight, bias, out, m));
+  if (!cpu_supports(isa)) {
+    return Status::Unsupported(std::string("linear: this CPU cannot run the ") + cpu_isa_name(isa) +
+                               " path");
+  }
   const int64_t n = weight.shape[0];
   const int64_t k = weight.shape[1];
   if (m == 0) return Status::Ok();
   const int64_t num_m_tiles = (m + kMTile - 1) / kMTile;
   const int64_t num_n_tiles = (n + kNTile - 1) / kNTile;
-  // Tasks are n-tile major so a thread's consecutive tasks share one widened weight tile.
+  const int64_t w_elem_bytes = dtype_size(weight.dtype);
+  // Tasks are n-tile major so a thread's consecutive tasks share one weight tile (widened once on
+  // the portable path, kept in L1 on the AVX2 path, which reads BF16/F16 weights as they are).
   pool.parallel_for(num_m_tiles * num_n_tiles, [&](int64_t begin, int64_t end) {
     std::vector<float>& scratch = weight_scratch();
     std::array<float, kNTile> bias_tile{};
@@ -79,22 +93,35 @@ Status linear(const float* x, TensorView weight, TensorView bias, float* out, in
       const int64_t n0 = n_tile * kNTile;
       const int64_t nt = std::min(kNTile, n - n0);
       const int64_t mt = std::min(kMTile, m - m0);
+      const float* bias_f32 = bias.empty() ? nullptr : bias_tile.data();
       if (n_tile != cached_n_tile) {
-        if (weight.dtype == DType::kF32) {
-          w = static_cast<const float*>(weight.data) + n0 * k;
-        } else {
-          scratch.resize(static_cast<size_t>(kNTile * k));
-          detail::load_f32(weight.data, weight.dtype, n0 * k, nt * k, scratch.data());
-          w = scratch.data();
-        }
         if (!bias.empty()) detail::load_f32(bias.data, bias.dtype, n0, nt, bias_tile.data());
+        if (isa == CpuIsa::kPortable) {
+          if (weight.dtype == DType::kF32) {
+            w = static_cast<const float*>(weight.data) + n0 * k;
+          } else {
+            scratch.resize(static_cast<size_t>(kNTile * k));
+            detail::load_f32(weight.data, weight.dtype, n0 * k, nt * k, scratch.data());
+            w = scratch.data();
+          }
+        }
         cached_n_tile = n_tile;
       }
-      compute_block(x + m0 * k, mt, w, nt, k, bias.empty() ? nullptr : bias_tile.data(),
-                    out + m0 * n + n0, n);
+      switch (isa) {
+        case CpuIsa::kPortable:
+          compute_block(x + m0 * k, mt, w, nt, k, bias_f32, out + m0 * n + n0, n);
+          break;
+        case CpuIsa::kAvx2:
+          matmul_nt_avx2(x + m0 * k, k, mt,
+                         static_cast<const char*>(weight.data) + n0 * k * w_elem_bytes,
+                         weight.dtype, nt, k, bias_f32, out + m0 * n + n0, n);
+          break;
+      }
     }
   });
   return Status::Ok();
 }
+
+}  // namespace detail
 
 }  // namespace strata::cpu

@@ -8,14 +8,17 @@
 // bit-identical alone or in any batch.
 //
 // Cost: 2 * m * n * k flops. Work is split into tiles of up to 64 rows of x by 16 rows of W over
-// the ThreadPool; a BF16/F16 weight tile is widened to fp32 once per (thread, tile), never the
-// whole matrix.
+// the ThreadPool. On CPUs with AVX2 (chosen at run time, cpu_isa.h) BF16/F16 weights are read as
+// they are and widened in registers (linear_avx2.h), so a decode step reads 2 bytes per weight; the
+// portable fallback widens one weight tile to fp32 per (thread, tile), never the whole matrix. Both
+// paths give bit-identical results.
 
 #include <cstdint>
 
 #include "core/status.h"
 #include "core/tensor_view.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace strata::cpu {
 
@@ -27,5 +30,12 @@ namespace strata::cpu {
 // shapes that do not match; Unsupported for a weight or bias dtype outside F32/BF16/F16.
 Status linear(const float* x, TensorView weight, TensorView bias, float* out, int64_t m,
               ThreadPool& pool);
+
+namespace detail {
+// linear on a chosen path (tests and benchmarks compare paths); Unsupported when the running CPU
+// lacks it. linear() calls this with best_cpu_isa().
+Status linear_with_isa(CpuIsa isa, const float* x, TensorView weight, TensorView bias, float* out,
+                       int64_t m, ThreadPool& pool);
+}  // namespace detail
 
 }  // namespace strata::cpu

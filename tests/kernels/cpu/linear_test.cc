@@ -126,6 +126,37 @@ TEST(LinearTest, RowsBitIdenticalAloneOrInBatchAtAnyThreadCount) {
   }
 }
 
+TEST(LinearTest, EveryIsaPathIsBitIdenticalToThePortablePath) {
+  // Odd k (tails of 1..7), n not a multiple of the 4 x 2 / 1 x 4 tiles, m across the 4-row tiles.
+  constexpr Shape kIsaShapes[] = {{1, 1, 1}, {1, 7, 9}, {5, 13, 31}, {4, 6, 8}, {70, 40, 257},
+                                  {1, 130, 1000}, {9, 33, 4099}};
+  for (CpuIsa isa : kCpuIsas) {
+    if (!cpu_supports(isa)) {
+      EXPECT_EQ(detail::linear_with_isa(isa, nullptr, TensorView{}, TensorView{}, nullptr, 0,
+                                        pool_of(1))
+                    .code(),
+                StatusCode::kInvalidArgument);
+      continue;
+    }
+    for (DType dtype : kCpuFloatDTypes) {
+      for (const Shape& s : kIsaShapes) {
+        LinearCase c(s, dtype, /*with_bias=*/s.k % 2 == 1, DType::kBF16);
+        std::vector<float> portable(static_cast<size_t>(s.m * s.n));
+        std::vector<float> fast(portable.size(), -1.0f);
+        ASSERT_TRUE(detail::linear_with_isa(CpuIsa::kPortable, c.x.data(), c.weight, c.bias,
+                                            portable.data(), s.m, pool_of(1))
+                        .ok());
+        ASSERT_TRUE(detail::linear_with_isa(isa, c.x.data(), c.weight, c.bias, fast.data(), s.m,
+                                            pool_of(2))
+                        .ok());
+        EXPECT_TRUE(bit_equal(portable.data(), fast.data(), s.m * s.n))
+            << cpu_isa_name(isa) << " " << dtype_name(dtype) << " m=" << s.m << " n=" << s.n
+            << " k=" << s.k;
+      }
+    }
+  }
+}
+
 TEST(LinearTest, ZeroRowsIsANoOp) {
   LinearCase c(Shape{1, 4, 4}, DType::kF32, false);
   EXPECT_TRUE(linear(nullptr, c.weight, c.bias, nullptr, 0, pool_of(1)).ok());
