@@ -4,6 +4,8 @@
 
 #include <optional>
 
+#include "chat_template/chat_template.h"
+
 namespace strata::server {
 namespace {
 
@@ -88,10 +90,74 @@ std::optional<ApiError> read_prompts(const json& prompt, const ServedModel& mode
       "prompt");
 }
 
+// Chat: the messages rendered with the model's chat template, then encoded as the template
+// wrote them (its special tokens are in the text).
+std::optional<ApiError> render_messages(const json& body, const ServedModel& model,
+                                        std::vector<std::vector<int32_t>>& out) {
+  const auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty()) {
+    return ApiError::bad_request("'messages' must be a non-empty list", "messages");
+  }
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const json& m : *it) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return ApiError::bad_request("each message needs a string 'role'", "messages");
+    }
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
+        role != "developer") {
+      return ApiError::bad_request("unknown message role '" + role + "'", "messages");
+    }
+    std::string content;
+    const json c = m.value("content", json(nullptr));
+    if (c.is_string()) {
+      content = c.get<std::string>();
+    } else if (c.is_array()) {
+      for (const json& part : c) {  // text parts only
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return ApiError::bad_request("message content parts must be {type: text, text}",
+                                       "messages");
+        }
+        content += part["text"].get<std::string>();
+      }
+    } else if (!c.is_null()) {
+      return ApiError::bad_request("message content must be a string or a list of text parts",
+                                   "messages");
+    }
+    nlohmann::ordered_json msg = {{"role", role}, {"content", content}};
+    messages.push_back(std::move(msg));
+  }
+  if (model.tokenizer == nullptr) return ApiError::bad_request("this model has no tokenizer");
+  nlohmann::ordered_json options = {{"add_generation_prompt", body.value("add_generation_prompt", true)}};
+  if (const auto kw = body.find("chat_template_kwargs"); kw != body.end() && kw->is_object()) {
+    for (const auto& [k, v] : kw->items()) options[k] = v;
+  }
+  Result<std::string> text =
+      chat_template::render_tokenizer_chat_template(*model.tokenizer, messages, options);
+  if (!text.ok()) {
+    return ApiError::bad_request("the chat template failed: " + text.status().message(),
+                                 "messages");
+  }
+  out.push_back(model.tokenizer->encode(*text, /*add_special_tokens=*/false));
+  if (out.back().empty()) return ApiError::bad_request("the rendered prompt is empty", "messages");
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
                                                                    const ServedModel& model) {
+  return parse_request(body, model, /*chat=*/false);
+}
+
+std::variant<CompletionRequest, ApiError> parse_chat_request(std::string_view body,
+                                                             const ServedModel& model) {
+  return parse_request(body, model, /*chat=*/true);
+}
+
+std::variant<CompletionRequest, ApiError> parse_request(std::string_view body,
+                                                        const ServedModel& model, bool chat) {
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return ApiError::bad_request("the request body is not valid JSON");
   if (!j.is_object()) return ApiError::bad_request("the request body must be a JSON object");
@@ -103,10 +169,12 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
     return ApiError{404, "not_found_error", "the model '" + name + "' does not exist", "model",
                     "model_not_found"};
   }
-  const json* prompt = f.get("prompt");
-  if (prompt == nullptr) return ApiError::bad_request("'prompt' is required", "prompt");
+  r.chat = chat;
+  const json* prompt = chat ? nullptr : f.get("prompt");
+  if (!chat && prompt == nullptr) return ApiError::bad_request("'prompt' is required", "prompt");
   engine::SamplingParams& p = r.params;
   f.number("max_tokens", p.max_tokens);
+  if (chat) f.number("max_completion_tokens", p.max_tokens);
   f.number("temperature", p.temperature);
   f.number("top_p", p.top_p);
   f.number("top_k", p.top_k);
@@ -116,7 +184,7 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
   f.number("repetition_penalty", p.repetition_penalty);
   f.number("n", r.n);
   f.boolean("stream", r.stream);
-  f.boolean("echo", r.echo);
+  if (!chat) f.boolean("echo", r.echo);
   f.boolean("ignore_eos", p.ignore_eos);
   f.boolean("return_tokens_as_token_ids", r.return_tokens_as_token_ids);
   f.string("cache_salt", r.cache_salt);
@@ -128,7 +196,16 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
       p.seed = static_cast<uint64_t>(seed->get<int64_t>());
     }
   }
-  if (const json* lp = f.get("logprobs")) {
+  if (chat) {  // logprobs: bool, top_logprobs: 0..20
+    bool want = false;
+    f.boolean("logprobs", want);
+    int32_t top = 0;
+    f.number("top_logprobs", top);
+    if (top < 0 || top > engine::SamplingParams::kMaxLogprobs) {
+      return ApiError::bad_request("'top_logprobs' must be in [0, 20]", "top_logprobs");
+    }
+    if (want) p.logprobs = top;
+  } else if (const json* lp = f.get("logprobs")) {
     if (!lp->is_number_integer()) {
       f.wrong("logprobs", "an integer");
     } else {
@@ -168,7 +245,9 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
   }
   if (r.echo) p.prompt_logprobs = std::max(p.logprobs, 0);
   if (Status s = p.validate(model.vocab_size); !s.ok()) return ApiError::bad_request(s.message());
-  if (auto e = read_prompts(*prompt, model, r.prompts)) return *e;
+  if (auto e = chat ? render_messages(j, model, r.prompts) : read_prompts(*prompt, model, r.prompts)) {
+    return *e;
+  }
   for (const auto& ids : r.prompts) {
     for (const int32_t id : ids) {
       if (id < 0 || id >= model.vocab_size) {

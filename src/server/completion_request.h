@@ -25,7 +25,8 @@ struct ServedModel {
 };
 
 struct CompletionRequest {
-  std::vector<std::vector<int32_t>> prompts;  // one per prompt, token ids
+  bool chat = false;                          // /v1/chat/completions
+  std::vector<std::vector<int32_t>> prompts;  // one per prompt, token ids (chat: the rendered one)
   engine::SamplingParams params;
   int32_t n = 1;
   bool stream = false;
@@ -39,5 +40,12 @@ struct CompletionRequest {
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
                                                                    const ServedModel& model);
+// POST /v1/chat/completions: messages (system / user / assistant / tool / developer; string or
+// text-part content) rendered with the model's chat template (chat_template_kwargs passed to it),
+// max_completion_tokens, logprobs + top_logprobs, and the sampling fields completions take.
+std::variant<CompletionRequest, ApiError> parse_chat_request(std::string_view body,
+                                                             const ServedModel& model);
+std::variant<CompletionRequest, ApiError> parse_request(std::string_view body,
+                                                        const ServedModel& model, bool chat);
 
 }  // namespace strata::server

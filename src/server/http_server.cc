@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <random>
+#include <set>
 #include <variant>
 
 #include "model/model.h"
@@ -22,10 +23,11 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(e.to_json(), "application/json");
 }
 
-std::string completion_id() {
+std::string completion_id(bool chat) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "cmpl-%016llx", static_cast<unsigned long long>(rng()));
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%s-%016llx", chat ? "chatcmpl" : "cmpl",
+                static_cast<unsigned long long>(rng()));
   return buf;
 }
 
@@ -47,11 +49,50 @@ json logprobs_json(const std::optional<CompletionLogprobs>& l) {
           {"text_offset", l->text_offset}};
 }
 
-json choice_json(const CompletionOutput::ChoiceDelta& c) {
-  return {{"index", c.index},
-          {"text", c.text},
-          {"logprobs", logprobs_json(c.logprobs)},
-          {"finish_reason", c.finish_reason ? json(*c.finish_reason) : json(nullptr)}};
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (const unsigned char ch : s) b.push_back(static_cast<int>(ch));
+  return b;
+}
+
+// Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+json chat_logprobs_json(const std::optional<CompletionLogprobs>& l) {
+  if (!l) return nullptr;
+  json content = json::array();
+  for (size_t i = 0; i < l->size(); ++i) {
+    json top = json::array();
+    if (l->top_logprobs[i]) {
+      for (const auto& [token, value] : *l->top_logprobs[i]) {
+        top.push_back({{"token", token}, {"logprob", value}, {"bytes", bytes_of(token)}});
+      }
+    }
+    content.push_back({{"token", l->tokens[i]},
+                       {"logprob", l->token_logprobs[i].value_or(0.0f)},
+                       {"bytes", bytes_of(l->tokens[i])},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+// One choice of a response (whole) or of a streamed chunk (a delta; `first`: the choice's first
+// chunk, which carries the assistant role in chat).
+json choice_json(const CompletionOutput::ChoiceDelta& c, bool chat, bool stream, bool first) {
+  json out = {{"index", c.index},
+              {"finish_reason", c.finish_reason ? json(*c.finish_reason) : json(nullptr)}};
+  if (!chat) {
+    out["text"] = c.text;
+    out["logprobs"] = logprobs_json(c.logprobs);
+    return out;
+  }
+  out["logprobs"] = chat_logprobs_json(c.logprobs);
+  if (!stream) {
+    out["message"] = {{"role", "assistant"}, {"content", c.text}};
+  } else {
+    out["delta"] = json::object();
+    if (first) out["delta"]["role"] = "assistant";
+    if (!c.text.empty() || first) out["delta"]["content"] = c.text;
+  }
+  return out;
 }
 
 json usage_json(int64_t prompt, int64_t completion, int64_t cached) {
@@ -116,14 +157,18 @@ void HttpServer::routes() {
            {"owned_by", "strata"}, {"max_model_len", model_.max_model_len}}}}};
     res.set_content(models.dump(), "application/json");
   });
-  for (const char* path : {"/v1/completions"}) {
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
     http_->Get(path, [](const httplib::Request& req, httplib::Response& res) {
       send_error(res, {405, "invalid_request_error", "use POST for " + req.path, {}, {}});
     });
   }
   http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    completions(req, res);
+    completions(req, res, /*chat=*/false);
   });
+  http_->Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                completions(req, res, /*chat=*/true);
+              });
   http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     tokenize(req, res);
   });
@@ -168,8 +213,8 @@ void HttpServer::routes() {
   });
 }
 
-void HttpServer::completions(const httplib::Request& req, httplib::Response& res) {
-  std::variant<CompletionRequest, ApiError> parsed = parse_completion_request(req.body, model_);
+void HttpServer::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+  std::variant<CompletionRequest, ApiError> parsed = parse_request(req.body, model_, chat);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   auto request = std::make_shared<CompletionRequest>(std::move(std::get<CompletionRequest>(parsed)));
   auto running = std::make_shared<std::vector<Running>>();
@@ -190,7 +235,7 @@ void HttpServer::completions(const httplib::Request& req, httplib::Response& res
     r.output = std::make_unique<CompletionOutput>(*request, model_, i);
     running->push_back(std::move(r));
   }
-  const std::string id = completion_id();
+  const std::string id = completion_id(chat);
   const std::time_t created = std::time(nullptr);
   // Pulls what the engine produced into the outputs; cancels a prompt whose choices all hit
   // stop strings. Returns true while anything is unfinished.
@@ -226,8 +271,10 @@ void HttpServer::completions(const httplib::Request& req, httplib::Response& res
       metrics_.record_finished(r.metrics, reason, r.output->completion_tokens());
     }
   };
-  auto chunk = [this, id, created](json choices) {
-    return json{{"id", id}, {"object", "text_completion"}, {"created", created},
+  const char* object = !chat ? "text_completion"
+                     : request->stream ? "chat.completion.chunk" : "chat.completion";
+  auto chunk = [this, id, created, object](json choices) {
+    return json{{"id", id}, {"object", object}, {"created", created},
                 {"model", model_.name}, {"choices", std::move(choices)}};
   };
   if (!request->stream) {
@@ -235,7 +282,9 @@ void HttpServer::completions(const httplib::Request& req, httplib::Response& res
     }
     json choices = json::array();
     for (const Running& r : *running) {
-      for (const auto& c : r.output->choices()) choices.push_back(choice_json(c));
+      for (const auto& c : r.output->choices()) {
+        choices.push_back(choice_json(c, chat, /*stream=*/false, /*first=*/true));
+      }
     }
     json body = chunk(std::move(choices));
     body["usage"] = usage();
@@ -245,17 +294,22 @@ void HttpServer::completions(const httplib::Request& req, httplib::Response& res
   }
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, request, running, pump, usage, chunk, record](size_t, httplib::DataSink& sink) {
+      [this, request, running, pump, usage, chunk, record, chat](size_t,
+                                                                 httplib::DataSink& sink) {
         auto send = [&sink](const std::string& data) {
           const std::string event = "data: " + data + "\n\n";
           return sink.write(event.data(), event.size());
         };
         bool more = true;
+        std::set<int32_t> started;  // choices whose first chunk went out
         while (more) {
           more = pump(std::chrono::milliseconds(50));
           for (Running& r : *running) {
             for (const auto& c : r.output->take_deltas()) {
-              if (!send(chunk(json::array({choice_json(c)})).dump())) more = false;
+              const bool first = started.insert(c.index).second;
+              if (!send(chunk(json::array({choice_json(c, chat, true, first)})).dump())) {
+                more = false;
+              }
             }
           }
           if (!sink.is_writable()) more = false;

@@ -2,6 +2,7 @@
 // HttpServer: Strata's OpenAI-compatible HTTP front (cpp-httplib), over an AsyncEngine.
 //
 //   POST /v1/completions   prompt(s) as text or token ids; streaming (SSE) or not; OpenAI errors
+//   POST /v1/chat/completions   messages rendered with the model's chat template
 //   GET  /v1/models        the served model
 //   GET  /health           200 while serving
 //   GET  /metrics          Prometheus text, vLLM-style names under strata:
@@ -51,7 +52,8 @@ class HttpServer {
 
  private:
   void routes();
-  void completions(const httplib::Request& req, httplib::Response& res);
+  // POST /v1/completions and (chat) /v1/chat/completions.
+  void completions(const httplib::Request& req, httplib::Response& res, bool chat);
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   bool serve();

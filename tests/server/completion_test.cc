@@ -79,6 +79,27 @@ TEST_F(CompletionTest, EveryBadFieldIsA400NamingIt) {
   EXPECT_NE(unknown.to_json().find("\"error\""), std::string::npos);
 }
 
+TEST_F(CompletionTest, ChatMessagesAreRenderedWithTheModelsTemplate) {
+  auto r = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"Hello"}],"max_completion_tokens":5,)"
+      R"("logprobs":true,"top_logprobs":3})",
+      model_);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  const CompletionRequest& c = std::get<CompletionRequest>(r);
+  EXPECT_TRUE(c.chat);
+  EXPECT_EQ(c.params.max_tokens, 5);
+  EXPECT_EQ(c.params.logprobs, 3);
+  ASSERT_EQ(c.prompts.size(), 1u);
+  const std::string text = tok_.decode(c.prompts[0], false);
+  EXPECT_NE(text.find("<|im_start|>user\nHello<|im_end|>"), std::string::npos) << text;
+  EXPECT_NE(text.find("<|im_start|>assistant\n"), std::string::npos) << "generation prompt";
+  for (const char* bad : {R"({"messages":[]})", R"({"messages":[{"role":"wizard","content":"x"}]})",
+                          R"({"messages":[{"role":"user","content":[{"type":"image"}]}]})",
+                          R"({"messages":"hi"})", R"({"messages":[{"role":"user"}],"top_logprobs":30})"}) {
+    EXPECT_TRUE(std::holds_alternative<ApiError>(parse_chat_request(bad, model_))) << bad;
+  }
+}
+
 // Feeds the ids one step at a time, as the engine would, and gathers the streamed deltas.
 std::string stream_text(CompletionOutput& out, const std::vector<int32_t>& ids,
                         std::vector<std::string>* pieces = nullptr) {

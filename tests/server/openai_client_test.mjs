@@ -96,6 +96,36 @@ await check("cached tokens on a repeated prefix", async () => {
   assert(r.usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(r.usage));
 });
 
+await check("chat completion, plain and streaming", async () => {
+  const messages = [
+    { role: "system", content: "You are a scribe." },
+    { role: "user", content: [{ type: "text", text: "What came to pass?" }] },
+  ];
+  const plain = await client.chat.completions.create({
+    model, messages, max_completion_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 2,
+  });
+  assert(plain.object === "chat.completion", "object");
+  const m = plain.choices[0].message;
+  assert(m.role === "assistant" && m.content.length > 0, "assistant message");
+  assert(plain.choices[0].logprobs.content.length === 12, "12 logprob entries");
+  assert(plain.choices[0].logprobs.content[0].top_logprobs.length === 2, "top 2");
+  assert(plain.usage.completion_tokens === 12, "usage");
+  const stream = await client.chat.completions.create({
+    model, messages, max_completion_tokens: 12, temperature: 0, stream: true,
+  });
+  let text = "";
+  let role = null;
+  for await (const chunk of stream) {
+    assert(chunk.object === "chat.completion.chunk", "chunk object");
+    for (const c of chunk.choices) {
+      if (c.delta.role) role = c.delta.role;
+      if (c.delta.content) text += c.delta.content;
+    }
+  }
+  assert(role === "assistant", "the first chunk carries the role");
+  assert(text === m.content, `stream '${text}' != plain '${m.content}'`);
+});
+
 await check("errors are OpenAI error objects", async () => {
   for (const [args, status, code] of [
     [{ model, prompt: "x", max_tokens: 100000 }, 400, "context_length_exceeded"],
@@ -110,6 +140,14 @@ await check("errors are OpenAI error objects", async () => {
       assert(e instanceof OpenAI.APIError, `${e}`);
       assert(e.status === status, `status ${e.status} for ${JSON.stringify(args)}`);
       if (code) assert(e.code === code, `code ${e.code}`);
+    }
+  }
+  for (const messages of [[], [{ role: "wizard", content: "x" }], [{ content: "x" }]]) {
+    try {
+      await client.chat.completions.create({ model, messages });
+      throw new Error(`no error for ${JSON.stringify(messages)}`);
+    } catch (e) {
+      assert(e instanceof OpenAI.APIError && e.status === 400, `${e}`);
     }
   }
   const health = await fetch(`${base}/health`);
