@@ -87,7 +87,10 @@ struct EngineConfig {
 };
 
 struct EngineRequest {
-  std::vector<int32_t> prompt;  // token ids, non-empty
+  std::vector<int32_t> prompt;  // token ids; when empty, prompt_text is encoded instead
+  // Text, encoded with the model directory's tokenizer.json (special tokens added, as the
+  // tokenizer's post-processor says). InvalidArgument when the directory has no tokenizer.
+  std::string prompt_text;
   SamplingParams params;
   int32_t n = 1;                // sequences to generate from the prompt (their seeds: seed + i)
   std::string cache_salt;       // the client's prefix-cache salt

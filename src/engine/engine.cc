@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -72,6 +73,10 @@ EngineImpl::EngineImpl(std::unique_ptr<model::Model> owned_model,
   if (config_.max_model_len == 0) config_.max_model_len = model_.config().max_position_embeddings;
   if (config_.tenant_salt_secret.empty()) config_.tenant_salt_secret = kv::random_tenant_secret();
   window_ = kv::pool_sliding_window(model_.config().layer_sliding_window);
+  if (!config_.model_dir.empty() &&
+      std::filesystem::exists(std::filesystem::path(config_.model_dir) / "tokenizer.json")) {
+    tokenizer_.emplace(tokenizer::Tokenizer::load(config_.model_dir));
+  }
   cache_ = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
       .num_blocks = num_blocks,
       .block_size = config_.block_size,
@@ -152,6 +157,12 @@ engine::Sequence& EngineImpl::new_sequence(RequestState& r, int32_t index) {
 }
 
 Result<RequestId> EngineImpl::submit(EngineRequest request) {
+  if (request.prompt.empty() && !request.prompt_text.empty()) {
+    if (!tokenizer_) {
+      return Status::InvalidArgument("a text prompt needs tokenizer.json in the model directory");
+    }
+    request.prompt = tokenizer_->encode(request.prompt_text, /*add_special_tokens=*/true);
+  }
   STRATA_RETURN_IF_ERROR(validate_request(request));
   const RequestId id = next_id_++;
   RequestState& r = requests_[id];
@@ -228,8 +239,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   if (!blocks.ok()) return blocks.status();
   model::Model& m = *model;
   ThreadPool& p = *pool;
-  return std::unique_ptr<Engine>(new Engine(
-      std::make_unique<EngineImpl>(std::move(model), std::move(pool), m, p, std::move(c), *blocks)));
+  try {
+    return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineImpl>(
+        std::move(model), std::move(pool), m, p, std::move(c), *blocks)));
+  } catch (const Error& e) {  // a malformed tokenizer.json
+    return Status::InvalidArgument(e.what());
+  }
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, ThreadPool& pool,
@@ -239,8 +254,12 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, ThreadPool& 
   if (!blocks.ok()) return blocks.status();
   EngineConfig c = config;
   fill_eos_ids(c, model);
-  return std::unique_ptr<Engine>(
-      new Engine(std::make_unique<EngineImpl>(nullptr, nullptr, model, pool, std::move(c), *blocks)));
+  try {
+    return std::unique_ptr<Engine>(new Engine(
+        std::make_unique<EngineImpl>(nullptr, nullptr, model, pool, std::move(c), *blocks)));
+  } catch (const Error& e) {  // a malformed tokenizer.json
+    return Status::InvalidArgument(e.what());
+  }
 }
 
 Result<RequestId> Engine::submit(EngineRequest request) { return impl_->submit(std::move(request)); }

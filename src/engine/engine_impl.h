@@ -17,6 +17,7 @@
 #include "kv/kv_cache_manager.h"
 #include "kv/swap_space.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "strata/engine.h"
 
 namespace strata {
@@ -74,6 +75,7 @@ class EngineImpl {
   RequestOutput collect(RequestState& r);
   void record_step_stats(const engine::SchedulerOutput& out, double start, double scheduled);
 
+  std::optional<tokenizer::Tokenizer> tokenizer_;  // model_dir's tokenizer.json, when present
   int32_t window_ = 0;
   std::unique_ptr<kv::KvCacheManager> cache_;
   std::unique_ptr<kv::HostKvBuffer> kv_;

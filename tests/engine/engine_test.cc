@@ -17,6 +17,7 @@
 
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "reference_testing.h"
 
 namespace strata {
@@ -405,6 +406,40 @@ TEST_F(EngineTest, ContiguousBaselineAdmitsOnlyWhatFullLengthReservationsAllow) 
   }
   EXPECT_EQ(most, 3);
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+TEST(EngineTextTest, ATextPromptIsEncodedWithTheModelsTokenizer) {
+  EngineConfig c;
+  c.model_dir = std::string(STRATA_MODELS_DIR) + "/strata-tiny";
+  c.num_blocks = 64;
+  c.num_threads = 2;
+  auto created = Engine::create(c);
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  Engine& e = **created;
+  EngineRequest text = greedy({}, 6);
+  text.prompt_text = "And it came to pass";
+  const RequestId a = *e.submit(text);
+  const auto tok = tokenizer::Tokenizer::load(c.model_dir);
+  const RequestId b = *e.submit(greedy(tok.encode("And it came to pass", true), 6));
+  std::map<RequestId, std::vector<int32_t>> got;
+  while (e.has_unfinished()) {
+    auto out = e.step();
+    ASSERT_TRUE(out.ok());
+    for (const RequestOutput& o : *out) {
+      for (const CompletionDelta& d : o.deltas) {
+        got[o.id].insert(got[o.id].end(), d.token_ids.begin(), d.token_ids.end());
+      }
+    }
+  }
+  EXPECT_EQ(got[a], got[b]);
+  EXPECT_EQ(got[a].size(), 6u);
+  EngineConfig no_tokenizer;
+  no_tokenizer.num_blocks = 64;
+  ThreadPool pool(1);
+  model::Model m = model::Model::load({kModels + "llama3-gqa"});
+  auto plain = Engine::create(m, pool, no_tokenizer);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE((*plain)->submit(text).ok()) << "no tokenizer: a clear error";
 }
 
 TEST_F(EngineTest, RejectsBadRequestsWithoutQueueingThem) {
