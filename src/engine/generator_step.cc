@@ -72,9 +72,10 @@ Status Generator::step(std::vector<Sequence>& seqs) {
   logits_.resize(batch.num_logits_rows() * vocab);
   STRATA_RETURN_IF_ERROR(model_.forward(batch.view(), *kv_, logits_, pool_));
   for (const Scheduled& sc : scheduled) {
-    const float* rows = logits_.data() + static_cast<size_t>(sc.first_logits_row) * vocab;
-    STRATA_RETURN_IF_ERROR(consume_logits(seqs[sc.seq_idx], sc.first_pos, sc.num_tokens,
-                                          sc.first_logits_row >= 0 ? rows : nullptr));
+    const float* rows = sc.first_logits_row < 0
+                            ? nullptr
+                            : logits_.data() + static_cast<size_t>(sc.first_logits_row) * vocab;
+    STRATA_RETURN_IF_ERROR(consume_logits(seqs[sc.seq_idx], sc.first_pos, sc.num_tokens, rows));
   }
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
   (num_prefill > 0 ? stats_.prefill_seconds : stats_.decode_seconds) += elapsed.count();
