@@ -38,6 +38,7 @@ using engine::TokenLogprobs;
 
 namespace model {
 class Model;
+struct ModelConfig;
 }
 class ThreadPool;
 
@@ -52,6 +53,9 @@ enum class SchedulerKind { kContinuous, kStatic };
 // kContiguous reserves max_model_len slots for each request at admission (a contiguous KV
 // allocator's behaviour, kv/contiguous_allocator.h): the baseline paging is measured against.
 enum class KvAllocatorKind { kPaged, kContiguous };
+// Where the model runs: the CPU backend (fp32 kernels, the KV pool in host memory) or the GPU
+// (bf16 weights through cuBLASLt, the KV pool in device memory; builds with the CUDA toolkit).
+enum class Device { kCpu, kCuda };
 
 struct EngineConfig {
   // ---- model (used by Engine::create; the borrowing constructor takes a loaded model) --------
@@ -59,12 +63,17 @@ struct EngineConfig {
   bool dummy_weights = false;          // --load-format dummy
   DType dummy_dtype = DType::kBF16;
   int32_t num_threads = 0;             // 0 = every core
+  Device device = Device::kCpu;
 
   // ---- KV cache ---------------------------------------------------------------------------
   int32_t block_size = 16;             // 8, 16, 32, 64 or 128
   // Blocks in the pool, the null block included; 0 = kv_cache_memory_bytes / block bytes.
   int32_t num_blocks = 0;
-  int64_t kv_cache_memory_bytes = int64_t{1} << 30;
+  // 0 = automatic: 1 GiB on the CPU; on the GPU, what gpu_memory_utilization leaves after the
+  // weights, activations and workspaces (measured at start-up, vLLM's semantics).
+  int64_t kv_cache_memory_bytes = 0;
+  double gpu_memory_utilization = 0.9;
+  // F32, BF16 or F16 on the CPU. The GPU keeps KV in bf16 (F32, the default, means bf16 there).
   DType kv_dtype = DType::kF32;
   bool enable_prefix_caching = true;
   std::string tenant_salt_secret;      // key of the per-tenant salts; empty = random
@@ -187,7 +196,13 @@ class Engine {
   EngineTotals totals() const;
   const EngineConfig& config() const;
   int32_t vocab_size() const;
-  const model::Model& model() const;
+  const model::ModelConfig& model_config() const;
+  // KV bytes per token of the pool (all layers, K and V), and the pool's size in blocks (the
+  // null block included): what start-up prints and /metrics reports.
+  int64_t kv_bytes_per_token() const;
+  int32_t num_blocks() const;
+  int64_t weight_bytes() const;
+  Device device() const;
   // Seconds on the clock the metrics use.
   double now() const;
 

@@ -11,7 +11,11 @@
 #include "engine/generator.h"
 #include "kv/block_hash.h"
 #include "kv/kv_accounting.h"
+#include "model/cpu_model_runner.h"
 #include "model/generation_config.h"
+#if STRATA_HAVE_CUDA
+#include "model/cuda/cuda_model.h"
+#endif
 
 namespace strata {
 
@@ -47,32 +51,30 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
 }
 
 Result<int32_t> EngineImpl::pool_blocks(const EngineConfig& c, const model::Model& model) {
+  constexpr int64_t kDefaultCpuKvBytes = int64_t{1} << 30;
   if (c.num_blocks > 0) {
     if (c.num_blocks < 2) return Status::InvalidArgument("the KV pool needs at least 2 blocks");
     return c.num_blocks;
   }
   const int64_t block_bytes = kv::KvLayout(model.kv_spec(c.kv_dtype), c.block_size).block_bytes();
-  const int64_t blocks = c.kv_cache_memory_bytes / block_bytes;
+  const int64_t kv_bytes = c.kv_cache_memory_bytes > 0 ? c.kv_cache_memory_bytes : kDefaultCpuKvBytes;
+  const int64_t blocks = kv_bytes / block_bytes;
   if (blocks < 2) {
-    return Status::InvalidArgument("the KV cache memory (" +
-                                   std::to_string(c.kv_cache_memory_bytes) +
+    return Status::InvalidArgument("the KV cache memory (" + std::to_string(kv_bytes) +
                                    " bytes) holds fewer than 2 blocks of " +
                                    std::to_string(block_bytes) + " bytes");
   }
   return static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
 }
 
-EngineImpl::EngineImpl(std::unique_ptr<model::Model> owned_model,
-                       std::unique_ptr<ThreadPool> owned_pool, model::Model& model,
-                       ThreadPool& pool, EngineConfig config, int32_t num_blocks)
-    : config_(std::move(config)),
-      owned_model_(std::move(owned_model)),
-      owned_pool_(std::move(owned_pool)),
-      model_(model),
-      pool_(pool) {
-  if (config_.max_model_len == 0) config_.max_model_len = model_.config().max_position_embeddings;
+EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
+                       std::unique_ptr<model::ModelRunner> runner, EngineConfig config)
+    : config_(std::move(config)), owned_pool_(std::move(owned_pool)), runner_(std::move(runner)) {
+  const model::ModelConfig& mc = runner_->config();
+  const int32_t num_blocks = runner_->num_blocks();
+  if (config_.max_model_len == 0) config_.max_model_len = mc.max_position_embeddings;
   if (config_.tenant_salt_secret.empty()) config_.tenant_salt_secret = kv::random_tenant_secret();
-  window_ = kv::pool_sliding_window(model_.config().layer_sliding_window);
+  window_ = kv::pool_sliding_window(mc.layer_sliding_window);
   if (!config_.model_dir.empty() &&
       std::filesystem::exists(std::filesystem::path(config_.model_dir) / "tokenizer.json")) {
     tokenizer_.emplace(tokenizer::Tokenizer::load(config_.model_dir));
@@ -83,8 +85,7 @@ EngineImpl::EngineImpl(std::unique_ptr<model::Model> owned_model,
       .enable_prefix_caching = config_.enable_prefix_caching,
       .sliding_window = window_,
   });
-  const kv::KvLayout layout(model_.kv_spec(config_.kv_dtype), config_.block_size);
-  kv_ = std::make_unique<kv::HostKvBuffer>(layout, num_blocks);
+  const kv::KvLayout& layout = runner_->kv_layout();
   if (config_.preemption_mode == PreemptionMode::kSwap) {
     const int64_t swap_blocks = config_.swap_space_bytes / layout.block_bytes();
     swap_ = std::make_unique<kv::SwapSpace>(
@@ -103,13 +104,13 @@ EngineImpl::EngineImpl(std::unique_ptr<model::Model> owned_model,
           .allocator = config_.allocator,
           .preemption = config_.preemption_mode,
       },
-      *cache_, swap_.get(), kv_.get());
+      *cache_, swap_.get(), runner_->host_kv());
   last_step_.num_free_blocks = cache_->pool().num_free_blocks();
   last_step_.capacity_token_slots = static_cast<int64_t>(num_blocks - 1) * config_.block_size;
 }
 
 Status EngineImpl::validate_request(const EngineRequest& r) const {
-  const auto vocab = static_cast<int32_t>(model_.vocab_size());
+  const int32_t vocab = vocab_size();
   if (r.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
   for (const int32_t id : r.prompt) {
     if (id < 0 || id >= vocab) {
@@ -142,7 +143,7 @@ Status EngineImpl::validate_request(const EngineRequest& r) const {
 }
 
 engine::Sequence& EngineImpl::new_sequence(RequestState& r, int32_t index) {
-  const auto vocab = static_cast<int32_t>(model_.vocab_size());
+  const int32_t vocab = vocab_size();
   auto seq = std::make_unique<engine::Sequence>(config_.block_size, vocab);
   seq->request_id = r.id;
   seq->index = index;
@@ -201,11 +202,11 @@ namespace {
 
 // Unless the config names them, the EOS ids are the checkpoint's: config.json's, then
 // generation_config.json's (in config.model_dir, when set), as `strata generate` takes them.
-void fill_eos_ids(EngineConfig& c, const model::Model& model) {
+void fill_eos_ids(EngineConfig& c, const model::ModelConfig& model) {
   if (!c.eos_token_ids.empty()) return;
   const model::GenerationConfig g =
       c.model_dir.empty() ? model::GenerationConfig{} : model::load_generation_config(c.model_dir);
-  for (const auto& list : {model.config().eos_token_ids, g.eos_token_ids}) {
+  for (const auto& list : {model.eos_token_ids, g.eos_token_ids}) {
     for (const int64_t eos : list) {
       const auto id = static_cast<int32_t>(eos);
       if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) {
@@ -215,6 +216,42 @@ void fill_eos_ids(EngineConfig& c, const model::Model& model) {
   }
 }
 
+model::LoadFormat load_format(const EngineConfig& c) {
+  return c.dummy_weights ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
+}
+
+// The GPU runner (throws strata::Error for unusable files or options).
+std::unique_ptr<model::ModelRunner> cuda_runner(const EngineConfig& c) {
+#if STRATA_HAVE_CUDA
+  model::CudaModelOptions o;
+  o.model_dir = c.model_dir;
+  o.load_format = load_format(c);
+  o.kv_dtype = c.kv_dtype == DType::kF32 ? DType::kBF16 : c.kv_dtype;
+  o.block_size = c.block_size;
+  o.max_num_tokens = std::max(c.max_num_batched_tokens, c.max_num_seqs);
+  o.max_num_seqs = c.max_num_seqs;
+  o.num_blocks = c.num_blocks;
+  o.kv_cache_memory_bytes = c.kv_cache_memory_bytes;
+  o.gpu_memory_utilization = c.gpu_memory_utilization;
+  return model::CudaModel::create(o);
+#else
+  static_cast<void>(c);
+  throw Error("--device cuda: this build of Strata has no CUDA backend (build it where NVIDIA's "
+              "CUDA toolkit is installed)");
+#endif
+}
+
+Result<std::unique_ptr<EngineImpl>> make_engine(std::unique_ptr<ThreadPool> pool,
+                                            std::unique_ptr<model::ModelRunner> runner,
+                                            EngineConfig c) {
+  fill_eos_ids(c, runner->config());
+  if (c.preemption_mode == PreemptionMode::kSwap && runner->host_kv() == nullptr) {
+    return Status::Unsupported("swap preemption needs the KV pool in host memory (CPU backend); "
+                               "use recompute preemption on the GPU");
+  }
+  return std::make_unique<EngineImpl>(std::move(pool), std::move(runner), std::move(c));
+}
+
 }  // namespace
 
 Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
@@ -222,27 +259,28 @@ Engine::~Engine() = default;
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   STRATA_RETURN_IF_ERROR(EngineImpl::validate_config(config));
-  std::unique_ptr<model::Model> model;
   try {
-    model = std::make_unique<model::Model>(model::Model::load(model::ModelLoadOptions{
-        .model_dir = config.model_dir,
-        .load_format = config.dummy_weights ? model::LoadFormat::kDummy : model::LoadFormat::kAuto,
-        .dummy_dtype = config.dummy_dtype,
-    }));
-  } catch (const Error& e) {
-    return Status::InvalidArgument(e.what());
-  }
-  EngineConfig c = config;
-  fill_eos_ids(c, *model);
-  auto pool = std::make_unique<ThreadPool>(config.num_threads);
-  const Result<int32_t> blocks = EngineImpl::pool_blocks(c, *model);
-  if (!blocks.ok()) return blocks.status();
-  model::Model& m = *model;
-  ThreadPool& p = *pool;
-  try {
-    return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineImpl>(
-        std::move(model), std::move(pool), m, p, std::move(c), *blocks)));
-  } catch (const Error& e) {  // a malformed tokenizer.json
+    std::unique_ptr<ThreadPool> pool;
+    std::unique_ptr<model::ModelRunner> runner;
+    if (config.device == Device::kCuda) {
+      runner = cuda_runner(config);
+    } else {
+      auto model = std::make_unique<model::Model>(model::Model::load(model::ModelLoadOptions{
+          .model_dir = config.model_dir,
+          .load_format = load_format(config),
+          .dummy_dtype = config.dummy_dtype,
+      }));
+      const Result<int32_t> blocks = EngineImpl::pool_blocks(config, *model);
+      if (!blocks.ok()) return blocks.status();
+      pool = std::make_unique<ThreadPool>(config.num_threads);
+      const kv::KvLayout layout(model->kv_spec(config.kv_dtype), config.block_size);
+      model::Model& m = *model;
+      runner = std::make_unique<model::CpuModelRunner>(std::move(model), m, *pool, layout, *blocks);
+    }
+    Result<std::unique_ptr<EngineImpl>> impl = make_engine(std::move(pool), std::move(runner), config);
+    if (!impl.ok()) return impl.status();
+    return std::unique_ptr<Engine>(new Engine(std::move(impl).value()));
+  } catch (const Error& e) {  // unusable files: checkpoint, tokenizer.json, no GPU
     return Status::InvalidArgument(e.what());
   }
 }
@@ -250,13 +288,18 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
 Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, ThreadPool& pool,
                                                const EngineConfig& config) {
   STRATA_RETURN_IF_ERROR(EngineImpl::validate_config(config));
+  if (config.device != Device::kCpu) {
+    return Status::InvalidArgument("an engine borrowing a loaded model runs on the CPU");
+  }
   const Result<int32_t> blocks = EngineImpl::pool_blocks(config, model);
   if (!blocks.ok()) return blocks.status();
-  EngineConfig c = config;
-  fill_eos_ids(c, model);
   try {
-    return std::unique_ptr<Engine>(new Engine(
-        std::make_unique<EngineImpl>(nullptr, nullptr, model, pool, std::move(c), *blocks)));
+    const kv::KvLayout layout(model.kv_spec(config.kv_dtype), config.block_size);
+    Result<std::unique_ptr<EngineImpl>> impl = make_engine(
+        nullptr, std::make_unique<model::CpuModelRunner>(nullptr, model, pool, layout, *blocks),
+        config);
+    if (!impl.ok()) return impl.status();
+    return std::unique_ptr<Engine>(new Engine(std::move(impl).value()));
   } catch (const Error& e) {  // a malformed tokenizer.json
     return Status::InvalidArgument(e.what());
   }
@@ -269,8 +312,15 @@ bool Engine::has_unfinished() const { return impl_->has_unfinished(); }
 const EngineStepStats& Engine::last_step() const { return impl_->last_step_; }
 EngineTotals Engine::totals() const { return impl_->totals_; }
 const EngineConfig& Engine::config() const { return impl_->config_; }
-int32_t Engine::vocab_size() const { return static_cast<int32_t>(impl_->model_.vocab_size()); }
-const model::Model& Engine::model() const { return impl_->model_; }
+int32_t Engine::vocab_size() const { return impl_->vocab_size(); }
+const model::ModelConfig& Engine::model_config() const { return impl_->runner_->config(); }
+int64_t Engine::kv_bytes_per_token() const {
+  const kv::KvLayout& l = impl_->runner_->kv_layout();
+  return l.block_bytes() / l.block_size();
+}
+int32_t Engine::num_blocks() const { return impl_->runner_->num_blocks(); }
+int64_t Engine::weight_bytes() const { return impl_->runner_->weight_bytes(); }
+Device Engine::device() const { return impl_->config_.device; }
 double Engine::now() const { return impl_->now(); }
 
 }  // namespace strata

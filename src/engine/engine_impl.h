@@ -1,7 +1,7 @@
 #pragma once
-// EngineImpl: what strata::Engine (include/strata/engine.h) holds -- the model (owned or
-// borrowed), the KV pool and its manager, the scheduler, and every live request with its
-// sequences. engine.cc: creation, submit, cancel; engine_step.cc: one step.
+// EngineImpl: what strata::Engine (include/strata/engine.h) holds -- the model runner (the
+// backend with its KV pool: model/model_runner.h), the pool's manager, the scheduler, and every
+// live request with its sequences. engine.cc: creation, submit, cancel; engine_step.cc: one step.
 
 #include <chrono>
 #include <cstdint>
@@ -13,10 +13,10 @@
 #include "core/thread_pool.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
-#include "kv/host_kv_buffer.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/swap_space.h"
 #include "model/model.h"
+#include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
 #include "strata/engine.h"
 
@@ -40,8 +40,9 @@ struct RequestState {
 
 class EngineImpl {
  public:
-  EngineImpl(std::unique_ptr<model::Model> owned_model, std::unique_ptr<ThreadPool> owned_pool,
-             model::Model& model, ThreadPool& pool, EngineConfig config, int32_t num_blocks);
+  // The runner's pool has num_blocks(); owned_pool (may be null) is what the runner borrows.
+  EngineImpl(std::unique_ptr<ThreadPool> owned_pool, std::unique_ptr<model::ModelRunner> runner,
+             EngineConfig config);
 
   static Status validate_config(const EngineConfig& config);
   // Blocks in the pool for this config and model, the null block included.
@@ -59,17 +60,18 @@ class EngineImpl {
   EngineConfig config_;
   EngineStepStats last_step_;
   EngineTotals totals_;
-  std::unique_ptr<model::Model> owned_model_;
-  std::unique_ptr<ThreadPool> owned_pool_;
-  model::Model& model_;
-  ThreadPool& pool_;
+  std::unique_ptr<ThreadPool> owned_pool_;         // destroyed after the runner that uses it
+  std::unique_ptr<model::ModelRunner> runner_;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(runner_->config().vocab_size); }
 
  private:
   Status validate_request(const EngineRequest& request) const;
   engine::Sequence& new_sequence(RequestState& r, int32_t index);
-  // After a step computed num_rows tokens of seq: prompt logprobs, fork, sampling, stop checks.
+  // After a step computed num_rows tokens of seq: prompt logprobs, fork, sampling (or the token
+  // the runner drew, when sampled is set), stop checks.
   Status consume(RequestState& r, engine::Sequence& seq, int32_t first_pos, int32_t num_rows,
-                 const float* logits);
+                 const float* logits, const model::SampledToken* sampled);
   void fork_siblings(RequestState& r, engine::Sequence& parent);
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);
@@ -78,13 +80,13 @@ class EngineImpl {
   std::optional<tokenizer::Tokenizer> tokenizer_;  // model_dir's tokenizer.json, when present
   int32_t window_ = 0;
   std::unique_ptr<kv::KvCacheManager> cache_;
-  std::unique_ptr<kv::HostKvBuffer> kv_;
-  std::unique_ptr<kv::SwapSpace> swap_;  // swap preemption only; destroyed before kv_
+  std::unique_ptr<kv::SwapSpace> swap_;  // swap preemption only; destroyed before runner_
   std::unique_ptr<engine::Scheduler> scheduler_;
   std::map<RequestId, RequestState> requests_;
   RequestId next_id_ = 1;
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
   std::vector<float> logits_;
+  std::vector<model::SampledToken> sampled_;
 };
 
 }  // namespace strata

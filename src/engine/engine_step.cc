@@ -22,7 +22,25 @@ struct Row {
   int32_t first_pos;
   int32_t num_tokens;
   int32_t first_logits_row;  // -1: none
+  int32_t sample_idx;        // -1: sampled on the host (if at all)
 };
+
+// Whether the runner can draw seq's next token where the logits are: the n tokens complete the
+// sequence, it wants no logits rows (prompt logprobs, all logits), no penalties (they read the
+// token history on the host), at most the chosen token's logprob, and no n > 1 fork pending
+// (the siblings sample the same row).
+bool device_samplable(const RequestState& r, const Sequence& s, int32_t n) {
+  return s.num_computed + n == static_cast<int32_t>(s.tokens.size()) && !s.wants_all_rows() &&
+         !s.params.has_penalties() && s.params.logprobs <= 0 && (r.request.n == 1 || r.forked);
+}
+
+model::DeviceSampleSpec device_spec(Sequence& s) {
+  return {.temperature = s.params.temperature,
+          .top_k = s.params.top_k,
+          .top_p = s.params.top_p,
+          .min_p = s.params.min_p,
+          .seed = s.sampler->next_draw_seed()};
+}
 
 }  // namespace
 
@@ -41,21 +59,31 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
       totals_.num_prompt_tokens += s.num_prompt;
       totals_.num_cached_prompt_tokens += sc.num_cached_tokens;
     }
-    rows.push_back(Row{&r, &s, s.num_computed, sc.num_tokens, batch.add(s, sc.num_tokens)});
+    if (runner_->samples_on_device() && device_samplable(r, s, sc.num_tokens)) {
+      rows.push_back(Row{&r, &s, s.num_computed, sc.num_tokens, -1,
+                         batch.add_sampled(s, sc.num_tokens, device_spec(s))});
+    } else {
+      rows.push_back(Row{&r, &s, s.num_computed, sc.num_tokens, batch.add(s, sc.num_tokens), -1});
+    }
   }
   const double scheduled = now();
   // Swap-outs read blocks that may already belong to another sequence: done before any write.
   for (const kv::SwapSpace::Transfer& t : plan.swap_outs) t.wait();
   if (!batch.empty()) {
-    kv::copy_blocks(*kv_, cache_->take_pending_copies());  // copy-on-write, before any KV write
-    const auto vocab = static_cast<size_t>(model_.vocab_size());
+    // Copy-on-write, before any KV write.
+    STRATA_RETURN_IF_ERROR(runner_->copy_blocks(cache_->take_pending_copies()));
+    const auto vocab = static_cast<size_t>(vocab_size());
     logits_.resize(batch.num_logits_rows() * vocab);
-    STRATA_RETURN_IF_ERROR(model_.forward(batch.view(), *kv_, logits_, pool_));
+    sampled_.resize(batch.num_sample_rows());
+    STRATA_RETURN_IF_ERROR(runner_->forward(batch.view(), logits_, sampled_));
     for (const Row& row : rows) {
       const float* logits = row.first_logits_row < 0
                                 ? nullptr
                                 : logits_.data() + static_cast<size_t>(row.first_logits_row) * vocab;
-      STRATA_RETURN_IF_ERROR(consume(*row.request, *row.seq, row.first_pos, row.num_tokens, logits));
+      const model::SampledToken* sampled =
+          row.sample_idx < 0 ? nullptr : &sampled_[static_cast<size_t>(row.sample_idx)];
+      STRATA_RETURN_IF_ERROR(
+          consume(*row.request, *row.seq, row.first_pos, row.num_tokens, logits, sampled));
     }
   }
   std::vector<RequestOutput> outputs;
@@ -71,8 +99,8 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
 }
 
 Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int32_t num_rows,
-                           const float* logits) {
-  const auto vocab = static_cast<size_t>(model_.vocab_size());
+                           const float* logits, const model::SampledToken* sampled) {
+  const auto vocab = static_cast<size_t>(vocab_size());
   const bool all_rows = s.wants_all_rows();
   if (all_rows && s.params.prompt_logprobs >= 0) {
     for (int32_t j = 0; j < num_rows; ++j) {  // the logits at position p score prompt token p + 1
@@ -86,7 +114,7 @@ Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int3
   cache_->cache_full_blocks(s.table, s.tokens, s.num_computed, s.cache_keys);
   if (s.num_computed < static_cast<int32_t>(s.tokens.size())) return Status::Ok();
   if (s.num_computed >= s.num_prompt) s.prompt_logprobs_done = true;
-  const float* last = logits + (all_rows ? (num_rows - 1) * vocab : 0);
+  const float* last = logits == nullptr ? nullptr : logits + (all_rows ? (num_rows - 1) * vocab : 0);
   // n > 1: the prompt is done once; its siblings fork here and sample from the same logits row,
   // each with its own sampler (seed + index).
   std::vector<Sequence*> to_sample{&s};
@@ -95,9 +123,12 @@ Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int3
     for (size_t i = 1; i < r.seqs.size(); ++i) to_sample.push_back(r.seqs[i].get());
   }
   for (Sequence* t : to_sample) {
-    Result<engine::SampleResult> sampled = t->sampler->sample({last, vocab}, t->counts);
-    if (!sampled.ok()) return sampled.status();
-    const int32_t token = sampled->token;
+    Result<engine::SampleResult> drawn =
+        sampled != nullptr
+            ? Result<engine::SampleResult>(engine::SampleResult{sampled->token, sampled->logprob, {}})
+            : t->sampler->sample({last, vocab}, t->counts);
+    if (!drawn.ok()) return drawn.status();
+    const int32_t token = drawn->token;
     t->tokens.push_back(token);
     t->counts.add_output(token);
     t->result.output_ids.push_back(token);
@@ -105,7 +136,7 @@ Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int3
     if (r.metrics.first_token_time == 0.0) r.metrics.first_token_time = now();
     if (t->params.logprobs >= 0) {
       t->result.output_logprobs.push_back(
-          TokenLogprobs{token, sampled->logprob, std::move(sampled->top_logprobs)});
+          TokenLogprobs{token, drawn->logprob, std::move(drawn->top_logprobs)});
     }
     if (engine::is_stop_token(token, t->params, config_.eos_token_ids)) {
       finish_sequence(*t, FinishReason::kStop);

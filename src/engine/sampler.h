@@ -121,6 +121,10 @@ class Sampler {
   Result<std::vector<double>> probabilities(std::span<const float> logits,
                                             const TokenCounts& counts) const;
 
+  // The seed of one draw made elsewhere (the GPU samples with it): the RNG's next output, so a
+  // seeded request's device draws are reproducible and advance the stream like a host draw.
+  uint64_t next_draw_seed() { return rng_(); }
+
   const SamplingParams& params() const { return params_; }
   int32_t vocab_size() const { return vocab_size_; }
 

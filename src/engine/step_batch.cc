@@ -1,8 +1,10 @@
 #include "engine/step_batch.h"
 
+#include "core/check.h"
+
 namespace strata::engine {
 
-int32_t StepBatch::add(const Sequence& s, int32_t n) {
+int32_t StepBatch::add_tokens(const Sequence& s, int32_t n) {
   builder_.add_sequence(s.table, s.num_computed + n, n);
   const auto row0 = static_cast<int32_t>(token_ids_.size());
   for (int32_t j = 0; j < n; ++j) {
@@ -10,6 +12,20 @@ int32_t StepBatch::add(const Sequence& s, int32_t n) {
     positions_.push_back(s.num_computed + j);
   }
   q_indptr_.push_back(static_cast<int32_t>(token_ids_.size()));
+  return row0;
+}
+
+int32_t StepBatch::add_sampled(const Sequence& s, int32_t n, const model::DeviceSampleSpec& spec) {
+  STRATA_CHECK(!s.wants_all_rows() && s.num_computed + n == static_cast<int32_t>(s.tokens.size()),
+               "add_sampled: the sequence must complete with one wanted row");
+  const int32_t row0 = add_tokens(s, n);
+  sample_rows_.push_back(row0 + n - 1);
+  sample_specs_.push_back(spec);
+  return static_cast<int32_t>(sample_rows_.size()) - 1;
+}
+
+int32_t StepBatch::add(const Sequence& s, int32_t n) {
+  const int32_t row0 = add_tokens(s, n);
   const auto first_logits_row = static_cast<int32_t>(logits_rows_.size());
   if (s.wants_all_rows()) {
     for (int32_t j = 0; j < n; ++j) logits_rows_.push_back(row0 + j);

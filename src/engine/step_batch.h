@@ -21,17 +21,25 @@ class StepBatch {
   // Returns the index of seq's first logits row -- every row when seq.wants_all_rows(), else the
   // last row when the n tokens complete the sequence -- or -1 when it needs none.
   int32_t add(const Sequence& seq, int32_t n);
+  // As add(), for a sequence whose n tokens complete it and whose next token the runner draws
+  // where the logits are (spec): its last row becomes a sample row. Returns the sample index.
+  int32_t add_sampled(const Sequence& seq, int32_t n, const model::DeviceSampleSpec& spec);
 
   bool empty() const { return token_ids_.empty(); }
   size_t num_logits_rows() const { return logits_rows_.size(); }
+  size_t num_sample_rows() const { return sample_rows_.size(); }
   model::ForwardBatch view() const {
-    return {token_ids_, positions_, q_indptr_, builder_.layout(), builder_.slot_mapping(),
-            logits_rows_};
+    return {token_ids_,   positions_, q_indptr_,    builder_.layout(), builder_.slot_mapping(),
+            logits_rows_, sample_rows_, sample_specs_};
   }
 
  private:
+  // Appends seq's next n tokens; returns the first one's row.
+  int32_t add_tokens(const Sequence& seq, int32_t n);
+
   kv::PagedLayoutBuilder builder_;
-  std::vector<int32_t> token_ids_, positions_, q_indptr_{0}, logits_rows_;
+  std::vector<int32_t> token_ids_, positions_, q_indptr_{0}, logits_rows_, sample_rows_;
+  std::vector<model::DeviceSampleSpec> sample_specs_;
 };
 
 }  // namespace strata::engine

@@ -91,6 +91,9 @@ Status Model::validate(const ForwardBatch& b, const kv::HostKvBuffer& kv, size_t
       b.q_indptr.front() != 0 || static_cast<size_t>(b.q_indptr.back()) != num_tokens) {
     return Status::InvalidArgument("forward: q_indptr does not cover the batch's tokens");
   }
+  if (!b.sample_rows.empty()) {
+    return Status::InvalidArgument("forward: the CPU backend samples on the host (no sample rows)");
+  }
   if (b.layout.block_size != kv.layout().block_size()) {
     return Status::InvalidArgument("forward: paged layout and KV buffer disagree on block size");
   }

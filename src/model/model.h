@@ -38,6 +38,23 @@ struct ModelLoadOptions {
   DType dummy_dtype = DType::kBF16;  // F32, BF16 or F16
 };
 
+// How one row is sampled on the device (runners that sample there: ModelRunner): the
+// SamplingParams fields the device honours, and this draw's seed (the sequence's sampler
+// derives it, so a seeded request draws the same tokens on every run).
+struct DeviceSampleSpec {
+  float temperature = 1.0f;  // < SamplingParams::kGreedyTemperature = greedy
+  int32_t top_k = 0;         // <= 0 = off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+};
+
+// A token drawn on the device and its raw logprob (log_softmax of the unmodified logits).
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;
+};
+
 // One step's input. Sequence s owns token rows [q_indptr[s], q_indptr[s+1]); their K/V slots are
 // slot_mapping rows, and layout (built by kv::PagedLayoutBuilder) already counts them in kv_len.
 struct ForwardBatch {
@@ -47,6 +64,10 @@ struct ForwardBatch {
   PagedKvLayout layout;                   // num_seqs == q_indptr.size() - 1
   std::span<const int64_t> slot_mapping;  // [num_tokens]
   std::span<const int32_t> logits_rows;   // token rows whose logits are wanted, e.g. each last
+  // Rows sampled where the logits are (the GPU), one spec each: their tokens come back instead
+  // of their logits. Disjoint from logits_rows; empty on the CPU backend.
+  std::span<const int32_t> sample_rows;
+  std::span<const DeviceSampleSpec> sample_specs;
 };
 
 class Model {

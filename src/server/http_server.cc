@@ -116,8 +116,7 @@ HttpServer::HttpServer(AsyncEngine& engine, ServedModel model, ServerConfig conf
     : engine_(engine),
       model_(std::move(model)),
       config_(config),
-      kv_bytes_per_token_(engine.engine().model().kv_spec(engine.engine().config().kv_dtype)
-                              .bytes_per_token()),
+      kv_bytes_per_token_(engine.engine().kv_bytes_per_token()),
       http_(std::make_unique<httplib::Server>()) {
   const int threads = config_.num_threads > 0 ? config_.num_threads
                                               : engine_.engine().config().max_num_seqs + 16;
