@@ -4,16 +4,24 @@
 #   tools/gpu_check.sh build            on the CPU machine (nvcc, no GPU needed): builds the CUDA
 #                                       test and benchmark binaries (Release, sm_90a, GoogleTest
 #                                       and libstdc++ linked statically) into .devcarry/gpu/, with
-#                                       the commit and the src/kernels/cuda tree hash they came from
+#                                       the commit and the src/kernels/cuda tree hash they came from;
+#                                       then the GPU engine: the `strata` CLI and the GPU model
+#                                       test from a full build of the tree, with the Debian shared
+#                                       libraries they use copied beside them (bin/lib)
 #   tools/gpu_check.sh run OUT_DIR      on the GPU machine, from the repository root with
 #                                       .devcarry/gpu/bin copied there (nothing else is needed): runs
-#                                       the test binary, the decode and prefill benchmarks, the
-#                                       PyTorch comparison, and a reduced filter of the tests
-#                                       under compute-sanitizer memcheck and racecheck; writes
-#                                       seven files (logs, JSON) under OUT_DIR
+#                                       the kernel tests, the GPU model test (bf16 fixtures), the
+#                                       decode and prefill benchmarks, the PyTorch comparison, a
+#                                       reduced filter of the tests under compute-sanitizer memcheck
+#                                       and racecheck, and the GPU engine benchmarks beside
+#                                       transformers (tools/gpu_engine_bench.sh); writes at most
+#                                       eight files (logs, JSON) under OUT_DIR
 #   tools/gpu_check.sh report RUN_DIR   on the CPU machine: turns RUN_DIR (the files "run" wrote)
 #                                       into docs/gpu-runs.md (figures for docs/benchmarks.md)
 #
+# GPU_CHECK_STEPS picks the run's steps (default: all of tests bench prefill torch engine_tests
+# engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute calls; the record
+# (docs/gpu-runs.md) merges what the runs of one build measured.
 # GPU_CHECK_JOBS sets the build's parallelism (default 1); GPU_CHECK_SANITIZER_FILTER the tests
 # run under the sanitizers.
 #
@@ -29,14 +37,33 @@ JOBS="${GPU_CHECK_JOBS:-1}"
 
 # Tree hash of src/kernels/cuda as it is in the working tree (uncommitted edits included): equal
 # to `git rev-parse HEAD:src/kernels/cuda` once those files are committed unchanged.
-kernels_tree_hash() {
+tree_hash() {
   local idx
   idx="$(mktemp)"
   rm -f "$idx"
   cp "$ROOT/.git/index" "$idx" 2>/dev/null || true
-  GIT_INDEX_FILE="$idx" git -C "$ROOT" add -A src/kernels/cuda >/dev/null
-  GIT_INDEX_FILE="$idx" git -C "$ROOT" write-tree --prefix=src/kernels/cuda/
+  GIT_INDEX_FILE="$idx" git -C "$ROOT" add -A "$1" >/dev/null
+  GIT_INDEX_FILE="$idx" git -C "$ROOT" write-tree --prefix="$1/"
   rm -f "$idx"
+}
+kernels_tree_hash() { tree_hash src/kernels/cuda; }
+# The GPU model runner (src/model/cuda): recorded beside the kernels, checked the same way.
+model_cuda_tree_hash() { tree_hash src/model/cuda; }
+
+# The GPU engine: a full Release build of the tree with CUDA, libstdc++ and libgcc static; the
+# Debian shared libraries `strata` links (OpenSSL, PCRE2, utf8proc, cpp-httplib, zlib, brotli)
+# are copied to bin/lib, since the GPU machine's image may not have these versions.
+build_engine() {
+  cmake -S "$ROOT" -B "$CARRY/engine-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
+    -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
+  ninja -C "$CARRY/engine-build" -j "$JOBS" strata model_cuda_model_test engine_cuda_engine_test
+  cp "$CARRY/engine-build/tools/strata/strata" "$CARRY/engine-build/tests/model/model_cuda_model_test" \
+    "$CARRY/engine-build/tests/engine/engine_cuda_engine_test" "$CARRY/bin/"
+  mkdir -p "$CARRY/bin/lib"
+  ldd "$CARRY/bin/strata" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
+    grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcublas[^/]*|libcublasLt[^/]*)\.so' |
+    xargs -r -I{} cp -L {} "$CARRY/bin/lib/"
+  cp "$ROOT/tools/bench_gpu_peers.py" "$ROOT/tools/gpu_engine_bench.sh" "$CARRY/bin/"
 }
 
 write_project() {
@@ -93,11 +120,14 @@ cmd_build() {
   cp "$CARRY/build/bench_cuda/strata_decode_bench" "$CARRY/build/bench_cuda/strata_prefill_bench" \
     "$CARRY/bin/"
   cp "$ROOT/tools/bench_decode_torch.py" "$CARRY/bin/"
+  build_engine
+  local gpu_paths=(src/kernels/cuda tests/kernels/cuda bench/cuda src/model/cuda tests/model)
   {
     echo "commit=$(git -C "$ROOT" rev-parse HEAD)"
     echo "kernels_tree=$(kernels_tree_hash)"
-    if git -C "$ROOT" diff --quiet HEAD -- src/kernels/cuda tests/kernels/cuda bench/cuda &&
-       [ -z "$(git -C "$ROOT" ls-files --others --exclude-standard src/kernels/cuda tests/kernels/cuda bench/cuda)" ]; then
+    echo "model_cuda_tree=$(model_cuda_tree_hash)"
+    if git -C "$ROOT" diff --quiet HEAD -- "${gpu_paths[@]}" &&
+       [ -z "$(git -C "$ROOT" ls-files --others --exclude-standard "${gpu_paths[@]}")" ]; then
       echo "dirty=no"
     else
       echo "dirty=yes"
@@ -114,6 +144,10 @@ cmd_build() {
 step() {
   local name="$1" log="$2" limit="$3"
   shift 3
+  case " ${GPU_CHECK_STEPS:-tests bench prefill torch engine_tests engine_bench memcheck racecheck} " in
+    *" $name "*) ;;
+    *) return 0 ;;
+  esac
   local rc=0
   local t0
   t0=$(date +%s)
@@ -136,6 +170,13 @@ cmd_run() {
   step bench bench 100 "$bin/strata_decode_bench" --json "$OUT/bench.json"
   step prefill bench 60 "$bin/strata_prefill_bench"
   step torch torch 150 env PYTHONUNBUFFERED=1 python3 "$bin/bench_decode_torch.py" --json "$OUT/torch.json"
+  # The GPU engine. The model test reads its fixtures from the path compiled in on the CPU
+  # machine (/work/main/tests/data): point that path at this checkout.
+  export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  [ -e /work/main ] || { mkdir -p /work && ln -s "$ROOT" /work/main; }
+  step engine_tests engine "${GPU_CHECK_ENGINE_TEST_LIMIT:-240}" \
+    bash -c '"$1/model_cuda_model_test" --gtest_brief=1; a=$?; "$1/engine_cuda_engine_test" --gtest_brief=1; exit $((a | $?))' _ "$bin"
+  step engine_bench engine "${GPU_CHECK_ENGINE_BENCH_LIMIT:-420}" bash "$bin/gpu_engine_bench.sh" "$bin" "$OUT/engine.json"
   # The sanitizers slow kernels by 10-100x: run the small configurations only.
   local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*}"
   step memcheck sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
@@ -143,10 +184,11 @@ cmd_run() {
   step racecheck sanitizer 100 compute-sanitizer --tool racecheck --error-exitcode 3 \
     "$bin/strata_kernels_cuda_test" --gtest_brief=1 --gtest_filter="$filter"
   cat "$OUT/status.txt"
-  tail -n 30 "$OUT/tests.log"
-  grep -E "^###|PASSED|FAILED|SUMMARY" "$OUT/sanitizer.log"
-  tail -n 24 "$OUT/bench.log"
-  grep -v Warning "$OUT/torch.log" | grep -v "^  return" | tail -n 14
+  tail -n 40 "$OUT/tests.log"
+  tail -n 20 "$OUT/engine.log" 2>/dev/null || true
+  grep -E "^###|PASSED|FAILED|SUMMARY" "$OUT/sanitizer.log" 2>/dev/null || true
+  tail -n 24 "$OUT/bench.log" 2>/dev/null || true
+  grep -v Warning "$OUT/torch.log" 2>/dev/null | grep -v "^  return" | tail -n 14 || true
 }
 
 cmd_report() {
@@ -176,12 +218,14 @@ def sanitizer(log):
     return ", ".join(parts) or "no summary"
 lines = ["# GPU runs", "",
          "Written by `tools/gpu_check.sh report` from the files `tools/gpu_check.sh run` wrote on an",
-         "H200 GPU. `tools/check_gpu_run_current.sh` compares the tree hash below with",
-         "`git rev-parse HEAD:src/kernels/cuda`: CI fails when the kernels changed after this run.", "",
+         "H200 GPU. `tools/check_gpu_run_current.sh` compares the tree hashes below with",
+         "`git rev-parse HEAD:src/kernels/cuda` and `HEAD:src/model/cuda`: CI fails when the kernels",
+         "or the GPU model runner changed after this run.", "",
          "## Latest run", "",
          f"- commit built on: `{info.get('commit', '?')}`" +
          (" (plus uncommitted kernel edits, recorded by tree hash)" if info.get("dirty") == "yes" else ""),
          f"- kernels_tree: `{info.get('kernels_tree', '?')}`",
+         f"- model_cuda_tree: `{info.get('model_cuda_tree', '?')}`",
          f"- built: {info.get('built', '?')} with {info.get('nvcc', '?')}, sm_90a",
          f"- device: {gpu[0].strip() if gpu else 'one H200 GPU'}", ""]
 p, f, s = gtest_counts(read("tests.log"))
@@ -193,6 +237,12 @@ for name in ("memcheck", "racecheck"):
     log = san_logs.get(name, "")
     pp, ff, _ = gtest_counts(log)
     lines.append(f"| compute-sanitizer {name} (reduced filter) | {status.get(name, '?')} | {sanitizer(log)}; {pp} passed, {len(ff)} failed |")
+eng = read("engine.log")
+ep = [int(x) for x in re.findall(r"\[  PASSED  \] (\d+) test", eng)]
+ef = sorted(set(x for x in re.findall(r"\[  FAILED  \] (\S+)", eng) if "." in x))
+lines.append(f"| GPU engine tests (`model_cuda_model_test`, `engine_cuda_engine_test`) | {status.get('engine_tests', '?')} | {sum(ep)} passed, {len(ef)} failed |")
+lines.append(f"| GPU engine benchmarks (`tools/gpu_engine_bench.sh`) | {status.get('engine_bench', '?')} | see below |")
+f = f + ef
 lines.append(f"| decode benchmark | {status.get('bench', '?')} | see below |")
 lines.append(f"| prefill benchmark | {status.get('prefill', '?')} | see below |")
 lines.append(f"| PyTorch SDPA comparison | {status.get('torch', '?')} | see below |")
@@ -235,6 +285,55 @@ if prefill:
         ratio = f"{r['tflops'] / t['tflops']:.2f}" if t and t.get("best_backend") else "-"
         mm_ratio = f"{r['tflops'] / mm:.2f}" if mm else "-"
         lines.append(f"| {r['prefix']} | {r['chunk']} | {r['median_us']:.1f} | {r['tflops']:.1f} | {st} | {ratio} | {mm_ratio} | {r['max_abs_err']:.2e} |")
+engine = json.loads(read("engine.json") or "{}")
+if engine:
+    peers = engine.get("peers", {})
+    fl = peers.get("floors", {})
+    bw, gemm = fl.get("copy_gbs", 0.0) * 1e9, fl.get("gemm_tflops", 0.0) * 1e12
+    wb = peers.get("weight_bytes", 0)
+    def run(name):
+        r = engine.get(name, {}).get("runs", [])
+        return r[0] if r else {}
+    lines += ["", "## GPU engine benchmarks", "",
+              f"Llama-3.1-8B shape, dummy bf16 weights ({wb / 1e9:.2f} GB), greedy, EOS ignored. Floors in the same",
+              f"call: copy bandwidth {bw / 1e9:.0f} GB/s, bf16 GEMM {gemm / 1e12:.0f} TFLOP/s; peer: transformers "
+              f"{engine.get('peers', {}).get('transformers', '?')} on the same GPU.", "",
+              "| benchmark | Strata | peer / floor | ratio |", "|---|---|---|---|"]
+    off = run("offline")
+    po = peers.get("offline", {})
+    if off and po:
+        # Roofline: prefill FLOPs at the GEMM rate plus, per decode step, weights + the KV read.
+        h = json.load(open("bench/models/llama-3.1-8b/config.json"))
+        params = wb / 2
+        n, lin, lout = 256, 512, 256
+        kv_tok = 2 * h["num_hidden_layers"] * h["num_key_value_heads"] * h["head_dim"] * 2
+        prefill_s = 2 * params * n * lin / gemm
+        decode_s = sum((wb + n * (lin + t) * kv_tok) / bw for t in range(lout))
+        roof = n * lout / (prefill_s + decode_s)
+        lines.append(f"| offline 256 x (512 + 256), output tokens/s | {off['output_tokens_per_s']:.0f} | "
+                     f"transformers {po['output_tokens_per_s']:.0f} | {off['output_tokens_per_s'] / po['output_tokens_per_s']:.1f}x |")
+        lines.append(f"| (same) against the roofline | {off['output_tokens_per_s']:.0f} | {roof:.0f} | {off['output_tokens_per_s'] / roof:.2f} |")
+    dec = run("decode")
+    if dec and bw:
+        ms = dec["tpot_s"]["p50"] * 1e3
+        floor_ms = wb / bw * 1e3
+        lines.append(f"| batch-1 decode, 1K context, ms per token (p50) | {ms:.2f} | weights / bandwidth {floor_ms:.2f} | {ms / floor_ms:.2f}x |")
+    tt = run("ttft")
+    pp = peers.get("prefill", {})
+    if tt and pp:
+        s_ = tt["ttft_s"]["p50"]
+        h = json.load(open("bench/models/llama-3.1-8b/config.json"))
+        L = 32768
+        flops = 2 * (wb / 2) * L + 2 * h["num_hidden_layers"] * h["num_attention_heads"] * h["head_dim"] * L * L
+        lines.append(f"| TTFT, one 32K prompt, s | {s_:.3f} | transformers {pp['seconds']:.3f}; FLOP floor {flops / gemm:.3f} | "
+                     f"{s_ / pp['seconds']:.2f}x / {s_ / (flops / gemm):.2f}x |")
+    on = engine.get("online", {}).get("runs", [])
+    if on:
+        lines += ["", "Online, agentic workload (`strata bench --workload agentic`):", "",
+                  "| request rate | TTFT p50 / p99 ms | ITL p50 / p99 ms | output tokens/s |", "|---|---|---|---|"]
+        for r in on:
+            lines.append(f"| {r.get('request_rate', '?')} | {r['ttft_s']['p50'] * 1e3:.1f} / {r['ttft_s']['p99'] * 1e3:.1f} | "
+                         f"{r['inter_token_latency_s']['p50'] * 1e3:.2f} / {r['inter_token_latency_s']['p99'] * 1e3:.2f} | {r['output_tokens_per_s']:.0f} |")
 open(dst, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -56,6 +56,9 @@ enum class KvAllocatorKind { kPaged, kContiguous };
 // Where the model runs: the CPU backend (fp32 kernels, the KV pool in host memory) or the GPU
 // (bf16 weights through cuBLASLt, the KV pool in device memory; builds with the CUDA toolkit).
 enum class Device { kCpu, kCuda };
+// kCuda when this build has the CUDA backend and a GPU is present, else kCpu (`--device auto`).
+Device default_device();
+const char* device_name(Device device);
 
 struct EngineConfig {
   // ---- model (used by Engine::create; the borrowing constructor takes a loaded model) --------

@@ -89,7 +89,8 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
   if (config_.preemption_mode == PreemptionMode::kSwap) {
     const int64_t swap_blocks = config_.swap_space_bytes / layout.block_bytes();
     swap_ = std::make_unique<kv::SwapSpace>(
-        layout, static_cast<int32_t>(std::min<int64_t>(swap_blocks, int64_t{1} << 30)));
+        layout, static_cast<int32_t>(std::min<int64_t>(swap_blocks, int64_t{1} << 30)),
+        runner_->block_mover());
   }
   scheduler_ = std::make_unique<engine::Scheduler>(
       engine::SchedulerConfig{
@@ -104,7 +105,7 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
           .allocator = config_.allocator,
           .preemption = config_.preemption_mode,
       },
-      *cache_, swap_.get(), runner_->host_kv());
+      *cache_, swap_.get());
   last_step_.num_free_blocks = cache_->pool().num_free_blocks();
   last_step_.capacity_token_slots = static_cast<int64_t>(num_blocks - 1) * config_.block_size;
 }
@@ -245,14 +246,27 @@ Result<std::unique_ptr<EngineImpl>> make_engine(std::unique_ptr<ThreadPool> pool
                                             std::unique_ptr<model::ModelRunner> runner,
                                             EngineConfig c) {
   fill_eos_ids(c, runner->config());
-  if (c.preemption_mode == PreemptionMode::kSwap && runner->host_kv() == nullptr) {
-    return Status::Unsupported("swap preemption needs the KV pool in host memory (CPU backend); "
-                               "use recompute preemption on the GPU");
-  }
   return std::make_unique<EngineImpl>(std::move(pool), std::move(runner), std::move(c));
 }
 
 }  // namespace
+
+Device default_device() {
+#if STRATA_HAVE_CUDA
+  if (model::CudaModel::device_available()) return Device::kCuda;
+#endif
+  return Device::kCpu;
+}
+
+const char* device_name(Device device) {
+  switch (device) {
+    case Device::kCpu:
+      return "cpu";
+    case Device::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
 
 Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;

@@ -9,10 +9,10 @@
 namespace strata::engine {
 
 Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,
-                     kv::SwapSpace* swap, kv::HostKvBuffer* kv)
-    : config_(config), cache_(cache), swap_(swap), kv_(kv) {
-  STRATA_CHECK(config.preemption == PreemptionMode::kRecompute || (swap && kv),
-               "swap preemption needs a swap space and the KV buffer");
+                     kv::SwapSpace* swap)
+    : config_(config), cache_(cache), swap_(swap) {
+  STRATA_CHECK(config.preemption == PreemptionMode::kRecompute || swap != nullptr,
+               "swap preemption needs a swap space");
   STRATA_CHECK(config.max_num_seqs >= 1 && config.max_num_batched_tokens >= 1,
                "scheduler budgets must be positive");
   if (config_.allocator == KvAllocatorKind::kContiguous) {
@@ -125,7 +125,7 @@ bool Scheduler::swap_out(Sequence* victim, SchedulerOutput& out) {
   for (const BlockId b : layout) {
     if (b != kNullBlock) live.push_back(b);
   }
-  std::optional<kv::SwapSpace::Transfer> t = swap_->swap_out(*kv_, live);
+  std::optional<kv::SwapSpace::Transfer> t = swap_->swap_out(live);
   if (!t) return false;
   out.swap_outs.push_back(*t);
   out.num_swapped_out_blocks += static_cast<int32_t>(live.size());
@@ -281,7 +281,7 @@ void Scheduler::start_swap_ins() {
     STRATA_CHECK(blocks.has_value(), "swap-in allocation failed after the free-block check");
     swapped_.pop_front();
     seq->swap_in_blocks = std::move(*blocks);
-    seq->transfer = swap_->swap_in(*kv_, seq->transfer->swap_blocks, seq->swap_in_blocks);
+    seq->transfer = swap_->swap_in(seq->transfer->swap_blocks, seq->swap_in_blocks);
     seq->status = SeqStatus::kSwappingIn;
     swapping_in_.push_back(seq);
   }

@@ -70,9 +70,9 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
-  // swap and kv (the pool's bytes) are needed for PreemptionMode::kSwap only.
+  // swap (which moves the pool's blocks) is needed for PreemptionMode::kSwap only.
   Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,
-            kv::SwapSpace* swap = nullptr, kv::HostKvBuffer* kv = nullptr);
+            kv::SwapSpace* swap = nullptr);
 
   // Queues a new sequence (status kWaiting, nothing computed, an empty table).
   void add_waiting(Sequence* seq);
@@ -129,7 +129,6 @@ class Scheduler {
   std::deque<Sequence*> swapped_;  // sorted by rank
   std::deque<Sequence*> swapping_in_;  // copies in flight, in start order
   kv::SwapSpace* swap_;
-  kv::HostKvBuffer* kv_;
   std::vector<kv::BlockTable> batch_done_;  // static scheduler: finished members' blocks
   std::vector<int64_t> batch_done_offsets_;  // and their contiguous reservations
   int32_t static_admit_left_ = 0;  // members of the forming static batch not yet admitted

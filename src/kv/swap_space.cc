@@ -1,18 +1,16 @@
 #include "kv/swap_space.h"
 
-#include <cstring>
 #include <utility>
 
 #include "core/check.h"
 
 namespace strata::kv {
 
-SwapSpace::SwapSpace(const KvLayout& layout, int32_t num_blocks)
-    : block_bytes_(layout.block_bytes()),
-      buffer_(layout, num_blocks + 1),
-      free_list_(num_blocks + 1),
-      worker_([this] { run(); }) {
+SwapSpace::SwapSpace(const KvLayout& layout, int32_t num_blocks, BlockMover& mover)
+    : mover_(mover), buffer_(layout, num_blocks + 1), free_list_(num_blocks + 1) {
   STRATA_CHECK(num_blocks >= 0, "swap space: negative block count");
+  mover_.attach(buffer_);
+  worker_ = std::thread([this] { run(); });
 }
 
 SwapSpace::~SwapSpace() {
@@ -22,6 +20,7 @@ SwapSpace::~SwapSpace() {
   }
   cv_.notify_one();
   worker_.join();  // runs what is queued first: no transfer is left unfinished
+  mover_.detach(buffer_);
 }
 
 void SwapSpace::run() {
@@ -50,44 +49,33 @@ SwapSpace::Transfer SwapSpace::submit(std::vector<BlockId> swap_blocks,
   return t;
 }
 
-std::optional<SwapSpace::Transfer> SwapSpace::swap_out(const HostKvBuffer& pool,
-                                                       std::span<const BlockId> pool_blocks) {
+std::optional<SwapSpace::Transfer> SwapSpace::swap_out(std::span<const BlockId> pool_blocks) {
   std::optional<std::vector<BlockId>> swap =
       free_list_.allocate(static_cast<int32_t>(pool_blocks.size()));
   if (!swap) return std::nullopt;
-  std::vector<BlockId> src(pool_blocks.begin(), pool_blocks.end());
-  for (const BlockId b : src) {
-    STRATA_CHECK(b != kNullBlock && b.value < pool.num_blocks(), "swap_out: bad pool block");
+  std::vector<BlockCopy> pairs;
+  for (size_t i = 0; i < pool_blocks.size(); ++i) {
+    const BlockId b = pool_blocks[i];
+    STRATA_CHECK(b != kNullBlock && b.value < mover_.num_pool_blocks(), "swap_out: bad pool block");
+    pairs.push_back(BlockCopy{b, (*swap)[i]});
   }
-  const std::byte* from = pool.data();
-  std::byte* to = buffer_.data();
-  const int64_t bytes = block_bytes_;
-  std::vector<BlockId> dst = *swap;
-  return submit(std::move(*swap), [from, to, bytes, src = std::move(src), dst = std::move(dst)] {
-    for (size_t i = 0; i < src.size(); ++i) {
-      std::memcpy(to + dst[i].value * bytes, from + src[i].value * bytes,
-                  static_cast<size_t>(bytes));
-    }
+  return submit(std::move(*swap), [this, pairs = std::move(pairs)] {
+    mover_.to_host(pairs, buffer_);
   });
 }
 
-SwapSpace::Transfer SwapSpace::swap_in(HostKvBuffer& pool, std::span<const BlockId> swap_blocks,
+SwapSpace::Transfer SwapSpace::swap_in(std::span<const BlockId> swap_blocks,
                                        std::span<const BlockId> pool_blocks) {
   STRATA_CHECK(swap_blocks.size() == pool_blocks.size(), "swap_in: block counts differ");
-  std::vector<BlockId> src(swap_blocks.begin(), swap_blocks.end());
-  std::vector<BlockId> dst(pool_blocks.begin(), pool_blocks.end());
-  for (const BlockId b : dst) {
-    STRATA_CHECK(b != kNullBlock && b.value < pool.num_blocks(), "swap_in: bad pool block");
+  std::vector<BlockCopy> pairs;
+  for (size_t i = 0; i < pool_blocks.size(); ++i) {
+    const BlockId b = pool_blocks[i];
+    STRATA_CHECK(b != kNullBlock && b.value < mover_.num_pool_blocks(), "swap_in: bad pool block");
+    pairs.push_back(BlockCopy{swap_blocks[i], b});
   }
-  const std::byte* from = buffer_.data();
-  std::byte* to = pool.data();
-  const int64_t bytes = block_bytes_;
-  std::vector<BlockId> keep = src;
-  return submit(std::move(keep), [from, to, bytes, src = std::move(src), dst = std::move(dst)] {
-    for (size_t i = 0; i < src.size(); ++i) {
-      std::memcpy(to + dst[i].value * bytes, from + src[i].value * bytes,
-                  static_cast<size_t>(bytes));
-    }
+  std::vector<BlockId> keep(swap_blocks.begin(), swap_blocks.end());
+  return submit(std::move(keep), [this, pairs = std::move(pairs)] {
+    mover_.from_host(pairs, buffer_);
   });
 }
 

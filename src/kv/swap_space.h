@@ -10,8 +10,9 @@
 // forward pass.
 //
 // Owns the swap buffer, a BlockPool as its free list (block 0 is the null block, never used), and
-// the copy thread. Not thread-safe apart from Transfer::ready/wait: the scheduler thread owns it.
-// Cost: block_bytes of memcpy per block moved, on the copy thread.
+// the copy thread; borrows the mover (it must outlive the space). Not thread-safe apart from
+// Transfer::ready/wait: the scheduler thread owns it. Cost: block_bytes moved per block, on the
+// copy thread.
 
 #include <condition_variable>
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "core/ids.h"
+#include "kv/block_mover.h"
 #include "kv/block_pool.h"
 #include "kv/host_kv_buffer.h"
 #include "kv/kv_layout.h"
@@ -44,8 +46,8 @@ class SwapSpace {
     void wait() const { done.wait(); }
   };
 
-  // num_blocks usable swap blocks (>= 0; 0 = every swap-out fails).
-  SwapSpace(const KvLayout& layout, int32_t num_blocks);
+  // num_blocks usable swap blocks (>= 0; 0 = every swap-out fails), moved by mover.
+  SwapSpace(const KvLayout& layout, int32_t num_blocks, BlockMover& mover);
   ~SwapSpace();
   SwapSpace(const SwapSpace&) = delete;
   SwapSpace& operator=(const SwapSpace&) = delete;
@@ -55,19 +57,18 @@ class SwapSpace {
 
   // Takes one swap block per pool block and starts copying pool_blocks (none the null block) out
   // of pool into them. nullopt, changing nothing, when too few swap blocks are free.
-  std::optional<Transfer> swap_out(const HostKvBuffer& pool, std::span<const BlockId> pool_blocks);
+  std::optional<Transfer> swap_out(std::span<const BlockId> pool_blocks);
   // Starts copying swap_blocks back into pool_blocks (same length; allocated by the caller, not
   // read or written by anyone until the transfer is ready). The swap blocks stay taken: free them
   // once the transfer is ready.
-  Transfer swap_in(HostKvBuffer& pool, std::span<const BlockId> swap_blocks,
-                   std::span<const BlockId> pool_blocks);
+  Transfer swap_in(std::span<const BlockId> swap_blocks, std::span<const BlockId> pool_blocks);
   void free(std::span<const BlockId> swap_blocks);
 
  private:
   Transfer submit(std::vector<BlockId> swap_blocks, std::function<void()> copy);
   void run();
 
-  int64_t block_bytes_;
+  BlockMover& mover_;
   HostKvBuffer buffer_;
   BlockPool free_list_;
   std::mutex mu_;

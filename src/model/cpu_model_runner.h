@@ -28,13 +28,14 @@ class CpuModelRunner final : public ModelRunner {
   Status forward(const ForwardBatch& batch, std::span<float> logits,
                  std::span<SampledToken> sampled) override;
   Status copy_blocks(std::span<const kv::BlockCopy> copies) override;
-  kv::HostKvBuffer* host_kv() override { return &kv_; }
+  kv::BlockMover& block_mover() override { return mover_; }
 
  private:
   std::unique_ptr<Model> owned_;
   Model& model_;
   ThreadPool& pool_;
   kv::HostKvBuffer kv_;
+  kv::HostBlockMover mover_{kv_};
 };
 
 }  // namespace strata::model

@@ -11,7 +11,7 @@
 #include <span>
 
 #include "core/status.h"
-#include "kv/host_kv_buffer.h"
+#include "kv/block_mover.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_layout.h"
 #include "model/hf_config.h"
@@ -39,8 +39,9 @@ class ModelRunner {
                          std::span<SampledToken> sampled) = 0;
   // Copy-on-write copies, run before the step that writes the destination blocks.
   virtual Status copy_blocks(std::span<const kv::BlockCopy> copies) = 0;
-  // The pool as host memory, for swap preemption's copies; nullptr when the pool is elsewhere.
-  virtual kv::HostKvBuffer* host_kv() = 0;
+  // Moves whole blocks between this pool and host memory (swap preemption's copies, on the
+  // swap space's copy thread).
+  virtual kv::BlockMover& block_mover() = 0;
 };
 
 }  // namespace strata::model

@@ -33,16 +33,17 @@ bool block_is(const HostKvBuffer& kv, int32_t block, std::byte value) {
 
 TEST(SwapSpaceTest, BlocksComeBackByteForByteIntoOtherPoolBlocks) {
   HostKvBuffer pool(small_layout(), 8);
-  SwapSpace swap(small_layout(), 4);
+  HostBlockMover mover(pool);
+  SwapSpace swap(small_layout(), 4, mover);
   fill_block(pool, 2, std::byte{0x11});
   fill_block(pool, 5, std::byte{0x22});
-  auto out = swap.swap_out(pool, ids({2, 5}));
+  auto out = swap.swap_out(ids({2, 5}));
   ASSERT_TRUE(out.has_value());
   EXPECT_EQ(swap.num_free_blocks(), 2);
   out->wait();
   fill_block(pool, 2, std::byte{0});  // the pool blocks are reused
   fill_block(pool, 5, std::byte{0});
-  const SwapSpace::Transfer in = swap.swap_in(pool, out->swap_blocks, ids({7, 3}));
+  const SwapSpace::Transfer in = swap.swap_in(out->swap_blocks, ids({7, 3}));
   in.wait();
   EXPECT_TRUE(in.ready());
   EXPECT_TRUE(block_is(pool, 7, std::byte{0x11}));
@@ -53,21 +54,23 @@ TEST(SwapSpaceTest, BlocksComeBackByteForByteIntoOtherPoolBlocks) {
 
 TEST(SwapSpaceTest, ASwapOutThatDoesNotFitChangesNothing) {
   HostKvBuffer pool(small_layout(), 8);
-  SwapSpace swap(small_layout(), 2);
-  EXPECT_FALSE(swap.swap_out(pool, ids({1, 2, 3})).has_value());
+  HostBlockMover mover(pool);
+  SwapSpace swap(small_layout(), 2, mover);
+  EXPECT_FALSE(swap.swap_out(ids({1, 2, 3})).has_value());
   EXPECT_EQ(swap.num_free_blocks(), 2);
-  SwapSpace none(small_layout(), 0);
-  EXPECT_FALSE(none.swap_out(pool, ids({1})).has_value());
+  SwapSpace none(small_layout(), 0, mover);
+  EXPECT_FALSE(none.swap_out(ids({1})).has_value());
 }
 
 TEST(SwapSpaceTest, QueuedTransfersCompleteBeforeTheSpaceIsDestroyed) {
   HostKvBuffer pool(small_layout(), 64);
+  HostBlockMover mover(pool);
   std::vector<SwapSpace::Transfer> transfers;
   {
-    SwapSpace swap(small_layout(), 63);
+    SwapSpace swap(small_layout(), 63, mover);
     for (int32_t b = 1; b < 64; ++b) {
       fill_block(pool, b, std::byte{static_cast<unsigned char>(b)});
-      transfers.push_back(*swap.swap_out(pool, ids({b})));
+      transfers.push_back(*swap.swap_out(ids({b})));
     }
   }
   for (const auto& t : transfers) EXPECT_TRUE(t.ready());

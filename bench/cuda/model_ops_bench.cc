@@ -1,0 +1,387 @@
+// strata_model_ops_bench: the GPU engine's non-attention ops and GEMMs at Llama-3.1-8B shapes
+// (hidden 4096, intermediate 14336, 32 q / 8 KV heads, head dim 128, vocab 128256) for 1, 256
+// and 4096 tokens: microseconds per call, GB/s against the device-to-device copy bandwidth
+// measured in the same run, and TFLOP/s (and weight GB/s) for the projections.
+//
+// Each op is timed as a run of back-to-back launches between two events (median of 5 runs), so
+// launch overhead is included as it is in a real step. Inputs rotate over enough copies that
+// consecutive calls do not find their bytes in L2 (at least 256 MiB in all, at most 64 copies);
+// rows marked "L2" still fit it and measure latency rather than bandwidth.
+//
+//   strata_model_ops_bench [--tokens N]
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/event.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/random_fill.h"
+#include "kernels/cuda/stream.h"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int64_t kHidden = 4096;
+constexpr int64_t kInter = 14336;
+constexpr int32_t kQHeads = 32;
+constexpr int32_t kKvHeads = 8;
+constexpr int32_t kHeadDim = 128;
+constexpr int64_t kVocab = 128256;
+constexpr int64_t kQkvWidth = (kQHeads + 2 * kKvHeads) * kHeadDim;
+constexpr int64_t kRotateBytes = int64_t{256} << 20;
+constexpr int kMaxCopies = 64;
+
+void die_if(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+    std::exit(1);
+  }
+}
+
+template <typename T>
+T take(Result<T> r, const char* what) {
+  die_if(r.status(), what);
+  return std::move(r).value();
+}
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+int copies_for(int64_t bytes_per_call) {
+  return static_cast<int>(
+      std::clamp<int64_t>((kRotateBytes + bytes_per_call - 1) / bytes_per_call, 1, kMaxCopies));
+}
+
+// A device buffer of elems random values of dtype in [lo, hi).
+DeviceBuffer filled(int64_t elems, DType dtype, uint64_t seed, float lo, float hi,
+                    cudaStream_t stream) {
+  DeviceBuffer b = take(DeviceBuffer::allocate(elems * dtype_size(dtype)), "alloc");
+  die_if(random_fill({b.data(), dtype, elems, seed, lo, hi}, stream), "fill");
+  return b;
+}
+
+DeviceBuffer upload_i32(const std::vector<int32_t>& v) {
+  DeviceBuffer b = take(DeviceBuffer::allocate(v.size() * 4), "alloc");
+  check_cuda(cudaMemcpy(b.data(), v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
+  return b;
+}
+
+// Microseconds per call of launch(i) (i cycles over the copies), launched back to back.
+template <typename F>
+double time_us(const Stream& stream, int copies, F&& launch) {
+  for (int i = 0; i < copies; ++i) die_if(launch(i), "warm-up");
+  die_if(stream.synchronize(), "sync");
+  Event start = take(Event::create(), "event");
+  Event end = take(Event::create(), "event");
+  auto run = [&](int calls) {
+    die_if(start.record(stream.get()), "record");
+    for (int i = 0; i < calls; ++i) die_if(launch(i % copies), "launch");
+    die_if(end.record(stream.get()), "record");
+    die_if(end.synchronize(), "sync");
+    return take(Event::elapsed_ms(start, end), "elapsed") * 1e3 / calls;
+  };
+  const double first_us = run(1);
+  const int calls = std::max(copies, static_cast<int>(std::clamp(3000.0 / first_us, 2.0, 200.0)));
+  std::vector<double> us;
+  for (int r = 0; r < 5; ++r) us.push_back(run(calls));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// Microseconds per call when `calls` launches are replayed from one CUDA graph (no per-launch
+// host cost: what a captured decode step pays). Only for the small token counts.
+template <typename F>
+double time_graph_us(const Stream& stream, int copies, F&& launch) {
+  const int calls = std::max(copies, 20);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < calls; ++i) die_if(launch(i % copies), "captured launch");
+  check_cuda(cudaStreamEndCapture(stream.get(), &graph), "end capture");
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  check_cuda(cudaGraphLaunch(exec, stream.get()), "graph launch");
+  die_if(stream.synchronize(), "sync");
+  Event start = take(Event::create(), "event");
+  Event end = take(Event::create(), "event");
+  std::vector<double> us;
+  for (int r = 0; r < 5; ++r) {
+    die_if(start.record(stream.get()), "record");
+    check_cuda(cudaGraphLaunch(exec, stream.get()), "graph launch");
+    die_if(end.record(stream.get()), "record");
+    die_if(end.synchronize(), "sync");
+    us.push_back(take(Event::elapsed_ms(start, end), "elapsed") * 1e3 / calls);
+  }
+  check_cuda(cudaGraphExecDestroy(exec), "destroy");
+  check_cuda(cudaGraphDestroy(graph), "destroy");
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// Times launch both ways: streamed, and (for up to kGraphMaxTokens tokens) from a CUDA graph.
+constexpr int64_t kGraphMaxTokens = 256;
+struct Times {
+  double us;
+  double graph_us;  // 0 when not measured
+};
+template <typename F>
+Times time_both(const Stream& stream, int64_t tokens, int copies, F&& launch) {
+  Times t{time_us(stream, copies, launch), 0.0};
+  if (tokens <= kGraphMaxTokens) t.graph_us = time_graph_us(stream, copies, launch);
+  return t;
+}
+
+struct Bench {
+  Stream stream = take(Stream::create(), "stream");
+  double copy_gbs = 0;
+
+  void report(const char* op, int64_t tokens, Times t, double bytes, int copies) const {
+    const double gbs = bytes / (t.us * 1e-6) / 1e9;
+    const bool l2 = bytes * copies < 100e6;
+    std::printf("%-26s tokens %5lld  %9.2f us  %8.1f GB/s  %5.2f of copy", op,
+                static_cast<long long>(tokens), t.us, gbs, gbs / copy_gbs);
+    if (t.graph_us > 0) std::printf("  | graph %7.2f us", t.graph_us);
+    std::printf("%s\n", l2 ? "  (L2)" : "");
+  }
+
+  void measure_copy() {
+    const size_t bytes = size_t{2} << 30;
+    DeviceBuffer src = filled(static_cast<int64_t>(bytes / 4), DType::kF32, 1, -1, 1, stream.get());
+    DeviceBuffer dst = take(DeviceBuffer::allocate(bytes), "alloc");
+    const double us = time_us(stream, 1, [&](int) {
+      return cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice,
+                             stream.get()) == cudaSuccess
+                 ? Status::Ok()
+                 : Status::Internal("cudaMemcpyAsync");
+    });
+    copy_gbs = 2.0 * static_cast<double>(bytes) / (us * 1e-6) / 1e9;
+  }
+
+  // The memory-bound ops; returns the microseconds of one decoder layer's share of them.
+  Times ops(int64_t t) {
+    const cudaStream_t s = stream.get();
+    std::mt19937 rng(static_cast<uint32_t>(t));
+    Times layer{0.0, 0.0};
+    auto add = [&layer](Times x, double times) {
+      layer.us += times * x.us;
+      layer.graph_us += times * x.graph_us;
+    };
+    {  // embedding
+      DeviceBuffer table = filled(kVocab * kHidden, DType::kBF16, 2, -1, 1, s);
+      std::vector<int32_t> ids(static_cast<size_t>(t));
+      for (auto& id : ids) id = static_cast<int32_t>(rng() % kVocab);
+      DeviceBuffer d_ids = upload_i32(ids);
+      const double bytes = static_cast<double>(t) * kHidden * (2 + 4);
+      const int copies = copies_for(static_cast<int64_t>(bytes));
+      std::vector<DeviceBuffer> outs;
+      for (int i = 0; i < copies; ++i)
+        outs.push_back(take(DeviceBuffer::allocate(t * kHidden * 4), "alloc"));
+      const Times us = time_both(stream, t, copies, [&](int i) {
+        return embedding({d_ids.as<int32_t>(), table.data(), DType::kBF16, outs[i].as<float>(),
+                          static_cast<int32_t>(t), kHidden},
+                         s);
+      });
+      report("embedding", t, us, bytes, copies);
+    }
+    {  // rms_norm, with and without the fused residual add
+      DeviceBuffer weight = filled(kHidden, DType::kBF16, 3, 0.5f, 1.5f, s);
+      for (bool delta : {false, true}) {
+        const double bytes = static_cast<double>(t) * kHidden * (delta ? 14 : 6);
+        const int copies = copies_for(static_cast<int64_t>(bytes));
+        std::vector<DeviceBuffer> res, del, out;
+        for (int i = 0; i < copies; ++i) {
+          res.push_back(filled(t * kHidden, DType::kF32, 4 + i, -2, 2, s));
+          if (delta) del.push_back(filled(t * kHidden, DType::kF32, 100 + i, -1e-3f, 1e-3f, s));
+          out.push_back(take(DeviceBuffer::allocate(t * kHidden * 2), "alloc"));
+        }
+        const Times us = time_both(stream, t, copies, [&](int i) {
+          RmsNormParams p;
+          p.residual = res[i].as<float>();
+          p.delta = delta ? del[i].as<float>() : nullptr;
+          p.weight = weight.data();
+          p.out = out[i].data();
+          p.num_rows = static_cast<int32_t>(t);
+          p.hidden = kHidden;
+          return rms_norm(p, s);
+        });
+        report(delta ? "rms_norm + residual add" : "rms_norm", t, us, bytes, copies);
+        if (delta) add(us, 2);
+      }
+    }
+    {  // qk_norm_rope, without and with the per-head norm
+      std::vector<float> inv_freq(kHeadDim / 2);
+      for (int i = 0; i < kHeadDim / 2; ++i) {
+        inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / kHeadDim));
+      }
+      DeviceBuffer d_inv = take(DeviceBuffer::allocate(inv_freq.size() * 4), "alloc");
+      check_cuda(
+          cudaMemcpy(d_inv.data(), inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice),
+          "upload");
+      std::vector<int32_t> pos(static_cast<size_t>(t));
+      for (auto& x : pos) x = static_cast<int32_t>(rng() % 8192);
+      DeviceBuffer d_pos = upload_i32(pos);
+      DeviceBuffer norm_w = filled(kHeadDim, DType::kBF16, 5, 0.5f, 1.5f, s);
+      const double bytes = static_cast<double>(t) * (kQHeads + kKvHeads) * kHeadDim * 2 * 2;
+      const int copies = copies_for(static_cast<int64_t>(bytes));
+      std::vector<DeviceBuffer> qkv;
+      for (int i = 0; i < copies; ++i)
+        qkv.push_back(filled(t * kQkvWidth, DType::kBF16, 6 + i, -1, 1, s));
+      for (bool norm : {false, true}) {
+        const Times us = time_both(stream, t, copies, [&](int i) {
+          QkNormRopeParams p;
+          p.qkv = qkv[i].data();
+          p.token_stride = kQkvWidth;
+          p.positions = d_pos.as<int32_t>();
+          p.inv_freq = d_inv.as<float>();
+          p.q_norm = norm ? norm_w.data() : nullptr;
+          p.k_norm = norm ? norm_w.data() : nullptr;
+          p.num_tokens = static_cast<int32_t>(t);
+          p.num_q_heads = kQHeads;
+          p.num_kv_heads = kKvHeads;
+          p.head_dim = kHeadDim;
+          return qk_norm_rope(p, s);
+        });
+        report(norm ? "qk_norm_rope (qk-norm)" : "qk_norm_rope", t, us, bytes, copies);
+        if (!norm) add(us, 1);
+      }
+    }
+    {  // silu_and_mul
+      const double bytes = static_cast<double>(t) * kInter * (4 + 2);
+      const int copies = copies_for(static_cast<int64_t>(bytes));
+      std::vector<DeviceBuffer> in, out;
+      for (int i = 0; i < copies; ++i) {
+        in.push_back(filled(t * 2 * kInter, DType::kBF16, 7 + i, -4, 4, s));
+        out.push_back(take(DeviceBuffer::allocate(t * kInter * 2), "alloc"));
+      }
+      const Times us = time_both(stream, t, copies, [&](int i) {
+        return silu_and_mul(
+            {in[i].data(), out[i].data(), static_cast<int32_t>(t), static_cast<int32_t>(kInter)},
+            s);
+      });
+      report("silu_and_mul", t, us, bytes, copies);
+      add(us, 1);
+    }
+    return layer;
+  }
+
+  // The layer's projections at m = t; returns their microseconds for one layer.
+  Times gemms(Gemm& gemm, int64_t m) {
+    struct Proj {
+      const char* name;
+      int64_t n, k;
+      DType d_dtype;
+      bool accumulate;
+      bool in_layer;
+    };
+    const Proj projs[] = {{"qkv_proj", kQkvWidth, kHidden, DType::kBF16, false, true},
+                          {"o_proj (+= residual)", kHidden, kHidden, DType::kF32, true, true},
+                          {"gate_up_proj", 2 * kInter, kHidden, DType::kBF16, false, true},
+                          {"down_proj (+= residual)", kHidden, kInter, DType::kF32, true, true},
+                          {"lm_head (fp32 logits)", kVocab, kHidden, DType::kF32, false, false}};
+    const cudaStream_t s = stream.get();
+    Times layer{0.0, 0.0};
+    for (const Proj& pr : projs) {
+      const int64_t w_bytes = pr.n * pr.k * 2;
+      const int copies = copies_for(w_bytes);
+      std::vector<DeviceBuffer> ws;
+      for (int i = 0; i < copies; ++i)
+        ws.push_back(filled(pr.n * pr.k, DType::kBF16, 20 + i, -0.05f, 0.05f, s));
+      DeviceBuffer a = filled(m * pr.k, DType::kBF16, 8, -1, 1, s);
+      DeviceBuffer d = filled(m * pr.n, pr.d_dtype, 9, -1, 1, s);
+      const Times tm = time_both(stream, m, copies, [&](int i) {
+        GemmParams p;
+        p.a = a.data();
+        p.lda = pr.k;
+        p.w = ws[i].data();
+        p.ldw = pr.k;
+        p.d = d.data();
+        p.ldd = pr.n;
+        p.d_dtype = pr.d_dtype;
+        p.accumulate = pr.accumulate;
+        p.m = m;
+        p.n = pr.n;
+        p.k = pr.k;
+        return gemm.run(p, s);
+      });
+      const double us = tm.us;
+      const double tflops = 2.0 * m * pr.n * pr.k / (us * 1e-6) / 1e12;
+      const double bytes = static_cast<double>(w_bytes) + m * pr.k * 2.0 +
+                           m * pr.n * dtype_size(pr.d_dtype) * (pr.accumulate ? 2.0 : 1.0);
+      std::printf(
+          "%-26s m %5lld  n %6lld k %5lld  %9.2f us  %6.1f TFLOP/s  %7.1f GB/s (%.2f of copy)",
+          pr.name, static_cast<long long>(m), static_cast<long long>(pr.n),
+          static_cast<long long>(pr.k), us, tflops, bytes / (us * 1e-6) / 1e9,
+          bytes / (us * 1e-6) / 1e9 / copy_gbs);
+      if (tm.graph_us > 0) {
+        std::printf("  | graph %7.2f us, %.2f of copy", tm.graph_us,
+                    bytes / (tm.graph_us * 1e-6) / 1e9 / copy_gbs);
+      }
+      std::printf("\n");
+      if (pr.in_layer) {
+        layer.us += tm.us;
+        layer.graph_us += tm.graph_us;
+      }
+    }
+    return layer;
+  }
+};
+
+int run(int argc, char** argv) {
+  std::vector<int64_t> tokens = {1, 256, 4096};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) tokens = {std::atoll(argv[++i])};
+  }
+  Bench b;
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "properties");
+  b.measure_copy();
+  std::printf("device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, b.copy_gbs);
+  Gemm gemm = take(Gemm::create(), "gemm");
+  for (int64_t t : tokens) {
+    std::printf("\n== %lld tokens ==\n", static_cast<long long>(t));
+    const Times ops = b.ops(t);
+    const Times gemms = b.gemms(gemm, t);
+    std::printf(
+        "one decoder layer (2 norms + residual adds, rope, silu, 4 projections; no "
+        "attention): %.1f us = ops %.1f + GEMM %.1f; x32 layers %.2f ms\n",
+        ops.us + gemms.us, ops.us, gemms.us, 32 * (ops.us + gemms.us) / 1e3);
+    if (ops.graph_us > 0) {
+      std::printf("  from a CUDA graph: %.1f us = ops %.1f + GEMM %.1f; x32 layers %.2f ms\n",
+                  ops.graph_us + gemms.graph_us, ops.graph_us, gemms.graph_us,
+                  32 * (ops.graph_us + gemms.graph_us) / 1e3);
+    }
+  }
+  {
+    const int64_t n = kInter * kHidden;  // one fp32 weight converted at load
+    DeviceBuffer in = filled(n, DType::kF32, 30, -1, 1, b.stream.get());
+    DeviceBuffer out = take(DeviceBuffer::allocate(n * 2), "alloc");
+    const Times us{
+        time_us(b.stream, 1,
+                [&](int) { return f32_to_bf16(in.as<float>(), out.data(), n, b.stream.get()); }),
+        0.0};
+    std::printf("\n");
+    b.report("f32_to_bf16 (14336x4096)", 0, us, static_cast<double>(n) * 6, 1);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata::cuda
+
+int main(int argc, char** argv) { return strata::cuda::run(argc, argv); }

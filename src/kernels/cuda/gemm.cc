@@ -1,0 +1,251 @@
+#include "kernels/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/gemm_bias.h"
+
+namespace strata::cuda {
+namespace {
+
+Status cublas_error_status(cublasStatus_t s, const char* expr, const char* file, int line) {
+  return Status::Internal(std::string(expr) + " failed at " + file + ":" + std::to_string(line) +
+                          ": " + cublasLtGetStatusName(s) + ": " + cublasLtGetStatusString(s));
+}
+
+#define STRATA_CUBLAS_CHECK(expr)                                              \
+  do {                                                                         \
+    const cublasStatus_t strata_cublas_s_ = (expr);                            \
+    if (strata_cublas_s_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {              \
+      return cublas_error_status(strata_cublas_s_, #expr, __FILE__, __LINE__); \
+    }                                                                          \
+  } while (0)
+
+// Every pointer and row stride is 16-byte aligned (checked in validate); the heuristic is told so
+// that it never picks an algorithm that needs cuBLASLt's default of 256.
+constexpr uint32_t kAlignmentBytes = 16;
+
+struct DescDeleter {
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
+};
+struct LayoutDeleter {
+  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublasLtMatrixLayoutDestroy(l); }
+};
+struct PreferenceDeleter {
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+using DescPtr = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
+using LayoutPtr = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDeleter>;
+using PreferencePtr = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDeleter>;
+
+// What the algorithm choice depends on. Pointers are not part of it: every call's pointers meet
+// the alignment the heuristic was told.
+struct ShapeKey {
+  int64_t m, n, k, lda, ldw, ldd;
+  DType d_dtype;
+  bool bias, accumulate;
+  bool operator==(const ShapeKey&) const = default;
+};
+struct ShapeKeyHash {
+  size_t operator()(const ShapeKey& s) const {
+    size_t h = 0;
+    auto mix = [&h](uint64_t v) {
+      h ^= std::hash<uint64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    };
+    for (int64_t v : {s.m, s.n, s.k, s.lda, s.ldw, s.ldd}) mix(static_cast<uint64_t>(v));
+    mix(static_cast<uint64_t>(s.d_dtype) | (uint64_t{s.bias} << 8) | (uint64_t{s.accumulate} << 9));
+    return h;
+  }
+};
+
+// One cached problem: descriptors and the chosen algorithm. A call only sets the bias pointer.
+//
+// Row-major d[m, n] = a[m, k] w[n, k]^T is computed as the column-major d^T[n, m] = w^T a^T:
+// cuBLASLt's A operand is w (column-major [k, n], ld = ldw, transposed), its B operand is a
+// (column-major [k, m], ld = lda) and C = D is d^T (column-major [n, m], ld = ldd). The bias is
+// then per row of D, i.e. per output feature, which is what CUBLASLT_EPILOGUE_BIAS adds.
+struct Plan {
+  DescPtr desc;
+  LayoutPtr w_layout, a_layout, d_layout;
+  cublasLtMatmulAlgo_t algo{};
+  bool epilogue_bias = false;  // bias through the epilogue; else add_bias_f32 afterwards
+};
+
+cudaDataType_t cuda_type(DType d) { return d == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+Status validate(const GemmParams& p) {
+  if (p.d_dtype != DType::kBF16 && p.d_dtype != DType::kF32) {
+    return Status::Unsupported("gemm output dtype " + std::string(dtype_name(p.d_dtype)) +
+                               " (supported: BF16, F32)");
+  }
+  if (p.m < 0 || p.n <= 0 || p.k <= 0) {
+    return Status::InvalidArgument("gemm needs m >= 0 and n, k > 0");
+  }
+  if (p.lda < p.k || p.ldw < p.k || p.ldd < p.n) {
+    return Status::InvalidArgument("gemm strides must hold a row (lda, ldw >= k, ldd >= n)");
+  }
+  if (p.m > 0 && (p.a == nullptr || p.w == nullptr || p.d == nullptr)) {
+    return Status::InvalidArgument("gemm needs a, w and d");
+  }
+  const int64_t d_elem = dtype_size(p.d_dtype);
+  if (!aligned16(p.a) || !aligned16(p.w) || !aligned16(p.d) ||
+      (p.bias != nullptr && !aligned16(p.bias)) || (p.lda * 2) % 16 != 0 || (p.ldw * 2) % 16 != 0 ||
+      (p.ldd * d_elem) % 16 != 0) {
+    return Status::InvalidArgument("gemm pointers and row strides must be 16-byte aligned");
+  }
+  const int64_t kMaxDim = INT32_MAX;
+  if (p.m > kMaxDim || p.n > kMaxDim || p.k > kMaxDim || p.ldd > kMaxDim || p.lda > kMaxDim ||
+      p.ldw > kMaxDim) {
+    return Status::InvalidArgument("gemm sizes must fit in 32 bits");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct Gemm::Impl {
+  cublasLtHandle_t handle = nullptr;
+  DeviceBuffer workspace;
+  std::unordered_map<ShapeKey, Plan, ShapeKeyHash> plans;
+
+  ~Impl() {
+    plans.clear();
+    if (handle != nullptr) cublasLtDestroy(handle);
+  }
+
+  // The descriptors of `key` with the bias epilogue (bias type bf16) or without; then the
+  // heuristic's first algorithm. NotFound when the heuristic has none.
+  Result<Plan> make_plan(const ShapeKey& key, bool epilogue_bias) {
+    Plan plan;
+    cublasLtMatmulDesc_t desc = nullptr;
+    STRATA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    plan.desc.reset(desc);
+    const cublasOperation_t trans_w = CUBLAS_OP_T;
+    const cublasOperation_t trans_a = CUBLAS_OP_N;
+    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w,
+                                                       sizeof(trans_w)));
+    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_a,
+                                                       sizeof(trans_a)));
+    if (epilogue_bias) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const int32_t bias_type = CUDA_R_16BF;
+      // Not dereferenced by the heuristic, only read for its alignment: 16 bytes, the least that
+      // validate() lets a call pass, so the algorithm suits every later bias pointer.
+      const void* bias_probe = static_cast<const char*>(workspace.data()) + 16;
+      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                         &epilogue, sizeof(epilogue)));
+      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                         &bias_type, sizeof(bias_type)));
+      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias_probe, sizeof(bias_probe)));
+    }
+    cublasLtMatrixLayout_t layout = nullptr;
+    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+        &layout, CUDA_R_16BF, static_cast<uint64_t>(key.k), static_cast<uint64_t>(key.n), key.ldw));
+    plan.w_layout.reset(layout);
+    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+        &layout, CUDA_R_16BF, static_cast<uint64_t>(key.k), static_cast<uint64_t>(key.m), key.lda));
+    plan.a_layout.reset(layout);
+    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, cuda_type(key.d_dtype),
+                                                   static_cast<uint64_t>(key.n),
+                                                   static_cast<uint64_t>(key.m), key.ldd));
+    plan.d_layout.reset(layout);
+
+    cublasLtMatmulPreference_t pref_raw = nullptr;
+    STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
+    const PreferencePtr pref(pref_raw);
+    const uint64_t ws_bytes = workspace.bytes();
+    STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+    for (const auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_raw, attr, &kAlignmentBytes,
+                                                               sizeof(kAlignmentBytes)));
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+        handle, desc, plan.w_layout.get(), plan.a_layout.get(), plan.d_layout.get(),
+        plan.d_layout.get(), pref_raw, 1, &result, &found);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
+      return Status::NotFound("cuBLASLt has no algorithm");
+    }
+    STRATA_CUBLAS_CHECK(s);
+    STRATA_CUBLAS_CHECK(result.state);
+    plan.algo = result.algo;
+    plan.epilogue_bias = epilogue_bias;
+    return plan;
+  }
+
+  // The cached plan of key, made on first use: with a bias, the epilogue when cuBLASLt has an
+  // algorithm for it (always for a bf16 output), else a plain product and add_bias_f32.
+  Result<Plan*> plan_for(const ShapeKey& key) {
+    if (auto it = plans.find(key); it != plans.end()) return &it->second;
+    Result<Plan> plan = make_plan(key, key.bias);
+    if (!plan.ok() && key.bias && key.d_dtype == DType::kF32) {
+      // cuBLASLt 13.0 answers CUBLAS_STATUS_INVALID_VALUE (not NOT_SUPPORTED) for a bf16 bias on
+      // an fp32 output; any failure of that probe falls back to the separate bias add.
+      plan = make_plan(key, false);
+    }
+    if (!plan.ok()) {
+      if (plan.status().code() != StatusCode::kNotFound) return plan.status();
+      return Status::Internal("cuBLASLt found no algorithm for gemm m=" + std::to_string(key.m) +
+                              " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k));
+    }
+    return &plans.emplace(key, std::move(plan).value()).first->second;
+  }
+};
+
+Result<Gemm> Gemm::create(size_t workspace_bytes) {
+  auto impl = std::make_unique<Impl>();
+  STRATA_CUBLAS_CHECK(cublasLtCreate(&impl->handle));
+  // At least 32 bytes so that the bias probe pointer (workspace + 16) lies inside it.
+  auto ws = DeviceBuffer::allocate(std::max<size_t>(workspace_bytes, 256));
+  if (!ws.ok()) return ws.status();
+  impl->workspace = std::move(ws).value();
+  return Gemm(std::move(impl));
+}
+
+Gemm::Gemm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Gemm::Gemm(Gemm&&) noexcept = default;
+Gemm& Gemm::operator=(Gemm&&) noexcept = default;
+Gemm::~Gemm() = default;
+
+Status Gemm::run(const GemmParams& p, cudaStream_t stream) {
+  STRATA_RETURN_IF_ERROR(validate(p));
+  if (p.m == 0) return Status::Ok();
+  const ShapeKey key{p.m,         p.n, p.k, p.lda, p.ldw, p.ldd, p.d_dtype, p.bias != nullptr,
+                     p.accumulate};
+  Result<Plan*> found = impl_->plan_for(key);
+  if (!found.ok()) return found.status();
+  Plan& plan = *found.value();
+  if (plan.epilogue_bias) {
+    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
+  }
+  const float alpha = 1.0f;
+  const float beta = p.accumulate ? 1.0f : 0.0f;
+  STRATA_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan.desc.get(), &alpha, p.w,
+                                     plan.w_layout.get(), p.a, plan.a_layout.get(), &beta, p.d,
+                                     plan.d_layout.get(), p.d, plan.d_layout.get(), &plan.algo,
+                                     impl_->workspace.data(), impl_->workspace.bytes(), stream));
+  if (p.bias != nullptr && !plan.epilogue_bias) {
+    return detail::add_bias_f32({static_cast<float*>(p.d), p.ldd, p.bias, p.m, p.n}, stream);
+  }
+  return Status::Ok();
+}
+
+}  // namespace strata::cuda

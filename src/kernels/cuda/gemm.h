@@ -1,0 +1,62 @@
+#pragma once
+// Gemm: the decoder's matrix products through cuBLASLt (docs/gpu-engine.md).
+//
+//   d[m, n] = sum_k a[m, k] * w[n, k]  (+ bias[n])  (+ d[m, n] when accumulate)
+//
+// a and w are BF16, row-major (w is the checkpoint's [out_features, in_features] layout, so this
+// is a * w^T); accumulation is fp32; d is BF16 or F32. `accumulate` adds into d (beta = 1), which
+// the runner uses to add o_proj and down_proj outputs straight into the fp32 residual. Precision:
+// an F32 d is rounded once; a BF16 d once without accumulate, but with accumulate cuBLASLt
+// rounds the product to bf16 before adding d (two roundings, up to 1 ulp): accumulate into F32.
+// The bias goes through cuBLASLt's bias epilogue; for an F32 d, whose bf16 bias cuBLASLt 13.0
+// does not take there, a small kernel adds it after the product (one more launch).
+//
+// Owns one cuBLASLt handle and its workspace, and caches the chosen algorithm per problem shape
+// (m, n, k, lda, ldw, ldd, d dtype, bias, accumulate), so a steady-state step costs no heuristic
+// queries. m = 0 is an OK no-op.
+// Not thread-safe: one Gemm per stream. Calls are capturable into a CUDA graph once the shape's
+// algorithm is cached (the first call with a shape must run outside capture).
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace strata::cuda {
+
+struct GemmParams {
+  const void* a = nullptr;  // [m, k] bf16, row stride lda elements
+  int64_t lda = 0;
+  const void* w = nullptr;  // [n, k] bf16, row stride ldw elements
+  int64_t ldw = 0;
+  const void* bias = nullptr;  // nullable, [n] bf16
+  void* d = nullptr;           // [m, n] d_dtype, row stride ldd elements
+  int64_t ldd = 0;
+  DType d_dtype = DType::kBF16;  // BF16 or F32
+  bool accumulate = false;       // d += a w^T (+ bias) instead of d = ...
+  int64_t m = 0, n = 0, k = 0;
+};
+
+class Gemm {
+ public:
+  // Creates the handle and a workspace of workspace_bytes (32 MiB is cuBLAS's advice for Hopper).
+  static Result<Gemm> create(size_t workspace_bytes = size_t{32} << 20);
+  Gemm(Gemm&&) noexcept;
+  Gemm& operator=(Gemm&&) noexcept;
+  ~Gemm();
+
+  // InvalidArgument for null pointers, non-positive sizes, strides smaller than a row or
+  // misaligned (16-byte) pointers; Unsupported for another d dtype; Internal when cuBLASLt finds
+  // no algorithm. Asynchronous on stream.
+  Status run(const GemmParams& params, cudaStream_t stream);
+
+ private:
+  struct Impl;
+  explicit Gemm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::cuda

@@ -1,0 +1,24 @@
+#include "kv/block_mover.h"
+
+#include <cstring>
+
+namespace strata::kv {
+namespace {
+
+void copy(std::span<const BlockCopy> pairs, const std::byte* from, std::byte* to, int64_t bytes) {
+  for (const BlockCopy& p : pairs) {
+    std::memcpy(to + p.dst.value * bytes, from + p.src.value * bytes, static_cast<size_t>(bytes));
+  }
+}
+
+}  // namespace
+
+void HostBlockMover::to_host(std::span<const BlockCopy> pairs, HostKvBuffer& host) {
+  copy(pairs, pool_.data(), host.data(), pool_.layout().block_bytes());
+}
+
+void HostBlockMover::from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) {
+  copy(pairs, host.data(), pool_.data(), pool_.layout().block_bytes());
+}
+
+}  // namespace strata::kv

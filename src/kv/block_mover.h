@@ -1,0 +1,50 @@
+#pragma once
+// BlockMover: how whole blocks move between the KV pool, wherever it lives, and a buffer in host
+// memory with the pool's layout (the swap space today; the host tier later). The CPU backend's
+// pool is host memory (HostBlockMover: one memcpy per block); the GPU backend's mover copies
+// between device memory and the host buffer (src/model/cuda). A block is one contiguous span of
+// block_bytes in both (kv_layout.h), so a block moves in one piece.
+//
+// Called from a copy thread (SwapSpace's), never concurrently with itself; the caller guarantees
+// that no one writes the source blocks or touches the destination blocks until the call returns.
+
+#include <cstdint>
+#include <span>
+
+#include "kv/host_kv_buffer.h"
+#include "kv/kv_cache_manager.h"
+
+namespace strata::kv {
+
+class BlockMover {
+ public:
+  virtual ~BlockMover() = default;
+
+  // Blocks in the pool (the null block included): valid pool ids are 1 .. num_pool_blocks() - 1.
+  virtual int32_t num_pool_blocks() const = 0;
+  // Called once, before any copy, with the host buffer the copies will use (a GPU mover pins
+  // it), and detach() once after the last, before the buffer is freed.
+  virtual void attach(HostKvBuffer& host) = 0;
+  virtual void detach(HostKvBuffer& host) = 0;
+  // pool block pairs[i].src -> host block pairs[i].dst, for every i; returns when done.
+  virtual void to_host(std::span<const BlockCopy> pairs, HostKvBuffer& host) = 0;
+  // host block pairs[i].src -> pool block pairs[i].dst, for every i; returns when done.
+  virtual void from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) = 0;
+};
+
+// The CPU backend's mover: the pool is a HostKvBuffer.
+class HostBlockMover final : public BlockMover {
+ public:
+  explicit HostBlockMover(HostKvBuffer& pool) : pool_(pool) {}
+
+  int32_t num_pool_blocks() const override { return pool_.num_blocks(); }
+  void attach(HostKvBuffer& /*host: already host memory*/) override {}
+  void detach(HostKvBuffer& /*host*/) override {}
+  void to_host(std::span<const BlockCopy> pairs, HostKvBuffer& host) override;
+  void from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override;
+
+ private:
+  HostKvBuffer& pool_;
+};
+
+}  // namespace strata::kv

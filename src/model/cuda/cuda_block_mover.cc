@@ -1,0 +1,99 @@
+#include "model/cuda/cuda_block_mover.h"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "core/check.h"
+#include "kernels/cuda/block_copy.h"
+
+namespace strata::model {
+namespace {
+
+void check_cuda(cudaError_t err, const char* what) {
+  STRATA_CHECK(err == cudaSuccess,
+               (std::string("swap copy: ") + what + ": " + cudaGetErrorString(err)).c_str());
+}
+
+cuda::Stream make_stream() {
+  Result<cuda::Stream> s = cuda::Stream::create();
+  STRATA_CHECK(s.ok(), ("swap copy: no CUDA stream: " + s.status().to_string()).c_str());
+  return std::move(s).value();
+}
+
+}  // namespace
+
+void CudaBlockMover::PinnedFree::operator()(int32_t* p) const { cudaFreeHost(p); }
+
+CudaBlockMover::CudaBlockMover(void* pool, int32_t num_blocks, int64_t block_bytes)
+    : pool_(pool), num_blocks_(num_blocks), block_bytes_(block_bytes), stream_(make_stream()) {}
+
+CudaBlockMover::~CudaBlockMover() = default;
+
+void CudaBlockMover::attach(kv::HostKvBuffer& host) {
+  if (host.size_bytes() == 0) return;
+  if (cudaHostRegister(host.data(), static_cast<size_t>(host.size_bytes()),
+                       cudaHostRegisterMapped) != cudaSuccess) {
+    cudaGetLastError();  // not pinned: copies go block by block through cudaMemcpy
+    return;
+  }
+  check_cuda(cudaHostGetDevicePointer(&mapped_host_, host.data(), 0), "cudaHostGetDevicePointer");
+}
+
+void CudaBlockMover::detach(kv::HostKvBuffer& host) {
+  check_cuda(cudaStreamSynchronize(stream_.get()), "synchronize");
+  if (mapped_host_ != nullptr) cudaHostUnregister(host.data());
+  mapped_host_ = nullptr;
+}
+
+void CudaBlockMover::copy(std::span<const kv::BlockCopy> pairs, const void* src_pool,
+                          void* dst_pool) {
+  if (pairs.empty()) return;
+  if (pairs.size() > capacity_pairs_) {
+    void* staging = nullptr;
+    check_cuda(cudaMallocHost(&staging, pairs.size() * 2 * sizeof(int32_t)), "cudaMallocHost");
+    staging_.reset(static_cast<int32_t*>(staging));
+    Result<cuda::DeviceBuffer> d = cuda::DeviceBuffer::allocate(pairs.size() * 2 * sizeof(int32_t));
+    STRATA_CHECK(d.ok(), ("swap copy: " + d.status().to_string()).c_str());
+    device_pairs_ = std::move(d).value();
+    capacity_pairs_ = pairs.size();
+  }
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    staging_[2 * i] = pairs[i].src.value;
+    staging_[2 * i + 1] = pairs[i].dst.value;
+  }
+  check_cuda(cudaMemcpyAsync(device_pairs_.data(), staging_.get(), pairs.size() * 2 * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream_.get()),
+             "pairs upload");
+  cuda::BlockCopyParams p;
+  p.src_pool = src_pool;
+  p.dst_pool = dst_pool;
+  p.block_pairs = device_pairs_.as<int32_t>();
+  p.num_pairs = static_cast<int32_t>(pairs.size());
+  p.block_bytes = block_bytes_;
+  const Status s = cuda::block_copy(p, stream_.get());
+  STRATA_CHECK(s.ok(), ("swap copy: " + s.to_string()).c_str());
+  check_cuda(cudaStreamSynchronize(stream_.get()), "block copy");
+}
+
+void CudaBlockMover::to_host(std::span<const kv::BlockCopy> pairs, kv::HostKvBuffer& host) {
+  if (mapped_host_ != nullptr) return copy(pairs, pool_, mapped_host_);
+  for (const kv::BlockCopy& c : pairs) {
+    check_cuda(cudaMemcpy(host.data() + c.dst.value * block_bytes_,
+                          static_cast<const std::byte*>(pool_) + c.src.value * block_bytes_,
+                          static_cast<size_t>(block_bytes_), cudaMemcpyDeviceToHost),
+               "cudaMemcpy to host");
+  }
+}
+
+void CudaBlockMover::from_host(std::span<const kv::BlockCopy> pairs, const kv::HostKvBuffer& host) {
+  if (mapped_host_ != nullptr) return copy(pairs, mapped_host_, pool_);
+  for (const kv::BlockCopy& c : pairs) {
+    check_cuda(cudaMemcpy(static_cast<std::byte*>(pool_) + c.dst.value * block_bytes_,
+                          host.data() + c.src.value * block_bytes_,
+                          static_cast<size_t>(block_bytes_), cudaMemcpyHostToDevice),
+               "cudaMemcpy to the GPU");
+  }
+}
+
+}  // namespace strata::model

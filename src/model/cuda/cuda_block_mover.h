@@ -1,0 +1,52 @@
+#pragma once
+// CudaBlockMover: the GPU backend's BlockMover (kv/block_mover.h) -- whole blocks between the
+// device KV pool and a host buffer of the same layout (swap preemption). attach() pins and maps
+// the host buffer, so each batch of copies is one launch of the block-copy kernel reading or
+// writing host memory over PCIe (src/kernels/cuda/block_copy.h); if pinning fails the copies fall
+// back to one cudaMemcpy per block.
+//
+// Owns its own stream (copies overlap the step's work on the model's stream) and a small pinned
+// staging buffer for the block pairs. Called from one copy thread; CUDA failures there abort
+// (STRATA_CHECK): a half-done swap has no recovery.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/stream.h"
+#include "kv/block_mover.h"
+
+namespace strata::model {
+
+class CudaBlockMover final : public kv::BlockMover {
+ public:
+  // pool: the device pool of num_blocks blocks of block_bytes each.
+  CudaBlockMover(void* pool, int32_t num_blocks, int64_t block_bytes);
+  ~CudaBlockMover() override;
+
+  int32_t num_pool_blocks() const override { return num_blocks_; }
+  void attach(kv::HostKvBuffer& host) override;
+  void detach(kv::HostKvBuffer& host) override;
+  void to_host(std::span<const kv::BlockCopy> pairs, kv::HostKvBuffer& host) override;
+  void from_host(std::span<const kv::BlockCopy> pairs, const kv::HostKvBuffer& host) override;
+
+ private:
+  // Copies pairs (src, dst block ids) from src_pool to dst_pool (device-accessible pointers).
+  void copy(std::span<const kv::BlockCopy> pairs, const void* src_pool, void* dst_pool);
+
+  void* pool_;
+  int32_t num_blocks_;
+  int64_t block_bytes_;
+  cuda::Stream stream_;
+  void* mapped_host_ = nullptr;  // the attached buffer's device pointer, when pinned
+  struct PinnedFree {
+    void operator()(int32_t* p) const;
+  };
+  std::unique_ptr<int32_t[], PinnedFree> staging_;
+  cuda::DeviceBuffer device_pairs_;
+  size_t capacity_pairs_ = 0;
+};
+
+}  // namespace strata::model

@@ -1,0 +1,435 @@
+#include "model/cuda/cuda_model.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cuda/block_copy.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/decode_attention.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_append.h"
+#include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/sampling.h"
+#include "kernels/cuda/stream.h"
+#include "model/cuda/cuda_block_mover.h"
+#include "model/cuda/cuda_step_inputs.h"
+#include "model/cuda/cuda_weights.h"
+#include "model/rope.h"
+
+namespace strata::model {
+namespace {
+
+template <typename T>
+T take(Result<T> r, const char* what) {
+  if (!r.ok()) throw Error(std::string(what) + ": " + r.status().to_string());
+  return std::move(r).value();
+}
+
+Status cuda_status(cudaError_t err) {
+  if (err == cudaSuccess) return Status::Ok();
+  return Status::Internal(std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err));
+}
+
+void check(const Status& s, const char* what) {
+  if (!s.ok()) throw Error(std::string(what) + ": " + s.to_string());
+}
+
+cuda::DeviceBuffer device_bytes(int64_t bytes, const char* what) {
+  return take(cuda::DeviceBuffer::allocate(static_cast<size_t>(std::max<int64_t>(bytes, 16))), what);
+}
+
+// Rows of logits computed at once (the LM head's GEMM M); the buffer is kLogitsChunk x vocab fp32.
+constexpr int32_t kLogitsChunk = 512;
+
+}  // namespace
+
+struct CudaModel::Impl {
+  ModelConfig config;
+  CudaModelOptions options;
+  kv::KvLayout layout;
+  CudaModelInfo info;
+  cuda::Stream stream;
+  cuda::Gemm gemm;
+  CudaDecoderWeights weights;
+  cuda::DeviceBuffer inv_freq;  // [head_dim / 2] fp32
+  // Activations for max_num_tokens rows (docs/gpu-engine.md draws the flow).
+  cuda::DeviceBuffer residual, normed, qkv, attn, gate_up, act, logits, workspace;
+  cuda::DeviceBuffer sampled_tokens, sampled_logprobs;  // [max_num_tokens] each
+  CudaStepInputs inputs;
+  cuda::DeviceBuffer pool;
+  std::unique_ptr<CudaBlockMover> mover;  // made with the pool
+
+  int64_t q_width() const { return config.num_attention_heads * config.head_dim; }
+  int64_t qkv_width() const {
+    return (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim;
+  }
+
+  Impl(ModelConfig c, const CudaModelOptions& o, CudaDecoderWeights w, cuda::Stream s,
+       cuda::Gemm g)
+      : config(std::move(c)),
+        options(o),
+        layout(kv::KvSpec{static_cast<int32_t>(config.num_hidden_layers),
+                          static_cast<int32_t>(config.num_key_value_heads),
+                          static_cast<int32_t>(config.head_dim), o.kv_dtype},
+               o.block_size),
+        stream(std::move(s)),
+        gemm(std::move(g)),
+        weights(std::move(w)) {}
+
+  void allocate_scratch();
+  void allocate_pool();
+  Status run_layer(int32_t l, const CudaStepInputs::Device& in);
+  Status run_attention(int32_t l, const CudaStepInputs::Device& in);
+  Status gemm_run(const void* a, int64_t lda, const DeviceTensor& w, const DeviceTensor& bias,
+                  void* d, int64_t ldd, DType d_dtype, bool accumulate, int64_t m, int64_t n,
+                  int64_t k);
+  Status norm(const DeviceTensor& weight, const int32_t* rows, int32_t num_rows);
+  // Final norm, LM head, and then either a copy to the host (logits rows) or the sampling
+  // kernel (sample rows), kLogitsChunk rows at a time so the logits buffer stays small.
+  Status head(const CudaStepInputs::Device& in, std::span<float> host_logits,
+              std::span<SampledToken> sampled);
+  Status sample_rows(const CudaStepInputs::Device& in, int32_t first, int32_t count,
+                     const float* chunk_logits);
+  std::vector<int32_t> host_tokens;
+  std::vector<float> host_logprobs;
+};
+
+void CudaModel::Impl::allocate_scratch() {
+  const int64_t t = options.max_num_tokens;
+  const int64_t h = config.hidden_size;
+  const int64_t inter = config.intermediate_size;
+  residual = device_bytes(t * h * 4, "GPU activations");
+  normed = device_bytes(t * h * 2, "GPU activations");
+  qkv = device_bytes(t * qkv_width() * 2, "GPU activations");
+  attn = device_bytes(t * q_width() * 2, "GPU activations");
+  gate_up = device_bytes(t * 2 * inter * 2, "GPU activations");
+  act = device_bytes(t * inter * 2, "GPU activations");
+  logits = device_bytes(int64_t{kLogitsChunk} * config.vocab_size * 4, "GPU logits");
+  sampled_tokens = device_bytes(t * 4, "GPU sampling");
+  sampled_logprobs = device_bytes(t * 4, "GPU sampling");
+  workspace = device_bytes(static_cast<int64_t>(cuda::decode_attention_workspace_bytes(
+                               options.max_num_seqs, static_cast<int32_t>(config.num_attention_heads),
+                               static_cast<int32_t>(config.head_dim), cuda::kMaxDecodeSplits)),
+                           "GPU attention workspace");
+  const std::vector<float> freqs = rope_inv_freq(config.rope, config.head_dim);
+  inv_freq = device_bytes(static_cast<int64_t>(freqs.size() * 4), "RoPE table");
+  check(cuda_status(cudaMemcpy(inv_freq.data(), freqs.data(), freqs.size() * 4,
+                               cudaMemcpyHostToDevice)),
+        "RoPE table");
+  int64_t bytes = 0;
+  for (const cuda::DeviceBuffer* b : {&residual, &normed, &qkv, &attn, &gate_up, &act, &logits,
+                                      &workspace, &inv_freq, &sampled_tokens, &sampled_logprobs}) {
+    bytes += static_cast<int64_t>(b->bytes());
+  }
+  info.scratch_bytes = bytes + inputs.device_bytes();
+}
+
+void CudaModel::Impl::allocate_pool() {
+  size_t free_bytes = 0, total_bytes = 0;
+  check(cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes)), "cudaMemGetInfo");
+  info.gpu_total_bytes = static_cast<int64_t>(total_bytes);
+  int64_t num_blocks = options.num_blocks;
+  if (num_blocks <= 0) {
+    int64_t budget = options.kv_cache_memory_bytes;
+    if (budget <= 0) {
+      const auto used = static_cast<int64_t>(total_bytes - free_bytes);
+      budget = static_cast<int64_t>(options.gpu_memory_utilization * static_cast<double>(total_bytes)) -
+               used;
+    }
+    num_blocks = budget / layout.block_bytes();
+  }
+  if (num_blocks < 2) {
+    throw Error("no room for the KV cache on the GPU: weights " +
+                std::to_string(info.weight_bytes >> 20) + " MiB, activations " +
+                std::to_string(info.scratch_bytes >> 20) + " MiB of " +
+                std::to_string(total_bytes >> 20) +
+                " MiB (raise --gpu-memory-utilization or set --kv-cache-memory-bytes)");
+  }
+  num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);
+  pool = device_bytes(layout.pool_bytes(static_cast<int32_t>(num_blocks)), "KV pool");
+  check(cuda_status(cudaMemset(pool.data(), 0, pool.bytes())), "KV pool");
+  info.num_blocks = static_cast<int32_t>(num_blocks);
+  info.kv_pool_bytes = static_cast<int64_t>(pool.bytes());
+  mover = std::make_unique<CudaBlockMover>(pool.data(), info.num_blocks, layout.block_bytes());
+}
+
+Status CudaModel::Impl::head(const CudaStepInputs::Device& in, std::span<float> host_logits,
+                             std::span<SampledToken> sampled) {
+  const int32_t num_rows = in.num_logits_rows + in.num_sample_rows;
+  const int64_t vocab = config.vocab_size;
+  host_tokens.resize(static_cast<size_t>(in.num_sample_rows));
+  host_logprobs.resize(static_cast<size_t>(in.num_sample_rows));
+  for (int32_t r0 = 0; r0 < num_rows; r0 += kLogitsChunk) {
+    const int32_t n = std::min(kLogitsChunk, num_rows - r0);
+    STRATA_RETURN_IF_ERROR(norm(weights.final_norm, in.logits_rows + r0, n));
+    cuda::GemmParams p;
+    p.a = normed.data();
+    p.lda = config.hidden_size;
+    p.w = weights.lm_head_data();
+    p.ldw = config.hidden_size;
+    p.d = logits.data();
+    p.ldd = vocab;
+    p.d_dtype = DType::kF32;
+    p.m = n;
+    p.n = vocab;
+    p.k = config.hidden_size;
+    STRATA_RETURN_IF_ERROR(gemm.run(p, stream.get()));
+    // Rows [r0, r0 + n): logits rows first, then sample rows.
+    const int32_t copy_end = std::min(r0 + n, in.num_logits_rows);
+    if (copy_end > r0) {
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(host_logits.data() + static_cast<int64_t>(r0) * vocab,
+                                        logits.data(),
+                                        static_cast<size_t>((copy_end - r0) * vocab) * 4,
+                                        cudaMemcpyDeviceToHost, stream.get()));
+    }
+    const int32_t sample_begin = std::max(r0, in.num_logits_rows);
+    if (r0 + n > sample_begin) {
+      STRATA_RETURN_IF_ERROR(sample_rows(in, sample_begin - in.num_logits_rows,
+                                         r0 + n - sample_begin,
+                                         logits.as<float>() + (sample_begin - r0) * vocab));
+    }
+  }
+  STRATA_RETURN_IF_ERROR(stream.synchronize());
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    if (host_tokens[i] < 0) {
+      return Status::Internal("GPU sampling: a row has no finite logit (a broken forward pass)");
+    }
+    sampled[i] = SampledToken{host_tokens[i], host_logprobs[i]};
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::sample_rows(const CudaStepInputs::Device& in, int32_t first, int32_t count,
+                                    const float* chunk_logits) {
+  cuda::SampleParams p;
+  p.logits = chunk_logits;
+  p.num_rows = count;
+  p.vocab = static_cast<int32_t>(config.vocab_size);
+  p.temperature = in.temperature + first;
+  p.top_k = in.top_k + first;
+  p.top_p = in.top_p + first;
+  p.min_p = in.min_p + first;
+  p.seeds = in.seeds + first;
+  p.out_tokens = sampled_tokens.as<int32_t>() + first;
+  p.out_logprobs = sampled_logprobs.as<float>() + first;
+  STRATA_RETURN_IF_ERROR(cuda::sample(p, stream.get()));
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(host_tokens.data() + first, p.out_tokens,
+                                    static_cast<size_t>(count) * 4, cudaMemcpyDeviceToHost,
+                                    stream.get()));
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(host_logprobs.data() + first, p.out_logprobs,
+                                    static_cast<size_t>(count) * 4, cudaMemcpyDeviceToHost,
+                                    stream.get()));
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::gemm_run(const void* a, int64_t lda, const DeviceTensor& w,
+                                 const DeviceTensor& bias, void* d, int64_t ldd, DType d_dtype,
+                                 bool accumulate, int64_t m, int64_t n, int64_t k) {
+  cuda::GemmParams p;
+  p.a = a;
+  p.lda = lda;
+  p.w = w.data();
+  p.ldw = k;
+  p.bias = bias.empty() ? nullptr : bias.data();
+  p.d = d;
+  p.ldd = ldd;
+  p.d_dtype = d_dtype;
+  p.accumulate = accumulate;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return gemm.run(p, stream.get());
+}
+
+Status CudaModel::Impl::norm(const DeviceTensor& weight, const int32_t* rows, int32_t num_rows) {
+  cuda::RmsNormParams p;
+  p.residual = residual.as<float>();
+  p.weight = weight.data();
+  p.weight_dtype = weight.dtype;
+  p.rows = rows;
+  p.out = normed.data();
+  p.num_rows = num_rows;
+  p.hidden = static_cast<int32_t>(config.hidden_size);
+  p.eps = static_cast<float>(config.rms_norm_eps);
+  return cuda::rms_norm(p, stream.get());
+}
+
+Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& in) {
+  const PagedKvCacheView cache = layout.layer_view(pool.data(), l);
+  const int64_t kv_width = config.num_key_value_heads * config.head_dim;
+  auto* qkv_base = qkv.as<uint16_t>();
+  cuda::KvAppendParams append;
+  append.cache = cache;
+  append.k = qkv_base + q_width();
+  append.v = qkv_base + q_width() + kv_width;
+  append.k_token_stride = qkv_width();
+  append.v_token_stride = qkv_width();
+  append.slot_mapping = in.slot_mapping;
+  append.num_tokens = in.num_tokens;
+  STRATA_RETURN_IF_ERROR(cuda::kv_append(append, stream.get()));
+  const int32_t window = config.layer_sliding_window[static_cast<size_t>(l)];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  if (in.max_q_len == 1 && in.num_tokens == in.layout.num_seqs) {
+    cuda::DecodeAttentionParams p;
+    p.q = qkv_base;
+    p.q_seq_stride = qkv_width();
+    p.o = attn.data();
+    p.o_seq_stride = q_width();
+    p.layout = in.layout;
+    p.cache = cache;
+    p.num_qo_heads = static_cast<int32_t>(config.num_attention_heads);
+    p.sm_scale = scale;
+    p.window_left = window > 0 ? window - 1 : -1;
+    p.max_kv_len = in.max_kv_len;
+    p.workspace = workspace.data();
+    p.workspace_bytes = workspace.bytes();
+    return cuda::decode_attention(p, stream.get());
+  }
+  cuda::PrefillAttentionParams p;
+  p.q = qkv_base;
+  p.q_token_stride = qkv_width();
+  p.o = attn.data();
+  p.o_token_stride = q_width();
+  p.qo_indptr = in.q_indptr;
+  p.layout = in.layout;
+  p.cache = cache;
+  p.num_qo_heads = static_cast<int32_t>(config.num_attention_heads);
+  p.sm_scale = scale;
+  p.window_left = window > 0 ? window - 1 : -1;
+  p.max_q_len = in.max_q_len;
+  return cuda::prefill_attention(p, stream.get());
+}
+
+Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
+  const CudaLayerWeights& w = weights.layers[static_cast<size_t>(l)];
+  const int64_t t = in.num_tokens;
+  const int64_t h = config.hidden_size;
+  const int64_t inter = config.intermediate_size;
+  STRATA_RETURN_IF_ERROR(norm(w.input_norm, nullptr, in.num_tokens));
+  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.qkv, w.qkv_bias, qkv.data(), qkv_width(),
+                                  DType::kBF16, false, t, qkv_width(), h));
+  cuda::QkNormRopeParams rope;
+  rope.qkv = qkv.data();
+  rope.token_stride = qkv_width();
+  rope.positions = in.positions;
+  rope.inv_freq = inv_freq.as<float>();
+  rope.q_norm = w.q_norm.empty() ? nullptr : w.q_norm.data();
+  rope.k_norm = w.k_norm.empty() ? nullptr : w.k_norm.data();
+  rope.norm_dtype = w.q_norm.empty() ? DType::kBF16 : w.q_norm.dtype;
+  rope.eps = static_cast<float>(config.rms_norm_eps);
+  rope.num_tokens = in.num_tokens;
+  rope.num_q_heads = static_cast<int32_t>(config.num_attention_heads);
+  rope.num_kv_heads = static_cast<int32_t>(config.num_key_value_heads);
+  rope.head_dim = static_cast<int32_t>(config.head_dim);
+  STRATA_RETURN_IF_ERROR(cuda::qk_norm_rope(rope, stream.get()));
+  STRATA_RETURN_IF_ERROR(run_attention(l, in));
+  STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_bias, residual.data(), h,
+                                  DType::kF32, true, t, h, q_width()));
+  STRATA_RETURN_IF_ERROR(norm(w.post_attention_norm, nullptr, in.num_tokens));
+  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.gate_up, w.gate_up_bias, gate_up.data(),
+                                  2 * inter, DType::kBF16, false, t, 2 * inter, h));
+  cuda::SiluAndMulParams silu;
+  silu.gate_up = gate_up.data();
+  silu.out = act.data();
+  silu.num_tokens = in.num_tokens;
+  silu.intermediate = static_cast<int32_t>(inter);
+  STRATA_RETURN_IF_ERROR(cuda::silu_and_mul(silu, stream.get()));
+  return gemm_run(act.data(), inter, w.down_proj, w.down_bias, residual.data(), h, DType::kF32,
+                  true, t, h, inter);
+}
+
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
+
+const ModelConfig& CudaModel::config() const { return impl_->config; }
+const kv::KvLayout& CudaModel::kv_layout() const { return impl_->layout; }
+const CudaModelInfo& CudaModel::info() const { return impl_->info; }
+kv::BlockMover& CudaModel::block_mover() { return *impl_->mover; }
+
+bool CudaModel::device_available() {
+  int num_devices = 0;
+  return cudaGetDeviceCount(&num_devices) == cudaSuccess && num_devices > 0;
+}
+
+std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
+  if (!device_available()) throw Error("--device cuda: no CUDA device is available");
+  ModelConfig config = load_model_config(options.model_dir);
+  if (options.kv_dtype != DType::kBF16) {
+    throw Error("the GPU engine keeps its activations and KV cache in bf16; KV dtype " +
+                std::string(dtype_name(options.kv_dtype)) + " is not supported on --device cuda");
+  }
+  if (!cuda::contains(cuda::kAttentionHeadDims, static_cast<int32_t>(config.head_dim)) ||
+      !cuda::contains(cuda::kPrefillHeadDims, static_cast<int32_t>(config.head_dim))) {
+    throw Error("--device cuda: head_dim " + std::to_string(config.head_dim) +
+                " has no CUDA attention kernel (supported: 64, 128)");
+  }
+  if (!cuda::contains(cuda::kKvBlockSizes, options.block_size)) {
+    throw Error("--device cuda: block size " + std::to_string(options.block_size) +
+                " is not one of 8, 16, 32, 64, 128");
+  }
+  cuda::Stream stream = take(cuda::Stream::create(), "CUDA stream");
+  cuda::Gemm gemm = take(cuda::Gemm::create(), "cuBLASLt");
+  CudaDecoderWeights weights =
+      options.load_format == LoadFormat::kDummy
+          ? take(dummy_weights(config, options.dummy_seed), "dummy weights on the GPU")
+          : take(upload_weights(config, WeightStore::open(options.model_dir)), "weights to the GPU");
+  const int64_t weight_bytes = weights.bytes();
+  auto impl = std::make_unique<Impl>(std::move(config), options, std::move(weights),
+                                     std::move(stream), std::move(gemm));
+  impl->info.weight_bytes = weight_bytes;
+  impl->inputs = take(CudaStepInputs::create(options.max_num_tokens, options.max_num_seqs),
+                      "GPU step inputs");
+  impl->allocate_scratch();
+  impl->allocate_pool();
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+Status CudaModel::forward(const ForwardBatch& batch, std::span<float> logits,
+                          std::span<SampledToken> sampled) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  STRATA_RETURN_IF_ERROR(validate_step_batch(batch, c.vocab_size, m.info.num_blocks,
+                                             m.options.max_num_tokens, m.options.max_num_seqs,
+                                             logits.size(), sampled.size()));
+  Result<CudaStepInputs::Device> uploaded = m.inputs.upload(batch, m.stream.get());
+  if (!uploaded.ok()) return uploaded.status();
+  const CudaStepInputs::Device& in = *uploaded;
+  cuda::EmbeddingParams embed;
+  embed.token_ids = in.token_ids;
+  embed.table = m.weights.embed.data();
+  embed.table_dtype = DType::kBF16;
+  embed.out = m.residual.as<float>();
+  embed.num_tokens = in.num_tokens;
+  embed.hidden = static_cast<int32_t>(c.hidden_size);
+  STRATA_RETURN_IF_ERROR(cuda::embedding(embed, m.stream.get()));
+  for (int32_t l = 0; l < static_cast<int32_t>(c.num_hidden_layers); ++l) {
+    STRATA_RETURN_IF_ERROR(m.run_layer(l, in));
+  }
+  return m.head(in, logits, sampled);
+}
+
+Status CudaModel::copy_blocks(std::span<const kv::BlockCopy> copies) {
+  if (copies.empty()) return Status::Ok();
+  Impl& m = *impl_;
+  Result<const int32_t*> pairs = m.inputs.upload_block_pairs(copies, m.stream.get());
+  if (!pairs.ok()) return pairs.status();
+  cuda::BlockCopyParams p;
+  p.src_pool = m.pool.data();
+  p.dst_pool = m.pool.data();
+  p.block_pairs = *pairs;
+  p.num_pairs = static_cast<int32_t>(copies.size());
+  p.block_bytes = m.layout.block_bytes();
+  STRATA_RETURN_IF_ERROR(cuda::block_copy(p, m.stream.get()));
+  return m.stream.synchronize();  // the pinned pairs are reused by the next upload
+}
+
+}  // namespace strata::model

@@ -1,0 +1,92 @@
+#pragma once
+// CudaModel: one Llama-family decoder on the GPU -- its weights (cuda_weights.h), the KV pool in
+// device memory (the pool layout of src/kv/kv_layout.h, so block ids, copy-on-write and the
+// prefix cache work unchanged), activation scratch for max_num_tokens rows, and the step that
+// runs a ForwardBatch through every layer (docs/gpu-engine.md):
+//
+//   embed -> per layer: RMSNorm -> qkv GEMM (+bias) -> [q/k RMSNorm] + RoPE -> KV append
+//            -> paged attention (decode kernel when every sequence has one new token, else the
+//            prefill kernel) -> o GEMM accumulated into the fp32 residual -> RMSNorm
+//            -> gate|up GEMM -> SiLU*mul -> down GEMM accumulated into the residual
+//         -> final RMSNorm of the rows whose logits are wanted or sampled -> LM head GEMM (fp32
+//            logits) -> the sampling kernel for sample rows; only logits rows cross to the host
+//
+// The residual stream is fp32; GEMM inputs are bf16 with fp32 accumulation. Sizing the pool:
+// an explicit num_blocks, else kv_cache_memory_bytes, else gpu_memory_utilization x total GPU
+// memory minus what the process uses after weights, scratch and workspaces are allocated (vLLM's
+// semantics, measured rather than estimated).
+//
+// Not thread-safe: one step at a time, on the model's own stream. forward() returns when the
+// logits are on the host.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_layout.h"
+#include "model/hf_config.h"
+#include "model/model.h"
+#include "model/model_runner.h"
+
+namespace strata::model {
+
+struct CudaModelOptions {
+  std::filesystem::path model_dir;  // config.json (and the weights unless dummy)
+  LoadFormat load_format = LoadFormat::kAuto;
+  uint64_t dummy_seed = 0;
+  DType kv_dtype = DType::kBF16;   // BF16 or F16
+  int32_t block_size = 16;
+  int32_t max_num_tokens = 2048;   // most token rows in one forward (max_num_batched_tokens)
+  int32_t max_num_seqs = 256;      // most sequences in one forward
+  int32_t num_blocks = 0;          // > 0: exactly this many pool blocks (null block included)
+  int64_t kv_cache_memory_bytes = 0;   // > 0: the pool's size in bytes
+  double gpu_memory_utilization = 0.9; // else: this share of the GPU for everything
+};
+
+// Start-up figures, printed by the CLI and reported by benchmarks.
+struct CudaModelInfo {
+  int64_t weight_bytes = 0;
+  int64_t scratch_bytes = 0;     // activations, staging and workspaces
+  int64_t kv_pool_bytes = 0;
+  int64_t gpu_total_bytes = 0;
+  int32_t num_blocks = 0;
+};
+
+class CudaModel final : public ModelRunner {
+ public:
+  // Throws strata::Error for unusable files or options (no GPU, unsupported head dim or dtype,
+  // a pool with no room); CUDA failures after that are Status values.
+  static std::unique_ptr<CudaModel> create(const CudaModelOptions& options);
+  // True when the CUDA runtime sees at least one device.
+  static bool device_available();
+  ~CudaModel() override;
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
+
+  const CudaModelInfo& info() const;
+
+  const ModelConfig& config() const override;
+  const kv::KvLayout& kv_layout() const override;
+  int32_t num_blocks() const override { return info().num_blocks; }
+  int64_t weight_bytes() const override { return info().weight_bytes; }
+  // As Model::forward, with the KV pool on the device. InvalidArgument / OutOfRange for an
+  // inconsistent batch (checked on the host before anything runs).
+  bool samples_on_device() const override { return true; }
+  Status forward(const ForwardBatch& batch, std::span<float> logits,
+                 std::span<SampledToken> sampled) override;
+  // Copy-on-write: copies whole blocks of the device pool before the step that writes them.
+  Status copy_blocks(std::span<const kv::BlockCopy> copies) override;
+  // Swap preemption's copies between this pool and host memory (cuda_block_mover.h).
+  kv::BlockMover& block_mover() override;
+
+ private:
+  struct Impl;
+  explicit CudaModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::model

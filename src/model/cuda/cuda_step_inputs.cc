@@ -1,0 +1,206 @@
+#include "model/cuda/cuda_step_inputs.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace strata::model {
+namespace {
+
+size_t align16(size_t n) { return (n + 15) & ~size_t{15}; }
+
+// Appends n elements of T at the packing cursor and returns their offset.
+template <typename T>
+size_t pack(std::byte* base, size_t& cursor, const T* src, size_t n) {
+  const size_t at = cursor;
+  if (base != nullptr && n > 0) std::memcpy(base + at, src, n * sizeof(T));
+  cursor = align16(cursor + n * sizeof(T));
+  return at;
+}
+
+}  // namespace
+
+Status validate_step_batch(const ForwardBatch& b, int64_t vocab, int32_t num_blocks,
+                           int32_t max_num_tokens, int32_t max_num_seqs, size_t logits_size,
+                           size_t num_sampled) {
+  const size_t num_tokens = b.token_ids.size();
+  const int32_t num_seqs = b.layout.num_seqs;
+  if (num_tokens == 0) return Status::InvalidArgument("forward: empty batch");
+  if (num_tokens > static_cast<size_t>(max_num_tokens) || num_seqs > max_num_seqs) {
+    return Status::InvalidArgument("forward: " + std::to_string(num_tokens) + " tokens in " +
+                                   std::to_string(num_seqs) + " sequences exceed the GPU step's " +
+                                   std::to_string(max_num_tokens) + " / " +
+                                   std::to_string(max_num_seqs));
+  }
+  if (b.positions.size() != num_tokens || b.slot_mapping.size() != num_tokens) {
+    return Status::InvalidArgument("forward: positions and slot mapping must have one entry per token");
+  }
+  if (num_seqs < 1 || b.q_indptr.size() != static_cast<size_t>(num_seqs) + 1 ||
+      b.q_indptr.front() != 0 || static_cast<size_t>(b.q_indptr.back()) != num_tokens) {
+    return Status::InvalidArgument("forward: q_indptr does not cover the batch's tokens");
+  }
+  if (b.layout.kv_indptr == nullptr || b.layout.kv_indptr[0] != 0) {
+    return Status::InvalidArgument("forward: kv_indptr must start at 0");
+  }
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const int32_t q_len = b.q_indptr[s + 1] - b.q_indptr[s];
+    const int32_t first = b.layout.kv_indptr[s];
+    const int32_t last = b.layout.kv_indptr[s + 1];
+    if (q_len < 0 || last < first) return Status::InvalidArgument("forward: indptr not monotone");
+    if (last > first && (b.layout.kv_last_page_len[s] < 1 ||
+                         b.layout.kv_last_page_len[s] > b.layout.block_size)) {
+      return Status::InvalidArgument("forward: last block length outside 1..block_size");
+    }
+    if (q_len > b.layout.kv_len(s)) {
+      return Status::InvalidArgument("forward: a sequence has more new tokens than KV positions");
+    }
+    for (int32_t i = first; i < last; ++i) {
+      if (b.layout.kv_indices[i] < 0 || b.layout.kv_indices[i] >= num_blocks) {
+        return Status::OutOfRange("forward: block id " + std::to_string(b.layout.kv_indices[i]) +
+                                  " outside the pool");
+      }
+    }
+  }
+  const int64_t num_slots = static_cast<int64_t>(num_blocks) * b.layout.block_size;
+  for (size_t t = 0; t < num_tokens; ++t) {
+    if (b.token_ids[t] < 0 || b.token_ids[t] >= vocab) {
+      return Status::OutOfRange("forward: token id " + std::to_string(b.token_ids[t]) +
+                                " outside the vocabulary");
+    }
+    if (b.positions[t] < 0) return Status::InvalidArgument("forward: negative position");
+    if (b.slot_mapping[t] < -1 || b.slot_mapping[t] >= num_slots) {
+      return Status::OutOfRange("forward: slot outside the pool");
+    }
+  }
+  for (const auto& rows : {b.logits_rows, b.sample_rows}) {
+    for (int32_t row : rows) {
+      if (row < 0 || static_cast<size_t>(row) >= num_tokens) {
+        return Status::OutOfRange("forward: logits row " + std::to_string(row) + " outside the batch");
+      }
+    }
+  }
+  if (b.sample_specs.size() != b.sample_rows.size() || num_sampled != b.sample_rows.size()) {
+    return Status::InvalidArgument("forward: one sampling spec and one output per sample row");
+  }
+  if (b.logits_rows.size() + b.sample_rows.size() > num_tokens) {
+    return Status::InvalidArgument("forward: more logits and sample rows than tokens");
+  }
+  if (logits_size != b.logits_rows.size() * static_cast<size_t>(vocab)) {
+    return Status::InvalidArgument("forward: logits buffer must be [logits_rows, vocab]");
+  }
+  return Status::Ok();
+}
+
+void CudaStepInputs::PinnedFree::operator()(std::byte* p) const { cudaFreeHost(p); }
+
+Result<CudaStepInputs> CudaStepInputs::create(int32_t max_num_tokens, int32_t max_num_seqs) {
+  CudaStepInputs in;
+  // Tokens: ids, positions, logits / sample rows (4 bytes each) and slots (8); sequences: three
+  // indptr-like arrays and the sampling specs (28 bytes); block ids: room for 64 blocks per
+  // sequence before the first growth.
+  const auto tokens = static_cast<size_t>(max_num_tokens);
+  const auto seqs = static_cast<size_t>(max_num_seqs) + 1;
+  STRATA_RETURN_IF_ERROR(in.reserve(tokens * 24 + seqs * 40 + seqs * 64 * 4 + 512));
+  return in;
+}
+
+Status CudaStepInputs::reserve(size_t bytes) {
+  if (bytes <= host_bytes_) return Status::Ok();
+  bytes = std::max(bytes, host_bytes_ * 2);
+  void* host = nullptr;
+  STRATA_CUDA_CHECK(cudaMallocHost(&host, bytes));
+  host_.reset(static_cast<std::byte*>(host));
+  host_bytes_ = bytes;
+  Result<cuda::DeviceBuffer> device = cuda::DeviceBuffer::allocate(bytes);
+  if (!device.ok()) return device.status();
+  device_ = std::move(device).value();
+  return Status::Ok();
+}
+
+Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cudaStream_t stream) {
+  const size_t num_tokens = b.token_ids.size();
+  const auto num_seqs = static_cast<size_t>(b.layout.num_seqs);
+  const auto nnz = static_cast<size_t>(b.layout.kv_indptr[num_seqs]);
+  // Measure, grow if needed, then pack for real.
+  const size_t num_samples = b.sample_specs.size();
+  std::vector<float> temperature(num_samples), top_p(num_samples), min_p(num_samples);
+  std::vector<int32_t> top_k(num_samples);
+  std::vector<uint64_t> seeds(num_samples);
+  std::vector<int32_t> all_rows(b.logits_rows.begin(), b.logits_rows.end());
+  all_rows.insert(all_rows.end(), b.sample_rows.begin(), b.sample_rows.end());
+  for (size_t i = 0; i < num_samples; ++i) {
+    const DeviceSampleSpec& spec = b.sample_specs[i];
+    temperature[i] = spec.temperature;
+    top_k[i] = spec.top_k;
+    top_p[i] = spec.top_p;
+    min_p[i] = spec.min_p;
+    seeds[i] = spec.seed;
+  }
+  for (std::byte* base : {static_cast<std::byte*>(nullptr), host_.get()}) {
+    size_t cursor = 0;
+    const size_t ids = pack(base, cursor, b.token_ids.data(), num_tokens);
+    const size_t pos = pack(base, cursor, b.positions.data(), num_tokens);
+    const size_t q_indptr = pack(base, cursor, b.q_indptr.data(), num_seqs + 1);
+    const size_t kv_indptr = pack(base, cursor, b.layout.kv_indptr, num_seqs + 1);
+    const size_t kv_indices = pack(base, cursor, b.layout.kv_indices, nnz);
+    const size_t last_len = pack(base, cursor, b.layout.kv_last_page_len, num_seqs);
+    const size_t slots = pack(base, cursor, b.slot_mapping.data(), num_tokens);
+    const size_t rows = pack(base, cursor, all_rows.data(), all_rows.size());
+    const size_t temp = pack(base, cursor, temperature.data(), num_samples);
+    const size_t k = pack(base, cursor, top_k.data(), num_samples);
+    const size_t p = pack(base, cursor, top_p.data(), num_samples);
+    const size_t mp = pack(base, cursor, min_p.data(), num_samples);
+    const size_t seed = pack(base, cursor, seeds.data(), num_samples);
+    if (base == nullptr) {
+      STRATA_RETURN_IF_ERROR(reserve(cursor));
+      continue;
+    }
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), cursor, cudaMemcpyHostToDevice,
+                                      stream));
+    const std::byte* d = static_cast<const std::byte*>(device_.data());
+    Device out;
+    out.token_ids = reinterpret_cast<const int32_t*>(d + ids);
+    out.positions = reinterpret_cast<const int32_t*>(d + pos);
+    out.q_indptr = reinterpret_cast<const int32_t*>(d + q_indptr);
+    out.slot_mapping = reinterpret_cast<const int64_t*>(d + slots);
+    out.logits_rows = reinterpret_cast<const int32_t*>(d + rows);
+    out.temperature = reinterpret_cast<const float*>(d + temp);
+    out.top_k = reinterpret_cast<const int32_t*>(d + k);
+    out.top_p = reinterpret_cast<const float*>(d + p);
+    out.min_p = reinterpret_cast<const float*>(d + mp);
+    out.seeds = reinterpret_cast<const uint64_t*>(d + seed);
+    out.layout.kv_indptr = reinterpret_cast<const int32_t*>(d + kv_indptr);
+    out.layout.kv_indices = reinterpret_cast<const int32_t*>(d + kv_indices);
+    out.layout.kv_last_page_len = reinterpret_cast<const int32_t*>(d + last_len);
+    out.layout.num_seqs = b.layout.num_seqs;
+    out.layout.block_size = b.layout.block_size;
+    out.num_tokens = static_cast<int32_t>(num_tokens);
+    out.num_logits_rows = static_cast<int32_t>(b.logits_rows.size());
+    out.num_sample_rows = static_cast<int32_t>(num_samples);
+    for (int32_t s = 0; s < b.layout.num_seqs; ++s) {
+      out.max_q_len = std::max(out.max_q_len, b.q_indptr[s + 1] - b.q_indptr[s]);
+      out.max_kv_len = std::max(out.max_kv_len, b.layout.kv_len(s));
+    }
+    return out;
+  }
+  return Status::Internal("unreachable");
+}
+
+Result<const int32_t*> CudaStepInputs::upload_block_pairs(std::span<const kv::BlockCopy> copies,
+                                                          cudaStream_t stream) {
+  const size_t bytes = copies.size() * 2 * sizeof(int32_t);
+  STRATA_RETURN_IF_ERROR(reserve(bytes));
+  auto* host = reinterpret_cast<int32_t*>(host_.get());
+  for (size_t i = 0; i < copies.size(); ++i) {
+    host[2 * i] = static_cast<int32_t>(copies[i].src.value);
+    host[2 * i + 1] = static_cast<int32_t>(copies[i].dst.value);
+  }
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), bytes, cudaMemcpyHostToDevice,
+                                    stream));
+  return static_cast<const int32_t*>(device_.data());
+}
+
+}  // namespace strata::model

@@ -1,0 +1,80 @@
+#pragma once
+// CudaStepInputs: the per-step index arrays of a ForwardBatch (token ids, positions, query and
+// KV indptr, block ids, last-block lengths, slot mapping, logits rows) packed into one pinned
+// host buffer and sent to the device in one copy, and the host-side validation that must pass
+// first: the device trusts these values, so an id outside the vocabulary or a block outside the
+// pool would read or write another request's memory.
+//
+// Owns a pinned host buffer and a device buffer that grow when a batch needs more (rare: their
+// size is set for max_num_tokens and max_num_seqs and a typical block table). Not thread-safe;
+// the buffers are reused by the next upload, so the caller waits for the step to finish first.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include <cuda_runtime_api.h>
+
+#include "core/paged_kv.h"
+#include "core/status.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kv/kv_cache_manager.h"
+#include "model/model.h"
+
+namespace strata::model {
+
+// InvalidArgument / OutOfRange for an inconsistent batch: sizes, q_indptr, a token id outside
+// [0, vocab), a negative position, a block id outside [0, num_blocks), a slot outside the pool
+// (or -1), more than max_num_tokens tokens or max_num_seqs sequences, a q_len above its kv_len,
+// a logits buffer that is not [logits_rows, vocab].
+Status validate_step_batch(const ForwardBatch& batch, int64_t vocab, int32_t num_blocks,
+                           int32_t max_num_tokens, int32_t max_num_seqs, size_t logits_size,
+                           size_t num_sampled);
+
+class CudaStepInputs {
+ public:
+  // Device pointers of one uploaded batch, valid until the next upload.
+  struct Device {
+    const int32_t* token_ids = nullptr;     // [num_tokens]
+    const int32_t* positions = nullptr;     // [num_tokens]
+    const int32_t* q_indptr = nullptr;      // [num_seqs + 1]
+    const int64_t* slot_mapping = nullptr;  // [num_tokens]
+    // [num_logits_rows + num_sample_rows]: the logits rows, then the sample rows
+    const int32_t* logits_rows = nullptr;
+    // Per sample row (DeviceSampleSpec, as arrays).
+    const float* temperature = nullptr;
+    const int32_t* top_k = nullptr;
+    const float* top_p = nullptr;
+    const float* min_p = nullptr;
+    const uint64_t* seeds = nullptr;
+    PagedKvLayout layout;                   // device pointers
+    int32_t num_tokens = 0;
+    int32_t num_logits_rows = 0;
+    int32_t num_sample_rows = 0;
+    int32_t max_q_len = 0;   // host-computed bounds that size the attention grids
+    int32_t max_kv_len = 0;
+  };
+
+  static Result<CudaStepInputs> create(int32_t max_num_tokens, int32_t max_num_seqs);
+  CudaStepInputs() = default;
+
+  // Packs and copies a validated batch (asynchronous on stream; the pinned source stays
+  // untouched until the next call).
+  Result<Device> upload(const ForwardBatch& batch, cudaStream_t stream);
+  // Uploads copy-on-write pairs as [n, 2] (src, dst) for the block-copy kernel.
+  Result<const int32_t*> upload_block_pairs(std::span<const kv::BlockCopy> copies,
+                                            cudaStream_t stream);
+  int64_t device_bytes() const { return static_cast<int64_t>(device_.bytes()); }
+
+ private:
+  struct PinnedFree {
+    void operator()(std::byte* p) const;
+  };
+  Status reserve(size_t bytes);
+
+  std::unique_ptr<std::byte[], PinnedFree> host_;
+  size_t host_bytes_ = 0;
+  cuda::DeviceBuffer device_;
+};
+
+}  // namespace strata::model

@@ -1,0 +1,174 @@
+#include "model/cuda/cuda_weights.h"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "core/tensor_view.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/random_fill.h"
+#include "model/llama_family.h"
+
+namespace strata::model {
+namespace {
+
+Result<DeviceTensor> allocate(DType dtype, int64_t numel) {
+  Result<cuda::DeviceBuffer> buffer =
+      cuda::DeviceBuffer::allocate(static_cast<size_t>(numel * dtype_size(dtype)));
+  if (!buffer.ok()) return buffer.status();
+  return DeviceTensor{std::move(buffer).value(), dtype, numel};
+}
+
+// Copies `parts` (each [rows_i, cols] of any float dtype) one after another into a new BF16
+// tensor: the fused matrices, and plain ones as a single part.
+Result<DeviceTensor> upload_bf16(std::initializer_list<TensorView> parts) {
+  int64_t numel = 0;
+  for (const TensorView& t : parts) numel += t.numel();
+  Result<DeviceTensor> out = allocate(DType::kBF16, numel);
+  if (!out.ok()) return out.status();
+  auto* dst = static_cast<uint16_t*>(out->buffer.data());
+  std::vector<uint16_t> staging;
+  for (const TensorView& t : parts) {
+    const void* src = t.data;
+    if (t.dtype != DType::kBF16) {
+      staging.resize(static_cast<size_t>(t.numel()));
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        staging[static_cast<size_t>(i)] = f32_to_bf16(load_as_f32(t.data, t.dtype, i));
+      }
+      src = staging.data();
+    }
+    STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(t.numel()) * 2, cudaMemcpyHostToDevice));
+    dst += t.numel();
+  }
+  return out;
+}
+
+// Uploads one tensor as stored (norm weights).
+Result<DeviceTensor> upload_raw(const TensorView& t) {
+  Result<DeviceTensor> out = allocate(t.dtype, t.numel());
+  if (!out.ok()) return out.status();
+  STRATA_CUDA_CHECK(cudaMemcpy(out->buffer.data(), t.data, static_cast<size_t>(t.nbytes()),
+                               cudaMemcpyHostToDevice));
+  return out;
+}
+
+// A fused bias: empty when the layer has none (biases come all together or not at all).
+Result<DeviceTensor> upload_bias(std::initializer_list<TensorView> parts) {
+  for (const TensorView& t : parts) {
+    if (t.empty()) return DeviceTensor{};
+  }
+  return upload_bf16(parts);
+}
+
+Result<DeviceTensor> optional_raw(const TensorView& t) {
+  if (t.empty()) return DeviceTensor{};
+  return upload_raw(t);
+}
+
+#define STRATA_ASSIGN_TENSOR(lhs, expr)    \
+  do {                                     \
+    Result<DeviceTensor> r_ = (expr);      \
+    if (!r_.ok()) return r_.status();      \
+    (lhs) = std::move(r_).value();         \
+  } while (0)
+
+Status upload_layer(const LayerWeights& w, CudaLayerWeights& out) {
+  STRATA_ASSIGN_TENSOR(out.input_norm, upload_raw(w.input_norm));
+  STRATA_ASSIGN_TENSOR(out.post_attention_norm, upload_raw(w.post_attention_norm));
+  STRATA_ASSIGN_TENSOR(out.qkv, upload_bf16({w.q_proj, w.k_proj, w.v_proj}));
+  STRATA_ASSIGN_TENSOR(out.qkv_bias, upload_bias({w.q_bias, w.k_bias, w.v_bias}));
+  STRATA_ASSIGN_TENSOR(out.q_norm, optional_raw(w.q_norm));
+  STRATA_ASSIGN_TENSOR(out.k_norm, optional_raw(w.k_norm));
+  STRATA_ASSIGN_TENSOR(out.o_proj, upload_bf16({w.o_proj}));
+  STRATA_ASSIGN_TENSOR(out.o_bias, upload_bias({w.o_bias}));
+  STRATA_ASSIGN_TENSOR(out.gate_up, upload_bf16({w.gate_proj, w.up_proj}));
+  STRATA_ASSIGN_TENSOR(out.gate_up_bias, upload_bias({w.gate_bias, w.up_bias}));
+  STRATA_ASSIGN_TENSOR(out.down_proj, upload_bf16({w.down_proj}));
+  STRATA_ASSIGN_TENSOR(out.down_bias, upload_bias({w.down_bias}));
+  return Status::Ok();
+}
+
+// Filled tensors for dummy weights: each gets its own seed so tensors differ.
+struct DummyFiller {
+  uint64_t seed;
+  uint64_t next = 0;
+
+  Result<DeviceTensor> fill(int64_t numel, float lo, float hi) {
+    Result<DeviceTensor> out = allocate(DType::kBF16, numel);
+    if (!out.ok()) return out.status();
+    cuda::RandomFillParams p;
+    p.data = out->buffer.data();
+    p.dtype = DType::kBF16;
+    p.num_elements = numel;
+    p.seed = seed * 1000003 + next++;
+    p.lo = lo;
+    p.hi = hi;
+    STRATA_RETURN_IF_ERROR(cuda::random_fill(p, nullptr));
+    return out;
+  }
+  Result<DeviceTensor> matrix(int64_t numel) { return fill(numel, -0.02f, 0.02f); }
+  Result<DeviceTensor> norm(int64_t numel) { return fill(numel, 0.9f, 1.1f); }
+};
+
+}  // namespace
+
+int64_t CudaDecoderWeights::bytes() const {
+  int64_t total = embed.bytes() + final_norm.bytes() + lm_head.bytes();
+  for (const CudaLayerWeights& l : layers) {
+    for (const DeviceTensor* t : {&l.input_norm, &l.post_attention_norm, &l.qkv, &l.qkv_bias,
+                                  &l.q_norm, &l.k_norm, &l.o_proj, &l.o_bias, &l.gate_up,
+                                  &l.gate_up_bias, &l.down_proj, &l.down_bias}) {
+      total += t->bytes();
+    }
+  }
+  return total;
+}
+
+Result<CudaDecoderWeights> upload_weights(const ModelConfig& config, const WeightStore& store) {
+  const DecoderWeights w = bind_llama_family(config, store);
+  CudaDecoderWeights out;
+  STRATA_ASSIGN_TENSOR(out.embed, upload_bf16({w.embed}));
+  STRATA_ASSIGN_TENSOR(out.final_norm, upload_raw(w.final_norm));
+  if (w.lm_head.data != w.embed.data) STRATA_ASSIGN_TENSOR(out.lm_head, upload_bf16({w.lm_head}));
+  out.layers.resize(w.layers.size());
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    STRATA_RETURN_IF_ERROR(upload_layer(w.layers[l], out.layers[l]));
+  }
+  return out;
+}
+
+Result<CudaDecoderWeights> dummy_weights(const ModelConfig& c, uint64_t seed) {
+  DummyFiller f{seed};
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_out = c.num_attention_heads * c.head_dim;
+  const int64_t kv_out = c.num_key_value_heads * c.head_dim;
+  const int64_t inter = c.intermediate_size;
+  CudaDecoderWeights out;
+  STRATA_ASSIGN_TENSOR(out.embed, f.matrix(c.vocab_size * hidden));
+  STRATA_ASSIGN_TENSOR(out.final_norm, f.norm(hidden));
+  if (!c.tie_word_embeddings) STRATA_ASSIGN_TENSOR(out.lm_head, f.matrix(c.vocab_size * hidden));
+  out.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (CudaLayerWeights& l : out.layers) {
+    STRATA_ASSIGN_TENSOR(l.input_norm, f.norm(hidden));
+    STRATA_ASSIGN_TENSOR(l.post_attention_norm, f.norm(hidden));
+    STRATA_ASSIGN_TENSOR(l.qkv, f.matrix((q_out + 2 * kv_out) * hidden));
+    if (c.qkv_bias) STRATA_ASSIGN_TENSOR(l.qkv_bias, f.matrix(q_out + 2 * kv_out));
+    if (c.qk_norm) {
+      STRATA_ASSIGN_TENSOR(l.q_norm, f.norm(c.head_dim));
+      STRATA_ASSIGN_TENSOR(l.k_norm, f.norm(c.head_dim));
+    }
+    STRATA_ASSIGN_TENSOR(l.o_proj, f.matrix(hidden * q_out));
+    if (c.o_bias) STRATA_ASSIGN_TENSOR(l.o_bias, f.matrix(hidden));
+    STRATA_ASSIGN_TENSOR(l.gate_up, f.matrix(2 * inter * hidden));
+    STRATA_ASSIGN_TENSOR(l.down_proj, f.matrix(hidden * inter));
+    if (c.mlp_bias) {
+      STRATA_ASSIGN_TENSOR(l.gate_up_bias, f.matrix(2 * inter));
+      STRATA_ASSIGN_TENSOR(l.down_bias, f.matrix(hidden));
+    }
+  }
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+  return out;
+}
+
+}  // namespace strata::model

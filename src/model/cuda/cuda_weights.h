@@ -1,0 +1,60 @@
+#pragma once
+// A Llama-family decoder's weights in GPU memory, arranged for the GPU step (docs/gpu-engine.md):
+// q, k and v projections are fused into one [ (q_heads + 2 kv_heads) * head_dim, hidden ] matrix
+// and gate and up into one [2 * intermediate, hidden] matrix, so a layer runs four GEMMs. Matrices
+// and biases are BF16 (a checkpoint in F32 or F16 is rounded once at load); norm weights keep the
+// checkpoint's dtype (the norm kernels read F32, BF16 and F16).
+//
+// Owns one device allocation per tensor; move-only. Cost of loading: every byte of the checkpoint
+// crosses PCIe once; dummy weights are generated on the device (no host copy at all), so an 8B
+// shape loads in seconds.
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/cuda/device_buffer.h"
+#include "model/hf_config.h"
+#include "model/weight_store.h"
+
+namespace strata::model {
+
+struct DeviceTensor {
+  cuda::DeviceBuffer buffer;
+  DType dtype = DType::kBF16;
+  int64_t numel = 0;
+
+  const void* data() const { return buffer.data(); }
+  bool empty() const { return buffer.empty(); }
+  int64_t bytes() const { return numel * dtype_size(dtype); }
+};
+
+struct CudaLayerWeights {
+  DeviceTensor input_norm, post_attention_norm;  // [hidden]
+  DeviceTensor qkv, qkv_bias;                    // [(q_heads + 2 kv_heads) * head_dim, hidden], [..]
+  DeviceTensor q_norm, k_norm;                   // [head_dim] (Qwen3) or empty
+  DeviceTensor o_proj, o_bias;                   // [hidden, q_heads * head_dim], [hidden]
+  DeviceTensor gate_up, gate_up_bias;            // [2 * intermediate, hidden], [2 * intermediate]
+  DeviceTensor down_proj, down_bias;             // [hidden, intermediate], [hidden]
+};
+
+struct CudaDecoderWeights {
+  DeviceTensor embed;       // [vocab, hidden] BF16
+  std::vector<CudaLayerWeights> layers;
+  DeviceTensor final_norm;  // [hidden]
+  DeviceTensor lm_head;     // [vocab, hidden] BF16; empty when tied (use embed)
+
+  const void* lm_head_data() const { return lm_head.empty() ? embed.data() : lm_head.data(); }
+  int64_t bytes() const;
+};
+
+// Uploads the checkpoint's tensors (bound and shape-checked as for the CPU model: throws
+// strata::Error naming a missing or misshapen tensor). CUDA failures (out of memory) return Status.
+Result<CudaDecoderWeights> upload_weights(const ModelConfig& config, const WeightStore& store);
+
+// Seeded random weights of the config's shapes, generated on the device: matrices uniform in
+// [-0.02, 0.02], norm weights in [0.9, 1.1] (activations stay in range over many layers).
+Result<CudaDecoderWeights> dummy_weights(const ModelConfig& config, uint64_t seed);
+
+}  // namespace strata::model

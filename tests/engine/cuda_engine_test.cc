@@ -1,0 +1,211 @@
+// The engine on the GPU backend (EngineConfig::device = kCuda), on a bf16 fixture of
+// tools/make_gpu_fixtures.py: a mixed batch (greedy, seeded sampling with top-k / top-p / min-p,
+// penalties and top-N logprobs on the host sampler, n > 1 forks with copy-on-write) runs to the
+// requested lengths and gives every block back; seeded requests draw the same tokens in a second
+// engine; a greedy token drawn on the device equals the one the host sampler takes from the same
+// logits; a pool too small for the batch preempts, by recompute or by swap to host memory, and
+// still finishes everything.
+// Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips without a GPU.
+
+#include "strata/engine.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata {
+namespace {
+
+const std::string kFixture = std::string(STRATA_TEST_DATA_DIR) + "/models-gpu/qwen3-qknorm-hd64";
+
+bool has_cuda_device() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::vector<int32_t> prompt_of(int32_t len, int32_t seed) {
+  std::vector<int32_t> p;
+  for (int32_t i = 0; i < len; ++i) p.push_back((i * 37 + seed * 101 + 7) % 250);
+  return p;
+}
+
+EngineRequest request(int32_t len, int32_t seed, int32_t max_tokens) {
+  EngineRequest r;
+  r.prompt = prompt_of(len, seed);
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  r.params.temperature = 0.0f;
+  return r;
+}
+
+// Runs every submitted request to the end; tokens by (request, sequence index).
+using Tokens = std::map<RequestId, std::map<int32_t, std::vector<int32_t>>>;
+Tokens run_all(Engine& engine) {
+  Tokens out;
+  while (engine.has_unfinished()) {
+    Result<std::vector<RequestOutput>> step = engine.step();
+    EXPECT_TRUE(step.ok()) << step.status().to_string();
+    if (!step.ok()) break;
+    for (const RequestOutput& o : *step) {
+      for (const CompletionDelta& d : o.deltas) {
+        auto& v = out[o.id][d.index];
+        v.insert(v.end(), d.token_ids.begin(), d.token_ids.end());
+      }
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<Engine> cuda_engine(int32_t num_blocks = 0) {
+  EngineConfig c;
+  c.model_dir = kFixture;
+  c.device = Device::kCuda;
+  c.block_size = 16;
+  c.num_blocks = num_blocks;
+  c.kv_cache_memory_bytes = int64_t{64} << 20;
+  c.max_num_seqs = 32;
+  c.max_num_batched_tokens = 256;
+  Result<std::unique_ptr<Engine>> e = Engine::create(c);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+class CudaEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// Submits the mixed batch; returns the ids in submission order.
+std::vector<RequestId> submit_mixed(Engine& e) {
+  std::vector<EngineRequest> rs;
+  rs.push_back(request(40, 1, 24));                     // greedy, sampled on the device
+  EngineRequest sampled = request(70, 2, 20);           // seeded top-k / top-p / min-p
+  sampled.params.temperature = 0.8f;
+  sampled.params.top_k = 40;
+  sampled.params.top_p = 0.9f;
+  sampled.params.min_p = 0.02f;
+  sampled.params.seed = 1234;
+  rs.push_back(sampled);
+  EngineRequest penalized = request(33, 3, 16);         // host sampler: penalties
+  penalized.params.frequency_penalty = 0.5f;
+  rs.push_back(penalized);
+  EngineRequest top_n = request(90, 4, 16);             // host sampler: top-5 logprobs
+  top_n.params.logprobs = 5;
+  rs.push_back(top_n);
+  EngineRequest forked = request(50, 5, 18);            // n = 3, seeded sampling
+  forked.n = 3;
+  forked.params.temperature = 1.0f;
+  forked.params.seed = 99;
+  rs.push_back(forked);
+  EngineRequest echo = request(20, 6, 8);               // prompt logprobs: every row's logits
+  echo.params.prompt_logprobs = 2;
+  rs.push_back(echo);
+  std::vector<RequestId> ids;
+  for (EngineRequest& r : rs) {
+    Result<RequestId> id = e.submit(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    if (id.ok()) ids.push_back(*id);
+  }
+  return ids;
+}
+
+TEST_F(CudaEngineTest, AMixedBatchFinishesAtItsLengthsAndGivesEveryBlockBack) {
+  std::unique_ptr<Engine> e = cuda_engine();
+  ASSERT_NE(e, nullptr);
+  const std::vector<RequestId> ids = submit_mixed(*e);
+  ASSERT_EQ(ids.size(), 6u);
+  const Tokens got = run_all(*e);
+  const std::vector<std::pair<int32_t, size_t>> want = {{1, 24}, {1, 20}, {1, 16},
+                                                        {1, 16}, {3, 18}, {1, 8}};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto& seqs = got.at(ids[i]);
+    EXPECT_EQ(static_cast<int32_t>(seqs.size()), want[i].first) << "request " << i;
+    for (const auto& [index, tokens] : seqs) {
+      EXPECT_EQ(tokens.size(), want[i].second) << "request " << i << " sequence " << index;
+      for (int32_t t : tokens) EXPECT_TRUE(t >= 0 && t < e->vocab_size());
+    }
+  }
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  EXPECT_EQ(e->last_step().num_free_blocks, e->num_blocks() - 1);
+}
+
+TEST_F(CudaEngineTest, SeededRequestsDrawTheSameTokensInAnotherEngine) {
+  std::vector<Tokens> runs;
+  for (int run = 0; run < 2; ++run) {
+    std::unique_ptr<Engine> e = cuda_engine();
+    ASSERT_NE(e, nullptr);
+    submit_mixed(*e);
+    runs.push_back(run_all(*e));
+  }
+  // Request ids restart at 1 in each engine; the seeded ones are the 2nd and the 5th.
+  EXPECT_EQ(runs[0].at(2), runs[1].at(2));
+  EXPECT_EQ(runs[0].at(5), runs[1].at(5));
+  // The forked siblings (seeds 99, 100, 101) differ from each other.
+  EXPECT_NE(runs[0].at(5).at(0), runs[0].at(5).at(1));
+}
+
+TEST_F(CudaEngineTest, DeviceGreedyEqualsHostGreedyOnTheSameLogits) {
+  // The same request alone in two engines: once drawn on the device (no logprobs), once by the
+  // host sampler (logprobs asked). The forward passes are identical, so the tokens must be.
+  std::vector<std::vector<int32_t>> tokens;
+  for (int32_t logprobs : {-1, 1}) {
+    std::unique_ptr<Engine> e = cuda_engine();
+    ASSERT_NE(e, nullptr);
+    EngineRequest r = request(64, 7, 32);
+    r.params.logprobs = logprobs;
+    ASSERT_TRUE(e->submit(std::move(r)).ok());
+    tokens.push_back(run_all(*e).at(1).at(0));
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+}
+
+TEST_F(CudaEngineTest, ASmallPoolPreemptsByRecomputeAndFinishesEverything) {
+  std::unique_ptr<Engine> e = cuda_engine(/*num_blocks=*/24);
+  ASSERT_NE(e, nullptr);
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 6; ++i) {
+    Result<RequestId> id = e->submit(request(60, 10 + i, 40));
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+    ids.push_back(*id);
+  }
+  const Tokens got = run_all(*e);
+  for (RequestId id : ids) EXPECT_EQ(got.at(id).at(0).size(), 40u);
+  EXPECT_GT(e->totals().num_preemptions, 0);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+TEST_F(CudaEngineTest, ASmallPoolPreemptsBySwapAndFinishesEverything) {
+  // Swap preemption moves whole blocks between the device pool and pinned host memory with the
+  // block-copy kernel; every request still finishes, blocks come back, and swapped blocks
+  // return to the pool.
+  EngineConfig c;
+  c.model_dir = kFixture;
+  c.device = Device::kCuda;
+  c.num_blocks = 24;
+  c.preemption_mode = PreemptionMode::kSwap;
+  c.swap_space_bytes = int64_t{64} << 20;
+  c.max_num_seqs = 32;
+  c.max_num_batched_tokens = 256;
+  Result<std::unique_ptr<Engine>> e = Engine::create(c);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 6; ++i) {
+    Result<RequestId> id = (*e)->submit(request(60, 10 + i, 40));
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+    ids.push_back(*id);
+  }
+  const Tokens got = run_all(**e);
+  for (RequestId id : ids) EXPECT_EQ(got.at(id).at(0).size(), 40u);
+  EXPECT_GT((*e)->totals().num_swapped_out_blocks, 0);
+  EXPECT_EQ((*e)->totals().num_swapped_in_blocks, (*e)->totals().num_swapped_out_blocks);
+  EXPECT_EQ((*e)->last_step().num_used_blocks, 0);
+}
+
+}  // namespace
+}  // namespace strata

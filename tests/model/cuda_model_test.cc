@@ -1,0 +1,328 @@
+// The GPU model runner against Hugging Face transformers, by the GPU rule of DESIGN.md: bf16 is
+// not bitwise-invariant, so at every position of a teacher-forced prompt the distance of Strata's
+// logits to the float64 reference must stay within twice transformers' own bf16 distance, and the
+// argmax must match the reference wherever its top-2 gap is clear. The same bound holds for the
+// prompt run whole (prefill kernel), in chunks followed by one-token decode steps (decode
+// kernel), batched with another prompt, after a prefix hit on shared blocks, and after a
+// copy-on-write copy of its blocks. Fixtures: tools/make_gpu_fixtures.py. Skips without a GPU.
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/cuda/cuda_model.h"
+#include "model/safetensors.h"
+
+namespace strata::model {
+namespace {
+
+constexpr double kBf16Factor = 2.0;    // Strata's error <= 2x transformers-bf16's, per position
+constexpr double kKnockoutFactor = 10.0;
+constexpr int32_t kBlockSize = 16;
+
+const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models-gpu/";
+const std::vector<std::string> kFixtures = {"llama3-gqa-hd128", "qwen2-bias-hd64",
+                                            "qwen3-qknorm-hd64", "mistral-swa-hd64"};
+
+bool has_cuda_device() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// L2 distance of two rows of vocab floats.
+double row_dist(const float* a, const float* b, int64_t vocab) {
+  double d = 0.0;
+  for (int64_t v = 0; v < vocab; ++v) d += (double{a[v]} - b[v]) * (double{a[v]} - b[v]);
+  return std::sqrt(d);
+}
+
+// One sequence's tokens and its blocks in the pool.
+struct Seq {
+  explicit Seq(std::vector<int32_t> t) : tokens(std::move(t)) {}
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> blocks;
+  int32_t num_computed = 0;
+};
+
+// Runs steps of CudaModel by hand: each step computes the next `n` tokens of some sequences and
+// returns the logits of every computed row (teacher forcing).
+class Runner {
+ public:
+  explicit Runner(CudaModel& model) : model_(model), vocab_(model.config().vocab_size) {}
+
+  int32_t new_block() { return next_block_++; }
+
+  // (sequence, number of new tokens) pairs; returns per pair its rows' logits.
+  std::vector<std::vector<float>> step(const std::vector<std::pair<Seq*, int32_t>>& work) {
+    std::vector<int32_t> ids, pos, q_indptr{0}, kv_indptr{0}, kv_indices, last_len, rows;
+    std::vector<int64_t> slots;
+    for (auto [seq, n] : work) {
+      const int32_t kv_len = seq->num_computed + n;
+      while (static_cast<int32_t>(seq->blocks.size()) * kBlockSize < kv_len) {
+        seq->blocks.push_back(new_block());
+      }
+      for (int32_t p = seq->num_computed; p < kv_len; ++p) {
+        rows.push_back(static_cast<int32_t>(ids.size()));
+        ids.push_back(seq->tokens[static_cast<size_t>(p)]);
+        pos.push_back(p);
+        slots.push_back(int64_t{seq->blocks[static_cast<size_t>(p / kBlockSize)]} * kBlockSize +
+                        p % kBlockSize);
+      }
+      q_indptr.push_back(static_cast<int32_t>(ids.size()));
+      const int32_t num_blocks = (kv_len + kBlockSize - 1) / kBlockSize;
+      kv_indices.insert(kv_indices.end(), seq->blocks.begin(), seq->blocks.begin() + num_blocks);
+      kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
+      last_len.push_back(kv_len - (num_blocks - 1) * kBlockSize);
+    }
+    ForwardBatch b;
+    b.token_ids = ids;
+    b.positions = pos;
+    b.q_indptr = q_indptr;
+    b.layout.kv_indptr = kv_indptr.data();
+    b.layout.kv_indices = kv_indices.data();
+    b.layout.kv_last_page_len = last_len.data();
+    b.layout.num_seqs = static_cast<int32_t>(work.size());
+    b.layout.block_size = kBlockSize;
+    b.slot_mapping = slots;
+    b.logits_rows = rows;
+    std::vector<float> logits(rows.size() * static_cast<size_t>(vocab_));
+    const Status s = model_.forward(b, logits, {});
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    std::vector<std::vector<float>> out;
+    size_t row = 0;
+    for (auto [seq, n] : work) {
+      const auto begin = logits.begin() + static_cast<std::ptrdiff_t>(row * vocab_);
+      out.emplace_back(begin, begin + static_cast<std::ptrdiff_t>(n * vocab_));
+      row += static_cast<size_t>(n);
+      seq->num_computed += n;
+    }
+    return out;
+  }
+
+ private:
+  CudaModel& model_;
+  int64_t vocab_;
+  int32_t next_block_ = 1;  // block 0 is the null block
+};
+
+class CudaModelTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+    CudaModelOptions o;
+    o.model_dir = kModelsDir + GetParam();
+    o.block_size = kBlockSize;
+    o.num_blocks = 256;
+    o.max_num_tokens = 512;
+    o.max_num_seqs = 8;
+    model_ = CudaModel::create(o);
+    ref_ = std::make_unique<SafetensorsFile>(
+        SafetensorsFile::open(kModelsDir + GetParam() + "/reference.safetensors"));
+    vocab_ = model_->config().vocab_size;
+  }
+
+  std::vector<int32_t> prompt(int i) const {
+    const TensorView t = ref_->tensor("prompt." + std::to_string(i));
+    const auto* p = static_cast<const int32_t*>(t.data);
+    return {p, p + t.numel()};
+  }
+  const float* logits(const std::string& name, int i) const {
+    return static_cast<const float*>(ref_->tensor(name + "." + std::to_string(i)).data);
+  }
+
+  // The GPU rule at every position of prompt i; returns the worst ratio to transformers' error.
+  double check_rule(int i, const std::vector<float>& got, const std::string& what) const {
+    const float* ref = logits("logits", i);
+    const float* low = logits("logits_bf16", i);
+    const auto len = static_cast<int64_t>(prompt(i).size());
+    EXPECT_EQ(got.size(), static_cast<size_t>(len * vocab_)) << what;
+    if (got.size() != static_cast<size_t>(len * vocab_)) return INFINITY;
+    double worst = 0.0;
+    int argmax_checked = 0;
+    for (int64_t p = 0; p < len; ++p) {
+      const float* g = got.data() + p * vocab_;
+      const float* r = ref + p * vocab_;
+      const double ours = row_dist(g, r, vocab_);
+      const double theirs = row_dist(low + p * vocab_, r, vocab_);
+      worst = std::max(worst, ours / theirs);
+      EXPECT_LE(ours, kBf16Factor * theirs) << what << ", position " << p;
+      // Argmax where the reference's top-2 gap exceeds twice our largest |delta logit|.
+      double max_delta = 0.0;
+      for (int64_t v = 0; v < vocab_; ++v) max_delta = std::max<double>(max_delta, std::fabs(g[v] - r[v]));
+      std::vector<float> sorted(r, r + vocab_);
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      if (sorted[0] - sorted[1] > 2.0 * max_delta) {
+        ++argmax_checked;
+        EXPECT_EQ(std::max_element(g, g + vocab_) - g, std::max_element(r, r + vocab_) - r)
+            << what << ", position " << p;
+      }
+    }
+    EXPECT_GT(argmax_checked, len / 2) << what << ": too few positions with a clear argmax";
+    return worst;
+  }
+
+  std::unique_ptr<CudaModel> model_;
+  std::unique_ptr<SafetensorsFile> ref_;
+  int64_t vocab_ = 0;
+};
+
+TEST_P(CudaModelTest, WholePromptWithinTwiceTransformersBf16Error) {
+  for (int i = 0; i < 2; ++i) {
+    Runner runner(*model_);
+    Seq seq{prompt(i)};
+    const auto out = runner.step({{&seq, static_cast<int32_t>(seq.tokens.size())}});
+    const double worst = check_rule(i, out[0], "whole prompt " + std::to_string(i));
+    std::printf("[ %s ] prompt %d: worst error ratio to transformers-bf16 %.3f\n",
+                GetParam().c_str(), i, worst);
+  }
+}
+
+TEST_P(CudaModelTest, ChunksThenDecodeStepsStayWithinTheBound) {
+  Runner runner(*model_);
+  Seq seq{prompt(0)};
+  const auto len = static_cast<int32_t>(seq.tokens.size());
+  std::vector<float> all;
+  while (seq.num_computed < len - 24) {
+    const int32_t n = std::min(37, len - 24 - seq.num_computed);
+    const auto out = runner.step({{&seq, n}});
+    all.insert(all.end(), out[0].begin(), out[0].end());
+  }
+  while (seq.num_computed < len) {  // one token per step: the decode kernel
+    const auto out = runner.step({{&seq, 1}});
+    all.insert(all.end(), out[0].begin(), out[0].end());
+  }
+  check_rule(0, all, "chunks + decode");
+}
+
+TEST_P(CudaModelTest, BatchedPromptsAndDecodesStayWithinTheBound) {
+  Runner runner(*model_);
+  Seq a{prompt(0)}, b{prompt(1)};
+  const auto len_a = static_cast<int32_t>(a.tokens.size());
+  const auto len_b = static_cast<int32_t>(b.tokens.size());
+  std::vector<float> all_a, all_b;
+  auto out = runner.step({{&a, len_a - 16}, {&b, len_b - 16}});
+  all_a = out[0];
+  all_b = out[1];
+  for (int i = 0; i < 16; ++i) {
+    out = runner.step({{&b, 1}, {&a, 1}});
+    all_b.insert(all_b.end(), out[0].begin(), out[0].end());
+    all_a.insert(all_a.end(), out[1].begin(), out[1].end());
+  }
+  check_rule(0, all_a, "batched, prompt 0");
+  check_rule(1, all_b, "batched, prompt 1");
+}
+
+TEST_P(CudaModelTest, PrefixHitAndCopiedBlocksStayWithinTheBound) {
+  Runner runner(*model_);
+  Seq first{prompt(0)};
+  const auto len = static_cast<int32_t>(first.tokens.size());
+  const auto cold = runner.step({{&first, len}});
+  // A second sequence with the same tokens reuses the first's first four full blocks (a prefix
+  // hit) and computes the rest; its fifth block starts as a copy-on-write copy of the first's.
+  Seq hit{prompt(0)};
+  hit.blocks.assign(first.blocks.begin(), first.blocks.begin() + 4);
+  const int32_t copy = runner.new_block();
+  hit.blocks.push_back(copy);
+  const kv::BlockCopy pair{BlockId{first.blocks[4]}, BlockId{copy}};
+  ASSERT_TRUE(model_->copy_blocks({&pair, 1}).ok());
+  hit.num_computed = 4 * kBlockSize + 5;  // and the first 5 rows of the copied block
+  const auto warm = runner.step({{&hit, len - hit.num_computed}});
+  std::vector<float> all(cold[0].begin(),
+                         cold[0].begin() + static_cast<std::ptrdiff_t>((4 * kBlockSize + 5) * vocab_));
+  all.insert(all.end(), warm[0].begin(), warm[0].end());
+  check_rule(0, all, "prefix hit + copy-on-write");
+}
+
+TEST_P(CudaModelTest, KnockoutsAreFarOutsideTransformersBf16Error) {
+  const float* ref = logits("logits", 0);
+  const float* low = logits("logits_bf16", 0);
+  const auto len = static_cast<int64_t>(prompt(0).size());
+  int found = 0;
+  for (const SafetensorsTensor& t : ref_->tensors()) {
+    const std::string& name = t.name;
+    if (name.rfind("knockout.", 0) != 0) continue;
+    ++found;
+    const auto* ko = static_cast<const float*>(ref_->tensor(name).data);
+    double ko_sum = 0.0, bf16_sum = 0.0;
+    for (int64_t p = 0; p < len; ++p) {
+      ko_sum += row_dist(ko + p * vocab_, ref + p * vocab_, vocab_);
+      bf16_sum += row_dist(low + p * vocab_, ref + p * vocab_, vocab_);
+    }
+    EXPECT_GE(ko_sum, kKnockoutFactor * bf16_sum) << name;
+  }
+  EXPECT_GT(found, 0);
+}
+
+TEST_P(CudaModelTest, RejectsABatchOutsideThePool) {
+  std::vector<int32_t> ids{1}, pos{0}, q_indptr{0, 1}, kv_indptr{0, 1}, kv_indices{999}, last{1};
+  std::vector<int64_t> slots{999 * kBlockSize};
+  std::vector<int32_t> rows{0};
+  ForwardBatch b;
+  b.token_ids = ids;
+  b.positions = pos;
+  b.q_indptr = q_indptr;
+  b.layout = {kv_indptr.data(), kv_indices.data(), last.data(), 1, kBlockSize};
+  b.slot_mapping = slots;
+  b.logits_rows = rows;
+  std::vector<float> logits(static_cast<size_t>(vocab_));
+  EXPECT_EQ(model_->forward(b, logits, {}).code(), StatusCode::kOutOfRange);
+  ids[0] = static_cast<int32_t>(vocab_);
+  kv_indices[0] = 1;
+  slots[0] = kBlockSize;
+  EXPECT_EQ(model_->forward(b, logits, {}).code(), StatusCode::kOutOfRange);
+}
+
+TEST_P(CudaModelTest, GreedyDeviceSamplingDrawsTheArgmaxOfTheLogits) {
+  // The whole prompt with the logits of every row but the last on the host, and the last row
+  // sampled greedily on the device: the token is the argmax of the reference-checked logits of
+  // the same row in a run that returns them.
+  const std::vector<int32_t> p = prompt(1);
+  const auto len = static_cast<int32_t>(p.size());
+  std::vector<int32_t> pos(p.size()), q_indptr{0, len}, kv_indptr{0}, kv_indices, last, rows;
+  std::vector<int64_t> slots(p.size());
+  for (int32_t i = 0; i < len; ++i) {
+    pos[static_cast<size_t>(i)] = i;
+    slots[static_cast<size_t>(i)] = kBlockSize + i;  // blocks 1, 2, ...
+  }
+  const int32_t num_blocks = (len + kBlockSize - 1) / kBlockSize;
+  for (int32_t b = 0; b < num_blocks; ++b) kv_indices.push_back(1 + b);
+  kv_indptr.push_back(num_blocks);
+  last.push_back(len - (num_blocks - 1) * kBlockSize);
+  ForwardBatch b;
+  b.token_ids = p;
+  b.positions = pos;
+  b.q_indptr = q_indptr;
+  b.layout = {kv_indptr.data(), kv_indices.data(), last.data(), 1, kBlockSize};
+  b.slot_mapping = slots;
+  const std::vector<int32_t> logits_rows{len - 1};
+  b.logits_rows = logits_rows;
+  std::vector<float> logits(static_cast<size_t>(vocab_));
+  ASSERT_TRUE(model_->forward(b, logits, {}).ok());
+  const std::vector<int32_t> sample_rows{len - 1};
+  const std::vector<DeviceSampleSpec> specs{DeviceSampleSpec{.temperature = 0.0f}};
+  b.logits_rows = {};
+  b.sample_rows = sample_rows;
+  b.sample_specs = specs;
+  std::vector<SampledToken> sampled(1);
+  ASSERT_TRUE(model_->forward(b, {}, sampled).ok());
+  EXPECT_EQ(sampled[0].token, std::max_element(logits.begin(), logits.end()) - logits.begin());
+  double sum = 0.0;
+  const float top = *std::max_element(logits.begin(), logits.end());
+  for (float x : logits) sum += std::exp(double{x} - top);
+  EXPECT_NEAR(sampled[0].logprob, -std::log(sum), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest, ::testing::ValuesIn(kFixtures),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace strata::model
