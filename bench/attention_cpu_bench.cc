@@ -105,6 +105,7 @@ void BM_LinearCpu(benchmark::State& state) {
 }
 constexpr auto kPortable = static_cast<int64_t>(CpuIsa::kPortable);
 constexpr auto kAvx2 = static_cast<int64_t>(CpuIsa::kAvx2);
+constexpr auto kAvx512 = static_cast<int64_t>(CpuIsa::kAvx512);
 constexpr auto kBf16 = static_cast<int64_t>(DType::kBF16);
 BENCHMARK(BM_LinearCpu)
     ->ArgNames({"m", "n", "k", "dtype", "isa"})
@@ -118,6 +119,13 @@ BENCHMARK(BM_LinearCpu)
     ->Args({1, 151936, 896, kBf16, kAvx2})
     ->Args({64, 4096, 4096, kBf16, kPortable})
     ->Args({64, 4096, 4096, kBf16, kAvx2})
+    ->Args({1, 151936, 896, kBf16, kAvx512})  // the LM head, one decode row
+    ->Args({16, 151936, 896, kBf16, kAvx512})  // the LM head, 16 streams
+    ->Args({16, 4864, 896, kBf16, kAvx2})      // gate/up, 16 streams
+    ->Args({16, 4864, 896, kBf16, kAvx512})
+    ->Args({16, 896, 4864, kBf16, kAvx512})    // down, 16 streams
+    ->Args({512, 4864, 896, kBf16, kAvx512})   // gate/up, a 512-token prefill
+    ->Args({64, 4096, 4096, kBf16, kAvx512})
     ->UseRealTime();
 
 // One empty parallel_for over the pool's threads: the fixed cost every kernel call pays (a decode

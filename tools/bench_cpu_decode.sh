@@ -7,7 +7,8 @@
 #   streams   16 sequences of 128 prompt + 32 output tokens (strata bench): decode-phase tokens/s
 #             (16 / time per output token, prefill excluded) against the lower of
 #             16 x the decode bandwidth bound and FP32 peak / flops per decoded token
-# Each figure is the median of RUNS runs; the floor is taken before and after them.
+# Each figure is the median of RUNS runs; the floor is taken before and after them (each floor is
+# the best of its repetitions, so load on a shared machine never lowers the bound).
 # Usage: tools/bench_cpu_decode.sh [BUILD_DIR] [MODEL_DIR] [THREADS] [RUNS]
 set -euo pipefail
 build=${1:-build/release}
@@ -15,7 +16,7 @@ model=${2:-bench/models/qwen2-0.5b}
 threads=${3:-2}
 runs=${4:-3}
 strata="$build/tools/strata/strata"
-common=(--model "$model" --load-format dummy --threads "$threads")
+common=(--model "$model" --load-format dummy --threads "$threads" --block-size 16)
 ids() { python3 -c "print(','.join(str(1 + i % 1000) for i in range($1)))"; }
 
 floor_before=$("$build/bench/strata_cpu_floor" --threads "$threads" --json)

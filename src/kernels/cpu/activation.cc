@@ -5,6 +5,8 @@
 #include <string>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/elementwise_avx512.h"
 
 namespace strata::cpu {
 namespace {
@@ -49,6 +51,16 @@ Status validate_embedding(const EmbeddingParams& p) {
 
 Status silu_and_mul(const float* gate, const float* up, float* out, int64_t n, ThreadPool& pool) {
   STRATA_RETURN_IF_ERROR(validate_elementwise("silu_and_mul", gate, up, out, n));
+  if (best_cpu_isa() == CpuIsa::kAvx512) {
+    // A vectorized exp (elementwise_avx512.h); each element still depends on itself alone.
+    pool.parallel_for(
+        n,
+        [&](int64_t begin, int64_t end) {
+          detail::silu_and_mul_avx512(gate + begin, up + begin, out + begin, end - begin);
+        },
+        kMinElemsPerChunk);
+    return Status::Ok();
+  }
   pool.parallel_for(
       n,
       [&](int64_t begin, int64_t end) {

@@ -6,7 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/attention_avx512.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/elementwise_avx512.h"
+#include "kernels/cpu/linear_avx512.h"
 
 namespace strata::cpu {
 namespace {
@@ -18,7 +22,13 @@ struct Scratch {
   std::vector<float> tile;    // [block_size, head_dim]: one block's K or V rows as fp32
   std::vector<float> max;     // [group]
   std::vector<float> sum;     // [group]
+  std::vector<const float*> weight_rows;  // [group]: AVX-512 p.v operands
+  std::vector<float*> acc_rows;           // [group]
 };
+
+// One path per process (cpu_isa.h): AVX-512 fused multiply-adds for q.k and p.v where the CPU has
+// them, else the portable unfused order. Either way one fixed order per output element.
+bool use_avx512() { return best_cpu_isa() == CpuIsa::kAvx512; }
 
 Scratch& thread_scratch() {
   thread_local Scratch scratch;
@@ -139,7 +149,11 @@ void compute_scores(const AttentionParams& p, const RowTask& t, int32_t group, S
     // scores[h][j] = q_h . k_j for the group's heads at once (each K row is loaded once per two
     // heads), then scaled: the same fp32 operations for every row whatever the group size.
     float* scores = s.scores.data() + (first - t.first_pos);
-    detail::matmul_nt(t.q, d, group, k, ld, count, d, scores, n);
+    if (use_avx512()) {
+      detail::matmul_nt_f32_avx512(t.q, d, group, k, ld, count, d, scores, n);
+    } else {
+      detail::matmul_nt(t.q, d, group, k, ld, count, d, scores, n);
+    }
     for (int32_t h = 0; h < group; ++h) {
       float* row = scores + static_cast<int64_t>(h) * n;
       for (int32_t j = 0; j < count; ++j) row[j] *= p.scale;
@@ -207,6 +221,10 @@ void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scr
     const int32_t count = std::min(t.pos, b * bs + bs - 1) - first + 1;
     for (int32_t h = 0; h < group; ++h) {
       float* weights = s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
+      if (use_avx512()) {
+        s.sum[h] += detail::exp_sub_and_sum_avx512(weights, count, s.max[h]);
+        continue;
+      }
       float block_sum = 0.0f;
       for (int32_t j = 0; j < count; ++j) {
         weights[j] = std::exp(weights[j] - s.max[h]);
@@ -221,6 +239,15 @@ void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scr
       return s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
     };
     const auto acc_of = [&](int32_t h) { return s.acc.data() + static_cast<int64_t>(h) * d; };
+    if (use_avx512()) {
+      for (int32_t h = 0; h < group; ++h) {
+        s.weight_rows[static_cast<size_t>(h)] = weights_of(h);
+        s.acc_rows[static_cast<size_t>(h)] = acc_of(h);
+      }
+      detail::accumulate_pv_avx512(s.weight_rows.data(), group, v, ld, count, d,
+                                   s.acc_rows.data());
+      continue;
+    }
     int32_t h = 0;
     for (; h + 2 <= group; h += 2) {
       const float* w[2] = {weights_of(h), weights_of(h + 1)};
@@ -266,6 +293,8 @@ void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv
   if (s.max.size() < g) {
     s.max.resize(g);
     s.sum.resize(g);
+    s.weight_rows.resize(g);
+    s.acc_rows.resize(g);
   }
   compute_scores(p, t, group, s);
   weighted_sum(p, t, group, s);

@@ -27,12 +27,22 @@ bool cpu_supports(CpuIsa isa) {
 #else
       return false;
 #endif
+    case CpuIsa::kAvx512:
+#if defined(__x86_64__)
+      // __builtin_cpu_supports also checks that the OS saves the ZMM registers (XCR0).
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") && has_f16c();
+#else
+      return false;
+#endif
   }
   return false;
 }
 
 CpuIsa best_cpu_isa() {
-  static const CpuIsa best = cpu_supports(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : CpuIsa::kPortable;
+  static const CpuIsa best = cpu_supports(CpuIsa::kAvx512) ? CpuIsa::kAvx512
+                             : cpu_supports(CpuIsa::kAvx2)  ? CpuIsa::kAvx2
+                                                            : CpuIsa::kPortable;
   return best;
 }
 
@@ -42,6 +52,8 @@ const char* cpu_isa_name(CpuIsa isa) {
       return "portable";
     case CpuIsa::kAvx2:
       return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
   }
   return "?";
 }

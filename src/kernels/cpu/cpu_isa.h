@@ -4,9 +4,12 @@
 // __attribute__((target(...))) and taken only when the running CPU has the instructions, so one
 // binary runs everywhere.
 //
-// Determinism: every path computes each output with the same fp32 operations in the same order
-// (8 lanes, separate multiply and add, the same tail and reduction tree), so results are
-// bit-identical whichever path runs; tests check this.
+// Determinism: within one path every output is computed by one fixed sequence of fp32 operations
+// whatever the batch size, tile or thread count (what batch and chunking invariance rest on).
+// kPortable and kAvx2 share one sequence (8 lanes, separate multiply and add), so they are
+// bit-identical to each other; kAvx512 fuses multiply-adds over 16 lanes, so it rounds differently
+// from them (tests hold it to the float64 reference and to exact equality across m, row position
+// and thread count). A process uses one path for all its work (best_cpu_isa()).
 
 #include <array>
 
@@ -15,9 +18,12 @@ namespace strata::cpu {
 enum class CpuIsa {
   kPortable,  // GCC vector extensions on SSE2: any x86-64 (and any other target)
   kAvx2,      // AVX2 + F16C: 8-lane fp32, BF16/F16 widened in registers
+  kAvx512,    // AVX-512 F/BW/VL + FMA + F16C: 16-lane fused multiply-adds, BF16/F16 widened in
+              // registers
 };
 
-inline constexpr std::array<CpuIsa, 2> kCpuIsas = {CpuIsa::kPortable, CpuIsa::kAvx2};
+inline constexpr std::array<CpuIsa, 3> kCpuIsas = {CpuIsa::kPortable, CpuIsa::kAvx2,
+                                                   CpuIsa::kAvx512};
 
 // True when the running CPU can execute `isa`'s path.
 bool cpu_supports(CpuIsa isa);

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/linear_avx2.h"
+#include "kernels/cpu/linear_avx512.h"
 
 namespace strata::cpu {
 namespace {
@@ -58,6 +59,51 @@ std::vector<float>& weight_scratch() {
   return scratch;
 }
 
+// The AVX-512 path. Tasks are (block of up to kMTile rows of x, group of kAvx512TileCols rows of
+// W), x-block major; threads claim contiguous ranges of about 1/4 of their share from a shared
+// counter, so a thread that the OS delays (the machine is shared) leaves its remaining ranges to
+// the others instead of stalling the call. A prefill keeps its 64-row x block in L2 while W
+// streams past; a decode step (m = 1) reads long runs of consecutive weight rows. Each claimed
+// range is one micro-kernel call per x block it touches.
+void linear_avx512(const float* x, const TensorView& weight, const TensorView& bias, float* out,
+                   int64_t m, ThreadPool& pool) {
+  const int64_t n = weight.shape[0];
+  const int64_t k = weight.shape[1];
+  const int64_t group = detail::kAvx512TileCols;
+  const int64_t num_groups = (n + group - 1) / group;
+  // Rows of x per block: at most 64, and few enough that the block (re-read once per group of
+  // weight rows) stays in a 1 MB L2 next to the weights streaming past, e.g. 24 rows for k = 4864.
+  constexpr int64_t kXBlockBytes = 512 * 1024;
+  const int64_t m_tile =
+      std::clamp<int64_t>(kXBlockBytes / (k * static_cast<int64_t>(sizeof(float))) / 4 * 4, 4,
+                          kMTile);
+  const int64_t num_m_tiles = (m + m_tile - 1) / m_tile;
+  const int64_t w_elem_bytes = dtype_size(weight.dtype);
+  const char* w = static_cast<const char*>(weight.data);
+  // The bias as fp32 once per call (n floats; the kernel adds it after the dot product).
+  thread_local std::vector<float> bias_f32;
+  if (!bias.empty()) {
+    bias_f32.resize(static_cast<size_t>(n));
+    detail::load_f32(bias.data, bias.dtype, 0, n, bias_f32.data());
+  }
+  const float* b = bias.empty() ? nullptr : bias_f32.data();
+  const int64_t num_tasks = num_m_tiles * num_groups;
+  const int64_t grain = std::max<int64_t>(1, num_tasks / (4 * pool.num_threads()));
+  detail::parallel_dynamic(pool, num_tasks, grain, [&](int64_t begin, int64_t end) {
+    while (begin < end) {
+      const int64_t g0 = begin % num_groups;
+      const int64_t g1 = std::min(num_groups, g0 + (end - begin));
+      const int64_t m0 = (begin / num_groups) * m_tile;
+      const int64_t n0 = g0 * group;
+      const int64_t nt = std::min(n, g1 * group) - n0;
+      detail::matmul_nt_avx512(x + m0 * k, k, std::min(m_tile, m - m0), w + n0 * k * w_elem_bytes,
+                               weight.dtype, nt, k, b == nullptr ? nullptr : b + n0,
+                               out + m0 * n + n0, n);
+      begin += g1 - g0;
+    }
+  });
+}
+
 }  // namespace
 
 Status linear(const float* x, TensorView weight, TensorView bias, float* out, int64_t m,
@@ -77,6 +123,10 @@ Status linear_with_isa(CpuIsa isa, const float* x, TensorView weight, TensorView
   const int64_t n = weight.shape[0];
   const int64_t k = weight.shape[1];
   if (m == 0) return Status::Ok();
+  if (isa == CpuIsa::kAvx512) {
+    linear_avx512(x, weight, bias, out, m, pool);
+    return Status::Ok();
+  }
   const int64_t num_m_tiles = (m + kMTile - 1) / kMTile;
   const int64_t num_n_tiles = (n + kNTile - 1) / kNTile;
   const int64_t w_elem_bytes = dtype_size(weight.dtype);
@@ -115,6 +165,8 @@ Status linear_with_isa(CpuIsa isa, const float* x, TensorView weight, TensorView
           matmul_nt_avx2(x + m0 * k, k, mt,
                          static_cast<const char*>(weight.data) + n0 * k * w_elem_bytes,
                          weight.dtype, nt, k, bias_f32, out + m0 * n + n0, n);
+          break;
+        case CpuIsa::kAvx512:  // handled above
           break;
       }
     }

@@ -126,7 +126,19 @@ TEST(LinearTest, RowsBitIdenticalAloneOrInBatchAtAnyThreadCount) {
   }
 }
 
-TEST(LinearTest, EveryIsaPathIsBitIdenticalToThePortablePath) {
+// The paths that share the portable path's arithmetic (8 lanes, separate multiply and add).
+bool has_portable_order(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kPortable:
+    case CpuIsa::kAvx2:
+      return true;
+    case CpuIsa::kAvx512:
+      return false;
+  }
+  return false;
+}
+
+TEST(LinearTest, UnfusedIsaPathsAreBitIdenticalToThePortablePath) {
   // Odd k (tails of 1..7), n not a multiple of the 4 x 2 / 1 x 4 tiles, m across the 4-row tiles.
   constexpr Shape kIsaShapes[] = {{1, 1, 1}, {1, 7, 9}, {5, 13, 31}, {4, 6, 8}, {70, 40, 257},
                                   {1, 130, 1000}, {9, 33, 4099}};
@@ -138,6 +150,7 @@ TEST(LinearTest, EveryIsaPathIsBitIdenticalToThePortablePath) {
                 StatusCode::kInvalidArgument);
       continue;
     }
+    if (!has_portable_order(isa)) continue;
     for (DType dtype : kCpuFloatDTypes) {
       for (const Shape& s : kIsaShapes) {
         LinearCase c(s, dtype, /*with_bias=*/s.k % 2 == 1, DType::kBF16);
@@ -152,6 +165,74 @@ TEST(LinearTest, EveryIsaPathIsBitIdenticalToThePortablePath) {
         EXPECT_TRUE(bit_equal(portable.data(), fast.data(), s.m * s.n))
             << cpu_isa_name(isa) << " " << dtype_name(dtype) << " m=" << s.m << " n=" << s.n
             << " k=" << s.k;
+      }
+    }
+  }
+}
+
+TEST(LinearTest, BestPathIsTheWidestTheCpuRuns) {
+  CpuIsa widest = CpuIsa::kPortable;
+  for (CpuIsa isa : kCpuIsas) {
+    if (cpu_supports(isa)) widest = isa;
+  }
+  EXPECT_EQ(best_cpu_isa(), widest) << cpu_isa_name(best_cpu_isa());
+}
+
+// The fused paths round differently from the portable one, so they are held to the float64
+// reference (every dtype, k tails of 1..15, n not a multiple of the 6-column tile) ...
+TEST(LinearTest, FusedIsaPathsMatchFloat64Reference) {
+  constexpr Shape kFusedShapes[] = {{1, 1, 1},   {1, 7, 9},     {5, 13, 31},   {4, 6, 16},
+                                    {17, 40, 257}, {1, 130, 1000}, {9, 33, 4099}, {64, 12, 896}};
+  for (CpuIsa isa : kCpuIsas) {
+    if (!cpu_supports(isa) || has_portable_order(isa)) continue;
+    for (DType dtype : kCpuFloatDTypes) {
+      for (const Shape& s : kFusedShapes) {
+        LinearCase c(s, dtype, /*with_bias=*/s.k % 2 == 1, DType::kBF16);
+        std::vector<float> out(static_cast<size_t>(s.m * s.n), -1.0f);
+        ASSERT_TRUE(
+            detail::linear_with_isa(isa, c.x.data(), c.weight, c.bias, out.data(), s.m, pool_of(2))
+                .ok());
+        const std::vector<double> ref = c.reference();
+        for (int64_t r = 0; r < s.m; ++r) {
+          EXPECT_LT(rel_l2_error(out.data() + r * s.n, ref.data() + r * s.n, s.n),
+                    Tolerance::kLinear)
+              << cpu_isa_name(isa) << " " << dtype_name(dtype) << " m=" << s.m << " n=" << s.n
+              << " k=" << s.k << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+// ... and to exact equality with themselves: a row's outputs do not depend on m (which changes
+// the 4-row tiles and the remainder tile it lands in), on its position in the batch, or on the
+// thread count (which changes the column ranges and so the 1..6-column tiles).
+TEST(LinearTest, FusedIsaPathsBitIdenticalAcrossBatchSizesPositionsAndThreads) {
+  constexpr int64_t kMaxRows = 103;
+  for (CpuIsa isa : kCpuIsas) {
+    if (!cpu_supports(isa) || has_portable_order(isa)) continue;
+    for (DType dtype : kCpuFloatDTypes) {
+      for (const Shape& s : {Shape{kMaxRows, 47, 1000}, Shape{kMaxRows, 13, 17}}) {
+        LinearCase c(s, dtype, /*with_bias=*/true, DType::kBF16);
+        std::vector<float> alone(static_cast<size_t>(s.m * s.n));
+        for (int64_t r = 0; r < s.m; ++r) {
+          ASSERT_TRUE(detail::linear_with_isa(isa, c.x.data() + r * s.k, c.weight, c.bias,
+                                              alone.data() + r * s.n, 1, pool_of(1))
+                          .ok());
+        }
+        for (int64_t m : {1, 3, 16, 17, 64, 100}) {
+          for (int64_t first : {int64_t{0}, int64_t{3}}) {
+            for (int threads : {1, 2, 3}) {
+              std::vector<float> batch(static_cast<size_t>(m * s.n), -1.0f);
+              ASSERT_TRUE(detail::linear_with_isa(isa, c.x.data() + first * s.k, c.weight, c.bias,
+                                                  batch.data(), m, pool_of(threads))
+                              .ok());
+              EXPECT_TRUE(bit_equal(batch.data(), alone.data() + first * s.n, m * s.n))
+                  << cpu_isa_name(isa) << " " << dtype_name(dtype) << " k=" << s.k << " m=" << m
+                  << " first row " << first << " threads " << threads;
+            }
+          }
+        }
       }
     }
   }

@@ -1,0 +1,96 @@
+#include "kernels/cpu/elementwise_avx512.h"
+
+#if defined(__x86_64__)
+// gcc 12's AVX-512 intrinsics start from _mm512_undefined_ps() (a self-initialized variable),
+// which its own -Wuninitialized reports once they are inlined; the warning is about the header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace strata::cpu::detail {
+
+#if defined(__x86_64__)
+namespace {
+
+#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+
+STRATA_AVX512 inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n ln2, with ln2 = 0.693359375 (exact in a few bits) - 2.12194440e-4.
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+STRATA_AVX512 inline __m512 silu_mul16(__m512 g, __m512 u) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+  return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u);
+}
+
+STRATA_AVX512 void silu_and_mul_impl(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(out + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+  }
+  if (i < n) {
+    const auto mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(out + i, mask,
+                          silu_mul16(_mm512_maskz_loadu_ps(mask, gate + i),
+                                     _mm512_maskz_loadu_ps(mask, up + i)));
+  }
+}
+
+STRATA_AVX512 float exp_sub_and_sum_impl(float* x, int32_t count, float max) {
+  const __m512 m = _mm512_set1_ps(max);
+  for (int32_t j = 0; j < count; j += 16) {
+    const auto mask = static_cast<__mmask16>(
+        count - j >= 16 ? 0xFFFFu : (1u << (count - j)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(mask, x + j);
+    _mm512_mask_storeu_ps(x + j, mask, exp16(_mm512_sub_ps(v, m)));
+  }
+  float sum = 0.0f;
+  for (int32_t j = 0; j < count; ++j) sum += x[j];
+  return sum;
+}
+
+}  // namespace
+
+void silu_and_mul_avx512(const float* gate, const float* up, float* out, int64_t n) {
+  silu_and_mul_impl(gate, up, out, n);
+}
+
+float exp_sub_and_sum_avx512(float* x, int32_t count, float max) {
+  return exp_sub_and_sum_impl(x, count, max);
+}
+
+#else  // not x86-64: the dispatchers never select these
+
+void silu_and_mul_avx512(const float*, const float*, float*, int64_t) {
+  STRATA_CHECK(false, "silu_and_mul_avx512: not an x86-64 build");
+}
+
+float exp_sub_and_sum_avx512(float*, int32_t, float) {
+  STRATA_CHECK(false, "exp_sub_and_sum_avx512: not an x86-64 build");
+  return 0.0f;
+}
+
+#endif
+
+}  // namespace strata::cpu::detail
