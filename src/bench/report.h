@@ -18,7 +18,8 @@
 //   scheduler time       EngineStepStats::schedule_seconds per step (mean, p99) and its share of
 //                        the summed step_seconds
 //                        (also over only the steps at max concurrency)
-//   max concurrency      the most running requests after any step
+//   max concurrency      the most running requests after any step (over HTTP: the most streams
+//                        in flight when an event arrived)
 // Steps that scheduled nothing (a static batch gathering) are left out of the per-step figures.
 
 #include <cstdint>
@@ -81,6 +82,10 @@ BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context
 // What the report says about the setup, above the runs.
 struct ReportHeader {
   std::string model;
+  // A running server's http://HOST:PORT (strata bench --endpoint), empty for the in-process
+  // engine. Over HTTP the engine fields below are the bench's flags, not the server's, and
+  // the per-step figures (pool utilization, block fill, steps, scheduler time) do not exist.
+  std::string endpoint;
   std::string workload;  // name
   std::string workload_description;
   int64_t num_requests = 0;

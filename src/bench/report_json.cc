@@ -17,8 +17,10 @@ json distribution_json(const Distribution& d) {
 }
 
 json header_json(const ReportHeader& h) {
-  return {
+  json out = {
       {"model", h.model},
+      // null: the in-process engine; else the server the workload went to over HTTP
+      {"endpoint", h.endpoint.empty() ? json(nullptr) : json(h.endpoint)},
       {"workload",
        {{"name", h.workload},
         {"description", h.workload_description},
@@ -44,6 +46,8 @@ json header_json(const ReportHeader& h) {
         {"batch_timeout_ms", h.batch_timeout_ms},
         {"threads", h.num_threads}}},
   };
+  if (!h.endpoint.empty()) out["engine"] = nullptr;  // the server's own flags, unknown here
+  return out;
 }
 
 json run_json(const BenchMetrics& m) {

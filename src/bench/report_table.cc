@@ -26,6 +26,7 @@ std::string num(double v) { return fmt("%.0f", v); }
 struct Row {
   std::string label;
   std::function<std::string(const BenchMetrics&)> cell;
+  bool engine_only = false;  // a per-step figure: left out over HTTP
 };
 
 std::vector<Row> rows() {
@@ -56,8 +57,9 @@ std::vector<Row> rows() {
       {"pool utilization (bound)",
        [](const BenchMetrics& m) {
          return pct(m.pool_utilization) + " (" + pct(m.pool_utilization_bound) + ")";
-       }},
-      {"block fill", [](const BenchMetrics& m) { return pct(m.block_fill); }},
+       },
+       true},
+      {"block fill", [](const BenchMetrics& m) { return pct(m.block_fill); }, true},
       {"prefix hit rate (cacheable)",
        [](const BenchMetrics& m) {
          return pct(m.prefix_hit_rate) + " (" + pct(m.cacheable_share) + ")";
@@ -68,15 +70,17 @@ std::vector<Row> rows() {
        [](const BenchMetrics& m) {
          return num(m.max_concurrency) + " / " + fmt("%.1f", m.mean_concurrency);
        }},
-      {"steps", [](const BenchMetrics& m) { return num(m.num_steps); }},
+      {"steps", [](const BenchMetrics& m) { return num(m.num_steps); }, true},
       {"schedule mean/p99 (us)",
-       [](const BenchMetrics& m) { return us(m.schedule_s.mean) + " / " + us(m.schedule_s.p99); }},
-      {"schedule share of step", [](const BenchMetrics& m) { return pct(m.schedule_share); }},
+       [](const BenchMetrics& m) { return us(m.schedule_s.mean) + " / " + us(m.schedule_s.p99); },
+       true},
+      {"schedule share of step", [](const BenchMetrics& m) { return pct(m.schedule_share); }, true},
       {"  at max concurrency",
        [](const BenchMetrics& m) {
          return us(m.schedule_at_max_s.mean) + " us, " + pct(m.schedule_share_at_max);
-       }},
-      {"step mean (ms)", [](const BenchMetrics& m) { return ms(m.step_s.mean); }},
+       },
+       true},
+      {"step mean (ms)", [](const BenchMetrics& m) { return ms(m.step_s.mean); }, true},
   };
 }
 
@@ -96,14 +100,20 @@ std::string report_table(const ReportHeader& h, std::span<const BenchMetrics> ru
                                : std::isfinite(h.request_rate)
                                    ? fmt("Poisson, %g requests/s", h.request_rate)
                                    : std::string("offline (all at once)");
-  std::snprintf(line, sizeof line,
-                "arrivals   %s\nengine     block size %d, max-num-seqs %d, max-num-batched-tokens "
-                "%d, prefix caching %s, preemption %s, policy %s\n\n",
-                arrivals.c_str(), h.block_size, h.max_num_seqs, h.max_num_batched_tokens,
-                h.enable_prefix_caching ? "on" : "off", h.preemption_mode.c_str(),
-                h.scheduling_policy.c_str());
+  if (h.endpoint.empty()) {
+    std::snprintf(line, sizeof line,
+                  "arrivals   %s\nengine     block size %d, max-num-seqs %d, "
+                  "max-num-batched-tokens %d, prefix caching %s, preemption %s, policy %s\n\n",
+                  arrivals.c_str(), h.block_size, h.max_num_seqs, h.max_num_batched_tokens,
+                  h.enable_prefix_caching ? "on" : "off", h.preemption_mode.c_str(),
+                  h.scheduling_policy.c_str());
+  } else {
+    std::snprintf(line, sizeof line, "arrivals   %s\nserver     %s (streaming /v1/completions)\n\n",
+                  arrivals.c_str(), h.endpoint.c_str());
+  }
   out += line;
-  const std::vector<Row> table = rows();
+  std::vector<Row> table = rows();
+  if (!h.endpoint.empty()) std::erase_if(table, [](const Row& r) { return r.engine_only; });
   size_t label_width = 0;
   for (const Row& r : table) label_width = std::max(label_width, r.label.size());
   std::vector<std::vector<std::string>> cells(runs.size());

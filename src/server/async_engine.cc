@@ -1,5 +1,6 @@
 #include "server/async_engine.h"
 
+#include <algorithm>
 #include <future>
 #include <utility>
 
@@ -56,64 +57,86 @@ void AsyncEngine::cancel(RequestId id) {
   cv_.notify_all();
 }
 
+void AsyncEngine::cancel_all() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel_all_ = true;
+  }
+  cv_.notify_all();
+}
+
 EngineSnapshot AsyncEngine::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   return snapshot_;
+}
+
+// Registers each queued submission with the engine and answers its handler.
+void AsyncEngine::take_submissions(std::deque<Submission>& submissions) {
+  for (Submission& s : submissions) {
+    Result<RequestId> id = engine_->submit(std::move(s.request));
+    if (!id.ok()) {
+      s.reply->set_value(id.status());
+      continue;
+    }
+    auto stream = std::make_shared<RequestStream>();
+    stream->id_ = *id;
+    streams_[*id] = stream;
+    s.reply->set_value(stream);
+  }
+}
+
+// One engine step; each output goes to its stream.
+void AsyncEngine::step_once() {
+  Result<std::vector<RequestOutput>> outputs = engine_->step();
+  if (!outputs.ok()) {
+    // An internal error: every running request ends; the server keeps serving.
+    for (auto& [id, stream] : streams_) {
+      engine_->cancel(id);
+      RequestOutput failed;
+      failed.id = id;
+      failed.finished = true;
+      failed.cancelled = true;
+      stream->push(std::move(failed));
+    }
+    streams_.clear();
+    return;
+  }
+  for (RequestOutput& out : *outputs) {
+    const auto it = streams_.find(out.id);
+    if (it == streams_.end()) continue;
+    const bool finished = out.finished;
+    it->second->push(std::move(out));
+    if (finished) streams_.erase(it);
+  }
 }
 
 void AsyncEngine::run() {
   for (;;) {
     std::deque<Submission> submissions;
     std::vector<RequestId> cancels;
+    bool cancel_all = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] {
-        return stopping_ || !submissions_.empty() || !cancels_.empty() ||
+        return stopping_ || !submissions_.empty() || !cancels_.empty() || cancel_all_ ||
                engine_->has_unfinished();
       });
       if (stopping_) break;
       submissions.swap(submissions_);
       cancels.swap(cancels_);
+      std::swap(cancel_all, cancel_all_);
     }
-    for (Submission& s : submissions) {
-      Result<RequestId> id = engine_->submit(std::move(s.request));
-      if (!id.ok()) {
-        s.reply->set_value(id.status());
-        continue;
-      }
-      auto stream = std::make_shared<RequestStream>();
-      stream->id_ = *id;
-      streams_[*id] = stream;
-      s.reply->set_value(stream);
+    take_submissions(submissions);
+    if (cancel_all) {
+      for (const auto& [id, stream] : streams_) cancels.push_back(id);
     }
     for (const RequestId id : cancels) engine_->cancel(id);
-    if (engine_->has_unfinished()) {
-      Result<std::vector<RequestOutput>> outputs = engine_->step();
-      if (!outputs.ok()) {
-        // An internal error: every running request ends; the server keeps serving.
-        for (auto& [id, stream] : streams_) {
-          engine_->cancel(id);
-          RequestOutput failed;
-          failed.id = id;
-          failed.finished = true;
-          failed.cancelled = true;
-          stream->push(std::move(failed));
-        }
-        streams_.clear();
-        continue;
-      }
-      for (RequestOutput& out : *outputs) {
-        const auto it = streams_.find(out.id);
-        if (it == streams_.end()) continue;
-        const bool finished = out.finished;
-        it->second->push(std::move(out));
-        if (finished) streams_.erase(it);
-      }
-    }
+    if (engine_->has_unfinished()) step_once();
     std::lock_guard<std::mutex> lock(mu_);
     snapshot_.last_step = engine_->last_step();
     snapshot_.totals = engine_->totals();
     snapshot_.num_unfinished = static_cast<int64_t>(streams_.size());
+    snapshot_.max_num_running = std::max(snapshot_.max_num_running, snapshot_.last_step.num_running);
   }
   // Shutting down: what is still queued is refused, what runs is cancelled.
   std::lock_guard<std::mutex> lock(mu_);

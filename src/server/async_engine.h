@@ -50,6 +50,7 @@ struct EngineSnapshot {
   EngineStepStats last_step;
   EngineTotals totals;
   int64_t num_unfinished = 0;
+  int32_t max_num_running = 0;  // the most sequences running after any step since start
 };
 
 class AsyncEngine {
@@ -63,6 +64,9 @@ class AsyncEngine {
   // validation error (nothing queued).
   Result<std::shared_ptr<RequestStream>> submit(EngineRequest request);
   void cancel(RequestId id);
+  // Cancels every request in flight (a shutdown's deadline): each stream ends with a cancelled
+  // output before the engine's next step.
+  void cancel_all();
   EngineSnapshot snapshot() const;
   // The engine's configuration and model; immutable after construction.
   const Engine& engine() const { return *engine_; }
@@ -73,12 +77,15 @@ class AsyncEngine {
     std::promise<Result<std::shared_ptr<RequestStream>>>* reply;
   };
   void run();
+  void take_submissions(std::deque<Submission>& submissions);
+  void step_once();
 
   std::unique_ptr<Engine> engine_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Submission> submissions_;
   std::vector<RequestId> cancels_;
+  bool cancel_all_ = false;
   bool stopping_ = false;
   EngineSnapshot snapshot_;
   std::map<RequestId, std::shared_ptr<RequestStream>> streams_;  // engine thread only

@@ -13,7 +13,10 @@ CompletionOutput::CompletionOutput(const CompletionRequest& request, const Serve
     Choice& c = choices_[static_cast<size_t>(i)];
     c.index = static_cast<int32_t>(prompt_idx) * request.n + i;
     if (model.tokenizer != nullptr) c.decoder.emplace(*model.tokenizer, true);
-    if (request.echo && model.tokenizer != nullptr) {
+    if (request.echo && prompt_idx < request.prompt_texts.size() &&
+        !request.prompt_texts[prompt_idx].empty()) {
+      c.text = request.prompt_texts[prompt_idx];
+    } else if (request.echo && model.tokenizer != nullptr) {
       c.text = model.tokenizer->decode(prompt_, /*skip_special_tokens=*/false);
     }
   }
@@ -68,6 +71,7 @@ void CompletionOutput::add_tokens(Choice& c, const CompletionDelta& d) {
   for (size_t i = 0; i < d.token_ids.size() && !c.stopped; ++i) {
     const int32_t id = d.token_ids[i];
     ++c.num_tokens;
+    if (request_.return_token_ids) c.token_ids.push_back(id);
     if (request_.params.logprobs >= 0) {
       add_logprob(c, i < d.logprobs.size() ? &d.logprobs[i] : nullptr, id,
                   c.text.size() + c.held.size());
@@ -116,13 +120,16 @@ bool CompletionOutput::finished() const {
   return std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.stopped; });
 }
 
-CompletionOutput::ChoiceDelta CompletionOutput::delta_of(const Choice& c, size_t text_from,
-                                                         size_t logprobs_from) const {
-  ChoiceDelta d{c.index, c.text.substr(text_from), std::nullopt, c.finish_reason};
+CompletionOutput::ChoiceDelta CompletionOutput::delta_of(const Choice& c, Sent from) const {
+  ChoiceDelta d{c.index, c.text.substr(from.text), std::nullopt, c.finish_reason, std::nullopt};
+  if (request_.return_token_ids) {
+    d.token_ids.emplace(c.token_ids.begin() + static_cast<std::ptrdiff_t>(from.token_ids),
+                        c.token_ids.end());
+  }
   if (request_.params.logprobs >= 0) {
     CompletionLogprobs l;
     const CompletionLogprobs& all = c.logprobs;
-    for (size_t i = logprobs_from; i < all.size(); ++i) {
+    for (size_t i = from.logprobs; i < all.size(); ++i) {
       l.tokens.push_back(all.tokens[i]);
       l.token_logprobs.push_back(all.token_logprobs[i]);
       l.top_logprobs.push_back(all.top_logprobs[i]);
@@ -138,18 +145,22 @@ std::vector<CompletionOutput::ChoiceDelta> CompletionOutput::take_deltas() {
   for (Choice& c : choices_) {
     const bool finishing = c.finish_reason.has_value() && c.sent != std::string::npos;
     if (c.sent == std::string::npos) continue;  // finish already sent
-    if (c.text.size() == c.sent && c.logprobs.size() == c.logprobs_sent && !finishing) continue;
-    out.push_back(delta_of(c, c.sent, c.logprobs_sent));
+    if (c.text.size() == c.sent && c.logprobs.size() == c.logprobs_sent &&
+        c.token_ids.size() == c.token_ids_sent && !finishing) {
+      continue;
+    }
+    out.push_back(delta_of(c, {c.sent, c.logprobs_sent, c.token_ids_sent}));
     if (!c.finish_reason) out.back().finish_reason.reset();
     c.sent = finishing ? std::string::npos : c.text.size();
     c.logprobs_sent = c.logprobs.size();
+    c.token_ids_sent = c.token_ids.size();
   }
   return out;
 }
 
 std::vector<CompletionOutput::ChoiceDelta> CompletionOutput::choices() const {
   std::vector<ChoiceDelta> out;
-  for (const Choice& c : choices_) out.push_back(delta_of(c, 0, 0));
+  for (const Choice& c : choices_) out.push_back(delta_of(c, {}));
   return out;
 }
 

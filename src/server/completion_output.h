@@ -40,6 +40,8 @@ class CompletionOutput {
     std::string text;
     std::optional<CompletionLogprobs> logprobs;  // when asked
     std::optional<std::string> finish_reason;
+    // The new token ids, when asked (return_token_ids): up to a stop string, never held back.
+    std::optional<std::vector<int32_t>> token_ids;
   };
   // Streaming: what is new since the last call (text held back while it could start a stop
   // string).
@@ -63,10 +65,15 @@ class CompletionOutput {
     std::optional<std::string> finish_reason;
     CompletionLogprobs logprobs;
     size_t logprobs_sent = 0;
+    std::vector<int32_t> token_ids;  // counted tokens, when return_token_ids
+    size_t token_ids_sent = 0;
+  };
+  struct Sent {  // how much of a choice a delta starts after
+    size_t text = 0, logprobs = 0, token_ids = 0;
   };
   void add_tokens(Choice& c, const CompletionDelta& d);
   void add_logprob(Choice& c, const TokenLogprobs* lp, int32_t token, size_t text_offset);
-  ChoiceDelta delta_of(const Choice& c, size_t text_from, size_t logprobs_from) const;
+  ChoiceDelta delta_of(const Choice& c, Sent from) const;
   void release(Choice& c, bool all);
   std::string token_text(int32_t id) const;
 

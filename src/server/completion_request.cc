@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "chat_template/chat_template.h"
+#include "tokenizer/utf8.h"
 
 namespace strata::server {
 namespace {
@@ -56,12 +57,18 @@ bool is_token_list(const json& v) {
 }
 
 std::optional<ApiError> read_prompts(const json& prompt, const ServedModel& model,
-                                     std::vector<std::vector<int32_t>>& out) {
+                                     std::vector<std::vector<int32_t>>& out,
+                                     std::vector<std::string>& texts) {
   auto encode = [&](const json& text) -> std::optional<ApiError> {
     if (model.tokenizer == nullptr) {
       return ApiError::bad_request("this model has no tokenizer: send token ids", "prompt");
     }
-    out.push_back(model.tokenizer->encode(text.get<std::string>(), /*add_special_tokens=*/true));
+    const std::string& s = text.get_ref<const std::string&>();
+    // "" would still encode to a BOS token; an empty prompt is an error, as vLLM's is.
+    if (s.empty()) return ApiError::bad_request("the prompt is empty", "prompt");
+    out.push_back(model.tokenizer->encode(s, /*add_special_tokens=*/true));
+    texts.resize(out.size() - 1);
+    texts.push_back(s);
     if (out.back().empty()) return ApiError::bad_request("the prompt is empty", "prompt");
     return std::nullopt;
   };
@@ -126,6 +133,14 @@ std::optional<ApiError> render_messages(const json& body, const ServedModel& mod
                                    "messages");
     }
     nlohmann::ordered_json msg = {{"role", role}, {"content", content}};
+    // What templates read besides role and content: a tool result's call id and name, an
+    // assistant turn's tool calls.
+    for (const char* key : {"name", "tool_call_id"}) {
+      if (m.contains(key) && m[key].is_string()) msg[key] = m[key].get<std::string>();
+    }
+    if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
+      msg["tool_calls"] = nlohmann::ordered_json::parse(m["tool_calls"].dump());
+    }
     messages.push_back(std::move(msg));
   }
   if (model.tokenizer == nullptr) return ApiError::bad_request("this model has no tokenizer");
@@ -158,6 +173,9 @@ std::variant<CompletionRequest, ApiError> parse_chat_request(std::string_view bo
 
 std::variant<CompletionRequest, ApiError> parse_request(std::string_view body,
                                                         const ServedModel& model, bool chat) {
+  if (!tokenizer::is_valid_utf8(body)) {
+    return ApiError::bad_request("the request body is not valid UTF-8");
+  }
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return ApiError::bad_request("the request body is not valid JSON");
   if (!j.is_object()) return ApiError::bad_request("the request body must be a JSON object");
@@ -187,6 +205,7 @@ std::variant<CompletionRequest, ApiError> parse_request(std::string_view body,
   if (!chat) f.boolean("echo", r.echo);
   f.boolean("ignore_eos", p.ignore_eos);
   f.boolean("return_tokens_as_token_ids", r.return_tokens_as_token_ids);
+  f.boolean("return_token_ids", r.return_token_ids);
   f.string("cache_salt", r.cache_salt);
   f.string("user", r.user);
   if (const json* seed = f.get("seed")) {
@@ -244,10 +263,19 @@ std::variant<CompletionRequest, ApiError> parse_request(std::string_view body,
     return ApiError::bad_request("'n' must be in [1, " + std::to_string(model.max_n) + "]", "n");
   }
   if (r.echo) p.prompt_logprobs = std::max(p.logprobs, 0);
-  if (Status s = p.validate(model.vocab_size); !s.ok()) return ApiError::bad_request(s.message());
-  if (auto e = chat ? render_messages(j, model, r.prompts) : read_prompts(*prompt, model, r.prompts)) {
+  if (Status s = p.validate(model.vocab_size); !s.ok()) {
+    // Its messages read "FIELD must be ...": name the field, as the type checks above do.
+    const std::string& m = s.message();
+    const size_t at = m.find(" must be ");
+    std::optional<std::string> param;
+    if (at != std::string::npos && m.find(' ') == at) param = m.substr(0, at);
+    return ApiError::bad_request(m, param);
+  }
+  if (auto e = chat ? render_messages(j, model, r.prompts)
+                    : read_prompts(*prompt, model, r.prompts, r.prompt_texts)) {
     return *e;
   }
+  r.prompt_texts.resize(r.prompts.size());
   for (const auto& ids : r.prompts) {
     for (const int32_t id : ids) {
       if (id < 0 || id >= model.vocab_size) {

@@ -27,6 +27,9 @@ struct ServedModel {
 struct CompletionRequest {
   bool chat = false;                          // /v1/chat/completions
   std::vector<std::vector<int32_t>> prompts;  // one per prompt, token ids (chat: the rendered one)
+  // Each prompt's text as the client sent it, "" for token ids and chat (echo repeats it as
+  // given, not as the tokenizer's decode of it, which would show the BOS token).
+  std::vector<std::string> prompt_texts;
   engine::SamplingParams params;
   int32_t n = 1;
   bool stream = false;
@@ -36,6 +39,7 @@ struct CompletionRequest {
   std::string cache_salt;
   std::string user;
   bool return_tokens_as_token_ids = false;
+  bool return_token_ids = false;  // vLLM: each choice (and streamed delta) carries token_ids
 };
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,

@@ -54,12 +54,16 @@ void Metrics::record_finished(const RequestMetrics& m, const std::string& reason
   }
 }
 
-std::string Metrics::render(const EngineSnapshot& s, int64_t kv_bytes_per_token) const {
+std::string Metrics::render(const EngineSnapshot& s, int64_t kv_bytes_per_token,
+                            int64_t active_http_requests) const {
   std::string out;
   const EngineStepStats& st = s.last_step;
   const EngineTotals& t = s.totals;
   metric(out, "strata:num_requests_running", "gauge", "Sequences in the running batch.",
          st.num_running);
+  metric(out, "strata:num_requests_running_max", "gauge",
+         "The most sequences running after any step since the server started.",
+         s.max_num_running);
   metric(out, "strata:num_requests_waiting", "gauge", "Sequences waiting for admission.",
          st.num_waiting);
   metric(out, "strata:num_requests_swapped", "gauge", "Sequences swapped to host memory.",
@@ -67,6 +71,14 @@ std::string Metrics::render(const EngineSnapshot& s, int64_t kv_bytes_per_token)
   const double blocks = static_cast<double>(st.num_used_blocks + st.num_free_blocks);
   metric(out, "strata:kv_cache_usage_perc", "gauge", "Share of KV blocks in use (1 = full).",
          blocks > 0 ? st.num_used_blocks / blocks : 0.0);
+  metric(out, "strata:kv_cache_used_blocks", "gauge",
+         "KV blocks held by requests (cached blocks nobody holds count as free).",
+         st.num_used_blocks);
+  metric(out, "strata:kv_cache_free_blocks", "gauge", "KV blocks free or evictable.",
+         st.num_free_blocks);
+  metric(out, "strata:http_requests_active", "gauge",
+         "HTTP requests being handled, this scrape included.",
+         static_cast<double>(active_http_requests));
   metric(out, "strata:kv_bytes_per_token", "gauge", "KV cache bytes one token takes.",
          static_cast<double>(kv_bytes_per_token));
   metric(out, "strata:prefix_cache_queries_total", "counter", "Prompt tokens looked up.",

@@ -31,7 +31,9 @@ class Metrics {
  public:
   // One finished request: its engine metrics and its finish reason ("stop", "length", "abort").
   void record_finished(const RequestMetrics& m, const std::string& reason, int64_t num_tokens);
-  std::string render(const EngineSnapshot& snapshot, int64_t kv_bytes_per_token) const;
+  // active_http_requests: requests being handled, this scrape included.
+  std::string render(const EngineSnapshot& snapshot, int64_t kv_bytes_per_token,
+                     int64_t active_http_requests) const;
 
  private:
   mutable std::mutex mu_;

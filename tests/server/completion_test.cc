@@ -1,10 +1,11 @@
 // POST /v1/completions without HTTP: request parsing and validation (every bad field is a 400
 // naming it; the OpenAI codes context_length_exceeded and model_not_found), and the output side:
 // streaming deltas that add up to the whole text, stop strings cut before they appear (also across
-// token boundaries, never leaking a partial match), usage and logprobs.
+// token boundaries, never leaking a partial match), usage, logprobs, echo and token ids.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <variant>
 #include <vector>
@@ -162,6 +163,46 @@ TEST_F(CompletionTest, LogprobsListOneEntryPerTokenWithTextOffsets) {
     joined += choice.logprobs->tokens[i];
   }
   EXPECT_EQ(joined, choice.text);
+}
+
+TEST_F(CompletionTest, ReturnTokenIdsGivesEachDeltasIdsUpToTheStop) {
+  CompletionRequest r =
+      ok(R"({"prompt":"x","max_tokens":64,"stop":[" there was"],"return_token_ids":true})");
+  const std::vector<int32_t> ids =
+      tok_.encode("And God said, Let there be light: and there was light.", false);
+  CompletionOutput out(r, model_, 0);
+  std::vector<int32_t> streamed;
+  for (size_t i = 0; i < ids.size() && !out.finished(); ++i) {
+    RequestOutput o;
+    o.deltas.push_back({0, {ids[i]}, {}, std::nullopt});
+    out.add(o);
+    for (const auto& d : out.take_deltas()) {
+      ASSERT_TRUE(d.token_ids.has_value());
+      streamed.insert(streamed.end(), d.token_ids->begin(), d.token_ids->end());
+    }
+  }
+  EXPECT_EQ(static_cast<int64_t>(streamed.size()), out.completion_tokens())
+      << "every counted token is streamed once, even while its text is held back";
+  EXPECT_EQ(*out.choices()[0].token_ids, streamed);
+  EXPECT_TRUE(std::equal(streamed.begin(), streamed.end(), ids.begin()));
+  CompletionRequest plain = ok(R"({"prompt":"x"})");
+  EXPECT_FALSE(CompletionOutput(plain, model_, 0).choices()[0].token_ids.has_value());
+}
+
+TEST_F(CompletionTest, EchoRepeatsThePromptAsSent) {
+  CompletionRequest r = ok(R"({"prompt":["In the beginning",[5,6]],"echo":true})");
+  EXPECT_EQ(CompletionOutput(r, model_, 0).choices()[0].text, "In the beginning")
+      << "not the decoded ids, which start with the BOS token";
+  EXPECT_EQ(CompletionOutput(r, model_, 1).choices()[0].text, tok_.decode(std::vector<int32_t>{5, 6}, false));
+}
+
+TEST_F(CompletionTest, EmptyTextInvalidUtf8AndOutOfRangeValuesAreNamed) {
+  EXPECT_EQ(error(R"({"prompt":""})").param, "prompt") << "would encode to a lone BOS";
+  EXPECT_EQ(error(R"({"prompt":["a",""]})").param, "prompt");
+  EXPECT_NE(error("{\"prompt\":\"\xff\"}").message.find("UTF-8"), std::string::npos);
+  EXPECT_EQ(error(R"({"prompt":"x","temperature":-1})").param, "temperature");
+  EXPECT_EQ(error(R"({"prompt":"x","max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(error(R"({"prompt":"x","top_p":2})").param, "top_p");
 }
 
 }  // namespace

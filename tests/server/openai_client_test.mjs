@@ -126,6 +126,63 @@ await check("chat completion, plain and streaming", async () => {
   assert(text === m.content, `stream '${text}' != plain '${m.content}'`);
 });
 
+await check("echo, sampling fields, user, seeds", async () => {
+  const prompt = "And God said";
+  const echo = await client.completions.create({
+    model, prompt, max_tokens: 4, echo: true, logprobs: 1, temperature: 0,
+  });
+  const c = echo.choices[0];
+  assert(c.text.startsWith(prompt) && c.text.length > prompt.length, `echo '${c.text}'`);
+  assert(c.logprobs.tokens.length === echo.usage.prompt_tokens + 4, "prompt + output logprobs");
+  assert(c.logprobs.token_logprobs[0] === null, "no logprob for the first prompt token");
+  const args = {
+    model, prompt, max_tokens: 8, temperature: 0.9, top_p: 0.9, top_k: 20, min_p: 0.05,
+    presence_penalty: 0.5, frequency_penalty: 0.5, seed: 11, user: "alice",
+  };
+  const a = await client.completions.create(args);
+  const b = await client.completions.create(args);
+  assert(a.choices[0].text === b.choices[0].text, "the same seed samples the same text");
+});
+
+await check("cache_salt separates prefix-cache entries", async () => {
+  const prefix = "And the evening and the morning were the first day. ".repeat(6);
+  const run = (salt, end) => client.completions.create({
+    model, prompt: prefix + end, max_tokens: 1, cache_salt: salt,
+  });
+  await run("salt-a", "one");
+  const same = await run("salt-a", "two");
+  const other = await run("salt-b", "three");
+  assert(same.usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(same.usage));
+  assert(other.usage.prompt_tokens_details.cached_tokens === 0, JSON.stringify(other.usage));
+});
+
+await check("return_tokens_as_token_ids and return_token_ids", async () => {
+  const r = await client.completions.create({
+    model, prompt: [0, 200, 300], max_tokens: 3, logprobs: 0, temperature: 0,
+    return_tokens_as_token_ids: true, return_token_ids: true,
+  });
+  const c = r.choices[0];
+  assert(c.logprobs.tokens.every((t) => /^token_id:\d+$/.test(t)), `${c.logprobs.tokens}`);
+  assert(JSON.stringify(c.token_ids) ===
+    JSON.stringify(c.logprobs.tokens.map((t) => Number(t.slice(9)))), "token_ids");
+});
+
+await check("chat: a tool call and its result, max_completion_tokens", async () => {
+  const r = await client.chat.completions.create({
+    model, max_completion_tokens: 5, temperature: 0, user: "bob", seed: 1, n: 2,
+    stop: ["\n\n"],
+    messages: [
+      { role: "system", content: "You keep the records." },
+      { role: "user", content: "What day is it?" },
+      { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
+        function: { name: "today", arguments: "{}" } }] },
+      { role: "tool", tool_call_id: "call_1", content: "the first day" },
+    ],
+  });
+  assert(r.choices.length === 2, "n = 2");
+  assert(r.usage.completion_tokens <= 10 && r.usage.completion_tokens > 0, JSON.stringify(r.usage));
+});
+
 await check("errors are OpenAI error objects", async () => {
   for (const [args, status, code] of [
     [{ model, prompt: "x", max_tokens: 100000 }, 400, "context_length_exceeded"],

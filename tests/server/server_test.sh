@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts `strata serve` on a free port and drives it with the official openai npm client
-# (openai_client_test.mjs), then checks raw-HTTP error cases and that it still serves.
+# (openai_client_test.mjs), runs the bad-request suite (bad_request_test.mjs), then checks
+# raw-HTTP error cases and that it still serves.
 # Usage: server_test.sh STRATA_BINARY. Exit 77 (skipped) when the pinned client is not installed.
 set -uo pipefail
 strata=$1
@@ -26,6 +27,7 @@ done
 base="http://127.0.0.1:$port"
 
 node "$here/openai_client_test.mjs" "$base" "$key" && ok || fail "openai client suite"
+node "$here/bad_request_test.mjs" "$base" "$key" && ok || fail "bad-request suite"
 
 # Raw HTTP: auth, malformed JSON, wrong method, unknown path, oversize body, tokenize, metrics.
 status() { curl -s -o "$tmp/body" -w '%{http_code}' -H "Authorization: Bearer $key" "$@"; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `strata bench` end to end on a small fixture model: the JSON report's fields and their
 # relations, a side-by-side comparison, an agentic run whose hit rate approaches its cacheable
-# share, a Mooncake trace replay, and one-line errors with a non-zero exit for bad input.
+# share, a Mooncake trace replay, the HTTP backend (--endpoint) against a real `strata serve`,
+# and one-line errors with a non-zero exit for bad input.
 # Usage: bench_cli_test.sh STRATA_BINARY TEST_DATA_DIR
 set -uo pipefail
 strata=$1
@@ -90,7 +91,49 @@ bench --num-prompts 2 --input-len 8 --output-len 2 --allocator paged,contiguous 
 grep -q "continuous / paged" "$tmp/table" && grep -q "continuous / contiguous" "$tmp/table" \
   && grep -q "^prefix hit rate" "$tmp/table" && ok || fail "table: $(cat "$tmp/table")"
 
-# 5. bad input: one line on stderr, non-zero exit, never a crash
+# 5. the HTTP backend: the same workload through a running `strata serve` on the same model gives
+#    the same requests and token counts as in-process, and an agentic run hits the server's
+#    prefix cache (its cached tokens come back in each stream's usage)
+# shellcheck source=/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/../server/serve_testing.sh"
+start_server --model "$model" --threads 2 --num-blocks 512
+http_args=(--num-prompts 8 --input-len 8:40 --output-len 3:9 --request-rate 40 --seed 3 --json)
+bench "${http_args[@]}" >"$tmp/inproc.json" 2>"$tmp/err" || fail "in-process: $(cat "$tmp/err")"
+bench "${http_args[@]}" --endpoint "$base" >"$tmp/http.json" 2>"$tmp/err" \
+  || fail "--endpoint bench exited non-zero: $(cat "$tmp/err")"
+python3 - "$tmp/inproc.json" "$tmp/http.json" "$base" <<'PY' && ok || fail "--endpoint bench JSON"
+import json, sys
+a, h = (json.load(open(p)) for p in sys.argv[1:3])
+assert h["header"]["endpoint"] == sys.argv[3] and h["header"]["engine"] is None, h["header"]
+assert a["header"]["endpoint"] is None
+r, i = h["runs"][0], a["runs"][0]
+assert (r["scheduler"], r["allocator"]) == ("http", sys.argv[3][len("http://"):]), r
+assert r["num_requests"] == 8 and r["prompt_tokens"] == i["prompt_tokens"], (r, i)
+assert r["output_tokens"] == i["output_tokens"] and 8 * 3 <= r["output_tokens"] <= 8 * 9, r
+assert r["kv_bytes_per_token"] == 512, r["kv_bytes_per_token"]  # from the server's /metrics
+for k in ("ttft_s", "inter_token_latency_s", "e2e_latency_s"):
+    d = r[k]
+    # Several SSE events can land in one read on a fast machine: a 0 inter-token gap is real.
+    assert d["count"] > 0 and 0 <= d["p50"] <= d["p99"] <= d["max"] and d["max"] > 0, (k, d)
+assert r["ttft_s"]["p50"] > 0 and r["ttft_s"]["p50"] <= r["e2e_latency_s"]["p50"]
+assert 1 <= r["max_concurrency"] <= 8
+PY
+bench --workload agentic --num-sessions 2 --turns 3 --length-scale 0.03 --endpoint "$base" --json \
+  >"$tmp/http-agentic.json" 2>"$tmp/err" || fail "--endpoint agentic: $(cat "$tmp/err")"
+python3 - "$tmp/http-agentic.json" <<'PY' && ok || fail "--endpoint agentic JSON"
+import json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+assert r["num_requests"] == 6, r["num_requests"]
+assert r["cacheable_share"] > 0.3 and 0 < r["prefix_hit_rate"] <= r["cacheable_share"] + 1e-9, r
+PY
+bench --num-prompts 2 --input-len 8 --output-len 2 --endpoint "$base" >"$tmp/http-table" \
+  2>/dev/null && grep -q "^server     $base" "$tmp/http-table" && grep -q "^TTFT" "$tmp/http-table" \
+  && ! grep -q "^block fill" "$tmp/http-table" && ok || fail "--endpoint table: $(cat "$tmp/http-table")"
+kill "$server_pid"
+bench_error endpoint-down "cannot reach" --endpoint "$base"
+bench_error endpoint-malformed "endpoint" --endpoint "not a url"
+
+# 6. bad input: one line on stderr, non-zero exit, never a crash
 printf '{"input_length": 4, "output_length": 2}\n{"input_length": 4}\n' >"$tmp/missing.jsonl"
 printf '{"input_length": 4, "output_length": 2}\nnot json\n' >"$tmp/garbage.jsonl"
 printf '{"input_ids": [1, 2, 99999], "output_length": 2}\n' >"$tmp/vocab.jsonl"

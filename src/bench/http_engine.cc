@@ -1,0 +1,264 @@
+#include "bench/http_engine.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+namespace strata::bench {
+namespace {
+
+using nlohmann::json;
+
+// The longest a stream may go without a byte: a server that stalls fails the run, not hangs it.
+constexpr time_t kReadTimeoutS = 120;
+
+std::unique_ptr<httplib::Client> make_client(const HttpBenchConfig& c) {
+  auto client = std::make_unique<httplib::Client>(c.endpoint);
+  client->set_connection_timeout(10);
+  client->set_read_timeout(kReadTimeoutS);
+  if (!c.api_key.empty()) client->set_bearer_token_auth(c.api_key);
+  return client;
+}
+
+// The value of an unlabelled Prometheus sample "NAME VALUE", or -1 when it is absent.
+double prometheus_value(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() > name.size() && line.compare(0, name.size(), name) == 0 &&
+        line[name.size()] == ' ') {
+      return std::stod(line.substr(name.size() + 1));
+    }
+  }
+  return -1.0;
+}
+
+// Reads one stream's server-sent events: token ids as they come, the finish reason, the usage.
+class SseReader {
+ public:
+  // Feeds bytes; calls on_tokens(ids, finish_reason or "") for each chunk with news. Returns an
+  // error message for a malformed or error event.
+  template <typename OnTokens>
+  std::string feed(const char* data, size_t n, OnTokens&& on_tokens) {
+    buffer_.append(data, n);
+    for (size_t at = buffer_.find("\n\n"); at != std::string::npos; at = buffer_.find("\n\n")) {
+      const std::string event = buffer_.substr(0, at);
+      buffer_.erase(0, at + 2);
+      if (event.rfind("data: ", 0) != 0) continue;  // comments, other fields
+      const std::string payload = event.substr(6);
+      if (payload == "[DONE]") {
+        done_ = true;
+        continue;
+      }
+      const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object()) return "an event that is not JSON: " + payload;
+      if (j.contains("error")) return "an error event: " + payload;
+      if (const auto u = j.find("usage"); u != j.end() && u->is_object()) usage_ = *u;
+      for (const json& c : j.value("choices", json::array())) {
+        std::vector<int32_t> ids;
+        if (const auto t = c.find("token_ids"); t != c.end() && t->is_array()) {
+          ids = t->get<std::vector<int32_t>>();
+        } else if (!c.value("text", std::string()).empty()) {
+          return "a chunk without token_ids (the server ignores return_token_ids): " + payload;
+        }
+        const json reason = c.value("finish_reason", json(nullptr));
+        const std::string finish = reason.is_string() ? reason.get<std::string>() : "";
+        if (!ids.empty() || !finish.empty()) on_tokens(std::move(ids), finish);
+      }
+    }
+    return {};
+  }
+  bool done() const { return done_; }
+  const json& usage() const { return usage_; }
+
+ private:
+  std::string buffer_;
+  bool done_ = false;
+  json usage_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HttpBenchEngine>> HttpBenchEngine::connect(HttpBenchConfig config) {
+  auto client = make_client(config);
+  const std::string& e = config.endpoint;
+  const size_t colon = e.rfind(':');
+  if (e.rfind("http://", 0) != 0 || colon <= 7 || colon + 1 == e.size() ||
+      e.find_first_not_of("0123456789", colon + 1) != std::string::npos || !client->is_valid()) {
+    return Status::InvalidArgument("--endpoint '" + config.endpoint + "': give http://HOST:PORT");
+  }
+  const httplib::Result models = client->Get("/v1/models");
+  if (!models) {
+    return Status::Unavailable("cannot reach " + config.endpoint + ": " +
+                               httplib::to_string(models.error()));
+  }
+  if (models->status != 200) {
+    return Status::Unavailable(config.endpoint + "/v1/models answered " +
+                               std::to_string(models->status) + ": " + models->body);
+  }
+  ServerInfo info;
+  const json list = json::parse(models->body, nullptr, /*allow_exceptions=*/false);
+  if (list.is_object() && list.contains("data") && list["data"].is_array() &&
+      !list["data"].empty() && list["data"][0].is_object()) {
+    const json& first = list["data"][0];
+    info.model = first.value("id", std::string());
+    info.max_model_len = first.value("max_model_len", int64_t{0});
+  }
+  if (!config.model.empty()) info.model = config.model;
+  if (info.model.empty()) return Status::Unavailable(config.endpoint + " serves no model");
+  int64_t preemptions = 0;
+  if (const httplib::Result metrics = client->Get("/metrics"); metrics && metrics->status == 200) {
+    info.kv_bytes_per_token = std::max<int64_t>(
+        0, static_cast<int64_t>(prometheus_value(metrics->body, "strata:kv_bytes_per_token")));
+    preemptions = std::max<int64_t>(
+        0, static_cast<int64_t>(prometheus_value(metrics->body, "strata:num_preemptions_total")));
+  }
+  return std::unique_ptr<HttpBenchEngine>(
+      new HttpBenchEngine(std::move(config), std::move(info), preemptions));
+}
+
+HttpBenchEngine::HttpBenchEngine(HttpBenchConfig config, ServerInfo info,
+                                 int64_t preemptions_at_start)
+    : config_(std::move(config)),
+      info_(std::move(info)),
+      preemptions_at_start_(preemptions_at_start) {}
+
+HttpBenchEngine::~HttpBenchEngine() {
+  stopping_ = true;  // streams still running (a failed run) stop at their next bytes
+  for (auto& [id, t] : threads_) {
+    if (t.thread.joinable()) t.thread.join();
+  }
+}
+
+Result<uint64_t> HttpBenchEngine::submit(const SubmitRequest& r) {
+  json body = {{"model", info_.model},
+               {"prompt", std::vector<int32_t>(r.prompt.begin(), r.prompt.end())},
+               {"max_tokens", r.max_tokens},
+               {"ignore_eos", r.ignore_eos},
+               {"temperature", config_.temperature},
+               {"seed", r.seed},
+               {"stream", true},
+               {"stream_options", {{"include_usage", true}}},
+               {"return_token_ids", true}};
+  if (r.priority != 0) body["priority"] = r.priority;
+  const uint64_t id = next_id_++;
+  ++num_in_flight_;
+  Thread& t = threads_[id];
+  t.thread = std::thread([this, id, &exited = t.exited, text = body.dump()]() mutable {
+    stream(id, std::move(text));
+    exited = true;
+  });
+  return id;
+}
+
+void HttpBenchEngine::stream(uint64_t id, std::string body) {
+  auto client = make_client(config_);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = std::move(body);
+  req.set_header("Content-Type", "application/json");
+  int status = 0;
+  std::string error_body, bad_event;
+  SseReader reader;
+  req.response_handler = [&status](const httplib::Response& res) {
+    status = res.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (stopping_) return false;
+    if (status != 200) {
+      error_body.append(data, n);
+      return true;
+    }
+    bad_event = reader.feed(data, n, [&](std::vector<int32_t> ids, const std::string& finish) {
+      push({id, std::move(ids), !finish.empty(), finish == "abort"});
+    });
+    return bad_event.empty();
+  };
+  const httplib::Result res = client->send(req);
+  if (stopping_) return;
+  if (!bad_event.empty()) return fail(id, bad_event);
+  if (!res) return fail(id, "the connection failed: " + httplib::to_string(res.error()));
+  if (status != 200) return fail(id, "HTTP " + std::to_string(status) + ": " + error_body);
+  if (!reader.done()) return fail(id, "the stream ended without [DONE]");
+  const json& usage = reader.usage();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (usage.is_object()) {
+    totals_.num_prompt_tokens += usage.value("prompt_tokens", int64_t{0});
+    totals_.num_generated_tokens += usage.value("completion_tokens", int64_t{0});
+    if (const auto d = usage.find("prompt_tokens_details"); d != usage.end() && d->is_object()) {
+      totals_.num_cached_prompt_tokens += d->value("cached_tokens", int64_t{0});
+    }
+  }
+}
+
+void HttpBenchEngine::push(TokenEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back(std::move(event));
+  }
+  cv_.notify_one();
+}
+
+void HttpBenchEngine::fail(uint64_t id, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_.empty()) error_ = "request " + std::to_string(id) + " over HTTP: " + why;
+  }
+  cv_.notify_one();
+}
+
+Status HttpBenchEngine::step(std::vector<TokenEvent>& events, StepRecord& stats) {
+  std::vector<TokenEvent> got;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, config_.poll, [this] { return !pending_.empty() || !error_.empty(); });
+    if (!error_.empty()) return Status::Internal(error_);
+    got.swap(pending_);
+  }
+  stats.num_running = static_cast<int32_t>(num_in_flight_);
+  stats.num_scheduled_seqs = static_cast<int32_t>(got.size());
+  for (TokenEvent& e : got) {
+    if (e.finished) --num_in_flight_;
+    events.push_back(std::move(e));
+  }
+  // Threads whose stream is over are joined as the run goes, not all at its end.
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    if (!it->second.exited) {
+      ++it;
+      continue;
+    }
+    it->second.thread.join();
+    it = threads_.erase(it);
+  }
+  return Status::Ok();
+}
+
+bool HttpBenchEngine::has_unfinished() const { return num_in_flight_ > 0; }
+
+EngineCounters HttpBenchEngine::counters() const {
+  // The usage of the last streams is counted after their final event: wait for their threads.
+  for (auto& [id, t] : threads_) {
+    if (t.thread.joinable()) t.thread.join();
+  }
+  EngineCounters c;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c = totals_;
+  }
+  c.prefix_query_tokens = c.num_prompt_tokens;
+  c.prefix_hit_tokens = c.num_cached_prompt_tokens;
+  auto client = make_client(config_);
+  if (const httplib::Result metrics = client->Get("/metrics"); metrics && metrics->status == 200) {
+    const double preemptions = prometheus_value(metrics->body, "strata:num_preemptions_total");
+    if (preemptions >= 0)
+      c.num_preemptions = static_cast<int64_t>(preemptions) - preemptions_at_start_;
+  }
+  return c;
+}
+
+}  // namespace strata::bench

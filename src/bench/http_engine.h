@@ -1,0 +1,94 @@
+#pragma once
+// HttpBenchEngine: a running OpenAI-compatible server (`strata serve`) behind the bench driver's
+// BenchEngine interface, so `strata bench --endpoint URL` replays the same workloads, with the
+// same arrivals and statistics, through HTTP.
+//
+// Each submitted request streams POST /v1/completions on a thread and connection of its own
+// (cpp-httplib's client): the prompt as token ids, max_tokens, ignore_eos, temperature, seed,
+// stream with include_usage, and vLLM's return_token_ids, so every server-sent event says which
+// tokens it carries. step() waits until some stream has news (at most `poll`), hands every
+// event over, and returns; the driver stamps the tokens with that time, as it stamps an engine
+// step's. There is no engine step to describe: StepRecord carries only the streams in flight
+// (num_running) and how many advanced (num_scheduled_seqs). Counters come from the streams'
+// usage (prompt, cached and generated tokens) and, for preemptions, from /metrics.
+//
+// Thread-safety: the driver's thread calls submit / step / has_unfinished / counters; the stream
+// threads only push events under the mutex. The destructor waits for every stream thread.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "bench/bench_engine.h"
+#include "core/status.h"
+
+namespace strata::bench {
+
+struct HttpBenchConfig {
+  std::string endpoint;  // "http://host:port"
+  std::string api_key;   // sent as a bearer token when set
+  std::string model;     // empty: the first model GET /v1/models lists
+  double temperature = 0.0;
+  std::chrono::microseconds poll{1000};  // the longest step() waits for news
+};
+
+// What the server says about itself at connect().
+struct ServerInfo {
+  std::string model;
+  int64_t max_model_len = 0;       // 0 when /v1/models does not say
+  int64_t kv_bytes_per_token = 0;  // strata:kv_bytes_per_token, 0 when absent
+};
+
+class HttpBenchEngine final : public BenchEngine {
+ public:
+  // Asks the server for its model (GET /v1/models) and its metrics; Unavailable when it cannot
+  // be reached, InvalidArgument for a malformed endpoint.
+  static Result<std::unique_ptr<HttpBenchEngine>> connect(HttpBenchConfig config);
+  ~HttpBenchEngine() override;
+  HttpBenchEngine(const HttpBenchEngine&) = delete;
+  HttpBenchEngine& operator=(const HttpBenchEngine&) = delete;
+
+  const ServerInfo& server() const { return info_; }
+
+  Result<uint64_t> submit(const SubmitRequest& request) override;
+  // Internal with the server's message when a stream failed (an HTTP error, a broken
+  // connection, an event that is not what was asked).
+  Status step(std::vector<TokenEvent>& events, StepRecord& stats) override;
+  bool has_unfinished() const override;
+  EngineCounters counters() const override;
+
+ private:
+  HttpBenchEngine(HttpBenchConfig config, ServerInfo info, int64_t preemptions_at_start);
+  void stream(uint64_t id, std::string body);
+  void push(TokenEvent event);
+  void fail(uint64_t id, const std::string& why);
+
+  struct Thread {
+    std::thread thread;
+    std::atomic<bool> exited{false};  // the stream is over; join() will not wait
+  };
+
+  HttpBenchConfig config_;
+  ServerInfo info_;
+  int64_t preemptions_at_start_ = 0;
+  uint64_t next_id_ = 1;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<TokenEvent> pending_;    // from the stream threads, not yet handed to step()
+  std::string error_;                  // the first stream failure
+  EngineCounters totals_;              // from the streams' usage
+  std::atomic<bool> stopping_{false};  // the destructor runs: streams end early
+  // Driver thread only (counters() joins the last ones, hence mutable).
+  int64_t num_in_flight_ = 0;  // submitted, final event not yet handed out
+  mutable std::unordered_map<uint64_t, Thread> threads_;
+};
+
+}  // namespace strata::bench

@@ -1,0 +1,93 @@
+#include "server/response_json.h"
+
+#include <cstdio>
+#include <random>
+
+namespace strata::server {
+
+using nlohmann::json;
+
+std::string completion_id(bool chat) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%s-%016llx", chat ? "chatcmpl" : "cmpl",
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+json logprobs_json(const std::optional<CompletionLogprobs>& l) {
+  if (!l) return nullptr;
+  json top = json::array();
+  for (const auto& t : l->top_logprobs) {
+    if (!t) {
+      top.push_back(nullptr);
+      continue;
+    }
+    json d = json::object();
+    for (const auto& [token, value] : *t) d[token] = value;
+    top.push_back(d);
+  }
+  json lp = json::array();
+  for (const auto& v : l->token_logprobs) lp.push_back(v ? json(*v) : json(nullptr));
+  return {{"tokens", l->tokens},
+          {"token_logprobs", lp},
+          {"top_logprobs", top},
+          {"text_offset", l->text_offset}};
+}
+
+namespace {
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (const unsigned char ch : s) b.push_back(static_cast<int>(ch));
+  return b;
+}
+
+}  // namespace
+
+json chat_logprobs_json(const std::optional<CompletionLogprobs>& l) {
+  if (!l) return nullptr;
+  json content = json::array();
+  for (size_t i = 0; i < l->size(); ++i) {
+    json top = json::array();
+    if (l->top_logprobs[i]) {
+      for (const auto& [token, value] : *l->top_logprobs[i]) {
+        top.push_back({{"token", token}, {"logprob", value}, {"bytes", bytes_of(token)}});
+      }
+    }
+    content.push_back({{"token", l->tokens[i]},
+                       {"logprob", l->token_logprobs[i].value_or(0.0f)},
+                       {"bytes", bytes_of(l->tokens[i])},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json choice_json(const CompletionOutput::ChoiceDelta& c, bool chat, bool stream, bool first) {
+  json out = {{"index", c.index},
+              {"finish_reason", c.finish_reason ? json(*c.finish_reason) : json(nullptr)}};
+  if (c.token_ids) out["token_ids"] = *c.token_ids;
+  if (!chat) {
+    out["text"] = c.text;
+    out["logprobs"] = logprobs_json(c.logprobs);
+    return out;
+  }
+  out["logprobs"] = chat_logprobs_json(c.logprobs);
+  if (!stream) {
+    out["message"] = {{"role", "assistant"}, {"content", c.text}};
+  } else {
+    out["delta"] = json::object();
+    if (first) out["delta"]["role"] = "assistant";
+    if (!c.text.empty() || first) out["delta"]["content"] = c.text;
+  }
+  return out;
+}
+
+json usage_json(int64_t prompt, int64_t completion, int64_t cached) {
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+}  // namespace strata::server

@@ -1,0 +1,145 @@
+// The bad-request suite: every malformed or out-of-range request issue 9 lists, over raw HTTP,
+// each checked for its status and OpenAI error object (type, and param or code where they say
+// which field), the server healthy after each, and no KV block held at the end.
+// Usage: node bad_request_test.mjs BASE_URL API_KEY
+import { assert, assertIdle, report } from "./harness.mjs";
+
+const base = process.argv[2];
+const key = process.argv[3];
+const auth = { authorization: `Bearer ${key}` };
+let passed = 0;
+let failed = 0;
+
+async function send(method, path, body, headers = auth) {
+  const init = { method, headers: { "content-type": "application/json", ...headers } };
+  if (body !== undefined) init.body = typeof body === "string" || body instanceof Uint8Array
+    ? body : JSON.stringify(body);
+  const res = await fetch(`${base}${path}`, init);
+  const text = await res.text();
+  let json = null;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    // checked below
+  }
+  return { status: res.status, json, text, headers: res.headers };
+}
+
+// expect: {status, type, param?, code?}
+async function expectError(name, method, path, body, expect, headers = auth) {
+  try {
+    const r = await send(method, path, body, headers);
+    assert(r.status === expect.status, `status ${r.status}, expected ${expect.status}: ${r.text}`);
+    const e = r.json && r.json.error;
+    assert(e && typeof e.message === "string" && e.message.length > 0, `no error object: ${r.text}`);
+    assert(e.type === expect.type, `type ${e.type}, expected ${expect.type}`);
+    if ("param" in expect) assert(e.param === expect.param, `param ${e.param}, expected ${expect.param}`);
+    if ("code" in expect) assert(e.code === expect.code, `code ${e.code}, expected ${expect.code}`);
+    const health = await fetch(`${base}/health`);
+    assert(health.status === 200, `unhealthy after it (${health.status})`);
+    passed++;
+  } catch (err) {
+    failed++;
+    console.log(`FAIL: ${name}: ${err.message}`);
+  }
+}
+
+const bad = (param) => ({ status: 400, type: "invalid_request_error", ...(param ? { param } : {}) });
+const cmpl = (extra) => ({ prompt: "In the beginning", max_tokens: 2, ...extra });
+const chat = (extra) => ({ messages: [{ role: "user", content: "hi" }], max_tokens: 2, ...extra });
+const C = "/v1/completions";
+const CH = "/v1/chat/completions";
+
+// Malformed bodies
+await expectError("malformed JSON", "POST", C, "{\"prompt\": ", bad());
+await expectError("not an object", "POST", C, "[1, 2]", bad());
+await expectError("invalid UTF-8", "POST", C,
+  new Uint8Array([...Buffer.from("{\"prompt\": \"a"), 0xff, 0xfe, ...Buffer.from("\"}")]), bad());
+await expectError("a lone surrogate escape", "POST", C, "{\"prompt\": \"\\ud800\"}", bad());
+await expectError("oversize body", "POST", C, "x".repeat(17 << 20),
+  { status: 413, type: "invalid_request_error" });
+// Wrong types, each naming its field
+for (const [field, value] of [["max_tokens", "8"], ["temperature", "hot"], ["top_p", [1]],
+  ["top_k", 1.5], ["n", "2"], ["seed", 1.5], ["stream", "yes"], ["echo", 1],
+  ["logprobs", true], ["stop", 5], ["stop", ["a", 1]], ["stream_options", true],
+  ["presence_penalty", "x"], ["frequency_penalty", {}], ["cache_salt", 7], ["user", 7]]) {
+  await expectError(`completions: ${field} = ${JSON.stringify(value)}`, "POST", C,
+    cmpl({ [field]: value }), bad(field));
+}
+for (const [field, value] of [["max_completion_tokens", "8"], ["logprobs", 1],
+  ["top_logprobs", "2"]]) {
+  await expectError(`chat: ${field} = ${JSON.stringify(value)}`, "POST", CH,
+    chat({ [field]: value }), bad(field));
+}
+// Out-of-range values
+for (const [field, value] of [["temperature", -1], ["top_p", 0], ["top_p", 1.5], ["min_p", 2],
+  ["max_tokens", 0], ["max_tokens", -3], ["presence_penalty", 3], ["frequency_penalty", -3],
+  ["top_k", -2]]) {
+  await expectError(`completions: ${field} = ${value}`, "POST", C, cmpl({ [field]: value }),
+    bad(field));
+}
+await expectError("n too large", "POST", C, cmpl({ n: 1000 }), bad("n"));
+await expectError("n = 0", "POST", C, cmpl({ n: 0 }), bad("n"));
+await expectError("logprobs too large", "POST", C, cmpl({ logprobs: 21 }), bad("logprobs"));
+await expectError("top_logprobs too large", "POST", CH, chat({ logprobs: true, top_logprobs: 21 }),
+  bad("top_logprobs"));
+await expectError("stop: more than 4", "POST", C, cmpl({ stop: ["a", "b", "c", "d", "e"] }),
+  bad("stop"));
+await expectError("stop: an empty string", "POST", C, cmpl({ stop: [""] }), bad("stop"));
+// Empty or missing prompts and messages
+await expectError("prompt missing", "POST", C, { max_tokens: 2 }, bad("prompt"));
+for (const prompt of ["", [], [[]], [""], [1, "a"], {}, null]) {
+  await expectError(`prompt ${JSON.stringify(prompt)}`, "POST", C, { prompt, max_tokens: 2 },
+    bad("prompt"));
+}
+await expectError("token id outside the vocabulary", "POST", C, { prompt: [1, 999999] },
+  bad("prompt"));
+await expectError("negative token id", "POST", C, { prompt: [-1] }, bad("prompt"));
+await expectError("messages missing", "POST", CH, { max_tokens: 2 }, bad("messages"));
+await expectError("messages empty", "POST", CH, { messages: [] }, bad("messages"));
+await expectError("messages not a list", "POST", CH, { messages: "hi" }, bad("messages"));
+await expectError("unknown role", "POST", CH, { messages: [{ role: "wizard", content: "x" }] },
+  bad("messages"));
+await expectError("role missing", "POST", CH, { messages: [{ content: "x" }] }, bad("messages"));
+await expectError("content of a wrong type", "POST", CH,
+  { messages: [{ role: "user", content: 5 }] }, bad("messages"));
+await expectError("an image part", "POST", CH,
+  { messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }] },
+  bad("messages"));
+// The model and its context length
+await expectError("unknown model", "POST", C, cmpl({ model: "no-such-model" }),
+  { status: 404, type: "not_found_error", param: "model", code: "model_not_found" });
+await expectError("prompt longer than max_model_len", "POST", C,
+  { prompt: Array(5000).fill(7), max_tokens: 1 },
+  { status: 400, type: "invalid_request_error", code: "context_length_exceeded" });
+await expectError("max_tokens that cannot fit", "POST", C, cmpl({ max_tokens: 100000 }),
+  { status: 400, type: "invalid_request_error", code: "context_length_exceeded" });
+await expectError("chat: max_completion_tokens that cannot fit", "POST", CH,
+  chat({ max_completion_tokens: 100000 }),
+  { status: 400, type: "invalid_request_error", code: "context_length_exceeded" });
+// Methods, paths, keys
+for (const [method, path] of [["GET", C], ["PUT", C], ["DELETE", CH], ["PATCH", CH],
+  ["POST", "/v1/models"], ["POST", "/health"], ["POST", "/metrics"], ["GET", "/tokenize"]]) {
+  await expectError(`${method} ${path}`, method, path, method === "GET" ? undefined : "{}",
+    { status: 405, type: "invalid_request_error" });
+}
+await expectError("unknown path", "POST", "/v1/nope", "{}", { status: 404, type: "not_found_error" });
+await expectError("no key", "POST", C, cmpl({}),
+  { status: 401, type: "authentication_error", code: "invalid_api_key" }, {});
+await expectError("wrong key", "GET", "/v1/models", undefined,
+  { status: 401, type: "authentication_error", code: "invalid_api_key" },
+  { authorization: "Bearer nope" });
+await expectError("tokenize: no prompt", "POST", "/tokenize", { text: "x" }, bad("prompt"));
+await expectError("tokenize: add_special_tokens of a wrong type", "POST", "/tokenize",
+  { prompt: "x", add_special_tokens: "yes" }, bad("add_special_tokens"));
+await expectError("detokenize: a token outside the vocabulary", "POST", "/detokenize",
+  { tokens: [1, 99999] }, bad("tokens"));
+
+try {
+  await assertIdle(base, "after the bad requests");
+  passed++;
+} catch (e) {
+  failed++;
+  console.log(`FAIL: ${e.message}`);
+}
+report("bad_request_test", passed, failed);

@@ -1,0 +1,25 @@
+# serve_testing.sh: starting `strata serve` for a test script. Source it after cli_testing.sh,
+# with `strata` set (the binary).
+#   start_server ARGS...   starts `strata serve --port 0 ARGS...` in the background, waits for
+#                          its "serving ... on http://127.0.0.1:PORT" line and sets server_pid,
+#                          base (http://127.0.0.1:PORT) and server_log; fails the script if it
+#                          does not come up. The server is killed on exit unless waited for.
+
+start_server() {
+  server_log="$tmp/serve.$RANDOM.log"
+  "$strata" serve --port 0 "$@" >"$server_log" 2>&1 &
+  server_pid=$!
+  trap 'kill "$server_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+  local port=""
+  for _ in $(seq 1 300); do
+    port=$(sed -n 's|.*serving .* on http://127.0.0.1:\([0-9]*\).*|\1|p' "$server_log")
+    [[ -n "$port" ]] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ -z "$port" ]]; then
+    echo "FAIL: the server did not start: $(cat "$server_log")"
+    exit 1
+  fi
+  base="http://127.0.0.1:$port"
+}

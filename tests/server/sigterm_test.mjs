@@ -1,0 +1,123 @@
+// SIGTERM during load: N streams (default 64) run, half short enough to finish within the
+// shutdown timeout and half too long to, plus one long plain request; once every stream has its
+// first chunk the server gets SIGTERM. Asserts: new connections are refused at once, a new
+// request on an open keep-alive connection gets 503, every short stream completes, every long
+// one ends cleanly (a last chunk with finish_reason "abort", then [DONE]), the plain request
+// gets a 503 error object, no connection hangs, and the process is gone within the timeout
+// (plus slack for a loaded machine). The caller checks the exit status.
+// Usage: node sigterm_test.mjs BASE_URL SERVER_PID SHUTDOWN_TIMEOUT_S [N]
+import fs from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import { assert, prompt, report, streamCompletion } from "./harness.mjs";
+
+const base = process.argv[2];
+const pid = Number(process.argv[3]);
+const timeoutS = Number(process.argv[4]);
+const n = Number(process.argv[5] || 64);
+const shortTokens = 16;
+const longTokens = 4000;  // minutes of decoding: only the deadline ends it
+const slackS = 3;
+const { hostname, port } = new URL(base);
+let passed = 0;
+let failed = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+  } catch (e) {
+    failed++;
+    console.log(`FAIL: ${name}: ${e.stack || e}`);
+  }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// Gone, or a zombie its parent (the test script) has not reaped yet.
+const exited = () => {
+  try {
+    return fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1][0] === "Z";
+  } catch {
+    return true;
+  }
+};
+const within = (p, ms, what) => Promise.race([
+  p, sleep(ms).then(() => { throw new Error(`${what}: still open after ${ms} ms`); }),
+]);
+
+// node:http with one kept-alive connection: opened now, reused after the signal.
+const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+function request(method, path, body) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: hostname, port, method, path, agent,
+      headers: { "content-type": "application/json" } }, (res) => {
+      let text = "";
+      res.on("data", (d) => { text += d; });
+      res.on("end", () => resolve({ status: res.statusCode, body: text }));
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+assert((await request("GET", "/health")).status === 200, "health before");
+
+let started = 0;
+let allStarted;
+const everyoneStarted = new Promise((r) => { allStarted = r; });
+const streams = Array.from({ length: n }, (_, i) => streamCompletion(base, {
+  prompt: prompt(i), max_tokens: i % 2 ? longTokens : shortTokens, ignore_eos: true,
+  temperature: 0,
+}, { onFirst: () => { if (++started === n) allStarted(); } }).catch((e) => ({ error: String(e) })));
+const plain = fetch(`${base}/v1/completions`, {
+  method: "POST", headers: { "content-type": "application/json" },
+  body: JSON.stringify({ prompt: prompt(n), max_tokens: longTokens, ignore_eos: true }),
+}).then(async (r) => ({ status: r.status, body: await r.json() }), (e) => ({ error: String(e) }));
+await within(everyoneStarted, 60000, "the streams' first chunks");
+
+const t0 = Date.now();
+process.kill(pid, "SIGTERM");
+await sleep(200);
+
+await check("new connections are refused", async () => {
+  const code = await new Promise((resolve) => {
+    const s = net.connect({ host: hostname, port: Number(port) });
+    s.on("connect", () => { s.destroy(); resolve("connected"); });
+    s.on("error", (e) => resolve(e.code));
+  });
+  assert(code === "ECONNREFUSED", `a new connection: ${code}`);
+});
+await check("a new request on a kept-alive connection gets 503", async () => {
+  const r = await request("POST", "/v1/completions", JSON.stringify({ prompt: [5, 6], max_tokens: 2 }));
+  assert(r.status === 503 && JSON.parse(r.body).error.type === "service_unavailable",
+    `${r.status} ${r.body}`);
+});
+const results = await within(Promise.all(streams), (timeoutS + slackS) * 1000, "the streams");
+await check("short streams complete", async () => {
+  for (let i = 0; i < n; i += 2) {
+    const r = results[i];
+    assert(r.status === 200 && !r.error && r.done && r.tokens === shortTokens &&
+      r.finish === "length", `stream ${i}: ${JSON.stringify(r)}`);
+  }
+});
+await check("long streams end cleanly with abort and [DONE]", async () => {
+  for (let i = 1; i < n; i += 2) {
+    const r = results[i];
+    assert(r.status === 200 && !r.error && r.done && r.finish === "abort" &&
+      r.tokens > 0 && r.tokens < longTokens, `stream ${i}: ${JSON.stringify(r)}`);
+  }
+});
+await check("the plain request gets a 503 error object", async () => {
+  const r = await within(plain, 5000, "the plain request");
+  assert(r.status === 503 && r.body.error && r.body.error.type === "service_unavailable",
+    JSON.stringify(r));
+});
+await check("the process exits within the shutdown timeout", async () => {
+  while (!exited()) {
+    assert(Date.now() - t0 < (timeoutS + slackS) * 1000, "still running");
+    await sleep(20);
+  }
+  const s = (Date.now() - t0) / 1e3;
+  assert(s >= timeoutS - 0.5, `exited after ${s} s, before the timeout`);
+  console.log(`sigterm_test: the server exited ${s.toFixed(2)} s after SIGTERM ` +
+    `(--shutdown-timeout ${timeoutS})`);
+});
+agent.destroy();
+report("sigterm_test", passed, failed);

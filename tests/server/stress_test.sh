@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `strata serve` under stress, one scenario per run, each on a fresh server (strata-tiny):
+#   load      256 streams at once (load_test.mjs), with --max-num-seqs 256
+#   storm     200 clients that disconnect at random points (disconnect_storm_test.mjs)
+#   sigterm   SIGTERM during 64 streams (sigterm_test.mjs); the server must exit 0
+#   capacity  --max-waiting-requests 2: a third request gets 503 + Retry-After (capacity_test.mjs)
+# Usage: stress_test.sh STRATA_BINARY SCENARIO. Exit 77 (skipped) without node.
+set -uo pipefail
+strata=$1
+scenario=$2
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if ! command -v node >/dev/null; then
+  echo "stress_test: node is not installed (scripts/install_deps.sh): skipped"
+  exit 77
+fi
+# shellcheck source=/dev/null
+source "$here/../tools/cli_testing.sh"
+# shellcheck source=/dev/null
+source "$here/serve_testing.sh"
+common=(--threads 2 --num-blocks 2048)
+
+case "$scenario" in
+  load)
+    start_server "${common[@]}" --max-num-seqs 256
+    node "$here/load_test.mjs" "$base" 256 32 && ok || fail "load"
+    ;;
+  storm)
+    start_server "${common[@]}"
+    node "$here/disconnect_storm_test.mjs" "$base" 200 && ok || fail "disconnect storm"
+    ;;
+  sigterm)
+    timeout_s=3
+    start_server "${common[@]}" --shutdown-timeout "$timeout_s"
+    node "$here/sigterm_test.mjs" "$base" "$server_pid" "$timeout_s" 64 && ok || fail "sigterm"
+    wait "$server_pid"
+    rc=$?
+    ((rc == 0)) && ok || fail "the server exited with $rc after SIGTERM: $(tail -n 5 "$server_log")"
+    grep -q "shutting down: " "$server_log" && grep -q "cancelling" "$server_log" && ok ||
+      fail "the shutdown log: $(cat "$server_log")"
+    ;;
+  capacity)
+    start_server "${common[@]}" --max-waiting-requests 2
+    node "$here/capacity_test.mjs" "$base" 2 && ok || fail "capacity"
+    ;;
+  *)
+    echo "unknown scenario '$scenario'"
+    exit 2
+    ;;
+esac
+finish "stress_test $scenario"
