@@ -8,16 +8,20 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/driver.h"
+#include "bench/http_engine.h"
 #include "bench/progress.h"
 #include "bench/report.h"
 #include "bench/synthetic_workloads.h"
 #include "bench/trace.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine_summary.h"
+#include "model/hf_config.h"
 #include "model/model.h"
 #include "strata/engine.h"
 
@@ -158,6 +162,12 @@ EngineConfig engine_config(const BenchOptions& o) {
   EngineConfig c;
   c.model_dir = o.model_dir;
   c.num_threads = o.threads;
+  c.device = o.device == "cuda" ? Device::kCuda
+             : o.device == "cpu"  ? Device::kCpu
+                                  : default_device();
+  c.gpu_memory_utilization = o.gpu_memory_utilization;
+  c.dummy_weights = o.load_format == "dummy";
+  c.dummy_dtype = parse_weight_dtype(o.dummy_dtype);
   c.block_size = o.block_size;
   c.num_blocks = o.num_blocks;
   c.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
@@ -203,16 +213,10 @@ bench::ReportHeader report_header(const BenchOptions& o, const bench::Workload& 
   return h;
 }
 
-// One run: a fresh engine over the loaded model, the workload replayed, its metrics.
-bench::BenchMetrics run_one(model::Model& m, ThreadPool& pool, EngineConfig config,
-                            const bench::Workload& w, const BenchOptions& o,
-                            const std::string& scheduler, const std::string& allocator) {
-  config.scheduler = scheduler == "static" ? SchedulerKind::kStatic : SchedulerKind::kContinuous;
-  config.allocator =
-      allocator == "contiguous" ? KvAllocatorKind::kContiguous : KvAllocatorKind::kPaged;
-  Result<std::unique_ptr<Engine>> engine = Engine::create(m, pool, config);
-  if (!engine.ok()) throw Error(engine.status().message());
-  EngineAdapter adapter(**engine, o.temperature);
+// The workload replayed through one engine (in-process or over HTTP), its metrics.
+bench::BenchMetrics replay(bench::BenchEngine& engine, const bench::Workload& w,
+                           const BenchOptions& o, const std::string& scheduler,
+                           const std::string& allocator, double kv_bytes_per_token) {
   bench::SteadyClock clock;
   bench::ProgressBar bar(stderr, isatty(fileno(stderr)) != 0, scheduler + "/" + allocator);
   bench::Progress last;
@@ -225,15 +229,66 @@ bench::BenchMetrics run_one(model::Model& m, ThreadPool& pool, EngineConfig conf
     last = p;
     bar.update(p);
   };
-  const bench::RunResult result = bench::run_workload(w, adapter, clock, d);
+  const bench::RunResult result = bench::run_workload(w, engine, clock, d);
   bar.finish(last);
   bench::BenchMetrics metrics = bench::compute_metrics(
-      result, {.block_size = o.block_size,
-               .kv_bytes_per_token =
-                   static_cast<double>(m.kv_spec((*engine)->config().kv_dtype).bytes_per_token())});
+      result, {.block_size = o.block_size, .kv_bytes_per_token = kv_bytes_per_token});
   metrics.scheduler = scheduler;
   metrics.allocator = allocator;
   return metrics;
+}
+
+// One run: a fresh engine over the loaded model, the workload replayed, its metrics.
+bench::BenchMetrics run_one(model::Model* m, ThreadPool& pool, EngineConfig config,
+                            const bench::Workload& w, const BenchOptions& o,
+                            const std::string& scheduler, const std::string& allocator) {
+  config.scheduler = scheduler == "static" ? SchedulerKind::kStatic : SchedulerKind::kContinuous;
+  config.allocator =
+      allocator == "contiguous" ? KvAllocatorKind::kContiguous : KvAllocatorKind::kPaged;
+  // The CPU borrows the loaded model; the GPU loads its own copy of the weights into each engine.
+  Result<std::unique_ptr<Engine>> engine =
+      m != nullptr ? Engine::create(*m, pool, config) : Engine::create(config);
+  if (!engine.ok()) throw Error(engine.status().message());
+  print_pool(**engine);
+  EngineAdapter adapter(**engine, o.temperature);
+  return replay(adapter, w, o, scheduler, allocator,
+                static_cast<double>((*engine)->kv_bytes_per_token()));
+}
+
+// `strata bench --endpoint URL`: the workload through a running server. The model directory
+// gives only the vocabulary the workload draws token ids from (it should be the served model);
+// the server's max_model_len bounds the lengths.
+int run_http(const BenchOptions& o, double rate) {
+  bench::HttpBenchConfig http;
+  http.endpoint = o.endpoint;
+  http.api_key = o.api_key;
+  http.temperature = o.temperature;
+  Result<std::unique_ptr<bench::HttpBenchEngine>> engine =
+      bench::HttpBenchEngine::connect(std::move(http));
+  if (!engine.ok()) throw Error(engine.status().message());
+  const bench::ServerInfo& server = (*engine)->server();
+  const model::ModelConfig config = model::load_model_config(o.model_dir);
+  const int64_t max_model_len = o.max_model_len > 0   ? o.max_model_len
+                                : server.max_model_len > 0 ? server.max_model_len
+                                                           : config.max_position_embeddings;
+  const bench::WorkloadLimits limits{
+      .vocab_size = config.vocab_size, .max_model_len = max_model_len, .seed = o.seed};
+  bench::Workload w = make_workload(o, limits);
+  if (o.trace.empty() || !o.request_rate.empty()) bench::assign_poisson_arrivals(w, rate, o.seed);
+  bench::validate_workload(w, max_model_len, config.vocab_size);
+  std::string where = o.endpoint;
+  if (where.rfind("http://", 0) == 0) where.erase(0, 7);
+  const bench::BenchMetrics run = replay(**engine, w, o, "http", where,
+                                         static_cast<double>(server.kv_bytes_per_token));
+  bench::ReportHeader header = report_header(o, w, rate, max_model_len);
+  header.model = server.model;
+  header.endpoint = o.endpoint;
+  const std::vector<bench::BenchMetrics> runs = {run};
+  const std::string out =
+      o.json ? bench::report_json(header, runs) : bench::report_table(header, runs);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  if (o.json) std::fputc('\n', stdout);
+  return 0;
 }
 
 }  // namespace
@@ -252,6 +307,11 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_option("--dummy-dtype", o.dummy_dtype, "Weight dtype for --load-format dummy");
   cmd->add_option("--threads", o.threads, "Worker threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
+  cmd->add_option("--device", o.device, "auto (cuda when a GPU is present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                  "cuda: share of GPU memory for weights, activations and the KV cache")
+      ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--seed", o.seed, "Seed of the workload, the arrivals and the sampling");
   // workload
   CLI::Option* workload =
@@ -297,7 +357,9 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
   cmd->add_option("--num-blocks", o.num_blocks, "KV blocks (0 = from --kv-cache-memory-bytes)")
       ->check(CLI::Range(0, 1 << 30));
-  cmd->add_option("--kv-cache-memory-bytes", o.kv_cache_memory_bytes, "KV pool bytes")
+  cmd->add_option("--kv-cache-memory-bytes", o.kv_cache_memory_bytes,
+                  "KV pool bytes (default: 1 GiB on the CPU; on the GPU what "
+                  "--gpu-memory-utilization leaves)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
   cmd->add_option("--max-num-seqs", o.max_num_seqs, "Sequences per step")
       ->check(CLI::Range(1, 1 << 20));
@@ -323,32 +385,41 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
       ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--max-batch-size", o.max_batch_size, "static: requests per batch")
       ->check(CLI::Range(1, 1 << 20));
+  // HTTP backend
+  cmd->add_option("--endpoint", o.endpoint,
+                  "Benchmark a running `strata serve` at http://HOST:PORT (streams /v1/completions) "
+                  "instead of an in-process engine; --model then only gives the vocabulary");
+  cmd->add_option("--api-key", o.api_key, "--endpoint: the server's bearer key");
   cmd->add_flag("--json", o.json, "Print the report as JSON");
 }
 
 int run_bench(const BenchOptions& o) {
   const double rate = parse_request_rate(o.request_rate);
+  if (!o.endpoint.empty()) return run_http(o, rate);
   ThreadPool pool(o.threads);
   model::ModelLoadOptions load;
   load.model_dir = o.model_dir;
   load.load_format =
       o.load_format == "dummy" ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
   load.dummy_dtype = parse_weight_dtype(o.dummy_dtype);
-  model::Model m = model::Model::load(load);
   const EngineConfig config = engine_config(o);
-  const int64_t max_model_len =
-      o.max_model_len > 0 ? o.max_model_len : m.config().max_position_embeddings;
+  // On the CPU the model is loaded once and every run borrows it; on the GPU each engine loads
+  // its own (dummy weights are generated on the device in about a second).
+  std::optional<model::Model> m;
+  if (config.device == Device::kCpu) m.emplace(model::Model::load(load));
+  const model::ModelConfig mc = m ? m->config() : model::load_model_config(o.model_dir);
+  const int64_t max_model_len = o.max_model_len > 0 ? o.max_model_len : mc.max_position_embeddings;
   const bench::WorkloadLimits limits{
-      .vocab_size = m.vocab_size(), .max_model_len = max_model_len, .seed = o.seed};
+      .vocab_size = mc.vocab_size, .max_model_len = max_model_len, .seed = o.seed};
   bench::Workload w = make_workload(o, limits);
   // A trace keeps its timestamps unless a rate is given; synthetic workloads default to offline.
   if (o.trace.empty() || !o.request_rate.empty()) bench::assign_poisson_arrivals(w, rate, o.seed);
-  bench::validate_workload(w, max_model_len, m.vocab_size());
+  bench::validate_workload(w, max_model_len, mc.vocab_size);
 
   std::vector<bench::BenchMetrics> runs;
   for (const std::string& scheduler : o.schedulers) {
     for (const std::string& allocator : o.allocators) {
-      runs.push_back(run_one(m, pool, config, w, o, scheduler, allocator));
+      runs.push_back(run_one(m ? &*m : nullptr, pool, config, w, o, scheduler, allocator));
     }
   }
   const bench::ReportHeader header = report_header(o, w, rate, max_model_len);

@@ -2,7 +2,8 @@
 // `strata bench`: replay a workload (random, sharegpt-like, agentic, or a JSONL / Mooncake trace)
 // through the engine, offline or at a request rate, once per scheduler x allocator combination
 // over one loaded model, and report throughput, latency percentiles, pool utilization, prefix
-// hit rate against the cacheable share, and scheduler time per step (docs/bench.md).
+// hit rate against the cacheable share, and scheduler time per step (docs/bench.md). With
+// --endpoint, the same workload goes to a running `strata serve` over HTTP instead.
 
 #include <cstdint>
 #include <string>
@@ -21,6 +22,8 @@ struct BenchOptions {
   std::string dummy_dtype = "bfloat16";
   int32_t threads = 0;
   uint64_t seed = 0;
+  std::string device = "auto";          // auto, cpu or cuda
+  double gpu_memory_utilization = 0.9;  // cuda: share of GPU memory for weights, activations, KV
 
   // ---- workload -----------------------------------------------------------------------------
   std::string workload = "random";
@@ -49,7 +52,7 @@ struct BenchOptions {
   // ---- engine -------------------------------------------------------------------------------
   int32_t block_size = 16;
   int32_t num_blocks = 0;
-  int64_t kv_cache_memory_bytes = int64_t{1} << 30;
+  int64_t kv_cache_memory_bytes = 0;  // 0: 1 GiB on the CPU, --gpu-memory-utilization on the GPU
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
@@ -61,6 +64,10 @@ struct BenchOptions {
   std::vector<std::string> allocators = {"paged"};
   double batch_timeout_ms = 100.0;
   int32_t max_batch_size = 32;
+
+  // ---- HTTP backend -------------------------------------------------------------------------
+  std::string endpoint;  // http://HOST:PORT of a running server; empty = in-process engine
+  std::string api_key;
 
   bool json = false;
 };

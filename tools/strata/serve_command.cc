@@ -2,6 +2,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <pthread.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +13,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine_summary.h"
 #include "server/async_engine.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
@@ -17,11 +21,49 @@
 namespace strata::cli {
 namespace {
 
-server::HttpServer* g_server = nullptr;
+// SIGINT and SIGTERM, blocked in every thread and taken by one thread with sigwait(), so the
+// shutdown runs as ordinary code rather than in a signal handler. Block them before any other
+// thread starts (threads inherit the mask). SIGUSR1 only wakes the thread when the server ends
+// without a signal.
+class ShutdownSignals {
+ public:
+  ShutdownSignals() {
+    sigemptyset(&set_);
+    for (const int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&set_, sig);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+  }
+  // The first signal starts server.shutdown(timeout) on a thread of its own; a second one cuts
+  // the wait short (vLLM and uvicorn behave so on a second Ctrl-C).
+  void watch(server::HttpServer& server, std::chrono::milliseconds timeout) {
+    waiter_ = std::thread([this, &server, timeout] {
+      int num_signals = 0;
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&set_, &sig) != 0 || sig == SIGUSR1) return;
+        if (++num_signals == 1) {
+          drainer_ = std::thread([&server, timeout] { server.shutdown(timeout); });
+        } else {
+          server.shutdown_now();
+        }
+      }
+    });
+  }
+  // Ends the watch and waits for a shutdown in progress: call it before the server goes.
+  void stop() {
+    if (waiter_.joinable()) {
+      pthread_kill(waiter_.native_handle(), SIGUSR1);
+      waiter_.join();
+    }
+    if (drainer_.joinable()) drainer_.join();
+  }
+  ~ShutdownSignals() { stop(); }
+  ShutdownSignals(const ShutdownSignals&) = delete;
+  ShutdownSignals& operator=(const ShutdownSignals&) = delete;
 
-extern "C" void on_signal(int) {
-  if (g_server != nullptr) g_server->stop();
-}
+ private:
+  sigset_t set_;
+  std::thread waiter_, drainer_;
+};
 
 }  // namespace
 
@@ -39,9 +81,16 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--load-format", o.load_format, "auto (safetensors) or dummy (random weights)")
       ->check(CLI::IsMember({"auto", "dummy"}));
   cmd->add_option("--threads", o.threads, "Worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--device", o.device, "auto (cuda when a GPU is present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                  "cuda: share of GPU memory for weights, activations and the KV cache")
+      ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--block-size", o.block_size, "KV cache block size in tokens")
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
-  cmd->add_option("--kv-cache-memory-bytes", o.kv_cache_memory_bytes, "KV pool size in bytes")
+  cmd->add_option("--kv-cache-memory-bytes", o.kv_cache_memory_bytes,
+                  "KV pool size in bytes (default: 1 GiB on the CPU; on the GPU what "
+                  "--gpu-memory-utilization leaves)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
   cmd->add_option("--num-blocks", o.num_blocks, "KV pool size in blocks (overrides the bytes)")
       ->check(CLI::Range(0, 1 << 30));
@@ -58,16 +107,25 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--swap-space", o.swap_space_gib, "Host swap space in GiB")
       ->check(CLI::Range(0.0, 1024.0));
   cmd->add_option("--api-key", o.api_key, "Require this bearer key on /v1/* (401 otherwise)");
+  cmd->add_option("--shutdown-timeout", o.shutdown_timeout_s,
+                  "On SIGTERM/SIGINT, seconds requests in flight get to finish before they are "
+                  "cancelled (0 = cancel at once)")
+      ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--max-waiting-requests", o.max_waiting_requests,
                   "Requests in flight beyond which new ones get 503 (0 = no bound)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
 }
 
 int run_serve(const ServeOptions& o) {
+  ShutdownSignals signals;  // first: before the engine's threads start
   EngineConfig c;
   c.model_dir = o.model_dir;
   c.dummy_weights = o.load_format == "dummy";
   c.num_threads = o.threads;
+  c.device = o.device == "cuda" ? Device::kCuda
+             : o.device == "cpu"  ? Device::kCpu
+                                  : default_device();
+  c.gpu_memory_utilization = o.gpu_memory_utilization;
   c.block_size = o.block_size;
   c.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
   c.num_blocks = o.num_blocks;
@@ -79,6 +137,7 @@ int run_serve(const ServeOptions& o) {
   c.swap_space_bytes = static_cast<int64_t>(o.swap_space_gib * double(int64_t{1} << 30));
   Result<std::unique_ptr<Engine>> engine = Engine::create(c);
   if (!engine.ok()) throw Error(engine.status().message());
+  print_pool(**engine);
   std::optional<tokenizer::Tokenizer> tok;
   if (std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json")) {
     tok.emplace(tokenizer::Tokenizer::load(o.model_dir));
@@ -98,11 +157,9 @@ int run_serve(const ServeOptions& o) {
   sc.api_key = o.api_key;
   sc.max_waiting_requests = o.max_waiting_requests;
   server::HttpServer http(async, model, sc);
-  g_server = &http;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  signals.watch(http, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1e3)));
   const bool ok = http.listen();
-  g_server = nullptr;
+  signals.stop();
   return ok ? 0 : 1;
 }
 
