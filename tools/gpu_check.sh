@@ -52,7 +52,8 @@ model_cuda_tree_hash() { tree_hash src/model/cuda; }
 
 # The GPU engine: a full Release build of the tree with CUDA, libstdc++ and libgcc static; the
 # Debian shared libraries `strata` links (OpenSSL, PCRE2, utf8proc, cpp-httplib, zlib, brotli)
-# are copied to bin/lib, since the GPU machine's image may not have these versions.
+# are copied to bin/lib, since the GPU machine's image may not have these versions (its newer
+# libstdc++ and libgcc_s serve cpp-httplib's needs).
 build_engine() {
   cmake -S "$ROOT" -B "$CARRY/engine-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
     -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
@@ -61,7 +62,7 @@ build_engine() {
     "$CARRY/engine-build/tests/engine/engine_cuda_engine_test" "$CARRY/bin/"
   mkdir -p "$CARRY/bin/lib"
   ldd "$CARRY/bin/strata" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
-    grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcublas[^/]*|libcublasLt[^/]*)\.so' |
+    grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcublas[^/]*|libcublasLt[^/]*|libstdc\+\+|libgcc_s)\.so' |
     xargs -r -I{} cp -L {} "$CARRY/bin/lib/"
   cp "$ROOT/tools/bench_gpu_peers.py" "$ROOT/tools/gpu_engine_bench.sh" "$CARRY/bin/"
 }

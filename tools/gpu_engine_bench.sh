@@ -22,7 +22,8 @@ common=(--device cuda --model "$model" --load-format dummy --temperature 0 --ign
 tmp="$(mktemp -d)"
 
 echo "== peers (transformers $(python3 -c 'import transformers; print(transformers.__version__)'))"
-PYTHONUNBUFFERED=1 python3 "$bin/bench_gpu_peers.py" --config "$model/config.json" \
+# PyTorch loads the machine's own libraries, not the ones carried for `strata`.
+env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 "$bin/bench_gpu_peers.py" --config "$model/config.json" \
   --json "$tmp/peers.json" 2>&1 | grep -v -i warn || true
 
 run() {  # run NAME strata-bench-args...
