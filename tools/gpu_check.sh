@@ -9,7 +9,8 @@
 #                                       test from a full build of the tree, with the Debian shared
 #                                       libraries they use copied beside them (bin/lib)
 #   tools/gpu_check.sh run OUT_DIR      on the GPU machine, from the repository root with
-#                                       .devcarry/gpu/bin copied there (nothing else is needed): runs
+#                                       .devcarry/gpu-pack (the packed binaries) copied there
+#                                       (nothing else is needed): runs
 #                                       the kernel tests, the GPU model test (bf16 fixtures), the
 #                                       decode and prefill benchmarks, the PyTorch comparison, a
 #                                       reduced filter of the tests under compute-sanitizer memcheck
@@ -136,7 +137,13 @@ cmd_build() {
     echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "nvcc=$(/usr/local/cuda/bin/nvcc --version | tail -1)"
   } >"$CARRY/bin/build-info.txt"
-  du -sh "$CARRY/bin"
+  # The binaries carry CUDA fat binaries; with the tree they exceed what one call to the GPU
+  # machine may upload, so they travel stripped and xz-packed (about 6 MB).
+  strip "$CARRY/bin/strata" "$CARRY/bin/model_cuda_model_test" "$CARRY/bin/engine_cuda_engine_test" \
+    "$CARRY/bin/strata_kernels_cuda_test" "$CARRY/bin/strata_decode_bench" "$CARRY/bin/strata_prefill_bench"
+  mkdir -p "$ROOT/.devcarry/gpu-pack"
+  tar cf - -C "$CARRY" bin | xz -6 -T2 >"$ROOT/.devcarry/gpu-pack/bin.tar.xz"
+  du -sh "$CARRY/bin" "$ROOT/.devcarry/gpu-pack/bin.tar.xz"
   cat "$CARRY/bin/build-info.txt"
 }
 
@@ -162,6 +169,10 @@ cmd_run() {
   mkdir -p "$OUT"
   export PATH="/usr/local/cuda/bin:$PATH"
   local bin="$ROOT/.devcarry/gpu/bin"
+  if [ -f "$ROOT/.devcarry/gpu-pack/bin.tar.xz" ]; then
+    mkdir -p "$ROOT/.devcarry/gpu"
+    tar xJf "$ROOT/.devcarry/gpu-pack/bin.tar.xz" -C "$ROOT/.devcarry/gpu"
+  fi
   # Seven files in all: build info and step results share one, the sanitizer runs another.
   cp "$bin/build-info.txt" "$OUT/status.txt"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
