@@ -92,12 +92,6 @@ class EngineAdapter final : public bench::BenchEngine {
   float temperature_;
 };
 
-DType parse_weight_dtype(const std::string& name) {
-  if (name == "float32" || name == "f32") return DType::kF32;
-  if (name == "bfloat16" || name == "bf16") return DType::kBF16;
-  if (name == "float16" || name == "f16") return DType::kF16;
-  throw Error("--dummy-dtype '" + name + "' is not supported (use float32, bfloat16 or float16)");
-}
 
 // Requests per second: "inf" = offline. Unset: offline for synthetic workloads, the trace's
 // timestamps for traces.
@@ -158,28 +152,10 @@ bench::Workload make_workload(const BenchOptions& o, const bench::WorkloadLimits
               "' (use random, sharegpt-like, agentic or --trace)");
 }
 
-EngineConfig engine_config(const BenchOptions& o) {
-  EngineConfig c;
-  c.model_dir = o.model_dir;
-  c.num_threads = o.threads;
-  c.device = o.device == "cuda" ? Device::kCuda
-             : o.device == "cpu"  ? Device::kCpu
-                                  : default_device();
-  c.gpu_memory_utilization = o.gpu_memory_utilization;
-  c.dummy_weights = o.load_format == "dummy";
-  c.dummy_dtype = parse_weight_dtype(o.dummy_dtype);
-  c.block_size = o.block_size;
-  c.num_blocks = o.num_blocks;
-  c.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
-  c.enable_prefix_caching = o.enable_prefix_caching;
-  c.max_num_seqs = o.max_num_seqs;
-  c.max_num_batched_tokens = o.max_num_batched_tokens;
-  c.max_model_len = o.max_model_len;
+EngineConfig bench_engine_config(const BenchOptions& o) {
+  EngineConfig c = engine_config(o);
   c.policy =
       o.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
-  c.preemption_mode =
-      o.preemption_mode == "swap" ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
-  c.swap_space_bytes = static_cast<int64_t>(o.swap_space_gib * double(int64_t{1} << 30));
   c.max_batch_size = o.max_batch_size;
   c.batch_timeout_ms = o.batch_timeout_ms;
   return c;
@@ -302,16 +278,7 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
 #else
   cmd->add_option("--model", o.model_dir, "Hugging Face model directory")->required();
 #endif
-  cmd->add_option("--load-format", o.load_format, "auto (safetensors) or dummy (random weights)")
-      ->check(CLI::IsMember({"auto", "dummy"}));
-  cmd->add_option("--dummy-dtype", o.dummy_dtype, "Weight dtype for --load-format dummy");
-  cmd->add_option("--threads", o.threads, "Worker threads (0 = all cores)")
-      ->check(CLI::Range(0, 1024));
-  cmd->add_option("--device", o.device, "auto (cuda when a GPU is present), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
-                  "cuda: share of GPU memory for weights, activations and the KV cache")
-      ->check(CLI::Range(0.01, 1.0));
+  add_engine_options(*cmd, o);
   cmd->add_option("--seed", o.seed, "Seed of the workload, the arrivals and the sampling");
   // workload
   CLI::Option* workload =
@@ -352,27 +319,7 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_flag("--ignore-eos,!--no-ignore-eos", o.ignore_eos,
                 "Generate exactly the asked output lengths (default)");
   cmd->add_option("--temperature", o.temperature, "Sampling temperature (0 = greedy)");
-  // engine
-  cmd->add_option("--block-size", o.block_size, "KV cache block size in tokens")
-      ->check(CLI::IsMember({8, 16, 32, 64, 128}));
-  cmd->add_option("--num-blocks", o.num_blocks, "KV blocks (0 = from --kv-cache-memory-bytes)")
-      ->check(CLI::Range(0, 1 << 30));
-  cmd->add_option("--kv-cache-memory-bytes", o.kv_cache_memory_bytes,
-                  "KV pool bytes (default: 1 GiB on the CPU; on the GPU what "
-                  "--gpu-memory-utilization leaves)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
-  cmd->add_option("--max-num-seqs", o.max_num_seqs, "Sequences per step")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Tokens per step")
-      ->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--max-model-len", o.max_model_len, "Longest prompt + output (0 = model's)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
-                "Reuse the KV of cached prompt prefixes (on by default)");
-  cmd->add_option("--preemption-mode", o.preemption_mode, "recompute or swap")
-      ->check(CLI::IsMember({"recompute", "swap"}));
-  cmd->add_option("--swap-space", o.swap_space_gib, "Host memory for swapped blocks, GiB")
-      ->check(CLI::Range(0.0, 1e6));
+  // scheduling (the engine flags came with add_engine_options)
   cmd->add_option("--scheduling-policy", o.scheduling_policy, "fcfs or priority")
       ->check(CLI::IsMember({"fcfs", "priority"}));
   cmd->add_option("--scheduler", o.schedulers, "continuous and/or static, comma-separated")
@@ -402,7 +349,7 @@ int run_bench(const BenchOptions& o) {
   load.load_format =
       o.load_format == "dummy" ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
   load.dummy_dtype = parse_weight_dtype(o.dummy_dtype);
-  const EngineConfig config = engine_config(o);
+  const EngineConfig config = bench_engine_config(o);
   // On the CPU the model is loaded once and every run borrows it; on the GPU each engine loads
   // its own (dummy weights are generated on the device in about a second).
   std::optional<model::Model> m;

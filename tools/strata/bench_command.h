@@ -9,21 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "engine_options.h"
+
 namespace CLI {
 class App;
 }
 
 namespace strata::cli {
 
-struct BenchOptions {
-  // ---- model --------------------------------------------------------------------------------
-  std::string model_dir;
-  std::string load_format = "auto";
-  std::string dummy_dtype = "bfloat16";
-  int32_t threads = 0;
+// The engine flags (--model, --device, --block-size, ...) are EngineOptions'.
+struct BenchOptions : EngineOptions {
   uint64_t seed = 0;
-  std::string device = "auto";          // auto, cpu or cuda
-  double gpu_memory_utilization = 0.9;  // cuda: share of GPU memory for weights, activations, KV
 
   // ---- workload -----------------------------------------------------------------------------
   std::string workload = "random";
@@ -49,16 +45,7 @@ struct BenchOptions {
   bool ignore_eos = true;
   float temperature = 0.0f;
 
-  // ---- engine -------------------------------------------------------------------------------
-  int32_t block_size = 16;
-  int32_t num_blocks = 0;
-  int64_t kv_cache_memory_bytes = 0;  // 0: 1 GiB on the CPU, --gpu-memory-utilization on the GPU
-  int32_t max_num_seqs = 256;
-  int32_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;
-  bool enable_prefix_caching = true;
-  std::string preemption_mode = "recompute";
-  double swap_space_gib = 4.0;
+  // ---- scheduling (beyond EngineOptions) ---------------------------------------------------
   std::string scheduling_policy = "fcfs";
   std::vector<std::string> schedulers = {"continuous"};
   std::vector<std::string> allocators = {"paged"};

@@ -1,0 +1,72 @@
+#include "engine_options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.h"
+
+namespace strata::cli {
+
+DType parse_weight_dtype(const std::string& name) {
+  if (name == "float32" || name == "f32") return DType::kF32;
+  if (name == "bfloat16" || name == "bf16") return DType::kBF16;
+  if (name == "float16" || name == "f16") return DType::kF16;
+  throw Error("--dummy-dtype '" + name + "' is not supported (use float32, bfloat16 or float16)");
+}
+
+void add_engine_options(CLI::App& cmd, EngineOptions& o) {
+  cmd.add_option("--load-format", o.load_format, "auto (safetensors) or dummy (random weights)")
+      ->check(CLI::IsMember({"auto", "dummy"}));
+  cmd.add_option("--dummy-dtype", o.dummy_dtype, "dummy weights' dtype: bfloat16, float16, float32");
+  cmd.add_option("--threads", o.threads, "CPU worker threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd.add_option("--device", o.device, "auto (cuda when a GPU is present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                 "cuda: share of GPU memory for weights, activations and the KV cache")
+      ->check(CLI::Range(0.01, 1.0));
+  cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens")
+      ->check(CLI::IsMember({8, 16, 32, 64, 128}));
+  cmd.add_option("--num-blocks", o.num_blocks, "KV pool size in blocks (overrides the bytes)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd.add_option("--kv-cache-memory-bytes", o.kv_cache_memory_bytes,
+                 "KV pool size in bytes (default: 1 GiB on the CPU; on the GPU what "
+                 "--gpu-memory-utilization leaves)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
+  cmd.add_option("--max-num-seqs", o.max_num_seqs, "Most sequences in one step")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Most tokens in one step")
+      ->check(CLI::Range(1, 1 << 24));
+  cmd.add_option("--max-model-len", o.max_model_len, "Longest prompt + output (0 = model's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+               "Reuse the KV of cached prompt prefixes (on by default)");
+  cmd.add_option("--preemption-mode", o.preemption_mode, "recompute or swap")
+      ->check(CLI::IsMember({"recompute", "swap"}));
+  cmd.add_option("--swap-space", o.swap_space_gib, "Host memory for swapped blocks, GiB")
+      ->check(CLI::Range(0.0, 1e6));
+}
+
+EngineConfig engine_config(const EngineOptions& o) {
+  EngineConfig c;
+  c.model_dir = o.model_dir;
+  c.dummy_weights = o.load_format == "dummy";
+  c.dummy_dtype = parse_weight_dtype(o.dummy_dtype);
+  c.num_threads = o.threads;
+  c.device = o.device == "cuda" ? Device::kCuda
+             : o.device == "cpu"  ? Device::kCpu
+                                  : default_device();
+  c.gpu_memory_utilization = o.gpu_memory_utilization;
+  c.block_size = o.block_size;
+  c.num_blocks = o.num_blocks;
+  c.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
+  c.max_num_seqs = o.max_num_seqs;
+  c.max_num_batched_tokens = o.max_num_batched_tokens;
+  c.max_model_len = o.max_model_len;
+  c.enable_prefix_caching = o.enable_prefix_caching;
+  c.preemption_mode =
+      o.preemption_mode == "swap" ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
+  c.swap_space_bytes = static_cast<int64_t>(o.swap_space_gib * double(int64_t{1} << 30));
+  return c;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,43 @@
+#pragma once
+// The engine flags `strata bench` and `strata serve` share (vLLM's names: --device,
+// --gpu-memory-utilization, --block-size, --num-blocks, --kv-cache-memory-bytes, --max-num-seqs,
+// --max-num-batched-tokens, --max-model-len, prefix caching, preemption, swap space, ...) and the
+// EngineConfig they make. Each command's options struct derives from EngineOptions.
+
+#include <cstdint>
+#include <string>
+
+#include "strata/engine.h"
+
+namespace CLI {
+class App;
+}
+
+namespace strata::cli {
+
+struct EngineOptions {
+  std::string model_dir;
+  std::string load_format = "auto";     // auto (safetensors) or dummy
+  std::string dummy_dtype = "bfloat16";
+  int32_t threads = 0;
+  std::string device = "auto";          // auto, cpu or cuda
+  double gpu_memory_utilization = 0.9;  // cuda: share of GPU memory for weights, activations, KV
+  int32_t block_size = 16;
+  int32_t num_blocks = 0;
+  int64_t kv_cache_memory_bytes = 0;    // 0: 1 GiB on the CPU, --gpu-memory-utilization on the GPU
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;
+  bool enable_prefix_caching = true;
+  std::string preemption_mode = "recompute";
+  double swap_space_gib = 4.0;
+};
+
+// Registers the shared flags (not --model, whose default differs per command).
+void add_engine_options(CLI::App& cmd, EngineOptions& o);
+// The engine configuration the flags describe (--device auto resolved here).
+EngineConfig engine_config(const EngineOptions& o);
+// F32, BF16 or F16 from a --dummy-dtype name; strata::Error otherwise.
+DType parse_weight_dtype(const std::string& name);
+
+}  // namespace strata::cli
