@@ -76,6 +76,8 @@ struct EngineConfig {
   // weights, activations and workspaces (measured at start-up, vLLM's semantics).
   int64_t kv_cache_memory_bytes = 0;
   double gpu_memory_utilization = 0.9;
+  // GPU: issue every launch each step instead of replaying decode steps from CUDA graphs.
+  bool enforce_eager = false;
   // F32, BF16 or F16 on the CPU. The GPU keeps KV in bf16 (F32, the default, means bf16 there).
   DType kv_dtype = DType::kF32;
   bool enable_prefix_caching = true;

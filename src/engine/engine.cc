@@ -234,6 +234,8 @@ std::unique_ptr<model::ModelRunner> cuda_runner(const EngineConfig& c) {
   o.num_blocks = c.num_blocks;
   o.kv_cache_memory_bytes = c.kv_cache_memory_bytes;
   o.gpu_memory_utilization = c.gpu_memory_utilization;
+  o.max_model_len = c.max_model_len;
+  o.enforce_eager = c.enforce_eager;
   return model::CudaModel::create(o);
 #else
   static_cast<void>(c);

@@ -24,6 +24,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                  "cuda: share of GPU memory for weights, activations and the KV cache")
       ->check(CLI::Range(0.01, 1.0));
+  cmd.add_flag("--enforce-eager", o.enforce_eager,
+               "cuda: issue every launch each step instead of replaying CUDA graphs");
   cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens")
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
   cmd.add_option("--num-blocks", o.num_blocks, "KV pool size in blocks (overrides the bytes)")
@@ -56,6 +58,7 @@ EngineConfig engine_config(const EngineOptions& o) {
              : o.device == "cpu"  ? Device::kCpu
                                   : default_device();
   c.gpu_memory_utilization = o.gpu_memory_utilization;
+  c.enforce_eager = o.enforce_eager;
   c.block_size = o.block_size;
   c.num_blocks = o.num_blocks;
   c.kv_cache_memory_bytes = o.kv_cache_memory_bytes;

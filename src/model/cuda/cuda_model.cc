@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,29 @@ cuda::DeviceBuffer device_bytes(int64_t bytes, const char* what) {
 // Rows of logits computed at once (the LM head's GEMM M); the buffer is kLogitsChunk x vocab fp32.
 constexpr int32_t kLogitsChunk = 512;
 
+// Decode graphs are keyed by the batch padded to one of these sizes (1, 2, 4, then multiples of
+// 8, as vLLM captures) and by a power-of-two bound on the KV length (from kMinGraphKvBound) that
+// sizes the split-KV plan baked into the graph; any length up to the bound is still correct (the
+// last split runs to the sequence's end), the bound only keeps the splits balanced.
+constexpr int32_t kMinGraphKvBound = 256;
+int32_t graph_batch_size(int32_t n) {
+  if (n <= 2) return n;
+  if (n <= 4) return 4;
+  return (n + 7) / 8 * 8;
+}
+
+// An instantiated graph; destroyed with its owner.
+struct GraphExec {
+  cudaGraphExec_t exec = nullptr;
+  GraphExec() = default;
+  GraphExec(GraphExec&& o) noexcept : exec(std::exchange(o.exec, nullptr)) {}
+  GraphExec& operator=(GraphExec&&) = delete;
+  GraphExec(const GraphExec&) = delete;
+  ~GraphExec() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
+};
+
 }  // namespace
 
 struct CudaModel::Impl {
@@ -94,9 +119,19 @@ struct CudaModel::Impl {
                   int64_t k);
   Status norm(const DeviceTensor& weight, const int32_t* rows, int32_t num_rows);
   // Final norm, LM head, and then either a copy to the host (logits rows) or the sampling
-  // kernel (sample rows), kLogitsChunk rows at a time so the logits buffer stays small.
-  Status head(const CudaStepInputs::Device& in, std::span<float> host_logits,
-              std::span<SampledToken> sampled);
+  // kernel (sample rows, into sampled_tokens / sampled_logprobs), kLogitsChunk rows at a time so
+  // the logits buffer stays small.
+  Status head(const CudaStepInputs::Device& in, std::span<float> host_logits);
+  // Copies the first sampled.size() drawn tokens out and waits for the step.
+  Status collect_samples(std::span<SampledToken> sampled);
+  // Embedding, every layer, head: one step's launches (captured as they are into graphs).
+  Status run_body(const CudaStepInputs::Device& in, std::span<float> host_logits);
+  // A decode step through a CUDA graph of its (padded batch, KV bound) shape.
+  Status run_graph(const ForwardBatch& batch, std::span<SampledToken> sampled);
+  Status capture(std::pair<int32_t, int32_t> key, const CudaStepInputs::Device& in);
+
+  CudaStepInputs graph_inputs;  // fixed addresses; empty with enforce_eager
+  std::map<std::pair<int32_t, int32_t>, GraphExec> graphs;
   Status sample_rows(const CudaStepInputs::Device& in, int32_t first, int32_t count,
                      const float* chunk_logits);
   std::vector<int32_t> host_tokens;
@@ -162,12 +197,9 @@ void CudaModel::Impl::allocate_pool() {
   mover = std::make_unique<CudaBlockMover>(pool.data(), info.num_blocks, layout.block_bytes());
 }
 
-Status CudaModel::Impl::head(const CudaStepInputs::Device& in, std::span<float> host_logits,
-                             std::span<SampledToken> sampled) {
+Status CudaModel::Impl::head(const CudaStepInputs::Device& in, std::span<float> host_logits) {
   const int32_t num_rows = in.num_logits_rows + in.num_sample_rows;
   const int64_t vocab = config.vocab_size;
-  host_tokens.resize(static_cast<size_t>(in.num_sample_rows));
-  host_logprobs.resize(static_cast<size_t>(in.num_sample_rows));
   for (int32_t r0 = 0; r0 < num_rows; r0 += kLogitsChunk) {
     const int32_t n = std::min(kLogitsChunk, num_rows - r0);
     STRATA_RETURN_IF_ERROR(norm(weights.final_norm, in.logits_rows + r0, n));
@@ -198,13 +230,82 @@ Status CudaModel::Impl::head(const CudaStepInputs::Device& in, std::span<float> 
                                          logits.as<float>() + (sample_begin - r0) * vocab));
     }
   }
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::collect_samples(std::span<SampledToken> sampled) {
+  const size_t n = sampled.size();
+  host_tokens.resize(n);
+  host_logprobs.resize(n);
+  if (n > 0) {
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_tokens.data(), sampled_tokens.data(), n * 4,
+                                      cudaMemcpyDeviceToHost, stream.get()));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_logprobs.data(), sampled_logprobs.data(), n * 4,
+                                      cudaMemcpyDeviceToHost, stream.get()));
+  }
   STRATA_RETURN_IF_ERROR(stream.synchronize());
-  for (size_t i = 0; i < sampled.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     if (host_tokens[i] < 0) {
       return Status::Internal("GPU sampling: a row has no finite logit (a broken forward pass)");
     }
     sampled[i] = SampledToken{host_tokens[i], host_logprobs[i]};
   }
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::run_body(const CudaStepInputs::Device& in, std::span<float> host_logits) {
+  cuda::EmbeddingParams embed;
+  embed.token_ids = in.token_ids;
+  embed.table = weights.embed.data();
+  embed.table_dtype = DType::kBF16;
+  embed.out = residual.as<float>();
+  embed.num_tokens = in.num_tokens;
+  embed.hidden = static_cast<int32_t>(config.hidden_size);
+  STRATA_RETURN_IF_ERROR(cuda::embedding(embed, stream.get()));
+  for (int32_t l = 0; l < static_cast<int32_t>(config.num_hidden_layers); ++l) {
+    STRATA_RETURN_IF_ERROR(run_layer(l, in));
+  }
+  return head(in, host_logits);
+}
+
+Status CudaModel::Impl::run_graph(const ForwardBatch& batch, std::span<SampledToken> sampled) {
+  const int32_t n = batch.layout.num_seqs;
+  const int32_t padded = std::min(graph_batch_size(n), options.max_num_seqs);
+  int32_t kv_bound = kMinGraphKvBound;
+  for (int32_t s = 0; s < n; ++s) {
+    while (kv_bound < batch.layout.kv_len(s)) kv_bound *= 2;
+  }
+  Result<CudaStepInputs::Device> uploaded =
+      graph_inputs.upload_fixed(batch, padded, kv_bound, stream.get());
+  if (!uploaded.ok()) return uploaded.status();
+  const auto key = std::make_pair(padded, kv_bound);
+  auto it = graphs.find(key);
+  if (it != graphs.end()) {
+    STRATA_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream.get()));
+  } else {
+    // The first step of a shape runs eagerly (its results are this step's, and it settles the
+    // GEMM plans), then the same launches are captured for the next steps of that shape.
+    STRATA_RETURN_IF_ERROR(run_body(*uploaded, {}));
+    STRATA_RETURN_IF_ERROR(capture(key, *uploaded));
+  }
+  return collect_samples(sampled.first(static_cast<size_t>(n)));
+}
+
+Status CudaModel::Impl::capture(std::pair<int32_t, int32_t> key, const CudaStepInputs::Device& in) {
+  STRATA_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  const Status body = run_body(in, {});
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream.get(), &graph);
+  if (!body.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return body;
+  }
+  STRATA_CUDA_CHECK(end);
+  GraphExec exec;
+  const cudaError_t inst = cudaGraphInstantiate(&exec.exec, graph, 0);
+  cudaGraphDestroy(graph);
+  STRATA_CUDA_CHECK(inst);
+  graphs.emplace(key, std::move(exec));
   return Status::Ok();
 }
 
@@ -221,14 +322,7 @@ Status CudaModel::Impl::sample_rows(const CudaStepInputs::Device& in, int32_t fi
   p.seeds = in.seeds + first;
   p.out_tokens = sampled_tokens.as<int32_t>() + first;
   p.out_logprobs = sampled_logprobs.as<float>() + first;
-  STRATA_RETURN_IF_ERROR(cuda::sample(p, stream.get()));
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(host_tokens.data() + first, p.out_tokens,
-                                    static_cast<size_t>(count) * 4, cudaMemcpyDeviceToHost,
-                                    stream.get()));
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(host_logprobs.data() + first, p.out_logprobs,
-                                    static_cast<size_t>(count) * 4, cudaMemcpyDeviceToHost,
-                                    stream.get()));
-  return Status::Ok();
+  return cuda::sample(p, stream.get());
 }
 
 Status CudaModel::Impl::gemm_run(const void* a, int64_t lda, const DeviceTensor& w,
@@ -388,6 +482,13 @@ std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
   impl->info.weight_bytes = weight_bytes;
   impl->inputs = take(CudaStepInputs::create(options.max_num_tokens, options.max_num_seqs),
                       "GPU step inputs");
+  if (!options.enforce_eager) {
+    const int64_t max_len =
+        options.max_model_len > 0 ? options.max_model_len : impl->config.max_position_embeddings;
+    const auto blocks_per_seq = static_cast<int32_t>(max_len / options.block_size + 1);
+    impl->graph_inputs = take(CudaStepInputs::create_fixed(options.max_num_seqs, blocks_per_seq),
+                              "GPU graph inputs");
+  }
   impl->allocate_scratch();
   impl->allocate_pool();
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
@@ -400,21 +501,13 @@ Status CudaModel::forward(const ForwardBatch& batch, std::span<float> logits,
   STRATA_RETURN_IF_ERROR(validate_step_batch(batch, c.vocab_size, m.info.num_blocks,
                                              m.options.max_num_tokens, m.options.max_num_seqs,
                                              logits.size(), sampled.size()));
+  if (!m.options.enforce_eager && m.graph_inputs.fits_fixed(batch)) {
+    return m.run_graph(batch, sampled);
+  }
   Result<CudaStepInputs::Device> uploaded = m.inputs.upload(batch, m.stream.get());
   if (!uploaded.ok()) return uploaded.status();
-  const CudaStepInputs::Device& in = *uploaded;
-  cuda::EmbeddingParams embed;
-  embed.token_ids = in.token_ids;
-  embed.table = m.weights.embed.data();
-  embed.table_dtype = DType::kBF16;
-  embed.out = m.residual.as<float>();
-  embed.num_tokens = in.num_tokens;
-  embed.hidden = static_cast<int32_t>(c.hidden_size);
-  STRATA_RETURN_IF_ERROR(cuda::embedding(embed, m.stream.get()));
-  for (int32_t l = 0; l < static_cast<int32_t>(c.num_hidden_layers); ++l) {
-    STRATA_RETURN_IF_ERROR(m.run_layer(l, in));
-  }
-  return m.head(in, logits, sampled);
+  STRATA_RETURN_IF_ERROR(m.run_body(*uploaded, logits));
+  return m.collect_samples(sampled);
 }
 
 Status CudaModel::copy_blocks(std::span<const kv::BlockCopy> copies) {

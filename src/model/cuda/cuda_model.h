@@ -11,6 +11,10 @@
 //         -> final RMSNorm of the rows whose logits are wanted or sampled -> LM head GEMM (fp32
 //            logits) -> the sampling kernel for sample rows; only logits rows cross to the host
 //
+// Decode steps whose rows are all sampled on the GPU replay a CUDA graph captured for their
+// padded batch size and KV-length bound (inputs at fixed addresses, cuda_step_inputs.h), so the
+// ~10 launches per layer cost one graph launch.
+//
 // The residual stream is fp32; GEMM inputs are bf16 with fp32 accumulation. Sizing the pool:
 // an explicit num_blocks, else kv_cache_memory_bytes, else gpu_memory_utilization x total GPU
 // memory minus what the process uses after weights, scratch and workspaces are allocated (vLLM's
@@ -45,6 +49,11 @@ struct CudaModelOptions {
   int32_t num_blocks = 0;          // > 0: exactly this many pool blocks (null block included)
   int64_t kv_cache_memory_bytes = 0;   // > 0: the pool's size in bytes
   double gpu_memory_utilization = 0.9; // else: this share of the GPU for everything
+  int64_t max_model_len = 0;       // longest sequence (sizes the graph inputs); 0 = the model's
+  // Off: decode steps (one token per sequence, every row sampled on the GPU) are captured once
+  // per (padded batch size, KV-length bound) as CUDA graphs and replayed. On: every launch is
+  // issued each step (vLLM's --enforce-eager).
+  bool enforce_eager = false;
 };
 
 // Start-up figures, printed by the CLI and reported by benchmarks.

@@ -204,3 +204,131 @@ Result<const int32_t*> CudaStepInputs::upload_block_pairs(std::span<const kv::Bl
 }
 
 }  // namespace strata::model
+
+namespace strata::model {
+namespace {
+
+// The fixed layout's byte offsets for s sequences (= tokens) and n block ids.
+struct FixedLayout {
+  size_t ids, pos, q_indptr, kv_indptr, kv_indices, last_len, slots, rows, temp, top_k, top_p,
+      min_p, seeds, total;
+  FixedLayout(size_t s, size_t n) {
+    size_t at = 0;
+    auto take = [&at](size_t bytes) {
+      const size_t here = at;
+      at = align16(at + bytes);
+      return here;
+    };
+    ids = take(s * 4);
+    pos = take(s * 4);
+    q_indptr = take((s + 1) * 4);
+    kv_indptr = take((s + 1) * 4);
+    kv_indices = take(n * 4);
+    last_len = take(s * 4);
+    slots = take(s * 8);
+    rows = take(s * 4);
+    temp = take(s * 4);
+    top_k = take(s * 4);
+    top_p = take(s * 4);
+    min_p = take(s * 4);
+    seeds = take(s * 8);
+    total = at;
+  }
+};
+
+}  // namespace
+
+Result<CudaStepInputs> CudaStepInputs::create_fixed(int32_t max_num_seqs, int32_t max_blocks_per_seq) {
+  CudaStepInputs in;
+  const FixedLayout l(static_cast<size_t>(max_num_seqs),
+                      static_cast<size_t>(max_num_seqs) * static_cast<size_t>(max_blocks_per_seq));
+  STRATA_RETURN_IF_ERROR(in.reserve(l.total));
+  in.fixed_seqs_ = max_num_seqs;
+  in.fixed_blocks_per_seq_ = max_blocks_per_seq;
+  return in;
+}
+
+bool CudaStepInputs::fits_fixed(const ForwardBatch& b) const {
+  const int32_t n = b.layout.num_seqs;
+  if (fixed_seqs_ == 0 || n > fixed_seqs_ || !b.logits_rows.empty() ||
+      static_cast<int32_t>(b.token_ids.size()) != n || static_cast<int32_t>(b.sample_rows.size()) != n) {
+    return false;
+  }
+  for (int32_t s = 0; s < n; ++s) {
+    if (b.sample_rows[static_cast<size_t>(s)] != s || b.q_indptr[static_cast<size_t>(s) + 1] != s + 1 ||
+        b.layout.num_blocks(s) > fixed_blocks_per_seq_) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& b,
+                                                            int32_t padded_seqs, int32_t kv_bound,
+                                                            cudaStream_t stream) {
+  const auto cap = static_cast<size_t>(fixed_seqs_);
+  const FixedLayout l(cap, cap * static_cast<size_t>(fixed_blocks_per_seq_));
+  const auto n = static_cast<size_t>(b.layout.num_seqs);
+  const auto padded = static_cast<size_t>(padded_seqs);
+  std::byte* h = host_.get();
+  auto at = [h](size_t offset) { return h + offset; };
+  auto* ids = reinterpret_cast<int32_t*>(at(l.ids));
+  auto* pos = reinterpret_cast<int32_t*>(at(l.pos));
+  auto* q_indptr = reinterpret_cast<int32_t*>(at(l.q_indptr));
+  auto* kv_indptr = reinterpret_cast<int32_t*>(at(l.kv_indptr));
+  auto* last_len = reinterpret_cast<int32_t*>(at(l.last_len));
+  auto* slots = reinterpret_cast<int64_t*>(at(l.slots));
+  auto* rows = reinterpret_cast<int32_t*>(at(l.rows));
+  auto* temp = reinterpret_cast<float*>(at(l.temp));
+  auto* top_k = reinterpret_cast<int32_t*>(at(l.top_k));
+  auto* top_p = reinterpret_cast<float*>(at(l.top_p));
+  auto* min_p = reinterpret_cast<float*>(at(l.min_p));
+  auto* seeds = reinterpret_cast<uint64_t*>(at(l.seeds));
+  const auto nnz = static_cast<size_t>(b.layout.kv_indptr[n]);
+  std::memcpy(at(l.kv_indices), b.layout.kv_indices, nnz * 4);
+  q_indptr[0] = 0;
+  kv_indptr[0] = 0;
+  for (size_t s = 0; s < padded; ++s) {
+    const bool real = s < n;
+    ids[s] = real ? b.token_ids[s] : 0;
+    pos[s] = real ? b.positions[s] : 0;
+    q_indptr[s + 1] = static_cast<int32_t>(s + 1);
+    kv_indptr[s + 1] = real ? b.layout.kv_indptr[s + 1] : static_cast<int32_t>(nnz);
+    last_len[s] = real ? b.layout.kv_last_page_len[s] : 1;
+    slots[s] = real ? b.slot_mapping[s] : -1;
+    rows[s] = static_cast<int32_t>(s);
+    const DeviceSampleSpec spec = real ? b.sample_specs[s] : DeviceSampleSpec{.temperature = 0.0f};
+    temp[s] = spec.temperature;
+    top_k[s] = spec.top_k;
+    top_p[s] = spec.top_p;
+    min_p[s] = spec.min_p;
+    seeds[s] = spec.seed;
+  }
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), l.total, cudaMemcpyHostToDevice,
+                                    stream));
+  const std::byte* d = static_cast<const std::byte*>(device_.data());
+  Device out;
+  out.token_ids = reinterpret_cast<const int32_t*>(d + l.ids);
+  out.positions = reinterpret_cast<const int32_t*>(d + l.pos);
+  out.q_indptr = reinterpret_cast<const int32_t*>(d + l.q_indptr);
+  out.slot_mapping = reinterpret_cast<const int64_t*>(d + l.slots);
+  out.logits_rows = reinterpret_cast<const int32_t*>(d + l.rows);
+  out.temperature = reinterpret_cast<const float*>(d + l.temp);
+  out.top_k = reinterpret_cast<const int32_t*>(d + l.top_k);
+  out.top_p = reinterpret_cast<const float*>(d + l.top_p);
+  out.min_p = reinterpret_cast<const float*>(d + l.min_p);
+  out.seeds = reinterpret_cast<const uint64_t*>(d + l.seeds);
+  out.layout.kv_indptr = reinterpret_cast<const int32_t*>(d + l.kv_indptr);
+  out.layout.kv_indices = reinterpret_cast<const int32_t*>(d + l.kv_indices);
+  out.layout.kv_last_page_len = reinterpret_cast<const int32_t*>(d + l.last_len);
+  out.layout.num_seqs = padded_seqs;
+  out.layout.block_size = b.layout.block_size;
+  out.num_tokens = padded_seqs;
+  out.num_logits_rows = 0;
+  out.num_sample_rows = padded_seqs;
+  out.max_q_len = 1;
+  out.max_kv_len = kv_bound;
+  return out;
+}
+
+}  // namespace strata::model

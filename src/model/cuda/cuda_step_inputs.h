@@ -56,7 +56,20 @@ class CudaStepInputs {
   };
 
   static Result<CudaStepInputs> create(int32_t max_num_tokens, int32_t max_num_seqs);
+  // Inputs for CUDA graphs: every array at a fixed device address for up to max_num_seqs
+  // one-token sequences of up to max_blocks_per_seq blocks each (never reallocated).
+  static Result<CudaStepInputs> create_fixed(int32_t max_num_seqs, int32_t max_blocks_per_seq);
   CudaStepInputs() = default;
+
+  // A decode step a graph can replay: one new token per sequence, every row sampled on the device
+  // (sample row i = token i), no logits rows, within the fixed capacity.
+  bool fits_fixed(const ForwardBatch& batch) const;
+  // Packs a batch that fits_fixed() into the fixed arrays, padded to padded_seqs sequences (a
+  // padded sequence has no blocks and one token whose slot is -1, sampled greedily), and copies
+  // it (asynchronous on stream). The pointers are the same on every call; max_kv_len is set to
+  // kv_bound, the graph's upper bound, which sizes the attention plan baked into the graph.
+  Result<Device> upload_fixed(const ForwardBatch& batch, int32_t padded_seqs, int32_t kv_bound,
+                              cudaStream_t stream);
 
   // Packs and copies a validated batch (asynchronous on stream; the pinned source stays
   // untouched until the next call).
@@ -75,6 +88,8 @@ class CudaStepInputs {
   std::unique_ptr<std::byte[], PinnedFree> host_;
   size_t host_bytes_ = 0;
   cuda::DeviceBuffer device_;
+  int32_t fixed_seqs_ = 0;        // create_fixed's capacity (0: not a fixed input set)
+  int32_t fixed_blocks_per_seq_ = 0;
 };
 
 }  // namespace strata::model
