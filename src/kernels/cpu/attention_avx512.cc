@@ -1,14 +1,6 @@
 #include "kernels/cpu/attention_avx512.h"
 
-#if defined(__x86_64__)
-// gcc 12's AVX-512 intrinsics start from _mm512_undefined_ps() (a self-initialized variable),
-// which its own -Wuninitialized reports once they are inlined; the warning is about the header.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/avx512_target.h"
 
 #include <algorithm>
 
@@ -18,8 +10,6 @@ namespace strata::cpu::detail {
 
 #if defined(__x86_64__)
 namespace {
-
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
 // H heads x V 16-channel vectors starting at channel c; `last` masks the final vector (the
 // head_dim % 16 tail, or all lanes). Each V load is shared by H heads.

@@ -1,14 +1,6 @@
 #include "kernels/cpu/elementwise_avx512.h"
 
-#if defined(__x86_64__)
-// gcc 12's AVX-512 intrinsics start from _mm512_undefined_ps() (a self-initialized variable),
-// which its own -Wuninitialized reports once they are inlined; the warning is about the header.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/avx512_target.h"
 
 #include <algorithm>
 
@@ -18,8 +10,6 @@ namespace strata::cpu::detail {
 
 #if defined(__x86_64__)
 namespace {
-
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
 STRATA_AVX512 inline __m512 exp16(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));

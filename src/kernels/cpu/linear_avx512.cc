@@ -1,15 +1,6 @@
 #include "kernels/cpu/linear_avx512.h"
 
-#if defined(__x86_64__)
-// gcc 12's AVX-512 intrinsics start from _mm512_undefined_ps() (a self-initialized variable),
-// which its own -Wuninitialized then reports once they are inlined; the warning is about the
-// header, not this file.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/avx512_target.h"
 
 #include <algorithm>
 
@@ -19,10 +10,6 @@ namespace strata::cpu::detail {
 
 #if defined(__x86_64__)
 namespace {
-
-// Per-function target: the library stays baseline x86-64; cpu_isa.cc checks these features
-// before this path is chosen.
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
 constexpr int kRows = 4;                    // rows of x per register tile
 constexpr int kCols = kAvx512TileCols;      // rows of W per register tile (4 x 6 = 24 accumulators)
