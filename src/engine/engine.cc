@@ -331,8 +331,7 @@ const EngineConfig& Engine::config() const { return impl_->config_; }
 int32_t Engine::vocab_size() const { return impl_->vocab_size(); }
 const model::ModelConfig& Engine::model_config() const { return impl_->runner_->config(); }
 int64_t Engine::kv_bytes_per_token() const {
-  const kv::KvLayout& l = impl_->runner_->kv_layout();
-  return l.block_bytes() / l.block_size();
+  return impl_->runner_->kv_layout().spec().bytes_per_token();
 }
 int32_t Engine::num_blocks() const { return impl_->runner_->num_blocks(); }
 int64_t Engine::weight_bytes() const { return impl_->runner_->weight_bytes(); }

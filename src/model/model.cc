@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -9,6 +10,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
+#include "model/forward_batch_check.h"
 #include "model/rope.h"
 
 namespace strata::model {
@@ -82,30 +84,15 @@ void Model::Scratch::resize(const ModelConfig& c, int64_t num_tokens) {
 }
 
 Status Model::validate(const ForwardBatch& b, const kv::HostKvBuffer& kv, size_t logits_size) const {
-  const size_t num_tokens = b.token_ids.size();
-  if (num_tokens == 0) return Status::InvalidArgument("forward: empty batch");
-  if (b.positions.size() != num_tokens || b.slot_mapping.size() != num_tokens) {
-    return Status::InvalidArgument("forward: positions and slot mapping must have one entry per token");
-  }
-  if (b.q_indptr.size() != static_cast<size_t>(b.layout.num_seqs) + 1 ||
-      b.q_indptr.front() != 0 || static_cast<size_t>(b.q_indptr.back()) != num_tokens) {
-    return Status::InvalidArgument("forward: q_indptr does not cover the batch's tokens");
-  }
   if (!b.sample_rows.empty()) {
     return Status::InvalidArgument("forward: the CPU backend samples on the host (no sample rows)");
   }
   if (b.layout.block_size != kv.layout().block_size()) {
     return Status::InvalidArgument("forward: paged layout and KV buffer disagree on block size");
   }
-  for (int32_t row : b.logits_rows) {
-    if (row < 0 || static_cast<size_t>(row) >= num_tokens) {
-      return Status::OutOfRange("forward: logits row " + std::to_string(row) + " outside the batch");
-    }
-  }
-  if (logits_size != b.logits_rows.size() * static_cast<size_t>(config_.vocab_size)) {
-    return Status::InvalidArgument("forward: logits buffer must be [logits_rows, vocab]");
-  }
-  return Status::Ok();
+  constexpr int32_t kUnbounded = std::numeric_limits<int32_t>::max();  // no fixed scratch here
+  return validate_step_batch(b, config_.vocab_size, kv.num_blocks(), kUnbounded, kUnbounded,
+                             logits_size, /*num_sampled=*/0);
 }
 
 Status Model::forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span<float> logits,

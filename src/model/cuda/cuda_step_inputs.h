@@ -2,8 +2,8 @@
 // CudaStepInputs: the per-step index arrays of a ForwardBatch (token ids, positions, query and
 // KV indptr, block ids, last-block lengths, slot mapping, logits rows) packed into one pinned
 // host buffer and sent to the device in one copy, and the host-side validation that must pass
-// first: the device trusts these values, so an id outside the vocabulary or a block outside the
-// pool would read or write another request's memory.
+// first (model/forward_batch_check.h): the device trusts these values, so an id outside the
+// vocabulary or a block outside the pool would read or write another request's memory.
 //
 // Owns a pinned host buffer and a device buffer that grow when a batch needs more (rare: their
 // size is set for max_num_tokens and max_num_seqs and a typical block table). Not thread-safe;
@@ -19,17 +19,10 @@
 #include "core/status.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kv/kv_cache_manager.h"
+#include "model/forward_batch_check.h"
 #include "model/model.h"
 
 namespace strata::model {
-
-// InvalidArgument / OutOfRange for an inconsistent batch: sizes, q_indptr, a token id outside
-// [0, vocab), a negative position, a block id outside [0, num_blocks), a slot outside the pool
-// (or -1), more than max_num_tokens tokens or max_num_seqs sequences, a q_len above its kv_len,
-// a logits buffer that is not [logits_rows, vocab].
-Status validate_step_batch(const ForwardBatch& batch, int64_t vocab, int32_t num_blocks,
-                           int32_t max_num_tokens, int32_t max_num_seqs, size_t logits_size,
-                           size_t num_sampled);
 
 class CudaStepInputs {
  public:

@@ -1,0 +1,78 @@
+#include "model/forward_batch_check.h"
+
+#include <string>
+
+namespace strata::model {
+
+Status validate_step_batch(const ForwardBatch& b, int64_t vocab, int32_t num_blocks,
+                           int32_t max_num_tokens, int32_t max_num_seqs, size_t logits_size,
+                           size_t num_sampled) {
+  const size_t num_tokens = b.token_ids.size();
+  const int32_t num_seqs = b.layout.num_seqs;
+  if (num_tokens == 0) return Status::InvalidArgument("forward: empty batch");
+  if (num_tokens > static_cast<size_t>(max_num_tokens) || num_seqs > max_num_seqs) {
+    return Status::InvalidArgument("forward: " + std::to_string(num_tokens) + " tokens in " +
+                                   std::to_string(num_seqs) + " sequences exceed the GPU step's " +
+                                   std::to_string(max_num_tokens) + " / " +
+                                   std::to_string(max_num_seqs));
+  }
+  if (b.positions.size() != num_tokens || b.slot_mapping.size() != num_tokens) {
+    return Status::InvalidArgument("forward: positions and slot mapping must have one entry per token");
+  }
+  if (num_seqs < 1 || b.q_indptr.size() != static_cast<size_t>(num_seqs) + 1 ||
+      b.q_indptr.front() != 0 || static_cast<size_t>(b.q_indptr.back()) != num_tokens) {
+    return Status::InvalidArgument("forward: q_indptr does not cover the batch's tokens");
+  }
+  if (b.layout.kv_indptr == nullptr || b.layout.kv_indptr[0] != 0) {
+    return Status::InvalidArgument("forward: kv_indptr must start at 0");
+  }
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const int32_t q_len = b.q_indptr[s + 1] - b.q_indptr[s];
+    const int32_t first = b.layout.kv_indptr[s];
+    const int32_t last = b.layout.kv_indptr[s + 1];
+    if (q_len < 0 || last < first) return Status::InvalidArgument("forward: indptr not monotone");
+    if (last > first && (b.layout.kv_last_page_len[s] < 1 ||
+                         b.layout.kv_last_page_len[s] > b.layout.block_size)) {
+      return Status::InvalidArgument("forward: last block length outside 1..block_size");
+    }
+    if (q_len > b.layout.kv_len(s)) {
+      return Status::InvalidArgument("forward: a sequence has more new tokens than KV positions");
+    }
+    for (int32_t i = first; i < last; ++i) {
+      if (b.layout.kv_indices[i] < 0 || b.layout.kv_indices[i] >= num_blocks) {
+        return Status::OutOfRange("forward: block id " + std::to_string(b.layout.kv_indices[i]) +
+                                  " outside the pool");
+      }
+    }
+  }
+  const int64_t num_slots = static_cast<int64_t>(num_blocks) * b.layout.block_size;
+  for (size_t t = 0; t < num_tokens; ++t) {
+    if (b.token_ids[t] < 0 || b.token_ids[t] >= vocab) {
+      return Status::OutOfRange("forward: token id " + std::to_string(b.token_ids[t]) +
+                                " outside the vocabulary");
+    }
+    if (b.positions[t] < 0) return Status::InvalidArgument("forward: negative position");
+    if (b.slot_mapping[t] < -1 || b.slot_mapping[t] >= num_slots) {
+      return Status::OutOfRange("forward: slot outside the pool");
+    }
+  }
+  for (const auto& rows : {b.logits_rows, b.sample_rows}) {
+    for (int32_t row : rows) {
+      if (row < 0 || static_cast<size_t>(row) >= num_tokens) {
+        return Status::OutOfRange("forward: logits row " + std::to_string(row) + " outside the batch");
+      }
+    }
+  }
+  if (b.sample_specs.size() != b.sample_rows.size() || num_sampled != b.sample_rows.size()) {
+    return Status::InvalidArgument("forward: one sampling spec and one output per sample row");
+  }
+  if (b.logits_rows.size() + b.sample_rows.size() > num_tokens) {
+    return Status::InvalidArgument("forward: more logits and sample rows than tokens");
+  }
+  if (logits_size != b.logits_rows.size() * static_cast<size_t>(vocab)) {
+    return Status::InvalidArgument("forward: logits buffer must be [logits_rows, vocab]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace strata::model
