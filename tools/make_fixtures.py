@@ -142,6 +142,15 @@ def to_v4_config(path):
         json.dump(cfg, f, indent=2, sort_keys=True)
 
 
+def save_reference(path, tensors, knockouts, num_prompts, summary):
+    """Writes reference.safetensors (with the versions that made it) and prints the summary."""
+    meta = {"knockouts": ",".join(knockouts), "num_prompts": str(num_prompts),
+            "transformers": transformers.__version__, "torch": torch.__version__}
+    save_file(tensors, os.path.join(path, "reference.safetensors"), metadata=meta)
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
 def write_fixture(out_dir, name, model, knockouts, seed, lengths=(300, 317), shard=None,
                   save_dtype=None, v4_config=False):
     path = os.path.join(out_dir, name)
@@ -191,11 +200,7 @@ def write_fixture(out_dir, name, model, knockouts, seed, lengths=(300, 317), sha
         if diff < KNOCKOUT_FACTOR * TOLERANCE:
             raise RuntimeError(f"{name}: knock-out {kind} differs by only {diff:.3g}")
         tensors[f"knockout.{kind}.0"] = ko.to(torch.float32).contiguous()
-    meta = {"knockouts": ",".join(knockouts), "num_prompts": str(len(prompts)),
-            "transformers": transformers.__version__, "torch": torch.__version__}
-    save_file(tensors, os.path.join(path, "reference.safetensors"), metadata=meta)
-    print(json.dumps(summary), flush=True)
-    return summary
+    return save_reference(path, tensors, knockouts, len(prompts), summary)
 
 
 COMMON = dict(vocab_size=160, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -31,9 +31,8 @@ import shutil
 
 import torch
 import transformers
-from safetensors.torch import save_file
 
-from make_fixtures import build, knock_out, prompts_for
+from make_fixtures import build, knock_out, prompts_for, save_reference
 
 KNOCKOUT_FACTOR = 10.0
 
@@ -79,11 +78,7 @@ def write_fixture(out_dir, name, model, knockouts, seed, lengths):
         if ratio < KNOCKOUT_FACTOR:
             raise RuntimeError(f"{name}: knock-out {kind} is only {ratio:.3g}x the bf16 error")
         tensors[f"knockout.{kind}.0"] = ko.to(torch.float32).contiguous()
-    meta = {"knockouts": ",".join(knockouts), "num_prompts": str(len(prompts)),
-            "transformers": transformers.__version__, "torch": torch.__version__}
-    save_file(tensors, os.path.join(path, "reference.safetensors"), metadata=meta)
-    print(json.dumps(summary), flush=True)
-    return summary
+    return save_reference(path, tensors, knockouts, len(prompts), summary)
 
 
 COMMON = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
