@@ -116,16 +116,18 @@ cmd_build() {
   # Every instance, head dims 96 and 256 included, is built and tested on the GPU.
   cmake -S "$CARRY/project" -B "$CARRY/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DSTRATA_CUDA_EXTRA_HEAD_DIMS=ON >/dev/null
-  ninja -C "$CARRY/build" -j "$JOBS" strata_kernels_cuda_test strata_decode_bench strata_prefill_bench
+  ninja -C "$CARRY/build" -j "$JOBS" strata_kernels_cuda_test strata_decode_bench strata_prefill_bench \
+    strata_model_ops_bench
   mkdir -p "$CARRY/bin"
   cp "$CARRY/build/tests_kernels_cuda/strata_kernels_cuda_test" "$CARRY/bin/"
   cp "$CARRY/build/bench_cuda/strata_decode_bench" "$CARRY/build/bench_cuda/strata_prefill_bench" \
-    "$CARRY/bin/"
+    "$CARRY/build/bench_cuda/strata_model_ops_bench" "$CARRY/bin/"
   cp "$ROOT/tools/bench_decode_torch.py" "$CARRY/bin/"
   build_engine
   local gpu_paths=(src/kernels/cuda tests/kernels/cuda bench/cuda src/model/cuda tests/model)
   {
     echo "commit=$(git -C "$ROOT" rev-parse HEAD)"
+    echo "root=$ROOT"
     echo "kernels_tree=$(kernels_tree_hash)"
     echo "model_cuda_tree=$(model_cuda_tree_hash)"
     if git -C "$ROOT" diff --quiet HEAD -- "${gpu_paths[@]}" &&
@@ -140,7 +142,8 @@ cmd_build() {
   # The binaries carry CUDA fat binaries; with the tree they exceed what one call to the GPU
   # machine may upload, so they travel stripped and xz-packed (about 6 MB).
   strip "$CARRY/bin/strata" "$CARRY/bin/model_cuda_model_test" "$CARRY/bin/engine_cuda_engine_test" \
-    "$CARRY/bin/strata_kernels_cuda_test" "$CARRY/bin/strata_decode_bench" "$CARRY/bin/strata_prefill_bench"
+    "$CARRY/bin/strata_kernels_cuda_test" "$CARRY/bin/strata_decode_bench" "$CARRY/bin/strata_prefill_bench" \
+    "$CARRY/bin/strata_model_ops_bench"
   mkdir -p "$ROOT/.devcarry/gpu-pack"
   tar cf - -C "$CARRY" bin | xz -6 -T2 >"$ROOT/.devcarry/gpu-pack/bin.tar.xz"
   du -sh "$CARRY/bin" "$ROOT/.devcarry/gpu-pack/bin.tar.xz"
@@ -152,7 +155,7 @@ cmd_build() {
 step() {
   local name="$1" log="$2" limit="$3"
   shift 3
-  case " ${GPU_CHECK_STEPS:-tests bench prefill torch engine_tests engine_bench memcheck racecheck} " in
+  case " ${GPU_CHECK_STEPS:-tests bench prefill ops torch engine_tests engine_bench memcheck racecheck} " in
     *" $name "*) ;;
     *) return 0 ;;
   esac
@@ -181,11 +184,15 @@ cmd_run() {
   step tests tests "${GPU_CHECK_TEST_LIMIT:-180}" "$bin/strata_kernels_cuda_test" --gtest_brief=1
   step bench bench 100 "$bin/strata_decode_bench" --json "$OUT/bench.json"
   step prefill bench 60 "$bin/strata_prefill_bench"
+  step ops bench 120 "$bin/strata_model_ops_bench"
   step torch torch 150 env PYTHONUNBUFFERED=1 python3 "$bin/bench_decode_torch.py" --json "$OUT/torch.json"
   # The GPU engine. The model test reads its fixtures from the path compiled in on the CPU
-  # machine (/work/main/tests/data): point that path at this checkout.
+  # machine (the checkout it was built in, ROOT/tests/data): point that path at this checkout.
   export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-  [ -e /work/main ] || { mkdir -p /work && ln -s "$ROOT" /work/main; }
+  local built_root
+  built_root="$(sed -n 's/^root=//p' "$bin/build-info.txt")"
+  built_root="${built_root:-/work/main}"
+  [ -e "$built_root" ] || { mkdir -p "$(dirname "$built_root")" && ln -s "$ROOT" "$built_root"; }
   step engine_tests engine "${GPU_CHECK_ENGINE_TEST_LIMIT:-240}" \
     bash -c '"$1/model_cuda_model_test" --gtest_brief=1; a=$?; "$1/engine_cuda_engine_test" --gtest_brief=1; exit $((a | $?))' _ "$bin"
   step engine_bench engine "${GPU_CHECK_ENGINE_BENCH_LIMIT:-420}" bash "$bin/gpu_engine_bench.sh" "$bin" "$OUT/engine.json"
@@ -257,6 +264,7 @@ lines.append(f"| GPU engine benchmarks (`tools/gpu_engine_bench.sh`) | {status.g
 f = f + ef
 lines.append(f"| decode benchmark | {status.get('bench', '?')} | see below |")
 lines.append(f"| prefill benchmark | {status.get('prefill', '?')} | see below |")
+lines.append(f"| model ops and projections (`strata_model_ops_bench`) | {status.get('ops', '?')} | in the run's bench.log |")
 lines.append(f"| PyTorch SDPA comparison | {status.get('torch', '?')} | see below |")
 if f:
     lines += ["", "Failed tests: " + ", ".join(f"`{x}`" for x in f)]
@@ -327,9 +335,14 @@ if engine:
         lines.append(f"| (same) against the roofline | {off['output_tokens_per_s']:.0f} | {roof:.0f} | {off['output_tokens_per_s'] / roof:.2f} |")
     dec = run("decode")
     if dec and bw:
-        ms = dec["tpot_s"]["p50"] * 1e3
+        # Steady state: the median gap between tokens. The request's mean time per output token
+        # also carries one-time work (the CUDA graph of the next KV-length bucket is captured at
+        # the step that first needs it), so it is shown beside it.
+        ms = dec["inter_token_latency_s"]["p50"] * 1e3
+        mean_ms = dec["tpot_s"]["p50"] * 1e3
         floor_ms = wb / bw * 1e3
-        lines.append(f"| batch-1 decode, 1K context, ms per token (p50) | {ms:.2f} | weights / bandwidth {floor_ms:.2f} | {ms / floor_ms:.2f}x |")
+        lines.append(f"| batch-1 decode, 1K context, ms per token (inter-token p50) | {ms:.2f} | weights / bandwidth {floor_ms:.2f} | {ms / floor_ms:.2f}x |")
+        lines.append(f"| (same request) mean ms per output token, one-time graph captures included | {mean_ms:.2f} | {floor_ms:.2f} | {mean_ms / floor_ms:.2f}x |")
     tt = run("ttft")
     pp = peers.get("prefill", {})
     if tt and pp:

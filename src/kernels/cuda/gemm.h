@@ -6,8 +6,9 @@
 // a and w are BF16, row-major (w is the checkpoint's [out_features, in_features] layout, so this
 // is a * w^T); accumulation is fp32; d is BF16 or F32. `accumulate` adds into d (beta = 1), which
 // the runner uses to add o_proj and down_proj outputs straight into the fp32 residual. Precision:
-// an F32 d is rounded once; a BF16 d once without accumulate, but with accumulate cuBLASLt
-// rounds the product to bf16 before adding d (two roundings, up to 1 ulp): accumulate into F32.
+// an F32 d is rounded once; a BF16 d once for a plain product, but cuBLASLt may round the product
+// to bf16 before adding d (accumulate) or the bias (seen at m 7, n 1030): two roundings, up to
+// 1 ulp. Accumulate into F32.
 // The bias goes through cuBLASLt's bias epilogue; for an F32 d, whose bf16 bias cuBLASLt 13.0
 // does not take there, a small kernel adds it after the product (one more launch).
 //
