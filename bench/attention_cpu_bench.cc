@@ -28,7 +28,8 @@ void BM_PagedDecodeAttentionCpu(benchmark::State& state) {
   const int32_t blocks_per_seq = (kv_len + block_size - 1) / block_size;
   const int32_t num_blocks = num_seqs * blocks_per_seq + 1;
   // Random bits, not zeros (METHOD.md): F32/BF16/F16 patterns drawn from a fixed-seed LCG, with
-  // the exponent bits masked so that every value is finite and moderate.
+  // the exponent bits masked so that every value is finite and moderate. FP8/INT8 pools read the
+  // same bytes as codes and fp16 scales (scales finite; some fp8 codes are NaN: timing only).
   std::vector<uint8_t> pool_bytes(static_cast<size_t>(kv_layout.pool_bytes(num_blocks)));
   uint64_t lcg = 0x9e3779b97f4a7c15ull;
   for (size_t i = 0; i + 1 < pool_bytes.size(); i += 2) {
@@ -60,7 +61,9 @@ void BM_PagedDecodeAttentionCpu(benchmark::State& state) {
     if (!paged_attention(p, pool).ok()) state.SkipWithError("paged_attention failed");
     benchmark::DoNotOptimize(out.data());
   }
-  const double kv_bytes = 2.0 * num_seqs * kv_len * num_kv_heads * head_dim * dtype_size(dtype);
+  // Bytes read: codes plus INT8's per-token scales (kv_layout.h).
+  const double kv_bytes = 2.0 * num_seqs * kv_len * num_kv_heads *
+                          (head_dim * dtype_size(dtype) + kv::kv_token_scale_bytes(dtype));
   state.counters["GB/s"] = benchmark::Counter(
       kv_bytes * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
@@ -70,6 +73,9 @@ BENCHMARK(BM_PagedDecodeAttentionCpu)
     ->Args({4096, 1, static_cast<int64_t>(DType::kF32)})
     ->Args({4096, 1, static_cast<int64_t>(DType::kBF16)})
     ->Args({1024, 8, static_cast<int64_t>(DType::kBF16)})
+    ->Args({4096, 1, static_cast<int64_t>(DType::kF8E4M3)})
+    ->Args({4096, 1, static_cast<int64_t>(DType::kI8)})
+    ->Args({1024, 8, static_cast<int64_t>(DType::kI8)})
     ->UseRealTime();
 
 // out[m, n] = x[m, k] W[n, k]^T: m = 1 is a decode step (bandwidth bound), m = 64 a prefill chunk.

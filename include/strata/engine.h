@@ -78,8 +78,14 @@ struct EngineConfig {
   double gpu_memory_utilization = 0.9;
   // GPU: issue every launch each step instead of replaying decode steps from CUDA graphs.
   bool enforce_eager = false;
-  // F32, BF16 or F16 on the CPU. The GPU keeps KV in bf16 (F32, the default, means bf16 there).
+  // KV cache element type (--kv-cache-dtype; docs/kv-quant.md). CPU: F32, BF16, F16, F8E4M3,
+  // F8E5M2 (per-layer static scales) or I8 (a dynamic scale per token and KV head). The GPU keeps
+  // KV in bf16 (F32, the default, means bf16 there) and refuses the quantized dtypes for now.
   DType kv_dtype = DType::kF32;
+  // FP8 KV scales: compute them at start-up from a calibration pass (overrides the checkpoint's),
+  // or accept 1.0 when neither exists (otherwise creation fails: see engine/kv_scales_setup.h).
+  bool calculate_kv_scales = false;
+  bool allow_unit_kv_scales = false;
   bool enable_prefix_caching = true;
   std::string tenant_salt_secret;      // key of the per-tenant salts; empty = random
   KvAllocatorKind allocator = KvAllocatorKind::kPaged;
@@ -205,6 +211,12 @@ class Engine {
   // KV bytes per token of the pool (all layers, K and V), and the pool's size in blocks (the
   // null block included): what start-up prints and /metrics reports.
   int64_t kv_bytes_per_token() const;
+  // Of which per-token scales (I8), and the pool's element type (after the GPU's F32 -> BF16).
+  int64_t kv_scale_bytes_per_token() const;
+  DType kv_dtype() const;
+  // Where the FP8 scales came from ("checkpoint k_scale/v_scale", "calculated over N calibration
+  // tokens", "1.0 (--allow-unit-kv-scales)"); empty for other dtypes.
+  const std::string& kv_scales_source() const;
   int32_t num_blocks() const;
   int64_t weight_bytes() const;
   Device device() const;

@@ -2,6 +2,17 @@
 // Element types of tensors and KV caches, with their sizes and the scalar conversions the CPU
 // kernels use. bf16 and fp16 are stored as raw 16-bit patterns (uint16_t) so host code needs no
 // compiler extension; conversions to fp32 are exact, conversions from fp32 round to nearest even.
+//
+// fp8 (OCP 8-bit floating point, the formats of NVIDIA's __nv_fp8_e4m3 / __nv_fp8_e5m2) is
+// stored as raw uint8_t codes:
+//   e4m3 ("E4M3FN"): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities; S.1111.111 is
+//                    NaN; largest finite +-448; smallest subnormal 2^-9.
+//   e5m2:            1 sign, 5 exponent (bias 15), 2 mantissa bits; IEEE-like (inf 0x7C/0xFC,
+//                    NaN exponent 31 with a non-zero mantissa); largest finite +-57344; smallest
+//                    subnormal 2^-16.
+// fp8 -> fp32 is exact (a 256-entry table). fp32 -> fp8 rounds to nearest even and saturates:
+// any value beyond the largest finite (infinities included) becomes +-max, like CUDA's
+// __NV_SATFINITE; NaN becomes the sign-preserving NaN code 0x7F / 0xFF.
 
 #include <cstdint>
 #include <cstring>
@@ -90,5 +101,15 @@ inline float f16_to_f32(uint16_t h) {
 }
 
 uint16_t f32_to_f16(float f);
+
+// The 256 fp32 values of the fp8 codes (index = code), exact; NaN codes give a quiet NaN.
+const float* fp8_e4m3_table();
+const float* fp8_e5m2_table();
+inline float fp8_e4m3_to_f32(uint8_t code) { return fp8_e4m3_table()[code]; }
+inline float fp8_e5m2_to_f32(uint8_t code) { return fp8_e5m2_table()[code]; }
+uint8_t f32_to_fp8_e4m3(float f);
+uint8_t f32_to_fp8_e5m2(float f);
+inline constexpr float kFp8E4M3Max = 448.0f;
+inline constexpr float kFp8E5M2Max = 57344.0f;
 
 }  // namespace strata

@@ -21,6 +21,15 @@
 //     | head 1: ...                                                               |  head_stride apart
 //
 // A slot (= block_id * block_size + offset) names one token position in the pool.
+//
+// Quantized caches (docs/kv-quant.md; the view's dtype says which, kernels dispatch on it):
+//   F8E4M3 / F8E5M2  codes; real = fp8_to_f32(code) * k_scale (K) or * v_scale (V): one static
+//                    fp32 scale per layer and tensor, carried in the view itself
+//   I8               codes in [-127, 127]; real = code * s, s = the fp16 scale of that token's
+//                    K (or V) row of that KV head, stored in the pool after the layer's V:
+//
+//   k_scale_data + block_id * scale_block_stride
+//     | head 0: s(token 0) .. s(token block_size-1) | head 1: ... |   fp16, scale_head_stride apart
 
 #include <cstdint>
 
@@ -62,6 +71,19 @@ struct PagedKvCacheView {
   int32_t head_dim = 0;
   int32_t block_size = 0;
   DType dtype = DType::kF32;
+
+  // F8E4M3 / F8E5M2: the layer's static dequantization scales (real = fp8 value * scale).
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+  // I8: per-token scales, fp16 bit patterns (uint16_t); null for every other dtype.
+  void* k_scale_data = nullptr;    // this layer's K scales in block 0: [num_kv_heads][block_size]
+  void* v_scale_data = nullptr;    // this layer's V scales in block 0
+  int64_t scale_block_stride = 0;  // fp16 scales between blocks b and b + 1 (= block bytes / 2)
+  int64_t scale_head_stride = 0;   // fp16 scales between KV heads inside a block (= block_size)
+
+  int64_t scale_offset(int32_t block_id, int32_t kv_head, int32_t token_in_block) const {
+    return block_id * scale_block_stride + kv_head * scale_head_stride + token_in_block;
+  }
 
   int64_t offset(int32_t block_id, int32_t kv_head, int32_t token_in_block) const {
     return block_id * block_stride + kv_head * head_stride + token_in_block * token_stride;

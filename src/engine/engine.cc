@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/engine_impl.h"
 #include "engine/generator.h"
+#include "engine/kv_scales_setup.h"
 #include "kv/block_hash.h"
 #include "kv/kv_accounting.h"
 #include "model/cpu_model_runner.h"
@@ -23,6 +24,28 @@ bool RequestState::all_finished() const {
   if (!forked && request.n > 1 && !cancelled) return false;
   return std::all_of(seqs.begin(), seqs.end(), [](const auto& s) { return s->finished; });
 }
+
+namespace {
+
+bool is_float_kv_dtype(DType d) {
+  return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
+}
+
+// The CPU pool's layout, FP8 scales resolved (engine/kv_scales_setup.h).
+Result<kv::KvLayout> cpu_kv_layout(const EngineConfig& c, model::Model& model, ThreadPool& pool,
+                                   std::string* scales_source) {
+  const Result<engine::ResolvedKvScales> scales = engine::resolve_kv_scales(
+      engine::KvScalesOptions{.kv_dtype = c.kv_dtype,
+                              .calculate_kv_scales = c.calculate_kv_scales,
+                              .allow_unit_kv_scales = c.allow_unit_kv_scales,
+                              .model_dir = c.model_dir},
+      model, pool);
+  if (!scales.ok()) return scales.status();
+  if (!scales.value().scales.k.empty()) *scales_source = scales.value().source;
+  return kv::KvLayout(model.kv_spec(c.kv_dtype), c.block_size, scales.value().scales);
+}
+
+}  // namespace
 
 Status EngineImpl::validate_config(const EngineConfig& c) {
   if (std::find(engine::kSupportedBlockSizes.begin(), engine::kSupportedBlockSizes.end(),
@@ -40,8 +63,15 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   if (!(c.watermark >= 0.0 && c.watermark < 1.0)) {
     return Status::InvalidArgument("watermark must be in [0, 1)");
   }
-  if (c.kv_dtype != DType::kF32 && c.kv_dtype != DType::kBF16 && c.kv_dtype != DType::kF16) {
-    return Status::InvalidArgument("the CPU KV cache holds f32, bf16 or f16");
+  if (!kv::is_kv_pool_dtype(c.kv_dtype)) {
+    return Status::InvalidArgument("KV cache dtype " + std::string(dtype_name(c.kv_dtype)) +
+                                   " is not supported (F32, BF16, F16, F8_E4M3, F8_E5M2, I8)");
+  }
+  if (c.device == Device::kCuda && !is_float_kv_dtype(c.kv_dtype)) {
+    const std::string name(kv::kv_cache_dtype_name(*kv::kv_cache_dtype_of(c.kv_dtype)));
+    return Status::Unsupported("--kv-cache-dtype " + name +
+                               " is not supported on --device cuda yet (CPU only; the GPU keeps "
+                               "bfloat16 KV)");
   }
   if (c.swap_space_bytes < 0) return Status::InvalidArgument("swap space must not be negative");
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
@@ -278,6 +308,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   try {
     std::unique_ptr<ThreadPool> pool;
     std::unique_ptr<model::ModelRunner> runner;
+    std::string scales_source;
     if (config.device == Device::kCuda) {
       runner = cuda_runner(config);
     } else {
@@ -289,12 +320,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       const Result<int32_t> blocks = EngineImpl::pool_blocks(config, *model);
       if (!blocks.ok()) return blocks.status();
       pool = std::make_unique<ThreadPool>(config.num_threads);
-      const kv::KvLayout layout(model->kv_spec(config.kv_dtype), config.block_size);
+      Result<kv::KvLayout> layout = cpu_kv_layout(config, *model, *pool, &scales_source);
+      if (!layout.ok()) return layout.status();
       model::Model& m = *model;
-      runner = std::make_unique<model::CpuModelRunner>(std::move(model), m, *pool, layout, *blocks);
+      runner = std::make_unique<model::CpuModelRunner>(std::move(model), m, *pool, layout.value(),
+                                                       *blocks);
     }
     Result<std::unique_ptr<EngineImpl>> impl = make_engine(std::move(pool), std::move(runner), config);
     if (!impl.ok()) return impl.status();
+    impl.value()->kv_scales_source_ = std::move(scales_source);
     return std::unique_ptr<Engine>(new Engine(std::move(impl).value()));
   } catch (const Error& e) {  // unusable files: checkpoint, tokenizer.json, no GPU
     return Status::InvalidArgument(e.what());
@@ -310,11 +344,15 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, ThreadPool& 
   const Result<int32_t> blocks = EngineImpl::pool_blocks(config, model);
   if (!blocks.ok()) return blocks.status();
   try {
-    const kv::KvLayout layout(model.kv_spec(config.kv_dtype), config.block_size);
+    std::string scales_source;
+    Result<kv::KvLayout> layout = cpu_kv_layout(config, model, pool, &scales_source);
+    if (!layout.ok()) return layout.status();
     Result<std::unique_ptr<EngineImpl>> impl = make_engine(
-        nullptr, std::make_unique<model::CpuModelRunner>(nullptr, model, pool, layout, *blocks),
+        nullptr,
+        std::make_unique<model::CpuModelRunner>(nullptr, model, pool, layout.value(), *blocks),
         config);
     if (!impl.ok()) return impl.status();
+    impl.value()->kv_scales_source_ = std::move(scales_source);
     return std::unique_ptr<Engine>(new Engine(std::move(impl).value()));
   } catch (const Error& e) {  // a malformed tokenizer.json
     return Status::InvalidArgument(e.what());
@@ -333,6 +371,12 @@ const model::ModelConfig& Engine::model_config() const { return impl_->runner_->
 int64_t Engine::kv_bytes_per_token() const {
   return impl_->runner_->kv_layout().spec().bytes_per_token();
 }
+int64_t Engine::kv_scale_bytes_per_token() const {
+  const kv::KvSpec& spec = impl_->runner_->kv_layout().spec();
+  return 2LL * spec.num_layers * spec.num_kv_heads * kv::kv_token_scale_bytes(spec.dtype);
+}
+DType Engine::kv_dtype() const { return impl_->runner_->kv_layout().spec().dtype; }
+const std::string& Engine::kv_scales_source() const { return impl_->kv_scales_source_; }
 int32_t Engine::num_blocks() const { return impl_->runner_->num_blocks(); }
 int64_t Engine::weight_bytes() const { return impl_->runner_->weight_bytes(); }
 Device Engine::device() const { return impl_->config_.device; }

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -62,6 +63,7 @@ class EngineImpl {
   EngineTotals totals_;
   std::unique_ptr<ThreadPool> owned_pool_;         // destroyed after the runner that uses it
   std::unique_ptr<model::ModelRunner> runner_;
+  std::string kv_scales_source_;  // FP8 only: where the static scales came from
 
   int32_t vocab_size() const { return static_cast<int32_t>(runner_->config().vocab_size); }
 

@@ -39,9 +39,14 @@ Status Generator::validate_config(const GeneratorConfig& config) {
   if (config.num_blocks < 0 || config.max_model_len < 0) {
     return Status::InvalidArgument("num_blocks and max_model_len must not be negative");
   }
-  if (config.kv_dtype != DType::kF32 && config.kv_dtype != DType::kBF16 &&
-      config.kv_dtype != DType::kF16) {
-    return Status::InvalidArgument("the CPU KV cache holds f32, bf16 or f16");
+  if (!kv::is_kv_pool_dtype(config.kv_dtype)) {
+    return Status::InvalidArgument("KV cache dtype " + std::string(dtype_name(config.kv_dtype)) +
+                                   " is not supported (F32, BF16, F16, F8_E4M3, F8_E5M2, I8)");
+  }
+  const bool fp8 = config.kv_dtype == DType::kF8E4M3 || config.kv_dtype == DType::kF8E5M2;
+  if (fp8 != !config.kv_scales.k.empty()) {
+    return Status::InvalidArgument(fp8 ? "an fp8 KV cache needs its per-layer scales"
+                                       : "KV scales are only for fp8 KV caches");
   }
   return Status::Ok();
 }
@@ -147,7 +152,8 @@ void Generator::prepare_cache(int32_t num_blocks) {
       .sliding_window = window_,
   });
   kv_ = std::make_unique<kv::HostKvBuffer>(
-      kv::KvLayout(model_.kv_spec(config_.kv_dtype), config_.block_size), num_blocks);
+      kv::KvLayout(model_.kv_spec(config_.kv_dtype), config_.block_size, config_.kv_scales),
+      num_blocks);
 }
 
 Status Generator::run(std::vector<Sequence>& seqs, int32_t num_blocks) {

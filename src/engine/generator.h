@@ -50,7 +50,9 @@ struct GeneratorConfig {
   int32_t num_blocks = 0;
   int32_t max_num_batched_tokens = 2048;  // prefill tokens per step (chunked prefill)
   int64_t max_model_len = 0;              // 0 = the model's max_position_embeddings
-  DType kv_dtype = DType::kF32;
+  DType kv_dtype = DType::kF32;           // kv::is_kv_pool_dtype
+  // FP8 KV: the per-layer static scales (engine::resolve_kv_scales); required for F8E4M3/F8E5M2.
+  kv::KvStaticScales kv_scales;
   std::vector<int32_t> eos_token_ids;     // the model's EOS ids (config and generation config)
   bool enable_prefix_caching = true;      // --no-enable-prefix-caching turns it off
   // Key of the per-tenant cache salts (kv::derive_tenant_salt); empty = a random one per engine.

@@ -8,8 +8,8 @@
 //   MLA:         bytes/token = layers x (kv_lora_rank + rope_head_dim) x bytes per element
 //                (one latent vector per token and layer, shared by K and V and by every head)
 //
-// Scales (fp16, 2 bytes each) of the quantized dtypes, as the representation layer will store
-// them after each layer's V (kv_layout.h):
+// Scales (fp16, 2 bytes each) of the quantized dtypes, as the representation layer stores them
+// after each layer's V (kv_layout.h, docs/kv-quant.md; int4 is planned, not stored yet):
 //   fp8 e4m3 / e5m2  one scale per tensor: nothing per token
 //   int8             one scale per token per KV head, for K and for V
 //   int4             K per channel (one scale per head_dim channel per KV head per block),
@@ -21,6 +21,7 @@
 #include <span>
 #include <string_view>
 
+#include "core/dtype.h"
 #include "kv/block_pool.h"
 #include "kv/block_table.h"
 
@@ -28,10 +29,19 @@ namespace strata::kv {
 
 enum class KvCacheDType { kF32, kBF16, kF16, kFp8E4M3, kFp8E5M2, kInt8, kInt4 };
 
-// "float32", "bfloat16", "float16", "fp8" (= fp8_e4m3), "fp8_e4m3", "fp8_e5m2", "int8", "int4";
-// nullopt for anything else.
+// "float32" (f32, fp32), "bfloat16" (bf16), "float16" (f16, fp16, half), "fp8" (= fp8_e4m3),
+// "fp8_e4m3", "fp8_e5m2", "int8", "int4"; nullopt for anything else ("auto" included: what it
+// means depends on the device, so the caller decides).
 std::optional<KvCacheDType> parse_kv_cache_dtype(std::string_view name);
 std::string_view kv_cache_dtype_name(KvCacheDType dtype);
+// The spellings parse_kv_cache_dtype accepts, for error messages.
+inline constexpr std::string_view kKvCacheDTypeSpellings =
+    "auto, float32, bfloat16, bf16, float16, fp16, fp8, fp8_e4m3, fp8_e5m2, int8, int4";
+// The element type the pool stores for a KV cache dtype (kv_layout.h): F32, BF16, F16, F8E4M3,
+// F8E5M2 or I8; nullopt for int4, which the pool cannot hold yet (docs/kv-quant.md).
+std::optional<DType> kv_pool_dtype(KvCacheDType dtype);
+// The inverse, for a pool element type (is_kv_pool_dtype); nullopt for any other DType.
+std::optional<KvCacheDType> kv_cache_dtype_of(DType pool_dtype);
 // Bits per stored element: 32, 16, 8 or 4.
 int32_t kv_cache_dtype_bits(KvCacheDType dtype);
 

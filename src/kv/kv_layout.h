@@ -20,6 +20,17 @@
 //   +------------------------------------+------------------------------------+-----
 //   (quantized KV dtypes append each layer's scales after its V; none for f32/bf16/f16.)
 //
+// Quantized KV (docs/kv-quant.md has the byte offsets worked through):
+//   F8E4M3 / F8E5M2  1-byte codes, no scale area: the per-layer static scales (KvStaticScales)
+//                    travel in the view, not in the pool
+//   I8               1-byte codes, then per layer after V the scale areas:
+//   +---------+---------+----------------------------+----------------------------+
+//   | K codes | V codes | K scales                   | V scales                   |
+//   | H*B*D B | H*B*D B | [H][B] fp16 = 2*H*B bytes  | [H][B] fp16 = 2*H*B bytes  |
+//   +---------+---------+----------------------------+----------------------------+
+//   (H kv heads, B block_size, D head_dim; layer_bytes = 2*H*B*D + 4*H*B, a multiple of 32 for
+//   B >= 8, so every layer area stays 16-byte aligned.)
+//
 // Why block-outermost: a block is one contiguous span of block_bytes, so offload, swap, transfer
 // and copy-on-write (later issues) move a block -- or a run of consecutive blocks -- in one copy,
 // whatever the number of layers. Kernels still see one layer at a fixed stride: layer l's K of
@@ -35,37 +46,61 @@
 // tokens, safe to point padding at).
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/paged_kv.h"
 
 namespace strata::kv {
 
+// KV cache element types the pool can hold: F32, BF16, F16, F8E4M3, F8E5M2 (per-tensor static
+// scales) and I8 (a dynamic fp16 scale per token and KV head). INT4 is not a pool dtype yet.
+bool is_kv_pool_dtype(DType dtype);
+
+// Bytes of the fp16 per-token scale of one K (or V) row of one KV head: 2 for I8, else 0.
+constexpr int64_t kv_token_scale_bytes(DType dtype) { return dtype == DType::kI8 ? 2 : 0; }
+
 // The shape of the KV cache of one model: what a token costs.
 struct KvSpec {
   int32_t num_layers = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // is_kv_pool_dtype
 
-  // 2 (K and V) x layers x kv_heads x head_dim x bytes per element.
+  // 2 (K and V) x layers x kv_heads x (head_dim x bytes per element + per-token scale bytes).
   int64_t bytes_per_token() const {
-    return 2LL * num_layers * num_kv_heads * head_dim * dtype_size(dtype);
+    return 2LL * num_layers * num_kv_heads *
+           (head_dim * dtype_size(dtype) + kv_token_scale_bytes(dtype));
   }
+};
+
+// The static (per-tensor) dequantization scales of an FP8 cache, one per layer for K and for V:
+// real value = fp8 value * scale. Empty = 1.0 for every layer (the engine decides whether that
+// is acceptable: docs/kv-quant.md); otherwise num_layers finite positive values each.
+struct KvStaticScales {
+  std::vector<float> k;
+  std::vector<float> v;
 };
 
 class KvLayout {
  public:
-  // block_size in {8, 16, 32, 64, 128}; checked by the caller's config validation.
-  KvLayout(const KvSpec& spec, int32_t block_size);
+  // block_size in {8, 16, 32, 64, 128}; checked by the caller's config validation, as is
+  // spec.dtype (is_kv_pool_dtype). scales: only for F8E4M3 / F8E5M2, sized as KvStaticScales says.
+  KvLayout(const KvSpec& spec, int32_t block_size, KvStaticScales scales = {});
 
   const KvSpec& spec() const { return spec_; }
   int32_t block_size() const { return block_size_; }
+  const KvStaticScales& static_scales() const { return scales_; }
 
   int64_t head_elems() const { return static_cast<int64_t>(block_size_) * spec_.head_dim; }
-  // Bytes of one layer's K (or V) in one block.
+  // Bytes of one layer's K (or V) codes in one block.
   int64_t kv_area_bytes() const { return head_elems() * spec_.num_kv_heads * dtype_size(spec_.dtype); }
-  int64_t layer_bytes() const { return 2 * kv_area_bytes(); }
+  // Bytes of one layer's K (or V) per-token scales in one block (I8: [kv_heads][block_size] fp16).
+  int64_t scale_area_bytes() const {
+    return static_cast<int64_t>(spec_.num_kv_heads) * block_size_ *
+           kv_token_scale_bytes(spec_.dtype);
+  }
+  int64_t layer_bytes() const { return 2 * kv_area_bytes() + 2 * scale_area_bytes(); }
   int64_t block_bytes() const { return layer_bytes() * spec_.num_layers; }
   int64_t pool_bytes(int32_t num_blocks) const { return block_bytes() * num_blocks; }
 
@@ -74,13 +109,21 @@ class KvLayout {
   int64_t v_offset_bytes(int32_t layer_idx) const {
     return layer_idx * layer_bytes() + kv_area_bytes();
   }
+  int64_t k_scale_offset_bytes(int32_t layer_idx) const {
+    return layer_idx * layer_bytes() + 2 * kv_area_bytes();
+  }
+  int64_t v_scale_offset_bytes(int32_t layer_idx) const {
+    return k_scale_offset_bytes(layer_idx) + scale_area_bytes();
+  }
 
-  // The view of layer layer_idx for a pool starting at pool_base (host or device memory).
+  // The view of layer layer_idx for a pool starting at pool_base (host or device memory),
+  // scale pointers and static scales included.
   PagedKvCacheView layer_view(void* pool_base, int32_t layer_idx) const;
 
  private:
   KvSpec spec_;
   int32_t block_size_;
+  KvStaticScales scales_;
 };
 
 }  // namespace strata::kv

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -58,6 +59,46 @@ kv::KvSpec Model::kv_spec(DType kv_dtype) const {
   spec.head_dim = static_cast<int32_t>(config_.head_dim);
   spec.dtype = kv_dtype;
   return spec;
+}
+
+Result<std::vector<std::pair<float, float>>> Model::kv_abs_max(std::span<const int32_t> tokens,
+                                                              ThreadPool& pool) {
+  if (tokens.empty()) return Status::InvalidArgument("kv_abs_max: no calibration tokens");
+  constexpr int32_t kBlockSize = 16;
+  const auto n = static_cast<int32_t>(tokens.size());
+  const int32_t num_blocks = (n + kBlockSize - 1) / kBlockSize;
+  kv::HostKvBuffer cache(kv::KvLayout(kv_spec(DType::kF32), kBlockSize), num_blocks + 1);
+  std::vector<int32_t> positions(tokens.size());
+  std::vector<int64_t> slots(tokens.size());
+  for (int32_t i = 0; i < n; ++i) {
+    positions[static_cast<size_t>(i)] = i;
+    slots[static_cast<size_t>(i)] = kBlockSize + i;  // blocks 1.. in order; 0 is the null block
+  }
+  std::vector<int32_t> indices(static_cast<size_t>(num_blocks));
+  for (int32_t b = 0; b < num_blocks; ++b) indices[static_cast<size_t>(b)] = b + 1;
+  const std::vector<int32_t> q_indptr = {0, n};
+  const std::vector<int32_t> kv_indptr = {0, num_blocks};
+  const std::vector<int32_t> last_len = {n - (num_blocks - 1) * kBlockSize};
+  const std::vector<int32_t> logits_rows = {n - 1};
+  ForwardBatch batch;
+  batch.token_ids = tokens;
+  batch.positions = positions;
+  batch.q_indptr = q_indptr;
+  batch.layout.kv_indptr = kv_indptr.data();
+  batch.layout.kv_indices = indices.data();
+  batch.layout.kv_last_page_len = last_len.data();
+  batch.layout.num_seqs = 1;
+  batch.layout.block_size = kBlockSize;
+  batch.slot_mapping = slots;
+  batch.logits_rows = logits_rows;
+  std::vector<float> logits(static_cast<size_t>(config_.vocab_size));
+  std::vector<std::pair<float, float>> abs_max(static_cast<size_t>(config_.num_hidden_layers),
+                                               {0.0f, 0.0f});
+  kv_abs_max_ = &abs_max;
+  const Status status = forward(batch, cache, logits, pool);
+  kv_abs_max_ = nullptr;
+  if (!status.ok()) return status;
+  return abs_max;
 }
 
 int64_t Model::weight_bytes() const {
@@ -178,6 +219,14 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::Ho
   rope.num_kv_heads = num_kv_heads;
   rope.head_dim = head_dim;
   STRATA_RETURN_IF_ERROR(cpu::apply_rope(rope, pool));
+  if (kv_abs_max_ != nullptr) {
+    auto& [k_max, v_max] = (*kv_abs_max_)[static_cast<size_t>(layer_idx)];
+    const int64_t n = num_tokens * num_kv_heads * head_dim;
+    for (int64_t i = 0; i < n; ++i) {
+      k_max = std::max(k_max, std::fabs(scratch_.k[static_cast<size_t>(i)]));
+      v_max = std::max(v_max, std::fabs(scratch_.v[static_cast<size_t>(i)]));
+    }
+  }
   const PagedKvCacheView cache = kv.layer_view(layer_idx);
   cpu::AppendKvParams append;
   append.k = scratch_.k.data();

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -84,6 +85,13 @@ class Model {
   // Bytes of all weights, as stored.
   int64_t weight_bytes() const;
 
+  // Largest |k| and |v| per layer, as append_kv receives them (after RoPE and the q/k norms), over
+  // one forward pass of tokens (positions 0..n-1) through a scratch F32 cache; the pool the model
+  // serves from is untouched. What --calculate-kv-scales turns into FP8 scales (kv_scales.h).
+  // InvalidArgument for an empty prompt or a token outside the vocabulary.
+  Result<std::vector<std::pair<float, float>>> kv_abs_max(std::span<const int32_t> tokens,
+                                                          ThreadPool& pool);
+
   // Runs the batch through every layer, writing this step's K/V into kv at the slot mapping, and
   // fills logits [logits_rows.size(), vocab] (row-major) for the requested rows. Returns
   // InvalidArgument / OutOfRange for an inconsistent batch or a token id outside the vocabulary;
@@ -114,6 +122,8 @@ class Model {
   DecoderWeights weights_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
   Scratch scratch_;
+  // Set only during kv_abs_max: per layer (max |k|, max |v|), updated by run_attention.
+  std::vector<std::pair<float, float>>* kv_abs_max_ = nullptr;
 };
 
 }  // namespace strata::model

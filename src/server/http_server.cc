@@ -41,7 +41,8 @@ HttpServer::HttpServer(AsyncEngine& engine, ServedModel model, ServerConfig conf
     : engine_(engine),
       model_(std::move(model)),
       config_(config),
-      kv_bytes_per_token_(engine.engine().kv_bytes_per_token()),
+      kv_facts_{engine.engine().kv_bytes_per_token(), engine.engine().kv_scale_bytes_per_token(),
+                engine.engine().config().block_size},
       http_(std::make_unique<Listener>()) {
   // One thread per running sequence plus some for metrics, health and rejected requests.
   const int threads =
@@ -159,7 +160,7 @@ void HttpServer::routes() {
     res.set_content(models.dump(), "application/json");
   });
   only("/metrics", "GET", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.render(engine_.snapshot(), kv_bytes_per_token_, active_.count()),
+    res.set_content(metrics_.render(engine_.snapshot(), kv_facts_, active_.count()),
                     "text/plain; version=0.0.4");
   });
   only("/v1/completions", "POST", [this](const httplib::Request& req, httplib::Response& res) {

@@ -83,7 +83,7 @@ class HttpServer {
   ServedModel model_;
   ServerConfig config_;
   Metrics metrics_;
-  int64_t kv_bytes_per_token_ = 0;
+  KvCacheFacts kv_facts_;
   ActiveRequests active_;
   std::atomic<bool> draining_{false};  // shutdown() began: no new requests
   std::atomic<bool> aborting_{false};  // its timeout passed: what runs is cancelled

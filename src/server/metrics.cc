@@ -54,7 +54,7 @@ void Metrics::record_finished(const RequestMetrics& m, const std::string& reason
   }
 }
 
-std::string Metrics::render(const EngineSnapshot& s, int64_t kv_bytes_per_token,
+std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
                             int64_t active_http_requests) const {
   std::string out;
   const EngineStepStats& st = s.last_step;
@@ -79,8 +79,14 @@ std::string Metrics::render(const EngineSnapshot& s, int64_t kv_bytes_per_token,
   metric(out, "strata:http_requests_active", "gauge",
          "HTTP requests being handled, this scrape included.",
          static_cast<double>(active_http_requests));
-  metric(out, "strata:kv_bytes_per_token", "gauge", "KV cache bytes one token takes.",
-         static_cast<double>(kv_bytes_per_token));
+  metric(out, "strata:kv_bytes_per_token", "gauge",
+         "KV cache bytes one token takes, quantization scales included.",
+         static_cast<double>(kv.bytes_per_token));
+  metric(out, "strata:kv_scale_bytes_per_token", "gauge",
+         "Of strata:kv_bytes_per_token, the per-token quantization scales.",
+         static_cast<double>(kv.scale_bytes_per_token));
+  metric(out, "strata:kv_cache_block_size", "gauge", "Tokens per KV cache block.",
+         static_cast<double>(kv.block_size));
   metric(out, "strata:prefix_cache_queries_total", "counter", "Prompt tokens looked up.",
          static_cast<double>(t.prefix_query_tokens));
   metric(out, "strata:prefix_cache_hits_total", "counter", "Prompt tokens found in the cache.",

@@ -27,12 +27,19 @@ class Histogram {
   double sum_ = 0.0;
 };
 
+// What the KV pool stores per token, fixed for the life of the server.
+struct KvCacheFacts {
+  int64_t bytes_per_token = 0;        // all layers, K and V, scales included
+  int64_t scale_bytes_per_token = 0;  // of which per-token scales (int8)
+  int32_t block_size = 0;
+};
+
 class Metrics {
  public:
   // One finished request: its engine metrics and its finish reason ("stop", "length", "abort").
   void record_finished(const RequestMetrics& m, const std::string& reason, int64_t num_tokens);
   // active_http_requests: requests being handled, this scrape included.
-  std::string render(const EngineSnapshot& snapshot, int64_t kv_bytes_per_token,
+  std::string render(const EngineSnapshot& snapshot, const KvCacheFacts& kv,
                      int64_t active_http_requests) const;
 
  private:

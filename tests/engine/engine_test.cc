@@ -216,6 +216,144 @@ TEST_F(EngineTest, APrefixHitGivesTheColdRunsTokens) {
   EXPECT_LE(rel_err(got[id].logprobs.at(0), ref.logprobs.at(0)), kTolerance);
 }
 
+// ---- quantized KV caches (issue 11): the same invariants on FP8 and INT8 pools ----------------
+
+class EngineKvDTypeTest : public EngineTest, public ::testing::WithParamInterface<DType> {
+ protected:
+  EngineConfig quantized(EngineConfig c = {}) const {
+    c.kv_dtype = GetParam();
+    c.calculate_kv_scales = true;  // FP8: scales from a calibration pass (ignored for INT8)
+    return c;
+  }
+  Collected alone_quantized(const EngineRequest& r) {
+    auto e = make(quantized());
+    const RequestId id = *e->submit(r);
+    return drain(*e)[id];
+  }
+};
+
+TEST_P(EngineKvDTypeTest, BatchedChunkedAndPrefixHitRequestsGetWhatTheyGetAlone) {
+  EngineConfig c = quantized();
+  c.max_num_batched_tokens = 7;
+  auto e = make(c);
+  std::vector<EngineRequest> requests;
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 3; ++i) {
+    requests.push_back(greedy(prompt_of(20 + 9 * i, i), 6));
+    ids.push_back(*e->submit(requests.back()));
+  }
+  auto got = drain(*e);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0) << "leaked blocks";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Collected ref = alone_quantized(requests[i]);
+    EXPECT_EQ(got[ids[i]].tokens.at(0), ref.tokens.at(0)) << "request " << i;
+    EXPECT_LE(rel_err(got[ids[i]].logprobs.at(0), ref.logprobs.at(0)), kTolerance);
+  }
+  // A prefix hit on quantized blocks gives the cold run's tokens.
+  std::vector<int32_t> p2 = prompt_of(64, 3);
+  *e->submit(greedy(p2));
+  drain(*e);
+  p2.insert(p2.end(), {5, 6, 7, 8, 9});
+  const RequestId hit = *e->submit(greedy(p2));
+  auto after = drain(*e);
+  EXPECT_EQ(after[hit].metrics.num_cached_tokens, 64);
+  const Collected cold = alone_quantized(greedy(p2));
+  EXPECT_EQ(after[hit].tokens.at(0), cold.tokens.at(0));
+  EXPECT_LE(rel_err(after[hit].logprobs.at(0), cold.logprobs.at(0)), kTolerance);
+  // The pool really is quantized: its tokens or logprobs differ from the F32 pool's.
+  const Collected f32 = alone(greedy(p2));
+  double diff = cold.tokens.at(0) == f32.tokens.at(0) ? 0.0 : 1.0;
+  for (size_t t = 0; t < cold.logprobs.at(0).size(); ++t) {
+    diff += std::abs(cold.logprobs.at(0)[t].logprob - f32.logprobs.at(0)[t].logprob);
+  }
+  EXPECT_GT(diff, 1e-5);
+}
+
+TEST_P(EngineKvDTypeTest, CopyOnWriteForksGetWhatTheyGetAlone) {
+  auto e = make(quantized());
+  EngineRequest r = greedy(prompt_of(70, 4), 10);  // the last prompt block holds 6 tokens
+  r.n = 3;
+  r.params.temperature = 0.7f;
+  r.params.seed = 5;
+  const RequestId id = *e->submit(r);
+  auto got = drain(*e);
+  for (int32_t i = 0; i < 3; ++i) {
+    EngineRequest single = r;
+    single.n = 1;
+    single.params.seed = 5 + static_cast<uint64_t>(i);
+    const Collected ref = alone_quantized(single);
+    EXPECT_EQ(got[id].tokens.at(i), ref.tokens.at(0)) << "sequence " << i;
+    EXPECT_LE(rel_err(got[id].logprobs.at(i), ref.logprobs.at(0)), kTolerance);
+  }
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+TEST_P(EngineKvDTypeTest, SwappedRequestsGetTheSameTokensAndNothingLeaks) {
+  EngineConfig c = quantized();
+  c.num_blocks = 1 + 12;
+  c.max_num_batched_tokens = 64;
+  c.watermark = 0.0;
+  c.preemption_mode = PreemptionMode::kSwap;
+  c.swap_space_bytes = int64_t{8} << 20;  // the default 4 GiB takes seconds to allocate
+  auto e = make(c);
+  std::vector<EngineRequest> requests;
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 8; ++i) {
+    requests.push_back(greedy(prompt_of(40 + i, i), 24));
+    ids.push_back(*e->submit(requests.back()));
+  }
+  auto got = drain(*e);
+  EXPECT_GT(e->totals().num_swapped_out_blocks, 0);
+  EXPECT_EQ(e->totals().num_swapped_in_blocks, e->totals().num_swapped_out_blocks);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Collected ref = alone_quantized(requests[i]);
+    EXPECT_EQ(got[ids[i]].tokens.at(0), ref.tokens.at(0)) << "request " << i;
+    EXPECT_LE(rel_err(got[ids[i]].logprobs.at(0), ref.logprobs.at(0)), kTolerance);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Quantized, EngineKvDTypeTest,
+                         ::testing::Values(DType::kF8E4M3, DType::kF8E5M2, DType::kI8),
+                         [](const ::testing::TestParamInfo<DType>& i) {
+                           return std::string(dtype_name(i.param)).substr(0, 2) == "F8"
+                                      ? std::string(i.param == DType::kF8E4M3 ? "Fp8E4M3"
+                                                                              : "Fp8E5M2")
+                                      : std::string("Int8");
+                         });
+
+TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndQuantizedCudaIsUnsupported) {
+  EngineConfig c;
+  c.num_blocks = 64;
+  c.kv_dtype = DType::kF8E4M3;
+  auto refused = Engine::create(model_, pool_, c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--calculate-kv-scales"), std::string::npos)
+      << refused.status().message();
+  c.allow_unit_kv_scales = true;
+  auto unit = Engine::create(model_, pool_, c);
+  ASSERT_TRUE(unit.ok()) << unit.status().to_string();
+  EXPECT_EQ((*unit)->kv_scales_source(), "1.0 (--allow-unit-kv-scales)");
+  EXPECT_EQ((*unit)->kv_bytes_per_token(), (*unit)->kv_scale_bytes_per_token() +
+                                               2 * model_.config().num_hidden_layers *
+                                                   model_.config().num_key_value_heads *
+                                                   model_.config().head_dim);
+  c.kv_dtype = DType::kI8;
+  c.allow_unit_kv_scales = false;
+  auto int8 = Engine::create(model_, pool_, c);
+  ASSERT_TRUE(int8.ok()) << int8.status().to_string();
+  EXPECT_EQ((*int8)->kv_scale_bytes_per_token(),
+            2 * 2 * model_.config().num_hidden_layers * model_.config().num_key_value_heads);
+  EXPECT_TRUE((*int8)->kv_scales_source().empty());
+  c.device = Device::kCuda;
+  const Status cuda = Engine::create(c).status();
+  EXPECT_EQ(cuda.code(), StatusCode::kUnsupported) << cuda.to_string();
+  EXPECT_NE(cuda.message().find("int8 is not supported on --device cuda"), std::string::npos);
+  c.device = Device::kCpu;
+  c.kv_dtype = DType::kI16;
+  EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(EngineTest, CancelFreesBlocksAtOnceAndReportsTheRequestOnce) {
   auto e = make();
   const RequestId a = *e->submit(greedy(prompt_of(50, 1), 100));

@@ -4,10 +4,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/paged_kv.h"
+#include "kv/kv_accounting.h"
 
 namespace strata::kv {
 namespace {
@@ -25,13 +28,13 @@ TEST(KvSpecTest, BytesPerTokenIsTwoTimesLayersHeadsDimElementSize) {
 }
 
 TEST(KvSpecTest, BytesPerTokenDoesNotOverflowInt32) {
-  // 2 x 128 x 128 x 512 x 8 = 128 MiB per token: every factor fits in int32, the product does not
+  // 2 x 128 x 128 x 512 x 4 = 64 MiB per token: every factor fits in int32, the product does not
   // once multiplied by a block.
-  const KvSpec big{128, 128, 512, DType::kF64};
-  EXPECT_EQ(big.bytes_per_token(), int64_t{2} * 128 * 128 * 512 * 8);
+  const KvSpec big{128, 128, 512, DType::kF32};
+  EXPECT_EQ(big.bytes_per_token(), int64_t{2} * 128 * 128 * 512 * 4);
   const KvLayout layout(big, 128);
-  EXPECT_EQ(layout.block_bytes(), int64_t{2} * 128 * 128 * 512 * 8 * 128);
-  EXPECT_EQ(layout.pool_bytes(1000), int64_t{2} * 128 * 128 * 512 * 8 * 128 * 1000);
+  EXPECT_EQ(layout.block_bytes(), int64_t{2} * 128 * 128 * 512 * 4 * 128);
+  EXPECT_EQ(layout.pool_bytes(1000), int64_t{2} * 128 * 128 * 512 * 4 * 128 * 1000);
 }
 
 TEST(KvLayoutTest, SizesOfTheLlama8BLayout) {
@@ -131,6 +134,7 @@ void expect_addresses_tile_the_pool(const KvSpec& spec, int32_t block_size, int3
   std::vector<int> covered(pool.size(), 0);
   std::byte* base = pool.data();
   int64_t num_elements = 0;
+  int64_t num_scale_bytes = 0;
   for (int32_t l = 0; l < spec.num_layers; ++l) {
     const PagedKvCacheView view = layout.layer_view(base, l);
     for (int32_t b = 0; b < num_blocks; ++b) {
@@ -156,9 +160,26 @@ void expect_addresses_tile_the_pool(const KvSpec& spec, int32_t block_size, int3
           }
         }
       }
+      // I8: the per-token fp16 scales after the layer's V, K's then V's, [kv_heads][block_size].
+      if (view.k_scale_data == nullptr) continue;
+      for (int kv = 0; kv < 2; ++kv) {
+        void* data = kv == 0 ? view.k_scale_data : view.v_scale_data;
+        for (int32_t h = 0; h < spec.num_kv_heads; ++h) {
+          for (int32_t t = 0; t < block_size; ++t) {
+            const int64_t byte =
+                static_cast<std::byte*>(data) - base + view.scale_offset(b, h, t) * 2;
+            const int64_t expected = b * layout.block_bytes() + l * layout.layer_bytes() +
+                                     2 * layout.kv_area_bytes() + kv * layout.scale_area_bytes() +
+                                     (h * block_size + t) * 2;
+            ASSERT_EQ(byte, expected) << "scale b " << b << " l " << l << " kv " << kv;
+            for (int64_t i = 0; i < 2; ++i) ++covered[static_cast<size_t>(byte + i)];
+            num_scale_bytes += 2;
+          }
+        }
+      }
     }
   }
-  EXPECT_EQ(num_elements * elem, layout.pool_bytes(num_blocks));
+  EXPECT_EQ(num_elements * elem + num_scale_bytes, layout.pool_bytes(num_blocks));
   for (size_t i = 0; i < covered.size(); ++i) {
     ASSERT_EQ(covered[i], 1) << "byte " << i << (covered[i] == 0 ? " is a hole" : " overlaps");
   }
@@ -169,6 +190,41 @@ TEST(KvLayoutTest, DistinctAddressesNeverOverlapAndTileEveryBlockExactly) {
   expect_addresses_tile_the_pool({2, 3, 8, DType::kBF16}, 8, 4);
   expect_addresses_tile_the_pool({1, 1, 16, DType::kF8E4M3}, 16, 2);
   expect_addresses_tile_the_pool({4, 1, 2, DType::kF16}, 32, 3);
+  expect_addresses_tile_the_pool({3, 2, 8, DType::kI8}, 8, 3);
+  expect_addresses_tile_the_pool({2, 3, 16, DType::kF8E5M2}, 16, 2);
+}
+
+TEST(KvLayoutTest, Int8LayoutSizesAndViewScaleFields) {
+  // Llama 3 8B shape, block 16: codes 2 x 8 x 16 x 128 = 32 KiB per layer, scales 2 x 8 x 16 x 2.
+  const KvLayout layout({32, 8, 128, DType::kI8}, 16);
+  EXPECT_EQ(layout.kv_area_bytes(), 8 * 16 * 128);
+  EXPECT_EQ(layout.scale_area_bytes(), 8 * 16 * 2);
+  EXPECT_EQ(layout.layer_bytes(), 2 * 8 * 16 * 128 + 2 * 8 * 16 * 2);
+  EXPECT_EQ(layout.block_bytes(), 32 * layout.layer_bytes());
+  EXPECT_EQ(layout.block_bytes(), 16 * layout.spec().bytes_per_token());
+  EXPECT_EQ(layout.k_scale_offset_bytes(1), layout.layer_bytes() + 2 * 8 * 16 * 128);
+  EXPECT_EQ(layout.v_scale_offset_bytes(1), layout.k_scale_offset_bytes(1) + 8 * 16 * 2);
+  std::byte* base = reinterpret_cast<std::byte*>(uintptr_t{4096});  // never dereferenced
+  const PagedKvCacheView v = layout.layer_view(base, 2);
+  EXPECT_EQ(v.scale_block_stride, layout.block_bytes() / 2);
+  EXPECT_EQ(v.scale_head_stride, 16);
+  EXPECT_EQ(static_cast<std::byte*>(v.k_scale_data) - base, layout.k_scale_offset_bytes(2));
+  EXPECT_EQ(static_cast<std::byte*>(v.v_scale_data) - base, layout.v_scale_offset_bytes(2));
+  // Non-int8 layouts have no scale area and null scale pointers.
+  const PagedKvCacheView f = KvLayout({2, 2, 8, DType::kF8E4M3}, 16).layer_view(base, 1);
+  EXPECT_EQ(f.k_scale_data, nullptr);
+  EXPECT_EQ(f.scale_block_stride, 0);
+  EXPECT_EQ(f.k_scale, 1.0f);
+}
+
+TEST(KvLayoutTest, Fp8StaticScalesReachEachLayersView) {
+  const KvLayout layout({3, 2, 8, DType::kF8E4M3}, 16,
+                        KvStaticScales{{0.5f, 2.0f, 0.25f}, {1.5f, 3.0f, 0.125f}});
+  std::byte* base = reinterpret_cast<std::byte*>(uintptr_t{4096});
+  EXPECT_EQ(layout.layer_view(base, 1).k_scale, 2.0f);
+  EXPECT_EQ(layout.layer_view(base, 1).v_scale, 3.0f);
+  EXPECT_EQ(layout.layer_view(base, 2).k_scale, 0.25f);
+  EXPECT_EQ(layout.layer_view(base, 0).v_scale, 1.5f);
 }
 
 TEST(KvLayoutTest, SlotOffsetOfALayerViewMatchesTheBlockAndOffset) {
@@ -199,6 +255,58 @@ TEST(KvLayoutDeathTest, InvalidSpecOrLayerAborts) {
   std::vector<std::byte> block(static_cast<size_t>(layout.block_bytes()));
   EXPECT_DEATH((void)layout.layer_view(block.data(), 2), "layer index out of range");
   EXPECT_DEATH((void)layout.layer_view(block.data(), -1), "layer index out of range");
+}
+
+}  // namespace
+}  // namespace strata::kv
+
+namespace strata::kv {
+namespace {
+
+// `strata plan` sizes the pool with kv_block_bytes (kv_accounting.h); the engine allocates
+// KvLayout::block_bytes. They must agree byte for byte for every pool dtype, and the KV cache
+// dtype <-> pool element type mapping must round-trip.
+TEST(KvAccountingTest, PlanAndLayoutAgreeByteForByteForEveryPoolDtype) {
+  const KvShape shapes[] = {
+      {32, 8, 128, 0, 0}, {28, 4, 128, 0, 0}, {2, 1, 64, 0, 0}, {3, 5, 96, 0, 0}};
+  int checked = 0;
+  for (const KvCacheDType d : {KvCacheDType::kF32, KvCacheDType::kBF16, KvCacheDType::kF16,
+                               KvCacheDType::kFp8E4M3, KvCacheDType::kFp8E5M2,
+                               KvCacheDType::kInt8, KvCacheDType::kInt4}) {
+    const std::optional<DType> pool_dtype = kv_pool_dtype(d);
+    if (!pool_dtype) {
+      EXPECT_EQ(d, KvCacheDType::kInt4);  // the one dtype the pool cannot hold yet
+      continue;
+    }
+    EXPECT_TRUE(is_kv_pool_dtype(*pool_dtype));
+    EXPECT_EQ(kv_cache_dtype_of(*pool_dtype), d);
+    for (const KvShape& s : shapes) {
+      for (const int32_t bs : {8, 16, 32, 64, 128}) {
+        const KvLayout layout(KvSpec{s.num_layers, s.num_kv_heads, s.head_dim, *pool_dtype}, bs);
+        EXPECT_EQ(kv_block_bytes(s, d, bs), layout.block_bytes())
+            << kv_cache_dtype_name(d) << " block " << bs;
+        EXPECT_DOUBLE_EQ(kv_bytes_per_token(s, d, bs),
+                         static_cast<double>(layout.spec().bytes_per_token()));
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 6 * 4 * 5);
+  EXPECT_EQ(kv_cache_dtype_of(DType::kU8), std::nullopt);
+}
+
+TEST(KvAccountingTest, EverySpellingParses) {
+  const std::pair<const char*, KvCacheDType> cases[] = {
+      {"float32", KvCacheDType::kF32},    {"fp32", KvCacheDType::kF32},
+      {"bfloat16", KvCacheDType::kBF16},  {"bf16", KvCacheDType::kBF16},
+      {"float16", KvCacheDType::kF16},    {"fp16", KvCacheDType::kF16},
+      {"fp8", KvCacheDType::kFp8E4M3},    {"fp8_e4m3", KvCacheDType::kFp8E4M3},
+      {"fp8_e5m2", KvCacheDType::kFp8E5M2}, {"int8", KvCacheDType::kInt8},
+      {"int4", KvCacheDType::kInt4}};
+  for (const auto& [name, d] : cases) EXPECT_EQ(parse_kv_cache_dtype(name), d) << name;
+  EXPECT_EQ(parse_kv_cache_dtype("auto"), std::nullopt);
+  EXPECT_EQ(parse_kv_cache_dtype("fp4"), std::nullopt);
+  EXPECT_EQ(parse_kv_cache_dtype(""), std::nullopt);
 }
 
 }  // namespace

@@ -78,4 +78,44 @@ expect_error too-long "maximum model length" generate --model "$model" --prompt-
 expect_error bad-top-p "top_p" generate --model "$model" --prompt-ids 1 --top-p 1.5
 expect_error no-subcommand "subcommand" 
 
+# 6. quantized KV (docs/kv-quant.md): every spelling parses; int8 and fp8 with computed scales
+# run and report their dtype; fp8 without scales is refused unless allowed; bad values are one line
+for d in auto float32 fp32 bfloat16 bf16 float16 fp16 fp8 fp8_e4m3 fp8_e5m2 int8 int4; do
+  "$strata" plan --model "$model" --kv-cache-dtype "$d" --json >/dev/null && ok || fail "plan $d"
+done
+out=$("$strata" generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
+      --ignore-eos --json --kv-cache-dtype int8) || fail "int8 generate exited non-zero"
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int8", j; assert len(j["output_ids"])==4' \
+  <<<"$out" && ok || fail "int8 generate JSON"
+"$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8 \
+  --calculate-kv-scales --json >/dev/null && ok || fail "fp8 with --calculate-kv-scales"
+"$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8_e5m2 \
+  --allow-unit-kv-scales --json >/dev/null && ok || fail "fp8_e5m2 with --allow-unit-kv-scales"
+expect_error fp8-without-scales "calculate-kv-scales" generate --model "$model" --prompt-ids 1 \
+  --kv-cache-dtype fp8
+expect_error bad-kv-dtype "kv-cache-dtype 'fp4' is not supported" generate --model "$model" \
+  --prompt-ids 1 --kv-cache-dtype fp4
+expect_error int4-not-yet "int4 is not implemented" generate --model "$model" --prompt-ids 1 \
+  --kv-cache-dtype int4
+expect_error plan-bad-kv-dtype "kv-cache-dtype 'int2' is not supported" plan --model "$model" \
+  --kv-cache-dtype int2
+expect_error bench-bad-kv-dtype "kv-cache-dtype 'e4m3' is not supported" bench --model "$model" \
+  --kv-cache-dtype e4m3
+out=$("$strata" eval kv-quant --kv-cache-dtype int8,fp8 --num-windows 1 --window-len 48 \
+      --needle-trials 2 --needle-contexts 256 --needle-depths 0.5 --threads 2 --json) \
+  || fail "eval kv-quant exited non-zero"
+python3 - "$out" <<'PY' && ok || fail "eval kv-quant JSON"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["needle_prompts"] == 2 and [r["kv_cache_dtype"] for r in j["results"]] == ["int8", "fp8"]
+for r in j["results"]:
+    assert r["positions"] == 48 and 0 < r["mean_kl"] < 1 and 0 <= r["top1_agreement"] <= 1, r
+    assert r["kv_bytes_per_token"] < j["reference"]["kv_bytes_per_token"] / 3, r
+assert j["results"][1]["fp8_scales"].startswith("calculated"), j
+PY
+expect_error eval-kv-quant-bad-dtype "kv-cache-dtype 'int3' is not supported" eval kv-quant \
+  --kv-cache-dtype int8,int3
+expect_error eval-bad-kv-dtype "kv-cache-dtype 'fp8e4m3' is not supported" eval needle \
+  --model "$model" --kv-cache-dtype fp8e4m3
+
 finish cli_test

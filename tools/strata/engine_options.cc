@@ -46,6 +46,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
       ->check(CLI::IsMember({"recompute", "swap"}));
   cmd.add_option("--swap-space", o.swap_space_gib, "Host memory for swapped blocks, GiB")
       ->check(CLI::Range(0.0, 1e6));
+  add_kv_cache_options(cmd, o.kv_cache);
 }
 
 EngineConfig engine_config(const EngineOptions& o) {
@@ -69,6 +70,9 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.preemption_mode =
       o.preemption_mode == "swap" ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
   c.swap_space_bytes = static_cast<int64_t>(o.swap_space_gib * double(int64_t{1} << 30));
+  c.kv_dtype = kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype);
+  c.calculate_kv_scales = o.kv_cache.calculate_kv_scales;
+  c.allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales;
   return c;
 }
 

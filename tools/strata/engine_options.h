@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kv_cache_options.h"
 #include "strata/engine.h"
 
 namespace CLI {
@@ -32,6 +33,7 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   std::string preemption_mode = "recompute";
   double swap_space_gib = 4.0;
+  KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --allow-unit-kv-scales
 };
 
 // Registers the shared flags (not --model, whose default differs per command).

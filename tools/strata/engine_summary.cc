@@ -1,6 +1,9 @@
 #include "engine_summary.h"
 
 #include <cstdio>
+#include <string>
+
+#include "kv/kv_accounting.h"
 
 namespace strata::cli {
 
@@ -9,12 +12,19 @@ void print_pool(const Engine& engine) {
   const int64_t usable_blocks = engine.num_blocks() - 1;  // block 0 is the null block
   const int64_t tokens = usable_blocks * engine.config().block_size;
   const double kv_gib = static_cast<double>(tokens * engine.kv_bytes_per_token()) / kGiB;
+  const auto kv_dtype = kv::kv_cache_dtype_of(engine.kv_dtype());
+  const std::string scales = engine.kv_scales_source().empty()
+                                 ? std::string()
+                                 : "; fp8 scales: " + engine.kv_scales_source();
   std::fprintf(stderr,
-               "strata: %s: KV cache %lld blocks x %d tokens = %lld tokens, %lld bytes per token "
-               "(%.2f GiB); weights %.2f GiB\n",
-               device_name(engine.device()), static_cast<long long>(usable_blocks),
-               engine.config().block_size, static_cast<long long>(tokens),
-               static_cast<long long>(engine.kv_bytes_per_token()), kv_gib,
+               "strata: %s: KV cache %s, %lld blocks x %d tokens = %lld tokens, %lld bytes per "
+               "token at block size %d (%lld of them scales) (%.2f GiB)%s; weights %.2f GiB\n",
+               device_name(engine.device()),
+               kv_dtype ? std::string(kv::kv_cache_dtype_name(*kv_dtype)).c_str() : "?",
+               static_cast<long long>(usable_blocks), engine.config().block_size,
+               static_cast<long long>(tokens), static_cast<long long>(engine.kv_bytes_per_token()),
+               engine.config().block_size,
+               static_cast<long long>(engine.kv_scale_bytes_per_token()), kv_gib, scales.c_str(),
                static_cast<double>(engine.weight_bytes()) / kGiB);
 }
 

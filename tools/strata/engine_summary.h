@@ -6,8 +6,9 @@
 
 namespace strata::cli {
 
-// "strata: cuda: KV cache 12345 blocks x 16 tokens = 197520 tokens, 131072 bytes per token
-// (24.1 GiB); weights 15.0 GiB" on stderr.
+// "strata: cpu: KV cache int8, 12345 blocks x 16 tokens = 197520 tokens, 66048 bytes per token
+// at block size 16 (512 of them scales) (12.1 GiB); weights 15.0 GiB" on stderr (FP8 adds where
+// its scales came from).
 void print_pool(const Engine& engine);
 
 }  // namespace strata::cli

@@ -84,6 +84,7 @@ json needle_json(const EvalNeedleOptions& o, const EngineConfig& config,
 }
 
 int run_needle_eval(const EvalNeedleOptions& o) {
+  const DType kv_dtype = kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype);  // bad values fail first
   const Result<std::vector<int32_t>> contexts = eval::parse_int_list(o.contexts, 1, kMaxContext);
   if (!contexts.ok()) throw Error("--contexts: " + contexts.status().message());
   const Result<std::vector<double>> depths = eval::parse_number_list(o.depths);
@@ -106,6 +107,10 @@ int run_needle_eval(const EvalNeedleOptions& o) {
                 ")");
   }
   EngineConfig config;
+  config.model_dir = o.model_dir;  // the calibration prompt's tokenizer (--calculate-kv-scales)
+  config.kv_dtype = kv_dtype;
+  config.calculate_kv_scales = o.kv_cache.calculate_kv_scales;
+  config.allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales;
   config.block_size = o.block_size;
   config.max_num_seqs = o.max_num_seqs;
   config.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -167,6 +172,7 @@ void add_eval_command(CLI::App& app, EvalOptions& o) {
   CLI::App* cmd = eval->add_subcommand(
       "needle", "Pass-key retrieval accuracy by context length and needle depth");
   cmd->callback([&o] { o.task = "needle"; });
+  add_eval_kv_quant_command(*eval, o.kv_quant, o.task);
   EvalNeedleOptions& n = o.needle;
   cmd->add_option("--model", n.model_dir, "Model directory (with needle_filler.txt)")
       ->default_val(std::string(STRATA_DEFAULT_MODEL_DIR));
@@ -189,13 +195,15 @@ void add_eval_command(CLI::App& app, EvalOptions& o) {
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-num-batched-tokens", n.max_num_batched_tokens, "Tokens in one step")
       ->check(CLI::Range(1, 1 << 24));
+  add_kv_cache_options(*cmd, n.kv_cache);
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", n.enable_prefix_caching,
                 "Reuse the KV of cached prompt prefixes (on by default)");
 }
 
 int run_eval(const EvalOptions& o) {
   if (o.task == "needle") return run_needle_eval(o.needle);
-  throw Error("eval needs a task: needle");
+  if (o.task == "kv-quant") return run_eval_kv_quant(o.kv_quant);
+  throw Error("eval needs a task: needle or kv-quant");
 }
 
 }  // namespace strata::cli

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <string>
 
+#include "eval_kv_quant.h"
+#include "kv_cache_options.h"
+
 namespace CLI {
 class App;
 }
@@ -26,11 +29,13 @@ struct EvalNeedleOptions {
   int32_t max_num_seqs = 8;
   int32_t max_num_batched_tokens = 4096;
   bool enable_prefix_caching = true;
+  KvCacheOptions kv_cache;
 };
 
 struct EvalOptions {
-  std::string task;  // the subcommand given: "needle"
+  std::string task;  // the subcommand given: "needle" or "kv-quant"
   EvalNeedleOptions needle;
+  EvalKvQuantOptions kv_quant;
 };
 
 void add_eval_command(CLI::App& app, EvalOptions& options);

@@ -12,6 +12,8 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
+#include "engine/kv_scales_setup.h"
+#include "kv/kv_accounting.h"
 #include "model/generation_config.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -87,6 +89,11 @@ json logprobs_json(const std::vector<int32_t>& prompt, const engine::GenerationR
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
 }
 
+std::string kv_dtype_name(const GenerateOptions& o) {
+  const auto d = kv::kv_cache_dtype_of(kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype));
+  return d ? std::string(kv::kv_cache_dtype_name(*d)) : "?";
+}
+
 double per_second(int64_t n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
 
 void print_json(const GenerateOptions& o, const model::Model& m, const engine::GenerationResult& r,
@@ -94,7 +101,9 @@ void print_json(const GenerateOptions& o, const model::Model& m, const engine::G
   json out = {
       {"model", o.model_dir},
       {"weight_bytes", m.weight_bytes()},
-      {"kv_bytes_per_token", m.kv_spec(DType::kF32).bytes_per_token()},
+      {"kv_cache_dtype", kv_dtype_name(o)},
+      {"kv_bytes_per_token",
+       m.kv_spec(kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype)).bytes_per_token()},
       {"prompt_ids", o.prompt_ids},
       {"output_ids", r.output_ids},
       {"finish_reason", engine::finish_reason_name(r.finish_reason)},
@@ -127,8 +136,12 @@ void print_table(const GenerateOptions& o, const model::Model& m, const engine::
               o.model_dir.c_str(), std::string(model::architecture_name(c.architecture)).c_str(),
               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim));
-  std::printf("kv cache     f32, block size %d, %d blocks, %lld bytes/token\n", block_size,
-              s.num_blocks, static_cast<long long>(m.kv_spec(DType::kF32).bytes_per_token()));
+  const kv::KvSpec spec = m.kv_spec(kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype));
+  std::printf("kv cache     %s, block size %d, %d blocks, %lld bytes/token (%lld of them scales)\n",
+              kv_dtype_name(o).c_str(), block_size, s.num_blocks,
+              static_cast<long long>(spec.bytes_per_token()),
+              static_cast<long long>(2LL * spec.num_layers * spec.num_kv_heads *
+                                     kv::kv_token_scale_bytes(spec.dtype)));
   std::printf("prompt       %zu tokens\n", o.prompt_ids.size());
   std::printf("output       %s\n", ids_text(r.output_ids).c_str());
   std::printf("finish       %s after %zu tokens\n", engine::finish_reason_name(r.finish_reason),
@@ -185,6 +198,7 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                 "Reuse the KV of cached prompt prefixes (on by default)");
+  add_kv_cache_options(*cmd, o.kv_cache);
 }
 
 int run_generate(const GenerateOptions& options) {
@@ -192,6 +206,7 @@ int run_generate(const GenerateOptions& options) {
     throw Error("give the prompt with --prompt TEXT or --prompt-ids IDS");
   }
   GenerateOptions o = options;
+  const DType kv_dtype = kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype);  // bad values fail first
   ThreadPool pool(o.threads);
   model::ModelLoadOptions load;
   load.model_dir = o.model_dir;
@@ -213,6 +228,15 @@ int run_generate(const GenerateOptions& options) {
   config.max_model_len = o.max_model_len;
   config.enable_prefix_caching = o.enable_prefix_caching;
   config.eos_token_ids = eos_ids(m.config(), gen_config);
+  config.kv_dtype = kv_dtype;
+  const auto scales = engine::resolve_kv_scales(
+      engine::KvScalesOptions{.kv_dtype = kv_dtype,
+                              .calculate_kv_scales = o.kv_cache.calculate_kv_scales,
+                              .allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales,
+                              .model_dir = o.model_dir},
+      m, pool);
+  if (!scales.ok()) throw Error(scales.status().message());
+  config.kv_scales = scales.value().scales;
   if (Status s = engine::Generator::validate_config(config); !s.ok()) throw Error(s.message());
   engine::Generator generator(m, pool, config);
   const std::vector<engine::GenerationRequest> requests = {

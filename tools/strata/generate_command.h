@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kv_cache_options.h"
+
 namespace CLI {
 class App;
 }
@@ -35,6 +37,7 @@ struct GenerateOptions {
   int32_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
   bool enable_prefix_caching = true;
+  KvCacheOptions kv_cache;
 };
 
 void add_generate_command(CLI::App& app, GenerateOptions& options);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "kv_cache_options.h"
 #include "model/hf_config.h"
 
 namespace strata::cli {
@@ -371,8 +372,8 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
     if (o.model_dir.empty() && o.config_file.empty()) o.model_dir = STRATA_DEFAULT_MODEL_DIR;
   });
   cmd->add_option("--kv-cache-dtype", o.kv_cache_dtype,
-                  "auto (the weights' dtype), float32, bfloat16, float16, fp8, fp8_e4m3, "
-                  "fp8_e5m2, int8, int4");
+                  "auto (the weights' dtype), float32, bfloat16 (bf16), float16 (fp16), fp8 "
+                  "(= fp8_e4m3), fp8_e5m2, int8, int4");
   cmd->add_option("--block-size", o.block_size, "KV cache block size in tokens")
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
   cmd->add_option("--gpu-memory", o.gpu_memory, "Device memory, e.g. 80GiB or 141e9 (bytes)");
@@ -411,12 +412,9 @@ int run_plan(const PlanOptions& o) {
     }
   }
   PlanSettings s;
-  const std::string dtype = o.kv_cache_dtype == "auto"
-                                ? (model.weight_bits == 32 ? "float32" : "bfloat16")
-                                : o.kv_cache_dtype;
-  const auto kv_dtype = kv::parse_kv_cache_dtype(dtype);
-  if (!kv_dtype) throw Error("--kv-cache-dtype '" + o.kv_cache_dtype + "' is not supported");
-  s.kv_dtype = *kv_dtype;
+  s.kv_dtype = parse_kv_cache_dtype_flag(o.kv_cache_dtype)
+                   .value_or(model.weight_bits == 32 ? kv::KvCacheDType::kF32
+                                                     : kv::KvCacheDType::kBF16);
   s.block_size = o.block_size;
   const auto gpu = parse_byte_size(o.gpu_memory);
   if (!gpu) throw Error("--gpu-memory '" + o.gpu_memory + "' is not a byte size (e.g. 80GiB)");

@@ -45,6 +45,28 @@ struct RowTask {
   float* out;         // [group, head_dim]
 };
 
+// The dtype and, for quantized caches, the scales the view must carry.
+Status validate_kv_encoding(const PagedKvCacheView& cache, const char* who) {
+  if (!is_attention_kv_dtype(cache.dtype)) {
+    return Status::Unsupported(std::string(who) + ": KV cache dtype " +
+                               std::string(dtype_name(cache.dtype)) +
+                               " (supported: F32, BF16, F16, F8_E4M3, F8_E5M2, I8)");
+  }
+  if (cache.dtype == DType::kF8E4M3 || cache.dtype == DType::kF8E5M2) {
+    const auto ok = [](float s) { return std::isfinite(s) && s > 0.0f; };
+    if (!ok(cache.k_scale) || !ok(cache.v_scale)) {
+      return Status::InvalidArgument(std::string(who) +
+                                     ": fp8 k_scale and v_scale must be finite and positive");
+    }
+  }
+  if (cache.dtype == DType::kI8 &&
+      (cache.k_scale_data == nullptr || cache.v_scale_data == nullptr ||
+       cache.scale_head_stride < cache.block_size || cache.scale_block_stride < 0)) {
+    return Status::InvalidArgument(std::string(who) + ": int8 cache without its scale areas");
+  }
+  return Status::Ok();
+}
+
 Status validate_shapes(const AttentionParams& p) {
   const PagedKvLayout& layout = p.layout;
   const PagedKvCacheView& cache = p.cache;
@@ -71,11 +93,7 @@ Status validate_shapes(const AttentionParams& p) {
     return Status::InvalidArgument("attention: bad cache strides");
   }
   if (p.sliding_window < 0) return Status::InvalidArgument("attention: negative sliding_window");
-  if (!is_cpu_float_dtype(cache.dtype)) {
-    return Status::Unsupported("attention: KV cache dtype " + std::string(dtype_name(cache.dtype)) +
-                               " (supported: F32, BF16, F16)");
-  }
-  return Status::Ok();
+  return validate_kv_encoding(cache, "attention");
 }
 
 Status validate_sequence(const AttentionParams& p, int32_t s) {
@@ -117,20 +135,17 @@ Status validate(const AttentionParams& p) {
 }
 
 // Rows [token, token + count) of one block and KV head as fp32; *ld receives the row stride.
-// F32 caches are read in place, BF16/F16 rows are converted into the scratch tile.
-const float* block_rows(const void* data, const PagedKvCacheView& cache, int32_t block_id,
+// F32 caches are read in place, every other dtype is decoded into the scratch tile.
+const float* block_rows(const PagedKvCacheView& cache, KvPart part, int32_t block_id,
                         int32_t kv_head, int32_t token, int32_t count, std::vector<float>& tile,
                         int64_t* ld) {
-  const int64_t offset = cache.offset(block_id, kv_head, token);
   if (cache.dtype == DType::kF32) {
     *ld = cache.token_stride;
-    return static_cast<const float*>(data) + offset;
+    const void* data = part == KvPart::kK ? cache.k_data : cache.v_data;
+    return static_cast<const float*>(data) + cache.offset(block_id, kv_head, token);
   }
-  const int64_t d = cache.head_dim;
-  *ld = d;
-  for (int32_t i = 0; i < count; ++i) {
-    detail::load_f32(data, cache.dtype, offset + i * cache.token_stride, d, tile.data() + i * d);
-  }
+  *ld = cache.head_dim;
+  load_kv_rows(cache, part, block_id, kv_head, token, count, tile.data(), use_avx512());
   return tile.data();
 }
 
@@ -144,8 +159,8 @@ void compute_scores(const AttentionParams& p, const RowTask& t, int32_t group, S
     const int32_t first = std::max(t.first_pos, b * bs);
     const int32_t count = std::min(t.pos, b * bs + bs - 1) - first + 1;
     int64_t ld = 0;
-    const float* k = block_rows(p.cache.k_data, p.cache, blocks[b], t.kv_head, first - b * bs,
-                                count, s.tile, &ld);
+    const float* k =
+        block_rows(p.cache, KvPart::kK, blocks[b], t.kv_head, first - b * bs, count, s.tile, &ld);
     // scores[h][j] = q_h . k_j for the group's heads at once (each K row is loaded once per two
     // heads), then scaled: the same fp32 operations for every row whatever the group size.
     float* scores = s.scores.data() + (first - t.first_pos);
@@ -233,8 +248,8 @@ void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scr
       s.sum[h] += block_sum;
     }
     int64_t ld = 0;
-    const float* v = block_rows(p.cache.v_data, p.cache, blocks[b], t.kv_head, first - b * bs,
-                                count, s.tile, &ld);
+    const float* v =
+        block_rows(p.cache, KvPart::kV, blocks[b], t.kv_head, first - b * bs, count, s.tile, &ld);
     const auto weights_of = [&](int32_t h) {
       return s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
     };
@@ -300,36 +315,6 @@ void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv
   weighted_sum(p, t, group, s);
 }
 
-// Writes one row of head_dim fp32 values at element offset `offset` of a cache area.
-void store_row(void* data, DType dtype, int64_t offset, const float* src, int64_t n) {
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(static_cast<float*>(data) + offset, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case DType::kBF16: {
-      uint16_t* dst = static_cast<uint16_t*>(data) + offset;
-      for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-      return;
-    }
-    case DType::kF16: {
-      uint16_t* dst = static_cast<uint16_t*>(data) + offset;
-      for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
-      return;
-    }
-    case DType::kF64:
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-    case DType::kI64:
-    case DType::kI32:
-    case DType::kI16:
-    case DType::kI8:
-    case DType::kU8:
-    case DType::kBool:
-      break;
-  }
-  STRATA_CHECK(false, "append_kv: cache dtype not validated");
-}
-
 Status validate_append(const AppendKvParams& p) {
   const PagedKvCacheView& cache = p.cache;
   if (p.num_tokens < 0) return Status::InvalidArgument("append_kv: negative num_tokens");
@@ -343,10 +328,7 @@ Status validate_append(const AppendKvParams& p) {
       cache.token_stride < cache.head_dim || p.num_cache_blocks < 0) {
     return Status::InvalidArgument("append_kv: bad cache view or num_cache_blocks");
   }
-  if (!is_cpu_float_dtype(cache.dtype)) {
-    return Status::Unsupported("append_kv: KV cache dtype " + std::string(dtype_name(cache.dtype)) +
-                               " (supported: F32, BF16, F16)");
-  }
+  STRATA_RETURN_IF_ERROR(validate_kv_encoding(cache, "append_kv"));
   const int64_t limit = p.num_cache_blocks * cache.block_size;
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const int64_t slot = p.slot_mapping[t];
@@ -395,9 +377,8 @@ Status append_kv(const AppendKvParams& params, ThreadPool& pool) {
           const int64_t slot = params.slot_mapping[t];
           if (slot == -1) continue;
           for (int32_t h = 0; h < cache.num_kv_heads; ++h) {
-            const int64_t offset = cache.slot_offset(slot, h);
-            store_row(cache.k_data, cache.dtype, offset, params.k + t * row_elems + h * d, d);
-            store_row(cache.v_data, cache.dtype, offset, params.v + t * row_elems + h * d, d);
+            store_kv_row(cache, KvPart::kK, slot, h, params.k + t * row_elems + h * d);
+            store_kv_row(cache, KvPart::kV, slot, h, params.v + t * row_elems + h * d);
           }
         }
       },

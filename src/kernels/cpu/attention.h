@@ -12,6 +12,10 @@
 // shares both reads among the num_q_heads / num_kv_heads query heads of the group (K/V are never
 // repeated); work is spread over (token, KV head) pairs with dynamic balancing across the
 // ThreadPool.
+//
+// Quantized caches (FP8 with the view's static scales, INT8 with per-token scales; kv_quant.h) are
+// dequantized block by block into an fp32 tile as they are read, and everything after that is the
+// fp32 arithmetic above: the determinism guarantees hold unchanged.
 
 #include <array>
 #include <cstdint>
@@ -20,11 +24,9 @@
 #include "core/paged_kv.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/kv_quant.h"  // kAttentionKvDTypes, the encodings
 
 namespace strata::cpu {
-
-// KV cache element types attention and append_kv accept (convert on read / on write).
-inline constexpr std::array<DType, 3> kAttentionKvDTypes = {DType::kF32, DType::kBF16, DType::kF16};
 
 struct AttentionParams {
   // [num_tokens, num_q_heads, head_dim], num_tokens = q_indptr[layout.num_seqs]. Row i of sequence
@@ -37,7 +39,8 @@ struct AttentionParams {
   const int32_t* q_indptr = nullptr;
   // Block tables of the batch; kv_len(s) >= q_len(s) for every sequence.
   PagedKvLayout layout;
-  // One layer's K/V; dtype in kAttentionKvDTypes, block_size == layout.block_size.
+  // One layer's K/V; dtype in kAttentionKvDTypes, block_size == layout.block_size. FP8: finite
+  // positive k_scale / v_scale; I8: scale pointers set (KvLayout::layer_view does both).
   PagedKvCacheView cache;
   int32_t num_q_heads = 0;  // a positive multiple of cache.num_kv_heads
   float scale = 0.0f;       // softmax scale, usually 1 / sqrt(head_dim)
@@ -68,7 +71,8 @@ struct AppendKvParams {
 };
 
 // Writes k and v into the cache at the slots, rounding to the cache dtype (round to nearest even
-// for BF16/F16). Errors (nothing is written): InvalidArgument for null pointers or a bad view,
+// for BF16/F16; FP8 and INT8 quantized as kv_quant.h says, INT8 writing each row's scale too).
+// Errors (nothing is written): InvalidArgument for null pointers or a bad view,
 // OutOfRange for a slot < -1 or beyond num_cache_blocks, Unsupported for the cache dtype.
 Status append_kv(const AppendKvParams& params, ThreadPool& pool);
 

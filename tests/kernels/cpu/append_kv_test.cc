@@ -1,11 +1,15 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/kv_quant_avx512.h"
 #include "kv/kv_layout.h"
 #include "paged_batch.h"
 
@@ -21,7 +25,10 @@ constexpr int32_t kNumBlocks = 6;
 
 struct AppendFixture {
   explicit AppendFixture(DType dtype)
-      : layout(kv::KvSpec{2, kNumKvHeads, kHeadDim, dtype}, kBlockSize),
+      : layout(kv::KvSpec{2, kNumKvHeads, kHeadDim, dtype}, kBlockSize,
+               dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2
+                   ? kv::KvStaticScales{{0.01f, 0.02f}, {0.03f, 0.015f}}
+                   : kv::KvStaticScales{}),
         pool(static_cast<size_t>(layout.pool_bytes(kNumBlocks)), 0xFF),
         expected(pool) {}
 
@@ -39,6 +46,20 @@ std::vector<float> token_rows(int64_t num_tokens, uint64_t salt) {
   return rows;
 }
 
+// The documented INT8 encoding (kv_quant.h), written out independently: the fp16 scale of
+// max|x| / 127 and codes round(x / s) clamped to +-127.
+uint16_t expected_int8(const float* x, int32_t n, int8_t* codes) {
+  double amax = 0.0;
+  for (int32_t c = 0; c < n; ++c) amax = std::max(amax, std::abs(static_cast<double>(x[c])));
+  const uint16_t bits = f32_to_f16(static_cast<float>(amax) / 127.0f);
+  const double s = f16_to_f32(bits);
+  for (int32_t c = 0; c < n; ++c) {
+    const double r = std::nearbyint(static_cast<float>(x[c] / static_cast<float>(s)));
+    codes[c] = static_cast<int8_t>(std::max(-127.0, std::min(127.0, r)));
+  }
+  return bits;
+}
+
 // The expected pool, written element by element through the view's accessors.
 void write_expected(PagedKvCacheView view, const std::vector<float>& k, const std::vector<float>& v,
                     const std::vector<int64_t>& slots) {
@@ -47,16 +68,41 @@ void write_expected(PagedKvCacheView view, const std::vector<float>& k, const st
     const auto block_id = static_cast<int32_t>(slots[t] / kBlockSize);
     const auto tok = static_cast<int32_t>(slots[t] % kBlockSize);
     for (int32_t h = 0; h < kNumKvHeads; ++h) {
+      const size_t row = (t * kNumKvHeads + static_cast<size_t>(h)) * kHeadDim;
+      if (view.dtype == DType::kI8) {
+        auto* ks = static_cast<uint16_t*>(view.k_scale_data);
+        auto* vs = static_cast<uint16_t*>(view.v_scale_data);
+        ks[view.scale_offset(block_id, h, tok)] =
+            expected_int8(&k[row], kHeadDim, view.k<int8_t>(block_id, h, tok));
+        vs[view.scale_offset(block_id, h, tok)] =
+            expected_int8(&v[row], kHeadDim, view.v<int8_t>(block_id, h, tok));
+        continue;
+      }
       for (int32_t c = 0; c < kHeadDim; ++c) {
-        const size_t src =
-            (t * kNumKvHeads + static_cast<size_t>(h)) * kHeadDim + static_cast<size_t>(c);
-        if (view.dtype == DType::kF32) {
-          view.k<float>(block_id, h, tok)[c] = k[src];
-          view.v<float>(block_id, h, tok)[c] = v[src];
-        } else {
-          const bool bf16 = view.dtype == DType::kBF16;
-          view.k<uint16_t>(block_id, h, tok)[c] = bf16 ? f32_to_bf16(k[src]) : f32_to_f16(k[src]);
-          view.v<uint16_t>(block_id, h, tok)[c] = bf16 ? f32_to_bf16(v[src]) : f32_to_f16(v[src]);
+        const size_t src = row + static_cast<size_t>(c);
+        switch (view.dtype) {
+          case DType::kF32:
+            view.k<float>(block_id, h, tok)[c] = k[src];
+            view.v<float>(block_id, h, tok)[c] = v[src];
+            break;
+          case DType::kBF16:
+            view.k<uint16_t>(block_id, h, tok)[c] = f32_to_bf16(k[src]);
+            view.v<uint16_t>(block_id, h, tok)[c] = f32_to_bf16(v[src]);
+            break;
+          case DType::kF16:
+            view.k<uint16_t>(block_id, h, tok)[c] = f32_to_f16(k[src]);
+            view.v<uint16_t>(block_id, h, tok)[c] = f32_to_f16(v[src]);
+            break;
+          case DType::kF8E4M3:
+            view.k<uint8_t>(block_id, h, tok)[c] = f32_to_fp8_e4m3(k[src] / view.k_scale);
+            view.v<uint8_t>(block_id, h, tok)[c] = f32_to_fp8_e4m3(v[src] / view.v_scale);
+            break;
+          case DType::kF8E5M2:
+            view.k<uint8_t>(block_id, h, tok)[c] = f32_to_fp8_e5m2(k[src] / view.k_scale);
+            view.v<uint8_t>(block_id, h, tok)[c] = f32_to_fp8_e5m2(v[src] / view.v_scale);
+            break;
+          default:
+            FAIL() << "unexpected dtype";
         }
       }
     }
@@ -152,12 +198,112 @@ TEST(AppendKvTest, RejectsBadSlotsAndParamsWithoutWriting) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(code_of({17, 18}, [](AppendKvParams& p) { p.num_tokens = -1; }),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(code_of({17, 18}, [](AppendKvParams& p) { p.cache.dtype = DType::kF8E5M2; }),
+  EXPECT_EQ(code_of({17, 18}, [](AppendKvParams& p) { p.cache.dtype = DType::kI16; }),
             StatusCode::kUnsupported);
+  EXPECT_EQ(code_of({17, 18}, [](AppendKvParams& p) { p.cache.dtype = DType::kI8; }),
+            StatusCode::kInvalidArgument);  // an I8 view without its scale areas
   EXPECT_EQ(std::memcmp(f.pool.data(), f.expected.data(), f.pool.size()), 0);
   // Without num_cache_blocks the upper bound is the caller's to keep; -1 still skips.
   EXPECT_EQ(code_of({-1, -1}, [](AppendKvParams& p) { p.num_cache_blocks = 0; }), StatusCode::kOk);
   EXPECT_EQ(std::memcmp(f.pool.data(), f.expected.data(), f.pool.size()), 0);
+}
+
+TEST(AppendKvTest, QuantizedRowsDecodeToTheSameBitsOnEveryPath) {
+  // The AVX-512 decoders (masked tails: head_dim 24 = 16 + 8) against the portable loop, and
+  // both against the documented formula.
+  if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const std::vector<int64_t> slots = {1 * 16 + 0, 1 * 16 + 1, 1 * 16 + 2, 3 * 16 + 5};
+  const auto n = static_cast<int64_t>(slots.size());
+  const std::vector<float> k = token_rows(n, 5);
+  const std::vector<float> v = token_rows(n, 6);
+  for (const DType dtype : {DType::kF8E4M3, DType::kF8E5M2, DType::kI8}) {
+    AppendFixture f(dtype);
+    ThreadPool pool(1);
+    AppendKvParams p;
+    p.k = k.data();
+    p.v = v.data();
+    p.slot_mapping = slots.data();
+    p.num_tokens = n;
+    p.cache = f.view(f.pool);
+    ASSERT_TRUE(append_kv(p, pool).ok());
+    for (const KvPart part : {KvPart::kK, KvPart::kV}) {
+      std::vector<float> portable(3 * kHeadDim);
+      std::vector<float> avx(3 * kHeadDim);
+      load_kv_rows(p.cache, part, 1, 1, 0, 3, portable.data(), /*use_avx512=*/false);
+      load_kv_rows(p.cache, part, 1, 1, 0, 3, avx.data(), /*use_avx512=*/true);
+      EXPECT_EQ(std::memcmp(portable.data(), avx.data(), portable.size() * sizeof(float)), 0)
+          << dtype_name(dtype);
+      // Token 1 of head 1, channel 5, by the formula.
+      const int64_t at = p.cache.offset(1, 1, 1) + 5;
+      const void* data = part == KvPart::kK ? p.cache.k_data : p.cache.v_data;
+      float want = 0.0f;
+      if (dtype == DType::kI8) {
+        const void* scales = part == KvPart::kK ? p.cache.k_scale_data : p.cache.v_scale_data;
+        want = static_cast<float>(static_cast<const int8_t*>(data)[at]) *
+               f16_to_f32(static_cast<const uint16_t*>(scales)[p.cache.scale_offset(1, 1, 1)]);
+      } else {
+        const uint8_t code = static_cast<const uint8_t*>(data)[at];
+        want = (dtype == DType::kF8E4M3 ? fp8_e4m3_to_f32(code) : fp8_e5m2_to_f32(code)) *
+               (part == KvPart::kK ? p.cache.k_scale : p.cache.v_scale);
+      }
+      EXPECT_EQ(portable[kHeadDim + 5], want) << dtype_name(dtype);
+      // And close to what was written (slot 17 = token 1 of block 1 is input row 1).
+      const float written = (part == KvPart::kK ? k : v)[(1 * kNumKvHeads + 1) * kHeadDim + 5];
+      EXPECT_NEAR(want, written, 0.15f * std::abs(written) + 0.02f) << dtype_name(dtype);
+    }
+  }
+}
+
+TEST(AppendKvTest, EveryFp8CodeDecodesToTheSameBitsOnEveryPath) {
+  // All 256 codes of each format in one row (255 of them: a masked tail), scale 0.37.
+  if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<uint8_t> codes(256);
+  for (int c = 0; c < 256; ++c) codes[static_cast<size_t>(c)] = static_cast<uint8_t>(c);
+  for (const DType dtype : {DType::kF8E4M3, DType::kF8E5M2}) {
+    const float* table = dtype == DType::kF8E4M3 ? fp8_e4m3_table() : fp8_e5m2_table();
+    for (const int64_t n : {int64_t{256}, int64_t{255}}) {
+      std::vector<float> got(256, -1.0f);
+      detail::dequantize_fp8_avx512(codes.data(), dtype == DType::kF8E4M3, 0.37f, n, got.data());
+      for (int64_t c = 0; c < n; ++c) {
+        const float want = table[c] * 0.37f;
+        const float g = got[static_cast<size_t>(c)];
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(g)) << dtype_name(dtype) << " code " << c;
+        } else {
+          EXPECT_EQ(std::memcmp(&g, &want, sizeof(float)), 0)
+              << dtype_name(dtype) << " code " << c << ": " << g << " vs " << want;
+        }
+      }
+      if (n == 255) {
+        EXPECT_EQ(got[255], -1.0f);  // the masked tail wrote nothing more
+      }
+    }
+  }
+}
+
+TEST(AppendKvTest, Int8RowsDecodeWithinHalfAStepAndExtremesAreExact) {
+  // Every channel decodes to within s / 2 of its input, the row's largest |x| to exactly +-127 s
+  // (up to the fp16 rounding of s), and an all-zero row to zeros with a zero scale.
+  std::vector<float> x(kHeadDim);
+  for (int32_t c = 0; c < kHeadDim; ++c) x[static_cast<size_t>(c)] = 5.0f * hashed_uniform(9, c);
+  x[7] = -6.5f;
+  std::vector<int8_t> codes(kHeadDim);
+  const float s = f16_to_f32(quantize_int8_row(x.data(), kHeadDim, codes.data()));
+  EXPECT_NEAR(s, 6.5 / 127, 6.5 / 127 * 1e-3);
+  EXPECT_EQ(codes[7], -127);
+  for (int32_t c = 0; c < kHeadDim; ++c) {
+    const auto i = static_cast<size_t>(c);
+    EXPECT_LE(std::abs(codes[i] * s - x[i]), s / 2 + 1e-6f);
+  }
+  std::vector<float> zeros(kHeadDim, 0.0f);
+  EXPECT_EQ(quantize_int8_row(zeros.data(), kHeadDim, codes.data()), 0);
+  EXPECT_TRUE(std::all_of(codes.begin(), codes.end(), [](int8_t c) { return c == 0; }));
+  // NaN and inf inputs never reach an undefined float -> int conversion.
+  x[3] = std::nanf("");
+  x[4] = INFINITY;
+  quantize_int8_row(x.data(), kHeadDim, codes.data());
+  EXPECT_EQ(codes[3], 0);
+  EXPECT_EQ(codes[4], 127);
 }
 
 }  // namespace

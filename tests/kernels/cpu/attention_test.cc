@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -212,10 +213,23 @@ TEST(PagedAttentionTest, RejectsInvalidParams) {
   EXPECT_EQ(code_of([](AttentionParams& p) { p.num_q_heads = 0; }), kInvalid);
   EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.block_size = 32; }), kInvalid);
   EXPECT_EQ(code_of([](AttentionParams& p) { p.sliding_window = -1; }), kInvalid);
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.dtype = DType::kI8; }),
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.dtype = DType::kI16; }),
             StatusCode::kUnsupported);
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.dtype = DType::kF8E4M3; }),
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.dtype = DType::kU8; }),
             StatusCode::kUnsupported);
+  // Quantized dtypes need their scales: an I8 view without scale areas, FP8 with a zero or NaN
+  // static scale.
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.dtype = DType::kI8; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) {
+              p.cache.dtype = DType::kF8E4M3;
+              p.cache.k_scale = 0.0f;
+            }),
+            kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) {
+              p.cache.dtype = DType::kF8E5M2;
+              p.cache.v_scale = std::numeric_limits<float>::quiet_NaN();
+            }),
+            kInvalid);
 
   // q_len > kv_len: sequence 1 gets 11 query rows but holds 5 tokens.
   const std::vector<int32_t> long_q = {0, 2, 13};

@@ -5,8 +5,13 @@
 //
 // Q/K/V values are a function of (data_id, position, head, channel) only, so one sequence can be
 // rebuilt in another batch, with other block ids or as a different prefill chunk, with identical
-// inputs. Pool bytes that hold no token are 0xFF (NaN in F32, BF16 and F16), and the output starts
-// as NaN, so a read past kv_len or an unwritten output shows up as NaN in the error.
+// inputs. Pool bytes that hold no token are 0xFF (NaN in F32, BF16, F16 and both fp8 formats, a
+// NaN fp16 scale for I8), and the output starts as NaN, so a read past kv_len or an unwritten
+// output shows up as NaN in the error.
+//
+// Quantized caches are written with the kernels' encoder (store_kv_row; append_kv_test checks it
+// against the documented formulas), FP8 with non-trivial static scales; the reference decodes
+// the stored bytes itself, so the tolerance bounds the attention arithmetic, not the storage.
 
 #include <algorithm>
 #include <cmath>
@@ -60,7 +65,8 @@ class PagedBatch {
   PagedBatch(const AttnConfig& cfg, std::vector<SeqSpec> seqs, uint32_t shuffle_seed)
       : cfg_(cfg),
         seqs_(std::move(seqs)),
-        kv_layout_(kv::KvSpec{2, cfg.num_kv_heads, cfg.head_dim, cfg.dtype}, cfg.block_size) {
+        kv_layout_(kv::KvSpec{2, cfg.num_kv_heads, cfg.head_dim, cfg.dtype}, cfg.block_size,
+                   test_scales(cfg.dtype)) {
     build_block_tables(shuffle_seed);
     pool_.assign(static_cast<size_t>(kv_layout_.pool_bytes(num_pool_blocks_)), 0xFF);
     view_ = kv_layout_.layer_view(pool_.data(), kLayerIdx);
@@ -102,6 +108,13 @@ class PagedBatch {
     return p;
   }
 
+  // FP8's static scales for the two layers: not powers of two, and small enough that [-1, 1)
+  // values use the formats' full range (1 / 0.0025 = 400 < 448).
+  static kv::KvStaticScales test_scales(DType dtype) {
+    if (dtype != DType::kF8E4M3 && dtype != DType::kF8E5M2) return {};
+    return kv::KvStaticScales{{0.003f, 0.0031f}, {0.0025f, 0.0027f}};
+  }
+
   // Float64 attention over contiguous K/V as stored (after rounding to the cache dtype),
   // [num_tokens, num_q_heads, head_dim].
   std::vector<double> reference() {
@@ -109,8 +122,8 @@ class PagedBatch {
     std::vector<double> ref(out_.size());
     for (int32_t s = 0; s < num_seqs(); ++s) {
       const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
-      const std::vector<double> k = contiguous(spec, k_value);
-      const std::vector<double> v = contiguous(spec, v_value);
+      const std::vector<double> k = contiguous(s, KvPart::kK);
+      const std::vector<double> v = contiguous(s, KvPart::kV);
       for (int32_t i = 0; i < spec.q_len; ++i) {
         const int32_t pos = spec.kv_len - spec.q_len + i;
         const int32_t token = q_begin(s) + i;
@@ -161,28 +174,51 @@ class PagedBatch {
     }
   }
 
-  void store(void* area, int32_t block_id, int32_t head, int32_t tok, int32_t c, float value) {
-    const int64_t idx = view_.offset(block_id, head, tok) + c;
-    if (cfg_.dtype == DType::kF32) {
-      static_cast<float*>(area)[idx] = value;
-    } else {
-      static_cast<uint16_t*>(area)[idx] =
-          cfg_.dtype == DType::kBF16 ? f32_to_bf16(value) : f32_to_f16(value);
-    }
-  }
-
   void write_sequence(int32_t s) {
     const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
     const PagedKvLayout l = layout();
+    std::vector<float> k(static_cast<size_t>(cfg_.head_dim));
+    std::vector<float> v(k.size());
     for (int32_t pos = 0; pos < spec.kv_len; ++pos) {
-      const int32_t block_id = l.block_of(s, pos);
-      const int32_t tok = pos % cfg_.block_size;
+      const int64_t slot = static_cast<int64_t>(l.block_of(s, pos)) * cfg_.block_size +
+                           pos % cfg_.block_size;
       for (int32_t h = 0; h < cfg_.num_kv_heads; ++h) {
         for (int32_t c = 0; c < cfg_.head_dim; ++c) {
-          store(view_.k_data, block_id, h, tok, c, k_value(spec.data_id, pos, h, c));
-          store(view_.v_data, block_id, h, tok, c, v_value(spec.data_id, pos, h, c));
+          k[static_cast<size_t>(c)] = k_value(spec.data_id, pos, h, c);
+          v[static_cast<size_t>(c)] = v_value(spec.data_id, pos, h, c);
         }
+        store_kv_row(view_, KvPart::kK, slot, h, k.data());
+        store_kv_row(view_, KvPart::kV, slot, h, v.data());
       }
+    }
+  }
+
+  // Channel c of a stored row, decoded from the pool bytes by the documented formulas.
+  double stored(KvPart part, int32_t block_id, int32_t head, int32_t tok, int32_t c) const {
+    const void* area = part == KvPart::kK ? view_.k_data : view_.v_data;
+    const int64_t idx = view_.offset(block_id, head, tok) + c;
+    switch (cfg_.dtype) {
+      case DType::kF32:
+        return static_cast<const float*>(area)[idx];
+      case DType::kBF16:
+        return bf16_to_f32(static_cast<const uint16_t*>(area)[idx]);
+      case DType::kF16:
+        return f16_to_f32(static_cast<const uint16_t*>(area)[idx]);
+      case DType::kF8E4M3:
+      case DType::kF8E5M2: {
+        const uint8_t code = static_cast<const uint8_t*>(area)[idx];
+        const double scale = part == KvPart::kK ? view_.k_scale : view_.v_scale;
+        return scale * (cfg_.dtype == DType::kF8E4M3 ? fp8_e4m3_to_f32(code)
+                                                      : fp8_e5m2_to_f32(code));
+      }
+      case DType::kI8: {
+        const void* scales = part == KvPart::kK ? view_.k_scale_data : view_.v_scale_data;
+        const uint16_t s = static_cast<const uint16_t*>(
+            scales)[view_.scale_offset(block_id, head, tok)];
+        return static_cast<const int8_t*>(area)[idx] * static_cast<double>(f16_to_f32(s));
+      }
+      default:
+        return std::numeric_limits<double>::quiet_NaN();
     }
   }
 
@@ -203,15 +239,16 @@ class PagedBatch {
     }
   }
 
-  // [kv_len, num_kv_heads, head_dim] as the cache stores them, widened to double.
-  template <typename Fn>
-  std::vector<double> contiguous(const SeqSpec& spec, Fn value) const {
+  // [kv_len, num_kv_heads, head_dim] of sequence s as the cache stores them, widened to double.
+  std::vector<double> contiguous(int32_t s, KvPart part) const {
+    const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
+    const PagedKvLayout l = layout();
     std::vector<double> out;
     out.reserve(static_cast<size_t>(spec.kv_len) * cfg_.num_kv_heads * cfg_.head_dim);
     for (int32_t pos = 0; pos < spec.kv_len; ++pos) {
       for (int32_t h = 0; h < cfg_.num_kv_heads; ++h) {
         for (int32_t c = 0; c < cfg_.head_dim; ++c) {
-          out.push_back(round_to(cfg_.dtype, value(spec.data_id, pos, h, c)));
+          out.push_back(stored(part, l.block_of(s, pos), h, pos % cfg_.block_size, c));
         }
       }
     }

@@ -1,0 +1,279 @@
+#include "eval_kv_quant.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/generator.h"
+#include "engine/kv_scales_setup.h"
+#include "eval/needle_prompt.h"
+#include "eval/needle_run.h"
+#include "eval/number_list.h"
+#include "kv/kv_accounting.h"
+#include "kv_cache_options.h"
+#include "model/model.h"
+#include "strata/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::cli {
+namespace {
+
+using nlohmann::json;
+
+struct DTypeResult {
+  std::string name;
+  DType dtype = DType::kF32;
+  int64_t bytes_per_token = 0;
+  std::string scales;
+  double mean_kl = 0.0;
+  double top1_agreement = 0.0;
+  int64_t num_positions = 0;
+  double needle_accuracy = 0.0;
+  int64_t ref_only = 0;    // reference correct, quantized wrong
+  int64_t quant_only = 0;  // quantized correct, reference wrong
+};
+
+std::vector<std::vector<int32_t>> text_windows(const tokenizer::Tokenizer& tok,
+                                               const EvalKvQuantOptions& o) {
+  const std::filesystem::path path =
+      o.text.empty() ? std::filesystem::path(o.model_dir) / "needle_filler.txt"
+                     : std::filesystem::path(o.text);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": cannot read the held-out text (--text FILE)");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<int32_t> ids = tok.encode(text, /*add_special_tokens=*/false);
+  const int64_t need = static_cast<int64_t>(o.num_windows) * o.window_len;
+  if (static_cast<int64_t>(ids.size()) < need) {
+    throw Error(path.string() + " has " + std::to_string(ids.size()) + " tokens; " +
+                std::to_string(o.num_windows) + " windows of " + std::to_string(o.window_len) +
+                " need " + std::to_string(need));
+  }
+  std::vector<std::vector<int32_t>> windows;
+  for (int32_t w = 0; w < o.num_windows; ++w) {
+    const auto begin = ids.begin() + static_cast<int64_t>(w) * o.window_len;
+    windows.emplace_back(begin, begin + o.window_len);
+  }
+  return windows;
+}
+
+std::vector<std::vector<float>> logits_with(model::Model& m, ThreadPool& pool,
+                                            const EvalKvQuantOptions& o, DType dtype,
+                                            const kv::KvStaticScales& scales,
+                                            const std::vector<std::vector<int32_t>>& windows) {
+  engine::GeneratorConfig c;
+  c.block_size = o.block_size;
+  c.kv_dtype = dtype;
+  c.kv_scales = scales;
+  c.enable_prefix_caching = false;
+  engine::Generator g(m, pool, c);
+  auto logits = g.prompt_logits(windows);
+  if (!logits.ok()) throw Error(logits.status().message());
+  return std::move(logits).value();
+}
+
+// log_softmax of one row, in double.
+std::vector<double> log_softmax(const float* row, int64_t vocab) {
+  const double max = *std::max_element(row, row + vocab);
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(row[i] - max);
+  const double log_sum = std::log(sum) + max;
+  std::vector<double> out(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) out[static_cast<size_t>(i)] = row[i] - log_sum;
+  return out;
+}
+
+void compare_logits(const std::vector<std::vector<float>>& ref,
+                    const std::vector<std::vector<float>>& q, int64_t vocab, DTypeResult* r) {
+  double kl_sum = 0.0;
+  int64_t agree = 0;
+  int64_t n = 0;
+  for (size_t w = 0; w < ref.size(); ++w) {
+    const int64_t rows = static_cast<int64_t>(ref[w].size()) / vocab;
+    for (int64_t row = 0; row < rows; ++row) {
+      const float* a = ref[w].data() + row * vocab;
+      const float* b = q[w].data() + row * vocab;
+      const std::vector<double> la = log_softmax(a, vocab);
+      const std::vector<double> lb = log_softmax(b, vocab);
+      double kl = 0.0;
+      for (size_t i = 0; i < la.size(); ++i) kl += std::exp(la[i]) * (la[i] - lb[i]);
+      kl_sum += kl;
+      agree += std::max_element(a, a + vocab) - a == std::max_element(b, b + vocab) - b ? 1 : 0;
+      ++n;
+    }
+  }
+  r->num_positions = n;
+  r->mean_kl = n > 0 ? kl_sum / static_cast<double>(n) : 0.0;
+  r->top1_agreement = n > 0 ? static_cast<double>(agree) / static_cast<double>(n) : 0.0;
+}
+
+std::vector<eval::NeedleOutcome> needle_with(model::Model& m, ThreadPool& pool,
+                                             const EvalKvQuantOptions& o, DType dtype,
+                                             const std::vector<eval::NeedlePrompt>& prompts,
+                                             int32_t longest) {
+  EngineConfig c;
+  c.model_dir = o.model_dir;
+  c.kv_dtype = dtype;
+  c.calculate_kv_scales = o.calculate_kv_scales;
+  c.allow_unit_kv_scales = o.allow_unit_kv_scales;
+  c.block_size = o.block_size;
+  c.max_num_seqs = o.max_num_seqs;
+  c.max_num_batched_tokens = std::max(4096, longest);
+  const int64_t blocks_per_seq = (longest + o.block_size - 1) / o.block_size + 1;
+  c.num_blocks = static_cast<int32_t>(o.max_num_seqs * blocks_per_seq + 1);
+  auto engine = Engine::create(m, pool, c);
+  if (!engine.ok()) throw Error(engine.status().message());
+  auto outcomes = eval::run_needle(**engine, prompts);
+  if (!outcomes.ok()) throw Error(outcomes.status().message());
+  return std::move(outcomes).value();
+}
+
+}  // namespace
+
+void add_eval_kv_quant_command(CLI::App& eval, EvalKvQuantOptions& o, std::string& task) {
+  CLI::App* cmd = eval.add_subcommand(
+      "kv-quant", "Quantized KV cache vs float32: mean KL, top-1 agreement, paired needle accuracy");
+  cmd->callback([&task] { task = "kv-quant"; });
+  cmd->add_option("--model", o.model_dir, "Model directory (tokenizer.json; needle_filler.txt)")
+      ->default_val(std::string(STRATA_DEFAULT_MODEL_DIR));
+  cmd->add_option("--kv-cache-dtype", o.kv_cache_dtypes,
+                  "Comma-separated KV dtypes to compare with float32 (fp8, fp8_e5m2, int8, ...)")
+      ->default_val(o.kv_cache_dtypes);
+  cmd->add_flag("--calculate-kv-scales,!--no-calculate-kv-scales", o.calculate_kv_scales,
+                "fp8: compute scales at start-up (on by default here)");
+  cmd->add_flag("--allow-unit-kv-scales", o.allow_unit_kv_scales,
+                "fp8: scale 1.0 when there is no other source");
+  cmd->add_option("--text", o.text, "Held-out text for the KL (default: the model's filler text)");
+  cmd->add_option("--num-windows", o.num_windows, "Text windows")->check(CLI::Range(1, 4096));
+  cmd->add_option("--window-len", o.window_len, "Tokens per window")->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--needle-contexts", o.needle_contexts, "Needle prompt lengths in tokens");
+  cmd->add_option("--needle-depths", o.needle_depths, "Needle depths in [0, 1]");
+  cmd->add_option("--needle-trials", o.needle_trials, "Prompts per (context, depth); 0 = none")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--seed", o.seed, "Seed of the needle prompts");
+  cmd->add_option("--threads", o.threads, "Worker threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--block-size", o.block_size, "KV cache block size in tokens")
+      ->check(CLI::IsMember({8, 16, 32, 64, 128}));
+  cmd->add_option("--max-num-seqs", o.max_num_seqs, "Sequences in one step")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_flag("--json", o.json, "Print the result as JSON");
+}
+
+int run_eval_kv_quant(const EvalKvQuantOptions& o) {
+  std::vector<DTypeResult> results;
+  {
+    std::stringstream list(o.kv_cache_dtypes);
+    std::string name;
+    while (std::getline(list, name, ',')) {
+      DTypeResult r;
+      r.name = name;
+      r.dtype = kv_pool_dtype_flag(name);  // one-line error for a bad value, before any work
+      results.push_back(r);
+    }
+    if (results.empty()) throw Error("--kv-cache-dtype: give at least one dtype");
+  }
+  const Result<std::vector<int32_t>> contexts = eval::parse_int_list(o.needle_contexts, 1, 1 << 20);
+  if (!contexts.ok()) throw Error("--needle-contexts: " + contexts.status().message());
+  const Result<std::vector<double>> depths = eval::parse_number_list(o.needle_depths);
+  if (!depths.ok()) throw Error("--needle-depths: " + depths.status().message());
+
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o.model_dir);
+  const std::vector<std::vector<int32_t>> windows = text_windows(tok, o);
+  ThreadPool pool(o.threads);
+  model::Model m = model::Model::load({o.model_dir});
+  const int64_t vocab = m.vocab_size();
+
+  const std::vector<std::vector<float>> ref =
+      logits_with(m, pool, o, DType::kF32, kv::KvStaticScales{}, windows);
+  std::vector<eval::NeedlePrompt> prompts;
+  std::vector<eval::NeedleOutcome> ref_needle;
+  int32_t longest = 0;
+  if (o.needle_trials > 0) {
+    const eval::NeedleFiller filler = eval::NeedleFiller::load(tok, o.model_dir);
+    auto built = eval::build_needle_prompts(tok, filler, o.seed, *contexts, *depths,
+                                            o.needle_trials);
+    if (!built.ok()) throw Error("--needle-contexts: " + built.status().message());
+    prompts = std::move(built).value();
+    for (const int32_t c : *contexts) longest = std::max(longest, c);
+    ref_needle = needle_with(m, pool, o, DType::kF32, prompts, longest);
+  }
+  int64_t ref_correct = 0;
+  for (const auto& x : ref_needle) ref_correct += x.correct ? 1 : 0;
+
+  for (DTypeResult& r : results) {
+    auto scales = engine::resolve_kv_scales(
+        engine::KvScalesOptions{.kv_dtype = r.dtype,
+                                .calculate_kv_scales = o.calculate_kv_scales,
+                                .allow_unit_kv_scales = o.allow_unit_kv_scales,
+                                .model_dir = o.model_dir},
+        m, pool);
+    if (!scales.ok()) throw Error(scales.status().message());
+    r.scales = scales.value().source;
+    r.bytes_per_token = m.kv_spec(r.dtype).bytes_per_token();
+    compare_logits(ref, logits_with(m, pool, o, r.dtype, scales.value().scales, windows), vocab,
+                   &r);
+    if (!prompts.empty()) {
+      const std::vector<eval::NeedleOutcome> q = needle_with(m, pool, o, r.dtype, prompts, longest);
+      int64_t correct = 0;
+      for (size_t i = 0; i < q.size(); ++i) {
+        correct += q[i].correct ? 1 : 0;
+        r.ref_only += ref_needle[i].correct && !q[i].correct ? 1 : 0;
+        r.quant_only += !ref_needle[i].correct && q[i].correct ? 1 : 0;
+      }
+      r.needle_accuracy = static_cast<double>(correct) / static_cast<double>(q.size());
+    }
+  }
+
+  const double ref_acc =
+      prompts.empty() ? 0.0 : static_cast<double>(ref_correct) / static_cast<double>(prompts.size());
+  const int64_t ref_bytes = m.kv_spec(DType::kF32).bytes_per_token();
+  if (o.json) {
+    json rows = json::array();
+    for (const DTypeResult& r : results) {
+      rows.push_back({{"kv_cache_dtype", r.name},
+                      {"kv_bytes_per_token", r.bytes_per_token},
+                      {"fp8_scales", r.scales},
+                      {"mean_kl", r.mean_kl},
+                      {"top1_agreement", r.top1_agreement},
+                      {"positions", r.num_positions},
+                      {"needle_accuracy", r.needle_accuracy},
+                      {"discordant_reference_only", r.ref_only},
+                      {"discordant_quantized_only", r.quant_only}});
+    }
+    const json out = {{"model", o.model_dir},
+                      {"reference", {{"kv_cache_dtype", "float32"},
+                                     {"kv_bytes_per_token", ref_bytes},
+                                     {"needle_accuracy", ref_acc}}},
+                      {"block_size", o.block_size},
+                      {"needle_prompts", prompts.size()},
+                      {"seed", o.seed},
+                      {"results", rows}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("kv-quant: %s, %d windows x %d tokens (KL, top-1), %zu needle prompts, block %d\n",
+              o.model_dir.c_str(), o.num_windows, o.window_len, prompts.size(), o.block_size);
+  std::printf("%-10s %12s %12s %10s %10s %18s\n", "dtype", "bytes/token", "mean KL", "top-1",
+              "needle", "discordant ref/q");
+  std::printf("%-10s %12lld %12s %10s %9.1f%% %18s\n", "float32", static_cast<long long>(ref_bytes),
+              "-", "-", 100 * ref_acc, "-");
+  for (const DTypeResult& r : results) {
+    std::printf("%-10s %12lld %12.3e %9.2f%% %9.1f%% %11lld/%lld\n", r.name.c_str(),
+                static_cast<long long>(r.bytes_per_token), r.mean_kl, 100 * r.top1_agreement,
+                100 * r.needle_accuracy, static_cast<long long>(r.ref_only),
+                static_cast<long long>(r.quant_only));
+  }
+  return 0;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,43 @@
+#include "kv_cache_options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.h"
+
+namespace strata::cli {
+
+void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only) {
+  cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                 "KV cache element type: auto, float32, bfloat16 (bf16), float16 (fp16), fp8 "
+                 "(= fp8_e4m3), fp8_e5m2, int8 (CPU only for fp8/int8; int4 not yet)");
+  if (dtype_only) return;
+  cmd.add_flag("--calculate-kv-scales", o.calculate_kv_scales,
+               "fp8 KV: compute per-layer k/v scales at start-up from a calibration prompt "
+               "(instead of the checkpoint's k_scale/v_scale)");
+  cmd.add_flag("--allow-unit-kv-scales", o.allow_unit_kv_scales,
+               "fp8 KV: use scale 1.0 when the checkpoint has no k_scale/v_scale and "
+               "--calculate-kv-scales is not given (vLLM's silent default; may lose accuracy)");
+}
+
+std::optional<kv::KvCacheDType> parse_kv_cache_dtype_flag(const std::string& value) {
+  if (value == "auto") return std::nullopt;
+  const std::optional<kv::KvCacheDType> d = kv::parse_kv_cache_dtype(value);
+  if (!d) {
+    throw Error("--kv-cache-dtype '" + value + "' is not supported (use " +
+                std::string(kv::kKvCacheDTypeSpellings) + ")");
+  }
+  return d;
+}
+
+DType kv_pool_dtype_flag(const std::string& value) {
+  const std::optional<kv::KvCacheDType> d = parse_kv_cache_dtype_flag(value);
+  if (!d) return DType::kF32;
+  const std::optional<DType> pool = kv::kv_pool_dtype(*d);
+  if (!pool) {
+    throw Error("--kv-cache-dtype " + value +
+                " is not implemented yet (docs/kv-quant.md; use fp8 or int8)");
+  }
+  return *pool;
+}
+
+}  // namespace strata::cli
