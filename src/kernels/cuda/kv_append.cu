@@ -1,5 +1,9 @@
 #include "kernels/cuda/kv_append.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cstdint>
 #include <string>
 
@@ -48,13 +52,173 @@ __global__ void kv_append_kernel(const __grid_constant__ KvAppendArgs a) {
   }
 }
 
+// Quantizing append: one warp per (token, KV head) row, K then V; lane l holds the row's
+// channels [l * per_lane, (l + 1) * per_lane).
+struct KvQuantArgs {
+  const void* k;
+  const void* v;
+  int64_t k_token_stride;  // in source elements
+  int64_t v_token_stride;
+  const int64_t* slot_mapping;
+  uint8_t* k_cache;  // codes
+  uint8_t* v_cache;
+  uint16_t* k_scales;  // INT8: fp16 scales; null otherwise
+  uint16_t* v_scales;
+  int64_t block_stride;  // in codes (bytes)
+  int64_t head_stride;
+  int64_t token_stride;
+  int64_t scale_block_stride;  // in fp16 scales
+  int64_t scale_head_stride;
+  float k_scale;  // FP8 static scales
+  float v_scale;
+  int32_t block_size;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int64_t num_rows;  // num_tokens * num_kv_heads
+};
+
+constexpr int kMaxChannelsPerLane = 8;  // head_dim <= 256
+
+template <DType kSrc>
+__device__ __forceinline__ float load_src(const void* p, int64_t i) {
+  if constexpr (kSrc == DType::kBF16) {
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  } else {
+    return __half2float(static_cast<const __half*>(p)[i]);
+  }
+}
+
+// The CPU encoders' rules (kv_quant.h): an IEEE division, round to nearest even, saturate.
+template <DType kCache>
+__device__ __forceinline__ uint8_t encode_fp8(float x, float scale) {
+  constexpr __nv_fp8_interpretation_t kKind = kCache == DType::kF8E4M3 ? __NV_E4M3 : __NV_E5M2;
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, kKind));
+}
+
+template <DType kSrc, DType kCache>
+__device__ void quantize_row(const void* src, uint8_t* dst, uint16_t* scale_dst,
+                             float static_scale, int lane, int per_lane) {
+  float x[kMaxChannelsPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxChannelsPerLane; ++j) {
+    x[j] = j < per_lane ? load_src<kSrc>(src, lane * per_lane + j) : 0.0f;
+  }
+  if constexpr (kCache == DType::kI8) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxChannelsPerLane; ++j) amax = fmaxf(amax, fabsf(x[j]));  // NaN ignored
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const __half s16 = __float2half_rn(fminf(__fdiv_rn(amax, 127.0f), 65504.0f));
+    const float s = __half2float(s16);
+#pragma unroll
+    for (int j = 0; j < kMaxChannelsPerLane; ++j) {
+      if (j >= per_lane) break;
+      float q = 0.0f;
+      if (s != 0.0f && !isnan(x[j])) q = fminf(fmaxf(rintf(__fdiv_rn(x[j], s)), -127.0f), 127.0f);
+      dst[lane * per_lane + j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    }
+    if (lane == 0) *scale_dst = __half_as_ushort(s16);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kMaxChannelsPerLane; ++j) {
+      if (j >= per_lane) break;
+      dst[lane * per_lane + j] = encode_fp8<kCache>(x[j], static_scale);
+    }
+  }
+}
+
+template <DType kSrc, DType kCache>
+__global__ void kv_append_quant_kernel(const __grid_constant__ KvQuantArgs a) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int per_lane = a.head_dim / 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+       row < a.num_rows; row += warps) {
+    const int64_t token = row / a.num_kv_heads;
+    const int32_t head = static_cast<int32_t>(row - token * a.num_kv_heads);
+    const int64_t slot = a.slot_mapping[token];
+    if (slot < 0) continue;  // the whole warp skips together
+    const int64_t block = slot / a.block_size;
+    const int64_t in_block = slot - block * a.block_size;
+    const int64_t dst = block * a.block_stride + head * a.head_stride + in_block * a.token_stride;
+    const int64_t sdst = block * a.scale_block_stride + head * a.scale_head_stride + in_block;
+    const int64_t src_off = static_cast<int64_t>(head) * a.head_dim;
+    constexpr int64_t kSrcBytes = 2;  // bf16 or f16
+    const auto* k = static_cast<const char*>(a.k) + (token * a.k_token_stride + src_off) * kSrcBytes;
+    const auto* v = static_cast<const char*>(a.v) + (token * a.v_token_stride + src_off) * kSrcBytes;
+    quantize_row<kSrc, kCache>(k, a.k_cache + dst, a.k_scales ? a.k_scales + sdst : nullptr,
+                               a.k_scale, lane, per_lane);
+    quantize_row<kSrc, kCache>(v, a.v_cache + dst, a.v_scales ? a.v_scales + sdst : nullptr,
+                               a.v_scale, lane, per_lane);
+  }
+}
+
+Status kv_append_quantized(const KvAppendParams& p, cudaStream_t stream) {
+  const PagedKvCacheView& c = p.cache;
+  if (p.src_dtype != DType::kBF16 && p.src_dtype != DType::kF16) {
+    return Status::Unsupported("kv_append quantizes bf16 or f16 rows");
+  }
+  if (c.head_dim % 32 != 0 || c.head_dim > 32 * kMaxChannelsPerLane) {
+    return Status::Unsupported("quantizing kv_append needs head_dim a multiple of 32, at most 256");
+  }
+  if (c.dtype == DType::kI8 && (c.k_scale_data == nullptr || c.v_scale_data == nullptr)) {
+    return Status::InvalidArgument("an INT8 cache view needs its scale areas");
+  }
+  if (c.dtype != DType::kI8 && !(c.k_scale > 0.0f && c.v_scale > 0.0f)) {
+    return Status::InvalidArgument("an FP8 cache view needs positive k_scale and v_scale");
+  }
+  KvQuantArgs a{};
+  a.k = p.k;
+  a.v = p.v;
+  a.k_token_stride = p.k_token_stride;
+  a.v_token_stride = p.v_token_stride;
+  a.slot_mapping = p.slot_mapping;
+  a.k_cache = static_cast<uint8_t*>(c.k_data);
+  a.v_cache = static_cast<uint8_t*>(c.v_data);
+  a.k_scales = static_cast<uint16_t*>(c.k_scale_data);
+  a.v_scales = static_cast<uint16_t*>(c.v_scale_data);
+  a.block_stride = c.block_stride;
+  a.head_stride = c.head_stride;
+  a.token_stride = c.token_stride;
+  a.scale_block_stride = c.scale_block_stride;
+  a.scale_head_stride = c.scale_head_stride;
+  a.k_scale = c.k_scale;
+  a.v_scale = c.v_scale;
+  a.block_size = c.block_size;
+  a.num_kv_heads = c.num_kv_heads;
+  a.head_dim = c.head_dim;
+  a.num_rows = static_cast<int64_t>(p.num_tokens) * c.num_kv_heads;
+  constexpr int kThreads = 256;
+  const auto blocks = static_cast<unsigned>(
+      std::min<int64_t>(detail::ceil_div(a.num_rows, kThreads / 32), 65536));
+  auto launch = [&]<DType kSrc>() -> Status {
+    switch (c.dtype) {
+      case DType::kF8E4M3:
+        kv_append_quant_kernel<kSrc, DType::kF8E4M3><<<blocks, kThreads, 0, stream>>>(a);
+        break;
+      case DType::kF8E5M2:
+        kv_append_quant_kernel<kSrc, DType::kF8E5M2><<<blocks, kThreads, 0, stream>>>(a);
+        break;
+      default:
+        kv_append_quant_kernel<kSrc, DType::kI8><<<blocks, kThreads, 0, stream>>>(a);
+        break;
+    }
+    STRATA_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  };
+  return p.src_dtype == DType::kBF16 ? launch.template operator()<DType::kBF16>()
+                                     : launch.template operator()<DType::kF16>();
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
 Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
   const PagedKvCacheView& c = p.cache;
-  if (!contains(kKvDTypes, c.dtype)) {
+  const bool quantized = contains(kQuantizedKvDTypes, c.dtype);
+  if (!quantized && !contains(kKvDTypes, c.dtype)) {
     return Status::Unsupported("KV dtype " + std::string(dtype_name(c.dtype)) +
                                " has no CUDA append kernel");
   }
@@ -62,7 +226,12 @@ Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
     return Status::InvalidArgument("kv_append needs num_tokens >= 0 and a complete cache view");
   }
   if (p.num_tokens == 0) return Status::Ok();
+  if (!quantized && p.src_dtype != c.dtype) {
+    return Status::InvalidArgument("kv_append into a " + std::string(dtype_name(c.dtype)) +
+                                   " cache copies rows of the same dtype");
+  }
   const int64_t elem = dtype_size(c.dtype);
+  const int64_t src_elem = dtype_size(p.src_dtype);
   const int64_t row_bytes = c.head_dim * elem;
   if (row_bytes % 16 != 0) {
     return Status::Unsupported("kv_append needs head_dim * element size to be a multiple of 16");
@@ -76,11 +245,12 @@ Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
     return Status::InvalidArgument("k/v token stride smaller than num_kv_heads * head_dim");
   }
   if (!aligned16(p.k) || !aligned16(p.v) || !aligned16(c.k_data) || !aligned16(c.v_data) ||
-      (p.k_token_stride * elem) % 16 != 0 || (p.v_token_stride * elem) % 16 != 0 ||
+      (p.k_token_stride * src_elem) % 16 != 0 || (p.v_token_stride * src_elem) % 16 != 0 ||
       (c.block_stride * elem) % 16 != 0 || (c.head_stride * elem) % 16 != 0 ||
       (c.token_stride * elem) % 16 != 0) {
     return Status::InvalidArgument("kv_append pointers and strides must be 16-byte aligned");
   }
+  if (quantized) return kv_append_quantized(p, stream);
   const int64_t vec_elems = 16 / elem;
   KvAppendArgs a{};
   a.k = static_cast<const uint4*>(p.k);

@@ -4,27 +4,38 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/paged_kv.h"
 #include "core/status.h"
 
 namespace strata::cuda {
 
+// Cache dtypes whose rows kv_append quantizes from bf16/f16 sources (docs/kv-quant.md, bit for
+// bit the CPU's encoders): FP8 with the view's static scale, INT8 with a scale per (token, head).
+inline constexpr std::array<DType, 3> kQuantizedKvDTypes = {DType::kF8E4M3, DType::kF8E5M2,
+                                                           DType::kI8};
+
 struct KvAppendParams {
-  PagedKvCacheView cache;      // destination layer; dtype in kKvDTypes
-  const void* k = nullptr;     // [num_tokens, num_kv_heads, head_dim], cache.dtype
-  const void* v = nullptr;     // [num_tokens, num_kv_heads, head_dim], cache.dtype
+  PagedKvCacheView cache;  // destination layer; dtype in kKvDTypes or kQuantizedKvDTypes
+  const void* k = nullptr;     // [num_tokens, num_kv_heads, head_dim], src_dtype
+  const void* v = nullptr;     // [num_tokens, num_kv_heads, head_dim], src_dtype
+  // BF16 or F16; equal to cache.dtype for a BF16/F16 cache (a plain copy).
+  DType src_dtype = DType::kBF16;
   int64_t k_token_stride = 0;  // elements between tokens of k (>= num_kv_heads * head_dim;
   int64_t v_token_stride = 0;  //   larger when k and v sit inside a fused qkv buffer)
   const int64_t* slot_mapping = nullptr;  // [num_tokens] device; -1 = padding, skipped
   int32_t num_tokens = 0;
 };
 
-// Copies token t's K and V (all KV heads) to slot_mapping[t]. Contract: slots are distinct and
-// inside the pool (not checked on the device); k, v, the cache and every stride are 16-byte
-// aligned (InvalidArgument otherwise); head_dim * element size is a multiple of 16 bytes.
-// Unsupported for a dtype outside kKvDTypes. Asynchronous on stream.
+// Writes token t's K and V (all KV heads) to slot_mapping[t]: copied for a BF16/F16 cache,
+// quantized for FP8 (code = fp8(x / scale), saturating) and INT8 (one warp per row: amax over
+// the row, fp16 scale, codes; the scale goes to the view's scale area). Contract: slots are
+// distinct and inside the pool (not checked on the device); k, v, the cache and every stride are
+// 16-byte aligned (InvalidArgument otherwise); head_dim * element size is a multiple of 16
+// bytes. Unsupported for other dtypes. Asynchronous on stream.
 Status kv_append(const KvAppendParams& params, cudaStream_t stream);
 
 }  // namespace strata::cuda
