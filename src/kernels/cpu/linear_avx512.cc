@@ -70,25 +70,57 @@ STRATA_AVX512 inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) 
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(first_of_each_quarter, s3));
 }
 
-// An R x C block of outputs, one accumulator each (order: linear_avx512.h). With kPrefetch, each
-// k step also prefetches the share it reads of its own rows from the next C weight rows (where
-// the next tile starts), so a few-row tile keeps a tile's worth of DRAM reads in flight;
-// prefetches never fault, so that may point past the weights.
-template <class W, int R, int C, bool kPrefetch>
+// out[r][c] = the lane sum of acc[r][c] (+ bias[c]): the one reduction every tile ends with.
+template <int R, int C>
+STRATA_AVX512 inline void store_tile(const __m512 (&acc)[R][C], const float* bias, float* out,
+                                     int64_t ldo) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    for (int c0 = 0; c0 < C; c0 += 4) {
+      __m128 s = reduce4(acc[r][c0], c0 + 1 < C ? acc[r][c0 + 1] : zero,
+                         c0 + 2 < C ? acc[r][c0 + 2] : zero, c0 + 3 < C ? acc[r][c0 + 3] : zero);
+      const auto cols = static_cast<__mmask8>((1u << std::min(4, C - c0)) - 1u);
+      if (bias != nullptr) s = _mm_add_ps(s, _mm_maskz_loadu_ps(cols, bias + c0));
+      _mm_mask_storeu_ps(out + r * ldo + c0, cols, s);
+    }
+  }
+}
+
+// The weight lines a tile prefetches while it computes, issued at an even rate over its k steps
+// (a burst fills the miss buffers and stalls the loads the FMAs wait for). The lines belong to
+// the next group of kCols weight rows and are counted in the order its tiles will read them:
+// line j is row j % kCols, bytes 64 * (j / kCols) on, so the start of every row arrives first.
+// Prefetches never fault, so the group may lie past the end of the weights.
+struct PrefetchRange {
+  const char* group = nullptr;  // the next group's first row
+  int64_t first = 0;            // this tile's first line
+  int64_t lines = 0;            // 0: prefetch nothing
+  int64_t row_bytes = 0;        // bytes between the group's rows
+};
+
+// An R x C block of outputs, one accumulator each (order: linear_avx512.h), prefetching `pf`.
+template <class W, int R, int C>
 STRATA_AVX512 void dot_tile(const float* x, int64_t ldx, const typename W::T* w, int64_t ldw,
-                            int64_t k, const float* bias, float* out, int64_t ldo) {
-  using T = typename W::T;
-  constexpr int64_t kStepBytes = int64_t{C} * kLanes16 * static_cast<int64_t>(sizeof(T));
-  const char* ahead = reinterpret_cast<const char*>(w + C * ldw);
+                            int64_t k, PrefetchRange pf, const float* bias, float* out,
+                            int64_t ldo) {
+  const int64_t steps = k / kLanes16;
+  int64_t pf_row = pf.first % kCols;
+  const char* pf_line = pf.group + (pf.first / kCols) * 64 + pf_row * pf.row_bytes;
+  int64_t pf_credit = 0;  // Bresenham: pf.lines prefetches spread over `steps` steps
   __m512 acc[R][C];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   }
   int64_t i = 0;
   for (; i + kLanes16 <= k; i += kLanes16) {
-    if constexpr (kPrefetch) {
-      const char* p = ahead + i * C * static_cast<int64_t>(sizeof(T));
-      for (int64_t o = 0; o < kStepBytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    for (pf_credit += pf.lines; pf_credit >= steps; pf_credit -= steps) {
+      _mm_prefetch(pf_line, _MM_HINT_T0);
+      if (++pf_row == kCols) {
+        pf_row = 0;
+        pf_line += 64 - (kCols - 1) * pf.row_bytes;
+      } else {
+        pf_line += pf.row_bytes;
+      }
     }
     __m512 xv[R];
     for (int r = 0; r < R; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + i);
@@ -106,63 +138,62 @@ STRATA_AVX512 void dot_tile(const float* x, int64_t ldx, const typename W::T* w,
       for (int r = 0; r < R; ++r) acc[r][c] = _mm512_mask3_fmadd_ps(xv[r], wv, acc[r][c], mask);
     }
   }
-  const __m512 zero = _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r) {
-    for (int c0 = 0; c0 < C; c0 += 4) {
-      __m128 s = reduce4(acc[r][c0], c0 + 1 < C ? acc[r][c0 + 1] : zero,
-                         c0 + 2 < C ? acc[r][c0 + 2] : zero, c0 + 3 < C ? acc[r][c0 + 3] : zero);
-      const auto cols = static_cast<__mmask8>((1u << std::min(4, C - c0)) - 1u);
-      if (bias != nullptr) s = _mm_add_ps(s, _mm_maskz_loadu_ps(cols, bias + c0));
-      _mm_mask_storeu_ps(out + r * ldo + c0, cols, s);
-    }
-  }
+  store_tile<R, C>(acc, bias, out, ldo);
 }
 
 // One R-row block against `cols` (1..kCols) weight rows.
-template <class W, int R, bool kPrefetch>
+template <class W, int R>
 STRATA_AVX512 void row_block(int64_t cols, const float* x, int64_t ldx, const typename W::T* w,
-                             int64_t ldw, int64_t k, const float* bias, float* out, int64_t ldo) {
+                             int64_t ldw, int64_t k, PrefetchRange pf, const float* bias,
+                             float* out, int64_t ldo) {
   switch (cols) {
-    case 6: return dot_tile<W, R, 6, kPrefetch>(x, ldx, w, ldw, k, bias, out, ldo);
-    case 5: return dot_tile<W, R, 5, kPrefetch>(x, ldx, w, ldw, k, bias, out, ldo);
-    case 4: return dot_tile<W, R, 4, kPrefetch>(x, ldx, w, ldw, k, bias, out, ldo);
-    case 3: return dot_tile<W, R, 3, kPrefetch>(x, ldx, w, ldw, k, bias, out, ldo);
-    case 2: return dot_tile<W, R, 2, kPrefetch>(x, ldx, w, ldw, k, bias, out, ldo);
-    default: return dot_tile<W, R, 1, kPrefetch>(x, ldx, w, ldw, k, bias, out, ldo);
+    case 6: return dot_tile<W, R, 6>(x, ldx, w, ldw, k, pf, bias, out, ldo);
+    case 5: return dot_tile<W, R, 5>(x, ldx, w, ldw, k, pf, bias, out, ldo);
+    case 4: return dot_tile<W, R, 4>(x, ldx, w, ldw, k, pf, bias, out, ldo);
+    case 3: return dot_tile<W, R, 3>(x, ldx, w, ldw, k, pf, bias, out, ldo);
+    case 2: return dot_tile<W, R, 2>(x, ldx, w, ldw, k, pf, bias, out, ldo);
+    default: return dot_tile<W, R, 1>(x, ldx, w, ldw, k, pf, bias, out, ldo);
   }
 }
 
-// Columns outer, rows inner: a group of kCols weight rows stays in L1 while the rows of x (in L2
-// for a 64-row task) stream past it. 4-row tiles do 24 FMAs per 10 loads (compute-bound); the
-// m % 4 remainder rows (and a decode step's single row) take 1..3-row tiles.
+// Columns outer, rows inner: a group of kCols weight rows stays in L1 (or L2, for long k) while
+// the rows of x (in L2 for a 64-row task) stream past it. 4-row tiles do 24 FMAs per 10 loads
+// (compute-bound); the m % 4 remainder rows (and a decode step's single row) take 1..3-row tiles.
+//
+// While a group computes, its tiles prefetch the next group (every weight of a decode step
+// streams from DRAM: the model is far larger than the caches), each row tile its own slice.
 template <class W>
 STRATA_AVX512 void matmul_nt(const float* x, int64_t ldx, int64_t m, const typename W::T* w,
                              int64_t ldw, int64_t n, int64_t k, const float* bias, float* out,
                              int64_t ldo) {
+  using T = typename W::T;
   static_assert(kCols == 6, "row_block dispatches 1..6 columns");
+  const int64_t tiles = (m + kRows - 1) / kRows;
+  const int64_t row_bytes = ldw * static_cast<int64_t>(sizeof(T));
+  const int64_t group_lines = kCols * ((k * static_cast<int64_t>(sizeof(T)) + 63) / 64);
+  const int64_t lines_per_tile = (group_lines + tiles - 1) / tiles;
   for (int64_t c = 0; c < n; c += kCols) {
     const int64_t cols = std::min<int64_t>(kCols, n - c);
-    const typename W::T* wc = w + c * ldw;
+    const T* wc = w + c * ldw;
     const float* bc = bias == nullptr ? nullptr : bias + c;
+    // uintptr_t: the next group's address only feeds prefetches and may lie past the weights.
+    const auto* next_group = reinterpret_cast<const char*>(
+        reinterpret_cast<uintptr_t>(wc) + static_cast<uintptr_t>(kCols * row_bytes));
     int64_t r = 0;
-    // The first block of rows prefetches the next group of weight rows, which then arrives while
-    // the other blocks compute (it matters when W streams from DRAM: decode, the LM head).
-    if (r + kRows <= m) {
-      row_block<W, kRows, true>(cols, x, ldx, wc, ldw, k, bc, out + c, ldo);
-      r += kRows;
-    }
     for (; r + kRows <= m; r += kRows) {
-      row_block<W, kRows, false>(cols, x + r * ldx, ldx, wc, ldw, k, bc, out + r * ldo + c, ldo);
+      const PrefetchRange pf{next_group, r / kRows * lines_per_tile, lines_per_tile, row_bytes};
+      row_block<W, kRows>(cols, x + r * ldx, ldx, wc, ldw, k, pf, bc, out + r * ldo + c, ldo);
     }
+    const PrefetchRange rest_pf{next_group, r / kRows * lines_per_tile, lines_per_tile, row_bytes};
     switch (m - r) {
       case 3:
-        row_block<W, 3, true>(cols, x + r * ldx, ldx, wc, ldw, k, bc, out + r * ldo + c, ldo);
+        row_block<W, 3>(cols, x + r * ldx, ldx, wc, ldw, k, rest_pf, bc, out + r * ldo + c, ldo);
         break;
       case 2:
-        row_block<W, 2, true>(cols, x + r * ldx, ldx, wc, ldw, k, bc, out + r * ldo + c, ldo);
+        row_block<W, 2>(cols, x + r * ldx, ldx, wc, ldw, k, rest_pf, bc, out + r * ldo + c, ldo);
         break;
       case 1:
-        row_block<W, 1, true>(cols, x + r * ldx, ldx, wc, ldw, k, bc, out + r * ldo + c, ldo);
+        row_block<W, 1>(cols, x + r * ldx, ldx, wc, ldw, k, rest_pf, bc, out + r * ldo + c, ldo);
         break;
       default:
         break;
