@@ -94,10 +94,32 @@ class EngineTest : public ::testing::Test {
     c.metrics = o.metrics;
   }
 
-  Collected alone(const EngineRequest& r) {
-    auto e = make();
+  Collected alone(const EngineRequest& r, const EngineConfig& c = {}) {
+    auto e = make(c);
     const RequestId id = *e->submit(r);
     return drain(*e)[id];
+  }
+
+  // n = 3 sampled forks of a prompt whose last block holds 6 tokens: copy-on-write must copy
+  // that shared block before any fork writes it, so fork i gets what the same request gets
+  // alone with seed + i, and every block comes back.
+  void expect_forks_get_what_they_get_alone(const EngineConfig& c) {
+    auto e = make(c);
+    EngineRequest r = greedy(prompt_of(70, 4), 10);
+    r.n = 3;
+    r.params.temperature = 0.7f;
+    r.params.seed = 5;
+    const RequestId id = *e->submit(r);
+    auto got = drain(*e);
+    for (int32_t i = 0; i < 3; ++i) {
+      EngineRequest single = r;
+      single.n = 1;
+      single.params.seed = 5 + static_cast<uint64_t>(i);
+      const Collected ref = alone(single, c);
+      EXPECT_EQ(got[id].tokens.at(i), ref.tokens.at(0)) << "sequence " << i;
+      EXPECT_LE(rel_err(got[id].logprobs.at(i), ref.logprobs.at(0)), kTolerance);
+    }
+    EXPECT_EQ(e->last_step().num_used_blocks, 0);
   }
 
   ThreadPool pool_;
@@ -225,11 +247,7 @@ class EngineKvDTypeTest : public EngineTest, public ::testing::WithParamInterfac
     c.calculate_kv_scales = true;  // FP8: scales from a calibration pass (ignored for INT8)
     return c;
   }
-  Collected alone_quantized(const EngineRequest& r) {
-    auto e = make(quantized());
-    const RequestId id = *e->submit(r);
-    return drain(*e)[id];
-  }
+  Collected alone_quantized(const EngineRequest& r) { return alone(r, quantized()); }
 };
 
 TEST_P(EngineKvDTypeTest, BatchedChunkedAndPrefixHitRequestsGetWhatTheyGetAlone) {
@@ -270,22 +288,7 @@ TEST_P(EngineKvDTypeTest, BatchedChunkedAndPrefixHitRequestsGetWhatTheyGetAlone)
 }
 
 TEST_P(EngineKvDTypeTest, CopyOnWriteForksGetWhatTheyGetAlone) {
-  auto e = make(quantized());
-  EngineRequest r = greedy(prompt_of(70, 4), 10);  // the last prompt block holds 6 tokens
-  r.n = 3;
-  r.params.temperature = 0.7f;
-  r.params.seed = 5;
-  const RequestId id = *e->submit(r);
-  auto got = drain(*e);
-  for (int32_t i = 0; i < 3; ++i) {
-    EngineRequest single = r;
-    single.n = 1;
-    single.params.seed = 5 + static_cast<uint64_t>(i);
-    const Collected ref = alone_quantized(single);
-    EXPECT_EQ(got[id].tokens.at(i), ref.tokens.at(0)) << "sequence " << i;
-    EXPECT_LE(rel_err(got[id].logprobs.at(i), ref.logprobs.at(0)), kTolerance);
-  }
-  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  expect_forks_get_what_they_get_alone(quantized());
 }
 
 TEST_P(EngineKvDTypeTest, SwappedRequestsGetTheSameTokensAndNothingLeaks) {
@@ -476,22 +479,7 @@ TEST_F(EngineTest, NGreaterThanOneSharesThePromptsBlocksAndSeedsEachSequence) {
 }
 
 TEST_F(EngineTest, NGreaterThanOneCopiesAPartlyFilledSharedBlockBeforeWritingIt) {
-  auto e = make();
-  EngineRequest r = greedy(prompt_of(70, 4), 10);  // the last prompt block holds 6 tokens
-  r.n = 3;
-  r.params.temperature = 0.7f;
-  r.params.seed = 5;
-  const RequestId id = *e->submit(r);
-  auto got = drain(*e);
-  for (int32_t i = 0; i < 3; ++i) {
-    EngineRequest single = r;
-    single.n = 1;
-    single.params.seed = 5 + static_cast<uint64_t>(i);
-    const Collected ref = alone(single);
-    EXPECT_EQ(got[id].tokens.at(i), ref.tokens.at(0)) << "sequence " << i;
-    EXPECT_LE(rel_err(got[id].logprobs.at(i), ref.logprobs.at(0)), kTolerance);
-  }
-  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  expect_forks_get_what_they_get_alone({});
 }
 
 TEST_F(EngineTest, StaticBaselineRunsOneBatchToItsEndBeforeAdmittingMore) {
