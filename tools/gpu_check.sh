@@ -58,14 +58,17 @@ model_cuda_tree_hash() { tree_hash src/model/cuda; }
 build_engine() {
   cmake -S "$ROOT" -B "$CARRY/engine-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
     -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-  ninja -C "$CARRY/engine-build" -j "$JOBS" strata model_cuda_model_test engine_cuda_engine_test
+  ninja -C "$CARRY/engine-build" -j "$JOBS" strata model_cuda_model_test model_cuda_kv_quant_test \
+    engine_cuda_engine_test
   cp "$CARRY/engine-build/tools/strata/strata" "$CARRY/engine-build/tests/model/model_cuda_model_test" \
+    "$CARRY/engine-build/tests/model/model_cuda_kv_quant_test" \
     "$CARRY/engine-build/tests/engine/engine_cuda_engine_test" "$CARRY/bin/"
   mkdir -p "$CARRY/bin/lib"
   ldd "$CARRY/bin/strata" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcublas[^/]*|libcublasLt[^/]*|libstdc\+\+|libgcc_s)\.so' |
     xargs -r -I{} cp -L {} "$CARRY/bin/lib/"
-  cp "$ROOT/tools/bench_gpu_peers.py" "$ROOT/tools/gpu_engine_bench.sh" "$CARRY/bin/"
+  cp "$ROOT/tools/bench_gpu_peers.py" "$ROOT/tools/gpu_engine_bench.sh" \
+    "$ROOT/tools/gpu_kv_quant_bench.sh" "$CARRY/bin/"
 }
 
 write_project() {
@@ -141,7 +144,8 @@ cmd_build() {
   } >"$CARRY/bin/build-info.txt"
   # The binaries carry CUDA fat binaries; with the tree they exceed what one call to the GPU
   # machine may upload, so they travel stripped and xz-packed (about 6 MB).
-  strip "$CARRY/bin/strata" "$CARRY/bin/model_cuda_model_test" "$CARRY/bin/engine_cuda_engine_test" \
+  strip "$CARRY/bin/strata" "$CARRY/bin/model_cuda_model_test" "$CARRY/bin/model_cuda_kv_quant_test" \
+    "$CARRY/bin/engine_cuda_engine_test" \
     "$CARRY/bin/strata_kernels_cuda_test" "$CARRY/bin/strata_decode_bench" "$CARRY/bin/strata_prefill_bench" \
     "$CARRY/bin/strata_model_ops_bench"
   mkdir -p "$ROOT/.devcarry/gpu-pack"
@@ -155,7 +159,7 @@ cmd_build() {
 step() {
   local name="$1" log="$2" limit="$3"
   shift 3
-  case " ${GPU_CHECK_STEPS:-tests bench prefill ops torch engine_tests engine_bench memcheck racecheck} " in
+  case " ${GPU_CHECK_STEPS:-tests bench prefill ops torch kvquant engine_tests engine_bench memcheck racecheck} " in
     *" $name "*) ;;
     *) return 0 ;;
   esac
@@ -186,6 +190,9 @@ cmd_run() {
   step prefill bench 60 "$bin/strata_prefill_bench"
   step ops bench 120 "$bin/strata_model_ops_bench"
   step torch torch 150 env PYTHONUNBUFFERED=1 python3 "$bin/bench_decode_torch.py" --json "$OUT/torch.json"
+  # Quantized KV (issue 11): decode attention over FP8 / INT8 caches beside BF16's time.
+  step kvquant bench 150 "$bin/strata_decode_bench" --block-size 16 --no-sweep \
+    --kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8 --json "$OUT/kvq.json"
   # The GPU engine. The model test reads its fixtures from the path compiled in on the CPU
   # machine (the checkout it was built in, ROOT/tests/data): point that path at this checkout.
   export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -194,8 +201,10 @@ cmd_run() {
   built_root="${built_root:-/work/main}"
   [ -e "$built_root" ] || { mkdir -p "$(dirname "$built_root")" && ln -s "$ROOT" "$built_root"; }
   step engine_tests engine "${GPU_CHECK_ENGINE_TEST_LIMIT:-240}" \
-    bash -c '"$1/model_cuda_model_test" --gtest_brief=1; a=$?; "$1/engine_cuda_engine_test" --gtest_brief=1; exit $((a | $?))' _ "$bin"
+    bash -c '"$1/model_cuda_model_test" --gtest_brief=1; a=$?; "$1/model_cuda_kv_quant_test" --gtest_brief=1; b=$?; "$1/engine_cuda_engine_test" --gtest_brief=1; exit $((a | b | $?))' _ "$bin"
   step engine_bench engine "${GPU_CHECK_ENGINE_BENCH_LIMIT:-420}" bash "$bin/gpu_engine_bench.sh" "$bin" "$OUT/engine.json"
+  # Issue 11 end to end (about 7 minutes): not in the default steps; GPU_CHECK_STEPS=kvquant_e2e.
+  step kvquant_e2e engine 570 bash "$bin/gpu_kv_quant_bench.sh" "$bin" "$OUT/kvq_engine.json"
   # The sanitizers slow kernels by 10-100x: run the small configurations only.
   local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*}"
   step memcheck sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 3 \

@@ -2,13 +2,18 @@
 // copy bandwidth measured in the same run (tools/bench_decode_torch.py measures PyTorch's SDPA on
 // the same shapes in the same call; tools/gpu_check.sh runs both).
 //
-// BF16 KV, 32 query / 8 KV heads, head dim 128, block sizes 16, 32 and 64, (batch x context) =
-// 1 x 65536, 16 x 32768, 64 x 4096, 256 x 1024. Blocks are handed out in a random order, as a
-// long-running pool would. The pool is filled by random_fill, whose values the host recomputes,
-// so correctness is checked (two sequences, first and last KV head) before anything is timed.
-// Times are medians of individually event-timed launches. "KV bytes" counts K and V once.
+// 32 query / 8 KV heads, head dim 128, block sizes 16, 32 and 64, (batch x context) =
+// 1 x 65536, 16 x 32768, 64 x 4096, 256 x 1024, for each KV dtype asked for (BF16 by default;
+// fp8_e4m3, fp8_e5m2 and int8 read quantized caches with BF16 queries, and their rows give the
+// time as a ratio to BF16's at the same shape). Blocks are handed out in a random order, as a
+// long-running pool would. The K/V rows are random_fill values appended through kv_append (which
+// quantizes them), the pool is copied back and decoded on the host (kernels/cpu/kv_quant.h), and
+// the output is checked against a double reference over those values (two sequences, first and
+// last KV head) before anything is timed. Times are medians of individually event-timed
+// launches. "KV bytes" counts K and V once, INT8's scales included.
 //
 //   strata_decode_bench [--json FILE] [--reps N] [--block-size N] [--batch N] [--no-sweep]
+//                       [--kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8]
 
 #include <cuda_runtime_api.h>
 
@@ -17,16 +22,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/event.h"
+#include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/stream.h"
 #include "kv/kv_layout.h"
@@ -37,8 +47,19 @@ namespace {
 constexpr int32_t kQoHeads = 32;
 constexpr int32_t kKvHeads = 8;
 constexpr int32_t kHeadDim = 128;
-constexpr uint64_t kPoolSeed = 11;
+constexpr uint64_t kKSeed = 11;
+constexpr uint64_t kVSeed = 13;
 constexpr uint64_t kQSeed = 12;
+
+struct KvDType {
+  const char* name;
+  DType dtype;
+  float fp8_max;  // FP8: the static scales are 1 / fp8_max (|K|, |V| < 1 fill the range)
+};
+constexpr KvDType kKvDTypeNames[] = {{"bf16", DType::kBF16, 0.0f},
+                                     {"fp8_e4m3", DType::kF8E4M3, 448.0f},
+                                     {"fp8_e5m2", DType::kF8E5M2, 57344.0f},
+                                     {"int8", DType::kI8, 0.0f}};
 
 struct Shape {
   int32_t batch;
@@ -71,6 +92,25 @@ float bf16_value(uint64_t seed, int64_t i, float lo, float hi) {
   return bf16_to_f32(f32_to_bf16(random_fill_value(seed, i, lo, hi)));
 }
 
+std::vector<KvDType> parse_kv_dtypes(const std::string& list) {
+  std::vector<KvDType> out;
+  std::stringstream ss(list);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    const KvDType* found = nullptr;
+    for (const KvDType& k : kKvDTypeNames) {
+      if (name == k.name) found = &k;
+    }
+    if (found == nullptr) {
+      std::fprintf(stderr, "--kv-dtypes: unknown dtype '%s' (bf16, fp8_e4m3, fp8_e5m2, int8)\n",
+                   name.c_str());
+      std::exit(2);
+    }
+    out.push_back(*found);
+  }
+  return out;
+}
+
 float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -94,6 +134,8 @@ float time_ms(const Stream& stream, int reps, F&& fn, int warmup = 3) {
 }
 
 struct Row {
+  const char* kv_dtype;
+  float vs_bf16;  // median time / BF16's at the same shape (0 when BF16 was not run)
   int32_t block_size;
   Shape shape;
   double kv_bytes;
@@ -110,6 +152,7 @@ int run(int argc, char** argv) {
   int only_bs = 0;     // 0 = every block size
   int only_batch = 0;  // 0 = every shape
   bool sweep = true;
+  std::vector<KvDType> kv_dtypes = {kKvDTypeNames[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
       json_path = argv[++i];
@@ -121,6 +164,12 @@ int run(int argc, char** argv) {
       only_batch = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--no-sweep") == 0)
       sweep = false;
+    else if (std::strcmp(argv[i], "--kv-dtypes") == 0 && i + 1 < argc)
+      kv_dtypes = parse_kv_dtypes(argv[++i]);
+    else {
+      std::fprintf(stderr, "unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
   }
   Stream stream = take(Stream::create(), "stream");
   cudaDeviceProp prop{};
@@ -146,140 +195,187 @@ int run(int argc, char** argv) {
               prop.multiProcessorCount, copy_gbs);
 
   std::vector<Row> rows;
+  std::map<std::pair<int32_t, int32_t>, float> bf16_us;  // (block size, batch) -> median us
   std::mt19937_64 rng(1);
   for (int32_t bs : kBlockSizes) {
     if (only_bs != 0 && bs != only_bs) continue;
     for (const Shape& sh : kShapes) {
       if (only_batch != 0 && sh.batch != only_batch) continue;
-      const int32_t blocks_per_seq = (sh.context + bs - 1) / bs;
-      const int32_t num_blocks = sh.batch * blocks_per_seq + 1;
-      const kv::KvLayout layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, bs);
-      DeviceBuffer pool = take(DeviceBuffer::allocate(layout.pool_bytes(num_blocks)), "pool");
-      const int64_t pool_elems = layout.pool_bytes(num_blocks) / 2;
-      die_if(random_fill({pool.data(), DType::kBF16, pool_elems, kPoolSeed, -1, 1}, stream.get()),
-             "fill");
-      const int64_t q_elems = static_cast<int64_t>(sh.batch) * kQoHeads * kHeadDim;
-      DeviceBuffer q = take(DeviceBuffer::allocate(q_elems * 2), "q");
-      DeviceBuffer o = take(DeviceBuffer::allocate(q_elems * 2), "o");
-      die_if(random_fill({q.data(), DType::kBF16, q_elems, kQSeed, -2, 2}, stream.get()), "fill");
-      std::vector<int32_t> ids(num_blocks - 1);
-      std::iota(ids.begin(), ids.end(), 1);
-      std::shuffle(ids.begin(), ids.end(), rng);
-      std::vector<int32_t> indptr(sh.batch + 1);
-      for (int32_t s = 0; s <= sh.batch; ++s) indptr[s] = s * blocks_per_seq;
-      std::vector<int32_t> last(sh.batch, sh.context - (blocks_per_seq - 1) * bs);
-      DeviceBuffer d_indptr = take(DeviceBuffer::allocate(indptr.size() * 4), "a");
-      DeviceBuffer d_ids = take(DeviceBuffer::allocate(ids.size() * 4), "a");
-      DeviceBuffer d_last = take(DeviceBuffer::allocate(last.size() * 4), "a");
-      check_cuda(
-          cudaMemcpy(d_indptr.data(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
-      check_cuda(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-      check_cuda(cudaMemcpy(d_last.data(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
-      const size_t ws_bytes =
-          decode_attention_workspace_bytes(sh.batch, kQoHeads, kHeadDim, kMaxDecodeSplits);
-      DeviceBuffer ws = take(DeviceBuffer::allocate(ws_bytes), "ws");
+      for (const KvDType& kd : kv_dtypes) {
+        const int32_t blocks_per_seq = (sh.context + bs - 1) / bs;
+        const int32_t num_blocks = sh.batch * blocks_per_seq + 1;
+        kv::KvStaticScales scales;
+        if (kd.fp8_max > 0.0f)
+          scales = kv::KvStaticScales{{1.0f / kd.fp8_max}, {1.0f / kd.fp8_max}};
+        const kv::KvLayout layout(kv::KvSpec{1, kKvHeads, kHeadDim, kd.dtype}, bs, scales);
+        DeviceBuffer pool = take(DeviceBuffer::allocate(layout.pool_bytes(num_blocks)), "pool");
+        const int64_t q_elems = static_cast<int64_t>(sh.batch) * kQoHeads * kHeadDim;
+        DeviceBuffer q = take(DeviceBuffer::allocate(q_elems * 2), "q");
+        DeviceBuffer o = take(DeviceBuffer::allocate(q_elems * 2), "o");
+        die_if(random_fill({q.data(), DType::kBF16, q_elems, kQSeed, -2, 2}, stream.get()), "fill");
+        std::vector<int32_t> ids(num_blocks - 1);
+        std::iota(ids.begin(), ids.end(), 1);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        std::vector<int32_t> indptr(sh.batch + 1);
+        for (int32_t s = 0; s <= sh.batch; ++s) indptr[s] = s * blocks_per_seq;
+        std::vector<int32_t> last(sh.batch, sh.context - (blocks_per_seq - 1) * bs);
+        DeviceBuffer d_indptr = take(DeviceBuffer::allocate(indptr.size() * 4), "a");
+        DeviceBuffer d_ids = take(DeviceBuffer::allocate(ids.size() * 4), "a");
+        DeviceBuffer d_last = take(DeviceBuffer::allocate(last.size() * 4), "a");
+        check_cuda(
+            cudaMemcpy(d_indptr.data(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+        check_cuda(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+        check_cuda(cudaMemcpy(d_last.data(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
 
-      DecodeAttentionParams p;
-      p.q = q.data();
-      p.q_seq_stride = kQoHeads * kHeadDim;
-      p.o = o.data();
-      p.o_seq_stride = kQoHeads * kHeadDim;
-      p.layout = PagedKvLayout{d_indptr.as<int32_t>(), d_ids.as<int32_t>(), d_last.as<int32_t>(),
-                               sh.batch, bs};
-      p.cache = layout.layer_view(pool.data(), 0);
-      p.num_qo_heads = kQoHeads;
-      p.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-      p.max_kv_len = sh.context;
-      p.workspace = ws.data();
-      p.workspace_bytes = ws.bytes();
-      die_if(decode_attention(p, stream.get()), "decode");
-      die_if(stream.synchronize(), "sync");
-
-      // Correctness: sequences 0 and batch-1, KV heads 0 and 7, against a double reference
-      // computed from the fill's formula.
-      std::vector<uint16_t> out(static_cast<size_t>(q_elems));
-      check_cuda(cudaMemcpy(out.data(), o.data(), q_elems * 2, cudaMemcpyDeviceToHost));
-      double max_err = 0.0;
-      const PagedKvCacheView view = layout.layer_view(nullptr, 0);
-      std::vector<int32_t> checked_seqs = {0};
-      if (sh.batch > 1) checked_seqs.push_back(sh.batch - 1);
-      for (int32_t s : checked_seqs) {
-        for (int32_t kvh : {0, kKvHeads - 1}) {
-          std::vector<float> k(static_cast<size_t>(sh.context) * kHeadDim);
-          std::vector<float> v(k.size());
-          for (int32_t t = 0; t < sh.context; ++t) {
-            const int32_t block = ids[s * blocks_per_seq + t / bs];
-            const int64_t k_off = view.offset(block, kvh, t % bs);
-            const int64_t v_off = k_off + layout.kv_area_bytes() / 2;
-            for (int32_t e = 0; e < kHeadDim; ++e) {
-              k[static_cast<size_t>(t) * kHeadDim + e] = bf16_value(kPoolSeed, k_off + e, -1, 1);
-              v[static_cast<size_t>(t) * kHeadDim + e] = bf16_value(kPoolSeed, v_off + e, -1, 1);
-            }
-          }
-          for (int32_t g = 0; g < kQoHeads / kKvHeads; ++g) {
-            const int32_t h = kvh * (kQoHeads / kKvHeads) + g;
-            const int64_t q_off = (static_cast<int64_t>(s) * kQoHeads + h) * kHeadDim;
-            std::vector<double> sc(sh.context);
-            double m = -INFINITY;
+        // K/V rows: random_fill bf16 values appended (and quantized) into every sequence's slots.
+        {
+          const int64_t tokens = static_cast<int64_t>(sh.batch) * sh.context;
+          const int64_t row = static_cast<int64_t>(kKvHeads) * kHeadDim;
+          DeviceBuffer k_rows = take(DeviceBuffer::allocate(tokens * row * 2), "k rows");
+          DeviceBuffer v_rows = take(DeviceBuffer::allocate(tokens * row * 2), "v rows");
+          die_if(
+              random_fill({k_rows.data(), DType::kBF16, tokens * row, kKSeed, -1, 1}, stream.get()),
+              "fill");
+          die_if(
+              random_fill({v_rows.data(), DType::kBF16, tokens * row, kVSeed, -1, 1}, stream.get()),
+              "fill");
+          std::vector<int64_t> slots(static_cast<size_t>(tokens));
+          for (int32_t s = 0; s < sh.batch; ++s) {
             for (int32_t t = 0; t < sh.context; ++t) {
-              double dot = 0;
-              for (int32_t e = 0; e < kHeadDim; ++e) {
-                dot += static_cast<double>(bf16_value(kQSeed, q_off + e, -2, 2)) *
-                       k[static_cast<size_t>(t) * kHeadDim + e];
-              }
-              sc[t] = dot * p.sm_scale;
-              m = std::max(m, sc[t]);
+              slots[static_cast<size_t>(s) * sh.context + t] =
+                  static_cast<int64_t>(ids[s * blocks_per_seq + t / bs]) * bs + t % bs;
             }
-            double l = 0;
-            for (double& x : sc) l += (x = std::exp(x - m));
-            for (int32_t e = 0; e < kHeadDim; ++e) {
-              double acc = 0;
-              for (int32_t t = 0; t < sh.context; ++t)
-                acc += sc[t] * v[static_cast<size_t>(t) * kHeadDim + e];
-              max_err = std::max(max_err, std::abs(acc / l - bf16_to_f32(out[q_off + e])));
+          }
+          DeviceBuffer d_slots = take(DeviceBuffer::allocate(slots.size() * 8), "slots");
+          check_cuda(
+              cudaMemcpy(d_slots.data(), slots.data(), slots.size() * 8, cudaMemcpyHostToDevice));
+          check_cuda(cudaMemset(pool.data(), 0, layout.pool_bytes(num_blocks)));
+          KvAppendParams ap;
+          ap.cache = layout.layer_view(pool.data(), 0);
+          ap.k = k_rows.data();
+          ap.v = v_rows.data();
+          ap.src_dtype = DType::kBF16;
+          ap.k_token_stride = ap.v_token_stride = row;
+          ap.slot_mapping = d_slots.as<int64_t>();
+          ap.num_tokens = static_cast<int32_t>(tokens);
+          die_if(kv_append(ap, stream.get()), "kv_append");
+          die_if(stream.synchronize(), "sync");
+        }
+        const size_t ws_bytes =
+            decode_attention_workspace_bytes(sh.batch, kQoHeads, kHeadDim, kMaxDecodeSplits);
+        DeviceBuffer ws = take(DeviceBuffer::allocate(ws_bytes), "ws");
+
+        DecodeAttentionParams p;
+        p.q = q.data();
+        p.q_seq_stride = kQoHeads * kHeadDim;
+        p.o = o.data();
+        p.o_seq_stride = kQoHeads * kHeadDim;
+        p.layout = PagedKvLayout{d_indptr.as<int32_t>(), d_ids.as<int32_t>(), d_last.as<int32_t>(),
+                                 sh.batch, bs};
+        p.cache = layout.layer_view(pool.data(), 0);
+        p.qo_dtype = DType::kBF16;
+        p.num_qo_heads = kQoHeads;
+        p.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+        p.max_kv_len = sh.context;
+        p.workspace = ws.data();
+        p.workspace_bytes = ws.bytes();
+        die_if(decode_attention(p, stream.get()), "decode");
+        die_if(stream.synchronize(), "sync");
+
+        // Correctness: sequences 0 and batch-1, KV heads 0 and 7, against a double reference over
+        // the pool's values as the host decodes them.
+        std::vector<uint16_t> out(static_cast<size_t>(q_elems));
+        check_cuda(cudaMemcpy(out.data(), o.data(), q_elems * 2, cudaMemcpyDeviceToHost));
+        std::vector<uint16_t> host_pool(static_cast<size_t>(layout.pool_bytes(num_blocks) / 2));
+        check_cuda(cudaMemcpy(host_pool.data(), pool.data(), layout.pool_bytes(num_blocks),
+                              cudaMemcpyDeviceToHost));
+        double max_err = 0.0;
+        const PagedKvCacheView view = layout.layer_view(host_pool.data(), 0);
+        std::vector<int32_t> checked_seqs = {0};
+        if (sh.batch > 1) checked_seqs.push_back(sh.batch - 1);
+        for (int32_t s : checked_seqs) {
+          for (int32_t kvh : {0, kKvHeads - 1}) {
+            std::vector<float> k(static_cast<size_t>(sh.context) * kHeadDim);
+            std::vector<float> v(k.size());
+            for (int32_t t = 0; t < sh.context; ++t) {
+              const int32_t block = ids[s * blocks_per_seq + t / bs];
+              cpu::load_kv_rows(view, cpu::KvPart::kK, block, kvh, t % bs, 1,
+                                &k[static_cast<size_t>(t) * kHeadDim], false);
+              cpu::load_kv_rows(view, cpu::KvPart::kV, block, kvh, t % bs, 1,
+                                &v[static_cast<size_t>(t) * kHeadDim], false);
+            }
+            for (int32_t g = 0; g < kQoHeads / kKvHeads; ++g) {
+              const int32_t h = kvh * (kQoHeads / kKvHeads) + g;
+              const int64_t q_off = (static_cast<int64_t>(s) * kQoHeads + h) * kHeadDim;
+              std::vector<double> sc(sh.context);
+              double m = -INFINITY;
+              for (int32_t t = 0; t < sh.context; ++t) {
+                double dot = 0;
+                for (int32_t e = 0; e < kHeadDim; ++e) {
+                  dot += static_cast<double>(bf16_value(kQSeed, q_off + e, -2, 2)) *
+                         k[static_cast<size_t>(t) * kHeadDim + e];
+                }
+                sc[t] = dot * p.sm_scale;
+                m = std::max(m, sc[t]);
+              }
+              double l = 0;
+              for (double& x : sc) l += (x = std::exp(x - m));
+              for (int32_t e = 0; e < kHeadDim; ++e) {
+                double acc = 0;
+                for (int32_t t = 0; t < sh.context; ++t)
+                  acc += sc[t] * v[static_cast<size_t>(t) * kHeadDim + e];
+                max_err = std::max(max_err, std::abs(acc / l - bf16_to_f32(out[q_off + e])));
+              }
             }
           }
         }
-      }
-      if (!(max_err < 1e-2)) {
-        std::fprintf(stderr, "bs %d %dx%d: max abs error %.3g against the reference\n", bs,
-                     sh.batch, sh.context, max_err);
-        return 1;
-      }
-
-      Row r{};
-      r.block_size = bs;
-      r.shape = sh;
-      r.kv_bytes = 2.0 * sh.batch * static_cast<double>(sh.context) * kKvHeads * kHeadDim * 2;
-      r.median_us = 1e3f * time_ms(stream, reps, [&] { return decode_attention(p, stream.get()); });
-      DecodeAttentionParams unsplit = p;
-      unsplit.num_splits = 1;
-      // Unsplit small batches leave most of the GPU idle and run long: a few calls suffice.
-      r.unsplit_us =
-          1e3f * time_ms(
-                     stream, 3, [&] { return decode_attention(unsplit, stream.get()); }, 1);
-      r.gbs = r.kv_bytes / (r.median_us * 1e-6) / 1e9;
-      // How time depends on the number of splits (block size 16 only), for tuning the planner.
-      if (sweep && bs == kBlockSizes[0]) {
-        std::printf("  splits sweep:");
-        for (int32_t n = 1; n <= kMaxDecodeSplits && n <= sh.context / 256; n *= 2) {
-          DecodeAttentionParams forced = p;
-          forced.num_splits = n;
-          const float us =
-              1e3f * time_ms(
-                         stream, 5, [&] { return decode_attention(forced, stream.get()); }, 1);
-          std::printf(" %d:%.1f", n, us);
-          r.split_sweep += (r.split_sweep.empty() ? "" : ", ") + std::string("\"") +
-                           std::to_string(n) + "\": " + std::to_string(us);
+        if (!(max_err < 1e-2)) {
+          std::fprintf(stderr, "%s bs %d %dx%d: max abs error %.3g against the reference\n",
+                       kd.name, bs, sh.batch, sh.context, max_err);
+          return 1;
         }
-        std::printf(" us\n");
+
+        Row r{};
+        r.kv_dtype = kd.name;
+        r.block_size = bs;
+        r.shape = sh;
+        r.kv_bytes = static_cast<double>(sh.batch) * sh.context * layout.spec().bytes_per_token();
+        r.median_us =
+            1e3f * time_ms(stream, reps, [&] { return decode_attention(p, stream.get()); });
+        if (kd.dtype == DType::kBF16) bf16_us[{bs, sh.batch}] = r.median_us;
+        const auto base = bf16_us.find({bs, sh.batch});
+        r.vs_bf16 = base == bf16_us.end() ? 0.0f : r.median_us / base->second;
+        DecodeAttentionParams unsplit = p;
+        unsplit.num_splits = 1;
+        // Unsplit small batches leave most of the GPU idle and run long: a few calls suffice.
+        r.unsplit_us =
+            1e3f * time_ms(
+                       stream, 3, [&] { return decode_attention(unsplit, stream.get()); }, 1);
+        r.gbs = r.kv_bytes / (r.median_us * 1e-6) / 1e9;
+        // How time depends on the number of splits (block size 16 only), for tuning the planner.
+        if (sweep && bs == kBlockSizes[0] && kd.dtype == DType::kBF16) {
+          std::printf("  splits sweep:");
+          for (int32_t n = 1; n <= kMaxDecodeSplits && n <= sh.context / 256; n *= 2) {
+            DecodeAttentionParams forced = p;
+            forced.num_splits = n;
+            const float us =
+                1e3f * time_ms(
+                           stream, 5, [&] { return decode_attention(forced, stream.get()); }, 1);
+            std::printf(" %d:%.1f", n, us);
+            r.split_sweep += (r.split_sweep.empty() ? "" : ", ") + std::string("\"") +
+                             std::to_string(n) + "\": " + std::to_string(us);
+          }
+          std::printf(" us\n");
+        }
+        r.max_abs_err = max_err;
+        rows.push_back(r);
+        std::printf(
+            "%-8s bs %3d  %3d x %5d  %9.1f us  %6.0f GB/s  (%.2f of copy)  x%.2f of bf16  unsplit "
+            "%9.1f us  err %.2e\n",
+            kd.name, bs, sh.batch, sh.context, r.median_us, r.gbs, r.gbs / copy_gbs, r.vs_bf16,
+            r.unsplit_us, max_err);
+        std::fflush(stdout);
       }
-      r.max_abs_err = max_err;
-      rows.push_back(r);
-      std::printf(
-          "bs %3d  %3d x %5d  %9.1f us  %6.0f GB/s  (%.2f of copy)  unsplit %9.1f us  err %.2e\n",
-          bs, sh.batch, sh.context, r.median_us, r.gbs, r.gbs / copy_gbs, r.unsplit_us, max_err);
-      std::fflush(stdout);
     }
   }
 
@@ -293,12 +389,13 @@ int run(int argc, char** argv) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::fprintf(f,
-                   "  {\"block_size\": %d, \"batch\": %d, \"context\": %d, \"kv_bytes\": %.0f, "
-                   "\"median_us\": %.2f, \"unsplit_us\": %.2f, \"gbs\": %.1f, \"max_abs_err\": "
-                   "%.3e, \"split_sweep_us\": {%s}}%s\n",
-                   r.block_size, r.shape.batch, r.shape.context, r.kv_bytes, r.median_us,
-                   r.unsplit_us, r.gbs, r.max_abs_err, r.split_sweep.c_str(),
-                   i + 1 < rows.size() ? "," : "");
+                   "  {\"kv_dtype\": \"%s\", \"block_size\": %d, \"batch\": %d, \"context\": "
+                   "%d, \"kv_bytes\": %.0f, \"median_us\": %.2f, \"vs_bf16\": %.3f, "
+                   "\"unsplit_us\": %.2f, \"gbs\": %.1f, \"max_abs_err\": %.3e, "
+                   "\"split_sweep_us\": {%s}}%s\n",
+                   r.kv_dtype, r.block_size, r.shape.batch, r.shape.context, r.kv_bytes,
+                   r.median_us, r.vs_bf16, r.unsplit_us, r.gbs, r.max_abs_err,
+                   r.split_sweep.c_str(), i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -14,6 +16,8 @@
 #include "kv/kv_accounting.h"
 #include "model/cpu_model_runner.h"
 #include "model/generation_config.h"
+#include "model/kv_scales.h"
+#include "model/weight_store.h"
 #if STRATA_HAVE_CUDA
 #include "model/cuda/cuda_model.h"
 #endif
@@ -26,10 +30,6 @@ bool RequestState::all_finished() const {
 }
 
 namespace {
-
-bool is_float_kv_dtype(DType d) {
-  return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
-}
 
 // The CPU pool's layout, FP8 scales resolved (engine/kv_scales_setup.h).
 Result<kv::KvLayout> cpu_kv_layout(const EngineConfig& c, model::Model& model, ThreadPool& pool,
@@ -67,11 +67,10 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
     return Status::InvalidArgument("KV cache dtype " + std::string(dtype_name(c.kv_dtype)) +
                                    " is not supported (F32, BF16, F16, F8_E4M3, F8_E5M2, I8)");
   }
-  if (c.device == Device::kCuda && !is_float_kv_dtype(c.kv_dtype)) {
-    const std::string name(kv::kv_cache_dtype_name(*kv::kv_cache_dtype_of(c.kv_dtype)));
-    return Status::Unsupported("--kv-cache-dtype " + name +
-                               " is not supported on --device cuda yet (CPU only; the GPU keeps "
-                               "bfloat16 KV)");
+  if (c.device == Device::kCuda && c.kv_dtype == DType::kF16) {
+    return Status::Unsupported(
+        "--kv-cache-dtype float16 is not supported on --device cuda (the GPU engine's activations "
+        "are bfloat16: use bfloat16, fp8_e4m3, fp8_e5m2 or int8)");
   }
   if (c.swap_space_bytes < 0) return Status::InvalidArgument("swap space must not be negative");
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
@@ -251,8 +250,11 @@ model::LoadFormat load_format(const EngineConfig& c) {
   return c.dummy_weights ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
 }
 
-// The GPU runner (throws strata::Error for unusable files or options).
-std::unique_ptr<model::ModelRunner> cuda_runner(const EngineConfig& c) {
+// The GPU runner (throws strata::Error for unusable files or options; a refused FP8 scale source
+// is an InvalidArgument). An FP8 pool starts with unit scales and takes the resolved ones before
+// its first step: --calculate-kv-scales calibrates on the device itself.
+Result<std::unique_ptr<model::ModelRunner>> cuda_runner(const EngineConfig& c,
+                                                        std::string* scales_source) {
 #if STRATA_HAVE_CUDA
   model::CudaModelOptions o;
   o.model_dir = c.model_dir;
@@ -266,9 +268,32 @@ std::unique_ptr<model::ModelRunner> cuda_runner(const EngineConfig& c) {
   o.gpu_memory_utilization = c.gpu_memory_utilization;
   o.max_model_len = c.max_model_len;
   o.enforce_eager = c.enforce_eager;
-  return model::CudaModel::create(o);
+  std::unique_ptr<model::CudaModel> gpu = model::CudaModel::create(o);
+  if (o.kv_dtype == DType::kF8E4M3 || o.kv_dtype == DType::kF8E5M2) {
+    const model::ModelConfig& mc = gpu->config();
+    engine::KvScalesSources sources;
+    sources.num_layers = static_cast<int32_t>(mc.num_hidden_layers);
+    sources.vocab_size = mc.vocab_size;
+    sources.abs_max = [&](std::span<const int32_t> tokens) { return gpu->kv_abs_max(tokens); };
+    sources.checkpoint = [&]() -> std::optional<kv::KvStaticScales> {
+      if (o.load_format == model::LoadFormat::kDummy) return std::nullopt;
+      return model::read_checkpoint_kv_scales(model::WeightStore::open(c.model_dir),
+                                              sources.num_layers);
+    };
+    Result<engine::ResolvedKvScales> scales = engine::resolve_kv_scales(
+        engine::KvScalesOptions{.kv_dtype = o.kv_dtype,
+                                .calculate_kv_scales = c.calculate_kv_scales,
+                                .allow_unit_kv_scales = c.allow_unit_kv_scales,
+                                .model_dir = c.model_dir},
+        sources);
+    if (!scales.ok()) return scales.status();
+    STRATA_RETURN_IF_ERROR(gpu->set_kv_static_scales(std::move(scales.value().scales)));
+    *scales_source = scales.value().source;
+  }
+  return std::unique_ptr<model::ModelRunner>(std::move(gpu));
 #else
   static_cast<void>(c);
+  static_cast<void>(scales_source);
   throw Error("--device cuda: this build of Strata has no CUDA backend (build it where NVIDIA's "
               "CUDA toolkit is installed)");
 #endif
@@ -310,7 +335,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     std::unique_ptr<model::ModelRunner> runner;
     std::string scales_source;
     if (config.device == Device::kCuda) {
-      runner = cuda_runner(config);
+      Result<std::unique_ptr<model::ModelRunner>> gpu = cuda_runner(config, &scales_source);
+      if (!gpu.ok()) return gpu.status();
+      runner = std::move(gpu).value();
     } else {
       auto model = std::make_unique<model::Model>(model::Model::load(model::ModelLoadOptions{
           .model_dir = config.model_dir,

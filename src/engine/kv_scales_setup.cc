@@ -30,10 +30,15 @@ bool is_fp8(DType d) { return d == DType::kF8E4M3 || d == DType::kF8E5M2; }
 
 std::vector<int32_t> kv_calibration_tokens(const model::Model& model,
                                            const std::filesystem::path& model_dir) {
+  return kv_calibration_tokens(model.vocab_size(), model_dir);
+}
+
+std::vector<int32_t> kv_calibration_tokens(int64_t vocab_size,
+                                           const std::filesystem::path& model_dir) {
   if (!model_dir.empty() && std::filesystem::exists(model_dir / "tokenizer.json")) {
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir);
     std::vector<int32_t> ids = tok.encode(kCalibrationText, /*add_special_tokens=*/true);
-    const auto vocab = static_cast<int32_t>(model.vocab_size());
+    const auto vocab = static_cast<int32_t>(vocab_size);
     std::erase_if(ids, [vocab](int32_t id) { return id < 0 || id >= vocab; });
     if (!ids.empty()) return ids;
   }
@@ -43,29 +48,40 @@ std::vector<int32_t> kv_calibration_tokens(const model::Model& model,
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    id = static_cast<int32_t>(x % static_cast<uint64_t>(model.vocab_size()));
+    id = static_cast<int32_t>(x % static_cast<uint64_t>(vocab_size));
   }
   return ids;
 }
 
 Result<ResolvedKvScales> resolve_kv_scales(const KvScalesOptions& o, model::Model& model,
                                            ThreadPool& pool) {
+  const auto num_layers = static_cast<int32_t>(model.config().num_hidden_layers);
+  KvScalesSources sources;
+  sources.num_layers = num_layers;
+  sources.vocab_size = model.vocab_size();
+  sources.abs_max = [&](std::span<const int32_t> tokens) { return model.kv_abs_max(tokens, pool); };
+  sources.checkpoint = [&] { return model::read_checkpoint_kv_scales(model.weights(), num_layers); };
+  return resolve_kv_scales(o, sources);
+}
+
+Result<ResolvedKvScales> resolve_kv_scales(const KvScalesOptions& o,
+                                           const KvScalesSources& sources) {
   ResolvedKvScales r;
   if (!is_fp8(o.kv_dtype)) {
     r.source = "none (not fp8)";
     return r;
   }
-  const auto num_layers = static_cast<int32_t>(model.config().num_hidden_layers);
+  const int32_t num_layers = sources.num_layers;
   try {
     if (o.calculate_kv_scales) {
-      const std::vector<int32_t> tokens = kv_calibration_tokens(model, o.model_dir);
-      auto abs_max = model.kv_abs_max(tokens, pool);
+      const std::vector<int32_t> tokens = kv_calibration_tokens(sources.vocab_size, o.model_dir);
+      auto abs_max = sources.abs_max(tokens);
       if (!abs_max.ok()) return abs_max.status();
       r.scales = model::kv_scales_from_abs_max(abs_max.value(), o.kv_dtype);
       r.source = "calculated over " + std::to_string(tokens.size()) + " calibration tokens";
       return r;
     }
-    if (auto from_checkpoint = model::read_checkpoint_kv_scales(model.weights(), num_layers)) {
+    if (auto from_checkpoint = sources.checkpoint()) {
       r.scales = std::move(*from_checkpoint);
       r.source = "checkpoint k_scale/v_scale";
       return r;

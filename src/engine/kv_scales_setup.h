@@ -11,7 +11,12 @@
 // Other KV dtypes take no static scales (empty result).
 
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -33,14 +38,29 @@ struct ResolvedKvScales {
   std::string source;  // for the start-up line: "checkpoint", "calculated over N tokens", ...
 };
 
+// Where a backend gets the two measured sources from.
+struct KvScalesSources {
+  int32_t num_layers = 0;
+  int64_t vocab_size = 0;
+  // Per-layer (max |k|, max |v|) over one forward pass of the calibration tokens.
+  std::function<Result<std::vector<std::pair<float, float>>>(std::span<const int32_t>)> abs_max;
+  // The checkpoint's scales (model/kv_scales.h), nullopt when it has none; may throw Error.
+  std::function<std::optional<kv::KvStaticScales>()> checkpoint;
+};
+
 // Runs the calibration forward pass when asked (the model's scratch, not its serving pool).
 // Throws nothing: bad checkpoint scales and a refused configuration come back as InvalidArgument.
 Result<ResolvedKvScales> resolve_kv_scales(const KvScalesOptions& options, model::Model& model,
                                            ThreadPool& pool);
+// The same order of sources for any backend (the GPU runner calibrates on the device).
+Result<ResolvedKvScales> resolve_kv_scales(const KvScalesOptions& options,
+                                           const KvScalesSources& sources);
 
 // The calibration prompt's token ids for model (exposed for tests): kCalibrationText through
 // model_dir's tokenizer.json, or 512 fixed pseudo-random ids below the vocabulary size.
 std::vector<int32_t> kv_calibration_tokens(const model::Model& model,
+                                           const std::filesystem::path& model_dir);
+std::vector<int32_t> kv_calibration_tokens(int64_t vocab_size,
                                            const std::filesystem::path& model_dir);
 
 }  // namespace strata::engine

@@ -4,7 +4,8 @@
 // requested lengths and gives every block back; seeded requests draw the same tokens in a second
 // engine; a greedy token drawn on the device equals the one the host sampler takes from the same
 // logits; a pool too small for the batch preempts, by recompute or by swap to host memory, and
-// still finishes everything.
+// still finishes everything. FP8 (scales calibrated on the device) and INT8 pools run the same
+// batch; an FP8 pool without scales is refused with the three fixes.
 // Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips without a GPU.
 
 #include "strata/engine.h"
@@ -60,16 +61,22 @@ Tokens run_all(Engine& engine) {
   return out;
 }
 
-std::unique_ptr<Engine> cuda_engine(int32_t num_blocks = 0) {
+EngineConfig cuda_config(int32_t num_blocks = 0, DType kv_dtype = DType::kBF16) {
   EngineConfig c;
   c.model_dir = kFixture;
   c.device = Device::kCuda;
+  c.kv_dtype = kv_dtype;
+  c.calculate_kv_scales = kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2;
   c.block_size = 16;
   c.num_blocks = num_blocks;
   c.kv_cache_memory_bytes = int64_t{64} << 20;
   c.max_num_seqs = 32;
   c.max_num_batched_tokens = 256;
-  Result<std::unique_ptr<Engine>> e = Engine::create(c);
+  return c;
+}
+
+std::unique_ptr<Engine> cuda_engine(int32_t num_blocks = 0, DType kv_dtype = DType::kBF16) {
+  Result<std::unique_ptr<Engine>> e = Engine::create(cuda_config(num_blocks, kv_dtype));
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   return e.ok() ? std::move(e).value() : nullptr;
 }
@@ -115,12 +122,11 @@ std::vector<RequestId> submit_mixed(Engine& e) {
   return ids;
 }
 
-TEST_F(CudaEngineTest, AMixedBatchFinishesAtItsLengthsAndGivesEveryBlockBack) {
-  std::unique_ptr<Engine> e = cuda_engine();
-  ASSERT_NE(e, nullptr);
-  const std::vector<RequestId> ids = submit_mixed(*e);
+// Runs the mixed batch on e; every request reaches its lengths and every block comes back.
+void expect_mixed_batch_finishes(Engine& e) {
+  const std::vector<RequestId> ids = submit_mixed(e);
   ASSERT_EQ(ids.size(), 6u);
-  const Tokens got = run_all(*e);
+  const Tokens got = run_all(e);
   const std::vector<std::pair<int32_t, size_t>> want = {{1, 24}, {1, 20}, {1, 16},
                                                         {1, 16}, {3, 18}, {1, 8}};
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -128,11 +134,48 @@ TEST_F(CudaEngineTest, AMixedBatchFinishesAtItsLengthsAndGivesEveryBlockBack) {
     EXPECT_EQ(static_cast<int32_t>(seqs.size()), want[i].first) << "request " << i;
     for (const auto& [index, tokens] : seqs) {
       EXPECT_EQ(tokens.size(), want[i].second) << "request " << i << " sequence " << index;
-      for (int32_t t : tokens) EXPECT_TRUE(t >= 0 && t < e->vocab_size());
+      for (int32_t t : tokens) EXPECT_TRUE(t >= 0 && t < e.vocab_size());
     }
   }
-  EXPECT_EQ(e->last_step().num_used_blocks, 0);
-  EXPECT_EQ(e->last_step().num_free_blocks, e->num_blocks() - 1);
+  EXPECT_EQ(e.last_step().num_used_blocks, 0);
+  EXPECT_EQ(e.last_step().num_free_blocks, e.num_blocks() - 1);
+}
+
+TEST_F(CudaEngineTest, AMixedBatchFinishesAtItsLengthsAndGivesEveryBlockBack) {
+  std::unique_ptr<Engine> e = cuda_engine();
+  ASSERT_NE(e, nullptr);
+  expect_mixed_batch_finishes(*e);
+}
+
+// FP8 (scales calibrated on the device at start-up) and INT8 pools: the same batch, forks with
+// copy-on-write included, and twice the tokens of BF16 in the same bytes.
+TEST_F(CudaEngineTest, QuantizedCachesRunTheMixedBatchAndGiveEveryBlockBack) {
+  std::unique_ptr<Engine> bf16 = cuda_engine();
+  ASSERT_NE(bf16, nullptr);
+  for (DType dtype : {DType::kF8E4M3, DType::kF8E5M2, DType::kI8}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    std::unique_ptr<Engine> e = cuda_engine(0, dtype);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->kv_dtype(), dtype);
+    EXPECT_GT(e->num_blocks(), (bf16->num_blocks() * 19) / 10);
+    if (dtype != DType::kI8) {
+      EXPECT_EQ(e->kv_scales_source().rfind("calculated over ", 0), 0u);
+    }
+    expect_mixed_batch_finishes(*e);
+  }
+}
+
+TEST_F(CudaEngineTest, AnFp8CacheWithoutScalesIsRefusedWithTheFixes) {
+  EngineConfig c = cuda_config(0, DType::kF8E4M3);
+  c.calculate_kv_scales = false;  // the fixture has no k_scale / v_scale tensors
+  Result<std::unique_ptr<Engine>> e = Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("--calculate-kv-scales"), std::string::npos);
+  c.allow_unit_kv_scales = true;
+  e = Engine::create(c);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ((*e)->kv_scales_source(), "1.0 (--allow-unit-kv-scales)");
 }
 
 TEST_F(CudaEngineTest, SeededRequestsDrawTheSameTokensInAnotherEngine) {
@@ -183,28 +226,26 @@ TEST_F(CudaEngineTest, ASmallPoolPreemptsByRecomputeAndFinishesEverything) {
 TEST_F(CudaEngineTest, ASmallPoolPreemptsBySwapAndFinishesEverything) {
   // Swap preemption moves whole blocks between the device pool and pinned host memory with the
   // block-copy kernel; every request still finishes, blocks come back, and swapped blocks
-  // return to the pool.
-  EngineConfig c;
-  c.model_dir = kFixture;
-  c.device = Device::kCuda;
-  c.num_blocks = 24;
-  c.preemption_mode = PreemptionMode::kSwap;
-  c.swap_space_bytes = int64_t{64} << 20;
-  c.max_num_seqs = 32;
-  c.max_num_batched_tokens = 256;
-  Result<std::unique_ptr<Engine>> e = Engine::create(c);
-  ASSERT_TRUE(e.ok()) << e.status().to_string();
-  std::vector<RequestId> ids;
-  for (int32_t i = 0; i < 6; ++i) {
-    Result<RequestId> id = (*e)->submit(request(60, 10 + i, 40));
-    ASSERT_TRUE(id.ok()) << id.status().to_string();
-    ids.push_back(*id);
+  // return to the pool. INT8 blocks carry their scales inside, so they move the same way.
+  for (DType dtype : {DType::kBF16, DType::kI8}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    EngineConfig c = cuda_config(24, dtype);
+    c.preemption_mode = PreemptionMode::kSwap;
+    c.swap_space_bytes = int64_t{64} << 20;
+    Result<std::unique_ptr<Engine>> e = Engine::create(c);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    std::vector<RequestId> ids;
+    for (int32_t i = 0; i < 6; ++i) {
+      Result<RequestId> id = (*e)->submit(request(60, 10 + i, 40));
+      ASSERT_TRUE(id.ok()) << id.status().to_string();
+      ids.push_back(*id);
+    }
+    const Tokens got = run_all(**e);
+    for (RequestId id : ids) EXPECT_EQ(got.at(id).at(0).size(), 40u);
+    EXPECT_GT((*e)->totals().num_swapped_out_blocks, 0);
+    EXPECT_EQ((*e)->totals().num_swapped_in_blocks, (*e)->totals().num_swapped_out_blocks);
+    EXPECT_EQ((*e)->last_step().num_used_blocks, 0);
   }
-  const Tokens got = run_all(**e);
-  for (RequestId id : ids) EXPECT_EQ(got.at(id).at(0).size(), 40u);
-  EXPECT_GT((*e)->totals().num_swapped_out_blocks, 0);
-  EXPECT_EQ((*e)->totals().num_swapped_in_blocks, (*e)->totals().num_swapped_out_blocks);
-  EXPECT_EQ((*e)->last_step().num_used_blocks, 0);
 }
 
 }  // namespace

@@ -38,13 +38,19 @@ Status validate(const DecodeAttentionParams& p) {
       c.k_data == nullptr || c.v_data == nullptr) {
     return Status::InvalidArgument("decode attention needs q, o, the paged layout and K/V");
   }
+  const bool quantized = is_quantized_kv(c.dtype);
   const int64_t elem = dtype_size(c.dtype);
+  const int64_t qo_elem = dtype_size(quantized ? p.qo_dtype : c.dtype);
   const int64_t row = static_cast<int64_t>(p.num_qo_heads) * c.head_dim;
   if (p.q_seq_stride < row || p.o_seq_stride < row) {
     return Status::InvalidArgument("q/o sequence stride smaller than num_qo_heads * head_dim");
   }
+  STRATA_RETURN_IF_ERROR(validate_kv_scales(c));
+  if (quantized && p.attn_mass != nullptr) {
+    return Status::Unsupported("the attention-mass pass reads 16-bit caches only");
+  }
   if (!aligned16(p.q) || !aligned16(p.o) || !aligned16(c.k_data) || !aligned16(c.v_data) ||
-      (p.q_seq_stride * elem) % 16 != 0 || (p.o_seq_stride * elem) % 16 != 0 ||
+      (p.q_seq_stride * qo_elem) % 16 != 0 || (p.o_seq_stride * qo_elem) % 16 != 0 ||
       (c.block_stride * elem) % 16 != 0 || (c.head_stride * elem) % 16 != 0 ||
       (c.token_stride * elem) % 16 != 0) {
     return Status::InvalidArgument("decode attention pointers and strides must be 16-byte aligned");
@@ -97,11 +103,15 @@ size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_qo_heads, 
 Status decode_attention(const DecodeAttentionParams& params, cudaStream_t stream) {
   STRATA_RETURN_IF_ERROR(validate(params));
   if (params.layout.num_seqs == 0) return Status::Ok();
-  return dispatch_kv_dtype(params.cache.dtype, [&]<DType kDType>() {
-    return dispatch_value<kAttentionHeadDims>(
-        params.cache.head_dim, "head_dim", [&]<int32_t kHeadDim>() {
-          return detail::run_decode_attention<kDType, kHeadDim>(params, stream);
-        });
+  return dispatch_attention_dtypes(params.qo_dtype, params.cache.dtype, [&]<DType kQ, DType kKv>() {
+    auto run = [&]<int32_t kHeadDim>() {
+      return detail::run_decode_attention<kQ, kKv, kHeadDim>(params, stream);
+    };
+    if constexpr (is_quantized_kv(kKv)) {
+      return dispatch_value<kQuantizedKvHeadDims>(params.cache.head_dim, "head_dim", run);
+    } else {
+      return dispatch_value<kAttentionHeadDims>(params.cache.head_dim, "head_dim", run);
+    }
   });
 }
 

@@ -24,12 +24,17 @@ namespace strata::cuda {
 inline constexpr int32_t kMaxDecodeSplits = 128;
 
 struct DecodeAttentionParams {
-  const void* q = nullptr;   // [num_seqs, num_qo_heads, head_dim], cache.dtype
+  const void* q = nullptr;   // [num_seqs, num_qo_heads, head_dim], the q/o dtype
   int64_t q_seq_stride = 0;  // elements between sequences of q (>= num_qo_heads * head_dim)
-  void* o = nullptr;         // [num_seqs, num_qo_heads, head_dim], cache.dtype
+  void* o = nullptr;         // [num_seqs, num_qo_heads, head_dim], the q/o dtype
   int64_t o_seq_stride = 0;  // elements between sequences of o
   PagedKvLayout layout;      // device pointers; layout.block_size == cache.block_size
-  PagedKvCacheView cache;    // one layer; dtype in kKvDTypes, head_dim in kAttentionHeadDims
+  // One layer. dtype in kKvDTypes (q and o are then cache.dtype) with head_dim in
+  // kAttentionHeadDims, or in kQuantizedKvDTypes (q and o are qo_dtype) with head_dim in
+  // kQuantizedKvHeadDims: FP8 codes with the view's k_scale / v_scale, INT8 codes with their
+  // per-token scales (docs/kv-quant.md).
+  PagedKvCacheView cache;
+  DType qo_dtype = DType::kBF16;  // q and o over a quantized cache (kQuantizedKvQoDTypes)
   int32_t num_qo_heads = 0;  // multiple of cache.num_kv_heads; query head h reads KV head
                              //   h / (num_qo_heads / num_kv_heads)
   float sm_scale = 0.0f;     // softmax scale, usually 1 / sqrt(head_dim)
@@ -47,7 +52,7 @@ struct DecodeAttentionParams {
   // probabilities of the KV head's query heads, summed, are ADDED to
   // attn_mass[slot * num_kv_heads + kv_head] (H2O-style running sums: the caller zeroes it or
   // lets it accumulate over layers and steps). Slots shared by several sequences receive the sum
-  // of all. Costs a second pass over K. nullptr = off.
+  // of all. Costs a second pass over K. nullptr = off. 16-bit caches only.
   float* attn_mass = nullptr;
   // Device scratch for split partials and the mass pass; decode_attention_workspace_bytes()
   // says how much allows max_splits splits. Too small (or nullptr) just means fewer splits,

@@ -27,8 +27,8 @@ struct DecodeWorkspaceLayout {
 DecodeWorkspaceLayout decode_workspace_layout(int32_t num_seqs, int32_t num_qo_heads,
                                               int32_t head_dim, int32_t num_splits);
 
-// Runs decode attention for validated params (dtype kDType, head_dim kHeadDim).
-template <DType kDType, int32_t kHeadDim>
+// Runs decode attention for validated params (q/o kQDType, cache kKvDType, head_dim kHeadDim).
+template <DType kQDType, DType kKvDType, int32_t kHeadDim>
 Status run_decode_attention(const DecodeAttentionParams& params, cudaStream_t stream);
 
 }  // namespace strata::cuda::detail

@@ -26,44 +26,80 @@
 // the attended range's start rounded down to 16, chunk a multiple of 16 (the last split runs to
 // the end, so a kv_len above the planner's bound is still correct), and writes a float partial
 // output and its log-sum-exp to the workspace; decode_merge_kernel combines the splits.
+//
+// Quantized caches (FP8 E4M3 / E5M2, INT8; kKvDType != kQDType). The ring holds codes (half the
+// bytes of a BF16 tile) and, for INT8, the tile's 16 K and 16 V fp16 scales. The products run in
+// fp16 (every code is exact in fp16; Q is converted once, saturated) and each lane builds its mma
+// operands straight from the codes with 16-byte shared loads and a few conversions, with no
+// ldmatrix and no staging copy. That needs two permutations the result does not see:
+//   - Q K^T sums over channels, so any channel order shared by Q and K gives the same scores. Lane
+//     (g, t) reads K rows g and g + 8 at bytes [t * D/4, (t + 1) * D/4): the word of k-chunk c
+//     holds channels t * D/4 + 4c .. + 3, which act as the fragment's channels 16c + 2t, +1
+//     (b0) and 16c + 2t + 8, +9 (b1); Q's fragment is loaded in the same order.
+//   - O's n-tile j, column n is output channel (D/8) n + j, so lane (g, t) needs channels
+//     (D/8) g .. + D/8 of V rows 2t, 2t + 1, 2t + 8, 2t + 9 (the tokens of its P fragment): four
+//     loads and a byte transpose (prmt) give every n-tile's b0, b1. Its accumulators then hold
+//     output channels (D/8) 2t .. and (D/8) (2t + 1) .. contiguously, written out in order.
+// FP8's k_scale is folded into scale_log2 and v_scale into the output (out_scale); INT8 scales
+// multiply each score column (K) and each probability column before P V (V), so the sums and the
+// softmax statistics stay exact functions of the codes.
 
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace strata::cuda::detail {
 
-template <int kHeadDim>
+template <DType kKvDType, int kHeadDim>
 struct DecodeShape {
+  static constexpr bool kQuant = is_quantized_kv(kKvDType);
   static constexpr int kWarps = kDecodeThreads / 32;
   static constexpr int kTileTokens = 16;
   // Three buffers per warp (two tiles in flight) for head dims up to 128: two blocks per SM. Two
   // buffers (three blocks per SM) and four (one) measured slower overall on an H200 GPU
-  // (docs/kernels.md). Head dim 256, whose tiles are twice as large, keeps two.
-  static constexpr int kStages = kHeadDim <= 128 ? 3 : 2;
-  static constexpr int kPitch = kHeadDim + 8;  // elements per shared-memory row
+  // (docs/kernels.md). Head dim 256, whose tiles are twice as large, keeps two. Code tiles are
+  // half as large: four buffers (three tiles in flight).
+  static constexpr int kStages = kQuant ? 4 : (kHeadDim <= 128 ? 3 : 2);
+  static constexpr int kPitch = kHeadDim + 8;  // 16-bit KV: elements per shared-memory row
   static constexpr int kTileElems = kTileTokens * kPitch;
-  static constexpr size_t kPipelineBytes =
-      static_cast<size_t>(kWarps) * kStages * 2 * kTileElems * sizeof(uint16_t);
+  // Codes: bytes per row. The pitches keep each quarter-warp's 16-byte loads on distinct banks
+  // (K: rows g, g + 1 at byte t * D/4; V: rows 2t.. at byte g * D/8).
+  static constexpr int kKPitch = kHeadDim == 64 ? 64 : kHeadDim + 16;
+  static constexpr int kVPitch = kHeadDim + 16;
+  static constexpr int kScaleBytes = kKvDType == DType::kI8 ? 2 * kTileTokens * 2 : 0;
+  static constexpr int kStageBytes =
+      kQuant ? kTileTokens * (kKPitch + kVPitch) + kScaleBytes
+             : 2 * kTileElems * static_cast<int>(sizeof(uint16_t));
+  static constexpr size_t kPipelineBytes = static_cast<size_t>(kWarps) * kStages * kStageBytes;
   static constexpr int kMergePitch = kHeadDim + 4;  // floats; rows 16 bytes out of bank step
   static constexpr size_t kMergeBytes = static_cast<size_t>(kWarps) * 16 * kMergePitch * 4;
   static constexpr size_t kSmemBytes = kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes;
   static_assert(kHeadDim % 16 == 0, "head_dim must be a multiple of 16");
   static_assert(kTileTokens * (kHeadDim / 8) % 32 == 0, "whole vectors per lane");
+  static_assert(!kQuant || kHeadDim == 64 || kHeadDim == 128, "quantized KV: head dim 64 or 128");
+  static_assert(kStageBytes % 16 == 0);
 };
 
 // kRows: query-head rows computed per tile, 8 (groups of up to 8 heads: the upper half of the
 // m16 fragments is zero and skipped) or 16.
-template <DType kDType, int kHeadDim, int kRows>
+// kQDType: q and o (bf16 or fp16); kKvDType: the cache, kQDType itself or a quantized dtype.
+template <DType kQDType, DType kKvDType, int kHeadDim, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_attention_kernel(const __grid_constant__ DecodeKernelArgs a) {
-  using Shape = DecodeShape<kHeadDim>;
-  using T = typename CudaType<kDType>::type;
+  using Shape = DecodeShape<kKvDType, kHeadDim>;
+  constexpr bool kQuant = Shape::kQuant;
+  static_assert(kQuant || kQDType == kKvDType);
+  // The tensor-core input type: the cache's for 16-bit caches, fp16 for codes.
+  constexpr DType kDType = kQuant ? DType::kF16 : kKvDType;
+  using T = typename CudaType<kQDType>::type;  // q and o
+  using KvT = std::conditional_t<kQuant, uint8_t, T>;
   constexpr int kWarps = Shape::kWarps;
   constexpr int kT = Shape::kTileTokens;
   constexpr int kStages = Shape::kStages;
@@ -102,10 +138,18 @@ __global__ void __launch_bounds__(kDecodeThreads)
   uint32_t qf[kChunks][4];
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    qf[c][0] = q_word(g, 16 * c + 2 * t);
-    qf[c][1] = kUpper ? q_word(g + 8, 16 * c + 2 * t) : 0u;
-    qf[c][2] = q_word(g, 16 * c + 8 + 2 * t);
-    qf[c][3] = kUpper ? q_word(g + 8, 16 * c + 8 + 2 * t) : 0u;
+    if constexpr (kQuant) {  // channels in the permuted order of the code tiles, as fp16
+      const int col = t * (kHeadDim / 4) + 4 * c;
+      qf[c][0] = to_f16x2<kQDType>(q_word(g, col));
+      qf[c][1] = kUpper ? to_f16x2<kQDType>(q_word(g + 8, col)) : 0u;
+      qf[c][2] = to_f16x2<kQDType>(q_word(g, col + 2));
+      qf[c][3] = kUpper ? to_f16x2<kQDType>(q_word(g + 8, col + 2)) : 0u;
+    } else {
+      qf[c][0] = q_word(g, 16 * c + 2 * t);
+      qf[c][1] = kUpper ? q_word(g + 8, 16 * c + 2 * t) : 0u;
+      qf[c][2] = q_word(g, 16 * c + 8 + 2 * t);
+      qf[c][3] = kUpper ? q_word(g + 8, 16 * c + 8 + 2 * t) : 0u;
+    }
   }
 
   float o[kDimTiles][4];
@@ -113,15 +157,24 @@ __global__ void __launch_bounds__(kDecodeThreads)
   for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
 
-  const T* k_head = static_cast<const T*>(a.k_data) + kv_head * a.head_stride;
-  const T* v_head = static_cast<const T*>(a.v_data) + kv_head * a.head_stride;
+  const KvT* k_head = static_cast<const KvT*>(a.k_data) + kv_head * a.head_stride;
+  const KvT* v_head = static_cast<const KvT*>(a.v_data) + kv_head * a.head_stride;
   const int32_t* pages = a.kv_indices + ext.page_begin;
   const int in_block_mask = a.block_size - 1;
 
   extern __shared__ uint4 smem[];
-  T* ring = reinterpret_cast<T*>(smem) + warp * kStages * 2 * Shape::kTileElems;
-  auto k_buf = [&](int st) { return ring + (2 * st) * Shape::kTileElems; };
-  auto v_buf = [&](int st) { return ring + (2 * st + 1) * Shape::kTileElems; };
+  char* ring = reinterpret_cast<char*>(smem) + warp * kStages * Shape::kStageBytes;
+  // 16-bit KV: K then V tiles of kTileElems. Codes: K [16][kKPitch], V [16][kVPitch], then for
+  // INT8 the 16 K scales and the 16 V scales.
+  auto k_buf = [&](int st) { return reinterpret_cast<KvT*>(ring + st * Shape::kStageBytes); };
+  auto v_buf = [&](int st) {
+    return reinterpret_cast<KvT*>(ring + st * Shape::kStageBytes +
+                                  (kQuant ? kT * Shape::kKPitch : Shape::kTileElems * 2));
+  };
+  auto scale_buf = [&](int st) {
+    return reinterpret_cast<uint16_t*>(ring + st * Shape::kStageBytes +
+                                       kT * (Shape::kKPitch + Shape::kVPitch));
+  };
 
   // Block ids of the two 8-token halves of the next tile to issue (block sizes are >= 8 and tiles
   // are 16-aligned, so a half never straddles blocks); indices clamped into the sequence.
@@ -135,17 +188,47 @@ __global__ void __launch_bounds__(kDecodeThreads)
   auto issue = [&](int i) {
     const int st = i % kStages;
     const int t0 = lo + (warp + kWarps * i) * kT;
+    if constexpr (kQuant) {
+      constexpr int kCodeVecs = kHeadDim / 16;  // 16-byte vectors per code row
 #pragma unroll
-    for (int v = 0; v < kLaneVecs; ++v) {
-      const int idx = lane + 32 * v;
-      const int r = idx / kRowVecs;
-      const int c = idx % kRowVecs;
-      const int tok = t0 + r;
-      const bool ok = tok < hi;
-      const int64_t off = static_cast<int64_t>(r < 8 ? next_page0 : next_page1) * a.block_stride +
-                          (tok & in_block_mask) * a.token_stride + c * 8;
-      cp_async16_zfill(k_buf(st) + r * kPitch + c * 8, ok ? k_head + off : k_head, ok);
-      cp_async16_zfill(v_buf(st) + r * kPitch + c * 8, ok ? v_head + off : v_head, ok);
+      for (int v = 0; v < kT * kCodeVecs / 32; ++v) {
+        const int idx = lane + 32 * v;
+        const int r = idx / kCodeVecs;
+        const int c = idx % kCodeVecs;
+        const int tok = t0 + r;
+        const bool ok = tok < hi;
+        const int64_t off = static_cast<int64_t>(r < 8 ? next_page0 : next_page1) * a.block_stride +
+                            (tok & in_block_mask) * a.token_stride + c * 16;
+        cp_async16_zfill(k_buf(st) + r * Shape::kKPitch + c * 16, ok ? k_head + off : k_head, ok);
+        cp_async16_zfill(v_buf(st) + r * Shape::kVPitch + c * 16, ok ? v_head + off : v_head, ok);
+      }
+      if constexpr (kKvDType == DType::kI8) {
+        // Lanes 0-3: K scales of tokens 0-7, 8-15, then V's; zeros past the end, so a masked
+        // column never meets a stale scale.
+        if (lane < 4) {
+          const int half = lane & 1;
+          const int tok = t0 + 8 * half;
+          const int valid = min(max(hi - tok, 0), 8);
+          const uint16_t* base = lane < 2 ? a.k_scales : a.v_scales;
+          const int64_t off = static_cast<int64_t>(half == 0 ? next_page0 : next_page1) *
+                                  a.scale_block_stride +
+                              kv_head * a.scale_head_stride + (tok & in_block_mask);
+          cp_async16_prefix(scale_buf(st) + 8 * lane, valid > 0 ? base + off : base, 2 * valid);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int v = 0; v < kLaneVecs; ++v) {
+        const int idx = lane + 32 * v;
+        const int r = idx / kRowVecs;
+        const int c = idx % kRowVecs;
+        const int tok = t0 + r;
+        const bool ok = tok < hi;
+        const int64_t off = static_cast<int64_t>(r < 8 ? next_page0 : next_page1) * a.block_stride +
+                            (tok & in_block_mask) * a.token_stride + c * 8;
+        cp_async16_zfill(k_buf(st) + r * kPitch + c * 8, ok ? k_head + off : k_head, ok);
+        cp_async16_zfill(v_buf(st) + r * kPitch + c * 8, ok ? v_head + off : v_head, ok);
+      }
     }
   };
 
@@ -173,17 +256,56 @@ __global__ void __launch_bounds__(kDecodeThreads)
     __syncwarp();
 
     const int st = i % kStages;
-    const T* ks = k_buf(st);
-    const T* vs = v_buf(st);
-    // S = Q K^T: n-tile 0 = tokens 0..7, 1 = tokens 8..15. Matrices: (tokens 0-7, channels
-    // 16c..+7), (0-7, 16c+8..), (8-15, 16c..), (8-15, 16c+8..) -> b0, b1 of n-tile 0, then 1.
+    const KvT* ks = k_buf(st);
+    const KvT* vs = v_buf(st);
+    // S = Q K^T: n-tile 0 = tokens 0..7, 1 = tokens 8..15.
     float s[2][4] = {};
+    if constexpr (kQuant) {
+      // Rows g and g + 8, this lane's D/4 bytes (the permuted channel order above).
+      constexpr int kWords = kHeadDim / 16;  // = kChunks
+      uint32_t kw[2][kWords];
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      uint32_t b[4];
-      ldmatrix_x4(b, ks + ((mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
-      mma_16816<kDType>(s[0], qf[c], b[0], b[1]);
-      mma_16816<kDType>(s[1], qf[c], b[2], b[3]);
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int v = 0; v < kWords / 4; ++v) {
+          const uint4 x = *reinterpret_cast<const uint4*>(ks + (g + 8 * n) * Shape::kKPitch +
+                                                          t * (kHeadDim / 4) + 16 * v);
+          kw[n][4 * v] = x.x;
+          kw[n][4 * v + 1] = x.y;
+          kw[n][4 * v + 2] = x.z;
+          kw[n][4 * v + 3] = x.w;
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          uint32_t b0, b1;
+          codes4_to_f16x2<kKvDType>(kw[n][c], b0, b1);
+          mma_16816<kDType>(s[n], qf[c], b0, b1);
+        }
+      }
+      if constexpr (kKvDType == DType::kI8) {  // column scales: tokens 2t, 2t + 1 (+ 8)
+        const uint16_t* sc = scale_buf(st);
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const float2 f = f16x2_to_float2(*reinterpret_cast<const uint32_t*>(sc + 8 * n + 2 * t));
+          s[n][0] *= f.x;
+          s[n][1] *= f.y;
+          s[n][2] *= f.x;
+          s[n][3] *= f.y;
+        }
+      }
+    } else {
+      // Matrices: (tokens 0-7, channels 16c..+7), (0-7, 16c+8..), (8-15, 16c..),
+      // (8-15, 16c+8..) -> b0, b1 of n-tile 0, then 1.
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        uint32_t b[4];
+        ldmatrix_x4(b, ks + ((mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
+        mma_16816<kDType>(s[0], qf[c], b[0], b[1]);
+        mma_16816<kDType>(s[1], qf[c], b[2], b[3]);
+      }
     }
 
     const int t0 = lo + (warp + kWarps * i) * kT;
@@ -236,21 +358,64 @@ __global__ void __launch_bounds__(kDecodeThreads)
         l_b += s[n][2] + s[n][3];
       }
     }
+    if constexpr (kKvDType == DType::kI8) {  // V's column scales, after l took the sums
+      const uint16_t* sc = scale_buf(st) + kT;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const float2 f = f16x2_to_float2(*reinterpret_cast<const uint32_t*>(sc + 8 * n + 2 * t));
+        s[n][0] *= f.x;
+        s[n][1] *= f.y;
+        s[n][2] *= f.x;
+        s[n][3] *= f.y;
+      }
+    }
     uint32_t pf[4];
     pf[0] = pack2<kDType>(s[0][0], s[0][1]);
     pf[1] = kUpper ? pack2<kDType>(s[0][2], s[0][3]) : 0u;
     pf[2] = pack2<kDType>(s[1][0], s[1][1]);
     pf[3] = kUpper ? pack2<kDType>(s[1][2], s[1][3]) : 0u;
-    // O += P V. Matrices: (tokens 0-7, channels 16c..+7), (8-15, 16c..), (0-7, 16c+8..),
-    // (8-15, 16c+8..), transposed -> b0, b1 of n-tile 2c, then of 2c + 1.
+    if constexpr (kQuant) {
+      // O += P V: rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), this lane's D/8 channels; the
+      // byte transpose pairs the two tokens of each channel, channel j feeding n-tile j.
+      constexpr int kVBytes = kHeadDim / 8;
+      uint32_t vw[4][kVBytes / 4];
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, vs + ((mi & 1) * 8 + mr) * kPitch + 16 * c + (mi >> 1) * 8);
-      mma_16816<kDType>(o[2 * c], pf, b[0], b[1]);
-      mma_16816<kDType>(o[2 * c + 1], pf, b[2], b[3]);
+      for (int r = 0; r < 4; ++r) {
+        const KvT* row = vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch + g * kVBytes;
+        if constexpr (kVBytes == 16) {
+          const uint4 x = *reinterpret_cast<const uint4*>(row);
+          vw[r][0] = x.x;
+          vw[r][1] = x.y;
+          vw[r][2] = x.z;
+          vw[r][3] = x.w;
+        } else {
+          const uint2 x = *reinterpret_cast<const uint2*>(row);
+          vw[r][0] = x.x;
+          vw[r][1] = x.y;
+        }
+      }
+#pragma unroll
+      for (int w = 0; w < kVBytes / 4; ++w) {
+        uint32_t b0[4], b1[4];
+        codes4_to_f16x2<kKvDType>(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
+        codes4_to_f16x2<kKvDType>(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
+        codes4_to_f16x2<kKvDType>(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
+        codes4_to_f16x2<kKvDType>(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mma_16816<kDType>(o[4 * w + e], pf, b0[e], b1[e]);
+      }
+    } else {
+      // O += P V. Matrices: (tokens 0-7, channels 16c..+7), (8-15, 16c..), (0-7, 16c+8..),
+      // (8-15, 16c+8..), transposed -> b0, b1 of n-tile 2c, then of 2c + 1.
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vs + ((mi & 1) * 8 + mr) * kPitch + 16 * c + (mi >> 1) * 8);
+        mma_16816<kDType>(o[2 * c], pf, b[0], b[1]);
+        mma_16816<kDType>(o[2 * c + 1], pf, b[2], b[3]);
+      }
     }
-    __syncwarp();  // the buffer is refilled two iterations on
+    __syncwarp();  // the buffer is refilled kStages - 1 iterations on
   }
   cp_async_wait<0>();
 
@@ -266,13 +431,27 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __shared__ float s_m[kWarps][16];
   __shared__ float s_l[kWarps][16];
   constexpr int kMp = Shape::kMergePitch;
+  if constexpr (kQuant) {
+    // Accumulator (j, e) is output channel (D/8) (2t + (e & 1)) + j (the permutation above).
+    constexpr int kVBytes = kHeadDim / 8;
 #pragma unroll
-  for (int j = 0; j < kDimTiles; ++j) {
-    *reinterpret_cast<float2*>(&s_o[(warp * 16 + g) * kMp + 8 * j + 2 * t]) =
-        make_float2(o[j][0], o[j][1]);
-    if constexpr (kUpper) {
-      *reinterpret_cast<float2*>(&s_o[(warp * 16 + g + 8) * kMp + 8 * j + 2 * t]) =
-          make_float2(o[j][2], o[j][3]);
+    for (int j = 0; j < kDimTiles; j += 4) {
+#pragma unroll
+      for (int e = 0; e < (kUpper ? 4 : 2); ++e) {
+        const int row = warp * 16 + g + (e >= 2 ? 8 : 0);
+        *reinterpret_cast<float4*>(&s_o[row * kMp + kVBytes * (2 * t + (e & 1)) + j]) =
+            make_float4(o[j][e], o[j + 1][e], o[j + 2][e], o[j + 3][e]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kDimTiles; ++j) {
+      *reinterpret_cast<float2*>(&s_o[(warp * 16 + g) * kMp + 8 * j + 2 * t]) =
+          make_float2(o[j][0], o[j][1]);
+      if constexpr (kUpper) {
+        *reinterpret_cast<float2*>(&s_o[(warp * 16 + g + 8) * kMp + 8 * j + 2 * t]) =
+            make_float2(o[j][2], o[j][3]);
+      }
     }
   }
   if (t == 0) {
@@ -310,14 +489,14 @@ __global__ void __launch_bounds__(kDecodeThreads)
       acc[6] += wgt * x1.z;
       acc[7] += wgt * x1.w;
     }
-    const float inv_l = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+    const float inv_l = l_all > 0.0f ? a.out_scale / l_all : 0.0f;
     const float lse2 = l_all > 0.0f ? m_all + log2f(l_all) : -INFINITY;
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= inv_l;
     const int head = qo_head0 + row;
     if (a.partial_o == nullptr) {
       T* out = static_cast<T*>(a.o) + seq * a.o_seq_stride + head * kHeadDim;
-      *reinterpret_cast<uint4*>(out + c * 8) = pack8<kDType>(acc);
+      *reinterpret_cast<uint4*>(out + c * 8) = pack8<kQDType>(acc);
       if (c == 0) {
         const int64_t idx = static_cast<int64_t>(seq) * a.num_qo_heads + head;
         if (a.lse_ln != nullptr) a.lse_ln[idx] = lse2 * 0.69314718055994531f;

@@ -23,9 +23,12 @@ inline int32_t floor_log2(int32_t v) {
 }
 
 // Number of splits for one launch. Bandwidth saturates once every SM holds as many blocks as fit
-// (blocks_per_sm, from the occupancy calculator), and every extra split adds partial outputs to
-// write and merge, so the planner splits only grids smaller than one full wave, up to about that
-// size; no split is shorter than kMinSplitTokens and the workspace bounds the count.
+// (blocks_per_sm, from the occupancy calculator: a wave), and every extra split adds partial
+// outputs to write and merge. A grid's last wave runs partly empty, so the planner picks the split
+// count whose grid fills its waves best (waves / ceil(waves)), the fewest splits within 5% of the
+// best; grids of four waves or more are not split (their tail is a small share). No split is
+// shorter than kMinSplitTokens and the workspace bounds the count. (With three blocks per SM, 512
+// unsplit blocks are 1.29 waves; three splits make 3.88.)
 inline int32_t plan_num_splits(const DecodeAttentionParams& p, int64_t unsplit_blocks,
                                int32_t effective_len, int blocks_per_sm) {
   if (effective_len <= 0) return 1;
@@ -37,9 +40,18 @@ inline int32_t plan_num_splits(const DecodeAttentionParams& p, int64_t unsplit_b
         cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
       return 1;
     }
-    const int64_t target_blocks = static_cast<int64_t>(std::max(blocks_per_sm, 1)) * num_sms;
-    splits = std::max<int64_t>(1, (target_blocks + unsplit_blocks / 2) / unsplit_blocks);
-    splits = std::min<int64_t>(splits, ceil_div(effective_len, kMinSplitTokens));
+    const int64_t wave = static_cast<int64_t>(std::max(blocks_per_sm, 1)) * num_sms;
+    const int64_t most = std::min<int64_t>(kMaxDecodeSplits, ceil_div(effective_len, kMinSplitTokens));
+    auto fill = [&](int64_t s) {
+      const double waves = static_cast<double>(unsplit_blocks * s) / static_cast<double>(wave);
+      return waves / std::ceil(waves);
+    };
+    splits = 1;
+    if (unsplit_blocks < 4 * wave) {
+      double best = 0.0;
+      for (int64_t s = 1; s <= most; ++s) best = std::max(best, fill(s));
+      while (splits < most && fill(splits) < 0.95 * best) ++splits;
+    }
   }
   splits = std::clamp<int64_t>(splits, 1, std::min<int64_t>(kMaxDecodeSplits, effective_len));
   const int32_t head_dim = p.cache.head_dim;
@@ -74,7 +86,13 @@ inline DecodeKernelArgs decode_args(const DecodeAttentionParams& p, int32_t q_ti
   a.block_size = c.block_size;
   a.log2_block_size = floor_log2(c.block_size);
   a.window_left = p.window_left;
-  a.scale_log2 = p.sm_scale * 1.4426950408889634f;
+  const bool fp8 = c.dtype == DType::kF8E4M3 || c.dtype == DType::kF8E5M2;
+  a.scale_log2 = p.sm_scale * 1.4426950408889634f * (fp8 ? c.k_scale : 1.0f);
+  a.out_scale = fp8 ? c.v_scale : 1.0f;
+  a.k_scales = static_cast<const uint16_t*>(c.k_scale_data);
+  a.v_scales = static_cast<const uint16_t*>(c.v_scale_data);
+  a.scale_block_stride = c.scale_block_stride;
+  a.scale_head_stride = c.scale_head_stride;
   return a;
 }
 
@@ -99,26 +117,11 @@ inline float* bind_outputs(const DecodeAttentionParams& p, DecodeKernelArgs& a) 
   return lse_log2;
 }
 
-// After the attention kernel: the split merge and the attention-mass pass, when needed.
+// The attention-mass pass over a 16-bit cache (after the attention kernel wrote lse_log2).
 template <DType kDType, int kHeadDim>
-Status finish_decode(const DecodeAttentionParams& p, const DecodeKernelArgs& a, float* lse_log2,
-                     cudaStream_t stream) {
+Status finish_attention_mass(const DecodeAttentionParams& p, const DecodeKernelArgs& a,
+                             float* lse_log2, cudaStream_t stream) {
   const PagedKvCacheView& c = p.cache;
-  if (a.num_splits > 1) {
-    DecodeMergeArgs m{};
-    m.partial_o = a.partial_o;
-    m.partial_lse = a.partial_lse;
-    m.o = p.o;
-    m.o_seq_stride = p.o_seq_stride;
-    m.lse_ln = p.lse;
-    m.lse_log2 = lse_log2;
-    m.num_seqs = a.num_seqs;
-    m.num_qo_heads = p.num_qo_heads;
-    m.head_dim = kHeadDim;
-    m.num_splits = a.num_splits;
-    decode_merge_kernel<kDType><<<dim3(a.num_seqs, p.num_qo_heads), kMergeThreads, 0, stream>>>(m);
-    STRATA_CUDA_CHECK_LAUNCH();
-  }
   if (p.attn_mass == nullptr) return Status::Ok();
   const int32_t effective_len = std::max(effective_kv_len(p), 1);
   AttentionMassArgs ma{};
@@ -150,6 +153,32 @@ Status finish_decode(const DecodeAttentionParams& p, const DecodeKernelArgs& a, 
   return Status::Ok();
 }
 
+// After the attention kernel: the split merge and the attention-mass pass, when needed.
+template <DType kQDType, DType kKvDType, int kHeadDim>
+Status finish_decode(const DecodeAttentionParams& p, const DecodeKernelArgs& a, float* lse_log2,
+                     cudaStream_t stream) {
+  if (a.num_splits > 1) {
+    DecodeMergeArgs m{};
+    m.partial_o = a.partial_o;
+    m.partial_lse = a.partial_lse;
+    m.o = p.o;
+    m.o_seq_stride = p.o_seq_stride;
+    m.lse_ln = p.lse;
+    m.lse_log2 = lse_log2;
+    m.num_seqs = a.num_seqs;
+    m.num_qo_heads = p.num_qo_heads;
+    m.head_dim = kHeadDim;
+    m.num_splits = a.num_splits;
+    decode_merge_kernel<kQDType><<<dim3(a.num_seqs, p.num_qo_heads), kMergeThreads, 0, stream>>>(m);
+    STRATA_CUDA_CHECK_LAUNCH();
+  }
+  if constexpr (is_quantized_kv(kKvDType)) {
+    return Status::Ok();  // the launcher refuses attn_mass on quantized caches
+  } else {
+    return finish_attention_mass<kKvDType, kHeadDim>(p, a, lse_log2, stream);
+  }
+}
+
 // Blocks of `kernel` resident per SM with smem_bytes of dynamic shared memory (0 if unknown).
 template <typename Kernel>
 int resident_blocks(Kernel kernel, size_t smem_bytes) {
@@ -162,10 +191,10 @@ int resident_blocks(Kernel kernel, size_t smem_bytes) {
   return n;
 }
 
-template <DType kDType, int kHeadDim, int kRows>
+template <DType kQDType, DType kKvDType, int kHeadDim, int kRows>
 Status launch_decode(const DecodeAttentionParams& p, cudaStream_t stream) {
-  using Shape = DecodeShape<kHeadDim>;
-  auto* kernel = decode_attention_kernel<kDType, kHeadDim, kRows>;
+  using Shape = DecodeShape<kKvDType, kHeadDim>;
+  auto* kernel = decode_attention_kernel<kQDType, kKvDType, kHeadDim, kRows>;
   constexpr size_t kSmemBytes = Shape::kSmemBytes;
   // Once per instance: allow the dynamic shared memory beyond the default 48 KiB.
   static const cudaError_t configured = cudaFuncSetAttribute(
@@ -193,16 +222,16 @@ Status launch_decode(const DecodeAttentionParams& p, cudaStream_t stream) {
                   static_cast<unsigned>(a.num_splits));
   kernel<<<grid, kDecodeThreads, kSmemBytes, stream>>>(a);
   STRATA_CUDA_CHECK_LAUNCH();
-  return finish_decode<kDType, kHeadDim>(p, a, lse_log2, stream);
+  return finish_decode<kQDType, kKvDType, kHeadDim>(p, a, lse_log2, stream);
 }
 
-template <DType kDType, int32_t kHeadDim>
+template <DType kQDType, DType kKvDType, int32_t kHeadDim>
 Status run_decode_attention(const DecodeAttentionParams& params, cudaStream_t stream) {
   // Groups of up to 8 query heads use the lower half of the m16 tiles only.
   if (params.num_qo_heads / params.cache.num_kv_heads <= 8) {
-    return launch_decode<kDType, kHeadDim, 8>(params, stream);
+    return launch_decode<kQDType, kKvDType, kHeadDim, 8>(params, stream);
   }
-  return launch_decode<kDType, kHeadDim, 16>(params, stream);
+  return launch_decode<kQDType, kKvDType, kHeadDim, 16>(params, stream);
 }
 
 }  // namespace strata::cuda::detail

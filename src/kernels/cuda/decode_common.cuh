@@ -38,7 +38,13 @@ struct DecodeKernelArgs {
   int32_t window_left;  // -1 = none
   int32_t num_splits;
   int32_t chunk_tokens;  // tokens per split (unused when num_splits == 1)
-  float scale_log2;      // sm_scale * log2(e)
+  float scale_log2;      // sm_scale * log2(e), times the FP8 k_scale
+  float out_scale;       // 1, or the FP8 v_scale: multiplies the output
+  // INT8 caches: the layer's per-token fp16 scales (PagedKvCacheView); null otherwise.
+  const uint16_t* k_scales;
+  const uint16_t* v_scales;
+  int64_t scale_block_stride;
+  int64_t scale_head_stride;
 };
 
 // Extent of one sequence in the paged layout, and the attended range [begin, kv_len).

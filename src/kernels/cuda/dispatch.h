@@ -5,17 +5,31 @@
 // to a silent no-op (STYLE.md, "Kernels"). Host-only; no device code.
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
 
 #include "core/dtype.h"
+#include "core/paged_kv.h"
 #include "core/status.h"
 
 namespace strata::cuda {
 
-// KV cache element types with CUDA kernels (quantized KV comes later and adds entries here).
+// 16-bit KV cache element types: attention reads them with q and o of the same dtype.
 inline constexpr std::array<DType, 2> kKvDTypes = {DType::kBF16, DType::kF16};
+
+// Quantized KV cache element types (docs/kv-quant.md): kv_append quantizes into them from bf16 /
+// fp16 rows, attention reads their codes with q and o of a dtype in kQuantizedKvQoDTypes (the GPU
+// engine's activations) and head dims in kQuantizedKvHeadDims.
+inline constexpr std::array<DType, 3> kQuantizedKvDTypes = {DType::kF8E4M3, DType::kF8E5M2,
+                                                           DType::kI8};
+inline constexpr std::array<DType, 1> kQuantizedKvQoDTypes = {DType::kBF16};
+inline constexpr std::array<int32_t, 2> kQuantizedKvHeadDims = {64, 128};
+
+constexpr bool is_quantized_kv(DType d) {
+  return d == DType::kF8E4M3 || d == DType::kF8E5M2 || d == DType::kI8;
+}
 
 // Head dims with instantiated attention kernels; 96 and 256 behind STRATA_CUDA_EXTRA_HEAD_DIMS.
 #ifdef STRATA_CUDA_EXTRA_HEAD_DIMS
@@ -63,6 +77,52 @@ Status dispatch_kv_dtype(DType dtype, F&& f) {
     return result;
   }
   (std::make_index_sequence<kKvDTypes.size()>{});
+}
+
+// What a quantized view must carry before a kernel reads or writes it: positive finite FP8
+// scales, INT8 scale pointers (16-byte aligned, as every layer area of the pool is).
+inline Status validate_kv_scales(const PagedKvCacheView& c) {
+  if (c.dtype == DType::kI8) {
+    if (c.k_scale_data == nullptr || c.v_scale_data == nullptr ||
+        reinterpret_cast<uintptr_t>(c.k_scale_data) % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(c.v_scale_data) % 16 != 0 || c.scale_block_stride % 8 != 0 ||
+        c.scale_head_stride % 8 != 0) {
+      return Status::InvalidArgument(
+          "an int8 KV cache needs 16-byte aligned per-token scale areas (PagedKvCacheView)");
+    }
+  } else if (c.dtype == DType::kF8E4M3 || c.dtype == DType::kF8E5M2) {
+    if (!(c.k_scale > 0.0f && c.v_scale > 0.0f && c.k_scale < INFINITY && c.v_scale < INFINITY)) {
+      return Status::InvalidArgument("an fp8 KV cache needs positive finite k_scale and v_scale");
+    }
+  }
+  return Status::Ok();
+}
+
+// Calls f.template operator()<kSet[i]>() for the dtype kSet[i] == dtype; Unsupported if none.
+template <const auto& kSet, typename F>
+Status dispatch_dtype(DType dtype, const char* what, F&& f) {
+  return [&]<size_t... I>(std::index_sequence<I...>) {
+    Status result = Status::Unsupported(std::string(what) + " " + std::string(dtype_name(dtype)) +
+                                        " has no CUDA kernel instance");
+    static_cast<void>(
+        ((kSet[I] == dtype ? (result = f.template operator()<kSet[I]>(), true) : false) || ...));
+    return result;
+  }
+  (std::make_index_sequence<kSet.size()>{});
+}
+
+// The (q/o dtype, KV dtype) pair of an attention kernel: f.template operator()<kQ, kKv>(). A
+// 16-bit cache pairs with its own dtype (qo_dtype is not read); a quantized one with qo_dtype.
+template <typename F>
+Status dispatch_attention_dtypes(DType qo_dtype, DType kv_dtype, F&& f) {
+  if (is_quantized_kv(kv_dtype)) {
+    return dispatch_dtype<kQuantizedKvDTypes>(kv_dtype, "KV dtype", [&]<DType kKv>() {
+      return dispatch_dtype<kQuantizedKvQoDTypes>(
+          qo_dtype, "query dtype over a quantized cache",
+          [&]<DType kQ>() { return f.template operator()<kQ, kKv>(); });
+    });
+  }
+  return dispatch_kv_dtype(kv_dtype, [&]<DType kKv>() { return f.template operator()<kKv, kKv>(); });
 }
 
 }  // namespace strata::cuda

@@ -162,12 +162,7 @@ Status kv_append_quantized(const KvAppendParams& p, cudaStream_t stream) {
   if (c.head_dim % 32 != 0 || c.head_dim > 32 * kMaxChannelsPerLane) {
     return Status::Unsupported("quantizing kv_append needs head_dim a multiple of 32, at most 256");
   }
-  if (c.dtype == DType::kI8 && (c.k_scale_data == nullptr || c.v_scale_data == nullptr)) {
-    return Status::InvalidArgument("an INT8 cache view needs its scale areas");
-  }
-  if (c.dtype != DType::kI8 && !(c.k_scale > 0.0f && c.v_scale > 0.0f)) {
-    return Status::InvalidArgument("an FP8 cache view needs positive k_scale and v_scale");
-  }
+  STRATA_RETURN_IF_ERROR(validate_kv_scales(c));
   KvQuantArgs a{};
   a.k = p.k;
   a.v = p.v;

@@ -10,16 +10,15 @@
 #include "core/dtype.h"
 #include "core/paged_kv.h"
 #include "core/status.h"
+#include "kernels/cuda/dispatch.h"
 
 namespace strata::cuda {
 
-// Cache dtypes whose rows kv_append quantizes from bf16/f16 sources (docs/kv-quant.md, bit for
-// bit the CPU's encoders): FP8 with the view's static scale, INT8 with a scale per (token, head).
-inline constexpr std::array<DType, 3> kQuantizedKvDTypes = {DType::kF8E4M3, DType::kF8E5M2,
-                                                           DType::kI8};
-
 struct KvAppendParams {
-  PagedKvCacheView cache;  // destination layer; dtype in kKvDTypes or kQuantizedKvDTypes
+  // Destination layer; dtype in kKvDTypes or kQuantizedKvDTypes (dispatch.h): kv_append
+  // quantizes bf16/f16 rows bit for bit as the CPU's encoders (docs/kv-quant.md), FP8 with the
+  // view's static scale, INT8 with a scale per (token, head).
+  PagedKvCacheView cache;
   const void* k = nullptr;     // [num_tokens, num_kv_heads, head_dim], src_dtype
   const void* v = nullptr;     // [num_tokens, num_kv_heads, head_dim], src_dtype
   // BF16 or F16; equal to cache.dtype for a BF16/F16 cache (a plain copy).

@@ -59,13 +59,18 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_addr(row_addr)));
 }
 
-// cp.async of 16 bytes that writes zeros instead when !valid (gmem is then not read, but must
-// still be a valid address: callers pass the head's base).
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
+// cp.async of 16 bytes of which only the first src_bytes (0..16) are read from gmem and the rest
+// are written as zeros (with 0, gmem is not read, but must still be a valid address: callers pass
+// the head's base).
+__device__ __forceinline__ void cp_async16_prefix(void* smem, const void* gmem, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(src_bytes)
                : "memory");
+}
+
+// cp.async of 16 bytes that writes zeros instead when !valid.
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+  cp_async16_prefix(smem, gmem, valid ? 16 : 0);
 }
 
 // Two floats rounded into one register of two 16-bit values (lo = first element).

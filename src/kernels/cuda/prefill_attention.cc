@@ -31,12 +31,14 @@ Status validate(const PrefillAttentionParams& p) {
     return Status::InvalidArgument("prefill attention needs q, o, qo_indptr, the layout and K/V");
   }
   const int64_t elem = dtype_size(c.dtype);
+  const int64_t qo_elem = dtype_size(is_quantized_kv(c.dtype) ? p.qo_dtype : c.dtype);
   const int64_t row = static_cast<int64_t>(p.num_qo_heads) * c.head_dim;
   if (p.q_token_stride < row || p.o_token_stride < row) {
     return Status::InvalidArgument("q/o token stride smaller than num_qo_heads * head_dim");
   }
+  STRATA_RETURN_IF_ERROR(validate_kv_scales(c));
   if (!aligned16(p.q) || !aligned16(p.o) || !aligned16(c.k_data) || !aligned16(c.v_data) ||
-      (p.q_token_stride * elem) % 16 != 0 || (p.o_token_stride * elem) % 16 != 0 ||
+      (p.q_token_stride * qo_elem) % 16 != 0 || (p.o_token_stride * qo_elem) % 16 != 0 ||
       (c.block_stride * elem) % 16 != 0 || (c.head_stride * elem) % 16 != 0 ||
       (c.token_stride * elem) % 16 != 0) {
     return Status::InvalidArgument(
@@ -53,10 +55,10 @@ Status validate(const PrefillAttentionParams& p) {
 Status prefill_attention(const PrefillAttentionParams& params, cudaStream_t stream) {
   STRATA_RETURN_IF_ERROR(validate(params));
   if (params.layout.num_seqs == 0 || params.max_q_len == 0) return Status::Ok();
-  return dispatch_kv_dtype(params.cache.dtype, [&]<DType kDType>() {
+  return dispatch_attention_dtypes(params.qo_dtype, params.cache.dtype, [&]<DType kQ, DType kKv>() {
     return dispatch_value<kPrefillHeadDims>(
         params.cache.head_dim, "prefill head_dim", [&]<int32_t kHeadDim>() {
-          return detail::run_prefill_attention<kDType, kHeadDim>(params, stream);
+          return detail::run_prefill_attention<kQ, kKv, kHeadDim>(params, stream);
         });
   });
 }

@@ -18,15 +18,18 @@ namespace strata::cuda {
 inline constexpr std::array<int32_t, 2> kPrefillHeadDims = {64, 128};
 
 struct PrefillAttentionParams {
-  const void* q = nullptr;     // [num_q_tokens, num_qo_heads, head_dim], cache.dtype
+  const void* q = nullptr;     // [num_q_tokens, num_qo_heads, head_dim], the q/o dtype
   int64_t q_token_stride = 0;  // elements between query tokens (>= num_qo_heads * head_dim)
-  void* o = nullptr;           // [num_q_tokens, num_qo_heads, head_dim], cache.dtype
+  void* o = nullptr;           // [num_q_tokens, num_qo_heads, head_dim], the q/o dtype
   int64_t o_token_stride = 0;
   // [num_seqs + 1] device: sequence s owns query rows qo_indptr[s] .. qo_indptr[s + 1); its q_len
   // must not exceed its kv_len. Query row i of s sits at position kv_len - q_len + i.
   const int32_t* qo_indptr = nullptr;
   PagedKvLayout layout;      // device pointers
-  PagedKvCacheView cache;    // dtype in kKvDTypes, head_dim in kPrefillHeadDims
+  // dtype in kKvDTypes (q and o are then cache.dtype) or in kQuantizedKvDTypes (q and o are
+  // qo_dtype; dispatch.h); head_dim in kPrefillHeadDims.
+  PagedKvCacheView cache;
+  DType qo_dtype = DType::kBF16;  // q and o over a quantized cache (kQuantizedKvQoDTypes)
   int32_t num_qo_heads = 0;  // multiple of cache.num_kv_heads
   float sm_scale = 0.0f;
   int32_t window_left = -1;  // as in DecodeAttentionParams; -1 = none

@@ -12,7 +12,8 @@
 
 namespace strata::cuda::detail {
 
-template <DType kDType, int32_t kHeadDim>
+// Runs prefill attention for validated params (q/o kQDType, cache kKvDType, head_dim kHeadDim).
+template <DType kQDType, DType kKvDType, int32_t kHeadDim>
 Status run_prefill_attention(const PrefillAttentionParams& params, cudaStream_t stream);
 
 }  // namespace strata::cuda::detail

@@ -14,13 +14,23 @@
 // i of a sequence sits at position kv_len - q_len + i, so a chunk on a cached prefix and a decode
 // token (q_len 1) are the same case. Blocks are launched longest-first (the last query tokens
 // attend the most keys), which evens out the causal triangle's work across the waves.
+//
+// Quantized caches (FP8 E4M3 / E5M2, INT8): the copies bring codes (and INT8's per-token fp16
+// scales) into a second pair of stages; once a tile has arrived the block converts its codes to
+// fp16 (exact: kv_codes.cuh) into the tile the products read, and the products run in fp16 with Q
+// converted once. FP8's k_scale is folded into the softmax scale and v_scale into the output;
+// INT8's scales multiply each score column and each probability column before P V. Tiles then
+// start at the attended range's start rounded down to 8, so every 8 tokens' scales are one
+// aligned 16-byte copy inside one block (the extra tokens are masked).
 
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/prefill_attention_impl.h"
 #include "kernels/cuda/vec.cuh"
@@ -48,26 +58,46 @@ struct PrefillKernelArgs {
   int32_t block_size;
   int32_t log2_block_size;
   int32_t window_left;
-  float scale_log2;
+  float scale_log2;  // sm_scale * log2(e), times the FP8 k_scale
+  float out_scale;   // 1, or the FP8 v_scale
+  // INT8 caches: per-token fp16 scales (PagedKvCacheView); null otherwise.
+  const uint16_t* k_scales;
+  const uint16_t* v_scales;
+  int64_t scale_block_stride;
+  int64_t scale_head_stride;
 };
 
 // kWarps warps per block, K/V tiles of kKvTile tokens, at least kMinBlocks blocks per SM (a
 // register cap for the compiler).
-template <int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
+template <DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
 struct PrefillShape {
+  static constexpr bool kQuant = is_quantized_kv(kKvDType);
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kPitch = kHeadDim + 8;  // elements per shared-memory row
   static constexpr int kTileElems = kKvTile * kPitch;
   static constexpr int kStages = 2;
+  // 16-bit tiles: kStages x (K, V). Codes: one fp16 (K, V) pair converted in place, then
+  // kStages x (K codes, V codes, K scales, V scales), code rows padded by 16 bytes.
+  static constexpr int kCodePitch = kHeadDim + 16;
+  static constexpr int kScaleBytes = kKvDType == DType::kI8 ? kKvTile * 2 : 0;
+  static constexpr int kCodeStageBytes = 2 * kKvTile * kCodePitch + 2 * kScaleBytes;
+  static constexpr size_t kTileBytes = 2 * kTileElems * sizeof(uint16_t);
   static constexpr size_t kSmemBytes =
-      static_cast<size_t>(kStages) * 2 * kTileElems * sizeof(uint16_t);
+      kQuant ? kTileBytes + static_cast<size_t>(kStages) * kCodeStageBytes : kStages * kTileBytes;
+  static_assert(kCodeStageBytes % 16 == 0 && kTileBytes % 16 == 0);
 };
 
-template <DType kDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
+// kQDType: q and o (bf16 or fp16); kKvDType: the cache, kQDType itself or a quantized dtype.
+template <DType kQDType, DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     prefill_attention_kernel(const __grid_constant__ PrefillKernelArgs a) {
-  using Shape = PrefillShape<kHeadDim, kWarps, kKvTile, kMinBlocks>;
-  using T = typename CudaType<kDType>::type;
+  using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
+  constexpr bool kQuant = Shape::kQuant;
+  static_assert(kQuant || kQDType == kKvDType);
+  constexpr DType kDType = kQuant ? DType::kF16 : kKvDType;  // tensor-core inputs
+  using T = typename CudaType<kQDType>::type;                // q and o
+  using KvT = std::conditional_t<kQuant, uint8_t, T>;
+  using TileT = typename CudaType<kDType>::type;             // what the products read
   constexpr int kThreads = Shape::kThreads;
   constexpr int kPitch = Shape::kPitch;
   constexpr int kN = kKvTile;
@@ -89,7 +119,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * a.block_size + a.kv_last_page_len[seq];
   const int offset = kv_len - q_len;                               // position of query row 0
   const int kv_hi = offset + min(q_len, r0 + a.tokens_per_block);  // exclusive
-  const int kv_lo = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
+  const int kv_lo_exact = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
+  const int kv_lo = kQuant ? kv_lo_exact & ~7 : kv_lo_exact;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -120,6 +151,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     qf[c][1] = q_word(row_b, 16 * c + 2 * t);
     qf[c][2] = q_word(row_a, 16 * c + 8 + 2 * t);
     qf[c][3] = q_word(row_b, 16 * c + 8 + 2 * t);
+    if constexpr (kQuant) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qf[c][e] = to_f16x2<kQDType>(qf[c][e]);
+    }
   }
 
   float o[kDimTiles][4];
@@ -127,31 +162,109 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
 
-  const T* k_head = static_cast<const T*>(a.k_data) + kv_head * a.head_stride;
-  const T* v_head = static_cast<const T*>(a.v_data) + kv_head * a.head_stride;
+  const KvT* k_head = static_cast<const KvT*>(a.k_data) + kv_head * a.head_stride;
+  const KvT* v_head = static_cast<const KvT*>(a.v_data) + kv_head * a.head_stride;
   const int32_t* pages = a.kv_indices + page_begin;
   extern __shared__ uint4 smem[];
-  T* s_kv = reinterpret_cast<T*>(smem);  // [stage][K, V][kN][kPitch]
-  auto k_buf = [&](int st) { return s_kv + (2 * st) * Shape::kTileElems; };
-  auto v_buf = [&](int st) { return s_kv + (2 * st + 1) * Shape::kTileElems; };
+  char* s_base = reinterpret_cast<char*>(smem);
+  // The tiles the products read: [stage][K, V][kN][kPitch] (16-bit caches), or the one converted
+  // (K, V) pair of a quantized cache.
+  auto k_buf = [&](int st) {
+    return reinterpret_cast<TileT*>(s_base) + (kQuant ? 0 : 2 * st) * Shape::kTileElems;
+  };
+  auto v_buf = [&](int st) {
+    return reinterpret_cast<TileT*>(s_base) + (kQuant ? 1 : 2 * st + 1) * Shape::kTileElems;
+  };
+  // Quantized: stage st's K codes, V codes, K scales, V scales.
+  auto code_stage = [&](int st) { return s_base + Shape::kTileBytes + st * Shape::kCodeStageBytes; };
+  auto k_codes = [&](int st) { return reinterpret_cast<uint8_t*>(code_stage(st)); };
+  auto v_codes = [&](int st) { return k_codes(st) + kN * Shape::kCodePitch; };
+  auto k_scale_buf = [&](int st) {
+    return reinterpret_cast<uint16_t*>(code_stage(st) + 2 * kN * Shape::kCodePitch);
+  };
+  auto v_scale_buf = [&](int st) { return k_scale_buf(st) + kN; };
 
   // Copies tile j (tokens kv_lo + j * kN ..); tokens past kv_hi are zero-filled (not read).
   auto issue = [&](int j) {
     const int tile = kv_lo + j * kN;
-    T* ks = k_buf(j & 1);
-    T* vs = v_buf(j & 1);
+    if constexpr (kQuant) {
+      constexpr int kCodeVecs = kHeadDim / 16;
+      static_assert(kN * kCodeVecs % kThreads == 0, "whole vectors per thread");
+      uint8_t* ks = k_codes(j & 1);
+      uint8_t* vs = v_codes(j & 1);
 #pragma unroll
-    for (int i = 0; i < kN * kRowVecs / kThreads; ++i) {
-      const int idx = threadIdx.x + i * kThreads;
-      const int r = idx / kRowVecs;
-      const int c = idx % kRowVecs;
-      const int tok = tile + r;
-      const bool ok = tok < kv_hi;
-      const int tok_c = ok ? tok : kv_lo;
-      const int64_t off = static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.block_stride +
-                          (tok_c & (a.block_size - 1)) * a.token_stride + c * 8;
-      cp_async16_zfill(ks + r * kPitch + c * 8, k_head + off, ok);
-      cp_async16_zfill(vs + r * kPitch + c * 8, v_head + off, ok);
+      for (int i = 0; i < kN * kCodeVecs / kThreads; ++i) {
+        const int idx = threadIdx.x + i * kThreads;
+        const int r = idx / kCodeVecs;
+        const int c = idx % kCodeVecs;
+        const int tok = tile + r;
+        const bool ok = tok < kv_hi;
+        const int tok_c = ok ? tok : kv_lo;
+        const int64_t off =
+            static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.block_stride +
+            (tok_c & (a.block_size - 1)) * a.token_stride + c * 16;
+        cp_async16_zfill(ks + r * Shape::kCodePitch + c * 16, k_head + off, ok);
+        cp_async16_zfill(vs + r * Shape::kCodePitch + c * 16, v_head + off, ok);
+      }
+      if constexpr (kKvDType == DType::kI8) {
+        // 8 tokens' scales per 16-byte copy (tile starts are multiples of 8, so each group lies
+        // in one block); zeros past kv_hi.
+        constexpr int kGroups = kN / 8;
+        static_assert(2 * kGroups <= kThreads);
+        if (threadIdx.x < 2 * kGroups) {
+          const int grp = threadIdx.x % kGroups;
+          const bool is_v = threadIdx.x >= kGroups;
+          const int tok = tile + 8 * grp;
+          const int valid = min(max(kv_hi - tok, 0), 8);
+          const int tok_c = valid > 0 ? tok : kv_lo;
+          const uint16_t* base = is_v ? a.v_scales : a.k_scales;
+          const int64_t off =
+              static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.scale_block_stride +
+              kv_head * a.scale_head_stride + (tok_c & (a.block_size - 1));
+          cp_async16_prefix((is_v ? v_scale_buf(j & 1) : k_scale_buf(j & 1)) + 8 * grp,
+                            base + off, 2 * valid);
+        }
+      }
+    } else {
+      T* ks = k_buf(j & 1);
+      T* vs = v_buf(j & 1);
+#pragma unroll
+      for (int i = 0; i < kN * kRowVecs / kThreads; ++i) {
+        const int idx = threadIdx.x + i * kThreads;
+        const int r = idx / kRowVecs;
+        const int c = idx % kRowVecs;
+        const int tok = tile + r;
+        const bool ok = tok < kv_hi;
+        const int tok_c = ok ? tok : kv_lo;
+        const int64_t off =
+            static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.block_stride +
+            (tok_c & (a.block_size - 1)) * a.token_stride + c * 8;
+        cp_async16_zfill(ks + r * kPitch + c * 8, k_head + off, ok);
+        cp_async16_zfill(vs + r * kPitch + c * 8, v_head + off, ok);
+      }
+    }
+  };
+  // Quantized: stage st's codes -> the fp16 tile (16 codes -> two 16-byte rows pieces).
+  auto convert = [&](int st) {
+    if constexpr (kQuant) {
+      constexpr int kCodeVecs = kHeadDim / 16;
+#pragma unroll
+      for (int i = 0; i < 2 * kN * kCodeVecs / kThreads; ++i) {
+        const int idx = threadIdx.x + i * kThreads;
+        const int part = idx / (kN * kCodeVecs);  // 0 = K, 1 = V
+        const int r = (idx / kCodeVecs) % kN;
+        const int c = idx % kCodeVecs;
+        const uint4 x = *reinterpret_cast<const uint4*>((part == 0 ? k_codes(st) : v_codes(st)) +
+                                                        r * Shape::kCodePitch + c * 16);
+        uint32_t h[8];
+        codes4_to_f16x2<kKvDType>(x.x, h[0], h[1]);
+        codes4_to_f16x2<kKvDType>(x.y, h[2], h[3]);
+        codes4_to_f16x2<kKvDType>(x.z, h[4], h[5]);
+        codes4_to_f16x2<kKvDType>(x.w, h[6], h[7]);
+        TileT* dst = (part == 0 ? k_buf(0) : v_buf(0)) + r * kPitch + c * 16;
+        reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
+        reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
+      }
     }
   };
 
@@ -165,13 +278,17 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
+    if constexpr (kQuant) {
+      convert(j & 1);
+      __syncthreads();
+    }
 
     const int tile = kv_lo + j * kN;
     // Skip a tile that holds none of this warp's keys (past its causal diagonal or before its
     // window); the warp still takes part in the copies and barriers.
     if (warp_active && tile < w_hi && tile + kN > w_lo) {
-      const T* ks = k_buf(j & 1);
-      const T* vs = v_buf(j & 1);
+      const TileT* ks = k_buf(j & 1);
+      const TileT* vs = v_buf(j & 1);
       float s[kTokTiles][4];
 #pragma unroll
       for (int n = 0; n < kTokTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -185,6 +302,17 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
           ldmatrix_x4(b, ks + (16 * p + (mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
           mma_16816<kDType>(s[2 * p], qf[c], b[0], b[1]);
           mma_16816<kDType>(s[2 * p + 1], qf[c], b[2], b[3]);
+        }
+      }
+      if constexpr (kKvDType == DType::kI8) {  // K's column scales
+        const uint16_t* sc = k_scale_buf(j & 1);
+#pragma unroll
+        for (int n = 0; n < kTokTiles; ++n) {
+          const float2 f = f16x2_to_float2(*reinterpret_cast<const uint32_t*>(sc + 8 * n + 2 * t));
+          s[n][0] *= f.x;
+          s[n][1] *= f.y;
+          s[n][2] *= f.x;
+          s[n][3] *= f.y;
         }
       }
       // Scale and mask (causal, window, tile end) where the tile needs it; new row maxima.
@@ -238,6 +366,17 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         l_a += s[n][0] + s[n][1];
         l_b += s[n][2] + s[n][3];
       }
+      if constexpr (kKvDType == DType::kI8) {  // V's column scales, after l took the sums
+        const uint16_t* sc = v_scale_buf(j & 1);
+#pragma unroll
+        for (int n = 0; n < kTokTiles; ++n) {
+          const float2 f = f16x2_to_float2(*reinterpret_cast<const uint32_t*>(sc + 8 * n + 2 * t));
+          s[n][0] *= f.x;
+          s[n][1] *= f.y;
+          s[n][2] *= f.x;
+          s[n][3] *= f.y;
+        }
+      }
       // O += P V: P's accumulator layout is the A-fragment layout of the next product.
 #pragma unroll
       for (int kc = 0; kc < kN / 16; ++kc) {
@@ -268,27 +407,27 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
   }
   if (!warp_active) return;
-  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
-  const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+  const float inv_a = l_a > 0.0f ? a.out_scale / l_a : 0.0f;
+  const float inv_b = l_b > 0.0f ? a.out_scale / l_b : 0.0f;
   T* o_head = static_cast<T*>(a.o) + head * kHeadDim;
 #pragma unroll
   for (int j = 0; j < kDimTiles; ++j) {
     const int col = 8 * j + 2 * t;
     if (row_a < q_len) {
       *reinterpret_cast<uint32_t*>(o_head + (q_begin + row_a) * a.o_token_stride + col) =
-          pack2<kDType>(o[j][0] * inv_a, o[j][1] * inv_a);
+          pack2<kQDType>(o[j][0] * inv_a, o[j][1] * inv_a);
     }
     if (row_b < q_len) {
       *reinterpret_cast<uint32_t*>(o_head + (q_begin + row_b) * a.o_token_stride + col) =
-          pack2<kDType>(o[j][2] * inv_b, o[j][3] * inv_b);
+          pack2<kQDType>(o[j][2] * inv_b, o[j][3] * inv_b);
     }
   }
 }
 
-template <DType kDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
+template <DType kQDType, DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
 Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
-  using Shape = PrefillShape<kHeadDim, kWarps, kKvTile, kMinBlocks>;
-  auto* kernel = prefill_attention_kernel<kDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
+  using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
+  auto* kernel = prefill_attention_kernel<kQDType, kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
   // Once per instance: allow the dynamic shared memory beyond the default 48 KiB.
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
@@ -320,7 +459,13 @@ Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
   while ((1 << (log2_bs + 1)) <= c.block_size) ++log2_bs;
   a.log2_block_size = log2_bs;
   a.window_left = p.window_left;
-  a.scale_log2 = p.sm_scale * 1.4426950408889634f;
+  const bool fp8 = c.dtype == DType::kF8E4M3 || c.dtype == DType::kF8E5M2;
+  a.scale_log2 = p.sm_scale * 1.4426950408889634f * (fp8 ? c.k_scale : 1.0f);
+  a.out_scale = fp8 ? c.v_scale : 1.0f;
+  a.k_scales = static_cast<const uint16_t*>(c.k_scale_data);
+  a.v_scales = static_cast<const uint16_t*>(c.v_scale_data);
+  a.scale_block_stride = c.scale_block_stride;
+  a.scale_head_stride = c.scale_head_stride;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
                   static_cast<unsigned>(c.num_kv_heads * a.head_tiles),
                   static_cast<unsigned>(p.layout.num_seqs));
@@ -331,9 +476,9 @@ Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
 
 // 4 warps (64 query rows) per block, 64-token K/V tiles, two blocks per SM. Measured on an H200
 // GPU against 8 warps (one block per SM): 200-217 TFLOP/s against 185-201 (docs/kernels.md).
-template <DType kDType, int32_t kHeadDim>
+template <DType kQDType, DType kKvDType, int32_t kHeadDim>
 Status run_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
-  return launch_prefill<kDType, kHeadDim, 4, 64, 2>(p, stream);
+  return launch_prefill<kQDType, kKvDType, kHeadDim, 4, 64, 2>(p, stream);
 }
 
 }  // namespace strata::cuda::detail

@@ -77,6 +77,12 @@ struct GraphExec {
 
 }  // namespace
 
+kv::KvSpec kv_spec(const ModelConfig& c, DType dtype) {
+  return kv::KvSpec{static_cast<int32_t>(c.num_hidden_layers),
+                    static_cast<int32_t>(c.num_key_value_heads), static_cast<int32_t>(c.head_dim),
+                    dtype};
+}
+
 struct CudaModel::Impl {
   ModelConfig config;
   CudaModelOptions options;
@@ -102,10 +108,7 @@ struct CudaModel::Impl {
        cuda::Gemm g)
       : config(std::move(c)),
         options(o),
-        layout(kv::KvSpec{static_cast<int32_t>(config.num_hidden_layers),
-                          static_cast<int32_t>(config.num_key_value_heads),
-                          static_cast<int32_t>(config.head_dim), o.kv_dtype},
-               o.block_size),
+        layout(kv_spec(config, o.kv_dtype), o.block_size, o.kv_scales),
         stream(std::move(s)),
         gemm(std::move(g)),
         weights(std::move(w)) {}
@@ -457,12 +460,16 @@ bool CudaModel::device_available() {
 std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
   if (!device_available()) throw Error("--device cuda: no CUDA device is available");
   ModelConfig config = load_model_config(options.model_dir);
-  if (options.kv_dtype != DType::kBF16) {
-    throw Error("the GPU engine keeps its activations and KV cache in bf16; KV dtype " +
-                std::string(dtype_name(options.kv_dtype)) + " is not supported on --device cuda");
+  const bool quantized = cuda::is_quantized_kv(options.kv_dtype);
+  if (options.kv_dtype != DType::kBF16 && !quantized) {
+    throw Error("the GPU engine keeps its activations in bf16; KV dtype " +
+                std::string(dtype_name(options.kv_dtype)) +
+                " is not supported on --device cuda (use bfloat16, fp8_e4m3, fp8_e5m2 or int8)");
   }
-  if (!cuda::contains(cuda::kAttentionHeadDims, static_cast<int32_t>(config.head_dim)) ||
-      !cuda::contains(cuda::kPrefillHeadDims, static_cast<int32_t>(config.head_dim))) {
+  const auto head_dim = static_cast<int32_t>(config.head_dim);
+  if (!cuda::contains(cuda::kAttentionHeadDims, head_dim) ||
+      !cuda::contains(cuda::kPrefillHeadDims, head_dim) ||
+      (quantized && !cuda::contains(cuda::kQuantizedKvHeadDims, head_dim))) {
     throw Error("--device cuda: head_dim " + std::to_string(config.head_dim) +
                 " has no CUDA attention kernel (supported: 64, 128)");
   }
@@ -508,6 +515,100 @@ Status CudaModel::forward(const ForwardBatch& batch, std::span<float> logits,
   if (!uploaded.ok()) return uploaded.status();
   STRATA_RETURN_IF_ERROR(m.run_body(*uploaded, logits));
   return m.collect_samples(sampled);
+}
+
+Result<std::vector<std::pair<float, float>>> CudaModel::kv_abs_max(
+    std::span<const int32_t> tokens) {
+  Impl& m = *impl_;
+  if (tokens.empty()) return Status::InvalidArgument("kv_abs_max: no calibration tokens");
+  const int32_t bs = m.options.block_size;
+  const auto n = static_cast<int32_t>(tokens.size());
+  const int32_t used_blocks = (n + bs - 1) / bs;
+  kv::KvLayout scratch_layout(kv_spec(m.config, DType::kBF16), bs);
+  Result<cuda::DeviceBuffer> scratch =
+      cuda::DeviceBuffer::allocate(scratch_layout.pool_bytes(used_blocks + 1));
+  if (!scratch.ok()) return scratch.status();
+  STRATA_CUDA_CHECK(cudaMemsetAsync(scratch->data(), 0, scratch->bytes(), m.stream.get()));
+  // Serve this pass from the scratch pool; the serving pool and its layout come back after.
+  std::swap(m.layout, scratch_layout);
+  std::swap(m.pool, *scratch);
+  auto run = [&]() -> Status {
+    std::vector<int32_t> positions, q_indptr(2), indices, kv_indptr(2), last_len(1), rows(1);
+    std::vector<int64_t> slots;
+    std::vector<float> logits(static_cast<size_t>(m.config.vocab_size));
+    for (int32_t c0 = 0; c0 < n; c0 += m.options.max_num_tokens) {
+      const int32_t c1 = std::min(n, c0 + m.options.max_num_tokens);
+      positions.resize(static_cast<size_t>(c1 - c0));
+      slots.resize(positions.size());
+      for (int32_t i = c0; i < c1; ++i) {
+        positions[static_cast<size_t>(i - c0)] = i;
+        slots[static_cast<size_t>(i - c0)] = bs + i;  // blocks 1.. in order; 0 is the null block
+      }
+      const int32_t blocks = (c1 + bs - 1) / bs;
+      indices.resize(static_cast<size_t>(blocks));
+      for (int32_t b = 0; b < blocks; ++b) indices[static_cast<size_t>(b)] = b + 1;
+      q_indptr = {0, c1 - c0};
+      kv_indptr = {0, blocks};
+      last_len = {c1 - (blocks - 1) * bs};
+      rows = {c1 - c0 - 1};
+      ForwardBatch batch;
+      batch.token_ids = tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(c1 - c0));
+      batch.positions = positions;
+      batch.q_indptr = q_indptr;
+      batch.layout = PagedKvLayout{kv_indptr.data(), indices.data(), last_len.data(), 1, bs};
+      batch.slot_mapping = slots;
+      batch.logits_rows = rows;
+      STRATA_RETURN_IF_ERROR(validate_step_batch(batch, m.config.vocab_size, used_blocks + 1,
+                                                 m.options.max_num_tokens, m.options.max_num_seqs,
+                                                 logits.size(), 0));
+      Result<CudaStepInputs::Device> in = m.inputs.upload(batch, m.stream.get());
+      if (!in.ok()) return in.status();
+      STRATA_RETURN_IF_ERROR(m.run_body(*in, logits));
+      STRATA_RETURN_IF_ERROR(m.stream.synchronize());
+    }
+    return Status::Ok();
+  };
+  const Status status = run();
+  std::swap(m.layout, scratch_layout);
+  std::swap(m.pool, *scratch);
+  STRATA_RETURN_IF_ERROR(status);
+  // Every written slot's K and V, per layer (blocks 1..used_blocks; unwritten slots are 0).
+  std::vector<uint16_t> host(static_cast<size_t>(scratch->bytes() / 2));
+  STRATA_CUDA_CHECK(
+      cudaMemcpy(host.data(), scratch->data(), scratch->bytes(), cudaMemcpyDeviceToHost));
+  const int64_t area = scratch_layout.kv_area_bytes() / 2;
+  std::vector<std::pair<float, float>> abs_max(static_cast<size_t>(m.config.num_hidden_layers),
+                                               {0.0f, 0.0f});
+  for (int32_t l = 0; l < static_cast<int32_t>(abs_max.size()); ++l) {
+    const PagedKvCacheView view = scratch_layout.layer_view(host.data(), l);
+    for (int32_t b = 1; b <= used_blocks; ++b) {
+      const uint16_t* k = static_cast<const uint16_t*>(view.k_data) + b * view.block_stride;
+      const uint16_t* v = static_cast<const uint16_t*>(view.v_data) + b * view.block_stride;
+      auto& [k_max, v_max] = abs_max[static_cast<size_t>(l)];
+      for (int64_t i = 0; i < area; ++i) {
+        k_max = std::max(k_max, std::fabs(bf16_to_f32(k[i])));
+        v_max = std::max(v_max, std::fabs(bf16_to_f32(v[i])));
+      }
+    }
+  }
+  return abs_max;
+}
+
+Status CudaModel::set_kv_static_scales(kv::KvStaticScales scales) {
+  Impl& m = *impl_;
+  const kv::KvSpec& spec = m.layout.spec();
+  if (spec.dtype != DType::kF8E4M3 && spec.dtype != DType::kF8E5M2) {
+    return Status::InvalidArgument("static KV scales are for an fp8 pool");
+  }
+  if (!m.graphs.empty()) {
+    return Status::InvalidArgument("KV scales cannot change after the first decode graph");
+  }
+  if (scales.k.size() != static_cast<size_t>(spec.num_layers) ||
+      scales.v.size() != static_cast<size_t>(spec.num_layers)) {
+    return Status::InvalidArgument("one K and one V scale per layer");
+  }
+  m.layout = kv::KvLayout(spec, m.options.block_size, std::move(scales));
+  return Status::Ok();
 }
 
 Status CudaModel::copy_blocks(std::span<const kv::BlockCopy> copies) {

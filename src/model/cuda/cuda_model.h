@@ -42,7 +42,10 @@ struct CudaModelOptions {
   std::filesystem::path model_dir;  // config.json (and the weights unless dummy)
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t dummy_seed = 0;
-  DType kv_dtype = DType::kBF16;   // BF16 or F16
+  // BF16, or a quantized cache read with BF16 queries: F8E4M3 / F8E5M2 (with kv_scales) or I8
+  // (docs/kv-quant.md).
+  DType kv_dtype = DType::kBF16;
+  kv::KvStaticScales kv_scales;    // FP8: one K and one V scale per layer; empty = 1.0
   int32_t block_size = 16;
   int32_t max_num_tokens = 2048;   // most token rows in one forward (max_num_batched_tokens)
   int32_t max_num_seqs = 256;      // most sequences in one forward
@@ -77,6 +80,14 @@ class CudaModel final : public ModelRunner {
   CudaModel& operator=(const CudaModel&) = delete;
 
   const CudaModelInfo& info() const;
+
+  // Largest |k| and |v| per layer as kv_append receives them (after RoPE and the q/k norms, in
+  // bf16) over one forward pass of tokens (positions 0..n-1) through a scratch BF16 pool; the
+  // serving pool is untouched. What --calculate-kv-scales turns into FP8 scales on the GPU.
+  Result<std::vector<std::pair<float, float>>> kv_abs_max(std::span<const int32_t> tokens);
+  // Replaces an FP8 pool's static scales; only before the first step (the scales are baked into
+  // captured graphs). InvalidArgument otherwise or for scales of the wrong size.
+  Status set_kv_static_scales(kv::KvStaticScales scales);
 
   const ModelConfig& config() const override;
   const kv::KvLayout& kv_layout() const override;

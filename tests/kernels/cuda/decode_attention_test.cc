@@ -17,6 +17,7 @@
 
 #include "cuda_test_util.h"
 #include "decode_reference.h"
+#include "kv_test_pool.h"
 #include "kernels/cuda/dispatch.h"
 #include "kv/kv_layout.h"
 
@@ -76,14 +77,13 @@ void run_case(const DecodeCase& c) {
   }
 
   // Two layers; the kernel reads layer 1, so the layer stride is exercised.
-  const kv::KvLayout kv_layout(kv::KvSpec{2, c.num_kv_heads, d, c.dtype}, c.block_size);
-  const int64_t pool_elems = kv_layout.pool_bytes(num_pool_blocks) / 2;
-  const std::vector<uint16_t> pool =
-      random_halves(static_cast<size_t>(pool_elems), c.dtype, -1.0f, 1.0f, rng);
+  const kv::KvLayout kv_layout = test_kv_layout(c.dtype, 2, c.num_kv_heads, d, c.block_size);
+  const std::vector<uint16_t> pool = random_kv_pool(kv_layout, num_pool_blocks, rng);
+  const DType qo_dtype = attention_qo_dtype(c.dtype);
   const int64_t q_seq_stride = static_cast<int64_t>(num_qo_heads) * d + 8;
   const int64_t o_seq_stride = static_cast<int64_t>(num_qo_heads) * d + 16;
   const std::vector<uint16_t> q =
-      random_halves(static_cast<size_t>(num_seqs) * q_seq_stride, c.dtype, -3.0f, 3.0f, rng);
+      random_halves(static_cast<size_t>(num_seqs) * q_seq_stride, qo_dtype, -3.0f, 3.0f, rng);
   const int64_t num_slots = static_cast<int64_t>(num_pool_blocks) * c.block_size;
   std::vector<float> mass_init(static_cast<size_t>(num_slots) * c.num_kv_heads);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
@@ -111,6 +111,7 @@ void run_case(const DecodeCase& c) {
   p.layout = PagedKvLayout{d_indptr.as<int32_t>(), d_indices.as<int32_t>(), d_last.as<int32_t>(),
                            num_seqs, c.block_size};
   p.cache = kv_layout.layer_view(d_pool.data(), 1);
+  p.qo_dtype = qo_dtype;
   p.num_qo_heads = num_qo_heads;
   p.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
   p.window_left = c.window_left;
@@ -126,13 +127,13 @@ void run_case(const DecodeCase& c) {
   const PagedKvLayout host_layout{indptr.data(), indices.data(), last_len.data(), num_seqs,
                                   c.block_size};
   const PagedKvCacheView host_cache = kv_layout.layer_view(const_cast<uint16_t*>(pool.data()), 1);
-  const DecodeReference ref = decode_reference(q, q_seq_stride, host_layout, host_cache,
+  const DecodeReference ref = decode_reference(q, qo_dtype, q_seq_stride, host_layout, host_cache,
                                                num_qo_heads, p.sm_scale, c.window_left, num_slots);
 
   const auto o = download<uint16_t>(d_o, static_cast<size_t>(num_seqs) * o_seq_stride);
   const auto lse = download<float>(d_lse, static_cast<size_t>(num_seqs) * num_qo_heads);
-  const Tolerance to = tolerance(Quantity::kAttentionOutput, c.dtype);
-  const Tolerance tl = tolerance(Quantity::kLogSumExp, c.dtype);
+  const Tolerance to = tolerance(Quantity::kAttentionOutput, qo_dtype);
+  const Tolerance tl = tolerance(Quantity::kLogSumExp, qo_dtype);
   int64_t bad = 0;
   for (int32_t s = 0; s < num_seqs; ++s) {
     for (int64_t i = 0; i < o_seq_stride; ++i) {
@@ -143,7 +144,7 @@ void run_case(const DecodeCase& c) {
         continue;
       }
       const double want = ref.o[static_cast<size_t>(s) * num_qo_heads * d + i];
-      const double got = to_f32(got_bits, c.dtype);
+      const double got = to_f32(got_bits, qo_dtype);
       if (!(std::abs(got - want) <= to.atol + to.rtol * std::abs(want)) && bad++ < 10) {
         ADD_FAILURE() << "o seq " << s << " head " << i / d << " elem " << i % d << ": got " << got
                       << " want " << want;
@@ -205,6 +206,61 @@ TEST_F(DecodeAttentionTest, SweepDTypeHeadDimBlockSizeSplit) {
         }
       }
     }
+  }
+}
+
+// Quantized caches (FP8 E4M3 / E5M2, INT8) read with BF16 queries: every code dtype x head dim x
+// block size, split and unsplit, against float64 attention over the decoded codes.
+TEST_F(DecodeAttentionTest, SweepQuantizedDTypeHeadDimBlockSizeSplit) {
+  uint64_t seed = 900;
+  for (DType dtype : kQuantizedKvDTypes) {
+    for (int32_t hd : kQuantizedKvHeadDims) {
+      for (int32_t bs : kKvBlockSizes) {
+        for (int32_t splits : {1, 4, 0}) {
+          DecodeCase c;
+          c.dtype = dtype;
+          c.head_dim = hd;
+          c.block_size = bs;
+          c.kv_lens = kRaggedLens;
+          c.num_splits = splits;
+          c.seed = seed++;
+          run_case(c);
+        }
+      }
+    }
+  }
+}
+
+// Quantized caches with grouped heads (one and two query-head tiles), windows and a long context.
+TEST_F(DecodeAttentionTest, QuantizedGroupsWindowsAndLongContext) {
+  uint64_t seed = 1000;
+  for (DType dtype : kQuantizedKvDTypes) {
+    for (int32_t group : {1, 5, 8, 12}) {
+      DecodeCase c;
+      c.dtype = dtype;
+      c.group_size = group;
+      c.num_kv_heads = group >= 8 ? 1 : 2;
+      c.kv_lens = {17, 300, 1};
+      c.num_splits = 2;
+      c.seed = seed++;
+      run_case(c);
+    }
+    for (int32_t window : {0, 16, 100}) {
+      DecodeCase c;
+      c.dtype = dtype;
+      c.block_size = 8;
+      c.kv_lens = {1, 17, 97, 2049};
+      c.window_left = window;
+      c.num_splits = 3;
+      c.seed = seed++;
+      run_case(c);
+    }
+    DecodeCase long_ctx;
+    long_ctx.dtype = dtype;
+    long_ctx.kv_lens = {33000, 5};
+    long_ctx.share_first_block = true;
+    long_ctx.seed = seed++;
+    run_case(long_ctx);
   }
 }
 
@@ -316,6 +372,28 @@ TEST(DecodeAttentionDispatchTest, UnsupportedConfigurationsReturnStatus) {
   p.num_qo_heads = 3;
   p.cache.num_kv_heads = 2;
   EXPECT_EQ(decode_attention(p, nullptr).code(), StatusCode::kInvalidArgument);  // 3 % 2 != 0
+  p.num_qo_heads = 1;
+  p.cache.num_kv_heads = 1;
+
+  // Quantized caches: fp16 queries have no instance, scales must be usable, no attention mass.
+  p.cache.dtype = DType::kF8E4M3;
+  p.cache.k_scale = p.cache.v_scale = 0.01f;
+  p.qo_dtype = DType::kF16;
+  EXPECT_EQ(decode_attention(p, nullptr).code(), StatusCode::kUnsupported);
+  p.qo_dtype = DType::kBF16;
+  p.cache.k_scale = 0.0f;
+  EXPECT_EQ(decode_attention(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.cache.k_scale = NAN;
+  EXPECT_EQ(decode_attention(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.cache.k_scale = 0.01f;
+  p.cache.dtype = DType::kI8;  // no scale areas
+  EXPECT_EQ(decode_attention(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.cache.k_scale_data = p.cache.v_scale_data = fake;
+  p.cache.scale_block_stride = 64;
+  p.cache.scale_head_stride = 16;
+  alignas(16) static float mass[16] = {};
+  p.attn_mass = mass;
+  EXPECT_EQ(decode_attention(p, nullptr).code(), StatusCode::kUnsupported);
 }
 
 }  // namespace

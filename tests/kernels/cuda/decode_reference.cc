@@ -5,13 +5,14 @@
 #include <limits>
 
 #include "cuda_test_util.h"
+#include "kv_test_pool.h"
 
 namespace strata::cuda::testing {
 
-DecodeReference decode_reference(const std::vector<uint16_t>& q, int64_t q_seq_stride,
-                                 const PagedKvLayout& layout, const PagedKvCacheView& cache,
-                                 int32_t num_qo_heads, double sm_scale, int32_t window_left,
-                                 int64_t num_pool_slots) {
+DecodeReference decode_reference(const std::vector<uint16_t>& q, DType q_dtype,
+                                 int64_t q_seq_stride, const PagedKvLayout& layout,
+                                 const PagedKvCacheView& cache, int32_t num_qo_heads,
+                                 double sm_scale, int32_t window_left, int64_t num_pool_slots) {
   const int32_t d = cache.head_dim;
   const int32_t group = num_qo_heads / cache.num_kv_heads;
   DecodeReference r;
@@ -28,14 +29,16 @@ DecodeReference decode_reference(const std::vector<uint16_t>& q, int64_t q_seq_s
     for (int32_t h = 0; h < num_qo_heads; ++h) {
       const int32_t kvh = h / group;
       for (int32_t e = 0; e < d; ++e) {
-        qd[e] = to_f32(q[s * q_seq_stride + static_cast<int64_t>(h) * d + e], cache.dtype);
+        qd[e] = to_f32(q[s * q_seq_stride + static_cast<int64_t>(h) * d + e], q_dtype);
       }
       scores.assign(static_cast<size_t>(len - begin), 0.0);
       double m = -std::numeric_limits<double>::infinity();
       for (int32_t t = begin; t < len; ++t) {
-        const uint16_t* k = cache.k<uint16_t>(layout.block_of(s, t), kvh, t % layout.block_size);
+        const int32_t block = layout.block_of(s, t);
         double dot = 0.0;
-        for (int32_t e = 0; e < d; ++e) dot += qd[e] * to_f32(k[e], cache.dtype);
+        for (int32_t e = 0; e < d; ++e) {
+          dot += qd[e] * kv_element(cache, false, block, kvh, t % layout.block_size, e);
+        }
         scores[t - begin] = dot * sm_scale;
         m = std::max(m, scores[t - begin]);
       }
@@ -47,9 +50,10 @@ DecodeReference decode_reference(const std::vector<uint16_t>& q, int64_t q_seq_s
       double* o = &r.o[(static_cast<size_t>(s) * num_qo_heads + h) * d];
       for (int32_t t = begin; t < len; ++t) {
         const int32_t block = layout.block_of(s, t);
-        const uint16_t* v = cache.v<uint16_t>(block, kvh, t % layout.block_size);
         const double p = scores[t - begin] / l;
-        for (int32_t e = 0; e < d; ++e) o[e] += p * to_f32(v[e], cache.dtype);
+        for (int32_t e = 0; e < d; ++e) {
+          o[e] += p * kv_element(cache, true, block, kvh, t % layout.block_size, e);
+        }
         const int64_t slot =
             static_cast<int64_t>(block) * layout.block_size + t % layout.block_size;
         r.mass[slot * cache.num_kv_heads + kvh] += p;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/paged_kv.h"
 
 namespace strata::cuda::testing {
@@ -15,10 +16,11 @@ struct DecodeReference {
   std::vector<double> mass;  // [num_pool_slots, num_kv_heads], added attention probabilities
 };
 
-// q: [num_seqs, num_qo_heads, head_dim] 16-bit floats of cache.dtype, q_seq_stride apart.
-DecodeReference decode_reference(const std::vector<uint16_t>& q, int64_t q_seq_stride,
-                                 const PagedKvLayout& layout, const PagedKvCacheView& cache,
-                                 int32_t num_qo_heads, double sm_scale, int32_t window_left,
-                                 int64_t num_pool_slots);
+// q: [num_seqs, num_qo_heads, head_dim] 16-bit floats of q_dtype, q_seq_stride apart. K and V
+// are read through kv_element (kv_test_pool.h): any cache dtype the kernels read.
+DecodeReference decode_reference(const std::vector<uint16_t>& q, DType q_dtype,
+                                 int64_t q_seq_stride, const PagedKvLayout& layout,
+                                 const PagedKvCacheView& cache, int32_t num_qo_heads,
+                                 double sm_scale, int32_t window_left, int64_t num_pool_slots);
 
 }  // namespace strata::cuda::testing

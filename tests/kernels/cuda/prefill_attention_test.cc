@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "kv_test_pool.h"
 #include "kernels/cuda/dispatch.h"
 #include "kv/kv_layout.h"
 
@@ -67,13 +68,13 @@ void run_prefill_case(const PrefillCase& c) {
   std::shuffle(ids.begin(), ids.end(), rng);
   std::vector<int32_t> indices(ids.begin(), ids.begin() + needed);
 
-  const kv::KvLayout kv_layout(kv::KvSpec{2, c.num_kv_heads, d, c.dtype}, c.block_size);
-  const std::vector<uint16_t> pool = random_halves(
-      static_cast<size_t>(kv_layout.pool_bytes(num_pool_blocks) / 2), c.dtype, -1.0f, 1.0f, rng);
+  const kv::KvLayout kv_layout = test_kv_layout(c.dtype, 2, c.num_kv_heads, d, c.block_size);
+  const std::vector<uint16_t> pool = random_kv_pool(kv_layout, num_pool_blocks, rng);
+  const DType qo_dtype = attention_qo_dtype(c.dtype);
   const int64_t q_stride = static_cast<int64_t>(num_qo_heads) * d + 8;
   const int64_t o_stride = static_cast<int64_t>(num_qo_heads) * d + 16;
-  const std::vector<uint16_t> q =
-      random_halves(static_cast<size_t>(std::max(num_q, 1)) * q_stride, c.dtype, -3.0f, 3.0f, rng);
+  const std::vector<uint16_t> q = random_halves(static_cast<size_t>(std::max(num_q, 1)) * q_stride,
+                                                qo_dtype, -3.0f, 3.0f, rng);
 
   DeviceBuffer d_pool = upload(pool);
   DeviceBuffer d_q = upload(q);
@@ -93,6 +94,7 @@ void run_prefill_case(const PrefillCase& c) {
   p.layout = PagedKvLayout{d_kv_indptr.as<int32_t>(), d_indices.as<int32_t>(), d_last.as<int32_t>(),
                            num_seqs, c.block_size};
   p.cache = kv_layout.layer_view(d_pool.data(), 1);
+  p.qo_dtype = qo_dtype;
   p.num_qo_heads = num_qo_heads;
   p.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
   p.window_left = c.window_left;
@@ -104,7 +106,7 @@ void run_prefill_case(const PrefillCase& c) {
   const PagedKvLayout host{kv_indptr.data(), indices.data(), last_len.data(), num_seqs,
                            c.block_size};
   const PagedKvCacheView cache = kv_layout.layer_view(const_cast<uint16_t*>(pool.data()), 1);
-  const Tolerance tol = tolerance(Quantity::kPrefillOutput, c.dtype);
+  const Tolerance tol = tolerance(Quantity::kPrefillOutput, qo_dtype);
   int64_t bad = 0;
   std::vector<double> sc, acc(d);
   for (int32_t s = 0; s < num_seqs; ++s) {
@@ -118,10 +120,11 @@ void run_prefill_case(const PrefillCase& c) {
         sc.assign(static_cast<size_t>(pos - lo + 1), 0.0);
         double m = -INFINITY;
         for (int32_t t = lo; t <= pos; ++t) {
-          const uint16_t* k = cache.k<uint16_t>(host.block_of(s, t), kvh, t % c.block_size);
+          const int32_t block = host.block_of(s, t);
           double dot = 0;
           for (int32_t e = 0; e < d; ++e) {
-            dot += to_f32(q[row * q_stride + h * d + e], c.dtype) * to_f32(k[e], c.dtype);
+            dot += to_f32(q[row * q_stride + h * d + e], qo_dtype) *
+                   kv_element(cache, false, block, kvh, t % c.block_size, e);
           }
           sc[t - lo] = dot * p.sm_scale;
           m = std::max(m, sc[t - lo]);
@@ -130,12 +133,14 @@ void run_prefill_case(const PrefillCase& c) {
         for (double& x : sc) l += (x = std::exp(x - m));
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int32_t t = lo; t <= pos; ++t) {
-          const uint16_t* v = cache.v<uint16_t>(host.block_of(s, t), kvh, t % c.block_size);
-          for (int32_t e = 0; e < d; ++e) acc[e] += sc[t - lo] * to_f32(v[e], c.dtype);
+          const int32_t block = host.block_of(s, t);
+          for (int32_t e = 0; e < d; ++e) {
+            acc[e] += sc[t - lo] * kv_element(cache, true, block, kvh, t % c.block_size, e);
+          }
         }
         for (int32_t e = 0; e < d; ++e) {
           const double want = acc[e] / l;
-          const double got = to_f32(o[row * o_stride + h * d + e], c.dtype);
+          const double got = to_f32(o[row * o_stride + h * d + e], qo_dtype);
           if (!(std::abs(got - want) <= tol.atol + tol.rtol * std::abs(want)) && bad++ < 10) {
             ADD_FAILURE() << "seq " << s << " row " << i << " head " << h << " elem " << e
                           << ": got " << got << " want " << want;
@@ -176,6 +181,36 @@ TEST_F(PrefillAttentionTest, SweepDTypeHeadDimBlockSize) {
         c.seed = seed++;
         run_prefill_case(c);
       }
+    }
+  }
+}
+
+// Quantized caches (FP8 E4M3 / E5M2, INT8) with BF16 queries: every code dtype x head dim x
+// block size on the mixed batch, and windows whose start is not a multiple of 8.
+TEST_F(PrefillAttentionTest, SweepQuantizedDTypeHeadDimBlockSize) {
+  uint64_t seed = 800;
+  for (DType dtype : kQuantizedKvDTypes) {
+    for (int32_t hd : kPrefillHeadDims) {
+      for (int32_t bs : kKvBlockSizes) {
+        PrefillCase c;
+        c.dtype = dtype;
+        c.head_dim = hd;
+        c.block_size = bs;
+        c.seqs = kMixedBatch;
+        c.seed = seed++;
+        run_prefill_case(c);
+      }
+    }
+    for (int32_t window : {0, 13, 100}) {
+      PrefillCase c;
+      c.dtype = dtype;
+      c.group_size = 4;
+      c.num_kv_heads = 1;
+      c.block_size = 8;
+      c.seqs = {{97, 150}, {40, 40}, {1, 77}, {300, 1300}};
+      c.window_left = window;
+      c.seed = seed++;
+      run_prefill_case(c);
     }
   }
 }

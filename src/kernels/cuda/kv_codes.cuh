@@ -1,0 +1,69 @@
+#pragma once
+// Quantized KV codes (FP8 E4M3 / E5M2, INT8; docs/kv-quant.md) turned into fp16 pairs, the
+// operands of mma.sync m16n8k16 with f16 inputs. Every conversion is exact: e4m3, e5m2 and the
+// integers -127..127 are all fp16 values, so the scales stay outside (folded into the softmax
+// scale and the output for FP8, applied to the score and probability columns for INT8) and the
+// only roundings are the ones the float kernels make. Internal (.cuh).
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/vec.cuh"
+
+namespace strata::cuda::detail {
+
+// The four codes of w (byte i = code i) as two f16x2: lo = (code 0, code 1), hi = (code 2,
+// code 3), the lower-numbered code in the low half.
+template <DType kKv>
+__device__ __forceinline__ void codes4_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  static_assert(is_quantized_kv(kKv));
+  if constexpr (kKv == DType::kF8E4M3) {
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+        " cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+  } else if constexpr (kKv == DType::kF8E5M2) {
+    // An e5m2 code is the high byte of the fp16 with the same value.
+    lo = __byte_perm(w, 0u, 0x1404);
+    hi = __byte_perm(w, 0u, 0x3424);
+  } else {
+    // int8 c: the fp16 with bits 0x64 | (c + 128) is 1024 + c + 128; subtracting 1152 is exact.
+    const uint32_t u = w ^ 0x80808080u;
+    const uint32_t l = __byte_perm(u, 0x64646464u, 0x4140);
+    const uint32_t h = __byte_perm(u, 0x64646464u, 0x4342);
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(l), "r"(0x64806480u));
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(h), "r"(0x64806480u));
+  }
+}
+
+// Two floats as one f16x2 (lo in the low half), rounded to nearest, saturated at +-65504 so a
+// large query element never becomes an infinity.
+__device__ __forceinline__ uint32_t f16x2_satfinite(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Two consecutive 16-bit floats of kDType (bf16 or fp16) as one f16x2, saturated.
+template <DType kDType>
+__device__ __forceinline__ uint32_t to_f16x2(uint32_t pair) {
+  if constexpr (kDType == DType::kF16) {
+    return pair;
+  } else {
+    return f16x2_satfinite(__uint_as_float(pair << 16), __uint_as_float(pair & 0xffff0000u));
+  }
+}
+
+// An fp16 pair (two INT8 scales) as floats.
+__device__ __forceinline__ float2 f16x2_to_float2(uint32_t pair) {
+  __half2 h;
+  static_assert(sizeof(h) == sizeof(pair));
+  memcpy(&h, &pair, sizeof(h));
+  return __half22float2(h);
+}
+
+}  // namespace strata::cuda::detail
