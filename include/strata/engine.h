@@ -27,8 +27,10 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "engine/kv_quant_check.h"
 #include "engine/sampling_params.h"
 #include "engine/sequence.h"
+#include "kv/kv_layer_dtypes.h"
 
 namespace strata {
 
@@ -86,6 +88,13 @@ struct EngineConfig {
   // or accept 1.0 when neither exists (otherwise creation fails: see engine/kv_scales_setup.h).
   bool calculate_kv_scales = false;
   bool allow_unit_kv_scales = false;
+  // Per-layer exceptions (CPU; docs/kv-quant.md): these layers keep F32 (what auto picks) while
+  // the others hold kv_dtype -- --kv-cache-dtype-skip-layers (indices checked against the model
+  // at creation), and with kv_quant_check every layer whose output KL at start-up (engine/
+  // kv_quant_check.h) is above kv_quant_check_threshold (nats per token).
+  kv::KvSkipLayers kv_skip_layers;
+  bool kv_quant_check = false;
+  double kv_quant_check_threshold = engine::kDefaultKvQuantCheckThreshold;
   bool enable_prefix_caching = true;
   std::string tenant_salt_secret;      // key of the per-tenant salts; empty = random
   KvAllocatorKind allocator = KvAllocatorKind::kPaged;
@@ -217,6 +226,10 @@ class Engine {
   // Where the FP8 scales came from ("checkpoint k_scale/v_scale", "calculated over N calibration
   // tokens", "1.0 (--allow-unit-kv-scales)"); empty for other dtypes.
   const std::string& kv_scales_source() const;
+  // The element type of each layer of the pool (kv_dtype() everywhere but the per-layer
+  // exceptions), and the --kv-quant-check report when the check ran.
+  std::vector<DType> kv_layer_dtypes() const;
+  const std::optional<engine::KvQuantCheckReport>& kv_quant_check() const;
   int32_t num_blocks() const;
   int64_t weight_bytes() const;
   Device device() const;

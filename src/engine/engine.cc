@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "engine/engine_impl.h"
 #include "engine/generator.h"
-#include "engine/kv_scales_setup.h"
+#include "engine/kv_layout_setup.h"
 #include "kv/block_hash.h"
 #include "kv/kv_accounting.h"
 #include "model/cpu_model_runner.h"
@@ -31,18 +31,21 @@ bool RequestState::all_finished() const {
 
 namespace {
 
-// The CPU pool's layout, FP8 scales resolved (engine/kv_scales_setup.h).
-Result<kv::KvLayout> cpu_kv_layout(const EngineConfig& c, model::Model& model, ThreadPool& pool,
-                                   std::string* scales_source) {
-  const Result<engine::ResolvedKvScales> scales = engine::resolve_kv_scales(
-      engine::KvScalesOptions{.kv_dtype = c.kv_dtype,
-                              .calculate_kv_scales = c.calculate_kv_scales,
-                              .allow_unit_kv_scales = c.allow_unit_kv_scales,
-                              .model_dir = c.model_dir},
+// The CPU pool's layout: FP8 scales and per-layer exceptions resolved
+// (engine/kv_layout_setup.h).
+Result<engine::ResolvedKvLayout> cpu_kv_layout(const EngineConfig& c, model::Model& model,
+                                               ThreadPool& pool) {
+  return engine::resolve_kv_layout(
+      engine::KvLayoutOptions{
+          .scales = engine::KvScalesOptions{.kv_dtype = c.kv_dtype,
+                                            .calculate_kv_scales = c.calculate_kv_scales,
+                                            .allow_unit_kv_scales = c.allow_unit_kv_scales,
+                                            .model_dir = c.model_dir},
+          .skip_layers = c.kv_skip_layers,
+          .quant_check = c.kv_quant_check,
+          .quant_check_threshold = c.kv_quant_check_threshold,
+          .full_precision = DType::kF32},
       model, pool);
-  if (!scales.ok()) return scales.status();
-  if (!scales.value().scales.k.empty()) *scales_source = scales.value().source;
-  return kv::KvLayout(model.kv_spec(c.kv_dtype), c.block_size, scales.value().scales);
 }
 
 }  // namespace
@@ -72,6 +75,10 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
         "--kv-cache-dtype float16 is not supported on --device cuda (the GPU engine's activations "
         "are bfloat16: use bfloat16, fp8_e4m3, fp8_e5m2 or int8)");
   }
+  if (c.device == Device::kCuda && (!c.kv_skip_layers.empty() || c.kv_quant_check)) {
+    return Status::Unsupported(
+        "--kv-cache-dtype-skip-layers and --kv-quant-check are CPU-only for now (--device cpu)");
+  }
   if (c.swap_space_bytes < 0) return Status::InvalidArgument("swap space must not be negative");
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
     return Status::InvalidArgument("max_batch_size must be >= 1 and batch_timeout_ms >= 0");
@@ -79,13 +86,12 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   return Status::Ok();
 }
 
-Result<int32_t> EngineImpl::pool_blocks(const EngineConfig& c, const model::Model& model) {
+Result<int32_t> EngineImpl::pool_blocks(const EngineConfig& c, int64_t block_bytes) {
   constexpr int64_t kDefaultCpuKvBytes = int64_t{1} << 30;
   if (c.num_blocks > 0) {
     if (c.num_blocks < 2) return Status::InvalidArgument("the KV pool needs at least 2 blocks");
     return c.num_blocks;
   }
-  const int64_t block_bytes = kv::KvLayout(model.kv_spec(c.kv_dtype), c.block_size).block_bytes();
   const int64_t kv_bytes = c.kv_cache_memory_bytes > 0 ? c.kv_cache_memory_bytes : kDefaultCpuKvBytes;
   const int64_t blocks = kv_bytes / block_bytes;
   if (blocks < 2) {
@@ -334,6 +340,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     std::unique_ptr<ThreadPool> pool;
     std::unique_ptr<model::ModelRunner> runner;
     std::string scales_source;
+    std::optional<engine::KvQuantCheckReport> quant_check;
     if (config.device == Device::kCuda) {
       Result<std::unique_ptr<model::ModelRunner>> gpu = cuda_runner(config, &scales_source);
       if (!gpu.ok()) return gpu.status();
@@ -344,18 +351,21 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
           .load_format = load_format(config),
           .dummy_dtype = config.dummy_dtype,
       }));
-      const Result<int32_t> blocks = EngineImpl::pool_blocks(config, *model);
-      if (!blocks.ok()) return blocks.status();
       pool = std::make_unique<ThreadPool>(config.num_threads);
-      Result<kv::KvLayout> layout = cpu_kv_layout(config, *model, *pool, &scales_source);
-      if (!layout.ok()) return layout.status();
+      Result<engine::ResolvedKvLayout> kv = cpu_kv_layout(config, *model, *pool);
+      if (!kv.ok()) return kv.status();
+      const kv::KvLayout layout(kv.value().spec, config.block_size, kv.value().scales);
+      const Result<int32_t> blocks = EngineImpl::pool_blocks(config, layout.block_bytes());
+      if (!blocks.ok()) return blocks.status();
       model::Model& m = *model;
-      runner = std::make_unique<model::CpuModelRunner>(std::move(model), m, *pool, layout.value(),
-                                                       *blocks);
+      runner = std::make_unique<model::CpuModelRunner>(std::move(model), m, *pool, layout, *blocks);
+      scales_source = kv.value().scales_source;
+      quant_check = std::move(kv.value().quant_check);
     }
     Result<std::unique_ptr<EngineImpl>> impl = make_engine(std::move(pool), std::move(runner), config);
     if (!impl.ok()) return impl.status();
     impl.value()->kv_scales_source_ = std::move(scales_source);
+    impl.value()->kv_quant_check_ = std::move(quant_check);
     return std::unique_ptr<Engine>(new Engine(std::move(impl).value()));
   } catch (const Error& e) {  // unusable files: checkpoint, tokenizer.json, no GPU
     return Status::InvalidArgument(e.what());
@@ -368,18 +378,18 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, ThreadPool& 
   if (config.device != Device::kCpu) {
     return Status::InvalidArgument("an engine borrowing a loaded model runs on the CPU");
   }
-  const Result<int32_t> blocks = EngineImpl::pool_blocks(config, model);
-  if (!blocks.ok()) return blocks.status();
   try {
-    std::string scales_source;
-    Result<kv::KvLayout> layout = cpu_kv_layout(config, model, pool, &scales_source);
-    if (!layout.ok()) return layout.status();
+    Result<engine::ResolvedKvLayout> kv = cpu_kv_layout(config, model, pool);
+    if (!kv.ok()) return kv.status();
+    const kv::KvLayout layout(kv.value().spec, config.block_size, kv.value().scales);
+    const Result<int32_t> blocks = EngineImpl::pool_blocks(config, layout.block_bytes());
+    if (!blocks.ok()) return blocks.status();
     Result<std::unique_ptr<EngineImpl>> impl = make_engine(
-        nullptr,
-        std::make_unique<model::CpuModelRunner>(nullptr, model, pool, layout.value(), *blocks),
+        nullptr, std::make_unique<model::CpuModelRunner>(nullptr, model, pool, layout, *blocks),
         config);
     if (!impl.ok()) return impl.status();
-    impl.value()->kv_scales_source_ = std::move(scales_source);
+    impl.value()->kv_scales_source_ = std::move(kv.value().scales_source);
+    impl.value()->kv_quant_check_ = std::move(kv.value().quant_check);
     return std::unique_ptr<Engine>(new Engine(std::move(impl).value()));
   } catch (const Error& e) {  // a malformed tokenizer.json
     return Status::InvalidArgument(e.what());
@@ -399,8 +409,16 @@ int64_t Engine::kv_bytes_per_token() const {
   return impl_->runner_->kv_layout().spec().bytes_per_token();
 }
 int64_t Engine::kv_scale_bytes_per_token() const {
+  return impl_->runner_->kv_layout().spec().scale_bytes_per_token();
+}
+std::vector<DType> Engine::kv_layer_dtypes() const {
   const kv::KvSpec& spec = impl_->runner_->kv_layout().spec();
-  return 2LL * spec.num_layers * spec.num_kv_heads * kv::kv_token_scale_bytes(spec.dtype);
+  std::vector<DType> dtypes;
+  for (int32_t l = 0; l < spec.num_layers; ++l) dtypes.push_back(spec.layer_dtype(l));
+  return dtypes;
+}
+const std::optional<engine::KvQuantCheckReport>& Engine::kv_quant_check() const {
+  return impl_->kv_quant_check_;
 }
 DType Engine::kv_dtype() const { return impl_->runner_->kv_layout().spec().dtype; }
 const std::string& Engine::kv_scales_source() const { return impl_->kv_scales_source_; }

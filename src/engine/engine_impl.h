@@ -46,8 +46,8 @@ class EngineImpl {
              EngineConfig config);
 
   static Status validate_config(const EngineConfig& config);
-  // Blocks in the pool for this config and model, the null block included.
-  static Result<int32_t> pool_blocks(const EngineConfig& config, const model::Model& model);
+  // Blocks in the pool for this config and the layout's block_bytes, the null block included.
+  static Result<int32_t> pool_blocks(const EngineConfig& config, int64_t block_bytes);
 
   Result<RequestId> submit(EngineRequest request);
   void cancel(RequestId id);
@@ -64,6 +64,7 @@ class EngineImpl {
   std::unique_ptr<ThreadPool> owned_pool_;         // destroyed after the runner that uses it
   std::unique_ptr<model::ModelRunner> runner_;
   std::string kv_scales_source_;  // FP8 only: where the static scales came from
+  std::optional<engine::KvQuantCheckReport> kv_quant_check_;  // when --kv-quant-check ran
 
   int32_t vocab_size() const { return static_cast<int32_t>(runner_->config().vocab_size); }
 

@@ -22,6 +22,10 @@ const char* finish_reason_name(FinishReason reason) {
 Generator::Generator(model::Model& model, ThreadPool& pool, GeneratorConfig config)
     : model_(model), pool_(pool), config_(std::move(config)) {
   STRATA_CHECK(validate_config(config_).ok(), "Generator built from an invalid config");
+  STRATA_CHECK(config_.kv_layer_dtypes.empty() ||
+                   config_.kv_layer_dtypes.size() ==
+                       static_cast<size_t>(model_.config().num_hidden_layers),
+               "GeneratorConfig::kv_layer_dtypes: one per layer of the model");
   if (config_.max_model_len == 0) config_.max_model_len = model_.config().max_position_embeddings;
   window_ = kv::pool_sliding_window(model_.config().layer_sliding_window);
   if (config_.tenant_salt_secret.empty()) config_.tenant_salt_secret = kv::random_tenant_secret();
@@ -42,6 +46,12 @@ Status Generator::validate_config(const GeneratorConfig& config) {
   if (!kv::is_kv_pool_dtype(config.kv_dtype)) {
     return Status::InvalidArgument("KV cache dtype " + std::string(dtype_name(config.kv_dtype)) +
                                    " is not supported (F32, BF16, F16, F8_E4M3, F8_E5M2, I8)");
+  }
+  for (const DType d : config.kv_layer_dtypes) {
+    if (!kv::is_kv_pool_dtype(d)) {
+      return Status::InvalidArgument("KV cache layer dtype " + std::string(dtype_name(d)) +
+                                     " is not supported");
+    }
   }
   const bool fp8 = config.kv_dtype == DType::kF8E4M3 || config.kv_dtype == DType::kF8E5M2;
   if (fp8 != !config.kv_scales.k.empty()) {
@@ -151,9 +161,10 @@ void Generator::prepare_cache(int32_t num_blocks) {
       .enable_prefix_caching = config_.enable_prefix_caching,
       .sliding_window = window_,
   });
+  kv::KvSpec spec = model_.kv_spec(config_.kv_dtype);
+  spec.layer_dtypes = config_.kv_layer_dtypes;
   kv_ = std::make_unique<kv::HostKvBuffer>(
-      kv::KvLayout(model_.kv_spec(config_.kv_dtype), config_.block_size, config_.kv_scales),
-      num_blocks);
+      kv::KvLayout(spec, config_.block_size, config_.kv_scales), num_blocks);
 }
 
 Status Generator::run(std::vector<Sequence>& seqs, int32_t num_blocks) {

@@ -53,6 +53,9 @@ struct GeneratorConfig {
   DType kv_dtype = DType::kF32;           // kv::is_kv_pool_dtype
   // FP8 KV: the per-layer static scales (engine::resolve_kv_scales); required for F8E4M3/F8E5M2.
   kv::KvStaticScales kv_scales;
+  // Per-layer exceptions (engine::resolve_kv_layout): empty = kv_dtype in every layer; else one
+  // pool dtype per layer.
+  std::vector<DType> kv_layer_dtypes;
   std::vector<int32_t> eos_token_ids;     // the model's EOS ids (config and generation config)
   bool enable_prefix_caching = true;      // --no-enable-prefix-caching turns it off
   // Key of the per-tenant cache salts (kv::derive_tenant_salt); empty = a random one per engine.

@@ -138,6 +138,39 @@ double kv_scale_bytes_per_token(const KvShape& shape, KvCacheDType dtype, int32_
   return static_cast<double>(scale_block_bytes(shape, dtype, block_size)) / block_size;
 }
 
+namespace {
+
+KvShape one_layer(const KvShape& s, std::span<const KvCacheDType> layer_dtypes) {
+  STRATA_CHECK(layer_dtypes.size() == static_cast<size_t>(s.num_layers),
+               "kv accounting: one dtype per layer");
+  KvShape layer = s;
+  layer.num_layers = 1;
+  return layer;
+}
+
+}  // namespace
+
+int64_t kv_block_bytes(const KvShape& shape, std::span<const KvCacheDType> layer_dtypes,
+                       int32_t block_size) {
+  const KvShape layer = one_layer(shape, layer_dtypes);
+  int64_t total = 0;
+  for (const KvCacheDType d : layer_dtypes) total += kv_block_bytes(layer, d, block_size);
+  return total;
+}
+
+double kv_bytes_per_token(const KvShape& shape, std::span<const KvCacheDType> layer_dtypes,
+                          int32_t block_size) {
+  return static_cast<double>(kv_block_bytes(shape, layer_dtypes, block_size)) / block_size;
+}
+
+double kv_scale_bytes_per_token(const KvShape& shape, std::span<const KvCacheDType> layer_dtypes,
+                                int32_t block_size) {
+  const KvShape layer = one_layer(shape, layer_dtypes);
+  int64_t total = 0;
+  for (const KvCacheDType d : layer_dtypes) total += scale_block_bytes(layer, d, block_size);
+  return static_cast<double>(total) / block_size;
+}
+
 int32_t pool_sliding_window(std::span<const int32_t> layer_windows) {
   if (layer_windows.empty()) return 0;
   if (std::any_of(layer_windows.begin(), layer_windows.end(), [](int32_t w) { return w <= 0; })) {

@@ -64,6 +64,16 @@ double kv_bytes_per_token(const KvShape& shape, KvCacheDType dtype, int32_t bloc
 // Of which scales.
 double kv_scale_bytes_per_token(const KvShape& shape, KvCacheDType dtype, int32_t block_size);
 
+// The same with per-layer exceptions (--kv-cache-dtype-skip-layers, --kv-quant-check): layer l
+// holds layer_dtypes[l] (num_layers entries). The sum of each layer's share, so a mixed pool's
+// figures agree byte for byte with KvLayout's (kv_layout.h).
+int64_t kv_block_bytes(const KvShape& shape, std::span<const KvCacheDType> layer_dtypes,
+                       int32_t block_size);
+double kv_bytes_per_token(const KvShape& shape, std::span<const KvCacheDType> layer_dtypes,
+                          int32_t block_size);
+double kv_scale_bytes_per_token(const KvShape& shape, std::span<const KvCacheDType> layer_dtypes,
+                                int32_t block_size);
+
 // The sliding window the pool can exploit, or 0. Blocks wholly outside a sequence's window go
 // back to the pool only when every layer uses a window (then the largest decides); a hybrid model
 // keeps every layer's KV for the full length.

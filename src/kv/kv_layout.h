@@ -41,6 +41,24 @@
 // pool ([blocks, layers, 2, heads, tokens, dim]) makes the same choice; vLLM's per-layer tensors
 // favour kernels over transfer.
 //
+// Per-layer exceptions (--kv-cache-dtype-skip-layers, --kv-quant-check; docs/kv-quant.md): a
+// layout may hold a different element type per layer (KvSpec::layer_dtypes), e.g. int8 codes
+// for most layers and F32 for a few kept at model precision. Layers then have different sizes,
+// so a layer's area starts at its own offset (the sum of the earlier layers' bytes) instead of
+// l * layer_bytes; inside a layer nothing changes, and each layer_view carries that layer's dtype
+// with strides in its element units (block_stride = block_bytes / element size):
+//
+//   one block, layers 0 and 3 F32, the others I8:
+//   +-------------+--------+--------+-------------+-----+
+//   | layer 0 f32 | l 1 i8 | l 2 i8 | layer 3 f32 | ... |   layer_offset_bytes(l) = sum of
+//   | K | V       | K|V|sc | K|V|sc | K | V       |     |   layer_bytes(0 .. l-1)
+//   +-------------+--------+--------+-------------+-----+
+//
+// Every layer's byte count is a multiple of 16 for block_size >= 8 (2*H*B*D*elem with 2*B >= 16,
+// plus I8's 4*H*B), so every layer area starts 16-byte aligned and block_bytes is a multiple of
+// 16 -- of every element size -- which keeps block_stride an exact count for every layer. A
+// mixed layout checks this at construction.
+//
 // Invariants: every offset is a multiple of the element size and of 16 bytes per layer area
 // start when head_dim * element size is; block 0 is the reserved null block (never read for real
 // tokens, safe to point padding at).
@@ -65,13 +83,25 @@ struct KvSpec {
   int32_t num_layers = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
-  DType dtype = DType::kF32;  // is_kv_pool_dtype
+  DType dtype = DType::kF32;  // is_kv_pool_dtype; every layer's unless layer_dtypes says otherwise
+  // Per-layer exceptions: empty = every layer holds `dtype`; else num_layers pool dtypes, layer l
+  // holding layer_dtypes[l] (the layers that differ from `dtype` are the exceptions).
+  std::vector<DType> layer_dtypes = {};
 
-  // 2 (K and V) x layers x kv_heads x (head_dim x bytes per element + per-token scale bytes).
-  int64_t bytes_per_token() const {
-    return 2LL * num_layers * num_kv_heads *
-           (head_dim * dtype_size(dtype) + kv_token_scale_bytes(dtype));
+  DType layer_dtype(int32_t layer_idx) const {
+    return layer_dtypes.empty() ? dtype : layer_dtypes[static_cast<size_t>(layer_idx)];
   }
+  // True when some layer's element type differs from another's.
+  bool is_mixed() const;
+  // 2 (K and V) x kv_heads x (head_dim x bytes per element + per-token scale bytes) of one layer.
+  int64_t layer_bytes_per_token(int32_t layer_idx) const {
+    const DType d = layer_dtype(layer_idx);
+    return 2LL * num_kv_heads * (head_dim * dtype_size(d) + kv_token_scale_bytes(d));
+  }
+  // The sum over layers (= 2 x layers x kv_heads x (head_dim x element + scale) when uniform).
+  int64_t bytes_per_token() const;
+  // Of which the per-token scales (I8 layers).
+  int64_t scale_bytes_per_token() const;
 };
 
 // The static (per-tensor) dequantization scales of an FP8 cache, one per layer for K and for V:
@@ -85,7 +115,8 @@ struct KvStaticScales {
 class KvLayout {
  public:
   // block_size in {8, 16, 32, 64, 128}; checked by the caller's config validation, as is
-  // spec.dtype (is_kv_pool_dtype). scales: only for F8E4M3 / F8E5M2, sized as KvStaticScales says.
+  // spec.dtype (is_kv_pool_dtype, every layer's). scales: only when some layer is F8E4M3 /
+  // F8E5M2, sized as KvStaticScales says (entries of the other layers are ignored).
   KvLayout(const KvSpec& spec, int32_t block_size, KvStaticScales scales = {});
 
   const KvSpec& spec() const { return spec_; }
@@ -93,37 +124,53 @@ class KvLayout {
   const KvStaticScales& static_scales() const { return scales_; }
 
   int64_t head_elems() const { return static_cast<int64_t>(block_size_) * spec_.head_dim; }
-  // Bytes of one layer's K (or V) codes in one block.
-  int64_t kv_area_bytes() const { return head_elems() * spec_.num_kv_heads * dtype_size(spec_.dtype); }
-  // Bytes of one layer's K (or V) per-token scales in one block (I8: [kv_heads][block_size] fp16).
-  int64_t scale_area_bytes() const {
-    return static_cast<int64_t>(spec_.num_kv_heads) * block_size_ *
-           kv_token_scale_bytes(spec_.dtype);
+  // Bytes of layer layer_idx's K (or V) codes in one block.
+  int64_t kv_area_bytes(int32_t layer_idx) const {
+    return head_elems() * spec_.num_kv_heads * dtype_size(spec_.layer_dtype(layer_idx));
   }
-  int64_t layer_bytes() const { return 2 * kv_area_bytes() + 2 * scale_area_bytes(); }
-  int64_t block_bytes() const { return layer_bytes() * spec_.num_layers; }
+  // Bytes of layer layer_idx's K (or V) per-token scales in one block (I8: [kv_heads][block]
+  // fp16; 0 for the other dtypes).
+  int64_t scale_area_bytes(int32_t layer_idx) const {
+    return static_cast<int64_t>(spec_.num_kv_heads) * block_size_ *
+           kv_token_scale_bytes(spec_.layer_dtype(layer_idx));
+  }
+  int64_t layer_bytes(int32_t layer_idx) const {
+    return 2 * kv_area_bytes(layer_idx) + 2 * scale_area_bytes(layer_idx);
+  }
+  // The uniform-layout forms (layer 0's sizes): every layer's when !spec().is_mixed(); a mixed
+  // layout aborts here -- use the per-layer forms.
+  int64_t kv_area_bytes() const { return kv_area_bytes(uniform_layer()); }
+  int64_t scale_area_bytes() const { return scale_area_bytes(uniform_layer()); }
+  int64_t layer_bytes() const { return layer_bytes(uniform_layer()); }
+  int64_t block_bytes() const { return layer_offset_.back(); }
   int64_t pool_bytes(int32_t num_blocks) const { return block_bytes() * num_blocks; }
 
   // Byte offsets inside a block.
-  int64_t k_offset_bytes(int32_t layer_idx) const { return layer_idx * layer_bytes(); }
+  int64_t layer_offset_bytes(int32_t layer_idx) const {
+    return layer_offset_[static_cast<size_t>(layer_idx)];
+  }
+  int64_t k_offset_bytes(int32_t layer_idx) const { return layer_offset_bytes(layer_idx); }
   int64_t v_offset_bytes(int32_t layer_idx) const {
-    return layer_idx * layer_bytes() + kv_area_bytes();
+    return layer_offset_bytes(layer_idx) + kv_area_bytes(layer_idx);
   }
   int64_t k_scale_offset_bytes(int32_t layer_idx) const {
-    return layer_idx * layer_bytes() + 2 * kv_area_bytes();
+    return layer_offset_bytes(layer_idx) + 2 * kv_area_bytes(layer_idx);
   }
   int64_t v_scale_offset_bytes(int32_t layer_idx) const {
-    return k_scale_offset_bytes(layer_idx) + scale_area_bytes();
+    return k_scale_offset_bytes(layer_idx) + scale_area_bytes(layer_idx);
   }
 
-  // The view of layer layer_idx for a pool starting at pool_base (host or device memory),
-  // scale pointers and static scales included.
+  // The view of layer layer_idx for a pool starting at pool_base (host or device memory): that
+  // layer's dtype, strides in its element units, scale pointers and static scales included.
   PagedKvCacheView layer_view(void* pool_base, int32_t layer_idx) const;
 
  private:
+  int32_t uniform_layer() const;
+
   KvSpec spec_;
   int32_t block_size_;
   KvStaticScales scales_;
+  std::vector<int64_t> layer_offset_;  // [num_layers + 1]: each layer's offset; back() = block
 };
 
 }  // namespace strata::kv

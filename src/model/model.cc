@@ -61,13 +61,17 @@ kv::KvSpec Model::kv_spec(DType kv_dtype) const {
   return spec;
 }
 
-Result<std::vector<std::pair<float, float>>> Model::kv_abs_max(std::span<const int32_t> tokens,
-                                                              ThreadPool& pool) {
-  if (tokens.empty()) return Status::InvalidArgument("kv_abs_max: no calibration tokens");
+Status Model::calibration_forward(std::span<const int32_t> tokens, const kv::KvLayout& layout,
+                                  std::vector<float>* logits, ThreadPool& pool) {
+  if (tokens.empty()) return Status::InvalidArgument("calibration: no tokens");
   constexpr int32_t kBlockSize = 16;
+  STRATA_CHECK(layout.block_size() == kBlockSize, "calibration_forward: block size 16");
   const auto n = static_cast<int32_t>(tokens.size());
   const int32_t num_blocks = (n + kBlockSize - 1) / kBlockSize;
-  kv::HostKvBuffer cache(kv::KvLayout(kv_spec(DType::kF32), kBlockSize), num_blocks + 1);
+  kv::HostKvBuffer cache(layout, num_blocks + 1);
+  if (kv_quant_probe_ != nullptr && kv_quant_probe_->cache->num_blocks() < num_blocks + 1) {
+    return Status::InvalidArgument("calibration: the probe cache is too small");
+  }
   std::vector<int32_t> positions(tokens.size());
   std::vector<int64_t> slots(tokens.size());
   for (int32_t i = 0; i < n; ++i) {
@@ -79,7 +83,11 @@ Result<std::vector<std::pair<float, float>>> Model::kv_abs_max(std::span<const i
   const std::vector<int32_t> q_indptr = {0, n};
   const std::vector<int32_t> kv_indptr = {0, num_blocks};
   const std::vector<int32_t> last_len = {n - (num_blocks - 1) * kBlockSize};
-  const std::vector<int32_t> logits_rows = {n - 1};
+  std::vector<int32_t> logits_rows = {n - 1};
+  if (logits != nullptr) {
+    logits_rows.resize(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) logits_rows[static_cast<size_t>(i)] = i;
+  }
   ForwardBatch batch;
   batch.token_ids = tokens;
   batch.positions = positions;
@@ -91,14 +99,133 @@ Result<std::vector<std::pair<float, float>>> Model::kv_abs_max(std::span<const i
   batch.layout.block_size = kBlockSize;
   batch.slot_mapping = slots;
   batch.logits_rows = logits_rows;
-  std::vector<float> logits(static_cast<size_t>(config_.vocab_size));
+  std::vector<float> last(static_cast<size_t>(config_.vocab_size));
+  if (logits != nullptr) logits->resize(static_cast<size_t>(n) * last.size());
+  return forward(batch, cache, logits != nullptr ? std::span<float>(*logits) : last, pool);
+}
+
+namespace {
+
+// KL(p || q) of the softmaxes of two logit rows, in double.
+double kl_of_logits(const float* p_logits, const float* q_logits, int64_t vocab) {
+  const auto log_softmax = [vocab](const float* row, std::vector<double>& out) {
+    const double max = *std::max_element(row, row + vocab);
+    double sum = 0.0;
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(row[i] - max);
+    const double log_sum = std::log(sum) + max;
+    out.resize(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < vocab; ++i) out[static_cast<size_t>(i)] = row[i] - log_sum;
+  };
+  std::vector<double> lp;
+  std::vector<double> lq;
+  log_softmax(p_logits, lp);
+  log_softmax(q_logits, lq);
+  double kl = 0.0;
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return std::max(kl, 0.0);
+}
+
+}  // namespace
+
+Result<std::vector<double>> Model::kv_quant_output_kl(std::span<const int32_t> tokens,
+                                                      const kv::KvLayout& quantized,
+                                                      ThreadPool& pool) {
+  if (tokens.empty()) return Status::InvalidArgument("kv_quant_output_kl: no calibration tokens");
+  const auto num_layers = static_cast<int32_t>(config_.num_hidden_layers);
+  std::vector<float> ref;
+  STRATA_RETURN_IF_ERROR(
+      calibration_forward(tokens, kv::KvLayout(kv_spec(DType::kF32), 16), &ref, pool));
+  const int64_t vocab = config_.vocab_size;
+  const auto n = static_cast<int64_t>(tokens.size());
+  std::vector<double> kl(static_cast<size_t>(num_layers), 0.0);
+  std::vector<float> got;
+  for (int32_t l = 0; l < num_layers; ++l) {
+    kv::KvSpec spec = kv_spec(quantized.spec().dtype);
+    spec.layer_dtypes.assign(static_cast<size_t>(num_layers), DType::kF32);
+    spec.layer_dtypes[static_cast<size_t>(l)] = quantized.spec().dtype;
+    STRATA_RETURN_IF_ERROR(calibration_forward(
+        tokens, kv::KvLayout(spec, 16, quantized.static_scales()), &got, pool));
+    double sum = 0.0;
+    for (int64_t r = 0; r < n; ++r) {
+      sum += kl_of_logits(ref.data() + r * vocab, got.data() + r * vocab, vocab);
+    }
+    kl[static_cast<size_t>(l)] = sum / static_cast<double>(n);
+  }
+  return kl;
+}
+
+Result<std::vector<std::pair<float, float>>> Model::kv_abs_max(std::span<const int32_t> tokens,
+                                                              ThreadPool& pool) {
+  if (tokens.empty()) return Status::InvalidArgument("kv_abs_max: no calibration tokens");
   std::vector<std::pair<float, float>> abs_max(static_cast<size_t>(config_.num_hidden_layers),
                                                {0.0f, 0.0f});
   kv_abs_max_ = &abs_max;
-  const Status status = forward(batch, cache, logits, pool);
+  const Status status =
+      calibration_forward(tokens, kv::KvLayout(kv_spec(DType::kF32), 16), nullptr, pool);
   kv_abs_max_ = nullptr;
   if (!status.ok()) return status;
   return abs_max;
+}
+
+Result<std::vector<double>> Model::kv_quant_error(std::span<const int32_t> tokens,
+                                                  const kv::KvLayout& quantized,
+                                                  ThreadPool& pool) {
+  if (tokens.empty()) return Status::InvalidArgument("kv_quant_error: no calibration tokens");
+  const kv::KvSpec want = kv_spec(quantized.spec().dtype);
+  if (quantized.spec().num_layers != want.num_layers ||
+      quantized.spec().num_kv_heads != want.num_kv_heads ||
+      quantized.spec().head_dim != want.head_dim || quantized.block_size() != 16) {
+    return Status::InvalidArgument("kv_quant_error: the layout is not this model's at block 16");
+  }
+  const auto num_blocks = static_cast<int32_t>((tokens.size() + 15) / 16);
+  kv::HostKvBuffer cache(quantized, num_blocks + 1);
+  KvQuantProbe probe;
+  probe.cache = &cache;
+  probe.diff_sq.assign(static_cast<size_t>(config_.num_hidden_layers), 0.0);
+  probe.ref_sq.assign(static_cast<size_t>(config_.num_hidden_layers), 0.0);
+  kv_quant_probe_ = &probe;
+  const Status status =
+      calibration_forward(tokens, kv::KvLayout(kv_spec(DType::kF32), 16), nullptr, pool);
+  kv_quant_probe_ = nullptr;
+  if (!status.ok()) return status;
+  std::vector<double> error(probe.diff_sq.size());
+  for (size_t l = 0; l < error.size(); ++l) {
+    error[l] = probe.ref_sq[l] > 0.0 ? std::sqrt(probe.diff_sq[l] / probe.ref_sq[l])
+                                     : (probe.diff_sq[l] > 0.0 ? 1.0 : 0.0);
+  }
+  return error;
+}
+
+Status Model::probe_quantized_attention(int32_t layer_idx, const ForwardBatch& batch,
+                                        const cpu::AttentionParams& reference, ThreadPool& pool) {
+  KvQuantProbe& probe = *kv_quant_probe_;
+  const PagedKvCacheView cache = probe.cache->layer_view(layer_idx);
+  cpu::AppendKvParams append;
+  append.k = scratch_.k.data();
+  append.v = scratch_.v.data();
+  append.slot_mapping = batch.slot_mapping.data();
+  append.num_tokens = span_size(batch.token_ids.size());
+  append.cache = cache;
+  append.num_cache_blocks = probe.cache->num_blocks();
+  STRATA_RETURN_IF_ERROR(cpu::append_kv(append, pool));
+  probe.out.resize(scratch_.attn.size());
+  cpu::AttentionParams attn = reference;
+  attn.cache = cache;
+  attn.out = probe.out.data();
+  STRATA_RETURN_IF_ERROR(cpu::paged_attention(attn, pool));
+  const size_t n = static_cast<size_t>(append.num_tokens) *
+                   static_cast<size_t>(config_.num_attention_heads * config_.head_dim);
+  double diff_sq = 0.0;
+  double ref_sq = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double ref = scratch_.attn[i];
+    const double d = static_cast<double>(probe.out[i]) - ref;
+    diff_sq += d * d;
+    ref_sq += ref * ref;
+  }
+  probe.diff_sq[static_cast<size_t>(layer_idx)] += diff_sq;
+  probe.ref_sq[static_cast<size_t>(layer_idx)] += ref_sq;
+  return Status::Ok();
 }
 
 int64_t Model::weight_bytes() const {
@@ -245,7 +372,9 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::Ho
   attn.num_q_heads = num_heads;
   attn.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   attn.sliding_window = config_.layer_sliding_window[static_cast<size_t>(layer_idx)];
-  return cpu::paged_attention(attn, pool);
+  STRATA_RETURN_IF_ERROR(cpu::paged_attention(attn, pool));
+  if (kv_quant_probe_ != nullptr) return probe_quantized_attention(layer_idx, batch, attn, pool);
+  return Status::Ok();
 }
 
 Status Model::run_mlp(int32_t layer_idx, int64_t num_tokens, ThreadPool& pool) {

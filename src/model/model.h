@@ -26,6 +26,10 @@
 #include "model/llama_family.h"
 #include "model/weight_store.h"
 
+namespace strata::cpu {
+struct AttentionParams;
+}
+
 namespace strata::model {
 
 // vLLM's --load-format: "auto" reads the safetensors checkpoint, "dummy" makes seeded random
@@ -92,6 +96,23 @@ class Model {
   Result<std::vector<std::pair<float, float>>> kv_abs_max(std::span<const int32_t> tokens,
                                                           ThreadPool& pool);
 
+  // --kv-quant-check (engine/kv_quant_check.h): per layer, the relative L2 error
+  // sqrt(sum |o_q - o|^2 / sum |o|^2) of that layer's attention output o over one forward pass of
+  // tokens, where o reads the K/V from a scratch F32 cache and o_q the same K/V from a scratch
+  // cache laid out by `quantized` (its dtype, FP8 scales included), with the same queries. The
+  // residual stream stays the F32 one, so each figure is the error that layer's own quantization
+  // adds, not the accumulated error of the layers before it. InvalidArgument as kv_abs_max.
+  Result<std::vector<double>> kv_quant_error(std::span<const int32_t> tokens,
+                                             const kv::KvLayout& quantized, ThreadPool& pool);
+
+  // --kv-quant-check's decision figure: per layer l, the mean over every position of tokens of
+  // KL(p || p_l), p the next-token distribution with an F32 cache and p_l the one with a cache
+  // where only layer l holds `quantized`'s dtype (its FP8 scale included) and every other layer
+  // F32 -- what quantizing that layer alone costs at the model's output, errors propagated
+  // through the later layers included. num_layers + 1 forward passes of tokens.
+  Result<std::vector<double>> kv_quant_output_kl(std::span<const int32_t> tokens,
+                                                 const kv::KvLayout& quantized, ThreadPool& pool);
+
   // Runs the batch through every layer, writing this step's K/V into kv at the slot mapping, and
   // fills logits [logits_rows.size(), vocab] (row-major) for the requested rows. Returns
   // InvalidArgument / OutOfRange for an inconsistent batch or a token id outside the vocabulary;
@@ -113,6 +134,13 @@ class Model {
   Status run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
                        ThreadPool& pool);
   Status run_mlp(int32_t layer_idx, int64_t num_tokens, ThreadPool& pool);
+  // One forward pass of tokens (positions 0..n-1, one sequence) through a scratch cache laid out
+  // by layout (block size 16). logits: null, or filled with every position's logits [n, vocab].
+  Status calibration_forward(std::span<const int32_t> tokens, const kv::KvLayout& layout,
+                             std::vector<float>* logits, ThreadPool& pool);
+  // kv_quant_error's per-layer work: attention again over kv_quant_probe_'s cache.
+  Status probe_quantized_attention(int32_t layer_idx, const ForwardBatch& batch,
+                                   const cpu::AttentionParams& reference, ThreadPool& pool);
   // rms_norm over num_rows rows of weight.dim(0) elements with the config's epsilon.
   Status rms_norm(const float* x, TensorView weight, float* out, int64_t num_rows,
                   ThreadPool& pool) const;
@@ -124,6 +152,13 @@ class Model {
   Scratch scratch_;
   // Set only during kv_abs_max: per layer (max |k|, max |v|), updated by run_attention.
   std::vector<std::pair<float, float>>* kv_abs_max_ = nullptr;
+  // Set only during kv_quant_error: the quantized scratch cache and per-layer sums of squares.
+  struct KvQuantProbe {
+    kv::HostKvBuffer* cache = nullptr;
+    std::vector<double> diff_sq, ref_sq;  // [num_layers]
+    std::vector<float> out;               // the quantized attention output, as scratch_.attn
+  };
+  KvQuantProbe* kv_quant_probe_ = nullptr;
 };
 
 }  // namespace strata::model

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -240,15 +241,44 @@ TEST_F(EngineTest, APrefixHitGivesTheColdRunsTokens) {
 
 // ---- quantized KV caches (issue 11): the same invariants on FP8 and INT8 pools ----------------
 
-class EngineKvDTypeTest : public EngineTest, public ::testing::WithParamInterface<DType> {
+// The pool dtype, and the layers kept at F32 (--kv-cache-dtype-skip-layers): a mixed-dtype pool
+// must hold the same invariants as a uniform one.
+struct KvCase {
+  DType dtype;
+  std::vector<int32_t> f32_layers;
+};
+
+class EngineKvDTypeTest : public EngineTest, public ::testing::WithParamInterface<KvCase> {
  protected:
   EngineConfig quantized(EngineConfig c = {}) const {
-    c.kv_dtype = GetParam();
+    c.kv_dtype = GetParam().dtype;
     c.calculate_kv_scales = true;  // FP8: scales from a calibration pass (ignored for INT8)
+    c.kv_skip_layers.layers = GetParam().f32_layers;
     return c;
   }
   Collected alone_quantized(const EngineRequest& r) { return alone(r, quantized()); }
 };
+
+TEST_P(EngineKvDTypeTest, ThePoolHoldsEachLayersDtypeAndCountsItsBytes) {
+  auto e = make(quantized());
+  const std::vector<DType> dtypes = e->kv_layer_dtypes();
+  ASSERT_EQ(dtypes.size(), 2u);
+  int64_t bytes = 0;
+  int64_t scale_bytes = 0;
+  for (int32_t l = 0; l < 2; ++l) {
+    const bool f32 = std::find(GetParam().f32_layers.begin(), GetParam().f32_layers.end(), l) !=
+                     GetParam().f32_layers.end();
+    const DType d = f32 ? DType::kF32 : GetParam().dtype;
+    EXPECT_EQ(dtypes[static_cast<size_t>(l)], d) << "layer " << l;
+    // 2 (K, V) x 2 KV heads x (16 channels x element + the INT8 fp16 scale).
+    const int64_t scale = d == DType::kI8 ? 2 : 0;
+    bytes += 2 * 2 * (16 * dtype_size(d) + scale);
+    scale_bytes += 2 * 2 * scale;
+  }
+  EXPECT_EQ(e->kv_dtype(), GetParam().dtype);
+  EXPECT_EQ(e->kv_bytes_per_token(), bytes);
+  EXPECT_EQ(e->kv_scale_bytes_per_token(), scale_bytes);
+}
 
 TEST_P(EngineKvDTypeTest, BatchedChunkedAndPrefixHitRequestsGetWhatTheyGetAlone) {
   EngineConfig c = quantized();
@@ -316,16 +346,62 @@ TEST_P(EngineKvDTypeTest, SwappedRequestsGetTheSameTokensAndNothingLeaks) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Quantized, EngineKvDTypeTest,
-                         ::testing::Values(DType::kF8E4M3, DType::kF8E5M2, DType::kI8),
-                         [](const ::testing::TestParamInfo<DType>& i) {
-                           return std::string(dtype_name(i.param)).substr(0, 2) == "F8"
-                                      ? std::string(i.param == DType::kF8E4M3 ? "Fp8E4M3"
-                                                                              : "Fp8E5M2")
-                                      : std::string("Int8");
-                         });
+std::string kv_case_name(const ::testing::TestParamInfo<KvCase>& i) {
+  std::string name = i.param.dtype == DType::kF8E4M3   ? "Fp8E4M3"
+                     : i.param.dtype == DType::kF8E5M2 ? "Fp8E5M2"
+                                                       : "Int8";
+  for (const int32_t l : i.param.f32_layers) name += "Layer" + std::to_string(l) + "F32";
+  return name;
+}
 
-TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndQuantizedCudaIsUnsupported) {
+INSTANTIATE_TEST_SUITE_P(Quantized, EngineKvDTypeTest,
+                         ::testing::Values(KvCase{DType::kF8E4M3, {}}, KvCase{DType::kF8E5M2, {}},
+                                           KvCase{DType::kI8, {}}),
+                         kv_case_name);
+// Per-layer exceptions (--kv-cache-dtype-skip-layers): one layer F32, the other quantized, so
+// the pool's layers differ in size and the F32 layer sits before or after the quantized one.
+INSTANTIATE_TEST_SUITE_P(Mixed, EngineKvDTypeTest,
+                         ::testing::Values(KvCase{DType::kI8, {0}}, KvCase{DType::kF8E4M3, {1}},
+                                           KvCase{DType::kI8, {1}}),
+                         kv_case_name);
+
+TEST_F(EngineTest, ASkippedLayerChangesTheOutputAndAnOutOfRangeOneIsRefused) {
+  EngineConfig uniform;
+  uniform.kv_dtype = DType::kF8E5M2;
+  uniform.calculate_kv_scales = true;
+  EngineConfig mixed = uniform;
+  mixed.kv_skip_layers.layers = {0};
+  EngineConfig all = uniform;
+  all.kv_skip_layers.layers = {1, 0};
+  const EngineRequest r = greedy(prompt_of(40, 2), 8);
+  const Collected u = alone(r, uniform);
+  const Collected m = alone(r, mixed);
+  const Collected a = alone(r, all);
+  const Collected f32 = alone(r);
+  auto distance = [](const Collected& x, const Collected& y) {
+    double d = x.tokens.at(0) == y.tokens.at(0) ? 0.0 : 1.0;
+    for (size_t t = 0; t < x.logprobs.at(0).size(); ++t) {
+      d += std::abs(x.logprobs.at(0)[t].logprob - y.logprobs.at(0)[t].logprob);
+    }
+    return d;
+  };
+  EXPECT_GT(distance(m, u), 1e-5) << "layer 0 at F32 must change the output";
+  EXPECT_GT(distance(m, f32), 1e-5) << "layer 1 is still quantized";
+  // Every layer skipped: the F32 pool's results exactly.
+  EXPECT_EQ(a.tokens.at(0), f32.tokens.at(0));
+  EXPECT_LE(rel_err(a.logprobs.at(0), f32.logprobs.at(0)), kTolerance);
+
+  EngineConfig bad = uniform;
+  bad.num_blocks = 64;
+  bad.kv_skip_layers.layers = {2};
+  auto e = Engine::create(model_, pool_, bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("layer 2 is out of range (the model has 2 layers, 0..1)"),
+            std::string::npos)
+      << e.status().message();
+}
+
+TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChecked) {
   EngineConfig c;
   c.num_blocks = 64;
   c.kv_dtype = DType::kF8E4M3;
@@ -348,10 +424,19 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndQuantizedCudaIsUnsup
   EXPECT_EQ((*int8)->kv_scale_bytes_per_token(),
             2 * 2 * model_.config().num_hidden_layers * model_.config().num_key_value_heads);
   EXPECT_TRUE((*int8)->kv_scales_source().empty());
+  // On the GPU, float16 KV (bf16 activations) and the per-layer exceptions are refused before
+  // any device work; int8 and fp8 are accepted there (tests/engine/cuda_engine_test.cc).
   c.device = Device::kCuda;
-  const Status cuda = Engine::create(c).status();
-  EXPECT_EQ(cuda.code(), StatusCode::kUnsupported) << cuda.to_string();
-  EXPECT_NE(cuda.message().find("int8 is not supported on --device cuda"), std::string::npos);
+  c.kv_dtype = DType::kF16;
+  const Status f16 = Engine::create(c).status();
+  EXPECT_EQ(f16.code(), StatusCode::kUnsupported) << f16.to_string();
+  EXPECT_NE(f16.message().find("float16 is not supported on --device cuda"), std::string::npos);
+  c.kv_dtype = DType::kI8;
+  c.kv_quant_check = true;
+  const Status check = Engine::create(c).status();
+  EXPECT_EQ(check.code(), StatusCode::kUnsupported) << check.to_string();
+  EXPECT_NE(check.message().find("CPU-only"), std::string::npos);
+  c.kv_quant_check = false;
   c.device = Device::kCpu;
   c.kv_dtype = DType::kI16;
   EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);

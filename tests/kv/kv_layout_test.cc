@@ -129,14 +129,29 @@ TEST(KvLayoutTest, LayerAreasAreSixteenByteAlignedWhenAHeadRowIs) {
 // layer views, as a kernel would, and counts how often each pool byte is covered.
 void expect_addresses_tile_the_pool(const KvSpec& spec, int32_t block_size, int32_t num_blocks) {
   const KvLayout layout(spec, block_size);
-  const int64_t elem = dtype_size(spec.dtype);
   std::vector<std::byte> pool(static_cast<size_t>(layout.pool_bytes(num_blocks)));
   std::vector<int> covered(pool.size(), 0);
   std::byte* base = pool.data();
-  int64_t num_elements = 0;
+  int64_t num_element_bytes = 0;
   int64_t num_scale_bytes = 0;
+  // The documented formula, written out independently: layer l starts after the bytes of the
+  // layers before it, 2*H*B*D*elem (+ 4*H*B for I8) each.
+  std::vector<int64_t> layer_start = {0};
+  for (int32_t l = 0; l < spec.num_layers; ++l) {
+    const DType d = spec.layer_dtype(l);
+    const int64_t hb = int64_t{spec.num_kv_heads} * block_size;
+    layer_start.push_back(layer_start.back() + 2 * hb * spec.head_dim * dtype_size(d) +
+                          (d == DType::kI8 ? 4 * hb : 0));
+  }
+  ASSERT_EQ(layer_start.back(), layout.block_bytes());
   for (int32_t l = 0; l < spec.num_layers; ++l) {
     const PagedKvCacheView view = layout.layer_view(base, l);
+    const int64_t elem = dtype_size(view.dtype);
+    const int64_t area = int64_t{spec.num_kv_heads} * block_size * spec.head_dim * elem;
+    const int64_t start = layer_start[static_cast<size_t>(l)];
+    ASSERT_EQ(view.dtype, spec.layer_dtypes.empty() ? spec.dtype
+                                                    : spec.layer_dtypes[static_cast<size_t>(l)]);
+    ASSERT_EQ(view.block_stride * elem, layout.block_bytes());
     for (int32_t b = 0; b < num_blocks; ++b) {
       for (int kv = 0; kv < 2; ++kv) {
         void* data = kv == 0 ? view.k_data : view.v_data;
@@ -146,8 +161,7 @@ void expect_addresses_tile_the_pool(const KvSpec& spec, int32_t block_size, int3
               const int64_t byte =
                   static_cast<std::byte*>(data) - base + (view.offset(b, h, t) + c) * elem;
               // The documented formula, written out independently.
-              const int64_t expected = b * layout.block_bytes() + l * layout.layer_bytes() +
-                                       kv * layout.kv_area_bytes() +
+              const int64_t expected = b * layout.block_bytes() + start + kv * area +
                                        ((h * block_size + t) * spec.head_dim + c) * elem;
               ASSERT_EQ(byte, expected) << "b " << b << " l " << l << " kv " << kv << " h " << h
                                         << " t " << t << " c " << c;
@@ -155,7 +169,7 @@ void expect_addresses_tile_the_pool(const KvSpec& spec, int32_t block_size, int3
               ASSERT_GE(byte, b * layout.block_bytes());
               ASSERT_LE(byte + elem, (b + 1) * layout.block_bytes());
               for (int64_t i = 0; i < elem; ++i) ++covered[static_cast<size_t>(byte + i)];
-              ++num_elements;
+              num_element_bytes += elem;
             }
           }
         }
@@ -168,8 +182,8 @@ void expect_addresses_tile_the_pool(const KvSpec& spec, int32_t block_size, int3
           for (int32_t t = 0; t < block_size; ++t) {
             const int64_t byte =
                 static_cast<std::byte*>(data) - base + view.scale_offset(b, h, t) * 2;
-            const int64_t expected = b * layout.block_bytes() + l * layout.layer_bytes() +
-                                     2 * layout.kv_area_bytes() + kv * layout.scale_area_bytes() +
+            const int64_t expected = b * layout.block_bytes() + start + 2 * area +
+                                     kv * spec.num_kv_heads * block_size * 2 +
                                      (h * block_size + t) * 2;
             ASSERT_EQ(byte, expected) << "scale b " << b << " l " << l << " kv " << kv;
             for (int64_t i = 0; i < 2; ++i) ++covered[static_cast<size_t>(byte + i)];
@@ -179,7 +193,7 @@ void expect_addresses_tile_the_pool(const KvSpec& spec, int32_t block_size, int3
       }
     }
   }
-  EXPECT_EQ(num_elements * elem + num_scale_bytes, layout.pool_bytes(num_blocks));
+  EXPECT_EQ(num_element_bytes + num_scale_bytes, layout.pool_bytes(num_blocks));
   for (size_t i = 0; i < covered.size(); ++i) {
     ASSERT_EQ(covered[i], 1) << "byte " << i << (covered[i] == 0 ? " is a hole" : " overlaps");
   }
@@ -192,6 +206,91 @@ TEST(KvLayoutTest, DistinctAddressesNeverOverlapAndTileEveryBlockExactly) {
   expect_addresses_tile_the_pool({4, 1, 2, DType::kF16}, 32, 3);
   expect_addresses_tile_the_pool({3, 2, 8, DType::kI8}, 8, 3);
   expect_addresses_tile_the_pool({2, 3, 16, DType::kF8E5M2}, 16, 2);
+}
+
+// ---- mixed-dtype layouts (per-layer exceptions) ------------------------------------------------
+
+TEST(KvLayoutTest, MixedLayoutsTileEveryBlockExactly) {
+  using enum DType;
+  expect_addresses_tile_the_pool({3, 2, 8, kI8, {kF32, kI8, kI8}}, 8, 3);
+  expect_addresses_tile_the_pool({3, 2, 8, kI8, {kI8, kF32, kI8}}, 16, 2);
+  expect_addresses_tile_the_pool({4, 1, 16, kF8E4M3, {kF8E4M3, kF8E4M3, kF8E4M3, kF32}}, 8, 3);
+  expect_addresses_tile_the_pool({3, 3, 8, kBF16, {kF32, kBF16, kF16}}, 8, 2);
+  expect_addresses_tile_the_pool({4, 2, 4, kI8, {kF32, kI8, kF8E5M2, kBF16}}, 8, 2);
+}
+
+TEST(KvLayoutTest, MixedLayoutOffsetsAreEachLayersBytesSummedAndSixteenByteAligned) {
+  // Llama 3 8B shape, block 16: int8 layers 33,280 bytes, the two f32 layers 131,072.
+  std::vector<DType> dtypes(32, DType::kI8);
+  dtypes[0] = dtypes[31] = DType::kF32;
+  const KvLayout layout(KvSpec{32, 8, 128, DType::kI8, dtypes}, 16);
+  EXPECT_TRUE(layout.spec().is_mixed());
+  EXPECT_EQ(layout.layer_bytes(0), 131072);
+  EXPECT_EQ(layout.layer_bytes(1), 33280);
+  EXPECT_EQ(layout.layer_offset_bytes(1), 131072);
+  EXPECT_EQ(layout.layer_offset_bytes(2), 131072 + 33280);
+  EXPECT_EQ(layout.k_scale_offset_bytes(2), 131072 + 33280 + 2 * 16384);
+  EXPECT_EQ(layout.layer_offset_bytes(31), 131072 + 30 * 33280);
+  EXPECT_EQ(layout.block_bytes(), 2 * 131072 + 30 * 33280);
+  EXPECT_EQ(layout.block_bytes(), 16 * layout.spec().bytes_per_token());
+  EXPECT_EQ(layout.spec().bytes_per_token(), 2 * 8192 + 30 * 2080);
+  EXPECT_EQ(layout.spec().scale_bytes_per_token(), 30 * 32);
+  for (const int32_t bs : {8, 16, 32, 64, 128}) {
+    for (const auto& mix : {std::vector<DType>{DType::kF32, DType::kI8, DType::kF8E4M3},
+                            std::vector<DType>{DType::kI8, DType::kBF16, DType::kF32}}) {
+      const KvLayout l3(KvSpec{3, 1, 8, DType::kI8, mix}, bs);  // head rows of 8 bytes only
+      for (int32_t l = 0; l < 3; ++l) {
+        EXPECT_EQ(l3.k_offset_bytes(l) % 16, 0) << "bs " << bs << " layer " << l;
+        EXPECT_EQ(l3.v_offset_bytes(l) % 16, 0) << "bs " << bs << " layer " << l;
+      }
+      EXPECT_EQ(l3.block_bytes() % 16, 0);
+    }
+  }
+}
+
+TEST(KvLayoutTest, MixedLayoutViewsCarryTheirLayersDtypeStridesAndScales) {
+  const KvLayout layout(
+      KvSpec{4, 2, 8, DType::kF8E4M3, {DType::kF32, DType::kF8E4M3, DType::kI8, DType::kF8E4M3}},
+      16, KvStaticScales{{0.5f, 2.0f, 4.0f, 0.25f}, {1.5f, 3.0f, 5.0f, 0.125f}});
+  std::byte* base = reinterpret_cast<std::byte*>(uintptr_t{4096});  // never dereferenced
+  const PagedKvCacheView f32 = layout.layer_view(base, 0);
+  EXPECT_EQ(f32.dtype, DType::kF32);
+  EXPECT_EQ(f32.block_stride, layout.block_bytes() / 4);
+  EXPECT_EQ(f32.k_scale, 1.0f) << "static scales are for fp8 layers only";
+  EXPECT_EQ(f32.k_scale_data, nullptr);
+  const PagedKvCacheView fp8 = layout.layer_view(base, 1);
+  EXPECT_EQ(fp8.dtype, DType::kF8E4M3);
+  EXPECT_EQ(fp8.block_stride, layout.block_bytes());
+  EXPECT_EQ(fp8.k_scale, 2.0f);
+  EXPECT_EQ(fp8.v_scale, 3.0f);
+  EXPECT_EQ(static_cast<std::byte*>(fp8.k_data) - base, 2 * 2 * 16 * 8 * 4);
+  const PagedKvCacheView i8 = layout.layer_view(base, 2);
+  EXPECT_EQ(i8.dtype, DType::kI8);
+  EXPECT_EQ(i8.k_scale, 1.0f);
+  EXPECT_EQ(static_cast<std::byte*>(i8.k_scale_data) - base, layout.k_scale_offset_bytes(2));
+  EXPECT_EQ(i8.scale_block_stride, layout.block_bytes() / 2);
+  EXPECT_EQ(layout.layer_view(base, 3).v_scale, 0.125f);
+  EXPECT_EQ(layout.layer_view(base, 3).k_scale_data, nullptr) << "INT8 scale areas: I8 layers only";
+}
+
+TEST(KvLayoutTest, AUniformOverrideListIsNotMixed) {
+  const KvLayout layout(KvSpec{2, 2, 8, DType::kF32, {DType::kF32, DType::kF32}}, 16);
+  EXPECT_FALSE(layout.spec().is_mixed());
+  EXPECT_EQ(layout.layer_bytes(), layout.layer_bytes(1));
+  EXPECT_EQ(layout.block_bytes(), KvLayout(KvSpec{2, 2, 8, DType::kF32}, 16).block_bytes());
+}
+
+TEST(KvLayoutDeathTest, MixedLayoutRefusesUniformSizesAndBadOverrides) {
+  const KvLayout layout(KvSpec{2, 2, 8, DType::kI8, {DType::kF32, DType::kI8}}, 16);
+  EXPECT_DEATH((void)layout.layer_bytes(), "mixed-dtype layout");
+  EXPECT_DEATH((void)layout.kv_area_bytes(), "mixed-dtype layout");
+  EXPECT_DEATH(KvLayout(KvSpec{2, 2, 8, DType::kI8, {DType::kF32}}, 16), "one per layer");
+  EXPECT_DEATH(KvLayout(KvSpec{2, 2, 8, DType::kI8, {DType::kF32, DType::kU8}}, 16),
+               "not a KV pool dtype");
+  // Below block size 8 a layer's bytes need not be a multiple of 16: an 8-byte fp8 layer
+  // (1 head x 2 tokens x 2 channels, K and V) would leave the F32 layer after it misaligned.
+  EXPECT_DEATH(KvLayout(KvSpec{2, 1, 2, DType::kF8E4M3, {DType::kF8E4M3, DType::kF32}}, 2),
+               "16-byte aligned");
 }
 
 TEST(KvLayoutTest, Int8LayoutSizesAndViewScaleFields) {
@@ -293,6 +392,47 @@ TEST(KvAccountingTest, PlanAndLayoutAgreeByteForByteForEveryPoolDtype) {
   }
   EXPECT_EQ(checked, 6 * 4 * 5);
   EXPECT_EQ(kv_cache_dtype_of(DType::kU8), std::nullopt);
+}
+
+// The same agreement for mixed pools (--kv-cache-dtype-skip-layers, --kv-quant-check): every pool
+// dtype as the base, with F32 at the first layer, the last, or every other one.
+TEST(KvAccountingTest, PlanAndLayoutAgreeByteForByteForMixedLayouts) {
+  const KvShape shapes[] = {{32, 8, 128, 0, 0}, {2, 1, 64, 0, 0}, {3, 5, 96, 0, 0}};
+  int checked = 0;
+  for (const KvCacheDType d : {KvCacheDType::kBF16, KvCacheDType::kF16, KvCacheDType::kFp8E4M3,
+                               KvCacheDType::kFp8E5M2, KvCacheDType::kInt8}) {
+    for (const KvShape& s : shapes) {
+      for (int pattern = 0; pattern < 3; ++pattern) {
+        std::vector<KvCacheDType> cache_dtypes(static_cast<size_t>(s.num_layers), d);
+        std::vector<DType> pool_dtypes(static_cast<size_t>(s.num_layers), *kv_pool_dtype(d));
+        for (int32_t l = 0; l < s.num_layers; ++l) {
+          const bool f32 = pattern == 0   ? l == 0
+                           : pattern == 1 ? l == s.num_layers - 1
+                                          : l % 2 == 1;
+          if (!f32) continue;
+          cache_dtypes[static_cast<size_t>(l)] = KvCacheDType::kF32;
+          pool_dtypes[static_cast<size_t>(l)] = DType::kF32;
+        }
+        for (const int32_t bs : {8, 16, 32, 64, 128}) {
+          const KvLayout layout(
+              KvSpec{s.num_layers, s.num_kv_heads, s.head_dim, *kv_pool_dtype(d), pool_dtypes}, bs);
+          ASSERT_TRUE(layout.spec().is_mixed());
+          EXPECT_EQ(kv_block_bytes(s, cache_dtypes, bs), layout.block_bytes())
+              << kv_cache_dtype_name(d) << " pattern " << pattern << " block " << bs;
+          EXPECT_DOUBLE_EQ(kv_bytes_per_token(s, cache_dtypes, bs),
+                           static_cast<double>(layout.spec().bytes_per_token()));
+          EXPECT_DOUBLE_EQ(kv_scale_bytes_per_token(s, cache_dtypes, bs),
+                           static_cast<double>(layout.spec().scale_bytes_per_token()));
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 5 * 3 * 3 * 5);
+  // A uniform list gives the uniform figures.
+  const KvShape s{28, 4, 128, 0, 0};
+  const std::vector<KvCacheDType> all_int8(28, KvCacheDType::kInt8);
+  EXPECT_EQ(kv_block_bytes(s, all_int8, 16), kv_block_bytes(s, KvCacheDType::kInt8, 16));
 }
 
 TEST(KvAccountingTest, EverySpellingParses) {

@@ -118,4 +118,46 @@ expect_error eval-kv-quant-bad-dtype "kv-cache-dtype 'int3' is not supported" ev
 expect_error eval-bad-kv-dtype "kv-cache-dtype 'fp8e4m3' is not supported" eval needle \
   --model "$model" --kv-cache-dtype fp8e4m3
 
+
+# 7. per-layer exceptions (docs/kv-quant.md): a skipped layer stays float32 and the bytes per token
+# count it exactly (2 layers x 2 KV heads x 16: int8 72 bytes per layer with scales, float32 256),
+# in generate and in plan; --kv-quant-check prints its table; bad lists are one line everywhere
+out=$("$strata" generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
+      --ignore-eos --json --kv-cache-dtype int8 --kv-cache-dtype-skip-layers 0) \
+  || fail "int8 skip-layers generate exited non-zero"
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int8 (layers 0 float32)", j; assert j["kv_bytes_per_token"]==328, j' \
+  <<<"$out" && ok || fail "int8 skip-layers generate JSON"
+out=$("$strata" generate --model "$data/models/mistral-swa" --prompt-ids 1,2,3 --max-tokens 2 --json \
+      --kv-cache-dtype int8 --kv-cache-dtype-skip-layers sliding_window) \
+  || fail "sliding_window skip-layers generate exited non-zero"
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int8 (layers 0,1 float32)", j' \
+  <<<"$out" && ok || fail "sliding_window skip-layers: every windowed layer float32"
+out=$("$strata" plan --model "$model" --kv-cache-dtype int8 --kv-cache-dtype-skip-layers 1 --json) \
+  || fail "plan skip-layers exited non-zero"
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_bytes_per_token"]==328 and j["kv_cache_dtype_skip_layers"]==[1], j' \
+  <<<"$out" && ok || fail "plan skip-layers JSON"
+err=$("$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8 \
+      --calculate-kv-scales --kv-quant-check --kv-quant-check-threshold 0 2>&1 >/dev/null) \
+  || fail "kv-quant-check generate exited non-zero"
+grep -q "kv-quant-check keeps layers 0,1 at float32" <<<"$err" && [[ $(grep -c '^  [01] ' <<<"$err") -eq 2 ]] \
+  && ok || fail "kv-quant-check table: $err"
+expect_error skip-garbage "skip-layers 'abc': 'abc' is not a layer index" generate --model "$model" \
+  --prompt-ids 1 --kv-cache-dtype int8 --kv-cache-dtype-skip-layers abc
+expect_error skip-duplicate "layer 0 is named twice" generate --model "$model" --prompt-ids 1 \
+  --kv-cache-dtype int8 --kv-cache-dtype-skip-layers 0,0
+expect_error skip-out-of-range "layer 2 is out of range \(the model has 2 layers" generate \
+  --model "$model" --prompt-ids 1 --kv-cache-dtype int8 --kv-cache-dtype-skip-layers 2
+expect_error plan-skip-out-of-range "layer 7 is out of range" plan --model "$model" \
+  --kv-cache-dtype int8 --kv-cache-dtype-skip-layers sliding_window,7
+expect_error bench-skip-out-of-range "layer 9 is out of range" bench --model "$model" \
+  --kv-cache-dtype int8 --kv-cache-dtype-skip-layers 9
+expect_error serve-skip-garbage "'-1' is not a layer index" serve --model "$model" \
+  --kv-cache-dtype int8 --kv-cache-dtype-skip-layers=-1
+expect_error needle-skip-empty "empty item" eval needle --model "$model" --kv-cache-dtype int8 \
+  --kv-cache-dtype-skip-layers 0,
+expect_error kv-quant-skip-duplicate "sliding_window is named twice" eval kv-quant \
+  --kv-cache-dtype int8 --kv-cache-dtype-skip-layers sliding_window,sliding_window
+expect_error bad-threshold "kv-quant-check-threshold" generate --model "$model" --prompt-ids 1 \
+  --kv-cache-dtype int8 --kv-quant-check --kv-quant-check-threshold -1
+
 finish cli_test

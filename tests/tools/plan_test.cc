@@ -152,6 +152,33 @@ TEST(PlanTest, HybridWindowsPlanFullLengthWithANote) {
   EXPECT_NE(r.notes[0].find("2 of 4 layers"), std::string::npos);
 }
 
+// --kv-cache-dtype-skip-layers: the skipped layers keep auto's dtype (bf16 here), counted byte for
+// byte; sliding_window names the windowed layers of a hybrid model; an index beyond it is an error.
+TEST(PlanTest, SkippedLayersKeepTheModelDtypeAndCountExactly) {
+  const PlanModel m = parse_plan_model(kHybrid, "hybrid");
+  PlanSettings s = settings(0, KvCacheDType::kInt8);
+  s.kv_cache_memory_bytes = 8 * kGiB;
+  s.model_dtype = KvCacheDType::kBF16;
+  s.skip_layers.sliding_window = true;
+  const PlanReport r = compute_plan(m, s);
+  EXPECT_EQ(r.skipped_layers, (std::vector<int32_t>{0, 2}));
+  // Layers 0 and 2 bf16: 2 x 4 x 256 x 2 = 4,096 each; layers 1 and 3 int8: 2 x 4 x (256 + 2).
+  EXPECT_EQ(r.kv_bytes_per_token, 2 * 4096.0 + 2 * 2064.0);
+  EXPECT_EQ(r.scale_bytes_per_token, 2 * 16.0);
+  EXPECT_EQ(r.block_bytes, 16 * (2 * 4096 + 2 * 2064));
+  EXPECT_NE(format_plan_text(r).find("int8 (layers 0,2 bfloat16)"), std::string::npos);
+  s.skip_layers = {.sliding_window = false, .layers = {3}};
+  EXPECT_EQ(compute_plan(m, s).kv_bytes_per_token, 4096.0 + 3 * 2064.0);
+  s.skip_layers.layers = {4};
+  try {
+    (void)compute_plan(m, s);
+    ADD_FAILURE() << "layer 4 of 4 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 4 is out of range (the model has 4 layers, 0..3)"),
+              std::string::npos);
+  }
+}
+
 TEST(PlanTest, ImpossibleSettingsAreClearErrors) {
   const PlanModel v3 = parse_plan_model(kDeepSeekV3, "deepseek-v3");
   try {

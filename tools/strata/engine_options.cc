@@ -73,6 +73,9 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_dtype = kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype);
   c.calculate_kv_scales = o.kv_cache.calculate_kv_scales;
   c.allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales;
+  c.kv_skip_layers = parse_kv_skip_layers_flag(o.kv_cache.skip_layers);
+  c.kv_quant_check = o.kv_cache.kv_quant_check;
+  c.kv_quant_check_threshold = o.kv_cache.kv_quant_check_threshold;
   return c;
 }
 

@@ -3,7 +3,8 @@
 #include <cstdio>
 #include <string>
 
-#include "kv/kv_accounting.h"
+#include "engine/kv_quant_check.h"
+#include "kv/kv_layer_dtypes.h"
 
 namespace strata::cli {
 
@@ -12,7 +13,11 @@ void print_pool(const Engine& engine) {
   const int64_t usable_blocks = engine.num_blocks() - 1;  // block 0 is the null block
   const int64_t tokens = usable_blocks * engine.config().block_size;
   const double kv_gib = static_cast<double>(tokens * engine.kv_bytes_per_token()) / kGiB;
-  const auto kv_dtype = kv::kv_cache_dtype_of(engine.kv_dtype());
+  if (engine.kv_quant_check()) {
+    const std::string table = engine::format_kv_quant_check(*engine.kv_quant_check(), DType::kF32);
+    std::fputs(table.c_str(), stderr);
+  }
+  const std::string kv_dtype = kv::kv_dtype_summary(engine.kv_dtype(), engine.kv_layer_dtypes());
   const std::string scales = engine.kv_scales_source().empty()
                                  ? std::string()
                                  : "; fp8 scales: " + engine.kv_scales_source();
@@ -20,7 +25,7 @@ void print_pool(const Engine& engine) {
                "strata: %s: KV cache %s, %lld blocks x %d tokens = %lld tokens, %lld bytes per "
                "token at block size %d (%lld of them scales) (%.2f GiB)%s; weights %.2f GiB\n",
                device_name(engine.device()),
-               kv_dtype ? std::string(kv::kv_cache_dtype_name(*kv_dtype)).c_str() : "?",
+               kv_dtype.c_str(),
                static_cast<long long>(usable_blocks), engine.config().block_size,
                static_cast<long long>(tokens), static_cast<long long>(engine.kv_bytes_per_token()),
                engine.config().block_size,

@@ -68,6 +68,7 @@ json needle_json(const EvalNeedleOptions& o, const EngineConfig& config,
           {"depths", r.depths},
           {"engine",
            {{"kv_cache_dtype", std::string(dtype_name(config.kv_dtype))},
+            {"kv_cache_dtype_skip_layers", kv::kv_skip_layers_text(config.kv_skip_layers)},
             {"block_size", config.block_size},
             {"prefix_caching", config.enable_prefix_caching},
             {"max_num_seqs", config.max_num_seqs},
@@ -85,6 +86,7 @@ json needle_json(const EvalNeedleOptions& o, const EngineConfig& config,
 
 int run_needle_eval(const EvalNeedleOptions& o) {
   const DType kv_dtype = kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype);  // bad values fail first
+  const kv::KvSkipLayers skip_layers = parse_kv_skip_layers_flag(o.kv_cache.skip_layers);
   const Result<std::vector<int32_t>> contexts = eval::parse_int_list(o.contexts, 1, kMaxContext);
   if (!contexts.ok()) throw Error("--contexts: " + contexts.status().message());
   const Result<std::vector<double>> depths = eval::parse_number_list(o.depths);
@@ -111,6 +113,9 @@ int run_needle_eval(const EvalNeedleOptions& o) {
   config.kv_dtype = kv_dtype;
   config.calculate_kv_scales = o.kv_cache.calculate_kv_scales;
   config.allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales;
+  config.kv_skip_layers = skip_layers;
+  config.kv_quant_check = o.kv_cache.kv_quant_check;
+  config.kv_quant_check_threshold = o.kv_cache.kv_quant_check_threshold;
   config.block_size = o.block_size;
   config.max_num_seqs = o.max_num_seqs;
   config.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -122,6 +127,10 @@ int run_needle_eval(const EvalNeedleOptions& o) {
   config.num_blocks = static_cast<int32_t>(seqs * blocks_per_seq + 1);
   auto engine = Engine::create(m, pool, config);
   if (!engine.ok()) throw Error(engine.status().message());
+  if ((*engine)->kv_quant_check()) {
+    std::fputs(engine::format_kv_quant_check(*(*engine)->kv_quant_check(), DType::kF32).c_str(),
+               stderr);
+  }
 
   // Opened before the run, so an unwritable path fails at once rather than after it.
   std::ofstream plot;

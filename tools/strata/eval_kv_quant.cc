@@ -15,11 +15,12 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
-#include "engine/kv_scales_setup.h"
+#include "engine/kv_layout_setup.h"
 #include "eval/needle_prompt.h"
 #include "eval/needle_run.h"
 #include "eval/number_list.h"
 #include "kv/kv_accounting.h"
+#include "kv/kv_layer_dtypes.h"
 #include "kv_cache_options.h"
 #include "model/model.h"
 #include "strata/engine.h"
@@ -35,6 +36,8 @@ struct DTypeResult {
   DType dtype = DType::kF32;
   int64_t bytes_per_token = 0;
   std::string scales;
+  std::vector<DType> layer_dtypes;  // per-layer exceptions; empty = dtype everywhere
+  std::vector<int32_t> kept_layers;
   double mean_kl = 0.0;
   double top1_agreement = 0.0;
   int64_t num_positions = 0;
@@ -69,11 +72,13 @@ std::vector<std::vector<int32_t>> text_windows(const tokenizer::Tokenizer& tok,
 std::vector<std::vector<float>> logits_with(model::Model& m, ThreadPool& pool,
                                             const EvalKvQuantOptions& o, DType dtype,
                                             const kv::KvStaticScales& scales,
+                                            const std::vector<DType>& layer_dtypes,
                                             const std::vector<std::vector<int32_t>>& windows) {
   engine::GeneratorConfig c;
   c.block_size = o.block_size;
   c.kv_dtype = dtype;
   c.kv_scales = scales;
+  c.kv_layer_dtypes = layer_dtypes;
   c.enable_prefix_caching = false;
   engine::Generator g(m, pool, c);
   auto logits = g.prompt_logits(windows);
@@ -118,11 +123,13 @@ void compare_logits(const std::vector<std::vector<float>>& ref,
 
 std::vector<eval::NeedleOutcome> needle_with(model::Model& m, ThreadPool& pool,
                                              const EvalKvQuantOptions& o, DType dtype,
+                                             const std::vector<int32_t>& kept_layers,
                                              const std::vector<eval::NeedlePrompt>& prompts,
                                              int32_t longest) {
   EngineConfig c;
   c.model_dir = o.model_dir;
   c.kv_dtype = dtype;
+  c.kv_skip_layers.layers = kept_layers;  // resolved once by the caller, check included
   c.calculate_kv_scales = o.calculate_kv_scales;
   c.allow_unit_kv_scales = o.allow_unit_kv_scales;
   c.block_size = o.block_size;
@@ -152,6 +159,16 @@ void add_eval_kv_quant_command(CLI::App& eval, EvalKvQuantOptions& o, std::strin
                 "fp8: compute scales at start-up (on by default here)");
   cmd->add_flag("--allow-unit-kv-scales", o.allow_unit_kv_scales,
                 "fp8: scale 1.0 when there is no other source");
+  cmd->add_option("--kv-cache-dtype-skip-layers", o.skip_layers,
+                  "Layers kept at float32 for every dtype: sliding_window and/or 0-based indices");
+  cmd->add_flag("--kv-quant-check", o.kv_quant_check,
+                "Per dtype, measure each layer's error at start-up and keep the layers above "
+                "the threshold at float32");
+  cmd->add_option("--kv-quant-check-threshold", o.kv_quant_check_threshold,
+                  "--kv-quant-check: keep a layer whose output KL (nats per token, that layer "
+                  "alone quantized) is above this")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
   cmd->add_option("--text", o.text, "Held-out text for the KL (default: the model's filler text)");
   cmd->add_option("--num-windows", o.num_windows, "Text windows")->check(CLI::Range(1, 4096));
   cmd->add_option("--window-len", o.window_len, "Tokens per window")->check(CLI::Range(2, 1 << 20));
@@ -182,6 +199,7 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
     }
     if (results.empty()) throw Error("--kv-cache-dtype: give at least one dtype");
   }
+  const kv::KvSkipLayers skip_layers = parse_kv_skip_layers_flag(o.skip_layers);
   const Result<std::vector<int32_t>> contexts = eval::parse_int_list(o.needle_contexts, 1, 1 << 20);
   if (!contexts.ok()) throw Error("--needle-contexts: " + contexts.status().message());
   const Result<std::vector<double>> depths = eval::parse_number_list(o.needle_depths);
@@ -194,7 +212,7 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
   const int64_t vocab = m.vocab_size();
 
   const std::vector<std::vector<float>> ref =
-      logits_with(m, pool, o, DType::kF32, kv::KvStaticScales{}, windows);
+      logits_with(m, pool, o, DType::kF32, kv::KvStaticScales{}, {}, windows);
   std::vector<eval::NeedlePrompt> prompts;
   std::vector<eval::NeedleOutcome> ref_needle;
   int32_t longest = 0;
@@ -205,25 +223,40 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
     if (!built.ok()) throw Error("--needle-contexts: " + built.status().message());
     prompts = std::move(built).value();
     for (const int32_t c : *contexts) longest = std::max(longest, c);
-    ref_needle = needle_with(m, pool, o, DType::kF32, prompts, longest);
+    ref_needle = needle_with(m, pool, o, DType::kF32, {}, prompts, longest);
   }
   int64_t ref_correct = 0;
   for (const auto& x : ref_needle) ref_correct += x.correct ? 1 : 0;
 
   for (DTypeResult& r : results) {
-    auto scales = engine::resolve_kv_scales(
-        engine::KvScalesOptions{.kv_dtype = r.dtype,
-                                .calculate_kv_scales = o.calculate_kv_scales,
-                                .allow_unit_kv_scales = o.allow_unit_kv_scales,
-                                .model_dir = o.model_dir},
+    const auto kv = engine::resolve_kv_layout(
+        engine::KvLayoutOptions{
+            .scales = engine::KvScalesOptions{.kv_dtype = r.dtype,
+                                              .calculate_kv_scales = o.calculate_kv_scales,
+                                              .allow_unit_kv_scales = o.allow_unit_kv_scales,
+                                              .model_dir = o.model_dir},
+            .skip_layers = skip_layers,
+            .quant_check = o.kv_quant_check,
+            .quant_check_threshold = o.kv_quant_check_threshold,
+            .full_precision = DType::kF32},
         m, pool);
-    if (!scales.ok()) throw Error(scales.status().message());
-    r.scales = scales.value().source;
-    r.bytes_per_token = m.kv_spec(r.dtype).bytes_per_token();
-    compare_logits(ref, logits_with(m, pool, o, r.dtype, scales.value().scales, windows), vocab,
-                   &r);
+    if (!kv.ok()) throw Error(kv.status().message());
+    if (kv.value().quant_check) {
+      std::fputs(engine::format_kv_quant_check(*kv.value().quant_check, DType::kF32).c_str(),
+                 stderr);
+    }
+    r.scales = kv.value().scales_source.empty() ? "none (not fp8)" : kv.value().scales_source;
+    r.layer_dtypes = kv.value().spec.layer_dtypes;
+    for (size_t l = 0; l < r.layer_dtypes.size(); ++l) {
+      if (r.layer_dtypes[l] != r.dtype) r.kept_layers.push_back(static_cast<int32_t>(l));
+    }
+    r.bytes_per_token = kv.value().spec.bytes_per_token();
+    compare_logits(ref,
+                   logits_with(m, pool, o, r.dtype, kv.value().scales, r.layer_dtypes, windows),
+                   vocab, &r);
     if (!prompts.empty()) {
-      const std::vector<eval::NeedleOutcome> q = needle_with(m, pool, o, r.dtype, prompts, longest);
+      const std::vector<eval::NeedleOutcome> q =
+          needle_with(m, pool, o, r.dtype, r.kept_layers, prompts, longest);
       int64_t correct = 0;
       for (size_t i = 0; i < q.size(); ++i) {
         correct += q[i].correct ? 1 : 0;
@@ -242,6 +275,7 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
     for (const DTypeResult& r : results) {
       rows.push_back({{"kv_cache_dtype", r.name},
                       {"kv_bytes_per_token", r.bytes_per_token},
+                      {"float32_layers", r.kept_layers},
                       {"fp8_scales", r.scales},
                       {"mean_kl", r.mean_kl},
                       {"top1_agreement", r.top1_agreement},
@@ -263,12 +297,17 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
   }
   std::printf("kv-quant: %s, %d windows x %d tokens (KL, top-1), %zu needle prompts, block %d\n",
               o.model_dir.c_str(), o.num_windows, o.window_len, prompts.size(), o.block_size);
-  std::printf("%-10s %12s %12s %10s %10s %18s\n", "dtype", "bytes/token", "mean KL", "top-1",
-              "needle", "discordant ref/q");
-  std::printf("%-10s %12lld %12s %10s %9.1f%% %18s\n", "float32", static_cast<long long>(ref_bytes),
-              "-", "-", 100 * ref_acc, "-");
+  int width = 10;  // the dtype column: wide enough for "int8 (layers 0,5 float32)"
   for (const DTypeResult& r : results) {
-    std::printf("%-10s %12lld %12.3e %9.2f%% %9.1f%% %11lld/%lld\n", r.name.c_str(),
+    width = std::max(width, static_cast<int>(kv::kv_dtype_summary(r.dtype, r.layer_dtypes).size()));
+  }
+  std::printf("%-*s %12s %12s %10s %10s %18s\n", width, "dtype", "bytes/token", "mean KL", "top-1",
+              "needle", "discordant ref/q");
+  std::printf("%-*s %12lld %12s %10s %9.1f%% %18s\n", width, "float32",
+              static_cast<long long>(ref_bytes), "-", "-", 100 * ref_acc, "-");
+  for (const DTypeResult& r : results) {
+    const std::string name = kv::kv_dtype_summary(r.dtype, r.layer_dtypes);
+    std::printf("%-*s %12lld %12.3e %9.2f%% %9.1f%% %11lld/%lld\n", width, name.c_str(),
                 static_cast<long long>(r.bytes_per_token), r.mean_kl, 100 * r.top1_agreement,
                 100 * r.needle_accuracy, static_cast<long long>(r.ref_only),
                 static_cast<long long>(r.quant_only));

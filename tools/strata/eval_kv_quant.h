@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/kv_quant_check.h"
+
 namespace CLI {
 class App;
 }
@@ -20,6 +22,9 @@ struct EvalKvQuantOptions {
   std::string kv_cache_dtypes = "fp8,fp8_e5m2,int8";
   bool calculate_kv_scales = true;   // FP8: --no-calculate-kv-scales reads the checkpoint's
   bool allow_unit_kv_scales = false;
+  std::string skip_layers;           // --kv-cache-dtype-skip-layers, applied to every dtype
+  bool kv_quant_check = false;       // --kv-quant-check, run for every dtype
+  double kv_quant_check_threshold = engine::kDefaultKvQuantCheckThreshold;
   std::string text;                  // held-out text; default: the model's needle_filler.txt
   int32_t num_windows = 8;           // text windows for the KL
   int32_t window_len = 512;          // tokens per window

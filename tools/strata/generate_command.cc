@@ -12,8 +12,9 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
-#include "engine/kv_scales_setup.h"
+#include "engine/kv_layout_setup.h"
 #include "kv/kv_accounting.h"
+#include "kv/kv_layer_dtypes.h"
 #include "model/generation_config.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -89,21 +90,20 @@ json logprobs_json(const std::vector<int32_t>& prompt, const engine::GenerationR
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
 }
 
-std::string kv_dtype_name(const GenerateOptions& o) {
-  const auto d = kv::kv_cache_dtype_of(kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype));
-  return d ? std::string(kv::kv_cache_dtype_name(*d)) : "?";
+std::string kv_dtype_name(const kv::KvSpec& spec) {
+  return kv::kv_dtype_summary(spec.dtype, spec.layer_dtypes);
 }
 
 double per_second(int64_t n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
 
-void print_json(const GenerateOptions& o, const model::Model& m, const engine::GenerationResult& r,
-                const engine::GeneratorStats& s, const std::optional<std::string>& text) {
+void print_json(const GenerateOptions& o, const model::Model& m, const kv::KvSpec& spec,
+                const engine::GenerationResult& r, const engine::GeneratorStats& s,
+                const std::optional<std::string>& text) {
   json out = {
       {"model", o.model_dir},
       {"weight_bytes", m.weight_bytes()},
-      {"kv_cache_dtype", kv_dtype_name(o)},
-      {"kv_bytes_per_token",
-       m.kv_spec(kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype)).bytes_per_token()},
+      {"kv_cache_dtype", kv_dtype_name(spec)},
+      {"kv_bytes_per_token", spec.bytes_per_token()},
       {"prompt_ids", o.prompt_ids},
       {"output_ids", r.output_ids},
       {"finish_reason", engine::finish_reason_name(r.finish_reason)},
@@ -129,19 +129,18 @@ std::string ids_text(const std::vector<int32_t>& ids) {
   return s;
 }
 
-void print_table(const GenerateOptions& o, const model::Model& m, const engine::GenerationResult& r,
-                 const engine::GeneratorStats& s, int32_t block_size) {
+void print_table(const GenerateOptions& o, const model::Model& m, const kv::KvSpec& spec,
+                 const engine::GenerationResult& r, const engine::GeneratorStats& s,
+                 int32_t block_size) {
   const model::ModelConfig& c = m.config();
   std::printf("model        %s (%s, %lld layers, %lld heads / %lld KV heads, head_dim %lld)\n",
               o.model_dir.c_str(), std::string(model::architecture_name(c.architecture)).c_str(),
               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim));
-  const kv::KvSpec spec = m.kv_spec(kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype));
   std::printf("kv cache     %s, block size %d, %d blocks, %lld bytes/token (%lld of them scales)\n",
-              kv_dtype_name(o).c_str(), block_size, s.num_blocks,
+              kv_dtype_name(spec).c_str(), block_size, s.num_blocks,
               static_cast<long long>(spec.bytes_per_token()),
-              static_cast<long long>(2LL * spec.num_layers * spec.num_kv_heads *
-                                     kv::kv_token_scale_bytes(spec.dtype)));
+              static_cast<long long>(spec.scale_bytes_per_token()));
   std::printf("prompt       %zu tokens\n", o.prompt_ids.size());
   std::printf("output       %s\n", ids_text(r.output_ids).c_str());
   std::printf("finish       %s after %zu tokens\n", engine::finish_reason_name(r.finish_reason),
@@ -207,6 +206,7 @@ int run_generate(const GenerateOptions& options) {
   }
   GenerateOptions o = options;
   const DType kv_dtype = kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype);  // bad values fail first
+  const kv::KvSkipLayers skip_layers = parse_kv_skip_layers_flag(o.kv_cache.skip_layers);
   ThreadPool pool(o.threads);
   model::ModelLoadOptions load;
   load.model_dir = o.model_dir;
@@ -229,14 +229,23 @@ int run_generate(const GenerateOptions& options) {
   config.enable_prefix_caching = o.enable_prefix_caching;
   config.eos_token_ids = eos_ids(m.config(), gen_config);
   config.kv_dtype = kv_dtype;
-  const auto scales = engine::resolve_kv_scales(
-      engine::KvScalesOptions{.kv_dtype = kv_dtype,
-                              .calculate_kv_scales = o.kv_cache.calculate_kv_scales,
-                              .allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales,
-                              .model_dir = o.model_dir},
+  const auto kv = engine::resolve_kv_layout(
+      engine::KvLayoutOptions{
+          .scales = engine::KvScalesOptions{.kv_dtype = kv_dtype,
+                                            .calculate_kv_scales = o.kv_cache.calculate_kv_scales,
+                                            .allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales,
+                                            .model_dir = o.model_dir},
+          .skip_layers = skip_layers,
+          .quant_check = o.kv_cache.kv_quant_check,
+          .quant_check_threshold = o.kv_cache.kv_quant_check_threshold,
+          .full_precision = DType::kF32},
       m, pool);
-  if (!scales.ok()) throw Error(scales.status().message());
-  config.kv_scales = scales.value().scales;
+  if (!kv.ok()) throw Error(kv.status().message());
+  if (kv.value().quant_check) {
+    std::fputs(engine::format_kv_quant_check(*kv.value().quant_check, DType::kF32).c_str(), stderr);
+  }
+  config.kv_scales = kv.value().scales;
+  config.kv_layer_dtypes = kv.value().spec.layer_dtypes;
   if (Status s = engine::Generator::validate_config(config); !s.ok()) throw Error(s.message());
   engine::Generator generator(m, pool, config);
   const std::vector<engine::GenerationRequest> requests = {
@@ -246,9 +255,9 @@ int run_generate(const GenerateOptions& options) {
   const std::optional<std::string> text =
       tok ? std::optional(tok->decode(results->front().output_ids, true)) : std::nullopt;
   if (o.json) {
-    print_json(o, m, results->front(), generator.stats(), text);
+    print_json(o, m, kv.value().spec, results->front(), generator.stats(), text);
   } else {
-    print_table(o, m, results->front(), generator.stats(), o.block_size);
+    print_table(o, m, kv.value().spec, results->front(), generator.stats(), o.block_size);
     if (text) std::printf("text         %s\n", text->c_str());
   }
   return 0;

@@ -10,6 +10,10 @@ void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only) {
   cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
                  "KV cache element type: auto, float32, bfloat16 (bf16), float16 (fp16), fp8 "
                  "(= fp8_e4m3), fp8_e5m2, int8 (CPU only for fp8/int8; int4 not yet)");
+  cmd.add_option("--kv-cache-dtype-skip-layers", o.skip_layers,
+                 "Layers that keep model precision (float32 on the CPU) whatever --kv-cache-dtype "
+                 "says: sliding_window (every sliding-window layer) and/or 0-based indices, "
+                 "comma-separated");
   if (dtype_only) return;
   cmd.add_flag("--calculate-kv-scales", o.calculate_kv_scales,
                "fp8 KV: compute per-layer k/v scales at start-up from a calibration prompt "
@@ -17,6 +21,21 @@ void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only) {
   cmd.add_flag("--allow-unit-kv-scales", o.allow_unit_kv_scales,
                "fp8 KV: use scale 1.0 when the checkpoint has no k_scale/v_scale and "
                "--calculate-kv-scales is not given (vLLM's silent default; may lose accuracy)");
+  cmd.add_flag("--kv-quant-check", o.kv_quant_check,
+               "At start-up, measure each layer's error with the quantized KV cache on the "
+               "calibration prompt, print it, and keep the layers above the threshold at model "
+               "precision (CPU)");
+  cmd.add_option("--kv-quant-check-threshold", o.kv_quant_check_threshold,
+                 "--kv-quant-check: keep a layer whose output KL (mean nats per token with only that "
+                 "layer quantized) is above this")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+}
+
+kv::KvSkipLayers parse_kv_skip_layers_flag(const std::string& value) {
+  Result<kv::KvSkipLayers> skip = kv::parse_kv_skip_layers(value);
+  if (!skip.ok()) throw Error(skip.status().message());
+  return std::move(skip).value();
 }
 
 std::optional<kv::KvCacheDType> parse_kv_cache_dtype_flag(const std::string& value) {

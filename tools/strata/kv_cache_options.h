@@ -1,16 +1,22 @@
 #pragma once
 // The KV cache representation flags every command that builds a KV cache shares (generate,
-// bench, serve, eval; plan reads --kv-cache-dtype alone), with one parser and one error message:
+// bench, serve, eval; plan reads --kv-cache-dtype and --kv-cache-dtype-skip-layers), with one
+// parser and one error message per flag:
 //   --kv-cache-dtype auto|float32|bfloat16|bf16|float16|fp16|fp8|fp8_e4m3|fp8_e5m2|int8|int4
 //   --calculate-kv-scales     FP8: compute per-layer scales at start-up (vLLM's flag)
 //   --allow-unit-kv-scales    FP8 without checkpoint scales: use 1.0 instead of refusing
+//   --kv-cache-dtype-skip-layers sliding_window|IDX,IDX   these layers keep model precision
+//   --kv-quant-check [--kv-quant-check-threshold X]       measure each layer's error at start-up
+//                                                         and keep the layers above X too
 // docs/kv-quant.md describes the formats.
 
 #include <optional>
 #include <string>
 
 #include "core/dtype.h"
+#include "engine/kv_quant_check.h"
 #include "kv/kv_accounting.h"
+#include "kv/kv_layer_dtypes.h"
 
 namespace CLI {
 class App;
@@ -22,9 +28,13 @@ struct KvCacheOptions {
   std::string kv_cache_dtype = "auto";
   bool calculate_kv_scales = false;
   bool allow_unit_kv_scales = false;
+  std::string skip_layers;  // --kv-cache-dtype-skip-layers, as given ("" = none)
+  bool kv_quant_check = false;
+  double kv_quant_check_threshold = engine::kDefaultKvQuantCheckThreshold;
 };
 
-// Registers the three flags (plan: only --kv-cache-dtype, with dtype_only).
+// Registers the flags (plan: only --kv-cache-dtype and --kv-cache-dtype-skip-layers, with
+// dtype_only).
 void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only = false);
 
 // nullopt for "auto"; strata::Error "--kv-cache-dtype 'x' is not supported (use auto, ...)" for
@@ -34,5 +44,10 @@ std::optional<kv::KvCacheDType> parse_kv_cache_dtype_flag(const std::string& val
 // The pool element type the engine gets: "auto" -> F32 (the CPU's default; the engine keeps
 // bfloat16 on the GPU). strata::Error for a bad value and for int4 (not implemented yet).
 DType kv_pool_dtype_flag(const std::string& value);
+
+// --kv-cache-dtype-skip-layers: strata::Error, one line naming the bad item, for garbage, an empty
+// item or a layer named twice (kv::parse_kv_skip_layers). Indices beyond the model are refused
+// where the model is known (the engine, plan) with a line of the same form.
+kv::KvSkipLayers parse_kv_skip_layers_flag(const std::string& value);
 
 }  // namespace strata::cli

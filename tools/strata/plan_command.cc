@@ -258,10 +258,20 @@ PlanReport compute_plan(const PlanModel& model, const PlanSettings& s) {
   r.model = model;
   r.settings = s;
   const kv::KvShape& shape = model.kv;
-  r.block_bytes = kv::kv_block_bytes(shape, s.kv_dtype, s.block_size);
-  r.kv_bytes_per_token = kv::kv_bytes_per_token(shape, s.kv_dtype, s.block_size);
+  std::vector<int32_t> windows = model.layer_windows;
+  windows.resize(static_cast<size_t>(shape.num_layers), 0);
+  const Result<std::vector<bool>> mask = kv::kv_skip_layer_mask(s.skip_layers, windows);
+  if (!mask.ok()) throw Error(mask.status().message());
+  std::vector<kv::KvCacheDType> layer_dtypes;
+  for (size_t l = 0; l < mask.value().size(); ++l) {
+    const bool skip = mask.value()[l] && s.model_dtype != s.kv_dtype;
+    layer_dtypes.push_back(skip ? s.model_dtype : s.kv_dtype);
+    if (skip) r.skipped_layers.push_back(static_cast<int32_t>(l));
+  }
+  r.block_bytes = kv::kv_block_bytes(shape, layer_dtypes, s.block_size);
+  r.kv_bytes_per_token = kv::kv_bytes_per_token(shape, layer_dtypes, s.block_size);
   r.kv_bytes_per_token_per_layer = r.kv_bytes_per_token / shape.num_layers;
-  r.scale_bytes_per_token = kv::kv_scale_bytes_per_token(shape, s.kv_dtype, s.block_size);
+  r.scale_bytes_per_token = kv::kv_scale_bytes_per_token(shape, layer_dtypes, s.block_size);
   r.naive_mha_bytes_per_token = static_cast<double>(shape.num_layers) * model.num_attention_heads *
                                 (model.mha_head_dim_k + model.mha_head_dim_v) * 2.0;
   r.max_model_len = s.max_model_len > 0 ? s.max_model_len : model.max_position_embeddings;
@@ -311,7 +321,13 @@ std::string format_plan_text(const PlanReport& r) {
     o << r.model.num_attention_heads << " heads / " << k.num_kv_heads << " KV heads, head_dim "
       << k.head_dim << ")\n";
   }
-  o << "kv cache       " << kv::kv_cache_dtype_name(r.settings.kv_dtype) << ", block size "
+  o << "kv cache       " << kv::kv_cache_dtype_name(r.settings.kv_dtype);
+  if (!r.skipped_layers.empty()) {
+    o << " (layers ";
+    for (size_t i = 0; i < r.skipped_layers.size(); ++i) o << (i ? "," : "") << r.skipped_layers[i];
+    o << " " << kv::kv_cache_dtype_name(r.settings.model_dtype) << ")";
+  }
+  o << ", block size "
     << r.settings.block_size << " (" << r.block_bytes << " bytes/block)\n";
   o << "kv bytes/token " << num(r.kv_bytes_per_token) << " (" << num(r.kv_bytes_per_token_per_layer)
     << " per layer, " << num(r.scale_bytes_per_token) << " of it scales)\n";
@@ -339,6 +355,8 @@ std::string format_plan_json(const PlanReport& r) {
       {"attention", r.model.kv.is_mla() ? "mla" : "gqa"},
       {"num_layers", r.model.kv.num_layers},
       {"kv_cache_dtype", kv::kv_cache_dtype_name(r.settings.kv_dtype)},
+      {"kv_cache_dtype_skip_layers", r.skipped_layers},
+      {"kv_cache_dtype_skip_layers_dtype", kv::kv_cache_dtype_name(r.settings.model_dtype)},
       {"block_size", r.settings.block_size},
       {"block_bytes", r.block_bytes},
       {"kv_bytes_per_token", r.kv_bytes_per_token},
@@ -374,6 +392,9 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
   cmd->add_option("--kv-cache-dtype", o.kv_cache_dtype,
                   "auto (the weights' dtype), float32, bfloat16 (bf16), float16 (fp16), fp8 "
                   "(= fp8_e4m3), fp8_e5m2, int8, int4");
+  cmd->add_option("--kv-cache-dtype-skip-layers", o.kv_cache_dtype_skip_layers,
+                  "Layers that keep auto's dtype: sliding_window and/or 0-based indices, "
+                  "comma-separated");
   cmd->add_option("--block-size", o.block_size, "KV cache block size in tokens")
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
   cmd->add_option("--gpu-memory", o.gpu_memory, "Device memory, e.g. 80GiB or 141e9 (bytes)");
@@ -412,9 +433,9 @@ int run_plan(const PlanOptions& o) {
     }
   }
   PlanSettings s;
-  s.kv_dtype = parse_kv_cache_dtype_flag(o.kv_cache_dtype)
-                   .value_or(model.weight_bits == 32 ? kv::KvCacheDType::kF32
-                                                     : kv::KvCacheDType::kBF16);
+  s.model_dtype = model.weight_bits == 32 ? kv::KvCacheDType::kF32 : kv::KvCacheDType::kBF16;
+  s.kv_dtype = parse_kv_cache_dtype_flag(o.kv_cache_dtype).value_or(s.model_dtype);
+  s.skip_layers = parse_kv_skip_layers_flag(o.kv_cache_dtype_skip_layers);
   s.block_size = o.block_size;
   const auto gpu = parse_byte_size(o.gpu_memory);
   if (!gpu) throw Error("--gpu-memory '" + o.gpu_memory + "' is not a byte size (e.g. 80GiB)");

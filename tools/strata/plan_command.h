@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kv/kv_accounting.h"
+#include "kv/kv_layer_dtypes.h"
 
 namespace CLI {
 class App;
@@ -27,6 +28,7 @@ struct PlanOptions {
   std::string model_dir;    // --model DIR (config.json + *.safetensors)
   std::string config_file;  // --config FILE (weights estimated from the config)
   std::string kv_cache_dtype = "auto";
+  std::string kv_cache_dtype_skip_layers;  // layers kept at auto's dtype
   int32_t block_size = 16;
   std::string gpu_memory = "80GiB";  // bytes, or with a K/M/G/T (1000) or Ki/Mi/Gi/Ti suffix
   std::optional<double> gpu_memory_utilization;  // default 0.9
@@ -57,6 +59,9 @@ PlanModel parse_plan_model(std::string_view json_text, std::string_view source);
 
 struct PlanSettings {
   kv::KvCacheDType kv_dtype = kv::KvCacheDType::kBF16;
+  // --kv-cache-dtype-skip-layers: these layers hold model_dtype (what auto picks) instead.
+  kv::KvSkipLayers skip_layers;
+  kv::KvCacheDType model_dtype = kv::KvCacheDType::kBF16;
   int32_t block_size = 16;
   int64_t gpu_memory_bytes = 0;
   double gpu_memory_utilization = 0.9;
@@ -70,6 +75,7 @@ struct PlanReport {
   double kv_bytes_per_token = 0;
   double kv_bytes_per_token_per_layer = 0;
   double scale_bytes_per_token = 0;
+  std::vector<int32_t> skipped_layers;  // layers at settings.model_dtype (when it differs)
   double naive_mha_bytes_per_token = 0;  // every attention head's K and V, 16-bit
   int64_t block_bytes = 0;
   int64_t kv_pool_bytes = 0;
@@ -85,7 +91,8 @@ struct PlanReport {
 };
 
 // Throws strata::Error for impossible settings: weights larger than the budget, a pool of zero
-// blocks, one sequence of max_model_len not fitting, max_model_len beyond the model's.
+// blocks, one sequence of max_model_len not fitting, max_model_len beyond the model's, a skipped
+// layer beyond the model's.
 PlanReport compute_plan(const PlanModel& model, const PlanSettings& settings);
 
 std::string format_plan_text(const PlanReport& report);
