@@ -264,6 +264,7 @@ int run(int argc, char** argv) {
         const size_t ws_bytes =
             decode_attention_workspace_bytes(sh.batch, kQoHeads, kHeadDim, kMaxDecodeSplits);
         DeviceBuffer ws = take(DeviceBuffer::allocate(ws_bytes), "ws");
+        check_cuda(cudaMemset(ws.data(), 0, ws_bytes));  // the split merge counters
 
         DecodeAttentionParams p;
         p.q = q.data();
@@ -353,9 +354,10 @@ int run(int argc, char** argv) {
                        stream, 3, [&] { return decode_attention(unsplit, stream.get()); }, 1);
         r.gbs = r.kv_bytes / (r.median_us * 1e-6) / 1e9;
         // How time depends on the number of splits (block size 16 only), for tuning the planner.
-        if (sweep && bs == kBlockSizes[0] && kd.dtype == DType::kBF16) {
+        if (sweep && bs == kBlockSizes[0]) {
           std::printf("  splits sweep:");
-          for (int32_t n = 1; n <= kMaxDecodeSplits && n <= sh.context / 256; n *= 2) {
+          for (int32_t n : {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128}) {
+            if (n > sh.context / 256) break;
             DecodeAttentionParams forced = p;
             forced.num_splits = n;
             const float us =

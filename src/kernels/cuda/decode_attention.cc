@@ -78,8 +78,8 @@ DecodeWorkspaceLayout decode_workspace_layout(int32_t num_seqs, int32_t num_qo_h
                                               int32_t head_dim, int32_t num_splits) {
   const size_t rows = static_cast<size_t>(num_seqs) * static_cast<size_t>(num_qo_heads);
   DecodeWorkspaceLayout w;
-  w.lse_log2_offset = 0;
-  size_t end = align_up(rows * sizeof(float));
+  w.lse_log2_offset = align_up(kSplitCounterCapacity * sizeof(int32_t));
+  size_t end = w.lse_log2_offset + align_up(rows * sizeof(float));
   if (num_splits > 1) {
     w.partial_lse_offset = end;
     end += align_up(static_cast<size_t>(num_splits) * rows * sizeof(float));

@@ -5,8 +5,8 @@
 //     head of that KV head's group, so each KV byte is read once per step;
 //   - 16-byte loads, several tokens' K and V in flight per thread;
 //   - split-KV (FlashDecoding): when sequences x KV heads do not fill the GPU, each sequence's
-//     tokens are cut into chunks whose partial results (output, log-sum-exp) a merge kernel
-//     combines; the workspace holds the partials;
+//     tokens are cut into chunks whose partial results (output, log-sum-exp) the last chunk's
+//     block to finish combines; the workspace holds the partials;
 //   - sliding window: only the last window_left + 1 positions are attended;
 //   - optional per-slot attention mass for the eviction policies.
 
@@ -54,14 +54,17 @@ struct DecodeAttentionParams {
   // lets it accumulate over layers and steps). Slots shared by several sequences receive the sum
   // of all. Costs a second pass over K. nullptr = off. 16-bit caches only.
   float* attn_mass = nullptr;
-  // Device scratch for split partials and the mass pass; decode_attention_workspace_bytes()
+  // Device scratch for split partials, their merge counters and the mass pass, zeroed once by
+  // the caller before its first use (every launch leaves the counters zero again; launches that
+  // may run at the same time need their own workspaces); decode_attention_workspace_bytes()
   // says how much allows max_splits splits. Too small (or nullptr) just means fewer splits,
   // except that attn_mass needs at least decode_attention_workspace_bytes(.., 1).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
 
-// Bytes of workspace that allow up to max_splits splits (and the attention-mass pass).
+// Bytes of workspace that allow up to max_splits splits (and the attention-mass pass). Zero them
+// before the first launch that uses them.
 size_t decode_attention_workspace_bytes(int32_t num_seqs, int32_t num_qo_heads, int32_t head_dim,
                                         int32_t max_splits);
 

@@ -14,9 +14,13 @@
 namespace strata::cuda::detail {
 
 // Where the pieces of the decode workspace live (byte offsets, each 256-byte aligned):
+//   counters      [kSplitCounterCapacity] int32 at offset 0, whatever the launch: splits finished
+//                 per block tile of a split launch; zero before the first launch (the caller
+//                 zeroes the workspace once), and every launch leaves them zero
 //   lse_log2      [num_seqs, num_qo_heads] float   final log-sum-exp (log2 units), mass pass
 //   partial_lse   [splits, num_seqs, num_qo_heads] float   (splits > 1 only)
 //   partial_o     [splits, num_seqs, num_qo_heads, head_dim] float   (splits > 1 only)
+inline constexpr int32_t kSplitCounterCapacity = 4096;
 struct DecodeWorkspaceLayout {
   size_t lse_log2_offset = 0;
   size_t partial_lse_offset = 0;

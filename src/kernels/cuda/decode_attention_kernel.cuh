@@ -25,7 +25,8 @@
 // Split-KV: with num_splits > 1, split z covers [base + z * chunk, base + (z + 1) * chunk), base =
 // the attended range's start rounded down to 16, chunk a multiple of 16 (the last split runs to
 // the end, so a kv_len above the planner's bound is still correct), and writes a float partial
-// output and its log-sum-exp to the workspace; decode_merge_kernel combines the splits.
+// output and its log-sum-exp to the workspace; the last of a tile's splits to finish merges them
+// (decode_merge.cuh), so no second kernel is launched.
 //
 // Quantized caches (FP8 E4M3 / E5M2, INT8; kKvDType != kQDType). The ring holds codes (half the
 // bytes of a BF16 tile) and, for INT8, the tile's 16 K and 16 V fp16 scales. The products run in
@@ -51,6 +52,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/decode_common.cuh"
+#include "kernels/cuda/decode_merge.cuh"
 #include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/vec.cuh"
@@ -510,6 +512,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
       if (c == 0) a.partial_lse[idx] = lse2;
     }
   }
+  if (a.partial_o == nullptr) return;
+  int32_t* counter = a.split_counters + static_cast<int64_t>(seq) * gridDim.y + blockIdx.y;
+  if (!last_split_done(counter, a.num_splits)) return;
+  merge_split_rows<kQDType, kHeadDim>(a, seq, qo_head0, g_count);
 }
 
 }  // namespace strata::cuda::detail

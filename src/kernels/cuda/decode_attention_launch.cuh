@@ -12,7 +12,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/decode_attention_impl.h"
 #include "kernels/cuda/decode_attention_kernel.cuh"
-#include "kernels/cuda/decode_merge.cuh"
 
 namespace strata::cuda::detail {
 
@@ -23,12 +22,13 @@ inline int32_t floor_log2(int32_t v) {
 }
 
 // Number of splits for one launch. Bandwidth saturates once every SM holds as many blocks as fit
-// (blocks_per_sm, from the occupancy calculator: a wave), and every extra split adds partial
-// outputs to write and merge. A grid's last wave runs partly empty, so the planner picks the split
-// count whose grid fills its waves best (waves / ceil(waves)), the fewest splits within 5% of the
-// best; grids of four waves or more are not split (their tail is a small share). No split is
-// shorter than kMinSplitTokens and the workspace bounds the count. (With three blocks per SM, 512
-// unsplit blocks are 1.29 waves; three splits make 3.88.)
+// (blocks_per_sm, from the occupancy calculator: a wave). The planner models a launch's time as
+// waves x the longest block, ceil(blocks * s / wave) * (len / s + kSplitCostTokens), and takes the
+// split count s that minimizes it: more splits fill the last wave better, and each costs a fixed
+// start (Q, the pipeline filling up, the partial output and its merge), counted in tokens. Grids
+// of four waves or more are not split. No split is shorter than kMinSplitTokens and the workspace
+// bounds the count. (With three blocks per SM, 512 unsplit blocks are 1.29 waves; three splits
+// make 3.88.)
 inline int32_t plan_num_splits(const DecodeAttentionParams& p, int64_t unsplit_blocks,
                                int32_t effective_len, int blocks_per_sm) {
   if (effective_len <= 0) return 1;
@@ -41,19 +41,23 @@ inline int32_t plan_num_splits(const DecodeAttentionParams& p, int64_t unsplit_b
       return 1;
     }
     const int64_t wave = static_cast<int64_t>(std::max(blocks_per_sm, 1)) * num_sms;
-    const int64_t most = std::min<int64_t>(kMaxDecodeSplits, ceil_div(effective_len, kMinSplitTokens));
-    auto fill = [&](int64_t s) {
-      const double waves = static_cast<double>(unsplit_blocks * s) / static_cast<double>(wave);
-      return waves / std::ceil(waves);
-    };
+    const int64_t most =
+        std::min<int64_t>(kMaxDecodeSplits, ceil_div(effective_len, kMinSplitTokens));
     splits = 1;
     if (unsplit_blocks < 4 * wave) {
-      double best = 0.0;
-      for (int64_t s = 1; s <= most; ++s) best = std::max(best, fill(s));
-      while (splits < most && fill(splits) < 0.95 * best) ++splits;
+      int64_t best_cost = INT64_MAX;
+      for (int64_t s = 1; s <= most; ++s) {
+        const int64_t cost = ceil_div(unsplit_blocks * s, wave) *
+                             (ceil_div(effective_len, s) + kSplitCostTokens);
+        if (cost < best_cost) {
+          best_cost = cost;
+          splits = s;
+        }
+      }
     }
   }
   splits = std::clamp<int64_t>(splits, 1, std::min<int64_t>(kMaxDecodeSplits, effective_len));
+  if (unsplit_blocks > kSplitCounterCapacity) splits = 1;  // one merge counter per block tile
   const int32_t head_dim = p.cache.head_dim;
   while (splits > 1 && decode_workspace_layout(p.layout.num_seqs, p.num_qo_heads, head_dim,
                                                static_cast<int32_t>(splits))
@@ -110,10 +114,10 @@ inline float* bind_outputs(const DecodeAttentionParams& p, DecodeKernelArgs& a) 
   if (a.num_splits > 1) {
     a.partial_o = reinterpret_cast<float*>(ws_base + ws.partial_o_offset);
     a.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
-  } else {
-    a.lse_ln = p.lse;
-    a.lse_log2 = lse_log2;
+    a.split_counters = reinterpret_cast<int32_t*>(ws_base);
   }
+  a.lse_ln = p.lse;
+  a.lse_log2 = lse_log2;
   return lse_log2;
 }
 
@@ -153,25 +157,10 @@ Status finish_attention_mass(const DecodeAttentionParams& p, const DecodeKernelA
   return Status::Ok();
 }
 
-// After the attention kernel: the split merge and the attention-mass pass, when needed.
-template <DType kQDType, DType kKvDType, int kHeadDim>
+// After the attention kernel (which merges its own splits): the attention-mass pass, when asked.
+template <DType kKvDType, int kHeadDim>
 Status finish_decode(const DecodeAttentionParams& p, const DecodeKernelArgs& a, float* lse_log2,
                      cudaStream_t stream) {
-  if (a.num_splits > 1) {
-    DecodeMergeArgs m{};
-    m.partial_o = a.partial_o;
-    m.partial_lse = a.partial_lse;
-    m.o = p.o;
-    m.o_seq_stride = p.o_seq_stride;
-    m.lse_ln = p.lse;
-    m.lse_log2 = lse_log2;
-    m.num_seqs = a.num_seqs;
-    m.num_qo_heads = p.num_qo_heads;
-    m.head_dim = kHeadDim;
-    m.num_splits = a.num_splits;
-    decode_merge_kernel<kQDType><<<dim3(a.num_seqs, p.num_qo_heads), kMergeThreads, 0, stream>>>(m);
-    STRATA_CUDA_CHECK_LAUNCH();
-  }
   if constexpr (is_quantized_kv(kKvDType)) {
     return Status::Ok();  // the launcher refuses attn_mass on quantized caches
   } else {
@@ -222,7 +211,7 @@ Status launch_decode(const DecodeAttentionParams& p, cudaStream_t stream) {
                   static_cast<unsigned>(a.num_splits));
   kernel<<<grid, kDecodeThreads, kSmemBytes, stream>>>(a);
   STRATA_CUDA_CHECK_LAUNCH();
-  return finish_decode<kQDType, kKvDType, kHeadDim>(p, a, lse_log2, stream);
+  return finish_decode<kKvDType, kHeadDim>(p, a, lse_log2, stream);
 }
 
 template <DType kQDType, DType kKvDType, int32_t kHeadDim>

@@ -11,6 +11,8 @@ namespace strata::cuda::detail {
 inline constexpr int kDecodeThreads = 128;
 // Fewest tokens per split: below this the merge and launch overheads outweigh the parallelism.
 inline constexpr int kMinSplitTokens = 256;
+// The split planner's fixed cost of one split, in tokens of KV read (decode_attention_launch.cuh).
+inline constexpr int kSplitCostTokens = 256;
 
 struct DecodeKernelArgs {
   const void* q;  // [num_seqs, num_qo_heads, head_dim]
@@ -19,8 +21,9 @@ struct DecodeKernelArgs {
   int64_t o_seq_stride;
   float* partial_o;                 // [num_splits, num_seqs, num_qo_heads, head_dim]; null unsplit
   float* partial_lse;               // [num_splits, num_seqs, num_qo_heads], log2 units
-  float* lse_ln;                    // [num_seqs, num_qo_heads] natural log, optional (unsplit)
-  float* lse_log2;                  // [num_seqs, num_qo_heads] log2 units, optional (unsplit)
+  int32_t* split_counters;          // [num_seqs, gridDim.y] splits done; 0 between launches
+  float* lse_ln;                    // [num_seqs, num_qo_heads] natural log, optional
+  float* lse_log2;                  // [num_seqs, num_qo_heads] log2 units, optional
   const int32_t* kv_indptr;         // [num_seqs + 1]
   const int32_t* kv_indices;        // [nnz]
   const int32_t* kv_last_page_len;  // [num_seqs]

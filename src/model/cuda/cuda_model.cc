@@ -158,6 +158,8 @@ void CudaModel::Impl::allocate_scratch() {
                                options.max_num_seqs, static_cast<int32_t>(config.num_attention_heads),
                                static_cast<int32_t>(config.head_dim), cuda::kMaxDecodeSplits)),
                            "GPU attention workspace");
+  // The split merge counters at its start must be zero before the first launch.
+  check(cuda_status(cudaMemset(workspace.data(), 0, workspace.bytes())), "GPU attention workspace");
   const std::vector<float> freqs = rope_inv_freq(config.rope, config.head_dim);
   inv_freq = device_bytes(static_cast<int64_t>(freqs.size() * 4), "RoPE table");
   check(cuda_status(cudaMemcpy(inv_freq.data(), freqs.data(), freqs.size() * 4,

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/decode_attention.h"
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,6 +103,7 @@ void run_case(const DecodeCase& c) {
   auto ws = DeviceBuffer::allocate(
       decode_attention_workspace_bytes(num_seqs, num_qo_heads, d, kMaxDecodeSplits));
   ASSERT_TRUE(ws.ok());
+  ASSERT_EQ(cudaMemset(ws->data(), 0, ws->bytes()), cudaSuccess);  // the merge counters
 
   DecodeAttentionParams p;
   p.q = d_q.data();
@@ -123,6 +125,9 @@ void run_case(const DecodeCase& c) {
   p.workspace_bytes = ws->bytes();
   STRATA_ASSERT_OK(decode_attention(p, nullptr));
   sync_device();
+  // The split merge counters (the workspace's first 4096 int32) are left zero for the next launch.
+  const auto counters = download<int32_t>(*ws, 4096);
+  EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), 4096);
 
   const PagedKvLayout host_layout{indptr.data(), indices.data(), last_len.data(), num_seqs,
                                   c.block_size};
