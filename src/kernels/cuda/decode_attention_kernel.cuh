@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   constexpr int kPitch = Shape::kPitch;
   constexpr int kChunks = kHeadDim / 16;   // k-chunks of Q K^T, pairs of n-tiles of P V
   constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O
-  constexpr int kRowVecs = kHeadDim / 8;   // 16-byte vectors per K/V row
-  constexpr int kLaneVecs = kT * kRowVecs / 32;
+  constexpr int kRowVecs = kHeadDim / 8;   // 8-float output vectors per row
   constexpr bool kUpper = kRows == 16;
   static_assert(kRows == 8 || kRows == 16);
 
@@ -190,46 +189,35 @@ __global__ void __launch_bounds__(kDecodeThreads)
   auto issue = [&](int i) {
     const int st = i % kStages;
     const int t0 = lo + (warp + kWarps * i) * kT;
-    if constexpr (kQuant) {
-      constexpr int kCodeVecs = kHeadDim / 16;  // 16-byte vectors per code row
+    // K/V rows: 16-byte vectors of codes or of 16-bit values; pitches in elements of KvT.
+    constexpr int kVecElems = 16 / static_cast<int>(sizeof(KvT));
+    constexpr int kVecs = kHeadDim / kVecElems;
+    constexpr int kKRow = kQuant ? Shape::kKPitch : kPitch;
+    constexpr int kVRow = kQuant ? Shape::kVPitch : kPitch;
 #pragma unroll
-      for (int v = 0; v < kT * kCodeVecs / 32; ++v) {
-        const int idx = lane + 32 * v;
-        const int r = idx / kCodeVecs;
-        const int c = idx % kCodeVecs;
-        const int tok = t0 + r;
-        const bool ok = tok < hi;
-        const int64_t off = static_cast<int64_t>(r < 8 ? next_page0 : next_page1) * a.block_stride +
-                            (tok & in_block_mask) * a.token_stride + c * 16;
-        cp_async16_zfill(k_buf(st) + r * Shape::kKPitch + c * 16, ok ? k_head + off : k_head, ok);
-        cp_async16_zfill(v_buf(st) + r * Shape::kVPitch + c * 16, ok ? v_head + off : v_head, ok);
-      }
-      if constexpr (kKvDType == DType::kI8) {
-        // Lanes 0-3: K scales of tokens 0-7, 8-15, then V's; zeros past the end, so a masked
-        // column never meets a stale scale.
-        if (lane < 4) {
-          const int half = lane & 1;
-          const int tok = t0 + 8 * half;
-          const int valid = min(max(hi - tok, 0), 8);
-          const uint16_t* base = lane < 2 ? a.k_scales : a.v_scales;
-          const int64_t off = static_cast<int64_t>(half == 0 ? next_page0 : next_page1) *
-                                  a.scale_block_stride +
-                              kv_head * a.scale_head_stride + (tok & in_block_mask);
-          cp_async16_prefix(scale_buf(st) + 8 * lane, valid > 0 ? base + off : base, 2 * valid);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int v = 0; v < kLaneVecs; ++v) {
-        const int idx = lane + 32 * v;
-        const int r = idx / kRowVecs;
-        const int c = idx % kRowVecs;
-        const int tok = t0 + r;
-        const bool ok = tok < hi;
-        const int64_t off = static_cast<int64_t>(r < 8 ? next_page0 : next_page1) * a.block_stride +
-                            (tok & in_block_mask) * a.token_stride + c * 8;
-        cp_async16_zfill(k_buf(st) + r * kPitch + c * 8, ok ? k_head + off : k_head, ok);
-        cp_async16_zfill(v_buf(st) + r * kPitch + c * 8, ok ? v_head + off : v_head, ok);
+    for (int v = 0; v < kT * kVecs / 32; ++v) {
+      const int idx = lane + 32 * v;
+      const int r = idx / kVecs;
+      const int c = idx % kVecs;
+      const int tok = t0 + r;
+      const bool ok = tok < hi;
+      const int64_t off = static_cast<int64_t>(r < 8 ? next_page0 : next_page1) * a.block_stride +
+                          (tok & in_block_mask) * a.token_stride + c * kVecElems;
+      cp_async16_zfill(k_buf(st) + r * kKRow + c * kVecElems, ok ? k_head + off : k_head, ok);
+      cp_async16_zfill(v_buf(st) + r * kVRow + c * kVecElems, ok ? v_head + off : v_head, ok);
+    }
+    if constexpr (kKvDType == DType::kI8) {
+      // Lanes 0-3: K scales of tokens 0-7, 8-15, then V's; zeros past the end, so a masked
+      // column never meets a stale scale.
+      if (lane < 4) {
+        const int half = lane & 1;
+        const int tok = t0 + 8 * half;
+        const int valid = min(max(hi - tok, 0), 8);
+        const uint16_t* base = lane < 2 ? a.k_scales : a.v_scales;
+        const int64_t off =
+            static_cast<int64_t>(half == 0 ? next_page0 : next_page1) * a.scale_block_stride +
+            kv_head * a.scale_head_stride + (tok & in_block_mask);
+        cp_async16_prefix(scale_buf(st) + 8 * lane, valid > 0 ? base + off : base, 2 * valid);
       }
     }
   };
@@ -287,17 +275,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
           mma_16816<kDType>(s[n], qf[c], b0, b1);
         }
       }
-      if constexpr (kKvDType == DType::kI8) {  // column scales: tokens 2t, 2t + 1 (+ 8)
-        const uint16_t* sc = scale_buf(st);
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const float2 f = f16x2_to_float2(*reinterpret_cast<const uint32_t*>(sc + 8 * n + 2 * t));
-          s[n][0] *= f.x;
-          s[n][1] *= f.y;
-          s[n][2] *= f.x;
-          s[n][3] *= f.y;
-        }
-      }
+      if constexpr (kKvDType == DType::kI8) scale_columns(s, scale_buf(st), t);  // K's
     } else {
       // Matrices: (tokens 0-7, channels 16c..+7), (0-7, 16c+8..), (8-15, 16c..),
       // (8-15, 16c+8..) -> b0, b1 of n-tile 0, then 1.
@@ -360,17 +338,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
         l_b += s[n][2] + s[n][3];
       }
     }
-    if constexpr (kKvDType == DType::kI8) {  // V's column scales, after l took the sums
-      const uint16_t* sc = scale_buf(st) + kT;
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const float2 f = f16x2_to_float2(*reinterpret_cast<const uint32_t*>(sc + 8 * n + 2 * t));
-        s[n][0] *= f.x;
-        s[n][1] *= f.y;
-        s[n][2] *= f.x;
-        s[n][3] *= f.y;
-      }
-    }
+    // V's column scales, after l took the sums.
+    if constexpr (kKvDType == DType::kI8) scale_columns(s, scale_buf(st) + kT, t);
     uint32_t pf[4];
     pf[0] = pack2<kDType>(s[0][0], s[0][1]);
     pf[1] = kUpper ? pack2<kDType>(s[0][2], s[0][3]) : 0u;

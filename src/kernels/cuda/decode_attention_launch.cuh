@@ -90,13 +90,7 @@ inline DecodeKernelArgs decode_args(const DecodeAttentionParams& p, int32_t q_ti
   a.block_size = c.block_size;
   a.log2_block_size = floor_log2(c.block_size);
   a.window_left = p.window_left;
-  const bool fp8 = c.dtype == DType::kF8E4M3 || c.dtype == DType::kF8E5M2;
-  a.scale_log2 = p.sm_scale * 1.4426950408889634f * (fp8 ? c.k_scale : 1.0f);
-  a.out_scale = fp8 ? c.v_scale : 1.0f;
-  a.k_scales = static_cast<const uint16_t*>(c.k_scale_data);
-  a.v_scales = static_cast<const uint16_t*>(c.v_scale_data);
-  a.scale_block_stride = c.scale_block_stride;
-  a.scale_head_stride = c.scale_head_stride;
+  set_kv_scale_args(a, c, p.sm_scale);
   return a;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/paged_kv.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/vec.cuh"
 
@@ -64,6 +65,37 @@ __device__ __forceinline__ float2 f16x2_to_float2(uint32_t pair) {
   static_assert(sizeof(h) == sizeof(pair));
   memcpy(&h, &pair, sizeof(h));
   return __half22float2(h);
+}
+
+// Host side: the scale fields both attention kernels' arguments share (scale_log2, out_scale,
+// k_scales, v_scales, scale_block_stride, scale_head_stride) from the layer's view: FP8's
+// k_scale folded into the softmax scale (log2 units) and v_scale into the output, INT8's
+// per-token scale areas.
+template <typename Args>
+inline void set_kv_scale_args(Args& a, const PagedKvCacheView& c, float sm_scale) {
+  const bool fp8 = c.dtype == DType::kF8E4M3 || c.dtype == DType::kF8E5M2;
+  a.scale_log2 = sm_scale * 1.4426950408889634f * (fp8 ? c.k_scale : 1.0f);
+  a.out_scale = fp8 ? c.v_scale : 1.0f;
+  a.k_scales = static_cast<const uint16_t*>(c.k_scale_data);
+  a.v_scales = static_cast<const uint16_t*>(c.v_scale_data);
+  a.scale_block_stride = c.scale_block_stride;
+  a.scale_head_stride = c.scale_head_stride;
+}
+
+// INT8: multiplies the columns of score / probability tiles (accumulator layout of
+// mma.m16n8k16: lane (g, t) holds columns 2t, 2t + 1 of each 8-column n-tile, rows g and g + 8)
+// by their tokens' fp16 scales; scales[8n + c] belongs to column c of n-tile n.
+template <int kTiles>
+__device__ __forceinline__ void scale_columns(float (&s)[kTiles][4], const uint16_t* scales,
+                                              int t) {
+#pragma unroll
+  for (int n = 0; n < kTiles; ++n) {
+    const float2 f = f16x2_to_float2(*reinterpret_cast<const uint32_t*>(scales + 8 * n + 2 * t));
+    s[n][0] *= f.x;
+    s[n][1] *= f.y;
+    s[n][2] *= f.x;
+    s[n][3] *= f.y;
+  }
 }
 
 }  // namespace strata::cuda::detail

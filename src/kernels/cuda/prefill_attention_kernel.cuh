@@ -187,60 +187,43 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // Copies tile j (tokens kv_lo + j * kN ..); tokens past kv_hi are zero-filled (not read).
   auto issue = [&](int j) {
     const int tile = kv_lo + j * kN;
-    if constexpr (kQuant) {
-      constexpr int kCodeVecs = kHeadDim / 16;
-      static_assert(kN * kCodeVecs % kThreads == 0, "whole vectors per thread");
-      uint8_t* ks = k_codes(j & 1);
-      uint8_t* vs = v_codes(j & 1);
+    // K/V rows: 16-byte vectors of codes (into the code stage) or of 16-bit values.
+    constexpr int kVecElems = 16 / static_cast<int>(sizeof(KvT));
+    constexpr int kVecs = kHeadDim / kVecElems;
+    constexpr int kRowBytes = kQuant ? Shape::kCodePitch : kPitch * 2;
+    static_assert(kN * kVecs % kThreads == 0, "whole vectors per thread");
+    char* ks = kQuant ? reinterpret_cast<char*>(k_codes(j & 1)) : reinterpret_cast<char*>(k_buf(j & 1));
+    char* vs = kQuant ? reinterpret_cast<char*>(v_codes(j & 1)) : reinterpret_cast<char*>(v_buf(j & 1));
 #pragma unroll
-      for (int i = 0; i < kN * kCodeVecs / kThreads; ++i) {
-        const int idx = threadIdx.x + i * kThreads;
-        const int r = idx / kCodeVecs;
-        const int c = idx % kCodeVecs;
-        const int tok = tile + r;
-        const bool ok = tok < kv_hi;
-        const int tok_c = ok ? tok : kv_lo;
+    for (int i = 0; i < kN * kVecs / kThreads; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      const int r = idx / kVecs;
+      const int c = idx % kVecs;
+      const int tok = tile + r;
+      const bool ok = tok < kv_hi;
+      const int tok_c = ok ? tok : kv_lo;
+      const int64_t off = static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.block_stride +
+                          (tok_c & (a.block_size - 1)) * a.token_stride + c * kVecElems;
+      cp_async16_zfill(ks + r * kRowBytes + c * 16, k_head + off, ok);
+      cp_async16_zfill(vs + r * kRowBytes + c * 16, v_head + off, ok);
+    }
+    if constexpr (kKvDType == DType::kI8) {
+      // 8 tokens' scales per 16-byte copy (tile starts are multiples of 8, so each group lies
+      // in one block); zeros past kv_hi.
+      constexpr int kGroups = kN / 8;
+      static_assert(2 * kGroups <= kThreads);
+      if (threadIdx.x < 2 * kGroups) {
+        const int grp = threadIdx.x % kGroups;
+        const bool is_v = threadIdx.x >= kGroups;
+        const int tok = tile + 8 * grp;
+        const int valid = min(max(kv_hi - tok, 0), 8);
+        const int tok_c = valid > 0 ? tok : kv_lo;
+        const uint16_t* base = is_v ? a.v_scales : a.k_scales;
         const int64_t off =
-            static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.block_stride +
-            (tok_c & (a.block_size - 1)) * a.token_stride + c * 16;
-        cp_async16_zfill(ks + r * Shape::kCodePitch + c * 16, k_head + off, ok);
-        cp_async16_zfill(vs + r * Shape::kCodePitch + c * 16, v_head + off, ok);
-      }
-      if constexpr (kKvDType == DType::kI8) {
-        // 8 tokens' scales per 16-byte copy (tile starts are multiples of 8, so each group lies
-        // in one block); zeros past kv_hi.
-        constexpr int kGroups = kN / 8;
-        static_assert(2 * kGroups <= kThreads);
-        if (threadIdx.x < 2 * kGroups) {
-          const int grp = threadIdx.x % kGroups;
-          const bool is_v = threadIdx.x >= kGroups;
-          const int tok = tile + 8 * grp;
-          const int valid = min(max(kv_hi - tok, 0), 8);
-          const int tok_c = valid > 0 ? tok : kv_lo;
-          const uint16_t* base = is_v ? a.v_scales : a.k_scales;
-          const int64_t off =
-              static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.scale_block_stride +
-              kv_head * a.scale_head_stride + (tok_c & (a.block_size - 1));
-          cp_async16_prefix((is_v ? v_scale_buf(j & 1) : k_scale_buf(j & 1)) + 8 * grp,
-                            base + off, 2 * valid);
-        }
-      }
-    } else {
-      T* ks = k_buf(j & 1);
-      T* vs = v_buf(j & 1);
-#pragma unroll
-      for (int i = 0; i < kN * kRowVecs / kThreads; ++i) {
-        const int idx = threadIdx.x + i * kThreads;
-        const int r = idx / kRowVecs;
-        const int c = idx % kRowVecs;
-        const int tok = tile + r;
-        const bool ok = tok < kv_hi;
-        const int tok_c = ok ? tok : kv_lo;
-        const int64_t off =
-            static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.block_stride +
-            (tok_c & (a.block_size - 1)) * a.token_stride + c * 8;
-        cp_async16_zfill(ks + r * kPitch + c * 8, k_head + off, ok);
-        cp_async16_zfill(vs + r * kPitch + c * 8, v_head + off, ok);
+            static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.scale_block_stride +
+            kv_head * a.scale_head_stride + (tok_c & (a.block_size - 1));
+        cp_async16_prefix((is_v ? v_scale_buf(j & 1) : k_scale_buf(j & 1)) + 8 * grp, base + off,
+                          2 * valid);
       }
     }
   };
@@ -304,17 +287,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
           mma_16816<kDType>(s[2 * p + 1], qf[c], b[2], b[3]);
         }
       }
-      if constexpr (kKvDType == DType::kI8) {  // K's column scales
-        const uint16_t* sc = k_scale_buf(j & 1);
-#pragma unroll
-        for (int n = 0; n < kTokTiles; ++n) {
-          const float2 f = f16x2_to_float2(*reinterpret_cast<const uint32_t*>(sc + 8 * n + 2 * t));
-          s[n][0] *= f.x;
-          s[n][1] *= f.y;
-          s[n][2] *= f.x;
-          s[n][3] *= f.y;
-        }
-      }
+      if constexpr (kKvDType == DType::kI8) scale_columns(s, k_scale_buf(j & 1), t);  // K's
       // Scale and mask (causal, window, tile end) where the tile needs it; new row maxima.
       const bool need_mask = tile + kN - 1 > offset + w_r0 ||
                              (a.window_left >= 0 && tile < offset + w_r0 + 15 - a.window_left);
@@ -366,17 +339,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         l_a += s[n][0] + s[n][1];
         l_b += s[n][2] + s[n][3];
       }
-      if constexpr (kKvDType == DType::kI8) {  // V's column scales, after l took the sums
-        const uint16_t* sc = v_scale_buf(j & 1);
-#pragma unroll
-        for (int n = 0; n < kTokTiles; ++n) {
-          const float2 f = f16x2_to_float2(*reinterpret_cast<const uint32_t*>(sc + 8 * n + 2 * t));
-          s[n][0] *= f.x;
-          s[n][1] *= f.y;
-          s[n][2] *= f.x;
-          s[n][3] *= f.y;
-        }
-      }
+      // V's column scales, after l took the sums.
+      if constexpr (kKvDType == DType::kI8) scale_columns(s, v_scale_buf(j & 1), t);
       // O += P V: P's accumulator layout is the A-fragment layout of the next product.
 #pragma unroll
       for (int kc = 0; kc < kN / 16; ++kc) {
@@ -459,13 +423,7 @@ Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
   while ((1 << (log2_bs + 1)) <= c.block_size) ++log2_bs;
   a.log2_block_size = log2_bs;
   a.window_left = p.window_left;
-  const bool fp8 = c.dtype == DType::kF8E4M3 || c.dtype == DType::kF8E5M2;
-  a.scale_log2 = p.sm_scale * 1.4426950408889634f * (fp8 ? c.k_scale : 1.0f);
-  a.out_scale = fp8 ? c.v_scale : 1.0f;
-  a.k_scales = static_cast<const uint16_t*>(c.k_scale_data);
-  a.v_scales = static_cast<const uint16_t*>(c.v_scale_data);
-  a.scale_block_stride = c.scale_block_stride;
-  a.scale_head_stride = c.scale_head_stride;
+  set_kv_scale_args(a, c, p.sm_scale);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
                   static_cast<unsigned>(c.num_kv_heads * a.head_tiles),
                   static_cast<unsigned>(p.layout.num_seqs));

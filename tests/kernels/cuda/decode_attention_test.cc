@@ -13,6 +13,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -194,10 +195,11 @@ TEST_F(DecodeAttentionTest, SmallSplitAndUnsplit) {
   }
 }
 
-TEST_F(DecodeAttentionTest, SweepDTypeHeadDimBlockSizeSplit) {
-  uint64_t seed = 100;
-  for (DType dtype : kKvDTypes) {
-    for (int32_t hd : kAttentionHeadDims) {
+// Every dtype of `dtypes` x head dim of `head_dims` x block size, split (forced and planned)
+// and unsplit, on the ragged batch.
+void sweep(std::span<const DType> dtypes, std::span<const int32_t> head_dims, uint64_t seed) {
+  for (DType dtype : dtypes) {
+    for (int32_t hd : head_dims) {
       for (int32_t bs : kKvBlockSizes) {
         for (int32_t splits : {1, 4, 0}) {
           DecodeCase c;
@@ -214,26 +216,14 @@ TEST_F(DecodeAttentionTest, SweepDTypeHeadDimBlockSizeSplit) {
   }
 }
 
-// Quantized caches (FP8 E4M3 / E5M2, INT8) read with BF16 queries: every code dtype x head dim x
-// block size, split and unsplit, against float64 attention over the decoded codes.
+TEST_F(DecodeAttentionTest, SweepDTypeHeadDimBlockSizeSplit) {
+  sweep(kKvDTypes, kAttentionHeadDims, 100);
+}
+
+// Quantized caches (FP8 E4M3 / E5M2, INT8) read with BF16 queries, against float64 attention
+// over the decoded codes.
 TEST_F(DecodeAttentionTest, SweepQuantizedDTypeHeadDimBlockSizeSplit) {
-  uint64_t seed = 900;
-  for (DType dtype : kQuantizedKvDTypes) {
-    for (int32_t hd : kQuantizedKvHeadDims) {
-      for (int32_t bs : kKvBlockSizes) {
-        for (int32_t splits : {1, 4, 0}) {
-          DecodeCase c;
-          c.dtype = dtype;
-          c.head_dim = hd;
-          c.block_size = bs;
-          c.kv_lens = kRaggedLens;
-          c.num_splits = splits;
-          c.seed = seed++;
-          run_case(c);
-        }
-      }
-    }
-  }
+  sweep(kQuantizedKvDTypes, kQuantizedKvHeadDims, 900);
 }
 
 // Quantized caches with grouped heads (one and two query-head tiles), windows and a long context.

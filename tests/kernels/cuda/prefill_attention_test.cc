@@ -11,6 +11,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -168,9 +169,9 @@ TEST_F(PrefillAttentionTest, SmallRaggedBatch) {
   run_prefill_case(c);
 }
 
-TEST_F(PrefillAttentionTest, SweepDTypeHeadDimBlockSize) {
-  uint64_t seed = 500;
-  for (DType dtype : kKvDTypes) {
+// Every dtype of `dtypes` x prefill head dim x block size on the mixed batch.
+void sweep(std::span<const DType> dtypes, uint64_t seed) {
+  for (DType dtype : dtypes) {
     for (int32_t hd : kPrefillHeadDims) {
       for (int32_t bs : kKvBlockSizes) {
         PrefillCase c;
@@ -185,22 +186,14 @@ TEST_F(PrefillAttentionTest, SweepDTypeHeadDimBlockSize) {
   }
 }
 
-// Quantized caches (FP8 E4M3 / E5M2, INT8) with BF16 queries: every code dtype x head dim x
-// block size on the mixed batch, and windows whose start is not a multiple of 8.
+TEST_F(PrefillAttentionTest, SweepDTypeHeadDimBlockSize) { sweep(kKvDTypes, 500); }
+
+// Quantized caches (FP8 E4M3 / E5M2, INT8) with BF16 queries: the sweep, and windows whose start
+// is not a multiple of 8.
 TEST_F(PrefillAttentionTest, SweepQuantizedDTypeHeadDimBlockSize) {
-  uint64_t seed = 800;
+  sweep(kQuantizedKvDTypes, 800);
+  uint64_t seed = 850;
   for (DType dtype : kQuantizedKvDTypes) {
-    for (int32_t hd : kPrefillHeadDims) {
-      for (int32_t bs : kKvBlockSizes) {
-        PrefillCase c;
-        c.dtype = dtype;
-        c.head_dim = hd;
-        c.block_size = bs;
-        c.seqs = kMixedBatch;
-        c.seed = seed++;
-        run_prefill_case(c);
-      }
-    }
     for (int32_t window : {0, 13, 100}) {
       PrefillCase c;
       c.dtype = dtype;
