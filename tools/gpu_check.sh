@@ -190,10 +190,13 @@ cmd_run() {
   step bench bench 100 "$bin/strata_decode_bench" --json "$OUT/bench.json"
   step prefill bench 60 "$bin/strata_prefill_bench"
   step ops bench 120 "$bin/strata_model_ops_bench"
-  step torch torch 150 env PYTHONUNBUFFERED=1 python3 "$bin/bench_decode_torch.py" --json "$OUT/torch.json"
+  # At most eight files come back from the GPU machine: the torch and quantized-KV steps log into
+  # bench.log, the latter with its JSON on one "kvq-json: " line.
+  step torch bench 150 env PYTHONUNBUFFERED=1 python3 "$bin/bench_decode_torch.py" --json "$OUT/torch.json"
   # Quantized KV (issue 11): decode attention over FP8 / INT8 caches beside BF16's time.
-  step kvquant bench 150 "$bin/strata_decode_bench" --block-size 16 --no-sweep \
-    --kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8 --json "$OUT/kvq.json"
+  step kvquant bench 150 bash -c '"$1/strata_decode_bench" --block-size 16 --no-sweep \
+    --kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8 --json /tmp/kvq.json &&
+    echo "kvq-json: $(tr -d "\n" </tmp/kvq.json)"' _ "$bin"
   # The GPU engine. The model test reads its fixtures from the path compiled in on the CPU
   # machine (the checkout it was built in, ROOT/tests/data): point that path at this checkout.
   export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -217,7 +220,7 @@ cmd_run() {
   tail -n 20 "$OUT/engine.log" 2>/dev/null || true
   grep -E "^###|PASSED|FAILED|SUMMARY" "$OUT/sanitizer.log" 2>/dev/null || true
   tail -n 24 "$OUT/bench.log" 2>/dev/null || true
-  grep -v Warning "$OUT/torch.log" 2>/dev/null | grep -v "^  return" | tail -n 14 || true
+  grep -v Warning "$OUT/bench.log" 2>/dev/null | grep -v "^  return\|^kvq-json" | tail -n 30 || true
 }
 
 cmd_report() {
@@ -269,13 +272,16 @@ for name in ("memcheck", "racecheck"):
 eng = read("engine.log")
 ep = [int(x) for x in re.findall(r"\[  PASSED  \] (\d+) test", eng)]
 ef = sorted(set(x for x in re.findall(r"\[  FAILED  \] (\S+)", eng) if "." in x))
-lines.append(f"| GPU engine tests (`model_cuda_model_test`, `engine_cuda_engine_test`) | {status.get('engine_tests', '?')} | {sum(ep)} passed, {len(ef)} failed |")
+lines.append(f"| GPU engine tests (`model_cuda_model_test`, `model_cuda_kv_quant_test`, `engine_cuda_engine_test`) | {status.get('engine_tests', '?')} | {sum(ep)} passed, {len(ef)} failed |")
 lines.append(f"| GPU engine benchmarks (`tools/gpu_engine_bench.sh`) | {status.get('engine_bench', '?')} | see below |")
 f = f + ef
 lines.append(f"| decode benchmark | {status.get('bench', '?')} | see below |")
 lines.append(f"| prefill benchmark | {status.get('prefill', '?')} | see below |")
 lines.append(f"| model ops and projections (`strata_model_ops_bench`) | {status.get('ops', '?')} | in the run's bench.log |")
 lines.append(f"| PyTorch SDPA comparison | {status.get('torch', '?')} | see below |")
+lines.append(f"| quantized KV decode attention (`strata_decode_bench --kv-dtypes`) | {status.get('kvquant', '?')} | see below |")
+if "kvquant_e2e" in status:
+    lines.append(f"| quantized KV end to end (`tools/gpu_kv_quant_bench.sh`) | {status['kvquant_e2e']} | see below |")
 if f:
     lines += ["", "Failed tests: " + ", ".join(f"`{x}`" for x in f)]
 bench = json.loads(read("bench.json") or "{}")
@@ -321,7 +327,7 @@ if engine:
     fl = peers.get("floors", {})
     bw, gemm = fl.get("copy_gbs", 0.0) * 1e9, fl.get("gemm_tflops", 0.0) * 1e12
     wb = peers.get("weight_bytes", 0)
-    def run(name):
+    def engine_run(name):
         r = engine.get(name, {}).get("runs", [])
         return r[0] if r else {}
     lines += ["", "## GPU engine benchmarks", "",
@@ -329,7 +335,7 @@ if engine:
               f"call: copy bandwidth {bw / 1e9:.0f} GB/s, bf16 GEMM {gemm / 1e12:.0f} TFLOP/s; peer: transformers "
               f"{engine.get('peers', {}).get('transformers', '?')} on the same GPU.", "",
               "| benchmark | Strata | peer / floor | ratio |", "|---|---|---|---|"]
-    off = run("offline")
+    off = engine_run("offline")
     po = peers.get("offline", {})
     if off and po:
         # Roofline: prefill FLOPs at the GEMM rate plus, per decode step, weights + the KV read.
@@ -343,7 +349,7 @@ if engine:
         lines.append(f"| offline 256 x (512 + 256), output tokens/s | {off['output_tokens_per_s']:.0f} | "
                      f"transformers {po['output_tokens_per_s']:.0f} | {off['output_tokens_per_s'] / po['output_tokens_per_s']:.1f}x |")
         lines.append(f"| (same) against the roofline | {off['output_tokens_per_s']:.0f} | {roof:.0f} | {off['output_tokens_per_s'] / roof:.2f} |")
-    dec = run("decode")
+    dec = engine_run("decode")
     if dec and bw:
         # Steady state: the median gap between tokens. The request's mean time per output token
         # also carries one-time work (the CUDA graph of the next KV-length bucket is captured at
@@ -353,7 +359,7 @@ if engine:
         floor_ms = wb / bw * 1e3
         lines.append(f"| batch-1 decode, 1K context, ms per token (inter-token p50) | {ms:.2f} | weights / bandwidth {floor_ms:.2f} | {ms / floor_ms:.2f}x |")
         lines.append(f"| (same request) mean ms per output token, one-time graph captures included | {mean_ms:.2f} | {floor_ms:.2f} | {mean_ms / floor_ms:.2f}x |")
-    tt = run("ttft")
+    tt = engine_run("ttft")
     pp = peers.get("prefill", {})
     if tt and pp:
         s_ = tt["ttft_s"]["p50"]
@@ -369,6 +375,29 @@ if engine:
         for r in on:
             lines.append(f"| {r.get('request_rate', '?')} | {r['ttft_s']['p50'] * 1e3:.1f} / {r['ttft_s']['p99'] * 1e3:.1f} | "
                          f"{r['inter_token_latency_s']['p50'] * 1e3:.2f} / {r['inter_token_latency_s']['p99'] * 1e3:.2f} | {r['output_tokens_per_s']:.0f} |")
+kvq_line = [l[len("kvq-json: "):] for l in read("bench.log").splitlines() if l.startswith("kvq-json: ")]
+kvq = json.loads(read("kvq.json") or (kvq_line[0] if kvq_line else "{}"))
+if kvq:
+    lines += ["", "## Quantized KV: decode attention", "",
+              f"{kvq.get('num_qo_heads')} query / {kvq.get('num_kv_heads')} KV heads, head dim {kvq.get('head_dim')}, "
+              "block size 16, BF16 queries; K/V appended by kv_append from bf16 rows. Time as a ratio to BF16's "
+              f"in the same run; copy bandwidth {kvq.get('copy_bandwidth_gbs', 0):.0f} GB/s.", "",
+              "| batch x context | KV dtype | us | GB/s of KV read | / copy | time / BF16's | max abs err |",
+              "|---|---|---|---|---|---|---|"]
+    for r in kvq.get("results", []):
+        lines.append(f"| {r['batch']} x {r['context']} | {r['kv_dtype']} | {r['median_us']:.1f} | {r['gbs']:.0f} | "
+                     f"{r['gbs'] / kvq['copy_bandwidth_gbs']:.2f} | {r['vs_bf16']:.2f} | {r['max_abs_err']:.2e} |")
+e2e = json.loads(read("kvq_engine.json") or "{}")
+if e2e:
+    lines += ["", "## Quantized KV: end to end", "",
+              "Llama-3.1-8B shape, dummy bf16 weights, `--kv-cache-memory-bytes 16GiB`, 1,024 requests of",
+              "2,048 + 256 tokens, EOS ignored, greedy (`tools/gpu_kv_quant_bench.sh`).", "",
+              "| KV dtype | bytes/token | output tokens/s | vs bfloat16 | duration s | mean concurrency | preemptions |",
+              "|---|---|---|---|---|---|---|"]
+    for name, d in e2e.items():
+        r = d["runs"][0]
+        lines.append(f"| {name} | {r.get('kv_bytes_per_token', 0):.0f} | {r['output_tokens_per_s']:.0f} | {d.get('vs_bfloat16') or 0:.2f}x | "
+                     f"{r['duration_s']:.1f} | {r.get('mean_concurrency', 0):.1f} | {r.get('preemptions', 0)} |")
 open(dst, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
