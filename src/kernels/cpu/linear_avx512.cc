@@ -99,9 +99,11 @@ struct PrefetchRange {
 };
 
 // An R x C block of outputs, one accumulator each (order: linear_avx512.h), prefetching `pf`.
+// pf by reference: by value the 32-byte struct travels through memory, and the caller's copy of
+// it (one 256-bit load of four 64-bit stores just made) failed store-to-load forwarding.
 template <class W, int R, int C>
 STRATA_AVX512 void dot_tile(const float* x, int64_t ldx, const typename W::T* w, int64_t ldw,
-                            int64_t k, PrefetchRange pf, const float* bias, float* out,
+                            int64_t k, const PrefetchRange& pf, const float* bias, float* out,
                             int64_t ldo) {
   const int64_t steps = k / kLanes16;
   int64_t pf_row = pf.first % kCols;
@@ -144,7 +146,7 @@ STRATA_AVX512 void dot_tile(const float* x, int64_t ldx, const typename W::T* w,
 // One R-row block against `cols` (1..kCols) weight rows.
 template <class W, int R>
 STRATA_AVX512 void row_block(int64_t cols, const float* x, int64_t ldx, const typename W::T* w,
-                             int64_t ldw, int64_t k, PrefetchRange pf, const float* bias,
+                             int64_t ldw, int64_t k, const PrefetchRange& pf, const float* bias,
                              float* out, int64_t ldo) {
   switch (cols) {
     case 6: return dot_tile<W, R, 6>(x, ldx, w, ldw, k, pf, bias, out, ldo);
@@ -179,12 +181,19 @@ STRATA_AVX512 void matmul_nt(const float* x, int64_t ldx, int64_t m, const typen
     // uintptr_t: the next group's address only feeds prefetches and may lie past the weights.
     const auto* next_group = reinterpret_cast<const char*>(
         reinterpret_cast<uintptr_t>(wc) + static_cast<uintptr_t>(kCols * row_bytes));
-    int64_t r = 0;
-    for (; r + kRows <= m; r += kRows) {
-      const PrefetchRange pf{next_group, r / kRows * lines_per_tile, lines_per_tile, row_bytes};
+    // Full row tiles in serpentine order (forward in even groups, backward in odd ones), so the
+    // rows of x the previous group read last are still in L1 (x is 56 KB at m = 16, k = 896:
+    // more than L1 next to the weights). The slices of the next group's prefetch go by order of
+    // execution, so the first tile to run fetches the first slice.
+    const int64_t full_tiles = m / kRows;
+    const bool backward = (c / kCols) % 2 == 1;
+    for (int64_t t = 0; t < full_tiles; ++t) {
+      const int64_t r = (backward ? full_tiles - 1 - t : t) * kRows;
+      const PrefetchRange pf{next_group, t * lines_per_tile, lines_per_tile, row_bytes};
       row_block<W, kRows>(cols, x + r * ldx, ldx, wc, ldw, k, pf, bc, out + r * ldo + c, ldo);
     }
-    const PrefetchRange rest_pf{next_group, r / kRows * lines_per_tile, lines_per_tile, row_bytes};
+    const int64_t r = full_tiles * kRows;
+    const PrefetchRange rest_pf{next_group, full_tiles * lines_per_tile, lines_per_tile, row_bytes};
     switch (m - r) {
       case 3:
         row_block<W, 3>(cols, x + r * ldx, ldx, wc, ldw, k, rest_pf, bc, out + r * ldo + c, ldo);
