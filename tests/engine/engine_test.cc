@@ -173,6 +173,7 @@ TEST_P(EnginePreemptionTest, PreemptedRequestsGetTheSameTokensAndNothingLeaks) {
   c.max_num_batched_tokens = 64;
   c.watermark = 0.0;
   c.preemption_mode = GetParam();
+  c.swap_space_bytes = int64_t{8} << 20;  // the default 4 GiB takes seconds to allocate
   auto e = make(c);
   std::vector<EngineRequest> requests;
   std::vector<RequestId> ids;
@@ -206,6 +207,7 @@ TEST_P(EnginePreemptionTest, CancellingPreemptedRequestsFreesEverything) {
   c.max_num_batched_tokens = 64;
   c.watermark = 0.0;
   c.preemption_mode = GetParam();
+  c.swap_space_bytes = int64_t{8} << 20;  // the default 4 GiB takes seconds to allocate
   auto e = make(c);
   std::vector<RequestId> ids;
   for (int32_t i = 0; i < 12; ++i) ids.push_back(*e->submit(greedy(prompt_of(40 + i, i), 40)));
