@@ -109,9 +109,10 @@ int64_t scale_block_bytes(const KvShape& s, KvCacheDType dtype, int32_t block_si
     case KvCacheDType::kInt8:
       return s.num_layers * tensors * heads * block_size * kScaleBytes;
     case KvCacheDType::kInt4: {
-      // K (or the latent): per channel per block; V: per token.
-      const int64_t k = heads * channels * kScaleBytes;
-      const int64_t v = s.is_mla() ? 0 : heads * block_size * kScaleBytes;
+      // KIVI, asymmetric: a scale and a zero point each. K (or the latent): per channel per
+      // block; V: per token.
+      const int64_t k = heads * channels * 2 * kScaleBytes;
+      const int64_t v = s.is_mla() ? 0 : heads * block_size * 2 * kScaleBytes;
       return s.num_layers * (k + v);
     }
   }

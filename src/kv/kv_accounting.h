@@ -12,8 +12,9 @@
 // after each layer's V (kv_layout.h, docs/kv-quant.md; int4 is planned, not stored yet):
 //   fp8 e4m3 / e5m2  one scale per tensor: nothing per token
 //   int8             one scale per token per KV head, for K and for V
-//   int4             K per channel (one scale per head_dim channel per KV head per block),
-//                    V per token per KV head -- so per-token bytes depend on the block size
+//   int4             KIVI, asymmetric (a scale and a zero point each): K per channel (per
+//                    head_dim channel per KV head per block), V per token per KV head -- so
+//                    per-token bytes depend on the block size
 // For MLA the "head" is the single latent vector.
 
 #include <cstdint>

@@ -93,11 +93,12 @@ TEST(PlanTest, QuantizedKvDtypesCountTheirScales) {
   const PlanReport i8 = compute_plan(m, settings(24 * kGiB, KvCacheDType::kInt8));
   EXPECT_EQ(i8.kv_bytes_per_token, 16896.0);
   EXPECT_EQ(i8.scale_bytes_per_token, 512.0);
-  // int4: data 8,192; K scales per channel per block 16 x 8 x 64 x 2 = 16,384 bytes and V scales
-  // per token 16 x 8 x 16 x 2 = 4,096 bytes per block of 16: 1,280 per token.
+  // int4 (KIVI: a scale and a zero point each): data 8,192; K per channel per block
+  // 16 x 8 x 64 x 2 x 2 = 32,768 bytes and V per token 16 x 8 x 16 x 2 x 2 = 8,192 bytes per
+  // block of 16: 2,560 per token.
   const PlanReport i4 = compute_plan(m, settings(24 * kGiB, KvCacheDType::kInt4));
-  EXPECT_EQ(i4.scale_bytes_per_token, 1280.0);
-  EXPECT_EQ(i4.kv_bytes_per_token, 9472.0);
+  EXPECT_EQ(i4.scale_bytes_per_token, 2560.0);
+  EXPECT_EQ(i4.kv_bytes_per_token, 10752.0);
   EXPECT_EQ(compute_plan(m, settings(24 * kGiB, KvCacheDType::kF32)).kv_bytes_per_token, 65536.0);
 }
 
