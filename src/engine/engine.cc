@@ -413,8 +413,8 @@ int64_t Engine::kv_scale_bytes_per_token() const {
 }
 std::vector<DType> Engine::kv_layer_dtypes() const {
   const kv::KvSpec& spec = impl_->runner_->kv_layout().spec();
-  std::vector<DType> dtypes;
-  for (int32_t l = 0; l < spec.num_layers; ++l) dtypes.push_back(spec.layer_dtype(l));
+  std::vector<DType> dtypes(static_cast<size_t>(spec.num_layers));
+  for (int32_t l = 0; l < spec.num_layers; ++l) dtypes[static_cast<size_t>(l)] = spec.layer_dtype(l);
   return dtypes;
 }
 const std::optional<engine::KvQuantCheckReport>& Engine::kv_quant_check() const {
