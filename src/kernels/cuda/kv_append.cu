@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/kv_encode.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace strata::cuda {
@@ -88,13 +89,6 @@ __device__ __forceinline__ float load_src(const void* p, int64_t i) {
   }
 }
 
-// The CPU encoders' rules (kv_quant.h): an IEEE division, round to nearest even, saturate.
-template <DType kCache>
-__device__ __forceinline__ uint8_t encode_fp8(float x, float scale) {
-  constexpr __nv_fp8_interpretation_t kKind = kCache == DType::kF8E4M3 ? __NV_E4M3 : __NV_E5M2;
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, kKind));
-}
-
 template <DType kSrc, DType kCache>
 __device__ void quantize_row(const void* src, uint8_t* dst, uint16_t* scale_dst,
                              float static_scale, int lane, int per_lane) {
@@ -109,21 +103,19 @@ __device__ void quantize_row(const void* src, uint8_t* dst, uint16_t* scale_dst,
     for (int j = 0; j < kMaxChannelsPerLane; ++j) amax = fmaxf(amax, fabsf(x[j]));  // NaN ignored
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const __half s16 = __float2half_rn(fminf(__fdiv_rn(amax, 127.0f), 65504.0f));
+    const __half s16 = detail::int8_row_scale(amax);
     const float s = __half2float(s16);
 #pragma unroll
     for (int j = 0; j < kMaxChannelsPerLane; ++j) {
       if (j >= per_lane) break;
-      float q = 0.0f;
-      if (s != 0.0f && !isnan(x[j])) q = fminf(fmaxf(rintf(__fdiv_rn(x[j], s)), -127.0f), 127.0f);
-      dst[lane * per_lane + j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      dst[lane * per_lane + j] = detail::encode_int8(x[j], s);
     }
     if (lane == 0) *scale_dst = __half_as_ushort(s16);
   } else {
 #pragma unroll
     for (int j = 0; j < kMaxChannelsPerLane; ++j) {
       if (j >= per_lane) break;
-      dst[lane * per_lane + j] = encode_fp8<kCache>(x[j], static_scale);
+      dst[lane * per_lane + j] = detail::encode_fp8<kCache>(x[j], static_scale);
     }
   }
 }
@@ -156,13 +148,6 @@ __global__ void kv_append_quant_kernel(const __grid_constant__ KvQuantArgs a) {
 
 Status kv_append_quantized(const KvAppendParams& p, cudaStream_t stream) {
   const PagedKvCacheView& c = p.cache;
-  if (p.src_dtype != DType::kBF16 && p.src_dtype != DType::kF16) {
-    return Status::Unsupported("kv_append quantizes bf16 or f16 rows");
-  }
-  if (c.head_dim % 32 != 0 || c.head_dim > 32 * kMaxChannelsPerLane) {
-    return Status::Unsupported("quantizing kv_append needs head_dim a multiple of 32, at most 256");
-  }
-  STRATA_RETURN_IF_ERROR(validate_kv_scales(c));
   KvQuantArgs a{};
   a.k = p.k;
   a.v = p.v;
@@ -210,7 +195,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
+Status validate_kv_append(const KvAppendParams& p) {
   const PagedKvCacheView& c = p.cache;
   const bool quantized = contains(kQuantizedKvDTypes, c.dtype);
   if (!quantized && !contains(kKvDTypes, c.dtype)) {
@@ -245,7 +230,25 @@ Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
       (c.token_stride * elem) % 16 != 0) {
     return Status::InvalidArgument("kv_append pointers and strides must be 16-byte aligned");
   }
-  if (quantized) return kv_append_quantized(p, stream);
+  if (quantized) {
+    if (p.src_dtype != DType::kBF16 && p.src_dtype != DType::kF16) {
+      return Status::Unsupported("kv_append quantizes bf16 or f16 rows");
+    }
+    if (c.head_dim % 32 != 0 || c.head_dim > 32 * kMaxChannelsPerLane) {
+      return Status::Unsupported("quantizing kv_append needs head_dim a multiple of 32, at most 256");
+    }
+    STRATA_RETURN_IF_ERROR(validate_kv_scales(c));
+  }
+  return Status::Ok();
+}
+
+Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
+  STRATA_RETURN_IF_ERROR(validate_kv_append(p));
+  if (p.num_tokens == 0) return Status::Ok();
+  const PagedKvCacheView& c = p.cache;
+  if (contains(kQuantizedKvDTypes, c.dtype)) return kv_append_quantized(p, stream);
+  const int64_t elem = dtype_size(c.dtype);
+  const int64_t row_bytes = c.head_dim * elem;
   const int64_t vec_elems = 16 / elem;
   KvAppendArgs a{};
   a.k = static_cast<const uint4*>(p.k);

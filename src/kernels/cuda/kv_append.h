@@ -37,4 +37,7 @@ struct KvAppendParams {
 // bytes. Unsupported for other dtypes. Asynchronous on stream.
 Status kv_append(const KvAppendParams& params, cudaStream_t stream);
 
+// kv_append()'s checks alone (qk_norm_rope() fuses the append and checks with this).
+Status validate_kv_append(const KvAppendParams& params);
+
 }  // namespace strata::cuda

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/paged_kv.h"
 #include "core/status.h"
 
 namespace strata::cuda {
@@ -83,6 +84,13 @@ struct QkNormRopeParams {
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;  // even, <= 256
+  // Optional fused KV append: with slot_mapping set, the rotated K heads and the V heads (after
+  // k in each qkv row) are also written to `cache` at slot_mapping[t] (-1 skips the token), bit
+  // for bit as kv_append() writes them (a bf16 copy, or FP8 / INT8 codes of the bf16 values):
+  // one launch instead of two where the shapes allow (16-byte vectors), else the two launches.
+  // The cache checks are kv_append()'s.
+  const int64_t* slot_mapping = nullptr;  // [num_tokens] device
+  PagedKvCacheView cache;
 };
 Status qk_norm_rope(const QkNormRopeParams& params, cudaStream_t stream);
 

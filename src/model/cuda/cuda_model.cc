@@ -17,7 +17,6 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/sampling.h"
@@ -137,8 +136,12 @@ struct CudaModel::Impl {
   std::map<std::pair<int32_t, int32_t>, GraphExec> graphs;
   Status sample_rows(const CudaStepInputs::Device& in, int32_t first, int32_t count,
                      const float* chunk_logits);
-  std::vector<int32_t> host_tokens;
-  std::vector<float> host_logprobs;
+  // Pinned, so the two copies of a step's draws are asynchronous and one wait covers both.
+  struct PinnedFree {
+    void operator()(void* p) const { cudaFreeHost(p); }
+  };
+  std::unique_ptr<int32_t[], PinnedFree> host_tokens;  // [max_num_tokens]
+  std::unique_ptr<float[], PinnedFree> host_logprobs;  // [max_num_tokens]
 };
 
 void CudaModel::Impl::allocate_scratch() {
@@ -154,6 +157,12 @@ void CudaModel::Impl::allocate_scratch() {
   logits = device_bytes(int64_t{kLogitsChunk} * config.vocab_size * 4, "GPU logits");
   sampled_tokens = device_bytes(t * 4, "GPU sampling");
   sampled_logprobs = device_bytes(t * 4, "GPU sampling");
+  void* pinned_tokens = nullptr;
+  void* pinned_logprobs = nullptr;
+  check(cuda_status(cudaMallocHost(&pinned_tokens, static_cast<size_t>(t) * 4)), "pinned draws");
+  host_tokens.reset(static_cast<int32_t*>(pinned_tokens));
+  check(cuda_status(cudaMallocHost(&pinned_logprobs, static_cast<size_t>(t) * 4)), "pinned draws");
+  host_logprobs.reset(static_cast<float*>(pinned_logprobs));
   workspace = device_bytes(static_cast<int64_t>(cuda::decode_attention_workspace_bytes(
                                options.max_num_seqs, static_cast<int32_t>(config.num_attention_heads),
                                static_cast<int32_t>(config.head_dim), cuda::kMaxDecodeSplits)),
@@ -240,12 +249,13 @@ Status CudaModel::Impl::head(const CudaStepInputs::Device& in, std::span<float> 
 
 Status CudaModel::Impl::collect_samples(std::span<SampledToken> sampled) {
   const size_t n = sampled.size();
-  host_tokens.resize(n);
-  host_logprobs.resize(n);
+  if (n > static_cast<size_t>(options.max_num_tokens)) {
+    return Status::Internal("more draws than rows");
+  }
   if (n > 0) {
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_tokens.data(), sampled_tokens.data(), n * 4,
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_tokens.get(), sampled_tokens.data(), n * 4,
                                       cudaMemcpyDeviceToHost, stream.get()));
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_logprobs.data(), sampled_logprobs.data(), n * 4,
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_logprobs.get(), sampled_logprobs.data(), n * 4,
                                       cudaMemcpyDeviceToHost, stream.get()));
   }
   STRATA_RETURN_IF_ERROR(stream.synchronize());
@@ -364,17 +374,7 @@ Status CudaModel::Impl::norm(const DeviceTensor& weight, const int32_t* rows, in
 
 Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& in) {
   const PagedKvCacheView cache = layout.layer_view(pool.data(), l);
-  const int64_t kv_width = config.num_key_value_heads * config.head_dim;
   auto* qkv_base = qkv.as<uint16_t>();
-  cuda::KvAppendParams append;
-  append.cache = cache;
-  append.k = qkv_base + q_width();
-  append.v = qkv_base + q_width() + kv_width;
-  append.k_token_stride = qkv_width();
-  append.v_token_stride = qkv_width();
-  append.slot_mapping = in.slot_mapping;
-  append.num_tokens = in.num_tokens;
-  STRATA_RETURN_IF_ERROR(cuda::kv_append(append, stream.get()));
   const int32_t window = config.layer_sliding_window[static_cast<size_t>(l)];
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   if (in.max_q_len == 1 && in.num_tokens == in.layout.num_seqs) {
@@ -429,6 +429,9 @@ Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
   rope.num_q_heads = static_cast<int32_t>(config.num_attention_heads);
   rope.num_kv_heads = static_cast<int32_t>(config.num_key_value_heads);
   rope.head_dim = static_cast<int32_t>(config.head_dim);
+  // The step's K/V go into the pool in the same launch (kv_append's bytes).
+  rope.slot_mapping = in.slot_mapping;
+  rope.cache = layout.layer_view(pool.data(), l);
   STRATA_RETURN_IF_ERROR(cuda::qk_norm_rope(rope, stream.get()));
   STRATA_RETURN_IF_ERROR(run_attention(l, in));
   STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_bias, residual.data(), h,

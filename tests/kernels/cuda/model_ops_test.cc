@@ -8,15 +8,20 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "kernels/cuda/kv_append.h"
+#include "kv/kv_layout.h"
+#include "kv_test_pool.h"
 
 namespace strata::cuda::testing {
 namespace {
@@ -423,6 +428,120 @@ TEST_F(ModelOpsTest, QkNormRopeOtherShapesAndPaths) {
   RopeCase scaled = make(128, 8, 2, 17, false);
   scaled.attention_scaling = 1.25f;
   run_qk_norm_rope(scaled);
+}
+
+// The fused KV append: qk_norm_rope with a slot mapping writes the pool (and the qkv buffer)
+// byte for byte as qk_norm_rope followed by kv_append, for every cache dtype, with and without
+// q/k norms, a padding token (slot -1), a head dim whose lane groups are padded (96) and an
+// unaligned token stride (the two-launch fallback).
+void run_fused_append(DType cache_dtype, int32_t hd, int32_t q_heads, int32_t kv_heads, bool norm,
+                      int32_t stride_pad, uint64_t seed) {
+  SCOPED_TRACE(std::string(dtype_name(cache_dtype)) + " hd " + std::to_string(hd) + " q/kv " +
+               std::to_string(q_heads) + "/" + std::to_string(kv_heads) +
+               (norm ? " norm" : "") + " pad " + std::to_string(stride_pad));
+  std::mt19937_64 rng(seed);
+  constexpr int32_t kTokens = 19;
+  constexpr int32_t kBlockSize = 16;
+  constexpr int32_t kBlocks = 6;
+  const int64_t stride = static_cast<int64_t>(q_heads + 2 * kv_heads) * hd + stride_pad;
+  const size_t n = static_cast<size_t>(kTokens) * stride;
+  // Values up to 6: some INT8 rows and FP8 codes saturate or round at the edges.
+  const std::vector<uint16_t> qkv = random_halves(n, DType::kBF16, -6.0f, 6.0f, rng);
+  std::vector<int32_t> positions(kTokens);
+  std::uniform_int_distribution<int32_t> pos_dist(0, 9000);
+  for (auto& pos : positions) pos = pos_dist(rng);
+  std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
+  for (int32_t i = 0; i < hd / 2; ++i) inv_freq[i] = static_cast<float>(std::pow(5e5, -2.0 * i / hd));
+  std::vector<int64_t> slots(kTokens);
+  std::vector<int64_t> all(static_cast<size_t>(kBlocks - 1) * kBlockSize);
+  std::iota(all.begin(), all.end(), int64_t{kBlockSize});  // block 0 is the null block
+  std::shuffle(all.begin(), all.end(), rng);
+  for (int32_t t = 0; t < kTokens; ++t) slots[t] = all[t];
+  slots[5] = -1;  // padding
+  Weight q_norm = make_weight(hd, DType::kBF16, 0.5f, 1.5f, rng);
+  Weight k_norm = make_weight(hd, DType::kBF16, 0.5f, 1.5f, rng);
+  const kv::KvLayout layout = test_kv_layout(cache_dtype, 1, kv_heads, hd, kBlockSize);
+  const std::vector<uint16_t> pool0 = random_kv_pool(layout, kBlocks, rng);
+  DeviceBuffer d_pos = upload(positions);
+  DeviceBuffer d_inv = upload(inv_freq);
+  DeviceBuffer d_slots = upload(slots);
+  auto run = [&](bool fused, std::vector<uint16_t>& qkv_out, std::vector<uint16_t>& pool_out) {
+    DeviceBuffer d_qkv = upload(qkv);
+    DeviceBuffer d_pool = upload(pool0);
+    QkNormRopeParams p;
+    p.qkv = d_qkv.data();
+    p.token_stride = stride;
+    p.positions = d_pos.as<int32_t>();
+    p.inv_freq = d_inv.as<float>();
+    p.q_norm = norm ? q_norm.buf.data() : nullptr;
+    p.k_norm = norm ? k_norm.buf.data() : nullptr;
+    p.num_tokens = kTokens;
+    p.num_q_heads = q_heads;
+    p.num_kv_heads = kv_heads;
+    p.head_dim = hd;
+    const PagedKvCacheView cache = layout.layer_view(d_pool.data(), 0);
+    if (fused) {
+      p.slot_mapping = d_slots.as<int64_t>();
+      p.cache = cache;
+      STRATA_ASSERT_OK(qk_norm_rope(p, nullptr));
+    } else {
+      STRATA_ASSERT_OK(qk_norm_rope(p, nullptr));
+      KvAppendParams a;
+      a.cache = cache;
+      a.k = d_qkv.as<uint16_t>() + static_cast<int64_t>(q_heads) * hd;
+      a.v = d_qkv.as<uint16_t>() + static_cast<int64_t>(q_heads + kv_heads) * hd;
+      a.k_token_stride = a.v_token_stride = stride;
+      a.slot_mapping = d_slots.as<int64_t>();
+      a.num_tokens = kTokens;
+      STRATA_ASSERT_OK(kv_append(a, nullptr));
+    }
+    sync_device();
+    qkv_out = download<uint16_t>(d_qkv, n);
+    pool_out = download<uint16_t>(d_pool, pool0.size());
+  };
+  std::vector<uint16_t> qkv_two, pool_two, qkv_fused, pool_fused;
+  run(false, qkv_two, pool_two);
+  run(true, qkv_fused, pool_fused);
+  EXPECT_EQ(qkv_fused, qkv_two) << "the rotated q/k differ";
+  EXPECT_NE(pool_two, pool0) << "nothing was appended";
+  size_t diff = 0;
+  for (size_t i = 0; i < pool0.size(); ++i) diff += pool_fused[i] != pool_two[i];
+  EXPECT_EQ(diff, 0u) << "16-bit words of the pool differ";
+}
+
+TEST_F(ModelOpsTest, QkNormRopeFusedAppendWritesKvAppendsBytes) {
+  uint64_t seed = 700;
+  for (DType d : {DType::kBF16, DType::kF8E4M3, DType::kF8E5M2, DType::kI8}) {
+    for (int32_t hd : {64, 128}) {
+      for (bool norm : {false, true}) run_fused_append(d, hd, 8, 2, norm, 0, seed++);
+    }
+    run_fused_append(d, 128, 32, 8, false, 0, seed++);  // Llama-3.1-8B
+    run_fused_append(d, 96, 12, 4, true, 0, seed++);    // lane groups padded
+    run_fused_append(d, 128, 4, 2, true, 2, seed++);    // 4-byte vectors: two launches
+  }
+}
+
+TEST_F(ModelOpsTest, QkNormRopeFusedAppendChecksTheCache) {
+  QkNormRopeParams p;
+  DeviceBuffer qkv = upload(std::vector<uint16_t>(64 * 4, 0));
+  DeviceBuffer pos = upload(std::vector<int32_t>(1, 0));
+  DeviceBuffer inv = upload(std::vector<float>(32, 1.0f));
+  DeviceBuffer slots = upload(std::vector<int64_t>(1, 16));
+  p.qkv = qkv.data();
+  p.token_stride = 64 * 3;
+  p.positions = pos.as<int32_t>();
+  p.inv_freq = inv.as<float>();
+  p.num_tokens = 1;
+  p.num_q_heads = 1;
+  p.num_kv_heads = 1;
+  p.head_dim = 64;
+  p.slot_mapping = slots.as<int64_t>();
+  const kv::KvLayout layout = test_kv_layout(DType::kBF16, 1, 2, 64, 16);  // 2 KV heads
+  p.cache = layout.layer_view(reinterpret_cast<void*>(uintptr_t{1} << 20), 0);
+  EXPECT_EQ(qk_norm_rope(p, nullptr).code(), StatusCode::kInvalidArgument);
+  const kv::KvLayout f32 = test_kv_layout(DType::kF32, 1, 1, 64, 16);
+  p.cache = f32.layer_view(reinterpret_cast<void*>(uintptr_t{1} << 20), 0);
+  EXPECT_EQ(qk_norm_rope(p, nullptr).code(), StatusCode::kUnsupported);
 }
 
 // ---- silu_and_mul, f32_to_bf16 ------------------------------------------------------------
