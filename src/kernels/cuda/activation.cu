@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/model_ops_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -29,6 +30,7 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g));
 template <int kVec>
 __global__ void __launch_bounds__(kThreads)
     silu_and_mul_kernel(const __grid_constant__ SiluAndMulArgs a) {
+  detail::pdl_wait();
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec;
   if (col >= a.intermediate) return;
   for (int32_t t = blockIdx.y; t < a.num_tokens; t += gridDim.y) {
@@ -53,7 +55,7 @@ template <int kVec>
 void launch(const SiluAndMulArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(detail::ceil_div(a.intermediate, int64_t{kThreads} * kVec)),
                   static_cast<unsigned>(std::min(a.num_tokens, kMaxGridY)));
-  silu_and_mul_kernel<kVec><<<grid, kThreads, 0, stream>>>(a);
+  detail::launch_pdl(silu_and_mul_kernel<kVec>, grid, dim3(kThreads), 0, stream, a);
 }
 
 }  // namespace

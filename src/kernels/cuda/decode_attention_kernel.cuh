@@ -55,6 +55,7 @@
 #include "kernels/cuda/decode_merge.cuh"
 #include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace strata::cuda::detail {
@@ -98,6 +99,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   using Shape = DecodeShape<kKvDType, kHeadDim>;
   constexpr bool kQuant = Shape::kQuant;
   static_assert(kQuant || kQDType == kKvDType);
+  pdl_wait();
   // The tensor-core input type: the cache's for 16-bit caches, fp16 for codes.
   constexpr DType kDType = kQuant ? DType::kF16 : kKvDType;
   using T = typename CudaType<kQDType>::type;  // q and o

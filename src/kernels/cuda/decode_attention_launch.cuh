@@ -203,7 +203,7 @@ Status launch_decode(const DecodeAttentionParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.num_seqs),
                   static_cast<unsigned>(p.cache.num_kv_heads * q_tiles),
                   static_cast<unsigned>(a.num_splits));
-  kernel<<<grid, kDecodeThreads, kSmemBytes, stream>>>(a);
+  launch_pdl(kernel, grid, dim3(kDecodeThreads), kSmemBytes, stream, a);
   STRATA_CUDA_CHECK_LAUNCH();
   return finish_decode<kKvDType, kHeadDim>(p, a, lse_log2, stream);
 }

@@ -29,6 +29,7 @@
 #include "kernels/cuda/kv_encode.cuh"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/model_ops_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -155,6 +156,7 @@ template <DType kNorm, int kVec, bool kAppend>
 __global__ void __launch_bounds__(kMaxThreads)
     qk_norm_rope_kernel(const __grid_constant__ QkNormRopeArgs a) {
   static_assert(!kAppend || kVec == 8);
+  detail::pdl_wait();
   constexpr int kC = kChunks<kVec>;
   __shared__ float cos_t[kMaxHalf];
   __shared__ float sin_t[kMaxHalf];
@@ -270,8 +272,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 template <DType kNorm, int kVec, bool kAppend = false>
 void launch(const QkNormRopeArgs& a, int32_t num_tokens, int threads, cudaStream_t stream) {
-  qk_norm_rope_kernel<kNorm, kVec, kAppend>
-      <<<static_cast<unsigned>(num_tokens), threads, 0, stream>>>(a);
+  detail::launch_pdl(qk_norm_rope_kernel<kNorm, kVec, kAppend>,
+                     dim3(static_cast<unsigned>(num_tokens)), dim3(threads), 0, stream, a);
 }
 
 template <DType kNorm>

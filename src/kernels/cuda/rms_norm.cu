@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/model_ops_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -60,6 +61,7 @@ __device__ __forceinline__ void store_f32(float* p, const float (&f)[kVec]) {
 template <DType kWeight, int kVec, int kPer>
 __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_kernel(const __grid_constant__ RmsNormArgs a) {
+  detail::pdl_wait();
   __shared__ float scratch[33];
   const int32_t r = blockIdx.x;
   const int64_t src_row = a.rows != nullptr ? a.rows[r] : r;
@@ -120,16 +122,16 @@ void launch_vec(const RmsNormArgs& a, int32_t num_rows, Shape s, cudaStream_t st
   const dim3 grid(static_cast<unsigned>(num_rows));
   switch (s.per) {
     case 1:
-      rms_norm_kernel<kWeight, kVec, 1><<<grid, s.threads, 0, stream>>>(a);
+      detail::launch_pdl(rms_norm_kernel<kWeight, kVec, 1>, grid, dim3(s.threads), 0, stream, a);
       break;
     case 2:
-      rms_norm_kernel<kWeight, kVec, 2><<<grid, s.threads, 0, stream>>>(a);
+      detail::launch_pdl(rms_norm_kernel<kWeight, kVec, 2>, grid, dim3(s.threads), 0, stream, a);
       break;
     case 4:
-      rms_norm_kernel<kWeight, kVec, 4><<<grid, s.threads, 0, stream>>>(a);
+      detail::launch_pdl(rms_norm_kernel<kWeight, kVec, 4>, grid, dim3(s.threads), 0, stream, a);
       break;
     default:
-      rms_norm_kernel<kWeight, kVec, kMaxPer><<<grid, s.threads, 0, stream>>>(a);
+      detail::launch_pdl(rms_norm_kernel<kWeight, kVec, kMaxPer>, grid, dim3(s.threads), 0, stream, a);
       break;
   }
 }
