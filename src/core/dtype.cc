@@ -22,10 +22,13 @@ constexpr std::array<std::pair<DType, std::string_view>, 12> kNames = {{
     {DType::kU8, "U8"},
     {DType::kBool, "BOOL"},
 }};
+// I4 (packed KV codes) is not a safetensors dtype: named, but never parsed.
+constexpr std::string_view kI4Name = "I4";
 
 }  // namespace
 
 std::string_view dtype_name(DType t) {
+  if (t == DType::kI4) return kI4Name;
   for (const auto& [type, name] : kNames) {
     if (type == t) return name;
   }

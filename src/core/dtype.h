@@ -19,6 +19,8 @@
 #include <optional>
 #include <string_view>
 
+#include "core/check.h"
+
 namespace strata {
 
 enum class DType : uint8_t {
@@ -34,11 +36,19 @@ enum class DType : uint8_t {
   kI8,
   kU8,
   kBool,
+  // 4-bit unsigned codes packed two per byte, the low nibble holding the even element: the INT4
+  // (KIVI) KV cache's codes (docs/kv-quant.md). Half a byte per element, so dtype_size cannot
+  // describe it: size it with dtype_bits. Never a tensor or safetensors dtype.
+  kI4,
 };
 
-// Bytes per element.
+// Bytes per element. Aborts for I4 (half a byte: use dtype_bits), so no size computation can
+// silently treat packed codes as whole bytes.
 constexpr int64_t dtype_size(DType t) {
   switch (t) {
+    case DType::kI4:
+      STRATA_CHECK(false, "dtype_size(I4): two codes per byte; use dtype_bits");
+      return 0;
     case DType::kF64: return 8;
     case DType::kI64: return 8;
     case DType::kF32: return 4;
@@ -54,6 +64,9 @@ constexpr int64_t dtype_size(DType t) {
   }
   return 0;
 }
+
+// Bits per element: 8 x dtype_size, or 4 for I4.
+constexpr int64_t dtype_bits(DType t) { return t == DType::kI4 ? 4 : 8 * dtype_size(t); }
 
 // The safetensors spelling: "F32", "BF16", ...
 std::string_view dtype_name(DType t);

@@ -46,6 +46,23 @@ struct PagedKvLayout {
   int32_t num_seqs = 0;
   int32_t block_size = 0;
 
+  // INT4 (KIVI) caches only (docs/kv-quant.md, "INT4"): each sequence's newest blocks also live in
+  // a second, full-precision residual pool. Sequence s's residual entries
+  // res_indices[res_indptr[s] .. res_indptr[s + 1]) hold its logical blocks res_first_block[s],
+  // res_first_block[s] + 1, ... through its last block, as residual-pool block ids. A query at
+  // position p reads logical block jb from the residual iff jb > p / block_size - residual_blocks
+  // (its own block and the residual_blocks - 1 before it), else the int4 codes; so which precision
+  // it sees depends on (p, jb) alone, never on batch or chunking. Null / 0 for other dtypes.
+  const int32_t* res_indptr = nullptr;       // [num_seqs + 1]
+  const int32_t* res_indices = nullptr;      // [res_indptr[num_seqs]] residual-pool block ids
+  const int32_t* res_first_block = nullptr;  // [num_seqs] logical index of the first entry
+  int32_t residual_blocks = 0;               // R >= 1 for int4 caches
+
+  // Residual-pool block holding logical block jb of the sequence (jb >= res_first_block[s]).
+  int32_t residual_block(int32_t seq_idx, int32_t jb) const {
+    return res_indices[res_indptr[seq_idx] + jb - res_first_block[seq_idx]];
+  }
+
   int32_t num_blocks(int32_t seq_idx) const {
     return kv_indptr[seq_idx + 1] - kv_indptr[seq_idx];
   }
@@ -100,6 +117,16 @@ struct PagedKvCacheView {
   T* v(int32_t block_id, int32_t kv_head, int32_t token_in_block) const {
     return static_cast<T*>(v_data) + offset(block_id, kv_head, token_in_block);
   }
+
+  // I4 (KIVI, docs/kv-quant.md "INT4") only; null / 0 for every other dtype. An I4 view counts
+  // block_stride / head_stride / token_stride in bytes (two 4-bit codes per byte, the low nibble
+  // the even channel: a token's row is head_dim / 2 bytes), and real = code * scale + zero with
+  // fp16 scales and zero points. V's are per token, as I8's scales (v_scale_data / v_zero_data
+  // at scale_offset(block, head, token)); K's are per channel of a block (k_scale_data /
+  // k_zero_data at block * scale_block_stride + kv_head * k_stat_head_stride + channel).
+  void* k_zero_data = nullptr;     // K zero points in block 0: [num_kv_heads][head_dim]
+  void* v_zero_data = nullptr;     // V zero points in block 0: [num_kv_heads][block_size]
+  int64_t k_stat_head_stride = 0;  // fp16 between KV heads of K's scales / zeros (= head_dim)
 };
 
 }  // namespace strata

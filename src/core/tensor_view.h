@@ -45,7 +45,8 @@ inline float load_as_f32(const void* data, DType dtype, int64_t idx) {
     case DType::kI16:
     case DType::kI8:
     case DType::kU8:
-    case DType::kBool: break;
+    case DType::kBool:
+    case DType::kI4: break;
   }
   STRATA_CHECK(false, "load_as_f32: not a float weight dtype (F32, BF16, F16)");
   return 0.0f;

@@ -60,15 +60,15 @@ std::optional<DType> kv_pool_dtype(KvCacheDType dtype) {
     case KvCacheDType::kInt8:
       return DType::kI8;
     case KvCacheDType::kInt4:
-      return std::nullopt;
+      return DType::kI4;
   }
   return std::nullopt;
 }
 
 std::optional<KvCacheDType> kv_cache_dtype_of(DType pool_dtype) {
-  for (const KvCacheDType d : {KvCacheDType::kF32, KvCacheDType::kBF16, KvCacheDType::kF16,
-                               KvCacheDType::kFp8E4M3, KvCacheDType::kFp8E5M2,
-                               KvCacheDType::kInt8}) {
+  for (const KvCacheDType d :
+       {KvCacheDType::kF32, KvCacheDType::kBF16, KvCacheDType::kF16, KvCacheDType::kFp8E4M3,
+        KvCacheDType::kFp8E5M2, KvCacheDType::kInt8, KvCacheDType::kInt4}) {
     if (kv_pool_dtype(d) == pool_dtype) return d;
   }
   return std::nullopt;

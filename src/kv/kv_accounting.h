@@ -9,7 +9,7 @@
 //                (one latent vector per token and layer, shared by K and V and by every head)
 //
 // Scales (fp16, 2 bytes each) of the quantized dtypes, as the representation layer stores them
-// after each layer's V (kv_layout.h, docs/kv-quant.md; int4 is planned, not stored yet):
+// after each layer's V (kv_layout.h, docs/kv-quant.md):
 //   fp8 e4m3 / e5m2  one scale per tensor: nothing per token
 //   int8             one scale per token per KV head, for K and for V
 //   int4             KIVI, asymmetric (a scale and a zero point each): K per channel (per
@@ -39,7 +39,9 @@ std::string_view kv_cache_dtype_name(KvCacheDType dtype);
 inline constexpr std::string_view kKvCacheDTypeSpellings =
     "auto, float32, bfloat16, bf16, float16, fp16, fp8, fp8_e4m3, fp8_e5m2, int8, int4";
 // The element type the pool stores for a KV cache dtype (kv_layout.h): F32, BF16, F16, F8E4M3,
-// F8E5M2 or I8; nullopt for int4, which the pool cannot hold yet (docs/kv-quant.md).
+// F8E5M2, I8 or I4 (int4's codes; its newest tokens also live in a full-precision residual pool,
+// docs/kv-quant.md "INT4"). Never nullopt today; optional so a dtype can be planned before the
+// pool holds it.
 std::optional<DType> kv_pool_dtype(KvCacheDType dtype);
 // The inverse, for a pool element type (is_kv_pool_dtype); nullopt for any other DType.
 std::optional<KvCacheDType> kv_cache_dtype_of(DType pool_dtype);

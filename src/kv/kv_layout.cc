@@ -6,6 +6,11 @@
 #include "core/check.h"
 
 namespace strata::kv {
+namespace {
+
+constexpr int64_t kFp16Bytes = 2;  // every scale and zero point
+
+}  // namespace
 
 bool is_kv_pool_dtype(DType dtype) {
   switch (dtype) {
@@ -15,6 +20,7 @@ bool is_kv_pool_dtype(DType dtype) {
     case DType::kF8E4M3:
     case DType::kF8E5M2:
     case DType::kI8:
+    case DType::kI4:
       return true;
     case DType::kF64:
     case DType::kI64:
@@ -34,6 +40,61 @@ bool KvSpec::is_mixed() const {
   return false;
 }
 
+int64_t kv_k_stats_bytes(DType dtype, int32_t num_kv_heads, int32_t head_dim, int32_t block_size) {
+  if (dtype == DType::kI4) return 2LL * num_kv_heads * head_dim * kFp16Bytes;  // scale + zero
+  return static_cast<int64_t>(num_kv_heads) * block_size * kv_token_scale_bytes(dtype);
+}
+
+int64_t kv_v_stats_bytes(DType dtype, int32_t num_kv_heads, int32_t /*head_dim*/,
+                         int32_t block_size) {
+  if (dtype == DType::kI4) return 2LL * num_kv_heads * block_size * kFp16Bytes;  // scale + zero
+  return static_cast<int64_t>(num_kv_heads) * block_size * kv_token_scale_bytes(dtype);
+}
+
+bool KvSpec::has_i4_layer() const {
+  for (int32_t l = 0; l < num_layers; ++l) {
+    if (layer_dtype(l) == DType::kI4) return true;
+  }
+  return false;
+}
+
+int64_t KvSpec::layer_block_stats_bytes(int32_t layer_idx, int32_t block_size) const {
+  const DType d = layer_dtype(layer_idx);
+  return kv_k_stats_bytes(d, num_kv_heads, head_dim, block_size) +
+         kv_v_stats_bytes(d, num_kv_heads, head_dim, block_size);
+}
+
+int64_t KvSpec::layer_block_bytes(int32_t layer_idx, int32_t block_size) const {
+  const int64_t code_bits =
+      2LL * num_kv_heads * block_size * head_dim * dtype_bits(layer_dtype(layer_idx));
+  return code_bits / 8 + layer_block_stats_bytes(layer_idx, block_size);
+}
+
+int64_t KvSpec::block_bytes(int32_t block_size) const {
+  int64_t total = 0;
+  for (int32_t l = 0; l < num_layers; ++l) total += layer_block_bytes(l, block_size);
+  return total;
+}
+
+double KvSpec::bytes_per_token(int32_t block_size) const {
+  return static_cast<double>(block_bytes(block_size)) / block_size;
+}
+
+double KvSpec::scale_bytes_per_token(int32_t block_size) const {
+  int64_t total = 0;
+  for (int32_t l = 0; l < num_layers; ++l) total += layer_block_stats_bytes(l, block_size);
+  return static_cast<double>(total) / block_size;
+}
+
+// Without I4 every layer's block bytes are block_size times its per-token bytes, so the figures
+// for a one-token block are the per-token figures.
+int64_t KvSpec::layer_bytes_per_token(int32_t layer_idx) const {
+  STRATA_CHECK(layer_dtype(layer_idx) != DType::kI4,
+               "KvSpec: an I4 layer's bytes per token depend on the block size; use "
+               "bytes_per_token(block_size) or KvLayout::bytes_per_token()");
+  return layer_block_bytes(layer_idx, 1);
+}
+
 int64_t KvSpec::bytes_per_token() const {
   int64_t total = 0;
   for (int32_t l = 0; l < num_layers; ++l) total += layer_bytes_per_token(l);
@@ -43,7 +104,8 @@ int64_t KvSpec::bytes_per_token() const {
 int64_t KvSpec::scale_bytes_per_token() const {
   int64_t total = 0;
   for (int32_t l = 0; l < num_layers; ++l) {
-    total += 2LL * num_kv_heads * kv_token_scale_bytes(layer_dtype(l));
+    (void)layer_bytes_per_token(l);  // the I4 check
+    total += layer_block_stats_bytes(l, 1);
   }
   return total;
 }
@@ -68,6 +130,8 @@ KvLayout::KvLayout(const KvSpec& spec, int32_t block_size, KvStaticScales scales
   for (int32_t l = 0; l < spec.num_layers; ++l) {
     STRATA_CHECK(is_kv_pool_dtype(spec.layer_dtype(l)),
                  "KvSpec layer dtype is not a KV pool dtype");
+    STRATA_CHECK(spec.layer_dtype(l) != DType::kI4 || spec.head_dim % 2 == 0,
+                 "an I4 KV layer needs an even head_dim (two codes per byte)");
     any_fp8 = any_fp8 || is_fp8(spec.layer_dtype(l));
     layer_offset_.push_back(layer_offset_.back() + layer_bytes(l));
   }
@@ -99,14 +163,17 @@ int32_t KvLayout::uniform_layer() const {
 PagedKvCacheView KvLayout::layer_view(void* pool_base, int32_t layer_idx) const {
   STRATA_CHECK(layer_idx >= 0 && layer_idx < spec_.num_layers, "layer index out of range");
   const DType dtype = spec_.layer_dtype(layer_idx);
-  const int64_t elem = dtype_size(dtype);
+  // I4 strides count bytes (a token's row is head_dim / 2 of them), every other dtype's elements.
+  const bool i4 = dtype == DType::kI4;
+  const int64_t elem = i4 ? 1 : dtype_size(dtype);
+  const int64_t row = i4 ? spec_.head_dim / 2 : spec_.head_dim;
   auto* base = static_cast<char*>(pool_base);
   PagedKvCacheView view;
   view.k_data = base + k_offset_bytes(layer_idx);
   view.v_data = base + v_offset_bytes(layer_idx);
   view.block_stride = block_bytes() / elem;
-  view.head_stride = head_elems();
-  view.token_stride = spec_.head_dim;
+  view.head_stride = row * block_size_;
+  view.token_stride = row;
   view.num_kv_heads = spec_.num_kv_heads;
   view.head_dim = spec_.head_dim;
   view.block_size = block_size_;
@@ -115,11 +182,16 @@ PagedKvCacheView KvLayout::layer_view(void* pool_base, int32_t layer_idx) const 
     view.k_scale = scales_.k[static_cast<size_t>(layer_idx)];
     view.v_scale = scales_.v[static_cast<size_t>(layer_idx)];
   }
-  if (scale_area_bytes(layer_idx) > 0) {
+  if (k_stats_bytes(layer_idx) > 0) {  // I8, I4
     view.k_scale_data = base + k_scale_offset_bytes(layer_idx);
     view.v_scale_data = base + v_scale_offset_bytes(layer_idx);
-    view.scale_block_stride = block_bytes() / kv_token_scale_bytes(dtype);
+    view.scale_block_stride = block_bytes() / kFp16Bytes;
     view.scale_head_stride = block_size_;
+  }
+  if (i4) {
+    view.k_zero_data = base + k_zero_offset_bytes(layer_idx);
+    view.v_zero_data = base + v_zero_offset_bytes(layer_idx);
+    view.k_stat_head_stride = spec_.head_dim;
   }
   return view;
 }

@@ -125,6 +125,58 @@ TEST(KvLayoutTest, LayerAreasAreSixteenByteAlignedWhenAHeadRowIs) {
   }
 }
 
+// An I4 layer of expect_addresses_tile_the_pool: its code bytes (strides in bytes, channels c and
+// c + 1 sharing byte c / 2) and its four statistics arrays, by the documented formula.
+void expect_int4_layer_tiles(const KvSpec& spec, const KvLayout& layout,
+                             const PagedKvCacheView& view, std::byte* base, int64_t start,
+                             int32_t num_blocks, std::vector<int>& covered,
+                             int64_t* num_element_bytes, int64_t* num_scale_bytes) {
+  const int64_t h_n = spec.num_kv_heads;
+  const int64_t d = spec.head_dim;
+  const int64_t bs = layout.block_size();
+  const int64_t area = h_n * bs * d / 2;
+  ASSERT_EQ(view.block_stride, layout.block_bytes());
+  ASSERT_EQ(view.token_stride, d / 2);
+  for (int32_t b = 0; b < num_blocks; ++b) {
+    const int64_t block = b * layout.block_bytes() + start;
+    for (int kv = 0; kv < 2; ++kv) {
+      void* data = kv == 0 ? view.k_data : view.v_data;
+      for (int32_t h = 0; h < h_n; ++h) {
+        for (int32_t t = 0; t < bs; ++t) {
+          for (int32_t c = 0; c < d; c += 2) {
+            const int64_t byte =
+                static_cast<std::byte*>(data) - base + view.offset(b, h, t) + c / 2;
+            ASSERT_EQ(byte, block + kv * area + ((h * bs + t) * d + c) / 2);
+            ++covered[static_cast<size_t>(byte)];
+            ++*num_element_bytes;
+          }
+        }
+      }
+    }
+    // K scale [H][D], K zero [H][D], V scale [H][B], V zero [H][B], fp16, after the V codes.
+    const int64_t stats = block + 2 * area;
+    const auto fp16_at = [&](void* data, int64_t index, int64_t expected) {
+      const int64_t byte = static_cast<std::byte*>(data) - base + index * 2;
+      ASSERT_EQ(byte, expected);
+      ++covered[static_cast<size_t>(byte)];
+      ++covered[static_cast<size_t>(byte + 1)];
+      *num_scale_bytes += 2;
+    };
+    for (int32_t h = 0; h < h_n; ++h) {
+      for (int32_t c = 0; c < d; ++c) {
+        const int64_t at = b * view.scale_block_stride + h * view.k_stat_head_stride + c;
+        fp16_at(view.k_scale_data, at, stats + (h * d + c) * 2);
+        fp16_at(view.k_zero_data, at, stats + 2 * h_n * d + (h * d + c) * 2);
+      }
+      for (int32_t t = 0; t < bs; ++t) {
+        const int64_t at = view.scale_offset(b, h, t);
+        fp16_at(view.v_scale_data, at, stats + 4 * h_n * d + (h * bs + t) * 2);
+        fp16_at(view.v_zero_data, at, stats + 4 * h_n * d + 2 * h_n * bs + (h * bs + t) * 2);
+      }
+    }
+  }
+}
+
 // Walks every element address of every (block, layer, K/V, head, token, channel) through the
 // layer views, as a kernel would, and counts how often each pool byte is covered.
 void expect_addresses_tile_the_pool(const KvSpec& spec, int32_t block_size, int32_t num_blocks) {
@@ -135,17 +187,25 @@ void expect_addresses_tile_the_pool(const KvSpec& spec, int32_t block_size, int3
   int64_t num_element_bytes = 0;
   int64_t num_scale_bytes = 0;
   // The documented formula, written out independently: layer l starts after the bytes of the
-  // layers before it, 2*H*B*D*elem (+ 4*H*B for I8) each.
+  // layers before it, 2*H*B*D*elem (+ 4*H*B for I8; I4: H*B*D + 4*H*D + 4*H*B) each.
   std::vector<int64_t> layer_start = {0};
   for (int32_t l = 0; l < spec.num_layers; ++l) {
     const DType d = spec.layer_dtype(l);
     const int64_t hb = int64_t{spec.num_kv_heads} * block_size;
-    layer_start.push_back(layer_start.back() + 2 * hb * spec.head_dim * dtype_size(d) +
-                          (d == DType::kI8 ? 4 * hb : 0));
+    const int64_t hd = int64_t{spec.num_kv_heads} * spec.head_dim;
+    layer_start.push_back(layer_start.back() + (d == DType::kI4
+                                                    ? hb * spec.head_dim + 4 * hd + 4 * hb
+                                                    : 2 * hb * spec.head_dim * dtype_size(d) +
+                                                          (d == DType::kI8 ? 4 * hb : 0)));
   }
   ASSERT_EQ(layer_start.back(), layout.block_bytes());
   for (int32_t l = 0; l < spec.num_layers; ++l) {
     const PagedKvCacheView view = layout.layer_view(base, l);
+    if (view.dtype == DType::kI4) {
+      expect_int4_layer_tiles(spec, layout, view, base, layer_start[static_cast<size_t>(l)],
+                              num_blocks, covered, &num_element_bytes, &num_scale_bytes);
+      continue;
+    }
     const int64_t elem = dtype_size(view.dtype);
     const int64_t area = int64_t{spec.num_kv_heads} * block_size * spec.head_dim * elem;
     const int64_t start = layer_start[static_cast<size_t>(l)];
@@ -206,6 +266,8 @@ TEST(KvLayoutTest, DistinctAddressesNeverOverlapAndTileEveryBlockExactly) {
   expect_addresses_tile_the_pool({4, 1, 2, DType::kF16}, 32, 3);
   expect_addresses_tile_the_pool({3, 2, 8, DType::kI8}, 8, 3);
   expect_addresses_tile_the_pool({2, 3, 16, DType::kF8E5M2}, 16, 2);
+  expect_addresses_tile_the_pool({3, 2, 8, DType::kI4}, 8, 3);
+  expect_addresses_tile_the_pool({2, 1, 6, DType::kI4}, 16, 2);
 }
 
 // ---- mixed-dtype layouts (per-layer exceptions) ------------------------------------------------
@@ -217,6 +279,85 @@ TEST(KvLayoutTest, MixedLayoutsTileEveryBlockExactly) {
   expect_addresses_tile_the_pool({4, 1, 16, kF8E4M3, {kF8E4M3, kF8E4M3, kF8E4M3, kF32}}, 8, 3);
   expect_addresses_tile_the_pool({3, 3, 8, kBF16, {kF32, kBF16, kF16}}, 8, 2);
   expect_addresses_tile_the_pool({4, 2, 4, kI8, {kF32, kI8, kF8E5M2, kBF16}}, 8, 2);
+  expect_addresses_tile_the_pool({3, 2, 8, kI4, {kF32, kI4, kI4}}, 8, 3);
+  expect_addresses_tile_the_pool({4, 1, 16, kI4, {kI4, kF32, kI8, kI4}}, 16, 2);
+}
+
+// ---- INT4 (KIVI) --------------------------------------------------------------------------------
+
+TEST(KvLayoutTest, Int4LayoutSizesOffsetsAndViewFields) {
+  // Llama 3 8B shape, block 16 (docs/kv-quant.md): codes 2 x 8,192 bytes per layer, K scale and
+  // zero 2 x 8 x 128 x 2 = 4,096, V scale and zero 2 x 8 x 16 x 2 = 512.
+  const KvLayout layout({32, 8, 128, DType::kI4}, 16);
+  EXPECT_EQ(layout.kv_area_bytes(), 8192);
+  EXPECT_EQ(layout.scale_area_bytes(), 0) << "no I8-style per-token scale area";
+  EXPECT_EQ(layout.k_stats_bytes(0), 4096);
+  EXPECT_EQ(layout.v_stats_bytes(0), 512);
+  EXPECT_EQ(layout.layer_bytes(), 20992);
+  EXPECT_EQ(layout.block_bytes(), 32 * 20992);
+  EXPECT_EQ(layout.bytes_per_token(), 41984.0);  // 1,312 per layer: 0.32x of BF16's 4,096
+  EXPECT_EQ(layout.scale_bytes_per_token(), 32 * 288.0);
+  EXPECT_EQ(layout.spec().bytes_per_token(16), 41984.0);
+  EXPECT_EQ(layout.spec().layer_block_bytes(3, 16), 20992);
+  EXPECT_EQ(layout.k_scale_offset_bytes(1), 20992 + 16384);
+  EXPECT_EQ(layout.k_zero_offset_bytes(1), 20992 + 16384 + 2048);
+  EXPECT_EQ(layout.v_scale_offset_bytes(1), 20992 + 16384 + 4096);
+  EXPECT_EQ(layout.v_zero_offset_bytes(1), 20992 + 16384 + 4096 + 256);
+  std::byte* base = reinterpret_cast<std::byte*>(uintptr_t{4096});  // never dereferenced
+  const PagedKvCacheView v = layout.layer_view(base, 1);
+  EXPECT_EQ(v.dtype, DType::kI4);
+  EXPECT_EQ(static_cast<std::byte*>(v.k_data) - base, 20992);
+  EXPECT_EQ(static_cast<std::byte*>(v.v_data) - base, 20992 + 8192);
+  EXPECT_EQ(v.block_stride, layout.block_bytes()) << "I4 strides count bytes";
+  EXPECT_EQ(v.head_stride, 16 * 64);
+  EXPECT_EQ(v.token_stride, 64);
+  EXPECT_EQ(static_cast<std::byte*>(v.k_scale_data) - base, layout.k_scale_offset_bytes(1));
+  EXPECT_EQ(static_cast<std::byte*>(v.k_zero_data) - base, layout.k_zero_offset_bytes(1));
+  EXPECT_EQ(static_cast<std::byte*>(v.v_scale_data) - base, layout.v_scale_offset_bytes(1));
+  EXPECT_EQ(static_cast<std::byte*>(v.v_zero_data) - base, layout.v_zero_offset_bytes(1));
+  EXPECT_EQ(v.scale_block_stride, layout.block_bytes() / 2);
+  EXPECT_EQ(v.scale_head_stride, 16);
+  EXPECT_EQ(v.k_stat_head_stride, 128);
+  // Other dtypes leave the I4 fields empty.
+  const PagedKvCacheView i8 = KvLayout({2, 2, 8, DType::kI8}, 16).layer_view(base, 1);
+  EXPECT_EQ(i8.k_zero_data, nullptr);
+  EXPECT_EQ(i8.v_zero_data, nullptr);
+  EXPECT_EQ(i8.k_stat_head_stride, 0);
+}
+
+TEST(KvLayoutTest, Int4PerTokenBytesAreExactEvenWhenFractional) {
+  // One KV head of 80 channels at block 128: K's statistics are 320 bytes per block, 2.5 per
+  // token: 80 / 2 x 2 codes + 2.5 + 4 (V's scale and zero) = 86.5.
+  const KvSpec spec{1, 1, 80, DType::kI4};
+  EXPECT_EQ(spec.block_bytes(128), 128 * 80 + 320 + 4 * 128);
+  EXPECT_EQ(spec.bytes_per_token(128), 86.5);
+  EXPECT_EQ(spec.scale_bytes_per_token(128), 6.5);
+  EXPECT_EQ(KvLayout(spec, 128).bytes_per_token(), 86.5);
+  EXPECT_EQ(kv_bytes_per_token({1, 1, 80, 0, 0}, KvCacheDType::kInt4, 128), 86.5);
+  // Without I4 the block-size forms agree with the per-token ones.
+  EXPECT_EQ(kLlama8B.bytes_per_token(16), static_cast<double>(kLlama8B.bytes_per_token()));
+  const KvSpec i8{3, 2, 24, DType::kI8};
+  EXPECT_EQ(i8.scale_bytes_per_token(8), static_cast<double>(i8.scale_bytes_per_token()));
+}
+
+TEST(KvLayoutTest, Int4IsAPoolDtypeButNotATensorDtype) {
+  EXPECT_TRUE(is_kv_pool_dtype(DType::kI4));
+  EXPECT_EQ(kv_pool_dtype(KvCacheDType::kInt4), DType::kI4);
+  EXPECT_EQ(kv_cache_dtype_of(DType::kI4), KvCacheDType::kInt4);
+  EXPECT_EQ(dtype_bits(DType::kI4), 4);
+  EXPECT_EQ(dtype_bits(DType::kBF16), 16);
+  EXPECT_EQ(dtype_name(DType::kI4), "I4");
+  EXPECT_EQ(dtype_from_safetensors_name("I4"), std::nullopt) << "never parsed from a checkpoint";
+}
+
+TEST(KvLayoutDeathTest, Int4SizesNeedABlockSizeAndAnEvenHeadDim) {
+  const KvSpec i4{2, 2, 8, DType::kI4};
+  EXPECT_DEATH((void)i4.bytes_per_token(), "depend on the block size");
+  EXPECT_DEATH((void)i4.scale_bytes_per_token(), "depend on the block size");
+  EXPECT_DEATH((void)KvSpec({2, 2, 8, DType::kF32, {DType::kF32, DType::kI4}}).bytes_per_token(),
+               "depend on the block size");
+  EXPECT_DEATH((void)dtype_size(DType::kI4), "use dtype_bits");
+  EXPECT_DEATH(KvLayout(KvSpec{1, 1, 7, DType::kI4}, 16), "even head_dim");
 }
 
 TEST(KvLayoutTest, MixedLayoutOffsetsAreEachLayersBytesSummedAndSixteenByteAligned) {
@@ -373,10 +514,7 @@ TEST(KvAccountingTest, PlanAndLayoutAgreeByteForByteForEveryPoolDtype) {
                                KvCacheDType::kFp8E4M3, KvCacheDType::kFp8E5M2,
                                KvCacheDType::kInt8, KvCacheDType::kInt4}) {
     const std::optional<DType> pool_dtype = kv_pool_dtype(d);
-    if (!pool_dtype) {
-      EXPECT_EQ(d, KvCacheDType::kInt4);  // the one dtype the pool cannot hold yet
-      continue;
-    }
+    ASSERT_TRUE(pool_dtype.has_value()) << kv_cache_dtype_name(d);
     EXPECT_TRUE(is_kv_pool_dtype(*pool_dtype));
     EXPECT_EQ(kv_cache_dtype_of(*pool_dtype), d);
     for (const KvShape& s : shapes) {
@@ -384,13 +522,17 @@ TEST(KvAccountingTest, PlanAndLayoutAgreeByteForByteForEveryPoolDtype) {
         const KvLayout layout(KvSpec{s.num_layers, s.num_kv_heads, s.head_dim, *pool_dtype}, bs);
         EXPECT_EQ(kv_block_bytes(s, d, bs), layout.block_bytes())
             << kv_cache_dtype_name(d) << " block " << bs;
-        EXPECT_DOUBLE_EQ(kv_bytes_per_token(s, d, bs),
-                         static_cast<double>(layout.spec().bytes_per_token()));
+        EXPECT_EQ(kv_bytes_per_token(s, d, bs), layout.bytes_per_token());
+        EXPECT_EQ(kv_scale_bytes_per_token(s, d, bs), layout.scale_bytes_per_token());
+        if (d != KvCacheDType::kInt4) {
+          EXPECT_DOUBLE_EQ(kv_bytes_per_token(s, d, bs),
+                           static_cast<double>(layout.spec().bytes_per_token()));
+        }
         ++checked;
       }
     }
   }
-  EXPECT_EQ(checked, 6 * 4 * 5);
+  EXPECT_EQ(checked, 7 * 4 * 5);
   EXPECT_EQ(kv_cache_dtype_of(DType::kU8), std::nullopt);
 }
 
@@ -400,7 +542,7 @@ TEST(KvAccountingTest, PlanAndLayoutAgreeByteForByteForMixedLayouts) {
   const KvShape shapes[] = {{32, 8, 128, 0, 0}, {2, 1, 64, 0, 0}, {3, 5, 96, 0, 0}};
   int checked = 0;
   for (const KvCacheDType d : {KvCacheDType::kBF16, KvCacheDType::kF16, KvCacheDType::kFp8E4M3,
-                               KvCacheDType::kFp8E5M2, KvCacheDType::kInt8}) {
+                               KvCacheDType::kFp8E5M2, KvCacheDType::kInt8, KvCacheDType::kInt4}) {
     for (const KvShape& s : shapes) {
       for (int pattern = 0; pattern < 3; ++pattern) {
         std::vector<KvCacheDType> cache_dtypes(static_cast<size_t>(s.num_layers), d);
@@ -419,16 +561,20 @@ TEST(KvAccountingTest, PlanAndLayoutAgreeByteForByteForMixedLayouts) {
           ASSERT_TRUE(layout.spec().is_mixed());
           EXPECT_EQ(kv_block_bytes(s, cache_dtypes, bs), layout.block_bytes())
               << kv_cache_dtype_name(d) << " pattern " << pattern << " block " << bs;
-          EXPECT_DOUBLE_EQ(kv_bytes_per_token(s, cache_dtypes, bs),
-                           static_cast<double>(layout.spec().bytes_per_token()));
-          EXPECT_DOUBLE_EQ(kv_scale_bytes_per_token(s, cache_dtypes, bs),
-                           static_cast<double>(layout.spec().scale_bytes_per_token()));
+          EXPECT_EQ(kv_bytes_per_token(s, cache_dtypes, bs), layout.bytes_per_token());
+          EXPECT_EQ(kv_scale_bytes_per_token(s, cache_dtypes, bs), layout.scale_bytes_per_token());
+          if (d != KvCacheDType::kInt4) {
+            EXPECT_DOUBLE_EQ(kv_bytes_per_token(s, cache_dtypes, bs),
+                             static_cast<double>(layout.spec().bytes_per_token()));
+            EXPECT_DOUBLE_EQ(kv_scale_bytes_per_token(s, cache_dtypes, bs),
+                             static_cast<double>(layout.spec().scale_bytes_per_token()));
+          }
           ++checked;
         }
       }
     }
   }
-  EXPECT_EQ(checked, 5 * 3 * 3 * 5);
+  EXPECT_EQ(checked, 6 * 3 * 3 * 5);
   // A uniform list gives the uniform figures.
   const KvShape s{28, 4, 128, 0, 0};
   const std::vector<KvCacheDType> all_int8(28, KvCacheDType::kInt8);

@@ -102,6 +102,23 @@ TEST(PlanTest, QuantizedKvDtypesCountTheirScales) {
   EXPECT_EQ(compute_plan(m, settings(24 * kGiB, KvCacheDType::kF32)).kv_bytes_per_token, 65536.0);
 }
 
+TEST(PlanTest, Int4OnTheLlama8BShapeIsAThirdOfBf16) {
+  // docs/kv-quant.md: codes 1,024 bytes per token per layer, K's per-block scale and zero point
+  // 2 x 8 x 128 x 2 x 2 / 16 = 256, V's 2 x 8 x 2 = 32: 1,312 x 32 layers = 41,984 bytes, 0.32x
+  // of bf16's 131,072 -- and byte for byte the pool KvLayout allocates (kv_layout_test).
+  const PlanModel m = parse_plan_model(
+      read(std::string(STRATA_SOURCE_DIR) + "/bench/models/llama-3.1-8b/config.json"),
+      "llama-3.1-8b");
+  const PlanReport bf16 = compute_plan(m, settings(80 * kGiB));
+  const PlanReport i4 = compute_plan(m, settings(80 * kGiB, KvCacheDType::kInt4));
+  EXPECT_EQ(bf16.kv_bytes_per_token, 131072.0);
+  EXPECT_EQ(i4.kv_bytes_per_token, 41984.0);
+  EXPECT_EQ(i4.kv_bytes_per_token_per_layer, 1312.0);
+  EXPECT_EQ(i4.scale_bytes_per_token, 9216.0);
+  EXPECT_EQ(i4.block_bytes, 16 * 41984);
+  EXPECT_NEAR(i4.kv_bytes_per_token / bf16.kv_bytes_per_token, 0.32, 0.001);
+}
+
 TEST(PlanTest, DeepSeekV3MlaLatentCache) {
   const PlanModel m = parse_plan_model(kDeepSeekV3, "deepseek-v3");
   EXPECT_TRUE(m.kv.is_mla());

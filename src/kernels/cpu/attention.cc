@@ -50,7 +50,7 @@ Status validate_kv_encoding(const PagedKvCacheView& cache, const char* who) {
   if (!is_attention_kv_dtype(cache.dtype)) {
     return Status::Unsupported(std::string(who) + ": KV cache dtype " +
                                std::string(dtype_name(cache.dtype)) +
-                               " (supported: F32, BF16, F16, F8_E4M3, F8_E5M2, I8)");
+                               " (supported: F32, BF16, F16, F8_E4M3, F8_E5M2, I8, I4)");
   }
   if (cache.dtype == DType::kF8E4M3 || cache.dtype == DType::kF8E5M2) {
     const auto ok = [](float s) { return std::isfinite(s) && s > 0.0f; };
@@ -63,6 +63,32 @@ Status validate_kv_encoding(const PagedKvCacheView& cache, const char* who) {
       (cache.k_scale_data == nullptr || cache.v_scale_data == nullptr ||
        cache.scale_head_stride < cache.block_size || cache.scale_block_stride < 0)) {
     return Status::InvalidArgument(std::string(who) + ": int8 cache without its scale areas");
+  }
+  if (cache.dtype == DType::kI4 &&
+      (cache.head_dim % 2 != 0 || cache.k_scale_data == nullptr || cache.v_scale_data == nullptr ||
+       cache.k_zero_data == nullptr || cache.v_zero_data == nullptr ||
+       cache.scale_head_stride < cache.block_size || cache.k_stat_head_stride < cache.head_dim ||
+       cache.scale_block_stride < 0)) {
+    return Status::InvalidArgument(std::string(who) +
+                                   ": int4 cache without an even head_dim or its statistics");
+  }
+  return Status::Ok();
+}
+
+// Bytes (I4) or elements of one token's row: the least token_stride a view can have.
+int64_t row_extent(const PagedKvCacheView& cache) {
+  return cache.dtype == DType::kI4 ? cache.head_dim / 2 : cache.head_dim;
+}
+
+// An I4 cache's residual view: F32, the cache's shape.
+Status validate_residual_view(const PagedKvCacheView& residual, const PagedKvCacheView& cache,
+                              const char* who) {
+  if (residual.dtype != DType::kF32 || residual.k_data == nullptr || residual.v_data == nullptr ||
+      residual.num_kv_heads != cache.num_kv_heads || residual.head_dim != cache.head_dim ||
+      residual.block_size != cache.block_size || residual.token_stride < residual.head_dim ||
+      residual.head_stride < 0 || residual.block_stride < 0) {
+    return Status::InvalidArgument(std::string(who) +
+                                   ": an int4 cache needs an F32 residual view of its shape");
   }
   return Status::Ok();
 }
@@ -89,11 +115,46 @@ Status validate_shapes(const AttentionParams& p) {
     return Status::InvalidArgument(
         "attention: layout and cache block sizes differ or are not positive");
   }
-  if (cache.token_stride < cache.head_dim || cache.head_stride < 0 || cache.block_stride < 0) {
+  if (cache.token_stride < row_extent(cache) || cache.head_stride < 0 || cache.block_stride < 0) {
     return Status::InvalidArgument("attention: bad cache strides");
   }
   if (p.sliding_window < 0) return Status::InvalidArgument("attention: negative sliding_window");
-  return validate_kv_encoding(cache, "attention");
+  STRATA_RETURN_IF_ERROR(validate_kv_encoding(cache, "attention"));
+  if (cache.dtype != DType::kI4) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(validate_residual_view(p.residual, cache, "attention"));
+  if (layout.res_indptr == nullptr || layout.res_indices == nullptr ||
+      layout.res_first_block == nullptr || layout.residual_blocks < 1) {
+    return Status::InvalidArgument(
+        "attention: an int4 cache needs the layout's residual tables and residual_blocks >= 1");
+  }
+  return Status::Ok();
+}
+
+// I4: sequence s's residual entries cover every block its query rows read at full precision
+// (from the first row's window block p0 / B - R + 1 on) through its last block.
+Status validate_residual_tables(const AttentionParams& p, int32_t s, int32_t q_len) {
+  const PagedKvLayout& layout = p.layout;
+  const std::string where = "attention: sequence " + std::to_string(s) + ": ";
+  const int32_t first = layout.res_first_block[s];
+  const int32_t count = layout.res_indptr[s + 1] - layout.res_indptr[s];
+  const int32_t first_pos = layout.kv_len(s) - q_len;
+  const int32_t needed = std::max(0, first_pos / layout.block_size - layout.residual_blocks + 1);
+  if (first < 0 || first > needed) {
+    return Status::InvalidArgument(where + "res_first_block " + std::to_string(first) +
+                                   " does not cover the residual window from block " +
+                                   std::to_string(needed));
+  }
+  if (count != layout.num_blocks(s) - first) {
+    return Status::InvalidArgument(where +
+                                   "residual entries must run from res_first_block "
+                                   "through the last block");
+  }
+  for (int32_t i = layout.res_indptr[s]; i < layout.res_indptr[s + 1]; ++i) {
+    if (layout.res_indices[i] < 0) {
+      return Status::InvalidArgument(where + "negative residual block id");
+    }
+  }
+  return Status::Ok();
 }
 
 Status validate_sequence(const AttentionParams& p, int32_t s) {
@@ -121,6 +182,7 @@ Status validate_sequence(const AttentionParams& p, int32_t s) {
     return Status::InvalidArgument(where + "q_len " + std::to_string(q_len) + " > kv_len " +
                                    std::to_string(kv_len));
   }
+  if (p.cache.dtype == DType::kI4 && q_len > 0) return validate_residual_tables(p, s, q_len);
   return Status::Ok();
 }
 
@@ -149,18 +211,31 @@ const float* block_rows(const PagedKvCacheView& cache, KvPart part, int32_t bloc
   return tile.data();
 }
 
+// Rows [token, token + count) of logical block b of the task's sequence, as block_rows. An I4
+// cache's rows come from the residual pool for the R blocks ending with the row's own block
+// (b > pos / B - R), else from the int4 codes: a function of (pos, b) alone.
+const float* logical_block_rows(const AttentionParams& p, const RowTask& t, KvPart part, int32_t b,
+                                int32_t token, int32_t count, std::vector<float>& tile,
+                                int64_t* ld) {
+  const PagedKvLayout& layout = p.layout;
+  if (p.cache.dtype == DType::kI4 && b > t.pos / layout.block_size - layout.residual_blocks) {
+    return block_rows(p.residual, part, layout.residual_block(t.seq_idx, b), t.kv_head, token,
+                      count, tile, ld);
+  }
+  const int32_t block_id = layout.kv_indices[layout.kv_indptr[t.seq_idx] + b];
+  return block_rows(p.cache, part, block_id, t.kv_head, token, count, tile, ld);
+}
+
 // Pass 1: scores[h][j] = scale * q_h . k_(first_pos + j), block by block.
 void compute_scores(const AttentionParams& p, const RowTask& t, int32_t group, Scratch& s) {
   const int32_t bs = p.layout.block_size;
   const int32_t d = p.cache.head_dim;
   const int32_t n = t.pos - t.first_pos + 1;
-  const int32_t* blocks = p.layout.kv_indices + p.layout.kv_indptr[t.seq_idx];
   for (int32_t b = t.first_pos / bs; b <= t.pos / bs; ++b) {
     const int32_t first = std::max(t.first_pos, b * bs);
     const int32_t count = std::min(t.pos, b * bs + bs - 1) - first + 1;
     int64_t ld = 0;
-    const float* k =
-        block_rows(p.cache, KvPart::kK, blocks[b], t.kv_head, first - b * bs, count, s.tile, &ld);
+    const float* k = logical_block_rows(p, t, KvPart::kK, b, first - b * bs, count, s.tile, &ld);
     // scores[h][j] = q_h . k_j for the group's heads at once (each K row is loaded once per two
     // heads), then scaled: the same fp32 operations for every row whatever the group size.
     float* scores = s.scores.data() + (first - t.first_pos);
@@ -224,7 +299,6 @@ void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scr
   const int32_t bs = p.layout.block_size;
   const int32_t d = p.cache.head_dim;
   const int32_t n = t.pos - t.first_pos + 1;
-  const int32_t* blocks = p.layout.kv_indices + p.layout.kv_indptr[t.seq_idx];
   for (int32_t h = 0; h < group; ++h) {
     const float* scores = s.scores.data() + static_cast<int64_t>(h) * n;
     s.max[h] = *std::max_element(scores, scores + n);
@@ -248,8 +322,7 @@ void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scr
       s.sum[h] += block_sum;
     }
     int64_t ld = 0;
-    const float* v =
-        block_rows(p.cache, KvPart::kV, blocks[b], t.kv_head, first - b * bs, count, s.tile, &ld);
+    const float* v = logical_block_rows(p, t, KvPart::kV, b, first - b * bs, count, s.tile, &ld);
     const auto weights_of = [&](int32_t h) {
       return s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
     };
@@ -315,6 +388,33 @@ void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv
   weighted_sum(p, t, group, s);
 }
 
+// I4: the residual view, and each token's residual slot: -1 exactly where its slot is, inside
+// the residual pool, at the same offset in its block as the slot (the residual block mirrors the
+// int4 block token for token).
+Status validate_residual_append(const AppendKvParams& p) {
+  STRATA_RETURN_IF_ERROR(validate_residual_view(p.residual, p.cache, "append_kv"));
+  if (p.num_residual_blocks < 0 || (p.num_tokens > 0 && p.residual_slot_mapping == nullptr)) {
+    return Status::InvalidArgument(
+        "append_kv: an int4 cache needs residual_slot_mapping and num_residual_blocks >= 0");
+  }
+  const int64_t bs = p.cache.block_size;
+  const int64_t limit = p.num_residual_blocks * bs;
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    const int64_t slot = p.slot_mapping[t];
+    const int64_t res = p.residual_slot_mapping[t];
+    if (res < -1 || (p.num_residual_blocks > 0 && res >= limit)) {
+      return Status::OutOfRange("append_kv: token " + std::to_string(t) + " has residual slot " +
+                                std::to_string(res));
+    }
+    if ((slot == -1) != (res == -1) || (slot != -1 && slot % bs != res % bs)) {
+      return Status::InvalidArgument("append_kv: token " + std::to_string(t) + ": residual slot " +
+                                     std::to_string(res) + " does not mirror slot " +
+                                     std::to_string(slot));
+    }
+  }
+  return Status::Ok();
+}
+
 Status validate_append(const AppendKvParams& p) {
   const PagedKvCacheView& cache = p.cache;
   if (p.num_tokens < 0) return Status::InvalidArgument("append_kv: negative num_tokens");
@@ -325,7 +425,7 @@ Status validate_append(const AppendKvParams& p) {
     return Status::InvalidArgument("append_kv: cache k_data and v_data must not be null");
   }
   if (cache.num_kv_heads <= 0 || cache.head_dim <= 0 || cache.block_size <= 0 ||
-      cache.token_stride < cache.head_dim || p.num_cache_blocks < 0) {
+      cache.token_stride < row_extent(cache) || p.num_cache_blocks < 0) {
     return Status::InvalidArgument("append_kv: bad cache view or num_cache_blocks");
   }
   STRATA_RETURN_IF_ERROR(validate_kv_encoding(cache, "append_kv"));
@@ -337,7 +437,44 @@ Status validate_append(const AppendKvParams& p) {
                                 std::to_string(slot));
     }
   }
-  return Status::Ok();
+  return cache.dtype == DType::kI4 ? validate_residual_append(p) : Status::Ok();
+}
+
+// I4: every token's K/V to its residual slot at full precision; then each block whose last slot
+// was written is quantized whole from its residual copy (after all rows are in, so a block filled
+// by this call's earlier tokens sees them).
+void append_int4(const AppendKvParams& p, ThreadPool& pool) {
+  const PagedKvCacheView& residual = p.residual;
+  const int64_t d = residual.head_dim;
+  const int64_t row_elems = static_cast<int64_t>(residual.num_kv_heads) * d;
+  pool.parallel_for(
+      p.num_tokens,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          const int64_t slot = p.residual_slot_mapping[t];
+          if (slot == -1) continue;
+          for (int32_t h = 0; h < residual.num_kv_heads; ++h) {
+            store_kv_row(residual, KvPart::kK, slot, h, p.k + t * row_elems + h * d);
+            store_kv_row(residual, KvPart::kV, slot, h, p.v + t * row_elems + h * d);
+          }
+        }
+      },
+      /*min_chunk=*/16);
+  const int64_t bs = p.cache.block_size;
+  std::vector<int64_t> filling;  // tokens that fill their block
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    if (p.slot_mapping[t] % bs == bs - 1) filling.push_back(t);
+  }
+  pool.parallel_for(
+      static_cast<int64_t>(filling.size()),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t t = filling[static_cast<size_t>(i)];
+          quantize_int4_block(residual, static_cast<int32_t>(p.residual_slot_mapping[t] / bs),
+                              p.cache, static_cast<int32_t>(p.slot_mapping[t] / bs));
+        }
+      },
+      /*min_chunk=*/1);
 }
 
 }  // namespace
@@ -367,6 +504,10 @@ Status paged_attention(const AttentionParams& params, ThreadPool& pool) {
 
 Status append_kv(const AppendKvParams& params, ThreadPool& pool) {
   STRATA_RETURN_IF_ERROR(validate_append(params));
+  if (params.cache.dtype == DType::kI4) {
+    append_int4(params, pool);
+    return Status::Ok();
+  }
   const PagedKvCacheView& cache = params.cache;
   const int64_t d = cache.head_dim;
   const int64_t row_elems = static_cast<int64_t>(cache.num_kv_heads) * d;

@@ -60,6 +60,7 @@ inline void load_f32(const void* src, DType dtype, int64_t offset, int64_t n, fl
     case DType::kI8:
     case DType::kU8:
     case DType::kBool:
+    case DType::kI4:
       break;
   }
   STRATA_CHECK(false, "load_f32: dtype is not F32, BF16 or F16 (validate before calling)");

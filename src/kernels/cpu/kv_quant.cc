@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/cpu/cpu_common.h"
@@ -48,6 +49,108 @@ void quantize_fp8_row(const float* x, int64_t n, float scale, DType dtype, uint8
   }
 }
 
+namespace {
+
+// One fp16 step toward -inf / +inf from a finite fp16 bit pattern (-0 and +0 alike).
+uint16_t f16_step_down(uint16_t h) {
+  if ((h & 0x7fffu) == 0) return 0x8001u;
+  return static_cast<uint16_t>((h & 0x8000u) != 0 ? h + 1 : h - 1);
+}
+uint16_t f16_step_up(uint16_t h) {
+  if ((h & 0x7fffu) == 0) return 0x0001u;
+  return static_cast<uint16_t>((h & 0x8000u) != 0 ? h - 1 : h + 1);
+}
+
+// The largest fp16 <= v / the smallest fp16 >= v, for v in [-65504, 65504].
+uint16_t f16_round_down(float v) {
+  const uint16_t h = f32_to_f16(v);
+  return f16_to_f32(h) > v ? f16_step_down(h) : h;
+}
+uint16_t f16_round_up(float v) {
+  const uint16_t h = f32_to_f16(v);
+  return f16_to_f32(h) < v ? f16_step_up(h) : h;
+}
+
+}  // namespace
+
+Int4Params int4_params(const float* x, int64_t n, int64_t stride) {
+  float mn = INFINITY;
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i * stride];
+    if (v != v) continue;  // NaN
+    mn = std::min(mn, v);
+    mx = std::max(mx, v);
+  }
+  if (mn > mx) return {};  // no value: all NaN, or n == 0
+  // z <= min (so no value falls below code 0) and 15 s >= max - z (so the max reaches code 15):
+  // every value in [z, z + 15 s] reads back within s / 2 of itself.
+  uint16_t zero = f16_round_down(std::clamp(mn, -kF16Max, kF16Max));
+  if (zero == 0x8000u) zero = 0;  // never -0
+  const float z = f16_to_f32(zero);
+  float t = (mx - z) / 15.0f;
+  if (!(t >= 0.0f)) t = 0.0f;  // mx -inf (every value -inf) gives -inf
+  const uint16_t scale = f16_round_up(std::min(t, kF16Max));
+  return {scale, zero};
+}
+
+uint8_t int4_code(float x, float s, float z) {
+  float r = s > 0.0f ? std::nearbyint((x - z) / s) : 0.0f;
+  if (!(r == r)) r = 0.0f;  // NaN
+  return static_cast<uint8_t>(std::clamp(r, 0.0f, 15.0f));
+}
+
+float int4_value(uint8_t code, float s, float z) {
+  const float scaled = static_cast<float>(code) * s;
+  return scaled + z;
+}
+
+void quantize_int4_block(const PagedKvCacheView& residual, int32_t residual_block_id,
+                         const PagedKvCacheView& cache, int32_t block_id) {
+  STRATA_CHECK(cache.dtype == DType::kI4 && residual.dtype == DType::kF32,
+               "quantize_int4_block: an I4 cache from an F32 residual");
+  const int32_t bs = cache.block_size;
+  const int32_t d = cache.head_dim;
+  auto* k_scales = static_cast<uint16_t*>(cache.k_scale_data);
+  auto* k_zeros = static_cast<uint16_t*>(cache.k_zero_data);
+  auto* v_scales = static_cast<uint16_t*>(cache.v_scale_data);
+  auto* v_zeros = static_cast<uint16_t*>(cache.v_zero_data);
+  for (int32_t h = 0; h < cache.num_kv_heads; ++h) {
+    // K: one group per channel, over the block's tokens.
+    const float* k = residual.k<float>(residual_block_id, h, 0);
+    uint8_t* k_codes = cache.k<uint8_t>(block_id, h, 0);
+    const int64_t k_stat = block_id * cache.scale_block_stride + h * cache.k_stat_head_stride;
+    for (int32_t c = 0; c < d; ++c) {
+      const Int4Params g = int4_params(k + c, bs, residual.token_stride);
+      k_scales[k_stat + c] = g.scale;
+      k_zeros[k_stat + c] = g.zero;
+      const float s = f16_to_f32(g.scale);
+      const float z = f16_to_f32(g.zero);
+      const int shift = 4 * (c & 1);
+      for (int32_t t = 0; t < bs; ++t) {
+        uint8_t& byte = k_codes[t * cache.token_stride + c / 2];
+        const auto code =
+            static_cast<uint8_t>(int4_code(k[t * residual.token_stride + c], s, z) << shift);
+        byte = static_cast<uint8_t>(shift == 0 ? code : (byte & 0x0fu) | code);
+      }
+    }
+    // V: one group per token, over head_dim.
+    for (int32_t t = 0; t < bs; ++t) {
+      const float* v = residual.v<float>(residual_block_id, h, t);
+      const Int4Params g = int4_params(v, d, 1);
+      v_scales[cache.scale_offset(block_id, h, t)] = g.scale;
+      v_zeros[cache.scale_offset(block_id, h, t)] = g.zero;
+      const float s = f16_to_f32(g.scale);
+      const float z = f16_to_f32(g.zero);
+      uint8_t* v_codes = cache.v<uint8_t>(block_id, h, t);
+      for (int32_t c = 0; c < d; c += 2) {
+        v_codes[c / 2] =
+            static_cast<uint8_t>(int4_code(v[c], s, z) | int4_code(v[c + 1], s, z) << 4);
+      }
+    }
+  }
+}
+
 void store_kv_row(const PagedKvCacheView& c, KvPart part, int64_t slot, int32_t kv_head,
                   const float* src) {
   const int64_t offset = c.slot_offset(slot, kv_head);
@@ -79,6 +182,7 @@ void store_kv_row(const PagedKvCacheView& c, KvPart part, int64_t slot, int32_t 
           quantize_int8_row(src, n, static_cast<int8_t*>(data) + offset);
       return;
     }
+    case DType::kI4:  // a block at a time: quantize_int4_block
     case DType::kF64:
     case DType::kI64:
     case DType::kI32:
@@ -87,8 +191,72 @@ void store_kv_row(const PagedKvCacheView& c, KvPart part, int64_t slot, int32_t 
     case DType::kBool:
       break;
   }
-  STRATA_CHECK(false, "store_kv_row: cache dtype not validated");
+  STRATA_CHECK(false, "store_kv_row: cache dtype not validated (or I4)");
 }
+
+namespace {
+
+// load_kv_rows for I4: K's scales and zero points per channel (decoded once per call), V's per
+// token.
+void load_int4_rows(const PagedKvCacheView& c, KvPart part, int32_t block_id, int32_t kv_head,
+                    int32_t token, int32_t count, float* dst, bool use_avx512) {
+  const int32_t d = c.head_dim;
+  const uint8_t* codes =
+      static_cast<const uint8_t*>(part_data(c, part)) + c.offset(block_id, kv_head, token);
+  const auto* scales = static_cast<const uint16_t*>(part_scales(c, part));
+  const auto* zeros =
+      static_cast<const uint16_t*>(part == KvPart::kK ? c.k_zero_data : c.v_zero_data);
+  if (part == KvPart::kK) {
+    const int64_t at = block_id * c.scale_block_stride + kv_head * c.k_stat_head_stride;
+    if (use_avx512) {  // widens the fp16 statistics in registers
+      for (int32_t i = 0; i < count; ++i) {
+        detail::dequantize_int4_avx512(codes + i * c.token_stride, scales + at, zeros + at, d,
+                                       dst + static_cast<int64_t>(i) * d);
+      }
+      return;
+    }
+    // Per channel: d fp32 scales then d zero points, on the stack for the usual head dims.
+    constexpr int32_t kStackDim = 256;
+    float stack[2 * kStackDim];
+    std::vector<float> heap;
+    float* s = stack;
+    if (d > kStackDim) {
+      heap.resize(2 * static_cast<size_t>(d));
+      s = heap.data();
+    }
+    float* z = s + d;
+    for (int32_t i = 0; i < d; ++i) {
+      s[i] = f16_to_f32(scales[at + i]);
+      z[i] = f16_to_f32(zeros[at + i]);
+    }
+    for (int32_t i = 0; i < count; ++i) {
+      const uint8_t* row = codes + i * c.token_stride;
+      float* out = dst + static_cast<int64_t>(i) * d;
+      for (int32_t j = 0; j < d; ++j) {
+        const auto code = static_cast<uint8_t>((row[j / 2] >> (4 * (j & 1))) & 0x0fu);
+        out[j] = int4_value(code, s[j], z[j]);
+      }
+    }
+    return;
+  }
+  for (int32_t i = 0; i < count; ++i) {
+    const int64_t at = c.scale_offset(block_id, kv_head, token + i);
+    const float s = f16_to_f32(scales[at]);
+    const float z = f16_to_f32(zeros[at]);
+    const uint8_t* row = codes + i * c.token_stride;
+    float* out = dst + static_cast<int64_t>(i) * d;
+    if (use_avx512) {
+      detail::dequantize_int4_row_avx512(row, s, z, d, out);
+      continue;
+    }
+    for (int32_t j = 0; j < d; ++j) {
+      const auto code = static_cast<uint8_t>((row[j / 2] >> (4 * (j & 1))) & 0x0fu);
+      out[j] = int4_value(code, s, z);
+    }
+  }
+}
+
+}  // namespace
 
 void load_kv_rows(const PagedKvCacheView& c, KvPart part, int32_t block_id, int32_t kv_head,
                   int32_t token, int32_t count, float* dst, bool use_avx512) {
@@ -133,6 +301,9 @@ void load_kv_rows(const PagedKvCacheView& c, KvPart part, int32_t block_id, int3
       }
       return;
     }
+    case DType::kI4:
+      load_int4_rows(c, part, block_id, kv_head, token, count, dst, use_avx512);
+      return;
     case DType::kF64:
     case DType::kI64:
     case DType::kI32:

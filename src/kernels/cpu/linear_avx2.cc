@@ -122,6 +122,7 @@ void matmul_nt_avx2(const float* x, int64_t ldx, int64_t m, const void* w, DType
     case DType::kI8:
     case DType::kU8:
     case DType::kBool:
+    case DType::kI4:
       break;
   }
   STRATA_CHECK(false, "matmul_nt_avx2: weight dtype is not F32, BF16 or F16");

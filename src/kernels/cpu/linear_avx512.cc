@@ -233,6 +233,7 @@ void matmul_nt_avx512(const float* x, int64_t ldx, int64_t m, const void* w, DTy
     case DType::kI8:
     case DType::kU8:
     case DType::kBool:
+    case DType::kI4:
       break;
   }
   STRATA_CHECK(false, "matmul_nt_avx512: weight dtype is not F32, BF16 or F16");

@@ -39,6 +39,10 @@ Status validate(const DecodeAttentionParams& p) {
     return Status::InvalidArgument("decode attention needs q, o, the paged layout and K/V");
   }
   const bool quantized = is_quantized_kv(c.dtype);
+  if (!quantized && !contains(kKvDTypes, c.dtype)) {
+    return Status::Unsupported("decode attention reads BF16, F16, FP8 and INT8 caches, not " +
+                               std::string(dtype_name(c.dtype)));
+  }
   const int64_t elem = dtype_size(c.dtype);
   const int64_t qo_elem = dtype_size(quantized ? p.qo_dtype : c.dtype);
   const int64_t row = static_cast<int64_t>(p.num_qo_heads) * c.head_dim;

@@ -30,6 +30,10 @@ Status validate(const PrefillAttentionParams& p) {
       c.k_data == nullptr || c.v_data == nullptr) {
     return Status::InvalidArgument("prefill attention needs q, o, qo_indptr, the layout and K/V");
   }
+  if (!is_quantized_kv(c.dtype) && !contains(kKvDTypes, c.dtype)) {
+    return Status::Unsupported("prefill attention reads BF16, F16, FP8 and INT8 caches, not " +
+                               std::string(dtype_name(c.dtype)));
+  }
   const int64_t elem = dtype_size(c.dtype);
   const int64_t qo_elem = dtype_size(is_quantized_kv(c.dtype) ? p.qo_dtype : c.dtype);
   const int64_t row = static_cast<int64_t>(p.num_qo_heads) * c.head_dim;

@@ -71,6 +71,7 @@ Status random_fill(const RandomFillParams& p, cudaStream_t stream) {
     case DType::kI8:
     case DType::kU8:
     case DType::kBool:
+    case DType::kI4:
       return Status::Unsupported("random_fill of " + std::string(dtype_name(p.dtype)));
   }
   STRATA_CUDA_CHECK_LAUNCH();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "int4_reference.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -117,6 +118,7 @@ TEST(AppendKvTest, WritesEachTokenAtItsSlotAndSkipsPadding) {
   const std::vector<float> k = token_rows(n, 1);
   const std::vector<float> v = token_rows(n, 2);
   for (DType dtype : kAttentionKvDTypes) {
+    if (dtype == DType::kI4) continue;  // a block at a time, from a residual pool: AppendKvInt4Test
     for (int threads : {1, 3}) {
       AppendFixture f(dtype);
       write_expected(f.view(f.expected), k, v, slots);
@@ -304,6 +306,193 @@ TEST(AppendKvTest, Int8RowsDecodeWithinHalfAStepAndExtremesAreExact) {
   quantize_int8_row(x.data(), kHeadDim, codes.data());
   EXPECT_EQ(codes[3], 0);
   EXPECT_EQ(codes[4], 127);
+}
+
+// ---- INT4: full-precision rows to the residual pool, int4 blocks when they fill --------------
+
+// An I4 layout and its F32 residual pool; cache block b's residual copy is residual block
+// kMirror[b] (another order, as the engine's allocator would give).
+struct Int4Fixture {
+  static constexpr int32_t kMirror[kNumBlocks] = {0, 4, 5, 1, 2, 3};
+
+  Int4Fixture()
+      : layout(kv::KvSpec{2, kNumKvHeads, kHeadDim, DType::kI4}, kBlockSize),
+        residual_layout(kv::KvSpec{2, kNumKvHeads, kHeadDim, DType::kF32}, kBlockSize),
+        pool(static_cast<size_t>(layout.pool_bytes(kNumBlocks)), 0xFF),
+        residual(static_cast<size_t>(residual_layout.pool_bytes(kNumBlocks)), 0xFF),
+        expected(pool),
+        expected_residual(residual) {}
+
+  // -1 for -1; a slot beyond the pool maps to itself (for the OutOfRange cases).
+  static int64_t residual_slot(int64_t slot) {
+    if (slot < 0 || slot >= kNumBlocks * kBlockSize) return slot;
+    return kMirror[slot / kBlockSize] * kBlockSize + slot % kBlockSize;
+  }
+
+  AppendKvParams params(const std::vector<float>& k, const std::vector<float>& v,
+                        const std::vector<int64_t>& slots, std::vector<int64_t>& residual_slots) {
+    residual_slots.clear();
+    for (const int64_t s : slots) residual_slots.push_back(residual_slot(s));
+    AppendKvParams p;
+    p.k = k.data();
+    p.v = v.data();
+    p.slot_mapping = slots.data();
+    p.num_tokens = static_cast<int64_t>(slots.size());
+    p.cache = layout.layer_view(pool.data(), 1);
+    p.num_cache_blocks = kNumBlocks;
+    p.residual_slot_mapping = residual_slots.data();
+    p.residual = residual_layout.layer_view(residual.data(), 1);
+    p.num_residual_blocks = kNumBlocks;
+    return p;
+  }
+
+  // The expected pools after appending rows k / v at slots: residual rows copied, and each
+  // block whose last slot is among them quantized (by the reference) from the expected residual.
+  void expect(const std::vector<float>& k, const std::vector<float>& v,
+              const std::vector<int64_t>& slots) {
+    const PagedKvCacheView res = residual_layout.layer_view(expected_residual.data(), 1);
+    for (size_t t = 0; t < slots.size(); ++t) {
+      if (slots[t] == -1) continue;
+      const int64_t r = residual_slot(slots[t]);
+      for (int32_t h = 0; h < kNumKvHeads; ++h) {
+        const size_t row = (t * kNumKvHeads + static_cast<size_t>(h)) * kHeadDim;
+        const auto block = static_cast<int32_t>(r / kBlockSize);
+        const auto tok = static_cast<int32_t>(r % kBlockSize);
+        std::memcpy(res.k<float>(block, h, tok), &k[row], kHeadDim * sizeof(float));
+        std::memcpy(res.v<float>(block, h, tok), &v[row], kHeadDim * sizeof(float));
+      }
+    }
+    const PagedKvCacheView cache = layout.layer_view(expected.data(), 1);
+    for (const int64_t slot : slots) {
+      if (slot == -1 || slot % kBlockSize != kBlockSize - 1) continue;
+      const int32_t rb = kMirror[slot / kBlockSize];
+      test_util::write_int4_block_reference(
+          cache, static_cast<int32_t>(slot / kBlockSize),
+          [&](int32_t h, int32_t t) { return res.k<float>(rb, h, t); },
+          [&](int32_t h, int32_t t) { return res.v<float>(rb, h, t); });
+    }
+  }
+
+  bool pools_as_expected() const {
+    return std::memcmp(pool.data(), expected.data(), pool.size()) == 0 &&
+           std::memcmp(residual.data(), expected_residual.data(), residual.size()) == 0;
+  }
+
+  kv::KvLayout layout;
+  kv::KvLayout residual_layout;
+  std::vector<uint8_t> pool, residual, expected, expected_residual;
+};
+
+TEST(AppendKvInt4Test, QuantizesABlockOnlyWhenItsLastSlotIsWritten) {
+  // Call 1: block 2's first 10 tokens (a partial block: its int4 area must stay untouched), all
+  // of block 4 in shuffled order (filled: quantized), padding. Call 2: the rest of block 2, whose
+  // first tokens are only in the residual pool now.
+  std::vector<int64_t> first = {-1};
+  for (int64_t i = 0; i < 10; ++i) first.push_back(2 * 16 + i);
+  for (int64_t i = 15; i >= 0; --i) first.push_back(4 * 16 + (i * 7) % 16);
+  first.push_back(-1);
+  std::vector<int64_t> second;
+  for (int64_t i = 10; i < 16; ++i) second.push_back(2 * 16 + i);
+  for (int threads : {1, 3}) {
+    Int4Fixture f;
+    ThreadPool pool(threads);
+    std::vector<int64_t> residual_slots;
+    int salt = 0;
+    for (const std::vector<int64_t>* slots : {&first, &second}) {
+      const auto n = static_cast<int64_t>(slots->size());
+      const std::vector<float> k = token_rows(n, 21 + salt);
+      const std::vector<float> v = token_rows(n, 22 + salt);
+      salt += 2;
+      f.expect(k, v, *slots);
+      ASSERT_TRUE(append_kv(f.params(k, v, *slots, residual_slots), pool).ok());
+      EXPECT_TRUE(f.pools_as_expected()) << "threads " << threads << " call " << salt / 2;
+      if (slots == &first) {
+        // Block 2's int4 area (codes and statistics of layer 1) is still all 0xFF.
+        const PagedKvCacheView view = f.layout.layer_view(f.pool.data(), 1);
+        EXPECT_EQ(*view.k<uint8_t>(2, 0, 0), 0xFF);
+        EXPECT_EQ(static_cast<const uint16_t*>(view.v_scale_data)[view.scale_offset(2, 1, 3)],
+                  0xFFFF);
+      }
+    }
+  }
+}
+
+TEST(AppendKvInt4Test, AppendedBlocksReadBackAsDocumented) {
+  // load_kv_rows (portable and AVX-512) decodes what append_kv stored by the formula.
+  Int4Fixture f;
+  ThreadPool pool(1);
+  std::vector<int64_t> slots;
+  for (int64_t i = 0; i < 16; ++i) slots.push_back(3 * 16 + i);
+  const std::vector<float> k = token_rows(16, 31);
+  const std::vector<float> v = token_rows(16, 32);
+  std::vector<int64_t> residual_slots;
+  const AppendKvParams p = f.params(k, v, slots, residual_slots);
+  ASSERT_TRUE(append_kv(p, pool).ok());
+  for (const KvPart part : {KvPart::kK, KvPart::kV}) {
+    std::vector<float> portable(5 * kHeadDim);
+    load_kv_rows(p.cache, part, 3, 1, 9, 5, portable.data(), /*use_avx512=*/false);
+    if (cpu_supports(CpuIsa::kAvx512)) {
+      std::vector<float> avx(portable.size());
+      load_kv_rows(p.cache, part, 3, 1, 9, 5, avx.data(), /*use_avx512=*/true);
+      EXPECT_EQ(std::memcmp(portable.data(), avx.data(), portable.size() * sizeof(float)), 0);
+    }
+    // Token 10 (row 1 of the five), channel 7, by the formula; close to what was written.
+    const auto* scales = static_cast<const uint16_t*>(part == KvPart::kK ? p.cache.k_scale_data
+                                                                         : p.cache.v_scale_data);
+    const auto* zeros = static_cast<const uint16_t*>(part == KvPart::kK ? p.cache.k_zero_data
+                                                                        : p.cache.v_zero_data);
+    const int64_t at = part == KvPart::kK
+                           ? 3 * p.cache.scale_block_stride + 1 * p.cache.k_stat_head_stride + 7
+                           : p.cache.scale_offset(3, 1, 10);
+    const uint8_t byte =
+        (part == KvPart::kK ? p.cache.k<uint8_t>(3, 1, 10) : p.cache.v<uint8_t>(3, 1, 10))[3];
+    const float want = test_util::int4_read(static_cast<uint8_t>(byte >> 4), scales[at], zeros[at]);
+    EXPECT_EQ(portable[kHeadDim + 7], want);
+    const float written = (part == KvPart::kK ? k : v)[(10 * kNumKvHeads + 1) * kHeadDim + 7];
+    EXPECT_NEAR(want, written, 0.5 * f16_to_f32(scales[at]) + 1e-6);
+  }
+}
+
+TEST(AppendKvInt4Test, RejectsBadResidualSlotsAndViewsWithoutWriting) {
+  const std::vector<float> k = token_rows(2, 1);
+  const std::vector<float> v = token_rows(2, 2);
+  Int4Fixture f;
+  ThreadPool pool(1);
+  const auto code_of = [&](std::vector<int64_t> slots, auto mutate) {
+    std::vector<int64_t> residual_slots;
+    AppendKvParams p = f.params(k, v, slots, residual_slots);
+    mutate(p, residual_slots);
+    return append_kv(p, pool).code();
+  };
+  using Slots = std::vector<int64_t>;
+  const StatusCode kInvalid = StatusCode::kInvalidArgument;
+  // 31 fills block 1: a call that went through would quantize it.
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.residual_slot_mapping = nullptr; }),
+            kInvalid);
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams&, Slots& r) { r[0] = -1; }), kInvalid);
+  EXPECT_EQ(code_of({-1, 31}, [](AppendKvParams&, Slots& r) { r[0] = 5; }), kInvalid);
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams&, Slots& r) { r[1] += 1; }), kInvalid);
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams&, Slots& r) { r[1] = -2; }),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams&, Slots& r) { r[1] = kNumBlocks * 16 + 15; }),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.num_residual_blocks = -1; }),
+            kInvalid);
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.residual.dtype = DType::kBF16; }),
+            kInvalid);
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.residual.num_kv_heads = 1; }),
+            kInvalid);
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.residual.v_data = nullptr; }),
+            kInvalid);
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.cache.v_zero_data = nullptr; }),
+            kInvalid);
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.cache.head_dim = 23; }), kInvalid);
+  EXPECT_EQ(code_of({30, 6 * 16}, [](AppendKvParams&, Slots&) {}), StatusCode::kOutOfRange);
+  EXPECT_TRUE(f.pools_as_expected());
+  // Without num_residual_blocks the residual upper bound is the caller's; -1 still skips.
+  EXPECT_EQ(code_of({-1, -1}, [](AppendKvParams& p, Slots&) { p.num_residual_blocks = 0; }),
+            StatusCode::kOk);
+  EXPECT_TRUE(f.pools_as_expected());
 }
 
 }  // namespace

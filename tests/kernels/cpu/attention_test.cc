@@ -70,9 +70,16 @@ TEST_P(PagedAttentionSweep, MatchesFloat64Reference) {
       cfg.head_dim = head_dim;
       cfg.block_size = block_size;
       cfg.dtype = dtype;
-      PagedBatch batch(cfg, ragged_batch(kv_len), /*shuffle_seed=*/static_cast<uint32_t>(kv_len));
-      ASSERT_TRUE(paged_attention(batch.params(), pool_of(2)).ok());
-      EXPECT_LT(batch.max_row_error(), Tolerance::kAttention) << case_name(cfg, heads);
+      // I4 reads its newest R blocks from the residual pool: R = 1 and 3.
+      for (const int32_t r :
+           dtype == DType::kI4 ? std::vector<int32_t>{1, 3} : std::vector<int32_t>{1}) {
+        cfg.residual_blocks = r;
+        PagedBatch batch(cfg, ragged_batch(kv_len),
+                         /*shuffle_seed=*/static_cast<uint32_t>(kv_len));
+        ASSERT_TRUE(paged_attention(batch.params(), pool_of(2)).ok());
+        EXPECT_LT(batch.max_row_error(), Tolerance::kAttention)
+            << case_name(cfg, heads) << " R=" << r;
+      }
     }
   }
 }
@@ -191,6 +198,144 @@ TEST(PagedAttentionTest, ChunkedPrefillBitIdenticalToWholePrefill) {
                           (end - begin) * whole.row_elems()))
         << "chunk [" << begin << ", " << end << ")";
   }
+}
+
+// ---- INT4 (KIVI): residual window, chunking, errors ----------------------------------------
+
+TEST(PagedAttentionInt4Test, SlidingWindowMatchesReference) {
+  for (int32_t block_size : {8, 32}) {
+    for (int32_t r : {1, 3}) {
+      for (int32_t window : {1, 5, 16, 96, 97, 1000}) {
+        AttnConfig cfg;
+        cfg.dtype = DType::kI4;
+        cfg.block_size = block_size;
+        cfg.residual_blocks = r;
+        cfg.sliding_window = window;
+        PagedBatch batch(cfg, ragged_batch(97), /*shuffle_seed=*/5);
+        ASSERT_TRUE(paged_attention(batch.params(), pool_of(3)).ok());
+        EXPECT_LT(batch.max_row_error(), Tolerance::kAttention)
+            << case_name(cfg, kHeadConfigs[0]) << " R=" << r;
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionInt4Test, LongWholePrefillAndChunkOnCachedPrefixMatchReference) {
+  AttnConfig cfg;
+  cfg.dtype = DType::kI4;
+  cfg.num_q_heads = 4;
+  cfg.num_kv_heads = 1;
+  cfg.head_dim = 32;
+  for (int32_t r : {1, 3}) {
+    cfg.residual_blocks = r;
+    PagedBatch batch(cfg, {{2049, 2049, 21}, {37, 2049, 22}, {1, 2049, 23}}, /*shuffle_seed=*/9);
+    ASSERT_TRUE(paged_attention(batch.params(), pool_of(2)).ok());
+    EXPECT_LT(batch.max_row_error(), Tolerance::kAttention) << "R " << r;
+  }
+}
+
+TEST(PagedAttentionInt4Test, TheResidualWindowDecidesWhatIsRead) {
+  // The reference is only meaningful if int4 and full precision differ visibly: the same decode
+  // with R = 1 and R = 3 must differ, and R covering every block must equal an F32 cache.
+  const std::vector<SeqSpec> seqs = {{1, 97, 3}};
+  AttnConfig cfg;
+  cfg.block_size = 16;
+  PagedBatch f32(cfg, seqs, 1);
+  cfg.dtype = DType::kI4;
+  PagedBatch r1(cfg, seqs, 1);
+  cfg.residual_blocks = 3;
+  PagedBatch r3(cfg, seqs, 1);
+  cfg.residual_blocks = 7;  // blocks 0..6: all of them
+  PagedBatch all(cfg, seqs, 1);
+  for (PagedBatch* b : {&f32, &r1, &r3, &all}) {
+    ASSERT_TRUE(paged_attention(b->params(), pool_of(1)).ok());
+  }
+  const int64_t n = f32.row_elems();
+  EXPECT_FALSE(bit_equal(r1.out_row(0), r3.out_row(0), n));
+  EXPECT_FALSE(bit_equal(r3.out_row(0), f32.out_row(0), n));
+  EXPECT_TRUE(bit_equal(all.out_row(0), f32.out_row(0), n));
+  EXPECT_LT(r1.max_row_error(), Tolerance::kAttention);
+  EXPECT_LT(r3.max_row_error(), Tolerance::kAttention);
+}
+
+TEST(PagedAttentionInt4Test, ChunkedPrefillBitIdenticalToWholePrefill) {
+  for (int32_t r : {1, 3}) {
+    AttnConfig cfg;
+    cfg.dtype = DType::kI4;
+    cfg.block_size = 8;
+    cfg.residual_blocks = r;
+    const int32_t len = 97;
+    PagedBatch whole(cfg, {{len, len, 5}}, /*shuffle_seed=*/1);
+    ASSERT_TRUE(paged_attention(whole.params(), pool_of(2)).ok());
+    // Chunk boundaries inside blocks and on them; each chunk's residual tables start as late as
+    // allowed, so earlier blocks exist only as int4 codes.
+    const std::vector<std::pair<int32_t, int32_t>> chunks = {
+        {0, 40}, {40, 41}, {41, 80}, {80, 96}, {96, 97}};
+    for (const auto& [begin, end] : chunks) {
+      PagedBatch chunk(cfg, {{1, 33, 6}, {end - begin, end, 5}},
+                       /*shuffle_seed=*/static_cast<uint32_t>(end));
+      ASSERT_TRUE(paged_attention(chunk.params(), pool_of(3)).ok());
+      EXPECT_TRUE(bit_equal(whole.out_row(begin), chunk.out_row(chunk.q_begin(1)),
+                            (end - begin) * whole.row_elems()))
+          << "R " << r << " chunk [" << begin << ", " << end << ")";
+    }
+  }
+}
+
+TEST(PagedAttentionInt4Test, ResidualEntriesBeforeTheWindowAreNotRead) {
+  // Extra residual entries (blocks the engine has not freed yet) change nothing.
+  AttnConfig cfg;
+  cfg.dtype = DType::kI4;
+  cfg.residual_blocks = 2;
+  PagedBatch tight(cfg, ragged_batch(97), /*shuffle_seed=*/4);
+  cfg.extra_residual_blocks = 3;
+  PagedBatch loose(cfg, ragged_batch(97), /*shuffle_seed=*/4);
+  ASSERT_TRUE(paged_attention(tight.params(), pool_of(2)).ok());
+  ASSERT_TRUE(paged_attention(loose.params(), pool_of(1)).ok());
+  EXPECT_TRUE(
+      bit_equal(tight.out().data(), loose.out().data(), static_cast<int64_t>(tight.out().size())));
+}
+
+TEST(PagedAttentionInt4Test, RejectsMissingOrShortResidualTables) {
+  AttnConfig cfg;
+  cfg.dtype = DType::kI4;
+  cfg.block_size = 8;
+  cfg.residual_blocks = 2;
+  // Sequence 0: a chunk of 4 rows at positions 36..39 (block 4): residual from block 3.
+  PagedBatch batch(cfg, {{4, 40, 1}, {1, 5, 2}}, /*shuffle_seed=*/1);
+  const auto code_of = [&](auto mutate) {
+    AttentionParams p = batch.params();
+    mutate(p);
+    return paged_attention(p, pool_of(1)).code();
+  };
+  const StatusCode kInvalid = StatusCode::kInvalidArgument;
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.res_indptr = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.res_indices = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.res_first_block = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.residual_blocks = 0; }), kInvalid);
+  // R = 3 needs block 2 too, which the tables do not hold.
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.residual_blocks = 3; }), kInvalid);
+  const std::vector<int32_t> late_first = {4, 0};
+  const std::vector<int32_t> late_indptr = {0, 1, 2};
+  EXPECT_EQ(code_of([&](AttentionParams& p) {
+              p.layout.res_first_block = late_first.data();
+              p.layout.res_indptr = late_indptr.data();
+            }),
+            kInvalid);
+  const std::vector<int32_t> short_indptr = {0, 1, 2};  // sequence 0 lists 1 of its 2 blocks
+  EXPECT_EQ(code_of([&](AttentionParams& p) { p.layout.res_indptr = short_indptr.data(); }),
+            kInvalid);
+  const std::vector<int32_t> negative = {-1, -1, -1};
+  EXPECT_EQ(code_of([&](AttentionParams& p) { p.layout.res_indices = negative.data(); }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.residual.dtype = DType::kBF16; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.residual.head_dim = 32; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.residual.k_data = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.residual = PagedKvCacheView{}; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.k_zero_data = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.k_stat_head_stride = 0; }), kInvalid);
+  for (float v : batch.out()) ASSERT_TRUE(std::isnan(v));
+  // The tables as built are accepted.
+  EXPECT_EQ(code_of([](AttentionParams&) {}), StatusCode::kOk);
 }
 
 // ---- errors ----------------------------------------------------------------------------------

@@ -5,7 +5,9 @@
 //  - a key aligned with the query, planted at a random depth among 128K random keys, is the
 //    attention argmax in at least 99% of 1,000 trials.
 // One KV head, head_dim 128, block size 16; the 128K keys are built once and every dtype's cache
-// once, then only the planted slot changes between trials.
+// once, then only the planted slot changes between trials. INT4 runs with R = 1: only the
+// query's own block is read at full precision (from the residual pool), every other block from
+// its int4 codes; planting a needle re-quantizes its block, as a real append would.
 
 #include <gtest/gtest.h>
 
@@ -126,8 +128,15 @@ class LongCache {
  public:
   explicit LongCache(DType dtype)
       : layout_(kv::KvSpec{1, 1, kHeadDim, dtype}, kBlockSize, fp8_scales(dtype)),
+        residual_layout_(kv::KvSpec{1, 1, kHeadDim, DType::kF32}, kBlockSize),
         pool_bytes_(static_cast<size_t>(layout_.pool_bytes(kNumBlocks))) {
     view_ = layout_.layer_view(pool_bytes_.data(), 0);
+    if (dtype == DType::kI4) {
+      // The residual pool mirrors every block (block b's copy is residual block b): what the
+      // engine would hold while prefilling the whole context in one chunk.
+      residual_bytes_.resize(static_cast<size_t>(residual_layout_.pool_bytes(kNumBlocks)));
+      residual_ = residual_layout_.layer_view(residual_bytes_.data(), 0);
+    }
     const Workload& w = workload();
     std::vector<int64_t> slots(kMaxLen);
     for (int32_t pos = 0; pos < kMaxLen; ++pos) slots[static_cast<size_t>(pos)] = slot_of(pos);
@@ -136,6 +145,7 @@ class LongCache {
   }
 
   const PagedKvCacheView& view() const { return view_; }
+  bool is_int4() const { return view_.dtype == DType::kI4; }
   static int64_t slot_of(int32_t pos) { return static_cast<int64_t>(kBlockSize) + pos; }
 
   void append(const float* k, const float* v, const int64_t* slots, int64_t n) {
@@ -146,7 +156,31 @@ class LongCache {
     p.num_tokens = n;
     p.cache = view_;
     p.num_cache_blocks = kNumBlocks;
+    p.residual_slot_mapping = slots;  // I4: the mirror
+    p.residual = residual_;
+    p.num_residual_blocks = kNumBlocks;
     ASSERT_TRUE(append_kv(p, pool()).ok());
+  }
+
+  // Writes key k_row (value v_row) at position pos. I4 re-appends the position's whole block
+  // (the workload's rows, pos's replaced), so the block is quantized again with the new key.
+  void write(int32_t pos, const float* k_row, const float* v_row) {
+    const int64_t slot = slot_of(pos);
+    if (!is_int4()) {
+      append(k_row, v_row, &slot, 1);
+      return;
+    }
+    const Workload& w = workload();
+    const int32_t first = pos / kBlockSize * kBlockSize;
+    std::vector<float> k(w.k.begin() + static_cast<int64_t>(first) * kHeadDim,
+                         w.k.begin() + static_cast<int64_t>(first + kBlockSize) * kHeadDim);
+    std::copy(k_row, k_row + kHeadDim, k.begin() + static_cast<int64_t>(pos - first) * kHeadDim);
+    std::vector<float> v(w.v.begin() + static_cast<int64_t>(first) * kHeadDim,
+                         w.v.begin() + static_cast<int64_t>(first + kBlockSize) * kHeadDim);
+    std::copy(v_row, v_row + kHeadDim, v.begin() + static_cast<int64_t>(pos - first) * kHeadDim);
+    std::vector<int64_t> slots(kBlockSize);
+    for (int32_t i = 0; i < kBlockSize; ++i) slots[static_cast<size_t>(i)] = slot_of(first + i);
+    append(k.data(), v.data(), slots.data(), kBlockSize);
   }
 
   // The kernel's output for the query heads at the first len tokens (one decode row).
@@ -166,6 +200,17 @@ class LongCache {
     p.layout.kv_last_page_len = &last;
     p.layout.num_seqs = 1;
     p.layout.block_size = kBlockSize;
+    // I4, R = 1: the residual tables hold only the last block (the query's own).
+    const int32_t res_indptr[2] = {0, 1};
+    const int32_t res_first = blocks - 1;
+    const int32_t res_index = indices_[static_cast<size_t>(blocks - 1)];
+    if (is_int4()) {
+      p.layout.res_indptr = res_indptr;
+      p.layout.res_indices = &res_index;
+      p.layout.res_first_block = &res_first;
+      p.layout.residual_blocks = 1;
+      p.residual = residual_;
+    }
     p.cache = view_;
     p.num_q_heads = kNumQHeads;
     p.scale = w.scale;
@@ -174,11 +219,12 @@ class LongCache {
     return out;
   }
 
-  // q0 . (the key at pos as the kernel decodes it), in float64.
+  // q0 . (the key at pos as the kernel decodes it for the query at kMaxLen - 1), in float64.
   double score(int32_t pos, std::vector<float>& row) const {
     const int64_t slot = slot_of(pos);
-    load_kv_rows(view_, KvPart::kK, static_cast<int32_t>(slot / kBlockSize), 0,
-                 static_cast<int32_t>(slot % kBlockSize), 1, row.data(), /*use_avx512=*/false);
+    const bool residual = is_int4() && pos / kBlockSize == (kMaxLen - 1) / kBlockSize;
+    load_kv_rows(residual ? residual_ : view_, KvPart::kK, static_cast<int32_t>(slot / kBlockSize),
+                 0, static_cast<int32_t>(slot % kBlockSize), 1, row.data(), /*use_avx512=*/false);
     double dot = 0.0;
     for (int32_t c = 0; c < kHeadDim; ++c) dot += static_cast<double>(workload().q[c]) * row[c];
     return dot;
@@ -203,8 +249,11 @@ class LongCache {
   }
 
   kv::KvLayout layout_;
+  kv::KvLayout residual_layout_;
   std::vector<uint8_t> pool_bytes_;
+  std::vector<uint8_t> residual_bytes_;  // I4 only
   PagedKvCacheView view_;
+  PagedKvCacheView residual_;
   std::vector<int32_t> indices_;
 };
 
@@ -235,13 +284,21 @@ double needle_hit_rate(LongCache& cache, const std::vector<float>& needles) {
   int hits = 0;
   for (int t = 0; t < kNumTrials; ++t) {
     const int32_t depth = w.depths[static_cast<size_t>(t)];
-    const int64_t slot = LongCache::slot_of(depth);
     const float* needle = needles.data() + static_cast<size_t>(t) * kHeadDim;
     const float* v_row = w.v.data() + static_cast<size_t>(depth) * kHeadDim;
-    cache.append(needle, v_row, &slot, 1);
+    cache.write(depth, needle, v_row);
     const double needle_score = cache.score(depth, row);
-    hits += needle_score > (depth == best_pos ? second : best) ? 1 : 0;
-    cache.append(w.k.data() + static_cast<size_t>(depth) * kHeadDim, v_row, &slot, 1);
+    // I4: the needle's block was quantized again with it, so its other keys moved; the best
+    // other key is looked for among them too.
+    double other = depth == best_pos ? second : best;
+    if (cache.is_int4()) {
+      const int32_t first = depth / kBlockSize * kBlockSize;
+      for (int32_t pos = first; pos < first + kBlockSize; ++pos) {
+        if (pos != depth) other = std::max(other, cache.score(pos, row));
+      }
+    }
+    hits += needle_score > other ? 1 : 0;
+    cache.write(depth, w.k.data() + static_cast<size_t>(depth) * kHeadDim, v_row);
   }
   return static_cast<double>(hits) / kNumTrials;
 }
@@ -257,6 +314,7 @@ struct DTypeCase {
 const DTypeCase kCases[] = {
     {DType::kF32, 1e-5, false},   {DType::kBF16, 1e-2, true},   {DType::kF16, 2e-3, true},
     {DType::kF8E4M3, 8e-2, true}, {DType::kF8E5M2, 0.15, true}, {DType::kI8, 1e-2, true},
+    {DType::kI4, 0.12, true},
 };
 
 class KvQuantLongContextTest : public ::testing::TestWithParam<DTypeCase> {};

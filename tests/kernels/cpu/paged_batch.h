@@ -12,6 +12,14 @@
 // Quantized caches are written with the kernels' encoder (store_kv_row; append_kv_test checks it
 // against the documented formulas), FP8 with non-trivial static scales; the reference decodes
 // the stored bytes itself, so the tolerance bounds the attention arithmetic, not the storage.
+//
+// I4 (KIVI) caches are written through append_kv with a full-precision F32 residual pool that
+// mirrors every block (shuffled ids of its own); the batch's residual tables then list only each
+// sequence's window -- from max(0, first query position / B - R + 1) through its last block, or
+// from extra_residual_blocks earlier -- and every mirrored block before that is poisoned with NaN,
+// as is the int4 area of every partial block, so reading the wrong precision shows up as NaN. The
+// reference reads, per (query position p, key position j), the F32 value when j / B > p / B - R
+// and the decoded int4 value otherwise: exactly what the rule says the kernel must read.
 
 #include <algorithm>
 #include <cmath>
@@ -21,7 +29,9 @@
 #include <random>
 #include <vector>
 
+#include "core/check.h"
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/attention.h"
 #include "kv/kv_layout.h"
@@ -42,6 +52,8 @@ struct AttnConfig {
   DType dtype = DType::kF32;
   int32_t sliding_window = 0;
   float scale_multiplier = 2.0f;  // scale = multiplier / sqrt(head_dim); > 1 sharpens the softmax
+  int32_t residual_blocks = 1;    // I4: R
+  int32_t extra_residual_blocks = 0;  // I4: residual entries kept before the window's first block
 };
 
 inline float q_value(uint64_t id, int32_t pos, int32_t head, int32_t c) {
@@ -66,13 +78,24 @@ class PagedBatch {
       : cfg_(cfg),
         seqs_(std::move(seqs)),
         kv_layout_(kv::KvSpec{2, cfg.num_kv_heads, cfg.head_dim, cfg.dtype}, cfg.block_size,
-                   test_scales(cfg.dtype)) {
+                   test_scales(cfg.dtype)),
+        residual_layout_(kv::KvSpec{2, cfg.num_kv_heads, cfg.head_dim, DType::kF32},
+                         cfg.block_size) {
     build_block_tables(shuffle_seed);
     pool_.assign(static_cast<size_t>(kv_layout_.pool_bytes(num_pool_blocks_)), 0xFF);
     view_ = kv_layout_.layer_view(pool_.data(), kLayerIdx);
+    if (is_int4()) {
+      build_residual_tables(shuffle_seed);
+      residual_pool_.assign(static_cast<size_t>(residual_layout_.pool_bytes(num_pool_blocks_)),
+                            0xFF);
+      residual_view_ = residual_layout_.layer_view(residual_pool_.data(), kLayerIdx);
+    }
     for (size_t s = 0; s < seqs_.size(); ++s) write_sequence(static_cast<int32_t>(s));
+    if (is_int4()) poison_outside_windows();
     fill_queries();
   }
+
+  bool is_int4() const { return cfg_.dtype == DType::kI4; }
 
   int32_t num_seqs() const { return static_cast<int32_t>(seqs_.size()); }
   int32_t num_tokens() const { return q_indptr_.back(); }
@@ -92,8 +115,16 @@ class PagedBatch {
     layout.kv_last_page_len = kv_last_page_len_.data();
     layout.num_seqs = num_seqs();
     layout.block_size = cfg_.block_size;
+    if (is_int4()) {
+      layout.res_indptr = res_indptr_.data();
+      layout.res_indices = res_indices_.data();
+      layout.res_first_block = res_first_block_.data();
+      layout.residual_blocks = cfg_.residual_blocks;
+    }
     return layout;
   }
+  const PagedKvCacheView& residual_view() const { return residual_view_; }
+  std::vector<uint8_t>& residual_pool() { return residual_pool_; }
 
   AttentionParams params() {
     AttentionParams p;
@@ -102,6 +133,7 @@ class PagedBatch {
     p.q_indptr = q_indptr_.data();
     p.layout = layout();
     p.cache = view_;
+    p.residual = residual_view_;
     p.num_q_heads = cfg_.num_q_heads;
     p.scale = cfg_.scale_multiplier / std::sqrt(static_cast<float>(cfg_.head_dim));
     p.sliding_window = cfg_.sliding_window;
@@ -122,8 +154,8 @@ class PagedBatch {
     std::vector<double> ref(out_.size());
     for (int32_t s = 0; s < num_seqs(); ++s) {
       const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
-      const std::vector<double> k = contiguous(s, KvPart::kK);
-      const std::vector<double> v = contiguous(s, KvPart::kV);
+      const Stored k = {contiguous(s, KvPart::kK), full_precision(s, KvPart::kK)};
+      const Stored v = {contiguous(s, KvPart::kV), full_precision(s, KvPart::kV)};
       for (int32_t i = 0; i < spec.q_len; ++i) {
         const int32_t pos = spec.kv_len - spec.q_len + i;
         const int32_t token = q_begin(s) + i;
@@ -174,7 +206,86 @@ class PagedBatch {
     }
   }
 
+  // I4: the mirror (one residual block per cache block, its own shuffled ids), and the window
+  // each sequence's residual tables list.
+  void build_residual_tables(uint32_t shuffle_seed) {
+    std::vector<int32_t> ids(static_cast<size_t>(num_pool_blocks_ - 1));
+    std::iota(ids.begin(), ids.end(), 1);
+    std::mt19937 rng(shuffle_seed + 7919);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    mirror_.assign(static_cast<size_t>(num_pool_blocks_), 0);
+    for (size_t i = 0; i < kv_indices_.size(); ++i) {
+      mirror_[static_cast<size_t>(kv_indices_[i])] = ids[i];
+    }
+    res_indptr_ = {0};
+    for (size_t s = 0; s < seqs_.size(); ++s) {
+      const SeqSpec& spec = seqs_[s];
+      const int32_t n = blocks_for(spec.kv_len);
+      const int32_t first_pos = spec.kv_len - spec.q_len;
+      const int32_t first = std::max(
+          0, first_pos / cfg_.block_size - cfg_.residual_blocks + 1 - cfg_.extra_residual_blocks);
+      res_first_block_.push_back(std::min(first, n));
+      for (int32_t j = res_first_block_.back(); j < n; ++j) {
+        res_indices_.push_back(mirror_[static_cast<size_t>(kv_indices_[kv_indptr_[s] + j])]);
+      }
+      res_indptr_.push_back(static_cast<int32_t>(res_indices_.size()));
+    }
+  }
+
+  // I4: NaN over every residual block outside the tables (the engine frees those).
+  void poison_outside_windows() {
+    const int64_t bytes = residual_layout_.block_bytes();
+    for (size_t s = 0; s < seqs_.size(); ++s) {
+      for (int32_t j = 0; j < res_first_block_[s]; ++j) {
+        const int32_t id = mirror_[static_cast<size_t>(kv_indices_[kv_indptr_[s] + j])];
+        std::fill_n(residual_pool_.begin() + id * bytes, bytes, uint8_t{0xFF});
+      }
+    }
+  }
+
+  // I4: every token of the sequence through append_kv (int4 blocks made when they fill).
+  void append_sequence(int32_t s) {
+    const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
+    const PagedKvLayout l = layout();
+    const int64_t row = static_cast<int64_t>(cfg_.num_kv_heads) * cfg_.head_dim;
+    std::vector<float> k(static_cast<size_t>(spec.kv_len * row));
+    std::vector<float> v(k.size());
+    std::vector<int64_t> slots;
+    std::vector<int64_t> residual_slots;
+    for (int32_t pos = 0; pos < spec.kv_len; ++pos) {
+      const int32_t block = l.block_of(s, pos);
+      const int32_t offset = pos % cfg_.block_size;
+      slots.push_back(static_cast<int64_t>(block) * cfg_.block_size + offset);
+      residual_slots.push_back(
+          static_cast<int64_t>(mirror_[static_cast<size_t>(block)]) * cfg_.block_size + offset);
+      for (int32_t h = 0; h < cfg_.num_kv_heads; ++h) {
+        for (int32_t c = 0; c < cfg_.head_dim; ++c) {
+          const size_t i = static_cast<size_t>(pos * row + h * cfg_.head_dim + c);
+          k[i] = k_value(spec.data_id, pos, h, c);
+          v[i] = v_value(spec.data_id, pos, h, c);
+        }
+      }
+    }
+    AppendKvParams p;
+    p.k = k.data();
+    p.v = v.data();
+    p.slot_mapping = slots.data();
+    p.num_tokens = spec.kv_len;
+    p.cache = view_;
+    p.num_cache_blocks = num_pool_blocks_;
+    p.residual_slot_mapping = residual_slots.data();
+    p.residual = residual_view_;
+    p.num_residual_blocks = num_pool_blocks_;
+    ThreadPool pool(1);
+    const Status status = append_kv(p, pool);
+    STRATA_CHECK(status.ok(), "PagedBatch: append_kv failed");
+  }
+
   void write_sequence(int32_t s) {
+    if (is_int4()) {
+      append_sequence(s);
+      return;
+    }
     const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
     const PagedKvLayout l = layout();
     std::vector<float> k(static_cast<size_t>(cfg_.head_dim));
@@ -217,6 +328,21 @@ class PagedBatch {
             scales)[view_.scale_offset(block_id, head, tok)];
         return static_cast<const int8_t*>(area)[idx] * static_cast<double>(f16_to_f32(s));
       }
+      case DType::kI4: {
+        // Bytes: the row's byte c / 2, low nibble for even c; code * s + z in fp32 (mul, add).
+        const uint8_t byte =
+            static_cast<const uint8_t*>(area)[view_.offset(block_id, head, tok) + c / 2];
+        const auto code = static_cast<float>((c % 2 == 0 ? byte : byte >> 4) & 0x0f);
+        const auto* scales = static_cast<const uint16_t*>(part == KvPart::kK ? view_.k_scale_data
+                                                                             : view_.v_scale_data);
+        const auto* zeros = static_cast<const uint16_t*>(part == KvPart::kK ? view_.k_zero_data
+                                                                            : view_.v_zero_data);
+        const int64_t at = part == KvPart::kK ? block_id * view_.scale_block_stride +
+                                                    head * view_.k_stat_head_stride + c
+                                              : view_.scale_offset(block_id, head, tok);
+        volatile float scaled = code * f16_to_f32(scales[at]);  // no fused multiply-add
+        return scaled + f16_to_f32(zeros[at]);
+      }
       default:
         return std::numeric_limits<double>::quiet_NaN();
     }
@@ -255,8 +381,37 @@ class PagedBatch {
     return out;
   }
 
-  void reference_row(const std::vector<double>& k, const std::vector<double>& v, int32_t token,
-                     int32_t h, int32_t pos, double scale, double* out) const {
+  // I4: the same positions as the residual pool holds them (the F32 inputs); empty otherwise.
+  std::vector<double> full_precision(int32_t s, KvPart part) const {
+    if (!is_int4()) return {};
+    const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
+    std::vector<double> out;
+    out.reserve(static_cast<size_t>(spec.kv_len) * cfg_.num_kv_heads * cfg_.head_dim);
+    for (int32_t pos = 0; pos < spec.kv_len; ++pos) {
+      for (int32_t h = 0; h < cfg_.num_kv_heads; ++h) {
+        for (int32_t c = 0; c < cfg_.head_dim; ++c) {
+          out.push_back(part == KvPart::kK ? k_value(spec.data_id, pos, h, c)
+                                           : v_value(spec.data_id, pos, h, c));
+        }
+      }
+    }
+    return out;
+  }
+
+  // One sequence's K (or V) as stored, and (I4) at full precision.
+  struct Stored {
+    std::vector<double> cache;
+    std::vector<double> full;
+    // What a query at position pos reads for key position j (the INT4 rule for I4).
+    const double* row(const PagedBatch& b, int32_t pos, int32_t j, size_t at) const {
+      const int32_t bs = b.cfg_.block_size;
+      const bool residual = b.is_int4() && j / bs > pos / bs - b.cfg_.residual_blocks;
+      return (residual ? full : cache).data() + at;
+    }
+  };
+
+  void reference_row(const Stored& k, const Stored& v, int32_t token, int32_t h, int32_t pos,
+                     double scale, double* out) const {
     const int32_t d = cfg_.head_dim;
     const int32_t kv_head = h / (cfg_.num_q_heads / cfg_.num_kv_heads);
     const int32_t first = cfg_.sliding_window > 0 ? std::max(0, pos - cfg_.sliding_window + 1) : 0;
@@ -266,8 +421,9 @@ class PagedBatch {
     };
     std::vector<double> w(static_cast<size_t>(pos - first + 1));
     for (int32_t p = first; p <= pos; ++p) {
+      const double* kp = k.row(*this, pos, p, at(p));
       double dot = 0.0;
-      for (int32_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * k[at(p) + c];
+      for (int32_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * kp[c];
       w[static_cast<size_t>(p - first)] = dot * scale;
     }
     const double max = *std::max_element(w.begin(), w.end());
@@ -276,17 +432,23 @@ class PagedBatch {
     std::fill(out, out + d, 0.0);
     for (int32_t p = first; p <= pos; ++p) {
       const double weight = w[static_cast<size_t>(p - first)] / sum;
-      for (int32_t c = 0; c < d; ++c) out[c] += weight * v[at(p) + c];
+      const double* vp = v.row(*this, pos, p, at(p));
+      for (int32_t c = 0; c < d; ++c) out[c] += weight * vp[c];
     }
   }
 
   AttnConfig cfg_;
   std::vector<SeqSpec> seqs_;
   kv::KvLayout kv_layout_;
+  kv::KvLayout residual_layout_;  // I4 only
   int32_t num_pool_blocks_ = 0;
   std::vector<int32_t> kv_indptr_, kv_indices_, kv_last_page_len_, q_indptr_;
   std::vector<uint8_t> pool_;
   PagedKvCacheView view_;
+  // I4: mirror_[cache block id] = its residual block id; the residual tables; the residual pool.
+  std::vector<int32_t> mirror_, res_indptr_, res_indices_, res_first_block_;
+  std::vector<uint8_t> residual_pool_;
+  PagedKvCacheView residual_view_;
   std::vector<float> q_, out_;
 };
 
