@@ -61,18 +61,7 @@ struct KvQuantArgs {
   int64_t k_token_stride;  // in source elements
   int64_t v_token_stride;
   const int64_t* slot_mapping;
-  uint8_t* k_cache;  // codes
-  uint8_t* v_cache;
-  uint16_t* k_scales;  // INT8: fp16 scales; null otherwise
-  uint16_t* v_scales;
-  int64_t block_stride;  // in codes (bytes)
-  int64_t head_stride;
-  int64_t token_stride;
-  int64_t scale_block_stride;  // in fp16 scales
-  int64_t scale_head_stride;
-  float k_scale;  // FP8 static scales
-  float v_scale;
-  int32_t block_size;
+  detail::KvDest dst;
   int32_t num_kv_heads;
   int32_t head_dim;
   int64_t num_rows;  // num_tokens * num_kv_heads
@@ -131,18 +120,18 @@ __global__ void kv_append_quant_kernel(const __grid_constant__ KvQuantArgs a) {
     const int32_t head = static_cast<int32_t>(row - token * a.num_kv_heads);
     const int64_t slot = a.slot_mapping[token];
     if (slot < 0) continue;  // the whole warp skips together
-    const int64_t block = slot / a.block_size;
-    const int64_t in_block = slot - block * a.block_size;
-    const int64_t dst = block * a.block_stride + head * a.head_stride + in_block * a.token_stride;
-    const int64_t sdst = block * a.scale_block_stride + head * a.scale_head_stride + in_block;
+    const int64_t dst = a.dst.row(slot, head);
+    const int64_t sdst = a.dst.scale(slot, head);
     const int64_t src_off = static_cast<int64_t>(head) * a.head_dim;
     constexpr int64_t kSrcBytes = 2;  // bf16 or f16
     const auto* k = static_cast<const char*>(a.k) + (token * a.k_token_stride + src_off) * kSrcBytes;
     const auto* v = static_cast<const char*>(a.v) + (token * a.v_token_stride + src_off) * kSrcBytes;
-    quantize_row<kSrc, kCache>(k, a.k_cache + dst, a.k_scales ? a.k_scales + sdst : nullptr,
-                               a.k_scale, lane, per_lane);
-    quantize_row<kSrc, kCache>(v, a.v_cache + dst, a.v_scales ? a.v_scales + sdst : nullptr,
-                               a.v_scale, lane, per_lane);
+    quantize_row<kSrc, kCache>(k, a.dst.k_cache + dst,
+                               a.dst.k_scales ? a.dst.k_scales + sdst : nullptr, a.dst.k_scale,
+                               lane, per_lane);
+    quantize_row<kSrc, kCache>(v, a.dst.v_cache + dst,
+                               a.dst.v_scales ? a.dst.v_scales + sdst : nullptr, a.dst.v_scale,
+                               lane, per_lane);
   }
 }
 
@@ -154,18 +143,7 @@ Status kv_append_quantized(const KvAppendParams& p, cudaStream_t stream) {
   a.k_token_stride = p.k_token_stride;
   a.v_token_stride = p.v_token_stride;
   a.slot_mapping = p.slot_mapping;
-  a.k_cache = static_cast<uint8_t*>(c.k_data);
-  a.v_cache = static_cast<uint8_t*>(c.v_data);
-  a.k_scales = static_cast<uint16_t*>(c.k_scale_data);
-  a.v_scales = static_cast<uint16_t*>(c.v_scale_data);
-  a.block_stride = c.block_stride;
-  a.head_stride = c.head_stride;
-  a.token_stride = c.token_stride;
-  a.scale_block_stride = c.scale_block_stride;
-  a.scale_head_stride = c.scale_head_stride;
-  a.k_scale = c.k_scale;
-  a.v_scale = c.v_scale;
-  a.block_size = c.block_size;
+  a.dst = detail::kv_dest(c);
   a.num_kv_heads = c.num_kv_heads;
   a.head_dim = c.head_dim;
   a.num_rows = static_cast<int64_t>(p.num_tokens) * c.num_kv_heads;

@@ -55,19 +55,7 @@ struct QkNormRopeArgs {
   // The fused append (kAppend): the V heads follow, all_heads = num_heads + kv heads.
   int32_t all_heads;
   const int64_t* slot_mapping;
-  void* k_cache;
-  void* v_cache;
-  uint16_t* k_scales;  // INT8
-  uint16_t* v_scales;
-  int64_t block_stride;  // in cache elements
-  int64_t head_stride;
-  int64_t token_stride_cache;
-  int64_t scale_block_stride;
-  int64_t scale_head_stride;
-  float k_scale;  // FP8
-  float v_scale;
-  int32_t block_size;
-  DType cache_dtype;
+  detail::KvDest dst;
 };
 
 // Max of x over an aligned group of `width` lanes (every lane of the warp takes part).
@@ -96,35 +84,33 @@ template <int kC>
 __device__ __forceinline__ void append_row(const QkNormRopeArgs& a, bool v_part, int32_t kv_head,
                                            int64_t slot, int lane, const float (&lo)[kC][8],
                                            const float (&hi)[kC][8], float amax) {
-  const int64_t block = slot / a.block_size;
-  const int64_t in_block = slot - block * a.block_size;
-  const int64_t row = block * a.block_stride + kv_head * a.head_stride + in_block * a.token_stride_cache;
-  void* base = v_part ? a.v_cache : a.k_cache;
-  float scale = v_part ? a.v_scale : a.k_scale;
-  if (a.cache_dtype == DType::kI8) {
+  const detail::KvDest& d = a.dst;
+  const int64_t row = d.row(slot, kv_head);
+  uint8_t* base = v_part ? d.v_cache : d.k_cache;
+  float scale = v_part ? d.v_scale : d.k_scale;
+  if (d.dtype == DType::kI8) {
     const __half s16 = detail::int8_row_scale(amax);
     scale = __half2float(s16);
     if (lane == 0) {
-      uint16_t* scales = v_part ? a.v_scales : a.k_scales;
-      scales[block * a.scale_block_stride + kv_head * a.scale_head_stride + in_block] =
-          __half_as_ushort(s16);
+      uint16_t* scales = v_part ? d.v_scales : d.k_scales;
+      scales[d.scale(slot, kv_head)] = __half_as_ushort(s16);
     }
   }
 #pragma unroll
   for (int c = 0; c < kC; ++c) {
     const int i0 = (lane + c * a.lanes) * 8;
     if (i0 >= a.half) continue;
-    if (a.cache_dtype == DType::kBF16) {
+    if (d.dtype == DType::kBF16) {
       detail::store_bf16_n<8>(base, row + i0, lo[c]);
       detail::store_bf16_n<8>(base, row + a.half + i0, hi[c]);
       continue;
     }
     uint8_t* codes = static_cast<uint8_t*>(base) + row;
     uint2 wl, wh;
-    if (a.cache_dtype == DType::kF8E4M3) {
+    if (d.dtype == DType::kF8E4M3) {
       wl = encode8<DType::kF8E4M3>(lo[c], scale);
       wh = encode8<DType::kF8E4M3>(hi[c], scale);
-    } else if (a.cache_dtype == DType::kF8E5M2) {
+    } else if (d.dtype == DType::kF8E5M2) {
       wl = encode8<DType::kF8E5M2>(lo[c], scale);
       wh = encode8<DType::kF8E5M2>(hi[c], scale);
     } else {
@@ -388,21 +374,8 @@ Status qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) {
   a.lanes = lanes;
   a.all_heads = all_heads;
   if (fuse) {
-    const PagedKvCacheView& c = p.cache;
     a.slot_mapping = p.slot_mapping;
-    a.k_cache = c.k_data;
-    a.v_cache = c.v_data;
-    a.k_scales = static_cast<uint16_t*>(c.k_scale_data);
-    a.v_scales = static_cast<uint16_t*>(c.v_scale_data);
-    a.block_stride = c.block_stride;
-    a.head_stride = c.head_stride;
-    a.token_stride_cache = c.token_stride;
-    a.scale_block_stride = c.scale_block_stride;
-    a.scale_head_stride = c.scale_head_stride;
-    a.k_scale = c.k_scale;
-    a.v_scale = c.v_scale;
-    a.block_size = c.block_size;
-    a.cache_dtype = c.dtype;
+    a.dst = detail::kv_dest(p.cache);
   }
   if (p.norm_dtype == DType::kF16) {
     launch_norm<DType::kF16>(a, p.num_tokens, vec, threads, stream);
