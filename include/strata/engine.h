@@ -81,9 +81,16 @@ struct EngineConfig {
   // GPU: issue every launch each step instead of replaying decode steps from CUDA graphs.
   bool enforce_eager = false;
   // KV cache element type (--kv-cache-dtype; docs/kv-quant.md). CPU: F32, BF16, F16, F8E4M3,
-  // F8E5M2 (per-layer static scales) or I8 (a dynamic scale per token and KV head). The GPU keeps
-  // KV in bf16 (F32, the default, means bf16 there) and refuses the quantized dtypes for now.
+  // F8E5M2 (per-layer static scales), I8 (a dynamic scale per token and KV head) or I4 (KIVI,
+  // with a full-precision residual pool). The GPU keeps KV in bf16 (F32, the default, means
+  // bf16 there) or FP8 / I8; I4 is CPU-only for now.
   DType kv_dtype = DType::kF32;
+  // I4 only (--kv-int4-residual N): the newest N tokens' blocks are read at full precision from
+  // the residual pool -- N a positive multiple of block_size, 0 = block_size (R = N / block_size
+  // blocks: a query's own block and the R - 1 before it). The residual pool
+  // (max_num_seqs x (R + 1) + ceil(max_num_batched_tokens / block_size) + 1 F32 blocks) comes out
+  // of kv_cache_memory_bytes before the int4 pool is sized.
+  int32_t kv_int4_residual = 0;
   // FP8 KV scales: compute them at start-up from a calibration pass (overrides the checkpoint's),
   // or accept 1.0 when neither exists (otherwise creation fails: see engine/kv_scales_setup.h).
   bool calculate_kv_scales = false;
@@ -168,6 +175,7 @@ struct EngineStepStats {
   double step_seconds = 0.0;      // the whole step
   int32_t num_used_blocks = 0;
   int32_t num_free_blocks = 0;
+  int32_t num_used_residual_blocks = 0;  // INT4: the residual pool's blocks in use
   int64_t live_token_slots = 0;   // tokens in the pool (shared blocks once)
   int64_t capacity_token_slots = 0;
 };
@@ -231,6 +239,11 @@ class Engine {
   std::vector<DType> kv_layer_dtypes() const;
   const std::optional<engine::KvQuantCheckReport>& kv_quant_check() const;
   int32_t num_blocks() const;
+  // INT4 pools: the full-precision residual pool's blocks (the null block included) and bytes,
+  // and R, the blocks a query reads at full precision; 0 for every other dtype.
+  int32_t num_residual_blocks() const;
+  int64_t residual_bytes() const;
+  int32_t kv_int4_residual_blocks() const;
   int64_t weight_bytes() const;
   Device device() const;
   // Seconds on the clock the metrics use.

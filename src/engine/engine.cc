@@ -1,6 +1,7 @@
 // strata::Engine: creation, request submission and cancellation (one step: engine_step.cc).
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <filesystem>
 #include <optional>
@@ -68,7 +69,19 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   }
   if (!kv::is_kv_pool_dtype(c.kv_dtype)) {
     return Status::InvalidArgument("KV cache dtype " + std::string(dtype_name(c.kv_dtype)) +
-                                   " is not supported (F32, BF16, F16, F8_E4M3, F8_E5M2, I8)");
+                                   " is not supported (F32, BF16, F16, F8_E4M3, F8_E5M2, I8, I4)");
+  }
+  // Before anything touches a device: the GPU runner has no INT4 kernels or residual pool.
+  if (c.device == Device::kCuda && c.kv_dtype == DType::kI4) {
+    return Status::Unsupported("int4 KV cache is CPU-only for now (use --device cpu)");
+  }
+  if (c.kv_int4_residual != 0 && c.kv_dtype != DType::kI4) {
+    return Status::InvalidArgument("--kv-int4-residual applies to --kv-cache-dtype int4 only");
+  }
+  if (c.kv_int4_residual < 0 || c.kv_int4_residual % c.block_size != 0) {
+    return Status::InvalidArgument("--kv-int4-residual " + std::to_string(c.kv_int4_residual) +
+                                   " must be a positive multiple of the block size (" +
+                                   std::to_string(c.block_size) + ")");
   }
   if (c.device == Device::kCuda && c.kv_dtype == DType::kF16) {
     return Status::Unsupported(
@@ -86,13 +99,25 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   return Status::Ok();
 }
 
-Result<int32_t> EngineImpl::pool_blocks(const EngineConfig& c, int64_t block_bytes) {
+int32_t EngineImpl::residual_window_blocks(const EngineConfig& c) {
+  return c.kv_int4_residual > 0 ? c.kv_int4_residual / c.block_size : 1;
+}
+
+Result<int32_t> EngineImpl::pool_blocks(const EngineConfig& c, int64_t block_bytes,
+                                        int64_t reserved_bytes) {
   constexpr int64_t kDefaultCpuKvBytes = int64_t{1} << 30;
   if (c.num_blocks > 0) {
     if (c.num_blocks < 2) return Status::InvalidArgument("the KV pool needs at least 2 blocks");
     return c.num_blocks;
   }
-  const int64_t kv_bytes = c.kv_cache_memory_bytes > 0 ? c.kv_cache_memory_bytes : kDefaultCpuKvBytes;
+  const int64_t total = c.kv_cache_memory_bytes > 0 ? c.kv_cache_memory_bytes : kDefaultCpuKvBytes;
+  if (reserved_bytes >= total) {
+    return Status::InvalidArgument(
+        "the KV cache memory (" + std::to_string(total) +
+        " bytes) does not exceed the int4 residual pool's " + std::to_string(reserved_bytes) +
+        " bytes (lower --max-num-seqs, --max-num-batched-tokens or --kv-int4-residual)");
+  }
+  const int64_t kv_bytes = total - reserved_bytes;
   const int64_t blocks = kv_bytes / block_bytes;
   if (blocks < 2) {
     return Status::InvalidArgument("the KV cache memory (" + std::to_string(kv_bytes) +
@@ -114,11 +139,14 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
       std::filesystem::exists(std::filesystem::path(config_.model_dir) / "tokenizer.json")) {
     tokenizer_.emplace(tokenizer::Tokenizer::load(config_.model_dir));
   }
+  if (runner_->num_residual_blocks() > 0) residual_blocks_ = residual_window_blocks(config_);
   cache_ = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
       .num_blocks = num_blocks,
       .block_size = config_.block_size,
       .enable_prefix_caching = config_.enable_prefix_caching,
       .sliding_window = window_,
+      .residual_num_blocks = runner_->num_residual_blocks(),
+      .residual_blocks = residual_blocks_,
   });
   const kv::KvLayout& layout = runner_->kv_layout();
   if (config_.preemption_mode == PreemptionMode::kSwap) {
@@ -126,6 +154,13 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
     swap_ = std::make_unique<kv::SwapSpace>(
         layout, static_cast<int32_t>(std::min<int64_t>(swap_blocks, int64_t{1} << 30)),
         runner_->block_mover());
+    // INT4: each swapped sequence's residual entries too -- at most R blocks each, so as many
+    // blocks as the residual pool has always suffice.
+    if (runner_->num_residual_blocks() > 0) {
+      residual_swap_ = std::make_unique<kv::SwapSpace>(*runner_->residual_layout(),
+                                                       runner_->num_residual_blocks() - 1,
+                                                       *runner_->residual_block_mover());
+    }
   }
   scheduler_ = std::make_unique<engine::Scheduler>(
       engine::SchedulerConfig{
@@ -140,7 +175,7 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
           .allocator = config_.allocator,
           .preemption = config_.preemption_mode,
       },
-      *cache_, swap_.get());
+      *cache_, swap_.get(), residual_swap_.get());
   last_step_.num_free_blocks = cache_->pool().num_free_blocks();
   last_step_.capacity_token_slots = static_cast<int64_t>(num_blocks - 1) * config_.block_size;
 }
@@ -305,6 +340,28 @@ Result<std::unique_ptr<model::ModelRunner>> cuda_runner(const EngineConfig& c,
 #endif
 }
 
+// The CPU runner over the resolved layout: an INT4 pool's residual pool (sized so scheduler
+// limits never exhaust it, kv::residual_pool_blocks) comes out of the KV memory first.
+Result<std::unique_ptr<model::ModelRunner>> cpu_runner(const EngineConfig& c,
+                                                       std::unique_ptr<model::Model> owned,
+                                                       model::Model& model, ThreadPool& pool,
+                                                       const engine::ResolvedKvLayout& kv) {
+  const kv::KvLayout layout(kv.spec, c.block_size, kv.scales);
+  int32_t residual_blocks = 0;
+  int64_t residual_bytes = 0;
+  if (kv::needs_residual_pool(kv.spec)) {
+    residual_blocks =
+        kv::residual_pool_blocks(c.max_num_seqs, EngineImpl::residual_window_blocks(c),
+                                 c.max_num_batched_tokens, c.block_size);
+    residual_bytes =
+        kv::KvLayout(kv::residual_spec(kv.spec), c.block_size).pool_bytes(residual_blocks);
+  }
+  const Result<int32_t> blocks = EngineImpl::pool_blocks(c, layout.block_bytes(), residual_bytes);
+  if (!blocks.ok()) return blocks.status();
+  return std::unique_ptr<model::ModelRunner>(std::make_unique<model::CpuModelRunner>(
+      std::move(owned), model, pool, layout, *blocks, residual_blocks));
+}
+
 Result<std::unique_ptr<EngineImpl>> make_engine(std::unique_ptr<ThreadPool> pool,
                                             std::unique_ptr<model::ModelRunner> runner,
                                             EngineConfig c) {
@@ -351,14 +408,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
           .load_format = load_format(config),
           .dummy_dtype = config.dummy_dtype,
       }));
+      model::Model* model_ptr = model.get();
       pool = std::make_unique<ThreadPool>(config.num_threads);
       Result<engine::ResolvedKvLayout> kv = cpu_kv_layout(config, *model, *pool);
       if (!kv.ok()) return kv.status();
-      const kv::KvLayout layout(kv.value().spec, config.block_size, kv.value().scales);
-      const Result<int32_t> blocks = EngineImpl::pool_blocks(config, layout.block_bytes());
-      if (!blocks.ok()) return blocks.status();
-      model::Model& m = *model;
-      runner = std::make_unique<model::CpuModelRunner>(std::move(model), m, *pool, layout, *blocks);
+      Result<std::unique_ptr<model::ModelRunner>> cpu =
+          cpu_runner(config, std::move(model), *model_ptr, *pool, kv.value());
+      if (!cpu.ok()) return cpu.status();
+      runner = std::move(cpu).value();
       scales_source = kv.value().scales_source;
       quant_check = std::move(kv.value().quant_check);
     }
@@ -381,12 +438,10 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, ThreadPool& 
   try {
     Result<engine::ResolvedKvLayout> kv = cpu_kv_layout(config, model, pool);
     if (!kv.ok()) return kv.status();
-    const kv::KvLayout layout(kv.value().spec, config.block_size, kv.value().scales);
-    const Result<int32_t> blocks = EngineImpl::pool_blocks(config, layout.block_bytes());
-    if (!blocks.ok()) return blocks.status();
-    Result<std::unique_ptr<EngineImpl>> impl = make_engine(
-        nullptr, std::make_unique<model::CpuModelRunner>(nullptr, model, pool, layout, *blocks),
-        config);
+    Result<std::unique_ptr<model::ModelRunner>> cpu =
+        cpu_runner(config, nullptr, model, pool, kv.value());
+    if (!cpu.ok()) return cpu.status();
+    Result<std::unique_ptr<EngineImpl>> impl = make_engine(nullptr, std::move(cpu).value(), config);
     if (!impl.ok()) return impl.status();
     impl.value()->kv_scales_source_ = std::move(kv.value().scales_source);
     impl.value()->kv_quant_check_ = std::move(kv.value().quant_check);
@@ -406,10 +461,11 @@ const EngineConfig& Engine::config() const { return impl_->config_; }
 int32_t Engine::vocab_size() const { return impl_->vocab_size(); }
 const model::ModelConfig& Engine::model_config() const { return impl_->runner_->config(); }
 int64_t Engine::kv_bytes_per_token() const {
-  return impl_->runner_->kv_layout().spec().bytes_per_token();
+  // Per-block statistics (INT4) make the figure a block-size average: rounded.
+  return std::llround(impl_->runner_->kv_layout().bytes_per_token());
 }
 int64_t Engine::kv_scale_bytes_per_token() const {
-  return impl_->runner_->kv_layout().spec().scale_bytes_per_token();
+  return std::llround(impl_->runner_->kv_layout().scale_bytes_per_token());
 }
 std::vector<DType> Engine::kv_layer_dtypes() const {
   const kv::KvSpec& spec = impl_->runner_->kv_layout().spec();
@@ -423,6 +479,12 @@ const std::optional<engine::KvQuantCheckReport>& Engine::kv_quant_check() const 
 DType Engine::kv_dtype() const { return impl_->runner_->kv_layout().spec().dtype; }
 const std::string& Engine::kv_scales_source() const { return impl_->kv_scales_source_; }
 int32_t Engine::num_blocks() const { return impl_->runner_->num_blocks(); }
+int32_t Engine::num_residual_blocks() const { return impl_->runner_->num_residual_blocks(); }
+int64_t Engine::residual_bytes() const {
+  const kv::KvLayout* layout = impl_->runner_->residual_layout();
+  return layout == nullptr ? 0 : layout->pool_bytes(impl_->runner_->num_residual_blocks());
+}
+int32_t Engine::kv_int4_residual_blocks() const { return impl_->residual_blocks_; }
 int64_t Engine::weight_bytes() const { return impl_->runner_->weight_bytes(); }
 Device Engine::device() const { return impl_->config_.device; }
 double Engine::now() const { return impl_->now(); }

@@ -46,8 +46,12 @@ class EngineImpl {
              EngineConfig config);
 
   static Status validate_config(const EngineConfig& config);
-  // Blocks in the pool for this config and the layout's block_bytes, the null block included.
-  static Result<int32_t> pool_blocks(const EngineConfig& config, int64_t block_bytes);
+  // Blocks in the pool for this config and the layout's block_bytes, the null block included;
+  // reserved_bytes (an INT4 pool's residual pool) come out of the KV memory first.
+  static Result<int32_t> pool_blocks(const EngineConfig& config, int64_t block_bytes,
+                                     int64_t reserved_bytes = 0);
+  // An INT4 pool's residual window R (kv_int4_residual / block_size, block_size when 0).
+  static int32_t residual_window_blocks(const EngineConfig& config);
 
   Result<RequestId> submit(EngineRequest request);
   void cancel(RequestId id);
@@ -65,6 +69,7 @@ class EngineImpl {
   std::unique_ptr<model::ModelRunner> runner_;
   std::string kv_scales_source_;  // FP8 only: where the static scales came from
   std::optional<engine::KvQuantCheckReport> kv_quant_check_;  // when --kv-quant-check ran
+  int32_t residual_blocks_ = 0;  // R when the pool has a residual pool (INT4), else 0
 
   int32_t vocab_size() const { return static_cast<int32_t>(runner_->config().vocab_size); }
 
@@ -84,6 +89,7 @@ class EngineImpl {
   int32_t window_ = 0;
   std::unique_ptr<kv::KvCacheManager> cache_;
   std::unique_ptr<kv::SwapSpace> swap_;  // swap preemption only; destroyed before runner_
+  std::unique_ptr<kv::SwapSpace> residual_swap_;  // and, for INT4 pools, the residual pool's
   std::unique_ptr<engine::Scheduler> scheduler_;
   std::map<RequestId, RequestState> requests_;
   RequestId next_id_ = 1;

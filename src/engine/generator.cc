@@ -53,6 +53,11 @@ Status Generator::validate_config(const GeneratorConfig& config) {
                                      " is not supported");
     }
   }
+  if (config.kv_int4_residual < 0 || config.kv_int4_residual % config.block_size != 0) {
+    return Status::InvalidArgument("--kv-int4-residual " + std::to_string(config.kv_int4_residual) +
+                                   " must be a positive multiple of the block size (" +
+                                   std::to_string(config.block_size) + ")");
+  }
   const bool fp8 = config.kv_dtype == DType::kF8E4M3 || config.kv_dtype == DType::kF8E5M2;
   if (fp8 != !config.kv_scales.k.empty()) {
     return Status::InvalidArgument(fp8 ? "an fp8 KV cache needs its per-layer scales"
@@ -146,38 +151,58 @@ Result<std::vector<std::vector<float>>> Generator::prompt_logits(
 
 // Keeps the pool (and its cached prefixes) when prefix caching is on, growing it if it is too
 // small; otherwise starts from an empty one, as a cache-less engine would.
-void Generator::prepare_cache(int32_t num_blocks) {
+void Generator::prepare_cache(int32_t num_blocks, int32_t num_seqs) {
+  kv::KvSpec spec = model_.kv_spec(config_.kv_dtype);
+  spec.layer_dtypes = config_.kv_layer_dtypes;
+  const bool int4 = kv::needs_residual_pool(spec);
+  const int32_t r =
+      config_.kv_int4_residual > 0 ? config_.kv_int4_residual / config_.block_size : 1;
+  const int32_t residual_blocks =
+      int4 ? kv::residual_pool_blocks(std::max(num_seqs, 1), r, config_.max_num_batched_tokens,
+                                      config_.block_size)
+           : 0;
   if (config_.enable_prefix_caching && cache_) {
     if (cache_->pool().num_blocks() < num_blocks) {
       kv_->grow(num_blocks);
       cache_->pool().grow(num_blocks);
     }
+    if (int4 && cache_->residual_pool().num_blocks() < residual_blocks) {
+      residual_->grow(residual_blocks);
+      cache_->residual_pool().grow(residual_blocks);
+    }
     return;
   }
   kv_.reset();
+  residual_.reset();
+  residual_blocks_ = int4 ? r : 0;
   cache_ = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
       .num_blocks = num_blocks,
       .block_size = config_.block_size,
       .enable_prefix_caching = config_.enable_prefix_caching,
       .sliding_window = window_,
+      .residual_num_blocks = residual_blocks,
+      .residual_blocks = residual_blocks_,
   });
-  kv::KvSpec spec = model_.kv_spec(config_.kv_dtype);
-  spec.layer_dtypes = config_.kv_layer_dtypes;
   kv_ = std::make_unique<kv::HostKvBuffer>(
       kv::KvLayout(spec, config_.block_size, config_.kv_scales), num_blocks);
+  if (int4) {
+    residual_ = std::make_unique<kv::HostKvBuffer>(
+        kv::KvLayout(kv::residual_spec(spec), config_.block_size), residual_blocks);
+  }
 }
 
 Status Generator::run(std::vector<Sequence>& seqs, int32_t num_blocks) {
-  prepare_cache(num_blocks);
+  prepare_cache(num_blocks, static_cast<int32_t>(seqs.size()));
   stats_ = GeneratorStats{};
   stats_.num_blocks = cache_->pool().num_blocks();
+  stats_.num_residual_blocks = cache_->has_residual() ? cache_->residual_pool().num_blocks() : 0;
   Status status;
   while (status.ok() &&
          std::any_of(seqs.begin(), seqs.end(), [](const Sequence& s) { return !s.finished; })) {
     status = step(seqs);
   }
   for (Sequence& s : seqs) cache_->free(s.table);  // after an error, too
-  last_used_blocks_ = cache_->pool().num_used_blocks();
+  last_used_blocks_ = cache_->pool().num_used_blocks() + cache_->residual_pool().num_used_blocks();
   stats_.prefix_cache = cache_->stats();
   return status;
 }

@@ -56,6 +56,10 @@ struct GeneratorConfig {
   // Per-layer exceptions (engine::resolve_kv_layout): empty = kv_dtype in every layer; else one
   // pool dtype per layer.
   std::vector<DType> kv_layer_dtypes;
+  // INT4 pools (some layer I4): --kv-int4-residual, tokens read at full precision, a positive
+  // multiple of block_size; 0 = block_size. The residual pool is sized for each batch
+  // (kv::residual_pool_blocks over its requests).
+  int32_t kv_int4_residual = 0;
   std::vector<int32_t> eos_token_ids;     // the model's EOS ids (config and generation config)
   bool enable_prefix_caching = true;      // --no-enable-prefix-caching turns it off
   // Key of the per-tenant cache salts (kv::derive_tenant_salt); empty = a random one per engine.
@@ -71,6 +75,7 @@ struct GeneratorStats {
   double decode_seconds = 0.0;
   int32_t num_steps = 0;
   int32_t num_blocks = 0;  // pool size, the null block included
+  int32_t num_residual_blocks = 0;  // INT4: the residual pool's size, the null block included
   int32_t peak_used_blocks = 0;  // most blocks in use at the end of any step's scheduling
   int64_t num_cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
   kv::PrefixCacheStats prefix_cache;     // the cache's counters since it was created
@@ -114,7 +119,7 @@ class Generator {
   int32_t blocks_for(std::span<const GenerationRequest> requests) const;
   Result<std::vector<Sequence>> make_sequences(std::span<const GenerationRequest> requests,
                                                bool all_logits);
-  void prepare_cache(int32_t num_blocks);
+  void prepare_cache(int32_t num_blocks, int32_t num_seqs);
   Status run(std::vector<Sequence>& seqs, int32_t num_blocks);
   Status step(std::vector<Sequence>& seqs);
   // Tokens the sequence runs this step (0 = none), its slots allocated; a first prefill starts
@@ -127,6 +132,8 @@ class Generator {
   GeneratorConfig config_;
   std::unique_ptr<kv::KvCacheManager> cache_;
   std::unique_ptr<kv::HostKvBuffer> kv_;
+  std::unique_ptr<kv::HostKvBuffer> residual_;  // INT4 pools: the full-precision residual pool
+  int32_t residual_blocks_ = 0;                 // its R, or 0 without one
   int32_t window_ = 0;  // kv::pool_sliding_window of the model's layers: 0 = keep every block
   int32_t last_used_blocks_ = 0;
   GeneratorStats stats_;

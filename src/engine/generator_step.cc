@@ -52,7 +52,7 @@ Result<int32_t> Generator::schedule(Sequence& s, int32_t& prefill_budget) {
 Status Generator::step(std::vector<Sequence>& seqs) {
   const auto start = std::chrono::steady_clock::now();
   int64_t num_prefill = 0, num_decode = 0;
-  StepBatch batch(config_.block_size);
+  StepBatch batch(config_.block_size, residual_blocks_);
   std::vector<Scheduled> scheduled;
   int32_t prefill_budget = config_.max_num_batched_tokens;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -68,9 +68,10 @@ Status Generator::step(std::vector<Sequence>& seqs) {
   }
   stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, cache_->pool().num_used_blocks());
   kv::copy_blocks(*kv_, cache_->take_pending_copies());  // copy-on-write, before any KV write
+  if (residual_) kv::copy_blocks(*residual_, cache_->take_pending_residual_copies());
   const auto vocab = static_cast<size_t>(model_.vocab_size());
   logits_.resize(batch.num_logits_rows() * vocab);
-  STRATA_RETURN_IF_ERROR(model_.forward(batch.view(), *kv_, logits_, pool_));
+  STRATA_RETURN_IF_ERROR(model_.forward(batch.view(), *kv_, logits_, pool_, residual_.get()));
   for (const Scheduled& sc : scheduled) {
     const float* rows = sc.first_logits_row < 0
                             ? nullptr
@@ -102,6 +103,7 @@ Status Generator::consume_logits(Sequence& s, int32_t first_pos, int32_t num_row
   }
   s.num_computed += num_rows;
   cache_->cache_full_blocks(s.table, s.tokens, s.num_computed, s.cache_keys);
+  cache_->free_residual_before(s.table, s.num_computed);  // INT4: what no later query reads
   if (s.num_computed < static_cast<int32_t>(s.tokens.size())) return Status::Ok();
   if (s.all_logits) {
     s.finished = true;

@@ -8,11 +8,12 @@
 
 namespace strata::engine {
 
-Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,
-                     kv::SwapSpace* swap)
-    : config_(config), cache_(cache), swap_(swap) {
-  STRATA_CHECK(config.preemption == PreemptionMode::kRecompute || swap != nullptr,
-               "swap preemption needs a swap space");
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache, kv::SwapSpace* swap,
+                     kv::SwapSpace* residual_swap)
+    : config_(config), cache_(cache), swap_(swap), residual_swap_(residual_swap) {
+  STRATA_CHECK(config.preemption == PreemptionMode::kRecompute ||
+                   (swap != nullptr && (!cache.has_residual() || residual_swap != nullptr)),
+               "swap preemption needs a swap space (and one for the residual pool)");
   STRATA_CHECK(config.max_num_seqs >= 1 && config.max_num_batched_tokens >= 1,
                "scheduler budgets must be positive");
   if (config_.allocator == KvAllocatorKind::kContiguous) {
@@ -62,17 +63,21 @@ void Scheduler::release(kv::BlockTable& table, int64_t& contiguous_offset) {
 
 void Scheduler::drop_swapped(Sequence* seq) {
   if (seq->transfer) seq->transfer->wait();  // a copy must not land in a reused block
+  if (seq->residual_transfer) seq->residual_transfer->wait();
   if (seq->status == SeqStatus::kSwapped) {
     swapped_.erase(std::find(swapped_.begin(), swapped_.end(), seq));
-    swap_->free(seq->transfer->swap_blocks);
   } else {
     swapping_in_.erase(std::find(swapping_in_.begin(), swapping_in_.end(), seq));
-    swap_->free(seq->transfer->swap_blocks);
     cache_.pool().free(seq->swap_in_blocks);
+    cache_.residual_pool().free(seq->swap_in_residual_blocks);
   }
+  swap_->free(seq->transfer->swap_blocks);
+  if (seq->residual_transfer) residual_swap_->free(seq->residual_transfer->swap_blocks);
   seq->transfer.reset();
+  seq->residual_transfer.reset();
   seq->swapped_layout.clear();
   seq->swap_in_blocks.clear();
+  seq->swap_in_residual_blocks.clear();
 }
 
 void Scheduler::finish(Sequence* seq, bool cancelled) {
@@ -125,12 +130,25 @@ bool Scheduler::swap_out(Sequence* victim, SchedulerOutput& out) {
   for (const BlockId b : layout) {
     if (b != kNullBlock) live.push_back(b);
   }
+  int32_t residual_first = 0;
+  const std::vector<BlockId> residual = residual_to_swap(*victim, &residual_first);
+  if (cache_.has_residual() &&
+      residual_swap_->num_free_blocks() < static_cast<int32_t>(residual.size())) {
+    return false;
+  }
   std::optional<kv::SwapSpace::Transfer> t = swap_->swap_out(live);
   if (!t) return false;
   out.swap_outs.push_back(*t);
   out.num_swapped_out_blocks += static_cast<int32_t>(live.size());
   victim->swapped_layout = std::move(layout);
   victim->transfer = std::move(t);
+  if (cache_.has_residual()) {
+    std::optional<kv::SwapSpace::Transfer> r = residual_swap_->swap_out(residual);
+    STRATA_CHECK(r.has_value(), "residual swap-out failed after its free-block check");
+    out.swap_outs.push_back(*r);
+    victim->swapped_residual_first = residual_first;
+    victim->residual_transfer = std::move(r);
+  }
   release(victim);  // the blocks may be reallocated now; the step waits for the copy first
   victim->status = SeqStatus::kSwapped;
   const auto at = std::upper_bound(swapped_.begin(), swapped_.end(), victim,
@@ -139,6 +157,24 @@ bool Scheduler::swap_out(Sequence* victim, SchedulerOutput& out) {
                                    });
   swapped_.insert(at, victim);
   return true;
+}
+
+std::vector<BlockId> Scheduler::residual_to_swap(const Sequence& victim, int32_t* first) const {
+  std::vector<BlockId> blocks;
+  *first = 0;
+  if (!cache_.has_residual()) return blocks;
+  const int32_t bs = cache_.block_size();
+  const int32_t end = (victim.num_computed + bs - 1) / bs;  // its computed blocks
+  const int32_t needed = std::max(0, victim.num_computed / bs - cache_.residual_blocks() + 1);
+  const int32_t rf = victim.table.residual_first_block();
+  const std::span<const BlockId> entries = victim.table.residual_blocks();
+  *first = std::min(needed, end);
+  for (int32_t jb = *first; jb < end; ++jb) {
+    STRATA_CHECK(jb >= rf && jb - rf < static_cast<int32_t>(entries.size()),
+                 "a computed block the next query reads at full precision has no residual entry");
+    blocks.push_back(entries[static_cast<size_t>(jb - rf)]);
+  }
+  return blocks;
 }
 
 void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
@@ -221,6 +257,7 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     const int32_t n = std::min(remaining, budget);
     const int32_t needed = cache_.num_blocks_to_allocate(seq->table, n, &hit);
     if (needed > cache_.pool().num_free_blocks() - watermark_blocks()) break;
+    if (!cache_.residual_fits(seq->table, n, &hit)) break;  // INT4: the residual pool too
     if (contiguous_) {
       const std::optional<int64_t> offset = contiguous_->reserve(config_.max_model_len);
       if (!offset) break;
@@ -251,7 +288,9 @@ bool Scheduler::static_batch_ready(double now) const {
 }
 
 void Scheduler::resume_swapped_in(SchedulerOutput& out) {
-  while (!swapping_in_.empty() && swapping_in_.front()->transfer->ready()) {
+  while (!swapping_in_.empty() && swapping_in_.front()->transfer->ready() &&
+         (!swapping_in_.front()->residual_transfer ||
+          swapping_in_.front()->residual_transfer->ready())) {
     Sequence* seq = swapping_in_.front();
     swapping_in_.pop_front();
     swap_->free(seq->transfer->swap_blocks);
@@ -263,6 +302,13 @@ void Scheduler::resume_swapped_in(SchedulerOutput& out) {
       if (b != kNullBlock) b = seq->swap_in_blocks[next++];
     }
     cache_.adopt_blocks(seq->table, std::move(blocks), seq->num_computed);
+    if (seq->residual_transfer) {
+      residual_swap_->free(seq->residual_transfer->swap_blocks);
+      cache_.adopt_residual_blocks(seq->table, seq->swapped_residual_first,
+                                   std::move(seq->swap_in_residual_blocks));
+      seq->residual_transfer.reset();
+      seq->swap_in_residual_blocks.clear();
+    }
     seq->transfer.reset();
     seq->swapped_layout.clear();
     seq->swap_in_blocks.clear();
@@ -277,11 +323,21 @@ void Scheduler::start_swap_ins() {
     Sequence* seq = swapped_.front();
     const auto needed = static_cast<int32_t>(seq->transfer->swap_blocks.size());
     if (needed > cache_.pool().num_free_blocks() - watermark_blocks()) break;
+    const auto residual_needed = static_cast<int32_t>(
+        seq->residual_transfer ? seq->residual_transfer->swap_blocks.size() : 0);
+    if (residual_needed > cache_.residual_pool().num_free_blocks()) break;
     std::optional<std::vector<BlockId>> blocks = cache_.pool().allocate(needed);
     STRATA_CHECK(blocks.has_value(), "swap-in allocation failed after the free-block check");
     swapped_.pop_front();
     seq->swap_in_blocks = std::move(*blocks);
     seq->transfer = swap_->swap_in(seq->transfer->swap_blocks, seq->swap_in_blocks);
+    if (seq->residual_transfer) {
+      std::optional<std::vector<BlockId>> res = cache_.residual_pool().allocate(residual_needed);
+      STRATA_CHECK(res.has_value(), "residual swap-in allocation failed after its check");
+      seq->swap_in_residual_blocks = std::move(*res);
+      seq->residual_transfer = residual_swap_->swap_in(seq->residual_transfer->swap_blocks,
+                                                       seq->swap_in_residual_blocks);
+    }
     seq->status = SeqStatus::kSwappingIn;
     swapping_in_.push_back(seq);
   }

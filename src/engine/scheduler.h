@@ -70,9 +70,10 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
-  // swap (which moves the pool's blocks) is needed for PreemptionMode::kSwap only.
-  Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,
-            kv::SwapSpace* swap = nullptr);
+  // swap (which moves the pool's blocks) is needed for PreemptionMode::kSwap only; with a
+  // residual pool (INT4) also residual_swap, which moves the residual pool's blocks.
+  Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache, kv::SwapSpace* swap = nullptr,
+            kv::SwapSpace* residual_swap = nullptr);
 
   // Queues a new sequence (status kWaiting, nothing computed, an empty table).
   void add_waiting(Sequence* seq);
@@ -105,6 +106,9 @@ class Scheduler {
   void preempt(Sequence* victim, SchedulerOutput& out);
   // Starts the victim's swap-out; false (nothing changed) when the swap space is short.
   bool swap_out(Sequence* victim, SchedulerOutput& out);
+  // INT4: the victim's residual entries a later query reads at full precision (logical blocks
+  // from *first on, through its last computed block).
+  std::vector<BlockId> residual_to_swap(const Sequence& victim, int32_t* first) const;
   // Swapped sequences whose copies are done rejoin the running set; then, blocks permitting,
   // more swapped sequences start coming back.
   void resume_swapped_in(SchedulerOutput& out);
@@ -129,6 +133,7 @@ class Scheduler {
   std::deque<Sequence*> swapped_;  // sorted by rank
   std::deque<Sequence*> swapping_in_;  // copies in flight, in start order
   kv::SwapSpace* swap_;
+  kv::SwapSpace* residual_swap_;            // INT4: the residual pool's swap space
   std::vector<kv::BlockTable> batch_done_;  // static scheduler: finished members' blocks
   std::vector<int64_t> batch_done_offsets_;  // and their contiguous reservations
   int32_t static_admit_left_ = 0;  // members of the forming static batch not yet admitted

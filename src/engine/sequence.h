@@ -63,6 +63,11 @@ struct Sequence {
   std::vector<BlockId> swapped_layout;
   std::optional<kv::SwapSpace::Transfer> transfer;
   std::vector<BlockId> swap_in_blocks;  // pool blocks a swap-in copies into
+  // INT4 pools: the residual entries' copy (logical blocks from swapped_residual_first on, in the
+  // residual swap space), and the residual-pool blocks a swap-in copies them into.
+  int32_t swapped_residual_first = 0;
+  std::optional<kv::SwapSpace::Transfer> residual_transfer;
+  std::vector<BlockId> swap_in_residual_blocks;
 
   Sequence(int32_t block_size, int32_t vocab) : table(block_size), counts(vocab) {}
   bool wants_all_rows() const {

@@ -15,7 +15,10 @@ namespace strata::engine {
 
 class StepBatch {
  public:
-  explicit StepBatch(int32_t block_size) : builder_(block_size) {}
+  // residual_blocks: R of an INT4 cache's residual pool (the batch then carries the residual
+  // arrays and slot mapping), else 0.
+  explicit StepBatch(int32_t block_size, int32_t residual_blocks = 0)
+      : builder_(block_size, residual_blocks) {}
 
   // Adds seq's next n tokens, from position seq.num_computed (their slots already allocated).
   // Returns the index of seq's first logits row -- every row when seq.wants_all_rows(), else the
@@ -29,8 +32,15 @@ class StepBatch {
   size_t num_logits_rows() const { return logits_rows_.size(); }
   size_t num_sample_rows() const { return sample_rows_.size(); }
   model::ForwardBatch view() const {
-    return {token_ids_,   positions_, q_indptr_,    builder_.layout(), builder_.slot_mapping(),
-            logits_rows_, sample_rows_, sample_specs_};
+    return {token_ids_,
+            positions_,
+            q_indptr_,
+            builder_.layout(),
+            builder_.slot_mapping(),
+            logits_rows_,
+            sample_rows_,
+            sample_specs_,
+            builder_.residual_slot_mapping()};
   }
 
  private:

@@ -33,7 +33,17 @@ int64_t BlockTable::slot(int32_t pos) const {
   return static_cast<int64_t>(block.value) * block_size_ + pos % block_size_;
 }
 
+int64_t BlockTable::residual_slot(int32_t pos) const {
+  STRATA_CHECK(pos >= 0 && pos < num_tokens_, "residual_slot: position has no slot");
+  const int32_t idx = pos / block_size_ - res_first_block_;
+  STRATA_CHECK(idx >= 0 && idx < static_cast<int32_t>(res_blocks_.size()),
+               "residual_slot: the position's block has no residual entry");
+  return static_cast<int64_t>(res_blocks_[static_cast<size_t>(idx)].value) * block_size_ +
+         pos % block_size_;
+}
+
 void BlockTable::release(BlockPool& pool) {
+  STRATA_CHECK(res_blocks_.empty(), "release: give the residual entries back first");
   pool.free(blocks_);
   blocks_.clear();
   block_hashes_.clear();
@@ -41,6 +51,7 @@ void BlockTable::release(BlockPool& pool) {
   num_cached_blocks_ = 0;
   num_skipped_blocks_ = 0;
   chain_tail_ = kNullBlock;
+  res_first_block_ = 0;
 }
 
 }  // namespace strata::kv

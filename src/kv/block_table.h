@@ -9,6 +9,12 @@
 // With prefix caching, KvCacheManager also keeps here the hash chain of the table's full blocks
 // (block_hashes()) and how many leading blocks are already in the prefix cache; it is the only
 // writer of those, and of a shared last block's replacement on copy-on-write.
+//
+// INT4 (KIVI) caches (docs/kv.md, "The residual pool"): the manager also keeps the sequence's
+// residual entries -- residual-pool block ids for logical blocks residual_first_block(),
+// residual_first_block() + 1, ... through the table's last block, where the newest tokens live
+// at full precision. Empty without a residual pool. The table owns one reference to each
+// residual block too.
 
 #include <cstdint>
 #include <span>
@@ -39,7 +45,16 @@ class BlockTable {
   // Slot of token position pos (0 <= pos < num_tokens()).
   int64_t slot(int32_t pos) const;
 
-  // Drops the table's reference to every block and empties it.
+  // Residual entries: residual_blocks()[i] holds logical block residual_first_block() + i; they
+  // run through the last block (residual_first_block() + residual_blocks().size() ==
+  // blocks().size() whenever the manager has a residual pool).
+  int32_t residual_first_block() const { return res_first_block_; }
+  std::span<const BlockId> residual_blocks() const { return res_blocks_; }
+  // Residual-pool slot of token position pos (its logical block must have a residual entry).
+  int64_t residual_slot(int32_t pos) const;
+
+  // Drops the table's reference to every block and empties it (residual entries: the manager
+  // gives those back first).
   void release(BlockPool& pool);
 
   // Hashes of the leading full blocks computed so far (a prefix of blocks()).
@@ -63,6 +78,9 @@ class BlockTable {
   // an identical one registered first); the parent of the next block to register. kNullBlock
   // before the first block; invalid when the chain broke (nothing further is registered).
   BlockId chain_tail_ = kNullBlock;
+  // Residual entries (INT4 caches): res_blocks_[i] holds logical block res_first_block_ + i.
+  int32_t res_first_block_ = 0;
+  std::vector<BlockId> res_blocks_;
 };
 
 }  // namespace strata::kv

@@ -7,12 +7,44 @@
 
 namespace strata::kv {
 
+int32_t residual_pool_blocks(int32_t max_num_seqs, int32_t residual_blocks,
+                             int32_t max_num_batched_tokens, int32_t block_size) {
+  STRATA_CHECK(
+      max_num_seqs >= 1 && residual_blocks >= 1 && max_num_batched_tokens >= 1 && block_size >= 1,
+      "residual_pool_blocks: positive limits");
+  const int64_t blocks = int64_t{max_num_seqs} * (residual_blocks + 1) +
+                         (int64_t{max_num_batched_tokens} + block_size - 1) / block_size + 1;
+  return static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
+}
+
+bool needs_residual_pool(const KvSpec& spec) {
+  for (int32_t l = 0; l < spec.num_layers; ++l) {
+    if (spec.layer_dtype(l) == DType::kI4) return true;
+  }
+  return false;
+}
+
+KvSpec residual_spec(const KvSpec& spec) {
+  KvSpec r;
+  r.num_layers = spec.num_layers;
+  r.num_kv_heads = spec.num_kv_heads;
+  r.head_dim = spec.head_dim;
+  r.dtype = DType::kF32;
+  return r;
+}
+
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : pool_(BlockPoolConfig{config.num_blocks, config.block_size, config.enable_prefix_caching,
                             config.event_sink}),
+      residual_pool_(BlockPoolConfig{std::max(config.residual_num_blocks, 1), config.block_size,
+                                     false, nullptr}),
+      residual_blocks_(config.residual_blocks),
       hasher_(config.hash_bits),
       window_(config.sliding_window) {
   STRATA_CHECK(window_ >= 0, "sliding_window must not be negative");
+  STRATA_CHECK(config.residual_num_blocks == 0 ||
+                   (config.residual_num_blocks >= 2 && config.residual_blocks >= 1),
+               "a residual pool needs at least 2 blocks and residual_blocks >= 1");
 }
 
 PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
@@ -20,7 +52,9 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
   PrefixHit hit;
   if (!prefix_caching()) return hit;
   const int32_t bs = block_size();
-  const auto max_blocks = (static_cast<int32_t>(tokens.size()) - 1) / bs;
+  // R > 1: no hit can be read as the cold run read it (find_cached_prefix's contract).
+  const bool no_hits = has_residual() && residual_blocks_ > 1;
+  const auto max_blocks = no_hits ? 0 : (static_cast<int32_t>(tokens.size()) - 1) / bs;
   BlockId parent = kNullBlock;
   for (int32_t i = 0; i < max_blocks; ++i) {
     const std::span<const int32_t> block_tokens =
@@ -66,11 +100,77 @@ int32_t KvCacheManager::num_blocks_to_allocate(const BlockTable& table, int32_t 
   return num_free_hits + new_blocks;
 }
 
+KvCacheManager::ResidualPlan KvCacheManager::plan_residual(const BlockTable& table,
+                                                           int32_t num_new_tokens,
+                                                           const PrefixHit* hit) const {
+  const int32_t bs = block_size();
+  const bool with_hit = hit != nullptr && !hit->blocks.empty();
+  const int32_t first_pos = with_hit ? hit->num_tokens : table.num_tokens();
+  const int32_t num_blocks_after = (first_pos + num_new_tokens + bs - 1) / bs;
+  // The table's block count before the new tokens (a hit's blocks count as the table's).
+  const int32_t nb = (first_pos + bs - 1) / bs;
+  const auto& entries = table.res_blocks_;
+  const int32_t rf = entries.empty() ? nb : table.res_first_block_;
+  STRATA_CHECK(rf + static_cast<int32_t>(entries.size()) == nb,
+               "residual entries must run through the table's last block");
+  ResidualPlan p;
+  p.first_block = std::max(0, first_pos / bs - residual_blocks_ + 1);
+  STRATA_CHECK(p.first_block >= rf,
+               "a block the next query reads at full precision has no residual block "
+               "(a prefix hit with R > 1?)");
+  p.num_freed = p.first_block - rf;
+  for (int32_t i = 0; i < p.num_freed; ++i) {
+    p.num_reclaimed += residual_pool_.ref_count(entries[static_cast<size_t>(i)]) == 1;
+  }
+  p.num_new = num_blocks_after - nb;
+  p.copy_last = num_new_tokens > 0 && first_pos % bs != 0 &&
+                p.num_freed < static_cast<int32_t>(entries.size()) &&
+                residual_pool_.ref_count(entries.back()) > 1;
+  return p;
+}
+
+int32_t KvCacheManager::num_residual_blocks_to_allocate(const BlockTable& table,
+                                                        int32_t num_new_tokens,
+                                                        const PrefixHit* hit) const {
+  if (!has_residual()) return 0;
+  const ResidualPlan p = plan_residual(table, num_new_tokens, hit);
+  return p.num_new + (p.copy_last ? 1 : 0);
+}
+
+bool KvCacheManager::residual_fits(const BlockTable& table, int32_t num_new_tokens,
+                                   const PrefixHit* hit) const {
+  if (!has_residual()) return true;
+  const ResidualPlan p = plan_residual(table, num_new_tokens, hit);
+  return p.num_new + (p.copy_last ? 1 : 0) <= residual_pool_.num_free_blocks() + p.num_reclaimed;
+}
+
+void KvCacheManager::allocate_residual(BlockTable& table, const ResidualPlan& p) {
+  auto& entries = table.res_blocks_;
+  residual_pool_.free(std::span<const BlockId>(entries.data(), static_cast<size_t>(p.num_freed)));
+  entries.erase(entries.begin(), entries.begin() + p.num_freed);
+  table.res_first_block_ = p.first_block;
+  if (p.copy_last) {
+    const std::optional<std::vector<BlockId>> copy = residual_pool_.allocate(1);
+    STRATA_CHECK(copy.has_value(), "residual copy-on-write block vanished after can_allocate");
+    const BlockId src = entries.back();
+    pending_residual_copies_.push_back(BlockCopy{src, copy->front()});
+    residual_pool_.free(std::span<const BlockId>(&src, 1));
+    entries.back() = copy->front();
+  }
+  if (p.num_new > 0) {
+    const std::optional<std::vector<BlockId>> fresh = residual_pool_.allocate(p.num_new);
+    STRATA_CHECK(fresh.has_value(), "residual blocks vanished after can_allocate");
+    entries.insert(entries.end(), fresh->begin(), fresh->end());
+  }
+}
+
 bool KvCacheManager::allocate_slots(BlockTable& table, int32_t num_new_tokens,
                                     const PrefixHit* hit) {
   STRATA_CHECK(num_new_tokens >= 0, "allocate_slots: negative token count");
   if (!can_allocate(table, num_new_tokens, hit)) return false;
   // From here on nothing can fail: the checks above counted every block taken below.
+  std::optional<ResidualPlan> residual;
+  if (has_residual()) residual = plan_residual(table, num_new_tokens, hit);
   if (hit != nullptr && !hit->blocks.empty()) {
     pool_.touch(hit->blocks);
     table.blocks_ = hit->blocks;
@@ -92,6 +192,7 @@ bool KvCacheManager::allocate_slots(BlockTable& table, int32_t num_new_tokens,
     table.blocks_.back() = copy->front();
   }
   STRATA_CHECK(table.append_slots(pool_, num_new_tokens), "append failed after can_allocate");
+  if (residual) allocate_residual(table, *residual);
   return true;
 }
 
@@ -147,6 +248,20 @@ void KvCacheManager::fork(const BlockTable& parent, BlockTable& child) {
   child.num_cached_blocks_ = parent.num_cached_blocks_;
   child.num_skipped_blocks_ = parent.num_skipped_blocks_;
   child.chain_tail_ = parent.chain_tail_;
+  residual_pool_.add_ref(parent.res_blocks_);
+  child.res_first_block_ = parent.res_first_block_;
+  child.res_blocks_ = parent.res_blocks_;
+}
+
+void KvCacheManager::free_residual_before(BlockTable& table, int32_t first_needed_pos) {
+  if (!has_residual() || table.res_blocks_.empty()) return;
+  const int32_t first = std::max(0, first_needed_pos / block_size() - residual_blocks_ + 1);
+  const auto n = static_cast<size_t>(std::clamp(first - table.res_first_block_, 0,
+                                                static_cast<int32_t>(table.res_blocks_.size())));
+  residual_pool_.free(std::span<const BlockId>(table.res_blocks_.data(), n));
+  table.res_blocks_.erase(table.res_blocks_.begin(),
+                          table.res_blocks_.begin() + static_cast<ptrdiff_t>(n));
+  table.res_first_block_ += static_cast<int32_t>(n);
 }
 
 void KvCacheManager::free_blocks_before(BlockTable& table, int32_t first_needed_pos) {
@@ -175,13 +290,67 @@ void KvCacheManager::adopt_blocks(BlockTable& table, std::vector<BlockId> blocks
   table.chain_tail_ = BlockId{};  // nothing further is registered
 }
 
+void KvCacheManager::adopt_residual_blocks(BlockTable& table, int32_t first_block,
+                                           std::vector<BlockId> blocks) {
+  STRATA_CHECK(table.res_blocks_.empty(), "adopt_residual_blocks: the table has residual entries");
+  STRATA_CHECK(first_block >= 0 && first_block + static_cast<int32_t>(blocks.size()) ==
+                                       static_cast<int32_t>(table.blocks_.size()),
+               "adopt_residual_blocks: entries must run through the table's last block");
+  table.res_first_block_ = first_block;
+  table.res_blocks_ = std::move(blocks);
+}
+
 void KvCacheManager::free(BlockTable& table) {
+  std::reverse(table.res_blocks_.begin(), table.res_blocks_.end());
+  residual_pool_.free(table.res_blocks_);
+  table.res_blocks_.clear();
   std::reverse(table.blocks_.begin(), table.blocks_.end());
   table.release(pool_);
 }
 
 std::vector<BlockCopy> KvCacheManager::take_pending_copies() {
   return std::exchange(pending_copies_, {});
+}
+
+std::vector<BlockCopy> KvCacheManager::take_pending_residual_copies() {
+  return std::exchange(pending_residual_copies_, {});
+}
+
+void KvCacheManager::check_invariants(std::span<const BlockTable* const> tables) const {
+  pool_.check_invariants();
+  residual_pool_.check_invariants();
+  std::vector<int32_t> refs(static_cast<size_t>(pool_.num_blocks()), 0);
+  std::vector<int32_t> res_refs(static_cast<size_t>(residual_pool_.num_blocks()), 0);
+  for (const BlockTable* t : tables) {
+    for (const BlockId b : t->blocks_) {
+      STRATA_CHECK(b.value >= 0 && b.value < pool_.num_blocks(), "table block outside the pool");
+      if (b != kNullBlock) ++refs[static_cast<size_t>(b.value)];
+    }
+    if (!has_residual()) {
+      STRATA_CHECK(t->res_blocks_.empty(), "residual entries without a residual pool");
+      continue;
+    }
+    if (!t->res_blocks_.empty()) {
+      STRATA_CHECK(t->res_first_block_ >= 0 &&
+                       t->res_first_block_ + static_cast<int32_t>(t->res_blocks_.size()) ==
+                           static_cast<int32_t>(t->blocks_.size()),
+                   "residual entries must run through the table's last block");
+    }
+    for (const BlockId b : t->res_blocks_) {
+      STRATA_CHECK(b != kNullBlock && b.value < residual_pool_.num_blocks(),
+                   "residual entry outside the residual pool");
+      ++res_refs[static_cast<size_t>(b.value)];
+    }
+  }
+  if (tables.empty()) return;
+  for (int32_t b = 1; b < pool_.num_blocks(); ++b) {
+    STRATA_CHECK(pool_.ref_count(BlockId{b}) == refs[static_cast<size_t>(b)],
+                 "a block's reference count differs from the tables' references");
+  }
+  for (int32_t b = 1; b < residual_pool_.num_blocks(); ++b) {
+    STRATA_CHECK(residual_pool_.ref_count(BlockId{b}) == res_refs[static_cast<size_t>(b)],
+                 "a residual block's reference count differs from the tables' references");
+  }
 }
 
 PrefixCacheStats KvCacheManager::stats() const {

@@ -12,6 +12,16 @@
 //   adopt_blocks(table, ...)        a swapped-in sequence's table, on fresh blocks
 //   take_pending_copies()           the (src, dst) block copies the next step must do first
 //
+// INT4 (KIVI) caches (KvCacheConfig::residual_num_blocks > 0; docs/kv.md, "The residual pool"):
+// a second BlockPool, without prefix caching, holds each sequence's newest blocks at full
+// precision. Before a step computes a table's tokens from position s, its residual entries are
+// cut to the logical blocks a query at s or later still reads at full precision --
+// max(0, s / block_size - R + 1) on, R = residual_blocks -- and every new block gets a residual
+// block too; allocation accounts for both pools, all or nothing. fork() shares the parent's
+// residual blocks and the first write into a shared, partly filled one copies it (queued apart
+// from the main pool's copies: take_pending_residual_copies()). Only the main pool's blocks are
+// prefix-cached; with R > 1 find_cached_prefix() finds nothing (see there).
+//
 // Owns the BlockPool, a BlockHasher and the prefix-cache counters; borrows the block tables (the
 // sequences own them) and the event sink. Invariants: every table it manages holds one reference
 // per block entry; a table's leading num_cached_blocks() blocks are cached in the pool (or were
@@ -28,6 +38,7 @@
 #include "kv/block_pool.h"
 #include "kv/block_table.h"
 #include "kv/kv_events.h"
+#include "kv/kv_layout.h"
 
 namespace strata::kv {
 
@@ -41,7 +52,25 @@ struct KvCacheConfig {
   // back what a growing sequence no longer reads.
   int32_t sliding_window = 0;
   KvEventSink* event_sink = nullptr;  // borrowed
+  // INT4 caches: blocks of the full-precision residual pool, the null block included (0 = no
+  // residual pool; kv::residual_pool_blocks() sizes it), and R >= 1, the blocks a query reads
+  // at full precision (its own and the R - 1 before it: --kv-int4-residual N = R x block_size).
+  int32_t residual_num_blocks = 0;
+  int32_t residual_blocks = 0;
 };
+
+// Residual-pool blocks (the null block included) that scheduler limits can never exhaust: each
+// sequence holds at most R blocks between steps and R + 1 plus its chunk's blocks during one,
+// and a step's chunks hold at most ceil(max_num_batched_tokens / block_size) + 1 blocks more
+// than their tokens fill: max_num_seqs x (R + 1) + ceil(max_num_batched_tokens / block_size) + 1.
+int32_t residual_pool_blocks(int32_t max_num_seqs, int32_t residual_blocks,
+                             int32_t max_num_batched_tokens, int32_t block_size);
+// True when some layer of the spec holds INT4 (KIVI) codes: the pool then needs a residual pool.
+bool needs_residual_pool(const KvSpec& spec);
+// The residual pool's shape: the spec's layers, KV heads and head_dim, F32 in every layer (the
+// CPU's full precision; uniform even when the main pool has per-layer exceptions, whose layers
+// simply never touch it).
+KvSpec residual_spec(const KvSpec& spec);
 
 // A request's cached prefix: blocks[i] holds tokens [i * block_size, (i + 1) * block_size).
 struct PrefixHit {
@@ -71,6 +100,11 @@ class KvCacheManager {
 
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
+  // The residual pool (INT4 caches); has_residual() says whether there is one.
+  bool has_residual() const { return residual_pool_.num_blocks() > 1; }
+  BlockPool& residual_pool() { return residual_pool_; }
+  const BlockPool& residual_pool() const { return residual_pool_; }
+  int32_t residual_blocks() const { return residual_blocks_; }
   int32_t block_size() const { return pool_.block_size(); }
   bool prefix_caching() const { return pool_.prefix_caching(); }
 
@@ -78,7 +112,10 @@ class KvCacheManager {
   // compute (a step needs it to produce logits). Nothing is referenced yet; the only side effect
   // is the query counters. Empty when prefix caching is off. With a sliding window, the whole
   // chain is still confirmed, but the entries wholly before the window of the first position to
-  // compute are kNullBlock: the table will not take them.
+  // compute are kNullBlock: the table will not take them. With a residual pool and R > 1 it is
+  // always empty: the first position computed after a hit of h blocks reads blocks
+  // h - R + 1 .. h - 1 at full precision, which only the residual pool of the run that computed
+  // them held -- a hit would read other values than the cold run (R = 1 reads none: exact).
   PrefixHit find_cached_prefix(std::span<const int32_t> tokens, const BlockExtraKeys& extra);
 
   // Blocks allocate_slots(table, num_new_tokens, hit) would take from the free queue, the hit's
@@ -87,8 +124,16 @@ class KvCacheManager {
                                  const PrefixHit* hit = nullptr) const;
   bool can_allocate(const BlockTable& table, int32_t num_new_tokens,
                     const PrefixHit* hit = nullptr) const {
-    return num_blocks_to_allocate(table, num_new_tokens, hit) <= pool_.num_free_blocks();
+    return num_blocks_to_allocate(table, num_new_tokens, hit) <= pool_.num_free_blocks() &&
+           residual_fits(table, num_new_tokens, hit);
   }
+  // Residual-pool blocks allocate_slots would take from its free queue (0 without a residual
+  // pool), and whether they are there once the table's entries before its new window are given
+  // back. Side-effect free.
+  int32_t num_residual_blocks_to_allocate(const BlockTable& table, int32_t num_new_tokens,
+                                          const PrefixHit* hit = nullptr) const;
+  bool residual_fits(const BlockTable& table, int32_t num_new_tokens,
+                     const PrefixHit* hit = nullptr) const;
 
   // Gives the table slots for num_new_tokens more tokens. With a hit, the table must be empty: it
   // first takes the hit's blocks (a reference each), so it ends with hit->num_tokens +
@@ -96,6 +141,11 @@ class KvCacheManager {
   // by a fresh copy (queued in pending copies) before new tokens land in it. Returns false, and
   // changes neither the pool nor the table, when too few blocks are free. A hit is valid until
   // the pool next changes: look it up and allocate in the same scheduling decision.
+  // With a residual pool, the table's residual entries then cover logical blocks
+  // max(0, s / block_size - R + 1) (s = its first new position) through its new last block: the
+  // ones before are given back, new blocks get residual blocks, and a shared, partly filled
+  // last residual block is replaced by a copy (pending residual copies) -- all or nothing
+  // together with the main pool.
   [[nodiscard]] bool allocate_slots(BlockTable& table, int32_t num_new_tokens,
                                     const PrefixHit* hit = nullptr);
 
@@ -105,7 +155,8 @@ class KvCacheManager {
                          const BlockExtraKeys& extra);
 
   // child (empty) shares every block of parent: one more reference each, same token count and
-  // hashes. The first append into a shared partly filled block copies it (allocate_slots).
+  // hashes. The first append into a shared partly filled block copies it (allocate_slots). The
+  // residual entries are shared the same way (full residual blocks are never written again).
   void fork(const BlockTable& parent, BlockTable& child);
 
   // Sliding-window attention: drops the table's references to the blocks that hold only positions
@@ -121,28 +172,62 @@ class KvCacheManager {
     if (window_ > 0) free_blocks_before(table, table.num_tokens() - window_ + 1);
   }
 
+  // Residual pool: gives back the table's residual entries no query from position
+  // first_needed_pos on reads at full precision (logical blocks below
+  // max(0, first_needed_pos / block_size - R + 1)); the engine calls it after each step with the
+  // next position, so a sequence holds at most R residual blocks between steps. Their int4
+  // blocks are complete (a block's last append quantized it). No-op without a residual pool.
+  void free_residual_before(BlockTable& table, int32_t first_needed_pos);
+
   // Swap-in: the empty table takes blocks -- allocated from this pool (one reference each) and
   // holding the positions' K/V again, kNullBlock for entries a sliding window had skipped -- for
   // num_tokens positions. Its blocks are not registered in the prefix cache again.
   void adopt_blocks(BlockTable& table, std::vector<BlockId> blocks, int32_t num_tokens);
+  // Swap-in of an INT4 table (after adopt_blocks): its residual entries, residual-pool blocks
+  // allocated by the caller (one reference each) holding logical blocks first_block, ... through
+  // the table's last block again.
+  void adopt_residual_blocks(BlockTable& table, int32_t first_block, std::vector<BlockId> blocks);
 
   // Drops the table's references, last block first: a sequence's tail is evicted before the
-  // prefix other requests are likelier to share. Empties the table.
+  // prefix other requests are likelier to share. Empties the table, residual entries included.
   void free(BlockTable& table);
 
   // The copies queued by copy-on-write since the last call, in order; the caller runs them (e.g.
   // copy_blocks() in block_copy.h) before the next forward pass.
   std::vector<BlockCopy> take_pending_copies();
+  // The same for the residual pool (copy-on-write of a forked sequence's partly filled residual
+  // block): block ids of the residual pool, run on its buffer before the next forward pass.
+  std::vector<BlockCopy> take_pending_residual_copies();
+
+  // Aborts on a broken invariant of either pool or of the tables' residual entries (each table
+  // must be one this manager manages; pass every live one to also check reference counts).
+  // O(blocks).
+  void check_invariants(std::span<const BlockTable* const> tables = {}) const;
 
   PrefixCacheStats stats() const;
 
  private:
   bool needs_copy_on_write(const BlockTable& table, int32_t num_new_tokens) const;
+  // What allocate_slots(table, num_new_tokens, hit) does to the residual pool (its first new
+  // position is the hit's end, or the table's token count).
+  struct ResidualPlan {
+    int32_t first_block = 0;    // max(0, first_pos / block_size - R + 1)
+    int32_t num_freed = 0;      // leading entries given back
+    int32_t num_reclaimed = 0;  // of which return to the free queue (not shared)
+    int32_t num_new = 0;        // residual blocks allocated for new logical blocks
+    bool copy_last = false;     // the shared, partly filled last residual block is copied
+  };
+  ResidualPlan plan_residual(const BlockTable& table, int32_t num_new_tokens,
+                             const PrefixHit* hit) const;
+  void allocate_residual(BlockTable& table, const ResidualPlan& plan);
 
   BlockPool pool_;
+  BlockPool residual_pool_;
+  int32_t residual_blocks_ = 0;
   BlockHasher hasher_;
   int32_t window_ = 0;
   std::vector<BlockCopy> pending_copies_;
+  std::vector<BlockCopy> pending_residual_copies_;
   PrefixCacheStats stats_;
 };
 

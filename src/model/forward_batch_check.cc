@@ -1,5 +1,6 @@
 #include "model/forward_batch_check.h"
 
+#include <algorithm>
 #include <string>
 
 namespace strata::model {
@@ -71,6 +72,76 @@ Status validate_step_batch(const ForwardBatch& b, int64_t vocab, int32_t num_blo
   }
   if (logits_size != b.logits_rows.size() * static_cast<size_t>(vocab)) {
     return Status::InvalidArgument("forward: logits buffer must be [logits_rows, vocab]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace strata::model
+
+namespace strata::model {
+namespace {
+
+// One sequence's residual entries: present, in range, covering what its new tokens read.
+Status check_residual_entries(const PagedKvLayout& l, int32_t s, int32_t q_len,
+                              int32_t num_residual_blocks) {
+  const int32_t first = l.res_first_block[s];
+  const int32_t count = l.res_indptr[s + 1] - l.res_indptr[s];
+  const int32_t first_new = l.kv_len(s) - q_len;
+  const int32_t needed = std::max(0, first_new / l.block_size - l.residual_blocks + 1);
+  if (count < 0) return Status::InvalidArgument("forward: res_indptr not monotone");
+  if (first < 0 || first + count != l.num_blocks(s) || (count > 0 && first > needed)) {
+    return Status::InvalidArgument(
+        "forward: a sequence's residual entries do not cover the blocks from max(0, s / "
+        "block_size - R + 1) through its last block");
+  }
+  for (int32_t i = l.res_indptr[s]; i < l.res_indptr[s + 1]; ++i) {
+    if (l.res_indices[i] < 1 || l.res_indices[i] >= num_residual_blocks) {
+      return Status::OutOfRange("forward: residual block id " + std::to_string(l.res_indices[i]) +
+                                " outside the residual pool");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status validate_step_residual(const ForwardBatch& b, int32_t num_residual_blocks) {
+  const PagedKvLayout& l = b.layout;
+  if (l.residual_blocks < 1 || l.res_indptr == nullptr || l.res_indices == nullptr ||
+      l.res_first_block == nullptr || l.res_indptr[0] != 0) {
+    return Status::InvalidArgument(
+        "forward: an int4 batch needs residual_blocks >= 1 and res_indptr (from 0), res_indices, "
+        "res_first_block");
+  }
+  if (b.residual_slot_mapping.size() != b.token_ids.size()) {
+    return Status::InvalidArgument("forward: the residual slot mapping needs one entry per token");
+  }
+  const int64_t bs = l.block_size;
+  for (int32_t s = 0; s < l.num_seqs; ++s) {
+    const int32_t q0 = b.q_indptr[static_cast<size_t>(s)];
+    const int32_t q_len = b.q_indptr[static_cast<size_t>(s) + 1] - q0;
+    STRATA_RETURN_IF_ERROR(check_residual_entries(l, s, q_len, num_residual_blocks));
+    const int32_t first_new = l.kv_len(s) - q_len;
+    for (int32_t i = 0; i < q_len; ++i) {
+      const auto t = static_cast<size_t>(q0 + i);
+      const int64_t slot = b.slot_mapping[t];
+      const int64_t res = b.residual_slot_mapping[t];
+      if (slot == -1 || res == -1) {
+        if (slot != res) {
+          return Status::InvalidArgument(
+              "forward: a residual slot is -1 exactly where the slot is -1");
+        }
+        continue;
+      }
+      const int32_t jb = (first_new + i) / l.block_size;
+      const int32_t entry = l.res_indptr[s] + jb - l.res_first_block[s];
+      if (res < 0 || res % bs != slot % bs || jb < l.res_first_block[s] ||
+          entry >= l.res_indptr[s + 1] || res / bs != l.res_indices[entry]) {
+        return Status::OutOfRange(
+            "forward: residual slot " + std::to_string(res) +
+            " is not in the residual block of its token's position (or not at its offset)");
+      }
+    }
   }
   return Status::Ok();
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -11,6 +12,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
+#include "kv/kv_cache_manager.h"
 #include "model/forward_batch_check.h"
 #include "model/rope.h"
 
@@ -72,6 +74,14 @@ Status Model::calibration_forward(std::span<const int32_t> tokens, const kv::KvL
   if (kv_quant_probe_ != nullptr && kv_quant_probe_->cache->num_blocks() < num_blocks + 1) {
     return Status::InvalidArgument("calibration: the probe cache is too small");
   }
+  // INT4 (the cache or the probe's): one chunk, so every block is in the residual window; the
+  // residual pool mirrors the main pool's block ids.
+  const bool int4 = kv::needs_residual_pool(layout.spec()) ||
+                    (kv_quant_probe_ != nullptr && kv_quant_probe_->residual != nullptr);
+  std::optional<kv::HostKvBuffer> residual;
+  if (kv::needs_residual_pool(layout.spec())) {
+    residual.emplace(kv::KvLayout(kv::residual_spec(layout.spec()), kBlockSize), num_blocks + 1);
+  }
   std::vector<int32_t> positions(tokens.size());
   std::vector<int64_t> slots(tokens.size());
   for (int32_t i = 0; i < n; ++i) {
@@ -99,9 +109,18 @@ Status Model::calibration_forward(std::span<const int32_t> tokens, const kv::KvL
   batch.layout.block_size = kBlockSize;
   batch.slot_mapping = slots;
   batch.logits_rows = logits_rows;
+  const std::vector<int32_t> res_first = {0};
+  if (int4) {
+    batch.layout.res_indptr = kv_indptr.data();
+    batch.layout.res_indices = indices.data();
+    batch.layout.res_first_block = res_first.data();
+    batch.layout.residual_blocks = 1;
+    batch.residual_slot_mapping = slots;
+  }
   std::vector<float> last(static_cast<size_t>(config_.vocab_size));
   if (logits != nullptr) logits->resize(static_cast<size_t>(n) * last.size());
-  return forward(batch, cache, logits != nullptr ? std::span<float>(*logits) : last, pool);
+  return forward(batch, cache, logits != nullptr ? std::span<float>(*logits) : last, pool,
+                 residual ? &*residual : nullptr);
 }
 
 namespace {
@@ -179,8 +198,13 @@ Result<std::vector<double>> Model::kv_quant_error(std::span<const int32_t> token
   }
   const auto num_blocks = static_cast<int32_t>((tokens.size() + 15) / 16);
   kv::HostKvBuffer cache(quantized, num_blocks + 1);
+  std::optional<kv::HostKvBuffer> residual;
+  if (kv::needs_residual_pool(quantized.spec())) {
+    residual.emplace(kv::KvLayout(kv::residual_spec(quantized.spec()), 16), num_blocks + 1);
+  }
   KvQuantProbe probe;
   probe.cache = &cache;
+  probe.residual = residual ? &*residual : nullptr;
   probe.diff_sq.assign(static_cast<size_t>(config_.num_hidden_layers), 0.0);
   probe.ref_sq.assign(static_cast<size_t>(config_.num_hidden_layers), 0.0);
   kv_quant_probe_ = &probe;
@@ -207,9 +231,15 @@ Status Model::probe_quantized_attention(int32_t layer_idx, const ForwardBatch& b
   append.num_tokens = span_size(batch.token_ids.size());
   append.cache = cache;
   append.num_cache_blocks = probe.cache->num_blocks();
+  cpu::AttentionParams attn = reference;
+  if (probe.residual != nullptr) {
+    append.residual_slot_mapping = batch.residual_slot_mapping.data();
+    append.residual = probe.residual->layer_view(layer_idx);
+    append.num_residual_blocks = probe.residual->num_blocks();
+    attn.residual = append.residual;
+  }
   STRATA_RETURN_IF_ERROR(cpu::append_kv(append, pool));
   probe.out.resize(scratch_.attn.size());
-  cpu::AttentionParams attn = reference;
   attn.cache = cache;
   attn.out = probe.out.data();
   STRATA_RETURN_IF_ERROR(cpu::paged_attention(attn, pool));
@@ -251,7 +281,19 @@ void Model::Scratch::resize(const ModelConfig& c, int64_t num_tokens) {
   up.resize(n * inter);
 }
 
-Status Model::validate(const ForwardBatch& b, const kv::HostKvBuffer& kv, size_t logits_size) const {
+Status Model::validate(const ForwardBatch& b, const kv::HostKvBuffer& kv,
+                       const kv::HostKvBuffer* residual, size_t logits_size) const {
+  if (kv::needs_residual_pool(kv.layout().spec()) != (residual != nullptr)) {
+    return Status::InvalidArgument(
+        "forward: an int4 KV cache needs its residual pool, and only an int4 cache takes one");
+  }
+  if (residual != nullptr) {
+    if (residual->layout().block_size() != kv.layout().block_size() ||
+        residual->layout().spec().dtype != DType::kF32) {
+      return Status::InvalidArgument("forward: the residual pool is not F32 at the block size");
+    }
+    STRATA_RETURN_IF_ERROR(validate_step_residual(b, residual->num_blocks()));
+  }
   if (!b.sample_rows.empty()) {
     return Status::InvalidArgument("forward: the CPU backend samples on the host (no sample rows)");
   }
@@ -264,8 +306,8 @@ Status Model::validate(const ForwardBatch& b, const kv::HostKvBuffer& kv, size_t
 }
 
 Status Model::forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span<float> logits,
-                      ThreadPool& pool) {
-  STRATA_RETURN_IF_ERROR(validate(batch, kv, logits.size()));
+                      ThreadPool& pool, kv::HostKvBuffer* residual) {
+  STRATA_RETURN_IF_ERROR(validate(batch, kv, residual, logits.size()));
   const int64_t num_tokens = span_size(batch.token_ids.size());
   scratch_.resize(config_, num_tokens);
   cpu::EmbeddingParams embed;
@@ -275,7 +317,7 @@ Status Model::forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span
   embed.out = scratch_.hidden.data();
   STRATA_RETURN_IF_ERROR(cpu::embedding(embed, pool));
   for (int32_t l = 0; l < static_cast<int32_t>(config_.num_hidden_layers); ++l) {
-    STRATA_RETURN_IF_ERROR(run_layer(l, batch, kv, pool));
+    STRATA_RETURN_IF_ERROR(run_layer(l, batch, kv, residual, pool));
   }
   // Final norm and LM head only for the rows whose logits are wanted.
   const int64_t hidden_size = config_.hidden_size;
@@ -303,12 +345,12 @@ Status Model::rms_norm(const float* x, TensorView weight, float* out, int64_t nu
 }
 
 Status Model::run_layer(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
-                        ThreadPool& pool) {
+                        kv::HostKvBuffer* residual, ThreadPool& pool) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
   const int64_t num_tokens = span_size(batch.token_ids.size());
   STRATA_RETURN_IF_ERROR(rms_norm(scratch_.hidden.data(), w.input_norm, scratch_.normed.data(),
                                    num_tokens, pool));
-  STRATA_RETURN_IF_ERROR(run_attention(layer_idx, batch, kv, pool));
+  STRATA_RETURN_IF_ERROR(run_attention(layer_idx, batch, kv, residual, pool));
   STRATA_RETURN_IF_ERROR(cpu::linear(scratch_.attn.data(), w.o_proj, w.o_bias, scratch_.proj.data(),
                                      num_tokens, pool));
   const int64_t hidden_elems = num_tokens * config_.hidden_size;
@@ -320,7 +362,7 @@ Status Model::run_layer(int32_t layer_idx, const ForwardBatch& batch, kv::HostKv
 }
 
 Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
-                            ThreadPool& pool) {
+                            kv::HostKvBuffer* residual, ThreadPool& pool) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
   const int64_t num_tokens = span_size(batch.token_ids.size());
   const auto num_heads = static_cast<int32_t>(config_.num_attention_heads);
@@ -362,8 +404,16 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::Ho
   append.num_tokens = num_tokens;
   append.cache = cache;
   append.num_cache_blocks = kv.num_blocks();
+  // INT4 layers keep their newest blocks in the residual pool; the other layers of a mixed
+  // layout never touch it.
+  if (residual != nullptr && cache.dtype == DType::kI4) {
+    append.residual_slot_mapping = batch.residual_slot_mapping.data();
+    append.residual = residual->layer_view(layer_idx);
+    append.num_residual_blocks = residual->num_blocks();
+  }
   STRATA_RETURN_IF_ERROR(cpu::append_kv(append, pool));
   cpu::AttentionParams attn;
+  attn.residual = append.residual;
   attn.q = scratch_.q.data();
   attn.out = scratch_.attn.data();
   attn.q_indptr = batch.q_indptr.data();

@@ -73,6 +73,9 @@ struct ForwardBatch {
   // of their logits. Disjoint from logits_rows; empty on the CPU backend.
   std::span<const int32_t> sample_rows;
   std::span<const DeviceSampleSpec> sample_specs;
+  // INT4 caches (layout.residual_blocks > 0): each token's slot in the full-precision residual
+  // pool ([num_tokens], -1 exactly where slot_mapping is -1); empty otherwise.
+  std::span<const int64_t> residual_slot_mapping = {};
 };
 
 class Model {
@@ -116,9 +119,13 @@ class Model {
   // Runs the batch through every layer, writing this step's K/V into kv at the slot mapping, and
   // fills logits [logits_rows.size(), vocab] (row-major) for the requested rows. Returns
   // InvalidArgument / OutOfRange for an inconsistent batch or a token id outside the vocabulary;
-  // the KV cache is then unspecified only at this batch's slots.
+  // the KV cache is then unspecified only at this batch's slots. residual: the full-precision
+  // residual pool of an INT4 cache (kv::residual_spec's layout, the batch's res_* arrays and
+  // residual slot mapping address it); required iff some layer of kv is INT4, and then the
+  // batch's layout must carry the residual arrays. Its INT4 layers append to and read it; other
+  // layers ignore it.
   Status forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span<float> logits,
-                 ThreadPool& pool);
+                 ThreadPool& pool, kv::HostKvBuffer* residual = nullptr);
 
  private:
   Model(ModelConfig config, WeightStore store);
@@ -128,11 +135,12 @@ class Model {
     void resize(const ModelConfig& c, int64_t num_tokens);
   };
 
-  Status validate(const ForwardBatch& batch, const kv::HostKvBuffer& kv, size_t logits_size) const;
+  Status validate(const ForwardBatch& batch, const kv::HostKvBuffer& kv,
+                  const kv::HostKvBuffer* residual, size_t logits_size) const;
   Status run_layer(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
-                   ThreadPool& pool);
+                   kv::HostKvBuffer* residual, ThreadPool& pool);
   Status run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
-                       ThreadPool& pool);
+                       kv::HostKvBuffer* residual, ThreadPool& pool);
   Status run_mlp(int32_t layer_idx, int64_t num_tokens, ThreadPool& pool);
   // One forward pass of tokens (positions 0..n-1, one sequence) through a scratch cache laid out
   // by layout (block size 16). logits: null, or filled with every position's logits [n, vocab].
@@ -155,6 +163,7 @@ class Model {
   // Set only during kv_quant_error: the quantized scratch cache and per-layer sums of squares.
   struct KvQuantProbe {
     kv::HostKvBuffer* cache = nullptr;
+    kv::HostKvBuffer* residual = nullptr;  // INT4 probe caches: their residual pool
     std::vector<double> diff_sq, ref_sq;  // [num_layers]
     std::vector<float> out;               // the quantized attention output, as scratch_.attn
   };

@@ -42,6 +42,22 @@ class ModelRunner {
   // Moves whole blocks between this pool and host memory (swap preemption's copies, on the
   // swap space's copy thread).
   virtual kv::BlockMover& block_mover() = 0;
+
+  // ---- INT4 caches' full-precision residual pool (docs/kv.md, "The residual pool") ----------
+  // Backends without one keep these defaults.
+  // Blocks in the residual pool, the null block included; 0 = none.
+  virtual int32_t num_residual_blocks() const { return 0; }
+  // Its layout (only when num_residual_blocks() > 0).
+  virtual const kv::KvLayout* residual_layout() const { return nullptr; }
+  // The residual pool's copy-on-write copies (KvCacheManager::take_pending_residual_copies),
+  // run before the step that writes the destination blocks.
+  virtual Status copy_residual_blocks(std::span<const kv::BlockCopy> copies) {
+    return copies.empty() ? Status::Ok()
+                          : Status::Unsupported("this backend has no residual KV pool");
+  }
+  // Moves whole residual blocks between the residual pool and host memory (swap); null when
+  // there is no residual pool.
+  virtual kv::BlockMover* residual_block_mover() { return nullptr; }
 };
 
 }  // namespace strata::model

@@ -42,7 +42,8 @@ HttpServer::HttpServer(AsyncEngine& engine, ServedModel model, ServerConfig conf
       model_(std::move(model)),
       config_(config),
       kv_facts_{engine.engine().kv_bytes_per_token(), engine.engine().kv_scale_bytes_per_token(),
-                engine.engine().config().block_size},
+                engine.engine().config().block_size, engine.engine().residual_bytes(),
+                engine.engine().num_residual_blocks()},
       http_(std::make_unique<Listener>()) {
   // One thread per running sequence plus some for metrics, health and rejected requests.
   const int threads =

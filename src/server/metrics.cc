@@ -87,6 +87,14 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
          static_cast<double>(kv.scale_bytes_per_token));
   metric(out, "strata:kv_cache_block_size", "gauge", "Tokens per KV cache block.",
          static_cast<double>(kv.block_size));
+  if (kv.residual_blocks > 0) {
+    metric(out, "strata:kv_residual_bytes", "gauge",
+           "INT4 KV cache: bytes of the full-precision residual pool beside the int4 pool.",
+           static_cast<double>(kv.residual_bytes));
+    metric(out, "strata:kv_residual_blocks", "gauge",
+           "INT4 KV cache: blocks of the residual pool (the null block included).",
+           static_cast<double>(kv.residual_blocks));
+  }
   metric(out, "strata:prefix_cache_queries_total", "counter", "Prompt tokens looked up.",
          static_cast<double>(t.prefix_query_tokens));
   metric(out, "strata:prefix_cache_hits_total", "counter", "Prompt tokens found in the cache.",

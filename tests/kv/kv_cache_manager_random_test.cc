@@ -7,7 +7,10 @@
 // no write into a shared or cached block, and that a failed allocation changes nothing. The 8-bit
 // weakened hash runs the same operations: collisions everywhere, still zero wrong hits. With a
 // sliding window, blocks before each step's window are given back first, and every block a step's
-// queries read must still be the sequence's own.
+// queries read must still be the sequence's own. With a residual pool (INT4, R = 1 or 2, small
+// enough that it runs out), every position a step reads at full precision must have a residual
+// block holding the sequence's own K/V, no write lands in a shared residual block, a failed
+// allocation changes neither pool, and zero blocks leak from either.
 
 #include <gtest/gtest.h>
 
@@ -29,6 +32,7 @@ using test_util::PoolSnapshot;
 constexpr int32_t kBs = 4;
 constexpr int32_t kNumBlocks = 40;
 constexpr int kNumOps = 5000;
+constexpr int32_t kNumResidualBlocks = 14;
 
 struct SimSeq {
   BlockTable table{kBs};
@@ -46,14 +50,18 @@ struct Content {
 
 class RandomCacheSim {
  public:
-  RandomCacheSim(uint64_t seed, int32_t hash_bits, int32_t window)
+  RandomCacheSim(uint64_t seed, int32_t hash_bits, int32_t window, int32_t residual)
       : rng_(seed),
         window_(window),
+        residual_(residual),
         m_(KvCacheConfig{.num_blocks = kNumBlocks,
                          .block_size = kBs,
                          .hash_bits = hash_bits,
-                         .sliding_window = window}),
-        content_(kNumBlocks) {
+                         .sliding_window = window,
+                         .residual_num_blocks = residual > 0 ? kNumResidualBlocks : 0,
+                         .residual_blocks = residual}),
+        content_(kNumBlocks),
+        res_content_(kNumResidualBlocks) {
     for (auto& doc : docs_) {
       for (int i = 0; i < 48; ++i) doc.push_back(uniform(0, 5));
     }
@@ -89,6 +97,7 @@ class RandomCacheSim {
   int64_t num_hit_blocks = 0;
   int num_failed = 0;
   int num_copies = 0;
+  int num_residual_copies = 0;
 
  private:
   int uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
@@ -130,18 +139,56 @@ class RandomCacheSim {
 
   bool try_allocate(SimSeq& s, int32_t n, const PrefixHit* hit) {
     const PoolSnapshot before(m_.pool());
+    const PoolSnapshot res_before(m_.residual_pool());
     const bool can = m_.can_allocate(s.table, n, hit);
     EXPECT_EQ(PoolSnapshot(m_.pool()), before) << "can_allocate changed the pool";
+    EXPECT_EQ(PoolSnapshot(m_.residual_pool()), res_before) << "can_allocate changed the pool";
     const std::vector<BlockId> blocks_before(s.table.blocks().begin(), s.table.blocks().end());
+    const std::vector<BlockId> res_blocks_before(s.table.residual_blocks().begin(),
+                                                 s.table.residual_blocks().end());
     const bool ok = m_.allocate_slots(s.table, n, hit);
     EXPECT_EQ(ok, can) << "op " << op_;
     if (!ok) {
       EXPECT_EQ(PoolSnapshot(m_.pool()), before) << "op " << op_ << ": failed allocation";
+      EXPECT_EQ(PoolSnapshot(m_.residual_pool()), res_before)
+          << "op " << op_ << ": failed allocation changed the residual pool";
       EXPECT_EQ(std::vector<BlockId>(s.table.blocks().begin(), s.table.blocks().end()),
                 blocks_before);
+      EXPECT_EQ(
+          std::vector<BlockId>(s.table.residual_blocks().begin(), s.table.residual_blocks().end()),
+          res_blocks_before);
       ++num_failed;
     }
     return ok;
+  }
+
+  // The residual side of a step computing [num_computed, + n): every position its queries read
+  // at full precision has a residual block holding this sequence's own K/V; the new positions
+  // land in unshared residual blocks.
+  void compute_residual(SimSeq& s, int32_t n) {
+    for (const BlockCopy& c : m_.take_pending_residual_copies()) {
+      res_content_[static_cast<size_t>(c.dst.value)] =
+          res_content_[static_cast<size_t>(c.src.value)];
+      ++num_residual_copies;
+    }
+    const int32_t first_block = std::max(0, s.num_computed / kBs - residual_ + 1);
+    for (int32_t pos = first_block * kBs; pos < s.num_computed + n; ++pos) {
+      const int32_t idx = pos / kBs - s.table.residual_first_block();
+      ASSERT_TRUE(idx >= 0 && idx < static_cast<int32_t>(s.table.residual_blocks().size()))
+          << "op " << op_ << ": position " << pos << " has no residual block";
+      const BlockId b = s.table.residual_blocks()[static_cast<size_t>(idx)];
+      Content& c = res_content_[static_cast<size_t>(b.value)];
+      if (pos < s.num_computed) {
+        ASSERT_TRUE(c.salt == s.extra.cache_salt && static_cast<int32_t>(c.prefix.size()) > pos &&
+                    std::equal(c.prefix.begin(), c.prefix.begin() + pos + 1, s.tokens.begin()))
+            << "op " << op_ << ": position " << pos << " reads another sequence's residual";
+      } else {
+        ASSERT_EQ(m_.residual_pool().ref_count(b), 1)
+            << "op " << op_ << ": write into a shared residual block";
+        c.salt = s.extra.cache_salt;
+        c.prefix.assign(s.tokens.begin(), s.tokens.begin() + pos + 1);
+      }
+    }
   }
 
   // "Runs" the step: copy-on-write copies, then checks that every earlier position the step's
@@ -151,6 +198,7 @@ class RandomCacheSim {
       content_[static_cast<size_t>(c.dst.value)] = content_[static_cast<size_t>(c.src.value)];
       ++num_copies;
     }
+    if (residual_ > 0) compute_residual(s, n);
     const int32_t first_read = window_ > 0 ? std::max(0, s.num_computed - window_ + 1) : 0;
     for (int32_t pos = first_read; pos < s.num_computed; ++pos) {
       const BlockId b = s.table.blocks()[static_cast<size_t>(pos / kBs)];
@@ -170,6 +218,8 @@ class RandomCacheSim {
     }
     s.num_computed += n;
     m_.cache_full_blocks(s.table, s.tokens, s.num_computed, s.extra);
+    // The engine gives back what no later query reads at once; allocate_slots must cope without.
+    if (uniform(0, 1) == 0) m_.free_residual_before(s.table, s.num_computed);
   }
 
   void fork(size_t i) {
@@ -201,6 +251,9 @@ class RandomCacheSim {
 
   void verify() {
     m_.pool().check_invariants();
+    std::vector<const BlockTable*> tables;
+    for (const SimSeq& s : seqs_) tables.push_back(&s.table);
+    m_.check_invariants(tables);
     std::vector<int32_t> owned(kNumBlocks, 0);
     for (const SimSeq& s : seqs_) {
       ASSERT_EQ(s.table.num_tokens(), s.num_computed);
@@ -214,8 +267,10 @@ class RandomCacheSim {
 
   std::mt19937_64 rng_;
   int32_t window_;
+  int32_t residual_;
   KvCacheManager m_;
   std::vector<Content> content_;
+  std::vector<Content> res_content_;
   std::array<std::vector<int32_t>, 4> docs_;
   std::vector<SimSeq> seqs_;
   int op_ = 0;
@@ -225,12 +280,13 @@ struct Param {
   uint64_t seed;
   int32_t hash_bits;
   int32_t window = 0;
+  int32_t residual = 0;  // R of a residual pool, or 0
 };
 
 class KvCacheManagerRandomTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(KvCacheManagerRandomTest, MixedOperationsNeverServeWrongKvAndLeakNothing) {
-  RandomCacheSim sim(GetParam().seed, GetParam().hash_bits, GetParam().window);
+  RandomCacheSim sim(GetParam().seed, GetParam().hash_bits, GetParam().window, GetParam().residual);
   sim.run(kNumOps);
   ASSERT_FALSE(HasFatalFailure());
   sim.free_all();
@@ -238,20 +294,32 @@ TEST_P(KvCacheManagerRandomTest, MixedOperationsNeverServeWrongKvAndLeakNothing)
   const BlockPool& pool = sim.manager().pool();
   EXPECT_EQ(pool.num_used_blocks(), 0) << "leaked blocks";
   EXPECT_EQ(pool.num_free_blocks(), kNumBlocks - 1);
+  EXPECT_EQ(sim.manager().residual_pool().num_used_blocks(), 0) << "leaked residual blocks";
   // The run exercised hits, evictions, copy-on-write and failed admissions.
-  EXPECT_GT(sim.num_hit_blocks, 200);
-  EXPECT_GT(sim.manager().stats().num_evictions, 100);
+  if (GetParam().residual > 1) {
+    EXPECT_EQ(sim.num_hit_blocks, 0) << "R > 1: no prefix hit can be exact";
+  } else {
+    EXPECT_GT(sim.num_hit_blocks, 200);
+    EXPECT_GT(sim.manager().stats().num_evictions, 100);
+  }
+  if (GetParam().residual > 0) {
+    EXPECT_GT(sim.num_residual_copies, 10);
+    EXPECT_EQ(sim.manager().residual_pool().num_free_blocks(), kNumResidualBlocks - 1);
+  }
   EXPECT_GT(sim.num_copies, 10);
   EXPECT_GT(sim.num_failed, 5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, KvCacheManagerRandomTest,
                          ::testing::Values(Param{1, 256}, Param{2, 256}, Param{3, 8}, Param{4, 8},
-                                           Param{20240601, 1}, Param{5, 256, 6}, Param{6, 8, 9}),
+                                           Param{20240601, 1}, Param{5, 256, 6}, Param{6, 8, 9},
+                                           Param{7, 256, 0, 1}, Param{8, 8, 0, 2},
+                                           Param{9, 256, 6, 1}, Param{10, 256, 0, 3}),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return "Seed" + std::to_string(info.param.seed) + "Bits" +
                                   std::to_string(info.param.hash_bits) + "Window" +
-                                  std::to_string(info.param.window);
+                                  std::to_string(info.param.window) + "Residual" +
+                                  std::to_string(info.param.residual);
                          });
 
 }  // namespace

@@ -95,8 +95,28 @@ expect_error fp8-without-scales "calculate-kv-scales" generate --model "$model" 
   --kv-cache-dtype fp8
 expect_error bad-kv-dtype "kv-cache-dtype 'fp4' is not supported" generate --model "$model" \
   --prompt-ids 1 --kv-cache-dtype fp4
-expect_error int4-not-yet "int4 is not implemented" generate --model "$model" --prompt-ids 1 \
-  --kv-cache-dtype int4
+# int4 (KIVI) runs on the CPU with its residual pool; a residual that is not a multiple of the
+# block size, the flag without int4, and int4 on the GPU are one line each
+out=$("$strata" generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
+      --ignore-eos --json --kv-cache-dtype int4 --kv-int4-residual 32) \
+  || fail "int4 generate exited non-zero"
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int4", j; assert len(j["output_ids"])==4; assert j["kv_residual_blocks"] > 1, j' \
+  <<<"$out" && ok || fail "int4 generate JSON"
+out=$("$strata" eval kv-quant --kv-cache-dtype int4 --num-windows 1 --window-len 48 \
+      --needle-trials 2 --needle-contexts 256 --needle-depths 0.5 --threads 2 --json \
+      --kv-quant-check) || fail "eval kv-quant int4 exited non-zero"
+python3 - "$out" <<'PY' && ok || fail "eval kv-quant int4 JSON"
+import json, sys
+j = json.loads(sys.argv[1])
+r = j["results"][0]
+assert r["kv_cache_dtype"].startswith("int4") and r["positions"] == 48 and 0 < r["mean_kl"] < 1, r
+PY
+expect_error int4-bad-residual "--kv-int4-residual 5 must be a positive multiple of the block size \(16\)" \
+  generate --model "$model" --prompt-ids 1 --kv-cache-dtype int4 --kv-int4-residual 5
+expect_error int4-residual-without-int4 "applies to --kv-cache-dtype int4 only" \
+  bench --model "$model" --kv-cache-dtype int8 --kv-int4-residual 16
+expect_error int4-on-cuda "int4 KV cache is CPU-only for now" bench --model "$model" \
+  --device cuda --kv-cache-dtype int4
 expect_error plan-bad-kv-dtype "kv-cache-dtype 'int2' is not supported" plan --model "$model" \
   --kv-cache-dtype int2
 expect_error bench-bad-kv-dtype "kv-cache-dtype 'e4m3' is not supported" bench --model "$model" \

@@ -21,16 +21,24 @@ void print_pool(const Engine& engine) {
   const std::string scales = engine.kv_scales_source().empty()
                                  ? std::string()
                                  : "; fp8 scales: " + engine.kv_scales_source();
+  // INT4: the full-precision residual pool the int4 pool was sized after.
+  char residual[160] = "";
+  if (engine.num_residual_blocks() > 0) {
+    std::snprintf(residual, sizeof residual,
+                  " + residual %d blocks x %d tokens f32 (%.1f MiB, --kv-int4-residual %d)",
+                  engine.num_residual_blocks() - 1, engine.config().block_size,
+                  static_cast<double>(engine.residual_bytes()) / (1024.0 * 1024.0),
+                  engine.kv_int4_residual_blocks() * engine.config().block_size);
+  }
   std::fprintf(stderr,
                "strata: %s: KV cache %s, %lld blocks x %d tokens = %lld tokens, %lld bytes per "
-               "token at block size %d (%lld of them scales) (%.2f GiB)%s; weights %.2f GiB\n",
-               device_name(engine.device()),
-               kv_dtype.c_str(),
+               "token at block size %d (%lld of them scales) (%.2f GiB)%s%s; weights %.2f GiB\n",
+               device_name(engine.device()), kv_dtype.c_str(),
                static_cast<long long>(usable_blocks), engine.config().block_size,
                static_cast<long long>(tokens), static_cast<long long>(engine.kv_bytes_per_token()),
                engine.config().block_size,
-               static_cast<long long>(engine.kv_scale_bytes_per_token()), kv_gib, scales.c_str(),
-               static_cast<double>(engine.weight_bytes()) / kGiB);
+               static_cast<long long>(engine.kv_scale_bytes_per_token()), kv_gib, residual,
+               scales.c_str(), static_cast<double>(engine.weight_bytes()) / kGiB);
 }
 
 }  // namespace strata::cli

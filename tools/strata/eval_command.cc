@@ -87,6 +87,7 @@ json needle_json(const EvalNeedleOptions& o, const EngineConfig& config,
 int run_needle_eval(const EvalNeedleOptions& o) {
   const DType kv_dtype = kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype);  // bad values fail first
   const kv::KvSkipLayers skip_layers = parse_kv_skip_layers_flag(o.kv_cache.skip_layers);
+  check_kv_int4_residual_flag(o.kv_cache.kv_int4_residual, o.block_size, kv_dtype);
   const Result<std::vector<int32_t>> contexts = eval::parse_int_list(o.contexts, 1, kMaxContext);
   if (!contexts.ok()) throw Error("--contexts: " + contexts.status().message());
   const Result<std::vector<double>> depths = eval::parse_number_list(o.depths);
@@ -116,6 +117,7 @@ int run_needle_eval(const EvalNeedleOptions& o) {
   config.kv_skip_layers = skip_layers;
   config.kv_quant_check = o.kv_cache.kv_quant_check;
   config.kv_quant_check_threshold = o.kv_cache.kv_quant_check_threshold;
+  config.kv_int4_residual = o.kv_cache.kv_int4_residual;
   config.block_size = o.block_size;
   config.max_num_seqs = o.max_num_seqs;
   config.max_num_batched_tokens = o.max_num_batched_tokens;

@@ -79,6 +79,7 @@ std::vector<std::vector<float>> logits_with(model::Model& m, ThreadPool& pool,
   c.kv_dtype = dtype;
   c.kv_scales = scales;
   c.kv_layer_dtypes = layer_dtypes;
+  if (dtype == DType::kI4) c.kv_int4_residual = o.kv_int4_residual;
   c.enable_prefix_caching = false;
   engine::Generator g(m, pool, c);
   auto logits = g.prompt_logits(windows);
@@ -133,6 +134,7 @@ std::vector<eval::NeedleOutcome> needle_with(model::Model& m, ThreadPool& pool,
   c.calculate_kv_scales = o.calculate_kv_scales;
   c.allow_unit_kv_scales = o.allow_unit_kv_scales;
   c.block_size = o.block_size;
+  if (dtype == DType::kI4) c.kv_int4_residual = o.kv_int4_residual;
   c.max_num_seqs = o.max_num_seqs;
   c.max_num_batched_tokens = std::max(4096, longest);
   const int64_t blocks_per_seq = (longest + o.block_size - 1) / o.block_size + 1;
@@ -169,6 +171,9 @@ void add_eval_kv_quant_command(CLI::App& eval, EvalKvQuantOptions& o, std::strin
                   "alone quantized) is above this")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
+  cmd->add_option("--kv-int4-residual", o.kv_int4_residual,
+                  "int4: the newest N tokens are read at full precision (a positive multiple of "
+                  "--block-size; default one block)");
   cmd->add_option("--text", o.text, "Held-out text for the KL (default: the model's filler text)");
   cmd->add_option("--num-windows", o.num_windows, "Text windows")->check(CLI::Range(1, 4096));
   cmd->add_option("--window-len", o.window_len, "Tokens per window")->check(CLI::Range(2, 1 << 20));
@@ -195,6 +200,9 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
       DTypeResult r;
       r.name = name;
       r.dtype = kv_pool_dtype_flag(name);  // one-line error for a bad value, before any work
+      if (r.dtype == DType::kI4) {
+        check_kv_int4_residual_flag(o.kv_int4_residual, o.block_size, r.dtype);
+      }
       results.push_back(r);
     }
     if (results.empty()) throw Error("--kv-cache-dtype: give at least one dtype");
@@ -250,7 +258,7 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
     for (size_t l = 0; l < r.layer_dtypes.size(); ++l) {
       if (r.layer_dtypes[l] != r.dtype) r.kept_layers.push_back(static_cast<int32_t>(l));
     }
-    r.bytes_per_token = kv.value().spec.bytes_per_token();
+    r.bytes_per_token = std::llround(kv.value().spec.bytes_per_token(o.block_size));
     compare_logits(ref,
                    logits_with(m, pool, o, r.dtype, kv.value().scales, r.layer_dtypes, windows),
                    vocab, &r);

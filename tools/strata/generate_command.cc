@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -103,11 +104,13 @@ void print_json(const GenerateOptions& o, const model::Model& m, const kv::KvSpe
       {"model", o.model_dir},
       {"weight_bytes", m.weight_bytes()},
       {"kv_cache_dtype", kv_dtype_name(spec)},
-      {"kv_bytes_per_token", spec.bytes_per_token()},
+      {"kv_bytes_per_token", std::llround(spec.bytes_per_token(o.block_size))},
+      {"kv_residual_blocks", s.num_residual_blocks},
       {"prompt_ids", o.prompt_ids},
       {"output_ids", r.output_ids},
       {"finish_reason", engine::finish_reason_name(r.finish_reason)},
-      {"usage", {{"prompt_tokens", o.prompt_ids.size()}, {"completion_tokens", r.output_ids.size()}}},
+      {"usage",
+       {{"prompt_tokens", o.prompt_ids.size()}, {"completion_tokens", r.output_ids.size()}}},
       {"timing",
        {{"prefill_seconds", s.prefill_seconds},
         {"decode_seconds", s.decode_seconds},
@@ -137,10 +140,15 @@ void print_table(const GenerateOptions& o, const model::Model& m, const kv::KvSp
               o.model_dir.c_str(), std::string(model::architecture_name(c.architecture)).c_str(),
               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim));
-  std::printf("kv cache     %s, block size %d, %d blocks, %lld bytes/token (%lld of them scales)\n",
-              kv_dtype_name(spec).c_str(), block_size, s.num_blocks,
-              static_cast<long long>(spec.bytes_per_token()),
-              static_cast<long long>(spec.scale_bytes_per_token()));
+  std::printf(
+      "kv cache     %s, block size %d, %d blocks, %lld bytes/token (%lld of them scales)%s\n",
+      kv_dtype_name(spec).c_str(), block_size, s.num_blocks,
+      static_cast<long long>(std::llround(spec.bytes_per_token(block_size))),
+      static_cast<long long>(std::llround(spec.scale_bytes_per_token(block_size))),
+      s.num_residual_blocks > 0 ? (" + residual " + std::to_string(s.num_residual_blocks - 1) +
+                                   " blocks x " + std::to_string(block_size) + " tokens f32")
+                                      .c_str()
+                                : "");
   std::printf("prompt       %zu tokens\n", o.prompt_ids.size());
   std::printf("output       %s\n", ids_text(r.output_ids).c_str());
   std::printf("finish       %s after %zu tokens\n", engine::finish_reason_name(r.finish_reason),
@@ -207,6 +215,7 @@ int run_generate(const GenerateOptions& options) {
   GenerateOptions o = options;
   const DType kv_dtype = kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype);  // bad values fail first
   const kv::KvSkipLayers skip_layers = parse_kv_skip_layers_flag(o.kv_cache.skip_layers);
+  check_kv_int4_residual_flag(o.kv_cache.kv_int4_residual, o.block_size, kv_dtype);
   ThreadPool pool(o.threads);
   model::ModelLoadOptions load;
   load.model_dir = o.model_dir;
@@ -229,6 +238,7 @@ int run_generate(const GenerateOptions& options) {
   config.enable_prefix_caching = o.enable_prefix_caching;
   config.eos_token_ids = eos_ids(m.config(), gen_config);
   config.kv_dtype = kv_dtype;
+  config.kv_int4_residual = o.kv_cache.kv_int4_residual;
   const auto kv = engine::resolve_kv_layout(
       engine::KvLayoutOptions{
           .scales = engine::KvScalesOptions{.kv_dtype = kv_dtype,

@@ -9,12 +9,15 @@ namespace strata::cli {
 void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only) {
   cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
                  "KV cache element type: auto, float32, bfloat16 (bf16), float16 (fp16), fp8 "
-                 "(= fp8_e4m3), fp8_e5m2, int8 (CPU only for fp8/int8; int4 not yet)");
+                 "(= fp8_e4m3), fp8_e5m2, int8, int4 (KIVI; CPU only)");
   cmd.add_option("--kv-cache-dtype-skip-layers", o.skip_layers,
                  "Layers that keep model precision (float32 on the CPU) whatever --kv-cache-dtype "
                  "says: sliding_window (every sliding-window layer) and/or 0-based indices, "
                  "comma-separated");
   if (dtype_only) return;
+  cmd.add_option("--kv-int4-residual", o.kv_int4_residual,
+                 "int4 KV: the newest N tokens are read at full precision from a residual pool "
+                 "(a positive multiple of --block-size; default one block)");
   cmd.add_flag("--calculate-kv-scales", o.calculate_kv_scales,
                "fp8 KV: compute per-layer k/v scales at start-up from a calibration prompt "
                "(instead of the checkpoint's k_scale/v_scale)");
@@ -57,6 +60,18 @@ DType kv_pool_dtype_flag(const std::string& value) {
                 " is not implemented yet (docs/kv-quant.md; use fp8 or int8)");
   }
   return *pool;
+}
+
+void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, DType kv_dtype) {
+  if (tokens == 0) return;
+  if (kv_dtype != DType::kI4) {
+    throw Error("--kv-int4-residual applies to --kv-cache-dtype int4 only");
+  }
+  if (tokens < 0 || tokens % block_size != 0) {
+    throw Error("--kv-int4-residual " + std::to_string(tokens) +
+                " must be a positive multiple of the block size (" + std::to_string(block_size) +
+                ")");
+  }
 }
 
 }  // namespace strata::cli

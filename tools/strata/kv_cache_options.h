@@ -8,6 +8,8 @@
 //   --kv-cache-dtype-skip-layers sliding_window|IDX,IDX   these layers keep model precision
 //   --kv-quant-check [--kv-quant-check-threshold X]       measure each layer's error at start-up
 //                                                         and keep the layers above X too
+//   --kv-int4-residual N      int4: the newest N tokens (a multiple of the block size; default
+//                             one block) are read at full precision from the residual pool
 // docs/kv-quant.md describes the formats.
 
 #include <optional>
@@ -31,6 +33,7 @@ struct KvCacheOptions {
   std::string skip_layers;  // --kv-cache-dtype-skip-layers, as given ("" = none)
   bool kv_quant_check = false;
   double kv_quant_check_threshold = engine::kDefaultKvQuantCheckThreshold;
+  int32_t kv_int4_residual = 0;  // --kv-int4-residual, tokens; 0 = one block
 };
 
 // Registers the flags (plan: only --kv-cache-dtype and --kv-cache-dtype-skip-layers, with
@@ -42,8 +45,13 @@ void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only = fa
 std::optional<kv::KvCacheDType> parse_kv_cache_dtype_flag(const std::string& value);
 
 // The pool element type the engine gets: "auto" -> F32 (the CPU's default; the engine keeps
-// bfloat16 on the GPU). strata::Error for a bad value and for int4 (not implemented yet).
+// bfloat16 on the GPU), "int4" -> I4 (CPU only: the engine refuses it with --device cuda).
+// strata::Error for a bad value.
 DType kv_pool_dtype_flag(const std::string& value);
+
+// --kv-int4-residual: strata::Error, one line, unless N is 0 (unset) or a positive multiple of
+// block_size, or when it is set for a dtype other than int4.
+void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, DType kv_dtype);
 
 // --kv-cache-dtype-skip-layers: strata::Error, one line naming the bad item, for garbage, an empty
 // item or a layer named twice (kv::parse_kv_skip_layers). Indices beyond the model are refused

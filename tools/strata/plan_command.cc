@@ -306,6 +306,18 @@ PlanReport compute_plan(const PlanModel& model, const PlanSettings& s) {
     r.notes.emplace_back(
         "the engine cannot load this architecture yet; figures come from the config");
   }
+  if (std::find(layer_dtypes.begin(), layer_dtypes.end(), kv::KvCacheDType::kInt4) !=
+      layer_dtypes.end()) {
+    // The CPU engine's INT4 residual pool (docs/kv.md): F32 blocks of the same shape, sized from
+    // the scheduler limits, which the plan does not take.
+    const int64_t f32_block = kv::kv_block_bytes(shape, kv::KvCacheDType::kF32, s.block_size);
+    r.notes.push_back(
+        "int4 (CPU engine): a full-precision residual pool of max_num_seqs x (R + 1) "
+        "+ ceil(max_num_batched_tokens / " +
+        std::to_string(s.block_size) + ") + 1 float32 blocks of " + std::to_string(f32_block) +
+        " bytes (R = --kv-int4-residual / block size) comes out of the KV memory "
+        "first; not subtracted here");
+  }
   r.notes.emplace_back("activation scratch is not subtracted: the engine measures it at start-up");
   return r;
 }

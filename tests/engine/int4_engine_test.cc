@@ -1,0 +1,663 @@
+// The INT4 (KIVI) KV cache end to end on the CPU engine (docs/kv.md, "The residual pool"): a
+// request's tokens and logprobs are bit-identical whatever else runs and however its prompt is
+// chunked (7, 64 or all tokens per step), after a prefix hit (R = 1) or none (R = 2), after
+// preemption by recompute or by swap (the residual entries go to host memory and back too), and
+// for n > 1 forks (copy-on-write of the shared residual block), and on a sliding-window model;
+// no block of either pool leaks; the residual pool is sized and reported as the docs say;
+// --device cuda and a bad --kv-int4-residual are refused with one line; --kv-quant-check
+// measures int4 layers; the
+// Generator's kept cache hits and grows exactly; Model::forward and validate_step_residual refuse
+// a missing or inconsistent residual pool before any kernel runs. On strata-tiny, the int4
+// cache's next-token distributions stay close to the float32 cache's (mean KL over both fixture
+// prompts' 763 teacher-forced positions: 2.6e-3 nats at R = 1, 1.8e-4 at R = 4), chunking changes
+// no bit, and its greedy continuations keep float32's as long as int8's do.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/generator.h"
+#include "kv/host_kv_buffer.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_layout.h"
+#include "kv/paged_layout_builder.h"
+#include "model/forward_batch_check.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "reference_testing.h"
+#include "strata/engine.h"
+
+namespace strata {
+namespace {
+
+const std::string kModels = std::string(STRATA_TEST_DATA_DIR) + "/models/";
+
+struct Collected {
+  std::map<int32_t, std::vector<int32_t>> tokens;
+  std::map<int32_t, std::vector<TokenLogprobs>> logprobs;
+  bool finished = false;
+  RequestMetrics metrics;
+};
+
+EngineRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens = 12) {
+  EngineRequest r;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  r.params.logprobs = 5;
+  return r;
+}
+
+std::vector<int32_t> prompt_of(int32_t len, int32_t seed) {
+  std::vector<int32_t> p;
+  for (int32_t i = 0; i < len; ++i) p.push_back((i * 37 + seed * 101 + 7) % 120);
+  return p;
+}
+
+// Bit-identical: the same tokens, and every logprob (chosen and top-N) equal as floats.
+void expect_identical(const Collected& a, const Collected& b, int32_t index = 0,
+                      int32_t index_b = 0) {
+  ASSERT_EQ(a.tokens.at(index), b.tokens.at(index_b));
+  const auto& la = a.logprobs.at(index);
+  const auto& lb = b.logprobs.at(index_b);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t t = 0; t < la.size(); ++t) {
+    EXPECT_EQ(la[t].logprob, lb[t].logprob) << "token " << t;
+    EXPECT_EQ(la[t].top_logprobs, lb[t].top_logprobs) << "token " << t;
+  }
+}
+
+class Int4EngineTest : public ::testing::Test {
+ protected:
+  Int4EngineTest() : pool_(2), model_(model::Model::load({kModels + "llama3-gqa"})) {}
+
+  static EngineConfig int4(int32_t r = 1, EngineConfig c = {}) {
+    c.kv_dtype = DType::kI4;
+    c.kv_int4_residual = r * c.block_size;
+    if (c.num_blocks == 0) c.num_blocks = 256;
+    return c;
+  }
+
+  std::unique_ptr<Engine> make(const EngineConfig& c) {
+    auto e = Engine::create(model_, pool_, c);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return std::move(*e);
+  }
+
+  // Steps until every request finished; no step may fail.
+  static std::map<RequestId, Collected> drain(Engine& e) {
+    std::map<RequestId, Collected> out;
+    int guard = 0;
+    while (e.has_unfinished() && ++guard < 100000) {
+      auto step = e.step();
+      EXPECT_TRUE(step.ok()) << step.status().to_string();
+      if (!step.ok()) break;
+      for (const RequestOutput& o : *step) {
+        Collected& c = out[o.id];
+        for (const CompletionDelta& d : o.deltas) {
+          auto& t = c.tokens[d.index];
+          t.insert(t.end(), d.token_ids.begin(), d.token_ids.end());
+          auto& l = c.logprobs[d.index];
+          l.insert(l.end(), d.logprobs.begin(), d.logprobs.end());
+        }
+        c.finished |= o.finished;
+        c.metrics = o.metrics;
+      }
+    }
+    return out;
+  }
+
+  static void expect_nothing_held(const Engine& e) {
+    EXPECT_EQ(e.last_step().num_used_blocks, 0) << "leaked int4 blocks";
+    EXPECT_EQ(e.last_step().num_used_residual_blocks, 0) << "leaked residual blocks";
+  }
+
+  Collected alone(const EngineRequest& r, const EngineConfig& c) {
+    auto e = make(c);
+    const RequestId id = *e->submit(r);
+    auto got = drain(*e);
+    expect_nothing_held(*e);
+    return got[id];
+  }
+
+  ThreadPool pool_;
+  model::Model model_;
+};
+
+struct Shape {
+  int32_t r;
+  int32_t chunk;
+};
+
+class Int4InvarianceTest : public Int4EngineTest, public ::testing::WithParamInterface<Shape> {};
+
+TEST_P(Int4InvarianceTest, BatchedAndChunkedRequestsGetBitIdenticalResults) {
+  EngineConfig c = int4(GetParam().r);
+  c.max_num_batched_tokens = GetParam().chunk;
+  auto e = make(c);
+  std::vector<EngineRequest> requests;
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 4; ++i) {
+    requests.push_back(greedy(prompt_of(20 + 13 * i, i), 8 + 3 * i));
+    ids.push_back(*e->submit(requests.back()));
+  }
+  auto got = drain(*e);
+  expect_nothing_held(*e);
+  // The reference: each request alone, its whole prompt in one step.
+  EngineConfig whole = int4(GetParam().r);
+  whole.max_num_batched_tokens = 2048;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    expect_identical(got[ids[i]], alone(requests[i], whole));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Int4InvarianceTest,
+                         ::testing::Values(Shape{1, 7}, Shape{1, 64}, Shape{1, 2048}, Shape{2, 7},
+                                           Shape{2, 64}, Shape{3, 2048}),
+                         [](const ::testing::TestParamInfo<Shape>& i) {
+                           return "R" + std::to_string(i.param.r) + "Chunk" +
+                                  std::to_string(i.param.chunk);
+                         });
+
+TEST_F(Int4EngineTest, ThePoolIsReallyQuantized) {
+  const EngineRequest r = greedy(prompt_of(70, 3), 10);
+  const Collected q = alone(r, int4());
+  EngineConfig f32;
+  f32.num_blocks = 256;
+  const Collected f = alone(r, f32);
+  double diff = q.tokens.at(0) == f.tokens.at(0) ? 0.0 : 1.0;
+  for (size_t t = 0; t < q.logprobs.at(0).size(); ++t) {
+    diff += std::abs(q.logprobs.at(0)[t].logprob - f.logprobs.at(0)[t].logprob);
+  }
+  EXPECT_GT(diff, 1e-5);
+  // A residual window as long as the sequence reads every position at full precision: the
+  // float32 cache's results exactly (the int4 codes are never read).
+  const Collected all_residual = alone(r, int4(/*r=*/6));
+  expect_identical(all_residual, f);
+}
+
+TEST_F(Int4EngineTest, WithROneAPrefixHitGivesTheColdRunsResults) {
+  auto e = make(int4(1));
+  const std::vector<int32_t> shared = prompt_of(64, 3);
+  std::vector<int32_t> p2 = shared;
+  p2.insert(p2.end(), {5, 6, 7, 8, 9});
+  *e->submit(greedy(shared));
+  drain(*e);
+  const RequestId id = *e->submit(greedy(p2));
+  auto got = drain(*e);
+  expect_nothing_held(*e);
+  EXPECT_EQ(got[id].metrics.num_cached_tokens, 64);
+  expect_identical(got[id], alone(greedy(p2), int4(1)));
+}
+
+TEST_F(Int4EngineTest, WithRTwoThereIsNoPrefixHitAndTheColdRunsResults) {
+  auto e = make(int4(2));
+  const std::vector<int32_t> shared = prompt_of(64, 3);
+  std::vector<int32_t> p2 = shared;
+  p2.insert(p2.end(), {5, 6, 7, 8, 9});
+  *e->submit(greedy(shared));
+  drain(*e);
+  const RequestId id = *e->submit(greedy(p2));
+  auto got = drain(*e);
+  expect_nothing_held(*e);
+  EXPECT_EQ(got[id].metrics.num_cached_tokens, 0);
+  expect_identical(got[id], alone(greedy(p2), int4(2)));
+}
+
+class Int4PreemptionTest : public Int4EngineTest,
+                           public ::testing::WithParamInterface<PreemptionMode> {};
+
+TEST_P(Int4PreemptionTest, PreemptedRequestsGetTheSameResultsAndNothingLeaks) {
+  for (const int32_t r : {1, 2}) {
+    SCOPED_TRACE("R " + std::to_string(r));
+    EngineConfig c = int4(r);
+    c.num_blocks = 1 + 12;  // 12 requests of 4-5 blocks: constant preemption
+    c.max_num_batched_tokens = 64;
+    c.watermark = 0.0;
+    c.preemption_mode = GetParam();
+    c.swap_space_bytes = int64_t{1} << 20;
+    auto e = make(c);
+    std::vector<EngineRequest> requests;
+    std::vector<RequestId> ids;
+    for (int32_t i = 0; i < 12; ++i) {
+      requests.push_back(greedy(prompt_of(40 + i, i), 24));
+      ids.push_back(*e->submit(requests.back()));
+    }
+    auto got = drain(*e);
+    EXPECT_GT(e->totals().num_preemptions, 0);
+    if (GetParam() == PreemptionMode::kSwap) {
+      EXPECT_GT(e->totals().num_swapped_out_blocks, 0);
+      EXPECT_EQ(e->totals().num_swapped_in_blocks, e->totals().num_swapped_out_blocks);
+    }
+    expect_nothing_held(*e);
+    EXPECT_EQ(e->last_step().num_swapped, 0);
+    int preempted = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      SCOPED_TRACE("request " + std::to_string(i));
+      expect_identical(got[ids[i]], alone(requests[i], int4(r)));
+      preempted += got[ids[i]].metrics.num_preemptions > 0;
+    }
+    EXPECT_GT(preempted, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Int4PreemptionTest,
+                         ::testing::Values(PreemptionMode::kRecompute, PreemptionMode::kSwap),
+                         [](const ::testing::TestParamInfo<PreemptionMode>& i) {
+                           return i.param == PreemptionMode::kSwap ? "Swap" : "Recompute";
+                         });
+
+TEST_F(Int4EngineTest, ForksGetWhatTheyGetAlone) {
+  for (const int32_t r : {1, 2}) {
+    SCOPED_TRACE("R " + std::to_string(r));
+    auto e = make(int4(r));
+    EngineRequest req = greedy(prompt_of(70, 4), 10);  // the last block holds 6 tokens
+    req.n = 3;
+    req.params.temperature = 0.7f;
+    req.params.seed = 5;
+    const RequestId id = *e->submit(req);
+    auto got = drain(*e);
+    expect_nothing_held(*e);
+    for (int32_t i = 0; i < 3; ++i) {
+      SCOPED_TRACE("sequence " + std::to_string(i));
+      EngineRequest single = req;
+      single.n = 1;
+      single.params.seed = 5 + static_cast<uint64_t>(i);
+      expect_identical(got[id], alone(single, int4(r)), i, 0);
+    }
+  }
+}
+
+TEST_F(Int4EngineTest, AMixedLayoutKeepsItsFloat32LayerOutOfTheResidualPool) {
+  EngineConfig mixed = int4(1);
+  mixed.kv_skip_layers.layers = {0};
+  EngineConfig all = int4(1);
+  all.kv_skip_layers.layers = {0, 1};
+  const EngineRequest r = greedy(prompt_of(50, 2), 8);
+  const Collected m = alone(r, mixed);
+  const Collected u = alone(r, int4(1));
+  double d = 0.0;
+  for (size_t t = 0; t < m.logprobs.at(0).size(); ++t) {
+    d += std::abs(m.logprobs.at(0)[t].logprob - u.logprobs.at(0)[t].logprob);
+  }
+  EXPECT_GT(d, 1e-6) << "layer 0 at float32 changes the output";
+  auto e = make(all);
+  EXPECT_EQ(e->num_residual_blocks(), 0) << "no int4 layer left: no residual pool";
+  EngineConfig f32;
+  f32.num_blocks = 256;
+  expect_identical(alone(r, all), alone(r, f32));
+}
+
+TEST_F(Int4EngineTest, KvQuantCheckMeasuresInt4LayersThroughAScratchResidualPool) {
+  EngineConfig c = int4(1);
+  c.kv_quant_check = true;
+  c.kv_quant_check_threshold = 0.0;  // keep every layer whose int4 cost is measurable
+  auto e = make(c);
+  ASSERT_TRUE(e->kv_quant_check().has_value());
+  const engine::KvQuantCheckReport& report = *e->kv_quant_check();
+  EXPECT_EQ(report.dtype, DType::kI4);
+  ASSERT_EQ(report.layers.size(), 2u);
+  for (const engine::KvQuantCheckLayer& l : report.layers) {
+    EXPECT_GT(l.output_kl, 0.0) << "layer " << l.layer_idx;
+    EXPECT_GT(l.attn_error, 0.0) << "layer " << l.layer_idx;
+    EXPECT_LT(l.attn_error, 0.5) << "layer " << l.layer_idx;
+  }
+  EXPECT_EQ(e->kv_layer_dtypes(), (std::vector<DType>{DType::kF32, DType::kF32}));
+  EXPECT_EQ(e->num_residual_blocks(), 0) << "every layer kept: no int4 layer, no residual pool";
+}
+
+TEST_F(Int4EngineTest, TheResidualPoolIsSizedFromTheSchedulerLimitsAndComesOutOfTheBudget) {
+  EngineConfig c = int4(2);
+  c.num_blocks = 0;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 100;
+  c.kv_cache_memory_bytes = 4 << 20;
+  auto e = make(c);
+  const int32_t residual_blocks = 8 * 3 + (100 + 15) / 16 + 1;
+  EXPECT_EQ(e->num_residual_blocks(), residual_blocks);
+  EXPECT_EQ(e->kv_int4_residual_blocks(), 2);
+  // F32, 2 layers x 2 KV heads x 16 channels x K and V x 16 tokens per block.
+  const int64_t residual_block_bytes = 2 * 2 * 16 * 2 * 4 * 16;
+  EXPECT_EQ(e->residual_bytes(), residual_blocks * residual_block_bytes);
+  const int64_t int4_block_bytes = e->kv_bytes_per_token() * 16;
+  EXPECT_EQ(e->num_blocks(), ((4 << 20) - e->residual_bytes()) / int4_block_bytes);
+  c.kv_cache_memory_bytes = e->residual_bytes();
+  EXPECT_NE(Engine::create(model_, pool_, c).status().message().find("residual pool"),
+            std::string::npos);
+  // A float32 pool has none.
+  EngineConfig f32;
+  f32.num_blocks = 64;
+  EXPECT_EQ(make(f32)->num_residual_blocks(), 0);
+}
+
+TEST_F(Int4EngineTest, UnsupportedCombinationsAreRefusedWithOneLine) {
+  EngineConfig c = int4(1);
+  c.kv_int4_residual = 5;
+  Status s = Engine::create(model_, pool_, c).status();
+  EXPECT_EQ(s.message(), "--kv-int4-residual 5 must be a positive multiple of the block size (16)");
+  c = int4(1);
+  c.device = Device::kCuda;
+  s = Engine::create(c).status();  // refused before any model or device work
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_EQ(s.message().find("int4 KV cache is CPU-only for now"), 0u) << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  c = {};
+  c.kv_int4_residual = 32;
+  EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
+}
+
+// validate_step_residual: a batch built from the manager's tables passes; each way of breaking
+// its residual arrays is refused before any kernel reads them.
+TEST(Int4ForwardBatchCheckTest, ResidualArraysAreCheckedBeforeAnyKernel) {
+  constexpr int32_t kBs = 4;
+  kv::KvCacheManager m(kv::KvCacheConfig{
+      .num_blocks = 16, .block_size = kBs, .residual_num_blocks = 8, .residual_blocks = 2});
+  kv::BlockTable a(kBs);
+  ASSERT_TRUE(m.allocate_slots(a, 10));
+  m.free_residual_before(a, 10);
+  ASSERT_TRUE(m.allocate_slots(a, 2));  // positions 10, 11
+  kv::PagedLayoutBuilder builder(kBs, 2);
+  builder.add_sequence(a, 12, 2);
+  const std::vector<int32_t> tokens = {1, 2};
+  const std::vector<int32_t> positions = {10, 11};
+  const std::vector<int32_t> q_indptr = {0, 2};
+  const std::vector<int32_t> rows = {1};
+  model::ForwardBatch b{tokens,
+                        positions,
+                        q_indptr,
+                        builder.layout(),
+                        builder.slot_mapping(),
+                        rows,
+                        {},
+                        {},
+                        builder.residual_slot_mapping()};
+  ASSERT_TRUE(model::validate_step_batch(b, 100, 16, 64, 4, 100, 0).ok());
+  EXPECT_TRUE(model::validate_step_residual(b, 8).ok());
+  EXPECT_EQ(model::validate_step_residual(b, 3).code(), StatusCode::kOutOfRange)
+      << "a residual block outside the pool";
+  std::vector<int64_t> slots = builder.residual_slot_mapping();
+  slots[1] += 1;  // the wrong offset in its block
+  b.residual_slot_mapping = slots;
+  EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kOutOfRange);
+  slots = builder.residual_slot_mapping();
+  slots[0] = -1;  // -1 where the slot is not
+  b.residual_slot_mapping = slots;
+  EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kInvalidArgument);
+  b.residual_slot_mapping = {};
+  EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kInvalidArgument);
+  b.residual_slot_mapping = builder.residual_slot_mapping();
+  std::vector<int32_t> first = builder.res_first_block();
+  first[0] += 1;  // entries starting after the first block the step reads at full precision
+  PagedKvLayout l = builder.layout();
+  l.res_first_block = first.data();
+  b.layout = l;
+  EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kInvalidArgument);
+  l = builder.layout();
+  l.res_indices = nullptr;
+  b.layout = l;
+  EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kInvalidArgument);
+  m.free(a);
+}
+
+// A sliding-window model (64-token window) on an int4 pool: the window gives int4 blocks back
+// as before while the residual window stays, and results do not depend on chunking, batching or
+// a prefix hit; nothing leaks.
+TEST(Int4WindowTest, ASlidingWindowSequenceOnInt4GetsTheSameResultsInAnyShape) {
+  ThreadPool pool(2);
+  model::Model model = model::Model::load({kModels + "mistral-swa"});
+  for (const int32_t r : {1, 2}) {
+    SCOPED_TRACE("R " + std::to_string(r));
+    const auto run = [&](int32_t chunk, int32_t batch) {
+      EngineConfig c;
+      c.kv_dtype = DType::kI4;
+      c.kv_int4_residual = 16 * r;
+      c.num_blocks = 64;
+      c.max_num_batched_tokens = chunk;
+      auto e = Engine::create(model, pool, c);
+      EXPECT_TRUE(e.ok()) << e.status().to_string();
+      std::vector<RequestId> ids;
+      for (int32_t i = 0; i < batch; ++i) {
+        ids.push_back(*(*e)->submit(greedy(prompt_of(150 + 11 * i, i), 60)));
+      }
+      std::map<RequestId, Collected> got;
+      int32_t most_blocks = 0;
+      while ((*e)->has_unfinished()) {
+        auto step = (*e)->step();
+        EXPECT_TRUE(step.ok());
+        if (!step.ok()) break;
+        most_blocks = std::max(most_blocks, (*e)->last_step().num_used_blocks);
+        for (const RequestOutput& o : *step) {
+          for (const CompletionDelta& d : o.deltas) {
+            auto& t = got[o.id].tokens[d.index];
+            t.insert(t.end(), d.token_ids.begin(), d.token_ids.end());
+            auto& l = got[o.id].logprobs[d.index];
+            l.insert(l.end(), d.logprobs.begin(), d.logprobs.end());
+          }
+        }
+      }
+      EXPECT_EQ((*e)->last_step().num_used_blocks, 0);
+      EXPECT_EQ((*e)->last_step().num_used_residual_blocks, 0);
+      if (batch == 1 && chunk <= 16) {
+        EXPECT_LE(most_blocks, (64 + chunk + 15) / 16 + 1) << "the window's blocks only";
+      }
+      std::vector<Collected> out;
+      for (const RequestId id : ids) out.push_back(got[id]);
+      return out;
+    };
+    const std::vector<Collected> whole = run(2048, 1);
+    expect_identical(run(7, 1)[0], whole[0]);
+    expect_identical(run(64, 3)[0], whole[0]);
+  }
+}
+
+// strata generate's Generator keeps its cache across calls: an int4 prefix hit (R = 1) gives the
+// cold run's tokens, a larger batch grows both pools, and nothing is left held.
+TEST_F(Int4EngineTest, TheGeneratorsPrefixHitsAndGrownPoolsGiveColdResults) {
+  engine::GeneratorConfig c;
+  c.kv_dtype = DType::kI4;
+  c.max_num_batched_tokens = 16;
+  engine::Generator cached(model_, pool_, c);
+  const std::vector<int32_t> shared = prompt_of(48, 7);
+  std::vector<int32_t> longer = shared;
+  longer.insert(longer.end(), {3, 1, 4, 1, 5});
+  const auto request = [](std::vector<int32_t> prompt) {
+    engine::GenerationRequest r{std::move(prompt), {}};
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 10;
+    r.params.ignore_eos = true;
+    r.params.logprobs = 3;
+    return r;
+  };
+  ASSERT_TRUE(cached.generate(std::vector{request(shared)}).ok());
+  std::vector<engine::GenerationRequest> batch;
+  for (int32_t i = 0; i < 6; ++i) batch.push_back(request(prompt_of(30 + i, i)));
+  batch.push_back(request(longer));
+  auto hit = cached.generate(batch);
+  ASSERT_TRUE(hit.ok()) << hit.status().to_string();
+  EXPECT_EQ(cached.stats().num_cached_prompt_tokens, 48);
+  EXPECT_EQ(cached.num_used_blocks(), 0) << "leaked blocks in either pool";
+  c.enable_prefix_caching = false;
+  engine::Generator cold(model_, pool_, c);
+  auto want = cold.generate(std::vector{request(longer)});
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(hit->back().output_ids, want->front().output_ids);
+  ASSERT_EQ(hit->back().output_logprobs.size(), want->front().output_logprobs.size());
+  for (size_t t = 0; t < want->front().output_logprobs.size(); ++t) {
+    EXPECT_EQ(hit->back().output_logprobs[t].logprob, want->front().output_logprobs[t].logprob);
+  }
+}
+
+// Model::forward refuses an int4 pool without its residual pool, and a residual pool beside a
+// pool that has no int4 layer, before any kernel runs.
+TEST_F(Int4EngineTest, ForwardNeedsTheResidualPoolExactlyForInt4Pools) {
+  const kv::KvLayout int4(model_.kv_spec(DType::kI4), 16);
+  kv::HostKvBuffer kv(int4, 4);
+  const std::vector<int32_t> tokens = {1};
+  const std::vector<int32_t> positions = {0};
+  const std::vector<int32_t> q_indptr = {0, 1};
+  const std::vector<int32_t> kv_indptr = {0, 1};
+  const std::vector<int32_t> indices = {1};
+  const std::vector<int32_t> last = {1};
+  const std::vector<int64_t> slots = {16};
+  const std::vector<int32_t> rows = {0};
+  model::ForwardBatch b;
+  b.token_ids = tokens;
+  b.positions = positions;
+  b.q_indptr = q_indptr;
+  b.layout.kv_indptr = kv_indptr.data();
+  b.layout.kv_indices = indices.data();
+  b.layout.kv_last_page_len = last.data();
+  b.layout.num_seqs = 1;
+  b.layout.block_size = 16;
+  b.slot_mapping = slots;
+  b.logits_rows = rows;
+  std::vector<float> logits(static_cast<size_t>(model_.vocab_size()));
+  const Status missing = model_.forward(b, kv, logits, pool_);
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.message().find("residual pool"), std::string::npos) << missing.message();
+  kv::HostKvBuffer residual(kv::KvLayout(kv::residual_spec(int4.spec()), 16), 4);
+  kv::HostKvBuffer f32(kv::KvLayout(model_.kv_spec(DType::kF32), 16), 4);
+  EXPECT_EQ(model_.forward(b, f32, logits, pool_, &residual).code(), StatusCode::kInvalidArgument);
+  // With the residual arrays and slots it runs.
+  const std::vector<int32_t> res_first = {0};
+  b.layout.res_indptr = kv_indptr.data();
+  b.layout.res_indices = indices.data();
+  b.layout.res_first_block = res_first.data();
+  b.layout.residual_blocks = 1;
+  b.residual_slot_mapping = slots;
+  EXPECT_TRUE(model_.forward(b, kv, logits, pool_, &residual).ok());
+}
+
+// ---- quality on strata-tiny ----------------------------------------------------------------
+
+// Mean KL(p_f32 || p_int4) of the next-token distributions over every position of the fixture's
+// two prompts (teacher forced), and greedy continuations.
+class Int4QualityTest : public ::testing::Test {
+ protected:
+  Int4QualityTest()
+      : pool_(2),
+        model_(model::Model::load({std::string(STRATA_MODELS_DIR) + "/strata-tiny"})),
+        reference_(
+            model::SafetensorsFile::open(std::string(STRATA_TEST_DATA_DIR) +
+                                         "/models/strata-tiny-reference/reference.safetensors")) {}
+
+  std::vector<int32_t> tensor(const std::string& name) const {
+    return engine::test_util::int_tensor(reference_.tensor(name));
+  }
+  engine::GeneratorConfig config(DType dtype, int32_t residual, int32_t chunk = 2048) const {
+    engine::GeneratorConfig c;
+    c.kv_dtype = dtype;
+    c.kv_int4_residual = residual;
+    c.max_num_batched_tokens = chunk;
+    c.enable_prefix_caching = false;
+    return c;
+  }
+
+  ThreadPool pool_;
+  model::Model model_;
+  model::SafetensorsFile reference_;
+};
+
+double mean_kl(const std::vector<std::vector<float>>& p, const std::vector<std::vector<float>>& q,
+               int64_t vocab, int64_t* agree, int64_t* n) {
+  double sum = 0.0;
+  for (size_t w = 0; w < p.size(); ++w) {
+    for (size_t row = 0; row * static_cast<size_t>(vocab) < p[w].size(); ++row) {
+      const float* a = p[w].data() + row * static_cast<size_t>(vocab);
+      const float* b = q[w].data() + row * static_cast<size_t>(vocab);
+      const double ma = *std::max_element(a, a + vocab);
+      const double mb = *std::max_element(b, b + vocab);
+      double za = 0.0, zb = 0.0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        za += std::exp(a[i] - ma);
+        zb += std::exp(b[i] - mb);
+      }
+      double kl = 0.0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        const double la = a[i] - ma - std::log(za);
+        const double lb = b[i] - mb - std::log(zb);
+        kl += std::exp(la) * (la - lb);
+      }
+      sum += kl;
+      *agree += std::max_element(a, a + vocab) - a == std::max_element(b, b + vocab) - b;
+      ++*n;
+    }
+  }
+  return sum / static_cast<double>(*n);
+}
+
+TEST_F(Int4QualityTest, Int4LogitsStayCloseToFloat32AndChunkingChangesNothing) {
+  const std::vector<std::vector<int32_t>> prompts = {tensor("prompt.0"), tensor("prompt.1")};
+  engine::Generator f32(model_, pool_, config(DType::kF32, 0));
+  auto ref = f32.prompt_logits(prompts);
+  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  for (const int32_t residual : {16, 64}) {
+    SCOPED_TRACE("--kv-int4-residual " + std::to_string(residual));
+    engine::Generator g(model_, pool_, config(DType::kI4, residual));
+    auto got = g.prompt_logits(prompts);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(g.num_used_blocks(), 0) << "leaked blocks";
+    int64_t agree = 0, n = 0;
+    const double kl = mean_kl(*ref, *got, model_.vocab_size(), &agree, &n);
+    std::printf("int4 residual %d: mean KL %.3e over %lld positions, top-1 %.2f%%\n", residual, kl,
+                static_cast<long long>(n), 100.0 * static_cast<double>(agree) / n);
+    // Measured: 2.56e-3 (top-1 97.1%) at R = 1, 1.80e-4 (99.5%) at R = 4 over 763 positions;
+    // the bounds are twice that, and top-1 at least 95% / 99%.
+    EXPECT_GT(kl, 0.0) << "the cache is quantized";
+    EXPECT_LT(kl, residual == 16 ? 5e-3 : 5e-4);
+    EXPECT_GE(static_cast<double>(agree) / static_cast<double>(n), residual == 16 ? 0.95 : 0.99);
+    // Chunks of 7 tokens: the same bits.
+    engine::Generator chunked(model_, pool_, config(DType::kI4, residual, 7));
+    auto again = chunked.prompt_logits(prompts);
+    ASSERT_TRUE(again.ok()) << again.status().to_string();
+    EXPECT_EQ(*again, *got) << "chunking changed an int4 logit";
+  }
+}
+
+// Measured (this commit): prompt 1's 40 greedy tokens are float32's exactly with int4 at R = 1
+// and R = 4 (as with int8); prompt 0's second token is a near tie that int8 flips as well, so
+// there int4 must only keep up with int8.
+TEST_F(Int4QualityTest, GreedyContinuationsAgreeWithFloat32AsLongAsInt8s) {
+  for (int32_t i = 0; i < 2; ++i) {
+    engine::GenerationRequest r{tensor("prompt." + std::to_string(i)), {}};
+    r.params.temperature = 0.0f;
+    r.params.ignore_eos = true;
+    r.params.max_tokens = 40;
+    const std::vector<engine::GenerationRequest> requests = {r};
+    const auto agreement = [&](DType dtype, int32_t residual) -> size_t {
+      engine::Generator f32(model_, pool_, config(DType::kF32, 0));
+      auto want = f32.generate(requests);
+      engine::Generator g(model_, pool_, config(dtype, residual));
+      auto out = g.generate(requests);
+      EXPECT_TRUE(want.ok() && out.ok());
+      if (!want.ok() || !out.ok()) return 0;
+      const std::vector<int32_t>& ids = (*out)[0].output_ids;
+      const std::vector<int32_t>& ref = (*want)[0].output_ids;
+      size_t same = 0;
+      while (same < ids.size() && ids[same] == ref[same]) ++same;
+      return same;
+    };
+    const size_t int8 = agreement(DType::kI8, 0);
+    for (const int32_t residual : {16, 64}) {
+      const size_t int4 = agreement(DType::kI4, residual);
+      std::printf(
+          "prompt %d: float32's greedy tokens kept for %zu of 40 tokens by int4 "
+          "(residual %d), %zu by int8\n",
+          i, int4, residual, int8);
+      EXPECT_GE(int4, std::min<size_t>(int8, i == 1 ? 40 : 1)) << "prompt " << i;
+      if (i == 1) {
+        EXPECT_EQ(int4, 40u);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata

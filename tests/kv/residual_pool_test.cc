@@ -1,0 +1,264 @@
+// The INT4 (KIVI) residual pool in KvCacheManager: which residual blocks a table holds before and
+// after each step (exact ids, R = 1 and 2), what allocate_slots gives back first, all-or-nothing
+// allocation across both pools, fork sharing with copy-on-write of the partly filled residual
+// block, prefix hits (R = 1 starts the residual at the hit; R > 1 finds none), freeing, the
+// sizing formula, and the layout builder's residual arrays. Invariants after every call.
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "kv/paged_layout_builder.h"
+#include "pool_testing.h"
+
+namespace strata::kv {
+namespace {
+
+using test_util::PoolSnapshot;
+using test_util::values;
+using V = std::vector<int32_t>;
+
+constexpr int32_t kBs = 4;
+
+class ResidualPoolTest : public ::testing::Test {
+ protected:
+  KvCacheManager make(int32_t r, int32_t residual_num_blocks = 9, int32_t num_blocks = 9) {
+    return KvCacheManager(KvCacheConfig{.num_blocks = num_blocks,
+                                        .block_size = kBs,
+                                        .residual_num_blocks = residual_num_blocks,
+                                        .residual_blocks = r});
+  }
+  static void check(const KvCacheManager& m, std::vector<const BlockTable*> tables) {
+    m.check_invariants(tables);
+  }
+};
+
+TEST_F(ResidualPoolTest, EntriesCoverTheWindowAndOlderOnesGoBackWithExactIds) {
+  KvCacheManager m = make(/*r=*/2);
+  BlockTable t(kBs);
+  ASSERT_TRUE(m.allocate_slots(t, 10));  // positions 0..9: blocks 0, 1, 2 all in the chunk
+  check(m, {&t});
+  EXPECT_EQ(values(t.blocks()), (V{1, 2, 3}));
+  EXPECT_EQ(t.residual_first_block(), 0);
+  EXPECT_EQ(values(t.residual_blocks()), (V{1, 2, 3}));
+  EXPECT_EQ(t.residual_slot(9), 3 * kBs + 1);
+  // The next query (position 10) reads blocks 2 - 2 + 1 = 1 and 2 at full precision.
+  m.free_residual_before(t, 10);
+  check(m, {&t});
+  EXPECT_EQ(t.residual_first_block(), 1);
+  EXPECT_EQ(values(t.residual_blocks()), (V{2, 3}));
+  EXPECT_EQ(values(m.residual_pool().free_queue()), (V{4, 5, 6, 7, 8, 1}));
+  ASSERT_TRUE(m.allocate_slots(t, 1));  // position 10: no new block
+  EXPECT_EQ(values(t.residual_blocks()), (V{2, 3}));
+  ASSERT_TRUE(m.allocate_slots(t, 2));  // positions 11, 12: block 3 is new in both pools
+  check(m, {&t});
+  EXPECT_EQ(values(t.blocks()), (V{1, 2, 3, 4}));
+  EXPECT_EQ(t.residual_first_block(), 1);
+  EXPECT_EQ(values(t.residual_blocks()), (V{2, 3, 4}));
+  // Without free_residual_before, allocate_slots gives back what the step no longer reads first.
+  ASSERT_TRUE(m.allocate_slots(t, 1));  // position 13 reads blocks 2 and 3
+  check(m, {&t});
+  EXPECT_EQ(t.residual_first_block(), 2);
+  EXPECT_EQ(values(t.residual_blocks()), (V{3, 4}));
+  EXPECT_EQ(values(m.residual_pool().free_queue()), (V{5, 6, 7, 8, 1, 2}));
+  m.free(t);
+  check(m, {});
+  EXPECT_EQ(m.residual_pool().num_used_blocks(), 0);
+  EXPECT_EQ(m.pool().num_used_blocks(), 0);
+  EXPECT_TRUE(t.residual_blocks().empty());
+  EXPECT_EQ(values(m.residual_pool().free_queue()), (V{5, 6, 7, 8, 1, 2, 4, 3})) << "tail first";
+}
+
+TEST_F(ResidualPoolTest, WithROneAFilledBlockLeavesTheResidualWhenTheNextBlockStarts) {
+  KvCacheManager m = make(/*r=*/1);
+  BlockTable t(kBs);
+  ASSERT_TRUE(m.allocate_slots(t, 4));
+  EXPECT_EQ(values(t.residual_blocks()), (V{1}));
+  ASSERT_TRUE(m.allocate_slots(t, 1));  // position 4 reads only its own block 1
+  check(m, {&t});
+  EXPECT_EQ(t.residual_first_block(), 1);
+  EXPECT_EQ(values(t.residual_blocks()), (V{2}));
+  EXPECT_EQ(m.residual_pool().num_used_blocks(), 1);
+  // Decoding to the end of a block and one past: never more than R + 1 = 2 at once.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(m.allocate_slots(t, 1));
+    m.free_residual_before(t, t.num_tokens());
+    EXPECT_LE(m.residual_pool().num_used_blocks(), 1);
+  }
+  EXPECT_EQ(t.num_tokens(), 8);
+  EXPECT_TRUE(t.residual_blocks().empty()) << "position 8 starts block 2: nothing to keep";
+  EXPECT_EQ(t.residual_first_block(), 2);
+  ASSERT_TRUE(m.allocate_slots(t, 1));
+  EXPECT_EQ(t.residual_first_block(), 2);
+  EXPECT_EQ(t.residual_blocks().size(), 1u);
+  check(m, {&t});
+  m.free(t);
+}
+
+TEST_F(ResidualPoolTest, AllocationIsAllOrNothingAcrossBothPools) {
+  KvCacheManager m = make(/*r=*/1, /*residual_num_blocks=*/3);
+  BlockTable a(kBs);
+  BlockTable b(kBs);
+  ASSERT_TRUE(m.allocate_slots(a, 8));  // residual 1, 2: the residual pool is full
+  EXPECT_EQ(values(a.residual_blocks()), (V{1, 2}));
+  const PoolSnapshot main_before(m.pool());
+  const PoolSnapshot res_before(m.residual_pool());
+  EXPECT_EQ(m.num_blocks_to_allocate(b, 1), 1);
+  EXPECT_EQ(m.num_residual_blocks_to_allocate(b, 1), 1);
+  EXPECT_FALSE(m.can_allocate(b, 1));
+  EXPECT_FALSE(m.allocate_slots(b, 1)) << "the main pool has room, the residual pool none";
+  EXPECT_EQ(PoolSnapshot(m.pool()), main_before);
+  EXPECT_EQ(PoolSnapshot(m.residual_pool()), res_before);
+  EXPECT_TRUE(b.blocks().empty());
+  EXPECT_TRUE(b.residual_blocks().empty());
+  check(m, {&a, &b});
+  // a's next position (8) reads only block 2: the two it holds come back before it takes one.
+  EXPECT_TRUE(m.can_allocate(a, 1));
+  ASSERT_TRUE(m.allocate_slots(a, 1));
+  EXPECT_EQ(values(a.residual_blocks()), (V{1}));
+  EXPECT_EQ(a.residual_first_block(), 2);
+  ASSERT_TRUE(m.allocate_slots(b, 1));
+  EXPECT_EQ(values(b.residual_blocks()), (V{2}));
+  check(m, {&a, &b});
+  m.free(a);
+  m.free(b);
+  check(m, {});
+}
+
+TEST_F(ResidualPoolTest, ForkSharesResidualBlocksAndCopiesThePartlyFilledOne) {
+  KvCacheManager m = make(/*r=*/2);
+  BlockTable parent(kBs);
+  ASSERT_TRUE(m.allocate_slots(parent, 6));  // block 1 holds positions 4, 5
+  BlockTable child(kBs);
+  m.fork(parent, child);
+  check(m, {&parent, &child});
+  EXPECT_EQ(values(child.residual_blocks()), (V{1, 2}));
+  EXPECT_EQ(m.residual_pool().ref_count(BlockId{2}), 2);
+  ASSERT_TRUE(m.allocate_slots(child, 1));  // position 6 would land in the shared block
+  check(m, {&parent, &child});
+  EXPECT_EQ(values(child.residual_blocks()), (V{1, 3}));
+  EXPECT_EQ(m.take_pending_residual_copies(), (std::vector<BlockCopy>{{BlockId{2}, BlockId{3}}}));
+  EXPECT_EQ(m.take_pending_copies(), (std::vector<BlockCopy>{{BlockId{2}, BlockId{3}}}))
+      << "the main pool's copy-on-write, queued apart";
+  EXPECT_EQ(values(parent.residual_blocks()), (V{1, 2}));
+  EXPECT_EQ(m.residual_pool().ref_count(BlockId{1}), 2) << "a full residual block stays shared";
+  EXPECT_EQ(m.residual_pool().ref_count(BlockId{2}), 1);
+  // The parent writes its own block without a copy now.
+  ASSERT_TRUE(m.allocate_slots(parent, 1));
+  EXPECT_TRUE(m.take_pending_residual_copies().empty());
+  m.free(parent);
+  m.free(child);
+  check(m, {});
+  EXPECT_EQ(m.residual_pool().num_used_blocks(), 0);
+}
+
+std::vector<int32_t> tokens(int32_t n) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), 100);
+  return t;
+}
+
+TEST_F(ResidualPoolTest, WithROneAPrefixHitStartsTheResidualAtTheHit) {
+  KvCacheManager m = make(/*r=*/1);
+  const std::vector<int32_t> prompt = tokens(9);
+  BlockTable a(kBs);
+  ASSERT_TRUE(m.allocate_slots(a, 9));
+  m.cache_full_blocks(a, prompt, 9, {});
+  m.free(a);
+  std::vector<int32_t> longer = tokens(11);
+  const PrefixHit hit = m.find_cached_prefix(longer, {});
+  ASSERT_EQ(hit.num_tokens, 8) << "R = 1: the whole hit is exact";
+  BlockTable b(kBs);
+  EXPECT_EQ(m.num_residual_blocks_to_allocate(b, 3, &hit), 1);
+  ASSERT_TRUE(m.allocate_slots(b, 3, &hit));
+  check(m, {&b});
+  EXPECT_EQ(values(b.blocks()), (V{1, 2, 4}));
+  EXPECT_EQ(b.residual_first_block(), 2) << "the hit's blocks are only read as int4";
+  EXPECT_EQ(b.residual_blocks().size(), 1u);
+  m.free(b);
+  check(m, {});
+}
+
+TEST_F(ResidualPoolTest, WithRTwoThereIsNoPrefixHit) {
+  KvCacheManager m = make(/*r=*/2);
+  const std::vector<int32_t> prompt = tokens(13);
+  BlockTable a(kBs);
+  ASSERT_TRUE(m.allocate_slots(a, 13));
+  m.cache_full_blocks(a, prompt, 13, {});
+  EXPECT_EQ(m.pool().num_cached_blocks(), 3) << "int4 blocks are still registered";
+  m.free(a);
+  const PrefixHit hit = m.find_cached_prefix(tokens(20), {});
+  EXPECT_EQ(hit.num_tokens, 0)
+      << "the first query after any hit would read hit blocks at full precision";
+  EXPECT_TRUE(hit.blocks.empty());
+}
+
+TEST_F(ResidualPoolTest, WithoutAResidualPoolNothingChanges) {
+  KvCacheManager m(KvCacheConfig{.num_blocks = 9, .block_size = kBs});
+  EXPECT_FALSE(m.has_residual());
+  BlockTable t(kBs);
+  ASSERT_TRUE(m.allocate_slots(t, 10));
+  EXPECT_TRUE(t.residual_blocks().empty());
+  EXPECT_EQ(m.num_residual_blocks_to_allocate(t, 5), 0);
+  m.free_residual_before(t, 10);
+  check(m, {&t});
+  m.free(t);
+}
+
+TEST(ResidualPoolSizingTest, SchedulerLimitsBoundTheResidualPool) {
+  EXPECT_EQ(residual_pool_blocks(256, 1, 2048, 16), 256 * 2 + 128 + 1);
+  EXPECT_EQ(residual_pool_blocks(4, 2, 7, 16), 4 * 3 + 1 + 1);
+  KvSpec spec{.num_layers = 3, .num_kv_heads = 2, .head_dim = 64, .dtype = DType::kI8};
+  EXPECT_FALSE(needs_residual_pool(spec));
+  spec.dtype = DType::kI4;
+  EXPECT_TRUE(needs_residual_pool(spec));
+  spec.layer_dtypes = {DType::kF32, DType::kI4, DType::kF32};
+  EXPECT_TRUE(needs_residual_pool(spec));
+  spec.layer_dtypes = {DType::kF32, DType::kF32, DType::kF32};
+  EXPECT_FALSE(needs_residual_pool(spec)) << "every int4 layer skipped";
+  const KvSpec r = residual_spec(spec);
+  EXPECT_EQ(r.dtype, DType::kF32);
+  EXPECT_TRUE(r.layer_dtypes.empty());
+  EXPECT_EQ(r.num_layers, 3);
+  EXPECT_EQ(r.num_kv_heads, 2);
+  EXPECT_EQ(r.head_dim, 64);
+}
+
+TEST_F(ResidualPoolTest, TheLayoutBuilderEmitsEachSequencesResidualEntriesAndSlots) {
+  KvCacheManager m = make(/*r=*/2, /*residual_num_blocks=*/12, /*num_blocks=*/12);
+  BlockTable a(kBs);
+  BlockTable b(kBs);
+  ASSERT_TRUE(m.allocate_slots(a, 10));  // main 1 2 3, residual 1 2 3
+  ASSERT_TRUE(m.allocate_slots(b, 3));   // main 4, residual 4
+  m.free_residual_before(a, 10);         // a keeps residual 2 3 (blocks 1, 2)
+  ASSERT_TRUE(m.allocate_slots(a, 1));   // position 10
+  PagedLayoutBuilder builder(kBs, 2);
+  builder.add_sequence(a, 11, 1);
+  builder.add_sequence(b, 3, 3);
+  EXPECT_EQ(builder.res_indptr(), (V{0, 2, 3}));
+  EXPECT_EQ(builder.res_indices(), (V{2, 3, 4}));
+  EXPECT_EQ(builder.res_first_block(), (V{1, 0}));
+  EXPECT_EQ(builder.residual_slot_mapping(),
+            (std::vector<int64_t>{3 * kBs + 2, 4 * kBs, 4 * kBs + 1, 4 * kBs + 2}));
+  EXPECT_EQ(builder.slot_mapping(),
+            (std::vector<int64_t>{3 * kBs + 2, 4 * kBs, 4 * kBs + 1, 4 * kBs + 2}));
+  const PagedKvLayout l = builder.layout();
+  EXPECT_EQ(l.residual_blocks, 2);
+  EXPECT_EQ(l.residual_block(0, 2), 3);
+  EXPECT_EQ(l.residual_block(1, 0), 4);
+  // Without R the builder emits no residual arrays.
+  PagedLayoutBuilder plain(kBs);
+  plain.add_sequence(a, 11, 1);
+  EXPECT_EQ(plain.layout().res_indptr, nullptr);
+  EXPECT_TRUE(plain.residual_slot_mapping().empty());
+  builder.clear();
+  EXPECT_EQ(builder.res_indptr(), (V{0}));
+  EXPECT_TRUE(builder.residual_slot_mapping().empty());
+  m.free(a);
+  m.free(b);
+}
+
+}  // namespace
+}  // namespace strata::kv
