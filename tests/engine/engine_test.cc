@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "engine_testing.h"
 #include "reference_testing.h"
 
 namespace strata {
@@ -27,31 +28,11 @@ namespace {
 constexpr double kTolerance = 1e-5;
 const std::string kModels = std::string(STRATA_TEST_DATA_DIR) + "/models/";
 
-// What one request produced, gathered from the step outputs.
-struct Collected {
-  std::map<int32_t, std::vector<int32_t>> tokens;  // by sequence index
-  std::map<int32_t, std::vector<TokenLogprobs>> logprobs;
-  std::map<int32_t, FinishReason> finish;
-  bool finished = false;
-  bool cancelled = false;
-  RequestMetrics metrics;
-};
-
-EngineRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens = 12) {
-  EngineRequest r;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0.0f;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  r.params.logprobs = 20;
-  return r;
-}
-
-std::vector<int32_t> prompt_of(int32_t len, int32_t seed) {
-  std::vector<int32_t> p;
-  for (int32_t i = 0; i < len; ++i) p.push_back((i * 37 + seed * 101 + 7) % 120);
-  return p;
-}
+using engine::test_util::absorb;
+using engine::test_util::Collected;
+using engine::test_util::drain;
+using engine::test_util::greedy;
+using engine::test_util::prompt_of;
 
 double rel_err(const std::vector<TokenLogprobs>& a, const std::vector<TokenLogprobs>& b) {
   return engine::test_util::max_top_logprobs_rel_err(a, b);
@@ -66,33 +47,6 @@ class EngineTest : public ::testing::Test {
     auto e = Engine::create(model_, pool_, c);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return std::move(*e);
-  }
-
-  // Steps until every request finished; checks the pool after every step.
-  static std::map<RequestId, Collected> drain(Engine& e) {
-    std::map<RequestId, Collected> out;
-    int guard = 0;
-    while (e.has_unfinished()) {
-      auto step = e.step();
-      EXPECT_TRUE(step.ok()) << step.status().to_string();
-      if (!step.ok() || ++guard > 100000) break;
-      EXPECT_LE(e.last_step().live_token_slots, e.last_step().capacity_token_slots);
-      for (const RequestOutput& o : *step) absorb(out[o.id], o);
-    }
-    return out;
-  }
-
-  static void absorb(Collected& c, const RequestOutput& o) {
-    for (const CompletionDelta& d : o.deltas) {
-      auto& t = c.tokens[d.index];
-      t.insert(t.end(), d.token_ids.begin(), d.token_ids.end());
-      auto& l = c.logprobs[d.index];
-      l.insert(l.end(), d.logprobs.begin(), d.logprobs.end());
-      if (d.finish_reason) c.finish[d.index] = *d.finish_reason;
-    }
-    c.finished |= o.finished;
-    c.cancelled |= o.cancelled;
-    c.metrics = o.metrics;
   }
 
   Collected alone(const EngineRequest& r, const EngineConfig& c = {}) {

@@ -29,6 +29,7 @@
 #include "model/forward_batch_check.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "engine_testing.h"
 #include "reference_testing.h"
 #include "strata/engine.h"
 
@@ -37,27 +38,12 @@ namespace {
 
 const std::string kModels = std::string(STRATA_TEST_DATA_DIR) + "/models/";
 
-struct Collected {
-  std::map<int32_t, std::vector<int32_t>> tokens;
-  std::map<int32_t, std::vector<TokenLogprobs>> logprobs;
-  bool finished = false;
-  RequestMetrics metrics;
-};
+using engine::test_util::Collected;
+using engine::test_util::drain;
+using engine::test_util::prompt_of;
 
 EngineRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens = 12) {
-  EngineRequest r;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0.0f;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;
-  r.params.logprobs = 5;
-  return r;
-}
-
-std::vector<int32_t> prompt_of(int32_t len, int32_t seed) {
-  std::vector<int32_t> p;
-  for (int32_t i = 0; i < len; ++i) p.push_back((i * 37 + seed * 101 + 7) % 120);
-  return p;
+  return engine::test_util::greedy(std::move(prompt), max_tokens, /*logprobs=*/5);
 }
 
 // Bit-identical: the same tokens, and every logprob (chosen and top-N) equal as floats.
@@ -88,29 +74,6 @@ class Int4EngineTest : public ::testing::Test {
     auto e = Engine::create(model_, pool_, c);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return std::move(*e);
-  }
-
-  // Steps until every request finished; no step may fail.
-  static std::map<RequestId, Collected> drain(Engine& e) {
-    std::map<RequestId, Collected> out;
-    int guard = 0;
-    while (e.has_unfinished() && ++guard < 100000) {
-      auto step = e.step();
-      EXPECT_TRUE(step.ok()) << step.status().to_string();
-      if (!step.ok()) break;
-      for (const RequestOutput& o : *step) {
-        Collected& c = out[o.id];
-        for (const CompletionDelta& d : o.deltas) {
-          auto& t = c.tokens[d.index];
-          t.insert(t.end(), d.token_ids.begin(), d.token_ids.end());
-          auto& l = c.logprobs[d.index];
-          l.insert(l.end(), d.logprobs.begin(), d.logprobs.end());
-        }
-        c.finished |= o.finished;
-        c.metrics = o.metrics;
-      }
-    }
-    return out;
   }
 
   static void expect_nothing_held(const Engine& e) {
