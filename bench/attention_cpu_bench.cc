@@ -54,6 +54,26 @@ void BM_PagedDecodeAttentionCpu(benchmark::State& state) {
   p.q_indptr = q_indptr.data();
   p.layout = PagedKvLayout{indptr.data(), indices.data(), last_len.data(), num_seqs, block_size};
   p.cache = kv_layout.layer_view(pool_bytes.data(), 0);
+  // INT4: each sequence's last block also in an F32 residual pool (R = 1), read at full
+  // precision by its decode row.
+  const kv::KvLayout residual_layout(kv::KvSpec{1, num_kv_heads, head_dim, DType::kF32},
+                                     block_size);
+  std::vector<float> residual_pool;
+  std::vector<int32_t> res_indptr(1, 0), res_indices, res_first;
+  if (dtype == DType::kI4) {
+    residual_pool.assign(
+        static_cast<size_t>(residual_layout.pool_bytes(num_seqs + 1) / 4), 0.01f);
+    for (int32_t s = 0; s < num_seqs; ++s) {
+      res_indices.push_back(s + 1);
+      res_indptr.push_back(s + 1);
+      res_first.push_back(blocks_per_seq - 1);
+    }
+    p.layout.res_indptr = res_indptr.data();
+    p.layout.res_indices = res_indices.data();
+    p.layout.res_first_block = res_first.data();
+    p.layout.residual_blocks = 1;
+    p.residual = residual_layout.layer_view(residual_pool.data(), 0);
+  }
   p.num_q_heads = num_q_heads;
   p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   ThreadPool pool(kThreads);
@@ -61,9 +81,8 @@ void BM_PagedDecodeAttentionCpu(benchmark::State& state) {
     if (!paged_attention(p, pool).ok()) state.SkipWithError("paged_attention failed");
     benchmark::DoNotOptimize(out.data());
   }
-  // Bytes read: codes plus INT8's per-token scales (kv_layout.h).
-  const double kv_bytes = 2.0 * num_seqs * kv_len * num_kv_heads *
-                          (head_dim * dtype_size(dtype) + kv::kv_token_scale_bytes(dtype));
+  // Bytes read: codes plus their scales (and INT4's zero points) per token (kv_layout.h).
+  const double kv_bytes = static_cast<double>(num_seqs) * kv_len * kv_layout.bytes_per_token();
   state.counters["GB/s"] = benchmark::Counter(
       kv_bytes * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
@@ -76,6 +95,8 @@ BENCHMARK(BM_PagedDecodeAttentionCpu)
     ->Args({4096, 1, static_cast<int64_t>(DType::kF8E4M3)})
     ->Args({4096, 1, static_cast<int64_t>(DType::kI8)})
     ->Args({1024, 8, static_cast<int64_t>(DType::kI8)})
+    ->Args({4096, 1, static_cast<int64_t>(DType::kI4)})
+    ->Args({1024, 8, static_cast<int64_t>(DType::kI4)})
     ->UseRealTime();
 
 // out[m, n] = x[m, k] W[n, k]^T: m = 1 is a decode step (bandwidth bound), m = 64 a prefill chunk.
