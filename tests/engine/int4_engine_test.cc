@@ -76,6 +76,8 @@ class Int4EngineTest : public ::testing::Test {
     return std::move(*e);
   }
 
+  void expect_prefix_case(int32_t r, int32_t cached_tokens);
+
   static void expect_nothing_held(const Engine& e) {
     EXPECT_EQ(e.last_step().num_used_blocks, 0) << "leaked int4 blocks";
     EXPECT_EQ(e.last_step().num_used_residual_blocks, 0) << "leaked residual blocks";
@@ -146,8 +148,10 @@ TEST_F(Int4EngineTest, ThePoolIsReallyQuantized) {
   expect_identical(all_residual, f);
 }
 
-TEST_F(Int4EngineTest, WithROneAPrefixHitGivesTheColdRunsResults) {
-  auto e = make(int4(1));
+// A prompt extending an earlier one by five tokens, on one engine with residual window r: the
+// cached tokens it reports, and its results against a cold run of it alone.
+void Int4EngineTest::expect_prefix_case(int32_t r, int32_t cached_tokens) {
+  auto e = make(int4(r));
   const std::vector<int32_t> shared = prompt_of(64, 3);
   std::vector<int32_t> p2 = shared;
   p2.insert(p2.end(), {5, 6, 7, 8, 9});
@@ -156,22 +160,16 @@ TEST_F(Int4EngineTest, WithROneAPrefixHitGivesTheColdRunsResults) {
   const RequestId id = *e->submit(greedy(p2));
   auto got = drain(*e);
   expect_nothing_held(*e);
-  EXPECT_EQ(got[id].metrics.num_cached_tokens, 64);
-  expect_identical(got[id], alone(greedy(p2), int4(1)));
+  EXPECT_EQ(got[id].metrics.num_cached_tokens, cached_tokens);
+  expect_identical(got[id], alone(greedy(p2), int4(r)));
+}
+
+TEST_F(Int4EngineTest, WithROneAPrefixHitGivesTheColdRunsResults) {
+  expect_prefix_case(/*r=*/1, /*cached_tokens=*/64);
 }
 
 TEST_F(Int4EngineTest, WithRTwoThereIsNoPrefixHitAndTheColdRunsResults) {
-  auto e = make(int4(2));
-  const std::vector<int32_t> shared = prompt_of(64, 3);
-  std::vector<int32_t> p2 = shared;
-  p2.insert(p2.end(), {5, 6, 7, 8, 9});
-  *e->submit(greedy(shared));
-  drain(*e);
-  const RequestId id = *e->submit(greedy(p2));
-  auto got = drain(*e);
-  expect_nothing_held(*e);
-  EXPECT_EQ(got[id].metrics.num_cached_tokens, 0);
-  expect_identical(got[id], alone(greedy(p2), int4(2)));
+  expect_prefix_case(/*r=*/2, /*cached_tokens=*/0);
 }
 
 class Int4PreemptionTest : public Int4EngineTest,
