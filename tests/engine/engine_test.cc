@@ -122,28 +122,10 @@ class EnginePreemptionTest : public EngineTest,
                              public ::testing::WithParamInterface<PreemptionMode> {};
 
 TEST_P(EnginePreemptionTest, PreemptedRequestsGetTheSameTokensAndNothingLeaks) {
-  EngineConfig c;
-  c.num_blocks = 1 + 12;  // 16 requests of 4-5 blocks each: constant preemption
-  c.max_num_batched_tokens = 64;
-  c.watermark = 0.0;
-  c.preemption_mode = GetParam();
-  c.swap_space_bytes = int64_t{8} << 20;  // the default 4 GiB takes seconds to allocate
-  auto e = make(c);
-  std::vector<EngineRequest> requests;
-  std::vector<RequestId> ids;
-  for (int32_t i = 0; i < 16; ++i) {
-    requests.push_back(greedy(prompt_of(40 + i, i), 24));
-    ids.push_back(*e->submit(requests.back()));
-  }
+  auto e = make(engine::test_util::preempting({}, GetParam()));
+  const auto [requests, ids] = engine::test_util::submit_preempted(*e, 16);
   auto got = drain(*e);
-  EXPECT_GT(e->totals().num_preemptions, 0);
-  if (GetParam() == PreemptionMode::kSwap) {
-    EXPECT_GT(e->totals().num_swapped_out_blocks, 0);
-    EXPECT_EQ(e->totals().num_swapped_in_blocks, e->totals().num_swapped_out_blocks)
-        << "every swapped block came back";
-  } else {
-    EXPECT_EQ(e->totals().num_swapped_out_blocks, 0);
-  }
+  engine::test_util::expect_preemption_totals(*e, GetParam());
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
   int preempted_requests = 0;
   for (size_t i = 0; i < ids.size(); ++i) {

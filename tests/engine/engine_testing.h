@@ -69,4 +69,45 @@ inline std::map<RequestId, Collected> drain(Engine& e) {
   return out;
 }
 
+// A pool of 12 blocks, 64-token chunks and no watermark on top of c: n requests of 4-5 blocks
+// each (submit_preempted) keep it preempting. swap_space_bytes: small, since the default 4 GiB
+// takes seconds to allocate.
+inline EngineConfig preempting(EngineConfig c, PreemptionMode mode,
+                               int64_t swap_space_bytes = int64_t{8} << 20) {
+  c.num_blocks = 1 + 12;
+  c.max_num_batched_tokens = 64;
+  c.watermark = 0.0;
+  c.preemption_mode = mode;
+  c.swap_space_bytes = swap_space_bytes;
+  return c;
+}
+
+struct Submitted {
+  std::vector<EngineRequest> requests;
+  std::vector<RequestId> ids;
+};
+
+// Submits n greedy requests of 40 + i prompt tokens and 24 output tokens.
+inline Submitted submit_preempted(Engine& e, int32_t n, int32_t logprobs = 20) {
+  Submitted s;
+  for (int32_t i = 0; i < n; ++i) {
+    s.requests.push_back(greedy(prompt_of(40 + i, i), 24, logprobs));
+    s.ids.push_back(*e.submit(s.requests.back()));
+  }
+  return s;
+}
+
+// After a run under `preempting`: something was preempted, and with swap every block that went
+// out came back (with recompute none went out).
+inline void expect_preemption_totals(const Engine& e, PreemptionMode mode) {
+  EXPECT_GT(e.totals().num_preemptions, 0);
+  if (mode == PreemptionMode::kSwap) {
+    EXPECT_GT(e.totals().num_swapped_out_blocks, 0);
+    EXPECT_EQ(e.totals().num_swapped_in_blocks, e.totals().num_swapped_out_blocks)
+        << "every swapped block came back";
+  } else {
+    EXPECT_EQ(e.totals().num_swapped_out_blocks, 0);
+  }
+}
+
 }  // namespace strata::engine::test_util

@@ -178,25 +178,10 @@ class Int4PreemptionTest : public Int4EngineTest,
 TEST_P(Int4PreemptionTest, PreemptedRequestsGetTheSameResultsAndNothingLeaks) {
   for (const int32_t r : {1, 2}) {
     SCOPED_TRACE("R " + std::to_string(r));
-    EngineConfig c = int4(r);
-    c.num_blocks = 1 + 12;  // 12 requests of 4-5 blocks: constant preemption
-    c.max_num_batched_tokens = 64;
-    c.watermark = 0.0;
-    c.preemption_mode = GetParam();
-    c.swap_space_bytes = int64_t{1} << 20;
-    auto e = make(c);
-    std::vector<EngineRequest> requests;
-    std::vector<RequestId> ids;
-    for (int32_t i = 0; i < 12; ++i) {
-      requests.push_back(greedy(prompt_of(40 + i, i), 24));
-      ids.push_back(*e->submit(requests.back()));
-    }
+    auto e = make(engine::test_util::preempting(int4(r), GetParam(), int64_t{1} << 20));
+    const auto [requests, ids] = engine::test_util::submit_preempted(*e, 12, /*logprobs=*/5);
     auto got = drain(*e);
-    EXPECT_GT(e->totals().num_preemptions, 0);
-    if (GetParam() == PreemptionMode::kSwap) {
-      EXPECT_GT(e->totals().num_swapped_out_blocks, 0);
-      EXPECT_EQ(e->totals().num_swapped_in_blocks, e->totals().num_swapped_out_blocks);
-    }
+    engine::test_util::expect_preemption_totals(*e, GetParam());
     expect_nothing_held(*e);
     EXPECT_EQ(e->last_step().num_swapped, 0);
     int preempted = 0;
