@@ -164,17 +164,11 @@ INSTANTIATE_TEST_SUITE_P(Modes, EnginePreemptionTest,
 
 TEST_F(EngineTest, APrefixHitGivesTheColdRunsTokens) {
   auto e = make();
-  const std::vector<int32_t> shared = prompt_of(64, 3);
-  std::vector<int32_t> p2 = shared;
-  p2.insert(p2.end(), {5, 6, 7, 8, 9});
-  *e->submit(greedy(shared));
-  drain(*e);
-  const RequestId id = *e->submit(greedy(p2));
-  auto got = drain(*e);
-  EXPECT_EQ(got[id].metrics.num_cached_tokens, 64);
-  const Collected ref = alone(greedy(p2));
-  EXPECT_EQ(got[id].tokens.at(0), ref.tokens.at(0));
-  EXPECT_LE(rel_err(got[id].logprobs.at(0), ref.logprobs.at(0)), kTolerance);
+  const auto [second, got] = engine::test_util::run_extended_prompt(*e);
+  EXPECT_EQ(got.metrics.num_cached_tokens, 64);
+  const Collected ref = alone(second);
+  EXPECT_EQ(got.tokens.at(0), ref.tokens.at(0));
+  EXPECT_LE(rel_err(got.logprobs.at(0), ref.logprobs.at(0)), kTolerance);
 }
 
 // ---- quantized KV caches (issue 11): the same invariants on FP8 and INT8 pools ----------------

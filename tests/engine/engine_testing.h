@@ -69,6 +69,24 @@ inline std::map<RequestId, Collected> drain(Engine& e) {
   return out;
 }
 
+// A 64-token prompt run to the end, then the same prompt plus five tokens on the same engine
+// (whose prefix cache may now serve it): the second request and what it produced.
+struct PrefixRun {
+  EngineRequest second;
+  Collected got;
+};
+inline PrefixRun run_extended_prompt(Engine& e, int32_t logprobs = 20) {
+  const std::vector<int32_t> shared = prompt_of(64, 3);
+  std::vector<int32_t> extended = shared;
+  extended.insert(extended.end(), {5, 6, 7, 8, 9});
+  *e.submit(greedy(shared, 12, logprobs));
+  drain(e);
+  PrefixRun run{greedy(std::move(extended), 12, logprobs), {}};
+  const RequestId id = *e.submit(run.second);
+  run.got = drain(e)[id];
+  return run;
+}
+
 // A pool of 12 blocks, 64-token chunks and no watermark on top of c: n requests of 4-5 blocks
 // each (submit_preempted) keep it preempting. swap_space_bytes: small, since the default 4 GiB
 // takes seconds to allocate.

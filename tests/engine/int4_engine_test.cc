@@ -152,16 +152,10 @@ TEST_F(Int4EngineTest, ThePoolIsReallyQuantized) {
 // cached tokens it reports, and its results against a cold run of it alone.
 void Int4EngineTest::expect_prefix_case(int32_t r, int32_t cached_tokens) {
   auto e = make(int4(r));
-  const std::vector<int32_t> shared = prompt_of(64, 3);
-  std::vector<int32_t> p2 = shared;
-  p2.insert(p2.end(), {5, 6, 7, 8, 9});
-  *e->submit(greedy(shared));
-  drain(*e);
-  const RequestId id = *e->submit(greedy(p2));
-  auto got = drain(*e);
+  const auto [second, got] = engine::test_util::run_extended_prompt(*e, /*logprobs=*/5);
   expect_nothing_held(*e);
-  EXPECT_EQ(got[id].metrics.num_cached_tokens, cached_tokens);
-  expect_identical(got[id], alone(greedy(p2), int4(r)));
+  EXPECT_EQ(got.metrics.num_cached_tokens, cached_tokens);
+  expect_identical(got, alone(second, int4(r)));
 }
 
 TEST_F(Int4EngineTest, WithROneAPrefixHitGivesTheColdRunsResults) {
