@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-SHAPES = [(1, 65536), (16, 32768), (64, 4096), (256, 1024)]
+SHAPES = [(1, 1024), (1, 65536), (16, 32768), (64, 4096), (256, 1024)]
 QO_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 
 

@@ -2,10 +2,10 @@
 // copy bandwidth measured in the same run (tools/bench_decode_torch.py measures PyTorch's SDPA on
 // the same shapes in the same call; tools/gpu_check.sh runs both).
 //
-// 32 query / 8 KV heads, head dim 128, block sizes 16, 32 and 64, (batch x context) =
-// 1 x 65536, 16 x 32768, 64 x 4096, 256 x 1024, for each KV dtype asked for (BF16 by default;
-// fp8_e4m3, fp8_e5m2 and int8 read quantized caches with BF16 queries, and their rows give the
-// time as a ratio to BF16's at the same shape). Blocks are handed out in a random order, as a
+// 32 query / 8 KV heads, head dim 128, block sizes 16, 32 and 64, (batch x context) = 1 x 1024
+// (the engine's batch-1 decode), 1 x 65536, 16 x 32768, 64 x 4096, 256 x 1024, for each KV dtype
+// asked for (BF16 by default; fp8_e4m3, fp8_e5m2 and int8 read quantized caches with BF16
+// queries, and their rows give the time as a ratio to BF16's at the same shape). Blocks are handed out in a random order, as a
 // long-running pool would. The K/V rows are random_fill values appended through kv_append (which
 // quantizes them), the pool is copied back and decoded on the host (kernels/cpu/kv_quant.h), and
 // the output is checked against a double reference over those values (two sequences, first and
@@ -27,6 +27,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -65,7 +66,7 @@ struct Shape {
   int32_t batch;
   int32_t context;
 };
-constexpr Shape kShapes[] = {{1, 65536}, {16, 32768}, {64, 4096}, {256, 1024}};
+constexpr Shape kShapes[] = {{1, 1024}, {1, 65536}, {16, 32768}, {64, 4096}, {256, 1024}};
 constexpr int32_t kBlockSizes[] = {16, 32, 64};
 
 void die_if(const Status& s, const char* what) {
@@ -195,7 +196,7 @@ int run(int argc, char** argv) {
               prop.multiProcessorCount, copy_gbs);
 
   std::vector<Row> rows;
-  std::map<std::pair<int32_t, int32_t>, float> bf16_us;  // (block size, batch) -> median us
+  std::map<std::tuple<int32_t, int32_t, int32_t>, float> bf16_us;  // (block size, shape) -> us
   std::mt19937_64 rng(1);
   for (int32_t bs : kBlockSizes) {
     if (only_bs != 0 && bs != only_bs) continue;
@@ -343,8 +344,8 @@ int run(int argc, char** argv) {
         r.kv_bytes = static_cast<double>(sh.batch) * sh.context * layout.spec().bytes_per_token();
         r.median_us =
             1e3f * time_ms(stream, reps, [&] { return decode_attention(p, stream.get()); });
-        if (kd.dtype == DType::kBF16) bf16_us[{bs, sh.batch}] = r.median_us;
-        const auto base = bf16_us.find({bs, sh.batch});
+        if (kd.dtype == DType::kBF16) bf16_us[{bs, sh.batch, sh.context}] = r.median_us;
+        const auto base = bf16_us.find({bs, sh.batch, sh.context});
         r.vs_bf16 = base == bf16_us.end() ? 0.0f : r.median_us / base->second;
         DecodeAttentionParams unsplit = p;
         unsplit.num_splits = 1;
@@ -357,7 +358,7 @@ int run(int argc, char** argv) {
         if (sweep && bs == kBlockSizes[0]) {
           std::printf("  splits sweep:");
           for (int32_t n : {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128}) {
-            if (n > sh.context / 256) break;
+            if (n > sh.context / 64) break;  // below the planner's 256-token floor too
             DecodeAttentionParams forced = p;
             forced.num_splits = n;
             const float us =

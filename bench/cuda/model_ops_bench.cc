@@ -1,6 +1,7 @@
 // strata_model_ops_bench: the GPU engine's non-attention ops and GEMMs at Llama-3.1-8B shapes
-// (hidden 4096, intermediate 14336, 32 q / 8 KV heads, head dim 128, vocab 128256) for 1, 256
-// and 4096 tokens: microseconds per call, GB/s against the device-to-device copy bandwidth
+// (hidden 4096, intermediate 14336, 32 q / 8 KV heads, head dim 128, vocab 128256) for 1, 2, 4,
+// 8, 256 and 4096 tokens (up to 8 also with the projections forced onto cuBLASLt and onto the
+// GEMV kernel, beside the default choice): microseconds per call, GB/s against the device-to-device copy bandwidth
 // measured in the same run, and TFLOP/s (and weight GB/s) for the projections.
 //
 // Each op is timed as a run of back-to-back launches between two events (median of 5 runs), so
@@ -280,7 +281,7 @@ struct Bench {
   }
 
   // The layer's projections at m = t; returns their microseconds for one layer.
-  Times gemms(Gemm& gemm, int64_t m) {
+  Times gemms(Gemm& gemm, int64_t m, const char* path = "") {
     struct Proj {
       const char* name;
       int64_t n, k;
@@ -323,8 +324,8 @@ struct Bench {
       const double bytes = static_cast<double>(w_bytes) + m * pr.k * 2.0 +
                            m * pr.n * dtype_size(pr.d_dtype) * (pr.accumulate ? 2.0 : 1.0);
       std::printf(
-          "%-26s m %5lld  n %6lld k %5lld  %9.2f us  %6.1f TFLOP/s  %7.1f GB/s (%.2f of copy)",
-          pr.name, static_cast<long long>(m), static_cast<long long>(pr.n),
+          "%-26s%s m %5lld  n %6lld k %5lld  %9.2f us  %6.1f TFLOP/s  %7.1f GB/s (%.2f of copy)",
+          pr.name, path, static_cast<long long>(m), static_cast<long long>(pr.n),
           static_cast<long long>(pr.k), us, tflops, bytes / (us * 1e-6) / 1e9,
           bytes / (us * 1e-6) / 1e9 / copy_gbs);
       if (tm.graph_us > 0) {
@@ -342,7 +343,7 @@ struct Bench {
 };
 
 int run(int argc, char** argv) {
-  std::vector<int64_t> tokens = {1, 256, 4096};
+  std::vector<int64_t> tokens = {1, 2, 4, 8, 256, 4096};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) tokens = {std::atoll(argv[++i])};
   }
@@ -353,9 +354,16 @@ int run(int argc, char** argv) {
   std::printf("device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, b.copy_gbs);
   Gemm gemm = take(Gemm::create(), "gemm");
+  // The small-batch paths side by side: every row count on cuBLASLt, and on the GEMV kernel.
+  Gemm cublas = take(Gemm::create(size_t{32} << 20, 0), "gemm");
+  Gemm gemv = take(Gemm::create(size_t{32} << 20, 8), "gemm");
   for (int64_t t : tokens) {
     std::printf("\n== %lld tokens ==\n", static_cast<long long>(t));
     const Times ops = b.ops(t);
+    if (t <= 8) {
+      b.gemms(cublas, t, " [cuBLASLt]");
+      b.gemms(gemv, t, " [GEMV]");
+    }
     const Times gemms = b.gemms(gemm, t);
     std::printf(
         "one decoder layer (2 norms + residual adds, rope, silu, 4 projections; no "

@@ -30,6 +30,7 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g));
 template <int kVec>
 __global__ void __launch_bounds__(kThreads)
     silu_and_mul_kernel(const __grid_constant__ SiluAndMulArgs a) {
+  detail::pdl_launch_dependents();
   detail::pdl_wait();
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec;
   if (col >= a.intermediate) return;

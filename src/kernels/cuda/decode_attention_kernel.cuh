@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   using Shape = DecodeShape<kKvDType, kHeadDim>;
   constexpr bool kQuant = Shape::kQuant;
   static_assert(kQuant || kQDType == kKvDType);
+  pdl_launch_dependents();
   pdl_wait();
   // The tensor-core input type: the cache's for 16-bit caches, fp16 for codes.
   constexpr DType kDType = kQuant ? DType::kF16 : kKvDType;

@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm_bias.h"
+#include "kernels/cuda/gemv.h"
 
 namespace strata::cuda {
 namespace {
@@ -118,6 +119,7 @@ Status validate(const GemmParams& p) {
 struct Gemm::Impl {
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace;
+  int64_t gemv_max_rows = 0;
   std::unordered_map<ShapeKey, Plan, ShapeKeyHash> plans;
 
   ~Impl() {
@@ -209,8 +211,9 @@ struct Gemm::Impl {
   }
 };
 
-Result<Gemm> Gemm::create(size_t workspace_bytes) {
+Result<Gemm> Gemm::create(size_t workspace_bytes, int64_t gemv_max_rows) {
   auto impl = std::make_unique<Impl>();
+  impl->gemv_max_rows = std::clamp<int64_t>(gemv_max_rows, 0, detail::kGemvMaxRows);
   STRATA_CUBLAS_CHECK(cublasLtCreate(&impl->handle));
   // At least 32 bytes so that the bias probe pointer (workspace + 16) lies inside it.
   auto ws = DeviceBuffer::allocate(std::max<size_t>(workspace_bytes, 256));
@@ -227,6 +230,11 @@ Gemm::~Gemm() = default;
 Status Gemm::run(const GemmParams& p, cudaStream_t stream) {
   STRATA_RETURN_IF_ERROR(validate(p));
   if (p.m == 0) return Status::Ok();
+  if (p.m <= impl_->gemv_max_rows && detail::gemv_fits(p.m, p.n, p.k)) {
+    return detail::gemv({p.a, p.lda, p.w, p.ldw, p.bias, p.d, p.ldd, p.d_dtype, p.accumulate, p.m,
+                         p.n, p.k},
+                        stream);
+  }
   const ShapeKey key{p.m,         p.n, p.k, p.lda, p.ldw, p.ldd, p.d_dtype, p.bias != nullptr,
                      p.accumulate};
   Result<Plan*> found = impl_->plan_for(key);

@@ -12,6 +12,11 @@
 // The bias goes through cuBLASLt's bias epilogue; for an F32 d, whose bf16 bias cuBLASLt 13.0
 // does not take there, a small kernel adds it after the product (one more launch).
 //
+// Products of at most gemv_max_rows rows whose k is a multiple of 8 (decode steps of small
+// batches) run on Strata's GEMV kernel instead (gemv.h: fp32 sums, one rounding, the same bits
+// for a row in any batch of up to that many rows), which streams the weights at a higher share of
+// the bandwidth than cuBLASLt's tiles there; 0 sends every product to cuBLASLt.
+//
 // Owns one cuBLASLt handle and its workspace, and caches the chosen algorithm per problem shape
 // (m, n, k, lda, ldw, ldd, d dtype, bias, accumulate), so a steady-state step costs no heuristic
 // queries. m = 0 is an OK no-op.
@@ -43,8 +48,11 @@ struct GemmParams {
 
 class Gemm {
  public:
+  static constexpr int64_t kDefaultGemvMaxRows = 2;
   // Creates the handle and a workspace of workspace_bytes (32 MiB is cuBLAS's advice for Hopper).
-  static Result<Gemm> create(size_t workspace_bytes = size_t{32} << 20);
+  // gemv_max_rows is clamped to 0..8.
+  static Result<Gemm> create(size_t workspace_bytes = size_t{32} << 20,
+                             int64_t gemv_max_rows = kDefaultGemvMaxRows);
   Gemm(Gemm&&) noexcept;
   Gemm& operator=(Gemm&&) noexcept;
   ~Gemm();

@@ -6,6 +6,11 @@
 // previous kernels write or read: pdl_wait() returns once they have completed and their writes
 // are visible. Launched without the attribute (or before sm_90) pdl_wait() returns at once.
 //
+// pdl_launch_dependents() lets the next kernel on the stream launch before this one's blocks have
+// exited: its blocks are scheduled beside this kernel's and run up to their own pdl_wait() (the
+// small-batch GEMV loads its first weights there). Without it the next kernel launches as this
+// one's blocks exit.
+//
 // Decode steps are chains of small kernels (at batch 1 each costs its launch and a ramp more
 // than its bytes): the norms, RoPE with the KV append, attention and SiLU go through here.
 
@@ -18,6 +23,12 @@ namespace strata::cuda::detail {
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

@@ -142,6 +142,7 @@ template <DType kNorm, int kVec, bool kAppend>
 __global__ void __launch_bounds__(kMaxThreads)
     qk_norm_rope_kernel(const __grid_constant__ QkNormRopeArgs a) {
   static_assert(!kAppend || kVec == 8);
+  detail::pdl_launch_dependents();
   detail::pdl_wait();
   constexpr int kC = kChunks<kVec>;
   __shared__ float cos_t[kMaxHalf];

@@ -61,6 +61,7 @@ __device__ __forceinline__ void store_f32(float* p, const float (&f)[kVec]) {
 template <DType kWeight, int kVec, int kPer>
 __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_kernel(const __grid_constant__ RmsNormArgs a) {
+  detail::pdl_launch_dependents();
   detail::pdl_wait();
   __shared__ float scratch[33];
   const int32_t r = blockIdx.x;

@@ -1,4 +1,5 @@
-// Gemm (cuBLASLt) against a double-precision host reference: m in {1, 7, 64, 300}, n and k in
+// Gemm (cuBLASLt, and the GEMV kernel for up to Gemm::kDefaultGemvMaxRows rows) against a
+// double-precision host reference: m in {1, 7, 64, 300}, n and k in
 // {64, 896, 4864}, with and without bias, bf16 and fp32 outputs, overwrite and accumulate, tight
 // and padded row strides. The reference is computed for a sample of rows (all of them when m <= 8,
 // else the first, the last and six random ones); padding columns of d must keep their bits, and
@@ -227,6 +228,55 @@ TEST_F(GemmTest, OddColumnCounts) {
       run_config(*gemm_, s, o, DType::kBF16, m % 2 == 1, m % 3 == 0, rng);
       run_config(*gemm_, s, o, DType::kF32, m % 2 == 0, m % 3 == 1, rng);
     }
+  }
+}
+
+// Both small-batch paths for every row count up to 8: the GEMV kernel (gemv_max_rows 8) and
+// cuBLASLt alone (0), tight and padded strides.
+TEST_F(GemmTest, SmallBatchPathsMatchReference) {
+  auto gemv = Gemm::create(size_t{32} << 20, 8);
+  auto cublas = Gemm::create(size_t{32} << 20, 0);
+  ASSERT_TRUE(gemv.ok() && cublas.ok());
+  std::mt19937_64 rng(5);
+  for (int64_t m = 1; m <= 8; ++m) {
+    for (const Shape& s : {Shape{m, 1536, 1024, 0}, Shape{m, 520, 3584, 8, 8}}) {
+      const Operands o = make_operands(s, rng);
+      for (Gemm* g : {&*gemv, &*cublas}) {
+        run_config(*g, s, o, DType::kBF16, m % 2 == 1, false, rng);
+        run_config(*g, s, o, DType::kF32, m % 2 == 0, true, rng);
+      }
+    }
+  }
+}
+
+// The GEMV kernel's promise (gemv.h): a row's output bits do not depend on how many rows the
+// product has, so a sequence decodes the same alone or in a batch of up to 8.
+TEST_F(GemmTest, GemvRowBitsDoNotDependOnBatchSize) {
+  auto gemv = Gemm::create(size_t{32} << 20, 8);
+  ASSERT_TRUE(gemv.ok());
+  std::mt19937_64 rng(6);
+  const Shape full{8, 384, 2048, 0};
+  const Operands o = make_operands(full, rng);
+  std::vector<uint16_t> first;
+  for (int64_t m = 8; m >= 1; --m) {
+    DeviceBuffer d = upload(std::vector<uint16_t>(static_cast<size_t>(m * full.n), 0));
+    GemmParams p;
+    p.a = o.d_a.data();
+    p.lda = full.k;
+    p.w = o.d_w.data();
+    p.ldw = full.k;
+    p.bias = o.d_bias.data();
+    p.d = d.data();
+    p.ldd = full.n;
+    p.m = m;
+    p.n = full.n;
+    p.k = full.k;
+    STRATA_ASSERT_OK(gemv->run(p, nullptr));
+    sync_device();
+    const auto rows = download<uint16_t>(d, static_cast<size_t>(m * full.n));
+    const std::vector<uint16_t> row0(rows.begin(), rows.begin() + full.n);
+    if (first.empty()) first = row0;
+    EXPECT_EQ(row0, first) << "row 0 of a " << m << "-row product";
   }
 }
 

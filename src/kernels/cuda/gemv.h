@@ -1,0 +1,50 @@
+#pragma once
+// Internal to Gemm (gemm.cc): the matrix-vector kernel for the products of a few rows (decode
+// steps of small batches), where cuBLASLt's tiles leave bandwidth unused and its split-k adds a
+// reduction launch. Host-only header; docs/gpu-engine.md, "Small-batch projections".
+//
+//   d[i, j] = sum_k a[i, k] * w[j, k]  (+ bias[j])  (+ d[i, j] when accumulate),  i < m <= 8
+//
+// A block of 256 threads takes 4 output features and splits k between its threads: each streams
+// its 16-byte columns of the 4 weight rows once (L1 bypassed, 8 loads in flight) and dots them
+// with the same columns of every row of a (read once per column through L1, shared by the 4
+// features), in fp32. The partial sums meet in a fixed order (a shuffle tree per warp, then the
+// warps in turn), so d[i, j] does not depend on m or on the other rows: the same bits in any
+// batch of up to kGemvMaxRows rows. bias and the accumulated d are added in fp32 and the output
+// rounded once.
+//
+// Launched with programmatic dependent launch: a block loads its first weights before waiting
+// for the previous kernel (weights are never written during a step), and lets the next kernel
+// launch at once.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace strata::cuda::detail {
+
+inline constexpr int64_t kGemvMaxRows = 8;
+
+struct GemvParams {
+  const void* a = nullptr;  // [m, k] bf16, row stride lda (a multiple of 8)
+  int64_t lda = 0;
+  const void* w = nullptr;  // [n, k] bf16, row stride ldw (a multiple of 8)
+  int64_t ldw = 0;
+  const void* bias = nullptr;  // nullable, [n] bf16
+  void* d = nullptr;           // [m, n] BF16 or F32, row stride ldd
+  int64_t ldd = 0;
+  DType d_dtype = DType::kBF16;
+  bool accumulate = false;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// Whether gemv() takes these sizes: 1 <= m <= kGemvMaxRows, k a multiple of 8 (16-byte loads),
+// n and k below 2^31.
+bool gemv_fits(int64_t m, int64_t n, int64_t k);
+// Asynchronous on stream; the caller has validated pointers, strides and alignment (Gemm::run).
+Status gemv(const GemvParams& params, cudaStream_t stream);
+
+}  // namespace strata::cuda::detail
