@@ -88,9 +88,8 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
         "--kv-cache-dtype float16 is not supported on --device cuda (the GPU engine's activations "
         "are bfloat16: use bfloat16, fp8_e4m3, fp8_e5m2 or int8)");
   }
-  if (c.device == Device::kCuda && (!c.kv_skip_layers.empty() || c.kv_quant_check)) {
-    return Status::Unsupported(
-        "--kv-cache-dtype-skip-layers and --kv-quant-check are CPU-only for now (--device cpu)");
+  if (c.device == Device::kCuda && c.kv_quant_check) {
+    return Status::Unsupported("--kv-quant-check is CPU-only for now (--device cpu)");
   }
   if (c.swap_space_bytes < 0) return Status::InvalidArgument("swap space must not be negative");
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
@@ -301,6 +300,13 @@ Result<std::unique_ptr<model::ModelRunner>> cuda_runner(const EngineConfig& c,
   o.model_dir = c.model_dir;
   o.load_format = load_format(c);
   o.kv_dtype = c.kv_dtype == DType::kF32 ? DType::kBF16 : c.kv_dtype;
+  if (!c.kv_skip_layers.empty() && o.kv_dtype != DType::kBF16) {
+    // The excepted layers hold bf16, the GPU engine's model precision.
+    const Result<std::vector<bool>> mask = kv::kv_skip_layer_mask(
+        c.kv_skip_layers, model::load_model_config(c.model_dir).layer_sliding_window);
+    if (!mask.ok()) return mask.status();
+    o.kv_layer_dtypes = kv::kv_layer_dtypes(o.kv_dtype, DType::kBF16, mask.value());
+  }
   o.block_size = c.block_size;
   o.max_num_tokens = std::max(c.max_num_batched_tokens, c.max_num_seqs);
   o.max_num_seqs = c.max_num_seqs;

@@ -7,7 +7,8 @@
 //     where the reference's top-2 gap is clear;
 //   - chunks + decode steps, a batch and a prefix hit with a copy-on-write block give the same
 //     logits as the whole prompt within the GPU bound (twice transformers' bf16 error): a token
-//     is quantized once, on append, and every later read decodes the same bytes.
+//     is quantized once, on append, and every later read decodes the same bytes;
+//   - per-layer exceptions keep the named layers in bf16.
 // Skips without a GPU.
 
 #include <gtest/gtest.h>
@@ -22,7 +23,9 @@
 
 #include "core/thread_pool.h"
 #include "cuda_step_runner.h"
+#include "core/error.h"
 #include "model/cuda/cuda_model.h"
+#include "model/hf_config.h"
 #include "model/kv_scales.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -197,6 +200,72 @@ INSTANTIATE_TEST_SUITE_P(FixturesAndDtypes, CudaKvQuantTest,
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
+
+// Per-layer exceptions (--kv-cache-dtype-skip-layers): an INT8 cache whose every layer is
+// excepted runs exactly as a BF16 cache (the same kernels over the same bytes), and one with a
+// single excepted layer sizes its tokens as the sum of its layers and reads both dtypes (its
+// logits match neither uniform cache's). Prefill chunks and one-token decode steps both run.
+TEST(CudaKvSkipLayersTest, ExceptedLayersHoldBf16) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string& fixture : {kFixtures[0], kFixtures[3]}) {
+    SCOPED_TRACE(fixture);
+    const SafetensorsFile f =
+        SafetensorsFile::open(kModelsDir + fixture + "/reference.safetensors");
+    const TensorView t = f.tensor("prompt.0");
+    const auto* p = static_cast<const int32_t*>(t.data);
+    const std::vector<int32_t> tokens(p, p + t.numel());
+    const auto len = static_cast<int32_t>(tokens.size());
+    auto run = [&](DType dtype, const std::vector<DType>& layer_dtypes) {
+      CudaModelOptions o;
+      o.model_dir = kModelsDir + fixture;
+      o.kv_dtype = dtype;
+      o.kv_layer_dtypes = layer_dtypes;
+      o.block_size = kBlockSize;
+      o.num_blocks = 64;
+      o.max_num_tokens = 512;
+      o.max_num_seqs = 2;
+      std::unique_ptr<CudaModel> model = CudaModel::create(o);
+      Runner runner(*model);
+      Seq seq{tokens};
+      std::vector<float> all = runner.step({{&seq, len - 6}})[0];
+      while (seq.num_computed < len) {
+        const auto out = runner.step({{&seq, 1}});
+        all.insert(all.end(), out[0].begin(), out[0].end());
+      }
+      return std::make_pair(all, model->kv_layout().bytes_per_token());
+    };
+    const auto layers =
+        static_cast<int32_t>(load_model_config(kModelsDir + fixture).num_hidden_layers);
+    const auto [bf16, bf16_bytes] = run(DType::kBF16, {});
+    const auto [int8, int8_bytes] = run(DType::kI8, {});
+    const auto [all_skipped, all_bytes] =
+        run(DType::kI8, std::vector<DType>(static_cast<size_t>(layers), DType::kBF16));
+    EXPECT_EQ(all_skipped, bf16);
+    EXPECT_EQ(all_bytes, bf16_bytes);
+    std::vector<DType> one(static_cast<size_t>(layers), DType::kI8);
+    one[0] = DType::kBF16;
+    const auto [mixed, mixed_bytes] = run(DType::kI8, one);
+    EXPECT_EQ(mixed_bytes, bf16_bytes / layers + int8_bytes / layers * (layers - 1));
+    EXPECT_NE(mixed, bf16);
+    EXPECT_NE(mixed, int8);
+  }
+}
+
+// A per-layer dtype other than BF16 or the cache's is refused at creation.
+TEST(CudaKvSkipLayersTest, RefusesAForeignLayerDtype) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  CudaModelOptions o;
+  o.model_dir = kModelsDir + kFixtures[0];
+  o.kv_dtype = DType::kI8;
+  o.num_blocks = 16;
+  o.max_num_seqs = 2;
+  o.kv_layer_dtypes.assign(
+      static_cast<size_t>(load_model_config(o.model_dir).num_hidden_layers), DType::kF8E4M3);
+  EXPECT_THROW(CudaModel::create(o), Error);
+  o.kv_layer_dtypes.pop_back();
+  o.kv_layer_dtypes.assign(o.kv_layer_dtypes.size(), DType::kBF16);
+  EXPECT_THROW(CudaModel::create(o), Error);
+}
 
 // The device calibration pass against the CPU model's on the same tokens: per layer, max |k| and
 // max |v| agree up to the bf16 rounding of the GPU's activations.

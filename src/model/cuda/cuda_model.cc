@@ -82,6 +82,17 @@ kv::KvSpec kv_spec(const ModelConfig& c, DType dtype) {
                     dtype};
 }
 
+namespace {
+
+// The pool's spec: kv_dtype, with the per-layer exceptions when there are any.
+kv::KvSpec pool_spec(const ModelConfig& c, const CudaModelOptions& o) {
+  kv::KvSpec spec = kv_spec(c, o.kv_dtype);
+  spec.layer_dtypes = o.kv_layer_dtypes;
+  return spec;
+}
+
+}  // namespace
+
 struct CudaModel::Impl {
   ModelConfig config;
   CudaModelOptions options;
@@ -107,7 +118,7 @@ struct CudaModel::Impl {
        cuda::Gemm g)
       : config(std::move(c)),
         options(o),
-        layout(kv_spec(config, o.kv_dtype), o.block_size, o.kv_scales),
+        layout(pool_spec(config, o), o.block_size, o.kv_scales),
         stream(std::move(s)),
         gemm(std::move(g)),
         weights(std::move(w)) {}
@@ -470,6 +481,20 @@ std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
     throw Error("the GPU engine keeps its activations in bf16; KV dtype " +
                 std::string(dtype_name(options.kv_dtype)) +
                 " is not supported on --device cuda (use bfloat16, fp8_e4m3, fp8_e5m2 or int8)");
+  }
+  if (!options.kv_layer_dtypes.empty()) {
+    if (options.kv_layer_dtypes.size() != static_cast<size_t>(config.num_hidden_layers)) {
+      throw Error("--device cuda: per-layer KV dtypes for " +
+                  std::to_string(options.kv_layer_dtypes.size()) + " layers, the model has " +
+                  std::to_string(config.num_hidden_layers));
+    }
+    for (const DType d : options.kv_layer_dtypes) {
+      if (d != DType::kBF16 && d != options.kv_dtype) {
+        throw Error("--device cuda: a layer's KV dtype must be bfloat16 or the cache's (" +
+                    std::string(dtype_name(options.kv_dtype)) + "), not " +
+                    std::string(dtype_name(d)));
+      }
+    }
   }
   const auto head_dim = static_cast<int32_t>(config.head_dim);
   if (!cuda::contains(cuda::kAttentionHeadDims, head_dim) ||

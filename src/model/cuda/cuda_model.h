@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -46,6 +47,9 @@ struct CudaModelOptions {
   // (docs/kv-quant.md).
   DType kv_dtype = DType::kBF16;
   kv::KvStaticScales kv_scales;    // FP8: one K and one V scale per layer; empty = 1.0
+  // Per-layer exceptions (--kv-cache-dtype-skip-layers): one entry per layer, each BF16 or
+  // kv_dtype (kv::kv_layer_dtypes); empty = kv_dtype in every layer.
+  std::vector<DType> kv_layer_dtypes;
   int32_t block_size = 16;
   int32_t max_num_tokens = 2048;   // most token rows in one forward (max_num_batched_tokens)
   int32_t max_num_seqs = 256;      // most sequences in one forward
