@@ -13,7 +13,8 @@ DType parse_weight_dtype(const std::string& name) {
   throw Error("--dummy-dtype '" + name + "' is not supported (use float32, bfloat16 or float16)");
 }
 
-void add_engine_options(CLI::App& cmd, EngineOptions& o) {
+void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
+  const bool serving = flags == EngineFlags::kServing;
   cmd.add_option("--load-format", o.load_format, "auto (safetensors) or dummy (random weights)")
       ->check(CLI::IsMember({"auto", "dummy"}));
   cmd.add_option("--dummy-dtype", o.dummy_dtype, "dummy weights' dtype: bfloat16, float16, float32");
@@ -28,24 +29,32 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
                "cuda: issue every launch each step instead of replaying CUDA graphs");
   cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens")
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
-  cmd.add_option("--num-blocks", o.num_blocks, "KV pool size in blocks (overrides the bytes)")
-      ->check(CLI::Range(0, 1 << 30));
+  if (serving) {
+    cmd.add_option("--num-blocks", o.num_blocks, "KV pool size in blocks (overrides the bytes)")
+        ->check(CLI::Range(0, 1 << 30));
+  }
   cmd.add_option("--kv-cache-memory-bytes", o.kv_cache_memory_bytes,
-                 "KV pool size in bytes (default: 1 GiB on the CPU; on the GPU what "
-                 "--gpu-memory-utilization leaves)")
+                 serving ? "KV pool size in bytes (default: 1 GiB on the CPU; on the GPU what "
+                           "--gpu-memory-utilization leaves)"
+                         : "cuda: KV pool size in bytes (default: what --gpu-memory-utilization "
+                           "leaves; the CPU sizes the pool for the request)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
-  cmd.add_option("--max-num-seqs", o.max_num_seqs, "Most sequences in one step")
-      ->check(CLI::Range(1, 1 << 16));
+  if (serving) {
+    cmd.add_option("--max-num-seqs", o.max_num_seqs, "Most sequences in one step")
+        ->check(CLI::Range(1, 1 << 16));
+  }
   cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Most tokens in one step")
       ->check(CLI::Range(1, 1 << 24));
   cmd.add_option("--max-model-len", o.max_model_len, "Longest prompt + output (0 = model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV of cached prompt prefixes (on by default)");
-  cmd.add_option("--preemption-mode", o.preemption_mode, "recompute or swap")
-      ->check(CLI::IsMember({"recompute", "swap"}));
-  cmd.add_option("--swap-space", o.swap_space_gib, "Host memory for swapped blocks, GiB")
-      ->check(CLI::Range(0.0, 1e6));
+  if (serving) {
+    cmd.add_option("--preemption-mode", o.preemption_mode, "recompute or swap")
+        ->check(CLI::IsMember({"recompute", "swap"}));
+    cmd.add_option("--swap-space", o.swap_space_gib, "Host memory for swapped blocks, GiB")
+        ->check(CLI::Range(0.0, 1e6));
+  }
   add_kv_cache_options(cmd, o.kv_cache);
 }
 

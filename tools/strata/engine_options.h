@@ -2,7 +2,8 @@
 // The engine flags `strata bench` and `strata serve` share (vLLM's names: --device,
 // --gpu-memory-utilization, --block-size, --num-blocks, --kv-cache-memory-bytes, --max-num-seqs,
 // --max-num-batched-tokens, --max-model-len, prefix caching, preemption, swap space, ...) and the
-// EngineConfig they make. Each command's options struct derives from EngineOptions.
+// EngineConfig they make; `strata generate` takes those that matter for one request. Each
+// command's options struct derives from EngineOptions.
 
 #include <cstdint>
 #include <string>
@@ -36,8 +37,14 @@ struct EngineOptions {
   KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --allow-unit-kv-scales
 };
 
+// Which of the flags a command takes: all of them (bench, serve), or those that matter for one
+// request (generate: no --num-blocks, --max-num-seqs, --preemption-mode, --swap-space, which keep
+// their defaults; its CPU path sizes the pool for the request, so --kv-cache-memory-bytes is
+// cuda-only there).
+enum class EngineFlags { kServing, kOneRequest };
+
 // Registers the shared flags (not --model, whose default differs per command).
-void add_engine_options(CLI::App& cmd, EngineOptions& o);
+void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags = EngineFlags::kServing);
 // The engine configuration the flags describe (--device auto resolved here).
 EngineConfig engine_config(const EngineOptions& o);
 // F32, BF16 or F16 from a --dummy-dtype name; strata::Error otherwise.

@@ -1,13 +1,16 @@
 #pragma once
-// `strata generate`: run one prompt (token ids) through a model on the CPU and print the
-// generated ids, optionally with logprobs, as a table or as JSON.
+// `strata generate`: run one prompt (token ids or text) through a model and print the generated
+// ids, optionally with logprobs, as a table or as JSON. `--device cpu` runs it through
+// engine::Generator over the fp32 CPU model; `--device cuda` submits it as one request to the
+// continuous-batching Engine on the GPU runner (bf16); `--device auto` (the default) picks cuda
+// when a GPU is present, as bench and serve do. Both print the same fields.
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "kv_cache_options.h"
+#include "engine_options.h"
 
 namespace CLI {
 class App;
@@ -15,8 +18,9 @@ class App;
 
 namespace strata::cli {
 
-struct GenerateOptions {
-  std::string model_dir;
+// The engine flags (--model, --device, --block-size, the KV cache flags, ...) are EngineOptions'
+// (add_engine_options with EngineFlags::kOneRequest).
+struct GenerateOptions : EngineOptions {
   std::vector<int32_t> prompt_ids;
   std::string prompt;  // text, encoded with the model directory's tokenizer.json
   int32_t max_tokens = 16;
@@ -30,18 +34,11 @@ struct GenerateOptions {
   bool echo = false;
   bool ignore_eos = false;
   bool json = false;
-  std::string load_format = "auto";
-  std::string dummy_dtype = "bfloat16";
-  int32_t block_size = 16;
-  int32_t threads = 0;
-  int32_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;
-  bool enable_prefix_caching = true;
-  KvCacheOptions kv_cache;
 };
 
 void add_generate_command(CLI::App& app, GenerateOptions& options);
-// Returns the process exit code; throws strata::Error for bad files or options.
+// Returns the process exit code; throws strata::Error for bad files or options, and for
+// --device cuda where the build has no CUDA backend or no GPU is present.
 int run_generate(const GenerateOptions& options);
 
 }  // namespace strata::cli
