@@ -1,6 +1,7 @@
 // `strata plan` against hand-computed figures: GQA (Llama 3.2 1B), MLA (DeepSeek-V3),
 // all-sliding-window (Mistral 7B: window-capped), hybrid windows (a note, full length),
-// quantized KV dtypes with their scales, and clear errors for impossible settings.
+// quantized KV dtypes with their scales, int4's residual pool subtracted as the CPU engine
+// subtracts it, and clear errors for impossible settings.
 
 #include "../../tools/strata/plan_command.h"
 
@@ -11,6 +12,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_layout.h"
 
 namespace strata::cli {
 namespace {
@@ -117,6 +120,118 @@ TEST(PlanTest, Int4OnTheLlama8BShapeIsAThirdOfBf16) {
   EXPECT_EQ(i4.scale_bytes_per_token, 9216.0);
   EXPECT_EQ(i4.block_bytes, 16 * 41984);
   EXPECT_NEAR(i4.kv_bytes_per_token / bf16.kv_bytes_per_token, 0.32, 0.001);
+}
+
+// int4: the CPU engine's float32 residual pool (kv::residual_pool_blocks blocks of
+// kv::residual_spec's shape) comes out of the KV memory before it is divided into blocks.
+TEST(PlanTest, Int4SubtractsTheResidualPoolAsTheEngineDoes) {
+  const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
+  PlanSettings s = settings(0, KvCacheDType::kInt4);
+  s.kv_cache_memory_bytes = 4 * kGiB;
+  const PlanReport r = compute_plan(m, s);
+  // The engine's defaults: 256 sequences, 2048 batched tokens, R = 1:
+  // 256 x 2 + 2048 / 16 + 1 = 641 blocks of 16 tokens x 65,536 bytes (float32 K and V, 16
+  // layers, 8 KV heads, head_dim 64) = 1,048,576 bytes: 672,137,216 bytes.
+  const kv::KvSpec f32{.num_layers = 16, .num_kv_heads = 8, .head_dim = 64, .dtype = DType::kF32};
+  const int64_t residual_block_bytes = kv::KvLayout(f32, 16).block_bytes();
+  EXPECT_EQ(residual_block_bytes, 1'048'576);
+  const int32_t residual_blocks = kv::residual_pool_blocks(256, 1, 2048, 16);
+  EXPECT_EQ(residual_blocks, 641);
+  const int64_t residual_bytes = residual_blocks * residual_block_bytes;
+  EXPECT_EQ(r.int4_residual_pool_blocks, 641);
+  EXPECT_EQ(r.int4_residual_pool_bytes, residual_bytes);
+  EXPECT_EQ(r.kv_pool_bytes, 4 * kGiB);
+  const int64_t int4_block_bytes = 16 * 10'752;  // QuantizedKvDtypesCountTheirScales
+  EXPECT_EQ(r.block_bytes, int4_block_bytes);
+  EXPECT_EQ(r.num_blocks, (4 * kGiB - residual_bytes) / int4_block_bytes - 1) << "one null block";
+  EXPECT_EQ(r.capacity_tokens, r.num_blocks * 16);
+  const std::string text = format_plan_text(r);
+  EXPECT_NE(text.find("int4 residual  0.63 GiB: 641 float32 blocks (672137216 bytes)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("641 float32 blocks of 1048576 bytes (0.63 GiB), is subtracted"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("not subtracted here"), std::string::npos) << text;
+  const std::string json = format_plan_json(r);
+  EXPECT_NE(json.find("\"int4_residual_pool_blocks\": 641"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"int4_residual_pool_bytes\": 672137216"), std::string::npos) << json;
+
+  // Fewer sequences: a smaller residual pool, more int4 blocks.
+  s.max_num_seqs = 8;
+  const PlanReport few = compute_plan(m, s);
+  EXPECT_EQ(few.int4_residual_pool_blocks, kv::residual_pool_blocks(8, 1, 2048, 16));
+  EXPECT_EQ(few.int4_residual_pool_blocks, 8 * 2 + 128 + 1);
+  EXPECT_EQ(
+      few.num_blocks,
+      (4 * kGiB - few.int4_residual_pool_blocks * residual_block_bytes) / int4_block_bytes - 1);
+  EXPECT_GT(few.num_blocks, r.num_blocks);
+
+  // --kv-int4-residual 64 (R = 4) and a smaller step budget.
+  s.max_num_seqs = 256;
+  s.max_num_batched_tokens = 512;
+  s.kv_int4_residual = 64;
+  const PlanReport wide = compute_plan(m, s);
+  EXPECT_EQ(wide.int4_residual_pool_blocks, kv::residual_pool_blocks(256, 4, 512, 16));
+  EXPECT_EQ(wide.int4_residual_pool_blocks, 256 * 5 + 32 + 1);
+  EXPECT_EQ(wide.num_blocks, (4 * kGiB - wide.int4_residual_pool_bytes) / int4_block_bytes - 1);
+
+  // Layers kept at bf16 hold no residual blocks but the residual pool keeps every layer's shape.
+  s = settings(0, KvCacheDType::kInt4);
+  s.kv_cache_memory_bytes = 4 * kGiB;
+  s.skip_layers.layers = {0, 1};
+  EXPECT_EQ(compute_plan(m, s).int4_residual_pool_bytes, residual_bytes);
+}
+
+TEST(PlanTest, Int4ResidualSettingsAreCheckedAsTheEngineChecksThem) {
+  const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
+  const auto error_of = [&](const PlanSettings& s) -> std::string {
+    try {
+      (void)compute_plan(m, s);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  PlanSettings s = settings(0, KvCacheDType::kInt4);
+  s.kv_cache_memory_bytes = 4 * kGiB;
+  s.kv_int4_residual = 24;
+  EXPECT_EQ(error_of(s),
+            "--kv-int4-residual 24 must be a positive multiple of the block size (16)");
+  s.kv_int4_residual = -16;
+  EXPECT_EQ(error_of(s),
+            "--kv-int4-residual -16 must be a positive multiple of the block size (16)");
+  s.kv_int4_residual = 16;
+  s.kv_dtype = KvCacheDType::kBF16;
+  EXPECT_EQ(error_of(s), "--kv-int4-residual applies to --kv-cache-dtype int4 only");
+  s.kv_dtype = KvCacheDType::kInt8;
+  EXPECT_EQ(error_of(s), "--kv-int4-residual applies to --kv-cache-dtype int4 only");
+  // A residual pool as large as the KV memory: the engine's message.
+  s = settings(0, KvCacheDType::kInt4);
+  s.kv_cache_memory_bytes = 256 * (1 << 20);
+  EXPECT_EQ(error_of(s),
+            "the KV cache memory (268435456 bytes) does not exceed the int4 residual pool's "
+            "672137216 bytes (lower --max-num-seqs, --max-num-batched-tokens or "
+            "--kv-int4-residual)");
+  s.max_num_seqs = 0;
+  EXPECT_EQ(error_of(s), "--max-num-seqs must be at least 1");
+}
+
+// Without int4 the residual settings change nothing and the JSON field is 0.
+TEST(PlanTest, Bf16PlanHasNoResidualPool) {
+  const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
+  PlanSettings s = settings(24 * kGiB);
+  s.max_num_seqs = 1;
+  s.max_num_batched_tokens = 16;
+  const PlanReport r = compute_plan(m, s);
+  EXPECT_EQ(r.int4_residual_pool_blocks, 0);
+  EXPECT_EQ(r.int4_residual_pool_bytes, 0);
+  EXPECT_EQ(r.num_blocks, 39'521);  // Llama32OneBOnA24GiBDevice's
+  EXPECT_EQ(r.num_blocks, compute_plan(m, settings(24 * kGiB)).num_blocks);
+  EXPECT_EQ(format_plan_text(r).find("int4"), std::string::npos);
+  const std::string json = format_plan_json(r);
+  EXPECT_NE(json.find("\"int4_residual_pool_blocks\": 0,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"int4_residual_pool_bytes\": 0,"), std::string::npos) << json;
 }
 
 TEST(PlanTest, DeepSeekV3MlaLatentCache) {

@@ -8,9 +8,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 
+#include "core/check.h"
 #include "core/error.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_layout.h"
 #include "kv_cache_options.h"
 #include "model/hf_config.h"
 
@@ -251,9 +255,76 @@ void plan_sequence_blocks(PlanReport& r) {
   }
 }
 
+// The engine's KvSpec of the plan's layers. For MLA only the layers' dtypes mean anything.
+kv::KvSpec plan_kv_spec(const kv::KvShape& shape, std::span<const kv::KvCacheDType> layer_dtypes) {
+  kv::KvSpec spec{.num_layers = shape.num_layers,
+                  .num_kv_heads = shape.num_kv_heads,
+                  .head_dim = shape.head_dim};
+  for (const kv::KvCacheDType d : layer_dtypes) {
+    const std::optional<DType> pool = kv::kv_pool_dtype(d);
+    STRATA_CHECK(pool.has_value(), "plan: every KV cache dtype has a pool dtype");
+    spec.layer_dtypes.push_back(*pool);
+  }
+  spec.dtype = spec.layer_dtypes.front();
+  return spec;
+}
+
+// What sizes int4's residual pool, validated as the engine validates it.
+void check_residual_settings(const PlanSettings& s) {
+  if (s.max_num_seqs < 1) throw Error("--max-num-seqs must be at least 1");
+  if (s.max_num_batched_tokens < 1) throw Error("--max-num-batched-tokens must be at least 1");
+  const std::optional<DType> pool = kv::kv_pool_dtype(s.kv_dtype);
+  check_kv_int4_residual_flag(s.kv_int4_residual, s.block_size, pool.value_or(DType::kF32));
+}
+
+// The CPU engine's int4 residual pool, sized as engine.cc's cpu_runner sizes it: R =
+// kv_int4_residual / block_size (1 when unset; EngineImpl::residual_window_blocks), blocks from
+// kv::residual_pool_blocks, each of kv::residual_spec's float32 shape. Nothing without int4.
+void plan_residual_pool(PlanReport& r, const kv::KvSpec& spec) {
+  const PlanSettings& s = r.settings;
+  if (!kv::needs_residual_pool(spec)) return;
+  const int32_t window_blocks = s.kv_int4_residual > 0 ? s.kv_int4_residual / s.block_size : 1;
+  const int32_t blocks = kv::residual_pool_blocks(s.max_num_seqs, window_blocks,
+                                                  s.max_num_batched_tokens, s.block_size);
+  // The engine loads no MLA model; for one the plan takes float32 blocks of the latent's shape.
+  const int64_t block_bytes =
+      r.model.kv.is_mla() ? kv::kv_block_bytes(r.model.kv, kv::KvCacheDType::kF32, s.block_size)
+                          : kv::KvLayout(kv::residual_spec(spec), s.block_size).block_bytes();
+  r.int4_residual_pool_blocks = blocks;
+  r.int4_residual_pool_bytes = block_bytes * blocks;
+  r.notes.push_back("int4 (CPU engine): the full-precision residual pool, max_num_seqs " +
+                    std::to_string(s.max_num_seqs) + " x (R " + std::to_string(window_blocks) +
+                    " + 1) + ceil(max_num_batched_tokens " +
+                    std::to_string(s.max_num_batched_tokens) + " / " +
+                    std::to_string(s.block_size) + ") + 1 = " + std::to_string(blocks) +
+                    " float32 blocks of " + std::to_string(block_bytes) + " bytes (" +
+                    gib(static_cast<double>(r.int4_residual_pool_bytes)) +
+                    "), is subtracted from the KV memory before it is divided into blocks");
+}
+
+// The pool's blocks: the KV memory less int4's residual pool, in blocks, less the null block.
+void plan_pool_blocks(PlanReport& r) {
+  if (r.int4_residual_pool_bytes >= r.kv_pool_bytes) {
+    throw Error("the KV cache memory (" + std::to_string(r.kv_pool_bytes) +
+                " bytes) does not exceed the int4 residual pool's " +
+                std::to_string(r.int4_residual_pool_bytes) +
+                " bytes (lower --max-num-seqs, --max-num-batched-tokens or --kv-int4-residual)");
+  }
+  const int64_t bytes = r.kv_pool_bytes - r.int4_residual_pool_bytes;
+  r.num_blocks = std::max<int64_t>(bytes / r.block_bytes - 1, 0);  // minus the null block
+  if (r.num_blocks == 0) {
+    throw Error("the KV pool (" + std::to_string(bytes) + " bytes" +
+                (r.int4_residual_pool_bytes > 0 ? " after the int4 residual pool" : "") +
+                ") holds no block of " + std::to_string(r.block_bytes) + " bytes (block size " +
+                std::to_string(r.settings.block_size) + "): give the KV cache more memory");
+  }
+  r.capacity_tokens = r.num_blocks * r.settings.block_size;
+}
+
 }  // namespace
 
 PlanReport compute_plan(const PlanModel& model, const PlanSettings& s) {
+  check_residual_settings(s);
   PlanReport r;
   r.model = model;
   r.settings = s;
@@ -281,13 +352,8 @@ PlanReport compute_plan(const PlanModel& model, const PlanSettings& s) {
                 std::to_string(model.max_position_embeddings) + ")");
   }
   r.kv_pool_bytes = kv_pool_bytes(model, s);
-  r.num_blocks = std::max<int64_t>(r.kv_pool_bytes / r.block_bytes - 1, 0);  // minus the null block
-  if (r.num_blocks == 0) {
-    throw Error("the KV pool (" + std::to_string(r.kv_pool_bytes) + " bytes) holds no block of " +
-                std::to_string(r.block_bytes) + " bytes (block size " +
-                std::to_string(s.block_size) + "): give the KV cache more memory");
-  }
-  r.capacity_tokens = r.num_blocks * s.block_size;
+  plan_residual_pool(r, plan_kv_spec(shape, layer_dtypes));
+  plan_pool_blocks(r);
   r.naive_capacity_tokens =
       static_cast<int64_t>(static_cast<double>(r.kv_pool_bytes) / r.naive_mha_bytes_per_token);
   plan_sequence_blocks(r);
@@ -305,18 +371,6 @@ PlanReport compute_plan(const PlanModel& model, const PlanSettings& s) {
   if (!model.engine_supported) {
     r.notes.emplace_back(
         "the engine cannot load this architecture yet; figures come from the config");
-  }
-  if (std::find(layer_dtypes.begin(), layer_dtypes.end(), kv::KvCacheDType::kInt4) !=
-      layer_dtypes.end()) {
-    // The CPU engine's INT4 residual pool (docs/kv.md): F32 blocks of the same shape, sized from
-    // the scheduler limits, which the plan does not take.
-    const int64_t f32_block = kv::kv_block_bytes(shape, kv::KvCacheDType::kF32, s.block_size);
-    r.notes.push_back(
-        "int4 (CPU engine): a full-precision residual pool of max_num_seqs x (R + 1) "
-        "+ ceil(max_num_batched_tokens / " +
-        std::to_string(s.block_size) + ") + 1 float32 blocks of " + std::to_string(f32_block) +
-        " bytes (R = --kv-int4-residual / block size) comes out of the KV memory "
-        "first; not subtracted here");
   }
   r.notes.emplace_back("activation scratch is not subtracted: the engine measures it at start-up");
   return r;
@@ -339,8 +393,7 @@ std::string format_plan_text(const PlanReport& r) {
     for (size_t i = 0; i < r.skipped_layers.size(); ++i) o << (i ? "," : "") << r.skipped_layers[i];
     o << " " << kv::kv_cache_dtype_name(r.settings.model_dtype) << ")";
   }
-  o << ", block size "
-    << r.settings.block_size << " (" << r.block_bytes << " bytes/block)\n";
+  o << ", block size " << r.settings.block_size << " (" << r.block_bytes << " bytes/block)\n";
   o << "kv bytes/token " << num(r.kv_bytes_per_token) << " (" << num(r.kv_bytes_per_token_per_layer)
     << " per layer, " << num(r.scale_bytes_per_token) << " of it scales)\n";
   o << "naive MHA      " << num(r.naive_mha_bytes_per_token)
@@ -352,6 +405,11 @@ std::string format_plan_text(const PlanReport& r) {
   o << "kv pool        " << gib(static_cast<double>(r.kv_pool_bytes)) << ": " << r.num_blocks
     << " blocks, " << r.capacity_tokens << " tokens (naive MHA: " << r.naive_capacity_tokens
     << ")\n";
+  if (r.int4_residual_pool_blocks > 0) {
+    o << "int4 residual  " << gib(static_cast<double>(r.int4_residual_pool_bytes)) << ": "
+      << r.int4_residual_pool_blocks << " float32 blocks (" << r.int4_residual_pool_bytes
+      << " bytes), taken from the kv pool before its blocks\n";
+  }
   o << "max model len  " << r.max_model_len << " (" << r.blocks_per_seq << " blocks/sequence)\n";
   o << "concurrency    " << r.max_concurrent_seqs << " sequences of " << r.max_model_len
     << " tokens\n";
@@ -378,6 +436,8 @@ std::string format_plan_json(const PlanReport& r) {
       {"weight_bytes", r.model.weight_bytes},
       {"weight_bytes_estimated", r.model.weight_bytes_estimated},
       {"kv_pool_bytes", r.kv_pool_bytes},
+      {"int4_residual_pool_blocks", r.int4_residual_pool_blocks},
+      {"int4_residual_pool_bytes", r.int4_residual_pool_bytes},
       {"num_blocks", r.num_blocks},
       {"capacity_tokens", r.capacity_tokens},
       {"naive_capacity_tokens", r.naive_capacity_tokens},
@@ -418,6 +478,17 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
   util->excludes(kv_bytes);
   cmd->add_option("--max-model-len", o.max_model_len, "Longest prompt + output (0 = model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--max-num-seqs", o.max_num_seqs,
+                  "int4: most sequences in one step (sizes the residual pool)")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+                  "int4: most tokens in one step (sizes the residual pool)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--kv-int4-residual", o.kv_int4_residual,
+                  "int4: the newest N tokens are read at full precision from the residual pool "
+                  "(a positive multiple of --block-size; default one block)");
   cmd->add_flag("--json", o.json, "Print the plan as JSON");
 }
 
@@ -461,6 +532,9 @@ int run_plan(const PlanOptions& o) {
     }
   }
   s.max_model_len = o.max_model_len;
+  s.max_num_seqs = o.max_num_seqs;
+  s.max_num_batched_tokens = o.max_num_batched_tokens;
+  s.kv_int4_residual = o.kv_int4_residual;
   const PlanReport report = compute_plan(model, s);
   std::fputs((o.json ? format_plan_json(report) : format_plan_text(report)).c_str(), stdout);
   return 0;

@@ -4,7 +4,10 @@
 // the naive full-MHA figure, the pool's capacity in blocks and tokens after the weights, how many
 // sequences of max_model_len fit at once, and the longest context one sequence can have -- what
 // the engine will really do (window-capped for all-sliding-window models; full length, with a
-// note, for hybrid ones). Impossible settings are a strata::Error naming the fix.
+// note, for hybrid ones). With an int4 layer, the CPU engine's full-precision residual pool
+// (sized from --max-num-seqs, --max-num-batched-tokens and --kv-int4-residual, as the engine
+// sizes it) comes out of the KV memory first. Impossible settings are a strata::Error naming the
+// fix.
 //
 // The arithmetic (compute_plan) is separate from the CLI so tests check it against hand-computed
 // figures.
@@ -34,6 +37,10 @@ struct PlanOptions {
   std::optional<double> gpu_memory_utilization;  // default 0.9
   std::string kv_cache_memory_bytes;             // overrides the utilization budget
   int64_t max_model_len = 0;                     // 0 = the model's max_position_embeddings
+  // The scheduler limits and R that size int4's residual pool; the engine's defaults.
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t kv_int4_residual = 0;  // tokens; 0 = one block
   bool json = false;
 };
 
@@ -67,6 +74,10 @@ struct PlanSettings {
   double gpu_memory_utilization = 0.9;
   std::optional<int64_t> kv_cache_memory_bytes;
   int64_t max_model_len = 0;  // 0 = model's
+  // int4's residual pool (the engine's EngineConfig fields of the same names and defaults).
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t kv_int4_residual = 0;  // tokens, a multiple of block_size; 0 = one block
 };
 
 struct PlanReport {
@@ -75,10 +86,15 @@ struct PlanReport {
   double kv_bytes_per_token = 0;
   double kv_bytes_per_token_per_layer = 0;
   double scale_bytes_per_token = 0;
-  std::vector<int32_t> skipped_layers;  // layers at settings.model_dtype (when it differs)
+  std::vector<int32_t> skipped_layers;   // layers at settings.model_dtype (when it differs)
   double naive_mha_bytes_per_token = 0;  // every attention head's K and V, 16-bit
   int64_t block_bytes = 0;
-  int64_t kv_pool_bytes = 0;
+  int64_t kv_pool_bytes = 0;  // all the KV memory, int4's residual pool included
+  // Some layer int4: the CPU engine's float32 residual pool, null block included
+  // (kv::residual_pool_blocks), subtracted from kv_pool_bytes before it is divided into blocks.
+  // 0 otherwise.
+  int64_t int4_residual_pool_blocks = 0;
+  int64_t int4_residual_pool_bytes = 0;
   int64_t num_blocks = 0;       // allocatable (the null block not counted)
   int64_t capacity_tokens = 0;  // num_blocks x block_size
   int64_t naive_capacity_tokens = 0;
@@ -90,9 +106,11 @@ struct PlanReport {
   std::vector<std::string> notes;
 };
 
-// Throws strata::Error for impossible settings: weights larger than the budget, a pool of zero
-// blocks, one sequence of max_model_len not fitting, max_model_len beyond the model's, a skipped
-// layer beyond the model's.
+// Throws strata::Error for impossible settings: weights larger than the budget, an int4 residual
+// pool as large as the KV memory, a pool of zero blocks, one sequence of max_model_len not
+// fitting, max_model_len beyond the model's, a skipped layer beyond the model's, a bad
+// kv_int4_residual (not a positive multiple of the block size, or without int4) or scheduler
+// limits below 1.
 PlanReport compute_plan(const PlanModel& model, const PlanSettings& settings);
 
 std::string format_plan_text(const PlanReport& report);
