@@ -30,27 +30,6 @@ bool RequestState::all_finished() const {
   return std::all_of(seqs.begin(), seqs.end(), [](const auto& s) { return s->finished; });
 }
 
-namespace {
-
-// The CPU pool's layout: FP8 scales and per-layer exceptions resolved
-// (engine/kv_layout_setup.h).
-Result<engine::ResolvedKvLayout> cpu_kv_layout(const EngineConfig& c, model::Model& model,
-                                               ThreadPool& pool) {
-  return engine::resolve_kv_layout(
-      engine::KvLayoutOptions{
-          .scales = engine::KvScalesOptions{.kv_dtype = c.kv_dtype,
-                                            .calculate_kv_scales = c.calculate_kv_scales,
-                                            .allow_unit_kv_scales = c.allow_unit_kv_scales,
-                                            .model_dir = c.model_dir},
-          .skip_layers = c.kv_skip_layers,
-          .quant_check = c.kv_quant_check,
-          .quant_check_threshold = c.kv_quant_check_threshold,
-          .full_precision = DType::kF32},
-      model, pool);
-}
-
-}  // namespace
-
 Status EngineImpl::validate_config(const EngineConfig& c) {
   if (std::find(engine::kSupportedBlockSizes.begin(), engine::kSupportedBlockSizes.end(),
                 c.block_size) == engine::kSupportedBlockSizes.end()) {
@@ -416,7 +395,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       }));
       model::Model* model_ptr = model.get();
       pool = std::make_unique<ThreadPool>(config.num_threads);
-      Result<engine::ResolvedKvLayout> kv = cpu_kv_layout(config, *model, *pool);
+      Result<engine::ResolvedKvLayout> kv = engine::resolve_kv_layout(config, *model, *pool);
       if (!kv.ok()) return kv.status();
       Result<std::unique_ptr<model::ModelRunner>> cpu =
           cpu_runner(config, std::move(model), *model_ptr, *pool, kv.value());
@@ -442,7 +421,7 @@ Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, ThreadPool& 
     return Status::InvalidArgument("an engine borrowing a loaded model runs on the CPU");
   }
   try {
-    Result<engine::ResolvedKvLayout> kv = cpu_kv_layout(config, model, pool);
+    Result<engine::ResolvedKvLayout> kv = engine::resolve_kv_layout(config, model, pool);
     if (!kv.ok()) return kv.status();
     Result<std::unique_ptr<model::ModelRunner>> cpu =
         cpu_runner(config, nullptr, model, pool, kv.value());

@@ -52,6 +52,14 @@ double error_bound(DType d) {
   }
 }
 
+// Prompt i of a fixture's reference file.
+std::vector<int32_t> fixture_prompt(const std::string& fixture, int i) {
+  const SafetensorsFile f = SafetensorsFile::open(kModelsDir + fixture + "/reference.safetensors");
+  const TensorView t = f.tensor("prompt." + std::to_string(i));
+  const auto* p = static_cast<const int32_t*>(t.data);
+  return {p, p + t.numel()};
+}
+
 std::unique_ptr<CudaModel> make_model(const std::string& fixture, DType kv_dtype) {
   CudaModelOptions o;
   o.model_dir = kModelsDir + fixture;
@@ -80,13 +88,7 @@ class CudaKvQuantTest : public ::testing::TestWithParam<std::tuple<std::string, 
     vocab_ = model_->config().vocab_size;
   }
 
-  std::vector<int32_t> prompt(int i) const {
-    const SafetensorsFile f =
-        SafetensorsFile::open(kModelsDir + std::get<0>(GetParam()) + "/reference.safetensors");
-    const TensorView t = f.tensor("prompt." + std::to_string(i));
-    const auto* p = static_cast<const int32_t*>(t.data);
-    return {p, p + t.numel()};
-  }
+  std::vector<int32_t> prompt(int i) const { return fixture_prompt(std::get<0>(GetParam()), i); }
   const float* logits(const std::string& name, int i) const {
     return static_cast<const float*>(ref_->tensor(name + "." + std::to_string(i)).data);
   }
@@ -209,11 +211,7 @@ TEST(CudaKvSkipLayersTest, ExceptedLayersHoldBf16) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   for (const std::string& fixture : {kFixtures[0], kFixtures[3]}) {
     SCOPED_TRACE(fixture);
-    const SafetensorsFile f =
-        SafetensorsFile::open(kModelsDir + fixture + "/reference.safetensors");
-    const TensorView t = f.tensor("prompt.0");
-    const auto* p = static_cast<const int32_t*>(t.data);
-    const std::vector<int32_t> tokens(p, p + t.numel());
+    const std::vector<int32_t> tokens = fixture_prompt(fixture, 0);
     const auto len = static_cast<int32_t>(tokens.size());
     auto run = [&](DType dtype, const std::vector<DType>& layer_dtypes) {
       CudaModelOptions o;
@@ -273,11 +271,7 @@ TEST(CudaKvCalibrationTest, AbsMaxMatchesTheCpuModel) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   for (const std::string& fixture : kFixtures) {
     SCOPED_TRACE(fixture);
-    const SafetensorsFile f =
-        SafetensorsFile::open(kModelsDir + fixture + "/reference.safetensors");
-    const TensorView t = f.tensor("prompt.0");
-    const auto* p = static_cast<const int32_t*>(t.data);
-    const std::vector<int32_t> tokens(p, p + t.numel());
+    const std::vector<int32_t> tokens = fixture_prompt(fixture, 0);
     std::unique_ptr<CudaModel> gpu = make_model(fixture, DType::kF8E4M3);
     Result<std::vector<std::pair<float, float>>> got = gpu->kv_abs_max(tokens);
     ASSERT_TRUE(got.ok()) << got.status().to_string();

@@ -85,17 +85,7 @@ std::vector<int32_t> eos_ids(const model::ModelConfig& c, const model::Generatio
 // ---- the CPU path: engine::Generator over the fp32 model --------------------------------------
 
 engine::ResolvedKvLayout cpu_kv_layout(const EngineConfig& c, model::Model& m, ThreadPool& pool) {
-  auto kv = engine::resolve_kv_layout(
-      engine::KvLayoutOptions{
-          .scales = engine::KvScalesOptions{.kv_dtype = c.kv_dtype,
-                                            .calculate_kv_scales = c.calculate_kv_scales,
-                                            .allow_unit_kv_scales = c.allow_unit_kv_scales,
-                                            .model_dir = c.model_dir},
-          .skip_layers = c.kv_skip_layers,
-          .quant_check = c.kv_quant_check,
-          .quant_check_threshold = c.kv_quant_check_threshold,
-          .full_precision = DType::kF32},
-      m, pool);
+  auto kv = engine::resolve_kv_layout(c, m, pool);
   if (!kv.ok()) throw Error(kv.status().message());
   if (kv.value().quant_check) {
     std::fputs(engine::format_kv_quant_check(*kv.value().quant_check, DType::kF32).c_str(), stderr);
