@@ -113,8 +113,11 @@ assert r["output_tokens"] == i["output_tokens"] and 8 * 3 <= r["output_tokens"] 
 assert r["kv_bytes_per_token"] == 512, r["kv_bytes_per_token"]  # from the server's /metrics
 for k in ("ttft_s", "inter_token_latency_s", "e2e_latency_s"):
     d = r[k]
-    # Several SSE events can land in one read on a fast machine: a 0 inter-token gap is real.
-    assert d["count"] > 0 and 0 <= d["p50"] <= d["p99"] <= d["max"] and d["max"] > 0, (k, d)
+    assert d["count"] > 0 and 0 <= d["p50"] <= d["p99"] <= d["max"], (k, d)
+# Several SSE events can land in one read (a loaded machine delivers a short stream in one burst):
+# a 0 inter-token gap is real, even for every token of the run. Time to first token and end to
+# end are never 0.
+assert r["ttft_s"]["max"] > 0 and r["e2e_latency_s"]["max"] > 0, r
 assert r["ttft_s"]["p50"] > 0 and r["ttft_s"]["p50"] <= r["e2e_latency_s"]["p50"]
 assert 1 <= r["max_concurrency"] <= 8
 PY
