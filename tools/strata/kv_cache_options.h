@@ -1,6 +1,7 @@
 #pragma once
 // The KV cache representation flags every command that builds a KV cache shares (generate,
-// bench, serve, eval; plan reads --kv-cache-dtype and --kv-cache-dtype-skip-layers), with one
+// bench, serve, eval; plan reads --kv-cache-dtype, --kv-cache-dtype-skip-layers and
+// --kv-int4-residual), with one
 // parser and one error message per flag:
 //   --kv-cache-dtype auto|float32|bfloat16|bf16|float16|fp16|fp8|fp8_e4m3|fp8_e5m2|int8|int4
 //   --calculate-kv-scales     FP8: compute per-layer scales at start-up (vLLM's flag)
