@@ -2,11 +2,12 @@
 # Issue 11's end-to-end figure on the GPU machine: the Llama-3.1-8B shape with dummy bf16
 # weights, a 16 GiB KV pool, 1,024 offline requests of 2,048 prompt + 256 output tokens, EOS
 # ignored, greedy, once per KV dtype in the same call: bfloat16, fp8_e4m3 (scales calculated on
-# the device at start-up) and int8. Run by `tools/gpu_check.sh run` from the repository root:
+# the device at start-up), int8 and int4 (KIVI, the default residual window of one block). Run by `tools/gpu_check.sh run` from the repository root:
 #
 #   tools/gpu_kv_quant_bench.sh BIN_DIR OUT_JSON [NUM_PROMPTS]
 #
-# A quantized pool holds about twice the tokens, so twice the sequences decode per step; the
+# A quantized pool holds about twice (int4: three times) the tokens, so as many more sequences
+# decode per step; the
 # prompt phase (compute-bound) is the same for every dtype. OUT_JSON maps each dtype to its
 # `strata bench --json` object and adds each one's output tokens/s as a ratio to bfloat16's.
 set -euo pipefail
@@ -14,7 +15,7 @@ bin="$1"
 out="$2"
 num_prompts="${3:-1024}"
 tmp="$(mktemp -d)"
-for dtype in bfloat16 fp8_e4m3 int8; do
+for dtype in bfloat16 fp8_e4m3 int8 int4; do
   extra=()
   [ "$dtype" = fp8_e4m3 ] && extra=(--calculate-kv-scales)
   echo "== $dtype: $num_prompts x (2048 + 256), --kv-cache-memory-bytes 16GiB"
@@ -30,7 +31,7 @@ python3 - "$tmp" "$out" <<'PY'
 import json, os, sys
 tmp, out = sys.argv[1], sys.argv[2]
 result = {}
-for dtype in ("bfloat16", "fp8_e4m3", "int8"):
+for dtype in ("bfloat16", "fp8_e4m3", "int8", "int4"):
     p = os.path.join(tmp, dtype + ".json")
     if os.path.exists(p):
         result[dtype] = json.load(open(p))

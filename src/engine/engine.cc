@@ -50,10 +50,6 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
     return Status::InvalidArgument("KV cache dtype " + std::string(dtype_name(c.kv_dtype)) +
                                    " is not supported (F32, BF16, F16, F8_E4M3, F8_E5M2, I8, I4)");
   }
-  // Before anything touches a device: the GPU runner has no INT4 kernels or residual pool.
-  if (c.device == Device::kCuda && c.kv_dtype == DType::kI4) {
-    return Status::Unsupported("int4 KV cache is CPU-only for now (use --device cpu)");
-  }
   if (c.kv_int4_residual != 0 && c.kv_dtype != DType::kI4) {
     return Status::InvalidArgument("--kv-int4-residual applies to --kv-cache-dtype int4 only");
   }
@@ -65,7 +61,7 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   if (c.device == Device::kCuda && c.kv_dtype == DType::kF16) {
     return Status::Unsupported(
         "--kv-cache-dtype float16 is not supported on --device cuda (the GPU engine's activations "
-        "are bfloat16: use bfloat16, fp8_e4m3, fp8_e5m2 or int8)");
+        "are bfloat16: use bfloat16, fp8_e4m3, fp8_e5m2, int8 or int4)");
   }
   if (c.device == Device::kCuda && c.kv_quant_check) {
     return Status::Unsupported("--kv-quant-check is CPU-only for now (--device cpu)");
@@ -271,7 +267,9 @@ model::LoadFormat load_format(const EngineConfig& c) {
 
 // The GPU runner (throws strata::Error for unusable files or options; a refused FP8 scale source
 // is an InvalidArgument). An FP8 pool starts with unit scales and takes the resolved ones before
-// its first step: --calculate-kv-scales calibrates on the device itself.
+// its first step: --calculate-kv-scales calibrates on the device itself. An INT4 pool's residual
+// pool is sized as cpu_runner sizes it (bf16 blocks there); CudaModel takes its bytes out of
+// the KV memory before sizing the int4 pool.
 Result<std::unique_ptr<model::ModelRunner>> cuda_runner(const EngineConfig& c,
                                                         std::string* scales_source) {
 #if STRATA_HAVE_CUDA
@@ -294,6 +292,17 @@ Result<std::unique_ptr<model::ModelRunner>> cuda_runner(const EngineConfig& c,
   o.gpu_memory_utilization = c.gpu_memory_utilization;
   o.max_model_len = c.max_model_len;
   o.enforce_eager = c.enforce_eager;
+  if (o.kv_dtype == DType::kI4) {
+    const model::ModelConfig mc = model::load_model_config(c.model_dir);
+    const kv::KvSpec spec{.num_layers = static_cast<int32_t>(mc.num_hidden_layers),
+                          .dtype = o.kv_dtype,
+                          .layer_dtypes = o.kv_layer_dtypes};
+    if (kv::needs_residual_pool(spec)) {
+      o.residual_window_blocks = EngineImpl::residual_window_blocks(c);
+      o.num_residual_blocks = kv::residual_pool_blocks(c.max_num_seqs, o.residual_window_blocks,
+                                                       c.max_num_batched_tokens, c.block_size);
+    }
+  }
   std::unique_ptr<model::CudaModel> gpu = model::CudaModel::create(o);
   if (o.kv_dtype == DType::kF8E4M3 || o.kv_dtype == DType::kF8E5M2) {
     const model::ModelConfig& mc = gpu->config();

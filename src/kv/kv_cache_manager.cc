@@ -24,12 +24,12 @@ bool needs_residual_pool(const KvSpec& spec) {
   return false;
 }
 
-KvSpec residual_spec(const KvSpec& spec) {
+KvSpec residual_spec(const KvSpec& spec, DType dtype) {
   KvSpec r;
   r.num_layers = spec.num_layers;
   r.num_kv_heads = spec.num_kv_heads;
   r.head_dim = spec.head_dim;
-  r.dtype = DType::kF32;
+  r.dtype = dtype;
   return r;
 }
 

@@ -67,10 +67,10 @@ int32_t residual_pool_blocks(int32_t max_num_seqs, int32_t residual_blocks,
                              int32_t max_num_batched_tokens, int32_t block_size);
 // True when some layer of the spec holds INT4 (KIVI) codes: the pool then needs a residual pool.
 bool needs_residual_pool(const KvSpec& spec);
-// The residual pool's shape: the spec's layers, KV heads and head_dim, F32 in every layer (the
-// CPU's full precision; uniform even when the main pool has per-layer exceptions, whose layers
-// simply never touch it).
-KvSpec residual_spec(const KvSpec& spec);
+// The residual pool's shape: the spec's layers, KV heads and head_dim, `dtype` in every layer --
+// the backend's full precision: F32 on the CPU, BF16 on the GPU (its activations' precision).
+// Uniform even when the main pool has per-layer exceptions, whose layers simply never touch it.
+KvSpec residual_spec(const KvSpec& spec, DType dtype = DType::kF32);
 
 // A request's cached prefix: blocks[i] holds tokens [i * block_size, (i + 1) * block_size).
 struct PrefixHit {

@@ -4,8 +4,11 @@
 // requested lengths and gives every block back; seeded requests draw the same tokens in a second
 // engine; a greedy token drawn on the device equals the one the host sampler takes from the same
 // logits; a pool too small for the batch preempts, by recompute or by swap to host memory, and
-// still finishes everything. FP8 (scales calibrated on the device) and INT8 pools run the same
-// batch; an FP8 pool without scales is refused with the three fixes.
+// still finishes everything. FP8 (scales calibrated on the device), INT8 and INT4 pools run the
+// same batch (INT4's forks copy residual blocks too); an FP8 pool without scales is refused with
+// the three fixes. INT4: the bf16 residual pool is sized from the scheduler limits and taken out
+// of the KV memory, swap moves its blocks too, neither pool leaks, and teacher-forced logprobs
+// stay close to bf16's (within 10x int8's distance) whatever the chunking.
 // Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips without a GPU.
 
 #include "strata/engine.h"
@@ -13,10 +16,15 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "model/hf_config.h"
 
 namespace strata {
 namespace {
@@ -139,6 +147,7 @@ void expect_mixed_batch_finishes(Engine& e) {
   }
   EXPECT_EQ(e.last_step().num_used_blocks, 0);
   EXPECT_EQ(e.last_step().num_free_blocks, e.num_blocks() - 1);
+  EXPECT_EQ(e.last_step().num_used_residual_blocks, 0);
 }
 
 TEST_F(CudaEngineTest, AMixedBatchFinishesAtItsLengthsAndGivesEveryBlockBack) {
@@ -147,20 +156,22 @@ TEST_F(CudaEngineTest, AMixedBatchFinishesAtItsLengthsAndGivesEveryBlockBack) {
   expect_mixed_batch_finishes(*e);
 }
 
-// FP8 (scales calibrated on the device at start-up) and INT8 pools: the same batch, forks with
-// copy-on-write included, and twice the tokens of BF16 in the same bytes.
+// FP8 (scales calibrated on the device at start-up), INT8 and INT4 pools: the same batch, forks
+// with copy-on-write included, and at least twice the tokens of BF16 in the same bytes (INT4:
+// after its residual pool).
 TEST_F(CudaEngineTest, QuantizedCachesRunTheMixedBatchAndGiveEveryBlockBack) {
   std::unique_ptr<Engine> bf16 = cuda_engine();
   ASSERT_NE(bf16, nullptr);
-  for (DType dtype : {DType::kF8E4M3, DType::kF8E5M2, DType::kI8}) {
+  for (DType dtype : {DType::kF8E4M3, DType::kF8E5M2, DType::kI8, DType::kI4}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     std::unique_ptr<Engine> e = cuda_engine(0, dtype);
     ASSERT_NE(e, nullptr);
     EXPECT_EQ(e->kv_dtype(), dtype);
     EXPECT_GT(e->num_blocks(), (bf16->num_blocks() * 19) / 10);
-    if (dtype != DType::kI8) {
+    if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) {
       EXPECT_EQ(e->kv_scales_source().rfind("calculated over ", 0), 0u);
     }
+    EXPECT_EQ(e->num_residual_blocks() > 0, dtype == DType::kI4);
     expect_mixed_batch_finishes(*e);
   }
 }
@@ -226,8 +237,9 @@ TEST_F(CudaEngineTest, ASmallPoolPreemptsByRecomputeAndFinishesEverything) {
 TEST_F(CudaEngineTest, ASmallPoolPreemptsBySwapAndFinishesEverything) {
   // Swap preemption moves whole blocks between the device pool and pinned host memory with the
   // block-copy kernel; every request still finishes, blocks come back, and swapped blocks
-  // return to the pool. INT8 blocks carry their scales inside, so they move the same way.
-  for (DType dtype : {DType::kBF16, DType::kI8}) {
+  // return to the pool. INT8 blocks carry their scales inside, so they move the same way; INT4
+  // sequences also move the residual blocks their next query reads.
+  for (DType dtype : {DType::kBF16, DType::kI8, DType::kI4}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     EngineConfig c = cuda_config(24, dtype);
     c.preemption_mode = PreemptionMode::kSwap;
@@ -245,7 +257,85 @@ TEST_F(CudaEngineTest, ASmallPoolPreemptsBySwapAndFinishesEverything) {
     EXPECT_GT((*e)->totals().num_swapped_out_blocks, 0);
     EXPECT_EQ((*e)->totals().num_swapped_in_blocks, (*e)->totals().num_swapped_out_blocks);
     EXPECT_EQ((*e)->last_step().num_used_blocks, 0);
+    EXPECT_EQ((*e)->last_step().num_used_residual_blocks, 0);
   }
+}
+
+// --kv-int4-residual 32 at block size 16 (R = 2): the residual pool holds max_num_seqs x (R + 1)
+// + ceil(max_num_batched_tokens / 16) + 1 bf16 blocks, its bytes come out of the 64 MiB before
+// the int4 pool is sized, and the mixed batch runs and gives both pools' blocks back.
+TEST_F(CudaEngineTest, Int4WithATwoBlockResidualWindowRunsTheMixedBatch) {
+  EngineConfig c = cuda_config(0, DType::kI4);
+  c.kv_int4_residual = 32;
+  Result<std::unique_ptr<Engine>> e = Engine::create(c);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  Engine& engine = **e;
+  EXPECT_EQ(engine.kv_int4_residual_blocks(), 2);
+  const int32_t residual_blocks = kv::residual_pool_blocks(32, 2, 256, 16);
+  EXPECT_EQ(residual_blocks, 32 * 3 + 16 + 1);
+  EXPECT_EQ(engine.num_residual_blocks(), residual_blocks);
+  const model::ModelConfig& mc = engine.model_config();
+  // bf16: K and V x layers x KV heads x head_dim x 16 tokens x 2 bytes.
+  const int64_t residual_block_bytes =
+      2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * 16 * 2;
+  EXPECT_EQ(engine.residual_bytes(), residual_blocks * residual_block_bytes);
+  EXPECT_EQ(engine.num_blocks(),
+            ((int64_t{64} << 20) - engine.residual_bytes()) / (engine.kv_bytes_per_token() * 16));
+  expect_mixed_batch_finishes(engine);
+}
+
+// The teacher-forced logprob of each prompt token (prompt_logprobs) in an engine of this dtype
+// that computes the prompt `chunk` tokens per step.
+std::vector<float> prompt_logprobs(DType dtype, int32_t chunk) {
+  EngineConfig c = cuda_config(0, dtype);
+  c.max_num_batched_tokens = chunk;
+  Result<std::unique_ptr<Engine>> e = Engine::create(c);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  if (!e.ok()) return {};
+  EngineRequest r = request(150, 9, 1);
+  r.params.prompt_logprobs = 0;
+  EXPECT_TRUE((*e)->submit(std::move(r)).ok());
+  std::vector<float> out;
+  while ((*e)->has_unfinished()) {
+    Result<std::vector<RequestOutput>> step = (*e)->step();
+    EXPECT_TRUE(step.ok()) << step.status().to_string();
+    if (!step.ok()) break;
+    for (const RequestOutput& o : *step) {
+      for (const auto& lp : o.prompt_logprobs) {
+        if (lp) out.push_back(lp->logprob);
+      }
+    }
+  }
+  EXPECT_EQ((*e)->last_step().num_used_residual_blocks, 0);
+  return out;
+}
+
+double mean_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double sum = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) sum += std::fabs(double{a[i]} - b[i]);
+  return a.empty() ? 0.0 : sum / static_cast<double>(a.size());
+}
+
+// INT4 (R = 1) against bf16 over 149 teacher-forced positions: really quantized (not bf16's
+// logprobs), within 10x int8's distance (on the CPU int4's logit error is about 4x int8's), and
+// a prompt computed 7 tokens per step -- blocks filled and quantized across steps, partial
+// residual blocks read by later chunks -- lands far closer to the whole prompt's than to bf16's:
+// which precision each key is read at depends on (position, block) alone.
+TEST_F(CudaEngineTest, Int4PromptLogprobsStayCloseToBf16InAnyChunking) {
+  const std::vector<float> bf16 = prompt_logprobs(DType::kBF16, 256);
+  const std::vector<float> int8 = prompt_logprobs(DType::kI8, 256);
+  const std::vector<float> int4 = prompt_logprobs(DType::kI4, 256);
+  const std::vector<float> int4_chunked = prompt_logprobs(DType::kI4, 7);
+  ASSERT_EQ(bf16.size(), 149u);
+  const double int8_error = mean_abs_diff(int8, bf16);
+  const double int4_error = mean_abs_diff(int4, bf16);
+  const double chunking = mean_abs_diff(int4_chunked, int4);
+  std::printf("[ int4 ] mean |logprob - bf16's|: int8 %.3g, int4 %.3g; chunks of 7 %.3g\n",
+              int8_error, int4_error, chunking);
+  EXPECT_GT(int4_error, 0.0);
+  EXPECT_LE(int4_error, 10.0 * int8_error);
+  EXPECT_LE(chunking, 0.3 * int4_error);
 }
 
 }  // namespace

@@ -226,6 +226,23 @@ TEST(ResidualPoolSizingTest, SchedulerLimitsBoundTheResidualPool) {
   EXPECT_EQ(r.head_dim, 64);
 }
 
+// The GPU runner keeps its residual pool in bf16 (its activations' precision): the same shape,
+// uniform whatever the main pool's exceptions, at half the CPU's F32 bytes.
+TEST(ResidualPoolSizingTest, TheResidualSpecTakesTheBackendsFullPrecision) {
+  KvSpec spec{.num_layers = 3, .num_kv_heads = 2, .head_dim = 64, .dtype = DType::kI4};
+  spec.layer_dtypes = {DType::kBF16, DType::kI4, DType::kI4};
+  const KvSpec r = residual_spec(spec, DType::kBF16);
+  EXPECT_EQ(r.dtype, DType::kBF16);
+  EXPECT_TRUE(r.layer_dtypes.empty());
+  EXPECT_EQ(r.num_layers, 3);
+  EXPECT_EQ(r.num_kv_heads, 2);
+  EXPECT_EQ(r.head_dim, 64);
+  EXPECT_FALSE(needs_residual_pool(r));
+  // 3 layers x K and V x 2 heads x 16 tokens x 64 channels x 2 bytes.
+  EXPECT_EQ(KvLayout(r, 16).block_bytes(), 3 * 2 * 2 * 16 * 64 * 2);
+  EXPECT_EQ(KvLayout(residual_spec(spec), 16).block_bytes(), 2 * KvLayout(r, 16).block_bytes());
+}
+
 TEST_F(ResidualPoolTest, TheLayoutBuilderEmitsEachSequencesResidualEntriesAndSlots) {
   KvCacheManager m = make(/*r=*/2, /*residual_num_blocks=*/12, /*num_blocks=*/12);
   BlockTable a(kBs);

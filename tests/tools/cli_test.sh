@@ -96,7 +96,7 @@ expect_error fp8-without-scales "calculate-kv-scales" generate --model "$model" 
 expect_error bad-kv-dtype "kv-cache-dtype 'fp4' is not supported" generate --model "$model" \
   --prompt-ids 1 --kv-cache-dtype fp4
 # int4 (KIVI) runs on the CPU with its residual pool; a residual that is not a multiple of the
-# block size, the flag without int4, and int4 on the GPU are one line each
+# block size and the flag without int4 are one line each
 out=$("$strata" generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
       --ignore-eos --json --kv-cache-dtype int4 --kv-int4-residual 32) \
   || fail "int4 generate exited non-zero"
@@ -115,8 +115,6 @@ expect_error int4-bad-residual "--kv-int4-residual 5 must be a positive multiple
   generate --model "$model" --prompt-ids 1 --kv-cache-dtype int4 --kv-int4-residual 5
 expect_error int4-residual-without-int4 "applies to --kv-cache-dtype int4 only" \
   bench --model "$model" --kv-cache-dtype int8 --kv-int4-residual 16
-expect_error int4-on-cuda "int4 KV cache is CPU-only for now" bench --model "$model" \
-  --device cuda --kv-cache-dtype int4
 expect_error plan-bad-kv-dtype "kv-cache-dtype 'int2' is not supported" plan --model "$model" \
   --kv-cache-dtype int2
 expect_error bench-bad-kv-dtype "kv-cache-dtype 'e4m3' is not supported" bench --model "$model" \

@@ -95,7 +95,10 @@ python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=
   <<<"$out" && ok || fail "--device cuda int8 JSON"
 "$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --ignore-eos --device cuda \
   "${small_pool[@]}" | grep -q "^finish       length after 2 tokens" && ok || fail "--device cuda table"
-expect_error cuda-int4 "int4 KV cache is CPU-only" generate --model "$model" --prompt-ids 1 \
-  --device cuda --kv-cache-dtype int4
+# int4 (KIVI) with its bf16 residual pool on the device (R = 2 blocks)
+out=$("$strata" "${cuda[@]}" --kv-cache-dtype int4 --kv-int4-residual 32) \
+  || fail "--kv-cache-dtype int4 exited non-zero"
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int4" and len(j["output_ids"])==8 and j["kv_residual_blocks"] > 1, j' \
+  <<<"$out" && ok || fail "--device cuda int4 JSON"
 
 finish generate_device_test_gpu

@@ -21,12 +21,14 @@ void print_pool(const Engine& engine) {
   const std::string scales = engine.kv_scales_source().empty()
                                  ? std::string()
                                  : "; fp8 scales: " + engine.kv_scales_source();
-  // INT4: the full-precision residual pool the int4 pool was sized after.
+  // INT4: the full-precision residual pool the int4 pool was sized after (the backend's model
+  // precision: f32 on the CPU, bf16 on the GPU).
   char residual[160] = "";
   if (engine.num_residual_blocks() > 0) {
     std::snprintf(residual, sizeof residual,
-                  " + residual %d blocks x %d tokens f32 (%.1f MiB, --kv-int4-residual %d)",
+                  " + residual %d blocks x %d tokens %s (%.1f MiB, --kv-int4-residual %d)",
                   engine.num_residual_blocks() - 1, engine.config().block_size,
+                  engine.device() == Device::kCuda ? "bf16" : "f32",
                   static_cast<double>(engine.residual_bytes()) / (1024.0 * 1024.0),
                   engine.kv_int4_residual_blocks() * engine.config().block_size);
   }

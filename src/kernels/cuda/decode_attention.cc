@@ -38,12 +38,21 @@ Status validate(const DecodeAttentionParams& p) {
       c.k_data == nullptr || c.v_data == nullptr) {
     return Status::InvalidArgument("decode attention needs q, o, the paged layout and K/V");
   }
-  const bool quantized = is_quantized_kv(c.dtype);
+  const bool int4 = c.dtype == kInt4KvDType;
+  const bool quantized = is_quantized_kv(c.dtype) || int4;
   if (!quantized && !contains(kKvDTypes, c.dtype)) {
-    return Status::Unsupported("decode attention reads BF16, F16, FP8 and INT8 caches, not " +
+    return Status::Unsupported("decode attention reads BF16, F16, FP8, INT8 and INT4 caches, not " +
                                std::string(dtype_name(c.dtype)));
   }
-  const int64_t elem = dtype_size(c.dtype);
+  if (int4) {
+    STRATA_RETURN_IF_ERROR(validate_int4_residual(c, p.residual, p.layout, p.qo_dtype));
+    if (p.workspace_bytes <
+        decode_attention_workspace_bytes(p.layout.num_seqs, p.num_qo_heads, c.head_dim, 2)) {
+      return Status::InvalidArgument(
+          "decode attention over an int4 cache needs decode_attention_workspace_bytes(.., 2)");
+    }
+  }
+  const int64_t elem = kv_stride_unit_bytes(c.dtype);
   const int64_t qo_elem = dtype_size(quantized ? p.qo_dtype : c.dtype);
   const int64_t row = static_cast<int64_t>(p.num_qo_heads) * c.head_dim;
   if (p.q_seq_stride < row || p.o_seq_stride < row) {
@@ -111,7 +120,7 @@ Status decode_attention(const DecodeAttentionParams& params, cudaStream_t stream
     auto run = [&]<int32_t kHeadDim>() {
       return detail::run_decode_attention<kQ, kKv, kHeadDim>(params, stream);
     };
-    if constexpr (is_quantized_kv(kKv)) {
+    if constexpr (is_quantized_kv(kKv) || kKv == kInt4KvDType) {
       return dispatch_value<kQuantizedKvHeadDims>(params.cache.head_dim, "head_dim", run);
     } else {
       return dispatch_value<kAttentionHeadDims>(params.cache.head_dim, "head_dim", run);

@@ -62,7 +62,8 @@ namespace strata::cuda::detail {
 
 template <DType kKvDType, int kHeadDim>
 struct DecodeShape {
-  static constexpr bool kQuant = is_quantized_kv(kKvDType);
+  static constexpr bool kI4 = kKvDType == DType::kI4;
+  static constexpr bool kQuant = is_quantized_kv(kKvDType) || kI4;
   static constexpr int kWarps = kDecodeThreads / 32;
   static constexpr int kTileTokens = 16;
   // Three buffers per warp (two tiles in flight) for head dims up to 128: two blocks per SM. Two
@@ -74,9 +75,16 @@ struct DecodeShape {
   static constexpr int kTileElems = kTileTokens * kPitch;
   // Codes: bytes per row. The pitches keep each quarter-warp's 16-byte loads on distinct banks
   // (K: rows g, g + 1 at byte t * D/4; V: rows 2t.. at byte g * D/8).
-  static constexpr int kKPitch = kHeadDim == 64 ? 64 : kHeadDim + 16;
-  static constexpr int kVPitch = kHeadDim + 16;
-  static constexpr int kScaleBytes = kKvDType == DType::kI8 ? 2 * kTileTokens * 2 : 0;
+  // INT4 rows are D/2 bytes: K at pitch D/2 (a quarter-warp's 16-byte loads, rows g, g + 1 at
+  // byte t * D/8, cover 128 distinct bytes), V at D/2 + 16 (rows 2t at byte g * D/16).
+  static constexpr int kKPitch = kI4 ? kHeadDim / 2 : (kHeadDim == 64 ? 64 : kHeadDim + 16);
+  static constexpr int kVPitch = kI4 ? kHeadDim / 2 + 16 : kHeadDim + 16;
+  // INT8: 16 K and 16 V scales. INT4: K's scales and zero points of the tile's two 8-token
+  // halves ([2][2][D] fp16; one block when block_size >= 16, then only half 0 is loaded), then
+  // V's 16 scales and 16 zero points.
+  static constexpr int kKStatHalf = 2 * kHeadDim;  // fp16 per half: scales, then zero points
+  static constexpr int kScaleBytes =
+      kKvDType == DType::kI8 ? 2 * kTileTokens * 2 : (kI4 ? 2 * kKStatHalf * 2 + 2 * kTileTokens * 2 : 0);
   static constexpr int kStageBytes =
       kQuant ? kTileTokens * (kKPitch + kVPitch) + kScaleBytes
              : 2 * kTileElems * static_cast<int>(sizeof(uint16_t));
@@ -98,6 +106,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     decode_attention_kernel(const __grid_constant__ DecodeKernelArgs a) {
   using Shape = DecodeShape<kKvDType, kHeadDim>;
   constexpr bool kQuant = Shape::kQuant;
+  constexpr bool kI4 = Shape::kI4;
   static_assert(kQuant || kQDType == kKvDType);
   pdl_launch_dependents();
   pdl_wait();
@@ -126,8 +135,20 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int g = lane >> 2;
   const int t = lane & 3;
 
-  const SeqExtent ext =
-      seq_extent(a.kv_indptr, a.kv_last_page_len, a.block_size, a.window_left, seq);
+  SeqExtent ext = seq_extent(a.kv_indptr, a.kv_last_page_len, a.block_size, a.window_left, seq);
+  const int32_t* pages = a.kv_indices + ext.page_begin;
+  int first_page = 0;  // lowest logical block a load may touch
+  if (a.part != kWholeRange) {
+    const int split_at =
+        ext.kv_len > 0 ? int4_keys(ext.kv_len - 1, a.block_size, a.residual_blocks) : 0;
+    if (a.part == kInt4Part) {
+      ext.kv_len = split_at > ext.begin ? split_at : 0;  // no tile without an attended token
+    } else {
+      ext.begin = max(ext.begin, split_at);
+      first_page = a.res_first_block[seq];
+      pages = a.kv_indices + a.res_indptr[seq] - first_page;
+    }
+  }
   const int lo = (ext.begin & ~(kT - 1)) + split * a.chunk_tokens;
   const int hi = split == a.num_splits - 1 ? ext.kv_len : min(ext.kv_len, lo + a.chunk_tokens);
   const int num_tiles = hi > lo ? (hi - lo + kT - 1) / kT : 0;
@@ -163,7 +184,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
   const KvT* k_head = static_cast<const KvT*>(a.k_data) + kv_head * a.head_stride;
   const KvT* v_head = static_cast<const KvT*>(a.v_data) + kv_head * a.head_stride;
-  const int32_t* pages = a.kv_indices + ext.page_begin;
   const int in_block_mask = a.block_size - 1;
 
   extern __shared__ uint4 smem[];
@@ -186,15 +206,18 @@ __global__ void __launch_bounds__(kDecodeThreads)
   auto load_pages = [&](int i) {
     const int t0 = lo + (warp + kWarps * i) * kT;
     const int last = ext.num_pages - 1;
-    next_page0 = pages[min(t0 >> a.log2_block_size, last)];
-    next_page1 = a.block_size >= kT ? next_page0 : pages[min((t0 + 8) >> a.log2_block_size, last)];
+    next_page0 = pages[min(max(t0 >> a.log2_block_size, first_page), last)];
+    next_page1 = a.block_size >= kT
+                     ? next_page0
+                     : pages[min(max((t0 + 8) >> a.log2_block_size, first_page), last)];
   };
   auto issue = [&](int i) {
     const int st = i % kStages;
     const int t0 = lo + (warp + kWarps * i) * kT;
     // K/V rows: 16-byte vectors of codes or of 16-bit values; pitches in elements of KvT.
     constexpr int kVecElems = 16 / static_cast<int>(sizeof(KvT));
-    constexpr int kVecs = kHeadDim / kVecElems;
+    constexpr int kVecs = (kI4 ? kHeadDim / 2 : kHeadDim) / kVecElems;
+    static_assert(kT * kVecs % 32 == 0);
     constexpr int kKRow = kQuant ? Shape::kKPitch : kPitch;
     constexpr int kVRow = kQuant ? Shape::kVPitch : kPitch;
 #pragma unroll
@@ -221,6 +244,36 @@ __global__ void __launch_bounds__(kDecodeThreads)
             static_cast<int64_t>(half == 0 ? next_page0 : next_page1) * a.scale_block_stride +
             kv_head * a.scale_head_stride + (tok & in_block_mask);
         cp_async16_prefix(scale_buf(st) + 8 * lane, valid > 0 ? base + off : base, 2 * valid);
+      }
+    }
+    if constexpr (kI4) {
+      // K's statistics: [half][scales, zeros][D], 16-byte vectors; the second half only when
+      // blocks are 8 tokens (else both halves are one block's and half 0 serves both).
+      constexpr int kStatVecs = Shape::kKStatHalf / 8;  // per half
+      const int halves = a.block_size >= kT ? 1 : 2;
+      for (int i = lane; i < halves * kStatVecs; i += 32) {
+        const int half = i / kStatVecs;
+        const int j = i % kStatVecs;
+        const bool zero = j >= kStatVecs / 2;
+        const uint16_t* base = zero ? a.k_zeros : a.k_scales;
+        const int64_t off = static_cast<int64_t>(half == 0 ? next_page0 : next_page1) *
+                                a.scale_block_stride +
+                            kv_head * a.k_stat_head_stride + (j % (kStatVecs / 2)) * 8;
+        cp_async16(scale_buf(st) + half * Shape::kKStatHalf + (zero ? kHeadDim : 0) +
+                       (j % (kStatVecs / 2)) * 8,
+                   base + off);
+      }
+      // V's: lanes 0-3 copy scales of tokens 0-7, 8-15, then zero points; zeros past the end.
+      if (lane < 4) {
+        const int half = lane & 1;
+        const int tok = t0 + 8 * half;
+        const int valid = min(max(hi - tok, 0), 8);
+        const uint16_t* base = lane < 2 ? a.v_scales : a.v_zeros;
+        const int64_t off =
+            static_cast<int64_t>(half == 0 ? next_page0 : next_page1) * a.scale_block_stride +
+            kv_head * a.scale_head_stride + (tok & in_block_mask);
+        cp_async16_prefix(scale_buf(st) + 2 * Shape::kKStatHalf + 8 * lane,
+                          valid > 0 ? base + off : base, 2 * valid);
       }
     }
   };
@@ -253,7 +306,27 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const KvT* vs = v_buf(st);
     // S = Q K^T: n-tile 0 = tokens 0..7, 1 = tokens 8..15.
     float s[2][4] = {};
-    if constexpr (kQuant) {
+    if constexpr (kI4) {
+      // Rows g and g + 8, this lane's D/4 channels (D/8 bytes), unpacked into byte codes in the
+      // same permuted order as the 8-bit codes, dequantized in fp16 with their channels'
+      // statistics (code * s + z, one rounding), then the products.
+      const uint16_t* kstat = scale_buf(st);
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        uint32_t kw[kChunks];
+        load_int4_row<kHeadDim / 8>(ks + (g + 8 * n) * Shape::kKPitch + t * (kHeadDim / 8), kw);
+        const uint16_t* stat =
+            kstat + (n == 1 && a.block_size < kT ? Shape::kKStatHalf : 0) + t * (kHeadDim / 4);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const uint2 sc = *reinterpret_cast<const uint2*>(stat + 4 * c);
+          const uint2 zp = *reinterpret_cast<const uint2*>(stat + kHeadDim + 4 * c);
+          uint32_t b0, b1;
+          u4codes4_to_f16x2(kw[c], b0, b1);
+          mma_16816<kDType>(s[n], qf[c], hfma2_bits(b0, sc.x, zp.x), hfma2_bits(b1, sc.y, zp.y));
+        }
+      }
+    } else if constexpr (kQuant) {
       // Rows g and g + 8, this lane's D/4 bytes (the permuted channel order above).
       constexpr int kWords = kHeadDim / 16;  // = kChunks
       uint32_t kw[2][kWords];
@@ -348,7 +421,35 @@ __global__ void __launch_bounds__(kDecodeThreads)
     pf[1] = kUpper ? pack2<kDType>(s[0][2], s[0][3]) : 0u;
     pf[2] = pack2<kDType>(s[1][0], s[1][1]);
     pf[3] = kUpper ? pack2<kDType>(s[1][2], s[1][3]) : 0u;
-    if constexpr (kQuant) {
+    if constexpr (kI4) {
+      // As the 8-bit codes below, from D/16 bytes of each row unpacked; each pair of tokens is
+      // dequantized with its two tokens' statistics.
+      constexpr int kVBytes = kHeadDim / 8;  // channels per lane
+      const uint16_t* vstat = scale_buf(st) + 2 * Shape::kKStatHalf;
+      const uint32_t s_lo = *reinterpret_cast<const uint32_t*>(vstat + 2 * t);
+      const uint32_t s_hi = *reinterpret_cast<const uint32_t*>(vstat + 2 * t + 8);
+      const uint32_t z_lo = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t);
+      const uint32_t z_hi = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t + 8);
+      uint32_t vw[4][kVBytes / 4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        load_int4_row<kHeadDim / 16>(
+            vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch + g * (kHeadDim / 16), vw[r]);
+      }
+#pragma unroll
+      for (int w = 0; w < kVBytes / 4; ++w) {
+        uint32_t b0[4], b1[4];
+        u4codes4_to_f16x2(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
+        u4codes4_to_f16x2(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
+        u4codes4_to_f16x2(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
+        u4codes4_to_f16x2(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          mma_16816<kDType>(o[4 * w + e], pf, hfma2_bits(b0[e], s_lo, z_lo),
+                            hfma2_bits(b1[e], s_hi, z_hi));
+        }
+      }
+    } else if constexpr (kQuant) {
       // O += P V: rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), this lane's D/8 channels; the
       // byte transpose pairs the two tokens of each channel, channel j feeding n-tile j.
       constexpr int kVBytes = kHeadDim / 8;
@@ -477,7 +578,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
         if (a.lse_log2 != nullptr) a.lse_log2[idx] = lse2;
       }
     } else {
-      const int64_t idx = (static_cast<int64_t>(split) * a.num_seqs + seq) * a.num_qo_heads + head;
+      const int64_t idx =
+          (static_cast<int64_t>(a.split_base + split) * a.num_seqs + seq) * a.num_qo_heads + head;
       float4* dst = reinterpret_cast<float4*>(a.partial_o + idx * kHeadDim + c * 8);
       dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
       dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
@@ -486,7 +588,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
   if (a.partial_o == nullptr) return;
   int32_t* counter = a.split_counters + static_cast<int64_t>(seq) * gridDim.y + blockIdx.y;
-  if (!last_split_done(counter, a.num_splits)) return;
+  if (!last_split_done(counter, a.merge_splits)) return;
   merge_split_rows<kQDType, kHeadDim>(a, seq, qo_head0, g_count);
 }
 

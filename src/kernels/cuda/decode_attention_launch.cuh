@@ -98,14 +98,15 @@ inline int32_t effective_kv_len(const DecodeAttentionParams& p) {
   return p.window_left >= 0 ? std::min(p.max_kv_len, p.window_left + 1) : p.max_kv_len;
 }
 
-// Points the kernel at the workspace's partials (split) or the caller's outputs (unsplit).
+// Points the kernel at the workspace's partials (merge_splits > 1: this launch's splits among
+// them from split_base) or the caller's outputs (unsplit).
 inline float* bind_outputs(const DecodeAttentionParams& p, DecodeKernelArgs& a) {
   const DecodeWorkspaceLayout ws =
-      decode_workspace_layout(a.num_seqs, p.num_qo_heads, p.cache.head_dim, a.num_splits);
+      decode_workspace_layout(a.num_seqs, p.num_qo_heads, p.cache.head_dim, a.merge_splits);
   char* ws_base = static_cast<char*>(p.workspace);
   float* lse_log2 =
       p.attn_mass != nullptr ? reinterpret_cast<float*>(ws_base + ws.lse_log2_offset) : nullptr;
-  if (a.num_splits > 1) {
+  if (a.merge_splits > 1) {
     a.partial_o = reinterpret_cast<float*>(ws_base + ws.partial_o_offset);
     a.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
     a.split_counters = reinterpret_cast<int32_t*>(ws_base);
@@ -155,7 +156,7 @@ Status finish_attention_mass(const DecodeAttentionParams& p, const DecodeKernelA
 template <DType kKvDType, int kHeadDim>
 Status finish_decode(const DecodeAttentionParams& p, const DecodeKernelArgs& a, float* lse_log2,
                      cudaStream_t stream) {
-  if constexpr (is_quantized_kv(kKvDType)) {
+  if constexpr (is_quantized_kv(kKvDType) || kKvDType == DType::kI4) {
     return Status::Ok();  // the launcher refuses attn_mass on quantized caches
   } else {
     return finish_attention_mass<kKvDType, kHeadDim>(p, a, lse_log2, stream);
@@ -174,47 +175,169 @@ int resident_blocks(Kernel kernel, size_t smem_bytes) {
   return n;
 }
 
+// One decode kernel instance, configured once: its dynamic shared memory beyond the default
+// 48 KiB allowed, and its blocks per SM.
 template <DType kQDType, DType kKvDType, int kHeadDim, int kRows>
-Status launch_decode(const DecodeAttentionParams& p, cudaStream_t stream) {
+struct DecodeInstance {
   using Shape = DecodeShape<kKvDType, kHeadDim>;
-  auto* kernel = decode_attention_kernel<kQDType, kKvDType, kHeadDim, kRows>;
-  constexpr size_t kSmemBytes = Shape::kSmemBytes;
-  // Once per instance: allow the dynamic shared memory beyond the default 48 KiB.
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
-  STRATA_CUDA_CHECK(configured);
-  static const int blocks_per_sm = resident_blocks(kernel, kSmemBytes);
-  const int32_t group_size = p.num_qo_heads / p.cache.num_kv_heads;
-  const int32_t q_tiles = static_cast<int32_t>(ceil_div(group_size, kRows));
-  DecodeKernelArgs a = decode_args(p, q_tiles);
-  const int32_t effective_len = effective_kv_len(p);
-  const int64_t unsplit_blocks = static_cast<int64_t>(a.num_seqs) * p.cache.num_kv_heads * q_tiles;
-  a.num_splits = plan_num_splits(p, unsplit_blocks, effective_len, blocks_per_sm);
+  static constexpr auto* kKernel = decode_attention_kernel<kQDType, kKvDType, kHeadDim, kRows>;
+  static Result<int> blocks_per_sm() {
+    static const cudaError_t configured =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(Shape::kSmemBytes));
+    STRATA_CUDA_CHECK(configured);
+    static const int blocks = resident_blocks(kKernel, Shape::kSmemBytes);
+    return blocks;
+  }
+  static Status launch(const DecodeKernelArgs& a, int32_t num_kv_heads, cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>(a.num_seqs),
+                    static_cast<unsigned>(num_kv_heads * a.q_tiles),
+                    static_cast<unsigned>(a.num_splits));
+    const cudaError_t err =
+        launch_pdl(kKernel, grid, dim3(kDecodeThreads), Shape::kSmemBytes, stream, a);
+    if (err != cudaSuccess) {
+      return cuda_error_status(err, a.part == kResidualPart ? "decode launch (int4 residual part)"
+                                    : a.part == kInt4Part   ? "decode launch (int4 part)"
+                                                            : "decode launch",
+                               __FILE__, __LINE__);
+    }
+    STRATA_CUDA_CHECK_LAUNCH();
+    return Status::Ok();
+  }
+};
+
+// Cuts [window start rounded down to 16, end) into a.num_splits chunks of whole 16-token tiles
+// (the count may shrink so that none is empty).
+inline void set_chunks(DecodeKernelArgs& a, int32_t effective_len) {
   a.chunk_tokens = 0;
   if (a.num_splits > 1) {
-    // Splits are whole 16-token tiles from the window start rounded down to 16.
-    constexpr int kT = Shape::kTileTokens;
+    constexpr int kT = 16;  // DecodeShape::kTileTokens
     const int64_t tiles = ceil_div(effective_len + kT - 1, kT);
     const int64_t chunk_tiles = ceil_div(tiles, a.num_splits);
     a.num_splits = static_cast<int32_t>(ceil_div(tiles, chunk_tiles));
     a.chunk_tokens = static_cast<int32_t>(chunk_tiles * kT);
   }
+}
+
+template <DType kQDType, DType kKvDType, int kHeadDim, int kRows>
+Status launch_decode(const DecodeAttentionParams& p, cudaStream_t stream) {
+  using Instance = DecodeInstance<kQDType, kKvDType, kHeadDim, kRows>;
+  static_assert(DecodeShape<kKvDType, kHeadDim>::kTileTokens == 16);
+  const Result<int> blocks_per_sm = Instance::blocks_per_sm();
+  if (!blocks_per_sm.ok()) return blocks_per_sm.status();
+  const int32_t group_size = p.num_qo_heads / p.cache.num_kv_heads;
+  const int32_t q_tiles = static_cast<int32_t>(ceil_div(group_size, kRows));
+  DecodeKernelArgs a = decode_args(p, q_tiles);
+  const int32_t effective_len = effective_kv_len(p);
+  const int64_t unsplit_blocks = static_cast<int64_t>(a.num_seqs) * p.cache.num_kv_heads * q_tiles;
+  a.num_splits = plan_num_splits(p, unsplit_blocks, effective_len, blocks_per_sm.value());
+  set_chunks(a, effective_len);
+  a.merge_splits = a.num_splits;
   float* lse_log2 = bind_outputs(p, a);
-  const dim3 grid(static_cast<unsigned>(a.num_seqs),
-                  static_cast<unsigned>(p.cache.num_kv_heads * q_tiles),
-                  static_cast<unsigned>(a.num_splits));
-  launch_pdl(kernel, grid, dim3(kDecodeThreads), kSmemBytes, stream, a);
-  STRATA_CUDA_CHECK_LAUNCH();
+  STRATA_RETURN_IF_ERROR(Instance::launch(a, p.cache.num_kv_heads, stream));
   return finish_decode<kKvDType, kHeadDim>(p, a, lse_log2, stream);
+}
+
+// The residual half of an INT4 launch: the 16-bit kernel over the residual pool. Planned and
+// launched by these two, instantiated only in the 16-bit instance files (instances/decode_*.cu)
+// and declared extern in the INT4 ones, so that each kernel is compiled into one translation
+// unit: a template kernel compiled into two is two device functions, and the shared-memory
+// attribute set on one need not be the one a launch uses.
+template <DType kQDType, int kHeadDim, int kRows>
+Result<DecodeKernelArgs> plan_residual_part(const DecodeAttentionParams& rp, int32_t q_tiles,
+                                            int64_t unsplit_blocks, int32_t residual_len) {
+  const Result<int> blocks = DecodeInstance<kQDType, kQDType, kHeadDim, kRows>::blocks_per_sm();
+  if (!blocks.ok()) return blocks.status();
+  DecodeKernelArgs b = decode_args(rp, q_tiles);
+  b.num_splits = plan_num_splits(rp, unsplit_blocks, residual_len, blocks.value());
+  set_chunks(b, residual_len);
+  return b;
+}
+
+template <DType kQDType, int kHeadDim, int kRows>
+Status launch_residual_part(const DecodeKernelArgs& b, int32_t num_kv_heads, cudaStream_t stream) {
+  return DecodeInstance<kQDType, kQDType, kHeadDim, kRows>::launch(b, num_kv_heads, stream);
+}
+
+// The explicit instantiations (prefix `template`) or declarations (`extern template`) of the
+// residual half for one (q dtype, head dim, rows).
+#define STRATA_DECODE_RESIDUAL_PART(prefix, kQ, kHeadDim, kRows)                               \
+  prefix Result<DecodeKernelArgs> plan_residual_part<kQ, kHeadDim, kRows>(                      \
+      const DecodeAttentionParams&, int32_t, int64_t, int32_t);                                 \
+  prefix Status launch_residual_part<kQ, kHeadDim, kRows>(const DecodeKernelArgs&, int32_t,    \
+                                                          cudaStream_t)
+
+// INT4 (KIVI): the int4 range through the INT4 instance, then the residual window through the
+// 16-bit instance over the residual pool; the two launches' splits share the partial arrays and
+// one merge counter, so the residual launch's last block merges both.
+template <DType kQDType, int kHeadDim, int kRows>
+Status launch_decode_int4(const DecodeAttentionParams& p, cudaStream_t stream) {
+  using Int4 = DecodeInstance<kQDType, DType::kI4, kHeadDim, kRows>;
+  const Result<int> int4_blocks = Int4::blocks_per_sm();
+  if (!int4_blocks.ok()) return int4_blocks.status();
+  const int32_t group_size = p.num_qo_heads / p.cache.num_kv_heads;
+  const int32_t q_tiles = static_cast<int32_t>(ceil_div(group_size, kRows));
+  const int64_t unsplit_blocks =
+      static_cast<int64_t>(p.layout.num_seqs) * p.cache.num_kv_heads * q_tiles;
+  const int32_t window = (p.layout.residual_blocks + 1) * p.cache.block_size;
+  const int32_t effective_len = effective_kv_len(p);
+
+  DecodeAttentionParams rp = p;  // the residual window: 16-bit blocks by the residual tables
+  rp.cache = p.residual;
+  rp.layout.kv_indices = p.layout.res_indices;
+  rp.num_splits = 0;
+  Result<DecodeKernelArgs> planned = plan_residual_part<kQDType, kHeadDim, kRows>(
+      rp, q_tiles, unsplit_blocks, std::min(effective_len, window));
+  if (!planned.ok()) return planned.status();
+  DecodeKernelArgs b = planned.value();
+  DecodeKernelArgs a = decode_args(p, q_tiles);  // the int4 range
+  a.num_splits = plan_num_splits(p, unsplit_blocks, effective_len, int4_blocks.value());
+  set_chunks(a, effective_len);
+  // Both launches' splits in one workspace.
+  while (a.num_splits > 1 &&
+         (a.num_splits + b.num_splits > kMaxDecodeSplits ||
+          decode_workspace_layout(p.layout.num_seqs, p.num_qo_heads, kHeadDim,
+                                  a.num_splits + b.num_splits)
+                  .total_bytes > p.workspace_bytes)) {
+    --a.num_splits;
+    set_chunks(a, effective_len);
+  }
+  const int32_t total = a.num_splits + b.num_splits;
+  if (p.workspace == nullptr ||
+      decode_workspace_layout(p.layout.num_seqs, p.num_qo_heads, kHeadDim, total).total_bytes >
+          p.workspace_bytes) {
+    return Status::InvalidArgument(
+        "decode attention over an int4 cache needs decode_attention_workspace_bytes(.., 2)");
+  }
+  for (DecodeKernelArgs* x : {&a, &b}) {
+    x->residual_blocks = p.layout.residual_blocks;
+    x->res_indptr = p.layout.res_indptr;
+    x->res_first_block = p.layout.res_first_block;
+    x->merge_splits = total;
+  }
+  a.part = kInt4Part;
+  b.part = kResidualPart;
+  b.split_base = a.num_splits;
+  bind_outputs(p, a);
+  bind_outputs(p, b);
+  STRATA_RETURN_IF_ERROR(Int4::launch(a, p.cache.num_kv_heads, stream));
+  return launch_residual_part<kQDType, kHeadDim, kRows>(b, p.cache.num_kv_heads, stream);
 }
 
 template <DType kQDType, DType kKvDType, int32_t kHeadDim>
 Status run_decode_attention(const DecodeAttentionParams& params, cudaStream_t stream) {
   // Groups of up to 8 query heads use the lower half of the m16 tiles only.
-  if (params.num_qo_heads / params.cache.num_kv_heads <= 8) {
-    return launch_decode<kQDType, kKvDType, kHeadDim, 8>(params, stream);
+  if constexpr (kKvDType == DType::kI4) {
+    if (params.num_qo_heads / params.cache.num_kv_heads <= 8) {
+      return launch_decode_int4<kQDType, kHeadDim, 8>(params, stream);
+    }
+    return launch_decode_int4<kQDType, kHeadDim, 16>(params, stream);
+  } else {
+    if (params.num_qo_heads / params.cache.num_kv_heads <= 8) {
+      return launch_decode<kQDType, kKvDType, kHeadDim, 8>(params, stream);
+    }
+    return launch_decode<kQDType, kKvDType, kHeadDim, 16>(params, stream);
   }
-  return launch_decode<kQDType, kKvDType, kHeadDim, 16>(params, stream);
 }
 
 }  // namespace strata::cuda::detail

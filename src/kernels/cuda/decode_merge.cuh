@@ -52,7 +52,7 @@ __device__ void merge_split_rows(const DecodeKernelArgs& a, int seq, int head0, 
 #pragma unroll
     for (int i = 0; i < kLaneSplits; ++i) {
       const int z = lane + 32 * i;
-      w[i] = z < a.num_splits ? __ldcg(a.partial_lse + z * stride + idx0) : -INFINITY;
+      w[i] = z < a.merge_splits ? __ldcg(a.partial_lse + z * stride + idx0) : -INFINITY;
       mx = fmaxf(mx, w[i]);
     }
 #pragma unroll
@@ -69,7 +69,7 @@ __device__ void merge_split_rows(const DecodeKernelArgs& a, int seq, int head0, 
     const float* po = a.partial_o + idx0 * kHeadDim + lane * kPer;
 #pragma unroll
     for (int i = 0; i < kLaneSplits; ++i) {
-      const int n = min(32, a.num_splits - 32 * i);
+      const int n = min(32, a.merge_splits - 32 * i);
 #pragma unroll 4
       for (int zz = 0; zz < n; ++zz) {
         const float wz = __shfl_sync(0xffffffffu, w[i], zz);

@@ -31,6 +31,12 @@ constexpr bool is_quantized_kv(DType d) {
   return d == DType::kF8E4M3 || d == DType::kF8E5M2 || d == DType::kI8;
 }
 
+// INT4 (KIVI; docs/kv-quant.md "INT4"): codes two per byte with per-block statistics, read with a
+// full-precision residual pool for each sequence's newest blocks (DecodeAttentionParams::residual).
+// Same q/o dtypes and head dims as kQuantizedKvDTypes; kept out of that set because its append
+// and attention take the residual pool too.
+inline constexpr DType kInt4KvDType = DType::kI4;
+
 // Head dims with instantiated attention kernels; 96 and 256 behind STRATA_CUDA_EXTRA_HEAD_DIMS.
 #ifdef STRATA_CUDA_EXTRA_HEAD_DIMS
 inline constexpr std::array<int32_t, 4> kAttentionHeadDims = {64, 96, 128, 256};
@@ -79,10 +85,29 @@ Status dispatch_kv_dtype(DType dtype, F&& f) {
   (std::make_index_sequence<kKvDTypes.size()>{});
 }
 
+// Bytes of one unit of a view's strides: the element size, or 1 for INT4 (whose views count
+// bytes; paged_kv.h).
+inline int64_t kv_stride_unit_bytes(DType dtype) {
+  return dtype == DType::kI4 ? 1 : dtype_size(dtype);
+}
+
 // What a quantized view must carry before a kernel reads or writes it: positive finite FP8
-// scales, INT8 scale pointers (16-byte aligned, as every layer area of the pool is).
+// scales, INT8 scale pointers, INT4 scale and zero-point pointers (16-byte aligned, as every
+// layer area of the pool is, with strides in whole 16-byte vectors).
 inline Status validate_kv_scales(const PagedKvCacheView& c) {
-  if (c.dtype == DType::kI8) {
+  if (c.dtype == DType::kI4) {
+    const void* stats[] = {c.k_scale_data, c.v_scale_data, c.k_zero_data, c.v_zero_data};
+    for (const void* s : stats) {
+      if (s == nullptr || reinterpret_cast<uintptr_t>(s) % 16 != 0) {
+        return Status::InvalidArgument(
+            "an int4 KV cache needs 16-byte aligned scale and zero-point areas (PagedKvCacheView)");
+      }
+    }
+    if (c.scale_block_stride % 8 != 0 || c.scale_head_stride % 8 != 0 ||
+        c.k_stat_head_stride % 8 != 0 || c.k_stat_head_stride < c.head_dim) {
+      return Status::InvalidArgument("int4 KV statistics strides must be whole 16-byte vectors");
+    }
+  } else if (c.dtype == DType::kI8) {
     if (c.k_scale_data == nullptr || c.v_scale_data == nullptr ||
         reinterpret_cast<uintptr_t>(c.k_scale_data) % 16 != 0 ||
         reinterpret_cast<uintptr_t>(c.v_scale_data) % 16 != 0 || c.scale_block_stride % 8 != 0 ||
@@ -94,6 +119,32 @@ inline Status validate_kv_scales(const PagedKvCacheView& c) {
     if (!(c.k_scale > 0.0f && c.v_scale > 0.0f && c.k_scale < INFINITY && c.v_scale < INFINITY)) {
       return Status::InvalidArgument("an fp8 KV cache needs positive finite k_scale and v_scale");
     }
+  }
+  return Status::Ok();
+}
+
+// An INT4 attention launch's residual side (DecodeAttentionParams::residual): the residual view
+// in the query dtype with the cache's shape and 16-byte aligned rows, and the layout's residual
+// tables with R >= 1.
+inline Status validate_int4_residual(const PagedKvCacheView& cache, const PagedKvCacheView& r,
+                                     const PagedKvLayout& layout, DType qo_dtype) {
+  if (r.dtype != qo_dtype || r.num_kv_heads != cache.num_kv_heads ||
+      r.head_dim != cache.head_dim || r.block_size != cache.block_size || r.k_data == nullptr ||
+      r.v_data == nullptr) {
+    return Status::InvalidArgument(
+        "attention over an int4 cache needs a residual view in the query dtype with the cache's "
+        "KV heads, head_dim and block size");
+  }
+  const int64_t elem = dtype_size(r.dtype);
+  if (reinterpret_cast<uintptr_t>(r.k_data) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(r.v_data) % 16 != 0 || (r.block_stride * elem) % 16 != 0 ||
+      (r.head_stride * elem) % 16 != 0 || (r.token_stride * elem) % 16 != 0) {
+    return Status::InvalidArgument("the int4 residual view must be 16-byte aligned");
+  }
+  if (layout.res_indptr == nullptr || layout.res_indices == nullptr ||
+      layout.res_first_block == nullptr || layout.residual_blocks < 1) {
+    return Status::InvalidArgument(
+        "attention over an int4 cache needs the layout's residual tables and residual_blocks >= 1");
   }
   return Status::Ok();
 }
@@ -112,9 +163,15 @@ Status dispatch_dtype(DType dtype, const char* what, F&& f) {
 }
 
 // The (q/o dtype, KV dtype) pair of an attention kernel: f.template operator()<kQ, kKv>(). A
-// 16-bit cache pairs with its own dtype (qo_dtype is not read); a quantized one with qo_dtype.
+// 16-bit cache pairs with its own dtype (qo_dtype is not read); a quantized one (INT4 too) with
+// qo_dtype.
 template <typename F>
 Status dispatch_attention_dtypes(DType qo_dtype, DType kv_dtype, F&& f) {
+  if (kv_dtype == kInt4KvDType) {
+    return dispatch_dtype<kQuantizedKvQoDTypes>(
+        qo_dtype, "query dtype over a quantized cache",
+        [&]<DType kQ>() { return f.template operator()<kQ, kInt4KvDType>(); });
+  }
   if (is_quantized_kv(kv_dtype)) {
     return dispatch_dtype<kQuantizedKvDTypes>(kv_dtype, "KV dtype", [&]<DType kKv>() {
       return dispatch_dtype<kQuantizedKvQoDTypes>(

@@ -87,4 +87,16 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return r;
 }
 
+// The inverse: one register of two 16-bit values as floats (x = first element).
+template <DType kDType>
+__device__ __forceinline__ float2 unpack2(uint32_t pair) {
+  if constexpr (kDType == DType::kBF16) {
+    return make_float2(__uint_as_float(pair << 16), __uint_as_float(pair & 0xffff0000u));
+  } else {
+    __half2 h;
+    memcpy(&h, &pair, sizeof(h));
+    return __half22float2(h);
+  }
+}
+
 }  // namespace strata::cuda::detail

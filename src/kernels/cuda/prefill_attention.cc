@@ -30,12 +30,22 @@ Status validate(const PrefillAttentionParams& p) {
       c.k_data == nullptr || c.v_data == nullptr) {
     return Status::InvalidArgument("prefill attention needs q, o, qo_indptr, the layout and K/V");
   }
-  if (!is_quantized_kv(c.dtype) && !contains(kKvDTypes, c.dtype)) {
-    return Status::Unsupported("prefill attention reads BF16, F16, FP8 and INT8 caches, not " +
-                               std::string(dtype_name(c.dtype)));
+  const bool int4 = c.dtype == kInt4KvDType;
+  const bool quantized = is_quantized_kv(c.dtype) || int4;
+  if (!quantized && !contains(kKvDTypes, c.dtype)) {
+    return Status::Unsupported(
+        "prefill attention reads BF16, F16, FP8, INT8 and INT4 caches, not " +
+        std::string(dtype_name(c.dtype)));
   }
-  const int64_t elem = dtype_size(c.dtype);
-  const int64_t qo_elem = dtype_size(is_quantized_kv(c.dtype) ? p.qo_dtype : c.dtype);
+  if (int4) {
+    STRATA_RETURN_IF_ERROR(validate_int4_residual(c, p.residual, p.layout, p.qo_dtype));
+    if (p.lse_workspace == nullptr) {
+      return Status::InvalidArgument(
+          "prefill attention over an int4 cache needs lse_workspace (prefill_int4_workspace_floats)");
+    }
+  }
+  const int64_t elem = kv_stride_unit_bytes(c.dtype);
+  const int64_t qo_elem = dtype_size(quantized ? p.qo_dtype : c.dtype);
   const int64_t row = static_cast<int64_t>(p.num_qo_heads) * c.head_dim;
   if (p.q_token_stride < row || p.o_token_stride < row) {
     return Status::InvalidArgument("q/o token stride smaller than num_qo_heads * head_dim");

@@ -29,12 +29,24 @@ struct PrefillAttentionParams {
   // dtype in kKvDTypes (q and o are then cache.dtype) or in kQuantizedKvDTypes (q and o are
   // qo_dtype; dispatch.h); head_dim in kPrefillHeadDims.
   PagedKvCacheView cache;
+  // INT4 (KIVI) caches only: the residual pool's view, as in DecodeAttentionParams (query row at
+  // position p reads logical block jb from it iff jb > p / block_size - layout.residual_blocks).
+  // The launch then runs the int4 range and the residual range as two passes; the second merges
+  // into o, and `lse_workspace` holds the first's log-sum-exps.
+  PagedKvCacheView residual;
+  float* lse_workspace = nullptr;  // INT4: >= prefill_int4_workspace_floats(...) floats
   DType qo_dtype = DType::kBF16;  // q and o over a quantized cache (kQuantizedKvQoDTypes)
   int32_t num_qo_heads = 0;  // multiple of cache.num_kv_heads
   float sm_scale = 0.0f;
   int32_t window_left = -1;  // as in DecodeAttentionParams; -1 = none
   int32_t max_q_len = 0;     // host-side upper bound on any sequence's q_len (sizes the grid)
 };
+
+// Floats of PrefillAttentionParams::lse_workspace an INT4 launch needs (one per query row and
+// head).
+inline int64_t prefill_int4_workspace_floats(int32_t num_q_tokens, int32_t num_qo_heads) {
+  return static_cast<int64_t>(num_q_tokens) * num_qo_heads;
+}
 
 // o = softmax(sm_scale * q K^T + causal mask) V per query row. Unsupported outside the supported
 // sets; InvalidArgument for inconsistent shapes or misaligned pointers. Asynchronous on stream.

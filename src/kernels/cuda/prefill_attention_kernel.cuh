@@ -22,6 +22,13 @@
 // INT8's scales multiply each score column and each probability column before P V. Tiles then
 // start at the attended range's start rounded down to 8, so every 8 tokens' scales are one
 // aligned 16-byte copy inside one block (the extra tokens are masked).
+//
+// INT4 (KIVI): the conversion dequantizes (code * s + z in fp16, the statistics read through L1).
+// A query row at position p reads its int4 keys [0, int4_keys(p)) from the codes and the rest
+// from the residual pool (docs/kv-quant.md "INT4"), so a launch runs twice: the int4 part (this
+// instance, per-row key bound; it writes each row's log-sum-exp), then the residual part (the
+// 16-bit instance over the residual pool by its block tables, per-row lower key bound), whose
+// epilogue merges the two by their log-sum-exps.
 
 #include <cuda_runtime.h>
 
@@ -65,20 +72,35 @@ struct PrefillKernelArgs {
   const uint16_t* v_scales;
   int64_t scale_block_stride;
   int64_t scale_head_stride;
+  // INT4 caches: the zero points and K's statistics stride (PagedKvCacheView), and which range
+  // this launch covers (AttentionPart, kv_codes.cuh). kResidualPart reads the residual pool
+  // (kv_indices = layout.res_indices, by logical block through res_indptr / res_first_block).
+  const uint16_t* k_zeros;
+  const uint16_t* v_zeros;
+  int64_t k_stat_head_stride;
+  int32_t part;
+  int32_t residual_blocks;
+  const int32_t* res_indptr;
+  const int32_t* res_first_block;
+  // Two-part launches: [num_q_tokens, num_qo_heads] log-sum-exps (log2 units) of the int4 part,
+  // written by it and read by the residual part, which merges its result into o.
+  float* lse;
+  int32_t num_qo_heads;
 };
 
 // kWarps warps per block, K/V tiles of kKvTile tokens, at least kMinBlocks blocks per SM (a
 // register cap for the compiler).
 template <DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
 struct PrefillShape {
-  static constexpr bool kQuant = is_quantized_kv(kKvDType);
+  static constexpr bool kI4 = kKvDType == DType::kI4;
+  static constexpr bool kQuant = is_quantized_kv(kKvDType) || kI4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kPitch = kHeadDim + 8;  // elements per shared-memory row
   static constexpr int kTileElems = kKvTile * kPitch;
   static constexpr int kStages = 2;
   // 16-bit tiles: kStages x (K, V). Codes: one fp16 (K, V) pair converted in place, then
   // kStages x (K codes, V codes, K scales, V scales), code rows padded by 16 bytes.
-  static constexpr int kCodePitch = kHeadDim + 16;
+  static constexpr int kCodePitch = (kI4 ? kHeadDim / 2 : kHeadDim) + 16;  // bytes
   static constexpr int kScaleBytes = kKvDType == DType::kI8 ? kKvTile * 2 : 0;
   static constexpr int kCodeStageBytes = 2 * kKvTile * kCodePitch + 2 * kScaleBytes;
   static constexpr size_t kTileBytes = 2 * kTileElems * sizeof(uint16_t);
@@ -93,6 +115,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     prefill_attention_kernel(const __grid_constant__ PrefillKernelArgs a) {
   using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
   constexpr bool kQuant = Shape::kQuant;
+  constexpr bool kI4 = Shape::kI4;
   static_assert(kQuant || kQDType == kKvDType);
   constexpr DType kDType = kQuant ? DType::kF16 : kKvDType;  // tensor-core inputs
   using T = typename CudaType<kQDType>::type;                // q and o
@@ -118,8 +141,16 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   const int num_pages = a.kv_indptr[seq + 1] - page_begin;
   const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * a.block_size + a.kv_last_page_len[seq];
   const int offset = kv_len - q_len;                               // position of query row 0
-  const int kv_hi = offset + min(q_len, r0 + a.tokens_per_block);  // exclusive
-  const int kv_lo_exact = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
+  int kv_hi = offset + min(q_len, r0 + a.tokens_per_block);  // exclusive
+  int kv_lo_exact = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
+  // INT4's two parts: the int4 keys of the block's last row, or the residual keys of its first.
+  const int32_t* pages = a.kv_indices + page_begin;
+  if (a.part == kInt4Part) {
+    kv_hi = int4_keys(kv_hi - 1, a.block_size, a.residual_blocks);
+  } else if (a.part == kResidualPart) {
+    kv_lo_exact = max(kv_lo_exact, int4_keys(offset + r0, a.block_size, a.residual_blocks));
+    pages = a.kv_indices + a.res_indptr[seq] - a.res_first_block[seq];
+  }
   const int kv_lo = kQuant ? kv_lo_exact & ~7 : kv_lo_exact;
 
   const int warp = threadIdx.x / 32;
@@ -135,8 +166,16 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   const int pos_a = offset + row_a;
   const int pos_b = offset + row_b;
   // The warp's attended keys: [w_lo, w_hi).
-  const int w_hi = offset + min(q_len, w_r0 + 16);
-  const int w_lo = a.window_left >= 0 ? max(0, offset + w_r0 - a.window_left) : 0;
+  int w_hi = offset + min(q_len, w_r0 + 16);
+  int w_lo = a.window_left >= 0 ? max(0, offset + w_r0 - a.window_left) : 0;
+  // INT4: each row's first residual key; its int4 keys lie before it.
+  const int split_a = int4_keys(pos_a, a.block_size, a.residual_blocks);
+  const int split_b = int4_keys(pos_b, a.block_size, a.residual_blocks);
+  if (a.part == kInt4Part) {
+    w_hi = int4_keys(w_hi - 1, a.block_size, a.residual_blocks);
+  } else if (a.part == kResidualPart) {
+    w_lo = max(w_lo, int4_keys(offset + w_r0, a.block_size, a.residual_blocks));
+  }
 
   // Q fragments for all k-chunks (zeros for rows past q_len).
   uint32_t qf[kChunks][4];
@@ -164,7 +203,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
 
   const KvT* k_head = static_cast<const KvT*>(a.k_data) + kv_head * a.head_stride;
   const KvT* v_head = static_cast<const KvT*>(a.v_data) + kv_head * a.head_stride;
-  const int32_t* pages = a.kv_indices + page_begin;
   extern __shared__ uint4 smem[];
   char* s_base = reinterpret_cast<char*>(smem);
   // The tiles the products read: [stage][K, V][kN][kPitch] (16-bit caches), or the one converted
@@ -189,7 +227,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     const int tile = kv_lo + j * kN;
     // K/V rows: 16-byte vectors of codes (into the code stage) or of 16-bit values.
     constexpr int kVecElems = 16 / static_cast<int>(sizeof(KvT));
-    constexpr int kVecs = kHeadDim / kVecElems;
+    constexpr int kVecs = (kI4 ? kHeadDim / 2 : kHeadDim) / kVecElems;
     constexpr int kRowBytes = kQuant ? Shape::kCodePitch : kPitch * 2;
     static_assert(kN * kVecs % kThreads == 0, "whole vectors per thread");
     char* ks = kQuant ? reinterpret_cast<char*>(k_codes(j & 1)) : reinterpret_cast<char*>(k_buf(j & 1));
@@ -227,9 +265,54 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       }
     }
   };
-  // Quantized: stage st's codes -> the fp16 tile (16 codes -> two 16-byte rows pieces).
-  auto convert = [&](int st) {
-    if constexpr (kQuant) {
+  // Quantized: stage st's codes -> the fp16 tile (16 codes -> two 16-byte rows pieces). INT4:
+  // dequantized on the way (code * s + z in fp16, one rounding), its statistics read from the
+  // pool through L1; keys past kv_hi become zeros.
+  auto convert = [&](int st, int tile) {
+    if constexpr (kI4) {
+      constexpr int kCodeVecs = kHeadDim / 16;  // 16 codes = 8 bytes each
+#pragma unroll
+      for (int i = 0; i < 2 * kN * kCodeVecs / kThreads; ++i) {
+        const int idx = threadIdx.x + i * kThreads;
+        const int part = idx / (kN * kCodeVecs);  // 0 = K, 1 = V
+        const int r = (idx / kCodeVecs) % kN;
+        const int c = idx % kCodeVecs;
+        const int tok = tile + r;
+        uint32_t h[8] = {};
+        if (tok < kv_hi) {
+          uint32_t w[4];
+          load_int4_row<8>((part == 0 ? k_codes(st) : v_codes(st)) + r * Shape::kCodePitch + c * 8,
+                           w);
+          const int64_t page = pages[tok >> a.log2_block_size];
+          uint4 s0, s1, z0, z1;
+          if (part == 0) {  // K: channels 16c .. 16c + 15 of the token's block
+            const int64_t at = page * a.scale_block_stride + kv_head * a.k_stat_head_stride + 16 * c;
+            s0 = __ldg(reinterpret_cast<const uint4*>(a.k_scales + at));
+            s1 = __ldg(reinterpret_cast<const uint4*>(a.k_scales + at) + 1);
+            z0 = __ldg(reinterpret_cast<const uint4*>(a.k_zeros + at));
+            z1 = __ldg(reinterpret_cast<const uint4*>(a.k_zeros + at) + 1);
+          } else {  // V: the token's scale and zero point, both halves
+            const int64_t at = page * a.scale_block_stride + kv_head * a.scale_head_stride +
+                               (tok & (a.block_size - 1));
+            const uint32_t sv = __ldg(a.v_scales + at) * 0x10001u;
+            const uint32_t zv = __ldg(a.v_zeros + at) * 0x10001u;
+            s0 = s1 = make_uint4(sv, sv, sv, sv);
+            z0 = z1 = make_uint4(zv, zv, zv, zv);
+          }
+          const uint32_t sc[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+          const uint32_t zp[8] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            u4codes4_to_f16x2(w[q], h[2 * q], h[2 * q + 1]);
+            h[2 * q] = hfma2_bits(h[2 * q], sc[2 * q], zp[2 * q]);
+            h[2 * q + 1] = hfma2_bits(h[2 * q + 1], sc[2 * q + 1], zp[2 * q + 1]);
+          }
+        }
+        TileT* dst = (part == 0 ? k_buf(0) : v_buf(0)) + r * kPitch + c * 16;
+        reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
+        reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
+      }
+    } else if constexpr (kQuant) {
       constexpr int kCodeVecs = kHeadDim / 16;
 #pragma unroll
       for (int i = 0; i < 2 * kN * kCodeVecs / kThreads; ++i) {
@@ -262,7 +345,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     cp_async_wait<1>();
     __syncthreads();
     if constexpr (kQuant) {
-      convert(j & 1);
+      convert(j & 1, kv_lo + j * kN);
       __syncthreads();
     }
 
@@ -289,7 +372,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       }
       if constexpr (kKvDType == DType::kI8) scale_columns(s, k_scale_buf(j & 1), t);  // K's
       // Scale and mask (causal, window, tile end) where the tile needs it; new row maxima.
-      const bool need_mask = tile + kN - 1 > offset + w_r0 ||
+      const bool need_mask = tile + kN - 1 > offset + w_r0 || a.part != kWholeRange ||
                              (a.window_left >= 0 && tile < offset + w_r0 + 15 - a.window_left);
       float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
@@ -298,8 +381,11 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         for (int e = 0; e < 4; ++e) {
           const int tok = tile + 8 * n + 2 * t + (e & 1);
           const int pos = e < 2 ? pos_a : pos_b;
+          const int split = e < 2 ? split_a : split_b;
           const bool ok = !need_mask || (tok <= pos && tok < kv_hi &&
-                                         (a.window_left < 0 || tok >= pos - a.window_left));
+                                         (a.window_left < 0 || tok >= pos - a.window_left) &&
+                                         (a.part == kWholeRange ||
+                                          (a.part == kInt4Part ? tok < split : tok >= split)));
           s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
         }
         mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
@@ -371,25 +457,53 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
   }
   if (!warp_active) return;
-  const float inv_a = l_a > 0.0f ? a.out_scale / l_a : 0.0f;
-  const float inv_b = l_b > 0.0f ? a.out_scale / l_b : 0.0f;
+  float inv_a = l_a > 0.0f ? a.out_scale / l_a : 0.0f;
+  float inv_b = l_b > 0.0f ? a.out_scale / l_b : 0.0f;
   T* o_head = static_cast<T*>(a.o) + head * kHeadDim;
+  // Two-part launches: the int4 part leaves each row's log-sum-exp; the residual part weighs
+  // the int4 part's output (already in o) against its own: o = w_i o_i + w_r o_r, weights
+  // 2^(lse - max) normalized.
+  float prev_a = 0.0f, prev_b = 0.0f;  // the int4 part's weights (residual part)
+  if (a.part != kWholeRange) {
+    const float lse_a = l_a > 0.0f ? m_a + log2f(l_a) : -INFINITY;
+    const float lse_b = l_b > 0.0f ? m_b + log2f(l_b) : -INFINITY;
+    float* lse_a_at = a.lse + static_cast<int64_t>(q_begin + row_a) * a.num_qo_heads + head;
+    float* lse_b_at = a.lse + static_cast<int64_t>(q_begin + row_b) * a.num_qo_heads + head;
+    if (a.part == kInt4Part) {
+      if (t == 0 && row_a < q_len) *lse_a_at = lse_a;
+      if (t == 0 && row_b < q_len) *lse_b_at = lse_b;
+    } else {
+      auto weigh = [](float lse_int4, float lse_res, float& inv, float& prev) {
+        const float mx = fmaxf(lse_int4, lse_res);  // lse_res is finite: a row's own key
+        const float w_int4 = lse_int4 == -INFINITY ? 0.0f : fast_exp2(lse_int4 - mx);
+        const float w_res = fast_exp2(lse_res - mx);
+        const float norm = 1.0f / (w_int4 + w_res);
+        inv *= w_res * norm;
+        prev = w_int4 * norm;
+      };
+      if (row_a < q_len) weigh(*lse_a_at, lse_a, inv_a, prev_a);
+      if (row_b < q_len) weigh(*lse_b_at, lse_b, inv_b, prev_b);
+    }
+  }
 #pragma unroll
   for (int j = 0; j < kDimTiles; ++j) {
     const int col = 8 * j + 2 * t;
     if (row_a < q_len) {
-      *reinterpret_cast<uint32_t*>(o_head + (q_begin + row_a) * a.o_token_stride + col) =
-          pack2<kQDType>(o[j][0] * inv_a, o[j][1] * inv_a);
+      auto* out = reinterpret_cast<uint32_t*>(o_head + (q_begin + row_a) * a.o_token_stride + col);
+      const float2 before = a.part == kResidualPart ? unpack2<kQDType>(*out) : make_float2(0.f, 0.f);
+      *out = pack2<kQDType>(o[j][0] * inv_a + prev_a * before.x, o[j][1] * inv_a + prev_a * before.y);
     }
     if (row_b < q_len) {
-      *reinterpret_cast<uint32_t*>(o_head + (q_begin + row_b) * a.o_token_stride + col) =
-          pack2<kQDType>(o[j][2] * inv_b, o[j][3] * inv_b);
+      auto* out = reinterpret_cast<uint32_t*>(o_head + (q_begin + row_b) * a.o_token_stride + col);
+      const float2 before = a.part == kResidualPart ? unpack2<kQDType>(*out) : make_float2(0.f, 0.f);
+      *out = pack2<kQDType>(o[j][2] * inv_b + prev_b * before.x, o[j][3] * inv_b + prev_b * before.y);
     }
   }
 }
 
 template <DType kQDType, DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
-Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
+Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream,
+                      AttentionPart part = kWholeRange) {
   using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
   auto* kernel = prefill_attention_kernel<kQDType, kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
   // Once per instance: allow the dynamic shared memory beyond the default 48 KiB.
@@ -424,6 +538,12 @@ Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
   a.log2_block_size = log2_bs;
   a.window_left = p.window_left;
   set_kv_scale_args(a, c, p.sm_scale);
+  a.part = part;
+  a.residual_blocks = p.layout.residual_blocks;
+  a.res_indptr = p.layout.res_indptr;
+  a.res_first_block = p.layout.res_first_block;
+  a.lse = p.lse_workspace;
+  a.num_qo_heads = p.num_qo_heads;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
                   static_cast<unsigned>(c.num_kv_heads * a.head_tiles),
                   static_cast<unsigned>(p.layout.num_seqs));
@@ -434,9 +554,28 @@ Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream) {
 
 // 4 warps (64 query rows) per block, 64-token K/V tiles, two blocks per SM. Measured on an H200
 // GPU against 8 warps (one block per SM): 200-217 TFLOP/s against 185-201 (docs/kernels.md).
+// The residual half of INT4 launches (the 16-bit kernel over the residual pool) is instantiated
+// only in the 16-bit instance files and declared extern in the INT4 ones, so that each kernel is
+// compiled into one translation unit (a template kernel compiled into two is two device
+// functions, and the shared-memory attribute set on one need not be the one a launch uses).
+#define STRATA_PREFILL_RESIDUAL_PART(prefix, kQ, kHeadDim)                                  \
+  prefix Status launch_prefill<kQ, kQ, kHeadDim, 4, 64, 2>(const PrefillAttentionParams&, \
+                                                           cudaStream_t, AttentionPart)
+
+// INT4: the int4 keys through the INT4 instance (leaving its log-sum-exps in lse_workspace),
+// then the residual keys through the 16-bit instance over the residual pool, which merges.
 template <DType kQDType, DType kKvDType, int32_t kHeadDim>
 Status run_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
-  return launch_prefill<kQDType, kKvDType, kHeadDim, 4, 64, 2>(p, stream);
+  if constexpr (kKvDType == DType::kI4) {
+    STRATA_RETURN_IF_ERROR(
+        (launch_prefill<kQDType, DType::kI4, kHeadDim, 4, 64, 2>(p, stream, kInt4Part)));
+    PrefillAttentionParams rp = p;
+    rp.cache = p.residual;
+    rp.layout.kv_indices = p.layout.res_indices;
+    return launch_prefill<kQDType, kQDType, kHeadDim, 4, 64, 2>(rp, stream, kResidualPart);
+  } else {
+    return launch_prefill<kQDType, kKvDType, kHeadDim, 4, 64, 2>(p, stream);
+  }
 }
 
 }  // namespace strata::cuda::detail

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <utility>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/sampling.h"
@@ -108,6 +110,14 @@ struct CudaModel::Impl {
   CudaStepInputs inputs;
   cuda::DeviceBuffer pool;
   std::unique_ptr<CudaBlockMover> mover;  // made with the pool
+  // INT4 only (some layer is I4): the KV residual pool -- bf16 blocks of kv::residual_spec's
+  // shape, addressed by the batch's res_* arrays and residual slot mapping -- its mover, and the
+  // prefill kernel's log-sum-exp scratch for max_num_tokens rows. (`residual` above is the
+  // activations' residual stream, another thing.)
+  std::optional<kv::KvLayout> res_layout;
+  cuda::DeviceBuffer res_pool;
+  std::unique_ptr<CudaBlockMover> res_mover;
+  cuda::DeviceBuffer lse_workspace;
 
   int64_t q_width() const { return config.num_attention_heads * config.head_dim; }
   int64_t qkv_width() const {
@@ -123,10 +133,19 @@ struct CudaModel::Impl {
         gemm(std::move(g)),
         weights(std::move(w)) {}
 
+  bool has_residual_pool() const { return kv::needs_residual_pool(layout.spec()); }
   void allocate_scratch();
+  // The residual pool (INT4), then the KV pool from what is left of the budget.
+  void allocate_residual_pool();
   void allocate_pool();
   Status run_layer(int32_t l, const CudaStepInputs::Device& in);
+  // q/k norms and RoPE with the fused KV append; for an INT4 layer the rows go to the residual
+  // pool and the blocks they fill are quantized into the int4 pool after.
+  Status rope_and_append(int32_t l, const CudaLayerWeights& w, const CudaStepInputs::Device& in);
   Status run_attention(int32_t l, const CudaStepInputs::Device& in);
+  // Whole-block copies inside one device pool (copy-on-write), waited for.
+  Status copy_pool_blocks(void* pool_data, int64_t block_bytes,
+                          std::span<const kv::BlockCopy> copies);
   Status gemm_run(const void* a, int64_t lda, const DeviceTensor& w, const DeviceTensor& bias,
                   void* d, int64_t ldd, DType d_dtype, bool accumulate, int64_t m, int64_t n,
                   int64_t k);
@@ -180,27 +199,54 @@ void CudaModel::Impl::allocate_scratch() {
                            "GPU attention workspace");
   // The split merge counters at its start must be zero before the first launch.
   check(cuda_status(cudaMemset(workspace.data(), 0, workspace.bytes())), "GPU attention workspace");
+  if (has_residual_pool()) {
+    const int64_t lse_floats = cuda::prefill_int4_workspace_floats(
+        options.max_num_tokens, static_cast<int32_t>(config.num_attention_heads));
+    lse_workspace = device_bytes(lse_floats * 4, "GPU attention workspace");
+  }
   const std::vector<float> freqs = rope_inv_freq(config.rope, config.head_dim);
   inv_freq = device_bytes(static_cast<int64_t>(freqs.size() * 4), "RoPE table");
   check(cuda_status(cudaMemcpy(inv_freq.data(), freqs.data(), freqs.size() * 4,
                                cudaMemcpyHostToDevice)),
         "RoPE table");
   int64_t bytes = 0;
-  for (const cuda::DeviceBuffer* b : {&residual, &normed, &qkv, &attn, &gate_up, &act, &logits,
-                                      &workspace, &inv_freq, &sampled_tokens, &sampled_logprobs}) {
+  for (const cuda::DeviceBuffer* b :
+       {&residual, &normed, &qkv, &attn, &gate_up, &act, &logits, &workspace, &lse_workspace,
+        &inv_freq, &sampled_tokens, &sampled_logprobs}) {
     bytes += static_cast<int64_t>(b->bytes());
   }
   info.scratch_bytes = bytes + inputs.device_bytes();
 }
 
+void CudaModel::Impl::allocate_residual_pool() {
+  const int32_t n = options.num_residual_blocks;
+  res_layout.emplace(kv::residual_spec(layout.spec(), DType::kBF16), options.block_size);
+  res_pool = device_bytes(res_layout->pool_bytes(n), "KV residual pool");
+  check(cuda_status(cudaMemset(res_pool.data(), 0, res_pool.bytes())), "KV residual pool");
+  info.num_residual_blocks = n;
+  info.residual_pool_bytes = res_layout->pool_bytes(n);
+  res_mover = std::make_unique<CudaBlockMover>(res_pool.data(), n, res_layout->block_bytes());
+}
+
 void CudaModel::Impl::allocate_pool() {
+  // The residual pool's bytes come out of the KV budget, as the CPU engine's do (engine.cc): an
+  // explicit budget loses them below, a measured one already counts them as used.
+  if (has_residual_pool()) allocate_residual_pool();
   size_t free_bytes = 0, total_bytes = 0;
   check(cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes)), "cudaMemGetInfo");
   info.gpu_total_bytes = static_cast<int64_t>(total_bytes);
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {
     int64_t budget = options.kv_cache_memory_bytes;
-    if (budget <= 0) {
+    if (budget > 0 && info.residual_pool_bytes >= budget) {
+      throw Error("the KV cache memory (" + std::to_string(budget) +
+                  " bytes) does not exceed the int4 residual pool's " +
+                  std::to_string(info.residual_pool_bytes) +
+                  " bytes (lower --max-num-seqs, --max-num-batched-tokens or --kv-int4-residual)");
+    }
+    if (budget > 0) {
+      budget -= info.residual_pool_bytes;
+    } else {
       const auto used = static_cast<int64_t>(total_bytes - free_bytes);
       budget = static_cast<int64_t>(options.gpu_memory_utilization * static_cast<double>(total_bytes)) -
                used;
@@ -208,9 +254,13 @@ void CudaModel::Impl::allocate_pool() {
     num_blocks = budget / layout.block_bytes();
   }
   if (num_blocks < 2) {
+    const std::string residual_mib =
+        res_layout
+            ? ", int4 residual pool " + std::to_string(info.residual_pool_bytes >> 20) + " MiB"
+            : "";
     throw Error("no room for the KV cache on the GPU: weights " +
                 std::to_string(info.weight_bytes >> 20) + " MiB, activations " +
-                std::to_string(info.scratch_bytes >> 20) + " MiB of " +
+                std::to_string(info.scratch_bytes >> 20) + " MiB" + residual_mib + " of " +
                 std::to_string(total_bytes >> 20) +
                 " MiB (raise --gpu-memory-utilization or set --kv-cache-memory-bytes)");
   }
@@ -385,6 +435,10 @@ Status CudaModel::Impl::norm(const DeviceTensor& weight, const int32_t* rows, in
 
 Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& in) {
   const PagedKvCacheView cache = layout.layer_view(pool.data(), l);
+  // INT4: the newest blocks are read from the residual pool (layout.res_* say which).
+  const bool int4 = cache.dtype == cuda::kInt4KvDType;
+  const PagedKvCacheView res_cache =
+      int4 ? res_layout->layer_view(res_pool.data(), l) : PagedKvCacheView{};
   auto* qkv_base = qkv.as<uint16_t>();
   const int32_t window = config.layer_sliding_window[static_cast<size_t>(l)];
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
@@ -396,6 +450,7 @@ Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& i
     p.o_seq_stride = q_width();
     p.layout = in.layout;
     p.cache = cache;
+    p.residual = res_cache;
     p.num_qo_heads = static_cast<int32_t>(config.num_attention_heads);
     p.sm_scale = scale;
     p.window_left = window > 0 ? window - 1 : -1;
@@ -412,6 +467,8 @@ Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& i
   p.qo_indptr = in.q_indptr;
   p.layout = in.layout;
   p.cache = cache;
+  p.residual = res_cache;
+  p.lse_workspace = int4 ? lse_workspace.as<float>() : nullptr;
   p.num_qo_heads = static_cast<int32_t>(config.num_attention_heads);
   p.sm_scale = scale;
   p.window_left = window > 0 ? window - 1 : -1;
@@ -419,14 +476,8 @@ Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& i
   return cuda::prefill_attention(p, stream.get());
 }
 
-Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
-  const CudaLayerWeights& w = weights.layers[static_cast<size_t>(l)];
-  const int64_t t = in.num_tokens;
-  const int64_t h = config.hidden_size;
-  const int64_t inter = config.intermediate_size;
-  STRATA_RETURN_IF_ERROR(norm(w.input_norm, nullptr, in.num_tokens));
-  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.qkv, w.qkv_bias, qkv.data(), qkv_width(),
-                                  DType::kBF16, false, t, qkv_width(), h));
+Status CudaModel::Impl::rope_and_append(int32_t l, const CudaLayerWeights& w,
+                                        const CudaStepInputs::Device& in) {
   cuda::QkNormRopeParams rope;
   rope.qkv = qkv.data();
   rope.token_stride = qkv_width();
@@ -440,10 +491,33 @@ Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
   rope.num_q_heads = static_cast<int32_t>(config.num_attention_heads);
   rope.num_kv_heads = static_cast<int32_t>(config.num_key_value_heads);
   rope.head_dim = static_cast<int32_t>(config.head_dim);
-  // The step's K/V go into the pool in the same launch (kv_append's bytes).
-  rope.slot_mapping = in.slot_mapping;
-  rope.cache = layout.layer_view(pool.data(), l);
+  // The step's K/V go into the pool in the same launch (kv_append's bytes). An INT4 layer's go
+  // to the residual pool in bf16 at their residual slots; the blocks they fill are then
+  // quantized from there into the int4 pool, before attention reads either.
+  const PagedKvCacheView cache = layout.layer_view(pool.data(), l);
+  const bool int4 = cache.dtype == cuda::kInt4KvDType;
+  rope.slot_mapping = int4 ? in.residual_slot_mapping : in.slot_mapping;
+  rope.cache = int4 ? res_layout->layer_view(res_pool.data(), l) : cache;
   STRATA_RETURN_IF_ERROR(cuda::qk_norm_rope(rope, stream.get()));
+  if (!int4) return Status::Ok();
+  cuda::KvInt4QuantizeParams quantize;
+  quantize.cache = cache;
+  quantize.residual = rope.cache;
+  quantize.slot_mapping = in.slot_mapping;
+  quantize.residual_slot_mapping = in.residual_slot_mapping;
+  quantize.num_tokens = in.num_tokens;
+  return cuda::kv_int4_quantize_filled(quantize, stream.get());
+}
+
+Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
+  const CudaLayerWeights& w = weights.layers[static_cast<size_t>(l)];
+  const int64_t t = in.num_tokens;
+  const int64_t h = config.hidden_size;
+  const int64_t inter = config.intermediate_size;
+  STRATA_RETURN_IF_ERROR(norm(w.input_norm, nullptr, in.num_tokens));
+  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.qkv, w.qkv_bias, qkv.data(), qkv_width(),
+                                  DType::kBF16, false, t, qkv_width(), h));
+  STRATA_RETURN_IF_ERROR(rope_and_append(l, w, in));
   STRATA_RETURN_IF_ERROR(run_attention(l, in));
   STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_bias, residual.data(), h,
                                   DType::kF32, true, t, h, q_width()));
@@ -467,6 +541,10 @@ const ModelConfig& CudaModel::config() const { return impl_->config; }
 const kv::KvLayout& CudaModel::kv_layout() const { return impl_->layout; }
 const CudaModelInfo& CudaModel::info() const { return impl_->info; }
 kv::BlockMover& CudaModel::block_mover() { return *impl_->mover; }
+const kv::KvLayout* CudaModel::residual_layout() const {
+  return impl_->res_layout ? &*impl_->res_layout : nullptr;
+}
+kv::BlockMover* CudaModel::residual_block_mover() { return impl_->res_mover.get(); }
 
 bool CudaModel::device_available() {
   int num_devices = 0;
@@ -476,11 +554,14 @@ bool CudaModel::device_available() {
 std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
   if (!device_available()) throw Error("--device cuda: no CUDA device is available");
   ModelConfig config = load_model_config(options.model_dir);
-  const bool quantized = cuda::is_quantized_kv(options.kv_dtype);
+  // INT4 reads like the quantized dtypes (bf16 queries, their head dims) plus a residual pool.
+  const bool quantized =
+      cuda::is_quantized_kv(options.kv_dtype) || options.kv_dtype == cuda::kInt4KvDType;
   if (options.kv_dtype != DType::kBF16 && !quantized) {
     throw Error("the GPU engine keeps its activations in bf16; KV dtype " +
                 std::string(dtype_name(options.kv_dtype)) +
-                " is not supported on --device cuda (use bfloat16, fp8_e4m3, fp8_e5m2 or int8)");
+                " is not supported on --device cuda (use bfloat16, fp8_e4m3, fp8_e5m2, int8 or "
+                "int4)");
   }
   if (!options.kv_layer_dtypes.empty()) {
     if (options.kv_layer_dtypes.size() != static_cast<size_t>(config.num_hidden_layers)) {
@@ -507,6 +588,16 @@ std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
     throw Error("--device cuda: block size " + std::to_string(options.block_size) +
                 " is not one of 8, 16, 32, 64, 128");
   }
+  const bool int4 = kv::needs_residual_pool(pool_spec(config, options));
+  if (int4 && (options.num_residual_blocks < 2 || options.residual_window_blocks < 1)) {
+    throw Error("--device cuda: an int4 KV cache needs a residual pool of at least 2 blocks (" +
+                std::to_string(options.num_residual_blocks) +
+                ") and a residual window of at least 1 block (" +
+                std::to_string(options.residual_window_blocks) + ")");
+  }
+  if (!int4 && options.num_residual_blocks != 0) {
+    throw Error("--device cuda: a residual pool is for a KV cache with an int4 layer only");
+  }
   cuda::Stream stream = take(cuda::Stream::create(), "CUDA stream");
   cuda::Gemm gemm = take(cuda::Gemm::create(), "cuBLASLt");
   CudaDecoderWeights weights =
@@ -523,8 +614,10 @@ std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
     const int64_t max_len =
         options.max_model_len > 0 ? options.max_model_len : impl->config.max_position_embeddings;
     const auto blocks_per_seq = static_cast<int32_t>(max_len / options.block_size + 1);
-    impl->graph_inputs = take(CudaStepInputs::create_fixed(options.max_num_seqs, blocks_per_seq),
-                              "GPU graph inputs");
+    impl->graph_inputs =
+        take(CudaStepInputs::create_fixed(options.max_num_seqs, blocks_per_seq,
+                                          int4 ? options.residual_window_blocks : 0),
+             "GPU graph inputs");
   }
   impl->allocate_scratch();
   impl->allocate_pool();
@@ -538,6 +631,11 @@ Status CudaModel::forward(const ForwardBatch& batch, std::span<float> logits,
   STRATA_RETURN_IF_ERROR(validate_step_batch(batch, c.vocab_size, m.info.num_blocks,
                                              m.options.max_num_tokens, m.options.max_num_seqs,
                                              logits.size(), sampled.size()));
+  if (m.res_layout) {
+    STRATA_RETURN_IF_ERROR(validate_step_residual(batch, m.info.num_residual_blocks));
+  } else if (batch.layout.residual_blocks != 0) {
+    return Status::InvalidArgument("forward: residual arrays for a KV pool with no int4 layer");
+  }
   if (!m.options.enforce_eager && m.graph_inputs.fits_fixed(batch)) {
     return m.run_graph(batch, sampled);
   }
@@ -641,19 +739,30 @@ Status CudaModel::set_kv_static_scales(kv::KvStaticScales scales) {
   return Status::Ok();
 }
 
-Status CudaModel::copy_blocks(std::span<const kv::BlockCopy> copies) {
+Status CudaModel::Impl::copy_pool_blocks(void* pool_data, int64_t block_bytes,
+                                         std::span<const kv::BlockCopy> copies) {
   if (copies.empty()) return Status::Ok();
-  Impl& m = *impl_;
-  Result<const int32_t*> pairs = m.inputs.upload_block_pairs(copies, m.stream.get());
+  Result<const int32_t*> pairs = inputs.upload_block_pairs(copies, stream.get());
   if (!pairs.ok()) return pairs.status();
   cuda::BlockCopyParams p;
-  p.src_pool = m.pool.data();
-  p.dst_pool = m.pool.data();
+  p.src_pool = pool_data;
+  p.dst_pool = pool_data;
   p.block_pairs = *pairs;
   p.num_pairs = static_cast<int32_t>(copies.size());
-  p.block_bytes = m.layout.block_bytes();
-  STRATA_RETURN_IF_ERROR(cuda::block_copy(p, m.stream.get()));
-  return m.stream.synchronize();  // the pinned pairs are reused by the next upload
+  p.block_bytes = block_bytes;
+  STRATA_RETURN_IF_ERROR(cuda::block_copy(p, stream.get()));
+  return stream.synchronize();  // the pinned pairs are reused by the next upload
+}
+
+Status CudaModel::copy_blocks(std::span<const kv::BlockCopy> copies) {
+  return impl_->copy_pool_blocks(impl_->pool.data(), impl_->layout.block_bytes(), copies);
+}
+
+Status CudaModel::copy_residual_blocks(std::span<const kv::BlockCopy> copies) {
+  Impl& m = *impl_;
+  if (copies.empty()) return Status::Ok();
+  if (!m.res_layout) return Status::InvalidArgument("residual copies without a residual pool");
+  return m.copy_pool_blocks(m.res_pool.data(), m.res_layout->block_bytes(), copies);
 }
 
 }  // namespace strata::model

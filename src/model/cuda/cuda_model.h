@@ -15,10 +15,16 @@
 // padded batch size and KV-length bound (inputs at fixed addresses, cuda_step_inputs.h), so the
 // ~10 launches per layer cost one graph launch.
 //
+// INT4 (KIVI) layers keep each sequence's newest blocks in a second device pool, the residual
+// pool (docs/kv.md, "The residual pool"): bf16 blocks of kv::residual_spec's shape with their own
+// block ids. Their K/V append goes to it, the blocks a step fills are then quantized into the
+// int4 pool, and attention reads both (the batch's res_* arrays say which blocks where).
+//
 // The residual stream is fp32; GEMM inputs are bf16 with fp32 accumulation. Sizing the pool:
 // an explicit num_blocks, else kv_cache_memory_bytes, else gpu_memory_utilization x total GPU
 // memory minus what the process uses after weights, scratch and workspaces are allocated (vLLM's
-// semantics, measured rather than estimated).
+// semantics, measured rather than estimated). The residual pool is allocated first and comes
+// out of that budget.
 //
 // Not thread-safe: one step at a time, on the model's own stream. forward() returns when the
 // logits are on the host.
@@ -43,8 +49,8 @@ struct CudaModelOptions {
   std::filesystem::path model_dir;  // config.json (and the weights unless dummy)
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t dummy_seed = 0;
-  // BF16, or a quantized cache read with BF16 queries: F8E4M3 / F8E5M2 (with kv_scales) or I8
-  // (docs/kv-quant.md).
+  // BF16, or a quantized cache read with BF16 queries: F8E4M3 / F8E5M2 (with kv_scales), I8 or
+  // I4 (with a residual pool; docs/kv-quant.md).
   DType kv_dtype = DType::kBF16;
   kv::KvStaticScales kv_scales;    // FP8: one K and one V scale per layer; empty = 1.0
   // Per-layer exceptions (--kv-cache-dtype-skip-layers): one entry per layer, each BF16 or
@@ -54,8 +60,14 @@ struct CudaModelOptions {
   int32_t max_num_tokens = 2048;   // most token rows in one forward (max_num_batched_tokens)
   int32_t max_num_seqs = 256;      // most sequences in one forward
   int32_t num_blocks = 0;          // > 0: exactly this many pool blocks (null block included)
-  int64_t kv_cache_memory_bytes = 0;   // > 0: the pool's size in bytes
+  int64_t kv_cache_memory_bytes = 0;   // > 0: the KV memory in bytes, residual pool included
   double gpu_memory_utilization = 0.9; // else: this share of the GPU for everything
+  // INT4: the residual pool's blocks, the null block included (kv::residual_pool_blocks sizes
+  // it): > 1 exactly when some layer is I4, else 0. residual_window_blocks = R >= 1, the blocks a
+  // query reads at full precision (--kv-int4-residual / block_size); it sizes the graph inputs'
+  // residual arrays (R + 1 entries per sequence), and batches of another R run eagerly.
+  int32_t num_residual_blocks = 0;
+  int32_t residual_window_blocks = 1;
   int64_t max_model_len = 0;       // longest sequence (sizes the graph inputs); 0 = the model's
   // Off: decode steps (one token per sequence, every row sampled on the GPU) are captured once
   // per (padded batch size, KV-length bound) as CUDA graphs and replayed. On: every launch is
@@ -68,8 +80,10 @@ struct CudaModelInfo {
   int64_t weight_bytes = 0;
   int64_t scratch_bytes = 0;     // activations, staging and workspaces
   int64_t kv_pool_bytes = 0;
+  int64_t residual_pool_bytes = 0;  // INT4's bf16 residual pool (0 without one)
   int64_t gpu_total_bytes = 0;
   int32_t num_blocks = 0;
+  int32_t num_residual_blocks = 0;  // null block included; 0 without a residual pool
 };
 
 class CudaModel final : public ModelRunner {
@@ -106,6 +120,11 @@ class CudaModel final : public ModelRunner {
   Status copy_blocks(std::span<const kv::BlockCopy> copies) override;
   // Swap preemption's copies between this pool and host memory (cuda_block_mover.h).
   kv::BlockMover& block_mover() override;
+  // INT4: the residual pool (bf16, on the device), its copy-on-write copies and swap mover.
+  int32_t num_residual_blocks() const override { return info().num_residual_blocks; }
+  const kv::KvLayout* residual_layout() const override;
+  Status copy_residual_blocks(std::span<const kv::BlockCopy> copies) override;
+  kv::BlockMover* residual_block_mover() override;
 
  private:
   struct Impl;

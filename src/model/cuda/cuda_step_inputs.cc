@@ -27,12 +27,13 @@ void CudaStepInputs::PinnedFree::operator()(std::byte* p) const { cudaFreeHost(p
 
 Result<CudaStepInputs> CudaStepInputs::create(int32_t max_num_tokens, int32_t max_num_seqs) {
   CudaStepInputs in;
-  // Tokens: ids, positions, logits / sample rows (4 bytes each) and slots (8); sequences: three
-  // indptr-like arrays and the sampling specs (28 bytes); block ids: room for 64 blocks per
-  // sequence before the first growth.
+  // Tokens: ids, positions, logits / sample rows (4 bytes each) and slots (8; INT4: 8 more for
+  // the residual slots); sequences: three indptr-like arrays and the sampling specs (28 bytes;
+  // INT4: 8 more for the residual indptr and first blocks); block ids: room for 64 blocks per
+  // sequence (INT4: and 4 residual entries) before the first growth.
   const auto tokens = static_cast<size_t>(max_num_tokens);
   const auto seqs = static_cast<size_t>(max_num_seqs) + 1;
-  STRATA_RETURN_IF_ERROR(in.reserve(tokens * 24 + seqs * 40 + seqs * 64 * 4 + 512));
+  STRATA_RETURN_IF_ERROR(in.reserve(tokens * 32 + seqs * 48 + seqs * 68 * 4 + 512));
   return in;
 }
 
@@ -53,6 +54,11 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
   const size_t num_tokens = b.token_ids.size();
   const auto num_seqs = static_cast<size_t>(b.layout.num_seqs);
   const auto nnz = static_cast<size_t>(b.layout.kv_indptr[num_seqs]);
+  // INT4 (validate_step_residual passed): the residual entries and slots travel too.
+  const bool int4 = b.layout.residual_blocks > 0;
+  const auto res_nnz = int4 ? static_cast<size_t>(b.layout.res_indptr[num_seqs]) : 0;
+  const size_t res_seqs = int4 ? num_seqs : 0;
+  const size_t res_tokens = int4 ? num_tokens : 0;
   // Measure, grow if needed, then pack for real.
   const size_t num_samples = b.sample_specs.size();
   std::vector<float> temperature(num_samples), top_p(num_samples), min_p(num_samples);
@@ -83,6 +89,10 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     const size_t p = pack(base, cursor, top_p.data(), num_samples);
     const size_t mp = pack(base, cursor, min_p.data(), num_samples);
     const size_t seed = pack(base, cursor, seeds.data(), num_samples);
+    const size_t res_indptr = pack(base, cursor, b.layout.res_indptr, int4 ? num_seqs + 1 : 0);
+    const size_t res_indices = pack(base, cursor, b.layout.res_indices, res_nnz);
+    const size_t res_first = pack(base, cursor, b.layout.res_first_block, res_seqs);
+    const size_t res_slots = pack(base, cursor, b.residual_slot_mapping.data(), res_tokens);
     if (base == nullptr) {
       STRATA_RETURN_IF_ERROR(reserve(cursor));
       continue;
@@ -106,6 +116,13 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     out.layout.kv_last_page_len = reinterpret_cast<const int32_t*>(d + last_len);
     out.layout.num_seqs = b.layout.num_seqs;
     out.layout.block_size = b.layout.block_size;
+    if (int4) {
+      out.residual_slot_mapping = reinterpret_cast<const int64_t*>(d + res_slots);
+      out.layout.res_indptr = reinterpret_cast<const int32_t*>(d + res_indptr);
+      out.layout.res_indices = reinterpret_cast<const int32_t*>(d + res_indices);
+      out.layout.res_first_block = reinterpret_cast<const int32_t*>(d + res_first);
+      out.layout.residual_blocks = b.layout.residual_blocks;
+    }
     out.num_tokens = static_cast<int32_t>(num_tokens);
     out.num_logits_rows = static_cast<int32_t>(b.logits_rows.size());
     out.num_sample_rows = static_cast<int32_t>(num_samples);
@@ -137,11 +154,12 @@ Result<const int32_t*> CudaStepInputs::upload_block_pairs(std::span<const kv::Bl
 namespace strata::model {
 namespace {
 
-// The fixed layout's byte offsets for s sequences (= tokens) and n block ids.
+// The fixed layout's byte offsets for s sequences (= tokens), n block ids and r residual entries
+// (r = 0: no residual arrays, each of them empty).
 struct FixedLayout {
   size_t ids, pos, q_indptr, kv_indptr, kv_indices, last_len, slots, rows, temp, top_k, top_p,
-      min_p, seeds, total;
-  FixedLayout(size_t s, size_t n) {
+      min_p, seeds, res_indptr, res_indices, res_first, res_slots, total;
+  FixedLayout(size_t s, size_t n, size_t r) {
     size_t at = 0;
     auto take = [&at](size_t bytes) {
       const size_t here = at;
@@ -161,31 +179,65 @@ struct FixedLayout {
     top_p = take(s * 4);
     min_p = take(s * 4);
     seeds = take(s * 8);
+    const size_t res_s = r > 0 ? s : 0;
+    res_indptr = take(r > 0 ? (s + 1) * 4 : 0);
+    res_indices = take(r * 4);
+    res_first = take(res_s * 4);
+    res_slots = take(res_s * 8);
     total = at;
   }
 };
 
+// Residual entries a fixed input set holds per sequence for R (0 without residual arrays).
+size_t fixed_residual_per_seq(int32_t r) { return r > 0 ? static_cast<size_t>(r) + 1 : 0; }
+
+// The residual arrays of a fixed input set at h: the batch's entries, then padded sequences with
+// none (res_first_block 0) whose one token's residual slot is -1.
+void pack_fixed_residual(const ForwardBatch& b, const FixedLayout& l, size_t padded, std::byte* h) {
+  auto* res_indptr = reinterpret_cast<int32_t*>(h + l.res_indptr);
+  auto* res_first = reinterpret_cast<int32_t*>(h + l.res_first);
+  auto* res_slots = reinterpret_cast<int64_t*>(h + l.res_slots);
+  const auto n = static_cast<size_t>(b.layout.num_seqs);
+  const auto res_nnz = static_cast<size_t>(b.layout.res_indptr[n]);
+  std::memcpy(h + l.res_indices, b.layout.res_indices, res_nnz * 4);
+  res_indptr[0] = 0;
+  for (size_t s = 0; s < padded; ++s) {
+    const bool real = s < n;
+    res_indptr[s + 1] = real ? b.layout.res_indptr[s + 1] : static_cast<int32_t>(res_nnz);
+    res_first[s] = real ? b.layout.res_first_block[s] : 0;
+    res_slots[s] = real ? b.residual_slot_mapping[s] : -1;
+  }
+}
+
 }  // namespace
 
-Result<CudaStepInputs> CudaStepInputs::create_fixed(int32_t max_num_seqs, int32_t max_blocks_per_seq) {
+Result<CudaStepInputs> CudaStepInputs::create_fixed(int32_t max_num_seqs, int32_t max_blocks_per_seq,
+                                                    int32_t residual_window_blocks) {
   CudaStepInputs in;
-  const FixedLayout l(static_cast<size_t>(max_num_seqs),
-                      static_cast<size_t>(max_num_seqs) * static_cast<size_t>(max_blocks_per_seq));
+  const auto seqs = static_cast<size_t>(max_num_seqs);
+  const FixedLayout l(seqs, seqs * static_cast<size_t>(max_blocks_per_seq),
+                      seqs * fixed_residual_per_seq(residual_window_blocks));
   STRATA_RETURN_IF_ERROR(in.reserve(l.total));
   in.fixed_seqs_ = max_num_seqs;
   in.fixed_blocks_per_seq_ = max_blocks_per_seq;
+  in.fixed_residual_blocks_ = residual_window_blocks;
   return in;
 }
 
 bool CudaStepInputs::fits_fixed(const ForwardBatch& b) const {
   const int32_t n = b.layout.num_seqs;
   if (fixed_seqs_ == 0 || n > fixed_seqs_ || !b.logits_rows.empty() ||
-      static_cast<int32_t>(b.token_ids.size()) != n || static_cast<int32_t>(b.sample_rows.size()) != n) {
+      static_cast<int32_t>(b.token_ids.size()) != n || static_cast<int32_t>(b.sample_rows.size()) != n ||
+      b.layout.residual_blocks != fixed_residual_blocks_) {
     return false;
   }
+  const auto res_per_seq = static_cast<int32_t>(fixed_residual_per_seq(fixed_residual_blocks_));
   for (int32_t s = 0; s < n; ++s) {
     if (b.sample_rows[static_cast<size_t>(s)] != s || b.q_indptr[static_cast<size_t>(s) + 1] != s + 1 ||
         b.layout.num_blocks(s) > fixed_blocks_per_seq_) {
+      return false;
+    }
+    if (res_per_seq > 0 && b.layout.res_indptr[s + 1] - b.layout.res_indptr[s] > res_per_seq) {
       return false;
     }
   }
@@ -196,7 +248,8 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
                                                             int32_t padded_seqs, int32_t kv_bound,
                                                             cudaStream_t stream) {
   const auto cap = static_cast<size_t>(fixed_seqs_);
-  const FixedLayout l(cap, cap * static_cast<size_t>(fixed_blocks_per_seq_));
+  const FixedLayout l(cap, cap * static_cast<size_t>(fixed_blocks_per_seq_),
+                      cap * fixed_residual_per_seq(fixed_residual_blocks_));
   const auto n = static_cast<size_t>(b.layout.num_seqs);
   const auto padded = static_cast<size_t>(padded_seqs);
   std::byte* h = host_.get();
@@ -233,6 +286,8 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
     min_p[s] = spec.min_p;
     seeds[s] = spec.seed;
   }
+  const bool int4 = fixed_residual_blocks_ > 0;
+  if (int4) pack_fixed_residual(b, l, padded, h);
   STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), l.total, cudaMemcpyHostToDevice,
                                     stream));
   const std::byte* d = static_cast<const std::byte*>(device_.data());
@@ -252,6 +307,13 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
   out.layout.kv_last_page_len = reinterpret_cast<const int32_t*>(d + l.last_len);
   out.layout.num_seqs = padded_seqs;
   out.layout.block_size = b.layout.block_size;
+  if (int4) {
+    out.residual_slot_mapping = reinterpret_cast<const int64_t*>(d + l.res_slots);
+    out.layout.res_indptr = reinterpret_cast<const int32_t*>(d + l.res_indptr);
+    out.layout.res_indices = reinterpret_cast<const int32_t*>(d + l.res_indices);
+    out.layout.res_first_block = reinterpret_cast<const int32_t*>(d + l.res_first);
+    out.layout.residual_blocks = fixed_residual_blocks_;
+  }
   out.num_tokens = padded_seqs;
   out.num_logits_rows = 0;
   out.num_sample_rows = padded_seqs;

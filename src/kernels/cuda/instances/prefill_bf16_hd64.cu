@@ -1,7 +1,9 @@
-// Prefill attention instance: BF16 KV, head dim 64.
+// Prefill attention instance: BF16 KV, head dim 64; also the residual half of INT4 launches
+// (declared extern in prefill_bf16_i4_hd64.cu).
 #include "kernels/cuda/prefill_attention_kernel.cuh"
 
 namespace strata::cuda::detail {
-template Status run_prefill_attention<DType::kBF16, DType::kBF16, 64>(const PrefillAttentionParams&,
-                                                                      cudaStream_t);
+template Status run_prefill_attention<DType::kBF16, DType::kBF16, 64>(
+    const PrefillAttentionParams&, cudaStream_t);
+STRATA_PREFILL_RESIDUAL_PART(template, DType::kBF16, 64);
 }  // namespace strata::cuda::detail
