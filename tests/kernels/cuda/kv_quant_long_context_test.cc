@@ -4,7 +4,8 @@
 // accumulation must not lose precision as the context grows -- the failure that once dropped an
 // FP8 kernel's 128K needle accuracy from 91% to 13%), and under an absolute bound per dtype. The
 // cache is written by kv_append from bf16 rows (the engine's path), one KV head with a 32-head
-// query group (two query-head tiles), head dim 128, block 16, split as the planner chooses.
+// query group (two query-head tiles), head dim 128, block 16, split as the planner chooses. INT4
+// runs with R = 1 (only the query's own block from the residual pool, the rest int4 codes).
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -99,7 +100,15 @@ TEST_F(KvQuantLongContextTest, ErrorAt32KAnd128KStaysWithin1_2xOf4K) {
   ASSERT_EQ(cudaMemset(ws->data(), 0, ws->bytes()), cudaSuccess);
 
   const DTypeBound bounds[] = {
-      {DType::kBF16, 5e-3}, {DType::kF8E4M3, 6e-2}, {DType::kF8E5M2, 1.2e-1}, {DType::kI8, 1e-2}};
+      {DType::kBF16, 5e-3}, {DType::kF8E4M3, 6e-2}, {DType::kF8E5M2, 1.2e-1}, {DType::kI8, 1e-2},
+      {DType::kI4, 1.2e-1}};
+  // INT4's residual pool: bf16, as large as the pool, each block's copy at the same id (so the
+  // slot mapping and block table serve both); R = 1.
+  const kv::KvLayout res_layout(kv::KvSpec{1, 1, kHeadDim, DType::kBF16}, kBlockSize);
+  DeviceBuffer res_pool =
+      upload(std::vector<uint16_t>(static_cast<size_t>(res_layout.pool_bytes(num_blocks) / 2)));
+  DeviceBuffer d_res_indptr = upload(std::vector<int32_t>{0, kMaxLen / kBlockSize});
+  DeviceBuffer d_res_first = upload(std::vector<int32_t>{0});
   for (const DTypeBound& b : bounds) {
     SCOPED_TRACE(std::string(dtype_name(b.dtype)));
     // FP8 scales as calibration makes them: max |x| (1) over the format's largest value.
@@ -117,6 +126,8 @@ TEST_F(KvQuantLongContextTest, ErrorAt32KAnd128KStaysWithin1_2xOf4K) {
     ap.k_token_stride = ap.v_token_stride = kHeadDim;
     ap.slot_mapping = d_slots.as<int64_t>();
     ap.num_tokens = kMaxLen;
+    ap.residual = res_layout.layer_view(res_pool.data(), 0);
+    ap.residual_slot_mapping = d_slots.as<int64_t>();
     STRATA_ASSERT_OK(kv_append(ap, nullptr));
     std::vector<double> errors;
     for (size_t li = 0; li < std::size(kLengths); ++li) {
@@ -134,6 +145,13 @@ TEST_F(KvQuantLongContextTest, ErrorAt32KAnd128KStaysWithin1_2xOf4K) {
       p.layout = PagedKvLayout{d_indptr.as<int32_t>(), d_ids.as<int32_t>(), d_last.as<int32_t>(), 1,
                                kBlockSize};
       p.cache = layout.layer_view(pool.data(), 0);
+      if (b.dtype == DType::kI4) {
+        p.residual = res_layout.layer_view(res_pool.data(), 0);
+        p.layout.res_indptr = d_res_indptr.as<int32_t>();
+        p.layout.res_indices = d_ids.as<int32_t>();
+        p.layout.res_first_block = d_res_first.as<int32_t>();
+        p.layout.residual_blocks = 1;
+      }
       p.qo_dtype = DType::kBF16;
       p.num_qo_heads = kQHeads;
       p.sm_scale = static_cast<float>(scale);
