@@ -193,9 +193,9 @@ cmd_run() {
   # At most eight files come back from the GPU machine: the torch and quantized-KV steps log into
   # bench.log, the latter with its JSON on one "kvq-json: " line.
   step torch bench 150 env PYTHONUNBUFFERED=1 python3 "$bin/bench_decode_torch.py" --json "$OUT/torch.json"
-  # Quantized KV (issue 11): decode attention over FP8 / INT8 caches beside BF16's time.
-  step kvquant bench 150 bash -c '"$1/strata_decode_bench" --block-size 16 --no-sweep \
-    --kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8 --json /tmp/kvq.json &&
+  # Quantized KV (issue 11): decode attention over FP8 / INT8 / INT4 caches beside BF16's time.
+  step kvquant bench 180 bash -c '"$1/strata_decode_bench" --block-size 16 --no-sweep \
+    --kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4 --json /tmp/kvq.json &&
     echo "kvq-json: $(tr -d "\n" </tmp/kvq.json)"' _ "$bin"
   # The GPU engine. The model test reads its fixtures from the path compiled in on the CPU
   # machine (the checkout it was built in, ROOT/tests/data): point that path at this checkout.

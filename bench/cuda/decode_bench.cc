@@ -4,16 +4,18 @@
 //
 // 32 query / 8 KV heads, head dim 128, block sizes 16, 32 and 64, (batch x context) = 1 x 1024
 // (the engine's batch-1 decode), 1 x 65536, 16 x 32768, 64 x 4096, 256 x 1024, for each KV dtype
-// asked for (BF16 by default; fp8_e4m3, fp8_e5m2 and int8 read quantized caches with BF16
-// queries, and their rows give the time as a ratio to BF16's at the same shape). Blocks are handed out in a random order, as a
+// asked for (BF16 by default; fp8_e4m3, fp8_e5m2, int8 and int4 read quantized caches with
+// BF16 queries, and their rows give the time as a ratio to BF16's at the same shape; int4 reads
+// each query's own block from a bf16 residual pool, R = 1, the rest from its codes). Blocks are handed out in a random order, as a
 // long-running pool would. The K/V rows are random_fill values appended through kv_append (which
 // quantizes them), the pool is copied back and decoded on the host (kernels/cpu/kv_quant.h), and
 // the output is checked against a double reference over those values (two sequences, first and
 // last KV head) before anything is timed. Times are medians of individually event-timed
-// launches. "KV bytes" counts K and V once, INT8's scales included.
+// launches. "KV bytes" counts K and V once, INT8's scales and INT4's statistics included (not
+// INT4's one residual block per sequence).
 //
 //   strata_decode_bench [--json FILE] [--reps N] [--block-size N] [--batch N] [--no-sweep]
-//                       [--kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8]
+//                       [--kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4]
 
 #include <cuda_runtime_api.h>
 
@@ -60,7 +62,8 @@ struct KvDType {
 constexpr KvDType kKvDTypeNames[] = {{"bf16", DType::kBF16, 0.0f},
                                      {"fp8_e4m3", DType::kF8E4M3, 448.0f},
                                      {"fp8_e5m2", DType::kF8E5M2, 57344.0f},
-                                     {"int8", DType::kI8, 0.0f}};
+                                     {"int8", DType::kI8, 0.0f},
+                                     {"int4", DType::kI4, 0.0f}};
 
 struct Shape {
   int32_t batch;
@@ -103,7 +106,8 @@ std::vector<KvDType> parse_kv_dtypes(const std::string& list) {
       if (name == k.name) found = &k;
     }
     if (found == nullptr) {
-      std::fprintf(stderr, "--kv-dtypes: unknown dtype '%s' (bf16, fp8_e4m3, fp8_e5m2, int8)\n",
+      std::fprintf(stderr,
+                   "--kv-dtypes: unknown dtype '%s' (bf16, fp8_e4m3, fp8_e5m2, int8, int4)\n",
                    name.c_str());
       std::exit(2);
     }
@@ -210,6 +214,13 @@ int run(int argc, char** argv) {
           scales = kv::KvStaticScales{{1.0f / kd.fp8_max}, {1.0f / kd.fp8_max}};
         const kv::KvLayout layout(kv::KvSpec{1, kKvHeads, kHeadDim, kd.dtype}, bs, scales);
         DeviceBuffer pool = take(DeviceBuffer::allocate(layout.pool_bytes(num_blocks)), "pool");
+        // INT4's residual pool: bf16 blocks at the same ids as the int4 ones (so one slot mapping
+        // and one block table serve both); the kernel reads each sequence's last block there.
+        const bool int4 = kd.dtype == DType::kI4;
+        const kv::KvLayout res_layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, bs);
+        DeviceBuffer res_pool =
+            int4 ? take(DeviceBuffer::allocate(res_layout.pool_bytes(num_blocks)), "residual pool")
+                 : DeviceBuffer();
         const int64_t q_elems = static_cast<int64_t>(sh.batch) * kQoHeads * kHeadDim;
         DeviceBuffer q = take(DeviceBuffer::allocate(q_elems * 2), "q");
         DeviceBuffer o = take(DeviceBuffer::allocate(q_elems * 2), "o");
@@ -227,6 +238,10 @@ int run(int argc, char** argv) {
             cudaMemcpy(d_indptr.data(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
         check_cuda(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
         check_cuda(cudaMemcpy(d_last.data(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+        const std::vector<int32_t> res_first(static_cast<size_t>(sh.batch), 0);
+        DeviceBuffer d_res_first = take(DeviceBuffer::allocate(res_first.size() * 4), "a");
+        check_cuda(cudaMemcpy(d_res_first.data(), res_first.data(), res_first.size() * 4,
+                              cudaMemcpyHostToDevice));
 
         // K/V rows: random_fill bf16 values appended (and quantized) into every sequence's slots.
         {
@@ -259,6 +274,10 @@ int run(int argc, char** argv) {
           ap.k_token_stride = ap.v_token_stride = row;
           ap.slot_mapping = d_slots.as<int64_t>();
           ap.num_tokens = static_cast<int32_t>(tokens);
+          if (int4) {
+            ap.residual = res_layout.layer_view(res_pool.data(), 0);
+            ap.residual_slot_mapping = d_slots.as<int64_t>();
+          }
           die_if(kv_append(ap, stream.get()), "kv_append");
           die_if(stream.synchronize(), "sync");
         }
@@ -275,6 +294,13 @@ int run(int argc, char** argv) {
         p.layout = PagedKvLayout{d_indptr.as<int32_t>(), d_ids.as<int32_t>(), d_last.as<int32_t>(),
                                  sh.batch, bs};
         p.cache = layout.layer_view(pool.data(), 0);
+        if (int4) {
+          p.residual = res_layout.layer_view(res_pool.data(), 0);
+          p.layout.res_indptr = d_indptr.as<int32_t>();
+          p.layout.res_indices = d_ids.as<int32_t>();
+          p.layout.res_first_block = d_res_first.as<int32_t>();
+          p.layout.residual_blocks = 1;
+        }
         p.qo_dtype = DType::kBF16;
         p.num_qo_heads = kQoHeads;
         p.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
@@ -291,8 +317,15 @@ int run(int argc, char** argv) {
         std::vector<uint16_t> host_pool(static_cast<size_t>(layout.pool_bytes(num_blocks) / 2));
         check_cuda(cudaMemcpy(host_pool.data(), pool.data(), layout.pool_bytes(num_blocks),
                               cudaMemcpyDeviceToHost));
+        std::vector<uint16_t> host_res(static_cast<size_t>(int4 ? res_layout.pool_bytes(num_blocks) / 2 : 0));
+        if (int4) {
+          check_cuda(cudaMemcpy(host_res.data(), res_pool.data(), res_layout.pool_bytes(num_blocks),
+                                cudaMemcpyDeviceToHost));
+        }
         double max_err = 0.0;
         const PagedKvCacheView view = layout.layer_view(host_pool.data(), 0);
+        const PagedKvCacheView res_view = res_layout.layer_view(host_res.data(), 0);
+        const int32_t residual_from = (sh.context - 1) / bs;  // R = 1: the query's own block
         std::vector<int32_t> checked_seqs = {0};
         if (sh.batch > 1) checked_seqs.push_back(sh.batch - 1);
         for (int32_t s : checked_seqs) {
@@ -301,9 +334,11 @@ int run(int argc, char** argv) {
             std::vector<float> v(k.size());
             for (int32_t t = 0; t < sh.context; ++t) {
               const int32_t block = ids[s * blocks_per_seq + t / bs];
-              cpu::load_kv_rows(view, cpu::KvPart::kK, block, kvh, t % bs, 1,
+              const bool from_residual = int4 && t / bs >= residual_from;
+              const PagedKvCacheView& src = from_residual ? res_view : view;
+              cpu::load_kv_rows(src, cpu::KvPart::kK, block, kvh, t % bs, 1,
                                 &k[static_cast<size_t>(t) * kHeadDim], false);
-              cpu::load_kv_rows(view, cpu::KvPart::kV, block, kvh, t % bs, 1,
+              cpu::load_kv_rows(src, cpu::KvPart::kV, block, kvh, t % bs, 1,
                                 &v[static_cast<size_t>(t) * kHeadDim], false);
             }
             for (int32_t g = 0; g < kQoHeads / kKvHeads; ++g) {
@@ -341,7 +376,7 @@ int run(int argc, char** argv) {
         r.kv_dtype = kd.name;
         r.block_size = bs;
         r.shape = sh;
-        r.kv_bytes = static_cast<double>(sh.batch) * sh.context * layout.spec().bytes_per_token();
+        r.kv_bytes = static_cast<double>(sh.batch) * sh.context * layout.bytes_per_token();
         r.median_us =
             1e3f * time_ms(stream, reps, [&] { return decode_attention(p, stream.get()); });
         if (kd.dtype == DType::kBF16) bf16_us[{bs, sh.batch, sh.context}] = r.median_us;
