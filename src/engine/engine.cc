@@ -63,9 +63,6 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
         "--kv-cache-dtype float16 is not supported on --device cuda (the GPU engine's activations "
         "are bfloat16: use bfloat16, fp8_e4m3, fp8_e5m2, int8 or int4)");
   }
-  if (c.device == Device::kCuda && c.kv_quant_check) {
-    return Status::Unsupported("--kv-quant-check is CPU-only for now (--device cpu)");
-  }
   if (c.swap_space_bytes < 0) return Status::InvalidArgument("swap space must not be negative");
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
     return Status::InvalidArgument("max_batch_size must be >= 1 and batch_timeout_ms >= 0");
@@ -265,25 +262,64 @@ model::LoadFormat load_format(const EngineConfig& c) {
   return c.dummy_weights ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
 }
 
+#if STRATA_HAVE_CUDA
+// The GPU pool's per-layer dtypes for the quantized `kv_dtype` (empty when no layer is
+// excepted): the excepted layers hold bf16, the GPU engine's model precision. Without
+// --kv-quant-check they are the --kv-cache-dtype-skip-layers; with it, the layers the CPU's
+// resolve_kv_layout keeps (it folds the skipped layers in), and *quant_check takes its report.
+//
+// The check runs on the CPU model, loaded from the same directory for it alone and freed before
+// the GPU model is built: one measurement serves both devices, since what it measures (the
+// output KL of quantizing one layer's K/V) is a property of the K/V values, not of the backend,
+// and the GPU engine has no forward pass that reads one layer's K/V through a quantized scratch
+// cache. Its cost: num_layers + 1 CPU forward passes over the calibration prompt at start-up
+// (engine/kv_quant_check.h), plus a pass for --calculate-kv-scales on FP8 (the CPU resolver's
+// scales, used for the measurement only: the GPU resolves its own below).
+Result<std::vector<DType>> gpu_kv_layer_dtypes(
+    const EngineConfig& c, DType kv_dtype, std::optional<engine::KvQuantCheckReport>* quant_check) {
+  if (kv_dtype == DType::kBF16) return std::vector<DType>{};
+  if (c.kv_quant_check) {
+    model::Model model = model::Model::load(model::ModelLoadOptions{
+        .model_dir = c.model_dir,
+        .load_format = load_format(c),
+        .dummy_dtype = c.dummy_dtype,
+    });
+    ThreadPool pool(c.num_threads);
+    Result<engine::ResolvedKvLayout> kv = engine::resolve_kv_layout(c, model, pool);
+    if (!kv.ok()) return kv.status();
+    const kv::KvSpec& spec = kv.value().spec;
+    std::vector<bool> kept(static_cast<size_t>(spec.num_layers));
+    for (int32_t l = 0; l < spec.num_layers; ++l) {
+      kept[static_cast<size_t>(l)] = spec.layer_dtype(l) != kv_dtype;
+    }
+    *quant_check = std::move(kv.value().quant_check);
+    return kv::kv_layer_dtypes(kv_dtype, DType::kBF16, kept);
+  }
+  if (c.kv_skip_layers.empty()) return std::vector<DType>{};
+  const Result<std::vector<bool>> mask = kv::kv_skip_layer_mask(
+      c.kv_skip_layers, model::load_model_config(c.model_dir).layer_sliding_window);
+  if (!mask.ok()) return mask.status();
+  return kv::kv_layer_dtypes(kv_dtype, DType::kBF16, mask.value());
+}
+#endif
+
 // The GPU runner (throws strata::Error for unusable files or options; a refused FP8 scale source
-// is an InvalidArgument). An FP8 pool starts with unit scales and takes the resolved ones before
-// its first step: --calculate-kv-scales calibrates on the device itself. An INT4 pool's residual
-// pool is sized as cpu_runner sizes it (bf16 blocks there); CudaModel takes its bytes out of
-// the KV memory before sizing the int4 pool.
-Result<std::unique_ptr<model::ModelRunner>> cuda_runner(const EngineConfig& c,
-                                                        std::string* scales_source) {
+// is an InvalidArgument). Per-layer exceptions and --kv-quant-check: gpu_kv_layer_dtypes, whose
+// report lands in *quant_check. An FP8 pool starts with unit scales and takes the resolved ones
+// before its first step: --calculate-kv-scales calibrates on the device itself. An INT4 pool's
+// residual pool is sized as cpu_runner sizes it (bf16 blocks there); CudaModel takes its bytes
+// out of the KV memory before sizing the int4 pool.
+Result<std::unique_ptr<model::ModelRunner>> cuda_runner(
+    const EngineConfig& c, std::string* scales_source,
+    std::optional<engine::KvQuantCheckReport>* quant_check) {
 #if STRATA_HAVE_CUDA
   model::CudaModelOptions o;
   o.model_dir = c.model_dir;
   o.load_format = load_format(c);
   o.kv_dtype = c.kv_dtype == DType::kF32 ? DType::kBF16 : c.kv_dtype;
-  if (!c.kv_skip_layers.empty() && o.kv_dtype != DType::kBF16) {
-    // The excepted layers hold bf16, the GPU engine's model precision.
-    const Result<std::vector<bool>> mask = kv::kv_skip_layer_mask(
-        c.kv_skip_layers, model::load_model_config(c.model_dir).layer_sliding_window);
-    if (!mask.ok()) return mask.status();
-    o.kv_layer_dtypes = kv::kv_layer_dtypes(o.kv_dtype, DType::kBF16, mask.value());
-  }
+  Result<std::vector<DType>> layer_dtypes = gpu_kv_layer_dtypes(c, o.kv_dtype, quant_check);
+  if (!layer_dtypes.ok()) return layer_dtypes.status();
+  o.kv_layer_dtypes = std::move(layer_dtypes).value();
   o.block_size = c.block_size;
   o.max_num_tokens = std::max(c.max_num_batched_tokens, c.max_num_seqs);
   o.max_num_seqs = c.max_num_seqs;
@@ -329,6 +365,7 @@ Result<std::unique_ptr<model::ModelRunner>> cuda_runner(const EngineConfig& c,
 #else
   static_cast<void>(c);
   static_cast<void>(scales_source);
+  static_cast<void>(quant_check);
   throw Error("--device cuda: this build of Strata has no CUDA backend (build it where NVIDIA's "
               "CUDA toolkit is installed)");
 #endif
@@ -393,7 +430,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     std::string scales_source;
     std::optional<engine::KvQuantCheckReport> quant_check;
     if (config.device == Device::kCuda) {
-      Result<std::unique_ptr<model::ModelRunner>> gpu = cuda_runner(config, &scales_source);
+      Result<std::unique_ptr<model::ModelRunner>> gpu =
+          cuda_runner(config, &scales_source, &quant_check);
       if (!gpu.ok()) return gpu.status();
       runner = std::move(gpu).value();
     } else {

@@ -8,7 +8,8 @@
 // same batch (INT4's forks copy residual blocks too); an FP8 pool without scales is refused with
 // the three fixes. INT4: the bf16 residual pool is sized from the scheduler limits and taken out
 // of the KV memory, swap moves its blocks too, neither pool leaks, and teacher-forced logprobs
-// stay close to bf16's (within 10x int8's distance) whatever the chunking.
+// stay close to bf16's (within 10x int8's distance) whatever the chunking. --kv-quant-check
+// keeps the CPU engine's layers at bf16 (measured on the CPU model) and still generates.
 // Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips without a GPU.
 
 #include "strata/engine.h"
@@ -282,6 +283,42 @@ TEST_F(CudaEngineTest, Int4WithATwoBlockResidualWindowRunsTheMixedBatch) {
   EXPECT_EQ(engine.num_blocks(),
             ((int64_t{64} << 20) - engine.residual_bytes()) / (engine.kv_bytes_per_token() * 16));
   expect_mixed_batch_finishes(engine);
+}
+
+// --kv-quant-check on the GPU: the measurement runs on the CPU model (engine.cc,
+// gpu_kv_layer_dtypes), so the GPU engine reports the CPU engine's kept layers and holds bf16
+// exactly there. On this fixture fp8_e5m2 costs layer 0 about 4e-3 nats and layer 1 about
+// 1e-4, so the threshold 1e-3 keeps layer 0 alone: a mixed pool. A skipped layer is folded in.
+TEST_F(CudaEngineTest, KvQuantCheckKeepsTheCpuEnginesLayersAtBf16) {
+  EngineConfig c = cuda_config(0, DType::kF8E5M2);
+  c.kv_quant_check = true;
+  c.kv_quant_check_threshold = 1e-3;
+  EngineConfig cpu_config = c;
+  cpu_config.device = Device::kCpu;
+  Result<std::unique_ptr<Engine>> cpu = Engine::create(cpu_config);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  ASSERT_TRUE((*cpu)->kv_quant_check().has_value());
+  const std::vector<int32_t> kept = (*cpu)->kv_quant_check()->kept_layers();
+  EXPECT_EQ(kept, (std::vector<int32_t>{0}));
+  Result<std::unique_ptr<Engine>> gpu = Engine::create(c);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  Engine& e = **gpu;
+  ASSERT_TRUE(e.kv_quant_check().has_value());
+  EXPECT_EQ(e.kv_quant_check()->kept_layers(), kept);
+  EXPECT_EQ(e.kv_quant_check()->dtype, DType::kF8E5M2);
+  EXPECT_EQ(e.kv_dtype(), DType::kF8E5M2);
+  EXPECT_EQ(e.kv_layer_dtypes(), (std::vector<DType>{DType::kBF16, DType::kF8E5M2}));
+  EXPECT_EQ(e.kv_scales_source().rfind("calculated over ", 0), 0u);  // the GPU's own scales
+  ASSERT_TRUE(e.submit(request(40, 1, 12)).ok());
+  const Tokens got = run_all(e);
+  EXPECT_EQ(got.at(1).at(0).size(), 12u);
+  EXPECT_EQ(e.last_step().num_used_blocks, 0);
+
+  c.kv_skip_layers.layers = {1};
+  gpu = Engine::create(c);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  EXPECT_EQ((*gpu)->kv_quant_check()->kept_layers(), kept);  // the report is the measurement's
+  EXPECT_EQ((*gpu)->kv_layer_dtypes(), (std::vector<DType>{DType::kBF16, DType::kBF16}));
 }
 
 // The teacher-forced logprob of each prompt token (prompt_logprobs) in an engine of this dtype

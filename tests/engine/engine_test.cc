@@ -356,19 +356,13 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChe
   EXPECT_EQ((*int8)->kv_scale_bytes_per_token(),
             2 * 2 * model_.config().num_hidden_layers * model_.config().num_key_value_heads);
   EXPECT_TRUE((*int8)->kv_scales_source().empty());
-  // On the GPU, float16 KV (bf16 activations) and the per-layer exceptions are refused before
-  // any device work; int8 and fp8 are accepted there (tests/engine/cuda_engine_test.cc).
+  // On the GPU, float16 KV (bf16 activations) is refused before any device work; int8, fp8,
+  // int4 and --kv-quant-check are accepted there (tests/engine/cuda_engine_test.cc).
   c.device = Device::kCuda;
   c.kv_dtype = DType::kF16;
   const Status f16 = Engine::create(c).status();
   EXPECT_EQ(f16.code(), StatusCode::kUnsupported) << f16.to_string();
   EXPECT_NE(f16.message().find("float16 is not supported on --device cuda"), std::string::npos);
-  c.kv_dtype = DType::kI8;
-  c.kv_quant_check = true;
-  const Status check = Engine::create(c).status();
-  EXPECT_EQ(check.code(), StatusCode::kUnsupported) << check.to_string();
-  EXPECT_NE(check.message().find("CPU-only"), std::string::npos);
-  c.kv_quant_check = false;
   c.device = Device::kCpu;
   c.kv_dtype = DType::kI16;
   EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);

@@ -14,7 +14,9 @@ void print_pool(const Engine& engine) {
   const int64_t tokens = usable_blocks * engine.config().block_size;
   const double kv_gib = static_cast<double>(tokens * engine.kv_bytes_per_token()) / kGiB;
   if (engine.kv_quant_check()) {
-    const std::string table = engine::format_kv_quant_check(*engine.kv_quant_check(), DType::kF32);
+    // The kept layers hold the engine's model precision: float32 on the CPU, bf16 on the GPU.
+    const DType full = engine.device() == Device::kCuda ? DType::kBF16 : DType::kF32;
+    const std::string table = engine::format_kv_quant_check(*engine.kv_quant_check(), full);
     std::fputs(table.c_str(), stderr);
   }
   const std::string kv_dtype = kv::kv_dtype_summary(engine.kv_dtype(), engine.kv_layer_dtypes());
