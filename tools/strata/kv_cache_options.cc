@@ -9,11 +9,11 @@ namespace strata::cli {
 void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only) {
   cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
                  "KV cache element type: auto, float32, bfloat16 (bf16), float16 (fp16), fp8 "
-                 "(= fp8_e4m3), fp8_e5m2, int8, int4 (KIVI; CPU only)");
+                 "(= fp8_e4m3), fp8_e5m2, int8, int4 (KIVI)");
   cmd.add_option("--kv-cache-dtype-skip-layers", o.skip_layers,
-                 "Layers that keep model precision (float32 on the CPU) whatever --kv-cache-dtype "
-                 "says: sliding_window (every sliding-window layer) and/or 0-based indices, "
-                 "comma-separated");
+                 "Layers that keep model precision (float32 on the CPU, bfloat16 on the GPU) "
+                 "whatever --kv-cache-dtype says: sliding_window (every sliding-window layer) "
+                 "and/or 0-based indices, comma-separated");
   if (dtype_only) return;
   cmd.add_option("--kv-int4-residual", o.kv_int4_residual,
                  "int4 KV: the newest N tokens are read at full precision from a residual pool "

@@ -46,8 +46,8 @@ void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only = fa
 std::optional<kv::KvCacheDType> parse_kv_cache_dtype_flag(const std::string& value);
 
 // The pool element type the engine gets: "auto" -> F32 (the CPU's default; the engine keeps
-// bfloat16 on the GPU), "int4" -> I4 (CPU only: the engine refuses it with --device cuda).
-// strata::Error for a bad value.
+// bfloat16 on the GPU), "int4" -> I4 (either device: its residual pool holds float32 blocks on
+// the CPU, bfloat16 on the GPU). strata::Error for a bad value.
 DType kv_pool_dtype_flag(const std::string& value);
 
 // --kv-int4-residual: strata::Error, one line, unless N is 0 (unset) or a positive multiple of

@@ -154,6 +154,26 @@ std::string num(double v) {
 
 }  // namespace
 
+const char* plan_device_name(PlanDevice device) {
+  switch (device) {
+    case PlanDevice::kCuda:
+      return "cuda";
+    case PlanDevice::kCpu:
+      return "cpu";
+  }
+  STRATA_CHECK(false, "plan: unknown PlanDevice");
+}
+
+kv::KvCacheDType residual_pool_dtype(PlanDevice device) {
+  switch (device) {
+    case PlanDevice::kCuda:
+      return kv::KvCacheDType::kBF16;  // cuda_model.cc: kv::residual_spec(spec, DType::kBF16)
+    case PlanDevice::kCpu:
+      return kv::KvCacheDType::kF32;  // engine.cc's cpu_runner: kv::residual_spec(spec)
+  }
+  STRATA_CHECK(false, "plan: unknown PlanDevice");
+}
+
 std::optional<int64_t> parse_byte_size(std::string_view text) {
   static constexpr std::pair<std::string_view, double> kSuffixes[] = {{"KiB", 1024.0},
                                                                       {"MiB", 1048576.0},
@@ -277,29 +297,35 @@ void check_residual_settings(const PlanSettings& s) {
   check_kv_int4_residual_flag(s.kv_int4_residual, s.block_size, pool.value_or(DType::kF32));
 }
 
-// The CPU engine's int4 residual pool, sized as engine.cc's cpu_runner sizes it: R =
-// kv_int4_residual / block_size (1 when unset; EngineImpl::residual_window_blocks), blocks from
-// kv::residual_pool_blocks, each of kv::residual_spec's float32 shape. Nothing without int4.
+// The engine's int4 residual pool, sized as engine.cc's cpu_runner and cuda_model.cc's
+// allocate_residual_pool size it: R = kv_int4_residual / block_size (1 when unset;
+// EngineImpl::residual_window_blocks), blocks from kv::residual_pool_blocks, each of
+// kv::residual_spec's shape in the device's full precision. Nothing without int4.
 void plan_residual_pool(PlanReport& r, const kv::KvSpec& spec) {
   const PlanSettings& s = r.settings;
   if (!kv::needs_residual_pool(spec)) return;
   const int32_t window_blocks = s.kv_int4_residual > 0 ? s.kv_int4_residual / s.block_size : 1;
   const int32_t blocks = kv::residual_pool_blocks(s.max_num_seqs, window_blocks,
                                                   s.max_num_batched_tokens, s.block_size);
-  // The engine loads no MLA model; for one the plan takes float32 blocks of the latent's shape.
+  const kv::KvCacheDType dtype = residual_pool_dtype(s.device);
+  const std::optional<DType> pool_dtype = kv::kv_pool_dtype(dtype);
+  STRATA_CHECK(pool_dtype.has_value(), "plan: the residual pool's dtype has a pool dtype");
+  // The engine loads no MLA model; for one the plan takes blocks of the latent's shape.
   const int64_t block_bytes =
-      r.model.kv.is_mla() ? kv::kv_block_bytes(r.model.kv, kv::KvCacheDType::kF32, s.block_size)
-                          : kv::KvLayout(kv::residual_spec(spec), s.block_size).block_bytes();
+      r.model.kv.is_mla()
+          ? kv::kv_block_bytes(r.model.kv, dtype, s.block_size)
+          : kv::KvLayout(kv::residual_spec(spec, *pool_dtype), s.block_size).block_bytes();
   r.int4_residual_pool_blocks = blocks;
   r.int4_residual_pool_bytes = block_bytes * blocks;
-  r.notes.push_back("int4 (CPU engine): the full-precision residual pool, max_num_seqs " +
-                    std::to_string(s.max_num_seqs) + " x (R " + std::to_string(window_blocks) +
-                    " + 1) + ceil(max_num_batched_tokens " +
-                    std::to_string(s.max_num_batched_tokens) + " / " +
-                    std::to_string(s.block_size) + ") + 1 = " + std::to_string(blocks) +
-                    " float32 blocks of " + std::to_string(block_bytes) + " bytes (" +
-                    gib(static_cast<double>(r.int4_residual_pool_bytes)) +
-                    "), is subtracted from the KV memory before it is divided into blocks");
+  r.notes.push_back(
+      std::string("int4 (--device ") + plan_device_name(s.device) +
+      "): the full-precision residual pool, max_num_seqs " + std::to_string(s.max_num_seqs) +
+      " x (R " + std::to_string(window_blocks) + " + 1) + ceil(max_num_batched_tokens " +
+      std::to_string(s.max_num_batched_tokens) + " / " + std::to_string(s.block_size) +
+      ") + 1 = " + std::to_string(blocks) + " " + std::string(kv::kv_cache_dtype_name(dtype)) +
+      " blocks of " + std::to_string(block_bytes) + " bytes (" +
+      gib(static_cast<double>(r.int4_residual_pool_bytes)) +
+      "), is subtracted from the KV memory before it is divided into blocks");
 }
 
 // The pool's blocks: the KV memory less int4's residual pool, in blocks, less the null block.
@@ -407,8 +433,9 @@ std::string format_plan_text(const PlanReport& r) {
     << ")\n";
   if (r.int4_residual_pool_blocks > 0) {
     o << "int4 residual  " << gib(static_cast<double>(r.int4_residual_pool_bytes)) << ": "
-      << r.int4_residual_pool_blocks << " float32 blocks (" << r.int4_residual_pool_bytes
-      << " bytes), taken from the kv pool before its blocks\n";
+      << r.int4_residual_pool_blocks << " "
+      << kv::kv_cache_dtype_name(residual_pool_dtype(r.settings.device)) << " blocks ("
+      << r.int4_residual_pool_bytes << " bytes), taken from the kv pool before its blocks\n";
   }
   o << "max model len  " << r.max_model_len << " (" << r.blocks_per_seq << " blocks/sequence)\n";
   o << "concurrency    " << r.max_concurrent_seqs << " sequences of " << r.max_model_len
@@ -424,6 +451,7 @@ std::string format_plan_json(const PlanReport& r) {
       {"model_type", r.model.model_type},
       {"attention", r.model.kv.is_mla() ? "mla" : "gqa"},
       {"num_layers", r.model.kv.num_layers},
+      {"device", plan_device_name(r.settings.device)},
       {"kv_cache_dtype", kv::kv_cache_dtype_name(r.settings.kv_dtype)},
       {"kv_cache_dtype_skip_layers", r.skipped_layers},
       {"kv_cache_dtype_skip_layers_dtype", kv::kv_cache_dtype_name(r.settings.model_dtype)},
@@ -438,6 +466,7 @@ std::string format_plan_json(const PlanReport& r) {
       {"kv_pool_bytes", r.kv_pool_bytes},
       {"int4_residual_pool_blocks", r.int4_residual_pool_blocks},
       {"int4_residual_pool_bytes", r.int4_residual_pool_bytes},
+      {"int4_residual_pool_dtype", kv::kv_cache_dtype_name(residual_pool_dtype(r.settings.device))},
       {"num_blocks", r.num_blocks},
       {"capacity_tokens", r.capacity_tokens},
       {"naive_capacity_tokens", r.naive_capacity_tokens},
@@ -469,6 +498,11 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
                   "comma-separated");
   cmd->add_option("--block-size", o.block_size, "KV cache block size in tokens")
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
+  cmd->add_option("--device", o.device,
+                  "The engine to plan for: cuda or cpu (int4's residual pool holds bf16 blocks "
+                  "on cuda, float32 blocks on cpu)")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
+      ->capture_default_str();
   cmd->add_option("--gpu-memory", o.gpu_memory, "Device memory, e.g. 80GiB or 141e9 (bytes)");
   auto* util = cmd->add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                                "Share of device memory for weights + KV (default 0.9)")
@@ -520,6 +554,7 @@ int run_plan(const PlanOptions& o) {
   s.kv_dtype = parse_kv_cache_dtype_flag(o.kv_cache_dtype).value_or(s.model_dtype);
   s.skip_layers = parse_kv_skip_layers_flag(o.kv_cache_dtype_skip_layers);
   s.block_size = o.block_size;
+  s.device = o.device == "cpu" ? PlanDevice::kCpu : PlanDevice::kCuda;  // CLI11 checked the name
   const auto gpu = parse_byte_size(o.gpu_memory);
   if (!gpu) throw Error("--gpu-memory '" + o.gpu_memory + "' is not a byte size (e.g. 80GiB)");
   s.gpu_memory_bytes = *gpu;

@@ -4,10 +4,10 @@
 // the naive full-MHA figure, the pool's capacity in blocks and tokens after the weights, how many
 // sequences of max_model_len fit at once, and the longest context one sequence can have -- what
 // the engine will really do (window-capped for all-sliding-window models; full length, with a
-// note, for hybrid ones). With an int4 layer, the CPU engine's full-precision residual pool
-// (sized from --max-num-seqs, --max-num-batched-tokens and --kv-int4-residual, as the engine
-// sizes it) comes out of the KV memory first. Impossible settings are a strata::Error naming the
-// fix.
+// note, for hybrid ones). With an int4 layer, the engine's full-precision residual pool (bf16
+// blocks for --device cuda, float32 for --device cpu, sized from --max-num-seqs,
+// --max-num-batched-tokens and --kv-int4-residual as the engine sizes it) comes out of the KV
+// memory first. Impossible settings are a strata::Error naming the fix.
 //
 // The arithmetic (compute_plan) is separate from the CLI so tests check it against hand-computed
 // figures.
@@ -27,12 +27,19 @@ class App;
 
 namespace strata::cli {
 
+// The engine a plan sizes (--device): the GPU's or the CPU's. Only int4's residual pool differs:
+// it holds each backend's full precision (kv::residual_spec), bf16 on the GPU, float32 on the CPU.
+enum class PlanDevice { kCuda, kCpu };
+const char* plan_device_name(PlanDevice device);  // "cuda", "cpu"
+kv::KvCacheDType residual_pool_dtype(PlanDevice device);
+
 struct PlanOptions {
   std::string model_dir;    // --model DIR (config.json + *.safetensors)
   std::string config_file;  // --config FILE (weights estimated from the config)
   std::string kv_cache_dtype = "auto";
   std::string kv_cache_dtype_skip_layers;  // layers kept at auto's dtype
   int32_t block_size = 16;
+  std::string device = "cuda";       // cuda or cpu
   std::string gpu_memory = "80GiB";  // bytes, or with a K/M/G/T (1000) or Ki/Mi/Gi/Ti suffix
   std::optional<double> gpu_memory_utilization;  // default 0.9
   std::string kv_cache_memory_bytes;             // overrides the utilization budget
@@ -70,6 +77,7 @@ struct PlanSettings {
   kv::KvSkipLayers skip_layers;
   kv::KvCacheDType model_dtype = kv::KvCacheDType::kBF16;
   int32_t block_size = 16;
+  PlanDevice device = PlanDevice::kCuda;
   int64_t gpu_memory_bytes = 0;
   double gpu_memory_utilization = 0.9;
   std::optional<int64_t> kv_cache_memory_bytes;
@@ -90,9 +98,9 @@ struct PlanReport {
   double naive_mha_bytes_per_token = 0;  // every attention head's K and V, 16-bit
   int64_t block_bytes = 0;
   int64_t kv_pool_bytes = 0;  // all the KV memory, int4's residual pool included
-  // Some layer int4: the CPU engine's float32 residual pool, null block included
-  // (kv::residual_pool_blocks), subtracted from kv_pool_bytes before it is divided into blocks.
-  // 0 otherwise.
+  // Some layer int4: the engine's residual pool, null block included (kv::residual_pool_blocks),
+  // of residual_pool_dtype(settings.device) blocks, subtracted from kv_pool_bytes before it is
+  // divided into blocks. 0 otherwise.
   int64_t int4_residual_pool_blocks = 0;
   int64_t int4_residual_pool_bytes = 0;
   int64_t num_blocks = 0;       // allocatable (the null block not counted)

@@ -36,7 +36,9 @@ namespace strata::cuda {
 struct GemmParams {
   const void* a = nullptr;  // [m, k] bf16, row stride lda elements
   int64_t lda = 0;
-  const void* w = nullptr;  // [n, k] bf16, row stride ldw elements
+  // [n, k] bf16, row stride ldw elements. Must not be written by the kernel before this one on
+  // the stream: the few-row path (gemv.h) reads it before its grid-dependency wait.
+  const void* w = nullptr;
   int64_t ldw = 0;
   const void* bias = nullptr;  // nullable, [n] bf16
   void* d = nullptr;           // [m, n] d_dtype, row stride ldd elements

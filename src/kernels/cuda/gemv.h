@@ -15,7 +15,8 @@
 //
 // Launched with programmatic dependent launch: a block loads its first weights before waiting
 // for the previous kernel (weights are never written during a step), and lets the next kernel
-// launch at once.
+// launch at once. The contract that follows: w must not be written by the kernel before on the
+// stream (a and d may be: they are touched only after the wait).
 
 #include <cuda_runtime_api.h>
 
