@@ -188,7 +188,7 @@ cmd_run() {
   # Most important first: the tests, then the numbers, then the (slow) sanitizer runs.
   step tests tests "${GPU_CHECK_TEST_LIMIT:-180}" "$bin/strata_kernels_cuda_test" --gtest_brief=1
   step bench bench 100 "$bin/strata_decode_bench" --json "$OUT/bench.json"
-  step prefill bench 60 "$bin/strata_prefill_bench"
+  step prefill bench 120 "$bin/strata_prefill_bench" --kv-dtypes bf16,fp8_e4m3,int8,int4
   step ops bench 120 "$bin/strata_model_ops_bench"
   # At most eight files come back from the GPU machine: the torch and quantized-KV steps log into
   # bench.log, the latter with its JSON on one "kvq-json: " line.

@@ -5,9 +5,13 @@
 // BF16 KV, 32 query / 8 KV heads, head dim 128, block size 16, one sequence: a prompt of 4096 or
 // 16384 tokens, or a 4096-token chunk on a cached prefix of 4096 or 12288 tokens. Causal FLOPs
 // (4 * heads * head_dim * attended pairs) over the median of event-timed launches; a few rows are
-// checked against a double-precision reference first.
+// checked against a double-precision reference first. --kv-dtypes adds quantized caches read
+// with BF16 queries (fp8_e4m3, int8, int4), their K/V appended by kv_append from bf16 rows and
+// checked against the host's decoding of the pool (int4: each row's own block from a bf16
+// residual pool, R = 1), each timed as a ratio to BF16's at the same case.
 //
-//   strata_prefill_bench [--reps N]   (prints one JSON line prefixed "json: ")
+//   strata_prefill_bench [--reps N] [--kv-dtypes bf16,fp8_e4m3,int8,int4]
+//   (prints one JSON line prefixed "json: " for the BF16 cases)
 
 #include <cuda_runtime_api.h>
 
@@ -22,8 +26,10 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/event.h"
+#include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/stream.h"
@@ -66,10 +72,174 @@ float bf16_value(uint64_t seed, int64_t i, float lo, float hi) {
   return bf16_to_f32(f32_to_bf16(random_fill_value(seed, i, lo, hi)));
 }
 
+template <typename F>
+double median_ms(const Stream& stream, int reps, F&& launch) {
+  Event start = take(Event::create(), "event");
+  Event end = take(Event::create(), "event");
+  std::vector<float> ms;
+  for (int i = 0; i < reps + 2; ++i) {
+    check(start.record(stream.get()), "record");
+    check(launch(), "prefill");
+    check(end.record(stream.get()), "record");
+    check(end.synchronize(), "sync");
+    if (i >= 2) ms.push_back(take(Event::elapsed_ms(start, end), "elapsed"));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// One case over a quantized cache: K/V rows appended (and quantized) by kv_append, the output
+// checked against a double reference over the host's decoding of the pool, then timed. Returns
+// the median milliseconds.
+double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& bf16_params,
+                     const std::vector<int32_t>& ids, DeviceBuffer& d_ids, const Stream& stream,
+                     int reps) {
+  const int32_t kv_len = cs.prefix + cs.chunk;
+  const int32_t blocks = (kv_len + kBlockSize - 1) / kBlockSize;
+  kv::KvStaticScales scales;
+  if (dtype == DType::kF8E4M3) scales = {{1.0f / 448.0f}, {1.0f / 448.0f}};
+  const kv::KvLayout layout(kv::KvSpec{1, kKvHeads, kHeadDim, dtype}, kBlockSize, scales);
+  // INT4's residual pool: bf16 blocks at the same ids (one slot mapping, one table for both).
+  const bool int4 = dtype == DType::kI4;
+  const kv::KvLayout res_layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, kBlockSize);
+  DeviceBuffer pool = take(DeviceBuffer::allocate(layout.pool_bytes(blocks + 1)), "pool");
+  DeviceBuffer res_pool = take(DeviceBuffer::allocate(res_layout.pool_bytes(blocks + 1)), "res");
+  check(cudaMemset(pool.data(), 0, layout.pool_bytes(blocks + 1)), "memset");
+  const int64_t row = int64_t{kKvHeads} * kHeadDim;
+  DeviceBuffer k_rows = take(DeviceBuffer::allocate(kv_len * row * 2), "k rows");
+  DeviceBuffer v_rows = take(DeviceBuffer::allocate(kv_len * row * 2), "v rows");
+  check(random_fill({k_rows.data(), DType::kBF16, kv_len * row, kPoolSeed, -1, 1}, stream.get()),
+        "fill");
+  check(random_fill({v_rows.data(), DType::kBF16, kv_len * row, kPoolSeed + 1, -1, 1},
+                    stream.get()),
+        "fill");
+  std::vector<int64_t> slots(static_cast<size_t>(kv_len));
+  for (int32_t t = 0; t < kv_len; ++t) {
+    slots[static_cast<size_t>(t)] = int64_t{ids[static_cast<size_t>(t / kBlockSize)]} * kBlockSize +
+                                    t % kBlockSize;
+  }
+  DeviceBuffer d_slots = take(DeviceBuffer::allocate(slots.size() * 8), "slots");
+  check(cudaMemcpy(d_slots.data(), slots.data(), slots.size() * 8, cudaMemcpyHostToDevice), "copy");
+  KvAppendParams ap;
+  ap.cache = layout.layer_view(pool.data(), 0);
+  ap.k = k_rows.data();
+  ap.v = v_rows.data();
+  ap.src_dtype = DType::kBF16;
+  ap.k_token_stride = ap.v_token_stride = row;
+  ap.slot_mapping = d_slots.as<int64_t>();
+  ap.num_tokens = kv_len;
+  if (int4) {
+    ap.residual = res_layout.layer_view(res_pool.data(), 0);
+    ap.residual_slot_mapping = d_slots.as<int64_t>();
+  }
+  check(kv_append(ap, stream.get()), "kv_append");
+
+  const std::vector<int32_t> res_first = {0};
+  DeviceBuffer d_res_first = take(DeviceBuffer::allocate(4), "a");
+  check(cudaMemcpy(d_res_first.data(), res_first.data(), 4, cudaMemcpyHostToDevice), "copy");
+  const int64_t q_elems = static_cast<int64_t>(cs.chunk) * kQoHeads * kHeadDim;
+  DeviceBuffer lse = take(DeviceBuffer::allocate(
+                              prefill_int4_workspace_floats(cs.chunk, kQoHeads) * 4), "lse");
+  PrefillAttentionParams p = bf16_params;
+  p.cache = layout.layer_view(pool.data(), 0);
+  if (int4) {
+    p.residual = res_layout.layer_view(res_pool.data(), 0);
+    p.layout.res_indptr = p.layout.kv_indptr;
+    p.layout.res_indices = d_ids.as<int32_t>();
+    p.layout.res_first_block = d_res_first.as<int32_t>();
+    p.layout.residual_blocks = 1;
+    p.lse_workspace = lse.as<float>();
+  }
+  check(prefill_attention(p, stream.get()), "prefill");
+  check(stream.synchronize(), "sync");
+
+  // The reference over the host's decoding of both pools.
+  std::vector<uint16_t> out(static_cast<size_t>(q_elems));
+  check(cudaMemcpy(out.data(), p.o, q_elems * 2, cudaMemcpyDeviceToHost), "copy");
+  std::vector<uint16_t> host(static_cast<size_t>(layout.pool_bytes(blocks + 1) / 2));
+  std::vector<uint16_t> host_res(static_cast<size_t>(res_layout.pool_bytes(blocks + 1) / 2));
+  check(cudaMemcpy(host.data(), pool.data(), layout.pool_bytes(blocks + 1), cudaMemcpyDeviceToHost),
+        "copy");
+  if (int4) {
+    check(cudaMemcpy(host_res.data(), res_pool.data(), res_layout.pool_bytes(blocks + 1),
+                     cudaMemcpyDeviceToHost),
+          "copy");
+  }
+  const PagedKvCacheView view = layout.layer_view(host.data(), 0);
+  const PagedKvCacheView res_view = res_layout.layer_view(host_res.data(), 0);
+  double max_err = 0.0;
+  std::vector<float> k(static_cast<size_t>(kHeadDim)), v(static_cast<size_t>(kHeadDim));
+  for (int32_t r : {0, cs.chunk / 2 + 7, cs.chunk - 1}) {
+    for (int32_t h : {0, kQoHeads - 1}) {
+      const int32_t kvh = h / (kQoHeads / kKvHeads);
+      const int32_t pos = cs.prefix + r;
+      std::vector<double> sc(static_cast<size_t>(pos) + 1);
+      std::vector<double> acc(static_cast<size_t>(kHeadDim), 0.0);
+      std::vector<std::vector<float>> vs(static_cast<size_t>(pos) + 1);
+      double m = -INFINITY;
+      const int64_t q_off = (static_cast<int64_t>(r) * kQoHeads + h) * kHeadDim;
+      for (int32_t t = 0; t <= pos; ++t) {
+        const bool from_residual = int4 && t / kBlockSize > pos / kBlockSize - 1;
+        const PagedKvCacheView& src = from_residual ? res_view : view;
+        const int32_t block = ids[static_cast<size_t>(t / kBlockSize)];
+        cpu::load_kv_rows(src, cpu::KvPart::kK, block, kvh, t % kBlockSize, 1, k.data(), false);
+        cpu::load_kv_rows(src, cpu::KvPart::kV, block, kvh, t % kBlockSize, 1, v.data(), false);
+        vs[static_cast<size_t>(t)] = v;
+        double dot = 0;
+        for (int32_t e = 0; e < kHeadDim; ++e) {
+          dot += static_cast<double>(bf16_value(kQSeed, q_off + e, -2, 2)) * k[static_cast<size_t>(e)];
+        }
+        sc[static_cast<size_t>(t)] = dot * p.sm_scale;
+        m = std::max(m, sc[static_cast<size_t>(t)]);
+      }
+      double l = 0;
+      for (double& x : sc) l += (x = std::exp(x - m));
+      for (int32_t t = 0; t <= pos; ++t) {
+        for (int32_t e = 0; e < kHeadDim; ++e) {
+          acc[static_cast<size_t>(e)] += sc[static_cast<size_t>(t)] * vs[static_cast<size_t>(t)][static_cast<size_t>(e)];
+        }
+      }
+      for (int32_t e = 0; e < kHeadDim; ++e) {
+        max_err = std::max(max_err, std::abs(acc[static_cast<size_t>(e)] / l - bf16_to_f32(out[q_off + e])));
+      }
+    }
+  }
+  if (!(max_err < 2e-2)) {
+    std::fprintf(stderr, "%s prefix %d chunk %d: max abs error %.3g\n", dtype_name(dtype).data(),
+                 cs.prefix, cs.chunk, max_err);
+    std::exit(1);
+  }
+  return median_ms(stream, reps, [&] { return prefill_attention(p, stream.get()); });
+}
+
 int run(int argc, char** argv) {
   int reps = 10;
+  std::vector<std::pair<std::string, DType>> quantized;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--kv-dtypes") == 0 && i + 1 < argc) {
+      std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        const std::string name = list.substr(at, comma - at);
+        at = comma + 1;
+        if (name == "bf16") continue;
+        const DType d = name == "fp8_e4m3" ? DType::kF8E4M3
+                        : name == "int8"   ? DType::kI8
+                        : name == "int4"   ? DType::kI4
+                                           : DType::kF32;
+        if (d == DType::kF32) {
+          std::fprintf(stderr, "--kv-dtypes: unknown dtype '%s' (bf16, fp8_e4m3, int8, int4)\n",
+                       name.c_str());
+          return 2;
+        }
+        quantized.emplace_back(name, d);
+      }
+    } else {
+      std::fprintf(stderr, "unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
   }
   Stream stream = take(Stream::create(), "stream");
   std::string json = "{\"cases\": [";
@@ -156,18 +326,7 @@ int run(int argc, char** argv) {
                    max_err);
       return 1;
     }
-    Event start = take(Event::create(), "event");
-    Event end = take(Event::create(), "event");
-    std::vector<float> ms;
-    for (int i = 0; i < reps + 2; ++i) {
-      check(start.record(stream.get()), "record");
-      check(prefill_attention(p, stream.get()), "prefill");
-      check(end.record(stream.get()), "record");
-      check(end.synchronize(), "sync");
-      if (i >= 2) ms.push_back(take(Event::elapsed_ms(start, end), "elapsed"));
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
+    const double med = median_ms(stream, reps, [&] { return prefill_attention(p, stream.get()); });
     // Attended (query, key) pairs: row i sees prefix + i + 1 keys.
     const double pairs =
         static_cast<double>(cs.chunk) * cs.prefix + 0.5 * cs.chunk * (cs.chunk + 1.0);
@@ -175,6 +334,12 @@ int run(int argc, char** argv) {
     const double tflops = flops / (med * 1e-3) / 1e12;
     std::printf("prefill prefix %5d chunk %5d: %9.1f us  %6.1f TFLOP/s  err %.2e\n", cs.prefix,
                 cs.chunk, med * 1e3, tflops, max_err);
+    for (const auto& [name, dtype] : quantized) {
+      const double qms = run_quantized(cs, dtype, p, ids, d_ids, stream, reps);
+      std::printf("  %-8s %9.1f us  %6.1f TFLOP/s  x%.2f of bf16\n", name.c_str(), qms * 1e3,
+                  flops / (qms * 1e-3) / 1e12, qms / med);
+    }
+    std::fflush(stdout);
     json += std::string(&cs == kCases ? "" : ", ") + "{\"prefix\": " + std::to_string(cs.prefix) +
             ", \"chunk\": " + std::to_string(cs.chunk) +
             ", \"median_us\": " + std::to_string(med * 1e3) +
