@@ -243,7 +243,6 @@ TEST(CudaKvSkipLayersTest, ExceptedLayersHoldBf16) {
   for (const std::string& fixture : {kFixtures[0], kFixtures[3]}) {
     SCOPED_TRACE(fixture);
     const std::vector<int32_t> tokens = fixture_prompt(fixture, 0);
-    const auto len = static_cast<int32_t>(tokens.size());
     auto run = [&](DType dtype, const std::vector<DType>& layer_dtypes) {
       CudaModelOptions o;
       o.model_dir = kModelsDir + fixture;
@@ -255,13 +254,8 @@ TEST(CudaKvSkipLayersTest, ExceptedLayersHoldBf16) {
       o.max_num_seqs = 2;
       std::unique_ptr<CudaModel> model = CudaModel::create(o);
       Runner runner(*model);
-      Seq seq{tokens};
-      std::vector<float> all = runner.step({{&seq, len - 6}})[0];
-      while (seq.num_computed < len) {
-        const auto out = runner.step({{&seq, 1}});
-        all.insert(all.end(), out[0].begin(), out[0].end());
-      }
-      return std::make_pair(all, model->kv_layout().bytes_per_token());
+      return std::make_pair(chunk_then_decode_logits(runner, tokens, 6),
+                            model->kv_layout().bytes_per_token());
     };
     const auto layers =
         static_cast<int32_t>(load_model_config(kModelsDir + fixture).num_hidden_layers);
@@ -303,7 +297,6 @@ TEST(CudaKvSkipLayersTest, Int4ExceptedLayersHoldBf16) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   const std::string& fixture = kFixtures[0];
   const std::vector<int32_t> tokens = fixture_prompt(fixture, 0);
-  const auto len = static_cast<int32_t>(tokens.size());
   const auto layers =
       static_cast<size_t>(load_model_config(kModelsDir + fixture).num_hidden_layers);
   auto run = [&](DType dtype, const std::vector<DType>& layer_dtypes) {
@@ -317,13 +310,7 @@ TEST(CudaKvSkipLayersTest, Int4ExceptedLayersHoldBf16) {
     std::unique_ptr<CudaModel> model = CudaModel::create(o);
     EXPECT_EQ(model->num_residual_blocks(), o.num_residual_blocks);
     Runner runner(*model);
-    Seq seq{tokens};
-    std::vector<float> all = runner.step({{&seq, len - 6}})[0];
-    while (seq.num_computed < len) {
-      const auto out = runner.step({{&seq, 1}});
-      all.insert(all.end(), out[0].begin(), out[0].end());
-    }
-    return all;
+    return chunk_then_decode_logits(runner, tokens, 6);
   };
   const std::vector<float> bf16 = run(DType::kBF16, {});
   const std::vector<float> int4 = run(DType::kI4, {});
@@ -429,24 +416,7 @@ TEST(CudaInt4Test, DecodeStepsReplayedFromCudaGraphsDrawTheEagerArgmax) {
     SCOPED_TRACE(fixture);
     std::unique_ptr<CudaModel> model = make_model(fixture, DType::kI4);
     Runner runner(*model);
-    const std::vector<int32_t> p = fixture_prompt(fixture, 0);
-    const auto len = static_cast<int32_t>(p.size());
-    const int32_t prefill = len - 40;
-    Seq eager(p), g1(p), g2(p), g3(p);
-    runner.step({{&eager, prefill}, {&g1, prefill}, {&g2, prefill}, {&g3, prefill}});
-    int compared = 0;
-    for (int32_t pos = prefill; pos < len; ++pos) {
-      const std::vector<float> row = runner.step({{&eager, 1}})[0];
-      const std::vector<int32_t> drawn = runner.sample_step({&g1, &g2, &g3});
-      std::vector<float> sorted = row;
-      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-      if (sorted[0] - sorted[1] < 0.05f) continue;
-      ++compared;
-      const auto argmax =
-          static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-      for (int32_t t : drawn) EXPECT_EQ(t, argmax) << "position " << pos;
-    }
-    EXPECT_GT(compared, 20);
+    EXPECT_GT(expect_graph_draws_match_eager(runner, fixture_prompt(fixture, 0)), 20);
   }
 }
 

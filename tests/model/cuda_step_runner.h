@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -181,5 +182,43 @@ class Runner {
   int64_t vocab_;
   int32_t next_block_ = 1;  // block 0 is the null block
 };
+
+// One sequence of `prompt` steps eagerly with its logits on the host; three copies of it step
+// together with every row sampled greedily on the device, which replays CUDA graphs (batch 3
+// padded to 4; the first step of each shape runs eagerly and is captured), over the prompt's
+// last 40 tokens. Wherever the eager logits' top-2 gap is clear of bf16 noise, every
+// graph-drawn token must be their argmax. Returns how many positions were compared.
+inline int expect_graph_draws_match_eager(Runner& runner, const std::vector<int32_t>& prompt) {
+  const auto len = static_cast<int32_t>(prompt.size());
+  const int32_t prefill = len - 40;
+  Seq eager(prompt), g1(prompt), g2(prompt), g3(prompt);
+  runner.step({{&eager, prefill}, {&g1, prefill}, {&g2, prefill}, {&g3, prefill}});
+  int compared = 0;
+  for (int32_t pos = prefill; pos < len; ++pos) {
+    const std::vector<float> row = runner.step({{&eager, 1}})[0];
+    const std::vector<int32_t> drawn = runner.sample_step({&g1, &g2, &g3});
+    std::vector<float> sorted = row;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+    if (sorted[0] - sorted[1] < 0.05f) continue;
+    ++compared;
+    const auto argmax = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    for (int32_t t : drawn) EXPECT_EQ(t, argmax) << "position " << pos;
+  }
+  return compared;
+}
+
+// The logits of `tokens` computed as one chunk of all but the last `tail` tokens, then one token
+// per step: every row, in order.
+inline std::vector<float> chunk_then_decode_logits(Runner& runner, const std::vector<int32_t>& tokens,
+                                                   int32_t tail) {
+  const auto len = static_cast<int32_t>(tokens.size());
+  Seq seq{tokens};
+  std::vector<float> all = runner.step({{&seq, len - tail}})[0];
+  while (seq.num_computed < len) {
+    const auto out = runner.step({{&seq, 1}});
+    all.insert(all.end(), out[0].begin(), out[0].end());
+  }
+  return all;
+}
 
 }  // namespace strata::model
