@@ -63,6 +63,12 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
         "--kv-cache-dtype float16 is not supported on --device cuda (the GPU engine's activations "
         "are bfloat16: use bfloat16, fp8_e4m3, fp8_e5m2, int8 or int4)");
   }
+  // Checked here, before any device work: a bf16 pool on the GPU never reaches the measurement
+  // (resolve_kv_layout) that checks it too.
+  if (c.kv_quant_check &&
+      !(std::isfinite(c.kv_quant_check_threshold) && c.kv_quant_check_threshold >= 0.0)) {
+    return Status::InvalidArgument("--kv-quant-check-threshold must be a finite number >= 0");
+  }
   if (c.swap_space_bytes < 0) return Status::InvalidArgument("swap space must not be negative");
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
     return Status::InvalidArgument("max_batch_size must be >= 1 and batch_timeout_ms >= 0");

@@ -363,6 +363,15 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChe
   const Status f16 = Engine::create(c).status();
   EXPECT_EQ(f16.code(), StatusCode::kUnsupported) << f16.to_string();
   EXPECT_NE(f16.message().find("float16 is not supported on --device cuda"), std::string::npos);
+  // A bad --kv-quant-check-threshold is refused on either device, even where the measurement
+  // would not run (a bf16 pool on the GPU).
+  c.kv_dtype = DType::kBF16;
+  c.kv_quant_check = true;
+  c.kv_quant_check_threshold = -1.0;
+  const Status threshold = Engine::create(c).status();
+  EXPECT_EQ(threshold.code(), StatusCode::kInvalidArgument) << threshold.to_string();
+  EXPECT_NE(threshold.message().find("--kv-quant-check-threshold"), std::string::npos);
+  c.kv_quant_check = false;
   c.device = Device::kCpu;
   c.kv_dtype = DType::kI16;
   EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
