@@ -102,7 +102,14 @@ struct PrefillShape {
   // kStages x (K codes, V codes, K scales, V scales), code rows padded by 16 bytes.
   static constexpr int kCodePitch = (kI4 ? kHeadDim / 2 : kHeadDim) + 16;  // bytes
   static constexpr int kScaleBytes = kKvDType == DType::kI8 ? kKvTile * 2 : 0;
-  static constexpr int kCodeStageBytes = 2 * kKvTile * kCodePitch + 2 * kScaleBytes;
+  // INT4: each code stage also holds the statistics its conversion reads, copied with the codes:
+  // K's scales and zero points of every block the tile touches, [slot][scales, zeros][D] fp16
+  // (at most kKvTile / 8 blocks: tiles start at multiples of 8 and blocks hold at least 8
+  // tokens), then V's per-token scales and zero points, [scales, zeros][kKvTile].
+  static constexpr int kKStatSlots = kKvTile / 8;
+  static constexpr int kI4StatBytes = kI4 ? (kKStatSlots * 2 * kHeadDim + 2 * kKvTile) * 2 : 0;
+  static constexpr int kCodeStageBytes =
+      2 * kKvTile * kCodePitch + 2 * kScaleBytes + kI4StatBytes;
   static constexpr size_t kTileBytes = 2 * kTileElems * sizeof(uint16_t);
   static constexpr size_t kSmemBytes =
       kQuant ? kTileBytes + static_cast<size_t>(kStages) * kCodeStageBytes : kStages * kTileBytes;
@@ -221,6 +228,11 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     return reinterpret_cast<uint16_t*>(code_stage(st) + 2 * kN * Shape::kCodePitch);
   };
   auto v_scale_buf = [&](int st) { return k_scale_buf(st) + kN; };
+  // INT4: stage st's K statistics (slot = block index from the tile's first block), then V's.
+  auto k_stats = [&](int st) {
+    return reinterpret_cast<uint16_t*>(code_stage(st) + 2 * kN * Shape::kCodePitch);
+  };
+  auto v_stats = [&](int st) { return k_stats(st) + Shape::kKStatSlots * 2 * kHeadDim; };
 
   // Copies tile j (tokens kv_lo + j * kN ..); tokens past kv_hi are zero-filled (not read).
   auto issue = [&](int j) {
@@ -264,10 +276,44 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
                           2 * valid);
       }
     }
+    if constexpr (kI4) {
+      // K: each block holding one of the tile's keys below kv_hi, its scales then zero points.
+      constexpr int kSlotVecs = 2 * kHeadDim / 8;  // 16-byte vectors per slot
+      const int first_block = tile >> a.log2_block_size;
+      const int last_tok = min(tile + kN, kv_hi) - 1;
+      const int slots = last_tok >= tile ? (last_tok >> a.log2_block_size) - first_block + 1 : 0;
+      uint16_t* kst = k_stats(j & 1);
+      for (int v = threadIdx.x; v < slots * kSlotVecs; v += kThreads) {
+        const int slot = v / kSlotVecs;
+        const int w = v % kSlotVecs;
+        const bool zero = w >= kSlotVecs / 2;
+        const int col = (w % (kSlotVecs / 2)) * 8;
+        const int64_t off = static_cast<int64_t>(pages[first_block + slot]) * a.scale_block_stride +
+                            kv_head * a.k_stat_head_stride + col;
+        cp_async16(kst + slot * 2 * kHeadDim + (zero ? kHeadDim : 0) + col,
+                   (zero ? a.k_zeros : a.k_scales) + off);
+      }
+      // V: 8 tokens' scales (then zero points) per 16-byte copy, as INT8's scales; zeros past
+      // kv_hi.
+      constexpr int kGroups = kN / 8;
+      static_assert(2 * kGroups <= kThreads);
+      if (threadIdx.x < 2 * kGroups) {
+        const int grp = threadIdx.x % kGroups;
+        const bool is_zero = threadIdx.x >= kGroups;
+        const int tok = tile + 8 * grp;
+        const int valid = min(max(kv_hi - tok, 0), 8);
+        const int tok_c = valid > 0 ? tok : kv_lo;
+        const uint16_t* base = is_zero ? a.v_zeros : a.v_scales;
+        const int64_t off =
+            static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.scale_block_stride +
+            kv_head * a.scale_head_stride + (tok_c & (a.block_size - 1));
+        cp_async16_prefix(v_stats(j & 1) + (is_zero ? kN : 0) + 8 * grp, base + off, 2 * valid);
+      }
+    }
   };
   // Quantized: stage st's codes -> the fp16 tile (16 codes -> two 16-byte rows pieces). INT4:
-  // dequantized on the way (code * s + z in fp16, one rounding), its statistics read from the
-  // pool through L1; keys past kv_hi become zeros.
+  // dequantized on the way (code * s + z in fp16, one rounding) with the statistics staged
+  // beside the codes; keys past kv_hi become zeros.
   auto convert = [&](int st, int tile) {
     if constexpr (kI4) {
       constexpr int kCodeVecs = kHeadDim / 16;  // 16 codes = 8 bytes each
@@ -283,19 +329,18 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
           uint32_t w[4];
           load_int4_row<8>((part == 0 ? k_codes(st) : v_codes(st)) + r * Shape::kCodePitch + c * 8,
                            w);
-          const int64_t page = pages[tok >> a.log2_block_size];
           uint4 s0, s1, z0, z1;
           if (part == 0) {  // K: channels 16c .. 16c + 15 of the token's block
-            const int64_t at = page * a.scale_block_stride + kv_head * a.k_stat_head_stride + 16 * c;
-            s0 = __ldg(reinterpret_cast<const uint4*>(a.k_scales + at));
-            s1 = __ldg(reinterpret_cast<const uint4*>(a.k_scales + at) + 1);
-            z0 = __ldg(reinterpret_cast<const uint4*>(a.k_zeros + at));
-            z1 = __ldg(reinterpret_cast<const uint4*>(a.k_zeros + at) + 1);
+            const uint16_t* stat =
+                k_stats(st) +
+                ((tok >> a.log2_block_size) - (tile >> a.log2_block_size)) * 2 * kHeadDim + 16 * c;
+            s0 = reinterpret_cast<const uint4*>(stat)[0];
+            s1 = reinterpret_cast<const uint4*>(stat)[1];
+            z0 = reinterpret_cast<const uint4*>(stat + kHeadDim)[0];
+            z1 = reinterpret_cast<const uint4*>(stat + kHeadDim)[1];
           } else {  // V: the token's scale and zero point, both halves
-            const int64_t at = page * a.scale_block_stride + kv_head * a.scale_head_stride +
-                               (tok & (a.block_size - 1));
-            const uint32_t sv = __ldg(a.v_scales + at) * 0x10001u;
-            const uint32_t zv = __ldg(a.v_zeros + at) * 0x10001u;
+            const uint32_t sv = v_stats(st)[r] * 0x10001u;
+            const uint32_t zv = v_stats(st)[kN + r] * 0x10001u;
             s0 = s1 = make_uint4(sv, sv, sv, sv);
             z0 = z1 = make_uint4(zv, zv, zv, zv);
           }
