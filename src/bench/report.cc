@@ -62,6 +62,15 @@ void step_metrics(const RunResult& run, int32_t block_size, BenchMetrics& m) {
   }
   m.schedule_at_max_s = summarize(at_max);
   m.schedule_share_at_max = ratio(at_max_sum, at_max_step_sum);
+  double prompt_seqs = 0.0, decode_seqs = 0.0;
+  for (const StepRecord& s : run.steps) {
+    BenchMetrics::StepPhase& phase = s.num_prefill_tokens > 0 ? m.prompt_steps : m.decode_steps;
+    ++phase.steps;
+    phase.seconds += s.step_seconds;
+    (s.num_prefill_tokens > 0 ? prompt_seqs : decode_seqs) += s.num_scheduled_seqs;
+  }
+  m.prompt_steps.mean_seqs = ratio(prompt_seqs, static_cast<double>(m.prompt_steps.steps));
+  m.decode_steps.mean_seqs = ratio(decode_seqs, static_cast<double>(m.decode_steps.steps));
 }
 
 }  // namespace

@@ -70,6 +70,15 @@ struct BenchMetrics {
   double schedule_share_at_max = 0.0;
   int32_t max_concurrency = 0;
   double mean_concurrency = 0.0;
+  // Where a run's time goes: the steps that ran prompt tokens (prompts, chunks, recomputed
+  // preempted sequences; decode rows may ride along) and the steps of decode rows only, each
+  // with its count, summed step time and mean sequences per step.
+  struct StepPhase {
+    int64_t steps = 0;
+    double seconds = 0.0;
+    double mean_seqs = 0.0;
+  };
+  StepPhase prompt_steps, decode_steps;
 };
 
 struct MetricsContext {

@@ -16,6 +16,10 @@ json distribution_json(const Distribution& d) {
           {"p90", d.p90},     {"p99", d.p99},   {"max", d.max}};
 }
 
+json phase_json(const BenchMetrics::StepPhase& p) {
+  return {{"steps", p.steps}, {"seconds", p.seconds}, {"mean_seqs", p.mean_seqs}};
+}
+
 json header_json(const ReportHeader& h) {
   json out = {
       {"model", h.model},
@@ -87,6 +91,8 @@ json run_json(const BenchMetrics& m) {
       {"schedule_share_at_max_concurrency", m.schedule_share_at_max},
       {"max_concurrency", m.max_concurrency},
       {"mean_concurrency", m.mean_concurrency},
+      {"prompt_steps", phase_json(m.prompt_steps)},
+      {"decode_steps", phase_json(m.decode_steps)},
   };
 }
 

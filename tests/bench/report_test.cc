@@ -43,6 +43,8 @@ RunResult hand_built_run() {
     s.live_token_slots = 25 * (i + 1);  // 25..100 of 100
     s.capacity_token_slots = 100;
     s.num_used_blocks = 2 * (i + 1);  // 32 slots per 25 live at block size 16
+    s.num_prefill_tokens = i == 0 ? 30 : 0;  // the first step runs a prompt, the rest decode
+    s.num_decode_tokens = i == 0 ? 0 : 1;
     r.steps.push_back(s);
   }
   r.num_idle_steps = 3;
@@ -81,6 +83,11 @@ TEST(MetricsTest, ComputedFromAHandBuiltRun) {
   EXPECT_EQ(m.num_idle_steps, 3);
   EXPECT_EQ(m.num_preemptions, 2);
   EXPECT_DOUBLE_EQ(m.kv_bytes_per_token, 256);
+  EXPECT_EQ(m.prompt_steps.steps, 1);
+  EXPECT_DOUBLE_EQ(m.prompt_steps.seconds, 0.1);
+  EXPECT_EQ(m.decode_steps.steps, 3);
+  EXPECT_NEAR(m.decode_steps.seconds, 0.3, 1e-12);
+  EXPECT_DOUBLE_EQ(m.decode_steps.mean_seqs, 1.0);
 }
 
 TEST(MetricsTest, EmptyRunIsAllZeros) {
@@ -127,6 +134,9 @@ TEST(ReportTest, JsonHasEveryRunWithItsFields) {
     }
   }
   EXPECT_DOUBLE_EQ(j["runs"][0]["ttft_s"]["p50"].get<double>(), 0.375);
+  EXPECT_EQ(j["runs"][0]["prompt_steps"]["steps"], 1);
+  EXPECT_EQ(j["runs"][0]["decode_steps"]["steps"], 3);
+  EXPECT_TRUE(j["runs"][0]["decode_steps"]["seconds"].is_number());
 }
 
 TEST(ReportTest, TableHasOneColumnPerRun) {
