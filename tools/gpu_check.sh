@@ -392,12 +392,15 @@ if e2e:
     lines += ["", "## Quantized KV: end to end", "",
               "Llama-3.1-8B shape, dummy bf16 weights, `--kv-cache-memory-bytes 16GiB`, 1,024 requests of",
               "2,048 + 256 tokens, EOS ignored, greedy (`tools/gpu_kv_quant_bench.sh`).", "",
-              "| KV dtype | bytes/token | output tokens/s | vs bfloat16 | duration s | mean concurrency | preemptions |",
-              "|---|---|---|---|---|---|---|"]
+              "| KV dtype | bytes/token | output tokens/s | vs bfloat16 | duration s | mean concurrency | preemptions | prompt steps: n, s | decode steps: n, s, mean seqs |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for name, d in e2e.items():
         r = d["runs"][0]
+        ps, ds = r.get("prompt_steps", {}), r.get("decode_steps", {})
         lines.append(f"| {name} | {r.get('kv_bytes_per_token', 0):.0f} | {r['output_tokens_per_s']:.0f} | {d.get('vs_bfloat16') or 0:.2f}x | "
-                     f"{r['duration_s']:.1f} | {r.get('mean_concurrency', 0):.1f} | {r.get('preemptions', 0)} |")
+                     f"{r['duration_s']:.1f} | {r.get('mean_concurrency', 0):.1f} | {r.get('preemptions', 0)} | "
+                     f"{ps.get('steps', 0)}, {ps.get('seconds', 0):.1f} | "
+                     f"{ds.get('steps', 0)}, {ds.get('seconds', 0):.1f}, {ds.get('mean_seqs', 0):.1f} |")
 open(dst, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -24,7 +24,7 @@ for dtype in bfloat16 fp8_e4m3 int8 int4; do
     --kv-cache-memory-bytes 17179869184 --num-prompts "$num_prompts" --input-len 2048 \
     --output-len 256 --max-num-seqs 256 --max-num-batched-tokens 8192 --json >"$tmp/$dtype.json"
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['runs'][0]; \
-print({k: r.get(k) for k in ('output_tokens_per_s', 'duration_s', 'ttft_s', 'tpot_s', 'steps')})" \
+print({k: r.get(k) for k in ('output_tokens_per_s', 'duration_s', 'ttft_s', 'tpot_s', 'steps', 'prompt_steps', 'decode_steps')})" \
     "$tmp/$dtype.json"
 done
 python3 - "$tmp" "$out" <<'PY'
