@@ -177,6 +177,9 @@ struct EngineStepStats {
   int32_t num_used_blocks = 0;
   int32_t num_free_blocks = 0;
   int32_t num_used_residual_blocks = 0;  // INT4: the residual pool's blocks in use
+  // Blocks the prefix cache holds (full blocks indexed by their hash, in use or freed and
+  // evictable); 0 with prefix caching off.
+  int32_t num_cached_blocks = 0;
   int64_t live_token_slots = 0;   // tokens in the pool (shared blocks once)
   int64_t capacity_token_slots = 0;
 };

@@ -225,6 +225,7 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   st.num_used_blocks = pool.num_used_blocks();
   st.num_free_blocks = pool.num_free_blocks();
   st.num_used_residual_blocks = cache_->residual_pool().num_used_blocks();
+  st.num_cached_blocks = pool.num_cached_blocks();
   std::vector<const kv::BlockTable*> tables;
   for (const Sequence* s : scheduler_->running()) tables.push_back(&s->table);
   for (const kv::BlockTable& t : scheduler_->held_by_batch()) tables.push_back(&t);

@@ -76,6 +76,8 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
          st.num_used_blocks);
   metric(out, "strata:kv_cache_free_blocks", "gauge", "KV blocks free or evictable.",
          st.num_free_blocks);
+  metric(out, "strata:prefix_cache_blocks", "gauge",
+         "KV blocks the prefix cache holds, in use or evictable.", st.num_cached_blocks);
   metric(out, "strata:http_requests_active", "gauge",
          "HTTP requests being handled, this scrape included.",
          static_cast<double>(active_http_requests));

@@ -166,6 +166,7 @@ TEST_F(EngineTest, APrefixHitGivesTheColdRunsTokens) {
   auto e = make();
   const auto [second, got] = engine::test_util::run_extended_prompt(*e);
   EXPECT_EQ(got.metrics.num_cached_tokens, 64);
+  EXPECT_GE(e->last_step().num_cached_blocks, 64 / 16);  // the shared prefix's blocks at least
   const Collected ref = alone(second);
   EXPECT_EQ(got.tokens.at(0), ref.tokens.at(0));
   EXPECT_LE(rel_err(got.logprobs.at(0), ref.logprobs.at(0)), kTolerance);
@@ -403,6 +404,21 @@ TEST_F(EngineTest, CancelFreesBlocksAtOnceAndReportsTheRequestOnce) {
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
   e->cancel(a);  // unknown by now: ignored
   e->cancel(12345);
+}
+
+// The step stats count the prefix cache's blocks: a finished 40-token prompt leaves its two full
+// blocks cached (the third, partly filled, is not), none with prefix caching off.
+TEST_F(EngineTest, StepStatsCountThePrefixCachesBlocks) {
+  for (const bool caching : {true, false}) {
+    EngineConfig c;
+    c.block_size = 16;
+    c.enable_prefix_caching = caching;
+    auto e = make(c);
+    ASSERT_TRUE(e->submit(greedy(prompt_of(40, 3), 3)).ok());
+    drain(*e);
+    EXPECT_EQ(e->last_step().num_cached_blocks, caching ? 2 : 0) << "caching " << caching;
+    EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  }
 }
 
 TEST_F(EngineTest, RandomSubmitCancelFinishNeverLeaksOrOvercommits) {

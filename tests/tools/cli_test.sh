@@ -22,14 +22,14 @@ print(",".join(map(str, ints("prompt.0"))), ",".join(map(str, ints("greedy.0")[:
 PY
 )
 
-# 1. greedy tokens equal transformers'
-out=$("$strata" generate --model "$model" --prompt-ids "$prompt" --max-tokens 12 --temperature 0 \
+# 1. greedy tokens equal transformers' (runs 1-4 pin the CPU: `--device auto` would take a GPU)
+out=$("$strata" generate --device cpu --model "$model" --prompt-ids "$prompt" --max-tokens 12 --temperature 0 \
       --ignore-eos --json --threads 2) || fail "greedy generate exited non-zero"
 got=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["output_ids"])))' <<<"$out")
 [[ "$got" == "$greedy" ]] && ok || fail "greedy ids $got != transformers $greedy"
 
 # 2. logprobs + echo: prompt tokens first, the first entry null, K alternatives each
-out=$("$strata" generate --model "$model" --prompt-ids 5,17,99,3 --max-tokens 3 --temperature 0 \
+out=$("$strata" generate --device cpu --model "$model" --prompt-ids 5,17,99,3 --max-tokens 3 --temperature 0 \
       --logprobs 2 --echo --json) || fail "echo generate exited non-zero"
 python3 - "$out" <<'PY' && ok || fail "logprobs/echo JSON shape"
 import json, sys
@@ -43,16 +43,16 @@ assert all(len(t) == 2 for t in lp["top_logprobs"][1:])
 PY
 
 # 3. same seed, same output; the readable table mentions the finish reason
-a=$("$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 8 --seed 7 --ignore-eos --json)
-b=$("$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 8 --seed 7 --ignore-eos --json)
+a=$("$strata" generate --device cpu --model "$model" --prompt-ids 1,2,3 --max-tokens 8 --seed 7 --ignore-eos --json)
+b=$("$strata" generate --device cpu --model "$model" --prompt-ids 1,2,3 --max-tokens 8 --seed 7 --ignore-eos --json)
 ids() { python3 -c 'import json,sys; print(json.load(sys.stdin)["output_ids"])' <<<"$1"; }
 [[ "$(ids "$a")" == "$(ids "$b")" ]] && ok || fail "seeded runs differ"
-"$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 2 | grep -q "^finish" && ok \
+"$strata" generate --device cpu --model "$model" --prompt-ids 1,2,3 --max-tokens 2 | grep -q "^finish" && ok \
   || fail "table output"
 
 # 4. dummy weights need only config.json
 mkdir "$tmp/config_only" && cp "$model/config.json" "$tmp/config_only/"
-"$strata" generate --model "$tmp/config_only" --load-format dummy --prompt-ids 1,2,3 \
+"$strata" generate --device cpu --model "$tmp/config_only" --load-format dummy --prompt-ids 1,2,3 \
   --max-tokens 4 --json >/dev/null && ok || fail "dummy load format"
 
 # 5. bad input: one line on stderr, non-zero exit, never a crash
@@ -96,13 +96,13 @@ assert cuda["int4_residual_pool_blocks"] == cpu["int4_residual_pool_blocks"] > 0
 assert 2 * cuda["int4_residual_pool_bytes"] == cpu["int4_residual_pool_bytes"], (cuda, cpu)
 PY
 expect_error plan-bad-device "device" plan --model "$model" --device tpu
-out=$("$strata" generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
+out=$("$strata" generate --device cpu --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
       --ignore-eos --json --kv-cache-dtype int8) || fail "int8 generate exited non-zero"
 python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int8", j; assert len(j["output_ids"])==4' \
   <<<"$out" && ok || fail "int8 generate JSON"
-"$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8 \
+"$strata" generate --device cpu --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8 \
   --calculate-kv-scales --json >/dev/null && ok || fail "fp8 with --calculate-kv-scales"
-"$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8_e5m2 \
+"$strata" generate --device cpu --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8_e5m2 \
   --allow-unit-kv-scales --json >/dev/null && ok || fail "fp8_e5m2 with --allow-unit-kv-scales"
 expect_error fp8-without-scales "calculate-kv-scales" generate --model "$model" --prompt-ids 1 \
   --kv-cache-dtype fp8
@@ -110,7 +110,7 @@ expect_error bad-kv-dtype "kv-cache-dtype 'fp4' is not supported" generate --mod
   --prompt-ids 1 --kv-cache-dtype fp4
 # int4 (KIVI) runs on the CPU with its residual pool; a residual that is not a multiple of the
 # block size and the flag without int4 are one line each
-out=$("$strata" generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
+out=$("$strata" generate --device cpu --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
       --ignore-eos --json --kv-cache-dtype int4 --kv-int4-residual 32) \
   || fail "int4 generate exited non-zero"
 python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int4", j; assert len(j["output_ids"])==4; assert j["kv_residual_blocks"] > 1, j' \
@@ -153,12 +153,12 @@ expect_error eval-bad-kv-dtype "kv-cache-dtype 'fp8e4m3' is not supported" eval 
 # 7. per-layer exceptions (docs/kv-quant.md): a skipped layer stays float32 and the bytes per token
 # count it exactly (2 layers x 2 KV heads x 16: int8 72 bytes per layer with scales, float32 256),
 # in generate and in plan; --kv-quant-check prints its table; bad lists are one line everywhere
-out=$("$strata" generate --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
+out=$("$strata" generate --device cpu --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
       --ignore-eos --json --kv-cache-dtype int8 --kv-cache-dtype-skip-layers 0) \
   || fail "int8 skip-layers generate exited non-zero"
 python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int8 (layers 0 float32)", j; assert j["kv_bytes_per_token"]==328, j' \
   <<<"$out" && ok || fail "int8 skip-layers generate JSON"
-out=$("$strata" generate --model "$data/models/mistral-swa" --prompt-ids 1,2,3 --max-tokens 2 --json \
+out=$("$strata" generate --device cpu --model "$data/models/mistral-swa" --prompt-ids 1,2,3 --max-tokens 2 --json \
       --kv-cache-dtype int8 --kv-cache-dtype-skip-layers sliding_window) \
   || fail "sliding_window skip-layers generate exited non-zero"
 python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int8 (layers 0,1 float32)", j' \
@@ -167,7 +167,7 @@ out=$("$strata" plan --model "$model" --kv-cache-dtype int8 --kv-cache-dtype-ski
   || fail "plan skip-layers exited non-zero"
 python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_bytes_per_token"]==328 and j["kv_cache_dtype_skip_layers"]==[1], j' \
   <<<"$out" && ok || fail "plan skip-layers JSON"
-err=$("$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8 \
+err=$("$strata" generate --device cpu --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8 \
       --calculate-kv-scales --kv-quant-check --kv-quant-check-threshold 0 2>&1 >/dev/null) \
   || fail "kv-quant-check generate exited non-zero"
 grep -q "kv-quant-check keeps layers 0,1 at float32" <<<"$err" && [[ $(grep -c '^  [01] ' <<<"$err") -eq 2 ]] \

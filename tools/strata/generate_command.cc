@@ -188,6 +188,7 @@ GenerateReport run_on_engine(const GenerateOptions& o, EngineConfig c,
   r.prefill_seconds = metrics.first_token_time - metrics.arrival_time;
   r.decode_seconds = metrics.finished_time - metrics.first_token_time;
   r.num_cached_prompt_tokens = metrics.num_cached_tokens;
+  r.num_cached_blocks = engine.last_step().num_cached_blocks;
   return r;
 }
 
