@@ -109,6 +109,8 @@ class BlockPool {
                    BlockId parent, std::span<const int32_t> tokens, const BlockExtraKeys& extra);
 
   bool is_cached(BlockId block) const;
+  // Bumped each time the block is cached: equal generations mean the same cached content.
+  uint32_t cache_gen(BlockId block) const { return meta(block.value).cache_gen; }
   int32_t num_cached_blocks() const { return num_cached_; }
   // Cached blocks whose content was dropped because the block was reallocated.
   int64_t num_evictions() const { return num_evictions_; }

@@ -1,6 +1,7 @@
 #include "kv/kv_cache_manager.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "core/check.h"
@@ -36,8 +37,11 @@ KvSpec residual_spec(const KvSpec& spec, DType dtype) {
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : pool_(BlockPoolConfig{config.num_blocks, config.block_size, config.enable_prefix_caching,
                             config.event_sink}),
+      // With prefix caching, full blocks' residual copies are cached too (no events: the
+      // residual pool is the runner's, not a tier others see).
       residual_pool_(BlockPoolConfig{std::max(config.residual_num_blocks, 1), config.block_size,
-                                     false, nullptr}),
+                                     config.enable_prefix_caching && config.residual_num_blocks > 0,
+                                     nullptr}),
       residual_blocks_(config.residual_blocks),
       hasher_(config.hash_bits),
       window_(config.sliding_window) {
@@ -52,9 +56,7 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
   PrefixHit hit;
   if (!prefix_caching()) return hit;
   const int32_t bs = block_size();
-  // R > 1: no hit can be read as the cold run read it (find_cached_prefix's contract).
-  const bool no_hits = has_residual() && residual_blocks_ > 1;
-  const auto max_blocks = no_hits ? 0 : (static_cast<int32_t>(tokens.size()) - 1) / bs;
+  const auto max_blocks = (static_cast<int32_t>(tokens.size()) - 1) / bs;
   BlockId parent = kNullBlock;
   for (int32_t i = 0; i < max_blocks; ++i) {
     const std::span<const int32_t> block_tokens =
@@ -67,6 +69,7 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
     hit.hashes.push_back(hash);
     parent = *block;
   }
+  if (has_residual() && residual_blocks_ > 1) trim_to_residual_copies(hit);
   hit.num_tokens = static_cast<int32_t>(hit.blocks.size()) * bs;
   if (window_ > 0 && !hit.blocks.empty()) {
     // The first position computed after the hit is hit.num_tokens; the last block always stays.
@@ -78,6 +81,25 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
   stats_.num_query_tokens += static_cast<int64_t>(tokens.size());
   stats_.num_hit_tokens += hit.num_tokens;
   return hit;
+}
+
+void KvCacheManager::trim_to_residual_copies(PrefixHit& hit) const {
+  auto copy_of = [&](int32_t j) { return residual_copy(hit.blocks[static_cast<size_t>(j)]); };
+  // A missing copy of block j rules out every h with j in [h - R + 1, h - 1]: try h = j next.
+  auto h = static_cast<int32_t>(hit.blocks.size());
+  while (h > 0) {
+    const int32_t from = std::max(0, h - residual_blocks_ + 1);
+    int32_t j = h - 1;
+    while (j >= from && copy_of(j).has_value()) --j;
+    if (j < from) break;
+    h = j;
+  }
+  hit.blocks.resize(static_cast<size_t>(h));
+  hit.hashes.resize(static_cast<size_t>(h));
+  hit.residual_blocks.clear();
+  for (int32_t j = std::max(0, h - residual_blocks_ + 1); j < h; ++j) {
+    hit.residual_blocks.push_back(*copy_of(j));
+  }
 }
 
 bool KvCacheManager::needs_copy_on_write(const BlockTable& table, int32_t num_new_tokens) const {
@@ -107,22 +129,27 @@ KvCacheManager::ResidualPlan KvCacheManager::plan_residual(const BlockTable& tab
   const bool with_hit = hit != nullptr && !hit->blocks.empty();
   const int32_t first_pos = with_hit ? hit->num_tokens : table.num_tokens();
   const int32_t num_blocks_after = (first_pos + num_new_tokens + bs - 1) / bs;
-  // The table's block count before the new tokens (a hit's blocks count as the table's).
+  // The table's block count before the new tokens (a hit's blocks count as the table's, and its
+  // cached residual copies as the table's residual entries).
   const int32_t nb = (first_pos + bs - 1) / bs;
-  const auto& entries = table.res_blocks_;
-  const int32_t rf = entries.empty() ? nb : table.res_first_block_;
+  const std::vector<BlockId>& entries = with_hit ? hit->residual_blocks : table.res_blocks_;
+  const int32_t rf = entries.empty()  ? nb
+                     : with_hit       ? nb - static_cast<int32_t>(entries.size())
+                                      : table.res_first_block_;
   STRATA_CHECK(rf + static_cast<int32_t>(entries.size()) == nb,
                "residual entries must run through the table's last block");
   ResidualPlan p;
   p.first_block = std::max(0, first_pos / bs - residual_blocks_ + 1);
   STRATA_CHECK(p.first_block >= rf,
-               "a block the next query reads at full precision has no residual block "
-               "(a prefix hit with R > 1?)");
+               "a block the next query reads at full precision has no residual block");
   p.num_freed = p.first_block - rf;
   for (int32_t i = 0; i < p.num_freed; ++i) {
     p.num_reclaimed += residual_pool_.ref_count(entries[static_cast<size_t>(i)]) == 1;
   }
   p.num_new = num_blocks_after - nb;
+  if (with_hit) {
+    for (const BlockId b : entries) p.num_hit_free += residual_pool_.ref_count(b) == 0;
+  }
   p.copy_last = num_new_tokens > 0 && first_pos % bs != 0 &&
                 p.num_freed < static_cast<int32_t>(entries.size()) &&
                 residual_pool_.ref_count(entries.back()) > 1;
@@ -134,18 +161,24 @@ int32_t KvCacheManager::num_residual_blocks_to_allocate(const BlockTable& table,
                                                         const PrefixHit* hit) const {
   if (!has_residual()) return 0;
   const ResidualPlan p = plan_residual(table, num_new_tokens, hit);
-  return p.num_new + (p.copy_last ? 1 : 0);
+  return p.num_new + p.num_hit_free + (p.copy_last ? 1 : 0);
 }
 
 bool KvCacheManager::residual_fits(const BlockTable& table, int32_t num_new_tokens,
                                    const PrefixHit* hit) const {
   if (!has_residual()) return true;
   const ResidualPlan p = plan_residual(table, num_new_tokens, hit);
-  return p.num_new + (p.copy_last ? 1 : 0) <= residual_pool_.num_free_blocks() + p.num_reclaimed;
+  return p.num_new + p.num_hit_free + (p.copy_last ? 1 : 0) <=
+         residual_pool_.num_free_blocks() + p.num_reclaimed;
 }
 
-void KvCacheManager::allocate_residual(BlockTable& table, const ResidualPlan& p) {
+void KvCacheManager::allocate_residual(BlockTable& table, const ResidualPlan& p,
+                                       const PrefixHit* hit) {
   auto& entries = table.res_blocks_;
+  if (hit != nullptr && !hit->blocks.empty()) {  // the hit's cached copies, before any allocation
+    residual_pool_.touch(hit->residual_blocks);
+    entries = hit->residual_blocks;
+  }
   residual_pool_.free(std::span<const BlockId>(entries.data(), static_cast<size_t>(p.num_freed)));
   entries.erase(entries.begin(), entries.begin() + p.num_freed);
   table.res_first_block_ = p.first_block;
@@ -192,7 +225,7 @@ bool KvCacheManager::allocate_slots(BlockTable& table, int32_t num_new_tokens,
     table.blocks_.back() = copy->front();
   }
   STRATA_CHECK(table.append_slots(pool_, num_new_tokens), "append failed after can_allocate");
-  if (residual) allocate_residual(table, *residual);
+  if (residual) allocate_residual(table, *residual, hit);
   return true;
 }
 
@@ -235,7 +268,41 @@ void KvCacheManager::cache_full_blocks(BlockTable& table, std::span<const int32_
     } else {
       table.chain_tail_ = BlockId{};  // the parent was evicted since: stop registering
     }
+    // INT4: the block's residual copy, linked to the cached block now holding these positions.
+    if (table.chain_tail_.valid()) {
+      cache_residual_copy(table, i, table.chain_tail_, hash, block_tokens, extra);
+    }
   }
+}
+
+void KvCacheManager::cache_residual_copy(const BlockTable& table, int32_t i, BlockId main,
+                                         const BlockHash& hash, std::span<const int32_t> tokens,
+                                         const BlockExtraKeys& extra) {
+  if (!residual_pool_.prefix_caching() || !main.valid() || main == kNullBlock) return;
+  const int32_t k = i - table.res_first_block_;
+  if (k < 0 || k >= static_cast<int32_t>(table.res_blocks_.size())) return;
+  if (residual_copy(main).has_value()) return;
+  const BlockId block = table.res_blocks_[static_cast<size_t>(k)];
+  // Cached in the residual pool only to keep it once freed (LRU-evicted on reuse); found through
+  // the link, never by its hash. An identical copy cached already leaves this one unlinked.
+  if (!residual_pool_.is_cached(block) &&
+      !residual_pool_.cache_block(block, hash, nullptr, kNullBlock, tokens, extra)) {
+    return;
+  }
+  residual_links_[main.value] =
+      ResidualLink{block, residual_pool_.cache_gen(block), pool_.cache_gen(main)};
+}
+
+std::optional<BlockId> KvCacheManager::residual_copy(BlockId main) const {
+  const auto it = residual_links_.find(main.value);
+  if (it == residual_links_.end()) return std::nullopt;
+  const ResidualLink& link = it->second;
+  if (!pool_.is_cached(main) || pool_.cache_gen(main) != link.main_gen ||
+      !residual_pool_.is_cached(link.residual) ||
+      residual_pool_.cache_gen(link.residual) != link.residual_gen) {
+    return std::nullopt;
+  }
+  return link.residual;
 }
 
 void KvCacheManager::fork(const BlockTable& parent, BlockTable& child) {

@@ -19,8 +19,10 @@
 // max(0, s / block_size - R + 1) on, R = residual_blocks -- and every new block gets a residual
 // block too; allocation accounts for both pools, all or nothing. fork() shares the parent's
 // residual blocks and the first write into a shared, partly filled one copies it (queued apart
-// from the main pool's copies: take_pending_residual_copies()). Only the main pool's blocks are
-// prefix-cached; with R > 1 find_cached_prefix() finds nothing (see there).
+// from the main pool's copies: take_pending_residual_copies()). With prefix caching, each
+// registered block's residual copy is kept too (cached in the residual pool, LRU-evicted on
+// reuse) and linked to the cached int4 block, so that a hit with R > 1 can give the first
+// computed position the full-precision blocks the cold run read (find_cached_prefix).
 //
 // Owns the BlockPool, a BlockHasher and the prefix-cache counters; borrows the block tables (the
 // sequences own them) and the event sink. Invariants: every table it manages holds one reference
@@ -30,7 +32,9 @@
 // hashed (each block of a sequence is hashed once).
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "core/ids.h"
@@ -77,6 +81,10 @@ struct PrefixHit {
   std::vector<BlockId> blocks;
   std::vector<BlockHash> hashes;  // hashes[i] is blocks[i]'s hash
   int32_t num_tokens = 0;         // blocks.size() * block_size
+  // INT4 with R > 1: the residual pool's cached copies of the hit's last residual_blocks.size()
+  // blocks (max(0, blocks.size() - R + 1) on), which the first computed position reads at full
+  // precision. Empty otherwise.
+  std::vector<BlockId> residual_blocks;
 };
 
 // One block copy a step must run before its forward pass (the bytes live in the KV buffer).
@@ -112,10 +120,11 @@ class KvCacheManager {
   // compute (a step needs it to produce logits). Nothing is referenced yet; the only side effect
   // is the query counters. Empty when prefix caching is off. With a sliding window, the whole
   // chain is still confirmed, but the entries wholly before the window of the first position to
-  // compute are kNullBlock: the table will not take them. With a residual pool and R > 1 it is
-  // always empty: the first position computed after a hit of h blocks reads blocks
-  // h - R + 1 .. h - 1 at full precision, which only the residual pool of the run that computed
-  // them held -- a hit would read other values than the cold run (R = 1 reads none: exact).
+  // compute are kNullBlock: the table will not take them. With a residual pool and R > 1 the
+  // first position computed after a hit of h blocks reads blocks h - R + 1 .. h - 1 at full
+  // precision, so the hit is cut to the longest h whose those blocks' residual copies are cached
+  // as well (hit.residual_blocks); a residual copy evicted since leaves a shorter hit, or none.
+  // (R = 1 reads none of the hit at full precision.)
   PrefixHit find_cached_prefix(std::span<const int32_t> tokens, const BlockExtraKeys& extra);
 
   // Blocks allocate_slots(table, num_new_tokens, hit) would take from the free queue, the hit's
@@ -215,11 +224,24 @@ class KvCacheManager {
     int32_t num_freed = 0;      // leading entries given back
     int32_t num_reclaimed = 0;  // of which return to the free queue (not shared)
     int32_t num_new = 0;        // residual blocks allocated for new logical blocks
+    int32_t num_hit_free = 0;   // a hit's cached residual copies that leave the free queue
     bool copy_last = false;     // the shared, partly filled last residual block is copied
   };
   ResidualPlan plan_residual(const BlockTable& table, int32_t num_new_tokens,
                              const PrefixHit* hit) const;
-  void allocate_residual(BlockTable& table, const ResidualPlan& plan);
+  void allocate_residual(BlockTable& table, const ResidualPlan& plan, const PrefixHit* hit);
+  // Links the table's residual entry for its full logical block i to `main`, the cached
+  // main-pool block holding the same positions, and caches it in the residual pool (so it
+  // outlives the table until evicted). No-op without a residual entry there or when `main`
+  // already has a live copy.
+  void cache_residual_copy(const BlockTable& table, int32_t i, BlockId main, const BlockHash& hash,
+                           std::span<const int32_t> tokens, const BlockExtraKeys& extra);
+  // The live residual copy of cached main-pool block `main`, if any: neither block has been
+  // cached again since they were linked, so the copy holds main's positions at full precision.
+  std::optional<BlockId> residual_copy(BlockId main) const;
+  // Cuts a hit to the longest prefix whose last R - 1 blocks have cached residual copies, and
+  // fills hit.residual_blocks with them (R > 1).
+  void trim_to_residual_copies(PrefixHit& hit) const;
 
   BlockPool pool_;
   BlockPool residual_pool_;
@@ -228,6 +250,14 @@ class KvCacheManager {
   int32_t window_ = 0;
   std::vector<BlockCopy> pending_copies_;
   std::vector<BlockCopy> pending_residual_copies_;
+  // INT4 with prefix caching: main-pool block id -> its residual copy and both blocks' cache
+  // generations when linked (checked by residual_copy(); stale links are overwritten).
+  struct ResidualLink {
+    BlockId residual;
+    uint32_t residual_gen = 0;
+    uint32_t main_gen = 0;
+  };
+  std::unordered_map<int32_t, ResidualLink> residual_links_;
   PrefixCacheStats stats_;
 };
 

@@ -162,8 +162,15 @@ TEST_F(Int4EngineTest, WithROneAPrefixHitGivesTheColdRunsResults) {
   expect_prefix_case(/*r=*/1, /*cached_tokens=*/64);
 }
 
-TEST_F(Int4EngineTest, WithRTwoThereIsNoPrefixHitAndTheColdRunsResults) {
-  expect_prefix_case(/*r=*/2, /*cached_tokens=*/0);
+// R > 1: the hit takes the cached residual copies of its last R - 1 blocks, so the first position
+// computed after it reads what the cold run read: the whole prefix is served and the results
+// are the cold run's exactly.
+TEST_F(Int4EngineTest, WithRTwoAPrefixHitGivesTheColdRunsResults) {
+  expect_prefix_case(/*r=*/2, /*cached_tokens=*/64);
+}
+
+TEST_F(Int4EngineTest, WithRThreeAPrefixHitGivesTheColdRunsResults) {
+  expect_prefix_case(/*r=*/3, /*cached_tokens=*/64);
 }
 
 class Int4PreemptionTest : public Int4EngineTest,

@@ -1,7 +1,8 @@
 // The INT4 (KIVI) residual pool in KvCacheManager: which residual blocks a table holds before and
 // after each step (exact ids, R = 1 and 2), what allocate_slots gives back first, all-or-nothing
 // allocation across both pools, fork sharing with copy-on-write of the partly filled residual
-// block, prefix hits (R = 1 starts the residual at the hit; R > 1 finds none), freeing, the
+// block, prefix hits (R = 1 starts the residual at the hit; R > 1 takes the cached residual
+// copies of the hit's last R - 1 blocks, and a hit shortens when they were evicted), freeing, the
 // sizing formula, and the layout builder's residual arrays. Invariants after every call.
 
 #include <gtest/gtest.h>
@@ -181,18 +182,66 @@ TEST_F(ResidualPoolTest, WithROneAPrefixHitStartsTheResidualAtTheHit) {
   check(m, {});
 }
 
-TEST_F(ResidualPoolTest, WithRTwoThereIsNoPrefixHit) {
+// R = 2: the first position computed after a hit of h blocks reads block h - 1 at full precision,
+// so the hit takes block h - 1's cached residual copy (linked when the block was registered) and
+// the table's residual entries start there; the copy is shared, not recomputed.
+TEST_F(ResidualPoolTest, WithRTwoAHitTakesTheResidualCopyOfItsLastBlock) {
   KvCacheManager m = make(/*r=*/2);
   const std::vector<int32_t> prompt = tokens(13);
   BlockTable a(kBs);
-  ASSERT_TRUE(m.allocate_slots(a, 13));
+  ASSERT_TRUE(m.allocate_slots(a, 13));  // blocks 0-3 and their residual blocks 1-4
+  EXPECT_EQ(values(a.residual_blocks()), (V{1, 2, 3, 4}));
   m.cache_full_blocks(a, prompt, 13, {});
-  EXPECT_EQ(m.pool().num_cached_blocks(), 3) << "int4 blocks are still registered";
+  EXPECT_EQ(m.pool().num_cached_blocks(), 3);
+  EXPECT_EQ(m.residual_pool().num_cached_blocks(), 3) << "each full block's residual copy";
   m.free(a);
+  check(m, {});
   const PrefixHit hit = m.find_cached_prefix(tokens(20), {});
-  EXPECT_EQ(hit.num_tokens, 0)
-      << "the first query after any hit would read hit blocks at full precision";
-  EXPECT_TRUE(hit.blocks.empty());
+  ASSERT_EQ(hit.num_tokens, 12);
+  EXPECT_EQ(values(hit.residual_blocks), (V{3})) << "block 2's copy";
+  BlockTable b(kBs);
+  EXPECT_EQ(m.num_residual_blocks_to_allocate(b, 8, &hit), 1 + 2) << "the free copy, blocks 3-4";
+  ASSERT_TRUE(m.allocate_slots(b, 8, &hit));
+  check(m, {&b});
+  EXPECT_EQ(b.num_tokens(), 20);
+  EXPECT_EQ(b.residual_first_block(), 2);
+  ASSERT_EQ(b.residual_blocks().size(), 3u);
+  EXPECT_EQ(b.residual_blocks()[0], BlockId{3});
+  // A second table on the same prefix shares the copy.
+  const PrefixHit again = m.find_cached_prefix(tokens(20), {});
+  ASSERT_EQ(values(again.residual_blocks), (V{3}));
+  BlockTable c(kBs);
+  ASSERT_TRUE(m.allocate_slots(c, 8, &again));
+  check(m, {&b, &c});
+  EXPECT_EQ(m.residual_pool().ref_count(BlockId{3}), 2);
+  m.free(b);
+  m.free(c);
+  check(m, {});
+}
+
+// A residual copy evicted since (its block reused) cuts the hit back to where the R - 1 blocks
+// before it still have copies: here none, so no hit; R = 3 needs the last two blocks' copies.
+TEST_F(ResidualPoolTest, AnEvictedResidualCopyShortensTheHit) {
+  for (const int32_t r : {2, 3}) {
+    SCOPED_TRACE("R " + std::to_string(r));
+    KvCacheManager m = make(r);
+    const std::vector<int32_t> prompt = tokens(13);
+    BlockTable a(kBs);
+    ASSERT_TRUE(m.allocate_slots(a, 13));
+    m.cache_full_blocks(a, prompt, 13, {});
+    m.free(a);
+    EXPECT_EQ(m.find_cached_prefix(tokens(20), {}).num_tokens, 12);
+    // Another sequence takes every free residual block: the cached copies are evicted.
+    BlockTable other(kBs);
+    const std::vector<int32_t> other_tokens(static_cast<size_t>(8 * kBs - 1), 7);
+    ASSERT_TRUE(m.allocate_slots(other, static_cast<int32_t>(other_tokens.size())));
+    EXPECT_EQ(m.residual_pool().num_free_blocks(), 0);
+    const PrefixHit hit = m.find_cached_prefix(tokens(20), {});
+    EXPECT_EQ(hit.num_tokens, 0) << "no block's copy is left";
+    EXPECT_TRUE(hit.residual_blocks.empty());
+    m.free(other);
+    check(m, {});
+  }
 }
 
 TEST_F(ResidualPoolTest, WithoutAResidualPoolNothingChanges) {
