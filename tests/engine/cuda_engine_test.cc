@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "engine_testing.h"
 #include "kv/kv_cache_manager.h"
 #include "model/hf_config.h"
 
@@ -375,6 +377,34 @@ TEST_F(CudaEngineTest, Int4PromptLogprobsStayCloseToBf16InAnyChunking) {
   EXPECT_GT(int4_error, 0.0);
   EXPECT_LE(int4_error, 20.0 * int8_error);
   EXPECT_LE(chunking, 0.3 * int4_error);
+}
+
+// INT4 with R = 2: the extended prompt's prefix hit takes block 3's cached residual copy, so
+// its 64 cached tokens are served and what follows matches a cold run of it alone (the hit's
+// positions are read in the same precisions; on the GPU chunking leaves INT4's results
+// unchanged, as the test above measures).
+TEST_F(CudaEngineTest, Int4WithRTwoAPrefixHitMatchesTheColdRun) {
+  EngineConfig c = cuda_config(0, DType::kI4);
+  c.kv_int4_residual = 32;
+  Result<std::unique_ptr<Engine>> warm = Engine::create(c);
+  ASSERT_TRUE(warm.ok()) << warm.status().to_string();
+  const engine::test_util::PrefixRun run = engine::test_util::run_extended_prompt(**warm, 2);
+  EXPECT_EQ(run.got.metrics.num_cached_tokens, 64);
+  EXPECT_EQ((*warm)->last_step().num_used_residual_blocks, 0);
+  Result<std::unique_ptr<Engine>> cold = Engine::create(c);
+  ASSERT_TRUE(cold.ok()) << cold.status().to_string();
+  const RequestId id = *(*cold)->submit(run.second);
+  const engine::test_util::Collected ref = engine::test_util::drain(**cold)[id];
+  EXPECT_EQ(ref.metrics.num_cached_tokens, 0);
+  EXPECT_EQ(run.got.tokens.at(0), ref.tokens.at(0));
+  ASSERT_EQ(run.got.logprobs.at(0).size(), ref.logprobs.at(0).size());
+  double worst = 0.0;
+  for (size_t t = 0; t < ref.logprobs.at(0).size(); ++t) {
+    worst = std::max(worst, std::fabs(double{run.got.logprobs.at(0)[t].logprob} -
+                                      ref.logprobs.at(0)[t].logprob));
+  }
+  std::printf("[ int4 R2 ] prefix hit against the cold run: max |logprob diff| %.3g\n", worst);
+  EXPECT_LE(worst, 0.03);
 }
 
 }  // namespace
