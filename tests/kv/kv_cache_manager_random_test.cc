@@ -317,7 +317,8 @@ INSTANTIATE_TEST_SUITE_P(Seeds, KvCacheManagerRandomTest,
                          ::testing::Values(Param{1, 256}, Param{2, 256}, Param{3, 8}, Param{4, 8},
                                            Param{20240601, 1}, Param{5, 256, 6}, Param{6, 8, 9},
                                            Param{7, 256, 0, 1}, Param{8, 8, 0, 2},
-                                           Param{9, 256, 6, 1}, Param{10, 256, 0, 3}),
+                                           Param{9, 256, 6, 1}, Param{10, 256, 0, 3},
+                                           Param{11, 256, 6, 2}, Param{12, 8, 9, 3}),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return "Seed" + std::to_string(info.param.seed) + "Bits" +
                                   std::to_string(info.param.hash_bits) + "Window" +
