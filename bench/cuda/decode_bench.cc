@@ -39,10 +39,10 @@
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/event.h"
-#include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/stream.h"
 #include "kv/kv_layout.h"
+#include "kv_fill.h"
 
 namespace strata::cuda {
 namespace {
@@ -247,14 +247,6 @@ int run(int argc, char** argv) {
         {
           const int64_t tokens = static_cast<int64_t>(sh.batch) * sh.context;
           const int64_t row = static_cast<int64_t>(kKvHeads) * kHeadDim;
-          DeviceBuffer k_rows = take(DeviceBuffer::allocate(tokens * row * 2), "k rows");
-          DeviceBuffer v_rows = take(DeviceBuffer::allocate(tokens * row * 2), "v rows");
-          die_if(
-              random_fill({k_rows.data(), DType::kBF16, tokens * row, kKSeed, -1, 1}, stream.get()),
-              "fill");
-          die_if(
-              random_fill({v_rows.data(), DType::kBF16, tokens * row, kVSeed, -1, 1}, stream.get()),
-              "fill");
           std::vector<int64_t> slots(static_cast<size_t>(tokens));
           for (int32_t s = 0; s < sh.batch; ++s) {
             for (int32_t t = 0; t < sh.context; ++t) {
@@ -262,24 +254,11 @@ int run(int argc, char** argv) {
                   static_cast<int64_t>(ids[s * blocks_per_seq + t / bs]) * bs + t % bs;
             }
           }
-          DeviceBuffer d_slots = take(DeviceBuffer::allocate(slots.size() * 8), "slots");
-          check_cuda(
-              cudaMemcpy(d_slots.data(), slots.data(), slots.size() * 8, cudaMemcpyHostToDevice));
           check_cuda(cudaMemset(pool.data(), 0, layout.pool_bytes(num_blocks)));
-          KvAppendParams ap;
-          ap.cache = layout.layer_view(pool.data(), 0);
-          ap.k = k_rows.data();
-          ap.v = v_rows.data();
-          ap.src_dtype = DType::kBF16;
-          ap.k_token_stride = ap.v_token_stride = row;
-          ap.slot_mapping = d_slots.as<int64_t>();
-          ap.num_tokens = static_cast<int32_t>(tokens);
-          if (int4) {
-            ap.residual = res_layout.layer_view(res_pool.data(), 0);
-            ap.residual_slot_mapping = d_slots.as<int64_t>();
-          }
-          die_if(kv_append(ap, stream.get()), "kv_append");
-          die_if(stream.synchronize(), "sync");
+          const PagedKvCacheView res_view = res_layout.layer_view(res_pool.data(), 0);
+          die_if(append_random_rows(layout.layer_view(pool.data(), 0), int4 ? &res_view : nullptr,
+                                    slots, row, kKSeed, kVSeed, stream.get()),
+                 "append K/V");
         }
         const size_t ws_bytes =
             decode_attention_workspace_bytes(sh.batch, kQoHeads, kHeadDim, kMaxDecodeSplits);

@@ -29,11 +29,11 @@
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/event.h"
-#include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/stream.h"
 #include "kv/kv_layout.h"
+#include "kv_fill.h"
 
 namespace strata::cuda {
 namespace {
@@ -106,33 +106,15 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
   DeviceBuffer res_pool = take(DeviceBuffer::allocate(res_layout.pool_bytes(blocks + 1)), "res");
   check(cudaMemset(pool.data(), 0, layout.pool_bytes(blocks + 1)), "memset");
   const int64_t row = int64_t{kKvHeads} * kHeadDim;
-  DeviceBuffer k_rows = take(DeviceBuffer::allocate(kv_len * row * 2), "k rows");
-  DeviceBuffer v_rows = take(DeviceBuffer::allocate(kv_len * row * 2), "v rows");
-  check(random_fill({k_rows.data(), DType::kBF16, kv_len * row, kPoolSeed, -1, 1}, stream.get()),
-        "fill");
-  check(random_fill({v_rows.data(), DType::kBF16, kv_len * row, kPoolSeed + 1, -1, 1},
-                    stream.get()),
-        "fill");
   std::vector<int64_t> slots(static_cast<size_t>(kv_len));
   for (int32_t t = 0; t < kv_len; ++t) {
     slots[static_cast<size_t>(t)] = int64_t{ids[static_cast<size_t>(t / kBlockSize)]} * kBlockSize +
                                     t % kBlockSize;
   }
-  DeviceBuffer d_slots = take(DeviceBuffer::allocate(slots.size() * 8), "slots");
-  check(cudaMemcpy(d_slots.data(), slots.data(), slots.size() * 8, cudaMemcpyHostToDevice), "copy");
-  KvAppendParams ap;
-  ap.cache = layout.layer_view(pool.data(), 0);
-  ap.k = k_rows.data();
-  ap.v = v_rows.data();
-  ap.src_dtype = DType::kBF16;
-  ap.k_token_stride = ap.v_token_stride = row;
-  ap.slot_mapping = d_slots.as<int64_t>();
-  ap.num_tokens = kv_len;
-  if (int4) {
-    ap.residual = res_layout.layer_view(res_pool.data(), 0);
-    ap.residual_slot_mapping = d_slots.as<int64_t>();
-  }
-  check(kv_append(ap, stream.get()), "kv_append");
+  const PagedKvCacheView res_device = res_layout.layer_view(res_pool.data(), 0);
+  check(append_random_rows(layout.layer_view(pool.data(), 0), int4 ? &res_device : nullptr, slots,
+                           row, kPoolSeed, kPoolSeed + 1, stream.get()),
+        "append K/V");
 
   const std::vector<int32_t> res_first = {0};
   DeviceBuffer d_res_first = take(DeviceBuffer::allocate(4), "a");
@@ -143,7 +125,7 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
   PrefillAttentionParams p = bf16_params;
   p.cache = layout.layer_view(pool.data(), 0);
   if (int4) {
-    p.residual = res_layout.layer_view(res_pool.data(), 0);
+    p.residual = res_device;
     p.layout.res_indptr = p.layout.kv_indptr;
     p.layout.res_indices = d_ids.as<int32_t>();
     p.layout.res_first_block = d_res_first.as<int32_t>();
