@@ -190,7 +190,9 @@ TEST_P(CudaKvQuantTest, ChunksBatchAndPrefixHitMatchTheWholePrompt) {
   Seq whole_seq{tokens};
   const std::vector<float> whole = runner.step({{&whole_seq, len}})[0];
 
-  // Chunks of 37, then one-token decode steps (the decode kernel), batched with prompt 1.
+  // Chunks of 37, then one-token decode steps (the decode kernel), batched with prompt 1: every
+  // other step is mixed, the decode row leading (decode kernel) and three tokens of prompt 1
+  // behind it (prefill kernel over the layout's later entries).
   Seq chunked{tokens}, other{prompt(1)};
   std::vector<float> all;
   while (chunked.num_computed < len - 24) {
@@ -199,11 +201,14 @@ TEST_P(CudaKvQuantTest, ChunksBatchAndPrefixHitMatchTheWholePrompt) {
     all.insert(all.end(), out[0].begin(), out[0].end());
   }
   runner.step({{&other, 20}});
-  while (chunked.num_computed < len) {
-    const auto out = runner.step({{&other, 1}, {&chunked, 1}});
-    all.insert(all.end(), out[1].begin(), out[1].end());
+  for (int i = 0; chunked.num_computed < len; ++i) {
+    const bool mixed = i % 2 == 0;
+    const auto out = mixed ? runner.step({{&chunked, 1}, {&other, 3}})
+                           : runner.step({{&other, 1}, {&chunked, 1}});
+    const auto& row = out[mixed ? 0 : 1];
+    all.insert(all.end(), row.begin(), row.end());
   }
-  expect_same(all, whole, 0, "chunks + batched decode");
+  expect_same(all, whole, 0, "chunks + batched and mixed decode");
 
   // A prefix hit on the whole prompt's first four blocks and a copy of its fifth.
   Seq hit{tokens};

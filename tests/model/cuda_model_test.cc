@@ -118,22 +118,33 @@ TEST_P(CudaModelTest, ChunksThenDecodeStepsStayWithinTheBound) {
   check_rule(0, all, "chunks + decode");
 }
 
+// Mixed steps too: a third sequence's prompt chunks ride with the two decode rows, behind them
+// (the rows leading a step go through the decode kernel, the chunk through the prefill kernel
+// over the layout's later entries) and ahead of them (all three through the prefill kernel).
 TEST_P(CudaModelTest, BatchedPromptsAndDecodesStayWithinTheBound) {
   Runner runner(*model_);
-  Seq a{prompt(0)}, b{prompt(1)};
+  Seq a{prompt(0)}, b{prompt(1)}, c{prompt(0)};
   const auto len_a = static_cast<int32_t>(a.tokens.size());
   const auto len_b = static_cast<int32_t>(b.tokens.size());
-  std::vector<float> all_a, all_b;
+  const int32_t chunk = len_a / 16;
+  ASSERT_EQ(chunk * 16, len_a);
+  std::vector<float> all_a, all_b, all_c;
   auto out = runner.step({{&a, len_a - 16}, {&b, len_b - 16}});
   all_a = out[0];
   all_b = out[1];
   for (int i = 0; i < 16; ++i) {
-    out = runner.step({{&b, 1}, {&a, 1}});
-    all_b.insert(all_b.end(), out[0].begin(), out[0].end());
-    all_a.insert(all_a.end(), out[1].begin(), out[1].end());
+    const bool decode_first = i % 2 == 0;
+    out = decode_first ? runner.step({{&b, 1}, {&a, 1}, {&c, chunk}})
+                       : runner.step({{&c, chunk}, {&b, 1}, {&a, 1}});
+    const size_t first = decode_first ? 0 : 1;
+    all_b.insert(all_b.end(), out[first].begin(), out[first].end());
+    all_a.insert(all_a.end(), out[first + 1].begin(), out[first + 1].end());
+    const auto& rows_c = out[decode_first ? 2 : 0];
+    all_c.insert(all_c.end(), rows_c.begin(), rows_c.end());
   }
   check_rule(0, all_a, "batched, prompt 0");
   check_rule(1, all_b, "batched, prompt 1");
+  check_rule(0, all_c, "prompt 0 in chunks beside decode rows");
 }
 
 TEST_P(CudaModelTest, PrefixHitAndCopiedBlocksStayWithinTheBound) {

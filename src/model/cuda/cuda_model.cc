@@ -442,13 +442,19 @@ Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& i
   auto* qkv_base = qkv.as<uint16_t>();
   const int32_t window = config.layer_sliding_window[static_cast<size_t>(l)];
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
-  if (in.max_q_len == 1 && in.num_tokens == in.layout.num_seqs) {
+  // The leading one-token sequences (decode rows, also in a step that carries prompt chunks) go
+  // through the decode kernel, which streams each sequence's K/V split across the GPU; the
+  // prefill kernel would give each of them a 16-row query tile and one block per KV head.
+  const int32_t d = in.num_decode_seqs;
+  const int32_t n = in.layout.num_seqs;
+  if (d > 0) {
     cuda::DecodeAttentionParams p;
     p.q = qkv_base;
     p.q_seq_stride = qkv_width();
     p.o = attn.data();
     p.o_seq_stride = q_width();
     p.layout = in.layout;
+    p.layout.num_seqs = d;
     p.cache = cache;
     p.residual = res_cache;
     p.num_qo_heads = static_cast<int32_t>(config.num_attention_heads);
@@ -457,15 +463,25 @@ Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& i
     p.max_kv_len = in.max_kv_len;
     p.workspace = workspace.data();
     p.workspace_bytes = workspace.bytes();
-    return cuda::decode_attention(p, stream.get());
+    STRATA_RETURN_IF_ERROR(cuda::decode_attention(p, stream.get()));
   }
+  if (d == n) return Status::Ok();
+  // The other sequences: their arrays from entry d on (the indptr arrays hold absolute offsets,
+  // so the query rows and block ids are found as they are).
   cuda::PrefillAttentionParams p;
   p.q = qkv_base;
   p.q_token_stride = qkv_width();
   p.o = attn.data();
   p.o_token_stride = q_width();
-  p.qo_indptr = in.q_indptr;
+  p.qo_indptr = in.q_indptr + d;
   p.layout = in.layout;
+  p.layout.num_seqs = n - d;
+  p.layout.kv_indptr += d;
+  p.layout.kv_last_page_len += d;
+  if (int4) {
+    p.layout.res_indptr += d;
+    p.layout.res_first_block += d;
+  }
   p.cache = cache;
   p.residual = res_cache;
   p.lse_workspace = int4 ? lse_workspace.as<float>() : nullptr;

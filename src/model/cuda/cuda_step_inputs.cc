@@ -126,9 +126,15 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     out.num_tokens = static_cast<int32_t>(num_tokens);
     out.num_logits_rows = static_cast<int32_t>(b.logits_rows.size());
     out.num_sample_rows = static_cast<int32_t>(num_samples);
-    for (int32_t s = 0; s < b.layout.num_seqs; ++s) {
+    const int32_t n = b.layout.num_seqs;
+    int32_t decode = 0;
+    while (decode < n && b.q_indptr[decode + 1] - b.q_indptr[decode] == 1) {
+      out.max_kv_len = std::max(out.max_kv_len, b.layout.kv_len(decode));
+      ++decode;
+    }
+    out.num_decode_seqs = decode;
+    for (int32_t s = decode; s < n; ++s) {
       out.max_q_len = std::max(out.max_q_len, b.q_indptr[s + 1] - b.q_indptr[s]);
-      out.max_kv_len = std::max(out.max_kv_len, b.layout.kv_len(s));
     }
     return out;
   }
@@ -317,7 +323,8 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
   out.num_tokens = padded_seqs;
   out.num_logits_rows = 0;
   out.num_sample_rows = padded_seqs;
-  out.max_q_len = 1;
+  out.num_decode_seqs = padded_seqs;
+  out.max_q_len = 0;
   out.max_kv_len = kv_bound;
   return out;
 }

@@ -47,8 +47,11 @@ class CudaStepInputs {
     int32_t num_tokens = 0;
     int32_t num_logits_rows = 0;
     int32_t num_sample_rows = 0;
-    int32_t max_q_len = 0;   // host-computed bounds that size the attention grids
-    int32_t max_kv_len = 0;
+    // The leading sequences with one query token each (decode rows, in admission order ahead
+    // of any prompt chunk) go through the decode kernel; the rest through the prefill kernel.
+    int32_t num_decode_seqs = 0;
+    int32_t max_q_len = 0;   // over the other sequences: sizes the prefill grid
+    int32_t max_kv_len = 0;  // over the decode sequences: plans the decode splits
   };
 
   static Result<CudaStepInputs> create(int32_t max_num_tokens, int32_t max_num_seqs);
@@ -67,9 +70,9 @@ class CudaStepInputs {
   bool fits_fixed(const ForwardBatch& batch) const;
   // Packs a batch that fits_fixed() into the fixed arrays, padded to padded_seqs sequences (a
   // padded sequence has no blocks, no residual entries and one token whose slots are -1, sampled
-  // greedily), and copies it (asynchronous on stream). The pointers are the same on every call;
-  // max_kv_len is set to kv_bound, the graph's upper bound, which sizes the attention plan baked
-  // into the graph.
+  // greedily), and copies it (asynchronous on stream). The pointers are the same on every call.
+  // Every sequence is a decode sequence; max_kv_len is set to kv_bound, the graph's upper bound,
+  // which sizes the attention plan baked into the graph.
   Result<Device> upload_fixed(const ForwardBatch& batch, int32_t padded_seqs, int32_t kv_bound,
                               cudaStream_t stream);
 
