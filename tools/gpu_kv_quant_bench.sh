@@ -6,6 +6,8 @@
 #
 #   tools/gpu_kv_quant_bench.sh BIN_DIR OUT_JSON [NUM_PROMPTS]
 #
+# GPU_KVQ_DTYPES picks the dtypes (default: bfloat16 fp8_e4m3 int8 int4; ratios need bfloat16).
+#
 # A quantized pool holds about twice (int4: three times) the tokens, so as many more sequences
 # decode per step; the
 # prompt phase (compute-bound) is the same for every dtype. OUT_JSON maps each dtype to its
@@ -15,7 +17,7 @@ bin="$1"
 out="$2"
 num_prompts="${3:-1024}"
 tmp="$(mktemp -d)"
-for dtype in bfloat16 fp8_e4m3 int8 int4; do
+for dtype in ${GPU_KVQ_DTYPES:-bfloat16 fp8_e4m3 int8 int4}; do
   extra=()
   [ "$dtype" = fp8_e4m3 ] && extra=(--calculate-kv-scales)
   echo "== $dtype: $num_prompts x (2048 + 256), --kv-cache-memory-bytes 16GiB"

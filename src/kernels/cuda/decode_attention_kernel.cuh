@@ -41,6 +41,13 @@
 //     (D/8) g .. + D/8 of V rows 2t, 2t + 1, 2t + 8, 2t + 9 (the tokens of its P fragment): four
 //     loads and a byte transpose (prmt) give every n-tile's b0, b1. Its accumulators then hold
 //     output channels (D/8) 2t .. and (D/8) (2t + 1) .. contiguously, written out in order.
+// Token rows. With at most 8 query heads per tile (kRows 8) half of every m16 product above would
+// be zero rows, so codes tiles swap the roles: S^T = K Q^T takes the tile's 16 tokens as the M
+// dimension and the heads as N (lane (g, t): tokens g, g + 8 of heads 2t, 2t + 1), each head's
+// softmax reduces across the 8 lanes of g, the probabilities' two 8 x 8 halves are transposed in
+// registers (movmatrix) into the B fragment of O^T += V^T P^T, whose M dimension is 16 output
+// channels. The loads and code conversions are the same words as above; the mma count and the
+// accumulators halve (16 mma per tile instead of 32, 32 floats of O instead of 64).
 // FP8's k_scale is folded into scale_log2 and v_scale into the output (out_scale); INT8 scales
 // multiply each score column (K) and each probability column before P V (V), so the sums and the
 // softmax statistics stay exact functions of the codes.
@@ -98,6 +105,172 @@ struct DecodeShape {
   static_assert(kStageBytes % 16 == 0);
 };
 
+// One 16-token tile of codes with the tokens as the rows of both products (header comment,
+// "Token rows"); lane (g, t) holds tokens g and g + 8 of the scores and heads 2t, 2t + 1.
+// stats: the stage's INT8 scales or INT4 statistics; half_blocks: INT4 blocks of 8 tokens (the
+// tile's second half has its own K statistics). o, m_*, l_*: the warp's state (heads 2t, 2t + 1).
+template <DType kKvDType, int kHeadDim>
+__device__ __forceinline__ void token_rows_tile(const uint8_t* ks, const uint8_t* vs,
+                                                const uint16_t* stats, bool half_blocks,
+                                                const uint32_t (&qf)[kHeadDim / 16][4],
+                                                int tok_a, int tok_b, bool full, int begin, int hi,
+                                                float scale_log2, float (&o)[kHeadDim / 16][4],
+                                                float& m_a, float& m_b, float& l_a, float& l_b) {
+  using Shape = DecodeShape<kKvDType, kHeadDim>;
+  constexpr bool kI4 = Shape::kI4;
+  constexpr int kT = Shape::kTileTokens;
+  constexpr int kChunks = kHeadDim / 16;
+  constexpr int kVBytes = kHeadDim / 8;  // V channels per lane
+  const int lane = threadIdx.x % 32;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+
+  // S^T = K Q^T. Rows g, g + 8 of K, this lane's D/4 channels: the words and conversions of the
+  // other layout's B fragment (the channel permutation above) make K's A fragment here, and Q's
+  // row-g half of qf is the B fragment. Two accumulator chains, even and odd k-chunks.
+  uint32_t kw[2][kChunks];
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t* row = ks + (g + 8 * n) * Shape::kKPitch;
+    if constexpr (kI4) {
+      load_int4_row<kHeadDim / 8>(row + t * (kHeadDim / 8), kw[n]);
+    } else {
+#pragma unroll
+      for (int v = 0; v < kChunks / 4; ++v) {
+        const uint4 x = *reinterpret_cast<const uint4*>(row + t * (kHeadDim / 4) + 16 * v);
+        kw[n][4 * v] = x.x;
+        kw[n][4 * v + 1] = x.y;
+        kw[n][4 * v + 2] = x.z;
+        kw[n][4 * v + 3] = x.w;
+      }
+    }
+  }
+  float acc[2][4] = {};
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    uint32_t lo[2], hi2[2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      if constexpr (kI4) {
+        const uint16_t* stat =
+            stats + (n == 1 && half_blocks ? Shape::kKStatHalf : 0) + t * (kHeadDim / 4) + 4 * c;
+        const uint2 sc = *reinterpret_cast<const uint2*>(stat);
+        const uint2 zp = *reinterpret_cast<const uint2*>(stat + kHeadDim);
+        u4codes4_to_f16x2(kw[n][c], lo[n], hi2[n]);
+        lo[n] = hfma2_bits(lo[n], sc.x, zp.x);
+        hi2[n] = hfma2_bits(hi2[n], sc.y, zp.y);
+      } else {
+        codes4_to_f16x2<kKvDType>(kw[n][c], lo[n], hi2[n]);
+      }
+    }
+    const uint32_t af[4] = {lo[0], lo[1], hi2[0], hi2[1]};
+    mma_16816<DType::kF16>(acc[c & 1], af, qf[c][0], qf[c][2]);
+  }
+  float s[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) s[e] = acc[0][e] + acc[1][e];
+  if constexpr (kKvDType == DType::kI8) scale_token_rows(s, stats, g);  // K's
+  const bool ok_a = full || (tok_a >= begin && tok_a < hi);
+  const bool ok_b = full || (tok_b >= begin && tok_b < hi);
+  s[0] = ok_a ? s[0] * scale_log2 : -INFINITY;
+  s[1] = ok_a ? s[1] * scale_log2 : -INFINITY;
+  s[2] = ok_b ? s[2] * scale_log2 : -INFINITY;
+  s[3] = ok_b ? s[3] * scale_log2 : -INFINITY;
+
+  // Each head's maximum over the tile's 16 tokens: two per lane, then across the 8 lanes of g.
+  float mx_a = fmaxf(s[0], s[2]);
+  float mx_b = fmaxf(s[1], s[3]);
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+  }
+  // Every tile holds an attended token, so the new maxima are finite.
+  const float new_a = fmaxf(m_a, mx_a);
+  const float new_b = fmaxf(m_b, mx_b);
+  if (new_a > m_a || new_b > m_b) {
+    const float alpha_a = fast_exp2(m_a - new_a);
+    const float alpha_b = fast_exp2(m_b - new_b);
+    l_a *= alpha_a;
+    l_b *= alpha_b;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      o[j][0] *= alpha_a;
+      o[j][1] *= alpha_b;
+      o[j][2] *= alpha_a;
+      o[j][3] *= alpha_b;
+    }
+    m_a = new_a;
+    m_b = new_b;
+  }
+  float p[4] = {fast_exp2(s[0] - m_a), fast_exp2(s[1] - m_b), fast_exp2(s[2] - m_a),
+                fast_exp2(s[3] - m_b)};
+  l_a += p[0] + p[2];
+  l_b += p[1] + p[3];
+  if constexpr (kKvDType == DType::kI8) scale_token_rows(p, stats + kT, g);  // V's
+  // P^T's B fragment (tokens 2t, 2t + 1 and 2t + 8, 2t + 9 of head g): the two 8 x 8 halves of
+  // P (rows = tokens) transposed in registers.
+  const uint32_t pb0 = movmatrix_trans(pack2<DType::kF16>(p[0], p[1]));
+  const uint32_t pb1 = movmatrix_trans(pack2<DType::kF16>(p[2], p[3]));
+
+  // O^T += V^T P^T. V rows 2t, 2t + 1, 2t + 8, 2t + 9, this lane's D/8 channels; the byte
+  // transpose pairs each channel's two tokens, which is the A fragment's row: m-tile j's rows g
+  // and g + 8 are channels (D/8) g + 2j and + 1.
+  uint32_t vw[4][kVBytes / 4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const uint8_t* row = vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch;
+    if constexpr (kI4) {
+      load_int4_row<kHeadDim / 16>(row + g * (kHeadDim / 16), vw[r]);
+    } else if constexpr (kVBytes == 16) {
+      const uint4 x = *reinterpret_cast<const uint4*>(row + g * kVBytes);
+      vw[r][0] = x.x;
+      vw[r][1] = x.y;
+      vw[r][2] = x.z;
+      vw[r][3] = x.w;
+    } else {
+      const uint2 x = *reinterpret_cast<const uint2*>(row + g * kVBytes);
+      vw[r][0] = x.x;
+      vw[r][1] = x.y;
+    }
+  }
+  uint32_t s_lo = 0, s_hi = 0, z_lo = 0, z_hi = 0;  // INT4: V's statistics of this lane's tokens
+  if constexpr (kI4) {
+    const uint16_t* vstat = stats + 2 * Shape::kKStatHalf;
+    s_lo = *reinterpret_cast<const uint32_t*>(vstat + 2 * t);
+    s_hi = *reinterpret_cast<const uint32_t*>(vstat + 2 * t + 8);
+    z_lo = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t);
+    z_hi = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t + 8);
+  }
+#pragma unroll
+  for (int w = 0; w < kVBytes / 4; ++w) {
+    uint32_t b0[4], b1[4];  // channel (D/8) g + 4w + e: tokens 2t, 2t + 1 / 2t + 8, 2t + 9
+    auto convert = [&](uint32_t x, uint32_t& lo, uint32_t& hi) {
+      if constexpr (kI4) {
+        u4codes4_to_f16x2(x, lo, hi);
+      } else {
+        codes4_to_f16x2<kKvDType>(x, lo, hi);
+      }
+    };
+    convert(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
+    convert(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
+    convert(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
+    convert(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
+    if constexpr (kI4) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        b0[e] = hfma2_bits(b0[e], s_lo, z_lo);
+        b1[e] = hfma2_bits(b1[e], s_hi, z_hi);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t af[4] = {b0[2 * h], b0[2 * h + 1], b1[2 * h], b1[2 * h + 1]};
+      mma_16816<DType::kF16>(o[2 * w + h], af, pb0, pb1);
+    }
+  }
+}
+
 // kRows: query-head rows computed per tile, 8 (groups of up to 8 heads: the upper half of the
 // m16 fragments is zero and skipped) or 16.
 // kQDType: q and o (bf16 or fp16); kKvDType: the cache, kQDType itself or a quantized dtype.
@@ -123,6 +296,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
   constexpr int kRowVecs = kHeadDim / 8;   // 8-float output vectors per row
   constexpr bool kUpper = kRows == 16;
   static_assert(kRows == 8 || kRows == 16);
+  // Codes with at most 8 query heads: the tile's 16 tokens are the rows of both products (header
+  // comment, "Token rows"), O^T's rows its channels: half the mma and half the accumulators.
+  constexpr bool kTokRows = kQuant && !kUpper;
+  constexpr int kOTiles = kTokRows ? kHeadDim / 16 : kDimTiles;  // accumulator tiles of O (O^T)
 
   const int seq = blockIdx.x;
   const int kv_head = blockIdx.y / a.q_tiles;
@@ -177,9 +354,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
   }
 
-  float o[kDimTiles][4];
+  float o[kOTiles][4];
 #pragma unroll
-  for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  for (int j = 0; j < kOTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  // Softmax state of this lane's two query heads: rows g, g + 8 (16-bit KV, 16 heads), or
+  // heads 2t, 2t + 1 (token rows; l then sums this lane's tokens only until the end).
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
 
   const KvT* k_head = static_cast<const KvT*>(a.k_data) + kv_head * a.head_stride;
@@ -304,200 +483,207 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int st = i % kStages;
     const KvT* ks = k_buf(st);
     const KvT* vs = v_buf(st);
-    // S = Q K^T: n-tile 0 = tokens 0..7, 1 = tokens 8..15.
-    float s[2][4] = {};
-    if constexpr (kI4) {
-      // Rows g and g + 8, this lane's D/4 channels (D/8 bytes), unpacked into byte codes in the
-      // same permuted order as the 8-bit codes, dequantized in fp16 with their channels'
-      // statistics (code * s + z, one rounding), then the products.
-      const uint16_t* kstat = scale_buf(st);
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        uint32_t kw[kChunks];
-        load_int4_row<kHeadDim / 8>(ks + (g + 8 * n) * Shape::kKPitch + t * (kHeadDim / 8), kw);
-        const uint16_t* stat =
-            kstat + (n == 1 && a.block_size < kT ? Shape::kKStatHalf : 0) + t * (kHeadDim / 4);
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          const uint2 sc = *reinterpret_cast<const uint2*>(stat + 4 * c);
-          const uint2 zp = *reinterpret_cast<const uint2*>(stat + kHeadDim + 4 * c);
-          uint32_t b0, b1;
-          u4codes4_to_f16x2(kw[c], b0, b1);
-          mma_16816<kDType>(s[n], qf[c], hfma2_bits(b0, sc.x, zp.x), hfma2_bits(b1, sc.y, zp.y));
-        }
-      }
-    } else if constexpr (kQuant) {
-      // Rows g and g + 8, this lane's D/4 bytes (the permuted channel order above).
-      constexpr int kWords = kHeadDim / 16;  // = kChunks
-      uint32_t kw[2][kWords];
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int v = 0; v < kWords / 4; ++v) {
-          const uint4 x = *reinterpret_cast<const uint4*>(ks + (g + 8 * n) * Shape::kKPitch +
-                                                          t * (kHeadDim / 4) + 16 * v);
-          kw[n][4 * v] = x.x;
-          kw[n][4 * v + 1] = x.y;
-          kw[n][4 * v + 2] = x.z;
-          kw[n][4 * v + 3] = x.w;
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          uint32_t b0, b1;
-          codes4_to_f16x2<kKvDType>(kw[n][c], b0, b1);
-          mma_16816<kDType>(s[n], qf[c], b0, b1);
-        }
-      }
-      if constexpr (kKvDType == DType::kI8) scale_columns(s, scale_buf(st), t);  // K's
-    } else {
-      // Matrices: (tokens 0-7, channels 16c..+7), (0-7, 16c+8..), (8-15, 16c..),
-      // (8-15, 16c+8..) -> b0, b1 of n-tile 0, then 1.
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        uint32_t b[4];
-        ldmatrix_x4(b, ks + ((mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
-        mma_16816<kDType>(s[0], qf[c], b[0], b[1]);
-        mma_16816<kDType>(s[1], qf[c], b[2], b[3]);
-      }
-    }
-
     const int t0 = lo + (warp + kWarps * i) * kT;
     const bool full = t0 >= ext.begin && t0 + kT <= hi;
+    if constexpr (kTokRows) {
+      token_rows_tile<kKvDType, kHeadDim>(ks, vs, scale_buf(st), a.block_size < kT, qf,
+                                          t0 + g, t0 + g + 8, full, ext.begin, hi, a.scale_log2,
+                                          o, m_a, m_b, l_a, l_b);
+    } else {
+      // S = Q K^T: n-tile 0 = tokens 0..7, 1 = tokens 8..15.
+      float s[2][4] = {};
+      if constexpr (kI4) {
+        // Rows g and g + 8, this lane's D/4 channels (D/8 bytes), unpacked into byte codes in the
+        // same permuted order as the 8-bit codes, dequantized in fp16 with their channels'
+        // statistics (code * s + z, one rounding), then the products.
+        const uint16_t* kstat = scale_buf(st);
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
+        for (int n = 0; n < 2; ++n) {
+          uint32_t kw[kChunks];
+          load_int4_row<kHeadDim / 8>(ks + (g + 8 * n) * Shape::kKPitch + t * (kHeadDim / 8), kw);
+          const uint16_t* stat =
+              kstat + (n == 1 && a.block_size < kT ? Shape::kKStatHalf : 0) + t * (kHeadDim / 4);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int tok = t0 + 8 * n + 2 * t + (e & 1);
-        const bool ok = full || (tok >= ext.begin && tok < hi);
-        s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
-      }
-    }
-    float mx_a = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-    float mx_b = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+          for (int c = 0; c < kChunks; ++c) {
+            const uint2 sc = *reinterpret_cast<const uint2*>(stat + 4 * c);
+            const uint2 zp = *reinterpret_cast<const uint2*>(stat + kHeadDim + 4 * c);
+            uint32_t b0, b1;
+            u4codes4_to_f16x2(kw[c], b0, b1);
+            mma_16816<kDType>(s[n], qf[c], hfma2_bits(b0, sc.x, zp.x), hfma2_bits(b1, sc.y, zp.y));
+          }
+        }
+      } else if constexpr (kQuant) {
+        // Rows g and g + 8, this lane's D/4 bytes (the permuted channel order above).
+        constexpr int kWords = kHeadDim / 16;  // = kChunks
+        uint32_t kw[2][kWords];
 #pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-      if constexpr (kUpper) mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-    }
-    // Every tile holds an attended token, so the new maxima are finite; the accumulator is
-    // rescaled only when a row's maximum moved.
-    const float new_a = fmaxf(m_a, mx_a);
-    const float new_b = kUpper ? fmaxf(m_b, mx_b) : 0.0f;
-    if (new_a > m_a || (kUpper && new_b > m_b)) {
-      const float alpha_a = fast_exp2(m_a - new_a);
-      const float alpha_b = kUpper ? fast_exp2(m_b - new_b) : 1.0f;
-      l_a *= alpha_a;
-      l_b *= alpha_b;
+        for (int n = 0; n < 2; ++n) {
 #pragma unroll
-      for (int j = 0; j < kDimTiles; ++j) {
-        o[j][0] *= alpha_a;
-        o[j][1] *= alpha_a;
-        if constexpr (kUpper) {
-          o[j][2] *= alpha_b;
-          o[j][3] *= alpha_b;
+          for (int v = 0; v < kWords / 4; ++v) {
+            const uint4 x = *reinterpret_cast<const uint4*>(ks + (g + 8 * n) * Shape::kKPitch +
+                                                            t * (kHeadDim / 4) + 16 * v);
+            kw[n][4 * v] = x.x;
+            kw[n][4 * v + 1] = x.y;
+            kw[n][4 * v + 2] = x.z;
+            kw[n][4 * v + 3] = x.w;
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            uint32_t b0, b1;
+            codes4_to_f16x2<kKvDType>(kw[n][c], b0, b1);
+            mma_16816<kDType>(s[n], qf[c], b0, b1);
+          }
+        }
+        if constexpr (kKvDType == DType::kI8) scale_columns(s, scale_buf(st), t);  // K's
+      } else {
+        // Matrices: (tokens 0-7, channels 16c..+7), (0-7, 16c+8..), (8-15, 16c..),
+        // (8-15, 16c+8..) -> b0, b1 of n-tile 0, then 1.
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          uint32_t b[4];
+          ldmatrix_x4(b, ks + ((mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
+          mma_16816<kDType>(s[0], qf[c], b[0], b[1]);
+          mma_16816<kDType>(s[1], qf[c], b[2], b[3]);
         }
       }
-      m_a = new_a;
-      if constexpr (kUpper) m_b = new_b;
-    }
+
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      s[n][0] = fast_exp2(s[n][0] - m_a);
-      s[n][1] = fast_exp2(s[n][1] - m_a);
-      l_a += s[n][0] + s[n][1];
-      if constexpr (kUpper) {
-        s[n][2] = fast_exp2(s[n][2] - m_b);
-        s[n][3] = fast_exp2(s[n][3] - m_b);
-        l_b += s[n][2] + s[n][3];
-      }
-    }
-    // V's column scales, after l took the sums.
-    if constexpr (kKvDType == DType::kI8) scale_columns(s, scale_buf(st) + kT, t);
-    uint32_t pf[4];
-    pf[0] = pack2<kDType>(s[0][0], s[0][1]);
-    pf[1] = kUpper ? pack2<kDType>(s[0][2], s[0][3]) : 0u;
-    pf[2] = pack2<kDType>(s[1][0], s[1][1]);
-    pf[3] = kUpper ? pack2<kDType>(s[1][2], s[1][3]) : 0u;
-    if constexpr (kI4) {
-      // As the 8-bit codes below, from D/16 bytes of each row unpacked; each pair of tokens is
-      // dequantized with its two tokens' statistics.
-      constexpr int kVBytes = kHeadDim / 8;  // channels per lane
-      const uint16_t* vstat = scale_buf(st) + 2 * Shape::kKStatHalf;
-      const uint32_t s_lo = *reinterpret_cast<const uint32_t*>(vstat + 2 * t);
-      const uint32_t s_hi = *reinterpret_cast<const uint32_t*>(vstat + 2 * t + 8);
-      const uint32_t z_lo = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t);
-      const uint32_t z_hi = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t + 8);
-      uint32_t vw[4][kVBytes / 4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        load_int4_row<kHeadDim / 16>(
-            vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch + g * (kHeadDim / 16), vw[r]);
-      }
-#pragma unroll
-      for (int w = 0; w < kVBytes / 4; ++w) {
-        uint32_t b0[4], b1[4];
-        u4codes4_to_f16x2(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
-        u4codes4_to_f16x2(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
-        u4codes4_to_f16x2(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
-        u4codes4_to_f16x2(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
+      for (int n = 0; n < 2; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          mma_16816<kDType>(o[4 * w + e], pf, hfma2_bits(b0[e], s_lo, z_lo),
-                            hfma2_bits(b1[e], s_hi, z_hi));
+          const int tok = t0 + 8 * n + 2 * t + (e & 1);
+          const bool ok = full || (tok >= ext.begin && tok < hi);
+          s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
         }
       }
-    } else if constexpr (kQuant) {
-      // O += P V: rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), this lane's D/8 channels; the
-      // byte transpose pairs the two tokens of each channel, channel j feeding n-tile j.
-      constexpr int kVBytes = kHeadDim / 8;
-      uint32_t vw[4][kVBytes / 4];
+      float mx_a = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+      float mx_b = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const KvT* row = vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch + g * kVBytes;
-        if constexpr (kVBytes == 16) {
-          const uint4 x = *reinterpret_cast<const uint4*>(row);
-          vw[r][0] = x.x;
-          vw[r][1] = x.y;
-          vw[r][2] = x.z;
-          vw[r][3] = x.w;
-        } else {
-          const uint2 x = *reinterpret_cast<const uint2*>(row);
-          vw[r][0] = x.x;
-          vw[r][1] = x.y;
+      for (int off = 1; off < 4; off <<= 1) {
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+        if constexpr (kUpper) mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+      }
+      // Every tile holds an attended token, so the new maxima are finite; the accumulator is
+      // rescaled only when a row's maximum moved.
+      const float new_a = fmaxf(m_a, mx_a);
+      const float new_b = kUpper ? fmaxf(m_b, mx_b) : 0.0f;
+      if (new_a > m_a || (kUpper && new_b > m_b)) {
+        const float alpha_a = fast_exp2(m_a - new_a);
+        const float alpha_b = kUpper ? fast_exp2(m_b - new_b) : 1.0f;
+        l_a *= alpha_a;
+        l_b *= alpha_b;
+#pragma unroll
+        for (int j = 0; j < kDimTiles; ++j) {
+          o[j][0] *= alpha_a;
+          o[j][1] *= alpha_a;
+          if constexpr (kUpper) {
+            o[j][2] *= alpha_b;
+            o[j][3] *= alpha_b;
+          }
+        }
+        m_a = new_a;
+        if constexpr (kUpper) m_b = new_b;
+      }
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        s[n][0] = fast_exp2(s[n][0] - m_a);
+        s[n][1] = fast_exp2(s[n][1] - m_a);
+        l_a += s[n][0] + s[n][1];
+        if constexpr (kUpper) {
+          s[n][2] = fast_exp2(s[n][2] - m_b);
+          s[n][3] = fast_exp2(s[n][3] - m_b);
+          l_b += s[n][2] + s[n][3];
         }
       }
+      // V's column scales, after l took the sums.
+      if constexpr (kKvDType == DType::kI8) scale_columns(s, scale_buf(st) + kT, t);
+      uint32_t pf[4];
+      pf[0] = pack2<kDType>(s[0][0], s[0][1]);
+      pf[1] = kUpper ? pack2<kDType>(s[0][2], s[0][3]) : 0u;
+      pf[2] = pack2<kDType>(s[1][0], s[1][1]);
+      pf[3] = kUpper ? pack2<kDType>(s[1][2], s[1][3]) : 0u;
+      if constexpr (kI4) {
+        // As the 8-bit codes below, from D/16 bytes of each row unpacked; each pair of tokens is
+        // dequantized with its two tokens' statistics.
+        constexpr int kVBytes = kHeadDim / 8;  // channels per lane
+        const uint16_t* vstat = scale_buf(st) + 2 * Shape::kKStatHalf;
+        const uint32_t s_lo = *reinterpret_cast<const uint32_t*>(vstat + 2 * t);
+        const uint32_t s_hi = *reinterpret_cast<const uint32_t*>(vstat + 2 * t + 8);
+        const uint32_t z_lo = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t);
+        const uint32_t z_hi = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t + 8);
+        uint32_t vw[4][kVBytes / 4];
 #pragma unroll
-      for (int w = 0; w < kVBytes / 4; ++w) {
-        uint32_t b0[4], b1[4];
-        codes4_to_f16x2<kKvDType>(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
-        codes4_to_f16x2<kKvDType>(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
-        codes4_to_f16x2<kKvDType>(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
-        codes4_to_f16x2<kKvDType>(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
+        for (int r = 0; r < 4; ++r) {
+          load_int4_row<kHeadDim / 16>(
+              vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch + g * (kHeadDim / 16), vw[r]);
+        }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) mma_16816<kDType>(o[4 * w + e], pf, b0[e], b1[e]);
-      }
-    } else {
-      // O += P V. Matrices: (tokens 0-7, channels 16c..+7), (8-15, 16c..), (0-7, 16c+8..),
-      // (8-15, 16c+8..), transposed -> b0, b1 of n-tile 2c, then of 2c + 1.
+        for (int w = 0; w < kVBytes / 4; ++w) {
+          uint32_t b0[4], b1[4];
+          u4codes4_to_f16x2(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
+          u4codes4_to_f16x2(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
+          u4codes4_to_f16x2(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
+          u4codes4_to_f16x2(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vs + ((mi & 1) * 8 + mr) * kPitch + 16 * c + (mi >> 1) * 8);
-        mma_16816<kDType>(o[2 * c], pf, b[0], b[1]);
-        mma_16816<kDType>(o[2 * c + 1], pf, b[2], b[3]);
+          for (int e = 0; e < 4; ++e) {
+            mma_16816<kDType>(o[4 * w + e], pf, hfma2_bits(b0[e], s_lo, z_lo),
+                              hfma2_bits(b1[e], s_hi, z_hi));
+          }
+        }
+      } else if constexpr (kQuant) {
+        // O += P V: rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), this lane's D/8 channels; the
+        // byte transpose pairs the two tokens of each channel, channel j feeding n-tile j.
+        constexpr int kVBytes = kHeadDim / 8;
+        uint32_t vw[4][kVBytes / 4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const KvT* row = vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch + g * kVBytes;
+          if constexpr (kVBytes == 16) {
+            const uint4 x = *reinterpret_cast<const uint4*>(row);
+            vw[r][0] = x.x;
+            vw[r][1] = x.y;
+            vw[r][2] = x.z;
+            vw[r][3] = x.w;
+          } else {
+            const uint2 x = *reinterpret_cast<const uint2*>(row);
+            vw[r][0] = x.x;
+            vw[r][1] = x.y;
+          }
+        }
+#pragma unroll
+        for (int w = 0; w < kVBytes / 4; ++w) {
+          uint32_t b0[4], b1[4];
+          codes4_to_f16x2<kKvDType>(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
+          codes4_to_f16x2<kKvDType>(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
+          codes4_to_f16x2<kKvDType>(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
+          codes4_to_f16x2<kKvDType>(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) mma_16816<kDType>(o[4 * w + e], pf, b0[e], b1[e]);
+        }
+      } else {
+        // O += P V. Matrices: (tokens 0-7, channels 16c..+7), (8-15, 16c..), (0-7, 16c+8..),
+        // (8-15, 16c+8..), transposed -> b0, b1 of n-tile 2c, then of 2c + 1.
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + ((mi & 1) * 8 + mr) * kPitch + 16 * c + (mi >> 1) * 8);
+          mma_16816<kDType>(o[2 * c], pf, b[0], b[1]);
+          mma_16816<kDType>(o[2 * c + 1], pf, b[2], b[3]);
+        }
       }
     }
     __syncwarp();  // the buffer is refilled kStages - 1 iterations on
   }
   cp_async_wait<0>();
 
+  // Row sums: over the 4 lanes of a row, or (token rows) over the 8 lanes of a head pair.
 #pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
+  for (int off = kTokRows ? 4 : 1; off < (kTokRows ? 32 : 4); off <<= 1) {
     l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
-    if constexpr (kUpper) l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+    if constexpr (kUpper || kTokRows) l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
   }
 
   // Merge the warps through shared memory (the rings are free once every warp is past its loop).
@@ -506,7 +692,18 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __shared__ float s_m[kWarps][16];
   __shared__ float s_l[kWarps][16];
   constexpr int kMp = Shape::kMergePitch;
-  if constexpr (kQuant) {
+  if constexpr (kTokRows) {
+    // Accumulator (j, e) is head 2t + (e & 1), channel (D/8) g + 2j + (e >> 1).
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float* row = &s_o[(warp * 16 + 2 * t + hh) * kMp + (kHeadDim / 8) * g];
+#pragma unroll
+      for (int q = 0; q < kOTiles / 2; ++q) {
+        *reinterpret_cast<float4*>(row + 4 * q) =
+            make_float4(o[2 * q][hh], o[2 * q][2 + hh], o[2 * q + 1][hh], o[2 * q + 1][2 + hh]);
+      }
+    }
+  } else if constexpr (kQuant) {
     // Accumulator (j, e) is output channel (D/8) (2t + (e & 1)) + j (the permutation above).
     constexpr int kVBytes = kHeadDim / 8;
 #pragma unroll
@@ -529,7 +726,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
     }
   }
-  if (t == 0) {
+  if (kTokRows && g == 0) {
+    s_m[warp][2 * t] = m_a;
+    s_l[warp][2 * t] = l_a;
+    s_m[warp][2 * t + 1] = m_b;
+    s_l[warp][2 * t + 1] = l_b;
+  } else if (!kTokRows && t == 0) {
     s_m[warp][g] = m_a;
     s_l[warp][g] = l_a;
     if constexpr (kUpper) {

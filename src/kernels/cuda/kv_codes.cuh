@@ -161,4 +161,15 @@ __device__ __forceinline__ void scale_columns(float (&s)[kTiles][4], const uint1
   }
 }
 
+// The same for scores whose rows are tokens (the decode kernel's token-row tiles: s[0], s[1]
+// belong to token g of the tile, s[2], s[3] to token g + 8).
+__device__ __forceinline__ void scale_token_rows(float (&s)[4], const uint16_t* scales, int g) {
+  const float a = f16x2_to_float2(scales[g]).x;
+  const float b = f16x2_to_float2(scales[g + 8]).x;
+  s[0] *= a;
+  s[1] *= a;
+  s[2] *= b;
+  s[3] *= b;
+}
+
 }  // namespace strata::cuda::detail
