@@ -47,16 +47,44 @@ stage asan-tests
 ctest --preset asan -j "$jobs"
 
 stage fuzz
-for fuzzer in build/asan/fuzz/*_fuzz; do
-  [[ -x "$fuzzer" ]] || continue
+# Each fuzzer is one single-threaded process: $jobs of them run at a time, each for fuzz_s
+# seconds, their last lines printed in order; any crash fails the stage.
+fuzz_one() {
+  local fuzzer=$1 name scratch dict=()
   name=$(basename "$fuzzer" _fuzz)
   scratch=$(mktemp -d)  # first corpus folder: libFuzzer writes new inputs there, not into fuzz/
-  dict=()
   [[ -f "fuzz/${name}.dict" ]] && dict=(-dict="fuzz/${name}.dict")
-  echo "fuzzing $name for ${fuzz_s} s"
-  "$fuzzer" -max_total_time="$fuzz_s" "${dict[@]}" "$scratch" "fuzz/corpus/${name}" 2>&1 | tail -n 2
+  local rc=0
+  "$fuzzer" -max_total_time="$fuzz_s" "${dict[@]}" "$scratch" "fuzz/corpus/${name}" 2>&1 |
+    tail -n 2 || rc=$?
   rm -rf "$scratch"
+  return "$rc"
+}
+fuzzers=()
+for fuzzer in build/asan/fuzz/*_fuzz; do
+  [[ -x "$fuzzer" ]] && fuzzers+=("$fuzzer")
 done
+fuzz_failed=0
+for ((i = 0; i < ${#fuzzers[@]}; i += jobs)); do
+  batch=("${fuzzers[@]:i:jobs}")
+  pids=()
+  logs=()
+  for fuzzer in "${batch[@]}"; do
+    log=$(mktemp)
+    fuzz_one "$fuzzer" >"$log" 2>&1 &
+    pids+=($!)
+    logs+=("$log")
+  done
+  for k in "${!batch[@]}"; do
+    rc=0
+    wait "${pids[$k]}" || rc=$?
+    echo "fuzzing $(basename "${batch[$k]}" _fuzz) for ${fuzz_s} s (exit ${rc})"
+    cat "${logs[$k]}"
+    rm -f "${logs[$k]}"
+    ((rc == 0)) || fuzz_failed=1
+  done
+done
+((fuzz_failed == 0)) || { echo "test.sh: a fuzzer failed" >&2; exit 1; }
 
 stage clang-tidy
 mapfile -t tidy_files < <(git ls-files 'src/core/*.cc' 'src/kv/*.cc' 'src/engine/*.cc')
