@@ -49,8 +49,9 @@
 // channels. The loads and code conversions are the same words as above; the mma count and the
 // accumulators halve (16 mma per tile instead of 32, 32 floats of O instead of 64).
 // FP8's k_scale is folded into scale_log2 and v_scale into the output (out_scale); INT8 scales
-// multiply each score column (K) and each probability column before P V (V), so the sums and the
-// softmax statistics stay exact functions of the codes.
+// multiply each token's scores (K) and probabilities before P V (V): columns in the 16-head
+// layout, rows in token-row tiles. The sums and the softmax statistics stay exact functions of
+// the codes.
 
 #include <cuda_runtime.h>
 
@@ -107,6 +108,101 @@ struct DecodeShape {
   static_assert(kStageBytes % 16 == 0);
 };
 
+// Lane-level operand pieces of a codes tile, shared by the two layouts (header comment): the
+// 16-head path's B fragments and the token-row tiles' A fragments are the same words.
+//
+// K: one row's code words for lane t, its D/4 channels in the permuted order (word c = k-chunk c).
+template <DType kKvDType, int kHeadDim>
+__device__ __forceinline__ void k_code_words(const uint8_t* row, int t,
+                                             uint32_t (&kw)[kHeadDim / 16]) {
+  if constexpr (kKvDType == DType::kI4) {
+    load_int4_row<kHeadDim / 8>(row + t * (kHeadDim / 8), kw);
+  } else {
+#pragma unroll
+    for (int v = 0; v < kHeadDim / 64; ++v) {
+      const uint4 x = *reinterpret_cast<const uint4*>(row + t * (kHeadDim / 4) + 16 * v);
+      kw[4 * v] = x.x;
+      kw[4 * v + 1] = x.y;
+      kw[4 * v + 2] = x.z;
+      kw[4 * v + 3] = x.w;
+    }
+  }
+}
+
+// K: k-chunk word w as two fp16 pairs; INT4 dequantized with its channels' statistics (stat:
+// the lane's scales for this chunk, zero points kHeadDim further).
+template <DType kKvDType, int kHeadDim>
+__device__ __forceinline__ void k_chunk_f16(uint32_t w, const uint16_t* stat, uint32_t& lo,
+                                            uint32_t& hi) {
+  if constexpr (kKvDType == DType::kI4) {
+    const uint2 sc = *reinterpret_cast<const uint2*>(stat);
+    const uint2 zp = *reinterpret_cast<const uint2*>(stat + kHeadDim);
+    u4codes4_to_f16x2(w, lo, hi);
+    lo = hfma2_bits(lo, sc.x, zp.x);
+    hi = hfma2_bits(hi, sc.y, zp.y);
+  } else {
+    codes4_to_f16x2<kKvDType>(w, lo, hi);
+  }
+}
+
+// V: rows 2t, 2t + 1, 2t + 8, 2t + 9 (the tokens of lane (g, t)'s probabilities), lane g's D/8
+// channels.
+template <DType kKvDType, int kHeadDim>
+__device__ __forceinline__ void v_code_words(const uint8_t* vs, int g, int t,
+                                             uint32_t (&vw)[4][kHeadDim / 32]) {
+  using Shape = DecodeShape<kKvDType, kHeadDim>;
+  constexpr int kVBytes = kHeadDim / 8;  // channels per lane
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const uint8_t* row = vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch;
+    if constexpr (kKvDType == DType::kI4) {
+      load_int4_row<kHeadDim / 16>(row + g * (kHeadDim / 16), vw[r]);
+    } else if constexpr (kVBytes == 16) {
+      const uint4 x = *reinterpret_cast<const uint4*>(row + g * kVBytes);
+      vw[r][0] = x.x;
+      vw[r][1] = x.y;
+      vw[r][2] = x.z;
+      vw[r][3] = x.w;
+    } else {
+      const uint2 x = *reinterpret_cast<const uint2*>(row + g * kVBytes);
+      vw[r][0] = x.x;
+      vw[r][1] = x.y;
+    }
+  }
+}
+
+// V: the channel pairs of word w: b0[e] = channel (D/8) g + 4w + e at tokens 2t, 2t + 1, b1[e]
+// at 2t + 8, 2t + 9 (the byte transpose pairs each channel's two tokens). INT4 dequantizes with
+// the four tokens' statistics (vstat: the stage's V scales, then zero points kTileTokens on).
+template <DType kKvDType, int kHeadDim>
+__device__ __forceinline__ void v_channel_pairs(const uint32_t (&vw)[4][kHeadDim / 32], int w,
+                                                const uint16_t* vstat, int t, uint32_t (&b0)[4],
+                                                uint32_t (&b1)[4]) {
+  auto convert = [](uint32_t x, uint32_t& lo, uint32_t& hi) {
+    if constexpr (kKvDType == DType::kI4) {
+      u4codes4_to_f16x2(x, lo, hi);
+    } else {
+      codes4_to_f16x2<kKvDType>(x, lo, hi);
+    }
+  };
+  convert(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
+  convert(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
+  convert(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
+  convert(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
+  if constexpr (kKvDType == DType::kI4) {
+    constexpr int kT = DecodeShape<kKvDType, kHeadDim>::kTileTokens;
+    const uint32_t s_lo = *reinterpret_cast<const uint32_t*>(vstat + 2 * t);
+    const uint32_t s_hi = *reinterpret_cast<const uint32_t*>(vstat + 2 * t + 8);
+    const uint32_t z_lo = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t);
+    const uint32_t z_hi = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t + 8);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      b0[e] = hfma2_bits(b0[e], s_lo, z_lo);
+      b1[e] = hfma2_bits(b1[e], s_hi, z_hi);
+    }
+  }
+}
+
 // One 16-token tile of codes with the tokens as the rows of both products (header comment,
 // "Token rows"); lane (g, t) holds tokens g and g + 8 of the scores and heads 2t, 2t + 1.
 // stats: the stage's INT8 scales or INT4 statistics; half_blocks: INT4 blocks of 8 tokens (the
@@ -119,7 +215,6 @@ __device__ __forceinline__ void token_rows_tile(const uint8_t* ks, const uint8_t
                                                 float scale_log2, float (&o)[kHeadDim / 16][4],
                                                 float& m_a, float& m_b, float& l_a, float& l_b) {
   using Shape = DecodeShape<kKvDType, kHeadDim>;
-  constexpr bool kI4 = Shape::kI4;
   constexpr int kT = Shape::kTileTokens;
   constexpr int kChunks = kHeadDim / 16;
   constexpr int kVBytes = kHeadDim / 8;  // V channels per lane
@@ -133,19 +228,7 @@ __device__ __forceinline__ void token_rows_tile(const uint8_t* ks, const uint8_t
   uint32_t kw[2][kChunks];
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
-    const uint8_t* row = ks + (g + 8 * n) * Shape::kKPitch;
-    if constexpr (kI4) {
-      load_int4_row<kHeadDim / 8>(row + t * (kHeadDim / 8), kw[n]);
-    } else {
-#pragma unroll
-      for (int v = 0; v < kChunks / 4; ++v) {
-        const uint4 x = *reinterpret_cast<const uint4*>(row + t * (kHeadDim / 4) + 16 * v);
-        kw[n][4 * v] = x.x;
-        kw[n][4 * v + 1] = x.y;
-        kw[n][4 * v + 2] = x.z;
-        kw[n][4 * v + 3] = x.w;
-      }
-    }
+    k_code_words<kKvDType, kHeadDim>(ks + (g + 8 * n) * Shape::kKPitch, t, kw[n]);
   }
   float acc[2][4] = {};
 #pragma unroll
@@ -153,17 +236,9 @@ __device__ __forceinline__ void token_rows_tile(const uint8_t* ks, const uint8_t
     uint32_t lo[2], hi2[2];
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
-      if constexpr (kI4) {
-        const uint16_t* stat =
-            stats + (n == 1 && half_blocks ? Shape::kKStatHalf : 0) + t * (kHeadDim / 4) + 4 * c;
-        const uint2 sc = *reinterpret_cast<const uint2*>(stat);
-        const uint2 zp = *reinterpret_cast<const uint2*>(stat + kHeadDim);
-        u4codes4_to_f16x2(kw[n][c], lo[n], hi2[n]);
-        lo[n] = hfma2_bits(lo[n], sc.x, zp.x);
-        hi2[n] = hfma2_bits(hi2[n], sc.y, zp.y);
-      } else {
-        codes4_to_f16x2<kKvDType>(kw[n][c], lo[n], hi2[n]);
-      }
+      const uint16_t* stat =  // INT4 only
+          stats + (n == 1 && half_blocks ? Shape::kKStatHalf : 0) + t * (kHeadDim / 4) + 4 * c;
+      k_chunk_f16<kKvDType, kHeadDim>(kw[n][c], stat, lo[n], hi2[n]);
     }
     const uint32_t af[4] = {lo[0], lo[1], hi2[0], hi2[1]};
     mma_16816<DType::kF16>(acc[c & 1], af, qf[c][0], qf[c][2]);
@@ -219,52 +294,11 @@ __device__ __forceinline__ void token_rows_tile(const uint8_t* ks, const uint8_t
   // transpose pairs each channel's two tokens, which is the A fragment's row: m-tile j's rows g
   // and g + 8 are channels (D/8) g + 2j and + 1.
   uint32_t vw[4][kVBytes / 4];
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const uint8_t* row = vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch;
-    if constexpr (kI4) {
-      load_int4_row<kHeadDim / 16>(row + g * (kHeadDim / 16), vw[r]);
-    } else if constexpr (kVBytes == 16) {
-      const uint4 x = *reinterpret_cast<const uint4*>(row + g * kVBytes);
-      vw[r][0] = x.x;
-      vw[r][1] = x.y;
-      vw[r][2] = x.z;
-      vw[r][3] = x.w;
-    } else {
-      const uint2 x = *reinterpret_cast<const uint2*>(row + g * kVBytes);
-      vw[r][0] = x.x;
-      vw[r][1] = x.y;
-    }
-  }
-  uint32_t s_lo = 0, s_hi = 0, z_lo = 0, z_hi = 0;  // INT4: V's statistics of this lane's tokens
-  if constexpr (kI4) {
-    const uint16_t* vstat = stats + 2 * Shape::kKStatHalf;
-    s_lo = *reinterpret_cast<const uint32_t*>(vstat + 2 * t);
-    s_hi = *reinterpret_cast<const uint32_t*>(vstat + 2 * t + 8);
-    z_lo = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t);
-    z_hi = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t + 8);
-  }
+  v_code_words<kKvDType, kHeadDim>(vs, g, t, vw);
 #pragma unroll
   for (int w = 0; w < kVBytes / 4; ++w) {
     uint32_t b0[4], b1[4];  // channel (D/8) g + 4w + e: tokens 2t, 2t + 1 / 2t + 8, 2t + 9
-    auto convert = [&](uint32_t x, uint32_t& lo, uint32_t& hi) {
-      if constexpr (kI4) {
-        u4codes4_to_f16x2(x, lo, hi);
-      } else {
-        codes4_to_f16x2<kKvDType>(x, lo, hi);
-      }
-    };
-    convert(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
-    convert(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
-    convert(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
-    convert(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
-    if constexpr (kI4) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        b0[e] = hfma2_bits(b0[e], s_lo, z_lo);
-        b1[e] = hfma2_bits(b1[e], s_hi, z_hi);
-      }
-    }
+    v_channel_pairs<kKvDType, kHeadDim>(vw, w, stats + 2 * Shape::kKStatHalf, t, b0, b1);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t af[4] = {b0[2 * h], b0[2 * h + 1], b1[2 * h], b1[2 * h + 1]};
@@ -494,48 +528,21 @@ __global__ void __launch_bounds__(kDecodeThreads)
     } else {
       // S = Q K^T: n-tile 0 = tokens 0..7, 1 = tokens 8..15.
       float s[2][4] = {};
-      if constexpr (kI4) {
-        // Rows g and g + 8, this lane's D/4 channels (D/8 bytes), unpacked into byte codes in the
-        // same permuted order as the 8-bit codes, dequantized in fp16 with their channels'
-        // statistics (code * s + z, one rounding), then the products.
-        const uint16_t* kstat = scale_buf(st);
+      if constexpr (kQuant) {
+        // Rows g and g + 8, this lane's D/4 channels in the permuted order above (INT4: unpacked
+        // into byte codes in that order and dequantized in fp16 with their channels' statistics,
+        // code * s + z, one rounding), then the products.
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
           uint32_t kw[kChunks];
-          load_int4_row<kHeadDim / 8>(ks + (g + 8 * n) * Shape::kKPitch + t * (kHeadDim / 8), kw);
-          const uint16_t* stat =
-              kstat + (n == 1 && a.block_size < kT ? Shape::kKStatHalf : 0) + t * (kHeadDim / 4);
+          k_code_words<kKvDType, kHeadDim>(ks + (g + 8 * n) * Shape::kKPitch, t, kw);
+          const uint16_t* stat =  // INT4 only
+              scale_buf(st) + (n == 1 && a.block_size < kT ? Shape::kKStatHalf : 0) +
+              t * (kHeadDim / 4);
 #pragma unroll
           for (int c = 0; c < kChunks; ++c) {
-            const uint2 sc = *reinterpret_cast<const uint2*>(stat + 4 * c);
-            const uint2 zp = *reinterpret_cast<const uint2*>(stat + kHeadDim + 4 * c);
             uint32_t b0, b1;
-            u4codes4_to_f16x2(kw[c], b0, b1);
-            mma_16816<kDType>(s[n], qf[c], hfma2_bits(b0, sc.x, zp.x), hfma2_bits(b1, sc.y, zp.y));
-          }
-        }
-      } else if constexpr (kQuant) {
-        // Rows g and g + 8, this lane's D/4 bytes (the permuted channel order above).
-        constexpr int kWords = kHeadDim / 16;  // = kChunks
-        uint32_t kw[2][kWords];
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-#pragma unroll
-          for (int v = 0; v < kWords / 4; ++v) {
-            const uint4 x = *reinterpret_cast<const uint4*>(ks + (g + 8 * n) * Shape::kKPitch +
-                                                            t * (kHeadDim / 4) + 16 * v);
-            kw[n][4 * v] = x.x;
-            kw[n][4 * v + 1] = x.y;
-            kw[n][4 * v + 2] = x.z;
-            kw[n][4 * v + 3] = x.w;
-          }
-        }
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-#pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            uint32_t b0, b1;
-            codes4_to_f16x2<kKvDType>(kw[n][c], b0, b1);
+            k_chunk_f16<kKvDType, kHeadDim>(kw[c], stat + 4 * c, b0, b1);
             mma_16816<kDType>(s[n], qf[c], b0, b1);
           }
         }
@@ -607,61 +614,18 @@ __global__ void __launch_bounds__(kDecodeThreads)
       pf[1] = kUpper ? pack2<kDType>(s[0][2], s[0][3]) : 0u;
       pf[2] = pack2<kDType>(s[1][0], s[1][1]);
       pf[3] = kUpper ? pack2<kDType>(s[1][2], s[1][3]) : 0u;
-      if constexpr (kI4) {
-        // As the 8-bit codes below, from D/16 bytes of each row unpacked; each pair of tokens is
-        // dequantized with its two tokens' statistics.
-        constexpr int kVBytes = kHeadDim / 8;  // channels per lane
-        const uint16_t* vstat = scale_buf(st) + 2 * Shape::kKStatHalf;
-        const uint32_t s_lo = *reinterpret_cast<const uint32_t*>(vstat + 2 * t);
-        const uint32_t s_hi = *reinterpret_cast<const uint32_t*>(vstat + 2 * t + 8);
-        const uint32_t z_lo = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t);
-        const uint32_t z_hi = *reinterpret_cast<const uint32_t*>(vstat + kT + 2 * t + 8);
-        uint32_t vw[4][kVBytes / 4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          load_int4_row<kHeadDim / 16>(
-              vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch + g * (kHeadDim / 16), vw[r]);
-        }
-#pragma unroll
-        for (int w = 0; w < kVBytes / 4; ++w) {
-          uint32_t b0[4], b1[4];
-          u4codes4_to_f16x2(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
-          u4codes4_to_f16x2(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
-          u4codes4_to_f16x2(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
-          u4codes4_to_f16x2(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            mma_16816<kDType>(o[4 * w + e], pf, hfma2_bits(b0[e], s_lo, z_lo),
-                              hfma2_bits(b1[e], s_hi, z_hi));
-          }
-        }
-      } else if constexpr (kQuant) {
+      if constexpr (kQuant) {
         // O += P V: rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), this lane's D/8 channels; the
-        // byte transpose pairs the two tokens of each channel, channel j feeding n-tile j.
+        // byte transpose pairs the two tokens of each channel, channel j feeding n-tile j (INT4:
+        // each pair dequantized with its two tokens' statistics).
         constexpr int kVBytes = kHeadDim / 8;
         uint32_t vw[4][kVBytes / 4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const KvT* row = vs + (2 * t + (r & 1) + 8 * (r >> 1)) * Shape::kVPitch + g * kVBytes;
-          if constexpr (kVBytes == 16) {
-            const uint4 x = *reinterpret_cast<const uint4*>(row);
-            vw[r][0] = x.x;
-            vw[r][1] = x.y;
-            vw[r][2] = x.z;
-            vw[r][3] = x.w;
-          } else {
-            const uint2 x = *reinterpret_cast<const uint2*>(row);
-            vw[r][0] = x.x;
-            vw[r][1] = x.y;
-          }
-        }
+        v_code_words<kKvDType, kHeadDim>(vs, g, t, vw);
 #pragma unroll
         for (int w = 0; w < kVBytes / 4; ++w) {
           uint32_t b0[4], b1[4];
-          codes4_to_f16x2<kKvDType>(__byte_perm(vw[0][w], vw[1][w], 0x5140), b0[0], b0[1]);
-          codes4_to_f16x2<kKvDType>(__byte_perm(vw[0][w], vw[1][w], 0x7362), b0[2], b0[3]);
-          codes4_to_f16x2<kKvDType>(__byte_perm(vw[2][w], vw[3][w], 0x5140), b1[0], b1[1]);
-          codes4_to_f16x2<kKvDType>(__byte_perm(vw[2][w], vw[3][w], 0x7362), b1[2], b1[3]);
+          v_channel_pairs<kKvDType, kHeadDim>(vw, w, scale_buf(st) + 2 * Shape::kKStatHalf, t,
+                                              b0, b1);
 #pragma unroll
           for (int e = 0; e < 4; ++e) mma_16816<kDType>(o[4 * w + e], pf, b0[e], b1[e]);
         }
