@@ -220,19 +220,38 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   auto v_buf = [&](int st) {
     return reinterpret_cast<TileT*>(s_base) + (kQuant ? 1 : 2 * st + 1) * Shape::kTileElems;
   };
-  // Quantized: stage st's K codes, V codes, K scales, V scales.
+  // Quantized: stage st's K codes, V codes, then the statistics: INT8's K scales, then V's
+  // (per token); INT4's K statistics (slot = block index from the tile's first block), then V's
+  // scales and zero points (per token).
   auto code_stage = [&](int st) { return s_base + Shape::kTileBytes + st * Shape::kCodeStageBytes; };
   auto k_codes = [&](int st) { return reinterpret_cast<uint8_t*>(code_stage(st)); };
   auto v_codes = [&](int st) { return k_codes(st) + kN * Shape::kCodePitch; };
-  auto k_scale_buf = [&](int st) {
-    return reinterpret_cast<uint16_t*>(code_stage(st) + 2 * kN * Shape::kCodePitch);
-  };
-  auto v_scale_buf = [&](int st) { return k_scale_buf(st) + kN; };
-  // INT4: stage st's K statistics (slot = block index from the tile's first block), then V's.
   auto k_stats = [&](int st) {
     return reinterpret_cast<uint16_t*>(code_stage(st) + 2 * kN * Shape::kCodePitch);
   };
-  auto v_stats = [&](int st) { return k_stats(st) + Shape::kKStatSlots * 2 * kHeadDim; };
+  auto v_stats = [&](int st) {
+    return k_stats(st) + (kI4 ? Shape::kKStatSlots * 2 * kHeadDim : kN);
+  };
+  // Per-token fp16 values of two arrays (INT8: K's and V's scales; INT4: V's scales and zero
+  // points) for the tile at `tile`, into dst[0, kN) and dst[kN, 2 kN): 8 tokens per 16-byte copy
+  // (tile starts are multiples of 8, so each group lies in one block), zeros past kv_hi.
+  auto copy_token_stats = [&](int tile, uint16_t* dst, const uint16_t* first,
+                              const uint16_t* second) {
+    constexpr int kGroups = kN / 8;
+    static_assert(2 * kGroups <= kThreads);
+    if (threadIdx.x < 2 * kGroups) {
+      const int grp = threadIdx.x % kGroups;
+      const bool is_second = threadIdx.x >= kGroups;
+      const int tok = tile + 8 * grp;
+      const int valid = min(max(kv_hi - tok, 0), 8);
+      const int tok_c = valid > 0 ? tok : kv_lo;
+      const int64_t off =
+          static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.scale_block_stride +
+          kv_head * a.scale_head_stride + (tok_c & (a.block_size - 1));
+      cp_async16_prefix(dst + (is_second ? kN : 0) + 8 * grp, (is_second ? second : first) + off,
+                        2 * valid);
+    }
+  };
 
   // Copies tile j (tokens kv_lo + j * kN ..); tokens past kv_hi are zero-filled (not read).
   auto issue = [&](int j) {
@@ -258,23 +277,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       cp_async16_zfill(vs + r * kRowBytes + c * 16, v_head + off, ok);
     }
     if constexpr (kKvDType == DType::kI8) {
-      // 8 tokens' scales per 16-byte copy (tile starts are multiples of 8, so each group lies
-      // in one block); zeros past kv_hi.
-      constexpr int kGroups = kN / 8;
-      static_assert(2 * kGroups <= kThreads);
-      if (threadIdx.x < 2 * kGroups) {
-        const int grp = threadIdx.x % kGroups;
-        const bool is_v = threadIdx.x >= kGroups;
-        const int tok = tile + 8 * grp;
-        const int valid = min(max(kv_hi - tok, 0), 8);
-        const int tok_c = valid > 0 ? tok : kv_lo;
-        const uint16_t* base = is_v ? a.v_scales : a.k_scales;
-        const int64_t off =
-            static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.scale_block_stride +
-            kv_head * a.scale_head_stride + (tok_c & (a.block_size - 1));
-        cp_async16_prefix((is_v ? v_scale_buf(j & 1) : k_scale_buf(j & 1)) + 8 * grp, base + off,
-                          2 * valid);
-      }
+      copy_token_stats(tile, k_stats(j & 1), a.k_scales, a.v_scales);
     }
     if constexpr (kI4) {
       // K: each block holding one of the tile's keys below kv_hi, its scales then zero points.
@@ -293,22 +296,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         cp_async16(kst + slot * 2 * kHeadDim + (zero ? kHeadDim : 0) + col,
                    (zero ? a.k_zeros : a.k_scales) + off);
       }
-      // V: 8 tokens' scales (then zero points) per 16-byte copy, as INT8's scales; zeros past
-      // kv_hi.
-      constexpr int kGroups = kN / 8;
-      static_assert(2 * kGroups <= kThreads);
-      if (threadIdx.x < 2 * kGroups) {
-        const int grp = threadIdx.x % kGroups;
-        const bool is_zero = threadIdx.x >= kGroups;
-        const int tok = tile + 8 * grp;
-        const int valid = min(max(kv_hi - tok, 0), 8);
-        const int tok_c = valid > 0 ? tok : kv_lo;
-        const uint16_t* base = is_zero ? a.v_zeros : a.v_scales;
-        const int64_t off =
-            static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.scale_block_stride +
-            kv_head * a.scale_head_stride + (tok_c & (a.block_size - 1));
-        cp_async16_prefix(v_stats(j & 1) + (is_zero ? kN : 0) + 8 * grp, base + off, 2 * valid);
-      }
+      copy_token_stats(tile, v_stats(j & 1), a.v_scales, a.v_zeros);  // V's
     }
   };
   // Quantized: stage st's codes -> the fp16 tile (16 codes -> two 16-byte rows pieces). INT4:
@@ -415,7 +403,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
           mma_16816<kDType>(s[2 * p + 1], qf[c], b[2], b[3]);
         }
       }
-      if constexpr (kKvDType == DType::kI8) scale_columns(s, k_scale_buf(j & 1), t);  // K's
+      if constexpr (kKvDType == DType::kI8) scale_columns(s, k_stats(j & 1), t);  // K's
       // Scale and mask (causal, window, tile end) where the tile needs it; new row maxima.
       const bool need_mask = tile + kN - 1 > offset + w_r0 || a.part != kWholeRange ||
                              (a.window_left >= 0 && tile < offset + w_r0 + 15 - a.window_left);
@@ -471,7 +459,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         l_b += s[n][2] + s[n][3];
       }
       // V's column scales, after l took the sums.
-      if constexpr (kKvDType == DType::kI8) scale_columns(s, v_scale_buf(j & 1), t);
+      if constexpr (kKvDType == DType::kI8) scale_columns(s, v_stats(j & 1), t);
       // O += P V: P's accumulator layout is the A-fragment layout of the next product.
 #pragma unroll
       for (int kc = 0; kc < kN / 16; ++kc) {
@@ -608,12 +596,18 @@ Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream,
                                                            cudaStream_t, AttentionPart)
 
 // INT4: the int4 keys through the INT4 instance (leaving its log-sum-exps in lse_workspace),
-// then the residual keys through the 16-bit instance over the residual pool, which merges.
+// then the residual keys through the 16-bit instance over the residual pool, which merges. The
+// int4 part runs 8 warps per block at head dim 128 (one block per SM): each converted key tile
+// then serves 128 query rows instead of 64, which halves the unpacking per query row; measured
+// on an H200 GPU at 2.11-2.13x BF16's time against 2.21-2.27x with 4 warps (FP8 and INT8, whose
+// conversion is cheaper, measured slower with 8: docs/kernels.md). Head dim 64's rows are too
+// few for 8 warps' whole-vector copies.
 template <DType kQDType, DType kKvDType, int32_t kHeadDim>
 Status run_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
   if constexpr (kKvDType == DType::kI4) {
-    STRATA_RETURN_IF_ERROR(
-        (launch_prefill<kQDType, DType::kI4, kHeadDim, 4, 64, 2>(p, stream, kInt4Part)));
+    constexpr int kWarps = kHeadDim == 128 ? 8 : 4;
+    STRATA_RETURN_IF_ERROR((launch_prefill<kQDType, DType::kI4, kHeadDim, kWarps, 64, 8 / kWarps>(
+        p, stream, kInt4Part)));
     PrefillAttentionParams rp = p;
     rp.cache = p.residual;
     rp.layout.kv_indices = p.layout.res_indices;
