@@ -20,9 +20,9 @@
 #   tools/gpu_check.sh report RUN_DIR   on the CPU machine: turns RUN_DIR (the files "run" wrote)
 #                                       into docs/gpu-runs.md (figures for docs/benchmarks.md)
 #
-# GPU_CHECK_STEPS picks the run's steps (default: all of tests bench prefill torch engine_tests
-# engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute calls; the record
-# (docs/gpu-runs.md) merges what the runs of one build measured.
+# GPU_CHECK_STEPS picks the run's steps (default: all of tests bench prefill ops tensor_cores torch
+# kvquant engine_tests engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute
+# calls; the record (docs/gpu-runs.md) merges what the runs of one build measured.
 # GPU_CHECK_JOBS sets the build's parallelism (default 1); GPU_CHECK_SANITIZER_FILTER the tests
 # run under the sanitizers.
 #
@@ -121,11 +121,12 @@ cmd_build() {
   cmake -S "$CARRY/project" -B "$CARRY/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DSTRATA_CUDA_EXTRA_HEAD_DIMS=ON >/dev/null
   ninja -C "$CARRY/build" -j "$JOBS" strata_kernels_cuda_test strata_decode_bench strata_prefill_bench \
-    strata_model_ops_bench
+    strata_model_ops_bench strata_tensor_core_bench
   mkdir -p "$CARRY/bin"
   cp "$CARRY/build/tests_kernels_cuda/strata_kernels_cuda_test" "$CARRY/bin/"
   cp "$CARRY/build/bench_cuda/strata_decode_bench" "$CARRY/build/bench_cuda/strata_prefill_bench" \
-    "$CARRY/build/bench_cuda/strata_model_ops_bench" "$CARRY/bin/"
+    "$CARRY/build/bench_cuda/strata_model_ops_bench" "$CARRY/build/bench_cuda/strata_tensor_core_bench" \
+    "$CARRY/bin/"
   cp "$ROOT/tools/bench_decode_torch.py" "$CARRY/bin/"
   build_engine
   local gpu_paths=(src/kernels/cuda tests/kernels/cuda bench/cuda src/model/cuda tests/model)
@@ -148,7 +149,7 @@ cmd_build() {
   strip "$CARRY/bin/strata" "$CARRY/bin/model_cuda_model_test" "$CARRY/bin/model_cuda_kv_quant_test" \
     "$CARRY/bin/engine_cuda_engine_test" \
     "$CARRY/bin/strata_kernels_cuda_test" "$CARRY/bin/strata_decode_bench" "$CARRY/bin/strata_prefill_bench" \
-    "$CARRY/bin/strata_model_ops_bench"
+    "$CARRY/bin/strata_model_ops_bench" "$CARRY/bin/strata_tensor_core_bench"
   mkdir -p "$ROOT/.devcarry/gpu-pack"
   tar cf - -C "$CARRY" bin | xz -6 -T2 >"$ROOT/.devcarry/gpu-pack/bin.tar.xz"
   du -sh "$CARRY/bin" "$ROOT/.devcarry/gpu-pack/bin.tar.xz"
@@ -160,7 +161,7 @@ cmd_build() {
 step() {
   local name="$1" log="$2" limit="$3"
   shift 3
-  case " ${GPU_CHECK_STEPS:-tests bench prefill ops torch kvquant engine_tests engine_bench memcheck racecheck} " in
+  case " ${GPU_CHECK_STEPS:-tests bench prefill ops tensor_cores torch kvquant engine_tests engine_bench memcheck racecheck} " in
     *" $name "*) ;;
     *) return 0 ;;
   esac
@@ -190,6 +191,9 @@ cmd_run() {
   step bench bench 100 "$bin/strata_decode_bench" --json "$OUT/bench.json"
   step prefill bench 120 "$bin/strata_prefill_bench" --kv-dtypes bf16,fp8_e4m3,int8,int4
   step ops bench 120 "$bin/strata_model_ops_bench"
+  # The tensor cores' instruction paths (mma.sync, wgmma; 16-bit against e4m3) and the wgmma
+  # layout check (bench/cuda/tensor_core_bench.cu).
+  step tensor_cores bench 60 "$bin/strata_tensor_core_bench"
   # At most eight files come back from the GPU machine: the torch and quantized-KV steps log into
   # bench.log, the latter with its JSON on one "kvq-json: " line.
   step torch bench 150 env PYTHONUNBUFFERED=1 python3 "$bin/bench_decode_torch.py" --json "$OUT/torch.json"
@@ -278,6 +282,8 @@ f = f + ef
 lines.append(f"| decode benchmark | {status.get('bench', '?')} | see below |")
 lines.append(f"| prefill benchmark | {status.get('prefill', '?')} | see below |")
 lines.append(f"| model ops and projections (`strata_model_ops_bench`) | {status.get('ops', '?')} | in the run's bench.log |")
+if "tensor_cores" in status:
+    lines.append(f"| tensor-core paths and the wgmma layout check (`strata_tensor_core_bench`) | {status['tensor_cores']} | in the run's bench.log |")
 lines.append(f"| PyTorch SDPA comparison | {status.get('torch', '?')} | see below |")
 lines.append(f"| quantized KV decode attention (`strata_decode_bench --kv-dtypes`) | {status.get('kvquant', '?')} | see below |")
 if "kvquant_e2e" in status:

@@ -1,0 +1,347 @@
+// strata_tensor_core_bench: what the tensor cores of this GPU give each instruction path, measured
+// before an attention kernel is designed around one (docs/kernels.md, "FP8 prefill on the FP8
+// tensor cores").
+//
+//   1. mma.sync (the warp-level instructions every Strata kernel uses today): fp16 m16n8k16
+//      against e4m3 m16n8k32. On Hopper the latter is documented by NVIDIA as compiled to
+//      conversions plus fp16 products, so FP8 gains nothing there; this measures it.
+//   2. wgmma (sm_90a, one warpgroup of 4 warps, B from shared memory): bf16 m64n64k16 against
+//      e4m3 m64n64k32, A from registers, both at the same instruction pattern.
+//   3. The layout an FP8 attention kernel needs: D = A B^T with A (64 x 128 e4m3 codes) in
+//      registers and B (64 x 128) in shared memory as 8 x 16-byte core matrices without swizzle,
+//      K-major, checked element by element against the host's product of the decoded values.
+//      Both readings of the descriptor's two byte offsets are tried and reported.
+//
+// Rates are TFLOP/s over a run of back-to-back instructions between two events (median of 5),
+// every SM busy; the table prints each FP8 rate as a ratio to its 16-bit counterpart.
+//
+//   strata_tensor_core_bench [--json]
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "strata_tensor_core_bench: %s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+constexpr int kIters = 4096;  // instruction groups per warp in the rate kernels
+
+// ---- mma.sync ----------------------------------------------------------------------------
+
+// 8 independent accumulator chains per warp, kIters rounds; the sum is stored so that nothing is
+// dead code.
+template <bool kFp8>
+__global__ void mma_sync_rate(float* out) {
+  float d[8][4] = {};
+  const uint32_t a0 = threadIdx.x * 0x01010101u & 0x3c3c3c3cu;  // small finite codes / values
+  const uint32_t b0 = a0 ^ 0x04040404u;
+  for (int i = 0; i < kIters; ++i) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      if constexpr (kFp8) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(d[c][0]), "+f"(d[c][1]), "+f"(d[c][2]), "+f"(d[c][3])
+            : "r"(a0), "r"(a0), "r"(a0), "r"(a0), "r"(b0), "r"(b0));
+      } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(d[c][0]), "+f"(d[c][1]), "+f"(d[c][2]), "+f"(d[c][3])
+            : "r"(a0), "r"(a0), "r"(a0), "r"(a0), "r"(b0), "r"(b0));
+      }
+    }
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) s += d[c][0] + d[c][1] + d[c][2] + d[c][3];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+
+// ---- wgmma -------------------------------------------------------------------------------
+
+// A shared-memory matrix descriptor without swizzle: start address, the two byte offsets (each
+// stored >> 4), layout type 0.
+__device__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  return static_cast<uint64_t>((addr >> 4) & 0x3fff) |
+         (static_cast<uint64_t>((lbo >> 4) & 0x3fff) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3fff) << 32);
+}
+
+#define STRATA_D32                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define STRATA_D32_OPS(d)                                                                      \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),           \
+      "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),   \
+      "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+      "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+      "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+// D (64 x 64, fp32, this thread's 32) += A (registers) B^T (descriptor); scale_d 0 overwrites.
+template <bool kFp8>
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b,
+                                         int scale_d) {
+  if constexpr (kFp8) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " STRATA_D32
+        ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}"
+        : STRATA_D32_OPS(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " STRATA_D32
+        ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
+        : STRATA_D32_OPS(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+  }
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// One warpgroup per block: kIters groups of 8 k-steps (one commit and wait each) into one
+// accumulator, B from a 16 KiB tile (each k-step reads 64 rows x 32 bytes of it).
+template <bool kFp8>
+__global__ void __launch_bounds__(128) wgmma_rate(float* out) {
+  __shared__ __align__(128) uint8_t b_tile[16384];
+  for (int i = threadIdx.x; i < 16384 / 4; i += 128) {
+    reinterpret_cast<uint32_t*>(b_tile)[i] = (i * 0x01010101u) & 0x3c3c3c3cu;
+  }
+  fence_proxy_async();
+  __syncthreads();
+  const uint32_t a0 = threadIdx.x * 0x01010101u & 0x3c3c3c3cu;
+  const uint32_t a[4] = {a0, a0 ^ 1u, a0 ^ 2u, a0 ^ 3u};
+  float d[32] = {};
+  for (int i = 0; i < kIters; ++i) {
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      // k-step s: 32 bytes of K (two core-matrix columns) of all 64 rows.
+      wgmma_rs<kFp8>(d, a, smem_desc(b_tile + s * 2048, 1024, 128), 1);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) sum += d[j];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+}
+
+// D = A B^T for A, B 64 x 128 e4m3 codes (row-major in global memory), B staged into shared
+// memory as core matrices: byte (n, k) at (k / 16) * k_stride + (n / 8) * n_stride + (n % 8) * 16
+// + k % 16. The descriptor gets (lbo, sbo); d is 64 x 64 fp32, row-major.
+__global__ void __launch_bounds__(128)
+    wgmma_layout(const uint8_t* a, const uint8_t* b, float* d, uint32_t k_stride,
+                 uint32_t n_stride, uint32_t lbo, uint32_t sbo) {
+  __shared__ __align__(128) uint8_t b_tile[64 * 128];
+  for (int i = threadIdx.x; i < 64 * 128 / 16; i += 128) {
+    const int n = i / 8;  // 8 chunks of 16 bytes per row
+    const int kc = i % 8;
+    *reinterpret_cast<uint4*>(b_tile + kc * k_stride + (n / 8) * n_stride + (n % 8) * 16) =
+        reinterpret_cast<const uint4*>(b)[i];
+  }
+  fence_proxy_async();
+  __syncthreads();
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  float acc[32] = {};
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {  // k-steps of 32
+    const uint8_t* row_a = a + (16 * warp + g) * 128 + 32 * s;
+    const uint8_t* row_b = row_a + 8 * 128;
+    const uint32_t af[4] = {*reinterpret_cast<const uint32_t*>(row_a + 4 * t),
+                            *reinterpret_cast<const uint32_t*>(row_b + 4 * t),
+                            *reinterpret_cast<const uint32_t*>(row_a + 16 + 4 * t),
+                            *reinterpret_cast<const uint32_t*>(row_b + 16 + 4 * t)};
+    wgmma_rs<true>(acc, af, smem_desc(b_tile + 2 * s * k_stride, lbo, sbo), s > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+  wgmma_wait_all();
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int row = 16 * warp + g;
+    const int col = 8 * j + 2 * t;
+    d[row * 64 + col] = acc[4 * j];
+    d[row * 64 + col + 1] = acc[4 * j + 1];
+    d[(row + 8) * 64 + col] = acc[4 * j + 2];
+    d[(row + 8) * 64 + col + 1] = acc[4 * j + 3];
+  }
+}
+
+float e4m3_value(uint8_t c) {
+  const int sign = c >> 7;
+  const int exp = (c >> 3) & 15;
+  const int man = c & 7;
+  float v = exp == 0 ? std::ldexp(static_cast<float>(man), -9)
+                     : std::ldexp(1.0f + static_cast<float>(man) / 8.0f, exp - 7);
+  return sign ? -v : v;
+}
+
+template <typename Kernel>
+double median_ms(Kernel launch) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  launch();  // warm-up
+  std::vector<double> ms;
+  for (int r = 0; r < 5; ++r) {
+    check(cudaEventRecord(start), "record");
+    launch();
+    check(cudaEventRecord(stop), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, start, stop), "elapsed");
+    ms.push_back(t);
+  }
+  check(cudaGetLastError(), "launch");
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms[2];
+}
+
+// Max |gpu - host| over the 64 x 64 product with the given staging and descriptor offsets.
+double layout_error(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                    const std::vector<double>& ref, uint32_t k_stride, uint32_t n_stride,
+                    uint32_t lbo, uint32_t sbo) {
+  uint8_t *da, *db;
+  float* dd;
+  check(cudaMalloc(&da, a.size()), "malloc");
+  check(cudaMalloc(&db, b.size()), "malloc");
+  check(cudaMalloc(&dd, 64 * 64 * 4), "malloc");
+  check(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice), "copy");
+  check(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice), "copy");
+  wgmma_layout<<<1, 128>>>(da, db, dd, k_stride, n_stride, lbo, sbo);
+  check(cudaGetLastError(), "wgmma_layout launch");
+  std::vector<float> d(64 * 64);
+  check(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost), "copy back");
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dd);
+  double err = 0;
+  for (size_t i = 0; i < d.size(); ++i) err = std::max(err, std::fabs(d[i] - ref[i]));
+  return err;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    std::fprintf(stderr, "strata_tensor_core_bench: no CUDA device\n");
+    return 1;
+  }
+  const int sms = prop.multiProcessorCount;
+  float* out;
+  check(cudaMalloc(&out, int64_t{sms} * 8 * 256 * 4), "malloc");
+
+  // mma.sync: 8 warps per block, 2 blocks per SM; flops per warp = kIters * 8 * 2 * 16 * 8 * k.
+  const int mma_blocks = 2 * sms;
+  auto mma_tflops = [&](bool fp8) {
+    const double ms = median_ms([&] {
+      if (fp8) {
+        mma_sync_rate<true><<<mma_blocks, 256>>>(out);
+      } else {
+        mma_sync_rate<false><<<mma_blocks, 256>>>(out);
+      }
+    });
+    const double flops = double(mma_blocks) * 8 * kIters * 8 * 2.0 * 16 * 8 * (fp8 ? 32 : 16);
+    return flops / (ms * 1e-3) / 1e12;
+  };
+  // wgmma: one warpgroup per block, 2 blocks per SM; flops per block = kIters * 8 * 2 * 64 * 64 * k.
+  const int wg_blocks = 2 * sms;
+  auto wgmma_tflops = [&](bool fp8) {
+    const double ms = median_ms([&] {
+      if (fp8) {
+        wgmma_rate<true><<<wg_blocks, 128>>>(out);
+      } else {
+        wgmma_rate<false><<<wg_blocks, 128>>>(out);
+      }
+    });
+    const double flops = double(wg_blocks) * kIters * 8 * 2.0 * 64 * 64 * (fp8 ? 32 : 16);
+    return flops / (ms * 1e-3) / 1e12;
+  };
+  const double mma_f16 = mma_tflops(false), mma_e4m3 = mma_tflops(true);
+  const double wg_bf16 = wgmma_tflops(false), wg_e4m3 = wgmma_tflops(true);
+
+  // The layout check: random codes without NaN (|code| & 0x7f != 0x7f).
+  std::mt19937 rng(7);
+  std::vector<uint8_t> a(64 * 128), b(64 * 128);
+  for (auto* m : {&a, &b}) {
+    for (auto& c : *m) {
+      do {
+        c = static_cast<uint8_t>(rng());
+      } while (((c >> 3) & 15) < 4 || ((c >> 3) & 15) > 9);  // 2^-3 <= |value| < 8
+    }
+  }
+  std::vector<double> ref(64 * 64);
+  for (int m = 0; m < 64; ++m) {
+    for (int n = 0; n < 64; ++n) {
+      double s = 0;
+      for (int k = 0; k < 128; ++k) s += double(e4m3_value(a[m * 128 + k])) * e4m3_value(b[n * 128 + k]);
+      ref[m * 64 + n] = s;
+    }
+  }
+  // Staging: k-chunks 1024 bytes apart, 8-row groups 128 apart. Reading 1: LBO = the k-chunk
+  // stride, SBO = the row-group stride; reading 2: swapped.
+  const double err_kn = layout_error(a, b, ref, 1024, 128, 1024, 128);
+  const double err_nk = layout_error(a, b, ref, 1024, 128, 128, 1024);
+  // A wrong layout pairs the wrong codes: errors of the order of the sums (~100). The right one
+  // leaves only the accumulator's rounding (reported: how many bits the FP8 path keeps).
+  const bool ok = std::min(err_kn, err_nk) <= 1.0;
+
+  if (json) {
+    std::printf(
+        "{\"device\": \"%s\", \"mma_sync_f16_tflops\": %.1f, \"mma_sync_e4m3_tflops\": %.1f, "
+        "\"wgmma_bf16_tflops\": %.1f, \"wgmma_e4m3_tflops\": %.1f, "
+        "\"layout_error_lbo_k\": %.3g, \"layout_error_lbo_n\": %.3g, \"layout_ok\": %s}\n",
+        prop.name, mma_f16, mma_e4m3, wg_bf16, wg_e4m3, err_kn, err_nk, ok ? "true" : "false");
+  } else {
+    std::printf("%s, %d SMs\n", prop.name, sms);
+    std::printf("| path | 16-bit TFLOP/s | e4m3 TFLOP/s | e4m3 / 16-bit |\n|---|---|---|---|\n");
+    std::printf("| mma.sync (m16n8k16 f16 / m16n8k32 e4m3) | %.1f | %.1f | %.2f |\n", mma_f16,
+                mma_e4m3, mma_e4m3 / mma_f16);
+    std::printf("| wgmma RS (m64n64k16 bf16 / m64n64k32 e4m3) | %.1f | %.1f | %.2f |\n", wg_bf16,
+                wg_e4m3, wg_e4m3 / wg_bf16);
+    std::printf("wgmma e4m3 layout, no swizzle, K-major B: max error %.3g with LBO = k-chunk "
+                "stride, %.3g with LBO = row-group stride: %s\n",
+                err_kn, err_nk, ok ? "ok" : "MISMATCH");
+  }
+  cudaFree(out);
+  return ok ? 0 : 2;
+}
