@@ -29,7 +29,11 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cuda/wgmma.cuh"
+
 namespace {
+
+using namespace strata::cuda::detail;
 
 void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
@@ -73,59 +77,16 @@ __global__ void mma_sync_rate(float* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
 
-// ---- wgmma -------------------------------------------------------------------------------
+// ---- wgmma (kernels/cuda/wgmma.cuh) --------------------------------------------------------
 
-// A shared-memory matrix descriptor without swizzle: start address, the two byte offsets (each
-// stored >> 4), layout type 0.
-__device__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  return static_cast<uint64_t>((addr >> 4) & 0x3fff) |
-         (static_cast<uint64_t>((lbo >> 4) & 0x3fff) << 16) |
-         (static_cast<uint64_t>((sbo >> 4) & 0x3fff) << 32);
-}
-
-#define STRATA_D32                                                                           \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define STRATA_D32_OPS(d)                                                                      \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),           \
-      "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),   \
-      "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
-      "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
-      "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-
-// D (64 x 64, fp32, this thread's 32) += A (registers) B^T (descriptor); scale_d 0 overwrites.
 template <bool kFp8>
-__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b,
-                                         int scale_d) {
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
+                                         bool accumulate) {
   if constexpr (kFp8) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " STRATA_D32
-        ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}"
-        : STRATA_D32_OPS(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+    wgmma_m64n64k32_e4m3(d, a, b, accumulate);
   } else {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " STRATA_D32
-        ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
-        : STRATA_D32_OPS(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+    wgmma_m64n64k16_bf16(d, a, b, accumulate);
   }
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-}
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // One warpgroup per block: kIters groups of 8 k-steps (one commit and wait each) into one
@@ -140,20 +101,20 @@ __global__ void __launch_bounds__(128) wgmma_rate(float* out) {
   __syncthreads();
   const uint32_t a0 = threadIdx.x * 0x01010101u & 0x3c3c3c3cu;
   const uint32_t a[4] = {a0, a0 ^ 1u, a0 ^ 2u, a0 ^ 3u};
-  float d[32] = {};
+  float d[8][4] = {};
   for (int i = 0; i < kIters; ++i) {
     wgmma_fence();
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
       // k-step s: 32 bytes of K (two core-matrix columns) of all 64 rows.
-      wgmma_rs<kFp8>(d, a, smem_desc(b_tile + s * 2048, 1024, 128), 1);
+      wgmma_rs<kFp8>(d, a, wgmma_desc(b_tile + s * 2048, 1024, 128), true);
     }
     wgmma_commit();
     wgmma_wait_all();
   }
   float sum = 0.0f;
 #pragma unroll
-  for (int j = 0; j < 32; ++j) sum += d[j];
+  for (int j = 0; j < 8; ++j) sum += d[j][0] + d[j][1] + d[j][2] + d[j][3];
   out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
 }
 
@@ -176,7 +137,7 @@ __global__ void __launch_bounds__(128)
   const int lane = threadIdx.x % 32;
   const int g = lane >> 2;
   const int t = lane & 3;
-  float acc[32] = {};
+  float acc[8][4] = {};
   wgmma_fence();
 #pragma unroll
   for (int s = 0; s < 4; ++s) {  // k-steps of 32
@@ -186,7 +147,7 @@ __global__ void __launch_bounds__(128)
                             *reinterpret_cast<const uint32_t*>(row_b + 4 * t),
                             *reinterpret_cast<const uint32_t*>(row_a + 16 + 4 * t),
                             *reinterpret_cast<const uint32_t*>(row_b + 16 + 4 * t)};
-    wgmma_rs<true>(acc, af, smem_desc(b_tile + 2 * s * k_stride, lbo, sbo), s > 0 ? 1 : 0);
+    wgmma_m64n64k32_e4m3(acc, af, wgmma_desc(b_tile + 2 * s * k_stride, lbo, sbo), s > 0);
   }
   wgmma_commit();
   wgmma_wait_all();
@@ -194,10 +155,10 @@ __global__ void __launch_bounds__(128)
   for (int j = 0; j < 8; ++j) {
     const int row = 16 * warp + g;
     const int col = 8 * j + 2 * t;
-    d[row * 64 + col] = acc[4 * j];
-    d[row * 64 + col + 1] = acc[4 * j + 1];
-    d[(row + 8) * 64 + col] = acc[4 * j + 2];
-    d[(row + 8) * 64 + col + 1] = acc[4 * j + 3];
+    d[row * 64 + col] = acc[j][0];
+    d[row * 64 + col + 1] = acc[j][1];
+    d[(row + 8) * 64 + col] = acc[j][2];
+    d[(row + 8) * 64 + col + 1] = acc[j][3];
   }
 }
 
