@@ -124,7 +124,8 @@ __global__ void __launch_bounds__(128) wgmma_rate(float* out) {
 __global__ void __launch_bounds__(128)
     wgmma_layout(const uint8_t* a, const uint8_t* b, float* d, uint32_t k_stride,
                  uint32_t n_stride, uint32_t lbo, uint32_t sbo) {
-  __shared__ __align__(128) uint8_t b_tile[64 * 128];
+  // Twice the tile: with the offsets swapped, the descriptor reaches up to 13.6 KB in.
+  __shared__ __align__(128) uint8_t b_tile[2 * 64 * 128];
   for (int i = threadIdx.x; i < 64 * 128 / 16; i += 128) {
     const int n = i / 8;  // 8 chunks of 16 bytes per row
     const int kc = i % 8;

@@ -43,17 +43,6 @@ __device__ __forceinline__ void codes4_to_f16x2(uint32_t w, uint32_t& lo, uint32
   }
 }
 
-// The other way, for operands of the FP8 tensor cores (wgmma.cuh): four floats as four e4m3
-// codes (round to nearest, saturated to +-448), v0 in the low byte.
-__device__ __forceinline__ uint32_t f32x4_to_e4m3x4(float v0, float v1, float v2, float v3) {
-  uint32_t r;
-  asm("{\n .reg .b16 lo, hi;\n cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
-      " cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n mov.b32 %0, {lo, hi};\n}"
-      : "=r"(r)
-      : "f"(v0), "f"(v1), "f"(v2), "f"(v3));
-  return r;
-}
-
 // INT4 (KIVI): kBytes packed bytes at p (two codes each, the low nibble the even channel) as
 // kBytes / 2 words of byte codes in channel order (word i = channels 4i .. 4i + 3), the form
 // codes4_to_f16x2 and u4codes4_to_f16x2 read. p is aligned to kBytes (4, 8 or 16).

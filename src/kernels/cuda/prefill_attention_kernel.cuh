@@ -23,16 +23,6 @@
 // start at the attended range's start rounded down to 8, so every 8 tokens' scales are one
 // aligned 16-byte copy inside one block (the extra tokens are masked).
 //
-// FP8 E4M3: S = Q K^T runs on the FP8 tensor cores (wgmma m64n64k32, wgmma.cuh), the only path
-// to them on Hopper (mma.sync with e4m3 inputs is compiled into conversions and fp16 products).
-// The block's four warps are one warpgroup: its 64 query rows are the product's M, so every tile
-// is multiplied by all four warps even where one of them then skips it (causal diagonal). Q is
-// quantized once per (query token, head) to e4m3 with its largest |q| at 448, the row's scale
-// folded into its score scale; K's codes are copied into wgmma's core-matrix layout and read
-// where they land (only V is converted). Each tile's four k-steps start from zero, so no FP8
-// partial sum runs longer than 4 k-tiles before it joins the fp32 softmax (the issue's two-level
-// accumulation). P V stays in fp16 as for the other codes.
-//
 // INT4 (KIVI): the conversion dequantizes (code * s + z in fp16, the statistics read through L1).
 // A query row at position p reads its int4 keys [0, int4_keys(p)) from the codes and the rest
 // from the residual pool (docs/kv-quant.md "INT4"), so a launch runs twice: the int4 part (this
@@ -51,7 +41,6 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/prefill_attention_impl.h"
 #include "kernels/cuda/vec.cuh"
-#include "kernels/cuda/wgmma.cuh"
 
 namespace strata::cuda::detail {
 
@@ -134,10 +123,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
   constexpr bool kQuant = Shape::kQuant;
   constexpr bool kI4 = Shape::kI4;
-  // FP8 E4M3 codes: S = Q K^T on the FP8 tensor cores (wgmma, the block's four warps together),
-  // Q quantized per (query token, head); P V as for the other codes.
-  constexpr bool kQgmma = kKvDType == DType::kF8E4M3;
-  static_assert(!kQgmma || kWarps == 4, "one warpgroup per block");
   static_assert(kQuant || kQDType == kKvDType);
   constexpr DType kDType = kQuant ? DType::kF16 : kKvDType;  // tensor-core inputs
   using T = typename CudaType<kQDType>::type;                // q and o
@@ -206,55 +191,15 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     if (row >= q_len) return 0u;
     return *reinterpret_cast<const uint32_t*>(q_head + (q_begin + row) * a.q_token_stride + col);
   };
-  // kQgmma: Q as e4m3 codes in wgmma's A layout (wgmma.cuh), per 32-wide k-step the channels
-  // 4t .. 4t + 3 and 16 + 4t .. of rows a and b, each row scaled so that its largest |q| is 448
-  // (e4m3's largest value); score_scale_* = scale_log2 times the row's scale.
-  constexpr int kQSteps = kHeadDim / 32;
-  uint32_t qf8[kQSteps][4];
-  float score_scale_a = a.scale_log2, score_scale_b = a.scale_log2;
-  if constexpr (kQgmma) {
-    float amax_a = 0.0f, amax_b = 0.0f;
 #pragma unroll
-    for (int c = 0; c < 2 * kQSteps; ++c) {
-      const float2 a0 = unpack2<kQDType>(q_word(row_a, 16 * c + 4 * t));
-      const float2 a1 = unpack2<kQDType>(q_word(row_a, 16 * c + 4 * t + 2));
-      const float2 b0 = unpack2<kQDType>(q_word(row_b, 16 * c + 4 * t));
-      const float2 b1 = unpack2<kQDType>(q_word(row_b, 16 * c + 4 * t + 2));
-      amax_a = fmaxf(amax_a, fmaxf(fmaxf(fabsf(a0.x), fabsf(a0.y)), fmaxf(fabsf(a1.x), fabsf(a1.y))));
-      amax_b = fmaxf(amax_b, fmaxf(fmaxf(fabsf(b0.x), fabsf(b0.y)), fmaxf(fabsf(b1.x), fabsf(b1.y))));
-    }
+  for (int c = 0; c < kChunks; ++c) {
+    qf[c][0] = q_word(row_a, 16 * c + 2 * t);
+    qf[c][1] = q_word(row_b, 16 * c + 2 * t);
+    qf[c][2] = q_word(row_a, 16 * c + 8 + 2 * t);
+    qf[c][3] = q_word(row_b, 16 * c + 8 + 2 * t);
+    if constexpr (kQuant) {
 #pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      amax_a = fmaxf(amax_a, __shfl_xor_sync(0xffffffffu, amax_a, off));
-      amax_b = fmaxf(amax_b, __shfl_xor_sync(0xffffffffu, amax_b, off));
-    }
-    const float inv_a = amax_a > 0.0f ? 448.0f / amax_a : 0.0f;
-    const float inv_b = amax_b > 0.0f ? 448.0f / amax_b : 0.0f;
-    score_scale_a *= amax_a / 448.0f;
-    score_scale_b *= amax_b / 448.0f;
-    auto q_codes = [&](int row, int col, float inv) {
-      const float2 lo = unpack2<kQDType>(q_word(row, col));
-      const float2 hi = unpack2<kQDType>(q_word(row, col + 2));
-      return f32x4_to_e4m3x4(lo.x * inv, lo.y * inv, hi.x * inv, hi.y * inv);
-    };
-#pragma unroll
-    for (int k = 0; k < kQSteps; ++k) {
-      qf8[k][0] = q_codes(row_a, 32 * k + 4 * t, inv_a);
-      qf8[k][1] = q_codes(row_b, 32 * k + 4 * t, inv_b);
-      qf8[k][2] = q_codes(row_a, 32 * k + 16 + 4 * t, inv_a);
-      qf8[k][3] = q_codes(row_b, 32 * k + 16 + 4 * t, inv_b);
-    }
-  } else {
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      qf[c][0] = q_word(row_a, 16 * c + 2 * t);
-      qf[c][1] = q_word(row_b, 16 * c + 2 * t);
-      qf[c][2] = q_word(row_a, 16 * c + 8 + 2 * t);
-      qf[c][3] = q_word(row_b, 16 * c + 8 + 2 * t);
-      if constexpr (kQuant) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) qf[c][e] = to_f16x2<kQDType>(qf[c][e]);
-      }
+      for (int e = 0; e < 4; ++e) qf[c][e] = to_f16x2<kQDType>(qf[c][e]);
     }
   }
 
@@ -318,29 +263,18 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     static_assert(kN * kVecs % kThreads == 0, "whole vectors per thread");
     char* ks = kQuant ? reinterpret_cast<char*>(k_codes(j & 1)) : reinterpret_cast<char*>(k_buf(j & 1));
     char* vs = kQuant ? reinterpret_cast<char*>(v_codes(j & 1)) : reinterpret_cast<char*>(v_buf(j & 1));
-    // Token tok's vector c (clamped to kv_lo past kv_hi: a valid address, not read).
-    auto src = [&](int tok, int c) {
-      const int tok_c = tok < kv_hi ? tok : kv_lo;
-      return static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.block_stride +
-             (tok_c & (a.block_size - 1)) * a.token_stride + c * kVecElems;
-    };
 #pragma unroll
     for (int i = 0; i < kN * kVecs / kThreads; ++i) {
       const int idx = threadIdx.x + i * kThreads;
       const int r = idx / kVecs;
       const int c = idx % kVecs;
-      cp_async16_zfill(vs + r * kRowBytes + c * 16, v_head + src(tile + r, c), tile + r < kv_hi);
-      if constexpr (kQgmma) {
-        // K as wgmma's core matrices: vector c of token r at c * kN * 16 + r * 16. Each 8
-        // consecutive threads take vector c of 8 consecutive tokens, so a quarter warp's
-        // 16-byte stores fall on distinct banks (and a warp reads whole 32-byte sectors).
-        const int ck = (idx / 8) % kVecs;
-        const int rk = idx / (8 * kVecs) * 8 + idx % 8;
-        cp_async16_zfill(ks + ck * kN * 16 + rk * 16, k_head + src(tile + rk, ck),
-                         tile + rk < kv_hi);
-      } else {
-        cp_async16_zfill(ks + r * kRowBytes + c * 16, k_head + src(tile + r, c), tile + r < kv_hi);
-      }
+      const int tok = tile + r;
+      const bool ok = tok < kv_hi;
+      const int tok_c = ok ? tok : kv_lo;
+      const int64_t off = static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.block_stride +
+                          (tok_c & (a.block_size - 1)) * a.token_stride + c * kVecElems;
+      cp_async16_zfill(ks + r * kRowBytes + c * 16, k_head + off, ok);
+      cp_async16_zfill(vs + r * kRowBytes + c * 16, v_head + off, ok);
     }
     if constexpr (kKvDType == DType::kI8) {
       copy_token_stats(tile, k_stats(j & 1), a.k_scales, a.v_scales);
@@ -413,11 +347,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       }
     } else if constexpr (kQuant) {
       constexpr int kCodeVecs = kHeadDim / 16;
-      constexpr int kParts = kQgmma ? 1 : 2;  // kQgmma: V only (the FP8 products read K's codes)
 #pragma unroll
-      for (int i = 0; i < kParts * kN * kCodeVecs / kThreads; ++i) {
+      for (int i = 0; i < 2 * kN * kCodeVecs / kThreads; ++i) {
         const int idx = threadIdx.x + i * kThreads;
-        const int part = kQgmma ? 1 : idx / (kN * kCodeVecs);  // 0 = K, 1 = V
+        const int part = idx / (kN * kCodeVecs);  // 0 = K, 1 = V
         const int r = (idx / kCodeVecs) % kN;
         const int c = idx % kCodeVecs;
         const uint4 x = *reinterpret_cast<const uint4*>((part == 0 ? k_codes(st) : v_codes(st)) +
@@ -443,7 +376,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     if (j + 1 < num_tiles) issue(j + 1);
     cp_async_commit();
     cp_async_wait<1>();
-    if constexpr (kQgmma) fence_proxy_async();  // the K codes are read by wgmma next
     __syncthreads();
     if constexpr (kQuant) {
       convert(j & 1, kv_lo + j * kN);
@@ -451,39 +383,24 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     }
 
     const int tile = kv_lo + j * kN;
-    float s[kTokTiles][4];
-    if constexpr (kQgmma) {
-      // S = Q K^T for the block's 64 rows, by all four warps (a tile is in the block's range, so
-      // some warp needs it); each k-step's products start from the previous step's fp32 sums and
-      // each tile's from zero. K's 32-byte k-step ks starts at vector 2 ks.
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kQSteps; ++k) {
-        wgmma_m64n64k32_e4m3(s, qf8[k], wgmma_desc(k_codes(j & 1) + 2 * k * kN * 16, kN * 16, 128),
-                             k > 0);
-      }
-      wgmma_commit();
-      wgmma_wait_all();
-    }
     // Skip a tile that holds none of this warp's keys (past its causal diagonal or before its
     // window); the warp still takes part in the copies and barriers.
     if (warp_active && tile < w_hi && tile + kN > w_lo) {
       const TileT* ks = k_buf(j & 1);
       const TileT* vs = v_buf(j & 1);
-      if constexpr (!kQgmma) {
+      float s[kTokTiles][4];
 #pragma unroll
-        for (int n = 0; n < kTokTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (int n = 0; n < kTokTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
+      for (int c = 0; c < kChunks; ++c) {
 #pragma unroll
-          for (int p = 0; p < kTokTiles / 2; ++p) {
-            // (tokens 16p..+7, channels 16c..+7), (16p..+7, 16c+8..), (16p+8.., 16c..),
-            // (16p+8.., 16c+8..) -> b0, b1 of n-tile 2p, then of 2p + 1.
-            uint32_t b[4];
-            ldmatrix_x4(b, ks + (16 * p + (mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
-            mma_16816<kDType>(s[2 * p], qf[c], b[0], b[1]);
-            mma_16816<kDType>(s[2 * p + 1], qf[c], b[2], b[3]);
-          }
+        for (int p = 0; p < kTokTiles / 2; ++p) {
+          // (tokens 16p..+7, channels 16c..+7), (16p..+7, 16c+8..), (16p+8.., 16c..),
+          // (16p+8.., 16c+8..) -> b0, b1 of n-tile 2p, then of 2p + 1.
+          uint32_t b[4];
+          ldmatrix_x4(b, ks + (16 * p + (mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
+          mma_16816<kDType>(s[2 * p], qf[c], b[0], b[1]);
+          mma_16816<kDType>(s[2 * p + 1], qf[c], b[2], b[3]);
         }
       }
       if constexpr (kKvDType == DType::kI8) scale_columns(s, k_stats(j & 1), t);  // K's
@@ -502,7 +419,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
                                          (a.window_left < 0 || tok >= pos - a.window_left) &&
                                          (a.part == kWholeRange ||
                                           (a.part == kInt4Part ? tok < split : tok >= split)));
-          s[n][e] = ok ? s[n][e] * (e < 2 ? score_scale_a : score_scale_b) : -INFINITY;
+          s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
         }
         mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
         mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));

@@ -39,25 +39,6 @@ struct PrefillCase {
   uint64_t seed = 1;
 };
 
-// One query row (head dim d) as the kernel multiplies it. Over an FP8 E4M3 cache the kernel
-// takes Q K^T on the FP8 tensor cores with each (query token, head) row quantized to e4m3, its
-// largest |q| mapped to 448 (docs/kernels.md); the reference quantizes the same way, so the
-// comparison checks the kernel's arithmetic, and the quality cost of quantizing Q is measured
-// end to end (tests/model/cuda_kv_quant_test.cc). Otherwise: the values as they are.
-std::vector<double> reference_query(const uint16_t* q, int32_t d, DType qo_dtype, DType kv_dtype) {
-  std::vector<double> out(static_cast<size_t>(d));
-  float amax = 0.0f;
-  for (int32_t e = 0; e < d; ++e) {
-    out[e] = to_f32(q[e], qo_dtype);
-    amax = std::max(amax, std::abs(static_cast<float>(out[e])));
-  }
-  if (kv_dtype != DType::kF8E4M3) return out;
-  const float inv = amax > 0.0f ? kFp8E4M3Max / amax : 0.0f;
-  const double scale = static_cast<double>(amax / kFp8E4M3Max);
-  for (double& x : out) x = fp8_e4m3_to_f32(f32_to_fp8_e4m3(static_cast<float>(x) * inv)) * scale;
-  return out;
-}
-
 void run_prefill_case(const PrefillCase& c) {
   std::string desc = std::string(dtype_name(c.dtype)) + " hd" + std::to_string(c.head_dim) + " bs" +
                      std::to_string(c.block_size) + " g" + std::to_string(c.group_size) +
@@ -137,15 +118,14 @@ void run_prefill_case(const PrefillCase& c) {
       const int32_t lo = c.window_left >= 0 ? std::max(0, pos - c.window_left) : 0;
       for (int32_t h = 0; h < num_qo_heads; ++h) {
         const int32_t kvh = h / c.group_size;
-        const std::vector<double> q_row = reference_query(q.data() + row * q_stride + h * d, d,
-                                                          qo_dtype, c.dtype);
         sc.assign(static_cast<size_t>(pos - lo + 1), 0.0);
         double m = -INFINITY;
         for (int32_t t = lo; t <= pos; ++t) {
           const int32_t block = host.block_of(s, t);
           double dot = 0;
           for (int32_t e = 0; e < d; ++e) {
-            dot += q_row[e] * kv_element(cache, false, block, kvh, t % c.block_size, e);
+            dot += to_f32(q[row * q_stride + h * d + e], qo_dtype) *
+                   kv_element(cache, false, block, kvh, t % c.block_size, e);
           }
           sc[t - lo] = dot * p.sm_scale;
           m = std::max(m, sc[t - lo]);
