@@ -3,8 +3,9 @@
 // tensor cores").
 //
 //   1. mma.sync (the warp-level instructions every Strata kernel uses today): fp16 m16n8k16
-//      against e4m3 m16n8k32. On Hopper the latter is documented by NVIDIA as compiled to
-//      conversions plus fp16 products, so FP8 gains nothing there; this measures it.
+//      against e4m3 m16n8k32. On Hopper the latter is compiled into conversions plus fp16
+//      products (F2FP.F16.E4M3.UNPACK_B and HMMA.16816 in its SASS), so FP8 gains nothing
+//      there; this measures it.
 //   2. wgmma (sm_90a, one warpgroup of 4 warps, B from shared memory): bf16 m64n64k16 against
 //      e4m3 m64n64k32, A from registers, both at the same instruction pattern.
 //   3. The layout an FP8 attention kernel needs: D = A B^T with A (64 x 128 e4m3 codes) in
@@ -51,11 +52,15 @@ constexpr int kIters = 4096;  // instruction groups per warp in the rate kernels
 template <bool kFp8>
 __global__ void mma_sync_rate(float* out) {
   float d[8][4] = {};
-  const uint32_t a0 = threadIdx.x * 0x01010101u & 0x3c3c3c3cu;  // small finite codes / values
-  const uint32_t b0 = a0 ^ 0x04040404u;
+  const uint32_t a_base = threadIdx.x * 0x01010101u & 0x3c3c3c3cu;  // small finite codes / values
   for (int i = 0; i < kIters; ++i) {
+    // Operands that differ per round and per chain: with shared or loop-invariant ones the
+    // compiler computes the e4m3 path's (emulated) products once and adds them (seen in SASS).
+    const uint32_t a_round = a_base ^ (static_cast<uint32_t>(i) & 0x03030303u);
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
+      const uint32_t a0 = a_round ^ (static_cast<uint32_t>(c) * 0x01000100u);
+      const uint32_t b0 = a0 ^ 0x04040404u;
       if constexpr (kFp8) {
         asm volatile(
             "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
