@@ -237,31 +237,21 @@ int main(int argc, char** argv) {
   float* out;
   check(cudaMalloc(&out, int64_t{sms} * 8 * 256 * 4), "malloc");
 
-  // mma.sync: 8 warps per block, 2 blocks per SM; flops per warp = kIters * 8 * 2 * 16 * 8 * k.
-  const int mma_blocks = 2 * sms;
-  auto mma_tflops = [&](bool fp8) {
-    const double ms = median_ms([&] {
-      if (fp8) {
-        mma_sync_rate<true><<<mma_blocks, 256>>>(out);
-      } else {
-        mma_sync_rate<false><<<mma_blocks, 256>>>(out);
-      }
-    });
-    const double flops = double(mma_blocks) * 8 * kIters * 8 * 2.0 * 16 * 8 * (fp8 ? 32 : 16);
-    return flops / (ms * 1e-3) / 1e12;
+  // TFLOP/s of `kernel` on 2 blocks per SM of `threads`, each block doing `block_flops`.
+  const int blocks = 2 * sms;
+  auto tflops = [&](void (*kernel)(float*), int threads, double block_flops) {
+    const double ms = median_ms([&] { kernel<<<blocks, threads>>>(out); });
+    return blocks * block_flops / (ms * 1e-3) / 1e12;
   };
-  // wgmma: one warpgroup per block, 2 blocks per SM; flops per block = kIters * 8 * 2 * 64 * 64 * k.
-  const int wg_blocks = 2 * sms;
+  // mma.sync: 8 warps per block, 8 chains of kIters products of 2 * 16 * 8 * k flops per warp.
+  auto mma_tflops = [&](bool fp8) {
+    return tflops(fp8 ? mma_sync_rate<true> : mma_sync_rate<false>, 256,
+                  8.0 * 8 * kIters * 2 * 16 * 8 * (fp8 ? 32 : 16));
+  };
+  // wgmma: one warpgroup per block, kIters groups of 8 products of 2 * 64 * 64 * k flops.
   auto wgmma_tflops = [&](bool fp8) {
-    const double ms = median_ms([&] {
-      if (fp8) {
-        wgmma_rate<true><<<wg_blocks, 128>>>(out);
-      } else {
-        wgmma_rate<false><<<wg_blocks, 128>>>(out);
-      }
-    });
-    const double flops = double(wg_blocks) * kIters * 8 * 2.0 * 64 * 64 * (fp8 ? 32 : 16);
-    return flops / (ms * 1e-3) / 1e12;
+    return tflops(fp8 ? wgmma_rate<true> : wgmma_rate<false>, 128,
+                  double(kIters) * 8 * 2 * 64 * 64 * (fp8 ? 32 : 16));
   };
   const double mma_f16 = mma_tflops(false), mma_e4m3 = mma_tflops(true);
   const double wg_bf16 = wgmma_tflops(false), wg_e4m3 = wgmma_tflops(true);
