@@ -30,6 +30,10 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/cuda/event.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace {
@@ -68,11 +72,8 @@ __global__ void mma_sync_rate(float* out) {
             : "+f"(d[c][0]), "+f"(d[c][1]), "+f"(d[c][2]), "+f"(d[c][3])
             : "r"(a0), "r"(a0), "r"(a0), "r"(a0), "r"(b0), "r"(b0));
       } else {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-            : "+f"(d[c][0]), "+f"(d[c][1]), "+f"(d[c][2]), "+f"(d[c][3])
-            : "r"(a0), "r"(a0), "r"(a0), "r"(a0), "r"(b0), "r"(b0));
+        const uint32_t a[4] = {a0, a0, a0, a0};
+        mma_16816<strata::DType::kF16>(d[c], a, b0, b0);
       }
     }
   }
@@ -168,35 +169,32 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-float e4m3_value(uint8_t c) {
-  const int sign = c >> 7;
-  const int exp = (c >> 3) & 15;
-  const int man = c & 7;
-  float v = exp == 0 ? std::ldexp(static_cast<float>(man), -9)
-                     : std::ldexp(1.0f + static_cast<float>(man) / 8.0f, exp - 7);
-  return sign ? -v : v;
+void check(const strata::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "strata_tensor_core_bench: %s: %s\n", what, s.to_string().c_str());
+    std::exit(1);
+  }
 }
 
 template <typename Kernel>
 double median_ms(Kernel launch) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
+  strata::Result<strata::cuda::Event> start = strata::cuda::Event::create();
+  strata::Result<strata::cuda::Event> stop = strata::cuda::Event::create();
+  check(start.status(), "event");
+  check(stop.status(), "event");
   launch();  // warm-up
   std::vector<double> ms;
   for (int r = 0; r < 5; ++r) {
-    check(cudaEventRecord(start), "record");
+    check(start->record(nullptr), "record");
     launch();
-    check(cudaEventRecord(stop), "record");
-    check(cudaEventSynchronize(stop), "sync");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, start, stop), "elapsed");
-    ms.push_back(t);
+    check(stop->record(nullptr), "record");
+    check(stop->synchronize(), "sync");
+    const strata::Result<float> t = strata::cuda::Event::elapsed_ms(*start, *stop);
+    check(t.status(), "elapsed");
+    ms.push_back(*t);
   }
   check(cudaGetLastError(), "launch");
   std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return ms[2];
 }
 
@@ -256,7 +254,7 @@ int main(int argc, char** argv) {
   const double mma_f16 = mma_tflops(false), mma_e4m3 = mma_tflops(true);
   const double wg_bf16 = wgmma_tflops(false), wg_e4m3 = wgmma_tflops(true);
 
-  // The layout check: random codes without NaN (|code| & 0x7f != 0x7f).
+  // The layout check: random codes with exponent fields 4..9 (2^-3 <= |value| < 8; no NaN).
   std::mt19937 rng(7);
   std::vector<uint8_t> a(64 * 128), b(64 * 128);
   for (auto* m : {&a, &b}) {
@@ -270,7 +268,10 @@ int main(int argc, char** argv) {
   for (int m = 0; m < 64; ++m) {
     for (int n = 0; n < 64; ++n) {
       double s = 0;
-      for (int k = 0; k < 128; ++k) s += double(e4m3_value(a[m * 128 + k])) * e4m3_value(b[n * 128 + k]);
+      for (int k = 0; k < 128; ++k) {
+        s += double(strata::fp8_e4m3_to_f32(a[m * 128 + k])) *
+             strata::fp8_e4m3_to_f32(b[n * 128 + k]);
+      }
       ref[m * 64 + n] = s;
     }
   }
