@@ -33,12 +33,12 @@
 #include <utility>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cuda/decode_attention.h"
 #include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/event.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/stream.h"
 #include "kv/kv_layout.h"
@@ -46,6 +46,10 @@
 
 namespace strata::cuda {
 namespace {
+
+using bench::bf16_value;
+using bench::die_if;
+using bench::take;
 
 constexpr int32_t kQoHeads = 32;
 constexpr int32_t kKvHeads = 8;
@@ -72,30 +76,6 @@ struct Shape {
 constexpr Shape kShapes[] = {{1, 1024}, {1, 65536}, {16, 32768}, {64, 4096}, {256, 1024}};
 constexpr int32_t kBlockSizes[] = {16, 32, 64};
 
-void die_if(const Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
-    std::exit(1);
-  }
-}
-
-template <typename T>
-T take(Result<T> r, const char* what) {
-  die_if(r.status(), what);
-  return std::move(r).value();
-}
-
-void check_cuda(cudaError_t err) {
-  if (err != cudaSuccess) {
-    std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(err));
-    std::exit(1);
-  }
-}
-
-float bf16_value(uint64_t seed, int64_t i, float lo, float hi) {
-  return bf16_to_f32(f32_to_bf16(random_fill_value(seed, i, lo, hi)));
-}
-
 std::vector<KvDType> parse_kv_dtypes(const std::string& list) {
   std::vector<KvDType> out;
   std::stringstream ss(list);
@@ -116,26 +96,12 @@ std::vector<KvDType> parse_kv_dtypes(const std::string& list) {
   return out;
 }
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // Median milliseconds of reps event-timed calls of fn (after warmup untimed calls).
 template <typename F>
 float time_ms(const Stream& stream, int reps, F&& fn, int warmup = 3) {
   for (int i = 0; i < warmup; ++i) die_if(fn(), "warm-up");
-  Event start = take(Event::create(), "event");
-  Event end = take(Event::create(), "event");
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    die_if(start.record(stream.get()), "record");
-    die_if(fn(), "timed call");
-    die_if(end.record(stream.get()), "record");
-    die_if(end.synchronize(), "sync");
-    ms.push_back(take(Event::elapsed_ms(start, end), "elapsed"));
-  }
-  return median(ms);
+  return static_cast<float>(
+      bench::median_ms_per_call(stream.get(), reps, 1, [&](int) { return fn(); }));
 }
 
 struct Row {
@@ -178,7 +144,7 @@ int run(int argc, char** argv) {
   }
   Stream stream = take(Stream::create(), "stream");
   cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, 0));
+  die_if(cudaGetDeviceProperties(&prop, 0), "cuda");
 
   // Copy bandwidth: 2 GiB device to device, bytes read + written.
   const size_t copy_bytes = size_t{2} << 30;
@@ -234,14 +200,18 @@ int run(int argc, char** argv) {
         DeviceBuffer d_indptr = take(DeviceBuffer::allocate(indptr.size() * 4), "a");
         DeviceBuffer d_ids = take(DeviceBuffer::allocate(ids.size() * 4), "a");
         DeviceBuffer d_last = take(DeviceBuffer::allocate(last.size() * 4), "a");
-        check_cuda(
-            cudaMemcpy(d_indptr.data(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
-        check_cuda(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-        check_cuda(cudaMemcpy(d_last.data(), last.data(), last.size() * 4, cudaMemcpyHostToDevice));
+        die_if(
+            cudaMemcpy(d_indptr.data(), indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice),
+            "cuda");
+        die_if(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice),
+               "cuda");
+        die_if(cudaMemcpy(d_last.data(), last.data(), last.size() * 4, cudaMemcpyHostToDevice),
+               "cuda");
         const std::vector<int32_t> res_first(static_cast<size_t>(sh.batch), 0);
         DeviceBuffer d_res_first = take(DeviceBuffer::allocate(res_first.size() * 4), "a");
-        check_cuda(cudaMemcpy(d_res_first.data(), res_first.data(), res_first.size() * 4,
-                              cudaMemcpyHostToDevice));
+        die_if(cudaMemcpy(d_res_first.data(), res_first.data(), res_first.size() * 4,
+                          cudaMemcpyHostToDevice),
+               "cuda");
 
         // K/V rows: random_fill bf16 values appended (and quantized) into every sequence's slots.
         {
@@ -254,7 +224,7 @@ int run(int argc, char** argv) {
                   static_cast<int64_t>(ids[s * blocks_per_seq + t / bs]) * bs + t % bs;
             }
           }
-          check_cuda(cudaMemset(pool.data(), 0, layout.pool_bytes(num_blocks)));
+          die_if(cudaMemset(pool.data(), 0, layout.pool_bytes(num_blocks)), "cuda");
           const PagedKvCacheView res_view = res_layout.layer_view(res_pool.data(), 0);
           die_if(append_random_rows(layout.layer_view(pool.data(), 0), int4 ? &res_view : nullptr,
                                     slots, row, kKSeed, kVSeed, stream.get()),
@@ -263,7 +233,7 @@ int run(int argc, char** argv) {
         const size_t ws_bytes =
             decode_attention_workspace_bytes(sh.batch, kQoHeads, kHeadDim, kMaxDecodeSplits);
         DeviceBuffer ws = take(DeviceBuffer::allocate(ws_bytes), "ws");
-        check_cuda(cudaMemset(ws.data(), 0, ws_bytes));  // the split merge counters
+        die_if(cudaMemset(ws.data(), 0, ws_bytes), "cuda");  // the split merge counters
 
         DecodeAttentionParams p;
         p.q = q.data();
@@ -292,14 +262,16 @@ int run(int argc, char** argv) {
         // Correctness: sequences 0 and batch-1, KV heads 0 and 7, against a double reference over
         // the pool's values as the host decodes them.
         std::vector<uint16_t> out(static_cast<size_t>(q_elems));
-        check_cuda(cudaMemcpy(out.data(), o.data(), q_elems * 2, cudaMemcpyDeviceToHost));
+        die_if(cudaMemcpy(out.data(), o.data(), q_elems * 2, cudaMemcpyDeviceToHost), "cuda");
         std::vector<uint16_t> host_pool(static_cast<size_t>(layout.pool_bytes(num_blocks) / 2));
-        check_cuda(cudaMemcpy(host_pool.data(), pool.data(), layout.pool_bytes(num_blocks),
-                              cudaMemcpyDeviceToHost));
+        die_if(cudaMemcpy(host_pool.data(), pool.data(), layout.pool_bytes(num_blocks),
+                          cudaMemcpyDeviceToHost),
+               "cuda");
         std::vector<uint16_t> host_res(static_cast<size_t>(int4 ? res_layout.pool_bytes(num_blocks) / 2 : 0));
         if (int4) {
-          check_cuda(cudaMemcpy(host_res.data(), res_pool.data(), res_layout.pool_bytes(num_blocks),
-                                cudaMemcpyDeviceToHost));
+          die_if(cudaMemcpy(host_res.data(), res_pool.data(), res_layout.pool_bytes(num_blocks),
+                            cudaMemcpyDeviceToHost),
+                 "cuda");
         }
         double max_err = 0.0;
         const PagedKvCacheView view = layout.layer_view(host_pool.data(), 0);

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/event.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/random_fill.h"
@@ -33,6 +33,9 @@
 
 namespace strata::cuda {
 namespace {
+
+using bench::die_if;
+using bench::take;
 
 constexpr int64_t kHidden = 4096;
 constexpr int64_t kInter = 14336;
@@ -43,26 +46,6 @@ constexpr int64_t kVocab = 128256;
 constexpr int64_t kQkvWidth = (kQHeads + 2 * kKvHeads) * kHeadDim;
 constexpr int64_t kRotateBytes = int64_t{256} << 20;
 constexpr int kMaxCopies = 64;
-
-void die_if(const Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
-    std::exit(1);
-  }
-}
-
-template <typename T>
-T take(Result<T> r, const char* what) {
-  die_if(r.status(), what);
-  return std::move(r).value();
-}
-
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
-    std::exit(1);
-  }
-}
 
 int copies_for(int64_t bytes_per_call) {
   return static_cast<int>(
@@ -79,7 +62,7 @@ DeviceBuffer filled(int64_t elems, DType dtype, uint64_t seed, float lo, float h
 
 DeviceBuffer upload_i32(const std::vector<int32_t>& v) {
   DeviceBuffer b = take(DeviceBuffer::allocate(v.size() * 4), "alloc");
-  check_cuda(cudaMemcpy(b.data(), v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
+  die_if(cudaMemcpy(b.data(), v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
   return b;
 }
 
@@ -88,21 +71,10 @@ template <typename F>
 double time_us(const Stream& stream, int copies, F&& launch) {
   for (int i = 0; i < copies; ++i) die_if(launch(i), "warm-up");
   die_if(stream.synchronize(), "sync");
-  Event start = take(Event::create(), "event");
-  Event end = take(Event::create(), "event");
-  auto run = [&](int calls) {
-    die_if(start.record(stream.get()), "record");
-    for (int i = 0; i < calls; ++i) die_if(launch(i % copies), "launch");
-    die_if(end.record(stream.get()), "record");
-    die_if(end.synchronize(), "sync");
-    return take(Event::elapsed_ms(start, end), "elapsed") * 1e3 / calls;
-  };
-  const double first_us = run(1);
+  auto cycled = [&](int i) { return launch(i % copies); };
+  const double first_us = 1e3 * bench::median_ms_per_call(stream.get(), 1, 1, cycled);
   const int calls = std::max(copies, static_cast<int>(std::clamp(3000.0 / first_us, 2.0, 200.0)));
-  std::vector<double> us;
-  for (int r = 0; r < 5; ++r) us.push_back(run(calls));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  return 1e3 * bench::median_ms_per_call(stream.get(), 5, calls, cycled);
 }
 
 // Microseconds per call when `calls` launches are replayed from one CUDA graph (no per-launch
@@ -112,26 +84,18 @@ double time_graph_us(const Stream& stream, int copies, F&& launch) {
   const int calls = std::max(copies, 20);
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  check_cuda(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "capture");
+  die_if(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "capture");
   for (int i = 0; i < calls; ++i) die_if(launch(i % copies), "captured launch");
-  check_cuda(cudaStreamEndCapture(stream.get(), &graph), "end capture");
-  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  check_cuda(cudaGraphLaunch(exec, stream.get()), "graph launch");
+  die_if(cudaStreamEndCapture(stream.get(), &graph), "end capture");
+  die_if(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  die_if(cudaGraphLaunch(exec, stream.get()), "graph launch");
   die_if(stream.synchronize(), "sync");
-  Event start = take(Event::create(), "event");
-  Event end = take(Event::create(), "event");
-  std::vector<double> us;
-  for (int r = 0; r < 5; ++r) {
-    die_if(start.record(stream.get()), "record");
-    check_cuda(cudaGraphLaunch(exec, stream.get()), "graph launch");
-    die_if(end.record(stream.get()), "record");
-    die_if(end.synchronize(), "sync");
-    us.push_back(take(Event::elapsed_ms(start, end), "elapsed") * 1e3 / calls);
-  }
-  check_cuda(cudaGraphExecDestroy(exec), "destroy");
-  check_cuda(cudaGraphDestroy(graph), "destroy");
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  const double us = 1e3 / calls * bench::median_ms_per_call(stream.get(), 5, 1, [&](int) {
+                      return cudaGraphLaunch(exec, stream.get());
+                    });
+  die_if(cudaGraphExecDestroy(exec), "destroy");
+  die_if(cudaGraphDestroy(graph), "destroy");
+  return us;
 }
 
 // Times launch both ways: streamed, and (for up to kGraphMaxTokens tokens) from a CUDA graph.
@@ -230,9 +194,8 @@ struct Bench {
         inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / kHeadDim));
       }
       DeviceBuffer d_inv = take(DeviceBuffer::allocate(inv_freq.size() * 4), "alloc");
-      check_cuda(
-          cudaMemcpy(d_inv.data(), inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice),
-          "upload");
+      die_if(cudaMemcpy(d_inv.data(), inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice),
+             "upload");
       std::vector<int32_t> pos(static_cast<size_t>(t));
       for (auto& x : pos) x = static_cast<int32_t>(rng() % 8192);
       DeviceBuffer d_pos = upload_i32(pos);
@@ -349,7 +312,7 @@ int run(int argc, char** argv) {
   }
   Bench b;
   cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, 0), "properties");
+  die_if(cudaGetDeviceProperties(&prop, 0), "properties");
   b.measure_copy();
   std::printf("device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, b.copy_gbs);

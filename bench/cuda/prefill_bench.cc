@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/dtype.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/event.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/stream.h"
@@ -37,6 +37,10 @@
 
 namespace strata::cuda {
 namespace {
+
+using bench::bf16_value;
+using bench::die_if;
+using bench::take;
 
 constexpr int32_t kQoHeads = 32;
 constexpr int32_t kKvHeads = 8;
@@ -51,41 +55,11 @@ struct Case {
 };
 constexpr Case kCases[] = {{0, 4096}, {0, 16384}, {4096, 4096}, {12288, 4096}};
 
-void check(const Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
-    std::exit(1);
-  }
-}
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-template <typename T>
-T take(Result<T> r, const char* what) {
-  check(r.status(), what);
-  return std::move(r).value();
-}
-float bf16_value(uint64_t seed, int64_t i, float lo, float hi) {
-  return bf16_to_f32(f32_to_bf16(random_fill_value(seed, i, lo, hi)));
-}
-
+// Median milliseconds of reps event-timed launches, after two untimed ones.
 template <typename F>
 double median_ms(const Stream& stream, int reps, F&& launch) {
-  Event start = take(Event::create(), "event");
-  Event end = take(Event::create(), "event");
-  std::vector<float> ms;
-  for (int i = 0; i < reps + 2; ++i) {
-    check(start.record(stream.get()), "record");
-    check(launch(), "prefill");
-    check(end.record(stream.get()), "record");
-    check(end.synchronize(), "sync");
-    if (i >= 2) ms.push_back(take(Event::elapsed_ms(start, end), "elapsed"));
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  for (int i = 0; i < 2; ++i) die_if(launch(), "warm-up");
+  return bench::median_ms_per_call(stream.get(), reps, 1, [&](int) { return launch(); });
 }
 
 // One case over a quantized cache: K/V rows appended (and quantized) by kv_append, the output
@@ -104,7 +78,7 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
   const kv::KvLayout res_layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, kBlockSize);
   DeviceBuffer pool = take(DeviceBuffer::allocate(layout.pool_bytes(blocks + 1)), "pool");
   DeviceBuffer res_pool = take(DeviceBuffer::allocate(res_layout.pool_bytes(blocks + 1)), "res");
-  check(cudaMemset(pool.data(), 0, layout.pool_bytes(blocks + 1)), "memset");
+  die_if(cudaMemset(pool.data(), 0, layout.pool_bytes(blocks + 1)), "memset");
   const int64_t row = int64_t{kKvHeads} * kHeadDim;
   std::vector<int64_t> slots(static_cast<size_t>(kv_len));
   for (int32_t t = 0; t < kv_len; ++t) {
@@ -112,13 +86,13 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
                                     t % kBlockSize;
   }
   const PagedKvCacheView res_device = res_layout.layer_view(res_pool.data(), 0);
-  check(append_random_rows(layout.layer_view(pool.data(), 0), int4 ? &res_device : nullptr, slots,
-                           row, kPoolSeed, kPoolSeed + 1, stream.get()),
-        "append K/V");
+  die_if(append_random_rows(layout.layer_view(pool.data(), 0), int4 ? &res_device : nullptr, slots,
+                            row, kPoolSeed, kPoolSeed + 1, stream.get()),
+         "append K/V");
 
   const std::vector<int32_t> res_first = {0};
   DeviceBuffer d_res_first = take(DeviceBuffer::allocate(4), "a");
-  check(cudaMemcpy(d_res_first.data(), res_first.data(), 4, cudaMemcpyHostToDevice), "copy");
+  die_if(cudaMemcpy(d_res_first.data(), res_first.data(), 4, cudaMemcpyHostToDevice), "copy");
   const int64_t q_elems = static_cast<int64_t>(cs.chunk) * kQoHeads * kHeadDim;
   DeviceBuffer lse = take(DeviceBuffer::allocate(
                               prefill_int4_workspace_floats(cs.chunk, kQoHeads) * 4), "lse");
@@ -132,20 +106,21 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
     p.layout.residual_blocks = 1;
     p.lse_workspace = lse.as<float>();
   }
-  check(prefill_attention(p, stream.get()), "prefill");
-  check(stream.synchronize(), "sync");
+  die_if(prefill_attention(p, stream.get()), "prefill");
+  die_if(stream.synchronize(), "sync");
 
   // The reference over the host's decoding of both pools.
   std::vector<uint16_t> out(static_cast<size_t>(q_elems));
-  check(cudaMemcpy(out.data(), p.o, q_elems * 2, cudaMemcpyDeviceToHost), "copy");
+  die_if(cudaMemcpy(out.data(), p.o, q_elems * 2, cudaMemcpyDeviceToHost), "copy");
   std::vector<uint16_t> host(static_cast<size_t>(layout.pool_bytes(blocks + 1) / 2));
   std::vector<uint16_t> host_res(static_cast<size_t>(res_layout.pool_bytes(blocks + 1) / 2));
-  check(cudaMemcpy(host.data(), pool.data(), layout.pool_bytes(blocks + 1), cudaMemcpyDeviceToHost),
-        "copy");
+  die_if(
+      cudaMemcpy(host.data(), pool.data(), layout.pool_bytes(blocks + 1), cudaMemcpyDeviceToHost),
+      "copy");
   if (int4) {
-    check(cudaMemcpy(host_res.data(), res_pool.data(), res_layout.pool_bytes(blocks + 1),
-                     cudaMemcpyDeviceToHost),
-          "copy");
+    die_if(cudaMemcpy(host_res.data(), res_pool.data(), res_layout.pool_bytes(blocks + 1),
+                      cudaMemcpyDeviceToHost),
+           "copy");
   }
   const PagedKvCacheView view = layout.layer_view(host.data(), 0);
   const PagedKvCacheView res_view = res_layout.layer_view(host_res.data(), 0);
@@ -231,14 +206,14 @@ int run(int argc, char** argv) {
     const int32_t blocks = (kv_len + kBlockSize - 1) / kBlockSize;
     const kv::KvLayout layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, kBlockSize);
     DeviceBuffer pool = take(DeviceBuffer::allocate(layout.pool_bytes(blocks + 1)), "pool");
-    check(random_fill(
-              {pool.data(), DType::kBF16, layout.pool_bytes(blocks + 1) / 2, kPoolSeed, -1, 1},
-              stream.get()),
-          "fill");
+    die_if(random_fill(
+               {pool.data(), DType::kBF16, layout.pool_bytes(blocks + 1) / 2, kPoolSeed, -1, 1},
+               stream.get()),
+           "fill");
     const int64_t q_elems = static_cast<int64_t>(cs.chunk) * kQoHeads * kHeadDim;
     DeviceBuffer q = take(DeviceBuffer::allocate(q_elems * 2), "q");
     DeviceBuffer o = take(DeviceBuffer::allocate(q_elems * 2), "o");
-    check(random_fill({q.data(), DType::kBF16, q_elems, kQSeed, -2, 2}, stream.get()), "fill");
+    die_if(random_fill({q.data(), DType::kBF16, q_elems, kQSeed, -2, 2}, stream.get()), "fill");
     std::vector<int32_t> ids(blocks);
     std::iota(ids.begin(), ids.end(), 1);
     std::shuffle(ids.begin(), ids.end(), rng);
@@ -249,10 +224,10 @@ int run(int argc, char** argv) {
     DeviceBuffer d_kv = take(DeviceBuffer::allocate(8), "a");
     DeviceBuffer d_last = take(DeviceBuffer::allocate(4), "a");
     DeviceBuffer d_qo = take(DeviceBuffer::allocate(8), "a");
-    check(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), "copy");
-    check(cudaMemcpy(d_kv.data(), kv_indptr.data(), 8, cudaMemcpyHostToDevice), "copy");
-    check(cudaMemcpy(d_last.data(), last.data(), 4, cudaMemcpyHostToDevice), "copy");
-    check(cudaMemcpy(d_qo.data(), qo_indptr.data(), 8, cudaMemcpyHostToDevice), "copy");
+    die_if(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), "copy");
+    die_if(cudaMemcpy(d_kv.data(), kv_indptr.data(), 8, cudaMemcpyHostToDevice), "copy");
+    die_if(cudaMemcpy(d_last.data(), last.data(), 4, cudaMemcpyHostToDevice), "copy");
+    die_if(cudaMemcpy(d_qo.data(), qo_indptr.data(), 8, cudaMemcpyHostToDevice), "copy");
 
     PrefillAttentionParams p;
     p.q = q.data();
@@ -266,11 +241,11 @@ int run(int argc, char** argv) {
     p.num_qo_heads = kQoHeads;
     p.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
     p.max_q_len = cs.chunk;
-    check(prefill_attention(p, stream.get()), "prefill");
-    check(stream.synchronize(), "sync");
+    die_if(prefill_attention(p, stream.get()), "prefill");
+    die_if(stream.synchronize(), "sync");
 
     std::vector<uint16_t> out(static_cast<size_t>(q_elems));
-    check(cudaMemcpy(out.data(), o.data(), q_elems * 2, cudaMemcpyDeviceToHost), "copy");
+    die_if(cudaMemcpy(out.data(), o.data(), q_elems * 2, cudaMemcpyDeviceToHost), "copy");
     const PagedKvCacheView view = layout.layer_view(nullptr, 0);
     double max_err = 0.0;
     for (int32_t row : {0, cs.chunk / 2 + 7, cs.chunk - 1}) {

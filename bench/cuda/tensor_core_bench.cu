@@ -30,21 +30,22 @@
 #include <random>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/dtype.h"
 #include "core/status.h"
-#include "kernels/cuda/event.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace {
 
 using namespace strata::cuda::detail;
+using strata::cuda::bench::die_if;
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    std::fprintf(stderr, "strata_tensor_core_bench: %s: %s\n", what, cudaGetErrorString(err));
-    std::exit(1);
-  }
+// Median milliseconds of 5 event-timed launches (after one untimed) on the default stream.
+template <typename Kernel>
+double median_ms(Kernel launch) {
+  launch();
+  return strata::cuda::bench::median_ms_per_call(nullptr, 5, 1, [&](int) { launch(); });
 }
 
 constexpr int kIters = 4096;  // instruction groups per warp in the rate kernels
@@ -169,50 +170,21 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-void check(const strata::Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "strata_tensor_core_bench: %s: %s\n", what, s.to_string().c_str());
-    std::exit(1);
-  }
-}
-
-template <typename Kernel>
-double median_ms(Kernel launch) {
-  strata::Result<strata::cuda::Event> start = strata::cuda::Event::create();
-  strata::Result<strata::cuda::Event> stop = strata::cuda::Event::create();
-  check(start.status(), "event");
-  check(stop.status(), "event");
-  launch();  // warm-up
-  std::vector<double> ms;
-  for (int r = 0; r < 5; ++r) {
-    check(start->record(nullptr), "record");
-    launch();
-    check(stop->record(nullptr), "record");
-    check(stop->synchronize(), "sync");
-    const strata::Result<float> t = strata::cuda::Event::elapsed_ms(*start, *stop);
-    check(t.status(), "elapsed");
-    ms.push_back(*t);
-  }
-  check(cudaGetLastError(), "launch");
-  std::sort(ms.begin(), ms.end());
-  return ms[2];
-}
-
 // Max |gpu - host| over the 64 x 64 product with the given staging and descriptor offsets.
 double layout_error(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
                     const std::vector<double>& ref, uint32_t k_stride, uint32_t n_stride,
                     uint32_t lbo, uint32_t sbo) {
   uint8_t *da, *db;
   float* dd;
-  check(cudaMalloc(&da, a.size()), "malloc");
-  check(cudaMalloc(&db, b.size()), "malloc");
-  check(cudaMalloc(&dd, 64 * 64 * 4), "malloc");
-  check(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice), "copy");
-  check(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice), "copy");
+  die_if(cudaMalloc(&da, a.size()), "malloc");
+  die_if(cudaMalloc(&db, b.size()), "malloc");
+  die_if(cudaMalloc(&dd, 64 * 64 * 4), "malloc");
+  die_if(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice), "copy");
+  die_if(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice), "copy");
   wgmma_layout<<<1, 128>>>(da, db, dd, k_stride, n_stride, lbo, sbo);
-  check(cudaGetLastError(), "wgmma_layout launch");
+  die_if(cudaGetLastError(), "wgmma_layout launch");
   std::vector<float> d(64 * 64);
-  check(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost), "copy back");
+  die_if(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost), "copy back");
   cudaFree(da);
   cudaFree(db);
   cudaFree(dd);
@@ -233,7 +205,7 @@ int main(int argc, char** argv) {
   }
   const int sms = prop.multiProcessorCount;
   float* out;
-  check(cudaMalloc(&out, int64_t{sms} * 8 * 256 * 4), "malloc");
+  die_if(cudaMalloc(&out, int64_t{sms} * 8 * 256 * 4), "malloc");
 
   // TFLOP/s of `kernel` on 2 blocks per SM of `threads`, each block doing `block_flops`.
   const int blocks = 2 * sms;

@@ -1,0 +1,73 @@
+#pragma once
+// What the CUDA benchmarks share: exiting with one line on an error, the seeded bf16 values the
+// attention benchmarks' Q rows hold, and event timing (the median of runs of back-to-back calls).
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/cuda/event.h"
+#include "kernels/cuda/random_fill.h"
+
+namespace strata::cuda::bench {
+
+// Prints "what: error" and exits 1 on a failed status or CUDA call.
+inline void die_if(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+    std::exit(1);
+  }
+}
+inline void die_if(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+template <typename T>
+T take(Result<T> r, const char* what) {
+  die_if(r.status(), what);
+  return std::move(r).value();
+}
+
+// Element i of random_fill's seeded values in [lo, hi) as bf16 holds it.
+inline float bf16_value(uint64_t seed, int64_t i, float lo, float hi) {
+  return strata::bf16_to_f32(strata::f32_to_bf16(random_fill_value(seed, i, lo, hi)));
+}
+
+// The median over `runs` of the milliseconds per call of `calls` back-to-back launch(i)
+// (i = 0 .. calls - 1) between two events on `stream`. launch returns a Status (checked) or
+// nothing (the stream's last error is checked at the end).
+template <typename F>
+double median_ms_per_call(cudaStream_t stream, int runs, int calls, F&& launch) {
+  Event start = take(Event::create(), "event");
+  Event end = take(Event::create(), "event");
+  std::vector<double> ms;
+  for (int r = 0; r < runs; ++r) {
+    die_if(start.record(stream), "record");
+    for (int i = 0; i < calls; ++i) {
+      if constexpr (std::is_void_v<decltype(launch(i))>) {
+        launch(i);
+      } else {
+        die_if(launch(i), "launch");
+      }
+    }
+    die_if(end.record(stream), "record");
+    die_if(end.synchronize(), "sync");
+    ms.push_back(take(Event::elapsed_ms(start, end), "elapsed") / calls);
+  }
+  die_if(cudaGetLastError(), "launch");
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace strata::cuda::bench
