@@ -39,7 +39,8 @@ T take(Result<T> r, const char* what) {
   return std::move(r).value();
 }
 
-// Element i of random_fill's seeded values in [lo, hi) as bf16 holds it.
+// Element i of random_fill's seeded values in [lo, hi) as bf16 holds it (the host conversions,
+// named in full: strata::cuda has device conversions of the same names).
 inline float bf16_value(uint64_t seed, int64_t i, float lo, float hi) {
   return strata::bf16_to_f32(strata::f32_to_bf16(random_fill_value(seed, i, lo, hi)));
 }
