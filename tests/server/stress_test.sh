@@ -18,20 +18,30 @@ source "$here/../tools/cli_testing.sh"
 # shellcheck source=/dev/null
 source "$here/serve_testing.sh"
 common=(--threads 2 --num-blocks 2048)
+# run_node WHAT SCRIPT ARGS...: one scenario's node client; a failure names node's exit status
+# (a signal shows as 128 + its number) and the server log's last lines, since a client that dies
+# early prints nothing of its own.
+run_node() {
+  local what=$1
+  shift
+  node "$@"
+  local rc=$?
+  ((rc == 0)) && ok || fail "$what (node exited with $rc); the server log ends: $(tail -n 5 "$server_log")"
+}
 
 case "$scenario" in
   load)
     start_server "${common[@]}" --max-num-seqs 256
-    node "$here/load_test.mjs" "$base" 256 32 && ok || fail "load"
+    run_node "load" "$here/load_test.mjs" "$base" 256 32
     ;;
   storm)
     start_server "${common[@]}"
-    node "$here/disconnect_storm_test.mjs" "$base" 200 && ok || fail "disconnect storm"
+    run_node "disconnect storm" "$here/disconnect_storm_test.mjs" "$base" 200
     ;;
   sigterm)
     timeout_s=3
     start_server "${common[@]}" --shutdown-timeout "$timeout_s"
-    node "$here/sigterm_test.mjs" "$base" "$server_pid" "$timeout_s" 64 && ok || fail "sigterm"
+    run_node "sigterm" "$here/sigterm_test.mjs" "$base" "$server_pid" "$timeout_s" 64
     wait "$server_pid"
     rc=$?
     ((rc == 0)) && ok || fail "the server exited with $rc after SIGTERM: $(tail -n 5 "$server_log")"
@@ -40,7 +50,7 @@ case "$scenario" in
     ;;
   capacity)
     start_server "${common[@]}" --max-waiting-requests 2
-    node "$here/capacity_test.mjs" "$base" 2 && ok || fail "capacity"
+    run_node "capacity" "$here/capacity_test.mjs" "$base" 2
     ;;
   *)
     echo "unknown scenario '$scenario'"
