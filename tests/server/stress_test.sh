@@ -26,7 +26,8 @@ run_node() {
   shift
   node "$@"
   local rc=$?
-  ((rc == 0)) && ok || fail "$what (node exited with $rc); the server log ends: $(tail -n 5 "$server_log")"
+  ((rc == 0)) && ok ||
+    fail "$what (node exited with $rc); the server log ends: $(tail -n 5 "$server_log")"
 }
 
 case "$scenario" in
