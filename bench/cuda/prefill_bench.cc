@@ -22,6 +22,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/fp8_query.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/stream.h"
@@ -135,6 +137,14 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
       std::vector<std::vector<float>> vs(static_cast<size_t>(pos) + 1);
       double m = -INFINITY;
       const int64_t q_off = (static_cast<int64_t>(r) * kQoHeads + h) * kHeadDim;
+      // Q as the kernel multiplies it (over FP8 codes: rounded, fp8_query.h).
+      std::vector<double> q(static_cast<size_t>(kHeadDim));
+      for (int32_t e = 0; e < kHeadDim; ++e) {
+        q[static_cast<size_t>(e)] = bf16_value(kQSeed, q_off + e, -2, 2);
+      }
+      if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) {
+        round_fp8_query_row(std::span<double>(q));
+      }
       for (int32_t t = 0; t <= pos; ++t) {
         const bool from_residual = int4 && t / kBlockSize > pos / kBlockSize - 1;
         const PagedKvCacheView& src = from_residual ? res_view : view;
@@ -144,7 +154,7 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
         vs[static_cast<size_t>(t)] = v;
         double dot = 0;
         for (int32_t e = 0; e < kHeadDim; ++e) {
-          dot += static_cast<double>(bf16_value(kQSeed, q_off + e, -2, 2)) * k[static_cast<size_t>(e)];
+          dot += q[static_cast<size_t>(e)] * k[static_cast<size_t>(e)];
         }
         sc[static_cast<size_t>(t)] = dot * p.sm_scale;
         m = std::max(m, sc[static_cast<size_t>(t)]);

@@ -61,6 +61,7 @@
 
 #include "kernels/cuda/decode_common.cuh"
 #include "kernels/cuda/decode_merge.cuh"
+#include "kernels/cuda/fp8_query.cuh"
 #include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -373,15 +374,38 @@ __global__ void __launch_bounds__(kDecodeThreads)
     if (row >= g_count) return 0u;
     return *reinterpret_cast<const uint32_t*>(q_seq + (qo_head0 + row) * kHeadDim + col);
   };
+  // FP8 caches: each head's row rounded to e4m3 as the FP8 prefill multiplies it
+  // (fp8_query.cuh); this lane holds channels t * D/4 .. + D/4 of rows g and g + 8.
+  constexpr bool kFp8 = kKvDType == DType::kF8E4M3 || kKvDType == DType::kF8E5M2;
+  Fp8QueryScale qs_a, qs_b;
+  if constexpr (kFp8) {
+    float amax_a = 0.0f, amax_b = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kHeadDim / 8; ++w) {
+      amax_a = fmaxf(amax_a, abs_max2<kQDType>(q_word(g, t * (kHeadDim / 4) + 2 * w)));
+      if constexpr (kUpper) {
+        amax_b = fmaxf(amax_b, abs_max2<kQDType>(q_word(g + 8, t * (kHeadDim / 4) + 2 * w)));
+      }
+    }
+    qs_a = fp8_query_scale(amax_a);
+    qs_b = fp8_query_scale(amax_b);
+  }
+  auto q_f16 = [&](uint32_t pair, const Fp8QueryScale& qs) {
+    if constexpr (kFp8) {
+      return query_rounded_f16x2<kQDType>(pair, qs);
+    } else {
+      return to_f16x2<kQDType>(pair);
+    }
+  };
   uint32_t qf[kChunks][4];
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     if constexpr (kQuant) {  // channels in the permuted order of the code tiles, as fp16
       const int col = t * (kHeadDim / 4) + 4 * c;
-      qf[c][0] = to_f16x2<kQDType>(q_word(g, col));
-      qf[c][1] = kUpper ? to_f16x2<kQDType>(q_word(g + 8, col)) : 0u;
-      qf[c][2] = to_f16x2<kQDType>(q_word(g, col + 2));
-      qf[c][3] = kUpper ? to_f16x2<kQDType>(q_word(g + 8, col + 2)) : 0u;
+      qf[c][0] = q_f16(q_word(g, col), qs_a);
+      qf[c][1] = kUpper ? q_f16(q_word(g + 8, col), qs_b) : 0u;
+      qf[c][2] = q_f16(q_word(g, col + 2), qs_a);
+      qf[c][3] = kUpper ? q_f16(q_word(g + 8, col + 2), qs_b) : 0u;
     } else {
       qf[c][0] = q_word(g, 16 * c + 2 * t);
       qf[c][1] = kUpper ? q_word(g + 8, 16 * c + 2 * t) : 0u;

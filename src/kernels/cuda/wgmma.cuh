@@ -19,6 +19,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace strata::cuda::detail {
 
 // A shared-memory matrix descriptor without swizzle (layout type 0): start address, leading
@@ -42,30 +44,107 @@ __device__ __forceinline__ void wgmma_commit() {
 __device__ __forceinline__ void wgmma_wait_all() {
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
+// Pins a product's register operands in place: an empty volatile asm that reads and writes each
+// of them. The compiler sees only the asm statements, not the asynchrony between them, and would
+// otherwise be free to compute an A fragment after the wgmma_fence that must follow its last
+// write, or to read an accumulator before the wgmma_wait_all that completes it (both observed as
+// wrong products). Call it on A and D before wgmma_fence, and on D after wgmma_wait_all.
+template <int kTiles>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[kTiles][4]) {
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+  }
+}
+template <int kSteps>
+__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[kSteps][4]) {
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[j][e])::"memory");
+  }
+}
+
 // Shared memory written by this thread (stores, cp.async) that a wgmma reads next: each writing
 // thread fences, then the block synchronizes.
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-#define STRATA_WGMMA_D32                                                                      \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+// The accumulator operands of an m64nN product: N / 2 floats per thread, d[n-tile][4].
 #define STRATA_WGMMA_D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
 #define STRATA_WGMMA_D32_OPERANDS                                                             \
   STRATA_WGMMA_D4(0), STRATA_WGMMA_D4(1), STRATA_WGMMA_D4(2), STRATA_WGMMA_D4(3),              \
       STRATA_WGMMA_D4(4), STRATA_WGMMA_D4(5), STRATA_WGMMA_D4(6), STRATA_WGMMA_D4(7)
+#define STRATA_WGMMA_D64_OPERANDS                                                             \
+  STRATA_WGMMA_D32_OPERANDS, STRATA_WGMMA_D4(8), STRATA_WGMMA_D4(9), STRATA_WGMMA_D4(10),      \
+      STRATA_WGMMA_D4(11), STRATA_WGMMA_D4(12), STRATA_WGMMA_D4(13), STRATA_WGMMA_D4(14),      \
+      STRATA_WGMMA_D4(15)
+#define STRATA_WGMMA_D32                                                                      \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define STRATA_WGMMA_D64 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, " \
+  "%49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-// D (64 x 64 fp32; this thread's 32 as d[n-tile][4]) = A B^T (+ D when accumulate), A e4m3 in
-// registers, B e4m3 through descriptor b: one 32-wide k-step.
+// D (64 x N fp32; this thread's N / 2 as d[n-tile][4]) = A B^T (+ D when accumulate): A e4m3 in
+// registers, B (N x 32, K-major) e4m3 or e5m2 through descriptor b. One 32-wide k-step.
+template <DType kB, int kN>
+__device__ __forceinline__ void wgmma_fp8(float (&d)[kN / 8][4], const uint32_t (&a)[4],
+                                          uint64_t b, bool accumulate) {
+  static_assert(kB == DType::kF8E4M3 || kB == DType::kF8E5M2);
+  static_assert(kN == 64 || kN == 128);
+#define STRATA_WGMMA_FP8(PRED, SHAPE, BTYPE, DREGS, AB, DOPS)                                  \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " PRED ", 0;\n"                            \
+               "wgmma.mma_async.sync.aligned." SHAPE ".f32.e4m3." BTYPE " " DREGS ", " AB     \
+               ", p, 1, 1;\n}"                                                                \
+               : DOPS                                                                         \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0))
+  if constexpr (kN == 64 && kB == DType::kF8E4M3) {
+    STRATA_WGMMA_FP8("%37", "m64n64k32", "e4m3", STRATA_WGMMA_D32,
+                     "{%32, %33, %34, %35}, %36", STRATA_WGMMA_D32_OPERANDS);
+  } else if constexpr (kN == 64) {
+    STRATA_WGMMA_FP8("%37", "m64n64k32", "e5m2", STRATA_WGMMA_D32,
+                     "{%32, %33, %34, %35}, %36", STRATA_WGMMA_D32_OPERANDS);
+  } else if constexpr (kB == DType::kF8E4M3) {
+    STRATA_WGMMA_FP8("%69", "m64n128k32", "e4m3", STRATA_WGMMA_D64,
+                     "{%64, %65, %66, %67}, %68", STRATA_WGMMA_D64_OPERANDS);
+  } else {
+    STRATA_WGMMA_FP8("%69", "m64n128k32", "e5m2", STRATA_WGMMA_D64,
+                     "{%64, %65, %66, %67}, %68", STRATA_WGMMA_D64_OPERANDS);
+  }
+#undef STRATA_WGMMA_FP8
+}
+
+// The same m64n64k32 product with A (64 x 32, K-major) also read from shared memory, through
+// descriptor a (core matrices as for B, the stride byte offset between those adjacent in M).
+// Keeping a loop-invariant A in shared memory rather than registers matters: ptxas has been seen
+// to allocate a later wgmma's register A fragment onto a live one's registers, which the next
+// product then read (docs/kernels.md).
+template <DType kB>
+__device__ __forceinline__ void wgmma_fp8_ss(float (&d)[8][4], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+  static_assert(kB == DType::kF8E4M3 || kB == DType::kF8E5M2);
+#define STRATA_WGMMA_FP8_SS(BTYPE)                                                            \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"                                \
+               "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3." BTYPE " " STRATA_WGMMA_D32   \
+               ", %32, %33, p, 1, 1;\n}"                                                      \
+               : STRATA_WGMMA_D32_OPERANDS                                                     \
+               : "l"(a), "l"(b), "r"(accumulate ? 1 : 0))
+  if constexpr (kB == DType::kF8E4M3) {
+    STRATA_WGMMA_FP8_SS("e4m3");
+  } else {
+    STRATA_WGMMA_FP8_SS("e5m2");
+  }
+#undef STRATA_WGMMA_FP8_SS
+}
+
 __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[8][4], const uint32_t (&a)[4],
                                                      uint64_t b, bool accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " STRATA_WGMMA_D32
-      ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}"
-      : STRATA_WGMMA_D32_OPERANDS
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0));
+  wgmma_fp8<DType::kF8E4M3, 64>(d, a, b, accumulate);
 }
 
 // The same product with bf16 inputs (a 16-wide k-step; B K-major, not transposed).
@@ -80,7 +159,9 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[8][4], const uin
 }
 
 #undef STRATA_WGMMA_D32
+#undef STRATA_WGMMA_D64
 #undef STRATA_WGMMA_D4
 #undef STRATA_WGMMA_D32_OPERANDS
+#undef STRATA_WGMMA_D64_OPERANDS
 
 }  // namespace strata::cuda::detail

@@ -28,9 +28,8 @@ DecodeReference decode_reference(const std::vector<uint16_t>& q, DType q_dtype,
     if (len == 0) continue;
     for (int32_t h = 0; h < num_qo_heads; ++h) {
       const int32_t kvh = h / group;
-      for (int32_t e = 0; e < d; ++e) {
-        qd[e] = to_f32(q[s * q_seq_stride + static_cast<int64_t>(h) * d + e], q_dtype);
-      }
+      qd = attention_query_row(&q[s * q_seq_stride + static_cast<int64_t>(h) * d], d, q_dtype,
+                               cache.dtype);
       scores.assign(static_cast<size_t>(len - begin), 0.0);
       double m = -std::numeric_limits<double>::infinity();
       for (int32_t t = begin; t < len; ++t) {

@@ -1,7 +1,10 @@
 #include "kv_test_pool.h"
 
+#include <span>
+
 #include "cuda_test_util.h"
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/fp8_query.h"
 
 namespace strata::cuda::testing {
 namespace {
@@ -86,6 +89,16 @@ double kv_element(const PagedKvCacheView& cache, bool v, int32_t block, int32_t 
       ADD_FAILURE() << "no test decoding for KV dtype " << dtype_name(cache.dtype);
       return 0.0;
   }
+}
+
+std::vector<double> attention_query_row(const uint16_t* q, int32_t d, DType qo_dtype,
+                                        DType kv_dtype) {
+  std::vector<double> out(static_cast<size_t>(d));
+  for (int32_t e = 0; e < d; ++e) out[e] = to_f32(q[e], qo_dtype);
+  if (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2) {
+    round_fp8_query_row(std::span<double>(out));
+  }
+  return out;
 }
 
 }  // namespace strata::cuda::testing

@@ -1,0 +1,71 @@
+#pragma once
+// Q over FP8 caches (docs/kernels.md, "FP8 prefill on the FP8 tensor cores"). The FP8 prefill
+// multiplies Q K^T on the FP8 tensor cores, so it rounds each (query token, head) row of Q to
+// e4m3 under a power-of-two scale, the smallest that brings the row's largest |q| within 448
+// (e4m3's largest value), and folds the scale into the row's scores. The decode kernel rounds Q
+// the same way and multiplies the fp16 values code x scale, exact for a power of two, so that a
+// token's attention does not depend on which kernel ran its row. fp8_query.h holds the host's
+// copy of the rounding (the tests' and benchmarks' references). Internal (.cuh).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cuda/kv_codes.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace strata::cuda::detail {
+
+// A query row's rounding: codes = q * inv, values = code * scale (scale = 1 / inv, a power of
+// two; both 0 for a row of zeros).
+struct Fp8QueryScale {
+  float inv = 0.0f;
+  float scale = 0.0f;
+};
+
+// From the largest |q| of the row's values in this lane, reduced over the four lanes of a
+// fragment row (lanes differing in bits 0 and 1 of the lane index).
+__device__ __forceinline__ Fp8QueryScale fp8_query_scale(float lane_amax) {
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    lane_amax = fmaxf(lane_amax, __shfl_xor_sync(0xffffffffu, lane_amax, off));
+  }
+  Fp8QueryScale s;
+  const float need = lane_amax / kFp8E4M3Max;
+  if (need > 0.0f) {
+    // The smallest power of two >= need: need's exponent, one up if any mantissa bit is set.
+    const uint32_t bits = __float_as_uint(need);
+    const uint32_t exponent = (bits >> 23) + ((bits & 0x7fffffu) != 0u ? 1u : 0u);
+    s.scale = __uint_as_float(exponent << 23);
+    s.inv = __uint_as_float((254u - exponent) << 23);
+  }
+  return s;
+}
+
+// The larger |x| of two 16-bit values of kQ.
+template <DType kQ>
+__device__ __forceinline__ float abs_max2(uint32_t pair) {
+  const float2 f = unpack2<kQ>(pair);
+  return fmaxf(fabsf(f.x), fabsf(f.y));
+}
+
+// Four values (two pairs of kQ) as four e4m3 codes, the first in the low byte.
+template <DType kQ>
+__device__ __forceinline__ uint32_t query_codes4(uint32_t lo, uint32_t hi, float inv) {
+  const float2 a = unpack2<kQ>(lo);
+  const float2 b = unpack2<kQ>(hi);
+  return f32x4_to_e4m3x4(a.x * inv, a.y * inv, b.x * inv, b.y * inv);
+}
+
+// Two values of kQ rounded as above, returned as fp16 values (code * scale).
+template <DType kQ>
+__device__ __forceinline__ uint32_t query_rounded_f16x2(uint32_t pair, Fp8QueryScale s) {
+  const uint32_t codes = query_codes4<kQ>(pair, 0u, s.inv);
+  uint32_t lo, hi;
+  codes4_to_f16x2<DType::kF8E4M3>(codes, lo, hi);
+  const float2 v = unpack2<DType::kF16>(lo);
+  return pack2<DType::kF16>(v.x * s.scale, v.y * s.scale);
+}
+
+}  // namespace strata::cuda::detail
