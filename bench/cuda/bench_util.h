@@ -1,6 +1,7 @@
 #pragma once
 // What the CUDA benchmarks share: exiting with one line on an error, the seeded bf16 values the
-// attention benchmarks' Q rows hold, and event timing (the median of runs of back-to-back calls).
+// attention benchmarks' Q rows hold (and those rows as the kernels multiply them), and event
+// timing (the median of runs of back-to-back calls).
 
 #include <cuda_runtime_api.h>
 
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/cuda/event.h"
+#include "kernels/cuda/fp8_query.h"
 #include "kernels/cuda/random_fill.h"
 
 namespace strata::cuda::bench {
@@ -43,6 +46,18 @@ T take(Result<T> r, const char* what) {
 // named in full: strata::cuda has device conversions of the same names).
 inline float bf16_value(uint64_t seed, int64_t i, float lo, float hi) {
   return strata::bf16_to_f32(strata::f32_to_bf16(random_fill_value(seed, i, lo, hi)));
+}
+
+// The attention benchmarks' query row at element offset `off` (d values of bf16_value(seed, ..,
+// -2, 2)) as attention over a cache of kv_dtype multiplies it: over FP8 codes rounded as the
+// kernels round it (fp8_query.h).
+inline std::vector<double> query_row(uint64_t seed, int64_t off, int32_t d, DType kv_dtype) {
+  std::vector<double> q(static_cast<size_t>(d));
+  for (int32_t e = 0; e < d; ++e) q[static_cast<size_t>(e)] = bf16_value(seed, off + e, -2, 2);
+  if (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2) {
+    round_fp8_query_row(std::span<double>(q));
+  }
+  return q;
 }
 
 // The median over `runs` of the milliseconds per call of `calls` back-to-back launch(i)

@@ -49,6 +49,7 @@ namespace {
 
 using bench::bf16_value;
 using bench::die_if;
+using bench::query_row;
 using bench::take;
 
 constexpr int32_t kQoHeads = 32;
@@ -295,13 +296,13 @@ int run(int argc, char** argv) {
             for (int32_t g = 0; g < kQoHeads / kKvHeads; ++g) {
               const int32_t h = kvh * (kQoHeads / kKvHeads) + g;
               const int64_t q_off = (static_cast<int64_t>(s) * kQoHeads + h) * kHeadDim;
+              const std::vector<double> q = query_row(kQSeed, q_off, kHeadDim, kd.dtype);
               std::vector<double> sc(sh.context);
               double m = -INFINITY;
               for (int32_t t = 0; t < sh.context; ++t) {
                 double dot = 0;
                 for (int32_t e = 0; e < kHeadDim; ++e) {
-                  dot += static_cast<double>(bf16_value(kQSeed, q_off + e, -2, 2)) *
-                         k[static_cast<size_t>(t) * kHeadDim + e];
+                  dot += q[static_cast<size_t>(e)] * k[static_cast<size_t>(t) * kHeadDim + e];
                 }
                 sc[t] = dot * p.sm_scale;
                 m = std::max(m, sc[t]);

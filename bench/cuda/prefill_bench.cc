@@ -22,7 +22,6 @@
 #include <cstring>
 #include <numeric>
 #include <random>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -30,7 +29,6 @@
 #include "core/dtype.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/fp8_query.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/stream.h"
@@ -42,6 +40,7 @@ namespace {
 
 using bench::bf16_value;
 using bench::die_if;
+using bench::query_row;
 using bench::take;
 
 constexpr int32_t kQoHeads = 32;
@@ -137,14 +136,7 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
       std::vector<std::vector<float>> vs(static_cast<size_t>(pos) + 1);
       double m = -INFINITY;
       const int64_t q_off = (static_cast<int64_t>(r) * kQoHeads + h) * kHeadDim;
-      // Q as the kernel multiplies it (over FP8 codes: rounded, fp8_query.h).
-      std::vector<double> q(static_cast<size_t>(kHeadDim));
-      for (int32_t e = 0; e < kHeadDim; ++e) {
-        q[static_cast<size_t>(e)] = bf16_value(kQSeed, q_off + e, -2, 2);
-      }
-      if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) {
-        round_fp8_query_row(std::span<double>(q));
-      }
+      const std::vector<double> q = query_row(kQSeed, q_off, kHeadDim, dtype);
       for (int32_t t = 0; t <= pos; ++t) {
         const bool from_residual = int4 && t / kBlockSize > pos / kBlockSize - 1;
         const PagedKvCacheView& src = from_residual ? res_view : view;
