@@ -103,6 +103,7 @@ struct EngineConfig {
   kv::KvSkipLayers kv_skip_layers;
   bool kv_quant_check = false;
   double kv_quant_check_threshold = engine::kDefaultKvQuantCheckThreshold;
+  engine::KvQuantCheckProgress kv_quant_check_progress;  // after each of the check's passes
   bool enable_prefix_caching = true;
   std::string tenant_salt_secret;      // key of the per-tenant salts; empty = random
   KvAllocatorKind allocator = KvAllocatorKind::kPaged;

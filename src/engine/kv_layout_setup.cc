@@ -24,7 +24,8 @@ Result<ResolvedKvLayout> resolve_kv_layout(const KvLayoutOptions& o, model::Mode
     const std::vector<int32_t> tokens = kv_calibration_tokens(model, o.scales.model_dir);
     const kv::KvLayout quantized(model.kv_spec(dtype), 16, r.scales);
     Result<KvQuantCheckReport> report =
-        run_kv_quant_check(model, pool, tokens, quantized, o.quant_check_threshold);
+        run_kv_quant_check(model, pool, tokens, quantized, o.quant_check_threshold,
+                           o.quant_check_progress);
     if (!report.ok()) return report.status();
     for (const int32_t l : report.value().kept_layers())
       mask.value()[static_cast<size_t>(l)] = true;
@@ -47,7 +48,8 @@ Result<ResolvedKvLayout> resolve_kv_layout(const EngineConfig& c, model::Model& 
                       .skip_layers = c.kv_skip_layers,
                       .quant_check = c.kv_quant_check,
                       .quant_check_threshold = c.kv_quant_check_threshold,
-                      .full_precision = DType::kF32},
+                      .full_precision = DType::kF32,
+                      .quant_check_progress = c.kv_quant_check_progress},
       model, pool);
 }
 

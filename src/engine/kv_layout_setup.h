@@ -26,6 +26,7 @@ struct KvLayoutOptions {
   bool quant_check = false;
   double quant_check_threshold = kDefaultKvQuantCheckThreshold;
   DType full_precision = DType::kF32;
+  KvQuantCheckProgress quant_check_progress;  // the check's progress (none when empty)
 };
 
 struct ResolvedKvLayout {

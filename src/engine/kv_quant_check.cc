@@ -44,11 +44,19 @@ KvQuantCheckReport kv_quant_check_report(DType dtype, double threshold, int32_t 
 
 Result<KvQuantCheckReport> run_kv_quant_check(model::Model& model, ThreadPool& pool,
                                               std::span<const int32_t> tokens,
-                                              const kv::KvLayout& quantized, double threshold) {
-  const Result<std::vector<double>> kl = model.kv_quant_output_kl(tokens, quantized, pool);
+                                              const kv::KvLayout& quantized, double threshold,
+                                              const KvQuantCheckProgress& progress) {
+  const int32_t passes = quantized.spec().num_layers + 2;
+  int32_t done = 0;
+  auto after_pass = [&] {
+    if (progress) progress(++done, passes);
+  };
+  const Result<std::vector<double>> kl =
+      model.kv_quant_output_kl(tokens, quantized, pool, after_pass);
   if (!kl.ok()) return kl.status();
   const Result<std::vector<double>> attn = model.kv_quant_error(tokens, quantized, pool);
   if (!attn.ok()) return attn.status();
+  after_pass();
   return kv_quant_check_report(quantized.spec().dtype, threshold,
                                static_cast<int32_t>(tokens.size()), kl.value(), attn.value());
 }

@@ -17,6 +17,7 @@
 // A layer is kept when its output KL exceeds the threshold (--kv-quant-check-threshold).
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -56,6 +57,11 @@ struct KvQuantCheckReport {
   std::vector<int32_t> kept_layers() const;
 };
 
+// The check's progress: called after each of its forward passes with the pass just done (1 ..
+// passes) and their number (num_layers + 2). A model's check at start-up is num_layers + 2 full
+// forward passes of the calibration prompt on the CPU: minutes for a large model.
+using KvQuantCheckProgress = std::function<void(int32_t pass, int32_t passes)>;
+
 // Figures per layer -> the report (kept = output_kl > threshold; a NaN is kept too).
 KvQuantCheckReport kv_quant_check_report(DType dtype, double threshold, int32_t num_tokens,
                                          std::span<const double> output_kl,
@@ -65,7 +71,8 @@ KvQuantCheckReport kv_quant_check_report(DType dtype, double threshold, int32_t 
 // dtype and FP8 scales under test) over tokens. Errors of the forward pass come back as is.
 Result<KvQuantCheckReport> run_kv_quant_check(model::Model& model, ThreadPool& pool,
                                               std::span<const int32_t> tokens,
-                                              const kv::KvLayout& quantized, double threshold);
+                                              const kv::KvLayout& quantized, double threshold,
+                                              const KvQuantCheckProgress& progress = {});
 
 // The per-layer table for stderr, one line per layer and a summary line, e.g.
 //   strata: kv-quant-check fp8_e5m2 over 293 calibration tokens, threshold 0.01 (...):

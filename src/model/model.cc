@@ -148,12 +148,14 @@ double kl_of_logits(const float* p_logits, const float* q_logits, int64_t vocab)
 
 Result<std::vector<double>> Model::kv_quant_output_kl(std::span<const int32_t> tokens,
                                                       const kv::KvLayout& quantized,
-                                                      ThreadPool& pool) {
+                                                      ThreadPool& pool,
+                                                      const std::function<void()>& after_pass) {
   if (tokens.empty()) return Status::InvalidArgument("kv_quant_output_kl: no calibration tokens");
   const auto num_layers = static_cast<int32_t>(config_.num_hidden_layers);
   std::vector<float> ref;
   STRATA_RETURN_IF_ERROR(
       calibration_forward(tokens, kv::KvLayout(kv_spec(DType::kF32), 16), &ref, pool));
+  if (after_pass) after_pass();
   const int64_t vocab = config_.vocab_size;
   const auto n = static_cast<int64_t>(tokens.size());
   std::vector<double> kl(static_cast<size_t>(num_layers), 0.0);
@@ -164,6 +166,7 @@ Result<std::vector<double>> Model::kv_quant_output_kl(std::span<const int32_t> t
     spec.layer_dtypes[static_cast<size_t>(l)] = quantized.spec().dtype;
     STRATA_RETURN_IF_ERROR(calibration_forward(
         tokens, kv::KvLayout(spec, 16, quantized.static_scales()), &got, pool));
+    if (after_pass) after_pass();
     double sum = 0.0;
     for (int64_t r = 0; r < n; ++r) {
       sum += kl_of_logits(ref.data() + r * vocab, got.data() + r * vocab, vocab);

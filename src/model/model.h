@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -112,9 +113,11 @@ class Model {
   // KL(p || p_l), p the next-token distribution with an F32 cache and p_l the one with a cache
   // where only layer l holds `quantized`'s dtype (its FP8 scale included) and every other layer
   // F32 -- what quantizing that layer alone costs at the model's output, errors propagated
-  // through the later layers included. num_layers + 1 forward passes of tokens.
+  // through the later layers included. num_layers + 1 forward passes of tokens; after_pass, when
+  // set, is called after each of them (a caller's progress).
   Result<std::vector<double>> kv_quant_output_kl(std::span<const int32_t> tokens,
-                                                 const kv::KvLayout& quantized, ThreadPool& pool);
+                                                 const kv::KvLayout& quantized, ThreadPool& pool,
+                                                 const std::function<void()>& after_pass = {});
 
   // Runs the batch through every layer, writing this step's K/V into kv at the slot mapping, and
   // fills logits [logits_rows.size(), vocab] (row-major) for the requested rows. Returns

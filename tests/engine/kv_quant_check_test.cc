@@ -164,5 +164,21 @@ TEST_F(KvQuantCheckTest, TheEngineBuildsItsPoolFromTheCheck) {
   EXPECT_EQ((*d)->kv_bytes_per_token(), model_.kv_spec(DType::kF8E5M2).bytes_per_token());
 }
 
+TEST_F(KvQuantCheckTest, TheEngineReportsEachForwardPassOfTheCheck) {
+  EngineConfig c;
+  c.num_blocks = 32;
+  c.kv_dtype = DType::kI8;
+  c.kv_quant_check = true;
+  std::vector<std::pair<int32_t, int32_t>> calls;
+  c.kv_quant_check_progress = [&](int32_t pass, int32_t passes) {
+    calls.emplace_back(pass, passes);
+  };
+  auto e = Engine::create(model_, pool_, c);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  // Two layers: the float32 reference, one pass per quantized layer, the attention-error pass.
+  EXPECT_EQ(calls, (std::vector<std::pair<int32_t, int32_t>>{{1, 4}, {2, 4}, {3, 4}, {4, 4}}));
+  ASSERT_TRUE((*e)->kv_quant_check().has_value());
+}
+
 }  // namespace
 }  // namespace strata::engine

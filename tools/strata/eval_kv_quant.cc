@@ -246,7 +246,8 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
             .skip_layers = skip_layers,
             .quant_check = o.kv_quant_check,
             .quant_check_threshold = o.kv_quant_check_threshold,
-            .full_precision = DType::kF32},
+            .full_precision = DType::kF32,
+            .quant_check_progress = o.kv_quant_check ? kv_quant_check_progress() : nullptr},
         m, pool);
     if (!kv.ok()) throw Error(kv.status().message());
     if (kv.value().quant_check) {

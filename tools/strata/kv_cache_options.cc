@@ -1,10 +1,21 @@
 #include "kv_cache_options.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "core/error.h"
 
 namespace strata::cli {
+
+engine::KvQuantCheckProgress kv_quant_check_progress() {
+  if (isatty(STDERR_FILENO) == 0) return {};
+  return [](int32_t pass, int32_t passes) {
+    std::fprintf(stderr, "\rstrata: kv-quant-check: forward pass %d of %d", pass, passes);
+    if (pass == passes) std::fputc('\n', stderr);
+  };
+}
 
 void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only) {
   cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,

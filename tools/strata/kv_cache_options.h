@@ -37,6 +37,11 @@ struct KvCacheOptions {
   int32_t kv_int4_residual = 0;  // --kv-int4-residual, tokens; 0 = one block
 };
 
+// --kv-quant-check's progress for the engine configuration: on a terminal, one stderr line
+// rewritten after each forward pass ("strata: kv-quant-check: forward pass 3 of 34"); otherwise
+// none (logs get the check's table once it is done).
+engine::KvQuantCheckProgress kv_quant_check_progress();
+
 // Registers the flags (plan: only --kv-cache-dtype and --kv-cache-dtype-skip-layers, with
 // dtype_only).
 void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only = false);
