@@ -85,7 +85,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_skip_layers = parse_kv_skip_layers_flag(o.kv_cache.skip_layers);
   c.kv_quant_check = o.kv_cache.kv_quant_check;
   c.kv_quant_check_threshold = o.kv_cache.kv_quant_check_threshold;
-  if (c.kv_quant_check) c.kv_quant_check_progress = kv_quant_check_progress();
+  c.kv_quant_check_progress = kv_quant_check_progress();  // called only when the check runs
   check_kv_int4_residual_flag(o.kv_cache.kv_int4_residual, c.block_size, c.kv_dtype);
   c.kv_int4_residual = o.kv_cache.kv_int4_residual;
   return c;

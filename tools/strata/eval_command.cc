@@ -117,7 +117,7 @@ int run_needle_eval(const EvalNeedleOptions& o) {
   config.kv_skip_layers = skip_layers;
   config.kv_quant_check = o.kv_cache.kv_quant_check;
   config.kv_quant_check_threshold = o.kv_cache.kv_quant_check_threshold;
-  if (config.kv_quant_check) config.kv_quant_check_progress = kv_quant_check_progress();
+  config.kv_quant_check_progress = kv_quant_check_progress();
   config.kv_int4_residual = o.kv_cache.kv_int4_residual;
   config.block_size = o.block_size;
   config.max_num_seqs = o.max_num_seqs;

@@ -247,7 +247,7 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
             .quant_check = o.kv_quant_check,
             .quant_check_threshold = o.kv_quant_check_threshold,
             .full_precision = DType::kF32,
-            .quant_check_progress = o.kv_quant_check ? kv_quant_check_progress() : nullptr},
+            .quant_check_progress = kv_quant_check_progress()},
         m, pool);
     if (!kv.ok()) throw Error(kv.status().message());
     if (kv.value().quant_check) {
