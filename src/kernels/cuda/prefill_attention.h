@@ -2,7 +2,8 @@
 // Paged prefill attention: several query tokens per sequence (a prompt chunk on top of a cached
 // prefix, or a single decode token in the same batch) attend causally to the sequence's K/V in
 // the paged pool, whose last q_len positions are the query tokens' own (appended before the call).
-// Tensor cores (mma.sync, BF16/FP16 in, FP32 accumulate) for Q.K^T and P.V. docs/kernels.md.
+// Tensor cores for Q.K^T and P.V, FP32 accumulate: wgmma for 16-bit and FP8 caches, mma.sync over
+// converted INT8 / INT4 codes. docs/kernels.md.
 
 #include <cuda_runtime_api.h>
 

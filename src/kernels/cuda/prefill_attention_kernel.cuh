@@ -1,6 +1,7 @@
 #pragma once
-// Device code of paged prefill attention (docs/kernels.md). Included only by the instance files
-// (instances/prefill_<dtype>_hd<dim>.cu).
+// Device code of paged prefill attention over quantized caches and INT4's residual pool
+// (docs/kernels.md); 16-bit caches run prefill_ws_kernel.cuh. Included only through
+// prefill_attention_run.cuh (and the kernel arguments by prefill_ws_kernel.cuh).
 //
 // A thread block of kWarps warps owns 16 * kWarps query rows: heads_per_block query heads of one
 // KV group (a power of two dividing the group size, at most kWarps) times tokens_per_block
@@ -788,27 +789,5 @@ Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream,
 #define STRATA_PREFILL_RESIDUAL_PART(prefix, kQ, kHeadDim)                                  \
   prefix Status launch_prefill<kQ, kQ, kHeadDim, 4, 64, 2>(const PrefillAttentionParams&, \
                                                            cudaStream_t, AttentionPart)
-
-// INT4: the int4 keys through the INT4 instance (leaving its log-sum-exps in lse_workspace),
-// then the residual keys through the 16-bit instance over the residual pool, which merges. The
-// int4 part runs 8 warps per block at head dim 128 (one block per SM): each converted key tile
-// then serves 128 query rows instead of 64, which halves the unpacking per query row; measured
-// on an H200 GPU at 2.11-2.13x BF16's time against 2.21-2.27x with 4 warps (FP8 and INT8, whose
-// conversion is cheaper, measured slower with 8: docs/kernels.md). Head dim 64's rows are too
-// few for 8 warps' whole-vector copies.
-template <DType kQDType, DType kKvDType, int32_t kHeadDim>
-Status run_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
-  if constexpr (kKvDType == DType::kI4) {
-    constexpr int kWarps = kHeadDim == 128 ? 8 : 4;
-    STRATA_RETURN_IF_ERROR((launch_prefill<kQDType, DType::kI4, kHeadDim, kWarps, 64, 8 / kWarps>(
-        p, stream, kInt4Part)));
-    PrefillAttentionParams rp = p;
-    rp.cache = p.residual;
-    rp.layout.kv_indices = p.layout.res_indices;
-    return launch_prefill<kQDType, kQDType, kHeadDim, 4, 64, 2>(rp, stream, kResidualPart);
-  } else {
-    return launch_prefill<kQDType, kKvDType, kHeadDim, 4, 64, 2>(p, stream);
-  }
-}
 
 }  // namespace strata::cuda::detail

@@ -33,6 +33,17 @@ __device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t k_stri
          (static_cast<uint64_t>((n_stride >> 4) & 0x3fff) << 32);
 }
 
+// The same for the 128-byte swizzle (layout type 1): rows of 128 bytes whose 16-byte chunks are
+// permuted by the row's index mod 8, 8-row atoms of 1024 bytes (1024-byte aligned). K-major:
+// the stride byte offset is the distance between atoms along M / N, the leading one unused (16)
+// while a k-step stays inside a 128-byte row. MN-major: the leading byte offset is the distance
+// between atom columns along M / N (each 64 16-bit elements wide), the stride one between atoms
+// along K.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(const void* smem, uint32_t leading,
+                                                     uint32_t stride) {
+  return wgmma_desc(smem, leading, stride) | (1ull << 62);
+}
+
 // Before the first wgmma of a group: orders the warpgroup's register accesses to A and D.
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -43,6 +54,12 @@ __device__ __forceinline__ void wgmma_commit() {
 // Waits until every committed group has completed (D readable).
 __device__ __forceinline__ void wgmma_wait_all() {
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+// Waits until at most kPending of the committed groups are still in flight (groups complete in
+// the order they were committed).
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
 // Pins a product's register operands in place: an empty volatile asm that reads and writes each
 // of them. The compiler sees only the asm statements, not the asynchrony between them, and would
@@ -156,6 +173,69 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[8][4], const uin
       ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
       : STRATA_WGMMA_D32_OPERANDS
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0));
+}
+
+// 16-bit products (bf16 or f16 in, fp32 out), one 16-wide k-step, D (64 x kN; this thread's
+// kN / 2 as d[n-tile][4]) = A B (+ D when accumulate).
+//
+// wgmma_16_ss: A (64 x 16, K-major) and B (kN x 16, K-major) both from shared memory through
+// descriptors (core matrices as above).
+// wgmma_16_rs_mn: A in registers (this warp's 16 rows in mma.sync m16n8k16's A layout: a0 =
+// A[g][2t, +1], a1 = A[g + 8][2t, +1], a2 = A[g][8 + 2t, +1], a3 = A[g + 8][8 + 2t, +1]) and B
+// (16 x kN) MN-major: each core matrix is 8 k-rows of 16 bytes (8 consecutive n), the
+// descriptor's leading byte offset the distance between core matrices adjacent in K, its stride
+// byte offset between those adjacent in N. A row-major V tile ([key][channel]) read as B of
+// P V is this layout without a transposition.
+template <DType kT, int kN>
+__device__ __forceinline__ void wgmma_16_ss(float (&d)[kN / 8][4], uint64_t a, uint64_t b,
+                                            bool accumulate) {
+  static_assert(kT == DType::kBF16 || kT == DType::kF16);
+  static_assert(kN == 64 || kN == 128);
+#define STRATA_WGMMA16_SS(SHAPE, TYPE, DREGS, AB, PRED, DOPS)                                  \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " PRED ", 0;\n"                            \
+               "wgmma.mma_async.sync.aligned." SHAPE TYPE DREGS ", " AB ", p, 1, 1, 0, 0;\n}"  \
+               : DOPS                                                                         \
+               : "l"(a), "l"(b), "r"(accumulate ? 1 : 0))
+  if constexpr (kN == 64 && kT == DType::kBF16) {
+    STRATA_WGMMA16_SS("m64n64k16", ".f32.bf16.bf16 ", STRATA_WGMMA_D32, "%32, %33", "%34",
+                      STRATA_WGMMA_D32_OPERANDS);
+  } else if constexpr (kN == 64) {
+    STRATA_WGMMA16_SS("m64n64k16", ".f32.f16.f16 ", STRATA_WGMMA_D32, "%32, %33", "%34",
+                      STRATA_WGMMA_D32_OPERANDS);
+  } else if constexpr (kT == DType::kBF16) {
+    STRATA_WGMMA16_SS("m64n128k16", ".f32.bf16.bf16 ", STRATA_WGMMA_D64, "%64, %65", "%66",
+                      STRATA_WGMMA_D64_OPERANDS);
+  } else {
+    STRATA_WGMMA16_SS("m64n128k16", ".f32.f16.f16 ", STRATA_WGMMA_D64, "%64, %65", "%66",
+                      STRATA_WGMMA_D64_OPERANDS);
+  }
+#undef STRATA_WGMMA16_SS
+}
+
+template <DType kT, int kN>
+__device__ __forceinline__ void wgmma_16_rs_mn(float (&d)[kN / 8][4], const uint32_t (&a)[4],
+                                               uint64_t b, bool accumulate) {
+  static_assert(kT == DType::kBF16 || kT == DType::kF16);
+  static_assert(kN == 64 || kN == 128);
+#define STRATA_WGMMA16_RS(SHAPE, TYPE, DREGS, AB, PRED, DOPS)                                  \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " PRED ", 0;\n"                            \
+               "wgmma.mma_async.sync.aligned." SHAPE TYPE DREGS ", " AB ", p, 1, 1, 1;\n}"     \
+               : DOPS                                                                         \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0))
+  if constexpr (kN == 64 && kT == DType::kBF16) {
+    STRATA_WGMMA16_RS("m64n64k16", ".f32.bf16.bf16 ", STRATA_WGMMA_D32,
+                      "{%32, %33, %34, %35}, %36", "%37", STRATA_WGMMA_D32_OPERANDS);
+  } else if constexpr (kN == 64) {
+    STRATA_WGMMA16_RS("m64n64k16", ".f32.f16.f16 ", STRATA_WGMMA_D32,
+                      "{%32, %33, %34, %35}, %36", "%37", STRATA_WGMMA_D32_OPERANDS);
+  } else if constexpr (kT == DType::kBF16) {
+    STRATA_WGMMA16_RS("m64n128k16", ".f32.bf16.bf16 ", STRATA_WGMMA_D64,
+                      "{%64, %65, %66, %67}, %68", "%69", STRATA_WGMMA_D64_OPERANDS);
+  } else {
+    STRATA_WGMMA16_RS("m64n128k16", ".f32.f16.f16 ", STRATA_WGMMA_D64,
+                      "{%64, %65, %66, %67}, %68", "%69", STRATA_WGMMA_D64_OPERANDS);
+  }
+#undef STRATA_WGMMA16_RS
 }
 
 #undef STRATA_WGMMA_D32

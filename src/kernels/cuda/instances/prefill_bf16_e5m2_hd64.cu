@@ -1,5 +1,5 @@
 // Prefill attention instance: BF16 queries over an FP8 E5M2 KV cache, head dim 64.
-#include "kernels/cuda/prefill_attention_kernel.cuh"
+#include "kernels/cuda/prefill_attention_run.cuh"
 
 namespace strata::cuda::detail {
 template Status run_prefill_attention<DType::kBF16, DType::kF8E5M2, 64>(

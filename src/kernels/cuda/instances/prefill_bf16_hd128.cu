@@ -1,6 +1,6 @@
 // Prefill attention instance: BF16 KV, head dim 128; also the residual half of INT4 launches
 // (declared extern in prefill_bf16_i4_hd128.cu).
-#include "kernels/cuda/prefill_attention_kernel.cuh"
+#include "kernels/cuda/prefill_attention_run.cuh"
 
 namespace strata::cuda::detail {
 template Status run_prefill_attention<DType::kBF16, DType::kBF16, 128>(

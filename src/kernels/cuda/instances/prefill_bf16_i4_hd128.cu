@@ -1,6 +1,6 @@
 // Prefill attention instance: BF16 queries over an INT4 (KIVI) KV cache, head dim 128. The
 // residual half runs in prefill_bf16_hd128.cu's instance.
-#include "kernels/cuda/prefill_attention_kernel.cuh"
+#include "kernels/cuda/prefill_attention_run.cuh"
 
 namespace strata::cuda::detail {
 STRATA_PREFILL_RESIDUAL_PART(extern template, DType::kBF16, 128);

@@ -1,0 +1,413 @@
+#pragma once
+// Warp-specialized paged prefill attention for 16-bit caches (BF16, FP16) on Hopper: the
+// FlashAttention-3 division of labour over the paged pool (docs/kernels.md, "Warp-specialized
+// prefill"). Included only through prefill_attention_run.cuh.
+//
+// A thread block owns 128 query rows (heads_per_block heads of one KV group times
+// tokens_per_block tokens, as the mma.sync kernel packs them) and has three warpgroups:
+//  - a producer (warpgroup 2, its registers given back to the other two) copies the block's
+//    tiles of kN keys from the pool with cp.async, whole key rows into wgmma's 128-byte swizzle,
+//    K and V in separate rings of kStages stages, each stage handed over by mbarriers (landed:
+//    the copies' arrivals; released: every consumer warp's);
+//  - two consumers, 64 rows each, each computing S = Q K^T (wgmma, Q and K from shared memory),
+//    the online softmax in registers, and O += P V (wgmma, P from registers in the accumulator
+//    layout, V read as an MN-major B: no transposition). Software-pipelined: iteration j issues
+//    S_j and P_{j-1} V_{j-1} together and runs tile j's softmax under the second product.
+// Tiles run from the last (the causal diagonal, masked) down to the first, as FlashAttention-3
+// orders them. Query row i of a sequence sits at position kv_len - q_len + i (causal), as in
+// the mma.sync kernel, whose masking (causal, window, tile end) and log2-unit softmax this
+// follows; the score scale is folded into the exponent (one FFMA per score).
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/prefill_attention_kernel.cuh"
+#include "kernels/cuda/vec.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace strata::cuda::detail {
+
+template <int kHeadDim>
+struct PrefillWsShape {
+  static constexpr int kConsumers = 2;           // warpgroups of 64 query rows
+  static constexpr int kRows = 64 * kConsumers;  // query rows per block
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kN = 128;  // keys per tile
+  static constexpr int kStages = 2;
+  static constexpr int kRowVecs = kHeadDim / 8;  // 16-byte vectors per row
+  static constexpr int kQBytes = kRows * kHeadDim * 2;
+  static constexpr int kTileBytes = kN * kHeadDim * 2;  // one K or V tile
+  static constexpr int kBarriers = 4 * kStages;         // K and V, full and empty, per stage
+  static constexpr size_t kSmemBytes =
+      1024u + static_cast<size_t>(kQBytes) + 2u * kStages * kTileBytes + 8u * kBarriers;
+  // Registers: the producer keeps kProducerRegs, each consumer thread gets kConsumerRegs
+  // (128 x 24 + 256 x 240 <= 64K; the consumers spill about ten, outside the tile loop's
+  // products).
+  static constexpr uint32_t kProducerRegs = 24;
+  static constexpr uint32_t kConsumerRegs = 240;
+};
+
+template <DType kT, int kHeadDim>
+__global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
+    prefill_ws_kernel(const __grid_constant__ PrefillKernelArgs a) {
+  using Shape = PrefillWsShape<kHeadDim>;
+  using T = typename CudaType<kT>::type;
+  constexpr int kN = Shape::kN;
+  constexpr int kStages = Shape::kStages;
+  constexpr int kRowVecs = Shape::kRowVecs;
+  constexpr int kTileBytes = Shape::kTileBytes;
+  constexpr int kTokTiles = kN / 8;        // n-tiles of S
+  constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O
+  // Shared tiles in wgmma's 128-byte swizzle: a row (query or key) is kHeadDim / 64 atom
+  // columns of 128 bytes (64 channels) each, [column][row][128 B], its 16-byte chunk c at slot
+  // (c % 8) ^ (row % 8) of its 128 bytes. Whole-row copies then hit distinct banks, and the
+  // products read 8-row atoms of 1024 bytes.
+  constexpr int kQColBytes = 64 * 128;   // one atom column of a consumer's 64 Q rows
+  constexpr int kKvColBytes = kN * 128;  // one atom column of a K or V tile
+  auto swz = [](int row, int c, int col_bytes) {
+    return (c / 8) * col_bytes + row * 128 + (((c % 8) ^ (row % 8)) << 4);
+  };
+
+  const int seq = blockIdx.z;
+  const int kv_head = blockIdx.y / a.head_tiles;
+  const int head_tile = blockIdx.y % a.head_tiles;
+  const int q_begin = a.qo_indptr[seq];
+  const int q_len = a.qo_indptr[seq + 1] - q_begin;
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * a.tokens_per_block;  // longest first
+  if (r0 >= q_len) return;
+  const int page_begin = a.kv_indptr[seq];
+  const int num_pages = a.kv_indptr[seq + 1] - page_begin;
+  const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * a.block_size + a.kv_last_page_len[seq];
+  const int offset = kv_len - q_len;  // position of query row 0
+  const int tpb = a.tokens_per_block;
+  const int kv_hi = offset + min(q_len, r0 + tpb);  // exclusive
+  const int kv_lo = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
+  const int num_tiles = (kv_hi - kv_lo + kN - 1) / kN;
+  const int32_t* pages = a.kv_indices + page_begin;
+
+  extern __shared__ uint4 smem[];
+  // The swizzle's atoms need 1024-byte alignment (kSmemBytes has room for it).
+  char* const q_smem = reinterpret_cast<char*>(smem) + ((1024 - smem_addr(smem) % 1024) % 1024);
+  char* const k_smem = q_smem + Shape::kQBytes;  // [stage][column][kN keys][128 B]
+  char* const v_smem = k_smem + kStages * kTileBytes;
+  // Per stage: K landed, V landed (the producer's copies), K released, V released (a consumer
+  // warp each). K and V are separate pipelines: a consumer releases tile j's K after S_j and
+  // its V after P_j V_j, one iteration later.
+  uint64_t* const full_k = reinterpret_cast<uint64_t*>(v_smem + kStages * kTileBytes);
+  uint64_t* const full_v = full_k + kStages;
+  uint64_t* const empty_k = full_v + kStages;
+  uint64_t* const empty_v = empty_k + kStages;
+
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(full_k + st, 128);  // every producer thread's copies
+      mbarrier_init(full_v + st, 128);
+      mbarrier_init(empty_k + st, 4 * Shape::kConsumers);  // every consumer warp
+      mbarrier_init(empty_v + st, 4 * Shape::kConsumers);
+    }
+  }
+  __syncthreads();
+
+  if (wg == Shape::kConsumers) {
+    // Producer. Each 8 consecutive threads copy vector c of 8 consecutive keys, so a quarter
+    // warp's 16-byte stores fill one 128-byte core matrix and a warp reads whole sectors.
+    warpgroup_release_registers<Shape::kProducerRegs>();
+    const int pt = threadIdx.x - 128 * Shape::kConsumers;
+    const T* k_head = static_cast<const T*>(a.k_data) + kv_head * a.head_stride;
+    const T* v_head = static_cast<const T*>(a.v_data) + kv_head * a.head_stride;
+    // Tile j's K (kv = 0) or V (kv = 1) into its stage, once the consumers released the stage.
+    auto load = [&](int j, int kv) {
+      const int st = j % kStages;
+      mbarrier_wait((kv == 0 ? empty_k : empty_v) + st, ((j / kStages) & 1) ^ 1);
+      const int tile = kv_lo + (num_tiles - 1 - j) * kN;  // the last tile first
+      char* const dst = (kv == 0 ? k_smem : v_smem) + st * kTileBytes;
+      const T* const head_ptr = kv == 0 ? k_head : v_head;
+#pragma unroll 4
+      for (int i = 0; i < kN * kRowVecs / 128; ++i) {
+        const int idx = pt + i * 128;
+        const int c = idx % kRowVecs;  // consecutive threads copy whole rows
+        const int r = idx / kRowVecs;
+        const int tok = tile + r;
+        const int tok_c = tok < kv_hi ? tok : kv_lo;  // a valid address, zero-filled
+        const int64_t src =
+            static_cast<int64_t>(__ldg(pages + (tok_c >> a.log2_block_size))) * a.block_stride +
+            (tok_c & (a.block_size - 1)) * a.token_stride + c * 8;
+        cp_async16_zfill(dst + swz(r, c, kKvColBytes), head_ptr + src, tok < kv_hi);
+      }
+      mbarrier_arrive_cp_async((kv == 0 ? full_k : full_v) + st);
+    };
+    // In the order the consumers use them: K_0, then K_{j+1} before V_j (S_{j+1} and P_j V_j
+    // are issued together).
+    load(0, 0);
+    for (int j = 0; j < num_tiles; ++j) {
+      if (j + 1 < num_tiles) load(j + 1, 0);
+      load(j, 1);
+    }
+    cp_async_wait_all();
+    return;
+  }
+
+  // Consumer wg: rows 64 wg .. 64 wg + 63 of the block. Block row R is query head R / tpb of the
+  // block's heads, token r0 + R % tpb.
+  warpgroup_claim_registers<Shape::kConsumerRegs>();
+  const int wt = threadIdx.x % 128;
+  const int warp = wt / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int head_base = kv_head * a.group_size + head_tile * a.heads_per_block;
+  char* const q_wg = q_smem + wg * 64 * kHeadDim * 2;
+  {
+    const T* q = static_cast<const T*>(a.q);
+#pragma unroll
+    for (int i = 0; i < 64 * kRowVecs / 128; ++i) {
+      const int idx = wt + i * 128;
+      const int c = idx % kRowVecs;
+      const int rr = idx / kRowVecs;
+      const int row = 64 * wg + rr;
+      const int tok = r0 + row % tpb;
+      const bool valid = tok < q_len;
+      const int64_t src = static_cast<int64_t>(q_begin + (valid ? tok : 0)) * a.q_token_stride +
+                          (head_base + row / tpb) * kHeadDim + c * 8;
+      cp_async16_zfill(q_wg + swz(rr, c, kQColBytes), q + src, valid);
+    }
+    cp_async_wait_all();
+    fence_proxy_async();  // read by wgmma
+    named_barrier_sync(1 + wg, 128);
+  }
+
+  // This warp's 16 rows (one head: tpb >= 16) and this thread's two of them.
+  const int w_row = 64 * wg + 16 * warp;
+  const int head = head_base + w_row / tpb;
+  const int w_r0 = r0 + w_row % tpb;  // the warp's first query token
+  const bool warp_active = w_r0 < q_len;
+  const int row_a = w_r0 + g;
+  const int row_b = row_a + 8;
+  const int pos_a = offset + row_a;
+  const int pos_b = offset + row_b;
+  const int w_hi = offset + min(q_len, w_r0 + 16);
+  const int w_lo = a.window_left >= 0 ? max(0, offset + w_r0 - a.window_left) : 0;
+
+  float o[kDimTiles][4];
+#pragma unroll
+  for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+  float alpha_a = 1.0f, alpha_b = 1.0f;  // the last softmax's rescale of O, applied before P V
+  const float scale = a.scale_log2;
+  float s[kTokTiles][4];
+  uint32_t pf[kN / 16][4];
+
+  // Descriptors of this consumer's Q and of stage 0's tiles (the start address is their low
+  // field, in 16-byte units: a stage or a k-step is an addition). Q and K are K-major, 8-row
+  // atoms 1024 bytes apart. V is read as an MN-major B: 64-channel atom columns kKvColBytes
+  // apart along N, 8-key atoms 1024 bytes apart along K.
+  const uint64_t q_desc = wgmma_desc_sw128(q_wg, 16, 1024);
+  const uint64_t k_desc0 = wgmma_desc_sw128(k_smem, 16, 1024);
+  const uint64_t v_desc = wgmma_desc_sw128(v_smem, kKvColBytes, 1024);
+  auto issue_s = [&](int j) {
+    const uint64_t k_desc = k_desc0 + (j % kStages) * (kTileBytes >> 4);
+    wgmma_fence_operands(s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      // k-step kk: 32 bytes into its atom column.
+      wgmma_16_ss<kT, kN>(s, q_desc + (((kk / 4) * kQColBytes + (kk % 4) * 32) >> 4),
+                          k_desc + (((kk / 4) * kKvColBytes + (kk % 4) * 32) >> 4), kk > 0);
+    }
+    wgmma_commit();
+  };
+  // O = alpha O + P V_j (P from the last softmax).
+  auto issue_pv = [&](int j) {
+#pragma unroll
+    for (int jj = 0; jj < kDimTiles; ++jj) {
+      o[jj][0] *= alpha_a;
+      o[jj][1] *= alpha_a;
+      o[jj][2] *= alpha_b;
+      o[jj][3] *= alpha_b;
+    }
+    wgmma_fence_operands(pf);
+    wgmma_fence_operands(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < kN / 16; ++kc) {
+      // Keys 16 kc .. 16 kc + 15: two 8-key atoms, 2048 bytes on.
+      wgmma_16_rs_mn<kT, kHeadDim>(
+          o, pf[kc], v_desc + (j % kStages) * (kTileBytes >> 4) + kc * (2048 >> 4), true);
+    }
+    wgmma_commit();
+  };
+  auto release = [&](uint64_t* bars, int j) {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(bars + j % kStages);
+  };
+  // Masks S_j (causal, window, tile end) where this warp's rows need it and turns it into
+  // P = 2^(S scale - m) in place, updating m, l and alpha; P = 0 for a warp with no key here.
+  auto softmax = [&](int j) {
+    const int tile = kv_lo + (num_tiles - 1 - j) * kN;  // the last tile first
+    alpha_a = alpha_b = 1.0f;
+    if (!(warp_active && tile < w_hi && tile + kN > w_lo)) {
+#pragma unroll
+      for (int n = 0; n < kTokTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      return;
+    }
+    const bool need_mask = tile + kN - 1 > offset + w_r0 ||
+                           (a.window_left >= 0 && tile < offset + w_r0 + 15 - a.window_left);
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kTokTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int tok = tile + 8 * n + 2 * t + (e & 1);
+        const int pos = e < 2 ? pos_a : pos_b;
+        const bool ok = !need_mask || (tok <= pos && tok < kv_hi &&
+                                       (a.window_left < 0 || tok >= pos - a.window_left));
+        if (!ok) s[n][e] = -INFINITY;
+      }
+      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+    }
+    const float new_a = fmaxf(m_a, mx_a * scale);
+    const float new_b = fmaxf(m_b, mx_b * scale);
+    // A row with nothing attended yet keeps m = -inf: its p are 0 and its scale 1.
+    alpha_a = new_a == -INFINITY ? 1.0f : fast_exp2(m_a - new_a);
+    alpha_b = new_b == -INFINITY ? 1.0f : fast_exp2(m_b - new_b);
+    const float base_a = new_a == -INFINITY ? 0.0f : new_a;
+    const float base_b = new_b == -INFINITY ? 0.0f : new_b;
+    m_a = new_a;
+    m_b = new_b;
+    l_a *= alpha_a;
+    l_b *= alpha_b;
+#pragma unroll
+    for (int n = 0; n < kTokTiles; ++n) {
+      s[n][0] = fast_exp2(fmaf(s[n][0], scale, -base_a));
+      s[n][1] = fast_exp2(fmaf(s[n][1], scale, -base_a));
+      s[n][2] = fast_exp2(fmaf(s[n][2], scale, -base_b));
+      s[n][3] = fast_exp2(fmaf(s[n][3], scale, -base_b));
+      l_a += s[n][0] + s[n][1];
+      l_b += s[n][2] + s[n][3];
+    }
+  };
+  // P's accumulator layout is the A-fragment layout of P V.
+  auto pack_p = [&]() {
+#pragma unroll
+    for (int kc = 0; kc < kN / 16; ++kc) {
+      pf[kc][0] = pack2<kT>(s[2 * kc][0], s[2 * kc][1]);
+      pf[kc][1] = pack2<kT>(s[2 * kc][2], s[2 * kc][3]);
+      pf[kc][2] = pack2<kT>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+      pf[kc][3] = pack2<kT>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+    }
+  };
+
+  // Software-pipelined: iteration j issues S_j and P_{j-1} V_{j-1} together, then runs tile j's
+  // softmax under the second product. Every consumer runs every tile of the block (a warp past
+  // its rows' keys with P = 0), so both take the same number of turns.
+  mbarrier_wait(full_k, 0);
+  fence_proxy_async();
+  issue_s(0);
+  wgmma_wait_all();
+  wgmma_fence_operands(s);
+  release(empty_k, 0);
+  softmax(0);
+  pack_p();
+  for (int j = 1; j < num_tiles; ++j) {
+    mbarrier_wait(full_k + j % kStages, (j / kStages) & 1);
+    mbarrier_wait(full_v + (j - 1) % kStages, ((j - 1) / kStages) & 1);
+    fence_proxy_async();
+    issue_s(j);
+    issue_pv(j - 1);
+    wgmma_wait<1>();  // S_j
+    wgmma_fence_operands(s);
+    release(empty_k, j);
+    softmax(j);
+    wgmma_wait_all();  // P_{j-1} V_{j-1}
+    wgmma_fence_operands(o);
+    release(empty_v, j - 1);
+    pack_p();
+  }
+  mbarrier_wait(full_v + (num_tiles - 1) % kStages, ((num_tiles - 1) / kStages) & 1);
+  fence_proxy_async();
+  issue_pv(num_tiles - 1);
+  wgmma_wait_all();
+  wgmma_fence_operands(o);
+  release(empty_v, num_tiles - 1);
+
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+  }
+  if (!warp_active) return;
+  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
+  const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+  T* o_head = static_cast<T*>(a.o) + head * kHeadDim;
+#pragma unroll
+  for (int j = 0; j < kDimTiles; ++j) {
+    const int col = 8 * j + 2 * t;
+    if (row_a < q_len) {
+      *reinterpret_cast<uint32_t*>(o_head + (q_begin + row_a) * a.o_token_stride + col) =
+          pack2<kT>(o[j][0] * inv_a, o[j][1] * inv_a);
+    }
+    if (row_b < q_len) {
+      *reinterpret_cast<uint32_t*>(o_head + (q_begin + row_b) * a.o_token_stride + col) =
+          pack2<kT>(o[j][2] * inv_b, o[j][3] * inv_b);
+    }
+  }
+}
+
+// Launches the warp-specialized kernel for a 16-bit cache's whole key range. Head packing as
+// launch_prefill's, over 8 warps' rows: the largest power of two dividing the group, at most 8.
+template <DType kT, int kHeadDim>
+Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
+  using Shape = PrefillWsShape<kHeadDim>;
+  auto* kernel = prefill_ws_kernel<kT, kHeadDim>;
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
+  STRATA_CUDA_CHECK(configured);
+  const PagedKvCacheView& c = p.cache;
+  PrefillKernelArgs a{};
+  a.q = p.q;
+  a.q_token_stride = p.q_token_stride;
+  a.o = p.o;
+  a.o_token_stride = p.o_token_stride;
+  a.qo_indptr = p.qo_indptr;
+  a.kv_indptr = p.layout.kv_indptr;
+  a.kv_indices = p.layout.kv_indices;
+  a.kv_last_page_len = p.layout.kv_last_page_len;
+  a.k_data = c.k_data;
+  a.v_data = c.v_data;
+  a.block_stride = c.block_stride;
+  a.head_stride = c.head_stride;
+  a.token_stride = c.token_stride;
+  a.group_size = p.num_qo_heads / c.num_kv_heads;
+  int32_t heads = 1;
+  while (heads * 2 <= 8 && a.group_size % (heads * 2) == 0) heads *= 2;
+  a.heads_per_block = heads;
+  a.head_tiles = a.group_size / heads;
+  a.tokens_per_block = Shape::kRows / heads;
+  a.block_size = c.block_size;
+  int log2_bs = 0;
+  while ((1 << (log2_bs + 1)) <= c.block_size) ++log2_bs;
+  a.log2_block_size = log2_bs;
+  a.window_left = p.window_left;
+  set_kv_scale_args(a, c, p.sm_scale);
+  a.part = kWholeRange;
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
+                  static_cast<unsigned>(c.num_kv_heads * a.head_tiles),
+                  static_cast<unsigned>(p.layout.num_seqs));
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(a);
+  STRATA_CUDA_CHECK_LAUNCH();
+  return Status::Ok();
+}
+
+}  // namespace strata::cuda::detail
