@@ -62,9 +62,29 @@ export async function streamCompletion(base, body, hooks = {}, init = {}) {
     return out;
   }
   if (hooks.onOpen) hooks.onOpen();
+  // Read by hand and stop at an abort: Node 20's fetch can leave a read pending forever once its
+  // request is aborted after the body has ended (a hook that aborts while the events of one
+  // read are still being handled), and a `for await` would then wait on it, and on the cancel
+  // it sends when the loop throws. A pending read loses a race with the abort.
+  const signal = init.signal;
+  const aborted = signal ? new Promise((_, reject) => {
+    const fire = () => reject(signal.reason);
+    if (signal.aborted) fire();
+    else signal.addEventListener("abort", fire, { once: true });
+  }) : null;
+  aborted?.catch(() => {});  // seen through the races below
+  const reader = res.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
-  for await (const bytes of res.body) {
+  for (;;) {
+    if (signal?.aborted) {
+      reader.cancel().catch(() => {});
+      throw signal.reason;
+    }
+    const read = reader.read();
+    read.catch(() => {});  // a read that loses the race may still reject
+    const { done, value: bytes } = await (aborted ? Promise.race([read, aborted]) : read);
+    if (done) break;
     buffer += decoder.decode(bytes, { stream: true });
     let at;
     while ((at = buffer.indexOf("\n\n")) >= 0) {
