@@ -3,6 +3,8 @@
 // pipeline stage from the warps that fill it to the warps that read it and back, named barriers
 // for a subset of the block, and register reallocation between warpgroups. Internal (.cuh).
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/mma.cuh"
@@ -40,6 +42,25 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 __device__ __forceinline__ void mbarrier_arrive_cp_async(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
                : "memory");
+}
+
+// Counts the calling thread's arrival and raises the phase's expected bytes by `bytes` (the bulk
+// copies issued next complete them).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+// Bulk tensor copy (TMA) of the box at coordinates (c0, c1, c2, c3) of a 4-d tensor map into
+// shared memory at dst; its bytes count toward bar's expected bytes.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1,
+                                            int c2, int c3, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
+      : "memory");
 }
 
 // Waits for all of this thread's cp.async copies.

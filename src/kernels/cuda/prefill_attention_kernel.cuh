@@ -729,15 +729,11 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   }
 }
 
-template <DType kQDType, DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
-Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream,
-                      AttentionPart part = kWholeRange) {
-  using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
-  auto* kernel = prefill_attention_kernel<kQDType, kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
-  // Once per instance: allow the dynamic shared memory beyond the default 48 KiB.
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
-  STRATA_CUDA_CHECK(configured);
+// The arguments every prefill launch fills alike, for blocks of `rows` query rows: pointers,
+// strides, scales, and the head packing (the largest power of two dividing the group, at most
+// max_heads, heads of one KV group per block).
+inline PrefillKernelArgs prefill_kernel_args(const PrefillAttentionParams& p, int32_t rows,
+                                             int32_t max_heads) {
   const PagedKvCacheView& c = p.cache;
   PrefillKernelArgs a{};
   a.q = p.q;
@@ -754,24 +750,37 @@ Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream,
   a.head_stride = c.head_stride;
   a.token_stride = c.token_stride;
   a.group_size = p.num_qo_heads / c.num_kv_heads;
-  // The largest power of two that divides the group, at most kWarps.
   int32_t heads = 1;
-  while (heads * 2 <= kWarps && a.group_size % (heads * 2) == 0) heads *= 2;
+  while (heads * 2 <= max_heads && a.group_size % (heads * 2) == 0) heads *= 2;
   a.heads_per_block = heads;
   a.head_tiles = a.group_size / heads;
-  a.tokens_per_block = 16 * kWarps / heads;
+  a.tokens_per_block = rows / heads;
   a.block_size = c.block_size;
   int log2_bs = 0;
   while ((1 << (log2_bs + 1)) <= c.block_size) ++log2_bs;
   a.log2_block_size = log2_bs;
   a.window_left = p.window_left;
   set_kv_scale_args(a, c, p.sm_scale);
+  a.num_qo_heads = p.num_qo_heads;
+  return a;
+}
+
+template <DType kQDType, DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
+Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream,
+                      AttentionPart part = kWholeRange) {
+  using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
+  auto* kernel = prefill_attention_kernel<kQDType, kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
+  // Once per instance: allow the dynamic shared memory beyond the default 48 KiB.
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
+  STRATA_CUDA_CHECK(configured);
+  const PagedKvCacheView& c = p.cache;
+  PrefillKernelArgs a = prefill_kernel_args(p, 16 * kWarps, kWarps);
   a.part = part;
   a.residual_blocks = p.layout.residual_blocks;
   a.res_indptr = p.layout.res_indptr;
   a.res_first_block = p.layout.res_first_block;
   a.lse = p.lse_workspace;
-  a.num_qo_heads = p.num_qo_heads;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
                   static_cast<unsigned>(c.num_kv_heads * a.head_tiles),
                   static_cast<unsigned>(p.layout.num_seqs));

@@ -18,10 +18,13 @@
 // the mma.sync kernel, whose masking (causal, window, tile end) and log2-unit softmax this
 // follows; the score scale is folded into the exponent (one FFMA per score).
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mbarrier.cuh"
@@ -52,9 +55,19 @@ struct PrefillWsShape {
   static constexpr uint32_t kConsumerRegs = 240;
 };
 
+// The kernel's arguments: the shared prefill arguments and the bulk tensor copy's view of this
+// layer's K and V pools, [block][KV head][token][channel] with boxes of 64 channels x one
+// block's tokens, written in the 128-byte swizzle.
+struct PrefillWsArgs {
+  CUtensorMap k_map;
+  CUtensorMap v_map;
+  PrefillKernelArgs a;
+};
+
 template <DType kT, int kHeadDim>
 __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
-    prefill_ws_kernel(const __grid_constant__ PrefillKernelArgs a) {
+    prefill_ws_kernel(const __grid_constant__ PrefillWsArgs args) {
+  const PrefillKernelArgs& a = args.a;
   using Shape = PrefillWsShape<kHeadDim>;
   using T = typename CudaType<kT>::type;
   constexpr int kN = Shape::kN;
@@ -86,7 +99,10 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   const int offset = kv_len - q_len;  // position of query row 0
   const int tpb = a.tokens_per_block;
   const int kv_hi = offset + min(q_len, r0 + tpb);  // exclusive
-  const int kv_lo = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
+  // Tiles start on block boundaries (the bulk copies move whole blocks); keys before the first
+  // row's window are masked.
+  const int kv_lo =
+      a.window_left >= 0 ? max(0, offset + r0 - a.window_left) & ~(a.block_size - 1) : 0;
   const int num_tiles = (kv_hi - kv_lo + kN - 1) / kN;
   const int32_t* pages = a.kv_indices + page_begin;
 
@@ -106,8 +122,9 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
-      mbarrier_init(full_k + st, 128);  // every producer thread's copies
-      mbarrier_init(full_v + st, 128);
+      // The producer warp's lanes' cp.async arrivals and lane 0's byte count of the bulk copies.
+      mbarrier_init(full_k + st, 33);
+      mbarrier_init(full_v + st, 33);
       mbarrier_init(empty_k + st, 4 * Shape::kConsumers);  // every consumer warp
       mbarrier_init(empty_v + st, 4 * Shape::kConsumers);
     }
@@ -115,32 +132,48 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   __syncthreads();
 
   if (wg == Shape::kConsumers) {
-    // Producer. Each 8 consecutive threads copy vector c of 8 consecutive keys, so a quarter
-    // warp's 16-byte stores fill one 128-byte core matrix and a warp reads whole sectors.
+    // Producer: its first warp copies; the other three only give their registers back. Blocks
+    // wholly below kv_hi go by the bulk tensor copy (lane 0, one copy per 64 channels of a
+    // block, landing in the swizzle the products read); the tile's tail (a partial last block,
+    // and zeros past the sequence) by cp.async with zero fill, whole rows by consecutive lanes.
     warpgroup_release_registers<Shape::kProducerRegs>();
-    const int pt = threadIdx.x - 128 * Shape::kConsumers;
+    const int lane_p = threadIdx.x - 128 * Shape::kConsumers;
+    if (lane_p >= 32) return;
     const T* k_head = static_cast<const T*>(a.k_data) + kv_head * a.head_stride;
     const T* v_head = static_cast<const T*>(a.v_data) + kv_head * a.head_stride;
+    const int bs = a.block_size;
     // Tile j's K (kv = 0) or V (kv = 1) into its stage, once the consumers released the stage.
     auto load = [&](int j, int kv) {
       const int st = j % kStages;
       mbarrier_wait((kv == 0 ? empty_k : empty_v) + st, ((j / kStages) & 1) ^ 1);
+      uint64_t* const landed = (kv == 0 ? full_k : full_v) + st;
       const int tile = kv_lo + (num_tiles - 1 - j) * kN;  // the last tile first
       char* const dst = (kv == 0 ? k_smem : v_smem) + st * kTileBytes;
+      const int whole = min(max(kv_hi - tile, 0) / bs, kN / bs);  // blocks wholly below kv_hi
+      if (lane_p == 0) {
+        const CUtensorMap* map = kv == 0 ? &args.k_map : &args.v_map;
+        mbarrier_arrive_expect_tx(landed, static_cast<uint32_t>(whole * bs * kHeadDim * 2));
+        for (int b = 0; b < whole; ++b) {
+          const int page = __ldg(pages + (tile >> a.log2_block_size) + b);
+#pragma unroll
+          for (int c = 0; c < kHeadDim / 64; ++c) {
+            tma_load_4d(dst + c * kKvColBytes + b * bs * 128, map, 64 * c, 0, kv_head, page,
+                        landed);
+          }
+        }
+      }
       const T* const head_ptr = kv == 0 ? k_head : v_head;
-#pragma unroll 4
-      for (int i = 0; i < kN * kRowVecs / 128; ++i) {
-        const int idx = pt + i * 128;
-        const int c = idx % kRowVecs;  // consecutive threads copy whole rows
+      for (int idx = whole * bs * kRowVecs + lane_p; idx < kN * kRowVecs; idx += 32) {
+        const int c = idx % kRowVecs;
         const int r = idx / kRowVecs;
         const int tok = tile + r;
         const int tok_c = tok < kv_hi ? tok : kv_lo;  // a valid address, zero-filled
         const int64_t src =
             static_cast<int64_t>(__ldg(pages + (tok_c >> a.log2_block_size))) * a.block_stride +
-            (tok_c & (a.block_size - 1)) * a.token_stride + c * 8;
+            (tok_c & (bs - 1)) * a.token_stride + c * 8;
         cp_async16_zfill(dst + swz(r, c, kKvColBytes), head_ptr + src, tok < kv_hi);
       }
-      mbarrier_arrive_cp_async((kv == 0 ? full_k : full_v) + st);
+      mbarrier_arrive_cp_async(landed);
     };
     // In the order the consumers use them: K_0, then K_{j+1} before V_j (S_{j+1} and P_j V_j
     // are issued together).
@@ -365,6 +398,48 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   }
 }
 
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no libcuda link).
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                             cudaEnableDefault, &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
+               : nullptr;
+  }();
+  return fn;
+}
+
+// The bulk tensor copy's view of one layer's K or V pool (base = its block 0): 4-d, [block][KV
+// head][token][channel] by the view's strides, boxes of 64 channels x block_size tokens of one
+// head, written in the 128-byte swizzle. The pool's block count is not in the view; the copies
+// address only blocks of the block tables, so the outer extent is a bound, not the pool's size.
+template <DType kT>
+Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCacheView& c) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return Status::Internal("cuTensorMapEncodeTiled is not available");
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(c.head_dim),
+                              static_cast<cuuint64_t>(c.block_size),
+                              static_cast<cuuint64_t>(c.num_kv_heads), cuuint64_t{1} << 31};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(c.token_stride) * 2,
+                                 static_cast<cuuint64_t>(c.head_stride) * 2,
+                                 static_cast<cuuint64_t>(c.block_stride) * 2};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(c.block_size), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(
+      map, kT == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      4, const_cast<void*>(base), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return Status::Internal("cuTensorMapEncodeTiled failed (" +
+                            std::to_string(static_cast<int>(r)) + ")");
+  }
+  return Status::Ok();
+}
+
 // Launches the warp-specialized kernel for a 16-bit cache's whole key range. Head packing as
 // launch_prefill's, over 8 warps' rows: the largest power of two dividing the group, at most 8.
 template <DType kT, int kHeadDim>
@@ -375,37 +450,16 @@ Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
   STRATA_CUDA_CHECK(configured);
   const PagedKvCacheView& c = p.cache;
-  PrefillKernelArgs a{};
-  a.q = p.q;
-  a.q_token_stride = p.q_token_stride;
-  a.o = p.o;
-  a.o_token_stride = p.o_token_stride;
-  a.qo_indptr = p.qo_indptr;
-  a.kv_indptr = p.layout.kv_indptr;
-  a.kv_indices = p.layout.kv_indices;
-  a.kv_last_page_len = p.layout.kv_last_page_len;
-  a.k_data = c.k_data;
-  a.v_data = c.v_data;
-  a.block_stride = c.block_stride;
-  a.head_stride = c.head_stride;
-  a.token_stride = c.token_stride;
-  a.group_size = p.num_qo_heads / c.num_kv_heads;
-  int32_t heads = 1;
-  while (heads * 2 <= 8 && a.group_size % (heads * 2) == 0) heads *= 2;
-  a.heads_per_block = heads;
-  a.head_tiles = a.group_size / heads;
-  a.tokens_per_block = Shape::kRows / heads;
-  a.block_size = c.block_size;
-  int log2_bs = 0;
-  while ((1 << (log2_bs + 1)) <= c.block_size) ++log2_bs;
-  a.log2_block_size = log2_bs;
-  a.window_left = p.window_left;
-  set_kv_scale_args(a, c, p.sm_scale);
+  PrefillWsArgs args{};
+  STRATA_RETURN_IF_ERROR(kv_tensor_map<kT>(&args.k_map, c.k_data, c));
+  STRATA_RETURN_IF_ERROR(kv_tensor_map<kT>(&args.v_map, c.v_data, c));
+  args.a = prefill_kernel_args(p, Shape::kRows, 8);
+  PrefillKernelArgs& a = args.a;
   a.part = kWholeRange;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
                   static_cast<unsigned>(c.num_kv_heads * a.head_tiles),
                   static_cast<unsigned>(p.layout.num_seqs));
-  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(a);
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(args);
   STRATA_CUDA_CHECK_LAUNCH();
   return Status::Ok();
 }
