@@ -269,50 +269,59 @@ model::LoadFormat load_format(const EngineConfig& c) {
 }
 
 #if STRATA_HAVE_CUDA
-// The GPU pool's per-layer dtypes for the quantized `kv_dtype` (empty when no layer is
-// excepted): the excepted layers hold bf16, the GPU engine's model precision. Without
-// --kv-quant-check they are the --kv-cache-dtype-skip-layers; with it, the layers the CPU's
-// resolve_kv_layout keeps (it folds the skipped layers in), and *quant_check takes its report.
-//
-// The check runs on the CPU model, loaded from the same directory for it alone and freed before
-// the GPU model is built: one measurement serves both devices, since what it measures (the
-// output KL of quantizing one layer's K/V) is a property of the K/V values, not of the backend,
-// and the GPU engine has no forward pass that reads one layer's K/V through a quantized scratch
-// cache. Its cost: num_layers + 1 CPU forward passes over the calibration prompt at start-up
-// (engine/kv_quant_check.h), plus a pass for --calculate-kv-scales on FP8 (the CPU resolver's
-// scales, used for the measurement only: the GPU resolves its own below).
-Result<std::vector<DType>> gpu_kv_layer_dtypes(
-    const EngineConfig& c, DType kv_dtype, std::optional<engine::KvQuantCheckReport>* quant_check) {
-  if (kv_dtype == DType::kBF16) return std::vector<DType>{};
-  if (c.kv_quant_check) {
-    model::Model model = model::Model::load(model::ModelLoadOptions{
-        .model_dir = c.model_dir,
-        .load_format = load_format(c),
-        .dummy_dtype = c.dummy_dtype,
-    });
-    ThreadPool pool(c.num_threads);
-    Result<engine::ResolvedKvLayout> kv = engine::resolve_kv_layout(c, model, pool);
-    if (!kv.ok()) return kv.status();
-    const kv::KvSpec& spec = kv.value().spec;
-    std::vector<bool> kept(static_cast<size_t>(spec.num_layers));
-    for (int32_t l = 0; l < spec.num_layers; ++l) {
-      kept[static_cast<size_t>(l)] = spec.layer_dtype(l) != kv_dtype;
-    }
-    *quant_check = std::move(kv.value().quant_check);
-    return kv::kv_layer_dtypes(kv_dtype, DType::kBF16, kept);
-  }
-  if (c.kv_skip_layers.empty()) return std::vector<DType>{};
+// The GPU pool's per-layer dtypes for the quantized `kv_dtype` from --kv-cache-dtype-skip-layers
+// (empty when no layer is excepted): the excepted layers hold bf16, the GPU engine's model
+// precision.
+Result<std::vector<DType>> gpu_skip_layer_dtypes(const EngineConfig& c, DType kv_dtype) {
+  if (kv_dtype == DType::kBF16 || c.kv_skip_layers.empty()) return std::vector<DType>{};
   const Result<std::vector<bool>> mask = kv::kv_skip_layer_mask(
       c.kv_skip_layers, model::load_model_config(c.model_dir).layer_sliding_window);
   if (!mask.ok()) return mask.status();
   return kv::kv_layer_dtypes(kv_dtype, DType::kBF16, mask.value());
 }
+
+// --kv-quant-check on the GPU, with the GPU's own kernels (CudaModel::kv_quant_check: num_layers
+// + 1 passes of the calibration prompt through scratch pools, each a few milliseconds to tens of
+// milliseconds of GPU time, and the host's KL over the logits). The layers above the threshold
+// join the skipped ones at bf16, and the pool is laid out again before the first step;
+// *quant_check takes the report.
+Status run_gpu_kv_quant_check(const EngineConfig& c, model::CudaModel& gpu,
+                              std::optional<engine::KvQuantCheckReport>* quant_check) {
+  const kv::KvSpec& spec = gpu.kv_layout().spec();
+  const std::vector<int32_t> tokens =
+      engine::kv_calibration_tokens(gpu.config().vocab_size, c.model_dir);
+  ThreadPool pool(c.num_threads);
+  const int32_t passes = spec.num_layers + 1;
+  int32_t done = 0;
+  const auto after_pass = [&] {
+    if (c.kv_quant_check_progress) c.kv_quant_check_progress(++done, passes);
+  };
+  Result<model::CudaModel::KvQuantFigures> figures = gpu.kv_quant_check(tokens, pool, after_pass);
+  if (!figures.ok()) return figures.status();
+  engine::KvQuantCheckReport report = engine::kv_quant_check_report(
+      spec.dtype, c.kv_quant_check_threshold, static_cast<int32_t>(tokens.size()),
+      figures.value().output_kl, figures.value().attn_error);
+  std::vector<bool> kept(static_cast<size_t>(spec.num_layers));
+  for (int32_t l = 0; l < spec.num_layers; ++l) {
+    kept[static_cast<size_t>(l)] = spec.layer_dtype(l) != spec.dtype;
+  }
+  bool changed = false;
+  for (const int32_t l : report.kept_layers()) {
+    changed = changed || !kept[static_cast<size_t>(l)];
+    kept[static_cast<size_t>(l)] = true;
+  }
+  const DType dtype = spec.dtype;
+  *quant_check = std::move(report);
+  if (!changed) return Status::Ok();
+  return gpu.set_kv_layer_dtypes(kv::kv_layer_dtypes(dtype, DType::kBF16, kept));
+}
 #endif
 
 // The GPU runner (throws strata::Error for unusable files or options; a refused FP8 scale source
-// is an InvalidArgument). Per-layer exceptions and --kv-quant-check: gpu_kv_layer_dtypes, whose
-// report lands in *quant_check. An FP8 pool starts with unit scales and takes the resolved ones
-// before its first step: --calculate-kv-scales calibrates on the device itself. An INT4 pool's
+// is an InvalidArgument). Per-layer exceptions: gpu_skip_layer_dtypes, then --kv-quant-check's
+// (run_gpu_kv_quant_check, whose report lands in *quant_check). An FP8 pool starts with unit
+// scales and takes the resolved ones before its first step (and before the check, which
+// measures with them): --calculate-kv-scales calibrates on the device itself. An INT4 pool's
 // residual pool is sized as cpu_runner sizes it (bf16 blocks there); CudaModel takes its bytes
 // out of the KV memory before sizing the int4 pool.
 Result<std::unique_ptr<model::ModelRunner>> cuda_runner(
@@ -323,7 +332,7 @@ Result<std::unique_ptr<model::ModelRunner>> cuda_runner(
   o.model_dir = c.model_dir;
   o.load_format = load_format(c);
   o.kv_dtype = c.kv_dtype == DType::kF32 ? DType::kBF16 : c.kv_dtype;
-  Result<std::vector<DType>> layer_dtypes = gpu_kv_layer_dtypes(c, o.kv_dtype, quant_check);
+  Result<std::vector<DType>> layer_dtypes = gpu_skip_layer_dtypes(c, o.kv_dtype);
   if (!layer_dtypes.ok()) return layer_dtypes.status();
   o.kv_layer_dtypes = std::move(layer_dtypes).value();
   o.block_size = c.block_size;
@@ -366,6 +375,9 @@ Result<std::unique_ptr<model::ModelRunner>> cuda_runner(
     if (!scales.ok()) return scales.status();
     STRATA_RETURN_IF_ERROR(gpu->set_kv_static_scales(std::move(scales.value().scales)));
     *scales_source = scales.value().source;
+  }
+  if (c.kv_quant_check && o.kv_dtype != DType::kBF16) {
+    STRATA_RETURN_IF_ERROR(run_gpu_kv_quant_check(c, *gpu, quant_check));
   }
   return std::unique_ptr<model::ModelRunner>(std::move(gpu));
 #else

@@ -14,6 +14,7 @@
 #include "kernels/cpu/rope.h"
 #include "kv/kv_cache_manager.h"
 #include "model/forward_batch_check.h"
+#include "model/logits_kl.h"
 #include "model/rope.h"
 
 namespace strata::model {
@@ -123,29 +124,6 @@ Status Model::calibration_forward(std::span<const int32_t> tokens, const kv::KvL
                  residual ? &*residual : nullptr);
 }
 
-namespace {
-
-// KL(p || q) of the softmaxes of two logit rows, in double.
-double kl_of_logits(const float* p_logits, const float* q_logits, int64_t vocab) {
-  const auto log_softmax = [vocab](const float* row, std::vector<double>& out) {
-    const double max = *std::max_element(row, row + vocab);
-    double sum = 0.0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(row[i] - max);
-    const double log_sum = std::log(sum) + max;
-    out.resize(static_cast<size_t>(vocab));
-    for (int64_t i = 0; i < vocab; ++i) out[static_cast<size_t>(i)] = row[i] - log_sum;
-  };
-  std::vector<double> lp;
-  std::vector<double> lq;
-  log_softmax(p_logits, lp);
-  log_softmax(q_logits, lq);
-  double kl = 0.0;
-  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
-  return std::max(kl, 0.0);
-}
-
-}  // namespace
-
 Result<std::vector<double>> Model::kv_quant_output_kl(std::span<const int32_t> tokens,
                                                       const kv::KvLayout& quantized,
                                                       ThreadPool& pool,
@@ -157,7 +135,6 @@ Result<std::vector<double>> Model::kv_quant_output_kl(std::span<const int32_t> t
       calibration_forward(tokens, kv::KvLayout(kv_spec(DType::kF32), 16), &ref, pool));
   if (after_pass) after_pass();
   const int64_t vocab = config_.vocab_size;
-  const auto n = static_cast<int64_t>(tokens.size());
   std::vector<double> kl(static_cast<size_t>(num_layers), 0.0);
   std::vector<float> got;
   for (int32_t l = 0; l < num_layers; ++l) {
@@ -167,11 +144,7 @@ Result<std::vector<double>> Model::kv_quant_output_kl(std::span<const int32_t> t
     STRATA_RETURN_IF_ERROR(calibration_forward(
         tokens, kv::KvLayout(spec, 16, quantized.static_scales()), &got, pool));
     if (after_pass) after_pass();
-    double sum = 0.0;
-    for (int64_t r = 0; r < n; ++r) {
-      sum += kl_of_logits(ref.data() + r * vocab, got.data() + r * vocab, vocab);
-    }
-    kl[static_cast<size_t>(l)] = sum / static_cast<double>(n);
+    kl[static_cast<size_t>(l)] = mean_kl_of_logits(ref, got, vocab, pool);
   }
   return kl;
 }

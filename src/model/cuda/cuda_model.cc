@@ -24,6 +24,7 @@
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/stream.h"
 #include "model/cuda/cuda_block_mover.h"
+#include "model/cuda/cuda_model_impl.h"
 #include "model/cuda/cuda_step_inputs.h"
 #include "model/cuda/cuda_weights.h"
 #include "model/rope.h"
@@ -64,115 +65,31 @@ int32_t graph_batch_size(int32_t n) {
   return (n + 7) / 8 * 8;
 }
 
-// An instantiated graph; destroyed with its owner.
-struct GraphExec {
-  cudaGraphExec_t exec = nullptr;
-  GraphExec() = default;
-  GraphExec(GraphExec&& o) noexcept : exec(std::exchange(o.exec, nullptr)) {}
-  GraphExec& operator=(GraphExec&&) = delete;
-  GraphExec(const GraphExec&) = delete;
-  ~GraphExec() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-  }
-};
-
 }  // namespace
+
+Status check_layer_dtypes(const ModelConfig& config, DType kv_dtype,
+                          std::span<const DType> layer_dtypes) {
+  if (layer_dtypes.empty()) return Status::Ok();
+  if (layer_dtypes.size() != static_cast<size_t>(config.num_hidden_layers)) {
+    return Status::InvalidArgument("per-layer KV dtypes for " +
+                                   std::to_string(layer_dtypes.size()) + " layers, the model has " +
+                                   std::to_string(config.num_hidden_layers));
+  }
+  for (const DType d : layer_dtypes) {
+    if (d != DType::kBF16 && d != kv_dtype) {
+      return Status::InvalidArgument("a layer's KV dtype must be bfloat16 or the cache's (" +
+                                     std::string(dtype_name(kv_dtype)) + "), not " +
+                                     std::string(dtype_name(d)));
+    }
+  }
+  return Status::Ok();
+}
 
 kv::KvSpec kv_spec(const ModelConfig& c, DType dtype) {
   return kv::KvSpec{static_cast<int32_t>(c.num_hidden_layers),
                     static_cast<int32_t>(c.num_key_value_heads), static_cast<int32_t>(c.head_dim),
                     dtype};
 }
-
-namespace {
-
-// The pool's spec: kv_dtype, with the per-layer exceptions when there are any.
-kv::KvSpec pool_spec(const ModelConfig& c, const CudaModelOptions& o) {
-  kv::KvSpec spec = kv_spec(c, o.kv_dtype);
-  spec.layer_dtypes = o.kv_layer_dtypes;
-  return spec;
-}
-
-}  // namespace
-
-struct CudaModel::Impl {
-  ModelConfig config;
-  CudaModelOptions options;
-  kv::KvLayout layout;
-  CudaModelInfo info;
-  cuda::Stream stream;
-  cuda::Gemm gemm;
-  CudaDecoderWeights weights;
-  cuda::DeviceBuffer inv_freq;  // [head_dim / 2] fp32
-  // Activations for max_num_tokens rows (docs/gpu-engine.md draws the flow).
-  cuda::DeviceBuffer residual, normed, qkv, attn, gate_up, act, logits, workspace;
-  cuda::DeviceBuffer sampled_tokens, sampled_logprobs;  // [max_num_tokens] each
-  CudaStepInputs inputs;
-  cuda::DeviceBuffer pool;
-  std::unique_ptr<CudaBlockMover> mover;  // made with the pool
-  // INT4 only (some layer is I4): the KV residual pool -- bf16 blocks of kv::residual_spec's
-  // shape, addressed by the batch's res_* arrays and residual slot mapping -- its mover, and the
-  // prefill kernel's log-sum-exp scratch for max_num_tokens rows. (`residual` above is the
-  // activations' residual stream, another thing.)
-  std::optional<kv::KvLayout> res_layout;
-  cuda::DeviceBuffer res_pool;
-  std::unique_ptr<CudaBlockMover> res_mover;
-  cuda::DeviceBuffer lse_workspace;
-
-  int64_t q_width() const { return config.num_attention_heads * config.head_dim; }
-  int64_t qkv_width() const {
-    return (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim;
-  }
-
-  Impl(ModelConfig c, const CudaModelOptions& o, CudaDecoderWeights w, cuda::Stream s,
-       cuda::Gemm g)
-      : config(std::move(c)),
-        options(o),
-        layout(pool_spec(config, o), o.block_size, o.kv_scales),
-        stream(std::move(s)),
-        gemm(std::move(g)),
-        weights(std::move(w)) {}
-
-  bool has_residual_pool() const { return kv::needs_residual_pool(layout.spec()); }
-  void allocate_scratch();
-  // The residual pool (INT4), then the KV pool from what is left of the budget.
-  void allocate_residual_pool();
-  void allocate_pool();
-  Status run_layer(int32_t l, const CudaStepInputs::Device& in);
-  // q/k norms and RoPE with the fused KV append; for an INT4 layer the rows go to the residual
-  // pool and the blocks they fill are quantized into the int4 pool after.
-  Status rope_and_append(int32_t l, const CudaLayerWeights& w, const CudaStepInputs::Device& in);
-  Status run_attention(int32_t l, const CudaStepInputs::Device& in);
-  // Whole-block copies inside one device pool (copy-on-write), waited for.
-  Status copy_pool_blocks(void* pool_data, int64_t block_bytes,
-                          std::span<const kv::BlockCopy> copies);
-  Status gemm_run(const void* a, int64_t lda, const DeviceTensor& w, const DeviceTensor& bias,
-                  void* d, int64_t ldd, DType d_dtype, bool accumulate, int64_t m, int64_t n,
-                  int64_t k);
-  Status norm(const DeviceTensor& weight, const int32_t* rows, int32_t num_rows);
-  // Final norm, LM head, and then either a copy to the host (logits rows) or the sampling
-  // kernel (sample rows, into sampled_tokens / sampled_logprobs), kLogitsChunk rows at a time so
-  // the logits buffer stays small.
-  Status head(const CudaStepInputs::Device& in, std::span<float> host_logits);
-  // Copies the first sampled.size() drawn tokens out and waits for the step.
-  Status collect_samples(std::span<SampledToken> sampled);
-  // Embedding, every layer, head: one step's launches (captured as they are into graphs).
-  Status run_body(const CudaStepInputs::Device& in, std::span<float> host_logits);
-  // A decode step through a CUDA graph of its (padded batch, KV bound) shape.
-  Status run_graph(const ForwardBatch& batch, std::span<SampledToken> sampled);
-  Status capture(std::pair<int32_t, int32_t> key, const CudaStepInputs::Device& in);
-
-  CudaStepInputs graph_inputs;  // fixed addresses; empty with enforce_eager
-  std::map<std::pair<int32_t, int32_t>, GraphExec> graphs;
-  Status sample_rows(const CudaStepInputs::Device& in, int32_t first, int32_t count,
-                     const float* chunk_logits);
-  // Pinned, so the two copies of a step's draws are asynchronous and one wait covers both.
-  struct PinnedFree {
-    void operator()(void* p) const { cudaFreeHost(p); }
-  };
-  std::unique_ptr<int32_t[], PinnedFree> host_tokens;  // [max_num_tokens]
-  std::unique_ptr<float[], PinnedFree> host_logprobs;  // [max_num_tokens]
-};
 
 void CudaModel::Impl::allocate_scratch() {
   const int64_t t = options.max_num_tokens;
@@ -231,7 +148,7 @@ void CudaModel::Impl::allocate_residual_pool() {
 void CudaModel::Impl::allocate_pool() {
   // The residual pool's bytes come out of the KV budget, as the CPU engine's do (engine.cc): an
   // explicit budget loses them below, a measured one already counts them as used.
-  if (has_residual_pool()) allocate_residual_pool();
+  if (has_residual_pool() && !res_layout) allocate_residual_pool();
   size_t free_bytes = 0, total_bytes = 0;
   check(cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes)), "cudaMemGetInfo");
   info.gpu_total_bytes = static_cast<int64_t>(total_bytes);
@@ -525,6 +442,32 @@ Status CudaModel::Impl::rope_and_append(int32_t l, const CudaLayerWeights& w,
   return cuda::kv_int4_quantize_filled(quantize, stream.get());
 }
 
+Status CudaModel::Impl::make_graph_inputs(int32_t residual_window_blocks) {
+  graph_inputs = CudaStepInputs{};
+  if (options.enforce_eager) return Status::Ok();
+  const int64_t max_len =
+      options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
+  const auto blocks_per_seq = static_cast<int32_t>(max_len / options.block_size + 1);
+  Result<CudaStepInputs> fixed =
+      CudaStepInputs::create_fixed(options.max_num_seqs, blocks_per_seq, residual_window_blocks);
+  if (!fixed.ok()) return fixed.status();
+  graph_inputs = std::move(fixed).value();
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::capture_attention(int32_t l, const CudaStepInputs::Device& in) {
+  std::vector<uint16_t>* out = attention_capture->out[static_cast<size_t>(l)];
+  if (out == nullptr) return Status::Ok();
+  const auto row0 = static_cast<size_t>(attention_capture->row0);
+  const auto width = static_cast<size_t>(q_width());
+  out->resize((row0 + static_cast<size_t>(in.num_tokens)) * width);
+  // To pageable memory: returns once the copy is done.
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(out->data() + row0 * width, attn.data(),
+                                    static_cast<size_t>(in.num_tokens) * width * 2,
+                                    cudaMemcpyDeviceToHost, stream.get()));
+  return Status::Ok();
+}
+
 Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
   const CudaLayerWeights& w = weights.layers[static_cast<size_t>(l)];
   const int64_t t = in.num_tokens;
@@ -535,6 +478,7 @@ Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
                                   DType::kBF16, false, t, qkv_width(), h));
   STRATA_RETURN_IF_ERROR(rope_and_append(l, w, in));
   STRATA_RETURN_IF_ERROR(run_attention(l, in));
+  if (attention_capture != nullptr) STRATA_RETURN_IF_ERROR(capture_attention(l, in));
   STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_bias, residual.data(), h,
                                   DType::kF32, true, t, h, q_width()));
   STRATA_RETURN_IF_ERROR(norm(w.post_attention_norm, nullptr, in.num_tokens));
@@ -579,19 +523,9 @@ std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
                 " is not supported on --device cuda (use bfloat16, fp8_e4m3, fp8_e5m2, int8 or "
                 "int4)");
   }
-  if (!options.kv_layer_dtypes.empty()) {
-    if (options.kv_layer_dtypes.size() != static_cast<size_t>(config.num_hidden_layers)) {
-      throw Error("--device cuda: per-layer KV dtypes for " +
-                  std::to_string(options.kv_layer_dtypes.size()) + " layers, the model has " +
-                  std::to_string(config.num_hidden_layers));
-    }
-    for (const DType d : options.kv_layer_dtypes) {
-      if (d != DType::kBF16 && d != options.kv_dtype) {
-        throw Error("--device cuda: a layer's KV dtype must be bfloat16 or the cache's (" +
-                    std::string(dtype_name(options.kv_dtype)) + "), not " +
-                    std::string(dtype_name(d)));
-      }
-    }
+  if (const Status s = check_layer_dtypes(config, options.kv_dtype, options.kv_layer_dtypes);
+      !s.ok()) {
+    throw Error("--device cuda: " + s.message());
   }
   const auto head_dim = static_cast<int32_t>(config.head_dim);
   if (!cuda::contains(cuda::kAttentionHeadDims, head_dim) ||
@@ -626,15 +560,7 @@ std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
   impl->info.weight_bytes = weight_bytes;
   impl->inputs = take(CudaStepInputs::create(options.max_num_tokens, options.max_num_seqs),
                       "GPU step inputs");
-  if (!options.enforce_eager) {
-    const int64_t max_len =
-        options.max_model_len > 0 ? options.max_model_len : impl->config.max_position_embeddings;
-    const auto blocks_per_seq = static_cast<int32_t>(max_len / options.block_size + 1);
-    impl->graph_inputs =
-        take(CudaStepInputs::create_fixed(options.max_num_seqs, blocks_per_seq,
-                                          int4 ? options.residual_window_blocks : 0),
-             "GPU graph inputs");
-  }
+  check(impl->make_graph_inputs(int4 ? options.residual_window_blocks : 0), "GPU graph inputs");
   impl->allocate_scratch();
   impl->allocate_pool();
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
@@ -652,6 +578,7 @@ Status CudaModel::forward(const ForwardBatch& batch, std::span<float> logits,
   } else if (batch.layout.residual_blocks != 0) {
     return Status::InvalidArgument("forward: residual arrays for a KV pool with no int4 layer");
   }
+  m.stepped = true;
   if (!m.options.enforce_eager && m.graph_inputs.fits_fixed(batch)) {
     return m.run_graph(batch, sampled);
   }
@@ -659,100 +586,6 @@ Status CudaModel::forward(const ForwardBatch& batch, std::span<float> logits,
   if (!uploaded.ok()) return uploaded.status();
   STRATA_RETURN_IF_ERROR(m.run_body(*uploaded, logits));
   return m.collect_samples(sampled);
-}
-
-Result<std::vector<std::pair<float, float>>> CudaModel::kv_abs_max(
-    std::span<const int32_t> tokens) {
-  Impl& m = *impl_;
-  if (tokens.empty()) return Status::InvalidArgument("kv_abs_max: no calibration tokens");
-  const int32_t bs = m.options.block_size;
-  const auto n = static_cast<int32_t>(tokens.size());
-  const int32_t used_blocks = (n + bs - 1) / bs;
-  kv::KvLayout scratch_layout(kv_spec(m.config, DType::kBF16), bs);
-  Result<cuda::DeviceBuffer> scratch =
-      cuda::DeviceBuffer::allocate(scratch_layout.pool_bytes(used_blocks + 1));
-  if (!scratch.ok()) return scratch.status();
-  STRATA_CUDA_CHECK(cudaMemsetAsync(scratch->data(), 0, scratch->bytes(), m.stream.get()));
-  // Serve this pass from the scratch pool; the serving pool and its layout come back after.
-  std::swap(m.layout, scratch_layout);
-  std::swap(m.pool, *scratch);
-  auto run = [&]() -> Status {
-    std::vector<int32_t> positions, q_indptr(2), indices, kv_indptr(2), last_len(1), rows(1);
-    std::vector<int64_t> slots;
-    std::vector<float> logits(static_cast<size_t>(m.config.vocab_size));
-    for (int32_t c0 = 0; c0 < n; c0 += m.options.max_num_tokens) {
-      const int32_t c1 = std::min(n, c0 + m.options.max_num_tokens);
-      positions.resize(static_cast<size_t>(c1 - c0));
-      slots.resize(positions.size());
-      for (int32_t i = c0; i < c1; ++i) {
-        positions[static_cast<size_t>(i - c0)] = i;
-        slots[static_cast<size_t>(i - c0)] = bs + i;  // blocks 1.. in order; 0 is the null block
-      }
-      const int32_t blocks = (c1 + bs - 1) / bs;
-      indices.resize(static_cast<size_t>(blocks));
-      for (int32_t b = 0; b < blocks; ++b) indices[static_cast<size_t>(b)] = b + 1;
-      q_indptr = {0, c1 - c0};
-      kv_indptr = {0, blocks};
-      last_len = {c1 - (blocks - 1) * bs};
-      rows = {c1 - c0 - 1};
-      ForwardBatch batch;
-      batch.token_ids = tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(c1 - c0));
-      batch.positions = positions;
-      batch.q_indptr = q_indptr;
-      batch.layout = PagedKvLayout{kv_indptr.data(), indices.data(), last_len.data(), 1, bs};
-      batch.slot_mapping = slots;
-      batch.logits_rows = rows;
-      STRATA_RETURN_IF_ERROR(validate_step_batch(batch, m.config.vocab_size, used_blocks + 1,
-                                                 m.options.max_num_tokens, m.options.max_num_seqs,
-                                                 logits.size(), 0));
-      Result<CudaStepInputs::Device> in = m.inputs.upload(batch, m.stream.get());
-      if (!in.ok()) return in.status();
-      STRATA_RETURN_IF_ERROR(m.run_body(*in, logits));
-      STRATA_RETURN_IF_ERROR(m.stream.synchronize());
-    }
-    return Status::Ok();
-  };
-  const Status status = run();
-  std::swap(m.layout, scratch_layout);
-  std::swap(m.pool, *scratch);
-  STRATA_RETURN_IF_ERROR(status);
-  // Every written slot's K and V, per layer (blocks 1..used_blocks; unwritten slots are 0).
-  std::vector<uint16_t> host(static_cast<size_t>(scratch->bytes() / 2));
-  STRATA_CUDA_CHECK(
-      cudaMemcpy(host.data(), scratch->data(), scratch->bytes(), cudaMemcpyDeviceToHost));
-  const int64_t area = scratch_layout.kv_area_bytes() / 2;
-  std::vector<std::pair<float, float>> abs_max(static_cast<size_t>(m.config.num_hidden_layers),
-                                               {0.0f, 0.0f});
-  for (int32_t l = 0; l < static_cast<int32_t>(abs_max.size()); ++l) {
-    const PagedKvCacheView view = scratch_layout.layer_view(host.data(), l);
-    for (int32_t b = 1; b <= used_blocks; ++b) {
-      const uint16_t* k = static_cast<const uint16_t*>(view.k_data) + b * view.block_stride;
-      const uint16_t* v = static_cast<const uint16_t*>(view.v_data) + b * view.block_stride;
-      auto& [k_max, v_max] = abs_max[static_cast<size_t>(l)];
-      for (int64_t i = 0; i < area; ++i) {
-        k_max = std::max(k_max, std::fabs(bf16_to_f32(k[i])));
-        v_max = std::max(v_max, std::fabs(bf16_to_f32(v[i])));
-      }
-    }
-  }
-  return abs_max;
-}
-
-Status CudaModel::set_kv_static_scales(kv::KvStaticScales scales) {
-  Impl& m = *impl_;
-  const kv::KvSpec& spec = m.layout.spec();
-  if (spec.dtype != DType::kF8E4M3 && spec.dtype != DType::kF8E5M2) {
-    return Status::InvalidArgument("static KV scales are for an fp8 pool");
-  }
-  if (!m.graphs.empty()) {
-    return Status::InvalidArgument("KV scales cannot change after the first decode graph");
-  }
-  if (scales.k.size() != static_cast<size_t>(spec.num_layers) ||
-      scales.v.size() != static_cast<size_t>(spec.num_layers)) {
-    return Status::InvalidArgument("one K and one V scale per layer");
-  }
-  m.layout = kv::KvLayout(spec, m.options.block_size, std::move(scales));
-  return Status::Ok();
 }
 
 Status CudaModel::Impl::copy_pool_blocks(void* pool_data, int64_t block_bytes,

@@ -31,12 +31,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_layout.h"
 #include "model/hf_config.h"
@@ -106,6 +108,32 @@ class CudaModel final : public ModelRunner {
   // Replaces an FP8 pool's static scales; only before the first step (the scales are baked into
   // captured graphs). InvalidArgument otherwise or for scales of the wrong size.
   Status set_kv_static_scales(kv::KvStaticScales scales);
+
+  // --kv-quant-check on the GPU (engine/kv_quant_check.h), measured with this model's own
+  // kernels: passes of tokens (positions 0..n-1) through scratch pools of the serving pool's
+  // block size and FP8 scales, the serving pool untouched. One pass with a bf16 cache, then one
+  // per layer l with only layer l in the cache's dtype (an int4 layer with its residual window),
+  // every other layer bf16. Per layer:
+  //   output_kl   the mean over every position of KL(p || p_l), p the next-token distribution of
+  //               the bf16 pass and p_l that of pass l (host logits, rows over `pool`);
+  //   attn_error  ||o_l - o|| / ||o|| of layer l's attention output in those two passes. Layers
+  //               before l are bf16 in both, so layer l sees the same queries and the figure is
+  //               what reading its own K/V quantized does.
+  // num_layers + 1 passes; after_pass (when set) after each. InvalidArgument for a bf16 cache,
+  // no tokens or a token outside the vocabulary.
+  struct KvQuantFigures {
+    std::vector<double> output_kl;
+    std::vector<double> attn_error;
+  };
+  Result<KvQuantFigures> kv_quant_check(std::span<const int32_t> tokens, ThreadPool& pool,
+                                        const std::function<void()>& after_pass = {});
+  // Lays the pool out again with these per-layer dtypes (check_layer_dtypes' rule; empty = the
+  // cache's dtype everywhere), sized from the same budget: what --kv-quant-check's kept layers
+  // become. Only before the first step. An int4 layout that no longer has an int4 layer drops
+  // its residual pool. InvalidArgument after a step, for dtypes the model cannot hold, or for
+  // an int4 layer in a model created without a residual pool; ResourceExhausted when the new
+  // layout leaves no room (the model then has no pool and must not run).
+  Status set_kv_layer_dtypes(std::vector<DType> layer_dtypes);
 
   const ModelConfig& config() const override;
   const kv::KvLayout& kv_layout() const override;

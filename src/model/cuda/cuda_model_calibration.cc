@@ -1,0 +1,281 @@
+// CudaModel's start-up passes over calibration tokens (cuda_model.h): the FP8 scales'
+// measurement, --kv-quant-check, and the pool's re-layout the check decides. Each pass runs the
+// model's own step (run_body) over one sequence through scratch pools swapped in for it.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/prefill_attention.h"
+#include "model/cuda/cuda_model.h"
+#include "model/cuda/cuda_model_impl.h"
+#include "model/forward_batch_check.h"
+#include "model/logits_kl.h"
+
+namespace strata::model {
+namespace {
+
+Result<cuda::DeviceBuffer> zeroed(int64_t bytes, cudaStream_t stream) {
+  Result<cuda::DeviceBuffer> b = cuda::DeviceBuffer::allocate(static_cast<size_t>(bytes));
+  if (!b.ok()) return b.status();
+  STRATA_CUDA_CHECK(cudaMemsetAsync(b->data(), 0, b->bytes(), stream));
+  return b;
+}
+
+// sqrt(sum |got - ref|^2 / sum |ref|^2) over two bf16 arrays of the same size.
+double relative_l2(const std::vector<uint16_t>& got, const std::vector<uint16_t>& ref) {
+  STRATA_CHECK(got.size() == ref.size(), "relative_l2: sizes differ");
+  double diff_sq = 0.0;
+  double ref_sq = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double r = bf16_to_f32(ref[i]);
+    const double d = static_cast<double>(bf16_to_f32(got[i])) - r;
+    diff_sq += d * d;
+    ref_sq += r * r;
+  }
+  return ref_sq > 0.0 ? std::sqrt(diff_sq / ref_sq) : (diff_sq > 0.0 ? 1.0 : 0.0);
+}
+
+}  // namespace
+
+Status CudaModel::Impl::calibration_pass(std::span<const int32_t> tokens,
+                                         const kv::KvLayout& scratch_layout,
+                                         std::vector<float>* logits,
+                                         cuda::DeviceBuffer* scratch_pool) {
+  if (tokens.empty()) return Status::InvalidArgument("calibration: no tokens");
+  const int32_t bs = options.block_size;
+  STRATA_CHECK(scratch_layout.block_size() == bs, "calibration_pass: the pool's block size");
+  const auto n = static_cast<int32_t>(tokens.size());
+  const int32_t used_blocks = (n + bs - 1) / bs;
+  const int64_t vocab = config.vocab_size;
+  Result<cuda::DeviceBuffer> scratch = zeroed(scratch_layout.pool_bytes(used_blocks + 1), stream.get());
+  if (!scratch.ok()) return scratch.status();
+  // INT4: a scratch residual pool mirroring the main pool's block ids, read through the
+  // serving window (the newest R blocks at full precision, as a served sequence reads them).
+  const bool int4 = kv::needs_residual_pool(scratch_layout.spec());
+  std::optional<kv::KvLayout> scratch_res_layout;
+  cuda::DeviceBuffer scratch_res;
+  if (int4) {
+    scratch_res_layout.emplace(kv::residual_spec(scratch_layout.spec(), DType::kBF16), bs);
+    Result<cuda::DeviceBuffer> r =
+        zeroed(scratch_res_layout->pool_bytes(used_blocks + 1), stream.get());
+    if (!r.ok()) return r.status();
+    scratch_res = std::move(r).value();
+    if (lse_workspace.bytes() == 0 || lse_workspace.data() == nullptr) {
+      Result<cuda::DeviceBuffer> lse = cuda::DeviceBuffer::allocate(static_cast<size_t>(
+          cuda::prefill_int4_workspace_floats(options.max_num_tokens,
+                                              static_cast<int32_t>(config.num_attention_heads)) *
+          4));
+      if (!lse.ok()) return lse.status();
+      lse_workspace = std::move(lse).value();
+    }
+  }
+  if (logits != nullptr) logits->assign(static_cast<size_t>(n * vocab), 0.0f);
+  kv::KvLayout swapped = scratch_layout;
+  std::swap(layout, swapped);
+  std::swap(pool, *scratch);
+  std::swap(res_layout, scratch_res_layout);
+  std::swap(res_pool, scratch_res);
+  auto run = [&]() -> Status {
+    std::vector<int32_t> positions, indices, rows;
+    std::vector<int64_t> slots;
+    std::vector<float> last(static_cast<size_t>(vocab));
+    const std::vector<int32_t> res_first = {0};
+    for (int32_t c0 = 0; c0 < n; c0 += options.max_num_tokens) {
+      const int32_t c1 = std::min(n, c0 + options.max_num_tokens);
+      positions.resize(static_cast<size_t>(c1 - c0));
+      slots.resize(positions.size());
+      for (int32_t i = c0; i < c1; ++i) {
+        positions[static_cast<size_t>(i - c0)] = i;
+        slots[static_cast<size_t>(i - c0)] = bs + i;  // blocks 1.. in order; 0 is the null block
+      }
+      const int32_t blocks = (c1 + bs - 1) / bs;
+      indices.resize(static_cast<size_t>(blocks));
+      for (int32_t b = 0; b < blocks; ++b) indices[static_cast<size_t>(b)] = b + 1;
+      const std::vector<int32_t> q_indptr = {0, c1 - c0};
+      const std::vector<int32_t> kv_indptr = {0, blocks};
+      const std::vector<int32_t> last_len = {c1 - (blocks - 1) * bs};
+      if (logits != nullptr) {
+        rows.resize(positions.size());
+        for (int32_t i = 0; i < c1 - c0; ++i) rows[static_cast<size_t>(i)] = i;
+      } else {
+        rows = {c1 - c0 - 1};
+      }
+      const std::span<float> out =
+          logits != nullptr ? std::span<float>(*logits).subspan(static_cast<size_t>(c0 * vocab),
+                                                                 rows.size() * vocab)
+                            : std::span<float>(last);
+      ForwardBatch batch;
+      batch.token_ids = tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(c1 - c0));
+      batch.positions = positions;
+      batch.q_indptr = q_indptr;
+      batch.layout = PagedKvLayout{kv_indptr.data(), indices.data(), last_len.data(), 1, bs};
+      batch.slot_mapping = slots;
+      batch.logits_rows = rows;
+      if (int4) {
+        batch.layout.res_indptr = kv_indptr.data();
+        batch.layout.res_indices = indices.data();
+        batch.layout.res_first_block = res_first.data();
+        batch.layout.residual_blocks = options.residual_window_blocks;
+        batch.residual_slot_mapping = slots;
+      }
+      STRATA_RETURN_IF_ERROR(validate_step_batch(batch, vocab, used_blocks + 1,
+                                                 options.max_num_tokens, options.max_num_seqs,
+                                                 out.size(), 0));
+      if (int4) STRATA_RETURN_IF_ERROR(validate_step_residual(batch, used_blocks + 1));
+      Result<CudaStepInputs::Device> in = inputs.upload(batch, stream.get());
+      if (!in.ok()) return in.status();
+      if (attention_capture != nullptr) attention_capture->row0 = c0;
+      STRATA_RETURN_IF_ERROR(run_body(*in, out));
+      STRATA_RETURN_IF_ERROR(stream.synchronize());
+    }
+    return Status::Ok();
+  };
+  const Status status = run();
+  std::swap(layout, swapped);
+  std::swap(pool, *scratch);
+  std::swap(res_layout, scratch_res_layout);
+  std::swap(res_pool, scratch_res);
+  STRATA_RETURN_IF_ERROR(status);
+  if (scratch_pool != nullptr) *scratch_pool = std::move(scratch).value();
+  return Status::Ok();
+}
+
+Result<std::vector<std::pair<float, float>>> CudaModel::kv_abs_max(
+    std::span<const int32_t> tokens) {
+  Impl& m = *impl_;
+  if (tokens.empty()) return Status::InvalidArgument("kv_abs_max: no calibration tokens");
+  const int32_t bs = m.options.block_size;
+  const kv::KvLayout scratch_layout(kv_spec(m.config, DType::kBF16), bs);
+  cuda::DeviceBuffer scratch;
+  STRATA_RETURN_IF_ERROR(m.calibration_pass(tokens, scratch_layout, nullptr, &scratch));
+  // Every written slot's K and V, per layer (blocks 1..used_blocks; unwritten slots are 0).
+  const auto used_blocks = static_cast<int32_t>((tokens.size() + bs - 1) / bs);
+  std::vector<uint16_t> host(static_cast<size_t>(scratch.bytes() / 2));
+  STRATA_CUDA_CHECK(
+      cudaMemcpy(host.data(), scratch.data(), scratch.bytes(), cudaMemcpyDeviceToHost));
+  const int64_t area = scratch_layout.kv_area_bytes() / 2;
+  std::vector<std::pair<float, float>> abs_max(static_cast<size_t>(m.config.num_hidden_layers),
+                                               {0.0f, 0.0f});
+  for (int32_t l = 0; l < static_cast<int32_t>(abs_max.size()); ++l) {
+    const PagedKvCacheView view = scratch_layout.layer_view(host.data(), l);
+    for (int32_t b = 1; b <= used_blocks; ++b) {
+      const uint16_t* k = static_cast<const uint16_t*>(view.k_data) + b * view.block_stride;
+      const uint16_t* v = static_cast<const uint16_t*>(view.v_data) + b * view.block_stride;
+      auto& [k_max, v_max] = abs_max[static_cast<size_t>(l)];
+      for (int64_t i = 0; i < area; ++i) {
+        k_max = std::max(k_max, std::fabs(bf16_to_f32(k[i])));
+        v_max = std::max(v_max, std::fabs(bf16_to_f32(v[i])));
+      }
+    }
+  }
+  return abs_max;
+}
+
+Result<CudaModel::KvQuantFigures> CudaModel::kv_quant_check(
+    std::span<const int32_t> tokens, ThreadPool& pool, const std::function<void()>& after_pass) {
+  Impl& m = *impl_;
+  const DType dtype = m.options.kv_dtype;
+  if (dtype == DType::kBF16) {
+    return Status::InvalidArgument("kv_quant_check: a bfloat16 cache has nothing to measure");
+  }
+  if (tokens.empty()) return Status::InvalidArgument("kv_quant_check: no calibration tokens");
+  const auto num_layers = static_cast<int32_t>(m.config.num_hidden_layers);
+  const int32_t bs = m.options.block_size;
+  const int64_t vocab = m.config.vocab_size;
+  AttentionCapture capture;
+  capture.out.assign(static_cast<size_t>(num_layers), nullptr);
+  struct Detach {
+    Impl& m;
+    ~Detach() { m.attention_capture = nullptr; }
+  } detach{m};
+  m.attention_capture = &capture;
+
+  std::vector<std::vector<uint16_t>> ref_attn(static_cast<size_t>(num_layers));
+  for (int32_t l = 0; l < num_layers; ++l) capture.out[static_cast<size_t>(l)] = &ref_attn[l];
+  std::vector<float> ref;
+  STRATA_RETURN_IF_ERROR(
+      m.calibration_pass(tokens, kv::KvLayout(kv_spec(m.config, DType::kBF16), bs), &ref, nullptr));
+  if (after_pass) after_pass();
+
+  KvQuantFigures figures;
+  std::vector<float> got;
+  std::vector<uint16_t> got_attn;
+  std::fill(capture.out.begin(), capture.out.end(), nullptr);
+  for (int32_t l = 0; l < num_layers; ++l) {
+    kv::KvSpec spec = kv_spec(m.config, dtype);
+    spec.layer_dtypes.assign(static_cast<size_t>(num_layers), DType::kBF16);
+    spec.layer_dtypes[static_cast<size_t>(l)] = dtype;
+    capture.out[static_cast<size_t>(l)] = &got_attn;
+    STRATA_RETURN_IF_ERROR(m.calibration_pass(
+        tokens, kv::KvLayout(spec, bs, m.layout.static_scales()), &got, nullptr));
+    capture.out[static_cast<size_t>(l)] = nullptr;
+    if (after_pass) after_pass();
+    figures.output_kl.push_back(mean_kl_of_logits(ref, got, vocab, pool));
+    figures.attn_error.push_back(relative_l2(got_attn, ref_attn[static_cast<size_t>(l)]));
+  }
+  return figures;
+}
+
+Status CudaModel::set_kv_static_scales(kv::KvStaticScales scales) {
+  Impl& m = *impl_;
+  const kv::KvSpec& spec = m.layout.spec();
+  if (spec.dtype != DType::kF8E4M3 && spec.dtype != DType::kF8E5M2) {
+    return Status::InvalidArgument("static KV scales are for an fp8 pool");
+  }
+  if (!m.graphs.empty()) {
+    return Status::InvalidArgument("KV scales cannot change after the first decode graph");
+  }
+  if (scales.k.size() != static_cast<size_t>(spec.num_layers) ||
+      scales.v.size() != static_cast<size_t>(spec.num_layers)) {
+    return Status::InvalidArgument("one K and one V scale per layer");
+  }
+  m.layout = kv::KvLayout(spec, m.options.block_size, std::move(scales));
+  return Status::Ok();
+}
+
+Status CudaModel::set_kv_layer_dtypes(std::vector<DType> layer_dtypes) {
+  Impl& m = *impl_;
+  if (m.stepped) {
+    return Status::InvalidArgument("the KV pool's layout cannot change after the first step");
+  }
+  STRATA_RETURN_IF_ERROR(check_layer_dtypes(m.config, m.options.kv_dtype, layer_dtypes));
+  CudaModelOptions o = m.options;
+  o.kv_layer_dtypes = std::move(layer_dtypes);
+  const kv::KvSpec spec = pool_spec(m.config, o);
+  const bool int4 = kv::needs_residual_pool(spec);
+  if (int4 && !m.res_layout) {
+    return Status::InvalidArgument(
+        "an int4 layer needs the residual pool, and this model was created without one");
+  }
+  // Free the old pool first: the new one is sized from the same budget.
+  m.mover.reset();
+  m.pool = cuda::DeviceBuffer{};
+  m.options.kv_layer_dtypes = std::move(o.kv_layer_dtypes);
+  m.layout = kv::KvLayout(spec, m.options.block_size, m.layout.static_scales());
+  if (!int4 && m.res_layout) {
+    m.res_mover.reset();
+    m.res_pool = cuda::DeviceBuffer{};
+    m.res_layout.reset();
+    m.options.num_residual_blocks = 0;
+    m.info.num_residual_blocks = 0;
+    m.info.residual_pool_bytes = 0;
+    STRATA_RETURN_IF_ERROR(m.make_graph_inputs(0));
+  }
+  try {
+    m.allocate_pool();
+  } catch (const Error& e) {
+    return Status::ResourceExhausted(e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace strata::model

@@ -1,0 +1,158 @@
+#pragma once
+// CudaModel's state, shared by the files that implement it: cuda_model.cc (start-up, the step,
+// graphs, block copies) and cuda_model_calibration.cc (the start-up passes over calibration
+// tokens through scratch pools: FP8 scales, --kv-quant-check, the pool's re-layout). Private to
+// src/model/cuda.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/stream.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_layout.h"
+#include "model/cuda/cuda_block_mover.h"
+#include "model/cuda/cuda_model.h"
+#include "model/cuda/cuda_step_inputs.h"
+#include "model/cuda/cuda_weights.h"
+
+namespace strata::model {
+
+// The model's KV spec for one dtype in every layer.
+kv::KvSpec kv_spec(const ModelConfig& c, DType dtype);
+
+// OK when layer_dtypes is empty or holds one entry per layer, each bfloat16 or kv_dtype.
+Status check_layer_dtypes(const ModelConfig& config, DType kv_dtype,
+                          std::span<const DType> layer_dtypes);
+
+// The pool's spec: kv_dtype, with the per-layer exceptions when there are any.
+inline kv::KvSpec pool_spec(const ModelConfig& c, const CudaModelOptions& o) {
+  kv::KvSpec spec = kv_spec(c, o.kv_dtype);
+  spec.layer_dtypes = o.kv_layer_dtypes;
+  return spec;
+}
+
+// An instantiated graph; destroyed with its owner.
+struct GraphExec {
+  cudaGraphExec_t exec = nullptr;
+  GraphExec() = default;
+  GraphExec(GraphExec&& o) noexcept : exec(std::exchange(o.exec, nullptr)) {}
+  GraphExec& operator=(GraphExec&&) = delete;
+  GraphExec(const GraphExec&) = delete;
+  ~GraphExec() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
+};
+
+// Where run_layer copies each layer's attention output [tokens x q heads x head dim] (bf16) to
+// while set: out[l] for every layer l with a non-null entry, from row `row0` on (a pass in
+// chunks). --kv-quant-check's attention error reads them.
+struct AttentionCapture {
+  std::vector<std::vector<uint16_t>*> out;  // [num_layers]
+  int64_t row0 = 0;
+};
+
+struct CudaModel::Impl {
+  ModelConfig config;
+  CudaModelOptions options;
+  kv::KvLayout layout;
+  CudaModelInfo info;
+  cuda::Stream stream;
+  cuda::Gemm gemm;
+  CudaDecoderWeights weights;
+  cuda::DeviceBuffer inv_freq;  // [head_dim / 2] fp32
+  // Activations for max_num_tokens rows (docs/gpu-engine.md draws the flow).
+  cuda::DeviceBuffer residual, normed, qkv, attn, gate_up, act, logits, workspace;
+  cuda::DeviceBuffer sampled_tokens, sampled_logprobs;  // [max_num_tokens] each
+  CudaStepInputs inputs;
+  cuda::DeviceBuffer pool;
+  std::unique_ptr<CudaBlockMover> mover;  // made with the pool
+  // INT4 only (some layer is I4): the KV residual pool -- bf16 blocks of kv::residual_spec's
+  // shape, addressed by the batch's res_* arrays and residual slot mapping -- its mover, and the
+  // prefill kernel's log-sum-exp scratch for max_num_tokens rows. (`residual` above is the
+  // activations' residual stream, another thing.)
+  std::optional<kv::KvLayout> res_layout;
+  cuda::DeviceBuffer res_pool;
+  std::unique_ptr<CudaBlockMover> res_mover;
+  cuda::DeviceBuffer lse_workspace;
+
+  int64_t q_width() const { return config.num_attention_heads * config.head_dim; }
+  int64_t qkv_width() const {
+    return (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim;
+  }
+
+  Impl(ModelConfig c, const CudaModelOptions& o, CudaDecoderWeights w, cuda::Stream s,
+       cuda::Gemm g)
+      : config(std::move(c)),
+        options(o),
+        layout(pool_spec(config, o), o.block_size, o.kv_scales),
+        stream(std::move(s)),
+        gemm(std::move(g)),
+        weights(std::move(w)) {}
+
+  bool has_residual_pool() const { return kv::needs_residual_pool(layout.spec()); }
+  void allocate_scratch();
+  // The residual pool (INT4), then the KV pool from what is left of the budget.
+  void allocate_residual_pool();
+  // The KV pool from the budget (and first the residual pool, when the layout needs one and it
+  // is not there yet). Throws strata::Error when no room is left.
+  void allocate_pool();
+  // The decode graphs' fixed inputs for the options' sequences and lengths (none when eager), with
+  // R residual entries per sequence (0 without an int4 layer).
+  Status make_graph_inputs(int32_t residual_window_blocks);
+  Status run_layer(int32_t l, const CudaStepInputs::Device& in);
+  // Copies layer l's attention output to the capture's host buffer (when one is set for l).
+  Status capture_attention(int32_t l, const CudaStepInputs::Device& in);
+  // One forward pass of tokens (one sequence, positions 0..n-1, in chunks of max_num_tokens)
+  // through a scratch pool of `scratch_layout` (and a scratch residual pool when it has an int4
+  // layer, its window the options'); the serving pools are untouched. logits, when set, gets
+  // [n x vocab]; *scratch_pool, when set, the scratch pool after the pass.
+  Status calibration_pass(std::span<const int32_t> tokens, const kv::KvLayout& scratch_layout,
+                          std::vector<float>* logits, cuda::DeviceBuffer* scratch_pool);
+  // q/k norms and RoPE with the fused KV append; for an INT4 layer the rows go to the residual
+  // pool and the blocks they fill are quantized into the int4 pool after.
+  Status rope_and_append(int32_t l, const CudaLayerWeights& w, const CudaStepInputs::Device& in);
+  Status run_attention(int32_t l, const CudaStepInputs::Device& in);
+  // Whole-block copies inside one device pool (copy-on-write), waited for.
+  Status copy_pool_blocks(void* pool_data, int64_t block_bytes,
+                          std::span<const kv::BlockCopy> copies);
+  Status gemm_run(const void* a, int64_t lda, const DeviceTensor& w, const DeviceTensor& bias,
+                  void* d, int64_t ldd, DType d_dtype, bool accumulate, int64_t m, int64_t n,
+                  int64_t k);
+  Status norm(const DeviceTensor& weight, const int32_t* rows, int32_t num_rows);
+  // Final norm, LM head, and then either a copy to the host (logits rows) or the sampling
+  // kernel (sample rows, into sampled_tokens / sampled_logprobs), kLogitsChunk rows at a time so
+  // the logits buffer stays small.
+  Status head(const CudaStepInputs::Device& in, std::span<float> host_logits);
+  // Copies the first sampled.size() drawn tokens out and waits for the step.
+  Status collect_samples(std::span<SampledToken> sampled);
+  // Embedding, every layer, head: one step's launches (captured as they are into graphs).
+  Status run_body(const CudaStepInputs::Device& in, std::span<float> host_logits);
+  // A decode step through a CUDA graph of its (padded batch, KV bound) shape.
+  Status run_graph(const ForwardBatch& batch, std::span<SampledToken> sampled);
+  Status capture(std::pair<int32_t, int32_t> key, const CudaStepInputs::Device& in);
+
+  CudaStepInputs graph_inputs;  // fixed addresses; empty with enforce_eager
+  std::map<std::pair<int32_t, int32_t>, GraphExec> graphs;
+  Status sample_rows(const CudaStepInputs::Device& in, int32_t first, int32_t count,
+                     const float* chunk_logits);
+  // Pinned, so the two copies of a step's draws are asynchronous and one wait covers both.
+  struct PinnedFree {
+    void operator()(void* p) const { cudaFreeHost(p); }
+  };
+  std::unique_ptr<int32_t[], PinnedFree> host_tokens;  // [max_num_tokens]
+  std::unique_ptr<float[], PinnedFree> host_logprobs;  // [max_num_tokens]
+  AttentionCapture* attention_capture = nullptr;  // set during a calibration pass only
+  bool stepped = false;  // forward() has run: the pool holds sequences' K/V
+};
+
+}  // namespace strata::model
