@@ -9,24 +9,26 @@
 namespace strata::model {
 namespace {
 
-void log_softmax(const float* row, int64_t vocab, std::vector<double>& out) {
+// log(sum exp(row)), in double.
+double log_sum_exp(const float* row, int64_t vocab) {
   const double max = *std::max_element(row, row + vocab);
   double sum = 0.0;
   for (int64_t i = 0; i < vocab; ++i) sum += std::exp(row[i] - max);
-  const double log_sum = std::log(sum) + max;
-  out.resize(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) out[static_cast<size_t>(i)] = row[i] - log_sum;
+  return std::log(sum) + max;
 }
 
 }  // namespace
 
+// No per-row buffers: a model's vocabulary is 128K entries and --kv-quant-check takes this over
+// every calibration row of every pass.
 double kl_of_logits(const float* p_logits, const float* q_logits, int64_t vocab) {
-  std::vector<double> lp;
-  std::vector<double> lq;
-  log_softmax(p_logits, vocab, lp);
-  log_softmax(q_logits, vocab, lq);
+  const double lse_p = log_sum_exp(p_logits, vocab);
+  const double lse_q = log_sum_exp(q_logits, vocab);
   double kl = 0.0;
-  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double lp = p_logits[i] - lse_p;
+    kl += std::exp(lp) * (lp - (q_logits[i] - lse_q));
+  }
   return std::max(kl, 0.0);
 }
 

@@ -3,8 +3,9 @@
 //   - the per-layer figures agree with the CPU model's measurement of the same dtype and scales
 //     (a bf16 cache and bf16 activations there against float32 here, so within a factor, not
 //     bit for bit);
-//   - a layer whose V scale is planted a thousand times too large reads attention error ~1 and
-//     stands out in the output KL, for the engine to keep;
+//   - a layer whose V scale is planted a million times too large reads attention error 1 and
+//     stands out in the output KL, for the engine to keep, while the other layer's figures do
+//     not move (each pass quantizes one layer only);
 //   - INT4 measures through its residual window; the serving pool is untouched by the passes;
 //   - a re-laid-out pool holds bf16 exactly where asked (the same logits as a model created that
 //     way), is sized from the same budget, drops an INT4 residual pool no layer uses, and is
@@ -114,23 +115,31 @@ TEST(CudaKvQuantCheckTest, FiguresAgreeWithTheCpuModel) {
   }
 }
 
-// A layer whose V codes all underflow (its scale a thousand times the calibrated one) reads
-// back zeros: its attention output is lost (error ~1), and its output KL is far above the
-// healthy layer's, whose error stays at the format's floor.
+// A layer whose V codes all underflow (its scale a million times the calibrated one) reads
+// back zeros: its attention output is lost (error 1) and its output KL rises far above its
+// healthy figure. The other layer's figures are those of the healthy check bit for bit: in its
+// pass the planted layer holds bf16.
 TEST(CudaKvQuantCheckTest, APlantedLayerStandsOut) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   const std::string fixture = "llama3-gqa-hd128";
   const std::vector<int32_t> tokens = calibration_tokens(fixture);
   std::unique_ptr<CudaModel> gpu = CudaModel::create(options(fixture, DType::kF8E4M3));
   kv::KvStaticScales scales = calibrate(*gpu, tokens, DType::kF8E4M3);
-  scales.v[1] *= 1000.0f;
-  ASSERT_TRUE(gpu->set_kv_static_scales(scales).ok());
   ThreadPool pool(2);
+  Result<CudaModel::KvQuantFigures> healthy = gpu->kv_quant_check(tokens, pool);
+  ASSERT_TRUE(healthy.ok()) << healthy.status().to_string();
+  scales.v[1] *= 1e6f;
+  ASSERT_TRUE(gpu->set_kv_static_scales(scales).ok());
   Result<CudaModel::KvQuantFigures> got = gpu->kv_quant_check(tokens, pool);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
-  EXPECT_GT(got->attn_error[1], 0.9);
-  EXPECT_LT(got->attn_error[0], 0.1);
-  EXPECT_GT(got->output_kl[1], 10.0 * got->output_kl[0]);
+  std::printf("  layer 1 planted: output KL %.3e (healthy %.3e), attn error %.3e (healthy %.3e)\n",
+              got->output_kl[1], healthy->output_kl[1], got->attn_error[1],
+              healthy->attn_error[1]);
+  EXPECT_GT(got->attn_error[1], 0.99);
+  EXPECT_LT(healthy->attn_error[1], 0.1);
+  EXPECT_GT(got->output_kl[1], 10.0 * healthy->output_kl[1]);
+  EXPECT_EQ(got->output_kl[0], healthy->output_kl[0]);
+  EXPECT_EQ(got->attn_error[0], healthy->attn_error[0]);
 }
 
 // Every dtype: figures that are finite, positive and below a lost layer's, and a serving pool

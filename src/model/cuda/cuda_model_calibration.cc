@@ -78,7 +78,7 @@ Status CudaModel::Impl::calibration_pass(std::span<const int32_t> tokens,
       lse_workspace = std::move(lse).value();
     }
   }
-  if (logits != nullptr) logits->assign(static_cast<size_t>(n * vocab), 0.0f);
+  if (logits != nullptr) logits->resize(static_cast<size_t>(n * vocab));  // every row written
   kv::KvLayout swapped = scratch_layout;
   std::swap(layout, swapped);
   std::swap(pool, *scratch);
