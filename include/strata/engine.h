@@ -99,7 +99,7 @@ struct EngineConfig {
   // CPU, BF16 on the GPU: what auto picks) while the others hold kv_dtype --
   // --kv-cache-dtype-skip-layers (indices checked against the model at creation), and with
   // kv_quant_check every layer whose output KL at start-up (engine/kv_quant_check.h, measured
-  // on the CPU model on either device) is above kv_quant_check_threshold (nats per token).
+  // with the serving device's own kernels) is above kv_quant_check_threshold (nats per token).
   kv::KvSkipLayers kv_skip_layers;
   bool kv_quant_check = false;
   double kv_quant_check_threshold = engine::kDefaultKvQuantCheckThreshold;

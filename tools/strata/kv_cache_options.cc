@@ -37,8 +37,8 @@ void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only) {
                "--calculate-kv-scales is not given (vLLM's silent default; may lose accuracy)");
   cmd.add_flag("--kv-quant-check", o.kv_quant_check,
                "At start-up, measure each layer's error with the quantized KV cache on the "
-               "calibration prompt, print it, and keep the layers above the threshold at model "
-               "precision (CPU)");
+               "calibration prompt with the serving device's kernels, print it, and keep the layers "
+               "above the threshold at model precision (float32 on the CPU, bfloat16 on the GPU)");
   cmd.add_option("--kv-quant-check-threshold", o.kv_quant_check_threshold,
                  "--kv-quant-check: keep a layer whose output KL (mean nats per token with only that "
                  "layer quantized) is above this")
