@@ -24,15 +24,10 @@ struct Fp8QueryScale {
   float scale = 0.0f;
 };
 
-// From the largest |q| of the row's values in this lane, reduced over the four lanes of a
-// fragment row (lanes differing in bits 0 and 1 of the lane index).
-__device__ __forceinline__ Fp8QueryScale fp8_query_scale(float lane_amax) {
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    lane_amax = fmaxf(lane_amax, __shfl_xor_sync(0xffffffffu, lane_amax, off));
-  }
+// From the largest |q| of the whole row.
+__device__ __forceinline__ Fp8QueryScale fp8_query_scale_of(float row_amax) {
   Fp8QueryScale s;
-  const float need = lane_amax / kFp8E4M3Max;
+  const float need = row_amax / kFp8E4M3Max;
   if (need > 0.0f) {
     // The smallest power of two >= need: need's exponent, one up if any mantissa bit is set.
     const uint32_t bits = __float_as_uint(need);
@@ -41,6 +36,16 @@ __device__ __forceinline__ Fp8QueryScale fp8_query_scale(float lane_amax) {
     s.inv = __uint_as_float((254u - exponent) << 23);
   }
   return s;
+}
+
+// From the largest |q| of the row's values in this lane, reduced over the four lanes of a
+// fragment row (lanes differing in bits 0 and 1 of the lane index).
+__device__ __forceinline__ Fp8QueryScale fp8_query_scale(float lane_amax) {
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    lane_amax = fmaxf(lane_amax, __shfl_xor_sync(0xffffffffu, lane_amax, off));
+  }
+  return fp8_query_scale_of(lane_amax);
 }
 
 // The larger |x| of two 16-bit values of kQ.

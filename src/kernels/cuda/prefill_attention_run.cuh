@@ -26,8 +26,9 @@ Status run_prefill_attention(const PrefillAttentionParams& p, cudaStream_t strea
     rp.cache = p.residual;
     rp.layout.kv_indices = p.layout.res_indices;
     return launch_prefill<kQDType, kQDType, kHeadDim, 4, 64, 2>(rp, stream, kResidualPart);
-  } else if constexpr (kKvDType == kQDType) {
-    return launch_prefill_ws<kQDType, kHeadDim>(p, stream);
+  } else if constexpr (kKvDType == kQDType || kKvDType == DType::kF8E4M3 ||
+                       kKvDType == DType::kF8E5M2) {
+    return launch_prefill_ws<kQDType, kKvDType, kHeadDim>(p, stream);
   } else {
     return launch_prefill<kQDType, kKvDType, kHeadDim, 4, 64, 2>(p, stream);
   }

@@ -1,7 +1,14 @@
 #pragma once
-// Warp-specialized paged prefill attention for 16-bit caches (BF16, FP16) on Hopper: the
+// Warp-specialized paged prefill attention for 16-bit and FP8 caches on Hopper: the
 // FlashAttention-3 division of labour over the paged pool (docs/kernels.md, "Warp-specialized
 // prefill"). Included only through prefill_attention_run.cuh.
+//
+// FP8 caches (E4M3, E5M2) run the same products in fp16: the producer's bulk copies bring the
+// codes (half BF16's bytes) into a staging ring, and its four warps convert each tile exactly
+// to fp16 in the swizzled layout the products read (FP8's per-layer scales are folded into the
+// softmax scale and the output). Q is rounded per (token, head) row to e4m3 values under a
+// power-of-two scale, as the decode kernel rounds it (fp8_query.cuh), so a token's attention does
+// not depend on which kernel ran its row; P is fp16.
 //
 // A thread block owns 128 query rows (heads_per_block heads of one KV group times
 // tokens_per_block tokens, as the mma.sync kernel packs them) and has three warpgroups:
@@ -27,6 +34,9 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/fp8_query.cuh"
+#include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/prefill_attention_kernel.cuh"
@@ -35,7 +45,9 @@
 
 namespace strata::cuda::detail {
 
-template <int kHeadDim>
+// kCodes: an FP8 cache, whose codes are staged (kStages tiles of K and of V, one byte per
+// channel) and converted by the producer.
+template <int kHeadDim, bool kCodes = false>
 struct PrefillWsShape {
   static constexpr int kConsumers = 2;           // warpgroups of 64 query rows
   static constexpr int kRows = 64 * kConsumers;  // query rows per block
@@ -45,31 +57,42 @@ struct PrefillWsShape {
   static constexpr int kRowVecs = kHeadDim / 8;  // 16-byte vectors per row
   static constexpr int kQBytes = kRows * kHeadDim * 2;
   static constexpr int kTileBytes = kN * kHeadDim * 2;  // one K or V tile
-  static constexpr int kBarriers = 4 * kStages;         // K and V, full and empty, per stage
-  static constexpr size_t kSmemBytes =
-      1024u + static_cast<size_t>(kQBytes) + 2u * kStages * kTileBytes + 8u * kBarriers;
+  static constexpr int kCodeTileBytes = kCodes ? kN * kHeadDim : 0;
+  // K and V, full and empty, per stage; the same again for the code stages.
+  static constexpr int kBarriers = (kCodes ? 8 : 4) * kStages;
+  static constexpr size_t kSmemBytes = 1024u + static_cast<size_t>(kQBytes) +
+                                       2u * kStages * (kTileBytes + kCodeTileBytes) +
+                                       8u * kBarriers;
   // Registers: the producer keeps kProducerRegs, each consumer thread gets kConsumerRegs
   // (128 x 24 + 256 x 240 <= 64K; the consumers spill about ten, outside the tile loop's
-  // products).
-  static constexpr uint32_t kProducerRegs = 24;
-  static constexpr uint32_t kConsumerRegs = 240;
+  // products). The converting producer needs a code vector and its fp16 values live.
+  static constexpr uint32_t kProducerRegs = kCodes ? 40 : 24;
+  static constexpr uint32_t kConsumerRegs = kCodes ? 232 : 240;
 };
 
 // The kernel's arguments: the shared prefill arguments and the bulk tensor copy's view of this
 // layer's K and V pools, [block][KV head][token][channel] with boxes of 64 channels x one
-// block's tokens, written in the 128-byte swizzle.
+// block's tokens, written in the 128-byte swizzle (FP8: of all channels x one block's tokens,
+// unswizzled, into the staging ring).
 struct PrefillWsArgs {
   CUtensorMap k_map;
   CUtensorMap v_map;
   PrefillKernelArgs a;
 };
 
-template <DType kT, int kHeadDim>
-__global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
+// kQ: the queries' and output's dtype; kKv: the cache's (kQ itself, or FP8 with kQ = BF16).
+template <DType kQ, DType kKv, int kHeadDim>
+__global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>::kThreads, 1)
     prefill_ws_kernel(const __grid_constant__ PrefillWsArgs args) {
   const PrefillKernelArgs& a = args.a;
-  using Shape = PrefillWsShape<kHeadDim>;
+  constexpr bool kCodes = is_quantized_kv(kKv);
+  static_assert(!kCodes || kKv == DType::kF8E4M3 || kKv == DType::kF8E5M2, "FP8 codes only");
+  static_assert(kCodes || kKv == kQ);
+  // The products' dtype: the cache's, or fp16 for FP8 (its codes and the rounded Q exact there).
+  constexpr DType kT = kCodes ? DType::kF16 : kKv;
+  using Shape = PrefillWsShape<kHeadDim, kCodes>;
   using T = typename CudaType<kT>::type;
+  using TQ = typename CudaType<kQ>::type;
   constexpr int kN = Shape::kN;
   constexpr int kStages = Shape::kStages;
   constexpr int kRowVecs = Shape::kRowVecs;
@@ -114,76 +137,170 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   // Per stage: K landed, V landed (the producer's copies), K released, V released (a consumer
   // warp each). K and V are separate pipelines: a consumer releases tile j's K after S_j and
   // its V after P_j V_j, one iteration later.
-  uint64_t* const full_k = reinterpret_cast<uint64_t*>(v_smem + kStages * kTileBytes);
+  // FP8: the code stages, [stage][kN keys][kHeadDim bytes] for K then V.
+  char* const codes_smem = v_smem + kStages * kTileBytes;
+  uint64_t* const full_k =
+      reinterpret_cast<uint64_t*>(codes_smem + 2 * kStages * Shape::kCodeTileBytes);
   uint64_t* const full_v = full_k + kStages;
   uint64_t* const empty_k = full_v + kStages;
   uint64_t* const empty_v = empty_k + kStages;
+  // FP8: a code stage landed (the bulk copies' bytes) and was converted (every producer warp).
+  uint64_t* const code_full = empty_v + kStages;         // [kv][stage]
+  uint64_t* const code_empty = code_full + 2 * kStages;  // [kv][stage]
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
-      // The producer warp's lanes' cp.async arrivals and lane 0's byte count of the bulk copies.
-      mbarrier_init(full_k + st, 33);
-      mbarrier_init(full_v + st, 33);
+      // 16-bit: the producer warp's lanes' cp.async arrivals and lane 0's byte count of the bulk
+      // copies. FP8: every converting thread.
+      mbarrier_init(full_k + st, kCodes ? 128 : 33);
+      mbarrier_init(full_v + st, kCodes ? 128 : 33);
       mbarrier_init(empty_k + st, 4 * Shape::kConsumers);  // every consumer warp
       mbarrier_init(empty_v + st, 4 * Shape::kConsumers);
+      if constexpr (kCodes) {
+        for (int kv = 0; kv < 2; ++kv) {
+          mbarrier_init(code_full + kv * kStages + st, 1);   // lane 0's byte count
+          mbarrier_init(code_empty + kv * kStages + st, 4);  // every producer warp
+        }
+      }
     }
   }
   __syncthreads();
 
-  if (wg == Shape::kConsumers) {
-    // Producer: its first warp copies; the other three only give their registers back. Blocks
-    // wholly below kv_hi go by the bulk tensor copy (lane 0, one copy per 64 channels of a
-    // block, landing in the swizzle the products read); the tile's tail (a partial last block,
-    // and zeros past the sequence) by cp.async with zero fill, whole rows by consecutive lanes.
-    warpgroup_release_registers<Shape::kProducerRegs>();
-    const int lane_p = threadIdx.x - 128 * Shape::kConsumers;
-    if (lane_p >= 32) return;
-    const T* k_head = static_cast<const T*>(a.k_data) + kv_head * a.head_stride;
-    const T* v_head = static_cast<const T*>(a.v_data) + kv_head * a.head_stride;
-    const int bs = a.block_size;
-    // Tile j's K (kv = 0) or V (kv = 1) into its stage, once the consumers released the stage.
-    auto load = [&](int j, int kv) {
-      const int st = j % kStages;
-      mbarrier_wait((kv == 0 ? empty_k : empty_v) + st, ((j / kStages) & 1) ^ 1);
-      uint64_t* const landed = (kv == 0 ? full_k : full_v) + st;
-      const int tile = kv_lo + (num_tiles - 1 - j) * kN;  // the last tile first
-      char* const dst = (kv == 0 ? k_smem : v_smem) + st * kTileBytes;
-      const int whole = min(max(kv_hi - tile, 0) / bs, kN / bs);  // blocks wholly below kv_hi
-      if (lane_p == 0) {
+  if constexpr (kCodes) {
+    if (wg == Shape::kConsumers) {
+      // FP8 producer. Lane 0 of its first warp copies every block of a tile that holds a key below
+      // kv_hi, whole (its rows past kv_hi are stale and never read), into the code stage; then
+      // all four warps convert the stage into the fp16 tile, writing zeros for the keys at or past
+      // kv_hi (0 x NaN would be NaN in P V). Lane 0 copies one tile ahead of the conversion.
+      warpgroup_release_registers<Shape::kProducerRegs>();
+      const int pt = threadIdx.x - 128 * Shape::kConsumers;
+      const int bs = a.block_size;
+      auto copy = [&](int j, int kv) {
+        const int st = j % kStages;
+        mbarrier_wait(code_empty + kv * kStages + st, ((j / kStages) & 1) ^ 1);
+        uint64_t* const landed = code_full + kv * kStages + st;
+        const int tile = kv_lo + (num_tiles - 1 - j) * kN;
+        const int blocks = min((kv_hi - tile + bs - 1) / bs, kN / bs);
+        mbarrier_arrive_expect_tx(landed, static_cast<uint32_t>(blocks * bs * kHeadDim));
+        char* const dst = codes_smem + (kv * kStages + st) * Shape::kCodeTileBytes;
         const CUtensorMap* map = kv == 0 ? &args.k_map : &args.v_map;
-        mbarrier_arrive_expect_tx(landed, static_cast<uint32_t>(whole * bs * kHeadDim * 2));
-        for (int b = 0; b < whole; ++b) {
+        for (int b = 0; b < blocks; ++b) {
           const int page = __ldg(pages + (tile >> a.log2_block_size) + b);
+          tma_load_4d(dst + b * bs * kHeadDim, map, 0, 0, kv_head, page, landed);
+        }
+      };
+      auto convert = [&](int j, int kv) {
+        const int st = j % kStages;
+        mbarrier_wait((kv == 0 ? empty_k : empty_v) + st, ((j / kStages) & 1) ^ 1);
+        mbarrier_wait(code_full + kv * kStages + st, (j / kStages) & 1);
+        const int tile = kv_lo + (num_tiles - 1 - j) * kN;
+        const char* const src = codes_smem + (kv * kStages + st) * Shape::kCodeTileBytes;
+        char* const dst = (kv == 0 ? k_smem : v_smem) + st * kTileBytes;
+        constexpr int kVecs = kHeadDim / 16;  // 16-code vectors per key
+#pragma unroll 4
+        for (int i = 0; i < kN * kVecs / 128; ++i) {
+          const int idx = pt + i * 128;
+          const int r = idx / kVecs;
+          const int v = idx % kVecs;
+          uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
+          if (tile + r < kv_hi) {
+            const uint4 c = *reinterpret_cast<const uint4*>(src + r * kHeadDim + v * 16);
+            codes4_to_f16x2<kKv>(c.x, lo.x, lo.y);
+            codes4_to_f16x2<kKv>(c.y, lo.z, lo.w);
+            codes4_to_f16x2<kKv>(c.z, hi.x, hi.y);
+            codes4_to_f16x2<kKv>(c.w, hi.z, hi.w);
+          }
+          *reinterpret_cast<uint4*>(dst + swz(r, 2 * v, kKvColBytes)) = lo;
+          *reinterpret_cast<uint4*>(dst + swz(r, 2 * v + 1, kKvColBytes)) = hi;
+        }
+        fence_proxy_async();  // the products read the tile through the async proxy
+        mbarrier_arrive((kv == 0 ? full_k : full_v) + st);
+        __syncwarp();
+        if (pt % 32 == 0) mbarrier_arrive(code_empty + kv * kStages + st);
+      };
+      // In the consumers' order, K_0, then K_{j+1} before V_j; item i + 1 copied before item i is
+      // converted.
+      auto item = [&](int i, int& j, int& kv) {
+        if (i == 0) {
+          j = 0;
+          kv = 0;
+        } else if (i == 2 * num_tiles - 1) {
+          j = num_tiles - 1;
+          kv = 1;
+        } else {
+          j = (i + 1) / 2 - (i % 2 == 0 ? 1 : 0);
+          kv = i % 2 == 0 ? 1 : 0;
+        }
+      };
+      const int items = 2 * num_tiles;
+      if (pt == 0) copy(0, 0);
+      for (int i = 0; i < items; ++i) {
+        int j, kv;
+        if (pt == 0 && i + 1 < items) {
+          item(i + 1, j, kv);
+          copy(j, kv);
+        }
+        item(i, j, kv);
+        convert(j, kv);
+      }
+      return;
+    }
+  } else {
+    if (wg == Shape::kConsumers) {
+      // Producer: its first warp copies; the other three only give their registers back. Blocks
+      // wholly below kv_hi go by the bulk tensor copy (lane 0, one copy per 64 channels of a
+      // block, landing in the swizzle the products read); the tile's tail (a partial last block,
+      // and zeros past the sequence) by cp.async with zero fill, whole rows by consecutive lanes.
+      warpgroup_release_registers<Shape::kProducerRegs>();
+      const int lane_p = threadIdx.x - 128 * Shape::kConsumers;
+      if (lane_p >= 32) return;
+      const T* k_head = static_cast<const T*>(a.k_data) + kv_head * a.head_stride;
+      const T* v_head = static_cast<const T*>(a.v_data) + kv_head * a.head_stride;
+      const int bs = a.block_size;
+      // Tile j's K (kv = 0) or V (kv = 1) into its stage, once the consumers released the stage.
+      auto load = [&](int j, int kv) {
+        const int st = j % kStages;
+        mbarrier_wait((kv == 0 ? empty_k : empty_v) + st, ((j / kStages) & 1) ^ 1);
+        uint64_t* const landed = (kv == 0 ? full_k : full_v) + st;
+        const int tile = kv_lo + (num_tiles - 1 - j) * kN;  // the last tile first
+        char* const dst = (kv == 0 ? k_smem : v_smem) + st * kTileBytes;
+        const int whole = min(max(kv_hi - tile, 0) / bs, kN / bs);  // blocks wholly below kv_hi
+        if (lane_p == 0) {
+          const CUtensorMap* map = kv == 0 ? &args.k_map : &args.v_map;
+          mbarrier_arrive_expect_tx(landed, static_cast<uint32_t>(whole * bs * kHeadDim * 2));
+          for (int b = 0; b < whole; ++b) {
+            const int page = __ldg(pages + (tile >> a.log2_block_size) + b);
 #pragma unroll
-          for (int c = 0; c < kHeadDim / 64; ++c) {
-            tma_load_4d(dst + c * kKvColBytes + b * bs * 128, map, 64 * c, 0, kv_head, page,
-                        landed);
+            for (int c = 0; c < kHeadDim / 64; ++c) {
+              tma_load_4d(dst + c * kKvColBytes + b * bs * 128, map, 64 * c, 0, kv_head, page,
+                          landed);
+            }
           }
         }
+        const T* const head_ptr = kv == 0 ? k_head : v_head;
+        for (int idx = whole * bs * kRowVecs + lane_p; idx < kN * kRowVecs; idx += 32) {
+          const int c = idx % kRowVecs;
+          const int r = idx / kRowVecs;
+          const int tok = tile + r;
+          const int tok_c = tok < kv_hi ? tok : kv_lo;  // a valid address, zero-filled
+          const int64_t src =
+              static_cast<int64_t>(__ldg(pages + (tok_c >> a.log2_block_size))) * a.block_stride +
+              (tok_c & (bs - 1)) * a.token_stride + c * 8;
+          cp_async16_zfill(dst + swz(r, c, kKvColBytes), head_ptr + src, tok < kv_hi);
+        }
+        mbarrier_arrive_cp_async(landed);
+      };
+      // In the order the consumers use them: K_0, then K_{j+1} before V_j (S_{j+1} and P_j V_j
+      // are issued together).
+      load(0, 0);
+      for (int j = 0; j < num_tiles; ++j) {
+        if (j + 1 < num_tiles) load(j + 1, 0);
+        load(j, 1);
       }
-      const T* const head_ptr = kv == 0 ? k_head : v_head;
-      for (int idx = whole * bs * kRowVecs + lane_p; idx < kN * kRowVecs; idx += 32) {
-        const int c = idx % kRowVecs;
-        const int r = idx / kRowVecs;
-        const int tok = tile + r;
-        const int tok_c = tok < kv_hi ? tok : kv_lo;  // a valid address, zero-filled
-        const int64_t src =
-            static_cast<int64_t>(__ldg(pages + (tok_c >> a.log2_block_size))) * a.block_stride +
-            (tok_c & (bs - 1)) * a.token_stride + c * 8;
-        cp_async16_zfill(dst + swz(r, c, kKvColBytes), head_ptr + src, tok < kv_hi);
-      }
-      mbarrier_arrive_cp_async(landed);
-    };
-    // In the order the consumers use them: K_0, then K_{j+1} before V_j (S_{j+1} and P_j V_j
-    // are issued together).
-    load(0, 0);
-    for (int j = 0; j < num_tiles; ++j) {
-      if (j + 1 < num_tiles) load(j + 1, 0);
-      load(j, 1);
+      cp_async_wait_all();
+      return;
     }
-    cp_async_wait_all();
-    return;
   }
 
   // Consumer wg: rows 64 wg .. 64 wg + 63 of the block. Block row R is query head R / tpb of the
@@ -196,7 +313,39 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   const int t = lane & 3;
   const int head_base = kv_head * a.group_size + head_tile * a.heads_per_block;
   char* const q_wg = q_smem + wg * 64 * kHeadDim * 2;
-  {
+  if constexpr (kCodes) {
+    // Two threads per row, half its channels each: the row's largest |q| over both, then its
+    // values rounded to e4m3 under the row's power-of-two scale, stored as fp16 (code x scale,
+    // exact) in the swizzle.
+    constexpr int kHalfVecs = kRowVecs / 2;
+    const TQ* q = static_cast<const TQ*>(a.q);
+    const int rr = wt / 2;
+    const int half = wt % 2;
+    const int row = 64 * wg + rr;
+    const int tok = r0 + row % tpb;
+    const bool valid = tok < q_len;
+    const TQ* q_row = q + static_cast<int64_t>(q_begin + (valid ? tok : 0)) * a.q_token_stride +
+                      (head_base + row / tpb) * kHeadDim + half * (kHeadDim / 2);
+    uint4 x[kHalfVecs];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kHalfVecs; ++i) {
+      x[i] = valid ? *reinterpret_cast<const uint4*>(q_row + 8 * i) : make_uint4(0u, 0u, 0u, 0u);
+      amax = fmaxf(amax, fmaxf(fmaxf(abs_max2<kQ>(x[i].x), abs_max2<kQ>(x[i].y)),
+                               fmaxf(abs_max2<kQ>(x[i].z), abs_max2<kQ>(x[i].w))));
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    const Fp8QueryScale qs = fp8_query_scale_of(amax);
+#pragma unroll
+    for (int i = 0; i < kHalfVecs; ++i) {
+      const uint4 r =
+          make_uint4(query_rounded_f16x2<kQ>(x[i].x, qs), query_rounded_f16x2<kQ>(x[i].y, qs),
+                     query_rounded_f16x2<kQ>(x[i].z, qs), query_rounded_f16x2<kQ>(x[i].w, qs));
+      *reinterpret_cast<uint4*>(q_wg + swz(rr, half * kHalfVecs + i, kQColBytes)) = r;
+    }
+    fence_proxy_async();  // read by wgmma
+    named_barrier_sync(1 + wg, 128);
+  } else {
     const T* q = static_cast<const T*>(a.q);
 #pragma unroll
     for (int i = 0; i < 64 * kRowVecs / 128; ++i) {
@@ -381,19 +530,20 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
     l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
   }
   if (!warp_active) return;
-  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f;
-  const float inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
-  T* o_head = static_cast<T*>(a.o) + head * kHeadDim;
+  // out_scale: FP8's V scale (1 for 16-bit caches).
+  const float inv_a = l_a > 0.0f ? a.out_scale / l_a : 0.0f;
+  const float inv_b = l_b > 0.0f ? a.out_scale / l_b : 0.0f;
+  TQ* o_head = static_cast<TQ*>(a.o) + head * kHeadDim;
 #pragma unroll
   for (int j = 0; j < kDimTiles; ++j) {
     const int col = 8 * j + 2 * t;
     if (row_a < q_len) {
       *reinterpret_cast<uint32_t*>(o_head + (q_begin + row_a) * a.o_token_stride + col) =
-          pack2<kT>(o[j][0] * inv_a, o[j][1] * inv_a);
+          pack2<kQ>(o[j][0] * inv_a, o[j][1] * inv_a);
     }
     if (row_b < q_len) {
       *reinterpret_cast<uint32_t*>(o_head + (q_begin + row_b) * a.o_token_stride + col) =
-          pack2<kT>(o[j][2] * inv_b, o[j][3] * inv_b);
+          pack2<kQ>(o[j][2] * inv_b, o[j][3] * inv_b);
     }
   }
 }
@@ -413,26 +563,28 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // The bulk tensor copy's view of one layer's K or V pool (base = its block 0): 4-d, [block][KV
-// head][token][channel] by the view's strides, boxes of 64 channels x block_size tokens of one
-// head, written in the 128-byte swizzle. The pool's block count is not in the view; the copies
-// address only blocks of the block tables, so the outer extent is a bound, not the pool's size.
-template <DType kT>
-Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCacheView& c) {
+// head][token][channel] by the view's strides (in elements of elem_bytes), boxes of
+// box_channels x block_size tokens of one head, written with `swizzle`. The pool's block count
+// is not in the view; the copies address only blocks of the block tables, so the outer extent
+// is a bound, not the pool's size.
+inline Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCacheView& c,
+                            CUtensorMapDataType type, int elem_bytes, int box_channels,
+                            CUtensorMapSwizzle swizzle) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return Status::Internal("cuTensorMapEncodeTiled is not available");
+  const auto eb = static_cast<cuuint64_t>(elem_bytes);
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(c.head_dim),
                               static_cast<cuuint64_t>(c.block_size),
                               static_cast<cuuint64_t>(c.num_kv_heads), cuuint64_t{1} << 31};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(c.token_stride) * 2,
-                                 static_cast<cuuint64_t>(c.head_stride) * 2,
-                                 static_cast<cuuint64_t>(c.block_stride) * 2};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(c.block_size), 1, 1};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(c.token_stride) * eb,
+                                 static_cast<cuuint64_t>(c.head_stride) * eb,
+                                 static_cast<cuuint64_t>(c.block_stride) * eb};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_channels),
+                             static_cast<cuuint32_t>(c.block_size), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode(
-      map, kT == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      4, const_cast<void*>(base), dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(map, type, 4, const_cast<void*>(base), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     return Status::Internal("cuTensorMapEncodeTiled failed (" +
                             std::to_string(static_cast<int>(r)) + ")");
@@ -440,19 +592,30 @@ Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCacheView&
   return Status::Ok();
 }
 
-// Launches the warp-specialized kernel for a 16-bit cache's whole key range. Head packing as
-// launch_prefill's, over 8 warps' rows: the largest power of two dividing the group, at most 8.
-template <DType kT, int kHeadDim>
+// Launches the warp-specialized kernel for a 16-bit or FP8 cache's whole key range. Head
+// packing as launch_prefill's, over 8 warps' rows: the largest power of two dividing the group,
+// at most 8.
+template <DType kQ, DType kKv, int kHeadDim>
 Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
-  using Shape = PrefillWsShape<kHeadDim>;
-  auto* kernel = prefill_ws_kernel<kT, kHeadDim>;
+  constexpr bool kCodes = is_quantized_kv(kKv);
+  using Shape = PrefillWsShape<kHeadDim, kCodes>;
+  auto* kernel = prefill_ws_kernel<kQ, kKv, kHeadDim>;
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
   STRATA_CUDA_CHECK(configured);
   const PagedKvCacheView& c = p.cache;
   PrefillWsArgs args{};
-  STRATA_RETURN_IF_ERROR(kv_tensor_map<kT>(&args.k_map, c.k_data, c));
-  STRATA_RETURN_IF_ERROR(kv_tensor_map<kT>(&args.v_map, c.v_data, c));
+  // 16-bit: 64-channel boxes in the swizzle the products read. FP8: whole rows of codes into
+  // the staging ring.
+  const CUtensorMapDataType type = kCodes                ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : kKv == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const int elem_bytes = kCodes ? 1 : 2;
+  const int box = kCodes ? kHeadDim : 64;
+  const CUtensorMapSwizzle swizzle =
+      kCodes ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B;
+  STRATA_RETURN_IF_ERROR(kv_tensor_map(&args.k_map, c.k_data, c, type, elem_bytes, box, swizzle));
+  STRATA_RETURN_IF_ERROR(kv_tensor_map(&args.v_map, c.v_data, c, type, elem_bytes, box, swizzle));
   args.a = prefill_kernel_args(p, Shape::kRows, 8);
   PrefillKernelArgs& a = args.a;
   a.part = kWholeRange;
