@@ -104,6 +104,28 @@ struct PrefillKernelArgs {
   int32_t num_qo_heads;
 };
 
+// A prefill block's place (both prefill kernels): its sequence, KV head and head tile from the
+// grid, its first query row r0 (blocks launched longest-first), and the sequence's query range
+// and KV length. A block with r0 >= q_len has nothing to do.
+struct PrefillBlock {
+  int seq, kv_head, head_tile, q_begin, q_len, r0, page_begin, kv_len, offset;
+};
+
+__device__ __forceinline__ PrefillBlock prefill_block(const PrefillKernelArgs& a) {
+  PrefillBlock b;
+  b.seq = blockIdx.z;
+  b.kv_head = blockIdx.y / a.head_tiles;
+  b.head_tile = blockIdx.y % a.head_tiles;
+  b.q_begin = a.qo_indptr[b.seq];
+  b.q_len = a.qo_indptr[b.seq + 1] - b.q_begin;
+  b.r0 = (gridDim.x - 1 - blockIdx.x) * a.tokens_per_block;
+  b.page_begin = a.kv_indptr[b.seq];
+  const int num_pages = a.kv_indptr[b.seq + 1] - b.page_begin;
+  b.kv_len = num_pages == 0 ? 0 : (num_pages - 1) * a.block_size + a.kv_last_page_len[b.seq];
+  b.offset = b.kv_len - b.q_len;
+  return b;
+}
+
 // kWarps warps per block, K/V tiles of kKvTile tokens, at least kMinBlocks blocks per SM (a
 // register cap for the compiler).
 template <DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
@@ -162,17 +184,16 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   constexpr int kRowVecs = kHeadDim / 8;   // 16-byte vectors per K/V row
   static_assert(kN * kRowVecs % kThreads == 0, "whole vectors per thread");
 
-  const int seq = blockIdx.z;
-  const int kv_head = blockIdx.y / a.head_tiles;
-  const int head_tile = blockIdx.y % a.head_tiles;
-  const int q_begin = a.qo_indptr[seq];
-  const int q_len = a.qo_indptr[seq + 1] - q_begin;
-  const int r0 = (gridDim.x - 1 - blockIdx.x) * a.tokens_per_block;  // longest first
-  if (r0 >= q_len) return;
-  const int page_begin = a.kv_indptr[seq];
-  const int num_pages = a.kv_indptr[seq + 1] - page_begin;
-  const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * a.block_size + a.kv_last_page_len[seq];
-  const int offset = kv_len - q_len;                               // position of query row 0
+  const PrefillBlock blk = prefill_block(a);
+  if (blk.r0 >= blk.q_len) return;
+  const int seq = blk.seq;
+  const int kv_head = blk.kv_head;
+  const int head_tile = blk.head_tile;
+  const int q_begin = blk.q_begin;
+  const int q_len = blk.q_len;
+  const int r0 = blk.r0;
+  const int page_begin = blk.page_begin;
+  const int offset = blk.offset;  // position of query row 0
   int kv_hi = offset + min(q_len, r0 + a.tokens_per_block);  // exclusive
   int kv_lo_exact = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
   // INT4's two parts: the int4 keys of the block's last row, or the residual keys of its first.

@@ -109,17 +109,15 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>
     return (c / 8) * col_bytes + row * 128 + (((c % 8) ^ (row % 8)) << 4);
   };
 
-  const int seq = blockIdx.z;
-  const int kv_head = blockIdx.y / a.head_tiles;
-  const int head_tile = blockIdx.y % a.head_tiles;
-  const int q_begin = a.qo_indptr[seq];
-  const int q_len = a.qo_indptr[seq + 1] - q_begin;
-  const int r0 = (gridDim.x - 1 - blockIdx.x) * a.tokens_per_block;  // longest first
-  if (r0 >= q_len) return;
-  const int page_begin = a.kv_indptr[seq];
-  const int num_pages = a.kv_indptr[seq + 1] - page_begin;
-  const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * a.block_size + a.kv_last_page_len[seq];
-  const int offset = kv_len - q_len;  // position of query row 0
+  const PrefillBlock blk = prefill_block(a);
+  if (blk.r0 >= blk.q_len) return;
+  const int kv_head = blk.kv_head;
+  const int head_tile = blk.head_tile;
+  const int q_begin = blk.q_begin;
+  const int q_len = blk.q_len;
+  const int r0 = blk.r0;
+  const int page_begin = blk.page_begin;
+  const int offset = blk.offset;  // position of query row 0
   const int tpb = a.tokens_per_block;
   const int kv_hi = offset + min(q_len, r0 + tpb);  // exclusive
   // Tiles start on block boundaries (the bulk copies move whole blocks); keys before the first
