@@ -54,36 +54,6 @@ __device__ __forceinline__ uint32_t f32x4_to_e4m3x4(float v0, float v1, float v2
   return r;
 }
 
-// A 4 x 4 byte transpose: w[k] holds bytes (k, 0 .. 3) -> o_c holds bytes (0 .. 3, c), row 0 in
-// the low byte. Used to turn token rows of codes into channel rows (wgmma.cuh's K-major B).
-__device__ __forceinline__ void transpose_bytes4x4(const uint32_t (&w)[4], uint32_t& o0,
-                                                   uint32_t& o1, uint32_t& o2, uint32_t& o3) {
-  const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140);  // (0,0) (1,0) (0,1) (1,1)
-  const uint32_t t1 = __byte_perm(w[0], w[1], 0x7362);  // (0,2) (1,2) (0,3) (1,3)
-  const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140);
-  const uint32_t t3 = __byte_perm(w[2], w[3], 0x7362);
-  o0 = __byte_perm(t0, t2, 0x5410);
-  o1 = __byte_perm(t0, t2, 0x7632);
-  o2 = __byte_perm(t1, t3, 0x5410);
-  o3 = __byte_perm(t1, t3, 0x7632);
-}
-
-// Four floats (within fp16's range) as two words of e4m3 codes whose sum holds them to about 8
-// significant bits: hi = v rounded to e4m3, lo = the rest (v - hi, taken in fp16) rounded to
-// e4m3. v0 in the low byte of each.
-__device__ __forceinline__ void f32x4_to_e4m3x4_split(float v0, float v1, float v2, float v3,
-                                                      uint32_t& hi, uint32_t& lo) {
-  asm("{\n .reg .b16 h0, h1, l0, l1;\n .reg .b32 f0, f1, b0, b1, r0, r1;\n"
-      " cvt.rn.f16x2.f32 f0, %3, %2;\n cvt.rn.f16x2.f32 f1, %5, %4;\n"
-      " cvt.rn.satfinite.e4m3x2.f16x2 h0, f0;\n cvt.rn.satfinite.e4m3x2.f16x2 h1, f1;\n"
-      " cvt.rn.f16x2.e4m3x2 b0, h0;\n cvt.rn.f16x2.e4m3x2 b1, h1;\n"
-      " sub.rn.f16x2 r0, f0, b0;\n sub.rn.f16x2 r1, f1, b1;\n"
-      " cvt.rn.satfinite.e4m3x2.f16x2 l0, r0;\n cvt.rn.satfinite.e4m3x2.f16x2 l1, r1;\n"
-      " mov.b32 %0, {h0, h1};\n mov.b32 %1, {l0, l1};\n}"
-      : "=r"(hi), "=r"(lo)
-      : "f"(v0), "f"(v1), "f"(v2), "f"(v3));
-}
-
 // INT4 (KIVI): kBytes packed bytes at p (two codes each, the low nibble the even channel) as
 // kBytes / 2 words of byte codes in channel order (word i = channels 4i .. 4i + 3), the form
 // codes4_to_f16x2 and u4codes4_to_f16x2 read. p is aligned to kBytes (4, 8 or 16).

@@ -1,6 +1,6 @@
 #pragma once
-// Device code of paged prefill attention over quantized caches and INT4's residual pool
-// (docs/kernels.md); 16-bit caches run prefill_ws_kernel.cuh. Included only through
+// Device code of paged prefill attention over INT8 and INT4 caches and INT4's residual pool
+// (docs/kernels.md); 16-bit and FP8 caches run prefill_ws_kernel.cuh. Included only through
 // prefill_attention_run.cuh (and the kernel arguments by prefill_ws_kernel.cuh).
 //
 // A thread block of kWarps warps owns 16 * kWarps query rows: heads_per_block query heads of one
@@ -23,20 +23,6 @@
 // start at the attended range's start rounded down to 8, so every 8 tokens' scales are one
 // aligned 16-byte copy inside one block (the extra tokens are masked).
 //
-// FP8 caches (E4M3, E5M2): both products run on the FP8 tensor cores (wgmma m64nNk32,
-// wgmma.cuh; mma.sync with e4m3 inputs is compiled into conversions and fp16 products). The
-// block's four warps are one warpgroup: its 64 query rows are the products' M, so every tile is
-// multiplied by all four warps, a warp past its causal diagonal with P = 0. Q is rounded once per
-// (query token, head) to e4m3 under a power-of-two scale folded into the row's score scale
-// (fp8_query.cuh; the decode kernel rounds Q the same way) and kept in shared memory. K's codes
-// are copied into wgmma's core-matrix layout and read where they land; V's are transposed in
-// shared memory into V^T core matrices with keys in the order P's accumulators hold them, so P
-// goes from the score registers to the A fragment without shuffles. P = 2^(s - m) against an
-// integer base m, each p as two e4m3 terms (hi + lo, about 8 significant bits, as bf16 P). Every
-// product of a tile starts from zero and takes at most four k-steps before its fp32 sums join
-// the softmax or O (two-level accumulation, docs/kv-quant.md). k_scale is folded into the
-// softmax scale and v_scale into the output.
-//
 // INT4 (KIVI): the conversion dequantizes (code * s + z in fp16, the statistics read through L1).
 // A query row at position p reads its int4 keys [0, int4_keys(p)) from the codes and the rest
 // from the residual pool (docs/kv-quant.md "INT4"), so a launch runs twice: the int4 part (this
@@ -51,12 +37,10 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/fp8_query.cuh"
 #include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/prefill_attention_impl.h"
 #include "kernels/cuda/vec.cuh"
-#include "kernels/cuda/wgmma.cuh"
 
 namespace strata::cuda::detail {
 
@@ -132,8 +116,6 @@ template <DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
 struct PrefillShape {
   static constexpr bool kI4 = kKvDType == DType::kI4;
   static constexpr bool kQuant = is_quantized_kv(kKvDType) || kI4;
-  // FP8 codes: both products on the FP8 tensor cores (wgmma, one warpgroup per block).
-  static constexpr bool kQgmma = kKvDType == DType::kF8E4M3 || kKvDType == DType::kF8E5M2;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kPitch = kHeadDim + 8;  // elements per shared-memory row
   static constexpr int kTileElems = kKvTile * kPitch;
@@ -150,12 +132,8 @@ struct PrefillShape {
   static constexpr int kI4StatBytes = kI4 ? (kKStatSlots * 2 * kHeadDim + 2 * kKvTile) * 2 : 0;
   static constexpr int kCodeStageBytes =
       2 * kKvTile * kCodePitch + 2 * kScaleBytes + kI4StatBytes;
-  // The tiles the products read: 16-bit K and V (converted ones for codes), or for kQgmma V^T's
-  // codes then the block's Q codes (16 * kWarps rows), both as wgmma's core matrices (K's codes
-  // are read where they land).
-  static constexpr size_t kVtBytes = kKvTile * kHeadDim;
-  static constexpr size_t kTileBytes =
-      kQgmma ? kVtBytes + 16 * kWarps * kHeadDim : 2 * kTileElems * sizeof(uint16_t);
+  // The tiles the products read: 16-bit K and V (converted ones for codes).
+  static constexpr size_t kTileBytes = 2 * kTileElems * sizeof(uint16_t);
   static constexpr size_t kSmemBytes =
       kQuant ? kTileBytes + static_cast<size_t>(kStages) * kCodeStageBytes : kStages * kTileBytes;
   static_assert(kCodeStageBytes % 16 == 0 && kTileBytes % 16 == 0);
@@ -168,8 +146,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
   constexpr bool kQuant = Shape::kQuant;
   constexpr bool kI4 = Shape::kI4;
-  constexpr bool kQgmma = Shape::kQgmma;
-  static_assert(!kQgmma || kWarps == 4, "one warpgroup per block");
+  static_assert(kKvDType != DType::kF8E4M3 && kKvDType != DType::kF8E5M2,
+                "FP8 caches run prefill_ws_kernel.cuh");
   static_assert(kQuant || kQDType == kKvDType);
   constexpr DType kDType = kQuant ? DType::kF16 : kKvDType;  // tensor-core inputs
   using T = typename CudaType<kQDType>::type;                // q and o
@@ -240,50 +218,15 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     if (row >= q_len) return 0u;
     return *reinterpret_cast<const uint32_t*>(q_head + (q_begin + row) * a.q_token_stride + col);
   };
-  // kQgmma: Q as e4m3 codes, each (token, head) row rounded as fp8_query.cuh says, stored once
-  // as wgmma's K-major core matrices (16-channel chunk c at c * 16 * 16 kWarps, block row r at
-  // + 16 r; this lane's channels 4t .. 4t + 3 of each 16 of rows a and b); score_scale_* =
-  // scale_log2 times the row's scale.
-  constexpr int kQSteps = kHeadDim / 32;
-  constexpr int kQChunkBytes = 16 * 16 * kWarps;
-  uint8_t* const q_codes = reinterpret_cast<uint8_t*>(s_base) + Shape::kVtBytes;
-  float score_scale_a = a.scale_log2, score_scale_b = a.scale_log2;
-  if constexpr (kQgmma) {
-    float amax_a = 0.0f, amax_b = 0.0f;
 #pragma unroll
-    for (int c = 0; c < kHeadDim / 16; ++c) {  // this lane's channels: 16c + 4t .. + 3
+  for (int c = 0; c < kChunks; ++c) {
+    qf[c][0] = q_word(row_a, 16 * c + 2 * t);
+    qf[c][1] = q_word(row_b, 16 * c + 2 * t);
+    qf[c][2] = q_word(row_a, 16 * c + 8 + 2 * t);
+    qf[c][3] = q_word(row_b, 16 * c + 8 + 2 * t);
+    if constexpr (kQuant) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        amax_a = fmaxf(amax_a, abs_max2<kQDType>(q_word(row_a, 16 * c + 4 * t + 2 * h)));
-        amax_b = fmaxf(amax_b, abs_max2<kQDType>(q_word(row_b, 16 * c + 4 * t + 2 * h)));
-      }
-    }
-    const Fp8QueryScale qs_a = fp8_query_scale(amax_a);
-    const Fp8QueryScale qs_b = fp8_query_scale(amax_b);
-    score_scale_a *= qs_a.scale;
-    score_scale_b *= qs_b.scale;
-    const int local_a = 16 * warp + g;  // the rows' places in the block's 64
-#pragma unroll
-    for (int c = 0; c < kHeadDim / 16; ++c) {
-      const int col = 16 * c + 4 * t;
-      uint8_t* chunk = q_codes + c * kQChunkBytes + 4 * t;
-      *reinterpret_cast<uint32_t*>(chunk + 16 * local_a) =
-          query_codes4<kQDType>(q_word(row_a, col), q_word(row_a, col + 2), qs_a.inv);
-      *reinterpret_cast<uint32_t*>(chunk + 16 * (local_a + 8)) =
-          query_codes4<kQDType>(q_word(row_b, col), q_word(row_b, col + 2), qs_b.inv);
-    }
-    fence_proxy_async();  // read by wgmma after the first tile's barrier
-  } else {
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      qf[c][0] = q_word(row_a, 16 * c + 2 * t);
-      qf[c][1] = q_word(row_b, 16 * c + 2 * t);
-      qf[c][2] = q_word(row_a, 16 * c + 8 + 2 * t);
-      qf[c][3] = q_word(row_b, 16 * c + 8 + 2 * t);
-      if constexpr (kQuant) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) qf[c][e] = to_f16x2<kQDType>(qf[c][e]);
-      }
+      for (int e = 0; e < 4; ++e) qf[c][e] = to_f16x2<kQDType>(qf[c][e]);
     }
   }
 
@@ -305,7 +248,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // Quantized: stage st's K codes, V codes, then the statistics: INT8's K scales, then V's
   // (per token); INT4's K statistics (slot = block index from the tile's first block), then V's
   // scales and zero points (per token).
-  auto vt_codes = [&]() { return reinterpret_cast<uint8_t*>(s_base); };  // kQgmma's V^T
   auto code_stage = [&](int st) { return s_base + Shape::kTileBytes + st * Shape::kCodeStageBytes; };
   auto k_codes = [&](int st) { return reinterpret_cast<uint8_t*>(code_stage(st)); };
   auto v_codes = [&](int st) { return k_codes(st) + kN * Shape::kCodePitch; };
@@ -358,17 +300,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       const int r = idx / kVecs;
       const int c = idx % kVecs;
       cp_async16_zfill(vs + r * kRowBytes + c * 16, v_head + src(tile + r, c), tile + r < kv_hi);
-      if constexpr (kQgmma) {
-        // K as wgmma's core matrices: vector c of token r at c * kN * 16 + r * 16. Each 8
-        // consecutive threads take vector c of 8 consecutive tokens, so a quarter warp's
-        // 16-byte stores fall on distinct banks (and a warp reads whole 32-byte sectors).
-        const int ck = (idx / 8) % kVecs;
-        const int rk = idx / (8 * kVecs) * 8 + idx % 8;
-        cp_async16_zfill(ks + ck * kN * 16 + rk * 16, k_head + src(tile + rk, ck),
-                         tile + rk < kv_hi);
-      } else {
-        cp_async16_zfill(ks + r * kRowBytes + c * 16, k_head + src(tile + r, c), tile + r < kv_hi);
-      }
+      cp_async16_zfill(ks + r * kRowBytes + c * 16, k_head + src(tile + r, c), tile + r < kv_hi);
     }
     if constexpr (kKvDType == DType::kI8) {
       copy_token_stats(tile, k_stats(j & 1), a.k_scales, a.v_scales);
@@ -439,51 +371,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
         reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
       }
-    } else if constexpr (kQgmma) {
-      // V's codes -> V^T as wgmma's K-major core matrices: 16-key chunk c at c * 16 * kHeadDim,
-      // channel d's 16 bytes at + 16 d, holding keys 16c + {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12,
-      // 13, 6, 7, 14, 15} (the order P's codes come in). A thread transposes 16 keys x 4
-      // channels (four 4 x 4 byte transposes); warp w's lanes read consecutive words of a key
-      // row and store their four rows rotated by lane, so each quarter warp's 16-byte stores
-      // cover 8 distinct rows of 16 bytes.
-      constexpr int kGroups = kHeadDim / 4;  // 4-channel groups per key row
-      constexpr int kItems = kN / 16 * kGroups;
-      static_assert(kItems % kThreads == 0 || kItems < kThreads);
-#pragma unroll
-      for (int i = 0; i < (kItems + kThreads - 1) / kThreads; ++i) {
-        const int idx = threadIdx.x + i * kThreads;
-        if (kItems >= kThreads || idx < kItems) {
-          const int c = idx / kGroups;
-          const int d0 = 4 * (idx % kGroups);
-          const uint8_t* src = v_codes(st) + 16 * c * Shape::kCodePitch + d0;
-          uint32_t rows[4][4];  // [channel d0 + dd][keys of k-positions 4tt .. 4tt + 3]
-#pragma unroll
-          for (int tt = 0; tt < 4; ++tt) {
-            uint32_t w[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int key = 2 * tt + (e & 1) + 8 * (e >> 1);
-              w[e] = *reinterpret_cast<const uint32_t*>(src + key * Shape::kCodePitch);
-            }
-            transpose_bytes4x4(w, rows[0][tt], rows[1][tt], rows[2][tt], rows[3][tt]);
-          }
-          uint8_t* dst = vt_codes() + c * 16 * kHeadDim + d0 * 16;
-          const int rot = idx & 3;
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            // Row (r + rot) & 3, picked by selects (an indexed register array would go to local
-            // memory).
-            uint32_t v[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const uint32_t x0 = rows[r][e], x1 = rows[(r + 1) & 3][e];
-              const uint32_t x2 = rows[(r + 2) & 3][e], x3 = rows[(r + 3) & 3][e];
-              v[e] = rot == 0 ? x0 : rot == 1 ? x1 : rot == 2 ? x2 : x3;
-            }
-            *reinterpret_cast<uint4*>(dst + ((r + rot) & 3) * 16) = make_uint4(v[0], v[1], v[2], v[3]);
-          }
-        }
-      }
     } else if constexpr (kQuant) {
       constexpr int kCodeVecs = kHeadDim / 16;
 #pragma unroll
@@ -515,55 +402,32 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     if (j + 1 < num_tiles) issue(j + 1);
     cp_async_commit();
     cp_async_wait<1>();
-    if constexpr (kQgmma) fence_proxy_async();  // the K codes are read by wgmma next
     __syncthreads();
     const int tile = kv_lo + j * kN;
-    float s[kTokTiles][4];
-    if constexpr (kQgmma) {
-      // S = Q K^T for the block's 64 rows, by all four warps (a tile is in the block's range, so
-      // some warp needs it), issued before V's transposition so that the two overlap. Each
-      // k-step's products start from the previous step's fp32 sums and each tile's from zero.
-      // K's 32-byte k-step k starts at vector 2k.
-      wgmma_fence_operands(s);
-      wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kQSteps; ++k) {
-        wgmma_fp8_ss<kKvDType>(s, wgmma_desc(q_codes + 2 * k * kQChunkBytes, kQChunkBytes, 128),
-                               wgmma_desc(k_codes(j & 1) + 2 * k * kN * 16, kN * 16, 128), k > 0);
-      }
-      wgmma_commit();
-    }
     if constexpr (kQuant) {
       convert(j & 1, tile);
-      if constexpr (kQgmma) {
-        fence_proxy_async();  // V^T is read by wgmma next
-        wgmma_wait_all();
-        wgmma_fence_operands(s);
-      }
       __syncthreads();
     }
 
     // Skip a tile that holds none of this warp's keys (past its causal diagonal or before its
-    // window); the warp still takes part in the copies and barriers (and in kQgmma's products,
-    // with P = 0).
+    // window); the warp still takes part in the copies and barriers.
     const bool warp_needs = warp_active && tile < w_hi && tile + kN > w_lo;
     if (warp_needs) {
       const TileT* ks = k_buf(j & 1);
       const TileT* vs = v_buf(j & 1);
-      if constexpr (!kQgmma) {
+      float s[kTokTiles][4];
 #pragma unroll
-        for (int n = 0; n < kTokTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (int n = 0; n < kTokTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
+      for (int c = 0; c < kChunks; ++c) {
 #pragma unroll
-          for (int p = 0; p < kTokTiles / 2; ++p) {
-            // (tokens 16p..+7, channels 16c..+7), (16p..+7, 16c+8..), (16p+8.., 16c..),
-            // (16p+8.., 16c+8..) -> b0, b1 of n-tile 2p, then of 2p + 1.
-            uint32_t b[4];
-            ldmatrix_x4(b, ks + (16 * p + (mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
-            mma_16816<kDType>(s[2 * p], qf[c], b[0], b[1]);
-            mma_16816<kDType>(s[2 * p + 1], qf[c], b[2], b[3]);
-          }
+        for (int p = 0; p < kTokTiles / 2; ++p) {
+          // (tokens 16p..+7, channels 16c..+7), (16p..+7, 16c+8..), (16p+8.., 16c..),
+          // (16p+8.., 16c+8..) -> b0, b1 of n-tile 2p, then of 2p + 1.
+          uint32_t b[4];
+          ldmatrix_x4(b, ks + (16 * p + (mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
+          mma_16816<kDType>(s[2 * p], qf[c], b[0], b[1]);
+          mma_16816<kDType>(s[2 * p + 1], qf[c], b[2], b[3]);
         }
       }
       if constexpr (kKvDType == DType::kI8) scale_columns(s, k_stats(j & 1), t);  // K's
@@ -582,7 +446,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
                                          (a.window_left < 0 || tok >= pos - a.window_left) &&
                                          (a.part == kWholeRange ||
                                           (a.part == kInt4Part ? tok < split : tok >= split)));
-          s[n][e] = ok ? s[n][e] * (e < 2 ? score_scale_a : score_scale_b) : -INFINITY;
+          s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
         }
         mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
         mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
@@ -591,14 +455,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       for (int off = 1; off < 4; off <<= 1) {
         mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
         mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-      }
-      // kQgmma: the probabilities are taken against an integer base 8 below the rounded-up
-      // maximum (p = 2^(s - m) <= 256, e4m3's finest range for P's codes), so a new base
-      // rescales by an exact power of two and each p's code does not depend on the order the
-      // tiles came in (docs/kernels.md).
-      if constexpr (kQgmma) {
-        mx_a = mx_a == -INFINITY ? mx_a : ceilf(mx_a) - 8.0f;
-        mx_b = mx_b == -INFINITY ? mx_b : ceilf(mx_b) - 8.0f;
       }
       const float new_a = fmaxf(m_a, mx_a);
       const float new_b = fmaxf(m_b, mx_b);
@@ -632,67 +488,22 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       // V's column scales, after l took the sums.
       if constexpr (kKvDType == DType::kI8) scale_columns(s, v_stats(j & 1), t);
       // O += P V: P's accumulator layout is the A-fragment layout of the next product.
-      if constexpr (!kQgmma) {
 #pragma unroll
-        for (int kc = 0; kc < kN / 16; ++kc) {
-          uint32_t pf[4];
-          pf[0] = pack2<kDType>(s[2 * kc][0], s[2 * kc][1]);
-          pf[1] = pack2<kDType>(s[2 * kc][2], s[2 * kc][3]);
-          pf[2] = pack2<kDType>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-          pf[3] = pack2<kDType>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+      for (int kc = 0; kc < kN / 16; ++kc) {
+        uint32_t pf[4];
+        pf[0] = pack2<kDType>(s[2 * kc][0], s[2 * kc][1]);
+        pf[1] = pack2<kDType>(s[2 * kc][2], s[2 * kc][3]);
+        pf[2] = pack2<kDType>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        pf[3] = pack2<kDType>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
 #pragma unroll
-          for (int c = 0; c < kChunks; ++c) {
-            // (tokens 16kc..+7, channels 16c..+7), (16kc+8.., 16c..), (16kc.., 16c+8..),
-            // (16kc+8.., 16c+8..), transposed -> b0, b1 of n-tile 2c, then of 2c + 1.
-            uint32_t b[4];
-            ldmatrix_x4_trans(
-                b, vs + (16 * kc + (mi & 1) * 8 + mr) * kPitch + 16 * c + (mi >> 1) * 8);
-            mma_16816<kDType>(o[2 * c], pf, b[0], b[1]);
-            mma_16816<kDType>(o[2 * c + 1], pf, b[2], b[3]);
-          }
-        }
-      }
-    } else if constexpr (kQgmma) {
-#pragma unroll
-      for (int n = 0; n < kTokTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    }
-    if constexpr (kQgmma) {
-      // O += P V on the FP8 tensor cores. P's codes come from its accumulators (this lane's
-      // keys 2t, 2t + 1, 8 + 2t, 9 + 2t of each 16 as A's k-positions 4t .. 4t + 3, the order
-      // V^T's transposition wrote), each p as two e4m3 terms (hi + lo, about 8 significant bits,
-      // as the 16-bit kernels' bf16 P), so four k-steps per tile into fresh fp32 sums added to O.
-      uint32_t pf_hi[kN / 32][4], pf_lo[kN / 32][4];
-#pragma unroll
-      for (int kc = 0; kc < kN / 32; ++kc) {
-        const int n = 4 * kc;
-        f32x4_to_e4m3x4_split(s[n][0], s[n][1], s[n + 1][0], s[n + 1][1], pf_hi[kc][0],
-                              pf_lo[kc][0]);
-        f32x4_to_e4m3x4_split(s[n][2], s[n][3], s[n + 1][2], s[n + 1][3], pf_hi[kc][1],
-                              pf_lo[kc][1]);
-        f32x4_to_e4m3x4_split(s[n + 2][0], s[n + 2][1], s[n + 3][0], s[n + 3][1], pf_hi[kc][2],
-                              pf_lo[kc][2]);
-        f32x4_to_e4m3x4_split(s[n + 2][2], s[n + 2][3], s[n + 3][2], s[n + 3][3], pf_hi[kc][3],
-                              pf_lo[kc][3]);
-      }
-      float pv[kDimTiles][4];
-      wgmma_fence_operands(pf_hi);
-      wgmma_fence_operands(pf_lo);
-      wgmma_fence_operands(pv);
-      wgmma_fence();
-#pragma unroll
-      for (int kc = 0; kc < kN / 32; ++kc) {
-        const uint64_t vt = wgmma_desc(vt_codes() + 2 * kc * 16 * kHeadDim, 16 * kHeadDim, 128);
-        wgmma_fp8<kKvDType, kHeadDim>(pv, pf_hi[kc], vt, kc > 0);
-        wgmma_fp8<kKvDType, kHeadDim>(pv, pf_lo[kc], vt, true);
-      }
-      wgmma_commit();
-      wgmma_wait_all();
-      wgmma_fence_operands(pv);
-      if (warp_needs) {
-#pragma unroll
-        for (int jj = 0; jj < kDimTiles; ++jj) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[jj][e] += pv[jj][e];
+        for (int c = 0; c < kChunks; ++c) {
+          // (tokens 16kc..+7, channels 16c..+7), (16kc+8.., 16c..), (16kc.., 16c+8..),
+          // (16kc+8.., 16c+8..), transposed -> b0, b1 of n-tile 2c, then of 2c + 1.
+          uint32_t b[4];
+          ldmatrix_x4_trans(
+              b, vs + (16 * kc + (mi & 1) * 8 + mr) * kPitch + 16 * c + (mi >> 1) * 8);
+          mma_16816<kDType>(o[2 * c], pf, b[0], b[1]);
+          mma_16816<kDType>(o[2 * c + 1], pf, b[2], b[3]);
         }
       }
     }

@@ -13,7 +13,8 @@
 // A thread block owns 128 query rows (heads_per_block heads of one KV group times
 // tokens_per_block tokens, as the mma.sync kernel packs them) and has three warpgroups:
 //  - a producer (warpgroup 2, its registers given back to the other two) copies the block's
-//    tiles of kN keys from the pool with cp.async, whole key rows into wgmma's 128-byte swizzle,
+//    tiles of kN keys from the pool, whole KV blocks by bulk tensor copy and the tile's tail by
+//    cp.async, whole key rows into wgmma's 128-byte swizzle,
 //    K and V in separate rings of kStages stages, each stage handed over by mbarriers (landed:
 //    the copies' arrivals; released: every consumer warp's);
 //  - two consumers, 64 rows each, each computing S = Q K^T (wgmma, Q and K from shared memory),

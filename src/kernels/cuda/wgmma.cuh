@@ -136,29 +136,6 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[kN / 8][4], const uint32_t 
 #undef STRATA_WGMMA_FP8
 }
 
-// The same m64n64k32 product with A (64 x 32, K-major) also read from shared memory, through
-// descriptor a (core matrices as for B, the stride byte offset between those adjacent in M).
-// Keeping a loop-invariant A in shared memory rather than registers matters: ptxas has been seen
-// to allocate a later wgmma's register A fragment onto a live one's registers, which the next
-// product then read (docs/kernels.md).
-template <DType kB>
-__device__ __forceinline__ void wgmma_fp8_ss(float (&d)[8][4], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-  static_assert(kB == DType::kF8E4M3 || kB == DType::kF8E5M2);
-#define STRATA_WGMMA_FP8_SS(BTYPE)                                                            \
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"                                \
-               "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3." BTYPE " " STRATA_WGMMA_D32   \
-               ", %32, %33, p, 1, 1;\n}"                                                      \
-               : STRATA_WGMMA_D32_OPERANDS                                                     \
-               : "l"(a), "l"(b), "r"(accumulate ? 1 : 0))
-  if constexpr (kB == DType::kF8E4M3) {
-    STRATA_WGMMA_FP8_SS("e4m3");
-  } else {
-    STRATA_WGMMA_FP8_SS("e5m2");
-  }
-#undef STRATA_WGMMA_FP8_SS
-}
-
 __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[8][4], const uint32_t (&a)[4],
                                                      uint64_t b, bool accumulate) {
   wgmma_fp8<DType::kF8E4M3, 64>(d, a, b, accumulate);

@@ -131,8 +131,8 @@ void run_prefill_case(const PrefillCase& c) {
           sc[t - lo] = dot * p.sm_scale;
           m = std::max(m, sc[t - lo]);
         }
-        // (FP8 caches: the kernel takes P V on the FP8 tensor cores with each p as two e4m3
-        // terms, about as exact as the 16-bit kernels' bf16 P: the same tolerance.)
+        // (FP8 caches: the kernel converts the codes exactly to fp16 and rounds P to fp16, as
+        // the 16-bit kernels round it to their dtype: the same tolerance.)
         double l = 0;
         for (double& x : sc) l += (x = std::exp(x - m));
         std::fill(acc.begin(), acc.end(), 0.0);
