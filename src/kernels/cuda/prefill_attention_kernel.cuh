@@ -1,6 +1,6 @@
 #pragma once
-// Device code of paged prefill attention over INT8 and INT4 caches and INT4's residual pool
-// (docs/kernels.md); 16-bit and FP8 caches run prefill_ws_kernel.cuh. Included only through
+// Device code of paged prefill attention over INT4 caches and INT4's residual pool
+// (docs/kernels.md); 16-bit, FP8 and INT8 caches run prefill_ws_kernel.cuh. Included only through
 // prefill_attention_run.cuh (and the kernel arguments by prefill_ws_kernel.cuh).
 //
 // A thread block of kWarps warps owns 16 * kWarps query rows: heads_per_block query heads of one
@@ -16,14 +16,11 @@
 // token (q_len 1) are the same case. Blocks are launched longest-first (the last query tokens
 // attend the most keys), which evens out the causal triangle's work across the waves.
 //
-// INT8 caches: the copies bring codes and their per-token fp16 scales into a second pair of
-// stages; once a tile has arrived the block converts its codes to fp16 (exact: kv_codes.cuh) into
-// the tile the products read, and the products run in fp16 with Q converted once. The scales
-// multiply each score column and each probability column before P V. Tiles of quantized caches
-// start at the attended range's start rounded down to 8, so every 8 tokens' scales are one
+// INT4 (KIVI): the copies bring codes and the statistics their conversion reads into a second
+// pair of stages; once a tile has arrived the block dequantizes it (code * s + z in fp16) into
+// the tile the products read, and the products run in fp16 with Q converted once. INT4 tiles
+// start at the attended range's start rounded down to 8, so every 8 tokens' V statistics are one
 // aligned 16-byte copy inside one block (the extra tokens are masked).
-//
-// INT4 (KIVI): the conversion dequantizes (code * s + z in fp16, the statistics read through L1).
 // A query row at position p reads its int4 keys [0, int4_keys(p)) from the codes and the rest
 // from the residual pool (docs/kv-quant.md "INT4"), so a launch runs twice: the int4 part (this
 // instance, per-row key bound; it writes each row's log-sum-exp), then the residual part (the
@@ -67,7 +64,7 @@ struct PrefillKernelArgs {
   int32_t window_left;
   float scale_log2;  // sm_scale * log2(e), times the FP8 k_scale
   float out_scale;   // 1, or the FP8 v_scale
-  // INT8 caches: per-token fp16 scales (PagedKvCacheView); null otherwise.
+  // INT8 caches: per-token fp16 scales; INT4: its scales (PagedKvCacheView); null otherwise.
   const uint16_t* k_scales;
   const uint16_t* v_scales;
   int64_t scale_block_stride;
@@ -115,23 +112,21 @@ __device__ __forceinline__ PrefillBlock prefill_block(const PrefillKernelArgs& a
 template <DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
 struct PrefillShape {
   static constexpr bool kI4 = kKvDType == DType::kI4;
-  static constexpr bool kQuant = is_quantized_kv(kKvDType) || kI4;
+  static constexpr bool kQuant = kI4;  // codes converted per tile (INT4, the only code dtype here)
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kPitch = kHeadDim + 8;  // elements per shared-memory row
   static constexpr int kTileElems = kKvTile * kPitch;
   static constexpr int kStages = 2;
   // 16-bit tiles: kStages x (K, V). Codes: one fp16 (K, V) pair converted in place, then
-  // kStages x (K codes, V codes, K scales, V scales), code rows padded by 16 bytes.
-  static constexpr int kCodePitch = (kI4 ? kHeadDim / 2 : kHeadDim) + 16;  // bytes
-  static constexpr int kScaleBytes = kKvDType == DType::kI8 ? kKvTile * 2 : 0;
+  // kStages x (K codes, V codes, statistics), code rows padded by 16 bytes.
+  static constexpr int kCodePitch = kHeadDim / 2 + 16;  // bytes
   // INT4: each code stage also holds the statistics its conversion reads, copied with the codes:
   // K's scales and zero points of every block the tile touches, [slot][scales, zeros][D] fp16
   // (at most kKvTile / 8 blocks: tiles start at multiples of 8 and blocks hold at least 8
   // tokens), then V's per-token scales and zero points, [scales, zeros][kKvTile].
   static constexpr int kKStatSlots = kKvTile / 8;
   static constexpr int kI4StatBytes = kI4 ? (kKStatSlots * 2 * kHeadDim + 2 * kKvTile) * 2 : 0;
-  static constexpr int kCodeStageBytes =
-      2 * kKvTile * kCodePitch + 2 * kScaleBytes + kI4StatBytes;
+  static constexpr int kCodeStageBytes = 2 * kKvTile * kCodePitch + kI4StatBytes;
   // The tiles the products read: 16-bit K and V (converted ones for codes).
   static constexpr size_t kTileBytes = 2 * kTileElems * sizeof(uint16_t);
   static constexpr size_t kSmemBytes =
@@ -139,16 +134,14 @@ struct PrefillShape {
   static_assert(kCodeStageBytes % 16 == 0 && kTileBytes % 16 == 0);
 };
 
-// kQDType: q and o (bf16 or fp16); kKvDType: the cache, kQDType itself or a quantized dtype.
+// kQDType: q and o (bf16 or fp16); kKvDType: the cache, kQDType itself or INT4.
 template <DType kQDType, DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     prefill_attention_kernel(const __grid_constant__ PrefillKernelArgs a) {
   using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
   constexpr bool kQuant = Shape::kQuant;
   constexpr bool kI4 = Shape::kI4;
-  static_assert(kKvDType != DType::kF8E4M3 && kKvDType != DType::kF8E5M2,
-                "FP8 caches run prefill_ws_kernel.cuh");
-  static_assert(kQuant || kQDType == kKvDType);
+  static_assert(kI4 || kQDType == kKvDType, "FP8 and INT8 caches run prefill_ws_kernel.cuh");
   constexpr DType kDType = kQuant ? DType::kF16 : kKvDType;  // tensor-core inputs
   using T = typename CudaType<kQDType>::type;                // q and o
   using KvT = std::conditional_t<kQuant, uint8_t, T>;
@@ -245,9 +238,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   auto v_buf = [&](int st) {
     return reinterpret_cast<TileT*>(s_base) + (kQuant ? 1 : 2 * st + 1) * Shape::kTileElems;
   };
-  // Quantized: stage st's K codes, V codes, then the statistics: INT8's K scales, then V's
-  // (per token); INT4's K statistics (slot = block index from the tile's first block), then V's
-  // scales and zero points (per token).
+  // INT4: stage st's K codes, V codes, then the statistics: K's (slot = block index from the
+  // tile's first block), then V's scales and zero points (per token).
   auto code_stage = [&](int st) { return s_base + Shape::kTileBytes + st * Shape::kCodeStageBytes; };
   auto k_codes = [&](int st) { return reinterpret_cast<uint8_t*>(code_stage(st)); };
   auto v_codes = [&](int st) { return k_codes(st) + kN * Shape::kCodePitch; };
@@ -255,10 +247,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     return reinterpret_cast<uint16_t*>(code_stage(st) + 2 * kN * Shape::kCodePitch);
   };
   auto v_stats = [&](int st) {
-    return k_stats(st) + (kI4 ? Shape::kKStatSlots * 2 * kHeadDim : kN);
+    return k_stats(st) + Shape::kKStatSlots * 2 * kHeadDim;
   };
-  // Per-token fp16 values of two arrays (INT8: K's and V's scales; INT4: V's scales and zero
-  // points) for the tile at `tile`, into dst[0, kN) and dst[kN, 2 kN): 8 tokens per 16-byte copy
+  // Per-token fp16 values of two arrays (INT4: V's scales and zero points) for the tile at
+  // `tile`, into dst[0, kN) and dst[kN, 2 kN): 8 tokens per 16-byte copy
   // (tile starts are multiples of 8, so each group lies in one block), zeros past kv_hi.
   auto copy_token_stats = [&](int tile, uint16_t* dst, const uint16_t* first,
                               const uint16_t* second) {
@@ -302,9 +294,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       cp_async16_zfill(vs + r * kRowBytes + c * 16, v_head + src(tile + r, c), tile + r < kv_hi);
       cp_async16_zfill(ks + r * kRowBytes + c * 16, k_head + src(tile + r, c), tile + r < kv_hi);
     }
-    if constexpr (kKvDType == DType::kI8) {
-      copy_token_stats(tile, k_stats(j & 1), a.k_scales, a.v_scales);
-    }
     if constexpr (kI4) {
       // K: each block holding one of the tile's keys below kv_hi, its scales then zero points.
       constexpr int kSlotVecs = 2 * kHeadDim / 8;  // 16-byte vectors per slot
@@ -325,9 +314,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       copy_token_stats(tile, v_stats(j & 1), a.v_scales, a.v_zeros);  // V's
     }
   };
-  // Quantized: stage st's codes -> the fp16 tile (16 codes -> two 16-byte rows pieces). INT4:
-  // dequantized on the way (code * s + z in fp16, one rounding) with the statistics staged
-  // beside the codes; keys past kv_hi become zeros.
+  // INT4: stage st's codes -> the fp16 tile, dequantized on the way (code * s + z in fp16, one
+  // rounding) with the statistics staged beside the codes; keys past kv_hi become zeros.
   auto convert = [&](int st, int tile) {
     if constexpr (kI4) {
       constexpr int kCodeVecs = kHeadDim / 16;  // 16 codes = 8 bytes each
@@ -367,25 +355,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
             h[2 * q + 1] = hfma2_bits(h[2 * q + 1], sc[2 * q + 1], zp[2 * q + 1]);
           }
         }
-        TileT* dst = (part == 0 ? k_buf(0) : v_buf(0)) + r * kPitch + c * 16;
-        reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
-        reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
-      }
-    } else if constexpr (kQuant) {
-      constexpr int kCodeVecs = kHeadDim / 16;
-#pragma unroll
-      for (int i = 0; i < 2 * kN * kCodeVecs / kThreads; ++i) {
-        const int idx = threadIdx.x + i * kThreads;
-        const int part = idx / (kN * kCodeVecs);  // 0 = K, 1 = V
-        const int r = (idx / kCodeVecs) % kN;
-        const int c = idx % kCodeVecs;
-        const uint4 x = *reinterpret_cast<const uint4*>((part == 0 ? k_codes(st) : v_codes(st)) +
-                                                        r * Shape::kCodePitch + c * 16);
-        uint32_t h[8];
-        codes4_to_f16x2<kKvDType>(x.x, h[0], h[1]);
-        codes4_to_f16x2<kKvDType>(x.y, h[2], h[3]);
-        codes4_to_f16x2<kKvDType>(x.z, h[4], h[5]);
-        codes4_to_f16x2<kKvDType>(x.w, h[6], h[7]);
         TileT* dst = (part == 0 ? k_buf(0) : v_buf(0)) + r * kPitch + c * 16;
         reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
         reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
@@ -430,7 +399,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
           mma_16816<kDType>(s[2 * p + 1], qf[c], b[2], b[3]);
         }
       }
-      if constexpr (kKvDType == DType::kI8) scale_columns(s, k_stats(j & 1), t);  // K's
       // Scale and mask (causal, window, tile end) where the tile needs it; new row maxima.
       const bool need_mask = tile + kN - 1 > offset + w_r0 || a.part != kWholeRange ||
                              (a.window_left >= 0 && tile < offset + w_r0 + 15 - a.window_left);
@@ -485,8 +453,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
         l_a += s[n][0] + s[n][1];
         l_b += s[n][2] + s[n][3];
       }
-      // V's column scales, after l took the sums.
-      if constexpr (kKvDType == DType::kI8) scale_columns(s, v_stats(j & 1), t);
       // O += P V: P's accumulator layout is the A-fragment layout of the next product.
 #pragma unroll
       for (int kc = 0; kc < kN / 16; ++kc) {

@@ -1,7 +1,7 @@
 #pragma once
-// Which prefill kernel runs which cache (docs/kernels.md): 16-bit caches through the
-// warp-specialized wgmma kernel (prefill_ws_kernel.cuh), quantized ones and INT4's residual part
-// through the mma.sync / FP8 wgmma kernel (prefill_attention_kernel.cuh). Included only by the
+// Which prefill kernel runs which cache (docs/kernels.md): 16-bit, FP8 and INT8 caches through
+// the warp-specialized wgmma kernel (prefill_ws_kernel.cuh), INT4 and its residual part through
+// the mma.sync kernel (prefill_attention_kernel.cuh). Included only by the
 // instance files (instances/prefill_<dtype>_hd<dim>.cu).
 
 #include "kernels/cuda/prefill_attention_kernel.cuh"
@@ -13,8 +13,7 @@ namespace strata::cuda::detail {
 // then the residual keys through the 16-bit instance over the residual pool, which merges. The
 // int4 part runs 8 warps per block at head dim 128 (one block per SM): each converted key tile
 // then serves 128 query rows instead of 64, which halves the unpacking per query row; measured
-// on an H200 GPU at 2.11-2.13x BF16's time against 2.21-2.27x with 4 warps (FP8 and INT8, whose
-// conversion is cheaper, measured slower with 8: docs/kernels.md). Head dim 64's rows are too
+// on an H200 GPU at 2.11-2.13x BF16's time against 2.21-2.27x with 4 warps. Head dim 64's rows are too
 // few for 8 warps' whole-vector copies.
 template <DType kQDType, DType kKvDType, int32_t kHeadDim>
 Status run_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
@@ -26,11 +25,9 @@ Status run_prefill_attention(const PrefillAttentionParams& p, cudaStream_t strea
     rp.cache = p.residual;
     rp.layout.kv_indices = p.layout.res_indices;
     return launch_prefill<kQDType, kQDType, kHeadDim, 4, 64, 2>(rp, stream, kResidualPart);
-  } else if constexpr (kKvDType == kQDType || kKvDType == DType::kF8E4M3 ||
-                       kKvDType == DType::kF8E5M2) {
-    return launch_prefill_ws<kQDType, kKvDType, kHeadDim>(p, stream);
   } else {
-    return launch_prefill<kQDType, kKvDType, kHeadDim, 4, 64, 2>(p, stream);
+    static_assert(kKvDType == kQDType || is_quantized_kv(kKvDType));
+    return launch_prefill_ws<kQDType, kKvDType, kHeadDim>(p, stream);
   }
 }
 

@@ -1,14 +1,16 @@
 #pragma once
-// Warp-specialized paged prefill attention for 16-bit and FP8 caches on Hopper: the
+// Warp-specialized paged prefill attention for 16-bit, FP8 and INT8 caches on Hopper: the
 // FlashAttention-3 division of labour over the paged pool (docs/kernels.md, "Warp-specialized
 // prefill"). Included only through prefill_attention_run.cuh.
 //
-// FP8 caches (E4M3, E5M2) run the same products in fp16: the producer's bulk copies bring the
-// codes (half BF16's bytes) into a staging ring, and its four warps convert each tile exactly
-// to fp16 in the swizzled layout the products read (FP8's per-layer scales are folded into the
-// softmax scale and the output). Q is rounded per (token, head) row to e4m3 values under a
-// power-of-two scale, as the decode kernel rounds it (fp8_query.cuh), so a token's attention does
-// not depend on which kernel ran its row; P is fp16.
+// FP8 caches (E4M3, E5M2) and INT8 run the same products in fp16: the producer's bulk copies
+// bring the codes (half BF16's bytes; INT8's per-token scales beside them) into a staging ring,
+// and its four warps convert each tile to fp16 in the swizzled layout the products read: FP8's
+// codes exactly (its per-layer scales are folded into the softmax scale and the output), INT8's
+// as code x scale (one fp16 rounding). Over FP8, Q is rounded per (token, head) row to e4m3
+// values under a power-of-two scale, as the decode kernel rounds it (fp8_query.cuh), so a
+// token's attention does not depend on which kernel ran its row; over INT8 it is converted to
+// fp16 as decode converts it. P is fp16.
 //
 // A thread block owns 128 query rows (heads_per_block heads of one KV group times
 // tokens_per_block tokens, as the mma.sync kernel packs them) and has three warpgroups:
@@ -46,9 +48,10 @@
 
 namespace strata::cuda::detail {
 
-// kCodes: an FP8 cache, whose codes are staged (kStages tiles of K and of V, one byte per
-// channel) and converted by the producer.
-template <int kHeadDim, bool kCodes = false>
+// kCodes: an FP8 or INT8 cache, whose codes are staged (kStages tiles of K and of V, one byte
+// per channel) and converted by the producer; kScales: INT8's per-token scales staged beside
+// them (kN fp16 values per K or V stage).
+template <int kHeadDim, bool kCodes = false, bool kScales = false>
 struct PrefillWsShape {
   static constexpr int kConsumers = 2;           // warpgroups of 64 query rows
   static constexpr int kRows = 64 * kConsumers;  // query rows per block
@@ -59,11 +62,12 @@ struct PrefillWsShape {
   static constexpr int kQBytes = kRows * kHeadDim * 2;
   static constexpr int kTileBytes = kN * kHeadDim * 2;  // one K or V tile
   static constexpr int kCodeTileBytes = kCodes ? kN * kHeadDim : 0;
+  static constexpr int kScaleTileBytes = kScales ? kN * 2 : 0;
   // K and V, full and empty, per stage; the same again for the code stages.
   static constexpr int kBarriers = (kCodes ? 8 : 4) * kStages;
-  static constexpr size_t kSmemBytes = 1024u + static_cast<size_t>(kQBytes) +
-                                       2u * kStages * (kTileBytes + kCodeTileBytes) +
-                                       8u * kBarriers;
+  static constexpr size_t kSmemBytes =
+      1024u + static_cast<size_t>(kQBytes) +
+      2u * kStages * (kTileBytes + kCodeTileBytes + kScaleTileBytes) + 8u * kBarriers;
   // Registers: the producer keeps kProducerRegs, each consumer thread gets kConsumerRegs
   // (128 x 24 + 256 x 240 <= 64K; the consumers spill about ten, outside the tile loop's
   // products). The converting producer needs a code vector and its fp16 values live.
@@ -73,25 +77,25 @@ struct PrefillWsShape {
 
 // The kernel's arguments: the shared prefill arguments and the bulk tensor copy's view of this
 // layer's K and V pools, [block][KV head][token][channel] with boxes of 64 channels x one
-// block's tokens, written in the 128-byte swizzle (FP8: of all channels x one block's tokens,
-// unswizzled, into the staging ring).
+// block's tokens, written in the 128-byte swizzle (FP8 and INT8: of all channels x one block's
+// tokens, unswizzled, into the staging ring).
 struct PrefillWsArgs {
   CUtensorMap k_map;
   CUtensorMap v_map;
   PrefillKernelArgs a;
 };
 
-// kQ: the queries' and output's dtype; kKv: the cache's (kQ itself, or FP8 with kQ = BF16).
+// kQ: the queries' and output's dtype; kKv: the cache's (kQ itself, or FP8 / INT8 with kQ = BF16).
 template <DType kQ, DType kKv, int kHeadDim>
-__global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>::kThreads, 1)
+__global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
     prefill_ws_kernel(const __grid_constant__ PrefillWsArgs args) {
   const PrefillKernelArgs& a = args.a;
   constexpr bool kCodes = is_quantized_kv(kKv);
-  static_assert(!kCodes || kKv == DType::kF8E4M3 || kKv == DType::kF8E5M2, "FP8 codes only");
+  constexpr bool kScales = kKv == DType::kI8;
   static_assert(kCodes || kKv == kQ);
-  // The products' dtype: the cache's, or fp16 for FP8 (its codes and the rounded Q exact there).
+  // The products' dtype: the cache's, or fp16 for codes (FP8's codes and rounded Q exact there).
   constexpr DType kT = kCodes ? DType::kF16 : kKv;
-  using Shape = PrefillWsShape<kHeadDim, kCodes>;
+  using Shape = PrefillWsShape<kHeadDim, kCodes, kScales>;
   using T = typename CudaType<kT>::type;
   using TQ = typename CudaType<kQ>::type;
   constexpr int kN = Shape::kN;
@@ -136,14 +140,16 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>
   // Per stage: K landed, V landed (the producer's copies), K released, V released (a consumer
   // warp each). K and V are separate pipelines: a consumer releases tile j's K after S_j and
   // its V after P_j V_j, one iteration later.
-  // FP8: the code stages, [stage][kN keys][kHeadDim bytes] for K then V.
+  // Codes: the code stages, [stage][kN keys][kHeadDim bytes] for K then V.
   char* const codes_smem = v_smem + kStages * kTileBytes;
+  // INT8: the staged scales, [K, V][stage][kN] fp16.
+  char* const scales_smem = codes_smem + 2 * kStages * Shape::kCodeTileBytes;
   uint64_t* const full_k =
-      reinterpret_cast<uint64_t*>(codes_smem + 2 * kStages * Shape::kCodeTileBytes);
+      reinterpret_cast<uint64_t*>(scales_smem + 2 * kStages * Shape::kScaleTileBytes);
   uint64_t* const full_v = full_k + kStages;
   uint64_t* const empty_k = full_v + kStages;
   uint64_t* const empty_v = empty_k + kStages;
-  // FP8: a code stage landed (the bulk copies' bytes) and was converted (every producer warp).
+  // Codes: a code stage landed (the bulk copies' bytes) and was converted (every producer warp).
   uint64_t* const code_full = empty_v + kStages;         // [kv][stage]
   uint64_t* const code_empty = code_full + 2 * kStages;  // [kv][stage]
 
@@ -151,7 +157,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
       // 16-bit: the producer warp's lanes' cp.async arrivals and lane 0's byte count of the bulk
-      // copies. FP8: every converting thread.
+      // copies. Codes: every converting thread.
       mbarrier_init(full_k + st, kCodes ? 128 : 33);
       mbarrier_init(full_v + st, kCodes ? 128 : 33);
       mbarrier_init(empty_k + st, 4 * Shape::kConsumers);  // every consumer warp
@@ -168,10 +174,14 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>
 
   if constexpr (kCodes) {
     if (wg == Shape::kConsumers) {
-      // FP8 producer. Lane 0 of its first warp copies every block of a tile that holds a key below
-      // kv_hi, whole (its rows past kv_hi are stale and never read), into the code stage; then
-      // all four warps convert the stage into the fp16 tile, writing zeros for the keys at or past
-      // kv_hi (0 x NaN would be NaN in P V). Lane 0 copies one tile ahead of the conversion.
+      // FP8 / INT8 producer. Lane 0 of its first warp copies every block of a tile that holds a
+      // key below kv_hi, whole (its rows past kv_hi are stale and never read), into the code
+      // stage (INT8: and the block's per-token scales into the scale stage, one bulk copy of
+      // block_size fp16 values); then all four warps convert the stage into the fp16 tile,
+      // writing zeros for the keys at or past kv_hi (0 x NaN would be NaN in P V). FP8's codes
+      // become their exact fp16 values (its per-layer scales are folded into the softmax scale
+      // and the output); INT8's become code x scale in fp16, one rounding. Lane 0 copies one item
+      // ahead of the conversion.
       warpgroup_release_registers<Shape::kProducerRegs>();
       const int pt = threadIdx.x - 128 * Shape::kConsumers;
       const int bs = a.block_size;
@@ -181,12 +191,22 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>
         uint64_t* const landed = code_full + kv * kStages + st;
         const int tile = kv_lo + (num_tiles - 1 - j) * kN;
         const int blocks = min((kv_hi - tile + bs - 1) / bs, kN / bs);
-        mbarrier_arrive_expect_tx(landed, static_cast<uint32_t>(blocks * bs * kHeadDim));
+        mbarrier_arrive_expect_tx(
+            landed, static_cast<uint32_t>(blocks * bs * (kHeadDim + (kScales ? 2 : 0))));
         char* const dst = codes_smem + (kv * kStages + st) * Shape::kCodeTileBytes;
+        char* const scale_dst = scales_smem + (kv * kStages + st) * Shape::kScaleTileBytes;
         const CUtensorMap* map = kv == 0 ? &args.k_map : &args.v_map;
         for (int b = 0; b < blocks; ++b) {
           const int page = __ldg(pages + (tile >> a.log2_block_size) + b);
           tma_load_4d(dst + b * bs * kHeadDim, map, 0, 0, kv_head, page, landed);
+          if constexpr (kScales) {
+            // A block's scales of one head: block_size contiguous fp16 values, 16-byte aligned
+            // (block_size >= 8; kv_layout.h).
+            const uint16_t* src = (kv == 0 ? a.k_scales : a.v_scales) +
+                                  static_cast<int64_t>(page) * a.scale_block_stride +
+                                  kv_head * a.scale_head_stride;
+            bulk_load(scale_dst + b * bs * 2, src, static_cast<uint32_t>(bs * 2), landed);
+          }
         }
       };
       auto convert = [&](int j, int kv) {
@@ -195,6 +215,8 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>
         mbarrier_wait(code_full + kv * kStages + st, (j / kStages) & 1);
         const int tile = kv_lo + (num_tiles - 1 - j) * kN;
         const char* const src = codes_smem + (kv * kStages + st) * Shape::kCodeTileBytes;
+        const uint16_t* const scales =
+            reinterpret_cast<const uint16_t*>(scales_smem + (kv * kStages + st) * Shape::kScaleTileBytes);
         char* const dst = (kv == 0 ? k_smem : v_smem) + st * kTileBytes;
         constexpr int kVecs = kHeadDim / 16;  // 16-code vectors per key
 #pragma unroll 4
@@ -209,6 +231,13 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>
             codes4_to_f16x2<kKv>(c.y, lo.z, lo.w);
             codes4_to_f16x2<kKv>(c.z, hi.x, hi.y);
             codes4_to_f16x2<kKv>(c.w, hi.z, hi.w);
+            if constexpr (kScales) {
+              const uint32_t sc = scales[r] * 0x10001u;  // the token's scale, both halves
+              lo = make_uint4(hfma2_bits(lo.x, sc, 0u), hfma2_bits(lo.y, sc, 0u),
+                              hfma2_bits(lo.z, sc, 0u), hfma2_bits(lo.w, sc, 0u));
+              hi = make_uint4(hfma2_bits(hi.x, sc, 0u), hfma2_bits(hi.y, sc, 0u),
+                              hfma2_bits(hi.z, sc, 0u), hfma2_bits(hi.w, sc, 0u));
+            }
           }
           *reinterpret_cast<uint4*>(dst + swz(r, 2 * v, kKvColBytes)) = lo;
           *reinterpret_cast<uint4*>(dst + swz(r, 2 * v + 1, kKvColBytes)) = hi;
@@ -313,9 +342,10 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>
   const int head_base = kv_head * a.group_size + head_tile * a.heads_per_block;
   char* const q_wg = q_smem + wg * 64 * kHeadDim * 2;
   if constexpr (kCodes) {
-    // Two threads per row, half its channels each: the row's largest |q| over both, then its
-    // values rounded to e4m3 under the row's power-of-two scale, stored as fp16 (code x scale,
-    // exact) in the swizzle.
+    // Two threads per row, half its channels each, storing fp16 in the swizzle. FP8: the row's
+    // largest |q| over both, then its values rounded to e4m3 under the row's power-of-two scale
+    // (code x scale, exact in fp16), as the decode kernel rounds them. INT8: converted
+    // (saturating), as the decode kernel converts them.
     constexpr int kHalfVecs = kRowVecs / 2;
     const TQ* q = static_cast<const TQ*>(a.q);
     const int rr = wt / 2;
@@ -326,21 +356,33 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim, is_quantized_kv(kKv)>
     const TQ* q_row = q + static_cast<int64_t>(q_begin + (valid ? tok : 0)) * a.q_token_stride +
                       (head_base + row / tpb) * kHeadDim + half * (kHeadDim / 2);
     uint4 x[kHalfVecs];
-    float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < kHalfVecs; ++i) {
       x[i] = valid ? *reinterpret_cast<const uint4*>(q_row + 8 * i) : make_uint4(0u, 0u, 0u, 0u);
-      amax = fmaxf(amax, fmaxf(fmaxf(abs_max2<kQ>(x[i].x), abs_max2<kQ>(x[i].y)),
-                               fmaxf(abs_max2<kQ>(x[i].z), abs_max2<kQ>(x[i].w))));
     }
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    const Fp8QueryScale qs = fp8_query_scale_of(amax);
+    if constexpr (kScales) {
 #pragma unroll
-    for (int i = 0; i < kHalfVecs; ++i) {
-      const uint4 r =
-          make_uint4(query_rounded_f16x2<kQ>(x[i].x, qs), query_rounded_f16x2<kQ>(x[i].y, qs),
-                     query_rounded_f16x2<kQ>(x[i].z, qs), query_rounded_f16x2<kQ>(x[i].w, qs));
-      *reinterpret_cast<uint4*>(q_wg + swz(rr, half * kHalfVecs + i, kQColBytes)) = r;
+      for (int i = 0; i < kHalfVecs; ++i) {
+        const uint4 r = make_uint4(to_f16x2<kQ>(x[i].x), to_f16x2<kQ>(x[i].y),
+                                   to_f16x2<kQ>(x[i].z), to_f16x2<kQ>(x[i].w));
+        *reinterpret_cast<uint4*>(q_wg + swz(rr, half * kHalfVecs + i, kQColBytes)) = r;
+      }
+    } else {
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kHalfVecs; ++i) {
+        amax = fmaxf(amax, fmaxf(fmaxf(abs_max2<kQ>(x[i].x), abs_max2<kQ>(x[i].y)),
+                                 fmaxf(abs_max2<kQ>(x[i].z), abs_max2<kQ>(x[i].w))));
+      }
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      const Fp8QueryScale qs = fp8_query_scale_of(amax);
+#pragma unroll
+      for (int i = 0; i < kHalfVecs; ++i) {
+        const uint4 r =
+            make_uint4(query_rounded_f16x2<kQ>(x[i].x, qs), query_rounded_f16x2<kQ>(x[i].y, qs),
+                       query_rounded_f16x2<kQ>(x[i].z, qs), query_rounded_f16x2<kQ>(x[i].w, qs));
+        *reinterpret_cast<uint4*>(q_wg + swz(rr, half * kHalfVecs + i, kQColBytes)) = r;
+      }
     }
     fence_proxy_async();  // read by wgmma
     named_barrier_sync(1 + wg, 128);
@@ -591,21 +633,21 @@ inline Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCac
   return Status::Ok();
 }
 
-// Launches the warp-specialized kernel for a 16-bit or FP8 cache's whole key range. Head
+// Launches the warp-specialized kernel for a 16-bit, FP8 or INT8 cache's whole key range. Head
 // packing as launch_prefill's, over 8 warps' rows: the largest power of two dividing the group,
 // at most 8.
 template <DType kQ, DType kKv, int kHeadDim>
 Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
   constexpr bool kCodes = is_quantized_kv(kKv);
-  using Shape = PrefillWsShape<kHeadDim, kCodes>;
+  using Shape = PrefillWsShape<kHeadDim, kCodes, kKv == DType::kI8>;
   auto* kernel = prefill_ws_kernel<kQ, kKv, kHeadDim>;
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
   STRATA_CUDA_CHECK(configured);
   const PagedKvCacheView& c = p.cache;
   PrefillWsArgs args{};
-  // 16-bit: 64-channel boxes in the swizzle the products read. FP8: whole rows of codes into
-  // the staging ring.
+  // 16-bit: 64-channel boxes in the swizzle the products read. Codes: whole rows into the
+  // staging ring.
   const CUtensorMapDataType type = kCodes                ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : kKv == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
