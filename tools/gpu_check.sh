@@ -189,7 +189,7 @@ cmd_run() {
   # Most important first: the tests, then the numbers, then the (slow) sanitizer runs.
   step tests tests "${GPU_CHECK_TEST_LIMIT:-180}" "$bin/strata_kernels_cuda_test" --gtest_brief=1
   step bench bench 100 "$bin/strata_decode_bench" --json "$OUT/bench.json"
-  step prefill bench 120 "$bin/strata_prefill_bench" --kv-dtypes bf16,fp8_e4m3,int8,int4
+  step prefill bench 150 "$bin/strata_prefill_bench" --kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4
   step ops bench 120 "$bin/strata_model_ops_bench"
   # The tensor cores' instruction paths (mma.sync, wgmma; 16-bit against e4m3) and the wgmma
   # layout check (bench/cuda/tensor_core_bench.cu).

@@ -10,7 +10,7 @@
 // checked against the host's decoding of the pool (int4: each row's own block from a bf16
 // residual pool, R = 1), each timed as a ratio to BF16's at the same case.
 //
-//   strata_prefill_bench [--reps N] [--kv-dtypes bf16,fp8_e4m3,int8,int4]
+//   strata_prefill_bench [--reps N] [--kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4]
 //   (prints one JSON line prefixed "json: " for the BF16 cases)
 
 #include <cuda_runtime_api.h>
@@ -72,7 +72,9 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
   const int32_t kv_len = cs.prefix + cs.chunk;
   const int32_t blocks = (kv_len + kBlockSize - 1) / kBlockSize;
   kv::KvStaticScales scales;
-  if (dtype == DType::kF8E4M3) scales = {{1.0f / 448.0f}, {1.0f / 448.0f}};
+  if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) {
+    scales = {{1.0f / 448.0f}, {1.0f / 448.0f}};
+  }
   const kv::KvLayout layout(kv::KvSpec{1, kKvHeads, kHeadDim, dtype}, kBlockSize, scales);
   // INT4's residual pool: bf16 blocks at the same ids (one slot mapping, one table for both).
   const bool int4 = dtype == DType::kI4;
@@ -184,12 +186,14 @@ int run(int argc, char** argv) {
         const std::string name = list.substr(at, comma - at);
         at = comma + 1;
         if (name == "bf16") continue;
-        const DType d = name == "fp8_e4m3" ? DType::kF8E4M3
-                        : name == "int8"   ? DType::kI8
-                        : name == "int4"   ? DType::kI4
-                                           : DType::kF32;
+        const DType d = name == "fp8_e4m3"   ? DType::kF8E4M3
+                        : name == "fp8_e5m2" ? DType::kF8E5M2
+                        : name == "int8"     ? DType::kI8
+                        : name == "int4"     ? DType::kI4
+                                             : DType::kF32;
         if (d == DType::kF32) {
-          std::fprintf(stderr, "--kv-dtypes: unknown dtype '%s' (bf16, fp8_e4m3, int8, int4)\n",
+          std::fprintf(stderr,
+                       "--kv-dtypes: unknown dtype '%s' (bf16, fp8_e4m3, fp8_e5m2, int8, int4)\n",
                        name.c_str());
           return 2;
         }
