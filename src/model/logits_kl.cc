@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "core/check.h"
 
 namespace strata::model {
 namespace {
 
-// log(sum exp(row)), in double.
+// log(sum exp(row)), in double: the one exp per logit a KL row takes.
 double log_sum_exp(const float* row, int64_t vocab) {
   const double max = *std::max_element(row, row + vocab);
   double sum = 0.0;
@@ -19,36 +18,52 @@ double log_sum_exp(const float* row, int64_t vocab) {
 
 }  // namespace
 
-// No per-row buffers: a model's vocabulary is 128K entries and --kv-quant-check takes this over
-// every calibration row of every pass.
-double kl_of_logits(const float* p_logits, const float* q_logits, int64_t vocab) {
-  const double lse_p = log_sum_exp(p_logits, vocab);
-  const double lse_q = log_sum_exp(q_logits, vocab);
-  double kl = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    const double lp = p_logits[i] - lse_p;
-    kl += std::exp(lp) * (lp - (q_logits[i] - lse_q));
-  }
-  return std::max(kl, 0.0);
+KlReference::KlReference(std::span<float> p_logits, int64_t vocab, ThreadPool& pool)
+    : p_(p_logits), vocab_(vocab) {
+  STRATA_CHECK(vocab > 0 && p_logits.size() % static_cast<size_t>(vocab) == 0,
+               "KlReference: a [rows x vocab] array");
+  rows_ = static_cast<int64_t>(p_logits.size()) / vocab;
+  p_log_p_.assign(static_cast<size_t>(rows_), 0.0);
+  mass_.assign(static_cast<size_t>(rows_), 0.0);
+  pool.parallel_for(rows_, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* row = p_logits.data() + r * vocab;
+      const double lse = log_sum_exp(row, vocab);
+      double p_log_p = 0.0;
+      double mass = 0.0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        const double lp = row[i] - lse;
+        row[i] = static_cast<float>(std::exp(lp));
+        // The stored (float) p, so that the sums match what mean_kl multiplies by.
+        p_log_p += static_cast<double>(row[i]) * lp;
+        mass += row[i];
+      }
+      p_log_p_[static_cast<size_t>(r)] = p_log_p;
+      mass_[static_cast<size_t>(r)] = mass;
+    }
+  });
 }
 
-double mean_kl_of_logits(std::span<const float> p_logits, std::span<const float> q_logits,
-                         int64_t vocab, ThreadPool& pool) {
-  STRATA_CHECK(vocab > 0 && p_logits.size() == q_logits.size() &&
-                   p_logits.size() % static_cast<size_t>(vocab) == 0,
-               "mean_kl_of_logits: two [rows x vocab] arrays");
-  const auto rows = static_cast<int64_t>(p_logits.size()) / vocab;
-  if (rows == 0) return 0.0;
-  std::vector<double> kl(static_cast<size_t>(rows));
-  pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
+// No per-row buffers: a model's vocabulary is 128K entries and --kv-quant-check takes this over
+// every calibration row of every pass.
+double KlReference::mean_kl(std::span<const float> q_logits, ThreadPool& pool) const {
+  STRATA_CHECK(q_logits.size() == p_.size(), "KlReference::mean_kl: q's size differs from p's");
+  if (rows_ == 0) return 0.0;
+  std::vector<double> kl(static_cast<size_t>(rows_));
+  pool.parallel_for(rows_, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      kl[static_cast<size_t>(r)] =
-          kl_of_logits(p_logits.data() + r * vocab, q_logits.data() + r * vocab, vocab);
+      const float* p = p_.data() + r * vocab_;
+      const float* q = q_logits.data() + r * vocab_;
+      double p_dot_q = 0.0;
+      for (int64_t i = 0; i < vocab_; ++i) p_dot_q += static_cast<double>(p[i]) * q[i];
+      const auto at = static_cast<size_t>(r);
+      const double row_kl = p_log_p_[at] - p_dot_q + log_sum_exp(q, vocab_) * mass_[at];
+      kl[at] = std::max(row_kl, 0.0);
     }
   });
   double sum = 0.0;
   for (const double k : kl) sum += k;  // in row order, whatever the threads
-  return sum / static_cast<double>(rows);
+  return sum / static_cast<double>(rows_);
 }
 
 }  // namespace strata::model

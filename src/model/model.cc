@@ -135,6 +135,7 @@ Result<std::vector<double>> Model::kv_quant_output_kl(std::span<const int32_t> t
       calibration_forward(tokens, kv::KvLayout(kv_spec(DType::kF32), 16), &ref, pool));
   if (after_pass) after_pass();
   const int64_t vocab = config_.vocab_size;
+  const KlReference reference(ref, vocab, pool);  // ref now holds probabilities
   std::vector<double> kl(static_cast<size_t>(num_layers), 0.0);
   std::vector<float> got;
   for (int32_t l = 0; l < num_layers; ++l) {
@@ -144,7 +145,7 @@ Result<std::vector<double>> Model::kv_quant_output_kl(std::span<const int32_t> t
     STRATA_RETURN_IF_ERROR(calibration_forward(
         tokens, kv::KvLayout(spec, 16, quantized.static_scales()), &got, pool));
     if (after_pass) after_pass();
-    kl[static_cast<size_t>(l)] = mean_kl_of_logits(ref, got, vocab, pool);
+    kl[static_cast<size_t>(l)] = reference.mean_kl(got, pool);
   }
   return kl;
 }

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +32,34 @@ Result<cuda::DeviceBuffer> zeroed(int64_t bytes, cudaStream_t stream) {
   return b;
 }
 
+// Host memory for `count` floats of logits: pinned (cudaMallocHost), which the GPU copies into at
+// full speed, or pageable when the system has no pinned memory to give.
+class HostFloats {
+ public:
+  HostFloats(const HostFloats&) = delete;
+  HostFloats& operator=(const HostFloats&) = delete;
+  explicit HostFloats(size_t count) {
+    void* p = nullptr;
+    if (cudaMallocHost(&p, count * sizeof(float)) == cudaSuccess) {
+      pinned_.reset(static_cast<float*>(p));
+      span_ = std::span<float>(pinned_.get(), count);
+    } else {
+      cudaGetLastError();  // a failed allocation leaves its error as the thread's last
+      pageable_.resize(count);
+      span_ = pageable_;
+    }
+  }
+  std::span<float> span() const { return span_; }
+
+ private:
+  struct PinnedFree {
+    void operator()(float* p) const { cudaFreeHost(p); }
+  };
+  std::unique_ptr<float[], PinnedFree> pinned_;
+  std::vector<float> pageable_;
+  std::span<float> span_;
+};
+
 // sqrt(sum |got - ref|^2 / sum |ref|^2) over two bf16 arrays of the same size.
 double relative_l2(const std::vector<uint16_t>& got, const std::vector<uint16_t>& ref) {
   STRATA_CHECK(got.size() == ref.size(), "relative_l2: sizes differ");
@@ -48,7 +78,7 @@ double relative_l2(const std::vector<uint16_t>& got, const std::vector<uint16_t>
 
 Status CudaModel::Impl::calibration_pass(std::span<const int32_t> tokens,
                                          const kv::KvLayout& scratch_layout,
-                                         std::vector<float>* logits,
+                                         std::span<float> logits,
                                          cuda::DeviceBuffer* scratch_pool) {
   if (tokens.empty()) return Status::InvalidArgument("calibration: no tokens");
   const int32_t bs = options.block_size;
@@ -78,7 +108,9 @@ Status CudaModel::Impl::calibration_pass(std::span<const int32_t> tokens,
       lse_workspace = std::move(lse).value();
     }
   }
-  if (logits != nullptr) logits->resize(static_cast<size_t>(n * vocab));  // every row written
+  if (!logits.empty() && logits.size() != static_cast<size_t>(n * vocab)) {
+    return Status::Internal("calibration_pass: logits is not [tokens x vocab]");
+  }
   kv::KvLayout swapped = scratch_layout;
   std::swap(layout, swapped);
   std::swap(pool, *scratch);
@@ -103,16 +135,15 @@ Status CudaModel::Impl::calibration_pass(std::span<const int32_t> tokens,
       const std::vector<int32_t> q_indptr = {0, c1 - c0};
       const std::vector<int32_t> kv_indptr = {0, blocks};
       const std::vector<int32_t> last_len = {c1 - (blocks - 1) * bs};
-      if (logits != nullptr) {
+      if (!logits.empty()) {
         rows.resize(positions.size());
         for (int32_t i = 0; i < c1 - c0; ++i) rows[static_cast<size_t>(i)] = i;
       } else {
         rows = {c1 - c0 - 1};
       }
       const std::span<float> out =
-          logits != nullptr ? std::span<float>(*logits).subspan(static_cast<size_t>(c0 * vocab),
-                                                                 rows.size() * vocab)
-                            : std::span<float>(last);
+          !logits.empty() ? logits.subspan(static_cast<size_t>(c0 * vocab), rows.size() * vocab)
+                          : std::span<float>(last);
       ForwardBatch batch;
       batch.token_ids = tokens.subspan(static_cast<size_t>(c0), static_cast<size_t>(c1 - c0));
       batch.positions = positions;
@@ -156,7 +187,7 @@ Result<std::vector<std::pair<float, float>>> CudaModel::kv_abs_max(
   const int32_t bs = m.options.block_size;
   const kv::KvLayout scratch_layout(kv_spec(m.config, DType::kBF16), bs);
   cuda::DeviceBuffer scratch;
-  STRATA_RETURN_IF_ERROR(m.calibration_pass(tokens, scratch_layout, nullptr, &scratch));
+  STRATA_RETURN_IF_ERROR(m.calibration_pass(tokens, scratch_layout, {}, &scratch));
   // Every written slot's K and V, per layer (blocks 1..used_blocks; unwritten slots are 0).
   const auto used_blocks = static_cast<int32_t>((tokens.size() + bs - 1) / bs);
   std::vector<uint16_t> host(static_cast<size_t>(scratch.bytes() / 2));
@@ -201,13 +232,18 @@ Result<CudaModel::KvQuantFigures> CudaModel::kv_quant_check(
 
   std::vector<std::vector<uint16_t>> ref_attn(static_cast<size_t>(num_layers));
   for (int32_t l = 0; l < num_layers; ++l) capture.out[static_cast<size_t>(l)] = &ref_attn[l];
-  std::vector<float> ref;
-  STRATA_RETURN_IF_ERROR(
-      m.calibration_pass(tokens, kv::KvLayout(kv_spec(m.config, DType::kBF16), bs), &ref, nullptr));
+  // The reference's and each pass's logits, [tokens x vocab] each (256 MB for 512 tokens of a
+  // 128K vocabulary), in pinned host memory: 33 passes of pageable copies cost seconds.
+  const HostFloats ref(tokens.size() * static_cast<size_t>(vocab));
+  const HostFloats got(tokens.size() * static_cast<size_t>(vocab));
+  const std::span<float> ref_logits = ref.span();
+  const std::span<float> got_logits = got.span();
+  STRATA_RETURN_IF_ERROR(m.calibration_pass(
+      tokens, kv::KvLayout(kv_spec(m.config, DType::kBF16), bs), ref_logits, nullptr));
   if (after_pass) after_pass();
+  const KlReference reference(ref_logits, vocab, pool);  // ref now holds probabilities
 
   KvQuantFigures figures;
-  std::vector<float> got;
   std::vector<uint16_t> got_attn;
   std::fill(capture.out.begin(), capture.out.end(), nullptr);
   for (int32_t l = 0; l < num_layers; ++l) {
@@ -216,10 +252,10 @@ Result<CudaModel::KvQuantFigures> CudaModel::kv_quant_check(
     spec.layer_dtypes[static_cast<size_t>(l)] = dtype;
     capture.out[static_cast<size_t>(l)] = &got_attn;
     STRATA_RETURN_IF_ERROR(m.calibration_pass(
-        tokens, kv::KvLayout(spec, bs, m.layout.static_scales()), &got, nullptr));
+        tokens, kv::KvLayout(spec, bs, m.layout.static_scales()), got_logits, nullptr));
     capture.out[static_cast<size_t>(l)] = nullptr;
     if (after_pass) after_pass();
-    figures.output_kl.push_back(mean_kl_of_logits(ref, got, vocab, pool));
+    figures.output_kl.push_back(reference.mean_kl(got_logits, pool));
     figures.attn_error.push_back(relative_l2(got_attn, ref_attn[static_cast<size_t>(l)]));
   }
   return figures;

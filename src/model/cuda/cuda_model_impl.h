@@ -114,10 +114,11 @@ struct CudaModel::Impl {
   Status capture_attention(int32_t l, const CudaStepInputs::Device& in);
   // One forward pass of tokens (one sequence, positions 0..n-1, in chunks of max_num_tokens)
   // through a scratch pool of `scratch_layout` (and a scratch residual pool when it has an int4
-  // layer, its window the options'); the serving pools are untouched. logits, when set, gets
-  // [n x vocab]; *scratch_pool, when set, the scratch pool after the pass.
+  // layer, its window the options'); the serving pools are untouched. logits, when not empty,
+  // gets [n x vocab] (pinned host memory copies fastest); *scratch_pool, when set, the scratch
+  // pool after the pass.
   Status calibration_pass(std::span<const int32_t> tokens, const kv::KvLayout& scratch_layout,
-                          std::vector<float>* logits, cuda::DeviceBuffer* scratch_pool);
+                          std::span<float> logits, cuda::DeviceBuffer* scratch_pool);
   // q/k norms and RoPE with the fused KV append; for an INT4 layer the rows go to the residual
   // pool and the blocks they fill are quantized into the int4 pool after.
   Status rope_and_append(int32_t l, const CudaLayerWeights& w, const CudaStepInputs::Device& in);
