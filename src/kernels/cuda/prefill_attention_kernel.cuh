@@ -155,16 +155,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   constexpr int kRowVecs = kHeadDim / 8;   // 16-byte vectors per K/V row
   static_assert(kN * kRowVecs % kThreads == 0, "whole vectors per thread");
 
-  const PrefillBlock blk = prefill_block(a);
-  if (blk.r0 >= blk.q_len) return;
-  const int seq = blk.seq;
-  const int kv_head = blk.kv_head;
-  const int head_tile = blk.head_tile;
-  const int q_begin = blk.q_begin;
-  const int q_len = blk.q_len;
-  const int r0 = blk.r0;
-  const int page_begin = blk.page_begin;
-  const int offset = blk.offset;  // position of query row 0
+  // offset: the position of query row 0.
+  const auto [seq, kv_head, head_tile, q_begin, q_len, r0, page_begin, kv_len, offset] =
+      prefill_block(a);
+  if (r0 >= q_len) return;
   int kv_hi = offset + min(q_len, r0 + a.tokens_per_block);  // exclusive
   int kv_lo_exact = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
   // INT4's two parts: the int4 keys of the block's last row, or the residual keys of its first.

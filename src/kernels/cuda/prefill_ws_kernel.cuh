@@ -114,15 +114,10 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
     return (c / 8) * col_bytes + row * 128 + (((c % 8) ^ (row % 8)) << 4);
   };
 
-  const PrefillBlock blk = prefill_block(a);
-  if (blk.r0 >= blk.q_len) return;
-  const int kv_head = blk.kv_head;
-  const int head_tile = blk.head_tile;
-  const int q_begin = blk.q_begin;
-  const int q_len = blk.q_len;
-  const int r0 = blk.r0;
-  const int page_begin = blk.page_begin;
-  const int offset = blk.offset;  // position of query row 0
+  // offset: the position of query row 0.
+  const auto [seq, kv_head, head_tile, q_begin, q_len, r0, page_begin, kv_len, offset] =
+      prefill_block(a);
+  if (r0 >= q_len) return;
   const int tpb = a.tokens_per_block;
   const int kv_hi = offset + min(q_len, r0 + tpb);  // exclusive
   // Tiles start on block boundaries (the bulk copies move whole blocks); keys before the first
