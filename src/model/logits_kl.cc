@@ -19,26 +19,22 @@ double log_sum_exp(const float* row, int64_t vocab) {
 }  // namespace
 
 KlReference::KlReference(std::span<float> p_logits, int64_t vocab, ThreadPool& pool)
-    : p_(p_logits), vocab_(vocab) {
+    : p_(p_logits), logits_(p_logits.begin(), p_logits.end()), vocab_(vocab) {
   STRATA_CHECK(vocab > 0 && p_logits.size() % static_cast<size_t>(vocab) == 0,
                "KlReference: a [rows x vocab] array");
   rows_ = static_cast<int64_t>(p_logits.size()) / vocab;
-  p_log_p_.assign(static_cast<size_t>(rows_), 0.0);
+  lse_.assign(static_cast<size_t>(rows_), 0.0);
   mass_.assign(static_cast<size_t>(rows_), 0.0);
   pool.parallel_for(rows_, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* row = p_logits.data() + r * vocab;
       const double lse = log_sum_exp(row, vocab);
-      double p_log_p = 0.0;
       double mass = 0.0;
       for (int64_t i = 0; i < vocab; ++i) {
-        const double lp = row[i] - lse;
-        row[i] = static_cast<float>(std::exp(lp));
-        // The stored (float) p, so that the sums match what mean_kl multiplies by.
-        p_log_p += static_cast<double>(row[i]) * lp;
-        mass += row[i];
+        row[i] = static_cast<float>(std::exp(row[i] - lse));
+        mass += row[i];  // the stored (float) p, as mean_kl multiplies by
       }
-      p_log_p_[static_cast<size_t>(r)] = p_log_p;
+      lse_[static_cast<size_t>(r)] = lse;
       mass_[static_cast<size_t>(r)] = mass;
     }
   });
@@ -53,11 +49,14 @@ double KlReference::mean_kl(std::span<const float> q_logits, ThreadPool& pool) c
   pool.parallel_for(rows_, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* p = p_.data() + r * vocab_;
+      const float* p_logit = logits_.data() + r * vocab_;
       const float* q = q_logits.data() + r * vocab_;
-      double p_dot_q = 0.0;
-      for (int64_t i = 0; i < vocab_; ++i) p_dot_q += static_cast<double>(p[i]) * q[i];
+      double weighted_diff = 0.0;
+      for (int64_t i = 0; i < vocab_; ++i) {
+        weighted_diff += static_cast<double>(p[i]) * (static_cast<double>(p_logit[i]) - q[i]);
+      }
       const auto at = static_cast<size_t>(r);
-      const double row_kl = p_log_p_[at] - p_dot_q + log_sum_exp(q, vocab_) * mass_[at];
+      const double row_kl = weighted_diff + (log_sum_exp(q, vocab_) - lse_[at]) * mass_[at];
       kl[at] = std::max(row_kl, 0.0);
     }
   });

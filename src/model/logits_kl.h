@@ -11,11 +11,13 @@
 namespace strata::model {
 
 // The reference side p of KL(p || q) over [rows x vocab] row-major logits, prepared once for
-// the many q the check compares with it: the logits become their softmax probabilities in place
-// (the span must outlive this object), and each row keeps sum p log p and sum p. A KL row then
-// costs one exp per logit (q's log-sum-exp) instead of three:
-//   KL(p || q) = sum p (log p - q) + lse(q) sum p,
-// where every sum uses the stored p, so the result is the KL weighted by exactly those p.
+// the many q the check compares with it. The reference keeps a copy of the logits and each row's
+// log-sum-exp; the span's entries become p's softmax probabilities in place (the caller's buffer,
+// pinned on the GPU, is reused for them; it must outlive this object). A KL row then costs one
+// exp per logit (q's log-sum-exp) instead of three:
+//   KL(p || q) = sum p (p_logit - q_logit) + (lse(q) - lse(p)) sum p,
+// every sum over the stored p, so the result is the KL weighted by exactly those p. Identical
+// logits give exactly 0: each difference is 0, and both log-sum-exps are the same computation.
 class KlReference {
  public:
   KlReference(std::span<float> p_logits, int64_t vocab, ThreadPool& pool);
@@ -28,10 +30,11 @@ class KlReference {
   double mean_kl(std::span<const float> q_logits, ThreadPool& pool) const;
 
  private:
-  std::span<const float> p_;   // probabilities, [rows x vocab]
+  std::span<const float> p_;     // probabilities, [rows x vocab] (the caller's buffer)
+  std::vector<float> logits_;    // p's logits, [rows x vocab]
   int64_t vocab_ = 0;
   int64_t rows_ = 0;
-  std::vector<double> p_log_p_;  // per row: sum p log p
+  std::vector<double> lse_;      // per row: log sum exp of the logits
   std::vector<double> mass_;     // per row: sum p (1 up to rounding)
 };
 

@@ -108,6 +108,17 @@ TEST(LogitsKlTest, ZeroForTheSameDistributionShiftedAndNeverNegative) {
   EXPECT_LT(kl, 1e-12);
 }
 
+TEST(LogitsKlTest, IdenticalLogitsGiveExactlyZero) {
+  // What the check's float32 test relies on: a pool that reproduces the reference's logits bit
+  // for bit reads a KL of exactly 0, not a rounding residue.
+  ThreadPool pool(2);
+  constexpr int64_t kVocab = 128256;
+  LogitPair l = make_pair(3, kVocab, 0.0f, 9);
+  ASSERT_EQ(l.p, l.q);
+  const KlReference reference(l.p, kVocab, pool);
+  EXPECT_EQ(reference.mean_kl(l.q, pool), 0.0);
+}
+
 TEST(LogitsKlTest, KnownValueOnTwoTokens) {
   // p = softmax(0, 0) = (1/2, 1/2), q = softmax(0, ln 3) = (1/4, 3/4):
   // KL = 1/2 ln(2) + 1/2 ln(2/3) = 1/2 ln(4/3).
