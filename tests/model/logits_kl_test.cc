@@ -40,7 +40,7 @@ long double kl_by_definition(const float* p, const float* q, int64_t vocab) {
 struct LogitPair {
   std::vector<float> p, q;
 };
-LogitPair make_pair(int64_t rows, int64_t vocab, float noise, uint32_t seed) {
+LogitPair logit_pair(int64_t rows, int64_t vocab, float noise, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> base(0.0f, 2.0f);
   std::normal_distribution<float> delta(0.0f, noise);
@@ -69,7 +69,7 @@ TEST(LogitsKlTest, MatchesTheDefinitionFromTinyToLargeDivergences) {
   ThreadPool pool(2);
   constexpr int64_t kVocab = 4096;
   for (const float noise : {1e-3f, 3e-2f, 0.3f, 2.0f}) {
-    LogitPair l = make_pair(16, kVocab, noise, 7);
+    LogitPair l = logit_pair(16, kVocab, noise, 7);
     const double want = mean_by_definition(l, kVocab);
     const KlReference reference(l.p, kVocab, pool);
     const double got = reference.mean_kl(l.q, pool);
@@ -84,8 +84,8 @@ TEST(LogitsKlTest, MatchesTheDefinitionFromTinyToLargeDivergences) {
 TEST(LogitsKlTest, OneReferenceServesManyComparisons) {
   ThreadPool pool(2);
   constexpr int64_t kVocab = 1000;
-  LogitPair a = make_pair(5, kVocab, 0.1f, 11);
-  LogitPair b = make_pair(5, kVocab, 0.5f, 11);  // the same p (same seed), another q
+  LogitPair a = logit_pair(5, kVocab, 0.1f, 11);
+  LogitPair b = logit_pair(5, kVocab, 0.5f, 11);  // the same p (same seed), another q
   ASSERT_EQ(a.p, b.p);
   const double want_a = mean_by_definition(a, kVocab);
   const double want_b = mean_by_definition(b, kVocab);
@@ -100,7 +100,7 @@ TEST(LogitsKlTest, OneReferenceServesManyComparisons) {
 TEST(LogitsKlTest, ZeroForTheSameDistributionShiftedAndNeverNegative) {
   ThreadPool pool(2);
   constexpr int64_t kVocab = 2048;
-  LogitPair l = make_pair(8, kVocab, 0.0f, 3);
+  LogitPair l = logit_pair(8, kVocab, 0.0f, 3);
   for (float& x : l.q) x += 37.5f;  // softmax is shift-invariant
   const KlReference reference(l.p, kVocab, pool);
   const double kl = reference.mean_kl(l.q, pool);
@@ -113,7 +113,7 @@ TEST(LogitsKlTest, IdenticalLogitsGiveExactlyZero) {
   // for bit reads a KL of exactly 0, not a rounding residue.
   ThreadPool pool(2);
   constexpr int64_t kVocab = 128256;
-  LogitPair l = make_pair(3, kVocab, 0.0f, 9);
+  LogitPair l = logit_pair(3, kVocab, 0.0f, 9);
   ASSERT_EQ(l.p, l.q);
   const KlReference reference(l.p, kVocab, pool);
   EXPECT_EQ(reference.mean_kl(l.q, pool), 0.0);
@@ -134,7 +134,7 @@ TEST(LogitsKlTest, TheRowsOfAFullVocabularyAreAveraged) {
   // Llama-3's 128,256 entries, two rows with different divergences: the mean of the two.
   ThreadPool pool(2);
   constexpr int64_t kVocab = 128256;
-  LogitPair l = make_pair(2, kVocab, 0.05f, 5);
+  LogitPair l = logit_pair(2, kVocab, 0.05f, 5);
   for (int64_t i = 0; i < kVocab; ++i) l.q[static_cast<size_t>(kVocab + i)] += 0.2f * (i % 3);
   const double row0 = static_cast<double>(kl_by_definition(l.p.data(), l.q.data(), kVocab));
   const double row1 = static_cast<double>(
