@@ -6,7 +6,8 @@
 #
 #   tools/gpu_kv_quant_bench.sh BIN_DIR OUT_JSON [NUM_PROMPTS]
 #
-# GPU_KVQ_DTYPES picks the dtypes (default: bfloat16 fp8_e4m3 int8 int4; ratios need bfloat16).
+# GPU_KVQ_DTYPES picks the dtypes (default: bfloat16 fp8_e4m3 int8 int4; ratios need bfloat16);
+# GPU_KVQ_BATCHED_TOKENS the token budget of a step (--max-num-batched-tokens, default 8192).
 #
 # A quantized pool holds about twice (int4: three times) the tokens, so as many more sequences
 # decode per step; the
@@ -16,15 +17,16 @@ set -euo pipefail
 bin="$1"
 out="$2"
 num_prompts="${3:-1024}"
+budget="${GPU_KVQ_BATCHED_TOKENS:-8192}"
 tmp="$(mktemp -d)"
 for dtype in ${GPU_KVQ_DTYPES:-bfloat16 fp8_e4m3 int8 int4}; do
   extra=()
   [ "$dtype" = fp8_e4m3 ] && extra=(--calculate-kv-scales)
-  echo "== $dtype: $num_prompts x (2048 + 256), --kv-cache-memory-bytes 16GiB"
+  echo "== $dtype: $num_prompts x (2048 + 256), --kv-cache-memory-bytes 16GiB, budget $budget"
   "$bin/strata" bench --device cuda --model bench/models/llama-3.1-8b --load-format dummy \
     --temperature 0 --ignore-eos --kv-cache-dtype "$dtype" "${extra[@]}" \
     --kv-cache-memory-bytes 17179869184 --num-prompts "$num_prompts" --input-len 2048 \
-    --output-len 256 --max-num-seqs 256 --max-num-batched-tokens 8192 --json >"$tmp/$dtype.json"
+    --output-len 256 --max-num-seqs 256 --max-num-batched-tokens "$budget" --json >"$tmp/$dtype.json"
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['runs'][0]; \
 print({k: r.get(k) for k in ('output_tokens_per_s', 'duration_s', 'ttft_s', 'tpot_s', 'steps', 'prompt_steps', 'decode_steps')})" \
     "$tmp/$dtype.json"

@@ -3,14 +3,15 @@
 // FlashAttention-3 division of labour over the paged pool (docs/kernels.md, "Warp-specialized
 // prefill"). Included only through prefill_attention_run.cuh.
 //
-// FP8 caches (E4M3, E5M2) and INT8 run the same products in fp16: the producer's bulk copies
-// bring the codes (half BF16's bytes; INT8's per-token scales beside them) into a staging ring,
-// and its four warps convert each tile to fp16 in the swizzled layout the products read: FP8's
-// codes exactly (its per-layer scales are folded into the softmax scale and the output), INT8's
-// as code x scale (one fp16 rounding). Over FP8, Q is rounded per (token, head) row to e4m3
-// values under a power-of-two scale, as the decode kernel rounds it (fp8_query.cuh), so a
-// token's attention does not depend on which kernel ran its row; over INT8 it is converted to
-// fp16 as decode converts it. P is fp16.
+// Quantized caches: the producer's bulk copies bring the codes (half BF16's bytes) into shared
+// memory. FP8 (E4M3, E5M2): S = Q K^T runs on the FP8 tensor cores, K's codes landing straight
+// in the ring it reads and Q rounded per (token, head) row to e4m3 under a power-of-two scale,
+// as the decode kernel rounds it (fp8_query.cuh), so a token's attention does not depend on
+// which kernel ran its row; the row's scale multiplies its scores. V's codes go to a staging
+// ring and the producer's four warps convert each tile exactly to fp16 in the swizzled layout
+// P V reads (FP8's per-layer scales are folded into the softmax scale and the output). INT8:
+// both K and V are staged with their per-token scales and converted to code x scale in fp16 (one
+// rounding), and Q is converted to fp16 as decode converts it. P is fp16.
 //
 // A thread block owns 128 query rows (heads_per_block heads of one KV group times
 // tokens_per_block tokens, as the mma.sync kernel packs them) and has three warpgroups:
@@ -48,10 +49,11 @@
 
 namespace strata::cuda::detail {
 
-// kCodes: an FP8 or INT8 cache, whose codes are staged (kStages tiles of K and of V, one byte
-// per channel) and converted by the producer; kScales: INT8's per-token scales staged beside
-// them (kN fp16 values per K or V stage).
-template <int kHeadDim, bool kCodes = false, bool kScales = false>
+// kCodes: an FP8 or INT8 cache, whose codes are staged (kStages tiles, one byte per channel)
+// and converted by the producer: INT8's K and V, FP8's V only (kFp8: its K codes land in the
+// ring S = Q K^T reads, and Q is e4m3 codes with a scale per row); kScales: INT8's per-token scales staged
+// beside them (kN fp16 values per K or V stage).
+template <int kHeadDim, bool kCodes = false, bool kScales = false, bool kFp8 = false>
 struct PrefillWsShape {
   static constexpr int kConsumers = 2;           // warpgroups of 64 query rows
   static constexpr int kRows = 64 * kConsumers;  // query rows per block
@@ -59,15 +61,18 @@ struct PrefillWsShape {
   static constexpr int kN = 128;  // keys per tile
   static constexpr int kStages = 2;
   static constexpr int kRowVecs = kHeadDim / 8;  // 16-byte vectors per row
-  static constexpr int kQBytes = kRows * kHeadDim * 2;
-  static constexpr int kTileBytes = kN * kHeadDim * 2;  // one K or V tile
+  static constexpr int kQBytes = kRows * kHeadDim * 2;  // FP8: codes, then the rows' scales
+  static constexpr int kTileBytes = kN * kHeadDim * 2;  // one 16-bit K or V tile
+  static constexpr int kKTileBytes = kFp8 ? kN * kHeadDim : kTileBytes;  // what S reads
   static constexpr int kCodeTileBytes = kCodes ? kN * kHeadDim : 0;
   static constexpr int kScaleTileBytes = kScales ? kN * 2 : 0;
+  static constexpr int kCodeSlots = kCodes ? (kFp8 ? 1 : 2) : 0;  // staged: V, or K and V
   // K and V, full and empty, per stage; the same again for the code stages.
   static constexpr int kBarriers = (kCodes ? 8 : 4) * kStages;
   static constexpr size_t kSmemBytes =
-      1024u + static_cast<size_t>(kQBytes) +
-      2u * kStages * (kTileBytes + kCodeTileBytes + kScaleTileBytes) + 8u * kBarriers;
+      1024u + static_cast<size_t>(kQBytes) + kStages * (kKTileBytes + kTileBytes) +
+      static_cast<size_t>(kCodeSlots) * kStages * (kCodeTileBytes + kScaleTileBytes) +
+      8u * kBarriers;
   // Registers: the producer keeps kProducerRegs, each consumer thread gets kConsumerRegs
   // (128 x 24 + 256 x 240 <= 64K; the consumers spill about ten, outside the tile loop's
   // products). The converting producer needs a code vector and its fp16 values live.
@@ -92,10 +97,12 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   const PrefillKernelArgs& a = args.a;
   constexpr bool kCodes = is_quantized_kv(kKv);
   constexpr bool kScales = kKv == DType::kI8;
+  constexpr bool kFp8 = kCodes && !kScales;
   static_assert(kCodes || kKv == kQ);
-  // The products' dtype: the cache's, or fp16 for codes (FP8's codes and rounded Q exact there).
+  // The products' dtype: the cache's, or fp16 for codes (FP8's V codes exact there); FP8's
+  // S = Q K^T runs on the FP8 tensor cores.
   constexpr DType kT = kCodes ? DType::kF16 : kKv;
-  using Shape = PrefillWsShape<kHeadDim, kCodes, kScales>;
+  using Shape = PrefillWsShape<kHeadDim, kCodes, kScales, kFp8>;
   using T = typename CudaType<kT>::type;
   using TQ = typename CudaType<kQ>::type;
   constexpr int kN = Shape::kN;
@@ -130,17 +137,20 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   extern __shared__ uint4 smem[];
   // The swizzle's atoms need 1024-byte alignment (kSmemBytes has room for it).
   char* const q_smem = reinterpret_cast<char*>(smem) + ((1024 - smem_addr(smem) % 1024) % 1024);
-  char* const k_smem = q_smem + Shape::kQBytes;  // [stage][column][kN keys][128 B]
-  char* const v_smem = k_smem + kStages * kTileBytes;
+  // [stage][column][kN keys][128 B]; FP8: [stage][kN keys][kHeadDim codes] in the 128- or 64-byte
+  // swizzle (wgmma.cuh), 8-key atoms of 8 kHeadDim bytes.
+  char* const k_smem = q_smem + Shape::kQBytes;
+  char* const v_smem = k_smem + kStages * Shape::kKTileBytes;
   // Per stage: K landed, V landed (the producer's copies), K released, V released (a consumer
   // warp each). K and V are separate pipelines: a consumer releases tile j's K after S_j and
   // its V after P_j V_j, one iteration later.
-  // Codes: the code stages, [stage][kN keys][kHeadDim bytes] for K then V.
+  // Codes: the code stages, [slot][stage][kN keys][kHeadDim bytes], slots K then V (FP8: V's
+  // only).
   char* const codes_smem = v_smem + kStages * kTileBytes;
   // INT8: the staged scales, [K, V][stage][kN] fp16.
-  char* const scales_smem = codes_smem + 2 * kStages * Shape::kCodeTileBytes;
-  uint64_t* const full_k =
-      reinterpret_cast<uint64_t*>(scales_smem + 2 * kStages * Shape::kScaleTileBytes);
+  char* const scales_smem = codes_smem + Shape::kCodeSlots * kStages * Shape::kCodeTileBytes;
+  uint64_t* const full_k = reinterpret_cast<uint64_t*>(
+      scales_smem + Shape::kCodeSlots * kStages * Shape::kScaleTileBytes);
   uint64_t* const full_v = full_k + kStages;
   uint64_t* const empty_k = full_v + kStages;
   uint64_t* const empty_v = empty_k + kStages;
@@ -153,7 +163,8 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
     for (int st = 0; st < kStages; ++st) {
       // 16-bit: the producer warp's lanes' cp.async arrivals and lane 0's byte count of the bulk
       // copies. Codes: every converting thread.
-      mbarrier_init(full_k + st, kCodes ? 128 : 33);
+      // FP8's K: lane 0's byte count alone.
+      mbarrier_init(full_k + st, kFp8 ? 1 : kCodes ? 128 : 33);
       mbarrier_init(full_v + st, kCodes ? 128 : 33);
       mbarrier_init(empty_k + st, 4 * Shape::kConsumers);  // every consumer warp
       mbarrier_init(empty_v + st, 4 * Shape::kConsumers);
@@ -170,25 +181,30 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   if constexpr (kCodes) {
     if (wg == Shape::kConsumers) {
       // FP8 / INT8 producer. Lane 0 of its first warp copies every block of a tile that holds a
-      // key below kv_hi, whole (its rows past kv_hi are stale and never read), into the code
-      // stage (INT8: and the block's per-token scales into the scale stage, one bulk copy of
-      // block_size fp16 values); then all four warps convert the stage into the fp16 tile,
-      // writing zeros for the keys at or past kv_hi (0 x NaN would be NaN in P V). FP8's codes
-      // become their exact fp16 values (its per-layer scales are folded into the softmax scale
-      // and the output); INT8's become code x scale in fp16, one rounding. Lane 0 copies one item
-      // ahead of the conversion.
+      // key below kv_hi, whole (its rows past kv_hi are stale), into the code stage (INT8: and
+      // the block's per-token scales into the scale stage, one bulk copy of block_size fp16
+      // values); then all four warps convert the stage into the fp16 tile, writing zeros for the
+      // keys at or past kv_hi (0 x NaN would be NaN in P V). FP8's codes become their exact fp16
+      // values (its per-layer scales are folded into the softmax scale and the output); INT8's
+      // become code x scale in fp16, one rounding. FP8's K codes are copied straight into the
+      // ring S reads (their stale rows give scores the softmax masks) and never converted.
       warpgroup_release_registers<Shape::kProducerRegs>();
       const int pt = threadIdx.x - 128 * Shape::kConsumers;
       const int bs = a.block_size;
+      // The code stage of K (kv = 0) or V (kv = 1): FP8 stages V only.
+      auto code_slot = [](int kv, int st) { return (kFp8 ? 0 : kv) * kStages + st; };
       auto copy = [&](int j, int kv) {
         const int st = j % kStages;
-        mbarrier_wait(code_empty + kv * kStages + st, ((j / kStages) & 1) ^ 1);
-        uint64_t* const landed = code_full + kv * kStages + st;
+        const bool direct = kFp8 && kv == 0;
+        mbarrier_wait(direct ? empty_k + st : code_empty + code_slot(kv, st),
+                      ((j / kStages) & 1) ^ 1);
+        uint64_t* const landed = direct ? full_k + st : code_full + code_slot(kv, st);
         const int tile = kv_lo + (num_tiles - 1 - j) * kN;
         const int blocks = min((kv_hi - tile + bs - 1) / bs, kN / bs);
         mbarrier_arrive_expect_tx(
             landed, static_cast<uint32_t>(blocks * bs * (kHeadDim + (kScales ? 2 : 0))));
-        char* const dst = codes_smem + (kv * kStages + st) * Shape::kCodeTileBytes;
+        char* const dst = direct ? k_smem + st * Shape::kKTileBytes
+                                 : codes_smem + code_slot(kv, st) * Shape::kCodeTileBytes;
         char* const scale_dst = scales_smem + (kv * kStages + st) * Shape::kScaleTileBytes;
         const CUtensorMap* map = kv == 0 ? &args.k_map : &args.v_map;
         for (int b = 0; b < blocks; ++b) {
@@ -207,11 +223,11 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
       auto convert = [&](int j, int kv) {
         const int st = j % kStages;
         mbarrier_wait((kv == 0 ? empty_k : empty_v) + st, ((j / kStages) & 1) ^ 1);
-        mbarrier_wait(code_full + kv * kStages + st, (j / kStages) & 1);
+        mbarrier_wait(code_full + code_slot(kv, st), (j / kStages) & 1);
         const int tile = kv_lo + (num_tiles - 1 - j) * kN;
-        const char* const src = codes_smem + (kv * kStages + st) * Shape::kCodeTileBytes;
-        const uint16_t* const scales =
-            reinterpret_cast<const uint16_t*>(scales_smem + (kv * kStages + st) * Shape::kScaleTileBytes);
+        const char* const src = codes_smem + code_slot(kv, st) * Shape::kCodeTileBytes;
+        const uint16_t* const scales = reinterpret_cast<const uint16_t*>(
+            scales_smem + (kv * kStages + st) * Shape::kScaleTileBytes);
         char* const dst = (kv == 0 ? k_smem : v_smem) + st * kTileBytes;
         constexpr int kVecs = kHeadDim / 16;  // 16-code vectors per key
 #pragma unroll 4
@@ -240,10 +256,27 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
         fence_proxy_async();  // the products read the tile through the async proxy
         mbarrier_arrive((kv == 0 ? full_k : full_v) + st);
         __syncwarp();
-        if (pt % 32 == 0) mbarrier_arrive(code_empty + kv * kStages + st);
+        if (pt % 32 == 0) mbarrier_arrive(code_empty + code_slot(kv, st));
       };
-      // In the consumers' order, K_0, then K_{j+1} before V_j; item i + 1 copied before item i is
-      // converted.
+      if constexpr (kFp8) {
+        // Lane 0 copies tile j + 2's K and V codes once V_j is converted: K_{j+2} takes K_j's
+        // stage, free once the consumers have S_j, before they need V_{j+1}.
+        auto copy_tile = [&](int j) {
+          copy(j, 0);
+          copy(j, 1);
+        };
+        if (pt == 0) {
+          copy_tile(0);
+          if (num_tiles > 1) copy_tile(1);
+        }
+        for (int j = 0; j < num_tiles; ++j) {
+          convert(j, 1);
+          if (pt == 0 && j + 2 < num_tiles) copy_tile(j + 2);
+        }
+        return;
+      }
+      // INT8: in the consumers' order, K_0, then K_{j+1} before V_j; item i + 1 copied before
+      // item i is converted.
       auto item = [&](int i, int& j, int& kv) {
         if (i == 0) {
           j = 0;
@@ -336,11 +369,20 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   const int t = lane & 3;
   const int head_base = kv_head * a.group_size + head_tile * a.heads_per_block;
   char* const q_wg = q_smem + wg * 64 * kHeadDim * 2;
-  if constexpr (kCodes) {
-    // Two threads per row, half its channels each, storing fp16 in the swizzle. FP8: the row's
-    // largest |q| over both, then its values rounded to e4m3 under the row's power-of-two scale
-    // (code x scale, exact in fp16), as the decode kernel rounds them. INT8: converted
-    // (saturating), as the decode kernel converts them.
+  // This warp's 16 rows (one head: tpb >= 16) and this thread's two of them.
+  const int w_row = 64 * wg + 16 * warp;
+  const int head = head_base + w_row / tpb;
+  const int w_r0 = r0 + w_row % tpb;  // the warp's first query token
+  const bool warp_active = w_r0 < q_len;
+  const int row_a = w_r0 + g;
+  const int row_b = row_a + 8;
+  // FP8: Q as e4m3 codes for S on the FP8 tensor cores, [row][kHeadDim codes] in the 128- or
+  // 64-byte swizzle (wgmma.cuh), each row rounded under its power-of-two scale as the decode
+  // kernel rounds it; the rows' scales follow the codes and multiply their scores in the
+  // softmax. Two threads per row, half its channels each.
+  float* const q_scales = reinterpret_cast<float*>(q_smem + Shape::kRows * kHeadDim);
+  char* const q_codes = q_smem + wg * 64 * kHeadDim;
+  if constexpr (kFp8) {
     constexpr int kHalfVecs = kRowVecs / 2;
     const TQ* q = static_cast<const TQ*>(a.q);
     const int rr = wt / 2;
@@ -351,33 +393,48 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
     const TQ* q_row = q + static_cast<int64_t>(q_begin + (valid ? tok : 0)) * a.q_token_stride +
                       (head_base + row / tpb) * kHeadDim + half * (kHeadDim / 2);
     uint4 x[kHalfVecs];
+    float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < kHalfVecs; ++i) {
       x[i] = valid ? *reinterpret_cast<const uint4*>(q_row + 8 * i) : make_uint4(0u, 0u, 0u, 0u);
+      amax = fmaxf(amax, fmaxf(fmaxf(abs_max2<kQ>(x[i].x), abs_max2<kQ>(x[i].y)),
+                               fmaxf(abs_max2<kQ>(x[i].z), abs_max2<kQ>(x[i].w))));
     }
-    if constexpr (kScales) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    const Fp8QueryScale qs = fp8_query_scale_of(amax);
+    // 8 codes (bytes 8 i .. 8 i + 7 of this half) into their 16-byte chunk's slot.
+    const int swizzle = kHeadDim == 128 ? rr % 8 : (rr / 2) % 4;
 #pragma unroll
-      for (int i = 0; i < kHalfVecs; ++i) {
-        const uint4 r = make_uint4(to_f16x2<kQ>(x[i].x), to_f16x2<kQ>(x[i].y),
-                                   to_f16x2<kQ>(x[i].z), to_f16x2<kQ>(x[i].w));
-        *reinterpret_cast<uint4*>(q_wg + swz(rr, half * kHalfVecs + i, kQColBytes)) = r;
-      }
-    } else {
-      float amax = 0.0f;
+    for (int i = 0; i < kHalfVecs; ++i) {
+      const int byte = half * (kHeadDim / 2) + 8 * i;
+      *reinterpret_cast<uint2*>(q_codes + rr * kHeadDim + (((byte / 16) ^ swizzle) << 4) +
+                                byte % 16) =
+          make_uint2(query_codes4<kQ>(x[i].x, x[i].y, qs.inv),
+                     query_codes4<kQ>(x[i].z, x[i].w, qs.inv));
+    }
+    // A row of zeros (scale 0) has zero scores whatever multiplies them.
+    if (half == 0) q_scales[row] = qs.scale > 0.0f ? qs.scale : 1.0f;
+    fence_proxy_async();  // read by wgmma
+    named_barrier_sync(1 + wg, 128);
+  } else if constexpr (kCodes) {
+    // INT8: two threads per row, half its channels each, converted to fp16 (saturating) as the
+    // decode kernel converts them, stored in the swizzle.
+    constexpr int kHalfVecs = kRowVecs / 2;
+    const TQ* q = static_cast<const TQ*>(a.q);
+    const int rr = wt / 2;
+    const int half = wt % 2;
+    const int row = 64 * wg + rr;
+    const int tok = r0 + row % tpb;
+    const bool valid = tok < q_len;
+    const TQ* q_row = q + static_cast<int64_t>(q_begin + (valid ? tok : 0)) * a.q_token_stride +
+                      (head_base + row / tpb) * kHeadDim + half * (kHeadDim / 2);
 #pragma unroll
-      for (int i = 0; i < kHalfVecs; ++i) {
-        amax = fmaxf(amax, fmaxf(fmaxf(abs_max2<kQ>(x[i].x), abs_max2<kQ>(x[i].y)),
-                                 fmaxf(abs_max2<kQ>(x[i].z), abs_max2<kQ>(x[i].w))));
-      }
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      const Fp8QueryScale qs = fp8_query_scale_of(amax);
-#pragma unroll
-      for (int i = 0; i < kHalfVecs; ++i) {
-        const uint4 r =
-            make_uint4(query_rounded_f16x2<kQ>(x[i].x, qs), query_rounded_f16x2<kQ>(x[i].y, qs),
-                       query_rounded_f16x2<kQ>(x[i].z, qs), query_rounded_f16x2<kQ>(x[i].w, qs));
-        *reinterpret_cast<uint4*>(q_wg + swz(rr, half * kHalfVecs + i, kQColBytes)) = r;
-      }
+    for (int i = 0; i < kHalfVecs; ++i) {
+      const uint4 x =
+          valid ? *reinterpret_cast<const uint4*>(q_row + 8 * i) : make_uint4(0u, 0u, 0u, 0u);
+      const uint4 r = make_uint4(to_f16x2<kQ>(x.x), to_f16x2<kQ>(x.y), to_f16x2<kQ>(x.z),
+                                 to_f16x2<kQ>(x.w));
+      *reinterpret_cast<uint4*>(q_wg + swz(rr, half * kHalfVecs + i, kQColBytes)) = r;
     }
     fence_proxy_async();  // read by wgmma
     named_barrier_sync(1 + wg, 128);
@@ -399,14 +456,6 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
     fence_proxy_async();  // read by wgmma
     named_barrier_sync(1 + wg, 128);
   }
-
-  // This warp's 16 rows (one head: tpb >= 16) and this thread's two of them.
-  const int w_row = 64 * wg + 16 * warp;
-  const int head = head_base + w_row / tpb;
-  const int w_r0 = r0 + w_row % tpb;  // the warp's first query token
-  const bool warp_active = w_r0 < q_len;
-  const int row_a = w_r0 + g;
-  const int row_b = row_a + 8;
   const int pos_a = offset + row_a;
   const int pos_b = offset + row_b;
   const int w_hi = offset + min(q_len, w_r0 + 16);
@@ -417,26 +466,43 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   float alpha_a = 1.0f, alpha_b = 1.0f;  // the last softmax's rescale of O, applied before P V
-  const float scale = a.scale_log2;
+  // The scores' scale to log2 units, per row (FP8: times the row's Q scale).
+  const float scale_a = kFp8 ? a.scale_log2 * q_scales[w_row + g] : a.scale_log2;
+  const float scale_b = kFp8 ? a.scale_log2 * q_scales[w_row + g + 8] : a.scale_log2;
   float s[kTokTiles][4];
   uint32_t pf[kN / 16][4];
 
   // Descriptors of this consumer's Q and of stage 0's tiles (the start address is their low
   // field, in 16-byte units: a stage or a k-step is an addition). Q and K are K-major, 8-row
-  // atoms 1024 bytes apart. V is read as an MN-major B: 64-channel atom columns kKvColBytes
-  // apart along N, 8-key atoms 1024 bytes apart along K.
-  const uint64_t q_desc = wgmma_desc_sw128(q_wg, 16, 1024);
-  const uint64_t k_desc0 = wgmma_desc_sw128(k_smem, 16, 1024);
+  // atoms 1024 bytes apart (FP8's K: atoms of 8 rows of kHeadDim bytes). V is read as an
+  // MN-major B: 64-channel atom columns kKvColBytes apart along N, 8-key atoms 1024 bytes apart
+  // along K.
+  auto fp8_desc = [](const char* tile) {
+    return kHeadDim == 128 ? wgmma_desc_sw128(tile, 16, 8 * kHeadDim)
+                           : wgmma_desc_sw64(tile, 16, 8 * kHeadDim);
+  };
+  const uint64_t q_desc = kFp8 ? fp8_desc(q_codes) : wgmma_desc_sw128(q_wg, 16, 1024);
+  const uint64_t k_desc0 = kFp8 ? fp8_desc(k_smem) : wgmma_desc_sw128(k_smem, 16, 1024);
   const uint64_t v_desc = wgmma_desc_sw128(v_smem, kKvColBytes, 1024);
   auto issue_s = [&](int j) {
-    const uint64_t k_desc = k_desc0 + (j % kStages) * (kTileBytes >> 4);
+    const uint64_t k_desc = k_desc0 + (j % kStages) * (Shape::kKTileBytes >> 4);
     wgmma_fence_operands(s);
     wgmma_fence();
+    if constexpr (kFp8) {
+      // k-step kk: 32 codes, 32 bytes into the key rows. The four k-steps of a 128-channel head
+      // accumulate on the tensor cores before S leaves them in fp32: the two-level
+      // accumulation's bound of four k-tiles (docs/kv-quant.md).
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      // k-step kk: 32 bytes into its atom column.
-      wgmma_16_ss<kT, kN>(s, q_desc + (((kk / 4) * kQColBytes + (kk % 4) * 32) >> 4),
-                          k_desc + (((kk / 4) * kKvColBytes + (kk % 4) * 32) >> 4), kk > 0);
+      for (int kk = 0; kk < kHeadDim / 32; ++kk) {
+        wgmma_fp8_ss<kKv>(s, q_desc + ((kk * 32) >> 4), k_desc + ((kk * 32) >> 4), kk > 0);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        // k-step kk: 32 bytes into its atom column.
+        wgmma_16_ss<kT, kN>(s, q_desc + (((kk / 4) * kQColBytes + (kk % 4) * 32) >> 4),
+                            k_desc + (((kk / 4) * kKvColBytes + (kk % 4) * 32) >> 4), kk > 0);
+      }
     }
     wgmma_commit();
   };
@@ -495,8 +561,8 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
       mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
       mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
     }
-    const float new_a = fmaxf(m_a, mx_a * scale);
-    const float new_b = fmaxf(m_b, mx_b * scale);
+    const float new_a = fmaxf(m_a, mx_a * scale_a);
+    const float new_b = fmaxf(m_b, mx_b * scale_b);
     // A row with nothing attended yet keeps m = -inf: its p are 0 and its scale 1.
     alpha_a = new_a == -INFINITY ? 1.0f : fast_exp2(m_a - new_a);
     alpha_b = new_b == -INFINITY ? 1.0f : fast_exp2(m_b - new_b);
@@ -508,10 +574,10 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
     l_b *= alpha_b;
 #pragma unroll
     for (int n = 0; n < kTokTiles; ++n) {
-      s[n][0] = fast_exp2(fmaf(s[n][0], scale, -base_a));
-      s[n][1] = fast_exp2(fmaf(s[n][1], scale, -base_a));
-      s[n][2] = fast_exp2(fmaf(s[n][2], scale, -base_b));
-      s[n][3] = fast_exp2(fmaf(s[n][3], scale, -base_b));
+      s[n][0] = fast_exp2(fmaf(s[n][0], scale_a, -base_a));
+      s[n][1] = fast_exp2(fmaf(s[n][1], scale_a, -base_a));
+      s[n][2] = fast_exp2(fmaf(s[n][2], scale_b, -base_b));
+      s[n][3] = fast_exp2(fmaf(s[n][3], scale_b, -base_b));
       l_a += s[n][0] + s[n][1];
       l_b += s[n][2] + s[n][3];
     }
@@ -634,15 +700,16 @@ inline Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCac
 template <DType kQ, DType kKv, int kHeadDim>
 Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
   constexpr bool kCodes = is_quantized_kv(kKv);
-  using Shape = PrefillWsShape<kHeadDim, kCodes, kKv == DType::kI8>;
+  constexpr bool kFp8 = kCodes && kKv != DType::kI8;
+  using Shape = PrefillWsShape<kHeadDim, kCodes, !kFp8 && kCodes, kFp8>;
   auto* kernel = prefill_ws_kernel<kQ, kKv, kHeadDim>;
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
   STRATA_CUDA_CHECK(configured);
   const PagedKvCacheView& c = p.cache;
   PrefillWsArgs args{};
-  // 16-bit: 64-channel boxes in the swizzle the products read. Codes: whole rows into the
-  // staging ring.
+  // 16-bit: 64-channel boxes in the swizzle the products read. Codes: whole rows, into the
+  // staging ring unswizzled (FP8's K: into the ring S reads, in the kHeadDim-byte swizzle).
   const CUtensorMapDataType type = kCodes                ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : kKv == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -650,7 +717,11 @@ Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
   const int box = kCodes ? kHeadDim : 64;
   const CUtensorMapSwizzle swizzle =
       kCodes ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B;
-  STRATA_RETURN_IF_ERROR(kv_tensor_map(&args.k_map, c.k_data, c, type, elem_bytes, box, swizzle));
+  const CUtensorMapSwizzle k_swizzle = !kFp8             ? swizzle
+                                       : kHeadDim == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                                         : CU_TENSOR_MAP_SWIZZLE_64B;
+  STRATA_RETURN_IF_ERROR(
+      kv_tensor_map(&args.k_map, c.k_data, c, type, elem_bytes, box, k_swizzle));
   STRATA_RETURN_IF_ERROR(kv_tensor_map(&args.v_map, c.v_data, c, type, elem_bytes, box, swizzle));
   args.a = prefill_kernel_args(p, Shape::kRows, 8);
   PrefillKernelArgs& a = args.a;

@@ -44,6 +44,15 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(const void* smem, uint32_t 
   return wgmma_desc(smem, leading, stride) | (1ull << 62);
 }
 
+// The same for the 64-byte swizzle (layout type 2), K-major: rows of 64 bytes whose four 16-byte
+// chunks are permuted by (row / 2) mod 4 (address bits 4-5 XOR 7-8, as the bulk tensor copy's
+// 64-byte swizzle writes them), 8-row atoms of 512 bytes (512-byte aligned); the stride byte
+// offset is the distance between atoms along M / N.
+__device__ __forceinline__ uint64_t wgmma_desc_sw64(const void* smem, uint32_t leading,
+                                                    uint32_t stride) {
+  return wgmma_desc(smem, leading, stride) | (2ull << 62);
+}
+
 // Before the first wgmma of a group: orders the warpgroup's register accesses to A and D.
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -134,6 +143,26 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[kN / 8][4], const uint32_t 
                      "{%64, %65, %66, %67}, %68", STRATA_WGMMA_D64_OPERANDS);
   }
 #undef STRATA_WGMMA_FP8
+}
+
+// D (64 x 128 fp32) = A B^T (+ D when accumulate): A (64 x 32, K-major) e4m3 and B (128 x 32,
+// K-major) e4m3 or e5m2, both from shared memory through descriptors. One 32-wide k-step.
+template <DType kB>
+__device__ __forceinline__ void wgmma_fp8_ss(float (&d)[16][4], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+  static_assert(kB == DType::kF8E4M3 || kB == DType::kF8E5M2);
+#define STRATA_WGMMA_FP8_SS(BTYPE)                                                             \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"                                 \
+               "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3." BTYPE " " STRATA_WGMMA_D64  \
+               ", %64, %65, p, 1, 1;\n}"                                                       \
+               : STRATA_WGMMA_D64_OPERANDS                                                    \
+               : "l"(a), "l"(b), "r"(accumulate ? 1 : 0))
+  if constexpr (kB == DType::kF8E4M3) {
+    STRATA_WGMMA_FP8_SS("e4m3");
+  } else {
+    STRATA_WGMMA_FP8_SS("e5m2");
+  }
+#undef STRATA_WGMMA_FP8_SS
 }
 
 __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[8][4], const uint32_t (&a)[4],
