@@ -9,6 +9,8 @@
 
 namespace strata::cuda {
 
+void PinnedFree::operator()(void* p) const noexcept { cudaFreeHost(p); }
+
 Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
   if (bytes == 0) return DeviceBuffer();
   void* p = nullptr;

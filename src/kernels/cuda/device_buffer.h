@@ -4,6 +4,7 @@
 // Not thread-safe; cost: one cudaMalloc / cudaFree.
 
 #include <cstddef>
+#include <memory>
 
 #include "core/status.h"
 
@@ -36,5 +37,13 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Page-locked host memory (cudaMallocHost), which the GPU copies to and from at full speed and
+// asynchronously: PinnedArray<T> owns one allocation and frees it with cudaFreeHost.
+struct PinnedFree {
+  void operator()(void* p) const noexcept;
+};
+template <typename T>
+using PinnedArray = std::unique_ptr<T[], PinnedFree>;
 
 }  // namespace strata::cuda

@@ -112,7 +112,6 @@ __device__ __forceinline__ PrefillBlock prefill_block(const PrefillKernelArgs& a
 template <DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
 struct PrefillShape {
   static constexpr bool kI4 = kKvDType == DType::kI4;
-  static constexpr bool kQuant = kI4;  // codes converted per tile (INT4, the only code dtype here)
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kPitch = kHeadDim + 8;  // elements per shared-memory row
   static constexpr int kTileElems = kKvTile * kPitch;
@@ -130,7 +129,7 @@ struct PrefillShape {
   // The tiles the products read: 16-bit K and V (converted ones for codes).
   static constexpr size_t kTileBytes = 2 * kTileElems * sizeof(uint16_t);
   static constexpr size_t kSmemBytes =
-      kQuant ? kTileBytes + static_cast<size_t>(kStages) * kCodeStageBytes : kStages * kTileBytes;
+      kI4 ? kTileBytes + static_cast<size_t>(kStages) * kCodeStageBytes : kStages * kTileBytes;
   static_assert(kCodeStageBytes % 16 == 0 && kTileBytes % 16 == 0);
 };
 
@@ -139,13 +138,12 @@ template <DType kQDType, DType kKvDType, int kHeadDim, int kWarps, int kKvTile, 
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     prefill_attention_kernel(const __grid_constant__ PrefillKernelArgs a) {
   using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
-  constexpr bool kQuant = Shape::kQuant;
   constexpr bool kI4 = Shape::kI4;
   static_assert(kI4 || kQDType == kKvDType, "FP8 and INT8 caches run prefill_ws_kernel.cuh");
-  constexpr DType kDType = kQuant ? DType::kF16 : kKvDType;  // tensor-core inputs
-  using T = typename CudaType<kQDType>::type;                // q and o
-  using KvT = std::conditional_t<kQuant, uint8_t, T>;
-  using TileT = typename CudaType<kDType>::type;             // what the products read
+  constexpr DType kDType = kI4 ? DType::kF16 : kKvDType;  // tensor-core inputs
+  using T = typename CudaType<kQDType>::type;             // q and o
+  using KvT = std::conditional_t<kI4, uint8_t, T>;
+  using TileT = typename CudaType<kDType>::type;  // what the products read
   constexpr int kThreads = Shape::kThreads;
   constexpr int kPitch = Shape::kPitch;
   constexpr int kN = kKvTile;
@@ -169,7 +167,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     kv_lo_exact = max(kv_lo_exact, int4_keys(offset + r0, a.block_size, a.residual_blocks));
     pages = a.kv_indices + a.res_indptr[seq] - a.res_first_block[seq];
   }
-  const int kv_lo = kQuant ? kv_lo_exact & ~7 : kv_lo_exact;
+  const int kv_lo = kI4 ? kv_lo_exact & ~7 : kv_lo_exact;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -211,7 +209,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     qf[c][1] = q_word(row_b, 16 * c + 2 * t);
     qf[c][2] = q_word(row_a, 16 * c + 8 + 2 * t);
     qf[c][3] = q_word(row_b, 16 * c + 8 + 2 * t);
-    if constexpr (kQuant) {
+    if constexpr (kI4) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) qf[c][e] = to_f16x2<kQDType>(qf[c][e]);
     }
@@ -227,14 +225,16 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // The tiles the products read: [stage][K, V][kN][kPitch] (16-bit caches), or the one converted
   // (K, V) pair of a quantized cache.
   auto k_buf = [&](int st) {
-    return reinterpret_cast<TileT*>(s_base) + (kQuant ? 0 : 2 * st) * Shape::kTileElems;
+    return reinterpret_cast<TileT*>(s_base) + (kI4 ? 0 : 2 * st) * Shape::kTileElems;
   };
   auto v_buf = [&](int st) {
-    return reinterpret_cast<TileT*>(s_base) + (kQuant ? 1 : 2 * st + 1) * Shape::kTileElems;
+    return reinterpret_cast<TileT*>(s_base) + (kI4 ? 1 : 2 * st + 1) * Shape::kTileElems;
   };
   // INT4: stage st's K codes, V codes, then the statistics: K's (slot = block index from the
   // tile's first block), then V's scales and zero points (per token).
-  auto code_stage = [&](int st) { return s_base + Shape::kTileBytes + st * Shape::kCodeStageBytes; };
+  auto code_stage = [&](int st) {
+    return s_base + Shape::kTileBytes + st * Shape::kCodeStageBytes;
+  };
   auto k_codes = [&](int st) { return reinterpret_cast<uint8_t*>(code_stage(st)); };
   auto v_codes = [&](int st) { return k_codes(st) + kN * Shape::kCodePitch; };
   auto k_stats = [&](int st) {
@@ -270,10 +270,12 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     // K/V rows: 16-byte vectors of codes (into the code stage) or of 16-bit values.
     constexpr int kVecElems = 16 / static_cast<int>(sizeof(KvT));
     constexpr int kVecs = (kI4 ? kHeadDim / 2 : kHeadDim) / kVecElems;
-    constexpr int kRowBytes = kQuant ? Shape::kCodePitch : kPitch * 2;
+    constexpr int kRowBytes = kI4 ? Shape::kCodePitch : kPitch * 2;
     static_assert(kN * kVecs % kThreads == 0, "whole vectors per thread");
-    char* ks = kQuant ? reinterpret_cast<char*>(k_codes(j & 1)) : reinterpret_cast<char*>(k_buf(j & 1));
-    char* vs = kQuant ? reinterpret_cast<char*>(v_codes(j & 1)) : reinterpret_cast<char*>(v_buf(j & 1));
+    char* ks =
+        kI4 ? reinterpret_cast<char*>(k_codes(j & 1)) : reinterpret_cast<char*>(k_buf(j & 1));
+    char* vs =
+        kI4 ? reinterpret_cast<char*>(v_codes(j & 1)) : reinterpret_cast<char*>(v_buf(j & 1));
     // Token tok's vector c (clamped to kv_lo past kv_hi: a valid address, not read).
     auto src = [&](int tok, int c) {
       const int tok_c = tok < kv_hi ? tok : kv_lo;
@@ -367,7 +369,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     cp_async_wait<1>();
     __syncthreads();
     const int tile = kv_lo + j * kN;
-    if constexpr (kQuant) {
+    if constexpr (kI4) {
       convert(j & 1, tile);
       __syncthreads();
     }
@@ -510,13 +512,17 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     const int col = 8 * j + 2 * t;
     if (row_a < q_len) {
       auto* out = reinterpret_cast<uint32_t*>(o_head + (q_begin + row_a) * a.o_token_stride + col);
-      const float2 before = a.part == kResidualPart ? unpack2<kQDType>(*out) : make_float2(0.f, 0.f);
-      *out = pack2<kQDType>(o[j][0] * inv_a + prev_a * before.x, o[j][1] * inv_a + prev_a * before.y);
+      const float2 before =
+          a.part == kResidualPart ? unpack2<kQDType>(*out) : make_float2(0.f, 0.f);
+      *out =
+          pack2<kQDType>(o[j][0] * inv_a + prev_a * before.x, o[j][1] * inv_a + prev_a * before.y);
     }
     if (row_b < q_len) {
       auto* out = reinterpret_cast<uint32_t*>(o_head + (q_begin + row_b) * a.o_token_stride + col);
-      const float2 before = a.part == kResidualPart ? unpack2<kQDType>(*out) : make_float2(0.f, 0.f);
-      *out = pack2<kQDType>(o[j][2] * inv_b + prev_b * before.x, o[j][3] * inv_b + prev_b * before.y);
+      const float2 before =
+          a.part == kResidualPart ? unpack2<kQDType>(*out) : make_float2(0.f, 0.f);
+      *out =
+          pack2<kQDType>(o[j][2] * inv_b + prev_b * before.x, o[j][3] * inv_b + prev_b * before.y);
     }
   }
 }

@@ -13,8 +13,9 @@ namespace strata::cuda::detail {
 // then the residual keys through the 16-bit instance over the residual pool, which merges. The
 // int4 part runs 8 warps per block at head dim 128 (one block per SM): each converted key tile
 // then serves 128 query rows instead of 64, which halves the unpacking per query row; measured
-// on an H200 GPU at 2.11-2.13x BF16's time against 2.21-2.27x with 4 warps. Head dim 64's rows are too
-// few for 8 warps' whole-vector copies.
+// on an H200 GPU at 2.11-2.13x BF16's time against 2.21-2.27x with 4 warps (both against the
+// mma.sync BF16 kernel of the time). Head dim 64's rows are too few for 8 warps' whole-vector
+// copies.
 template <DType kQDType, DType kKvDType, int32_t kHeadDim>
 Status run_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
   if constexpr (kKvDType == DType::kI4) {

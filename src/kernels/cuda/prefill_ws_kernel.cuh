@@ -51,8 +51,8 @@ namespace strata::cuda::detail {
 
 // kCodes: an FP8 or INT8 cache, whose codes are staged (kStages tiles, one byte per channel)
 // and converted by the producer: INT8's K and V, FP8's V only (kFp8: its K codes land in the
-// ring S = Q K^T reads, and Q is e4m3 codes with a scale per row); kScales: INT8's per-token scales staged
-// beside them (kN fp16 values per K or V stage).
+// ring S = Q K^T reads, and Q is e4m3 codes with a scale per row); kScales: INT8's per-token
+// scales staged beside them (kN fp16 values per K or V stage).
 template <int kHeadDim, bool kCodes = false, bool kScales = false, bool kFp8 = false>
 struct PrefillWsShape {
   static constexpr int kConsumers = 2;           // warpgroups of 64 query rows

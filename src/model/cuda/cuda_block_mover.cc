@@ -23,8 +23,6 @@ cuda::Stream make_stream() {
 
 }  // namespace
 
-void CudaBlockMover::PinnedFree::operator()(int32_t* p) const { cudaFreeHost(p); }
-
 CudaBlockMover::CudaBlockMover(void* pool, int32_t num_blocks, int64_t block_bytes)
     : pool_(pool), num_blocks_(num_blocks), block_bytes_(block_bytes), stream_(make_stream()) {}
 

@@ -41,10 +41,7 @@ class CudaBlockMover final : public kv::BlockMover {
   int64_t block_bytes_;
   cuda::Stream stream_;
   void* mapped_host_ = nullptr;  // the attached buffer's device pointer, when pinned
-  struct PinnedFree {
-    void operator()(int32_t* p) const;
-  };
-  std::unique_ptr<int32_t[], PinnedFree> staging_;
+  cuda::PinnedArray<int32_t> staging_;
   cuda::DeviceBuffer device_pairs_;
   size_t capacity_pairs_ = 0;
 };

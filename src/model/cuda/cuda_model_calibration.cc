@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/cuda_model_impl.h"
@@ -52,10 +53,7 @@ class HostFloats {
   std::span<float> span() const { return span_; }
 
  private:
-  struct PinnedFree {
-    void operator()(float* p) const { cudaFreeHost(p); }
-  };
-  std::unique_ptr<float[], PinnedFree> pinned_;
+  cuda::PinnedArray<float> pinned_;
   std::vector<float> pageable_;
   std::span<float> span_;
 };

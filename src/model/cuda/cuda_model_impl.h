@@ -147,11 +147,8 @@ struct CudaModel::Impl {
   Status sample_rows(const CudaStepInputs::Device& in, int32_t first, int32_t count,
                      const float* chunk_logits);
   // Pinned, so the two copies of a step's draws are asynchronous and one wait covers both.
-  struct PinnedFree {
-    void operator()(void* p) const { cudaFreeHost(p); }
-  };
-  std::unique_ptr<int32_t[], PinnedFree> host_tokens;  // [max_num_tokens]
-  std::unique_ptr<float[], PinnedFree> host_logprobs;  // [max_num_tokens]
+  cuda::PinnedArray<int32_t> host_tokens;  // [max_num_tokens]
+  cuda::PinnedArray<float> host_logprobs;  // [max_num_tokens]
   AttentionCapture* attention_capture = nullptr;  // set during a calibration pass only
   bool stepped = false;  // forward() has run: the pool holds sequences' K/V
 };

@@ -23,8 +23,6 @@ size_t pack(std::byte* base, size_t& cursor, const T* src, size_t n) {
 
 }  // namespace
 
-void CudaStepInputs::PinnedFree::operator()(std::byte* p) const { cudaFreeHost(p); }
-
 Result<CudaStepInputs> CudaStepInputs::create(int32_t max_num_tokens, int32_t max_num_seqs) {
   CudaStepInputs in;
   // Tokens: ids, positions, logits / sample rows (4 bytes each) and slots (8; INT4: 8 more for

@@ -85,12 +85,9 @@ class CudaStepInputs {
   int64_t device_bytes() const { return static_cast<int64_t>(device_.bytes()); }
 
  private:
-  struct PinnedFree {
-    void operator()(std::byte* p) const;
-  };
   Status reserve(size_t bytes);
 
-  std::unique_ptr<std::byte[], PinnedFree> host_;
+  cuda::PinnedArray<std::byte> host_;
   size_t host_bytes_ = 0;
   cuda::DeviceBuffer device_;
   int32_t fixed_seqs_ = 0;        // create_fixed's capacity (0: not a fixed input set)

@@ -131,9 +131,10 @@ void run_prefill_case(const PrefillCase& c) {
           sc[t - lo] = dot * p.sm_scale;
           m = std::max(m, sc[t - lo]);
         }
-        // (FP8 and INT8 caches: the kernel converts the codes to fp16, FP8's exactly and INT8's
-        // as code x scale rounded once, and rounds P to fp16, as the 16-bit kernels round it to
-        // their dtype: the same tolerance.)
+        // (FP8 caches: the kernel multiplies Q's e4m3 codes by K's on the FP8 tensor cores and
+        // converts V's codes exactly to fp16; INT8: codes converted as code x scale rounded once.
+        // Both round P to fp16, as the 16-bit kernels round it to their dtype: the same
+        // tolerance.)
         double l = 0;
         for (double& x : sc) l += (x = std::exp(x - m));
         std::fill(acc.begin(), acc.end(), 0.0);
