@@ -395,9 +395,11 @@ if kvq:
                      f"{r['gbs'] / kvq['copy_bandwidth_gbs']:.2f} | {r['vs_bf16']:.2f} | {r['max_abs_err']:.2e} |")
 e2e = json.loads(read("kvq_engine.json") or "{}")
 if e2e:
+    budget = next(iter(e2e.values())).get("header", {}).get("engine", {}).get("max_num_batched_tokens")
     lines += ["", "## Quantized KV: end to end", "",
               "Llama-3.1-8B shape, dummy bf16 weights, `--kv-cache-memory-bytes 16GiB`, 1,024 requests of",
-              "2,048 + 256 tokens, EOS ignored, greedy (`tools/gpu_kv_quant_bench.sh`).", "",
+              "2,048 + 256 tokens, EOS ignored, greedy, a step's token budget (`--max-num-batched-tokens`)",
+              f"of {budget} (`tools/gpu_kv_quant_bench.sh`).", "",
               "| KV dtype | bytes/token | output tokens/s | vs bfloat16 | duration s | mean concurrency | preemptions | prompt steps: n, s | decode steps: n, s, mean seqs |",
               "|---|---|---|---|---|---|---|---|---|"]
     for name, d in e2e.items():
