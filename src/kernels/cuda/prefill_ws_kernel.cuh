@@ -379,62 +379,57 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   // FP8: Q as e4m3 codes for S on the FP8 tensor cores, [row][kHeadDim codes] in the 128- or
   // 64-byte swizzle (wgmma.cuh), each row rounded under its power-of-two scale as the decode
   // kernel rounds it; the rows' scales follow the codes and multiply their scores in the
-  // softmax. Two threads per row, half its channels each.
+  // softmax.
   float* const q_scales = reinterpret_cast<float*>(q_smem + Shape::kRows * kHeadDim);
   char* const q_codes = q_smem + wg * 64 * kHeadDim;
-  if constexpr (kFp8) {
-    constexpr int kHalfVecs = kRowVecs / 2;
-    const TQ* q = static_cast<const TQ*>(a.q);
-    const int rr = wt / 2;
-    const int half = wt % 2;
-    const int row = 64 * wg + rr;
-    const int tok = r0 + row % tpb;
+  // Quantized caches: two threads per Q row, half its channels each: row qr of this consumer,
+  // block row q_row, and vector i of its half (zeros past the sequence).
+  constexpr int kHalfVecs = kRowVecs / 2;
+  const int qr = wt / 2;
+  const int half = wt % 2;
+  const int q_row = 64 * wg + qr;
+  auto q_half_vec = [&](int i) {
+    const int tok = r0 + q_row % tpb;
     const bool valid = tok < q_len;
-    const TQ* q_row = q + static_cast<int64_t>(q_begin + (valid ? tok : 0)) * a.q_token_stride +
-                      (head_base + row / tpb) * kHeadDim + half * (kHeadDim / 2);
+    const TQ* q = static_cast<const TQ*>(a.q) +
+                  static_cast<int64_t>(q_begin + (valid ? tok : 0)) * a.q_token_stride +
+                  (head_base + q_row / tpb) * kHeadDim + half * (kHeadDim / 2);
+    return valid ? *reinterpret_cast<const uint4*>(q + 8 * i) : make_uint4(0u, 0u, 0u, 0u);
+  };
+  if constexpr (kFp8) {
     uint4 x[kHalfVecs];
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < kHalfVecs; ++i) {
-      x[i] = valid ? *reinterpret_cast<const uint4*>(q_row + 8 * i) : make_uint4(0u, 0u, 0u, 0u);
+      x[i] = q_half_vec(i);
       amax = fmaxf(amax, fmaxf(fmaxf(abs_max2<kQ>(x[i].x), abs_max2<kQ>(x[i].y)),
                                fmaxf(abs_max2<kQ>(x[i].z), abs_max2<kQ>(x[i].w))));
     }
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     const Fp8QueryScale qs = fp8_query_scale_of(amax);
     // 8 codes (bytes 8 i .. 8 i + 7 of this half) into their 16-byte chunk's slot.
-    const int swizzle = kHeadDim == 128 ? rr % 8 : (rr / 2) % 4;
+    const int swizzle = kHeadDim == 128 ? qr % 8 : (qr / 2) % 4;
 #pragma unroll
     for (int i = 0; i < kHalfVecs; ++i) {
       const int byte = half * (kHeadDim / 2) + 8 * i;
-      *reinterpret_cast<uint2*>(q_codes + rr * kHeadDim + (((byte / 16) ^ swizzle) << 4) +
+      *reinterpret_cast<uint2*>(q_codes + qr * kHeadDim + (((byte / 16) ^ swizzle) << 4) +
                                 byte % 16) =
           make_uint2(query_codes4<kQ>(x[i].x, x[i].y, qs.inv),
                      query_codes4<kQ>(x[i].z, x[i].w, qs.inv));
     }
     // A row of zeros (scale 0) has zero scores whatever multiplies them.
-    if (half == 0) q_scales[row] = qs.scale > 0.0f ? qs.scale : 1.0f;
+    if (half == 0) q_scales[q_row] = qs.scale > 0.0f ? qs.scale : 1.0f;
     fence_proxy_async();  // read by wgmma
     named_barrier_sync(1 + wg, 128);
   } else if constexpr (kCodes) {
-    // INT8: two threads per row, half its channels each, converted to fp16 (saturating) as the
-    // decode kernel converts them, stored in the swizzle.
-    constexpr int kHalfVecs = kRowVecs / 2;
-    const TQ* q = static_cast<const TQ*>(a.q);
-    const int rr = wt / 2;
-    const int half = wt % 2;
-    const int row = 64 * wg + rr;
-    const int tok = r0 + row % tpb;
-    const bool valid = tok < q_len;
-    const TQ* q_row = q + static_cast<int64_t>(q_begin + (valid ? tok : 0)) * a.q_token_stride +
-                      (head_base + row / tpb) * kHeadDim + half * (kHeadDim / 2);
+    // INT8: converted to fp16 (saturating) as the decode kernel converts them, stored in the
+    // swizzle.
 #pragma unroll
     for (int i = 0; i < kHalfVecs; ++i) {
-      const uint4 x =
-          valid ? *reinterpret_cast<const uint4*>(q_row + 8 * i) : make_uint4(0u, 0u, 0u, 0u);
+      const uint4 x = q_half_vec(i);
       const uint4 r = make_uint4(to_f16x2<kQ>(x.x), to_f16x2<kQ>(x.y), to_f16x2<kQ>(x.z),
                                  to_f16x2<kQ>(x.w));
-      *reinterpret_cast<uint4*>(q_wg + swz(rr, half * kHalfVecs + i, kQColBytes)) = r;
+      *reinterpret_cast<uint4*>(q_wg + swz(qr, half * kHalfVecs + i, kQColBytes)) = r;
     }
     fence_proxy_async();  // read by wgmma
     named_barrier_sync(1 + wg, 128);
