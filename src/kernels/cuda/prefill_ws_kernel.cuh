@@ -61,14 +61,17 @@ struct PrefillWsShape {
   static constexpr int kN = 128;  // keys per tile
   static constexpr int kStages = 2;
   static constexpr int kRowVecs = kHeadDim / 8;  // 16-byte vectors per row
-  static constexpr int kQBytes = kRows * kHeadDim * 2;  // FP8: codes, then the rows' scales
+  // Q: 16-bit rows; FP8: e4m3 codes, then the rows' float scales, rounded up to the 1024 bytes
+  // the K ring's swizzle atoms need.
+  static constexpr int kQBytes =
+      kFp8 ? (kRows * kHeadDim + kRows * 4 + 1023) / 1024 * 1024 : kRows * kHeadDim * 2;
   static constexpr int kTileBytes = kN * kHeadDim * 2;  // one 16-bit K or V tile
   static constexpr int kKTileBytes = kFp8 ? kN * kHeadDim : kTileBytes;  // what S reads
   static constexpr int kCodeTileBytes = kCodes ? kN * kHeadDim : 0;
   static constexpr int kScaleTileBytes = kScales ? kN * 2 : 0;
   static constexpr int kCodeSlots = kCodes ? (kFp8 ? 1 : 2) : 0;  // staged: V, or K and V
-  // K and V, full and empty, per stage; the same again for the code stages.
-  static constexpr int kBarriers = (kCodes ? 8 : 4) * kStages;
+  // K and V, full and empty, per stage; full and empty per code stage.
+  static constexpr int kBarriers = (4 + 2 * kCodeSlots) * kStages;
   static constexpr size_t kSmemBytes =
       1024u + static_cast<size_t>(kQBytes) + kStages * (kKTileBytes + kTileBytes) +
       static_cast<size_t>(kCodeSlots) * kStages * (kCodeTileBytes + kScaleTileBytes) +
@@ -155,8 +158,8 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   uint64_t* const empty_k = full_v + kStages;
   uint64_t* const empty_v = empty_k + kStages;
   // Codes: a code stage landed (the bulk copies' bytes) and was converted (every producer warp).
-  uint64_t* const code_full = empty_v + kStages;         // [kv][stage]
-  uint64_t* const code_empty = code_full + 2 * kStages;  // [kv][stage]
+  uint64_t* const code_full = empty_v + kStages;                          // [slot][stage]
+  uint64_t* const code_empty = code_full + Shape::kCodeSlots * kStages;  // [slot][stage]
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -169,9 +172,9 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
       mbarrier_init(empty_k + st, 4 * Shape::kConsumers);  // every consumer warp
       mbarrier_init(empty_v + st, 4 * Shape::kConsumers);
       if constexpr (kCodes) {
-        for (int kv = 0; kv < 2; ++kv) {
-          mbarrier_init(code_full + kv * kStages + st, 1);   // lane 0's byte count
-          mbarrier_init(code_empty + kv * kStages + st, 4);  // every producer warp
+        for (int slot = 0; slot < Shape::kCodeSlots; ++slot) {
+          mbarrier_init(code_full + slot * kStages + st, 1);   // lane 0's byte count
+          mbarrier_init(code_empty + slot * kStages + st, 4);  // every producer warp
         }
       }
     }
@@ -205,12 +208,12 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
             landed, static_cast<uint32_t>(blocks * bs * (kHeadDim + (kScales ? 2 : 0))));
         char* const dst = direct ? k_smem + st * Shape::kKTileBytes
                                  : codes_smem + code_slot(kv, st) * Shape::kCodeTileBytes;
-        char* const scale_dst = scales_smem + (kv * kStages + st) * Shape::kScaleTileBytes;
         const CUtensorMap* map = kv == 0 ? &args.k_map : &args.v_map;
         for (int b = 0; b < blocks; ++b) {
           const int page = __ldg(pages + (tile >> a.log2_block_size) + b);
           tma_load_4d(dst + b * bs * kHeadDim, map, 0, 0, kv_head, page, landed);
           if constexpr (kScales) {
+            char* const scale_dst = scales_smem + (kv * kStages + st) * Shape::kScaleTileBytes;
             // A block's scales of one head: block_size contiguous fp16 values, 16-byte aligned
             // (block_size >= 8; kv_layout.h).
             const uint16_t* src = (kv == 0 ? a.k_scales : a.v_scales) +
