@@ -278,10 +278,8 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
         }
         return;
       }
-      // INT8: in the consumers' order, K_0, then K_{j+1} before V_j; items i + 1 and i + 2 in
-      // flight while item i is converted (the copies' latency hidden under two conversions).
-      // Item i + 2 takes the code stage of K_j's or V_j's for its K_{j+2} or V_{j+2}, three or
-      // four items earlier and so converted by then; a third in flight would wait on item i.
+      // INT8: in the consumers' order, K_0, then K_{j+1} before V_j; item i + 1 copied before
+      // item i is converted.
       auto item = [&](int i, int& j, int& kv) {
         if (i == 0) {
           j = 0;
@@ -294,17 +292,12 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
           kv = i % 2 == 0 ? 1 : 0;
         }
       };
-      const int items = 2 * num_tiles;  // at least two
-      int j, kv;
-      if (pt == 0) {
-        for (int i = 0; i < 2; ++i) {
-          item(i, j, kv);
-          copy(j, kv);
-        }
-      }
+      const int items = 2 * num_tiles;
+      if (pt == 0) copy(0, 0);
       for (int i = 0; i < items; ++i) {
-        if (pt == 0 && i + 2 < items) {
-          item(i + 2, j, kv);
+        int j, kv;
+        if (pt == 0 && i + 1 < items) {
+          item(i + 1, j, kv);
           copy(j, kv);
         }
         item(i, j, kv);
