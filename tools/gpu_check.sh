@@ -187,7 +187,7 @@ cmd_run() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
     >>"$OUT/status.txt" 2>&1 || true
   # Most important first: the tests, then the numbers, then the (slow) sanitizer runs.
-  step tests tests "${GPU_CHECK_TEST_LIMIT:-180}" "$bin/strata_kernels_cuda_test" --gtest_brief=1
+  step tests tests "${GPU_CHECK_TEST_LIMIT:-300}" "$bin/strata_kernels_cuda_test" --gtest_brief=1
   step bench bench 100 "$bin/strata_decode_bench" --json "$OUT/bench.json"
   step prefill bench 150 "$bin/strata_prefill_bench" --kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4
   step ops bench 120 "$bin/strata_model_ops_bench"
