@@ -189,6 +189,30 @@ struct ResidualTable {
   }
 };
 
+// One sequence of `len` tokens over the shuffled table, and the parameters both kernels take
+// alike: its paged layout, the cache (INT4: with its residual range), the query heads and scale.
+struct OneSequence {
+  DeviceBuffer indptr, last;
+  explicit OneSequence(int32_t len)
+      : indptr(upload(std::vector<int32_t>{0, len / kBlockSize})),
+        last(upload(std::vector<int32_t>{kBlockSize})) {}
+
+  template <typename Params>
+  void fill(Params& p, const LongContextKv& kv, DType dtype, const kv::KvLayout& layout,
+            const DeviceBuffer& pool, const ResidualTable& residual) const {
+    p.layout = PagedKvLayout{indptr.as<int32_t>(), kv.d_ids.as<int32_t>(), last.as<int32_t>(), 1,
+                             kBlockSize};
+    p.cache = layout.layer_view(pool.data(), 0);
+    if (dtype == DType::kI4) {
+      p.residual = kv.res_layout.layer_view(kv.res_pool.data(), 0);
+      residual.set(p.layout, kv.d_ids);
+    }
+    p.qo_dtype = DType::kBF16;
+    p.num_qo_heads = kQHeads;
+    p.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+  }
+};
+
 class KvQuantLongContextTest : public CudaTest {};
 
 TEST_F(KvQuantLongContextTest, ErrorAt32KAnd128KStaysWithin1_2xOf4K) {
@@ -211,23 +235,13 @@ TEST_F(KvQuantLongContextTest, ErrorAt32KAnd128KStaysWithin1_2xOf4K) {
       "decode", kv,
       [&](const DTypeBound& b, const kv::KvLayout& layout, const DeviceBuffer& pool, size_t li) {
         const int32_t len = kLengths[li];
-        DeviceBuffer d_indptr = upload(std::vector<int32_t>{0, len / kBlockSize});
-        DeviceBuffer d_last = upload(std::vector<int32_t>{kBlockSize});
+        const OneSequence seq(len);
         DecodeAttentionParams p;
         p.q = d_q.data();
         p.q_seq_stride = kQHeads * kHeadDim;
         p.o = d_o.data();
         p.o_seq_stride = kQHeads * kHeadDim;
-        p.layout = PagedKvLayout{d_indptr.as<int32_t>(), kv.d_ids.as<int32_t>(),
-                                 d_last.as<int32_t>(), 1, kBlockSize};
-        p.cache = layout.layer_view(pool.data(), 0);
-        if (b.dtype == DType::kI4) {
-          p.residual = kv.res_layout.layer_view(kv.res_pool.data(), 0);
-          residual.set(p.layout, kv.d_ids);
-        }
-        p.qo_dtype = DType::kBF16;
-        p.num_qo_heads = kQHeads;
-        p.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+        seq.fill(p, kv, b.dtype, layout, pool, residual);
         p.max_kv_len = len;
         p.workspace = ws->data();
         p.workspace_bytes = ws->bytes();
@@ -262,26 +276,15 @@ TEST_F(KvQuantLongContextTest, PrefillErrorAt32KAnd128KStaysWithin1_2xOf4K) {
   check_error_growth(
       "prefill", kv,
       [&](const DTypeBound& b, const kv::KvLayout& layout, const DeviceBuffer& pool, size_t li) {
-        const int32_t len = kLengths[li];
-        DeviceBuffer d_indptr = upload(std::vector<int32_t>{0, len / kBlockSize});
-        DeviceBuffer d_last = upload(std::vector<int32_t>{kBlockSize});
+        const OneSequence seq(kLengths[li]);
         PrefillAttentionParams p;
         p.q = d_q.data();
         p.q_token_stride = kQHeads * kHeadDim;
         p.o = d_o.data();
         p.o_token_stride = kQHeads * kHeadDim;
         p.qo_indptr = d_qo.as<int32_t>();
-        p.layout = PagedKvLayout{d_indptr.as<int32_t>(), kv.d_ids.as<int32_t>(),
-                                 d_last.as<int32_t>(), 1, kBlockSize};
-        p.cache = layout.layer_view(pool.data(), 0);
-        if (b.dtype == DType::kI4) {
-          p.residual = kv.res_layout.layer_view(kv.res_pool.data(), 0);
-          residual.set(p.layout, kv.d_ids);
-          p.lse_workspace = d_lse.as<float>();
-        }
-        p.qo_dtype = DType::kBF16;
-        p.num_qo_heads = kQHeads;
-        p.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+        seq.fill(p, kv, b.dtype, layout, pool, residual);
+        if (b.dtype == DType::kI4) p.lse_workspace = d_lse.as<float>();
         p.max_q_len = kRows;
         const Status s = prefill_attention(p, nullptr);
         EXPECT_TRUE(s.ok()) << s.to_string();
