@@ -47,7 +47,7 @@ export async function assertIdle(base, what) {
 // Streams POST /v1/completions. Returns {status, tokens, finish, done, events, error}:
 // tokens counted from each chunk's token_ids, finish the last finish_reason, done whether
 // [DONE] came. hooks.onOpen() runs when the 200 response's headers arrive, hooks.onFirst() at
-// the first chunk, hooks.onChunk(n) after each.
+// the first chunk, hooks.onChunk(events, tokens) after each, with the counts so far.
 export async function streamCompletion(base, body, hooks = {}, init = {}) {
   const out = { status: 0, tokens: 0, finish: null, done: false, events: 0, error: null };
   const res = await fetch(`${base}/v1/completions`, {
@@ -103,7 +103,7 @@ export async function streamCompletion(base, body, hooks = {}, init = {}) {
         if (c.finish_reason) out.finish = c.finish_reason;
       }
       if (out.events++ === 0 && hooks.onFirst) hooks.onFirst();
-      if (hooks.onChunk) hooks.onChunk(out.events);
+      if (hooks.onChunk) hooks.onChunk(out.events, out.tokens);
     }
   }
   return out;

@@ -1,10 +1,13 @@
 // SIGTERM during load: N streams (default 64) run, half short enough to finish within the
-// shutdown timeout and half too long to, plus one long plain request; once every stream has its
-// first chunk the server gets SIGTERM. Asserts: new connections are refused at once, a new
-// request on an open keep-alive connection gets 503, every short stream completes, every long
-// one ends cleanly (a last chunk with finish_reason "abort", then [DONE]), the plain request
-// gets a 503 error object, no connection hangs, and the process is gone within the timeout
-// (plus slack for a loaded machine). The caller checks the exit status.
+// shutdown timeout and half too long to, plus one long plain request. The server gets SIGTERM
+// once every long stream has its first chunk and every short one is `shortLeft` tokens from its
+// end: a few steps of work, whatever the machine's speed (a sanitizer build on a loaded 2-core
+// machine runs a step of 65 sequences in ~0.4 s, too slow for a whole short stream in 3 s).
+// Asserts: new connections are refused at once, a new request on an open keep-alive connection
+// gets 503, every short stream completes (and some were still decoding at the signal), every
+// long one ends cleanly (a last chunk with finish_reason "abort", then [DONE]), the plain
+// request gets a 503 error object, no connection hangs, and the process is gone within the
+// timeout (plus slack for a loaded machine). The caller checks the exit status.
 // Usage: node sigterm_test.mjs BASE_URL SERVER_PID SHUTDOWN_TIMEOUT_S [N]
 import fs from "node:fs";
 import http from "node:http";
@@ -16,6 +19,7 @@ const pid = Number(process.argv[3]);
 const timeoutS = Number(process.argv[4]);
 const n = Number(process.argv[5] || 64);
 const shortTokens = 16;
+const shortLeft = 4;  // tokens each short stream still has to decode when SIGTERM goes
 const longTokens = 4000;  // minutes of decoding: only the deadline ends it
 const slackS = 3;
 const { hostname, port } = new URL(base);
@@ -59,21 +63,44 @@ function request(method, path, body) {
 }
 assert((await request("GET", "/health")).status === 200, "health before");
 
-let started = 0;
-let allStarted;
-const everyoneStarted = new Promise((r) => { allStarted = r; });
-const streams = Array.from({ length: n }, (_, i) => streamCompletion(base, {
-  prompt: prompt(i), max_tokens: i % 2 ? longTokens : shortTokens, ignore_eos: true,
-  temperature: 0,
-}, { onFirst: () => { if (++started === n) allStarted(); } }).catch((e) => ({ error: String(e) })));
+// A stream is ready for the signal at its first chunk (long) or `shortLeft` tokens before its
+// end (short); short streams that end before the signal are counted.
+let ready = 0;
+let signalled = false;
+let shortsDoneBeforeSignal = 0;
+let allReady;
+const everyoneReady = new Promise((r) => { allReady = r; });
+const streams = Array.from({ length: n }, (_, i) => {
+  const long = i % 2 === 1;
+  let marked = false;
+  let ended = false;
+  return streamCompletion(base, {
+    prompt: prompt(i), max_tokens: long ? longTokens : shortTokens, ignore_eos: true,
+    temperature: 0,
+  }, {
+    onChunk: (events, tokens) => {
+      if (!long && tokens === shortTokens && !ended) {
+        ended = true;
+        if (!signalled) shortsDoneBeforeSignal++;
+      }
+      if (marked || (!long && tokens < shortTokens - shortLeft)) return;
+      marked = true;
+      if (++ready === n) allReady();
+    },
+  }).catch((e) => ({ error: String(e) }));
+});
 const plain = fetch(`${base}/v1/completions`, {
   method: "POST", headers: { "content-type": "application/json" },
   body: JSON.stringify({ prompt: prompt(n), max_tokens: longTokens, ignore_eos: true }),
 }).then(async (r) => ({ status: r.status, body: await r.json() }), (e) => ({ error: String(e) }));
-await within(everyoneStarted, 60000, "the streams' first chunks");
+await within(everyoneReady, 60000, "the streams reaching their marks");
+// The server closes a connection idle for 5 s, and reaching the mark can take longer than that
+// on a slow machine: use the kept-alive connection again just before the signal.
+assert((await request("GET", "/health")).status === 200, "health just before the signal");
 
 const t0 = Date.now();
 process.kill(pid, "SIGTERM");
+signalled = true;
 await sleep(200);
 
 await check("new connections are refused", async () => {
@@ -91,6 +118,7 @@ await check("a new request on a kept-alive connection gets 503", async () => {
 });
 const results = await within(Promise.all(streams), (timeoutS + slackS) * 1000, "the streams");
 await check("short streams complete", async () => {
+  assert(shortsDoneBeforeSignal < n / 2, "every short stream ended before the signal");
   for (let i = 0; i < n; i += 2) {
     const r = results[i];
     assert(r.status === 200 && !r.error && r.done && r.tokens === shortTokens &&
