@@ -1,6 +1,6 @@
 #pragma once
-// Device code of paged prefill attention over INT4 caches and INT4's residual pool
-// (docs/kernels.md); 16-bit, FP8 and INT8 caches run prefill_ws_kernel.cuh. Included only through
+// Device code of paged prefill attention over INT4's residual pool (docs/kernels.md); 16-bit,
+// FP8, INT8 caches and INT4's int4 keys run prefill_ws_kernel.cuh. Included only through
 // prefill_attention_run.cuh (and the kernel arguments by prefill_ws_kernel.cuh).
 //
 // A thread block of kWarps warps owns 16 * kWarps query rows: heads_per_block query heads of one
@@ -16,16 +16,11 @@
 // token (q_len 1) are the same case. Blocks are launched longest-first (the last query tokens
 // attend the most keys), which evens out the causal triangle's work across the waves.
 //
-// INT4 (KIVI): the copies bring codes and the statistics their conversion reads into a second
-// pair of stages; once a tile has arrived the block dequantizes it (code * s + z in fp16) into
-// the tile the products read, and the products run in fp16 with Q converted once. INT4 tiles
-// start at the attended range's start rounded down to 8, so every 8 tokens' V statistics are one
-// aligned 16-byte copy inside one block (the extra tokens are masked).
-// A query row at position p reads its int4 keys [0, int4_keys(p)) from the codes and the rest
-// from the residual pool (docs/kv-quant.md "INT4"), so a launch runs twice: the int4 part (this
-// instance, per-row key bound; it writes each row's log-sum-exp), then the residual part (the
-// 16-bit instance over the residual pool by its block tables, per-row lower key bound), whose
-// epilogue merges the two by their log-sum-exps.
+// INT4 (KIVI): a query row at position p reads its int4 keys [0, int4_keys(p)) from the codes
+// and the rest from the residual pool (docs/kv-quant.md "INT4"), so a launch runs twice: the
+// int4 part (prefill_ws_kernel.cuh; it writes each row's log-sum-exp), then the residual part
+// (this kernel's 16-bit instance over the residual pool by its block tables, per-row lower key
+// bound), whose epilogue merges the two by their log-sum-exps.
 
 #include <cuda_runtime.h>
 
@@ -109,41 +104,26 @@ __device__ __forceinline__ PrefillBlock prefill_block(const PrefillKernelArgs& a
 
 // kWarps warps per block, K/V tiles of kKvTile tokens, at least kMinBlocks blocks per SM (a
 // register cap for the compiler).
-template <DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
+template <int kHeadDim, int kWarps, int kKvTile>
 struct PrefillShape {
-  static constexpr bool kI4 = kKvDType == DType::kI4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kPitch = kHeadDim + 8;  // elements per shared-memory row
   static constexpr int kTileElems = kKvTile * kPitch;
   static constexpr int kStages = 2;
-  // 16-bit tiles: kStages x (K, V). Codes: one fp16 (K, V) pair converted in place, then
-  // kStages x (K codes, V codes, statistics), code rows padded by 16 bytes.
-  static constexpr int kCodePitch = kHeadDim / 2 + 16;  // bytes
-  // INT4: each code stage also holds the statistics its conversion reads, copied with the codes:
-  // K's scales and zero points of every block the tile touches, [slot][scales, zeros][D] fp16
-  // (at most kKvTile / 8 blocks: tiles start at multiples of 8 and blocks hold at least 8
-  // tokens), then V's per-token scales and zero points, [scales, zeros][kKvTile].
-  static constexpr int kKStatSlots = kKvTile / 8;
-  static constexpr int kI4StatBytes = kI4 ? (kKStatSlots * 2 * kHeadDim + 2 * kKvTile) * 2 : 0;
-  static constexpr int kCodeStageBytes = 2 * kKvTile * kCodePitch + kI4StatBytes;
-  // The tiles the products read: 16-bit K and V (converted ones for codes).
+  // kStages x (K, V) 16-bit tiles.
   static constexpr size_t kTileBytes = 2 * kTileElems * sizeof(uint16_t);
-  static constexpr size_t kSmemBytes =
-      kI4 ? kTileBytes + static_cast<size_t>(kStages) * kCodeStageBytes : kStages * kTileBytes;
-  static_assert(kCodeStageBytes % 16 == 0 && kTileBytes % 16 == 0);
+  static constexpr size_t kSmemBytes = kStages * kTileBytes;
 };
 
-// kQDType: q and o (bf16 or fp16); kKvDType: the cache, kQDType itself or INT4.
-template <DType kQDType, DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
+// kQDType: q, o and the cache (bf16 or fp16).
+template <DType kQDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     prefill_attention_kernel(const __grid_constant__ PrefillKernelArgs a) {
-  using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
-  constexpr bool kI4 = Shape::kI4;
-  static_assert(kI4 || kQDType == kKvDType, "FP8 and INT8 caches run prefill_ws_kernel.cuh");
-  constexpr DType kDType = kI4 ? DType::kF16 : kKvDType;  // tensor-core inputs
-  using T = typename CudaType<kQDType>::type;             // q and o
-  using KvT = std::conditional_t<kI4, uint8_t, T>;
-  using TileT = typename CudaType<kDType>::type;  // what the products read
+  using Shape = PrefillShape<kHeadDim, kWarps, kKvTile>;
+  constexpr DType kDType = kQDType;  // tensor-core inputs
+  using T = typename CudaType<kQDType>::type;
+  using KvT = T;
+  using TileT = T;
   constexpr int kThreads = Shape::kThreads;
   constexpr int kPitch = Shape::kPitch;
   constexpr int kN = kKvTile;
@@ -157,17 +137,11 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   const auto [seq, kv_head, head_tile, q_begin, q_len, r0, page_begin, kv_len, offset] =
       prefill_block(a);
   if (r0 >= q_len) return;
-  int kv_hi = offset + min(q_len, r0 + a.tokens_per_block);  // exclusive
-  int kv_lo_exact = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
-  // INT4's two parts: the int4 keys of the block's last row, or the residual keys of its first.
-  const int32_t* pages = a.kv_indices + page_begin;
-  if (a.part == kInt4Part) {
-    kv_hi = int4_keys(kv_hi - 1, a.block_size, a.residual_blocks);
-  } else if (a.part == kResidualPart) {
-    kv_lo_exact = max(kv_lo_exact, int4_keys(offset + r0, a.block_size, a.residual_blocks));
-    pages = a.kv_indices + a.res_indptr[seq] - a.res_first_block[seq];
-  }
-  const int kv_lo = kI4 ? kv_lo_exact & ~7 : kv_lo_exact;
+  const int kv_hi = offset + min(q_len, r0 + a.tokens_per_block);  // exclusive
+  int kv_lo = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
+  // The residual keys of the block's first row on, by logical block.
+  kv_lo = max(kv_lo, int4_keys(offset + r0, a.block_size, a.residual_blocks));
+  const int32_t* pages = a.kv_indices + a.res_indptr[seq] - a.res_first_block[seq];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -182,16 +156,12 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   const int pos_a = offset + row_a;
   const int pos_b = offset + row_b;
   // The warp's attended keys: [w_lo, w_hi).
-  int w_hi = offset + min(q_len, w_r0 + 16);
+  const int w_hi = offset + min(q_len, w_r0 + 16);
   int w_lo = a.window_left >= 0 ? max(0, offset + w_r0 - a.window_left) : 0;
-  // INT4: each row's first residual key; its int4 keys lie before it.
+  // Each row's first residual key (its int4 keys lie before it).
   const int split_a = int4_keys(pos_a, a.block_size, a.residual_blocks);
   const int split_b = int4_keys(pos_b, a.block_size, a.residual_blocks);
-  if (a.part == kInt4Part) {
-    w_hi = int4_keys(w_hi - 1, a.block_size, a.residual_blocks);
-  } else if (a.part == kResidualPart) {
-    w_lo = max(w_lo, int4_keys(offset + w_r0, a.block_size, a.residual_blocks));
-  }
+  w_lo = max(w_lo, int4_keys(offset + w_r0, a.block_size, a.residual_blocks));
 
   extern __shared__ uint4 smem[];
   char* s_base = reinterpret_cast<char*>(smem);
@@ -209,10 +179,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     qf[c][1] = q_word(row_b, 16 * c + 2 * t);
     qf[c][2] = q_word(row_a, 16 * c + 8 + 2 * t);
     qf[c][3] = q_word(row_b, 16 * c + 8 + 2 * t);
-    if constexpr (kI4) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) qf[c][e] = to_f16x2<kQDType>(qf[c][e]);
-    }
   }
 
   float o[kDimTiles][4];
@@ -222,60 +188,22 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
 
   const KvT* k_head = static_cast<const KvT*>(a.k_data) + kv_head * a.head_stride;
   const KvT* v_head = static_cast<const KvT*>(a.v_data) + kv_head * a.head_stride;
-  // The tiles the products read: [stage][K, V][kN][kPitch] (16-bit caches), or the one converted
-  // (K, V) pair of a quantized cache.
-  auto k_buf = [&](int st) {
-    return reinterpret_cast<TileT*>(s_base) + (kI4 ? 0 : 2 * st) * Shape::kTileElems;
-  };
+  // The tiles the products read: [stage][K, V][kN][kPitch].
+  auto k_buf = [&](int st) { return reinterpret_cast<TileT*>(s_base) + 2 * st * Shape::kTileElems; };
   auto v_buf = [&](int st) {
-    return reinterpret_cast<TileT*>(s_base) + (kI4 ? 1 : 2 * st + 1) * Shape::kTileElems;
-  };
-  // INT4: stage st's K codes, V codes, then the statistics: K's (slot = block index from the
-  // tile's first block), then V's scales and zero points (per token).
-  auto code_stage = [&](int st) {
-    return s_base + Shape::kTileBytes + st * Shape::kCodeStageBytes;
-  };
-  auto k_codes = [&](int st) { return reinterpret_cast<uint8_t*>(code_stage(st)); };
-  auto v_codes = [&](int st) { return k_codes(st) + kN * Shape::kCodePitch; };
-  auto k_stats = [&](int st) {
-    return reinterpret_cast<uint16_t*>(code_stage(st) + 2 * kN * Shape::kCodePitch);
-  };
-  auto v_stats = [&](int st) {
-    return k_stats(st) + Shape::kKStatSlots * 2 * kHeadDim;
-  };
-  // Per-token fp16 values of two arrays (INT4: V's scales and zero points) for the tile at
-  // `tile`, into dst[0, kN) and dst[kN, 2 kN): 8 tokens per 16-byte copy
-  // (tile starts are multiples of 8, so each group lies in one block), zeros past kv_hi.
-  auto copy_token_stats = [&](int tile, uint16_t* dst, const uint16_t* first,
-                              const uint16_t* second) {
-    constexpr int kGroups = kN / 8;
-    static_assert(2 * kGroups <= kThreads);
-    if (threadIdx.x < 2 * kGroups) {
-      const int grp = threadIdx.x % kGroups;
-      const bool is_second = threadIdx.x >= kGroups;
-      const int tok = tile + 8 * grp;
-      const int valid = min(max(kv_hi - tok, 0), 8);
-      const int tok_c = valid > 0 ? tok : kv_lo;
-      const int64_t off =
-          static_cast<int64_t>(pages[tok_c >> a.log2_block_size]) * a.scale_block_stride +
-          kv_head * a.scale_head_stride + (tok_c & (a.block_size - 1));
-      cp_async16_prefix(dst + (is_second ? kN : 0) + 8 * grp, (is_second ? second : first) + off,
-                        2 * valid);
-    }
+    return reinterpret_cast<TileT*>(s_base) + (2 * st + 1) * Shape::kTileElems;
   };
 
   // Copies tile j (tokens kv_lo + j * kN ..); tokens past kv_hi are zero-filled (not read).
   auto issue = [&](int j) {
     const int tile = kv_lo + j * kN;
-    // K/V rows: 16-byte vectors of codes (into the code stage) or of 16-bit values.
+    // K/V rows: 16-byte vectors of 16-bit values.
     constexpr int kVecElems = 16 / static_cast<int>(sizeof(KvT));
-    constexpr int kVecs = (kI4 ? kHeadDim / 2 : kHeadDim) / kVecElems;
-    constexpr int kRowBytes = kI4 ? Shape::kCodePitch : kPitch * 2;
+    constexpr int kVecs = kHeadDim / kVecElems;
+    constexpr int kRowBytes = kPitch * 2;
     static_assert(kN * kVecs % kThreads == 0, "whole vectors per thread");
-    char* ks =
-        kI4 ? reinterpret_cast<char*>(k_codes(j & 1)) : reinterpret_cast<char*>(k_buf(j & 1));
-    char* vs =
-        kI4 ? reinterpret_cast<char*>(v_codes(j & 1)) : reinterpret_cast<char*>(v_buf(j & 1));
+    char* ks = reinterpret_cast<char*>(k_buf(j & 1));
+    char* vs = reinterpret_cast<char*>(v_buf(j & 1));
     // Token tok's vector c (clamped to kv_lo past kv_hi: a valid address, not read).
     auto src = [&](int tok, int c) {
       const int tok_c = tok < kv_hi ? tok : kv_lo;
@@ -290,72 +218,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       cp_async16_zfill(vs + r * kRowBytes + c * 16, v_head + src(tile + r, c), tile + r < kv_hi);
       cp_async16_zfill(ks + r * kRowBytes + c * 16, k_head + src(tile + r, c), tile + r < kv_hi);
     }
-    if constexpr (kI4) {
-      // K: each block holding one of the tile's keys below kv_hi, its scales then zero points.
-      constexpr int kSlotVecs = 2 * kHeadDim / 8;  // 16-byte vectors per slot
-      const int first_block = tile >> a.log2_block_size;
-      const int last_tok = min(tile + kN, kv_hi) - 1;
-      const int slots = last_tok >= tile ? (last_tok >> a.log2_block_size) - first_block + 1 : 0;
-      uint16_t* kst = k_stats(j & 1);
-      for (int v = threadIdx.x; v < slots * kSlotVecs; v += kThreads) {
-        const int slot = v / kSlotVecs;
-        const int w = v % kSlotVecs;
-        const bool zero = w >= kSlotVecs / 2;
-        const int col = (w % (kSlotVecs / 2)) * 8;
-        const int64_t off = static_cast<int64_t>(pages[first_block + slot]) * a.scale_block_stride +
-                            kv_head * a.k_stat_head_stride + col;
-        cp_async16(kst + slot * 2 * kHeadDim + (zero ? kHeadDim : 0) + col,
-                   (zero ? a.k_zeros : a.k_scales) + off);
-      }
-      copy_token_stats(tile, v_stats(j & 1), a.v_scales, a.v_zeros);  // V's
-    }
-  };
-  // INT4: stage st's codes -> the fp16 tile, dequantized on the way (code * s + z in fp16, one
-  // rounding) with the statistics staged beside the codes; keys past kv_hi become zeros.
-  auto convert = [&](int st, int tile) {
-    if constexpr (kI4) {
-      constexpr int kCodeVecs = kHeadDim / 16;  // 16 codes = 8 bytes each
-#pragma unroll
-      for (int i = 0; i < 2 * kN * kCodeVecs / kThreads; ++i) {
-        const int idx = threadIdx.x + i * kThreads;
-        const int part = idx / (kN * kCodeVecs);  // 0 = K, 1 = V
-        const int r = (idx / kCodeVecs) % kN;
-        const int c = idx % kCodeVecs;
-        const int tok = tile + r;
-        uint32_t h[8] = {};
-        if (tok < kv_hi) {
-          uint32_t w[4];
-          load_int4_row<8>((part == 0 ? k_codes(st) : v_codes(st)) + r * Shape::kCodePitch + c * 8,
-                           w);
-          uint4 s0, s1, z0, z1;
-          if (part == 0) {  // K: channels 16c .. 16c + 15 of the token's block
-            const uint16_t* stat =
-                k_stats(st) +
-                ((tok >> a.log2_block_size) - (tile >> a.log2_block_size)) * 2 * kHeadDim + 16 * c;
-            s0 = reinterpret_cast<const uint4*>(stat)[0];
-            s1 = reinterpret_cast<const uint4*>(stat)[1];
-            z0 = reinterpret_cast<const uint4*>(stat + kHeadDim)[0];
-            z1 = reinterpret_cast<const uint4*>(stat + kHeadDim)[1];
-          } else {  // V: the token's scale and zero point, both halves
-            const uint32_t sv = v_stats(st)[r] * 0x10001u;
-            const uint32_t zv = v_stats(st)[kN + r] * 0x10001u;
-            s0 = s1 = make_uint4(sv, sv, sv, sv);
-            z0 = z1 = make_uint4(zv, zv, zv, zv);
-          }
-          const uint32_t sc[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-          const uint32_t zp[8] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            u4codes4_to_f16x2(w[q], h[2 * q], h[2 * q + 1]);
-            h[2 * q] = hfma2_bits(h[2 * q], sc[2 * q], zp[2 * q]);
-            h[2 * q + 1] = hfma2_bits(h[2 * q + 1], sc[2 * q + 1], zp[2 * q + 1]);
-          }
-        }
-        TileT* dst = (part == 0 ? k_buf(0) : v_buf(0)) + r * kPitch + c * 16;
-        reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
-        reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
-      }
-    }
   };
 
   const int num_tiles = (kv_hi - kv_lo + kN - 1) / kN;
@@ -369,10 +231,6 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     cp_async_wait<1>();
     __syncthreads();
     const int tile = kv_lo + j * kN;
-    if constexpr (kI4) {
-      convert(j & 1, tile);
-      __syncthreads();
-    }
 
     // Skip a tile that holds none of this warp's keys (past its causal diagonal or before its
     // window); the warp still takes part in the copies and barriers.
@@ -395,9 +253,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
           mma_16816<kDType>(s[2 * p + 1], qf[c], b[2], b[3]);
         }
       }
-      // Scale and mask (causal, window, tile end) where the tile needs it; new row maxima.
-      const bool need_mask = tile + kN - 1 > offset + w_r0 || a.part != kWholeRange ||
-                             (a.window_left >= 0 && tile < offset + w_r0 + 15 - a.window_left);
+      // Scale and mask (causal, window, tile end, and each row's own first residual key); new
+      // row maxima.
       float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kTokTiles; ++n) {
@@ -406,10 +263,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
           const int tok = tile + 8 * n + 2 * t + (e & 1);
           const int pos = e < 2 ? pos_a : pos_b;
           const int split = e < 2 ? split_a : split_b;
-          const bool ok = !need_mask || (tok <= pos && tok < kv_hi &&
-                                         (a.window_left < 0 || tok >= pos - a.window_left) &&
-                                         (a.part == kWholeRange ||
-                                          (a.part == kInt4Part ? tok < split : tok >= split)));
+          const bool ok = tok <= pos && tok < kv_hi && tok >= split &&
+                          (a.window_left < 0 || tok >= pos - a.window_left);
           s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
         }
         mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
@@ -482,30 +337,24 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   float inv_a = l_a > 0.0f ? a.out_scale / l_a : 0.0f;
   float inv_b = l_b > 0.0f ? a.out_scale / l_b : 0.0f;
   T* o_head = static_cast<T*>(a.o) + head * kHeadDim;
-  // Two-part launches: the int4 part leaves each row's log-sum-exp; the residual part weighs
-  // the int4 part's output (already in o) against its own: o = w_i o_i + w_r o_r, weights
-  // 2^(lse - max) normalized.
+  // The residual part weighs the int4 part's output (already in o, its log-sum-exps in lse)
+  // against its own: o = w_i o_i + w_r o_r, weights 2^(lse - max) normalized.
   float prev_a = 0.0f, prev_b = 0.0f;  // the int4 part's weights (residual part)
-  if (a.part != kWholeRange) {
+  {
     const float lse_a = l_a > 0.0f ? m_a + log2f(l_a) : -INFINITY;
     const float lse_b = l_b > 0.0f ? m_b + log2f(l_b) : -INFINITY;
-    float* lse_a_at = a.lse + static_cast<int64_t>(q_begin + row_a) * a.num_qo_heads + head;
-    float* lse_b_at = a.lse + static_cast<int64_t>(q_begin + row_b) * a.num_qo_heads + head;
-    if (a.part == kInt4Part) {
-      if (t == 0 && row_a < q_len) *lse_a_at = lse_a;
-      if (t == 0 && row_b < q_len) *lse_b_at = lse_b;
-    } else {
-      auto weigh = [](float lse_int4, float lse_res, float& inv, float& prev) {
-        const float mx = fmaxf(lse_int4, lse_res);  // lse_res is finite: a row's own key
-        const float w_int4 = lse_int4 == -INFINITY ? 0.0f : fast_exp2(lse_int4 - mx);
-        const float w_res = fast_exp2(lse_res - mx);
-        const float norm = 1.0f / (w_int4 + w_res);
-        inv *= w_res * norm;
-        prev = w_int4 * norm;
-      };
-      if (row_a < q_len) weigh(*lse_a_at, lse_a, inv_a, prev_a);
-      if (row_b < q_len) weigh(*lse_b_at, lse_b, inv_b, prev_b);
-    }
+    const float* lse_a_at = a.lse + static_cast<int64_t>(q_begin + row_a) * a.num_qo_heads + head;
+    const float* lse_b_at = a.lse + static_cast<int64_t>(q_begin + row_b) * a.num_qo_heads + head;
+    auto weigh = [](float lse_int4, float lse_res, float& inv, float& prev) {
+      const float mx = fmaxf(lse_int4, lse_res);  // lse_res is finite: a row's own key
+      const float w_int4 = lse_int4 == -INFINITY ? 0.0f : fast_exp2(lse_int4 - mx);
+      const float w_res = fast_exp2(lse_res - mx);
+      const float norm = 1.0f / (w_int4 + w_res);
+      inv *= w_res * norm;
+      prev = w_int4 * norm;
+    };
+    if (row_a < q_len) weigh(*lse_a_at, lse_a, inv_a, prev_a);
+    if (row_b < q_len) weigh(*lse_b_at, lse_b, inv_b, prev_b);
   }
 #pragma unroll
   for (int j = 0; j < kDimTiles; ++j) {
@@ -513,14 +362,14 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     if (row_a < q_len) {
       auto* out = reinterpret_cast<uint32_t*>(o_head + (q_begin + row_a) * a.o_token_stride + col);
       const float2 before =
-          a.part == kResidualPart ? unpack2<kQDType>(*out) : make_float2(0.f, 0.f);
+          unpack2<kQDType>(*out);
       *out =
           pack2<kQDType>(o[j][0] * inv_a + prev_a * before.x, o[j][1] * inv_a + prev_a * before.y);
     }
     if (row_b < q_len) {
       auto* out = reinterpret_cast<uint32_t*>(o_head + (q_begin + row_b) * a.o_token_stride + col);
       const float2 before =
-          a.part == kResidualPart ? unpack2<kQDType>(*out) : make_float2(0.f, 0.f);
+          unpack2<kQDType>(*out);
       *out =
           pack2<kQDType>(o[j][2] * inv_b + prev_b * before.x, o[j][3] * inv_b + prev_b * before.y);
     }
@@ -563,18 +412,21 @@ inline PrefillKernelArgs prefill_kernel_args(const PrefillAttentionParams& p, in
   return a;
 }
 
-template <DType kQDType, DType kKvDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
-Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream,
-                      AttentionPart part = kWholeRange) {
-  using Shape = PrefillShape<kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
-  auto* kernel = prefill_attention_kernel<kQDType, kKvDType, kHeadDim, kWarps, kKvTile, kMinBlocks>;
+// INT4's residual part: 4 warps (64 query rows) per block, 64-token K/V tiles, two blocks per
+// SM (measured on an H200 GPU against 8 warps, one block per SM, as the whole-range 16-bit
+// kernel: 200-217 TFLOP/s against 185-201; docs/kernels.md).
+template <DType kQDType, int kHeadDim>
+Status launch_prefill_residual(const PrefillAttentionParams& p, cudaStream_t stream) {
+  constexpr int kWarps = 4;
+  using Shape = PrefillShape<kHeadDim, kWarps, 64>;
+  auto* kernel = prefill_attention_kernel<kQDType, kHeadDim, kWarps, 64, 2>;
   // Once per instance: allow the dynamic shared memory beyond the default 48 KiB.
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
   STRATA_CUDA_CHECK(configured);
   const PagedKvCacheView& c = p.cache;
   PrefillKernelArgs a = prefill_kernel_args(p, 16 * kWarps, kWarps);
-  a.part = part;
+  a.part = kResidualPart;
   a.residual_blocks = p.layout.residual_blocks;
   a.res_indptr = p.layout.res_indptr;
   a.res_first_block = p.layout.res_first_block;
@@ -587,14 +439,11 @@ Status launch_prefill(const PrefillAttentionParams& p, cudaStream_t stream,
   return Status::Ok();
 }
 
-// 4 warps (64 query rows) per block, 64-token K/V tiles, two blocks per SM. Measured on an H200
-// GPU against 8 warps (one block per SM): 200-217 TFLOP/s against 185-201 (docs/kernels.md).
-// The residual half of INT4 launches (the 16-bit kernel over the residual pool) is instantiated
-// only in the 16-bit instance files and declared extern in the INT4 ones, so that each kernel is
-// compiled into one translation unit (a template kernel compiled into two is two device
-// functions, and the shared-memory attribute set on one need not be the one a launch uses).
-#define STRATA_PREFILL_RESIDUAL_PART(prefix, kQ, kHeadDim)                                  \
-  prefix Status launch_prefill<kQ, kQ, kHeadDim, 4, 64, 2>(const PrefillAttentionParams&, \
-                                                           cudaStream_t, AttentionPart)
+// The residual part is instantiated only in the 16-bit instance files and declared extern in
+// the INT4 ones, so that each kernel is compiled into one translation unit (a template kernel
+// compiled into two is two device functions, and the shared-memory attribute set on one need
+// not be the one a launch uses).
+#define STRATA_PREFILL_RESIDUAL_PART(prefix, kQ, kHeadDim) \
+  prefix Status launch_prefill_residual<kQ, kHeadDim>(const PrefillAttentionParams&, cudaStream_t)
 
 }  // namespace strata::cuda::detail

@@ -49,12 +49,16 @@
 
 namespace strata::cuda::detail {
 
-// kCodes: an FP8 or INT8 cache, whose codes are staged (kStages tiles, one byte per channel)
-// and converted by the producer: INT8's K and V, FP8's V only (kFp8: its K codes land in the
-// ring S = Q K^T reads, and Q is e4m3 codes with a scale per row); kScales: INT8's per-token
-// scales staged beside them (kN fp16 values per K or V stage).
-template <int kHeadDim, bool kCodes = false, bool kScales = false, bool kFp8 = false>
+// kKv's codes (FP8, INT8, INT4) are staged (kStages tiles, one byte per channel, INT4 half a
+// byte) and converted by the producer: INT8's and INT4's K and V, FP8's V only (its K codes land
+// in the ring S = Q K^T reads, and Q is e4m3 codes with a scale per row). The statistics the
+// conversion reads are staged beside the codes: INT8's per-token scales (kN fp16 values per
+// stage), INT4's K scales and zero points per block and channel and V's per token.
+template <DType kKv, int kHeadDim>
 struct PrefillWsShape {
+  static constexpr bool kI4 = kKv == DType::kI4;
+  static constexpr bool kCodes = is_quantized_kv(kKv) || kI4;
+  static constexpr bool kFp8 = kKv == DType::kF8E4M3 || kKv == DType::kF8E5M2;
   static constexpr int kConsumers = 2;           // warpgroups of 64 query rows
   static constexpr int kRows = 64 * kConsumers;  // query rows per block
   static constexpr int kThreads = 128 * (kConsumers + 1);
@@ -67,18 +71,26 @@ struct PrefillWsShape {
       kFp8 ? (kRows * kHeadDim + kRows * 4 + 1023) / 1024 * 1024 : kRows * kHeadDim * 2;
   static constexpr int kTileBytes = kN * kHeadDim * 2;  // one 16-bit K or V tile
   static constexpr int kKTileBytes = kFp8 ? kN * kHeadDim : kTileBytes;  // what S reads
-  static constexpr int kCodeTileBytes = kCodes ? kN * kHeadDim : 0;
-  static constexpr int kScaleTileBytes = kScales ? kN * 2 : 0;
+  static constexpr int kCodeRowBytes = kI4 ? kHeadDim / 2 : kHeadDim;
+  static constexpr int kCodeTileBytes = kCodes ? kN * kCodeRowBytes : 0;
+  // Statistics per stage, K's then V's: INT8 a scale per key; INT4 K's scales then zero points
+  // of each block a tile holds ([block][scales, zeros][kHeadDim], blocks of at least 8 keys), V's
+  // scales then zero points per key ([scales, zeros][kN]).
+  static constexpr int kKStatBytes =
+      kKv == DType::kI8 ? kN * 2 : kI4 ? (kN / 8) * 2 * kHeadDim * 2 : 0;
+  static constexpr int kVStatBytes = kKv == DType::kI8 ? kN * 2 : kI4 ? 2 * kN * 2 : 0;
   static constexpr int kCodeSlots = kCodes ? (kFp8 ? 1 : 2) : 0;  // staged: V, or K and V
   // K and V, full and empty, per stage; full and empty per code stage.
   static constexpr int kBarriers = (4 + 2 * kCodeSlots) * kStages;
   static constexpr size_t kSmemBytes =
       1024u + static_cast<size_t>(kQBytes) + kStages * (kKTileBytes + kTileBytes) +
-      static_cast<size_t>(kCodeSlots) * kStages * (kCodeTileBytes + kScaleTileBytes) +
+      static_cast<size_t>(kStages) *
+          (kCodeSlots * kCodeTileBytes + kKStatBytes + kVStatBytes) +
       8u * kBarriers;
   // Registers: the producer keeps kProducerRegs, each consumer thread gets kConsumerRegs
-  // (128 x 24 + 256 x 240 <= 64K; the consumers spill about ten, outside the tile loop's
-  // products). The converting producer needs a code vector and its fp16 values live.
+  // (128 x 40 + 256 x 232 = 168 x 384, the block's allocation; the consumers spill about ten,
+  // outside the tile loop's products). The converting producer needs a code vector and its fp16
+  // values live.
   static constexpr uint32_t kProducerRegs = kCodes ? 40 : 24;
   static constexpr uint32_t kConsumerRegs = kCodes ? 232 : 240;
 };
@@ -93,19 +105,21 @@ struct PrefillWsArgs {
   PrefillKernelArgs a;
 };
 
-// kQ: the queries' and output's dtype; kKv: the cache's (kQ itself, or FP8 / INT8 with kQ = BF16).
+// kQ: the queries' and output's dtype; kKv: the cache's (kQ itself, or FP8 / INT8 / INT4 with
+// kQ = BF16). An INT4 launch covers each query row's int4 keys (kInt4Part, kv_codes.cuh) and
+// leaves the rows' log-sum-exps in a.lse for the residual part's launch, which merges.
 template <DType kQ, DType kKv, int kHeadDim>
-__global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
+__global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     prefill_ws_kernel(const __grid_constant__ PrefillWsArgs args) {
   const PrefillKernelArgs& a = args.a;
-  constexpr bool kCodes = is_quantized_kv(kKv);
-  constexpr bool kScales = kKv == DType::kI8;
-  constexpr bool kFp8 = kCodes && !kScales;
+  using Shape = PrefillWsShape<kKv, kHeadDim>;
+  constexpr bool kCodes = Shape::kCodes;
+  constexpr bool kI4 = Shape::kI4;
+  constexpr bool kFp8 = Shape::kFp8;
   static_assert(kCodes || kKv == kQ);
   // The products' dtype: the cache's, or fp16 for codes (FP8's V codes exact there); FP8's
   // S = Q K^T runs on the FP8 tensor cores.
   constexpr DType kT = kCodes ? DType::kF16 : kKv;
-  using Shape = PrefillWsShape<kHeadDim, kCodes, kScales, kFp8>;
   using T = typename CudaType<kT>::type;
   using TQ = typename CudaType<kQ>::type;
   constexpr int kN = Shape::kN;
@@ -129,12 +143,15 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
       prefill_block(a);
   if (r0 >= q_len) return;
   const int tpb = a.tokens_per_block;
-  const int kv_hi = offset + min(q_len, r0 + tpb);  // exclusive
+  // Exclusive; INT4: the int4 keys of the block's last row (whole blocks), none for a block
+  // whose rows all read only the residual pool.
+  const int last_pos = offset + min(q_len, r0 + tpb) - 1;
+  const int kv_hi = kI4 ? int4_keys(last_pos, a.block_size, a.residual_blocks) : last_pos + 1;
   // Tiles start on block boundaries (the bulk copies move whole blocks); keys before the first
   // row's window are masked.
   const int kv_lo =
       a.window_left >= 0 ? max(0, offset + r0 - a.window_left) & ~(a.block_size - 1) : 0;
-  const int num_tiles = (kv_hi - kv_lo + kN - 1) / kN;
+  const int num_tiles = max(0, (kv_hi - kv_lo + kN - 1) / kN);
   const int32_t* pages = a.kv_indices + page_begin;
 
   extern __shared__ uint4 smem[];
@@ -147,13 +164,18 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   // Per stage: K landed, V landed (the producer's copies), K released, V released (a consumer
   // warp each). K and V are separate pipelines: a consumer releases tile j's K after S_j and
   // its V after P_j V_j, one iteration later.
-  // Codes: the code stages, [slot][stage][kN keys][kHeadDim bytes], slots K then V (FP8: V's
+  // Codes: the code stages, [slot][stage][kN keys][kCodeRowBytes], slots K then V (FP8: V's
   // only).
   char* const codes_smem = v_smem + kStages * kTileBytes;
-  // INT8: the staged scales, [K, V][stage][kN] fp16.
-  char* const scales_smem = codes_smem + Shape::kCodeSlots * kStages * Shape::kCodeTileBytes;
+  // INT8 and INT4: the staged statistics, K's stages then V's (Shape::kKStatBytes).
+  char* const stats_smem = codes_smem + Shape::kCodeSlots * kStages * Shape::kCodeTileBytes;
+  auto stats_stage = [&](int kv, int st) {
+    return reinterpret_cast<uint16_t*>(
+        stats_smem + (kv == 0 ? st * Shape::kKStatBytes
+                              : kStages * Shape::kKStatBytes + st * Shape::kVStatBytes));
+  };
   uint64_t* const full_k = reinterpret_cast<uint64_t*>(
-      scales_smem + Shape::kCodeSlots * kStages * Shape::kScaleTileBytes);
+      stats_smem + kStages * (Shape::kKStatBytes + Shape::kVStatBytes));
   uint64_t* const full_v = full_k + kStages;
   uint64_t* const empty_k = full_v + kStages;
   uint64_t* const empty_v = empty_k + kStages;
@@ -183,17 +205,21 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
 
   if constexpr (kCodes) {
     if (wg == Shape::kConsumers) {
-      // FP8 / INT8 producer. Lane 0 of its first warp copies every block of a tile that holds a
-      // key below kv_hi, whole (its rows past kv_hi are stale), into the code stage (INT8: and
-      // the block's per-token scales into the scale stage, one bulk copy of block_size fp16
-      // values); then all four warps convert the stage into the fp16 tile, writing zeros for the
-      // keys at or past kv_hi (0 x NaN would be NaN in P V). FP8's codes become their exact fp16
-      // values (its per-layer scales are folded into the softmax scale and the output); INT8's
-      // become code x scale in fp16, one rounding. FP8's K codes are copied straight into the
-      // ring S reads (their stale rows give scores the softmax masks) and never converted.
+      // FP8 / INT8 / INT4 producer. Lane 0 of its first warp copies every block of a tile that
+      // holds a key below kv_hi, whole (its rows past kv_hi are stale), into the code stage with
+      // the block's statistics beside it (INT8: its per-token scales, one bulk copy of
+      // block_size fp16 values; INT4: K's scales and zero points per channel, V's per token);
+      // then all four warps convert the stage into the fp16 tile, writing zeros for the keys at
+      // or past kv_hi (0 x NaN would be NaN in P V). FP8's codes become their exact fp16 values
+      // (its per-layer scales are folded into the softmax scale and the output); INT8's become
+      // code x scale and INT4's code x s + z in fp16, one rounding. FP8's K codes are copied
+      // straight into the ring S reads (their stale rows give scores the softmax masks) and
+      // never converted.
       warpgroup_release_registers<Shape::kProducerRegs>();
+      if (num_tiles == 0) return;
       const int pt = threadIdx.x - 128 * Shape::kConsumers;
       const int bs = a.block_size;
+      constexpr int kRowBytes = Shape::kCodeRowBytes;
       // The code stage of K (kv = 0) or V (kv = 1): FP8 stages V only.
       auto code_slot = [](int kv, int st) { return (kFp8 ? 0 : kv) * kStages + st; };
       auto copy = [&](int j, int kv) {
@@ -204,24 +230,65 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
         uint64_t* const landed = direct ? full_k + st : code_full + code_slot(kv, st);
         const int tile = kv_lo + (num_tiles - 1 - j) * kN;
         const int blocks = min((kv_hi - tile + bs - 1) / bs, kN / bs);
+        // Per block: its codes, then INT8's bs scales, INT4 K's 2 kHeadDim or V's 2 bs values.
+        const int stat_values = kKv == DType::kI8 ? bs : !kI4 ? 0 : kv == 0 ? 2 * kHeadDim : 2 * bs;
         mbarrier_arrive_expect_tx(
-            landed, static_cast<uint32_t>(blocks * bs * (kHeadDim + (kScales ? 2 : 0))));
+            landed, static_cast<uint32_t>(blocks * (bs * kRowBytes + 2 * stat_values)));
         char* const dst = direct ? k_smem + st * Shape::kKTileBytes
                                  : codes_smem + code_slot(kv, st) * Shape::kCodeTileBytes;
         const CUtensorMap* map = kv == 0 ? &args.k_map : &args.v_map;
+        uint16_t* const stats = stats_stage(kv, st);
         for (int b = 0; b < blocks; ++b) {
           const int page = __ldg(pages + (tile >> a.log2_block_size) + b);
-          tma_load_4d(dst + b * bs * kHeadDim, map, 0, 0, kv_head, page, landed);
-          if constexpr (kScales) {
-            char* const scale_dst = scales_smem + (kv * kStages + st) * Shape::kScaleTileBytes;
-            // A block's scales of one head: block_size contiguous fp16 values, 16-byte aligned
-            // (block_size >= 8; kv_layout.h).
-            const uint16_t* src = (kv == 0 ? a.k_scales : a.v_scales) +
-                                  static_cast<int64_t>(page) * a.scale_block_stride +
-                                  kv_head * a.scale_head_stride;
-            bulk_load(scale_dst + b * bs * 2, src, static_cast<uint32_t>(bs * 2), landed);
+          tma_load_4d(dst + b * bs * kRowBytes, map, 0, 0, kv_head, page, landed);
+          // Statistics are contiguous fp16 runs, 16-byte aligned (block_size >= 8; kv_layout.h):
+          // a block's per-token values of one head, or INT4 K's per-channel ones.
+          const int64_t block_at = static_cast<int64_t>(page) * a.scale_block_stride;
+          if constexpr (kKv == DType::kI8) {
+            const uint16_t* src =
+                (kv == 0 ? a.k_scales : a.v_scales) + block_at + kv_head * a.scale_head_stride;
+            bulk_load(stats + b * bs, src, static_cast<uint32_t>(bs * 2), landed);
+          } else if constexpr (kI4) {
+            if (kv == 0) {
+              const int64_t at = block_at + kv_head * a.k_stat_head_stride;
+              bulk_load(stats + b * 2 * kHeadDim, a.k_scales + at, kHeadDim * 2, landed);
+              bulk_load(stats + b * 2 * kHeadDim + kHeadDim, a.k_zeros + at, kHeadDim * 2, landed);
+            } else {
+              const int64_t at = block_at + kv_head * a.scale_head_stride;
+              const auto bytes = static_cast<uint32_t>(bs * 2);
+              bulk_load(stats + b * bs, a.v_scales + at, bytes, landed);
+              bulk_load(stats + kN + b * bs, a.v_zeros + at, bytes, landed);
+            }
           }
         }
+      };
+      // INT4: key r's 16 codes from channel 16 v (8 bytes) as fp16 code x s + z, channels
+      // 0..7 in lo and 8..15 in hi. K's statistics are its block's, per channel; V's its own.
+      auto int4_vec = [&](const char* codes, const uint16_t* stats, int kv, int r, int v,
+                          uint4& lo, uint4& hi) {
+        uint32_t w[4];
+        load_int4_row<8>(reinterpret_cast<const uint8_t*>(codes) + r * kRowBytes + v * 8, w);
+        uint4 out[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          uint4 sc, zp;
+          if (kv == 0) {
+            const uint16_t* k_stat = stats + (r >> a.log2_block_size) * 2 * kHeadDim + 16 * v + 8 * h;
+            sc = *reinterpret_cast<const uint4*>(k_stat);
+            zp = *reinterpret_cast<const uint4*>(k_stat + kHeadDim);
+          } else {
+            const uint32_t s2 = stats[r] * 0x10001u, z2 = stats[kN + r] * 0x10001u;
+            sc = make_uint4(s2, s2, s2, s2);
+            zp = make_uint4(z2, z2, z2, z2);
+          }
+          uint32_t c0, c1, c2, c3;
+          u4codes4_to_f16x2(w[2 * h], c0, c1);
+          u4codes4_to_f16x2(w[2 * h + 1], c2, c3);
+          out[h] = make_uint4(hfma2_bits(c0, sc.x, zp.x), hfma2_bits(c1, sc.y, zp.y),
+                              hfma2_bits(c2, sc.z, zp.z), hfma2_bits(c3, sc.w, zp.w));
+        }
+        lo = out[0];
+        hi = out[1];
       };
       auto convert = [&](int j, int kv) {
         const int st = j % kStages;
@@ -229,8 +296,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
         mbarrier_wait(code_full + code_slot(kv, st), (j / kStages) & 1);
         const int tile = kv_lo + (num_tiles - 1 - j) * kN;
         const char* const src = codes_smem + code_slot(kv, st) * Shape::kCodeTileBytes;
-        const uint16_t* const scales = reinterpret_cast<const uint16_t*>(
-            scales_smem + (kv * kStages + st) * Shape::kScaleTileBytes);
+        const uint16_t* const stats = stats_stage(kv, st);
         char* const dst = (kv == 0 ? k_smem : v_smem) + st * kTileBytes;
         constexpr int kVecs = kHeadDim / 16;  // 16-code vectors per key
 #pragma unroll 4
@@ -240,17 +306,21 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
           const int v = idx % kVecs;
           uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
           if (tile + r < kv_hi) {
-            const uint4 c = *reinterpret_cast<const uint4*>(src + r * kHeadDim + v * 16);
-            codes4_to_f16x2<kKv>(c.x, lo.x, lo.y);
-            codes4_to_f16x2<kKv>(c.y, lo.z, lo.w);
-            codes4_to_f16x2<kKv>(c.z, hi.x, hi.y);
-            codes4_to_f16x2<kKv>(c.w, hi.z, hi.w);
-            if constexpr (kScales) {
-              const uint32_t sc = scales[r] * 0x10001u;  // the token's scale, both halves
-              lo = make_uint4(hfma2_bits(lo.x, sc, 0u), hfma2_bits(lo.y, sc, 0u),
-                              hfma2_bits(lo.z, sc, 0u), hfma2_bits(lo.w, sc, 0u));
-              hi = make_uint4(hfma2_bits(hi.x, sc, 0u), hfma2_bits(hi.y, sc, 0u),
-                              hfma2_bits(hi.z, sc, 0u), hfma2_bits(hi.w, sc, 0u));
+            if constexpr (kI4) {
+              int4_vec(src, stats, kv, r, v, lo, hi);
+            } else {
+              const uint4 c = *reinterpret_cast<const uint4*>(src + r * kRowBytes + v * 16);
+              codes4_to_f16x2<kKv>(c.x, lo.x, lo.y);
+              codes4_to_f16x2<kKv>(c.y, lo.z, lo.w);
+              codes4_to_f16x2<kKv>(c.z, hi.x, hi.y);
+              codes4_to_f16x2<kKv>(c.w, hi.z, hi.w);
+              if constexpr (kKv == DType::kI8) {
+                const uint32_t sc = stats[r] * 0x10001u;  // the token's scale, both halves
+                lo = make_uint4(hfma2_bits(lo.x, sc, 0u), hfma2_bits(lo.y, sc, 0u),
+                                hfma2_bits(lo.z, sc, 0u), hfma2_bits(lo.w, sc, 0u));
+                hi = make_uint4(hfma2_bits(hi.x, sc, 0u), hfma2_bits(hi.y, sc, 0u),
+                                hfma2_bits(hi.z, sc, 0u), hfma2_bits(hi.w, sc, 0u));
+              }
             }
           }
           *reinterpret_cast<uint4*>(dst + swz(r, 2 * v, kKvColBytes)) = lo;
@@ -278,7 +348,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
         }
         return;
       }
-      // INT8: in the consumers' order, K_0, then K_{j+1} before V_j; item i + 1 copied before
+      // INT8, INT4: in the consumers' order, K_0, then K_{j+1} before V_j; item i + 1 copied before
       // item i is converted.
       auto item = [&](int i, int& j, int& kv) {
         if (i == 0) {
@@ -456,7 +526,14 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   }
   const int pos_a = offset + row_a;
   const int pos_b = offset + row_b;
-  const int w_hi = offset + min(q_len, w_r0 + 16);
+  // INT4: the warp's attended keys end at its last row's int4 keys, and each row's at its own.
+  const int w_last = offset + min(q_len, w_r0 + 16) - 1;
+  const int w_hi = kI4 ? int4_keys(w_last, a.block_size, a.residual_blocks) : w_last + 1;
+  const int split_a = kI4 ? int4_keys(pos_a, a.block_size, a.residual_blocks) : pos_a + 1;
+  const int split_b = kI4 ? int4_keys(pos_b, a.block_size, a.residual_blocks) : pos_b + 1;
+  // Keys below this one are attended by every row of the warp (INT4: its first row's int4 keys).
+  const int w_all = kI4 ? int4_keys(offset + w_r0, a.block_size, a.residual_blocks)
+                        : offset + w_r0 + 1;
   const int w_lo = a.window_left >= 0 ? max(0, offset + w_r0 - a.window_left) : 0;
 
   float o[kDimTiles][4];
@@ -538,7 +615,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
       for (int n = 0; n < kTokTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
       return;
     }
-    const bool need_mask = tile + kN - 1 > offset + w_r0 ||
+    const bool need_mask = tile + kN > w_all ||
                            (a.window_left >= 0 && tile < offset + w_r0 + 15 - a.window_left);
     float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
@@ -547,7 +624,8 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
       for (int e = 0; e < 4; ++e) {
         const int tok = tile + 8 * n + 2 * t + (e & 1);
         const int pos = e < 2 ? pos_a : pos_b;
-        const bool ok = !need_mask || (tok <= pos && tok < kv_hi &&
+        // split <= pos + 1 and <= kv_hi: the causal bound, or INT4's residual one.
+        const bool ok = !need_mask || (tok < (e < 2 ? split_a : split_b) && tok < kv_hi &&
                                        (a.window_left < 0 || tok >= pos - a.window_left));
         if (!ok) s[n][e] = -INFINITY;
       }
@@ -594,35 +672,38 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   // Software-pipelined: iteration j issues S_j and P_{j-1} V_{j-1} together, then runs tile j's
   // softmax under the second product. Every consumer runs every tile of the block (a warp past
   // its rows' keys with P = 0), so both take the same number of turns.
-  mbarrier_wait(full_k, 0);
-  fence_proxy_async();
-  issue_s(0);
-  wgmma_wait_all();
-  wgmma_fence_operands(s);
-  release(empty_k, 0);
-  softmax(0);
-  pack_p();
-  for (int j = 1; j < num_tiles; ++j) {
-    mbarrier_wait(full_k + j % kStages, (j / kStages) & 1);
-    mbarrier_wait(full_v + (j - 1) % kStages, ((j - 1) / kStages) & 1);
+  // INT4: a block whose rows read only the residual pool has no tile (o = 0, lse = -inf).
+  if (num_tiles > 0) {
+    mbarrier_wait(full_k, 0);
     fence_proxy_async();
-    issue_s(j);
-    issue_pv(j - 1);
-    wgmma_wait<1>();  // S_j
+    issue_s(0);
+    wgmma_wait_all();
     wgmma_fence_operands(s);
-    release(empty_k, j);
-    softmax(j);
-    wgmma_wait_all();  // P_{j-1} V_{j-1}
-    wgmma_fence_operands(o);
-    release(empty_v, j - 1);
+    release(empty_k, 0);
+    softmax(0);
     pack_p();
+    for (int j = 1; j < num_tiles; ++j) {
+      mbarrier_wait(full_k + j % kStages, (j / kStages) & 1);
+      mbarrier_wait(full_v + (j - 1) % kStages, ((j - 1) / kStages) & 1);
+      fence_proxy_async();
+      issue_s(j);
+      issue_pv(j - 1);
+      wgmma_wait<1>();  // S_j
+      wgmma_fence_operands(s);
+      release(empty_k, j);
+      softmax(j);
+      wgmma_wait_all();  // P_{j-1} V_{j-1}
+      wgmma_fence_operands(o);
+      release(empty_v, j - 1);
+      pack_p();
+    }
+    mbarrier_wait(full_v + (num_tiles - 1) % kStages, ((num_tiles - 1) / kStages) & 1);
+    fence_proxy_async();
+    issue_pv(num_tiles - 1);
+    wgmma_wait_all();
+    wgmma_fence_operands(o);
+    release(empty_v, num_tiles - 1);
   }
-  mbarrier_wait(full_v + (num_tiles - 1) % kStages, ((num_tiles - 1) / kStages) & 1);
-  fence_proxy_async();
-  issue_pv(num_tiles - 1);
-  wgmma_wait_all();
-  wgmma_fence_operands(o);
-  release(empty_v, num_tiles - 1);
 
 #pragma unroll
   for (int off = 1; off < 4; off <<= 1) {
@@ -634,6 +715,18 @@ __global__ void __launch_bounds__(PrefillWsShape<kHeadDim>::kThreads, 1)
   const float inv_a = l_a > 0.0f ? a.out_scale / l_a : 0.0f;
   const float inv_b = l_b > 0.0f ? a.out_scale / l_b : 0.0f;
   TQ* o_head = static_cast<TQ*>(a.o) + head * kHeadDim;
+  if constexpr (kI4) {
+    // The int4 part's log-sum-exps (log2 units), which the residual part's launch merges by.
+    float* const lse = a.lse + head;
+    if (t == 0 && row_a < q_len) {
+      lse[static_cast<int64_t>(q_begin + row_a) * a.num_qo_heads] =
+          l_a > 0.0f ? m_a + log2f(l_a) : -INFINITY;
+    }
+    if (t == 0 && row_b < q_len) {
+      lse[static_cast<int64_t>(q_begin + row_b) * a.num_qo_heads] =
+          l_b > 0.0f ? m_b + log2f(l_b) : -INFINITY;
+    }
+  }
 #pragma unroll
   for (int j = 0; j < kDimTiles; ++j) {
     const int col = 8 * j + 2 * t;
@@ -663,17 +756,18 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // The bulk tensor copy's view of one layer's K or V pool (base = its block 0): 4-d, [block][KV
-// head][token][channel] by the view's strides (in elements of elem_bytes), boxes of
-// box_channels x block_size tokens of one head, written with `swizzle`. The pool's block count
+// head][token][channel] by the view's strides (in elements of elem_bytes), rows of row_elems
+// (head_dim; INT4: its head_dim / 2 bytes), boxes of box_channels x block_size tokens of one
+// head, written with `swizzle`. The pool's block count
 // is not in the view; the copies address only blocks of the block tables, so the outer extent
 // is a bound, not the pool's size.
 inline Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCacheView& c,
-                            CUtensorMapDataType type, int elem_bytes, int box_channels,
-                            CUtensorMapSwizzle swizzle) {
+                            CUtensorMapDataType type, int elem_bytes, int row_elems,
+                            int box_channels, CUtensorMapSwizzle swizzle) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return Status::Internal("cuTensorMapEncodeTiled is not available");
   const auto eb = static_cast<cuuint64_t>(elem_bytes);
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(c.head_dim),
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(row_elems),
                               static_cast<cuuint64_t>(c.block_size),
                               static_cast<cuuint64_t>(c.num_kv_heads), cuuint64_t{1} << 31};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(c.token_stride) * eb,
@@ -692,14 +786,15 @@ inline Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCac
   return Status::Ok();
 }
 
-// Launches the warp-specialized kernel for a 16-bit, FP8 or INT8 cache's whole key range. Head
-// packing as launch_prefill's, over 8 warps' rows: the largest power of two dividing the group,
-// at most 8.
+// Launches the warp-specialized kernel for a 16-bit, FP8 or INT8 cache's whole key range, or
+// an INT4 cache's int4 part (its lse_workspace then holds the rows' log-sum-exps for the
+// residual part's launch). Head packing as launch_prefill's, over 8 warps' rows: the largest
+// power of two dividing the group, at most 8.
 template <DType kQ, DType kKv, int kHeadDim>
 Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
-  constexpr bool kCodes = is_quantized_kv(kKv);
-  constexpr bool kFp8 = kCodes && kKv != DType::kI8;
-  using Shape = PrefillWsShape<kHeadDim, kCodes, !kFp8 && kCodes, kFp8>;
+  using Shape = PrefillWsShape<kKv, kHeadDim>;
+  constexpr bool kCodes = Shape::kCodes;
+  constexpr bool kFp8 = Shape::kFp8;
   auto* kernel = prefill_ws_kernel<kQ, kKv, kHeadDim>;
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
@@ -712,18 +807,22 @@ Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
                                    : kKv == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const int elem_bytes = kCodes ? 1 : 2;
-  const int box = kCodes ? kHeadDim : 64;
+  const int row = kCodes ? Shape::kCodeRowBytes : kHeadDim;
+  const int box = kCodes ? row : 64;
   const CUtensorMapSwizzle swizzle =
       kCodes ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B;
   const CUtensorMapSwizzle k_swizzle = !kFp8             ? swizzle
                                        : kHeadDim == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
                                                          : CU_TENSOR_MAP_SWIZZLE_64B;
   STRATA_RETURN_IF_ERROR(
-      kv_tensor_map(&args.k_map, c.k_data, c, type, elem_bytes, box, k_swizzle));
-  STRATA_RETURN_IF_ERROR(kv_tensor_map(&args.v_map, c.v_data, c, type, elem_bytes, box, swizzle));
+      kv_tensor_map(&args.k_map, c.k_data, c, type, elem_bytes, row, box, k_swizzle));
+  STRATA_RETURN_IF_ERROR(
+      kv_tensor_map(&args.v_map, c.v_data, c, type, elem_bytes, row, box, swizzle));
   args.a = prefill_kernel_args(p, Shape::kRows, 8);
   PrefillKernelArgs& a = args.a;
-  a.part = kWholeRange;
+  a.part = Shape::kI4 ? kInt4Part : kWholeRange;
+  a.residual_blocks = p.layout.residual_blocks;
+  a.lse = p.lse_workspace;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
                   static_cast<unsigned>(c.num_kv_heads * a.head_tiles),
                   static_cast<unsigned>(p.layout.num_seqs));
