@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   uint64_t* const full_v = full_k + kStages;
   uint64_t* const empty_k = full_v + kStages;
   uint64_t* const empty_v = empty_k + kStages;
-  // Codes: a code stage landed (the bulk copies' bytes) and was converted (every producer warp).
+  // Codes: a code stage landed (the bulk copies' bytes) and was converted (every producer thread).
   uint64_t* const code_full = empty_v + kStages;                          // [slot][stage]
   uint64_t* const code_empty = code_full + Shape::kCodeSlots * kStages;  // [slot][stage]
 
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
       if constexpr (kCodes) {
         for (int slot = 0; slot < Shape::kCodeSlots; ++slot) {
           mbarrier_init(code_full + slot * kStages + st, 1);   // lane 0's byte count
-          mbarrier_init(code_empty + slot * kStages + st, 4);  // every producer warp
+          mbarrier_init(code_empty + slot * kStages + st, 128);  // every producer thread
         }
       }
     }
@@ -328,8 +328,9 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
         }
         fence_proxy_async();  // the products read the tile through the async proxy
         mbarrier_arrive((kv == 0 ? full_k : full_v) + st);
-        __syncwarp();
-        if (pt % 32 == 0) mbarrier_arrive(code_empty + code_slot(kv, st));
+        // Each thread releases the code stage once its own reads are done (the next bulk copy
+        // into it is ordered after every reader's arrival, not through a warp's lane 0).
+        mbarrier_arrive(code_empty + code_slot(kv, st));
       };
       if constexpr (kFp8) {
         // Lane 0 copies tile j + 2's K and V codes once V_j is converted: K_{j+2} takes K_j's
