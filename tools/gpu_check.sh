@@ -18,7 +18,9 @@
 #                                       transformers (tools/gpu_engine_bench.sh); writes at most
 #                                       eight files (logs, JSON) under OUT_DIR
 #   tools/gpu_check.sh report RUN_DIR   on the CPU machine: turns RUN_DIR (the files "run" wrote)
-#                                       into docs/gpu-runs.md (figures for docs/benchmarks.md)
+#                                       into docs/gpu-runs.md (figures for docs/benchmarks.md);
+#                                       RUN_DIR/note.md, if there, follows the steps table (how
+#                                       a record joined from several calls was put together)
 #
 # GPU_CHECK_STEPS picks the run's steps (default: all of tests bench prefill ops tensor_cores torch
 # kvquant engine_tests engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute
@@ -293,6 +295,11 @@ if "kvquant_e2e" in status:
     lines.append(f"| quantized KV end to end (`tools/gpu_kv_quant_bench.sh`) | {status['kvquant_e2e']} | see below |")
 if f:
     lines += ["", "Failed tests: " + ", ".join(f"`{x}`" for x in f)]
+# A record joined from several calls (or builds) says how in RUN_DIR/note.md, kept beside the
+# files it describes, so that the next report does not lose it.
+note = read("note.md").strip()
+if note:
+    lines += [""] + note.splitlines()
 bench = json.loads(read("bench.json") or "{}")
 torch = json.loads(read("torch.json") or "{}")
 if bench:
