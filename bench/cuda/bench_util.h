@@ -17,7 +17,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/cuda/event.h"
-#include "kernels/cuda/fp8_query.h"
+#include "kernels/cuda/query_codes.h"
 #include "kernels/cuda/random_fill.h"
 
 namespace strata::cuda::bench {
@@ -49,14 +49,12 @@ inline float bf16_value(uint64_t seed, int64_t i, float lo, float hi) {
 }
 
 // The attention benchmarks' query row at element offset `off` (d values of bf16_value(seed, ..,
-// -2, 2)) as attention over a cache of kv_dtype multiplies it: over FP8 codes rounded as the
-// kernels round it (fp8_query.h).
+// -2, 2)) as attention over a cache of kv_dtype multiplies it: over FP8 and INT8 caches rounded
+// to codes as the kernels round it (query_codes.h).
 inline std::vector<double> query_row(uint64_t seed, int64_t off, int32_t d, DType kv_dtype) {
   std::vector<double> q(static_cast<size_t>(d));
   for (int32_t e = 0; e < d; ++e) q[static_cast<size_t>(e)] = bf16_value(seed, off + e, -2, 2);
-  if (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2) {
-    round_fp8_query_row(std::span<double>(q));
-  }
+  round_query_row(std::span<double>(q), kv_dtype);
   return q;
 }
 

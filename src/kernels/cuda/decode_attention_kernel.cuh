@@ -61,7 +61,7 @@
 
 #include "kernels/cuda/decode_common.cuh"
 #include "kernels/cuda/decode_merge.cuh"
-#include "kernels/cuda/fp8_query.cuh"
+#include "kernels/cuda/query_codes.cuh"
 #include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -374,11 +374,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
     if (row >= g_count) return 0u;
     return *reinterpret_cast<const uint32_t*>(q_seq + (qo_head0 + row) * kHeadDim + col);
   };
-  // FP8 caches: each head's row rounded to e4m3 as the FP8 prefill multiplies it
-  // (fp8_query.cuh); this lane holds channels t * D/4 .. + D/4 of rows g and g + 8.
-  constexpr bool kFp8 = kKvDType == DType::kF8E4M3 || kKvDType == DType::kF8E5M2;
-  Fp8QueryScale qs_a, qs_b;
-  if constexpr (kFp8) {
+  // FP8 and INT8 caches: each head's row rounded to e4m3 or int8 codes as the prefill multiplies
+  // it (query_codes.cuh); this lane holds channels t * D/4 .. + D/4 of rows g and g + 8.
+  constexpr bool kRoundQ = kRoundsQuery<kKvDType>;
+  QueryScale qs_a, qs_b;
+  if constexpr (kRoundQ) {
     float amax_a = 0.0f, amax_b = 0.0f;
 #pragma unroll
     for (int w = 0; w < kHeadDim / 8; ++w) {
@@ -387,12 +387,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
         amax_b = fmaxf(amax_b, abs_max2<kQDType>(q_word(g + 8, t * (kHeadDim / 4) + 2 * w)));
       }
     }
-    qs_a = fp8_query_scale(amax_a);
-    qs_b = fp8_query_scale(amax_b);
+    qs_a = query_scale<kKvDType>(amax_a);
+    qs_b = query_scale<kKvDType>(amax_b);
   }
-  auto q_f16 = [&](uint32_t pair, const Fp8QueryScale& qs) {
-    if constexpr (kFp8) {
-      return query_rounded_f16x2<kQDType>(pair, qs);
+  auto q_f16 = [&](uint32_t pair, const QueryScale& qs) {
+    if constexpr (kRoundQ) {
+      return query_rounded_f16x2<kKvDType, kQDType>(pair, qs);
     } else {
       return to_f16x2<kQDType>(pair);
     }
@@ -757,7 +757,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       acc[7] += wgt * x1.w;
     }
     const float inv_l = l_all > 0.0f ? a.out_scale / l_all : 0.0f;
-    const float lse2 = l_all > 0.0f ? m_all + log2f(l_all) : -INFINITY;
+    const float lse2 = row_lse2(m_all, l_all);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= inv_l;
     const int head = qo_head0 + row;

@@ -64,13 +64,13 @@ struct PrefillKernelArgs {
   const uint16_t* v_scales;
   int64_t scale_block_stride;
   int64_t scale_head_stride;
-  // INT4 caches: the zero points and K's statistics stride (PagedKvCacheView), and which range
-  // this launch covers (AttentionPart, kv_codes.cuh). kResidualPart reads the residual pool
-  // (kv_indices = layout.res_indices, by logical block through res_indptr / res_first_block).
+  // INT4 caches: the zero points and K's statistics stride (PagedKvCacheView). The kernel
+  // decides which range it covers: the warp-specialized one the int4 keys, the mma.sync one the
+  // residual pool (kv_indices = layout.res_indices, by logical block through res_indptr /
+  // res_first_block).
   const uint16_t* k_zeros;
   const uint16_t* v_zeros;
   int64_t k_stat_head_stride;
-  int32_t part;
   int32_t residual_blocks;
   const int32_t* res_indptr;
   const int32_t* res_first_block;
@@ -102,8 +102,8 @@ __device__ __forceinline__ PrefillBlock prefill_block(const PrefillKernelArgs& a
   return b;
 }
 
-// kWarps warps per block, K/V tiles of kKvTile tokens, at least kMinBlocks blocks per SM (a
-// register cap for the compiler).
+// kWarps warps per block, K/V tiles of kKvTile tokens (the kernel's kMinBlocks blocks per SM
+// cap its registers).
 template <int kHeadDim, int kWarps, int kKvTile>
 struct PrefillShape {
   static constexpr int kThreads = 32 * kWarps;
@@ -120,10 +120,7 @@ template <DType kQDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     prefill_attention_kernel(const __grid_constant__ PrefillKernelArgs a) {
   using Shape = PrefillShape<kHeadDim, kWarps, kKvTile>;
-  constexpr DType kDType = kQDType;  // tensor-core inputs
-  using T = typename CudaType<kQDType>::type;
-  using KvT = T;
-  using TileT = T;
+  using T = typename CudaType<kQDType>::type;  // q, o, the cache and the tensor-core inputs
   constexpr int kThreads = Shape::kThreads;
   constexpr int kPitch = Shape::kPitch;
   constexpr int kN = kKvTile;
@@ -186,19 +183,19 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
 
-  const KvT* k_head = static_cast<const KvT*>(a.k_data) + kv_head * a.head_stride;
-  const KvT* v_head = static_cast<const KvT*>(a.v_data) + kv_head * a.head_stride;
+  const T* k_head = static_cast<const T*>(a.k_data) + kv_head * a.head_stride;
+  const T* v_head = static_cast<const T*>(a.v_data) + kv_head * a.head_stride;
   // The tiles the products read: [stage][K, V][kN][kPitch].
-  auto k_buf = [&](int st) { return reinterpret_cast<TileT*>(s_base) + 2 * st * Shape::kTileElems; };
+  auto k_buf = [&](int st) { return reinterpret_cast<T*>(s_base) + 2 * st * Shape::kTileElems; };
   auto v_buf = [&](int st) {
-    return reinterpret_cast<TileT*>(s_base) + (2 * st + 1) * Shape::kTileElems;
+    return reinterpret_cast<T*>(s_base) + (2 * st + 1) * Shape::kTileElems;
   };
 
   // Copies tile j (tokens kv_lo + j * kN ..); tokens past kv_hi are zero-filled (not read).
   auto issue = [&](int j) {
     const int tile = kv_lo + j * kN;
     // K/V rows: 16-byte vectors of 16-bit values.
-    constexpr int kVecElems = 16 / static_cast<int>(sizeof(KvT));
+    constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));
     constexpr int kVecs = kHeadDim / kVecElems;
     constexpr int kRowBytes = kPitch * 2;
     static_assert(kN * kVecs % kThreads == 0, "whole vectors per thread");
@@ -236,8 +233,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     // window); the warp still takes part in the copies and barriers.
     const bool warp_needs = warp_active && tile < w_hi && tile + kN > w_lo;
     if (warp_needs) {
-      const TileT* ks = k_buf(j & 1);
-      const TileT* vs = v_buf(j & 1);
+      const T* ks = k_buf(j & 1);
+      const T* vs = v_buf(j & 1);
       float s[kTokTiles][4];
 #pragma unroll
       for (int n = 0; n < kTokTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -249,8 +246,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
           // (16p+8.., 16c+8..) -> b0, b1 of n-tile 2p, then of 2p + 1.
           uint32_t b[4];
           ldmatrix_x4(b, ks + (16 * p + (mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
-          mma_16816<kDType>(s[2 * p], qf[c], b[0], b[1]);
-          mma_16816<kDType>(s[2 * p + 1], qf[c], b[2], b[3]);
+          mma_16816<kQDType>(s[2 * p], qf[c], b[0], b[1]);
+          mma_16816<kQDType>(s[2 * p + 1], qf[c], b[2], b[3]);
         }
       }
       // Scale and mask (causal, window, tile end, and each row's own first residual key); new
@@ -308,10 +305,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
 #pragma unroll
       for (int kc = 0; kc < kN / 16; ++kc) {
         uint32_t pf[4];
-        pf[0] = pack2<kDType>(s[2 * kc][0], s[2 * kc][1]);
-        pf[1] = pack2<kDType>(s[2 * kc][2], s[2 * kc][3]);
-        pf[2] = pack2<kDType>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-        pf[3] = pack2<kDType>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+        pf[0] = pack2<kQDType>(s[2 * kc][0], s[2 * kc][1]);
+        pf[1] = pack2<kQDType>(s[2 * kc][2], s[2 * kc][3]);
+        pf[2] = pack2<kQDType>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        pf[3] = pack2<kQDType>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
           // (tokens 16kc..+7, channels 16c..+7), (16kc+8.., 16c..), (16kc.., 16c+8..),
@@ -319,8 +316,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
           uint32_t b[4];
           ldmatrix_x4_trans(
               b, vs + (16 * kc + (mi & 1) * 8 + mr) * kPitch + 16 * c + (mi >> 1) * 8);
-          mma_16816<kDType>(o[2 * c], pf, b[0], b[1]);
-          mma_16816<kDType>(o[2 * c + 1], pf, b[2], b[3]);
+          mma_16816<kQDType>(o[2 * c], pf, b[0], b[1]);
+          mma_16816<kQDType>(o[2 * c + 1], pf, b[2], b[3]);
         }
       }
     }
@@ -341,8 +338,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // against its own: o = w_i o_i + w_r o_r, weights 2^(lse - max) normalized.
   float prev_a = 0.0f, prev_b = 0.0f;  // the int4 part's weights (residual part)
   {
-    const float lse_a = l_a > 0.0f ? m_a + log2f(l_a) : -INFINITY;
-    const float lse_b = l_b > 0.0f ? m_b + log2f(l_b) : -INFINITY;
+    const float lse_a = row_lse2(m_a, l_a);
+    const float lse_b = row_lse2(m_b, l_b);
     const float* lse_a_at = a.lse + static_cast<int64_t>(q_begin + row_a) * a.num_qo_heads + head;
     const float* lse_b_at = a.lse + static_cast<int64_t>(q_begin + row_b) * a.num_qo_heads + head;
     auto weigh = [](float lse_int4, float lse_res, float& inv, float& prev) {
@@ -426,7 +423,6 @@ Status launch_prefill_residual(const PrefillAttentionParams& p, cudaStream_t str
   STRATA_CUDA_CHECK(configured);
   const PagedKvCacheView& c = p.cache;
   PrefillKernelArgs a = prefill_kernel_args(p, 16 * kWarps, kWarps);
-  a.part = kResidualPart;
   a.residual_blocks = p.layout.residual_blocks;
   a.res_indptr = p.layout.res_indptr;
   a.res_first_block = p.layout.res_first_block;

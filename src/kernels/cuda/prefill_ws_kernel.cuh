@@ -4,14 +4,15 @@
 // prefill"). Included only through prefill_attention_run.cuh.
 //
 // Quantized caches: the producer's bulk copies bring the codes (half BF16's bytes) into shared
-// memory. FP8 (E4M3, E5M2): S = Q K^T runs on the FP8 tensor cores, K's codes landing straight
-// in the ring it reads and Q rounded per (token, head) row to e4m3 under a power-of-two scale,
-// as the decode kernel rounds it (fp8_query.cuh), so a token's attention does not depend on
-// which kernel ran its row; the row's scale multiplies its scores. V's codes go to a staging
-// ring and the producer's four warps convert each tile exactly to fp16 in the swizzled layout
-// P V reads (FP8's per-layer scales are folded into the softmax scale and the output). INT8:
-// both K and V are staged with their per-token scales and converted to code x scale in fp16 (one
-// rounding), and Q is converted to fp16 as decode converts it. P is fp16.
+// memory. FP8 (E4M3, E5M2) and INT8: S = Q K^T runs on the 8-bit tensor cores (FP8's, or the
+// integer ones), K's codes landing straight in the ring it reads and Q rounded per (token, head)
+// row to e4m3 or int8 codes under a power-of-two scale, as the decode kernel rounds it
+// (query_codes.cuh), so a token's attention does not depend on which kernel ran its row; the
+// row's scale multiplies its scores, and INT8's per-key K scales (staged beside K's codes) its
+// score columns. V's codes go to a staging ring and the producer's four warps convert each tile
+// to fp16 in the swizzled layout P V reads: FP8's exactly (its per-layer scales are folded into
+// the softmax scale and the output), INT8's to code x scale (one rounding). INT4's K and V are
+// both staged and converted. P is fp16.
 //
 // A thread block owns 128 query rows (heads_per_block heads of one KV group times
 // tokens_per_block tokens, as the mma.sync kernel packs them) and has three warpgroups:
@@ -39,7 +40,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dispatch.h"
-#include "kernels/cuda/fp8_query.cuh"
+#include "kernels/cuda/query_codes.cuh"
 #include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -50,36 +51,39 @@
 namespace strata::cuda::detail {
 
 // kKv's codes (FP8, INT8, INT4) are staged (kStages tiles, one byte per channel, INT4 half a
-// byte) and converted by the producer: INT8's and INT4's K and V, FP8's V only (its K codes land
-// in the ring S = Q K^T reads, and Q is e4m3 codes with a scale per row). The statistics the
-// conversion reads are staged beside the codes: INT8's per-token scales (kN fp16 values per
-// stage), INT4's K scales and zero points per block and channel and V's per token.
+// byte) and converted by the producer: INT4's K and V, FP8's and INT8's V only (their K codes
+// land in the ring S = Q K^T reads, and Q is 8-bit codes with a scale per row). The statistics
+// are staged beside the codes: INT8's per-token scales (kN fp16 values per stage; K's read by
+// the consumers, V's by the conversion), INT4's K scales and zero points per block and channel
+// and V's per token.
 template <DType kKv, int kHeadDim>
 struct PrefillWsShape {
   static constexpr bool kI4 = kKv == DType::kI4;
   static constexpr bool kCodes = is_quantized_kv(kKv) || kI4;
   static constexpr bool kFp8 = kKv == DType::kF8E4M3 || kKv == DType::kF8E5M2;
+  static constexpr bool kI8 = kKv == DType::kI8;
+  // Q as 8-bit codes and S = Q K^T on the 8-bit tensor cores over K's codes as copied.
+  static constexpr bool kQCodes = kRoundsQuery<kKv>;
   static constexpr int kConsumers = 2;           // warpgroups of 64 query rows
   static constexpr int kRows = 64 * kConsumers;  // query rows per block
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kN = 128;  // keys per tile
   static constexpr int kStages = 2;
   static constexpr int kRowVecs = kHeadDim / 8;  // 16-byte vectors per row
-  // Q: 16-bit rows; FP8: e4m3 codes, then the rows' float scales, rounded up to the 1024 bytes
-  // the K ring's swizzle atoms need.
+  // Q: 16-bit rows; FP8 and INT8: 8-bit codes, then the rows' float scales, rounded up to the
+  // 1024 bytes the K ring's swizzle atoms need.
   static constexpr int kQBytes =
-      kFp8 ? (kRows * kHeadDim + kRows * 4 + 1023) / 1024 * 1024 : kRows * kHeadDim * 2;
+      kQCodes ? (kRows * kHeadDim + kRows * 4 + 1023) / 1024 * 1024 : kRows * kHeadDim * 2;
   static constexpr int kTileBytes = kN * kHeadDim * 2;  // one 16-bit K or V tile
-  static constexpr int kKTileBytes = kFp8 ? kN * kHeadDim : kTileBytes;  // what S reads
+  static constexpr int kKTileBytes = kQCodes ? kN * kHeadDim : kTileBytes;  // what S reads
   static constexpr int kCodeRowBytes = kI4 ? kHeadDim / 2 : kHeadDim;
   static constexpr int kCodeTileBytes = kCodes ? kN * kCodeRowBytes : 0;
   // Statistics per stage, K's then V's: INT8 a scale per key; INT4 K's scales then zero points
   // of each block a tile holds ([block][scales, zeros][kHeadDim], blocks of at least 8 keys), V's
   // scales then zero points per key ([scales, zeros][kN]).
-  static constexpr int kKStatBytes =
-      kKv == DType::kI8 ? kN * 2 : kI4 ? (kN / 8) * 2 * kHeadDim * 2 : 0;
-  static constexpr int kVStatBytes = kKv == DType::kI8 ? kN * 2 : kI4 ? 2 * kN * 2 : 0;
-  static constexpr int kCodeSlots = kCodes ? (kFp8 ? 1 : 2) : 0;  // staged: V, or K and V
+  static constexpr int kKStatBytes = kI8 ? kN * 2 : kI4 ? (kN / 8) * 2 * kHeadDim * 2 : 0;
+  static constexpr int kVStatBytes = kI8 ? kN * 2 : kI4 ? 2 * kN * 2 : 0;
+  static constexpr int kCodeSlots = kCodes ? (kQCodes ? 1 : 2) : 0;  // staged: V, or K and V
   // K and V, full and empty, per stage; full and empty per code stage.
   static constexpr int kBarriers = (4 + 2 * kCodeSlots) * kStages;
   static constexpr size_t kSmemBytes =
@@ -106,7 +110,7 @@ struct PrefillWsArgs {
 };
 
 // kQ: the queries' and output's dtype; kKv: the cache's (kQ itself, or FP8 / INT8 / INT4 with
-// kQ = BF16). An INT4 launch covers each query row's int4 keys (kInt4Part, kv_codes.cuh) and
+// kQ = BF16). An INT4 launch covers each query row's int4 keys (int4_keys, kv_codes.cuh) and
 // leaves the rows' log-sum-exps in a.lse for the residual part's launch, which merges.
 template <DType kQ, DType kKv, int kHeadDim>
 __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
@@ -115,10 +119,11 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   using Shape = PrefillWsShape<kKv, kHeadDim>;
   constexpr bool kCodes = Shape::kCodes;
   constexpr bool kI4 = Shape::kI4;
-  constexpr bool kFp8 = Shape::kFp8;
+  constexpr bool kI8 = Shape::kI8;
+  constexpr bool kQCodes = Shape::kQCodes;
   static_assert(kCodes || kKv == kQ);
-  // The products' dtype: the cache's, or fp16 for codes (FP8's V codes exact there); FP8's
-  // S = Q K^T runs on the FP8 tensor cores.
+  // The products' dtype: the cache's, or fp16 for codes (FP8's V codes exact there); FP8's and
+  // INT8's S = Q K^T runs on the 8-bit tensor cores.
   constexpr DType kT = kCodes ? DType::kF16 : kKv;
   using T = typename CudaType<kT>::type;
   using TQ = typename CudaType<kQ>::type;
@@ -157,17 +162,18 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   extern __shared__ uint4 smem[];
   // The swizzle's atoms need 1024-byte alignment (kSmemBytes has room for it).
   char* const q_smem = reinterpret_cast<char*>(smem) + ((1024 - smem_addr(smem) % 1024) % 1024);
-  // [stage][column][kN keys][128 B]; FP8: [stage][kN keys][kHeadDim codes] in the 128- or 64-byte
-  // swizzle (wgmma.cuh), 8-key atoms of 8 kHeadDim bytes.
+  // [stage][column][kN keys][128 B]; FP8 and INT8: [stage][kN keys][kHeadDim codes] in the 128-
+  // or 64-byte swizzle (wgmma.cuh), 8-key atoms of 8 kHeadDim bytes.
   char* const k_smem = q_smem + Shape::kQBytes;
   char* const v_smem = k_smem + kStages * Shape::kKTileBytes;
   // Per stage: K landed, V landed (the producer's copies), K released, V released (a consumer
   // warp each). K and V are separate pipelines: a consumer releases tile j's K after S_j and
   // its V after P_j V_j, one iteration later.
-  // Codes: the code stages, [slot][stage][kN keys][kCodeRowBytes], slots K then V (FP8: V's
-  // only).
+  // Codes: the code stages, [slot][stage][kN keys][kCodeRowBytes], slots K then V (FP8 and INT8:
+  // V's only).
   char* const codes_smem = v_smem + kStages * kTileBytes;
-  // INT8 and INT4: the staged statistics, K's stages then V's (Shape::kKStatBytes).
+  // INT8 and INT4: the staged statistics, K's stages then V's (Shape::kKStatBytes). INT8's K
+  // scales of stage st arrive and are released with K's stage st.
   char* const stats_smem = codes_smem + Shape::kCodeSlots * kStages * Shape::kCodeTileBytes;
   auto stats_stage = [&](int kv, int st) {
     return reinterpret_cast<uint16_t*>(
@@ -188,8 +194,8 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     for (int st = 0; st < kStages; ++st) {
       // 16-bit: the producer warp's lanes' cp.async arrivals and lane 0's byte count of the bulk
       // copies. Codes: every converting thread.
-      // FP8's K: lane 0's byte count alone.
-      mbarrier_init(full_k + st, kFp8 ? 1 : kCodes ? 128 : 33);
+      // FP8's and INT8's K: lane 0's byte count alone.
+      mbarrier_init(full_k + st, kQCodes ? 1 : kCodes ? 128 : 33);
       mbarrier_init(full_v + st, kCodes ? 128 : 33);
       mbarrier_init(empty_k + st, 4 * Shape::kConsumers);  // every consumer warp
       mbarrier_init(empty_v + st, 4 * Shape::kConsumers);
@@ -212,26 +218,26 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
       // then all four warps convert the stage into the fp16 tile, writing zeros for the keys at
       // or past kv_hi (0 x NaN would be NaN in P V). FP8's codes become their exact fp16 values
       // (its per-layer scales are folded into the softmax scale and the output); INT8's become
-      // code x scale and INT4's code x s + z in fp16, one rounding. FP8's K codes are copied
-      // straight into the ring S reads (their stale rows give scores the softmax masks) and
-      // never converted.
+      // code x scale and INT4's code x s + z in fp16, one rounding. FP8's and INT8's K codes
+      // (and INT8's K scales) are copied straight into the ring S reads (their stale rows give
+      // scores the softmax masks) and never converted.
       warpgroup_release_registers<Shape::kProducerRegs>();
       if (num_tiles == 0) return;
       const int pt = threadIdx.x - 128 * Shape::kConsumers;
       const int bs = a.block_size;
       constexpr int kRowBytes = Shape::kCodeRowBytes;
-      // The code stage of K (kv = 0) or V (kv = 1): FP8 stages V only.
-      auto code_slot = [](int kv, int st) { return (kFp8 ? 0 : kv) * kStages + st; };
+      // The code stage of K (kv = 0) or V (kv = 1): FP8 and INT8 stage V only.
+      auto code_slot = [](int kv, int st) { return (kQCodes ? 0 : kv) * kStages + st; };
       auto copy = [&](int j, int kv) {
         const int st = j % kStages;
-        const bool direct = kFp8 && kv == 0;
+        const bool direct = kQCodes && kv == 0;
         mbarrier_wait(direct ? empty_k + st : code_empty + code_slot(kv, st),
                       ((j / kStages) & 1) ^ 1);
         uint64_t* const landed = direct ? full_k + st : code_full + code_slot(kv, st);
         const int tile = kv_lo + (num_tiles - 1 - j) * kN;
         const int blocks = min((kv_hi - tile + bs - 1) / bs, kN / bs);
         // Per block: its codes, then INT8's bs scales, INT4 K's 2 kHeadDim or V's 2 bs values.
-        const int stat_values = kKv == DType::kI8 ? bs : !kI4 ? 0 : kv == 0 ? 2 * kHeadDim : 2 * bs;
+        const int stat_values = kI8 ? bs : !kI4 ? 0 : kv == 0 ? 2 * kHeadDim : 2 * bs;
         mbarrier_arrive_expect_tx(
             landed, static_cast<uint32_t>(blocks * (bs * kRowBytes + 2 * stat_values)));
         char* const dst = direct ? k_smem + st * Shape::kKTileBytes
@@ -244,7 +250,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
           // Statistics are contiguous fp16 runs, 16-byte aligned (block_size >= 8; kv_layout.h):
           // a block's per-token values of one head, or INT4 K's per-channel ones.
           const int64_t block_at = static_cast<int64_t>(page) * a.scale_block_stride;
-          if constexpr (kKv == DType::kI8) {
+          if constexpr (kI8) {
             const uint16_t* src =
                 (kv == 0 ? a.k_scales : a.v_scales) + block_at + kv_head * a.scale_head_stride;
             bulk_load(stats + b * bs, src, static_cast<uint32_t>(bs * 2), landed);
@@ -314,7 +320,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
               codes4_to_f16x2<kKv>(c.y, lo.z, lo.w);
               codes4_to_f16x2<kKv>(c.z, hi.x, hi.y);
               codes4_to_f16x2<kKv>(c.w, hi.z, hi.w);
-              if constexpr (kKv == DType::kI8) {
+              if constexpr (kI8) {
                 const uint32_t sc = stats[r] * 0x10001u;  // the token's scale, both halves
                 lo = make_uint4(hfma2_bits(lo.x, sc, 0u), hfma2_bits(lo.y, sc, 0u),
                                 hfma2_bits(lo.z, sc, 0u), hfma2_bits(lo.w, sc, 0u));
@@ -332,7 +338,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
         // into it is ordered after every reader's arrival, not through a warp's lane 0).
         mbarrier_arrive(code_empty + code_slot(kv, st));
       };
-      if constexpr (kFp8) {
+      if constexpr (kQCodes) {
         // Lane 0 copies tile j + 2's K and V codes once V_j is converted: K_{j+2} takes K_j's
         // stage, free once the consumers have S_j, before they need V_{j+1}.
         auto copy_tile = [&](int j) {
@@ -349,7 +355,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
         }
         return;
       }
-      // INT8, INT4: in the consumers' order, K_0, then K_{j+1} before V_j; item i + 1 copied before
+      // INT4: in the consumers' order, K_0, then K_{j+1} before V_j; item i + 1 copied before
       // item i is converted.
       auto item = [&](int i, int& j, int& kv) {
         if (i == 0) {
@@ -450,10 +456,10 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   const bool warp_active = w_r0 < q_len;
   const int row_a = w_r0 + g;
   const int row_b = row_a + 8;
-  // FP8: Q as e4m3 codes for S on the FP8 tensor cores, [row][kHeadDim codes] in the 128- or
-  // 64-byte swizzle (wgmma.cuh), each row rounded under its power-of-two scale as the decode
-  // kernel rounds it; the rows' scales follow the codes and multiply their scores in the
-  // softmax.
+  // FP8 and INT8: Q as e4m3 or int8 codes for S on the 8-bit tensor cores, [row][kHeadDim codes]
+  // in the 128- or 64-byte swizzle (wgmma.cuh), each row rounded under its power-of-two scale as
+  // the decode kernel rounds it; the rows' scales follow the codes and multiply their scores in
+  // the softmax.
   float* const q_scales = reinterpret_cast<float*>(q_smem + Shape::kRows * kHeadDim);
   char* const q_codes = q_smem + wg * 64 * kHeadDim;
   // Quantized caches: two threads per Q row, half its channels each: row qr of this consumer,
@@ -470,7 +476,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
                   (head_base + q_row / tpb) * kHeadDim + half * (kHeadDim / 2);
     return valid ? *reinterpret_cast<const uint4*>(q + 8 * i) : make_uint4(0u, 0u, 0u, 0u);
   };
-  if constexpr (kFp8) {
+  if constexpr (kQCodes) {
     uint4 x[kHalfVecs];
     float amax = 0.0f;
 #pragma unroll
@@ -480,7 +486,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
                                fmaxf(abs_max2<kQ>(x[i].z), abs_max2<kQ>(x[i].w))));
     }
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    const Fp8QueryScale qs = fp8_query_scale_of(amax);
+    const QueryScale qs = query_scale_of<kKv>(amax);
     // 8 codes (bytes 8 i .. 8 i + 7 of this half) into their 16-byte chunk's slot.
     const int swizzle = kHeadDim == 128 ? qr % 8 : (qr / 2) % 4;
 #pragma unroll
@@ -488,15 +494,15 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
       const int byte = half * (kHeadDim / 2) + 8 * i;
       *reinterpret_cast<uint2*>(q_codes + qr * kHeadDim + (((byte / 16) ^ swizzle) << 4) +
                                 byte % 16) =
-          make_uint2(query_codes4<kQ>(x[i].x, x[i].y, qs.inv),
-                     query_codes4<kQ>(x[i].z, x[i].w, qs.inv));
+          make_uint2(query_codes4<kKv, kQ>(x[i].x, x[i].y, qs.inv),
+                     query_codes4<kKv, kQ>(x[i].z, x[i].w, qs.inv));
     }
     // A row of zeros (scale 0) has zero scores whatever multiplies them.
     if (half == 0) q_scales[q_row] = qs.scale > 0.0f ? qs.scale : 1.0f;
     fence_proxy_async();  // read by wgmma
     named_barrier_sync(1 + wg, 128);
   } else if constexpr (kCodes) {
-    // INT8: converted to fp16 (saturating) as the decode kernel converts them, stored in the
+    // INT4: converted to fp16 (saturating) as the decode kernel converts them, stored in the
     // swizzle.
 #pragma unroll
     for (int i = 0; i < kHalfVecs; ++i) {
@@ -542,10 +548,14 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
   float alpha_a = 1.0f, alpha_b = 1.0f;  // the last softmax's rescale of O, applied before P V
-  // The scores' scale to log2 units, per row (FP8: times the row's Q scale).
-  const float scale_a = kFp8 ? a.scale_log2 * q_scales[w_row + g] : a.scale_log2;
-  const float scale_b = kFp8 ? a.scale_log2 * q_scales[w_row + g + 8] : a.scale_log2;
+  // The scores' scale to log2 units, per row (FP8 and INT8: times the row's Q scale).
+  const float scale_a = kQCodes ? a.scale_log2 * q_scales[w_row + g] : a.scale_log2;
+  const float scale_b = kQCodes ? a.scale_log2 * q_scales[w_row + g + 8] : a.scale_log2;
   float s[kTokTiles][4];
+  // INT8: S in int32 from the integer tensor cores, started at kIntBias's bits so that each sum
+  // reads as the float kIntBias + sum (|sum| <= kHeadDim x 127 x 127 < 2^22: exact).
+  constexpr float kIntBias = 12582912.0f;  // 1.5 x 2^23
+  int32_t si[kI8 ? kTokTiles : 1][4];
   uint32_t pf[kN / 16][4];
 
   // Descriptors of this consumer's Q and of stage 0's tiles (the start address is their low
@@ -557,14 +567,29 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     return kHeadDim == 128 ? wgmma_desc_sw128(tile, 16, 8 * kHeadDim)
                            : wgmma_desc_sw64(tile, 16, 8 * kHeadDim);
   };
-  const uint64_t q_desc = kFp8 ? fp8_desc(q_codes) : wgmma_desc_sw128(q_wg, 16, 1024);
-  const uint64_t k_desc0 = kFp8 ? fp8_desc(k_smem) : wgmma_desc_sw128(k_smem, 16, 1024);
+  const uint64_t q_desc = kQCodes ? fp8_desc(q_codes) : wgmma_desc_sw128(q_wg, 16, 1024);
+  const uint64_t k_desc0 = kQCodes ? fp8_desc(k_smem) : wgmma_desc_sw128(k_smem, 16, 1024);
   const uint64_t v_desc = wgmma_desc_sw128(v_smem, kKvColBytes, 1024);
   auto issue_s = [&](int j) {
     const uint64_t k_desc = k_desc0 + (j % kStages) * (Shape::kKTileBytes >> 4);
+    if constexpr (kI8) {
+#pragma unroll
+      for (int n = 0; n < kTokTiles; ++n) {
+        si[n][0] = si[n][1] = si[n][2] = si[n][3] = __float_as_int(kIntBias);
+      }
+      wgmma_fence_operands(si);
+      wgmma_fence();
+      // Four (head dim 128) or two k-steps of 32 channels, exact in int32.
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 32; ++kk) {
+        wgmma_s8_ss(si, q_desc + ((kk * 32) >> 4), k_desc + ((kk * 32) >> 4), true);
+      }
+      wgmma_commit();
+      return;
+    }
     wgmma_fence_operands(s);
     wgmma_fence();
-    if constexpr (kFp8) {
+    if constexpr (Shape::kFp8) {
       // k-step kk: 32 codes, 32 bytes into the key rows. The four k-steps of a 128-channel head
       // accumulate on the tensor cores before S leaves them in fp32: the two-level
       // accumulation's bound of four k-tiles (docs/kv-quant.md).
@@ -605,6 +630,26 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   auto release = [&](uint64_t* bars, int j) {
     __syncwarp();
     if (lane == 0) mbarrier_arrive(bars + j % kStages);
+  };
+  // S_j complete: INT8's integer sums become scores, each column times its key's scale (staged
+  // with K_j, so before K_j is released). Stale keys' scales may be anything; their scores are
+  // masked.
+  auto scores_done = [&](int j) {
+    if constexpr (kI8) {
+      wgmma_fence_operands(si);
+      const uint16_t* const k_scales = stats_stage(0, j % kStages);
+#pragma unroll
+      for (int n = 0; n < kTokTiles; ++n) {
+        const float2 f =
+            f16x2_to_float2(*reinterpret_cast<const uint32_t*>(k_scales + 8 * n + 2 * t));
+        s[n][0] = (__int_as_float(si[n][0]) - kIntBias) * f.x;
+        s[n][1] = (__int_as_float(si[n][1]) - kIntBias) * f.y;
+        s[n][2] = (__int_as_float(si[n][2]) - kIntBias) * f.x;
+        s[n][3] = (__int_as_float(si[n][3]) - kIntBias) * f.y;
+      }
+    } else {
+      wgmma_fence_operands(s);
+    }
   };
   // Masks S_j (causal, window, tile end) where this warp's rows need it and turns it into
   // P = 2^(S scale - m) in place, updating m, l and alpha; P = 0 for a warp with no key here.
@@ -679,7 +724,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     fence_proxy_async();
     issue_s(0);
     wgmma_wait_all();
-    wgmma_fence_operands(s);
+    scores_done(0);
     release(empty_k, 0);
     softmax(0);
     pack_p();
@@ -690,7 +735,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
       issue_s(j);
       issue_pv(j - 1);
       wgmma_wait<1>();  // S_j
-      wgmma_fence_operands(s);
+      scores_done(j);
       release(empty_k, j);
       softmax(j);
       wgmma_wait_all();  // P_{j-1} V_{j-1}
@@ -720,12 +765,10 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     // The int4 part's log-sum-exps (log2 units), which the residual part's launch merges by.
     float* const lse = a.lse + head;
     if (t == 0 && row_a < q_len) {
-      lse[static_cast<int64_t>(q_begin + row_a) * a.num_qo_heads] =
-          l_a > 0.0f ? m_a + log2f(l_a) : -INFINITY;
+      lse[static_cast<int64_t>(q_begin + row_a) * a.num_qo_heads] = row_lse2(m_a, l_a);
     }
     if (t == 0 && row_b < q_len) {
-      lse[static_cast<int64_t>(q_begin + row_b) * a.num_qo_heads] =
-          l_b > 0.0f ? m_b + log2f(l_b) : -INFINITY;
+      lse[static_cast<int64_t>(q_begin + row_b) * a.num_qo_heads] = row_lse2(m_b, l_b);
     }
   }
 #pragma unroll
@@ -795,7 +838,6 @@ template <DType kQ, DType kKv, int kHeadDim>
 Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
   using Shape = PrefillWsShape<kKv, kHeadDim>;
   constexpr bool kCodes = Shape::kCodes;
-  constexpr bool kFp8 = Shape::kFp8;
   auto* kernel = prefill_ws_kernel<kQ, kKv, kHeadDim>;
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
@@ -803,7 +845,8 @@ Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
   const PagedKvCacheView& c = p.cache;
   PrefillWsArgs args{};
   // 16-bit: 64-channel boxes in the swizzle the products read. Codes: whole rows, into the
-  // staging ring unswizzled (FP8's K: into the ring S reads, in the kHeadDim-byte swizzle).
+  // staging ring unswizzled (FP8's and INT8's K: into the ring S reads, in the kHeadDim-byte
+  // swizzle).
   const CUtensorMapDataType type = kCodes                ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : kKv == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -812,7 +855,7 @@ Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
   const int box = kCodes ? row : 64;
   const CUtensorMapSwizzle swizzle =
       kCodes ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B;
-  const CUtensorMapSwizzle k_swizzle = !kFp8             ? swizzle
+  const CUtensorMapSwizzle k_swizzle = !Shape::kQCodes   ? swizzle
                                        : kHeadDim == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
                                                          : CU_TENSOR_MAP_SWIZZLE_64B;
   STRATA_RETURN_IF_ERROR(
@@ -821,7 +864,6 @@ Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
       kv_tensor_map(&args.v_map, c.v_data, c, type, elem_bytes, row, box, swizzle));
   args.a = prefill_kernel_args(p, Shape::kRows, 8);
   PrefillKernelArgs& a = args.a;
-  a.part = Shape::kI4 ? kInt4Part : kWholeRange;
   a.residual_blocks = p.layout.residual_blocks;
   a.lse = p.lse_workspace;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),

@@ -54,6 +54,12 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// A softmax row's log-sum-exp in log2 units from its running maximum m and sum l (of 2^(s - m)):
+// -inf for a row that attended to nothing.
+__device__ __forceinline__ float row_lse2(float m, float l) {
+  return l > 0.0f ? m + log2f(l) : -INFINITY;
+}
+
 // The 8 elements of a 16-byte vector as floats.
 template <DType kDType>
 __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {

@@ -83,6 +83,14 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kTiles][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
   }
 }
+template <int kTiles>
+__device__ __forceinline__ void wgmma_fence_operands(int32_t (&d)[kTiles][4]) {
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(d[j][e])::"memory");
+  }
+}
 template <int kSteps>
 __device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[kSteps][4]) {
 #pragma unroll
@@ -163,6 +171,23 @@ __device__ __forceinline__ void wgmma_fp8_ss(float (&d)[16][4], uint64_t a, uint
     STRATA_WGMMA_FP8_SS("e5m2");
   }
 #undef STRATA_WGMMA_FP8_SS
+}
+
+// D (64 x 128 int32) = A B^T (+ D when accumulate): A (64 x 32, K-major) and B (128 x 32,
+// K-major) int8, both from shared memory through descriptors. One 32-wide k-step; the sums are
+// exact.
+__device__ __forceinline__ void wgmma_s8_ss(int32_t (&d)[16][4], uint64_t a, uint64_t b,
+                                            bool accumulate) {
+#define STRATA_WGMMA_I4(j) "+r"(d[j][0]), "+r"(d[j][1]), "+r"(d[j][2]), "+r"(d[j][3])
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " STRATA_WGMMA_D64
+               ", %64, %65, p;\n}"
+               : STRATA_WGMMA_I4(0), STRATA_WGMMA_I4(1), STRATA_WGMMA_I4(2), STRATA_WGMMA_I4(3),
+                 STRATA_WGMMA_I4(4), STRATA_WGMMA_I4(5), STRATA_WGMMA_I4(6), STRATA_WGMMA_I4(7),
+                 STRATA_WGMMA_I4(8), STRATA_WGMMA_I4(9), STRATA_WGMMA_I4(10), STRATA_WGMMA_I4(11),
+                 STRATA_WGMMA_I4(12), STRATA_WGMMA_I4(13), STRATA_WGMMA_I4(14), STRATA_WGMMA_I4(15)
+               : "l"(a), "l"(b), "r"(accumulate ? 1 : 0));
+#undef STRATA_WGMMA_I4
 }
 
 __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[8][4], const uint32_t (&a)[4],

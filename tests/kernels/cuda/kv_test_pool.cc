@@ -4,7 +4,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/dispatch.h"
-#include "kernels/cuda/fp8_query.h"
+#include "kernels/cuda/query_codes.h"
 
 namespace strata::cuda::testing {
 namespace {
@@ -95,9 +95,7 @@ std::vector<double> attention_query_row(const uint16_t* q, int32_t d, DType qo_d
                                         DType kv_dtype) {
   std::vector<double> out(static_cast<size_t>(d));
   for (int32_t e = 0; e < d; ++e) out[e] = to_f32(q[e], qo_dtype);
-  if (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2) {
-    round_fp8_query_row(std::span<double>(out));
-  }
+  round_query_row(std::span<double>(out), kv_dtype);
   return out;
 }
 

@@ -32,8 +32,8 @@ double kv_element(const PagedKvCacheView& cache, bool v, int32_t block, int32_t 
                   int32_t token, int32_t e);
 
 // One (token, head) row of Q (head dim d, 16-bit floats of qo_dtype) as attention over a cache
-// of kv_dtype multiplies it: over an FP8 cache rounded to e4m3 with its largest |q| at 448
-// (kernels/cuda/fp8_query.cuh), otherwise the values as they are.
+// of kv_dtype multiplies it: over an FP8 cache rounded to e4m3 with its largest |q| within 448,
+// over INT8 to int8 within 127 (kernels/cuda/query_codes.cuh), otherwise the values as they are.
 std::vector<double> attention_query_row(const uint16_t* q, int32_t d, DType qo_dtype,
                                         DType kv_dtype);
 
