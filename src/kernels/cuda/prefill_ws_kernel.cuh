@@ -6,7 +6,7 @@
 // Quantized caches: the producer's bulk copies bring the codes (half BF16's bytes) into shared
 // memory. FP8 (E4M3, E5M2) and INT8: S = Q K^T runs on the 8-bit tensor cores (FP8's, or the
 // integer ones), K's codes landing straight in the ring it reads and Q rounded per (token, head)
-// row to e4m3 or int8 codes under a power-of-two scale, as the decode kernel rounds it
+// row to e4m3 or int8 codes under a scale per row, as the decode kernel rounds it
 // (query_codes.cuh), so a token's attention does not depend on which kernel ran its row; the
 // row's scale multiplies its scores, and INT8's per-key K scales (staged beside K's codes) its
 // score columns. V's codes go to a staging ring and the producer's four warps convert each tile
@@ -457,9 +457,9 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   const int row_a = w_r0 + g;
   const int row_b = row_a + 8;
   // FP8 and INT8: Q as e4m3 or int8 codes for S on the 8-bit tensor cores, [row][kHeadDim codes]
-  // in the 128- or 64-byte swizzle (wgmma.cuh), each row rounded under its power-of-two scale as
-  // the decode kernel rounds it; the rows' scales follow the codes and multiply their scores in
-  // the softmax.
+  // in the 128- or 64-byte swizzle (wgmma.cuh), each row rounded under its scale
+  // (query_codes.cuh) as the decode kernel rounds it; the rows' scales follow the codes and
+  // multiply their scores in the softmax.
   float* const q_scales = reinterpret_cast<float*>(q_smem + Shape::kRows * kHeadDim);
   char* const q_codes = q_smem + wg * 64 * kHeadDim;
   // Quantized caches: two threads per Q row, half its channels each: row qr of this consumer,

@@ -1,11 +1,11 @@
 #pragma once
 // Q over 8-bit caches (docs/kernels.md, "FP8, INT8 and INT4 prefill"). The FP8 and INT8 prefill
 // multiply Q K^T on 8-bit tensor cores, so they round each (query token, head) row of Q to 8-bit
-// codes under a power-of-two scale, the smallest that brings the row's largest |q| within the
-// codes' range (e4m3's 448 over FP8 caches, 127 over INT8), and fold the scale into the row's
-// scores. The decode kernel rounds Q the same way and multiplies the fp16 values code x scale,
-// exact for a power of two, so that a token's attention does not depend on which kernel ran its
-// row. query_codes.h holds the host's copy of the rounding (the tests' and benchmarks'
+// codes under a scale per row that brings its largest |q| within the codes' range (e4m3's 448
+// over FP8 caches, the smallest power of two that does; 127 over INT8, amax / 127), and fold the
+// scale into the row's scores. The decode kernel rounds Q to the same codes and multiplies the
+// fp16 values code x scale (exact for FP8's power of two, within fp16's rounding for INT8's), so
+// that a token's attention does not depend on which kernel ran its row. query_codes.h holds the host's copy of the rounding (the tests' and benchmarks'
 // references). Internal (.cuh).
 
 #include <cuda_runtime.h>
@@ -26,17 +26,25 @@ inline constexpr bool kRoundsQuery =
 template <DType kKv>
 inline constexpr float kQueryCodeMax = kKv == DType::kI8 ? 127.0f : kFp8E4M3Max;
 
-// A query row's rounding: codes = q * inv, values = code * scale (scale = 1 / inv, a power of
-// two; both 0 for a row of zeros).
+// A query row's rounding: codes = q * inv, values = code * scale (both 0 for a row of zeros).
 struct QueryScale {
   float inv = 0.0f;
   float scale = 0.0f;
 };
 
-// From the largest |q| of the whole row.
+// From the largest |q| of the whole row. e4m3 codes: scale = 1 / inv, a power of two (a
+// floating code gains nothing from a finer scale). int8 codes: scale = amax / 127 and inv =
+// 127 / amax, the whole code range (a power of two would leave up to half of it unused).
 template <DType kKv>
 __device__ __forceinline__ QueryScale query_scale_of(float row_amax) {
   QueryScale s;
+  if constexpr (kKv == DType::kI8) {
+    if (row_amax > 0.0f) {
+      s.scale = row_amax / 127.0f;
+      s.inv = 127.0f / row_amax;
+    }
+    return s;
+  }
   const float need = row_amax / kQueryCodeMax<kKv>;
   if (need > 0.0f) {
     // The smallest power of two >= need: need's exponent, one up if any mantissa bit is set.

@@ -1,8 +1,8 @@
 #pragma once
 // The host's copy of how attention over an 8-bit cache rounds a query row (query_codes.cuh): to
-// e4m3 codes over FP8 caches (largest |q| within 448), to int8 codes over INT8 (within 127),
-// under the smallest power-of-two scale that brings the row's largest |q| within range. The
-// tests' and benchmarks' references multiply by these values.
+// e4m3 codes over FP8 caches, under the smallest power-of-two scale that brings the row's
+// largest |q| within 448, and to int8 codes over INT8 under amax / 127. The tests' and
+// benchmarks' references multiply by these values.
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +18,8 @@ inline bool rounds_query(DType kv_dtype) {
   return kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2 || kv_dtype == DType::kI8;
 }
 
-// The row's scale (0 for a row of zeros); codes are q / scale rounded, within +-max_code.
+// A power-of-two row scale (0 for a row of zeros): the smallest that brings amax within
+// max_code.
 inline float query_row_scale(float amax, float max_code) {
   const float need = amax / max_code;
   if (!(need > 0.0f)) return 0.0f;
@@ -35,10 +36,12 @@ void round_query_row(std::span<Float> row, DType kv_dtype) {
   const bool int8 = kv_dtype == DType::kI8;
   float amax = 0.0f;
   for (Float x : row) amax = std::max(amax, std::abs(static_cast<float>(x)));
-  const float scale = query_row_scale(amax, int8 ? 127.0f : kFp8E4M3Max);
-  if (scale == 0.0f) return;
+  // INT8: float arithmetic as the kernels do it (codes = q x (127 / amax)).
+  const float scale = int8 ? amax / 127.0f : query_row_scale(amax, kFp8E4M3Max);
+  if (!(scale > 0.0f)) return;
+  const float inv = int8 ? 127.0f / amax : 1.0f / scale;
   for (Float& x : row) {
-    const float c = static_cast<float>(x) / scale;
+    const float c = static_cast<float>(x) * inv;
     const float code = int8 ? std::clamp(std::nearbyint(c), -127.0f, 127.0f)
                             : fp8_e4m3_to_f32(f32_to_fp8_e4m3(c));
     x = static_cast<Float>(code) * static_cast<Float>(scale);
