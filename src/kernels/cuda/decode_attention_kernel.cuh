@@ -50,8 +50,9 @@
 // accumulators halve (16 mma per tile instead of 32, 32 floats of O instead of 64).
 // FP8's k_scale is folded into scale_log2 and v_scale into the output (out_scale); INT8 scales
 // multiply each token's scores (K) and probabilities before P V (V): columns in the 16-head
-// layout, rows in token-row tiles. The sums and the softmax statistics stay exact functions of
-// the codes.
+// layout, rows in token-row tiles. Q over FP8 and INT8 caches is rounded to codes as prefill
+// rounds it (query_codes.cuh); INT8 multiplies the integer codes and each query row's scale joins
+// scale_log2 for that row. The sums and the softmax statistics stay exact functions of the codes.
 
 #include <cuda_runtime.h>
 
@@ -213,7 +214,8 @@ __device__ __forceinline__ void token_rows_tile(const uint8_t* ks, const uint8_t
                                                 const uint16_t* stats, bool half_blocks,
                                                 const uint32_t (&qf)[kHeadDim / 16][4],
                                                 int tok_a, int tok_b, bool full, int begin, int hi,
-                                                float scale_log2, float (&o)[kHeadDim / 16][4],
+                                                float scale_a, float scale_b,
+                                                float (&o)[kHeadDim / 16][4],
                                                 float& m_a, float& m_b, float& l_a, float& l_b) {
   using Shape = DecodeShape<kKvDType, kHeadDim>;
   constexpr int kT = Shape::kTileTokens;
@@ -250,10 +252,11 @@ __device__ __forceinline__ void token_rows_tile(const uint8_t* ks, const uint8_t
   if constexpr (kKvDType == DType::kI8) scale_token_rows(s, stats, g);  // K's
   const bool ok_a = full || (tok_a >= begin && tok_a < hi);
   const bool ok_b = full || (tok_b >= begin && tok_b < hi);
-  s[0] = ok_a ? s[0] * scale_log2 : -INFINITY;
-  s[1] = ok_a ? s[1] * scale_log2 : -INFINITY;
-  s[2] = ok_b ? s[2] * scale_log2 : -INFINITY;
-  s[3] = ok_b ? s[3] * scale_log2 : -INFINITY;
+  // Heads 2t (s[0], s[2]) and 2t + 1 (s[1], s[3]), each by its scale.
+  s[0] = ok_a ? s[0] * scale_a : -INFINITY;
+  s[1] = ok_a ? s[1] * scale_b : -INFINITY;
+  s[2] = ok_b ? s[2] * scale_a : -INFINITY;
+  s[3] = ok_b ? s[3] * scale_b : -INFINITY;
 
   // Each head's maximum over the tile's 16 tokens: two per lane, then across the 8 lanes of g.
   float mx_a = fmaxf(s[0], s[2]);
@@ -389,6 +392,20 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
     qs_a = query_scale<kKvDType>(amax_a);
     qs_b = query_scale<kKvDType>(amax_b);
+  }
+  // The scores' scale to log2 units for rows g and g + 8, or (token rows) heads 2t and 2t + 1:
+  // INT8 multiplies Q's codes, so each row's Q scale joins it (head h's is lane 4h's, row g).
+  float row_scale_a = a.scale_log2, row_scale_b = a.scale_log2;
+  if constexpr (kKvDType == DType::kI8) {
+    const float sa = qs_a.scale > 0.0f ? qs_a.scale : 1.0f;  // a row of zeros scores 0
+    const float sb = qs_b.scale > 0.0f ? qs_b.scale : 1.0f;
+    if constexpr (kTokRows) {
+      row_scale_a = a.scale_log2 * __shfl_sync(0xffffffffu, sa, 8 * t);
+      row_scale_b = a.scale_log2 * __shfl_sync(0xffffffffu, sa, 8 * t + 4);
+    } else {
+      row_scale_a = a.scale_log2 * sa;
+      row_scale_b = a.scale_log2 * sb;
+    }
   }
   auto q_f16 = [&](uint32_t pair, const QueryScale& qs) {
     if constexpr (kRoundQ) {
@@ -547,8 +564,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const bool full = t0 >= ext.begin && t0 + kT <= hi;
     if constexpr (kTokRows) {
       token_rows_tile<kKvDType, kHeadDim>(ks, vs, scale_buf(st), a.block_size < kT, qf,
-                                          t0 + g, t0 + g + 8, full, ext.begin, hi, a.scale_log2,
-                                          o, m_a, m_b, l_a, l_b);
+                                          t0 + g, t0 + g + 8, full, ext.begin, hi, row_scale_a,
+                                          row_scale_b, o, m_a, m_b, l_a, l_b);
     } else {
       // S = Q K^T: n-tile 0 = tokens 0..7, 1 = tokens 8..15.
       float s[2][4] = {};
@@ -589,7 +606,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         for (int e = 0; e < 4; ++e) {
           const int tok = t0 + 8 * n + 2 * t + (e & 1);
           const bool ok = full || (tok >= ext.begin && tok < hi);
-          s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
+          s[n][e] = ok ? s[n][e] * (e < 2 ? row_scale_a : row_scale_b) : -INFINITY;
         }
       }
       float mx_a = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));

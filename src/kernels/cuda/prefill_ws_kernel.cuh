@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
       // FP8's and INT8's K: lane 0's byte count alone.
       mbarrier_init(full_k + st, kQCodes ? 1 : kCodes ? 128 : 33);
       mbarrier_init(full_v + st, kCodes ? 128 : 33);
-      mbarrier_init(empty_k + st, 4 * Shape::kConsumers);  // every consumer warp
+      // Every consumer warp; INT8: every consumer thread (each reads K's scales itself).
+      mbarrier_init(empty_k + st, (kI8 ? 128 : 4) * Shape::kConsumers);
       mbarrier_init(empty_v + st, 4 * Shape::kConsumers);
       if constexpr (kCodes) {
         for (int slot = 0; slot < Shape::kCodeSlots; ++slot) {
@@ -631,6 +632,15 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     __syncwarp();
     if (lane == 0) mbarrier_arrive(bars + j % kStages);
   };
+  // K_j's stage back to the producer. INT8's holds the K scales each thread reads itself, so
+  // every thread arrives after its own reads (not one lane after __syncwarp).
+  auto release_k = [&](int j) {
+    if constexpr (kI8) {
+      mbarrier_arrive(empty_k + j % kStages);
+    } else {
+      release(empty_k, j);
+    }
+  };
   // S_j complete: INT8's integer sums become scores, each column times its key's scale (staged
   // with K_j, so before K_j is released). Stale keys' scales may be anything; their scores are
   // masked.
@@ -725,7 +735,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     issue_s(0);
     wgmma_wait_all();
     scores_done(0);
-    release(empty_k, 0);
+    release_k(0);
     softmax(0);
     pack_p();
     for (int j = 1; j < num_tiles; ++j) {
@@ -736,7 +746,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
       issue_pv(j - 1);
       wgmma_wait<1>();  // S_j
       scores_done(j);
-      release(empty_k, j);
+      release_k(j);
       softmax(j);
       wgmma_wait_all();  // P_{j-1} V_{j-1}
       wgmma_fence_operands(o);

@@ -4,8 +4,9 @@
 // codes under a scale per row that brings its largest |q| within the codes' range (e4m3's 448
 // over FP8 caches, the smallest power of two that does; 127 over INT8, amax / 127), and fold the
 // scale into the row's scores. The decode kernel rounds Q to the same codes and multiplies the
-// fp16 values code x scale (exact for FP8's power of two, within fp16's rounding for INT8's), so
-// that a token's attention does not depend on which kernel ran its row. query_codes.h holds the host's copy of the rounding (the tests' and benchmarks'
+// fp16 values code x scale (FP8: exact for a power of two) or the codes, the row's scale then
+// multiplying its scores (INT8), so that a token's attention does not depend on which kernel ran
+// its row. query_codes.h holds the host's copy of the rounding (the tests' and benchmarks'
 // references). Internal (.cuh).
 
 #include <cuda_runtime.h>
@@ -93,14 +94,22 @@ __device__ __forceinline__ uint32_t query_codes4(uint32_t lo, uint32_t hi, float
   }
 }
 
-// Two values of kQ rounded as above, returned as fp16 values (code * scale).
+// Two values of kQ rounded as above, as the fp16 values the decode kernel multiplies: FP8's
+// code * scale (exact for a power of two), INT8's codes themselves (exact integers; the row's
+// scale multiplies its scores, as in prefill, so both kernels' scores are exact integer sums
+// times the same scales).
 template <DType kKv, DType kQ>
 __device__ __forceinline__ uint32_t query_rounded_f16x2(uint32_t pair, QueryScale s) {
   const uint32_t codes = query_codes4<kKv, kQ>(pair, 0u, s.inv);
   uint32_t lo, hi;
-  codes4_to_f16x2<kKv == DType::kI8 ? DType::kI8 : DType::kF8E4M3>(codes, lo, hi);
-  const float2 v = unpack2<DType::kF16>(lo);
-  return pack2<DType::kF16>(v.x * s.scale, v.y * s.scale);
+  if constexpr (kKv == DType::kI8) {
+    codes4_to_f16x2<DType::kI8>(codes, lo, hi);
+    return lo;
+  } else {
+    codes4_to_f16x2<DType::kF8E4M3>(codes, lo, hi);
+    const float2 v = unpack2<DType::kF16>(lo);
+    return pack2<DType::kF16>(v.x * s.scale, v.y * s.scale);
+  }
 }
 
 }  // namespace strata::cuda::detail
