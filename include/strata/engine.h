@@ -244,6 +244,9 @@ class Engine {
   std::vector<DType> kv_layer_dtypes() const;
   const std::optional<engine::KvQuantCheckReport>& kv_quant_check() const;
   int32_t num_blocks() const;
+  // The most tokens (prompt + max_tokens) one request can have: max_model_len, or less when the
+  // KV pool cannot hold that many for one sequence. What the server advertises as max_model_len.
+  int64_t max_request_tokens() const;
   // INT4 pools: the full-precision residual pool's blocks (the null block included) and bytes,
   // and R, the blocks a query reads at full precision; 0 for every other dtype.
   int32_t num_residual_blocks() const;

@@ -177,17 +177,35 @@ Status EngineImpl::validate_request(const EngineRequest& r) const {
                                    std::to_string(config_.max_model_len));
   }
   // It must fit the whole pool on its own, or it could never run (preemption would loop).
+  if (!fits_pool(total)) {
+    return Status::InvalidArgument("prompt + max_tokens (" + std::to_string(total) +
+                                   " tokens) needs more KV blocks than the pool has (" +
+                                   std::to_string(cache_->pool().num_blocks() - 1) + ")");
+  }
+  return Status::Ok();
+}
+
+bool EngineImpl::fits_pool(int64_t total) const {
   const int32_t bs = config_.block_size;
   const int64_t chunk = std::min<int64_t>(total, config_.max_num_batched_tokens);
   const int64_t held = window_ > 0 ? (window_ + chunk + bs - 1) / bs + 1 : (total + bs - 1) / bs;
   const int64_t usable = cache_->pool().num_blocks() - 1;
-  if (held > usable || (config_.allocator == KvAllocatorKind::kContiguous &&
-                        config_.max_model_len > usable * bs)) {
-    return Status::InvalidArgument("prompt + max_tokens (" + std::to_string(total) +
-                                   " tokens) needs more KV blocks than the pool has (" +
-                                   std::to_string(usable) + ")");
+  return held <= usable && !(config_.allocator == KvAllocatorKind::kContiguous &&
+                             config_.max_model_len > usable * bs);
+}
+
+int64_t EngineImpl::max_request_tokens() const {
+  // fits_pool is monotonic in the total: the largest total it accepts, up to max_model_len.
+  int64_t lo = 0, hi = config_.max_model_len;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits_pool(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
   }
-  return Status::Ok();
+  return lo;
 }
 
 engine::Sequence& EngineImpl::new_sequence(RequestState& r, int32_t index) {
@@ -529,6 +547,7 @@ const std::optional<engine::KvQuantCheckReport>& Engine::kv_quant_check() const 
 DType Engine::kv_dtype() const { return impl_->runner_->kv_layout().spec().dtype; }
 const std::string& Engine::kv_scales_source() const { return impl_->kv_scales_source_; }
 int32_t Engine::num_blocks() const { return impl_->runner_->num_blocks(); }
+int64_t Engine::max_request_tokens() const { return impl_->max_request_tokens(); }
 int32_t Engine::num_residual_blocks() const { return impl_->runner_->num_residual_blocks(); }
 int64_t Engine::residual_bytes() const {
   const kv::KvLayout* layout = impl_->runner_->residual_layout();

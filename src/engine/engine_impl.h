@@ -72,9 +72,13 @@ class EngineImpl {
   int32_t residual_blocks_ = 0;  // R when the pool has a residual pool (INT4), else 0
 
   int32_t vocab_size() const { return static_cast<int32_t>(runner_->config().vocab_size); }
+  // The largest prompt + max_tokens validate_request accepts.
+  int64_t max_request_tokens() const;
 
  private:
   Status validate_request(const EngineRequest& request) const;
+  // Whether a request of `total` tokens (prompt + max_tokens) can ever hold its KV blocks.
+  bool fits_pool(int64_t total) const;
   engine::Sequence& new_sequence(RequestState& r, int32_t index);
   // After a step computed num_rows tokens of seq: prompt logprobs, fork, sampling (or the token
   // the runner drew, when sampled is set), stop checks.

@@ -1,16 +1,17 @@
 // HttpServer's completion handlers: POST /v1/completions and /v1/chat/completions, plain and
 // streaming (SSE). One CompletionCall per HTTP request; each of its prompts is one engine request.
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <ctime>
+#include <functional>
 #include <set>
 #include <variant>
 
 #include "server/completion_output.h"
 #include "server/http_server.h"
+#include "server/request_json.h"
 #include "server/response_json.h"
 
 namespace strata::server {
@@ -18,9 +19,16 @@ namespace {
 
 using nlohmann::json;
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.http_status;
-  res.set_content(e.to_json(), "application/json");
+void send_error(HttpResponder& res, const ApiError& e, const HttpHeaders& headers = {}) {
+  res.send(e.http_status, "application/json", e.to_json(), headers);
+}
+
+// How often a waiting handler looks at its streams and its client.
+constexpr auto kPlainPoll = std::chrono::milliseconds(100);
+constexpr auto kStreamPoll = std::chrono::milliseconds(50);
+
+ApiError unavailable_error(std::string message) {
+  return {503, "service_unavailable", std::move(message), {}, {}};
 }
 
 // One submitted prompt of a completion request.
@@ -34,6 +42,14 @@ struct Running {
 }  // namespace
 
 struct CompletionCall {
+  // Releases the call's admitted sequences however the handler ends.
+  struct Admission {
+    std::function<void()> release;
+    ~Admission() {
+      if (release) release();
+    }
+  };
+  Admission admission;
   CompletionRequest request;
   std::vector<Running> running;
   std::string id;
@@ -99,52 +115,66 @@ struct CompletionCall {
   }
 };
 
-void HttpServer::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool chat) {
   std::variant<CompletionRequest, ApiError> parsed = parse_request(req.body, model_, chat);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
-  auto call = std::make_shared<CompletionCall>();
-  call->request = std::move(std::get<CompletionRequest>(parsed));
-  const CompletionRequest& request = call->request;
+  CompletionCall call;
+  call.request = std::move(std::get<CompletionRequest>(parsed));
+  const CompletionRequest& request = call.request;
+  const int64_t sequences = static_cast<int64_t>(request.prompts.size()) * request.n;
+  if (config_.max_waiting_requests > 0 && sequences > config_.max_waiting_requests) {
+    return send_error(res, ApiError::bad_request(
+                               "the request needs " + std::to_string(sequences) +
+                                   " sequences (prompts x n); the server admits at most " +
+                                   std::to_string(config_.max_waiting_requests) + " at once",
+                               "n"));
+  }
+  if (!admit(sequences)) {
+    return send_error(res, unavailable_error("the server is at capacity; retry later"),
+                      {{"Retry-After", "1"}});
+  }
+  call.admission.release = [this, sequences] { release(sequences); };
+  const std::string tenant_key = tenant(req).value_or("");
   for (size_t i = 0; i < request.prompts.size(); ++i) {
     EngineRequest er;
     er.prompt = request.prompts[i];
     er.params = request.params;
     er.n = request.n;
     er.cache_salt = request.cache_salt;
-    er.tenant = config_.api_key;  // each key is a tenant of the prefix cache
+    er.tenant = tenant_key;  // each key is a tenant of the prefix cache
     Result<std::shared_ptr<RequestStream>> stream = engine_.submit(std::move(er));
     if (!stream.ok()) {
-      call->cancel_unfinished(engine_);
+      call.cancel_unfinished(engine_);
       return send_error(res, ApiError::from_status(stream.status()));
     }
     Running r;
     r.stream = *stream;
     r.output = std::make_unique<CompletionOutput>(request, model_, i);
-    call->running.push_back(std::move(r));
+    call.running.push_back(std::move(r));
   }
-  call->id = completion_id(chat);
-  call->created = std::time(nullptr);
-  if (request.stream) return streaming_completion(std::move(call), res);
-  plain_completion(*call, res);
+  call.id = completion_id(chat);
+  call.created = std::time(nullptr);
+  if (request.stream) return streaming_completion(call, res);
+  plain_completion(call, res);
 }
 
-void HttpServer::plain_completion(CompletionCall& call, httplib::Response& res) {
-  while (call.pump(engine_, std::chrono::milliseconds(100))) {
+void HttpServer::plain_completion(CompletionCall& call, HttpResponder& res) {
+  while (call.pump(engine_, kPlainPoll)) {
+    if (res.client_gone()) {  // nobody will read the answer: free its sequences now
+      call.cancel_unfinished(engine_);
+      return res.abandon();
+    }
   }
   call.record(metrics_);
   if (call.any_aborted()) {
     // Cancelled by a shutdown's deadline (or an engine failure): no partial completion.
     return send_error(
-        res,
-        aborting_
-            ? ApiError{503,
-                       "service_unavailable",
-                       "the server shut down before the request "
-                       "finished",
-                       {},
-                       {}}
-            : ApiError{
-                  500, "internal_error", "the engine failed while running the request", {}, {}});
+        res, aborting_ ? unavailable_error("the server shut down before the request finished")
+                       : ApiError{500,
+                                  "internal_error",
+                                  "the engine failed while running the request",
+                                  {},
+                                  {}});
   }
   json choices = json::array();
   for (const Running& r : call.running) {
@@ -154,53 +184,42 @@ void HttpServer::plain_completion(CompletionCall& call, httplib::Response& res) 
   }
   json body = call.chunk(model_.name, std::move(choices));
   body["usage"] = call.usage();
-  res.set_content(body.dump(), "application/json");
+  res.send(200, "application/json", safe_dump(body));
 }
 
 // Server-sent events: a chunk per choice per engine step, a usage chunk when asked, [DONE]. The
-// socket is checked every poll (50 ms) and after every write; a client that went away is
+// client is checked every poll (50 ms) and after every write; a client that went away is
 // cancelled. Requests cancelled by a shutdown end with finish_reason "abort" and [DONE].
-void HttpServer::streaming_completion(std::shared_ptr<CompletionCall> call,
-                                      httplib::Response& res) {
-  auto provider = [this, call](size_t, httplib::DataSink& sink) {
-    auto send = [&sink](const std::string& data) {
-      const std::string event = "data: " + data + "\n\n";
-      return sink.write(event.data(), event.size());
-    };
-    const bool chat = call->request.chat;
-    bool more = true;
-    std::set<int32_t> started;  // choices whose first chunk went out
-    while (more) {
-      more = call->pump(engine_, std::chrono::milliseconds(50));
-      for (Running& r : call->running) {
-        for (const auto& c : r.output->take_deltas()) {
-          const bool first = started.insert(c.index).second;
-          json choices = json::array({choice_json(c, chat, /*stream=*/true, first)});
-          if (!send(call->chunk(model_.name, std::move(choices)).dump())) more = false;
-        }
+void HttpServer::streaming_completion(CompletionCall& call, HttpResponder& res) {
+  auto send = [&res](const std::string& data) { return res.write_chunk("data: " + data + "\n\n"); };
+  const bool chat = call.request.chat;
+  bool more = res.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+  std::set<int32_t> started;  // choices whose first chunk went out
+  while (more) {
+    more = call.pump(engine_, kStreamPoll);
+    for (Running& r : call.running) {
+      for (const auto& c : r.output->take_deltas()) {
+        const bool first = started.insert(c.index).second;
+        json choices = json::array({choice_json(c, chat, /*stream=*/true, first)});
+        if (!send(safe_dump(call.chunk(model_.name, std::move(choices))))) more = false;
       }
-      if (!sink.is_writable()) more = false;
     }
-    bool all_done = true;
-    for (const Running& r : call->running) all_done = all_done && r.done;
-    if (!all_done) {
-      call->cancel_unfinished(engine_);  // the client went away
-    } else {
-      call->record(metrics_);
-      if (call->request.include_usage) {
-        json last = call->chunk(model_.name, json::array());
-        last["usage"] = call->usage();
-        send(last.dump());
-      }
-      send("[DONE]");
-    }
-    sink.done();
-    return true;
-  };
-  // cpp-httplib may never call the provider (the connection failed first): then nobody reads
-  // the engine's requests, so they are cancelled rather than run to their end.
-  auto release = [this, call](bool) { call->cancel_unfinished(engine_); };
-  res.set_chunked_content_provider("text/event-stream", std::move(provider), std::move(release));
+    if (res.client_gone()) more = false;
+  }
+  bool all_done = true;
+  for (const Running& r : call.running) all_done = all_done && r.done;
+  if (!all_done) {
+    call.cancel_unfinished(engine_);  // the client went away
+    return res.abandon();
+  }
+  call.record(metrics_);
+  if (call.request.include_usage) {
+    json last = call.chunk(model_.name, json::array());
+    last["usage"] = call.usage();
+    send(safe_dump(last));
+  }
+  send("[DONE]");
+  res.end_stream();
 }
 
 }  // namespace strata::server

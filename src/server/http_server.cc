@@ -1,14 +1,11 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <ctime>
-#include <mutex>
 
-#include "server/connections.h"
+#include "server/request_json.h"
 
 namespace strata::server {
 namespace {
@@ -17,193 +14,179 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 // After a shutdown's deadline cancels what runs, how long its responses get to end (a client
-// that stopped reading holds a handler until cpp-httplib's write timeout, 5 s).
+// that stopped reading holds a handler until the write timeout).
 constexpr auto kAbortGrace = std::chrono::seconds(10);
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.http_status;
-  res.set_content(e.to_json(), "application/json");
+HttpResponse error_response(const ApiError& e) {
+  return {e.http_status, "application/json", e.to_json(), {}, false};
+}
+
+void send_error(HttpResponder& res, const ApiError& e, const HttpHeaders& headers = {}) {
+  res.send(e.http_status, "application/json", e.to_json(), headers);
+}
+
+ApiError unavailable(std::string message) {
+  return {503, "service_unavailable", std::move(message), {}, {}};
+}
+
+ApiError unauthorized() {
+  return {401, "authentication_error", "a valid API key is required", {}, "invalid_api_key"};
+}
+
+// The method each path serves.
+const char* route_method(std::string_view path) {
+  if (path == "/health" || path == "/v1/models" || path == "/metrics") return "GET";
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
+      path == "/detokenize") {
+    return "POST";
+  }
+  return nullptr;
 }
 
 }  // namespace
 
-// cpp-httplib's server with two things 0.11 does not offer: its listening socket (to stop
-// accepting without stop(), after which a streamed response whose body has not begun would be
-// sent with no body at all) and a real listen backlog (it listens with 5: a burst of hundreds of
-// clients would have most SYNs dropped and retried a second later).
-class Listener : public httplib::Server {
- public:
-  int listening_socket() const { return svr_sock_; }
-  std::mutex mu;  // orders bind against shutdown
-};
-
 HttpServer::HttpServer(AsyncEngine& engine, ServedModel model, ServerConfig config)
     : engine_(engine),
       model_(std::move(model)),
-      config_(config),
+      config_(std::move(config)),
       kv_facts_{engine.engine().kv_bytes_per_token(), engine.engine().kv_scale_bytes_per_token(),
                 engine.engine().config().block_size, engine.engine().residual_bytes(),
-                engine.engine().num_residual_blocks()},
-      http_(std::make_unique<Listener>()) {
-  // One thread per running sequence plus some for metrics, health and rejected requests.
-  const int threads =
-      config_.num_threads > 0 ? config_.num_threads : engine_.engine().config().max_num_seqs + 16;
-  http_->new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
-  http_->set_payload_max_length(config_.max_body_bytes);
-  routes();
+                engine.engine().num_residual_blocks()} {
+  HttpLimits limits = config_.limits;
+  if (limits.num_handler_threads <= 0) {
+    limits.num_handler_threads = engine_.engine().config().max_num_seqs + 16;
+  }
+  http_ = std::make_unique<HttpTransport>(
+      limits, [this](const HttpRequest& req, HttpResponder& res) { handle(req, res); },
+      [this](const HttpRequest& req) { return quick(req); },
+      [](int status, const std::string& message) {
+        const char* type = status == 503 ? "service_unavailable" : "invalid_request_error";
+        return error_response({status, type, message, {}, {}});
+      });
 }
 
 HttpServer::~HttpServer() = default;
 
 bool HttpServer::listen() {
   {
-    std::lock_guard<std::mutex> lock(http_->mu);
+    std::lock_guard<std::mutex> lock(bind_mu_);
     if (draining_) return true;  // a signal came before we bound
-    const int port = config_.port == 0 ? http_->bind_to_any_port(config_.host)
-                     : http_->bind_to_port(config_.host, config_.port) ? config_.port
-                                                                       : -1;
-    if (port < 0) {
-      std::fprintf(stderr, "strata: error: cannot listen on %s:%d\n", config_.host.c_str(),
-                   config_.port);
+    Result<int> port = http_->bind(config_.host, config_.port);
+    if (!port.ok()) {
+      std::fprintf(stderr, "strata: error: %s\n", port.status().message().c_str());
       return false;
     }
-    ::listen(http_->listening_socket(), SOMAXCONN);  // raises cpp-httplib's backlog of 5
-    port_ = port;
+    bound_ = true;
     std::fprintf(stderr, "strata: serving %s on http://%s:%d\n", model_.name.c_str(),
-                 config_.host.c_str(), port);
+                 config_.host.c_str(), *port);
   }
-  const bool ok = http_->listen_after_bind();
-  // A shutdown ends the accept loop by shutting the listener down, which cpp-httplib reports as
-  // a failure; it returns once every handler thread is done.
-  return ok || draining_;
+  http_->run();
+  return true;
 }
 
 void HttpServer::shutdown(std::chrono::milliseconds timeout) {
   const Clock::time_point deadline = Clock::now() + timeout;
   {
-    std::lock_guard<std::mutex> lock(http_->mu);
+    std::lock_guard<std::mutex> lock(bind_mu_);
     draining_ = true;
-    // accept() fails and the accept loop ends; connections already accepted keep being served.
-    if (port_ >= 0) ::shutdown(http_->listening_socket(), SHUT_RD);
+    if (!bound_) return;
   }
+  http_->stop_accepting();
+  HandlerPool& active = http_->handlers();
   std::fprintf(stderr, "strata: shutting down: %lld requests in flight, waiting up to %.3g s\n",
-               static_cast<long long>(active_.count()),
+               static_cast<long long>(active.count()),
                std::chrono::duration<double>(timeout).count());
-  if (!active_.wait_idle(deadline)) {
+  if (!active.wait_idle(deadline)) {
     aborting_ = true;
     engine_.cancel_all();
     std::fprintf(stderr, "strata: cancelling %lld requests still in flight\n",
-                 static_cast<long long>(active_.count()));
-    if (!active_.wait_idle(Clock::now() + kAbortGrace, /*interruptible=*/false)) {
+                 static_cast<long long>(active.count()));
+    if (!active.wait_idle(Clock::now() + kAbortGrace, /*interruptible=*/false)) {
       std::fprintf(stderr, "strata: %lld responses did not end; closing their connections\n",
-                   static_cast<long long>(active_.count()));
+                   static_cast<long long>(active.count()));
     }
   }
-  // No request in flight (or the grace is over): idle keep-alive connections go now.
-  if (port_ >= 0) shutdown_connections_on_port(port_);
+  http_->stop();
 }
 
-void HttpServer::shutdown_now() { active_.cut_short(); }
+void HttpServer::shutdown_now() { http_->handlers().cut_short(); }
 
-bool HttpServer::reject(const httplib::Request& req, httplib::Response& res) {
-  const bool work = req.method == "POST" && req.path != "/metrics" && req.path != "/health";
-  if (draining_ && work) {
-    res.set_header("Connection", "close");
-    send_error(res, {503, "service_unavailable", "the server is shutting down", {}, {}});
-    return true;
+std::optional<std::string> HttpServer::tenant(const HttpRequest& req) const {
+  if (config_.api_keys.empty()) return std::string();
+  const std::string_view auth = req.header("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.substr(0, kBearer.size()) != kBearer) return std::nullopt;
+  const std::string_view key = auth.substr(kBearer.size());
+  for (const std::string& k : config_.api_keys) {
+    if (k == key) return k;
   }
-  if (req.path.rfind("/v1/", 0) != 0) return false;
-  if (!config_.api_key.empty() &&
-      req.get_header_value("Authorization") != "Bearer " + config_.api_key) {
-    send_error(res,
-               {401, "authentication_error", "a valid API key is required", {}, "invalid_api_key"});
-    return true;
-  }
-  if (config_.max_waiting_requests > 0 && req.method == "POST" &&
-      engine_.snapshot().num_unfinished >= config_.max_waiting_requests) {
-    res.set_header("Retry-After", "1");
-    send_error(res, {503, "service_unavailable", "the server is at capacity; retry later", {}, {}});
-    return true;
-  }
-  return false;
+  return std::nullopt;
 }
 
-void HttpServer::routes() {
-  using Handler = httplib::Server::Handler;
-  // Every method a path does not serve gets 405 (cpp-httplib would answer 404).
-  auto only = [this](const char* path, const char* method, const Handler& handler) {
-    const Handler not_allowed = [method](const httplib::Request& req, httplib::Response& res) {
-      send_error(res, {405,
-                       "invalid_request_error",
-                       req.method + " is not allowed on " + req.path + "; use " + method,
-                       {},
-                       {}});
-    };
-    const bool get = std::string(method) == "GET";
-    http_->Get(path, get ? handler : not_allowed);
-    http_->Post(path, get ? not_allowed : handler);
-    http_->Put(path, not_allowed);
-    http_->Patch(path, not_allowed);
-    http_->Delete(path, not_allowed);
-  };
-  only("/health", "GET",
-       [](const httplib::Request&, httplib::Response& res) { res.set_content("", "text/plain"); });
-  only("/v1/models", "GET", [this](const httplib::Request&, httplib::Response& res) {
-    const json models = {{"object", "list"},
-                         {"data",
-                          {{{"id", model_.name},
-                            {"object", "model"},
-                            {"created", std::time(nullptr)},
-                            {"owned_by", "strata"},
-                            {"max_model_len", model_.max_model_len}}}}};
-    res.set_content(models.dump(), "application/json");
-  });
-  only("/metrics", "GET", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.render(engine_.snapshot(), kv_facts_, active_.count()),
-                    "text/plain; version=0.0.4");
-  });
-  only("/v1/completions", "POST", [this](const httplib::Request& req, httplib::Response& res) {
-    completions(req, res, /*chat=*/false);
-  });
-  only("/v1/chat/completions", "POST", [this](const httplib::Request& req, httplib::Response& res) {
-    completions(req, res, /*chat=*/true);
-  });
-  only("/tokenize", "POST",
-       [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
-  only("/detokenize", "POST",
-       [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
-  // Every request that reaches routing is counted until its response is written (the logger
-  // runs then, on the same thread), so a shutdown knows what is in flight.
-  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    active_.begin();
-    return reject(req, res) ? httplib::Server::HandlerResponse::Handled
-                            : httplib::Server::HandlerResponse::Unhandled;
-  });
-  http_->set_logger([this](const httplib::Request&, const httplib::Response&) { active_.end(); });
-  // Routing and transport errors (unknown path, oversize body) as OpenAI errors.
-  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    switch (res.status) {
-      case 404:
-        return send_error(res, {404, "not_found_error", "no route for " + req.path, {}, {}});
-      case 405:
-        return send_error(
-            res,
-            {405, "invalid_request_error", req.method + " is not allowed on " + req.path, {}, {}});
-      case 413:
-        return send_error(res,
-                          {413, "invalid_request_error", "the request body is too large", {}, {}});
-      default:
-        return send_error(res, {res.status, "invalid_request_error", "bad request", {}, {}});
-    }
-  });
+bool HttpServer::admit(int64_t sequences) {
+  if (config_.max_waiting_requests <= 0) return true;
+  int64_t now = admitted_.load();
+  do {
+    if (now + sequences > config_.max_waiting_requests) return false;
+  } while (!admitted_.compare_exchange_weak(now, now + sequences));
+  return true;
 }
 
-void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
-  const json j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
+void HttpServer::release(int64_t sequences) {
+  if (config_.max_waiting_requests > 0) admitted_ -= sequences;
+}
+
+std::optional<HttpResponse> HttpServer::quick(const HttpRequest& req) {
+  const char* method = route_method(req.path);
+  if (method == nullptr) {
+    return error_response({404, "not_found_error", "no route for " + req.path, {}, {}});
+  }
+  if (req.method != method) {
+    return error_response({405,
+                           "invalid_request_error",
+                           req.method + " is not allowed on " + req.path + "; use " + method,
+                           {},
+                           {}});
+  }
+  if (std::string_view(method) == "POST") return std::nullopt;  // a handler thread's work
+  if (req.path == "/health") return HttpResponse{200, "text/plain", "", {}, false};
+  if (req.path == "/metrics") {
+    if (config_.metrics_require_key && !tenant(req)) return error_response(unauthorized());
+    // The scrape itself is a request being handled, on the I/O thread.
+    return HttpResponse{200, "text/plain; version=0.0.4",
+                        metrics_.render(engine_.snapshot(), kv_facts_,
+                                        http_->handlers().count() + 1),
+                        {},
+                        false};
+  }
+  if (!tenant(req)) return error_response(unauthorized());
+  const json models = {{"object", "list"},
+                       {"data",
+                        {{{"id", model_.name},
+                          {"object", "model"},
+                          {"created", std::time(nullptr)},
+                          {"owned_by", "strata"},
+                          {"max_model_len", model_.max_model_len}}}}};
+  return HttpResponse{200, "application/json", safe_dump(models), {}, false};
+}
+
+void HttpServer::handle(const HttpRequest& req, HttpResponder& res) {
+  if (draining_) {
+    res.close_after();
+    return send_error(res, unavailable("the server is shutting down"));
+  }
+  const std::optional<std::string> key = tenant(req);
+  if (!key) return send_error(res, unauthorized());
+  if (req.path == "/tokenize") return tokenize(req, res);
+  if (req.path == "/detokenize") return detokenize(req, res);
+  completions(req, res, /*chat=*/req.path == "/v1/chat/completions");
+}
+
+void HttpServer::tokenize(const HttpRequest& req, HttpResponder& res) {
+  std::variant<json, ApiError> parsed = parse_request_json(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  const json& j = std::get<json>(parsed);
+  if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
     return send_error(res, ApiError::bad_request("'prompt' must be a string", "prompt"));
   }
   if (model_.tokenizer == nullptr) {
@@ -218,26 +201,29 @@ void HttpServer::tokenize(const httplib::Request& req, httplib::Response& res) {
       model_.tokenizer->encode(j["prompt"].get<std::string>(), special);
   const json out = {
       {"tokens", ids}, {"count", ids.size()}, {"max_model_len", model_.max_model_len}};
-  res.set_content(out.dump(), "application/json");
+  res.send(200, "application/json", safe_dump(out));
 }
 
-void HttpServer::detokenize(const httplib::Request& req, httplib::Response& res) {
-  const json j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
+void HttpServer::detokenize(const HttpRequest& req, HttpResponder& res) {
+  std::variant<json, ApiError> parsed = parse_request_json(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  const json& j = std::get<json>(parsed);
+  if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
     return send_error(res, ApiError::bad_request("'tokens' must be a list of token ids", "tokens"));
   }
   std::vector<int32_t> ids;
   for (const json& t : j["tokens"]) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model_.vocab_size) {
+    // Unsigned values above 2^63 are not integers to is_number_integer's int64 view: check both.
+    if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<uint64_t>() >= (1ull << 31)) ||
+        t.get<int64_t>() < 0 || t.get<int64_t>() >= model_.vocab_size) {
       return send_error(res, ApiError::bad_request("'tokens' holds an invalid token id", "tokens"));
     }
-    ids.push_back(t.get<int32_t>());
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   if (model_.tokenizer == nullptr) {
     return send_error(res, ApiError::bad_request("this model has no tokenizer"));
   }
-  res.set_content(json{{"prompt", model_.tokenizer->decode(ids, false)}}.dump(),
-                  "application/json");
+  res.send(200, "application/json", safe_dump(json{{"prompt", model_.tokenizer->decode(ids, false)}}));
 }
 
 }  // namespace strata::server

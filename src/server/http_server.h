@@ -1,5 +1,5 @@
 #pragma once
-// HttpServer: Strata's OpenAI-compatible HTTP front (cpp-httplib), over an AsyncEngine.
+// HttpServer: Strata's OpenAI-compatible HTTP front, over an AsyncEngine.
 //
 //   POST /v1/completions   prompt(s) as text or token ids; streaming (SSE) or not; OpenAI errors
 //   POST /v1/chat/completions   messages rendered with the model's chat template
@@ -8,9 +8,15 @@
 //   GET  /metrics          Prometheus text, vLLM-style names under strata:
 //   POST /tokenize, /detokenize   the model's tokenizer
 //
-// Handler threads parse and validate, submit to the engine thread, and wait on their request's
-// stream; a streaming client that disconnects is cancelled within one poll (50 ms). Every bad
-// request gets an OpenAI error object and leaves the others alone.
+// The transport (HttpTransport) reads each request whole, without a thread, under the limits of
+// ServerConfig::limits; health, models and metrics are answered on its I/O thread, the rest on
+// handler threads that parse and validate, submit to the engine thread, and wait on their
+// request's stream. A client that goes away (streaming or not) is cancelled within one poll
+// (50 ms streaming, 100 ms otherwise). Every bad request gets an OpenAI error object and leaves
+// the others alone; no handler's exception escapes its thread.
+//
+// Admission: with max_waiting_requests, the sequences a request adds (prompts x n) are counted
+// against it atomically at admission and released when the request ends.
 //
 // Shutdown (SIGTERM): shutdown() closes the listening socket, so new connections are refused,
 // and answers new requests on open keep-alive connections with 503; requests in flight run to
@@ -22,33 +28,32 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
-#include "server/active_requests.h"
 #include "server/async_engine.h"
 #include "server/completion_request.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace strata::server {
 
-class Listener;         // httplib::Server with access to its listening socket
 struct CompletionCall;  // one completion request being served (completion_handler.cc)
 
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;
-  int num_threads = 0;                // 0 = max_num_seqs + 16
-  size_t max_body_bytes = 16u << 20;  // 413 beyond
-  // Bearer key required on /v1/* (401 otherwise); empty = open. Each key's requests are a tenant
-  // of the prefix cache: the engine salts them apart.
-  std::string api_key;
-  // Requests admitted but not finished beyond which new ones get 503 + Retry-After; 0 = no bound.
+  // num_handler_threads 0 = max_num_seqs + 16: every running sequence can hold a handler.
+  HttpLimits limits{.num_handler_threads = 0};
+  // Bearer keys, any of which is required on /v1/*, /tokenize and /detokenize (401 otherwise);
+  // empty = open. Each key's requests are a tenant of the prefix cache: the engine salts them
+  // apart.
+  std::vector<std::string> api_keys;
+  bool metrics_require_key = false;  // /metrics too needs a key
+  // Sequences (prompts x n) admitted but not finished beyond which new requests get 503 +
+  // Retry-After; 0 = no bound.
   int64_t max_waiting_requests = 0;
 };
 
@@ -69,26 +74,33 @@ class HttpServer {
   void shutdown_now();
 
  private:
-  void routes();
+  // On the transport's I/O thread: health, models, metrics, unknown paths and wrong methods.
+  std::optional<HttpResponse> quick(const HttpRequest& req);
+  // On a handler thread: the POST endpoints.
+  void handle(const HttpRequest& req, HttpResponder& res);
   // POST /v1/completions and (chat) /v1/chat/completions.
-  void completions(const httplib::Request& req, httplib::Response& res, bool chat);
-  void tokenize(const httplib::Request& req, httplib::Response& res);
-  void detokenize(const httplib::Request& req, httplib::Response& res);
-  void streaming_completion(std::shared_ptr<CompletionCall> call, httplib::Response& res);
-  void plain_completion(CompletionCall& call, httplib::Response& res);
-  // 503 for new work while shutting down, 401 without the key, 503 + Retry-After at capacity.
-  bool reject(const httplib::Request& req, httplib::Response& res);
+  void completions(const HttpRequest& req, HttpResponder& res, bool chat);
+  void tokenize(const HttpRequest& req, HttpResponder& res);
+  void detokenize(const HttpRequest& req, HttpResponder& res);
+  void streaming_completion(CompletionCall& call, HttpResponder& res);
+  void plain_completion(CompletionCall& call, HttpResponder& res);
+  // The key the request carries, if it is one of the configured keys ("" when none are).
+  std::optional<std::string> tenant(const HttpRequest& req) const;
+  // Counts `sequences` more against max_waiting_requests; false (nothing counted) at capacity.
+  bool admit(int64_t sequences);
+  void release(int64_t sequences);
 
   AsyncEngine& engine_;
   ServedModel model_;
   ServerConfig config_;
   Metrics metrics_;
   KvCacheFacts kv_facts_;
-  ActiveRequests active_;
+  std::atomic<int64_t> admitted_{0};   // sequences of requests admitted and not finished
   std::atomic<bool> draining_{false};  // shutdown() began: no new requests
   std::atomic<bool> aborting_{false};  // its timeout passed: what runs is cancelled
-  std::atomic<int> port_{-1};          // bound port; -1 before listen() binds
-  std::unique_ptr<Listener> http_;
+  std::atomic<bool> bound_{false};
+  std::mutex bind_mu_;  // orders bind against shutdown
+  std::unique_ptr<HttpTransport> http_;
 };
 
 }  // namespace strata::server

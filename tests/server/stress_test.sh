@@ -3,7 +3,13 @@
 #   load      256 streams at once (load_test.mjs), with --max-num-seqs 256
 #   storm     200 clients that disconnect at random points (disconnect_storm_test.mjs)
 #   sigterm   SIGTERM during 64 streams (sigterm_test.mjs); the server must exit 0
-#   capacity  --max-waiting-requests 2: a third request gets 503 + Retry-After (capacity_test.mjs)
+#   capacity  --max-waiting-requests 2: a third request gets 503 + Retry-After, a burst admits
+#             exactly 2 (capacity_test.mjs)
+#   hardening attacks on the HTTP layer over raw sockets (hardening_test.mjs): bad paths, chunked
+#             and header floods, bad Content-Length, pipelining, keys, the advertised length,
+#             abandoned requests
+#   slow      300 slowloris clients: /health answers within 100 ms, the read deadline closes
+#             them (slow_clients_test.mjs)
 # Usage: stress_test.sh STRATA_BINARY SCENARIO. Exit 77 (skipped) without node.
 set -uo pipefail
 strata=$1
@@ -52,6 +58,16 @@ case "$scenario" in
   capacity)
     start_server "${common[@]}" --max-waiting-requests 2
     run_node "capacity" "$here/capacity_test.mjs" "$base" 2
+    ;;
+  hardening)
+    printf '# two tenants\nkey-one\n\nkey-two\n' >"$tmp/keys"
+    start_server --threads 2 --num-blocks 64 --block-size 16 --api-key-file "$tmp/keys" \
+      --max-request-body-bytes 1048576
+    run_node "hardening" "$here/hardening_test.mjs" "$base" key-one key-two
+    ;;
+  slow)
+    start_server "${common[@]}" --http-read-timeout 4
+    run_node "slow clients" "$here/slow_clients_test.mjs" "$base" 300 4
     ;;
   *)
     echo "unknown scenario '$scenario'"

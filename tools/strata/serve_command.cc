@@ -79,18 +79,26 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--host", o.host, "Address to listen on");
   cmd->add_option("--port", o.port, "Port to listen on")->check(CLI::Range(0, 65535));
   add_engine_options(*cmd, o);
-  cmd->add_option("--api-key", o.api_key, "Require this bearer key on /v1/* (401 otherwise)");
+  add_serve_http_options(*cmd, o.http);
   cmd->add_option("--shutdown-timeout", o.shutdown_timeout_s,
                   "On SIGTERM/SIGINT, seconds requests in flight get to finish before they are "
                   "cancelled (0 = cancel at once)")
       ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--max-waiting-requests", o.max_waiting_requests,
-                  "Requests in flight beyond which new ones get 503 (0 = no bound)")
+                  "Sequences (prompts x n) in flight beyond which new requests get 503 "
+                  "(0 = no bound)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
 }
 
 int run_serve(const ServeOptions& o) {
   ShutdownSignals signals;  // first: before the engine's threads start
+  server::ServerConfig sc;
+  sc.host = o.host;
+  sc.port = o.port;
+  sc.api_keys = api_keys(o.http);  // a bad key file fails before the model loads
+  sc.metrics_require_key = o.http.metrics_require_key;
+  sc.limits = http_limits(o.http);
+  sc.max_waiting_requests = o.max_waiting_requests;
   const EngineConfig c = engine_config(o);
   Result<std::unique_ptr<Engine>> engine = Engine::create(c);
   if (!engine.ok()) throw Error(engine.status().message());
@@ -105,14 +113,9 @@ int run_serve(const ServeOptions& o) {
                    : o.served_model_name;
   if (model.name.empty()) model.name = std::filesystem::path(o.model_dir).parent_path().filename();
   model.vocab_size = (*engine)->vocab_size();
-  model.max_model_len = (*engine)->config().max_model_len;
+  model.max_model_len = (*engine)->max_request_tokens();
   model.tokenizer = tok ? &*tok : nullptr;
   server::AsyncEngine async(std::move(*engine));
-  server::ServerConfig sc;
-  sc.host = o.host;
-  sc.port = o.port;
-  sc.api_key = o.api_key;
-  sc.max_waiting_requests = o.max_waiting_requests;
   server::HttpServer http(async, model, sc);
   signals.watch(http, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1e3)));
   const bool ok = http.listen();

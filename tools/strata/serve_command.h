@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine_options.h"
+#include "serve_http_options.h"
 
 namespace CLI {
 class App;
@@ -17,7 +18,7 @@ struct ServeOptions : EngineOptions {
   std::string served_model_name;  // default: the model directory's name
   std::string host = "127.0.0.1";
   int port = 8000;
-  std::string api_key;
+  ServeHttpOptions http;
   int64_t max_waiting_requests = 0;
   double shutdown_timeout_s = 30.0;  // SIGTERM: in-flight requests' time to finish
 };

@@ -1,0 +1,83 @@
+// Slow clients (slowloris): N connections that each send a request head one byte at a time, every
+// second, and never finish it. While they hang on, /health must keep answering quickly (each slow
+// client costs the server a socket, never a thread), and the server must close them once its read
+// deadline passes. Prints a table and, with --json, one JSON line.
+// Usage: node slow_clients_test.mjs BASE_URL N READ_TIMEOUT_S [--json]
+import net from "node:net";
+import { assert, report } from "./harness.mjs";
+
+const base = process.argv[2];
+const n = Number(process.argv[3]);
+const readTimeoutS = Number(process.argv[4]);
+const json = process.argv.includes("--json");
+const { hostname: host, port } = new URL(base);
+let passed = 0;
+let failed = 0;
+
+const head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Slow: ";
+let closedByServer = 0;
+const sockets = [];
+await new Promise((resolve) => {
+  let connected = 0;
+  for (let i = 0; i < n; ++i) {
+    const s = net.connect(Number(port), host);
+    s.setNoDelay(true);
+    s.on("error", () => {});
+    s.on("close", () => ++closedByServer);
+    s.on("connect", () => {
+      s.write(head.slice(0, 5));
+      if (++connected === n) resolve();
+    });
+    let at = 5;
+    s.trickle = setInterval(() => {
+      if (s.destroyed) return clearInterval(s.trickle);
+      s.write(at < head.length ? head[at++] : "a");
+    }, 1000);
+    sockets.push(s);
+  }
+});
+
+// /health while they hang on: 20 probes, 100 ms apart.
+const ms = [];
+for (let i = 0; i < 20; ++i) {
+  const t0 = performance.now();
+  const res = await fetch(`${base}/health`);
+  await res.text();
+  ms.push(performance.now() - t0);
+  if (res.status !== 200) ms[ms.length - 1] = Infinity;
+  await new Promise((r) => setTimeout(r, 100));
+}
+ms.sort((a, b) => a - b);
+const median = ms[Math.floor(ms.length / 2)];
+const max = ms[ms.length - 1];
+const openDuring = sockets.filter((s) => !s.destroyed).length;
+try {
+  assert(openDuring === n, `only ${openDuring} of ${n} slow connections were held open`);
+  assert(median < 100, `/health median ${median.toFixed(1)} ms with ${n} slow clients`);
+  assert(max < 2000, `/health slowest ${max.toFixed(1)} ms with ${n} slow clients`);
+  passed++;
+} catch (e) {
+  failed++;
+  console.log(`FAIL: ${e.message}`);
+}
+
+// The read deadline: every slow client is closed by the server.
+const deadline = Date.now() + (readTimeoutS + 5) * 1000;
+while (closedByServer < n && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+try {
+  assert(closedByServer === n, `${n - closedByServer} slow clients still open after the deadline`);
+  passed++;
+} catch (e) {
+  failed++;
+  console.log(`FAIL: ${e.message}`);
+}
+for (const s of sockets) {
+  clearInterval(s.trickle);
+  s.destroy();
+}
+const row = { slow_clients: n, health_median_ms: +median.toFixed(2), health_max_ms: +max.toFixed(2),
+  closed_by_deadline: closedByServer };
+if (json) console.log(JSON.stringify(row));
+else console.log(`slow clients ${n}: /health median ${row.health_median_ms} ms, slowest ` +
+  `${row.health_max_ms} ms; closed by the ${readTimeoutS} s read deadline: ${closedByServer}`);
+report("slow_clients_test", passed, failed);
