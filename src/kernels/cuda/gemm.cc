@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/fp8_quantize.h"
 #include "kernels/cuda/gemm_bias.h"
 #include "kernels/cuda/gemv.h"
 
@@ -55,6 +56,7 @@ struct ShapeKey {
   int64_t m, n, k, lda, ldw, ldd;
   DType d_dtype;
   bool bias, accumulate;
+  bool w_fp8 = false;
   bool operator==(const ShapeKey&) const = default;
 };
 struct ShapeKeyHash {
@@ -64,7 +66,8 @@ struct ShapeKeyHash {
       h ^= std::hash<uint64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     };
     for (int64_t v : {s.m, s.n, s.k, s.lda, s.ldw, s.ldd}) mix(static_cast<uint64_t>(v));
-    mix(static_cast<uint64_t>(s.d_dtype) | (uint64_t{s.bias} << 8) | (uint64_t{s.accumulate} << 9));
+    mix(static_cast<uint64_t>(s.d_dtype) | (uint64_t{s.bias} << 8) | (uint64_t{s.accumulate} << 9) |
+        (uint64_t{s.w_fp8} << 10));
     return h;
   }
 };
@@ -75,11 +78,17 @@ struct ShapeKeyHash {
 // cuBLASLt's A operand is w (column-major [k, n], ld = ldw, transposed), its B operand is a
 // (column-major [k, m], ld = lda) and C = D is d^T (column-major [n, m], ld = ldd). The bias is
 // then per row of D, i.e. per output feature, which is what CUBLASLT_EPILOGUE_BIAS adds.
+//
+// FP8 weights: A is w's e4m3 codes and B the activations' codes (the Gemm's scratch, ld = k),
+// each with a vector of fp32 scales (OUTER_VEC_32F: A's per row of D, i.e. per output feature,
+// B's per column of D, i.e. per token). Where cuBLASLt has no FP8 algorithm for an fp32 D, the
+// plan writes a bf16 product into the scratch (via_bf16) and add_into_f32 adds it to d.
 struct Plan {
   DescPtr desc;
   LayoutPtr w_layout, a_layout, d_layout;
   cublasLtMatmulAlgo_t algo{};
-  bool epilogue_bias = false;  // bias through the epilogue; else add_bias_f32 afterwards
+  bool epilogue_bias = false;  // bias through the epilogue; else a bias kernel afterwards
+  bool via_bf16 = false;       // FP8 with an fp32 d: D is a bf16 [m, n] scratch, added by a kernel
 };
 
 cudaDataType_t cuda_type(DType d) { return d == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
@@ -90,6 +99,14 @@ Status validate(const GemmParams& p) {
   if (p.d_dtype != DType::kBF16 && p.d_dtype != DType::kF32) {
     return Status::Unsupported("gemm output dtype " + std::string(dtype_name(p.d_dtype)) +
                                " (supported: BF16, F32)");
+  }
+  const bool w_fp8 = p.w_dtype == DType::kF8E4M3;
+  if (p.w_dtype != DType::kBF16 && !w_fp8) {
+    return Status::Unsupported("gemm weight dtype " + std::string(dtype_name(p.w_dtype)) +
+                               " (supported: BF16, F8_E4M3)");
+  }
+  if (w_fp8 && (p.k % 16 != 0 || (p.m > 0 && p.w_scale == nullptr))) {
+    return Status::InvalidArgument("gemm with FP8 weights needs k a multiple of 16 and w_scale");
   }
   if (p.m < 0 || p.n <= 0 || p.k <= 0) {
     return Status::InvalidArgument("gemm needs m >= 0 and n, k > 0");
@@ -102,7 +119,8 @@ Status validate(const GemmParams& p) {
   }
   const int64_t d_elem = dtype_size(p.d_dtype);
   if (!aligned16(p.a) || !aligned16(p.w) || !aligned16(p.d) ||
-      (p.bias != nullptr && !aligned16(p.bias)) || (p.lda * 2) % 16 != 0 || (p.ldw * 2) % 16 != 0 ||
+      (p.bias != nullptr && !aligned16(p.bias)) || (p.lda * 2) % 16 != 0 ||
+      (p.ldw * (w_fp8 ? 1 : 2)) % 16 != 0 ||
       (p.ldd * d_elem) % 16 != 0) {
     return Status::InvalidArgument("gemm pointers and row strides must be 16-byte aligned");
   }
@@ -121,6 +139,26 @@ struct Gemm::Impl {
   DeviceBuffer workspace;
   int64_t gemv_max_rows = 0;
   std::unordered_map<ShapeKey, Plan, ShapeKeyHash> plans;
+  // FP8: the activations' codes [m, k] and scales [m], and via_bf16's product [m, n].
+  DeviceBuffer scratch;
+
+  // Grows the scratch to `bytes` (never inside a capture: the allocation would not be replayed).
+  Status reserve_scratch(size_t bytes, cudaStream_t stream) {
+    if (bytes <= scratch.bytes()) return Status::Ok();
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    STRATA_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) {
+      return Status::Internal("gemm: the FP8 scratch must grow outside a graph capture");
+    }
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old scratch may be in use
+    scratch = DeviceBuffer{};
+    auto buffer = DeviceBuffer::allocate(bytes);
+    if (!buffer.ok()) return buffer.status();
+    scratch = std::move(buffer).value();
+    return Status::Ok();
+  }
+
+  Status run_fp8(const GemmParams& p, cudaStream_t stream);
 
   ~Impl() {
     plans.clear();
@@ -128,8 +166,9 @@ struct Gemm::Impl {
   }
 
   // The descriptors of `key` with the bias epilogue (bias type bf16) or without; then the
-  // heuristic's first algorithm. NotFound when the heuristic has none.
-  Result<Plan> make_plan(const ShapeKey& key, bool epilogue_bias) {
+  // heuristic's first algorithm. NotFound when the heuristic has none. via_bf16 (FP8 only): D is
+  // a contiguous bf16 [m, n] scratch instead of d.
+  Result<Plan> make_plan(const ShapeKey& key, bool epilogue_bias, bool via_bf16 = false) {
     Plan plan;
     cublasLtMatmulDesc_t desc = nullptr;
     STRATA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -140,6 +179,13 @@ struct Gemm::Impl {
                                                        sizeof(trans_w)));
     STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_a,
                                                        sizeof(trans_a)));
+    if (key.w_fp8) {
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                         &mode, sizeof(mode)));
+      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                         &mode, sizeof(mode)));
+    }
     if (epilogue_bias) {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
       const int32_t bias_type = CUDA_R_16BF;
@@ -153,16 +199,18 @@ struct Gemm::Impl {
       STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                          &bias_probe, sizeof(bias_probe)));
     }
+    const cudaDataType_t in_type = key.w_fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
     cublasLtMatrixLayout_t layout = nullptr;
     STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
-        &layout, CUDA_R_16BF, static_cast<uint64_t>(key.k), static_cast<uint64_t>(key.n), key.ldw));
+        &layout, in_type, static_cast<uint64_t>(key.k), static_cast<uint64_t>(key.n), key.ldw));
     plan.w_layout.reset(layout);
-    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
-        &layout, CUDA_R_16BF, static_cast<uint64_t>(key.k), static_cast<uint64_t>(key.m), key.lda));
+    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, in_type, static_cast<uint64_t>(key.k),
+                                                   static_cast<uint64_t>(key.m),
+                                                   key.w_fp8 ? key.k : key.lda));
     plan.a_layout.reset(layout);
-    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, cuda_type(key.d_dtype),
-                                                   static_cast<uint64_t>(key.n),
-                                                   static_cast<uint64_t>(key.m), key.ldd));
+    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+        &layout, via_bf16 ? CUDA_R_16BF : cuda_type(key.d_dtype), static_cast<uint64_t>(key.n),
+        static_cast<uint64_t>(key.m), via_bf16 ? key.n : key.ldd));
     plan.d_layout.reset(layout);
 
     cublasLtMatmulPreference_t pref_raw = nullptr;
@@ -189,6 +237,7 @@ struct Gemm::Impl {
     STRATA_CUBLAS_CHECK(result.state);
     plan.algo = result.algo;
     plan.epilogue_bias = epilogue_bias;
+    plan.via_bf16 = via_bf16;
     return plan;
   }
 
@@ -196,11 +245,16 @@ struct Gemm::Impl {
   // algorithm for it (always for a bf16 output), else a plain product and add_bias_f32.
   Result<Plan*> plan_for(const ShapeKey& key) {
     if (auto it = plans.find(key); it != plans.end()) return &it->second;
+
     Result<Plan> plan = make_plan(key, key.bias);
-    if (!plan.ok() && key.bias && key.d_dtype == DType::kF32) {
+    if (!plan.ok() && key.bias && (key.d_dtype == DType::kF32 || key.w_fp8)) {
       // cuBLASLt 13.0 answers CUBLAS_STATUS_INVALID_VALUE (not NOT_SUPPORTED) for a bf16 bias on
       // an fp32 output; any failure of that probe falls back to the separate bias add.
       plan = make_plan(key, false);
+    }
+    if (!plan.ok() && key.w_fp8 && key.d_dtype == DType::kF32) {
+      plan = make_plan(key, key.bias, true);
+      if (!plan.ok() && key.bias) plan = make_plan(key, false, true);
     }
     if (!plan.ok()) {
       if (plan.status().code() != StatusCode::kNotFound) return plan.status();
@@ -227,13 +281,78 @@ Gemm::Gemm(Gemm&&) noexcept = default;
 Gemm& Gemm::operator=(Gemm&&) noexcept = default;
 Gemm::~Gemm() = default;
 
+namespace {
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+}  // namespace
+
+// FP8 weights: a few rows through the GEMV on the codes; else the activations to e4m3 per token
+// (scratch: codes [m, k], then scales [m], then via_bf16's product [m, n]) and the FP8 product.
+Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
+  if (p.m <= gemv_max_rows && detail::gemv_fits(p.m, p.n, p.k, true)) {
+    detail::GemvParams g{p.a, p.lda, p.w, p.ldw, true, p.w_scale, p.bias, p.d, p.ldd, p.d_dtype,
+                         p.accumulate, p.m, p.n, p.k};
+    return detail::gemv(g, stream);
+  }
+  const ShapeKey key{p.m, p.n, p.k, p.lda, p.ldw, p.ldd, p.d_dtype, p.bias != nullptr,
+                     p.accumulate, true};
+  Result<Plan*> found = plan_for(key);
+  if (!found.ok()) return found.status();
+  Plan& plan = *found.value();
+  const auto m = static_cast<size_t>(p.m);
+  const size_t scales_at = align256(m * static_cast<size_t>(p.k));
+  const size_t product_at = align256(scales_at + m * 4);
+  const size_t need = plan.via_bf16 ? product_at + m * static_cast<size_t>(p.n) * 2 : product_at;
+  STRATA_RETURN_IF_ERROR(reserve_scratch(need, stream));
+  auto* base = static_cast<char*>(scratch.data());
+  auto* a_scales = reinterpret_cast<float*>(base + scales_at);
+  Fp8QuantizeRowsParams q;
+  q.in = p.a;
+  q.ld_in = p.lda;
+  q.out = base;
+  q.ld_out = p.k;
+  q.scales = a_scales;
+  q.rows = p.m;
+  q.cols = p.k;
+  STRATA_RETURN_IF_ERROR(fp8_quantize_rows(q, stream));
+  cublasLtMatmulDesc_t desc = plan.desc.get();
+  const void* w_scale = p.w_scale;
+  const void* a_scale = a_scales;
+  STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                     &w_scale, sizeof(w_scale)));
+  STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                     &a_scale, sizeof(a_scale)));
+  if (plan.epilogue_bias) {
+    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &p.bias, sizeof(p.bias)));
+  }
+  void* out = plan.via_bf16 ? base + product_at : p.d;
+  const float alpha = 1.0f;
+  const float beta = p.accumulate && !plan.via_bf16 ? 1.0f : 0.0f;
+  STRATA_CUBLAS_CHECK(cublasLtMatmul(handle, desc, &alpha, p.w, plan.w_layout.get(), base,
+                                     plan.a_layout.get(), &beta, out, plan.d_layout.get(), out,
+                                     plan.d_layout.get(), &plan.algo, workspace.data(),
+                                     workspace.bytes(), stream));
+  const void* bias = plan.epilogue_bias ? nullptr : p.bias;
+  if (plan.via_bf16) {
+    return detail::add_into_f32({static_cast<float*>(p.d), p.ldd, out, p.n, bias, p.accumulate,
+                                 p.m, p.n},
+                                stream);
+  }
+  if (bias == nullptr) return Status::Ok();
+  if (p.d_dtype == DType::kF32) {
+    return detail::add_bias_f32({static_cast<float*>(p.d), p.ldd, bias, p.m, p.n}, stream);
+  }
+  return detail::add_bias_bf16({p.d, p.ldd, bias, p.m, p.n}, stream);
+}
+
 Status Gemm::run(const GemmParams& p, cudaStream_t stream) {
   STRATA_RETURN_IF_ERROR(validate(p));
   if (p.m == 0) return Status::Ok();
+  if (p.w_dtype == DType::kF8E4M3) return impl_->run_fp8(p, stream);
   if (p.m <= impl_->gemv_max_rows && detail::gemv_fits(p.m, p.n, p.k)) {
-    return detail::gemv({p.a, p.lda, p.w, p.ldw, p.bias, p.d, p.ldd, p.d_dtype, p.accumulate, p.m,
-                         p.n, p.k},
-                        stream);
+    detail::GemvParams g{p.a, p.lda, p.w, p.ldw, false, nullptr, p.bias, p.d, p.ldd, p.d_dtype,
+                         p.accumulate, p.m, p.n, p.k};
+    return detail::gemv(g, stream);
   }
   const ShapeKey key{p.m,         p.n, p.k, p.lda, p.ldw, p.ldd, p.d_dtype, p.bias != nullptr,
                      p.accumulate};

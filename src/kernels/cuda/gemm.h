@@ -17,6 +17,15 @@
 // for a row in any batch of up to that many rows), which streams the weights at a higher share of
 // the bandwidth than cuBLASLt's tiles there; 0 sends every product to cuBLASLt.
 //
+// FP8 weights (w_dtype F8E4M3): w holds e4m3 codes with one fp32 scale per output feature
+// (w_scale, fp8_quantize.h), so w[j, :] = code[j, :] * w_scale[j]. Few-row products run the GEMV
+// on the codes with bf16 activations; the others quantize a to e4m3 per row (fp8_quantize_rows,
+// one scale per token, into the Gemm's scratch) and multiply on the FP8 tensor cores through
+// cuBLASLt with both scale vectors applied in its epilogue (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F:
+// d[i, j] = a_scale[i] * w_scale[j] * sum_k code_a[i, k] code_w[j, k], fp32 accumulation). k must
+// be a multiple of 16 and ldw of 16 bytes. The scratch grows on the first product of a larger
+// shape, which therefore must not run inside a graph capture (as for the algorithm choice).
+//
 // Owns one cuBLASLt handle and its workspace, and caches the chosen algorithm per problem shape
 // (m, n, k, lda, ldw, ldd, d dtype, bias, accumulate), so a steady-state step costs no heuristic
 // queries. m = 0 is an OK no-op.
@@ -36,10 +45,12 @@ namespace strata::cuda {
 struct GemmParams {
   const void* a = nullptr;  // [m, k] bf16, row stride lda elements
   int64_t lda = 0;
-  // [n, k] bf16, row stride ldw elements. Must not be written by the kernel before this one on
+  // [n, k] bf16 (or e4m3 codes, w_dtype), row stride ldw elements. Must not be written by the kernel before this one on
   // the stream: the few-row path (gemv.h) reads it before its grid-dependency wait.
   const void* w = nullptr;
   int64_t ldw = 0;
+  DType w_dtype = DType::kBF16;    // BF16, or F8E4M3 codes (ldw then counts bytes)
+  const float* w_scale = nullptr;  // F8E4M3: [n] fp32 per output feature
   const void* bias = nullptr;  // nullable, [n] bf16
   void* d = nullptr;           // [m, n] d_dtype, row stride ldd elements
   int64_t ldd = 0;
@@ -60,8 +71,9 @@ class Gemm {
   ~Gemm();
 
   // InvalidArgument for null pointers, non-positive sizes, strides smaller than a row or
-  // misaligned (16-byte) pointers; Unsupported for another d dtype; Internal when cuBLASLt finds
-  // no algorithm. Asynchronous on stream.
+  // misaligned (16-byte) pointers, and FP8 weights without scales or with k not a multiple of
+  // 16; Unsupported for another d or w dtype; Internal when cuBLASLt finds no algorithm.
+  // Asynchronous on stream.
   Status run(const GemmParams& params, cudaStream_t stream);
 
  private:

@@ -25,7 +25,50 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = blockIdx.y; i < p.m; i += gridDim.y) p.d[i * p.ldd + j] += b;
 }
 
+__global__ void __launch_bounds__(kThreads)
+    add_bias_bf16_kernel(const __grid_constant__ AddBiasBf16Params p) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (j >= p.n) return;
+  const float b = __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[j]);
+  auto* d = static_cast<__nv_bfloat16*>(p.d);
+  for (int64_t i = blockIdx.y; i < p.m; i += gridDim.y) {
+    d[i * p.ldd + j] = __float2bfloat16_rn(__bfloat162float(d[i * p.ldd + j]) + b);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    add_into_f32_kernel(const __grid_constant__ AddIntoF32Params p) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (j >= p.n) return;
+  const float b =
+      p.bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[j]) : 0.0f;
+  const auto* t = static_cast<const __nv_bfloat16*>(p.product);
+  for (int64_t i = blockIdx.y; i < p.m; i += gridDim.y) {
+    const float v = __bfloat162float(t[i * p.ldp + j]) + b;
+    p.d[i * p.ldd + j] = p.accumulate ? p.d[i * p.ldd + j] + v : v;
+  }
+}
+
+dim3 grid_of(int64_t m, int64_t n) {
+  return dim3(static_cast<unsigned>(ceil_div(n, kThreads)),
+              static_cast<unsigned>(std::min(m, kMaxGridY)));
+}
+
 }  // namespace
+
+Status add_bias_bf16(const AddBiasBf16Params& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.n <= 0) return Status::Ok();
+  add_bias_bf16_kernel<<<grid_of(p.m, p.n), kThreads, 0, stream>>>(p);
+  STRATA_CUDA_CHECK_LAUNCH();
+  return Status::Ok();
+}
+
+Status add_into_f32(const AddIntoF32Params& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.n <= 0) return Status::Ok();
+  add_into_f32_kernel<<<grid_of(p.m, p.n), kThreads, 0, stream>>>(p);
+  STRATA_CUDA_CHECK_LAUNCH();
+  return Status::Ok();
+}
 
 Status add_bias_f32(const AddBiasParams& p, cudaStream_t stream) {
   if (p.m <= 0 || p.n <= 0) return Status::Ok();

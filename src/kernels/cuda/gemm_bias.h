@@ -1,6 +1,7 @@
 #pragma once
 // Internal to Gemm (gemm.cc): the bias add for the shapes whose bias cuBLASLt's epilogue does not
-// take (a bf16 bias on an fp32 output). Host-only header.
+// take (a bf16 bias on an fp32 output; FP8 products without a bias epilogue), and the add of an
+// FP8 product computed in bf16 into an fp32 output. Host-only header.
 
 #include <cuda_runtime_api.h>
 
@@ -18,5 +19,26 @@ struct AddBiasParams {
   int64_t n = 0;
 };
 Status add_bias_f32(const AddBiasParams& params, cudaStream_t stream);
+
+struct AddBiasBf16Params {
+  void* d = nullptr;  // [m, n] bf16, row stride ldd elements; d[i, j] = bf16(d[i, j] + bias[j])
+  int64_t ldd = 0;
+  const void* bias = nullptr;  // [n] bf16
+  int64_t m = 0;
+  int64_t n = 0;
+};
+Status add_bias_bf16(const AddBiasBf16Params& params, cudaStream_t stream);
+
+struct AddIntoF32Params {
+  float* d = nullptr;  // [m, n] fp32, row stride ldd
+  int64_t ldd = 0;
+  const void* product = nullptr;  // [m, n] bf16, row stride ldp
+  int64_t ldp = 0;
+  const void* bias = nullptr;  // nullable, [n] bf16
+  bool accumulate = false;     // d = (accumulate ? d : 0) + product + bias
+  int64_t m = 0;
+  int64_t n = 0;
+};
+Status add_into_f32(const AddIntoF32Params& params, cudaStream_t stream);
 
 }  // namespace strata::cuda::detail

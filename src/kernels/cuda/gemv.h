@@ -13,6 +13,11 @@
 // batch of up to kGemvMaxRows rows. bias and the accumulated d are added in fp32 and the output
 // rounded once.
 //
+// FP8 weights (w_fp8): w holds e4m3 codes with one fp32 scale per output feature (w_scale, from
+// fp8_quantize_rows), and d[i, j] = w_scale[j] * sum_k a[i, k] * code[j, k]: each thread streams
+// 16-byte columns of 16 codes (half the bytes of bf16's 8 weights) and converts them exactly to
+// fp16 pairs, then fp32; the activations stay bf16 (no activation rounding on this path).
+//
 // Launched with programmatic dependent launch: a block loads its first weights before waiting
 // for the previous kernel (weights are never written during a step), and lets the next kernel
 // launch at once. The contract that follows: w must not be written by the kernel before on the
@@ -32,8 +37,10 @@ inline constexpr int64_t kGemvMaxRows = 8;
 struct GemvParams {
   const void* a = nullptr;  // [m, k] bf16, row stride lda (a multiple of 8)
   int64_t lda = 0;
-  const void* w = nullptr;  // [n, k] bf16, row stride ldw (a multiple of 8)
-  int64_t ldw = 0;
+  const void* w = nullptr;  // [n, k] bf16 (row stride ldw, a multiple of 8) or, with w_fp8,
+  int64_t ldw = 0;          // e4m3 codes (row stride ldw bytes, a multiple of 16)
+  bool w_fp8 = false;
+  const float* w_scale = nullptr;  // w_fp8: [n] fp32, w[j, :] = code[j, :] * w_scale[j]
   const void* bias = nullptr;  // nullable, [n] bf16
   void* d = nullptr;           // [m, n] BF16 or F32, row stride ldd
   int64_t ldd = 0;
@@ -42,9 +49,9 @@ struct GemvParams {
   int64_t m = 0, n = 0, k = 0;
 };
 
-// Whether gemv() takes these sizes: 1 <= m <= kGemvMaxRows, k a multiple of 8 (16-byte loads),
-// n and k below 2^31.
-bool gemv_fits(int64_t m, int64_t n, int64_t k);
+// Whether gemv() takes these sizes: 1 <= m <= kGemvMaxRows, k a multiple of 8 (16-byte loads;
+// 16 for FP8 weights), n and k below 2^31.
+bool gemv_fits(int64_t m, int64_t n, int64_t k, bool w_fp8 = false);
 // Asynchronous on stream; the caller has validated pointers, strides and alignment (Gemm::run).
 Status gemv(const GemvParams& params, cudaStream_t stream);
 
