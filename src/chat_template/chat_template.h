@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -50,5 +51,11 @@ Result<std::string> render_tokenizer_chat_template(const tokenizer::Tokenizer& t
                                                    const nlohmann::ordered_json& messages,
                                                    const nlohmann::ordered_json& options,
                                                    const RenderLimits& limits = {});
+
+// Whether `name` is a variable the server's render sets (messages, add_generation_prompt,
+// bos_token, eos_token), one Hugging Face's apply_chat_template sets (tools, documents,
+// continue_final_message, ...) or a global function of the template (raise_exception, range, ...):
+// request-supplied options (chat_template_kwargs) may not replace them.
+bool is_reserved_template_variable(std::string_view name);
 
 }  // namespace strata::chat_template

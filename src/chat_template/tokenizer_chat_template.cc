@@ -15,6 +15,18 @@ std::string token_text(const tokenizer::Tokenizer& tok, std::optional<int32_t> i
 
 }  // namespace
 
+bool is_reserved_template_variable(std::string_view name) {
+  static constexpr std::string_view kReserved[] = {
+      "messages",  "add_generation_prompt", "continue_final_message", "bos_token", "eos_token",
+      "pad_token", "unk_token", "tools", "documents", "chat_template", "tokenize",
+      "raise_exception", "strftime_now", "range", "namespace", "dict", "cycler", "joiner",
+      "lipsum"};
+  for (const std::string_view r : kReserved) {
+    if (name == r) return true;
+  }
+  return false;
+}
+
 Result<std::string> render_tokenizer_chat_template(const tokenizer::Tokenizer& tokenizer,
                                                    const nlohmann::ordered_json& messages,
                                                    const nlohmann::ordered_json& options,

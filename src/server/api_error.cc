@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/request_json.h"
+
 namespace strata::server {
 
 ApiError ApiError::from_status(const Status& status) {
@@ -24,7 +26,7 @@ std::string ApiError::to_json() const {
   nlohmann::json e = {{"message", message}, {"type", type}};
   e["param"] = param ? nlohmann::json(*param) : nlohmann::json(nullptr);
   e["code"] = code ? nlohmann::json(*code) : nlohmann::json(nullptr);
-  return nlohmann::json{{"error", e}}.dump();
+  return safe_dump(nlohmann::json{{"error", e}});  // the message may quote request text
 }
 
 }  // namespace strata::server

@@ -2,15 +2,30 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <limits>
 #include <optional>
 
 #include "chat_template/chat_template.h"
-#include "tokenizer/utf8.h"
+#include "server/request_json.h"
 
 namespace strata::server {
 namespace {
 
 using nlohmann::json;
+
+// Whether an integer JSON value is within T's range (nlohmann keeps non-negative integers as
+// uint64, negative ones as int64).
+template <typename T>
+bool fits(const json& v) {
+  if (v.is_number_unsigned()) {
+    return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  }
+  const int64_t x = v.get<int64_t>();
+  return x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+         (std::numeric_limits<T>::max() > std::numeric_limits<int64_t>::max() ||
+          x <= static_cast<int64_t>(std::numeric_limits<T>::max()));
+}
 
 // Reads an optional field of the expected kind; a wrong type is a 400 naming the field.
 struct Fields {
@@ -21,16 +36,24 @@ struct Fields {
     const auto it = body.find(name);
     return it == body.end() || it->is_null() ? nullptr : &*it;
   }
-  void wrong(const char* name, const char* expected) {
+  void wrong(const char* name, const std::string& expected) {
     if (!error) error = ApiError::bad_request(std::string("'") + name + "' must be " + expected, name);
   }
+  // Integers must fit T (get<T> would wrap 2^32 + 4 to 4); numbers must be finite as floats.
   template <typename T>
   void number(const char* name, T& out) {
     const json* v = get(name);
     if (v == nullptr) return;
-    if (!v->is_number() || (std::is_integral_v<T> && !v->is_number_integer())) {
-      wrong(name, std::is_integral_v<T> ? "an integer" : "a number");
-      return;
+    if constexpr (std::is_integral_v<T>) {
+      if (!v->is_number_integer()) return wrong(name, "an integer");
+      if (!fits<T>(*v)) {
+        return wrong(name, ("an integer in [" + std::to_string(std::numeric_limits<T>::min()) +
+                            ", " + std::to_string(std::numeric_limits<T>::max()) + "]")
+                               .c_str());
+      }
+    } else {
+      if (!v->is_number()) return wrong(name, "a number");
+      if (!std::isfinite(static_cast<T>(v->get<double>()))) return wrong(name, "a finite number");
     }
     out = v->get<T>();
   }
@@ -47,6 +70,22 @@ struct Fields {
     out = v->get<std::string>();
   }
 };
+
+// A token-id prompt; every id must be in [0, vocab_size) as sent, not after a cast.
+std::optional<ApiError> read_token_ids(const json& list, const ServedModel& model,
+                                       std::vector<std::vector<int32_t>>& out) {
+  std::vector<int32_t> ids;
+  ids.reserve(list.size());
+  for (const json& t : list) {
+    if (!fits<int32_t>(t) || t.get<int64_t>() < 0 || t.get<int64_t>() >= model.vocab_size) {
+      return ApiError::bad_request("token id " + safe_dump(t) + " is outside the vocabulary",
+                                   "prompt");
+    }
+    ids.push_back(t.get<int32_t>());
+  }
+  out.push_back(std::move(ids));
+  return std::nullopt;
+}
 
 bool is_token_list(const json& v) {
   if (!v.is_array() || v.empty()) return false;
@@ -73,16 +112,13 @@ std::optional<ApiError> read_prompts(const json& prompt, const ServedModel& mode
     return std::nullopt;
   };
   if (prompt.is_string()) return encode(prompt);
-  if (is_token_list(prompt)) {
-    out.push_back(prompt.get<std::vector<int32_t>>());
-    return std::nullopt;
-  }
+  if (is_token_list(prompt)) return read_token_ids(prompt, model, out);
   if (prompt.is_array() && !prompt.empty()) {
     for (const json& p : prompt) {
       if (p.is_string()) {
         if (auto e = encode(p)) return e;
       } else if (is_token_list(p)) {
-        out.push_back(p.get<std::vector<int32_t>>());
+        if (auto e = read_token_ids(p, model, out)) return e;
       } else {
         return ApiError::bad_request(
             "'prompt' must be a string, a list of strings, a list of token ids or a list of "
@@ -97,6 +133,76 @@ std::optional<ApiError> read_prompts(const json& prompt, const ServedModel& mode
       "prompt");
 }
 
+// One chat message as the template sees it: role, content (text parts joined), and what
+// templates read besides (a tool result's call id and name, an assistant turn's tool calls).
+std::variant<nlohmann::ordered_json, ApiError> read_message(const json& m) {
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+    return ApiError::bad_request("each message needs a string 'role'", "messages");
+  }
+  const std::string role = m["role"].get<std::string>();
+  if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
+      role != "developer") {
+    return ApiError::bad_request("unknown message role '" + role + "'", "messages");
+  }
+  std::string content;
+  const auto c = m.find("content");
+  if (c == m.end() || c->is_null()) {
+  } else if (c->is_string()) {
+    content = c->get<std::string>();
+  } else if (c->is_array()) {
+    for (const json& part : *c) {  // text parts only
+      const auto type = part.is_object() ? part.find("type") : part.end();
+      const auto text = part.is_object() ? part.find("text") : part.end();
+      if (!part.is_object() || type == part.end() || *type != "text" || text == part.end() ||
+          !text->is_string()) {
+        return ApiError::bad_request("message content parts must be {type: text, text}",
+                                     "messages");
+      }
+      content += text->get<std::string>();
+    }
+  } else {
+    return ApiError::bad_request("message content must be a string or a list of text parts",
+                                 "messages");
+  }
+  nlohmann::ordered_json msg = {{"role", role}, {"content", std::move(content)}};
+  for (const char* key : {"name", "tool_call_id"}) {
+    if (const auto v = m.find(key); v != m.end() && v->is_string()) msg[key] = v->get<std::string>();
+  }
+  if (const auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
+    // Nesting is bounded by parse_request_json, so the round trip's recursion is too.
+    msg["tool_calls"] = nlohmann::ordered_json::parse(safe_dump(*calls));
+  }
+  return msg;
+}
+
+// What the template gets besides messages: add_generation_prompt and chat_template_kwargs. A
+// kwarg may not replace a variable the server sets (messages would skip the checks above).
+std::variant<nlohmann::ordered_json, ApiError> template_options(const json& body) {
+  nlohmann::ordered_json options = {{"add_generation_prompt", true}};
+  if (const auto g = body.find("add_generation_prompt"); g != body.end() && !g->is_null()) {
+    if (!g->is_boolean()) {
+      return ApiError::bad_request("'add_generation_prompt' must be a boolean",
+                                   "add_generation_prompt");
+    }
+    options["add_generation_prompt"] = g->get<bool>();
+  }
+  const auto kw = body.find("chat_template_kwargs");
+  if (kw == body.end() || kw->is_null()) return options;
+  if (!kw->is_object()) {
+    return ApiError::bad_request("'chat_template_kwargs' must be an object",
+                                 "chat_template_kwargs");
+  }
+  for (const auto& [k, v] : kw->items()) {
+    if (chat_template::is_reserved_template_variable(k)) {
+      return ApiError::bad_request("'chat_template_kwargs' may not set '" + k +
+                                       "', which the server sets",
+                                   "chat_template_kwargs");
+    }
+    options[k] = nlohmann::ordered_json::parse(safe_dump(v));
+  }
+  return options;
+}
+
 // Chat: the messages rendered with the model's chat template, then encoded as the template
 // wrote them (its special tokens are in the text).
 std::optional<ApiError> render_messages(const json& body, const ServedModel& model,
@@ -107,49 +213,15 @@ std::optional<ApiError> render_messages(const json& body, const ServedModel& mod
   }
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   for (const json& m : *it) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      return ApiError::bad_request("each message needs a string 'role'", "messages");
-    }
-    const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
-        role != "developer") {
-      return ApiError::bad_request("unknown message role '" + role + "'", "messages");
-    }
-    std::string content;
-    const json c = m.value("content", json(nullptr));
-    if (c.is_string()) {
-      content = c.get<std::string>();
-    } else if (c.is_array()) {
-      for (const json& part : c) {  // text parts only
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
-          return ApiError::bad_request("message content parts must be {type: text, text}",
-                                       "messages");
-        }
-        content += part["text"].get<std::string>();
-      }
-    } else if (!c.is_null()) {
-      return ApiError::bad_request("message content must be a string or a list of text parts",
-                                   "messages");
-    }
-    nlohmann::ordered_json msg = {{"role", role}, {"content", content}};
-    // What templates read besides role and content: a tool result's call id and name, an
-    // assistant turn's tool calls.
-    for (const char* key : {"name", "tool_call_id"}) {
-      if (m.contains(key) && m[key].is_string()) msg[key] = m[key].get<std::string>();
-    }
-    if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
-      msg["tool_calls"] = nlohmann::ordered_json::parse(m["tool_calls"].dump());
-    }
-    messages.push_back(std::move(msg));
+    auto msg = read_message(m);
+    if (auto* e = std::get_if<ApiError>(&msg)) return std::move(*e);
+    messages.push_back(std::move(std::get<nlohmann::ordered_json>(msg)));
   }
+  auto options = template_options(body);
+  if (auto* e = std::get_if<ApiError>(&options)) return std::move(*e);
   if (model.tokenizer == nullptr) return ApiError::bad_request("this model has no tokenizer");
-  nlohmann::ordered_json options = {{"add_generation_prompt", body.value("add_generation_prompt", true)}};
-  if (const auto kw = body.find("chat_template_kwargs"); kw != body.end() && kw->is_object()) {
-    for (const auto& [k, v] : kw->items()) options[k] = v;
-  }
-  Result<std::string> text =
-      chat_template::render_tokenizer_chat_template(*model.tokenizer, messages, options);
+  Result<std::string> text = chat_template::render_tokenizer_chat_template(
+      *model.tokenizer, messages, std::get<nlohmann::ordered_json>(options));
   if (!text.ok()) {
     return ApiError::bad_request("the chat template failed: " + text.status().message(),
                                  "messages");
@@ -171,13 +243,14 @@ std::variant<CompletionRequest, ApiError> parse_chat_request(std::string_view bo
   return parse_request(body, model, /*chat=*/true);
 }
 
-std::variant<CompletionRequest, ApiError> parse_request(std::string_view body,
-                                                        const ServedModel& model, bool chat) {
-  if (!tokenizer::is_valid_utf8(body)) {
-    return ApiError::bad_request("the request body is not valid UTF-8");
-  }
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return ApiError::bad_request("the request body is not valid JSON");
+namespace {
+
+std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view body,
+                                                                const ServedModel& model,
+                                                                bool chat) {
+  std::variant<json, ApiError> parsed = parse_request_json(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return std::move(*e);
+  const json& j = std::get<json>(parsed);
   if (!j.is_object()) return ApiError::bad_request("the request body must be a JSON object");
   Fields f{j, std::nullopt};
   CompletionRequest r;
@@ -209,8 +282,8 @@ std::variant<CompletionRequest, ApiError> parse_request(std::string_view body,
   f.string("cache_salt", r.cache_salt);
   f.string("user", r.user);
   if (const json* seed = f.get("seed")) {
-    if (!seed->is_number_integer()) {
-      f.wrong("seed", "an integer");
+    if (!seed->is_number_integer() || !fits<int64_t>(*seed)) {
+      f.wrong("seed", "a 64-bit signed integer");  // as vLLM's
     } else {
       p.seed = static_cast<uint64_t>(seed->get<int64_t>());
     }
@@ -224,14 +297,11 @@ std::variant<CompletionRequest, ApiError> parse_request(std::string_view body,
       return ApiError::bad_request("'top_logprobs' must be in [0, 20]", "top_logprobs");
     }
     if (want) p.logprobs = top;
-  } else if (const json* lp = f.get("logprobs")) {
-    if (!lp->is_number_integer()) {
-      f.wrong("logprobs", "an integer");
-    } else {
-      p.logprobs = lp->get<int32_t>();
-      if (p.logprobs < 0 || p.logprobs > engine::SamplingParams::kMaxLogprobs) {
-        return ApiError::bad_request("'logprobs' must be in [0, 20]", "logprobs");
-      }
+  } else if (f.get("logprobs") != nullptr) {
+    p.logprobs = 0;
+    f.number("logprobs", p.logprobs);
+    if (p.logprobs < 0 || p.logprobs > engine::SamplingParams::kMaxLogprobs) {
+      return ApiError::bad_request("'logprobs' must be in [0, 20]", "logprobs");
     }
   }
   if (const json* stop = f.get("stop")) {
@@ -293,6 +363,19 @@ std::variant<CompletionRequest, ApiError> parse_request(std::string_view body,
     }
   }
   return r;
+}
+
+}  // namespace
+
+std::variant<CompletionRequest, ApiError> parse_request(std::string_view body,
+                                                        const ServedModel& model, bool chat) {
+  // Every field is type-checked before it is read; this is the backstop that keeps a missed
+  // check a 400 rather than an exception escaping to the transport.
+  try {
+    return parse_checked_request(body, model, chat);
+  } catch (const nlohmann::json::exception&) {
+    return ApiError::bad_request("a field of the request body has the wrong type");
+  }
 }
 
 }  // namespace strata::server
