@@ -6,7 +6,7 @@
 #include <limits>
 #include <optional>
 
-#include "chat_template/chat_template.h"
+#include "chat_template/chat_prompt.h"
 #include "server/request_json.h"
 
 namespace strata::server {
@@ -203,8 +203,8 @@ std::variant<nlohmann::ordered_json, ApiError> template_options(const json& body
   return options;
 }
 
-// Chat: the messages rendered with the model's chat template, then encoded as the template
-// wrote them (its special tokens are in the text).
+// Chat: the messages rendered with the model's chat template and encoded, the template's special
+// tokens as special tokens, the request's text as plain text (unless the model says otherwise).
 std::optional<ApiError> render_messages(const json& body, const ServedModel& model,
                                         std::vector<std::vector<int32_t>>& out) {
   const auto it = body.find("messages");
@@ -220,13 +220,15 @@ std::optional<ApiError> render_messages(const json& body, const ServedModel& mod
   auto options = template_options(body);
   if (auto* e = std::get_if<ApiError>(&options)) return std::move(*e);
   if (model.tokenizer == nullptr) return ApiError::bad_request("this model has no tokenizer");
-  Result<std::string> text = chat_template::render_tokenizer_chat_template(
-      *model.tokenizer, messages, std::get<nlohmann::ordered_json>(options));
-  if (!text.ok()) {
-    return ApiError::bad_request("the chat template failed: " + text.status().message(),
+  chat_template::ChatPromptConfig config;
+  config.special_tokens_in_content = model.special_tokens_in_content;
+  Result<std::vector<int32_t>> ids = chat_template::encode_chat_prompt(
+      *model.tokenizer, messages, std::get<nlohmann::ordered_json>(options), config);
+  if (!ids.ok()) {
+    return ApiError::bad_request("the chat template failed: " + ids.status().message(),
                                  "messages");
   }
-  out.push_back(model.tokenizer->encode(*text, /*add_special_tokens=*/false));
+  out.push_back(std::move(*ids));
   if (out.back().empty()) return ApiError::bad_request("the rendered prompt is empty", "messages");
   return std::nullopt;
 }

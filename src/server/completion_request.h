@@ -22,6 +22,9 @@ struct ServedModel {
   int64_t max_model_len = 0;
   const tokenizer::Tokenizer* tokenizer = nullptr;  // nullptr: token-id prompts only
   int32_t max_n = 16;
+  // Chat: special-token text in messages is encoded as special tokens, as the template's own is
+  // (serve --tokenize-special-in-content). Off: it is plain text (chat_template/chat_prompt.h).
+  bool special_tokens_in_content = false;
 };
 
 struct CompletionRequest {

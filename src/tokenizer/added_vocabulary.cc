@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/utf8.h"
@@ -16,20 +18,25 @@ void AddedVocabulary::Trie::add(std::string_view pattern, int32_t token_idx) {
     const uint64_t key = (uint64_t{node} << 8) | static_cast<uint8_t>(c);
     const auto [it, inserted] = edges.emplace(key, static_cast<uint32_t>(terminal.size()));
     if (inserted) terminal.push_back(-1);
+    inner.resize(terminal.size());
+    inner[node] = true;
     node = it->second;
   }
   if (terminal[node] < 0) terminal[node] = token_idx;  // the first token with this text wins
   first_byte[static_cast<uint8_t>(pattern[0])] = true;
 }
 
-int32_t AddedVocabulary::Trie::longest(std::string_view text, size_t pos, size_t& length) const {
+int32_t AddedVocabulary::Trie::longest(std::string_view text, size_t pos, size_t end,
+                                       size_t& length,
+                                       const std::vector<AddedToken>* skip_special) const {
   int32_t best = -1;
   uint32_t node = 0;
-  for (size_t i = pos; i < text.size(); ++i) {
+  for (size_t i = pos; i < end; ++i) {
     const auto it = edges.find((uint64_t{node} << 8) | static_cast<uint8_t>(text[i]));
     if (it == edges.end()) break;
     node = it->second;
-    if (terminal[node] >= 0) {
+    if (terminal[node] >= 0 &&
+        !(skip_special != nullptr && (*skip_special)[static_cast<size_t>(terminal[node])].special)) {
       best = terminal[node];
       length = i + 1 - pos;
     }
@@ -65,6 +72,11 @@ AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens,
       v.normalized_.add(normalizer.apply(t.content), idx);
     } else {
       v.raw_.add(t.content, idx);
+    }
+    if (t.special) {
+      v.special_.add(t.content, idx);
+      for (size_t k = 1; k < t.content.size(); ++k) v.special_suffixes_.insert(t.content.substr(k));
+      v.longest_special_ = std::max(v.longest_special_, t.content.size());
     }
     v.tokens_.push_back(std::move(t));
   }
@@ -105,14 +117,22 @@ bool AddedVocabulary::boundary_ok(const AddedToken& t, std::string_view text, si
   return start_ok && stop_ok;
 }
 
-std::vector<TextSplit> AddedVocabulary::split(std::string_view text, bool normalized) const {
+std::vector<TextSplit> AddedVocabulary::split(std::string_view text, bool normalized,
+                                              std::span<const size_t> breaks,
+                                              bool match_special) const {
   const Trie& trie = normalized ? normalized_ : raw_;
   std::vector<TextSplit> out;
-  size_t done = 0;  // end of the last emitted split
+  size_t done = 0;      // end of the last emitted split
+  size_t next_break = 0;  // index of the first break after pos
   for (size_t pos = 0; pos < text.size() && !trie.terminal.empty();) {
+    while (next_break < breaks.size() && breaks[next_break] <= pos) ++next_break;
+    const size_t limit = next_break < breaks.size() ? std::min(breaks[next_break], text.size())
+                                                    : text.size();
     size_t length = 0;
-    const int32_t idx =
-        trie.first_byte[static_cast<uint8_t>(text[pos])] ? trie.longest(text, pos, length) : -1;
+    const int32_t idx = trie.first_byte[static_cast<uint8_t>(text[pos])]
+                            ? trie.longest(text, pos, limit, length,
+                                           match_special ? nullptr : &tokens_)
+                            : -1;
     if (idx < 0 || !boundary_ok(tokens_[idx], text, pos, pos + length)) {
       ++pos;
       continue;
@@ -136,6 +156,38 @@ std::vector<TextSplit> AddedVocabulary::split(std::string_view text, bool normal
   }
   if (done < text.size() || out.empty()) out.push_back({done, text.size(), -1});
   return out;
+}
+
+std::vector<size_t> AddedVocabulary::special_breaks(std::string_view text) const {
+  std::vector<size_t> breaks;
+  if (special_.terminal.empty() || text.empty()) return breaks;
+  for (size_t k = 1; k < longest_special_ && k <= text.size(); ++k) {
+    if (special_suffixes_.contains(std::string(text.substr(0, k)))) {
+      breaks.push_back(0);
+      break;
+    }
+  }
+  for (size_t pos = 0; pos < text.size(); ++pos) {
+    if (!special_.first_byte[static_cast<uint8_t>(text[pos])]) continue;
+    uint32_t node = 0;
+    size_t i = pos;
+    bool holds = false;
+    for (; i < text.size(); ++i) {
+      const auto it = special_.edges.find((uint64_t{node} << 8) | static_cast<uint8_t>(text[i]));
+      if (it == special_.edges.end()) break;
+      node = it->second;
+      holds = holds || special_.terminal[node] >= 0;
+    }
+    if (holds) {
+      char32_t cp;
+      breaks.push_back(pos + utf8_decode(text, pos, cp));
+    }
+    // A proper prefix of a special token: the next text could complete it.
+    if (i == text.size() && special_.inner[node]) breaks.push_back(text.size());
+  }
+  std::sort(breaks.begin(), breaks.end());
+  breaks.erase(std::unique(breaks.begin(), breaks.end()), breaks.end());
+  return breaks;
 }
 
 }  // namespace strata::tokenizer

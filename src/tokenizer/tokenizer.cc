@@ -44,12 +44,12 @@ struct Tokenizer::WordCache {
 };
 
 // Text between added tokens: normalize, split out normalized added tokens, pre-tokenize, BPE.
-void Tokenizer::encode_text(std::string_view text, bool at_text_start, WordCache& cache,
-                            std::vector<int32_t>& ids) const {
+void Tokenizer::encode_text(std::string_view text, bool at_text_start, bool match_special,
+                            WordCache& cache, std::vector<int32_t>& ids) const {
   const Impl& m = *impl_;
   const std::string normalized = m.normalizer.apply(text);
   std::vector<std::string> pieces;
-  for (const TextSplit& s : m.added.split(normalized, /*normalized=*/true)) {
+  for (const TextSplit& s : m.added.split(normalized, /*normalized=*/true, {}, match_special)) {
     if (s.token_id >= 0) {
       ids.push_back(s.token_id);
       continue;
@@ -62,22 +62,42 @@ void Tokenizer::encode_text(std::string_view text, bool at_text_start, WordCache
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  return encode(text, add_special_tokens, {});
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens,
+                                       std::span<const size_t> breaks) const {
   std::string repaired;
+  std::vector<size_t> moved;
   if (!is_valid_utf8(text)) {
-    repaired = utf8_lossy(text);
+    // Repaired piece by piece between breaks, so each break keeps its place.
+    size_t from = 0;
+    for (const size_t b : breaks) {
+      repaired += utf8_lossy(text.substr(from, std::min(b, text.size()) - from));
+      moved.push_back(repaired.size());
+      from = std::min(b, text.size());
+    }
+    repaired += utf8_lossy(text.substr(from));
     text = repaired;
+    breaks = moved;
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   WordCache cache;
-  for (const TextSplit& s : impl_->added.split(text, /*normalized=*/false)) {
+  for (const TextSplit& s : impl_->added.split(text, /*normalized=*/false, breaks)) {
     if (s.token_id >= 0) {
       ids.push_back(s.token_id);
     } else if (s.end > s.begin) {
-      encode_text(text.substr(s.begin, s.end - s.begin), s.begin == 0, cache, ids);
+      const auto inside = std::upper_bound(breaks.begin(), breaks.end(), s.begin);
+      const bool holds_break = inside != breaks.end() && *inside < s.end;
+      encode_text(text.substr(s.begin, s.end - s.begin), s.begin == 0, !holds_break, cache, ids);
     }
   }
   return add_special_tokens ? impl_->post_processor.apply(std::move(ids)) : ids;
+}
+
+std::vector<size_t> Tokenizer::special_token_breaks(std::string_view text) const {
+  return impl_->added.special_breaks(text);
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {

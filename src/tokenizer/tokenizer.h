@@ -42,6 +42,15 @@ class Tokenizer {
   ~Tokenizer();
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
+  // encode() of text put together from trusted and untrusted parts: no added token may span a
+  // break (sorted byte offsets into `text`), and a piece of text between added tokens that holds
+  // a break matches no special token at all (normalized special tokens cannot be placed on the
+  // raw offsets). Text with no special token across a break encodes exactly as encode() does.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens,
+                              std::span<const size_t> breaks) const;
+  // The breaks that keep `text` from forming a special token wherever it is put (see
+  // AddedVocabulary::special_breaks); empty for text with no special-token text in or at its ends.
+  std::vector<size_t> special_token_breaks(std::string_view text) const;
   // Unknown ids are skipped (as Hugging Face does); skip_special_tokens drops added tokens marked
   // special. The result is always valid UTF-8.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
@@ -62,8 +71,8 @@ class Tokenizer {
  private:
   struct WordCache;
   explicit Tokenizer(std::unique_ptr<const Impl> impl);
-  void encode_text(std::string_view text, bool at_text_start, WordCache& cache,
-                   std::vector<int32_t>& ids) const;
+  void encode_text(std::string_view text, bool at_text_start, bool match_special,
+                   WordCache& cache, std::vector<int32_t>& ids) const;
 
   std::unique_ptr<const Impl> impl_;
 };

@@ -88,6 +88,9 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
                   "Sequences (prompts x n) in flight beyond which new requests get 503 "
                   "(0 = no bound)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_flag("--tokenize-special-in-content", o.tokenize_special_in_content,
+                "Chat: encode special-token text in messages (e.g. <|im_start|>) as special "
+                "tokens, as the chat template's own; by default it is plain text");
 }
 
 int run_serve(const ServeOptions& o) {
@@ -115,6 +118,7 @@ int run_serve(const ServeOptions& o) {
   model.vocab_size = (*engine)->vocab_size();
   model.max_model_len = (*engine)->max_request_tokens();
   model.tokenizer = tok ? &*tok : nullptr;
+  model.special_tokens_in_content = o.tokenize_special_in_content;
   server::AsyncEngine async(std::move(*engine));
   server::HttpServer http(async, model, sc);
   signals.watch(http, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1e3)));

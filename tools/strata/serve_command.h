@@ -21,6 +21,7 @@ struct ServeOptions : EngineOptions {
   ServeHttpOptions http;
   int64_t max_waiting_requests = 0;
   double shutdown_timeout_s = 30.0;  // SIGTERM: in-flight requests' time to finish
+  bool tokenize_special_in_content = false;  // chat: request text may encode special tokens
 };
 
 void add_serve_command(CLI::App& app, ServeOptions& options);
