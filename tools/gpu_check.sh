@@ -61,16 +61,17 @@ build_engine() {
   cmake -S "$ROOT" -B "$CARRY/engine-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
     -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
   ninja -C "$CARRY/engine-build" -j "$JOBS" strata model_cuda_model_test model_cuda_kv_quant_test \
-    engine_cuda_engine_test
+    model_cuda_fp8_weights_test engine_cuda_engine_test
   cp "$CARRY/engine-build/tools/strata/strata" "$CARRY/engine-build/tests/model/model_cuda_model_test" \
     "$CARRY/engine-build/tests/model/model_cuda_kv_quant_test" \
+    "$CARRY/engine-build/tests/model/model_cuda_fp8_weights_test" \
     "$CARRY/engine-build/tests/engine/engine_cuda_engine_test" "$CARRY/bin/"
   mkdir -p "$CARRY/bin/lib"
   ldd "$CARRY/bin/strata" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcublas[^/]*|libcublasLt[^/]*|libstdc\+\+|libgcc_s)\.so' |
     xargs -r -I{} cp -L {} "$CARRY/bin/lib/"
   cp "$ROOT/tools/bench_gpu_peers.py" "$ROOT/tools/gpu_engine_bench.sh" \
-    "$ROOT/tools/gpu_kv_quant_bench.sh" "$CARRY/bin/"
+    "$ROOT/tools/gpu_kv_quant_bench.sh" "$ROOT/tools/gpu_fp8_bench.sh" "$CARRY/bin/"
 }
 
 write_project() {
@@ -149,6 +150,7 @@ cmd_build() {
   # The binaries carry CUDA fat binaries; with the tree they exceed what one call to the GPU
   # machine may upload, so they travel stripped and xz-packed (about 6 MB).
   strip "$CARRY/bin/strata" "$CARRY/bin/model_cuda_model_test" "$CARRY/bin/model_cuda_kv_quant_test" \
+    "$CARRY/bin/model_cuda_fp8_weights_test" \
     "$CARRY/bin/engine_cuda_engine_test" \
     "$CARRY/bin/strata_kernels_cuda_test" "$CARRY/bin/strata_decode_bench" "$CARRY/bin/strata_prefill_bench" \
     "$CARRY/bin/strata_model_ops_bench" "$CARRY/bin/strata_tensor_core_bench"
@@ -211,8 +213,11 @@ cmd_run() {
   built_root="${built_root:-/work/main}"
   [ -e "$built_root" ] || { mkdir -p "$(dirname "$built_root")" && ln -s "$ROOT" "$built_root"; }
   step engine_tests engine "${GPU_CHECK_ENGINE_TEST_LIMIT:-240}" \
-    bash -c '"$1/model_cuda_model_test" --gtest_brief=1; a=$?; "$1/model_cuda_kv_quant_test" --gtest_brief=1; b=$?; "$1/engine_cuda_engine_test" --gtest_brief=1; c=$?; bash tests/tools/generate_device_test.sh gpu "$1/strata" tests/data; exit $((a | b | c | $?))' _ "$bin"
+    bash -c '"$1/model_cuda_model_test" --gtest_brief=1; a=$?; "$1/model_cuda_kv_quant_test" --gtest_brief=1; b=$?; "$1/engine_cuda_engine_test" --gtest_brief=1; c=$?; "$1/model_cuda_fp8_weights_test"; d=$?; bash tests/tools/generate_device_test.sh gpu "$1/strata" tests/data; exit $((a | b | c | d | $?))' _ "$bin"
   step engine_bench engine "${GPU_CHECK_ENGINE_BENCH_LIMIT:-420}" bash "$bin/gpu_engine_bench.sh" "$bin" "$OUT/engine.json"
+  # Issue 41's FP8 weights end to end, BF16 and FP8 in one call (about 2 minutes): not in the
+  # default steps; GPU_CHECK_STEPS=fp8_weights.
+  step fp8_weights engine 300 bash "$bin/gpu_fp8_bench.sh" "$bin" "$OUT/fp8_engine.json"
   # Issue 11 end to end (about 7 minutes): not in the default steps; GPU_CHECK_STEPS=kvquant_e2e.
   step kvquant_e2e engine 570 bash "$bin/gpu_kv_quant_bench.sh" "$bin" "$OUT/kvq_engine.json"
   # The sanitizers slow kernels by 10-100x: run the small configurations only. Racecheck also
@@ -281,7 +286,7 @@ for name in ("memcheck", "racecheck"):
 eng = read("engine.log")
 ep = [int(x) for x in re.findall(r"\[  PASSED  \] (\d+) test", eng)]
 ef = sorted(set(x for x in re.findall(r"\[  FAILED  \] (\S+)", eng) if "." in x))
-lines.append(f"| GPU engine tests (`model_cuda_model_test`, `model_cuda_kv_quant_test`, `engine_cuda_engine_test`) | {status.get('engine_tests', '?')} | {sum(ep)} passed, {len(ef)} failed |")
+lines.append(f"| GPU engine tests (`model_cuda_model_test`, `model_cuda_kv_quant_test`, `engine_cuda_engine_test`, `model_cuda_fp8_weights_test`) | {status.get('engine_tests', '?')} | {sum(ep)} passed, {len(ef)} failed |")
 lines.append(f"| GPU engine benchmarks (`tools/gpu_engine_bench.sh`) | {status.get('engine_bench', '?')} | see below |")
 f = f + ef
 lines.append(f"| decode benchmark | {status.get('bench', '?')} | see below |")
@@ -293,6 +298,8 @@ lines.append(f"| PyTorch SDPA comparison | {status.get('torch', '?')} | see belo
 lines.append(f"| quantized KV decode attention (`strata_decode_bench --kv-dtypes`) | {status.get('kvquant', '?')} | see below |")
 if "kvquant_e2e" in status:
     lines.append(f"| quantized KV end to end (`tools/gpu_kv_quant_bench.sh`) | {status['kvquant_e2e']} | see below |")
+if "fp8_weights" in status:
+    lines.append(f"| FP8 weights end to end (`tools/gpu_fp8_bench.sh`) | {status['fp8_weights']} | see below |")
 if f:
     lines += ["", "Failed tests: " + ", ".join(f"`{x}`" for x in f)]
 # A record joined from several calls (or builds) says how in RUN_DIR/note.md, kept beside the
@@ -419,6 +426,26 @@ if e2e:
                      f"{r['duration_s']:.1f} | {r.get('mean_concurrency', 0):.1f} | {r.get('preemptions', 0)} | "
                      f"{ps.get('steps', 0)}, {ps.get('seconds', 0):.1f} | "
                      f"{ds.get('steps', 0)}, {ds.get('seconds', 0):.1f}, {ds.get('mean_seqs', 0):.1f} |")
+fp8 = json.loads(read("fp8_engine.json") or "{}")
+if fp8:
+    def fr(name):
+        return fp8.get(name, {}).get("runs", [{}])[0]
+    lines += ["", "## FP8 weights: end to end", "",
+              "Llama-3.1-8B shape, dummy bf16 weights, the same weights quantized on the GPU at load with",
+              "`--quantization fp8` (e4m3, one scale per output channel; activations per token on the FP8",
+              "tensor cores, bf16 on the decode GEMV), greedy, EOS ignored (`tools/gpu_fp8_bench.sh`).", "",
+              "| workload | BF16 weights | FP8 weights | FP8 / BF16 |", "|---|---|---|---|"]
+    if fr("offline_none") and fr("offline_fp8"):
+        b, q = fr("offline_none")["output_tokens_per_s"], fr("offline_fp8")["output_tokens_per_s"]
+        lines.append(f"| offline 256 x (512 + 256), output tokens/s | {b:.0f} | {q:.0f} | {q / b:.2f}x |")
+    if fr("decode_none") and fr("decode_fp8"):
+        b = fr("decode_none")["inter_token_latency_s"]["p50"] * 1e3
+        q = fr("decode_fp8")["inter_token_latency_s"]["p50"] * 1e3
+        lines.append(f"| batch-1 decode, 1K context, ms per token (inter-token p50) | {b:.2f} | {q:.2f} | {q / b:.2f}x |")
+    kl = [l.strip() for l in read("engine.log").splitlines() if "fp8 weights ]" in l]
+    if kl:
+        lines += ["", "Quality (`model_cuda_fp8_weights_test`, whole prompts, FP8 against the same model in BF16):", ""]
+        lines += [f"    {l}" for l in kl]
 open(dst, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

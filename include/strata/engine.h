@@ -58,6 +58,10 @@ enum class KvAllocatorKind { kPaged, kContiguous };
 // Where the model runs: the CPU backend (fp32 kernels, the KV pool in host memory) or the GPU
 // (bf16 weights through cuBLASLt, the KV pool in device memory; builds with the CUDA toolkit).
 enum class Device { kCpu, kCuda };
+// Weight quantization (--quantization): none keeps the checkpoint's matrices (bf16 on the GPU);
+// fp8 quantizes the decoder's linear layers to FP8 E4M3 at load with one scale per output channel
+// (docs/gpu-engine.md, "FP8 weights"). GPU only for now.
+enum class WeightQuantization { kNone, kFp8 };
 // kCuda when this build has the CUDA backend and a GPU is present, else kCpu (`--device auto`).
 Device default_device();
 const char* device_name(Device device);
@@ -69,6 +73,7 @@ struct EngineConfig {
   DType dummy_dtype = DType::kBF16;
   int32_t num_threads = 0;             // 0 = every core
   Device device = Device::kCpu;
+  WeightQuantization quantization = WeightQuantization::kNone;  // --quantization
 
   // ---- KV cache ---------------------------------------------------------------------------
   int32_t block_size = 16;             // 8, 16, 32, 64 or 128

@@ -58,6 +58,11 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
                                    " must be a positive multiple of the block size (" +
                                    std::to_string(c.block_size) + ")");
   }
+  if (c.quantization == WeightQuantization::kFp8 && c.device != Device::kCuda) {
+    return Status::Unsupported(
+        "--quantization fp8 is not supported on --device cpu yet (FP8 weights run on --device "
+        "cuda)");
+  }
   if (c.device == Device::kCuda && c.kv_dtype == DType::kF16) {
     return Status::Unsupported(
         "--kv-cache-dtype float16 is not supported on --device cuda (the GPU engine's activations "
@@ -349,6 +354,7 @@ Result<std::unique_ptr<model::ModelRunner>> cuda_runner(
   model::CudaModelOptions o;
   o.model_dir = c.model_dir;
   o.load_format = load_format(c);
+  o.weight_dtype = c.quantization == WeightQuantization::kFp8 ? DType::kF8E4M3 : DType::kBF16;
   o.kv_dtype = c.kv_dtype == DType::kF32 ? DType::kBF16 : c.kv_dtype;
   Result<std::vector<DType>> layer_dtypes = gpu_skip_layer_dtypes(c, o.kv_dtype);
   if (!layer_dtypes.ok()) return layer_dtypes.status();

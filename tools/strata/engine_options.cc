@@ -27,6 +27,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
       ->check(CLI::Range(0.01, 1.0));
   cmd.add_flag("--enforce-eager", o.enforce_eager,
                "cuda: issue every launch each step instead of replaying CUDA graphs");
+  cmd.add_option("--quantization", o.quantization,
+                 "none, or fp8: the decoder's linear layers in FP8 E4M3 with per-channel scales "
+                 "computed at load (cuda only)")
+      ->check(CLI::IsMember({"none", "fp8"}));
   cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens")
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
   if (serving) {
@@ -69,6 +73,12 @@ EngineConfig engine_config(const EngineOptions& o) {
                                   : default_device();
   c.gpu_memory_utilization = o.gpu_memory_utilization;
   c.enforce_eager = o.enforce_eager;
+  c.quantization = o.quantization == "fp8" ? WeightQuantization::kFp8 : WeightQuantization::kNone;
+  if (c.quantization == WeightQuantization::kFp8 && c.device != Device::kCuda) {
+    // Every command refuses it here, also those whose CPU path builds no Engine (generate).
+    throw Error("--quantization fp8 is not supported on --device cpu yet (FP8 weights run on "
+                "--device cuda)");
+  }
   c.block_size = o.block_size;
   c.num_blocks = o.num_blocks;
   c.kv_cache_memory_bytes = o.kv_cache_memory_bytes;

@@ -319,13 +319,16 @@ Status CudaModel::Impl::sample_rows(const CudaStepInputs::Device& in, int32_t fi
 }
 
 Status CudaModel::Impl::gemm_run(const void* a, int64_t lda, const DeviceTensor& w,
-                                 const DeviceTensor& bias, void* d, int64_t ldd, DType d_dtype,
-                                 bool accumulate, int64_t m, int64_t n, int64_t k) {
+                                 const DeviceTensor& w_scale, const DeviceTensor& bias, void* d,
+                                 int64_t ldd, DType d_dtype, bool accumulate, int64_t m, int64_t n,
+                                 int64_t k) {
   cuda::GemmParams p;
   p.a = a;
   p.lda = lda;
   p.w = w.data();
   p.ldw = k;
+  p.w_dtype = w.dtype;
+  p.w_scale = w_scale.empty() ? nullptr : static_cast<const float*>(w_scale.data());
   p.bias = bias.empty() ? nullptr : bias.data();
   p.d = d;
   p.ldd = ldd;
@@ -474,15 +477,15 @@ Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
   const int64_t h = config.hidden_size;
   const int64_t inter = config.intermediate_size;
   STRATA_RETURN_IF_ERROR(norm(w.input_norm, nullptr, in.num_tokens));
-  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.qkv, w.qkv_bias, qkv.data(), qkv_width(),
+  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.qkv, w.qkv_scale, w.qkv_bias, qkv.data(), qkv_width(),
                                   DType::kBF16, false, t, qkv_width(), h));
   STRATA_RETURN_IF_ERROR(rope_and_append(l, w, in));
   STRATA_RETURN_IF_ERROR(run_attention(l, in));
   if (attention_capture != nullptr) STRATA_RETURN_IF_ERROR(capture_attention(l, in));
-  STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_bias, residual.data(), h,
+  STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_scale, w.o_bias, residual.data(), h,
                                   DType::kF32, true, t, h, q_width()));
   STRATA_RETURN_IF_ERROR(norm(w.post_attention_norm, nullptr, in.num_tokens));
-  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.gate_up, w.gate_up_bias, gate_up.data(),
+  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.gate_up, w.gate_up_scale, w.gate_up_bias, gate_up.data(),
                                   2 * inter, DType::kBF16, false, t, 2 * inter, h));
   cuda::SiluAndMulParams silu;
   silu.gate_up = gate_up.data();
@@ -490,7 +493,7 @@ Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
   silu.num_tokens = in.num_tokens;
   silu.intermediate = static_cast<int32_t>(inter);
   STRATA_RETURN_IF_ERROR(cuda::silu_and_mul(silu, stream.get()));
-  return gemm_run(act.data(), inter, w.down_proj, w.down_bias, residual.data(), h, DType::kF32,
+  return gemm_run(act.data(), inter, w.down_proj, w.down_scale, w.down_bias, residual.data(), h, DType::kF32,
                   true, t, h, inter);
 }
 
@@ -550,10 +553,17 @@ std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
   }
   cuda::Stream stream = take(cuda::Stream::create(), "CUDA stream");
   cuda::Gemm gemm = take(cuda::Gemm::create(), "cuBLASLt");
+  if (options.weight_dtype != DType::kBF16 && options.weight_dtype != DType::kF8E4M3) {
+    throw Error("--device cuda: weight dtype " + std::string(dtype_name(options.weight_dtype)) +
+                " is not supported (bfloat16, or fp8 through --quantization fp8)");
+  }
   CudaDecoderWeights weights =
       options.load_format == LoadFormat::kDummy
           ? take(dummy_weights(config, options.dummy_seed), "dummy weights on the GPU")
           : take(upload_weights(config, WeightStore::open(options.model_dir)), "weights to the GPU");
+  if (options.weight_dtype == DType::kF8E4M3) {
+    check(quantize_weights_fp8(weights), "FP8 weights on the GPU");
+  }
   const int64_t weight_bytes = weights.bytes();
   auto impl = std::make_unique<Impl>(std::move(config), options, std::move(weights),
                                      std::move(stream), std::move(gemm));
@@ -601,6 +611,25 @@ Status CudaModel::Impl::copy_pool_blocks(void* pool_data, int64_t block_bytes,
   p.block_bytes = block_bytes;
   STRATA_RETURN_IF_ERROR(cuda::block_copy(p, stream.get()));
   return stream.synchronize();  // the pinned pairs are reused by the next upload
+}
+
+Status CudaModel::scale_fp8_weight_scales(int32_t layer, float factor) {
+  Impl& m = *impl_;
+  if (layer < 0 || layer >= static_cast<int32_t>(m.weights.layers.size())) {
+    return Status::InvalidArgument("scale_fp8_weight_scales: layer out of range");
+  }
+  CudaLayerWeights& w = m.weights.layers[static_cast<size_t>(layer)];
+  if (w.qkv.dtype != DType::kF8E4M3) {
+    return Status::InvalidArgument("scale_fp8_weight_scales: the weights are not FP8");
+  }
+  for (DeviceTensor* t : {&w.qkv_scale, &w.o_scale, &w.gate_up_scale, &w.down_scale}) {
+    std::vector<float> host(static_cast<size_t>(t->numel));
+    STRATA_CUDA_CHECK(cudaMemcpy(host.data(), t->data(), host.size() * 4, cudaMemcpyDeviceToHost));
+    for (float& v : host) v *= factor;
+    STRATA_CUDA_CHECK(
+        cudaMemcpy(t->buffer.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  }
+  return Status::Ok();
 }
 
 Status CudaModel::copy_blocks(std::span<const kv::BlockCopy> copies) {

@@ -51,6 +51,9 @@ struct CudaModelOptions {
   std::filesystem::path model_dir;  // config.json (and the weights unless dummy)
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t dummy_seed = 0;
+  // BF16, or F8E4M3: the decoder layers' matrices (qkv, o, gate|up, down) quantized once on the
+  // GPU at load to e4m3 with one fp32 scale per output channel (embedding and LM head stay bf16).
+  DType weight_dtype = DType::kBF16;
   // BF16, or a quantized cache read with BF16 queries: F8E4M3 / F8E5M2 (with kv_scales), I8 or
   // I4 (with a residual pool; docs/kv-quant.md).
   DType kv_dtype = DType::kBF16;
@@ -134,6 +137,11 @@ class CudaModel final : public ModelRunner {
   // an int4 layer in a model created without a residual pool; ResourceExhausted when the new
   // layout leaves no room (the model then has no pool and must not run).
   Status set_kv_layer_dtypes(std::vector<DType> layer_dtypes);
+
+  // The FP8-weight test's knock-out: multiplies every FP8 weight scale of layer `layer` by
+  // `factor` (a scale the products then misapply). InvalidArgument for BF16 weights or a layer out
+  // of range.
+  Status scale_fp8_weight_scales(int32_t layer, float factor);
 
   const ModelConfig& config() const override;
   const kv::KvLayout& kv_layout() const override;

@@ -126,9 +126,10 @@ struct CudaModel::Impl {
   // Whole-block copies inside one device pool (copy-on-write), waited for.
   Status copy_pool_blocks(void* pool_data, int64_t block_bytes,
                           std::span<const kv::BlockCopy> copies);
-  Status gemm_run(const void* a, int64_t lda, const DeviceTensor& w, const DeviceTensor& bias,
-                  void* d, int64_t ldd, DType d_dtype, bool accumulate, int64_t m, int64_t n,
-                  int64_t k);
+  // w is BF16, or F8E4M3 codes with w_scale its per-output-channel scales (empty otherwise).
+  Status gemm_run(const void* a, int64_t lda, const DeviceTensor& w, const DeviceTensor& w_scale,
+                  const DeviceTensor& bias, void* d, int64_t ldd, DType d_dtype, bool accumulate,
+                  int64_t m, int64_t n, int64_t k);
   Status norm(const DeviceTensor& weight, const int32_t* rows, int32_t num_rows);
   // Final norm, LM head, and then either a copy to the host (logits rows) or the sampling
   // kernel (sample rows, into sampled_tokens / sampled_logprobs), kLogitsChunk rows at a time so

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "core/tensor_view.h"
+#include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_quantize.h"
 #include "kernels/cuda/random_fill.h"
 #include "model/llama_family.h"
 
@@ -118,11 +120,58 @@ int64_t CudaDecoderWeights::bytes() const {
   for (const CudaLayerWeights& l : layers) {
     for (const DeviceTensor* t : {&l.input_norm, &l.post_attention_norm, &l.qkv, &l.qkv_bias,
                                   &l.q_norm, &l.k_norm, &l.o_proj, &l.o_bias, &l.gate_up,
-                                  &l.gate_up_bias, &l.down_proj, &l.down_bias}) {
+                                  &l.gate_up_bias, &l.down_proj, &l.down_bias, &l.qkv_scale,
+                                  &l.o_scale, &l.gate_up_scale, &l.down_scale}) {
       total += t->bytes();
     }
   }
   return total;
+}
+
+namespace {
+
+// One [rows, cols] bf16 matrix to e4m3 codes (replacing it) and its row scales.
+Status quantize_matrix_fp8(DeviceTensor& matrix, DeviceTensor& scales, int64_t cols,
+                           const char* name) {
+  if (cols <= 0 || cols % 16 != 0 || matrix.numel % cols != 0) {
+    throw Error(std::string("--quantization fp8: the ") + name + " matrix's rows have " +
+                std::to_string(cols) + " elements, not a multiple of 16");
+  }
+  const int64_t rows = matrix.numel / cols;
+  Result<DeviceTensor> codes = allocate(DType::kF8E4M3, matrix.numel);
+  if (!codes.ok()) return codes.status();
+  Result<DeviceTensor> s = allocate(DType::kF32, rows);
+  if (!s.ok()) return s.status();
+  cuda::Fp8QuantizeRowsParams p;
+  p.in = matrix.data();
+  p.ld_in = cols;
+  p.out = codes->buffer.data();
+  p.ld_out = cols;
+  p.scales = static_cast<float*>(s->buffer.data());
+  p.rows = rows;
+  p.cols = cols;
+  STRATA_RETURN_IF_ERROR(cuda::fp8_quantize_rows(p, nullptr));
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());  // before the bf16 matrix is freed
+  matrix = std::move(codes).value();
+  scales = std::move(s).value();
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status quantize_weights_fp8(CudaDecoderWeights& weights) {
+  for (CudaLayerWeights& l : weights.layers) {
+    if (l.qkv.dtype != DType::kBF16) return Status::InvalidArgument("weights are already quantized");
+    // Each matrix's row length: hidden for qkv and gate|up, the attention width for o, the
+    // intermediate size for down (numel / output features).
+    const int64_t hidden = l.input_norm.numel;
+    STRATA_RETURN_IF_ERROR(quantize_matrix_fp8(l.qkv, l.qkv_scale, hidden, "qkv"));
+    STRATA_RETURN_IF_ERROR(quantize_matrix_fp8(l.o_proj, l.o_scale, l.o_proj.numel / hidden, "o_proj"));
+    STRATA_RETURN_IF_ERROR(quantize_matrix_fp8(l.gate_up, l.gate_up_scale, hidden, "gate_up"));
+    STRATA_RETURN_IF_ERROR(
+        quantize_matrix_fp8(l.down_proj, l.down_scale, l.down_proj.numel / hidden, "down_proj"));
+  }
+  return Status::Ok();
 }
 
 Result<CudaDecoderWeights> upload_weights(const ModelConfig& config, const WeightStore& store) {

@@ -3,7 +3,9 @@
 // q, k and v projections are fused into one [ (q_heads + 2 kv_heads) * head_dim, hidden ] matrix
 // and gate and up into one [2 * intermediate, hidden] matrix, so a layer runs four GEMMs. Matrices
 // and biases are BF16 (a checkpoint in F32 or F16 is rounded once at load); norm weights keep the
-// checkpoint's dtype (the norm kernels read F32, BF16 and F16).
+// checkpoint's dtype (the norm kernels read F32, BF16 and F16). With FP8 weights
+// (quantize_weights_fp8) the four matrices of each layer hold e4m3 codes beside one fp32 scale
+// per output channel (row); the embedding and the LM head stay BF16.
 //
 // Owns one device allocation per tensor; move-only. Cost of loading: every byte of the checkpoint
 // crosses PCIe once; dummy weights are generated on the device (no host copy at all), so an 8B
@@ -37,6 +39,8 @@ struct CudaLayerWeights {
   DeviceTensor o_proj, o_bias;                   // [hidden, q_heads * head_dim], [hidden]
   DeviceTensor gate_up, gate_up_bias;            // [2 * intermediate, hidden], [2 * intermediate]
   DeviceTensor down_proj, down_bias;             // [hidden, intermediate], [hidden]
+  // FP8 weights: each matrix's per-output-channel scales, F32 [rows of the matrix]; else empty.
+  DeviceTensor qkv_scale, o_scale, gate_up_scale, down_scale;
 };
 
 struct CudaDecoderWeights {
@@ -52,6 +56,12 @@ struct CudaDecoderWeights {
 // Uploads the checkpoint's tensors (bound and shape-checked as for the CPU model: throws
 // strata::Error naming a missing or misshapen tensor). CUDA failures (out of memory) return Status.
 Result<CudaDecoderWeights> upload_weights(const ModelConfig& config, const WeightStore& store);
+
+// Replaces each layer's four matrices by e4m3 codes and per-output-channel scales
+// (fp8_quantize_rows on the device, one matrix at a time, so the peak is the bf16 weights plus one
+// fp8 matrix). Throws strata::Error when a matrix's row length is not a multiple of 16 (the FP8
+// products need it); CUDA failures return Status.
+Status quantize_weights_fp8(CudaDecoderWeights& weights);
 
 // Seeded random weights of the config's shapes, generated on the device: matrices uniform in
 // [-0.02, 0.02], norm weights in [0.9, 1.1] (activations stay in range over many layers).
