@@ -1,8 +1,20 @@
 #include "server/completion_output.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <span>
 
 namespace strata::server {
+namespace {
+
+size_t count_chars(std::string_view utf8) {
+  size_t n = 0;
+  for (const char c : utf8) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace
 
 CompletionOutput::CompletionOutput(const CompletionRequest& request, const ServedModel& model,
                                    size_t prompt_idx)
@@ -15,11 +27,46 @@ CompletionOutput::CompletionOutput(const CompletionRequest& request, const Serve
     if (model.tokenizer != nullptr) c.decoder.emplace(*model.tokenizer, true);
     if (request.echo && prompt_idx < request.prompt_texts.size() &&
         !request.prompt_texts[prompt_idx].empty()) {
-      c.text = request.prompt_texts[prompt_idx];
+      prompt_text_ = request.prompt_texts[prompt_idx];
+      c.text = prompt_text_;
     } else if (request.echo && model.tokenizer != nullptr) {
       c.text = model.tokenizer->decode(prompt_, /*skip_special_tokens=*/false);
     }
+    c.num_chars = count_chars(c.text);
   }
+}
+
+// Each prompt token's character offset in the echoed text. Token ids echo as their decode, so
+// the offsets follow it; a text prompt echoes as sent, so its ids are matched against the text's
+// own encoding and the ids the tokenizer added around it (BOS) point at the start or the end.
+std::vector<int32_t> CompletionOutput::prompt_offsets() const {
+  std::vector<int32_t> out(prompt_.size(), 0);
+  if (model_.tokenizer == nullptr) return out;
+  const tokenizer::Tokenizer& tok = *model_.tokenizer;
+  std::span<const int32_t> own = prompt_;
+  size_t first = 0, limit = SIZE_MAX;
+  bool skip_special = false;
+  if (!prompt_text_.empty()) {
+    limit = count_chars(prompt_text_);
+    const std::vector<int32_t> plain = tok.encode(prompt_text_, /*add_special_tokens=*/false);
+    const auto at = std::search(prompt_.begin(), prompt_.end(), plain.begin(), plain.end());
+    if (at != prompt_.end() && !plain.empty()) {
+      first = static_cast<size_t>(at - prompt_.begin());
+      own = std::span<const int32_t>(prompt_).subspan(first, plain.size());
+    } else {
+      skip_special = true;  // an unusual post-processor: the added ids are special, so skip them
+    }
+  }
+  tokenizer::StreamDecoder decoder(tok, skip_special);
+  size_t chars = 0;
+  for (size_t i = 0; i < own.size(); ++i) {
+    out[first + i] = static_cast<int32_t>(std::min(chars, limit));
+    chars += count_chars(decoder.push(own[i]));
+  }
+  for (size_t i = first + own.size(); i < out.size(); ++i) {
+    out[i] = static_cast<int32_t>(std::min(chars, limit));
+  }
+  return out;
 }
 
 std::string CompletionOutput::token_text(int32_t id) const {
@@ -73,10 +120,13 @@ void CompletionOutput::add_tokens(Choice& c, const CompletionDelta& d) {
     ++c.num_tokens;
     if (request_.return_token_ids) c.token_ids.push_back(id);
     if (request_.params.logprobs >= 0) {
-      add_logprob(c, i < d.logprobs.size() ? &d.logprobs[i] : nullptr, id,
-                  c.text.size() + c.held.size());
+      add_logprob(c, i < d.logprobs.size() ? &d.logprobs[i] : nullptr, id, c.num_chars);
     }
-    if (c.decoder) c.held += c.decoder->push(id);
+    if (c.decoder) {
+      const std::string piece = c.decoder->push(id);
+      c.num_chars += count_chars(piece);
+      c.held += piece;
+    }
     release(c, false);
   }
   if (d.finish_reason && !c.stopped) {
@@ -91,12 +141,13 @@ void CompletionOutput::add_tokens(Choice& c, const CompletionDelta& d) {
 
 bool CompletionOutput::add(const RequestOutput& out) {
   if (!out.prompt_logprobs.empty() && request_.echo && request_.params.logprobs >= 0) {
+    const std::vector<int32_t> offsets = prompt_offsets();
     for (Choice& c : choices_) {
-      size_t offset = 0;
       for (size_t i = 0; i < prompt_.size(); ++i) {
-        const auto& lp = out.prompt_logprobs[i];
-        add_logprob(c, lp ? &*lp : nullptr, prompt_[i], offset);
-        offset += c.logprobs.tokens.back().size();
+        const auto* lp = i < out.prompt_logprobs.size() && out.prompt_logprobs[i]
+                             ? &*out.prompt_logprobs[i]
+                             : nullptr;
+        add_logprob(c, lp, prompt_[i], static_cast<size_t>(offsets[i]));
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/completion_request.h"
@@ -16,7 +17,9 @@
 namespace strata::server {
 
 // OpenAI completions logprobs: parallel lists, one entry per token (a null entry for the first
-// echoed prompt token).
+// echoed prompt token). text_offset: where the token's text starts in the choice's text, in
+// characters (code points), as OpenAI and vLLM count them; a token with no text of its own there
+// (a BOS the tokenizer added, a skipped special token) gets the offset of the text after it.
 struct CompletionLogprobs {
   std::vector<std::string> tokens;
   std::vector<std::optional<float>> token_logprobs;
@@ -60,6 +63,7 @@ class CompletionOutput {
     std::string text;       // final, sent or to send
     size_t sent = 0;        // bytes of text already taken by take_deltas
     std::string held;       // decoded but held back (could start a stop string)
+    size_t num_chars = 0;   // code points in text + held: where the next token's text starts
     int32_t num_tokens = 0; // counted up to the stop
     bool stopped = false;
     std::optional<std::string> finish_reason;
@@ -76,10 +80,12 @@ class CompletionOutput {
   ChoiceDelta delta_of(const Choice& c, Sent from) const;
   void release(Choice& c, bool all);
   std::string token_text(int32_t id) const;
+  std::vector<int32_t> prompt_offsets() const;
 
   const CompletionRequest& request_;
   const ServedModel& model_;
   std::vector<int32_t> prompt_;
+  std::string_view prompt_text_;  // as sent, "" for token ids
   std::vector<Choice> choices_;
   size_t max_stop_len_ = 0;
   int64_t cached_tokens_ = 0;

@@ -269,6 +269,63 @@ TEST_F(CompletionTest, LogprobsListOneEntryPerTokenWithTextOffsets) {
   EXPECT_EQ(joined, choice.text);
 }
 
+// Where each token's text starts in the returned text, in characters: the echoed prompt as sent
+// (no BOS text in it), then the completion. Offsets used to sum the tokens' byte lengths, BOS
+// included.
+TEST_F(CompletionTest, EchoedTextOffsetsAreCharacterOffsetsIntoTheReturnedText) {
+  const std::string prompt = "Na\xC3\xAFve caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC, In the beginning";
+  CompletionRequest r = ok(R"({"prompt":")" + prompt + R"(","echo":true,"logprobs":1})");
+  ASSERT_EQ(r.params.prompt_logprobs, 1);
+  CompletionOutput out(r, model_, 0);
+  const std::vector<int32_t> gen = tok_.encode(" \xC3\xBC ok", false);
+  RequestOutput o;
+  o.prompt_logprobs.resize(r.prompts[0].size());
+  for (size_t i = 1; i < r.prompts[0].size(); ++i) {
+    o.prompt_logprobs[i] = TokenLogprobs{r.prompts[0][i], -1.0f, {}};
+  }
+  CompletionDelta d{0, gen, {}, FinishReason::kLength};
+  for (const int32_t id : gen) d.logprobs.push_back(TokenLogprobs{id, -0.5f, {{id, -0.5f}}});
+  o.deltas.push_back(d);
+  o.finished = true;
+  out.add(o);
+  const auto choice = out.choices()[0];
+  ASSERT_EQ(choice.text, prompt + " \xC3\xBC ok");
+  ASSERT_TRUE(choice.logprobs.has_value());
+  const std::vector<int32_t> all = [&] {
+    std::vector<int32_t> v = r.prompts[0];
+    v.insert(v.end(), gen.begin(), gen.end());
+    return v;
+  }();
+  ASSERT_EQ(choice.logprobs->size(), all.size());
+  // The text as code points, to index by character.
+  std::vector<std::string> chars;
+  for (size_t i = 0; i < choice.text.size();) {
+    size_t n = 1;
+    while (i + n < choice.text.size() &&
+           (static_cast<unsigned char>(choice.text[i + n]) & 0xC0) == 0x80) {
+      ++n;
+    }
+    chars.push_back(choice.text.substr(i, n));
+    i += n;
+  }
+  const std::vector<int32_t>& offsets = choice.logprobs->text_offset;
+  EXPECT_EQ(offsets[0], 0) << "the BOS, which the text does not hold";
+  EXPECT_EQ(offsets[1], 0);
+  EXPECT_EQ(offsets[r.prompts[0].size()], 31) << "after the 31-character prompt (37 bytes)";
+  for (size_t i = 1; i < all.size(); ++i) {
+    EXPECT_GE(offsets[i], offsets[i - 1]);
+    const std::string piece = tok_.decode(std::vector<int32_t>{all[i]}, false);
+    std::string at;
+    for (size_t k = static_cast<size_t>(offsets[i]); k < chars.size() && at.size() < piece.size();
+         ++k) {
+      at += chars[k];
+    }
+    if (piece.find("\xEF\xBF\xBD") == std::string::npos) {
+      EXPECT_EQ(at, piece) << "token " << i;
+    }
+  }
+}
+
 TEST_F(CompletionTest, ReturnTokenIdsGivesEachDeltasIdsUpToTheStop) {
   CompletionRequest r =
       ok(R"({"prompt":"x","max_tokens":64,"stop":[" there was"],"return_token_ids":true})");
