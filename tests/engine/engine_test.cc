@@ -364,6 +364,15 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChe
   const Status f16 = Engine::create(c).status();
   EXPECT_EQ(f16.code(), StatusCode::kUnsupported) << f16.to_string();
   EXPECT_NE(f16.message().find("float16 is not supported on --device cuda"), std::string::npos);
+  // FP8 weights (--quantization fp8) have no CPU path yet: refused before anything loads.
+  c.device = Device::kCpu;
+  c.quantization = WeightQuantization::kFp8;
+  const Status fp8_cpu = Engine::create(c).status();
+  EXPECT_EQ(fp8_cpu.code(), StatusCode::kUnsupported) << fp8_cpu.to_string();
+  EXPECT_NE(fp8_cpu.message().find("--quantization fp8 is not supported on --device cpu"),
+            std::string::npos);
+  c.quantization = WeightQuantization::kNone;
+  c.device = Device::kCuda;
   // A bad --kv-quant-check-threshold is refused on either device, even where the measurement
   // would not run (a bf16 pool on the GPU).
   c.kv_dtype = DType::kBF16;
