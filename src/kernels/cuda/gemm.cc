@@ -285,6 +285,30 @@ namespace {
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 }  // namespace
 
+// The scratch of an FP8 product: codes [m, k], then scales [m], then via_bf16's product [m, n].
+struct Fp8Scratch {
+  size_t scales_at, product_at, end_plain, end_via;
+};
+Fp8Scratch fp8_scratch(int64_t m, int64_t n, int64_t k) {
+  const auto mm = static_cast<size_t>(m);
+  Fp8Scratch s;
+  s.scales_at = align256(mm * static_cast<size_t>(k));
+  s.product_at = align256(s.scales_at + mm * 4);
+  s.end_plain = s.product_at;
+  s.end_via = s.product_at + mm * static_cast<size_t>(n) * 2;
+  return s;
+}
+
+Result<int64_t> Gemm::reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_f32_n,
+                                  cudaStream_t stream) {
+  if (max_rows < 0 || max_k < 0 || max_f32_n < 0) {
+    return Status::InvalidArgument("reserve_fp8: negative sizes");
+  }
+  const Fp8Scratch s = fp8_scratch(max_rows, max_f32_n, max_k);
+  STRATA_RETURN_IF_ERROR(impl_->reserve_scratch(s.end_via, stream));
+  return static_cast<int64_t>(impl_->scratch.bytes());
+}
+
 // FP8 weights: a few rows through the GEMV on the codes; else the activations to e4m3 per token
 // (scratch: codes [m, k], then scales [m], then via_bf16's product [m, n]) and the FP8 product.
 Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
@@ -298,11 +322,9 @@ Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
   Result<Plan*> found = plan_for(key);
   if (!found.ok()) return found.status();
   Plan& plan = *found.value();
-  const auto m = static_cast<size_t>(p.m);
-  const size_t scales_at = align256(m * static_cast<size_t>(p.k));
-  const size_t product_at = align256(scales_at + m * 4);
-  const size_t need = plan.via_bf16 ? product_at + m * static_cast<size_t>(p.n) * 2 : product_at;
-  STRATA_RETURN_IF_ERROR(reserve_scratch(need, stream));
+  const Fp8Scratch at = fp8_scratch(p.m, p.n, p.k);
+  const size_t scales_at = at.scales_at, product_at = at.product_at;
+  STRATA_RETURN_IF_ERROR(reserve_scratch(plan.via_bf16 ? at.end_via : at.end_plain, stream));
   auto* base = static_cast<char*>(scratch.data());
   auto* a_scales = reinterpret_cast<float*>(base + scales_at);
   Fp8QuantizeRowsParams q;

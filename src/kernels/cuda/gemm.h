@@ -70,6 +70,13 @@ class Gemm {
   Gemm& operator=(Gemm&&) noexcept;
   ~Gemm();
 
+  // Allocates the FP8 scratch for products of up to max_rows rows, max_k inputs and, for fp32
+  // outputs, max_f32_n outputs, so that no later product grows it: a runner whose steps are
+  // captured into CUDA graphs must call this first (a grown scratch moves, and a graph keeps the
+  // old address). Returns the scratch's bytes.
+  Result<int64_t> reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_f32_n,
+                              cudaStream_t stream);
+
   // InvalidArgument for null pointers, non-positive sizes, strides smaller than a row or
   // misaligned (16-byte) pointers, and FP8 weights without scales or with k not a multiple of
   // 16; Unsupported for another d or w dtype; Internal when cuBLASLt finds no algorithm.

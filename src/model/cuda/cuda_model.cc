@@ -132,6 +132,13 @@ void CudaModel::Impl::allocate_scratch() {
         &inv_freq, &sampled_tokens, &sampled_logprobs}) {
     bytes += static_cast<int64_t>(b->bytes());
   }
+  if (options.weight_dtype == DType::kF8E4M3) {
+    // The activations' FP8 codes, at their largest now: graphs keep the scratch's address.
+    const Result<int64_t> fp8 =
+        gemm.reserve_fp8(t, std::max({h, q_width(), inter}), h, stream.get());
+    check(fp8.ok() ? Status::Ok() : fp8.status(), "FP8 activation scratch");
+    bytes += *fp8;
+  }
   info.scratch_bytes = bytes + inputs.device_bytes();
 }
 
