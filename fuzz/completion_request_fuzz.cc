@@ -1,8 +1,12 @@
 // libFuzzer target: request bodies through the parsers of POST /v1/completions and
 // /v1/chat/completions, with strata-tiny's tokenizer and chat template. Any input must give a
 // request or an OpenAI error, never a crash; an accepted request's prompts hold in-vocabulary ids
-// and fit max_model_len.
+// and fit max_model_len, and an accepted chat prompt opens no turn (<|im_start|>) but the
+// template's own: one per message and the generation prompt, whatever the messages say.
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -14,8 +18,16 @@
 
 namespace {
 
-void check(const std::variant<strata::server::CompletionRequest, strata::server::ApiError>& parsed) {
+void check(const std::variant<strata::server::CompletionRequest, strata::server::ApiError>& parsed,
+           std::string_view body, int32_t im_start) {
   if (const auto* r = std::get_if<strata::server::CompletionRequest>(&parsed)) {
+    if (r->chat) {
+      // Accepted, so it parses and nests at most 64 deep.
+      const size_t num_messages = nlohmann::json::parse(body)["messages"].size();
+      const auto turns = std::count(r->prompts[0].begin(), r->prompts[0].end(), im_start);
+      STRATA_CHECK(static_cast<size_t>(turns) <= num_messages + 1,
+                   "message text opened a turn of its own");
+    }
     STRATA_CHECK(!r->prompts.empty() && r->n >= 1 && r->n <= 16, "accepted a bad request");
     for (const auto& p : r->prompts) {
       STRATA_CHECK(!p.empty(), "accepted an empty prompt");
@@ -33,8 +45,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       strata::tokenizer::Tokenizer::load(STRATA_FUZZ_MODEL_DIR);
   static const strata::server::ServedModel model{"strata-tiny", 8192, 4096, &tokenizer, 16};
   const std::string_view body(reinterpret_cast<const char*>(data), size);
+  static const int32_t im_start = *tokenizer.token_to_id("<|im_start|>");
   for (const bool chat : {false, true}) {
-    check(strata::server::parse_request(body, model, chat));
+    check(strata::server::parse_request(body, model, chat), body, im_start);
   }
   return 0;
 }

@@ -48,7 +48,8 @@ ordered_json marked(const tokenizer::Tokenizer& tok, const ordered_json& value) 
   }
   if (value.is_object()) {
     ordered_json out = ordered_json::object();
-    for (auto it = value.begin(); it != value.end(); ++it) out[mark(tok, it.key())] = marked(tok, it.value());
+    for (auto it = value.begin(); it != value.end(); ++it)
+      out[mark(tok, it.key())] = marked(tok, it.value());
     return out;
   }
   return value;
@@ -70,8 +71,8 @@ Result<std::vector<int32_t>> encode_chat_prompt(const tokenizer::Tokenizer& toke
       tokenizer, marked(tokenizer, messages), marked(tokenizer, options), config.limits);
   if (!text.ok()) return text.status();
   // Repaired first, so the marks' offsets hold in the text that is encoded.
-  std::string rendered = tokenizer::is_valid_utf8(*text) ? std::move(*text)
-                                                          : tokenizer::utf8_lossy(*text);
+  std::string rendered =
+      tokenizer::is_valid_utf8(*text) ? std::move(*text) : tokenizer::utf8_lossy(*text);
   std::string plain;
   std::vector<size_t> breaks;
   std::string_view rest = rendered;

@@ -107,7 +107,8 @@ void CompletionOutput::release(Choice& c, bool all) {
   }
   size_t keep = all || max_stop_len_ == 0 ? 0 : std::min(c.held.size(), max_stop_len_ - 1);
   size_t cut = c.held.size() - keep;
-  while (cut > 0 && cut < c.held.size() && (static_cast<unsigned char>(c.held[cut]) & 0xC0) == 0x80) {
+  while (cut > 0 && cut < c.held.size() &&
+         (static_cast<unsigned char>(c.held[cut]) & 0xC0) == 0x80) {
     --cut;
   }
   c.text += c.held.substr(0, cut);

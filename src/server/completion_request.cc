@@ -37,7 +37,8 @@ struct Fields {
     return it == body.end() || it->is_null() ? nullptr : &*it;
   }
   void wrong(const char* name, const std::string& expected) {
-    if (!error) error = ApiError::bad_request(std::string("'") + name + "' must be " + expected, name);
+    if (!error)
+      error = ApiError::bad_request(std::string("'") + name + "' must be " + expected, name);
   }
   // Integers must fit T (get<T> would wrap 2^32 + 4 to 4); numbers must be finite as floats.
   template <typename T>
@@ -166,7 +167,8 @@ std::variant<nlohmann::ordered_json, ApiError> read_message(const json& m) {
   }
   nlohmann::ordered_json msg = {{"role", role}, {"content", std::move(content)}};
   for (const char* key : {"name", "tool_call_id"}) {
-    if (const auto v = m.find(key); v != m.end() && v->is_string()) msg[key] = v->get<std::string>();
+    if (const auto v = m.find(key); v != m.end() && v->is_string())
+      msg[key] = v->get<std::string>();
   }
   if (const auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
     // Nesting is bounded by parse_request_json, so the round trip's recursion is too.
@@ -194,9 +196,9 @@ std::variant<nlohmann::ordered_json, ApiError> template_options(const json& body
   }
   for (const auto& [k, v] : kw->items()) {
     if (chat_template::is_reserved_template_variable(k)) {
-      return ApiError::bad_request("'chat_template_kwargs' may not set '" + k +
-                                       "', which the server sets",
-                                   "chat_template_kwargs");
+      return ApiError::bad_request(
+          "'chat_template_kwargs' may not set '" + k + "', which the server sets",
+          "chat_template_kwargs");
     }
     options[k] = nlohmann::ordered_json::parse(safe_dump(v));
   }
@@ -225,8 +227,7 @@ std::optional<ApiError> render_messages(const json& body, const ServedModel& mod
   Result<std::vector<int32_t>> ids = chat_template::encode_chat_prompt(
       *model.tokenizer, messages, std::get<nlohmann::ordered_json>(options), config);
   if (!ids.ok()) {
-    return ApiError::bad_request("the chat template failed: " + ids.status().message(),
-                                 "messages");
+    return ApiError::bad_request("the chat template failed: " + ids.status().message(), "messages");
   }
   out.push_back(std::move(*ids));
   if (out.back().empty()) return ApiError::bad_request("the rendered prompt is empty", "messages");
@@ -310,7 +311,8 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
     if (stop->is_string()) {
       r.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array() && stop->size() <= 4 &&
-               std::all_of(stop->begin(), stop->end(), [](const json& s) { return s.is_string(); })) {
+               std::all_of(stop->begin(), stop->end(),
+                           [](const json& s) { return s.is_string(); })) {
       r.stop = stop->get<std::vector<std::string>>();
     } else {
       f.wrong("stop", "a string or a list of at most 4 strings");
@@ -351,17 +353,17 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
   for (const auto& ids : r.prompts) {
     for (const int32_t id : ids) {
       if (id < 0 || id >= model.vocab_size) {
-        return ApiError::bad_request("token id " + std::to_string(id) + " is outside the vocabulary",
-                                     "prompt");
+        return ApiError::bad_request(
+            "token id " + std::to_string(id) + " is outside the vocabulary", "prompt");
       }
     }
     const int64_t total = static_cast<int64_t>(ids.size()) + p.max_tokens;
     if (total > model.max_model_len) {
-      return ApiError::bad_request(
-          "this model's maximum context length is " + std::to_string(model.max_model_len) +
-              " tokens; the prompt has " + std::to_string(ids.size()) + " and max_tokens asks for " +
-              std::to_string(p.max_tokens),
-          "max_tokens", "context_length_exceeded");
+      return ApiError::bad_request("this model's maximum context length is " +
+                                       std::to_string(model.max_model_len) +
+                                       " tokens; the prompt has " + std::to_string(ids.size()) +
+                                       " and max_tokens asks for " + std::to_string(p.max_tokens),
+                                   "max_tokens", "context_length_exceeded");
     }
   }
   return r;

@@ -35,8 +35,8 @@ int32_t AddedVocabulary::Trie::longest(std::string_view text, size_t pos, size_t
     const auto it = edges.find((uint64_t{node} << 8) | static_cast<uint8_t>(text[i]));
     if (it == edges.end()) break;
     node = it->second;
-    if (terminal[node] >= 0 &&
-        !(skip_special != nullptr && (*skip_special)[static_cast<size_t>(terminal[node])].special)) {
+    if (terminal[node] >= 0 && !(skip_special != nullptr &&
+                                 (*skip_special)[static_cast<size_t>(terminal[node])].special)) {
       best = terminal[node];
       length = i + 1 - pos;
     }
@@ -122,17 +122,17 @@ std::vector<TextSplit> AddedVocabulary::split(std::string_view text, bool normal
                                               bool match_special) const {
   const Trie& trie = normalized ? normalized_ : raw_;
   std::vector<TextSplit> out;
-  size_t done = 0;      // end of the last emitted split
+  size_t done = 0;        // end of the last emitted split
   size_t next_break = 0;  // index of the first break after pos
   for (size_t pos = 0; pos < text.size() && !trie.terminal.empty();) {
     while (next_break < breaks.size() && breaks[next_break] <= pos) ++next_break;
-    const size_t limit = next_break < breaks.size() ? std::min(breaks[next_break], text.size())
-                                                    : text.size();
+    const size_t limit =
+        next_break < breaks.size() ? std::min(breaks[next_break], text.size()) : text.size();
     size_t length = 0;
-    const int32_t idx = trie.first_byte[static_cast<uint8_t>(text[pos])]
-                            ? trie.longest(text, pos, limit, length,
-                                           match_special ? nullptr : &tokens_)
-                            : -1;
+    const int32_t idx =
+        trie.first_byte[static_cast<uint8_t>(text[pos])]
+            ? trie.longest(text, pos, limit, length, match_special ? nullptr : &tokens_)
+            : -1;
     if (idx < 0 || !boundary_ok(tokens_[idx], text, pos, pos + length)) {
       ++pos;
       continue;
