@@ -40,8 +40,8 @@ const std::vector<std::string> kFixtures = {"llama3-gqa-hd128", "qwen2-bias-hd64
 // model's logit error may reach some 25x bf16's at the worst position; KV FP8 E4M3, which rounds
 // only K and V, reaches 11.6x (docs/gpu-engine.md).
 constexpr double kErrorBound = 60.0;
-constexpr double kKlBound = 0.05;          // nats per token, mean over positions
-constexpr double kKnockoutFactor = 10.0;   // a knock-out's error: at least this x the bf16 one's
+constexpr double kKlBound = 0.05;         // nats per token, mean over positions
+constexpr double kKnockoutFactor = 10.0;  // a knock-out's error: at least this x the bf16 one's
 
 std::vector<int32_t> prompt_of(const SafetensorsFile& f, int i) {
   const TensorView t = f.tensor("prompt." + std::to_string(i));
@@ -66,8 +66,7 @@ std::vector<float> whole_prompt(CudaModel& model, const std::vector<int32_t>& to
   return runner.step({{&seq, static_cast<int32_t>(tokens.size())}})[0];
 }
 
-double mean_kl(std::vector<float> p, const std::vector<float>& q, int64_t vocab,
-               ThreadPool& pool) {
+double mean_kl(std::vector<float> p, const std::vector<float>& q, int64_t vocab, ThreadPool& pool) {
   const KlReference ref(p, vocab, pool);
   return ref.mean_kl(q, pool);
 }
@@ -77,7 +76,8 @@ class CudaFp8WeightsTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
     dir_ = kModelsDir + GetParam();
-    ref_ = std::make_unique<SafetensorsFile>(SafetensorsFile::open(dir_ + "/reference.safetensors"));
+    ref_ =
+        std::make_unique<SafetensorsFile>(SafetensorsFile::open(dir_ + "/reference.safetensors"));
   }
   const float* ref_logits(const std::string& name, int i) const {
     return static_cast<const float*>(ref_->tensor(name + "." + std::to_string(i)).data);
@@ -124,10 +124,11 @@ TEST_P(CudaFp8WeightsTest, WithinTheBoundOfBf16AndKnockoutIsNot) {
     }
     const double kl = mean_kl(b, f, vocab, pool_);
     const double kl_k = mean_kl(b, k, vocab, pool_);
-    std::printf("[ %s fp8 weights ] prompt %d: error / transformers-bf16 mean %.2f worst %.2f "
-                "(bf16 weights mean %.2f); mean KL(bf16 || fp8) %.3e nats; knocked-out scale: "
-                "error mean %.1f worst %.1f, KL %.3e\n",
-                GetParam().c_str(), i, mean, worst, mean_b, kl, mean_k, worst_k, kl_k);
+    std::printf(
+        "[ %s fp8 weights ] prompt %d: error / transformers-bf16 mean %.2f worst %.2f "
+        "(bf16 weights mean %.2f); mean KL(bf16 || fp8) %.3e nats; knocked-out scale: "
+        "error mean %.1f worst %.1f, KL %.3e\n",
+        GetParam().c_str(), i, mean, worst, mean_b, kl, mean_k, worst_k, kl_k);
     EXPECT_LE(kl, kKlBound);
     EXPECT_GE(mean_k, kKnockoutFactor * mean_b);
     EXPECT_GE(worst_k, kErrorBound);  // the bound check fails on the knock-out
@@ -185,9 +186,10 @@ TEST(CudaFp8WeightsTinyTest, MeanKlToBf16) {
     const std::vector<float> b = whole_prompt(*bf16, tokens);
     const double kl = mean_kl(b, whole_prompt(*fp8, tokens), vocab, pool);
     const double kl_k = mean_kl(b, whole_prompt(*knocked, tokens), vocab, pool);
-    std::printf("[ strata-tiny fp8 weights ] prompt %d (%zu tokens): mean KL(bf16 || fp8) %.3e "
-                "nats; knocked-out scale %.3e\n",
-                i, tokens.size(), kl, kl_k);
+    std::printf(
+        "[ strata-tiny fp8 weights ] prompt %d (%zu tokens): mean KL(bf16 || fp8) %.3e "
+        "nats; knocked-out scale %.3e\n",
+        i, tokens.size(), kl, kl_k);
     EXPECT_LE(kl, kKlBound);
     EXPECT_GE(kl_k, kKnockoutFactor * kl);
   }

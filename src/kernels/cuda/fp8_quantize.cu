@@ -25,8 +25,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float warp_max[kThreads / 32];
   const int64_t cols16 = p.cols / 16;
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-    const auto* in = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.in) +
-                                                    row * p.ld_in);
+    const auto* in =
+        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.in) + row * p.ld_in);
     float amax = 0.0f;
     for (int64_t c = threadIdx.x; c < cols16; c += kThreads) {
       float f[2][8];
@@ -74,7 +74,7 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 Status fp8_quantize_rows(const Fp8QuantizeRowsParams& p, cudaStream_t stream) {
   if (p.rows < 0 || p.cols <= 0 || p.cols % 16 != 0 || p.ld_in < p.cols || p.ld_out < p.cols ||
-      p.ld_in % 16 != 0 || p.ld_out % 16 != 0) {
+      p.ld_in % 8 != 0 || p.ld_out % 16 != 0) {
     return Status::InvalidArgument(
         "fp8_quantize_rows: cols and row strides must be positive multiples of 16");
   }

@@ -24,14 +24,14 @@ inline constexpr float kFp8MinAmax = 1e-12f;  // floor of a row's amax: no divis
 struct Fp8QuantizeRowsParams {
   const void* in = nullptr;  // [rows, cols] bf16, row stride ld_in elements
   int64_t ld_in = 0;
-  void* out = nullptr;       // [rows, cols] e4m3 codes, row stride ld_out bytes
+  void* out = nullptr;  // [rows, cols] e4m3 codes, row stride ld_out bytes
   int64_t ld_out = 0;
-  float* scales = nullptr;   // [rows] fp32
+  float* scales = nullptr;  // [rows] fp32
   int64_t rows = 0;
   int64_t cols = 0;
 };
 
-// One block per row. cols, ld_in and ld_out multiples of 16, in and out 16-byte aligned
+// One block per row. cols and ld_out multiples of 16, ld_in of 8, in and out 16-byte aligned
 // (InvalidArgument otherwise); rows = 0 is an OK no-op. Asynchronous on stream.
 Status fp8_quantize_rows(const Fp8QuantizeRowsParams& params, cudaStream_t stream);
 

@@ -68,8 +68,8 @@ TEST(Fp8QuantizeRowsTest, ScalesAndCodesMatchTheHostEncoder) {
   std::mt19937_64 rng(7);
   for (const int64_t cols : {16, 4096, 14336 + 16}) {
     const int64_t rows = 37, ld = cols + 16;
-    std::vector<uint16_t> x = random_halves(static_cast<size_t>(rows * ld), DType::kBF16, -1.0f,
-                                            1.0f, rng);
+    std::vector<uint16_t> x =
+        random_halves(static_cast<size_t>(rows * ld), DType::kBF16, -1.0f, 1.0f, rng);
     // Rows of very different magnitudes, and a row of zeros.
     for (int64_t r = 0; r < rows; ++r) {
       const float f = std::ldexp(1.0f, static_cast<int>(r % 13) - 8);
@@ -225,11 +225,12 @@ class Fp8GemmTest : public CudaTest {
         q_norm += exact * exact;
       }
     }
-    std::printf("[ fp8 gemm ] m %ld n %ld k %ld %s%s%s: worst |err| / tol %.3f, quantization "
-                "error ||fp8 - bf16|| / ||bf16|| %.4f\n",
-                static_cast<long>(c.m), static_cast<long>(c.n), static_cast<long>(c.k),
-                std::string(dtype_name(c.d_dtype)).c_str(), c.bias ? " bias" : "",
-                c.accumulate ? " accumulate" : "", worst, std::sqrt(q_err / q_norm));
+    std::printf(
+        "[ fp8 gemm ] m %ld n %ld k %ld %s%s%s: worst |err| / tol %.3f, quantization "
+        "error ||fp8 - bf16|| / ||bf16|| %.4f\n",
+        static_cast<long>(c.m), static_cast<long>(c.n), static_cast<long>(c.k),
+        std::string(dtype_name(c.d_dtype)).c_str(), c.bias ? " bias" : "",
+        c.accumulate ? " accumulate" : "", worst, std::sqrt(q_err / q_norm));
     if (!knock_out_one && !unit_scales) {
       EXPECT_LE(std::sqrt(q_err / q_norm), kQuantRelBound);
     }
@@ -242,10 +243,10 @@ class Fp8GemmTest : public CudaTest {
 TEST_F(Fp8GemmTest, MatchesTheReferenceOfItsCodesAndScales) {
   std::mt19937_64 rng(11);
   const std::vector<Case> cases = {
-      {1, 896, 4096, DType::kBF16, false, false}, {2, 4864, 896, DType::kF32, true, true},
-      {1, 64, 14336, DType::kF32, false, true},   {7, 896, 4096, DType::kBF16, true, false},
-      {64, 4864, 896, DType::kF32, false, true},  {64, 896, 4864, DType::kBF16, false, false},
-      {300, 896, 896, DType::kF32, true, true},   {300, 4864, 896, DType::kBF16, true, false},
+      {1, 896, 4096, DType::kBF16, false, false},   {2, 4864, 896, DType::kF32, true, true},
+      {1, 64, 14336, DType::kF32, false, true},     {7, 896, 4096, DType::kBF16, true, false},
+      {64, 4864, 896, DType::kF32, false, true},    {64, 896, 4864, DType::kBF16, false, false},
+      {300, 896, 896, DType::kF32, true, true},     {300, 4864, 896, DType::kBF16, true, false},
       {256, 1024, 4096, DType::kF32, false, false},
   };
   for (const Case& c : cases) {
