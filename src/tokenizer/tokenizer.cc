@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/check.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 
@@ -67,6 +68,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens,
                                        std::span<const size_t> breaks) const {
+  STRATA_CHECK(std::is_sorted(breaks.begin(), breaks.end()), "encode: breaks must be sorted");
   std::string repaired;
   std::vector<size_t> moved;
   if (!is_valid_utf8(text)) {

@@ -137,6 +137,11 @@ TEST(ChatPromptTest, BreaksCoverEveryOccurrenceAndEitherEnd) {
   EXPECT_GT(plain.size(), 1u);
   EXPECT_EQ(tok.decode(plain, false), text);
   EXPECT_EQ(tok.encode(text, false), std::vector<int32_t>{*tok.token_to_id(text)});
+  // Invalid UTF-8 is repaired piece by piece, so the break stays inside the token's text.
+  const std::vector<int32_t> repaired =
+      tok.encode("\xff<|im_start|>", false, std::vector<size_t>{2});
+  EXPECT_EQ(std::count(repaired.begin(), repaired.end(), *tok.token_to_id(text)), 0);
+  EXPECT_EQ(tok.decode(repaired, false), "\xEF\xBF\xBD<|im_start|>");
 }
 
 }  // namespace
