@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
@@ -82,13 +83,16 @@ struct ShapeKeyHash {
 // FP8 weights: A is w's e4m3 codes and B the activations' codes (the Gemm's scratch, ld = k),
 // each with a vector of fp32 scales (OUTER_VEC_32F: A's per row of D, i.e. per output feature,
 // B's per column of D, i.e. per token). Where cuBLASLt has no FP8 algorithm for an fp32 D, the
-// plan writes a bf16 product into the scratch (via_bf16) and add_into_f32 adds it to d.
+// plan writes a bf16 product into the scratch (via_bf16) and finish_product adds it to d; where
+// it has none with vector scales at all, the product of the bare codes goes to the scratch
+// (unscaled) and finish_product applies both scales.
 struct Plan {
   DescPtr desc;
   LayoutPtr w_layout, a_layout, d_layout;
   cublasLtMatmulAlgo_t algo{};
   bool epilogue_bias = false;  // bias through the epilogue; else a bias kernel afterwards
-  bool via_bf16 = false;       // FP8 with an fp32 d: D is a bf16 [m, n] scratch, added by a kernel
+  bool via_bf16 = false;       // FP8: D is a bf16 [m, n] scratch, finished by a kernel
+  bool unscaled = false;       // FP8 without vector scales (via_bf16; the kernel scales)
 };
 
 cudaDataType_t cuda_type(DType d) { return d == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
@@ -139,8 +143,10 @@ struct Gemm::Impl {
   DeviceBuffer workspace;
   int64_t gemv_max_rows = 0;
   std::unordered_map<ShapeKey, Plan, ShapeKeyHash> plans;
-  // FP8: the activations' codes [m, k] and scales [m], and via_bf16's product [m, n].
+  // FP8: the activations' codes [m, k] and scales [m], and via_bf16's product [m, n]. A grown
+  // scratch keeps the buffers before it (retired): graphs captured earlier still use them.
   DeviceBuffer scratch;
+  std::vector<DeviceBuffer> retired;
 
   // Grows the scratch to `bytes` (never inside a capture: the allocation would not be replayed).
   Status reserve_scratch(size_t bytes, cudaStream_t stream) {
@@ -150,10 +156,9 @@ struct Gemm::Impl {
     if (capturing != cudaStreamCaptureStatusNone) {
       return Status::Internal("gemm: the FP8 scratch must grow outside a graph capture");
     }
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old scratch may be in use
-    scratch = DeviceBuffer{};
     auto buffer = DeviceBuffer::allocate(bytes);
     if (!buffer.ok()) return buffer.status();
+    if (!scratch.empty()) retired.push_back(std::move(scratch));
     scratch = std::move(buffer).value();
     return Status::Ok();
   }
@@ -168,7 +173,8 @@ struct Gemm::Impl {
   // The descriptors of `key` with the bias epilogue (bias type bf16) or without; then the
   // heuristic's first algorithm. NotFound when the heuristic has none. via_bf16 (FP8 only): D is
   // a contiguous bf16 [m, n] scratch instead of d.
-  Result<Plan> make_plan(const ShapeKey& key, bool epilogue_bias, bool via_bf16 = false) {
+  Result<Plan> make_plan(const ShapeKey& key, bool epilogue_bias, bool via_bf16 = false,
+                         bool unscaled = false) {
     Plan plan;
     cublasLtMatmulDesc_t desc = nullptr;
     STRATA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -179,7 +185,7 @@ struct Gemm::Impl {
                                                        sizeof(trans_w)));
     STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_a,
                                                        sizeof(trans_a)));
-    if (key.w_fp8) {
+    if (key.w_fp8 && !unscaled) {
       const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
       STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
                                                          &mode, sizeof(mode)));
@@ -238,6 +244,7 @@ struct Gemm::Impl {
     plan.algo = result.algo;
     plan.epilogue_bias = epilogue_bias;
     plan.via_bf16 = via_bf16;
+    plan.unscaled = unscaled;
     return plan;
   }
 
@@ -256,6 +263,7 @@ struct Gemm::Impl {
       plan = make_plan(key, key.bias, true);
       if (!plan.ok() && key.bias) plan = make_plan(key, false, true);
     }
+    if (!plan.ok() && key.w_fp8) plan = make_plan(key, false, true, true);
     if (!plan.ok()) {
       if (plan.status().code() != StatusCode::kNotFound) return plan.status();
       return Status::Internal("cuBLASLt found no algorithm for gemm m=" + std::to_string(key.m) +
@@ -339,10 +347,12 @@ Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
   cublasLtMatmulDesc_t desc = plan.desc.get();
   const void* w_scale = p.w_scale;
   const void* a_scale = a_scales;
-  STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                     &w_scale, sizeof(w_scale)));
-  STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                     &a_scale, sizeof(a_scale)));
+  if (!plan.unscaled) {
+    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));
+    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof(a_scale)));
+  }
   if (plan.epilogue_bias) {
     STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                        &p.bias, sizeof(p.bias)));
@@ -356,9 +366,19 @@ Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
                                      workspace.bytes(), stream));
   const void* bias = plan.epilogue_bias ? nullptr : p.bias;
   if (plan.via_bf16) {
-    return detail::add_into_f32({static_cast<float*>(p.d), p.ldd, out, p.n, bias, p.accumulate,
-                                 p.m, p.n},
-                                stream);
+    detail::FinishProductParams f;
+    f.d = p.d;
+    f.ldd = p.ldd;
+    f.d_f32 = p.d_dtype == DType::kF32;
+    f.product = out;
+    f.ldp = p.n;
+    f.a_scale = plan.unscaled ? a_scales : nullptr;
+    f.w_scale = plan.unscaled ? p.w_scale : nullptr;
+    f.bias = bias;
+    f.accumulate = p.accumulate;
+    f.m = p.m;
+    f.n = p.n;
+    return detail::finish_product(f, stream);
   }
   if (bias == nullptr) return Status::Ok();
   if (p.d_dtype == DType::kF32) {

@@ -23,8 +23,10 @@
 // one scale per token, into the Gemm's scratch) and multiply on the FP8 tensor cores through
 // cuBLASLt with both scale vectors applied in its epilogue (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F:
 // d[i, j] = a_scale[i] * w_scale[j] * sum_k code_a[i, k] code_w[j, k], fp32 accumulation). k must
-// be a multiple of 16 and ldw of 16 bytes. The scratch grows on the first product of a larger
-// shape, which therefore must not run inside a graph capture (as for the algorithm choice).
+// be a multiple of 16 and ldw of 16 bytes. Where cuBLASLt offers no vector scales, the product of
+// the bare codes goes to a bf16 scratch and a kernel applies both scales. The scratch grows on
+// the first product of a larger shape (outside any graph capture, as for the algorithm choice),
+// keeping the smaller buffers for the graphs captured with them.
 //
 // Owns one cuBLASLt handle and its workspace, and caches the chosen algorithm per problem shape
 // (m, n, k, lda, ldw, ldd, d dtype, bias, accumulate), so a steady-state step costs no heuristic
@@ -71,9 +73,8 @@ class Gemm {
   ~Gemm();
 
   // Allocates the FP8 scratch for products of up to max_rows rows, max_k inputs and, for fp32
-  // outputs, max_f32_n outputs, so that no later product grows it: a runner whose steps are
-  // captured into CUDA graphs must call this first (a grown scratch moves, and a graph keeps the
-  // old address). Returns the scratch's bytes.
+  // outputs, max_f32_n outputs, so that later products need not grow it (each growth keeps the
+  // old buffer alive for the graphs that use it). Returns the scratch's bytes.
   Result<int64_t> reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_f32_n,
                               cudaStream_t stream);
 

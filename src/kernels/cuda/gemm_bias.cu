@@ -37,15 +37,23 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    add_into_f32_kernel(const __grid_constant__ AddIntoF32Params p) {
+    finish_product_kernel(const __grid_constant__ FinishProductParams p) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (j >= p.n) return;
   const float b =
       p.bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[j]) : 0.0f;
+  const float ws = p.w_scale != nullptr ? p.w_scale[j] : 1.0f;
   const auto* t = static_cast<const __nv_bfloat16*>(p.product);
   for (int64_t i = blockIdx.y; i < p.m; i += gridDim.y) {
-    const float v = __bfloat162float(t[i * p.ldp + j]) + b;
-    p.d[i * p.ldd + j] = p.accumulate ? p.d[i * p.ldd + j] + v : v;
+    const float as = p.a_scale != nullptr ? p.a_scale[i] : 1.0f;
+    const float v = as * ws * __bfloat162float(t[i * p.ldp + j]) + b;
+    if (p.d_f32) {
+      float* d = static_cast<float*>(p.d) + i * p.ldd + j;
+      *d = p.accumulate ? *d + v : v;
+    } else {
+      __nv_bfloat16* d = static_cast<__nv_bfloat16*>(p.d) + i * p.ldd + j;
+      *d = __float2bfloat16_rn(p.accumulate ? __bfloat162float(*d) + v : v);
+    }
   }
 }
 
@@ -63,9 +71,9 @@ Status add_bias_bf16(const AddBiasBf16Params& p, cudaStream_t stream) {
   return Status::Ok();
 }
 
-Status add_into_f32(const AddIntoF32Params& p, cudaStream_t stream) {
+Status finish_product(const FinishProductParams& p, cudaStream_t stream) {
   if (p.m <= 0 || p.n <= 0) return Status::Ok();
-  add_into_f32_kernel<<<grid_of(p.m, p.n), kThreads, 0, stream>>>(p);
+  finish_product_kernel<<<grid_of(p.m, p.n), kThreads, 0, stream>>>(p);
   STRATA_CUDA_CHECK_LAUNCH();
   return Status::Ok();
 }

@@ -29,16 +29,22 @@ struct AddBiasBf16Params {
 };
 Status add_bias_bf16(const AddBiasBf16Params& params, cudaStream_t stream);
 
-struct AddIntoF32Params {
-  float* d = nullptr;  // [m, n] fp32, row stride ldd
+// An FP8 product that cuBLASLt wrote to a bf16 scratch, finished into d:
+//   d[i, j] = (accumulate ? d[i, j] : 0) + a_scale[i] * w_scale[j] * product[i, j] + bias[j]
+// in fp32, rounded once for a bf16 d (a null scale or bias counts as 1 or 0).
+struct FinishProductParams {
+  void* d = nullptr;  // [m, n] fp32 or bf16 (d_f32), row stride ldd
   int64_t ldd = 0;
+  bool d_f32 = true;
   const void* product = nullptr;  // [m, n] bf16, row stride ldp
   int64_t ldp = 0;
-  const void* bias = nullptr;  // nullable, [n] bf16
-  bool accumulate = false;     // d = (accumulate ? d : 0) + product + bias
+  const float* a_scale = nullptr;  // nullable, [m]
+  const float* w_scale = nullptr;  // nullable, [n]
+  const void* bias = nullptr;      // nullable, [n] bf16
+  bool accumulate = false;
   int64_t m = 0;
   int64_t n = 0;
 };
-Status add_into_f32(const AddIntoF32Params& params, cudaStream_t stream);
+Status finish_product(const FinishProductParams& params, cudaStream_t stream);
 
 }  // namespace strata::cuda::detail
