@@ -307,6 +307,15 @@ Fp8Scratch fp8_scratch(int64_t m, int64_t n, int64_t k) {
   return s;
 }
 
+Gemm::Fp8PlanCounts Gemm::fp8_plan_counts() const {
+  Fp8PlanCounts c;
+  for (const auto& [key, plan] : impl_->plans) {
+    if (!key.w_fp8) continue;
+    ++(plan.unscaled ? c.unscaled : c.vector_scaled);
+  }
+  return c;
+}
+
 Result<int64_t> Gemm::reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_f32_n,
                                   cudaStream_t stream) {
   if (max_rows < 0 || max_k < 0 || max_f32_n < 0) {

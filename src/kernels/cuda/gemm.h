@@ -78,6 +78,13 @@ class Gemm {
   Result<int64_t> reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_f32_n,
                               cudaStream_t stream);
 
+  // How many of the cached FP8 plans take cuBLASLt's vector scales, and how many scale in a
+  // kernel after it (reported by tests and benchmarks).
+  struct Fp8PlanCounts {
+    int64_t vector_scaled = 0, unscaled = 0;
+  };
+  Fp8PlanCounts fp8_plan_counts() const;
+
   // InvalidArgument for null pointers, non-positive sizes, strides smaller than a row or
   // misaligned (16-byte) pointers, and FP8 weights without scales or with k not a multiple of
   // 16; Unsupported for another d or w dtype; Internal when cuBLASLt finds no algorithm.

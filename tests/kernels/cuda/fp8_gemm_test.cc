@@ -254,6 +254,9 @@ TEST_F(Fp8GemmTest, MatchesTheReferenceOfItsCodesAndScales) {
                  std::to_string(c.k));
     EXPECT_LE(run_case(c, rng), 1.0);
   }
+  const Gemm::Fp8PlanCounts counts = gemm_->fp8_plan_counts();
+  std::printf("[ fp8 gemm ] cuBLASLt plans: %ld with vector scales, %ld scaled after\n",
+              static_cast<long>(counts.vector_scaled), static_cast<long>(counts.unscaled));
 }
 
 // The check can fail: one channel's scale doubled, or the scales left out, is far outside it.
