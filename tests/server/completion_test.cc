@@ -1,5 +1,7 @@
 // POST /v1/completions without HTTP: request parsing and validation (every bad field is a 400
-// naming it; the OpenAI codes context_length_exceeded and model_not_found), and the output side:
+// naming it; the OpenAI codes context_length_exceeded and model_not_found; bodies too deep, with
+// NUL bytes or integers beyond their field refused; chat kwargs kept off the server's template
+// variables; special-token text in messages encoded as plain text), and the output side:
 // streaming deltas that add up to the whole text, stop strings cut before they appear (also across
 // token boundaries, never leaking a partial match), usage, logprobs, echo and token ids.
 
