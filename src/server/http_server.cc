@@ -155,7 +155,7 @@ std::optional<HttpResponse> HttpServer::quick(const HttpRequest& req) {
     // The scrape itself is a request being handled, on the I/O thread.
     return HttpResponse{200, "text/plain; version=0.0.4",
                         metrics_.render(engine_.snapshot(), kv_facts_,
-                                        http_->handlers().count() + 1),
+                                        http_->handlers().count() + 1, http_->stats()),
                         {},
                         false};
   }

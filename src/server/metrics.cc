@@ -55,7 +55,7 @@ void Metrics::record_finished(const RequestMetrics& m, const std::string& reason
 }
 
 std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
-                            int64_t active_http_requests) const {
+                            int64_t active_http_requests, const TransportStats& http) const {
   std::string out;
   const EngineStepStats& st = s.last_step;
   const EngineTotals& t = s.totals;
@@ -81,6 +81,17 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
   metric(out, "strata:http_requests_active", "gauge",
          "HTTP requests being handled, this scrape included.",
          static_cast<double>(active_http_requests));
+  metric(out, "strata:http_connections", "gauge", "Open HTTP connections.",
+         static_cast<double>(http.num_connections));
+  metric(out, "strata:http_connections_rejected_total", "counter",
+         "Connections closed on accept: over --max-connections or --max-connections-per-client.",
+         static_cast<double>(http.num_rejected_connections));
+  metric(out, "strata:http_read_timeouts_total", "counter",
+         "Connections closed because a request was not read whole within --http-read-timeout.",
+         static_cast<double>(http.num_timed_out));
+  metric(out, "strata:http_buffered_body_bytes", "gauge",
+         "Request body bytes held in memory (--max-buffered-body-bytes bounds them).",
+         static_cast<double>(http.buffered_body_bytes));
   metric(out, "strata:kv_bytes_per_token", "gauge",
          "KV cache bytes one token takes, quantization scales included.",
          static_cast<double>(kv.bytes_per_token));

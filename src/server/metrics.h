@@ -11,6 +11,7 @@
 #include <string>
 
 #include "server/async_engine.h"
+#include "server/http_transport.h"
 
 namespace strata::server {
 
@@ -41,9 +42,10 @@ class Metrics {
  public:
   // One finished request: its engine metrics and its finish reason ("stop", "length", "abort").
   void record_finished(const RequestMetrics& m, const std::string& reason, int64_t num_tokens);
-  // active_http_requests: requests being handled, this scrape included.
+  // active_http_requests: requests being handled, this scrape included; http: the transport's
+  // connections and what its limits refused.
   std::string render(const EngineSnapshot& snapshot, const KvCacheFacts& kv,
-                     int64_t active_http_requests) const;
+                     int64_t active_http_requests, const TransportStats& http) const;
 
  private:
   mutable std::mutex mu_;
