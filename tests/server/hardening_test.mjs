@@ -64,6 +64,10 @@ function raw(chunks, { idleMs = 3000 } = {}) {
           const buf = Buffer.isBuffer(c) ? c : Buffer.from(c, "latin1");
           sentBytes += buf.length;
           if (!socket.write(buf)) await new Promise((r) => socket.once("drain", r).once("close", r));
+          // Let the answer and the close be seen between writes: a loaded machine may otherwise
+          // write everything before reading, by which time the server has closed and the reset
+          // has dropped its answer.
+          await new Promise((r) => setImmediate(r));
         }
       } catch (e) {
         reject(e);

@@ -83,11 +83,10 @@ const plain = fetch(`${base}/v1/completions`, {
   method: "POST", headers: { "content-type": "application/json" },
   body: JSON.stringify({ prompt: prompt(n), max_tokens: longTokens, ignore_eos: true }),
 }).then(async (r) => ({ status: r.status, body: await r.json() }), (e) => ({ error: String(e) }));
+// The signal goes the moment the marks are reached: anything awaited in between (a request of
+// our own) lets a loaded machine finish the short streams first. The kept-alive connection stays
+// open that long because the server runs with --http-read-timeout 120 (stress_test.sh).
 await within(everyoneReady, 60000, "the streams reaching their marks");
-// The server closes a connection idle for 5 s, and reaching the mark can take longer than that
-// on a slow machine: use the kept-alive connection again just before the signal.
-assert((await request("GET", "/health")).status === 200, "health just before the signal");
-
 const shortsDecodingAtSignal = received.filter((t, i) => !isLong(i) && t < shortTokens).length;
 const t0 = Date.now();
 process.kill(pid, "SIGTERM");

@@ -47,7 +47,7 @@ case "$scenario" in
     ;;
   sigterm)
     timeout_s=3
-    start_server "${common[@]}" --shutdown-timeout "$timeout_s"
+    start_server "${common[@]}" --shutdown-timeout "$timeout_s" --http-read-timeout 120
     run_node "sigterm" "$here/sigterm_test.mjs" "$base" "$server_pid" "$timeout_s" 64
     wait "$server_pid"
     rc=$?
@@ -66,8 +66,8 @@ case "$scenario" in
     run_node "hardening" "$here/hardening_test.mjs" "$base" key-one key-two
     ;;
   slow)
-    start_server "${common[@]}" --http-read-timeout 4
-    run_node "slow clients" "$here/slow_clients_test.mjs" "$base" 300 4
+    start_server "${common[@]}" --http-read-timeout 6
+    run_node "slow clients" "$here/slow_clients_test.mjs" "$base" 300 6
     ;;
   *)
     echo "unknown scenario '$scenario'"
