@@ -3,21 +3,10 @@
 // alone needs more sequences (prompts x n) than LIMIT is a 400; once the streams holding the
 // server are cancelled (their clients go away) a request is served again and no block is held.
 // Usage: node capacity_test.mjs BASE_URL LIMIT
-import { assert, assertIdle, metricsWhen, prompt, report, streamCompletion } from "./harness.mjs";
+import { assert, assertIdle, check, done, metricsWhen, prompt, streamCompletion } from "./harness.mjs";
 
 const base = process.argv[2];
 const limit = Number(process.argv[3]);
-let passed = 0;
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    passed++;
-  } catch (e) {
-    failed++;
-    console.log(`FAIL: ${name}: ${e.stack || e}`);
-  }
-}
 
 const controllers = [];
 const holders = Array.from({ length: limit }, (_, i) => {
@@ -72,4 +61,4 @@ await check("prompts x n beyond the limit: 400 naming n", async () => {
   const body = await res.json();
   assert(res.status === 400 && body.error.param === "n", JSON.stringify(body));
 });
-report("capacity_test", passed, failed);
+done("capacity_test");

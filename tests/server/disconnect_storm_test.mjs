@@ -3,22 +3,11 @@
 // Afterwards the server is healthy, nothing runs, no KV block is held, and a normal request
 // still gets its exact completion. Seeded, so a failure replays.
 // Usage: node disconnect_storm_test.mjs BASE_URL [N]
-import { assert, assertIdle, metrics, prompt, report, streamCompletion } from "./harness.mjs";
+import { assert, assertIdle, check, done, metrics, prompt, streamCompletion } from "./harness.mjs";
 
 const base = process.argv[2];
 const n = Number(process.argv[3] || 200);
 const maxTokens = 64;  // far more than any client waits for
-let passed = 0;
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    passed++;
-  } catch (e) {
-    failed++;
-    console.log(`FAIL: ${name}: ${e.stack || e}`);
-  }
-}
 
 let seed = 12345;
 const random = () => {  // xorshift32: the same storm every run
@@ -82,4 +71,4 @@ await check("healthy, and a normal request still works", async () => {
 });
 console.log(`disconnect_storm_test: ${n} clients in ${seconds.toFixed(2)} s: ` +
   `${kinds.early} aborted before the first byte, ${kinds.chunks} after some chunks`);
-report("disconnect_storm_test", passed, failed);
+done("disconnect_storm_test");

@@ -4,22 +4,11 @@
 // --num-blocks 64 --block-size 16 (a pool of 63 usable blocks: 1,008 tokens per request).
 // Usage: node hardening_test.mjs BASE_URL KEY1 KEY2
 import net from "node:net";
-import { assert, metricsWhen, report } from "./harness.mjs";
+import { assert, check, done, metricsWhen } from "./harness.mjs";
 
 const base = process.argv[2];
 const [key1, key2] = [process.argv[3], process.argv[4]];
 const { hostname: host, port } = new URL(base);
-let passed = 0;
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    passed++;
-  } catch (e) {
-    failed++;
-    console.log(`FAIL: ${name}: ${e.stack || e}`);
-  }
-}
 
 // Opens a connection, sends `chunks` (strings or Buffers, or a generator of them: sending stops
 // once the server has closed), and resolves with {text, ms, sentAtAnswer} when the server closes
@@ -199,4 +188,4 @@ await check("a plain request whose client goes away is cancelled", async () => {
 });
 
 await healthy("at the end");
-report("hardening_test", passed, failed);
+done("hardening_test");

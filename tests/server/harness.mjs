@@ -118,3 +118,19 @@ export function report(name, passed, failed) {
   console.log(`${name}: ${passed} passed, ${failed} failed`);
   process.exit(failed === 0 ? 0 : 1);
 }
+
+// Named checks, counted: a failing one prints its name and stack, and the run goes on; done()
+// reports the counts and exits (1 if any failed).
+const tally = { passed: 0, failed: 0 };
+export async function check(name, fn) {
+  try {
+    await fn();
+    tally.passed++;
+  } catch (e) {
+    tally.failed++;
+    console.log(`FAIL: ${name}: ${e.stack || e}`);
+  }
+}
+export function done(name) {
+  report(name, tally.passed, tally.failed);
+}

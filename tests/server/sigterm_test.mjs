@@ -12,7 +12,7 @@
 import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
-import { assert, prompt, report, streamCompletion } from "./harness.mjs";
+import { assert, check, done, prompt, streamCompletion } from "./harness.mjs";
 
 const base = process.argv[2];
 const pid = Number(process.argv[3]);
@@ -23,17 +23,6 @@ const shortLeft = 4;  // tokens each short stream still has to decode when SIGTE
 const longTokens = 4000;  // minutes of decoding: only the deadline ends it
 const slackS = 3;
 const { hostname, port } = new URL(base);
-let passed = 0;
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    passed++;
-  } catch (e) {
-    failed++;
-    console.log(`FAIL: ${name}: ${e.stack || e}`);
-  }
-}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // Gone, or a zombie its parent (the test script) has not reaped yet.
 const exited = () => {
@@ -137,4 +126,4 @@ await check("the process exits within the shutdown timeout", async () => {
     `(--shutdown-timeout ${timeoutS})`);
 });
 agent.destroy();
-report("sigterm_test", passed, failed);
+done("sigterm_test");

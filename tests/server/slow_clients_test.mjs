@@ -5,15 +5,13 @@
 // with --json, one JSON line.
 // Usage: node slow_clients_test.mjs BASE_URL N READ_TIMEOUT_S [--json]
 import net from "node:net";
-import { assert, metrics, report } from "./harness.mjs";
+import { assert, check, done, metrics } from "./harness.mjs";
 
 const base = process.argv[2];
 const n = Number(process.argv[3]);
 const readTimeoutS = Number(process.argv[4]);
 const json = process.argv.includes("--json");
 const { hostname: host, port } = new URL(base);
-let passed = 0;
-let failed = 0;
 
 const head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Slow: ";
 let closedByServer = 0;
@@ -63,36 +61,22 @@ for (let i = 0; i < 20; ++i) {
 ms.sort((a, b) => a - b);
 const median = ms[Math.floor(ms.length / 2)];
 const max = ms[ms.length - 1];
-try {
+await check("/health answers while the slow clients hang on", () => {
   assert(probesBeforeDeadline >= 5, `only ${probesBeforeDeadline} probes before the read deadline`);
   assert(openAtProbes === n, `only ${openAtProbes} of ${n} slow connections were held open`);
   assert(median < 100, `/health median ${median.toFixed(1)} ms with ${n} slow clients`);
   assert(max < 2000, `/health slowest ${max.toFixed(1)} ms with ${n} slow clients`);
-  passed++;
-} catch (e) {
-  failed++;
-  console.log(`FAIL: ${e.message}`);
-}
+});
 
 // The read deadline: every slow client is closed by the server.
 const deadline = Date.now() + (readTimeoutS + 5) * 1000;
 while (closedByServer < n && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
-try {
+await check("the read deadline closes every slow client", async () => {
   assert(closedByServer === n, `${n - closedByServer} slow clients still open after the deadline`);
-  passed++;
-} catch (e) {
-  failed++;
-  console.log(`FAIL: ${e.message}`);
-}
-try {
   const m = await metrics(base);
   assert(m["strata:http_read_timeouts_total"] === n,
     `strata:http_read_timeouts_total = ${m["strata:http_read_timeouts_total"]}, expected ${n}`);
-  passed++;
-} catch (e) {
-  failed++;
-  console.log(`FAIL: ${e.message}`);
-}
+});
 for (const s of sockets) {
   clearInterval(s.trickle);
   s.destroy();
@@ -102,4 +86,4 @@ const row = { slow_clients: n, health_median_ms: +median.toFixed(2), health_max_
 if (json) console.log(JSON.stringify(row));
 else console.log(`slow clients ${n}: /health median ${row.health_median_ms} ms, slowest ` +
   `${row.health_max_ms} ms; closed by the ${readTimeoutS} s read deadline: ${closedByServer}`);
-report("slow_clients_test", passed, failed);
+done("slow_clients_test");
