@@ -119,7 +119,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
       close();
     }
   }
-  bool idle() const { return state_ == State::kReading; }
 
  private:
   void on_header(const error_code& ec);
@@ -470,14 +469,6 @@ void HttpTransport::stop_accepting() {
     error_code ec;
     impl_->acceptor.close(ec);
     impl_->accept_retry.cancel();
-  });
-}
-
-void HttpTransport::close_idle() {
-  asio::post(impl_->io, [this] {
-    impl_->for_each_connection([](Connection& c) {
-      if (c.idle()) c.close();
-    });
   });
 }
 

@@ -15,7 +15,7 @@
 // (head), 503 + Retry-After (body memory or the handler queue full). Connections beyond the total
 // or per-address cap get a 503 and are closed on accept.
 //
-// Thread-safety: bind(), run() from one thread; stop_accepting(), close_idle(), stop(),
+// Thread-safety: bind(), run() from one thread; stop_accepting(), stop(),
 // handlers() and stats() from any.
 
 #include <atomic>
@@ -66,8 +66,6 @@ class HttpTransport {
   void run();
   // New connections are refused; open ones keep being served.
   void stop_accepting();
-  // Closes the connections waiting for a request (keep-alive idle or mid-read).
-  void close_idle();
   // Closes everything: sockets are shut down, queued requests dropped, run() returns once the
   // running handlers are done.
   void stop();
