@@ -1,12 +1,11 @@
 #pragma once
 // The one entry point for JSON that comes from a request, and the one way back out.
 //
-// parse_request_json checks the raw bytes before any value is built: valid UTF-8, no NUL byte
-// (nlohmann's lexer takes NUL for the end of input and would ignore what follows), and nesting no
-// deeper than kMaxRequestJsonDepth (nlohmann's copies, dumps and destructor recurse: a 1M-deep
-// array would overflow a handler thread's stack). Only then is the body parsed, as one whole
-// value (trailing bytes are an error). safe_dump serializes request-derived text with invalid
-// UTF-8 replaced (U+FFFD) instead of throwing. Both are thread-safe and linear in the input.
+// parse_request_json is core's parse_json_input (json_input.h: valid UTF-8, no NUL byte, nesting
+// checked on the raw bytes before any value is built, then one whole value) with the request
+// limit, its faults turned into 400s. safe_dump (core) serializes request-derived text with
+// invalid UTF-8 replaced (U+FFFD) instead of throwing. Both are thread-safe and linear in the
+// input.
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +13,7 @@
 #include <string_view>
 #include <variant>
 
+#include "core/json_input.h"
 #include "server/api_error.h"
 
 namespace strata::server {
@@ -25,6 +25,6 @@ inline constexpr int kMaxRequestJsonDepth = 64;
 // The parsed body, or a 400 naming what is wrong (invalid UTF-8, a NUL byte, nesting beyond the
 // limit, malformed JSON).
 std::variant<nlohmann::json, ApiError> parse_request_json(std::string_view body);
-std::string safe_dump(const nlohmann::json& value);
+using strata::safe_dump;
 
 }  // namespace strata::server

@@ -1,8 +1,9 @@
 #pragma once
 // UTF-8 helpers shared by the tokenizer stages: decoding one code point, lossy repair of invalid
 // bytes (the way Rust's String::from_utf8_lossy does it, which is what Hugging Face's decoders
-// produce), the GPT-2 byte-level alphabet, and the Unicode predicates the added-token matcher
-// needs. All functions are pure and thread-safe.
+// produce; core/utf8.h holds it and validity, re-exported here), the GPT-2 byte-level alphabet,
+// and the Unicode predicates the added-token matcher needs. All functions are pure and
+// thread-safe.
 
 #include <array>
 #include <cstddef>
@@ -10,23 +11,19 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
+
 namespace strata::tokenizer {
 
-inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
-
-// Length in bytes of the valid UTF-8 sequence starting at s[i], or 0 if the bytes there are not
-// a valid sequence (overlong, surrogate, above U+10FFFF, truncated).
-size_t utf8_valid_length(std::string_view s, size_t i);
+using strata::is_valid_utf8;
+using strata::kReplacementChar;
+using strata::utf8_lossy;
+using strata::utf8_valid_length;
 
 // Decodes the code point at s[i] (which must start a valid sequence) and returns its length.
 size_t utf8_decode(std::string_view s, size_t i, char32_t& cp);
 
 void utf8_append(std::string& out, char32_t cp);
-
-bool is_valid_utf8(std::string_view s);
-
-// Replaces each maximal invalid subsequence with U+FFFD, as Rust's from_utf8_lossy does.
-std::string utf8_lossy(std::string_view s);
 
 // Rust's char::is_whitespace (the Unicode White_Space property).
 bool is_unicode_whitespace(char32_t cp);
