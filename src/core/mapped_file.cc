@@ -29,24 +29,47 @@ class FdCloser {
   int fd_;
 };
 
-}  // namespace
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
 
-MappedFile MappedFile::open(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+[[noreturn]] void fail_errno(const char* verb, const std::filesystem::path& path, int err) {
+  throw Error(std::string("cannot ") + verb + " '" + path.string() + "': " + errno_text(err) +
+              (err == ELOOP ? " (a symlink loop?)" : ""));
+}
+
+// Opens `path` for reading and checks that it is a regular file: -1 when it does not exist and
+// `missing_ok`; throws for everything else that is wrong. O_NONBLOCK: opening a FIFO must not
+// wait for a writer before fstat can refuse it (it changes nothing for regular files).
+int open_regular(const std::filesystem::path& path, bool missing_ok, struct stat& st) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     const int err = errno;
-    throw Error("cannot open '" + path.string() + "': " + errno_text(err));
+    if (err == ENOENT && missing_ok) return -1;
+    fail_errno("open", path, err);
   }
-  FdCloser closer(fd);
-  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
-    throw Error("cannot stat '" + path.string() + "': " + errno_text(err));
+    ::close(fd);
+    fail_errno("stat", path, err);
   }
   if (!S_ISREG(st.st_mode)) {
-    throw Error("cannot map '" + path.string() + "': not a regular file");
+    ::close(fd);
+    throw Error("cannot read '" + path.string() + "': it is " + kind_of(st.st_mode) +
+                ", not a regular file");
   }
-  const auto size = static_cast<size_t>(st.st_size);
+  return fd;
+}
+
+}  // namespace
+
+MappedFile MappedFile::map(const std::filesystem::path& path, int fd, size_t size) {
+  FdCloser closer(fd);
   if (size == 0) return MappedFile(path, nullptr, 0);  // mmap rejects length 0
   void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (addr == MAP_FAILED) {
@@ -55,6 +78,31 @@ MappedFile MappedFile::open(const std::filesystem::path& path) {
                 " bytes): " + errno_text(err));
   }
   return MappedFile(path, static_cast<const uint8_t*>(addr), size);
+}
+
+MappedFile MappedFile::open(const std::filesystem::path& path) {
+  struct stat st {};
+  const int fd = open_regular(path, /*missing_ok=*/false, st);
+  return map(path, fd, static_cast<size_t>(st.st_size));
+}
+
+std::optional<MappedFile> MappedFile::open_if_exists(const std::filesystem::path& path) {
+  struct stat st {};
+  const int fd = open_regular(path, /*missing_ok=*/true, st);
+  if (fd < 0) return std::nullopt;
+  return map(path, fd, static_cast<size_t>(st.st_size));
+}
+
+uint64_t MappedFile::regular_file_bytes(const std::filesystem::path& path) {
+  struct stat st {};
+  const int fd = open_regular(path, /*missing_ok=*/false, st);
+  ::close(fd);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+bool file_exists(const std::filesystem::path& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 || errno != ENOENT;
 }
 
 MappedFile::MappedFile(std::filesystem::path path, const uint8_t* data, size_t size)

@@ -1,12 +1,12 @@
 #include "eval/needle_prompt.h"
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::eval {
@@ -77,14 +77,15 @@ NeedleFiller::NeedleFiller(const tokenizer::Tokenizer& tok, std::string_view tex
 NeedleFiller NeedleFiller::load(const tokenizer::Tokenizer& tok,
                                 const std::filesystem::path& model_dir) {
   const std::filesystem::path path = model_dir / kNeedleFillerFile;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw Error(path.string() + ": cannot read the model's needle filler text (one line of text " +
-                "per line, written by tools/make_tiny_corpus.py for strata-tiny)");
-  }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::optional<MappedFile> file;
   try {
-    return NeedleFiller(tok, text);
+    file = MappedFile::open(path);  // not a directory, a FIFO or /dev/zero
+  } catch (const Error& e) {
+    throw Error(std::string("cannot read the model's needle filler text (one line of text per ") +
+                "line, written by tools/make_tiny_corpus.py for strata-tiny): " + e.what());
+  }
+  try {
+    return NeedleFiller(tok, file->text());
   } catch (const Error& e) {
     throw Error(path.string() + ": " + e.what());
   }

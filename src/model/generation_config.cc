@@ -68,11 +68,10 @@ GenerationConfig parse_generation_config_text(std::string_view json_text,
 
 GenerationConfig load_generation_config(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / "generation_config.json";
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return {};
-  const MappedFile file = MappedFile::open(path);
-  const std::string_view text(reinterpret_cast<const char*>(file.data()), file.size());
-  return parse_generation_config_text(text, path.string());
+  // Absent: the defaults. Present but not a readable regular file: an error, not the defaults.
+  const std::optional<MappedFile> file = MappedFile::open_if_exists(path);
+  if (!file) return {};
+  return parse_generation_config_text(file->text(), path.string());
 }
 
 }  // namespace strata::model

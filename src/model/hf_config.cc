@@ -226,7 +226,7 @@ std::vector<int32_t> parse_sliding_windows(const JsonFields& f, const ModelConfi
         }
         windows[i] = static_cast<int32_t>(*window);
       } else if (t != "full_attention") {
-        f.fail("'layer_types' entry " + std::to_string(i) + " is " + quote(t.dump()) +
+        f.fail("'layer_types' entry " + std::to_string(i) + " is " + quote(bounded_dump(t)) +
                "; supported: full_attention, sliding_attention");
       }
     }
@@ -286,14 +286,14 @@ ModelConfig parse_model_config_text(std::string_view json_text, std::string_view
 
 ModelConfig load_model_config(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / "config.json";
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
+  // Anything at the path that is not a readable regular file (a directory, a FIFO, a symlink
+  // loop) is named by MappedFile, not called missing.
+  const std::optional<MappedFile> file = MappedFile::open_if_exists(path);
+  if (!file) {
     throw Error("model directory '" + dir.string() + "' has no config.json (looked for '" +
                 path.string() + "')");
   }
-  const MappedFile file = MappedFile::open(path);
-  const std::string_view text(reinterpret_cast<const char*>(file.data()), file.size());
-  return parse_model_config_text(text, path.string());
+  return parse_model_config_text(file->text(), path.string());
 }
 
 }  // namespace strata::model

@@ -8,30 +8,8 @@ namespace strata::model {
 
 using nlohmann::json;
 
-std::string quote(std::string_view s) {
-  constexpr size_t kMaxChars = 120;
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < kMaxChars; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
-  }
-  if (s.size() > kMaxChars) out += "...";
-  out += "'";
-  return out;
-}
-
 json parse_json_object(std::string_view text, std::string_view source, std::string_view what) {
-  // nlohmann stops at a NUL byte as if the input ended there; JSON text has none.
-  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    throw Error(std::string(source) + ": " + std::string(what) +
-                " is not valid JSON: NUL byte at offset " + std::to_string(nul));
-  }
-  json value;
-  try {
-    value = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    throw Error(std::string(source) + ": " + std::string(what) + " is not valid JSON: " + e.what());
-  }
+  json value = parse_json_file(text, source, what);
   if (!value.is_object()) {
     throw Error(std::string(source) + ": " + std::string(what) + " is not a JSON object (got " +
                 value.type_name() + ")");
@@ -69,7 +47,7 @@ int64_t JsonFields::to_int(const json& value, std::string_view key) const {
   }
   if (value.is_number_integer()) return value.get<int64_t>();
   fail(name(key) + " must be an integer, got " + value.type_name() +
-       (value.is_number_float() ? " " + value.dump() : ""));
+       (value.is_number_float() ? " " + bounded_dump(value) : ""));
 }
 
 int64_t JsonFields::get_int(std::string_view key) const {

@@ -11,14 +11,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
+#include "core/quote.h"
+
 namespace strata::model {
 
-// `s` in single quotes, for one-line error messages: control characters become '?', and text past
-// 120 bytes is cut with "...".
-std::string quote(std::string_view s);
-
-// Parses `text` as JSON and checks that it is an object. Throws strata::Error
-// "<source>: <what> is not valid JSON: ..." or "... is not a JSON object".
+// Parses `text` as JSON through core's one entry point for files (parse_json_file: UTF-8, no NUL,
+// nesting at most kMaxFileJsonDepth) and checks that it is an object. Throws strata::Error
+// "<source>: <what> is not valid JSON: ..." or "... is not a JSON object". Messages quote values
+// with quote() and bounded_dump() (core), never a whole value.
 nlohmann::json parse_json_object(std::string_view text, std::string_view source,
                                  std::string_view what);
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 #include <utility>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -64,16 +65,14 @@ json parse_header(std::string_view text, const Reporter& report) {
     }
     return true;
   };
-  // nlohmann stops at a NUL byte as if the input ended there; the format allows none.
-  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    report.fail("header is not valid JSON: NUL byte at header offset " + std::to_string(nul));
+  std::variant<json, JsonInputError> parsed = parse_json_input(text, kMaxFileJsonDepth, on_event);
+  if (const auto* error = std::get_if<JsonInputError>(&parsed)) {
+    report.fail("header is not valid JSON: " +
+                (error->fault == JsonInputFault::kNulByte
+                     ? "NUL byte at header offset " + std::to_string(error->offset)
+                     : error->message));
   }
-  json header;
-  try {
-    header = json::parse(text.begin(), text.end(), on_event);
-  } catch (const json::exception& e) {
-    report.fail(std::string("header is not valid JSON: ") + e.what());
-  }
+  json header = std::move(std::get<json>(parsed));
   if (!header.is_object()) {
     report.fail(std::string("header is not a JSON object (got ") + header.type_name() + ")");
   }
@@ -118,7 +117,7 @@ std::vector<int64_t> parse_shape(const json& entry, std::string_view name, const
   numel = 1;
   for (const json& dim : *it) {
     if (dim.is_number_integer() && !dim.is_number_unsigned()) {
-      report.fail(name, "'shape' has a negative dimension " + dim.dump());
+      report.fail(name, "'shape' has a negative dimension " + bounded_dump(dim));
     }
     if (!dim.is_number_unsigned()) {
       report.fail(name, std::string("'shape' must hold integers, found a ") + dim.type_name());
@@ -140,7 +139,7 @@ std::pair<uint64_t, uint64_t> parse_offsets(const json& entry, std::string_view 
   if (!it->is_array() || it->size() != 2 || !(*it)[0].is_number_unsigned() ||
       !(*it)[1].is_number_unsigned()) {
     report.fail(name, "'data_offsets' must be [begin, end] with non-negative integers, got " +
-                          it->dump().substr(0, 80));
+                          bounded_dump(*it));
   }
   return {(*it)[0].get<uint64_t>(), (*it)[1].get<uint64_t>()};
 }

@@ -29,10 +29,9 @@ std::string shape_text(std::span<const int64_t> shape) {
   return s + "]";
 }
 
-bool is_file(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p, ec);
-}
+// Something is at `p` (MappedFile then says what is wrong with it when it is not a readable
+// regular file: a directory, /dev/zero, a symlink loop), rather than "no weights".
+bool is_file(const fs::path& p) { return file_exists(p); }
 
 // A shard must be a plain file name inside the model directory: no separators, no "..".
 bool is_plain_file_name(const std::string& name) {
@@ -44,8 +43,7 @@ bool is_plain_file_name(const std::string& name) {
 std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   const MappedFile file = MappedFile::open(index_path);
   const std::string source = index_path.string();
-  const std::string_view text(reinterpret_cast<const char*>(file.data()), file.size());
-  const json index = parse_json_object(text, source, "safetensors index");
+  const json index = parse_json_object(file.text(), source, "safetensors index");
   const json* weight_map = JsonFields(index, source).opt_object("weight_map");
   if (weight_map == nullptr) {
     throw Error(source + ": missing 'weight_map' (an object of tensor name -> shard file)");
@@ -55,7 +53,7 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
     if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>())) {
       throw Error(source + ": 'weight_map' entry for tensor " + quote(name) +
                   " must be the file name of a shard in the same directory, got " +
-                  quote(shard.dump()));
+                  quote(bounded_dump(shard)));
     }
     result.emplace(name, shard.get<std::string>());
   }

@@ -17,6 +17,8 @@ namespace strata::tokenizer {
 class Decoder {
  public:
   Decoder() = default;  // null in tokenizer.json: tokens are joined with spaces
+  // Recurses once per nested Sequence: `j` must come from parse_json_file (core/json_input.h),
+  // whose depth limit bounds the recursion.
   static Decoder from_json(const nlohmann::json& j, const std::string& where);
 
   // Always valid UTF-8: invalid byte sequences become U+FFFD.

@@ -20,6 +20,8 @@ class Normalizer {
   // An empty normalizer (null in tokenizer.json): apply() returns its input.
   Normalizer() = default;
   // Throws strata::Error for an unknown or malformed normalizer; `where` names the file.
+  // Recurses once per nested Sequence: `j` must come from parse_json_file (core/json_input.h),
+  // whose depth limit bounds the recursion.
   static Normalizer from_json(const nlohmann::json& j, const std::string& where);
 
   bool empty() const { return steps_.empty(); }

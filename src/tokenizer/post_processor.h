@@ -19,6 +19,8 @@ class PostProcessor {
   PostProcessor() = default;
   PostProcessor(std::vector<int32_t> prefix, std::vector<int32_t> suffix)
       : prefix_(std::move(prefix)), suffix_(std::move(suffix)) {}
+  // Recurses once per nested Sequence: `j` must come from parse_json_file (core/json_input.h),
+  // whose depth limit bounds the recursion.
   static PostProcessor from_json(const nlohmann::json& j, const std::string& where);
 
   std::vector<int32_t> apply(std::vector<int32_t> ids) const;

@@ -23,6 +23,8 @@ namespace strata::tokenizer {
 class PreTokenizer {
  public:
   PreTokenizer() = default;  // null in tokenizer.json: the whole text is one piece
+  // Recurses once per nested Sequence: `j` must come from parse_json_file (core/json_input.h),
+  // whose depth limit bounds the recursion.
   static PreTokenizer from_json(const nlohmann::json& j, const std::string& where);
 
   // Appends the pieces of `text` to `pieces` (never empty strings). `at_text_start`: the text

@@ -6,6 +6,7 @@
 #include <array>
 
 #include "core/error.h"
+#include "core/json_input.h"
 #include "core/mapped_file.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/tokenizer_impl.h"
@@ -78,12 +79,10 @@ void apply_config(const nlohmann::json& config, const std::string& ctx, const To
   }
 }
 
+// Through core's one entry point for files: nesting is bounded there (kMaxFileJsonDepth), which
+// also bounds the stages' recursion over nested Sequences (one call per level).
 nlohmann::json parse(std::string_view text, const std::string& name) {
-  try {
-    return nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(name + " is not valid JSON (" + e.what() + ")");
-  }
+  return parse_json_file(text, name, "the file");
 }
 
 }  // namespace
@@ -133,16 +132,18 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
 
 Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / "tokenizer.json";
-  if (!std::filesystem::is_regular_file(path)) {
+  // Absent files are named as missing; anything else at the path that is not a readable regular
+  // file (a directory, a FIFO, a symlink loop) is refused by MappedFile with its reason.
+  const std::optional<MappedFile> file = MappedFile::open_if_exists(path);
+  if (!file) {
     throw Error(path.string() + " not found: --model must be a directory with tokenizer.json");
   }
-  const MappedFile file = MappedFile::open(path);
-  const std::string_view text(reinterpret_cast<const char*>(file.data()), file.size());
-  const std::filesystem::path config_path = dir / "tokenizer_config.json";
-  if (!std::filesystem::is_regular_file(config_path)) return from_json(text, {}, dir.string());
-  const MappedFile config = MappedFile::open(config_path);
-  const std::string_view config_text(reinterpret_cast<const char*>(config.data()), config.size());
-  return from_json(text, config_text.empty() ? std::string_view("{}") : config_text, dir.string());
+  const std::optional<MappedFile> config =
+      MappedFile::open_if_exists(dir / "tokenizer_config.json");
+  if (!config) return from_json(file->text(), {}, dir.string());
+  const std::string_view config_text = config->text();
+  return from_json(file->text(), config_text.empty() ? std::string_view("{}") : config_text,
+                   dir.string());
 }
 
 }  // namespace strata::tokenizer

@@ -397,6 +397,20 @@ TEST(HfConfigErrorTest, InvalidValues) {
   EXPECT_CONTAINS(error_of(patched(kLlama2_7B, {{"eos_token_id", -1}})), "negative token id -1");
 }
 
+TEST(HfConfigErrorTest, DeepOrLargeValuesGiveOneBoundedLine) {
+  // A layer_types entry nested a million levels deep overflowed the stack when its error message
+  // dumped it; the parser now refuses it before any value is built.
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  EXPECT_CONTAINS(error_of("{\"layer_types\": [" + deep + ", \"full_attention\"]}"),
+                  "config.json: config is not valid JSON: arrays and objects nest deeper than 128");
+  // Within the limit but large: the message quotes the start of the entry only.
+  json types = std::vector<std::string>(36, "full_attention");
+  types[0] = json::array({std::string(1 << 20, 'x')});
+  const std::string msg = error_of(patched(kQwen3_8B, {{"layer_types", types}}));
+  EXPECT_CONTAINS(msg, "'layer_types' entry 0 is '[\"xxx");
+  EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+}
+
 TEST(HfConfigErrorTest, LayerTypesMustMatchTheLayers) {
   EXPECT_CONTAINS(error_of(patched(kQwen3_8B, {{"layer_types", {"full_attention"}}})),
                   "'layer_types' must be a list of 36 strings");

@@ -160,6 +160,21 @@ TEST(SafetensorsTest, RejectsHeaderThatIsNotJson) {
   EXPECT_PARSE_ERROR(raw_safetensors(std::string("{}\0\0", 4)), "NUL byte at header offset 2");
 }
 
+TEST(SafetensorsTest, RejectsDeeplyNestedHeaderValuesInOneBoundedLine) {
+  // data_offsets nested a million levels deep overflowed the stack when the message dumped it.
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  EXPECT_PARSE_ERROR(one_tensor(R"({"dtype": "F32", "shape": [1], "data_offsets": )" + deep + "}"),
+                     "header is not valid JSON: arrays and objects nest deeper than 128 levels");
+  // Within the limit but large: only the start of the value is quoted.
+  const std::string big = "[\"" + std::string(1 << 20, '7') + "\"]";
+  const std::string msg =
+      parse_error(one_tensor(R"({"dtype": "F32", "shape": [1], "data_offsets": )" + big + "}"));
+  EXPECT_NE(msg.find("'data_offsets' must be [begin, end] with non-negative integers, got [\"777"),
+            std::string::npos)
+      << msg.substr(0, 300);
+  EXPECT_LT(msg.size(), 400u);
+}
+
 TEST(SafetensorsTest, RejectsHeaderThatIsNotAnObject) {
   EXPECT_PARSE_ERROR(raw_safetensors("[1, 2]"), "header is not a JSON object");
 }

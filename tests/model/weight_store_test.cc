@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,31 @@ TEST(WeightStoreTest, MalformedIndexIsAnError) {
   write_file(dir / "model.safetensors.index.json", "{");
   EXPECT_CONTAINS(error_of([&] { (void)WeightStore::open(dir.path()); }),
                   "safetensors index is not valid JSON");
+}
+
+TEST(WeightStoreTest, DeeplyNestedIndexIsOneBoundedLine) {
+  TempDir dir;
+  // A weight_map entry nested a million levels deep overflowed the stack when the message
+  // quoted it; the parser refuses it first.
+  write_index(dir, "{\"x\": " + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}");
+  EXPECT_CONTAINS(error_of([&] { (void)WeightStore::open(dir.path()); }),
+                  "safetensors index is not valid JSON: arrays and objects nest deeper than 128");
+  // Within the limit but large: the entry is quoted, cut.
+  write_index(dir, "{\"x\": [\"" + std::string(1 << 20, 'y') + "\"]}");
+  const std::string msg = error_of([&] { (void)WeightStore::open(dir.path()); });
+  EXPECT_CONTAINS(msg, "must be the file name of a shard in the same directory, got '[\"yyy");
+  EXPECT_LT(msg.size(), 600u);
+}
+
+TEST(WeightStoreTest, WeightsThatAreNotRegularFilesAreNamed) {
+  TempDir dir;
+  std::filesystem::create_symlink("/dev/zero", dir / "model.safetensors");
+  EXPECT_CONTAINS(error_of([&] { (void)WeightStore::open(dir.path()); }),
+                  "it is a character device, not a regular file");
+  std::filesystem::remove(dir / "model.safetensors");
+  std::filesystem::create_symlink("model.safetensors", dir / "model.safetensors");
+  EXPECT_CONTAINS(error_of([&] { (void)WeightStore::open(dir.path()); }),
+                  "Too many levels of symbolic links");
 }
 
 TEST(WeightStoreTest, DirectoryWithoutWeightsNamesWhatWasLookedFor) {

@@ -195,6 +195,31 @@ TEST(TokenizerTest, MalformedFilesGiveClearErrors) {
       "'id' must be");
 }
 
+// Sequences nested `levels` deep around one `leaf` stage, under `key` ("normalizer", ...).
+std::string nested_sequence(const char* key, const char* list, const char* leaf, int levels) {
+  std::string s = std::string("{\"") + key + "\": ";
+  for (int i = 0; i < levels; ++i) s += std::string("{\"type\": \"Sequence\", \"") + list + "\": [";
+  s += leaf;
+  for (int i = 0; i < levels; ++i) s += "]}";
+  return s + R"(, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})";
+}
+
+TEST(TokenizerTest, DeeplyNestedSequencesAreOneErrorNotAStackOverflow) {
+  // 200K levels: building the stages (one call per level) and copying the value overflowed the
+  // stack. The file's depth limit refuses them before either happens.
+  expect_error(nested_sequence("normalizer", "normalizers", R"({"type": "NFC"})", 200'000),
+               "dir/tokenizer.json: the file is not valid JSON: arrays and objects nest deeper");
+  expect_error(
+      nested_sequence("pre_tokenizer", "pretokenizers", R"({"type": "Whitespace"})", 200'000),
+      "nest deeper than 128 levels");
+  expect_error(nested_sequence("decoder", "decoders", R"({"type": "Fuse"})", 200'000),
+               "nest deeper than 128 levels");
+  // Sequences of Sequences within the limit still load (each level is two JSON levels).
+  const Tokenizer t = Tokenizer::from_json(
+      nested_sequence("normalizer", "normalizers", R"({"type": "Lowercase"})", 60), "", "dir");
+  EXPECT_EQ(t.encode("A", false), (Ids{0}));
+}
+
 TEST(TokenizerTest, LoadNamesTheMissingFile) {
   try {
     (void)Tokenizer::load("/nonexistent-dir");

@@ -7,12 +7,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "engine/kv_layout_setup.h"
@@ -51,10 +51,13 @@ std::vector<std::vector<int32_t>> text_windows(const tokenizer::Tokenizer& tok,
   const std::filesystem::path path =
       o.text.empty() ? std::filesystem::path(o.model_dir) / "needle_filler.txt"
                      : std::filesystem::path(o.text);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot read the held-out text (--text FILE)");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::vector<int32_t> ids = tok.encode(text, /*add_special_tokens=*/false);
+  std::optional<MappedFile> file;
+  try {
+    file = MappedFile::open(path);  // not a directory, a FIFO or /dev/zero
+  } catch (const Error& e) {
+    throw Error(std::string("cannot read the held-out text (--text FILE): ") + e.what());
+  }
+  const std::vector<int32_t> ids = tok.encode(file->text(), /*add_special_tokens=*/false);
   const int64_t need = static_cast<int64_t>(o.num_windows) * o.window_len;
   if (static_cast<int64_t>(ids.size()) < need) {
     throw Error(path.string() + " has " + std::to_string(ids.size()) + " tokens; " +

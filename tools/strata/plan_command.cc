@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <span>
 #include <sstream>
+#include <system_error>
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/json_input.h"
+#include "core/mapped_file.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_layout.h"
 #include "kv_cache_options.h"
@@ -210,12 +212,7 @@ std::optional<int64_t> parse_byte_size(std::string_view text) {
 }
 
 PlanModel parse_plan_model(std::string_view json_text, std::string_view source) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    fail(source, std::string("not valid JSON (") + e.what() + ")");
-  }
+  const json j = parse_json_file(json_text, source, "config");
   if (!j.is_object()) fail(source, "expected a JSON object");
   PlanModel m;
   m.name = std::string(source);
@@ -532,18 +529,19 @@ int run_plan(const PlanOptions& o) {
     throw Error("plan needs --model DIR or --config FILE");
   const fs::path config_path =
       o.config_file.empty() ? fs::path(o.model_dir) / "config.json" : fs::path(o.config_file);
-  std::ifstream in(config_path);
-  if (!in) throw Error(config_path.string() + ": cannot read the model's config.json");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  PlanModel model = parse_plan_model(text, config_path.string());
+  // MappedFile refuses what is not a regular file (a directory, a FIFO, /dev/zero, a loop).
+  const MappedFile config = MappedFile::open(config_path);
+  PlanModel model = parse_plan_model(config.text(), config_path.string());
   if (!o.model_dir.empty()) {  // the stored weights, when there are any
     int64_t bytes = 0;
-    for (const auto& e : fs::directory_iterator(o.model_dir)) {
-      if (e.path().extension() == ".safetensors" &&
-          e.path().filename() != "reference.safetensors") {
-        bytes += static_cast<int64_t>(e.file_size());
+    std::error_code ec;
+    for (fs::directory_iterator it(o.model_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const fs::path& p = it->path();
+      if (p.extension() == ".safetensors" && p.filename() != "reference.safetensors") {
+        bytes += static_cast<int64_t>(MappedFile::regular_file_bytes(p));
       }
     }
+    if (ec) throw Error("cannot list the model directory '" + o.model_dir + "': " + ec.message());
     if (bytes > 0) {
       model.weight_bytes = bytes;
       model.weight_bytes_estimated = false;

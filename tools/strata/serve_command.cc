@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "engine_summary.h"
 #include "server/async_engine.h"
 #include "server/http_server.h"
@@ -107,7 +108,7 @@ int run_serve(const ServeOptions& o) {
   if (!engine.ok()) throw Error(engine.status().message());
   print_pool(**engine);
   std::optional<tokenizer::Tokenizer> tok;
-  if (std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json")) {
+  if (file_exists(std::filesystem::path(o.model_dir) / "tokenizer.json")) {
     tok.emplace(tokenizer::Tokenizer::load(o.model_dir));
   }
   server::ServedModel model;

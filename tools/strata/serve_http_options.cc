@@ -3,9 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
-#include <fstream>
+#include <optional>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 namespace strata::cli {
 
@@ -68,9 +70,14 @@ server::HttpLimits http_limits(const ServeHttpOptions& o) {
 std::vector<std::string> api_keys(const ServeHttpOptions& o) {
   std::vector<std::string> keys = o.api_keys;
   if (!o.api_key_file.empty()) {
-    std::ifstream in(o.api_key_file);
-    if (!in) throw Error("cannot read the API key file " + o.api_key_file);
+    std::optional<MappedFile> file;
+    try {
+      file = MappedFile::open(o.api_key_file);  // not a directory, a FIFO or /dev/zero
+    } catch (const Error& e) {
+      throw Error(std::string("cannot read the API key file: ") + e.what());
+    }
     const size_t before = keys.size();
+    std::istringstream in{std::string(file->text())};
     std::string line;
     while (std::getline(in, line)) {
       while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
