@@ -1,5 +1,6 @@
 // strata: the command-line entry point. Each subcommand lives in its own *_command.cc; this file
-// parses the command line and turns every error into one line on stderr and a non-zero exit.
+// parses the command line and is the one exception boundary: every error, strata::Error or any
+// other exception, becomes one line on stderr ("strata: error: ...") and a non-zero exit.
 
 #include <CLI/CLI.hpp>
 
@@ -7,23 +8,30 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "bench_command.h"
 #include "core/error.h"
+#include "core/quote.h"
 #include "eval_command.h"
 #include "generate_command.h"
 #include "plan_command.h"
 #include "serve_command.h"
 #include "tokenize_command.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"Strata: an LLM inference engine built around the KV cache", "strata"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "strata 0.1.0");
-  // Usage errors are one line too, like every other error.
-  app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return "strata: error: " + std::string(e.what()) + " (see --help)\n";
-  });
+namespace {
+
+// Long enough for any message Strata writes; a message that quotes outside text is cut.
+constexpr size_t kMaxErrorBytes = 4096;
+
+// One line whatever the message holds: control characters (newlines) become '?', invalid UTF-8
+// U+FFFD.
+int report(std::string_view message) {
+  std::fprintf(stderr, "strata: error: %s\n", strata::one_line(message, kMaxErrorBytes).c_str());
+  return 1;
+}
+
+int run(CLI::App& app, int argc, char** argv) {
   strata::cli::GenerateOptions generate;
   strata::cli::add_generate_command(app, generate);
   strata::cli::PlanOptions plan;
@@ -41,22 +49,39 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e);  // --help and --version exit 0; usage errors are one line (below)
   }
-  try {
-    if (app.got_subcommand("generate")) return strata::cli::run_generate(generate);
-    if (app.got_subcommand("plan")) return strata::cli::run_plan(plan);
-    if (app.got_subcommand("tokenize")) return strata::cli::run_tokenize(tokenize);
-    if (app.got_subcommand("detokenize")) return strata::cli::run_detokenize(detokenize);
-    if (app.got_subcommand("eval")) return strata::cli::run_eval(eval);
-    if (app.got_subcommand("bench")) return strata::cli::run_bench(bench);
-    if (app.got_subcommand("serve")) return strata::cli::run_serve(serve);
-  } catch (const strata::Error& e) {
-    std::fprintf(stderr, "strata: error: %s\n", e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "strata: error: out of memory\n");
-    return 1;
-  }
+  if (app.got_subcommand("generate")) return strata::cli::run_generate(generate);
+  if (app.got_subcommand("plan")) return strata::cli::run_plan(plan);
+  if (app.got_subcommand("tokenize")) return strata::cli::run_tokenize(tokenize);
+  if (app.got_subcommand("detokenize")) return strata::cli::run_detokenize(detokenize);
+  if (app.got_subcommand("eval")) return strata::cli::run_eval(eval);
+  if (app.got_subcommand("bench")) return strata::cli::run_bench(bench);
+  if (app.got_subcommand("serve")) return strata::cli::run_serve(serve);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Strata: an LLM inference engine built around the KV cache", "strata"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "strata 0.1.0");
+  // Usage errors are one line too, like every other error.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "strata: error: " + strata::one_line(e.what(), kMaxErrorBytes) + " (see --help)\n";
+  });
+  try {
+    return run(app, argc, argv);
+  } catch (const strata::Error& e) {
+    return report(e.what());
+  } catch (const std::bad_alloc&) {
+    return report("out of memory");
+  } catch (const std::exception& e) {
+    // A library's exception (std::filesystem, nlohmann, the standard streams) that no check
+    // turned into a strata::Error: still one line, never an abort.
+    return report(e.what());
+  } catch (...) {
+    return report("unexpected error (an exception that is not a std::exception)");
+  }
 }
