@@ -1,8 +1,8 @@
 // libFuzzer target: the bench's trace parser (parse_trace_text) and the workload builder
 // (build_trace_workload) on arbitrary text. A strata::Error is the expected way to reject input;
 // any other exception, a crash, a sanitizer report, or a workload that breaks the documented
-// invariants (lengths within max_model_len, token ids within the vocabulary, arrivals in order)
-// is a bug.
+// invariants (lengths within max_model_len, token ids within the vocabulary, arrivals in order,
+// starting at 0 and ending within a week, so a replay never waits for ever) is a bug.
 
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +28,8 @@ void check_workload(const strata::bench::Workload& w, const strata::bench::Workl
                                     : static_cast<int64_t>(r.tokens.size()) == r.planned_prompt_len,
                  "tokens match the planned prompt");
     STRATA_CHECK(r.arrival_s >= last_arrival, "arrivals in order");
+    STRATA_CHECK(r.arrival_s <= strata::bench::kMaxTraceSpanS, "the replay ends within a week");
+    STRATA_CHECK(&r != &w.requests.front() || r.arrival_s == 0.0, "the replay starts at once");
     last_arrival = r.arrival_s;
     for (const int32_t t : r.tokens) STRATA_CHECK(t >= 0, "token ids >= 0");
     if (!r.extends_previous) independent.push_back({r.tokens, {}});

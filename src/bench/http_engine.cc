@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <sstream>
 #include <utility>
+#include <variant>
+
+#include "core/json_input.h"
+#include "core/quote.h"
 
 namespace strata::bench {
 namespace {
@@ -53,16 +57,23 @@ class SseReader {
         done_ = true;
         continue;
       }
-      const json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.is_object()) return "an event that is not JSON: " + payload;
-      if (j.contains("error")) return "an error event: " + payload;
+      // A server's reply is outside input too: bounded nesting, bounded quotes in messages.
+      const std::variant<json, JsonInputError> parsed =
+          parse_json_input(payload, kMaxFileJsonDepth);
+      const json* event_json = std::get_if<json>(&parsed);
+      if (event_json == nullptr || !event_json->is_object()) {
+        return "an event that is not a JSON object: " + quote(payload, 200);
+      }
+      const json& j = *event_json;
+      if (j.contains("error")) return "an error event: " + quote(payload, 200);
       if (const auto u = j.find("usage"); u != j.end() && u->is_object()) usage_ = *u;
       for (const json& c : j.value("choices", json::array())) {
         std::vector<int32_t> ids;
         if (const auto t = c.find("token_ids"); t != c.end() && t->is_array()) {
           ids = t->get<std::vector<int32_t>>();
         } else if (!c.value("text", std::string()).empty()) {
-          return "a chunk without token_ids (the server ignores return_token_ids): " + payload;
+          return "a chunk without token_ids (the server ignores return_token_ids): " +
+                 quote(payload, 200);
         }
         const json reason = c.value("finish_reason", json(nullptr));
         const std::string finish = reason.is_string() ? reason.get<std::string>() : "";
@@ -97,10 +108,12 @@ Result<std::unique_ptr<HttpBenchEngine>> HttpBenchEngine::connect(HttpBenchConfi
   }
   if (models->status != 200) {
     return Status::Unavailable(config.endpoint + "/v1/models answered " +
-                               std::to_string(models->status) + ": " + models->body);
+                               std::to_string(models->status) + ": " + quote(models->body, 200));
   }
   ServerInfo info;
-  const json list = json::parse(models->body, nullptr, /*allow_exceptions=*/false);
+  std::variant<json, JsonInputError> parsed = parse_json_input(models->body, kMaxFileJsonDepth);
+  const json list =
+      std::holds_alternative<json>(parsed) ? std::move(std::get<json>(parsed)) : json();
   if (list.is_object() && list.contains("data") && list["data"].is_array() &&
       !list["data"].empty() && list["data"][0].is_object()) {
     const json& first = list["data"][0];

@@ -12,8 +12,10 @@
 //                   previous turn when it is longer than that turn's prompt + output)
 //   output_length   tokens to generate (required)
 //   priority        integer, lower runs first under --scheduling-policy priority (default 0)
-// Arrival times must not decrease from line to line. Every violation is a strata::Error naming
-// the source and its 1-based line.
+// Arrival times must not decrease from line to line. The replay starts at the first line's
+// arrival (its time is subtracted from every line's), so times since the epoch replay as well as
+// times since the trace's start. Every violation is a strata::Error naming the source and its
+// 1-based line.
 
 #include <cstdint>
 #include <filesystem>
@@ -27,10 +29,19 @@
 
 namespace strata::bench {
 
+// An arrival past this many seconds is an error (1e10 s: year 2286 as a Unix time, so both Unix
+// seconds and Unix milliseconds pass, while 1e308 or a microsecond clock fails before anything
+// runs).
+inline constexpr double kMaxTraceArrivalS = 1e10;
+// The longest a trace may span, first arrival to last, and the longest a replay may take after
+// --trace-time-scale: a week. Traces are hours long; beyond a week is a wrong unit or a corrupt
+// line, and a replay that waits for it would look like a hang.
+inline constexpr double kMaxTraceSpanS = 7 * 86400.0;
+
 // One parsed line, checked for types and ranges but not yet turned into tokens.
 struct TraceRecord {
   int64_t line = 0;                 // 1-based line in the source
-  std::optional<double> arrival_s;  // timestamp / 1000 or arrival_time
+  std::optional<double> arrival_s;  // timestamp / 1000 or arrival_time, as written
   std::optional<std::string> session_id;
   std::optional<int64_t> input_length;
   std::vector<int32_t> input_ids;  // non-empty when given
@@ -50,7 +61,7 @@ struct TraceBuildConfig {
   // of its lengths (input_length-only lines scale the same way; input_ids never do).
   int32_t block_size = 512;
   double output_scale = 1.0;  // output lengths x this (rounded, at least 1)
-  double time_scale = 1.0;    // arrival times x this (0.5 replays twice as fast)
+  double time_scale = 1.0;    // times since the first arrival x this (0.5 replays twice as fast)
   int64_t max_requests = 0;   // the first N lines only; 0 = all
   double think_s = 0.0;       // pause between a session's turns
 };

@@ -4,12 +4,15 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <fstream>
+#include <cstdio>
 #include <limits>
-#include <sstream>
+#include <optional>
+#include <variant>
 
 #include "bench/trace.h"
 #include "core/error.h"
+#include "core/json_input.h"
+#include "core/mapped_file.h"
 
 namespace strata::bench {
 namespace {
@@ -54,6 +57,11 @@ double time_field(const json& v, const char* name, double scale, const LineError
   if (!v.is_number()) e.fail(std::string(name) + " must be a number");
   const double t = v.get<double>();
   if (!std::isfinite(t) || t < 0) e.fail(std::string(name) + " must be a finite number >= 0");
+  if (t * scale > kMaxTraceArrivalS) {
+    e.fail(std::string(name) + " " + bounded_dump(v) + " is past year 2286 even as a Unix time (" +
+           (scale == 1.0 ? "seconds" : "milliseconds") +
+           "): give the time since the trace's start or since the epoch");
+  }
   return t * scale;
 }
 
@@ -109,8 +117,11 @@ void parse_input(const json& j, TraceRecord& r, const LineError& e) {
 }
 
 TraceRecord parse_line(std::string_view text, const LineError& e, int64_t line) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) e.fail("not valid JSON");
+  std::variant<json, JsonInputError> parsed = parse_json_input(text, kMaxFileJsonDepth);
+  if (const auto* error = std::get_if<JsonInputError>(&parsed)) {
+    e.fail("not valid JSON: " + error->message);
+  }
+  json j = std::move(std::get<json>(parsed));
   if (!j.is_object()) e.fail("expected a JSON object");
   TraceRecord r;
   r.line = line;
@@ -152,6 +163,14 @@ std::vector<TraceRecord> parse_trace_text(std::string_view text, std::string_vie
       if (r.arrival_s && *r.arrival_s < *prev.arrival_s) {
         e.fail("arrival time goes back (line " + std::to_string(prev.line) + " arrives later)");
       }
+      const TraceRecord& first = records.front();
+      if (r.arrival_s && *r.arrival_s - *first.arrival_s > kMaxTraceSpanS) {
+        char days[32];
+        std::snprintf(days, sizeof(days), "%.1f", (*r.arrival_s - *first.arrival_s) / 86400.0);
+        e.fail("arrives " + std::string(days) + " days after line " + std::to_string(first.line) +
+               ": a trace may span at most a week (check the unit: timestamp is in "
+               "milliseconds, arrival_time in seconds)");
+      }
     }
     records.push_back(std::move(r));
   }
@@ -160,12 +179,13 @@ std::vector<TraceRecord> parse_trace_text(std::string_view text, std::string_vie
 }
 
 std::vector<TraceRecord> load_trace(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read the trace " + path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error("cannot read the trace " + path.string());
-  return parse_trace_text(text.str(), path.string());
+  std::optional<MappedFile> file;
+  try {
+    file = MappedFile::open(path);  // a directory, /dev/zero or a FIFO is refused, not read
+  } catch (const Error& e) {
+    throw Error(std::string("cannot read the trace: ") + e.what());
+  }
+  return parse_trace_text(file->text(), path.string());
 }
 
 }  // namespace strata::bench

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <string>
 
@@ -84,6 +85,7 @@ Workload build_trace_workload(const std::vector<TraceRecord>& records, const Tra
   Workload w;
   w.name = "trace";
   w.has_arrival_times = records.front().arrival_s.has_value();
+  const double first_arrival_s = records.front().arrival_s.value_or(0.0);
   std::map<std::string, std::pair<int64_t, int64_t>> sessions;  // id -> (index, context)
   std::map<std::string, int32_t> turns;
   std::vector<Plan> plans;
@@ -92,7 +94,13 @@ Workload build_trace_workload(const std::vector<TraceRecord>& records, const Tra
     BenchRequest q;
     q.source_line = r.line;
     q.priority = r.priority;
-    q.arrival_s = r.arrival_s.value_or(0.0) * c.time_scale;
+    q.arrival_s = (r.arrival_s.value_or(0.0) - first_arrival_s) * c.time_scale;
+    if (q.arrival_s > kMaxTraceSpanS) {
+      char scale[32];
+      std::snprintf(scale, sizeof(scale), "%g", c.time_scale);
+      throw Error("trace line " + std::to_string(r.line) + ": --trace-time-scale " + scale +
+                  " makes the replay longer than a week");
+    }
     int64_t previous_context = 0;
     bool has_previous = false;
     if (r.session_id) {

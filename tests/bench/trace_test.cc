@@ -73,6 +73,13 @@ TEST(TraceParserTest, RejectsEveryMalformedLineWithItsLineAndReason) {
       {"{\"timestamp\": 1, \"arrival_time\": 1, \"input_length\": 4, \"output_length\": 2}",
        "not both"},
       {"{\"timestamp\": -5, \"input_length\": 4, \"output_length\": 2}", "finite number >= 0"},
+      // Arrivals no replay can wait for: fail at parse time instead of sleeping for ever.
+      {"{\"arrival_time\": 1e308, \"input_length\": 4, \"output_length\": 2}",
+       "arrival_time 1e+308 is past year 2286"},
+      {"{\"timestamp\": 1.7e16, \"input_length\": 4, \"output_length\": 2}",  // microseconds
+       "timestamp 1.7e+16 is past year 2286"},
+      {"{\"x\": " + std::string(100'000, '[') + std::string(100'000, ']') + "}",
+       "not valid JSON: arrays and objects nest deeper than 128 levels"},
       {"{\"timestamp\": \"5\", \"input_length\": 4, \"output_length\": 2}", "must be a number"},
       {"{\"session_id\": [1], \"input_length\": 4, \"output_length\": 2}", "session_id must be"},
       {"{\"priority\": 1.5, \"input_length\": 4, \"output_length\": 2}", "priority must be"},
@@ -105,6 +112,22 @@ TEST(TraceParserTest, RejectsInconsistentArrivalTimesAndEmptyTraces) {
   EXPECT_THROW(parse_trace_text(a + none, "t"), Error);
   EXPECT_THROW(parse_trace_text(none + a, "t"), Error);
   EXPECT_NO_THROW(parse_trace_text(b + a, "t"));
+}
+
+TEST(TraceParserTest, ATraceSpansAtMostAWeek) {
+  const std::string first = "{\"arrival_time\": 100, \"input_length\": 4, \"output_length\": 2}\n";
+  EXPECT_NO_THROW(parse_trace_text(
+      first + "{\"arrival_time\": 604900, \"input_length\": 4, \"output_length\": 2}\n", "t"));
+  try {
+    parse_trace_text(
+        first + "{\"arrival_time\": 691300, \"input_length\": 4, \"output_length\": 2}\n", "t");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t line 2: arrives 8.0 days after line 1: a trace may "
+                                         "span at most a week"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(TraceParserTest, MissingFileIsAnError) {
@@ -200,6 +223,31 @@ TEST(TraceWorkloadTest, SessionTurnsContinueWhenLonger) {
   EXPECT_EQ(w.requests[3].tokens.size(), 20u);
 }
 
+// Times since the epoch (milliseconds here) replay from the first line's arrival, as times since
+// the trace's start do.
+TEST(TraceWorkloadTest, ReplayStartsAtTheFirstArrival) {
+  const Workload w = build(
+      "{\"timestamp\": 1767225600000, \"input_length\": 4, \"output_length\": 1}\n"
+      "{\"timestamp\": 1767225600250, \"input_length\": 4, \"output_length\": 1}\n");
+  ASSERT_EQ(w.requests.size(), 2u);
+  EXPECT_DOUBLE_EQ(w.requests[0].arrival_s, 0.0);
+  EXPECT_NEAR(w.requests[1].arrival_s, 0.25, 1e-6);
+}
+
+TEST(TraceWorkloadTest, ATimeScaleThatMakesTheReplayLongerThanAWeekIsAnError) {
+  const std::string hour =
+      "{\"arrival_time\": 0, \"input_length\": 4, \"output_length\": 1}\n"
+      "{\"arrival_time\": 3600, \"input_length\": 4, \"output_length\": 1}\n";
+  EXPECT_NO_THROW(build(hour, {.time_scale = 100}));
+  try {
+    build(hour, {.time_scale = 200});  // 200 hours
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("trace line 2: --trace-time-scale 200"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TraceWorkloadTest, MaxRequestsAndTimeScale) {
   const Workload w = build(
       "{\"arrival_time\": 1, \"input_ids\": [5, 6], \"output_length\": 1}\n"
@@ -207,7 +255,7 @@ TEST(TraceWorkloadTest, MaxRequestsAndTimeScale) {
       "{\"arrival_time\": 4, \"input_ids\": [8], \"output_length\": 1}\n",
       {.time_scale = 0.5, .max_requests = 2});
   ASSERT_EQ(w.requests.size(), 2u);
-  EXPECT_DOUBLE_EQ(w.requests[1].arrival_s, 1.5);
+  EXPECT_DOUBLE_EQ(w.requests[1].arrival_s, 1.0);  // (3 - 1) x 0.5: from the first arrival
   EXPECT_EQ(w.requests[0].tokens, (std::vector<int32_t>{5, 6}));
 }
 
