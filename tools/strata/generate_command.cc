@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "engine/kv_layout_setup.h"
@@ -21,6 +22,7 @@
 #include "model/generation_config.h"
 #include "model/model.h"
 #include "strata/engine.h"
+#include "token_id_list.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::cli {
@@ -305,8 +307,7 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--model", o.model_dir, "Hugging Face model directory")
       ->default_val(std::string(STRATA_DEFAULT_MODEL_DIR));
   CLI::Option* ids =
-      cmd->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated")
-          ->delimiter(',');
+      cmd->add_option("--prompt-ids", o.prompt_ids_text, "Prompt token ids, comma-separated");
   cmd->add_option("--prompt", o.prompt, "Prompt text (needs tokenizer.json in --model)")
       ->excludes(ids);
   cmd->add_option("--max-tokens", o.max_tokens, "Tokens to generate")
@@ -320,7 +321,8 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--presence-penalty", o.presence_penalty, "OpenAI presence penalty");
   cmd->add_option("--frequency-penalty", o.frequency_penalty, "OpenAI frequency penalty");
   cmd->add_option("--seed", o.seed, "Random seed: same seed, same output");
-  cmd->add_option("--stop-token-ids", o.stop_token_ids, "Extra stop token ids")->delimiter(',');
+  cmd->add_option("--stop-token-ids", o.stop_token_ids_text,
+                  "Extra stop token ids, comma-separated");
   cmd->add_option("--logprobs", o.logprobs, "Return each token's logprob and K alternatives")
       ->check(CLI::Range(0, 20));
   cmd->add_flag("--echo", o.echo, "Also return the prompt tokens' logprobs (the first is null)");
@@ -330,15 +332,19 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
 }
 
 int run_generate(const GenerateOptions& options) {
-  if (options.prompt.empty() && options.prompt_ids.empty()) {
+  GenerateOptions o = options;
+  if (o.prompt_ids_text) o.prompt_ids = parse_token_id_list(*o.prompt_ids_text, "--prompt-ids");
+  if (o.stop_token_ids_text) {
+    o.stop_token_ids = parse_token_id_list(*o.stop_token_ids_text, "--stop-token-ids");
+  }
+  if (o.prompt.empty() && o.prompt_ids.empty()) {
     throw Error("give the prompt with --prompt TEXT or --prompt-ids IDS");
   }
-  GenerateOptions o = options;
   const EngineConfig config = engine_config(o);  // bad flag values fail before anything loads
   std::optional<tokenizer::Tokenizer> tok;
   const std::filesystem::path tokenizer_json =
       std::filesystem::path(o.model_dir) / "tokenizer.json";
-  if (!o.prompt.empty() || std::filesystem::exists(tokenizer_json)) {
+  if (!o.prompt.empty() || file_exists(tokenizer_json)) {
     tok = tokenizer::Tokenizer::load(o.model_dir);
   }
   if (!o.prompt.empty()) o.prompt_ids = tok->encode(o.prompt, /*add_special_tokens=*/true);

@@ -21,6 +21,9 @@ namespace strata::cli {
 // The engine flags (--model, --device, --block-size, the KV cache flags, ...) are EngineOptions'
 // (add_engine_options with EngineFlags::kOneRequest).
 struct GenerateOptions : EngineOptions {
+  // --prompt-ids and --stop-token-ids as given; run_generate parses them (parse_token_id_list)
+  // into prompt_ids and stop_token_ids.
+  std::optional<std::string> prompt_ids_text, stop_token_ids_text;
   std::vector<int32_t> prompt_ids;
   std::string prompt;  // text, encoded with the model directory's tokenizer.json
   int32_t max_tokens = 16;

@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "token_id_list.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::cli {
@@ -27,7 +28,7 @@ void add_detokenize_command(CLI::App& app, DetokenizeOptions& o) {
   cmd->add_option("--model", o.model_dir, "Directory with tokenizer.json")
       ->default_val(std::string(STRATA_DEFAULT_MODEL_DIR));
   cmd->add_flag("--skip-special-tokens", o.skip_special_tokens, "Leave out special tokens");
-  cmd->add_option("ids", o.ids, "Token ids, comma- or space-separated")->required()->delimiter(',');
+  cmd->add_option("ids", o.ids, "Token ids, comma- or space-separated")->required();
 }
 
 int run_tokenize(const TokenizeOptions& o) {
@@ -54,15 +55,17 @@ int run_tokenize(const TokenizeOptions& o) {
 }
 
 int run_detokenize(const DetokenizeOptions& o) {
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o.model_dir);
   std::vector<int32_t> ids;
-  ids.reserve(o.ids.size());
-  for (const int64_t id : o.ids) {
-    if (id < 0 || id >= tok.vocab_size() || !tok.id_to_token(static_cast<int32_t>(id))) {
+  for (const std::string& list : o.ids) {
+    const std::vector<int32_t> some = parse_token_id_list(list, "ids");
+    ids.insert(ids.end(), some.begin(), some.end());
+  }
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o.model_dir);
+  for (const int32_t id : ids) {
+    if (id >= tok.vocab_size() || !tok.id_to_token(id)) {
       throw Error("token id " + std::to_string(id) + " is not in the tokenizer (ids 0.." +
                   std::to_string(tok.vocab_size() - 1) + ")");
     }
-    ids.push_back(static_cast<int32_t>(id));
   }
   const std::string text = tok.decode(ids, o.skip_special_tokens);
   std::fwrite(text.data(), 1, text.size(), stdout);

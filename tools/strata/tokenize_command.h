@@ -22,7 +22,7 @@ struct TokenizeOptions {
 
 struct DetokenizeOptions {
   std::string model_dir;
-  std::vector<int64_t> ids;
+  std::vector<std::string> ids;  // each one or more comma-separated ids (parse_token_id_list)
   bool skip_special_tokens = false;
 };
 
