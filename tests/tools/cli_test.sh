@@ -191,4 +191,91 @@ expect_error kv-quant-skip-duplicate "sliding_window is named twice" eval kv-qua
 expect_error bad-threshold "kv-quant-check-threshold" generate --model "$model" --prompt-ids 1 \
   --kv-cache-dtype int8 --kv-quant-check --kv-quant-check-threshold -1
 
+# 8. hostile files and arguments (issue 33): nesting a million levels deep, files that are not
+# regular files, arrival times no replay can wait for, empty or malformed id lists. Each is one
+# line and a non-zero exit, never a crash, an abort or a hang.
+deep=1000000
+deep_array() { repeat "$deep" '['; printf '0'; repeat "$deep" ']'; }  # [[[...0...]]]
+# safetensors_file HEADER OUT: the 8-byte little-endian header length, then the header (no data)
+safetensors_file() {
+  local n le="" i
+  n=$(stat -c %s "$1")
+  for ((i = 0; i < 8; ++i)); do le+=$(printf '\\x%02x' $(((n >> (8 * i)) & 255))); done
+  { printf '%b' "$le"; cat "$1"; } >"$2"
+}
+copy_model; { printf '{"layer_types": ['; deep_array; printf ', "full_attention"],'
+  tail -c +2 "$model/config.json"; } >"$tmp/m/config.json"
+expect_error deep-layer-types "config.json.*deeper than" generate --model "$tmp/m" --prompt-ids 1
+expect_error plan-deep-layer-types "config.json.*deeper than" plan --model "$tmp/m"
+copy_model; { printf '{"w": {"dtype": "F32", "shape": [1], "data_offsets": '; deep_array
+  printf '}}'; } >"$tmp/header.json"
+safetensors_file "$tmp/header.json" "$tmp/m/model.safetensors"
+expect_error deep-data-offsets "safetensors.*deeper than" generate --model "$tmp/m" --prompt-ids 1
+copy_model; rm "$tmp/m/model.safetensors"
+{ printf '{"weight_map": {"model.norm.weight": '; deep_array; printf '}}'; } \
+  >"$tmp/m/model.safetensors.index.json"
+expect_error deep-weight-map "index.json.*deeper than" generate --model "$tmp/m" --prompt-ids 1
+mkdir -p "$tmp/tok"
+{ printf '{"normalizer": '; repeat 200000 '{"type": "Sequence", "normalizers": ['
+  printf '{"type": "NFC"}'; repeat 200000 ']}'
+  printf ', "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}'; } >"$tmp/tok/tokenizer.json"
+expect_error deep-normalizer "tokenizer.json.*deeper than" tokenize --model "$tmp/tok" a
+{ printf '{"pre_tokenizer": '; repeat 200000 '{"type": "Sequence", "pretokenizers": ['
+  printf '{"type": "Whitespace"}'; repeat 200000 ']}'
+  printf ', "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}'; } >"$tmp/tok/tokenizer.json"
+expect_error deep-pre-tokenizer "tokenizer.json.*deeper than" tokenize --model "$tmp/tok" a
+# not regular files: a directory, a device, a FIFO (opening one for reading would wait for a
+# writer), a symlink loop
+copy_model; rm "$tmp/m/config.json"; mkdir "$tmp/m/config.json"
+expect_error config-directory "config.json.*directory" generate --model "$tmp/m" --prompt-ids 1
+expect_error plan-config-directory "config.json.*directory" plan --model "$tmp/m"
+copy_model; rm "$tmp/m/config.json"; mkfifo "$tmp/m/config.json"
+expect_timeout=20 expect_error plan-config-fifo "config.json.*FIFO" plan --model "$tmp/m"
+expect_timeout=20 expect_error config-fifo "config.json.*FIFO" generate --model "$tmp/m" --prompt-ids 1
+copy_model; rm "$tmp/m/config.json"; ln -s config.json "$tmp/m/config.json"
+expect_error config-loop "config.json.*symbolic links" plan --model "$tmp/m"
+expect_error generate-config-loop "config.json.*symbolic links" generate --model "$tmp/m" \
+  --prompt-ids 1
+copy_model; ln -sf /dev/zero "$tmp/m/model.safetensors"
+expect_error plan-dev-zero "model.safetensors.*character device" plan --model "$tmp/m"
+expect_error dev-zero "model.safetensors.*character device" generate --model "$tmp/m" --prompt-ids 1
+copy_model; rm "$tmp/m/model.safetensors"; mkdir "$tmp/m/model.safetensors"
+expect_error plan-weights-directory "model.safetensors.*directory" plan --model "$tmp/m"
+copy_model; rm "$tmp/m/model.safetensors"; ln -s model.safetensors "$tmp/m/model.safetensors"
+expect_error plan-weights-loop "model.safetensors.*symbolic links" plan --model "$tmp/m"
+expect_error weights-loop "model.safetensors.*symbolic links" generate --model "$tmp/m" \
+  --prompt-ids 1
+mkdir -p "$tmp/tokloop"; ln -s tokenizer.json "$tmp/tokloop/tokenizer.json"
+expect_error tokenizer-loop "tokenizer.json.*symbolic links" tokenize --model "$tmp/tokloop" a
+# traces (docs/benchmarks.md): an arrival no replay can wait for fails at once; epoch
+# milliseconds replay from the first line's time
+trace_bench() { "$strata" bench --model "$model" --threads 2 --num-blocks 512 "$@"; }
+printf '%s\n' '{"arrival_time": 0, "input_length": 4, "output_length": 1}' \
+  '{"arrival_time": 1e308, "input_length": 4, "output_length": 1}' >"$tmp/far.jsonl"
+expect_timeout=20 expect_error trace-far-arrival "far.jsonl line 2: arrival_time" bench \
+  --model "$model" --num-blocks 512 --trace "$tmp/far.jsonl"
+printf '%s\n' '{"arrival_time": 0, "input_length": 4, "output_length": 1}' \
+  '{"arrival_time": 691200, "input_length": 4, "output_length": 1}' >"$tmp/long.jsonl"
+expect_timeout=20 expect_error trace-longer-than-a-week "long.jsonl line 2: .*week" bench \
+  --model "$model" --num-blocks 512 --trace "$tmp/long.jsonl"
+printf '%s\n' '{"timestamp": 1767225600000, "input_length": 4, "output_length": 1}' \
+  '{"timestamp": 1767225600050, "input_length": 4, "output_length": 1}' >"$tmp/epoch.jsonl"
+out=$(timeout -k 5 60 "$strata" bench --model "$model" --threads 2 --num-blocks 512 \
+      --trace "$tmp/epoch.jsonl" --json) || fail "epoch-millisecond trace exited non-zero"
+python3 -c 'import json,sys; r=json.load(sys.stdin)["runs"][0]; assert r["num_requests"]==2 and r["duration_s"] < 30, r' \
+  <<<"$out" && ok || fail "epoch-millisecond trace: $out"
+# token id lists: one parser for --prompt-ids, --stop-token-ids and detokenize's ids
+expect_error empty-prompt-ids "prompt-ids.*empty" generate --model "$model" --prompt-ids ''
+expect_error prompt-ids-empty-item "prompt-ids '1,,2'.*empty" generate --model "$model" \
+  --prompt-ids 1,,2
+expect_error prompt-ids-words "prompt-ids 'abc'" generate --model "$model" --prompt-ids abc
+expect_error prompt-ids-negative "prompt-ids '-1'" generate --model "$model" --prompt-ids=-1
+expect_error prompt-ids-too-large "prompt-ids '2147483648'" generate --model "$model" \
+  --prompt-ids 2147483648
+expect_error prompt-ids-wrapped "prompt-ids '4294967301'" generate --model "$model" \
+  --prompt-ids 4294967301
+expect_error stop-token-ids-empty "stop-token-ids.*empty" generate --model "$model" \
+  --prompt-ids 1 --stop-token-ids 1,
+expect_error detokenize-empty "ids.*empty" detokenize ''
+
 finish cli_test
