@@ -119,6 +119,9 @@ std::variant<json, JsonInputError> parse_json_input(std::string_view text, int m
   } catch (const json::parse_error& e) {
     return JsonInputError{JsonInputFault::kSyntax, e.byte > 0 ? e.byte - 1 : 0,
                           one_line(e.what(), kMaxSyntaxMessageBytes)};
+  } catch (const json::exception& e) {
+    // Also raised while parsing: out_of_range 406, a number too large for a double (1e999).
+    return JsonInputError{JsonInputFault::kSyntax, 0, one_line(e.what(), kMaxSyntaxMessageBytes)};
   }
 }
 

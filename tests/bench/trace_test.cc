@@ -78,6 +78,9 @@ TEST(TraceParserTest, RejectsEveryMalformedLineWithItsLineAndReason) {
        "arrival_time 1e+308 is past year 2286"},
       {"{\"timestamp\": 1.7e16, \"input_length\": 4, \"output_length\": 2}",  // microseconds
        "timestamp 1.7e+16 is past year 2286"},
+      // Past a double's range: nlohmann's out_of_range, not its parse_error (found by trace_fuzz).
+      {"{\"arrival_time\": 2e308, \"input_length\": 4, \"output_length\": 2}",
+       "not valid JSON: [json.exception.out_of_range.406] number overflow"},
       {"{\"x\": " + std::string(100'000, '[') + std::string(100'000, ']') + "}",
        "not valid JSON: arrays and objects nest deeper than 128 levels"},
       {"{\"timestamp\": \"5\", \"input_length\": 4, \"output_length\": 2}", "must be a number"},
