@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "engine/engine_impl.h"
 #include "engine/generator.h"
 #include "engine/kv_layout_setup.h"
@@ -118,7 +119,7 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
   if (config_.tenant_salt_secret.empty()) config_.tenant_salt_secret = kv::random_tenant_secret();
   window_ = kv::pool_sliding_window(mc.layer_sliding_window);
   if (!config_.model_dir.empty() &&
-      std::filesystem::exists(std::filesystem::path(config_.model_dir) / "tokenizer.json")) {
+      file_exists(std::filesystem::path(config_.model_dir) / "tokenizer.json")) {
     tokenizer_.emplace(tokenizer::Tokenizer::load(config_.model_dir));
   }
   if (runner_->num_residual_blocks() > 0) residual_blocks_ = residual_window_blocks(config_);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "model/kv_scales.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,7 +36,7 @@ std::vector<int32_t> kv_calibration_tokens(const model::Model& model,
 
 std::vector<int32_t> kv_calibration_tokens(int64_t vocab_size,
                                            const std::filesystem::path& model_dir) {
-  if (!model_dir.empty() && std::filesystem::exists(model_dir / "tokenizer.json")) {
+  if (!model_dir.empty() && file_exists(model_dir / "tokenizer.json")) {
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir);
     std::vector<int32_t> ids = tok.encode(kCalibrationText, /*add_special_tokens=*/true);
     const auto vocab = static_cast<int32_t>(vocab_size);

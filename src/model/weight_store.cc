@@ -164,8 +164,8 @@ void WeightStore::open_sharded(const fs::path& model_dir, const fs::path& index_
   for (const std::string& shard : shard_names) {
     const fs::path shard_path = model_dir / shard;
     if (!is_file(shard_path)) {
-      throw Error("shard '" + shard + "' named in '" + index_path.string() + "' is missing from '" +
-                  model_dir.string() + "' (incomplete download?)");
+      throw Error("shard " + quote(shard) + " named in '" + index_path.string() +
+                  "' is missing from '" + model_dir.string() + "' (incomplete download?)");
     }
     add_file(SafetensorsFile::open(shard_path));
   }
@@ -174,7 +174,7 @@ void WeightStore::open_sharded(const fs::path& model_dir, const fs::path& index_
     if (it == entries_.end() ||
         files_[static_cast<size_t>(it->second.file_idx)].path().filename() != shard) {
       throw Error("tensor " + quote(tensor) + " is listed in '" + index_path.string() +
-                  "' under shard '" + shard + "', but that shard does not contain it");
+                  "' under shard " + quote(shard) + ", but that shard does not contain it");
     }
   }
 }

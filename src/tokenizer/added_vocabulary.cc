@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/utf8.h"
 
@@ -56,7 +57,7 @@ AddedVocabulary AddedVocabulary::from_json(const nlohmann::json& added_tokens,
     const nlohmann::json& id = json_field(j, "id", ctx);
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
         id.get<int64_t>() >= (int64_t{1} << 30)) {
-      throw Error(ctx + " '" + t.content + "': 'id' must be an integer in [0, 2^30)");
+      throw Error(ctx + " " + quote(t.content) + ": 'id' must be an integer in [0, 2^30)");
     }
     if (t.content.empty()) throw Error(ctx + " " + id.dump() + ": empty 'content'");
     t.id = id.get<int32_t>();

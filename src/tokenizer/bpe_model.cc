@@ -7,6 +7,7 @@
 #include <queue>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/utf8.h"
 
@@ -17,7 +18,9 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, bool byte_level,
   const std::string ctx = where + ": model";
   const std::string type =
       model.is_object() && !model.contains("type") ? "BPE" : json_string(model, "type", ctx);
-  if (type != "BPE") throw Error(ctx + ": model type '" + type + "' is not supported (only BPE)");
+  if (type != "BPE") {
+    throw Error(ctx + ": model type " + quote(type) + " is not supported (only BPE)");
+  }
   if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0) {
     throw Error(ctx + ": BPE dropout is not supported for inference");
   }
@@ -28,7 +31,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, bool byte_level,
   for (const auto& [token, id_json] : vocab.items()) {
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
         id_json.get<int64_t>() >= (int64_t{1} << 30)) {
-      throw Error(ctx + ": vocab id of '" + token + "' must be an integer in [0, 2^30)");
+      throw Error(ctx + ": vocab id of " + quote(token) + " must be an integer in [0, 2^30)");
     }
     const auto id = id_json.get<int32_t>();
     if (static_cast<size_t>(id) >= m.id_to_token_.size()) {
@@ -48,7 +51,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, bool byte_level,
   const std::string unk = json_optional_string(model, "unk_token", ctx);
   if (!unk.empty()) {
     m.unk_id_ = m.token_to_id(unk);
-    if (m.unk_id_ < 0) throw Error(ctx + ": unk_token '" + unk + "' is not in the vocab");
+    if (m.unk_id_ < 0) throw Error(ctx + ": unk_token " + quote(unk) + " is not in the vocab");
   }
   for (int b = 0; b < 256; ++b) {
     char name[8];
@@ -102,7 +105,7 @@ void BpeModel::load_merges(const nlohmann::json& merges, const std::string& ctx)
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-        throw Error(ctx + ": merge " + std::to_string(rank) + " '" + s + "' is not 'a b'");
+        throw Error(ctx + ": merge " + std::to_string(rank) + " " + quote(s) + " is not 'a b'");
       }
       a = s.substr(0, space);
       b = s.substr(space + 1);
@@ -114,8 +117,8 @@ void BpeModel::load_merges(const nlohmann::json& merges, const std::string& ctx)
     }
     const int32_t ia = token_to_id(a), ib = token_to_id(b), merged = token_to_id(a + b);
     if (ia < 0 || ib < 0 || merged < 0) {
-      throw Error(ctx + ": merge " + std::to_string(rank) + " ('" + a + "', '" + b +
-                  "') uses a token that is not in the vocab");
+      throw Error(ctx + ": merge " + std::to_string(rank) + " (" + quote(a) + ", " + quote(b) +
+                  ") uses a token that is not in the vocab");
     }
     insert_merge(pair_key(ia, ib), Merge{static_cast<int32_t>(rank), merged});
   }

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/utf8.h"
 
@@ -140,7 +141,7 @@ void Decoder::add_json(const nlohmann::json& j, const std::string& where, std::v
     if (s.b.empty()) throw Error(ctx + ": 'content' must not be empty");
     out.push_back(std::move(s));
   } else {
-    throw Error(where + ": decoder type '" + type + "' is not supported");
+    throw Error(where + ": decoder type " + quote(type) + " is not supported");
   }
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/utf8.h"
 
@@ -104,7 +105,7 @@ void Normalizer::add_json(const nlohmann::json& j, const std::string& where,
     s.right = json_bool(j, "strip_right", false, ctx);
     out.push_back(s);
   } else {
-    throw Error(where + ": normalizer type '" + type + "' is not supported");
+    throw Error(where + ": normalizer type " + quote(type) + " is not supported");
   }
 }
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "tokenizer/json_util.h"
 
 namespace strata::tokenizer {
@@ -38,7 +39,7 @@ void add_template(const nlohmann::json& j, const std::string& ctx, std::vector<i
     }
     const std::string name = json_string(item["SpecialToken"], "id", ctx);
     if (!specials.is_object() || !specials.contains(name)) {
-      throw Error(ctx + ": special token '" + name + "' is not in 'special_tokens'");
+      throw Error(ctx + ": special token " + quote(name) + " is not in 'special_tokens'");
     }
     for (const nlohmann::json& id : json_array(specials[name], "ids", ctx)) {
       (seen_sequence ? suffix : prefix).push_back(json_id(id, ctx));
@@ -62,7 +63,7 @@ void PostProcessor::add_json(const nlohmann::json& j, const std::string& where, 
     p.prefix_.push_back(json_pair_id(j, "cls", ctx));
     p.suffix_.push_back(json_pair_id(j, "sep", ctx));
   } else {
-    throw Error(where + ": post_processor type '" + type + "' is not supported");
+    throw Error(where + ": post_processor type " + quote(type) + " is not supported");
   }
 }
 

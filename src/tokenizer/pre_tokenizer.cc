@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "tokenizer/json_util.h"
 
 namespace strata::tokenizer {
@@ -24,7 +25,7 @@ PreTokenizer::Behavior PreTokenizer::parse_behavior(const std::string& name,
   if (name == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
   if (name == "MergedWithNext") return Behavior::kMergedWithNext;
   if (name == "Contiguous") return Behavior::kContiguous;
-  throw Error(ctx + ": unknown behavior '" + name + "'");
+  throw Error(ctx + ": unknown behavior " + quote(name));
 }
 
 void PreTokenizer::add_json(const nlohmann::json& j, const std::string& where,
@@ -63,7 +64,7 @@ void PreTokenizer::add_json(const nlohmann::json& j, const std::string& where,
     else if (scheme == "never")
       s.prepend = Prepend::kNever;
     else
-      throw Error(ctx + ": unknown prepend_scheme '" + scheme + "'");
+      throw Error(ctx + ": unknown prepend_scheme " + quote(scheme));
     s.split = json_bool(j, "split", true, ctx);
     out.push_back(std::move(s));
   } else if (type == "Whitespace") {
@@ -76,7 +77,7 @@ void PreTokenizer::add_json(const nlohmann::json& j, const std::string& where,
     out.push_back({Kind::kSplit, regex(R"(\p{N})", false),
                    individual ? Behavior::kIsolated : Behavior::kContiguous});
   } else {
-    throw Error(where + ": pre_tokenizer type '" + type + "' is not supported");
+    throw Error(where + ": pre_tokenizer type " + quote(type) + " is not supported");
   }
 }
 

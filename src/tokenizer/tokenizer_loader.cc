@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/json_input.h"
 #include "core/mapped_file.h"
+#include "core/quote.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -55,7 +56,9 @@ std::optional<int32_t> lookup(const Tokenizer& t, const std::string& content, co
                               const std::string& ctx) {
   if (content.empty()) return std::nullopt;
   const std::optional<int32_t> id = t.token_to_id(content);
-  if (!id) throw Error(ctx + ": " + what + " '" + content + "' is not a token of tokenizer.json");
+  if (!id) {
+    throw Error(ctx + ": " + what + " " + quote(content) + " is not a token of tokenizer.json");
+  }
   return id;
 }
 
