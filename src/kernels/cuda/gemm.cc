@@ -82,17 +82,18 @@ struct ShapeKeyHash {
 //
 // FP8 weights: A is w's e4m3 codes and B the activations' codes (the Gemm's scratch, ld = k),
 // each with a vector of fp32 scales (OUTER_VEC_32F: A's per row of D, i.e. per output feature,
-// B's per column of D, i.e. per token). Where cuBLASLt has no FP8 algorithm for an fp32 D, the
-// plan writes a bf16 product into the scratch (via_bf16) and finish_product adds it to d; where
-// it has none with vector scales at all, the product of the bare codes goes to the scratch
-// (unscaled) and finish_product applies both scales.
+// B's per column of D, i.e. per token). Where cuBLASLt has no such algorithm, the product of the
+// bare codes goes to an fp32 scratch (unscaled, exact up to fp32 accumulation) and
+// finish_product applies both scales, the bias and the add into d; a bf16 scratch (with or
+// without the scales) is the last resort, and rounds the product once more.
+enum class Via { kNone, kF32, kBf16 };  // where an FP8 product goes before finish_product
 struct Plan {
   DescPtr desc;
   LayoutPtr w_layout, a_layout, d_layout;
   cublasLtMatmulAlgo_t algo{};
   bool epilogue_bias = false;  // bias through the epilogue; else a bias kernel afterwards
-  bool via_bf16 = false;       // FP8: D is a bf16 [m, n] scratch, finished by a kernel
-  bool unscaled = false;       // FP8 without vector scales (via_bf16; the kernel scales)
+  Via via = Via::kNone;        // FP8: D is an [m, n] scratch, finished by a kernel
+  bool unscaled = false;       // FP8 without vector scales (via a scratch; the kernel scales)
 };
 
 cudaDataType_t cuda_type(DType d) { return d == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
@@ -143,7 +144,7 @@ struct Gemm::Impl {
   DeviceBuffer workspace;
   int64_t gemv_max_rows = 0;
   std::unordered_map<ShapeKey, Plan, ShapeKeyHash> plans;
-  // FP8: the activations' codes [m, k] and scales [m], and via_bf16's product [m, n]. A grown
+  // FP8: the activations' codes [m, k] and scales [m], and a via plan's product [m, n]. A grown
   // scratch keeps the buffers before it (retired): graphs captured earlier still use them.
   DeviceBuffer scratch;
   std::vector<DeviceBuffer> retired;
@@ -171,9 +172,9 @@ struct Gemm::Impl {
   }
 
   // The descriptors of `key` with the bias epilogue (bias type bf16) or without; then the
-  // heuristic's first algorithm. NotFound when the heuristic has none. via_bf16 (FP8 only): D is
-  // a contiguous bf16 [m, n] scratch instead of d.
-  Result<Plan> make_plan(const ShapeKey& key, bool epilogue_bias, bool via_bf16 = false,
+  // heuristic's first algorithm. NotFound when the heuristic has none. via (FP8 only): D is a
+  // contiguous fp32 or bf16 [m, n] scratch instead of d.
+  Result<Plan> make_plan(const ShapeKey& key, bool epilogue_bias, Via via = Via::kNone,
                          bool unscaled = false) {
     Plan plan;
     cublasLtMatmulDesc_t desc = nullptr;
@@ -214,9 +215,12 @@ struct Gemm::Impl {
                                                    static_cast<uint64_t>(key.m),
                                                    key.w_fp8 ? key.k : key.lda));
     plan.a_layout.reset(layout);
-    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
-        &layout, via_bf16 ? CUDA_R_16BF : cuda_type(key.d_dtype), static_cast<uint64_t>(key.n),
-        static_cast<uint64_t>(key.m), via_bf16 ? key.n : key.ldd));
+    const cudaDataType_t d_type = via == Via::kF32    ? CUDA_R_32F
+                                  : via == Via::kBf16 ? CUDA_R_16BF
+                                                      : cuda_type(key.d_dtype);
+    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, d_type, static_cast<uint64_t>(key.n),
+                                                   static_cast<uint64_t>(key.m),
+                                                   via == Via::kNone ? key.ldd : key.n));
     plan.d_layout.reset(layout);
 
     cublasLtMatmulPreference_t pref_raw = nullptr;
@@ -243,7 +247,7 @@ struct Gemm::Impl {
     STRATA_CUBLAS_CHECK(result.state);
     plan.algo = result.algo;
     plan.epilogue_bias = epilogue_bias;
-    plan.via_bf16 = via_bf16;
+    plan.via = via;
     plan.unscaled = unscaled;
     return plan;
   }
@@ -259,11 +263,9 @@ struct Gemm::Impl {
       // an fp32 output; any failure of that probe falls back to the separate bias add.
       plan = make_plan(key, false);
     }
-    if (!plan.ok() && key.w_fp8 && key.d_dtype == DType::kF32) {
-      plan = make_plan(key, key.bias, true);
-      if (!plan.ok() && key.bias) plan = make_plan(key, false, true);
-    }
-    if (!plan.ok() && key.w_fp8) plan = make_plan(key, false, true, true);
+    if (!plan.ok() && key.w_fp8) plan = make_plan(key, false, Via::kF32, /*unscaled=*/true);
+    if (!plan.ok() && key.w_fp8) plan = make_plan(key, false, Via::kBf16);
+    if (!plan.ok() && key.w_fp8) plan = make_plan(key, false, Via::kBf16, /*unscaled=*/true);
     if (!plan.ok()) {
       if (plan.status().code() != StatusCode::kNotFound) return plan.status();
       return Status::Internal("cuBLASLt found no algorithm for gemm m=" + std::to_string(key.m) +
@@ -293,7 +295,8 @@ namespace {
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 }  // namespace
 
-// The scratch of an FP8 product: codes [m, k], then scales [m], then via_bf16's product [m, n].
+// The scratch of an FP8 product: codes [m, k], then scales [m], then the product [m, n] of a plan
+// that goes via the scratch (room for fp32).
 struct Fp8Scratch {
   size_t scales_at, product_at, end_plain, end_via;
 };
@@ -303,7 +306,7 @@ Fp8Scratch fp8_scratch(int64_t m, int64_t n, int64_t k) {
   s.scales_at = align256(mm * static_cast<size_t>(k));
   s.product_at = align256(s.scales_at + mm * 4);
   s.end_plain = s.product_at;
-  s.end_via = s.product_at + mm * static_cast<size_t>(n) * 2;
+  s.end_via = s.product_at + mm * static_cast<size_t>(n) * 4;
   return s;
 }
 
@@ -316,18 +319,18 @@ Gemm::Fp8PlanCounts Gemm::fp8_plan_counts() const {
   return c;
 }
 
-Result<int64_t> Gemm::reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_f32_n,
+Result<int64_t> Gemm::reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_n,
                                   cudaStream_t stream) {
-  if (max_rows < 0 || max_k < 0 || max_f32_n < 0) {
+  if (max_rows < 0 || max_k < 0 || max_n < 0) {
     return Status::InvalidArgument("reserve_fp8: negative sizes");
   }
-  const Fp8Scratch s = fp8_scratch(max_rows, max_f32_n, max_k);
+  const Fp8Scratch s = fp8_scratch(max_rows, max_n, max_k);
   STRATA_RETURN_IF_ERROR(impl_->reserve_scratch(s.end_via, stream));
   return static_cast<int64_t>(impl_->scratch.bytes());
 }
 
 // FP8 weights: a few rows through the GEMV on the codes; else the activations to e4m3 per token
-// (scratch: codes [m, k], then scales [m], then via_bf16's product [m, n]) and the FP8 product.
+// (scratch: codes [m, k], then scales [m], then a via plan's product [m, n]) and the FP8 product.
 Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
   if (p.m <= gemv_max_rows && detail::gemv_fits(p.m, p.n, p.k, true)) {
     detail::GemvParams g{p.a, p.lda, p.w, p.ldw, true, p.w_scale, p.bias, p.d, p.ldd, p.d_dtype,
@@ -341,7 +344,8 @@ Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
   Plan& plan = *found.value();
   const Fp8Scratch at = fp8_scratch(p.m, p.n, p.k);
   const size_t scales_at = at.scales_at, product_at = at.product_at;
-  STRATA_RETURN_IF_ERROR(reserve_scratch(plan.via_bf16 ? at.end_via : at.end_plain, stream));
+  const bool via = plan.via != Via::kNone;
+  STRATA_RETURN_IF_ERROR(reserve_scratch(via ? at.end_via : at.end_plain, stream));
   auto* base = static_cast<char*>(scratch.data());
   auto* a_scales = reinterpret_cast<float*>(base + scales_at);
   Fp8QuantizeRowsParams q;
@@ -366,21 +370,22 @@ Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
     STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                        &p.bias, sizeof(p.bias)));
   }
-  void* out = plan.via_bf16 ? base + product_at : p.d;
+  void* out = via ? base + product_at : p.d;
   const float alpha = 1.0f;
-  const float beta = p.accumulate && !plan.via_bf16 ? 1.0f : 0.0f;
+  const float beta = p.accumulate && !via ? 1.0f : 0.0f;
   STRATA_CUBLAS_CHECK(cublasLtMatmul(handle, desc, &alpha, p.w, plan.w_layout.get(), base,
                                      plan.a_layout.get(), &beta, out, plan.d_layout.get(), out,
                                      plan.d_layout.get(), &plan.algo, workspace.data(),
                                      workspace.bytes(), stream));
   const void* bias = plan.epilogue_bias ? nullptr : p.bias;
-  if (plan.via_bf16) {
+  if (via) {
     detail::FinishProductParams f;
     f.d = p.d;
     f.ldd = p.ldd;
     f.d_f32 = p.d_dtype == DType::kF32;
     f.product = out;
     f.ldp = p.n;
+    f.product_f32 = plan.via == Via::kF32;
     f.a_scale = plan.unscaled ? a_scales : nullptr;
     f.w_scale = plan.unscaled ? p.w_scale : nullptr;
     f.bias = bias;

@@ -72,10 +72,11 @@ class Gemm {
   Gemm& operator=(Gemm&&) noexcept;
   ~Gemm();
 
-  // Allocates the FP8 scratch for products of up to max_rows rows, max_k inputs and, for fp32
-  // outputs, max_f32_n outputs, so that later products need not grow it (each growth keeps the
-  // old buffer alive for the graphs that use it). Returns the scratch's bytes.
-  Result<int64_t> reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_f32_n,
+  // Allocates the FP8 scratch for products of up to max_rows rows, max_k inputs and max_n
+  // outputs (a product cuBLASLt cannot scale itself goes through it in fp32), so that later
+  // products need not grow it (each growth keeps the old buffer alive for the graphs that use
+  // it). Returns the scratch's bytes.
+  Result<int64_t> reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_n,
                               cudaStream_t stream);
 
   // How many of the cached FP8 plans take cuBLASLt's vector scales, and how many scale in a

@@ -43,10 +43,12 @@ __global__ void __launch_bounds__(kThreads)
   const float b =
       p.bias != nullptr ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[j]) : 0.0f;
   const float ws = p.w_scale != nullptr ? p.w_scale[j] : 1.0f;
-  const auto* t = static_cast<const __nv_bfloat16*>(p.product);
   for (int64_t i = blockIdx.y; i < p.m; i += gridDim.y) {
     const float as = p.a_scale != nullptr ? p.a_scale[i] : 1.0f;
-    const float v = as * ws * __bfloat162float(t[i * p.ldp + j]) + b;
+    const int64_t at = i * p.ldp + j;
+    const float t = p.product_f32 ? static_cast<const float*>(p.product)[at]
+                                  : __bfloat162float(static_cast<const __nv_bfloat16*>(p.product)[at]);
+    const float v = as * ws * t + b;
     if (p.d_f32) {
       float* d = static_cast<float*>(p.d) + i * p.ldd + j;
       *d = p.accumulate ? *d + v : v;

@@ -133,9 +133,11 @@ void CudaModel::Impl::allocate_scratch() {
     bytes += static_cast<int64_t>(b->bytes());
   }
   if (options.weight_dtype == DType::kF8E4M3) {
-    // The activations' FP8 codes, at their largest now: graphs keep the scratch's address.
-    const Result<int64_t> fp8 =
-        gemm.reserve_fp8(t, std::max({h, q_width(), inter}), h, stream.get());
+    // The activations' FP8 codes and, for products cuBLASLt cannot scale itself, their fp32
+    // product, at their largest now: graphs keep the scratch's address.
+    const int64_t qkv_n = q_width() + 2 * config.num_key_value_heads * config.head_dim;
+    const Result<int64_t> fp8 = gemm.reserve_fp8(t, std::max({h, q_width(), inter}),
+                                                 std::max({h, qkv_n, 2 * inter}), stream.get());
     check(fp8.ok() ? Status::Ok() : fp8.status(), "FP8 activation scratch");
     bytes += *fp8;
   }
