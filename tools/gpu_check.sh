@@ -90,6 +90,7 @@ set(STRATA_CUDA ON)
 include(\${STRATA_ROOT}/cmake/strata_cuda.cmake)
 include(\${STRATA_ROOT}/cmake/strata_defaults.cmake)
 find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)  # strata_core's JSON entry point (header-only)
 # Everything but the CUDA driver and glibc linked statically, so the binaries run on the GPU
 # machine's image.
 add_link_options(-static-libstdc++ -static-libgcc)
