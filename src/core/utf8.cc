@@ -4,26 +4,40 @@
 
 namespace strata {
 
+namespace {
+
+// What a lead byte of a multi-byte sequence announces: its length (0: not a lead byte) and the
+// range its second byte must fall in (overlong forms, surrogates and code points past U+10FFFF
+// excluded); later bytes are 0x80-0xBF.
+struct Lead {
+  size_t n = 0;
+  uint8_t lo = 0x80, hi = 0xBF;
+};
+
+Lead lead_of(uint8_t c) {
+  Lead l;
+  if (c >= 0xC2 && c <= 0xDF) {
+    l.n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    l.n = 3;
+    if (c == 0xE0) l.lo = 0xA0;
+    if (c == 0xED) l.hi = 0x9F;  // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    l.n = 4;
+    if (c == 0xF0) l.lo = 0x90;
+    if (c == 0xF4) l.hi = 0x8F;
+  }
+  return l;
+}
+
+}  // namespace
+
 size_t utf8_valid_length(std::string_view s, size_t i) {
   const auto b = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
   const uint8_t c = b(i);
   if (c < 0x80) return 1;
-  size_t n = 0;
-  uint8_t lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;  // no surrogates
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
+  const auto [n, lo, hi] = lead_of(c);
+  if (n == 0 || i + n > s.size()) return 0;
   if (b(i + 1) < lo || b(i + 1) > hi) return 0;
   for (size_t k = 2; k < n; ++k) {
     if ((b(i + k) & 0xC0) != 0x80) return 0;
@@ -45,22 +59,8 @@ namespace {
 // Length of the longest prefix of an invalid sequence at s[i] that a valid sequence could start
 // with (the "maximal subpart"); at least 1.
 size_t maximal_invalid_prefix(std::string_view s, size_t i) {
-  const auto c = static_cast<uint8_t>(s[i]);
-  size_t n = 0;
-  uint8_t lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 1;
-  }
+  const auto [n, lo, hi] = lead_of(static_cast<uint8_t>(s[i]));
+  if (n == 0) return 1;
   size_t k = 1;
   for (; k < n && i + k < s.size(); ++k) {
     const auto d = static_cast<uint8_t>(s[i + k]);
