@@ -193,8 +193,8 @@ Status EngineImpl::validate_request(const EngineRequest& r) const {
 
 bool EngineImpl::fits_pool(int64_t total) const {
   const int32_t bs = config_.block_size;
-  const int64_t chunk = std::min<int64_t>(total, config_.max_num_batched_tokens);
-  const int64_t held = window_ > 0 ? (window_ + chunk + bs - 1) / bs + 1 : (total + bs - 1) / bs;
+  const int64_t held =
+      kv::blocks_needed_per_request(total, window_, config_.max_num_batched_tokens, bs);
   const int64_t usable = cache_->pool().num_blocks() - 1;
   return held <= usable && !(config_.allocator == KvAllocatorKind::kContiguous &&
                              config_.max_model_len > usable * bs);

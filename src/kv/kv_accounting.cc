@@ -186,6 +186,13 @@ int64_t blocks_held_per_sequence(int64_t num_tokens, int32_t window, int32_t blo
   return std::min<int64_t>(all, (window + block_size - 1) / block_size + 1);
 }
 
+int64_t blocks_needed_per_request(int64_t num_tokens, int32_t window, int32_t chunk_tokens,
+                                  int32_t block_size) {
+  if (window <= 0) return (num_tokens + block_size - 1) / block_size;
+  const int64_t chunk = std::min<int64_t>(num_tokens, chunk_tokens);
+  return (window + chunk + block_size - 1) / block_size + 1;
+}
+
 PoolUsage measure_usage(const BlockPool& pool, std::span<const BlockTable* const> tables) {
   const int32_t bs = pool.block_size();
   PoolUsage u;

@@ -86,6 +86,13 @@ int32_t pool_sliding_window(std::span<const int32_t> layer_windows);
 // ceil(window / block_size) + 1 (the window straddles one extra block).
 int64_t blocks_held_per_sequence(int64_t num_tokens, int32_t window, int32_t block_size);
 
+// Blocks one request of num_tokens (prompt + max_tokens) may need at once when prefilled in
+// chunks of at most chunk_tokens: all of them, or, with a window, the window and one chunk
+// rounded up to blocks, + the straddled block. A pool of this many blocks (+ the null block)
+// runs the request alone.
+int64_t blocks_needed_per_request(int64_t num_tokens, int32_t window, int32_t chunk_tokens,
+                                  int32_t block_size);
+
 // How a pool's token slots are used at one moment.
 struct PoolUsage {
   int64_t capacity_slots = 0;   // (num_blocks - 1) x block_size: every allocatable slot

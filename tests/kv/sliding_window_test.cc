@@ -116,6 +116,10 @@ TEST(SlidingWindowTest, PoolWindowNeedsEveryLayerWindowed) {
   EXPECT_EQ(blocks_held_per_sequence(32768, 4096, 16), 257);
   EXPECT_EQ(blocks_held_per_sequence(100, 4096, 16), 7);
   EXPECT_EQ(blocks_held_per_sequence(100, 0, 16), 7);
+  // A request's need: every block without a window; with one, the window and a chunk + 1.
+  EXPECT_EQ(blocks_needed_per_request(100, 0, 2048, 16), 7);
+  EXPECT_EQ(blocks_needed_per_request(100, 64, 2048, 16), 12);  // ceil((64 + 100) / 16) + 1
+  EXPECT_EQ(blocks_needed_per_request(700, 64, 16, 16), 6);      // ceil((64 + 16) / 16) + 1
 }
 
 TEST(PoolGrowthTest, NewBlocksAreUsedBeforeAnyCachedBlockIsEvicted) {
