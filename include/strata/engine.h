@@ -139,6 +139,9 @@ struct EngineRequest {
   std::string cache_salt;       // the client's prefix-cache salt
   std::string tenant;           // the engine salts each tenant's requests itself
   int32_t priority = 0;         // priority policy: lower runs first (vLLM's convention)
+  // Scoring: return the logits at every prompt position in RequestOutput::prompt_logits. The
+  // prompt is then computed whole (never served by the prefix cache, which it still fills).
+  bool prompt_logits = false;
 };
 
 // One sequence's progress in one step.
@@ -164,6 +167,9 @@ struct RequestOutput {
   std::vector<CompletionDelta> deltas;  // the sequences that advanced or finished this step
   // Once, with the first delta, when params.prompt_logprobs >= 0 (the first entry is nullopt).
   std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
+  // Once, with the first delta, when the request set prompt_logits: [num_prompt, vocab]
+  // row-major, row p the logits after prompt token p (the row that scores token p + 1).
+  std::vector<float> prompt_logits;
   bool finished = false;  // every sequence finished (or the request was cancelled)
   bool cancelled = false;
   RequestMetrics metrics;

@@ -253,6 +253,10 @@ Result<RequestId> EngineImpl::submit(EngineRequest request) {
                                    r.request.cache_salt);
   seq.counts.add_prompt(seq.tokens);
   if (r.request.params.prompt_logprobs >= 0) r.prompt_logprobs.resize(seq.tokens.size());
+  if (r.request.prompt_logits) {
+    seq.all_logits = true;
+    r.prompt_logits.resize(seq.tokens.size() * static_cast<size_t>(vocab_size()));
+  }
   scheduler_->add_waiting(&seq);
   return id;
 }

@@ -33,8 +33,9 @@ struct RequestState {
   bool forked = false;       // the n - 1 siblings exist
   bool cancelled = false;
   bool reported_done = false;
-  bool prompt_logprobs_sent = false;
+  bool prompt_outputs_sent = false;  // prompt_logprobs and prompt_logits (with the first delta)
   std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
+  std::vector<float> prompt_logits;  // request.prompt_logits: [num_prompt, vocab]
 
   bool all_finished() const;
 };

@@ -111,6 +111,11 @@ Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int3
           {logits + j * vocab, vocab}, s.tokens[static_cast<size_t>(next)], s.params.prompt_logprobs);
     }
   }
+  if (all_rows && s.all_logits) {  // rows past the prompt (none but a decode's) are not kept
+    const int32_t kept = std::min(num_rows, s.num_prompt - first_pos);
+    std::copy(logits, logits + static_cast<size_t>(kept) * vocab,
+              r.prompt_logits.begin() + static_cast<ptrdiff_t>(first_pos) * vocab);
+  }
   s.num_computed += num_rows;
   cache_->cache_full_blocks(s.table, s.tokens, s.num_computed, s.cache_keys);
   // INT4: residual blocks no later query reads at full precision go back now (before a fork
@@ -192,9 +197,10 @@ RequestOutput EngineImpl::collect(RequestState& r) {
     s.num_sent = s.finished ? kReported : s.result.output_ids.size();
     out.deltas.push_back(std::move(d));
   }
-  if (!r.prompt_logprobs_sent && r.request.params.prompt_logprobs >= 0 && !out.deltas.empty()) {
-    out.prompt_logprobs = r.prompt_logprobs;
-    r.prompt_logprobs_sent = true;
+  if (!r.prompt_outputs_sent && !out.deltas.empty()) {
+    if (r.request.params.prompt_logprobs >= 0) out.prompt_logprobs = r.prompt_logprobs;
+    out.prompt_logits = std::move(r.prompt_logits);
+    r.prompt_outputs_sent = true;
   }
   if (!r.reported_done && (r.cancelled || r.all_finished())) {
     r.reported_done = true;

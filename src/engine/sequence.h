@@ -42,7 +42,9 @@ struct Sequence {
   SamplingParams params;
   std::optional<Sampler> sampler;
   TokenCounts counts;
-  bool all_logits = false;  // scoring: keep every prompt position's logits, sample nothing
+  // Scoring: every prompt position's logits are wanted (Generator keeps them in `logits` and
+  // samples nothing; Engine returns them in RequestOutput::prompt_logits and samples as usual).
+  bool all_logits = false;
   bool finished = false;
   GenerationResult result;
   std::vector<float> logits;  // all_logits only: [num_prompt, vocab]
@@ -54,7 +56,9 @@ struct Sequence {
   int32_t priority = 0;         // lower runs first (priority policy)
   uint64_t arrival_order = 0;   // the request's submission order
   size_t num_sent = 0;          // output tokens already returned in step outputs
-  bool prompt_logprobs_done = false;  // computed once; a recompute after preemption skips them
+  // The prompt's rows (prompt logprobs, all_logits) are computed once; a recompute after
+  // preemption skips them.
+  bool prompt_logprobs_done = false;
   int32_t num_preemptions = 0;
   double arrival_time = 0.0;           // engine clock, seconds
   int64_t contiguous_offset = -1;      // contiguous-allocator baseline: reserved range, or -1
@@ -71,7 +75,7 @@ struct Sequence {
 
   Sequence(int32_t block_size, int32_t vocab) : table(block_size), counts(vocab) {}
   bool wants_all_rows() const {
-    return all_logits || (params.prompt_logprobs >= 0 && !prompt_logprobs_done);
+    return (all_logits || params.prompt_logprobs >= 0) && !prompt_logprobs_done;
   }
 };
 

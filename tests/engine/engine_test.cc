@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/generator.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "engine_testing.h"
@@ -137,6 +138,36 @@ TEST_P(EnginePreemptionTest, PreemptedRequestsGetTheSameTokensAndNothingLeaks) {
   EXPECT_GT(preempted_requests, 0);
 }
 
+// Scoring requests (prompt_logits) under preemption in 16-token chunks: every prompt's logits
+// within 1e-5 of the request run alone, and nothing leaks.
+TEST_P(EnginePreemptionTest, PromptLogitsHoldUnderPreemption) {
+  EngineConfig c = engine::test_util::preempting({}, GetParam());
+  c.max_num_batched_tokens = 16;
+  auto e = make(c);
+  std::vector<EngineRequest> requests;
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 16; ++i) {
+    requests.push_back(greedy(prompt_of(40 + i, i), 24));
+    requests.back().prompt_logits = true;
+    ids.push_back(*e->submit(requests.back()));
+  }
+  auto got = drain(*e);
+  engine::test_util::expect_preemption_totals(*e, GetParam());
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  const int64_t vocab = e->vocab_size();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Collected ref = alone(requests[i]);
+    const auto rows = static_cast<int64_t>(requests[i].prompt.size());
+    ASSERT_EQ(got[ids[i]].prompt_logits.size(), static_cast<size_t>(rows * vocab));
+    ASSERT_EQ(ref.prompt_logits.size(), static_cast<size_t>(rows * vocab));
+    EXPECT_LE(engine::test_util::max_row_rel_err(got[ids[i]].prompt_logits.data(),
+                                                 ref.prompt_logits.data(), rows, vocab),
+              kTolerance)
+        << "request " << i;
+    EXPECT_EQ(got[ids[i]].tokens.at(0), ref.tokens.at(0)) << "request " << i;
+  }
+}
+
 TEST_P(EnginePreemptionTest, CancellingPreemptedRequestsFreesEverything) {
   EngineConfig c;
   c.num_blocks = 1 + 12;
@@ -161,6 +192,63 @@ INSTANTIATE_TEST_SUITE_P(Modes, EnginePreemptionTest,
                          [](const ::testing::TestParamInfo<PreemptionMode>& i) {
                            return i.param == PreemptionMode::kSwap ? "Swap" : "Recompute";
                          });
+
+// log_softmax(row)[token], in double.
+double log_softmax_at(const float* row, int64_t vocab, int32_t token) {
+  const double max = *std::max_element(row, row + vocab);
+  double sum = 0.0;
+  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - max);
+  return row[token] - max - std::log(sum);
+}
+
+// A scoring request's prompt logits: Generator::prompt_logits' rows bit for bit when run alone;
+// within 1e-5 of that batched with others, in 7-token chunks, after a prefix hit (which a
+// scoring request does not take: it computes its whole prompt); and the prompt logprobs of the
+// same request are the log-softmax of its rows.
+TEST_F(EngineTest, PromptLogitsMatchGeneratorAloneBatchedChunkedAndAfterAPrefixHit) {
+  const int64_t vocab = model_.vocab_size();
+  const std::vector<int32_t> p = prompt_of(70, 9);
+  const auto rows = static_cast<int64_t>(p.size());
+  engine::Generator generator(model_, pool_, engine::GeneratorConfig{});
+  const auto expected = generator.prompt_logits(std::vector<std::vector<int32_t>>{p});
+  ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+  ASSERT_EQ((*expected)[0].size(), static_cast<size_t>(rows * vocab));
+
+  EngineRequest r = greedy(p, 3);
+  r.prompt_logits = true;
+  r.params.prompt_logprobs = 1;
+  const Collected solo = alone(r);
+  ASSERT_TRUE(solo.finished);
+  EXPECT_EQ(solo.prompt_logits, (*expected)[0]) << "alone: bit for bit";
+  ASSERT_EQ(solo.prompt_logprobs.size(), p.size());
+  EXPECT_FALSE(solo.prompt_logprobs[0].has_value());
+  for (size_t i = 1; i < p.size(); ++i) {
+    ASSERT_TRUE(solo.prompt_logprobs[i].has_value());
+    EXPECT_NEAR(solo.prompt_logprobs[i]->logprob,
+                log_softmax_at(&solo.prompt_logits[(i - 1) * static_cast<size_t>(vocab)], vocab,
+                               p[i]),
+                1e-5)
+        << "prompt token " << i;
+  }
+
+  EngineConfig chunked;
+  chunked.max_num_batched_tokens = 7;
+  auto e = make(chunked);
+  *e->submit(greedy(p, 5));  // caches the prompt's blocks first
+  drain(*e);
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 3; ++i) ids.push_back(*e->submit(greedy(prompt_of(30 + i, i), 4)));
+  const RequestId scored = *e->submit(r);
+  auto got = drain(*e);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  ASSERT_EQ(got[scored].prompt_logits.size(), static_cast<size_t>(rows * vocab));
+  EXPECT_LE(engine::test_util::max_row_rel_err(got[scored].prompt_logits.data(),
+                                               (*expected)[0].data(), rows, vocab),
+            kTolerance);
+  EXPECT_EQ(got[scored].tokens.at(0), solo.tokens.at(0));
+  EXPECT_EQ(got[scored].metrics.num_cached_tokens, 0) << "a scoring request computes its prompt";
+  for (const RequestId id : ids) EXPECT_TRUE(got[id].prompt_logits.empty());
+}
 
 TEST_F(EngineTest, APrefixHitGivesTheColdRunsTokens) {
   auto e = make();

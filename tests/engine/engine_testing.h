@@ -1,14 +1,19 @@
 #pragma once
 // What the Engine suites share: a request's outputs gathered from the step outputs, greedy
-// requests over synthetic prompts, and stepping an engine until every request has finished.
+// requests over synthetic prompts, stepping an engine until every request has finished, and
+// every prompt position's logits of a batch of prompts.
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "core/thread_pool.h"
+#include "kv/kv_accounting.h"
+#include "model/model.h"
 #include "strata/engine.h"
 
 namespace strata::engine::test_util {
@@ -18,6 +23,8 @@ struct Collected {
   std::map<int32_t, std::vector<int32_t>> tokens;  // by sequence index
   std::map<int32_t, std::vector<TokenLogprobs>> logprobs;
   std::map<int32_t, FinishReason> finish;
+  std::vector<std::optional<TokenLogprobs>> prompt_logprobs;  // params.prompt_logprobs >= 0
+  std::vector<float> prompt_logits;                           // request.prompt_logits
   bool finished = false;
   bool cancelled = false;
   RequestMetrics metrics;
@@ -49,6 +56,8 @@ inline void absorb(Collected& c, const RequestOutput& o) {
     l.insert(l.end(), d.logprobs.begin(), d.logprobs.end());
     if (d.finish_reason) c.finish[d.index] = *d.finish_reason;
   }
+  if (!o.prompt_logprobs.empty()) c.prompt_logprobs = o.prompt_logprobs;
+  if (!o.prompt_logits.empty()) c.prompt_logits = o.prompt_logits;
   c.finished |= o.finished;
   c.cancelled |= o.cancelled;
   c.metrics = o.metrics;
@@ -66,6 +75,48 @@ inline std::map<RequestId, Collected> drain(Engine& e) {
     EXPECT_LE(e.last_step().live_token_slots, e.last_step().capacity_token_slots);
     for (const RequestOutput& o : *step) absorb(out[o.id], o);
   }
+  return out;
+}
+
+// A pool for requests that all run at once (what Generator sized for its batch), with no
+// watermark, which would keep a pool that tight from admitting the last of them: each request's
+// kv::blocks_needed_per_request for its prompt + max_tokens, + the null block. window: the
+// model's kv::pool_sliding_window.
+inline EngineConfig sized_for(EngineConfig c, const std::vector<EngineRequest>& requests,
+                              int32_t window) {
+  int64_t blocks = 1;
+  for (const EngineRequest& r : requests) {
+    blocks += kv::blocks_needed_per_request(
+        static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens, window,
+        c.max_num_batched_tokens, c.block_size);
+  }
+  c.num_blocks = static_cast<int32_t>(blocks);
+  c.watermark = 0.0;
+  return c;
+}
+
+// The logits at every position of each prompt (prompt_logits requests, one greedy token each),
+// all submitted at once to an engine over model sized for them; no step fails and no block
+// leaks.
+inline std::vector<std::vector<float>> prompt_logits(model::Model& model, ThreadPool& pool,
+                                                     const std::vector<std::vector<int32_t>>& prompts,
+                                                     const EngineConfig& config = {}) {
+  std::vector<EngineRequest> requests;
+  for (const std::vector<int32_t>& p : prompts) {
+    requests.push_back(greedy(p, 1, -1));
+    requests.back().prompt_logits = true;
+  }
+  auto e = Engine::create(
+      model, pool,
+      sized_for(config, requests, kv::pool_sliding_window(model.config().layer_sliding_window)));
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  if (!e.ok()) return {};
+  std::vector<RequestId> ids;
+  for (const EngineRequest& r : requests) ids.push_back(*(*e)->submit(r));
+  std::map<RequestId, Collected> got = drain(**e);
+  EXPECT_EQ((*e)->last_step().num_used_blocks, 0) << "blocks leaked";
+  std::vector<std::vector<float>> out;
+  for (const RequestId id : ids) out.push_back(std::move(got[id].prompt_logits));
   return out;
 }
 
