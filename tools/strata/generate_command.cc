@@ -14,13 +14,11 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "core/thread_pool.h"
-#include "engine/generator.h"
-#include "engine/kv_layout_setup.h"
+#include "engine/kv_quant_check.h"
 #include "kv/kv_accounting.h"
 #include "kv/kv_layer_dtypes.h"
 #include "model/generation_config.h"
-#include "model/model.h"
+#include "model/hf_config.h"
 #include "strata/engine.h"
 #include "token_id_list.h"
 #include "tokenizer/tokenizer.h"
@@ -30,7 +28,7 @@ namespace {
 
 using nlohmann::json;
 
-// What `strata generate` prints, filled by either path (the CPU Generator or the Engine).
+// What `strata generate` prints.
 struct GenerateReport {
   const char* device = "cpu";
   model::ModelConfig model;
@@ -47,8 +45,7 @@ struct GenerateReport {
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   int64_t num_cached_prompt_tokens = 0;
-  // Blocks the prefix cache holds at the end; nullopt where the Engine does not say.
-  std::optional<int32_t> num_cached_blocks;
+  int32_t num_cached_blocks = 0;  // blocks the prefix cache holds at the end
   std::optional<std::string> text;  // the output decoded, when the model has a tokenizer
 };
 
@@ -73,75 +70,22 @@ engine::SamplingParams sampling_params(const GenerateOptions& o, const model::Ge
   return p;
 }
 
-std::vector<int32_t> eos_ids(const model::ModelConfig& c, const model::GenerationConfig& g) {
-  std::vector<int32_t> ids;
-  for (const auto& list : {c.eos_token_ids, g.eos_token_ids}) {
-    for (int64_t id : list) {
-      const auto id32 = static_cast<int32_t>(id);
-      if (std::find(ids.begin(), ids.end(), id32) == ids.end()) ids.push_back(id32);
-    }
-  }
-  return ids;
+// --device cpu: a pool of exactly the blocks the request needs (kv::blocks_needed_per_request
+// over prompt + max_tokens, capped at max_model_len: submit refuses a longer request), since no
+// other request shares it; no watermark, which would keep a pool that tight from admitting it.
+void size_pool_for_the_request(EngineConfig& c, const GenerateOptions& o) {
+  const model::ModelConfig mc = model::load_model_config(c.model_dir);
+  const int64_t max_len = c.max_model_len > 0 ? c.max_model_len : mc.max_position_embeddings;
+  const int64_t total =
+      std::min<int64_t>(static_cast<int64_t>(o.prompt_ids.size()) + o.max_tokens, max_len);
+  const int64_t blocks = 1 + kv::blocks_needed_per_request(
+                                 total, kv::pool_sliding_window(mc.layer_sliding_window),
+                                 c.max_num_batched_tokens, c.block_size);
+  c.num_blocks = static_cast<int32_t>(std::clamp<int64_t>(blocks, 2, int64_t{1} << 30));
+  c.watermark = 0.0;
 }
 
-// ---- the CPU path: engine::Generator over the fp32 model --------------------------------------
-
-engine::ResolvedKvLayout cpu_kv_layout(const EngineConfig& c, model::Model& m, ThreadPool& pool) {
-  auto kv = engine::resolve_kv_layout(c, m, pool);
-  if (!kv.ok()) throw Error(kv.status().message());
-  if (kv.value().quant_check) {
-    std::fputs(engine::format_kv_quant_check(*kv.value().quant_check, DType::kF32).c_str(), stderr);
-  }
-  return std::move(kv).value();
-}
-
-GenerateReport run_on_cpu(const GenerateOptions& o, const EngineConfig& c,
-                          const model::GenerationConfig& gen_config,
-                          const engine::SamplingParams& params) {
-  ThreadPool pool(c.num_threads);
-  model::Model m = model::Model::load(model::ModelLoadOptions{
-      .model_dir = c.model_dir,
-      .load_format = c.dummy_weights ? model::LoadFormat::kDummy : model::LoadFormat::kAuto,
-      .dummy_dtype = c.dummy_dtype,
-  });
-  const engine::ResolvedKvLayout kv = cpu_kv_layout(c, m, pool);
-  engine::GeneratorConfig config;
-  config.block_size = c.block_size;
-  config.max_num_batched_tokens = c.max_num_batched_tokens;
-  config.max_model_len = c.max_model_len;
-  config.enable_prefix_caching = c.enable_prefix_caching;
-  config.eos_token_ids = eos_ids(m.config(), gen_config);
-  config.kv_dtype = c.kv_dtype;
-  config.kv_int4_residual = c.kv_int4_residual;
-  config.kv_scales = kv.scales;
-  config.kv_layer_dtypes = kv.spec.layer_dtypes;
-  if (Status s = engine::Generator::validate_config(config); !s.ok()) throw Error(s.message());
-  engine::Generator generator(m, pool, config);
-  const std::vector<engine::GenerationRequest> requests = {{o.prompt_ids, params}};
-  auto results = generator.generate(requests);
-  if (!results.ok()) throw Error(results.status().message());
-
-  const engine::GeneratorStats& s = generator.stats();
-  GenerateReport r;
-  r.device = device_name(Device::kCpu);
-  r.model = m.config();
-  r.weight_bytes = m.weight_bytes();
-  r.kv_cache_dtype = kv::kv_dtype_summary(kv.spec.dtype, kv.spec.layer_dtypes);
-  r.kv_bytes_per_token = std::llround(kv.spec.bytes_per_token(c.block_size));
-  r.kv_scale_bytes_per_token = std::llround(kv.spec.scale_bytes_per_token(c.block_size));
-  r.num_blocks = s.num_blocks;
-  r.num_residual_blocks = s.num_residual_blocks;
-  r.result = std::move(results->front());
-  r.num_prefill_tokens = s.num_prefill_tokens;
-  r.num_decode_tokens = s.num_decode_tokens;
-  r.prefill_seconds = s.prefill_seconds;
-  r.decode_seconds = s.decode_seconds;
-  r.num_cached_prompt_tokens = s.num_cached_prompt_tokens;
-  r.num_cached_blocks = s.prefix_cache.num_cached_blocks;
-  return r;
-}
-
-// ---- the GPU path: one request through the Engine ---------------------------------------------
+// ---- one request through the Engine -----------------------------------------------------------
 
 // Adds one step's output for the request to its result.
 void append_output(const RequestOutput& out, engine::GenerationResult& result) {
@@ -157,9 +101,15 @@ void append_output(const RequestOutput& out, engine::GenerationResult& result) {
 GenerateReport run_on_engine(const GenerateOptions& o, EngineConfig c,
                              const engine::SamplingParams& params) {
   c.max_num_seqs = 1;
+  if (c.device == Device::kCpu) size_pool_for_the_request(c, o);
   Result<std::unique_ptr<Engine>> created = Engine::create(c);
   if (!created.ok()) throw Error(created.status().message());
   Engine& engine = **created;
+  if (engine.kv_quant_check()) {
+    // The kept layers hold the engine's model precision: float32 on the CPU, bf16 on the GPU.
+    const DType full = engine.device() == Device::kCuda ? DType::kBF16 : DType::kF32;
+    std::fputs(engine::format_kv_quant_check(*engine.kv_quant_check(), full).c_str(), stderr);
+  }
   EngineRequest request;
   request.prompt = o.prompt_ids;
   request.params = params;
@@ -247,7 +197,7 @@ void print_json(const GenerateOptions& o, const GenerateReport& r) {
       {"prefix_cache",
        {{"enabled", o.enable_prefix_caching},
         {"cached_prompt_tokens", r.num_cached_prompt_tokens},
-        {"cached_blocks", r.num_cached_blocks ? json(*r.num_cached_blocks) : json(nullptr)}}},
+        {"cached_blocks", r.num_cached_blocks}}},
   };
   if (o.logprobs >= 0 || o.echo) out["logprobs"] = logprobs_json(o.prompt_ids, g, o.echo);
   if (r.text) out["text"] = *r.text;
@@ -285,10 +235,9 @@ void print_table(const GenerateOptions& o, const GenerateReport& r) {
   std::printf("prefill      %lld tokens in %.3f ms (%.1f tokens/s)\n",
               static_cast<long long>(r.num_prefill_tokens), r.prefill_seconds * 1e3,
               per_second(r.num_prefill_tokens, r.prefill_seconds));
-  const std::string cached_blocks =
-      r.num_cached_blocks ? ", " + std::to_string(*r.num_cached_blocks) + " blocks cached" : "";
-  std::printf("prefix cache %s, %lld prompt tokens hit%s\n", o.enable_prefix_caching ? "on" : "off",
-              static_cast<long long>(r.num_cached_prompt_tokens), cached_blocks.c_str());
+  std::printf("prefix cache %s, %lld prompt tokens hit, %d blocks cached\n",
+              o.enable_prefix_caching ? "on" : "off",
+              static_cast<long long>(r.num_cached_prompt_tokens), r.num_cached_blocks);
   std::printf("decode       %lld tokens in %.3f ms (%.1f tokens/s)\n",
               static_cast<long long>(r.num_decode_tokens), r.decode_seconds * 1e3,
               per_second(r.num_decode_tokens, r.decode_seconds));
@@ -351,9 +300,7 @@ int run_generate(const GenerateOptions& options) {
   const model::GenerationConfig gen_config = model::load_generation_config(o.model_dir);
   const engine::SamplingParams params = sampling_params(o, gen_config);
 
-  GenerateReport report = config.device == Device::kCuda
-                              ? run_on_engine(o, config, params)
-                              : run_on_cpu(o, config, gen_config, params);
+  GenerateReport report = run_on_engine(o, config, params);
   if (tok) report.text = tok->decode(report.result.output_ids, true);
   if (o.json) {
     print_json(o, report);

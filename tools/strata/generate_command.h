@@ -1,8 +1,8 @@
 #pragma once
 // `strata generate`: run one prompt (token ids or text) through a model and print the generated
-// ids, optionally with logprobs, as a table or as JSON. `--device cpu` runs it through
-// engine::Generator over the fp32 CPU model; `--device cuda` submits it as one request to the
-// continuous-batching Engine on the GPU runner (bf16); `--device auto` (the default) picks cuda
+// ids, optionally with logprobs, as a table or as JSON: one request submitted to strata::Engine
+// and stepped to its end, on the fp32 CPU runner (`--device cpu`, its KV pool sized for the
+// request) or the GPU runner (`--device cuda`, bf16); `--device auto` (the default) picks cuda
 // when a GPU is present, as bench and serve do. Both print the same fields.
 
 #include <cstdint>
