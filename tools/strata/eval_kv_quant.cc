@@ -14,7 +14,6 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
-#include "engine/generator.h"
 #include "engine/kv_layout_setup.h"
 #include "eval/needle_prompt.h"
 #include "eval/needle_run.h"
@@ -72,22 +71,56 @@ std::vector<std::vector<int32_t>> text_windows(const tokenizer::Tokenizer& tok,
   return windows;
 }
 
+// The logits at every position of each window, the windows scored together (prompt_logits
+// requests) by an engine whose pool holds all of them; layers in kept_layers at float32.
 std::vector<std::vector<float>> logits_with(model::Model& m, ThreadPool& pool,
                                             const EvalKvQuantOptions& o, DType dtype,
-                                            const kv::KvStaticScales& scales,
-                                            const std::vector<DType>& layer_dtypes,
+                                            const std::vector<int32_t>& kept_layers,
                                             const std::vector<std::vector<int32_t>>& windows) {
-  engine::GeneratorConfig c;
-  c.block_size = o.block_size;
+  EngineConfig c;
+  c.model_dir = o.model_dir;  // the FP8 scales' calibration text, as the caller resolved them
   c.kv_dtype = dtype;
-  c.kv_scales = scales;
-  c.kv_layer_dtypes = layer_dtypes;
+  c.kv_skip_layers.layers = kept_layers;  // resolved once by the caller, check included
+  c.calculate_kv_scales = o.calculate_kv_scales;
+  c.allow_unit_kv_scales = o.allow_unit_kv_scales;
+  c.block_size = o.block_size;
   if (dtype == DType::kI4) c.kv_int4_residual = o.kv_int4_residual;
   c.enable_prefix_caching = false;
-  engine::Generator g(m, pool, c);
-  auto logits = g.prompt_logits(windows);
-  if (!logits.ok()) throw Error(logits.status().message());
-  return std::move(logits).value();
+  c.max_num_seqs = static_cast<int32_t>(windows.size());
+  c.watermark = 0.0;
+  int64_t blocks = 1;
+  for (const std::vector<int32_t>& w : windows) {
+    blocks += kv::blocks_needed_per_request(
+        static_cast<int64_t>(w.size()) + 1, kv::pool_sliding_window(m.config().layer_sliding_window),
+        c.max_num_batched_tokens, c.block_size);
+  }
+  c.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
+  auto created = Engine::create(m, pool, c);
+  if (!created.ok()) throw Error(created.status().message());
+  Engine& engine = **created;
+  std::vector<RequestId> ids;
+  for (const std::vector<int32_t>& w : windows) {
+    EngineRequest r;
+    r.prompt = w;
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 1;
+    r.params.ignore_eos = true;
+    r.prompt_logits = true;
+    auto id = engine.submit(std::move(r));
+    if (!id.ok()) throw Error(id.status().message());
+    ids.push_back(*id);
+  }
+  std::vector<std::vector<float>> logits(windows.size());
+  while (engine.has_unfinished()) {
+    auto outputs = engine.step();
+    if (!outputs.ok()) throw Error(outputs.status().message());
+    for (RequestOutput& out : *outputs) {
+      if (out.prompt_logits.empty()) continue;
+      const auto at = std::find(ids.begin(), ids.end(), out.id) - ids.begin();
+      logits[static_cast<size_t>(at)] = std::move(out.prompt_logits);
+    }
+  }
+  return logits;
 }
 
 // log_softmax of one row, in double.
@@ -223,7 +256,7 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
   const int64_t vocab = m.vocab_size();
 
   const std::vector<std::vector<float>> ref =
-      logits_with(m, pool, o, DType::kF32, kv::KvStaticScales{}, {}, windows);
+      logits_with(m, pool, o, DType::kF32, {}, windows);
   std::vector<eval::NeedlePrompt> prompts;
   std::vector<eval::NeedleOutcome> ref_needle;
   int32_t longest = 0;
@@ -264,7 +297,7 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
     }
     r.bytes_per_token = std::llround(kv.value().spec.bytes_per_token(o.block_size));
     compare_logits(ref,
-                   logits_with(m, pool, o, r.dtype, kv.value().scales, r.layer_dtypes, windows),
+                   logits_with(m, pool, o, r.dtype, r.kept_layers, windows),
                    vocab, &r);
     if (!prompts.empty()) {
       const std::vector<eval::NeedleOutcome> q =
