@@ -20,7 +20,6 @@
 // the cache). Not thread-safe. Cost per step: one forward pass over the step's tokens, plus one
 // SHA-256 per newly full block.
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -39,9 +38,6 @@
 #include "model/model.h"
 
 namespace strata::engine {
-
-// Block sizes the engine accepts (--block-size); tests sweep the same array.
-inline constexpr std::array<int32_t, 5> kSupportedBlockSizes = {8, 16, 32, 64, 128};
 
 struct GeneratorConfig {
   int32_t block_size = 16;              // one of kSupportedBlockSizes

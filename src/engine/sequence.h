@@ -3,6 +3,7 @@
 // have K/V in the cache, its block table, its sampler and history, and what it returns.
 // Owned by the step loop; not thread-safe.
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -14,6 +15,10 @@
 #include "kv/swap_space.h"
 
 namespace strata::engine {
+
+// Block sizes the engine accepts (EngineConfig::block_size, --block-size); tests sweep the
+// same array.
+inline constexpr std::array<int32_t, 5> kSupportedBlockSizes = {8, 16, 32, 64, 128};
 
 enum class FinishReason { kLength, kStop };
 const char* finish_reason_name(FinishReason reason);

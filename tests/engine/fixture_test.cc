@@ -10,10 +10,12 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/generator.h"
+#include "engine_testing.h"
+#include "kv/kv_accounting.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "reference_testing.h"
+#include "strata/engine.h"
 
 namespace strata::engine {
 namespace {
@@ -47,13 +49,10 @@ class FixtureTest : public ::testing::TestWithParam<std::string> {
     return static_cast<const float*>(reference_.tensor("logits." + std::to_string(i)).data);
   }
 
+  // Every position's logits of each prompt, all in one engine (no block leaked).
   std::vector<std::vector<float>> logits(const std::vector<std::vector<int32_t>>& prompts,
-                                         GeneratorConfig config, ThreadPool& pool) {
-    Generator generator(model_, pool, config);
-    auto out = generator.prompt_logits(prompts);
-    EXPECT_TRUE(out.ok()) << out.status().to_string();
-    EXPECT_EQ(generator.num_used_blocks(), 0);
-    return out.ok() ? std::move(out).value() : std::vector<std::vector<float>>{};
+                                         const EngineConfig& config, ThreadPool& pool) {
+    return test_util::prompt_logits(model_, pool, prompts, config);
   }
 
   ThreadPool pool_;
@@ -66,7 +65,7 @@ TEST_P(FixtureTest, LogitsMatchTransformersAtEveryPosition) {
   for (int i = 0; i < num_prompts(); ++i) {
     const std::vector<int32_t> p = prompt(i);
     ASSERT_GE(p.size(), 300u);
-    const auto got = logits({p}, GeneratorConfig{}, pool_);
+    const auto got = logits({p}, EngineConfig{}, pool_);
     ASSERT_EQ(got.size(), 1u);
     ASSERT_EQ(got[0].size(), p.size() * static_cast<size_t>(vocab));
     EXPECT_LE(max_row_rel_err(got[0].data(), ref_logits(i), static_cast<int64_t>(p.size()), vocab),
@@ -76,23 +75,22 @@ TEST_P(FixtureTest, LogitsMatchTransformersAtEveryPosition) {
 }
 
 TEST_P(FixtureTest, GreedyContinuationMatchesTransformers) {
-  Generator generator(model_, pool_, GeneratorConfig{});
-  std::vector<GenerationRequest> requests;
+  std::vector<EngineRequest> requests;
+  for (int i = 0; i < num_prompts(); ++i) requests.push_back(test_util::greedy(prompt(i), 40, -1));
+  auto e = Engine::create(
+      model_, pool_,
+      test_util::sized_for({}, requests,
+                           kv::pool_sliding_window(model_.config().layer_sliding_window)));
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  std::vector<RequestId> ids;
+  for (const EngineRequest& r : requests) ids.push_back(*(*e)->submit(r));  // in one batch
+  auto got = test_util::drain(**e);
   for (int i = 0; i < num_prompts(); ++i) {
-    GenerationRequest r{prompt(i), {}};
-    r.params.temperature = 0.0f;
-    r.params.max_tokens = 40;
-    r.params.ignore_eos = true;
-    requests.push_back(r);
-  }
-  auto results = generator.generate(requests);  // both prompts in one batch
-  ASSERT_TRUE(results.ok()) << results.status().to_string();
-  for (int i = 0; i < num_prompts(); ++i) {
-    EXPECT_EQ((*results)[static_cast<size_t>(i)].output_ids,
+    EXPECT_EQ(got[ids[static_cast<size_t>(i)]].tokens[0],
               int_tensor(reference_.tensor("greedy." + std::to_string(i))))
         << "prompt " << i;
   }
-  EXPECT_EQ(generator.num_used_blocks(), 0);
+  EXPECT_EQ((*e)->last_step().num_used_blocks, 0);
 }
 
 TEST_P(FixtureTest, EveryKnockoutDiffersFromReferenceByFarMoreThanTolerance) {
@@ -113,10 +111,10 @@ TEST_P(FixtureTest, BatchedChunkedAndThreadedRunsMatchSoloRun) {
   prompts.push_back({prompts[0].begin(), prompts[0].begin() + 17});  // a short third sequence
   std::vector<std::vector<float>> solo;
   ThreadPool one_thread(1);
-  for (const auto& p : prompts) solo.push_back(logits({p}, GeneratorConfig{}, one_thread)[0]);
+  for (const auto& p : prompts) solo.push_back(logits({p}, EngineConfig{}, one_thread)[0]);
   for (int32_t block_size : kSupportedBlockSizes) {
     for (int32_t chunk : {37, 256}) {
-      GeneratorConfig config;
+      EngineConfig config;
       config.block_size = block_size;
       config.max_num_batched_tokens = chunk;
       ThreadPool three_threads(3);

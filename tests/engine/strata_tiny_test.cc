@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/generator.h"
+#include "engine_testing.h"
 #include "eval/needle_prompt.h"
 #include "eval/needle_report.h"
 #include "eval/needle_run.h"
+#include "kv/kv_accounting.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "reference_testing.h"
@@ -65,24 +66,23 @@ TEST_F(StrataTinyTest, ShapesAreTheShippedConfig) {
 
 TEST_F(StrataTinyTest, LogitsMatchTransformersAtStoredPositions) {
   const int64_t vocab = model_.vocab_size();
-  Generator generator(model_, pool_, GeneratorConfig{});
   const std::vector<std::vector<int32_t>> prompts = {tensor("prompt.0"), tensor("prompt.1")};
-  auto got = generator.prompt_logits(prompts);
-  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  // No block leaked: checked by prompt_logits.
+  const std::vector<std::vector<float>> got = test_util::prompt_logits(model_, pool_, prompts);
+  ASSERT_EQ(got.size(), prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::vector<int32_t> positions = tensor("positions." + std::to_string(i));
     const auto* ref =
         static_cast<const float*>(reference_.tensor("logits." + std::to_string(i)).data);
     std::vector<float> rows;
     for (int32_t pos : positions) {
-      const float* row = (*got)[i].data() + static_cast<int64_t>(pos) * vocab;
+      const float* row = got[i].data() + static_cast<int64_t>(pos) * vocab;
       rows.insert(rows.end(), row, row + vocab);
     }
     EXPECT_LE(max_row_rel_err(rows.data(), ref, static_cast<int64_t>(positions.size()), vocab),
               kReferenceTolerance)
         << "prompt " << i;
   }
-  EXPECT_EQ(generator.num_used_blocks(), 0);
 }
 
 TEST_F(StrataTinyTest, KnockoutIsFarFromTheReference) {
@@ -94,20 +94,22 @@ TEST_F(StrataTinyTest, KnockoutIsFarFromTheReference) {
 }
 
 TEST_F(StrataTinyTest, GreedyContinuationsMatchTransformers) {
-  Generator generator(model_, pool_, GeneratorConfig{});
-  std::vector<GenerationRequest> requests;
+  std::vector<EngineRequest> requests;
   for (int i = 0; i < 2; ++i) {
-    GenerationRequest r{tensor("prompt." + std::to_string(i)), {}};
-    r.params.temperature = 0.0f;
-    r.params.max_tokens = static_cast<int32_t>(tensor("greedy." + std::to_string(i)).size());
-    r.params.ignore_eos = true;
-    ASSERT_GE(r.params.max_tokens, 8);
-    requests.push_back(r);
+    const auto max_tokens = static_cast<int32_t>(tensor("greedy." + std::to_string(i)).size());
+    ASSERT_GE(max_tokens, 8);
+    requests.push_back(test_util::greedy(tensor("prompt." + std::to_string(i)), max_tokens, -1));
   }
-  auto results = generator.generate(requests);
-  ASSERT_TRUE(results.ok()) << results.status().to_string();
+  auto engine = Engine::create(
+      model_, pool_,
+      test_util::sized_for({}, requests,
+                           kv::pool_sliding_window(model_.config().layer_sliding_window)));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  std::vector<RequestId> ids;
+  for (const EngineRequest& r : requests) ids.push_back(*(*engine)->submit(r));  // in one batch
+  auto got = test_util::drain(**engine);
   for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ((*results)[static_cast<size_t>(i)].output_ids, tensor("greedy." + std::to_string(i)))
+    EXPECT_EQ(got[ids[static_cast<size_t>(i)]].tokens[0], tensor("greedy." + std::to_string(i)))
         << "prompt " << i;
   }
 }
