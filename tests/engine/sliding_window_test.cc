@@ -7,13 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/generator.h"
+#include "engine_testing.h"
 #include "kv/kv_accounting.h"
 #include "model/model.h"
+#include "strata/engine.h"
 
 namespace strata::engine {
 namespace {
@@ -21,8 +23,8 @@ namespace {
 const std::string kModel = std::string(STRATA_TEST_DATA_DIR) + "/models/mistral-swa";
 constexpr int32_t kWindow = 64;
 
-GenerationRequest long_request() {
-  GenerationRequest r;
+EngineRequest long_request() {
+  EngineRequest r;
   for (int32_t i = 0; i < 40; ++i) r.prompt.push_back((i * 29 + 3) % 150);
   r.params.temperature = 0.0f;
   r.params.max_tokens = 10 * kWindow;
@@ -31,9 +33,39 @@ GenerationRequest long_request() {
   return r;
 }
 
+// What a run of long_request() in an engine of config returned, and the most blocks in use
+// after any step.
+struct WindowRun {
+  test_util::Collected got;
+  int32_t peak_used_blocks = 0;
+  int32_t num_blocks = 0;
+  int32_t num_used_blocks_after = -1;
+};
+
 class SlidingWindowEngineTest : public ::testing::TestWithParam<int32_t> {
  protected:
   SlidingWindowEngineTest() : pool_(2), model_(model::Model::load({kModel})) {}
+
+  WindowRun run(EngineConfig config) {
+    config.watermark = 0.0;  // a pool this small would keep a 1-block watermark
+    WindowRun out;
+    auto e = Engine::create(model_, pool_, config);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    if (!e.ok()) return out;
+    auto id = (*e)->submit(long_request());
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    if (!id.ok()) return out;
+    while ((*e)->has_unfinished()) {
+      auto step = (*e)->step();
+      EXPECT_TRUE(step.ok()) << step.status().to_string();
+      if (!step.ok()) break;
+      out.peak_used_blocks = std::max(out.peak_used_blocks, (*e)->last_step().num_used_blocks);
+      for (const RequestOutput& o : *step) test_util::absorb(out.got, o);
+    }
+    out.num_blocks = (*e)->num_blocks();
+    out.num_used_blocks_after = (*e)->last_step().num_used_blocks;
+    return out;
+  }
 
   ThreadPool pool_;
   model::Model model_;
@@ -45,39 +77,38 @@ TEST_P(SlidingWindowEngineTest, ATenWindowSequenceHoldsOnlyItsWindowAndMatchesAL
   const int64_t decode_bound = kv::blocks_held_per_sequence(10 * kWindow, kWindow, bs);
   EXPECT_EQ(decode_bound, (kWindow + bs - 1) / bs + 1);
 
-  GeneratorConfig tight;
+  EngineConfig tight;
   tight.block_size = bs;
   tight.max_num_batched_tokens = bs;  // prefill chunks of one block: window + 1 block in flight
   tight.num_blocks = static_cast<int32_t>(decode_bound) + 2;  // + the chunk's block + null
   tight.enable_prefix_caching = false;
-  Generator small(model_, pool_, tight);
-  auto a = small.generate(std::vector<GenerationRequest>{long_request()});
-  ASSERT_TRUE(a.ok()) << a.status().to_string();
-  EXPECT_LE(small.stats().peak_used_blocks, decode_bound + 1);
-  EXPECT_EQ(small.num_used_blocks(), 0) << "blocks leaked";
+  const WindowRun a = run(tight);
+  ASSERT_TRUE(a.got.finished);
+  EXPECT_LE(a.peak_used_blocks, decode_bound + 1);
+  EXPECT_EQ(a.num_used_blocks_after, 0) << "blocks leaked";
 
-  GeneratorConfig roomy = tight;
+  EngineConfig roomy = tight;
   roomy.num_blocks = 1 + (40 + 10 * kWindow) / bs + 1;  // never reuses a block
-  Generator large(model_, pool_, roomy);
-  auto b = large.generate(std::vector<GenerationRequest>{long_request()});
-  ASSERT_TRUE(b.ok());
-  const GenerationResult& x = (*a)[0];
-  const GenerationResult& y = (*b)[0];
-  ASSERT_EQ(x.output_ids, y.output_ids);
-  for (size_t i = 0; i < x.output_logprobs.size(); ++i) {
-    EXPECT_EQ(x.output_logprobs[i].logprob, y.output_logprobs[i].logprob) << "token " << i;
+  const WindowRun b = run(roomy);
+  ASSERT_TRUE(b.got.finished);
+  const std::vector<TokenLogprobs>& x = a.got.logprobs.at(0);
+  const std::vector<TokenLogprobs>& y = b.got.logprobs.at(0);
+  ASSERT_EQ(a.got.tokens.at(0), b.got.tokens.at(0));
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(x[i].logprob, y[i].logprob) << "token " << i;
   }
 }
 
-TEST_P(SlidingWindowEngineTest, AnAutoSizedPoolIsWindowCapped) {
-  GeneratorConfig config;
+TEST_P(SlidingWindowEngineTest, AWindowCappedPoolRunsTheRequest) {
+  EngineConfig config;
   config.block_size = GetParam();
   config.max_num_batched_tokens = 128;
-  Generator g(model_, pool_, config);
-  ASSERT_TRUE(g.generate(std::vector<GenerationRequest>{long_request()}).ok());
+  const WindowRun r = run(test_util::sized_for(config, {long_request()}, kWindow));
+  ASSERT_TRUE(r.got.finished);
   // Window + one chunk, rounded up to blocks, + the straddled block + the null block.
-  EXPECT_EQ(g.stats().num_blocks, (kWindow + 128 + GetParam() - 1) / GetParam() + 2);
-  EXPECT_EQ(g.num_used_blocks(), 0);
+  EXPECT_EQ(r.num_blocks, (kWindow + 128 + GetParam() - 1) / GetParam() + 2);
+  EXPECT_EQ(r.num_used_blocks_after, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(BlockSizes, SlidingWindowEngineTest, ::testing::Values(8, 16, 32));
