@@ -492,13 +492,29 @@ class Int4QualityTest : public ::testing::Test {
   std::vector<int32_t> tensor(const std::string& name) const {
     return engine::test_util::int_tensor(reference_.tensor(name));
   }
-  engine::GeneratorConfig config(DType dtype, int32_t residual, int32_t chunk = 2048) const {
-    engine::GeneratorConfig c;
+  EngineConfig config(DType dtype, int32_t residual, int32_t chunk = 2048) const {
+    EngineConfig c;
     c.kv_dtype = dtype;
     c.kv_int4_residual = residual;
     c.max_num_batched_tokens = chunk;
     c.enable_prefix_caching = false;
     return c;
+  }
+  // Every position's logits of each prompt in an engine of config c (no block leaked).
+  std::vector<std::vector<float>> logits(const std::vector<std::vector<int32_t>>& prompts,
+                                         const EngineConfig& c) {
+    return engine::test_util::prompt_logits(model_, pool_, prompts, c);
+  }
+  // The greedy tokens of request r alone in an engine of config c.
+  std::vector<int32_t> generate(const EngineRequest& r, const EngineConfig& c) {
+    auto e = Engine::create(
+        model_, pool_,
+        engine::test_util::sized_for(c, {r},
+                                     kv::pool_sliding_window(model_.config().layer_sliding_window)));
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    if (!e.ok()) return {};
+    const RequestId id = *(*e)->submit(r);
+    return engine::test_util::drain(**e)[id].tokens[0];
   }
 
   ThreadPool pool_;
@@ -536,17 +552,14 @@ double mean_kl(const std::vector<std::vector<float>>& p, const std::vector<std::
 
 TEST_F(Int4QualityTest, Int4LogitsStayCloseToFloat32AndChunkingChangesNothing) {
   const std::vector<std::vector<int32_t>> prompts = {tensor("prompt.0"), tensor("prompt.1")};
-  engine::Generator f32(model_, pool_, config(DType::kF32, 0));
-  auto ref = f32.prompt_logits(prompts);
-  ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+  const std::vector<std::vector<float>> ref = logits(prompts, config(DType::kF32, 0));
+  ASSERT_EQ(ref.size(), prompts.size());
   for (const int32_t residual : {16, 64}) {
     SCOPED_TRACE("--kv-int4-residual " + std::to_string(residual));
-    engine::Generator g(model_, pool_, config(DType::kI4, residual));
-    auto got = g.prompt_logits(prompts);
-    ASSERT_TRUE(got.ok()) << got.status().to_string();
-    EXPECT_EQ(g.num_used_blocks(), 0) << "leaked blocks";
+    const std::vector<std::vector<float>> got = logits(prompts, config(DType::kI4, residual));
+    ASSERT_EQ(got.size(), prompts.size());
     int64_t agree = 0, n = 0;
-    const double kl = mean_kl(*ref, *got, model_.vocab_size(), &agree, &n);
+    const double kl = mean_kl(ref, got, model_.vocab_size(), &agree, &n);
     std::printf("int4 residual %d: mean KL %.3e over %lld positions, top-1 %.2f%%\n", residual, kl,
                 static_cast<long long>(n), 100.0 * static_cast<double>(agree) / n);
     // Measured: 2.56e-3 (top-1 97.1%) at R = 1, 1.80e-4 (99.5%) at R = 4 over 763 positions;
@@ -555,10 +568,8 @@ TEST_F(Int4QualityTest, Int4LogitsStayCloseToFloat32AndChunkingChangesNothing) {
     EXPECT_LT(kl, residual == 16 ? 5e-3 : 5e-4);
     EXPECT_GE(static_cast<double>(agree) / static_cast<double>(n), residual == 16 ? 0.95 : 0.99);
     // Chunks of 7 tokens: the same bits.
-    engine::Generator chunked(model_, pool_, config(DType::kI4, residual, 7));
-    auto again = chunked.prompt_logits(prompts);
-    ASSERT_TRUE(again.ok()) << again.status().to_string();
-    EXPECT_EQ(*again, *got) << "chunking changed an int4 logit";
+    EXPECT_EQ(logits(prompts, config(DType::kI4, residual, 7)), got)
+        << "chunking changed an int4 logit";
   }
 }
 
@@ -567,20 +578,12 @@ TEST_F(Int4QualityTest, Int4LogitsStayCloseToFloat32AndChunkingChangesNothing) {
 // there int4 must only keep up with int8.
 TEST_F(Int4QualityTest, GreedyContinuationsAgreeWithFloat32AsLongAsInt8s) {
   for (int32_t i = 0; i < 2; ++i) {
-    engine::GenerationRequest r{tensor("prompt." + std::to_string(i)), {}};
-    r.params.temperature = 0.0f;
-    r.params.ignore_eos = true;
-    r.params.max_tokens = 40;
-    const std::vector<engine::GenerationRequest> requests = {r};
+    const EngineRequest r = engine::test_util::greedy(tensor("prompt." + std::to_string(i)), 40, -1);
     const auto agreement = [&](DType dtype, int32_t residual) -> size_t {
-      engine::Generator f32(model_, pool_, config(DType::kF32, 0));
-      auto want = f32.generate(requests);
-      engine::Generator g(model_, pool_, config(dtype, residual));
-      auto out = g.generate(requests);
-      EXPECT_TRUE(want.ok() && out.ok());
-      if (!want.ok() || !out.ok()) return 0;
-      const std::vector<int32_t>& ids = (*out)[0].output_ids;
-      const std::vector<int32_t>& ref = (*want)[0].output_ids;
+      const std::vector<int32_t> ref = generate(r, config(DType::kF32, 0));
+      const std::vector<int32_t> ids = generate(r, config(dtype, residual));
+      EXPECT_EQ(ref.size(), 40u);
+      EXPECT_EQ(ids.size(), 40u);
       size_t same = 0;
       while (same < ids.size() && ids[same] == ref[same]) ++same;
       return same;
