@@ -12,7 +12,6 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/engine_impl.h"
-#include "engine/generator.h"
 #include "engine/kv_layout_setup.h"
 #include "kv/block_hash.h"
 #include "kv/kv_accounting.h"

@@ -1,6 +1,7 @@
 // The step loop's contract beyond logits, through strata::Engine: sampling reproducibility,
 // stop rules, logprobs and prompt logprobs, request validation, and that every block goes back
-// to the pool. (The last two tests still hold Generator's own API until it is deleted.)
+// to the pool. (TooSmallPoolFailsCleanlyAndFreesEverything still holds Generator's own API until
+// it is deleted.)
 
 #include <gtest/gtest.h>
 
@@ -222,17 +223,19 @@ TEST_F(GeneratorTest, TooSmallPoolFailsCleanlyAndFreesEverything) {
   EXPECT_TRUE(run_generator(r).ok());
 }
 
-TEST(GeneratorConfigTest, RejectsUnsupportedSettings) {
-  GeneratorConfig c;
+TEST_F(GeneratorTest, RejectsUnsupportedSettings) {
+  EngineConfig c;
+  c.num_blocks = 64;
   c.block_size = 24;
-  EXPECT_EQ(Generator::validate_config(c).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
   c.block_size = 16;
   c.max_num_batched_tokens = 0;
-  EXPECT_EQ(Generator::validate_config(c).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
   for (int32_t b : kSupportedBlockSizes) {
-    c = GeneratorConfig{};
+    c = EngineConfig{};
+    c.num_blocks = 64;
     c.block_size = b;
-    EXPECT_TRUE(Generator::validate_config(c).ok());
+    EXPECT_TRUE(Engine::create(model_, pool_, c).ok()) << "block size " << b;
   }
 }
 
