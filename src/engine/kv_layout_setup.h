@@ -1,5 +1,5 @@
 #pragma once
-// The CPU KV pool's layout, decided once at start-up for Engine and Generator alike
+// The CPU KV pool's layout, decided once at start-up by the engine
 // (docs/kv-quant.md): the dtype, its FP8 scales (kv_scales_setup.h) and the per-layer
 // exceptions -- the layers --kv-cache-dtype-skip-layers names, plus, with --kv-quant-check, the
 // layers whose measured error is above the threshold (kv_quant_check.h). Excepted layers hold

@@ -1,6 +1,6 @@
 #pragma once
 // Where an FP8 KV cache's per-layer static scales come from (docs/kv-quant.md), decided once at
-// start-up for Engine and Generator alike:
+// start-up by the engine:
 //   1. --calculate-kv-scales: max |k| and max |v| per layer over one forward pass of a fixed
 //      calibration text (through model_dir's tokenizer.json; a fixed pseudo-random prompt when
 //      there is none), divided by the format's largest finite value;

@@ -32,7 +32,7 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kLength;
 };
 
-// Where a sequence is in the continuous scheduler (Generator does not use it).
+// Where a sequence is in the continuous scheduler.
 // kSwapped: preempted by swap, its K/V in the swap space; kSwappingIn: its blocks are coming
 // back (a copy in flight), not scheduled until they are there.
 enum class SeqStatus { kWaiting, kRunning, kSwapped, kSwappingIn, kFinished };
@@ -47,14 +47,13 @@ struct Sequence {
   SamplingParams params;
   std::optional<Sampler> sampler;
   TokenCounts counts;
-  // Scoring: every prompt position's logits are wanted (Generator keeps them in `logits` and
-  // samples nothing; Engine returns them in RequestOutput::prompt_logits and samples as usual).
+  // Scoring: every prompt position's logits are wanted (returned once in
+  // RequestOutput::prompt_logits; the sequence samples as usual).
   bool all_logits = false;
   bool finished = false;
   GenerationResult result;
-  std::vector<float> logits;  // all_logits only: [num_prompt, vocab]
 
-  // ---- continuous scheduling (Engine); Generator leaves these alone ----
+  // ---- continuous scheduling ----
   uint64_t request_id = 0;
   int32_t index = 0;            // which of its request's n sequences
   SeqStatus status = SeqStatus::kWaiting;

@@ -1,7 +1,7 @@
 #pragma once
 // StepBatch: one forward pass's input, built sequence by sequence -- token ids, positions,
 // q_indptr, the paged layout and slot mapping (kv::PagedLayoutBuilder), and the rows whose logits
-// the step needs. Generator and Engine both build their steps with it, so Model::forward is fed
+// the step needs. The engine builds every step with it, so Model::forward is fed
 // one way. Owns its vectors; view() borrows them. Cost: O(tokens + blocks) per step.
 
 #include <cstdint>

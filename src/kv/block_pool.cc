@@ -62,18 +62,6 @@ int32_t BlockPool::ref_count(BlockId block) const {
   return meta_[static_cast<size_t>(block.value)].ref_count;
 }
 
-void BlockPool::grow(int32_t num_blocks) {
-  const int32_t old = this->num_blocks();
-  STRATA_CHECK(num_blocks >= old, "grow: a pool never shrinks");
-  meta_.resize(static_cast<size_t>(num_blocks));
-  // Pushed in reverse, so the new blocks are taken in id order.
-  for (int32_t i = num_blocks - 1; i >= old; --i) push_front(i);
-  if (prefix_caching_) {
-    tokens_.resize(static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size_));
-    salts_.resize(static_cast<size_t>(num_blocks));
-  }
-}
-
 std::vector<BlockId> BlockPool::free_queue() const {
   std::vector<BlockId> out;
   out.reserve(static_cast<size_t>(num_free_));
@@ -93,21 +81,6 @@ void BlockPool::push_back(int32_t idx) {
     head_ = idx;
   }
   tail_ = idx;
-  ++num_free_;
-}
-
-void BlockPool::push_front(int32_t idx) {
-  BlockMeta& m = meta_[static_cast<size_t>(idx)];
-  STRATA_CHECK(!m.in_queue, "block already in the free queue");
-  m.prev_free = kNone;
-  m.next_free = head_;
-  m.in_queue = true;
-  if (head_ != kNone) {
-    meta_[static_cast<size_t>(head_)].prev_free = idx;
-  } else {
-    tail_ = idx;
-  }
-  head_ = idx;
   ++num_free_;
 }
 

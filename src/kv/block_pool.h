@@ -81,11 +81,6 @@ class BlockPool {
 
   int32_t ref_count(BlockId block) const;
 
-  // Adds blocks num_blocks() .. num_blocks - 1, free and uncached, at the FRONT of the free queue:
-  // they are used before any cached block is evicted, and the cached blocks keep their LRU order.
-  // Block ids, references and cached content are unchanged. num_blocks >= num_blocks().
-  void grow(int32_t num_blocks);
-
   // ---- prefix cache (requires prefix_caching()) ------------------------------------------------
 
   // The cached block with this hash whose stored tokens, parent block and extra keys equal the
@@ -145,7 +140,6 @@ class BlockPool {
   bool matches(int32_t idx, BlockId parent, std::span<const int32_t> tokens,
                const BlockExtraKeys& extra) const;
   void push_back(int32_t idx);
-  void push_front(int32_t idx);
   void remove(int32_t idx);
   void evict(int32_t idx);
   void check_cache_invariants() const;

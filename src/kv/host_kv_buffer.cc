@@ -26,12 +26,4 @@ HostKvBuffer::HostKvBuffer(const KvLayout& layout, int32_t num_blocks)
   data_ = allocate_zeroed(static_cast<size_t>(layout.pool_bytes(num_blocks)));
 }
 
-void HostKvBuffer::grow(int32_t num_blocks) {
-  STRATA_CHECK(num_blocks >= num_blocks_, "grow: a KV buffer never shrinks");
-  Bytes bigger = allocate_zeroed(static_cast<size_t>(layout_.pool_bytes(num_blocks)));
-  std::memcpy(bigger.get(), data_.get(), static_cast<size_t>(layout_.pool_bytes(num_blocks_)));
-  data_ = std::move(bigger);
-  num_blocks_ = num_blocks;
-}
-
 }  // namespace strata::kv

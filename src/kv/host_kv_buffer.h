@@ -24,12 +24,6 @@ class HostKvBuffer {
 
   PagedKvCacheView layer_view(int32_t layer_idx) { return layout_.layer_view(data_.get(), layer_idx); }
 
-  // Grows the buffer to num_blocks (>= num_blocks()), keeping every existing block's bytes (the
-  // layout is block-outermost, so they are a prefix of the new allocation); new blocks are zero.
-  // Views taken before are invalid afterwards. Throws std::bad_alloc, leaving the buffer as it
-  // was, when memory runs out.
-  void grow(int32_t num_blocks);
-
  private:
   struct AlignedFree {
     void operator()(std::byte* p) const;

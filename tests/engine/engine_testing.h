@@ -78,7 +78,7 @@ inline std::map<RequestId, Collected> drain(Engine& e) {
   return out;
 }
 
-// A pool for requests that all run at once (what Generator sized for its batch), with no
+// A pool for requests that all run at once, with no
 // watermark, which would keep a pool that tight from admitting the last of them: each request's
 // kv::blocks_needed_per_request for its prompt + max_tokens, + the null block. window: the
 // model's kv::pool_sliding_window.

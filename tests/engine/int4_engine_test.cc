@@ -5,7 +5,7 @@
 // for n > 1 forks (copy-on-write of the shared residual block), and on a sliding-window model;
 // no block of either pool leaks; the residual pool is sized and reported as the docs say; a bad
 // --kv-int4-residual is refused with one line (int4 on the GPU: cuda_engine_test.cc);
-// --kv-quant-check measures int4 layers; the Generator's kept cache hits and grows exactly;
+// --kv-quant-check measures int4 layers;
 // Model::forward and validate_step_residual refuse a missing or inconsistent residual pool before
 // any kernel runs. On strata-tiny, the int4 cache's next-token distributions stay close to the
 // float32 cache's (mean KL over both fixture prompts' 763 teacher-forced positions: 2.6e-3 nats
@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/generator.h"
 #include "kv/host_kv_buffer.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_layout.h"
@@ -395,43 +394,6 @@ TEST(Int4WindowTest, ASlidingWindowSequenceOnInt4GetsTheSameResultsInAnyShape) {
     const std::vector<Collected> whole = run(2048, 1);
     expect_identical(run(7, 1)[0], whole[0]);
     expect_identical(run(64, 3)[0], whole[0]);
-  }
-}
-
-// strata generate's Generator keeps its cache across calls: an int4 prefix hit (R = 1) gives the
-// cold run's tokens, a larger batch grows both pools, and nothing is left held.
-TEST_F(Int4EngineTest, TheGeneratorsPrefixHitsAndGrownPoolsGiveColdResults) {
-  engine::GeneratorConfig c;
-  c.kv_dtype = DType::kI4;
-  c.max_num_batched_tokens = 16;
-  engine::Generator cached(model_, pool_, c);
-  const std::vector<int32_t> shared = prompt_of(48, 7);
-  std::vector<int32_t> longer = shared;
-  longer.insert(longer.end(), {3, 1, 4, 1, 5});
-  const auto request = [](std::vector<int32_t> prompt) {
-    engine::GenerationRequest r{std::move(prompt), {}};
-    r.params.temperature = 0.0f;
-    r.params.max_tokens = 10;
-    r.params.ignore_eos = true;
-    r.params.logprobs = 3;
-    return r;
-  };
-  ASSERT_TRUE(cached.generate(std::vector{request(shared)}).ok());
-  std::vector<engine::GenerationRequest> batch;
-  for (int32_t i = 0; i < 6; ++i) batch.push_back(request(prompt_of(30 + i, i)));
-  batch.push_back(request(longer));
-  auto hit = cached.generate(batch);
-  ASSERT_TRUE(hit.ok()) << hit.status().to_string();
-  EXPECT_EQ(cached.stats().num_cached_prompt_tokens, 48);
-  EXPECT_EQ(cached.num_used_blocks(), 0) << "leaked blocks in either pool";
-  c.enable_prefix_caching = false;
-  engine::Generator cold(model_, pool_, c);
-  auto want = cold.generate(std::vector{request(longer)});
-  ASSERT_TRUE(want.ok());
-  EXPECT_EQ(hit->back().output_ids, want->front().output_ids);
-  ASSERT_EQ(hit->back().output_logprobs.size(), want->front().output_logprobs.size());
-  for (size_t t = 0; t < want->front().output_logprobs.size(); ++t) {
-    EXPECT_EQ(hit->back().output_logprobs[t].logprob, want->front().output_logprobs[t].logprob);
   }
 }
 

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/generator.h"
 #include "engine_testing.h"
 #include "kv/block_hash.h"
 #include "kv/kv_accounting.h"
@@ -54,8 +53,8 @@ struct Batch {
   int64_t num_prefill_tokens = 0;        // prompt tokens the batch's steps computed
 };
 
-// Submits the requests together and steps the engine until they finish (one batch, as
-// Generator::generate ran one); every request must be accepted and every step succeed.
+// Submits the requests together and steps the engine until they finish (one batch); every
+// request must be accepted and every step succeed.
 Batch run(Engine& e, const std::vector<EngineRequest>& requests) {
   const int64_t cached_before = e.totals().num_cached_prompt_tokens;
   std::vector<RequestId> ids;
@@ -94,7 +93,7 @@ class PrefixCacheEngineTest : public ::testing::TestWithParam<std::string> {
   }
 
   // An engine over the model; num_blocks 0: a pool just large enough for sized_for's requests
-  // run together (what Generator's auto-sized pool held).
+  // run together.
   std::unique_ptr<Engine> make(EngineConfig config,
                                const std::vector<EngineRequest>& sized_for = {}) {
     if (config.num_blocks == 0) {
@@ -165,34 +164,6 @@ TEST_P(PrefixCacheEngineTest, ExactlySizedPoolEvictsTheLeastRecentlyFreedTailFir
   EXPECT_EQ(again.num_cached_prompt_tokens, std::min(num_full - 3, lookable) * 16);
   EXPECT_LE(max_rel_err(again.results[0], cold(greedy(prompt_))), kInvarianceTolerance);
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
-}
-
-// Generator's own pool growth, until it goes (an engine's pool is sized once, at creation).
-TEST_P(PrefixCacheEngineTest, AnAutoSizedPoolGrowsForALargerBatchAndKeepsItsCache) {
-  if (windowed()) GTEST_SKIP() << "a window-capped pool: see sliding_window_test.cc";
-  const auto request = [](std::vector<int32_t> prompt) {
-    GenerationRequest r{std::move(prompt), {}};
-    r.params.temperature = 0.0f;
-    r.params.max_tokens = 12;
-    r.params.ignore_eos = true;
-    r.params.logprobs = 20;
-    return r;
-  };
-  const auto returned = [](const GenerationResult& g) {
-    return Returned{g.output_ids, g.output_logprobs};
-  };
-  Generator g(model_, pool_, GeneratorConfig{});  // sized for prompt_ alone
-  ASSERT_TRUE(g.generate(std::vector<GenerationRequest>{request(prompt_)}).ok());
-  const int32_t first_size = g.stats().num_blocks;
-  auto out = g.generate(std::vector<GenerationRequest>{request(other_), request(prompt_)});
-  ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_GT(g.stats().num_blocks, first_size);
-  EXPECT_EQ(g.stats().prefix_cache.num_evictions, 0) << "new blocks are used first";
-  EXPECT_EQ(g.stats().num_cached_prompt_tokens,
-            192 + static_cast<int64_t>((prompt_.size() - 1) / 16 * 16));
-  EXPECT_LE(max_rel_err(returned((*out)[0]), cold(greedy(other_))), kInvarianceTolerance);
-  EXPECT_LE(max_rel_err(returned((*out)[1]), cold(greedy(prompt_))), kInvarianceTolerance);
-  EXPECT_EQ(g.num_used_blocks(), 0);
 }
 
 TEST_P(PrefixCacheEngineTest, OtherSaltsNeverHit) {

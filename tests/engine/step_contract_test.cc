@@ -1,7 +1,6 @@
 // The step loop's contract beyond logits, through strata::Engine: sampling reproducibility,
 // stop rules, logprobs and prompt logprobs, request validation, and that every block goes back
-// to the pool. (TooSmallPoolFailsCleanlyAndFreesEverything still holds Generator's own API until
-// it is deleted.)
+// to the pool.
 
 #include <gtest/gtest.h>
 
@@ -12,7 +11,6 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/generator.h"
 #include "engine_testing.h"
 #include "kv/kv_accounting.h"
 #include "model/model.h"
@@ -37,9 +35,9 @@ struct Result1 {
   FinishReason finish_reason = FinishReason::kLength;
 };
 
-class GeneratorTest : public ::testing::Test {
+class StepContractTest : public ::testing::Test {
  protected:
-  GeneratorTest() : pool_(2), model_(model::Model::load({kModel})) {}
+  StepContractTest() : pool_(2), model_(model::Model::load({kModel})) {}
 
   // Submits the requests together to an engine sized for them and steps it until they finish:
   // the first refused request's status, or each request's result.
@@ -101,7 +99,7 @@ EngineRequest sampled_request(std::vector<int32_t> prompt, uint64_t seed) {
   return r;
 }
 
-TEST_F(GeneratorTest, SameSeedGivesSameTokensAloneOrInAnyBatch) {
+TEST_F(StepContractTest, SameSeedGivesSameTokensAloneOrInAnyBatch) {
   const EngineRequest a = sampled_request(make_prompt(40, 1), 1234);
   const EngineRequest b = sampled_request(make_prompt(23, 2), 99);
   auto alone = run({a});
@@ -118,7 +116,7 @@ TEST_F(GeneratorTest, SameSeedGivesSameTokensAloneOrInAnyBatch) {
   EXPECT_NE((*alone)[0].output_ids, (*other_seed)[0].output_ids);
 }
 
-TEST_F(GeneratorTest, StopTokenEndsTheSequenceAndIsReturned) {
+TEST_F(StepContractTest, StopTokenEndsTheSequenceAndIsReturned) {
   EngineRequest r = request(make_prompt(30, 3));
   r.params.temperature = 0.0f;
   r.params.max_tokens = 20;
@@ -138,7 +136,7 @@ TEST_F(GeneratorTest, StopTokenEndsTheSequenceAndIsReturned) {
   EXPECT_EQ((*stopped)[0].finish_reason, FinishReason::kStop);
 }
 
-TEST_F(GeneratorTest, EosStopsUnlessIgnored) {
+TEST_F(StepContractTest, EosStopsUnlessIgnored) {
   EngineRequest r = request(make_prompt(30, 4));
   r.params.temperature = 0.0f;
   r.params.max_tokens = 10;
@@ -156,7 +154,7 @@ TEST_F(GeneratorTest, EosStopsUnlessIgnored) {
   EXPECT_EQ((*ignored)[0].output_ids, (*free_run)[0].output_ids);
 }
 
-TEST_F(GeneratorTest, LogprobsAreRawLogSoftmaxOfTheModelsLogits) {
+TEST_F(StepContractTest, LogprobsAreRawLogSoftmaxOfTheModelsLogits) {
   EngineRequest r = request(make_prompt(25, 5));
   r.params.temperature = 0.0f;
   r.params.max_tokens = 4;
@@ -190,7 +188,7 @@ TEST_F(GeneratorTest, LogprobsAreRawLogSoftmaxOfTheModelsLogits) {
   }
 }
 
-TEST_F(GeneratorTest, BadRequestsAreRejectedWithoutRunning) {
+TEST_F(StepContractTest, BadRequestsAreRejectedWithoutRunning) {
   EngineRequest empty = request({});
   EXPECT_EQ(run({empty}).status().code(), StatusCode::kInvalidArgument);
   EngineRequest out_of_vocab = request({1, 2, 100000});
@@ -203,27 +201,7 @@ TEST_F(GeneratorTest, BadRequestsAreRejectedWithoutRunning) {
   EXPECT_EQ(run({bad_params}).status().code(), StatusCode::kInvalidArgument);
 }
 
-// Generator's own contract, until it goes (the engine refuses such a request at submit
-// instead: engine_test's RejectsBadRequestsWithoutQueueingThem).
-TEST_F(GeneratorTest, TooSmallPoolFailsCleanlyAndFreesEverything) {
-  GeneratorConfig tiny;
-  tiny.block_size = 8;
-  tiny.num_blocks = 4;  // 3 usable blocks = 24 slots
-  GenerationRequest r{make_prompt(20, 7), {}};
-  r.params.max_tokens = 10;
-  r.params.ignore_eos = true;
-  const auto run_generator = [&](const GenerationRequest& request) {
-    Generator generator(model_, pool_, tiny);
-    auto out = generator.generate(std::vector<GenerationRequest>{request});
-    EXPECT_EQ(generator.num_used_blocks(), 0) << "blocks leaked";
-    return out.status();
-  };
-  EXPECT_EQ(run_generator(r).code(), StatusCode::kResourceExhausted);
-  r.params.max_tokens = 4;  // 24 slots: fits exactly
-  EXPECT_TRUE(run_generator(r).ok());
-}
-
-TEST_F(GeneratorTest, RejectsUnsupportedSettings) {
+TEST_F(StepContractTest, RejectsUnsupportedSettings) {
   EngineConfig c;
   c.num_blocks = 64;
   c.block_size = 24;

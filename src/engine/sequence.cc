@@ -1,0 +1,13 @@
+#include "engine/sequence.h"
+
+namespace strata::engine {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+  }
+  return "?";
+}
+
+}  // namespace strata::engine
