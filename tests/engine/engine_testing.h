@@ -95,9 +95,32 @@ inline EngineConfig sized_for(EngineConfig c, const std::vector<EngineRequest>& 
   return c;
 }
 
+// Submits the requests together (one batch) to an engine over model sized for them (sized_for,
+// with the model's window) and steps it until they finish: what each request returned, in
+// request order, or the first refused request's status. No step may fail and no block leak.
+inline Result<std::vector<Collected>> run_together(model::Model& model, ThreadPool& pool,
+                                                   const std::vector<EngineRequest>& requests,
+                                                   const EngineConfig& config = {}) {
+  auto e = Engine::create(
+      model, pool,
+      sized_for(config, requests, kv::pool_sliding_window(model.config().layer_sliding_window)));
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  if (!e.ok()) return e.status();
+  std::vector<RequestId> ids;
+  for (const EngineRequest& r : requests) {
+    auto id = (*e)->submit(r);
+    if (!id.ok()) return id.status();
+    ids.push_back(*id);
+  }
+  std::map<RequestId, Collected> got = drain(**e);
+  EXPECT_EQ((*e)->last_step().num_used_blocks, 0) << "blocks leaked";
+  std::vector<Collected> out;
+  for (const RequestId id : ids) out.push_back(std::move(got[id]));
+  return out;
+}
+
 // The logits at every position of each prompt (prompt_logits requests, one greedy token each),
-// all submitted at once to an engine over model sized for them; no step fails and no block
-// leaks.
+// run together (run_together).
 inline std::vector<std::vector<float>> prompt_logits(model::Model& model, ThreadPool& pool,
                                                      const std::vector<std::vector<int32_t>>& prompts,
                                                      const EngineConfig& config = {}) {
@@ -106,17 +129,11 @@ inline std::vector<std::vector<float>> prompt_logits(model::Model& model, Thread
     requests.push_back(greedy(p, 1, -1));
     requests.back().prompt_logits = true;
   }
-  auto e = Engine::create(
-      model, pool,
-      sized_for(config, requests, kv::pool_sliding_window(model.config().layer_sliding_window)));
-  EXPECT_TRUE(e.ok()) << e.status().to_string();
-  if (!e.ok()) return {};
-  std::vector<RequestId> ids;
-  for (const EngineRequest& r : requests) ids.push_back(*(*e)->submit(r));
-  std::map<RequestId, Collected> got = drain(**e);
-  EXPECT_EQ((*e)->last_step().num_used_blocks, 0) << "blocks leaked";
+  auto got = run_together(model, pool, requests, config);
+  EXPECT_TRUE(got.ok()) << got.status().to_string();
+  if (!got.ok()) return {};
   std::vector<std::vector<float>> out;
-  for (const RequestId id : ids) out.push_back(std::move(got[id].prompt_logits));
+  for (Collected& c : *got) out.push_back(std::move(c.prompt_logits));
   return out;
 }
 

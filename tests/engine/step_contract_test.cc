@@ -43,23 +43,10 @@ class StepContractTest : public ::testing::Test {
   // the first refused request's status, or each request's result.
   Result<std::vector<Result1>> run(const std::vector<EngineRequest>& requests,
                                    EngineConfig config = {}) {
-    auto e = Engine::create(
-        model_, pool_,
-        test_util::sized_for(config, requests,
-                             kv::pool_sliding_window(model_.config().layer_sliding_window)));
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    if (!e.ok()) return e.status();
-    std::vector<RequestId> ids;
-    for (const EngineRequest& r : requests) {
-      auto id = (*e)->submit(r);
-      if (!id.ok()) return id.status();
-      ids.push_back(*id);
-    }
-    auto got = test_util::drain(**e);
-    EXPECT_EQ((*e)->last_step().num_used_blocks, 0) << "blocks leaked";
+    auto got = test_util::run_together(model_, pool_, requests, config);
+    if (!got.ok()) return got.status();
     std::vector<Result1> out;
-    for (const RequestId id : ids) {
-      test_util::Collected& c = got[id];
+    for (test_util::Collected& c : *got) {
       out.push_back({c.tokens[0], c.logprobs[0], c.prompt_logprobs, c.finish[0]});
     }
     return out;
