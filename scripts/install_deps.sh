@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libssl-dev libcpp-httplib-dev curl
   libboost-dev  # Boost.Beast and Boost.Asio (header-only): the HTTP server
-  # strata-tiny's training text (tools/make_tiny_corpus.py): the King James Bible and fortunes
+  # strata-tiny's training text (tools/tiny/make_tiny_corpus.py): the King James Bible and fortunes
   bible-kjv fortunes fortunes-min
 )
 

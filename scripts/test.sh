@@ -93,8 +93,8 @@ run-clang-tidy -quiet -p build/asan -j "$jobs" -header-filter="$(pwd)/src/.*" "$
 echo "clang-tidy: ${#tidy_files[@]} files clean"
 
 stage gpu-run-record
-if [[ -x tools/check_gpu_run_current.sh ]]; then
-  tools/check_gpu_run_current.sh
+if [[ -x tools/gpu/check_gpu_run_current.sh ]]; then
+  tools/gpu/check_gpu_run_current.sh
 fi
 
 stage done

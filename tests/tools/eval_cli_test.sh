@@ -49,7 +49,7 @@ python3 -c 'import json,sys; t=json.loads(sys.argv[1])["text"]; assert t.strip()
   || fail "generate without --model gave no text"
 [[ $("$strata" tokenize "And") == "$("$strata" tokenize --model "$model" "And")" ]] && ok \
   || fail "tokenize default model"
-# strata tokenize gives the `tokenizers` library's ids (tools/make_tiny_fixture.py wrote them)
+# strata tokenize gives the `tokenizers` library's ids (tools/tiny/make_tiny_fixture.py wrote them)
 ids_json=$model/../../tests/data/models/strata-tiny-reference/tokenizer_ids.json
 python3 - "$strata" "$ids_json" <<'PY' && ok || fail "strata tokenize differs from tokenizers"
 import json, subprocess, sys

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/make_tiny_corpus.py rebuilds strata-tiny's text from the Debian packages exactly: the
+# tools/tiny/make_tiny_corpus.py rebuilds strata-tiny's text from the Debian packages exactly: the
 # needle filler it writes equals the one models/strata-tiny ships, and the held-out books are
 # nowhere in the training text.
 # Usage: tiny_corpus_test.sh SOURCE_DIR
@@ -7,7 +7,7 @@ set -euo pipefail
 src=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 "$src/tools/make_tiny_corpus.py" --out "$tmp" >/dev/null
+python3 "$src/tools/tiny/make_tiny_corpus.py" --out "$tmp" >/dev/null
 cmp "$tmp/needle_filler.txt" "$src/models/strata-tiny/needle_filler.txt"
 # A verse of each held-out book must not occur in train.txt.
 for verse in "for whither thou goest, I will go" "Now it came to pass in the days of Ahasuerus" \

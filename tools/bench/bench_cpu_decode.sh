@@ -9,7 +9,7 @@
 #             16 x the decode bandwidth bound and FP32 peak / flops per decoded token
 # Each figure is the median of RUNS runs; the floor is taken before and after them (each floor is
 # the best of its repetitions, so load on a shared machine never lowers the bound).
-# Usage: tools/bench_cpu_decode.sh [BUILD_DIR] [MODEL_DIR] [THREADS] [RUNS]
+# Usage: tools/bench/bench_cpu_decode.sh [BUILD_DIR] [MODEL_DIR] [THREADS] [RUNS]
 set -euo pipefail
 build=${1:-build/release}
 model=${2:-bench/models/qwen2-0.5b}

@@ -2,7 +2,7 @@
 
 src/eval/needle.cc builds the same prompts in C++; tests/engine/strata_tiny_test.cc checks that
 the two agree token for token on a prompt this module wrote into the strata-tiny fixture, so the
-figures of tools/train_tiny.py and of `strata eval needle` come from one definition. The format
+figures of tools/tiny/train_tiny.py and of `strata eval needle` come from one definition. The format
 (docs/strata-tiny.md):
 
     <prefix: encode("", add_special_tokens=True), i.e. BOS>

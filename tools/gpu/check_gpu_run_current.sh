@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # check_gpu_run_current.sh: fails when the CUDA code at HEAD -- the kernels (src/kernels/cuda) and
 # the GPU model runner (src/model/cuda) -- is not what the last GPU run tested. docs/gpu-runs.md
-# (written by tools/gpu_check.sh report) records the tree hash of each folder that was built; the
+# (written by tools/gpu/gpu_check.sh report) records the tree hash of each folder that was built; the
 # check compares them with `git rev-parse HEAD:<folder>`. Tree hashes depend on content only, so a run made on
 # uncommitted kernels still matches once they are committed unchanged, whatever the commit.
 # CI runs this; exit 0 = current, 1 = stale or missing record.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 RECORD="$ROOT/docs/gpu-runs.md"
 
 if [ ! -f "$RECORD" ]; then
-  echo "check_gpu_run_current: $RECORD is missing; run tools/gpu_check.sh on an H200 GPU" >&2
+  echo "check_gpu_run_current: $RECORD is missing; run tools/gpu/gpu_check.sh on an H200 GPU" >&2
   exit 1
 fi
 commit="$(sed -n 's/^- commit built on: `\([0-9a-f]\{40\}\)`.*/\1/p' "$RECORD" | head -n 1)"
@@ -38,7 +38,7 @@ check() {
   if [ -n "$commit" ] && git -C "$ROOT" cat-file -e "$commit^{commit}" 2>/dev/null; then
     git -C "$ROOT" diff --stat "$commit" HEAD -- "$folder" >&2 || true
   fi
-  echo "  run tools/gpu_check.sh (build, run on an H200 GPU, report) and commit docs/gpu-runs.md" >&2
+  echo "  run tools/gpu/gpu_check.sh (build, run on an H200 GPU, report) and commit docs/gpu-runs.md" >&2
   status=1
 }
 check src/kernels/cuda kernels_tree

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prepares the strata-tiny training corpus from two Debian packages (standard library only).
 
-    python3 tools/make_tiny_corpus.py [--out .devcarry/tiny]
+    python3 tools/tiny/make_tiny_corpus.py [--out .devcarry/tiny]
 
 Sources: the King James Bible as the `bible` program of `bible-kjv` prints it, and the `fortunes`
 / `fortunes-min` collections under /usr/share/games/fortunes (the ASCII-art files left out).

@@ -5,11 +5,11 @@
 # connections trickling a request head one byte a second (tests/server/slow_clients_test.mjs),
 # 20 /health probes while they hang on.
 #
-# Usage: tools/bench_http_slow_clients.sh [--json] [--clients "300 1000 4000"] STRATA [PEER_STRATA]
+# Usage: tools/bench/bench_http_slow_clients.sh [--json] [--clients "300 1000 4000"] STRATA [PEER_STRATA]
 # The first binary gets --max-connections and --max-connections-per-client raised to the largest
 # count (the clients all come from 127.0.0.1); a peer is started with the common flags only.
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 json=0
 clients="300 1000 4000"
 while [[ $# -gt 0 && $1 == --* ]]; do

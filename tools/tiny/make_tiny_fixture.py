@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the strata-tiny reference that tests/engine/strata_tiny_test.cc checks Strata against.
 
-    python3 tools/make_tiny_fixture.py --model models/strata-tiny --data .devcarry/tiny \
+    python3 tools/tiny/make_tiny_fixture.py --model models/strata-tiny --data .devcarry/tiny \
         --out tests/data/models/strata-tiny-reference
 
 Run where torch, transformers and tokenizers are installed (the H200 GPU machine; all of it runs on
@@ -19,7 +19,7 @@ reference.safetensors
 tokenizer_ids.json      texts with the ids of the `tokenizers` library (with and without special
                         tokens), which the C++ tokenizer must equal
 needle.json             pass-key prompts (seed, context, depth, trial -> ids, answer) built by
-                        tools/tiny_needle.py, which src/eval must rebuild token for token
+                        tools/tiny/tiny_needle.py, which src/eval must rebuild token for token
 """
 
 import argparse

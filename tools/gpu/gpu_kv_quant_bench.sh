@@ -2,9 +2,9 @@
 # Issue 11's end-to-end figure on the GPU machine: the Llama-3.1-8B shape with dummy bf16
 # weights, a 16 GiB KV pool, 1,024 offline requests of 2,048 prompt + 256 output tokens, EOS
 # ignored, greedy, once per KV dtype in the same call: bfloat16, fp8_e4m3 (scales calculated on
-# the device at start-up), int8 and int4 (KIVI, the default residual window of one block). Run by `tools/gpu_check.sh run` from the repository root:
+# the device at start-up), int8 and int4 (KIVI, the default residual window of one block). Run by `tools/gpu/gpu_check.sh run` from the repository root:
 #
-#   tools/gpu_kv_quant_bench.sh BIN_DIR OUT_JSON [NUM_PROMPTS]
+#   tools/gpu/gpu_kv_quant_bench.sh BIN_DIR OUT_JSON [NUM_PROMPTS]
 #
 # GPU_KVQ_DTYPES picks the dtypes (default: bfloat16 fp8_e4m3 int8 int4; ratios need bfloat16);
 # GPU_KVQ_BATCHED_TOKENS the token budget of a step (--max-num-batched-tokens, default 8192).

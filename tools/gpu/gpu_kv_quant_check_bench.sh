@@ -4,7 +4,7 @@
 # tokens; the whole `strata bench` process timed without and then with the check (the check's
 # table goes to stderr, printed here). Run from the repository root on the GPU machine:
 #
-#   tools/gpu_kv_quant_check_bench.sh BIN_DIR
+#   tools/gpu/gpu_kv_quant_check_bench.sh BIN_DIR
 set -euo pipefail
 bin="$1"
 run() {

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Trains strata-tiny, Strata's bundled model, on one H200 GPU in a few minutes.
 
-    python3 tools/make_tiny_corpus.py                        # on any Debian machine (stdlib only)
-    python3 tools/train_tiny.py --data .devcarry/tiny --out OUT [--train-seconds 480]
-    python3 tools/make_tiny_fixture.py --model OUT/strata-tiny --data .devcarry/tiny --out FIXTURE
+    python3 tools/tiny/make_tiny_corpus.py                        # on any Debian machine (stdlib only)
+    python3 tools/tiny/train_tiny.py --data .devcarry/tiny --out OUT [--train-seconds 480]
+    python3 tools/tiny/make_tiny_fixture.py --model OUT/strata-tiny --data .devcarry/tiny --out FIXTURE
 
 Needs torch, tokenizers, safetensors and numpy. Steps, all in one process:
 1. a byte-level BPE tokenizer of 8192 tokens, trained with `tokenizers` on train.txt (digits split
@@ -16,7 +16,7 @@ Needs torch, tokenizers, safetensors and numpy. Steps, all in one process:
 3. every --checkpoint-seconds, a BF16 checkpoint in OUT/checkpoint.tar (so a killed run still
    returns a model), scored on valid.txt and a small pass-key grid; the best one is kept;
 4. evaluation: bits per byte on the held-out books and fortunes, the pass-key grid of
-   `strata eval needle` (tools/tiny_needle.py, the same prompts), a sample; OUT/strata-tiny/ is
+   `strata eval needle` (tools/tiny/tiny_needle.py, the same prompts), a sample; OUT/strata-tiny/ is
    the model directory (config.json, generation_config.json, model.safetensors, tokenizer.json,
    tokenizer_config.json, needle_filler.txt), OUT/train_log.json the curves and figures.
 """

@@ -2,11 +2,11 @@
 # Issue 41's FP8-weight figures on the GPU machine, BF16 and FP8 weights in the same call: the
 # Llama-3.1-8B shape with dummy weights (FP8: the same bf16 weights quantized on the GPU at load,
 # --quantization fp8), greedy, EOS ignored:
-#   offline   256 requests of 512 prompt + 256 output tokens (tools/gpu_engine_bench.sh's)
+#   offline   256 requests of 512 prompt + 256 output tokens (tools/gpu/gpu_engine_bench.sh's)
 #   decode    one request, 1024-token prompt, 128 output tokens: time per output token
-# Run from the repository root (by `tools/gpu_check.sh run` with GPU_CHECK_STEPS=fp8_weights):
+# Run from the repository root (by `tools/gpu/gpu_check.sh run` with GPU_CHECK_STEPS=fp8_weights):
 #
-#   tools/gpu_fp8_bench.sh BIN_DIR OUT_JSON
+#   tools/gpu/gpu_fp8_bench.sh BIN_DIR OUT_JSON
 #
 # OUT_JSON maps "<workload>_<none|fp8>" to its `strata bench --json` object and adds, for FP8,
 # the ratio to BF16 (throughput: output tokens/s; decode: inter-token p50).

@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
 # gpu_check.sh: build, run and record the CUDA kernels' tests, sanitizer runs and benchmarks.
 #
-#   tools/gpu_check.sh build            on the CPU machine (nvcc, no GPU needed): builds the CUDA
-#                                       test and benchmark binaries (Release, sm_90a, GoogleTest
-#                                       and libstdc++ linked statically) into .devcarry/gpu/, with
-#                                       the commit and the src/kernels/cuda tree hash they came from;
-#                                       then the GPU engine: the `strata` CLI and the GPU model
-#                                       test from a full build of the tree, with the Debian shared
-#                                       libraries they use copied beside them (bin/lib)
-#   tools/gpu_check.sh run OUT_DIR      on the GPU machine, from the repository root with
-#                                       .devcarry/gpu-pack (the packed binaries) copied there
-#                                       (nothing else is needed): runs
-#                                       the kernel tests, the GPU model test (bf16 fixtures), the
-#                                       decode and prefill benchmarks, the PyTorch comparison, a
-#                                       reduced filter of the tests under compute-sanitizer memcheck
-#                                       and racecheck, and the GPU engine benchmarks beside
-#                                       transformers (tools/gpu_engine_bench.sh); writes at most
-#                                       eight files (logs, JSON) under OUT_DIR
-#   tools/gpu_check.sh report RUN_DIR   on the CPU machine: turns RUN_DIR (the files "run" wrote)
-#                                       into docs/gpu-runs.md (figures for docs/benchmarks.md);
-#                                       RUN_DIR/note.md, if there, follows the steps table (how
-#                                       a record joined from several calls was put together)
+#   tools/gpu/gpu_check.sh build            on the CPU machine (nvcc, no GPU needed): builds the CUDA
+#                                           test and benchmark binaries (Release, sm_90a, GoogleTest
+#                                           and libstdc++ linked statically) into .devcarry/gpu/, with
+#                                           the commit and the src/kernels/cuda tree hash they came from;
+#                                           then the GPU engine: the `strata` CLI and the GPU model
+#                                           test from a full build of the tree, with the Debian shared
+#                                           libraries they use copied beside them (bin/lib)
+#   tools/gpu/gpu_check.sh run OUT_DIR      on the GPU machine, from the repository root with
+#                                           .devcarry/gpu-pack (the packed binaries) copied there
+#                                           (nothing else is needed): runs
+#                                           the kernel tests, the GPU model test (bf16 fixtures), the
+#                                           decode and prefill benchmarks, the PyTorch comparison, a
+#                                           reduced filter of the tests under compute-sanitizer memcheck
+#                                           and racecheck, and the GPU engine benchmarks beside
+#                                           transformers (tools/gpu/gpu_engine_bench.sh); writes at most
+#                                           eight files (logs, JSON) under OUT_DIR
+#   tools/gpu/gpu_check.sh report RUN_DIR   on the CPU machine: turns RUN_DIR (the files "run" wrote)
+#                                           into docs/gpu-runs.md (figures for docs/benchmarks.md);
+#                                           RUN_DIR/note.md, if there, follows the steps table (how
+#                                           a record joined from several calls was put together)
 #
 # GPU_CHECK_STEPS picks the run's steps (default: all of tests bench prefill ops tensor_cores torch
 # kvquant engine_tests engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute
@@ -34,7 +34,7 @@
 # on the rest of the tree configuring.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CARRY="$ROOT/.devcarry/gpu"
 JOBS="${GPU_CHECK_JOBS:-1}"
 
@@ -70,8 +70,8 @@ build_engine() {
   ldd "$CARRY/bin/strata" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcublas[^/]*|libcublasLt[^/]*|libstdc\+\+|libgcc_s)\.so' |
     xargs -r -I{} cp -L {} "$CARRY/bin/lib/"
-  cp "$ROOT/tools/bench_gpu_peers.py" "$ROOT/tools/gpu_engine_bench.sh" \
-    "$ROOT/tools/gpu_kv_quant_bench.sh" "$ROOT/tools/gpu_fp8_bench.sh" "$CARRY/bin/"
+  cp "$ROOT/tools/gpu/bench_gpu_peers.py" "$ROOT/tools/gpu/gpu_engine_bench.sh" \
+    "$ROOT/tools/gpu/gpu_kv_quant_bench.sh" "$ROOT/tools/gpu/gpu_fp8_bench.sh" "$CARRY/bin/"
 }
 
 write_project() {
@@ -131,7 +131,7 @@ cmd_build() {
   cp "$CARRY/build/bench_cuda/strata_decode_bench" "$CARRY/build/bench_cuda/strata_prefill_bench" \
     "$CARRY/build/bench_cuda/strata_model_ops_bench" "$CARRY/build/bench_cuda/strata_tensor_core_bench" \
     "$CARRY/bin/"
-  cp "$ROOT/tools/bench_decode_torch.py" "$CARRY/bin/"
+  cp "$ROOT/tools/gpu/bench_decode_torch.py" "$CARRY/bin/"
   build_engine
   local gpu_paths=(src/kernels/cuda tests/kernels/cuda bench/cuda src/model/cuda tests/model)
   {
@@ -211,8 +211,9 @@ cmd_run() {
   export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   local built_root
   built_root="$(sed -n 's/^root=//p' "$bin/build-info.txt")"
-  built_root="${built_root:-/work/main}"
-  [ -e "$built_root" ] || { mkdir -p "$(dirname "$built_root")" && ln -s "$ROOT" "$built_root"; }
+  if [ -n "$built_root" ] && [ ! -e "$built_root" ]; then
+    mkdir -p "$(dirname "$built_root")" && ln -s "$ROOT" "$built_root"
+  fi
   step engine_tests engine "${GPU_CHECK_ENGINE_TEST_LIMIT:-240}" \
     bash -c '"$1/model_cuda_model_test" --gtest_brief=1; a=$?; "$1/model_cuda_kv_quant_test" --gtest_brief=1; b=$?; "$1/engine_cuda_engine_test" --gtest_brief=1; c=$?; "$1/model_cuda_fp8_weights_test"; d=$?; bash tests/tools/generate_device_test.sh gpu "$1/strata" tests/data; exit $((a | b | c | d | $?))' _ "$bin"
   step engine_bench engine "${GPU_CHECK_ENGINE_BENCH_LIMIT:-420}" bash "$bin/gpu_engine_bench.sh" "$bin" "$OUT/engine.json"
@@ -264,8 +265,8 @@ def sanitizer(log):
     if h: parts.append(f"{h.group(1)} hazards")
     return ", ".join(parts) or "no summary"
 lines = ["# GPU runs", "",
-         "Written by `tools/gpu_check.sh report` from the files `tools/gpu_check.sh run` wrote on an",
-         "H200 GPU. `tools/check_gpu_run_current.sh` compares the tree hashes below with",
+         "Written by `tools/gpu/gpu_check.sh report` from the files `tools/gpu/gpu_check.sh run` wrote on an",
+         "H200 GPU. `tools/gpu/check_gpu_run_current.sh` compares the tree hashes below with",
          "`git rev-parse HEAD:src/kernels/cuda` and `HEAD:src/model/cuda`: CI fails when the kernels",
          "or the GPU model runner changed after this run.", "",
          "## Latest run", "",
@@ -288,7 +289,7 @@ eng = read("engine.log")
 ep = [int(x) for x in re.findall(r"\[  PASSED  \] (\d+) test", eng)]
 ef = sorted(set(x for x in re.findall(r"\[  FAILED  \] (\S+)", eng) if "." in x))
 lines.append(f"| GPU engine tests (`model_cuda_model_test`, `model_cuda_kv_quant_test`, `engine_cuda_engine_test`, `model_cuda_fp8_weights_test`) | {status.get('engine_tests', '?')} | {sum(ep)} passed, {len(ef)} failed |")
-lines.append(f"| GPU engine benchmarks (`tools/gpu_engine_bench.sh`) | {status.get('engine_bench', '?')} | see below |")
+lines.append(f"| GPU engine benchmarks (`tools/gpu/gpu_engine_bench.sh`) | {status.get('engine_bench', '?')} | see below |")
 f = f + ef
 lines.append(f"| decode benchmark | {status.get('bench', '?')} | see below |")
 lines.append(f"| prefill benchmark | {status.get('prefill', '?')} | see below |")
@@ -298,9 +299,9 @@ if "tensor_cores" in status:
 lines.append(f"| PyTorch SDPA comparison | {status.get('torch', '?')} | see below |")
 lines.append(f"| quantized KV decode attention (`strata_decode_bench --kv-dtypes`) | {status.get('kvquant', '?')} | see below |")
 if "kvquant_e2e" in status:
-    lines.append(f"| quantized KV end to end (`tools/gpu_kv_quant_bench.sh`) | {status['kvquant_e2e']} | see below |")
+    lines.append(f"| quantized KV end to end (`tools/gpu/gpu_kv_quant_bench.sh`) | {status['kvquant_e2e']} | see below |")
 if "fp8_weights" in status:
-    lines.append(f"| FP8 weights end to end (`tools/gpu_fp8_bench.sh`) | {status['fp8_weights']} | see below |")
+    lines.append(f"| FP8 weights end to end (`tools/gpu/gpu_fp8_bench.sh`) | {status['fp8_weights']} | see below |")
 if f:
     lines += ["", "Failed tests: " + ", ".join(f"`{x}`" for x in f)]
 # A record joined from several calls (or builds) says how in RUN_DIR/note.md, kept beside the
@@ -417,7 +418,7 @@ if e2e:
     lines += ["", "## Quantized KV: end to end", "",
               "Llama-3.1-8B shape, dummy bf16 weights, `--kv-cache-memory-bytes 16GiB`, 1,024 requests of",
               "2,048 + 256 tokens, EOS ignored, greedy, a step's token budget (`--max-num-batched-tokens`)",
-              f"of {budget} (`tools/gpu_kv_quant_bench.sh`).", "",
+              f"of {budget} (`tools/gpu/gpu_kv_quant_bench.sh`).", "",
               "| KV dtype | bytes/token | output tokens/s | vs bfloat16 | duration s | mean concurrency | preemptions | prompt steps: n, s | decode steps: n, s, mean seqs |",
               "|---|---|---|---|---|---|---|---|---|"]
     for name, d in e2e.items():
@@ -434,7 +435,7 @@ if fp8:
     lines += ["", "## FP8 weights: end to end", "",
               "Llama-3.1-8B shape, dummy bf16 weights, the same weights quantized on the GPU at load with",
               "`--quantization fp8` (e4m3, one scale per output channel; activations per token on the FP8",
-              "tensor cores, bf16 on the decode GEMV), greedy, EOS ignored (`tools/gpu_fp8_bench.sh`).", "",
+              "tensor cores, bf16 on the decode GEMV), greedy, EOS ignored (`tools/gpu/gpu_fp8_bench.sh`).", "",
               "| workload | BF16 weights | FP8 weights | FP8 / BF16 |", "|---|---|---|---|"]
     if fr("offline_none") and fr("offline_fp8"):
         b, q = fr("offline_none")["output_tokens_per_s"], fr("offline_fp8")["output_tokens_per_s"]

@@ -10,7 +10,7 @@
   prefill    transformers' forward pass (sdpa) over one LONG_PROMPT-token prompt: seconds, the
              time to first token of a server without queueing
 
-    python3 tools/bench_gpu_peers.py --config bench/models/llama-3.1-8b/config.json --json OUT
+    python3 tools/gpu/bench_gpu_peers.py --config bench/models/llama-3.1-8b/config.json --json OUT
 
 Prints one JSON object (also written to --json).
 """

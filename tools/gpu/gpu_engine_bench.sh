@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The GPU engine's benchmarks on the Llama-3.1-8B shape with dummy bf16 weights, beside
 # transformers and the hardware floors measured in the same call (docs/benchmarks.md, "GPU
-# engine"). Run by `tools/gpu_check.sh run` on the GPU machine, from the repository root:
+# engine"). Run by `tools/gpu/gpu_check.sh run` on the GPU machine, from the repository root:
 #
-#   tools/gpu_engine_bench.sh BIN_DIR OUT_JSON
+#   tools/gpu/gpu_engine_bench.sh BIN_DIR OUT_JSON
 #
-#   peers     tools/bench_gpu_peers.py: copy bandwidth, bf16 GEMM rate, transformers' offline
+#   peers     tools/gpu/bench_gpu_peers.py: copy bandwidth, bf16 GEMM rate, transformers' offline
 #             generate_batch on the same workload and its 32K-token prefill
 #   offline   256 requests of 512 prompt + 256 output tokens, EOS ignored, greedy
 #   decode    one request, 1024-token prompt, 128 output tokens: time per output token

@@ -11,7 +11,7 @@ the bf16 matrix rate (8192^3 products on random data), and SDPA's prefill TFLOP/
 a chunk on a cached prefix uses the bottom-right causal mask) for bench/cuda/prefill_bench.cc's
 shapes.
 
-  python3 tools/bench_decode_torch.py [--json FILE] [--reps N]
+  python3 tools/gpu/bench_decode_torch.py [--json FILE] [--reps N]
 """
 import argparse
 import json
