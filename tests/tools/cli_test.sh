@@ -247,7 +247,7 @@ expect_error weights-loop "model.safetensors.*symbolic links" generate --model "
   --prompt-ids 1
 mkdir -p "$tmp/tokloop"; ln -s tokenizer.json "$tmp/tokloop/tokenizer.json"
 expect_error tokenizer-loop "tokenizer.json.*symbolic links" tokenize --model "$tmp/tokloop" a
-# traces (docs/benchmarks.md): an arrival no replay can wait for fails at once; epoch
+# traces (docs/bench.md): an arrival no replay can wait for fails at once; epoch
 # milliseconds replay from the first line's time
 trace_bench() { "$strata" bench --model "$model" --threads 2 --num-blocks 512 "$@"; }
 printf '%s\n' '{"arrival_time": 0, "input_length": 4, "output_length": 1}' \
