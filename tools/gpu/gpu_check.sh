@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
 # gpu_check.sh: build, run and record the CUDA kernels' tests, sanitizer runs and benchmarks.
 #
-#   tools/gpu/gpu_check.sh build            on the CPU machine (nvcc, no GPU needed): builds the CUDA
-#                                           test and benchmark binaries (Release, sm_90a, GoogleTest
-#                                           and libstdc++ linked statically) into .devcarry/gpu/, with
-#                                           the commit and the src/kernels/cuda tree hash they came from;
-#                                           then the GPU engine: the `strata` CLI and the GPU model
-#                                           test from a full build of the tree, with the Debian shared
-#                                           libraries they use copied beside them (bin/lib)
+#   tools/gpu/gpu_check.sh build            on the CPU machine (nvcc, no GPU needed): builds the
+#                                           CUDA test and benchmark binaries (Release, sm_90a,
+#                                           GoogleTest and libstdc++ linked statically) into
+#                                           .devcarry/gpu/, with the commit and the src/kernels/cuda
+#                                           tree hash they came from; then the GPU engine: the
+#                                           `strata` CLI and the GPU model test from a full build of
+#                                           the tree, with the Debian shared libraries they use
+#                                           copied beside them (bin/lib)
 #   tools/gpu/gpu_check.sh run OUT_DIR      on the GPU machine, from the repository root with
 #                                           .devcarry/gpu-pack (the packed binaries) copied there
-#                                           (nothing else is needed): runs
-#                                           the kernel tests, the GPU model test (bf16 fixtures), the
-#                                           decode and prefill benchmarks, the PyTorch comparison, a
-#                                           reduced filter of the tests under compute-sanitizer memcheck
-#                                           and racecheck, and the GPU engine benchmarks beside
-#                                           transformers (tools/gpu/gpu_engine_bench.sh); writes at most
-#                                           eight files (logs, JSON) under OUT_DIR
-#   tools/gpu/gpu_check.sh report RUN_DIR   on the CPU machine: turns RUN_DIR (the files "run" wrote)
-#                                           into docs/gpu-runs.md (figures for docs/benchmarks.md);
-#                                           RUN_DIR/note.md, if there, follows the steps table (how
-#                                           a record joined from several calls was put together)
+#                                           (nothing else is needed): runs the kernel tests, the GPU
+#                                           model test (bf16 fixtures), the decode and prefill
+#                                           benchmarks, the PyTorch comparison, a reduced filter of
+#                                           the tests under compute-sanitizer memcheck and
+#                                           racecheck, and the GPU engine benchmarks beside
+#                                           transformers (tools/gpu/gpu_engine_bench.sh); writes at
+#                                           most eight files (logs, JSON) under OUT_DIR
+#   tools/gpu/gpu_check.sh report RUN_DIR   on the CPU machine: turns RUN_DIR (the files "run"
+#                                           wrote) into docs/gpu-runs.md (figures for
+#                                           docs/benchmarks.md); RUN_DIR/note.md, if there, follows
+#                                           the steps table (how a record joined from several calls
+#                                           was put together)
 #
 # GPU_CHECK_STEPS picks the run's steps (default: all of tests bench prefill ops tensor_cores torch
 # kvquant engine_tests engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute
