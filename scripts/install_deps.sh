@@ -2,17 +2,26 @@
 # Installs everything Strata needs to build and test on Debian 12, from Debian's own packages.
 # Idempotent; run as root. NVIDIA's CUDA 13 toolkit is not a Debian package: when /usr/local/cuda
 # is present the build compiles the CUDA backend too, otherwise it builds the CPU engine only.
+#
+# --demo installs only what scripts/demo.sh needs to build the `strata` CLI: no clang toolchain,
+# GoogleTest, Google Benchmark, test texts, tokenizer files or npm client.
 set -euo pipefail
+demo=0
+[[ "${1:-}" == --demo ]] && demo=1
 
 packages=(
-  build-essential cmake ninja-build git pkg-config python3
-  clang clang-tidy clang-format libclang-rt-dev lld
-  libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libssl-dev libcpp-httplib-dev curl
+  build-essential cmake ninja-build git pkg-config
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libssl-dev libcpp-httplib-dev
   libboost-dev  # Boost.Beast and Boost.Asio (header-only): the HTTP server
-  # strata-tiny's training text (tools/tiny/make_tiny_corpus.py): the King James Bible and fortunes
-  bible-kjv fortunes fortunes-min
 )
+if ((!demo)); then
+  packages+=(
+    python3 curl clang clang-tidy clang-format libclang-rt-dev lld
+    libgtest-dev libgmock-dev libbenchmark-dev
+    # strata-tiny's training text (tools/tiny/make_tiny_corpus.py): the King James Bible and fortunes
+    bible-kjv fortunes fortunes-min
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -26,6 +35,9 @@ if ((${#missing[@]})); then
 else
   echo "install_deps: all Debian packages present"
 fi
+
+# The demo builds the CPU engine only, and no test data.
+((demo)) && exit 0
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   echo "install_deps: CUDA toolkit found ($(/usr/local/cuda/bin/nvcc --version | tail -1)): the CUDA backend will be built"
