@@ -141,7 +141,8 @@ std::vector<int32_t> prompt_tokens(int32_t n, int32_t seed) {
 // A manager whose cache holds 64 other prompts of n tokens (and, with hit, the queried one).
 KvCacheManager filled_manager(int32_t n, const std::vector<int32_t>& query, bool hit) {
   constexpr int32_t kBs = 16;
-  KvCacheManager m(KvCacheConfig{.num_blocks = 66 * (n / kBs + 1) + 1, .block_size = kBs});
+  KvCacheManager m(
+      KvCacheConfig{.block_size = kBs, .groups = {{KvGroupSpec{}, 66 * (n / kBs + 1) + 1}}});
   for (int32_t i = 0; i <= 64; ++i) {
     const std::vector<int32_t> p = i == 64 ? query : prompt_tokens(n, 1000 + i);
     if (i == 64 && !hit) break;
@@ -164,7 +165,7 @@ void BM_PrefixLookup(benchmark::State& state) {
   for (auto _ : state) {
     const PrefixHit h = m.find_cached_prefix(query, {});
     hit_tokens = h.num_tokens;
-    benchmark::DoNotOptimize(h.blocks.data());
+    benchmark::DoNotOptimize(h.blocks().data());
   }
   state.counters["hit_tokens"] = static_cast<double>(hit_tokens);
   state.SetItemsProcessed(state.iterations() * n);
@@ -177,8 +178,9 @@ void BM_Request_NoHitOverhead(benchmark::State& state) {
   const auto n = static_cast<int32_t>(state.range(0));
   const bool caching = state.range(1) != 0;
   constexpr int32_t kBs = 16;
-  KvCacheManager m(KvCacheConfig{
-      .num_blocks = 4 * (n / kBs + 1) + 1, .block_size = kBs, .enable_prefix_caching = caching});
+  KvCacheManager m(KvCacheConfig{.block_size = kBs,
+                                 .enable_prefix_caching = caching,
+                                 .groups = {{KvGroupSpec{}, 4 * (n / kBs + 1) + 1}}});
   std::vector<std::vector<int32_t>> prompts;
   for (int32_t i = 0; i < 64; ++i) prompts.push_back(prompt_tokens(n, 50 + i));
   size_t i = 0;
@@ -233,9 +235,10 @@ void BM_Utilization_Paged(benchmark::State& state) {
   int64_t preemptions = 0;
   for (auto _ : state) {
     std::mt19937_64 rng(7);
-    KvCacheManager m(KvCacheConfig{.num_blocks = static_cast<int32_t>(kUtilCapacityTokens / bs) + 1,
-                                   .block_size = bs,
-                                   .enable_prefix_caching = false});
+    KvCacheManager m(KvCacheConfig{
+        .block_size = bs,
+        .enable_prefix_caching = false,
+        .groups = {{KvGroupSpec{}, static_cast<int32_t>(kUtilCapacityTokens / bs) + 1}}});
     std::deque<SimRequest> running;
     std::deque<int32_t> queue;
     util_sum = packing_sum = mean_len_sum = 0;

@@ -121,27 +121,32 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
       file_exists(std::filesystem::path(config_.model_dir) / "tokenizer.json")) {
     tokenizer_.emplace(tokenizer::Tokenizer::load(config_.model_dir));
   }
-  if (runner_->num_residual_blocks() > 0) residual_blocks_ = residual_window_blocks(config_);
-  cache_ = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
-      .num_blocks = num_blocks,
-      .block_size = config_.block_size,
-      .enable_prefix_caching = config_.enable_prefix_caching,
-      .sliding_window = window_,
-      .residual_num_blocks = runner_->num_residual_blocks(),
-      .residual_blocks = residual_blocks_,
-  });
-  const kv::KvLayout& layout = runner_->kv_layout();
+  // The KV cache groups, one per runner pool: group 0 every layer (a sliding window when every
+  // layer has one), and an INT4 cache's full-precision newest blocks.
+  kv::KvCacheConfig kv_config;
+  kv_config.block_size = config_.block_size;
+  kv_config.enable_prefix_caching = config_.enable_prefix_caching;
+  kv_config.groups.push_back(
+      {window_ > 0 ? kv::KvGroupSpec::windowed(window_, runner_->kv_layout().spec())
+                   : kv::KvGroupSpec::full(runner_->kv_layout().spec()),
+       num_blocks});
+  if (runner_->num_kv_pools() > 1) {
+    residual_blocks_ = residual_window_blocks(config_);
+    kv_config.groups.push_back(
+        {kv::KvGroupSpec::newest(residual_blocks_, runner_->kv_layout(1).spec()),
+         runner_->num_blocks(1)});
+  }
+  cache_ = std::make_unique<kv::KvCacheManager>(kv_config);
   if (config_.preemption_mode == PreemptionMode::kSwap) {
-    const int64_t swap_blocks = config_.swap_space_bytes / layout.block_bytes();
-    swap_ = std::make_unique<kv::SwapSpace>(
-        layout, static_cast<int32_t>(std::min<int64_t>(swap_blocks, int64_t{1} << 30)),
-        runner_->block_mover());
-    // INT4: each swapped sequence's residual entries too -- at most R blocks each, so as many
-    // blocks as the residual pool has always suffice.
-    if (runner_->num_residual_blocks() > 0) {
-      residual_swap_ = std::make_unique<kv::SwapSpace>(*runner_->residual_layout(),
-                                                       runner_->num_residual_blocks() - 1,
-                                                       *runner_->residual_block_mover());
+    // Group 0's swap space holds swap_space_bytes; a newest-blocks group's (INT4) holds as many
+    // blocks as its pool: each swapped sequence keeps at most R of them.
+    for (int32_t g = 0; g < cache_->num_groups(); ++g) {
+      const kv::KvLayout& layout = runner_->kv_layout(g);
+      const int64_t blocks = g == 0 ? config_.swap_space_bytes / layout.block_bytes()
+                                    : runner_->num_blocks(g) - 1;
+      swaps_.push_back(std::make_unique<kv::SwapSpace>(
+          layout, static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30)),
+          runner_->block_mover(g)));
     }
   }
   scheduler_ = std::make_unique<engine::Scheduler>(
@@ -157,7 +162,7 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
           .allocator = config_.allocator,
           .preemption = config_.preemption_mode,
       },
-      *cache_, swap_.get(), residual_swap_.get());
+      *cache_, swap_spaces());
   last_step_.num_free_blocks = cache_->pool().num_free_blocks();
   last_step_.capacity_token_slots = static_cast<int64_t>(num_blocks - 1) * config_.block_size;
 }
@@ -378,7 +383,7 @@ Result<std::unique_ptr<model::ModelRunner>> cuda_runner(
                           .layer_dtypes = o.kv_layer_dtypes};
     if (kv::needs_residual_pool(spec)) {
       o.residual_window_blocks = EngineImpl::residual_window_blocks(c);
-      o.num_residual_blocks = kv::residual_pool_blocks(c.max_num_seqs, o.residual_window_blocks,
+      o.num_residual_blocks = kv::newest_blocks_pool_size(c.max_num_seqs, o.residual_window_blocks,
                                                        c.max_num_batched_tokens, c.block_size);
     }
   }
@@ -418,7 +423,7 @@ Result<std::unique_ptr<model::ModelRunner>> cuda_runner(
 }
 
 // The CPU runner over the resolved layout: an INT4 pool's residual pool (sized so scheduler
-// limits never exhaust it, kv::residual_pool_blocks) comes out of the KV memory first.
+// limits never exhaust it, kv::newest_blocks_pool_size) comes out of the KV memory first.
 Result<std::unique_ptr<model::ModelRunner>> cpu_runner(const EngineConfig& c,
                                                        std::unique_ptr<model::Model> owned,
                                                        model::Model& model, ThreadPool& pool,
@@ -428,7 +433,7 @@ Result<std::unique_ptr<model::ModelRunner>> cpu_runner(const EngineConfig& c,
   int64_t residual_bytes = 0;
   if (kv::needs_residual_pool(kv.spec)) {
     residual_blocks =
-        kv::residual_pool_blocks(c.max_num_seqs, EngineImpl::residual_window_blocks(c),
+        kv::newest_blocks_pool_size(c.max_num_seqs, EngineImpl::residual_window_blocks(c),
                                  c.max_num_batched_tokens, c.block_size);
     residual_bytes =
         kv::KvLayout(kv::residual_spec(kv.spec), c.block_size).pool_bytes(residual_blocks);
@@ -558,10 +563,12 @@ DType Engine::kv_dtype() const { return impl_->runner_->kv_layout().spec().dtype
 const std::string& Engine::kv_scales_source() const { return impl_->kv_scales_source_; }
 int32_t Engine::num_blocks() const { return impl_->runner_->num_blocks(); }
 int64_t Engine::max_request_tokens() const { return impl_->max_request_tokens(); }
-int32_t Engine::num_residual_blocks() const { return impl_->runner_->num_residual_blocks(); }
+int32_t Engine::num_residual_blocks() const {
+  return impl_->runner_->num_kv_pools() > 1 ? impl_->runner_->num_blocks(1) : 0;
+}
 int64_t Engine::residual_bytes() const {
-  const kv::KvLayout* layout = impl_->runner_->residual_layout();
-  return layout == nullptr ? 0 : layout->pool_bytes(impl_->runner_->num_residual_blocks());
+  const model::ModelRunner& r = *impl_->runner_;
+  return r.num_kv_pools() > 1 ? r.kv_layout(1).pool_bytes(r.num_blocks(1)) : 0;
 }
 int32_t Engine::kv_int4_residual_blocks() const { return impl_->residual_blocks_; }
 int64_t Engine::weight_bytes() const { return impl_->runner_->weight_bytes(); }

@@ -88,13 +88,14 @@ class EngineImpl {
   void fork_siblings(RequestState& r, engine::Sequence& parent);
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);
+  std::vector<kv::SwapSpace*> swap_spaces() const;
   void record_step_stats(const engine::SchedulerOutput& out, double start, double scheduled);
 
   std::optional<tokenizer::Tokenizer> tokenizer_;  // model_dir's tokenizer.json, when present
   int32_t window_ = 0;
   std::unique_ptr<kv::KvCacheManager> cache_;
-  std::unique_ptr<kv::SwapSpace> swap_;  // swap preemption only; destroyed before runner_
-  std::unique_ptr<kv::SwapSpace> residual_swap_;  // and, for INT4 pools, the residual pool's
+  // Swap preemption only, one per KV cache group; destroyed before runner_.
+  std::vector<std::unique_ptr<kv::SwapSpace>> swaps_;
   std::unique_ptr<engine::Scheduler> scheduler_;
   std::map<RequestId, RequestState> requests_;
   RequestId next_id_ = 1;

@@ -47,7 +47,7 @@ model::DeviceSampleSpec device_spec(Sequence& s) {
 Result<std::vector<RequestOutput>> EngineImpl::step() {
   const double start = now();
   engine::SchedulerOutput plan = scheduler_->schedule(start);
-  engine::StepBatch batch(config_.block_size, residual_blocks_);
+  engine::StepBatch batch(*cache_);
   std::vector<Row> rows;
   rows.reserve(plan.scheduled.size());
   for (const engine::ScheduledSeq& sc : plan.scheduled) {
@@ -70,9 +70,10 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
   // Swap-outs read blocks that may already belong to another sequence: done before any write.
   for (const kv::SwapSpace::Transfer& t : plan.swap_outs) t.wait();
   if (!batch.empty()) {
-    // Copy-on-write, before any KV write (the residual pool's too: a fork's partly filled block).
-    STRATA_RETURN_IF_ERROR(runner_->copy_blocks(cache_->take_pending_copies()));
-    STRATA_RETURN_IF_ERROR(runner_->copy_residual_blocks(cache_->take_pending_residual_copies()));
+    // Copy-on-write, before any KV write, in every group (a fork's partly filled block).
+    for (int32_t g = 0; g < cache_->num_groups(); ++g) {
+      STRATA_RETURN_IF_ERROR(runner_->copy_blocks(g, cache_->take_pending_copies(g)));
+    }
     const auto vocab = static_cast<size_t>(vocab_size());
     logits_.resize(batch.num_logits_rows() * vocab);
     sampled_.resize(batch.num_sample_rows());
@@ -118,9 +119,9 @@ Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int3
   }
   s.num_computed += num_rows;
   cache_->cache_full_blocks(s.table, s.tokens, s.num_computed, s.cache_keys);
-  // INT4: residual blocks no later query reads at full precision go back now (before a fork
-  // shares them), so a sequence holds at most R of them between steps.
-  cache_->free_residual_before(s.table, s.num_computed);
+  // Blocks no later query reads (a window's past, an INT4 cache's older full-precision blocks)
+  // go back now, before a fork shares them.
+  cache_->free_unneeded_blocks(s.table, s.num_computed);
   if (s.num_computed < static_cast<int32_t>(s.tokens.size())) return Status::Ok();
   if (s.num_computed >= s.num_prompt) s.prompt_logprobs_done = true;
   const float* last = logits == nullptr ? nullptr : logits + (all_rows ? (num_rows - 1) * vocab : 0);
@@ -230,7 +231,7 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   const kv::BlockPool& pool = cache_->pool();
   st.num_used_blocks = pool.num_used_blocks();
   st.num_free_blocks = pool.num_free_blocks();
-  st.num_used_residual_blocks = cache_->residual_pool().num_used_blocks();
+  st.num_used_residual_blocks = cache_->num_groups() > 1 ? cache_->pool(1).num_used_blocks() : 0;
   st.num_cached_blocks = pool.num_cached_blocks();
   std::vector<const kv::BlockTable*> tables;
   for (const Sequence* s : scheduler_->running()) tables.push_back(&s->table);
@@ -246,6 +247,13 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   totals_.prefix_query_tokens = cache.num_query_tokens;
   totals_.prefix_hit_tokens = cache.num_hit_tokens;
   totals_.num_evictions = cache.num_evictions;
+}
+
+std::vector<kv::SwapSpace*> EngineImpl::swap_spaces() const {
+  std::vector<kv::SwapSpace*> spaces;
+  spaces.reserve(swaps_.size());
+  for (const auto& s : swaps_) spaces.push_back(s.get());
+  return spaces;
 }
 
 }  // namespace strata

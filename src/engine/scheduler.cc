@@ -8,12 +8,12 @@
 
 namespace strata::engine {
 
-Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache, kv::SwapSpace* swap,
-                     kv::SwapSpace* residual_swap)
-    : config_(config), cache_(cache), swap_(swap), residual_swap_(residual_swap) {
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,
+                     std::vector<kv::SwapSpace*> swaps)
+    : config_(config), cache_(cache), swaps_(std::move(swaps)) {
   STRATA_CHECK(config.preemption == PreemptionMode::kRecompute ||
-                   (swap != nullptr && (!cache.has_residual() || residual_swap != nullptr)),
-               "swap preemption needs a swap space (and one for the residual pool)");
+                   static_cast<int32_t>(swaps_.size()) == cache.num_groups(),
+               "swap preemption needs a swap space per KV cache group");
   STRATA_CHECK(config.max_num_seqs >= 1 && config.max_num_batched_tokens >= 1,
                "scheduler budgets must be positive");
   if (config_.allocator == KvAllocatorKind::kContiguous) {
@@ -62,22 +62,19 @@ void Scheduler::release(kv::BlockTable& table, int64_t& contiguous_offset) {
 }
 
 void Scheduler::drop_swapped(Sequence* seq) {
-  if (seq->transfer) seq->transfer->wait();  // a copy must not land in a reused block
-  if (seq->residual_transfer) seq->residual_transfer->wait();
+  for (const Sequence::SwappedRow& r : seq->swapped) r.transfer->wait();  // no copy into a reused block
   if (seq->status == SeqStatus::kSwapped) {
     swapped_.erase(std::find(swapped_.begin(), swapped_.end(), seq));
   } else {
     swapping_in_.erase(std::find(swapping_in_.begin(), swapping_in_.end(), seq));
-    cache_.pool().free(seq->swap_in_blocks);
-    cache_.residual_pool().free(seq->swap_in_residual_blocks);
+    for (size_t g = 0; g < seq->swapped.size(); ++g) {
+      cache_.pool(static_cast<int32_t>(g)).free(seq->swapped[g].swap_in_blocks);
+    }
   }
-  swap_->free(seq->transfer->swap_blocks);
-  if (seq->residual_transfer) residual_swap_->free(seq->residual_transfer->swap_blocks);
-  seq->transfer.reset();
-  seq->residual_transfer.reset();
-  seq->swapped_layout.clear();
-  seq->swap_in_blocks.clear();
-  seq->swap_in_residual_blocks.clear();
+  for (size_t g = 0; g < seq->swapped.size(); ++g) {
+    swaps_[g]->free(seq->swapped[g].transfer->swap_blocks);
+  }
+  seq->swapped.clear();
 }
 
 void Scheduler::finish(Sequence* seq, bool cancelled) {
@@ -121,34 +118,26 @@ Sequence* Scheduler::pick_victim() const {
 }
 
 bool Scheduler::swap_out(Sequence* victim, SchedulerOutput& out) {
-  // Only the computed positions' blocks (a victim scheduled earlier in this step has slots for
-  // tokens it will not compute now).
-  const int32_t bs = cache_.block_size();
-  const auto keep = static_cast<size_t>((victim->num_computed + bs - 1) / bs);
-  std::vector<BlockId> layout(victim->table.blocks().begin(), victim->table.blocks().begin() + keep);
-  std::vector<BlockId> live;
-  for (const BlockId b : layout) {
-    if (b != kNullBlock) live.push_back(b);
+  // Per group, only the computed positions' blocks a later query reads (a victim scheduled
+  // earlier in this step has slots for tokens it will not compute now).
+  std::vector<Sequence::SwappedRow> rows(static_cast<size_t>(cache_.num_groups()));
+  std::vector<std::vector<BlockId>> live(rows.size());
+  for (int32_t g = 0; g < cache_.num_groups(); ++g) {
+    const auto i = static_cast<size_t>(g);
+    rows[i].layout = cache_.blocks_to_swap(victim->table, g, victim->num_computed);
+    for (const BlockId b : rows[i].layout) {
+      if (b != kNullBlock) live[i].push_back(b);
+    }
+    if (swaps_[i]->num_free_blocks() < static_cast<int32_t>(live[i].size())) return false;
   }
-  int32_t residual_first = 0;
-  const std::vector<BlockId> residual = residual_to_swap(*victim, &residual_first);
-  if (cache_.has_residual() &&
-      residual_swap_->num_free_blocks() < static_cast<int32_t>(residual.size())) {
-    return false;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    std::optional<kv::SwapSpace::Transfer> t = swaps_[g]->swap_out(live[g]);
+    STRATA_CHECK(t.has_value(), "swap-out failed after its free-block check");
+    out.swap_outs.push_back(*t);
+    rows[g].transfer = std::move(t);
   }
-  std::optional<kv::SwapSpace::Transfer> t = swap_->swap_out(live);
-  if (!t) return false;
-  out.swap_outs.push_back(*t);
-  out.num_swapped_out_blocks += static_cast<int32_t>(live.size());
-  victim->swapped_layout = std::move(layout);
-  victim->transfer = std::move(t);
-  if (cache_.has_residual()) {
-    std::optional<kv::SwapSpace::Transfer> r = residual_swap_->swap_out(residual);
-    STRATA_CHECK(r.has_value(), "residual swap-out failed after its free-block check");
-    out.swap_outs.push_back(*r);
-    victim->swapped_residual_first = residual_first;
-    victim->residual_transfer = std::move(r);
-  }
+  out.num_swapped_out_blocks += static_cast<int32_t>(live[0].size());
+  victim->swapped = std::move(rows);
   release(victim);  // the blocks may be reallocated now; the step waits for the copy first
   victim->status = SeqStatus::kSwapped;
   const auto at = std::upper_bound(swapped_.begin(), swapped_.end(), victim,
@@ -157,24 +146,6 @@ bool Scheduler::swap_out(Sequence* victim, SchedulerOutput& out) {
                                    });
   swapped_.insert(at, victim);
   return true;
-}
-
-std::vector<BlockId> Scheduler::residual_to_swap(const Sequence& victim, int32_t* first) const {
-  std::vector<BlockId> blocks;
-  *first = 0;
-  if (!cache_.has_residual()) return blocks;
-  const int32_t bs = cache_.block_size();
-  const int32_t end = (victim.num_computed + bs - 1) / bs;  // its computed blocks
-  const int32_t needed = std::max(0, victim.num_computed / bs - cache_.residual_blocks() + 1);
-  const int32_t rf = victim.table.residual_first_block();
-  const std::span<const BlockId> entries = victim.table.residual_blocks();
-  *first = std::min(needed, end);
-  for (int32_t jb = *first; jb < end; ++jb) {
-    STRATA_CHECK(jb >= rf && jb - rf < static_cast<int32_t>(entries.size()),
-                 "a computed block the next query reads at full precision has no residual entry");
-    blocks.push_back(entries[static_cast<size_t>(jb - rf)]);
-  }
-  return blocks;
 }
 
 void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
@@ -204,8 +175,9 @@ int32_t Scheduler::next_chunk(const Sequence& seq, int32_t budget) const {
   return std::min(remaining, budget);
 }
 
-int32_t Scheduler::watermark_blocks() const {
-  return static_cast<int32_t>(std::ceil(config_.watermark * (cache_.pool().num_blocks() - 1)));
+int32_t Scheduler::watermark_blocks(int32_t g) const {
+  if (!cache_.group_spec(g).sized_by_memory()) return 0;
+  return static_cast<int32_t>(std::ceil(config_.watermark * (cache_.pool(g).num_blocks() - 1)));
 }
 
 void Scheduler::schedule_running(SchedulerOutput& out, int32_t& budget) {
@@ -216,7 +188,6 @@ void Scheduler::schedule_running(SchedulerOutput& out, int32_t& budget) {
     if (budget <= 0) break;
     if (seq->status != SeqStatus::kRunning) continue;  // preempted by an earlier sequence
     const int32_t n = next_chunk(*seq, budget);
-    cache_.free_blocks_outside_window(seq->table);
     bool preempted_self = false;
     while (!cache_.allocate_slots(seq->table, n)) {
       Sequence* victim = pick_victim();
@@ -255,9 +226,7 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     }
     const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - hit.num_tokens;
     const int32_t n = std::min(remaining, budget);
-    const int32_t needed = cache_.num_blocks_to_allocate(seq->table, n, &hit);
-    if (needed > cache_.pool().num_free_blocks() - watermark_blocks()) break;
-    if (!cache_.residual_fits(seq->table, n, &hit)) break;  // INT4: the residual pool too
+    if (!cache_.can_allocate(seq->table, n, &hit, config_.watermark)) break;
     if (contiguous_) {
       const std::optional<int64_t> offset = contiguous_->reserve(config_.max_model_len);
       if (!offset) break;
@@ -288,30 +257,28 @@ bool Scheduler::static_batch_ready(double now) const {
 }
 
 void Scheduler::resume_swapped_in(SchedulerOutput& out) {
-  while (!swapping_in_.empty() && swapping_in_.front()->transfer->ready() &&
-         (!swapping_in_.front()->residual_transfer ||
-          swapping_in_.front()->residual_transfer->ready())) {
+  auto ready = [](const Sequence* seq) {
+    return std::all_of(seq->swapped.begin(), seq->swapped.end(),
+                       [](const Sequence::SwappedRow& r) { return r.transfer->ready(); });
+  };
+  while (!swapping_in_.empty() && ready(swapping_in_.front())) {
     Sequence* seq = swapping_in_.front();
     swapping_in_.pop_front();
-    swap_->free(seq->transfer->swap_blocks);
-    out.num_swapped_in_blocks += static_cast<int32_t>(seq->swap_in_blocks.size());
-    // The table's entries: the new blocks in place of the swapped ones, nulls where they were.
-    std::vector<BlockId> blocks = std::move(seq->swapped_layout);
-    size_t next = 0;
-    for (BlockId& b : blocks) {
-      if (b != kNullBlock) b = seq->swap_in_blocks[next++];
+    out.num_swapped_in_blocks += static_cast<int32_t>(seq->swapped[0].swap_in_blocks.size());
+    // Each row's entries: the new blocks in place of the swapped ones, nulls where they were.
+    std::vector<std::vector<BlockId>> rows;
+    for (size_t g = 0; g < seq->swapped.size(); ++g) {
+      Sequence::SwappedRow& r = seq->swapped[g];
+      swaps_[g]->free(r.transfer->swap_blocks);
+      std::vector<BlockId> blocks = std::move(r.layout);
+      size_t next = 0;
+      for (BlockId& b : blocks) {
+        if (b != kNullBlock) b = r.swap_in_blocks[next++];
+      }
+      rows.push_back(std::move(blocks));
     }
-    cache_.adopt_blocks(seq->table, std::move(blocks), seq->num_computed);
-    if (seq->residual_transfer) {
-      residual_swap_->free(seq->residual_transfer->swap_blocks);
-      cache_.adopt_residual_blocks(seq->table, seq->swapped_residual_first,
-                                   std::move(seq->swap_in_residual_blocks));
-      seq->residual_transfer.reset();
-      seq->swap_in_residual_blocks.clear();
-    }
-    seq->transfer.reset();
-    seq->swapped_layout.clear();
-    seq->swap_in_blocks.clear();
+    cache_.adopt_blocks(seq->table, std::move(rows), seq->num_computed);
+    seq->swapped.clear();
     seq->status = SeqStatus::kRunning;
     running_.push_back(seq);
   }
@@ -321,22 +288,22 @@ void Scheduler::start_swap_ins() {
   while (!swapped_.empty() &&
          static_cast<int32_t>(running_.size() + swapping_in_.size()) < config_.max_num_seqs) {
     Sequence* seq = swapped_.front();
-    const auto needed = static_cast<int32_t>(seq->transfer->swap_blocks.size());
-    if (needed > cache_.pool().num_free_blocks() - watermark_blocks()) break;
-    const auto residual_needed = static_cast<int32_t>(
-        seq->residual_transfer ? seq->residual_transfer->swap_blocks.size() : 0);
-    if (residual_needed > cache_.residual_pool().num_free_blocks()) break;
-    std::optional<std::vector<BlockId>> blocks = cache_.pool().allocate(needed);
-    STRATA_CHECK(blocks.has_value(), "swap-in allocation failed after the free-block check");
+    bool fits = true;
+    for (size_t g = 0; g < seq->swapped.size(); ++g) {
+      const auto gi = static_cast<int32_t>(g);
+      const auto needed = static_cast<int32_t>(seq->swapped[g].transfer->swap_blocks.size());
+      fits = fits && needed <= cache_.pool(gi).num_free_blocks() - watermark_blocks(gi);
+    }
+    if (!fits) break;
     swapped_.pop_front();
-    seq->swap_in_blocks = std::move(*blocks);
-    seq->transfer = swap_->swap_in(seq->transfer->swap_blocks, seq->swap_in_blocks);
-    if (seq->residual_transfer) {
-      std::optional<std::vector<BlockId>> res = cache_.residual_pool().allocate(residual_needed);
-      STRATA_CHECK(res.has_value(), "residual swap-in allocation failed after its check");
-      seq->swap_in_residual_blocks = std::move(*res);
-      seq->residual_transfer = residual_swap_->swap_in(seq->residual_transfer->swap_blocks,
-                                                       seq->swap_in_residual_blocks);
+    for (size_t g = 0; g < seq->swapped.size(); ++g) {
+      Sequence::SwappedRow& r = seq->swapped[g];
+      const std::vector<BlockId> swap_blocks = r.transfer->swap_blocks;
+      std::optional<std::vector<BlockId>> blocks =
+          cache_.pool(static_cast<int32_t>(g)).allocate(static_cast<int32_t>(swap_blocks.size()));
+      STRATA_CHECK(blocks.has_value(), "swap-in allocation failed after the free-block check");
+      r.swap_in_blocks = std::move(*blocks);
+      r.transfer = swaps_[g]->swap_in(swap_blocks, r.swap_in_blocks);
     }
     seq->status = SeqStatus::kSwappingIn;
     swapping_in_.push_back(seq);
@@ -346,10 +313,10 @@ void Scheduler::start_swap_ins() {
 SchedulerOutput Scheduler::schedule(double now) {
   SchedulerOutput out;
   int32_t budget = config_.max_num_batched_tokens;
-  if (swap_ != nullptr) resume_swapped_in(out);
+  if (!swaps_.empty()) resume_swapped_in(out);
   schedule_running(out, budget);
   if (!out.preempted.empty()) return out;
-  if (swap_ != nullptr) {
+  if (!swaps_.empty()) {
     start_swap_ins();
     if (!swapped_.empty()) return out;  // swapped sequences come back before new ones start
   }

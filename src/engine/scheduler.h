@@ -14,8 +14,8 @@
 //      of the prompt is prefilled in chunks; admission needs the blocks plus a watermark of free
 //      blocks, so running decodes are not starved. With the contiguous allocator, a sequence also
 //      reserves max_model_len slots at admission (the baseline paging is measured against).
-//   Models whose layers all use a sliding window give back, before allocation, every block
-//   wholly outside a sequence's window.
+//   Before allocation, each KV cache group gives back the blocks no later query of the sequence
+//   reads (a sliding window's past; an INT4 cache's older full-precision blocks).
 // The static scheduler (baseline only) admits nothing while a batch runs: it waits for
 // max_batch_size waiting sequences or batch_timeout_ms, then admits them together and keeps their
 // blocks until the whole batch has finished.
@@ -70,10 +70,10 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
-  // swap (which moves the pool's blocks) is needed for PreemptionMode::kSwap only; with a
-  // residual pool (INT4) also residual_swap, which moves the residual pool's blocks.
-  Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache, kv::SwapSpace* swap = nullptr,
-            kv::SwapSpace* residual_swap = nullptr);
+  // swaps (one per KV cache group, moving that group's blocks) are needed for
+  // PreemptionMode::kSwap only.
+  Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,
+            std::vector<kv::SwapSpace*> swaps = {});
 
   // Queues a new sequence (status kWaiting, nothing computed, an empty table).
   void add_waiting(Sequence* seq);
@@ -106,9 +106,6 @@ class Scheduler {
   void preempt(Sequence* victim, SchedulerOutput& out);
   // Starts the victim's swap-out; false (nothing changed) when the swap space is short.
   bool swap_out(Sequence* victim, SchedulerOutput& out);
-  // INT4: the victim's residual entries a later query reads at full precision (logical blocks
-  // from *first on, through its last computed block).
-  std::vector<BlockId> residual_to_swap(const Sequence& victim, int32_t* first) const;
   // Swapped sequences whose copies are done rejoin the running set; then, blocks permitting,
   // more swapped sequences start coming back.
   void resume_swapped_in(SchedulerOutput& out);
@@ -123,7 +120,8 @@ class Scheduler {
   int32_t schedule_waiting(SchedulerOutput& out, int32_t& budget, int32_t max_admit);
   static int32_t scheduled_tokens(const SchedulerOutput& out, const Sequence* seq);
   bool static_batch_ready(double now) const;
-  int32_t watermark_blocks() const;
+  // Blocks admission leaves free in group g (none in a group sized by the limits).
+  int32_t watermark_blocks(int32_t g) const;
 
   SchedulerConfig config_;
   kv::KvCacheManager& cache_;
@@ -132,8 +130,7 @@ class Scheduler {
   std::deque<Sequence*> running_;  // admission order
   std::deque<Sequence*> swapped_;  // sorted by rank
   std::deque<Sequence*> swapping_in_;  // copies in flight, in start order
-  kv::SwapSpace* swap_;
-  kv::SwapSpace* residual_swap_;            // INT4: the residual pool's swap space
+  std::vector<kv::SwapSpace*> swaps_;       // per group; empty without swap preemption
   std::vector<kv::BlockTable> batch_done_;  // static scheduler: finished members' blocks
   std::vector<int64_t> batch_done_offsets_;  // and their contiguous reservations
   int32_t static_admit_left_ = 0;  // members of the forming static batch not yet admitted

@@ -66,16 +66,15 @@ struct Sequence {
   int32_t num_preemptions = 0;
   double arrival_time = 0.0;           // engine clock, seconds
   int64_t contiguous_offset = -1;      // contiguous-allocator baseline: reserved range, or -1
-  // Swap preemption: the table's entries while swapped (kNullBlock where a window skipped one),
-  // the swap blocks holding the rest in order, and the copy in flight.
-  std::vector<BlockId> swapped_layout;
-  std::optional<kv::SwapSpace::Transfer> transfer;
-  std::vector<BlockId> swap_in_blocks;  // pool blocks a swap-in copies into
-  // INT4 pools: the residual entries' copy (logical blocks from swapped_residual_first on, in the
-  // residual swap space), and the residual-pool blocks a swap-in copies them into.
-  int32_t swapped_residual_first = 0;
-  std::optional<kv::SwapSpace::Transfer> residual_transfer;
-  std::vector<BlockId> swap_in_residual_blocks;
+  // Swap preemption, one per KV cache group while swapped or swapping in (else empty): the row's
+  // entries (kNullBlock where no later query reads one), the swap blocks holding the rest in
+  // order and the copy in flight, and the pool blocks a swap-in copies them into.
+  struct SwappedRow {
+    std::vector<BlockId> layout;
+    std::optional<kv::SwapSpace::Transfer> transfer;
+    std::vector<BlockId> swap_in_blocks;
+  };
+  std::vector<SwappedRow> swapped;
 
   Sequence(int32_t block_size, int32_t vocab) : table(block_size), counts(vocab) {}
   bool wants_all_rows() const {

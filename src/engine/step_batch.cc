@@ -4,6 +4,20 @@
 
 namespace strata::engine {
 
+namespace {
+
+std::vector<kv::KvGroupSpec> group_specs(const kv::KvCacheManager& cache) {
+  std::vector<kv::KvGroupSpec> specs;
+  specs.reserve(static_cast<size_t>(cache.num_groups()));
+  for (int32_t g = 0; g < cache.num_groups(); ++g) specs.push_back(cache.group_spec(g));
+  return specs;
+}
+
+}  // namespace
+
+StepBatch::StepBatch(const kv::KvCacheManager& cache)
+    : builder_(cache.block_size(), group_specs(cache)) {}
+
 int32_t StepBatch::add_tokens(const Sequence& s, int32_t n) {
   builder_.add_sequence(s.table, s.num_computed + n, n);
   const auto row0 = static_cast<int32_t>(token_ids_.size());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/sequence.h"
+#include "kv/kv_cache_manager.h"
 #include "kv/paged_layout_builder.h"
 #include "model/model.h"
 
@@ -15,10 +16,8 @@ namespace strata::engine {
 
 class StepBatch {
  public:
-  // residual_blocks: R of an INT4 cache's residual pool (the batch then carries the residual
-  // arrays and slot mapping), else 0.
-  explicit StepBatch(int32_t block_size, int32_t residual_blocks = 0)
-      : builder_(block_size, residual_blocks) {}
+  // A batch over the cache's KV groups (one layout and slot mapping each).
+  explicit StepBatch(const kv::KvCacheManager& cache);
 
   // Adds seq's next n tokens, from position seq.num_computed (their slots already allocated).
   // Returns the index of seq's first logits row -- every row when seq.wants_all_rows(), else the

@@ -1,20 +1,19 @@
 #pragma once
-// BlockTable: one sequence's blocks in logical order, and how many token positions have a slot.
+// BlockTable: one sequence's blocks in logical order, one row per KV cache group (kv_group.h),
+// and how many token positions have a slot.
 //
-// Token position p of the sequence lives in blocks()[p / block_size] at offset p % block_size;
-// its slot is block_id * block_size + offset. The table owns one reference to each of its blocks
-// and gives them back with release(). Growing is transactional: append_slots either allocates
-// every block it needs or changes nothing. Cost: O(new blocks) per append.
+// Token position p of the sequence lives, in group g, in blocks(g)[p / block_size] at offset
+// p % block_size; its slot is block_id * block_size + offset. Every row covers the same logical
+// blocks; a group that no longer keeps a block (a sliding window's past, an INT4 cache's older
+// full-precision blocks) holds kNullBlock there, always as a prefix of its row
+// (num_skipped_blocks(g)). The table owns one reference to each of its blocks. Growing a table of
+// one group is transactional: append_slots either allocates every block it needs or changes
+// nothing. Cost: O(new blocks) per append.
 //
-// With prefix caching, KvCacheManager also keeps here the hash chain of the table's full blocks
-// (block_hashes()) and how many leading blocks are already in the prefix cache; it is the only
-// writer of those, and of a shared last block's replacement on copy-on-write.
-//
-// INT4 (KIVI) caches (docs/kv.md, "The residual pool"): the manager also keeps the sequence's
-// residual entries -- residual-pool block ids for logical blocks residual_first_block(),
-// residual_first_block() + 1, ... through the table's last block, where the newest tokens live
-// at full precision. Empty without a residual pool. The table owns one reference to each
-// residual block too.
+// KvCacheManager is the only writer of the rows beyond the first, of the hash chain of the
+// table's full blocks (block_hashes()), of how many leading blocks are in the prefix cache, and
+// of a shared last block's replacement on copy-on-write. A table starts with one row; the
+// manager gives it one per group on its first allocation.
 
 #include <cstdint>
 #include <span>
@@ -33,54 +32,52 @@ class BlockTable {
   int32_t block_size() const { return block_size_; }
   // Token positions that have a slot (the KV length once their K/V are written).
   int32_t num_tokens() const { return num_tokens_; }
-  std::span<const BlockId> blocks() const { return blocks_; }
+  int32_t num_groups() const { return static_cast<int32_t>(rows_.size()); }
+  // Group g's row (empty for a group the table has no row of yet).
+  std::span<const BlockId> blocks(int32_t group = 0) const;
+  // Leading entries of group g's row given back because no query reads them any more; they point
+  // at the null block. Blocks the row still references: blocks(g).size() minus these.
+  int32_t num_skipped_blocks(int32_t group = 0) const;
 
-  // Blocks to allocate so that num_new_tokens more positions get a slot. Side-effect free.
+  // Blocks to allocate so that num_new_tokens more positions get a slot, per group. Side-effect
+  // free.
   int32_t num_blocks_needed(int32_t num_new_tokens) const;
 
-  // Gives num_new_tokens more positions a slot, allocating from pool. Returns false, and changes
-  // neither the table nor the pool, when the pool has too few free blocks.
+  // One-group tables: gives num_new_tokens more positions a slot, allocating from pool. Returns
+  // false, and changes neither the table nor the pool, when the pool has too few free blocks.
   [[nodiscard]] bool append_slots(BlockPool& pool, int32_t num_new_tokens);
 
-  // Slot of token position pos (0 <= pos < num_tokens()).
-  int64_t slot(int32_t pos) const;
+  // Slot of token position pos in group g (0 <= pos < num_tokens(); its block must be held).
+  int64_t slot(int32_t pos, int32_t group = 0) const;
 
-  // Residual entries: residual_blocks()[i] holds logical block residual_first_block() + i; they
-  // run through the last block (residual_first_block() + residual_blocks().size() ==
-  // blocks().size() whenever the manager has a residual pool).
-  int32_t residual_first_block() const { return res_first_block_; }
-  std::span<const BlockId> residual_blocks() const { return res_blocks_; }
-  // Residual-pool slot of token position pos (its logical block must have a residual entry).
-  int64_t residual_slot(int32_t pos) const;
-
-  // Drops the table's reference to every block and empties it (residual entries: the manager
-  // gives those back first).
+  // One-group tables: drops the table's reference to every block and empties it.
   void release(BlockPool& pool);
 
   // Hashes of the leading full blocks computed so far (a prefix of blocks()).
   std::span<const BlockHash> block_hashes() const { return block_hashes_; }
   // Leading blocks that are in the prefix cache (hit, registered, or found identical).
   int32_t num_cached_blocks() const { return num_cached_blocks_; }
-  // Leading entries given back because no query attends to them any more (sliding window); they
-  // point at the null block. Blocks the table still references: blocks().size() minus these.
-  int32_t num_skipped_blocks() const { return num_skipped_blocks_; }
 
  private:
   friend class KvCacheManager;
+  friend class KvGroupManager;
+
+  struct Row {
+    std::vector<BlockId> blocks;
+    int32_t num_skipped = 0;
+  };
+  // Forgets every row and the hash chain (the manager has given the blocks back).
+  void clear();
 
   int32_t block_size_;
   int32_t num_tokens_ = 0;
-  std::vector<BlockId> blocks_;
+  std::vector<Row> rows_;
   std::vector<BlockHash> block_hashes_;
   int32_t num_cached_blocks_ = 0;
-  int32_t num_skipped_blocks_ = 0;
   // The cached block that holds block num_cached_blocks_ - 1's content (the table's own block, or
   // an identical one registered first); the parent of the next block to register. kNullBlock
   // before the first block; invalid when the chain broke (nothing further is registered).
   BlockId chain_tail_ = kNullBlock;
-  // Residual entries (INT4 caches): res_blocks_[i] holds logical block res_first_block_ + i.
-  int32_t res_first_block_ = 0;
-  std::vector<BlockId> res_blocks_;
 };
 
 }  // namespace strata::kv

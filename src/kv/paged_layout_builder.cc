@@ -7,42 +7,26 @@
 
 namespace strata::kv {
 
-PagedLayoutBuilder::PagedLayoutBuilder(int32_t block_size, int32_t residual_blocks)
-    : block_size_(block_size), residual_blocks_(residual_blocks) {
+PagedLayoutBuilder::PagedLayoutBuilder(int32_t block_size, std::vector<KvGroupSpec> groups)
+    : block_size_(block_size), groups_(std::move(groups)) {
   STRATA_CHECK(block_size > 0, "block_size must be positive");
-  STRATA_CHECK(residual_blocks >= 0, "residual_blocks must not be negative");
+  if (groups_.empty()) groups_.push_back(KvGroupSpec{});
+  for (size_t g = 1; g < groups_.size(); ++g) {
+    if (groups_[g].kind == KvGroupKind::kNewestBlocks && newest_group_ < 0) {
+      newest_group_ = static_cast<int32_t>(g);
+    }
+  }
+  arrays_.resize(groups_.size());
 }
 
 void PagedLayoutBuilder::clear() {
-  kv_indptr_.assign(1, 0);
-  kv_indices_.clear();
+  for (GroupArrays& a : arrays_) {
+    a.indptr.assign(1, 0);
+    a.indices.clear();
+    a.first_block.clear();
+    a.slot_mapping.clear();
+  }
   kv_last_page_len_.clear();
-  slot_mapping_.clear();
-  res_indptr_.assign(1, 0);
-  res_indices_.clear();
-  res_first_block_.clear();
-  residual_slot_mapping_.clear();
-}
-
-void PagedLayoutBuilder::add_residual(const BlockTable& table, int32_t kv_len,
-                                      int32_t num_new_tokens) {
-  const int32_t num_blocks = (kv_len + block_size_ - 1) / block_size_;
-  const int32_t first_needed =
-      std::max(0, (kv_len - num_new_tokens) / block_size_ - residual_blocks_ + 1);
-  const std::span<const BlockId> entries = table.residual_blocks();
-  const int32_t first = entries.empty() ? num_blocks : table.residual_first_block();
-  STRATA_CHECK(first <= first_needed || first_needed >= num_blocks,
-               "residual entries start after the first block the step reads at full precision");
-  STRATA_CHECK(first + static_cast<int32_t>(entries.size()) >= num_blocks,
-               "residual entries end before the last visible block");
-  for (int32_t jb = first; jb < num_blocks; ++jb) {
-    res_indices_.push_back(entries[static_cast<size_t>(jb - first)].value);
-  }
-  res_indptr_.push_back(static_cast<int32_t>(res_indices_.size()));
-  res_first_block_.push_back(first);
-  for (int32_t pos = kv_len - num_new_tokens; pos < kv_len; ++pos) {
-    residual_slot_mapping_.push_back(table.residual_slot(pos));
-  }
 }
 
 void PagedLayoutBuilder::add_sequence(const BlockTable& table, int32_t kv_len,
@@ -51,29 +35,49 @@ void PagedLayoutBuilder::add_sequence(const BlockTable& table, int32_t kv_len,
   STRATA_CHECK(kv_len >= 0 && kv_len <= table.num_tokens(), "kv_len beyond the table's slots");
   STRATA_CHECK(num_new_tokens >= 0 && num_new_tokens <= kv_len, "new tokens beyond kv_len");
   const int32_t num_blocks = (kv_len + block_size_ - 1) / block_size_;
-  for (int32_t i = 0; i < num_blocks; ++i) {
-    kv_indices_.push_back(table.blocks()[static_cast<size_t>(i)].value);
-  }
-  kv_indptr_.push_back(static_cast<int32_t>(kv_indices_.size()));
   kv_last_page_len_.push_back(num_blocks == 0 ? 0 : kv_len - (num_blocks - 1) * block_size_);
-  for (int32_t pos = kv_len - num_new_tokens; pos < kv_len; ++pos) {
-    slot_mapping_.push_back(table.slot(pos));
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    GroupArrays& a = arrays_[static_cast<size_t>(g)];
+    const std::span<const BlockId> row = table.blocks(g);
+    STRATA_CHECK(static_cast<int32_t>(row.size()) >= num_blocks,
+                 "a group's row ends before the last visible block");
+    // Group 0 from the first block (the kernels index it by logical block); a later group from
+    // the first block it holds, which must not be after the first one the step reads.
+    const int32_t first = g == 0 ? 0 : std::min(table.num_skipped_blocks(g), num_blocks);
+    STRATA_CHECK(g == 0 ||
+                     first <= groups_[static_cast<size_t>(g)].first_needed_block(
+                                  kv_len - num_new_tokens, block_size_) ||
+                     first == num_blocks,
+                 "a group's row starts after the first block the step reads");
+    for (int32_t jb = first; jb < num_blocks; ++jb) {
+      a.indices.push_back(row[static_cast<size_t>(jb)].value);
+    }
+    a.indptr.push_back(static_cast<int32_t>(a.indices.size()));
+    a.first_block.push_back(first);
+    for (int32_t pos = kv_len - num_new_tokens; pos < kv_len; ++pos) {
+      a.slot_mapping.push_back(table.slot(pos, g));
+    }
   }
-  if (residual_blocks_ > 0) add_residual(table, kv_len, num_new_tokens);
+}
+
+const std::vector<int64_t>& PagedLayoutBuilder::residual_slot_mapping() const {
+  static const std::vector<int64_t> kNone;
+  return newest_group_ < 0 ? kNone : arrays_[static_cast<size_t>(newest_group_)].slot_mapping;
 }
 
 PagedKvLayout PagedLayoutBuilder::layout() const {
   PagedKvLayout l;
-  l.kv_indptr = kv_indptr_.data();
-  l.kv_indices = kv_indices_.data();
+  l.kv_indptr = arrays_[0].indptr.data();
+  l.kv_indices = arrays_[0].indices.data();
   l.kv_last_page_len = kv_last_page_len_.data();
   l.num_seqs = num_seqs();
   l.block_size = block_size_;
-  if (residual_blocks_ > 0) {
-    l.res_indptr = res_indptr_.data();
-    l.res_indices = res_indices_.data();
-    l.res_first_block = res_first_block_.data();
-    l.residual_blocks = residual_blocks_;
+  if (newest_group_ >= 0) {
+    const GroupArrays& r = arrays_[static_cast<size_t>(newest_group_)];
+    l.res_indptr = r.indptr.data();
+    l.res_indices = r.indices.data();
+    l.res_first_block = r.first_block.data();
+    l.residual_blocks = groups_[static_cast<size_t>(newest_group_)].newest_blocks;
   }
   return l;
 }

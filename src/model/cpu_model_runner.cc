@@ -2,7 +2,6 @@
 
 #include "core/check.h"
 #include "kv/block_copy.h"
-#include "kv/kv_cache_manager.h"
 
 namespace strata::model {
 
@@ -24,16 +23,21 @@ Status CpuModelRunner::forward(const ForwardBatch& batch, std::span<float> logit
   return model_.forward(batch, kv_, logits, pool_, residual_ ? &*residual_ : nullptr);
 }
 
-Status CpuModelRunner::copy_residual_blocks(std::span<const kv::BlockCopy> copies) {
+const kv::HostKvBuffer& CpuModelRunner::buffer(int32_t pool) const {
+  STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
+  return pool == 0 ? kv_ : *residual_;
+}
+
+Status CpuModelRunner::copy_blocks(int32_t pool, std::span<const kv::BlockCopy> copies) {
   if (copies.empty()) return Status::Ok();
-  if (!residual_) return Status::InvalidArgument("residual copies without a residual pool");
-  kv::copy_blocks(*residual_, copies);
+  if (pool < 0 || pool >= num_kv_pools()) return Status::InvalidArgument("copies in no KV pool");
+  kv::copy_blocks(buffer(pool), copies);
   return Status::Ok();
 }
 
-Status CpuModelRunner::copy_blocks(std::span<const kv::BlockCopy> copies) {
-  kv::copy_blocks(kv_, copies);
-  return Status::Ok();
+kv::BlockMover& CpuModelRunner::block_mover(int32_t pool) {
+  STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
+  return pool == 0 ? mover_ : *residual_mover_;
 }
 
 }  // namespace strata::model

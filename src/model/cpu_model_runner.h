@@ -2,12 +2,12 @@
 // CpuModelRunner: the CPU backend's ModelRunner -- a Model (owned or borrowed), the KV pool in
 // host memory, and the thread pool its kernels spread over (borrowed). forward() is
 // Model::forward; copy_blocks() is one memcpy per block (kv/block_copy.h). An INT4 pool comes
-// with its full-precision residual pool (kv::residual_spec's layout, its own block ids), which
-// the runner owns too: forward() passes it to Model::forward, copy_residual_blocks() copies
-// its blocks, residual_block_mover() moves them.
+// with a second pool, its full-precision newest blocks (kv::residual_spec's layout, its own
+// block ids), which the runner owns too and passes to Model::forward.
 
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "core/thread_pool.h"
 #include "kv/host_kv_buffer.h"
@@ -27,24 +27,22 @@ class CpuModelRunner final : public ModelRunner {
   const Model& model() const { return model_; }
 
   const ModelConfig& config() const override { return model_.config(); }
-  const kv::KvLayout& kv_layout() const override { return kv_.layout(); }
-  int32_t num_blocks() const override { return kv_.num_blocks(); }
   int64_t weight_bytes() const override { return model_.weight_bytes(); }
+  int32_t num_kv_pools() const override { return residual_ ? 2 : 1; }
+  const kv::KvLayout& kv_layout(int32_t pool = 0) const override { return buffer(pool).layout(); }
+  int32_t num_blocks(int32_t pool = 0) const override { return buffer(pool).num_blocks(); }
+  Status copy_blocks(int32_t pool, std::span<const kv::BlockCopy> copies) override;
+  kv::BlockMover& block_mover(int32_t pool = 0) override;
   bool samples_on_device() const override { return false; }
   Status forward(const ForwardBatch& batch, std::span<float> logits,
                  std::span<SampledToken> sampled) override;
-  Status copy_blocks(std::span<const kv::BlockCopy> copies) override;
-  kv::BlockMover& block_mover() override { return mover_; }
-  int32_t num_residual_blocks() const override { return residual_ ? residual_->num_blocks() : 0; }
-  const kv::KvLayout* residual_layout() const override {
-    return residual_ ? &residual_->layout() : nullptr;
-  }
-  Status copy_residual_blocks(std::span<const kv::BlockCopy> copies) override;
-  kv::BlockMover* residual_block_mover() override {
-    return residual_mover_ ? &*residual_mover_ : nullptr;
-  }
 
  private:
+  const kv::HostKvBuffer& buffer(int32_t pool) const;
+  kv::HostKvBuffer& buffer(int32_t pool) {
+    return const_cast<kv::HostKvBuffer&>(std::as_const(*this).buffer(pool));
+  }
+
   std::unique_ptr<Model> owned_;
   Model& model_;
   ThreadPool& pool_;

@@ -274,7 +274,7 @@ TEST_F(CudaEngineTest, Int4WithATwoBlockResidualWindowRunsTheMixedBatch) {
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   Engine& engine = **e;
   EXPECT_EQ(engine.kv_int4_residual_blocks(), 2);
-  const int32_t residual_blocks = kv::residual_pool_blocks(32, 2, 256, 16);
+  const int32_t residual_blocks = kv::newest_blocks_pool_size(32, 2, 256, 16);
   EXPECT_EQ(residual_blocks, 32 * 3 + 16 + 1);
   EXPECT_EQ(engine.num_residual_blocks(), residual_blocks);
   const model::ModelConfig& mc = engine.model_config();

@@ -298,12 +298,12 @@ TEST_F(Int4EngineTest, UnsupportedCombinationsAreRefusedWithOneLine) {
 TEST(Int4ForwardBatchCheckTest, ResidualArraysAreCheckedBeforeAnyKernel) {
   constexpr int32_t kBs = 4;
   kv::KvCacheManager m(kv::KvCacheConfig{
-      .num_blocks = 16, .block_size = kBs, .residual_num_blocks = 8, .residual_blocks = 2});
+      .block_size = kBs, .groups = {{kv::KvGroupSpec{}, 16}, {kv::KvGroupSpec::newest(2, {}), 8}}});
   kv::BlockTable a(kBs);
   ASSERT_TRUE(m.allocate_slots(a, 10));
-  m.free_residual_before(a, 10);
+  m.free_unneeded_blocks(a, 10);
   ASSERT_TRUE(m.allocate_slots(a, 2));  // positions 10, 11
-  kv::PagedLayoutBuilder builder(kBs, 2);
+  kv::PagedLayoutBuilder builder(kBs, {kv::KvGroupSpec{}, kv::KvGroupSpec::newest(2, {})});
   builder.add_sequence(a, 12, 2);
   const std::vector<int32_t> tokens = {1, 2};
   const std::vector<int32_t> positions = {10, 11};
@@ -333,7 +333,7 @@ TEST(Int4ForwardBatchCheckTest, ResidualArraysAreCheckedBeforeAnyKernel) {
   b.residual_slot_mapping = {};
   EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kInvalidArgument);
   b.residual_slot_mapping = builder.residual_slot_mapping();
-  std::vector<int32_t> first = builder.res_first_block();
+  std::vector<int32_t> first = builder.group(1).first_block;
   first[0] += 1;  // entries starting after the first block the step reads at full precision
   PagedKvLayout l = builder.layout();
   l.res_first_block = first.data();

@@ -29,10 +29,10 @@ std::vector<int32_t> iota_tokens(int32_t n, int32_t start = 100) {
 class KvCacheManagerTest : public ::testing::Test {
  protected:
   explicit KvCacheManagerTest(int32_t num_blocks = 9, int32_t hash_bits = 256)
-      : m_(KvCacheConfig{.num_blocks = num_blocks,
-                         .block_size = kBs,
+      : m_(KvCacheConfig{.block_size = kBs,
                          .hash_bits = hash_bits,
-                         .event_sink = &events_}) {}
+                         .event_sink = &events_,
+                         .groups = {{KvGroupSpec{}, num_blocks}}}) {}
 
   // Admits a prompt the way a scheduler does: lookup, allocate the rest, "compute" it, register.
   BlockTable admit(const std::vector<int32_t>& prompt, const BlockExtraKeys& extra = {}) {
@@ -125,7 +125,7 @@ TEST_F(KvCacheManagerTest, AdmissionIsSideEffectFreeAndAFailedOneChangesNothing)
   std::vector<int32_t> prompt = iota_tokens(8);
   prompt.insert(prompt.end(), 8, 5);  // 16 tokens: hit 1 block... no, 2 blocks (15 lookable)
   const PrefixHit hit = m_.find_cached_prefix(prompt, {});
-  ASSERT_EQ(values(hit.blocks), (V{1, 2}));
+  ASSERT_EQ(values(hit.blocks()), (V{1, 2}));
   BlockTable b(kBs);
   // Needs the 2 free hit blocks + 2 new blocks: 4 > 3 free.
   EXPECT_EQ(m_.num_blocks_to_allocate(b, 8, &hit), 4);
@@ -220,10 +220,10 @@ TEST_F(KvCacheManagerTest, EventsDescribeTheChain) {
 
 TEST(KvCacheManagerOffTest, NoCachingMeansNoHitsAndNoCachedBlocks) {
   KvCacheManager m(
-      KvCacheConfig{.num_blocks = 5, .block_size = kBs, .enable_prefix_caching = false});
+      KvCacheConfig{.block_size = kBs, .enable_prefix_caching = false, .groups = {{KvGroupSpec{}, 5}}});
   BlockTable a(kBs);
   const std::vector<int32_t> prompt = iota_tokens(9);
-  EXPECT_TRUE(m.find_cached_prefix(prompt, {}).blocks.empty());
+  EXPECT_TRUE(m.find_cached_prefix(prompt, {}).blocks().empty());
   ASSERT_TRUE(m.allocate_slots(a, 9));
   m.cache_full_blocks(a, prompt, 9, {});
   EXPECT_EQ(m.pool().num_cached_blocks(), 0);
@@ -262,7 +262,7 @@ TEST_F(WeakHashTest, IdenticalBlocksUnderOtherParentsOrSaltsNeverHit) {
         << "another tenant's prefix";
     const PrefixHit hit = m_.find_cached_prefix(prompt, {"salt" + std::to_string(i % 3), 0});
     ASSERT_EQ(hit.num_tokens, 8) << "its own prefix hits in full";
-    EXPECT_EQ(hit.blocks, std::vector<BlockId>(held[static_cast<size_t>(i)].blocks().begin(),
+    EXPECT_EQ(std::vector<BlockId>(hit.blocks().begin(), hit.blocks().end()), std::vector<BlockId>(held[static_cast<size_t>(i)].blocks().begin(),
                                                held[static_cast<size_t>(i)].blocks().begin() + 2));
   }
   for (BlockTable& t : held) m_.free(t);

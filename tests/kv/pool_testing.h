@@ -22,6 +22,13 @@ inline std::vector<BlockId> ids(std::initializer_list<int32_t> values) {
   return out;
 }
 
+// A KV cache group's row from the first block it holds on (its leading null entries dropped).
+inline std::span<const BlockId> held(std::span<const BlockId> row) {
+  size_t first = 0;
+  while (first < row.size() && row[first] == kNullBlock) ++first;
+  return row.subspan(first);
+}
+
 inline std::vector<int32_t> values(std::span<const BlockId> blocks) {
   std::vector<int32_t> out;
   for (const BlockId b : blocks) out.push_back(b.value);

@@ -17,6 +17,7 @@
 namespace strata::kv {
 namespace {
 
+using test_util::held;
 using test_util::PoolSnapshot;
 using test_util::values;
 using V = std::vector<int32_t>;
@@ -26,10 +27,9 @@ constexpr int32_t kBs = 4;
 class ResidualPoolTest : public ::testing::Test {
  protected:
   KvCacheManager make(int32_t r, int32_t residual_num_blocks = 9, int32_t num_blocks = 9) {
-    return KvCacheManager(KvCacheConfig{.num_blocks = num_blocks,
-                                        .block_size = kBs,
-                                        .residual_num_blocks = residual_num_blocks,
-                                        .residual_blocks = r});
+    return KvCacheManager(KvCacheConfig{
+        .block_size = kBs,
+        .groups = {{KvGroupSpec{}, num_blocks}, {KvGroupSpec::newest(r, {}), residual_num_blocks}}});
   }
   static void check(const KvCacheManager& m, std::vector<const BlockTable*> tables) {
     m.check_invariants(tables);
@@ -42,58 +42,58 @@ TEST_F(ResidualPoolTest, EntriesCoverTheWindowAndOlderOnesGoBackWithExactIds) {
   ASSERT_TRUE(m.allocate_slots(t, 10));  // positions 0..9: blocks 0, 1, 2 all in the chunk
   check(m, {&t});
   EXPECT_EQ(values(t.blocks()), (V{1, 2, 3}));
-  EXPECT_EQ(t.residual_first_block(), 0);
-  EXPECT_EQ(values(t.residual_blocks()), (V{1, 2, 3}));
-  EXPECT_EQ(t.residual_slot(9), 3 * kBs + 1);
+  EXPECT_EQ(t.num_skipped_blocks(1), 0);
+  EXPECT_EQ(values(held(t.blocks(1))), (V{1, 2, 3}));
+  EXPECT_EQ(t.slot(9, 1), 3 * kBs + 1);
   // The next query (position 10) reads blocks 2 - 2 + 1 = 1 and 2 at full precision.
-  m.free_residual_before(t, 10);
+  m.free_unneeded_blocks(t, 10);
   check(m, {&t});
-  EXPECT_EQ(t.residual_first_block(), 1);
-  EXPECT_EQ(values(t.residual_blocks()), (V{2, 3}));
-  EXPECT_EQ(values(m.residual_pool().free_queue()), (V{4, 5, 6, 7, 8, 1}));
+  EXPECT_EQ(t.num_skipped_blocks(1), 1);
+  EXPECT_EQ(values(held(t.blocks(1))), (V{2, 3}));
+  EXPECT_EQ(values(m.pool(1).free_queue()), (V{4, 5, 6, 7, 8, 1}));
   ASSERT_TRUE(m.allocate_slots(t, 1));  // position 10: no new block
-  EXPECT_EQ(values(t.residual_blocks()), (V{2, 3}));
+  EXPECT_EQ(values(held(t.blocks(1))), (V{2, 3}));
   ASSERT_TRUE(m.allocate_slots(t, 2));  // positions 11, 12: block 3 is new in both pools
   check(m, {&t});
   EXPECT_EQ(values(t.blocks()), (V{1, 2, 3, 4}));
-  EXPECT_EQ(t.residual_first_block(), 1);
-  EXPECT_EQ(values(t.residual_blocks()), (V{2, 3, 4}));
+  EXPECT_EQ(t.num_skipped_blocks(1), 1);
+  EXPECT_EQ(values(held(t.blocks(1))), (V{2, 3, 4}));
   // Without free_residual_before, allocate_slots gives back what the step no longer reads first.
   ASSERT_TRUE(m.allocate_slots(t, 1));  // position 13 reads blocks 2 and 3
   check(m, {&t});
-  EXPECT_EQ(t.residual_first_block(), 2);
-  EXPECT_EQ(values(t.residual_blocks()), (V{3, 4}));
-  EXPECT_EQ(values(m.residual_pool().free_queue()), (V{5, 6, 7, 8, 1, 2}));
+  EXPECT_EQ(t.num_skipped_blocks(1), 2);
+  EXPECT_EQ(values(held(t.blocks(1))), (V{3, 4}));
+  EXPECT_EQ(values(m.pool(1).free_queue()), (V{5, 6, 7, 8, 1, 2}));
   m.free(t);
   check(m, {});
-  EXPECT_EQ(m.residual_pool().num_used_blocks(), 0);
+  EXPECT_EQ(m.pool(1).num_used_blocks(), 0);
   EXPECT_EQ(m.pool().num_used_blocks(), 0);
-  EXPECT_TRUE(t.residual_blocks().empty());
-  EXPECT_EQ(values(m.residual_pool().free_queue()), (V{5, 6, 7, 8, 1, 2, 4, 3})) << "tail first";
+  EXPECT_TRUE(held(t.blocks(1)).empty());
+  EXPECT_EQ(values(m.pool(1).free_queue()), (V{5, 6, 7, 8, 1, 2, 4, 3})) << "tail first";
 }
 
 TEST_F(ResidualPoolTest, WithROneAFilledBlockLeavesTheResidualWhenTheNextBlockStarts) {
   KvCacheManager m = make(/*r=*/1);
   BlockTable t(kBs);
   ASSERT_TRUE(m.allocate_slots(t, 4));
-  EXPECT_EQ(values(t.residual_blocks()), (V{1}));
+  EXPECT_EQ(values(held(t.blocks(1))), (V{1}));
   ASSERT_TRUE(m.allocate_slots(t, 1));  // position 4 reads only its own block 1
   check(m, {&t});
-  EXPECT_EQ(t.residual_first_block(), 1);
-  EXPECT_EQ(values(t.residual_blocks()), (V{2}));
-  EXPECT_EQ(m.residual_pool().num_used_blocks(), 1);
+  EXPECT_EQ(t.num_skipped_blocks(1), 1);
+  EXPECT_EQ(values(held(t.blocks(1))), (V{2}));
+  EXPECT_EQ(m.pool(1).num_used_blocks(), 1);
   // Decoding to the end of a block and one past: never more than R + 1 = 2 at once.
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(m.allocate_slots(t, 1));
-    m.free_residual_before(t, t.num_tokens());
-    EXPECT_LE(m.residual_pool().num_used_blocks(), 1);
+    m.free_unneeded_blocks(t, t.num_tokens());
+    EXPECT_LE(m.pool(1).num_used_blocks(), 1);
   }
   EXPECT_EQ(t.num_tokens(), 8);
-  EXPECT_TRUE(t.residual_blocks().empty()) << "position 8 starts block 2: nothing to keep";
-  EXPECT_EQ(t.residual_first_block(), 2);
+  EXPECT_TRUE(held(t.blocks(1)).empty()) << "position 8 starts block 2: nothing to keep";
+  EXPECT_EQ(t.num_skipped_blocks(1), 2);
   ASSERT_TRUE(m.allocate_slots(t, 1));
-  EXPECT_EQ(t.residual_first_block(), 2);
-  EXPECT_EQ(t.residual_blocks().size(), 1u);
+  EXPECT_EQ(t.num_skipped_blocks(1), 2);
+  EXPECT_EQ(held(t.blocks(1)).size(), 1u);
   check(m, {&t});
   m.free(t);
 }
@@ -103,25 +103,25 @@ TEST_F(ResidualPoolTest, AllocationIsAllOrNothingAcrossBothPools) {
   BlockTable a(kBs);
   BlockTable b(kBs);
   ASSERT_TRUE(m.allocate_slots(a, 8));  // residual 1, 2: the residual pool is full
-  EXPECT_EQ(values(a.residual_blocks()), (V{1, 2}));
+  EXPECT_EQ(values(held(a.blocks(1))), (V{1, 2}));
   const PoolSnapshot main_before(m.pool());
-  const PoolSnapshot res_before(m.residual_pool());
+  const PoolSnapshot res_before(m.pool(1));
   EXPECT_EQ(m.num_blocks_to_allocate(b, 1), 1);
-  EXPECT_EQ(m.num_residual_blocks_to_allocate(b, 1), 1);
+  EXPECT_EQ(m.num_blocks_to_allocate(b, 1, nullptr, 1), 1);
   EXPECT_FALSE(m.can_allocate(b, 1));
   EXPECT_FALSE(m.allocate_slots(b, 1)) << "the main pool has room, the residual pool none";
   EXPECT_EQ(PoolSnapshot(m.pool()), main_before);
-  EXPECT_EQ(PoolSnapshot(m.residual_pool()), res_before);
+  EXPECT_EQ(PoolSnapshot(m.pool(1)), res_before);
   EXPECT_TRUE(b.blocks().empty());
-  EXPECT_TRUE(b.residual_blocks().empty());
+  EXPECT_TRUE(held(b.blocks(1)).empty());
   check(m, {&a, &b});
   // a's next position (8) reads only block 2: the two it holds come back before it takes one.
   EXPECT_TRUE(m.can_allocate(a, 1));
   ASSERT_TRUE(m.allocate_slots(a, 1));
-  EXPECT_EQ(values(a.residual_blocks()), (V{1}));
-  EXPECT_EQ(a.residual_first_block(), 2);
+  EXPECT_EQ(values(held(a.blocks(1))), (V{1}));
+  EXPECT_EQ(a.num_skipped_blocks(1), 2);
   ASSERT_TRUE(m.allocate_slots(b, 1));
-  EXPECT_EQ(values(b.residual_blocks()), (V{2}));
+  EXPECT_EQ(values(held(b.blocks(1))), (V{2}));
   check(m, {&a, &b});
   m.free(a);
   m.free(b);
@@ -135,24 +135,24 @@ TEST_F(ResidualPoolTest, ForkSharesResidualBlocksAndCopiesThePartlyFilledOne) {
   BlockTable child(kBs);
   m.fork(parent, child);
   check(m, {&parent, &child});
-  EXPECT_EQ(values(child.residual_blocks()), (V{1, 2}));
-  EXPECT_EQ(m.residual_pool().ref_count(BlockId{2}), 2);
+  EXPECT_EQ(values(held(child.blocks(1))), (V{1, 2}));
+  EXPECT_EQ(m.pool(1).ref_count(BlockId{2}), 2);
   ASSERT_TRUE(m.allocate_slots(child, 1));  // position 6 would land in the shared block
   check(m, {&parent, &child});
-  EXPECT_EQ(values(child.residual_blocks()), (V{1, 3}));
-  EXPECT_EQ(m.take_pending_residual_copies(), (std::vector<BlockCopy>{{BlockId{2}, BlockId{3}}}));
+  EXPECT_EQ(values(held(child.blocks(1))), (V{1, 3}));
+  EXPECT_EQ(m.take_pending_copies(1), (std::vector<BlockCopy>{{BlockId{2}, BlockId{3}}}));
   EXPECT_EQ(m.take_pending_copies(), (std::vector<BlockCopy>{{BlockId{2}, BlockId{3}}}))
       << "the main pool's copy-on-write, queued apart";
-  EXPECT_EQ(values(parent.residual_blocks()), (V{1, 2}));
-  EXPECT_EQ(m.residual_pool().ref_count(BlockId{1}), 2) << "a full residual block stays shared";
-  EXPECT_EQ(m.residual_pool().ref_count(BlockId{2}), 1);
+  EXPECT_EQ(values(held(parent.blocks(1))), (V{1, 2}));
+  EXPECT_EQ(m.pool(1).ref_count(BlockId{1}), 2) << "a full residual block stays shared";
+  EXPECT_EQ(m.pool(1).ref_count(BlockId{2}), 1);
   // The parent writes its own block without a copy now.
   ASSERT_TRUE(m.allocate_slots(parent, 1));
-  EXPECT_TRUE(m.take_pending_residual_copies().empty());
+  EXPECT_TRUE(m.take_pending_copies(1).empty());
   m.free(parent);
   m.free(child);
   check(m, {});
-  EXPECT_EQ(m.residual_pool().num_used_blocks(), 0);
+  EXPECT_EQ(m.pool(1).num_used_blocks(), 0);
 }
 
 std::vector<int32_t> tokens(int32_t n) {
@@ -172,12 +172,12 @@ TEST_F(ResidualPoolTest, WithROneAPrefixHitStartsTheResidualAtTheHit) {
   const PrefixHit hit = m.find_cached_prefix(longer, {});
   ASSERT_EQ(hit.num_tokens, 8) << "R = 1: the whole hit is exact";
   BlockTable b(kBs);
-  EXPECT_EQ(m.num_residual_blocks_to_allocate(b, 3, &hit), 1);
+  EXPECT_EQ(m.num_blocks_to_allocate(b, 3, &hit, 1), 1);
   ASSERT_TRUE(m.allocate_slots(b, 3, &hit));
   check(m, {&b});
   EXPECT_EQ(values(b.blocks()), (V{1, 2, 4}));
-  EXPECT_EQ(b.residual_first_block(), 2) << "the hit's blocks are only read as int4";
-  EXPECT_EQ(b.residual_blocks().size(), 1u);
+  EXPECT_EQ(b.num_skipped_blocks(1), 2) << "the hit's blocks are only read as int4";
+  EXPECT_EQ(held(b.blocks(1)).size(), 1u);
   m.free(b);
   check(m, {});
 }
@@ -190,30 +190,30 @@ TEST_F(ResidualPoolTest, WithRTwoAHitTakesTheResidualCopyOfItsLastBlock) {
   const std::vector<int32_t> prompt = tokens(13);
   BlockTable a(kBs);
   ASSERT_TRUE(m.allocate_slots(a, 13));  // blocks 0-3 and their residual blocks 1-4
-  EXPECT_EQ(values(a.residual_blocks()), (V{1, 2, 3, 4}));
+  EXPECT_EQ(values(held(a.blocks(1))), (V{1, 2, 3, 4}));
   m.cache_full_blocks(a, prompt, 13, {});
   EXPECT_EQ(m.pool().num_cached_blocks(), 3);
-  EXPECT_EQ(m.residual_pool().num_cached_blocks(), 3) << "each full block's residual copy";
+  EXPECT_EQ(m.pool(1).num_cached_blocks(), 3) << "each full block's residual copy";
   m.free(a);
   check(m, {});
   const PrefixHit hit = m.find_cached_prefix(tokens(20), {});
   ASSERT_EQ(hit.num_tokens, 12);
-  EXPECT_EQ(values(hit.residual_blocks), (V{3})) << "block 2's copy";
+  EXPECT_EQ(values(held(hit.blocks(1))), (V{3})) << "block 2's copy";
   BlockTable b(kBs);
-  EXPECT_EQ(m.num_residual_blocks_to_allocate(b, 8, &hit), 1 + 2) << "the free copy, blocks 3-4";
+  EXPECT_EQ(m.num_blocks_to_allocate(b, 8, &hit, 1), 1 + 2) << "the free copy, blocks 3-4";
   ASSERT_TRUE(m.allocate_slots(b, 8, &hit));
   check(m, {&b});
   EXPECT_EQ(b.num_tokens(), 20);
-  EXPECT_EQ(b.residual_first_block(), 2);
-  ASSERT_EQ(b.residual_blocks().size(), 3u);
-  EXPECT_EQ(b.residual_blocks()[0], BlockId{3});
+  EXPECT_EQ(b.num_skipped_blocks(1), 2);
+  ASSERT_EQ(held(b.blocks(1)).size(), 3u);
+  EXPECT_EQ(held(b.blocks(1))[0], BlockId{3});
   // A second table on the same prefix shares the copy.
   const PrefixHit again = m.find_cached_prefix(tokens(20), {});
-  ASSERT_EQ(values(again.residual_blocks), (V{3}));
+  ASSERT_EQ(values(held(again.blocks(1))), (V{3}));
   BlockTable c(kBs);
   ASSERT_TRUE(m.allocate_slots(c, 8, &again));
   check(m, {&b, &c});
-  EXPECT_EQ(m.residual_pool().ref_count(BlockId{3}), 2);
+  EXPECT_EQ(m.pool(1).ref_count(BlockId{3}), 2);
   m.free(b);
   m.free(c);
   check(m, {});
@@ -235,30 +235,31 @@ TEST_F(ResidualPoolTest, AnEvictedResidualCopyShortensTheHit) {
     BlockTable other(kBs);
     const std::vector<int32_t> other_tokens(static_cast<size_t>(8 * kBs - 1), 7);
     ASSERT_TRUE(m.allocate_slots(other, static_cast<int32_t>(other_tokens.size())));
-    EXPECT_EQ(m.residual_pool().num_free_blocks(), 0);
+    EXPECT_EQ(m.pool(1).num_free_blocks(), 0);
     const PrefixHit hit = m.find_cached_prefix(tokens(20), {});
     EXPECT_EQ(hit.num_tokens, 0) << "no block's copy is left";
-    EXPECT_TRUE(hit.residual_blocks.empty());
+    EXPECT_TRUE(held(hit.blocks(1)).empty());
     m.free(other);
     check(m, {});
   }
 }
 
 TEST_F(ResidualPoolTest, WithoutAResidualPoolNothingChanges) {
-  KvCacheManager m(KvCacheConfig{.num_blocks = 9, .block_size = kBs});
-  EXPECT_FALSE(m.has_residual());
+  KvCacheManager m(KvCacheConfig{.block_size = kBs, .groups = {{KvGroupSpec{}, 9}}});
+  EXPECT_EQ(m.num_groups(), 1);
   BlockTable t(kBs);
   ASSERT_TRUE(m.allocate_slots(t, 10));
-  EXPECT_TRUE(t.residual_blocks().empty());
-  EXPECT_EQ(m.num_residual_blocks_to_allocate(t, 5), 0);
-  m.free_residual_before(t, 10);
+  EXPECT_EQ(t.num_groups(), 1);
+  EXPECT_TRUE(held(t.blocks(1)).empty());
+  EXPECT_EQ(m.num_blocks_to_allocate(t, 5), 1);
+  m.free_unneeded_blocks(t, 10);
   check(m, {&t});
   m.free(t);
 }
 
 TEST(ResidualPoolSizingTest, SchedulerLimitsBoundTheResidualPool) {
-  EXPECT_EQ(residual_pool_blocks(256, 1, 2048, 16), 256 * 2 + 128 + 1);
-  EXPECT_EQ(residual_pool_blocks(4, 2, 7, 16), 4 * 3 + 1 + 1);
+  EXPECT_EQ(newest_blocks_pool_size(256, 1, 2048, 16), 256 * 2 + 128 + 1);
+  EXPECT_EQ(newest_blocks_pool_size(4, 2, 7, 16), 4 * 3 + 1 + 1);
   KvSpec spec{.num_layers = 3, .num_kv_heads = 2, .head_dim = 64, .dtype = DType::kI8};
   EXPECT_FALSE(needs_residual_pool(spec));
   spec.dtype = DType::kI4;
@@ -298,14 +299,14 @@ TEST_F(ResidualPoolTest, TheLayoutBuilderEmitsEachSequencesResidualEntriesAndSlo
   BlockTable b(kBs);
   ASSERT_TRUE(m.allocate_slots(a, 10));  // main 1 2 3, residual 1 2 3
   ASSERT_TRUE(m.allocate_slots(b, 3));   // main 4, residual 4
-  m.free_residual_before(a, 10);         // a keeps residual 2 3 (blocks 1, 2)
+  m.free_unneeded_blocks(a, 10);         // a keeps residual 2 3 (blocks 1, 2)
   ASSERT_TRUE(m.allocate_slots(a, 1));   // position 10
-  PagedLayoutBuilder builder(kBs, 2);
+  PagedLayoutBuilder builder(kBs, {KvGroupSpec{}, KvGroupSpec::newest(2, {})});
   builder.add_sequence(a, 11, 1);
   builder.add_sequence(b, 3, 3);
-  EXPECT_EQ(builder.res_indptr(), (V{0, 2, 3}));
-  EXPECT_EQ(builder.res_indices(), (V{2, 3, 4}));
-  EXPECT_EQ(builder.res_first_block(), (V{1, 0}));
+  EXPECT_EQ(builder.group(1).indptr, (V{0, 2, 3}));
+  EXPECT_EQ(builder.group(1).indices, (V{2, 3, 4}));
+  EXPECT_EQ(builder.group(1).first_block, (V{1, 0}));
   EXPECT_EQ(builder.residual_slot_mapping(),
             (std::vector<int64_t>{3 * kBs + 2, 4 * kBs, 4 * kBs + 1, 4 * kBs + 2}));
   EXPECT_EQ(builder.slot_mapping(),
@@ -320,7 +321,7 @@ TEST_F(ResidualPoolTest, TheLayoutBuilderEmitsEachSequencesResidualEntriesAndSlo
   EXPECT_EQ(plain.layout().res_indptr, nullptr);
   EXPECT_TRUE(plain.residual_slot_mapping().empty());
   builder.clear();
-  EXPECT_EQ(builder.res_indptr(), (V{0}));
+  EXPECT_EQ(builder.group(1).indptr, (V{0}));
   EXPECT_TRUE(builder.residual_slot_mapping().empty());
   m.free(a);
   m.free(b);

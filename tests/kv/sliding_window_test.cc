@@ -29,10 +29,9 @@ std::vector<int32_t> iota_tokens(int32_t n, int32_t start = 100) {
 }
 
 KvCacheManager windowed(int32_t num_blocks, bool caching = true) {
-  return KvCacheManager(KvCacheConfig{.num_blocks = num_blocks,
-                                      .block_size = kBs,
+  return KvCacheManager(KvCacheConfig{.block_size = kBs,
                                       .enable_prefix_caching = caching,
-                                      .sliding_window = kWindow});
+                                      .groups = {{KvGroupSpec::windowed(kWindow, {}), num_blocks}}});
 }
 
 TEST(SlidingWindowTest, FreesWholeBlocksBeforeThePositionAndKeepsTheLastBlock) {
@@ -63,7 +62,7 @@ TEST(SlidingWindowTest, ASequenceOfTenWindowsHoldsAtMostTheWindowsBlocksPlusOne)
   const std::vector<int32_t> tokens = iota_tokens(10 * kWindow);
   BlockTable t(kBs);
   for (int32_t pos = 0; pos < 10 * kWindow; ++pos) {  // one decode step per token
-    m.free_blocks_outside_window(t);
+    m.free_unneeded_blocks(t, t.num_tokens());
     ASSERT_TRUE(m.allocate_slots(t, 1)) << "position " << pos;
     EXPECT_LE(t.blocks().size() - static_cast<size_t>(t.num_skipped_blocks()), bound);
     EXPECT_LE(m.pool().num_used_blocks(), bound);
@@ -86,7 +85,7 @@ TEST(SlidingWindowTest, APrefixHitLeavesOutTheBlocksBeforeItsWindow) {
   const PrefixHit hit = m.find_cached_prefix(prompt, {});
   // 16 cached tokens; the first query is at 16, its window starts at 11 (block index 2).
   EXPECT_EQ(hit.num_tokens, 16);
-  EXPECT_EQ(values(hit.blocks), (V{0, 0, 3, 4}));
+  EXPECT_EQ(values(hit.blocks()), (V{0, 0, 3, 4}));
   const PoolSnapshot before(m.pool());
   EXPECT_EQ(m.num_blocks_to_allocate(a, 1, &hit), 3) << "blocks 3 and 4 (free) and one new";
   EXPECT_EQ(PoolSnapshot(m.pool()), before);

@@ -217,10 +217,10 @@ TEST(CudaKvRelayoutTest, Int4WithEveryLayerKeptDropsTheResidualPool) {
   const std::vector<int32_t> prompt = fixture_prompt(fixture, 0);
   const auto layers = static_cast<size_t>(num_layers(fixture));
   std::unique_ptr<CudaModel> model = CudaModel::create(options(fixture, DType::kI4));
-  ASSERT_GT(model->num_residual_blocks(), 0);
+  ASSERT_GT(model->num_kv_pools(), 1);
   ASSERT_TRUE(model->set_kv_layer_dtypes(std::vector<DType>(layers, DType::kBF16)).ok());
-  EXPECT_EQ(model->num_residual_blocks(), 0);
-  EXPECT_EQ(model->residual_layout(), nullptr);
+  EXPECT_EQ(model->num_kv_pools(), 1);
+  EXPECT_EQ(model->info().num_residual_blocks, 0);
   std::unique_ptr<CudaModel> bf16 = CudaModel::create(options(fixture, DType::kBF16));
   Runner a(*model);
   Runner b(*bf16);

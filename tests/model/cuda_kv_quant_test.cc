@@ -216,10 +216,10 @@ TEST_P(CudaKvQuantTest, ChunksBatchAndPrefixHitMatchTheWholePrompt) {
   const int32_t copy = runner.new_block();
   hit.blocks.push_back(copy);
   const kv::BlockCopy pair{BlockId{whole_seq.blocks[4]}, BlockId{copy}};
-  ASSERT_TRUE(model_->copy_blocks({&pair, 1}).ok());
-  if (model_->num_residual_blocks() > 0) {
+  ASSERT_TRUE(model_->copy_blocks(0, {&pair, 1}).ok());
+  if (model_->num_kv_pools() > 1) {
     // INT4: the partly filled block's rows are in the residual pool (mirrored ids).
-    ASSERT_TRUE(model_->copy_residual_blocks({&pair, 1}).ok());
+    ASSERT_TRUE(model_->copy_blocks(1, {&pair, 1}).ok());
   }
   hit.num_computed = 4 * kBlockSize + 5;
   const auto warm = runner.step({{&hit, len - hit.num_computed}});
@@ -313,7 +313,7 @@ TEST(CudaKvSkipLayersTest, Int4ExceptedLayersHoldBf16) {
       o.num_residual_blocks = 0;
     }
     std::unique_ptr<CudaModel> model = CudaModel::create(o);
-    EXPECT_EQ(model->num_residual_blocks(), o.num_residual_blocks);
+    EXPECT_EQ(model->num_kv_pools() > 1 ? model->num_blocks(1) : 0, o.num_residual_blocks);
     Runner runner(*model);
     return chunk_then_decode_logits(runner, tokens, 6);
   };
@@ -361,18 +361,18 @@ TEST(CudaInt4Test, TheResidualPoolComesOutOfTheKvBudget) {
   o.num_residual_blocks = 40;
   o.kv_cache_memory_bytes = int64_t{16} << 20;
   std::unique_ptr<CudaModel> model = CudaModel::create(o);
-  const kv::KvLayout* res = model->residual_layout();
+  ASSERT_EQ(model->num_kv_pools(), 2);
+  const kv::KvLayout* res = &model->kv_layout(1);
   ASSERT_NE(res, nullptr);
   const kv::KvLayout want(kv::residual_spec(model->kv_layout().spec(), DType::kBF16), kBlockSize);
   EXPECT_EQ(res->spec().dtype, DType::kBF16);
   EXPECT_EQ(res->block_bytes(), want.block_bytes());
-  EXPECT_EQ(model->num_residual_blocks(), 40);
+  EXPECT_EQ(model->num_blocks(1), 40);
   EXPECT_EQ(model->info().num_residual_blocks, 40);
   EXPECT_EQ(model->info().residual_pool_bytes, want.pool_bytes(40));
   EXPECT_EQ(model->num_blocks(),
             ((int64_t{16} << 20) - want.pool_bytes(40)) / model->kv_layout().block_bytes());
-  ASSERT_NE(model->residual_block_mover(), nullptr);
-  EXPECT_EQ(model->residual_block_mover()->num_pool_blocks(), 40);
+  EXPECT_EQ(model->block_mover(1).num_pool_blocks(), 40);
 
   // A batch without its residual arrays.
   Seq seq{fixture_prompt(kFixtures[0], 0)};
@@ -397,8 +397,8 @@ TEST(CudaInt4Test, TheResidualPoolComesOutOfTheKvBudget) {
   b.residual_slot_mapping = slots;
   EXPECT_TRUE(model->forward(b, logits, {}).ok());
   std::unique_ptr<CudaModel> bf16 = make_model(kFixtures[0], DType::kBF16);
-  EXPECT_EQ(bf16->num_residual_blocks(), 0);
-  EXPECT_EQ(bf16->residual_layout(), nullptr);
+  EXPECT_EQ(bf16->num_kv_pools(), 1);
+  EXPECT_EQ(bf16->info().num_residual_blocks, 0);
   EXPECT_EQ(bf16->forward(b, logits, {}).code(), StatusCode::kInvalidArgument);
 
   o.kv_cache_memory_bytes = want.pool_bytes(40);  // no room left for the int4 pool

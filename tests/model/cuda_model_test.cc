@@ -159,7 +159,7 @@ TEST_P(CudaModelTest, PrefixHitAndCopiedBlocksStayWithinTheBound) {
   const int32_t copy = runner.new_block();
   hit.blocks.push_back(copy);
   const kv::BlockCopy pair{BlockId{first.blocks[4]}, BlockId{copy}};
-  ASSERT_TRUE(model_->copy_blocks({&pair, 1}).ok());
+  ASSERT_TRUE(model_->copy_blocks(0, {&pair, 1}).ok());
   hit.num_computed = 4 * kBlockSize + 5;  // and the first 5 rows of the copied block
   const auto warm = runner.step({{&hit, len - hit.num_computed}});
   std::vector<float> all(cold[0].begin(),

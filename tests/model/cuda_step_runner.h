@@ -3,7 +3,7 @@
 // of several sequences in one forward, with their blocks from a simple counter), and the L2
 // distance of two logits rows. Shared by cuda_model_test.cc and cuda_kv_quant_test.cc.
 //
-// INT4 models (num_residual_blocks() > 0): the residual pool mirrors the main pool's block ids
+// INT4 models (num_kv_pools() > 1): the residual pool mirrors the main pool's block ids
 // (residual block b holds block b's bf16 rows, so it needs as many blocks as the main pool), and
 // each step's residual entries run from the first block its first new position reads at full
 // precision (R = kResidualWindow) through its last block, as KvCacheManager::allocate_slots
@@ -87,7 +87,7 @@ class Runner {
     std::vector<int32_t> ids, pos, q_indptr{0}, kv_indptr{0}, kv_indices, last_len, rows;
     std::vector<int64_t> slots;
     std::vector<DeviceSampleSpec> specs;
-    Residual res{.on = model_.num_residual_blocks() > 0};
+    Residual res{.on = model_.num_kv_pools() > 1};
     for (Seq* seq : seqs) {
       const int32_t p = seq->num_computed;
       while (static_cast<int32_t>(seq->blocks.size()) * kBlockSize < p + 1) {
@@ -131,7 +131,7 @@ class Runner {
   std::vector<std::vector<float>> step(const std::vector<std::pair<Seq*, int32_t>>& work) {
     std::vector<int32_t> ids, pos, q_indptr{0}, kv_indptr{0}, kv_indices, last_len, rows;
     std::vector<int64_t> slots;
-    Residual res{.on = model_.num_residual_blocks() > 0};
+    Residual res{.on = model_.num_kv_pools() > 1};
     for (auto [seq, n] : work) {
       const int32_t kv_len = seq->num_computed + n;
       while (static_cast<int32_t>(seq->blocks.size()) * kBlockSize < kv_len) {

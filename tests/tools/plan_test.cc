@@ -136,7 +136,7 @@ TEST(PlanTest, Int4SubtractsTheResidualPoolAsTheEngineDoes) {
   const kv::KvSpec f32{.num_layers = 16, .num_kv_heads = 8, .head_dim = 64, .dtype = DType::kF32};
   const int64_t residual_block_bytes = kv::KvLayout(f32, 16).block_bytes();
   EXPECT_EQ(residual_block_bytes, 1'048'576);
-  const int32_t residual_blocks = kv::residual_pool_blocks(256, 1, 2048, 16);
+  const int32_t residual_blocks = kv::newest_blocks_pool_size(256, 1, 2048, 16);
   EXPECT_EQ(residual_blocks, 641);
   const int64_t residual_bytes = residual_blocks * residual_block_bytes;
   EXPECT_EQ(r.int4_residual_pool_blocks, 641);
@@ -166,7 +166,7 @@ TEST(PlanTest, Int4SubtractsTheResidualPoolAsTheEngineDoes) {
   // Fewer sequences: a smaller residual pool, more int4 blocks.
   s.max_num_seqs = 8;
   const PlanReport few = compute_plan(m, s);
-  EXPECT_EQ(few.int4_residual_pool_blocks, kv::residual_pool_blocks(8, 1, 2048, 16));
+  EXPECT_EQ(few.int4_residual_pool_blocks, kv::newest_blocks_pool_size(8, 1, 2048, 16));
   EXPECT_EQ(few.int4_residual_pool_blocks, 8 * 2 + 128 + 1);
   EXPECT_EQ(
       few.num_blocks,
@@ -178,7 +178,7 @@ TEST(PlanTest, Int4SubtractsTheResidualPoolAsTheEngineDoes) {
   s.max_num_batched_tokens = 512;
   s.kv_int4_residual = 64;
   const PlanReport wide = compute_plan(m, s);
-  EXPECT_EQ(wide.int4_residual_pool_blocks, kv::residual_pool_blocks(256, 4, 512, 16));
+  EXPECT_EQ(wide.int4_residual_pool_blocks, kv::newest_blocks_pool_size(256, 4, 512, 16));
   EXPECT_EQ(wide.int4_residual_pool_blocks, 256 * 5 + 32 + 1);
   EXPECT_EQ(wide.num_blocks, (4 * kGiB - wide.int4_residual_pool_bytes) / int4_block_bytes - 1);
 

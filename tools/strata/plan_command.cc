@@ -302,7 +302,7 @@ void plan_residual_pool(PlanReport& r, const kv::KvSpec& spec) {
   const PlanSettings& s = r.settings;
   if (!kv::needs_residual_pool(spec)) return;
   const int32_t window_blocks = s.kv_int4_residual > 0 ? s.kv_int4_residual / s.block_size : 1;
-  const int32_t blocks = kv::residual_pool_blocks(s.max_num_seqs, window_blocks,
+  const int32_t blocks = kv::newest_blocks_pool_size(s.max_num_seqs, window_blocks,
                                                   s.max_num_batched_tokens, s.block_size);
   const kv::KvCacheDType dtype = residual_pool_dtype(s.device);
   const std::optional<DType> pool_dtype = kv::kv_pool_dtype(dtype);

@@ -510,13 +510,15 @@ CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaModel::~CudaModel() = default;
 
 const ModelConfig& CudaModel::config() const { return impl_->config; }
-const kv::KvLayout& CudaModel::kv_layout() const { return impl_->layout; }
-const CudaModelInfo& CudaModel::info() const { return impl_->info; }
-kv::BlockMover& CudaModel::block_mover() { return *impl_->mover; }
-const kv::KvLayout* CudaModel::residual_layout() const {
-  return impl_->res_layout ? &*impl_->res_layout : nullptr;
+const kv::KvLayout& CudaModel::kv_layout(int32_t pool) const {
+  STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
+  return pool == 0 ? impl_->layout : *impl_->res_layout;
 }
-kv::BlockMover* CudaModel::residual_block_mover() { return impl_->res_mover.get(); }
+const CudaModelInfo& CudaModel::info() const { return impl_->info; }
+kv::BlockMover& CudaModel::block_mover(int32_t pool) {
+  STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
+  return pool == 0 ? *impl_->mover : *impl_->res_mover;
+}
 
 bool CudaModel::device_available() {
   int num_devices = 0;
@@ -641,15 +643,12 @@ Status CudaModel::scale_fp8_weight_scales(int32_t layer, float factor) {
   return Status::Ok();
 }
 
-Status CudaModel::copy_blocks(std::span<const kv::BlockCopy> copies) {
-  return impl_->copy_pool_blocks(impl_->pool.data(), impl_->layout.block_bytes(), copies);
-}
-
-Status CudaModel::copy_residual_blocks(std::span<const kv::BlockCopy> copies) {
+Status CudaModel::copy_blocks(int32_t pool, std::span<const kv::BlockCopy> copies) {
   Impl& m = *impl_;
   if (copies.empty()) return Status::Ok();
-  if (!m.res_layout) return Status::InvalidArgument("residual copies without a residual pool");
-  return m.copy_pool_blocks(m.res_pool.data(), m.res_layout->block_bytes(), copies);
+  if (pool < 0 || pool >= num_kv_pools()) return Status::InvalidArgument("copies in no KV pool");
+  return pool == 0 ? m.copy_pool_blocks(m.pool.data(), m.layout.block_bytes(), copies)
+                   : m.copy_pool_blocks(m.res_pool.data(), m.res_layout->block_bytes(), copies);
 }
 
 }  // namespace strata::model

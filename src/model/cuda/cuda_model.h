@@ -67,7 +67,7 @@ struct CudaModelOptions {
   int32_t num_blocks = 0;          // > 0: exactly this many pool blocks (null block included)
   int64_t kv_cache_memory_bytes = 0;   // > 0: the KV memory in bytes, residual pool included
   double gpu_memory_utilization = 0.9; // else: this share of the GPU for everything
-  // INT4: the residual pool's blocks, the null block included (kv::residual_pool_blocks sizes
+  // INT4: the residual pool's blocks, the null block included (kv::newest_blocks_pool_size sizes
   // it): > 1 exactly when some layer is I4, else 0. residual_window_blocks = R >= 1, the blocks a
   // query reads at full precision (--kv-int4-residual / block_size); it sizes the graph inputs'
   // residual arrays (R + 1 entries per sequence), and batches of another R run eagerly.
@@ -144,23 +144,22 @@ class CudaModel final : public ModelRunner {
   Status scale_fp8_weight_scales(int32_t layer, float factor);
 
   const ModelConfig& config() const override;
-  const kv::KvLayout& kv_layout() const override;
-  int32_t num_blocks() const override { return info().num_blocks; }
   int64_t weight_bytes() const override { return info().weight_bytes; }
-  // As Model::forward, with the KV pool on the device. InvalidArgument / OutOfRange for an
+  // Pool 0, and for INT4 pool 1: the residual pool (bf16, on the device).
+  int32_t num_kv_pools() const override { return info().num_residual_blocks > 0 ? 2 : 1; }
+  const kv::KvLayout& kv_layout(int32_t pool = 0) const override;
+  int32_t num_blocks(int32_t pool = 0) const override {
+    return pool == 0 ? info().num_blocks : info().num_residual_blocks;
+  }
+  // Copy-on-write: copies whole blocks of a device pool before the step that writes them.
+  Status copy_blocks(int32_t pool, std::span<const kv::BlockCopy> copies) override;
+  // Swap preemption's copies between a pool and host memory (cuda_block_mover.h).
+  kv::BlockMover& block_mover(int32_t pool = 0) override;
+  // As Model::forward, with the KV pools on the device. InvalidArgument / OutOfRange for an
   // inconsistent batch (checked on the host before anything runs).
   bool samples_on_device() const override { return true; }
   Status forward(const ForwardBatch& batch, std::span<float> logits,
                  std::span<SampledToken> sampled) override;
-  // Copy-on-write: copies whole blocks of the device pool before the step that writes them.
-  Status copy_blocks(std::span<const kv::BlockCopy> copies) override;
-  // Swap preemption's copies between this pool and host memory (cuda_block_mover.h).
-  kv::BlockMover& block_mover() override;
-  // INT4: the residual pool (bf16, on the device), its copy-on-write copies and swap mover.
-  int32_t num_residual_blocks() const override { return info().num_residual_blocks; }
-  const kv::KvLayout* residual_layout() const override;
-  Status copy_residual_blocks(std::span<const kv::BlockCopy> copies) override;
-  kv::BlockMover* residual_block_mover() override;
 
  private:
   struct Impl;
