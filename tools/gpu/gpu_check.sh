@@ -224,6 +224,15 @@ cmd_run() {
   step fp8_weights engine 300 bash "$bin/gpu_fp8_bench.sh" "$bin" "$OUT/fp8_engine.json"
   # Issue 11 end to end (about 7 minutes): not in the default steps; GPU_CHECK_STEPS=kvquant_e2e.
   step kvquant_e2e engine 570 bash "$bin/gpu_kv_quant_bench.sh" "$bin" "$OUT/kvq_engine.json"
+  # Two builds of the engine on the same workloads, alternating (tools/gpu/gpu_ab_bench.sh; about
+  # 5 minutes): the build in .devcarry/gpu-pack-before against this one. Not in the default
+  # steps; GPU_CHECK_STEPS=ab.
+  if [ -f "$ROOT/.devcarry/gpu-pack-before/bin.tar.xz" ] && [ ! -d "$ROOT/.devcarry/gpu-before/bin" ]; then
+    mkdir -p "$ROOT/.devcarry/gpu-before"
+    tar xJf "$ROOT/.devcarry/gpu-pack-before/bin.tar.xz" -C "$ROOT/.devcarry/gpu-before"
+  fi
+  step ab engine 570 bash "$ROOT/tools/gpu/gpu_ab_bench.sh" "$ROOT/.devcarry/gpu-before/bin" "$bin" \
+    "$OUT/ab.json"
   # The sanitizers slow kernels by 10-100x: run the small configurations only. Racecheck also
   # runs the quantized prefill sweep, whose producer hands code stages between its threads and
   # the bulk copies (every code dtype, both head dims).
