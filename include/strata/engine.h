@@ -110,6 +110,11 @@ struct EngineConfig {
   double kv_quant_check_threshold = engine::kDefaultKvQuantCheckThreshold;
   engine::KvQuantCheckProgress kv_quant_check_progress;  // after each of the check's passes
   bool enable_prefix_caching = true;
+  // A model whose layers mix sliding-window and full attention keeps its windowed layers' K/V in
+  // a KV cache group of their own, which gives back what the window has passed (CPU; docs/kv.md,
+  // "KV cache groups"). true keeps every layer's blocks in one pool, as a full-attention model
+  // does (--disable-hybrid-kv-cache-manager).
+  bool disable_hybrid_kv_cache_manager = false;
   std::string tenant_salt_secret;      // key of the per-tenant salts; empty = random
   KvAllocatorKind allocator = KvAllocatorKind::kPaged;
 
@@ -173,6 +178,15 @@ struct RequestOutput {
   bool finished = false;  // every sequence finished (or the request was cancelled)
   bool cancelled = false;
   RequestMetrics metrics;
+};
+
+// One KV cache group (docs/kv.md, "KV cache groups"): what it keeps of a sequence, and its pool.
+struct KvGroupStats {
+  std::string kind;           // "full attention", "sliding window" or "newest blocks"
+  int32_t window = 0;         // sliding window: positions a query reads
+  int32_t newest_blocks = 0;  // newest blocks (INT4's full-precision blocks): R
+  int32_t num_blocks = 0;     // the null block included
+  int32_t num_used_blocks = 0;
 };
 
 // What the last step did, and the engine's state after it.
@@ -263,6 +277,9 @@ class Engine {
   int32_t num_residual_blocks() const;
   int64_t residual_bytes() const;
   int32_t kv_int4_residual_blocks() const;
+  // The KV cache groups: one for most models, two for an INT4 cache (its codes, its newest blocks
+  // at full precision) or a model whose layers mix sliding-window and full attention.
+  std::vector<KvGroupStats> kv_groups() const;
   int64_t weight_bytes() const;
   Device device() const;
   // Seconds on the clock the metrics use.

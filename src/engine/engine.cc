@@ -86,7 +86,7 @@ int32_t EngineImpl::residual_window_blocks(const EngineConfig& c) {
 }
 
 Result<int32_t> EngineImpl::pool_blocks(const EngineConfig& c, int64_t block_bytes,
-                                        int64_t reserved_bytes) {
+                                        int64_t reserved_bytes, const std::string& reserved_what) {
   constexpr int64_t kDefaultCpuKvBytes = int64_t{1} << 30;
   if (c.num_blocks > 0) {
     if (c.num_blocks < 2) return Status::InvalidArgument("the KV pool needs at least 2 blocks");
@@ -96,8 +96,9 @@ Result<int32_t> EngineImpl::pool_blocks(const EngineConfig& c, int64_t block_byt
   if (reserved_bytes >= total) {
     return Status::InvalidArgument(
         "the KV cache memory (" + std::to_string(total) +
-        " bytes) does not exceed the int4 residual pool's " + std::to_string(reserved_bytes) +
-        " bytes (lower --max-num-seqs, --max-num-batched-tokens or --kv-int4-residual)");
+        " bytes) does not exceed the " + reserved_what + " " + std::to_string(reserved_bytes) +
+        " bytes (lower --max-num-seqs, --max-num-batched-tokens" +
+        (reserved_what == kInt4Residual ? std::string(" or --kv-int4-residual)") : std::string(")")));
   }
   const int64_t kv_bytes = total - reserved_bytes;
   const int64_t blocks = kv_bytes / block_bytes;
@@ -130,7 +131,14 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
       {window_ > 0 ? kv::KvGroupSpec::windowed(window_, runner_->kv_layout().spec())
                    : kv::KvGroupSpec::full(runner_->kv_layout().spec()),
        num_blocks});
-  if (runner_->num_kv_pools() > 1) {
+  if (!runner_->kv_layer_slots().empty()) {  // a hybrid model's windowed layers
+    const std::optional<kv::HybridKvLayers> hybrid = kv::hybrid_kv_layers(mc.layer_sliding_window);
+    STRATA_CHECK(hybrid.has_value() && runner_->num_kv_pools() == 2,
+                 "a runner with layers in groups serves a hybrid model");
+    kv_config.groups.push_back(
+        {kv::KvGroupSpec::windowed(hybrid->window, runner_->kv_layout(1).spec()),
+         runner_->num_blocks(1)});
+  } else if (runner_->num_kv_pools() > 1) {
     residual_blocks_ = residual_window_blocks(config_);
     kv_config.groups.push_back(
         {kv::KvGroupSpec::newest(residual_blocks_, runner_->kv_layout(1).spec()),
@@ -429,6 +437,28 @@ Result<std::unique_ptr<model::ModelRunner>> cpu_runner(const EngineConfig& c,
                                                        model::Model& model, ThreadPool& pool,
                                                        const engine::ResolvedKvLayout& kv) {
   const kv::KvLayout layout(kv.spec, c.block_size, kv.scales);
+  // A model whose layers mix sliding-window and full attention: the windowed layers' pool, sized
+  // so the scheduler's limits never exhaust it (a running sequence holds at most
+  // ceil(window / block_size) + 1 of its blocks between steps, and ceil(chunk / block_size) + 1
+  // more during one), comes out of the KV memory first.
+  const std::optional<kv::HybridKvLayers> hybrid =
+      c.disable_hybrid_kv_cache_manager || kv::needs_residual_pool(kv.spec)
+          ? std::nullopt
+          : kv::hybrid_kv_layers(model.config().layer_sliding_window);
+  if (hybrid) {
+    const kv::KvLayout full = kv::sub_layout(layout, hybrid->full);
+    const kv::KvLayout windowed = kv::sub_layout(layout, hybrid->windowed);
+    const int32_t window_blocks = kv::newest_blocks_pool_size(
+        c.max_num_seqs, (hybrid->window + c.block_size - 1) / c.block_size + 2,
+        c.max_num_batched_tokens, c.block_size);
+    const Result<int32_t> blocks =
+        EngineImpl::pool_blocks(c, full.block_bytes(), windowed.pool_bytes(window_blocks),
+                                "windowed layers' pool's");
+    if (!blocks.ok()) return blocks.status();
+    return std::unique_ptr<model::ModelRunner>(std::make_unique<model::CpuModelRunner>(
+        std::move(owned), model, pool, std::vector<kv::KvLayout>{full, windowed},
+        std::vector<int32_t>{*blocks, window_blocks}, hybrid->slots));
+  }
   int32_t residual_blocks = 0;
   int64_t residual_bytes = 0;
   if (kv::needs_residual_pool(kv.spec)) {
@@ -551,7 +581,16 @@ int64_t Engine::kv_scale_bytes_per_token() const {
   return std::llround(impl_->runner_->kv_layout().scale_bytes_per_token());
 }
 std::vector<DType> Engine::kv_layer_dtypes() const {
-  const kv::KvSpec& spec = impl_->runner_->kv_layout().spec();
+  const model::ModelRunner& r = *impl_->runner_;
+  const std::span<const kv::KvLayerSlot> slots = r.kv_layer_slots();
+  if (!slots.empty()) {  // layers in groups: each layer's dtype in its group's pool
+    std::vector<DType> dtypes;
+    for (const kv::KvLayerSlot& s : slots) {
+      dtypes.push_back(r.kv_layout(s.group).spec().layer_dtype(s.index));
+    }
+    return dtypes;
+  }
+  const kv::KvSpec& spec = r.kv_layout().spec();
   std::vector<DType> dtypes(static_cast<size_t>(spec.num_layers));
   for (int32_t l = 0; l < spec.num_layers; ++l) dtypes[static_cast<size_t>(l)] = spec.layer_dtype(l);
   return dtypes;
@@ -564,11 +603,22 @@ const std::string& Engine::kv_scales_source() const { return impl_->kv_scales_so
 int32_t Engine::num_blocks() const { return impl_->runner_->num_blocks(); }
 int64_t Engine::max_request_tokens() const { return impl_->max_request_tokens(); }
 int32_t Engine::num_residual_blocks() const {
-  return impl_->runner_->num_kv_pools() > 1 ? impl_->runner_->num_blocks(1) : 0;
+  const model::ModelRunner& r = *impl_->runner_;
+  return r.num_kv_pools() > 1 && r.kv_layer_slots().empty() ? r.num_blocks(1) : 0;
 }
 int64_t Engine::residual_bytes() const {
   const model::ModelRunner& r = *impl_->runner_;
-  return r.num_kv_pools() > 1 ? r.kv_layout(1).pool_bytes(r.num_blocks(1)) : 0;
+  return num_residual_blocks() > 0 ? r.kv_layout(1).pool_bytes(r.num_blocks(1)) : 0;
+}
+std::vector<KvGroupStats> Engine::kv_groups() const {
+  const kv::KvCacheManager& cache = impl_->cache();
+  std::vector<KvGroupStats> groups;
+  for (int32_t g = 0; g < cache.num_groups(); ++g) {
+    const kv::KvGroupSpec& spec = cache.group_spec(g);
+    groups.push_back({kv::kv_group_kind_name(spec.kind), spec.window, spec.newest_blocks,
+                      cache.pool(g).num_blocks(), cache.pool(g).num_used_blocks()});
+  }
+  return groups;
 }
 int32_t Engine::kv_int4_residual_blocks() const { return impl_->residual_blocks_; }
 int64_t Engine::weight_bytes() const { return impl_->runner_->weight_bytes(); }

@@ -48,9 +48,12 @@ class EngineImpl {
 
   static Status validate_config(const EngineConfig& config);
   // Blocks in the pool for this config and the layout's block_bytes, the null block included;
-  // reserved_bytes (an INT4 pool's residual pool) come out of the KV memory first.
+  // reserved_bytes (a pool sized by the scheduler's limits: an INT4 pool's residual pool, a
+  // hybrid model's windowed layers' pool; reserved_what names it) come out of the KV memory first.
+  static constexpr const char* kInt4Residual = "int4 residual pool's";
   static Result<int32_t> pool_blocks(const EngineConfig& config, int64_t block_bytes,
-                                     int64_t reserved_bytes = 0);
+                                     int64_t reserved_bytes = 0,
+                                     const std::string& reserved_what = kInt4Residual);
   // An INT4 pool's residual window R (kv_int4_residual / block_size, block_size when 0).
   static int32_t residual_window_blocks(const EngineConfig& config);
 
@@ -72,6 +75,7 @@ class EngineImpl {
   std::optional<engine::KvQuantCheckReport> kv_quant_check_;  // when --kv-quant-check ran
   int32_t residual_blocks_ = 0;  // R when the pool has a residual pool (INT4), else 0
 
+  const kv::KvCacheManager& cache() const { return *cache_; }
   int32_t vocab_size() const { return static_cast<int32_t>(runner_->config().vocab_size); }
   // The largest prompt + max_tokens validate_request accepts.
   int64_t max_request_tokens() const;

@@ -18,6 +18,25 @@ std::vector<kv::KvGroupSpec> group_specs(const kv::KvCacheManager& cache) {
 StepBatch::StepBatch(const kv::KvCacheManager& cache)
     : builder_(cache.block_size(), group_specs(cache)) {}
 
+model::ForwardBatch StepBatch::view() const {
+  group_views_.clear();
+  for (int32_t g = 1; g < builder_.num_groups(); ++g) {
+    if (builder_.group_spec(g).kind == kv::KvGroupKind::kNewestBlocks) continue;  // INT4: residual
+    group_views_.push_back({builder_.group_layout(g), builder_.group(g).slot_mapping});
+  }
+  model::ForwardBatch b{token_ids_,
+                        positions_,
+                        q_indptr_,
+                        builder_.layout(),
+                        builder_.slot_mapping(),
+                        logits_rows_,
+                        sample_rows_,
+                        sample_specs_,
+                        builder_.residual_slot_mapping()};
+  b.groups = group_views_;
+  return b;
+}
+
 int32_t StepBatch::add_tokens(const Sequence& s, int32_t n) {
   builder_.add_sequence(s.table, s.num_computed + n, n);
   const auto row0 = static_cast<int32_t>(token_ids_.size());

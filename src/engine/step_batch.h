@@ -30,17 +30,7 @@ class StepBatch {
   bool empty() const { return token_ids_.empty(); }
   size_t num_logits_rows() const { return logits_rows_.size(); }
   size_t num_sample_rows() const { return sample_rows_.size(); }
-  model::ForwardBatch view() const {
-    return {token_ids_,
-            positions_,
-            q_indptr_,
-            builder_.layout(),
-            builder_.slot_mapping(),
-            logits_rows_,
-            sample_rows_,
-            sample_specs_,
-            builder_.residual_slot_mapping()};
-  }
+  model::ForwardBatch view() const;
 
  private:
   // Appends seq's next n tokens; returns the first one's row.
@@ -49,6 +39,8 @@ class StepBatch {
   kv::PagedLayoutBuilder builder_;
   std::vector<int32_t> token_ids_, positions_, q_indptr_{0}, logits_rows_, sample_rows_;
   std::vector<model::DeviceSampleSpec> sample_specs_;
+  // Later attention groups' views (a hybrid model's windowed layers), rebuilt by view().
+  mutable std::vector<model::GroupBatchView> group_views_;
 };
 
 }  // namespace strata::engine

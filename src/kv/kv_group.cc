@@ -67,6 +67,43 @@ int32_t newest_blocks_pool_size(int32_t max_num_seqs, int32_t newest_blocks,
   return static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
 }
 
+std::optional<HybridKvLayers> hybrid_kv_layers(std::span<const int32_t> layer_windows) {
+  HybridKvLayers h;
+  for (size_t l = 0; l < layer_windows.size(); ++l) {
+    const bool windowed = layer_windows[l] > 0;
+    std::vector<int32_t>& group = windowed ? h.windowed : h.full;
+    h.slots.push_back({windowed ? 1 : 0, static_cast<int32_t>(group.size())});
+    group.push_back(static_cast<int32_t>(l));
+    if (windowed) h.window = std::max(h.window, layer_windows[l]);
+  }
+  if (h.full.empty() || h.windowed.empty()) return std::nullopt;
+  return h;
+}
+
+KvLayout sub_layout(const KvLayout& layout, std::span<const int32_t> layers) {
+  const KvSpec& from = layout.spec();
+  KvSpec spec = from;
+  spec.num_layers = static_cast<int32_t>(layers.size());
+  spec.layer_dtypes.clear();
+  KvStaticScales scales;
+  const KvStaticScales& all = layout.static_scales();
+  for (const int32_t l : layers) {
+    STRATA_CHECK(l >= 0 && l < from.num_layers, "sub_layout: layer out of range");
+    if (!from.layer_dtypes.empty()) spec.layer_dtypes.push_back(from.layer_dtype(l));
+    if (!all.k.empty()) {
+      scales.k.push_back(all.k[static_cast<size_t>(l)]);
+      scales.v.push_back(all.v[static_cast<size_t>(l)]);
+    }
+  }
+  bool any_fp8 = false;
+  for (int32_t l = 0; l < spec.num_layers; ++l) {
+    const DType d = spec.layer_dtype(l);
+    any_fp8 = any_fp8 || d == DType::kF8E4M3 || d == DType::kF8E5M2;
+  }
+  if (!any_fp8) scales = {};
+  return KvLayout(spec, layout.block_size(), scales);
+}
+
 bool needs_residual_pool(const KvSpec& spec) {
   for (int32_t l = 0; l < spec.num_layers; ++l) {
     if (spec.layer_dtype(l) == DType::kI4) return true;

@@ -19,6 +19,9 @@
 // the spec only says how the kind counts blocks. Value type.
 
 #include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "kv/kv_layout.h"
 
@@ -59,6 +62,28 @@ struct KvGroupSpec {
 // block_size) + 1.
 int32_t newest_blocks_pool_size(int32_t max_num_seqs, int32_t newest_blocks,
                                 int32_t max_num_batched_tokens, int32_t block_size);
+
+// ---- models whose layers read different groups -------------------------------------------------
+
+// Where a model layer's K/V lives: the group, and the layer's index among that group's layers.
+struct KvLayerSlot {
+  int32_t group = 0;
+  int32_t index = 0;
+  bool operator==(const KvLayerSlot&) const = default;
+};
+
+// A model whose layers mix sliding-window and full attention (Gemma 2/3, hybrid models): group 0
+// holds the full-attention layers, group 1 the windowed ones, which give back what their window
+// has passed while group 0 keeps every block.
+struct HybridKvLayers {
+  std::vector<KvLayerSlot> slots;       // per model layer
+  std::vector<int32_t> full, windowed;  // model layer indices, in order
+  int32_t window = 0;                   // the windowed layers' largest window
+};
+// layer_windows[l]: layer l's window (<= 0: full attention). nullopt unless both kinds occur.
+std::optional<HybridKvLayers> hybrid_kv_layers(std::span<const int32_t> layer_windows);
+// The layout of some of a layout's layers, in the order given: their dtypes and FP8 scales.
+KvLayout sub_layout(const KvLayout& layout, std::span<const int32_t> layers);
 
 // ---- INT4 (KIVI) caches: the codes in group 0, the newest blocks at full precision in a
 // newest-blocks group beside them (docs/kv.md, "The residual pool") -----------------------------

@@ -41,12 +41,14 @@ void PagedLayoutBuilder::add_sequence(const BlockTable& table, int32_t kv_len,
     const std::span<const BlockId> row = table.blocks(g);
     STRATA_CHECK(static_cast<int32_t>(row.size()) >= num_blocks,
                  "a group's row ends before the last visible block");
-    // Group 0 from the first block (the kernels index it by logical block); a later group from
-    // the first block it holds, which must not be after the first one the step reads.
-    const int32_t first = g == 0 ? 0 : std::min(table.num_skipped_blocks(g), num_blocks);
-    STRATA_CHECK(g == 0 ||
-                     first <= groups_[static_cast<size_t>(g)].first_needed_block(
-                                  kv_len - num_new_tokens, block_size_) ||
+    // Attention groups from the first logical block (the kernels index them by logical block and
+    // start reading at a window), a newest-blocks group from the first block it holds, which must
+    // not be after the first one the step reads.
+    const KvGroupSpec& spec = groups_[static_cast<size_t>(g)];
+    const bool from_first_held = spec.kind == KvGroupKind::kNewestBlocks;
+    const int32_t first = from_first_held ? std::min(table.num_skipped_blocks(g), num_blocks) : 0;
+    STRATA_CHECK(!from_first_held ||
+                     first <= spec.first_needed_block(kv_len - num_new_tokens, block_size_) ||
                      first == num_blocks,
                  "a group's row starts after the first block the step reads");
     for (int32_t jb = first; jb < num_blocks; ++jb) {
@@ -63,6 +65,18 @@ void PagedLayoutBuilder::add_sequence(const BlockTable& table, int32_t kv_len,
 const std::vector<int64_t>& PagedLayoutBuilder::residual_slot_mapping() const {
   static const std::vector<int64_t> kNone;
   return newest_group_ < 0 ? kNone : arrays_[static_cast<size_t>(newest_group_)].slot_mapping;
+}
+
+PagedKvLayout PagedLayoutBuilder::group_layout(int32_t g) const {
+  STRATA_CHECK(groups_[static_cast<size_t>(g)].kind != KvGroupKind::kNewestBlocks,
+               "group_layout: a newest-blocks group is read through layout()'s residual arrays");
+  PagedKvLayout l;
+  l.kv_indptr = arrays_[static_cast<size_t>(g)].indptr.data();
+  l.kv_indices = arrays_[static_cast<size_t>(g)].indices.data();
+  l.kv_last_page_len = kv_last_page_len_.data();
+  l.num_seqs = num_seqs();
+  l.block_size = block_size_;
+  return l;
 }
 
 PagedKvLayout PagedLayoutBuilder::layout() const {

@@ -3,11 +3,12 @@
 // (kv_group.h) and each group's slot mapping of the tokens the step writes -- the inputs every
 // attention kernel reads (src/core/paged_kv.h).
 //
-// Group 0's layout covers every logical block of a sequence up to its KV length (kv_indptr,
-// kv_indices with kNullBlock where a window gave a block back, kv_last_page_len). A later group's
-// starts at the sequence's first block the group holds (its first_block) and runs through the
-// last visible block. The kernels' view (layout()) is group 0's, with an INT4 cache's
-// newest-blocks group as its full-precision ("residual") arrays.
+// An attention group's layout (full attention, sliding window) covers every logical block of a
+// sequence up to its KV length (kv_indptr, kv_indices with kNullBlock where a window gave a block
+// back, kv_last_page_len). A newest-blocks group's starts at the sequence's first block the group
+// holds (its first_block) and runs through the last visible block. The kernels' view (layout())
+// is group 0's, with an INT4 cache's newest-blocks group as its full-precision ("residual")
+// arrays; group_layout(g) is another attention group's (a hybrid model's windowed layers).
 //
 // Owns the arrays; layout() returns a view of them that stays valid until the next add or clear.
 // Reusing one builder across steps keeps the vectors' capacity: no allocation in steady state.
@@ -48,8 +49,11 @@ class PagedLayoutBuilder {
   int32_t num_seqs() const { return static_cast<int32_t>(kv_last_page_len_.size()); }
   int32_t num_groups() const { return static_cast<int32_t>(groups_.size()); }
   const GroupArrays& group(int32_t g) const { return arrays_[static_cast<size_t>(g)]; }
+  const KvGroupSpec& group_spec(int32_t g) const { return groups_[static_cast<size_t>(g)]; }
   // The kernels' view: group 0's layout (plus the newest-blocks group's arrays, for INT4).
   PagedKvLayout layout() const;
+  // Attention group g's layout (not a newest-blocks group).
+  PagedKvLayout group_layout(int32_t g) const;
   const std::vector<int32_t>& kv_indptr() const { return arrays_[0].indptr; }
   const std::vector<int32_t>& kv_indices() const { return arrays_[0].indices; }
   const std::vector<int32_t>& kv_last_page_len() const { return kv_last_page_len_; }

@@ -8,24 +8,46 @@ namespace strata::model {
 CpuModelRunner::CpuModelRunner(std::unique_ptr<Model> owned, Model& model, ThreadPool& pool,
                                const kv::KvLayout& layout, int32_t num_blocks,
                                int32_t num_residual_blocks)
-    : owned_(std::move(owned)), model_(model), pool_(pool), kv_(layout, num_blocks) {
+    : owned_(std::move(owned)), model_(model), pool_(pool) {
   STRATA_CHECK(kv::needs_residual_pool(layout.spec()) == (num_residual_blocks > 1),
                "an int4 KV pool needs a residual pool of at least 2 blocks, and only it");
+  pools_.push_back(std::make_unique<kv::HostKvBuffer>(layout, num_blocks));
   if (num_residual_blocks > 1) {
-    residual_.emplace(kv::KvLayout(kv::residual_spec(layout.spec()), layout.block_size()),
-                      num_residual_blocks);
-    residual_mover_.emplace(*residual_);
+    pools_.push_back(std::make_unique<kv::HostKvBuffer>(
+        kv::KvLayout(kv::residual_spec(layout.spec()), layout.block_size()), num_residual_blocks));
+  }
+  for (const auto& p : pools_) {
+    movers_.push_back(std::make_unique<kv::HostBlockMover>(*p));
+    pool_ptrs_.push_back(p.get());
+  }
+}
+
+CpuModelRunner::CpuModelRunner(std::unique_ptr<Model> owned, Model& model, ThreadPool& pool,
+                               const std::vector<kv::KvLayout>& layouts,
+                               const std::vector<int32_t>& num_blocks,
+                               std::vector<kv::KvLayerSlot> slots)
+    : owned_(std::move(owned)), model_(model), pool_(pool), slots_(std::move(slots)) {
+  STRATA_CHECK(!layouts.empty() && layouts.size() == num_blocks.size(),
+               "a block count per KV pool");
+  STRATA_CHECK(slots_.size() == static_cast<size_t>(model_.config().num_hidden_layers),
+               "a KV slot per layer");
+  for (size_t g = 0; g < layouts.size(); ++g) {
+    pools_.push_back(std::make_unique<kv::HostKvBuffer>(layouts[g], num_blocks[g]));
+    movers_.push_back(std::make_unique<kv::HostBlockMover>(*pools_.back()));
+    pool_ptrs_.push_back(pools_.back().get());
   }
 }
 
 Status CpuModelRunner::forward(const ForwardBatch& batch, std::span<float> logits,
                                std::span<SampledToken> /*sampled: none on the CPU*/) {
-  return model_.forward(batch, kv_, logits, pool_, residual_ ? &*residual_ : nullptr);
+  if (!slots_.empty()) return model_.forward(batch, pool_ptrs_, slots_, logits, pool_);
+  return model_.forward(batch, *pools_[0], logits, pool_,
+                        pools_.size() > 1 ? pools_[1].get() : nullptr);
 }
 
 const kv::HostKvBuffer& CpuModelRunner::buffer(int32_t pool) const {
   STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
-  return pool == 0 ? kv_ : *residual_;
+  return *pools_[static_cast<size_t>(pool)];
 }
 
 Status CpuModelRunner::copy_blocks(int32_t pool, std::span<const kv::BlockCopy> copies) {
@@ -37,7 +59,7 @@ Status CpuModelRunner::copy_blocks(int32_t pool, std::span<const kv::BlockCopy> 
 
 kv::BlockMover& CpuModelRunner::block_mover(int32_t pool) {
   STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
-  return pool == 0 ? mover_ : *residual_mover_;
+  return *movers_[static_cast<size_t>(pool)];
 }
 
 }  // namespace strata::model

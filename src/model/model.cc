@@ -310,6 +310,46 @@ Status Model::forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span
                      pool);
 }
 
+Status Model::forward(const ForwardBatch& batch, std::span<kv::HostKvBuffer* const> pools,
+                      std::span<const kv::KvLayerSlot> slots, std::span<float> logits,
+                      ThreadPool& pool) {
+  const auto num_layers = static_cast<size_t>(config_.num_hidden_layers);
+  if (pools.empty() || pools.size() != batch.groups.size() + 1 || slots.size() != num_layers) {
+    return Status::InvalidArgument("forward: a pool and a group view per KV group, a slot per layer");
+  }
+  for (const kv::HostKvBuffer* p : pools) {
+    if (p == nullptr || p->layout().block_size() != pools[0]->layout().block_size() ||
+        kv::needs_residual_pool(p->layout().spec())) {
+      return Status::InvalidArgument("forward: grouped pools need one block size and no int4 layer");
+    }
+  }
+  for (const kv::KvLayerSlot& slot : slots) {
+    if (slot.group < 0 || static_cast<size_t>(slot.group) >= pools.size() || slot.index < 0 ||
+        slot.index >= pools[static_cast<size_t>(slot.group)]->layout().spec().num_layers) {
+      return Status::InvalidArgument("forward: a layer's KV group or index is out of range");
+    }
+  }
+  // Each later group's view must hold for its own pool what group 0's holds for pool 0.
+  constexpr int32_t kUnbounded = std::numeric_limits<int32_t>::max();
+  for (size_t g = 1; g < pools.size(); ++g) {
+    ForwardBatch view = batch;
+    view.layout = batch.groups[g - 1].layout;
+    view.slot_mapping = batch.groups[g - 1].slot_mapping;
+    view.groups = {};
+    if (view.layout.num_seqs != batch.layout.num_seqs ||
+        view.layout.block_size != batch.layout.block_size) {
+      return Status::InvalidArgument("forward: a KV group's layout covers other sequences");
+    }
+    STRATA_RETURN_IF_ERROR(validate_step_batch(view, config_.vocab_size, pools[g]->num_blocks(),
+                                               kUnbounded, kUnbounded, logits.size(), 0));
+  }
+  const LayerGroups groups{pools, slots};
+  layer_groups_ = &groups;
+  const Status status = forward(batch, *pools[0], logits, pool);
+  layer_groups_ = nullptr;
+  return status;
+}
+
 Status Model::rms_norm(const float* x, TensorView weight, float* out, int64_t num_rows,
                        ThreadPool& pool) const {
   cpu::RmsNormParams p;
@@ -373,14 +413,29 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::Ho
       v_max = std::max(v_max, std::fabs(scratch_.v[static_cast<size_t>(i)]));
     }
   }
-  const PagedKvCacheView cache = kv.layer_view(layer_idx);
+  // The layer's K/V: pool 0 at its own index, unless the layers live in groups.
+  kv::HostKvBuffer* buffer = &kv;
+  int32_t kv_layer = layer_idx;
+  const PagedKvLayout* layout = &batch.layout;
+  const int64_t* slots = batch.slot_mapping.data();
+  if (layer_groups_ != nullptr) {
+    const kv::KvLayerSlot at = layer_groups_->slots[static_cast<size_t>(layer_idx)];
+    buffer = layer_groups_->pools[static_cast<size_t>(at.group)];
+    kv_layer = at.index;
+    if (at.group > 0) {
+      const GroupBatchView& group = batch.groups[static_cast<size_t>(at.group) - 1];
+      layout = &group.layout;
+      slots = group.slot_mapping.data();
+    }
+  }
+  const PagedKvCacheView cache = buffer->layer_view(kv_layer);
   cpu::AppendKvParams append;
   append.k = scratch_.k.data();
   append.v = scratch_.v.data();
-  append.slot_mapping = batch.slot_mapping.data();
+  append.slot_mapping = slots;
   append.num_tokens = num_tokens;
   append.cache = cache;
-  append.num_cache_blocks = kv.num_blocks();
+  append.num_cache_blocks = buffer->num_blocks();
   // INT4 layers keep their newest blocks in the residual pool; the other layers of a mixed
   // layout never touch it.
   if (residual != nullptr && cache.dtype == DType::kI4) {
@@ -394,7 +449,7 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::Ho
   attn.q = scratch_.q.data();
   attn.out = scratch_.attn.data();
   attn.q_indptr = batch.q_indptr.data();
-  attn.layout = batch.layout;
+  attn.layout = *layout;
   attn.cache = cache;
   attn.num_q_heads = num_heads;
   attn.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

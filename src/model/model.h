@@ -22,6 +22,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kv/host_kv_buffer.h"
+#include "kv/kv_group.h"
 #include "kv/kv_layout.h"
 #include "model/hf_config.h"
 #include "model/llama_family.h"
@@ -61,6 +62,13 @@ struct SampledToken {
   float logprob = 0.0f;
 };
 
+// A KV cache group's view of one step beyond group 0 (kv/kv_group.h): its paged layout (built by
+// kv::PagedLayoutBuilder, covering the same sequences and blocks) and the slot of each token.
+struct GroupBatchView {
+  PagedKvLayout layout;
+  std::span<const int64_t> slot_mapping;  // [num_tokens]
+};
+
 // One step's input. Sequence s owns token rows [q_indptr[s], q_indptr[s+1]); their K/V slots are
 // slot_mapping rows, and layout (built by kv::PagedLayoutBuilder) already counts them in kv_len.
 struct ForwardBatch {
@@ -77,6 +85,8 @@ struct ForwardBatch {
   // INT4 caches (layout.residual_blocks > 0): each token's slot in the full-precision residual
   // pool ([num_tokens], -1 exactly where slot_mapping is -1); empty otherwise.
   std::span<const int64_t> residual_slot_mapping = {};
+  // Models whose layers read different groups (kv::HybridKvLayers): group g >= 1's view at g - 1.
+  std::span<const GroupBatchView> groups = {};
 };
 
 class Model {
@@ -129,6 +139,13 @@ class Model {
   // layers ignore it.
   Status forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span<float> logits,
                  ThreadPool& pool, kv::HostKvBuffer* residual = nullptr);
+  // The same for a model whose layers live in different KV cache groups (kv::HybridKvLayers):
+  // layer l appends to and reads pools[slots[l].group] as its layer slots[l].index, through group
+  // 0's layout and slots (batch.layout, batch.slot_mapping) or group g's (batch.groups[g - 1]).
+  // No INT4 layer. InvalidArgument as above, and for pools, slots or group views that do not
+  // match.
+  Status forward(const ForwardBatch& batch, std::span<kv::HostKvBuffer* const> pools,
+                 std::span<const kv::KvLayerSlot> slots, std::span<float> logits, ThreadPool& pool);
 
  private:
   Model(ModelConfig config, WeightStore store);
@@ -171,6 +188,12 @@ class Model {
     std::vector<float> out;               // the quantized attention output, as scratch_.attn
   };
   KvQuantProbe* kv_quant_probe_ = nullptr;
+  // Set only during the grouped forward(): where each layer's K/V live.
+  struct LayerGroups {
+    std::span<kv::HostKvBuffer* const> pools;
+    std::span<const kv::KvLayerSlot> slots;
+  };
+  const LayerGroups* layer_groups_ = nullptr;
 };
 
 }  // namespace strata::model

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "kv/block_mover.h"
+#include "kv/kv_group.h"
 #include "kv/kv_group_manager.h"
 #include "kv/kv_layout.h"
 #include "model/hf_config.h"
@@ -40,6 +41,11 @@ class ModelRunner {
   // Moves whole blocks between one pool and host memory (swap preemption's copies, on the swap
   // space's copy thread).
   virtual kv::BlockMover& block_mover(int32_t pool = 0) = 0;
+
+  // Models whose layers live in different pools (kv::HybridKvLayers): layer l's pool and index
+  // there. Empty when every layer lives in pool 0 (pool 1, if any, then holds INT4's newest
+  // blocks at full precision).
+  virtual std::span<const kv::KvLayerSlot> kv_layer_slots() const { return {}; }
 
   // True when forward() can sample rows where the logits are (batch.sample_rows).
   virtual bool samples_on_device() const = 0;

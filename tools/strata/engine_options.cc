@@ -53,6 +53,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV of cached prompt prefixes (on by default)");
+  cmd.add_flag("--disable-hybrid-kv-cache-manager", o.disable_hybrid_kv_cache_manager,
+               "Keep a model's windowed layers' KV in the full layers' pool (no window group)");
   if (serving) {
     cmd.add_option("--preemption-mode", o.preemption_mode, "recompute or swap")
         ->check(CLI::IsMember({"recompute", "swap"}));
@@ -86,6 +88,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.max_num_batched_tokens = o.max_num_batched_tokens;
   c.max_model_len = o.max_model_len;
   c.enable_prefix_caching = o.enable_prefix_caching;
+  c.disable_hybrid_kv_cache_manager = o.disable_hybrid_kv_cache_manager;
   c.preemption_mode =
       o.preemption_mode == "swap" ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
   c.swap_space_bytes = static_cast<int64_t>(o.swap_space_gib * double(int64_t{1} << 30));

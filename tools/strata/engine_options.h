@@ -33,6 +33,7 @@ struct EngineOptions {
   int32_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
   bool enable_prefix_caching = true;
+  bool disable_hybrid_kv_cache_manager = false;
   std::string preemption_mode = "recompute";
   double swap_space_gib = 4.0;
   KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --allow-unit-kv-scales

@@ -1,0 +1,231 @@
+// A model whose layers mix sliding-window and full attention, served over two KV cache groups
+// (docs/kv.md, "KV cache groups"): the mistral-swa fixture with layer 0 made full attention
+// (`layer_types`), so layer 1's 64-token window lives in a group of its own that gives back
+// what the window has passed, while group 0 keeps every block of layer 0. Every output must equal
+// the same model served from one pool (--disable-hybrid-kv-cache-manager, every layer's blocks
+// kept) -- on the CPU bit for bit, whose kernels compute each element in one fixed order --
+// alone, batched, chunked, after a prefix hit and after a preemption (recompute and swap), and no
+// block of either group may leak.
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine_testing.h"
+#include "kv/kv_group.h"
+#include "model/model.h"
+#include "strata/engine.h"
+
+namespace strata::engine {
+namespace {
+
+using test_util::Collected;
+
+constexpr int32_t kWindow = 64;
+
+// The fixture's files in a scratch directory, its config.json marking layer 0 full attention.
+std::filesystem::path hybrid_model_dir() {
+  namespace fs = std::filesystem;
+  const fs::path from = fs::path(STRATA_TEST_DATA_DIR) / "models" / "mistral-swa";
+  const fs::path to = fs::path(::testing::TempDir()) / ("hybrid-" + std::to_string(getpid()));
+  fs::remove_all(to);
+  fs::create_directories(to);
+  for (const fs::directory_entry& e : fs::directory_iterator(from)) {
+    fs::copy_file(e.path(), to / e.path().filename());
+  }
+  std::ifstream in(from / "config.json");
+  std::stringstream config;
+  config << in.rdbuf();
+  std::string text = config.str();
+  const size_t open = text.find('{');
+  text.insert(open + 1, "\n  \"layer_types\": [\"full_attention\", \"sliding_attention\"],");
+  std::ofstream(to / "config.json", std::ios::trunc) << text;
+  return to;
+}
+
+// Greedy requests longer than the window, with logprobs: a window layer that read a block it
+// gave back (or another sequence's) would change them.
+std::vector<EngineRequest> long_requests(int32_t n, int32_t max_tokens = 120) {
+  std::vector<EngineRequest> r;
+  for (int32_t i = 0; i < n; ++i) {
+    r.push_back(test_util::greedy(test_util::prompt_of(30 + 37 * i, i), max_tokens, 5));
+  }
+  return r;
+}
+
+void expect_same(const Collected& want, const Collected& got, const std::string& what) {
+  ASSERT_EQ(want.tokens, got.tokens) << what;
+  const std::vector<TokenLogprobs>& a = want.logprobs.at(0);
+  const std::vector<TokenLogprobs>& b = got.logprobs.at(0);
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i].logprob, b[i].logprob, 1e-5) << what << ": token " << i;
+    ASSERT_EQ(a[i].top_logprobs.size(), b[i].top_logprobs.size()) << what;
+    for (size_t k = 0; k < a[i].top_logprobs.size(); ++k) {
+      EXPECT_EQ(a[i].top_logprobs[k].first, b[i].top_logprobs[k].first) << what << ": token " << i;
+      EXPECT_NEAR(a[i].top_logprobs[k].second, b[i].top_logprobs[k].second, 1e-5)
+          << what << ": token " << i;
+    }
+  }
+}
+
+class HybridGroupsTest : public ::testing::TestWithParam<int32_t> {
+ protected:
+  HybridGroupsTest() : pool_(2), model_(model::Model::load({hybrid_model_dir()})) {}
+
+  EngineConfig config(bool hybrid = true) const {
+    EngineConfig c;
+    c.block_size = GetParam();
+    c.num_blocks = 1 + 4 * ((30 + 37 * 3 + 120) / GetParam() + 2);
+    c.watermark = 0.0;
+    // Small limits keep the windowed layers' pool (sized by them) small, so a block it gives
+    // back is soon handed to another sequence and overwritten: reading one would show.
+    c.max_num_seqs = 4;
+    c.max_num_batched_tokens = 64;
+    c.disable_hybrid_kv_cache_manager = !hybrid;
+    return c;
+  }
+
+  // Each request alone, in an engine of c.
+  std::vector<Collected> alone(const std::vector<EngineRequest>& requests, const EngineConfig& c) {
+    std::vector<Collected> out;
+    for (const EngineRequest& r : requests) {
+      auto e = Engine::create(model_, pool_, c);
+      EXPECT_TRUE(e.ok()) << e.status().to_string();
+      const RequestId id = *(*e)->submit(r);
+      out.push_back(test_util::drain(**e)[id]);
+      EXPECT_EQ((*e)->totals().num_preemptions, 0) << "the pools hold the request";
+      expect_no_leak(**e);
+    }
+    return out;
+  }
+
+  // Every request at once, in an engine of c.
+  std::vector<Collected> together(const std::vector<EngineRequest>& requests,
+                                  const EngineConfig& c) {
+    auto e = Engine::create(model_, pool_, c);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    std::vector<RequestId> ids;
+    for (const EngineRequest& r : requests) ids.push_back(*(*e)->submit(r));
+    std::map<RequestId, Collected> got = test_util::drain(**e);
+    EXPECT_EQ((*e)->totals().num_preemptions, 0) << "the windowed layers' pool is never short";
+    expect_no_leak(**e);
+    std::vector<Collected> out;
+    for (const RequestId id : ids) out.push_back(std::move(got[id]));
+    return out;
+  }
+
+  static void expect_no_leak(const Engine& e) {
+    for (const KvGroupStats& g : e.kv_groups()) {
+      EXPECT_EQ(g.num_used_blocks, 0) << g.kind << " group leaked blocks";
+    }
+  }
+
+  ThreadPool pool_;
+  model::Model model_;
+};
+
+TEST_P(HybridGroupsTest, TheWindowedLayersGetAGroupOfTheirOwn) {
+  ASSERT_EQ(model_.config().layer_sliding_window, (std::vector<int32_t>{0, kWindow}));
+  auto e = Engine::create(model_, pool_, config());
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  const std::vector<KvGroupStats> groups = (*e)->kv_groups();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].kind, "full attention");
+  EXPECT_EQ(groups[1].kind, "sliding window");
+  EXPECT_EQ(groups[1].window, kWindow);
+  EXPECT_EQ((*e)->num_residual_blocks(), 0) << "no int4 residual pool";
+  EXPECT_EQ((*e)->kv_layer_dtypes().size(), 2u);
+  auto one = Engine::create(model_, pool_, config(/*hybrid=*/false));
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ((*one)->kv_groups().size(), 1u);
+  EXPECT_EQ((*one)->kv_groups()[0].kind, "full attention") << "mixed layers keep every block";
+}
+
+TEST_P(HybridGroupsTest, AloneBatchedAndChunkedEqualOnePool) {
+  const std::vector<EngineRequest> requests = long_requests(4);
+  const std::vector<Collected> want = alone(requests, config(/*hybrid=*/false));
+  const std::vector<Collected> solo = alone(requests, config());
+  const std::vector<Collected> batched = together(requests, config());
+  EngineConfig chunked = config();
+  chunked.max_num_batched_tokens = 24;  // prompts prefill in chunks that straddle blocks
+  const std::vector<Collected> chunks = together(requests, chunked);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_EQ(want[i].tokens.at(0).size(), 120u);
+    expect_same(want[i], solo[i], "alone, request " + std::to_string(i));
+    expect_same(want[i], batched[i], "batched, request " + std::to_string(i));
+    expect_same(want[i], chunks[i], "chunked, request " + std::to_string(i));
+  }
+}
+
+TEST_P(HybridGroupsTest, TheWindowGroupHoldsOnlyTheWindowWhileGroupZeroHoldsEverything) {
+  const int32_t bs = GetParam();
+  auto e = Engine::create(model_, pool_, config());
+  ASSERT_TRUE(e.ok());
+  EngineRequest r = test_util::greedy(test_util::prompt_of(40, 9), 4 * kWindow, -1);
+  ASSERT_TRUE((*e)->submit(r).ok());
+  int32_t peak_window = 0;
+  int32_t last_full = 0;
+  while ((*e)->has_unfinished()) {
+    ASSERT_TRUE((*e)->step().ok());
+    const std::vector<KvGroupStats> g = (*e)->kv_groups();
+    last_full = std::max(last_full, g[0].num_used_blocks);
+    peak_window = std::max(peak_window, g[1].num_used_blocks);
+  }
+  const int32_t total = 40 + 4 * kWindow;
+  EXPECT_EQ(last_full, (total - 1 + bs - 1) / bs) << "the full layer keeps every position";
+  // Between steps at most ceil(window / bs) + 1 blocks, one more while a step appends.
+  EXPECT_LE(peak_window, (kWindow + bs - 1) / bs + 2);
+  EXPECT_LT(peak_window, last_full / 2) << "the window gives its past back";
+  expect_no_leak(**e);
+}
+
+TEST_P(HybridGroupsTest, APrefixHitEqualsTheColdRun) {
+  auto warm = Engine::create(model_, pool_, config());
+  ASSERT_TRUE(warm.ok());
+  const test_util::PrefixRun hit = test_util::run_extended_prompt(**warm, 5);
+  EXPECT_GE(hit.got.metrics.num_cached_tokens, kWindow) << "both groups served the prefix";
+  expect_no_leak(**warm);
+  const std::vector<Collected> cold = alone({hit.second}, config(/*hybrid=*/false));
+  expect_same(cold[0], hit.got, "after a prefix hit");
+}
+
+// preempting()'s 12 blocks of 16 tokens keep four requests of 40-43 + 24 tokens preempting
+// (larger blocks leave them too little to grow into), so this one runs at block size 16.
+TEST_P(HybridGroupsTest, PreemptedRequestsEqualOnePool) {
+  EngineConfig hybrid = config();
+  hybrid.block_size = 16;
+  EngineConfig one = config(/*hybrid=*/false);
+  one.block_size = 16;
+  one.num_blocks = 1 + 4 * ((30 + 37 * 3 + 120) / 16 + 2);
+  for (const PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    const EngineConfig c = test_util::preempting(hybrid, mode);
+    auto e = Engine::create(model_, pool_, c);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    const test_util::Submitted s = test_util::submit_preempted(**e, 4, 5);
+    std::map<RequestId, Collected> got = test_util::drain(**e);
+    test_util::expect_preemption_totals(**e, mode);
+    expect_no_leak(**e);
+    const std::vector<Collected> want = alone(s.requests, one);
+    for (size_t i = 0; i < s.ids.size(); ++i) {
+      expect_same(want[i], got[s.ids[i]], "preempted, request " + std::to_string(i));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BlockSizes, HybridGroupsTest, ::testing::Values(16, 32),
+                         [](const ::testing::TestParamInfo<int32_t>& info) {
+                           return "Bs" + std::to_string(info.param);
+                         });
+
+}  // namespace
+}  // namespace strata::engine
