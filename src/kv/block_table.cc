@@ -1,8 +1,15 @@
 #include "kv/block_table.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace strata::kv {
+
+int32_t num_leading_nulls(std::span<const BlockId> row) {
+  return static_cast<int32_t>(
+      std::find_if(row.begin(), row.end(), [](BlockId b) { return b != kNullBlock; }) - row.begin());
+}
 
 BlockTable::BlockTable(int32_t block_size) : block_size_(block_size), rows_(1) {
   STRATA_CHECK(block_size > 0, "block_size must be positive");

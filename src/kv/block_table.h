@@ -25,6 +25,9 @@
 
 namespace strata::kv {
 
+// How many entries at the start of a row are kNullBlock (a group's given-back entries).
+int32_t num_leading_nulls(std::span<const BlockId> row);
+
 class BlockTable {
  public:
   explicit BlockTable(int32_t block_size);

@@ -9,16 +9,6 @@
 
 namespace strata::kv {
 
-namespace {
-
-int32_t leading_nulls(std::span<const BlockId> row) {
-  return static_cast<int32_t>(
-      std::find_if(row.begin(), row.end(), [](BlockId b) { return b != kNullBlock; }) -
-      row.begin());
-}
-
-}  // namespace
-
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : block_size_(config.block_size), hasher_(config.hash_bits) {
   STRATA_CHECK(!config.groups.empty(), "a KV cache needs at least one group");
@@ -272,7 +262,7 @@ void KvCacheManager::adopt_blocks(BlockTable& table, std::vector<std::vector<Blo
     STRATA_CHECK(num_blocks == static_cast<int32_t>(rows[g].size()),
                  "adopt_blocks: block count does not match the token count");
     BlockTable::Row& row = table.rows_[g];
-    row.num_skipped = leading_nulls(rows[g]);
+    row.num_skipped = num_leading_nulls(rows[g]);
     row.blocks = std::move(rows[g]);
   }
   table.num_tokens_ = num_tokens;
@@ -302,7 +292,7 @@ void KvCacheManager::check_invariants(std::span<const BlockTable* const> tables)
       STRATA_CHECK(g == 0 || row.blocks.size() == t->rows_[0].blocks.size() ||
                        (row.blocks.empty() && t->num_tokens() == 0),
                    "a group's row must cover the table's blocks");
-      STRATA_CHECK(row.num_skipped == leading_nulls(row.blocks) ||
+      STRATA_CHECK(row.num_skipped == num_leading_nulls(row.blocks) ||
                        row.num_skipped == static_cast<int32_t>(row.blocks.size()),
                    "a row's given-back entries must be exactly its leading null entries");
       for (size_t i = 0; i < row.blocks.size(); ++i) {

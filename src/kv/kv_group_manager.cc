@@ -7,16 +7,6 @@
 
 namespace strata::kv {
 
-namespace {
-
-int32_t leading_nulls(std::span<const BlockId> row) {
-  return static_cast<int32_t>(
-      std::find_if(row.begin(), row.end(), [](BlockId b) { return b != kNullBlock; }) -
-      row.begin());
-}
-
-}  // namespace
-
 KvGroupManager::KvGroupManager(const KvGroupSpec& spec, const BlockPoolConfig& pool)
     : spec_(spec), pool_(pool) {}
 
@@ -29,7 +19,7 @@ KvGroupManager::Plan KvGroupManager::plan(const BlockTable& table, int32_t g,
   const int32_t nb = (first_pos + bs - 1) / bs;
   STRATA_CHECK(static_cast<int32_t>(entries.size()) == nb,
                "a group's row must run through the table's last block");
-  const int32_t skipped = with_hit ? leading_nulls(hit_row) : table.num_skipped_blocks(g);
+  const int32_t skipped = with_hit ? num_leading_nulls(hit_row) : table.num_skipped_blocks(g);
   Plan p;
   p.first_needed = std::min(spec_.first_needed_block(first_pos, bs), nb);
   STRATA_CHECK(skipped <= p.first_needed || skipped == nb,
@@ -52,7 +42,7 @@ void KvGroupManager::allocate(BlockTable& table, int32_t g, const Plan& p,
   if (!hit_row.empty()) {  // the hit's blocks first: allocation below must not evict them
     pool_.touch(hit_row);
     row.blocks.assign(hit_row.begin(), hit_row.end());
-    row.num_skipped = leading_nulls(row.blocks);
+    row.num_skipped = num_leading_nulls(row.blocks);
   } else {
     free_before(table, g, p.first_needed);
   }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "engine/kv_quant_check.h"
 #include "kv/kv_layer_dtypes.h"
@@ -33,6 +34,14 @@ void print_pool(const Engine& engine) {
                   engine.device() == Device::kCuda ? "bf16" : "f32",
                   static_cast<double>(engine.residual_bytes()) / (1024.0 * 1024.0),
                   engine.kv_int4_residual_blocks() * engine.config().block_size);
+  }
+  // A model whose layers mix sliding-window and full attention: its windowed layers' group (the
+  // blocks above are the full-attention layers' own).
+  const std::vector<KvGroupStats> groups = engine.kv_groups();
+  if (groups.size() > 1 && groups[1].window > 0) {
+    std::snprintf(residual, sizeof residual,
+                  " + windowed layers (window %d) %d blocks x %d tokens", groups[1].window,
+                  groups[1].num_blocks - 1, engine.config().block_size);
   }
   std::fprintf(stderr,
                "strata: %s: KV cache %s, %lld blocks x %d tokens = %lld tokens, %lld bytes per "
