@@ -82,7 +82,8 @@ struct ShapeKeyHash {
 //
 // FP8 weights: A is w's e4m3 codes and B the activations' codes (the Gemm's scratch, ld = k),
 // each with a vector of fp32 scales (OUTER_VEC_32F: A's per row of D, i.e. per output feature,
-// B's per column of D, i.e. per token). Where cuBLASLt has no such algorithm, the product of the
+// B's per column of D, i.e. per token; the heuristic is asked with the scale pointers set, without
+// which it finds none). Where cuBLASLt has no such algorithm, the product of the
 // bare codes goes to an fp32 scratch (unscaled, exact up to fp32 accumulation) and
 // finish_product applies both scales, the bias and the add into d; a bf16 scratch (with or
 // without the scales) is the last resort, and rounds the product once more.
@@ -192,6 +193,14 @@ struct Gemm::Impl {
                                                          &mode, sizeof(mode)));
       STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
                                                          &mode, sizeof(mode)));
+      // The heuristic offers no vector-scaled algorithm while the scale pointers are null (on an
+      // H200 with cuBLASLt 13.1, none for any shape): give it a device address, as for the bias;
+      // each call then sets the real ones.
+      const void* scale_probe = workspace.data();
+      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_probe, sizeof(scale_probe)));
+      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_probe, sizeof(scale_probe)));
     }
     if (epilogue_bias) {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
