@@ -1,6 +1,6 @@
 // strata_decode_bench: paged decode attention bandwidth on the GPU, against the device-to-device
-// copy bandwidth measured in the same run (tools/bench_decode_torch.py measures PyTorch's SDPA on
-// the same shapes in the same call; tools/gpu_check.sh runs both).
+// copy bandwidth measured in the same run (tools/gpu/bench_decode_torch.py measures PyTorch's SDPA on
+// the same shapes in the same call; tools/gpu/gpu_check.sh runs both).
 //
 // 32 query / 8 KV heads, head dim 128, block sizes 16, 32 and 64, (batch x context) = 1 x 1024
 // (the engine's batch-1 decode), 1 x 65536, 16 x 32768, 64 x 4096, 256 x 1024, for each KV dtype

@@ -1,5 +1,5 @@
-// strata_prefill_bench: paged prefill attention TFLOP/s on the GPU (tools/bench_decode_torch.py
-// measures SDPA on the same shapes and the bf16 matrix rate in the same call; tools/gpu_check.sh
+// strata_prefill_bench: paged prefill attention TFLOP/s on the GPU (tools/gpu/bench_decode_torch.py
+// measures SDPA on the same shapes and the bf16 matrix rate in the same call; tools/gpu/gpu_check.sh
 // runs both).
 //
 // BF16 KV, 32 query / 8 KV heads, head dim 128, block size 16, one sequence: a prompt of 4096 or

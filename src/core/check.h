@@ -1,7 +1,7 @@
 #pragma once
 // STRATA_CHECK: always-on invariant checks (programmer errors). A failed check prints
 // file:line and the message to stderr and aborts; it is never used for bad user input, which gets
-// a strata::Error (start-up) or a Status (per request) instead. See STYLE.md, "Errors".
+// a strata::Error (start-up) or a Status (per request) instead.
 
 #include <cstdio>
 #include <cstdlib>

@@ -22,7 +22,7 @@ uint64_t fmix(uint64_t z) {
 
 uint64_t splitmix64(uint64_t x) { return fmix(x + kGolden); }
 
-// SplitMix64's stream: next() = fmix(state += golden). tools/tiny_needle.py has the same.
+// SplitMix64's stream: next() = fmix(state += golden). tools/tiny/tiny_needle.py has the same.
 class Rng {
  public:
   explicit Rng(uint64_t state) : state_(state) {}
@@ -82,7 +82,7 @@ NeedleFiller NeedleFiller::load(const tokenizer::Tokenizer& tok,
     file = MappedFile::open(path);  // not a directory, a FIFO or /dev/zero
   } catch (const Error& e) {
     throw Error(std::string("cannot read the model's needle filler text (one line of text per ") +
-                "line, written by tools/make_tiny_corpus.py for strata-tiny): " + e.what());
+                "line, written by tools/tiny/make_tiny_corpus.py for strata-tiny): " + e.what());
   }
   try {
     return NeedleFiller(tok, file->text());

@@ -1,7 +1,7 @@
 #pragma once
 // Pass-key retrieval prompts ("needle in a haystack") for `strata eval needle`, built from a
 // model's own filler text (needle_filler.txt in the model directory). The format, which the
-// strata-tiny training data shares (tools/tiny_needle.py builds the same prompts in Python):
+// strata-tiny training data shares (tools/tiny/tiny_needle.py builds the same prompts in Python):
 //
 //   [BOS]  filler lines ...  "The pass key is 48213. Remember it.\n"  filler lines ...
 //          "What is the pass key? The pass key is "   -> answer "48213"

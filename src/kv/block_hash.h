@@ -1,5 +1,5 @@
 #pragma once
-// Block hashes: the key of a full block in the prefix cache (DESIGN.md, "block hash").
+// Block hashes: the key of a full block in the prefix cache (docs/kv.md, "Prefix caching").
 //
 //   hash(block i) = SHA-256( hash(block i-1)  -- 32 zero bytes for the first block
 //                          | the block's block_size token ids (int32, little endian)

@@ -1,6 +1,5 @@
 #pragma once
-// KvLayout: where every byte of the KV pool lives. A documented decision (DESIGN.md, "Memory
-// layout of the KV pool"):
+// KvLayout: where every byte of the KV pool lives, and why it lives there:
 //
 //   pool (one allocation per device)
 //   +-----------+-----------+-----------+-----+---------------+

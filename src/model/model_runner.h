@@ -1,6 +1,6 @@
 #pragma once
 // ModelRunner: what the engine's step calls -- one backend's forward pass over the KV pool that
-// the backend owns (DESIGN.md, "One step"). The CPU runner (cpu_model_runner.h) holds the pool in
+// the backend owns (docs/architecture.md, "One step"). The CPU runner (cpu_model_runner.h) holds the pool in
 // host memory and runs Model::forward; the GPU runner (cuda_model.h) holds it in device memory.
 // Block ids mean the same on both: the pool layout is src/kv/kv_layout.h's, so the block pool,
 // prefix cache and copy-on-write above it do not know which backend runs.

@@ -1,5 +1,5 @@
 // The engine on the GPU backend (EngineConfig::device = kCuda), on a bf16 fixture of
-// tools/make_gpu_fixtures.py: a mixed batch (greedy, seeded sampling with top-k / top-p / min-p,
+// tools/fixtures/make_gpu_fixtures.py: a mixed batch (greedy, seeded sampling with top-k / top-p / min-p,
 // penalties and top-N logprobs on the host sampler, n > 1 forks with copy-on-write) runs to the
 // requested lengths and gives every block back; seeded requests draw the same tokens in a second
 // engine; a greedy token drawn on the device equals the one the host sampler takes from the same

@@ -1,7 +1,7 @@
 // The CPU engine against Hugging Face transformers: logits at every position of every fixture
 // prompt within 1e-4 (relative L2 per position) of transformers' float64 reference, greedy
 // continuations of 40 tokens identical, and the batch / chunking / block-size / thread-count
-// invariance DESIGN.md asks of the CPU backend (1e-5). Fixtures come from tools/make_fixtures.py.
+// invariance docs/architecture.md asks of the CPU backend (1e-5). Fixtures come from tools/fixtures/make_fixtures.py.
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // logits of two real prompts within 1e-4 (relative L2 per stored position) of transformers'
 // float64 forward on the BF16 checkpoint, greedy continuations identical, the q/k-norm knock-out
 // far off, tokenizer ids equal to the `tokenizers` library's, and pass-key retrieval through the
-// engine on a small grid. The reference comes from tools/make_tiny_fixture.py.
+// engine on a small grid. The reference comes from tools/tiny/make_tiny_fixture.py.
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The needle prompt builder on strata-tiny's tokenizer and filler: token for token equal to the
-// prompts tools/tiny_needle.py wrote into the fixture, exactly `context` tokens with the needle at
+// prompts tools/tiny/tiny_needle.py wrote into the fixture, exactly `context` tokens with the needle at
 // a line boundary, a pure function of (seed, context, depth, trial), and errors for bad input.
 
 #include "eval/needle_prompt.h"

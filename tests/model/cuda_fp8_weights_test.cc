@@ -1,6 +1,6 @@
 // FP8 weights on the GPU (--quantization fp8: the decoder's matrices in e4m3 with per-channel
 // scales computed at load, docs/gpu-engine.md "FP8 weights") against the same model in bf16, on
-// the transformers fixtures of tools/make_gpu_fixtures.py and on strata-tiny:
+// the transformers fixtures of tools/fixtures/make_gpu_fixtures.py and on strata-tiny:
 //   - the whole prompt's logits stay within kErrorBound x transformers' own bf16 error against
 //     the float64 reference at every position, and the mean KL of the bf16 model's next-token
 //     distribution to the FP8 model's (logits_kl.h) stays under kKlBound (both printed: the

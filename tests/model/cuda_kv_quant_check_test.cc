@@ -1,5 +1,5 @@
 // --kv-quant-check on the GPU (CudaModel::kv_quant_check) and the pool's re-layout it decides
-// (CudaModel::set_kv_layer_dtypes), on the transformers fixtures of tools/make_gpu_fixtures.py:
+// (CudaModel::set_kv_layer_dtypes), on the transformers fixtures of tools/fixtures/make_gpu_fixtures.py:
 //   - the per-layer figures agree with the CPU model's measurement of the same dtype and scales
 //     (a bf16 cache and bf16 activations there against float32 here, so within a factor, not
 //     bit for bit);

@@ -1,6 +1,6 @@
 // The GPU model runner over quantized KV caches (FP8 E4M3 / E5M2 with scales calibrated on the
 // device, INT8, INT4 with its bf16 residual pool), on the transformers fixtures of
-// tools/make_gpu_fixtures.py:
+// tools/fixtures/make_gpu_fixtures.py:
 //   - the calibration pass on the GPU measures the same per-layer max |k|, |v| as the CPU
 //     model's (up to bf16 activations);
 //   - the logits of a whole prompt stay within a per-dtype multiple of transformers' own bf16

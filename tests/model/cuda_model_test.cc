@@ -1,10 +1,10 @@
-// The GPU model runner against Hugging Face transformers, by the GPU rule of DESIGN.md: bf16 is
+// The GPU model runner against Hugging Face transformers, by the GPU rule of docs/architecture.md: bf16 is
 // not bitwise-invariant, so at every position of a teacher-forced prompt the distance of Strata's
 // logits to the float64 reference must stay within twice transformers' own bf16 distance, and the
 // argmax must match the reference wherever its top-2 gap is clear. The same bound holds for the
 // prompt run whole (prefill kernel), in chunks followed by one-token decode steps (decode
 // kernel), batched with another prompt, after a prefix hit on shared blocks, and after a
-// copy-on-write copy of its blocks. Fixtures: tools/make_gpu_fixtures.py. Skips without a GPU.
+// copy-on-write copy of its blocks. Fixtures: tools/fixtures/make_gpu_fixtures.py. Skips without a GPU.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>

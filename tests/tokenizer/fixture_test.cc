@@ -1,5 +1,5 @@
 // Agreement with Hugging Face `tokenizers` 0.23 on real tokenizer files, over the few hundred
-// texts of tools/make_tokenizer_fixtures.py: ids without and with special tokens, decode with and
+// texts of tools/fixtures/make_tokenizer_fixtures.py: ids without and with special tokens, decode with and
 // without special tokens, lossless round trips where the normalizer keeps the text, and streaming
 // deltas that add up to the full decode.
 

@@ -244,7 +244,7 @@ void run_few_row_products(Gemm& gemm) {
 }
 
 // The GEMV kernel (gemv_max_rows 8) for every row count up to 8. Its name puts it in the
-// sanitizer runs of tools/gpu_check.sh (filter *Small*).
+// sanitizer runs of tools/gpu/gpu_check.sh (filter *Small*).
 TEST_F(GemmTest, GemvSmallBatchMatchesReference) {
   auto gemv = Gemm::create(size_t{32} << 20, 8);
   ASSERT_TRUE(gemv.ok());
