@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kv/kv_group.h"
 
 namespace strata::kv {
 namespace {
@@ -181,9 +182,8 @@ int32_t pool_sliding_window(std::span<const int32_t> layer_windows) {
 }
 
 int64_t blocks_held_per_sequence(int64_t num_tokens, int32_t window, int32_t block_size) {
-  const int64_t all = (num_tokens + block_size - 1) / block_size;
-  if (window <= 0) return all;
-  return std::min<int64_t>(all, (window + block_size - 1) / block_size + 1);
+  const KvGroupSpec group = window > 0 ? KvGroupSpec::windowed(window, {}) : KvGroupSpec{};
+  return group.max_blocks_per_sequence(num_tokens, block_size);
 }
 
 int64_t blocks_needed_per_request(int64_t num_tokens, int32_t window, int32_t chunk_tokens,
