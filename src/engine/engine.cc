@@ -50,13 +50,9 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
     return Status::InvalidArgument("KV cache dtype " + std::string(dtype_name(c.kv_dtype)) +
                                    " is not supported (F32, BF16, F16, F8_E4M3, F8_E5M2, I8, I4)");
   }
-  if (c.kv_int4_residual != 0 && c.kv_dtype != DType::kI4) {
-    return Status::InvalidArgument("--kv-int4-residual applies to --kv-cache-dtype int4 only");
-  }
-  if (c.kv_int4_residual < 0 || c.kv_int4_residual % c.block_size != 0) {
-    return Status::InvalidArgument("--kv-int4-residual " + std::to_string(c.kv_int4_residual) +
-                                   " must be a positive multiple of the block size (" +
-                                   std::to_string(c.block_size) + ")");
+  if (const std::optional<std::string> e =
+          kv::int4_residual_error(c.kv_int4_residual, c.block_size, c.kv_dtype == DType::kI4)) {
+    return Status::InvalidArgument(*e);
   }
   if (c.quantization == WeightQuantization::kFp8 && c.device != Device::kCuda) {
     return Status::Unsupported(
@@ -82,7 +78,7 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
 }
 
 int32_t EngineImpl::residual_window_blocks(const EngineConfig& c) {
-  return c.kv_int4_residual > 0 ? c.kv_int4_residual / c.block_size : 1;
+  return kv::int4_residual_blocks(c.kv_int4_residual, c.block_size);
 }
 
 Result<int32_t> EngineImpl::pool_blocks(const EngineConfig& c, int64_t block_bytes,

@@ -1,6 +1,7 @@
 #include "kv/kv_group.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/check.h"
 
@@ -118,6 +119,19 @@ KvSpec residual_spec(const KvSpec& spec, DType dtype) {
   r.head_dim = spec.head_dim;
   r.dtype = dtype;
   return r;
+}
+
+std::optional<std::string> int4_residual_error(int32_t tokens, int32_t block_size, bool int4) {
+  if (tokens != 0 && !int4) return "--kv-int4-residual applies to --kv-cache-dtype int4 only";
+  if (tokens < 0 || tokens % block_size != 0) {
+    return "--kv-int4-residual " + std::to_string(tokens) +
+           " must be a positive multiple of the block size (" + std::to_string(block_size) + ")";
+  }
+  return std::nullopt;
+}
+
+int32_t int4_residual_blocks(int32_t tokens, int32_t block_size) {
+  return tokens > 0 ? tokens / block_size : 1;
 }
 
 }  // namespace strata::kv

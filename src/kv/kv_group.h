@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kv/kv_layout.h"
@@ -94,5 +95,12 @@ bool needs_residual_pool(const KvSpec& spec);
 // backend's full precision: F32 on the CPU, BF16 on the GPU (its activations' precision).
 // Uniform even when the codes' pool has per-layer exceptions, whose layers simply never touch it.
 KvSpec residual_spec(const KvSpec& spec, DType dtype = DType::kF32);
+
+// --kv-int4-residual N, the tokens an INT4 cache reads at full precision (0 = one block): why N is
+// refused for a cache with (int4) or without INT4 layers at block_size, or nullopt. The engine
+// and the CLI (strata plan) ask this one rule.
+std::optional<std::string> int4_residual_error(int32_t tokens, int32_t block_size, bool int4);
+// R, the newest-blocks group's blocks for an accepted N: N / block_size, or 1 when N is 0.
+int32_t int4_residual_blocks(int32_t tokens, int32_t block_size);
 
 }  // namespace strata::kv

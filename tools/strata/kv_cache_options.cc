@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "kv/kv_group.h"
 
 namespace strata::cli {
 
@@ -74,14 +75,9 @@ DType kv_pool_dtype_flag(const std::string& value) {
 }
 
 void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, DType kv_dtype) {
-  if (tokens == 0) return;
-  if (kv_dtype != DType::kI4) {
-    throw Error("--kv-int4-residual applies to --kv-cache-dtype int4 only");
-  }
-  if (tokens < 0 || tokens % block_size != 0) {
-    throw Error("--kv-int4-residual " + std::to_string(tokens) +
-                " must be a positive multiple of the block size (" + std::to_string(block_size) +
-                ")");
+  if (const std::optional<std::string> e =
+          kv::int4_residual_error(tokens, block_size, kv_dtype == DType::kI4)) {
+    throw Error(*e);
   }
 }
 

@@ -16,6 +16,7 @@
 #include "core/json_input.h"
 #include "core/mapped_file.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_group.h"
 #include "kv/kv_layout.h"
 #include "kv_cache_options.h"
 #include "model/hf_config.h"
@@ -301,7 +302,7 @@ void check_residual_settings(const PlanSettings& s) {
 void plan_residual_pool(PlanReport& r, const kv::KvSpec& spec) {
   const PlanSettings& s = r.settings;
   if (!kv::needs_residual_pool(spec)) return;
-  const int32_t window_blocks = s.kv_int4_residual > 0 ? s.kv_int4_residual / s.block_size : 1;
+  const int32_t window_blocks = kv::int4_residual_blocks(s.kv_int4_residual, s.block_size);
   const int32_t blocks = kv::newest_blocks_pool_size(s.max_num_seqs, window_blocks,
                                                   s.max_num_batched_tokens, s.block_size);
   const kv::KvCacheDType dtype = residual_pool_dtype(s.device);
