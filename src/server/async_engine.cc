@@ -137,6 +137,7 @@ void AsyncEngine::run() {
     snapshot_.totals = engine_->totals();
     snapshot_.num_unfinished = static_cast<int64_t>(streams_.size());
     snapshot_.max_num_running = std::max(snapshot_.max_num_running, snapshot_.last_step.num_running);
+    snapshot_.kv_groups = engine_->kv_groups();
   }
   // Shutting down: what is still queued is refused, what runs is cancelled.
   std::lock_guard<std::mutex> lock(mu_);

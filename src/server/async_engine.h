@@ -51,6 +51,7 @@ struct EngineSnapshot {
   EngineTotals totals;
   int64_t num_unfinished = 0;
   int32_t max_num_running = 0;  // the most sequences running after any step since start
+  std::vector<KvGroupStats> kv_groups;  // each KV cache group's pool after the last step
 };
 
 class AsyncEngine {

@@ -1,6 +1,9 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <utility>
 
 namespace strata::server {
 namespace {
@@ -107,6 +110,24 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
     metric(out, "strata:kv_residual_blocks", "gauge",
            "INT4 KV cache: blocks of the residual pool (the null block included).",
            static_cast<double>(kv.residual_blocks));
+  }
+  // Each KV cache group's pool (docs/kv.md, "KV cache groups"): group 0 is the one above; an
+  // INT4 cache's newest blocks and a hybrid model's windowed layers have a pool of their own.
+  const std::pair<const char*, const char*> group_metrics[] = {
+      {"strata:kv_group_blocks", "Blocks of each KV cache group's pool (the null block included)."},
+      {"strata:kv_group_used_blocks", "Blocks of each KV cache group's pool held by requests."}};
+  for (size_t m = 0; m < 2; ++m) {
+    if (s.kv_groups.empty()) break;
+    const char* name = group_metrics[m].first;
+    line(out, std::string("# HELP ") + name + " " + group_metrics[m].second);
+    line(out, std::string("# TYPE ") + name + " gauge");
+    for (size_t g = 0; g < s.kv_groups.size(); ++g) {
+      const KvGroupStats& k = s.kv_groups[g];
+      std::string kind = k.kind;
+      std::replace(kind.begin(), kind.end(), ' ', '_');
+      line(out, std::string(name) + "{group=\"" + std::to_string(g) + "\",kind=\"" + kind + "\"} " +
+                    std::to_string(m == 0 ? k.num_blocks : k.num_used_blocks));
+    }
   }
   metric(out, "strata:prefix_cache_queries_total", "counter", "Prompt tokens looked up.",
          static_cast<double>(t.prefix_query_tokens));
