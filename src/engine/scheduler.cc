@@ -1,7 +1,6 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 #include "core/check.h"
@@ -175,11 +174,6 @@ int32_t Scheduler::next_chunk(const Sequence& seq, int32_t budget) const {
   return std::min(remaining, budget);
 }
 
-int32_t Scheduler::watermark_blocks(int32_t g) const {
-  if (!cache_.group_spec(g).sized_by_memory()) return 0;
-  return static_cast<int32_t>(std::ceil(config_.watermark * (cache_.pool(g).num_blocks() - 1)));
-}
-
 void Scheduler::schedule_running(SchedulerOutput& out, int32_t& budget) {
   // Walks a snapshot: preemption removes sequences from running_, possibly ones already scheduled
   // this step (priority policy), whose tokens then go back to the budget.
@@ -292,7 +286,7 @@ void Scheduler::start_swap_ins() {
     for (size_t g = 0; g < seq->swapped.size(); ++g) {
       const auto gi = static_cast<int32_t>(g);
       const auto needed = static_cast<int32_t>(seq->swapped[g].transfer->swap_blocks.size());
-      fits = fits && needed <= cache_.pool(gi).num_free_blocks() - watermark_blocks(gi);
+      fits = fits && needed <= cache_.pool(gi).num_free_blocks() - cache_.watermark_blocks(gi, config_.watermark);
     }
     if (!fits) break;
     swapped_.pop_front();

@@ -120,8 +120,6 @@ class Scheduler {
   int32_t schedule_waiting(SchedulerOutput& out, int32_t& budget, int32_t max_admit);
   static int32_t scheduled_tokens(const SchedulerOutput& out, const Sequence* seq);
   bool static_batch_ready(double now) const;
-  // Blocks admission leaves free in group g (none in a group sized by the limits).
-  int32_t watermark_blocks(int32_t g) const;
 
   SchedulerConfig config_;
   kv::KvCacheManager& cache_;

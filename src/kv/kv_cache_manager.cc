@@ -121,24 +121,30 @@ int32_t KvCacheManager::num_blocks_to_allocate(const BlockTable& table, int32_t 
   return plan(table, num_new_tokens, hit)[static_cast<size_t>(g)].num_blocks();
 }
 
-bool KvCacheManager::can_allocate(const BlockTable& table, int32_t num_new_tokens,
-                                  const PrefixHit* hit, double watermark) const {
-  const std::vector<KvGroupManager::Plan> plans = plan(table, num_new_tokens, hit);
+int32_t KvCacheManager::watermark_blocks(int32_t g, double watermark) const {
+  if (!group_spec(g).sized_by_memory()) return 0;
+  return static_cast<int32_t>(std::ceil(watermark * (pool(g).num_blocks() - 1)));
+}
+
+bool KvCacheManager::fits(const std::vector<KvGroupManager::Plan>& plans, double watermark) const {
   for (int32_t g = 0; g < num_groups(); ++g) {
-    const BlockPool& p = pool(g);
-    const int32_t keep = group_spec(g).sized_by_memory()
-                             ? static_cast<int32_t>(std::ceil(watermark * (p.num_blocks() - 1)))
-                             : 0;
-    if (!group(g).fits(plans[static_cast<size_t>(g)], keep)) return false;
+    if (!group(g).fits(plans[static_cast<size_t>(g)], watermark_blocks(g, watermark))) {
+      return false;
+    }
   }
   return true;
 }
 
+bool KvCacheManager::can_allocate(const BlockTable& table, int32_t num_new_tokens,
+                                  const PrefixHit* hit, double watermark) const {
+  return fits(plan(table, num_new_tokens, hit), watermark);
+}
+
 bool KvCacheManager::allocate_slots(BlockTable& table, int32_t num_new_tokens,
                                     const PrefixHit* hit) {
-  if (!can_allocate(table, num_new_tokens, hit)) return false;
-  // From here on nothing can fail: the plans counted every block taken below.
   const std::vector<KvGroupManager::Plan> plans = plan(table, num_new_tokens, hit);
+  if (!fits(plans, 0.0)) return false;
+  // From here on nothing can fail: the plans counted every block taken below.
   const bool with_hit = hit != nullptr && !hit->empty();
   add_rows(table);
   if (with_hit) {

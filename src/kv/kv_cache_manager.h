@@ -110,6 +110,9 @@ class KvCacheManager {
   // (KvGroupSpec::sized_by_memory), ceil(watermark x its allocatable blocks) left free.
   bool can_allocate(const BlockTable& table, int32_t num_new_tokens, const PrefixHit* hit = nullptr,
                     double watermark = 0.0) const;
+  // The blocks admission keeps free in group g: ceil(watermark x its allocatable blocks) in a
+  // group sized by memory, none in one sized by the scheduler's limits.
+  int32_t watermark_blocks(int32_t g, double watermark) const;
 
   // Gives the table slots for num_new_tokens more tokens, in every group. With a hit, the table
   // must be empty: it first takes the hit's rows (a reference each), so it ends with
@@ -174,6 +177,8 @@ class KvCacheManager {
   void add_rows(BlockTable& table) const;
   std::vector<KvGroupManager::Plan> plan(const BlockTable& table, int32_t num_new_tokens,
                                          const PrefixHit* hit) const;
+  // Whether every group's plan fits with watermark_blocks(g, watermark) left free.
+  bool fits(const std::vector<KvGroupManager::Plan>& plans, double watermark) const;
   // Cuts hit to the longest prefix for which every later group has its needed copies, and
   // fills their rows.
   void trim_to_group_copies(PrefixHit& hit) const;
