@@ -1,7 +1,8 @@
 // strata_model_ops_bench: the GPU engine's non-attention ops and GEMMs at Llama-3.1-8B shapes
 // (hidden 4096, intermediate 14336, 32 q / 8 KV heads, head dim 128, vocab 128256) for 1, 2, 4,
 // 8, 256 and 4096 tokens (up to 8 also with the projections forced onto cuBLASLt and onto the
-// GEMV kernel, beside the default choice): microseconds per call, GB/s against the device-to-device copy bandwidth
+// GEMV kernel, beside the default choice; up to 2 also with FP8 weights, at each of the FP8 GEMV's
+// block shapes): microseconds per call, GB/s against the device-to-device copy bandwidth
 // measured in the same run, and TFLOP/s (and weight GB/s) for the projections.
 //
 // Each op is timed as a run of back-to-back launches between two events (median of 5 runs), so
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,7 +28,9 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/fp8_quantize.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/stream.h"
@@ -303,6 +307,100 @@ struct Bench {
     }
     return layer;
   }
+
+  // The layer's four projections with FP8 weights (e4m3 codes, a scale per output feature, as
+  // --quantization fp8 loads them) at m = t <= 2: through Gemm (what the engine runs), then the
+  // GEMV kernel at each block shape of kGemvFp8Shapes. Microseconds from a CUDA graph, and the
+  // weight bytes' share of the copy bandwidth; returns Gemm's per-layer graph time.
+  double gemms_fp8(Gemm& gemm, int64_t m) {
+    struct Proj {
+      const char* name;
+      int64_t n, k;
+      DType d_dtype;
+      bool accumulate;
+    };
+    const Proj projs[] = {{"qkv_proj", kQkvWidth, kHidden, DType::kBF16, false},
+                          {"o_proj (+= residual)", kHidden, kHidden, DType::kF32, true},
+                          {"gate_up_proj", 2 * kInter, kHidden, DType::kBF16, false},
+                          {"down_proj (+= residual)", kHidden, kInter, DType::kF32, true}};
+    constexpr int kShapes = static_cast<int>(std::size(detail::kGemvFp8Shapes));
+    const cudaStream_t s = stream.get();
+    double layer_gemm = 0.0;
+    std::vector<double> layer_shape(kShapes, 0.0);
+    double layer_bytes = 0.0;
+    for (const Proj& pr : projs) {
+      const int64_t w_bytes = pr.n * pr.k;
+      const int copies = copies_for(w_bytes);
+      std::vector<DeviceBuffer> codes, scales;
+      for (int i = 0; i < copies; ++i) {
+        DeviceBuffer w = filled(pr.n * pr.k, DType::kBF16, 20 + i, -0.05f, 0.05f, s);
+        codes.push_back(take(DeviceBuffer::allocate(w_bytes), "alloc"));
+        scales.push_back(take(DeviceBuffer::allocate(pr.n * 4), "alloc"));
+        Fp8QuantizeRowsParams q;
+        q.in = w.data();
+        q.ld_in = pr.k;
+        q.out = codes.back().data();
+        q.ld_out = pr.k;
+        q.scales = scales.back().as<float>();
+        q.rows = pr.n;
+        q.cols = pr.k;
+        die_if(fp8_quantize_rows(q, s), "fp8_quantize_rows");
+        die_if(cudaStreamSynchronize(s), "sync");  // w is freed at the end of the iteration
+      }
+      DeviceBuffer a = filled(m * pr.k, DType::kBF16, 8, -1, 1, s);
+      DeviceBuffer d = filled(m * pr.n, pr.d_dtype, 9, -1, 1, s);
+      const double bytes = static_cast<double>(w_bytes) + pr.n * 4.0;
+      layer_bytes += bytes;
+      auto line = [&](const char* path, double us) {
+        std::printf("%-26s%-16s m %lld  n %6lld k %5lld  graph %7.2f us  %7.1f GB/s (%.2f of copy)\n",
+                    pr.name, path, static_cast<long long>(m), static_cast<long long>(pr.n),
+                    static_cast<long long>(pr.k), us, bytes / (us * 1e-6) / 1e9,
+                    bytes / (us * 1e-6) / 1e9 / copy_gbs);
+      };
+      const double gemm_us = time_graph_us(stream, copies, [&](int i) {
+        GemmParams p;
+        p.a = a.data();
+        p.lda = pr.k;
+        p.w = codes[i].data();
+        p.ldw = pr.k;
+        p.w_dtype = DType::kF8E4M3;
+        p.w_scale = scales[i].as<float>();
+        p.d = d.data();
+        p.ldd = pr.n;
+        p.d_dtype = pr.d_dtype;
+        p.accumulate = pr.accumulate;
+        p.m = m;
+        p.n = pr.n;
+        p.k = pr.k;
+        return gemm.run(p, s);
+      });
+      line(" [fp8 Gemm]", gemm_us);
+      layer_gemm += gemm_us;
+      for (int v = 0; v < kShapes; ++v) {
+        const detail::GemvFp8Shape shape = detail::kGemvFp8Shapes[v];
+        const double us = time_graph_us(stream, copies, [&](int i) {
+          detail::GemvParams g{a.data(), pr.k, codes[i].data(), pr.k, true, scales[i].as<float>(),
+                               nullptr, d.data(), pr.n, pr.d_dtype, pr.accumulate, m, pr.n, pr.k,
+                               shape};
+          return detail::gemv(g, s);
+        });
+        char path[32];
+        std::snprintf(path, sizeof(path), " [fp8 %dx%d]", shape.rows, shape.threads);
+        line(path, us);
+        layer_shape[static_cast<size_t>(v)] += us;
+      }
+    }
+    std::printf("fp8 projections of one layer, m %lld (%.1f MB of weights and scales; %.2f us at "
+                "the copy bandwidth): Gemm %.2f us",
+                static_cast<long long>(m), layer_bytes / 1e6, layer_bytes / copy_gbs / 1e3,
+                layer_gemm);
+    for (int v = 0; v < kShapes; ++v) {
+      std::printf(", %dx%d %.2f us", detail::kGemvFp8Shapes[v].rows,
+                  detail::kGemvFp8Shapes[v].threads, layer_shape[static_cast<size_t>(v)]);
+    }
+    std::printf("\n");
+    return layer_gemm;
+  }
 };
 
 int run(int argc, char** argv) {
@@ -327,6 +425,7 @@ int run(int argc, char** argv) {
       b.gemms(cublas, t, " [cuBLASLt]");
       b.gemms(gemv, t, " [GEMV]");
     }
+    if (t <= 2) b.gemms_fp8(gemm, t);
     const Times gemms = b.gemms(gemm, t);
     std::printf(
         "one decoder layer (2 norms + residual adds, rope, silu, 4 projections; no "

@@ -5,7 +5,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
@@ -38,14 +40,14 @@ struct GemvArgs {
 // The sums of the kRows x kM outputs of a block meet in a fixed order (a shuffle tree per warp,
 // then the warps in turn); thread r * kM + m then finishes output (row0 + r, m): times the
 // feature's scale (FP8), plus bias and the accumulated d in fp32, rounded once.
-template <int kM, bool kF32Out, bool kScaled>
-__device__ __forceinline__ void gemv_finish(const GemvArgs& a, float (&acc)[kRows][kM],
-                                            float (&partial)[kWarps][kRows * kM], int64_t row0) {
+template <int kR, int kThr, int kM, bool kF32Out, bool kScaled>
+__device__ __forceinline__ void gemv_finish(const GemvArgs& a, float (&acc)[kR][kM],
+                                            float (&partial)[kThr / 32][kR * kM], int64_t row0) {
   const int32_t t = static_cast<int32_t>(threadIdx.x);
   const int32_t lane = t & 31;
   const int32_t warp = t >> 5;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < kR; ++r) {
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       float v = acc[r][m];
@@ -55,14 +57,14 @@ __device__ __forceinline__ void gemv_finish(const GemvArgs& a, float (&acc)[kRow
     }
   }
   __syncthreads();
-  if (t >= kRows * kM) return;
+  if (t >= kR * kM) return;
   const int32_t r = t / kM;
   const int32_t m = t % kM;
   const int64_t j = row0 + r;
   if (j >= a.n) return;
   float v = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kWarps; ++i) v += partial[i][t];
+  for (int i = 0; i < kThr / 32; ++i) v += partial[i][t];
   if constexpr (kScaled) v *= a.w_scale[j];
   if (a.bias != nullptr) v += __bfloat162float(a.bias[j]);
   if constexpr (kF32Out) {
@@ -127,30 +129,31 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     if (base >= a.k8) break;
     load_weights(base);
   }
-  gemv_finish<kM, kF32Out, false>(a, acc, partial, row0);
+  gemv_finish<kRows, kThreads, kM, kF32Out, false>(a, acc, partial, row0);
 }
 
-// FP8 weights: thread t takes the 16-byte columns (16 codes) t, t + 256, ... of the 4 weight rows
-// and the matching two 16-byte vectors of each activation row. The codes become fp16 pairs
-// exactly (cvt.rn.f16x2.e4m3x2), then fp32; the row's scale multiplies the finished sum.
-template <int kM, bool kF32Out>
-__global__ void __launch_bounds__(kThreads) gemv_fp8_kernel(const __grid_constant__ GemvArgs a) {
-  __shared__ float partial[kWarps][kRows * kM];
+// FP8 weights: a block of kThr threads takes kR output features; thread t the 16-byte columns
+// (16 codes) t, t + kThr, ... of its kR weight rows (kR x kPer loads in flight) and the matching
+// two 16-byte vectors of each activation row. The codes become fp16 pairs exactly
+// (cvt.rn.f16x2.e4m3x2), then fp32; the row's scale multiplies the finished sum.
+template <int kR, int kThr, int kM, bool kF32Out>
+__global__ void __launch_bounds__(kThr) gemv_fp8_kernel(const __grid_constant__ GemvArgs a) {
+  __shared__ float partial[kThr / 32][kR * kM];
   const int32_t t = static_cast<int32_t>(threadIdx.x);
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kR;
   const int32_t k16 = a.k8 / 2;
-  const uint4* w_row[kRows];
+  const uint4* w_row[kR];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {  // rows past n re-read the last one and are not written
+  for (int r = 0; r < kR; ++r) {  // rows past n re-read the last one and are not written
     w_row[r] = a.w + (row0 + r < a.n ? row0 + r : a.n - 1) * a.ldw8;
   }
-  uint4 wv[kRows][kPer];
+  uint4 wv[kR][kPer];
   auto load_weights = [&](int32_t base) {
 #pragma unroll
     for (int p = 0; p < kPer; ++p) {
-      const int32_t c = base + p * kThreads + t;
+      const int32_t c = base + p * kThr + t;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
+      for (int r = 0; r < kR; ++r) {
         if (c < k16) wv[r][p] = load_stream16(w_row[r] + c);
       }
     }
@@ -158,16 +161,16 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_kernel(const __grid_constan
   load_weights(0);  // weights are constant during a step: loaded before the wait
   pdl_launch_dependents();
   pdl_wait();
-  float acc[kRows][kM];
+  float acc[kR][kM];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < kR; ++r) {
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[r][m] = 0.0f;
   }
   for (int32_t base = 0;;) {
 #pragma unroll
     for (int p = 0; p < kPer; ++p) {
-      const int32_t c = base + p * kThreads + t;
+      const int32_t c = base + p * kThr + t;
       if (c >= k16) continue;
       float x[kM][16];
 #pragma unroll
@@ -182,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_kernel(const __grid_constan
         }
       }
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
+      for (int r = 0; r < kR; ++r) {
         const uint32_t words[4] = {wv[r][p].x, wv[r][p].y, wv[r][p].z, wv[r][p].w};
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -202,21 +205,53 @@ __global__ void __launch_bounds__(kThreads) gemv_fp8_kernel(const __grid_constan
         }
       }
     }
-    base += kPer * kThreads;
+    base += kPer * kThr;
     if (base >= k16) break;
     load_weights(base);
   }
-  gemv_finish<kM, kF32Out, true>(a, acc, partial, row0);
+  gemv_finish<kR, kThr, kM, kF32Out, true>(a, acc, partial, row0);
+}
+
+template <int kR, int kThr, int kM>
+cudaError_t launch_fp8(const GemvArgs& args, bool f32_out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(args.n, kR)));
+  const dim3 block(kThr);
+  return f32_out ? launch_pdl(gemv_fp8_kernel<kR, kThr, kM, true>, grid, block, 0, stream, args)
+                 : launch_pdl(gemv_fp8_kernel<kR, kThr, kM, false>, grid, block, 0, stream, args);
+}
+
+constexpr GemvFp8Shape kFp8Shape = kGemvFp8Shapes[0];
+
+constexpr bool same_shape(GemvFp8Shape a, GemvFp8Shape b) {
+  return a.rows == b.rows && a.threads == b.threads;
+}
+
+// Another shape of kGemvFp8Shapes (m <= 2; gemv() checked the shape).
+template <int kM>
+cudaError_t launch_fp8_shape(const GemvArgs& args, bool f32_out, GemvFp8Shape s,
+                             cudaStream_t stream) {
+  static_assert(kM <= 2);
+  static_assert(same_shape(kGemvFp8Shapes[1], {8, 256}) && same_shape(kGemvFp8Shapes[2], {8, 128}) &&
+                same_shape(kGemvFp8Shapes[3], {16, 128}) && same_shape(kGemvFp8Shapes[4], {2, 256}));
+  if (same_shape(s, kGemvFp8Shapes[1])) return launch_fp8<8, 256, kM>(args, f32_out, stream);
+  if (same_shape(s, kGemvFp8Shapes[2])) return launch_fp8<8, 128, kM>(args, f32_out, stream);
+  if (same_shape(s, kGemvFp8Shapes[3])) return launch_fp8<16, 128, kM>(args, f32_out, stream);
+  if (same_shape(s, kGemvFp8Shapes[4])) return launch_fp8<2, 256, kM>(args, f32_out, stream);
+  return launch_fp8<kFp8Shape.rows, kFp8Shape.threads, kM>(args, f32_out, stream);
 }
 
 template <int kM>
-Status launch_rows(const GemvArgs& args, bool f32_out, bool w_fp8, cudaStream_t stream) {
+Status launch_rows(const GemvArgs& args, bool f32_out, bool w_fp8, GemvFp8Shape fp8_shape,
+                   cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(args.n, kRows)));
   const dim3 block(kThreads);
   cudaError_t e;
   if (w_fp8) {
-    e = f32_out ? launch_pdl(gemv_fp8_kernel<kM, true>, grid, block, 0, stream, args)
-                : launch_pdl(gemv_fp8_kernel<kM, false>, grid, block, 0, stream, args);
+    if constexpr (kM <= 2) {
+      e = launch_fp8_shape<kM>(args, f32_out, fp8_shape, stream);
+    } else {
+      e = launch_fp8<kFp8Shape.rows, kFp8Shape.threads, kM>(args, f32_out, stream);
+    }
   } else {
     e = f32_out ? launch_pdl(gemv_kernel<kM, true>, grid, block, 0, stream, args)
                 : launch_pdl(gemv_kernel<kM, false>, grid, block, 0, stream, args);
@@ -241,6 +276,13 @@ Status gemv(const GemvParams& p, cudaStream_t stream) {
   if (p.w_fp8 && p.w_scale == nullptr) {
     return Status::InvalidArgument("gemv: FP8 weights need their scales");
   }
+  if (p.fp8_shape.rows != 0 || p.fp8_shape.threads != 0) {
+    const bool known = std::any_of(std::begin(kGemvFp8Shapes), std::end(kGemvFp8Shapes),
+                                   [&](GemvFp8Shape s) { return same_shape(s, p.fp8_shape); });
+    if (!known || (p.m > 2 && !same_shape(p.fp8_shape, kFp8Shape))) {
+      return Status::InvalidArgument("gemv: an FP8 block shape of kGemvFp8Shapes (m <= 2)");
+    }
+  }
   const GemvArgs args{static_cast<const uint4*>(p.a),
                       p.lda / 8,
                       static_cast<const uint4*>(p.w),
@@ -254,14 +296,14 @@ Status gemv(const GemvParams& p, cudaStream_t stream) {
                       p.w_scale};
   const bool f32 = p.d_dtype == DType::kF32;
   switch (p.m) {
-    case 1: return launch_rows<1>(args, f32, p.w_fp8, stream);
-    case 2: return launch_rows<2>(args, f32, p.w_fp8, stream);
-    case 3: return launch_rows<3>(args, f32, p.w_fp8, stream);
-    case 4: return launch_rows<4>(args, f32, p.w_fp8, stream);
-    case 5: return launch_rows<5>(args, f32, p.w_fp8, stream);
-    case 6: return launch_rows<6>(args, f32, p.w_fp8, stream);
-    case 7: return launch_rows<7>(args, f32, p.w_fp8, stream);
-    default: return launch_rows<8>(args, f32, p.w_fp8, stream);
+    case 1: return launch_rows<1>(args, f32, p.w_fp8, p.fp8_shape, stream);
+    case 2: return launch_rows<2>(args, f32, p.w_fp8, p.fp8_shape, stream);
+    case 3: return launch_rows<3>(args, f32, p.w_fp8, p.fp8_shape, stream);
+    case 4: return launch_rows<4>(args, f32, p.w_fp8, p.fp8_shape, stream);
+    case 5: return launch_rows<5>(args, f32, p.w_fp8, p.fp8_shape, stream);
+    case 6: return launch_rows<6>(args, f32, p.w_fp8, p.fp8_shape, stream);
+    case 7: return launch_rows<7>(args, f32, p.w_fp8, p.fp8_shape, stream);
+    default: return launch_rows<8>(args, f32, p.w_fp8, p.fp8_shape, stream);
   }
 }
 

@@ -16,7 +16,8 @@
 // FP8 weights (w_fp8): w holds e4m3 codes with one fp32 scale per output feature (w_scale, from
 // fp8_quantize_rows), and d[i, j] = w_scale[j] * sum_k a[i, k] * code[j, k]: each thread streams
 // 16-byte columns of 16 codes (half the bytes of bf16's 8 weights) and converts them exactly to
-// fp16 pairs, then fp32; the activations stay bf16 (no activation rounding on this path).
+// fp16 pairs, then fp32; the activations stay bf16 (no activation rounding on this path). Its
+// block shape (features and threads per block) is a GemvFp8Shape.
 //
 // Launched with programmatic dependent launch: a block loads its first weights before waiting
 // for the previous kernel (weights are never written during a step), and lets the next kernel
@@ -34,6 +35,15 @@ namespace strata::cuda::detail {
 
 inline constexpr int64_t kGemvMaxRows = 8;
 
+// The FP8 kernel's block shape: output features per block and threads per block (each thread
+// keeps rows x 2 16-byte loads in flight). The first is the default for every m; the others are
+// built for m <= 2 (the decode products) so that strata_model_ops_bench can sweep them.
+struct GemvFp8Shape {
+  int32_t rows = 0;
+  int32_t threads = 0;
+};
+inline constexpr GemvFp8Shape kGemvFp8Shapes[] = {{4, 256}, {8, 256}, {8, 128}, {16, 128}, {2, 256}};
+
 struct GemvParams {
   const void* a = nullptr;  // [m, k] bf16, row stride lda (a multiple of 8)
   int64_t lda = 0;
@@ -47,6 +57,7 @@ struct GemvParams {
   DType d_dtype = DType::kBF16;
   bool accumulate = false;
   int64_t m = 0, n = 0, k = 0;
+  GemvFp8Shape fp8_shape;  // {0, 0} = kGemvFp8Shapes[0]; another of them only for m <= 2
 };
 
 // Whether gemv() takes these sizes: 1 <= m <= kGemvMaxRows, k a multiple of 8 (16-byte loads;

@@ -23,6 +23,7 @@
 #include "cuda_test_util.h"
 #include "kernels/cuda/fp8_quantize.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
 
 namespace strata::cuda::testing {
 namespace {
@@ -253,6 +254,8 @@ TEST_F(Fp8GemmTest, MatchesTheReferenceOfItsCodesAndScales) {
       {64, 4864, 896, DType::kF32, false, true},    {64, 896, 4864, DType::kBF16, false, false},
       {300, 896, 896, DType::kF32, true, true},     {300, 4864, 896, DType::kBF16, true, false},
       {256, 1024, 4096, DType::kF32, false, false},
+      // n not a multiple of any block's rows, k not of any pass's columns (the GEMV's edges).
+      {1, 37, 4112, DType::kBF16, true, false},     {2, 37, 4112, DType::kF32, false, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE("m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
@@ -273,6 +276,51 @@ TEST_F(Fp8GemmTest, KnockedOutScaleFailsTheCheck) {
     EXPECT_GE(run_case(c, rng, /*knock_out_one=*/true), 100.0);
     EXPECT_GE(run_case(c, rng, false, /*unit_scales=*/true), 100.0);
   }
+}
+
+// Every block shape of the FP8 GEMV (the default, and those strata_model_ops_bench sweeps) holds
+// the reference at m = 1 and 2, at edges no shape divides evenly (n = 37, k = 4112); and a shape
+// outside the list, or another than the default past m = 2, is refused.
+TEST_F(Fp8GemmTest, EveryGemvBlockShapeMatchesTheReference) {
+  std::mt19937_64 rng(17);
+  const int64_t n = 37, k = 4112;
+  const auto w = random_halves(static_cast<size_t>(n * k), DType::kBF16, -0.05f, 0.05f, rng);
+  const Quantized wq = host_quantize(w, n, k, k);
+  DeviceBuffer d_codes = upload(wq.codes), d_scales = upload(wq.scales);
+  for (const int64_t m : {1, 2}) {
+    const auto a = random_halves(static_cast<size_t>(m * k), DType::kBF16, -1.0f, 1.0f, rng);
+    DeviceBuffer d_a = upload(a);
+    for (const detail::GemvFp8Shape shape : detail::kGemvFp8Shapes) {
+      SCOPED_TRACE("m " + std::to_string(m) + " shape " + std::to_string(shape.rows) + "x" +
+                   std::to_string(shape.threads));
+      DeviceBuffer d_d = upload(std::vector<float>(static_cast<size_t>(m * n), 0.0f));
+      const detail::GemvParams g{d_a.data(), k,       d_codes.data(), k,     true,
+                                 static_cast<const float*>(d_scales.data()),
+                                 nullptr,    d_d.data(), n,           DType::kF32, false,
+                                 m,          n,       k,              shape};
+      ASSERT_TRUE(detail::gemv(g, nullptr).ok());
+      const auto got = download<float>(d_d, static_cast<size_t>(m * n));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = 0.0, mag = 0.0;
+          for (int64_t kk = 0; kk < k; ++kk) {
+            const double t = double{bf16_to_f32(a[i * k + kk])} *
+                             fp8_e4m3_to_f32(wq.codes[j * k + kk]) * wq.scales[j];
+            ref += t;
+            mag += std::fabs(t);
+          }
+          ASSERT_LE(std::fabs(got[i * n + j] - ref), kAbs * mag) << "i " << i << " j " << j;
+        }
+      }
+    }
+  }
+  detail::GemvParams bad{nullptr, k, d_codes.data(), k, true,
+                         static_cast<const float*>(d_scales.data()), nullptr, nullptr, n,
+                         DType::kF32, false, 1, n, k, {3, 256}};
+  EXPECT_EQ(detail::gemv(bad, nullptr).code(), StatusCode::kInvalidArgument);
+  bad.m = 4;
+  bad.fp8_shape = detail::kGemvFp8Shapes[1];
+  EXPECT_EQ(detail::gemv(bad, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(Fp8GemmTest, RejectsMissingScalesAndOddK) {
