@@ -343,7 +343,7 @@ Result<int64_t> Gemm::reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_n
 Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
   if (p.m <= gemv_max_rows && detail::gemv_fits(p.m, p.n, p.k, true)) {
     detail::GemvParams g{p.a, p.lda, p.w, p.ldw, true, p.w_scale, p.bias, p.d, p.ldd, p.d_dtype,
-                         p.accumulate, p.m, p.n, p.k};
+                         p.accumulate, p.m, p.n, p.k, {}};
     return detail::gemv(g, stream);
   }
   const ShapeKey key{p.m, p.n, p.k, p.lda, p.ldw, p.ldd, p.d_dtype, p.bias != nullptr,
@@ -416,7 +416,7 @@ Status Gemm::run(const GemmParams& p, cudaStream_t stream) {
   if (p.w_dtype == DType::kF8E4M3) return impl_->run_fp8(p, stream);
   if (p.m <= impl_->gemv_max_rows && detail::gemv_fits(p.m, p.n, p.k)) {
     detail::GemvParams g{p.a, p.lda, p.w, p.ldw, false, nullptr, p.bias, p.d, p.ldd, p.d_dtype,
-                         p.accumulate, p.m, p.n, p.k};
+                         p.accumulate, p.m, p.n, p.k, {}};
     return detail::gemv(g, stream);
   }
   const ShapeKey key{p.m,         p.n, p.k, p.lda, p.ldw, p.ldd, p.d_dtype, p.bias != nullptr,
