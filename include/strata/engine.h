@@ -30,6 +30,7 @@
 #include "engine/kv_quant_check.h"
 #include "engine/sampling_params.h"
 #include "engine/sequence.h"
+#include "kv/kv_cache_dtype.h"
 #include "kv/kv_layer_dtypes.h"
 
 namespace strata {
@@ -85,11 +86,12 @@ struct EngineConfig {
   double gpu_memory_utilization = 0.9;
   // GPU: issue every launch each step instead of replaying decode steps from CUDA graphs.
   bool enforce_eager = false;
-  // KV cache element type (--kv-cache-dtype; docs/kv-quant.md). CPU: F32, BF16, F16, F8E4M3,
-  // F8E5M2 (per-layer static scales), I8 (a dynamic scale per token and KV head) or I4 (KIVI,
-  // with a full-precision residual pool). The GPU keeps KV in bf16 (F32, the default, means
-  // bf16 there), FP8, I8 or I4 (no F16: its activations are bf16).
-  DType kv_dtype = DType::kF32;
+  // KV cache dtype (--kv-cache-dtype; docs/kv-quant.md). kAuto, the default, stores the
+  // device's model precision: float32 on the CPU, bfloat16 on the GPU. CPU: any of float32,
+  // bfloat16, float16, fp8_e4m3 / fp8_e5m2 (per-layer static scales), int8 (a dynamic scale per
+  // token and KV head) or int4 (KIVI, with a full-precision residual pool). The GPU: bfloat16,
+  // fp8, int8 or int4 (no float16 or float32: its activations are bf16).
+  kv::KvCacheDType kv_cache_dtype = kv::KvCacheDType::kAuto;
   // I4 only (--kv-int4-residual N): the newest N tokens' blocks are read at full precision from
   // the residual pool -- N a positive multiple of block_size, 0 = block_size (R = N / block_size
   // blocks: a query's own block and the R - 1 before it). The residual pool
@@ -101,7 +103,7 @@ struct EngineConfig {
   bool calculate_kv_scales = false;
   bool allow_unit_kv_scales = false;
   // Per-layer exceptions (docs/kv-quant.md): these layers keep the model precision (F32 on the
-  // CPU, BF16 on the GPU: what auto picks) while the others hold kv_dtype --
+  // CPU, BF16 on the GPU: what auto picks) while the others hold kv_cache_dtype --
   // --kv-cache-dtype-skip-layers (indices checked against the model at creation), and with
   // kv_quant_check every layer whose output KL at start-up (engine/kv_quant_check.h, measured
   // with the serving device's own kernels) is above kv_quant_check_threshold (nats per token).

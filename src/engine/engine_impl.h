@@ -42,20 +42,12 @@ struct RequestState {
 
 class EngineImpl {
  public:
-  // The runner's pool has num_blocks(); owned_pool (may be null) is what the runner borrows.
+  // The runner's pools, one per KV cache group (groups[g]: its kind and window or R; the pool's
+  // KvSpec is taken from the runner); owned_pool (may be null) is what the runner borrows.
   EngineImpl(std::unique_ptr<ThreadPool> owned_pool, std::unique_ptr<model::ModelRunner> runner,
-             EngineConfig config);
+             std::vector<kv::KvGroupSpec> groups, EngineConfig config);
 
   static Status validate_config(const EngineConfig& config);
-  // Blocks in the pool for this config and the layout's block_bytes, the null block included;
-  // reserved_bytes (a pool sized by the scheduler's limits: an INT4 pool's residual pool, a
-  // hybrid model's windowed layers' pool; reserved_what names it) come out of the KV memory first.
-  static constexpr const char* kInt4Residual = "int4 residual pool's";
-  static Result<int32_t> pool_blocks(const EngineConfig& config, int64_t block_bytes,
-                                     int64_t reserved_bytes = 0,
-                                     const std::string& reserved_what = kInt4Residual);
-  // An INT4 pool's residual window R (kv_int4_residual / block_size, block_size when 0).
-  static int32_t residual_window_blocks(const EngineConfig& config);
 
   Result<RequestId> submit(EngineRequest request);
   void cancel(RequestId id);

@@ -41,7 +41,8 @@ Result<ResolvedKvLayout> resolve_kv_layout(const KvLayoutOptions& o, model::Mode
 Result<ResolvedKvLayout> resolve_kv_layout(const EngineConfig& c, model::Model& model,
                                            ThreadPool& pool) {
   return resolve_kv_layout(
-      KvLayoutOptions{.scales = KvScalesOptions{.kv_dtype = c.kv_dtype,
+      KvLayoutOptions{.scales = KvScalesOptions{.kv_dtype = kv::resolve_kv_cache_dtype(
+                                                    c.kv_cache_dtype, DType::kF32),
                                                 .calculate_kv_scales = c.calculate_kv_scales,
                                                 .allow_unit_kv_scales = c.allow_unit_kv_scales,
                                                 .model_dir = c.model_dir},

@@ -13,85 +13,6 @@ constexpr int64_t kScaleBytes = 2;  // fp16 scales
 
 }  // namespace
 
-std::optional<KvCacheDType> parse_kv_cache_dtype(std::string_view name) {
-  if (name == "float32" || name == "f32" || name == "fp32") return KvCacheDType::kF32;
-  if (name == "bfloat16" || name == "bf16") return KvCacheDType::kBF16;
-  if (name == "float16" || name == "f16" || name == "fp16" || name == "half") {
-    return KvCacheDType::kF16;
-  }
-  if (name == "fp8" || name == "fp8_e4m3") return KvCacheDType::kFp8E4M3;
-  if (name == "fp8_e5m2") return KvCacheDType::kFp8E5M2;
-  if (name == "int8") return KvCacheDType::kInt8;
-  if (name == "int4") return KvCacheDType::kInt4;
-  return std::nullopt;
-}
-
-std::string_view kv_cache_dtype_name(KvCacheDType dtype) {
-  switch (dtype) {
-    case KvCacheDType::kF32:
-      return "float32";
-    case KvCacheDType::kBF16:
-      return "bfloat16";
-    case KvCacheDType::kF16:
-      return "float16";
-    case KvCacheDType::kFp8E4M3:
-      return "fp8_e4m3";
-    case KvCacheDType::kFp8E5M2:
-      return "fp8_e5m2";
-    case KvCacheDType::kInt8:
-      return "int8";
-    case KvCacheDType::kInt4:
-      return "int4";
-  }
-  return "?";
-}
-
-std::optional<DType> kv_pool_dtype(KvCacheDType dtype) {
-  switch (dtype) {
-    case KvCacheDType::kF32:
-      return DType::kF32;
-    case KvCacheDType::kBF16:
-      return DType::kBF16;
-    case KvCacheDType::kF16:
-      return DType::kF16;
-    case KvCacheDType::kFp8E4M3:
-      return DType::kF8E4M3;
-    case KvCacheDType::kFp8E5M2:
-      return DType::kF8E5M2;
-    case KvCacheDType::kInt8:
-      return DType::kI8;
-    case KvCacheDType::kInt4:
-      return DType::kI4;
-  }
-  return std::nullopt;
-}
-
-std::optional<KvCacheDType> kv_cache_dtype_of(DType pool_dtype) {
-  for (const KvCacheDType d :
-       {KvCacheDType::kF32, KvCacheDType::kBF16, KvCacheDType::kF16, KvCacheDType::kFp8E4M3,
-        KvCacheDType::kFp8E5M2, KvCacheDType::kInt8, KvCacheDType::kInt4}) {
-    if (kv_pool_dtype(d) == pool_dtype) return d;
-  }
-  return std::nullopt;
-}
-
-int32_t kv_cache_dtype_bits(KvCacheDType dtype) {
-  switch (dtype) {
-    case KvCacheDType::kF32:
-      return 32;
-    case KvCacheDType::kBF16:
-    case KvCacheDType::kF16:
-      return 16;
-    case KvCacheDType::kFp8E4M3:
-    case KvCacheDType::kFp8E5M2:
-    case KvCacheDType::kInt8:
-      return 8;
-    case KvCacheDType::kInt4:
-      return 4;
-  }
-  return 0;
-}
-
 namespace {
 
 // Scale bytes of one block (all layers).
@@ -101,6 +22,7 @@ int64_t scale_block_bytes(const KvShape& s, KvCacheDType dtype, int32_t block_si
   const int64_t channels = s.is_mla() ? s.kv_lora_rank + s.rope_head_dim : s.head_dim;
   const int64_t tensors = s.is_mla() ? 1 : 2;  // K and V, or the one latent
   switch (dtype) {
+    case KvCacheDType::kAuto:  // refused by kv_block_bytes
     case KvCacheDType::kF32:
     case KvCacheDType::kBF16:
     case KvCacheDType::kF16:
@@ -125,6 +47,7 @@ int64_t scale_block_bytes(const KvShape& s, KvCacheDType dtype, int32_t block_si
 int64_t kv_block_bytes(const KvShape& s, KvCacheDType dtype, int32_t block_size) {
   STRATA_CHECK(s.num_layers > 0 && block_size > 0, "kv_block_bytes: empty shape or block");
   STRATA_CHECK(s.is_mla() || (s.num_kv_heads > 0 && s.head_dim > 0), "kv_block_bytes: bad shape");
+  STRATA_CHECK(dtype != KvCacheDType::kAuto, "kv_block_bytes: auto is resolved by the device first");
   const int64_t elems_per_token =
       s.is_mla() ? static_cast<int64_t>(s.num_layers) * (s.kv_lora_rank + s.rope_head_dim)
                  : 2LL * s.num_layers * s.num_kv_heads * s.head_dim;

@@ -25,28 +25,9 @@
 #include "core/dtype.h"
 #include "kv/block_pool.h"
 #include "kv/block_table.h"
+#include "kv/kv_cache_dtype.h"
 
 namespace strata::kv {
-
-enum class KvCacheDType { kF32, kBF16, kF16, kFp8E4M3, kFp8E5M2, kInt8, kInt4 };
-
-// "float32" (f32, fp32), "bfloat16" (bf16), "float16" (f16, fp16, half), "fp8" (= fp8_e4m3),
-// "fp8_e4m3", "fp8_e5m2", "int8", "int4"; nullopt for anything else ("auto" included: what it
-// means depends on the device, so the caller decides).
-std::optional<KvCacheDType> parse_kv_cache_dtype(std::string_view name);
-std::string_view kv_cache_dtype_name(KvCacheDType dtype);
-// The spellings parse_kv_cache_dtype accepts, for error messages.
-inline constexpr std::string_view kKvCacheDTypeSpellings =
-    "auto, float32, bfloat16, bf16, float16, fp16, fp8, fp8_e4m3, fp8_e5m2, int8, int4";
-// The element type the pool stores for a KV cache dtype (kv_layout.h): F32, BF16, F16, F8E4M3,
-// F8E5M2, I8 or I4 (int4's codes; its newest tokens also live in a full-precision residual pool,
-// docs/kv-quant.md "INT4"). Never nullopt today; optional so a dtype can be planned before the
-// pool holds it.
-std::optional<DType> kv_pool_dtype(KvCacheDType dtype);
-// The inverse, for a pool element type (is_kv_pool_dtype); nullopt for any other DType.
-std::optional<KvCacheDType> kv_cache_dtype_of(DType pool_dtype);
-// Bits per stored element: 32, 16, 8 or 4.
-int32_t kv_cache_dtype_bits(KvCacheDType dtype);
 
 // The KV-relevant shape of a model. For MLA, kv_lora_rank > 0 and num_kv_heads / head_dim are
 // ignored.

@@ -81,27 +81,32 @@ std::optional<HybridKvLayers> hybrid_kv_layers(std::span<const int32_t> layer_wi
   return h;
 }
 
+KvSpec sub_spec(const KvSpec& spec, std::span<const int32_t> layers) {
+  KvSpec s = spec;
+  s.num_layers = static_cast<int32_t>(layers.size());
+  s.layer_dtypes.clear();
+  for (const int32_t l : layers) {
+    STRATA_CHECK(l >= 0 && l < spec.num_layers, "sub_spec: layer out of range");
+    if (!spec.layer_dtypes.empty()) s.layer_dtypes.push_back(spec.layer_dtype(l));
+  }
+  return s;
+}
+
 KvLayout sub_layout(const KvLayout& layout, std::span<const int32_t> layers) {
-  const KvSpec& from = layout.spec();
-  KvSpec spec = from;
-  spec.num_layers = static_cast<int32_t>(layers.size());
-  spec.layer_dtypes.clear();
+  const KvSpec spec = sub_spec(layout.spec(), layers);
   KvStaticScales scales;
   const KvStaticScales& all = layout.static_scales();
-  for (const int32_t l : layers) {
-    STRATA_CHECK(l >= 0 && l < from.num_layers, "sub_layout: layer out of range");
-    if (!from.layer_dtypes.empty()) spec.layer_dtypes.push_back(from.layer_dtype(l));
-    if (!all.k.empty()) {
-      scales.k.push_back(all.k[static_cast<size_t>(l)]);
-      scales.v.push_back(all.v[static_cast<size_t>(l)]);
-    }
-  }
   bool any_fp8 = false;
   for (int32_t l = 0; l < spec.num_layers; ++l) {
     const DType d = spec.layer_dtype(l);
     any_fp8 = any_fp8 || d == DType::kF8E4M3 || d == DType::kF8E5M2;
   }
-  if (!any_fp8) scales = {};
+  if (any_fp8 && !all.k.empty()) {
+    for (const int32_t l : layers) {
+      scales.k.push_back(all.k[static_cast<size_t>(l)]);
+      scales.v.push_back(all.v[static_cast<size_t>(l)]);
+    }
+  }
   return KvLayout(spec, layout.block_size(), scales);
 }
 

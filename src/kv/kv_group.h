@@ -83,6 +83,8 @@ struct HybridKvLayers {
 };
 // layer_windows[l]: layer l's window (<= 0: full attention). nullopt unless both kinds occur.
 std::optional<HybridKvLayers> hybrid_kv_layers(std::span<const int32_t> layer_windows);
+// The spec of some of a spec's layers, in the order given: their dtypes.
+KvSpec sub_spec(const KvSpec& spec, std::span<const int32_t> layers);
 // The layout of some of a layout's layers, in the order given: their dtypes and FP8 scales.
 KvLayout sub_layout(const KvLayout& layout, std::span<const int32_t> layers);
 

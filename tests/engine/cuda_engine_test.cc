@@ -76,7 +76,7 @@ EngineConfig cuda_config(int32_t num_blocks = 0, DType kv_dtype = DType::kBF16) 
   EngineConfig c;
   c.model_dir = kFixture;
   c.device = Device::kCuda;
-  c.kv_dtype = kv_dtype;
+  c.kv_cache_dtype = *kv::kv_cache_dtype_of(kv_dtype);
   c.calculate_kv_scales = kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2;
   c.block_size = 16;
   c.num_blocks = num_blocks;

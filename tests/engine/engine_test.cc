@@ -265,7 +265,7 @@ struct KvCase {
 class EngineKvDTypeTest : public EngineTest, public ::testing::WithParamInterface<KvCase> {
  protected:
   EngineConfig quantized(EngineConfig c = {}) const {
-    c.kv_dtype = GetParam().dtype;
+    c.kv_cache_dtype = *kv::kv_cache_dtype_of(GetParam().dtype);
     c.calculate_kv_scales = true;  // FP8: scales from a calibration pass (ignored for INT8)
     c.kv_skip_layers.layers = GetParam().f32_layers;
     return c;
@@ -381,7 +381,7 @@ INSTANTIATE_TEST_SUITE_P(Mixed, EngineKvDTypeTest,
 
 TEST_F(EngineTest, ASkippedLayerChangesTheOutputAndAnOutOfRangeOneIsRefused) {
   EngineConfig uniform;
-  uniform.kv_dtype = DType::kF8E5M2;
+  uniform.kv_cache_dtype = kv::KvCacheDType::kFp8E5M2;
   uniform.calculate_kv_scales = true;
   EngineConfig mixed = uniform;
   mixed.kv_skip_layers.layers = {0};
@@ -418,7 +418,7 @@ TEST_F(EngineTest, ASkippedLayerChangesTheOutputAndAnOutOfRangeOneIsRefused) {
 TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChecked) {
   EngineConfig c;
   c.num_blocks = 64;
-  c.kv_dtype = DType::kF8E4M3;
+  c.kv_cache_dtype = kv::KvCacheDType::kFp8E4M3;
   auto refused = Engine::create(model_, pool_, c);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("--calculate-kv-scales"), std::string::npos)
@@ -431,7 +431,7 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChe
                                                2 * model_.config().num_hidden_layers *
                                                    model_.config().num_key_value_heads *
                                                    model_.config().head_dim);
-  c.kv_dtype = DType::kI8;
+  c.kv_cache_dtype = kv::KvCacheDType::kInt8;
   c.allow_unit_kv_scales = false;
   auto int8 = Engine::create(model_, pool_, c);
   ASSERT_TRUE(int8.ok()) << int8.status().to_string();
@@ -441,10 +441,15 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChe
   // On the GPU, float16 KV (bf16 activations) is refused before any device work; int8, fp8,
   // int4 and --kv-quant-check are accepted there (tests/engine/cuda_engine_test.cc).
   c.device = Device::kCuda;
-  c.kv_dtype = DType::kF16;
+  c.kv_cache_dtype = kv::KvCacheDType::kF16;
   const Status f16 = Engine::create(c).status();
   EXPECT_EQ(f16.code(), StatusCode::kUnsupported) << f16.to_string();
   EXPECT_NE(f16.message().find("float16 is not supported on --device cuda"), std::string::npos);
+  // float32 too: it is never silently bf16 there (auto is what picks the device's precision).
+  c.kv_cache_dtype = kv::KvCacheDType::kF32;
+  const Status f32 = Engine::create(c).status();
+  EXPECT_EQ(f32.code(), StatusCode::kUnsupported) << f32.to_string();
+  EXPECT_NE(f32.message().find("float32 is not supported on --device cuda"), std::string::npos);
   // FP8 weights (--quantization fp8) have no CPU path yet: refused before anything loads.
   c.device = Device::kCpu;
   c.quantization = WeightQuantization::kFp8;
@@ -456,7 +461,7 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChe
   c.device = Device::kCuda;
   // A bad --kv-quant-check-threshold is refused on either device, even where the measurement
   // would not run (a bf16 pool on the GPU).
-  c.kv_dtype = DType::kBF16;
+  c.kv_cache_dtype = kv::KvCacheDType::kBF16;
   c.kv_quant_check = true;
   c.kv_quant_check_threshold = -1.0;
   const Status threshold = Engine::create(c).status();
@@ -464,7 +469,7 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChe
   EXPECT_NE(threshold.message().find("--kv-quant-check-threshold"), std::string::npos);
   c.kv_quant_check = false;
   c.device = Device::kCpu;
-  c.kv_dtype = DType::kI16;
+  c.kv_cache_dtype = static_cast<kv::KvCacheDType>(99);  // not a dtype at all
   EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
 }
 

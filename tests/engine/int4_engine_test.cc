@@ -63,7 +63,7 @@ class Int4EngineTest : public ::testing::Test {
   Int4EngineTest() : pool_(2), model_(model::Model::load({kModels + "llama3-gqa"})) {}
 
   static EngineConfig int4(int32_t r = 1, EngineConfig c = {}) {
-    c.kv_dtype = DType::kI4;
+    c.kv_cache_dtype = kv::KvCacheDType::kInt4;
     c.kv_int4_residual = r * c.block_size;
     if (c.num_blocks == 0) c.num_blocks = 256;
     return c;
@@ -356,7 +356,7 @@ TEST(Int4WindowTest, ASlidingWindowSequenceOnInt4GetsTheSameResultsInAnyShape) {
     SCOPED_TRACE("R " + std::to_string(r));
     const auto run = [&](int32_t chunk, int32_t batch) {
       EngineConfig c;
-      c.kv_dtype = DType::kI4;
+      c.kv_cache_dtype = kv::KvCacheDType::kInt4;
       c.kv_int4_residual = 16 * r;
       c.num_blocks = 64;
       c.max_num_batched_tokens = chunk;
@@ -456,7 +456,7 @@ class Int4QualityTest : public ::testing::Test {
   }
   EngineConfig config(DType dtype, int32_t residual, int32_t chunk = 2048) const {
     EngineConfig c;
-    c.kv_dtype = dtype;
+    c.kv_cache_dtype = *kv::kv_cache_dtype_of(dtype);
     c.kv_int4_residual = residual;
     c.max_num_batched_tokens = chunk;
     c.enable_prefix_caching = false;

@@ -147,7 +147,7 @@ TEST_F(KvQuantCheckTest, ResolvedLayoutKeepsCheckedAndSkippedLayers) {
 TEST_F(KvQuantCheckTest, TheEngineBuildsItsPoolFromTheCheck) {
   EngineConfig c;
   c.num_blocks = 32;
-  c.kv_dtype = DType::kF8E5M2;
+  c.kv_cache_dtype = kv::KvCacheDType::kFp8E5M2;
   c.calculate_kv_scales = true;
   c.kv_quant_check = true;
   c.kv_quant_check_threshold = 0.0;
@@ -167,7 +167,7 @@ TEST_F(KvQuantCheckTest, TheEngineBuildsItsPoolFromTheCheck) {
 TEST_F(KvQuantCheckTest, TheEngineReportsEachForwardPassOfTheCheck) {
   EngineConfig c;
   c.num_blocks = 32;
-  c.kv_dtype = DType::kI8;
+  c.kv_cache_dtype = kv::KvCacheDType::kInt8;
   c.kv_quant_check = true;
   std::vector<std::pair<int32_t, int32_t>> calls;
   c.kv_quant_check_progress = [&](int32_t pass, int32_t passes) {

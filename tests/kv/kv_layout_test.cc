@@ -590,9 +590,23 @@ TEST(KvAccountingTest, EverySpellingParses) {
       {"fp8_e5m2", KvCacheDType::kFp8E5M2}, {"int8", KvCacheDType::kInt8},
       {"int4", KvCacheDType::kInt4}};
   for (const auto& [name, d] : cases) EXPECT_EQ(parse_kv_cache_dtype(name), d) << name;
-  EXPECT_EQ(parse_kv_cache_dtype("auto"), std::nullopt);
   EXPECT_EQ(parse_kv_cache_dtype("fp4"), std::nullopt);
   EXPECT_EQ(parse_kv_cache_dtype(""), std::nullopt);
+}
+
+// auto is a dtype of its own: the device resolves it to its model precision, never a dtype
+// that stands for it (the GPU's float32 is refused, not read as bfloat16).
+TEST(KvAccountingTest, AutoIsExplicitAndResolvedByTheDevice) {
+  EXPECT_EQ(parse_kv_cache_dtype("auto"), KvCacheDType::kAuto);
+  EXPECT_EQ(kv_cache_dtype_name(KvCacheDType::kAuto), "auto");
+  EXPECT_EQ(kv_pool_dtype(KvCacheDType::kAuto), std::nullopt);
+  EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDType::kAuto, DType::kF32), DType::kF32);
+  EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDType::kAuto, DType::kBF16), DType::kBF16);
+  EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDType::kF32, DType::kBF16), DType::kF32);
+  EXPECT_EQ(resolve_kv_cache_dtype(KvCacheDType::kInt4, DType::kBF16), DType::kI4);
+  for (const DType d : {DType::kF32, DType::kBF16, DType::kI8, DType::kI4}) {
+    EXPECT_NE(kv_cache_dtype_of(d), KvCacheDType::kAuto);
+  }
 }
 
 }  // namespace

@@ -356,6 +356,46 @@ TEST(PlanTest, HybridWindowsPlanFullLengthWithANote) {
   EXPECT_NE(r.notes[0].find("2 of 4 layers"), std::string::npos);
 }
 
+// --device cpu keeps a hybrid model's windowed layers in a pool of their own, sized as the engine
+// sizes it (kv::plan_kv_groups): max_num_seqs x (ceil(W / B) + 3) + ceil(tokens / B) + 1 blocks
+// of the windowed layers, taken from the KV memory first; group 0 holds the full-attention
+// layers only. --disable-hybrid-kv-cache-manager goes back to one pool of every layer.
+TEST(PlanTest, HybridWindowsOnTheCpuHaveAPoolOfTheirOwn) {
+  const PlanModel m = parse_plan_model(kHybrid, "hybrid");
+  PlanSettings s = settings(0);
+  s.device = PlanDevice::kCpu;
+  s.kv_cache_memory_bytes = 8 * kGiB;
+  s.max_num_seqs = 16;
+  const PlanReport r = compute_plan(m, s);
+  // Two layers of 2 x 4 heads x 16 tokens x 256 x 2 bytes in either pool.
+  const int64_t block_bytes = 2 * 2 * 4 * 16 * 256 * 2;
+  EXPECT_EQ(r.block_bytes, block_bytes);
+  ASSERT_EQ(r.limit_sized_groups.size(), 1u);
+  const PlanGroup& w = r.limit_sized_groups[0];
+  EXPECT_EQ(w.kind, "sliding window");
+  EXPECT_EQ(w.num_layers, 2);
+  EXPECT_EQ(w.window, 4096);
+  EXPECT_EQ(w.num_blocks, 16 * (256 + 3) + 2048 / 16 + 1);  // 4273
+  EXPECT_EQ(w.bytes, 4273 * block_bytes);
+  EXPECT_EQ(r.num_blocks, (8 * kGiB - w.bytes) / block_bytes - 1) << "one null block";
+  EXPECT_EQ(r.blocks_per_seq, 512) << "the full-attention layers keep every block";
+  const std::string text = format_plan_text(r);
+  EXPECT_NE(text.find("windowed pool  0.52 GiB: 4273 bfloat16 blocks (560070656 bytes) for the 2 "
+                      "layers with a sliding window of 4096"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("their K/V lives in a pool of its own"), std::string::npos) << text;
+  const std::string json = format_plan_json(r);
+  EXPECT_NE(json.find("\"limit_sized_groups\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"num_blocks\": 4273"), std::string::npos) << json;
+
+  s.disable_hybrid_kv_cache_manager = true;
+  const PlanReport one = compute_plan(m, s);
+  EXPECT_TRUE(one.limit_sized_groups.empty());
+  EXPECT_EQ(one.block_bytes, 2 * block_bytes);
+  EXPECT_EQ(one.num_blocks, 8 * kGiB / (2 * block_bytes) - 1);
+}
+
 // --kv-cache-dtype-skip-layers: the skipped layers keep auto's dtype (bf16 here), counted byte for
 // byte; sliding_window names the windowed layers of a hybrid model; an index beyond it is an error.
 TEST(PlanTest, SkippedLayersKeepTheModelDtypeAndCountExactly) {

@@ -92,14 +92,14 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.preemption_mode =
       o.preemption_mode == "swap" ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
   c.swap_space_bytes = static_cast<int64_t>(o.swap_space_gib * double(int64_t{1} << 30));
-  c.kv_dtype = kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype);
+  c.kv_cache_dtype = parse_kv_cache_dtype_flag(o.kv_cache.kv_cache_dtype);
   c.calculate_kv_scales = o.kv_cache.calculate_kv_scales;
   c.allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales;
   c.kv_skip_layers = parse_kv_skip_layers_flag(o.kv_cache.skip_layers);
   c.kv_quant_check = o.kv_cache.kv_quant_check;
   c.kv_quant_check_threshold = o.kv_cache.kv_quant_check_threshold;
   c.kv_quant_check_progress = kv_quant_check_progress();  // called only when the check runs
-  check_kv_int4_residual_flag(o.kv_cache.kv_int4_residual, c.block_size, c.kv_dtype);
+  check_kv_int4_residual_flag(o.kv_cache.kv_int4_residual, c.block_size, c.kv_cache_dtype);
   c.kv_int4_residual = o.kv_cache.kv_int4_residual;
   return c;
 }

@@ -67,7 +67,7 @@ json needle_json(const EvalNeedleOptions& o, const EngineConfig& config,
           {"contexts", r.contexts},
           {"depths", r.depths},
           {"engine",
-           {{"kv_cache_dtype", std::string(dtype_name(config.kv_dtype))},
+           {{"kv_cache_dtype", std::string(kv::kv_cache_dtype_name(config.kv_cache_dtype))},
             {"kv_cache_dtype_skip_layers", kv::kv_skip_layers_text(config.kv_skip_layers)},
             {"block_size", config.block_size},
             {"prefix_caching", config.enable_prefix_caching},
@@ -85,7 +85,7 @@ json needle_json(const EvalNeedleOptions& o, const EngineConfig& config,
 }
 
 int run_needle_eval(const EvalNeedleOptions& o) {
-  const DType kv_dtype = kv_pool_dtype_flag(o.kv_cache.kv_cache_dtype);  // bad values fail first
+  const kv::KvCacheDType kv_dtype = parse_kv_cache_dtype_flag(o.kv_cache.kv_cache_dtype);
   const kv::KvSkipLayers skip_layers = parse_kv_skip_layers_flag(o.kv_cache.skip_layers);
   check_kv_int4_residual_flag(o.kv_cache.kv_int4_residual, o.block_size, kv_dtype);
   const Result<std::vector<int32_t>> contexts = eval::parse_int_list(o.contexts, 1, kMaxContext);
@@ -111,7 +111,7 @@ int run_needle_eval(const EvalNeedleOptions& o) {
   }
   EngineConfig config;
   config.model_dir = o.model_dir;  // the calibration prompt's tokenizer (--calculate-kv-scales)
-  config.kv_dtype = kv_dtype;
+  config.kv_cache_dtype = kv_dtype;
   config.calculate_kv_scales = o.kv_cache.calculate_kv_scales;
   config.allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales;
   config.kv_skip_layers = skip_layers;

@@ -79,7 +79,7 @@ std::vector<std::vector<float>> logits_with(model::Model& m, ThreadPool& pool,
                                             const std::vector<std::vector<int32_t>>& windows) {
   EngineConfig c;
   c.model_dir = o.model_dir;  // the FP8 scales' calibration text, as the caller resolved them
-  c.kv_dtype = dtype;
+  c.kv_cache_dtype = *kv::kv_cache_dtype_of(dtype);
   c.kv_skip_layers.layers = kept_layers;  // resolved once by the caller, check included
   c.calculate_kv_scales = o.calculate_kv_scales;
   c.allow_unit_kv_scales = o.allow_unit_kv_scales;
@@ -165,7 +165,7 @@ std::vector<eval::NeedleOutcome> needle_with(model::Model& m, ThreadPool& pool,
                                              int32_t longest) {
   EngineConfig c;
   c.model_dir = o.model_dir;
-  c.kv_dtype = dtype;
+  c.kv_cache_dtype = *kv::kv_cache_dtype_of(dtype);
   c.kv_skip_layers.layers = kept_layers;  // resolved once by the caller, check included
   c.calculate_kv_scales = o.calculate_kv_scales;
   c.allow_unit_kv_scales = o.allow_unit_kv_scales;
@@ -235,10 +235,11 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
     while (std::getline(list, name, ',')) {
       DTypeResult r;
       r.name = name;
-      r.dtype = kv_pool_dtype_flag(name);  // one-line error for a bad value, before any work
-      if (r.dtype == DType::kI4) {
-        check_kv_int4_residual_flag(o.kv_int4_residual, o.block_size, r.dtype);
-      }
+      // One-line error for a bad value, before any work; auto is the CPU's float32.
+      const kv::KvCacheDType asked = parse_kv_cache_dtype_flag(name);
+      r.dtype = kv::resolve_kv_cache_dtype(asked, DType::kF32);
+      if (r.dtype == DType::kI4)
+        check_kv_int4_residual_flag(o.kv_int4_residual, o.block_size, asked);
       results.push_back(r);
     }
     if (results.empty()) throw Error("--kv-cache-dtype: give at least one dtype");

@@ -53,30 +53,18 @@ kv::KvSkipLayers parse_kv_skip_layers_flag(const std::string& value) {
   return std::move(skip).value();
 }
 
-std::optional<kv::KvCacheDType> parse_kv_cache_dtype_flag(const std::string& value) {
-  if (value == "auto") return std::nullopt;
+kv::KvCacheDType parse_kv_cache_dtype_flag(const std::string& value) {
   const std::optional<kv::KvCacheDType> d = kv::parse_kv_cache_dtype(value);
   if (!d) {
     throw Error("--kv-cache-dtype '" + value + "' is not supported (use " +
                 std::string(kv::kKvCacheDTypeSpellings) + ")");
   }
-  return d;
+  return *d;
 }
 
-DType kv_pool_dtype_flag(const std::string& value) {
-  const std::optional<kv::KvCacheDType> d = parse_kv_cache_dtype_flag(value);
-  if (!d) return DType::kF32;
-  const std::optional<DType> pool = kv::kv_pool_dtype(*d);
-  if (!pool) {
-    throw Error("--kv-cache-dtype " + value +
-                " is not implemented yet (docs/kv-quant.md; use fp8 or int8)");
-  }
-  return *pool;
-}
-
-void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, DType kv_dtype) {
+void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, kv::KvCacheDType dtype) {
   if (const std::optional<std::string> e =
-          kv::int4_residual_error(tokens, block_size, kv_dtype == DType::kI4)) {
+          kv::int4_residual_error(tokens, block_size, dtype == kv::KvCacheDType::kInt4)) {
     throw Error(*e);
   }
 }

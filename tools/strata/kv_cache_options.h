@@ -46,18 +46,13 @@ engine::KvQuantCheckProgress kv_quant_check_progress();
 // dtype_only).
 void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only = false);
 
-// nullopt for "auto"; strata::Error "--kv-cache-dtype 'x' is not supported (use auto, ...)" for
-// anything parse_kv_cache_dtype does not know.
-std::optional<kv::KvCacheDType> parse_kv_cache_dtype_flag(const std::string& value);
-
-// The pool element type the engine gets: "auto" -> F32 (the CPU's default; the engine keeps
-// bfloat16 on the GPU), "int4" -> I4 (either device: its residual pool holds float32 blocks on
-// the CPU, bfloat16 on the GPU). strata::Error for a bad value.
-DType kv_pool_dtype_flag(const std::string& value);
+// The dtype asked for, kAuto for "auto"; strata::Error "--kv-cache-dtype 'x' is not supported
+// (use auto, ...)" for anything parse_kv_cache_dtype does not know.
+kv::KvCacheDType parse_kv_cache_dtype_flag(const std::string& value);
 
 // --kv-int4-residual: strata::Error, one line, unless N is 0 (unset) or a positive multiple of
 // block_size, or when it is set for a dtype other than int4.
-void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, DType kv_dtype);
+void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, kv::KvCacheDType dtype);
 
 // --kv-cache-dtype-skip-layers: strata::Error, one line naming the bad item, for garbage, an empty
 // item or a layer named twice (kv::parse_kv_skip_layers). Indices beyond the model are refused

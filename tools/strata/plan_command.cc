@@ -143,39 +143,7 @@ bool engine_architecture(const json& j) {
          name == "Qwen3ForCausalLM";
 }
 
-std::string gib(double bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
-
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), v == std::floor(v) ? "%.0f" : "%.2f", v);
-  return buf;
-}
-
 }  // namespace
-
-const char* plan_device_name(PlanDevice device) {
-  switch (device) {
-    case PlanDevice::kCuda:
-      return "cuda";
-    case PlanDevice::kCpu:
-      return "cpu";
-  }
-  STRATA_CHECK(false, "plan: unknown PlanDevice");
-}
-
-kv::KvCacheDType residual_pool_dtype(PlanDevice device) {
-  switch (device) {
-    case PlanDevice::kCuda:
-      return kv::KvCacheDType::kBF16;  // cuda_model.cc: kv::residual_spec(spec, DType::kBF16)
-    case PlanDevice::kCpu:
-      return kv::KvCacheDType::kF32;  // engine.cc's cpu_runner: kv::residual_spec(spec)
-  }
-  STRATA_CHECK(false, "plan: unknown PlanDevice");
-}
 
 std::optional<int64_t> parse_byte_size(std::string_view text) {
   static constexpr std::pair<std::string_view, double> kSuffixes[] = {{"KiB", 1024.0},
@@ -237,169 +205,6 @@ PlanModel parse_plan_model(std::string_view json_text, std::string_view source) 
   return m;
 }
 
-namespace {
-
-// The KV pool's bytes: explicit, or the utilization budget minus the weights.
-int64_t kv_pool_bytes(const PlanModel& model, const PlanSettings& s) {
-  if (s.kv_cache_memory_bytes) return *s.kv_cache_memory_bytes;
-  const double budget = static_cast<double>(s.gpu_memory_bytes) * s.gpu_memory_utilization;
-  if (static_cast<double>(model.weight_bytes) >= budget) {
-    throw Error("the weights (" + gib(static_cast<double>(model.weight_bytes)) +
-                ") do not fit in " + num(s.gpu_memory_utilization) + " x " +
-                gib(static_cast<double>(s.gpu_memory_bytes)) + " = " + gib(budget) +
-                ": raise --gpu-memory / --gpu-memory-utilization, or give "
-                "--kv-cache-memory-bytes");
-  }
-  return static_cast<int64_t>(budget) - model.weight_bytes;
-}
-
-// Blocks one sequence of max_model_len holds: window-capped when every layer uses a sliding
-// window (the engine gives back blocks wholly outside it; the window straddles one extra block),
-// else the full length, with a note for hybrid models.
-void plan_sequence_blocks(PlanReport& r) {
-  const auto& w = r.model.layer_windows;
-  const int32_t bs = r.settings.block_size;
-  const int64_t num_windowed = std::count_if(w.begin(), w.end(), [](int32_t x) { return x > 0; });
-  r.window = kv::pool_sliding_window(w);
-  r.blocks_per_seq = kv::blocks_held_per_sequence(r.max_model_len, r.window, bs);
-  if (r.window > 0) {
-    r.notes.push_back("every layer uses a sliding window of " + std::to_string(r.window) +
-                      " tokens or fewer: a sequence holds at most " +
-                      std::to_string(r.blocks_per_seq) + " blocks whatever its length");
-  } else if (num_windowed > 0) {
-    r.notes.push_back(std::to_string(num_windowed) + " of " + std::to_string(w.size()) +
-                      " layers use a sliding window; the pool keeps every layer's KV for the "
-                      "full length, so capacity is computed for full attention");
-  }
-}
-
-// The engine's KvSpec of the plan's layers. For MLA only the layers' dtypes mean anything.
-kv::KvSpec plan_kv_spec(const kv::KvShape& shape, std::span<const kv::KvCacheDType> layer_dtypes) {
-  kv::KvSpec spec{.num_layers = shape.num_layers,
-                  .num_kv_heads = shape.num_kv_heads,
-                  .head_dim = shape.head_dim};
-  for (const kv::KvCacheDType d : layer_dtypes) {
-    const std::optional<DType> pool = kv::kv_pool_dtype(d);
-    STRATA_CHECK(pool.has_value(), "plan: every KV cache dtype has a pool dtype");
-    spec.layer_dtypes.push_back(*pool);
-  }
-  spec.dtype = spec.layer_dtypes.front();
-  return spec;
-}
-
-// What sizes int4's residual pool, validated as the engine validates it.
-void check_residual_settings(const PlanSettings& s) {
-  if (s.max_num_seqs < 1) throw Error("--max-num-seqs must be at least 1");
-  if (s.max_num_batched_tokens < 1) throw Error("--max-num-batched-tokens must be at least 1");
-  const std::optional<DType> pool = kv::kv_pool_dtype(s.kv_dtype);
-  check_kv_int4_residual_flag(s.kv_int4_residual, s.block_size, pool.value_or(DType::kF32));
-}
-
-// The engine's int4 residual pool, sized as engine.cc's cpu_runner and cuda_model.cc's
-// allocate_residual_pool size it: R = kv_int4_residual / block_size (1 when unset;
-// EngineImpl::residual_window_blocks), blocks from kv::residual_pool_blocks, each of
-// kv::residual_spec's shape in the device's full precision. Nothing without int4.
-void plan_residual_pool(PlanReport& r, const kv::KvSpec& spec) {
-  const PlanSettings& s = r.settings;
-  if (!kv::needs_residual_pool(spec)) return;
-  const int32_t window_blocks = kv::int4_residual_blocks(s.kv_int4_residual, s.block_size);
-  const int32_t blocks = kv::newest_blocks_pool_size(s.max_num_seqs, window_blocks,
-                                                  s.max_num_batched_tokens, s.block_size);
-  const kv::KvCacheDType dtype = residual_pool_dtype(s.device);
-  const std::optional<DType> pool_dtype = kv::kv_pool_dtype(dtype);
-  STRATA_CHECK(pool_dtype.has_value(), "plan: the residual pool's dtype has a pool dtype");
-  // The engine loads no MLA model; for one the plan takes blocks of the latent's shape.
-  const int64_t block_bytes =
-      r.model.kv.is_mla()
-          ? kv::kv_block_bytes(r.model.kv, dtype, s.block_size)
-          : kv::KvLayout(kv::residual_spec(spec, *pool_dtype), s.block_size).block_bytes();
-  r.int4_residual_pool_blocks = blocks;
-  r.int4_residual_pool_bytes = block_bytes * blocks;
-  r.notes.push_back(
-      std::string("int4 (--device ") + plan_device_name(s.device) +
-      "): the full-precision residual pool, max_num_seqs " + std::to_string(s.max_num_seqs) +
-      " x (R " + std::to_string(window_blocks) + " + 1) + ceil(max_num_batched_tokens " +
-      std::to_string(s.max_num_batched_tokens) + " / " + std::to_string(s.block_size) +
-      ") + 1 = " + std::to_string(blocks) + " " + std::string(kv::kv_cache_dtype_name(dtype)) +
-      " blocks of " + std::to_string(block_bytes) + " bytes (" +
-      gib(static_cast<double>(r.int4_residual_pool_bytes)) +
-      "), is subtracted from the KV memory before it is divided into blocks");
-}
-
-// The pool's blocks: the KV memory less int4's residual pool, in blocks, less the null block.
-void plan_pool_blocks(PlanReport& r) {
-  if (r.int4_residual_pool_bytes >= r.kv_pool_bytes) {
-    throw Error("the KV cache memory (" + std::to_string(r.kv_pool_bytes) +
-                " bytes) does not exceed the int4 residual pool's " +
-                std::to_string(r.int4_residual_pool_bytes) +
-                " bytes (lower --max-num-seqs, --max-num-batched-tokens or --kv-int4-residual)");
-  }
-  const int64_t bytes = r.kv_pool_bytes - r.int4_residual_pool_bytes;
-  r.num_blocks = std::max<int64_t>(bytes / r.block_bytes - 1, 0);  // minus the null block
-  if (r.num_blocks == 0) {
-    throw Error("the KV pool (" + std::to_string(bytes) + " bytes" +
-                (r.int4_residual_pool_bytes > 0 ? " after the int4 residual pool" : "") +
-                ") holds no block of " + std::to_string(r.block_bytes) + " bytes (block size " +
-                std::to_string(r.settings.block_size) + "): give the KV cache more memory");
-  }
-  r.capacity_tokens = r.num_blocks * r.settings.block_size;
-}
-
-}  // namespace
-
-PlanReport compute_plan(const PlanModel& model, const PlanSettings& s) {
-  check_residual_settings(s);
-  PlanReport r;
-  r.model = model;
-  r.settings = s;
-  const kv::KvShape& shape = model.kv;
-  std::vector<int32_t> windows = model.layer_windows;
-  windows.resize(static_cast<size_t>(shape.num_layers), 0);
-  const Result<std::vector<bool>> mask = kv::kv_skip_layer_mask(s.skip_layers, windows);
-  if (!mask.ok()) throw Error(mask.status().message());
-  std::vector<kv::KvCacheDType> layer_dtypes;
-  for (size_t l = 0; l < mask.value().size(); ++l) {
-    const bool skip = mask.value()[l] && s.model_dtype != s.kv_dtype;
-    layer_dtypes.push_back(skip ? s.model_dtype : s.kv_dtype);
-    if (skip) r.skipped_layers.push_back(static_cast<int32_t>(l));
-  }
-  r.block_bytes = kv::kv_block_bytes(shape, layer_dtypes, s.block_size);
-  r.kv_bytes_per_token = kv::kv_bytes_per_token(shape, layer_dtypes, s.block_size);
-  r.kv_bytes_per_token_per_layer = r.kv_bytes_per_token / shape.num_layers;
-  r.scale_bytes_per_token = kv::kv_scale_bytes_per_token(shape, layer_dtypes, s.block_size);
-  r.naive_mha_bytes_per_token = static_cast<double>(shape.num_layers) * model.num_attention_heads *
-                                (model.mha_head_dim_k + model.mha_head_dim_v) * 2.0;
-  r.max_model_len = s.max_model_len > 0 ? s.max_model_len : model.max_position_embeddings;
-  if (r.max_model_len > model.max_position_embeddings) {
-    throw Error("--max-model-len " + std::to_string(r.max_model_len) +
-                " is beyond the model's max_position_embeddings (" +
-                std::to_string(model.max_position_embeddings) + ")");
-  }
-  r.kv_pool_bytes = kv_pool_bytes(model, s);
-  plan_residual_pool(r, plan_kv_spec(shape, layer_dtypes));
-  plan_pool_blocks(r);
-  r.naive_capacity_tokens =
-      static_cast<int64_t>(static_cast<double>(r.kv_pool_bytes) / r.naive_mha_bytes_per_token);
-  plan_sequence_blocks(r);
-  if (r.blocks_per_seq > r.num_blocks) {
-    throw Error("one sequence of max_model_len " + std::to_string(r.max_model_len) + " needs " +
-                std::to_string(r.blocks_per_seq) + " blocks but the pool holds " +
-                std::to_string(r.num_blocks) + ": lower --max-model-len to at most " +
-                std::to_string(r.capacity_tokens) + " or give the KV cache more memory");
-  }
-  r.max_concurrent_seqs = r.num_blocks / r.blocks_per_seq;
-  r.longest_context = r.window > 0 ? r.max_model_len : std::min(r.capacity_tokens, r.max_model_len);
-  if (model.weight_bytes_estimated && !s.kv_cache_memory_bytes) {
-    r.notes.emplace_back("weight bytes estimated from config.json shapes");
-  }
-  if (!model.engine_supported) {
-    r.notes.emplace_back(
-        "the engine cannot load this architecture yet; figures come from the config");
-  }
-  r.notes.emplace_back("activation scratch is not subtracted: the engine measures it at start-up");
-  return r;
-}
-
 std::string format_plan_text(const PlanReport& r) {
   std::ostringstream o;
   const kv::KvShape& k = r.model.kv;
@@ -418,22 +223,30 @@ std::string format_plan_text(const PlanReport& r) {
     o << " " << kv::kv_cache_dtype_name(r.settings.model_dtype) << ")";
   }
   o << ", block size " << r.settings.block_size << " (" << r.block_bytes << " bytes/block)\n";
-  o << "kv bytes/token " << num(r.kv_bytes_per_token) << " (" << num(r.kv_bytes_per_token_per_layer)
-    << " per layer, " << num(r.scale_bytes_per_token) << " of it scales)\n";
-  o << "naive MHA      " << num(r.naive_mha_bytes_per_token)
-    << " bytes/token at 16 bits: " << num(r.naive_mha_bytes_per_token / r.kv_bytes_per_token)
-    << "x more\n";
-  o << "weights        " << gib(static_cast<double>(r.model.weight_bytes)) << " ("
+  o << "kv bytes/token " << kv::format_number(r.kv_bytes_per_token) << " ("
+    << kv::format_number(r.kv_bytes_per_token_per_layer) << " per layer, "
+    << kv::format_number(r.scale_bytes_per_token) << " of it scales)\n";
+  o << "naive MHA      " << kv::format_number(r.naive_mha_bytes_per_token)
+    << " bytes/token at 16 bits: "
+    << kv::format_number(r.naive_mha_bytes_per_token / r.kv_bytes_per_token) << "x more\n";
+  o << "weights        " << kv::format_gib(static_cast<double>(r.model.weight_bytes)) << " ("
     << r.model.weight_bytes << " bytes" << (r.model.weight_bytes_estimated ? ", estimated" : "")
     << ")\n";
-  o << "kv pool        " << gib(static_cast<double>(r.kv_pool_bytes)) << ": " << r.num_blocks
-    << " blocks, " << r.capacity_tokens << " tokens (naive MHA: " << r.naive_capacity_tokens
-    << ")\n";
-  if (r.int4_residual_pool_blocks > 0) {
-    o << "int4 residual  " << gib(static_cast<double>(r.int4_residual_pool_bytes)) << ": "
-      << r.int4_residual_pool_blocks << " "
-      << kv::kv_cache_dtype_name(residual_pool_dtype(r.settings.device)) << " blocks ("
-      << r.int4_residual_pool_bytes << " bytes), taken from the kv pool before its blocks\n";
+  o << "kv pool        " << kv::format_gib(static_cast<double>(r.kv_pool_bytes)) << ": "
+    << r.num_blocks << " blocks, " << r.capacity_tokens
+    << " tokens (naive MHA: " << r.naive_capacity_tokens << ")\n";
+  for (const PlanGroup& g : r.limit_sized_groups) {
+    if (g.newest_blocks > 0) {
+      o << "int4 residual  ";
+    } else {
+      o << "windowed pool  ";
+    }
+    o << kv::format_gib(static_cast<double>(g.bytes)) << ": " << g.num_blocks << " "
+      << kv::kv_cache_dtype_name(g.dtype) << " blocks (" << g.bytes << " bytes)";
+    if (g.window > 0) {
+      o << " for the " << g.num_layers << " layers with a sliding window of " << g.window;
+    }
+    o << ", taken from the kv pool before its blocks\n";
   }
   o << "max model len  " << r.max_model_len << " (" << r.blocks_per_seq << " blocks/sequence)\n";
   o << "concurrency    " << r.max_concurrent_seqs << " sequences of " << r.max_model_len
@@ -444,6 +257,17 @@ std::string format_plan_text(const PlanReport& r) {
 }
 
 std::string format_plan_json(const PlanReport& r) {
+  json groups = json::array();
+  for (const PlanGroup& g : r.limit_sized_groups) {
+    groups.push_back({{"kind", g.kind},
+                      {"num_layers", g.num_layers},
+                      {"window", g.window},
+                      {"newest_blocks", g.newest_blocks},
+                      {"dtype", kv::kv_cache_dtype_name(g.dtype)},
+                      {"num_blocks", g.num_blocks},
+                      {"block_bytes", g.block_bytes},
+                      {"bytes", g.bytes}});
+  }
   json j = {
       {"model", r.model.name},
       {"model_type", r.model.model_type},
@@ -465,6 +289,7 @@ std::string format_plan_json(const PlanReport& r) {
       {"int4_residual_pool_blocks", r.int4_residual_pool_blocks},
       {"int4_residual_pool_bytes", r.int4_residual_pool_bytes},
       {"int4_residual_pool_dtype", kv::kv_cache_dtype_name(residual_pool_dtype(r.settings.device))},
+      {"limit_sized_groups", groups},
       {"num_blocks", r.num_blocks},
       {"capacity_tokens", r.capacity_tokens},
       {"naive_capacity_tokens", r.naive_capacity_tokens},
@@ -521,6 +346,9 @@ void add_plan_command(CLI::App& app, PlanOptions& o) {
   cmd->add_option("--kv-int4-residual", o.kv_int4_residual,
                   "int4: the newest N tokens are read at full precision from the residual pool "
                   "(a positive multiple of --block-size; default one block)");
+  cmd->add_flag("--disable-hybrid-kv-cache-manager", o.disable_hybrid_kv_cache_manager,
+                "--device cpu: plan a hybrid model's windowed layers at full length in the one "
+                "pool, as the engine does with the same flag");
   cmd->add_flag("--json", o.json, "Print the plan as JSON");
 }
 
@@ -550,7 +378,8 @@ int run_plan(const PlanOptions& o) {
   }
   PlanSettings s;
   s.model_dtype = model.weight_bits == 32 ? kv::KvCacheDType::kF32 : kv::KvCacheDType::kBF16;
-  s.kv_dtype = parse_kv_cache_dtype_flag(o.kv_cache_dtype).value_or(s.model_dtype);
+  const kv::KvCacheDType asked = parse_kv_cache_dtype_flag(o.kv_cache_dtype);
+  s.kv_dtype = asked == kv::KvCacheDType::kAuto ? s.model_dtype : asked;
   s.skip_layers = parse_kv_skip_layers_flag(o.kv_cache_dtype_skip_layers);
   s.block_size = o.block_size;
   s.device = o.device == "cpu" ? PlanDevice::kCpu : PlanDevice::kCuda;  // CLI11 checked the name
@@ -569,6 +398,7 @@ int run_plan(const PlanOptions& o) {
   s.max_num_seqs = o.max_num_seqs;
   s.max_num_batched_tokens = o.max_num_batched_tokens;
   s.kv_int4_residual = o.kv_int4_residual;
+  s.disable_hybrid_kv_cache_manager = o.disable_hybrid_kv_cache_manager;
   const PlanReport report = compute_plan(model, s);
   std::fputs((o.json ? format_plan_json(report) : format_plan_text(report)).c_str(), stdout);
   return 0;
