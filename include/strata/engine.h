@@ -189,6 +189,8 @@ struct KvGroupStats {
   int32_t newest_blocks = 0;  // newest blocks (INT4's full-precision blocks): R
   int32_t num_blocks = 0;     // the null block included
   int32_t num_used_blocks = 0;
+  int64_t block_bytes = 0;  // one block of the group's pool (its layers, K and V, scales)
+  int64_t pool_bytes() const { return block_bytes * num_blocks; }
 };
 
 // What the last step did, and the engine's state after it.
@@ -204,7 +206,6 @@ struct EngineStepStats {
   double step_seconds = 0.0;      // the whole step
   int32_t num_used_blocks = 0;
   int32_t num_free_blocks = 0;
-  int32_t num_used_residual_blocks = 0;  // INT4: the residual pool's blocks in use
   // Blocks the prefix cache holds (full blocks indexed by their hash, in use or freed and
   // evictable); 0 with prefix caching off.
   int32_t num_cached_blocks = 0;
@@ -274,13 +275,10 @@ class Engine {
   // The most tokens (prompt + max_tokens) one request can have: max_model_len, or less when the
   // KV pool cannot hold that many for one sequence. What the server advertises as max_model_len.
   int64_t max_request_tokens() const;
-  // INT4 pools: the full-precision residual pool's blocks (the null block included) and bytes,
-  // and R, the blocks a query reads at full precision; 0 for every other dtype.
-  int32_t num_residual_blocks() const;
-  int64_t residual_bytes() const;
-  int32_t kv_int4_residual_blocks() const;
-  // The KV cache groups: one for most models, two for an INT4 cache (its codes, its newest blocks
-  // at full precision) or a model whose layers mix sliding-window and full attention.
+  // The KV cache groups, group 0 first: one for most models, two for an INT4 cache (its codes,
+  // and its newest R blocks at full precision: kind "newest blocks") or a model whose layers mix
+  // sliding-window and full attention (its windowed layers: kind "sliding window"). Each with
+  // its pool's blocks and the blocks requests hold now.
   std::vector<KvGroupStats> kv_groups() const;
   int64_t weight_bytes() const;
   Device device() const;

@@ -97,7 +97,6 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
   for (int32_t g = 0; g < runner_->num_kv_pools(); ++g) {
     kv::KvGroupSpec spec = groups[static_cast<size_t>(g)];
     spec.kv = runner_->kv_layout(g).spec();
-    if (spec.kind == kv::KvGroupKind::kNewestBlocks) residual_blocks_ = spec.newest_blocks;
     kv_config.groups.push_back({spec, runner_->num_blocks(g)});
   }
   const kv::KvGroupSpec& group0 = kv_config.groups.front().spec;
@@ -343,25 +342,17 @@ DType Engine::kv_dtype() const { return impl_->runner_->kv_layout().spec().dtype
 const std::string& Engine::kv_scales_source() const { return impl_->kv_scales_source_; }
 int32_t Engine::num_blocks() const { return impl_->runner_->num_blocks(); }
 int64_t Engine::max_request_tokens() const { return impl_->max_request_tokens(); }
-int32_t Engine::num_residual_blocks() const {
-  const model::ModelRunner& r = *impl_->runner_;
-  return r.num_kv_pools() > 1 && r.kv_layer_slots().empty() ? r.num_blocks(1) : 0;
-}
-int64_t Engine::residual_bytes() const {
-  const model::ModelRunner& r = *impl_->runner_;
-  return num_residual_blocks() > 0 ? r.kv_layout(1).pool_bytes(r.num_blocks(1)) : 0;
-}
 std::vector<KvGroupStats> Engine::kv_groups() const {
   const kv::KvCacheManager& cache = impl_->cache();
   std::vector<KvGroupStats> groups;
   for (int32_t g = 0; g < cache.num_groups(); ++g) {
     const kv::KvGroupSpec& spec = cache.group_spec(g);
     groups.push_back({kv::kv_group_kind_name(spec.kind), spec.window, spec.newest_blocks,
-                      cache.pool(g).num_blocks(), cache.pool(g).num_used_blocks()});
+                      cache.pool(g).num_blocks(), cache.pool(g).num_used_blocks(),
+                      impl_->runner_->kv_layout(g).block_bytes()});
   }
   return groups;
 }
-int32_t Engine::kv_int4_residual_blocks() const { return impl_->residual_blocks_; }
 int64_t Engine::weight_bytes() const { return impl_->runner_->weight_bytes(); }
 Device Engine::device() const { return impl_->config_.device; }
 double Engine::now() const { return impl_->now(); }

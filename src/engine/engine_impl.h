@@ -65,7 +65,6 @@ class EngineImpl {
   std::unique_ptr<model::ModelRunner> runner_;
   std::string kv_scales_source_;  // FP8 only: where the static scales came from
   std::optional<engine::KvQuantCheckReport> kv_quant_check_;  // when --kv-quant-check ran
-  int32_t residual_blocks_ = 0;  // R when the pool has a residual pool (INT4), else 0
 
   const kv::KvCacheManager& cache() const { return *cache_; }
   int32_t vocab_size() const { return static_cast<int32_t>(runner_->config().vocab_size); }

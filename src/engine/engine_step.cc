@@ -231,10 +231,6 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   const kv::BlockPool& pool = cache_->pool();
   st.num_used_blocks = pool.num_used_blocks();
   st.num_free_blocks = pool.num_free_blocks();
-  st.num_used_residual_blocks =
-      cache_->num_groups() > 1 && cache_->group_spec(1).kind == kv::KvGroupKind::kNewestBlocks
-          ? cache_->pool(1).num_used_blocks()
-          : 0;
   st.num_cached_blocks = pool.num_cached_blocks();
   std::vector<const kv::BlockTable*> tables;
   for (const Sequence* s : scheduler_->running()) tables.push_back(&s->table);

@@ -50,8 +50,7 @@ HttpServer::HttpServer(AsyncEngine& engine, ServedModel model, ServerConfig conf
       model_(std::move(model)),
       config_(std::move(config)),
       kv_facts_{engine.engine().kv_bytes_per_token(), engine.engine().kv_scale_bytes_per_token(),
-                engine.engine().config().block_size, engine.engine().residual_bytes(),
-                engine.engine().num_residual_blocks()} {
+                engine.engine().config().block_size} {
   HttpLimits limits = config_.limits;
   if (limits.num_handler_threads <= 0) {
     limits.num_handler_threads = engine_.engine().config().max_num_seqs + 16;

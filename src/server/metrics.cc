@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -103,20 +104,13 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
          static_cast<double>(kv.scale_bytes_per_token));
   metric(out, "strata:kv_cache_block_size", "gauge", "Tokens per KV cache block.",
          static_cast<double>(kv.block_size));
-  if (kv.residual_blocks > 0) {
-    metric(out, "strata:kv_residual_bytes", "gauge",
-           "INT4 KV cache: bytes of the full-precision residual pool beside the int4 pool.",
-           static_cast<double>(kv.residual_bytes));
-    metric(out, "strata:kv_residual_blocks", "gauge",
-           "INT4 KV cache: blocks of the residual pool (the null block included).",
-           static_cast<double>(kv.residual_blocks));
-  }
   // Each KV cache group's pool (docs/kv.md, "KV cache groups"): group 0 is the one above; an
   // INT4 cache's newest blocks and a hybrid model's windowed layers have a pool of their own.
   const std::pair<const char*, const char*> group_metrics[] = {
       {"strata:kv_group_blocks", "Blocks of each KV cache group's pool (the null block included)."},
-      {"strata:kv_group_used_blocks", "Blocks of each KV cache group's pool held by requests."}};
-  for (size_t m = 0; m < 2; ++m) {
+      {"strata:kv_group_used_blocks", "Blocks of each KV cache group's pool held by requests."},
+      {"strata:kv_group_bytes", "Bytes of each KV cache group's pool."}};
+  for (size_t m = 0; m < std::size(group_metrics); ++m) {
     if (s.kv_groups.empty()) break;
     const char* name = group_metrics[m].first;
     line(out, std::string("# HELP ") + name + " " + group_metrics[m].second);
@@ -126,7 +120,9 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
       std::string kind = k.kind;
       std::replace(kind.begin(), kind.end(), ' ', '_');
       line(out, std::string(name) + "{group=\"" + std::to_string(g) + "\",kind=\"" + kind + "\"} " +
-                    std::to_string(m == 0 ? k.num_blocks : k.num_used_blocks));
+                    std::to_string(m == 0   ? int64_t{k.num_blocks}
+                                   : m == 1 ? int64_t{k.num_used_blocks}
+                                            : k.pool_bytes()));
     }
   }
   metric(out, "strata:prefix_cache_queries_total", "counter", "Prompt tokens looked up.",

@@ -33,9 +33,6 @@ struct KvCacheFacts {
   int64_t bytes_per_token = 0;        // all layers, K and V, scales included
   int64_t scale_bytes_per_token = 0;  // of which per-token scales (int8)
   int32_t block_size = 0;
-  // INT4: the full-precision residual pool beside the int4 pool (bytes, blocks with the null).
-  int64_t residual_bytes = 0;
-  int32_t residual_blocks = 0;
 };
 
 class Metrics {

@@ -32,6 +32,8 @@
 namespace strata {
 namespace {
 
+using engine::test_util::newest_blocks_group;
+
 const std::string kFixture = std::string(STRATA_TEST_DATA_DIR) + "/models-gpu/qwen3-qknorm-hd64";
 
 bool has_cuda_device() {
@@ -150,7 +152,7 @@ void expect_mixed_batch_finishes(Engine& e) {
   }
   EXPECT_EQ(e.last_step().num_used_blocks, 0);
   EXPECT_EQ(e.last_step().num_free_blocks, e.num_blocks() - 1);
-  EXPECT_EQ(e.last_step().num_used_residual_blocks, 0);
+  EXPECT_EQ(newest_blocks_group(e).num_used_blocks, 0);
 }
 
 TEST_F(CudaEngineTest, AMixedBatchFinishesAtItsLengthsAndGivesEveryBlockBack) {
@@ -174,7 +176,7 @@ TEST_F(CudaEngineTest, QuantizedCachesRunTheMixedBatchAndGiveEveryBlockBack) {
     if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) {
       EXPECT_EQ(e->kv_scales_source().rfind("calculated over ", 0), 0u);
     }
-    EXPECT_EQ(e->num_residual_blocks() > 0, dtype == DType::kI4);
+    EXPECT_EQ(newest_blocks_group(*e).num_blocks > 0, dtype == DType::kI4);
     expect_mixed_batch_finishes(*e);
   }
 }
@@ -260,7 +262,7 @@ TEST_F(CudaEngineTest, ASmallPoolPreemptsBySwapAndFinishesEverything) {
     EXPECT_GT((*e)->totals().num_swapped_out_blocks, 0);
     EXPECT_EQ((*e)->totals().num_swapped_in_blocks, (*e)->totals().num_swapped_out_blocks);
     EXPECT_EQ((*e)->last_step().num_used_blocks, 0);
-    EXPECT_EQ((*e)->last_step().num_used_residual_blocks, 0);
+    EXPECT_EQ(newest_blocks_group(**e).num_used_blocks, 0);
   }
 }
 
@@ -273,17 +275,17 @@ TEST_F(CudaEngineTest, Int4WithATwoBlockResidualWindowRunsTheMixedBatch) {
   Result<std::unique_ptr<Engine>> e = Engine::create(c);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   Engine& engine = **e;
-  EXPECT_EQ(engine.kv_int4_residual_blocks(), 2);
+  EXPECT_EQ(newest_blocks_group(engine).newest_blocks, 2);
   const int32_t residual_blocks = kv::newest_blocks_pool_size(32, 2, 256, 16);
   EXPECT_EQ(residual_blocks, 32 * 3 + 16 + 1);
-  EXPECT_EQ(engine.num_residual_blocks(), residual_blocks);
+  EXPECT_EQ(newest_blocks_group(engine).num_blocks, residual_blocks);
   const model::ModelConfig& mc = engine.model_config();
   // bf16: K and V x layers x KV heads x head_dim x 16 tokens x 2 bytes.
   const int64_t residual_block_bytes =
       2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * 16 * 2;
-  EXPECT_EQ(engine.residual_bytes(), residual_blocks * residual_block_bytes);
-  EXPECT_EQ(engine.num_blocks(),
-            ((int64_t{64} << 20) - engine.residual_bytes()) / (engine.kv_bytes_per_token() * 16));
+  EXPECT_EQ(newest_blocks_group(engine).pool_bytes(), residual_blocks * residual_block_bytes);
+  EXPECT_EQ(engine.num_blocks(), ((int64_t{64} << 20) - newest_blocks_group(engine).pool_bytes()) /
+                                     (engine.kv_bytes_per_token() * 16));
   expect_mixed_batch_finishes(engine);
 }
 
@@ -363,7 +365,7 @@ std::vector<float> prompt_logprobs(DType dtype, int32_t chunk) {
       }
     }
   }
-  EXPECT_EQ((*e)->last_step().num_used_residual_blocks, 0);
+  EXPECT_EQ(newest_blocks_group(**e).num_used_blocks, 0);
   return out;
 }
 
@@ -408,7 +410,7 @@ TEST_F(CudaEngineTest, Int4WithRTwoAPrefixHitMatchesTheColdRun) {
   ASSERT_TRUE(warm.ok()) << warm.status().to_string();
   const engine::test_util::PrefixRun run = engine::test_util::run_extended_prompt(**warm, 2);
   EXPECT_EQ(run.got.metrics.num_cached_tokens, 64);
-  EXPECT_EQ((*warm)->last_step().num_used_residual_blocks, 0);
+  EXPECT_EQ(newest_blocks_group(**warm).num_used_blocks, 0);
   Result<std::unique_ptr<Engine>> cold = Engine::create(c);
   ASSERT_TRUE(cold.ok()) << cold.status().to_string();
   const RequestId id = *(*cold)->submit(run.second);

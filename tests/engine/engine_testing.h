@@ -30,6 +30,15 @@ struct Collected {
   RequestMetrics metrics;
 };
 
+// An INT4 cache's newest-blocks group (its full-precision pool), or a group of 0 blocks when the
+// engine has none.
+inline KvGroupStats newest_blocks_group(const Engine& e) {
+  for (const KvGroupStats& g : e.kv_groups()) {
+    if (g.newest_blocks > 0) return g;
+  }
+  return {};
+}
+
 inline EngineRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens = 12,
                             int32_t logprobs = 20) {
   EngineRequest r;

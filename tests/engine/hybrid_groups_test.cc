@@ -29,6 +29,7 @@ namespace strata::engine {
 namespace {
 
 using test_util::Collected;
+using test_util::newest_blocks_group;
 
 constexpr int32_t kWindow = 64;
 
@@ -143,7 +144,7 @@ TEST_P(HybridGroupsTest, TheWindowedLayersGetAGroupOfTheirOwn) {
   EXPECT_EQ(groups[0].kind, "full attention");
   EXPECT_EQ(groups[1].kind, "sliding window");
   EXPECT_EQ(groups[1].window, kWindow);
-  EXPECT_EQ((*e)->num_residual_blocks(), 0) << "no int4 residual pool";
+  EXPECT_EQ(newest_blocks_group(**e).num_blocks, 0) << "no int4 residual pool";
   EXPECT_EQ((*e)->kv_layer_dtypes().size(), 2u);
   auto one = Engine::create(model_, pool_, config(/*hybrid=*/false));
   ASSERT_TRUE(one.ok());

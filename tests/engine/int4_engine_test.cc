@@ -39,6 +39,7 @@ const std::string kModels = std::string(STRATA_TEST_DATA_DIR) + "/models/";
 
 using engine::test_util::Collected;
 using engine::test_util::drain;
+using engine::test_util::newest_blocks_group;
 using engine::test_util::prompt_of;
 
 EngineRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens = 12) {
@@ -79,7 +80,7 @@ class Int4EngineTest : public ::testing::Test {
 
   static void expect_nothing_held(const Engine& e) {
     EXPECT_EQ(e.last_step().num_used_blocks, 0) << "leaked int4 blocks";
-    EXPECT_EQ(e.last_step().num_used_residual_blocks, 0) << "leaked residual blocks";
+    EXPECT_EQ(newest_blocks_group(e).num_used_blocks, 0) << "leaked residual blocks";
   }
 
   Collected alone(const EngineRequest& r, const EngineConfig& c) {
@@ -235,7 +236,7 @@ TEST_F(Int4EngineTest, AMixedLayoutKeepsItsFloat32LayerOutOfTheResidualPool) {
   }
   EXPECT_GT(d, 1e-6) << "layer 0 at float32 changes the output";
   auto e = make(all);
-  EXPECT_EQ(e->num_residual_blocks(), 0) << "no int4 layer left: no residual pool";
+  EXPECT_EQ(newest_blocks_group(*e).num_blocks, 0) << "no int4 layer left: no residual pool";
   EngineConfig f32;
   f32.num_blocks = 256;
   expect_identical(alone(r, all), alone(r, f32));
@@ -256,7 +257,8 @@ TEST_F(Int4EngineTest, KvQuantCheckMeasuresInt4LayersThroughAScratchResidualPool
     EXPECT_LT(l.attn_error, 0.5) << "layer " << l.layer_idx;
   }
   EXPECT_EQ(e->kv_layer_dtypes(), (std::vector<DType>{DType::kF32, DType::kF32}));
-  EXPECT_EQ(e->num_residual_blocks(), 0) << "every layer kept: no int4 layer, no residual pool";
+  EXPECT_EQ(newest_blocks_group(*e).num_blocks, 0)
+      << "every layer kept: no int4 layer, no residual pool";
 }
 
 TEST_F(Int4EngineTest, TheResidualPoolIsSizedFromTheSchedulerLimitsAndComesOutOfTheBudget) {
@@ -267,20 +269,20 @@ TEST_F(Int4EngineTest, TheResidualPoolIsSizedFromTheSchedulerLimitsAndComesOutOf
   c.kv_cache_memory_bytes = 4 << 20;
   auto e = make(c);
   const int32_t residual_blocks = 8 * 3 + (100 + 15) / 16 + 1;
-  EXPECT_EQ(e->num_residual_blocks(), residual_blocks);
-  EXPECT_EQ(e->kv_int4_residual_blocks(), 2);
+  EXPECT_EQ(newest_blocks_group(*e).num_blocks, residual_blocks);
+  EXPECT_EQ(newest_blocks_group(*e).newest_blocks, 2);
   // F32, 2 layers x 2 KV heads x 16 channels x K and V x 16 tokens per block.
   const int64_t residual_block_bytes = 2 * 2 * 16 * 2 * 4 * 16;
-  EXPECT_EQ(e->residual_bytes(), residual_blocks * residual_block_bytes);
+  EXPECT_EQ(newest_blocks_group(*e).pool_bytes(), residual_blocks * residual_block_bytes);
   const int64_t int4_block_bytes = e->kv_bytes_per_token() * 16;
-  EXPECT_EQ(e->num_blocks(), ((4 << 20) - e->residual_bytes()) / int4_block_bytes);
-  c.kv_cache_memory_bytes = e->residual_bytes();
+  EXPECT_EQ(e->num_blocks(), ((4 << 20) - newest_blocks_group(*e).pool_bytes()) / int4_block_bytes);
+  c.kv_cache_memory_bytes = newest_blocks_group(*e).pool_bytes();
   EXPECT_NE(Engine::create(model_, pool_, c).status().message().find("residual pool"),
             std::string::npos);
   // A float32 pool has none.
   EngineConfig f32;
   f32.num_blocks = 64;
-  EXPECT_EQ(make(f32)->num_residual_blocks(), 0);
+  EXPECT_EQ(newest_blocks_group(*make(f32)).num_blocks, 0);
 }
 
 TEST_F(Int4EngineTest, UnsupportedCombinationsAreRefusedWithOneLine) {
@@ -383,7 +385,7 @@ TEST(Int4WindowTest, ASlidingWindowSequenceOnInt4GetsTheSameResultsInAnyShape) {
         }
       }
       EXPECT_EQ((*e)->last_step().num_used_blocks, 0);
-      EXPECT_EQ((*e)->last_step().num_used_residual_blocks, 0);
+      EXPECT_EQ(newest_blocks_group(**e).num_used_blocks, 0);
       if (batch == 1 && chunk <= 16) {
         EXPECT_LE(most_blocks, (64 + chunk + 15) / 16 + 1) << "the window's blocks only";
       }

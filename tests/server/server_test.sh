@@ -45,6 +45,7 @@ ids=$(sed -n 's/.*"tokens":\(\[[0-9,]*\]\).*/\1/p' "$tmp/body")
   grep -qE '^strata:prefix_cache_blocks [1-9]' "$tmp/body" &&
   grep -qE '^strata:kv_group_blocks\{group="0",kind="full_attention"\} [1-9]' "$tmp/body" &&
   grep -qE '^strata:kv_group_used_blocks\{group="0",kind="full_attention"\} [0-9]' "$tmp/body" &&
+  grep -qE '^strata:kv_group_bytes\{group="0",kind="full_attention"\} [1-9]' "$tmp/body" &&
   ok || fail "metrics"
 [[ $(status "$base/v1/completions" -d '{bad') == 400 ]] && grep -q '"error"' "$tmp/body" \
   && ok || fail "malformed JSON"

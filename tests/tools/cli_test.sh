@@ -113,7 +113,7 @@ expect_error bad-kv-dtype "kv-cache-dtype 'fp4' is not supported" generate --mod
 out=$("$strata" generate --device cpu --model "$model" --prompt-ids "$prompt" --max-tokens 4 --temperature 0 \
       --ignore-eos --json --kv-cache-dtype int4 --kv-int4-residual 32) \
   || fail "int4 generate exited non-zero"
-python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int4", j; assert len(j["output_ids"])==4; assert j["kv_residual_blocks"] > 1, j' \
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int4", j; assert len(j["output_ids"])==4; g=j["kv_groups"]; assert len(g)==2 and g[1]["kind"]=="newest blocks" and g[1]["newest_blocks"]==2 and g[1]["num_blocks"] > 1 and g[1]["bytes"] > 0, j' \
   <<<"$out" && ok || fail "int4 generate JSON"
 out=$("$strata" eval kv-quant --kv-cache-dtype int4 --num-windows 1 --window-len 48 \
       --needle-trials 2 --needle-contexts 256 --needle-depths 0.5 --threads 2 --json \

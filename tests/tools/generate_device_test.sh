@@ -98,7 +98,7 @@ python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=
 # int4 (KIVI) with its bf16 residual pool on the device (R = 2 blocks)
 out=$("$strata" "${cuda[@]}" --kv-cache-dtype int4 --kv-int4-residual 32) \
   || fail "--kv-cache-dtype int4 exited non-zero"
-python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int4" and len(j["output_ids"])==8 and j["kv_residual_blocks"] > 1, j' \
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int4" and len(j["output_ids"])==8 and j["kv_groups"][1]["kind"]=="newest blocks" and j["kv_groups"][1]["num_blocks"] > 1, j' \
   <<<"$out" && ok || fail "--device cuda int4 JSON"
 
 finish generate_device_test_gpu

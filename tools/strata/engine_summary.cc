@@ -24,21 +24,19 @@ void print_pool(const Engine& engine) {
   const std::string scales = engine.kv_scales_source().empty()
                                  ? std::string()
                                  : "; fp8 scales: " + engine.kv_scales_source();
-  // INT4: the full-precision residual pool the int4 pool was sized after (the backend's model
-  // precision: f32 on the CPU, bf16 on the GPU).
+  // The second group's pool, which was sized first: an INT4 cache's full-precision newest blocks
+  // (the backend's model precision: f32 on the CPU, bf16 on the GPU), or a hybrid model's
+  // windowed layers (the blocks above are then the full-attention layers' own).
   char residual[160] = "";
-  if (engine.num_residual_blocks() > 0) {
+  const std::vector<KvGroupStats> groups = engine.kv_groups();
+  if (groups.size() > 1 && groups[1].newest_blocks > 0) {
     std::snprintf(residual, sizeof residual,
                   " + residual %d blocks x %d tokens %s (%.1f MiB, --kv-int4-residual %d)",
-                  engine.num_residual_blocks() - 1, engine.config().block_size,
+                  groups[1].num_blocks - 1, engine.config().block_size,
                   engine.device() == Device::kCuda ? "bf16" : "f32",
-                  static_cast<double>(engine.residual_bytes()) / (1024.0 * 1024.0),
-                  engine.kv_int4_residual_blocks() * engine.config().block_size);
-  }
-  // A model whose layers mix sliding-window and full attention: its windowed layers' group (the
-  // blocks above are the full-attention layers' own).
-  const std::vector<KvGroupStats> groups = engine.kv_groups();
-  if (groups.size() > 1 && groups[1].window > 0) {
+                  static_cast<double>(groups[1].pool_bytes()) / (1024.0 * 1024.0),
+                  groups[1].newest_blocks * engine.config().block_size);
+  } else if (groups.size() > 1 && groups[1].window > 0) {
     std::snprintf(residual, sizeof residual,
                   " + windowed layers (window %d) %d blocks x %d tokens", groups[1].window,
                   groups[1].num_blocks - 1, engine.config().block_size);

@@ -36,8 +36,8 @@ struct GenerateReport {
   std::string kv_cache_dtype;  // kv::kv_dtype_summary: "int8 (layers 0 float32)"
   int64_t kv_bytes_per_token = 0;
   int64_t kv_scale_bytes_per_token = 0;
-  int32_t num_blocks = 0;           // the pool, the null block included
-  int32_t num_residual_blocks = 0;  // INT4: the residual pool, the null block included; else 0
+  int32_t num_blocks = 0;  // group 0's pool, the null block included
+  std::vector<KvGroupStats> kv_groups;
   engine::GenerationResult result;
   // Prefill runs until the first output token; decode is the rest.
   int64_t num_prefill_tokens = 0;
@@ -136,7 +136,7 @@ GenerateReport run_on_engine(const GenerateOptions& o, EngineConfig c,
   r.kv_bytes_per_token = engine.kv_bytes_per_token();
   r.kv_scale_bytes_per_token = engine.kv_scale_bytes_per_token();
   r.num_blocks = engine.num_blocks();
-  r.num_residual_blocks = engine.num_residual_blocks();
+  r.kv_groups = engine.kv_groups();
   r.prefill_seconds = metrics.first_token_time - metrics.arrival_time;
   r.decode_seconds = metrics.finished_time - metrics.first_token_time;
   r.num_cached_prompt_tokens = metrics.num_cached_tokens;
@@ -175,6 +175,20 @@ json logprobs_json(const std::vector<int32_t>& prompt, const engine::GenerationR
 
 double per_second(int64_t n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
 
+// Each KV cache group: its kind, window or R, and its pool's blocks (the null block included)
+// and bytes.
+json kv_groups_json(const std::vector<KvGroupStats>& groups) {
+  json out = json::array();
+  for (const KvGroupStats& g : groups) {
+    out.push_back({{"kind", g.kind},
+                   {"window", g.window},
+                   {"newest_blocks", g.newest_blocks},
+                   {"num_blocks", g.num_blocks},
+                   {"bytes", g.pool_bytes()}});
+  }
+  return out;
+}
+
 void print_json(const GenerateOptions& o, const GenerateReport& r) {
   const engine::GenerationResult& g = r.result;
   json out = {
@@ -183,7 +197,7 @@ void print_json(const GenerateOptions& o, const GenerateReport& r) {
       {"weight_bytes", r.weight_bytes},
       {"kv_cache_dtype", r.kv_cache_dtype},
       {"kv_bytes_per_token", r.kv_bytes_per_token},
-      {"kv_residual_blocks", r.num_residual_blocks},
+      {"kv_groups", kv_groups_json(r.kv_groups)},
       {"prompt_ids", o.prompt_ids},
       {"output_ids", g.output_ids},
       {"finish_reason", engine::finish_reason_name(g.finish_reason)},
@@ -219,10 +233,11 @@ void print_table(const GenerateOptions& o, const GenerateReport& r) {
               static_cast<long long>(c.num_hidden_layers),
               static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim));
-  const std::string residual = r.num_residual_blocks > 0
-                                   ? " + residual " + std::to_string(r.num_residual_blocks - 1) +
-                                         " blocks x " + std::to_string(block_size) + " tokens f32"
-                                   : "";
+  std::string residual;
+  for (size_t g = 1; g < r.kv_groups.size(); ++g) {
+    residual += " + " + r.kv_groups[g].kind + " " + std::to_string(r.kv_groups[g].num_blocks - 1) +
+                " blocks x " + std::to_string(block_size) + " tokens";
+  }
   std::printf(
       "kv cache     %s, block size %d, %d blocks, %lld bytes/token (%lld of them scales)%s\n",
       r.kv_cache_dtype.c_str(), block_size, r.num_blocks,
