@@ -84,4 +84,26 @@ double median_ms_per_call(cudaStream_t stream, int runs, int calls, F&& launch) 
   return ms[ms.size() / 2];
 }
 
+// Microseconds per call when max(copies, 20) launches (launch(i % copies)) are replayed from one
+// CUDA graph: no per-launch host cost, which is what a captured decode step pays. For kernels
+// short enough that an event pair around one launch times the launch rather than the kernel.
+template <typename F>
+double time_graph_us(cudaStream_t stream, int copies, F&& launch) {
+  const int calls = std::max(copies, 20);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  die_if(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < calls; ++i) die_if(launch(i % copies), "captured launch");
+  die_if(cudaStreamEndCapture(stream, &graph), "end capture");
+  die_if(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  die_if(cudaGraphLaunch(exec, stream), "graph launch");
+  die_if(cudaStreamSynchronize(stream), "sync");
+  const double us = 1e3 / calls * median_ms_per_call(stream, 5, 1, [&](int) {
+                      return cudaGraphLaunch(exec, stream);
+                    });
+  die_if(cudaGraphExecDestroy(exec), "destroy");
+  die_if(cudaGraphDestroy(graph), "destroy");
+  return us;
+}
+
 }  // namespace strata::cuda::bench

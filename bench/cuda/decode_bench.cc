@@ -1,17 +1,19 @@
 // strata_decode_bench: paged decode attention bandwidth on the GPU, against the device-to-device
-// copy bandwidth measured in the same run (tools/gpu/bench_decode_torch.py measures PyTorch's SDPA on
-// the same shapes in the same call; tools/gpu/gpu_check.sh runs both).
+// copy bandwidth measured in the same run (tools/gpu/bench_decode_torch.py measures PyTorch's SDPA
+// on the same shapes in the same call; tools/gpu/gpu_check.sh runs both).
 //
 // 32 query / 8 KV heads, head dim 128, block sizes 16, 32 and 64, (batch x context) = 1 x 1024
 // (the engine's batch-1 decode), 1 x 65536, 16 x 32768, 64 x 4096, 256 x 1024, for each KV dtype
 // asked for (BF16 by default; fp8_e4m3, fp8_e5m2, int8 and int4 read quantized caches with
 // BF16 queries, and their rows give the time as a ratio to BF16's at the same shape; int4 reads
-// each query's own block from a bf16 residual pool, R = 1, the rest from its codes). Blocks are handed out in a random order, as a
-// long-running pool would. The K/V rows are random_fill values appended through kv_append (which
-// quantizes them), the pool is copied back and decoded on the host (kernels/cpu/kv_quant.h), and
-// the output is checked against a double reference over those values (two sequences, first and
-// last KV head) before anything is timed. Times are medians of individually event-timed
-// launches. "KV bytes" counts K and V once, INT8's scales and INT4's statistics included (not
+// each query's own block from a bf16 residual pool, R = 1, the rest from its codes). Blocks are
+// handed out in a random order, as a long-running pool would. The K/V rows are random_fill values
+// appended through kv_append (which quantizes them), the pool is copied back and decoded on the
+// host (kernels/cpu/kv_quant.h), and the output is checked against a double reference over those
+// values (two sequences, first and last KV head) before anything is timed. Times are medians of
+// individually event-timed launches, and per launch replayed from a CUDA graph ("graph": what a
+// captured decode step pays; for the short batch-1 kernels an event pair times the launch more than
+// the kernel). "KV bytes" counts K and V once, INT8's scales and INT4's statistics included (not
 // INT4's one residual block per sequence).
 //
 //   strata_decode_bench [--json FILE] [--reps N] [--block-size N] [--batch N] [--no-sweep]
@@ -51,6 +53,7 @@ using bench::bf16_value;
 using bench::die_if;
 using bench::query_row;
 using bench::take;
+using bench::time_graph_us;
 
 constexpr int32_t kQoHeads = 32;
 constexpr int32_t kKvHeads = 8;
@@ -112,10 +115,12 @@ struct Row {
   Shape shape;
   double kv_bytes;
   float median_us;
+  float graph_us;  // per launch replayed from a CUDA graph, as a captured decode step runs it
   float unsplit_us;
   double gbs;
   double max_abs_err;
-  std::string split_sweep;  // JSON members "splits": microseconds
+  std::string split_sweep;        // JSON members "splits": microseconds
+  std::string graph_split_sweep;  // the same, replayed from a CUDA graph
 };
 
 int run(int argc, char** argv) {
@@ -331,6 +336,8 @@ int run(int argc, char** argv) {
         r.kv_bytes = static_cast<double>(sh.batch) * sh.context * layout.bytes_per_token();
         r.median_us =
             1e3f * time_ms(stream, reps, [&] { return decode_attention(p, stream.get()); });
+        r.graph_us = static_cast<float>(
+            time_graph_us(stream.get(), 1, [&](int) { return decode_attention(p, stream.get()); }));
         if (kd.dtype == DType::kBF16) bf16_us[{bs, sh.batch, sh.context}] = r.median_us;
         const auto base = bf16_us.find({bs, sh.batch, sh.context});
         r.vs_bf16 = base == bf16_us.end() ? 0.0f : r.median_us / base->second;
@@ -343,27 +350,37 @@ int run(int argc, char** argv) {
         r.gbs = r.kv_bytes / (r.median_us * 1e-6) / 1e9;
         // How time depends on the number of splits (block size 16 only), for tuning the planner.
         if (sweep && bs == kBlockSizes[0]) {
+          // Event-timed launches, then the same replayed from a CUDA graph: a short kernel's
+          // event pair times its launch, the graph what a captured decode step pays.
+          std::string graph_line;
           std::printf("  splits sweep:");
           for (int32_t n : {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128}) {
             if (n > sh.context / 64) break;  // below the planner's 256-token floor too
             DecodeAttentionParams forced = p;
             forced.num_splits = n;
-            const float us =
-                1e3f * time_ms(
-                           stream, 5, [&] { return decode_attention(forced, stream.get()); }, 1);
+            const auto launch = [&] { return decode_attention(forced, stream.get()); };
+            const float us = 1e3f * time_ms(stream, 5, launch, 1);
+            const auto graph_us =
+                static_cast<float>(time_graph_us(stream.get(), 1, [&](int) { return launch(); }));
             std::printf(" %d:%.1f", n, us);
-            r.split_sweep += (r.split_sweep.empty() ? "" : ", ") + std::string("\"") +
-                             std::to_string(n) + "\": " + std::to_string(us);
+            char item[32];
+            std::snprintf(item, sizeof item, " %d:%.1f", n, graph_us);
+            graph_line += item;
+            const std::string sep = r.split_sweep.empty() ? "" : ", ";
+            r.split_sweep += sep + "\"" + std::to_string(n) + "\": " + std::to_string(us);
+            r.graph_split_sweep +=
+                sep + "\"" + std::to_string(n) + "\": " + std::to_string(graph_us);
           }
-          std::printf(" us\n");
+          std::printf(" us\n  graph sweep: %s us\n",
+                      graph_line.empty() ? "" : graph_line.c_str() + 1);
         }
         r.max_abs_err = max_err;
         rows.push_back(r);
         std::printf(
             "%-8s bs %3d  %3d x %5d  %9.1f us  %6.0f GB/s  (%.2f of copy)  x%.2f of bf16  unsplit "
-            "%9.1f us  err %.2e\n",
+            "%9.1f us  graph %7.1f us  err %.2e\n",
             kd.name, bs, sh.batch, sh.context, r.median_us, r.gbs, r.gbs / copy_gbs, r.vs_bf16,
-            r.unsplit_us, max_err);
+            r.unsplit_us, r.graph_us, max_err);
         std::fflush(stdout);
       }
     }
@@ -381,11 +398,12 @@ int run(int argc, char** argv) {
       std::fprintf(f,
                    "  {\"kv_dtype\": \"%s\", \"block_size\": %d, \"batch\": %d, \"context\": "
                    "%d, \"kv_bytes\": %.0f, \"median_us\": %.2f, \"vs_bf16\": %.3f, "
-                   "\"unsplit_us\": %.2f, \"gbs\": %.1f, \"max_abs_err\": %.3e, "
-                   "\"split_sweep_us\": {%s}}%s\n",
+                   "\"unsplit_us\": %.2f, \"graph_us\": %.2f, \"gbs\": %.1f, \"max_abs_err\": "
+                   "%.3e, \"split_sweep_us\": {%s}, \"graph_split_sweep_us\": {%s}}%s\n",
                    r.kv_dtype, r.block_size, r.shape.batch, r.shape.context, r.kv_bytes,
-                   r.median_us, r.vs_bf16, r.unsplit_us, r.gbs, r.max_abs_err,
-                   r.split_sweep.c_str(), i + 1 < rows.size() ? "," : "");
+                   r.median_us, r.vs_bf16, r.unsplit_us, r.graph_us, r.gbs, r.max_abs_err,
+                   r.split_sweep.c_str(), r.graph_split_sweep.c_str(),
+                   i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

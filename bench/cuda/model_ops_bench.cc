@@ -40,6 +40,7 @@ namespace {
 
 using bench::die_if;
 using bench::take;
+using bench::time_graph_us;
 
 constexpr int64_t kHidden = 4096;
 constexpr int64_t kInter = 14336;
@@ -81,27 +82,6 @@ double time_us(const Stream& stream, int copies, F&& launch) {
   return 1e3 * bench::median_ms_per_call(stream.get(), 5, calls, cycled);
 }
 
-// Microseconds per call when `calls` launches are replayed from one CUDA graph (no per-launch
-// host cost: what a captured decode step pays). Only for the small token counts.
-template <typename F>
-double time_graph_us(const Stream& stream, int copies, F&& launch) {
-  const int calls = std::max(copies, 20);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  die_if(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "capture");
-  for (int i = 0; i < calls; ++i) die_if(launch(i % copies), "captured launch");
-  die_if(cudaStreamEndCapture(stream.get(), &graph), "end capture");
-  die_if(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  die_if(cudaGraphLaunch(exec, stream.get()), "graph launch");
-  die_if(stream.synchronize(), "sync");
-  const double us = 1e3 / calls * bench::median_ms_per_call(stream.get(), 5, 1, [&](int) {
-                      return cudaGraphLaunch(exec, stream.get());
-                    });
-  die_if(cudaGraphExecDestroy(exec), "destroy");
-  die_if(cudaGraphDestroy(graph), "destroy");
-  return us;
-}
-
 // Times launch both ways: streamed, and (for up to kGraphMaxTokens tokens) from a CUDA graph.
 constexpr int64_t kGraphMaxTokens = 256;
 struct Times {
@@ -111,7 +91,7 @@ struct Times {
 template <typename F>
 Times time_both(const Stream& stream, int64_t tokens, int copies, F&& launch) {
   Times t{time_us(stream, copies, launch), 0.0};
-  if (tokens <= kGraphMaxTokens) t.graph_us = time_graph_us(stream, copies, launch);
+  if (tokens <= kGraphMaxTokens) t.graph_us = time_graph_us(stream.get(), copies, launch);
   return t;
 }
 
@@ -357,7 +337,7 @@ struct Bench {
                     static_cast<long long>(pr.k), us, bytes / (us * 1e-6) / 1e9,
                     bytes / (us * 1e-6) / 1e9 / copy_gbs);
       };
-      const double gemm_us = time_graph_us(stream, copies, [&](int i) {
+      const double gemm_us = time_graph_us(stream.get(), copies, [&](int i) {
         GemmParams p;
         p.a = a.data();
         p.lda = pr.k;
@@ -378,7 +358,7 @@ struct Bench {
       layer_gemm += gemm_us;
       for (int v = 0; v < kShapes; ++v) {
         const detail::GemvFp8Shape shape = detail::kGemvFp8Shapes[v];
-        const double us = time_graph_us(stream, copies, [&](int i) {
+        const double us = time_graph_us(stream.get(), copies, [&](int i) {
           detail::GemvParams g{a.data(), pr.k, codes[i].data(), pr.k, true, scales[i].as<float>(),
                                nullptr, d.data(), pr.n, pr.d_dtype, pr.accumulate, m, pr.n, pr.k,
                                shape};
