@@ -331,16 +331,19 @@ if bench:
               f"Device-to-device copy: {copy_bw:.0f} GB/s (bytes read + written)"
               + (f"; PyTorch's copy in its run: {torch.get('copy_bandwidth_gbs', 0):.0f} GB/s." if torch else "."), "",
               "Copy bandwidth counts bytes read and written; the attention kernels only read. \"unsplit\" is",
-              "the same kernel forced to one split per sequence.", "",
-              "| block size | batch x context | Strata us | Strata GB/s | unsplit us | SDPA us | SDPA GB/s | Strata / SDPA | Strata / copy | max abs err |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "the same kernel forced to one split per sequence; \"graph\" the planner's launch replayed from",
+              "a CUDA graph, as a captured decode step runs it (an event pair around one short launch times",
+              "the launch more than the kernel).", "",
+              "| block size | batch x context | Strata us | Strata GB/s | unsplit us | graph us | SDPA us | SDPA GB/s | Strata / SDPA | Strata / copy | max abs err |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in bench.get("results", []):
         t = sdpa.get((r["batch"], r["context"]))
         sd_us = f"{t['median_us']:.1f}" if t else "-"
         sd_bw = f"{t['gbs']:.0f}" if t else "-"
         ratio = f"{r['gbs'] / t['gbs']:.2f}" if t else "-"
+        graph_us = f"{r['graph_us']:.1f}" if "graph_us" in r else "-"
         lines.append(f"| {r['block_size']} | {r['batch']} x {r['context']} | {r['median_us']:.1f} | {r['gbs']:.0f} | "
-                     f"{r.get('unsplit_us', 0):.1f} | {sd_us} | {sd_bw} | {ratio} | {r['gbs'] / copy_bw:.2f} | {r['max_abs_err']:.2e} |")
+                     f"{r.get('unsplit_us', 0):.1f} | {graph_us} | {sd_us} | {sd_bw} | {ratio} | {r['gbs'] / copy_bw:.2f} | {r['max_abs_err']:.2e} |")
 pre = [l[6:] for l in read("bench.log").splitlines() if l.startswith("json: ")]
 prefill = json.loads(pre[0]).get("cases", []) if pre else []
 if prefill:
