@@ -38,20 +38,4 @@ Result<ResolvedKvLayout> resolve_kv_layout(const KvLayoutOptions& o, model::Mode
   return r;
 }
 
-Result<ResolvedKvLayout> resolve_kv_layout(const EngineConfig& c, model::Model& model,
-                                           ThreadPool& pool) {
-  return resolve_kv_layout(
-      KvLayoutOptions{.scales = KvScalesOptions{.kv_dtype = kv::resolve_kv_cache_dtype(
-                                                    c.kv_cache_dtype, DType::kF32),
-                                                .calculate_kv_scales = c.calculate_kv_scales,
-                                                .allow_unit_kv_scales = c.allow_unit_kv_scales,
-                                                .model_dir = c.model_dir},
-                      .skip_layers = c.kv_skip_layers,
-                      .quant_check = c.kv_quant_check,
-                      .quant_check_threshold = c.kv_quant_check_threshold,
-                      .full_precision = DType::kF32,
-                      .quant_check_progress = c.kv_quant_check_progress},
-      model, pool);
-}
-
 }  // namespace strata::engine

@@ -16,7 +16,6 @@
 #include "kv/kv_layer_dtypes.h"
 #include "kv/kv_layout.h"
 #include "model/model.h"
-#include "strata/engine.h"
 
 namespace strata::engine {
 
@@ -40,10 +39,6 @@ struct ResolvedKvLayout {
 // non-negative number, and whatever resolve_kv_scales refuses. The check runs only when the
 // dtype differs from full_precision (there is nothing to measure otherwise).
 Result<ResolvedKvLayout> resolve_kv_layout(const KvLayoutOptions& options, model::Model& model,
-                                           ThreadPool& pool);
-// The same for an engine configuration's KV flags, excepted layers at F32 (the CPU engine's and
-// `strata generate --device cpu`'s layout).
-Result<ResolvedKvLayout> resolve_kv_layout(const EngineConfig& config, model::Model& model,
                                            ThreadPool& pool);
 
 }  // namespace strata::engine

@@ -20,6 +20,24 @@ namespace strata {
 namespace engine {
 namespace {
 
+// The CPU engine's KV layout from its configuration's KV flags: auto is float32, and so are the
+// excepted layers.
+Result<ResolvedKvLayout> cpu_kv_layout(const EngineConfig& c, model::Model& model,
+                                       ThreadPool& pool) {
+  return resolve_kv_layout(
+      KvLayoutOptions{.scales = KvScalesOptions{.kv_dtype = kv::resolve_kv_cache_dtype(
+                                                    c.kv_cache_dtype, DType::kF32),
+                                                .calculate_kv_scales = c.calculate_kv_scales,
+                                                .allow_unit_kv_scales = c.allow_unit_kv_scales,
+                                                .model_dir = c.model_dir},
+                      .skip_layers = c.kv_skip_layers,
+                      .quant_check = c.kv_quant_check,
+                      .quant_check_threshold = c.kv_quant_check_threshold,
+                      .full_precision = DType::kF32,
+                      .quant_check_progress = c.kv_quant_check_progress},
+      model, pool);
+}
+
 model::LoadFormat load_format(const EngineConfig& c) {
   return c.dummy_weights ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
 }
@@ -221,7 +239,7 @@ Result<BuiltRunner> make_runner(const EngineConfig& c) {
     }));
     model::Model& loaded = *model;
     auto pool = std::make_unique<ThreadPool>(c.num_threads);
-    Result<ResolvedKvLayout> kv = resolve_kv_layout(c, loaded, *pool);
+    Result<ResolvedKvLayout> kv = cpu_kv_layout(c, loaded, *pool);
     if (!kv.ok()) return kv.status();
     Result<BuiltRunner> built =
         cpu_runner(c, std::move(model), loaded, *pool, std::move(kv).value());
@@ -234,7 +252,7 @@ Result<BuiltRunner> make_runner(const EngineConfig& c) {
 
 Result<BuiltRunner> make_cpu_runner(const EngineConfig& c, model::Model& model, ThreadPool& pool) {
   try {
-    Result<ResolvedKvLayout> kv = resolve_kv_layout(c, model, pool);
+    Result<ResolvedKvLayout> kv = cpu_kv_layout(c, model, pool);
     if (!kv.ok()) return kv.status();
     return cpu_runner(c, nullptr, model, pool, std::move(kv).value());
   } catch (const Error& e) {  // a malformed tokenizer.json
