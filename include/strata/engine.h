@@ -203,7 +203,12 @@ struct EngineStepStats {
   int32_t num_decode_tokens = 0;
   int32_t num_preempted = 0;      // this step
   double schedule_seconds = 0.0;  // scheduling and batch building, not the forward pass
-  double step_seconds = 0.0;      // the whole step
+  // The runner's part: copy-on-write copies and the forward pass, until the step's tokens (or
+  // logits) are back on the host; 0 when nothing ran. step_seconds less this and
+  // schedule_seconds is the host's own work after the forward pass (sampling on the host,
+  // stop checks, outputs).
+  double forward_seconds = 0.0;
+  double step_seconds = 0.0;  // the whole step
   int32_t num_used_blocks = 0;
   int32_t num_free_blocks = 0;
   // Blocks the prefix cache holds (full blocks indexed by their hash, in use or freed and

@@ -37,6 +37,7 @@ struct StepRecord {
   int32_t num_decode_tokens = 0;
   int32_t num_preempted = 0;
   double schedule_seconds = 0.0;
+  double forward_seconds = 0.0;  // the runner's part (EngineStepStats::forward_seconds)
   double step_seconds = 0.0;
   int32_t num_used_blocks = 0;
   int64_t live_token_slots = 0;

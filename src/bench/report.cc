@@ -67,6 +67,7 @@ void step_metrics(const RunResult& run, int32_t block_size, BenchMetrics& m) {
     BenchMetrics::StepPhase& phase = s.num_prefill_tokens > 0 ? m.prompt_steps : m.decode_steps;
     ++phase.steps;
     phase.seconds += s.step_seconds;
+    phase.forward_seconds += s.forward_seconds;
     (s.num_prefill_tokens > 0 ? prompt_seqs : decode_seqs) += s.num_scheduled_seqs;
   }
   m.prompt_steps.mean_seqs = ratio(prompt_seqs, static_cast<double>(m.prompt_steps.steps));

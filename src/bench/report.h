@@ -18,6 +18,8 @@
 //   scheduler time       EngineStepStats::schedule_seconds per step (mean, p99) and its share of
 //                        the summed step_seconds
 //                        (also over only the steps at max concurrency)
+//   prompt/decode steps  per kind of step: count, summed step_seconds, of which forward_seconds
+//                        (the runner's), mean sequences; the rest is the host's own work
 //   max concurrency      the most running requests after any step (over HTTP: the most streams
 //                        in flight when an event arrived)
 // Steps that scheduled nothing (a static batch gathering) are left out of the per-step figures.
@@ -76,6 +78,7 @@ struct BenchMetrics {
   struct StepPhase {
     int64_t steps = 0;
     double seconds = 0.0;
+    double forward_seconds = 0.0;  // of which the runner's (copies, forward pass, results back)
     double mean_seqs = 0.0;
   };
   StepPhase prompt_steps, decode_steps;

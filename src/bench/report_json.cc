@@ -17,7 +17,10 @@ json distribution_json(const Distribution& d) {
 }
 
 json phase_json(const BenchMetrics::StepPhase& p) {
-  return {{"steps", p.steps}, {"seconds", p.seconds}, {"mean_seqs", p.mean_seqs}};
+  return {{"steps", p.steps},
+          {"seconds", p.seconds},
+          {"forward_seconds", p.forward_seconds},
+          {"mean_seqs", p.mean_seqs}};
 }
 
 json header_json(const ReportHeader& h) {

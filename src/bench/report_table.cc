@@ -23,8 +23,9 @@ std::string us(double seconds) { return fmt("%.1f", seconds * 1e6); }
 std::string pct(double share) { return fmt("%.2f %%", share * 100.0); }
 std::string num(double v) { return fmt("%.0f", v); }
 std::string phase(const BenchMetrics::StepPhase& p) {
-  return num(static_cast<double>(p.steps)) + ", " + fmt("%.1f", p.seconds) + ", " +
-         fmt("%.1f", p.mean_seqs);
+  const double fwd = p.seconds > 0 ? 100.0 * p.forward_seconds / p.seconds : 0.0;
+  return num(static_cast<double>(p.steps)) + ", " + fmt("%.1f", p.seconds) + " (" +
+         fmt("%.0f", fwd) + " %), " + fmt("%.1f", p.mean_seqs);
 }
 
 struct Row {
@@ -85,10 +86,10 @@ std::vector<Row> rows() {
        },
        true},
       {"step mean (ms)", [](const BenchMetrics& m) { return ms(m.step_s.mean); }, true},
-      {"prompt steps: n, s, seqs", [](const BenchMetrics& m) { return phase(m.prompt_steps); },
-       true},
-      {"decode steps: n, s, seqs", [](const BenchMetrics& m) { return phase(m.decode_steps); },
-       true},
+      {"prompt steps: n, s (fwd), seqs",
+       [](const BenchMetrics& m) { return phase(m.prompt_steps); }, true},
+      {"decode steps: n, s (fwd), seqs",
+       [](const BenchMetrics& m) { return phase(m.decode_steps); }, true},
   };
 }
 

@@ -84,7 +84,8 @@ class EngineImpl {
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);
   std::vector<kv::SwapSpace*> swap_spaces() const;
-  void record_step_stats(const engine::SchedulerOutput& out, double start, double scheduled);
+  void record_step_stats(const engine::SchedulerOutput& out, double start, double scheduled,
+                         double forward_seconds);
 
   std::optional<tokenizer::Tokenizer> tokenizer_;  // model_dir's tokenizer.json, when present
   int32_t window_ = 0;

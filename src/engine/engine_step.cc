@@ -67,9 +67,11 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
     }
   }
   const double scheduled = now();
+  double forward_seconds = 0.0;
   // Swap-outs read blocks that may already belong to another sequence: done before any write.
   for (const kv::SwapSpace::Transfer& t : plan.swap_outs) t.wait();
   if (!batch.empty()) {
+    const double forward_start = now();
     // Copy-on-write, before any KV write, in every group (a fork's partly filled block).
     for (int32_t g = 0; g < cache_->num_groups(); ++g) {
       STRATA_RETURN_IF_ERROR(runner_->copy_blocks(g, cache_->take_pending_copies(g)));
@@ -78,6 +80,7 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
     logits_.resize(batch.num_logits_rows() * vocab);
     sampled_.resize(batch.num_sample_rows());
     STRATA_RETURN_IF_ERROR(runner_->forward(batch.view(), logits_, sampled_));
+    forward_seconds = now() - forward_start;
     for (const Row& row : rows) {
       const float* logits = row.first_logits_row < 0
                                 ? nullptr
@@ -96,7 +99,7 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
     if (r.reported_done) done.push_back(id);
   }
   for (const RequestId id : done) requests_.erase(id);
-  record_step_stats(plan, start, scheduled);
+  record_step_stats(plan, start, scheduled, forward_seconds);
   return outputs;
 }
 
@@ -217,7 +220,7 @@ RequestOutput EngineImpl::collect(RequestState& r) {
 }
 
 void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double start,
-                                   double scheduled) {
+                                   double scheduled, double forward_seconds) {
   EngineStepStats& st = last_step_;
   st.num_running = scheduler_->num_running();
   st.num_waiting = scheduler_->num_waiting();
@@ -227,6 +230,7 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   st.num_decode_tokens = plan.num_decode_tokens;
   st.num_preempted = static_cast<int32_t>(plan.preempted.size());
   st.schedule_seconds = scheduled - start;
+  st.forward_seconds = forward_seconds;
   st.step_seconds = now() - start;
   const kv::BlockPool& pool = cache_->pool();
   st.num_used_blocks = pool.num_used_blocks();

@@ -40,6 +40,7 @@ RunResult hand_built_run() {
     s.num_running = i + 1;
     s.schedule_seconds = 0.001 * (i + 1);  // 1..4 ms
     s.step_seconds = 0.1;
+    s.forward_seconds = 0.08;
     s.live_token_slots = 25 * (i + 1);  // 25..100 of 100
     s.capacity_token_slots = 100;
     s.num_used_blocks = 2 * (i + 1);  // 32 slots per 25 live at block size 16
@@ -87,6 +88,8 @@ TEST(MetricsTest, ComputedFromAHandBuiltRun) {
   EXPECT_DOUBLE_EQ(m.prompt_steps.seconds, 0.1);
   EXPECT_EQ(m.decode_steps.steps, 3);
   EXPECT_NEAR(m.decode_steps.seconds, 0.3, 1e-12);
+  EXPECT_NEAR(m.decode_steps.forward_seconds, 0.24, 1e-12);
+  EXPECT_DOUBLE_EQ(m.prompt_steps.forward_seconds, 0.08);
   EXPECT_DOUBLE_EQ(m.decode_steps.mean_seqs, 1.0);
 }
 
@@ -137,6 +140,7 @@ TEST(ReportTest, JsonHasEveryRunWithItsFields) {
   EXPECT_EQ(j["runs"][0]["prompt_steps"]["steps"], 1);
   EXPECT_EQ(j["runs"][0]["decode_steps"]["steps"], 3);
   EXPECT_TRUE(j["runs"][0]["decode_steps"]["seconds"].is_number());
+  EXPECT_NEAR(j["runs"][0]["decode_steps"]["forward_seconds"].get<double>(), 0.24, 1e-12);
 }
 
 TEST(ReportTest, TableHasOneColumnPerRun) {
@@ -155,6 +159,8 @@ TEST(ReportTest, TableHasOneColumnPerRun) {
   EXPECT_NE(t.find("offline (all at once)"), std::string::npos) << t;
   EXPECT_NE(t.find("prefix hit rate (cacheable)"), std::string::npos) << t;
   EXPECT_NE(t.find("20.00 % (40.00 %)"), std::string::npos) << t;
+  // Decode steps: 3 of them, 0.3 s, 80 % of it in the runner's forward pass, 1 sequence each.
+  EXPECT_NE(t.find("3, 0.3 (80 %), 1.0"), std::string::npos) << t;
 }
 
 TEST(ProgressBarTest, RendersCountsAndRate) {

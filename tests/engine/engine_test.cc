@@ -473,6 +473,21 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChe
   EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A step's time splits into scheduling, the runner's forward pass and the host's own work after
+// it: the forward pass is timed only when something ran, and lies inside the step.
+TEST_F(EngineTest, StepStatsTimeTheForwardPassInsideTheStep) {
+  auto e = make();
+  ASSERT_TRUE(e->step().ok());  // nothing submitted: nothing ran
+  EXPECT_EQ(e->last_step().forward_seconds, 0.0);
+  static_cast<void>(*e->submit(greedy(prompt_of(40, 3), 3)));
+  while (e->has_unfinished()) {
+    ASSERT_TRUE(e->step().ok());
+    const EngineStepStats& st = e->last_step();
+    EXPECT_GT(st.forward_seconds, 0.0);
+    EXPECT_LE(st.schedule_seconds + st.forward_seconds, st.step_seconds);
+  }
+}
+
 TEST_F(EngineTest, CancelFreesBlocksAtOnceAndReportsTheRequestOnce) {
   auto e = make();
   const RequestId a = *e->submit(greedy(prompt_of(50, 1), 100));

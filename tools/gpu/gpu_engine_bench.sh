@@ -32,7 +32,7 @@ run() {  # run NAME strata-bench-args...
   echo "== $name: strata bench $*"
   "$bin/strata" bench "${common[@]}" "$@" --json >"$tmp/$name.json"
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['runs'][0]; \
-print({k: r.get(k) for k in ('output_tokens_per_s', 'duration_s', 'ttft_s', 'tpot_s', 'steps')})" \
+print({k: r.get(k) for k in ('output_tokens_per_s', 'duration_s', 'ttft_s', 'tpot_s', 'steps', 'decode_steps')})" \
     "$tmp/$name.json"
 }
 run offline --num-prompts 256 --input-len 512 --output-len 256 --max-num-seqs 256 \

@@ -27,7 +27,7 @@ for q in none fp8; do
       --ignore-eos --gpu-memory-utilization 0.9 --quantization "$q" "${args[@]}" --json \
       >"$tmp/${w}_$q.json"
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['runs'][0]; \
-print({k: r.get(k) for k in ('output_tokens_per_s', 'duration_s', 'ttft_s', 'tpot_s', 'inter_token_latency_s')})" \
+print({k: r.get(k) for k in ('output_tokens_per_s', 'duration_s', 'ttft_s', 'tpot_s', 'inter_token_latency_s', 'decode_steps')})" \
       "$tmp/${w}_$q.json"
   done
 done

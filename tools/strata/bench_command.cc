@@ -64,6 +64,7 @@ class EngineAdapter final : public bench::BenchEngine {
     s.num_decode_tokens = st.num_decode_tokens;
     s.num_preempted = st.num_preempted;
     s.schedule_seconds = st.schedule_seconds;
+    s.forward_seconds = st.forward_seconds;
     s.step_seconds = st.step_seconds;
     s.num_used_blocks = st.num_used_blocks;
     s.live_token_slots = st.live_token_slots;
