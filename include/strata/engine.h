@@ -29,7 +29,7 @@
 #include "core/status.h"
 #include "engine/kv_quant_check.h"
 #include "engine/sampling_params.h"
-#include "engine/sequence.h"
+#include "engine/token_output.h"
 #include "kv/kv_cache_dtype.h"
 #include "kv/kv_layer_dtypes.h"
 

@@ -16,6 +16,7 @@
 
 #include "core/status.h"
 #include "engine/sampling_params.h"
+#include "engine/token_output.h"
 
 namespace strata::engine {
 
@@ -62,14 +63,6 @@ class TokenCounts {
 // frequency and presence (output tokens only). Touches only counts.entries(). Exposed for tests.
 void apply_penalties(std::span<double> logits, const TokenCounts& counts,
                      const SamplingParams& params);
-
-// One token's raw logprob and its most likely alternatives.
-struct TokenLogprobs {
-  int32_t token = -1;
-  float logprob = 0.0f;
-  // min(top_k, vocab) entries (token id, logprob), logprob descending, ties by id ascending.
-  std::vector<std::pair<int32_t, float>> top_logprobs;
-};
 
 // log_softmax of logits[vocab] (in double, stored as float) at `token` plus the top_k most likely
 // tokens. Used for sampled tokens and for prompt logprobs (echo: the logits at position i - 1 and

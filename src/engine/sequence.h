@@ -10,6 +10,7 @@
 
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "engine/token_output.h"
 #include "kv/block_hash.h"
 #include "kv/block_table.h"
 #include "kv/swap_space.h"
@@ -19,9 +20,6 @@ namespace strata::engine {
 // Block sizes the engine accepts (EngineConfig::block_size, --block-size); tests sweep the
 // same array.
 inline constexpr std::array<int32_t, 5> kSupportedBlockSizes = {8, 16, 32, 64, 128};
-
-enum class FinishReason { kLength, kStop };
-const char* finish_reason_name(FinishReason reason);
 
 struct GenerationResult {
   std::vector<int32_t> output_ids;  // generated tokens, the stop token included

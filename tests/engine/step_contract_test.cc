@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/sequence.h"
 #include "engine_testing.h"
 #include "kv/kv_accounting.h"
 #include "model/model.h"

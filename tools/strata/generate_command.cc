@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/kv_quant_check.h"
+#include "engine/sequence.h"
 #include "kv/kv_accounting.h"
 #include "kv/kv_layer_dtypes.h"
 #include "model/generation_config.h"
