@@ -72,6 +72,24 @@ DeviceBuffer upload_i32(const std::vector<int32_t>& v) {
 }
 
 // Microseconds per call of launch(i) (i cycles over the copies), launched back to back.
+// A projection d[m, n] (+)= a[m, k] * w[n, k]^T with packed rows.
+GemmParams projection(const void* a, const void* w, void* d, int64_t m, int64_t n, int64_t k,
+                      DType d_dtype, bool accumulate) {
+  GemmParams p;
+  p.a = a;
+  p.lda = k;
+  p.w = w;
+  p.ldw = k;
+  p.d = d;
+  p.ldd = n;
+  p.d_dtype = d_dtype;
+  p.accumulate = accumulate;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return p;
+}
+
 template <typename F>
 double time_us(const Stream& stream, int copies, F&& launch) {
   for (int i = 0; i < copies; ++i) die_if(launch(i), "warm-up");
@@ -252,19 +270,9 @@ struct Bench {
       DeviceBuffer a = filled(m * pr.k, DType::kBF16, 8, -1, 1, s);
       DeviceBuffer d = filled(m * pr.n, pr.d_dtype, 9, -1, 1, s);
       const Times tm = time_both(stream, m, copies, [&](int i) {
-        GemmParams p;
-        p.a = a.data();
-        p.lda = pr.k;
-        p.w = ws[i].data();
-        p.ldw = pr.k;
-        p.d = d.data();
-        p.ldd = pr.n;
-        p.d_dtype = pr.d_dtype;
-        p.accumulate = pr.accumulate;
-        p.m = m;
-        p.n = pr.n;
-        p.k = pr.k;
-        return gemm.run(p, s);
+        return gemm.run(
+            projection(a.data(), ws[i].data(), d.data(), m, pr.n, pr.k, pr.d_dtype, pr.accumulate),
+            s);
       });
       const double us = tm.us;
       const double tflops = 2.0 * m * pr.n * pr.k / (us * 1e-6) / 1e12;
@@ -338,20 +346,10 @@ struct Bench {
                     bytes / (us * 1e-6) / 1e9 / copy_gbs);
       };
       const double gemm_us = time_graph_us(stream.get(), copies, [&](int i) {
-        GemmParams p;
-        p.a = a.data();
-        p.lda = pr.k;
-        p.w = codes[i].data();
-        p.ldw = pr.k;
+        GemmParams p = projection(a.data(), codes[i].data(), d.data(), m, pr.n, pr.k, pr.d_dtype,
+                                  pr.accumulate);
         p.w_dtype = DType::kF8E4M3;
         p.w_scale = scales[i].as<float>();
-        p.d = d.data();
-        p.ldd = pr.n;
-        p.d_dtype = pr.d_dtype;
-        p.accumulate = pr.accumulate;
-        p.m = m;
-        p.n = pr.n;
-        p.k = pr.k;
         return gemm.run(p, s);
       });
       line(" [fp8 Gemm]", gemm_us);
