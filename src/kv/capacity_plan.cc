@@ -69,7 +69,7 @@ Groups plan_groups(const PlanReport& r, std::span<const KvCacheDType> layer_dtyp
   const PlanSettings& s = r.settings;
   const KvShape& shape = r.model.kv;
   const int32_t residual_r = int4_residual_blocks(s.kv_int4_residual, s.block_size);
-  const KvCacheDType full = residual_pool_dtype(s.device);
+  const KvCacheDType full = device_precision(s.device);
   Groups out;
   if (shape.is_mla()) {
     out.block_bytes = kv_block_bytes(shape, layer_dtypes, s.block_size);
@@ -181,7 +181,7 @@ const char* plan_device_name(PlanDevice device) {
   STRATA_CHECK(false, "plan: unknown PlanDevice");
 }
 
-KvCacheDType residual_pool_dtype(PlanDevice device) {
+KvCacheDType device_precision(PlanDevice device) {
   switch (device) {
     case PlanDevice::kCuda:
       return KvCacheDType::kBF16;
@@ -196,6 +196,10 @@ PlanReport compute_plan(const PlanModel& model, const PlanSettings& s) {
   PlanReport r;
   r.model = model;
   r.settings = s;
+  // As the engine resolves them: auto and the skipped layers hold the device's model precision.
+  const KvCacheDType precision = device_precision(s.device);
+  if (r.settings.kv_dtype == KvCacheDType::kAuto) r.settings.kv_dtype = precision;
+  const KvCacheDType kv_dtype = r.settings.kv_dtype;
   const KvShape& shape = model.kv;
   std::vector<int32_t> windows = model.layer_windows;
   windows.resize(static_cast<size_t>(shape.num_layers), 0);
@@ -203,8 +207,8 @@ PlanReport compute_plan(const PlanModel& model, const PlanSettings& s) {
   if (!mask.ok()) throw Error(mask.status().message());
   std::vector<KvCacheDType> layer_dtypes;
   for (size_t l = 0; l < mask.value().size(); ++l) {
-    const bool skip = mask.value()[l] && s.model_dtype != s.kv_dtype;
-    layer_dtypes.push_back(skip ? s.model_dtype : s.kv_dtype);
+    const bool skip = mask.value()[l] && precision != kv_dtype;
+    layer_dtypes.push_back(skip ? precision : kv_dtype);
     if (skip) r.skipped_layers.push_back(static_cast<int32_t>(l));
   }
   r.kv_bytes_per_token = kv_bytes_per_token(shape, layer_dtypes, s.block_size);

@@ -18,12 +18,15 @@
 
 namespace strata::kv {
 
-// The engine a plan sizes (--device): the GPU's or the CPU's. They differ in their full precision
-// (an INT4 cache's newest blocks: bf16 on the GPU, float32 on the CPU, kv::residual_spec) and in
-// hybrid models (only the CPU engine keeps windowed layers in a group of their own).
+// The engine a plan sizes (--device): the GPU's or the CPU's. They differ in their model
+// precision and in hybrid models (only the CPU engine keeps windowed layers in a group of their
+// own).
 enum class PlanDevice { kCuda, kCpu };
 const char* plan_device_name(PlanDevice device);  // "cuda", "cpu"
-KvCacheDType residual_pool_dtype(PlanDevice device);
+// The device's model precision, whatever the checkpoint stores: what --kv-cache-dtype auto holds,
+// what skipped layers keep and what an INT4 cache's newest blocks hold (kv::residual_spec):
+// bfloat16 on the GPU, float32 on the CPU.
+KvCacheDType device_precision(PlanDevice device);
 
 // What plan needs from a model.
 struct PlanModel {
@@ -36,16 +39,16 @@ struct PlanModel {
   int32_t mha_head_dim_v = 0;
   int64_t max_position_embeddings = 0;
   std::vector<int32_t> layer_windows;  // per layer, 0 = full attention
-  int32_t weight_bits = 16;            // stored weight element size (auto KV dtype follows it)
+  int32_t weight_bits = 16;            // stored weight element size (the weights' bytes)
   int64_t weight_bytes = 0;
   bool weight_bytes_estimated = true;  // from the config's shapes, not from files
 };
 
 struct PlanSettings {
-  kv::KvCacheDType kv_dtype = kv::KvCacheDType::kBF16;
-  // --kv-cache-dtype-skip-layers: these layers hold model_dtype (what auto picks) instead.
+  // kAuto: device_precision(device), as the engine resolves it.
+  kv::KvCacheDType kv_dtype = kv::KvCacheDType::kAuto;
+  // --kv-cache-dtype-skip-layers: these layers hold device_precision(device) instead.
   kv::KvSkipLayers skip_layers;
-  kv::KvCacheDType model_dtype = kv::KvCacheDType::kBF16;
   int32_t block_size = 16;
   PlanDevice device = PlanDevice::kCuda;
   int64_t gpu_memory_bytes = 0;
@@ -84,7 +87,7 @@ struct PlanReport {
   int64_t block_bytes = 0;               // group 0's (a hybrid model's full-attention layers only)
   int64_t kv_pool_bytes = 0;             // all the KV memory, int4's residual pool included
   // Some layer int4: the engine's residual pool, null block included (kv::residual_pool_blocks),
-  // of residual_pool_dtype(settings.device) blocks, subtracted from kv_pool_bytes before it is
+  // of device_precision(settings.device) blocks, subtracted from kv_pool_bytes before it is
   // divided into blocks. 0 otherwise.
   int64_t int4_residual_pool_blocks = 0;
   int64_t int4_residual_pool_bytes = 0;

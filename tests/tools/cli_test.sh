@@ -163,10 +163,16 @@ out=$("$strata" generate --device cpu --model "$data/models/mistral-swa" --promp
   || fail "sliding_window skip-layers generate exited non-zero"
 python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_cache_dtype"]=="int8 (layers 0,1 float32)", j' \
   <<<"$out" && ok || fail "sliding_window skip-layers: every windowed layer float32"
+# The skipped layer holds the engine's precision on the device planned for, not the checkpoint's
+# (float32 here): bfloat16 on cuda (2 x 2 x 16 x 2 + int8's 72 = 200), float32 on cpu (328).
 out=$("$strata" plan --model "$model" --kv-cache-dtype int8 --kv-cache-dtype-skip-layers 1 --json) \
   || fail "plan skip-layers exited non-zero"
-python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_bytes_per_token"]==328 and j["kv_cache_dtype_skip_layers"]==[1], j' \
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_bytes_per_token"]==200 and j["kv_cache_dtype_skip_layers"]==[1], j' \
   <<<"$out" && ok || fail "plan skip-layers JSON"
+out=$("$strata" plan --model "$model" --kv-cache-dtype int8 --kv-cache-dtype-skip-layers 1 --device cpu \
+      --json) || fail "plan skip-layers --device cpu exited non-zero"
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["kv_bytes_per_token"]==328 and j["kv_cache_dtype_skip_layers_dtype"]=="float32", j' \
+  <<<"$out" && ok || fail "plan skip-layers --device cpu JSON"
 err=$("$strata" generate --device cpu --model "$model" --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8 \
       --calculate-kv-scales --kv-quant-check --kv-quant-check-threshold 0 2>&1 >/dev/null) \
   || fail "kv-quant-check generate exited non-zero"

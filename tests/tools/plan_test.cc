@@ -396,13 +396,36 @@ TEST(PlanTest, HybridWindowsOnTheCpuHaveAPoolOfTheirOwn) {
   EXPECT_EQ(one.num_blocks, 8 * kGiB / (2 * block_bytes) - 1);
 }
 
-// --kv-cache-dtype-skip-layers: the skipped layers keep auto's dtype (bf16 here), counted byte for
-// byte; sliding_window names the windowed layers of a hybrid model; an index beyond it is an error.
+// auto, and the layers --kv-cache-dtype-skip-layers names, hold the engine's precision on each
+// device whatever the checkpoint stores: bfloat16 on the GPU, float32 on the CPU (the CPU engine
+// resolves auto to float32), so a CPU plan of a bf16 checkpoint counts 4-byte elements.
+TEST(PlanTest, AutoIsTheEnginesPrecisionOnEachDevice) {
+  const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
+  PlanSettings s = settings(0, KvCacheDType::kAuto);
+  s.kv_cache_memory_bytes = 16 * kGiB;
+  const PlanReport cuda = compute_plan(m, s);
+  EXPECT_EQ(cuda.settings.kv_dtype, KvCacheDType::kBF16);
+  EXPECT_EQ(cuda.kv_bytes_per_token, 2.0 * 16 * 8 * 64 * 2);
+  s.device = PlanDevice::kCpu;
+  const PlanReport cpu = compute_plan(m, s);
+  EXPECT_EQ(cpu.settings.kv_dtype, KvCacheDType::kF32);
+  EXPECT_EQ(cpu.kv_bytes_per_token, 2.0 * 16 * 8 * 64 * 4);
+  EXPECT_NE(format_plan_text(cpu).find("kv cache       float32"), std::string::npos);
+  s.kv_dtype = KvCacheDType::kInt8;
+  s.skip_layers.layers = {0};
+  const PlanReport skipped = compute_plan(m, s);
+  // Layer 0 float32 (2 x 8 x 64 x 4), the other 15 int8 (2 x 8 x (64 + 2)).
+  EXPECT_EQ(skipped.kv_bytes_per_token, 4096.0 + 15 * 1056.0);
+  EXPECT_NE(format_plan_text(skipped).find("int8 (layers 0 float32)"), std::string::npos);
+}
+
+// --kv-cache-dtype-skip-layers: the skipped layers keep auto's dtype (bf16 on the GPU), counted
+// byte for byte; sliding_window names the windowed layers of a hybrid model; an index beyond it is
+// an error.
 TEST(PlanTest, SkippedLayersKeepTheModelDtypeAndCountExactly) {
   const PlanModel m = parse_plan_model(kHybrid, "hybrid");
   PlanSettings s = settings(0, KvCacheDType::kInt8);
   s.kv_cache_memory_bytes = 8 * kGiB;
-  s.model_dtype = KvCacheDType::kBF16;
   s.skip_layers.sliding_window = true;
   const PlanReport r = compute_plan(m, s);
   EXPECT_EQ(r.skipped_layers, (std::vector<int32_t>{0, 2}));

@@ -220,7 +220,7 @@ std::string format_plan_text(const PlanReport& r) {
   if (!r.skipped_layers.empty()) {
     o << " (layers ";
     for (size_t i = 0; i < r.skipped_layers.size(); ++i) o << (i ? "," : "") << r.skipped_layers[i];
-    o << " " << kv::kv_cache_dtype_name(r.settings.model_dtype) << ")";
+    o << " " << kv::kv_cache_dtype_name(device_precision(r.settings.device)) << ")";
   }
   o << ", block size " << r.settings.block_size << " (" << r.block_bytes << " bytes/block)\n";
   o << "kv bytes/token " << kv::format_number(r.kv_bytes_per_token) << " ("
@@ -276,7 +276,8 @@ std::string format_plan_json(const PlanReport& r) {
       {"device", plan_device_name(r.settings.device)},
       {"kv_cache_dtype", kv::kv_cache_dtype_name(r.settings.kv_dtype)},
       {"kv_cache_dtype_skip_layers", r.skipped_layers},
-      {"kv_cache_dtype_skip_layers_dtype", kv::kv_cache_dtype_name(r.settings.model_dtype)},
+      {"kv_cache_dtype_skip_layers_dtype",
+       kv::kv_cache_dtype_name(device_precision(r.settings.device))},
       {"block_size", r.settings.block_size},
       {"block_bytes", r.block_bytes},
       {"kv_bytes_per_token", r.kv_bytes_per_token},
@@ -288,7 +289,7 @@ std::string format_plan_json(const PlanReport& r) {
       {"kv_pool_bytes", r.kv_pool_bytes},
       {"int4_residual_pool_blocks", r.int4_residual_pool_blocks},
       {"int4_residual_pool_bytes", r.int4_residual_pool_bytes},
-      {"int4_residual_pool_dtype", kv::kv_cache_dtype_name(residual_pool_dtype(r.settings.device))},
+      {"int4_residual_pool_dtype", kv::kv_cache_dtype_name(device_precision(r.settings.device))},
       {"limit_sized_groups", groups},
       {"num_blocks", r.num_blocks},
       {"capacity_tokens", r.capacity_tokens},
@@ -377,9 +378,7 @@ int run_plan(const PlanOptions& o) {
     }
   }
   PlanSettings s;
-  s.model_dtype = model.weight_bits == 32 ? kv::KvCacheDType::kF32 : kv::KvCacheDType::kBF16;
-  const kv::KvCacheDType asked = parse_kv_cache_dtype_flag(o.kv_cache_dtype);
-  s.kv_dtype = asked == kv::KvCacheDType::kAuto ? s.model_dtype : asked;
+  s.kv_dtype = parse_kv_cache_dtype_flag(o.kv_cache_dtype);  // auto: compute_plan resolves it
   s.skip_layers = parse_kv_skip_layers_flag(o.kv_cache_dtype_skip_layers);
   s.block_size = o.block_size;
   s.device = o.device == "cpu" ? PlanDevice::kCpu : PlanDevice::kCuda;  // CLI11 checked the name

@@ -22,13 +22,13 @@ class App;
 namespace strata::cli {
 
 using kv::compute_plan;
+using kv::device_precision;
 using kv::plan_device_name;
 using kv::PlanDevice;
 using kv::PlanGroup;
 using kv::PlanModel;
 using kv::PlanReport;
 using kv::PlanSettings;
-using kv::residual_pool_dtype;
 
 struct PlanOptions {
   std::string model_dir;    // --model DIR (config.json + *.safetensors)
