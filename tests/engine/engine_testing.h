@@ -4,10 +4,15 @@
 // every prompt position's logits of a batch of prompts.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -29,6 +34,27 @@ struct Collected {
   bool cancelled = false;
   RequestMetrics metrics;
 };
+
+// The mistral-swa fixture (two layers, a 64-token window) in a scratch directory, its
+// config.json marking layer 0 full attention: a hybrid model of two KV cache groups.
+inline std::filesystem::path hybrid_model_dir() {
+  namespace fs = std::filesystem;
+  const fs::path from = fs::path(STRATA_TEST_DATA_DIR) / "models" / "mistral-swa";
+  const fs::path to = fs::path(::testing::TempDir()) / ("hybrid-" + std::to_string(getpid()));
+  fs::remove_all(to);
+  fs::create_directories(to);
+  for (const fs::directory_entry& e : fs::directory_iterator(from)) {
+    fs::copy_file(e.path(), to / e.path().filename());
+  }
+  std::ifstream in(from / "config.json");
+  std::stringstream config;
+  config << in.rdbuf();
+  std::string text = config.str();
+  const size_t open = text.find('{');
+  text.insert(open + 1, "\n  \"layer_types\": [\"full_attention\", \"sliding_attention\"],");
+  std::ofstream(to / "config.json", std::ios::trunc) << text;
+  return to;
+}
 
 // An INT4 cache's newest-blocks group (its full-precision pool), or a group of 0 blocks when the
 // engine has none.

@@ -29,29 +29,10 @@ namespace strata::engine {
 namespace {
 
 using test_util::Collected;
+using test_util::hybrid_model_dir;
 using test_util::newest_blocks_group;
 
 constexpr int32_t kWindow = 64;
-
-// The fixture's files in a scratch directory, its config.json marking layer 0 full attention.
-std::filesystem::path hybrid_model_dir() {
-  namespace fs = std::filesystem;
-  const fs::path from = fs::path(STRATA_TEST_DATA_DIR) / "models" / "mistral-swa";
-  const fs::path to = fs::path(::testing::TempDir()) / ("hybrid-" + std::to_string(getpid()));
-  fs::remove_all(to);
-  fs::create_directories(to);
-  for (const fs::directory_entry& e : fs::directory_iterator(from)) {
-    fs::copy_file(e.path(), to / e.path().filename());
-  }
-  std::ifstream in(from / "config.json");
-  std::stringstream config;
-  config << in.rdbuf();
-  std::string text = config.str();
-  const size_t open = text.find('{');
-  text.insert(open + 1, "\n  \"layer_types\": [\"full_attention\", \"sliding_attention\"],");
-  std::ofstream(to / "config.json", std::ios::trunc) << text;
-  return to;
-}
 
 // Greedy requests longer than the window, with logprobs: a window layer that read a block it
 // gave back (or another sequence's) would change them.
