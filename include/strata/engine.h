@@ -266,7 +266,8 @@ class Engine {
   // KV bytes per token of the pool (all layers, K and V), and the pool's size in blocks (the
   // null block included): what start-up prints and /metrics reports.
   int64_t kv_bytes_per_token() const;
-  // Of which per-token scales (I8), and the pool's element type (after the GPU's F32 -> BF16).
+  // Of which per-token scales (I8), and the pool's element type (kv_cache_dtype resolved: auto
+  // is the device's precision).
   int64_t kv_scale_bytes_per_token() const;
   DType kv_dtype() const;
   // Where the FP8 scales came from ("checkpoint k_scale/v_scale", "calculated over N calibration
