@@ -22,3 +22,27 @@ function(strata_target_defaults target)
     $<$<COMPILE_LANGUAGE:CUDA>:${STRATA_CUDA_GENCODE} -Xcompiler=-Wall,-Wextra -Werror=all-warnings>)
   target_compile_features(${target} PUBLIC cxx_std_20)
 endfunction()
+
+# strata_module_headers(<target> <dir>): <target> exposes the headers of src/<dir> -- that folder
+# only, not its subfolders -- as "<dir>/<name>.h", to itself and to every target that links it.
+# src/ itself is on no include path, so a target sees another folder's headers only through its
+# declared dependencies: an include of a folder it does not link fails to compile. Each folder
+# gets one include root under the build tree (symbolic links to its headers, remade at every
+# configure), shared by the targets the folder holds.
+function(strata_module_headers target dir)
+  string(REPLACE "/" "_" name "${dir}")
+  set(root "${CMAKE_BINARY_DIR}/strata_modules/${name}")
+  get_property(made GLOBAL PROPERTY STRATA_MODULE_ROOTS)
+  if(NOT "${root}" IN_LIST made)
+    set_property(GLOBAL APPEND PROPERTY STRATA_MODULE_ROOTS "${root}")
+    file(REMOVE_RECURSE "${root}")
+    file(MAKE_DIRECTORY "${root}/${dir}")
+    file(GLOB headers CONFIGURE_DEPENDS
+         "${PROJECT_SOURCE_DIR}/src/${dir}/*.h" "${PROJECT_SOURCE_DIR}/src/${dir}/*.cuh")
+    foreach(header ${headers})
+      get_filename_component(file "${header}" NAME)
+      file(CREATE_LINK "${header}" "${root}/${dir}/${file}" SYMBOLIC)
+    endforeach()
+  endif()
+  target_include_directories(${target} PUBLIC "${root}")
+endfunction()

@@ -4,8 +4,9 @@
 #
 # Stages: release build (gcc; CUDA compiled when nvcc exists) and its tests (GPU tests skip
 # without a device); clang ASan+UBSan build with the libFuzzer targets, its tests without the
-# `slow` label, and each fuzzer for STRATA_FUZZ_SECONDS; clang-tidy on src/core, src/kv,
-# src/engine; the check that docs/gpu-runs.md covers the current CUDA sources.
+# `slow` label, and each fuzzer for STRATA_FUZZ_SECONDS; the API boundary check
+# (scripts/check_api_boundary.sh); clang-tidy on src/core, src/kv, src/engine; the check that
+# docs/gpu-runs.md covers the current CUDA sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,9 +87,15 @@ for ((i = 0; i < ${#fuzzers[@]}; i += jobs)); do
 done
 ((fuzz_failed == 0)) || { echo "test.sh: a fuzzer failed" >&2; exit 1; }
 
+stage api-boundary
+scripts/check_api_boundary.sh
+
 stage clang-tidy
 mapfile -t tidy_files < <(git ls-files 'src/core/*.cc' 'src/kv/*.cc' 'src/engine/*.cc')
-run-clang-tidy -quiet -p build/asan -j "$jobs" -header-filter="$(pwd)/src/.*" "${tidy_files[@]}" \
+# Internal headers are reached through each folder's include root (build/asan/strata_modules,
+# links to src/), public ones through include/.
+run-clang-tidy -quiet -p build/asan -j "$jobs" \
+  -header-filter="$(pwd)/(src|include|build/asan/strata_modules)/.*" "${tidy_files[@]}" \
   >build/asan/clang-tidy.log 2>&1 || { tail -n 60 build/asan/clang-tidy.log; exit 1; }
 echo "clang-tidy: ${#tidy_files[@]} files clean"
 

@@ -1,5 +1,5 @@
 #pragma once
-// Element types of tensors and KV caches, with their sizes and the scalar conversions the CPU
+// Element types (DType, strata/dtype.h) with their sizes and the scalar conversions the CPU
 // kernels use. bf16 and fp16 are stored as raw 16-bit patterns (uint16_t) so host code needs no
 // compiler extension; conversions to fp32 are exact, conversions from fp32 round to nearest even.
 //
@@ -20,27 +20,9 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "strata/dtype.h"
 
 namespace strata {
-
-enum class DType : uint8_t {
-  kF64,
-  kF32,
-  kF16,
-  kBF16,
-  kF8E4M3,
-  kF8E5M2,
-  kI64,
-  kI32,
-  kI16,
-  kI8,
-  kU8,
-  kBool,
-  // 4-bit unsigned codes packed two per byte, the low nibble holding the even element: the INT4
-  // (KIVI) KV cache's codes (docs/kv-quant.md). Half a byte per element, so dtype_size cannot
-  // describe it: size it with dtype_bits. Never a tensor or safetensors dtype.
-  kI4,
-};
 
 // Bytes per element. Aborts for I4 (half a byte: use dtype_bits), so no size computation can
 // silently treat packed codes as whole bytes.
@@ -68,8 +50,6 @@ constexpr int64_t dtype_size(DType t) {
 // Bits per element: 8 x dtype_size, or 4 for I4.
 constexpr int64_t dtype_bits(DType t) { return t == DType::kI4 ? 4 : 8 * dtype_size(t); }
 
-// The safetensors spelling: "F32", "BF16", ...
-std::string_view dtype_name(DType t);
 // Parses the safetensors spelling; nullopt for an unknown name.
 std::optional<DType> dtype_from_safetensors_name(std::string_view name);
 

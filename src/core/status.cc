@@ -1,6 +1,17 @@
 #include "core/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace strata {
+
+namespace detail {
+void result_misuse(const char* what) {
+  std::fprintf(stderr, "strata: %s\n", what);
+  std::fflush(stderr);
+  std::abort();
+}
+}  // namespace detail
 
 const char* status_code_name(StatusCode code) {
   switch (code) {

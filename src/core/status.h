@@ -1,91 +1,9 @@
 #pragma once
-// Status and Result<T>: expected, recoverable failures returned as values (out of blocks, an
-// unsupported kernel configuration, a request that cannot be served). Both are [[nodiscard]].
-
-#include <string>
-#include <utility>
-#include <variant>
+// The engine's side of Status and Result<T> (the types are the public API's, strata/status.h):
+// the propagation macro, and STRATA_CHECK (core/check.h) beside it.
 
 #include "core/check.h"
-
-namespace strata {
-
-enum class StatusCode {
-  kOk,
-  kInvalidArgument,
-  kNotFound,
-  kOutOfRange,
-  kResourceExhausted,
-  kUnsupported,
-  kInternal,
-  kUnavailable,  // the service cannot take it now (shutting down, queue full): retry later
-};
-
-const char* status_code_name(StatusCode code);
-
-class [[nodiscard]] Status {
- public:
-  Status() = default;  // OK
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
-
-  static Status Ok() { return {}; }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-  static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-  static Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
-  static Status ResourceExhausted(std::string m) {
-    return {StatusCode::kResourceExhausted, std::move(m)};
-  }
-  static Status Unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
-  static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
-  static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-
-  bool ok() const { return code_ == StatusCode::kOk; }
-  StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
-  // "<code name>: <message>", or "ok".
-  std::string to_string() const;
-
- private:
-  StatusCode code_ = StatusCode::kOk;
-  std::string message_;
-};
-
-// Either a value or a non-OK Status.
-template <typename T>
-class [[nodiscard]] Result {
- public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
-    STRATA_CHECK(!std::get<Status>(v_).ok(), "Result constructed from an OK status");
-  }
-
-  bool ok() const { return std::holds_alternative<T>(v_); }
-  const Status& status() const {
-    static const Status kOk;
-    return ok() ? kOk : std::get<Status>(v_);
-  }
-  T& value() & {
-    STRATA_CHECK(ok(), "Result::value() on an error");
-    return std::get<T>(v_);
-  }
-  const T& value() const& {
-    STRATA_CHECK(ok(), "Result::value() on an error");
-    return std::get<T>(v_);
-  }
-  T&& value() && {
-    STRATA_CHECK(ok(), "Result::value() on an error");
-    return std::get<T>(std::move(v_));
-  }
-  T* operator->() { return &value(); }
-  const T* operator->() const { return &value(); }
-  T& operator*() & { return value(); }
-  const T& operator*() const& { return value(); }
-
- private:
-  std::variant<T, Status> v_;
-};
-
-}  // namespace strata
+#include "strata/status.h"
 
 // Propagates a non-OK Status from an expression returning Status.
 #define STRATA_RETURN_IF_ERROR(expr)          \

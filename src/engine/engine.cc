@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/engine_impl.h"
+#include "engine/engine_on_model.h"
 #include "engine/runner_factory.h"
 #include "kv/block_hash.h"
 #include "kv/kv_accounting.h"
@@ -41,13 +42,13 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   if (!(c.watermark >= 0.0 && c.watermark < 1.0)) {
     return Status::InvalidArgument("watermark must be in [0, 1)");
   }
-  if (c.kv_cache_dtype != kv::KvCacheDType::kAuto && !kv::kv_pool_dtype(c.kv_cache_dtype)) {
+  if (c.kv_cache_dtype != KvCacheDType::kAuto && !kv::kv_pool_dtype(c.kv_cache_dtype)) {
     return Status::InvalidArgument("KV cache dtype " +
                                    std::to_string(static_cast<int>(c.kv_cache_dtype)) +
-                                   " is not a kv::KvCacheDType");
+                                   " is not a KvCacheDType");
   }
   if (const std::optional<std::string> e = kv::int4_residual_error(
-          c.kv_int4_residual, c.block_size, c.kv_cache_dtype == kv::KvCacheDType::kInt4)) {
+          c.kv_int4_residual, c.block_size, c.kv_cache_dtype == KvCacheDType::kInt4)) {
     return Status::InvalidArgument(*e);
   }
   if (c.quantization == WeightQuantization::kFp8 && c.device != Device::kCuda) {
@@ -56,9 +57,9 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
         "cuda)");
   }
   if (c.device == Device::kCuda &&
-      (c.kv_cache_dtype == kv::KvCacheDType::kF16 || c.kv_cache_dtype == kv::KvCacheDType::kF32)) {
+      (c.kv_cache_dtype == KvCacheDType::kF16 || c.kv_cache_dtype == KvCacheDType::kF32)) {
     return Status::Unsupported(
-        "--kv-cache-dtype " + std::string(kv::kv_cache_dtype_name(c.kv_cache_dtype)) +
+        "--kv-cache-dtype " + std::string(kv_cache_dtype_name(c.kv_cache_dtype)) +
         " is not supported on --device cuda (the GPU engine's activations are bfloat16: use "
         "auto, bfloat16, fp8_e4m3, fp8_e5m2, int8 or int4)");
   }
@@ -261,13 +262,52 @@ void fill_eos_ids(EngineConfig& c, const model::ModelConfig& model) {
   }
 }
 
+ModelInfo model_info(const model::ModelRunner& runner) {
+  const model::ModelConfig& c = runner.config();
+  ModelInfo m;
+  m.architecture = std::string(model::architecture_name(c.architecture));
+  m.num_layers = c.num_hidden_layers;
+  m.hidden_size = c.hidden_size;
+  m.num_attention_heads = c.num_attention_heads;
+  m.num_kv_heads = c.num_key_value_heads;
+  m.head_dim = c.head_dim;
+  m.vocab_size = static_cast<int32_t>(c.vocab_size);
+  m.max_position_embeddings = c.max_position_embeddings;
+  m.weight_bytes = runner.weight_bytes();
+  return m;
+}
+
+// Each model layer's element type in the pool of its group.
+std::vector<DType> layer_dtypes(const model::ModelRunner& r) {
+  const std::span<const kv::KvLayerSlot> slots = r.kv_layer_slots();
+  std::vector<DType> dtypes;
+  if (!slots.empty()) {  // layers in groups: each layer's dtype in its group's pool
+    for (const kv::KvLayerSlot& s : slots) {
+      dtypes.push_back(r.kv_layout(s.group).spec().layer_dtype(s.index));
+    }
+    return dtypes;
+  }
+  const kv::KvSpec& spec = r.kv_layout().spec();
+  for (int32_t l = 0; l < spec.num_layers; ++l) dtypes.push_back(spec.layer_dtype(l));
+  return dtypes;
+}
+
 // The engine's state over a built runner; the EOS ids default to the checkpoint's.
 std::unique_ptr<EngineImpl> make_impl(engine::BuiltRunner built, EngineConfig c) {
   fill_eos_ids(c, built.runner->config());
   auto impl = std::make_unique<EngineImpl>(std::move(built.pool), std::move(built.runner),
                                            std::move(built.groups), std::move(c));
-  impl->kv_scales_source_ = std::move(built.scales_source);
-  impl->kv_quant_check_ = std::move(built.quant_check);
+  const model::ModelRunner& r = *impl->runner_;
+  impl->model_info_ = model_info(r);
+  KvCacheInfo& kv = impl->kv_cache_info_;
+  kv.dtype = r.kv_layout().spec().dtype;
+  kv.layer_dtypes = layer_dtypes(r);
+  kv.bytes_per_token = std::llround(r.kv_layout().bytes_per_token());
+  kv.scale_bytes_per_token = std::llround(r.kv_layout().scale_bytes_per_token());
+  kv.num_blocks = r.num_blocks();
+  kv.max_request_tokens = impl->max_request_tokens();
+  kv.scales_source = std::move(built.scales_source);
+  kv.quant_check = std::move(built.quant_check);
   return impl;
 }
 
@@ -290,18 +330,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   STRATA_RETURN_IF_ERROR(EngineImpl::validate_config(config));
   Result<engine::BuiltRunner> built = engine::make_runner(config);
   if (!built.ok()) return built.status();
-  return std::unique_ptr<Engine>(new Engine(make_impl(std::move(built).value(), config)));
-}
-
-Result<std::unique_ptr<Engine>> Engine::create(model::Model& model, ThreadPool& pool,
-                                               const EngineConfig& config) {
-  STRATA_RETURN_IF_ERROR(EngineImpl::validate_config(config));
-  if (config.device != Device::kCpu) {
-    return Status::InvalidArgument("an engine borrowing a loaded model runs on the CPU");
-  }
-  Result<engine::BuiltRunner> built = engine::make_cpu_runner(config, model, pool);
-  if (!built.ok()) return built.status();
-  return std::unique_ptr<Engine>(new Engine(make_impl(std::move(built).value(), config)));
+  return std::make_unique<Engine>(make_impl(std::move(built).value(), config));
 }
 
 Result<RequestId> Engine::submit(EngineRequest request) { return impl_->submit(std::move(request)); }
@@ -311,37 +340,8 @@ bool Engine::has_unfinished() const { return impl_->has_unfinished(); }
 const EngineStepStats& Engine::last_step() const { return impl_->last_step_; }
 EngineTotals Engine::totals() const { return impl_->totals_; }
 const EngineConfig& Engine::config() const { return impl_->config_; }
-int32_t Engine::vocab_size() const { return impl_->vocab_size(); }
-const model::ModelConfig& Engine::model_config() const { return impl_->runner_->config(); }
-int64_t Engine::kv_bytes_per_token() const {
-  // Per-block statistics (INT4) make the figure a block-size average: rounded.
-  return std::llround(impl_->runner_->kv_layout().bytes_per_token());
-}
-int64_t Engine::kv_scale_bytes_per_token() const {
-  return std::llround(impl_->runner_->kv_layout().scale_bytes_per_token());
-}
-std::vector<DType> Engine::kv_layer_dtypes() const {
-  const model::ModelRunner& r = *impl_->runner_;
-  const std::span<const kv::KvLayerSlot> slots = r.kv_layer_slots();
-  if (!slots.empty()) {  // layers in groups: each layer's dtype in its group's pool
-    std::vector<DType> dtypes;
-    for (const kv::KvLayerSlot& s : slots) {
-      dtypes.push_back(r.kv_layout(s.group).spec().layer_dtype(s.index));
-    }
-    return dtypes;
-  }
-  const kv::KvSpec& spec = r.kv_layout().spec();
-  std::vector<DType> dtypes(static_cast<size_t>(spec.num_layers));
-  for (int32_t l = 0; l < spec.num_layers; ++l) dtypes[static_cast<size_t>(l)] = spec.layer_dtype(l);
-  return dtypes;
-}
-const std::optional<engine::KvQuantCheckReport>& Engine::kv_quant_check() const {
-  return impl_->kv_quant_check_;
-}
-DType Engine::kv_dtype() const { return impl_->runner_->kv_layout().spec().dtype; }
-const std::string& Engine::kv_scales_source() const { return impl_->kv_scales_source_; }
-int32_t Engine::num_blocks() const { return impl_->runner_->num_blocks(); }
-int64_t Engine::max_request_tokens() const { return impl_->max_request_tokens(); }
+const ModelInfo& Engine::model() const { return impl_->model_info_; }
+const KvCacheInfo& Engine::kv_cache() const { return impl_->kv_cache_info_; }
 std::vector<KvGroupStats> Engine::kv_groups() const {
   const kv::KvCacheManager& cache = impl_->cache();
   std::vector<KvGroupStats> groups;
@@ -353,8 +353,21 @@ std::vector<KvGroupStats> Engine::kv_groups() const {
   }
   return groups;
 }
-int64_t Engine::weight_bytes() const { return impl_->runner_->weight_bytes(); }
-Device Engine::device() const { return impl_->config_.device; }
 double Engine::now() const { return impl_->now(); }
+
+namespace engine {
+
+Result<std::unique_ptr<Engine>> create_engine(model::Model& model, ThreadPool& pool,
+                                              const EngineConfig& config) {
+  STRATA_RETURN_IF_ERROR(EngineImpl::validate_config(config));
+  if (config.device != Device::kCpu) {
+    return Status::InvalidArgument("an engine borrowing a loaded model runs on the CPU");
+  }
+  Result<BuiltRunner> built = make_cpu_runner(config, model, pool);
+  if (!built.ok()) return built.status();
+  return std::make_unique<Engine>(make_impl(std::move(built).value(), config));
+}
+
+}  // namespace engine
 
 }  // namespace strata

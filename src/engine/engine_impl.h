@@ -63,8 +63,8 @@ class EngineImpl {
   EngineTotals totals_;
   std::unique_ptr<ThreadPool> owned_pool_;         // destroyed after the runner that uses it
   std::unique_ptr<model::ModelRunner> runner_;
-  std::string kv_scales_source_;  // FP8 only: where the static scales came from
-  std::optional<engine::KvQuantCheckReport> kv_quant_check_;  // when --kv-quant-check ran
+  ModelInfo model_info_;
+  KvCacheInfo kv_cache_info_;
 
   const kv::KvCacheManager& cache() const { return *cache_; }
   int32_t vocab_size() const { return static_cast<int32_t>(runner_->config().vocab_size); }

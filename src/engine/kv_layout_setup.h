@@ -21,7 +21,7 @@ namespace strata::engine {
 
 struct KvLayoutOptions {
   KvScalesOptions scales;  // the dtype, FP8 scale sources, model_dir (calibration tokenizer)
-  kv::KvSkipLayers skip_layers;
+  KvSkipLayers skip_layers;
   bool quant_check = false;
   double quant_check_threshold = kDefaultKvQuantCheckThreshold;
   DType full_precision = DType::kF32;

@@ -9,15 +9,7 @@
 #include "kv/kv_layout.h"
 #include "model/model.h"
 
-namespace strata::engine {
-namespace {
-
-std::string kv_name(DType d) {
-  const auto k = kv::kv_cache_dtype_of(d);
-  return k ? std::string(kv::kv_cache_dtype_name(*k)) : std::string(dtype_name(d));
-}
-
-}  // namespace
+namespace strata {
 
 std::vector<int32_t> KvQuantCheckReport::kept_layers() const {
   std::vector<int32_t> kept;
@@ -26,6 +18,10 @@ std::vector<int32_t> KvQuantCheckReport::kept_layers() const {
   }
   return kept;
 }
+
+}  // namespace strata
+
+namespace strata::engine {
 
 KvQuantCheckReport kv_quant_check_report(DType dtype, double threshold, int32_t num_tokens,
                                          std::span<const double> output_kl,
@@ -67,10 +63,10 @@ std::string format_kv_quant_check(const KvQuantCheckReport& r, DType full_precis
                 "strata: kv-quant-check %s over %d calibration tokens, threshold %g (output KL: "
                 "mean KL in nats of the next-token distributions with only that layer "
                 "quantized; attn error: relative L2 of its attention output):\n",
-                kv_name(r.dtype).c_str(), r.num_tokens, r.threshold);
+                kv::pool_dtype_name(r.dtype).c_str(), r.num_tokens, r.threshold);
   std::string out = line;
   out += "  layer  output KL  attn error  kept\n";
-  const std::string kept_text = "yes, " + kv_name(full_precision);
+  const std::string kept_text = "yes, " + kv::pool_dtype_name(full_precision);
   for (const KvQuantCheckLayer& l : r.layers) {
     std::snprintf(line, sizeof line, "  %-5d  %-9.3e  %-10.3e  %s\n", l.layer_idx, l.output_kl,
                   l.attn_error, l.kept ? kept_text.c_str() : "");
@@ -79,11 +75,12 @@ std::string format_kv_quant_check(const KvQuantCheckReport& r, DType full_precis
   const std::vector<int32_t> kept = r.kept_layers();
   std::string list;
   for (const int32_t l : kept) list += (list.empty() ? "" : ",") + std::to_string(l);
-  const std::string what =
-      kept.empty() ? std::string("no layer") : "layers " + list + " at " + kv_name(full_precision);
+  const std::string what = kept.empty()
+                               ? std::string("no layer")
+                               : "layers " + list + " at " + kv::pool_dtype_name(full_precision);
   out += "strata: kv-quant-check keeps " + what + "; " +
          std::to_string(r.layers.size() - kept.size()) + " of " + std::to_string(r.layers.size()) +
-         " layers " + kv_name(r.dtype) + "\n";
+         " layers " + kv::pool_dtype_name(r.dtype) + "\n";
   return out;
 }
 

@@ -14,7 +14,7 @@
 #include "kv/kv_group.h"
 #include "model/model.h"
 #include "model/model_runner.h"
-#include "strata/engine.h"
+#include "strata/engine_config.h"
 
 namespace strata::engine {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/sampling_params.h"
-#include "engine/token_output.h"
+#include "strata/sampling_params.h"
+#include "strata/token_output.h"
 
 namespace strata::engine {
 

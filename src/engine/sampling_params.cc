@@ -1,10 +1,12 @@
-#include "engine/sampling_params.h"
+#include "strata/sampling_params.h"
 
 #include <cmath>
 #include <cstdio>
 #include <string>
 
-namespace strata::engine {
+#include "core/status.h"
+
+namespace strata {
 namespace {
 
 std::string format_number(double x) {
@@ -75,4 +77,4 @@ Status SamplingParams::validate(int32_t vocab_size) const {
   return validate_counts(*this, vocab_size);
 }
 
-}  // namespace strata::engine
+}  // namespace strata

@@ -31,7 +31,7 @@
 #include "engine/sequence.h"
 #include "kv/contiguous_allocator.h"
 #include "kv/kv_cache_manager.h"
-#include "strata/engine.h"
+#include "strata/engine_config.h"
 
 namespace strata::engine {
 

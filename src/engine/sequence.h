@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "engine/sampler.h"
-#include "engine/sampling_params.h"
-#include "engine/token_output.h"
 #include "kv/block_hash.h"
 #include "kv/block_table.h"
 #include "kv/swap_space.h"
+#include "strata/sampling_params.h"
+#include "strata/token_output.h"
 
 namespace strata::engine {
 

@@ -46,9 +46,9 @@ struct PlanModel {
 
 struct PlanSettings {
   // kAuto: device_precision(device), as the engine resolves it.
-  kv::KvCacheDType kv_dtype = kv::KvCacheDType::kAuto;
+  KvCacheDType kv_dtype = KvCacheDType::kAuto;
   // --kv-cache-dtype-skip-layers: these layers hold device_precision(device) instead.
-  kv::KvSkipLayers skip_layers;
+  KvSkipLayers skip_layers;
   int32_t block_size = 16;
   PlanDevice device = PlanDevice::kCuda;
   int64_t gpu_memory_bytes = 0;

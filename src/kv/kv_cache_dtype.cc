@@ -1,6 +1,6 @@
 #include "kv/kv_cache_dtype.h"
 
-namespace strata::kv {
+namespace strata {
 
 std::optional<KvCacheDType> parse_kv_cache_dtype(std::string_view name) {
   if (name == "auto") return KvCacheDType::kAuto;
@@ -37,6 +37,10 @@ std::string_view kv_cache_dtype_name(KvCacheDType dtype) {
   }
   return "?";
 }
+
+}  // namespace strata
+
+namespace strata::kv {
 
 std::optional<DType> kv_pool_dtype(KvCacheDType dtype) {
   switch (dtype) {
@@ -91,6 +95,11 @@ int32_t kv_cache_dtype_bits(KvCacheDType dtype) {
       return 4;
   }
   return 0;
+}
+
+std::string pool_dtype_name(DType pool_dtype) {
+  const std::optional<KvCacheDType> k = kv_cache_dtype_of(pool_dtype);
+  return k ? std::string(kv_cache_dtype_name(*k)) : std::string(dtype_name(pool_dtype));
 }
 
 }  // namespace strata::kv

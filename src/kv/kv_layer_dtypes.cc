@@ -86,17 +86,8 @@ std::vector<DType> kv_layer_dtypes(DType dtype, DType full_precision,
   return dtypes;
 }
 
-namespace {
-
-std::string cache_dtype_name(DType d) {
-  const auto k = kv_cache_dtype_of(d);
-  return k ? std::string(kv_cache_dtype_name(*k)) : std::string(dtype_name(d));
-}
-
-}  // namespace
-
 std::string kv_dtype_summary(DType dtype, std::span<const DType> layer_dtypes) {
-  std::string s = cache_dtype_name(dtype);
+  std::string s = pool_dtype_name(dtype);
   std::vector<DType> others;
   for (const DType d : layer_dtypes) {
     if (d != dtype && std::find(others.begin(), others.end(), d) == others.end()) {
@@ -108,7 +99,7 @@ std::string kv_dtype_summary(DType dtype, std::span<const DType> layer_dtypes) {
     for (size_t l = 0; l < layer_dtypes.size(); ++l) {
       if (layer_dtypes[l] == others[i]) layers += (layers.empty() ? "" : ",") + std::to_string(l);
     }
-    s += (i == 0 ? " (layers " : "; layers ") + layers + " " + cache_dtype_name(others[i]);
+    s += (i == 0 ? " (layers " : "; layers ") + layers + " " + pool_dtype_name(others[i]);
   }
   return others.empty() ? s : s + ")";
 }

@@ -3,7 +3,8 @@
 // (docs/kv-quant.md, "Per-layer exceptions"). --kv-cache-dtype-skip-layers names them by index or
 // as `sliding_window` (every layer the model gives a sliding window, vLLM's spelling);
 // --kv-quant-check (engine/kv_quant_check.h) adds the layers whose measured error is too large.
-// The result is a KvSpec::layer_dtypes array (kv_layout.h lays it out).
+// The result is a KvSpec::layer_dtypes array (kv_layout.h lays it out). KvSkipLayers, the
+// parsed flag, is the public API's (strata/kv_skip_layers.h).
 //
 // Plain data and arithmetic; the text form is parsed once, by the CLI (tools/strata/
 // kv_cache_options.cc), with the model-independent checks (garbage, duplicates) there and the
@@ -17,16 +18,9 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "strata/kv_skip_layers.h"
 
 namespace strata::kv {
-
-// --kv-cache-dtype-skip-layers, parsed. Empty = no exceptions.
-struct KvSkipLayers {
-  bool sliding_window = false;  // every layer with a sliding window (layer_sliding_window > 0)
-  std::vector<int32_t> layers;  // 0-based, distinct, in the order given
-
-  bool empty() const { return !sliding_window && layers.empty(); }
-};
 
 // "sliding_window", "0,5", "sliding_window,3" (items separated by commas, spaces around them
 // ignored; "" = none). InvalidArgument, one line naming the bad item, for anything that is not a

@@ -266,7 +266,7 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
   r.chat = chat;
   const json* prompt = chat ? nullptr : f.get("prompt");
   if (!chat && prompt == nullptr) return ApiError::bad_request("'prompt' is required", "prompt");
-  engine::SamplingParams& p = r.params;
+  SamplingParams& p = r.params;
   f.number("max_tokens", p.max_tokens);
   if (chat) f.number("max_completion_tokens", p.max_tokens);
   f.number("temperature", p.temperature);
@@ -296,14 +296,14 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
     f.boolean("logprobs", want);
     int32_t top = 0;
     f.number("top_logprobs", top);
-    if (top < 0 || top > engine::SamplingParams::kMaxLogprobs) {
+    if (top < 0 || top > SamplingParams::kMaxLogprobs) {
       return ApiError::bad_request("'top_logprobs' must be in [0, 20]", "top_logprobs");
     }
     if (want) p.logprobs = top;
   } else if (f.get("logprobs") != nullptr) {
     p.logprobs = 0;
     f.number("logprobs", p.logprobs);
-    if (p.logprobs < 0 || p.logprobs > engine::SamplingParams::kMaxLogprobs) {
+    if (p.logprobs < 0 || p.logprobs > SamplingParams::kMaxLogprobs) {
       return ApiError::bad_request("'logprobs' must be in [0, 20]", "logprobs");
     }
   }

@@ -9,8 +9,8 @@
 #include <variant>
 #include <vector>
 
-#include "engine/sampling_params.h"
 #include "server/api_error.h"
+#include "strata/sampling_params.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::server {
@@ -33,7 +33,7 @@ struct CompletionRequest {
   // Each prompt's text as the client sent it, "" for token ids and chat (echo repeats it as
   // given, not as the tokenizer's decode of it, which would show the BOS token).
   std::vector<std::string> prompt_texts;
-  engine::SamplingParams params;
+  SamplingParams params;
   int32_t n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage

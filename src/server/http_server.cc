@@ -49,7 +49,8 @@ HttpServer::HttpServer(AsyncEngine& engine, ServedModel model, ServerConfig conf
     : engine_(engine),
       model_(std::move(model)),
       config_(std::move(config)),
-      kv_facts_{engine.engine().kv_bytes_per_token(), engine.engine().kv_scale_bytes_per_token(),
+      kv_facts_{engine.engine().kv_cache().bytes_per_token,
+                engine.engine().kv_cache().scale_bytes_per_token,
                 engine.engine().config().block_size} {
   HttpLimits limits = config_.limits;
   if (limits.num_handler_threads <= 0) {

@@ -147,11 +147,11 @@ void expect_mixed_batch_finishes(Engine& e) {
     EXPECT_EQ(static_cast<int32_t>(seqs.size()), want[i].first) << "request " << i;
     for (const auto& [index, tokens] : seqs) {
       EXPECT_EQ(tokens.size(), want[i].second) << "request " << i << " sequence " << index;
-      for (int32_t t : tokens) EXPECT_TRUE(t >= 0 && t < e.vocab_size());
+      for (int32_t t : tokens) EXPECT_TRUE(t >= 0 && t < e.model().vocab_size);
     }
   }
   EXPECT_EQ(e.last_step().num_used_blocks, 0);
-  EXPECT_EQ(e.last_step().num_free_blocks, e.num_blocks() - 1);
+  EXPECT_EQ(e.last_step().num_free_blocks, e.kv_cache().num_blocks - 1);
   EXPECT_EQ(newest_blocks_group(e).num_used_blocks, 0);
 }
 
@@ -171,10 +171,10 @@ TEST_F(CudaEngineTest, QuantizedCachesRunTheMixedBatchAndGiveEveryBlockBack) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     std::unique_ptr<Engine> e = cuda_engine(0, dtype);
     ASSERT_NE(e, nullptr);
-    EXPECT_EQ(e->kv_dtype(), dtype);
-    EXPECT_GT(e->num_blocks(), (bf16->num_blocks() * 19) / 10);
+    EXPECT_EQ(e->kv_cache().dtype, dtype);
+    EXPECT_GT(e->kv_cache().num_blocks, (bf16->kv_cache().num_blocks * 19) / 10);
     if (dtype == DType::kF8E4M3 || dtype == DType::kF8E5M2) {
-      EXPECT_EQ(e->kv_scales_source().rfind("calculated over ", 0), 0u);
+      EXPECT_EQ(e->kv_cache().scales_source.rfind("calculated over ", 0), 0u);
     }
     EXPECT_EQ(newest_blocks_group(*e).num_blocks > 0, dtype == DType::kI4);
     expect_mixed_batch_finishes(*e);
@@ -191,7 +191,7 @@ TEST_F(CudaEngineTest, AnFp8CacheWithoutScalesIsRefusedWithTheFixes) {
   c.allow_unit_kv_scales = true;
   e = Engine::create(c);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
-  EXPECT_EQ((*e)->kv_scales_source(), "1.0 (--allow-unit-kv-scales)");
+  EXPECT_EQ((*e)->kv_cache().scales_source, "1.0 (--allow-unit-kv-scales)");
 }
 
 TEST_F(CudaEngineTest, SeededRequestsDrawTheSameTokensInAnotherEngine) {
@@ -279,13 +279,13 @@ TEST_F(CudaEngineTest, Int4WithATwoBlockResidualWindowRunsTheMixedBatch) {
   const int32_t residual_blocks = kv::newest_blocks_pool_size(32, 2, 256, 16);
   EXPECT_EQ(residual_blocks, 32 * 3 + 16 + 1);
   EXPECT_EQ(newest_blocks_group(engine).num_blocks, residual_blocks);
-  const model::ModelConfig& mc = engine.model_config();
+  const ModelInfo& mc = engine.model();
   // bf16: K and V x layers x KV heads x head_dim x 16 tokens x 2 bytes.
-  const int64_t residual_block_bytes =
-      2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * 16 * 2;
+  const int64_t residual_block_bytes = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * 16 * 2;
   EXPECT_EQ(newest_blocks_group(engine).pool_bytes(), residual_blocks * residual_block_bytes);
-  EXPECT_EQ(engine.num_blocks(), ((int64_t{64} << 20) - newest_blocks_group(engine).pool_bytes()) /
-                                     (engine.kv_bytes_per_token() * 16));
+  EXPECT_EQ(engine.kv_cache().num_blocks,
+            ((int64_t{64} << 20) - newest_blocks_group(engine).pool_bytes()) /
+                (engine.kv_cache().bytes_per_token * 16));
   expect_mixed_batch_finishes(engine);
 }
 
@@ -303,8 +303,8 @@ TEST_F(CudaEngineTest, KvQuantCheckMeasuresOnTheGpuAndKeepsItsLayersAtBf16) {
   cpu_config.device = Device::kCpu;
   Result<std::unique_ptr<Engine>> cpu = Engine::create(cpu_config);
   ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
-  ASSERT_TRUE((*cpu)->kv_quant_check().has_value());
-  const engine::KvQuantCheckReport& cpu_report = *(*cpu)->kv_quant_check();
+  ASSERT_TRUE((*cpu)->kv_cache().quant_check.has_value());
+  const KvQuantCheckReport& cpu_report = *(*cpu)->kv_cache().quant_check;
   const std::vector<int32_t> kept = cpu_report.kept_layers();
   EXPECT_EQ(kept, (std::vector<int32_t>{0}));
   int32_t passes = 0;
@@ -316,8 +316,8 @@ TEST_F(CudaEngineTest, KvQuantCheckMeasuresOnTheGpuAndKeepsItsLayersAtBf16) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
   EXPECT_EQ(passes, 3);
   Engine& e = **gpu;
-  ASSERT_TRUE(e.kv_quant_check().has_value());
-  const engine::KvQuantCheckReport& report = *e.kv_quant_check();
+  ASSERT_TRUE(e.kv_cache().quant_check.has_value());
+  const KvQuantCheckReport& report = *e.kv_cache().quant_check;
   EXPECT_EQ(report.kept_layers(), kept);
   EXPECT_EQ(report.dtype, DType::kF8E5M2);
   EXPECT_EQ(report.num_tokens, cpu_report.num_tokens);
@@ -326,10 +326,10 @@ TEST_F(CudaEngineTest, KvQuantCheckMeasuresOnTheGpuAndKeepsItsLayersAtBf16) {
     EXPECT_GT(report.layers[l].output_kl, 0.5 * cpu_report.layers[l].output_kl) << l;
     EXPECT_LT(report.layers[l].output_kl, 2.0 * cpu_report.layers[l].output_kl) << l;
   }
-  EXPECT_EQ(e.kv_dtype(), DType::kF8E5M2);
-  EXPECT_EQ(e.kv_layer_dtypes(), (std::vector<DType>{DType::kBF16, DType::kF8E5M2}));
-  EXPECT_EQ(e.num_blocks(), (int64_t{64} << 20) / (e.kv_bytes_per_token() * 16));
-  EXPECT_EQ(e.kv_scales_source().rfind("calculated over ", 0), 0u);  // the GPU's own scales
+  EXPECT_EQ(e.kv_cache().dtype, DType::kF8E5M2);
+  EXPECT_EQ(e.kv_cache().layer_dtypes, (std::vector<DType>{DType::kBF16, DType::kF8E5M2}));
+  EXPECT_EQ(e.kv_cache().num_blocks, (int64_t{64} << 20) / (e.kv_cache().bytes_per_token * 16));
+  EXPECT_EQ(e.kv_cache().scales_source.rfind("calculated over ", 0), 0u);  // the GPU's own scales
   ASSERT_TRUE(e.submit(request(40, 1, 12)).ok());
   const Tokens got = run_all(e);
   EXPECT_EQ(got.at(1).at(0).size(), 12u);
@@ -339,8 +339,9 @@ TEST_F(CudaEngineTest, KvQuantCheckMeasuresOnTheGpuAndKeepsItsLayersAtBf16) {
   c.kv_skip_layers.layers = {1};
   gpu = Engine::create(c);
   ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-  EXPECT_EQ((*gpu)->kv_quant_check()->kept_layers(), kept);  // the report is the measurement's
-  EXPECT_EQ((*gpu)->kv_layer_dtypes(), (std::vector<DType>{DType::kBF16, DType::kBF16}));
+  EXPECT_EQ((*gpu)->kv_cache().quant_check->kept_layers(),
+            kept);  // the report is the measurement's
+  EXPECT_EQ((*gpu)->kv_cache().layer_dtypes, (std::vector<DType>{DType::kBF16, DType::kBF16}));
 }
 
 // The teacher-forced logprob of each prompt token (prompt_logprobs) in an engine of this dtype

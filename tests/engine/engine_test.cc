@@ -6,6 +6,7 @@
 // n > 1 holds the prompt's blocks once; a sliding-window sequence holds only its window.
 
 #include "strata/engine.h"
+#include "engine/engine_on_model.h"
 
 #include <gtest/gtest.h>
 
@@ -44,7 +45,7 @@ class EngineTest : public ::testing::Test {
 
   std::unique_ptr<Engine> make(EngineConfig c = {}) {
     if (c.num_blocks == 0) c.num_blocks = 256;
-    auto e = Engine::create(model_, pool_, c);
+    auto e = engine::create_engine(model_, pool_, c);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return std::move(*e);
   }
@@ -153,7 +154,7 @@ TEST_P(EnginePreemptionTest, PromptLogitsHoldUnderPreemption) {
   auto got = drain(*e);
   engine::test_util::expect_preemption_totals(*e, GetParam());
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
-  const int64_t vocab = e->vocab_size();
+  const int64_t vocab = e->model().vocab_size;
   for (size_t i = 0; i < ids.size(); ++i) {
     const Collected ref = alone(requests[i]);
     const auto rows = static_cast<int64_t>(requests[i].prompt.size());
@@ -275,7 +276,7 @@ class EngineKvDTypeTest : public EngineTest, public ::testing::WithParamInterfac
 
 TEST_P(EngineKvDTypeTest, ThePoolHoldsEachLayersDtypeAndCountsItsBytes) {
   auto e = make(quantized());
-  const std::vector<DType> dtypes = e->kv_layer_dtypes();
+  const std::vector<DType> dtypes = e->kv_cache().layer_dtypes;
   ASSERT_EQ(dtypes.size(), 2u);
   int64_t bytes = 0;
   int64_t scale_bytes = 0;
@@ -289,9 +290,9 @@ TEST_P(EngineKvDTypeTest, ThePoolHoldsEachLayersDtypeAndCountsItsBytes) {
     bytes += 2 * 2 * (16 * dtype_size(d) + scale);
     scale_bytes += 2 * 2 * scale;
   }
-  EXPECT_EQ(e->kv_dtype(), GetParam().dtype);
-  EXPECT_EQ(e->kv_bytes_per_token(), bytes);
-  EXPECT_EQ(e->kv_scale_bytes_per_token(), scale_bytes);
+  EXPECT_EQ(e->kv_cache().dtype, GetParam().dtype);
+  EXPECT_EQ(e->kv_cache().bytes_per_token, bytes);
+  EXPECT_EQ(e->kv_cache().scale_bytes_per_token, scale_bytes);
 }
 
 TEST_P(EngineKvDTypeTest, BatchedChunkedAndPrefixHitRequestsGetWhatTheyGetAlone) {
@@ -381,7 +382,7 @@ INSTANTIATE_TEST_SUITE_P(Mixed, EngineKvDTypeTest,
 
 TEST_F(EngineTest, ASkippedLayerChangesTheOutputAndAnOutOfRangeOneIsRefused) {
   EngineConfig uniform;
-  uniform.kv_cache_dtype = kv::KvCacheDType::kFp8E5M2;
+  uniform.kv_cache_dtype = KvCacheDType::kFp8E5M2;
   uniform.calculate_kv_scales = true;
   EngineConfig mixed = uniform;
   mixed.kv_skip_layers.layers = {0};
@@ -408,7 +409,7 @@ TEST_F(EngineTest, ASkippedLayerChangesTheOutputAndAnOutOfRangeOneIsRefused) {
   EngineConfig bad = uniform;
   bad.num_blocks = 64;
   bad.kv_skip_layers.layers = {2};
-  auto e = Engine::create(model_, pool_, bad);
+  auto e = engine::create_engine(model_, pool_, bad);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("layer 2 is out of range (the model has 2 layers, 0..1)"),
             std::string::npos)
@@ -418,35 +419,35 @@ TEST_F(EngineTest, ASkippedLayerChangesTheOutputAndAnOutOfRangeOneIsRefused) {
 TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChecked) {
   EngineConfig c;
   c.num_blocks = 64;
-  c.kv_cache_dtype = kv::KvCacheDType::kFp8E4M3;
-  auto refused = Engine::create(model_, pool_, c);
+  c.kv_cache_dtype = KvCacheDType::kFp8E4M3;
+  auto refused = engine::create_engine(model_, pool_, c);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("--calculate-kv-scales"), std::string::npos)
       << refused.status().message();
   c.allow_unit_kv_scales = true;
-  auto unit = Engine::create(model_, pool_, c);
+  auto unit = engine::create_engine(model_, pool_, c);
   ASSERT_TRUE(unit.ok()) << unit.status().to_string();
-  EXPECT_EQ((*unit)->kv_scales_source(), "1.0 (--allow-unit-kv-scales)");
-  EXPECT_EQ((*unit)->kv_bytes_per_token(), (*unit)->kv_scale_bytes_per_token() +
-                                               2 * model_.config().num_hidden_layers *
-                                                   model_.config().num_key_value_heads *
-                                                   model_.config().head_dim);
-  c.kv_cache_dtype = kv::KvCacheDType::kInt8;
+  EXPECT_EQ((*unit)->kv_cache().scales_source, "1.0 (--allow-unit-kv-scales)");
+  EXPECT_EQ((*unit)->kv_cache().bytes_per_token,
+            (*unit)->kv_cache().scale_bytes_per_token + 2 * model_.config().num_hidden_layers *
+                                                            model_.config().num_key_value_heads *
+                                                            model_.config().head_dim);
+  c.kv_cache_dtype = KvCacheDType::kInt8;
   c.allow_unit_kv_scales = false;
-  auto int8 = Engine::create(model_, pool_, c);
+  auto int8 = engine::create_engine(model_, pool_, c);
   ASSERT_TRUE(int8.ok()) << int8.status().to_string();
-  EXPECT_EQ((*int8)->kv_scale_bytes_per_token(),
+  EXPECT_EQ((*int8)->kv_cache().scale_bytes_per_token,
             2 * 2 * model_.config().num_hidden_layers * model_.config().num_key_value_heads);
-  EXPECT_TRUE((*int8)->kv_scales_source().empty());
+  EXPECT_TRUE((*int8)->kv_cache().scales_source.empty());
   // On the GPU, float16 KV (bf16 activations) is refused before any device work; int8, fp8,
   // int4 and --kv-quant-check are accepted there (tests/engine/cuda_engine_test.cc).
   c.device = Device::kCuda;
-  c.kv_cache_dtype = kv::KvCacheDType::kF16;
+  c.kv_cache_dtype = KvCacheDType::kF16;
   const Status f16 = Engine::create(c).status();
   EXPECT_EQ(f16.code(), StatusCode::kUnsupported) << f16.to_string();
   EXPECT_NE(f16.message().find("float16 is not supported on --device cuda"), std::string::npos);
   // float32 too: it is never silently bf16 there (auto is what picks the device's precision).
-  c.kv_cache_dtype = kv::KvCacheDType::kF32;
+  c.kv_cache_dtype = KvCacheDType::kF32;
   const Status f32 = Engine::create(c).status();
   EXPECT_EQ(f32.code(), StatusCode::kUnsupported) << f32.to_string();
   EXPECT_NE(f32.message().find("float32 is not supported on --device cuda"), std::string::npos);
@@ -461,7 +462,7 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChe
   c.device = Device::kCuda;
   // A bad --kv-quant-check-threshold is refused on either device, even where the measurement
   // would not run (a bf16 pool on the GPU).
-  c.kv_cache_dtype = kv::KvCacheDType::kBF16;
+  c.kv_cache_dtype = KvCacheDType::kBF16;
   c.kv_quant_check = true;
   c.kv_quant_check_threshold = -1.0;
   const Status threshold = Engine::create(c).status();
@@ -469,8 +470,8 @@ TEST_F(EngineTest, Fp8WithoutScalesIsRefusedUnlessAllowedAndGpuOnlyOptionsAreChe
   EXPECT_NE(threshold.message().find("--kv-quant-check-threshold"), std::string::npos);
   c.kv_quant_check = false;
   c.device = Device::kCpu;
-  c.kv_cache_dtype = static_cast<kv::KvCacheDType>(99);  // not a dtype at all
-  EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
+  c.kv_cache_dtype = static_cast<KvCacheDType>(99);  // not a dtype at all
+  EXPECT_EQ(engine::create_engine(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
 }
 
 // A step's time splits into scheduling, the runner's forward pass and the host's own work after
@@ -709,7 +710,7 @@ TEST(EngineTextTest, ATextPromptIsEncodedWithTheModelsTokenizer) {
   no_tokenizer.num_blocks = 64;
   ThreadPool pool(1);
   model::Model m = model::Model::load({kModels + "llama3-gqa"});
-  auto plain = Engine::create(m, pool, no_tokenizer);
+  auto plain = engine::create_engine(m, pool, no_tokenizer);
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE((*plain)->submit(text).ok()) << "no tokenizer: a clear error";
 }
@@ -727,7 +728,7 @@ TEST_F(EngineTest, RejectsBadRequestsWithoutQueueingThem) {
   EXPECT_FALSE(e->has_unfinished());
   EngineConfig bad;
   bad.block_size = 12;
-  EXPECT_FALSE(Engine::create(model_, pool_, bad).ok());
+  EXPECT_FALSE(engine::create_engine(model_, pool_, bad).ok());
 }
 
 TEST(EngineWindowTest, ASlidingWindowSequenceHoldsOnlyItsWindow) {
@@ -737,7 +738,7 @@ TEST(EngineWindowTest, ASlidingWindowSequenceHoldsOnlyItsWindow) {
   c.block_size = 16;
   c.num_blocks = 1 + 8;
   c.max_num_batched_tokens = 16;
-  auto created = Engine::create(model, pool, c);
+  auto created = engine::create_engine(model, pool, c);
   ASSERT_TRUE(created.ok());
   auto e = std::move(*created);
   *e->submit(greedy(prompt_of(20, 1), 640));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
 #include "kv/kv_accounting.h"
 #include "model/model.h"
 #include "strata/engine.h"
@@ -136,7 +137,7 @@ inline EngineConfig sized_for(EngineConfig c, const std::vector<EngineRequest>& 
 inline Result<std::vector<Collected>> run_together(model::Model& model, ThreadPool& pool,
                                                    const std::vector<EngineRequest>& requests,
                                                    const EngineConfig& config = {}) {
-  auto e = Engine::create(
+  auto e = engine::create_engine(
       model, pool,
       sized_for(config, requests, kv::pool_sliding_window(model.config().layer_sliding_window)));
   EXPECT_TRUE(e.ok()) << e.status().to_string();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
 #include "engine_testing.h"
 #include "kv/kv_group.h"
 #include "model/model.h"
@@ -81,7 +82,7 @@ class HybridGroupsTest : public ::testing::TestWithParam<int32_t> {
   std::vector<Collected> alone(const std::vector<EngineRequest>& requests, const EngineConfig& c) {
     std::vector<Collected> out;
     for (const EngineRequest& r : requests) {
-      auto e = Engine::create(model_, pool_, c);
+      auto e = engine::create_engine(model_, pool_, c);
       EXPECT_TRUE(e.ok()) << e.status().to_string();
       const RequestId id = *(*e)->submit(r);
       out.push_back(test_util::drain(**e)[id]);
@@ -94,7 +95,7 @@ class HybridGroupsTest : public ::testing::TestWithParam<int32_t> {
   // Every request at once, in an engine of c.
   std::vector<Collected> together(const std::vector<EngineRequest>& requests,
                                   const EngineConfig& c) {
-    auto e = Engine::create(model_, pool_, c);
+    auto e = engine::create_engine(model_, pool_, c);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     std::vector<RequestId> ids;
     for (const EngineRequest& r : requests) ids.push_back(*(*e)->submit(r));
@@ -118,7 +119,7 @@ class HybridGroupsTest : public ::testing::TestWithParam<int32_t> {
 
 TEST_P(HybridGroupsTest, TheWindowedLayersGetAGroupOfTheirOwn) {
   ASSERT_EQ(model_.config().layer_sliding_window, (std::vector<int32_t>{0, kWindow}));
-  auto e = Engine::create(model_, pool_, config());
+  auto e = engine::create_engine(model_, pool_, config());
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   const std::vector<KvGroupStats> groups = (*e)->kv_groups();
   ASSERT_EQ(groups.size(), 2u);
@@ -126,8 +127,8 @@ TEST_P(HybridGroupsTest, TheWindowedLayersGetAGroupOfTheirOwn) {
   EXPECT_EQ(groups[1].kind, "sliding window");
   EXPECT_EQ(groups[1].window, kWindow);
   EXPECT_EQ(newest_blocks_group(**e).num_blocks, 0) << "no int4 residual pool";
-  EXPECT_EQ((*e)->kv_layer_dtypes().size(), 2u);
-  auto one = Engine::create(model_, pool_, config(/*hybrid=*/false));
+  EXPECT_EQ((*e)->kv_cache().layer_dtypes.size(), 2u);
+  auto one = engine::create_engine(model_, pool_, config(/*hybrid=*/false));
   ASSERT_TRUE(one.ok());
   EXPECT_EQ((*one)->kv_groups().size(), 1u);
   EXPECT_EQ((*one)->kv_groups()[0].kind, "full attention") << "mixed layers keep every block";
@@ -151,7 +152,7 @@ TEST_P(HybridGroupsTest, AloneBatchedAndChunkedEqualOnePool) {
 
 TEST_P(HybridGroupsTest, TheWindowGroupHoldsOnlyTheWindowWhileGroupZeroHoldsEverything) {
   const int32_t bs = GetParam();
-  auto e = Engine::create(model_, pool_, config());
+  auto e = engine::create_engine(model_, pool_, config());
   ASSERT_TRUE(e.ok());
   EngineRequest r = test_util::greedy(test_util::prompt_of(40, 9), 4 * kWindow, -1);
   ASSERT_TRUE((*e)->submit(r).ok());
@@ -172,7 +173,7 @@ TEST_P(HybridGroupsTest, TheWindowGroupHoldsOnlyTheWindowWhileGroupZeroHoldsEver
 }
 
 TEST_P(HybridGroupsTest, APrefixHitEqualsTheColdRun) {
-  auto warm = Engine::create(model_, pool_, config());
+  auto warm = engine::create_engine(model_, pool_, config());
   ASSERT_TRUE(warm.ok());
   const test_util::PrefixRun hit = test_util::run_extended_prompt(**warm, 5);
   EXPECT_GE(hit.got.metrics.num_cached_tokens, kWindow) << "both groups served the prefix";
@@ -191,7 +192,7 @@ TEST_P(HybridGroupsTest, PreemptedRequestsEqualOnePool) {
   one.num_blocks = 1 + 4 * ((30 + 37 * 3 + 120) / 16 + 2);
   for (const PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
     const EngineConfig c = test_util::preempting(hybrid, mode);
-    auto e = Engine::create(model_, pool_, c);
+    auto e = engine::create_engine(model_, pool_, c);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     const test_util::Submitted s = test_util::submit_preempted(**e, 4, 5);
     std::map<RequestId, Collected> got = test_util::drain(**e);

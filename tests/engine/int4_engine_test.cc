@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
+#include "engine_testing.h"
 #include "kv/host_kv_buffer.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_layout.h"
@@ -28,7 +30,6 @@
 #include "model/forward_batch_check.h"
 #include "model/model.h"
 #include "model/safetensors.h"
-#include "engine_testing.h"
 #include "reference_testing.h"
 #include "strata/engine.h"
 
@@ -64,14 +65,14 @@ class Int4EngineTest : public ::testing::Test {
   Int4EngineTest() : pool_(2), model_(model::Model::load({kModels + "llama3-gqa"})) {}
 
   static EngineConfig int4(int32_t r = 1, EngineConfig c = {}) {
-    c.kv_cache_dtype = kv::KvCacheDType::kInt4;
+    c.kv_cache_dtype = KvCacheDType::kInt4;
     c.kv_int4_residual = r * c.block_size;
     if (c.num_blocks == 0) c.num_blocks = 256;
     return c;
   }
 
   std::unique_ptr<Engine> make(const EngineConfig& c) {
-    auto e = Engine::create(model_, pool_, c);
+    auto e = engine::create_engine(model_, pool_, c);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return std::move(*e);
   }
@@ -247,16 +248,16 @@ TEST_F(Int4EngineTest, KvQuantCheckMeasuresInt4LayersThroughAScratchResidualPool
   c.kv_quant_check = true;
   c.kv_quant_check_threshold = 0.0;  // keep every layer whose int4 cost is measurable
   auto e = make(c);
-  ASSERT_TRUE(e->kv_quant_check().has_value());
-  const engine::KvQuantCheckReport& report = *e->kv_quant_check();
+  ASSERT_TRUE(e->kv_cache().quant_check.has_value());
+  const KvQuantCheckReport& report = *e->kv_cache().quant_check;
   EXPECT_EQ(report.dtype, DType::kI4);
   ASSERT_EQ(report.layers.size(), 2u);
-  for (const engine::KvQuantCheckLayer& l : report.layers) {
+  for (const KvQuantCheckLayer& l : report.layers) {
     EXPECT_GT(l.output_kl, 0.0) << "layer " << l.layer_idx;
     EXPECT_GT(l.attn_error, 0.0) << "layer " << l.layer_idx;
     EXPECT_LT(l.attn_error, 0.5) << "layer " << l.layer_idx;
   }
-  EXPECT_EQ(e->kv_layer_dtypes(), (std::vector<DType>{DType::kF32, DType::kF32}));
+  EXPECT_EQ(e->kv_cache().layer_dtypes, (std::vector<DType>{DType::kF32, DType::kF32}));
   EXPECT_EQ(newest_blocks_group(*e).num_blocks, 0)
       << "every layer kept: no int4 layer, no residual pool";
 }
@@ -274,10 +275,11 @@ TEST_F(Int4EngineTest, TheResidualPoolIsSizedFromTheSchedulerLimitsAndComesOutOf
   // F32, 2 layers x 2 KV heads x 16 channels x K and V x 16 tokens per block.
   const int64_t residual_block_bytes = 2 * 2 * 16 * 2 * 4 * 16;
   EXPECT_EQ(newest_blocks_group(*e).pool_bytes(), residual_blocks * residual_block_bytes);
-  const int64_t int4_block_bytes = e->kv_bytes_per_token() * 16;
-  EXPECT_EQ(e->num_blocks(), ((4 << 20) - newest_blocks_group(*e).pool_bytes()) / int4_block_bytes);
+  const int64_t int4_block_bytes = e->kv_cache().bytes_per_token * 16;
+  EXPECT_EQ(e->kv_cache().num_blocks,
+            ((4 << 20) - newest_blocks_group(*e).pool_bytes()) / int4_block_bytes);
   c.kv_cache_memory_bytes = newest_blocks_group(*e).pool_bytes();
-  EXPECT_NE(Engine::create(model_, pool_, c).status().message().find("residual pool"),
+  EXPECT_NE(engine::create_engine(model_, pool_, c).status().message().find("residual pool"),
             std::string::npos);
   // A float32 pool has none.
   EngineConfig f32;
@@ -288,11 +290,11 @@ TEST_F(Int4EngineTest, TheResidualPoolIsSizedFromTheSchedulerLimitsAndComesOutOf
 TEST_F(Int4EngineTest, UnsupportedCombinationsAreRefusedWithOneLine) {
   EngineConfig c = int4(1);
   c.kv_int4_residual = 5;
-  Status s = Engine::create(model_, pool_, c).status();
+  Status s = engine::create_engine(model_, pool_, c).status();
   EXPECT_EQ(s.message(), "--kv-int4-residual 5 must be a positive multiple of the block size (16)");
   c = {};
   c.kv_int4_residual = 32;
-  EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine::create_engine(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
 }
 
 // validate_step_residual: a batch built from the manager's tables passes; each way of breaking
@@ -358,11 +360,11 @@ TEST(Int4WindowTest, ASlidingWindowSequenceOnInt4GetsTheSameResultsInAnyShape) {
     SCOPED_TRACE("R " + std::to_string(r));
     const auto run = [&](int32_t chunk, int32_t batch) {
       EngineConfig c;
-      c.kv_cache_dtype = kv::KvCacheDType::kInt4;
+      c.kv_cache_dtype = KvCacheDType::kInt4;
       c.kv_int4_residual = 16 * r;
       c.num_blocks = 64;
       c.max_num_batched_tokens = chunk;
-      auto e = Engine::create(model, pool, c);
+      auto e = engine::create_engine(model, pool, c);
       EXPECT_TRUE(e.ok()) << e.status().to_string();
       std::vector<RequestId> ids;
       for (int32_t i = 0; i < batch; ++i) {
@@ -471,10 +473,10 @@ class Int4QualityTest : public ::testing::Test {
   }
   // The greedy tokens of request r alone in an engine of config c.
   std::vector<int32_t> generate(const EngineRequest& r, const EngineConfig& c) {
-    auto e = Engine::create(
+    auto e = engine::create_engine(
         model_, pool_,
-        engine::test_util::sized_for(c, {r},
-                                     kv::pool_sliding_window(model_.config().layer_sliding_window)));
+        engine::test_util::sized_for(
+            c, {r}, kv::pool_sliding_window(model_.config().layer_sliding_window)));
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     if (!e.ok()) return {};
     const RequestId id = *(*e)->submit(r);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
 #include "engine/kv_layout_setup.h"
 #include "engine/kv_scales_setup.h"
 #include "model/kv_scales.h"
@@ -147,37 +148,37 @@ TEST_F(KvQuantCheckTest, ResolvedLayoutKeepsCheckedAndSkippedLayers) {
 TEST_F(KvQuantCheckTest, TheEngineBuildsItsPoolFromTheCheck) {
   EngineConfig c;
   c.num_blocks = 32;
-  c.kv_cache_dtype = kv::KvCacheDType::kFp8E5M2;
+  c.kv_cache_dtype = KvCacheDType::kFp8E5M2;
   c.calculate_kv_scales = true;
   c.kv_quant_check = true;
   c.kv_quant_check_threshold = 0.0;
-  auto e = Engine::create(model_, pool_, c);
+  auto e = engine::create_engine(model_, pool_, c);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
-  ASSERT_TRUE((*e)->kv_quant_check().has_value());
-  EXPECT_EQ((*e)->kv_quant_check()->kept_layers(), (std::vector<int32_t>{0, 1}));
-  EXPECT_EQ((*e)->kv_layer_dtypes(), (std::vector<DType>{DType::kF32, DType::kF32}));
-  EXPECT_EQ((*e)->kv_bytes_per_token(), model_.kv_spec(DType::kF32).bytes_per_token());
+  ASSERT_TRUE((*e)->kv_cache().quant_check.has_value());
+  EXPECT_EQ((*e)->kv_cache().quant_check->kept_layers(), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ((*e)->kv_cache().layer_dtypes, (std::vector<DType>{DType::kF32, DType::kF32}));
+  EXPECT_EQ((*e)->kv_cache().bytes_per_token, model_.kv_spec(DType::kF32).bytes_per_token());
   c.kv_quant_check_threshold = 1e9;
-  auto d = Engine::create(model_, pool_, c);
+  auto d = engine::create_engine(model_, pool_, c);
   ASSERT_TRUE(d.ok());
-  EXPECT_TRUE((*d)->kv_quant_check()->kept_layers().empty());
-  EXPECT_EQ((*d)->kv_bytes_per_token(), model_.kv_spec(DType::kF8E5M2).bytes_per_token());
+  EXPECT_TRUE((*d)->kv_cache().quant_check->kept_layers().empty());
+  EXPECT_EQ((*d)->kv_cache().bytes_per_token, model_.kv_spec(DType::kF8E5M2).bytes_per_token());
 }
 
 TEST_F(KvQuantCheckTest, TheEngineReportsEachForwardPassOfTheCheck) {
   EngineConfig c;
   c.num_blocks = 32;
-  c.kv_cache_dtype = kv::KvCacheDType::kInt8;
+  c.kv_cache_dtype = KvCacheDType::kInt8;
   c.kv_quant_check = true;
   std::vector<std::pair<int32_t, int32_t>> calls;
   c.kv_quant_check_progress = [&](int32_t pass, int32_t passes) {
     calls.emplace_back(pass, passes);
   };
-  auto e = Engine::create(model_, pool_, c);
+  auto e = engine::create_engine(model_, pool_, c);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   // Two layers: the float32 reference, one pass per quantized layer, the attention-error pass.
   EXPECT_EQ(calls, (std::vector<std::pair<int32_t, int32_t>>{{1, 4}, {2, 4}, {3, 4}, {4, 4}}));
-  ASSERT_TRUE((*e)->kv_quant_check().has_value());
+  ASSERT_TRUE((*e)->kv_cache().quant_check.has_value());
 }
 
 }  // namespace

@@ -19,8 +19,6 @@
 namespace strata {
 namespace {
 
-using kv::KvCacheDType;
-
 struct Case {
   const char* name;
   KvCacheDType dtype = KvCacheDType::kAuto;

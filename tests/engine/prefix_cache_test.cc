@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
 #include "engine_testing.h"
 #include "kv/block_hash.h"
 #include "kv/kv_accounting.h"
@@ -101,7 +102,7 @@ class PrefixCacheEngineTest : public ::testing::TestWithParam<std::string> {
                                     kv::pool_sliding_window(model_.config().layer_sliding_window));
     }
     config.watermark = 0.0;
-    auto e = Engine::create(model_, pool_, config);
+    auto e = engine::create_engine(model_, pool_, config);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return e.ok() ? std::move(e).value() : nullptr;
   }

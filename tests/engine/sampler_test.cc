@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling_params.h"
+#include "strata/sampling_params.h"
 
 namespace strata::engine {
 namespace {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
 #include "engine_testing.h"
 #include "kv/kv_accounting.h"
 #include "model/model.h"
@@ -49,7 +50,7 @@ class SlidingWindowEngineTest : public ::testing::TestWithParam<int32_t> {
   WindowRun run(EngineConfig config) {
     config.watermark = 0.0;  // a pool this small would keep a 1-block watermark
     WindowRun out;
-    auto e = Engine::create(model_, pool_, config);
+    auto e = engine::create_engine(model_, pool_, config);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     if (!e.ok()) return out;
     auto id = (*e)->submit(long_request());
@@ -62,7 +63,7 @@ class SlidingWindowEngineTest : public ::testing::TestWithParam<int32_t> {
       out.peak_used_blocks = std::max(out.peak_used_blocks, (*e)->last_step().num_used_blocks);
       for (const RequestOutput& o : *step) test_util::absorb(out.got, o);
     }
-    out.num_blocks = (*e)->num_blocks();
+    out.num_blocks = (*e)->kv_cache().num_blocks;
     out.num_used_blocks_after = (*e)->last_step().num_used_blocks;
     return out;
   }

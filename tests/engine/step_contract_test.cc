@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
 #include "engine/sequence.h"
 #include "engine_testing.h"
 #include "kv/kv_accounting.h"
@@ -193,15 +194,15 @@ TEST_F(StepContractTest, RejectsUnsupportedSettings) {
   EngineConfig c;
   c.num_blocks = 64;
   c.block_size = 24;
-  EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine::create_engine(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
   c.block_size = 16;
   c.max_num_batched_tokens = 0;
-  EXPECT_EQ(Engine::create(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine::create_engine(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
   for (int32_t b : kSupportedBlockSizes) {
     c = EngineConfig{};
     c.num_blocks = 64;
     c.block_size = b;
-    EXPECT_TRUE(Engine::create(model_, pool_, c).ok()) << "block size " << b;
+    EXPECT_TRUE(engine::create_engine(model_, pool_, c).ok()) << "block size " << b;
   }
 }
 

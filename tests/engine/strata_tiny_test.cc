@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
 #include "engine_testing.h"
 #include "eval/needle_prompt.h"
 #include "eval/needle_report.h"
@@ -132,7 +133,7 @@ TEST_F(StrataTinyTest, RetrievesThePassKeyThroughTheEngine) {
   ASSERT_TRUE(prompts.ok()) << prompts.status().to_string();
   EngineConfig config;
   config.num_blocks = 128;  // a few 512-token prompts at a time: admission waits for blocks
-  auto engine = Engine::create(model_, pool_, config);
+  auto engine = engine::create_engine(model_, pool_, config);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   auto outcomes = eval::run_needle(**engine, *prompts);
   ASSERT_TRUE(outcomes.ok()) << outcomes.status().to_string();

@@ -18,8 +18,6 @@
 namespace strata::cli {
 namespace {
 
-using kv::KvCacheDType;
-
 std::string read(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;

@@ -20,6 +20,7 @@
 #include "bench/trace.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
 #include "engine_summary.h"
 #include "model/hf_config.h"
 #include "model/model.h"
@@ -224,12 +225,12 @@ bench::BenchMetrics run_one(model::Model* m, ThreadPool& pool, EngineConfig conf
       allocator == "contiguous" ? KvAllocatorKind::kContiguous : KvAllocatorKind::kPaged;
   // The CPU borrows the loaded model; the GPU loads its own copy of the weights into each engine.
   Result<std::unique_ptr<Engine>> engine =
-      m != nullptr ? Engine::create(*m, pool, config) : Engine::create(config);
+      m != nullptr ? engine::create_engine(*m, pool, config) : Engine::create(config);
   if (!engine.ok()) throw Error(engine.status().message());
   print_pool(**engine);
   EngineAdapter adapter(**engine, o.temperature);
   return replay(adapter, w, o, scheduler, allocator,
-                static_cast<double>((*engine)->kv_bytes_per_token()));
+                static_cast<double>((*engine)->kv_cache().bytes_per_token));
 }
 
 // `strata bench --endpoint URL`: the workload through a running server. The model directory

@@ -11,19 +11,20 @@ namespace strata::cli {
 
 void print_pool(const Engine& engine) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  const int64_t usable_blocks = engine.num_blocks() - 1;  // block 0 is the null block
+  const int64_t usable_blocks = engine.kv_cache().num_blocks - 1;  // block 0 is the null block
   const int64_t tokens = usable_blocks * engine.config().block_size;
-  const double kv_gib = static_cast<double>(tokens * engine.kv_bytes_per_token()) / kGiB;
-  if (engine.kv_quant_check()) {
+  const double kv_gib = static_cast<double>(tokens * engine.kv_cache().bytes_per_token) / kGiB;
+  if (engine.kv_cache().quant_check) {
     // The kept layers hold the engine's model precision: float32 on the CPU, bf16 on the GPU.
-    const DType full = engine.device() == Device::kCuda ? DType::kBF16 : DType::kF32;
-    const std::string table = engine::format_kv_quant_check(*engine.kv_quant_check(), full);
+    const DType full = engine.config().device == Device::kCuda ? DType::kBF16 : DType::kF32;
+    const std::string table = engine::format_kv_quant_check(*engine.kv_cache().quant_check, full);
     std::fputs(table.c_str(), stderr);
   }
-  const std::string kv_dtype = kv::kv_dtype_summary(engine.kv_dtype(), engine.kv_layer_dtypes());
-  const std::string scales = engine.kv_scales_source().empty()
+  const std::string kv_dtype =
+      kv::kv_dtype_summary(engine.kv_cache().dtype, engine.kv_cache().layer_dtypes);
+  const std::string scales = engine.kv_cache().scales_source.empty()
                                  ? std::string()
-                                 : "; fp8 scales: " + engine.kv_scales_source();
+                                 : "; fp8 scales: " + engine.kv_cache().scales_source;
   // The second group's pool, which was sized first: an INT4 cache's full-precision newest blocks
   // (the backend's model precision: f32 on the CPU, bf16 on the GPU), or a hybrid model's
   // windowed layers (the blocks above are then the full-attention layers' own).
@@ -33,7 +34,7 @@ void print_pool(const Engine& engine) {
     std::snprintf(residual, sizeof residual,
                   " + residual %d blocks x %d tokens %s (%.1f MiB, --kv-int4-residual %d)",
                   groups[1].num_blocks - 1, engine.config().block_size,
-                  engine.device() == Device::kCuda ? "bf16" : "f32",
+                  engine.config().device == Device::kCuda ? "bf16" : "f32",
                   static_cast<double>(groups[1].pool_bytes()) / (1024.0 * 1024.0),
                   groups[1].newest_blocks * engine.config().block_size);
   } else if (groups.size() > 1 && groups[1].window > 0) {
@@ -41,15 +42,15 @@ void print_pool(const Engine& engine) {
                   " + windowed layers (window %d) %d blocks x %d tokens", groups[1].window,
                   groups[1].num_blocks - 1, engine.config().block_size);
   }
-  std::fprintf(stderr,
-               "strata: %s: KV cache %s, %lld blocks x %d tokens = %lld tokens, %lld bytes per "
-               "token at block size %d (%lld of them scales) (%.2f GiB)%s%s; weights %.2f GiB\n",
-               device_name(engine.device()), kv_dtype.c_str(),
-               static_cast<long long>(usable_blocks), engine.config().block_size,
-               static_cast<long long>(tokens), static_cast<long long>(engine.kv_bytes_per_token()),
-               engine.config().block_size,
-               static_cast<long long>(engine.kv_scale_bytes_per_token()), kv_gib, residual,
-               scales.c_str(), static_cast<double>(engine.weight_bytes()) / kGiB);
+  std::fprintf(
+      stderr,
+      "strata: %s: KV cache %s, %lld blocks x %d tokens = %lld tokens, %lld bytes per "
+      "token at block size %d (%lld of them scales) (%.2f GiB)%s%s; weights %.2f GiB\n",
+      device_name(engine.config().device), kv_dtype.c_str(), static_cast<long long>(usable_blocks),
+      engine.config().block_size, static_cast<long long>(tokens),
+      static_cast<long long>(engine.kv_cache().bytes_per_token), engine.config().block_size,
+      static_cast<long long>(engine.kv_cache().scale_bytes_per_token), kv_gib, residual,
+      scales.c_str(), static_cast<double>(engine.model().weight_bytes) / kGiB);
 }
 
 }  // namespace strata::cli

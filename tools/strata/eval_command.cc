@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
 #include "eval/needle_prompt.h"
 #include "eval/needle_report.h"
 #include "eval/needle_run.h"
@@ -67,7 +68,7 @@ json needle_json(const EvalNeedleOptions& o, const EngineConfig& config,
           {"contexts", r.contexts},
           {"depths", r.depths},
           {"engine",
-           {{"kv_cache_dtype", std::string(kv::kv_cache_dtype_name(config.kv_cache_dtype))},
+           {{"kv_cache_dtype", std::string(kv_cache_dtype_name(config.kv_cache_dtype))},
             {"kv_cache_dtype_skip_layers", kv::kv_skip_layers_text(config.kv_skip_layers)},
             {"block_size", config.block_size},
             {"prefix_caching", config.enable_prefix_caching},
@@ -85,8 +86,8 @@ json needle_json(const EvalNeedleOptions& o, const EngineConfig& config,
 }
 
 int run_needle_eval(const EvalNeedleOptions& o) {
-  const kv::KvCacheDType kv_dtype = parse_kv_cache_dtype_flag(o.kv_cache.kv_cache_dtype);
-  const kv::KvSkipLayers skip_layers = parse_kv_skip_layers_flag(o.kv_cache.skip_layers);
+  const KvCacheDType kv_dtype = parse_kv_cache_dtype_flag(o.kv_cache.kv_cache_dtype);
+  const KvSkipLayers skip_layers = parse_kv_skip_layers_flag(o.kv_cache.skip_layers);
   check_kv_int4_residual_flag(o.kv_cache.kv_int4_residual, o.block_size, kv_dtype);
   const Result<std::vector<int32_t>> contexts = eval::parse_int_list(o.contexts, 1, kMaxContext);
   if (!contexts.ok()) throw Error("--contexts: " + contexts.status().message());
@@ -128,11 +129,12 @@ int run_needle_eval(const EvalNeedleOptions& o) {
   const int64_t blocks_per_seq = (longest + o.block_size - 1) / o.block_size + 1;
   const int64_t seqs = std::min<int64_t>(o.max_num_seqs, static_cast<int64_t>(prompts->size()));
   config.num_blocks = static_cast<int32_t>(seqs * blocks_per_seq + 1);
-  auto engine = Engine::create(m, pool, config);
+  auto engine = engine::create_engine(m, pool, config);
   if (!engine.ok()) throw Error(engine.status().message());
-  if ((*engine)->kv_quant_check()) {
-    std::fputs(engine::format_kv_quant_check(*(*engine)->kv_quant_check(), DType::kF32).c_str(),
-               stderr);
+  if ((*engine)->kv_cache().quant_check) {
+    std::fputs(
+        engine::format_kv_quant_check(*(*engine)->kv_cache().quant_check, DType::kF32).c_str(),
+        stderr);
   }
 
   // Opened before the run, so an unwritable path fails at once rather than after it.

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
 #include "engine/kv_layout_setup.h"
 #include "eval/needle_prompt.h"
 #include "eval/needle_run.h"
@@ -95,7 +96,7 @@ std::vector<std::vector<float>> logits_with(model::Model& m, ThreadPool& pool,
         c.max_num_batched_tokens, c.block_size);
   }
   c.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, int64_t{1} << 30));
-  auto created = Engine::create(m, pool, c);
+  auto created = engine::create_engine(m, pool, c);
   if (!created.ok()) throw Error(created.status().message());
   Engine& engine = **created;
   std::vector<RequestId> ids;
@@ -175,7 +176,7 @@ std::vector<eval::NeedleOutcome> needle_with(model::Model& m, ThreadPool& pool,
   c.max_num_batched_tokens = std::max(4096, longest);
   const int64_t blocks_per_seq = (longest + o.block_size - 1) / o.block_size + 1;
   c.num_blocks = static_cast<int32_t>(o.max_num_seqs * blocks_per_seq + 1);
-  auto engine = Engine::create(m, pool, c);
+  auto engine = engine::create_engine(m, pool, c);
   if (!engine.ok()) throw Error(engine.status().message());
   auto outcomes = eval::run_needle(**engine, prompts);
   if (!outcomes.ok()) throw Error(outcomes.status().message());
@@ -236,7 +237,7 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
       DTypeResult r;
       r.name = name;
       // One-line error for a bad value, before any work; auto is the CPU's float32.
-      const kv::KvCacheDType asked = parse_kv_cache_dtype_flag(name);
+      const KvCacheDType asked = parse_kv_cache_dtype_flag(name);
       r.dtype = kv::resolve_kv_cache_dtype(asked, DType::kF32);
       if (r.dtype == DType::kI4)
         check_kv_int4_residual_flag(o.kv_int4_residual, o.block_size, asked);
@@ -244,7 +245,7 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
     }
     if (results.empty()) throw Error("--kv-cache-dtype: give at least one dtype");
   }
-  const kv::KvSkipLayers skip_layers = parse_kv_skip_layers_flag(o.skip_layers);
+  const KvSkipLayers skip_layers = parse_kv_skip_layers_flag(o.skip_layers);
   const Result<std::vector<int32_t>> contexts = eval::parse_int_list(o.needle_contexts, 1, 1 << 20);
   if (!contexts.ok()) throw Error("--needle-contexts: " + contexts.status().message());
   const Result<std::vector<double>> depths = eval::parse_number_list(o.needle_depths);

@@ -24,7 +24,7 @@ struct EvalKvQuantOptions {
   bool allow_unit_kv_scales = false;
   std::string skip_layers;           // --kv-cache-dtype-skip-layers, applied to every dtype
   bool kv_quant_check = false;       // --kv-quant-check, run for every dtype
-  double kv_quant_check_threshold = engine::kDefaultKvQuantCheckThreshold;
+  double kv_quant_check_threshold = kDefaultKvQuantCheckThreshold;
   int32_t kv_int4_residual = 0;      // --kv-int4-residual for int4 (0 = one block)
   std::string text;                  // held-out text; default: the model's needle_filler.txt
   int32_t num_windows = 8;           // text windows for the KL

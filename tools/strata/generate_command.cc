@@ -32,7 +32,7 @@ using nlohmann::json;
 // What `strata generate` prints.
 struct GenerateReport {
   const char* device = "cpu";
-  model::ModelConfig model;
+  ModelInfo model;
   int64_t weight_bytes = 0;
   std::string kv_cache_dtype;  // kv::kv_dtype_summary: "int8 (layers 0 float32)"
   int64_t kv_bytes_per_token = 0;
@@ -52,8 +52,8 @@ struct GenerateReport {
 
 // The request's sampling settings: the command line first, then the checkpoint's
 // generation_config.json defaults (as vLLM applies them), then the OpenAI defaults.
-engine::SamplingParams sampling_params(const GenerateOptions& o, const model::GenerationConfig& g) {
-  engine::SamplingParams p;
+SamplingParams sampling_params(const GenerateOptions& o, const model::GenerationConfig& g) {
+  SamplingParams p;
   p.max_tokens = o.max_tokens;
   p.temperature = o.temperature.value_or(static_cast<float>(g.temperature.value_or(1.0)));
   p.top_p = o.top_p.value_or(static_cast<float>(g.top_p.value_or(1.0)));
@@ -100,16 +100,16 @@ void append_output(const RequestOutput& out, engine::GenerationResult& result) {
 }
 
 GenerateReport run_on_engine(const GenerateOptions& o, EngineConfig c,
-                             const engine::SamplingParams& params) {
+                             const SamplingParams& params) {
   c.max_num_seqs = 1;
   if (c.device == Device::kCpu) size_pool_for_the_request(c, o);
   Result<std::unique_ptr<Engine>> created = Engine::create(c);
   if (!created.ok()) throw Error(created.status().message());
   Engine& engine = **created;
-  if (engine.kv_quant_check()) {
+  if (engine.kv_cache().quant_check) {
     // The kept layers hold the engine's model precision: float32 on the CPU, bf16 on the GPU.
-    const DType full = engine.device() == Device::kCuda ? DType::kBF16 : DType::kF32;
-    std::fputs(engine::format_kv_quant_check(*engine.kv_quant_check(), full).c_str(), stderr);
+    const DType full = engine.config().device == Device::kCuda ? DType::kBF16 : DType::kF32;
+    std::fputs(engine::format_kv_quant_check(*engine.kv_cache().quant_check, full).c_str(), stderr);
   }
   EngineRequest request;
   request.prompt = o.prompt_ids;
@@ -130,13 +130,13 @@ GenerateReport run_on_engine(const GenerateOptions& o, EngineConfig c,
       metrics = out.metrics;
     }
   }
-  r.device = device_name(engine.device());
-  r.model = engine.model_config();
-  r.weight_bytes = engine.weight_bytes();
-  r.kv_cache_dtype = kv::kv_dtype_summary(engine.kv_dtype(), engine.kv_layer_dtypes());
-  r.kv_bytes_per_token = engine.kv_bytes_per_token();
-  r.kv_scale_bytes_per_token = engine.kv_scale_bytes_per_token();
-  r.num_blocks = engine.num_blocks();
+  r.device = device_name(engine.config().device);
+  r.model = engine.model();
+  r.weight_bytes = engine.model().weight_bytes;
+  r.kv_cache_dtype = kv::kv_dtype_summary(engine.kv_cache().dtype, engine.kv_cache().layer_dtypes);
+  r.kv_bytes_per_token = engine.kv_cache().bytes_per_token;
+  r.kv_scale_bytes_per_token = engine.kv_cache().scale_bytes_per_token;
+  r.num_blocks = engine.kv_cache().num_blocks;
   r.kv_groups = engine.kv_groups();
   r.prefill_seconds = metrics.first_token_time - metrics.arrival_time;
   r.decode_seconds = metrics.finished_time - metrics.first_token_time;
@@ -166,7 +166,7 @@ json logprobs_json(const std::vector<int32_t>& prompt, const engine::GenerationR
       top.push_back(lp ? top_json(lp->top_logprobs) : json(nullptr));
     }
   }
-  for (const engine::TokenLogprobs& lp : r.output_logprobs) {
+  for (const TokenLogprobs& lp : r.output_logprobs) {
     tokens.push_back(lp.token);
     token_logprobs.push_back(lp.logprob);
     top.push_back(top_json(lp.top_logprobs));
@@ -201,7 +201,7 @@ void print_json(const GenerateOptions& o, const GenerateReport& r) {
       {"kv_groups", kv_groups_json(r.kv_groups)},
       {"prompt_ids", o.prompt_ids},
       {"output_ids", g.output_ids},
-      {"finish_reason", engine::finish_reason_name(g.finish_reason)},
+      {"finish_reason", finish_reason_name(g.finish_reason)},
       {"usage",
        {{"prompt_tokens", o.prompt_ids.size()}, {"completion_tokens", g.output_ids.size()}}},
       {"timing",
@@ -226,14 +226,13 @@ std::string ids_text(const std::vector<int32_t>& ids) {
 }
 
 void print_table(const GenerateOptions& o, const GenerateReport& r) {
-  const model::ModelConfig& c = r.model;
+  const ModelInfo& c = r.model;
   const engine::GenerationResult& g = r.result;
   const int32_t block_size = o.block_size;
   std::printf("model        %s (%s, %lld layers, %lld heads / %lld KV heads, head_dim %lld)\n",
-              o.model_dir.c_str(), std::string(model::architecture_name(c.architecture)).c_str(),
-              static_cast<long long>(c.num_hidden_layers),
-              static_cast<long long>(c.num_attention_heads),
-              static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim));
+              o.model_dir.c_str(), c.architecture.c_str(), static_cast<long long>(c.num_layers),
+              static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_kv_heads),
+              static_cast<long long>(c.head_dim));
   std::string residual;
   for (size_t g = 1; g < r.kv_groups.size(); ++g) {
     residual += " + " + r.kv_groups[g].kind + " " + std::to_string(r.kv_groups[g].num_blocks - 1) +
@@ -246,7 +245,7 @@ void print_table(const GenerateOptions& o, const GenerateReport& r) {
       static_cast<long long>(r.kv_scale_bytes_per_token), residual.c_str());
   std::printf("prompt       %zu tokens\n", o.prompt_ids.size());
   std::printf("output       %s\n", ids_text(g.output_ids).c_str());
-  std::printf("finish       %s after %zu tokens\n", engine::finish_reason_name(g.finish_reason),
+  std::printf("finish       %s after %zu tokens\n", finish_reason_name(g.finish_reason),
               g.output_ids.size());
   std::printf("prefill      %lld tokens in %.3f ms (%.1f tokens/s)\n",
               static_cast<long long>(r.num_prefill_tokens), r.prefill_seconds * 1e3,
@@ -258,7 +257,7 @@ void print_table(const GenerateOptions& o, const GenerateReport& r) {
               static_cast<long long>(r.num_decode_tokens), r.decode_seconds * 1e3,
               per_second(r.num_decode_tokens, r.decode_seconds));
   for (size_t i = 0; i < g.output_logprobs.size(); ++i) {
-    const engine::TokenLogprobs& lp = g.output_logprobs[i];
+    const TokenLogprobs& lp = g.output_logprobs[i];
     std::printf("logprob %3zu  token %d  %.6f\n", i, lp.token, lp.logprob);
   }
   if (r.text) std::printf("text         %s\n", r.text->c_str());
@@ -314,7 +313,7 @@ int run_generate(const GenerateOptions& options) {
   }
   if (!o.prompt.empty()) o.prompt_ids = tok->encode(o.prompt, /*add_special_tokens=*/true);
   const model::GenerationConfig gen_config = model::load_generation_config(o.model_dir);
-  const engine::SamplingParams params = sampling_params(o, gen_config);
+  const SamplingParams params = sampling_params(o, gen_config);
 
   GenerateReport report = run_on_engine(o, config, params);
   if (tok) report.text = tok->decode(report.result.output_ids, true);

@@ -10,7 +10,7 @@
 
 namespace strata::cli {
 
-engine::KvQuantCheckProgress kv_quant_check_progress() {
+KvQuantCheckProgress kv_quant_check_progress() {
   if (isatty(STDERR_FILENO) == 0) return {};
   return [](int32_t pass, int32_t passes) {
     std::fprintf(stderr, "\rstrata: kv-quant-check: forward pass %d of %d", pass, passes);
@@ -47,24 +47,24 @@ void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only) {
       ->capture_default_str();
 }
 
-kv::KvSkipLayers parse_kv_skip_layers_flag(const std::string& value) {
-  Result<kv::KvSkipLayers> skip = kv::parse_kv_skip_layers(value);
+KvSkipLayers parse_kv_skip_layers_flag(const std::string& value) {
+  Result<KvSkipLayers> skip = kv::parse_kv_skip_layers(value);
   if (!skip.ok()) throw Error(skip.status().message());
   return std::move(skip).value();
 }
 
-kv::KvCacheDType parse_kv_cache_dtype_flag(const std::string& value) {
-  const std::optional<kv::KvCacheDType> d = kv::parse_kv_cache_dtype(value);
+KvCacheDType parse_kv_cache_dtype_flag(const std::string& value) {
+  const std::optional<KvCacheDType> d = parse_kv_cache_dtype(value);
   if (!d) {
     throw Error("--kv-cache-dtype '" + value + "' is not supported (use " +
-                std::string(kv::kKvCacheDTypeSpellings) + ")");
+                std::string(kKvCacheDTypeSpellings) + ")");
   }
   return *d;
 }
 
-void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, kv::KvCacheDType dtype) {
+void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, KvCacheDType dtype) {
   if (const std::optional<std::string> e =
-          kv::int4_residual_error(tokens, block_size, dtype == kv::KvCacheDType::kInt4)) {
+          kv::int4_residual_error(tokens, block_size, dtype == KvCacheDType::kInt4)) {
     throw Error(*e);
   }
 }

@@ -17,9 +17,9 @@
 #include <string>
 
 #include "core/dtype.h"
-#include "engine/kv_quant_check.h"
 #include "kv/kv_accounting.h"
 #include "kv/kv_layer_dtypes.h"
+#include "strata/kv_quant_check_report.h"
 
 namespace CLI {
 class App;
@@ -33,14 +33,14 @@ struct KvCacheOptions {
   bool allow_unit_kv_scales = false;
   std::string skip_layers;  // --kv-cache-dtype-skip-layers, as given ("" = none)
   bool kv_quant_check = false;
-  double kv_quant_check_threshold = engine::kDefaultKvQuantCheckThreshold;
+  double kv_quant_check_threshold = kDefaultKvQuantCheckThreshold;
   int32_t kv_int4_residual = 0;  // --kv-int4-residual, tokens; 0 = one block
 };
 
 // --kv-quant-check's progress for the engine configuration: on a terminal, one stderr line
 // rewritten after each forward pass ("strata: kv-quant-check: forward pass 3 of 34"); otherwise
 // none (logs get the check's table once it is done).
-engine::KvQuantCheckProgress kv_quant_check_progress();
+KvQuantCheckProgress kv_quant_check_progress();
 
 // Registers the flags (plan: only --kv-cache-dtype and --kv-cache-dtype-skip-layers, with
 // dtype_only).
@@ -48,15 +48,15 @@ void add_kv_cache_options(CLI::App& cmd, KvCacheOptions& o, bool dtype_only = fa
 
 // The dtype asked for, kAuto for "auto"; strata::Error "--kv-cache-dtype 'x' is not supported
 // (use auto, ...)" for anything parse_kv_cache_dtype does not know.
-kv::KvCacheDType parse_kv_cache_dtype_flag(const std::string& value);
+KvCacheDType parse_kv_cache_dtype_flag(const std::string& value);
 
 // --kv-int4-residual: strata::Error, one line, unless N is 0 (unset) or a positive multiple of
 // block_size, or when it is set for a dtype other than int4.
-void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, kv::KvCacheDType dtype);
+void check_kv_int4_residual_flag(int32_t tokens, int32_t block_size, KvCacheDType dtype);
 
 // --kv-cache-dtype-skip-layers: strata::Error, one line naming the bad item, for garbage, an empty
 // item or a layer named twice (kv::parse_kv_skip_layers). Indices beyond the model are refused
 // where the model is known (the engine, plan) with a line of the same form.
-kv::KvSkipLayers parse_kv_skip_layers_flag(const std::string& value);
+KvSkipLayers parse_kv_skip_layers_flag(const std::string& value);
 
 }  // namespace strata::cli

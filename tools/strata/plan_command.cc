@@ -216,11 +216,11 @@ std::string format_plan_text(const PlanReport& r) {
     o << r.model.num_attention_heads << " heads / " << k.num_kv_heads << " KV heads, head_dim "
       << k.head_dim << ")\n";
   }
-  o << "kv cache       " << kv::kv_cache_dtype_name(r.settings.kv_dtype);
+  o << "kv cache       " << kv_cache_dtype_name(r.settings.kv_dtype);
   if (!r.skipped_layers.empty()) {
     o << " (layers ";
     for (size_t i = 0; i < r.skipped_layers.size(); ++i) o << (i ? "," : "") << r.skipped_layers[i];
-    o << " " << kv::kv_cache_dtype_name(device_precision(r.settings.device)) << ")";
+    o << " " << kv_cache_dtype_name(device_precision(r.settings.device)) << ")";
   }
   o << ", block size " << r.settings.block_size << " (" << r.block_bytes << " bytes/block)\n";
   o << "kv bytes/token " << kv::format_number(r.kv_bytes_per_token) << " ("
@@ -242,7 +242,7 @@ std::string format_plan_text(const PlanReport& r) {
       o << "windowed pool  ";
     }
     o << kv::format_gib(static_cast<double>(g.bytes)) << ": " << g.num_blocks << " "
-      << kv::kv_cache_dtype_name(g.dtype) << " blocks (" << g.bytes << " bytes)";
+      << kv_cache_dtype_name(g.dtype) << " blocks (" << g.bytes << " bytes)";
     if (g.window > 0) {
       o << " for the " << g.num_layers << " layers with a sliding window of " << g.window;
     }
@@ -263,7 +263,7 @@ std::string format_plan_json(const PlanReport& r) {
                       {"num_layers", g.num_layers},
                       {"window", g.window},
                       {"newest_blocks", g.newest_blocks},
-                      {"dtype", kv::kv_cache_dtype_name(g.dtype)},
+                      {"dtype", kv_cache_dtype_name(g.dtype)},
                       {"num_blocks", g.num_blocks},
                       {"block_bytes", g.block_bytes},
                       {"bytes", g.bytes}});
@@ -274,10 +274,10 @@ std::string format_plan_json(const PlanReport& r) {
       {"attention", r.model.kv.is_mla() ? "mla" : "gqa"},
       {"num_layers", r.model.kv.num_layers},
       {"device", plan_device_name(r.settings.device)},
-      {"kv_cache_dtype", kv::kv_cache_dtype_name(r.settings.kv_dtype)},
+      {"kv_cache_dtype", kv_cache_dtype_name(r.settings.kv_dtype)},
       {"kv_cache_dtype_skip_layers", r.skipped_layers},
       {"kv_cache_dtype_skip_layers_dtype",
-       kv::kv_cache_dtype_name(device_precision(r.settings.device))},
+       kv_cache_dtype_name(device_precision(r.settings.device))},
       {"block_size", r.settings.block_size},
       {"block_bytes", r.block_bytes},
       {"kv_bytes_per_token", r.kv_bytes_per_token},
@@ -289,7 +289,7 @@ std::string format_plan_json(const PlanReport& r) {
       {"kv_pool_bytes", r.kv_pool_bytes},
       {"int4_residual_pool_blocks", r.int4_residual_pool_blocks},
       {"int4_residual_pool_bytes", r.int4_residual_pool_bytes},
-      {"int4_residual_pool_dtype", kv::kv_cache_dtype_name(device_precision(r.settings.device))},
+      {"int4_residual_pool_dtype", kv_cache_dtype_name(device_precision(r.settings.device))},
       {"limit_sized_groups", groups},
       {"num_blocks", r.num_blocks},
       {"capacity_tokens", r.capacity_tokens},

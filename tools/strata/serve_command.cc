@@ -116,8 +116,8 @@ int run_serve(const ServeOptions& o) {
                    ? std::filesystem::path(o.model_dir).lexically_normal().filename().string()
                    : o.served_model_name;
   if (model.name.empty()) model.name = std::filesystem::path(o.model_dir).parent_path().filename();
-  model.vocab_size = (*engine)->vocab_size();
-  model.max_model_len = (*engine)->max_request_tokens();
+  model.vocab_size = (*engine)->model().vocab_size;
+  model.max_model_len = (*engine)->kv_cache().max_request_tokens;
   model.tokenizer = tok ? &*tok : nullptr;
   model.special_tokens_in_content = o.tokenize_special_in_content;
   server::AsyncEngine async(std::move(*engine));

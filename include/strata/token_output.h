@@ -1,13 +1,12 @@
 #pragma once
 // What a request produces, token by token, as the engine's API hands it out: why a sequence
-// finished and a token's logprobs. Plain data with no engine internals behind it, so the public
-// header (include/strata/engine.h) can name it without the scheduler's or the KV cache's types.
+// finished and a token's logprobs (part of the public API: strata/engine.h's RequestOutput).
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-namespace strata::engine {
+namespace strata {
 
 enum class FinishReason { kLength, kStop };
 const char* finish_reason_name(FinishReason reason);  // "length", "stop"
@@ -20,4 +19,4 @@ struct TokenLogprobs {
   std::vector<std::pair<int32_t, float>> top_logprobs;
 };
 
-}  // namespace strata::engine
+}  // namespace strata

@@ -1,15 +1,16 @@
 #pragma once
 // SamplingParams: how one request turns logits into tokens, with the meanings vLLM (V1) and the
-// OpenAI API give each field. Plain data; validate() is the one place that checks the ranges, and
-// everything downstream (Sampler, the scheduler's stop checks) assumes a validated struct.
+// OpenAI API give each field (part of the public API: EngineRequest::params). Plain data;
+// validate() is the one place that checks the ranges, and everything downstream (Sampler, the
+// scheduler's stop checks) assumes a validated struct.
 
 #include <cstdint>
 #include <optional>
 #include <vector>
 
-#include "core/status.h"
+#include "strata/status.h"
 
-namespace strata::engine {
+namespace strata {
 
 struct SamplingParams {
   // Most alternatives a request may ask for per token (logprobs, prompt_logprobs): vLLM's default
@@ -57,4 +58,4 @@ struct SamplingParams {
   Status validate(int32_t vocab_size) const;
 };
 
-}  // namespace strata::engine
+}  // namespace strata

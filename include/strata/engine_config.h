@@ -1,0 +1,106 @@
+#pragma once
+// EngineConfig: everything Engine::create needs to load a model and build the engine, with the
+// enums that pick its device, scheduler and KV cache behaviour. Plain data; Engine::create checks
+// it (InvalidArgument for anything out of range).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strata/dtype.h"
+#include "strata/kv_cache_dtype.h"
+#include "strata/kv_quant_check_report.h"
+#include "strata/kv_skip_layers.h"
+
+namespace strata {
+
+enum class PreemptionMode { kRecompute, kSwap };
+enum class SchedulingPolicy { kFcfs, kPriority };
+// kStatic exists only as the measured baseline: wait for max_batch_size requests or
+// batch_timeout_ms, then run that batch to its longest request (finished requests keep their
+// slots and blocks, padded), admitting nothing else meanwhile.
+enum class SchedulerKind { kContinuous, kStatic };
+// kContiguous reserves max_model_len slots for each request at admission (a contiguous KV
+// allocator's behaviour, kv/contiguous_allocator.h): the baseline paging is measured against.
+enum class KvAllocatorKind { kPaged, kContiguous };
+// Where the model runs: the CPU backend (fp32 kernels, the KV pool in host memory) or the GPU
+// (bf16 weights through cuBLASLt, the KV pool in device memory; builds with the CUDA toolkit).
+enum class Device { kCpu, kCuda };
+// Weight quantization (--quantization): none keeps the checkpoint's matrices (bf16 on the GPU);
+// fp8 quantizes the decoder's linear layers to FP8 E4M3 at load with one scale per output channel
+// (docs/gpu-engine.md, "FP8 weights"). GPU only for now.
+enum class WeightQuantization { kNone, kFp8 };
+// kCuda when this build has the CUDA backend and a GPU is present, else kCpu (`--device auto`).
+Device default_device();
+const char* device_name(Device device);
+
+struct EngineConfig {
+  // ---- model (used by Engine::create; the borrowing constructor takes a loaded model) --------
+  std::string model_dir;
+  bool dummy_weights = false;  // --load-format dummy
+  DType dummy_dtype = DType::kBF16;
+  int32_t num_threads = 0;  // 0 = every core
+  Device device = Device::kCpu;
+  WeightQuantization quantization = WeightQuantization::kNone;  // --quantization
+
+  // ---- KV cache ---------------------------------------------------------------------------
+  int32_t block_size = 16;  // 8, 16, 32, 64 or 128
+  // Blocks in the pool, the null block included; 0 = kv_cache_memory_bytes / block bytes.
+  int32_t num_blocks = 0;
+  // 0 = automatic: 1 GiB on the CPU; on the GPU, what gpu_memory_utilization leaves after the
+  // weights, activations and workspaces (measured at start-up, vLLM's semantics).
+  int64_t kv_cache_memory_bytes = 0;
+  double gpu_memory_utilization = 0.9;
+  // GPU: issue every launch each step instead of replaying decode steps from CUDA graphs.
+  bool enforce_eager = false;
+  // KV cache dtype (--kv-cache-dtype; docs/kv-quant.md). kAuto, the default, stores the
+  // device's model precision: float32 on the CPU, bfloat16 on the GPU. CPU: any of float32,
+  // bfloat16, float16, fp8_e4m3 / fp8_e5m2 (per-layer static scales), int8 (a dynamic scale per
+  // token and KV head) or int4 (KIVI, with a full-precision residual pool). The GPU: bfloat16,
+  // fp8, int8 or int4 (no float16 or float32: its activations are bf16).
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
+  // I4 only (--kv-int4-residual N): the newest N tokens' blocks are read at full precision from
+  // the residual pool -- N a positive multiple of block_size, 0 = block_size (R = N / block_size
+  // blocks: a query's own block and the R - 1 before it). The residual pool
+  // (max_num_seqs x (R + 1) + ceil(max_num_batched_tokens / block_size) + 1 blocks, F32 on the
+  // CPU, BF16 on the GPU) comes out of kv_cache_memory_bytes before the int4 pool is sized.
+  int32_t kv_int4_residual = 0;
+  // FP8 KV scales: compute them at start-up from a calibration pass (overrides the checkpoint's),
+  // or accept 1.0 when neither exists (otherwise creation fails: see engine/kv_scales_setup.h).
+  bool calculate_kv_scales = false;
+  bool allow_unit_kv_scales = false;
+  // Per-layer exceptions (docs/kv-quant.md): these layers keep the model precision (F32 on the
+  // CPU, BF16 on the GPU: what auto picks) while the others hold kv_cache_dtype --
+  // --kv-cache-dtype-skip-layers (indices checked against the model at creation), and with
+  // kv_quant_check every layer whose output KL at start-up (engine/kv_quant_check.h, measured
+  // with the serving device's own kernels) is above kv_quant_check_threshold (nats per token).
+  KvSkipLayers kv_skip_layers;
+  bool kv_quant_check = false;
+  double kv_quant_check_threshold = kDefaultKvQuantCheckThreshold;
+  KvQuantCheckProgress kv_quant_check_progress;  // after each of the check's passes
+  bool enable_prefix_caching = true;
+  // A model whose layers mix sliding-window and full attention keeps its windowed layers' K/V in
+  // a KV cache group of their own, which gives back what the window has passed (CPU; docs/kv.md,
+  // "KV cache groups"). true keeps every layer's blocks in one pool, as a full-attention model
+  // does (--disable-hybrid-kv-cache-manager).
+  bool disable_hybrid_kv_cache_manager = false;
+  std::string tenant_salt_secret;  // key of the per-tenant salts; empty = random
+  KvAllocatorKind allocator = KvAllocatorKind::kPaged;
+
+  // ---- scheduling ---------------------------------------------------------------------------
+  int32_t max_num_seqs = 256;             // sequences in one step
+  int32_t max_num_batched_tokens = 2048;  // tokens in one step (decodes + prefill chunks)
+  int64_t max_model_len = 0;              // 0 = the model's max_position_embeddings
+  // Admission keeps this share of the pool free, so running decodes are not starved.
+  double watermark = 0.01;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  PreemptionMode preemption_mode = PreemptionMode::kRecompute;
+  int64_t swap_space_bytes = int64_t{4} << 30;  // host memory for swapped-out blocks
+  SchedulerKind scheduler = SchedulerKind::kContinuous;
+  int32_t max_batch_size = 32;      // static scheduler only
+  double batch_timeout_ms = 100.0;  // static scheduler only
+  // Empty = the checkpoint's: config.json's, then model_dir's generation_config.json's.
+  std::vector<int32_t> eos_token_ids;
+};
+
+}  // namespace strata

@@ -1,0 +1,59 @@
+#pragma once
+// What the engine reports about itself as it runs: each step's figures (EngineStepStats), the
+// running totals (EngineTotals) and each KV cache group's pool (KvGroupStats).
+
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+// One KV cache group (docs/kv.md, "KV cache groups"): what it keeps of a sequence, and its pool.
+struct KvGroupStats {
+  std::string kind;           // "full attention", "sliding window" or "newest blocks"
+  int32_t window = 0;         // sliding window: positions a query reads
+  int32_t newest_blocks = 0;  // newest blocks (INT4's full-precision blocks): R
+  int32_t num_blocks = 0;     // the null block included
+  int32_t num_used_blocks = 0;
+  int64_t block_bytes = 0;  // one block of the group's pool (its layers, K and V, scales)
+  int64_t pool_bytes() const { return block_bytes * num_blocks; }
+};
+
+// What the last step did, and the engine's state after it.
+struct EngineStepStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  int32_t num_swapped = 0;
+  int32_t num_scheduled_seqs = 0;
+  int32_t num_prefill_tokens = 0;
+  int32_t num_decode_tokens = 0;
+  int32_t num_preempted = 0;      // this step
+  double schedule_seconds = 0.0;  // scheduling and batch building, not the forward pass
+  // The runner's part: copy-on-write copies and the forward pass, until the step's tokens (or
+  // logits) are back on the host; 0 when nothing ran. step_seconds less this and
+  // schedule_seconds is the host's own work after the forward pass (sampling on the host,
+  // stop checks, outputs).
+  double forward_seconds = 0.0;
+  double step_seconds = 0.0;  // the whole step
+  int32_t num_used_blocks = 0;
+  int32_t num_free_blocks = 0;
+  // Blocks the prefix cache holds (full blocks indexed by their hash, in use or freed and
+  // evictable); 0 with prefix caching off.
+  int32_t num_cached_blocks = 0;
+  int64_t live_token_slots = 0;  // tokens in the pool (shared blocks once)
+  int64_t capacity_token_slots = 0;
+};
+
+struct EngineTotals {
+  int64_t num_steps = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_swapped_out_blocks = 0;
+  int64_t num_swapped_in_blocks = 0;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_prompt_tokens = 0;
+  int64_t num_generated_tokens = 0;
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t num_evictions = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,63 @@
+#pragma once
+// A request as the engine takes it (EngineRequest) and what it hands back for it each step
+// (RequestOutput: one delta per sequence that advanced, with the request's metrics).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strata/sampling_params.h"
+#include "strata/token_output.h"
+
+namespace strata {
+
+using RequestId = uint64_t;
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;  // token ids; when empty, prompt_text is encoded instead
+  // Text, encoded with the model directory's tokenizer.json (special tokens added, as the
+  // tokenizer's post-processor says). InvalidArgument when the directory has no tokenizer.
+  std::string prompt_text;
+  SamplingParams params;
+  int32_t n = 1;           // sequences to generate from the prompt (their seeds: seed + i)
+  std::string cache_salt;  // the client's prefix-cache salt
+  std::string tenant;      // the engine salts each tenant's requests itself
+  int32_t priority = 0;    // priority policy: lower runs first (vLLM's convention)
+  // Scoring: return the logits at every prompt position in RequestOutput::prompt_logits. The
+  // prompt is then computed whole (never served by the prefix cache, which it still fills).
+  bool prompt_logits = false;
+};
+
+// One sequence's progress in one step.
+struct CompletionDelta {
+  int32_t index = 0;                          // which of the request's n sequences
+  std::vector<int32_t> token_ids;             // new tokens this step
+  std::vector<TokenLogprobs> logprobs;        // one per new token when params.logprobs >= 0
+  std::optional<FinishReason> finish_reason;  // set in the step it finishes
+};
+
+struct RequestMetrics {
+  double arrival_time = 0.0;  // seconds on the engine's steady clock
+  double first_scheduled_time = 0.0;
+  double first_token_time = 0.0;  // 0 until the first token
+  double finished_time = 0.0;     // 0 until finished
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache (first admission)
+  int32_t num_preemptions = 0;
+};
+
+struct RequestOutput {
+  RequestId id = 0;
+  std::vector<CompletionDelta> deltas;  // the sequences that advanced or finished this step
+  // Once, with the first delta, when params.prompt_logprobs >= 0 (the first entry is nullopt).
+  std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
+  // Once, with the first delta, when the request set prompt_logits: [num_prompt, vocab]
+  // row-major, row p the logits after prompt token p (the row that scores token p + 1).
+  std::vector<float> prompt_logits;
+  bool finished = false;  // every sequence finished (or the request was cancelled)
+  bool cancelled = false;
+  RequestMetrics metrics;
+};
+
+}  // namespace strata
