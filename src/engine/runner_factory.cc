@@ -152,16 +152,21 @@ Result<BuiltRunner> cuda_runner(const EngineConfig& c) {
   }
   BuiltRunner built;
   built.groups = group_specs(plan);
-  std::unique_ptr<model::CudaModel> gpu = model::CudaModel::create(o);
+  // The checkpoint is opened once: its weights go to the GPU, its FP8 KV scales (if any) to the
+  // pool.
+  std::optional<model::WeightStore> weights;
+  if (o.load_format != model::LoadFormat::kDummy)
+    weights.emplace(model::WeightStore::open(c.model_dir));
+  std::unique_ptr<model::CudaModel> gpu =
+      model::CudaModel::create(mc, weights ? &*weights : nullptr, o);
   if (o.kv_dtype == DType::kF8E4M3 || o.kv_dtype == DType::kF8E5M2) {
     KvScalesSources sources;
     sources.num_layers = static_cast<int32_t>(mc.num_hidden_layers);
     sources.vocab_size = mc.vocab_size;
     sources.abs_max = [&](std::span<const int32_t> tokens) { return gpu->kv_abs_max(tokens); };
     sources.checkpoint = [&]() -> std::optional<kv::KvStaticScales> {
-      if (o.load_format == model::LoadFormat::kDummy) return std::nullopt;
-      return model::read_checkpoint_kv_scales(model::WeightStore::open(c.model_dir),
-                                              sources.num_layers);
+      if (!weights) return std::nullopt;
+      return model::read_checkpoint_kv_scales(*weights, sources.num_layers);
     };
     Result<ResolvedKvScales> scales =
         resolve_kv_scales(KvScalesOptions{.kv_dtype = o.kv_dtype,

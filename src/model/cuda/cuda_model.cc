@@ -526,8 +526,17 @@ bool CudaModel::device_available() {
 }
 
 std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
-  if (!device_available()) throw Error("--device cuda: no CUDA device is available");
   ModelConfig config = load_model_config(options.model_dir);
+  if (options.load_format == LoadFormat::kDummy) return create(std::move(config), nullptr, options);
+  const WeightStore weights = WeightStore::open(options.model_dir);
+  return create(std::move(config), &weights, options);
+}
+
+std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightStore* weights,
+                                             const CudaModelOptions& options) {
+  if (!device_available()) throw Error("--device cuda: no CUDA device is available");
+  STRATA_CHECK((weights == nullptr) == (options.load_format == LoadFormat::kDummy),
+               "CudaModel::create: checkpoint weights exactly when not dummy");
   // INT4 reads like the quantized dtypes (bf16 queries, their head dims) plus a residual pool.
   const bool quantized =
       cuda::is_quantized_kv(options.kv_dtype) || options.kv_dtype == cuda::kInt4KvDType;
@@ -568,15 +577,15 @@ std::unique_ptr<CudaModel> CudaModel::create(const CudaModelOptions& options) {
     throw Error("--device cuda: weight dtype " + std::string(dtype_name(options.weight_dtype)) +
                 " is not supported (bfloat16, or fp8 through --quantization fp8)");
   }
-  CudaDecoderWeights weights =
-      options.load_format == LoadFormat::kDummy
+  CudaDecoderWeights device_weights =
+      weights == nullptr
           ? take(dummy_weights(config, options.dummy_seed), "dummy weights on the GPU")
-          : take(upload_weights(config, WeightStore::open(options.model_dir)), "weights to the GPU");
+          : take(upload_weights(config, *weights), "weights to the GPU");
   if (options.weight_dtype == DType::kF8E4M3) {
-    check(quantize_weights_fp8(weights), "FP8 weights on the GPU");
+    check(quantize_weights_fp8(device_weights), "FP8 weights on the GPU");
   }
-  const int64_t weight_bytes = weights.bytes();
-  auto impl = std::make_unique<Impl>(std::move(config), options, std::move(weights),
+  const int64_t weight_bytes = device_weights.bytes();
+  auto impl = std::make_unique<Impl>(std::move(config), options, std::move(device_weights),
                                      std::move(stream), std::move(gemm));
   impl->info.weight_bytes = weight_bytes;
   impl->inputs = take(CudaStepInputs::create(options.max_num_tokens, options.max_num_seqs),

@@ -93,8 +93,14 @@ struct CudaModelInfo {
 
 class CudaModel final : public ModelRunner {
  public:
+  // The runner of a parsed config over the opened checkpoint `weights` (null exactly when
+  // options.load_format is dummy): the engine's runner factory parses and opens each once.
   // Throws strata::Error for unusable files or options (no GPU, unsupported head dim or dtype,
   // a pool with no room); CUDA failures after that are Status values.
+  static std::unique_ptr<CudaModel> create(ModelConfig config, const WeightStore* weights,
+                                           const CudaModelOptions& options);
+  // The same after parsing options.model_dir's config.json and opening its weights (tests and
+  // benchmarks, which build a runner alone).
   static std::unique_ptr<CudaModel> create(const CudaModelOptions& options);
   // True when the CUDA runtime sees at least one device.
   static bool device_available();
