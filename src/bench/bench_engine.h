@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "strata/engine_stats.h"
 
 namespace strata::bench {
 
@@ -27,35 +28,10 @@ struct TokenEvent {
   bool cancelled = false;
 };
 
-// What one step did: EngineStepStats' fields the report reads.
-struct StepRecord {
+// What one step did (the engine's EngineStepStats; an HTTP engine fills what its streams show),
+// and when.
+struct StepRecord : EngineStepStats {
   double time_s = 0.0;  // when the step returned, seconds after the run's start
-  int32_t num_running = 0;
-  int32_t num_waiting = 0;
-  int32_t num_scheduled_seqs = 0;
-  int32_t num_prefill_tokens = 0;
-  int32_t num_decode_tokens = 0;
-  int32_t num_preempted = 0;
-  double schedule_seconds = 0.0;
-  double forward_seconds = 0.0;  // the runner's part (EngineStepStats::forward_seconds)
-  double step_seconds = 0.0;
-  int32_t num_used_blocks = 0;
-  int64_t live_token_slots = 0;
-  int64_t capacity_token_slots = 0;
-};
-
-// The engine's cumulative counters at the end of a run (EngineTotals).
-struct EngineCounters {
-  int64_t num_steps = 0;
-  int64_t num_preemptions = 0;
-  int64_t num_swapped_out_blocks = 0;
-  int64_t num_swapped_in_blocks = 0;
-  int64_t num_prompt_tokens = 0;
-  int64_t num_cached_prompt_tokens = 0;
-  int64_t num_generated_tokens = 0;
-  int64_t prefix_query_tokens = 0;
-  int64_t prefix_hit_tokens = 0;
-  int64_t num_evictions = 0;
 };
 
 class BenchEngine {
@@ -66,7 +42,8 @@ class BenchEngine {
   // One engine step; appends the requests that advanced or finished to events and fills stats.
   virtual Status step(std::vector<TokenEvent>& events, StepRecord& stats) = 0;
   virtual bool has_unfinished() const = 0;
-  virtual EngineCounters counters() const = 0;
+  // The engine's cumulative counters, read at the end of a run.
+  virtual EngineTotals counters() const = 0;
 };
 
 class BenchClock {

@@ -64,7 +64,7 @@ struct RunResult {
   int64_t num_output_tokens = 0;
   int64_t num_stopped_early = 0;  // finished before output_len (EOS allowed only)
   CacheableShare cacheable;       // in the order requests were really submitted
-  EngineCounters counters;        // the engine's, after the run
+  EngineTotals counters;        // the engine's, after the run
 };
 
 RunResult run_workload(const Workload& workload, BenchEngine& engine, BenchClock& clock,

@@ -253,12 +253,12 @@ Status HttpBenchEngine::step(std::vector<TokenEvent>& events, StepRecord& stats)
 
 bool HttpBenchEngine::has_unfinished() const { return num_in_flight_ > 0; }
 
-EngineCounters HttpBenchEngine::counters() const {
+EngineTotals HttpBenchEngine::counters() const {
   // The usage of the last streams is counted after their final event: wait for their threads.
   for (auto& [id, t] : threads_) {
     if (t.thread.joinable()) t.thread.join();
   }
-  EngineCounters c;
+  EngineTotals c;
   {
     std::lock_guard<std::mutex> lock(mu_);
     c = totals_;

@@ -62,7 +62,7 @@ class HttpBenchEngine final : public BenchEngine {
   // connection, an event that is not what was asked).
   Status step(std::vector<TokenEvent>& events, StepRecord& stats) override;
   bool has_unfinished() const override;
-  EngineCounters counters() const override;
+  EngineTotals counters() const override;
 
  private:
   HttpBenchEngine(HttpBenchConfig config, ServerInfo info, int64_t preemptions_at_start);
@@ -84,7 +84,7 @@ class HttpBenchEngine final : public BenchEngine {
   std::condition_variable cv_;
   std::vector<TokenEvent> pending_;    // from the stream threads, not yet handed to step()
   std::string error_;                  // the first stream failure
-  EngineCounters totals_;              // from the streams' usage
+  EngineTotals totals_;              // from the streams' usage
   std::atomic<bool> stopping_{false};  // the destructor runs: streams end early
   // Driver thread only (counters() joins the last ones, hence mutable).
   int64_t num_in_flight_ = 0;  // submitted, final event not yet handed out

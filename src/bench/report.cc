@@ -90,7 +90,7 @@ BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context
   step_metrics(run, context.block_size, m);
   m.pool_utilization_bound =
       m.mean_sequence_len > 0 ? 1.0 - context.block_size / (2.0 * m.mean_sequence_len) : 0.0;
-  const EngineCounters& c = run.counters;
+  const EngineTotals& c = run.counters;
   m.num_cached_prompt_tokens = c.num_cached_prompt_tokens;
   m.prefix_hit_rate = ratio(static_cast<double>(c.num_cached_prompt_tokens),
                             static_cast<double>(c.num_prompt_tokens));

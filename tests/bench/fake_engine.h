@@ -69,7 +69,7 @@ class FakeEngine final : public BenchEngine {
   }
 
   bool has_unfinished() const override { return !running_.empty() || !waiting_.empty(); }
-  EngineCounters counters() const override { return counters_; }
+  EngineTotals counters() const override { return counters_; }
 
   std::map<uint64_t, Submitted> submitted;
   double step_s = 0.01;
@@ -84,7 +84,7 @@ class FakeEngine final : public BenchEngine {
   std::deque<uint64_t> waiting_;
   std::vector<uint64_t> running_;
   std::map<uint64_t, int64_t> produced_;
-  EngineCounters counters_;
+  EngineTotals counters_;
 };
 
 }  // namespace strata::bench::testing

@@ -57,37 +57,13 @@ class EngineAdapter final : public bench::BenchEngine {
       }
       events.push_back(std::move(e));
     }
-    const EngineStepStats& st = engine_.last_step();
-    s.num_running = st.num_running;
-    s.num_waiting = st.num_waiting;
-    s.num_scheduled_seqs = st.num_scheduled_seqs;
-    s.num_prefill_tokens = st.num_prefill_tokens;
-    s.num_decode_tokens = st.num_decode_tokens;
-    s.num_preempted = st.num_preempted;
-    s.schedule_seconds = st.schedule_seconds;
-    s.forward_seconds = st.forward_seconds;
-    s.step_seconds = st.step_seconds;
-    s.num_used_blocks = st.num_used_blocks;
-    s.live_token_slots = st.live_token_slots;
-    s.capacity_token_slots = st.capacity_token_slots;
+    static_cast<EngineStepStats&>(s) = engine_.last_step();
     return Status::Ok();
   }
 
   bool has_unfinished() const override { return engine_.has_unfinished(); }
 
-  bench::EngineCounters counters() const override {
-    const EngineTotals t = engine_.totals();
-    return {.num_steps = t.num_steps,
-            .num_preemptions = t.num_preemptions,
-            .num_swapped_out_blocks = t.num_swapped_out_blocks,
-            .num_swapped_in_blocks = t.num_swapped_in_blocks,
-            .num_prompt_tokens = t.num_prompt_tokens,
-            .num_cached_prompt_tokens = t.num_cached_prompt_tokens,
-            .num_generated_tokens = t.num_generated_tokens,
-            .prefix_query_tokens = t.prefix_query_tokens,
-            .prefix_hit_tokens = t.prefix_hit_tokens,
-            .num_evictions = t.num_evictions};
-  }
+  EngineTotals counters() const override { return engine_.totals(); }
 
  private:
   Engine& engine_;
