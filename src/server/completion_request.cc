@@ -2,11 +2,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
+#include <string_view>
 
 #include "chat_template/chat_prompt.h"
+#include "core/quote.h"
 #include "server/request_json.h"
 
 namespace strata::server {
@@ -234,6 +239,59 @@ std::optional<ApiError> render_messages(const json& body, const ServedModel& mod
   return std::nullopt;
 }
 
+// The body's fields the endpoint reads; any other is refused by name (unsupported_field), so a
+// client asking for something the server does not do (a JSON schema, tools, logit_bias, vLLM's
+// guided_* in extra_body) gets an error instead of free text it then fails to parse.
+constexpr std::array<std::string_view, 20> kReadFields = {
+    "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+    "frequency_penalty", "repetition_penalty", "n", "stream", "stream_options", "ignore_eos",
+    "return_tokens_as_token_ids", "return_token_ids", "cache_salt", "user", "seed", "stop",
+    "logprobs"};
+constexpr std::array<std::string_view, 2> kCompletionFields = {"prompt", "echo"};
+constexpr std::array<std::string_view, 5> kChatFields = {"messages", "max_completion_tokens",
+                                                         "top_logprobs", "add_generation_prompt",
+                                                         "chat_template_kwargs"};
+
+// Fields OpenAI clients may send at the value that asks for nothing, which is what this server
+// does: plain text, no tools, no bias, nothing stored.
+bool asks_for_nothing(std::string_view name, const json& v) {
+  if (name == "response_format") {
+    return v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text";
+  }
+  if (name == "tools" || name == "functions") return v.is_array() && v.empty();
+  if (name == "tool_choice") return v == "none";
+  if (name == "logit_bias") return v.is_object() && v.empty();
+  if (name == "parallel_tool_calls") return v.is_boolean();  // about tools, of which there are none
+  if (name == "store") return v == false;
+  return false;
+}
+
+std::optional<ApiError> unsupported_field(const json& body, bool chat) {
+  const auto among = [](const auto& names, std::string_view key) {
+    return std::find(names.begin(), names.end(), key) != names.end();
+  };
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null() || among(kReadFields, key) ||
+        among(chat ? std::span<const std::string_view>(kChatFields)
+                   : std::span<const std::string_view>(kCompletionFields),
+              key) ||
+        asks_for_nothing(key, value)) {
+      continue;
+    }
+    const bool known = key == "response_format" || key == "tools" || key == "tool_choice" ||
+                       key == "functions" || key == "function_call" || key == "logit_bias" ||
+                       key.starts_with("guided_");
+    std::optional<std::string> param;
+    if (key.size() <= 64) param = key;
+    return ApiError::bad_request(
+        quote(key, 64) + " is not supported by this server" +
+            (known ? " (structured outputs, tool calling and logit bias are not implemented)"
+                   : ""),
+        param);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
@@ -255,6 +313,7 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
   if (auto* e = std::get_if<ApiError>(&parsed)) return std::move(*e);
   const json& j = std::get<json>(parsed);
   if (!j.is_object()) return ApiError::bad_request("the request body must be a JSON object");
+  if (auto e = unsupported_field(j, chat)) return *e;
   Fields f{j, std::nullopt};
   CompletionRequest r;
   std::string name;

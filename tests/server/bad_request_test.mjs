@@ -106,6 +106,18 @@ await expectError("content of a wrong type", "POST", CH,
 await expectError("an image part", "POST", CH,
   { messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }] },
   bad("messages"));
+// What the server does not implement is refused by name, never dropped: a client asking for JSON
+// or tools gets an error rather than free text it cannot parse.
+for (const [field, value] of [
+  ["response_format", { type: "json_schema", json_schema: { name: "a", schema: { type: "object" } } }],
+  ["response_format", { type: "json_object" }],
+  ["tools", [{ type: "function", function: { name: "f", parameters: { type: "object" } } }]],
+  ["tool_choice", "required"], ["logit_bias", { "5": 10 }], ["guided_json", { type: "object" }],
+  ["guided_choice", ["a", "b"]], ["priority", 1]]) {
+  await expectError(`chat: unsupported ${field} = ${JSON.stringify(value)}`, "POST", CH,
+    chat({ [field]: value }), bad(field));
+}
+await expectError("completions: unsupported suffix", "POST", C, cmpl({ suffix: "x" }), bad("suffix"));
 // The model and its context length
 await expectError("unknown model", "POST", C, cmpl({ model: "no-such-model" }),
   { status: 404, type: "not_found_error", param: "model", code: "model_not_found" });

@@ -174,6 +174,50 @@ TEST_F(CompletionTest, ChatFieldsOfTheWrongTypeAre400sNamingThem) {
   EXPECT_NE(e.to_json().find("\xef\xbf\xbd"), std::string::npos) << "replaced, not thrown";
 }
 
+TEST_F(CompletionTest, FieldsTheServerDoesNotImplementAre400sNamingThemNeverIgnored) {
+  const std::string user = R"({"messages":[{"role":"user","content":"hi"}],)";
+  auto chat = [&](const std::string& fields) { return parse_chat_request(user + fields, model_); };
+  auto refused = [&](const std::string& fields) {
+    auto r = chat(fields);
+    EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << fields << " was accepted";
+    return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+  };
+  // What a client asks for that this server does not do: an error, not free text.
+  for (const char* field :
+       {R"("response_format":{"type":"json_object"}})",
+        R"("response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{}}}})",
+        R"("tools":[{"type":"function","function":{"name":"f"}}]})",
+        R"("tool_choice":"required"})", R"("logit_bias":{"5":10}})",
+        R"("guided_json":{"type":"object"}})", R"("guided_regex":"a+"})",
+        R"("guided_choice":["yes","no"]})", R"("functions":[{"name":"f"}]})",
+        R"("function_call":"auto"})"}) {
+    const ApiError e = refused(field);
+    EXPECT_EQ(e.http_status, 400) << field;
+    EXPECT_NE(e.message.find("not supported"), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find("not implemented"), std::string::npos) << e.message;
+    ASSERT_TRUE(e.param.has_value()) << field;
+    EXPECT_NE(std::string(field).find("\"" + *e.param + "\""), std::string::npos) << *e.param;
+  }
+  // Anything unknown, by name; a key too long to echo is quoted shortened, with no param.
+  EXPECT_EQ(refused(R"("best_of":2})").param, "best_of");
+  EXPECT_EQ(refused(R"("priority":1})").param, "priority");
+  const ApiError long_key = refused("\"" + std::string(300, 'k') + R"(":1})");
+  EXPECT_FALSE(long_key.param.has_value());
+  EXPECT_LT(long_key.message.size(), 200u);
+  // A field of the other endpoint is not read here either.
+  EXPECT_EQ(refused(R"("prompt":"x"})").param, "prompt");
+  EXPECT_EQ(error(R"({"prompt":"x","messages":[]})").param, "messages");
+  EXPECT_EQ(error(R"({"prompt":"x","top_logprobs":2})").param, "top_logprobs");
+  // The values that ask for nothing, as clients send them by default, and null for any field.
+  for (const char* field :
+       {R"("response_format":{"type":"text"}})", R"("tools":[]})", R"("tool_choice":"none"})",
+        R"("logit_bias":{}})", R"("parallel_tool_calls":false})", R"("store":false})",
+        R"("anything":null})", R"("guided_json":null})"}) {
+    EXPECT_TRUE(std::holds_alternative<CompletionRequest>(chat(field))) << field;
+  }
+  EXPECT_EQ(ok(R"({"prompt":"x","logit_bias":{},"echo":false})").prompts.size(), 1u);
+}
+
 TEST_F(CompletionTest, ChatTemplateKwargsMayNotReplaceWhatTheServerSets) {
   const std::string user = R"({"messages":[{"role":"user","content":"hi"}],)";
   for (const char* name : {"messages", "add_generation_prompt", "bos_token", "eos_token", "tools",
