@@ -71,7 +71,6 @@ DeviceBuffer upload_i32(const std::vector<int32_t>& v) {
   return b;
 }
 
-// Microseconds per call of launch(i) (i cycles over the copies), launched back to back.
 // A projection d[m, n] (+)= a[m, k] * w[n, k]^T with packed rows.
 GemmParams projection(const void* a, const void* w, void* d, int64_t m, int64_t n, int64_t k,
                       DType d_dtype, bool accumulate) {
@@ -90,6 +89,7 @@ GemmParams projection(const void* a, const void* w, void* d, int64_t m, int64_t 
   return p;
 }
 
+// Microseconds per call of launch(i) (i cycles over the copies), launched back to back.
 template <typename F>
 double time_us(const Stream& stream, int copies, F&& launch) {
   for (int i = 0; i < copies; ++i) die_if(launch(i), "warm-up");

@@ -35,7 +35,7 @@ Device default_device();
 const char* device_name(Device device);
 
 struct EngineConfig {
-  // ---- model (used by Engine::create; the borrowing constructor takes a loaded model) --------
+  // ---- model (read by Engine::create) ------------------------------------------------------
   std::string model_dir;
   bool dummy_weights = false;  // --load-format dummy
   DType dummy_dtype = DType::kBF16;

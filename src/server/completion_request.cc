@@ -266,18 +266,16 @@ bool asks_for_nothing(std::string_view name, const json& v) {
   return false;
 }
 
-std::optional<ApiError> unsupported_field(const json& body, bool chat) {
-  const auto among = [](const auto& names, std::string_view key) {
+bool endpoint_reads(std::string_view key, bool chat) {
+  const auto in = [key](std::span<const std::string_view> names) {
     return std::find(names.begin(), names.end(), key) != names.end();
   };
+  return in(kReadFields) || (chat ? in(kChatFields) : in(kCompletionFields));
+}
+
+std::optional<ApiError> unsupported_field(const json& body, bool chat) {
   for (const auto& [key, value] : body.items()) {
-    if (value.is_null() || among(kReadFields, key) ||
-        among(chat ? std::span<const std::string_view>(kChatFields)
-                   : std::span<const std::string_view>(kCompletionFields),
-              key) ||
-        asks_for_nothing(key, value)) {
-      continue;
-    }
+    if (value.is_null() || endpoint_reads(key, chat) || asks_for_nothing(key, value)) continue;
     const bool known = key == "response_format" || key == "tools" || key == "tool_choice" ||
                        key == "functions" || key == "function_call" || key == "logit_bias" ||
                        key.starts_with("guided_");

@@ -33,7 +33,6 @@ using nlohmann::json;
 struct GenerateReport {
   const char* device = "cpu";
   ModelInfo model;
-  int64_t weight_bytes = 0;
   std::string kv_cache_dtype;  // kv::kv_dtype_summary: "int8 (layers 0 float32)"
   int64_t kv_bytes_per_token = 0;
   int64_t kv_scale_bytes_per_token = 0;
@@ -132,7 +131,6 @@ GenerateReport run_on_engine(const GenerateOptions& o, EngineConfig c,
   }
   r.device = device_name(engine.config().device);
   r.model = engine.model();
-  r.weight_bytes = engine.model().weight_bytes;
   r.kv_cache_dtype = kv::kv_dtype_summary(engine.kv_cache().dtype, engine.kv_cache().layer_dtypes);
   r.kv_bytes_per_token = engine.kv_cache().bytes_per_token;
   r.kv_scale_bytes_per_token = engine.kv_cache().scale_bytes_per_token;
@@ -195,7 +193,7 @@ void print_json(const GenerateOptions& o, const GenerateReport& r) {
   json out = {
       {"model", o.model_dir},
       {"device", r.device},
-      {"weight_bytes", r.weight_bytes},
+      {"weight_bytes", r.model.weight_bytes},
       {"kv_cache_dtype", r.kv_cache_dtype},
       {"kv_bytes_per_token", r.kv_bytes_per_token},
       {"kv_groups", kv_groups_json(r.kv_groups)},
