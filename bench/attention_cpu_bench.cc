@@ -54,25 +54,24 @@ void BM_PagedDecodeAttentionCpu(benchmark::State& state) {
   p.q_indptr = q_indptr.data();
   p.layout = PagedKvLayout{indptr.data(), indices.data(), last_len.data(), num_seqs, block_size};
   p.cache = kv_layout.layer_view(pool_bytes.data(), 0);
-  // INT4: each sequence's last block also in an F32 residual pool (R = 1), read at full
+  // INT4: each sequence's last block also in an F32 newest-blocks pool (R = 1), read at full
   // precision by its decode row.
-  const kv::KvLayout residual_layout(kv::KvSpec{1, num_kv_heads, head_dim, DType::kF32},
-                                     block_size);
-  std::vector<float> residual_pool;
-  std::vector<int32_t> res_indptr(1, 0), res_indices, res_first;
+  const kv::KvLayout newest_layout(kv::KvSpec{1, num_kv_heads, head_dim, DType::kF32}, block_size);
+  std::vector<float> newest_pool;
+  std::vector<int32_t> newest_indptr(1, 0), newest_indices, newest_first;
   if (dtype == DType::kI4) {
-    residual_pool.assign(
-        static_cast<size_t>(residual_layout.pool_bytes(num_seqs + 1) / 4), 0.01f);
+    newest_pool.assign(static_cast<size_t>(newest_layout.pool_bytes(num_seqs + 1) / 4), 0.01f);
     for (int32_t s = 0; s < num_seqs; ++s) {
-      res_indices.push_back(s + 1);
-      res_indptr.push_back(s + 1);
-      res_first.push_back(blocks_per_seq - 1);
+      newest_indices.push_back(s + 1);
+      newest_indptr.push_back(s + 1);
+      newest_first.push_back(blocks_per_seq - 1);
     }
-    p.layout.res_indptr = res_indptr.data();
-    p.layout.res_indices = res_indices.data();
-    p.layout.res_first_block = res_first.data();
-    p.layout.residual_blocks = 1;
-    p.residual = residual_layout.layer_view(residual_pool.data(), 0);
+    p.newest.layout = p.layout;
+    p.newest.layout.kv_indptr = newest_indptr.data();
+    p.newest.layout.kv_indices = newest_indices.data();
+    p.newest.layout.first_block = newest_first.data();
+    p.newest.blocks = 1;
+    p.newest.cache = newest_layout.layer_view(newest_pool.data(), 0);
   }
   p.num_q_heads = num_q_heads;
   p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -6,15 +6,15 @@
 // (the engine's batch-1 decode), 1 x 65536, 16 x 32768, 64 x 4096, 256 x 1024, for each KV dtype
 // asked for (BF16 by default; fp8_e4m3, fp8_e5m2, int8 and int4 read quantized caches with
 // BF16 queries, and their rows give the time as a ratio to BF16's at the same shape; int4 reads
-// each query's own block from a bf16 residual pool, R = 1, the rest from its codes). Blocks are
-// handed out in a random order, as a long-running pool would. The K/V rows are random_fill values
-// appended through kv_append (which quantizes them), the pool is copied back and decoded on the
-// host (kernels/cpu/kv_quant.h), and the output is checked against a double reference over those
-// values (two sequences, first and last KV head) before anything is timed. Times are medians of
-// individually event-timed launches, and per launch replayed from a CUDA graph ("graph": what a
-// captured decode step pays; for the short batch-1 kernels an event pair times the launch more than
-// the kernel). "KV bytes" counts K and V once, INT8's scales and INT4's statistics included (not
-// INT4's one residual block per sequence).
+// each query's own block from a bf16 newest-blocks pool, R = 1, the rest from its codes). Blocks
+// are handed out in a random order, as a long-running pool would. The K/V rows are random_fill
+// values appended through kv_append (which quantizes them), the pool is copied back and decoded
+// on the host (kernels/cpu/kv_quant.h), and the output is checked against a double reference over
+// those values (two sequences, first and last KV head) before anything is timed. Times are medians
+// of individually event-timed launches, and per launch replayed from a CUDA graph ("graph": what
+// a captured decode step pays; for the short batch-1 kernels an event pair times the launch more
+// than the kernel). "KV bytes" counts K and V once, INT8's scales and INT4's statistics included
+// (not INT4's one newest block per sequence).
 //
 //   strata_decode_bench [--json FILE] [--reps N] [--block-size N] [--batch N] [--no-sweep]
 //                       [--kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4]
@@ -186,12 +186,14 @@ int run(int argc, char** argv) {
           scales = kv::KvStaticScales{{1.0f / kd.fp8_max}, {1.0f / kd.fp8_max}};
         const kv::KvLayout layout(kv::KvSpec{1, kKvHeads, kHeadDim, kd.dtype}, bs, scales);
         DeviceBuffer pool = take(DeviceBuffer::allocate(layout.pool_bytes(num_blocks)), "pool");
-        // INT4's residual pool: bf16 blocks at the same ids as the int4 ones (so one slot mapping
-        // and one block table serve both); the kernel reads each sequence's last block there.
+        // INT4's newest-blocks pool: bf16 blocks at the same ids as the int4 ones (so one slot
+        // mapping and one block table serve both); the kernel reads each sequence's last block
+        // there.
         const bool int4 = kd.dtype == DType::kI4;
-        const kv::KvLayout res_layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, bs);
-        DeviceBuffer res_pool =
-            int4 ? take(DeviceBuffer::allocate(res_layout.pool_bytes(num_blocks)), "residual pool")
+        const kv::KvLayout newest_layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, bs);
+        DeviceBuffer newest_pool =
+            int4 ? take(DeviceBuffer::allocate(newest_layout.pool_bytes(num_blocks)),
+                        "newest-blocks pool")
                  : DeviceBuffer();
         const int64_t q_elems = static_cast<int64_t>(sh.batch) * kQoHeads * kHeadDim;
         DeviceBuffer q = take(DeviceBuffer::allocate(q_elems * 2), "q");
@@ -213,9 +215,9 @@ int run(int argc, char** argv) {
                "cuda");
         die_if(cudaMemcpy(d_last.data(), last.data(), last.size() * 4, cudaMemcpyHostToDevice),
                "cuda");
-        const std::vector<int32_t> res_first(static_cast<size_t>(sh.batch), 0);
-        DeviceBuffer d_res_first = take(DeviceBuffer::allocate(res_first.size() * 4), "a");
-        die_if(cudaMemcpy(d_res_first.data(), res_first.data(), res_first.size() * 4,
+        const std::vector<int32_t> newest_first(static_cast<size_t>(sh.batch), 0);
+        DeviceBuffer d_newest_first = take(DeviceBuffer::allocate(newest_first.size() * 4), "a");
+        die_if(cudaMemcpy(d_newest_first.data(), newest_first.data(), newest_first.size() * 4,
                           cudaMemcpyHostToDevice),
                "cuda");
 
@@ -231,10 +233,11 @@ int run(int argc, char** argv) {
             }
           }
           die_if(cudaMemset(pool.data(), 0, layout.pool_bytes(num_blocks)), "cuda");
-          const PagedKvCacheView res_view = res_layout.layer_view(res_pool.data(), 0);
-          die_if(append_random_rows(layout.layer_view(pool.data(), 0), int4 ? &res_view : nullptr,
-                                    slots, row, kKSeed, kVSeed, stream.get()),
-                 "append K/V");
+          const PagedKvCacheView newest_view = newest_layout.layer_view(newest_pool.data(), 0);
+          die_if(
+              append_random_rows(layout.layer_view(pool.data(), 0), int4 ? &newest_view : nullptr,
+                                 slots, row, kKSeed, kVSeed, stream.get()),
+              "append K/V");
         }
         const size_t ws_bytes =
             decode_attention_workspace_bytes(sh.batch, kQoHeads, kHeadDim, kMaxDecodeSplits);
@@ -249,12 +252,11 @@ int run(int argc, char** argv) {
         p.layout = PagedKvLayout{d_indptr.as<int32_t>(), d_ids.as<int32_t>(), d_last.as<int32_t>(),
                                  sh.batch, bs};
         p.cache = layout.layer_view(pool.data(), 0);
-        if (int4) {
-          p.residual = res_layout.layer_view(res_pool.data(), 0);
-          p.layout.res_indptr = d_indptr.as<int32_t>();
-          p.layout.res_indices = d_ids.as<int32_t>();
-          p.layout.res_first_block = d_res_first.as<int32_t>();
-          p.layout.residual_blocks = 1;
+        if (int4) {  // the newest-blocks group: group 0's table, from logical block 0
+          p.newest.cache = newest_layout.layer_view(newest_pool.data(), 0);
+          p.newest.layout = p.layout;
+          p.newest.layout.first_block = d_newest_first.as<int32_t>();
+          p.newest.blocks = 1;
         }
         p.qo_dtype = DType::kBF16;
         p.num_qo_heads = kQoHeads;
@@ -273,16 +275,17 @@ int run(int argc, char** argv) {
         die_if(cudaMemcpy(host_pool.data(), pool.data(), layout.pool_bytes(num_blocks),
                           cudaMemcpyDeviceToHost),
                "cuda");
-        std::vector<uint16_t> host_res(static_cast<size_t>(int4 ? res_layout.pool_bytes(num_blocks) / 2 : 0));
+        std::vector<uint16_t> host_newest(
+            static_cast<size_t>(int4 ? newest_layout.pool_bytes(num_blocks) / 2 : 0));
         if (int4) {
-          die_if(cudaMemcpy(host_res.data(), res_pool.data(), res_layout.pool_bytes(num_blocks),
-                            cudaMemcpyDeviceToHost),
+          die_if(cudaMemcpy(host_newest.data(), newest_pool.data(),
+                            newest_layout.pool_bytes(num_blocks), cudaMemcpyDeviceToHost),
                  "cuda");
         }
         double max_err = 0.0;
         const PagedKvCacheView view = layout.layer_view(host_pool.data(), 0);
-        const PagedKvCacheView res_view = res_layout.layer_view(host_res.data(), 0);
-        const int32_t residual_from = (sh.context - 1) / bs;  // R = 1: the query's own block
+        const PagedKvCacheView newest_view = newest_layout.layer_view(host_newest.data(), 0);
+        const int32_t newest_from = (sh.context - 1) / bs;  // R = 1: the query's own block
         std::vector<int32_t> checked_seqs = {0};
         if (sh.batch > 1) checked_seqs.push_back(sh.batch - 1);
         for (int32_t s : checked_seqs) {
@@ -291,8 +294,8 @@ int run(int argc, char** argv) {
             std::vector<float> v(k.size());
             for (int32_t t = 0; t < sh.context; ++t) {
               const int32_t block = ids[s * blocks_per_seq + t / bs];
-              const bool from_residual = int4 && t / bs >= residual_from;
-              const PagedKvCacheView& src = from_residual ? res_view : view;
+              const bool from_newest = int4 && t / bs >= newest_from;
+              const PagedKvCacheView& src = from_newest ? newest_view : view;
               cpu::load_kv_rows(src, cpu::KvPart::kK, block, kvh, t % bs, 1,
                                 &k[static_cast<size_t>(t) * kHeadDim], false);
               cpu::load_kv_rows(src, cpu::KvPart::kV, block, kvh, t % bs, 1,

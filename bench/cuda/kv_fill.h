@@ -1,8 +1,8 @@
 #pragma once
 // The attention benchmarks' K/V: random bf16 rows (uniform in [-1, 1), random_fill's seeded
 // values) appended through kv_append, which quantizes them into a quantized cache, at the given
-// slots; for an INT4 cache also into its residual pool at the same slots (one slot mapping and
-// one block table serve both). Waits for the append before the rows are freed.
+// slots; for an INT4 cache also into its newest-blocks pool at the same slots (one slot mapping
+// and one block table serve both). Waits for the append before the rows are freed.
 
 #include <cuda_runtime_api.h>
 
@@ -17,11 +17,11 @@
 
 namespace strata::cuda {
 
-// row_elems: K (and V) elements per token, KV heads x head dim. residual: nullptr, or the INT4
-// residual pool's view.
-inline Status append_random_rows(const PagedKvCacheView& cache, const PagedKvCacheView* residual,
-                                 std::span<const int64_t> slots, int64_t row_elems,
-                                 uint64_t k_seed, uint64_t v_seed, cudaStream_t stream) {
+// row_elems: K (and V) elements per token, KV heads x head dim. newest: nullptr, or the view of
+// the INT4 cache's newest-blocks pool.
+inline Status append_random_rows(const PagedKvCacheView& cache, const PagedKvCacheView* newest,
+                                 std::span<const int64_t> slots, int64_t row_elems, uint64_t k_seed,
+                                 uint64_t v_seed, cudaStream_t stream) {
   const auto tokens = static_cast<int64_t>(slots.size());
   const int64_t elems = tokens * row_elems;
   Result<DeviceBuffer> k_rows = DeviceBuffer::allocate(static_cast<size_t>(elems) * 2);
@@ -46,9 +46,9 @@ inline Status append_random_rows(const PagedKvCacheView& cache, const PagedKvCac
   ap.k_token_stride = ap.v_token_stride = row_elems;
   ap.slot_mapping = d_slots->as<int64_t>();
   ap.num_tokens = static_cast<int32_t>(tokens);
-  if (residual != nullptr) {
-    ap.residual = *residual;
-    ap.residual_slot_mapping = d_slots->as<int64_t>();
+  if (newest != nullptr) {
+    ap.newest = *newest;
+    ap.newest_slot_mapping = d_slots->as<int64_t>();
   }
   STRATA_RETURN_IF_ERROR(kv_append(ap, stream));
   if (cudaStreamSynchronize(stream) != cudaSuccess) {

@@ -1,6 +1,6 @@
 // strata_prefill_bench: paged prefill attention TFLOP/s on the GPU (tools/gpu/bench_decode_torch.py
-// measures SDPA on the same shapes and the bf16 matrix rate in the same call; tools/gpu/gpu_check.sh
-// runs both).
+// measures SDPA on the same shapes and the bf16 matrix rate in the same call;
+// tools/gpu/gpu_check.sh runs both).
 //
 // BF16 KV, 32 query / 8 KV heads, head dim 128, block size 16, one sequence: a prompt of 4096 or
 // 16384 tokens, or a 4096-token chunk on a cached prefix of 4096 or 12288 tokens. Causal FLOPs
@@ -8,7 +8,7 @@
 // checked against a double-precision reference first. --kv-dtypes adds quantized caches read
 // with BF16 queries (fp8_e4m3, int8, int4), their K/V appended by kv_append from bf16 rows and
 // checked against the host's decoding of the pool (int4: each row's own block from a bf16
-// residual pool, R = 1), each timed as a ratio to BF16's at the same case.
+// newest-blocks pool, R = 1), each timed as a ratio to BF16's at the same case.
 //
 //   strata_prefill_bench [--reps N] [--kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4]
 //   (prints one JSON line prefixed "json: " for the BF16 cases)
@@ -76,11 +76,13 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
     scales = {{1.0f / 448.0f}, {1.0f / 448.0f}};
   }
   const kv::KvLayout layout(kv::KvSpec{1, kKvHeads, kHeadDim, dtype}, kBlockSize, scales);
-  // INT4's residual pool: bf16 blocks at the same ids (one slot mapping, one table for both).
+  // INT4's newest-blocks pool: bf16 blocks at the same ids (one slot mapping, one table for
+  // both).
   const bool int4 = dtype == DType::kI4;
-  const kv::KvLayout res_layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, kBlockSize);
+  const kv::KvLayout newest_layout(kv::KvSpec{1, kKvHeads, kHeadDim, DType::kBF16}, kBlockSize);
   DeviceBuffer pool = take(DeviceBuffer::allocate(layout.pool_bytes(blocks + 1)), "pool");
-  DeviceBuffer res_pool = take(DeviceBuffer::allocate(res_layout.pool_bytes(blocks + 1)), "res");
+  DeviceBuffer newest_pool =
+      take(DeviceBuffer::allocate(newest_layout.pool_bytes(blocks + 1)), "newest");
   die_if(cudaMemset(pool.data(), 0, layout.pool_bytes(blocks + 1)), "memset");
   const int64_t row = int64_t{kKvHeads} * kHeadDim;
   std::vector<int64_t> slots(static_cast<size_t>(kv_len));
@@ -88,25 +90,25 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
     slots[static_cast<size_t>(t)] = int64_t{ids[static_cast<size_t>(t / kBlockSize)]} * kBlockSize +
                                     t % kBlockSize;
   }
-  const PagedKvCacheView res_device = res_layout.layer_view(res_pool.data(), 0);
-  die_if(append_random_rows(layout.layer_view(pool.data(), 0), int4 ? &res_device : nullptr, slots,
-                            row, kPoolSeed, kPoolSeed + 1, stream.get()),
+  const PagedKvCacheView newest_device = newest_layout.layer_view(newest_pool.data(), 0);
+  die_if(append_random_rows(layout.layer_view(pool.data(), 0), int4 ? &newest_device : nullptr,
+                            slots, row, kPoolSeed, kPoolSeed + 1, stream.get()),
          "append K/V");
 
-  const std::vector<int32_t> res_first = {0};
-  DeviceBuffer d_res_first = take(DeviceBuffer::allocate(4), "a");
-  die_if(cudaMemcpy(d_res_first.data(), res_first.data(), 4, cudaMemcpyHostToDevice), "copy");
+  const std::vector<int32_t> newest_first = {0};
+  DeviceBuffer d_newest_first = take(DeviceBuffer::allocate(4), "a");
+  die_if(cudaMemcpy(d_newest_first.data(), newest_first.data(), 4, cudaMemcpyHostToDevice), "copy");
   const int64_t q_elems = static_cast<int64_t>(cs.chunk) * kQoHeads * kHeadDim;
   DeviceBuffer lse = take(DeviceBuffer::allocate(
                               prefill_int4_workspace_floats(cs.chunk, kQoHeads) * 4), "lse");
   PrefillAttentionParams p = bf16_params;
   p.cache = layout.layer_view(pool.data(), 0);
-  if (int4) {
-    p.residual = res_device;
-    p.layout.res_indptr = p.layout.kv_indptr;
-    p.layout.res_indices = d_ids.as<int32_t>();
-    p.layout.res_first_block = d_res_first.as<int32_t>();
-    p.layout.residual_blocks = 1;
+  if (int4) {  // the newest-blocks group: the same table, from logical block 0
+    p.newest.cache = newest_device;
+    p.newest.layout = p.layout;
+    p.newest.layout.kv_indices = d_ids.as<int32_t>();
+    p.newest.layout.first_block = d_newest_first.as<int32_t>();
+    p.newest.blocks = 1;
     p.lse_workspace = lse.as<float>();
   }
   die_if(prefill_attention(p, stream.get()), "prefill");
@@ -116,17 +118,17 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
   std::vector<uint16_t> out(static_cast<size_t>(q_elems));
   die_if(cudaMemcpy(out.data(), p.o, q_elems * 2, cudaMemcpyDeviceToHost), "copy");
   std::vector<uint16_t> host(static_cast<size_t>(layout.pool_bytes(blocks + 1) / 2));
-  std::vector<uint16_t> host_res(static_cast<size_t>(res_layout.pool_bytes(blocks + 1) / 2));
+  std::vector<uint16_t> host_newest(static_cast<size_t>(newest_layout.pool_bytes(blocks + 1) / 2));
   die_if(
       cudaMemcpy(host.data(), pool.data(), layout.pool_bytes(blocks + 1), cudaMemcpyDeviceToHost),
       "copy");
   if (int4) {
-    die_if(cudaMemcpy(host_res.data(), res_pool.data(), res_layout.pool_bytes(blocks + 1),
+    die_if(cudaMemcpy(host_newest.data(), newest_pool.data(), newest_layout.pool_bytes(blocks + 1),
                       cudaMemcpyDeviceToHost),
            "copy");
   }
   const PagedKvCacheView view = layout.layer_view(host.data(), 0);
-  const PagedKvCacheView res_view = res_layout.layer_view(host_res.data(), 0);
+  const PagedKvCacheView newest_view = newest_layout.layer_view(host_newest.data(), 0);
   double max_err = 0.0;
   std::vector<float> k(static_cast<size_t>(kHeadDim)), v(static_cast<size_t>(kHeadDim));
   for (int32_t r : {0, cs.chunk / 2 + 7, cs.chunk - 1}) {
@@ -140,8 +142,8 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
       const int64_t q_off = (static_cast<int64_t>(r) * kQoHeads + h) * kHeadDim;
       const std::vector<double> q = query_row(kQSeed, q_off, kHeadDim, dtype);
       for (int32_t t = 0; t <= pos; ++t) {
-        const bool from_residual = int4 && t / kBlockSize > pos / kBlockSize - 1;
-        const PagedKvCacheView& src = from_residual ? res_view : view;
+        const bool from_newest = int4 && t / kBlockSize > pos / kBlockSize - 1;
+        const PagedKvCacheView& src = from_newest ? newest_view : view;
         const int32_t block = ids[static_cast<size_t>(t / kBlockSize)];
         cpu::load_kv_rows(src, cpu::KvPart::kK, block, kvh, t % kBlockSize, 1, k.data(), false);
         cpu::load_kv_rows(src, cpu::KvPart::kV, block, kvh, t % kBlockSize, 1, v.data(), false);

@@ -46,34 +46,29 @@ struct PagedKvLayout {
   int32_t num_seqs = 0;
   int32_t block_size = 0;
 
-  // INT4 (KIVI) caches only (docs/kv-quant.md, "INT4"): each sequence's newest blocks also live in
-  // a second, full-precision residual pool. Sequence s's residual entries
-  // res_indices[res_indptr[s] .. res_indptr[s + 1]) hold its logical blocks res_first_block[s],
-  // res_first_block[s] + 1, ... through its last block, as residual-pool block ids. A query at
-  // position p reads logical block jb from the residual iff jb > p / block_size - residual_blocks
-  // (its own block and the residual_blocks - 1 before it), else the int4 codes; so which precision
-  // it sees depends on (p, jb) alone, never on batch or chunking. Null / 0 for other dtypes.
-  const int32_t* res_indptr = nullptr;       // [num_seqs + 1]
-  const int32_t* res_indices = nullptr;      // [res_indptr[num_seqs]] residual-pool block ids
-  const int32_t* res_first_block = nullptr;  // [num_seqs] logical index of the first entry
-  int32_t residual_blocks = 0;               // R >= 1 for int4 caches
+  // A group that holds only each sequence's newest blocks (kv/kv_group.h, kNewestBlocks): sequence
+  // s's entries are its logical blocks first_block[s], first_block[s] + 1, ... through its last
+  // block. Null when every sequence's entries start at logical block 0 (attention groups, whose
+  // given-back blocks stay in the table as kNullBlock entries).
+  const int32_t* first_block = nullptr;  // [num_seqs] or null
 
-  // Residual-pool block holding logical block jb of the sequence (jb >= res_first_block[s]).
-  int32_t residual_block(int32_t seq_idx, int32_t jb) const {
-    return res_indices[res_indptr[seq_idx] + jb - res_first_block[seq_idx]];
-  }
-
+  int32_t first(int32_t seq_idx) const { return first_block == nullptr ? 0 : first_block[seq_idx]; }
+  // Entries the sequence has (its blocks from first(seq_idx) on).
   int32_t num_blocks(int32_t seq_idx) const {
     return kv_indptr[seq_idx + 1] - kv_indptr[seq_idx];
   }
   // Tokens held for the sequence: full blocks plus the valid part of the last one.
   int32_t kv_len(int32_t seq_idx) const {
     const int32_t n = num_blocks(seq_idx);
-    return n == 0 ? 0 : (n - 1) * block_size + kv_last_page_len[seq_idx];
+    return n == 0 ? 0 : (first(seq_idx) + n - 1) * block_size + kv_last_page_len[seq_idx];
+  }
+  // Block holding logical block jb of the sequence (first(seq_idx) <= jb, within its entries).
+  int32_t block_at(int32_t seq_idx, int32_t jb) const {
+    return kv_indices[kv_indptr[seq_idx] + jb - first(seq_idx)];
   }
   // Block holding logical token position pos of the sequence (pos < kv_len(seq_idx)).
   int32_t block_of(int32_t seq_idx, int32_t pos) const {
-    return kv_indices[kv_indptr[seq_idx] + pos / block_size];
+    return block_at(seq_idx, pos / block_size);
   }
 };
 
@@ -127,6 +122,18 @@ struct PagedKvCacheView {
   void* k_zero_data = nullptr;     // K zero points in block 0: [num_kv_heads][head_dim]
   void* v_zero_data = nullptr;     // V zero points in block 0: [num_kv_heads][block_size]
   int64_t k_stat_head_stride = 0;  // fp16 between KV heads of K's scales / zeros (= head_dim)
+};
+
+// What an INT4 (KIVI) layer reads beside its codes: the same layer in the pool of the cache's
+// newest-blocks group (kv/kv_group.h; full precision: F32 on the CPU, the activations' dtype on
+// the GPU), that group's layout (first_block set) and its R. A query at position p reads logical
+// block jb from here iff jb > p / block_size - blocks (its own block and the R - 1 before it),
+// else the int4 codes -- a function of (p, jb) alone, so batching and chunking never change
+// which precision a query sees. Empty (blocks 0) for every other cache dtype.
+struct NewestBlocksView {
+  PagedKvCacheView cache;
+  PagedKvLayout layout;
+  int32_t blocks = 0;  // R >= 1 for an INT4 layer
 };
 
 }  // namespace strata

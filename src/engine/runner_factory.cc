@@ -147,8 +147,8 @@ Result<BuiltRunner> cuda_runner(const EngineConfig& c) {
                                    .layer_dtypes = o.kv_layer_dtypes},
                         DType::kBF16, /*hybrid_groups=*/false));
   if (plan.groups.size() > 1) {
-    o.residual_window_blocks = plan.groups[1].spec.newest_blocks;
-    o.num_residual_blocks = plan.groups[1].num_blocks;
+    o.newest_blocks = plan.groups[1].spec.newest_blocks;
+    o.num_newest_blocks = plan.groups[1].num_blocks;
   }
   BuiltRunner built;
   built.groups = group_specs(plan);

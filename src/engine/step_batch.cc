@@ -21,18 +21,12 @@ StepBatch::StepBatch(const kv::KvCacheManager& cache)
 model::ForwardBatch StepBatch::view() const {
   group_views_.clear();
   for (int32_t g = 1; g < builder_.num_groups(); ++g) {
-    if (builder_.group_spec(g).kind == kv::KvGroupKind::kNewestBlocks) continue;  // INT4: residual
-    group_views_.push_back({builder_.group_layout(g), builder_.group(g).slot_mapping});
+    group_views_.push_back(
+        {builder_.layout(g), builder_.group(g).slot_mapping, builder_.group_spec(g).newest_blocks});
   }
-  model::ForwardBatch b{token_ids_,
-                        positions_,
-                        q_indptr_,
-                        builder_.layout(),
-                        builder_.slot_mapping(),
-                        logits_rows_,
-                        sample_rows_,
-                        sample_specs_,
-                        builder_.residual_slot_mapping()};
+  model::ForwardBatch b{
+      token_ids_,   positions_,   q_indptr_,    builder_.layout(), builder_.slot_mapping(),
+      logits_rows_, sample_rows_, sample_specs_};
   b.groups = group_views_;
   return b;
 }

@@ -24,7 +24,7 @@ namespace strata::kv {
 enum class PlanDevice { kCuda, kCpu };
 const char* plan_device_name(PlanDevice device);  // "cuda", "cpu"
 // The device's model precision, whatever the checkpoint stores: what --kv-cache-dtype auto holds,
-// what skipped layers keep and what an INT4 cache's newest blocks hold (kv::residual_spec):
+// what skipped layers keep and what an INT4 cache's newest blocks hold (kv::newest_blocks_spec):
 // bfloat16 on the GPU, float32 on the CPU.
 KvCacheDType device_precision(PlanDevice device);
 
@@ -55,7 +55,7 @@ struct PlanSettings {
   double gpu_memory_utilization = 0.9;
   std::optional<int64_t> kv_cache_memory_bytes;
   int64_t max_model_len = 0;  // 0 = model's
-  // int4's residual pool (the engine's EngineConfig fields of the same names and defaults).
+  // int4's newest-blocks group (the engine's EngineConfig fields of the same names and defaults).
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
   int32_t kv_int4_residual = 0;  // tokens, a multiple of block_size; 0 = one block
@@ -85,10 +85,10 @@ struct PlanReport {
   std::vector<int32_t> skipped_layers;   // layers at settings.model_dtype (when it differs)
   double naive_mha_bytes_per_token = 0;  // every attention head's K and V, 16-bit
   int64_t block_bytes = 0;               // group 0's (a hybrid model's full-attention layers only)
-  int64_t kv_pool_bytes = 0;             // all the KV memory, int4's residual pool included
-  // Some layer int4: the engine's residual pool, null block included (kv::residual_pool_blocks),
-  // of device_precision(settings.device) blocks, subtracted from kv_pool_bytes before it is
-  // divided into blocks. 0 otherwise.
+  int64_t kv_pool_bytes = 0;             // all the KV memory, int4's newest-blocks pool included
+  // Some layer int4: the engine's newest-blocks pool, null block included
+  // (newest_blocks_pool_size), of device_precision(settings.device) blocks, subtracted from
+  // kv_pool_bytes before it is divided into blocks. 0 otherwise.
   int64_t int4_residual_pool_blocks = 0;
   int64_t int4_residual_pool_bytes = 0;
   // The limit-sized pools beside group 0 (an INT4 cache's newest blocks, a hybrid model's

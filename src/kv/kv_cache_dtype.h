@@ -12,8 +12,8 @@
 namespace strata::kv {
 
 // The element type the pool stores for a KV cache dtype (kv_layout.h): F32, BF16, F16, F8E4M3,
-// F8E5M2, I8 or I4 (int4's codes; its newest tokens also live in a full-precision residual pool,
-// docs/kv-quant.md "INT4"); nullopt for kAuto, which only the device resolves.
+// F8E5M2, I8 or I4 (int4's codes; its newest tokens also live in a full-precision newest-blocks
+// group, docs/kv-quant.md "INT4"); nullopt for kAuto, which only the device resolves.
 std::optional<DType> kv_pool_dtype(KvCacheDType dtype);
 // The pool element type on a device whose model precision is `model_precision`: kAuto stores
 // that, any other dtype its own kv_pool_dtype.

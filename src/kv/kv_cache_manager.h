@@ -20,7 +20,7 @@
 // window's last blocks, an INT4 cache's newest full-precision ones). Admission and growth
 // account for every group at once, all or nothing. A plain model has one group (full attention,
 // or a sliding window when every layer has one); an INT4 cache adds a newest-blocks group at
-// full precision (docs/kv.md, "The residual pool").
+// full precision (docs/kv.md, "INT4's newest-blocks group").
 //
 // Owns the groups' managers, a BlockHasher and the prefix-cache counters; borrows the block
 // tables (the sequences own them) and the event sink. Invariants: every table it manages holds

@@ -110,14 +110,14 @@ KvLayout sub_layout(const KvLayout& layout, std::span<const int32_t> layers) {
   return KvLayout(spec, layout.block_size(), scales);
 }
 
-bool needs_residual_pool(const KvSpec& spec) {
+bool needs_newest_blocks_group(const KvSpec& spec) {
   for (int32_t l = 0; l < spec.num_layers; ++l) {
     if (spec.layer_dtype(l) == DType::kI4) return true;
   }
   return false;
 }
 
-KvSpec residual_spec(const KvSpec& spec, DType dtype) {
+KvSpec newest_blocks_spec(const KvSpec& spec, DType dtype) {
   KvSpec r;
   r.num_layers = spec.num_layers;
   r.num_kv_heads = spec.num_kv_heads;

@@ -13,7 +13,7 @@
 //                    a hybrid model's windowed layers)
 //   kNewestBlocks    the query's own block and the R - 1 before it: what an INT4 (KIVI) cache
 //                    keeps at full precision beside the codes (--kv-int4-residual N = R x
-//                    block_size; docs/kv.md, "The residual pool")
+//                    block_size; docs/kv.md, "INT4's newest-blocks group")
 //
 // The group's pool (its KvSpec: which dtype, how many bytes a block has) belongs to the runner;
 // the spec only says how the kind counts blocks. Value type.
@@ -89,14 +89,15 @@ KvSpec sub_spec(const KvSpec& spec, std::span<const int32_t> layers);
 KvLayout sub_layout(const KvLayout& layout, std::span<const int32_t> layers);
 
 // ---- INT4 (KIVI) caches: the codes in group 0, the newest blocks at full precision in a
-// newest-blocks group beside them (docs/kv.md, "The residual pool") -----------------------------
+// newest-blocks group beside them (docs/kv.md, "INT4's newest-blocks group")
+// -----------------------------
 
 // True when some layer of the spec holds INT4 codes: the cache then needs that group.
-bool needs_residual_pool(const KvSpec& spec);
+bool needs_newest_blocks_group(const KvSpec& spec);
 // Its pool's shape: the spec's layers, KV heads and head_dim, `dtype` in every layer -- the
 // backend's full precision: F32 on the CPU, BF16 on the GPU (its activations' precision).
 // Uniform even when the codes' pool has per-layer exceptions, whose layers simply never touch it.
-KvSpec residual_spec(const KvSpec& spec, DType dtype = DType::kF32);
+KvSpec newest_blocks_spec(const KvSpec& spec, DType dtype = DType::kF32);
 
 // --kv-int4-residual N, the tokens an INT4 cache reads at full precision (0 = one block): why N is
 // refused for a cache with (int4) or without INT4 layers at block_size, or nullopt. The engine

@@ -37,7 +37,7 @@
 //   +-----------+-----------+-------------+-------------+-------------+-------------+
 //   (layer_bytes = H*B*D + 4*H*D + 4*H*B: a multiple of 16 for B >= 8 and head_dim % 4 == 0.
 //   An I4 layer's view counts its strides in bytes; the newest tokens are read from a separate
-//   full-precision residual pool, not from here: docs/kv-quant.md, "INT4".)
+//   full-precision newest-blocks group, not from here: docs/kv-quant.md, "INT4".)
 //
 // Why block-outermost: a block is one contiguous span of block_bytes, so offload, swap, transfer
 // and copy-on-write (later issues) move a block -- or a run of consecutive blocks -- in one copy,

@@ -15,7 +15,7 @@ KvGroupsPlan plan_kv_groups(const KvGroupsRequest& r) {
   std::vector<int32_t> all(windows.size());
   std::iota(all.begin(), all.end(), 0);
   KvGroupsPlan plan;
-  const bool int4 = needs_residual_pool(r.spec);
+  const bool int4 = needs_newest_blocks_group(r.spec);
   const std::optional<HybridKvLayers> hybrid =
       r.hybrid_groups && !int4 ? hybrid_kv_layers(windows) : std::nullopt;
   if (hybrid) {
@@ -36,11 +36,11 @@ KvGroupsPlan plan_kv_groups(const KvGroupsRequest& r) {
         {plan.window > 0 ? KvGroupSpec::windowed(plan.window, r.spec) : KvGroupSpec::full(r.spec),
          all, 0});
     if (int4) {
-      plan.groups.push_back(
-          {KvGroupSpec::newest(r.int4_residual_blocks, residual_spec(r.spec, r.full_precision)),
-           all,
-           newest_blocks_pool_size(lim.max_num_seqs, r.int4_residual_blocks,
-                                   lim.max_num_batched_tokens, lim.block_size)});
+      plan.groups.push_back({KvGroupSpec::newest(r.int4_residual_blocks,
+                                                 newest_blocks_spec(r.spec, r.full_precision)),
+                             all,
+                             newest_blocks_pool_size(lim.max_num_seqs, r.int4_residual_blocks,
+                                                     lim.max_num_batched_tokens, lim.block_size)});
       plan.reserved_what = kInt4ResidualPool;
     }
   }

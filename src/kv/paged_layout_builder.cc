@@ -11,11 +11,6 @@ PagedLayoutBuilder::PagedLayoutBuilder(int32_t block_size, std::vector<KvGroupSp
     : block_size_(block_size), groups_(std::move(groups)) {
   STRATA_CHECK(block_size > 0, "block_size must be positive");
   if (groups_.empty()) groups_.push_back(KvGroupSpec{});
-  for (size_t g = 1; g < groups_.size(); ++g) {
-    if (groups_[g].kind == KvGroupKind::kNewestBlocks && newest_group_ < 0) {
-      newest_group_ = static_cast<int32_t>(g);
-    }
-  }
   arrays_.resize(groups_.size());
 }
 
@@ -62,36 +57,16 @@ void PagedLayoutBuilder::add_sequence(const BlockTable& table, int32_t kv_len,
   }
 }
 
-const std::vector<int64_t>& PagedLayoutBuilder::residual_slot_mapping() const {
-  static const std::vector<int64_t> kNone;
-  return newest_group_ < 0 ? kNone : arrays_[static_cast<size_t>(newest_group_)].slot_mapping;
-}
-
-PagedKvLayout PagedLayoutBuilder::group_layout(int32_t g) const {
-  STRATA_CHECK(groups_[static_cast<size_t>(g)].kind != KvGroupKind::kNewestBlocks,
-               "group_layout: a newest-blocks group is read through layout()'s residual arrays");
+PagedKvLayout PagedLayoutBuilder::layout(int32_t g) const {
+  const GroupArrays& a = arrays_[static_cast<size_t>(g)];
   PagedKvLayout l;
-  l.kv_indptr = arrays_[static_cast<size_t>(g)].indptr.data();
-  l.kv_indices = arrays_[static_cast<size_t>(g)].indices.data();
+  l.kv_indptr = a.indptr.data();
+  l.kv_indices = a.indices.data();
   l.kv_last_page_len = kv_last_page_len_.data();
   l.num_seqs = num_seqs();
   l.block_size = block_size_;
-  return l;
-}
-
-PagedKvLayout PagedLayoutBuilder::layout() const {
-  PagedKvLayout l;
-  l.kv_indptr = arrays_[0].indptr.data();
-  l.kv_indices = arrays_[0].indices.data();
-  l.kv_last_page_len = kv_last_page_len_.data();
-  l.num_seqs = num_seqs();
-  l.block_size = block_size_;
-  if (newest_group_ >= 0) {
-    const GroupArrays& r = arrays_[static_cast<size_t>(newest_group_)];
-    l.res_indptr = r.indptr.data();
-    l.res_indices = r.indices.data();
-    l.res_first_block = r.first_block.data();
-    l.residual_blocks = groups_[static_cast<size_t>(newest_group_)].newest_blocks;
+  if (groups_[static_cast<size_t>(g)].kind == KvGroupKind::kNewestBlocks) {
+    l.first_block = a.first_block.data();
   }
   return l;
 }

@@ -6,9 +6,9 @@
 // An attention group's layout (full attention, sliding window) covers every logical block of a
 // sequence up to its KV length (kv_indptr, kv_indices with kNullBlock where a window gave a block
 // back, kv_last_page_len). A newest-blocks group's starts at the sequence's first block the group
-// holds (its first_block) and runs through the last visible block. The kernels' view (layout())
-// is group 0's, with an INT4 cache's newest-blocks group as its full-precision ("residual")
-// arrays; group_layout(g) is another attention group's (a hybrid model's windowed layers).
+// holds (its first_block) and runs through the last visible block. layout(g) is group g's view
+// (paged_kv.h): a hybrid model's windowed layers read theirs, an INT4 layer its newest-blocks
+// group's beside group 0's.
 //
 // Owns the arrays; layout() returns a view of them that stays valid until the next add or clear.
 // Reusing one builder across steps keeps the vectors' capacity: no allocation in steady state.
@@ -50,22 +50,17 @@ class PagedLayoutBuilder {
   int32_t num_groups() const { return static_cast<int32_t>(groups_.size()); }
   const GroupArrays& group(int32_t g) const { return arrays_[static_cast<size_t>(g)]; }
   const KvGroupSpec& group_spec(int32_t g) const { return groups_[static_cast<size_t>(g)]; }
-  // The kernels' view: group 0's layout (plus the newest-blocks group's arrays, for INT4).
-  PagedKvLayout layout() const;
-  // Attention group g's layout (not a newest-blocks group).
-  PagedKvLayout group_layout(int32_t g) const;
+  // Group g's layout: first_block set for a newest-blocks group, null for an attention group.
+  PagedKvLayout layout(int32_t g = 0) const;
   const std::vector<int32_t>& kv_indptr() const { return arrays_[0].indptr; }
   const std::vector<int32_t>& kv_indices() const { return arrays_[0].indices; }
   const std::vector<int32_t>& kv_last_page_len() const { return kv_last_page_len_; }
   // Group 0's slot of each token written this step, in batch order: [sum of num_new_tokens].
   const std::vector<int64_t>& slot_mapping() const { return arrays_[0].slot_mapping; }
-  // The newest-blocks group's (INT4) slot mapping; empty without one.
-  const std::vector<int64_t>& residual_slot_mapping() const;
 
  private:
   int32_t block_size_;
   std::vector<KvGroupSpec> groups_;
-  int32_t newest_group_ = -1;  // the newest-blocks group, if any
   std::vector<GroupArrays> arrays_;
   std::vector<int32_t> kv_last_page_len_;
 };

@@ -7,14 +7,15 @@ namespace strata::model {
 
 CpuModelRunner::CpuModelRunner(std::unique_ptr<Model> owned, Model& model, ThreadPool& pool,
                                const kv::KvLayout& layout, int32_t num_blocks,
-                               int32_t num_residual_blocks)
+                               int32_t num_newest_blocks)
     : owned_(std::move(owned)), model_(model), pool_(pool) {
-  STRATA_CHECK(kv::needs_residual_pool(layout.spec()) == (num_residual_blocks > 1),
-               "an int4 KV pool needs a residual pool of at least 2 blocks, and only it");
+  STRATA_CHECK(kv::needs_newest_blocks_group(layout.spec()) == (num_newest_blocks > 1),
+               "an int4 KV pool needs a newest-blocks pool of at least 2 blocks, and only it");
   pools_.push_back(std::make_unique<kv::HostKvBuffer>(layout, num_blocks));
-  if (num_residual_blocks > 1) {
+  if (num_newest_blocks > 1) {
     pools_.push_back(std::make_unique<kv::HostKvBuffer>(
-        kv::KvLayout(kv::residual_spec(layout.spec()), layout.block_size()), num_residual_blocks));
+        kv::KvLayout(kv::newest_blocks_spec(layout.spec()), layout.block_size()),
+        num_newest_blocks));
   }
   for (const auto& p : pools_) {
     movers_.push_back(std::make_unique<kv::HostBlockMover>(*p));
@@ -40,9 +41,7 @@ CpuModelRunner::CpuModelRunner(std::unique_ptr<Model> owned, Model& model, Threa
 
 Status CpuModelRunner::forward(const ForwardBatch& batch, std::span<float> logits,
                                std::span<SampledToken> /*sampled: none on the CPU*/) {
-  if (!slots_.empty()) return model_.forward(batch, pool_ptrs_, slots_, logits, pool_);
-  return model_.forward(batch, *pools_[0], logits, pool_,
-                        pools_.size() > 1 ? pools_[1].get() : nullptr);
+  return model_.forward(batch, pool_ptrs_, slots_, logits, pool_);
 }
 
 const kv::HostKvBuffer& CpuModelRunner::buffer(int32_t pool) const {

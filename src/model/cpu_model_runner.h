@@ -1,10 +1,11 @@
 #pragma once
 // CpuModelRunner: the CPU backend's ModelRunner -- a Model (owned or borrowed), the KV pools in
 // host memory (one per KV cache group), and the thread pool its kernels spread over (borrowed).
-// forward() is Model::forward; copy_blocks() is one memcpy per block (kv/block_copy.h). Two ways
-// to have a second pool:
-//   - an INT4 cache: pool 1 holds the full-precision newest blocks (kv::residual_spec's layout,
-//     its own block ids), which Model::forward reads beside the codes;
+// forward() is Model::forward over the pools; copy_blocks() is one memcpy per block
+// (kv/block_copy.h). Two ways to have a second pool:
+//   - an INT4 cache: pool 1 is the newest-blocks group, the full-precision newest blocks
+//     (kv::newest_blocks_spec's layout, its own block ids), which INT4 layers read beside the
+//     codes;
 //   - a model whose layers mix sliding-window and full attention (kv::HybridKvLayers): pool 0
 //     holds the full-attention layers, pool 1 the windowed ones (kv_layer_slots() says which
 //     layer is where).
@@ -23,11 +24,11 @@ namespace strata::model {
 
 class CpuModelRunner final : public ModelRunner {
  public:
-  // owned may be null (then model is borrowed and must outlive the runner). num_residual_blocks
-  // (the null block included): the residual pool's size, > 1 exactly when the layout holds an
-  // INT4 layer (kv::needs_residual_pool).
+  // owned may be null (then model is borrowed and must outlive the runner). num_newest_blocks
+  // (the null block included): the newest-blocks group's pool size, > 1 exactly when the layout
+  // holds an INT4 layer (kv::needs_newest_blocks_group).
   CpuModelRunner(std::unique_ptr<Model> owned, Model& model, ThreadPool& pool,
-                 const kv::KvLayout& layout, int32_t num_blocks, int32_t num_residual_blocks = 0);
+                 const kv::KvLayout& layout, int32_t num_blocks, int32_t num_newest_blocks = 0);
   // Layers in groups: pool g laid out by layouts[g] with num_blocks[g] blocks, layer l in pool
   // slots[l].group as its layer slots[l].index.
   CpuModelRunner(std::unique_ptr<Model> owned, Model& model, ThreadPool& pool,

@@ -79,67 +79,68 @@ Status validate_step_batch(const ForwardBatch& b, int64_t vocab, int32_t num_blo
 }  // namespace strata::model
 
 namespace strata::model {
-namespace {
 
-// One sequence's residual entries: present, in range, covering what its new tokens read.
-Status check_residual_entries(const PagedKvLayout& l, int32_t s, int32_t q_len,
-                              int32_t num_residual_blocks) {
-  const int32_t first = l.res_first_block[s];
-  const int32_t count = l.res_indptr[s + 1] - l.res_indptr[s];
-  const int32_t first_new = l.kv_len(s) - q_len;
-  const int32_t needed = std::max(0, first_new / l.block_size - l.residual_blocks + 1);
-  if (count < 0) return Status::InvalidArgument("forward: res_indptr not monotone");
-  if (first < 0 || first + count != l.num_blocks(s) || (count > 0 && first > needed)) {
+Status validate_step_group(const ForwardBatch& b, int32_t g, int32_t num_blocks) {
+  if (g < 1 || static_cast<size_t>(g) > b.groups.size()) {
+    return Status::InvalidArgument("forward: the batch has no view of KV cache group " +
+                                   std::to_string(g));
+  }
+  const GroupBatchView& view = b.groups[static_cast<size_t>(g) - 1];
+  const PagedKvLayout& l = view.layout;
+  const PagedKvLayout& l0 = b.layout;
+  const bool newest = view.newest_blocks > 0;
+  const std::string group = "forward: KV cache group " + std::to_string(g);
+  if (view.newest_blocks < 0 || l.kv_indptr == nullptr || l.kv_indptr[0] != 0 ||
+      l.kv_last_page_len == nullptr || l.num_seqs != l0.num_seqs || l.block_size != l0.block_size ||
+      newest != (l.first_block != nullptr)) {
     return Status::InvalidArgument(
-        "forward: a sequence's residual entries do not cover the blocks from max(0, s / "
-        "block_size - R + 1) through its last block");
+        group +
+        ": its layout must cover the batch's sequences at its block size from kv_indptr "
+        "0, with first_block exactly for a newest-blocks group");
   }
-  for (int32_t i = l.res_indptr[s]; i < l.res_indptr[s + 1]; ++i) {
-    if (l.res_indices[i] < 1 || l.res_indices[i] >= num_residual_blocks) {
-      return Status::OutOfRange("forward: residual block id " + std::to_string(l.res_indices[i]) +
-                                " outside the residual pool");
-    }
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status validate_step_residual(const ForwardBatch& b, int32_t num_residual_blocks) {
-  const PagedKvLayout& l = b.layout;
-  if (l.residual_blocks < 1 || l.res_indptr == nullptr || l.res_indices == nullptr ||
-      l.res_first_block == nullptr || l.res_indptr[0] != 0) {
-    return Status::InvalidArgument(
-        "forward: an int4 batch needs residual_blocks >= 1 and res_indptr (from 0), res_indices, "
-        "res_first_block");
-  }
-  if (b.residual_slot_mapping.size() != b.token_ids.size()) {
-    return Status::InvalidArgument("forward: the residual slot mapping needs one entry per token");
+  if (view.slot_mapping.size() != b.token_ids.size()) {
+    return Status::InvalidArgument(group + ": the slot mapping needs one entry per token");
   }
   const int64_t bs = l.block_size;
+  const int32_t lowest = newest ? 1 : 0;  // only attention groups hold null entries
   for (int32_t s = 0; s < l.num_seqs; ++s) {
     const int32_t q0 = b.q_indptr[static_cast<size_t>(s)];
     const int32_t q_len = b.q_indptr[static_cast<size_t>(s) + 1] - q0;
-    STRATA_RETURN_IF_ERROR(check_residual_entries(l, s, q_len, num_residual_blocks));
-    const int32_t first_new = l.kv_len(s) - q_len;
+    const int32_t count = l.num_blocks(s);
+    const int32_t first = l.first(s);
+    const int32_t first_new = l0.kv_len(s) - q_len;
+    if (count < 0) return Status::InvalidArgument(group + ": kv_indptr not monotone");
+    const bool covers_window =
+        !newest || count == 0 ||
+        first <= std::max(0, first_new / l.block_size - view.newest_blocks + 1);
+    if (first < 0 || first + count != l0.num_blocks(s) || !covers_window ||
+        (count > 0 && l.kv_last_page_len[s] != l0.kv_last_page_len[s])) {
+      return Status::InvalidArgument(
+          group +
+          ": a sequence's entries must run through its last block (a newest-blocks "
+          "group's from at most block max(0, first new position / block_size - R + 1))");
+    }
+    for (int32_t i = l.kv_indptr[s]; i < l.kv_indptr[s + 1]; ++i) {
+      if (l.kv_indices[i] < lowest || l.kv_indices[i] >= num_blocks) {
+        return Status::OutOfRange(group + ": block id " + std::to_string(l.kv_indices[i]) +
+                                  " outside its pool");
+      }
+    }
     for (int32_t i = 0; i < q_len; ++i) {
       const auto t = static_cast<size_t>(q0 + i);
-      const int64_t slot = b.slot_mapping[t];
-      const int64_t res = b.residual_slot_mapping[t];
-      if (slot == -1 || res == -1) {
-        if (slot != res) {
-          return Status::InvalidArgument(
-              "forward: a residual slot is -1 exactly where the slot is -1");
+      const int64_t slot0 = b.slot_mapping[t];
+      const int64_t slot = view.slot_mapping[t];
+      if (slot0 == -1 || slot == -1) {
+        if (slot0 != slot) {
+          return Status::InvalidArgument(group + ": a slot is -1 exactly where group 0's is");
         }
         continue;
       }
       const int32_t jb = (first_new + i) / l.block_size;
-      const int32_t entry = l.res_indptr[s] + jb - l.res_first_block[s];
-      if (res < 0 || res % bs != slot % bs || jb < l.res_first_block[s] ||
-          entry >= l.res_indptr[s + 1] || res / bs != l.res_indices[entry]) {
-        return Status::OutOfRange(
-            "forward: residual slot " + std::to_string(res) +
-            " is not in the residual block of its token's position (or not at its offset)");
+      if (slot < 0 || slot % bs != slot0 % bs || jb < first || slot / bs != l.block_at(s, jb)) {
+        return Status::OutOfRange(group + ": slot " + std::to_string(slot) +
+                                  " is not in the block of its token's position (or not at its "
+                                  "offset)");
       }
     }
   }

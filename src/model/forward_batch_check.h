@@ -19,12 +19,15 @@ Status validate_step_batch(const ForwardBatch& batch, int64_t vocab, int32_t num
                            int32_t max_num_tokens, int32_t max_num_seqs, size_t logits_size,
                            size_t num_sampled);
 
-// The residual arrays of an INT4 batch (batch.layout.residual_blocks > 0; paged_kv.h): non-null
-// arrays, res_indptr from 0 and monotone, each sequence's entries starting at or before
-// max(0, first new position / block_size - R + 1) and running through its last block, entries in
-// [1, num_residual_blocks), one residual slot per token inside the residual pool, -1 exactly
-// where the slot is -1, at the slot's offset in its block and inside one of the sequence's
-// residual entries. InvalidArgument / OutOfRange otherwise. Run validate_step_batch first.
-Status validate_step_residual(const ForwardBatch& batch, int32_t num_residual_blocks);
+// Group g >= 1's view of a batch that passed validate_step_batch (batch.groups[g - 1]), its pool
+// holding num_blocks blocks: one slot per token inside the pool, -1 exactly where group 0's slot
+// is, at the same offset in its block; a layout of the batch's sequences from kv_indptr 0,
+// monotone, with block ids in [0, num_blocks) (1.. for a newest-blocks group) and group 0's
+// last-block lengths. An attention group covers group 0's logical blocks (kNullBlock allowed
+// before the first block the step reads); a newest-blocks group's entries (R =
+// view.newest_blocks) start at or before max(0, first new position / block_size - R + 1) and run
+// through the sequence's last block, and each token's slot lies in one of them. InvalidArgument /
+// OutOfRange otherwise. Run validate_step_batch first.
+Status validate_step_group(const ForwardBatch& batch, int32_t g, int32_t num_blocks);
 
 }  // namespace strata::model

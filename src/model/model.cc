@@ -75,14 +75,14 @@ Status Model::calibration_forward(std::span<const int32_t> tokens, const kv::KvL
   if (kv_quant_probe_ != nullptr && kv_quant_probe_->cache->num_blocks() < num_blocks + 1) {
     return Status::InvalidArgument("calibration: the probe cache is too small");
   }
-  // INT4 (the cache or the probe's): one chunk, so every block is in the residual window; the
-  // residual pool mirrors the main pool's block ids.
-  const bool int4 = kv::needs_residual_pool(layout.spec()) ||
-                    (kv_quant_probe_ != nullptr && kv_quant_probe_->residual != nullptr);
-  std::optional<kv::HostKvBuffer> residual;
-  if (kv::needs_residual_pool(layout.spec())) {
-    residual.emplace(kv::KvLayout(kv::residual_spec(layout.spec()), kBlockSize), num_blocks + 1);
+  // INT4 (the cache or the probe's): one chunk, so every block is in the newest-blocks window;
+  // that group's pool mirrors the main pool's block ids.
+  std::optional<kv::HostKvBuffer> newest;
+  if (kv::needs_newest_blocks_group(layout.spec())) {
+    newest.emplace(kv::KvLayout(kv::newest_blocks_spec(layout.spec()), kBlockSize), num_blocks + 1);
   }
+  kv::HostKvBuffer* newest_pool = newest ? &*newest : nullptr;
+  if (newest_pool == nullptr && kv_quant_probe_ != nullptr) newest_pool = kv_quant_probe_->newest;
   std::vector<int32_t> positions(tokens.size());
   std::vector<int64_t> slots(tokens.size());
   for (int32_t i = 0; i < n; ++i) {
@@ -110,18 +110,20 @@ Status Model::calibration_forward(std::span<const int32_t> tokens, const kv::KvL
   batch.layout.block_size = kBlockSize;
   batch.slot_mapping = slots;
   batch.logits_rows = logits_rows;
-  const std::vector<int32_t> res_first = {0};
-  if (int4) {
-    batch.layout.res_indptr = kv_indptr.data();
-    batch.layout.res_indices = indices.data();
-    batch.layout.res_first_block = res_first.data();
-    batch.layout.residual_blocks = 1;
-    batch.residual_slot_mapping = slots;
+  const std::vector<int32_t> first_block = {0};
+  GroupBatchView newest_view;
+  std::vector<kv::HostKvBuffer*> pools = {&cache};
+  if (newest_pool != nullptr) {
+    newest_view.layout = batch.layout;
+    newest_view.layout.first_block = first_block.data();
+    newest_view.slot_mapping = slots;
+    newest_view.newest_blocks = 1;
+    batch.groups = std::span<const GroupBatchView>(&newest_view, 1);
+    pools.push_back(newest_pool);
   }
   std::vector<float> last(static_cast<size_t>(config_.vocab_size));
   if (logits != nullptr) logits->resize(static_cast<size_t>(n) * last.size());
-  return forward(batch, cache, logits != nullptr ? std::span<float>(*logits) : last, pool,
-                 residual ? &*residual : nullptr);
+  return forward(batch, pools, {}, logits != nullptr ? std::span<float>(*logits) : last, pool);
 }
 
 Result<std::vector<double>> Model::kv_quant_output_kl(std::span<const int32_t> tokens,
@@ -175,13 +177,13 @@ Result<std::vector<double>> Model::kv_quant_error(std::span<const int32_t> token
   }
   const auto num_blocks = static_cast<int32_t>((tokens.size() + 15) / 16);
   kv::HostKvBuffer cache(quantized, num_blocks + 1);
-  std::optional<kv::HostKvBuffer> residual;
-  if (kv::needs_residual_pool(quantized.spec())) {
-    residual.emplace(kv::KvLayout(kv::residual_spec(quantized.spec()), 16), num_blocks + 1);
+  std::optional<kv::HostKvBuffer> newest;
+  if (kv::needs_newest_blocks_group(quantized.spec())) {
+    newest.emplace(kv::KvLayout(kv::newest_blocks_spec(quantized.spec()), 16), num_blocks + 1);
   }
   KvQuantProbe probe;
   probe.cache = &cache;
-  probe.residual = residual ? &*residual : nullptr;
+  probe.newest = newest ? &*newest : nullptr;
   probe.diff_sq.assign(static_cast<size_t>(config_.num_hidden_layers), 0.0);
   probe.ref_sq.assign(static_cast<size_t>(config_.num_hidden_layers), 0.0);
   kv_quant_probe_ = &probe;
@@ -209,11 +211,12 @@ Status Model::probe_quantized_attention(int32_t layer_idx, const ForwardBatch& b
   append.cache = cache;
   append.num_cache_blocks = probe.cache->num_blocks();
   cpu::AttentionParams attn = reference;
-  if (probe.residual != nullptr) {
-    append.residual_slot_mapping = batch.residual_slot_mapping.data();
-    append.residual = probe.residual->layer_view(layer_idx);
-    append.num_residual_blocks = probe.residual->num_blocks();
-    attn.residual = append.residual;
+  if (probe.newest != nullptr) {
+    const GroupBatchView& group = batch.groups[static_cast<size_t>(batch.newest_group()) - 1];
+    append.newest_slot_mapping = group.slot_mapping.data();
+    append.newest = probe.newest->layer_view(layer_idx);
+    append.num_newest_blocks = probe.newest->num_blocks();
+    attn.newest = {append.newest, group.layout, group.newest_blocks};
   }
   STRATA_RETURN_IF_ERROR(cpu::append_kv(append, pool));
   probe.out.resize(scratch_.attn.size());
@@ -258,33 +261,69 @@ void Model::Scratch::resize(const ModelConfig& c, int64_t num_tokens) {
   up.resize(n * inter);
 }
 
-Status Model::validate(const ForwardBatch& b, const kv::HostKvBuffer& kv,
-                       const kv::HostKvBuffer* residual, size_t logits_size) const {
-  if (kv::needs_residual_pool(kv.layout().spec()) != (residual != nullptr)) {
+Status Model::validate(const ForwardBatch& b, const KvPools& kv, size_t logits_size) const {
+  const auto num_layers = static_cast<size_t>(config_.num_hidden_layers);
+  if (kv.pools.empty() || kv.pools.size() != b.groups.size() + 1 ||
+      (!kv.slots.empty() && kv.slots.size() != num_layers)) {
     return Status::InvalidArgument(
-        "forward: an int4 KV cache needs its residual pool, and only an int4 cache takes one");
+        "forward: a pool and a group view per KV group, a slot per layer");
   }
-  if (residual != nullptr) {
-    if (residual->layout().block_size() != kv.layout().block_size() ||
-        residual->layout().spec().dtype != DType::kF32) {
-      return Status::InvalidArgument("forward: the residual pool is not F32 at the block size");
+  for (const kv::HostKvBuffer* p : kv.pools) {
+    if (p == nullptr || p->layout().block_size() != b.layout.block_size) {
+      return Status::InvalidArgument(
+          "forward: the paged layout and a KV pool disagree on block size");
     }
-    STRATA_RETURN_IF_ERROR(validate_step_residual(b, residual->num_blocks()));
+  }
+  for (const kv::KvLayerSlot& slot : kv.slots) {
+    if (slot.group < 0 || static_cast<size_t>(slot.group) >= kv.pools.size() || slot.index < 0 ||
+        slot.index >= kv.pools[static_cast<size_t>(slot.group)]->layout().spec().num_layers) {
+      return Status::InvalidArgument("forward: a layer's KV group or index is out of range");
+    }
+  }
+  // INT4 layers (pool 0's, every layer in pool 0) read the newest-blocks group beside them: F32
+  // blocks of their shape.
+  if (kv::needs_newest_blocks_group(kv.pools[0]->layout().spec())) {
+    if (kv.newest < 1 || !kv.slots.empty()) {
+      return Status::InvalidArgument(
+          "forward: an int4 KV cache needs its newest-blocks group, and its layers in pool 0");
+    }
+    const kv::KvSpec& spec = kv.pools[static_cast<size_t>(kv.newest)]->layout().spec();
+    if (spec.dtype != DType::kF32 || spec.num_layers != kv.pools[0]->layout().spec().num_layers) {
+      return Status::InvalidArgument(
+          "forward: the newest-blocks pool is not F32 of the cache's layers");
+    }
+  }
+  for (size_t p = 1; p < kv.pools.size(); ++p) {
+    if (kv::needs_newest_blocks_group(kv.pools[p]->layout().spec())) {
+      return Status::InvalidArgument("forward: int4 layers live in pool 0 only");
+    }
   }
   if (!b.sample_rows.empty()) {
     return Status::InvalidArgument("forward: the CPU backend samples on the host (no sample rows)");
   }
-  if (b.layout.block_size != kv.layout().block_size()) {
-    return Status::InvalidArgument("forward: paged layout and KV buffer disagree on block size");
-  }
   constexpr int32_t kUnbounded = std::numeric_limits<int32_t>::max();  // no fixed scratch here
-  return validate_step_batch(b, config_.vocab_size, kv.num_blocks(), kUnbounded, kUnbounded,
-                             logits_size, /*num_sampled=*/0);
+  STRATA_RETURN_IF_ERROR(validate_step_batch(b, config_.vocab_size, kv.pools[0]->num_blocks(),
+                                             kUnbounded, kUnbounded, logits_size,
+                                             /*num_sampled=*/0));
+  // Each later group's view must hold for its own pool what group 0's holds for pool 0.
+  for (size_t g = 1; g < kv.pools.size(); ++g) {
+    STRATA_RETURN_IF_ERROR(
+        validate_step_group(b, static_cast<int32_t>(g), kv.pools[g]->num_blocks()));
+  }
+  return Status::Ok();
 }
 
 Status Model::forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span<float> logits,
-                      ThreadPool& pool, kv::HostKvBuffer* residual) {
-  STRATA_RETURN_IF_ERROR(validate(batch, kv, residual, logits.size()));
+                      ThreadPool& pool) {
+  kv::HostKvBuffer* const pools[] = {&kv};
+  return forward(batch, pools, {}, logits, pool);
+}
+
+Status Model::forward(const ForwardBatch& batch, std::span<kv::HostKvBuffer* const> pools,
+                      std::span<const kv::KvLayerSlot> slots, std::span<float> logits,
+                      ThreadPool& pool) {
+  const KvPools kv{pools, slots, batch.newest_group()};
+  STRATA_RETURN_IF_ERROR(validate(batch, kv, logits.size()));
   const int64_t num_tokens = span_size(batch.token_ids.size());
   scratch_.resize(config_, num_tokens);
   cpu::EmbeddingParams embed;
@@ -294,7 +333,7 @@ Status Model::forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span
   embed.out = scratch_.hidden.data();
   STRATA_RETURN_IF_ERROR(cpu::embedding(embed, pool));
   for (int32_t l = 0; l < static_cast<int32_t>(config_.num_hidden_layers); ++l) {
-    STRATA_RETURN_IF_ERROR(run_layer(l, batch, kv, residual, pool));
+    STRATA_RETURN_IF_ERROR(run_layer(l, batch, kv, pool));
   }
   // Final norm and LM head only for the rows whose logits are wanted.
   const int64_t hidden_size = config_.hidden_size;
@@ -310,46 +349,6 @@ Status Model::forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span
                      pool);
 }
 
-Status Model::forward(const ForwardBatch& batch, std::span<kv::HostKvBuffer* const> pools,
-                      std::span<const kv::KvLayerSlot> slots, std::span<float> logits,
-                      ThreadPool& pool) {
-  const auto num_layers = static_cast<size_t>(config_.num_hidden_layers);
-  if (pools.empty() || pools.size() != batch.groups.size() + 1 || slots.size() != num_layers) {
-    return Status::InvalidArgument("forward: a pool and a group view per KV group, a slot per layer");
-  }
-  for (const kv::HostKvBuffer* p : pools) {
-    if (p == nullptr || p->layout().block_size() != pools[0]->layout().block_size() ||
-        kv::needs_residual_pool(p->layout().spec())) {
-      return Status::InvalidArgument("forward: grouped pools need one block size and no int4 layer");
-    }
-  }
-  for (const kv::KvLayerSlot& slot : slots) {
-    if (slot.group < 0 || static_cast<size_t>(slot.group) >= pools.size() || slot.index < 0 ||
-        slot.index >= pools[static_cast<size_t>(slot.group)]->layout().spec().num_layers) {
-      return Status::InvalidArgument("forward: a layer's KV group or index is out of range");
-    }
-  }
-  // Each later group's view must hold for its own pool what group 0's holds for pool 0.
-  constexpr int32_t kUnbounded = std::numeric_limits<int32_t>::max();
-  for (size_t g = 1; g < pools.size(); ++g) {
-    ForwardBatch view = batch;
-    view.layout = batch.groups[g - 1].layout;
-    view.slot_mapping = batch.groups[g - 1].slot_mapping;
-    view.groups = {};
-    if (view.layout.num_seqs != batch.layout.num_seqs ||
-        view.layout.block_size != batch.layout.block_size) {
-      return Status::InvalidArgument("forward: a KV group's layout covers other sequences");
-    }
-    STRATA_RETURN_IF_ERROR(validate_step_batch(view, config_.vocab_size, pools[g]->num_blocks(),
-                                               kUnbounded, kUnbounded, logits.size(), 0));
-  }
-  const LayerGroups groups{pools, slots};
-  layer_groups_ = &groups;
-  const Status status = forward(batch, *pools[0], logits, pool);
-  layer_groups_ = nullptr;
-  return status;
-}
-
 Status Model::rms_norm(const float* x, TensorView weight, float* out, int64_t num_rows,
                        ThreadPool& pool) const {
   cpu::RmsNormParams p;
@@ -361,13 +360,13 @@ Status Model::rms_norm(const float* x, TensorView weight, float* out, int64_t nu
   return cpu::rms_norm(p, pool);
 }
 
-Status Model::run_layer(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
-                        kv::HostKvBuffer* residual, ThreadPool& pool) {
+Status Model::run_layer(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
+                        ThreadPool& pool) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
   const int64_t num_tokens = span_size(batch.token_ids.size());
   STRATA_RETURN_IF_ERROR(rms_norm(scratch_.hidden.data(), w.input_norm, scratch_.normed.data(),
                                    num_tokens, pool));
-  STRATA_RETURN_IF_ERROR(run_attention(layer_idx, batch, kv, residual, pool));
+  STRATA_RETURN_IF_ERROR(run_attention(layer_idx, batch, kv, pool));
   STRATA_RETURN_IF_ERROR(cpu::linear(scratch_.attn.data(), w.o_proj, w.o_bias, scratch_.proj.data(),
                                      num_tokens, pool));
   const int64_t hidden_elems = num_tokens * config_.hidden_size;
@@ -378,8 +377,8 @@ Status Model::run_layer(int32_t layer_idx, const ForwardBatch& batch, kv::HostKv
   return cpu::add_inplace(scratch_.hidden.data(), scratch_.proj.data(), hidden_elems, pool);
 }
 
-Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
-                            kv::HostKvBuffer* residual, ThreadPool& pool) {
+Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
+                            ThreadPool& pool) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
   const int64_t num_tokens = span_size(batch.token_ids.size());
   const auto num_heads = static_cast<int32_t>(config_.num_attention_heads);
@@ -414,19 +413,16 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::Ho
     }
   }
   // The layer's K/V: pool 0 at its own index, unless the layers live in groups.
-  kv::HostKvBuffer* buffer = &kv;
-  int32_t kv_layer = layer_idx;
+  const kv::KvLayerSlot at =
+      kv.slots.empty() ? kv::KvLayerSlot{0, layer_idx} : kv.slots[static_cast<size_t>(layer_idx)];
+  kv::HostKvBuffer* buffer = kv.pools[static_cast<size_t>(at.group)];
+  const int32_t kv_layer = at.index;
   const PagedKvLayout* layout = &batch.layout;
   const int64_t* slots = batch.slot_mapping.data();
-  if (layer_groups_ != nullptr) {
-    const kv::KvLayerSlot at = layer_groups_->slots[static_cast<size_t>(layer_idx)];
-    buffer = layer_groups_->pools[static_cast<size_t>(at.group)];
-    kv_layer = at.index;
-    if (at.group > 0) {
-      const GroupBatchView& group = batch.groups[static_cast<size_t>(at.group) - 1];
-      layout = &group.layout;
-      slots = group.slot_mapping.data();
-    }
+  if (at.group > 0) {
+    const GroupBatchView& group = batch.groups[static_cast<size_t>(at.group) - 1];
+    layout = &group.layout;
+    slots = group.slot_mapping.data();
   }
   const PagedKvCacheView cache = buffer->layer_view(kv_layer);
   cpu::AppendKvParams append;
@@ -436,16 +432,18 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::Ho
   append.num_tokens = num_tokens;
   append.cache = cache;
   append.num_cache_blocks = buffer->num_blocks();
-  // INT4 layers keep their newest blocks in the residual pool; the other layers of a mixed
-  // layout never touch it.
-  if (residual != nullptr && cache.dtype == DType::kI4) {
-    append.residual_slot_mapping = batch.residual_slot_mapping.data();
-    append.residual = residual->layer_view(layer_idx);
-    append.num_residual_blocks = residual->num_blocks();
+  // INT4 layers keep their newest blocks at full precision in the newest-blocks group; the other
+  // layers of a mixed layout never touch it.
+  cpu::AttentionParams attn;
+  if (cache.dtype == DType::kI4) {
+    const GroupBatchView& group = batch.groups[static_cast<size_t>(kv.newest) - 1];
+    kv::HostKvBuffer& newest = *kv.pools[static_cast<size_t>(kv.newest)];
+    append.newest_slot_mapping = group.slot_mapping.data();
+    append.newest = newest.layer_view(layer_idx);
+    append.num_newest_blocks = newest.num_blocks();
+    attn.newest = {append.newest, group.layout, group.newest_blocks};
   }
   STRATA_RETURN_IF_ERROR(cpu::append_kv(append, pool));
-  cpu::AttentionParams attn;
-  attn.residual = append.residual;
   attn.q = scratch_.q.data();
   attn.out = scratch_.attn.data();
   attn.q_indptr = batch.q_indptr.data();

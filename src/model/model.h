@@ -63,10 +63,13 @@ struct SampledToken {
 };
 
 // A KV cache group's view of one step beyond group 0 (kv/kv_group.h): its paged layout (built by
-// kv::PagedLayoutBuilder, covering the same sequences and blocks) and the slot of each token.
+// kv::PagedLayoutBuilder, covering the same sequences) and the slot of each token.
 struct GroupBatchView {
   PagedKvLayout layout;
-  std::span<const int64_t> slot_mapping;  // [num_tokens]
+  std::span<const int64_t> slot_mapping;  // [num_tokens], -1 exactly where group 0's is
+  // A newest-blocks group's R (kv::KvGroupKind::kNewestBlocks: an INT4 cache's full-precision
+  // newest blocks; layout.first_block set); 0 for an attention group.
+  int32_t newest_blocks = 0;
 };
 
 // One step's input. Sequence s owns token rows [q_indptr[s], q_indptr[s+1]); their K/V slots are
@@ -82,11 +85,17 @@ struct ForwardBatch {
   // of their logits. Disjoint from logits_rows; empty on the CPU backend.
   std::span<const int32_t> sample_rows;
   std::span<const DeviceSampleSpec> sample_specs;
-  // INT4 caches (layout.residual_blocks > 0): each token's slot in the full-precision residual
-  // pool ([num_tokens], -1 exactly where slot_mapping is -1); empty otherwise.
-  std::span<const int64_t> residual_slot_mapping = {};
-  // Models whose layers read different groups (kv::HybridKvLayers): group g >= 1's view at g - 1.
+  // Every KV cache group beyond group 0, group g's view at g - 1: a hybrid model's windowed
+  // layers (kv::HybridKvLayers), an INT4 cache's newest-blocks group.
   std::span<const GroupBatchView> groups = {};
+
+  // The newest-blocks group's index (>= 1), or -1 without one.
+  int32_t newest_group() const {
+    for (size_t i = 0; i < groups.size(); ++i) {
+      if (groups[i].newest_blocks > 0) return static_cast<int32_t>(i) + 1;
+    }
+    return -1;
+  }
 };
 
 class Model {
@@ -132,18 +141,17 @@ class Model {
   // Runs the batch through every layer, writing this step's K/V into kv at the slot mapping, and
   // fills logits [logits_rows.size(), vocab] (row-major) for the requested rows. Returns
   // InvalidArgument / OutOfRange for an inconsistent batch or a token id outside the vocabulary;
-  // the KV cache is then unspecified only at this batch's slots. residual: the full-precision
-  // residual pool of an INT4 cache (kv::residual_spec's layout, the batch's res_* arrays and
-  // residual slot mapping address it); required iff some layer of kv is INT4, and then the
-  // batch's layout must carry the residual arrays. Its INT4 layers append to and read it; other
-  // layers ignore it.
+  // the KV cache is then unspecified only at this batch's slots. kv holds every layer (one KV
+  // cache group, no INT4 layer).
   Status forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span<float> logits,
-                 ThreadPool& pool, kv::HostKvBuffer* residual = nullptr);
-  // The same for a model whose layers live in different KV cache groups (kv::HybridKvLayers):
-  // layer l appends to and reads pools[slots[l].group] as its layer slots[l].index, through group
-  // 0's layout and slots (batch.layout, batch.slot_mapping) or group g's (batch.groups[g - 1]).
-  // No INT4 layer. InvalidArgument as above, and for pools, slots or group views that do not
-  // match.
+                 ThreadPool& pool);
+  // The same over the pools of the KV cache groups (kv/kv_group.h): pools[g] is group g's, read
+  // through group 0's layout and slots (batch.layout, batch.slot_mapping) or group g's
+  // (batch.groups[g - 1]). slots: where layer l's K/V live, pools[slots[l].group] as its layer
+  // slots[l].index (kv::HybridKvLayers), or empty for every layer in pool 0 at its own index. An
+  // INT4 layer also appends to and reads the newest-blocks group's pool (batch.newest_group(),
+  // kv::newest_blocks_spec's layout), which an INT4 cache requires. InvalidArgument as above, and
+  // for pools, slots or group views that do not match.
   Status forward(const ForwardBatch& batch, std::span<kv::HostKvBuffer* const> pools,
                  std::span<const kv::KvLayerSlot> slots, std::span<float> logits, ThreadPool& pool);
 
@@ -155,12 +163,18 @@ class Model {
     void resize(const ModelConfig& c, int64_t num_tokens);
   };
 
-  Status validate(const ForwardBatch& batch, const kv::HostKvBuffer& kv,
-                  const kv::HostKvBuffer* residual, size_t logits_size) const;
-  Status run_layer(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
-                   kv::HostKvBuffer* residual, ThreadPool& pool);
-  Status run_attention(int32_t layer_idx, const ForwardBatch& batch, kv::HostKvBuffer& kv,
-                       kv::HostKvBuffer* residual, ThreadPool& pool);
+  // Where a forward pass's layers keep their K/V (the grouped forward()'s arguments).
+  struct KvPools {
+    std::span<kv::HostKvBuffer* const> pools;
+    std::span<const kv::KvLayerSlot> slots;  // empty: layer l in pool 0 at index l
+    int32_t newest = -1;                     // the newest-blocks group (INT4), or -1
+  };
+
+  Status validate(const ForwardBatch& batch, const KvPools& kv, size_t logits_size) const;
+  Status run_layer(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
+                   ThreadPool& pool);
+  Status run_attention(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
+                       ThreadPool& pool);
   Status run_mlp(int32_t layer_idx, int64_t num_tokens, ThreadPool& pool);
   // One forward pass of tokens (positions 0..n-1, one sequence) through a scratch cache laid out
   // by layout (block size 16). logits: null, or filled with every position's logits [n, vocab].
@@ -183,17 +197,11 @@ class Model {
   // Set only during kv_quant_error: the quantized scratch cache and per-layer sums of squares.
   struct KvQuantProbe {
     kv::HostKvBuffer* cache = nullptr;
-    kv::HostKvBuffer* residual = nullptr;  // INT4 probe caches: their residual pool
+    kv::HostKvBuffer* newest = nullptr;   // INT4 probe caches: their newest-blocks pool
     std::vector<double> diff_sq, ref_sq;  // [num_layers]
     std::vector<float> out;               // the quantized attention output, as scratch_.attn
   };
   KvQuantProbe* kv_quant_probe_ = nullptr;
-  // Set only during the grouped forward(): where each layer's K/V live.
-  struct LayerGroups {
-    std::span<kv::HostKvBuffer* const> pools;
-    std::span<const kv::KvLayerSlot> slots;
-  };
-  const LayerGroups* layer_groups_ = nullptr;
 };
 
 }  // namespace strata::model

@@ -30,8 +30,8 @@ class ModelRunner {
 
   // ---- KV pools: one per KV cache group (kv/kv_group.h), in the KvCacheManager's order ---------
   // Pool 0 holds every layer's cache (an INT4 layer's codes); an INT4 cache's full-precision
-  // newest blocks are pool 1 (docs/kv.md, "The residual pool"). Block ids of pool g mean the same
-  // to the manager's group g and to the runner.
+  // newest blocks are pool 1, the newest-blocks group (docs/kv.md, "INT4's newest-blocks group").
+  // Block ids of pool g mean the same to the manager's group g and to the runner.
   virtual int32_t num_kv_pools() const = 0;
   virtual const kv::KvLayout& kv_layout(int32_t pool = 0) const = 0;
   // Blocks in the pool, the null block included.

@@ -1,15 +1,16 @@
 // The engine on the GPU backend (EngineConfig::device = kCuda), on a bf16 fixture of
-// tools/fixtures/make_gpu_fixtures.py: a mixed batch (greedy, seeded sampling with top-k / top-p / min-p,
-// penalties and top-N logprobs on the host sampler, n > 1 forks with copy-on-write) runs to the
-// requested lengths and gives every block back; seeded requests draw the same tokens in a second
-// engine; a greedy token drawn on the device equals the one the host sampler takes from the same
-// logits; a pool too small for the batch preempts, by recompute or by swap to host memory, and
+// tools/fixtures/make_gpu_fixtures.py: a mixed batch (greedy, seeded sampling with top-k / top-p /
+// min-p, penalties and top-N logprobs on the host sampler, n > 1 forks with copy-on-write) runs to
+// the requested lengths and gives every block back; seeded requests draw the same tokens in a
+// second engine; a greedy token drawn on the device equals the one the host sampler takes from the
+// same logits; a pool too small for the batch preempts, by recompute or by swap to host memory, and
 // still finishes everything. FP8 (scales calibrated on the device), INT8 and INT4 pools run the
-// same batch (INT4's forks copy residual blocks too); an FP8 pool without scales is refused with
-// the three fixes. INT4: the bf16 residual pool is sized from the scheduler limits and taken out
-// of the KV memory, swap moves its blocks too, neither pool leaks, and teacher-forced logprobs
-// stay close to bf16's (within 10x int8's distance) whatever the chunking. --kv-quant-check
-// keeps the CPU engine's layers at bf16 (measured on the CPU model) and still generates.
+// same batch (INT4's forks copy newest blocks too); an FP8 pool without scales is refused with
+// the three fixes. INT4: the bf16 newest-blocks pool is sized from the scheduler limits and taken
+// out of the KV memory, swap moves its blocks too, neither pool leaks, and teacher-forced
+// logprobs stay close to bf16's (within 10x int8's distance) whatever the chunking.
+// --kv-quant-check keeps the CPU engine's layers at bf16 (measured on the CPU model) and still
+// generates.
 // Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips without a GPU.
 
 #include "strata/engine.h"
@@ -163,7 +164,7 @@ TEST_F(CudaEngineTest, AMixedBatchFinishesAtItsLengthsAndGivesEveryBlockBack) {
 
 // FP8 (scales calibrated on the device at start-up), INT8 and INT4 pools: the same batch, forks
 // with copy-on-write included, and at least twice the tokens of BF16 in the same bytes (INT4:
-// after its residual pool).
+// after its newest-blocks pool).
 TEST_F(CudaEngineTest, QuantizedCachesRunTheMixedBatchAndGiveEveryBlockBack) {
   std::unique_ptr<Engine> bf16 = cuda_engine();
   ASSERT_NE(bf16, nullptr);
@@ -243,7 +244,7 @@ TEST_F(CudaEngineTest, ASmallPoolPreemptsBySwapAndFinishesEverything) {
   // Swap preemption moves whole blocks between the device pool and pinned host memory with the
   // block-copy kernel; every request still finishes, blocks come back, and swapped blocks
   // return to the pool. INT8 blocks carry their scales inside, so they move the same way; INT4
-  // sequences also move the residual blocks their next query reads.
+  // sequences also move the full-precision newest blocks their next query reads.
   for (DType dtype : {DType::kBF16, DType::kI8, DType::kI4}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     EngineConfig c = cuda_config(24, dtype);
@@ -266,9 +267,9 @@ TEST_F(CudaEngineTest, ASmallPoolPreemptsBySwapAndFinishesEverything) {
   }
 }
 
-// --kv-int4-residual 32 at block size 16 (R = 2): the residual pool holds max_num_seqs x (R + 1)
-// + ceil(max_num_batched_tokens / 16) + 1 bf16 blocks, its bytes come out of the 64 MiB before
-// the int4 pool is sized, and the mixed batch runs and gives both pools' blocks back.
+// --kv-int4-residual 32 at block size 16 (R = 2): the newest-blocks pool holds max_num_seqs x
+// (R + 1) + ceil(max_num_batched_tokens / 16) + 1 bf16 blocks, its bytes come out of the 64 MiB
+// before the int4 pool is sized, and the mixed batch runs and gives both pools' blocks back.
 TEST_F(CudaEngineTest, Int4WithATwoBlockResidualWindowRunsTheMixedBatch) {
   EngineConfig c = cuda_config(0, DType::kI4);
   c.kv_int4_residual = 32;
@@ -276,13 +277,13 @@ TEST_F(CudaEngineTest, Int4WithATwoBlockResidualWindowRunsTheMixedBatch) {
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   Engine& engine = **e;
   EXPECT_EQ(newest_blocks_group(engine).newest_blocks, 2);
-  const int32_t residual_blocks = kv::newest_blocks_pool_size(32, 2, 256, 16);
-  EXPECT_EQ(residual_blocks, 32 * 3 + 16 + 1);
-  EXPECT_EQ(newest_blocks_group(engine).num_blocks, residual_blocks);
+  const int32_t newest_pool_blocks = kv::newest_blocks_pool_size(32, 2, 256, 16);
+  EXPECT_EQ(newest_pool_blocks, 32 * 3 + 16 + 1);
+  EXPECT_EQ(newest_blocks_group(engine).num_blocks, newest_pool_blocks);
   const ModelInfo& mc = engine.model();
   // bf16: K and V x layers x KV heads x head_dim x 16 tokens x 2 bytes.
-  const int64_t residual_block_bytes = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * 16 * 2;
-  EXPECT_EQ(newest_blocks_group(engine).pool_bytes(), residual_blocks * residual_block_bytes);
+  const int64_t newest_block_bytes = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * 16 * 2;
+  EXPECT_EQ(newest_blocks_group(engine).pool_bytes(), newest_pool_blocks * newest_block_bytes);
   EXPECT_EQ(engine.kv_cache().num_blocks,
             ((int64_t{64} << 20) - newest_blocks_group(engine).pool_bytes()) /
                 (engine.kv_cache().bytes_per_token * 16));
@@ -381,7 +382,7 @@ double mean_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // logprobs), within 20x int8's distance (measured on an H200 GPU: 0.096 against int8's 0.0094,
 // 10.2x; the kernels' attention error is about 14x int8's, docs/kv-quant.md, while a block read
 // from the wrong pool costs whole nats), and a prompt computed 7 tokens per step -- blocks filled
-// and quantized across steps, partial residual blocks read by later chunks -- lands far closer
+// and quantized across steps, partial newest blocks read by later chunks -- lands far closer
 // to the whole prompt's than to bf16's (measured: identical): which precision each key is read
 // at depends on (position, block) alone.
 TEST_F(CudaEngineTest, Int4PromptLogprobsStayCloseToBf16InAnyChunking) {
@@ -400,7 +401,7 @@ TEST_F(CudaEngineTest, Int4PromptLogprobsStayCloseToBf16InAnyChunking) {
   EXPECT_LE(chunking, 0.3 * int4_error);
 }
 
-// INT4 with R = 2: the extended prompt's prefix hit takes block 3's cached residual copy, so
+// INT4 with R = 2: the extended prompt's prefix hit takes block 3's cached bf16 copy, so
 // its 64 cached tokens are served and what follows matches a cold run of it alone (the hit's
 // positions are read in the same precisions; on the GPU chunking leaves INT4's results
 // unchanged, as the test above measures).

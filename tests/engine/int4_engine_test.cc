@@ -1,14 +1,14 @@
-// The INT4 (KIVI) KV cache end to end on the CPU engine (docs/kv.md, "The residual pool"): a
-// request's tokens and logprobs are bit-identical whatever else runs and however its prompt is
+// The INT4 (KIVI) KV cache end to end on the CPU engine (docs/kv.md, "INT4's newest-blocks group"):
+// a request's tokens and logprobs are bit-identical whatever else runs and however its prompt is
 // chunked (7, 64 or all tokens per step), after a prefix hit (R = 1) or none (R = 2), after
 // preemption by recompute or by swap (the residual entries go to host memory and back too), and
 // for n > 1 forks (copy-on-write of the shared residual block), and on a sliding-window model;
 // no block of either pool leaks; the residual pool is sized and reported as the docs say; a bad
 // --kv-int4-residual is refused with one line (int4 on the GPU: cuda_engine_test.cc);
 // --kv-quant-check measures int4 layers;
-// Model::forward and validate_step_residual refuse a missing or inconsistent residual pool before
-// any kernel runs. On strata-tiny, the int4 cache's next-token distributions stay close to the
-// float32 cache's (mean KL over both fixture prompts' 763 teacher-forced positions: 2.6e-3 nats
+// Model::forward and validate_step_group refuse a missing or inconsistent newest-blocks group
+// before any kernel runs. On strata-tiny, the int4 cache's next-token distributions stay close to
+// the float32 cache's (mean KL over both fixture prompts' 763 teacher-forced positions: 2.6e-3 nats
 // at R = 1, 1.8e-4 at R = 4), chunking changes no bit, and its greedy continuations keep
 // float32's as long as int8's do.
 
@@ -297,9 +297,9 @@ TEST_F(Int4EngineTest, UnsupportedCombinationsAreRefusedWithOneLine) {
   EXPECT_EQ(engine::create_engine(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
 }
 
-// validate_step_residual: a batch built from the manager's tables passes; each way of breaking
-// its residual arrays is refused before any kernel reads them.
-TEST(Int4ForwardBatchCheckTest, ResidualArraysAreCheckedBeforeAnyKernel) {
+// validate_step_group on the newest-blocks group: a batch built from the manager's tables
+// passes; each way of breaking that group's view is refused before any kernel reads it.
+TEST(Int4ForwardBatchCheckTest, TheNewestBlocksGroupIsCheckedBeforeAnyKernel) {
   constexpr int32_t kBs = 4;
   kv::KvCacheManager m(kv::KvCacheConfig{
       .block_size = kBs, .groups = {{kv::KvGroupSpec{}, 16}, {kv::KvGroupSpec::newest(2, {}), 8}}});
@@ -313,40 +313,43 @@ TEST(Int4ForwardBatchCheckTest, ResidualArraysAreCheckedBeforeAnyKernel) {
   const std::vector<int32_t> positions = {10, 11};
   const std::vector<int32_t> q_indptr = {0, 2};
   const std::vector<int32_t> rows = {1};
-  model::ForwardBatch b{tokens,
-                        positions,
-                        q_indptr,
-                        builder.layout(),
-                        builder.slot_mapping(),
-                        rows,
-                        {},
-                        {},
-                        builder.residual_slot_mapping()};
+  model::GroupBatchView newest{builder.layout(1), builder.group(1).slot_mapping, 2};
+  model::ForwardBatch b;
+  b.token_ids = tokens;
+  b.positions = positions;
+  b.q_indptr = q_indptr;
+  b.layout = builder.layout();
+  b.slot_mapping = builder.slot_mapping();
+  b.logits_rows = rows;
+  b.groups = std::span<const model::GroupBatchView>(&newest, 1);
+  ASSERT_EQ(b.newest_group(), 1);
   ASSERT_TRUE(model::validate_step_batch(b, 100, 16, 64, 4, 100, 0).ok());
-  EXPECT_TRUE(model::validate_step_residual(b, 8).ok());
-  EXPECT_EQ(model::validate_step_residual(b, 3).code(), StatusCode::kOutOfRange)
-      << "a residual block outside the pool";
-  std::vector<int64_t> slots = builder.residual_slot_mapping();
+  EXPECT_TRUE(model::validate_step_group(b, 1, 8).ok());
+  EXPECT_EQ(model::validate_step_group(b, 2, 8).code(), StatusCode::kInvalidArgument)
+      << "no such group";
+  EXPECT_EQ(model::validate_step_group(b, 1, 3).code(), StatusCode::kOutOfRange)
+      << "a newest-blocks block outside the pool";
+  std::vector<int64_t> slots = builder.group(1).slot_mapping;
   slots[1] += 1;  // the wrong offset in its block
-  b.residual_slot_mapping = slots;
-  EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kOutOfRange);
-  slots = builder.residual_slot_mapping();
+  newest.slot_mapping = slots;
+  EXPECT_EQ(model::validate_step_group(b, 1, 8).code(), StatusCode::kOutOfRange);
+  slots = builder.group(1).slot_mapping;
   slots[0] = -1;  // -1 where the slot is not
-  b.residual_slot_mapping = slots;
-  EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kInvalidArgument);
-  b.residual_slot_mapping = {};
-  EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kInvalidArgument);
-  b.residual_slot_mapping = builder.residual_slot_mapping();
+  newest.slot_mapping = slots;
+  EXPECT_EQ(model::validate_step_group(b, 1, 8).code(), StatusCode::kInvalidArgument);
+  newest.slot_mapping = {};
+  EXPECT_EQ(model::validate_step_group(b, 1, 8).code(), StatusCode::kInvalidArgument);
+  newest.slot_mapping = builder.group(1).slot_mapping;
   std::vector<int32_t> first = builder.group(1).first_block;
   first[0] += 1;  // entries starting after the first block the step reads at full precision
-  PagedKvLayout l = builder.layout();
-  l.res_first_block = first.data();
-  b.layout = l;
-  EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kInvalidArgument);
-  l = builder.layout();
-  l.res_indices = nullptr;
-  b.layout = l;
-  EXPECT_EQ(model::validate_step_residual(b, 8).code(), StatusCode::kInvalidArgument);
+  newest.layout.first_block = first.data();
+  EXPECT_EQ(model::validate_step_group(b, 1, 8).code(), StatusCode::kInvalidArgument);
+  newest.layout = builder.layout(1);
+  newest.layout.first_block = nullptr;  // a newest-blocks group without first blocks
+  EXPECT_EQ(model::validate_step_group(b, 1, 8).code(), StatusCode::kInvalidArgument);
+  newest.layout = builder.layout(1);
+  newest.newest_blocks = 3;  // R = 3 needs block 0 too, which the group gave back
+  EXPECT_EQ(model::validate_step_group(b, 1, 8).code(), StatusCode::kInvalidArgument);
   m.free(a);
 }
 
@@ -401,9 +404,9 @@ TEST(Int4WindowTest, ASlidingWindowSequenceOnInt4GetsTheSameResultsInAnyShape) {
   }
 }
 
-// Model::forward refuses an int4 pool without its residual pool, and a residual pool beside a
-// pool that has no int4 layer, before any kernel runs.
-TEST_F(Int4EngineTest, ForwardNeedsTheResidualPoolExactlyForInt4Pools) {
+// Model::forward refuses an int4 pool without its newest-blocks group before any kernel runs,
+// and runs once the batch carries that group's view and its pool.
+TEST_F(Int4EngineTest, ForwardNeedsTheNewestBlocksGroupForInt4Pools) {
   const kv::KvLayout int4(model_.kv_spec(DType::kI4), 16);
   kv::HostKvBuffer kv(int4, 4);
   const std::vector<int32_t> tokens = {1};
@@ -428,18 +431,21 @@ TEST_F(Int4EngineTest, ForwardNeedsTheResidualPoolExactlyForInt4Pools) {
   std::vector<float> logits(static_cast<size_t>(model_.vocab_size()));
   const Status missing = model_.forward(b, kv, logits, pool_);
   EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(missing.message().find("residual pool"), std::string::npos) << missing.message();
-  kv::HostKvBuffer residual(kv::KvLayout(kv::residual_spec(int4.spec()), 16), 4);
-  kv::HostKvBuffer f32(kv::KvLayout(model_.kv_spec(DType::kF32), 16), 4);
-  EXPECT_EQ(model_.forward(b, f32, logits, pool_, &residual).code(), StatusCode::kInvalidArgument);
-  // With the residual arrays and slots it runs.
-  const std::vector<int32_t> res_first = {0};
-  b.layout.res_indptr = kv_indptr.data();
-  b.layout.res_indices = indices.data();
-  b.layout.res_first_block = res_first.data();
-  b.layout.residual_blocks = 1;
-  b.residual_slot_mapping = slots;
-  EXPECT_TRUE(model_.forward(b, kv, logits, pool_, &residual).ok());
+  EXPECT_NE(missing.message().find("newest-blocks group"), std::string::npos) << missing.message();
+  kv::HostKvBuffer newest(kv::KvLayout(kv::newest_blocks_spec(int4.spec()), 16), 4);
+  kv::HostKvBuffer* const pools[] = {&kv, &newest};
+  // A second pool without the batch's view of it.
+  EXPECT_EQ(model_.forward(b, pools, {}, logits, pool_).code(), StatusCode::kInvalidArgument);
+  // A BF16 pool where the newest blocks' F32 one belongs.
+  const std::vector<int32_t> first = {0};
+  model::GroupBatchView view{b.layout, slots, 1};
+  view.layout.first_block = first.data();
+  b.groups = std::span<const model::GroupBatchView>(&view, 1);
+  kv::HostKvBuffer bf16(kv::KvLayout(kv::newest_blocks_spec(int4.spec(), DType::kBF16), 16), 4);
+  kv::HostKvBuffer* const wrong[] = {&kv, &bf16};
+  EXPECT_EQ(model_.forward(b, wrong, {}, logits, pool_).code(), StatusCode::kInvalidArgument);
+  // With the group's view and pool it runs.
+  EXPECT_TRUE(model_.forward(b, pools, {}, logits, pool_).ok());
 }
 
 // ---- quality on strata-tiny ----------------------------------------------------------------

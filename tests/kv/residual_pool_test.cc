@@ -261,14 +261,14 @@ TEST(ResidualPoolSizingTest, SchedulerLimitsBoundTheResidualPool) {
   EXPECT_EQ(newest_blocks_pool_size(256, 1, 2048, 16), 256 * 2 + 128 + 1);
   EXPECT_EQ(newest_blocks_pool_size(4, 2, 7, 16), 4 * 3 + 1 + 1);
   KvSpec spec{.num_layers = 3, .num_kv_heads = 2, .head_dim = 64, .dtype = DType::kI8};
-  EXPECT_FALSE(needs_residual_pool(spec));
+  EXPECT_FALSE(needs_newest_blocks_group(spec));
   spec.dtype = DType::kI4;
-  EXPECT_TRUE(needs_residual_pool(spec));
+  EXPECT_TRUE(needs_newest_blocks_group(spec));
   spec.layer_dtypes = {DType::kF32, DType::kI4, DType::kF32};
-  EXPECT_TRUE(needs_residual_pool(spec));
+  EXPECT_TRUE(needs_newest_blocks_group(spec));
   spec.layer_dtypes = {DType::kF32, DType::kF32, DType::kF32};
-  EXPECT_FALSE(needs_residual_pool(spec)) << "every int4 layer skipped";
-  const KvSpec r = residual_spec(spec);
+  EXPECT_FALSE(needs_newest_blocks_group(spec)) << "every int4 layer skipped";
+  const KvSpec r = newest_blocks_spec(spec);
   EXPECT_EQ(r.dtype, DType::kF32);
   EXPECT_TRUE(r.layer_dtypes.empty());
   EXPECT_EQ(r.num_layers, 3);
@@ -281,19 +281,20 @@ TEST(ResidualPoolSizingTest, SchedulerLimitsBoundTheResidualPool) {
 TEST(ResidualPoolSizingTest, TheResidualSpecTakesTheBackendsFullPrecision) {
   KvSpec spec{.num_layers = 3, .num_kv_heads = 2, .head_dim = 64, .dtype = DType::kI4};
   spec.layer_dtypes = {DType::kBF16, DType::kI4, DType::kI4};
-  const KvSpec r = residual_spec(spec, DType::kBF16);
+  const KvSpec r = newest_blocks_spec(spec, DType::kBF16);
   EXPECT_EQ(r.dtype, DType::kBF16);
   EXPECT_TRUE(r.layer_dtypes.empty());
   EXPECT_EQ(r.num_layers, 3);
   EXPECT_EQ(r.num_kv_heads, 2);
   EXPECT_EQ(r.head_dim, 64);
-  EXPECT_FALSE(needs_residual_pool(r));
+  EXPECT_FALSE(needs_newest_blocks_group(r));
   // 3 layers x K and V x 2 heads x 16 tokens x 64 channels x 2 bytes.
   EXPECT_EQ(KvLayout(r, 16).block_bytes(), 3 * 2 * 2 * 16 * 64 * 2);
-  EXPECT_EQ(KvLayout(residual_spec(spec), 16).block_bytes(), 2 * KvLayout(r, 16).block_bytes());
+  EXPECT_EQ(KvLayout(newest_blocks_spec(spec), 16).block_bytes(),
+            2 * KvLayout(r, 16).block_bytes());
 }
 
-TEST_F(ResidualPoolTest, TheLayoutBuilderEmitsEachSequencesResidualEntriesAndSlots) {
+TEST_F(ResidualPoolTest, TheLayoutBuilderEmitsEachSequencesNewestBlocksLayoutAndSlots) {
   KvCacheManager m = make(/*r=*/2, /*residual_num_blocks=*/12, /*num_blocks=*/12);
   BlockTable a(kBs);
   BlockTable b(kBs);
@@ -307,22 +308,27 @@ TEST_F(ResidualPoolTest, TheLayoutBuilderEmitsEachSequencesResidualEntriesAndSlo
   EXPECT_EQ(builder.group(1).indptr, (V{0, 2, 3}));
   EXPECT_EQ(builder.group(1).indices, (V{2, 3, 4}));
   EXPECT_EQ(builder.group(1).first_block, (V{1, 0}));
-  EXPECT_EQ(builder.residual_slot_mapping(),
+  EXPECT_EQ(builder.group(1).slot_mapping,
             (std::vector<int64_t>{3 * kBs + 2, 4 * kBs, 4 * kBs + 1, 4 * kBs + 2}));
   EXPECT_EQ(builder.slot_mapping(),
             (std::vector<int64_t>{3 * kBs + 2, 4 * kBs, 4 * kBs + 1, 4 * kBs + 2}));
-  const PagedKvLayout l = builder.layout();
-  EXPECT_EQ(l.residual_blocks, 2);
-  EXPECT_EQ(l.residual_block(0, 2), 3);
-  EXPECT_EQ(l.residual_block(1, 0), 4);
-  // Without R the builder emits no residual arrays.
+  // The newest-blocks group's layout indexes by logical block from each sequence's first entry;
+  // group 0's starts every sequence at block 0.
+  const PagedKvLayout l = builder.layout(1);
+  EXPECT_EQ(l.first(0), 1);
+  EXPECT_EQ(l.block_at(0, 2), 3);
+  EXPECT_EQ(l.block_at(1, 0), 4);
+  EXPECT_EQ(l.kv_len(0), 11);
+  EXPECT_EQ(builder.layout(0).first_block, nullptr);
+  EXPECT_EQ(builder.layout(0).kv_len(0), 11);
+  // Without the group the builder emits one layout.
   PagedLayoutBuilder plain(kBs);
   plain.add_sequence(a, 11, 1);
-  EXPECT_EQ(plain.layout().res_indptr, nullptr);
-  EXPECT_TRUE(plain.residual_slot_mapping().empty());
+  EXPECT_EQ(plain.num_groups(), 1);
+  EXPECT_EQ(plain.layout().first_block, nullptr);
   builder.clear();
   EXPECT_EQ(builder.group(1).indptr, (V{0}));
-  EXPECT_TRUE(builder.residual_slot_mapping().empty());
+  EXPECT_TRUE(builder.group(1).slot_mapping.empty());
   m.free(a);
   m.free(b);
 }

@@ -1,14 +1,15 @@
 // --kv-quant-check on the GPU (CudaModel::kv_quant_check) and the pool's re-layout it decides
-// (CudaModel::set_kv_layer_dtypes), on the transformers fixtures of tools/fixtures/make_gpu_fixtures.py:
+// (CudaModel::set_kv_layer_dtypes), on the transformers fixtures of
+// tools/fixtures/make_gpu_fixtures.py:
 //   - the per-layer figures agree with the CPU model's measurement of the same dtype and scales
 //     (a bf16 cache and bf16 activations there against float32 here, so within a factor, not
 //     bit for bit);
 //   - a layer whose V scale is planted a million times too large reads attention error 1 and
 //     stands out in the output KL, for the engine to keep, while the other layer's figures do
 //     not move (each pass quantizes one layer only);
-//   - INT4 measures through its residual window; the serving pool is untouched by the passes;
+//   - INT4 measures through its R newest blocks; the serving pool is untouched by the passes;
 //   - a re-laid-out pool holds bf16 exactly where asked (the same logits as a model created that
-//     way), is sized from the same budget, drops an INT4 residual pool no layer uses, and is
+//     way), is sized from the same budget, drops an INT4 newest-blocks pool no layer uses, and is
 //     refused after the first step.
 // Skips without a GPU.
 
@@ -59,8 +60,8 @@ CudaModelOptions options(const std::string& fixture, DType kv_dtype) {
   o.max_num_tokens = 512;
   o.max_num_seqs = 4;
   if (kv_dtype == DType::kI4) {
-    o.num_residual_blocks = 64;
-    o.residual_window_blocks = kResidualWindow;
+    o.num_newest_blocks = 64;
+    o.newest_blocks = kNewestBlocks;
   }
   return o;
 }
@@ -209,9 +210,9 @@ TEST(CudaKvRelayoutTest, KeptLayersHoldBf16FromTheSameBudget) {
   EXPECT_EQ(model->set_kv_layer_dtypes({}).code(), StatusCode::kInvalidArgument);
 }
 
-// INT4 with every layer kept: no residual pool is left, and the model runs as a bf16 one (decode
-// steps through CUDA graphs too, whose fixed inputs now carry no residual arrays).
-TEST(CudaKvRelayoutTest, Int4WithEveryLayerKeptDropsTheResidualPool) {
+// INT4 with every layer kept: no newest-blocks pool is left, and the model runs as a bf16 one
+// (decode steps through CUDA graphs too, whose fixed inputs now carry no newest-blocks arrays).
+TEST(CudaKvRelayoutTest, Int4WithEveryLayerKeptDropsTheNewestBlocksPool) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   const std::string fixture = "llama3-gqa-hd128";
   const std::vector<int32_t> prompt = fixture_prompt(fixture, 0);
@@ -220,7 +221,7 @@ TEST(CudaKvRelayoutTest, Int4WithEveryLayerKeptDropsTheResidualPool) {
   ASSERT_GT(model->num_kv_pools(), 1);
   ASSERT_TRUE(model->set_kv_layer_dtypes(std::vector<DType>(layers, DType::kBF16)).ok());
   EXPECT_EQ(model->num_kv_pools(), 1);
-  EXPECT_EQ(model->info().num_residual_blocks, 0);
+  EXPECT_EQ(model->info().num_newest_blocks, 0);
   std::unique_ptr<CudaModel> bf16 = CudaModel::create(options(fixture, DType::kBF16));
   Runner a(*model);
   Runner b(*bf16);

@@ -1,5 +1,5 @@
 // The GPU model runner over quantized KV caches (FP8 E4M3 / E5M2 with scales calibrated on the
-// device, INT8, INT4 with its bf16 residual pool), on the transformers fixtures of
+// device, INT8, INT4 with its bf16 newest-blocks pool), on the transformers fixtures of
 // tools/fixtures/make_gpu_fixtures.py:
 //   - the calibration pass on the GPU measures the same per-layer max |k|, |v| as the CPU
 //     model's (up to bf16 activations);
@@ -11,9 +11,9 @@
 //     looser, chunk_bound): a token is quantized once, on append (INT4: when its block fills),
 //     and every later read decodes the same bytes;
 //   - per-layer exceptions keep the named layers in bf16;
-//   - INT4: the residual pool comes out of the KV budget and is reported, a missing or foreign
-//     one is refused, and decode steps replayed from CUDA graphs (with the residual arrays at
-//     fixed addresses) draw the eager argmax.
+//   - INT4: the newest-blocks pool comes out of the KV budget and is reported, a missing or
+//     foreign one is refused, and decode steps replayed from CUDA graphs (with the newest-blocks
+//     group's arrays at fixed addresses) draw the eager argmax.
 // Skips without a GPU.
 
 #include <gtest/gtest.h>
@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -77,7 +78,7 @@ std::vector<int32_t> fixture_prompt(const std::string& fixture, int i) {
   return {p, p + t.numel()};
 }
 
-// INT4: a residual pool as large as the main one (the Runner mirrors block ids into it).
+// INT4: a newest-blocks pool as large as the main one (the Runner mirrors block ids into it).
 CudaModelOptions model_options(const std::string& fixture, DType kv_dtype,
                                int32_t num_blocks = 256) {
   CudaModelOptions o;
@@ -88,8 +89,8 @@ CudaModelOptions model_options(const std::string& fixture, DType kv_dtype,
   o.max_num_tokens = 512;
   o.max_num_seqs = 8;
   if (kv_dtype == DType::kI4) {
-    o.num_residual_blocks = num_blocks;
-    o.residual_window_blocks = kResidualWindow;
+    o.num_newest_blocks = num_blocks;
+    o.newest_blocks = kNewestBlocks;
   }
   return o;
 }
@@ -218,7 +219,7 @@ TEST_P(CudaKvQuantTest, ChunksBatchAndPrefixHitMatchTheWholePrompt) {
   const kv::BlockCopy pair{BlockId{whole_seq.blocks[4]}, BlockId{copy}};
   ASSERT_TRUE(model_->copy_blocks(0, {&pair, 1}).ok());
   if (model_->num_kv_pools() > 1) {
-    // INT4: the partly filled block's rows are in the residual pool (mirrored ids).
+    // INT4: the partly filled block's rows are in the newest-blocks pool (mirrored ids).
     ASSERT_TRUE(model_->copy_blocks(1, {&pair, 1}).ok());
   }
   hit.num_computed = 4 * kBlockSize + 5;
@@ -295,9 +296,10 @@ TEST(CudaKvSkipLayersTest, RefusesAForeignLayerDtype) {
   EXPECT_THROW(CudaModel::create(o), Error);
 }
 
-// INT4 with per-layer exceptions: every layer excepted needs no residual pool and runs exactly
-// as a BF16 cache; one excepted layer (bf16 in the main pool) beside int4 layers (which use the
-// residual pool) runs prefill chunks and decode steps and matches neither uniform cache.
+// INT4 with per-layer exceptions: every layer excepted needs no newest-blocks pool and runs
+// exactly as a BF16 cache; one excepted layer (bf16 in the main pool) beside int4 layers (which
+// use the newest-blocks pool) runs prefill chunks and decode steps and matches neither uniform
+// cache.
 TEST(CudaKvSkipLayersTest, Int4ExceptedLayersHoldBf16) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   const std::string& fixture = kFixtures[0];
@@ -307,13 +309,13 @@ TEST(CudaKvSkipLayersTest, Int4ExceptedLayersHoldBf16) {
   auto run = [&](DType dtype, const std::vector<DType>& layer_dtypes) {
     CudaModelOptions o = model_options(fixture, dtype, 64);
     o.kv_layer_dtypes = layer_dtypes;
-    if (!kv::needs_residual_pool(kv::KvSpec{.num_layers = static_cast<int32_t>(layers),
-                                            .dtype = dtype,
-                                            .layer_dtypes = layer_dtypes})) {
-      o.num_residual_blocks = 0;
+    if (!kv::needs_newest_blocks_group(kv::KvSpec{.num_layers = static_cast<int32_t>(layers),
+                                                  .dtype = dtype,
+                                                  .layer_dtypes = layer_dtypes})) {
+      o.num_newest_blocks = 0;
     }
     std::unique_ptr<CudaModel> model = CudaModel::create(o);
-    EXPECT_EQ(model->num_kv_pools() > 1 ? model->num_blocks(1) : 0, o.num_residual_blocks);
+    EXPECT_EQ(model->num_kv_pools() > 1 ? model->num_blocks(1) : 0, o.num_newest_blocks);
     Runner runner(*model);
     return chunk_then_decode_logits(runner, tokens, 6);
   };
@@ -350,31 +352,32 @@ TEST(CudaKvCalibrationTest, AbsMaxMatchesTheCpuModel) {
   }
 }
 
-// INT4's residual pool: bf16 blocks of the model's shape, allocated first and taken out of an
-// explicit KV budget (the int4 pool gets what is left), reported in info(), with its own mover;
-// an int4 cache without one, a residual pool without an int4 layer and a budget it does not fit
-// are refused at creation, and a batch without (or with foreign) residual arrays before any
-// kernel runs.
-TEST(CudaInt4Test, TheResidualPoolComesOutOfTheKvBudget) {
+// INT4's newest-blocks pool: bf16 blocks of the model's shape, allocated first and taken out of
+// an explicit KV budget (the int4 pool gets what is left), reported in info(), with its own
+// mover; an int4 cache without one, a newest-blocks pool without an int4 layer and a budget it
+// does not fit are refused at creation, and a batch without (or with a foreign) newest-blocks
+// group before any kernel runs.
+TEST(CudaInt4Test, TheNewestBlocksPoolComesOutOfTheKvBudget) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   CudaModelOptions o = model_options(kFixtures[0], DType::kI4, 0);
-  o.num_residual_blocks = 40;
+  o.num_newest_blocks = 40;
   o.kv_cache_memory_bytes = int64_t{16} << 20;
   std::unique_ptr<CudaModel> model = CudaModel::create(o);
   ASSERT_EQ(model->num_kv_pools(), 2);
-  const kv::KvLayout* res = &model->kv_layout(1);
-  ASSERT_NE(res, nullptr);
-  const kv::KvLayout want(kv::residual_spec(model->kv_layout().spec(), DType::kBF16), kBlockSize);
-  EXPECT_EQ(res->spec().dtype, DType::kBF16);
-  EXPECT_EQ(res->block_bytes(), want.block_bytes());
+  const kv::KvLayout* newest = &model->kv_layout(1);
+  ASSERT_NE(newest, nullptr);
+  const kv::KvLayout want(kv::newest_blocks_spec(model->kv_layout().spec(), DType::kBF16),
+                          kBlockSize);
+  EXPECT_EQ(newest->spec().dtype, DType::kBF16);
+  EXPECT_EQ(newest->block_bytes(), want.block_bytes());
   EXPECT_EQ(model->num_blocks(1), 40);
-  EXPECT_EQ(model->info().num_residual_blocks, 40);
-  EXPECT_EQ(model->info().residual_pool_bytes, want.pool_bytes(40));
+  EXPECT_EQ(model->info().num_newest_blocks, 40);
+  EXPECT_EQ(model->info().newest_pool_bytes, want.pool_bytes(40));
   EXPECT_EQ(model->num_blocks(),
             ((int64_t{16} << 20) - want.pool_bytes(40)) / model->kv_layout().block_bytes());
   EXPECT_EQ(model->block_mover(1).num_pool_blocks(), 40);
 
-  // A batch without its residual arrays.
+  // A batch without its newest-blocks group.
   Seq seq{fixture_prompt(kFixtures[0], 0)};
   const std::vector<int32_t> ids(seq.tokens.begin(), seq.tokens.begin() + 3), pos{0, 1, 2},
       q_indptr{0, 3}, kv_indptr{0, 1}, kv_indices{1}, last{3}, rows{2};
@@ -388,33 +391,31 @@ TEST(CudaInt4Test, TheResidualPoolComesOutOfTheKvBudget) {
   b.logits_rows = rows;
   std::vector<float> logits(static_cast<size_t>(model->config().vocab_size));
   EXPECT_EQ(model->forward(b, logits, {}).code(), StatusCode::kInvalidArgument);
-  // With them, it runs; a bf16 model refuses them.
-  const std::vector<int32_t> res_indptr{0, 1}, res_first{0};
-  b.layout.res_indptr = res_indptr.data();
-  b.layout.res_indices = kv_indices.data();
-  b.layout.res_first_block = res_first.data();
-  b.layout.residual_blocks = 1;
-  b.residual_slot_mapping = slots;
+  // With it (group 1, the same block ids), it runs; a bf16 model refuses it.
+  const std::vector<int32_t> newest_first{0};
+  GroupBatchView newest_view{.layout = b.layout, .slot_mapping = slots, .newest_blocks = 1};
+  newest_view.layout.first_block = newest_first.data();
+  b.groups = std::span<const GroupBatchView>(&newest_view, 1);
   EXPECT_TRUE(model->forward(b, logits, {}).ok());
   std::unique_ptr<CudaModel> bf16 = make_model(kFixtures[0], DType::kBF16);
   EXPECT_EQ(bf16->num_kv_pools(), 1);
-  EXPECT_EQ(bf16->info().num_residual_blocks, 0);
+  EXPECT_EQ(bf16->info().num_newest_blocks, 0);
   EXPECT_EQ(bf16->forward(b, logits, {}).code(), StatusCode::kInvalidArgument);
 
   o.kv_cache_memory_bytes = want.pool_bytes(40);  // no room left for the int4 pool
   EXPECT_THROW(CudaModel::create(o), Error);
   o.kv_cache_memory_bytes = int64_t{16} << 20;
-  o.num_residual_blocks = 0;
+  o.num_newest_blocks = 0;
   EXPECT_THROW(CudaModel::create(o), Error);
   CudaModelOptions foreign = model_options(kFixtures[0], DType::kI8);
-  foreign.num_residual_blocks = 16;
+  foreign.num_newest_blocks = 16;
   EXPECT_THROW(CudaModel::create(foreign), Error);
 }
 
-// Decode steps of three int4 sequences replayed from CUDA graphs (the residual arrays at fixed
-// addresses, padded sequences with none) draw the argmax of the same sequence stepped eagerly
-// with its logits on the host, wherever the top-2 gap is clear of bf16 noise. The decode steps
-// cross block boundaries, so blocks fill (and are quantized) inside the graphs.
+// Decode steps of three int4 sequences replayed from CUDA graphs (the newest-blocks group's
+// arrays at fixed addresses, padded sequences with none) draw the argmax of the same sequence
+// stepped eagerly with its logits on the host, wherever the top-2 gap is clear of bf16 noise. The
+// decode steps cross block boundaries, so blocks fill (and are quantized) inside the graphs.
 TEST(CudaInt4Test, DecodeStepsReplayedFromCudaGraphsDrawTheEagerArgmax) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   for (const std::string& fixture : {kFixtures[0], kFixtures[1]}) {

@@ -3,10 +3,10 @@
 // of several sequences in one forward, with their blocks from a simple counter), and the L2
 // distance of two logits rows. Shared by cuda_model_test.cc and cuda_kv_quant_test.cc.
 //
-// INT4 models (num_kv_pools() > 1): the residual pool mirrors the main pool's block ids
-// (residual block b holds block b's bf16 rows, so it needs as many blocks as the main pool), and
-// each step's residual entries run from the first block its first new position reads at full
-// precision (R = kResidualWindow) through its last block, as KvCacheManager::allocate_slots
+// INT4 models (num_kv_pools() > 1): the newest-blocks group's pool mirrors the main pool's block
+// ids (its block b holds block b's bf16 rows, so it needs as many blocks as the main pool), and
+// each step's entries of that group run from the first block its first new position reads at
+// full precision (R = kNewestBlocks) through its last block, as KvCacheManager::allocate_slots
 // leaves them.
 
 #include <cuda_runtime_api.h>
@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -24,7 +25,7 @@
 namespace strata::model {
 
 constexpr int32_t kBlockSize = 16;
-constexpr int32_t kResidualWindow = 1;  // R of INT4 steps
+constexpr int32_t kNewestBlocks = 1;  // R of INT4 steps
 
 inline bool has_cuda_device() {
   int n = 0;
@@ -54,30 +55,33 @@ class Runner {
 
   int32_t new_block() { return next_block_++; }
 
-  // A step's INT4 arrays (empty for other models): add() each sequence after its blocks, with
-  // its first new position, then set() them on the batch.
-  struct Residual {
+  // A step's INT4 newest-blocks group (none for other models): add() each sequence after its
+  // blocks, with its first new position, then set() its view on the batch as group 1.
+  struct Newest {
     bool on = false;
     std::vector<int32_t> indptr = {0};
     std::vector<int32_t> indices = {};
     std::vector<int32_t> first_block = {};
     std::vector<int64_t> slots = {};
+    GroupBatchView view = {};
 
     void add(const Seq& seq, int32_t first_pos, int32_t num_blocks) {
       if (!on) return;
-      const int32_t first = std::max(0, first_pos / kBlockSize - kResidualWindow + 1);
+      const int32_t first = std::max(0, first_pos / kBlockSize - kNewestBlocks + 1);
       indices.insert(indices.end(), seq.blocks.begin() + first, seq.blocks.begin() + num_blocks);
       indptr.push_back(static_cast<int32_t>(indices.size()));
       first_block.push_back(first);
     }
     void set(ForwardBatch& b, const std::vector<int64_t>& main_slots) {
       if (!on) return;
-      slots = main_slots;  // mirrored block ids: the same slot in the residual pool
-      b.layout.res_indptr = indptr.data();
-      b.layout.res_indices = indices.data();
-      b.layout.res_first_block = first_block.data();
-      b.layout.residual_blocks = kResidualWindow;
-      b.residual_slot_mapping = slots;
+      slots = main_slots;      // mirrored block ids: the same slot in the newest-blocks pool
+      view.layout = b.layout;  // group 0's last-block lengths, sequences and block size
+      view.layout.kv_indptr = indptr.data();
+      view.layout.kv_indices = indices.data();
+      view.layout.first_block = first_block.data();
+      view.slot_mapping = slots;
+      view.newest_blocks = kNewestBlocks;
+      b.groups = std::span<const GroupBatchView>(&view, 1);
     }
   };
 
@@ -87,7 +91,7 @@ class Runner {
     std::vector<int32_t> ids, pos, q_indptr{0}, kv_indptr{0}, kv_indices, last_len, rows;
     std::vector<int64_t> slots;
     std::vector<DeviceSampleSpec> specs;
-    Residual res{.on = model_.num_kv_pools() > 1};
+    Newest newest{.on = model_.num_kv_pools() > 1};
     for (Seq* seq : seqs) {
       const int32_t p = seq->num_computed;
       while (static_cast<int32_t>(seq->blocks.size()) * kBlockSize < p + 1) {
@@ -104,7 +108,7 @@ class Runner {
       kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
       last_len.push_back(p + 1 - (num_blocks - 1) * kBlockSize);
       specs.push_back(DeviceSampleSpec{.temperature = 0.0f});
-      res.add(*seq, p, num_blocks);
+      newest.add(*seq, p, num_blocks);
     }
     ForwardBatch b;
     b.token_ids = ids;
@@ -115,7 +119,7 @@ class Runner {
     b.slot_mapping = slots;
     b.sample_rows = rows;
     b.sample_specs = specs;
-    res.set(b, slots);
+    newest.set(b, slots);
     std::vector<SampledToken> sampled(seqs.size());
     const Status s = model_.forward(b, {}, sampled);
     EXPECT_TRUE(s.ok()) << s.to_string();
@@ -131,7 +135,7 @@ class Runner {
   std::vector<std::vector<float>> step(const std::vector<std::pair<Seq*, int32_t>>& work) {
     std::vector<int32_t> ids, pos, q_indptr{0}, kv_indptr{0}, kv_indices, last_len, rows;
     std::vector<int64_t> slots;
-    Residual res{.on = model_.num_kv_pools() > 1};
+    Newest newest{.on = model_.num_kv_pools() > 1};
     for (auto [seq, n] : work) {
       const int32_t kv_len = seq->num_computed + n;
       while (static_cast<int32_t>(seq->blocks.size()) * kBlockSize < kv_len) {
@@ -149,7 +153,7 @@ class Runner {
       kv_indices.insert(kv_indices.end(), seq->blocks.begin(), seq->blocks.begin() + num_blocks);
       kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
       last_len.push_back(kv_len - (num_blocks - 1) * kBlockSize);
-      res.add(*seq, seq->num_computed, num_blocks);
+      newest.add(*seq, seq->num_computed, num_blocks);
     }
     ForwardBatch b;
     b.token_ids = ids;
@@ -162,7 +166,7 @@ class Runner {
     b.layout.block_size = kBlockSize;
     b.slot_mapping = slots;
     b.logits_rows = rows;
-    res.set(b, slots);
+    newest.set(b, slots);
     std::vector<float> logits(rows.size() * static_cast<size_t>(vocab_));
     const Status s = model_.forward(b, logits, {});
     EXPECT_TRUE(s.ok()) << s.to_string();

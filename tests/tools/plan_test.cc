@@ -121,7 +121,8 @@ TEST(PlanTest, Int4OnTheLlama8BShapeIsAThirdOfBf16) {
 }
 
 // int4 with --device cpu: the CPU engine's float32 residual pool (kv::residual_pool_blocks
-// blocks of kv::residual_spec's shape) comes out of the KV memory before it is divided into blocks.
+// blocks of kv::newest_blocks_spec's shape) comes out of the KV memory before it is divided into
+// blocks.
 TEST(PlanTest, Int4SubtractsTheResidualPoolAsTheEngineDoes) {
   const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
   PlanSettings s = settings(0, KvCacheDType::kInt4);
@@ -189,8 +190,8 @@ TEST(PlanTest, Int4SubtractsTheResidualPoolAsTheEngineDoes) {
 }
 
 // int4 with --device cuda (the default): the GPU's residual pool holds bf16 blocks
-// (kv::residual_spec(spec, DType::kBF16), cuda_model.cc), as many as the CPU's float32 ones and
-// half their bytes, so the same KV memory leaves more int4 blocks.
+// (kv::newest_blocks_spec(spec, DType::kBF16), cuda_model.cc), as many as the CPU's float32 ones
+// and half their bytes, so the same KV memory leaves more int4 blocks.
 TEST(PlanTest, Int4ResidualPoolIsBf16OnCudaAndHalfTheCpusBytes) {
   const PlanModel m = parse_plan_model(kLlama1B, "llama-3.2-1b");
   PlanSettings s = settings(0, KvCacheDType::kInt4);

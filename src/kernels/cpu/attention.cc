@@ -80,15 +80,15 @@ int64_t row_extent(const PagedKvCacheView& cache) {
   return cache.dtype == DType::kI4 ? cache.head_dim / 2 : cache.head_dim;
 }
 
-// An I4 cache's residual view: F32, the cache's shape.
-Status validate_residual_view(const PagedKvCacheView& residual, const PagedKvCacheView& cache,
-                              const char* who) {
-  if (residual.dtype != DType::kF32 || residual.k_data == nullptr || residual.v_data == nullptr ||
-      residual.num_kv_heads != cache.num_kv_heads || residual.head_dim != cache.head_dim ||
-      residual.block_size != cache.block_size || residual.token_stride < residual.head_dim ||
-      residual.head_stride < 0 || residual.block_stride < 0) {
-    return Status::InvalidArgument(std::string(who) +
-                                   ": an int4 cache needs an F32 residual view of its shape");
+// An I4 cache's newest-blocks view: F32, the cache's shape.
+Status validate_newest_view(const PagedKvCacheView& newest, const PagedKvCacheView& cache,
+                            const char* who) {
+  if (newest.dtype != DType::kF32 || newest.k_data == nullptr || newest.v_data == nullptr ||
+      newest.num_kv_heads != cache.num_kv_heads || newest.head_dim != cache.head_dim ||
+      newest.block_size != cache.block_size || newest.token_stride < newest.head_dim ||
+      newest.head_stride < 0 || newest.block_stride < 0) {
+    return Status::InvalidArgument(
+        std::string(who) + ": an int4 cache needs an F32 view of its newest blocks, of its shape");
   }
   return Status::Ok();
 }
@@ -121,37 +121,40 @@ Status validate_shapes(const AttentionParams& p) {
   if (p.sliding_window < 0) return Status::InvalidArgument("attention: negative sliding_window");
   STRATA_RETURN_IF_ERROR(validate_kv_encoding(cache, "attention"));
   if (cache.dtype != DType::kI4) return Status::Ok();
-  STRATA_RETURN_IF_ERROR(validate_residual_view(p.residual, cache, "attention"));
-  if (layout.res_indptr == nullptr || layout.res_indices == nullptr ||
-      layout.res_first_block == nullptr || layout.residual_blocks < 1) {
+  STRATA_RETURN_IF_ERROR(validate_newest_view(p.newest.cache, cache, "attention"));
+  const PagedKvLayout& newest = p.newest.layout;
+  if (newest.kv_indptr == nullptr || newest.kv_indices == nullptr ||
+      newest.first_block == nullptr || newest.num_seqs != layout.num_seqs ||
+      newest.block_size != layout.block_size || p.newest.blocks < 1) {
     return Status::InvalidArgument(
-        "attention: an int4 cache needs the layout's residual tables and residual_blocks >= 1");
+        "attention: an int4 cache needs its newest-blocks layout (first_block set, the batch's "
+        "sequences and block size) and R >= 1");
   }
   return Status::Ok();
 }
 
-// I4: sequence s's residual entries cover every block its query rows read at full precision
-// (from the first row's window block p0 / B - R + 1 on) through its last block.
-Status validate_residual_tables(const AttentionParams& p, int32_t s, int32_t q_len) {
+// I4: sequence s's newest-blocks entries cover every block its query rows read at full
+// precision (from the first row's window block p0 / B - R + 1 on) through its last block.
+Status validate_newest_entries(const AttentionParams& p, int32_t s, int32_t q_len) {
   const PagedKvLayout& layout = p.layout;
+  const PagedKvLayout& newest = p.newest.layout;
   const std::string where = "attention: sequence " + std::to_string(s) + ": ";
-  const int32_t first = layout.res_first_block[s];
-  const int32_t count = layout.res_indptr[s + 1] - layout.res_indptr[s];
+  const int32_t first = newest.first(s);
   const int32_t first_pos = layout.kv_len(s) - q_len;
-  const int32_t needed = std::max(0, first_pos / layout.block_size - layout.residual_blocks + 1);
+  const int32_t needed = std::max(0, first_pos / layout.block_size - p.newest.blocks + 1);
   if (first < 0 || first > needed) {
-    return Status::InvalidArgument(where + "res_first_block " + std::to_string(first) +
-                                   " does not cover the residual window from block " +
+    return Status::InvalidArgument(where + "newest blocks from " + std::to_string(first) +
+                                   " do not cover the full-precision window from block " +
                                    std::to_string(needed));
   }
-  if (count != layout.num_blocks(s) - first) {
+  if (newest.num_blocks(s) != layout.num_blocks(s) - first) {
     return Status::InvalidArgument(where +
-                                   "residual entries must run from res_first_block "
-                                   "through the last block");
+                                   "newest-blocks entries must run from its first block through "
+                                   "the last block");
   }
-  for (int32_t i = layout.res_indptr[s]; i < layout.res_indptr[s + 1]; ++i) {
-    if (layout.res_indices[i] < 0) {
-      return Status::InvalidArgument(where + "negative residual block id");
+  for (int32_t i = newest.kv_indptr[s]; i < newest.kv_indptr[s + 1]; ++i) {
+    if (newest.kv_indices[i] < 0) {
+      return Status::InvalidArgument(where + "negative newest-blocks block id");
     }
   }
   return Status::Ok();
@@ -182,7 +185,7 @@ Status validate_sequence(const AttentionParams& p, int32_t s) {
     return Status::InvalidArgument(where + "q_len " + std::to_string(q_len) + " > kv_len " +
                                    std::to_string(kv_len));
   }
-  if (p.cache.dtype == DType::kI4 && q_len > 0) return validate_residual_tables(p, s, q_len);
+  if (p.cache.dtype == DType::kI4 && q_len > 0) return validate_newest_entries(p, s, q_len);
   return Status::Ok();
 }
 
@@ -212,15 +215,15 @@ const float* block_rows(const PagedKvCacheView& cache, KvPart part, int32_t bloc
 }
 
 // Rows [token, token + count) of logical block b of the task's sequence, as block_rows. An I4
-// cache's rows come from the residual pool for the R blocks ending with the row's own block
+// cache's rows come from the newest-blocks group for the R blocks ending with the row's own block
 // (b > pos / B - R), else from the int4 codes: a function of (pos, b) alone.
 const float* logical_block_rows(const AttentionParams& p, const RowTask& t, KvPart part, int32_t b,
                                 int32_t token, int32_t count, std::vector<float>& tile,
                                 int64_t* ld) {
   const PagedKvLayout& layout = p.layout;
-  if (p.cache.dtype == DType::kI4 && b > t.pos / layout.block_size - layout.residual_blocks) {
-    return block_rows(p.residual, part, layout.residual_block(t.seq_idx, b), t.kv_head, token,
-                      count, tile, ld);
+  if (p.cache.dtype == DType::kI4 && b > t.pos / layout.block_size - p.newest.blocks) {
+    return block_rows(p.newest.cache, part, p.newest.layout.block_at(t.seq_idx, b), t.kv_head,
+                      token, count, tile, ld);
   }
   const int32_t block_id = layout.kv_indices[layout.kv_indptr[t.seq_idx] + b];
   return block_rows(p.cache, part, block_id, t.kv_head, token, count, tile, ld);
@@ -388,28 +391,28 @@ void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv
   weighted_sum(p, t, group, s);
 }
 
-// I4: the residual view, and each token's residual slot: -1 exactly where its slot is, inside
-// the residual pool, at the same offset in its block as the slot (the residual block mirrors the
+// I4: the newest-blocks view, and each token's slot there: -1 exactly where its slot is, inside
+// that pool, at the same offset in its block as the slot (the full-precision block mirrors the
 // int4 block token for token).
-Status validate_residual_append(const AppendKvParams& p) {
-  STRATA_RETURN_IF_ERROR(validate_residual_view(p.residual, p.cache, "append_kv"));
-  if (p.num_residual_blocks < 0 || (p.num_tokens > 0 && p.residual_slot_mapping == nullptr)) {
+Status validate_newest_append(const AppendKvParams& p) {
+  STRATA_RETURN_IF_ERROR(validate_newest_view(p.newest, p.cache, "append_kv"));
+  if (p.num_newest_blocks < 0 || (p.num_tokens > 0 && p.newest_slot_mapping == nullptr)) {
     return Status::InvalidArgument(
-        "append_kv: an int4 cache needs residual_slot_mapping and num_residual_blocks >= 0");
+        "append_kv: an int4 cache needs newest_slot_mapping and num_newest_blocks >= 0");
   }
   const int64_t bs = p.cache.block_size;
-  const int64_t limit = p.num_residual_blocks * bs;
+  const int64_t limit = p.num_newest_blocks * bs;
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const int64_t slot = p.slot_mapping[t];
-    const int64_t res = p.residual_slot_mapping[t];
-    if (res < -1 || (p.num_residual_blocks > 0 && res >= limit)) {
-      return Status::OutOfRange("append_kv: token " + std::to_string(t) + " has residual slot " +
-                                std::to_string(res));
+    const int64_t res = p.newest_slot_mapping[t];
+    if (res < -1 || (p.num_newest_blocks > 0 && res >= limit)) {
+      return Status::OutOfRange("append_kv: token " + std::to_string(t) +
+                                " has newest-blocks slot " + std::to_string(res));
     }
     if ((slot == -1) != (res == -1) || (slot != -1 && slot % bs != res % bs)) {
-      return Status::InvalidArgument("append_kv: token " + std::to_string(t) + ": residual slot " +
-                                     std::to_string(res) + " does not mirror slot " +
-                                     std::to_string(slot));
+      return Status::InvalidArgument("append_kv: token " + std::to_string(t) +
+                                     ": newest-blocks slot " + std::to_string(res) +
+                                     " does not mirror slot " + std::to_string(slot));
     }
   }
   return Status::Ok();
@@ -437,25 +440,25 @@ Status validate_append(const AppendKvParams& p) {
                                 std::to_string(slot));
     }
   }
-  return cache.dtype == DType::kI4 ? validate_residual_append(p) : Status::Ok();
+  return cache.dtype == DType::kI4 ? validate_newest_append(p) : Status::Ok();
 }
 
-// I4: every token's K/V to its residual slot at full precision; then each block whose last slot
-// was written is quantized whole from its residual copy (after all rows are in, so a block filled
-// by this call's earlier tokens sees them).
+// I4: every token's K/V to its newest-blocks slot at full precision; then each block whose last
+// slot was written is quantized whole from its full-precision copy (after all rows are in, so a
+// block filled by this call's earlier tokens sees them).
 void append_int4(const AppendKvParams& p, ThreadPool& pool) {
-  const PagedKvCacheView& residual = p.residual;
-  const int64_t d = residual.head_dim;
-  const int64_t row_elems = static_cast<int64_t>(residual.num_kv_heads) * d;
+  const PagedKvCacheView& newest = p.newest;
+  const int64_t d = newest.head_dim;
+  const int64_t row_elems = static_cast<int64_t>(newest.num_kv_heads) * d;
   pool.parallel_for(
       p.num_tokens,
       [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
-          const int64_t slot = p.residual_slot_mapping[t];
+          const int64_t slot = p.newest_slot_mapping[t];
           if (slot == -1) continue;
-          for (int32_t h = 0; h < residual.num_kv_heads; ++h) {
-            store_kv_row(residual, KvPart::kK, slot, h, p.k + t * row_elems + h * d);
-            store_kv_row(residual, KvPart::kV, slot, h, p.v + t * row_elems + h * d);
+          for (int32_t h = 0; h < newest.num_kv_heads; ++h) {
+            store_kv_row(newest, KvPart::kK, slot, h, p.k + t * row_elems + h * d);
+            store_kv_row(newest, KvPart::kV, slot, h, p.v + t * row_elems + h * d);
           }
         }
       },
@@ -470,8 +473,8 @@ void append_int4(const AppendKvParams& p, ThreadPool& pool) {
       [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           const int64_t t = filling[static_cast<size_t>(i)];
-          quantize_int4_block(residual, static_cast<int32_t>(p.residual_slot_mapping[t] / bs),
-                              p.cache, static_cast<int32_t>(p.slot_mapping[t] / bs));
+          quantize_int4_block(newest, static_cast<int32_t>(p.newest_slot_mapping[t] / bs), p.cache,
+                              static_cast<int32_t>(p.slot_mapping[t] / bs));
         }
       },
       /*min_chunk=*/1);

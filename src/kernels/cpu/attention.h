@@ -16,9 +16,9 @@
 // Quantized caches (FP8 with the view's static scales, INT8 with per-token scales, INT4 with
 // scales and zero points; kv_quant.h) are dequantized block by block into an fp32 tile as they are
 // read, and everything after that is the fp32 arithmetic above: the determinism guarantees hold
-// unchanged. An INT4 (KIVI) cache keeps its newest blocks in a full-precision residual pool too: a
-// query at position p reads logical block jb from the residual iff jb > p / block_size -
-// layout.residual_blocks, else the int4 codes -- a function of (p, jb) only, so batch and chunking
+// unchanged. An INT4 (KIVI) cache keeps its newest blocks at full precision in a newest-blocks
+// group too (NewestBlocksView): a query at position p reads logical block jb from there iff jb > p
+// / block_size - R, else the int4 codes -- a function of (p, jb) only, so batch and chunking
 // invariance still hold.
 
 #include <array>
@@ -47,9 +47,9 @@ struct AttentionParams {
   // positive k_scale / v_scale; I8: scale pointers set; I4: scale and zero-point pointers set,
   // even head_dim (KvLayout::layer_view does all of it).
   PagedKvCacheView cache;
-  // INT4 caches only: the same layer's view of the full-precision residual pool (F32 on the CPU),
-  // addressed through layout.res_*; ignored for every other cache dtype.
-  PagedKvCacheView residual;
+  // INT4 caches only: the same layer at full precision in the newest-blocks group (F32 on the
+  // CPU), its layout and R; ignored for every other cache dtype.
+  NewestBlocksView newest;
   int32_t num_q_heads = 0;  // a positive multiple of cache.num_kv_heads
   float scale = 0.0f;       // softmax scale, usually 1 / sqrt(head_dim)
   // > 0: a query at position pos attends to [max(0, pos - sliding_window + 1), pos] (Hugging Face:
@@ -61,10 +61,10 @@ struct AttentionParams {
 // i of sequence s sits at position kv_len(s) - q_len(s) + i: its own K/V is already in the cache.
 // Query head h reads KV head h / (num_q_heads / num_kv_heads).
 // Errors (nothing is written): InvalidArgument for null pointers, inconsistent shapes or block
-// sizes, q_len > kv_len, a bad kv_last_page_len, a negative block id or window; for I4 also null
-// residual tables, residual_blocks < 1, a residual view that is not F32 of the cache's shape, or a
-// sequence whose residual entries do not run from at most max(0, first query position /
-// block_size - residual_blocks + 1) through its last block; Unsupported for a cache dtype outside
+// sizes, q_len > kv_len, a bad kv_last_page_len, a negative block id or window; for I4 also a
+// newest-blocks layout without first_block, R < 1, a newest view that is not F32 of the cache's
+// shape, or a sequence whose newest entries do not run from at most max(0, first query position /
+// block_size - R + 1) through its last block; Unsupported for a cache dtype outside
 // kAttentionKvDTypes.
 Status paged_attention(const AttentionParams& params, ThreadPool& pool);
 
@@ -79,26 +79,25 @@ struct AppendKvParams {
   // Blocks in the pool. When > 0, a slot >= num_cache_blocks * block_size is OutOfRange; 0 leaves
   // the upper bound unchecked (the view itself does not know the pool size).
   int64_t num_cache_blocks = 0;
-  // INT4 caches only (ignored otherwise): token t's K/V go, at full precision, to residual slot
-  // residual_slot_mapping[t] (-1 exactly where slot_mapping is -1); a token that is the last of
-  // its int4 block (slot % block_size == block_size - 1) then fills that block: its int4 codes
-  // and statistics are made from the residual block holding residual_slot_mapping[t], which must
-  // hold the block's earlier tokens too.
-  const int64_t* residual_slot_mapping = nullptr;
-  PagedKvCacheView residual;        // the same layer in the residual pool (F32 on the CPU)
-  int64_t num_residual_blocks = 0;  // as num_cache_blocks, for the residual pool
+  // INT4 caches only (ignored otherwise): token t's K/V go, at full precision, to slot
+  // newest_slot_mapping[t] of the newest-blocks group (-1 exactly where slot_mapping is -1); a
+  // token that is the last of its int4 block (slot % block_size == block_size - 1) then fills
+  // that block: its int4 codes and statistics are made from the newest-blocks group's block
+  // holding newest_slot_mapping[t], which must hold the block's earlier tokens too.
+  const int64_t* newest_slot_mapping = nullptr;
+  PagedKvCacheView newest;        // the same layer in the newest-blocks group (F32 on the CPU)
+  int64_t num_newest_blocks = 0;  // as num_cache_blocks, for the newest-blocks group's pool
 };
 
 // Writes k and v into the cache at the slots, rounding to the cache dtype (round to nearest even
 // for BF16/F16; FP8 and INT8 quantized as kv_quant.h says, INT8 writing each row's scale too).
-// INT4: every row goes to its residual slot in fp32; then every block whose last slot was among
-// the slots is quantized whole (quantize_int4_block) from its residual block, after all of this
-// call's rows are in; a partial block's int4 area is left untouched.
+// INT4: every row goes to its newest-blocks slot in fp32; then every block whose last slot was
+// among the slots is quantized whole (quantize_int4_block) from its full-precision block, after
+// all of this call's rows are in; a partial block's int4 area is left untouched.
 // Errors (nothing is written): InvalidArgument for null pointers or a bad view (I4: also a bad
-// residual view, a null residual_slot_mapping, a residual slot that is -1 where the slot is not
-// or vice versa, or at another offset in its block than the slot); OutOfRange for a slot (or
-// residual slot) < -1 or beyond num_cache_blocks (num_residual_blocks); Unsupported for the cache
-// dtype.
+// newest view, a null newest_slot_mapping, a newest slot that is -1 where the slot is not or
+// vice versa, or at another offset in its block than the slot); OutOfRange for a slot (or newest
+// slot) < -1 or beyond num_cache_blocks (num_newest_blocks); Unsupported for the cache dtype.
 Status append_kv(const AppendKvParams& params, ThreadPool& pool);
 
 }  // namespace strata::cpu

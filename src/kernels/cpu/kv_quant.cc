@@ -105,10 +105,10 @@ float int4_value(uint8_t code, float s, float z) {
   return scaled + z;
 }
 
-void quantize_int4_block(const PagedKvCacheView& residual, int32_t residual_block_id,
+void quantize_int4_block(const PagedKvCacheView& source, int32_t source_block,
                          const PagedKvCacheView& cache, int32_t block_id) {
-  STRATA_CHECK(cache.dtype == DType::kI4 && residual.dtype == DType::kF32,
-               "quantize_int4_block: an I4 cache from an F32 residual");
+  STRATA_CHECK(cache.dtype == DType::kI4 && source.dtype == DType::kF32,
+               "quantize_int4_block: an I4 cache from an F32 source");
   const int32_t bs = cache.block_size;
   const int32_t d = cache.head_dim;
   auto* k_scales = static_cast<uint16_t*>(cache.k_scale_data);
@@ -117,11 +117,11 @@ void quantize_int4_block(const PagedKvCacheView& residual, int32_t residual_bloc
   auto* v_zeros = static_cast<uint16_t*>(cache.v_zero_data);
   for (int32_t h = 0; h < cache.num_kv_heads; ++h) {
     // K: one group per channel, over the block's tokens.
-    const float* k = residual.k<float>(residual_block_id, h, 0);
+    const float* k = source.k<float>(source_block, h, 0);
     uint8_t* k_codes = cache.k<uint8_t>(block_id, h, 0);
     const int64_t k_stat = block_id * cache.scale_block_stride + h * cache.k_stat_head_stride;
     for (int32_t c = 0; c < d; ++c) {
-      const Int4Params g = int4_params(k + c, bs, residual.token_stride);
+      const Int4Params g = int4_params(k + c, bs, source.token_stride);
       k_scales[k_stat + c] = g.scale;
       k_zeros[k_stat + c] = g.zero;
       const float s = f16_to_f32(g.scale);
@@ -130,13 +130,13 @@ void quantize_int4_block(const PagedKvCacheView& residual, int32_t residual_bloc
       for (int32_t t = 0; t < bs; ++t) {
         uint8_t& byte = k_codes[t * cache.token_stride + c / 2];
         const auto code =
-            static_cast<uint8_t>(int4_code(k[t * residual.token_stride + c], s, z) << shift);
+            static_cast<uint8_t>(int4_code(k[t * source.token_stride + c], s, z) << shift);
         byte = static_cast<uint8_t>(shift == 0 ? code : (byte & 0x0fu) | code);
       }
     }
     // V: one group per token, over head_dim.
     for (int32_t t = 0; t < bs; ++t) {
-      const float* v = residual.v<float>(residual_block_id, h, t);
+      const float* v = source.v<float>(source_block, h, t);
       const Int4Params g = int4_params(v, d, 1);
       v_scales[cache.scale_offset(block_id, h, t)] = g.scale;
       v_zeros[cache.scale_offset(block_id, h, t)] = g.zero;

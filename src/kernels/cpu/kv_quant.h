@@ -16,8 +16,8 @@
 //                     clamped to finite fp16), code = clamp(round_to_nearest_even((x - z) / s),
 //                     0, 15) (0 when s == 0 or x is NaN); read: code * s + z (an fp32 multiply,
 //                     then an fp32 add). Written a whole block at a time, when its last token
-//                     arrives, from the block's full-precision copy in the residual pool
-//                     (attention.h, AppendKvParams); docs/kv-quant.md has the bits.
+//                     arrives, from the block's full-precision copy in the newest-blocks
+//                     group (attention.h, AppendKvParams); docs/kv-quant.md has the bits.
 //
 // Decoding is one fp32 multiply per element (code value times scale), plus one fp32 add of the
 // zero point for I4, on every path, so the portable and AVX-512 readers return identical bits.
@@ -65,9 +65,9 @@ uint8_t int4_code(float x, float s, float z);
 float int4_value(uint8_t code, float s, float z);
 
 // Quantizes one whole block into an I4 cache: block block_id of `cache` (I4) gets the int4 codes
-// and statistics of every KV head's K and V made from block residual_block_id of `residual` (F32,
-// the same heads, head_dim and block size), all block_size tokens of it.
-void quantize_int4_block(const PagedKvCacheView& residual, int32_t residual_block_id,
+// and statistics of every KV head's K and V made from block source_block of `source` (F32, the
+// same heads, head_dim and block size), all block_size tokens of it.
+void quantize_int4_block(const PagedKvCacheView& source, int32_t source_block,
                          const PagedKvCacheView& cache, int32_t block_id);
 
 // Writes one head_dim row (token `slot`, KV head kv_head) of K or V into the cache, quantizing

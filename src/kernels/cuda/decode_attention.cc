@@ -45,7 +45,7 @@ Status validate(const DecodeAttentionParams& p) {
                                std::string(dtype_name(c.dtype)));
   }
   if (int4) {
-    STRATA_RETURN_IF_ERROR(validate_int4_residual(c, p.residual, p.layout, p.qo_dtype));
+    STRATA_RETURN_IF_ERROR(validate_int4_newest(c, p.newest, p.qo_dtype));
     if (p.workspace_bytes <
         decode_attention_workspace_bytes(p.layout.num_seqs, p.num_qo_heads, c.head_dim, 2)) {
       return Status::InvalidArgument(

@@ -34,13 +34,14 @@ struct DecodeAttentionParams {
   // kQuantizedKvHeadDims: FP8 codes with the view's k_scale / v_scale, INT8 codes with their
   // per-token scales (docs/kv-quant.md).
   PagedKvCacheView cache;
-  // INT4 (KIVI) caches only (cache.dtype == kInt4KvDType, docs/kv-quant.md "INT4"): the layer's
-  // view of the full-precision residual pool (qo_dtype, the cache's heads, head_dim and block
-  // size), addressed through layout.res_indptr / res_indices / res_first_block. The query at
-  // position p reads logical block jb from it iff jb > p / block_size - layout.residual_blocks,
+  // INT4 (KIVI) caches only (cache.dtype == kInt4KvDType, docs/kv-quant.md "INT4"): the layer in
+  // the newest-blocks group's full-precision pool (newest.cache: qo_dtype, the cache's heads,
+  // head_dim and block size), that group's layout (device pointers, first_block set; its
+  // kv_indptr / kv_indices / first_block are read, group 0's layout gives kv_len) and R. The
+  // query at position p reads logical block jb from it iff jb > p / block_size - newest.blocks,
   // else the int4 codes. Such a launch always merges two partial results (the int4 range and the
-  // residual range), so it needs a workspace for at least 2 splits. Unused for other dtypes.
-  PagedKvCacheView residual;
+  // newest blocks' range), so it needs a workspace for at least 2 splits. Unused for other dtypes.
+  NewestBlocksView newest;
   DType qo_dtype = DType::kBF16;  // q and o over a quantized cache (kQuantizedKvQoDTypes)
   int32_t num_qo_heads = 0;  // multiple of cache.num_kv_heads; query head h reads KV head
                              //   h / (num_qo_heads / num_kv_heads)

@@ -357,13 +357,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
   int first_page = 0;  // lowest logical block a load may touch
   if (a.part != kWholeRange) {
     const int split_at =
-        ext.kv_len > 0 ? int4_keys(ext.kv_len - 1, a.block_size, a.residual_blocks) : 0;
+        ext.kv_len > 0 ? int4_keys(ext.kv_len - 1, a.block_size, a.newest_blocks) : 0;
     if (a.part == kInt4Part) {
       ext.kv_len = split_at > ext.begin ? split_at : 0;  // no tile without an attended token
     } else {
       ext.begin = max(ext.begin, split_at);
-      first_page = a.res_first_block[seq];
-      pages = a.kv_indices + a.res_indptr[seq] - first_page;
+      first_page = a.newest_first_block[seq];
+      pages = a.kv_indices + a.newest_indptr[seq] - first_page;
     }
   }
   const int lo = (ext.begin & ~(kT - 1)) + split * a.chunk_tokens;

@@ -196,9 +196,10 @@ struct DecodeInstance {
     const cudaError_t err =
         launch_pdl(kKernel, grid, dim3(kDecodeThreads), Shape::kSmemBytes, stream, a);
     if (err != cudaSuccess) {
-      return cuda_error_status(err, a.part == kResidualPart ? "decode launch (int4 residual part)"
-                                    : a.part == kInt4Part   ? "decode launch (int4 part)"
-                                                            : "decode launch",
+      return cuda_error_status(err,
+                               a.part == kNewestPart ? "decode launch (int4 newest part)"
+                               : a.part == kInt4Part ? "decode launch (int4 part)"
+                                                     : "decode launch",
                                __FILE__, __LINE__);
     }
     STRATA_CUDA_CHECK_LAUNCH();
@@ -238,38 +239,38 @@ Status launch_decode(const DecodeAttentionParams& p, cudaStream_t stream) {
   return finish_decode<kKvDType, kHeadDim>(p, a, lse_log2, stream);
 }
 
-// The residual half of an INT4 launch: the 16-bit kernel over the residual pool. Planned and
-// launched by these two, instantiated only in the 16-bit instance files (instances/decode_*.cu)
-// and declared extern in the INT4 ones, so that each kernel is compiled into one translation
-// unit: a template kernel compiled into two is two device functions, and the shared-memory
-// attribute set on one need not be the one a launch uses.
+// The newest-blocks half of an INT4 launch: the 16-bit kernel over the newest-blocks group's
+// pool. Planned and launched by these two, instantiated only in the 16-bit instance files
+// (instances/decode_*.cu) and declared extern in the INT4 ones, so that each kernel is compiled
+// into one translation unit: a template kernel compiled into two is two device functions, and
+// the shared-memory attribute set on one need not be the one a launch uses.
 template <DType kQDType, int kHeadDim, int kRows>
-Result<DecodeKernelArgs> plan_residual_part(const DecodeAttentionParams& rp, int32_t q_tiles,
-                                            int64_t unsplit_blocks, int32_t residual_len) {
+Result<DecodeKernelArgs> plan_newest_part(const DecodeAttentionParams& rp, int32_t q_tiles,
+                                          int64_t unsplit_blocks, int32_t newest_len) {
   const Result<int> blocks = DecodeInstance<kQDType, kQDType, kHeadDim, kRows>::blocks_per_sm();
   if (!blocks.ok()) return blocks.status();
   DecodeKernelArgs b = decode_args(rp, q_tiles);
-  b.num_splits = plan_num_splits(rp, unsplit_blocks, residual_len, blocks.value());
-  set_chunks(b, residual_len);
+  b.num_splits = plan_num_splits(rp, unsplit_blocks, newest_len, blocks.value());
+  set_chunks(b, newest_len);
   return b;
 }
 
 template <DType kQDType, int kHeadDim, int kRows>
-Status launch_residual_part(const DecodeKernelArgs& b, int32_t num_kv_heads, cudaStream_t stream) {
+Status launch_newest_part(const DecodeKernelArgs& b, int32_t num_kv_heads, cudaStream_t stream) {
   return DecodeInstance<kQDType, kQDType, kHeadDim, kRows>::launch(b, num_kv_heads, stream);
 }
 
 // The explicit instantiations (prefix `template`) or declarations (`extern template`) of the
-// residual half for one (q dtype, head dim, rows).
-#define STRATA_DECODE_RESIDUAL_PART(prefix, kQ, kHeadDim, kRows)                               \
-  prefix Result<DecodeKernelArgs> plan_residual_part<kQ, kHeadDim, kRows>(                      \
-      const DecodeAttentionParams&, int32_t, int64_t, int32_t);                                 \
-  prefix Status launch_residual_part<kQ, kHeadDim, kRows>(const DecodeKernelArgs&, int32_t,    \
-                                                          cudaStream_t)
+// newest-blocks half for one (q dtype, head dim, rows).
+#define STRATA_DECODE_NEWEST_PART(prefix, kQ, kHeadDim, kRows)                            \
+  prefix Result<DecodeKernelArgs> plan_newest_part<kQ, kHeadDim, kRows>(                  \
+      const DecodeAttentionParams&, int32_t, int64_t, int32_t);                           \
+  prefix Status launch_newest_part<kQ, kHeadDim, kRows>(const DecodeKernelArgs&, int32_t, \
+                                                        cudaStream_t)
 
-// INT4 (KIVI): the int4 range through the INT4 instance, then the residual window through the
-// 16-bit instance over the residual pool; the two launches' splits share the partial arrays and
-// one merge counter, so the residual launch's last block merges both.
+// INT4 (KIVI): the int4 range through the INT4 instance, then the newest blocks' window through
+// the 16-bit instance over the newest-blocks group's pool; the two launches' splits share the
+// partial arrays and one merge counter, so the newest part's last block merges both.
 template <DType kQDType, int kHeadDim, int kRows>
 Status launch_decode_int4(const DecodeAttentionParams& p, cudaStream_t stream) {
   using Int4 = DecodeInstance<kQDType, DType::kI4, kHeadDim, kRows>;
@@ -279,14 +280,16 @@ Status launch_decode_int4(const DecodeAttentionParams& p, cudaStream_t stream) {
   const int32_t q_tiles = static_cast<int32_t>(ceil_div(group_size, kRows));
   const int64_t unsplit_blocks =
       static_cast<int64_t>(p.layout.num_seqs) * p.cache.num_kv_heads * q_tiles;
-  const int32_t window = (p.layout.residual_blocks + 1) * p.cache.block_size;
+  const int32_t window = (p.newest.blocks + 1) * p.cache.block_size;
   const int32_t effective_len = effective_kv_len(p);
 
-  DecodeAttentionParams rp = p;  // the residual window: 16-bit blocks by the residual tables
-  rp.cache = p.residual;
-  rp.layout.kv_indices = p.layout.res_indices;
+  // The newest blocks' window: 16-bit blocks by the newest-blocks group's tables (its
+  // kv_indices here, its kv_indptr and first_block below; kv_len still from group 0's layout).
+  DecodeAttentionParams rp = p;
+  rp.cache = p.newest.cache;
+  rp.layout.kv_indices = p.newest.layout.kv_indices;
   rp.num_splits = 0;
-  Result<DecodeKernelArgs> planned = plan_residual_part<kQDType, kHeadDim, kRows>(
+  Result<DecodeKernelArgs> planned = plan_newest_part<kQDType, kHeadDim, kRows>(
       rp, q_tiles, unsplit_blocks, std::min(effective_len, window));
   if (!planned.ok()) return planned.status();
   DecodeKernelArgs b = planned.value();
@@ -310,18 +313,18 @@ Status launch_decode_int4(const DecodeAttentionParams& p, cudaStream_t stream) {
         "decode attention over an int4 cache needs decode_attention_workspace_bytes(.., 2)");
   }
   for (DecodeKernelArgs* x : {&a, &b}) {
-    x->residual_blocks = p.layout.residual_blocks;
-    x->res_indptr = p.layout.res_indptr;
-    x->res_first_block = p.layout.res_first_block;
+    x->newest_blocks = p.newest.blocks;
+    x->newest_indptr = p.newest.layout.kv_indptr;
+    x->newest_first_block = p.newest.layout.first_block;
     x->merge_splits = total;
   }
   a.part = kInt4Part;
-  b.part = kResidualPart;
+  b.part = kNewestPart;
   b.split_base = a.num_splits;
   bind_outputs(p, a);
   bind_outputs(p, b);
   STRATA_RETURN_IF_ERROR(Int4::launch(a, p.cache.num_kv_heads, stream));
-  return launch_residual_part<kQDType, kHeadDim, kRows>(b, p.cache.num_kv_heads, stream);
+  return launch_newest_part<kQDType, kHeadDim, kRows>(b, p.cache.num_kv_heads, stream);
 }
 
 template <DType kQDType, DType kKvDType, int32_t kHeadDim>

@@ -48,17 +48,18 @@ struct DecodeKernelArgs {
   const uint16_t* v_scales;
   int64_t scale_block_stride;
   int64_t scale_head_stride;
-  // INT4 caches (and the residual half of their launch): the zero points (k_scales / v_scales
-  // hold the scales), K's statistics stride between KV heads, and which range of the sequence
-  // this launch covers (AttentionPart). kResidualPart reads the residual pool: kv_indices is then
-  // layout.res_indices, sequence s's logical block jb at res_indptr[s] + jb - res_first_block[s].
+  // INT4 caches (and the newest-blocks half of their launch): the zero points (k_scales /
+  // v_scales hold the scales), K's statistics stride between KV heads, and which range of the
+  // sequence this launch covers (AttentionPart). kNewestPart reads the newest-blocks group's
+  // pool: kv_indices is then that group's, sequence s's logical block jb at
+  // newest_indptr[s] + jb - newest_first_block[s] (PagedKvLayout::block_at).
   const uint16_t* k_zeros;
   const uint16_t* v_zeros;
   int64_t k_stat_head_stride;
-  int32_t part;             // AttentionPart (kv_codes.cuh)
-  int32_t residual_blocks;  // R (parts other than kWholeRange)
-  const int32_t* res_indptr;
-  const int32_t* res_first_block;
+  int32_t part;                       // AttentionPart (kv_codes.cuh)
+  int32_t newest_blocks;              // R (parts other than kWholeRange)
+  const int32_t* newest_indptr;       // [num_seqs + 1] the newest-blocks group's kv_indptr
+  const int32_t* newest_first_block;  // [num_seqs] its first_block
   // The partial arrays' split index of this launch's split 0, and how many splits the merge
   // waits for (num_splits, or both launches' of a two-part INT4 step together).
   int32_t split_base;

@@ -31,10 +31,10 @@ constexpr bool is_quantized_kv(DType d) {
   return d == DType::kF8E4M3 || d == DType::kF8E5M2 || d == DType::kI8;
 }
 
-// INT4 (KIVI; docs/kv-quant.md "INT4"): codes two per byte with per-block statistics, read with a
-// full-precision residual pool for each sequence's newest blocks (DecodeAttentionParams::residual).
-// Same q/o dtypes and head dims as kQuantizedKvDTypes; kept out of that set because its append
-// and attention take the residual pool too.
+// INT4 (KIVI; docs/kv-quant.md "INT4"): codes two per byte with per-block statistics, read with
+// each sequence's newest blocks at full precision from the newest-blocks group's pool
+// (DecodeAttentionParams::newest). Same q/o dtypes and head dims as kQuantizedKvDTypes; kept out
+// of that set because its append and attention take the newest blocks too.
 inline constexpr DType kInt4KvDType = DType::kI4;
 
 // Head dims with instantiated attention kernels; 96 and 256 behind STRATA_CUDA_EXTRA_HEAD_DIMS.
@@ -123,28 +123,31 @@ inline Status validate_kv_scales(const PagedKvCacheView& c) {
   return Status::Ok();
 }
 
-// An INT4 attention launch's residual side (DecodeAttentionParams::residual): the residual view
-// in the query dtype with the cache's shape and 16-byte aligned rows, and the layout's residual
-// tables with R >= 1.
-inline Status validate_int4_residual(const PagedKvCacheView& cache, const PagedKvCacheView& r,
-                                     const PagedKvLayout& layout, DType qo_dtype) {
+// An INT4 attention launch's newest-blocks side (DecodeAttentionParams::newest): the layer's
+// view in the query dtype with the cache's shape and 16-byte aligned rows, and the group's
+// tables (kv_indptr, kv_indices, first_block) with R >= 1.
+inline Status validate_int4_newest(const PagedKvCacheView& cache, const NewestBlocksView& newest,
+                                   DType qo_dtype) {
+  const PagedKvCacheView& r = newest.cache;
   if (r.dtype != qo_dtype || r.num_kv_heads != cache.num_kv_heads ||
       r.head_dim != cache.head_dim || r.block_size != cache.block_size || r.k_data == nullptr ||
       r.v_data == nullptr) {
     return Status::InvalidArgument(
-        "attention over an int4 cache needs a residual view in the query dtype with the cache's "
-        "KV heads, head_dim and block size");
+        "attention over an int4 cache needs a newest-blocks view in the query dtype with the "
+        "cache's KV heads, head_dim and block size");
   }
   const int64_t elem = dtype_size(r.dtype);
   if (reinterpret_cast<uintptr_t>(r.k_data) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(r.v_data) % 16 != 0 || (r.block_stride * elem) % 16 != 0 ||
       (r.head_stride * elem) % 16 != 0 || (r.token_stride * elem) % 16 != 0) {
-    return Status::InvalidArgument("the int4 residual view must be 16-byte aligned");
+    return Status::InvalidArgument("the int4 cache's newest-blocks view must be 16-byte aligned");
   }
-  if (layout.res_indptr == nullptr || layout.res_indices == nullptr ||
-      layout.res_first_block == nullptr || layout.residual_blocks < 1) {
+  const PagedKvLayout& l = newest.layout;
+  if (l.kv_indptr == nullptr || l.kv_indices == nullptr || l.first_block == nullptr ||
+      newest.blocks < 1) {
     return Status::InvalidArgument(
-        "attention over an int4 cache needs the layout's residual tables and residual_blocks >= 1");
+        "attention over an int4 cache needs the newest-blocks group's kv_indptr, kv_indices and "
+        "first_block, and blocks >= 1");
   }
   return Status::Ok();
 }

@@ -171,13 +171,13 @@ Status kv_append_quantized(const KvAppendParams& p, cudaStream_t stream) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// INT4: the rows go to the residual pool, a 16-bit append.
-KvAppendParams residual_append(const KvAppendParams& p) {
+// INT4: the rows go to the newest-blocks group's pool, a 16-bit append.
+KvAppendParams newest_append(const KvAppendParams& p) {
   KvAppendParams r = p;
-  r.cache = p.residual;
-  r.slot_mapping = p.residual_slot_mapping;
-  r.residual = PagedKvCacheView{};
-  r.residual_slot_mapping = nullptr;
+  r.cache = p.newest;
+  r.slot_mapping = p.newest_slot_mapping;
+  r.newest = PagedKvCacheView{};
+  r.newest_slot_mapping = nullptr;
   return r;
 }
 
@@ -186,14 +186,14 @@ KvAppendParams residual_append(const KvAppendParams& p) {
 Status validate_kv_append(const KvAppendParams& p) {
   const PagedKvCacheView& c = p.cache;
   if (c.dtype == kInt4KvDType) {
-    const PagedKvCacheView& r = p.residual;
+    const PagedKvCacheView& r = p.newest;
     if (r.dtype != p.src_dtype || r.num_kv_heads != c.num_kv_heads || r.head_dim != c.head_dim ||
-        r.block_size != c.block_size || (p.num_tokens > 0 && p.residual_slot_mapping == nullptr)) {
+        r.block_size != c.block_size || (p.num_tokens > 0 && p.newest_slot_mapping == nullptr)) {
       return Status::InvalidArgument(
-          "kv_append into an int4 cache needs a residual view of the source dtype and the cache's "
-          "shape, and residual_slot_mapping");
+          "kv_append into an int4 cache needs a newest-blocks view of the source dtype and the "
+          "cache's shape, and newest_slot_mapping");
     }
-    return validate_kv_append(residual_append(p));
+    return validate_kv_append(newest_append(p));
   }
   const bool quantized = contains(kQuantizedKvDTypes, c.dtype);
   if (!quantized && !contains(kKvDTypes, c.dtype)) {
@@ -245,14 +245,14 @@ Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return Status::Ok();
   const PagedKvCacheView& c = p.cache;
   if (c.dtype == kInt4KvDType) {
-    STRATA_RETURN_IF_ERROR(kv_append(residual_append(p), stream));
-    return kv_int4_quantize_filled(KvInt4QuantizeParams{.cache = c,
-                                                        .residual = p.residual,
-                                                        .slot_mapping = p.slot_mapping,
-                                                        .residual_slot_mapping =
-                                                            p.residual_slot_mapping,
-                                                        .num_tokens = p.num_tokens},
-                                   stream);
+    STRATA_RETURN_IF_ERROR(kv_append(newest_append(p), stream));
+    return kv_int4_quantize_filled(
+        KvInt4QuantizeParams{.cache = c,
+                             .newest = p.newest,
+                             .slot_mapping = p.slot_mapping,
+                             .newest_slot_mapping = p.newest_slot_mapping,
+                             .num_tokens = p.num_tokens},
+        stream);
   }
   if (contains(kQuantizedKvDTypes, c.dtype)) return kv_append_quantized(p, stream);
   const int64_t elem = dtype_size(c.dtype);

@@ -101,15 +101,16 @@ __device__ __forceinline__ uint32_t hfma2_bits(uint32_t code, uint32_t s, uint32
 }
 
 // The token range an attention launch covers. An INT4 cache's query at position p reads logical
-// blocks jb > p / B - R from the residual pool and the blocks before from the int4 codes
-// (docs/kv-quant.md "INT4"); the two ranges run as two launches whose results are merged by
-// their log-sum-exps.
-enum AttentionPart : int32_t { kWholeRange = 0, kInt4Part = 1, kResidualPart = 2 };
+// blocks jb > p / B - R from the newest-blocks group's pool and the blocks before from the int4
+// codes (docs/kv-quant.md "INT4"); the two ranges run as two launches whose results are merged
+// by their log-sum-exps.
+enum AttentionPart : int32_t { kWholeRange = 0, kInt4Part = 1, kNewestPart = 2 };
 
-// The query at position pos's int4 keys are [0, int4_keys(pos)); the rest come from the residual.
+// The query at position pos's int4 keys are [0, int4_keys(pos)); the rest come from the newest
+// blocks (R = newest_blocks).
 __device__ __forceinline__ int32_t int4_keys(int32_t pos, int32_t block_size,
-                                             int32_t residual_blocks) {
-  return max(0, pos / block_size - residual_blocks + 1) * block_size;
+                                             int32_t newest_blocks) {
+  return max(0, pos / block_size - newest_blocks + 1) * block_size;
 }
 
 // Two floats as one f16x2 (lo in the low half), rounded to nearest, saturated at +-65504 so a

@@ -19,11 +19,11 @@ constexpr int kThreads = 128;
 constexpr float kF16Max = 65504.0f;
 
 struct Int4QuantArgs {
-  const void* res_k;  // residual layer's K of block 0 (bf16 / f16)
-  const void* res_v;
-  int64_t res_block_stride;  // elements
-  int64_t res_head_stride;
-  int64_t res_token_stride;
+  const void* newest_k;  // the layer's K of block 0 in the newest-blocks pool (bf16 / f16)
+  const void* newest_v;
+  int64_t newest_block_stride;  // elements
+  int64_t newest_head_stride;
+  int64_t newest_token_stride;
   uint8_t* k_codes;  // I4 layer's K of block 0
   uint8_t* v_codes;
   int64_t block_stride;  // bytes
@@ -37,7 +37,7 @@ struct Int4QuantArgs {
   int64_t scale_head_stride;   // V's (= block_size)
   int64_t k_stat_head_stride;  // K's (= head_dim)
   const int64_t* slot_mapping;
-  const int64_t* residual_slot_mapping;
+  const int64_t* newest_slot_mapping;
   int32_t block_size;
   int32_t head_dim;
 };
@@ -93,11 +93,11 @@ __global__ void __launch_bounds__(kThreads) int4_quantize_kernel(const __grid_co
   const int32_t bs = a.block_size;
   if (slot < 0 || slot % bs != bs - 1) return;
   const int64_t block = slot / bs;
-  const int64_t res_block = a.residual_slot_mapping[blockIdx.x] / bs;
+  const int64_t newest_block = a.newest_slot_mapping[blockIdx.x] / bs;
   const int32_t head = blockIdx.y;
   const int32_t d = a.head_dim;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t src0 = res_block * a.res_block_stride + head * a.res_head_stride;
+  const int64_t src0 = newest_block * a.newest_block_stride + head * a.newest_head_stride;
   const int64_t dst0 = block * a.block_stride + head * a.head_stride;
 
   // K, channel c: the block's tokens.
@@ -106,7 +106,9 @@ __global__ void __launch_bounds__(kThreads) int4_quantize_kernel(const __grid_co
     const int32_t c = c0 + static_cast<int32_t>(threadIdx.x);
     if (c0 + static_cast<int32_t>(threadIdx.x & ~31u) >= d) break;  // whole warps past head_dim
     MinMax m;
-    for (int32_t t = 0; t < bs; ++t) m.add(load<kSrc>(a.res_k, src0 + t * a.res_token_stride + c));
+    for (int32_t t = 0; t < bs; ++t) {
+      m.add(load<kSrc>(a.newest_k, src0 + t * a.newest_token_stride + c));
+    }
     uint16_t scale, zero;
     group_params(m, scale, zero);
     a.k_scales[k_stat + c] = scale;
@@ -114,7 +116,8 @@ __global__ void __launch_bounds__(kThreads) int4_quantize_kernel(const __grid_co
     const float s = __half2float(__ushort_as_half(scale));
     const float z = __half2float(__ushort_as_half(zero));
     for (int32_t t = 0; t < bs; ++t) {
-      const uint32_t code = code_of(load<kSrc>(a.res_k, src0 + t * a.res_token_stride + c), s, z);
+      const uint32_t code =
+          code_of(load<kSrc>(a.newest_k, src0 + t * a.newest_token_stride + c), s, z);
       const uint32_t odd = __shfl_down_sync(0xffffffffu, code, 1);
       if ((c & 1) == 0) a.k_codes[dst0 + t * a.token_stride + c / 2] = static_cast<uint8_t>(code | odd << 4);
     }
@@ -123,9 +126,9 @@ __global__ void __launch_bounds__(kThreads) int4_quantize_kernel(const __grid_co
   // V, token t: head_dim channels, lane l takes channels l, l + 32, ...
   const int warp = static_cast<int>(threadIdx.x / 32);
   for (int32_t t = warp; t < bs; t += kThreads / 32) {
-    const int64_t row = src0 + t * a.res_token_stride;
+    const int64_t row = src0 + t * a.newest_token_stride;
     MinMax m;
-    for (int32_t c = lane; c < d; c += 32) m.add(load<kSrc>(a.res_v, row + c));
+    for (int32_t c = lane; c < d; c += 32) m.add(load<kSrc>(a.newest_v, row + c));
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
       m.mn = fminf(m.mn, __shfl_xor_sync(0xffffffffu, m.mn, off));
@@ -141,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) int4_quantize_kernel(const __grid_co
     const float s = __half2float(__ushort_as_half(scale));
     const float z = __half2float(__ushort_as_half(zero));
     for (int32_t c = lane; c < d; c += 32) {
-      const uint32_t code = code_of(load<kSrc>(a.res_v, row + c), s, z);
+      const uint32_t code = code_of(load<kSrc>(a.newest_v, row + c), s, z);
       const uint32_t odd = __shfl_down_sync(0xffffffffu, code, 1);
       if ((c & 1) == 0) a.v_codes[dst0 + t * a.token_stride + c / 2] = static_cast<uint8_t>(code | odd << 4);
     }
@@ -154,38 +157,38 @@ bool aligned2(const void* p) { return reinterpret_cast<uintptr_t>(p) % 2 == 0; }
 
 Status kv_int4_quantize_filled(const KvInt4QuantizeParams& p, cudaStream_t stream) {
   const PagedKvCacheView& c = p.cache;
-  const PagedKvCacheView& r = p.residual;
+  const PagedKvCacheView& r = p.newest;
   if (c.dtype != kInt4KvDType) {
     return Status::InvalidArgument("kv_int4_quantize_filled writes an int4 cache, not " +
                                    std::string(dtype_name(c.dtype)));
   }
   if (r.dtype != DType::kBF16 && r.dtype != DType::kF16) {
-    return Status::Unsupported("kv_int4_quantize_filled reads a bf16 or f16 residual pool");
+    return Status::Unsupported("kv_int4_quantize_filled reads a bf16 or f16 newest-blocks pool");
   }
   if (p.num_tokens < 0 || c.num_kv_heads <= 0 || c.num_kv_heads > 65535 ||
       c.head_dim % 32 != 0 || c.head_dim <= 0 || !contains(kKvBlockSizes, c.block_size) ||
       r.num_kv_heads != c.num_kv_heads || r.head_dim != c.head_dim ||
       r.block_size != c.block_size) {
     return Status::InvalidArgument(
-        "kv_int4_quantize_filled: the residual view must have the cache's KV heads, head_dim (a "
-        "multiple of 32) and block size");
+        "kv_int4_quantize_filled: the newest-blocks view must have the cache's KV heads, head_dim "
+        "(a multiple of 32) and block size");
   }
   if (p.num_tokens == 0) return Status::Ok();
-  if (p.slot_mapping == nullptr || p.residual_slot_mapping == nullptr || c.k_data == nullptr ||
+  if (p.slot_mapping == nullptr || p.newest_slot_mapping == nullptr || c.k_data == nullptr ||
       c.v_data == nullptr || r.k_data == nullptr || r.v_data == nullptr ||
       c.k_scale_data == nullptr || c.v_scale_data == nullptr || c.k_zero_data == nullptr ||
       c.v_zero_data == nullptr || !aligned2(c.k_scale_data) || !aligned2(c.v_scale_data) ||
       !aligned2(c.k_zero_data) || !aligned2(c.v_zero_data)) {
     return Status::InvalidArgument(
-        "kv_int4_quantize_filled needs both slot mappings, the residual view and the int4 codes "
-        "and statistics");
+        "kv_int4_quantize_filled needs both slot mappings, the newest-blocks view and the int4 "
+        "codes and statistics");
   }
   Int4QuantArgs a{};
-  a.res_k = r.k_data;
-  a.res_v = r.v_data;
-  a.res_block_stride = r.block_stride;
-  a.res_head_stride = r.head_stride;
-  a.res_token_stride = r.token_stride;
+  a.newest_k = r.k_data;
+  a.newest_v = r.v_data;
+  a.newest_block_stride = r.block_stride;
+  a.newest_head_stride = r.head_stride;
+  a.newest_token_stride = r.token_stride;
   a.k_codes = static_cast<uint8_t*>(c.k_data);
   a.v_codes = static_cast<uint8_t*>(c.v_data);
   a.block_stride = c.block_stride;
@@ -199,7 +202,7 @@ Status kv_int4_quantize_filled(const KvInt4QuantizeParams& p, cudaStream_t strea
   a.scale_head_stride = c.scale_head_stride;
   a.k_stat_head_stride = c.k_stat_head_stride;
   a.slot_mapping = p.slot_mapping;
-  a.residual_slot_mapping = p.residual_slot_mapping;
+  a.newest_slot_mapping = p.newest_slot_mapping;
   a.block_size = c.block_size;
   a.head_dim = c.head_dim;
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(c.num_kv_heads));

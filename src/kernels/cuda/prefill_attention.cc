@@ -38,7 +38,7 @@ Status validate(const PrefillAttentionParams& p) {
         std::string(dtype_name(c.dtype)));
   }
   if (int4) {
-    STRATA_RETURN_IF_ERROR(validate_int4_residual(c, p.residual, p.layout, p.qo_dtype));
+    STRATA_RETURN_IF_ERROR(validate_int4_newest(c, p.newest, p.qo_dtype));
     if (p.lse_workspace == nullptr) {
       return Status::InvalidArgument(
           "prefill attention over an int4 cache needs lse_workspace (prefill_int4_workspace_floats)");

@@ -30,11 +30,12 @@ struct PrefillAttentionParams {
   // dtype in kKvDTypes (q and o are then cache.dtype) or in kQuantizedKvDTypes (q and o are
   // qo_dtype; dispatch.h); head_dim in kPrefillHeadDims.
   PagedKvCacheView cache;
-  // INT4 (KIVI) caches only: the residual pool's view, as in DecodeAttentionParams (query row at
-  // position p reads logical block jb from it iff jb > p / block_size - layout.residual_blocks).
-  // The launch then runs the int4 range and the residual range as two passes; the second merges
-  // into o, and `lse_workspace` holds the first's log-sum-exps.
-  PagedKvCacheView residual;
+  // INT4 (KIVI) caches only: the newest-blocks group's layer, layout and R, as in
+  // DecodeAttentionParams (query row at position p reads logical block jb from it iff
+  // jb > p / block_size - newest.blocks). The launch then runs the int4 range and the newest
+  // blocks' range as two passes; the second merges into o, and `lse_workspace` holds the first's
+  // log-sum-exps.
+  NewestBlocksView newest;
   float* lse_workspace = nullptr;  // INT4: >= prefill_int4_workspace_floats(...) floats
   DType qo_dtype = DType::kBF16;  // q and o over a quantized cache (kQuantizedKvQoDTypes)
   int32_t num_qo_heads = 0;  // multiple of cache.num_kv_heads

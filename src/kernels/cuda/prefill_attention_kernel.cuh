@@ -1,5 +1,5 @@
 #pragma once
-// Device code of paged prefill attention over INT4's residual pool (docs/kernels.md); 16-bit,
+// Device code of paged prefill attention over INT4's newest blocks (docs/kernels.md); 16-bit,
 // FP8, INT8 caches and INT4's int4 keys run prefill_ws_kernel.cuh. Included only through
 // prefill_attention_run.cuh (and the kernel arguments by prefill_ws_kernel.cuh).
 //
@@ -17,10 +17,10 @@
 // attend the most keys), which evens out the causal triangle's work across the waves.
 //
 // INT4 (KIVI): a query row at position p reads its int4 keys [0, int4_keys(p)) from the codes
-// and the rest from the residual pool (docs/kv-quant.md "INT4"), so a launch runs twice: the
-// int4 part (prefill_ws_kernel.cuh; it writes each row's log-sum-exp), then the residual part
-// (this kernel's 16-bit instance over the residual pool by its block tables, per-row lower key
-// bound), whose epilogue merges the two by their log-sum-exps.
+// and the rest from the newest-blocks group's pool (docs/kv-quant.md "INT4"), so a launch runs
+// twice: the int4 part (prefill_ws_kernel.cuh; it writes each row's log-sum-exp), then the
+// newest part (this kernel's 16-bit instance over that pool by the group's block tables, per-row
+// lower key bound), whose epilogue merges the two by their log-sum-exps.
 
 #include <cuda_runtime.h>
 
@@ -66,16 +66,16 @@ struct PrefillKernelArgs {
   int64_t scale_head_stride;
   // INT4 caches: the zero points and K's statistics stride (PagedKvCacheView). The kernel
   // decides which range it covers: the warp-specialized one the int4 keys, the mma.sync one the
-  // residual pool (kv_indices = layout.res_indices, by logical block through res_indptr /
-  // res_first_block).
+  // newest blocks (kv_indices = the newest-blocks group's, by logical block through
+  // newest_indptr / newest_first_block, as PagedKvLayout::block_at).
   const uint16_t* k_zeros;
   const uint16_t* v_zeros;
   int64_t k_stat_head_stride;
-  int32_t residual_blocks;
-  const int32_t* res_indptr;
-  const int32_t* res_first_block;
+  int32_t newest_blocks;              // R
+  const int32_t* newest_indptr;       // [num_seqs + 1] the newest-blocks group's kv_indptr
+  const int32_t* newest_first_block;  // [num_seqs] its first_block
   // Two-part launches: [num_q_tokens, num_qo_heads] log-sum-exps (log2 units) of the int4 part,
-  // written by it and read by the residual part, which merges its result into o.
+  // written by it and read by the newest part, which merges its result into o.
   float* lse;
   int32_t num_qo_heads;
 };
@@ -136,9 +136,9 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   if (r0 >= q_len) return;
   const int kv_hi = offset + min(q_len, r0 + a.tokens_per_block);  // exclusive
   int kv_lo = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
-  // The residual keys of the block's first row on, by logical block.
-  kv_lo = max(kv_lo, int4_keys(offset + r0, a.block_size, a.residual_blocks));
-  const int32_t* pages = a.kv_indices + a.res_indptr[seq] - a.res_first_block[seq];
+  // The newest blocks' keys of the block's first row on, by logical block.
+  kv_lo = max(kv_lo, int4_keys(offset + r0, a.block_size, a.newest_blocks));
+  const int32_t* pages = a.kv_indices + a.newest_indptr[seq] - a.newest_first_block[seq];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -155,10 +155,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // The warp's attended keys: [w_lo, w_hi).
   const int w_hi = offset + min(q_len, w_r0 + 16);
   int w_lo = a.window_left >= 0 ? max(0, offset + w_r0 - a.window_left) : 0;
-  // Each row's first residual key (its int4 keys lie before it).
-  const int split_a = int4_keys(pos_a, a.block_size, a.residual_blocks);
-  const int split_b = int4_keys(pos_b, a.block_size, a.residual_blocks);
-  w_lo = max(w_lo, int4_keys(offset + w_r0, a.block_size, a.residual_blocks));
+  // Each row's first key in the newest blocks (its int4 keys lie before it).
+  const int split_a = int4_keys(pos_a, a.block_size, a.newest_blocks);
+  const int split_b = int4_keys(pos_b, a.block_size, a.newest_blocks);
+  w_lo = max(w_lo, int4_keys(offset + w_r0, a.block_size, a.newest_blocks));
 
   extern __shared__ uint4 smem[];
   char* s_base = reinterpret_cast<char*>(smem);
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
           mma_16816<kQDType>(s[2 * p + 1], qf[c], b[2], b[3]);
         }
       }
-      // Scale and mask (causal, window, tile end, and each row's own first residual key); new
+      // Scale and mask (causal, window, tile end, and each row's own first newest-block key); new
       // row maxima.
       float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
@@ -334,20 +334,20 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   float inv_a = l_a > 0.0f ? a.out_scale / l_a : 0.0f;
   float inv_b = l_b > 0.0f ? a.out_scale / l_b : 0.0f;
   T* o_head = static_cast<T*>(a.o) + head * kHeadDim;
-  // The residual part weighs the int4 part's output (already in o, its log-sum-exps in lse)
-  // against its own: o = w_i o_i + w_r o_r, weights 2^(lse - max) normalized.
-  float prev_a = 0.0f, prev_b = 0.0f;  // the int4 part's weights (residual part)
+  // The newest part weighs the int4 part's output (already in o, its log-sum-exps in lse)
+  // against its own: o = w_i o_i + w_n o_n, weights 2^(lse - max) normalized.
+  float prev_a = 0.0f, prev_b = 0.0f;  // the int4 part's weights (newest part)
   {
     const float lse_a = row_lse2(m_a, l_a);
     const float lse_b = row_lse2(m_b, l_b);
     const float* lse_a_at = a.lse + static_cast<int64_t>(q_begin + row_a) * a.num_qo_heads + head;
     const float* lse_b_at = a.lse + static_cast<int64_t>(q_begin + row_b) * a.num_qo_heads + head;
-    auto weigh = [](float lse_int4, float lse_res, float& inv, float& prev) {
-      const float mx = fmaxf(lse_int4, lse_res);  // lse_res is finite: a row's own key
+    auto weigh = [](float lse_int4, float lse_newest, float& inv, float& prev) {
+      const float mx = fmaxf(lse_int4, lse_newest);  // lse_newest is finite: a row's own key
       const float w_int4 = lse_int4 == -INFINITY ? 0.0f : fast_exp2(lse_int4 - mx);
-      const float w_res = fast_exp2(lse_res - mx);
-      const float norm = 1.0f / (w_int4 + w_res);
-      inv *= w_res * norm;
+      const float w_newest = fast_exp2(lse_newest - mx);
+      const float norm = 1.0f / (w_int4 + w_newest);
+      inv *= w_newest * norm;
       prev = w_int4 * norm;
     };
     if (row_a < q_len) weigh(*lse_a_at, lse_a, inv_a, prev_a);
@@ -409,11 +409,11 @@ inline PrefillKernelArgs prefill_kernel_args(const PrefillAttentionParams& p, in
   return a;
 }
 
-// INT4's residual part: 4 warps (64 query rows) per block, 64-token K/V tiles, two blocks per
+// INT4's newest part: 4 warps (64 query rows) per block, 64-token K/V tiles, two blocks per
 // SM (measured on an H200 GPU against 8 warps, one block per SM, as the whole-range 16-bit
 // kernel: 200-217 TFLOP/s against 185-201; docs/kernels.md).
 template <DType kQDType, int kHeadDim>
-Status launch_prefill_residual(const PrefillAttentionParams& p, cudaStream_t stream) {
+Status launch_prefill_newest(const PrefillAttentionParams& p, cudaStream_t stream) {
   constexpr int kWarps = 4;
   using Shape = PrefillShape<kHeadDim, kWarps, 64>;
   auto* kernel = prefill_attention_kernel<kQDType, kHeadDim, kWarps, 64, 2>;
@@ -423,9 +423,9 @@ Status launch_prefill_residual(const PrefillAttentionParams& p, cudaStream_t str
   STRATA_CUDA_CHECK(configured);
   const PagedKvCacheView& c = p.cache;
   PrefillKernelArgs a = prefill_kernel_args(p, 16 * kWarps, kWarps);
-  a.residual_blocks = p.layout.residual_blocks;
-  a.res_indptr = p.layout.res_indptr;
-  a.res_first_block = p.layout.res_first_block;
+  a.newest_blocks = p.newest.blocks;
+  a.newest_indptr = p.newest.layout.kv_indptr;
+  a.newest_first_block = p.newest.layout.first_block;
   a.lse = p.lse_workspace;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
                   static_cast<unsigned>(c.num_kv_heads * a.head_tiles),
@@ -435,11 +435,11 @@ Status launch_prefill_residual(const PrefillAttentionParams& p, cudaStream_t str
   return Status::Ok();
 }
 
-// The residual part is instantiated only in the 16-bit instance files and declared extern in
+// The newest part is instantiated only in the 16-bit instance files and declared extern in
 // the INT4 ones, so that each kernel is compiled into one translation unit (a template kernel
 // compiled into two is two device functions, and the shared-memory attribute set on one need
 // not be the one a launch uses).
-#define STRATA_PREFILL_RESIDUAL_PART(prefix, kQ, kHeadDim) \
-  prefix Status launch_prefill_residual<kQ, kHeadDim>(const PrefillAttentionParams&, cudaStream_t)
+#define STRATA_PREFILL_NEWEST_PART(prefix, kQ, kHeadDim) \
+  prefix Status launch_prefill_newest<kQ, kHeadDim>(const PrefillAttentionParams&, cudaStream_t)
 
 }  // namespace strata::cuda::detail

@@ -1,6 +1,6 @@
 #pragma once
 // Which prefill kernel runs which cache (docs/kernels.md): 16-bit, FP8, INT8 caches and INT4's
-// int4 keys through the warp-specialized wgmma kernel (prefill_ws_kernel.cuh), INT4's residual
+// int4 keys through the warp-specialized wgmma kernel (prefill_ws_kernel.cuh), INT4's newest
 // part through the mma.sync kernel (prefill_attention_kernel.cuh). Included only by the
 // instance files (instances/prefill_<dtype>_hd<dim>.cu).
 
@@ -10,17 +10,17 @@
 namespace strata::cuda::detail {
 
 // INT4: the int4 keys through the INT4 instance (leaving its log-sum-exps in lse_workspace),
-// then the residual keys (at most R blocks per query row) through the 16-bit mma.sync instance
-// over the residual pool, which merges.
+// then the newest blocks' keys (at most R blocks per query row) through the 16-bit mma.sync
+// instance over the newest-blocks group's pool, which merges.
 template <DType kQDType, DType kKvDType, int kHeadDim>
 Status run_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
   static_assert(kKvDType == kQDType || is_quantized_kv(kKvDType) || kKvDType == DType::kI4);
   STRATA_RETURN_IF_ERROR((launch_prefill_ws<kQDType, kKvDType, kHeadDim>(p, stream)));
   if constexpr (kKvDType == DType::kI4) {
     PrefillAttentionParams rp = p;
-    rp.cache = p.residual;
-    rp.layout.kv_indices = p.layout.res_indices;
-    return launch_prefill_residual<kQDType, kHeadDim>(rp, stream);
+    rp.cache = p.newest.cache;
+    rp.layout.kv_indices = p.newest.layout.kv_indices;  // kv_len still from group 0's layout
+    return launch_prefill_newest<kQDType, kHeadDim>(rp, stream);
   }
   return Status::Ok();
 }

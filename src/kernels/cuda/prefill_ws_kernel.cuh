@@ -111,7 +111,7 @@ struct PrefillWsArgs {
 
 // kQ: the queries' and output's dtype; kKv: the cache's (kQ itself, or FP8 / INT8 / INT4 with
 // kQ = BF16). An INT4 launch covers each query row's int4 keys (int4_keys, kv_codes.cuh) and
-// leaves the rows' log-sum-exps in a.lse for the residual part's launch, which merges.
+// leaves the rows' log-sum-exps in a.lse for the newest part's launch, which merges.
 template <DType kQ, DType kKv, int kHeadDim>
 __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     prefill_ws_kernel(const __grid_constant__ PrefillWsArgs args) {
@@ -149,9 +149,9 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   if (r0 >= q_len) return;
   const int tpb = a.tokens_per_block;
   // Exclusive; INT4: the int4 keys of the block's last row (whole blocks), none for a block
-  // whose rows all read only the residual pool.
+  // whose rows all read only the newest blocks.
   const int last_pos = offset + min(q_len, r0 + tpb) - 1;
-  const int kv_hi = kI4 ? int4_keys(last_pos, a.block_size, a.residual_blocks) : last_pos + 1;
+  const int kv_hi = kI4 ? int4_keys(last_pos, a.block_size, a.newest_blocks) : last_pos + 1;
   // Tiles start on block boundaries (the bulk copies move whole blocks); keys before the first
   // row's window are masked.
   const int kv_lo =
@@ -536,12 +536,12 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   const int pos_b = offset + row_b;
   // INT4: the warp's attended keys end at its last row's int4 keys, and each row's at its own.
   const int w_last = offset + min(q_len, w_r0 + 16) - 1;
-  const int w_hi = kI4 ? int4_keys(w_last, a.block_size, a.residual_blocks) : w_last + 1;
-  const int split_a = kI4 ? int4_keys(pos_a, a.block_size, a.residual_blocks) : pos_a + 1;
-  const int split_b = kI4 ? int4_keys(pos_b, a.block_size, a.residual_blocks) : pos_b + 1;
+  const int w_hi = kI4 ? int4_keys(w_last, a.block_size, a.newest_blocks) : w_last + 1;
+  const int split_a = kI4 ? int4_keys(pos_a, a.block_size, a.newest_blocks) : pos_a + 1;
+  const int split_b = kI4 ? int4_keys(pos_b, a.block_size, a.newest_blocks) : pos_b + 1;
   // Keys below this one are attended by every row of the warp (INT4: its first row's int4 keys).
-  const int w_all = kI4 ? int4_keys(offset + w_r0, a.block_size, a.residual_blocks)
-                        : offset + w_r0 + 1;
+  const int w_all =
+      kI4 ? int4_keys(offset + w_r0, a.block_size, a.newest_blocks) : offset + w_r0 + 1;
   const int w_lo = a.window_left >= 0 ? max(0, offset + w_r0 - a.window_left) : 0;
 
   float o[kDimTiles][4];
@@ -680,7 +680,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
       for (int e = 0; e < 4; ++e) {
         const int tok = tile + 8 * n + 2 * t + (e & 1);
         const int pos = e < 2 ? pos_a : pos_b;
-        // split <= pos + 1 and <= kv_hi: the causal bound, or INT4's residual one.
+        // split <= pos + 1 and <= kv_hi: the causal bound, or INT4's newest-blocks one.
         const bool ok = !need_mask || (tok < (e < 2 ? split_a : split_b) && tok < kv_hi &&
                                        (a.window_left < 0 || tok >= pos - a.window_left));
         if (!ok) s[n][e] = -INFINITY;
@@ -728,7 +728,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   // Software-pipelined: iteration j issues S_j and P_{j-1} V_{j-1} together, then runs tile j's
   // softmax under the second product. Every consumer runs every tile of the block (a warp past
   // its rows' keys with P = 0), so both take the same number of turns.
-  // INT4: a block whose rows read only the residual pool has no tile (o = 0, lse = -inf).
+  // INT4: a block whose rows read only the newest blocks has no tile (o = 0, lse = -inf).
   if (num_tiles > 0) {
     mbarrier_wait(full_k, 0);
     fence_proxy_async();
@@ -772,7 +772,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   const float inv_b = l_b > 0.0f ? a.out_scale / l_b : 0.0f;
   TQ* o_head = static_cast<TQ*>(a.o) + head * kHeadDim;
   if constexpr (kI4) {
-    // The int4 part's log-sum-exps (log2 units), which the residual part's launch merges by.
+    // The int4 part's log-sum-exps (log2 units), which the newest part's launch merges by.
     float* const lse = a.lse + head;
     if (t == 0 && row_a < q_len) {
       lse[static_cast<int64_t>(q_begin + row_a) * a.num_qo_heads] = row_lse2(m_a, l_a);
@@ -842,7 +842,7 @@ inline Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCac
 
 // Launches the warp-specialized kernel for a 16-bit, FP8 or INT8 cache's whole key range, or
 // an INT4 cache's int4 part (its lse_workspace then holds the rows' log-sum-exps for the
-// residual part's launch). Head packing as launch_prefill's, over 8 warps' rows: the largest
+// newest part's launch). Head packing as launch_prefill's, over 8 warps' rows: the largest
 // power of two dividing the group, at most 8.
 template <DType kQ, DType kKv, int kHeadDim>
 Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
@@ -874,7 +874,7 @@ Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
       kv_tensor_map(&args.v_map, c.v_data, c, type, elem_bytes, row, box, swizzle));
   args.a = prefill_kernel_args(p, Shape::kRows, 8);
   PrefillKernelArgs& a = args.a;
-  a.residual_blocks = p.layout.residual_blocks;
+  a.newest_blocks = p.newest.blocks;
   a.lse = p.lse_workspace;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
                   static_cast<unsigned>(c.num_kv_heads * a.head_tiles),

@@ -116,7 +116,7 @@ void CudaModel::Impl::allocate_scratch() {
                            "GPU attention workspace");
   // The split merge counters at its start must be zero before the first launch.
   check(cuda_status(cudaMemset(workspace.data(), 0, workspace.bytes())), "GPU attention workspace");
-  if (has_residual_pool()) {
+  if (has_newest_blocks_group()) {
     const int64_t lse_floats = cuda::prefill_int4_workspace_floats(
         options.max_num_tokens, static_cast<int32_t>(config.num_attention_heads));
     lse_workspace = device_bytes(lse_floats * 4, "GPU attention workspace");
@@ -144,34 +144,36 @@ void CudaModel::Impl::allocate_scratch() {
   info.scratch_bytes = bytes + inputs.device_bytes();
 }
 
-void CudaModel::Impl::allocate_residual_pool() {
-  const int32_t n = options.num_residual_blocks;
-  res_layout.emplace(kv::residual_spec(layout.spec(), DType::kBF16), options.block_size);
-  res_pool = device_bytes(res_layout->pool_bytes(n), "KV residual pool");
-  check(cuda_status(cudaMemset(res_pool.data(), 0, res_pool.bytes())), "KV residual pool");
-  info.num_residual_blocks = n;
-  info.residual_pool_bytes = res_layout->pool_bytes(n);
-  res_mover = std::make_unique<CudaBlockMover>(res_pool.data(), n, res_layout->block_bytes());
+void CudaModel::Impl::allocate_newest_pool() {
+  const int32_t n = options.num_newest_blocks;
+  newest_layout.emplace(kv::newest_blocks_spec(layout.spec(), DType::kBF16), options.block_size);
+  newest_pool = device_bytes(newest_layout->pool_bytes(n), "KV newest-blocks pool");
+  check(cuda_status(cudaMemset(newest_pool.data(), 0, newest_pool.bytes())),
+        "KV newest-blocks pool");
+  info.num_newest_blocks = n;
+  info.newest_pool_bytes = newest_layout->pool_bytes(n);
+  newest_mover =
+      std::make_unique<CudaBlockMover>(newest_pool.data(), n, newest_layout->block_bytes());
 }
 
 void CudaModel::Impl::allocate_pool() {
-  // The residual pool's bytes come out of the KV budget, as the CPU engine's do (engine.cc): an
-  // explicit budget loses them below, a measured one already counts them as used.
-  if (has_residual_pool() && !res_layout) allocate_residual_pool();
+  // The newest-blocks pool's bytes come out of the KV budget, as the CPU engine's do (engine.cc):
+  // an explicit budget loses them below, a measured one already counts them as used.
+  if (has_newest_blocks_group() && !newest_layout) allocate_newest_pool();
   size_t free_bytes = 0, total_bytes = 0;
   check(cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes)), "cudaMemGetInfo");
   info.gpu_total_bytes = static_cast<int64_t>(total_bytes);
   int64_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {
     int64_t budget = options.kv_cache_memory_bytes;
-    if (budget > 0 && info.residual_pool_bytes >= budget) {
+    if (budget > 0 && info.newest_pool_bytes >= budget) {
       throw Error("the KV cache memory (" + std::to_string(budget) +
-                  " bytes) does not exceed the int4 residual pool's " +
-                  std::to_string(info.residual_pool_bytes) +
+                  " bytes) does not exceed the int4 newest-blocks pool's " +
+                  std::to_string(info.newest_pool_bytes) +
                   " bytes (lower --max-num-seqs, --max-num-batched-tokens or --kv-int4-residual)");
     }
     if (budget > 0) {
-      budget -= info.residual_pool_bytes;
+      budget -= info.newest_pool_bytes;
     } else {
       const auto used = static_cast<int64_t>(total_bytes - free_bytes);
       budget = static_cast<int64_t>(options.gpu_memory_utilization * static_cast<double>(total_bytes)) -
@@ -180,13 +182,13 @@ void CudaModel::Impl::allocate_pool() {
     num_blocks = budget / layout.block_bytes();
   }
   if (num_blocks < 2) {
-    const std::string residual_mib =
-        res_layout
-            ? ", int4 residual pool " + std::to_string(info.residual_pool_bytes >> 20) + " MiB"
+    const std::string newest_mib =
+        newest_layout
+            ? ", int4 newest-blocks pool " + std::to_string(info.newest_pool_bytes >> 20) + " MiB"
             : "";
     throw Error("no room for the KV cache on the GPU: weights " +
                 std::to_string(info.weight_bytes >> 20) + " MiB, activations " +
-                std::to_string(info.scratch_bytes >> 20) + " MiB" + residual_mib + " of " +
+                std::to_string(info.scratch_bytes >> 20) + " MiB" + newest_mib + " of " +
                 std::to_string(total_bytes >> 20) +
                 " MiB (raise --gpu-memory-utilization or set --kv-cache-memory-bytes)");
   }
@@ -364,10 +366,14 @@ Status CudaModel::Impl::norm(const DeviceTensor& weight, const int32_t* rows, in
 
 Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& in) {
   const PagedKvCacheView cache = layout.layer_view(pool.data(), l);
-  // INT4: the newest blocks are read from the residual pool (layout.res_* say which).
+  // INT4: the newest blocks are read from the newest-blocks group's pool (in.newest_layout says
+  // which).
   const bool int4 = cache.dtype == cuda::kInt4KvDType;
-  const PagedKvCacheView res_cache =
-      int4 ? res_layout->layer_view(res_pool.data(), l) : PagedKvCacheView{};
+  const NewestBlocksView newest =
+      int4 ? NewestBlocksView{.cache = newest_layout->layer_view(newest_pool.data(), l),
+                              .layout = in.newest_layout,
+                              .blocks = in.newest_blocks}
+           : NewestBlocksView{};
   auto* qkv_base = qkv.as<uint16_t>();
   const int32_t window = config.layer_sliding_window[static_cast<size_t>(l)];
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
@@ -385,7 +391,8 @@ Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& i
     p.layout = in.layout;
     p.layout.num_seqs = d;
     p.cache = cache;
-    p.residual = res_cache;
+    p.newest = newest;
+    if (int4) p.newest.layout.num_seqs = d;
     p.num_qo_heads = static_cast<int32_t>(config.num_attention_heads);
     p.sm_scale = scale;
     p.window_left = window > 0 ? window - 1 : -1;
@@ -407,12 +414,14 @@ Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& i
   p.layout.num_seqs = n - d;
   p.layout.kv_indptr += d;
   p.layout.kv_last_page_len += d;
-  if (int4) {
-    p.layout.res_indptr += d;
-    p.layout.res_first_block += d;
-  }
   p.cache = cache;
-  p.residual = res_cache;
+  p.newest = newest;
+  if (int4) {
+    p.newest.layout.num_seqs = n - d;
+    p.newest.layout.kv_indptr += d;
+    p.newest.layout.kv_last_page_len += d;
+    p.newest.layout.first_block += d;
+  }
   p.lse_workspace = int4 ? lse_workspace.as<float>() : nullptr;
   p.num_qo_heads = static_cast<int32_t>(config.num_attention_heads);
   p.sm_scale = scale;
@@ -437,31 +446,31 @@ Status CudaModel::Impl::rope_and_append(int32_t l, const CudaLayerWeights& w,
   rope.num_kv_heads = static_cast<int32_t>(config.num_key_value_heads);
   rope.head_dim = static_cast<int32_t>(config.head_dim);
   // The step's K/V go into the pool in the same launch (kv_append's bytes). An INT4 layer's go
-  // to the residual pool in bf16 at their residual slots; the blocks they fill are then
-  // quantized from there into the int4 pool, before attention reads either.
+  // to the newest-blocks group's pool in bf16 at their slots there; the blocks they fill are
+  // then quantized from there into the int4 pool, before attention reads either.
   const PagedKvCacheView cache = layout.layer_view(pool.data(), l);
   const bool int4 = cache.dtype == cuda::kInt4KvDType;
-  rope.slot_mapping = int4 ? in.residual_slot_mapping : in.slot_mapping;
-  rope.cache = int4 ? res_layout->layer_view(res_pool.data(), l) : cache;
+  rope.slot_mapping = int4 ? in.newest_slot_mapping : in.slot_mapping;
+  rope.cache = int4 ? newest_layout->layer_view(newest_pool.data(), l) : cache;
   STRATA_RETURN_IF_ERROR(cuda::qk_norm_rope(rope, stream.get()));
   if (!int4) return Status::Ok();
   cuda::KvInt4QuantizeParams quantize;
   quantize.cache = cache;
-  quantize.residual = rope.cache;
+  quantize.newest = rope.cache;
   quantize.slot_mapping = in.slot_mapping;
-  quantize.residual_slot_mapping = in.residual_slot_mapping;
+  quantize.newest_slot_mapping = in.newest_slot_mapping;
   quantize.num_tokens = in.num_tokens;
   return cuda::kv_int4_quantize_filled(quantize, stream.get());
 }
 
-Status CudaModel::Impl::make_graph_inputs(int32_t residual_window_blocks) {
+Status CudaModel::Impl::make_graph_inputs(int32_t newest_blocks) {
   graph_inputs = CudaStepInputs{};
   if (options.enforce_eager) return Status::Ok();
   const int64_t max_len =
       options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
   const auto blocks_per_seq = static_cast<int32_t>(max_len / options.block_size + 1);
   Result<CudaStepInputs> fixed =
-      CudaStepInputs::create_fixed(options.max_num_seqs, blocks_per_seq, residual_window_blocks);
+      CudaStepInputs::create_fixed(options.max_num_seqs, blocks_per_seq, newest_blocks);
   if (!fixed.ok()) return fixed.status();
   graph_inputs = std::move(fixed).value();
   return Status::Ok();
@@ -512,12 +521,12 @@ CudaModel::~CudaModel() = default;
 const ModelConfig& CudaModel::config() const { return impl_->config; }
 const kv::KvLayout& CudaModel::kv_layout(int32_t pool) const {
   STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
-  return pool == 0 ? impl_->layout : *impl_->res_layout;
+  return pool == 0 ? impl_->layout : *impl_->newest_layout;
 }
 const CudaModelInfo& CudaModel::info() const { return impl_->info; }
 kv::BlockMover& CudaModel::block_mover(int32_t pool) {
   STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
-  return pool == 0 ? *impl_->mover : *impl_->res_mover;
+  return pool == 0 ? *impl_->mover : *impl_->newest_mover;
 }
 
 bool CudaModel::device_available() {
@@ -537,7 +546,8 @@ std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightSto
   if (!device_available()) throw Error("--device cuda: no CUDA device is available");
   STRATA_CHECK((weights == nullptr) == (options.load_format == LoadFormat::kDummy),
                "CudaModel::create: checkpoint weights exactly when not dummy");
-  // INT4 reads like the quantized dtypes (bf16 queries, their head dims) plus a residual pool.
+  // INT4 reads like the quantized dtypes (bf16 queries, their head dims) plus the newest-blocks
+  // group's pool.
   const bool quantized =
       cuda::is_quantized_kv(options.kv_dtype) || options.kv_dtype == cuda::kInt4KvDType;
   if (options.kv_dtype != DType::kBF16 && !quantized) {
@@ -561,15 +571,17 @@ std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightSto
     throw Error("--device cuda: block size " + std::to_string(options.block_size) +
                 " is not one of 8, 16, 32, 64, 128");
   }
-  const bool int4 = kv::needs_residual_pool(pool_spec(config, options));
-  if (int4 && (options.num_residual_blocks < 2 || options.residual_window_blocks < 1)) {
-    throw Error("--device cuda: an int4 KV cache needs a residual pool of at least 2 blocks (" +
-                std::to_string(options.num_residual_blocks) +
-                ") and a residual window of at least 1 block (" +
-                std::to_string(options.residual_window_blocks) + ")");
+  const bool int4 = kv::needs_newest_blocks_group(pool_spec(config, options));
+  if (int4 && (options.num_newest_blocks < 2 || options.newest_blocks < 1)) {
+    throw Error(
+        "--device cuda: an int4 KV cache needs a newest-blocks pool of at least 2 "
+        "blocks (" +
+        std::to_string(options.num_newest_blocks) +
+        ") and a full-precision window of at least 1 block (" +
+        std::to_string(options.newest_blocks) + ")");
   }
-  if (!int4 && options.num_residual_blocks != 0) {
-    throw Error("--device cuda: a residual pool is for a KV cache with an int4 layer only");
+  if (!int4 && options.num_newest_blocks != 0) {
+    throw Error("--device cuda: a newest-blocks pool is for a KV cache with an int4 layer only");
   }
   cuda::Stream stream = take(cuda::Stream::create(), "CUDA stream");
   cuda::Gemm gemm = take(cuda::Gemm::create(), "cuBLASLt");
@@ -590,7 +602,7 @@ std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightSto
   impl->info.weight_bytes = weight_bytes;
   impl->inputs = take(CudaStepInputs::create(options.max_num_tokens, options.max_num_seqs),
                       "GPU step inputs");
-  check(impl->make_graph_inputs(int4 ? options.residual_window_blocks : 0), "GPU graph inputs");
+  check(impl->make_graph_inputs(int4 ? options.newest_blocks : 0), "GPU graph inputs");
   impl->allocate_scratch();
   impl->allocate_pool();
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
@@ -603,10 +615,17 @@ Status CudaModel::forward(const ForwardBatch& batch, std::span<float> logits,
   STRATA_RETURN_IF_ERROR(validate_step_batch(batch, c.vocab_size, m.info.num_blocks,
                                              m.options.max_num_tokens, m.options.max_num_seqs,
                                              logits.size(), sampled.size()));
-  if (m.res_layout) {
-    STRATA_RETURN_IF_ERROR(validate_step_residual(batch, m.info.num_residual_blocks));
-  } else if (batch.layout.residual_blocks != 0) {
-    return Status::InvalidArgument("forward: residual arrays for a KV pool with no int4 layer");
+  // The GPU runner's KV cache groups: group 0, and for INT4 the newest-blocks group.
+  const int32_t newest = batch.newest_group();
+  if (m.newest_layout) {
+    if (newest < 1) {
+      return Status::InvalidArgument(
+          "forward: a batch over an int4 KV cache needs the newest-blocks group's view");
+    }
+    STRATA_RETURN_IF_ERROR(validate_step_group(batch, newest, m.info.num_newest_blocks));
+  } else if (newest >= 1) {
+    return Status::InvalidArgument(
+        "forward: a newest-blocks group for a KV pool with no int4 layer");
   }
   m.stepped = true;
   if (!m.options.enforce_eager && m.graph_inputs.fits_fixed(batch)) {
@@ -656,8 +675,9 @@ Status CudaModel::copy_blocks(int32_t pool, std::span<const kv::BlockCopy> copie
   Impl& m = *impl_;
   if (copies.empty()) return Status::Ok();
   if (pool < 0 || pool >= num_kv_pools()) return Status::InvalidArgument("copies in no KV pool");
-  return pool == 0 ? m.copy_pool_blocks(m.pool.data(), m.layout.block_bytes(), copies)
-                   : m.copy_pool_blocks(m.res_pool.data(), m.res_layout->block_bytes(), copies);
+  return pool == 0
+             ? m.copy_pool_blocks(m.pool.data(), m.layout.block_bytes(), copies)
+             : m.copy_pool_blocks(m.newest_pool.data(), m.newest_layout->block_bytes(), copies);
 }
 
 }  // namespace strata::model

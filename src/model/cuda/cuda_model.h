@@ -15,16 +15,17 @@
 // padded batch size and KV-length bound (inputs at fixed addresses, cuda_step_inputs.h), so the
 // ~10 launches per layer cost one graph launch.
 //
-// INT4 (KIVI) layers keep each sequence's newest blocks in a second device pool, the residual
-// pool (docs/kv.md, "The residual pool"): bf16 blocks of kv::residual_spec's shape with their own
-// block ids. Their K/V append goes to it, the blocks a step fills are then quantized into the
-// int4 pool, and attention reads both (the batch's res_* arrays say which blocks where).
+// INT4 (KIVI) layers keep each sequence's newest blocks at full precision in a second device
+// pool, the newest-blocks group's (docs/kv.md, "INT4's newest-blocks group"): bf16 blocks of
+// kv::newest_blocks_spec's shape with their own block ids. Their K/V append goes to it, the
+// blocks a step fills are then quantized into the int4 pool, and attention reads both (the
+// batch's view of that group says which blocks where).
 //
 // The residual stream is fp32; GEMM inputs are bf16 with fp32 accumulation. Sizing the pool:
 // an explicit num_blocks, else kv_cache_memory_bytes, else gpu_memory_utilization x total GPU
 // memory minus what the process uses after weights, scratch and workspaces are allocated (vLLM's
-// semantics, measured rather than estimated). The residual pool is allocated first and comes
-// out of that budget.
+// semantics, measured rather than estimated). The newest-blocks pool is allocated first and
+// comes out of that budget.
 //
 // Not thread-safe: one step at a time, on the model's own stream. forward() returns when the
 // logits are on the host.
@@ -55,7 +56,7 @@ struct CudaModelOptions {
   // GPU at load to e4m3 with one fp32 scale per output channel (embedding and LM head stay bf16).
   DType weight_dtype = DType::kBF16;
   // BF16, or a quantized cache read with BF16 queries: F8E4M3 / F8E5M2 (with kv_scales), I8 or
-  // I4 (with a residual pool; docs/kv-quant.md).
+  // I4 (with a newest-blocks pool; docs/kv-quant.md).
   DType kv_dtype = DType::kBF16;
   kv::KvStaticScales kv_scales;    // FP8: one K and one V scale per layer; empty = 1.0
   // Per-layer exceptions (--kv-cache-dtype-skip-layers): one entry per layer, each BF16 or
@@ -65,14 +66,15 @@ struct CudaModelOptions {
   int32_t max_num_tokens = 2048;   // most token rows in one forward (max_num_batched_tokens)
   int32_t max_num_seqs = 256;      // most sequences in one forward
   int32_t num_blocks = 0;          // > 0: exactly this many pool blocks (null block included)
-  int64_t kv_cache_memory_bytes = 0;   // > 0: the KV memory in bytes, residual pool included
+  int64_t kv_cache_memory_bytes = 0;   // > 0: the KV memory in bytes, newest-blocks pool included
   double gpu_memory_utilization = 0.9; // else: this share of the GPU for everything
-  // INT4: the residual pool's blocks, the null block included (kv::newest_blocks_pool_size sizes
-  // it): > 1 exactly when some layer is I4, else 0. residual_window_blocks = R >= 1, the blocks a
-  // query reads at full precision (--kv-int4-residual / block_size); it sizes the graph inputs'
-  // residual arrays (R + 1 entries per sequence), and batches of another R run eagerly.
-  int32_t num_residual_blocks = 0;
-  int32_t residual_window_blocks = 1;
+  // INT4: the newest-blocks group's pool blocks, the null block included
+  // (kv::newest_blocks_pool_size sizes it): > 1 exactly when some layer is I4, else 0.
+  // newest_blocks = R >= 1, the blocks a query reads at full precision (--kv-int4-residual /
+  // block_size); it sizes the graph inputs' newest-blocks arrays (R + 1 entries per sequence),
+  // and batches of another R run eagerly.
+  int32_t num_newest_blocks = 0;
+  int32_t newest_blocks = 1;
   int64_t max_model_len = 0;       // longest sequence (sizes the graph inputs); 0 = the model's
   // Off: decode steps (one token per sequence, every row sampled on the GPU) are captured once
   // per (padded batch size, KV-length bound) as CUDA graphs and replayed. On: every launch is
@@ -85,10 +87,10 @@ struct CudaModelInfo {
   int64_t weight_bytes = 0;
   int64_t scratch_bytes = 0;     // activations, staging and workspaces
   int64_t kv_pool_bytes = 0;
-  int64_t residual_pool_bytes = 0;  // INT4's bf16 residual pool (0 without one)
+  int64_t newest_pool_bytes = 0;  // INT4's bf16 newest-blocks pool (0 without one)
   int64_t gpu_total_bytes = 0;
   int32_t num_blocks = 0;
-  int32_t num_residual_blocks = 0;  // null block included; 0 without a residual pool
+  int32_t num_newest_blocks = 0;  // null block included; 0 without a newest-blocks pool
 };
 
 class CudaModel final : public ModelRunner {
@@ -121,7 +123,7 @@ class CudaModel final : public ModelRunner {
   // --kv-quant-check on the GPU (engine/kv_quant_check.h), measured with this model's own
   // kernels: passes of tokens (positions 0..n-1) through scratch pools of the serving pool's
   // block size and FP8 scales, the serving pool untouched. One pass with a bf16 cache, then one
-  // per layer l with only layer l in the cache's dtype (an int4 layer with its residual window),
+  // per layer l with only layer l in the cache's dtype (an int4 layer with its R newest blocks),
   // every other layer bf16. Per layer:
   //   output_kl   the mean over every position of KL(p || p_l), p the next-token distribution of
   //               the bf16 pass and p_l that of pass l (host logits, rows over `pool`);
@@ -139,8 +141,8 @@ class CudaModel final : public ModelRunner {
   // Lays the pool out again with these per-layer dtypes (check_layer_dtypes' rule; empty = the
   // cache's dtype everywhere), sized from the same budget: what --kv-quant-check's kept layers
   // become. Only before the first step. An int4 layout that no longer has an int4 layer drops
-  // its residual pool. InvalidArgument after a step, for dtypes the model cannot hold, or for
-  // an int4 layer in a model created without a residual pool; ResourceExhausted when the new
+  // its newest-blocks pool. InvalidArgument after a step, for dtypes the model cannot hold, or
+  // for an int4 layer in a model created without one; ResourceExhausted when the new
   // layout leaves no room (the model then has no pool and must not run).
   Status set_kv_layer_dtypes(std::vector<DType> layer_dtypes);
 
@@ -151,11 +153,11 @@ class CudaModel final : public ModelRunner {
 
   const ModelConfig& config() const override;
   int64_t weight_bytes() const override { return info().weight_bytes; }
-  // Pool 0, and for INT4 pool 1: the residual pool (bf16, on the device).
-  int32_t num_kv_pools() const override { return info().num_residual_blocks > 0 ? 2 : 1; }
+  // Pool 0, and for INT4 pool 1: the newest-blocks group's (bf16, on the device).
+  int32_t num_kv_pools() const override { return info().num_newest_blocks > 0 ? 2 : 1; }
   const kv::KvLayout& kv_layout(int32_t pool = 0) const override;
   int32_t num_blocks(int32_t pool = 0) const override {
-    return pool == 0 ? info().num_blocks : info().num_residual_blocks;
+    return pool == 0 ? info().num_blocks : info().num_newest_blocks;
   }
   // Copy-on-write: copies whole blocks of a device pool before the step that writes them.
   Status copy_blocks(int32_t pool, std::span<const kv::BlockCopy> copies) override;

@@ -86,17 +86,17 @@ Status CudaModel::Impl::calibration_pass(std::span<const int32_t> tokens,
   const int64_t vocab = config.vocab_size;
   Result<cuda::DeviceBuffer> scratch = zeroed(scratch_layout.pool_bytes(used_blocks + 1), stream.get());
   if (!scratch.ok()) return scratch.status();
-  // INT4: a scratch residual pool mirroring the main pool's block ids, read through the
-  // serving window (the newest R blocks at full precision, as a served sequence reads them).
-  const bool int4 = kv::needs_residual_pool(scratch_layout.spec());
-  std::optional<kv::KvLayout> scratch_res_layout;
-  cuda::DeviceBuffer scratch_res;
+  // INT4: a scratch newest-blocks pool mirroring the main pool's block ids, read through the
+  // serving R (the newest R blocks at full precision, as a served sequence reads them).
+  const bool int4 = kv::needs_newest_blocks_group(scratch_layout.spec());
+  std::optional<kv::KvLayout> scratch_newest_layout;
+  cuda::DeviceBuffer scratch_newest;
   if (int4) {
-    scratch_res_layout.emplace(kv::residual_spec(scratch_layout.spec(), DType::kBF16), bs);
+    scratch_newest_layout.emplace(kv::newest_blocks_spec(scratch_layout.spec(), DType::kBF16), bs);
     Result<cuda::DeviceBuffer> r =
-        zeroed(scratch_res_layout->pool_bytes(used_blocks + 1), stream.get());
+        zeroed(scratch_newest_layout->pool_bytes(used_blocks + 1), stream.get());
     if (!r.ok()) return r.status();
-    scratch_res = std::move(r).value();
+    scratch_newest = std::move(r).value();
     if (lse_workspace.bytes() == 0 || lse_workspace.data() == nullptr) {
       Result<cuda::DeviceBuffer> lse = cuda::DeviceBuffer::allocate(static_cast<size_t>(
           cuda::prefill_int4_workspace_floats(options.max_num_tokens,
@@ -112,13 +112,13 @@ Status CudaModel::Impl::calibration_pass(std::span<const int32_t> tokens,
   kv::KvLayout swapped = scratch_layout;
   std::swap(layout, swapped);
   std::swap(pool, *scratch);
-  std::swap(res_layout, scratch_res_layout);
-  std::swap(res_pool, scratch_res);
+  std::swap(newest_layout, scratch_newest_layout);
+  std::swap(newest_pool, scratch_newest);
   auto run = [&]() -> Status {
     std::vector<int32_t> positions, indices, rows;
     std::vector<int64_t> slots;
     std::vector<float> last(static_cast<size_t>(vocab));
-    const std::vector<int32_t> res_first = {0};
+    const std::vector<int32_t> newest_first = {0};  // the newest-blocks group holds every block
     for (int32_t c0 = 0; c0 < n; c0 += options.max_num_tokens) {
       const int32_t c1 = std::min(n, c0 + options.max_num_tokens);
       positions.resize(static_cast<size_t>(c1 - c0));
@@ -149,17 +149,17 @@ Status CudaModel::Impl::calibration_pass(std::span<const int32_t> tokens,
       batch.layout = PagedKvLayout{kv_indptr.data(), indices.data(), last_len.data(), 1, bs};
       batch.slot_mapping = slots;
       batch.logits_rows = rows;
-      if (int4) {
-        batch.layout.res_indptr = kv_indptr.data();
-        batch.layout.res_indices = indices.data();
-        batch.layout.res_first_block = res_first.data();
-        batch.layout.residual_blocks = options.residual_window_blocks;
-        batch.residual_slot_mapping = slots;
-      }
+      // INT4: the newest-blocks group at the same block ids and slots (group 1).
+      GroupBatchView newest{
+          .layout = batch.layout, .slot_mapping = slots, .newest_blocks = options.newest_blocks};
+      newest.layout.first_block = newest_first.data();
+      if (int4) batch.groups = std::span<const GroupBatchView>(&newest, 1);
       STRATA_RETURN_IF_ERROR(validate_step_batch(batch, vocab, used_blocks + 1,
                                                  options.max_num_tokens, options.max_num_seqs,
                                                  out.size(), 0));
-      if (int4) STRATA_RETURN_IF_ERROR(validate_step_residual(batch, used_blocks + 1));
+      if (int4) {
+        STRATA_RETURN_IF_ERROR(validate_step_group(batch, batch.newest_group(), used_blocks + 1));
+      }
       Result<CudaStepInputs::Device> in = inputs.upload(batch, stream.get());
       if (!in.ok()) return in.status();
       if (attention_capture != nullptr) attention_capture->row0 = c0;
@@ -171,8 +171,8 @@ Status CudaModel::Impl::calibration_pass(std::span<const int32_t> tokens,
   const Status status = run();
   std::swap(layout, swapped);
   std::swap(pool, *scratch);
-  std::swap(res_layout, scratch_res_layout);
-  std::swap(res_pool, scratch_res);
+  std::swap(newest_layout, scratch_newest_layout);
+  std::swap(newest_pool, scratch_newest);
   STRATA_RETURN_IF_ERROR(status);
   if (scratch_pool != nullptr) *scratch_pool = std::move(scratch).value();
   return Status::Ok();
@@ -285,23 +285,23 @@ Status CudaModel::set_kv_layer_dtypes(std::vector<DType> layer_dtypes) {
   CudaModelOptions o = m.options;
   o.kv_layer_dtypes = std::move(layer_dtypes);
   const kv::KvSpec spec = pool_spec(m.config, o);
-  const bool int4 = kv::needs_residual_pool(spec);
-  if (int4 && !m.res_layout) {
+  const bool int4 = kv::needs_newest_blocks_group(spec);
+  if (int4 && !m.newest_layout) {
     return Status::InvalidArgument(
-        "an int4 layer needs the residual pool, and this model was created without one");
+        "an int4 layer needs the newest-blocks pool, and this model was created without one");
   }
   // Free the old pool first: the new one is sized from the same budget.
   m.mover.reset();
   m.pool = cuda::DeviceBuffer{};
   m.options.kv_layer_dtypes = std::move(o.kv_layer_dtypes);
   m.layout = kv::KvLayout(spec, m.options.block_size, m.layout.static_scales());
-  if (!int4 && m.res_layout) {
-    m.res_mover.reset();
-    m.res_pool = cuda::DeviceBuffer{};
-    m.res_layout.reset();
-    m.options.num_residual_blocks = 0;
-    m.info.num_residual_blocks = 0;
-    m.info.residual_pool_bytes = 0;
+  if (!int4 && m.newest_layout) {
+    m.newest_mover.reset();
+    m.newest_pool = cuda::DeviceBuffer{};
+    m.newest_layout.reset();
+    m.options.num_newest_blocks = 0;
+    m.info.num_newest_blocks = 0;
+    m.info.newest_pool_bytes = 0;
     STRATA_RETURN_IF_ERROR(m.make_graph_inputs(0));
   }
   try {

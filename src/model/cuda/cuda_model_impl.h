@@ -76,13 +76,13 @@ struct CudaModel::Impl {
   CudaStepInputs inputs;
   cuda::DeviceBuffer pool;
   std::unique_ptr<CudaBlockMover> mover;  // made with the pool
-  // INT4 only (some layer is I4): the KV residual pool -- bf16 blocks of kv::residual_spec's
-  // shape, addressed by the batch's res_* arrays and residual slot mapping -- its mover, and the
-  // prefill kernel's log-sum-exp scratch for max_num_tokens rows. (`residual` above is the
-  // activations' residual stream, another thing.)
-  std::optional<kv::KvLayout> res_layout;
-  cuda::DeviceBuffer res_pool;
-  std::unique_ptr<CudaBlockMover> res_mover;
+  // INT4 only (some layer is I4): the newest-blocks group's pool -- bf16 blocks of
+  // kv::newest_blocks_spec's shape, addressed by the batch's view of that group (its layout and
+  // slot mapping) -- its mover, and the prefill kernel's log-sum-exp scratch for max_num_tokens
+  // rows. (`residual` above is the activations' residual stream, another thing.)
+  std::optional<kv::KvLayout> newest_layout;
+  cuda::DeviceBuffer newest_pool;
+  std::unique_ptr<CudaBlockMover> newest_mover;
   cuda::DeviceBuffer lse_workspace;
 
   int64_t q_width() const { return config.num_attention_heads * config.head_dim; }
@@ -99,28 +99,28 @@ struct CudaModel::Impl {
         gemm(std::move(g)),
         weights(std::move(w)) {}
 
-  bool has_residual_pool() const { return kv::needs_residual_pool(layout.spec()); }
+  bool has_newest_blocks_group() const { return kv::needs_newest_blocks_group(layout.spec()); }
   void allocate_scratch();
-  // The residual pool (INT4), then the KV pool from what is left of the budget.
-  void allocate_residual_pool();
-  // The KV pool from the budget (and first the residual pool, when the layout needs one and it
-  // is not there yet). Throws strata::Error when no room is left.
+  // The newest-blocks pool (INT4), then the KV pool from what is left of the budget.
+  void allocate_newest_pool();
+  // The KV pool from the budget (and first the newest-blocks pool, when the layout needs one and
+  // it is not there yet). Throws strata::Error when no room is left.
   void allocate_pool();
   // The decode graphs' fixed inputs for the options' sequences and lengths (none when eager), with
-  // R residual entries per sequence (0 without an int4 layer).
-  Status make_graph_inputs(int32_t residual_window_blocks);
+  // room for R + 1 newest-blocks entries per sequence, R = newest_blocks (0 without an int4 layer).
+  Status make_graph_inputs(int32_t newest_blocks);
   Status run_layer(int32_t l, const CudaStepInputs::Device& in);
   // Copies layer l's attention output to the capture's host buffer (when one is set for l).
   Status capture_attention(int32_t l, const CudaStepInputs::Device& in);
   // One forward pass of tokens (one sequence, positions 0..n-1, in chunks of max_num_tokens)
-  // through a scratch pool of `scratch_layout` (and a scratch residual pool when it has an int4
-  // layer, its window the options'); the serving pools are untouched. logits, when not empty,
+  // through a scratch pool of `scratch_layout` (and a scratch newest-blocks pool when it has an
+  // int4 layer, its R the options'); the serving pools are untouched. logits, when not empty,
   // gets [n x vocab] (pinned host memory copies fastest); *scratch_pool, when set, the scratch
   // pool after the pass.
   Status calibration_pass(std::span<const int32_t> tokens, const kv::KvLayout& scratch_layout,
                           std::span<float> logits, cuda::DeviceBuffer* scratch_pool);
-  // q/k norms and RoPE with the fused KV append; for an INT4 layer the rows go to the residual
-  // pool and the blocks they fill are quantized into the int4 pool after.
+  // q/k norms and RoPE with the fused KV append; for an INT4 layer the rows go to the
+  // newest-blocks pool and the blocks they fill are quantized into the int4 pool after.
   Status rope_and_append(int32_t l, const CudaLayerWeights& w, const CudaStepInputs::Device& in);
   Status run_attention(int32_t l, const CudaStepInputs::Device& in);
   // Whole-block copies inside one device pool (copy-on-write), waited for.

@@ -21,14 +21,20 @@ size_t pack(std::byte* base, size_t& cursor, const T* src, size_t n) {
   return at;
 }
 
+// The batch's newest-blocks group (INT4), or null without one.
+const GroupBatchView* newest_view(const ForwardBatch& b) {
+  const int32_t g = b.newest_group();
+  return g >= 1 ? &b.groups[static_cast<size_t>(g) - 1] : nullptr;
+}
+
 }  // namespace
 
 Result<CudaStepInputs> CudaStepInputs::create(int32_t max_num_tokens, int32_t max_num_seqs) {
   CudaStepInputs in;
   // Tokens: ids, positions, logits / sample rows (4 bytes each) and slots (8; INT4: 8 more for
-  // the residual slots); sequences: three indptr-like arrays and the sampling specs (28 bytes;
-  // INT4: 8 more for the residual indptr and first blocks); block ids: room for 64 blocks per
-  // sequence (INT4: and 4 residual entries) before the first growth.
+  // the newest-blocks group's slots); sequences: three indptr-like arrays and the sampling specs
+  // (28 bytes; INT4: 8 more for the newest-blocks group's indptr and first blocks); block ids:
+  // room for 64 blocks per sequence (INT4: and 4 newest-blocks entries) before the first growth.
   const auto tokens = static_cast<size_t>(max_num_tokens);
   const auto seqs = static_cast<size_t>(max_num_seqs) + 1;
   STRATA_RETURN_IF_ERROR(in.reserve(tokens * 32 + seqs * 48 + seqs * 68 * 4 + 512));
@@ -52,11 +58,15 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
   const size_t num_tokens = b.token_ids.size();
   const auto num_seqs = static_cast<size_t>(b.layout.num_seqs);
   const auto nnz = static_cast<size_t>(b.layout.kv_indptr[num_seqs]);
-  // INT4 (validate_step_residual passed): the residual entries and slots travel too.
-  const bool int4 = b.layout.residual_blocks > 0;
-  const auto res_nnz = int4 ? static_cast<size_t>(b.layout.res_indptr[num_seqs]) : 0;
-  const size_t res_seqs = int4 ? num_seqs : 0;
-  const size_t res_tokens = int4 ? num_tokens : 0;
+  // INT4 (validate_step_group passed for the newest-blocks group): its entries and slots travel
+  // too.
+  const GroupBatchView* newest = newest_view(b);
+  const bool int4 = newest != nullptr;
+  const PagedKvLayout newest_layout = int4 ? newest->layout : PagedKvLayout{};
+  const auto newest_nnz = int4 ? static_cast<size_t>(newest_layout.kv_indptr[num_seqs]) : 0;
+  const size_t newest_seqs = int4 ? num_seqs : 0;
+  const size_t newest_tokens = int4 ? num_tokens : 0;
+  const int64_t* newest_slot_src = int4 ? newest->slot_mapping.data() : nullptr;
   // Measure, grow if needed, then pack for real.
   const size_t num_samples = b.sample_specs.size();
   std::vector<float> temperature(num_samples), top_p(num_samples), min_p(num_samples);
@@ -87,10 +97,11 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     const size_t p = pack(base, cursor, top_p.data(), num_samples);
     const size_t mp = pack(base, cursor, min_p.data(), num_samples);
     const size_t seed = pack(base, cursor, seeds.data(), num_samples);
-    const size_t res_indptr = pack(base, cursor, b.layout.res_indptr, int4 ? num_seqs + 1 : 0);
-    const size_t res_indices = pack(base, cursor, b.layout.res_indices, res_nnz);
-    const size_t res_first = pack(base, cursor, b.layout.res_first_block, res_seqs);
-    const size_t res_slots = pack(base, cursor, b.residual_slot_mapping.data(), res_tokens);
+    const size_t newest_indptr =
+        pack(base, cursor, newest_layout.kv_indptr, int4 ? num_seqs + 1 : 0);
+    const size_t newest_indices = pack(base, cursor, newest_layout.kv_indices, newest_nnz);
+    const size_t newest_first = pack(base, cursor, newest_layout.first_block, newest_seqs);
+    const size_t newest_slots = pack(base, cursor, newest_slot_src, newest_tokens);
     if (base == nullptr) {
       STRATA_RETURN_IF_ERROR(reserve(cursor));
       continue;
@@ -115,11 +126,14 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     out.layout.num_seqs = b.layout.num_seqs;
     out.layout.block_size = b.layout.block_size;
     if (int4) {
-      out.residual_slot_mapping = reinterpret_cast<const int64_t*>(d + res_slots);
-      out.layout.res_indptr = reinterpret_cast<const int32_t*>(d + res_indptr);
-      out.layout.res_indices = reinterpret_cast<const int32_t*>(d + res_indices);
-      out.layout.res_first_block = reinterpret_cast<const int32_t*>(d + res_first);
-      out.layout.residual_blocks = b.layout.residual_blocks;
+      out.newest_slot_mapping = reinterpret_cast<const int64_t*>(d + newest_slots);
+      out.newest_layout.kv_indptr = reinterpret_cast<const int32_t*>(d + newest_indptr);
+      out.newest_layout.kv_indices = reinterpret_cast<const int32_t*>(d + newest_indices);
+      out.newest_layout.kv_last_page_len = out.layout.kv_last_page_len;
+      out.newest_layout.first_block = reinterpret_cast<const int32_t*>(d + newest_first);
+      out.newest_layout.num_seqs = b.layout.num_seqs;
+      out.newest_layout.block_size = b.layout.block_size;
+      out.newest_blocks = newest->newest_blocks;
     }
     out.num_tokens = static_cast<int32_t>(num_tokens);
     out.num_logits_rows = static_cast<int32_t>(b.logits_rows.size());
@@ -158,11 +172,11 @@ Result<const int32_t*> CudaStepInputs::upload_block_pairs(std::span<const kv::Bl
 namespace strata::model {
 namespace {
 
-// The fixed layout's byte offsets for s sequences (= tokens), n block ids and r residual entries
-// (r = 0: no residual arrays, each of them empty).
+// The fixed layout's byte offsets for s sequences (= tokens), n block ids and r entries of the
+// newest-blocks group (r = 0: no such group, each of its arrays empty).
 struct FixedLayout {
   size_t ids, pos, q_indptr, kv_indptr, kv_indices, last_len, slots, rows, temp, top_k, top_p,
-      min_p, seeds, res_indptr, res_indices, res_first, res_slots, total;
+      min_p, seeds, newest_indptr, newest_indices, newest_first, newest_slots, total;
   FixedLayout(size_t s, size_t n, size_t r) {
     size_t at = 0;
     auto take = [&at](size_t bytes) {
@@ -183,67 +197,70 @@ struct FixedLayout {
     top_p = take(s * 4);
     min_p = take(s * 4);
     seeds = take(s * 8);
-    const size_t res_s = r > 0 ? s : 0;
-    res_indptr = take(r > 0 ? (s + 1) * 4 : 0);
-    res_indices = take(r * 4);
-    res_first = take(res_s * 4);
-    res_slots = take(res_s * 8);
+    const size_t newest_s = r > 0 ? s : 0;
+    newest_indptr = take(r > 0 ? (s + 1) * 4 : 0);
+    newest_indices = take(r * 4);
+    newest_first = take(newest_s * 4);
+    newest_slots = take(newest_s * 8);
     total = at;
   }
 };
 
-// Residual entries a fixed input set holds per sequence for R (0 without residual arrays).
-size_t fixed_residual_per_seq(int32_t r) { return r > 0 ? static_cast<size_t>(r) + 1 : 0; }
+// Newest-blocks entries a fixed input set holds per sequence for R (0 without that group).
+size_t fixed_newest_per_seq(int32_t r) { return r > 0 ? static_cast<size_t>(r) + 1 : 0; }
 
-// The residual arrays of a fixed input set at h: the batch's entries, then padded sequences with
-// none (res_first_block 0) whose one token's residual slot is -1.
-void pack_fixed_residual(const ForwardBatch& b, const FixedLayout& l, size_t padded, std::byte* h) {
-  auto* res_indptr = reinterpret_cast<int32_t*>(h + l.res_indptr);
-  auto* res_first = reinterpret_cast<int32_t*>(h + l.res_first);
-  auto* res_slots = reinterpret_cast<int64_t*>(h + l.res_slots);
+// The newest-blocks group's arrays of a fixed input set at h: the batch's entries (view), then
+// padded sequences with none (first_block 0) whose one token's slot is -1.
+void pack_fixed_newest(const ForwardBatch& b, const GroupBatchView& view, const FixedLayout& l,
+                       size_t padded, std::byte* h) {
+  const PagedKvLayout& g = view.layout;
+  auto* indptr = reinterpret_cast<int32_t*>(h + l.newest_indptr);
+  auto* first = reinterpret_cast<int32_t*>(h + l.newest_first);
+  auto* slots = reinterpret_cast<int64_t*>(h + l.newest_slots);
   const auto n = static_cast<size_t>(b.layout.num_seqs);
-  const auto res_nnz = static_cast<size_t>(b.layout.res_indptr[n]);
-  std::memcpy(h + l.res_indices, b.layout.res_indices, res_nnz * 4);
-  res_indptr[0] = 0;
+  const auto nnz = static_cast<size_t>(g.kv_indptr[n]);
+  std::memcpy(h + l.newest_indices, g.kv_indices, nnz * 4);
+  indptr[0] = 0;
   for (size_t s = 0; s < padded; ++s) {
     const bool real = s < n;
-    res_indptr[s + 1] = real ? b.layout.res_indptr[s + 1] : static_cast<int32_t>(res_nnz);
-    res_first[s] = real ? b.layout.res_first_block[s] : 0;
-    res_slots[s] = real ? b.residual_slot_mapping[s] : -1;
+    indptr[s + 1] = real ? g.kv_indptr[s + 1] : static_cast<int32_t>(nnz);
+    first[s] = real ? g.first_block[s] : 0;
+    slots[s] = real ? view.slot_mapping[s] : -1;
   }
 }
 
 }  // namespace
 
-Result<CudaStepInputs> CudaStepInputs::create_fixed(int32_t max_num_seqs, int32_t max_blocks_per_seq,
-                                                    int32_t residual_window_blocks) {
+Result<CudaStepInputs> CudaStepInputs::create_fixed(int32_t max_num_seqs,
+                                                    int32_t max_blocks_per_seq,
+                                                    int32_t newest_blocks) {
   CudaStepInputs in;
   const auto seqs = static_cast<size_t>(max_num_seqs);
   const FixedLayout l(seqs, seqs * static_cast<size_t>(max_blocks_per_seq),
-                      seqs * fixed_residual_per_seq(residual_window_blocks));
+                      seqs * fixed_newest_per_seq(newest_blocks));
   STRATA_RETURN_IF_ERROR(in.reserve(l.total));
   in.fixed_seqs_ = max_num_seqs;
   in.fixed_blocks_per_seq_ = max_blocks_per_seq;
-  in.fixed_residual_blocks_ = residual_window_blocks;
+  in.fixed_newest_blocks_ = newest_blocks;
   return in;
 }
 
 bool CudaStepInputs::fits_fixed(const ForwardBatch& b) const {
   const int32_t n = b.layout.num_seqs;
+  const GroupBatchView* newest = newest_view(b);
+  const int32_t newest_blocks = newest != nullptr ? newest->newest_blocks : 0;
   if (fixed_seqs_ == 0 || n > fixed_seqs_ || !b.logits_rows.empty() ||
-      static_cast<int32_t>(b.token_ids.size()) != n || static_cast<int32_t>(b.sample_rows.size()) != n ||
-      b.layout.residual_blocks != fixed_residual_blocks_) {
+      static_cast<int32_t>(b.token_ids.size()) != n ||
+      static_cast<int32_t>(b.sample_rows.size()) != n || newest_blocks != fixed_newest_blocks_) {
     return false;
   }
-  const auto res_per_seq = static_cast<int32_t>(fixed_residual_per_seq(fixed_residual_blocks_));
+  const auto newest_per_seq = static_cast<int32_t>(fixed_newest_per_seq(fixed_newest_blocks_));
   for (int32_t s = 0; s < n; ++s) {
     if (b.sample_rows[static_cast<size_t>(s)] != s || b.q_indptr[static_cast<size_t>(s) + 1] != s + 1 ||
         b.layout.num_blocks(s) > fixed_blocks_per_seq_) {
       return false;
     }
-    if (res_per_seq > 0 && b.layout.res_indptr[s + 1] - b.layout.res_indptr[s] > res_per_seq) {
-      return false;
-    }
+    if (newest_per_seq > 0 && newest->layout.num_blocks(s) > newest_per_seq) return false;
   }
   return true;
 }
@@ -253,7 +270,7 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
                                                             cudaStream_t stream) {
   const auto cap = static_cast<size_t>(fixed_seqs_);
   const FixedLayout l(cap, cap * static_cast<size_t>(fixed_blocks_per_seq_),
-                      cap * fixed_residual_per_seq(fixed_residual_blocks_));
+                      cap * fixed_newest_per_seq(fixed_newest_blocks_));
   const auto n = static_cast<size_t>(b.layout.num_seqs);
   const auto padded = static_cast<size_t>(padded_seqs);
   std::byte* h = host_.get();
@@ -290,8 +307,10 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
     min_p[s] = spec.min_p;
     seeds[s] = spec.seed;
   }
-  const bool int4 = fixed_residual_blocks_ > 0;
-  if (int4) pack_fixed_residual(b, l, padded, h);
+  // fits_fixed: a newest-blocks group exactly when the fixed set has room for one.
+  const GroupBatchView* newest = newest_view(b);
+  const bool int4 = fixed_newest_blocks_ > 0;
+  if (int4) pack_fixed_newest(b, *newest, l, padded, h);
   STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), l.total, cudaMemcpyHostToDevice,
                                     stream));
   const std::byte* d = static_cast<const std::byte*>(device_.data());
@@ -312,11 +331,14 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
   out.layout.num_seqs = padded_seqs;
   out.layout.block_size = b.layout.block_size;
   if (int4) {
-    out.residual_slot_mapping = reinterpret_cast<const int64_t*>(d + l.res_slots);
-    out.layout.res_indptr = reinterpret_cast<const int32_t*>(d + l.res_indptr);
-    out.layout.res_indices = reinterpret_cast<const int32_t*>(d + l.res_indices);
-    out.layout.res_first_block = reinterpret_cast<const int32_t*>(d + l.res_first);
-    out.layout.residual_blocks = fixed_residual_blocks_;
+    out.newest_slot_mapping = reinterpret_cast<const int64_t*>(d + l.newest_slots);
+    out.newest_layout.kv_indptr = reinterpret_cast<const int32_t*>(d + l.newest_indptr);
+    out.newest_layout.kv_indices = reinterpret_cast<const int32_t*>(d + l.newest_indices);
+    out.newest_layout.kv_last_page_len = out.layout.kv_last_page_len;
+    out.newest_layout.first_block = reinterpret_cast<const int32_t*>(d + l.newest_first);
+    out.newest_layout.num_seqs = padded_seqs;
+    out.newest_layout.block_size = b.layout.block_size;
+    out.newest_blocks = fixed_newest_blocks_;
   }
   out.num_tokens = padded_seqs;
   out.num_logits_rows = 0;

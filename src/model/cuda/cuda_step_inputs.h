@@ -1,9 +1,9 @@
 #pragma once
 // CudaStepInputs: the per-step index arrays of a ForwardBatch (token ids, positions, query and
-// KV indptr, block ids, last-block lengths, slot mapping, logits rows; for INT4 the residual
-// entries and residual slot mapping too) packed into one pinned
-// host buffer and sent to the device in one copy, and the host-side validation that must pass
-// first (model/forward_batch_check.h): the device trusts these values, so an id outside the
+// KV indptr, block ids, last-block lengths, slot mapping, logits rows; for INT4 the newest-blocks
+// group's indptr, block ids, first blocks and slot mapping too) packed into one pinned host
+// buffer and sent to the device in one copy, and the host-side validation that must pass first
+// (model/forward_batch_check.h): the device trusts these values, so an id outside the
 // vocabulary or a block outside the pool would read or write another request's memory.
 //
 // Owns a pinned host buffer and a device buffer that grow when a batch needs more (rare: their
@@ -33,8 +33,9 @@ class CudaStepInputs {
     const int32_t* positions = nullptr;     // [num_tokens]
     const int32_t* q_indptr = nullptr;      // [num_seqs + 1]
     const int64_t* slot_mapping = nullptr;  // [num_tokens]
-    // INT4 batches (layout.residual_blocks > 0): each token's residual-pool slot; null otherwise.
-    const int64_t* residual_slot_mapping = nullptr;  // [num_tokens]
+    // INT4 batches (with a newest-blocks group): each token's slot in that group's pool; null
+    // otherwise.
+    const int64_t* newest_slot_mapping = nullptr;  // [num_tokens]
     // [num_logits_rows + num_sample_rows]: the logits rows, then the sample rows
     const int32_t* logits_rows = nullptr;
     // Per sample row (DeviceSampleSpec, as arrays).
@@ -43,7 +44,12 @@ class CudaStepInputs {
     const float* top_p = nullptr;
     const float* min_p = nullptr;
     const uint64_t* seeds = nullptr;
-    PagedKvLayout layout;                   // device pointers (the res_* arrays for INT4)
+    PagedKvLayout layout;  // group 0's, device pointers
+    // INT4 batches: the newest-blocks group's layout (device pointers, first_block set; its
+    // kv_last_page_len is layout's array, the same values by validate_step_group) and its R.
+    // Empty and 0 otherwise.
+    PagedKvLayout newest_layout;
+    int32_t newest_blocks = 0;
     int32_t num_tokens = 0;
     int32_t num_logits_rows = 0;
     int32_t num_sample_rows = 0;
@@ -57,19 +63,19 @@ class CudaStepInputs {
   static Result<CudaStepInputs> create(int32_t max_num_tokens, int32_t max_num_seqs);
   // Inputs for CUDA graphs: every array at a fixed device address for up to max_num_seqs
   // one-token sequences of up to max_blocks_per_seq blocks each (never reallocated).
-  // residual_window_blocks: R of the INT4 batches to replay, whose residual arrays then get room
-  // for R + 1 entries per sequence (KvCacheManager::allocate_slots leaves a decode step at most
-  // R; the spare admits a table pruned one block late); 0 = no residual arrays.
+  // newest_blocks: R of the INT4 batches to replay, whose newest-blocks group's arrays then get
+  // room for R + 1 entries per sequence (KvCacheManager::allocate_slots leaves a decode step at
+  // most R; the spare admits a table pruned one block late); 0 = no newest-blocks group.
   static Result<CudaStepInputs> create_fixed(int32_t max_num_seqs, int32_t max_blocks_per_seq,
-                                             int32_t residual_window_blocks = 0);
+                                             int32_t newest_blocks = 0);
   CudaStepInputs() = default;
 
   // A decode step a graph can replay: one new token per sequence, every row sampled on the device
-  // (sample row i = token i), no logits rows, layout.residual_blocks equal to create_fixed's R,
-  // within the fixed capacity.
+  // (sample row i = token i), no logits rows, a newest-blocks group of create_fixed's R (none
+  // exactly when that R is 0), within the fixed capacity.
   bool fits_fixed(const ForwardBatch& batch) const;
   // Packs a batch that fits_fixed() into the fixed arrays, padded to padded_seqs sequences (a
-  // padded sequence has no blocks, no residual entries and one token whose slots are -1, sampled
+  // padded sequence has no blocks in any group and one token whose slots are -1, sampled
   // greedily), and copies it (asynchronous on stream). The pointers are the same on every call.
   // Every sequence is a decode sequence; max_kv_len is set to kv_bound, the graph's upper bound,
   // which sizes the attention plan baked into the graph.
@@ -92,7 +98,7 @@ class CudaStepInputs {
   cuda::DeviceBuffer device_;
   int32_t fixed_seqs_ = 0;        // create_fixed's capacity (0: not a fixed input set)
   int32_t fixed_blocks_per_seq_ = 0;
-  int32_t fixed_residual_blocks_ = 0;  // create_fixed's R (0: no residual arrays)
+  int32_t fixed_newest_blocks_ = 0;  // create_fixed's R (0: no newest-blocks group)
 };
 
 }  // namespace strata::model

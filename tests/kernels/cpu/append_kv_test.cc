@@ -118,7 +118,8 @@ TEST(AppendKvTest, WritesEachTokenAtItsSlotAndSkipsPadding) {
   const std::vector<float> k = token_rows(n, 1);
   const std::vector<float> v = token_rows(n, 2);
   for (DType dtype : kAttentionKvDTypes) {
-    if (dtype == DType::kI4) continue;  // a block at a time, from a residual pool: AppendKvInt4Test
+    if (dtype == DType::kI4)
+      continue;  // a block at a time, from a newest-blocks pool: AppendKvInt4Test
     for (int threads : {1, 3}) {
       AppendFixture f(dtype);
       write_expected(f.view(f.expected), k, v, slots);
@@ -308,31 +309,31 @@ TEST(AppendKvTest, Int8RowsDecodeWithinHalfAStepAndExtremesAreExact) {
   EXPECT_EQ(codes[4], 127);
 }
 
-// ---- INT4: full-precision rows to the residual pool, int4 blocks when they fill --------------
+// ---- INT4: full-precision rows to the newest-blocks pool, int4 blocks when they fill ---------
 
-// An I4 layout and its F32 residual pool; cache block b's residual copy is residual block
+// An I4 layout and its F32 newest-blocks pool; cache block b's full-precision copy is block
 // kMirror[b] (another order, as the engine's allocator would give).
 struct Int4Fixture {
   static constexpr int32_t kMirror[kNumBlocks] = {0, 4, 5, 1, 2, 3};
 
   Int4Fixture()
       : layout(kv::KvSpec{2, kNumKvHeads, kHeadDim, DType::kI4}, kBlockSize),
-        residual_layout(kv::KvSpec{2, kNumKvHeads, kHeadDim, DType::kF32}, kBlockSize),
+        newest_layout(kv::KvSpec{2, kNumKvHeads, kHeadDim, DType::kF32}, kBlockSize),
         pool(static_cast<size_t>(layout.pool_bytes(kNumBlocks)), 0xFF),
-        residual(static_cast<size_t>(residual_layout.pool_bytes(kNumBlocks)), 0xFF),
+        newest_pool(static_cast<size_t>(newest_layout.pool_bytes(kNumBlocks)), 0xFF),
         expected(pool),
-        expected_residual(residual) {}
+        expected_newest(newest_pool) {}
 
   // -1 for -1; a slot beyond the pool maps to itself (for the OutOfRange cases).
-  static int64_t residual_slot(int64_t slot) {
+  static int64_t newest_slot(int64_t slot) {
     if (slot < 0 || slot >= kNumBlocks * kBlockSize) return slot;
     return kMirror[slot / kBlockSize] * kBlockSize + slot % kBlockSize;
   }
 
   AppendKvParams params(const std::vector<float>& k, const std::vector<float>& v,
-                        const std::vector<int64_t>& slots, std::vector<int64_t>& residual_slots) {
-    residual_slots.clear();
-    for (const int64_t s : slots) residual_slots.push_back(residual_slot(s));
+                        const std::vector<int64_t>& slots, std::vector<int64_t>& newest_slots) {
+    newest_slots.clear();
+    for (const int64_t s : slots) newest_slots.push_back(newest_slot(s));
     AppendKvParams p;
     p.k = k.data();
     p.v = v.data();
@@ -340,20 +341,20 @@ struct Int4Fixture {
     p.num_tokens = static_cast<int64_t>(slots.size());
     p.cache = layout.layer_view(pool.data(), 1);
     p.num_cache_blocks = kNumBlocks;
-    p.residual_slot_mapping = residual_slots.data();
-    p.residual = residual_layout.layer_view(residual.data(), 1);
-    p.num_residual_blocks = kNumBlocks;
+    p.newest_slot_mapping = newest_slots.data();
+    p.newest = newest_layout.layer_view(newest_pool.data(), 1);
+    p.num_newest_blocks = kNumBlocks;
     return p;
   }
 
-  // The expected pools after appending rows k / v at slots: residual rows copied, and each
-  // block whose last slot is among them quantized (by the reference) from the expected residual.
+  // The expected pools after appending rows k / v at slots: full-precision rows copied, and each
+  // block whose last slot is among them quantized (by the reference) from the expected newest_pool.
   void expect(const std::vector<float>& k, const std::vector<float>& v,
               const std::vector<int64_t>& slots) {
-    const PagedKvCacheView res = residual_layout.layer_view(expected_residual.data(), 1);
+    const PagedKvCacheView res = newest_layout.layer_view(expected_newest.data(), 1);
     for (size_t t = 0; t < slots.size(); ++t) {
       if (slots[t] == -1) continue;
-      const int64_t r = residual_slot(slots[t]);
+      const int64_t r = newest_slot(slots[t]);
       for (int32_t h = 0; h < kNumKvHeads; ++h) {
         const size_t row = (t * kNumKvHeads + static_cast<size_t>(h)) * kHeadDim;
         const auto block = static_cast<int32_t>(r / kBlockSize);
@@ -375,18 +376,18 @@ struct Int4Fixture {
 
   bool pools_as_expected() const {
     return std::memcmp(pool.data(), expected.data(), pool.size()) == 0 &&
-           std::memcmp(residual.data(), expected_residual.data(), residual.size()) == 0;
+           std::memcmp(newest_pool.data(), expected_newest.data(), newest_pool.size()) == 0;
   }
 
   kv::KvLayout layout;
-  kv::KvLayout residual_layout;
-  std::vector<uint8_t> pool, residual, expected, expected_residual;
+  kv::KvLayout newest_layout;
+  std::vector<uint8_t> pool, newest_pool, expected, expected_newest;
 };
 
 TEST(AppendKvInt4Test, QuantizesABlockOnlyWhenItsLastSlotIsWritten) {
   // Call 1: block 2's first 10 tokens (a partial block: its int4 area must stay untouched), all
   // of block 4 in shuffled order (filled: quantized), padding. Call 2: the rest of block 2, whose
-  // first tokens are only in the residual pool now.
+  // first tokens are only in the newest-blocks pool now.
   std::vector<int64_t> first = {-1};
   for (int64_t i = 0; i < 10; ++i) first.push_back(2 * 16 + i);
   for (int64_t i = 15; i >= 0; --i) first.push_back(4 * 16 + (i * 7) % 16);
@@ -396,7 +397,7 @@ TEST(AppendKvInt4Test, QuantizesABlockOnlyWhenItsLastSlotIsWritten) {
   for (int threads : {1, 3}) {
     Int4Fixture f;
     ThreadPool pool(threads);
-    std::vector<int64_t> residual_slots;
+    std::vector<int64_t> newest_slots;
     int salt = 0;
     for (const std::vector<int64_t>* slots : {&first, &second}) {
       const auto n = static_cast<int64_t>(slots->size());
@@ -404,7 +405,7 @@ TEST(AppendKvInt4Test, QuantizesABlockOnlyWhenItsLastSlotIsWritten) {
       const std::vector<float> v = token_rows(n, 22 + salt);
       salt += 2;
       f.expect(k, v, *slots);
-      ASSERT_TRUE(append_kv(f.params(k, v, *slots, residual_slots), pool).ok());
+      ASSERT_TRUE(append_kv(f.params(k, v, *slots, newest_slots), pool).ok());
       EXPECT_TRUE(f.pools_as_expected()) << "threads " << threads << " call " << salt / 2;
       if (slots == &first) {
         // Block 2's int4 area (codes and statistics of layer 1) is still all 0xFF.
@@ -425,8 +426,8 @@ TEST(AppendKvInt4Test, AppendedBlocksReadBackAsDocumented) {
   for (int64_t i = 0; i < 16; ++i) slots.push_back(3 * 16 + i);
   const std::vector<float> k = token_rows(16, 31);
   const std::vector<float> v = token_rows(16, 32);
-  std::vector<int64_t> residual_slots;
-  const AppendKvParams p = f.params(k, v, slots, residual_slots);
+  std::vector<int64_t> newest_slots;
+  const AppendKvParams p = f.params(k, v, slots, newest_slots);
   ASSERT_TRUE(append_kv(p, pool).ok());
   for (const KvPart part : {KvPart::kK, KvPart::kV}) {
     std::vector<float> portable(5 * kHeadDim);
@@ -453,21 +454,21 @@ TEST(AppendKvInt4Test, AppendedBlocksReadBackAsDocumented) {
   }
 }
 
-TEST(AppendKvInt4Test, RejectsBadResidualSlotsAndViewsWithoutWriting) {
+TEST(AppendKvInt4Test, RejectsBadNewestBlocksSlotsAndViewsWithoutWriting) {
   const std::vector<float> k = token_rows(2, 1);
   const std::vector<float> v = token_rows(2, 2);
   Int4Fixture f;
   ThreadPool pool(1);
   const auto code_of = [&](std::vector<int64_t> slots, auto mutate) {
-    std::vector<int64_t> residual_slots;
-    AppendKvParams p = f.params(k, v, slots, residual_slots);
-    mutate(p, residual_slots);
+    std::vector<int64_t> newest_slots;
+    AppendKvParams p = f.params(k, v, slots, newest_slots);
+    mutate(p, newest_slots);
     return append_kv(p, pool).code();
   };
   using Slots = std::vector<int64_t>;
   const StatusCode kInvalid = StatusCode::kInvalidArgument;
   // 31 fills block 1: a call that went through would quantize it.
-  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.residual_slot_mapping = nullptr; }),
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.newest_slot_mapping = nullptr; }),
             kInvalid);
   EXPECT_EQ(code_of({30, 31}, [](AppendKvParams&, Slots& r) { r[0] = -1; }), kInvalid);
   EXPECT_EQ(code_of({-1, 31}, [](AppendKvParams&, Slots& r) { r[0] = 5; }), kInvalid);
@@ -476,21 +477,21 @@ TEST(AppendKvInt4Test, RejectsBadResidualSlotsAndViewsWithoutWriting) {
             StatusCode::kOutOfRange);
   EXPECT_EQ(code_of({30, 31}, [](AppendKvParams&, Slots& r) { r[1] = kNumBlocks * 16 + 15; }),
             StatusCode::kOutOfRange);
-  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.num_residual_blocks = -1; }),
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.num_newest_blocks = -1; }),
             kInvalid);
-  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.residual.dtype = DType::kBF16; }),
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.newest.dtype = DType::kBF16; }),
             kInvalid);
-  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.residual.num_kv_heads = 1; }),
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.newest.num_kv_heads = 1; }),
             kInvalid);
-  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.residual.v_data = nullptr; }),
+  EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.newest.v_data = nullptr; }),
             kInvalid);
   EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.cache.v_zero_data = nullptr; }),
             kInvalid);
   EXPECT_EQ(code_of({30, 31}, [](AppendKvParams& p, Slots&) { p.cache.head_dim = 23; }), kInvalid);
   EXPECT_EQ(code_of({30, 6 * 16}, [](AppendKvParams&, Slots&) {}), StatusCode::kOutOfRange);
   EXPECT_TRUE(f.pools_as_expected());
-  // Without num_residual_blocks the residual upper bound is the caller's; -1 still skips.
-  EXPECT_EQ(code_of({-1, -1}, [](AppendKvParams& p, Slots&) { p.num_residual_blocks = 0; }),
+  // Without num_newest_blocks the newest-blocks upper bound is the caller's; -1 still skips.
+  EXPECT_EQ(code_of({-1, -1}, [](AppendKvParams& p, Slots&) { p.num_newest_blocks = 0; }),
             StatusCode::kOk);
   EXPECT_TRUE(f.pools_as_expected());
 }

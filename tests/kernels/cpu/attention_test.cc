@@ -70,10 +70,10 @@ TEST_P(PagedAttentionSweep, MatchesFloat64Reference) {
       cfg.head_dim = head_dim;
       cfg.block_size = block_size;
       cfg.dtype = dtype;
-      // I4 reads its newest R blocks from the residual pool: R = 1 and 3.
+      // I4 reads its newest R blocks from the newest-blocks group: R = 1 and 3.
       for (const int32_t r :
            dtype == DType::kI4 ? std::vector<int32_t>{1, 3} : std::vector<int32_t>{1}) {
-        cfg.residual_blocks = r;
+        cfg.newest_blocks = r;
         PagedBatch batch(cfg, ragged_batch(kv_len),
                          /*shuffle_seed=*/static_cast<uint32_t>(kv_len));
         ASSERT_TRUE(paged_attention(batch.params(), pool_of(2)).ok());
@@ -200,7 +200,8 @@ TEST(PagedAttentionTest, ChunkedPrefillBitIdenticalToWholePrefill) {
   }
 }
 
-// ---- INT4 (KIVI): residual window, chunking, errors ----------------------------------------
+// ---- INT4 (KIVI): the newest-blocks window, chunking, errors
+// ----------------------------------------
 
 TEST(PagedAttentionInt4Test, SlidingWindowMatchesReference) {
   for (int32_t block_size : {8, 32}) {
@@ -209,7 +210,7 @@ TEST(PagedAttentionInt4Test, SlidingWindowMatchesReference) {
         AttnConfig cfg;
         cfg.dtype = DType::kI4;
         cfg.block_size = block_size;
-        cfg.residual_blocks = r;
+        cfg.newest_blocks = r;
         cfg.sliding_window = window;
         PagedBatch batch(cfg, ragged_batch(97), /*shuffle_seed=*/5);
         ASSERT_TRUE(paged_attention(batch.params(), pool_of(3)).ok());
@@ -227,14 +228,14 @@ TEST(PagedAttentionInt4Test, LongWholePrefillAndChunkOnCachedPrefixMatchReferenc
   cfg.num_kv_heads = 1;
   cfg.head_dim = 32;
   for (int32_t r : {1, 3}) {
-    cfg.residual_blocks = r;
+    cfg.newest_blocks = r;
     PagedBatch batch(cfg, {{2049, 2049, 21}, {37, 2049, 22}, {1, 2049, 23}}, /*shuffle_seed=*/9);
     ASSERT_TRUE(paged_attention(batch.params(), pool_of(2)).ok());
     EXPECT_LT(batch.max_row_error(), Tolerance::kAttention) << "R " << r;
   }
 }
 
-TEST(PagedAttentionInt4Test, TheResidualWindowDecidesWhatIsRead) {
+TEST(PagedAttentionInt4Test, TheNewestBlocksWindowDecidesWhatIsRead) {
   // The reference is only meaningful if int4 and full precision differ visibly: the same decode
   // with R = 1 and R = 3 must differ, and R covering every block must equal an F32 cache.
   const std::vector<SeqSpec> seqs = {{1, 97, 3}};
@@ -243,9 +244,9 @@ TEST(PagedAttentionInt4Test, TheResidualWindowDecidesWhatIsRead) {
   PagedBatch f32(cfg, seqs, 1);
   cfg.dtype = DType::kI4;
   PagedBatch r1(cfg, seqs, 1);
-  cfg.residual_blocks = 3;
+  cfg.newest_blocks = 3;
   PagedBatch r3(cfg, seqs, 1);
-  cfg.residual_blocks = 7;  // blocks 0..6: all of them
+  cfg.newest_blocks = 7;  // blocks 0..6: all of them
   PagedBatch all(cfg, seqs, 1);
   for (PagedBatch* b : {&f32, &r1, &r3, &all}) {
     ASSERT_TRUE(paged_attention(b->params(), pool_of(1)).ok());
@@ -263,12 +264,12 @@ TEST(PagedAttentionInt4Test, ChunkedPrefillBitIdenticalToWholePrefill) {
     AttnConfig cfg;
     cfg.dtype = DType::kI4;
     cfg.block_size = 8;
-    cfg.residual_blocks = r;
+    cfg.newest_blocks = r;
     const int32_t len = 97;
     PagedBatch whole(cfg, {{len, len, 5}}, /*shuffle_seed=*/1);
     ASSERT_TRUE(paged_attention(whole.params(), pool_of(2)).ok());
-    // Chunk boundaries inside blocks and on them; each chunk's residual tables start as late as
-    // allowed, so earlier blocks exist only as int4 codes.
+    // Chunk boundaries inside blocks and on them; each chunk's newest-blocks entries start as late
+    // as allowed, so earlier blocks exist only as int4 codes.
     const std::vector<std::pair<int32_t, int32_t>> chunks = {
         {0, 40}, {40, 41}, {41, 80}, {80, 96}, {96, 97}};
     for (const auto& [begin, end] : chunks) {
@@ -282,13 +283,13 @@ TEST(PagedAttentionInt4Test, ChunkedPrefillBitIdenticalToWholePrefill) {
   }
 }
 
-TEST(PagedAttentionInt4Test, ResidualEntriesBeforeTheWindowAreNotRead) {
-  // Extra residual entries (blocks the engine has not freed yet) change nothing.
+TEST(PagedAttentionInt4Test, NewestBlocksEntriesBeforeTheWindowAreNotRead) {
+  // Extra newest-blocks entries (blocks the engine has not freed yet) change nothing.
   AttnConfig cfg;
   cfg.dtype = DType::kI4;
-  cfg.residual_blocks = 2;
+  cfg.newest_blocks = 2;
   PagedBatch tight(cfg, ragged_batch(97), /*shuffle_seed=*/4);
-  cfg.extra_residual_blocks = 3;
+  cfg.extra_newest_blocks = 3;
   PagedBatch loose(cfg, ragged_batch(97), /*shuffle_seed=*/4);
   ASSERT_TRUE(paged_attention(tight.params(), pool_of(2)).ok());
   ASSERT_TRUE(paged_attention(loose.params(), pool_of(1)).ok());
@@ -296,12 +297,12 @@ TEST(PagedAttentionInt4Test, ResidualEntriesBeforeTheWindowAreNotRead) {
       bit_equal(tight.out().data(), loose.out().data(), static_cast<int64_t>(tight.out().size())));
 }
 
-TEST(PagedAttentionInt4Test, RejectsMissingOrShortResidualTables) {
+TEST(PagedAttentionInt4Test, RejectsMissingOrShortNewestBlocksLayout) {
   AttnConfig cfg;
   cfg.dtype = DType::kI4;
   cfg.block_size = 8;
-  cfg.residual_blocks = 2;
-  // Sequence 0: a chunk of 4 rows at positions 36..39 (block 4): residual from block 3.
+  cfg.newest_blocks = 2;
+  // Sequence 0: a chunk of 4 rows at positions 36..39 (block 4): full precision from block 3.
   PagedBatch batch(cfg, {{4, 40, 1}, {1, 5, 2}}, /*shuffle_seed=*/1);
   const auto code_of = [&](auto mutate) {
     AttentionParams p = batch.params();
@@ -309,28 +310,29 @@ TEST(PagedAttentionInt4Test, RejectsMissingOrShortResidualTables) {
     return paged_attention(p, pool_of(1)).code();
   };
   const StatusCode kInvalid = StatusCode::kInvalidArgument;
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.res_indptr = nullptr; }), kInvalid);
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.res_indices = nullptr; }), kInvalid);
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.res_first_block = nullptr; }), kInvalid);
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.residual_blocks = 0; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.newest.layout.kv_indptr = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.newest.layout.kv_indices = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.newest.layout.first_block = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.newest.blocks = 0; }), kInvalid);
   // R = 3 needs block 2 too, which the tables do not hold.
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.layout.residual_blocks = 3; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.newest.blocks = 3; }), kInvalid);
   const std::vector<int32_t> late_first = {4, 0};
   const std::vector<int32_t> late_indptr = {0, 1, 2};
   EXPECT_EQ(code_of([&](AttentionParams& p) {
-              p.layout.res_first_block = late_first.data();
-              p.layout.res_indptr = late_indptr.data();
+              p.newest.layout.first_block = late_first.data();
+              p.newest.layout.kv_indptr = late_indptr.data();
             }),
             kInvalid);
   const std::vector<int32_t> short_indptr = {0, 1, 2};  // sequence 0 lists 1 of its 2 blocks
-  EXPECT_EQ(code_of([&](AttentionParams& p) { p.layout.res_indptr = short_indptr.data(); }),
+  EXPECT_EQ(code_of([&](AttentionParams& p) { p.newest.layout.kv_indptr = short_indptr.data(); }),
             kInvalid);
   const std::vector<int32_t> negative = {-1, -1, -1};
-  EXPECT_EQ(code_of([&](AttentionParams& p) { p.layout.res_indices = negative.data(); }), kInvalid);
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.residual.dtype = DType::kBF16; }), kInvalid);
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.residual.head_dim = 32; }), kInvalid);
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.residual.k_data = nullptr; }), kInvalid);
-  EXPECT_EQ(code_of([](AttentionParams& p) { p.residual = PagedKvCacheView{}; }), kInvalid);
+  EXPECT_EQ(code_of([&](AttentionParams& p) { p.newest.layout.kv_indices = negative.data(); }),
+            kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.newest.cache.dtype = DType::kBF16; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.newest.cache.head_dim = 32; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.newest.cache.k_data = nullptr; }), kInvalid);
+  EXPECT_EQ(code_of([](AttentionParams& p) { p.newest.cache = PagedKvCacheView{}; }), kInvalid);
   EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.k_zero_data = nullptr; }), kInvalid);
   EXPECT_EQ(code_of([](AttentionParams& p) { p.cache.k_stat_head_stride = 0; }), kInvalid);
   for (float v : batch.out()) ASSERT_TRUE(std::isnan(v));

@@ -6,7 +6,7 @@
 //    attention argmax in at least 99% of 1,000 trials.
 // One KV head, head_dim 128, block size 16; the 128K keys are built once and every dtype's cache
 // once, then only the planted slot changes between trials. INT4 runs with R = 1: only the
-// query's own block is read at full precision (from the residual pool), every other block from
+// query's own block is read at full precision (from the newest-blocks pool), every other block from
 // its int4 codes; planting a needle re-quantizes its block, as a real append would.
 
 #include <gtest/gtest.h>
@@ -128,14 +128,14 @@ class LongCache {
  public:
   explicit LongCache(DType dtype)
       : layout_(kv::KvSpec{1, 1, kHeadDim, dtype}, kBlockSize, fp8_scales(dtype)),
-        residual_layout_(kv::KvSpec{1, 1, kHeadDim, DType::kF32}, kBlockSize),
+        newest_layout_(kv::KvSpec{1, 1, kHeadDim, DType::kF32}, kBlockSize),
         pool_bytes_(static_cast<size_t>(layout_.pool_bytes(kNumBlocks))) {
     view_ = layout_.layer_view(pool_bytes_.data(), 0);
     if (dtype == DType::kI4) {
-      // The residual pool mirrors every block (block b's copy is residual block b): what the
+      // The newest-blocks pool mirrors every block (block b's copy is its block b): what the
       // engine would hold while prefilling the whole context in one chunk.
-      residual_bytes_.resize(static_cast<size_t>(residual_layout_.pool_bytes(kNumBlocks)));
-      residual_ = residual_layout_.layer_view(residual_bytes_.data(), 0);
+      newest_bytes_.resize(static_cast<size_t>(newest_layout_.pool_bytes(kNumBlocks)));
+      newest_ = newest_layout_.layer_view(newest_bytes_.data(), 0);
     }
     const Workload& w = workload();
     std::vector<int64_t> slots(kMaxLen);
@@ -156,9 +156,9 @@ class LongCache {
     p.num_tokens = n;
     p.cache = view_;
     p.num_cache_blocks = kNumBlocks;
-    p.residual_slot_mapping = slots;  // I4: the mirror
-    p.residual = residual_;
-    p.num_residual_blocks = kNumBlocks;
+    p.newest_slot_mapping = slots;  // I4: the mirror
+    p.newest = newest_;
+    p.num_newest_blocks = kNumBlocks;
     ASSERT_TRUE(append_kv(p, pool()).ok());
   }
 
@@ -200,16 +200,17 @@ class LongCache {
     p.layout.kv_last_page_len = &last;
     p.layout.num_seqs = 1;
     p.layout.block_size = kBlockSize;
-    // I4, R = 1: the residual tables hold only the last block (the query's own).
-    const int32_t res_indptr[2] = {0, 1};
-    const int32_t res_first = blocks - 1;
-    const int32_t res_index = indices_[static_cast<size_t>(blocks - 1)];
+    // I4, R = 1: the newest-blocks layout holds only the last block (the query's own).
+    const int32_t newest_indptr[2] = {0, 1};
+    const int32_t newest_first = blocks - 1;
+    const int32_t newest_index = indices_[static_cast<size_t>(blocks - 1)];
     if (is_int4()) {
-      p.layout.res_indptr = res_indptr;
-      p.layout.res_indices = &res_index;
-      p.layout.res_first_block = &res_first;
-      p.layout.residual_blocks = 1;
-      p.residual = residual_;
+      p.newest.layout = p.layout;
+      p.newest.layout.kv_indptr = newest_indptr;
+      p.newest.layout.kv_indices = &newest_index;
+      p.newest.layout.first_block = &newest_first;
+      p.newest.blocks = 1;
+      p.newest.cache = newest_;
     }
     p.cache = view_;
     p.num_q_heads = kNumQHeads;
@@ -222,9 +223,9 @@ class LongCache {
   // q0 . (the key at pos as the kernel decodes it for the query at kMaxLen - 1), in float64.
   double score(int32_t pos, std::vector<float>& row) const {
     const int64_t slot = slot_of(pos);
-    const bool residual = is_int4() && pos / kBlockSize == (kMaxLen - 1) / kBlockSize;
-    load_kv_rows(residual ? residual_ : view_, KvPart::kK, static_cast<int32_t>(slot / kBlockSize),
-                 0, static_cast<int32_t>(slot % kBlockSize), 1, row.data(), /*use_avx512=*/false);
+    const bool newest = is_int4() && pos / kBlockSize == (kMaxLen - 1) / kBlockSize;
+    load_kv_rows(newest ? newest_ : view_, KvPart::kK, static_cast<int32_t>(slot / kBlockSize), 0,
+                 static_cast<int32_t>(slot % kBlockSize), 1, row.data(), /*use_avx512=*/false);
     double dot = 0.0;
     for (int32_t c = 0; c < kHeadDim; ++c) dot += static_cast<double>(workload().q[c]) * row[c];
     return dot;
@@ -249,11 +250,11 @@ class LongCache {
   }
 
   kv::KvLayout layout_;
-  kv::KvLayout residual_layout_;
+  kv::KvLayout newest_layout_;
   std::vector<uint8_t> pool_bytes_;
-  std::vector<uint8_t> residual_bytes_;  // I4 only
+  std::vector<uint8_t> newest_bytes_;  // I4 only
   PagedKvCacheView view_;
-  PagedKvCacheView residual_;
+  PagedKvCacheView newest_;
   std::vector<int32_t> indices_;
 };
 

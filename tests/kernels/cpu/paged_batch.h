@@ -13,10 +13,10 @@
 // against the documented formulas), FP8 with non-trivial static scales; the reference decodes
 // the stored bytes itself, so the tolerance bounds the attention arithmetic, not the storage.
 //
-// I4 (KIVI) caches are written through append_kv with a full-precision F32 residual pool that
-// mirrors every block (shuffled ids of its own); the batch's residual tables then list only each
-// sequence's window -- from max(0, first query position / B - R + 1) through its last block, or
-// from extra_residual_blocks earlier -- and every mirrored block before that is poisoned with NaN,
+// I4 (KIVI) caches are written through append_kv with a full-precision F32 newest-blocks pool
+// that mirrors every block (shuffled ids of its own); the newest-blocks layout then lists only
+// each sequence's window -- from max(0, first query position / B - R + 1) through its last block,
+// or from extra_newest_blocks earlier -- and every mirrored block before that is poisoned with NaN,
 // as is the int4 area of every partial block, so reading the wrong precision shows up as NaN. The
 // reference reads, per (query position p, key position j), the F32 value when j / B > p / B - R
 // and the decoded int4 value otherwise: exactly what the rule says the kernel must read.
@@ -52,8 +52,8 @@ struct AttnConfig {
   DType dtype = DType::kF32;
   int32_t sliding_window = 0;
   float scale_multiplier = 2.0f;  // scale = multiplier / sqrt(head_dim); > 1 sharpens the softmax
-  int32_t residual_blocks = 1;    // I4: R
-  int32_t extra_residual_blocks = 0;  // I4: residual entries kept before the window's first block
+  int32_t newest_blocks = 1;      // I4: R
+  int32_t extra_newest_blocks = 0;  // I4: newest-blocks entries kept before the window's first
 };
 
 inline float q_value(uint64_t id, int32_t pos, int32_t head, int32_t c) {
@@ -79,16 +79,14 @@ class PagedBatch {
         seqs_(std::move(seqs)),
         kv_layout_(kv::KvSpec{2, cfg.num_kv_heads, cfg.head_dim, cfg.dtype}, cfg.block_size,
                    test_scales(cfg.dtype)),
-        residual_layout_(kv::KvSpec{2, cfg.num_kv_heads, cfg.head_dim, DType::kF32},
-                         cfg.block_size) {
+        newest_layout_(kv::KvSpec{2, cfg.num_kv_heads, cfg.head_dim, DType::kF32}, cfg.block_size) {
     build_block_tables(shuffle_seed);
     pool_.assign(static_cast<size_t>(kv_layout_.pool_bytes(num_pool_blocks_)), 0xFF);
     view_ = kv_layout_.layer_view(pool_.data(), kLayerIdx);
     if (is_int4()) {
-      build_residual_tables(shuffle_seed);
-      residual_pool_.assign(static_cast<size_t>(residual_layout_.pool_bytes(num_pool_blocks_)),
-                            0xFF);
-      residual_view_ = residual_layout_.layer_view(residual_pool_.data(), kLayerIdx);
+      build_newest_tables(shuffle_seed);
+      newest_pool_.assign(static_cast<size_t>(newest_layout_.pool_bytes(num_pool_blocks_)), 0xFF);
+      newest_view_ = newest_layout_.layer_view(newest_pool_.data(), kLayerIdx);
     }
     for (size_t s = 0; s < seqs_.size(); ++s) write_sequence(static_cast<int32_t>(s));
     if (is_int4()) poison_outside_windows();
@@ -115,16 +113,18 @@ class PagedBatch {
     layout.kv_last_page_len = kv_last_page_len_.data();
     layout.num_seqs = num_seqs();
     layout.block_size = cfg_.block_size;
-    if (is_int4()) {
-      layout.res_indptr = res_indptr_.data();
-      layout.res_indices = res_indices_.data();
-      layout.res_first_block = res_first_block_.data();
-      layout.residual_blocks = cfg_.residual_blocks;
-    }
     return layout;
   }
-  const PagedKvCacheView& residual_view() const { return residual_view_; }
-  std::vector<uint8_t>& residual_pool() { return residual_pool_; }
+  // I4: the newest-blocks group's layout (first_block set) and view.
+  PagedKvLayout newest_layout() const {
+    PagedKvLayout layout = this->layout();
+    layout.kv_indptr = newest_indptr_.data();
+    layout.kv_indices = newest_indices_.data();
+    layout.first_block = newest_first_block_.data();
+    return layout;
+  }
+  const PagedKvCacheView& newest_view() const { return newest_view_; }
+  std::vector<uint8_t>& newest_pool() { return newest_pool_; }
 
   AttentionParams params() {
     AttentionParams p;
@@ -133,7 +133,7 @@ class PagedBatch {
     p.q_indptr = q_indptr_.data();
     p.layout = layout();
     p.cache = view_;
-    p.residual = residual_view_;
+    if (is_int4()) p.newest = {newest_view_, newest_layout(), cfg_.newest_blocks};
     p.num_q_heads = cfg_.num_q_heads;
     p.scale = cfg_.scale_multiplier / std::sqrt(static_cast<float>(cfg_.head_dim));
     p.sliding_window = cfg_.sliding_window;
@@ -206,9 +206,9 @@ class PagedBatch {
     }
   }
 
-  // I4: the mirror (one residual block per cache block, its own shuffled ids), and the window
-  // each sequence's residual tables list.
-  void build_residual_tables(uint32_t shuffle_seed) {
+  // I4: the mirror (one newest-blocks block per cache block, its own shuffled ids), and the
+  // window each sequence's newest-blocks layout lists.
+  void build_newest_tables(uint32_t shuffle_seed) {
     std::vector<int32_t> ids(static_cast<size_t>(num_pool_blocks_ - 1));
     std::iota(ids.begin(), ids.end(), 1);
     std::mt19937 rng(shuffle_seed + 7919);
@@ -217,28 +217,28 @@ class PagedBatch {
     for (size_t i = 0; i < kv_indices_.size(); ++i) {
       mirror_[static_cast<size_t>(kv_indices_[i])] = ids[i];
     }
-    res_indptr_ = {0};
+    newest_indptr_ = {0};
     for (size_t s = 0; s < seqs_.size(); ++s) {
       const SeqSpec& spec = seqs_[s];
       const int32_t n = blocks_for(spec.kv_len);
       const int32_t first_pos = spec.kv_len - spec.q_len;
       const int32_t first = std::max(
-          0, first_pos / cfg_.block_size - cfg_.residual_blocks + 1 - cfg_.extra_residual_blocks);
-      res_first_block_.push_back(std::min(first, n));
-      for (int32_t j = res_first_block_.back(); j < n; ++j) {
-        res_indices_.push_back(mirror_[static_cast<size_t>(kv_indices_[kv_indptr_[s] + j])]);
+          0, first_pos / cfg_.block_size - cfg_.newest_blocks + 1 - cfg_.extra_newest_blocks);
+      newest_first_block_.push_back(std::min(first, n));
+      for (int32_t j = newest_first_block_.back(); j < n; ++j) {
+        newest_indices_.push_back(mirror_[static_cast<size_t>(kv_indices_[kv_indptr_[s] + j])]);
       }
-      res_indptr_.push_back(static_cast<int32_t>(res_indices_.size()));
+      newest_indptr_.push_back(static_cast<int32_t>(newest_indices_.size()));
     }
   }
 
-  // I4: NaN over every residual block outside the tables (the engine frees those).
+  // I4: NaN over every newest-blocks block outside the layout (the engine frees those).
   void poison_outside_windows() {
-    const int64_t bytes = residual_layout_.block_bytes();
+    const int64_t bytes = newest_layout_.block_bytes();
     for (size_t s = 0; s < seqs_.size(); ++s) {
-      for (int32_t j = 0; j < res_first_block_[s]; ++j) {
+      for (int32_t j = 0; j < newest_first_block_[s]; ++j) {
         const int32_t id = mirror_[static_cast<size_t>(kv_indices_[kv_indptr_[s] + j])];
-        std::fill_n(residual_pool_.begin() + id * bytes, bytes, uint8_t{0xFF});
+        std::fill_n(newest_pool_.begin() + id * bytes, bytes, uint8_t{0xFF});
       }
     }
   }
@@ -251,12 +251,12 @@ class PagedBatch {
     std::vector<float> k(static_cast<size_t>(spec.kv_len * row));
     std::vector<float> v(k.size());
     std::vector<int64_t> slots;
-    std::vector<int64_t> residual_slots;
+    std::vector<int64_t> newest_slots;
     for (int32_t pos = 0; pos < spec.kv_len; ++pos) {
       const int32_t block = l.block_of(s, pos);
       const int32_t offset = pos % cfg_.block_size;
       slots.push_back(static_cast<int64_t>(block) * cfg_.block_size + offset);
-      residual_slots.push_back(
+      newest_slots.push_back(
           static_cast<int64_t>(mirror_[static_cast<size_t>(block)]) * cfg_.block_size + offset);
       for (int32_t h = 0; h < cfg_.num_kv_heads; ++h) {
         for (int32_t c = 0; c < cfg_.head_dim; ++c) {
@@ -273,9 +273,9 @@ class PagedBatch {
     p.num_tokens = spec.kv_len;
     p.cache = view_;
     p.num_cache_blocks = num_pool_blocks_;
-    p.residual_slot_mapping = residual_slots.data();
-    p.residual = residual_view_;
-    p.num_residual_blocks = num_pool_blocks_;
+    p.newest_slot_mapping = newest_slots.data();
+    p.newest = newest_view_;
+    p.num_newest_blocks = num_pool_blocks_;
     ThreadPool pool(1);
     const Status status = append_kv(p, pool);
     STRATA_CHECK(status.ok(), "PagedBatch: append_kv failed");
@@ -381,7 +381,7 @@ class PagedBatch {
     return out;
   }
 
-  // I4: the same positions as the residual pool holds them (the F32 inputs); empty otherwise.
+  // I4: the same positions as the newest-blocks pool holds them (the F32 inputs); empty otherwise.
   std::vector<double> full_precision(int32_t s, KvPart part) const {
     if (!is_int4()) return {};
     const SeqSpec& spec = seqs_[static_cast<size_t>(s)];
@@ -405,8 +405,8 @@ class PagedBatch {
     // What a query at position pos reads for key position j (the INT4 rule for I4).
     const double* row(const PagedBatch& b, int32_t pos, int32_t j, size_t at) const {
       const int32_t bs = b.cfg_.block_size;
-      const bool residual = b.is_int4() && j / bs > pos / bs - b.cfg_.residual_blocks;
-      return (residual ? full : cache).data() + at;
+      const bool newest = b.is_int4() && j / bs > pos / bs - b.cfg_.newest_blocks;
+      return (newest ? full : cache).data() + at;
     }
   };
 
@@ -440,15 +440,15 @@ class PagedBatch {
   AttnConfig cfg_;
   std::vector<SeqSpec> seqs_;
   kv::KvLayout kv_layout_;
-  kv::KvLayout residual_layout_;  // I4 only
+  kv::KvLayout newest_layout_;  // I4 only
   int32_t num_pool_blocks_ = 0;
   std::vector<int32_t> kv_indptr_, kv_indices_, kv_last_page_len_, q_indptr_;
   std::vector<uint8_t> pool_;
   PagedKvCacheView view_;
-  // I4: mirror_[cache block id] = its residual block id; the residual tables; the residual pool.
-  std::vector<int32_t> mirror_, res_indptr_, res_indices_, res_first_block_;
-  std::vector<uint8_t> residual_pool_;
-  PagedKvCacheView residual_view_;
+  // I4: mirror_[cache block id] = its newest-blocks block id; that group's layout and pool.
+  std::vector<int32_t> mirror_, newest_indptr_, newest_indices_, newest_first_block_;
+  std::vector<uint8_t> newest_pool_;
+  PagedKvCacheView newest_view_;
   std::vector<float> q_, out_;
 };
 

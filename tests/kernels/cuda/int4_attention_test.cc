@@ -1,8 +1,9 @@
 // INT4 (KIVI) on the GPU (docs/kv-quant.md "INT4"): the append's block quantization against the
 // CPU encoder, byte for byte; decode and prefill attention against a float64 reference that
-// applies the residual rule itself (a query at position p reads logical block jb from the
-// full-precision residual pool iff jb > p / B - R, else the decoded int4 block), over random
-// codes, statistics and residual blocks, so a block read from the wrong pool shows.
+// applies the newest-blocks rule itself (a query at position p reads logical block jb from the
+// full-precision pool of the newest-blocks group iff jb > p / B - R, else the decoded int4
+// block), over random codes, statistics and newest blocks, so a block read from the wrong pool
+// shows.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -76,12 +77,12 @@ struct Int4Case {
   int32_t block_size = 16;
   int32_t num_kv_heads = 2;
   int32_t group_size = 4;
-  int32_t residual_blocks = 1;  // R
+  int32_t newest_blocks = 1;  // R
   std::vector<int32_t> kv_lens;
   std::vector<int32_t> q_lens;  // empty = decode (one query token per sequence)
   int32_t window_left = -1;
   int32_t num_splits = 0;
-  bool extra_residual = false;  // tables start a block earlier than needed where they can
+  bool extra_newest = false;  // tables start a block earlier than needed where they can
   uint64_t seed = 1;
 };
 
@@ -93,12 +94,12 @@ std::string describe(const Int4Case& c) {
   }
   return "hd" + std::to_string(c.head_dim) + " bs" + std::to_string(c.block_size) + " kvh" +
          std::to_string(c.num_kv_heads) + " g" + std::to_string(c.group_size) + " R" +
-         std::to_string(c.residual_blocks) + " q/kv[" + lens + "] window " +
+         std::to_string(c.newest_blocks) + " q/kv[" + lens + "] window " +
          std::to_string(c.window_left) + " splits " + std::to_string(c.num_splits) +
-         (c.extra_residual ? " extra" : "");
+         (c.extra_newest ? " extra" : "");
 }
 
-// Runs decode (q_lens empty) or prefill attention over an INT4 cache and its residual pool and
+// Runs decode (q_lens empty) or prefill attention over an INT4 cache and its newest blocks and
 // checks every output element against the float64 reference.
 void run_int4_case(const Int4Case& c) {
   SCOPED_TRACE(describe(c));
@@ -107,12 +108,12 @@ void run_int4_case(const Int4Case& c) {
   const auto num_seqs = static_cast<int32_t>(c.kv_lens.size());
   const int32_t d = c.head_dim;
   const int32_t bs = c.block_size;
-  const int32_t r = c.residual_blocks;
+  const int32_t r = c.newest_blocks;
   const int32_t num_qo_heads = c.num_kv_heads * c.group_size;
   auto q_len = [&](int32_t s) { return decode ? 1 : c.q_lens[static_cast<size_t>(s)]; };
 
   // Block tables of both pools: distinct random ids, block 0 never used.
-  std::vector<int32_t> indptr{0}, last_len, res_indptr{0}, res_first, q_indptr{0};
+  std::vector<int32_t> indptr{0}, last_len, newest_indptr{0}, newest_first, q_indptr{0};
   for (int32_t s = 0; s < num_seqs; ++s) {
     const int32_t len = c.kv_lens[static_cast<size_t>(s)];
     const int32_t blocks = (len + bs - 1) / bs;
@@ -120,9 +121,9 @@ void run_int4_case(const Int4Case& c) {
     last_len.push_back(len - (blocks - 1) * bs);
     const int32_t first_pos = len - q_len(s);
     int32_t first = std::max(0, first_pos / bs - r + 1);
-    if (c.extra_residual && first > 0) --first;
-    res_first.push_back(first);
-    res_indptr.push_back(res_indptr.back() + blocks - first);
+    if (c.extra_newest && first > 0) --first;
+    newest_first.push_back(first);
+    newest_indptr.push_back(newest_indptr.back() + blocks - first);
     q_indptr.push_back(q_indptr.back() + q_len(s));
   }
   auto shuffled_ids = [&](int32_t n) {
@@ -133,14 +134,14 @@ void run_int4_case(const Int4Case& c) {
     return ids;
   };
   const std::vector<int32_t> indices = shuffled_ids(indptr.back());
-  const std::vector<int32_t> res_indices = shuffled_ids(res_indptr.back());
+  const std::vector<int32_t> newest_indices = shuffled_ids(newest_indptr.back());
   const int32_t pool_blocks = indptr.back() + 4;
-  const int32_t res_pool_blocks = res_indptr.back() + 4;
+  const int32_t newest_pool_blocks = newest_indptr.back() + 4;
 
   const kv::KvLayout layout = test_kv_layout(DType::kI4, 2, c.num_kv_heads, d, bs);
-  const kv::KvLayout res_layout = test_kv_layout(DType::kBF16, 2, c.num_kv_heads, d, bs);
+  const kv::KvLayout newest_layout = test_kv_layout(DType::kBF16, 2, c.num_kv_heads, d, bs);
   const std::vector<uint16_t> pool = random_int4_pool(layout, pool_blocks, rng);
-  const std::vector<uint16_t> res_pool = random_kv_pool(res_layout, res_pool_blocks, rng);
+  const std::vector<uint16_t> newest_pool = random_kv_pool(newest_layout, newest_pool_blocks, rng);
   const int32_t rows = q_indptr.back();
   const int64_t q_stride = static_cast<int64_t>(num_qo_heads) * d + 8;
   const int64_t o_stride = static_cast<int64_t>(num_qo_heads) * d + 16;
@@ -148,24 +149,26 @@ void run_int4_case(const Int4Case& c) {
       random_halves(static_cast<size_t>(rows) * q_stride, DType::kBF16, -3.0f, 3.0f, rng);
 
   DeviceBuffer d_pool = upload(pool);
-  DeviceBuffer d_res_pool = upload(res_pool);
+  DeviceBuffer d_newest_pool = upload(newest_pool);
   DeviceBuffer d_q = upload(q);
   DeviceBuffer d_o = upload(std::vector<uint16_t>(static_cast<size_t>(rows) * o_stride, 0xFFFFu));
   DeviceBuffer d_indptr = upload(indptr);
   DeviceBuffer d_indices = upload(indices);
   DeviceBuffer d_last = upload(last_len);
-  DeviceBuffer d_res_indptr = upload(res_indptr);
-  DeviceBuffer d_res_indices = upload(res_indices);
-  DeviceBuffer d_res_first = upload(res_first);
+  DeviceBuffer d_newest_indptr = upload(newest_indptr);
+  DeviceBuffer d_newest_indices = upload(newest_indices);
+  DeviceBuffer d_newest_first = upload(newest_first);
   DeviceBuffer d_q_indptr = upload(q_indptr);
   PagedKvLayout dl{d_indptr.as<int32_t>(), d_indices.as<int32_t>(), d_last.as<int32_t>(),
                    num_seqs, bs};
-  dl.res_indptr = d_res_indptr.as<int32_t>();
-  dl.res_indices = d_res_indices.as<int32_t>();
-  dl.res_first_block = d_res_first.as<int32_t>();
-  dl.residual_blocks = r;
+  // The newest-blocks group: its own block ids, first blocks and (group 0's) last-block lengths.
+  NewestBlocksView newest;
+  newest.cache = newest_layout.layer_view(d_newest_pool.data(), 1);
+  newest.layout = PagedKvLayout{d_newest_indptr.as<int32_t>(), d_newest_indices.as<int32_t>(),
+                                d_last.as<int32_t>(), num_seqs, bs};
+  newest.layout.first_block = d_newest_first.as<int32_t>();
+  newest.blocks = r;
   const PagedKvCacheView cache = layout.layer_view(d_pool.data(), 1);
-  const PagedKvCacheView residual = res_layout.layer_view(d_res_pool.data(), 1);
   const float sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
   if (decode) {
     auto ws = DeviceBuffer::allocate(
@@ -179,7 +182,7 @@ void run_int4_case(const Int4Case& c) {
     p.o_seq_stride = o_stride;
     p.layout = dl;
     p.cache = cache;
-    p.residual = residual;
+    p.newest = newest;
     p.num_qo_heads = num_qo_heads;
     p.sm_scale = sm_scale;
     p.window_left = c.window_left;
@@ -202,7 +205,7 @@ void run_int4_case(const Int4Case& c) {
     p.qo_indptr = d_q_indptr.as<int32_t>();
     p.layout = dl;
     p.cache = cache;
-    p.residual = residual;
+    p.newest = newest;
     p.lse_workspace = d_lse.as<float>();
     p.num_qo_heads = num_qo_heads;
     p.sm_scale = sm_scale;
@@ -212,11 +215,11 @@ void run_int4_case(const Int4Case& c) {
     sync_device();
   }
 
-  // The reference, per query row: key t of block jb = t / B from the residual pool iff
+  // The reference, per query row: key t of block jb = t / B from the newest blocks iff
   // jb > p / B - R.
   const PagedKvCacheView host = layout.layer_view(const_cast<uint16_t*>(pool.data()), 1);
-  const PagedKvCacheView host_res =
-      res_layout.layer_view(const_cast<uint16_t*>(res_pool.data()), 1);
+  const PagedKvCacheView host_newest =
+      newest_layout.layer_view(const_cast<uint16_t*>(newest_pool.data()), 1);
   const auto o = download<uint16_t>(d_o, static_cast<size_t>(rows) * o_stride);
   const Tolerance tol = tolerance(Quantity::kAttentionOutput, DType::kBF16);
   int64_t bad = 0;
@@ -231,8 +234,8 @@ void run_int4_case(const Int4Case& c) {
         const int32_t jb = t / bs;
         if (jb > pos / bs - r) {
           const int32_t blk =
-              res_indices[static_cast<size_t>(res_indptr[s] + jb - res_first[s])];
-          return kv_element(host_res, v, blk, h, t % bs, e);
+              newest_indices[static_cast<size_t>(newest_indptr[s] + jb - newest_first[s])];
+          return kv_element(host_newest, v, blk, h, t % bs, e);
         }
         return int4_element(host, v, indices[static_cast<size_t>(indptr[s] + jb)], h, t % bs, e);
       };
@@ -274,15 +277,15 @@ void run_int4_case(const Int4Case& c) {
 
 class Int4AttentionTest : public CudaTest {};
 
-TEST_F(Int4AttentionTest, SmallDecodeResidualWindows) {
+TEST_F(Int4AttentionTest, SmallDecodeNewestBlocksWindows) {
   uint64_t seed = 1;
   for (int32_t r : {1, 2, 3}) {
     for (int32_t splits : {1, 3, 0}) {
       Int4Case c;
-      c.residual_blocks = r;
+      c.newest_blocks = r;
       c.kv_lens = {1, 16, 17, 47, 97, 300};
       c.num_splits = splits;
-      c.extra_residual = splits == 3;
+      c.extra_newest = splits == 3;
       c.seed = seed++;
       run_int4_case(c);
     }
@@ -299,7 +302,7 @@ TEST_F(Int4AttentionTest, DecodeSweepHeadDimBlockSizeGroups) {
         c.block_size = bs;
         c.group_size = group;
         c.num_kv_heads = group > 8 ? 1 : 2;
-        c.residual_blocks = bs == 8 ? 3 : 1;
+        c.newest_blocks = bs == 8 ? 3 : 1;
         c.kv_lens = {5, 129, 700, 2049};
         c.seed = seed++;
         run_int4_case(c);
@@ -313,7 +316,7 @@ TEST_F(Int4AttentionTest, DecodeWindowsAndLongContext) {
   for (int32_t window : {0, 16, 100, 1000}) {
     Int4Case c;
     c.block_size = 8;
-    c.residual_blocks = 2;
+    c.newest_blocks = 2;
     c.kv_lens = {1, 17, 97, 2049};
     c.window_left = window;
     c.num_splits = window == 1000 ? 5 : 0;
@@ -330,10 +333,10 @@ TEST_F(Int4AttentionTest, SmallPrefillChunksOnCachedPrefixes) {
   uint64_t seed = 300;
   for (int32_t r : {1, 2, 3}) {
     Int4Case c;
-    c.residual_blocks = r;
+    c.newest_blocks = r;
     c.kv_lens = {1, 40, 100, 130, 64};
     c.q_lens = {1, 40, 37, 1, 64};
-    c.extra_residual = r == 2;
+    c.extra_newest = r == 2;
     c.seed = seed++;
     run_int4_case(c);
   }
@@ -348,7 +351,7 @@ TEST_F(Int4AttentionTest, PrefillSweepHeadDimBlockSizeGroupsWindows) {
         c.head_dim = hd;
         c.block_size = bs;
         c.group_size = group;
-        c.residual_blocks = bs <= 16 ? 2 : 1;
+        c.newest_blocks = bs <= 16 ? 2 : 1;
         c.kv_lens = {300, 77, 513};
         c.q_lens = {300, 20, 129};
         c.window_left = group == 6 ? 50 : -1;
@@ -359,9 +362,9 @@ TEST_F(Int4AttentionTest, PrefillSweepHeadDimBlockSizeGroupsWindows) {
   }
 }
 
-// kv_append into an INT4 cache: every row lands in the residual pool as is, and each block whose
-// last slot was written is quantized from its residual block into exactly the CPU encoder's
-// bytes; the int4 areas of blocks not filled stay untouched.
+// kv_append into an INT4 cache: every row lands in the newest-blocks pool as is, and each block
+// whose last slot was written is quantized from its newest-blocks block into exactly the CPU
+// encoder's bytes; the int4 areas of blocks not filled stay untouched.
 class KvAppendInt4Test : public CudaTest {};
 
 TEST_F(KvAppendInt4Test, SmallQuantizesFilledBlocksAsTheCpu) {
@@ -371,25 +374,25 @@ TEST_F(KvAppendInt4Test, SmallQuantizesFilledBlocksAsTheCpu) {
       std::mt19937_64 rng(static_cast<uint64_t>(hd * 1000 + bs));
       const int32_t kvh = 2;
       const kv::KvLayout layout = test_kv_layout(DType::kI4, 2, kvh, hd, bs);
-      const kv::KvLayout res_layout = test_kv_layout(DType::kBF16, 2, kvh, hd, bs);
+      const kv::KvLayout newest_layout = test_kv_layout(DType::kBF16, 2, kvh, hd, bs);
       const int32_t pool_blocks = 6;
       // Tokens: block 2 filled whole, block 4 filled from its middle (the rest already in the
-      // residual), block 1 partly written (not full); a padding token.
-      std::vector<int64_t> slots, res_slots;
+      // newest-blocks pool), block 1 partly written (not full); a padding token.
+      std::vector<int64_t> slots, newest_slots;
       for (int32_t t = 0; t < bs; ++t) {
         slots.push_back(2 * bs + t);
-        res_slots.push_back(3 * bs + t);
+        newest_slots.push_back(3 * bs + t);
       }
       for (int32_t t = bs / 2; t < bs; ++t) {
         slots.push_back(4 * bs + t);
-        res_slots.push_back(1 * bs + t);
+        newest_slots.push_back(1 * bs + t);
       }
       for (int32_t t = 0; t < bs / 2; ++t) {
         slots.push_back(1 * bs + t);
-        res_slots.push_back(5 * bs + t);
+        newest_slots.push_back(5 * bs + t);
       }
       slots.push_back(-1);
-      res_slots.push_back(-1);
+      newest_slots.push_back(-1);
       const auto n = static_cast<int32_t>(slots.size());
       const int64_t row = static_cast<int64_t>(kvh) * hd;
       std::vector<uint16_t> k = random_halves(static_cast<size_t>(n * row), DType::kBF16, -4.0f, 4.0f, rng);
@@ -398,45 +401,46 @@ TEST_F(KvAppendInt4Test, SmallQuantizesFilledBlocksAsTheCpu) {
       for (int32_t t = 0; t < bs; ++t) k[static_cast<size_t>(t * row + 3)] = from_f32(0.5f, DType::kBF16);
       for (int32_t e = 0; e < hd; ++e) v[static_cast<size_t>(e)] = from_f32(-1.25f, DType::kBF16);
       std::vector<uint16_t> pool(static_cast<size_t>(layout.pool_bytes(pool_blocks)) / 2, 0xA5A5u);
-      std::vector<uint16_t> res_pool = random_kv_pool(res_layout, pool_blocks, rng);
+      std::vector<uint16_t> newest_pool = random_kv_pool(newest_layout, pool_blocks, rng);
 
       DeviceBuffer d_pool = upload(pool);
-      DeviceBuffer d_res = upload(res_pool);
+      DeviceBuffer d_newest = upload(newest_pool);
       DeviceBuffer d_k = upload(k);
       DeviceBuffer d_v = upload(v);
       DeviceBuffer d_slots = upload(slots);
-      DeviceBuffer d_res_slots = upload(res_slots);
+      DeviceBuffer d_newest_slots = upload(newest_slots);
       KvAppendParams p;
       p.cache = layout.layer_view(d_pool.data(), 1);
-      p.residual = res_layout.layer_view(d_res.data(), 1);
+      p.newest = newest_layout.layer_view(d_newest.data(), 1);
       p.k = d_k.data();
       p.v = d_v.data();
       p.src_dtype = DType::kBF16;
       p.k_token_stride = row;
       p.v_token_stride = row;
       p.slot_mapping = d_slots.as<int64_t>();
-      p.residual_slot_mapping = d_res_slots.as<int64_t>();
+      p.newest_slot_mapping = d_newest_slots.as<int64_t>();
       p.num_tokens = n;
       STRATA_ASSERT_OK(kv_append(p, nullptr));
       sync_device();
       const auto got = download<uint16_t>(d_pool, pool.size());
-      const auto got_res = download<uint16_t>(d_res, res_pool.size());
+      const auto got_newest = download<uint16_t>(d_newest, newest_pool.size());
 
-      // Expected residual pool: the host copy with the rows written.
-      const PagedKvCacheView hres = res_layout.layer_view(res_pool.data(), 1);
+      // Expected newest-blocks pool: the host copy with the rows written.
+      const PagedKvCacheView hnewest = newest_layout.layer_view(newest_pool.data(), 1);
       for (int32_t t = 0; t < n; ++t) {
-        if (res_slots[static_cast<size_t>(t)] < 0) continue;
+        if (newest_slots[static_cast<size_t>(t)] < 0) continue;
         for (int32_t h = 0; h < kvh; ++h) {
-          const int64_t at = hres.slot_offset(res_slots[static_cast<size_t>(t)], h);
+          const int64_t at = hnewest.slot_offset(newest_slots[static_cast<size_t>(t)], h);
           for (int32_t e = 0; e < hd; ++e) {
-            static_cast<uint16_t*>(hres.k_data)[at + e] = k[static_cast<size_t>(t * row + h * hd + e)];
-            static_cast<uint16_t*>(hres.v_data)[at + e] = v[static_cast<size_t>(t * row + h * hd + e)];
+            const auto from = static_cast<size_t>(t * row + h * hd + e);
+            static_cast<uint16_t*>(hnewest.k_data)[at + e] = k[from];
+            static_cast<uint16_t*>(hnewest.v_data)[at + e] = v[from];
           }
         }
       }
-      EXPECT_EQ(got_res, res_pool);
-      // Expected int4 pool: blocks 2 (from residual 3) and 4 (from residual 1) by the CPU encoder
-      // over F32 copies of the residual blocks; everything else untouched.
+      EXPECT_EQ(got_newest, newest_pool);
+      // Expected int4 pool: blocks 2 (from newest-blocks block 3) and 4 (from 1) by the CPU
+      // encoder over F32 copies of the newest-blocks pool; everything else untouched.
       const kv::KvLayout f32_layout = test_kv_layout(DType::kF32, 2, kvh, hd, bs);
       std::vector<float> f32(static_cast<size_t>(f32_layout.pool_bytes(pool_blocks)) / 4);
       const PagedKvCacheView hf32 = f32_layout.layer_view(f32.data(), 1);
@@ -444,8 +448,8 @@ TEST_F(KvAppendInt4Test, SmallQuantizesFilledBlocksAsTheCpu) {
         for (int32_t h = 0; h < kvh; ++h) {
           for (int32_t t = 0; t < bs; ++t) {
             for (int32_t e = 0; e < hd; ++e) {
-              hf32.k<float>(b, h, t)[e] = bf16_to_f32(hres.k<uint16_t>(b, h, t)[e]);
-              hf32.v<float>(b, h, t)[e] = bf16_to_f32(hres.v<uint16_t>(b, h, t)[e]);
+              hf32.k<float>(b, h, t)[e] = bf16_to_f32(hnewest.k<uint16_t>(b, h, t)[e]);
+              hf32.v<float>(b, h, t)[e] = bf16_to_f32(hnewest.v<uint16_t>(b, h, t)[e]);
             }
           }
         }
@@ -464,19 +468,19 @@ TEST_F(KvAppendInt4Test, SmallQuantizesFilledBlocksAsTheCpu) {
   }
 }
 
-TEST_F(KvAppendInt4Test, RefusesAResidualViewOfTheWrongShape) {
+TEST_F(KvAppendInt4Test, RefusesANewestBlocksViewOfTheWrongShape) {
   const kv::KvLayout layout = test_kv_layout(DType::kI4, 1, 2, 128, 16);
-  const kv::KvLayout res_layout = test_kv_layout(DType::kBF16, 1, 2, 64, 16);
+  const kv::KvLayout newest_layout = test_kv_layout(DType::kBF16, 1, 2, 64, 16);
   std::vector<uint16_t> pool(static_cast<size_t>(layout.pool_bytes(2)) / 2);
-  std::vector<uint16_t> res(static_cast<size_t>(res_layout.pool_bytes(2)) / 2);
+  std::vector<uint16_t> newest(static_cast<size_t>(newest_layout.pool_bytes(2)) / 2);
   KvAppendParams p;
   p.cache = layout.layer_view(pool.data(), 0);
-  p.residual = res_layout.layer_view(res.data(), 0);
+  p.newest = newest_layout.layer_view(newest.data(), 0);
   p.num_tokens = 1;
   EXPECT_EQ(kv_append(p, nullptr).code(), StatusCode::kInvalidArgument);
   KvInt4QuantizeParams qp;
   qp.cache = p.cache;
-  qp.residual = p.residual;
+  qp.newest = p.newest;
   qp.num_tokens = 1;
   EXPECT_EQ(kv_int4_quantize_filled(qp, nullptr).code(), StatusCode::kInvalidArgument);
 }

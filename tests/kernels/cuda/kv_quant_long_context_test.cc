@@ -6,8 +6,8 @@
 // token, split as the planner chooses) and prefill (the last two tokens of the sequence as a
 // chunk on the cached rest, the path whose FP8 products run on the FP8 tensor cores). The cache
 // is written by kv_append from bf16 rows (the engine's path), one KV head with a 32-head query
-// group, head dim 128, block 16. INT4 runs with R = 1 (only the newest block from the residual
-// pool, the rest int4 codes).
+// group, head dim 128, block 16. INT4 runs with R = 1 (only the newest block at full precision,
+// from the newest-blocks group's pool; the rest int4 codes).
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -51,13 +51,13 @@ constexpr DTypeBound kBounds[] = {{DType::kBF16, 5e-3},
                                   {DType::kI4, 1.2e-1}};
 
 // kMaxLen tokens of K/V rows, uniform in [-1, 1) as bf16 (what the model hands kv_append), in
-// pool blocks of a shuffled table, and INT4's bf16 residual pool (each block's copy at the same
-// id, so the slot mapping and block table serve both).
+// pool blocks of a shuffled table, and INT4's bf16 newest-blocks pool (each block's copy at the
+// same id, so the slot mapping and block table serve both).
 struct LongContextKv {
   std::vector<uint16_t> k_rows, v_rows;
   std::vector<int32_t> ids;
-  DeviceBuffer d_k, d_v, d_slots, d_ids, res_pool;
-  kv::KvLayout res_layout{kv::KvSpec{1, 1, kHeadDim, DType::kBF16}, kBlockSize};
+  DeviceBuffer d_k, d_v, d_slots, d_ids, newest_pool;
+  kv::KvLayout newest_layout{kv::KvSpec{1, 1, kHeadDim, DType::kBF16}, kBlockSize};
 
   explicit LongContextKv(std::mt19937_64& rng)
       : k_rows(
@@ -76,8 +76,8 @@ struct LongContextKv {
     d_v = upload(v_rows);
     d_slots = upload(slots);
     d_ids = upload(ids);
-    res_pool =
-        upload(std::vector<uint16_t>(static_cast<size_t>(res_layout.pool_bytes(kNumBlocks) / 2)));
+    newest_pool = upload(
+        std::vector<uint16_t>(static_cast<size_t>(newest_layout.pool_bytes(kNumBlocks) / 2)));
   }
 
   // The pool layout of `dtype`, FP8 scales as calibration makes them: max |x| (1) over the
@@ -89,7 +89,8 @@ struct LongContextKv {
     return kv::KvLayout(kv::KvSpec{1, 1, kHeadDim, dtype}, kBlockSize, scales);
   }
 
-  // A pool of `layout` holding every token, written by kv_append (INT4: and the residual pool).
+  // A pool of `layout` holding every token, written by kv_append (INT4: and the newest-blocks
+  // pool).
   DeviceBuffer append(const kv::KvLayout& layout) {
     DeviceBuffer pool =
         upload(std::vector<uint16_t>(static_cast<size_t>(layout.pool_bytes(kNumBlocks) / 2)));
@@ -101,8 +102,8 @@ struct LongContextKv {
     ap.k_token_stride = ap.v_token_stride = kHeadDim;
     ap.slot_mapping = d_slots.as<int64_t>();
     ap.num_tokens = kMaxLen;
-    ap.residual = res_layout.layer_view(res_pool.data(), 0);
-    ap.residual_slot_mapping = d_slots.as<int64_t>();
+    ap.newest = newest_layout.layer_view(newest_pool.data(), 0);
+    ap.newest_slot_mapping = d_slots.as<int64_t>();
     const Status s = kv_append(ap, nullptr);
     EXPECT_TRUE(s.ok()) << s.to_string();
     return pool;
@@ -176,21 +177,26 @@ void check_error_growth(const char* kernel, LongContextKv& kv,
   }
 }
 
-// INT4's residual range (R = 1) in a layout: the whole table, from logical block 0.
-struct ResidualTable {
+// INT4's newest-blocks group (R = 1): the whole table, from logical block 0.
+struct NewestTable {
   DeviceBuffer indptr, first;
-  explicit ResidualTable(int32_t pages)
+  explicit NewestTable(int32_t pages)
       : indptr(upload(std::vector<int32_t>{0, pages})), first(upload(std::vector<int32_t>{0})) {}
-  void set(PagedKvLayout& layout, const DeviceBuffer& ids) const {
-    layout.res_indptr = indptr.as<int32_t>();
-    layout.res_indices = ids.as<int32_t>();
-    layout.res_first_block = first.as<int32_t>();
-    layout.residual_blocks = 1;
+  // The group's view beside group 0's layout (its sequences and last-block lengths).
+  NewestBlocksView view(const LongContextKv& kv, const PagedKvLayout& layout) const {
+    NewestBlocksView v;
+    v.cache = kv.newest_layout.layer_view(kv.newest_pool.data(), 0);
+    v.layout = layout;
+    v.layout.kv_indptr = indptr.as<int32_t>();
+    v.layout.kv_indices = kv.d_ids.as<int32_t>();
+    v.layout.first_block = first.as<int32_t>();
+    v.blocks = 1;
+    return v;
   }
 };
 
 // One sequence of `len` tokens over the shuffled table, and the parameters both kernels take
-// alike: its paged layout, the cache (INT4: with its residual range), the query heads and scale.
+// alike: its paged layout, the cache (INT4: with its newest blocks), the query heads and scale.
 struct OneSequence {
   DeviceBuffer indptr, last;
   explicit OneSequence(int32_t len)
@@ -199,14 +205,11 @@ struct OneSequence {
 
   template <typename Params>
   void fill(Params& p, const LongContextKv& kv, DType dtype, const kv::KvLayout& layout,
-            const DeviceBuffer& pool, const ResidualTable& residual) const {
+            const DeviceBuffer& pool, const NewestTable& newest) const {
     p.layout = PagedKvLayout{indptr.as<int32_t>(), kv.d_ids.as<int32_t>(), last.as<int32_t>(), 1,
                              kBlockSize};
     p.cache = layout.layer_view(pool.data(), 0);
-    if (dtype == DType::kI4) {
-      p.residual = kv.res_layout.layer_view(kv.res_pool.data(), 0);
-      residual.set(p.layout, kv.d_ids);
-    }
+    if (dtype == DType::kI4) p.newest = newest.view(kv, p.layout);
     p.qo_dtype = DType::kBF16;
     p.num_qo_heads = kQHeads;
     p.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
@@ -230,7 +233,7 @@ TEST_F(KvQuantLongContextTest, ErrorAt32KAnd128KStaysWithin1_2xOf4K) {
       decode_attention_workspace_bytes(1, kQHeads, kHeadDim, kMaxDecodeSplits));
   ASSERT_TRUE(ws.ok());
   ASSERT_EQ(cudaMemset(ws->data(), 0, ws->bytes()), cudaSuccess);
-  const ResidualTable residual(kMaxLen / kBlockSize);
+  const NewestTable newest(kMaxLen / kBlockSize);
   check_error_growth(
       "decode", kv,
       [&](const DTypeBound& b, const kv::KvLayout& layout, const DeviceBuffer& pool, size_t li) {
@@ -241,7 +244,7 @@ TEST_F(KvQuantLongContextTest, ErrorAt32KAnd128KStaysWithin1_2xOf4K) {
         p.q_seq_stride = kQHeads * kHeadDim;
         p.o = d_o.data();
         p.o_seq_stride = kQHeads * kHeadDim;
-        seq.fill(p, kv, b.dtype, layout, pool, residual);
+        seq.fill(p, kv, b.dtype, layout, pool, newest);
         p.max_kv_len = len;
         p.workspace = ws->data();
         p.workspace_bytes = ws->bytes();
@@ -272,7 +275,7 @@ TEST_F(KvQuantLongContextTest, PrefillErrorAt32KAnd128KStaysWithin1_2xOf4K) {
   DeviceBuffer d_qo = upload(std::vector<int32_t>{0, kRows});
   DeviceBuffer d_lse = upload(
       std::vector<float>(static_cast<size_t>(prefill_int4_workspace_floats(kRows, kQHeads))));
-  const ResidualTable residual(kMaxLen / kBlockSize);
+  const NewestTable newest(kMaxLen / kBlockSize);
   check_error_growth(
       "prefill", kv,
       [&](const DTypeBound& b, const kv::KvLayout& layout, const DeviceBuffer& pool, size_t li) {
@@ -283,7 +286,7 @@ TEST_F(KvQuantLongContextTest, PrefillErrorAt32KAnd128KStaysWithin1_2xOf4K) {
         p.o = d_o.data();
         p.o_token_stride = kQHeads * kHeadDim;
         p.qo_indptr = d_qo.as<int32_t>();
-        seq.fill(p, kv, b.dtype, layout, pool, residual);
+        seq.fill(p, kv, b.dtype, layout, pool, newest);
         if (b.dtype == DType::kI4) p.lse_workspace = d_lse.as<float>();
         p.max_q_len = kRows;
         const Status s = prefill_attention(p, nullptr);

@@ -1,9 +1,9 @@
-// Prefill attention instance: BF16 KV, head dim 128; also the residual half of INT4 launches
-// (declared extern in prefill_bf16_i4_hd128.cu).
+// Prefill attention instance: BF16 KV, head dim 128; also the newest-blocks half of INT4
+// launches (declared extern in prefill_bf16_i4_hd128.cu).
 #include "kernels/cuda/prefill_attention_run.cuh"
 
 namespace strata::cuda::detail {
 template Status run_prefill_attention<DType::kBF16, DType::kBF16, 128>(
     const PrefillAttentionParams&, cudaStream_t);
-STRATA_PREFILL_RESIDUAL_PART(template, DType::kBF16, 128);
+STRATA_PREFILL_NEWEST_PART(template, DType::kBF16, 128);
 }  // namespace strata::cuda::detail

@@ -1,9 +1,9 @@
 // Prefill attention instance: BF16 queries over an INT4 (KIVI) KV cache, head dim 128. The
-// residual half runs in prefill_bf16_hd128.cu's instance.
+// newest-blocks half runs in prefill_bf16_hd128.cu's instance.
 #include "kernels/cuda/prefill_attention_run.cuh"
 
 namespace strata::cuda::detail {
-STRATA_PREFILL_RESIDUAL_PART(extern template, DType::kBF16, 128);
+STRATA_PREFILL_NEWEST_PART(extern template, DType::kBF16, 128);
 template Status run_prefill_attention<DType::kBF16, DType::kI4, 128>(const PrefillAttentionParams&,
                                                                      cudaStream_t);
 }  // namespace strata::cuda::detail
