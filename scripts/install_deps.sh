@@ -12,6 +12,7 @@ demo=0
 packages=(
   build-essential cmake ninja-build git pkg-config
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libssl-dev libcpp-httplib-dev
+  libxxhash-dev  # the KV tiers' checksums
   libboost-dev  # Boost.Beast and Boost.Asio (header-only): the HTTP server
 )
 if ((!demo)); then

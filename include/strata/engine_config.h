@@ -96,6 +96,15 @@ struct EngineConfig {
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   int64_t swap_space_bytes = int64_t{4} << 30;  // host memory for swapped-out blocks
+  // ---- KV tiers under the pool (docs/kv.md, "KV tiers"; the CPU engine, one KV cache group) --
+  // Blocks the pool evicts from its prefix cache go to a host-memory tier of kv_offload_bytes
+  // (> 0 turns the tiers on), and blocks that tier drops to make room go to files under
+  // kv_disk_path (at most kv_disk_bytes of them), which a later engine over the same directory
+  // and the same model and cache layout serves again. A request's prefix past what the pool holds
+  // comes back from them before it is admitted.
+  int64_t kv_offload_bytes = 0;
+  std::string kv_disk_path;
+  int64_t kv_disk_bytes = 0;
   SchedulerKind scheduler = SchedulerKind::kContinuous;
   int32_t max_batch_size = 32;      // static scheduler only
   double batch_timeout_ms = 100.0;  // static scheduler only

@@ -54,6 +54,14 @@ struct EngineTotals {
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t num_evictions = 0;
+  // KV tiers (EngineConfig::kv_offload_bytes): evicted blocks written to host memory, host blocks
+  // written down to disk, prompt tokens brought back from each tier (part of
+  // num_cached_prompt_tokens), and blocks that failed a check or an I/O and were recomputed.
+  int64_t kv_offloaded_blocks = 0;
+  int64_t kv_disk_written_blocks = 0;
+  int64_t kv_host_tier_hit_tokens = 0;
+  int64_t kv_disk_tier_hit_tokens = 0;
+  int64_t kv_tier_faults = 0;
 };
 
 }  // namespace strata

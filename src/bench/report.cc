@@ -100,6 +100,11 @@ BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context
   m.num_preemptions = c.num_preemptions;
   m.num_swapped_out_blocks = c.num_swapped_out_blocks;
   m.num_swapped_in_blocks = c.num_swapped_in_blocks;
+  m.kv_host_tier_hit_tokens = c.kv_host_tier_hit_tokens;
+  m.kv_disk_tier_hit_tokens = c.kv_disk_tier_hit_tokens;
+  m.kv_offloaded_blocks = c.kv_offloaded_blocks;
+  m.kv_disk_written_blocks = c.kv_disk_written_blocks;
+  m.kv_tier_faults = c.kv_tier_faults;
   m.num_stopped_early = run.num_stopped_early;
   return m;
 }

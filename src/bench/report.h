@@ -61,6 +61,13 @@ struct BenchMetrics {
   int64_t num_preemptions = 0;
   int64_t num_swapped_out_blocks = 0;
   int64_t num_swapped_in_blocks = 0;
+  // KV tiers (--kv-offload-bytes): prompt tokens brought back from host memory and from disk
+  // (part of num_cached_prompt_tokens), blocks written down, blocks recomputed after a fault.
+  int64_t kv_host_tier_hit_tokens = 0;
+  int64_t kv_disk_tier_hit_tokens = 0;
+  int64_t kv_offloaded_blocks = 0;
+  int64_t kv_disk_written_blocks = 0;
+  int64_t kv_tier_faults = 0;
   int64_t num_stopped_early = 0;
 
   int64_t num_steps = 0;

@@ -70,6 +70,19 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
     return Status::InvalidArgument("--kv-quant-check-threshold must be a finite number >= 0");
   }
   if (c.swap_space_bytes < 0) return Status::InvalidArgument("swap space must not be negative");
+  if (c.kv_offload_bytes < 0 || c.kv_disk_bytes < 0) {
+    return Status::InvalidArgument("--kv-offload-bytes and --kv-disk-bytes must not be negative");
+  }
+  if (!c.kv_disk_path.empty() && c.kv_offload_bytes == 0) {
+    return Status::InvalidArgument(
+        "--kv-disk-path needs --kv-offload-bytes: the disk tier reads and writes through the host "
+        "tier");
+  }
+  if (c.kv_offload_bytes > 0 && c.device == Device::kCuda) {
+    return Status::Unsupported(
+        "--kv-offload-bytes is not supported on --device cuda yet (the KV "
+        "tiers run under the CPU engine's pool)");
+  }
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
     return Status::InvalidArgument("max_batch_size must be >= 1 and batch_timeout_ms >= 0");
   }
@@ -131,6 +144,24 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
       *cache_, swap_spaces());
   last_step_.num_free_blocks = cache_->pool().num_free_blocks();
   last_step_.capacity_token_slots = static_cast<int64_t>(num_blocks - 1) * config_.block_size;
+}
+
+Status EngineImpl::start_tiers() {
+  if (config_.kv_offload_bytes == 0) return Status::Ok();
+  std::vector<kv::KvGroupSpec> groups;
+  for (int32_t g = 0; g < cache_->num_groups(); ++g) groups.push_back(cache_->group_spec(g));
+  kv::KvTierConfig c;
+  c.host_bytes = config_.kv_offload_bytes;
+  c.disk_path = config_.kv_disk_path;
+  c.disk_bytes = config_.kv_disk_bytes;
+  c.ns = kv::tier_namespace(kv::checkpoint_identity(config_.model_dir, config_.dummy_weights),
+                            config_.block_size, groups, runner_->kv_layout(0).static_scales());
+  Result<std::unique_ptr<kv::KvTiers>> tiers =
+      kv::KvTiers::create(c, *cache_, runner_->block_mover(0));
+  if (!tiers.ok()) return tiers.status();
+  tiers_ = std::move(tiers).value();
+  scheduler_->set_tiers(tiers_.get());
+  return Status::Ok();
 }
 
 Status EngineImpl::validate_request(const EngineRequest& r) const {
@@ -311,6 +342,12 @@ std::unique_ptr<EngineImpl> make_impl(engine::BuiltRunner built, EngineConfig c)
   return impl;
 }
 
+// The engine, with its KV tiers when the config asks for them (their directory may not open).
+Result<std::unique_ptr<Engine>> start(std::unique_ptr<EngineImpl> impl) {
+  STRATA_RETURN_IF_ERROR(impl->start_tiers());
+  return std::make_unique<Engine>(std::move(impl));
+}
+
 }  // namespace
 
 const char* device_name(Device device) {
@@ -330,7 +367,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   STRATA_RETURN_IF_ERROR(EngineImpl::validate_config(config));
   Result<engine::BuiltRunner> built = engine::make_runner(config);
   if (!built.ok()) return built.status();
-  return std::make_unique<Engine>(make_impl(std::move(built).value(), config));
+  return start(make_impl(std::move(built).value(), config));
 }
 
 Result<RequestId> Engine::submit(EngineRequest request) { return impl_->submit(std::move(request)); }
@@ -365,7 +402,7 @@ Result<std::unique_ptr<Engine>> create_engine(model::Model& model, ThreadPool& p
   }
   Result<BuiltRunner> built = make_cpu_runner(config, model, pool);
   if (!built.ok()) return built.status();
-  return std::make_unique<Engine>(make_impl(std::move(built).value(), config));
+  return start(make_impl(std::move(built).value(), config));
 }
 
 }  // namespace engine

@@ -15,11 +15,12 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_tiers.h"
 #include "kv/swap_space.h"
 #include "model/model.h"
 #include "model/model_runner.h"
-#include "tokenizer/tokenizer.h"
 #include "strata/engine.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata {
 
@@ -48,6 +49,8 @@ class EngineImpl {
              std::vector<kv::KvGroupSpec> groups, EngineConfig config);
 
   static Status validate_config(const EngineConfig& config);
+  // The KV tiers of config.kv_offload_bytes (none when 0), attached to the pool and the scheduler.
+  Status start_tiers();
 
   Result<RequestId> submit(EngineRequest request);
   void cancel(RequestId id);
@@ -92,6 +95,7 @@ class EngineImpl {
   std::unique_ptr<kv::KvCacheManager> cache_;
   // Swap preemption only, one per KV cache group; destroyed before runner_.
   std::vector<std::unique_ptr<kv::SwapSpace>> swaps_;
+  std::unique_ptr<kv::KvTiers> tiers_;  // --kv-offload-bytes; borrows cache_ and the runner
   std::unique_ptr<engine::Scheduler> scheduler_;
   std::map<RequestId, RequestState> requests_;
   RequestId next_id_ = 1;

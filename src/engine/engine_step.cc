@@ -250,6 +250,14 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   totals_.prefix_query_tokens = cache.num_query_tokens;
   totals_.prefix_hit_tokens = cache.num_hit_tokens;
   totals_.num_evictions = cache.num_evictions;
+  if (tiers_ != nullptr) {
+    const kv::KvTierStats& t = tiers_->stats();
+    totals_.kv_offloaded_blocks = t.num_offloaded_blocks;
+    totals_.kv_disk_written_blocks = t.num_disk_writes;
+    totals_.kv_host_tier_hit_tokens = t.num_host_hit_blocks * config_.block_size;
+    totals_.kv_disk_tier_hit_tokens = t.num_disk_hit_blocks * config_.block_size;
+    totals_.kv_tier_faults = t.num_faults;
+  }
 }
 
 std::vector<kv::SwapSpace*> EngineImpl::swap_spaces() const {

@@ -215,8 +215,9 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     Sequence* seq = waiting_.front();
     kv::PrefixHit hit;
     if (!seq->wants_all_rows()) {
-      hit = cache_.find_cached_prefix(
-          {seq->tokens.data(), seq->tokens.size()}, seq->cache_keys);
+      const std::span<const int32_t> tokens(seq->tokens.data(), seq->tokens.size());
+      if (tiers_ != nullptr) tiers_->promote(tokens, seq->cache_keys);
+      hit = cache_.find_cached_prefix(tokens, seq->cache_keys);
     }
     const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - hit.num_tokens;
     const int32_t n = std::min(remaining, budget);

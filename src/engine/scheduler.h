@@ -31,6 +31,7 @@
 #include "engine/sequence.h"
 #include "kv/contiguous_allocator.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_tiers.h"
 #include "strata/engine_config.h"
 
 namespace strata::engine {
@@ -74,6 +75,10 @@ class Scheduler {
   // PreemptionMode::kSwap only.
   Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,
             std::vector<kv::SwapSpace*> swaps = {});
+
+  // The KV tiers under the pool (borrowed; null = none): before a waiting sequence's prefix is
+  // looked up, the part of it past the pool's cached blocks comes back from them.
+  void set_tiers(kv::KvTiers* tiers) { tiers_ = tiers; }
 
   // Queues a new sequence (status kWaiting, nothing computed, an empty table).
   void add_waiting(Sequence* seq);
@@ -129,6 +134,7 @@ class Scheduler {
   std::deque<Sequence*> swapped_;  // sorted by rank
   std::deque<Sequence*> swapping_in_;  // copies in flight, in start order
   std::vector<kv::SwapSpace*> swaps_;       // per group; empty without swap preemption
+  kv::KvTiers* tiers_ = nullptr;
   std::vector<kv::BlockTable> batch_done_;  // static scheduler: finished members' blocks
   std::vector<int64_t> batch_done_offsets_;  // and their contiguous reservations
   int32_t static_admit_left_ = 0;  // members of the forming static batch not yet admitted

@@ -34,6 +34,10 @@ std::optional<std::vector<BlockId>> BlockPool::allocate(int32_t n) {
     meta(idx).ref_count = 1;
     out.emplace_back(idx);
   }
+  if (!evicted_.empty()) {
+    eviction_listener_->on_evicted(evicted_);
+    evicted_.clear();
+  }
   return out;
 }
 

@@ -43,6 +43,22 @@
 
 namespace strata::kv {
 
+// A cached block the pool evicts, with what identifies its content (its bytes are still intact
+// when the listener hears of it).
+struct EvictedBlock {
+  BlockId block;
+  BlockHash hash;
+  std::vector<int32_t> tokens;
+};
+
+// Told about the cached blocks each allocate() evicts, once per call that evicts any, before it
+// returns -- while no one has written the blocks yet (the KV tiers copy them down, kv_tiers.h).
+class EvictionListener {
+ public:
+  virtual ~EvictionListener() = default;
+  virtual void on_evicted(std::span<const EvictedBlock> blocks) = 0;
+};
+
 struct BlockPoolConfig {
   int32_t num_blocks = 1;   // counts the null block; >= 1
   int32_t block_size = 16;  // tokens per block (the token ids a cached block keeps)
@@ -109,6 +125,8 @@ class BlockPool {
   int32_t num_cached_blocks() const { return num_cached_; }
   // Cached blocks whose content was dropped because the block was reallocated.
   int64_t num_evictions() const { return num_evictions_; }
+  // Borrowed; null = none. Hears of every eviction from then on.
+  void set_eviction_listener(EvictionListener* listener) { eviction_listener_ = listener; }
 
   // The free queue front to back (for tests and debugging; O(free blocks)).
   std::vector<BlockId> free_queue() const;
@@ -157,6 +175,8 @@ class BlockPool {
   std::vector<std::string> salts_;  // per block, first blocks only (cache salt)
   int32_t num_cached_ = 0;
   int64_t num_evictions_ = 0;
+  EvictionListener* eviction_listener_ = nullptr;
+  std::vector<EvictedBlock> evicted_;  // this allocate()'s, for the listener
 };
 
 }  // namespace strata::kv

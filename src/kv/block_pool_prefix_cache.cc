@@ -88,6 +88,10 @@ bool BlockPool::is_cached(BlockId block) const {
 
 void BlockPool::evict(int32_t idx) {
   BlockMeta& m = meta(idx);
+  if (eviction_listener_ != nullptr) {
+    const std::span<const int32_t> tokens = stored_tokens(idx);
+    evicted_.push_back(EvictedBlock{BlockId{idx}, m.hash, {tokens.begin(), tokens.end()}});
+  }
   const auto it = hash_to_block_.find(m.hash);
   STRATA_CHECK(it != hash_to_block_.end(), "cached block missing from the hash index");
   if (it->second == idx) {

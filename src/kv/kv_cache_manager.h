@@ -93,6 +93,8 @@ class KvCacheManager {
   const BlockPool& pool(int32_t g = 0) const { return group(g).pool(); }
   int32_t block_size() const { return block_size_; }
   bool prefix_caching() const { return pool().prefix_caching(); }
+  // The block hashes' width (256 but in collision tests): a second hasher must match it.
+  int32_t hash_bits() const { return hasher_.num_bits(); }
 
   // The longest cached prefix of tokens, in whole blocks, leaving at least the last token to
   // compute (a step needs it to produce logits). Nothing is referenced yet; the only side effect

@@ -129,6 +129,19 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
          static_cast<double>(t.prefix_query_tokens));
   metric(out, "strata:prefix_cache_hits_total", "counter", "Prompt tokens found in the cache.",
          static_cast<double>(t.prefix_hit_tokens));
+  line(out, "# HELP strata:kv_tier_hits_total Prompt tokens brought back from a KV tier.");
+  line(out, "# TYPE strata:kv_tier_hits_total counter");
+  line(out,
+       "strata:kv_tier_hits_total{tier=\"host\"} " + std::to_string(t.kv_host_tier_hit_tokens));
+  line(out,
+       "strata:kv_tier_hits_total{tier=\"disk\"} " + std::to_string(t.kv_disk_tier_hit_tokens));
+  metric(out, "strata:kv_offloaded_blocks_total", "counter",
+         "Evicted blocks written to the host tier.", static_cast<double>(t.kv_offloaded_blocks));
+  metric(out, "strata:kv_disk_written_blocks_total", "counter",
+         "Host-tier blocks written down to disk.", static_cast<double>(t.kv_disk_written_blocks));
+  metric(out, "strata:kv_tier_faults_total", "counter",
+         "Tier blocks that failed a check or an I/O and were recomputed.",
+         static_cast<double>(t.kv_tier_faults));
   metric(out, "strata:prompt_tokens_total", "counter", "Prompt tokens admitted.",
          static_cast<double>(t.num_prompt_tokens));
   metric(out, "strata:generation_tokens_total", "counter", "Tokens generated.",

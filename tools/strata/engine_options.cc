@@ -60,6 +60,13 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
         ->check(CLI::IsMember({"recompute", "swap"}));
     cmd.add_option("--swap-space", o.swap_space_gib, "Host memory for swapped blocks, GiB")
         ->check(CLI::Range(0.0, 1e6));
+    cmd.add_option("--kv-offload-bytes", o.kv_offload_bytes,
+                   "KV tiers: host memory in bytes for blocks the pool evicts (0 = off)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
+    cmd.add_option("--kv-disk-path", o.kv_disk_path,
+                   "KV tiers: a directory for blocks the host tier drops (kept across restarts)");
+    cmd.add_option("--kv-disk-bytes", o.kv_disk_bytes, "KV tiers: the disk tier's size in bytes")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 52));
   }
   add_kv_cache_options(cmd, o.kv_cache);
 }
@@ -92,6 +99,9 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.preemption_mode =
       o.preemption_mode == "swap" ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
   c.swap_space_bytes = static_cast<int64_t>(o.swap_space_gib * double(int64_t{1} << 30));
+  c.kv_offload_bytes = o.kv_offload_bytes;
+  c.kv_disk_path = o.kv_disk_path;
+  c.kv_disk_bytes = o.kv_disk_bytes;
   c.kv_cache_dtype = parse_kv_cache_dtype_flag(o.kv_cache.kv_cache_dtype);
   c.calculate_kv_scales = o.kv_cache.calculate_kv_scales;
   c.allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales;

@@ -36,6 +36,9 @@ struct EngineOptions {
   bool disable_hybrid_kv_cache_manager = false;
   std::string preemption_mode = "recompute";
   double swap_space_gib = 4.0;
+  int64_t kv_offload_bytes = 0;  // KV tiers: host memory for evicted blocks (0 = off)
+  std::string kv_disk_path;      // and the disk tier's directory
+  int64_t kv_disk_bytes = 0;
   KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --allow-unit-kv-scales
 };
 

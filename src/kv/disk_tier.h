@@ -1,0 +1,90 @@
+#pragma once
+// DiskTier: the local-disk KV tier under the host tier (docs/kv.md, "KV tiers"). Each block is
+// one file, DIR/<namespace, 16 hex digits>/<chain hash, 64 hex digits>.kvb:
+//
+//   header (72 bytes)  "STRATAKV", format version u32, block_size u32, namespace u64,
+//                      block_bytes u64, checksum u64 (XXH3 of the tokens and bytes), hash [32]
+//   token ids          block_size x int32
+//   bytes              block_bytes, the pool layout's block
+//
+// A block is written to a temporary name and renamed, so an interrupted write leaves either the
+// whole file or a temporary one, which open() deletes; whatever else a crash leaves (a renamed
+// file whose pages never reached the disk) fails the checksum on its first read and is dropped.
+// The directory survives the process: open() indexes the files already there, least recently
+// modified first, so a restart over the same directory serves their hits. Least recently used
+// files go first when the files' total would pass the capacity. Every fault -- a missing,
+// truncated or corrupt file, a full disk, an I/O error -- is a failed get/put (counted in
+// stats()), never a wrong block: the engine recomputes instead.
+//
+// Plain pread/pwrite through the page cache. Not thread-safe: one thread at a time (the tiers'
+// owner). Cost: a get reads and checksums one file; a put writes one.
+
+#include <cstdint>
+#include <filesystem>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+
+#include "core/status.h"
+#include "kv/tier_key.h"
+
+namespace strata::kv {
+
+struct DiskTierStats {
+  int64_t num_writes = 0;        // blocks written
+  int64_t num_write_errors = 0;  // puts that failed (full disk, I/O error)
+  int64_t num_reads = 0;         // blocks read back whole and verified
+  int64_t num_bad_reads = 0;     // gets that found a truncated, corrupt or unreadable file
+  int64_t num_evictions = 0;     // files deleted to stay within the capacity
+};
+
+class DiskTier {
+ public:
+  // The files of namespace ns under dir (created if missing), capacity_bytes >= one file.
+  // InvalidArgument / Internal when the directory cannot be created or listed.
+  static Result<std::unique_ptr<DiskTier>> open(const std::string& dir, uint64_t ns,
+                                                int32_t block_size, int64_t block_bytes,
+                                                int64_t capacity_bytes);
+
+  // Bytes of one block's file.
+  int64_t file_bytes() const;
+  int64_t num_blocks() const { return static_cast<int64_t>(index_.size()); }
+  int64_t used_bytes() const { return num_blocks() * file_bytes(); }
+  int64_t capacity_bytes() const { return capacity_bytes_; }
+  const DiskTierStats& stats() const { return stats_; }
+  const std::filesystem::path& path() const { return path_; }
+
+  bool contains(const BlockHash& hash) const { return index_.contains(hash); }
+  // Writes the block's file (tokens.size() == block_size, bytes.size() == block_bytes), first
+  // deleting least recently used files to stay within the capacity. A block already there is
+  // only made the most recently used. Internal on an I/O error (nothing is left behind).
+  Status put(const BlockHash& hash, std::span<const int32_t> tokens,
+             std::span<const std::byte> bytes);
+  // Reads the block into out (block_bytes), confirming the header, the token ids and the
+  // checksum, and makes it the most recently used. NotFound when absent (or when the tokens
+  // differ); Internal for a truncated, corrupt or unreadable file, which is deleted.
+  Status get(const BlockHash& hash, std::span<const int32_t> tokens, std::span<std::byte> out);
+
+ private:
+  DiskTier(std::filesystem::path path, uint64_t ns, int32_t block_size, int64_t block_bytes,
+           int64_t capacity_bytes);
+  std::filesystem::path file_of(const BlockHash& hash) const;
+  void remember(const BlockHash& hash);  // most recently used
+  void drop(const BlockHash& hash);      // out of the index, file deleted
+
+  std::filesystem::path path_;
+  uint64_t ns_;
+  int32_t block_size_;
+  int64_t block_bytes_;
+  int64_t capacity_bytes_;
+  std::list<BlockHash> lru_;  // least recent first
+  std::unordered_map<BlockHash, std::list<BlockHash>::iterator> index_;
+  DiskTierStats stats_;
+};
+
+// The 64 lowercase hex digits of a hash (the disk tier's file names).
+std::string hash_hex(const BlockHash& hash);
+
+}  // namespace strata::kv

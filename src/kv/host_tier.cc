@@ -1,0 +1,106 @@
+#include "kv/host_tier.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace strata::kv {
+
+HostTier::HostTier(const KvLayout& layout, int32_t capacity_blocks)
+    : buffer_(layout, capacity_blocks), slots_(static_cast<size_t>(capacity_blocks)) {
+  STRATA_CHECK(capacity_blocks >= 1, "a host tier holds at least one block");
+  free_.reserve(slots_.size());
+  for (int32_t i = capacity_blocks - 1; i >= 0; --i) free_.push_back(i);
+  index_.reserve(slots_.size());
+}
+
+std::optional<BlockId> HostTier::find(const TierKey& key, std::span<const int32_t> tokens) {
+  const auto it = index_.find(key);
+  if (it == index_.end()) return std::nullopt;
+  const int32_t idx = it->second;
+  Slot& s = slots_[static_cast<size_t>(idx)];
+  if (!s.committed) return std::nullopt;
+  if (!std::equal(s.tokens.begin(), s.tokens.end(), tokens.begin(), tokens.end())) {
+    release(idx);
+    return std::nullopt;
+  }
+  lru_.splice(lru_.end(), lru_, s.lru);
+  return BlockId{idx};
+}
+
+BlockId HostTier::insert(const TierKey& key, std::span<const int32_t> tokens,
+                         std::optional<Dropped>* dropped) {
+  STRATA_CHECK(!index_.contains(key), "HostTier::insert: the key is already in the tier");
+  if (dropped != nullptr) dropped->reset();
+  int32_t idx = -1;
+  if (!free_.empty()) {
+    idx = free_.back();
+    free_.pop_back();
+  } else {
+    idx = lru_.front();
+    Slot& victim = slots_[static_cast<size_t>(idx)];
+    if (dropped != nullptr && victim.committed) {
+      *dropped = Dropped{victim.key, std::move(victim.tokens), victim.checksum};
+    }
+    release(idx);
+    free_.pop_back();  // release() returned idx to the free list
+  }
+  Slot& s = slots_[static_cast<size_t>(idx)];
+  s.used = true;
+  s.committed = false;
+  s.key = key;
+  s.tokens.assign(tokens.begin(), tokens.end());
+  s.lru = lru_.insert(lru_.end(), idx);
+  index_.emplace(key, idx);
+  return BlockId{idx};
+}
+
+void HostTier::commit(BlockId id) {
+  Slot& s = slot(id);
+  STRATA_CHECK(s.used, "HostTier::commit: an unused slot");
+  s.checksum = tier_checksum(bytes(id));
+  s.committed = true;
+}
+
+bool HostTier::verify(BlockId id) const {
+  const Slot& s = slot(id);
+  return s.used && s.committed && tier_checksum(bytes(id)) == s.checksum;
+}
+
+void HostTier::erase(BlockId id) {
+  if (slot(id).used) release(id.value);
+}
+
+void HostTier::release(int32_t idx) {
+  Slot& s = slots_[static_cast<size_t>(idx)];
+  index_.erase(s.key);
+  lru_.erase(s.lru);
+  s = Slot{};
+  free_.push_back(idx);
+}
+
+std::span<std::byte> HostTier::bytes(BlockId id) {
+  const int64_t n = block_bytes();
+  return {buffer_.data() + id.value * n, static_cast<size_t>(n)};
+}
+
+std::span<const std::byte> HostTier::bytes(BlockId id) const {
+  const int64_t n = block_bytes();
+  return {buffer_.data() + id.value * n, static_cast<size_t>(n)};
+}
+
+void HostTier::check_invariants() const {
+  STRATA_CHECK(index_.size() == lru_.size(), "HostTier: index and LRU list differ in size");
+  STRATA_CHECK(lru_.size() + free_.size() == slots_.size(), "HostTier: a slot is lost or doubled");
+  for (const int32_t idx : lru_) {
+    const Slot& s = slots_[static_cast<size_t>(idx)];
+    STRATA_CHECK(s.used, "HostTier: an unused slot in the LRU list");
+    const auto it = index_.find(s.key);
+    STRATA_CHECK(it != index_.end() && it->second == idx, "HostTier: a slot's key is not indexed");
+  }
+  for (const int32_t idx : free_) {
+    STRATA_CHECK(!slots_[static_cast<size_t>(idx)].used, "HostTier: a used slot is free");
+  }
+}
+
+}  // namespace strata::kv

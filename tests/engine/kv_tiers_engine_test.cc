@@ -1,0 +1,217 @@
+// KV tiers under the CPU engine's pool (docs/kv.md, "KV tiers"), on a transformers fixture: a
+// pool that holds one request's blocks loses a prompt's prefix to the next prompt, and the prompt
+// asked again gets its prefix back from host memory, from disk, and from disk after a restart --
+// returning what a cold run returns (the same greedy tokens, top-20 logprobs within the CPU
+// invariance tolerance, 1e-5). A corrupt disk block is recomputed, with the same output; another
+// model over the same directory finds nothing; nothing leaks.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
+#include "engine_testing.h"
+#include "kv/kv_accounting.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "reference_testing.h"
+#include "strata/engine.h"
+
+namespace strata::engine {
+namespace {
+
+constexpr double kInvarianceTolerance = 1e-5;
+const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models/";
+
+std::vector<int32_t> fixture_prompt(const std::string& name) {
+  const auto ref = model::SafetensorsFile::open(kModelsDir + name + "/reference.safetensors");
+  const TensorView t = ref.tensor("prompt.0");
+  const auto* p = static_cast<const int32_t*>(t.data);
+  return {p, p + t.numel()};
+}
+
+struct Returned {
+  std::vector<int32_t> output_ids;
+  std::vector<TokenLogprobs> output_logprobs;
+};
+
+Returned run(Engine& e, const EngineRequest& r) {
+  auto id = e.submit(r);
+  EXPECT_TRUE(id.ok()) << id.status().to_string();
+  test_util::Collected got;
+  while (e.has_unfinished()) {
+    auto step = e.step();
+    EXPECT_TRUE(step.ok()) << step.status().to_string();
+    if (!step.ok()) break;
+    for (const RequestOutput& o : *step) test_util::absorb(got, o);
+  }
+  if (got.tokens.empty()) return {};
+  return {got.tokens[0], got.logprobs[0]};
+}
+
+class KvTiersEngineTest : public ::testing::Test {
+ protected:
+  static constexpr const char* kModel = "llama3-gqa";
+
+  KvTiersEngineTest()
+      : pool_(2),
+        model_(model::Model::load({kModelsDir + kModel})),
+        dir_(std::filesystem::temp_directory_path() /
+             ("strata_kv_tiers_engine_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(dir_);
+    a_ = test_util::greedy(fixture_prompt(kModel), 12, 20);
+    // Another prompt as long, sharing nothing: running it takes every block of the pool.
+    std::vector<int32_t> other(a_.prompt.size());
+    for (size_t i = 0; i < other.size(); ++i) other[i] = static_cast<int32_t>((i * 37 + 11) % 150);
+    b_ = test_util::greedy(std::move(other), 12, 20);
+  }
+  ~KvTiersEngineTest() override { std::filesystem::remove_all(dir_); }
+
+  // A pool that holds one of the two requests, with the tiers of host_blocks blocks (and a disk
+  // tier when with_disk).
+  std::unique_ptr<Engine> make(int32_t host_blocks, bool with_disk,
+                               const std::string& model_dir = "") {
+    EngineConfig c = test_util::sized_for(EngineConfig{}, {a_}, 0);
+    c.model_dir = model_dir.empty() ? kModelsDir + kModel : model_dir;
+    const int64_t block_bytes =
+        static_cast<int64_t>(model_.kv_spec(DType::kF32).block_bytes(c.block_size));
+    c.kv_offload_bytes = host_blocks * block_bytes;
+    if (with_disk) {
+      c.kv_disk_path = dir_.string();
+      c.kv_disk_bytes = int64_t{1} << 30;
+    }
+    auto e = engine::create_engine(model_, pool_, c);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  Returned cold() {
+    EngineConfig c = test_util::sized_for(EngineConfig{}, {a_}, 0);
+    c.enable_prefix_caching = false;
+    auto e = engine::create_engine(model_, pool_, c);
+    EXPECT_TRUE(e.ok());
+    return run(**e, a_);
+  }
+
+  // Runs a, then b (which evicts a's blocks from the pool), then a again: what the second a
+  // returned.
+  Returned a_after_eviction(Engine& e) {
+    run(e, a_);
+    run(e, b_);
+    return run(e, a_);
+  }
+
+  void expect_same(const Returned& got, const Returned& want) {
+    EXPECT_EQ(got.output_ids, want.output_ids);
+    EXPECT_LT(test_util::max_top_logprobs_rel_err(got.output_logprobs, want.output_logprobs),
+              kInvarianceTolerance);
+  }
+
+  int32_t full_blocks() const { return static_cast<int32_t>((a_.prompt.size() - 1) / 16); }
+
+  ThreadPool pool_;
+  model::Model model_;
+  std::filesystem::path dir_;
+  EngineRequest a_, b_;
+};
+
+TEST_F(KvTiersEngineTest, APrefixEvictedFromThePoolComesBackFromHostMemory) {
+  const Returned want = cold();
+  auto e = make(/*host_blocks=*/256, /*with_disk=*/false);
+  ASSERT_NE(e, nullptr);
+  const Returned got = a_after_eviction(*e);
+  expect_same(got, want);
+  const EngineTotals t = e->totals();
+  EXPECT_GE(t.kv_offloaded_blocks, full_blocks());
+  EXPECT_EQ(t.kv_host_tier_hit_tokens, int64_t{full_blocks()} * 16);
+  EXPECT_EQ(t.kv_disk_tier_hit_tokens, 0);
+  EXPECT_EQ(e->last_step().num_free_blocks, e->kv_cache().num_blocks - 1) << "no leaked block";
+}
+
+TEST_F(KvTiersEngineTest, FromDiskAndFromDiskAfterARestart) {
+  const Returned want = cold();
+  {
+    auto e = make(/*host_blocks=*/2, /*with_disk=*/true);
+    ASSERT_NE(e, nullptr);
+    expect_same(a_after_eviction(*e), want);
+    const EngineTotals t = e->totals();
+    EXPECT_GT(t.kv_disk_written_blocks, 0);
+    EXPECT_GT(t.kv_disk_tier_hit_tokens, 0);
+    EXPECT_EQ(t.kv_host_tier_hit_tokens + t.kv_disk_tier_hit_tokens, int64_t{full_blocks()} * 16);
+    run(*e, b_);  // a's blocks go down again
+  }
+  // A new engine over the same directory: a's first request already hits on disk.
+  auto e = make(/*host_blocks=*/2, /*with_disk=*/true);
+  ASSERT_NE(e, nullptr);
+  expect_same(run(*e, a_), want);
+  EXPECT_GT(e->totals().kv_disk_tier_hit_tokens, 0);
+  EXPECT_EQ(e->totals().kv_tier_faults, 0);
+}
+
+TEST_F(KvTiersEngineTest, CorruptDiskBlocksAreRecomputedWithTheSameOutput) {
+  const Returned want = cold();
+  {
+    auto e = make(/*host_blocks=*/2, /*with_disk=*/true);
+    ASSERT_NE(e, nullptr);
+    run(*e, a_);
+    run(*e, b_);
+    run(*e, a_);
+    run(*e, b_);
+  }
+  // Flip a byte near the end of every block file.
+  int32_t corrupted = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
+    if (entry.path().extension() != ".kvb") continue;
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5, std::ios::end);
+    const char c = static_cast<char>(f.get());
+    f.seekp(-5, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x40));
+    ++corrupted;
+  }
+  ASSERT_GT(corrupted, 0);
+  auto e = make(/*host_blocks=*/2, /*with_disk=*/true);
+  ASSERT_NE(e, nullptr);
+  expect_same(run(*e, a_), want);
+  EXPECT_EQ(e->totals().kv_disk_tier_hit_tokens, 0);
+  EXPECT_GE(e->totals().kv_tier_faults, 1);
+}
+
+TEST_F(KvTiersEngineTest, AnotherModelOverTheSameDirectoryFindsNothing) {
+  {
+    auto e = make(/*host_blocks=*/2, /*with_disk=*/true);
+    ASSERT_NE(e, nullptr);
+    a_after_eviction(*e);
+    run(*e, b_);
+  }
+  // The same weights under another checkpoint's name and config would be another model; here
+  // the engine is told it serves qwen2-tied's checkpoint: another namespace.
+  auto e = make(/*host_blocks=*/2, /*with_disk=*/true, kModelsDir + "qwen2-tied");
+  ASSERT_NE(e, nullptr);
+  run(*e, a_);
+  EXPECT_EQ(e->totals().kv_disk_tier_hit_tokens, 0);
+  EXPECT_EQ(e->totals().kv_host_tier_hit_tokens, 0);
+}
+
+TEST_F(KvTiersEngineTest, RefusesWhatItCannotServe) {
+  EngineConfig c;
+  c.kv_disk_path = dir_.string();
+  EXPECT_EQ(engine::create_engine(model_, pool_, c).status().code(), StatusCode::kInvalidArgument)
+      << "a disk tier without a host tier";
+  c = EngineConfig{};
+  c.kv_offload_bytes = 64;
+  EXPECT_EQ(engine::create_engine(model_, pool_, c).status().code(), StatusCode::kInvalidArgument)
+      << "a host tier smaller than one block";
+  c.kv_offload_bytes = int64_t{1} << 20;
+  c.enable_prefix_caching = false;
+  EXPECT_EQ(engine::create_engine(model_, pool_, c).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace strata::engine

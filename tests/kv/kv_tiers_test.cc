@@ -1,0 +1,378 @@
+// KV tiers (docs/kv.md, "KV tiers"): the host tier's LRU and checksums; the disk tier's files
+// surviving a reopen and every fault (truncated, corrupt, unreadable file, a failed write) ending
+// in a miss, never a wrong block; and KvTiers moving a prefix's blocks down as the pool evicts
+// them and back up, byte for byte, into a prefix hit -- from host memory and from disk, across a
+// restart, and never into a cache of another namespace.
+
+#include "kv/kv_tiers.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kv/block_mover.h"
+#include "kv/host_kv_buffer.h"
+
+namespace strata::kv {
+namespace {
+
+constexpr int32_t kBs = 4;
+
+KvSpec small_spec() { return KvSpec{2, 2, 8, DType::kF32}; }
+KvLayout small_layout() { return KvLayout(small_spec(), kBs); }
+
+BlockHash hash_of(int32_t v) {
+  BlockHash h;
+  std::memcpy(h.bytes.data(), &v, sizeof(v));
+  h.bytes[31] = 0xAB;
+  return h;
+}
+
+TierKey key_of(int32_t v) { return TierKey{7, hash_of(v)}; }
+
+void fill(std::span<std::byte> bytes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (std::byte& b : bytes) b = static_cast<std::byte>(rng());
+}
+
+// A fresh directory under the test's temporary directory.
+std::string temp_dir(const std::string& name) {
+  const std::filesystem::path p = std::filesystem::temp_directory_path() /
+                                  ("strata_kv_tiers_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+
+// ---- HostTier ------------------------------------------------------------------------------
+
+TEST(HostTierTest, KeepsTheMostRecentlyUsedAndHandsTheDroppedBlockBack) {
+  HostTier tier(small_layout(), 2);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  for (int32_t v : {10, 11}) {
+    const BlockId s = tier.insert(key_of(v), tokens, nullptr);
+    fill(tier.bytes(s), static_cast<uint32_t>(v));
+    tier.commit(s);
+  }
+  ASSERT_TRUE(tier.find(key_of(10), tokens));  // 11 is now the least recently used
+  std::optional<HostTier::Dropped> dropped;
+  const BlockId s = tier.insert(key_of(12), tokens, &dropped);
+  ASSERT_TRUE(dropped);
+  EXPECT_EQ(dropped->key, key_of(11));
+  EXPECT_EQ(dropped->checksum, tier_checksum(tier.bytes(s)))
+      << "the dropped block's bytes stay in the slot until overwritten";
+  EXPECT_FALSE(tier.find(key_of(12), tokens)) << "not findable before commit";
+  tier.commit(s);
+  EXPECT_TRUE(tier.find(key_of(12), tokens));
+  EXPECT_FALSE(tier.contains(key_of(11)));
+  EXPECT_EQ(tier.num_blocks(), 2);
+  tier.check_invariants();
+}
+
+TEST(HostTierTest, OtherTokensOrChangedBytesAreNeverServed) {
+  HostTier tier(small_layout(), 2);
+  const BlockId s = tier.insert(key_of(1), std::vector<int32_t>{1, 2, 3, 4}, nullptr);
+  fill(tier.bytes(s), 1);
+  tier.commit(s);
+  EXPECT_TRUE(tier.verify(s));
+  tier.bytes(s)[5] ^= std::byte{1};
+  EXPECT_FALSE(tier.verify(s));
+  EXPECT_FALSE(tier.find(key_of(1), std::vector<int32_t>{1, 2, 3, 5}));
+  EXPECT_FALSE(tier.contains(key_of(1))) << "an entry under another prompt's tokens is dropped";
+  tier.check_invariants();
+}
+
+// ---- DiskTier ------------------------------------------------------------------------------
+
+class DiskTierTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kBlockBytes = 256;
+  std::unique_ptr<DiskTier> open(int64_t capacity_blocks, uint64_t ns = 7) {
+    Result<std::unique_ptr<DiskTier>> t =
+        DiskTier::open(dir_, ns, kBs, kBlockBytes, capacity_blocks * (72 + 4 * kBs + kBlockBytes));
+    EXPECT_TRUE(t.ok()) << t.status().message();
+    return t.ok() ? std::move(t).value() : nullptr;
+  }
+  std::vector<std::byte> block(uint32_t seed) {
+    std::vector<std::byte> b(kBlockBytes);
+    fill(b, seed);
+    return b;
+  }
+  std::filesystem::path file(const DiskTier& t, int32_t v) {
+    return t.path() / (hash_hex(hash_of(v)) + ".kvb");
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string dir_ = temp_dir("disk");
+  const std::vector<int32_t> tokens_ = {5, 6, 7, 8};
+};
+
+TEST_F(DiskTierTest, BlocksSurviveAReopenAndTheLeastRecentlyUsedGoFirst) {
+  {
+    std::unique_ptr<DiskTier> t = open(3);
+    for (int32_t v = 0; v < 3; ++v) ASSERT_TRUE(t->put(hash_of(v), tokens_, block(v)).ok());
+    EXPECT_EQ(t->num_blocks(), 3);
+  }
+  std::unique_ptr<DiskTier> t = open(3);
+  ASSERT_EQ(t->num_blocks(), 3) << "a new process over the directory finds the blocks";
+  std::vector<std::byte> out(kBlockBytes);
+  ASSERT_TRUE(t->get(hash_of(0), tokens_, out).ok());
+  EXPECT_EQ(out, block(0));
+  // 0 was just read: 1 is the least recently used and goes first.
+  ASSERT_TRUE(t->put(hash_of(3), tokens_, block(3)).ok());
+  EXPECT_FALSE(t->contains(hash_of(1)));
+  EXPECT_FALSE(std::filesystem::exists(file(*t, 1)));
+  EXPECT_TRUE(t->contains(hash_of(0)));
+  EXPECT_LE(t->used_bytes(), t->capacity_bytes());
+  EXPECT_EQ(t->stats().num_evictions, 1);
+  // Another namespace sees none of them.
+  std::unique_ptr<DiskTier> other = open(3, /*ns=*/8);
+  EXPECT_EQ(other->num_blocks(), 0);
+}
+
+TEST_F(DiskTierTest, TruncatedCorruptOrUnreadableFilesAreDroppedNeverServed) {
+  std::unique_ptr<DiskTier> t = open(8);
+  for (int32_t v = 0; v < 4; ++v) ASSERT_TRUE(t->put(hash_of(v), tokens_, block(v)).ok());
+  std::filesystem::resize_file(file(*t, 0), 100);  // truncated
+  {
+    std::fstream f(file(*t, 1), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(72 + 4 * kBs + 17);
+    f.put('\x5a');  // one byte of the block flipped (the checksum no longer matches)
+  }
+  std::filesystem::remove(file(*t, 2));
+  std::filesystem::create_directory(file(*t, 2));  // unreadable: a directory
+  std::vector<std::byte> out(kBlockBytes);
+  for (int32_t v = 0; v < 3; ++v) {
+    EXPECT_EQ(t->get(hash_of(v), tokens_, out).code(), StatusCode::kInternal) << v;
+    EXPECT_FALSE(t->contains(hash_of(v))) << v;
+  }
+  EXPECT_EQ(t->stats().num_bad_reads, 3);
+  // Other tokens under the same hash: not served, and the file stays.
+  EXPECT_EQ(t->get(hash_of(3), std::vector<int32_t>{5, 6, 7, 9}, out).code(),
+            StatusCode::kNotFound);
+  ASSERT_TRUE(t->get(hash_of(3), tokens_, out).ok());
+  EXPECT_EQ(out, block(3));
+}
+
+TEST_F(DiskTierTest, AnInterruptedWriteIsCleanedUpAndAFailedWriteLeavesNothing) {
+  {
+    std::unique_ptr<DiskTier> t = open(8);
+    ASSERT_TRUE(t->put(hash_of(0), tokens_, block(0)).ok());
+    std::ofstream(t->path() / (hash_hex(hash_of(1)) + ".tmp")) << "half a block";
+    std::ofstream(t->path() / (hash_hex(hash_of(2)) + ".kvb")) << "a renamed, short file";
+  }
+  std::unique_ptr<DiskTier> t = open(8);
+  EXPECT_EQ(t->num_blocks(), 1);
+  EXPECT_FALSE(std::filesystem::exists(t->path() / (hash_hex(hash_of(1)) + ".tmp")));
+  EXPECT_FALSE(std::filesystem::exists(file(*t, 2)));
+  // A write that fails part way (the file size limit stands in for a full disk).
+  struct sigaction ignore {
+  }, old{};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGXFSZ, &ignore, &old);
+  rlimit saved{};
+  ::getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit small = saved;
+  small.rlim_cur = 100;
+  ::setrlimit(RLIMIT_FSIZE, &small);
+  const Status s = t->put(hash_of(3), tokens_, block(3));
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  ::sigaction(SIGXFSZ, &old, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s.message();
+  EXPECT_FALSE(t->contains(hash_of(3)));
+  EXPECT_EQ(t->stats().num_write_errors, 1);
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(t->path())) ++files;
+  EXPECT_EQ(files, 1u) << "no partial file is left behind";
+}
+
+TEST_F(DiskTierTest, RefusesACapacityBelowOneBlock) {
+  const Result<std::unique_ptr<DiskTier>> t = DiskTier::open(dir_, 7, kBs, kBlockBytes, 100);
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+}
+
+// ---- KvTiers: down on eviction, up on a lookup -------------------------------------------------
+
+// A one-group cache over a host pool, as the CPU engine has it, with the tiers beneath.
+class KvTiersTest : public ::testing::Test {
+ protected:
+  static constexpr int32_t kPoolBlocks = 9;  // 8 usable
+
+  explicit KvTiersTest(uint64_t ns = 42) : ns_(ns) {}
+
+  void SetUp() override { start(/*host_blocks=*/4, /*with_disk=*/false); }
+  void TearDown() override {
+    tiers_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void start(int32_t host_blocks, bool with_disk, uint64_t ns = 42) {
+    tiers_.reset();
+    cache_ = std::make_unique<KvCacheManager>(KvCacheConfig{
+        .block_size = kBs, .groups = {{KvGroupSpec::full(small_spec()), kPoolBlocks}}});
+    pool_ = std::make_unique<HostKvBuffer>(small_layout(), kPoolBlocks);
+    mover_ = std::make_unique<HostBlockMover>(*pool_);
+    KvTierConfig c;
+    c.host_bytes = host_blocks * small_layout().block_bytes();
+    if (with_disk) {
+      c.disk_path = dir_;
+      c.disk_bytes = 64 * (72 + 4 * kBs + small_layout().block_bytes());
+    }
+    c.ns = ns;
+    Result<std::unique_ptr<KvTiers>> t = KvTiers::create(c, *cache_, *mover_);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    tiers_ = std::move(t).value();
+  }
+
+  // A prompt of num_blocks full blocks and one more token; its K/V "computed": each block's bytes
+  // a function of its tokens, registered in the prefix cache, then the table freed.
+  std::vector<int32_t> prompt(int32_t first_token, int32_t num_blocks) {
+    std::vector<int32_t> p(static_cast<size_t>(num_blocks * kBs + 1));
+    std::iota(p.begin(), p.end(), first_token);
+    return p;
+  }
+  void compute(const std::vector<int32_t>& p) {
+    BlockTable t(kBs);
+    ASSERT_TRUE(cache_->allocate_slots(t, static_cast<int32_t>(p.size())));
+    for (int32_t b = 0; b < static_cast<int32_t>(p.size()) / kBs; ++b) {
+      fill(block_bytes(t.blocks(0)[static_cast<size_t>(b)]), static_cast<uint32_t>(p[b * kBs]));
+    }
+    cache_->cache_full_blocks(t, p, static_cast<int32_t>(p.size()), {});
+    cache_->free(t);
+  }
+  std::span<std::byte> block_bytes(BlockId b) {
+    const int64_t n = small_layout().block_bytes();
+    return {pool_->data() + b.value * n, static_cast<size_t>(n)};
+  }
+  // The prefix hit's blocks hold exactly what compute() wrote.
+  void expect_hit_bytes(const std::vector<int32_t>& p, int32_t blocks) {
+    const PrefixHit hit = cache_->find_cached_prefix(p, {});
+    ASSERT_EQ(hit.num_tokens, blocks * kBs);
+    for (int32_t b = 0; b < blocks; ++b) {
+      std::vector<std::byte> want(static_cast<size_t>(small_layout().block_bytes()));
+      fill(want, static_cast<uint32_t>(p[b * kBs]));
+      const std::span<std::byte> got = block_bytes(hit.blocks()[static_cast<size_t>(b)]);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "block " << b;
+    }
+  }
+  // Fills the pool with another prompt's blocks, evicting every cached block.
+  void evict_everything() {
+    BlockTable t(kBs);
+    ASSERT_TRUE(cache_->allocate_slots(t, (kPoolBlocks - 1) * kBs));
+    cache_->free(t);
+  }
+
+  uint64_t ns_;
+  std::string dir_ = temp_dir("tiers");
+  std::unique_ptr<KvCacheManager> cache_;
+  std::unique_ptr<HostKvBuffer> pool_;
+  std::unique_ptr<HostBlockMover> mover_;
+  std::unique_ptr<KvTiers> tiers_;
+};
+
+TEST_F(KvTiersTest, EvictedBlocksComeBackFromHostMemoryByteForByte) {
+  const std::vector<int32_t> p = prompt(100, 3);
+  compute(p);
+  evict_everything();
+  EXPECT_EQ(cache_->find_cached_prefix(p, {}).num_tokens, 0) << "the pool lost them";
+  EXPECT_EQ(tiers_->stats().num_offloaded_blocks, 3);
+  const KvTiers::Promoted up = tiers_->promote(p, {});
+  EXPECT_EQ(up.host_blocks, 3);
+  EXPECT_EQ(up.disk_blocks, 0);
+  expect_hit_bytes(p, 3);
+  // Evicted again: already in the host tier, so not written twice.
+  evict_everything();
+  EXPECT_EQ(tiers_->stats().num_offloaded_blocks, 3);
+  tiers_->host().check_invariants();
+}
+
+TEST_F(KvTiersTest, APrefixPartlyInThePoolContinuesFromTheTier) {
+  const std::vector<int32_t> p = prompt(100, 3);
+  compute(p);
+  evict_everything();
+  ASSERT_EQ(tiers_->promote(p, {}).host_blocks, 3);
+  // A longer prompt over the same prefix: the pool has 3 blocks, the tiers nothing more.
+  std::vector<int32_t> longer = prompt(100, 5);
+  EXPECT_EQ(tiers_->promote(longer, {}).host_blocks, 0);
+  EXPECT_EQ(cache_->find_cached_prefix(longer, {}).num_tokens, 3 * kBs);
+  // Another salt is another chain: nothing of it is in the tiers.
+  EXPECT_EQ(tiers_->promote(p, {.cache_salt = "tenant-b"}).host_blocks, 0);
+}
+
+TEST_F(KvTiersTest, BlocksTheHostTierDropsGoToDiskAndComeBackAcrossARestart) {
+  start(/*host_blocks=*/2, /*with_disk=*/true);
+  const std::vector<int32_t> p = prompt(100, 5);
+  compute(p);
+  evict_everything();  // 5 blocks down; the host tier keeps 2, the other 3 go to disk
+  EXPECT_EQ(tiers_->stats().num_disk_writes, 3);
+  const KvTiers::Promoted up = tiers_->promote(p, {});
+  EXPECT_EQ(up.host_blocks + up.disk_blocks, 5);
+  EXPECT_GE(up.disk_blocks, 3);
+  expect_hit_bytes(p, 5);
+  // A new process over the same directory (an empty pool and host tier) serves what is on disk.
+  evict_everything();
+  start(/*host_blocks=*/8, /*with_disk=*/true);
+  const KvTiers::Promoted again = tiers_->promote(p, {});
+  EXPECT_EQ(again.host_blocks, 0);
+  EXPECT_GE(again.disk_blocks, 3);
+  // What reached disk before the restart comes back, from block 0 on.
+  expect_hit_bytes(p, again.disk_blocks);
+}
+
+TEST_F(KvTiersTest, ACorruptDiskBlockEndsThePromotionThereAndIsRecomputed) {
+  start(/*host_blocks=*/1, /*with_disk=*/true);
+  const std::vector<int32_t> p = prompt(100, 4);
+  compute(p);
+  evict_everything();  // the tail goes first: blocks 1..3 on disk, block 0 in host memory
+  // Corrupt block 1's file: the promotion brings block 0 and stops.
+  BlockHasher hasher;
+  const std::span<const int32_t> tokens(p);
+  const BlockHash b0 = hasher.hash(nullptr, tokens.subspan(0, kBs), {});
+  const BlockHash b1 = hasher.hash(&b0, tokens.subspan(kBs, kBs), {});
+  const std::filesystem::path f = tiers_->disk()->path() / (hash_hex(b1) + ".kvb");
+  ASSERT_TRUE(std::filesystem::exists(f));
+  {
+    std::fstream s(f, std::ios::in | std::ios::out | std::ios::binary);
+    s.seekp(-3, std::ios::end);
+    s.put('\x01');
+  }
+  const KvTiers::Promoted up = tiers_->promote(p, {});
+  EXPECT_EQ(up.host_blocks, 1);
+  EXPECT_EQ(up.disk_blocks, 0);
+  EXPECT_EQ(tiers_->stats().num_faults, 1);
+  EXPECT_FALSE(std::filesystem::exists(f)) << "the corrupt file is dropped";
+  expect_hit_bytes(p, 1);
+}
+
+TEST_F(KvTiersTest, AnotherNamespaceNeverSeesTheBlocks) {
+  start(/*host_blocks=*/2, /*with_disk=*/true, /*ns=*/1);
+  const std::vector<int32_t> p = prompt(100, 4);
+  compute(p);
+  evict_everything();
+  start(/*host_blocks=*/2, /*with_disk=*/true, /*ns=*/2);  // another model over the directory
+  EXPECT_EQ(tiers_->promote(p, {}).disk_blocks, 0);
+  EXPECT_EQ(cache_->find_cached_prefix(p, {}).num_tokens, 0);
+}
+
+TEST_F(KvTiersTest, RefusesCachesItCannotServe) {
+  KvCacheManager two(KvCacheConfig{
+      .block_size = kBs,
+      .groups = {{KvGroupSpec::full(small_spec()), 9}, {KvGroupSpec::newest(1, small_spec()), 9}}});
+  KvTierConfig c;
+  c.host_bytes = 1 << 20;
+  EXPECT_EQ(KvTiers::create(c, two, *mover_).status().code(), StatusCode::kInvalidArgument);
+  c.host_bytes = 1;
+  EXPECT_EQ(KvTiers::create(c, *cache_, *mover_).status().code(), StatusCode::kInvalidArgument);
+  c.disk_path = dir_;
+  EXPECT_EQ(KvTiers::create(c, *cache_, *mover_).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace strata::kv
