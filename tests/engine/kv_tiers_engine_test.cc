@@ -29,13 +29,6 @@ namespace {
 constexpr double kInvarianceTolerance = 1e-5;
 const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models/";
 
-std::vector<int32_t> fixture_prompt(const std::string& name) {
-  const auto ref = model::SafetensorsFile::open(kModelsDir + name + "/reference.safetensors");
-  const TensorView t = ref.tensor("prompt.0");
-  const auto* p = static_cast<const int32_t*>(t.data);
-  return {p, p + t.numel()};
-}
-
 struct Returned {
   std::vector<int32_t> output_ids;
   std::vector<TokenLogprobs> output_logprobs;
@@ -65,7 +58,7 @@ class KvTiersEngineTest : public ::testing::Test {
         dir_(std::filesystem::temp_directory_path() /
              ("strata_kv_tiers_engine_" + std::to_string(::getpid()))) {
     std::filesystem::remove_all(dir_);
-    a_ = test_util::greedy(fixture_prompt(kModel), 12, 20);
+    a_ = test_util::greedy(test_util::fixture_prompt(kModel), 12, 20);
     // Another prompt as long, sharing nothing: running it takes every block of the pool.
     std::vector<int32_t> other(a_.prompt.size());
     for (size_t i = 0; i < other.size(); ++i) other[i] = static_cast<int32_t>((i * 37 + 11) % 150);

@@ -30,13 +30,6 @@ namespace {
 constexpr double kInvarianceTolerance = 1e-5;
 const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models/";
 
-std::vector<int32_t> fixture_prompt(const std::string& name) {
-  const auto ref = model::SafetensorsFile::open(kModelsDir + name + "/reference.safetensors");
-  const TensorView t = ref.tensor("prompt.0");
-  const auto* p = static_cast<const int32_t*>(t.data);
-  return {p, p + t.numel()};
-}
-
 EngineRequest greedy(std::vector<int32_t> prompt, std::string salt = "") {
   EngineRequest r = test_util::greedy(std::move(prompt), 12, 20);
   r.cache_salt = std::move(salt);
@@ -87,7 +80,7 @@ double max_rel_err(const Returned& a, const Returned& b) {
 class PrefixCacheEngineTest : public ::testing::TestWithParam<std::string> {
  protected:
   PrefixCacheEngineTest() : pool_(2), model_(model::Model::load({kModelsDir + GetParam()})) {
-    prompt_ = fixture_prompt(GetParam());
+    prompt_ = test_util::fixture_prompt(GetParam());
     // A second prompt sharing the first 200 tokens, then going elsewhere.
     other_ = {prompt_.begin(), prompt_.begin() + 200};
     for (int32_t i = 0; i < 37; ++i) other_.push_back((i * 13 + 7) % 100);

@@ -1,22 +1,32 @@
 #pragma once
 // Comparisons the engine suites share: relative L2 errors of logit rows and of top-K logprob
-// lists, and reading an int32 tensor of a reference safetensors file.
+// lists, reading an int32 tensor of a reference safetensors file, and a transformers fixture's
+// first prompt.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor_view.h"
 #include "engine/sampler.h"
+#include "model/safetensors.h"
 
 namespace strata::engine::test_util {
 
 inline std::vector<int32_t> int_tensor(const TensorView& t) {
   const auto* p = static_cast<const int32_t*>(t.data);
   return {p, p + t.numel()};
+}
+
+// The first prompt of the transformers fixture tests/data/models/<name> (its reference file).
+inline std::vector<int32_t> fixture_prompt(const std::string& name) {
+  const auto ref = model::SafetensorsFile::open(std::string(STRATA_TEST_DATA_DIR) + "/models/" +
+                                                name + "/reference.safetensors");
+  return int_tensor(ref.tensor("prompt.0"));
 }
 
 // max over rows of ||a - b|| / ||b||, rows of vocab floats.
