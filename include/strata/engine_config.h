@@ -56,12 +56,12 @@ struct EngineConfig {
   // KV cache dtype (--kv-cache-dtype; docs/kv-quant.md). kAuto, the default, stores the
   // device's model precision: float32 on the CPU, bfloat16 on the GPU. CPU: any of float32,
   // bfloat16, float16, fp8_e4m3 / fp8_e5m2 (per-layer static scales), int8 (a dynamic scale per
-  // token and KV head) or int4 (KIVI, with a full-precision residual pool). The GPU: bfloat16,
-  // fp8, int8 or int4 (no float16 or float32: its activations are bf16).
+  // token and KV head) or int4 (KIVI, its newest blocks at full precision beside the codes). The
+  // GPU: bfloat16, fp8, int8 or int4 (no float16 or float32: its activations are bf16).
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
   // I4 only (--kv-int4-residual N): the newest N tokens' blocks are read at full precision from
-  // the residual pool -- N a positive multiple of block_size, 0 = block_size (R = N / block_size
-  // blocks: a query's own block and the R - 1 before it). The residual pool
+  // the newest-blocks group -- N a positive multiple of block_size, 0 = block_size (R = N /
+  // block_size blocks: a query's own block and the R - 1 before it). That group's pool
   // (max_num_seqs x (R + 1) + ceil(max_num_batched_tokens / block_size) + 1 blocks, F32 on the
   // CPU, BF16 on the GPU) comes out of kv_cache_memory_bytes before the int4 pool is sized.
   int32_t kv_int4_residual = 0;

@@ -78,10 +78,11 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
         "--kv-disk-path needs --kv-offload-bytes: the disk tier reads and writes through the host "
         "tier");
   }
-  if (c.kv_offload_bytes > 0 && c.device == Device::kCuda) {
+  if (c.kv_offload_bytes > 0 && c.device == Device::kCuda &&
+      c.preemption_mode == PreemptionMode::kSwap) {
+    // The GPU's block mover maps one host buffer at a time: the swap space's or the host tier's.
     return Status::Unsupported(
-        "--kv-offload-bytes is not supported on --device cuda yet (the KV "
-        "tiers run under the CPU engine's pool)");
+        "--kv-offload-bytes with --preemption-mode swap is not supported on --device cuda yet");
   }
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
     return Status::InvalidArgument("max_batch_size must be >= 1 and batch_timeout_ms >= 0");
