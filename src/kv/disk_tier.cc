@@ -174,7 +174,7 @@ void DiskTier::remember(const BlockHash& hash) {
   index_.emplace(hash, lru_.insert(lru_.end(), hash));
 }
 
-void DiskTier::drop(const BlockHash& hash) {
+void DiskTier::drop(BlockHash hash) {
   const auto it = index_.find(hash);
   if (it != index_.end()) {
     lru_.erase(it->second);

@@ -72,7 +72,7 @@ class DiskTier {
            int64_t capacity_bytes);
   std::filesystem::path file_of(const BlockHash& hash) const;
   void remember(const BlockHash& hash);  // most recently used
-  void drop(const BlockHash& hash);      // out of the index, file deleted
+  void drop(BlockHash hash);  // out of the index, file deleted (a copy: callers pass lru_ entries)
 
   std::filesystem::path path_;
   uint64_t ns_;
