@@ -1,6 +1,7 @@
 #include "kv/host_tier.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/check.h"
 
@@ -65,6 +66,48 @@ void HostTier::commit(BlockId id) {
 bool HostTier::verify(BlockId id) const {
   const Slot& s = slot(id);
   return s.used && s.committed && tier_checksum(bytes(id)) == s.checksum;
+}
+
+namespace {
+
+// out[i] = the checksum of slot i's bytes, on pool's threads (null: this one).
+template <typename Bytes>
+void checksums(std::span<const BlockId> slots, ThreadPool* pool, const Bytes& bytes,
+               std::vector<uint64_t>& out) {
+  out.resize(slots.size());
+  const auto work = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      out[static_cast<size_t>(i)] = tier_checksum(bytes(slots[static_cast<size_t>(i)]));
+    }
+  };
+  if (pool == nullptr) {
+    work(0, static_cast<int64_t>(slots.size()));
+  } else {
+    pool->parallel_for(static_cast<int64_t>(slots.size()), work);
+  }
+}
+
+}  // namespace
+
+void HostTier::commit(std::span<const BlockId> slots, ThreadPool* pool) {
+  std::vector<uint64_t> sums;
+  checksums(slots, pool, [this](BlockId id) { return std::as_const(*this).bytes(id); }, sums);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Slot& s = slot(slots[i]);
+    STRATA_CHECK(s.used, "HostTier::commit: an unused slot");
+    s.checksum = sums[i];
+    s.committed = true;
+  }
+}
+
+size_t HostTier::verify_prefix(std::span<const BlockId> slots, ThreadPool* pool) const {
+  std::vector<uint64_t> sums;
+  checksums(slots, pool, [this](BlockId id) { return bytes(id); }, sums);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Slot& s = slot(slots[i]);
+    if (!s.used || !s.committed || sums[i] != s.checksum) return i;
+  }
+  return slots.size();
 }
 
 void HostTier::erase(BlockId id) {

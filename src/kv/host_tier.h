@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/ids.h"
+#include "core/thread_pool.h"
 #include "kv/host_kv_buffer.h"
 #include "kv/tier_key.h"
 
@@ -54,6 +55,10 @@ class HostTier {
   void commit(BlockId slot);
   // True when the slot's bytes still have the checksum commit() recorded.
   bool verify(BlockId slot) const;
+  // The same for many slots, their checksums computed on pool's threads (null: this thread).
+  void commit(std::span<const BlockId> slots, ThreadPool* pool);
+  // How many of slots, from the first, verify(); the rest start at the first that does not.
+  size_t verify_prefix(std::span<const BlockId> slots, ThreadPool* pool) const;
   // Drops the slot's entry (a block that failed verify, or one nobody may use).
   void erase(BlockId slot);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -50,7 +51,8 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache, BlockMover& 
       mover_(mover),
       host_(std::move(host)),
       disk_(std::move(disk)),
-      hasher_(cache.hash_bits()) {
+      hasher_(cache.hash_bits()),
+      threads_(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u))) {
   mover_.attach(host_->buffer());
   cache_.pool().set_eviction_listener(this);
 }
@@ -76,15 +78,27 @@ BlockId KvTiers::host_slot(const TierKey& key, std::span<const int32_t> tokens) 
 }
 
 void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) {
+  // One copy for the whole batch, checksums on the tiers' threads. The batch's slots are the host
+  // tier's most recent, so an insert drops one of them only once the batch fills the tier: copy
+  // what is pending first.
+  std::vector<BlockCopy> pending;
+  std::vector<BlockId> slots;
+  const auto flush = [&] {
+    mover_.to_host(pending, host_->buffer());
+    host_->commit(slots, &threads_);
+    stats_.num_offloaded_blocks += static_cast<int64_t>(pending.size());
+    pending.clear();
+    slots.clear();
+  };
   for (const EvictedBlock& b : blocks) {
     const TierKey k = key(b.hash);
     if (host_->contains(k)) continue;  // written down before: never twice
+    if (static_cast<int32_t>(pending.size()) == host_->capacity()) flush();
     const BlockId slot = host_slot(k, b.tokens);
-    const BlockCopy copy{b.block, slot};
-    mover_.to_host({&copy, 1}, host_->buffer());
-    host_->commit(slot);
-    ++stats_.num_offloaded_blocks;
+    pending.push_back(BlockCopy{b.block, slot});
+    slots.push_back(slot);
   }
+  if (!pending.empty()) flush();
 }
 
 KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra) {
@@ -93,8 +107,7 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
   const int32_t bs = cache_.block_size();
   const auto max_blocks = (static_cast<int32_t>(tokens.size()) - 1) / bs;
   const auto block_tokens = [&](int32_t i) {
-    return tokens.subspan(static_cast<size_t>(i) * static_cast<size_t>(bs),
-                          static_cast<size_t>(bs));
+    return tokens.subspan(static_cast<size_t>(i) * static_cast<size_t>(bs), static_cast<size_t>(bs));
   };
   // The pool's cached prefix, then the chain's blocks the tiers hold.
   std::vector<BlockHash> hashes;
@@ -103,8 +116,7 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
   int32_t i = 0;
   for (; i < max_blocks; ++i) {
     hashes.push_back(hasher_.hash(i == 0 ? nullptr : &hashes.back(), block_tokens(i), extra));
-    const std::optional<BlockId> b =
-        pool.find_cached(hashes.back(), parent, block_tokens(i), extra);
+    const std::optional<BlockId> b = pool.find_cached(hashes.back(), parent, block_tokens(i), extra);
     if (!b) break;
     resident.push_back(*b);
     parent = *b;
@@ -120,41 +132,59 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
   // Pool blocks for them; the resident prefix is held meanwhile, so these allocations (and what
   // they evict, written down to the host tier) cannot take it.
   pool.touch(resident);
-  std::optional<std::vector<BlockId>> fresh =
-      pool.allocate(std::min(count, pool.num_free_blocks()));
+  std::optional<std::vector<BlockId>> fresh = pool.allocate(std::min(count, pool.num_free_blocks()));
   std::vector<BlockId> blocks = fresh ? std::move(*fresh) : std::vector<BlockId>{};
-  // Each block into a host slot (from disk if it is not there), checked, then up to the pool at
-  // once: a later block's staging may reuse the slot.
-  std::vector<BlockCopy> copies;
-  for (size_t j = 0; j < blocks.size(); ++j) {
-    const int32_t b = first + static_cast<int32_t>(j);
-    const TierKey k = key(hashes[static_cast<size_t>(b)]);
-    std::optional<BlockId> slot = host_->find(k, block_tokens(b));
-    bool from_disk = false;
-    if (!slot && disk_ && disk_->contains(k.hash)) {
-      const BlockId s = host_slot(k, block_tokens(b));
-      if (disk_->get(k.hash, block_tokens(b), host_->bytes(s)).ok()) {
-        host_->commit(s);
-        slot = s;
-        from_disk = true;
-      } else {
-        host_->erase(s);
-        ++stats_.num_faults;
+  // Staged in host slots (read from disk where the host tier lacks a block) a tier's worth at a
+  // time -- a later staging may reuse an earlier slot -- checked, then copied up in one piece.
+  size_t done = 0;
+  bool broken = false;
+  while (done < blocks.size() && !broken) {
+    std::vector<BlockId> staged, from_host, from_disk;
+    for (size_t j = done; j < blocks.size() && static_cast<int32_t>(staged.size()) <
+                                                  host_->capacity(); ++j) {
+      const int32_t b = first + static_cast<int32_t>(j);
+      const TierKey k = key(hashes[static_cast<size_t>(b)]);
+      if (const std::optional<BlockId> slot = host_->find(k, block_tokens(b))) {
+        staged.push_back(*slot);
+        from_host.push_back(*slot);
+        continue;
+      }
+      if (!disk_ || !disk_->contains(k.hash)) {
+        broken = true;
         break;
       }
+      const BlockId s = host_slot(k, block_tokens(b));
+      if (!disk_->get(k.hash, block_tokens(b), host_->bytes(s)).ok()) {
+        host_->erase(s);
+        ++stats_.num_faults;
+        broken = true;
+        break;
+      }
+      staged.push_back(s);
+      from_disk.push_back(s);
     }
-    if (!slot) break;
-    if (!host_->verify(*slot)) {
-      host_->erase(*slot);
+    // Disk blocks were checked as they were read; host blocks are checked here.
+    host_->commit(from_disk, &threads_);
+    const size_t good = host_->verify_prefix(from_host, &threads_);
+    size_t keep = staged.size();
+    if (good < from_host.size()) {
+      keep = static_cast<size_t>(std::find(staged.begin(), staged.end(), from_host[good]) -
+                                 staged.begin());
+      host_->erase(from_host[good]);
       ++stats_.num_faults;
-      break;
+      broken = true;
     }
-    copies.push_back(BlockCopy{*slot, blocks[j]});
-    mover_.from_host({&copies.back(), 1}, host_->buffer());
-    ++(from_disk ? out.disk_blocks : out.host_blocks);
+    std::vector<BlockCopy> copies;
+    for (size_t k = 0; k < keep; ++k) copies.push_back(BlockCopy{staged[k], blocks[done + k]});
+    mover_.from_host(copies, host_->buffer());
+    for (size_t k = 0; k < keep; ++k) {
+      const bool disk = std::find(from_disk.begin(), from_disk.end(), staged[k]) != from_disk.end();
+      ++(disk ? out.disk_blocks : out.host_blocks);
+    }
+    done += keep;
   }
   // Registered in chain order, as a computed prefix would be.
-  for (size_t j = 0; j < copies.size(); ++j) {
+  for (size_t j = 0; j < done; ++j) {
     const size_t b = static_cast<size_t>(first) + j;
     const BlockHash* parent_hash = b == 0 ? nullptr : &hashes[b - 1];
     const BlockId parent_block = b == 0 ? kNullBlock : (j == 0 ? resident.back() : blocks[j - 1]);

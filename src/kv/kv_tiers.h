@@ -18,8 +18,9 @@
 //
 // Owns the tiers; borrows the cache manager and the pool's mover, which must outlive it, and
 // sets itself as the pool's eviction listener for its lifetime. Not thread-safe: the scheduler
-// thread calls both directions. Cost: one block copy down per evicted block (synchronous), one
-// checksum per block moved, one file per block written or read.
+// thread calls both directions. Cost: one BlockMover copy per batch of blocks moved
+// (synchronous), one checksum per block moved (on up to 8 threads), one file per block written
+// or read.
 
 #include <cstdint>
 #include <memory>
@@ -28,6 +29,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "kv/block_mover.h"
 #include "kv/disk_tier.h"
 #include "kv/host_tier.h"
@@ -90,6 +92,7 @@ class KvTiers final : public EvictionListener {
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<DiskTier> disk_;
   BlockHasher hasher_;
+  ThreadPool threads_;  // checksums of a batch of blocks (up to 8 threads)
   KvTierStats stats_;
 };
 
