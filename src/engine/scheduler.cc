@@ -221,7 +221,10 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     }
     const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - hit.num_tokens;
     const int32_t n = std::min(remaining, budget);
-    if (!cache_.can_allocate(seq->table, n, &hit, config_.watermark)) break;
+    // The watermark keeps room for running sequences' next tokens; with none running, a request
+    // the pool holds (validate_request) must not wait on it forever.
+    const double watermark = running_.empty() ? 0.0 : config_.watermark;
+    if (!cache_.can_allocate(seq->table, n, &hit, watermark)) break;
     if (contiguous_) {
       const std::optional<int64_t> offset = contiguous_->reserve(config_.max_model_len);
       if (!offset) break;

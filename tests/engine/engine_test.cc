@@ -244,6 +244,23 @@ TEST_F(EngineTest, PromptLogitsAloneMatchBatchedChunkedAndAfterAPrefixHit) {
   for (const RequestId id : ids) EXPECT_TRUE(got[id].prompt_logits.empty());
 }
 
+// A request that fits the pool but not the pool less the watermark runs on an idle engine, also
+// when its prefix hit takes cached blocks off the free queue (it waited forever before).
+TEST_F(EngineTest, AnIdleEngineAdmitsARequestTheWatermarkWouldKeepOut) {
+  EngineConfig c;
+  c.num_blocks = 64;  // 63 usable; the watermark keeps ceil(0.05 x 63) = 4 free
+  c.watermark = 0.05;
+  auto e = make(c);
+  const EngineRequest r = greedy(prompt_of(60 * 16 - 4, 9), 4);  // 60 blocks
+  const RequestId first = *e->submit(r);
+  const RequestId again = *e->submit(r);  // after the first: a prefix hit of 59 cached blocks
+  auto got = drain(*e);
+  EXPECT_EQ(got[first].tokens[0].size(), 4u);
+  EXPECT_EQ(got[again].tokens[0], got[first].tokens[0]);
+  EXPECT_GT(e->totals().num_cached_prompt_tokens, 0);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
 TEST_F(EngineTest, APrefixHitGivesTheColdRunsTokens) {
   auto e = make();
   const auto [second, got] = engine::test_util::run_extended_prompt(*e);
