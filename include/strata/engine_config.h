@@ -96,7 +96,8 @@ struct EngineConfig {
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   int64_t swap_space_bytes = int64_t{4} << 30;  // host memory for swapped-out blocks
-  // ---- KV tiers under the pool (docs/kv.md, "KV tiers"; the CPU engine, one KV cache group) --
+  // ---- KV tiers under the pool (docs/kv.md, "KV tiers"; one KV cache group; on the GPU with
+  // recompute preemption) ---------------------------------------------------------------------
   // Blocks the pool evicts from its prefix cache go to a host-memory tier of kv_offload_bytes
   // (> 0 turns the tiers on), and blocks that tier drops to make room go to files under
   // kv_disk_path (at most kv_disk_bytes of them), which a later engine over the same directory
