@@ -150,6 +150,7 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
 Status EngineImpl::start_tiers() {
   if (config_.kv_offload_bytes == 0) return Status::Ok();
   std::vector<kv::KvGroupSpec> groups;
+  groups.reserve(static_cast<size_t>(cache_->num_groups()));
   for (int32_t g = 0; g < cache_->num_groups(); ++g) groups.push_back(cache_->group_spec(g));
   kv::KvTierConfig c;
   c.host_bytes = config_.kv_offload_bytes;

@@ -152,7 +152,8 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& dir, uint64_
     found.emplace_back(it->last_write_time(file_ec), hash);
   }
   if (ec) return Status::Internal("--kv-disk-path " + dir + ": " + ec.message());
-  std::sort(found.begin(), found.end());
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [time, hash] : found) tier->remember(hash);
   while (tier->used_bytes() > tier->capacity_bytes_) {
     tier->drop(tier->lru_.front());
