@@ -44,6 +44,10 @@ struct RequestMetrics {
   double finished_time = 0.0;     // 0 until finished
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache (first admission)
+  // Of those, the ones the KV tiers brought back from host memory and from disk
+  // (EngineConfig::kv_offload_bytes).
+  int32_t num_host_tier_tokens = 0;
+  int32_t num_disk_tier_tokens = 0;
   int32_t num_preemptions = 0;
 };
 

@@ -56,6 +56,8 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
     if (sc.first_admission && r.metrics.first_scheduled_time == 0.0) {
       r.metrics.first_scheduled_time = start;
       r.metrics.num_cached_tokens = sc.num_cached_tokens;
+      r.metrics.num_host_tier_tokens = sc.num_host_tier_tokens;
+      r.metrics.num_disk_tier_tokens = sc.num_disk_tier_tokens;
       totals_.num_prompt_tokens += s.num_prompt;
       totals_.num_cached_prompt_tokens += sc.num_cached_tokens;
     }

@@ -216,7 +216,11 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     kv::PrefixHit hit;
     if (!seq->wants_all_rows()) {
       const std::span<const int32_t> tokens(seq->tokens.data(), seq->tokens.size());
-      if (tiers_ != nullptr) tiers_->promote(tokens, seq->cache_keys);
+      if (tiers_ != nullptr) {
+        const kv::KvTiers::Promoted up = tiers_->promote(tokens, seq->cache_keys);
+        seq->num_host_tier_tokens += up.host_blocks * cache_.block_size();
+        seq->num_disk_tier_tokens += up.disk_blocks * cache_.block_size();
+      }
       hit = cache_.find_cached_prefix(tokens, seq->cache_keys);
     }
     const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - hit.num_tokens;
@@ -236,7 +240,9 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     seq->num_computed = hit.num_tokens;
     seq->status = SeqStatus::kRunning;
     running_.push_back(seq);
-    out.scheduled.push_back({seq, n, true, hit.num_tokens, true});
+    const int32_t host = std::min(seq->num_host_tier_tokens, hit.num_tokens);
+    const int32_t disk = std::min(seq->num_disk_tier_tokens, hit.num_tokens - host);
+    out.scheduled.push_back({seq, n, true, hit.num_tokens, true, host, disk});
     out.num_prefill_tokens += n;
     budget -= n;
     ++admitted;

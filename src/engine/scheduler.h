@@ -55,6 +55,9 @@ struct ScheduledSeq {
   bool first_admission;  // admitted from the waiting queue this step
   int32_t num_cached_tokens;  // prefix-cache hit taken at this admission
   bool prefill;  // counts as prefill tokens (else one decode token)
+  // Of num_cached_tokens, those the KV tiers brought back (host memory, disk) for it.
+  int32_t num_host_tier_tokens = 0;
+  int32_t num_disk_tier_tokens = 0;
 };
 
 struct SchedulerOutput {

@@ -42,6 +42,9 @@ struct Sequence {
   kv::BlockTable table;
   kv::BlockExtraKeys cache_keys;  // what else keys its blocks in the prefix cache (the salt)
   bool prefix_looked_up = false;  // the prefix cache was asked once, at its first schedule
+  // Prompt tokens the KV tiers brought back into the pool for it while it waited.
+  int32_t num_host_tier_tokens = 0;
+  int32_t num_disk_tier_tokens = 0;
   SamplingParams params;
   std::optional<Sampler> sampler;
   TokenCounts counts;

@@ -87,11 +87,14 @@ struct CompletionCall {
     return false;
   }
   json usage() const {
-    int64_t prompt = 0, completion = 0, cached = 0;
+    int64_t prompt = 0, completion = 0;
+    CachedTokens cached;
     for (const Running& r : running) {
       prompt += r.output->prompt_tokens();
       completion += r.output->completion_tokens();
-      cached += r.output->cached_tokens();
+      cached.total += r.output->cached_tokens().total;
+      cached.host_tier += r.output->cached_tokens().host_tier;
+      cached.disk_tier += r.output->cached_tokens().disk_tier;
     }
     return usage_json(prompt, completion, cached);
   }

@@ -152,7 +152,8 @@ bool CompletionOutput::add(const RequestOutput& out) {
       }
     }
   }
-  cached_tokens_ = out.metrics.num_cached_tokens;
+  cached_tokens_ = {out.metrics.num_cached_tokens, out.metrics.num_host_tier_tokens,
+                    out.metrics.num_disk_tier_tokens};
   for (const CompletionDelta& d : out.deltas) {
     add_tokens(choices_[static_cast<size_t>(d.index)], d);
   }

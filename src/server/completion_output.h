@@ -28,6 +28,13 @@ struct CompletionLogprobs {
   size_t size() const { return tokens.size(); }
 };
 
+// Prompt tokens served from cached KV, and of those the ones the KV tiers brought back.
+struct CachedTokens {
+  int64_t total = 0;
+  int64_t host_tier = 0;
+  int64_t disk_tier = 0;
+};
+
 class CompletionOutput {
  public:
   // One per engine request (one prompt): choices [index_base, index_base + n).
@@ -54,7 +61,7 @@ class CompletionOutput {
 
   int64_t prompt_tokens() const { return static_cast<int64_t>(prompt_.size()); }
   int64_t completion_tokens() const;
-  int64_t cached_tokens() const { return cached_tokens_; }
+  const CachedTokens& cached_tokens() const { return cached_tokens_; }
 
  private:
   struct Choice {
@@ -88,7 +95,7 @@ class CompletionOutput {
   std::string_view prompt_text_;  // as sent, "" for token ids
   std::vector<Choice> choices_;
   size_t max_stop_len_ = 0;
-  int64_t cached_tokens_ = 0;
+  CachedTokens cached_tokens_;
 };
 
 }  // namespace strata::server

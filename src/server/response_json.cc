@@ -83,11 +83,15 @@ json choice_json(const CompletionOutput::ChoiceDelta& c, bool chat, bool stream,
   return out;
 }
 
-json usage_json(int64_t prompt, int64_t completion, int64_t cached) {
+json usage_json(int64_t prompt, int64_t completion, const CachedTokens& cached) {
+  json details = {{"cached_tokens", cached.total}};
+  if (cached.host_tier + cached.disk_tier > 0) {
+    details["kv_tier_tokens"] = {{"host", cached.host_tier}, {"disk", cached.disk_tier}};
+  }
   return {{"prompt_tokens", prompt},
           {"completion_tokens", completion},
           {"total_tokens", prompt + completion},
-          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+          {"prompt_tokens_details", std::move(details)}};
 }
 
 }  // namespace strata::server

@@ -22,6 +22,8 @@ nlohmann::json chat_logprobs_json(const std::optional<CompletionLogprobs>& l);
 // chunk, which carries the assistant role in chat). token_ids (vLLM's return_token_ids) when set.
 nlohmann::json choice_json(const CompletionOutput::ChoiceDelta& c, bool chat, bool stream,
                            bool first);
-nlohmann::json usage_json(int64_t prompt, int64_t completion, int64_t cached);
+// An OpenAI usage object; prompt_tokens_details.kv_tier_tokens {host, disk} only when a KV tier
+// served some of the prompt.
+nlohmann::json usage_json(int64_t prompt, int64_t completion, const CachedTokens& cached);
 
 }  // namespace strata::server

@@ -32,20 +32,25 @@ const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models/";
 struct Returned {
   std::vector<int32_t> output_ids;
   std::vector<TokenLogprobs> output_logprobs;
+  RequestMetrics metrics;  // as the last output reported them
 };
 
 Returned run(Engine& e, const EngineRequest& r) {
   auto id = e.submit(r);
   EXPECT_TRUE(id.ok()) << id.status().to_string();
   test_util::Collected got;
+  RequestMetrics metrics;
   while (e.has_unfinished()) {
     auto step = e.step();
     EXPECT_TRUE(step.ok()) << step.status().to_string();
     if (!step.ok()) break;
-    for (const RequestOutput& o : *step) test_util::absorb(got, o);
+    for (const RequestOutput& o : *step) {
+      test_util::absorb(got, o);
+      metrics = o.metrics;
+    }
   }
   if (got.tokens.empty()) return {};
-  return {got.tokens[0], got.logprobs[0]};
+  return {got.tokens[0], got.logprobs[0], metrics};
 }
 
 class KvTiersEngineTest : public ::testing::Test {
@@ -124,6 +129,9 @@ TEST_F(KvTiersEngineTest, APrefixEvictedFromThePoolComesBackFromHostMemory) {
   EXPECT_GE(t.kv_offloaded_blocks, full_blocks());
   EXPECT_EQ(t.kv_host_tier_hit_tokens, int64_t{full_blocks()} * 16);
   EXPECT_EQ(t.kv_disk_tier_hit_tokens, 0);
+  EXPECT_EQ(got.metrics.num_host_tier_tokens, full_blocks() * 16) << "the request's own usage";
+  EXPECT_EQ(got.metrics.num_disk_tier_tokens, 0);
+  EXPECT_EQ(got.metrics.num_cached_tokens, full_blocks() * 16);
   EXPECT_EQ(e->last_step().num_free_blocks, e->kv_cache().num_blocks - 1) << "no leaked block";
 }
 
@@ -142,8 +150,10 @@ TEST_F(KvTiersEngineTest, FromDiskAndFromDiskAfterARestart) {
   // A new engine over the same directory: a's first request already hits on disk.
   auto e = make(/*host_blocks=*/2, /*with_disk=*/true);
   ASSERT_NE(e, nullptr);
-  expect_same(run(*e, a_), want);
+  const Returned restarted = run(*e, a_);
+  expect_same(restarted, want);
   EXPECT_GT(e->totals().kv_disk_tier_hit_tokens, 0);
+  EXPECT_EQ(restarted.metrics.num_disk_tier_tokens, e->totals().kv_disk_tier_hit_tokens);
   EXPECT_EQ(e->totals().kv_tier_faults, 0);
 }
 

@@ -15,6 +15,7 @@
 #include "server/completion_output.h"
 #include "server/completion_request.h"
 #include "server/request_json.h"
+#include "server/response_json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::server {
@@ -410,6 +411,18 @@ TEST_F(CompletionTest, EmptyTextInvalidUtf8AndOutOfRangeValuesAreNamed) {
   EXPECT_EQ(error(R"({"prompt":"x","temperature":-1})").param, "temperature");
   EXPECT_EQ(error(R"({"prompt":"x","max_tokens":0})").param, "max_tokens");
   EXPECT_EQ(error(R"({"prompt":"x","top_p":2})").param, "top_p");
+}
+
+// usage: prompt_tokens_details.cached_tokens always; kv_tier_tokens only when a KV tier served
+// part of the prompt (docs/kv.md, "KV tiers").
+TEST(UsageJsonTest, TierTokensAppearOnlyWhenATierServedThePrompt) {
+  const nlohmann::json plain = usage_json(100, 7, {.total = 64});
+  EXPECT_EQ(plain["prompt_tokens_details"], (nlohmann::json{{"cached_tokens", 64}}));
+  EXPECT_EQ(plain["total_tokens"], 107);
+  const nlohmann::json tiers = usage_json(100, 7, {.total = 96, .host_tier = 32, .disk_tier = 48});
+  EXPECT_EQ(tiers["prompt_tokens_details"]["cached_tokens"], 96);
+  EXPECT_EQ(tiers["prompt_tokens_details"]["kv_tier_tokens"],
+            (nlohmann::json{{"host", 32}, {"disk", 48}}));
 }
 
 }  // namespace
