@@ -216,12 +216,12 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     kv::PrefixHit hit;
     if (!seq->wants_all_rows()) {
       const std::span<const int32_t> tokens(seq->tokens.data(), seq->tokens.size());
+      hit = cache_.find_cached_prefix(tokens, seq->cache_keys);
       if (tiers_ != nullptr) {
-        const kv::KvTiers::Promoted up = tiers_->promote(tokens, seq->cache_keys);
+        const kv::KvTiers::Promoted up = tiers_->promote(tokens, seq->cache_keys, hit);
         seq->num_host_tier_tokens += up.host_blocks * cache_.block_size();
         seq->num_disk_tier_tokens += up.disk_blocks * cache_.block_size();
       }
-      hit = cache_.find_cached_prefix(tokens, seq->cache_keys);
     }
     const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - hit.num_tokens;
     const int32_t n = std::min(remaining, budget);

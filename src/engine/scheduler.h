@@ -79,8 +79,8 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,
             std::vector<kv::SwapSpace*> swaps = {});
 
-  // The KV tiers under the pool (borrowed; null = none): before a waiting sequence's prefix is
-  // looked up, the part of it past the pool's cached blocks comes back from them.
+  // The KV tiers under the pool (borrowed; null = none): a waiting sequence's prefix hit goes on
+  // with the chain's blocks they bring back into the pool (KvTiers::promote).
   void set_tiers(kv::KvTiers* tiers) { tiers_ = tiers; }
 
   // Queues a new sequence (status kWaiting, nothing computed, an empty table).

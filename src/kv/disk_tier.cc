@@ -186,7 +186,7 @@ void DiskTier::drop(BlockHash hash) {
 }
 
 Status DiskTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
-                     std::span<const std::byte> bytes) {
+                     std::span<const std::byte> bytes, uint64_t checksum) {
   if (static_cast<int32_t>(tokens.size()) != block_size_ ||
       static_cast<int64_t>(bytes.size()) != block_bytes_) {
     return Status::InvalidArgument("disk tier: a block of the wrong size");
@@ -205,7 +205,7 @@ Status DiskTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
   h.block_size = static_cast<uint32_t>(block_size_);
   h.ns = ns_;
   h.block_bytes = static_cast<uint64_t>(block_bytes_);
-  h.checksum = tier_checksum(tokens, bytes);
+  h.checksum = checksum;
   std::memcpy(h.hash, hash.bytes.data(), sizeof(h.hash));
   const std::filesystem::path final_path = file_of(hash);
   const std::filesystem::path temp_path = path_ / (hash_hex(hash) + kTempSuffix);
@@ -235,7 +235,7 @@ Status DiskTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
 }
 
 Status DiskTier::get(const BlockHash& hash, std::span<const int32_t> tokens,
-                     std::span<std::byte> out) {
+                     std::span<std::byte> out, uint64_t* checksum) {
   if (!contains(hash)) return Status::NotFound("disk tier: no such block");
   if (static_cast<int32_t>(tokens.size()) != block_size_ ||
       static_cast<int64_t>(out.size()) != block_bytes_) {
@@ -264,12 +264,13 @@ Status DiskTier::get(const BlockHash& hash, std::span<const int32_t> tokens,
       std::memcmp(h.hash, hash.bytes.data(), sizeof(h.hash)) != 0) {
     return bad("not this block's header");
   }
-  if (h.checksum != tier_checksum(stored, out)) return bad("checksum mismatch");
+  if (h.checksum != tier_checksum(out)) return bad("checksum mismatch");
   if (!std::equal(stored.begin(), stored.end(), tokens.begin(), tokens.end())) {
     return Status::NotFound("disk tier: the block holds other tokens");
   }
   remember(hash);
   ++stats_.num_reads;
+  if (checksum != nullptr) *checksum = h.checksum;
   return Status::Ok();
 }
 

@@ -3,7 +3,7 @@
 // one file, DIR/<namespace, 16 hex digits>/<chain hash, 64 hex digits>.kvb:
 //
 //   header (72 bytes)  "STRATAKV", format version u32, block_size u32, namespace u64,
-//                      block_bytes u64, checksum u64 (XXH3 of the tokens and bytes), hash [32]
+//                      block_bytes u64, checksum u64 (XXH3 of the bytes), hash [32]
 //   token ids          block_size x int32
 //   bytes              block_bytes, the pool layout's block
 //
@@ -57,15 +57,19 @@ class DiskTier {
   const std::filesystem::path& path() const { return path_; }
 
   bool contains(const BlockHash& hash) const { return index_.contains(hash); }
-  // Writes the block's file (tokens.size() == block_size, bytes.size() == block_bytes), first
-  // deleting least recently used files to stay within the capacity. A block already there is
-  // only made the most recently used. Internal on an I/O error (nothing is left behind).
+  // Writes the block's file (tokens.size() == block_size, bytes.size() == block_bytes, checksum
+  // its tier_checksum as the host tier recorded it: bytes that changed since are caught when the
+  // file is read), first deleting least recently used files to stay within the capacity. A block
+  // already there is only made the most recently used. Internal on an I/O error (nothing is left
+  // behind).
   Status put(const BlockHash& hash, std::span<const int32_t> tokens,
-             std::span<const std::byte> bytes);
+             std::span<const std::byte> bytes, uint64_t checksum);
   // Reads the block into out (block_bytes), confirming the header, the token ids and the
-  // checksum, and makes it the most recently used. NotFound when absent (or when the tokens
-  // differ); Internal for a truncated, corrupt or unreadable file, which is deleted.
-  Status get(const BlockHash& hash, std::span<const int32_t> tokens, std::span<std::byte> out);
+  // checksum, and makes it the most recently used; *checksum (if set) receives it. NotFound when
+  // absent (or when the tokens differ); Internal for a truncated, corrupt or unreadable file,
+  // which is deleted.
+  Status get(const BlockHash& hash, std::span<const int32_t> tokens, std::span<std::byte> out,
+             uint64_t* checksum = nullptr);
 
  private:
   DiskTier(std::filesystem::path path, uint64_t ns, int32_t block_size, int64_t block_bytes,

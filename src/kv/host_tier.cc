@@ -56,10 +56,12 @@ BlockId HostTier::insert(const TierKey& key, std::span<const int32_t> tokens,
   return BlockId{idx};
 }
 
-void HostTier::commit(BlockId id) {
+void HostTier::commit(BlockId id) { commit(id, tier_checksum(bytes(id))); }
+
+void HostTier::commit(BlockId id, uint64_t checksum) {
   Slot& s = slot(id);
   STRATA_CHECK(s.used, "HostTier::commit: an unused slot");
-  s.checksum = tier_checksum(bytes(id));
+  s.checksum = checksum;
   s.committed = true;
 }
 

@@ -53,6 +53,8 @@ class HostTier {
                  std::optional<Dropped>* dropped);
   // Records the checksum of the slot's bytes and makes the entry findable.
   void commit(BlockId slot);
+  // The same with the checksum already known (a block read from disk, which checked it).
+  void commit(BlockId slot, uint64_t checksum);
   // True when the slot's bytes still have the checksum commit() recorded.
   bool verify(BlockId slot) const;
   // The same for many slots, their checksums computed on pool's threads (null: this thread).

@@ -65,10 +65,11 @@ KvTiers::~KvTiers() {
 BlockId KvTiers::host_slot(const TierKey& key, std::span<const int32_t> tokens) {
   std::optional<HostTier::Dropped> dropped;
   const BlockId slot = host_->insert(key, tokens, disk_ ? &dropped : nullptr);
-  // insert() left the dropped block's bytes in the slot until it is overwritten.
-  if (dropped && !disk_->contains(dropped->key.hash) &&
-      tier_checksum(host_->bytes(slot)) == dropped->checksum) {
-    if (disk_->put(dropped->key.hash, dropped->tokens, host_->bytes(slot)).ok()) {
+  // insert() left the dropped block's bytes in the slot until it is overwritten; they go down with
+  // the checksum they came with, so a change since is caught when the file is read.
+  if (dropped && !disk_->contains(dropped->key.hash)) {
+    if (disk_->put(dropped->key.hash, dropped->tokens, host_->bytes(slot), dropped->checksum)
+            .ok()) {
       ++stats_.num_disk_writes;
     } else {
       ++stats_.num_faults;
@@ -101,7 +102,8 @@ void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) {
   if (!pending.empty()) flush();
 }
 
-KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra) {
+KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
+                                   PrefixHit& hit) {
   Promoted out;
   BlockPool& pool = cache_.pool();
   const int32_t bs = cache_.block_size();
@@ -109,21 +111,14 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
   const auto block_tokens = [&](int32_t i) {
     return tokens.subspan(static_cast<size_t>(i) * static_cast<size_t>(bs), static_cast<size_t>(bs));
   };
-  // The pool's cached prefix, then the chain's blocks the tiers hold.
-  std::vector<BlockHash> hashes;
-  std::vector<BlockId> resident;
-  BlockId parent = kNullBlock;
-  int32_t i = 0;
+  // The pool's cached prefix is the hit (one full-attention group: every block of it in row 0);
+  // the chain goes on with the blocks the tiers hold.
+  std::vector<BlockHash> hashes = hit.hashes;
+  const std::vector<BlockId> resident(hit.blocks().begin(), hit.blocks().end());
+  const auto first = static_cast<int32_t>(resident.size());
+  int32_t i = first;
   for (; i < max_blocks; ++i) {
     hashes.push_back(hasher_.hash(i == 0 ? nullptr : &hashes.back(), block_tokens(i), extra));
-    const std::optional<BlockId> b = pool.find_cached(hashes.back(), parent, block_tokens(i), extra);
-    if (!b) break;
-    resident.push_back(*b);
-    parent = *b;
-  }
-  const int32_t first = i;
-  for (; i < max_blocks; ++i) {
-    if (i > first) hashes.push_back(hasher_.hash(&hashes.back(), block_tokens(i), extra));
     const TierKey k = key(hashes.back());
     if (!host_->contains(k) && !(disk_ && disk_->contains(k.hash))) break;
   }
@@ -139,7 +134,8 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
   size_t done = 0;
   bool broken = false;
   while (done < blocks.size() && !broken) {
-    std::vector<BlockId> staged, from_host, from_disk;
+    std::vector<BlockId> staged, from_host;
+    std::vector<bool> read_from_disk;  // per staged block
     for (size_t j = done; j < blocks.size() && static_cast<int32_t>(staged.size()) <
                                                   host_->capacity(); ++j) {
       const int32_t b = first + static_cast<int32_t>(j);
@@ -147,6 +143,7 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
       if (const std::optional<BlockId> slot = host_->find(k, block_tokens(b))) {
         staged.push_back(*slot);
         from_host.push_back(*slot);
+        read_from_disk.push_back(false);
         continue;
       }
       if (!disk_ || !disk_->contains(k.hash)) {
@@ -154,17 +151,17 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
         break;
       }
       const BlockId s = host_slot(k, block_tokens(b));
-      if (!disk_->get(k.hash, block_tokens(b), host_->bytes(s)).ok()) {
+      uint64_t checksum = 0;
+      if (!disk_->get(k.hash, block_tokens(b), host_->bytes(s), &checksum).ok()) {
         host_->erase(s);
         ++stats_.num_faults;
         broken = true;
         break;
       }
+      host_->commit(s, checksum);  // checked as it was read
       staged.push_back(s);
-      from_disk.push_back(s);
+      read_from_disk.push_back(true);
     }
-    // Disk blocks were checked as they were read; host blocks are checked here.
-    host_->commit(from_disk, &threads_);
     const size_t good = host_->verify_prefix(from_host, &threads_);
     size_t keep = staged.size();
     if (good < from_host.size()) {
@@ -177,13 +174,13 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
     std::vector<BlockCopy> copies;
     for (size_t k = 0; k < keep; ++k) copies.push_back(BlockCopy{staged[k], blocks[done + k]});
     mover_.from_host(copies, host_->buffer());
-    for (size_t k = 0; k < keep; ++k) {
-      const bool disk = std::find(from_disk.begin(), from_disk.end(), staged[k]) != from_disk.end();
-      ++(disk ? out.disk_blocks : out.host_blocks);
-    }
+    const auto disk = static_cast<int32_t>(
+        std::count(read_from_disk.begin(), read_from_disk.begin() + static_cast<int64_t>(keep), true));
+    out.disk_blocks += disk;
+    out.host_blocks += static_cast<int32_t>(keep) - disk;
     done += keep;
   }
-  // Registered in chain order, as a computed prefix would be.
+  // Registered in chain order, as a computed prefix would be, and appended to the hit.
   for (size_t j = 0; j < done; ++j) {
     const size_t b = static_cast<size_t>(first) + j;
     const BlockHash* parent_hash = b == 0 ? nullptr : &hashes[b - 1];
@@ -192,6 +189,9 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
                           block_tokens(static_cast<int32_t>(b)), extra)) {
       break;  // the rest go back uncached and are recomputed
     }
+    hit.rows[0].push_back(blocks[j]);
+    hit.hashes.push_back(hashes[b]);
+    hit.num_tokens += bs;
   }
   // Back to the free queue, the chain's tail first: cached, the prefix evicted last.
   std::vector<BlockId> release(blocks.rbegin(), blocks.rend());

@@ -6,11 +6,12 @@
 //         returns, the block's bytes go to the host tier (BlockMover::to_host) under its
 //         TierKey, unless the tier has it already (a block is written down once); a block the
 //         host tier drops to make room is written to the disk tier first
-//   up    promote(tokens): the request's chain of full blocks past what the pool holds, block
-//         by block from the host tier, else from disk (read into a host slot: disk -> host),
-//         into freshly allocated pool blocks (BlockMover::from_host), registered in the prefix
-//         cache as if computed; the request's find_cached_prefix then hits them like any
-//         cached block, so every later step is the device prefix hit the engine already runs
+//   up    promote(tokens, hit): the request's chain of full blocks past its pool prefix hit
+//         (KvCacheManager::find_cached_prefix), block by block from the host tier, else from
+//         disk (read into a host slot: disk -> host), into freshly allocated pool blocks
+//         (BlockMover::from_host), registered in the prefix cache as if computed and appended
+//         to the hit, so the admission and every later step are the pool prefix hit the engine
+//         already runs
 //
 // Every block is confirmed by its token ids and its checksum before it goes up; a missing,
 // truncated or corrupt block, or an I/O error, ends the promotion there (that block and its
@@ -67,13 +68,14 @@ class KvTiers final : public EvictionListener {
   void on_evicted(std::span<const EvictedBlock> blocks) override;
 
   // Brings the chain of tokens' full blocks (leaving the last token, as find_cached_prefix does)
-  // that follows the pool's cached prefix up from the tiers, as far as it continues unbroken.
+  // that follows hit -- find_cached_prefix's for these tokens and keys, in this same scheduling
+  // decision -- up from the tiers as far as it continues unbroken, and extends hit with them.
   // Returns the blocks promoted from each tier.
   struct Promoted {
     int32_t host_blocks = 0;
     int32_t disk_blocks = 0;
   };
-  Promoted promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra);
+  Promoted promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra, PrefixHit& hit);
 
   const KvTierStats& stats() const { return stats_; }
   const HostTier& host() const { return *host_; }

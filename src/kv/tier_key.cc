@@ -105,14 +105,4 @@ uint64_t tier_checksum(std::span<const std::byte> bytes) {
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
-uint64_t tier_checksum(std::span<const int32_t> tokens, std::span<const std::byte> bytes) {
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  XXH3_64bits_update(state, tokens.data(), tokens.size_bytes());
-  XXH3_64bits_update(state, bytes.data(), bytes.size());
-  const uint64_t h = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  return h;
-}
-
 }  // namespace strata::kv

@@ -48,9 +48,8 @@ uint64_t tier_namespace(std::string_view model_id, int32_t block_size,
 // Files that cannot be read count as absent.
 std::string checkpoint_identity(const std::string& model_dir, bool dummy_weights);
 
-// XXH3-64 of bytes: the checksum a tier keeps per block.
+// XXH3-64 of a block's bytes: its checksum, computed once when the block comes down from the
+// pool and carried with it to the host tier and to disk.
 uint64_t tier_checksum(std::span<const std::byte> bytes);
-// The same over a block's token ids and bytes together (what the disk tier's files carry).
-uint64_t tier_checksum(std::span<const int32_t> tokens, std::span<const std::byte> bytes);
 
 }  // namespace strata::kv

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -117,7 +118,7 @@ class DiskTierTest : public ::testing::Test {
 TEST_F(DiskTierTest, BlocksSurviveAReopenAndTheLeastRecentlyUsedGoFirst) {
   {
     std::unique_ptr<DiskTier> t = open(3);
-    for (int32_t v = 0; v < 3; ++v) ASSERT_TRUE(t->put(hash_of(v), tokens_, block(v)).ok());
+    for (int32_t v = 0; v < 3; ++v) ASSERT_TRUE(t->put(hash_of(v), tokens_, block(v), tier_checksum(block(v))).ok());
     EXPECT_EQ(t->num_blocks(), 3);
   }
   std::unique_ptr<DiskTier> t = open(3);
@@ -127,7 +128,7 @@ TEST_F(DiskTierTest, BlocksSurviveAReopenAndTheLeastRecentlyUsedGoFirst) {
   ASSERT_TRUE(t->get(hash_of(0), tokens_, out).ok());
   EXPECT_EQ(out, block(0));
   // 2 and 0 were just read: 1 is the least recently used and goes first.
-  ASSERT_TRUE(t->put(hash_of(3), tokens_, block(3)).ok());
+  ASSERT_TRUE(t->put(hash_of(3), tokens_, block(3), tier_checksum(block(3))).ok());
   EXPECT_FALSE(t->contains(hash_of(1)));
   EXPECT_FALSE(std::filesystem::exists(file(*t, 1)));
   EXPECT_TRUE(t->contains(hash_of(0)));
@@ -140,7 +141,7 @@ TEST_F(DiskTierTest, BlocksSurviveAReopenAndTheLeastRecentlyUsedGoFirst) {
 
 TEST_F(DiskTierTest, TruncatedCorruptOrUnreadableFilesAreDroppedNeverServed) {
   std::unique_ptr<DiskTier> t = open(8);
-  for (int32_t v = 0; v < 4; ++v) ASSERT_TRUE(t->put(hash_of(v), tokens_, block(v)).ok());
+  for (int32_t v = 0; v < 4; ++v) ASSERT_TRUE(t->put(hash_of(v), tokens_, block(v), tier_checksum(block(v))).ok());
   std::filesystem::resize_file(file(*t, 0), 100);  // truncated
   {
     std::fstream f(file(*t, 1), std::ios::in | std::ios::out | std::ios::binary);
@@ -165,7 +166,7 @@ TEST_F(DiskTierTest, TruncatedCorruptOrUnreadableFilesAreDroppedNeverServed) {
 TEST_F(DiskTierTest, AnInterruptedWriteIsCleanedUpAndAFailedWriteLeavesNothing) {
   {
     std::unique_ptr<DiskTier> t = open(8);
-    ASSERT_TRUE(t->put(hash_of(0), tokens_, block(0)).ok());
+    ASSERT_TRUE(t->put(hash_of(0), tokens_, block(0), tier_checksum(block(0))).ok());
     std::ofstream(t->path() / (hash_hex(hash_of(1)) + ".tmp")) << "half a block";
     std::ofstream(t->path() / (hash_hex(hash_of(2)) + ".kvb")) << "a renamed, short file";
   }
@@ -183,7 +184,7 @@ TEST_F(DiskTierTest, AnInterruptedWriteIsCleanedUpAndAFailedWriteLeavesNothing) 
   rlimit small = saved;
   small.rlim_cur = 100;
   ::setrlimit(RLIMIT_FSIZE, &small);
-  const Status s = t->put(hash_of(3), tokens_, block(3));
+  const Status s = t->put(hash_of(3), tokens_, block(3), tier_checksum(block(3)));
   ::setrlimit(RLIMIT_FSIZE, &saved);
   ::sigaction(SIGXFSZ, &old, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInternal) << s.message();
@@ -263,6 +264,16 @@ class KvTiersTest : public ::testing::Test {
       EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "block " << b;
     }
   }
+  // The pool's prefix hit for p, extended by the tiers; it must be what a fresh lookup finds.
+  KvTiers::Promoted promote(const std::vector<int32_t>& p, const BlockExtraKeys& extra = {}) {
+    PrefixHit hit = cache_->find_cached_prefix(p, extra);
+    const KvTiers::Promoted up = tiers_->promote(p, extra, hit);
+    const PrefixHit fresh = cache_->find_cached_prefix(p, extra);
+    EXPECT_EQ(hit.num_tokens, fresh.num_tokens);
+    EXPECT_TRUE(std::ranges::equal(hit.blocks(), fresh.blocks()));
+    EXPECT_EQ(hit.hashes, fresh.hashes);
+    return up;
+  }
   // Fills the pool with another prompt's blocks, evicting every cached block.
   void evict_everything() {
     BlockTable t(kBs);
@@ -284,7 +295,7 @@ TEST_F(KvTiersTest, EvictedBlocksComeBackFromHostMemoryByteForByte) {
   evict_everything();
   EXPECT_EQ(cache_->find_cached_prefix(p, {}).num_tokens, 0) << "the pool lost them";
   EXPECT_EQ(tiers_->stats().num_offloaded_blocks, 3);
-  const KvTiers::Promoted up = tiers_->promote(p, {});
+  const KvTiers::Promoted up = promote(p);
   EXPECT_EQ(up.host_blocks, 3);
   EXPECT_EQ(up.disk_blocks, 0);
   expect_hit_bytes(p, 3);
@@ -298,13 +309,13 @@ TEST_F(KvTiersTest, APrefixPartlyInThePoolContinuesFromTheTier) {
   const std::vector<int32_t> p = prompt(100, 3);
   compute(p);
   evict_everything();
-  ASSERT_EQ(tiers_->promote(p, {}).host_blocks, 3);
+  ASSERT_EQ(promote(p).host_blocks, 3);
   // A longer prompt over the same prefix: the pool has 3 blocks, the tiers nothing more.
   std::vector<int32_t> longer = prompt(100, 5);
-  EXPECT_EQ(tiers_->promote(longer, {}).host_blocks, 0);
+  EXPECT_EQ(promote(longer).host_blocks, 0);
   EXPECT_EQ(cache_->find_cached_prefix(longer, {}).num_tokens, 3 * kBs);
   // Another salt is another chain: nothing of it is in the tiers.
-  EXPECT_EQ(tiers_->promote(p, {.cache_salt = "tenant-b"}).host_blocks, 0);
+  EXPECT_EQ(promote(p, {.cache_salt = "tenant-b"}).host_blocks, 0);
 }
 
 TEST_F(KvTiersTest, BlocksTheHostTierDropsGoToDiskAndComeBackAcrossARestart) {
@@ -313,14 +324,14 @@ TEST_F(KvTiersTest, BlocksTheHostTierDropsGoToDiskAndComeBackAcrossARestart) {
   compute(p);
   evict_everything();  // 5 blocks down; the host tier keeps 2, the other 3 go to disk
   EXPECT_EQ(tiers_->stats().num_disk_writes, 3);
-  const KvTiers::Promoted up = tiers_->promote(p, {});
+  const KvTiers::Promoted up = promote(p);
   EXPECT_EQ(up.host_blocks + up.disk_blocks, 5);
   EXPECT_GE(up.disk_blocks, 3);
   expect_hit_bytes(p, 5);
   // A new process over the same directory (an empty pool and host tier) serves what is on disk.
   evict_everything();
   start(/*host_blocks=*/8, /*with_disk=*/true);
-  const KvTiers::Promoted again = tiers_->promote(p, {});
+  const KvTiers::Promoted again = promote(p);
   EXPECT_EQ(again.host_blocks, 0);
   EXPECT_GE(again.disk_blocks, 3);
   // What reached disk before the restart comes back, from block 0 on.
@@ -344,7 +355,7 @@ TEST_F(KvTiersTest, ACorruptDiskBlockEndsThePromotionThereAndIsRecomputed) {
     s.seekp(-3, std::ios::end);
     s.put('\x01');
   }
-  const KvTiers::Promoted up = tiers_->promote(p, {});
+  const KvTiers::Promoted up = promote(p);
   EXPECT_EQ(up.host_blocks, 1);
   EXPECT_EQ(up.disk_blocks, 0);
   EXPECT_EQ(tiers_->stats().num_faults, 1);
@@ -358,7 +369,7 @@ TEST_F(KvTiersTest, AnotherNamespaceNeverSeesTheBlocks) {
   compute(p);
   evict_everything();
   start(/*host_blocks=*/2, /*with_disk=*/true, /*ns=*/2);  // another model over the directory
-  EXPECT_EQ(tiers_->promote(p, {}).disk_blocks, 0);
+  EXPECT_EQ(promote(p).disk_blocks, 0);
   EXPECT_EQ(cache_->find_cached_prefix(p, {}).num_tokens, 0);
 }
 
