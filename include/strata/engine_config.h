@@ -106,6 +106,12 @@ struct EngineConfig {
   int64_t kv_offload_bytes = 0;
   std::string kv_disk_path;
   int64_t kv_disk_bytes = 0;
+  // A block goes to the host tier when the pool evicts it (false), or as soon as it is cached
+  // (true, write-through: its eviction then costs nothing).
+  bool kv_offload_write_through = false;
+  // A queued request's prefix blocks on disk start loading into host memory at once, and the
+  // request is admitted when they are there (false: read at admission, on the scheduler thread).
+  bool kv_prefetch = true;
   SchedulerKind scheduler = SchedulerKind::kContinuous;
   int32_t max_batch_size = 32;      // static scheduler only
   double batch_timeout_ms = 100.0;  // static scheduler only

@@ -62,6 +62,13 @@ struct EngineTotals {
   int64_t kv_host_tier_hit_tokens = 0;
   int64_t kv_disk_tier_hit_tokens = 0;
   int64_t kv_tier_faults = 0;
+  // Blocks a prefetch brought from disk to host memory while their request waited; evicted
+  // blocks no host slot could take; the I/O threads' time reading blocks, and the scheduler
+  // thread's time waiting for them (the load time the prefetch did not hide).
+  int64_t kv_prefetched_blocks = 0;
+  int64_t kv_dropped_blocks = 0;
+  double kv_disk_read_seconds = 0.0;
+  double kv_io_wait_seconds = 0.0;
 };
 
 }  // namespace strata

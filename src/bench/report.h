@@ -68,6 +68,10 @@ struct BenchMetrics {
   int64_t kv_offloaded_blocks = 0;
   int64_t kv_disk_written_blocks = 0;
   int64_t kv_tier_faults = 0;
+  int64_t kv_prefetched_blocks = 0;  // disk -> host while the request waited
+  int64_t kv_dropped_blocks = 0;     // evicted blocks no host slot could take
+  double kv_disk_read_seconds = 0.0;  // the I/O threads' time reading
+  double kv_io_wait_seconds = 0.0;    // the scheduler's time waiting for them
   int64_t num_stopped_early = 0;
 
   int64_t num_steps = 0;

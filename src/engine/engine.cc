@@ -156,6 +156,9 @@ Status EngineImpl::start_tiers() {
   c.host_bytes = config_.kv_offload_bytes;
   c.disk_path = config_.kv_disk_path;
   c.disk_bytes = config_.kv_disk_bytes;
+  c.policy = config_.kv_offload_write_through ? kv::OffloadPolicy::kWriteThrough
+                                              : kv::OffloadPolicy::kEvict;
+  c.prefetch = config_.kv_prefetch;
   c.ns = kv::tier_namespace(kv::checkpoint_identity(config_.model_dir, config_.dummy_weights),
                             config_.block_size, groups, runner_->kv_layout(0).static_scales());
   Result<std::unique_ptr<kv::KvTiers>> tiers =

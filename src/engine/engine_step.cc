@@ -259,6 +259,10 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
     totals_.kv_host_tier_hit_tokens = t.num_host_hit_blocks * config_.block_size;
     totals_.kv_disk_tier_hit_tokens = t.num_disk_hit_blocks * config_.block_size;
     totals_.kv_tier_faults = t.num_faults;
+    totals_.kv_prefetched_blocks = t.num_prefetched_blocks;
+    totals_.kv_dropped_blocks = t.num_dropped_blocks;
+    totals_.kv_disk_read_seconds = t.disk_read_seconds;
+    totals_.kv_io_wait_seconds = t.io_wait_seconds;
   }
 }
 

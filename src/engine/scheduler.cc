@@ -40,6 +40,9 @@ void Scheduler::insert_waiting(Sequence* seq) {
 void Scheduler::add_waiting(Sequence* seq) {
   STRATA_CHECK(seq->num_computed == 0 && seq->table.num_tokens() == 0,
                "a new sequence has nothing computed");
+  if (tiers_ != nullptr && !seq->wants_all_rows()) {
+    seq->prefetch = tiers_->prefetch(seq->tokens, seq->cache_keys);
+  }
   insert_waiting(seq);
 }
 
@@ -210,9 +213,16 @@ int32_t Scheduler::scheduled_tokens(const SchedulerOutput& out, const Sequence* 
 
 int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32_t max_admit) {
   int32_t admitted = 0;
-  while (!waiting_.empty() && budget > 0 && admitted < max_admit &&
+  // In order; a sequence whose prefix is still coming from disk is passed over, not waited for.
+  auto next = waiting_.begin();
+  while (next != waiting_.end() && budget > 0 && admitted < max_admit &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
-    Sequence* seq = waiting_.front();
+    Sequence* seq = *next;
+    if (seq->prefetch && seq->prefetch->pending > 0) {
+      ++next;
+      continue;
+    }
+    seq->prefetch.reset();
     kv::PrefixHit hit;
     if (!seq->wants_all_rows()) {
       const std::span<const int32_t> tokens(seq->tokens.data(), seq->tokens.size());
@@ -235,7 +245,7 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
       seq->contiguous_offset = *offset;
     }
     STRATA_CHECK(cache_.allocate_slots(seq->table, n, &hit), "admission after can_allocate failed");
-    waiting_.pop_front();
+    next = waiting_.erase(next);
     seq->prefix_looked_up = true;
     seq->num_computed = hit.num_tokens;
     seq->status = SeqStatus::kRunning;
@@ -317,6 +327,7 @@ void Scheduler::start_swap_ins() {
 SchedulerOutput Scheduler::schedule(double now) {
   SchedulerOutput out;
   int32_t budget = config_.max_num_batched_tokens;
+  if (tiers_ != nullptr) tiers_->poll();
   if (!swaps_.empty()) resume_swapped_in(out);
   schedule_running(out, budget);
   if (!out.preempted.empty()) return out;
@@ -326,6 +337,10 @@ SchedulerOutput Scheduler::schedule(double now) {
   }
   if (config_.kind == SchedulerKind::kContinuous) {
     schedule_waiting(out, budget, config_.max_num_seqs);
+    // Nothing to run but prefixes coming from disk: wait for the next read rather than spin.
+    if (out.scheduled.empty() && running_.empty() && !waiting_.empty() && tiers_ != nullptr) {
+      tiers_->wait_io();
+    }
     return out;
   }
   // Static: form a batch of the first max_batch_size waiting sequences, then admit its members

@@ -35,7 +35,7 @@ std::optional<std::vector<BlockId>> BlockPool::allocate(int32_t n) {
     out.emplace_back(idx);
   }
   if (!evicted_.empty()) {
-    eviction_listener_->on_evicted(evicted_);
+    listener_->on_evicted(evicted_);
     evicted_.clear();
   }
   return out;

@@ -51,11 +51,15 @@ struct EvictedBlock {
   std::vector<int32_t> tokens;
 };
 
-// Told about the cached blocks each allocate() evicts, once per call that evicts any, before it
-// returns -- while no one has written the blocks yet (the KV tiers copy them down, kv_tiers.h).
-class EvictionListener {
+// Told what enters and leaves the prefix cache (the KV tiers, kv_tiers.h):
+//   on_cached   a block cache_block() registered (its bytes are the computed ones: the caller
+//               caches a block after the forward pass that wrote it)
+//   on_evicted  the cached blocks an allocate() evicts, once per call that evicts any, before it
+//               returns -- while no one has written the blocks yet
+class PoolListener {
  public:
-  virtual ~EvictionListener() = default;
+  virtual ~PoolListener() = default;
+  virtual void on_cached(BlockId block, const BlockHash& hash, std::span<const int32_t> tokens) = 0;
   virtual void on_evicted(std::span<const EvictedBlock> blocks) = 0;
 };
 
@@ -125,8 +129,8 @@ class BlockPool {
   int32_t num_cached_blocks() const { return num_cached_; }
   // Cached blocks whose content was dropped because the block was reallocated.
   int64_t num_evictions() const { return num_evictions_; }
-  // Borrowed; null = none. Hears of every eviction from then on.
-  void set_eviction_listener(EvictionListener* listener) { eviction_listener_ = listener; }
+  // Borrowed; null = none. Hears of every caching and eviction from then on.
+  void set_listener(PoolListener* listener) { listener_ = listener; }
 
   // The free queue front to back (for tests and debugging; O(free blocks)).
   std::vector<BlockId> free_queue() const;
@@ -175,7 +179,7 @@ class BlockPool {
   std::vector<std::string> salts_;  // per block, first blocks only (cache salt)
   int32_t num_cached_ = 0;
   int64_t num_evictions_ = 0;
-  EvictionListener* eviction_listener_ = nullptr;
+  PoolListener* listener_ = nullptr;
   std::vector<EvictedBlock> evicted_;  // this allocate()'s, for the listener
 };
 

@@ -78,6 +78,7 @@ bool BlockPool::cache_block(BlockId block, const BlockHash& hash, const BlockHas
         BlockStoredEvent{hash, parent_hash ? std::optional<BlockHash>(*parent_hash) : std::nullopt,
                          block_size_, block});
   }
+  if (listener_ != nullptr) listener_->on_cached(block, hash, tokens);
   return true;
 }
 
@@ -88,7 +89,7 @@ bool BlockPool::is_cached(BlockId block) const {
 
 void BlockPool::evict(int32_t idx) {
   BlockMeta& m = meta(idx);
-  if (eviction_listener_ != nullptr) {
+  if (listener_ != nullptr) {
     const std::span<const int32_t> tokens = stored_tokens(idx);
     evicted_.push_back(EvictedBlock{BlockId{idx}, m.hash, {tokens.begin(), tokens.end()}});
   }

@@ -112,6 +112,29 @@ DiskTier::DiskTier(std::filesystem::path path, uint64_t ns, int32_t block_size, 
       block_bytes_(block_bytes),
       capacity_bytes_(capacity_bytes) {}
 
+int64_t DiskTier::num_blocks() const {
+  const std::lock_guard lock(mu_);
+  return static_cast<int64_t>(index_.size());
+}
+
+DiskTierStats DiskTier::stats() const {
+  const std::lock_guard lock(mu_);
+  return stats_;
+}
+
+bool DiskTier::contains(const BlockHash& hash) const {
+  const std::lock_guard lock(mu_);
+  return index_.contains(hash);
+}
+
+void DiskTier::make_room() {
+  while (!lru_.empty() &&
+         static_cast<int64_t>(index_.size() + 1) * file_bytes() > capacity_bytes_) {
+    drop(lru_.front());
+    ++stats_.num_evictions;
+  }
+}
+
 int64_t DiskTier::file_bytes() const {
   return static_cast<int64_t>(sizeof(Header)) + int64_t{block_size_} * 4 + block_bytes_;
 }
@@ -154,8 +177,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& dir, uint64_
   if (ec) return Status::Internal("--kv-disk-path " + dir + ": " + ec.message());
   std::sort(found.begin(), found.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
+  const std::lock_guard lock(tier->mu_);
   for (const auto& [time, hash] : found) tier->remember(hash);
-  while (tier->used_bytes() > tier->capacity_bytes_) {
+  while (static_cast<int64_t>(tier->index_.size()) * tier->file_bytes() > tier->capacity_bytes_) {
     tier->drop(tier->lru_.front());
     ++tier->stats_.num_evictions;
   }
@@ -191,13 +215,13 @@ Status DiskTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
       static_cast<int64_t>(bytes.size()) != block_bytes_) {
     return Status::InvalidArgument("disk tier: a block of the wrong size");
   }
-  if (contains(hash)) {
-    remember(hash);
-    return Status::Ok();
-  }
-  while (!lru_.empty() && used_bytes() + file_bytes() > capacity_bytes_) {
-    drop(lru_.front());
-    ++stats_.num_evictions;
+  {
+    const std::lock_guard lock(mu_);
+    if (index_.contains(hash)) {
+      remember(hash);
+      return Status::Ok();
+    }
+    make_room();
   }
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
@@ -213,6 +237,7 @@ Status DiskTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
     const std::string reason = std::strerror(errno);
     std::error_code ec;
     std::filesystem::remove(temp_path, ec);
+    const std::lock_guard lock(mu_);
     ++stats_.num_write_errors;
     return Status::Internal(std::string("disk tier: ") + what + " " + temp_path.string() + ": " +
                             reason);
@@ -229,6 +254,8 @@ Status DiskTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
     }
   }
   if (::rename(temp_path.c_str(), final_path.c_str()) != 0) return fail("cannot rename");
+  const std::lock_guard lock(mu_);
+  make_room();  // other puts may have filled it meanwhile
   remember(hash);
   ++stats_.num_writes;
   return Status::Ok();
@@ -243,6 +270,7 @@ Status DiskTier::get(const BlockHash& hash, std::span<const int32_t> tokens,
   }
   const std::filesystem::path p = file_of(hash);
   const auto bad = [&](const std::string& why) {
+    const std::lock_guard lock(mu_);
     drop(hash);
     ++stats_.num_bad_reads;
     return Status::Internal("disk tier: " + p.string() + ": " + why + "; recomputing");
@@ -268,6 +296,8 @@ Status DiskTier::get(const BlockHash& hash, std::span<const int32_t> tokens,
   if (!std::equal(stored.begin(), stored.end(), tokens.begin(), tokens.end())) {
     return Status::NotFound("disk tier: the block holds other tokens");
   }
+  const std::lock_guard lock(mu_);
+  if (!index_.contains(hash)) return Status::NotFound("disk tier: the block was dropped meanwhile");
   remember(hash);
   ++stats_.num_reads;
   if (checksum != nullptr) *checksum = h.checksum;

@@ -16,13 +16,16 @@
 // truncated or corrupt file, a full disk, an I/O error -- is a failed get/put (counted in
 // stats()), never a wrong block: the engine recomputes instead.
 //
-// Plain pread/pwrite through the page cache. Not thread-safe: one thread at a time (the tiers'
-// owner). Cost: a get reads and checksums one file; a put writes one.
+// Plain pread/pwrite through the page cache. Thread-safe: the index is behind a mutex, held only
+// around index updates, so the tiers' I/O threads read and write files while the scheduler
+// thread asks contains(); two calls for the same hash at once are the caller's to avoid. Cost: a
+// get reads and checksums one file; a put writes one.
 
 #include <cstdint>
 #include <filesystem>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -50,13 +53,13 @@ class DiskTier {
 
   // Bytes of one block's file.
   int64_t file_bytes() const;
-  int64_t num_blocks() const { return static_cast<int64_t>(index_.size()); }
+  int64_t num_blocks() const;
   int64_t used_bytes() const { return num_blocks() * file_bytes(); }
   int64_t capacity_bytes() const { return capacity_bytes_; }
-  const DiskTierStats& stats() const { return stats_; }
+  DiskTierStats stats() const;
   const std::filesystem::path& path() const { return path_; }
 
-  bool contains(const BlockHash& hash) const { return index_.contains(hash); }
+  bool contains(const BlockHash& hash) const;
   // Writes the block's file (tokens.size() == block_size, bytes.size() == block_bytes, checksum
   // its tier_checksum as the host tier recorded it: bytes that changed since are caught when the
   // file is read), first deleting least recently used files to stay within the capacity. A block
@@ -75,14 +78,18 @@ class DiskTier {
   DiskTier(std::filesystem::path path, uint64_t ns, int32_t block_size, int64_t block_bytes,
            int64_t capacity_bytes);
   std::filesystem::path file_of(const BlockHash& hash) const;
+  // With mu_ held:
   void remember(const BlockHash& hash);  // most recently used
   void drop(BlockHash hash);  // out of the index, file deleted (a copy: callers pass lru_ entries)
+  // Deletes least recently used files until one more fits.
+  void make_room();
 
   std::filesystem::path path_;
   uint64_t ns_;
   int32_t block_size_;
   int64_t block_bytes_;
   int64_t capacity_bytes_;
+  mutable std::mutex mu_;     // guards lru_, index_, stats_
   std::list<BlockHash> lru_;  // least recent first
   std::unordered_map<BlockHash, std::list<BlockHash>::iterator> index_;
   DiskTierStats stats_;

@@ -25,27 +25,28 @@ std::optional<BlockId> HostTier::find(const TierKey& key, std::span<const int32_
     release(idx);
     return std::nullopt;
   }
-  lru_.splice(lru_.end(), lru_, s.lru);
+  if (!s.pinned) lru_.splice(lru_.end(), lru_, s.lru);
   return BlockId{idx};
 }
 
-BlockId HostTier::insert(const TierKey& key, std::span<const int32_t> tokens,
-                         std::optional<Dropped>* dropped) {
+bool HostTier::pending(const TierKey& key) const {
+  const auto it = index_.find(key);
+  return it != index_.end() && !slots_[static_cast<size_t>(it->second)].committed;
+}
+
+std::optional<BlockId> HostTier::least_recent() const {
+  if (lru_.empty()) return std::nullopt;
+  return BlockId{lru_.front()};
+}
+
+std::optional<BlockId> HostTier::insert(const TierKey& key, std::span<const int32_t> tokens) {
   STRATA_CHECK(!index_.contains(key), "HostTier::insert: the key is already in the tier");
-  if (dropped != nullptr) dropped->reset();
-  int32_t idx = -1;
-  if (!free_.empty()) {
-    idx = free_.back();
-    free_.pop_back();
-  } else {
-    idx = lru_.front();
-    Slot& victim = slots_[static_cast<size_t>(idx)];
-    if (dropped != nullptr && victim.committed) {
-      *dropped = Dropped{victim.key, std::move(victim.tokens), victim.checksum};
-    }
-    release(idx);
-    free_.pop_back();  // release() returned idx to the free list
+  if (free_.empty()) {
+    if (lru_.empty()) return std::nullopt;  // every slot pinned
+    release(lru_.front());
   }
+  const int32_t idx = free_.back();
+  free_.pop_back();
   Slot& s = slots_[static_cast<size_t>(idx)];
   s.used = true;
   s.committed = false;
@@ -56,6 +57,22 @@ BlockId HostTier::insert(const TierKey& key, std::span<const int32_t> tokens,
   return BlockId{idx};
 }
 
+void HostTier::pin(BlockId id) {
+  Slot& s = slot(id);
+  STRATA_CHECK(s.used && !s.pinned, "HostTier::pin: an unused or pinned slot");
+  lru_.erase(s.lru);
+  s.pinned = true;
+  ++num_pinned_;
+}
+
+void HostTier::unpin(BlockId id, bool least_recent) {
+  Slot& s = slot(id);
+  STRATA_CHECK(s.used && s.pinned, "HostTier::unpin: a slot that is not pinned");
+  s.lru = lru_.insert(least_recent ? lru_.begin() : lru_.end(), id.value);
+  s.pinned = false;
+  --num_pinned_;
+}
+
 void HostTier::commit(BlockId id) { commit(id, tier_checksum(bytes(id))); }
 
 void HostTier::commit(BlockId id, uint64_t checksum) {
@@ -63,10 +80,11 @@ void HostTier::commit(BlockId id, uint64_t checksum) {
   STRATA_CHECK(s.used, "HostTier::commit: an unused slot");
   s.checksum = checksum;
   s.committed = true;
+  s.from_disk = true;
 }
 
 bool HostTier::verify(BlockId id) const {
-  const Slot& s = slot(id);
+  const Slot& s = slot_ref(id);
   return s.used && s.committed && tier_checksum(bytes(id)) == s.checksum;
 }
 
@@ -106,7 +124,7 @@ size_t HostTier::verify_prefix(std::span<const BlockId> slots, ThreadPool* pool)
   std::vector<uint64_t> sums;
   checksums(slots, pool, [this](BlockId id) { return bytes(id); }, sums);
   for (size_t i = 0; i < slots.size(); ++i) {
-    const Slot& s = slot(slots[i]);
+    const Slot& s = slot_ref(slots[i]);
     if (!s.used || !s.committed || sums[i] != s.checksum) return i;
   }
   return slots.size();
@@ -119,7 +137,11 @@ void HostTier::erase(BlockId id) {
 void HostTier::release(int32_t idx) {
   Slot& s = slots_[static_cast<size_t>(idx)];
   index_.erase(s.key);
-  lru_.erase(s.lru);
+  if (s.pinned) {
+    --num_pinned_;
+  } else {
+    lru_.erase(s.lru);
+  }
   s = Slot{};
   free_.push_back(idx);
 }
@@ -135,11 +157,15 @@ std::span<const std::byte> HostTier::bytes(BlockId id) const {
 }
 
 void HostTier::check_invariants() const {
-  STRATA_CHECK(index_.size() == lru_.size(), "HostTier: index and LRU list differ in size");
-  STRATA_CHECK(lru_.size() + free_.size() == slots_.size(), "HostTier: a slot is lost or doubled");
+  STRATA_CHECK(index_.size() == lru_.size() + static_cast<size_t>(num_pinned_),
+               "HostTier: index and LRU list + pins differ in size");
+  STRATA_CHECK(index_.size() + free_.size() == slots_.size(), "HostTier: a slot is lost or doubled");
+  const auto pinned = std::count_if(slots_.begin(), slots_.end(),
+                                    [](const Slot& s) { return s.used && s.pinned; });
+  STRATA_CHECK(pinned == num_pinned_, "HostTier: the pin count is off");
   for (const int32_t idx : lru_) {
     const Slot& s = slots_[static_cast<size_t>(idx)];
-    STRATA_CHECK(s.used, "HostTier: an unused slot in the LRU list");
+    STRATA_CHECK(s.used && !s.pinned, "HostTier: an unused or pinned slot in the LRU list");
     const auto it = index_.find(s.key);
     STRATA_CHECK(it != index_.end() && it->second == idx, "HostTier: a slot's key is not indexed");
   }

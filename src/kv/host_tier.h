@@ -2,19 +2,22 @@
 // HostTier: the host-memory KV tier under the pool (docs/kv.md, "KV tiers"). Blocks the pool
 // evicts from its prefix cache land here, in a buffer with the pool's own layout (so a
 // BlockMover moves a block in one piece, pinned on the GPU), indexed by TierKey; when the tier is
-// full the least recently used block makes room, and the caller may write it down to the disk
-// tier first (its bytes stay in the slot until the caller overwrites them).
+// full the least recently used block makes room (the caller looks at least_recent() first, to
+// write it down to the disk tier).
 //
-// Each slot keeps its key, its token ids (every hit confirms them) and the XXH3 checksum of its
-// bytes recorded when they were written (commit), which verify() checks before a block goes back
-// up. Owns its buffer. Not thread-safe: the scheduler thread owns it. Cost: O(1) per operation
-// plus one checksum pass over block_bytes per commit / verify.
+// A pinned slot is never taken for another block: the tiers pin a slot while an I/O thread reads
+// or writes its bytes. Each slot keeps its key, its token ids (every hit confirms them) and the
+// XXH3 checksum of its bytes recorded when they were written (commit), which verify() checks
+// before a block goes back up. Owns its buffer. Not thread-safe: the scheduler thread owns the
+// bookkeeping (I/O threads touch only pinned slots' bytes). Cost: O(1) per operation plus one
+// checksum pass over block_bytes per commit / verify.
 
 #include <cstdint>
 #include <list>
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/ids.h"
@@ -35,59 +38,78 @@ class HostTier {
   const HostKvBuffer& buffer() const { return buffer_; }
   int64_t block_bytes() const { return buffer_.layout().block_bytes(); }
 
-  // The slot holding key with these token ids, made the most recently used; nullopt when absent.
-  // An entry under the key whose tokens differ is dropped (it can never be served).
-  std::optional<BlockId> find(const TierKey& key, std::span<const int32_t> tokens);
-  bool contains(const TierKey& key) const { return index_.contains(key); }
+  int32_t num_free() const { return static_cast<int32_t>(free_.size()); }
+  int32_t num_pinned() const { return num_pinned_; }
 
-  // What a slot held when insert() took it for another block.
-  struct Dropped {
-    TierKey key;
-    std::vector<int32_t> tokens;
-    uint64_t checksum = 0;  // of its bytes, still in the slot until the caller overwrites them
-  };
-  // A slot for key (absent from the tier): a free one, else the least recently used one, whose
-  // entry goes to *dropped (null: dropped silently). The caller writes the block's bytes into the
-  // slot and then calls commit(slot); until then the slot is not found.
-  BlockId insert(const TierKey& key, std::span<const int32_t> tokens,
-                 std::optional<Dropped>* dropped);
+  // The committed slot holding key with these token ids, made the most recently used (unless
+  // pinned); nullopt when absent or not committed yet. An entry under the key whose tokens
+  // differ is dropped (it can never be served).
+  std::optional<BlockId> find(const TierKey& key, std::span<const int32_t> tokens);
+  // Committed or not.
+  bool contains(const TierKey& key) const { return index_.contains(key); }
+  // Inserted, not committed yet (an I/O thread is filling it).
+  bool pending(const TierKey& key) const;
+
+  // The slot insert() would take when no slot is free: the least recently used unpinned one;
+  // nullopt when every used slot is pinned.
+  std::optional<BlockId> least_recent() const;
+  // A slot for key (absent from the tier): a free one, else least_recent(), whose entry is
+  // dropped; nullopt when neither exists. The caller writes the block's bytes into the slot and
+  // then calls commit(slot); until then the slot is not found.
+  std::optional<BlockId> insert(const TierKey& key, std::span<const int32_t> tokens);
+  // A pinned slot is never taken by insert() nor dropped; pins do not nest.
+  void pin(BlockId slot);
+  // Back among the slots insert() may take, as the most recently used, or as the least (a block
+  // just written down, which may go first).
+  void unpin(BlockId slot, bool least_recent = false);
+  bool pinned(BlockId slot) const { return slot_ref(slot).pinned; }
+  bool committed(BlockId slot) const { return slot_ref(slot).committed; }
+  const TierKey& key(BlockId slot) const { return slot_ref(slot).key; }
+  std::span<const int32_t> tokens(BlockId slot) const { return slot_ref(slot).tokens; }
+  uint64_t checksum(BlockId slot) const { return slot_ref(slot).checksum; }
   // Records the checksum of the slot's bytes and makes the entry findable.
   void commit(BlockId slot);
-  // The same with the checksum already known (a block read from disk, which checked it).
+  // The same with the checksum already known: a block read from disk, which checked it (the slot
+  // remembers that it came from disk until take_from_disk()).
   void commit(BlockId slot, uint64_t checksum);
+  // Whether the slot's block was read from disk and not served since; clears it.
+  bool take_from_disk(BlockId id) { return std::exchange(slot(id).from_disk, false); }
   // True when the slot's bytes still have the checksum commit() recorded.
   bool verify(BlockId slot) const;
   // The same for many slots, their checksums computed on pool's threads (null: this thread).
   void commit(std::span<const BlockId> slots, ThreadPool* pool);
   // How many of slots, from the first, verify(); the rest start at the first that does not.
   size_t verify_prefix(std::span<const BlockId> slots, ThreadPool* pool) const;
-  // Drops the slot's entry (a block that failed verify, or one nobody may use).
+  // Drops the slot's entry (a block that failed verify, or one nobody may use), pinned or not.
   void erase(BlockId slot);
 
   std::span<std::byte> bytes(BlockId slot);
   std::span<const std::byte> bytes(BlockId slot) const;
 
-  // Aborts on a broken invariant (index, LRU order and free slots agree). O(capacity).
+  // Aborts on a broken invariant (index, LRU order, pins and free slots agree). O(capacity).
   void check_invariants() const;
 
  private:
   struct Slot {
     bool used = false;
     bool committed = false;
+    bool pinned = false;     // out of the LRU list
+    bool from_disk = false;  // read from disk (a prefetch), not served since
     TierKey key;
     std::vector<int32_t> tokens;
     uint64_t checksum = 0;
-    std::list<int32_t>::iterator lru;  // valid when used
+    std::list<int32_t>::iterator lru;  // valid when used and not pinned
   };
 
   Slot& slot(BlockId id) { return slots_.at(static_cast<size_t>(id.value)); }
-  const Slot& slot(BlockId id) const { return slots_.at(static_cast<size_t>(id.value)); }
+  const Slot& slot_ref(BlockId id) const { return slots_.at(static_cast<size_t>(id.value)); }
   void release(int32_t idx);
 
   HostKvBuffer buffer_;
   std::vector<Slot> slots_;
   std::vector<int32_t> free_;                                  // unused slots
-  std::list<int32_t> lru_;                                     // used slots, least recent first
+  std::list<int32_t> lru_;                                     // unpinned used slots, least recent first
+  int32_t num_pinned_ = 0;
   std::unordered_map<TierKey, int32_t, TierKeyHasher> index_;  // committed and pending entries
 };
 

@@ -1,6 +1,7 @@
 #include "kv/kv_tiers.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <thread>
 #include <utility>
@@ -47,59 +48,211 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
 KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache, BlockMover& mover,
                  std::unique_ptr<HostTier> host, std::unique_ptr<DiskTier> disk)
     : ns_(config.ns),
+      policy_(config.policy),
+      prefetch_(config.prefetch),
       cache_(cache),
       mover_(mover),
       host_(std::move(host)),
       disk_(std::move(disk)),
+      io_(disk_ ? std::make_unique<TierIo>(*disk_) : nullptr),
       hasher_(cache.hash_bits()),
       threads_(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u))) {
   mover_.attach(host_->buffer());
-  cache_.pool().set_eviction_listener(this);
+  cache_.pool().set_listener(this);
 }
 
 KvTiers::~KvTiers() {
-  cache_.pool().set_eviction_listener(nullptr);
+  cache_.pool().set_listener(nullptr);
+  io_.reset();  // its jobs finish before the slots they touch go
   mover_.detach(host_->buffer());
 }
 
-BlockId KvTiers::host_slot(const TierKey& key, std::span<const int32_t> tokens) {
-  std::optional<HostTier::Dropped> dropped;
-  const BlockId slot = host_->insert(key, tokens, disk_ ? &dropped : nullptr);
-  // insert() left the dropped block's bytes in the slot until it is overwritten; they go down with
-  // the checksum they came with, so a change since is caught when the file is read.
-  if (dropped && !disk_->contains(dropped->key.hash)) {
-    if (disk_->put(dropped->key.hash, dropped->tokens, host_->bytes(slot), dropped->checksum)
-            .ok()) {
-      ++stats_.num_disk_writes;
-    } else {
-      ++stats_.num_faults;
-    }
+bool KvTiers::apply_io(bool block) {
+  if (!io_) return false;
+  if (block) {
+    const auto start = std::chrono::steady_clock::now();
+    const bool any = io_->wait_any();
+    stats_.io_wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!any) return false;
   }
-  return slot;
+  for (TierIo::Done& d : io_->take_done()) {
+    const TierIo::Job& job = d.job;
+    if (job.write) {
+      // The block is on disk now (or the write failed and it is only in memory): the slot may go.
+      (d.status.ok() ? stats_.num_disk_writes : stats_.num_faults) += 1;
+      host_->unpin(job.slot, /*least_recent=*/true);
+      continue;
+    }
+    stats_.disk_read_seconds += d.seconds;
+    if (job.ticket) --job.ticket->pending;
+    if (!d.status.ok()) {
+      if (d.status.code() != StatusCode::kNotFound) ++stats_.num_faults;
+      host_->erase(job.slot);
+      continue;
+    }
+    host_->commit(job.slot, job.checksum);  // checked as it was read
+    if (job.ticket) ++stats_.num_prefetched_blocks;
+    if (!job.keep_pinned) host_->unpin(job.slot);
+  }
+  return true;
 }
 
-void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) {
-  // One copy for the whole batch, checksums on the tiers' threads. The batch's slots are the host
-  // tier's most recent, so an insert drops one of them only once the batch fills the tier: copy
-  // what is pending first.
-  std::vector<BlockCopy> pending;
+std::optional<BlockId> KvTiers::host_slot(const TierKey& key, std::span<const int32_t> tokens,
+                                          bool wait) {
+  for (;;) {
+    if (host_->num_free() == 0) {
+      const std::optional<BlockId> victim = host_->least_recent();
+      // Unpinned slots are committed; one whose block is not on disk yet goes there first, a
+      // few writes at a time (the next least recent ones start while the first are written).
+      const bool needs_write = victim && disk_ && !disk_->contains(host_->key(*victim).hash);
+      if (!victim || (needs_write && io_->writes_outstanding() >= kMaxWritesAhead)) {
+        if (wait && apply_io(/*block=*/true)) continue;
+        return std::nullopt;
+      }
+      if (needs_write) {
+        host_->pin(*victim);
+        io_->submit(TierIo::Job{.write = true,
+                                .slot = *victim,
+                                .hash = host_->key(*victim).hash,
+                                .tokens = {host_->tokens(*victim).begin(),
+                                           host_->tokens(*victim).end()},
+                                .bytes = host_->bytes(*victim),
+                                .checksum = host_->checksum(*victim),
+                                .keep_pinned = false,
+                                .ticket = nullptr});
+        continue;
+      }
+    }
+    const std::optional<BlockId> slot = host_->insert(key, tokens);
+    if (slot) host_->pin(*slot);
+    return slot;
+  }
+}
+
+void KvTiers::submit_read(BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
+                          bool keep_pinned, std::shared_ptr<PrefetchTicket> ticket) {
+  if (ticket) {
+    ++ticket->pending;
+    ++ticket->blocks;
+  }
+  io_->submit(TierIo::Job{.write = false,
+                          .slot = slot,
+                          .hash = key.hash,
+                          .tokens = {tokens.begin(), tokens.end()},
+                          .bytes = host_->bytes(slot),
+                          .checksum = 0,
+                          .keep_pinned = keep_pinned,
+                          .ticket = std::move(ticket)});
+}
+
+void KvTiers::on_cached(BlockId block, const BlockHash& hash, std::span<const int32_t> tokens) {
+  if (policy_ != OffloadPolicy::kWriteThrough || host_->contains(key(hash))) return;
+  cached_.push_back(
+      Cached{block, cache_.pool().cache_gen(block), hash, {tokens.begin(), tokens.end()}});
+}
+
+namespace {
+
+// A batch of pool blocks on their way down into pinned host slots: one copy, checksums on
+// threads, then the slots are committed and unpinned.
+struct DownBatch {
+  std::vector<BlockCopy> copies;
   std::vector<BlockId> slots;
-  const auto flush = [&] {
-    mover_.to_host(pending, host_->buffer());
-    host_->commit(slots, &threads_);
-    stats_.num_offloaded_blocks += static_cast<int64_t>(pending.size());
-    pending.clear();
+
+  void flush(BlockMover& mover, HostTier& host, ThreadPool& threads, int64_t& count) {
+    if (copies.empty()) return;
+    mover.to_host(copies, host.buffer());
+    host.commit(slots, &threads);
+    for (const BlockId s : slots) host.unpin(s);
+    count += static_cast<int64_t>(copies.size());
+    copies.clear();
     slots.clear();
-  };
+  }
+};
+
+}  // namespace
+
+void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) {
+  // One copy for the whole batch; its slots stay pinned until it is copied, so when every slot
+  // is taken the batch so far goes first.
+  DownBatch batch;
   for (const EvictedBlock& b : blocks) {
     const TierKey k = key(b.hash);
-    if (host_->contains(k)) continue;  // written down before: never twice
-    if (static_cast<int32_t>(pending.size()) == host_->capacity()) flush();
-    const BlockId slot = host_slot(k, b.tokens);
-    pending.push_back(BlockCopy{b.block, slot});
-    slots.push_back(slot);
+    if (host_->contains(k)) continue;  // written down before (or being read back): never twice
+    std::optional<BlockId> slot = host_slot(k, b.tokens, /*wait=*/true);
+    if (!slot && !batch.copies.empty()) {
+      batch.flush(mover_, *host_, threads_, stats_.num_offloaded_blocks);
+      slot = host_slot(k, b.tokens, /*wait=*/true);
+    }
+    if (!slot) {
+      ++stats_.num_dropped_blocks;
+      continue;
+    }
+    batch.copies.push_back(BlockCopy{b.block, *slot});
+    batch.slots.push_back(*slot);
   }
-  if (!pending.empty()) flush();
+  batch.flush(mover_, *host_, threads_, stats_.num_offloaded_blocks);
+}
+
+void KvTiers::write_through() {
+  const BlockPool& pool = cache_.pool();
+  DownBatch batch;
+  for (const Cached& c : cached_) {
+    const TierKey k = key(c.hash);
+    // Evicted since (and written down then), or cached again with other content: nothing to do.
+    if (host_->contains(k) || !pool.is_cached(c.block) || pool.cache_gen(c.block) != c.cache_gen) {
+      continue;
+    }
+    std::optional<BlockId> slot = host_slot(k, c.tokens, /*wait=*/false);
+    if (!slot && !batch.copies.empty()) {
+      batch.flush(mover_, *host_, threads_, stats_.num_offloaded_blocks);
+      slot = host_slot(k, c.tokens, /*wait=*/false);
+    }
+    if (!slot) break;  // the rest go down when evicted
+    batch.copies.push_back(BlockCopy{c.block, *slot});
+    batch.slots.push_back(*slot);
+  }
+  batch.flush(mover_, *host_, threads_, stats_.num_offloaded_blocks);
+  cached_.clear();
+}
+
+void KvTiers::poll() {
+  apply_io(/*block=*/false);
+  if (!cached_.empty()) write_through();
+}
+
+std::shared_ptr<const PrefetchTicket> KvTiers::prefetch(std::span<const int32_t> tokens,
+                                                        const BlockExtraKeys& extra) {
+  if (!prefetch_ || !io_) return nullptr;
+  const BlockPool& pool = cache_.pool();
+  const int32_t bs = cache_.block_size();
+  const auto max_blocks = (static_cast<int32_t>(tokens.size()) - 1) / bs;
+  const int32_t limit = std::max(1, host_->capacity() / 2);
+  auto ticket = std::make_shared<PrefetchTicket>();
+  std::optional<BlockHash> prev;
+  BlockId parent = kNullBlock;
+  bool in_pool = true;
+  for (int32_t i = 0; i < max_blocks && ticket->blocks < limit; ++i) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(i) * static_cast<size_t>(bs),
+                                             static_cast<size_t>(bs));
+    const BlockHash h = hasher_.hash(prev ? &*prev : nullptr, block_tokens, extra);
+    prev = h;
+    if (in_pool) {
+      if (const std::optional<BlockId> b = pool.find_cached(h, parent, block_tokens, extra)) {
+        parent = *b;
+        continue;
+      }
+      in_pool = false;
+    }
+    const TierKey k = key(h);
+    if (host_->contains(k)) continue;
+    if (!disk_->contains(h)) break;
+    const std::optional<BlockId> slot = host_slot(k, block_tokens, /*wait=*/false);
+    if (!slot) break;
+    submit_read(*slot, k, block_tokens, /*keep_pinned=*/false, ticket);
+  }
+  return ticket->blocks > 0 ? ticket : nullptr;
 }
 
 KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
@@ -129,53 +282,81 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
   pool.touch(resident);
   std::optional<std::vector<BlockId>> fresh = pool.allocate(std::min(count, pool.num_free_blocks()));
   std::vector<BlockId> blocks = fresh ? std::move(*fresh) : std::vector<BlockId>{};
-  // Staged in host slots (read from disk where the host tier lacks a block) a tier's worth at a
-  // time -- a later staging may reuse an earlier slot -- checked, then copied up in one piece.
+  // Staged in pinned host slots as many at a time as the tier can pin (a block the host tier
+  // lacks is read from disk into one, all of a stage's reads at once), checked, then copied up in
+  // one piece.
+  struct Staged {
+    BlockId slot;
+    TierKey key;
+    bool from_disk = false;  // read from disk, now or by a prefetch: checked as it was read,
+                             // and counted as a disk hit
+  };
   size_t done = 0;
   bool broken = false;
   while (done < blocks.size() && !broken) {
-    std::vector<BlockId> staged, from_host;
-    std::vector<bool> read_from_disk;  // per staged block
-    for (size_t j = done; j < blocks.size() && static_cast<int32_t>(staged.size()) <
-                                                  host_->capacity(); ++j) {
+    std::vector<Staged> stage;
+    for (size_t j = done; j < blocks.size(); ++j) {
       const int32_t b = first + static_cast<int32_t>(j);
       const TierKey k = key(hashes[static_cast<size_t>(b)]);
+      while (host_->pending(k) && apply_io(/*block=*/true)) {
+      }  // a prefetch is reading it
       if (const std::optional<BlockId> slot = host_->find(k, block_tokens(b))) {
-        staged.push_back(*slot);
-        from_host.push_back(*slot);
-        read_from_disk.push_back(false);
+        if (host_->pinned(*slot)) {  // being written down: copy it up before it can go
+          if (!stage.empty()) break;
+          while (host_->pinned(*slot) && apply_io(/*block=*/true)) {
+          }
+        }
+        host_->pin(*slot);
+        // A block a prefetch read counts as served from disk.
+        stage.push_back(Staged{*slot, k, host_->take_from_disk(*slot)});
         continue;
       }
       if (!disk_ || !disk_->contains(k.hash)) {
         broken = true;
         break;
       }
-      const BlockId s = host_slot(k, block_tokens(b));
-      uint64_t checksum = 0;
-      if (!disk_->get(k.hash, block_tokens(b), host_->bytes(s), &checksum).ok()) {
-        host_->erase(s);
-        ++stats_.num_faults;
-        broken = true;
-        break;
+      const std::optional<BlockId> slot = host_slot(k, block_tokens(b), /*wait=*/stage.empty());
+      if (!slot) {
+        broken = stage.empty();
+        break;  // every slot pinned: this stage first
       }
-      host_->commit(s, checksum);  // checked as it was read
-      staged.push_back(s);
-      read_from_disk.push_back(true);
+      submit_read(*slot, k, block_tokens(b), /*keep_pinned=*/true, nullptr);
+      stage.push_back(Staged{*slot, k, true});
     }
-    const size_t good = host_->verify_prefix(from_host, &threads_);
-    size_t keep = staged.size();
-    if (good < from_host.size()) {
-      keep = static_cast<size_t>(std::find(staged.begin(), staged.end(), from_host[good]) -
-                                 staged.begin());
-      host_->erase(from_host[good]);
-      ++stats_.num_faults;
+    // The stage's reads done, the host blocks checked: it goes up as far as all are good.
+    const auto reading = [&] {
+      return std::any_of(stage.begin(), stage.end(),
+                         [&](const Staged& s) { return s.from_disk && host_->pending(s.key); });
+    };
+    while (reading() && apply_io(/*block=*/true)) {
+    }
+    std::vector<BlockId> from_host;
+    for (const Staged& s : stage) {
+      if (!s.from_disk) from_host.push_back(s.slot);
+    }
+    const size_t good_host = host_->verify_prefix(from_host, &threads_);
+    size_t keep = 0;
+    size_t host_seen = 0;
+    for (; keep < stage.size(); ++keep) {
+      const Staged& s = stage[keep];
+      if (s.from_disk ? !host_->contains(s.key) : host_seen++ == good_host) break;
+    }
+    if (keep < stage.size()) {
       broken = true;
+      if (!stage[keep].from_disk) {
+        host_->erase(stage[keep].slot);
+        ++stats_.num_faults;
+      }
     }
     std::vector<BlockCopy> copies;
-    for (size_t k = 0; k < keep; ++k) copies.push_back(BlockCopy{staged[k], blocks[done + k]});
+    for (size_t k = 0; k < keep; ++k) copies.push_back(BlockCopy{stage[k].slot, blocks[done + k]});
     mover_.from_host(copies, host_->buffer());
-    const auto disk = static_cast<int32_t>(
-        std::count(read_from_disk.begin(), read_from_disk.begin() + static_cast<int64_t>(keep), true));
+    for (const Staged& s : stage) {
+      if (host_->contains(s.key) && host_->pinned(s.slot)) host_->unpin(s.slot);  // not erased
+    }
+    const auto disk = static_cast<int32_t>(std::count_if(
+        stage.begin(), stage.begin() + static_cast<int64_t>(keep),
+        [](const Staged& s) { return s.from_disk; }));
     out.disk_blocks += disk;
     out.host_blocks += static_cast<int32_t>(keep) - disk;
     done += keep;

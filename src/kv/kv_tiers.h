@@ -2,32 +2,39 @@
 // KvTiers: the KV tiers under one cache's pool -- host memory, then local disk -- and how blocks
 // move between them and the pool (docs/kv.md, "KV tiers"):
 //
-//   down  the pool evicts a cached block (BlockPool's EvictionListener): before allocate()
-//         returns, the block's bytes go to the host tier (BlockMover::to_host) under its
-//         TierKey, unless the tier has it already (a block is written down once); a block the
-//         host tier drops to make room is written to the disk tier first
-//   up    promote(tokens, hit): the request's chain of full blocks past its pool prefix hit
-//         (KvCacheManager::find_cached_prefix), block by block from the host tier, else from
-//         disk (read into a host slot: disk -> host), into freshly allocated pool blocks
-//         (BlockMover::from_host), registered in the prefix cache as if computed and appended
-//         to the hit, so the admission and every later step are the pool prefix hit the engine
-//         already runs
+//   down     the pool evicts a cached block (PoolListener::on_evicted): before allocate()
+//            returns, the block's bytes go to the host tier (BlockMover::to_host) under its
+//            TierKey, unless the tier has it already (a block is written down once). With the
+//            write-through policy a block goes down as soon as it is cached (on_cached, copied
+//            at the next poll()), so its eviction costs nothing. A host block that has to make
+//            room and is not on disk yet is written to disk first, on the I/O threads (TierIo),
+//            its slot pinned meanwhile; the slot is taken once the write is done
+//   prefetch prefetch(tokens) when a request is queued: the chain's blocks that are on disk and
+//            in neither the pool nor the host tier start loading disk -> host on the I/O threads;
+//            the scheduler admits the request when its ticket has no reads pending
+//   up       promote(tokens, hit): the request's chain of full blocks past its pool prefix hit
+//            (KvCacheManager::find_cached_prefix), block by block from the host tier, else read
+//            from disk now (into a host slot), into freshly allocated pool blocks
+//            (BlockMover::from_host), registered in the prefix cache as if computed and appended
+//            to the hit, so the admission and every later step are the pool prefix hit the
+//            engine already runs
 //
 // Every block is confirmed by its token ids and its checksum before it goes up; a missing,
 // truncated or corrupt block, or an I/O error, ends the promotion there (that block and its
 // successors are recomputed) and is counted. Caches of one group only (group 0, full attention).
 //
-// Owns the tiers; borrows the cache manager and the pool's mover, which must outlive it, and
-// sets itself as the pool's eviction listener for its lifetime. Not thread-safe: the scheduler
-// thread calls both directions. Cost: one BlockMover copy per batch of blocks moved
-// (synchronous), one checksum per block moved (on up to 8 threads), one file per block written
-// or read.
+// Owns the tiers and the I/O threads; borrows the cache manager and the pool's mover, which must
+// outlive it, and listens to the pool for its lifetime. Not thread-safe: the scheduler thread
+// calls everything; the I/O threads touch only pinned host slots and the (locked) disk index.
+// Cost: one BlockMover copy per batch of blocks moved, one checksum per block moved (on up to 8
+// threads), one file per block written or read (on the I/O threads).
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -35,26 +42,38 @@
 #include "kv/disk_tier.h"
 #include "kv/host_tier.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/tier_io.h"
 #include "kv/tier_key.h"
 
 namespace strata::kv {
+
+enum class OffloadPolicy {
+  kEvict,         // a block goes to the host tier when the pool evicts it
+  kWriteThrough,  // ... as soon as it is cached
+};
 
 struct KvTierConfig {
   int64_t host_bytes = 0;  // --kv-offload-bytes: > 0 enables the tiers
   std::string disk_path;   // --kv-disk-path: empty = no disk tier
   int64_t disk_bytes = 0;  // --kv-disk-bytes
   uint64_t ns = 0;         // tier_namespace of the cache
+  OffloadPolicy policy = OffloadPolicy::kEvict;  // --kv-offload-policy
+  bool prefetch = true;                          // --kv-prefetch
 };
 
 struct KvTierStats {
-  int64_t num_offloaded_blocks = 0;  // evicted pool blocks written to the host tier
+  int64_t num_offloaded_blocks = 0;  // pool blocks written to the host tier
   int64_t num_disk_writes = 0;       // host blocks written down to disk
   int64_t num_host_hit_blocks = 0;   // blocks promoted from the host tier
-  int64_t num_disk_hit_blocks = 0;   // blocks promoted from disk
+  int64_t num_disk_hit_blocks = 0;   // blocks promoted from disk (prefetched or read at admission)
+  int64_t num_prefetched_blocks = 0;  // blocks a prefetch brought from disk to the host tier
+  int64_t num_dropped_blocks = 0;    // evicted blocks no host slot could take (all pinned)
   int64_t num_faults = 0;            // blocks that failed a check or an I/O (then recomputed)
+  double disk_read_seconds = 0.0;    // the I/O threads' time reading blocks
+  double io_wait_seconds = 0.0;      // the scheduler thread's time waiting for the I/O threads
 };
 
-class KvTiers final : public EvictionListener {
+class KvTiers final : public PoolListener {
  public:
   // InvalidArgument for a config the cache cannot take (more than one group, prefix caching
   // off, a host tier smaller than one block, a disk tier without a host tier) or a disk
@@ -65,7 +84,25 @@ class KvTiers final : public EvictionListener {
   KvTiers(const KvTiers&) = delete;
   KvTiers& operator=(const KvTiers&) = delete;
 
+  void on_cached(BlockId block, const BlockHash& hash, std::span<const int32_t> tokens) override;
   void on_evicted(std::span<const EvictedBlock> blocks) override;
+
+  // Applies the I/O threads' finished reads and writes, and copies the blocks cached since the
+  // last call down (write-through). Once per step, before scheduling.
+  void poll();
+  // Blocks until the I/O threads finish a job, and applies it (at once when none is outstanding).
+  void wait_io() { apply_io(/*block=*/true); }
+  // Waits for every outstanding disk read and write, and applies them.
+  void drain_io() {
+    while (apply_io(/*block=*/true)) {
+    }
+  }
+
+  // Starts loading, disk -> host tier on the I/O threads, the blocks of tokens' chain (as
+  // promote walks it) that follow the pool's cached prefix and lie on disk but not in the host
+  // tier, up to half the host tier. Null when prefetch is off or nothing is to be loaded.
+  std::shared_ptr<const PrefetchTicket> prefetch(std::span<const int32_t> tokens,
+                                                 const BlockExtraKeys& extra);
 
   // Brings the chain of tokens' full blocks (leaving the last token, as find_cached_prefix does)
   // that follows hit -- find_cached_prefix's for these tokens and keys, in this same scheduling
@@ -80,21 +117,45 @@ class KvTiers final : public EvictionListener {
   const KvTierStats& stats() const { return stats_; }
   const HostTier& host() const { return *host_; }
   const DiskTier* disk() const { return disk_.get(); }
+  // Disk reads and writes submitted and not yet applied by poll().
+  int32_t io_outstanding() const { return io_ ? io_->outstanding() : 0; }
 
  private:
   KvTiers(const KvTierConfig& config, KvCacheManager& cache, BlockMover& mover,
           std::unique_ptr<HostTier> host, std::unique_ptr<DiskTier> disk);
+  // Host blocks being written to disk at once to free their slots.
+  static constexpr int32_t kMaxWritesAhead = 2 * TierIo::kThreads;
+
   TierKey key(const BlockHash& hash) const { return TierKey{ns_, hash}; }
-  // A host slot for key, writing the block it drops down to disk first.
-  BlockId host_slot(const TierKey& key, std::span<const int32_t> tokens);
+  // A pinned host slot for key: free, or the least recent one, whose block goes to disk first
+  // when it is not there yet (the slot is taken once that write is done). When every slot is
+  // pinned: waits for the I/O threads if wait and any job is outstanding, else nullopt.
+  std::optional<BlockId> host_slot(const TierKey& key, std::span<const int32_t> tokens, bool wait);
+  // Applies finished I/O jobs; with block, first waits for one (false: none outstanding).
+  bool apply_io(bool block);
+  void submit_read(BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
+                   bool keep_pinned, std::shared_ptr<PrefetchTicket> ticket);
+  // Write-through: the blocks cached since the last call, still cached as they were, down.
+  void write_through();
+
+  struct Cached {
+    BlockId block;
+    uint32_t cache_gen = 0;
+    BlockHash hash;
+    std::vector<int32_t> tokens;
+  };
 
   uint64_t ns_;
+  OffloadPolicy policy_;
+  bool prefetch_;
   KvCacheManager& cache_;
   BlockMover& mover_;
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<TierIo> io_;  // with a disk tier
   BlockHasher hasher_;
   ThreadPool threads_;  // checksums of a batch of blocks (up to 8 threads)
+  std::vector<Cached> cached_;  // write-through: cached since the last poll()
   KvTierStats stats_;
 };
 

@@ -142,6 +142,14 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
   metric(out, "strata:kv_tier_faults_total", "counter",
          "Tier blocks that failed a check or an I/O and were recomputed.",
          static_cast<double>(t.kv_tier_faults));
+  metric(out, "strata:kv_prefetched_blocks_total", "counter",
+         "Blocks loaded from disk into host memory while their request waited.",
+         static_cast<double>(t.kv_prefetched_blocks));
+  metric(out, "strata:kv_dropped_blocks_total", "counter",
+         "Evicted blocks the host tier had no free slot for.",
+         static_cast<double>(t.kv_dropped_blocks));
+  metric(out, "strata:kv_io_wait_seconds_total", "counter",
+         "Time the scheduler waited for KV tier disk I/O.", t.kv_io_wait_seconds);
   metric(out, "strata:prompt_tokens_total", "counter", "Prompt tokens admitted.",
          static_cast<double>(t.num_prompt_tokens));
   metric(out, "strata:generation_tokens_total", "counter", "Tokens generated.",

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -74,7 +75,8 @@ class KvTiersEngineTest : public ::testing::Test {
   // A pool that holds one of the two requests, with the tiers of host_blocks blocks (and a disk
   // tier when with_disk).
   std::unique_ptr<Engine> make(int32_t host_blocks, bool with_disk,
-                               const std::string& model_dir = "") {
+                               const std::string& model_dir = "",
+                               const std::function<void(EngineConfig&)>& more = {}) {
     EngineConfig c = test_util::sized_for(EngineConfig{}, {a_}, 0);
     c.model_dir = model_dir.empty() ? kModelsDir + kModel : model_dir;
     const int64_t block_bytes =
@@ -84,6 +86,7 @@ class KvTiersEngineTest : public ::testing::Test {
       c.kv_disk_path = dir_.string();
       c.kv_disk_bytes = int64_t{1} << 30;
     }
+    if (more) more(c);
     auto e = engine::create_engine(model_, pool_, c);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return e.ok() ? std::move(e).value() : nullptr;
@@ -155,6 +158,46 @@ TEST_F(KvTiersEngineTest, FromDiskAndFromDiskAfterARestart) {
   EXPECT_GT(e->totals().kv_disk_tier_hit_tokens, 0);
   EXPECT_EQ(restarted.metrics.num_disk_tier_tokens, e->totals().kv_disk_tier_hit_tokens);
   EXPECT_EQ(e->totals().kv_tier_faults, 0);
+}
+
+TEST_F(KvTiersEngineTest, WriteThroughServesTheSameWithoutCopyingOnEviction) {
+  const Returned want = cold();
+  auto e = make(/*host_blocks=*/256, /*with_disk=*/false, "",
+                [](EngineConfig& c) { c.kv_offload_write_through = true; });
+  ASSERT_NE(e, nullptr);
+  run(*e, a_);
+  const int64_t after_a = e->totals().kv_offloaded_blocks;
+  EXPECT_GE(after_a, full_blocks()) << "a's blocks went down as they were cached";
+  run(*e, b_);
+  const Returned got = run(*e, a_);
+  expect_same(got, want);
+  EXPECT_EQ(got.metrics.num_host_tier_tokens, full_blocks() * 16);
+  EXPECT_EQ(e->last_step().num_free_blocks, e->kv_cache().num_blocks - 1) << "no leaked block";
+}
+
+// With the prefetch on, a's prefix is read from disk while it waits; with it off, at its
+// admission: the same tokens either way, and both served from disk.
+TEST_F(KvTiersEngineTest, PrefetchOnAndOffServeTheSamePrefixFromDisk) {
+  const Returned want = cold();
+  for (const bool prefetch : {true, false}) {
+    std::filesystem::remove_all(dir_);
+    {
+      auto e = make(/*host_blocks=*/4, /*with_disk=*/true);
+      ASSERT_NE(e, nullptr);
+      a_after_eviction(*e);
+      run(*e, b_);
+    }
+    auto e = make(/*host_blocks=*/64, /*with_disk=*/true, "",
+                  [&](EngineConfig& c) { c.kv_prefetch = prefetch; });
+    ASSERT_NE(e, nullptr);
+    const Returned got = run(*e, a_);
+    expect_same(got, want);
+    const EngineTotals t = e->totals();
+    EXPECT_GT(got.metrics.num_disk_tier_tokens, 0) << "prefetch " << prefetch;
+    EXPECT_EQ(t.kv_prefetched_blocks > 0, prefetch);
+    EXPECT_EQ(t.kv_tier_faults, 0);
+    EXPECT_EQ(e->last_step().num_free_blocks, e->kv_cache().num_blocks - 1);
+  }
 }
 
 TEST_F(KvTiersEngineTest, CorruptDiskBlocksAreRecomputedWithTheSameOutput) {

@@ -54,32 +54,46 @@ std::string temp_dir(const std::string& name) {
 
 // ---- HostTier ------------------------------------------------------------------------------
 
-TEST(HostTierTest, KeepsTheMostRecentlyUsedAndHandsTheDroppedBlockBack) {
-  HostTier tier(small_layout(), 2);
+TEST(HostTierTest, TakesTheLeastRecentlyUsedUnpinnedSlot) {
+  HostTier tier(small_layout(), 3);
   const std::vector<int32_t> tokens = {1, 2, 3, 4};
-  for (int32_t v : {10, 11}) {
-    const BlockId s = tier.insert(key_of(v), tokens, nullptr);
-    fill(tier.bytes(s), static_cast<uint32_t>(v));
-    tier.commit(s);
+  std::vector<BlockId> slots;
+  for (int32_t v : {10, 11, 12}) {
+    const std::optional<BlockId> s = tier.insert(key_of(v), tokens);
+    ASSERT_TRUE(s);
+    fill(tier.bytes(*s), static_cast<uint32_t>(v));
+    tier.commit(*s);
+    slots.push_back(*s);
   }
   ASSERT_TRUE(tier.find(key_of(10), tokens));  // 11 is now the least recently used
-  std::optional<HostTier::Dropped> dropped;
-  const BlockId s = tier.insert(key_of(12), tokens, &dropped);
-  ASSERT_TRUE(dropped);
-  EXPECT_EQ(dropped->key, key_of(11));
-  EXPECT_EQ(dropped->checksum, tier_checksum(tier.bytes(s)))
-      << "the dropped block's bytes stay in the slot until overwritten";
-  EXPECT_FALSE(tier.find(key_of(12), tokens)) << "not findable before commit";
-  tier.commit(s);
-  EXPECT_TRUE(tier.find(key_of(12), tokens));
-  EXPECT_FALSE(tier.contains(key_of(11)));
-  EXPECT_EQ(tier.num_blocks(), 2);
+  EXPECT_EQ(tier.least_recent(), slots[1]);
+  tier.pin(slots[1]);  // being written down: 12 goes instead
+  EXPECT_EQ(tier.least_recent(), slots[2]);
+  const std::optional<BlockId> s = tier.insert(key_of(13), tokens);
+  ASSERT_EQ(s, slots[2]);
+  EXPECT_FALSE(tier.contains(key_of(12)));
+  EXPECT_TRUE(tier.pending(key_of(13)));
+  EXPECT_FALSE(tier.find(key_of(13), tokens)) << "not findable before commit";
+  tier.commit(*s);
+  EXPECT_TRUE(tier.find(key_of(13), tokens));
+  EXPECT_TRUE(tier.find(key_of(11), tokens)) << "a pinned block is still served";
+  tier.unpin(slots[1], /*least_recent=*/true);  // written down: it may go first
+  EXPECT_EQ(tier.least_recent(), slots[1]);
+  tier.pin(slots[0]);
+  tier.pin(slots[1]);
+  tier.pin(slots[2]);
+  EXPECT_FALSE(tier.insert(key_of(14), tokens)) << "every slot pinned";
+  tier.check_invariants();
+  tier.erase(slots[0]);  // pinned or not
+  EXPECT_EQ(tier.num_pinned(), 2);
+  EXPECT_TRUE(tier.insert(key_of(14), tokens));
+  EXPECT_EQ(tier.num_blocks(), 3);
   tier.check_invariants();
 }
 
 TEST(HostTierTest, OtherTokensOrChangedBytesAreNeverServed) {
   HostTier tier(small_layout(), 2);
-  const BlockId s = tier.insert(key_of(1), std::vector<int32_t>{1, 2, 3, 4}, nullptr);
+  const BlockId s = *tier.insert(key_of(1), std::vector<int32_t>{1, 2, 3, 4});
   fill(tier.bytes(s), 1);
   tier.commit(s);
   EXPECT_TRUE(tier.verify(s));
@@ -215,7 +229,8 @@ class KvTiersTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void start(int32_t host_blocks, bool with_disk, uint64_t ns = 42) {
+  void start(int32_t host_blocks, bool with_disk, uint64_t ns = 42,
+             OffloadPolicy policy = OffloadPolicy::kEvict) {
     tiers_.reset();
     cache_ = std::make_unique<KvCacheManager>(KvCacheConfig{
         .block_size = kBs, .groups = {{KvGroupSpec::full(small_spec()), kPoolBlocks}}});
@@ -228,6 +243,7 @@ class KvTiersTest : public ::testing::Test {
       c.disk_bytes = 64 * (72 + 4 * kBs + small_layout().block_bytes());
     }
     c.ns = ns;
+    c.policy = policy;
     Result<std::unique_ptr<KvTiers>> t = KvTiers::create(c, *cache_, *mover_);
     ASSERT_TRUE(t.ok()) << t.status().message();
     tiers_ = std::move(t).value();
@@ -322,8 +338,10 @@ TEST_F(KvTiersTest, BlocksTheHostTierDropsGoToDiskAndComeBackAcrossARestart) {
   start(/*host_blocks=*/2, /*with_disk=*/true);
   const std::vector<int32_t> p = prompt(100, 5);
   compute(p);
-  evict_everything();  // 5 blocks down; the host tier keeps 2, the other 3 go to disk
-  EXPECT_EQ(tiers_->stats().num_disk_writes, 3);
+  evict_everything();  // 5 blocks down; the host tier keeps 2, the others go to disk
+  tiers_->drain_io();
+  EXPECT_GE(tiers_->stats().num_disk_writes, 3);
+  EXPECT_EQ(tiers_->disk()->num_blocks(), tiers_->stats().num_disk_writes) << "each once";
   const KvTiers::Promoted up = promote(p);
   EXPECT_EQ(up.host_blocks + up.disk_blocks, 5);
   EXPECT_GE(up.disk_blocks, 3);
@@ -371,6 +389,117 @@ TEST_F(KvTiersTest, AnotherNamespaceNeverSeesTheBlocks) {
   start(/*host_blocks=*/2, /*with_disk=*/true, /*ns=*/2);  // another model over the directory
   EXPECT_EQ(promote(p).disk_blocks, 0);
   EXPECT_EQ(cache_->find_cached_prefix(p, {}).num_tokens, 0);
+}
+
+TEST_F(KvTiersTest, APrefetchLoadsTheDiskBlocksIntoHostMemoryBeforeTheLookup) {
+  start(/*host_blocks=*/2, /*with_disk=*/true);
+  const std::vector<int32_t> p = prompt(100, 5);
+  compute(p);
+  evict_everything();
+  compute(prompt(900, 2));  // p's blocks still in host memory go to disk to make room for these
+  evict_everything();
+  // A new process over the directory, its host tier empty: a prefetch loads up to half of it.
+  start(/*host_blocks=*/8, /*with_disk=*/true);
+  const std::shared_ptr<const PrefetchTicket> ticket = tiers_->prefetch(p, {});
+  ASSERT_NE(ticket, nullptr);
+  const int32_t on_disk = static_cast<int32_t>(tiers_->disk()->num_blocks());
+  EXPECT_EQ(ticket->blocks, std::min(on_disk, 4));
+  tiers_->drain_io();
+  EXPECT_EQ(ticket->pending, 0);
+  EXPECT_EQ(tiers_->stats().num_prefetched_blocks, ticket->blocks);
+  EXPECT_EQ(tiers_->host().num_blocks(), ticket->blocks);
+  // Another prefetch (another request over the prefix) goes on past what is in host memory.
+  const std::shared_ptr<const PrefetchTicket> rest = tiers_->prefetch(p, {});
+  ASSERT_NE(rest, nullptr);
+  EXPECT_EQ(rest->blocks, on_disk - ticket->blocks);
+  tiers_->drain_io();
+  EXPECT_EQ(tiers_->prefetch(p, {}), nullptr) << "nothing left on disk only";
+  // The lookup takes the prefetched blocks from host memory; they count as disk hits.
+  const KvTiers::Promoted up = promote(p);
+  EXPECT_EQ(up.host_blocks, 0);
+  EXPECT_EQ(up.disk_blocks, on_disk);
+  expect_hit_bytes(p, on_disk);
+  EXPECT_EQ(tiers_->prefetch(p, {}), nullptr) << "in the pool now";
+  tiers_->host().check_invariants();
+  EXPECT_EQ(tiers_->host().num_pinned(), 0);
+}
+
+TEST_F(KvTiersTest, WriteThroughCopiesABlockDownWhenItIsCached) {
+  start(/*host_blocks=*/4, /*with_disk=*/false, /*ns=*/42, OffloadPolicy::kWriteThrough);
+  const std::vector<int32_t> p = prompt(100, 3);
+  compute(p);
+  EXPECT_EQ(tiers_->stats().num_offloaded_blocks, 0) << "copied at the next poll";
+  tiers_->poll();
+  EXPECT_EQ(tiers_->stats().num_offloaded_blocks, 3);
+  EXPECT_EQ(tiers_->host().num_blocks(), 3);
+  evict_everything();
+  EXPECT_EQ(tiers_->stats().num_offloaded_blocks, 3) << "evicting them copies nothing";
+  EXPECT_EQ(promote(p).host_blocks, 3);
+  expect_hit_bytes(p, 3);
+  // Cached and evicted (and written down then) before a poll: not copied again.
+  const std::vector<int32_t> q = prompt(500, 2);
+  compute(q);
+  evict_everything();
+  EXPECT_EQ(tiers_->stats().num_offloaded_blocks, 5);
+  tiers_->poll();
+  EXPECT_EQ(tiers_->stats().num_offloaded_blocks, 5);
+  tiers_->host().check_invariants();
+}
+
+// Random prompts over shared prefixes, computed, evicted, prefetched and promoted in random
+// order over a small host tier and disk: every hit holds the bytes computed for it, no tier
+// passes its capacity, and once the I/O is drained no slot stays pinned and no pool block is
+// held.
+TEST_F(KvTiersTest, RandomizedOperationsKeepEveryTierConsistent) {
+  for (const OffloadPolicy policy : {OffloadPolicy::kEvict, OffloadPolicy::kWriteThrough}) {
+    std::filesystem::remove_all(dir_);
+    start(/*host_blocks=*/3, /*with_disk=*/true, /*ns=*/42, policy);
+    std::mt19937 rng(policy == OffloadPolicy::kEvict ? 1 : 2);
+    std::vector<std::shared_ptr<const PrefetchTicket>> tickets;
+    for (int op = 0; op < 400; ++op) {
+      // Prompts share their first blocks: 100.. for the first two blocks, then one of 4 tails.
+      std::vector<int32_t> p = prompt(100, 2);
+      p.pop_back();
+      const int32_t tail_blocks = static_cast<int32_t>(rng() % 4);
+      const int32_t tail = 1000 * (1 + static_cast<int32_t>(rng() % 4));
+      for (int32_t t = 0; t < tail_blocks * kBs + 1; ++t) p.push_back(tail + t);
+      switch (rng() % 5) {
+        case 0:
+          compute(p);
+          break;
+        case 1:
+          evict_everything();
+          break;
+        case 2:
+          if (auto t = tiers_->prefetch(p, {})) tickets.push_back(std::move(t));
+          break;
+        case 3: {
+          PrefixHit hit = cache_->find_cached_prefix(p, {});
+          tiers_->promote(p, {}, hit);
+          const int32_t blocks = hit.num_tokens / kBs;
+          for (int32_t b = 0; b < blocks; ++b) {
+            std::vector<std::byte> want(static_cast<size_t>(small_layout().block_bytes()));
+            fill(want, static_cast<uint32_t>(p[static_cast<size_t>(b * kBs)]));
+            const std::span<std::byte> got = block_bytes(hit.blocks()[static_cast<size_t>(b)]);
+            ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "op " << op;
+          }
+          break;
+        }
+        default:
+          tiers_->poll();
+      }
+      tiers_->host().check_invariants();
+      ASSERT_LE(tiers_->host().num_blocks(), tiers_->host().capacity());
+      ASSERT_LE(tiers_->disk()->used_bytes(), tiers_->disk()->capacity_bytes());
+      cache_->pool().check_invariants();
+    }
+    tiers_->drain_io();
+    for (const auto& t : tickets) EXPECT_EQ(t->pending, 0);
+    EXPECT_EQ(tiers_->host().num_pinned(), 0);
+    EXPECT_EQ(cache_->pool().num_free_blocks(), kPoolBlocks - 1) << "no pool block held";
+    EXPECT_EQ(tiers_->stats().num_faults, 0);
+    EXPECT_GT(tiers_->stats().num_host_hit_blocks + tiers_->stats().num_disk_hit_blocks, 0);
+  }
 }
 
 TEST_F(KvTiersTest, RefusesCachesItCannotServe) {

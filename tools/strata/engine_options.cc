@@ -67,6 +67,13 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                    "KV tiers: a directory for blocks the host tier drops (kept across restarts)");
     cmd.add_option("--kv-disk-bytes", o.kv_disk_bytes, "KV tiers: the disk tier's size in bytes")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 52));
+    cmd.add_option("--kv-offload-policy", o.kv_offload_policy,
+                   "KV tiers: evict (a block goes to host memory when the pool evicts it) or "
+                   "write-through (as soon as it is cached)")
+        ->check(CLI::IsMember({"evict", "write-through"}));
+    cmd.add_flag("--kv-prefetch,!--no-kv-prefetch", o.kv_prefetch,
+                 "KV tiers: load a queued request's prefix from disk while it waits (on by "
+                 "default)");
   }
   add_kv_cache_options(cmd, o.kv_cache);
 }
@@ -102,6 +109,8 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_offload_bytes = o.kv_offload_bytes;
   c.kv_disk_path = o.kv_disk_path;
   c.kv_disk_bytes = o.kv_disk_bytes;
+  c.kv_offload_write_through = o.kv_offload_policy == "write-through";
+  c.kv_prefetch = o.kv_prefetch;
   c.kv_cache_dtype = parse_kv_cache_dtype_flag(o.kv_cache.kv_cache_dtype);
   c.calculate_kv_scales = o.kv_cache.calculate_kv_scales;
   c.allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales;

@@ -39,6 +39,8 @@ struct EngineOptions {
   int64_t kv_offload_bytes = 0;  // KV tiers: host memory for evicted blocks (0 = off)
   std::string kv_disk_path;      // and the disk tier's directory
   int64_t kv_disk_bytes = 0;
+  std::string kv_offload_policy = "evict";  // or write-through
+  bool kv_prefetch = true;
   KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --allow-unit-kv-scales
 };
 
