@@ -69,6 +69,10 @@ struct EngineTotals {
   int64_t kv_dropped_blocks = 0;
   double kv_disk_read_seconds = 0.0;
   double kv_io_wait_seconds = 0.0;
+  // Time copying blocks down into host memory (with their checksums) and checking and copying
+  // them up into the pool, on the scheduler thread.
+  double kv_tier_down_seconds = 0.0;
+  double kv_tier_up_seconds = 0.0;
 };
 
 }  // namespace strata

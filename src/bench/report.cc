@@ -109,6 +109,8 @@ BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context
   m.kv_dropped_blocks = c.kv_dropped_blocks;
   m.kv_disk_read_seconds = c.kv_disk_read_seconds;
   m.kv_io_wait_seconds = c.kv_io_wait_seconds;
+  m.kv_tier_down_seconds = c.kv_tier_down_seconds;
+  m.kv_tier_up_seconds = c.kv_tier_up_seconds;
   m.num_stopped_early = run.num_stopped_early;
   return m;
 }

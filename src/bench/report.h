@@ -72,6 +72,8 @@ struct BenchMetrics {
   int64_t kv_dropped_blocks = 0;     // evicted blocks no host slot could take
   double kv_disk_read_seconds = 0.0;  // the I/O threads' time reading
   double kv_io_wait_seconds = 0.0;    // the scheduler's time waiting for them
+  double kv_tier_down_seconds = 0.0;  // copying blocks down to host memory
+  double kv_tier_up_seconds = 0.0;    // checking and copying them up
   int64_t num_stopped_early = 0;
 
   int64_t num_steps = 0;

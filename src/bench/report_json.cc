@@ -93,6 +93,8 @@ json run_json(const BenchMetrics& m) {
       {"kv_dropped_blocks", m.kv_dropped_blocks},
       {"kv_disk_read_seconds", m.kv_disk_read_seconds},
       {"kv_io_wait_seconds", m.kv_io_wait_seconds},
+      {"kv_tier_down_seconds", m.kv_tier_down_seconds},
+      {"kv_tier_up_seconds", m.kv_tier_up_seconds},
       {"stopped_early", m.num_stopped_early},
       {"steps", m.num_steps},
       {"idle_steps", m.num_idle_steps},

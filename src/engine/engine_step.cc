@@ -263,6 +263,8 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
     totals_.kv_dropped_blocks = t.num_dropped_blocks;
     totals_.kv_disk_read_seconds = t.disk_read_seconds;
     totals_.kv_io_wait_seconds = t.io_wait_seconds;
+    totals_.kv_tier_down_seconds = t.down_seconds;
+    totals_.kv_tier_up_seconds = t.up_seconds;
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <limits>
 #include <thread>
 #include <utility>
@@ -152,26 +153,37 @@ void KvTiers::on_cached(BlockId block, const BlockHash& hash, std::span<const in
       Cached{block, cache_.pool().cache_gen(block), hash, {tokens.begin(), tokens.end()}});
 }
 
-namespace {
+size_t KvTiers::chunk_blocks() const {
+  return static_cast<size_t>(std::max<int64_t>(1, kPipelineChunkBytes / host_->block_bytes()));
+}
 
-// A batch of pool blocks on their way down into pinned host slots: one copy, checksums on
-// threads, then the slots are committed and unpinned.
-struct DownBatch {
-  std::vector<BlockCopy> copies;
-  std::vector<BlockId> slots;
-
-  void flush(BlockMover& mover, HostTier& host, ThreadPool& threads, int64_t& count) {
-    if (copies.empty()) return;
-    mover.to_host(copies, host.buffer());
-    host.commit(slots, &threads);
-    for (const BlockId s : slots) host.unpin(s);
-    count += static_cast<int64_t>(copies.size());
-    copies.clear();
-    slots.clear();
+void KvTiers::copy_down(DownBatch& batch) {
+  if (batch.copies.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  // Chunk by chunk: the checksums of one on the tiers' threads while the next one copies.
+  const size_t n = batch.copies.size();
+  const size_t chunk = chunk_blocks();
+  const std::span<const BlockCopy> copies(batch.copies);
+  const std::span<const BlockId> slots(batch.slots);
+  std::future<void> sums;
+  for (size_t begin = 0; begin < n; begin += chunk) {
+    const size_t len = std::min(chunk, n - begin);
+    mover_.to_host(copies.subspan(begin, len), host_->buffer());
+    if (sums.valid()) sums.get();
+    const std::span<const BlockId> done = slots.subspan(begin, len);
+    if (begin + len == n) {
+      host_->commit(done, &threads_);
+    } else {
+      sums = std::async(std::launch::async, [this, done] { host_->commit(done, &threads_); });
+    }
   }
-};
-
-}  // namespace
+  for (const BlockId s : batch.slots) host_->unpin(s);
+  stats_.num_offloaded_blocks += static_cast<int64_t>(n);
+  stats_.down_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  batch.copies.clear();
+  batch.slots.clear();
+}
 
 void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) {
   // One copy for the whole batch; its slots stay pinned until it is copied, so when every slot
@@ -182,7 +194,7 @@ void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) {
     if (host_->contains(k)) continue;  // written down before (or being read back): never twice
     std::optional<BlockId> slot = host_slot(k, b.tokens, /*wait=*/true);
     if (!slot && !batch.copies.empty()) {
-      batch.flush(mover_, *host_, threads_, stats_.num_offloaded_blocks);
+      copy_down(batch);
       slot = host_slot(k, b.tokens, /*wait=*/true);
     }
     if (!slot) {
@@ -192,7 +204,7 @@ void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) {
     batch.copies.push_back(BlockCopy{b.block, *slot});
     batch.slots.push_back(*slot);
   }
-  batch.flush(mover_, *host_, threads_, stats_.num_offloaded_blocks);
+  copy_down(batch);
 }
 
 void KvTiers::write_through() {
@@ -206,14 +218,14 @@ void KvTiers::write_through() {
     }
     std::optional<BlockId> slot = host_slot(k, c.tokens, /*wait=*/false);
     if (!slot && !batch.copies.empty()) {
-      batch.flush(mover_, *host_, threads_, stats_.num_offloaded_blocks);
+      copy_down(batch);
       slot = host_slot(k, c.tokens, /*wait=*/false);
     }
     if (!slot) break;  // the rest go down when evicted
     batch.copies.push_back(BlockCopy{c.block, *slot});
     batch.slots.push_back(*slot);
   }
-  batch.flush(mover_, *host_, threads_, stats_.num_offloaded_blocks);
+  copy_down(batch);
   cached_.clear();
 }
 
@@ -255,6 +267,47 @@ std::shared_ptr<const PrefetchTicket> KvTiers::prefetch(std::span<const int32_t>
   return ticket->blocks > 0 ? ticket : nullptr;
 }
 
+size_t KvTiers::copy_up(std::span<const Staged> stage, std::span<const BlockId> dst) {
+  const auto start = std::chrono::steady_clock::now();
+  const size_t n = stage.size();
+  const size_t chunk = chunk_blocks();
+  // How many of stage[begin, begin + chunk), from the first, are good: read from disk (checked
+  // then) and still there, or in host memory with their checksum.
+  const auto check = [this, stage, chunk](size_t begin) {
+    const size_t end = std::min(begin + chunk, stage.size());
+    std::vector<BlockId> from_host;
+    for (size_t i = begin; i < end; ++i) {
+      if (!stage[i].from_disk) from_host.push_back(stage[i].slot);
+    }
+    const size_t good_host = host_->verify_prefix(from_host, &threads_);
+    size_t host_seen = 0;
+    for (size_t i = begin; i < end; ++i) {
+      const Staged& s = stage[i];
+      if (s.from_disk ? !host_->contains(s.key) : host_seen++ == good_host) return i - begin;
+    }
+    return end - begin;
+  };
+  // Chunk by chunk: the next chunk's checksums on the tiers' threads while this one copies up.
+  size_t done = 0;
+  size_t good = n == 0 ? 0 : check(0);
+  while (done < n) {
+    const size_t len = std::min(chunk, n - done);
+    const bool whole = good == len;
+    std::future<size_t> next;
+    if (whole && done + len < n) next = std::async(std::launch::async, check, done + len);
+    std::vector<BlockCopy> copies;
+    copies.reserve(good);
+    for (size_t i = 0; i < good; ++i) copies.push_back(BlockCopy{stage[done + i].slot, dst[done + i]});
+    mover_.from_host(copies, host_->buffer());
+    done += good;
+    if (!whole || !next.valid()) break;
+    good = next.get();
+  }
+  stats_.up_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return done;
+}
+
 KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
                                    PrefixHit& hit) {
   Promoted out;
@@ -285,12 +338,6 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
   // Staged in pinned host slots as many at a time as the tier can pin (a block the host tier
   // lacks is read from disk into one, all of a stage's reads at once), checked, then copied up in
   // one piece.
-  struct Staged {
-    BlockId slot;
-    TierKey key;
-    bool from_disk = false;  // read from disk, now or by a prefetch: checked as it was read,
-                             // and counted as a disk hit
-  };
   size_t done = 0;
   bool broken = false;
   while (done < blocks.size() && !broken) {
@@ -330,27 +377,16 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
     };
     while (reading() && apply_io(/*block=*/true)) {
     }
-    std::vector<BlockId> from_host;
-    for (const Staged& s : stage) {
-      if (!s.from_disk) from_host.push_back(s.slot);
-    }
-    const size_t good_host = host_->verify_prefix(from_host, &threads_);
-    size_t keep = 0;
-    size_t host_seen = 0;
-    for (; keep < stage.size(); ++keep) {
-      const Staged& s = stage[keep];
-      if (s.from_disk ? !host_->contains(s.key) : host_seen++ == good_host) break;
-    }
+    const size_t keep =
+        copy_up(stage, std::span<const BlockId>(blocks).subspan(done, stage.size()));
     if (keep < stage.size()) {
       broken = true;
-      if (!stage[keep].from_disk) {
-        host_->erase(stage[keep].slot);
+      const Staged& bad = stage[keep];
+      if (!bad.from_disk && host_->contains(bad.key)) {  // failed its checksum
+        host_->erase(bad.slot);
         ++stats_.num_faults;
       }
     }
-    std::vector<BlockCopy> copies;
-    for (size_t k = 0; k < keep; ++k) copies.push_back(BlockCopy{stage[k].slot, blocks[done + k]});
-    mover_.from_host(copies, host_->buffer());
     for (const Staged& s : stage) {
       if (host_->contains(s.key) && host_->pinned(s.slot)) host_->unpin(s.slot);  // not erased
     }

@@ -71,6 +71,8 @@ struct KvTierStats {
   int64_t num_faults = 0;            // blocks that failed a check or an I/O (then recomputed)
   double disk_read_seconds = 0.0;    // the I/O threads' time reading blocks
   double io_wait_seconds = 0.0;      // the scheduler thread's time waiting for the I/O threads
+  double down_seconds = 0.0;         // copying blocks down to the host tier, with checksums
+  double up_seconds = 0.0;           // checking blocks and copying them up into the pool
 };
 
 class KvTiers final : public PoolListener {
@@ -137,6 +139,28 @@ class KvTiers final : public PoolListener {
                    bool keep_pinned, std::shared_ptr<PrefetchTicket> ticket);
   // Write-through: the blocks cached since the last call, still cached as they were, down.
   void write_through();
+
+  // Pool blocks on their way down into pinned host slots.
+  struct DownBatch {
+    std::vector<BlockCopy> copies;  // pool block -> host slot
+    std::vector<BlockId> slots;
+  };
+  // Copies the batch down, checksums and commits its slots, unpins them, and empties it.
+  void copy_down(DownBatch& batch);
+  // A block of a promotion's stage, in a pinned host slot.
+  struct Staged {
+    BlockId slot;
+    TierKey key;
+    bool from_disk = false;  // read from disk, now or by a prefetch: checked as it was read, and
+                             // counted as a disk hit
+  };
+  // Copies stage[i] up into pool block dst[i] for the good prefix of the stage (host blocks
+  // whose checksum holds, disk blocks whose read succeeded); returns its length.
+  size_t copy_up(std::span<const Staged> stage, std::span<const BlockId> dst);
+  // Blocks per copy in copy_down/copy_up: the checksums of one chunk run on the tiers' threads
+  // while the next one copies.
+  size_t chunk_blocks() const;
+  static constexpr int64_t kPipelineChunkBytes = int64_t{32} << 20;
 
   struct Cached {
     BlockId block;

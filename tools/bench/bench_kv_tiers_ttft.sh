@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Time to first token of a prompt whose long prefix the pool has lost, by where the prefix comes
-# back from: recomputed (no tiers), the host tier, or disk (a host tier of a few blocks over a
-# disk tier). docs/benchmarks.md, "KV tiers under the pool".
+# back from: recomputed (no tiers), the host tier (blocks written down when evicted, and written
+# through as soon as cached), or disk (a host tier of a few blocks over a disk tier).
+# docs/benchmarks.md, "KV tiers under the pool".
 #
 #   tools/bench/bench_kv_tiers_ttft.sh STRATA MODEL_DIR PREFIX_TOKENS POOL_BYTES OUT_JSON [args...]
 #
@@ -43,10 +44,13 @@ run() {  # run NAME extra-args...
   "$strata" bench "${common[@]}" "$@" --json >"$tmp/$name.json"
   python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; t=r['ttft_s']; \
 print({'ttft_p50_s': t['p50'], 'ttft_max_s': t['max'], 'host_hit_tokens': r.get('kv_host_tier_hit_tokens'), \
-'disk_hit_tokens': r.get('kv_disk_tier_hit_tokens'), 'faults': r.get('kv_tier_faults')})" "$tmp/$name.json"
+'disk_hit_tokens': r.get('kv_disk_tier_hit_tokens'), 'faults': r.get('kv_tier_faults'), \
+'down_s': r.get('kv_tier_down_seconds'), 'up_s': r.get('kv_tier_up_seconds'), \
+'disk_read_s': r.get('kv_disk_read_seconds'), 'io_wait_s': r.get('kv_io_wait_seconds')})" "$tmp/$name.json"
 }
 run recompute
 run host --kv-offload-bytes $((pool * 2))
+run host_write_through --kv-offload-bytes $((pool * 2)) --kv-offload-policy write-through
 mkdir -p "$tmp/disk"
 run disk --kv-offload-bytes $((pool / 64)) --kv-disk-path "$tmp/disk" --kv-disk-bytes $((pool * 4))
 # The disk's sequential read bandwidth over the tier's own files, after dropping the page cache
@@ -60,7 +64,8 @@ t1=$(date +%s.%N)
 python3 - "$tmp" "$out" "$bytes" "$t0" "$t1" "$dropped" <<'PY'
 import json, os, sys
 tmp, out, nbytes, t0, t1, dropped = sys.argv[1:]
-res = {n: json.load(open(os.path.join(tmp, n + ".json"))) for n in ("recompute", "host", "disk")}
+res = {n: json.load(open(os.path.join(tmp, n + ".json")))
+       for n in ("recompute", "host", "host_write_through", "disk")}
 res["disk_read"] = {"bytes": int(nbytes), "seconds": float(t1) - float(t0),
                     "gb_per_s": int(nbytes) / max(float(t1) - float(t0), 1e-9) / 1e9,
                     "page_cache_dropped": dropped == "yes"}
