@@ -1,7 +1,8 @@
 // CudaBlockMover with the swap space: blocks of a device pool go to host memory and come back
 // byte for byte into other device blocks (the block-copy kernel over pinned, mapped memory), in
-// the order the pairs name, and queued transfers finish before the space goes away. Skips
-// without a GPU.
+// the order the pairs name, and queued transfers finish before the space goes away; blocks of
+// kDmaBlockBytes or more go by the copy engines, runs and scattered pairs alike. Skips without a
+// GPU.
 
 #include "model/cuda/cuda_block_mover.h"
 
@@ -9,8 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "kv/host_kv_buffer.h"
 #include "kv/swap_space.h"
 
 namespace strata::model {
@@ -85,6 +88,58 @@ TEST_F(CudaBlockMoverTest, QueuedTransfersFinishBeforeTheSpaceGoesAway) {
     for (int32_t b = 1; b < kBlocks; ++b) transfers.push_back(*swap.swap_out(ids({b})));
   }
   for (const auto& t : transfers) EXPECT_TRUE(t.ready());
+}
+
+// Blocks large enough for the copy engines: runs of consecutive pairs and scattered ones, down
+// to a pinned host buffer and back into other device blocks.
+TEST(CudaBlockMoverDmaTest, LargeBlocksMoveInRunsByteForByte) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const kv::KvLayout big(kv::KvSpec{4, 8, 128, DType::kBF16}, 16);
+  const int64_t bytes = big.block_bytes();
+  ASSERT_GE(bytes, CudaBlockMover::kDmaBlockBytes);
+  constexpr int32_t kPool = 12;
+  void* pool = nullptr;
+  ASSERT_EQ(cudaMalloc(&pool, static_cast<size_t>(kPool * bytes)), cudaSuccess);
+  std::vector<uint8_t> original(static_cast<size_t>(kPool * bytes));
+  for (size_t i = 0; i < original.size(); ++i) {
+    original[i] = static_cast<uint8_t>(i * 13 + i / static_cast<size_t>(bytes));
+  }
+  ASSERT_EQ(cudaMemcpy(pool, original.data(), original.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  {
+    CudaBlockMover mover(pool, kPool, bytes);
+    kv::HostKvBuffer host(big, 8);
+    mover.attach(host);
+    // Pool 1,2,3 -> host 0,1,2 (one run); pool 7 -> host 5, pool 5 -> host 4 (scattered).
+    const std::vector<kv::BlockCopy> down = {
+        {BlockId{1}, BlockId{0}}, {BlockId{2}, BlockId{1}}, {BlockId{3}, BlockId{2}},
+        {BlockId{7}, BlockId{5}}, {BlockId{5}, BlockId{4}}};
+    mover.to_host(down, host);
+    for (const kv::BlockCopy& c : down) {
+      EXPECT_EQ(std::memcmp(host.data() + c.dst.value * bytes,
+                            original.data() + c.src.value * bytes, static_cast<size_t>(bytes)),
+                0)
+          << "pool block " << c.src.value;
+    }
+    // Host 0,1,2 -> pool 8,9,10 (a run), host 5 -> pool 1, host 4 -> pool 11.
+    const std::vector<kv::BlockCopy> up = {
+        {BlockId{0}, BlockId{8}}, {BlockId{1}, BlockId{9}}, {BlockId{2}, BlockId{10}},
+        {BlockId{5}, BlockId{1}}, {BlockId{4}, BlockId{11}}};
+    mover.from_host(up, host);
+    mover.detach(host);
+  }
+  std::vector<uint8_t> got(original.size());
+  ASSERT_EQ(cudaMemcpy(got.data(), pool, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(pool);
+  const auto block = [&](const std::vector<uint8_t>& v, int32_t b) {
+    return std::vector<uint8_t>(v.begin() + b * bytes, v.begin() + (b + 1) * bytes);
+  };
+  EXPECT_EQ(block(got, 8), block(original, 1));
+  EXPECT_EQ(block(got, 9), block(original, 2));
+  EXPECT_EQ(block(got, 10), block(original, 3));
+  EXPECT_EQ(block(got, 1), block(original, 7));
+  EXPECT_EQ(block(got, 11), block(original, 5));
+  EXPECT_EQ(block(got, 6), block(original, 6)) << "untouched";
 }
 
 }  // namespace

@@ -44,9 +44,31 @@ void CudaBlockMover::detach(kv::HostKvBuffer& host) {
   mapped_host_ = nullptr;
 }
 
+void CudaBlockMover::copy_runs(std::span<const kv::BlockCopy> pairs, const void* src_pool,
+                               void* dst_pool) {
+  const auto* src = static_cast<const std::byte*>(src_pool);
+  auto* dst = static_cast<std::byte*>(dst_pool);
+  for (size_t i = 0; i < pairs.size();) {
+    size_t n = 1;
+    while (i + n < pairs.size() &&
+           pairs[i + n].src.value == pairs[i].src.value + static_cast<int32_t>(n) &&
+           pairs[i + n].dst.value == pairs[i].dst.value + static_cast<int32_t>(n)) {
+      ++n;
+    }
+    check_cuda(cudaMemcpyAsync(dst + pairs[i].dst.value * block_bytes_,
+                               src + pairs[i].src.value * block_bytes_,
+                               n * static_cast<size_t>(block_bytes_), cudaMemcpyDefault,
+                               stream_.get()),
+               "block run copy");
+    i += n;
+  }
+  check_cuda(cudaStreamSynchronize(stream_.get()), "block run copy");
+}
+
 void CudaBlockMover::copy(std::span<const kv::BlockCopy> pairs, const void* src_pool,
                           void* dst_pool) {
   if (pairs.empty()) return;
+  if (block_bytes_ >= kDmaBlockBytes) return copy_runs(pairs, src_pool, dst_pool);
   if (pairs.size() > capacity_pairs_) {
     void* staging = nullptr;
     check_cuda(cudaMallocHost(&staging, pairs.size() * 2 * sizeof(int32_t)), "cudaMallocHost");

@@ -1,9 +1,12 @@
 #pragma once
 // CudaBlockMover: the GPU backend's BlockMover (kv/block_mover.h) -- whole blocks between the
-// device KV pool and a host buffer of the same layout (swap preemption). attach() pins and maps
-// the host buffer, so each batch of copies is one launch of the block-copy kernel reading or
-// writing host memory over PCIe (src/kernels/cuda/block_copy.h); if pinning fails the copies fall
-// back to one cudaMemcpy per block.
+// device KV pool and a host buffer of the same layout (swap preemption, the KV tiers). attach()
+// pins and maps the host buffer. Blocks of kDmaBlockBytes or more then move by the copy engines:
+// one cudaMemcpyAsync per run of blocks consecutive on both sides, which a large model's blocks
+// (2 MiB for Llama-3.1-8B) keep at PCIe rate without taking SMs; smaller blocks move in one
+// launch of the block-copy kernel reading or writing host memory over PCIe
+// (src/kernels/cuda/block_copy.h), where thousands of small copies would cost more in calls
+// than in bytes. If pinning fails the copies fall back to one cudaMemcpy per block.
 //
 // Owns its own stream (copies overlap the step's work on the model's stream) and a small pinned
 // staging buffer for the block pairs. Called from one copy thread; CUDA failures there abort
@@ -26,6 +29,9 @@ class CudaBlockMover final : public kv::BlockMover {
   CudaBlockMover(void* pool, int32_t num_blocks, int64_t block_bytes);
   ~CudaBlockMover() override;
 
+  // Blocks of at least this many bytes move by cudaMemcpyAsync per run, smaller ones by the kernel.
+  static constexpr int64_t kDmaBlockBytes = int64_t{256} << 10;
+
   int32_t num_pool_blocks() const override { return num_blocks_; }
   void attach(kv::HostKvBuffer& host) override;
   void detach(kv::HostKvBuffer& host) override;
@@ -35,6 +41,8 @@ class CudaBlockMover final : public kv::BlockMover {
  private:
   // Copies pairs (src, dst block ids) from src_pool to dst_pool (device-accessible pointers).
   void copy(std::span<const kv::BlockCopy> pairs, const void* src_pool, void* dst_pool);
+  // The same by the copy engines, a cudaMemcpyAsync per run of consecutive pairs.
+  void copy_runs(std::span<const kv::BlockCopy> pairs, const void* src_pool, void* dst_pool);
 
   void* pool_;
   int32_t num_blocks_;
