@@ -41,7 +41,7 @@ void Scheduler::add_waiting(Sequence* seq) {
   STRATA_CHECK(seq->num_computed == 0 && seq->table.num_tokens() == 0,
                "a new sequence has nothing computed");
   if (tiers_ != nullptr && !seq->wants_all_rows()) {
-    seq->prefetch = tiers_->prefetch(seq->tokens, seq->cache_keys);
+    tiers_->prefetch(seq->tokens, seq->cache_keys, seq->prefetch);
   }
   insert_waiting(seq);
 }
@@ -218,11 +218,10 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
   while (next != waiting_.end() && budget > 0 && admitted < max_admit &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = *next;
-    if (seq->prefetch && seq->prefetch->pending > 0) {
+    if (seq->prefetch.pending()) {
       ++next;
       continue;
     }
-    seq->prefetch.reset();
     kv::PrefixHit hit;
     if (!seq->wants_all_rows()) {
       const std::span<const int32_t> tokens(seq->tokens.data(), seq->tokens.size());
@@ -246,6 +245,7 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     }
     STRATA_CHECK(cache_.allocate_slots(seq->table, n, &hit), "admission after can_allocate failed");
     next = waiting_.erase(next);
+    seq->prefetch = {};
     seq->prefix_looked_up = true;
     seq->num_computed = hit.num_tokens;
     seq->status = SeqStatus::kRunning;
@@ -327,7 +327,16 @@ void Scheduler::start_swap_ins() {
 SchedulerOutput Scheduler::schedule(double now) {
   SchedulerOutput out;
   int32_t budget = config_.max_num_batched_tokens;
-  if (tiers_ != nullptr) tiers_->poll();
+  if (tiers_ != nullptr) {
+    tiers_->poll();
+    // The next sequences to be admitted: what of their prefixes went to disk since they were
+    // queued starts loading.
+    int32_t looked = 0;
+    for (Sequence* seq : waiting_) {
+      if (looked++ == kPrefetchLookahead) break;
+      if (!seq->wants_all_rows()) tiers_->prefetch(seq->tokens, seq->cache_keys, seq->prefetch);
+    }
+  }
   if (!swaps_.empty()) resume_swapped_in(out);
   schedule_running(out, budget);
   if (!out.preempted.empty()) return out;

@@ -74,6 +74,10 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
+  // Waiting sequences, from the front, whose prefixes the KV tiers check each step for blocks to
+  // prefetch from disk.
+  static constexpr int32_t kPrefetchLookahead = 8;
+
   // swaps (one per KV cache group, moving that group's blocks) are needed for
   // PreemptionMode::kSwap only.
   Scheduler(const SchedulerConfig& config, kv::KvCacheManager& cache,

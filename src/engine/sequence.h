@@ -13,7 +13,7 @@
 #include "kv/block_hash.h"
 #include "kv/block_table.h"
 #include "kv/swap_space.h"
-#include "kv/tier_io.h"
+#include "kv/kv_tiers.h"
 #include "strata/sampling_params.h"
 #include "strata/token_output.h"
 
@@ -47,9 +47,9 @@ struct Sequence {
   // Prompt tokens the KV tiers brought back into the pool for it while it waited.
   int32_t num_host_tier_tokens = 0;
   int32_t num_disk_tier_tokens = 0;
-  // Its prefix's blocks the KV tiers are loading from disk since it was queued (null: none); it
-  // is not admitted while reads are pending.
-  std::shared_ptr<const kv::PrefetchTicket> prefetch;
+  // Its prefix's blocks the KV tiers are loading from disk while it waits; it is not admitted
+  // while reads are pending.
+  kv::PrefetchState prefetch;
   SamplingParams params;
   std::optional<Sampler> sampler;
   TokenCounts counts;

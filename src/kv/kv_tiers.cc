@@ -82,6 +82,7 @@ bool KvTiers::apply_io(bool block) {
     if (job.write) {
       // The block is on disk now (or the write failed and it is only in memory): the slot may go.
       (d.status.ok() ? stats_.num_disk_writes : stats_.num_faults) += 1;
+      ++changes_;
       host_->unpin(job.slot, /*least_recent=*/true);
       continue;
     }
@@ -186,6 +187,7 @@ void KvTiers::copy_down(DownBatch& batch) {
 }
 
 void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) {
+  ++changes_;
   // One copy for the whole batch; its slots stay pinned until it is copied, so when every slot
   // is taken the batch so far goes first.
   DownBatch batch;
@@ -234,24 +236,32 @@ void KvTiers::poll() {
   if (!cached_.empty()) write_through();
 }
 
-std::shared_ptr<const PrefetchTicket> KvTiers::prefetch(std::span<const int32_t> tokens,
-                                                        const BlockExtraKeys& extra) {
-  if (!prefetch_ || !io_) return nullptr;
+void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
+                       PrefetchState& state) {
+  if (!prefetch_ || !io_ || state.pending() || state.checked_at == changes_) return;
+  state.checked_at = changes_;
+  state.ticket.reset();
   const BlockPool& pool = cache_.pool();
   const int32_t bs = cache_.block_size();
   const auto max_blocks = (static_cast<int32_t>(tokens.size()) - 1) / bs;
+  const auto block_tokens = [&](int32_t i) {
+    return tokens.subspan(static_cast<size_t>(i) * static_cast<size_t>(bs), static_cast<size_t>(bs));
+  };
+  if (state.chain.empty()) {
+    state.chain.reserve(static_cast<size_t>(std::max(max_blocks, 0)));
+    for (int32_t i = 0; i < max_blocks; ++i) {
+      state.chain.push_back(
+          hasher_.hash(i == 0 ? nullptr : &state.chain.back(), block_tokens(i), extra));
+    }
+  }
   const int32_t limit = std::max(1, host_->capacity() / 2);
   auto ticket = std::make_shared<PrefetchTicket>();
-  std::optional<BlockHash> prev;
   BlockId parent = kNullBlock;
   bool in_pool = true;
   for (int32_t i = 0; i < max_blocks && ticket->blocks < limit; ++i) {
-    const auto block_tokens = tokens.subspan(static_cast<size_t>(i) * static_cast<size_t>(bs),
-                                             static_cast<size_t>(bs));
-    const BlockHash h = hasher_.hash(prev ? &*prev : nullptr, block_tokens, extra);
-    prev = h;
+    const BlockHash& h = state.chain[static_cast<size_t>(i)];
     if (in_pool) {
-      if (const std::optional<BlockId> b = pool.find_cached(h, parent, block_tokens, extra)) {
+      if (const std::optional<BlockId> b = pool.find_cached(h, parent, block_tokens(i), extra)) {
         parent = *b;
         continue;
       }
@@ -260,11 +270,11 @@ std::shared_ptr<const PrefetchTicket> KvTiers::prefetch(std::span<const int32_t>
     const TierKey k = key(h);
     if (host_->contains(k)) continue;
     if (!disk_->contains(h)) break;
-    const std::optional<BlockId> slot = host_slot(k, block_tokens, /*wait=*/false);
+    const std::optional<BlockId> slot = host_slot(k, block_tokens(i), /*wait=*/false);
     if (!slot) break;
-    submit_read(*slot, k, block_tokens, /*keep_pinned=*/false, ticket);
+    submit_read(*slot, k, block_tokens(i), /*keep_pinned=*/false, ticket);
   }
-  return ticket->blocks > 0 ? ticket : nullptr;
+  if (ticket->blocks > 0) state.ticket = std::move(ticket);
 }
 
 size_t KvTiers::copy_up(std::span<const Staged> stage, std::span<const BlockId> dst) {

@@ -9,9 +9,10 @@
 //            at the next poll()), so its eviction costs nothing. A host block that has to make
 //            room and is not on disk yet is written to disk first, on the I/O threads (TierIo),
 //            its slot pinned meanwhile; the slot is taken once the write is done
-//   prefetch prefetch(tokens) when a request is queued: the chain's blocks that are on disk and
-//            in neither the pool nor the host tier start loading disk -> host on the I/O threads;
-//            the scheduler admits the request when its ticket has no reads pending
+//   prefetch prefetch(tokens, state) when a request is queued, and again while it waits whenever
+//            blocks have left the pool or reached disk since: the chain's blocks that are on disk
+//            and in neither the pool nor the host tier start loading disk -> host on the I/O
+//            threads; the scheduler admits the request when its ticket has no reads pending
 //   up       promote(tokens, hit): the request's chain of full blocks past its pool prefix hit
 //            (KvCacheManager::find_cached_prefix), block by block from the host tier, else read
 //            from disk now (into a host slot), into freshly allocated pool blocks
@@ -75,6 +76,15 @@ struct KvTierStats {
   double up_seconds = 0.0;           // checking blocks and copying them up into the pool
 };
 
+// A waiting request's prefetch between calls (the scheduler keeps one per waiting sequence).
+struct PrefetchState {
+  std::vector<BlockHash> chain;  // the prompt's full blocks' chain hashes, computed once
+  int64_t checked_at = -1;       // KvTiers' change count at the last walk
+  std::shared_ptr<PrefetchTicket> ticket;  // the reads the last walk started (null: none)
+
+  bool pending() const { return ticket && ticket->pending > 0; }
+};
+
 class KvTiers final : public PoolListener {
  public:
   // InvalidArgument for a config the cache cannot take (more than one group, prefix caching
@@ -102,9 +112,11 @@ class KvTiers final : public PoolListener {
 
   // Starts loading, disk -> host tier on the I/O threads, the blocks of tokens' chain (as
   // promote walks it) that follow the pool's cached prefix and lie on disk but not in the host
-  // tier, up to half the host tier. Null when prefetch is off or nothing is to be loaded.
-  std::shared_ptr<const PrefetchTicket> prefetch(std::span<const int32_t> tokens,
-                                                 const BlockExtraKeys& extra);
+  // tier, up to half the host tier; state.ticket counts them (null when none were started). Does
+  // nothing when prefetch is off, state's reads are pending, or no block has left the pool or
+  // reached disk since state's last walk.
+  void prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
+                PrefetchState& state);
 
   // Brings the chain of tokens' full blocks (leaving the last token, as find_cached_prefix does)
   // that follows hit -- find_cached_prefix's for these tokens and keys, in this same scheduling
@@ -180,6 +192,7 @@ class KvTiers final : public PoolListener {
   BlockHasher hasher_;
   ThreadPool threads_;  // checksums of a batch of blocks (up to 8 threads)
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
+  int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)
   KvTierStats stats_;
 };
 

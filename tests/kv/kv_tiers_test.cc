@@ -400,26 +400,35 @@ TEST_F(KvTiersTest, APrefetchLoadsTheDiskBlocksIntoHostMemoryBeforeTheLookup) {
   evict_everything();
   // A new process over the directory, its host tier empty: a prefetch loads up to half of it.
   start(/*host_blocks=*/8, /*with_disk=*/true);
-  const std::shared_ptr<const PrefetchTicket> ticket = tiers_->prefetch(p, {});
-  ASSERT_NE(ticket, nullptr);
+  PrefetchState state;
+  tiers_->prefetch(p, {}, state);
+  ASSERT_NE(state.ticket, nullptr);
   const int32_t on_disk = static_cast<int32_t>(tiers_->disk()->num_blocks());
-  EXPECT_EQ(ticket->blocks, std::min(on_disk, 4));
+  const int32_t first = state.ticket->blocks;
+  EXPECT_EQ(first, std::min(on_disk, 4));
   tiers_->drain_io();
-  EXPECT_EQ(ticket->pending, 0);
-  EXPECT_EQ(tiers_->stats().num_prefetched_blocks, ticket->blocks);
-  EXPECT_EQ(tiers_->host().num_blocks(), ticket->blocks);
-  // Another prefetch (another request over the prefix) goes on past what is in host memory.
-  const std::shared_ptr<const PrefetchTicket> rest = tiers_->prefetch(p, {});
-  ASSERT_NE(rest, nullptr);
-  EXPECT_EQ(rest->blocks, on_disk - ticket->blocks);
-  tiers_->drain_io();
-  EXPECT_EQ(tiers_->prefetch(p, {}), nullptr) << "nothing left on disk only";
+  EXPECT_FALSE(state.pending());
+  EXPECT_EQ(tiers_->stats().num_prefetched_blocks, first);
+  EXPECT_EQ(tiers_->host().num_blocks(), first);
+  tiers_->prefetch(p, {}, state);
+  EXPECT_EQ(state.ticket->blocks, first) << "nothing changed since its last walk: no new one";
+  // Another request over the prefix walks on past what is in host memory.
+  PrefetchState other;
+  tiers_->prefetch(p, {}, other);
+  ASSERT_NE(other.ticket, nullptr);
+  EXPECT_EQ(other.ticket->blocks, on_disk - first);
+  tiers_->drain_io();  // (a write-down would count as a change; reads do not)
+  PrefetchState third;
+  tiers_->prefetch(p, {}, third);
+  EXPECT_EQ(third.ticket, nullptr) << "nothing left on disk only";
   // The lookup takes the prefetched blocks from host memory; they count as disk hits.
   const KvTiers::Promoted up = promote(p);
   EXPECT_EQ(up.host_blocks, 0);
   EXPECT_EQ(up.disk_blocks, on_disk);
   expect_hit_bytes(p, on_disk);
-  EXPECT_EQ(tiers_->prefetch(p, {}), nullptr) << "in the pool now";
+  PrefetchState after;
+  tiers_->prefetch(p, {}, after);
+  EXPECT_EQ(after.ticket, nullptr) << "in the pool now";
   tiers_->host().check_invariants();
   EXPECT_EQ(tiers_->host().num_pinned(), 0);
 }
@@ -455,7 +464,7 @@ TEST_F(KvTiersTest, RandomizedOperationsKeepEveryTierConsistent) {
     std::filesystem::remove_all(dir_);
     start(/*host_blocks=*/3, /*with_disk=*/true, /*ns=*/42, policy);
     std::mt19937 rng(policy == OffloadPolicy::kEvict ? 1 : 2);
-    std::vector<std::shared_ptr<const PrefetchTicket>> tickets;
+    std::vector<PrefetchState> states;  // one per prefetch: a state belongs to one prompt
     for (int op = 0; op < 400; ++op) {
       // Prompts share their first blocks: 100.. for the first two blocks, then one of 4 tails.
       std::vector<int32_t> p = prompt(100, 2);
@@ -471,7 +480,8 @@ TEST_F(KvTiersTest, RandomizedOperationsKeepEveryTierConsistent) {
           evict_everything();
           break;
         case 2:
-          if (auto t = tiers_->prefetch(p, {})) tickets.push_back(std::move(t));
+          states.emplace_back();
+          tiers_->prefetch(p, {}, states.back());
           break;
         case 3: {
           PrefixHit hit = cache_->find_cached_prefix(p, {});
@@ -494,7 +504,7 @@ TEST_F(KvTiersTest, RandomizedOperationsKeepEveryTierConsistent) {
       cache_->pool().check_invariants();
     }
     tiers_->drain_io();
-    for (const auto& t : tickets) EXPECT_EQ(t->pending, 0);
+    for (const PrefetchState& s : states) EXPECT_FALSE(s.pending());
     EXPECT_EQ(tiers_->host().num_pinned(), 0);
     EXPECT_EQ(cache_->pool().num_free_blocks(), kPoolBlocks - 1) << "no pool block held";
     EXPECT_EQ(tiers_->stats().num_faults, 0);
