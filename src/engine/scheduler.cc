@@ -213,15 +213,13 @@ int32_t Scheduler::scheduled_tokens(const SchedulerOutput& out, const Sequence* 
 
 int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32_t max_admit) {
   int32_t admitted = 0;
-  // In order; a sequence whose prefix is still coming from disk is passed over, not waited for.
+  // In order. A sequence whose prefix is still coming from disk holds the queue (those behind it
+  // would evict its pool-resident prefix) but not the running ones: they step on meanwhile.
   auto next = waiting_.begin();
   while (next != waiting_.end() && budget > 0 && admitted < max_admit &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = *next;
-    if (seq->prefetch.pending()) {
-      ++next;
-      continue;
-    }
+    if (seq->prefetch.pending()) break;
     kv::PrefixHit hit;
     if (!seq->wants_all_rows()) {
       const std::span<const int32_t> tokens(seq->tokens.data(), seq->tokens.size());

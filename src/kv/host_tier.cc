@@ -75,12 +75,21 @@ void HostTier::unpin(BlockId id, bool least_recent) {
 
 void HostTier::commit(BlockId id) { commit(id, tier_checksum(bytes(id))); }
 
-void HostTier::commit(BlockId id, uint64_t checksum) {
+void HostTier::commit(BlockId id, uint64_t checksum, bool prefetched) {
   Slot& s = slot(id);
   STRATA_CHECK(s.used, "HostTier::commit: an unused slot");
   s.checksum = checksum;
   s.committed = true;
-  s.from_disk = true;
+  if (prefetched && !s.prefetched) ++num_prefetched_;
+  s.prefetched = s.prefetched || prefetched;
+}
+
+bool HostTier::take_prefetched(BlockId id) {
+  Slot& s = slot(id);
+  if (!s.prefetched) return false;
+  s.prefetched = false;
+  --num_prefetched_;
+  return true;
 }
 
 bool HostTier::verify(BlockId id) const {
@@ -137,6 +146,7 @@ void HostTier::erase(BlockId id) {
 void HostTier::release(int32_t idx) {
   Slot& s = slots_[static_cast<size_t>(idx)];
   index_.erase(s.key);
+  if (s.prefetched) --num_prefetched_;
   if (s.pinned) {
     --num_pinned_;
   } else {
@@ -163,6 +173,9 @@ void HostTier::check_invariants() const {
   const auto pinned = std::count_if(slots_.begin(), slots_.end(),
                                     [](const Slot& s) { return s.used && s.pinned; });
   STRATA_CHECK(pinned == num_pinned_, "HostTier: the pin count is off");
+  const auto prefetched = std::count_if(slots_.begin(), slots_.end(),
+                                        [](const Slot& s) { return s.used && s.prefetched; });
+  STRATA_CHECK(prefetched == num_prefetched_, "HostTier: the prefetched count is off");
   for (const int32_t idx : lru_) {
     const Slot& s = slots_[static_cast<size_t>(idx)];
     STRATA_CHECK(s.used && !s.pinned, "HostTier: an unused or pinned slot in the LRU list");

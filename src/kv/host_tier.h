@@ -17,7 +17,6 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "core/ids.h"
@@ -69,11 +68,13 @@ class HostTier {
   uint64_t checksum(BlockId slot) const { return slot_ref(slot).checksum; }
   // Records the checksum of the slot's bytes and makes the entry findable.
   void commit(BlockId slot);
-  // The same with the checksum already known: a block read from disk, which checked it (the slot
-  // remembers that it came from disk until take_from_disk()).
-  void commit(BlockId slot, uint64_t checksum);
-  // Whether the slot's block was read from disk and not served since; clears it.
-  bool take_from_disk(BlockId id) { return std::exchange(slot(id).from_disk, false); }
+  // The same with the checksum already known: a block read from disk, which checked it; a
+  // prefetched one is remembered as such until take_prefetched() or until it is dropped.
+  void commit(BlockId slot, uint64_t checksum, bool prefetched = false);
+  // Whether the slot's block was prefetched from disk and not served since; clears it.
+  bool take_prefetched(BlockId slot);
+  // Slots holding a prefetched block not served yet.
+  int32_t num_prefetched() const { return num_prefetched_; }
   // True when the slot's bytes still have the checksum commit() recorded.
   bool verify(BlockId slot) const;
   // The same for many slots, their checksums computed on pool's threads (null: this thread).
@@ -94,7 +95,7 @@ class HostTier {
     bool used = false;
     bool committed = false;
     bool pinned = false;     // out of the LRU list
-    bool from_disk = false;  // read from disk (a prefetch), not served since
+    bool prefetched = false;  // read from disk by a prefetch, not served since
     TierKey key;
     std::vector<int32_t> tokens;
     uint64_t checksum = 0;
@@ -110,6 +111,7 @@ class HostTier {
   std::vector<int32_t> free_;                                  // unused slots
   std::list<int32_t> lru_;                                     // unpinned used slots, least recent first
   int32_t num_pinned_ = 0;
+  int32_t num_prefetched_ = 0;
   std::unordered_map<TierKey, int32_t, TierKeyHasher> index_;  // committed and pending entries
 };
 

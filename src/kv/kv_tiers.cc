@@ -87,13 +87,16 @@ bool KvTiers::apply_io(bool block) {
       continue;
     }
     stats_.disk_read_seconds += d.seconds;
-    if (job.ticket) --job.ticket->pending;
+    if (job.ticket) {
+      --job.ticket->pending;
+      --prefetch_reads_;
+    }
     if (!d.status.ok()) {
       if (d.status.code() != StatusCode::kNotFound) ++stats_.num_faults;
       host_->erase(job.slot);
       continue;
     }
-    host_->commit(job.slot, job.checksum);  // checked as it was read
+    host_->commit(job.slot, job.checksum, /*prefetched=*/job.ticket != nullptr);  // checked
     if (job.ticket) ++stats_.num_prefetched_blocks;
     if (!job.keep_pinned) host_->unpin(job.slot);
   }
@@ -101,13 +104,14 @@ bool KvTiers::apply_io(bool block) {
 }
 
 std::optional<BlockId> KvTiers::host_slot(const TierKey& key, std::span<const int32_t> tokens,
-                                          bool wait) {
+                                          bool wait, bool write_down) {
   for (;;) {
     if (host_->num_free() == 0) {
       const std::optional<BlockId> victim = host_->least_recent();
       // Unpinned slots are committed; one whose block is not on disk yet goes there first, a
       // few writes at a time (the next least recent ones start while the first are written).
       const bool needs_write = victim && disk_ && !disk_->contains(host_->key(*victim).hash);
+      if (needs_write && !write_down) return std::nullopt;
       if (!victim || (needs_write && io_->writes_outstanding() >= kMaxWritesAhead)) {
         if (wait && apply_io(/*block=*/true)) continue;
         return std::nullopt;
@@ -137,6 +141,7 @@ void KvTiers::submit_read(BlockId slot, const TierKey& key, std::span<const int3
   if (ticket) {
     ++ticket->pending;
     ++ticket->blocks;
+    ++prefetch_reads_;
   }
   io_->submit(TierIo::Job{.write = false,
                           .slot = slot,
@@ -239,6 +244,11 @@ void KvTiers::poll() {
 void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
                        PrefetchState& state) {
   if (!prefetch_ || !io_ || state.pending() || state.checked_at == changes_) return;
+  // Prefetched blocks waiting for their requests, and reads under way, hold at most a quarter of
+  // the host tier, or they would push each other (and what other requests need) out before use.
+  const int32_t budget =
+      host_->capacity() / kPrefetchShare - host_->num_prefetched() - prefetch_reads_;
+  if (budget <= 0) return;  // looked at again when some are served
   state.checked_at = changes_;
   state.ticket.reset();
   const BlockPool& pool = cache_.pool();
@@ -254,11 +264,10 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
           hasher_.hash(i == 0 ? nullptr : &state.chain.back(), block_tokens(i), extra));
     }
   }
-  const int32_t limit = std::max(1, host_->capacity() / 2);
   auto ticket = std::make_shared<PrefetchTicket>();
   BlockId parent = kNullBlock;
   bool in_pool = true;
-  for (int32_t i = 0; i < max_blocks && ticket->blocks < limit; ++i) {
+  for (int32_t i = 0; i < max_blocks && ticket->blocks < budget; ++i) {
     const BlockHash& h = state.chain[static_cast<size_t>(i)];
     if (in_pool) {
       if (const std::optional<BlockId> b = pool.find_cached(h, parent, block_tokens(i), extra)) {
@@ -270,7 +279,9 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
     const TierKey k = key(h);
     if (host_->contains(k)) continue;
     if (!disk_->contains(h)) break;
-    const std::optional<BlockId> slot = host_slot(k, block_tokens(i), /*wait=*/false);
+    // Into a free slot or one whose block is on disk already: a prefetch writes nothing down.
+    const std::optional<BlockId> slot =
+        host_slot(k, block_tokens(i), /*wait=*/false, /*write_down=*/false);
     if (!slot) break;
     submit_read(*slot, k, block_tokens(i), /*keep_pinned=*/false, ticket);
   }
@@ -365,7 +376,7 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
         }
         host_->pin(*slot);
         // A block a prefetch read counts as served from disk.
-        stage.push_back(Staged{*slot, k, host_->take_from_disk(*slot)});
+        stage.push_back(Staged{*slot, k, host_->take_prefetched(*slot)});
         continue;
       }
       if (!disk_ || !disk_->contains(k.hash)) {

@@ -112,9 +112,10 @@ class KvTiers final : public PoolListener {
 
   // Starts loading, disk -> host tier on the I/O threads, the blocks of tokens' chain (as
   // promote walks it) that follow the pool's cached prefix and lie on disk but not in the host
-  // tier, up to half the host tier; state.ticket counts them (null when none were started). Does
-  // nothing when prefetch is off, state's reads are pending, or no block has left the pool or
-  // reached disk since state's last walk.
+  // tier, into free slots or slots whose blocks are on disk already, while prefetched blocks not
+  // yet served and reads under way hold less than a quarter of the host tier; state.ticket counts
+  // them (null when none were started). Does nothing when prefetch is off, state's reads are
+  // pending, or no block has left the pool or reached disk since state's last walk.
   void prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
                 PrefetchState& state);
 
@@ -139,12 +140,17 @@ class KvTiers final : public PoolListener {
           std::unique_ptr<HostTier> host, std::unique_ptr<DiskTier> disk);
   // Host blocks being written to disk at once to free their slots.
   static constexpr int32_t kMaxWritesAhead = 2 * TierIo::kThreads;
+  // Prefetched blocks not yet served, and prefetch reads under way, hold at most 1/this of the
+  // host tier.
+  static constexpr int32_t kPrefetchShare = 4;
 
   TierKey key(const BlockHash& hash) const { return TierKey{ns_, hash}; }
   // A pinned host slot for key: free, or the least recent one, whose block goes to disk first
   // when it is not there yet (the slot is taken once that write is done). When every slot is
   // pinned: waits for the I/O threads if wait and any job is outstanding, else nullopt.
-  std::optional<BlockId> host_slot(const TierKey& key, std::span<const int32_t> tokens, bool wait);
+  // With write_down false, a victim not on disk yet is not written: nullopt instead.
+  std::optional<BlockId> host_slot(const TierKey& key, std::span<const int32_t> tokens, bool wait,
+                                   bool write_down = true);
   // Applies finished I/O jobs; with block, first waits for one (false: none outstanding).
   bool apply_io(bool block);
   void submit_read(BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
@@ -193,6 +199,7 @@ class KvTiers final : public PoolListener {
   ThreadPool threads_;  // checksums of a batch of blocks (up to 8 threads)
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
   int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)
+  int32_t prefetch_reads_ = 0;  // prefetch reads submitted, not applied yet
   KvTierStats stats_;
 };
 

@@ -9,7 +9,8 @@
 #
 # Extra args go to every `strata bench` (the workload's shape, --device, --load-format). Each
 # configuration's `strata bench --json` object goes to OUT_JSON under its name; a summary line per
-# configuration is printed as it finishes.
+# configuration is printed as it finishes. KV_TIERS_CONFIGS (space-separated names) runs only
+# those configurations.
 set -euo pipefail
 strata="$1" model="$2" pool="$3" host="$4" small_host="$5" out="$6"
 shift 6
@@ -21,6 +22,7 @@ names=()
 run() {  # run NAME extra-args...
   local name="$1"
   shift
+  case " ${KV_TIERS_CONFIGS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
   echo "== $name"
   names+=("$name")
   "$strata" bench "${common[@]}" "$@" --json >"$tmp/$name.json"

@@ -7,8 +7,9 @@
 #   ttft     the TTFT of a lost 32,768-token prefix by tier (tools/bench/bench_kv_tiers_ttft.sh),
 #            Llama-3.1-8B shape, dummy bf16 weights, a 4.4 GB pool
 #   agentic  the agentic workload (16 sessions x 8 turns, length scale 0.5) over a 4 GiB pool:
-#            pool alone, a 16 GiB host tier (evict, write-through), a 1 GiB host tier over disk
-#            with the prefetch on and off (tools/bench/bench_kv_tiers_agentic.sh)
+#            pool alone, a 16 GiB host tier (evict, write-through), a 4 GiB host tier over disk
+#            with the prefetch on and off (tools/bench/bench_kv_tiers_agentic.sh; KV_TIERS_CONFIGS
+#            picks configurations)
 set -euo pipefail
 what="$1"
 out="$2"
@@ -26,7 +27,7 @@ case "$what" in
     ;;
   agentic)
     "$root/tools/bench/bench_kv_tiers_agentic.sh" "$bin/strata" "$model" $((4 << 30)) \
-      $((16 << 30)) $((1 << 30)) "$out/kv_tiers_agentic.json" --device cuda --load-format dummy \
+      $((16 << 30)) $((4 << 30)) "$out/kv_tiers_agentic.json" --device cuda --load-format dummy \
       --num-sessions 16 --turns 8 --length-scale 0.5 2>&1 |
       grep -v "requests,"
     ;;
