@@ -1,6 +1,8 @@
 #include "kv/disk_tier.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,16 +20,9 @@ constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'K', 'V'};
 constexpr const char* kSuffix = ".kvb";
 constexpr const char* kTempSuffix = ".tmp";
 
-struct Header {
-  char magic[8];
-  uint32_t version;
-  uint32_t block_size;
-  uint64_t ns;
-  uint64_t block_bytes;
-  uint64_t checksum;
-  uint8_t hash[32];
-};
-static_assert(sizeof(Header) == 72, "the header is 72 bytes on disk");
+
+// The block's bytes start at a multiple of this, so O_DIRECT can read them into an aligned slot.
+constexpr int64_t kDataAlign = 4096;
 
 // A file descriptor closed on scope exit.
 class Fd {
@@ -75,6 +70,38 @@ bool read_all(int fd, void* data, size_t size, off_t offset) {
   return true;
 }
 
+// Reads the pieces, which lie back to back in the file from offset 0, in one preadv where the
+// kernel returns them whole (one request for the whole file), else piece by piece.
+bool read_pieces(int fd, std::span<const iovec> pieces) {
+  size_t total = 0;
+  for (const iovec& v : pieces) total += v.iov_len;
+  ssize_t n = -1;
+  do {
+    n = ::preadv(fd, pieces.data(), static_cast<int>(pieces.size()), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n >= 0 && static_cast<size_t>(n) == total) return true;
+  off_t at = 0;
+  for (const iovec& v : pieces) {
+    if (!read_all(fd, v.iov_base, v.iov_len, at)) return false;
+    at += static_cast<off_t>(v.iov_len);
+  }
+  return true;
+}
+
+// Whether the page cache holds every page of the first `bytes` of the open file fd (mincore over
+// a read-only mapping; false when that cannot be told, or the file is shorter).
+bool cached(int fd, size_t bytes) {
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) return false;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident((bytes + page - 1) / page);
+  const bool all = ::mincore(map, bytes, resident.data()) == 0 &&
+                   std::all_of(resident.begin(), resident.end(),
+                               [](unsigned char r) { return (r & 1) != 0; });
+  ::munmap(map, bytes);
+  return all;
+}
+
 std::string ns_hex(uint64_t ns) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(ns));
@@ -93,6 +120,16 @@ bool parse_hash(const std::string& stem, BlockHash* hash) {
 }
 
 }  // namespace
+
+struct DiskTier::Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t block_size;
+  uint64_t ns;
+  uint64_t block_bytes;
+  uint64_t checksum;
+  uint8_t hash[32];
+};
 
 std::string hash_hex(const BlockHash& hash) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -113,6 +150,7 @@ DiskTier::DiskTier(std::filesystem::path path, uint64_t ns, int32_t block_size, 
       capacity_bytes_(capacity_bytes) {}
 
 int64_t DiskTier::num_blocks() const {
+  static_assert(sizeof(Header) == 72, "the header is 72 bytes on disk");
   const std::lock_guard lock(mu_);
   return static_cast<int64_t>(index_.size());
 }
@@ -135,8 +173,9 @@ void DiskTier::make_room() {
   }
 }
 
-int64_t DiskTier::file_bytes() const {
-  return static_cast<int64_t>(sizeof(Header)) + int64_t{block_size_} * 4 + block_bytes_;
+int64_t DiskTier::file_bytes_for(int32_t block_size, int64_t block_bytes) {
+  const int64_t head = static_cast<int64_t>(sizeof(Header)) + int64_t{block_size} * 4;
+  return (head + kDataAlign - 1) / kDataAlign * kDataAlign + block_bytes;
 }
 
 Result<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& dir, uint64_t ns,
@@ -246,7 +285,7 @@ Status DiskTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
     const Fd fd(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd.get() < 0) return fail("cannot create");
     const off_t tokens_at = sizeof(Header);
-    const off_t bytes_at = tokens_at + static_cast<off_t>(tokens.size_bytes());
+    const off_t bytes_at = data_offset();
     if (!write_all(fd.get(), &h, sizeof(h), 0) ||
         !write_all(fd.get(), tokens.data(), tokens.size_bytes(), tokens_at) ||
         !write_all(fd.get(), bytes.data(), bytes.size(), bytes_at)) {
@@ -259,6 +298,54 @@ Status DiskTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
   remember(hash);
   ++stats_.num_writes;
   return Status::Ok();
+}
+
+bool DiskTier::may_read_direct(std::span<const std::byte> out) const {
+  return direct_reads_.load(std::memory_order_relaxed) &&
+         reinterpret_cast<uintptr_t>(out.data()) % kDataAlign == 0 && out.size() % kDataAlign == 0;
+}
+
+bool DiskTier::read_file(const std::filesystem::path& p, int fd, Header& h,
+                         std::span<int32_t> stored, std::span<std::byte> out) {
+  if (!may_read_direct(out)) {
+    const iovec pieces[] = {{&h, sizeof(h)}, {stored.data(), stored.size_bytes()}};
+    return read_pieces(fd, pieces) && read_all(fd, out.data(), out.size(), data_offset());
+  }
+  // The whole file in one request, its head (header, token ids, hole) into an aligned buffer:
+  // copied from the page cache when it holds every page (a block written or read lately), else
+  // by O_DIRECT. (RWF_NOWAIT would ask the cache without waiting, but it starts the readahead
+  // it declines to wait for, and the disk would then read the block twice.)
+  const auto head_bytes = static_cast<size_t>(data_offset());
+  const std::unique_ptr<std::byte, decltype(&std::free)> head(
+      static_cast<std::byte*>(std::aligned_alloc(kDataAlign, head_bytes)), &std::free);
+  if (head == nullptr) return false;
+  const iovec whole[] = {{head.get(), head_bytes}, {out.data(), out.size()}};
+  const size_t total = head_bytes + out.size();
+  ssize_t n = -1;
+  if (cached(fd, total)) {
+    do {
+      n = ::preadv(fd, whole, 2, 0);
+    } while (n < 0 && errno == EINTR);
+  } else {
+    const Fd direct(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+    if (direct.get() < 0) {
+      if (errno != EINVAL) return false;
+      direct_reads_.store(false);  // the filesystem has no O_DIRECT
+      return read_file(p, fd, h, stored, out);
+    }
+    do {
+      n = ::preadv(direct.get(), whole, 2, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n == static_cast<ssize_t>(total)) {
+      const std::lock_guard lock(mu_);
+      ++stats_.num_direct_reads;
+    }
+  }
+  // A truncated file comes back short (a read past the end returns what is there).
+  if (n != static_cast<ssize_t>(total)) return false;
+  std::memcpy(&h, head.get(), sizeof(h));
+  std::memcpy(stored.data(), head.get() + sizeof(h), stored.size_bytes());
+  return true;
 }
 
 Status DiskTier::get(const BlockHash& hash, std::span<const int32_t> tokens,
@@ -279,13 +366,7 @@ Status DiskTier::get(const BlockHash& hash, std::span<const int32_t> tokens,
   if (fd.get() < 0) return bad(std::strerror(errno));
   Header h{};
   std::vector<int32_t> stored(tokens.size());
-  const off_t tokens_at = sizeof(Header);
-  const off_t bytes_at = tokens_at + static_cast<off_t>(stored.size() * 4);
-  if (!read_all(fd.get(), &h, sizeof(h), 0) ||
-      !read_all(fd.get(), stored.data(), stored.size() * 4, tokens_at) ||
-      !read_all(fd.get(), out.data(), out.size(), bytes_at)) {
-    return bad("truncated or unreadable");
-  }
+  if (!read_file(p, fd.get(), h, stored, out)) return bad("truncated or unreadable");
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.version != kTierFormatVersion ||
       h.block_size != static_cast<uint32_t>(block_size_) || h.ns != ns_ ||
       h.block_bytes != static_cast<uint64_t>(block_bytes_) ||

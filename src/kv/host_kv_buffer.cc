@@ -12,7 +12,7 @@ namespace strata::kv {
 void HostKvBuffer::AlignedFree::operator()(std::byte* p) const { std::free(p); }
 
 HostKvBuffer::Bytes HostKvBuffer::allocate_zeroed(size_t bytes) {
-  constexpr size_t kAlign = 64;
+  constexpr size_t kAlign = 4096;  // a page: the disk tier reads into slots with O_DIRECT
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
   if (p == nullptr) throw std::bad_alloc();

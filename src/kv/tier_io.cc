@@ -5,9 +5,9 @@
 
 namespace strata::kv {
 
-TierIo::TierIo(DiskTier& disk) : disk_(disk) {
-  threads_.reserve(kThreads);
-  for (int i = 0; i < kThreads; ++i) threads_.emplace_back([this] { run(); });
+TierIo::TierIo(DiskTier& disk, int num_threads) : disk_(disk) {
+  threads_.reserve(static_cast<size_t>(num_threads));
+  for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { run(); });
 }
 
 TierIo::~TierIo() {

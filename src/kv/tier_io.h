@@ -52,7 +52,7 @@ class TierIo {
     double seconds = 0.0;  // the job's time on its I/O thread
   };
 
-  explicit TierIo(DiskTier& disk);
+  explicit TierIo(DiskTier& disk, int num_threads = kThreads);
   ~TierIo();
   TierIo(const TierIo&) = delete;
   TierIo& operator=(const TierIo&) = delete;

@@ -32,7 +32,7 @@ struct TierKeyHasher {
 
 // The tiers' on-disk format; a change to it (or to KvLayout's byte layout) changes every
 // namespace, so old blocks are simply never found again.
-inline constexpr uint32_t kTierFormatVersion = 1;
+inline constexpr uint32_t kTierFormatVersion = 2;
 
 // The namespace of a cache: XXH3 over the model's identity (model_id: what the engine derives
 // from the checkpoint), the tier format, the block size, every group's kind, window / R and

@@ -6,11 +6,14 @@
 
 #include "kv/kv_tiers.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -111,7 +114,8 @@ class DiskTierTest : public ::testing::Test {
   static constexpr int64_t kBlockBytes = 256;
   std::unique_ptr<DiskTier> open(int64_t capacity_blocks, uint64_t ns = 7) {
     Result<std::unique_ptr<DiskTier>> t =
-        DiskTier::open(dir_, ns, kBs, kBlockBytes, capacity_blocks * (72 + 4 * kBs + kBlockBytes));
+        DiskTier::open(dir_, ns, kBs, kBlockBytes,
+                       capacity_blocks * DiskTier::file_bytes_for(kBs, kBlockBytes));
     EXPECT_TRUE(t.ok()) << t.status().message();
     return t.ok() ? std::move(t).value() : nullptr;
   }
@@ -159,7 +163,7 @@ TEST_F(DiskTierTest, TruncatedCorruptOrUnreadableFilesAreDroppedNeverServed) {
   std::filesystem::resize_file(file(*t, 0), 100);  // truncated
   {
     std::fstream f(file(*t, 1), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(72 + 4 * kBs + 17);
+    f.seekp(DiskTier::file_bytes_for(kBs, kBlockBytes) - kBlockBytes + 17);  // in the bytes
     f.put('\x5a');  // one byte of the block flipped (the checksum no longer matches)
   }
   std::filesystem::remove(file(*t, 2));
@@ -209,6 +213,51 @@ TEST_F(DiskTierTest, AnInterruptedWriteIsCleanedUpAndAFailedWriteLeavesNothing) 
   EXPECT_EQ(files, 1u) << "no partial file is left behind";
 }
 
+// Bytes read with O_DIRECT (an aligned buffer, a block of whole pages) and through the page
+// cache are the same, and a truncated file is refused either way. (A filesystem without
+// O_DIRECT, such as tmpfs, turns the direct reads off: the bytes must still be right.)
+TEST_F(DiskTierTest, DirectAndBufferedReadsServeTheSameBytes) {
+  constexpr int64_t kPageBlock = 2 * 4096;
+  Result<std::unique_ptr<DiskTier>> opened =
+      DiskTier::open(dir_, 7, kBs, kPageBlock, 8 * DiskTier::file_bytes_for(kBs, kPageBlock));
+  ASSERT_TRUE(opened.ok());
+  DiskTier& t = **opened;
+  std::vector<std::byte> want(kPageBlock);
+  fill(want, 9);
+  ASSERT_TRUE(t.put(hash_of(1), tokens_, want, tier_checksum(want)).ok());
+  ASSERT_TRUE(t.put(hash_of(2), tokens_, want, tier_checksum(want)).ok());
+  const std::unique_ptr<std::byte, decltype(&std::free)> buf(
+      static_cast<std::byte*>(std::aligned_alloc(4096, kPageBlock)), &std::free);
+  const std::span<std::byte> out(buf.get(), kPageBlock);
+  // Out of the page cache (written back, then dropped: no root needed), so the bytes come from
+  // the disk, by O_DIRECT where the filesystem has it.
+  const auto uncache = [&](int32_t v) {
+    const int fd = ::open(file(t, v).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  };
+  const auto read_back = [&](const char* what) {
+    std::fill(out.begin(), out.end(), std::byte{0});
+    ASSERT_TRUE(t.get(hash_of(1), tokens_, out).ok()) << what;
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), want.begin())) << what;
+  };
+  uncache(1);
+  read_back("from the disk, by O_DIRECT");
+  const bool direct = t.direct_reads();  // false where the filesystem refuses O_DIRECT
+  EXPECT_EQ(t.stats().num_direct_reads, direct ? 1 : 0);
+  t.set_direct_reads(false);
+  read_back("through the page cache");  // which now holds the file
+  t.set_direct_reads(direct);
+  read_back("copied from the page cache");
+  EXPECT_EQ(t.stats().num_direct_reads, direct ? 1 : 0) << "a cached block is not read again";
+  t.set_direct_reads(true);
+  std::filesystem::resize_file(file(t, 2), DiskTier::file_bytes_for(kBs, kPageBlock) - 4096);
+  EXPECT_EQ(t.get(hash_of(2), tokens_, out).code(), StatusCode::kInternal);
+  EXPECT_FALSE(t.contains(hash_of(2)));
+}
+
 TEST_F(DiskTierTest, RefusesACapacityBelowOneBlock) {
   const Result<std::unique_ptr<DiskTier>> t = DiskTier::open(dir_, 7, kBs, kBlockBytes, 100);
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
@@ -240,7 +289,7 @@ class KvTiersTest : public ::testing::Test {
     c.host_bytes = host_blocks * small_layout().block_bytes();
     if (with_disk) {
       c.disk_path = dir_;
-      c.disk_bytes = 64 * (72 + 4 * kBs + small_layout().block_bytes());
+      c.disk_bytes = 64 * DiskTier::file_bytes_for(kBs, small_layout().block_bytes());
     }
     c.ns = ns;
     c.policy = policy;
