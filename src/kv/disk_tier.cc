@@ -93,7 +93,7 @@ bool read_pieces(int fd, std::span<const iovec> pieces) {
 bool cached(int fd, size_t bytes) {
   void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) return false;
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   std::vector<unsigned char> resident((bytes + page - 1) / page);
   const bool all = ::mincore(map, bytes, resident.data()) == 0 &&
                    std::all_of(resident.begin(), resident.end(),

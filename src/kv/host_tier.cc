@@ -22,7 +22,7 @@ std::optional<BlockId> HostTier::find(const TierKey& key, std::span<const int32_
   Slot& s = slots_[static_cast<size_t>(idx)];
   if (!s.committed) return std::nullopt;
   if (!std::equal(s.tokens.begin(), s.tokens.end(), tokens.begin(), tokens.end())) {
-    release(idx);
+    if (!s.pinned) release(idx);  // a pinned slot is its I/O's until the pin owner lets it go
     return std::nullopt;
   }
   if (!s.pinned) lru_.splice(lru_.end(), lru_, s.lru);

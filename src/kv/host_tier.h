@@ -42,7 +42,7 @@ class HostTier {
 
   // The committed slot holding key with these token ids, made the most recently used (unless
   // pinned); nullopt when absent or not committed yet. An entry under the key whose tokens
-  // differ is dropped (it can never be served).
+  // differ is dropped (it can never be served) unless it is pinned.
   std::optional<BlockId> find(const TierKey& key, std::span<const int32_t> tokens);
   // Committed or not.
   bool contains(const TierKey& key) const { return index_.contains(key); }
@@ -56,7 +56,7 @@ class HostTier {
   // dropped; nullopt when neither exists. The caller writes the block's bytes into the slot and
   // then calls commit(slot); until then the slot is not found.
   std::optional<BlockId> insert(const TierKey& key, std::span<const int32_t> tokens);
-  // A pinned slot is never taken by insert() nor dropped; pins do not nest.
+  // A pinned slot is never taken by insert() nor dropped but by erase(); pins do not nest.
   void pin(BlockId slot);
   // Back among the slots insert() may take, as the most recently used, or as the least (a block
   // just written down, which may go first).
