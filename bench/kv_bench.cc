@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <vector>
@@ -20,7 +21,10 @@
 #include "kv/block_table.h"
 #include "kv/contiguous_allocator.h"
 #include "kv/kv_accounting.h"
+#include "kv/block_mover.h"
+#include "kv/host_kv_buffer.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_tiers.h"
 #include "kv/paged_layout_builder.h"
 
 namespace strata::kv {
@@ -171,6 +175,44 @@ void BM_PrefixLookup(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 BENCHMARK(BM_PrefixLookup)->Args({1024, 0})->Args({1024, 1})->Args({8192, 0})->Args({8192, 1});
+
+// What the KV tiers' prefetch costs a waiting request each step in which blocks left the pool:
+// the walk of its n-token prompt (hashes kept from its first walk) through the pool's cached
+// prefix -- here all of it -- to where the tiers would take over. Scheduler::kPrefetchLookahead
+// waiting requests walk per such step. Items: tokens.
+void BM_TierPrefetchWalk(benchmark::State& state) {
+  const auto n = static_cast<int32_t>(state.range(0));
+  constexpr int32_t kBs = 16;
+  const std::vector<int32_t> query = prompt_tokens(n, 1);
+  const KvSpec spec{1, 1, 8, DType::kF32};
+  KvCacheManager m(KvCacheConfig{.block_size = kBs,
+                                 .groups = {{KvGroupSpec::full(spec), n / kBs + 2}}});
+  {
+    BlockTable t(kBs);
+    if (!m.allocate_slots(t, n)) std::abort();
+    m.cache_full_blocks(t, query, n, {});
+    m.free(t);
+  }
+  const KvLayout layout(spec, kBs);
+  HostKvBuffer pool(layout, m.pool().num_blocks());
+  HostBlockMover mover(pool);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "strata_kv_bench_tiers";
+  auto tiers = KvTiers::create(KvTierConfig{.host_bytes = 64 * layout.block_bytes(),
+                                            .disk_path = dir.string(),
+                                            .disk_bytes = int64_t{1} << 30},
+                               m, mover);
+  if (!tiers.ok()) std::abort();
+  PrefetchState prefetch;
+  for (auto _ : state) {
+    (*tiers)->on_evicted({});  // blocks left the pool: the next prefetch walks again
+    (*tiers)->prefetch(query, {}, prefetch);
+    benchmark::DoNotOptimize(prefetch.ticket);
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  tiers.value().reset();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_TierPrefetchWalk)->Arg(8192)->Arg(131072);
 
 // Everything prefix caching adds to a request that never hits, beside the same request with it
 // off (range(1)): lookup, allocate, hash + register every full block, free. Items: tokens.
