@@ -96,7 +96,7 @@ void BM_BlockPool_AllocateEvictFree(benchmark::State& state) {
   BlockPool pool(BlockPoolConfig{kNumBlocks, kBs, /*enable_prefix_caching=*/true, nullptr});
   BlockHasher hasher;
   // A ring of distinct block contents, twice the pool, so a block is never cached twice.
-  std::vector<std::vector<int32_t>> tokens(2 * kNumBlocks, std::vector<int32_t>(kBs));
+  std::vector<std::vector<int32_t>> tokens(size_t{2} * kNumBlocks, std::vector<int32_t>(kBs));
   std::vector<BlockHash> hashes;
   for (size_t i = 0; i < tokens.size(); ++i) {
     for (int32_t t = 0; t < kBs; ++t)
@@ -224,6 +224,7 @@ void BM_Request_NoHitOverhead(benchmark::State& state) {
                                  .enable_prefix_caching = caching,
                                  .groups = {{KvGroupSpec{}, 4 * (n / kBs + 1) + 1}}});
   std::vector<std::vector<int32_t>> prompts;
+  prompts.reserve(64);
   for (int32_t i = 0; i < 64; ++i) prompts.push_back(prompt_tokens(n, 50 + i));
   size_t i = 0;
   for (auto _ : state) {
