@@ -132,8 +132,6 @@ class KvTiers final : public PoolListener {
   const KvTierStats& stats() const { return stats_; }
   const HostTier& host() const { return *host_; }
   const DiskTier* disk() const { return disk_.get(); }
-  // Disk reads and writes submitted and not yet applied by poll().
-  int32_t io_outstanding() const { return io_ ? io_->outstanding() : 0; }
 
  private:
   KvTiers(const KvTierConfig& config, KvCacheManager& cache, BlockMover& mover,

@@ -63,8 +63,7 @@ class TierIo {
   // Blocks until a finished job is waiting to be taken; false at once when no job is queued,
   // running or untaken.
   bool wait_any();
-  // Jobs submitted and not taken yet.
-  int32_t outstanding() const { return outstanding_; }
+  // Writes submitted and not taken yet.
   int32_t writes_outstanding() const { return writes_outstanding_; }
 
  private:

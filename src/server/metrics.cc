@@ -146,7 +146,7 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
          "Blocks loaded from disk into host memory while their request waited.",
          static_cast<double>(t.kv_prefetched_blocks));
   metric(out, "strata:kv_dropped_blocks_total", "counter",
-         "Evicted blocks the host tier had no free slot for.",
+         "Evicted blocks lost: every host-tier slot was pinned for disk I/O.",
          static_cast<double>(t.kv_dropped_blocks));
   metric(out, "strata:kv_io_wait_seconds_total", "counter",
          "Time the scheduler waited for KV tier disk I/O.", t.kv_io_wait_seconds);
