@@ -63,8 +63,8 @@ build_engine() {
   cmake -S "$ROOT" -B "$CARRY/engine-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
     -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
   ninja -C "$CARRY/engine-build" -j "$JOBS" strata model_cuda_model_test model_cuda_kv_quant_test \
-    model_cuda_fp8_weights_test engine_cuda_engine_test
-  cp "$CARRY/engine-build/tools/strata/strata" "$CARRY/engine-build/tests/model/model_cuda_model_test" \
+    model_cuda_fp8_weights_test engine_cuda_engine_test strata_tier_copy_bench
+  cp "$CARRY/engine-build/tools/strata/strata" "$CARRY/engine-build/bench/strata_tier_copy_bench" "$CARRY/engine-build/tests/model/model_cuda_model_test" \
     "$CARRY/engine-build/tests/model/model_cuda_kv_quant_test" \
     "$CARRY/engine-build/tests/model/model_cuda_fp8_weights_test" \
     "$CARRY/engine-build/tests/engine/engine_cuda_engine_test" "$CARRY/bin/"

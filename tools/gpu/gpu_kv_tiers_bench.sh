@@ -2,8 +2,10 @@
 # The KV tiers on the GPU (docs/benchmarks.md, "KV tiers under the pool"): run on the GPU machine
 # from the repository root, with .devcarry/gpu-pack (tools/gpu/gpu_check.sh build) copied there.
 #
-#   tools/gpu/gpu_kv_tiers_bench.sh ttft|agentic OUT_DIR
+#   tools/gpu/gpu_kv_tiers_bench.sh ttft|agentic|copy OUT_DIR
 #
+#   copy     the host tier's way back into the pool against one pinned copy over the same link
+#            (strata_tier_copy_bench: 2,048 blocks of the 8B shape, 4.3 GB)
 #   ttft     the TTFT of a lost 32,768-token prefix by tier (tools/bench/bench_kv_tiers_ttft.sh),
 #            Llama-3.1-8B shape, dummy bf16 weights, a 4.4 GB pool
 #   agentic  the agentic workload (16 sessions x 8 turns, length scale 0.5) over a 4 GiB pool:
@@ -25,6 +27,9 @@ case "$what" in
     "$root/tools/bench/bench_kv_tiers_ttft.sh" "$bin/strata" "$model" 32768 4404019200 \
       "$out/kv_tiers_ttft.json" --device cuda --load-format dummy 2>&1 | grep -v "requests,"
     ;;
+  copy)
+    "$bin/strata_tier_copy_bench" | tee "$out/tier_copy.txt"
+    ;;
   agentic)
     "$root/tools/bench/bench_kv_tiers_agentic.sh" "$bin/strata" "$model" $((4 << 30)) \
       $((16 << 30)) $((4 << 30)) "$out/kv_tiers_agentic.json" --device cuda --load-format dummy \
@@ -32,7 +37,7 @@ case "$what" in
       grep -v "requests,"
     ;;
   *)
-    echo "usage: $0 ttft|agentic OUT_DIR" >&2
+    echo "usage: $0 ttft|agentic|copy OUT_DIR" >&2
     exit 2
     ;;
 esac
