@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   const KvSpec spec{layers, kv_heads, head_dim, DType::kBF16};
   const KvLayout layout(spec, block_size);
   const int64_t block_bytes = layout.block_bytes();
-  const int32_t pool_blocks = blocks + 1;  // and the null block
+  const int32_t pool_blocks = blocks + 2;  // the prompt's blocks, its partial last one, the null block
   KvCacheManager cache(KvCacheConfig{.block_size = block_size,
                                      .groups = {{KvGroupSpec::full(spec), pool_blocks}}});
   Result<cuda::DeviceBuffer> pool =
@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
   }
   const auto evict_all = [&] {
     BlockTable t(block_size);
-    die_if(!cache.allocate_slots(t, blocks * block_size), "allocate the pool");
+    die_if(!cache.allocate_slots(t, (pool_blocks - 1) * block_size), "allocate the pool");
     cache.free(t);
   };
   std::vector<Row> rows;
