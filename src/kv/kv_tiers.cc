@@ -57,7 +57,7 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache, BlockMover& 
       disk_(std::move(disk)),
       io_(disk_ ? std::make_unique<TierIo>(*disk_) : nullptr),
       hasher_(cache.hash_bits()),
-      threads_(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u))) {
+      threads_(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u))) {
   mover_.attach(host_->buffer());
   cache_.pool().set_listener(this);
 }
@@ -290,43 +290,30 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
 
 size_t KvTiers::copy_up(std::span<const Staged> stage, std::span<const BlockId> dst) {
   const auto start = std::chrono::steady_clock::now();
-  const size_t n = stage.size();
-  const size_t chunk = chunk_blocks();
-  // How many of stage[begin, begin + chunk), from the first, are good: read from disk (checked
-  // then) and still there, or in host memory with their checksum.
-  const auto check = [this, stage, chunk](size_t begin) {
-    const size_t end = std::min(begin + chunk, stage.size());
-    std::vector<BlockId> from_host;
-    for (size_t i = begin; i < end; ++i) {
-      if (!stage[i].from_disk) from_host.push_back(stage[i].slot);
-    }
-    const size_t good_host = host_->verify_prefix(from_host, &threads_);
-    size_t host_seen = 0;
-    for (size_t i = begin; i < end; ++i) {
-      const Staged& s = stage[i];
-      if (s.from_disk ? !host_->contains(s.key) : host_seen++ == good_host) return i - begin;
-    }
-    return end - begin;
-  };
-  // Chunk by chunk: the next chunk's checksums on the tiers' threads while this one copies up.
-  size_t done = 0;
-  size_t good = n == 0 ? 0 : check(0);
-  while (done < n) {
-    const size_t len = std::min(chunk, n - done);
-    const bool whole = good == len;
-    std::future<size_t> next;
-    if (whole && done + len < n) next = std::async(std::launch::async, check, done + len);
-    std::vector<BlockCopy> copies;
-    copies.reserve(good);
-    for (size_t i = 0; i < good; ++i) copies.push_back(BlockCopy{stage[done + i].slot, dst[done + i]});
-    mover_.from_host(copies, host_->buffer());
-    done += good;
-    if (!whole || !next.valid()) break;
-    good = next.get();
+  // The whole stage goes up on a copy thread while the host blocks' checksums run on the tiers'
+  // threads: the copy needs the link, the checksums the host's cores, and neither waits for the
+  // other. A block past the good prefix is copied but never registered: its pool block is freed.
+  std::vector<BlockCopy> copies;
+  copies.reserve(stage.size());
+  for (size_t i = 0; i < stage.size(); ++i) copies.push_back(BlockCopy{stage[i].slot, dst[i]});
+  std::future<void> copying = std::async(std::launch::async, [this, &copies] {
+    mover_.from_host(copies, std::as_const(*host_).buffer());
+  });
+  // Good: read from disk (checked then) and still there, or in host memory with its checksum.
+  std::vector<BlockId> from_host;
+  for (const Staged& s : stage) {
+    if (!s.from_disk) from_host.push_back(s.slot);
   }
+  const size_t good_host = host_->verify_prefix(from_host, &threads_);
+  size_t good = 0;
+  for (size_t host_seen = 0; good < stage.size(); ++good) {
+    const Staged& s = stage[good];
+    if (s.from_disk ? !host_->contains(s.key) : host_seen++ == good_host) break;
+  }
+  copying.get();
   stats_.up_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return done;
+  return good;
 }
 
 KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra,

@@ -27,8 +27,8 @@
 // Owns the tiers and the I/O threads; borrows the cache manager and the pool's mover, which must
 // outlive it, and listens to the pool for its lifetime. Not thread-safe: the scheduler thread
 // calls everything; the I/O threads touch only pinned host slots and the (locked) disk index.
-// Cost: one BlockMover copy per batch of blocks moved, one checksum per block moved (on up to 8
-// threads), one file per block written or read (on the I/O threads).
+// Cost: one BlockMover copy per batch of blocks moved, one checksum per block moved (on up to 16
+// threads; on the way up while the copy runs), one file per block written or read (on the I/O threads).
 
 #include <cstdint>
 #include <memory>
@@ -170,11 +170,12 @@ class KvTiers final : public PoolListener {
     bool from_disk = false;  // read from disk, now or by a prefetch: checked as it was read, and
                              // counted as a disk hit
   };
-  // Copies stage[i] up into pool block dst[i] for the good prefix of the stage (host blocks
-  // whose checksum holds, disk blocks whose read succeeded); returns its length.
+  // Copies the stage up, stage[i] into pool block dst[i], and checks it meanwhile; returns the
+  // length of its good prefix (host blocks whose checksum holds, disk blocks whose read
+  // succeeded), the blocks that may be registered.
   size_t copy_up(std::span<const Staged> stage, std::span<const BlockId> dst);
-  // Blocks per copy in copy_down/copy_up: the checksums of one chunk run on the tiers' threads
-  // while the next one copies.
+  // Blocks per copy in copy_down: the checksums of one chunk run on the tiers' threads while the
+  // next one copies.
   size_t chunk_blocks() const;
   static constexpr int64_t kPipelineChunkBytes = int64_t{32} << 20;
 
@@ -194,7 +195,7 @@ class KvTiers final : public PoolListener {
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<TierIo> io_;  // with a disk tier
   BlockHasher hasher_;
-  ThreadPool threads_;  // checksums of a batch of blocks (up to 8 threads)
+  ThreadPool threads_;  // checksums of a batch of blocks (up to 16 threads)
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
   int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)
   int32_t prefetch_reads_ = 0;  // prefetch reads submitted, not applied yet
