@@ -90,6 +90,7 @@ void Scheduler::finish(Sequence* seq, bool cancelled) {
   if (was == SeqStatus::kWaiting) {
     const auto it = std::find(waiting_.begin(), waiting_.end(), seq);
     if (it != waiting_.end()) waiting_.erase(it);
+    if (tiers_ != nullptr) tiers_->cancel_promotion(seq);
     release(seq);
     return;
   }
@@ -213,8 +214,9 @@ int32_t Scheduler::scheduled_tokens(const SchedulerOutput& out, const Sequence* 
 
 int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32_t max_admit) {
   int32_t admitted = 0;
-  // In order. A sequence whose prefix is still coming from disk holds the queue (those behind it
-  // would evict its pool-resident prefix) but not the running ones: they step on meanwhile.
+  // In order. A sequence whose prefix is still coming from disk, or still copying up into the
+  // pool, holds the queue (those behind it would evict its pool-resident prefix) but not the
+  // running ones: they step on meanwhile.
   auto next = waiting_.begin();
   while (next != waiting_.end() && budget > 0 && admitted < max_admit &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
@@ -225,9 +227,10 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
       const std::span<const int32_t> tokens(seq->tokens.data(), seq->tokens.size());
       hit = cache_.find_cached_prefix(tokens, seq->cache_keys);
       if (tiers_ != nullptr) {
-        const kv::KvTiers::Promoted up = tiers_->promote(tokens, seq->cache_keys, hit);
-        seq->num_host_tier_tokens += up.host_blocks * cache_.block_size();
-        seq->num_disk_tier_tokens += up.disk_blocks * cache_.block_size();
+        const kv::KvTiers::Progress up = tiers_->promote_async(seq, tokens, seq->cache_keys, hit);
+        seq->num_host_tier_tokens += up.promoted.host_blocks * cache_.block_size();
+        seq->num_disk_tier_tokens += up.promoted.disk_blocks * cache_.block_size();
+        if (up.pending) break;
       }
     }
     const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - hit.num_tokens;
@@ -344,9 +347,13 @@ SchedulerOutput Scheduler::schedule(double now) {
   }
   if (config_.kind == SchedulerKind::kContinuous) {
     schedule_waiting(out, budget, config_.max_num_seqs);
-    // Nothing to run but prefixes coming from disk: wait for the next read rather than spin.
+    // Nothing to run but prefixes coming up or from disk: wait for them rather than spin.
     if (out.scheduled.empty() && running_.empty() && !waiting_.empty() && tiers_ != nullptr) {
-      tiers_->wait_io();
+      if (tiers_->promotion_under_way()) {
+        tiers_->wait_promotion();
+      } else {
+        tiers_->wait_io();
+      }
     }
     return out;
   }

@@ -30,6 +30,19 @@ class BlockMover {
   virtual void to_host(std::span<const BlockCopy> pairs, HostKvBuffer& host) = 0;
   // host block pairs[i].src -> pool block pairs[i].dst, for every i; returns when done.
   virtual void from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) = 0;
+
+  // The same copies, started and left running (a GPU mover's copy stream overlaps the step's
+  // work); returns a ticket for them. Neither side's blocks may be touched until
+  // copies_done(ticket). The default copies at once and returns kDoneTicket.
+  static constexpr uint64_t kDoneTicket = 0;
+  virtual uint64_t start_from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) {
+    from_host(pairs, host);
+    return kDoneTicket;
+  }
+  // Whether the copies of ticket, and of every ticket before it, have finished.
+  virtual bool copies_done(uint64_t /*ticket*/) { return true; }
+  // Returns when they have.
+  virtual void wait_copies(uint64_t /*ticket*/) {}
 };
 
 // The CPU backend's mover: the pool is a HostKvBuffer.

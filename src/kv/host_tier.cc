@@ -99,20 +99,17 @@ bool HostTier::verify(BlockId id) const {
 
 namespace {
 
-// out[i] = the checksum of slot i's bytes, on pool's threads (null: this one).
+// out[i] = tier_checksum(bytes(i)) for i < n, on pool's threads (null: this one).
 template <typename Bytes>
-void checksums(std::span<const BlockId> slots, ThreadPool* pool, const Bytes& bytes,
-               std::vector<uint64_t>& out) {
-  out.resize(slots.size());
+void checksums(int64_t n, ThreadPool* pool, const Bytes& bytes, std::vector<uint64_t>& out) {
+  out.resize(static_cast<size_t>(n));
   const auto work = [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      out[static_cast<size_t>(i)] = tier_checksum(bytes(slots[static_cast<size_t>(i)]));
-    }
+    for (int64_t i = begin; i < end; ++i) out[static_cast<size_t>(i)] = tier_checksum(bytes(i));
   };
   if (pool == nullptr) {
-    work(0, static_cast<int64_t>(slots.size()));
+    work(0, n);
   } else {
-    pool->parallel_for(static_cast<int64_t>(slots.size()), work);
+    pool->parallel_for(n, work);
   }
 }
 
@@ -120,7 +117,9 @@ void checksums(std::span<const BlockId> slots, ThreadPool* pool, const Bytes& by
 
 void HostTier::commit(std::span<const BlockId> slots, ThreadPool* pool) {
   std::vector<uint64_t> sums;
-  checksums(slots, pool, [this](BlockId id) { return std::as_const(*this).bytes(id); }, sums);
+  checksums(static_cast<int64_t>(slots.size()), pool,
+            [&](int64_t i) { return std::as_const(*this).bytes(slots[static_cast<size_t>(i)]); },
+            sums);
   for (size_t i = 0; i < slots.size(); ++i) {
     Slot& s = slot(slots[i]);
     STRATA_CHECK(s.used, "HostTier::commit: an unused slot");
@@ -129,14 +128,20 @@ void HostTier::commit(std::span<const BlockId> slots, ThreadPool* pool) {
   }
 }
 
-size_t HostTier::verify_prefix(std::span<const BlockId> slots, ThreadPool* pool) const {
+HostTier::Check HostTier::check_of(BlockId id) const {
+  const Slot& s = slot_ref(id);
+  STRATA_CHECK(s.used && s.committed, "HostTier::check_of: a slot not committed");
+  return Check{bytes(id), s.checksum};
+}
+
+size_t HostTier::verified_prefix(std::span<const Check> checks, ThreadPool* pool) {
   std::vector<uint64_t> sums;
-  checksums(slots, pool, [this](BlockId id) { return bytes(id); }, sums);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const Slot& s = slot_ref(slots[i]);
-    if (!s.used || !s.committed || sums[i] != s.checksum) return i;
+  checksums(static_cast<int64_t>(checks.size()), pool,
+            [&](int64_t i) { return checks[static_cast<size_t>(i)].bytes; }, sums);
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (sums[i] != checks[i].checksum) return i;
   }
-  return slots.size();
+  return checks.size();
 }
 
 void HostTier::erase(BlockId id) {

@@ -79,8 +79,16 @@ class HostTier {
   bool verify(BlockId slot) const;
   // The same for many slots, their checksums computed on pool's threads (null: this thread).
   void commit(std::span<const BlockId> slots, ThreadPool* pool);
-  // How many of slots, from the first, verify(); the rest start at the first that does not.
-  size_t verify_prefix(std::span<const BlockId> slots, ThreadPool* pool) const;
+  // A committed slot's bytes and recorded checksum, for verify()'s check on another thread
+  // (verified_prefix), which may run while the slot stays pinned.
+  struct Check {
+    std::span<const std::byte> bytes;
+    uint64_t checksum = 0;
+  };
+  Check check_of(BlockId slot) const;
+  // How many of checks, from the first, still hash to their checksum, on pool's threads (null:
+  // this one). Touches no tier state.
+  static size_t verified_prefix(std::span<const Check> checks, ThreadPool* pool);
   // Drops the slot's entry (a block that failed verify, or one nobody may use), pinned or not.
   void erase(BlockId slot);
 

@@ -57,12 +57,14 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache, BlockMover& 
       disk_(std::move(disk)),
       io_(disk_ ? std::make_unique<TierIo>(*disk_) : nullptr),
       hasher_(cache.hash_bits()),
-      threads_(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u))) {
+      threads_(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u))),
+      check_threads_(threads_.num_threads()) {
   mover_.attach(host_->buffer());
   cache_.pool().set_listener(this);
 }
 
 KvTiers::~KvTiers() {
+  if (promotion_) cancel_promotion(promotion_->owner);
   cache_.pool().set_listener(nullptr);
   io_.reset();  // its jobs finish before the slots they touch go
   mover_.detach(host_->buffer());
@@ -288,37 +290,60 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
   if (ticket->blocks > 0) state.ticket = std::move(ticket);
 }
 
-size_t KvTiers::copy_up(std::span<const Staged> stage, std::span<const BlockId> dst) {
-  const auto start = std::chrono::steady_clock::now();
-  // The whole stage goes up on a copy thread while the host blocks' checksums run on the tiers'
-  // threads: the copy needs the link, the checksums the host's cores, and neither waits for the
-  // other. A block past the good prefix is copied but never registered: its pool block is freed.
-  std::vector<BlockCopy> copies;
-  copies.reserve(stage.size());
-  for (size_t i = 0; i < stage.size(); ++i) copies.push_back(BlockCopy{stage[i].slot, dst[i]});
-  std::future<void> copying = std::async(std::launch::async, [this, &copies] {
-    mover_.from_host(copies, std::as_const(*host_).buffer());
-  });
-  // Good: read from disk (checked then) and still there, or in host memory with its checksum.
-  std::vector<BlockId> from_host;
-  for (const Staged& s : stage) {
-    if (!s.from_disk) from_host.push_back(s.slot);
-  }
-  const size_t good_host = host_->verify_prefix(from_host, &threads_);
-  size_t good = 0;
-  for (size_t host_seen = 0; good < stage.size(); ++good) {
-    const Staged& s = stage[good];
-    if (s.from_disk ? !host_->contains(s.key) : host_seen++ == good_host) break;
-  }
-  copying.get();
-  stats_.up_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return good;
-}
-
 KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
                                    PrefixHit& hit) {
-  Promoted out;
+  Promoted total;
+  for (;;) {
+    const Progress p = promote_async(this, tokens, extra, hit);
+    total.host_blocks += p.promoted.host_blocks;
+    total.disk_blocks += p.promoted.disk_blocks;
+    if (!p.pending) return total;
+    wait_promotion();
+  }
+}
+
+KvTiers::Progress KvTiers::promote_async(const void* owner, std::span<const int32_t> tokens,
+                                         const BlockExtraKeys& extra, PrefixHit& hit) {
+  Progress out;
+  if (promotion_ && promotion_->owner != owner) cancel_promotion(promotion_->owner);
+  for (;;) {
+    if (promotion_) {
+      // Copied at once (the CPU's mover): only the checks are left.
+      if (promotion_->ticket == BlockMover::kDoneTicket) wait_promotion();
+      if (!promotion_ready()) {
+        out.pending = true;
+        return out;
+      }
+      if (!finish_promotion(tokens, extra, &hit, out.promoted)) return out;
+    }
+    if (!start_promotion(owner, tokens, extra, hit)) return out;
+  }
+}
+
+bool KvTiers::promotion_ready() {
+  return promotion_ && mover_.copies_done(promotion_->ticket) &&
+         promotion_->checked.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+void KvTiers::wait_promotion() {
+  if (!promotion_) return;
+  const auto start = std::chrono::steady_clock::now();
+  mover_.wait_copies(promotion_->ticket);
+  promotion_->checked.wait();
+  stats_.up_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void KvTiers::cancel_promotion(const void* owner) {
+  if (!promotion_ || promotion_->owner != owner) return;
+  wait_promotion();
+  Promoted ignored;
+  finish_promotion({}, {}, nullptr, ignored);
+}
+
+bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens,
+                              const BlockExtraKeys& extra, const PrefixHit& hit) {
+  const auto start = std::chrono::steady_clock::now();
   BlockPool& pool = cache_.pool();
   const int32_t bs = cache_.block_size();
   const auto max_blocks = (static_cast<int32_t>(tokens.size()) - 1) / bs;
@@ -327,104 +352,159 @@ KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockE
   };
   // The pool's cached prefix is the hit (one full-attention group: every block of it in row 0);
   // the chain goes on with the blocks the tiers hold.
-  std::vector<BlockHash> hashes = hit.hashes;
-  const std::vector<BlockId> resident(hit.blocks().begin(), hit.blocks().end());
-  const auto first = static_cast<int32_t>(resident.size());
+  Promotion p;
+  p.owner = owner;
+  p.hashes = hit.hashes;
+  p.resident.assign(hit.blocks().begin(), hit.blocks().end());
+  const auto first = static_cast<int32_t>(p.resident.size());
   int32_t i = first;
   for (; i < max_blocks; ++i) {
-    hashes.push_back(hasher_.hash(i == 0 ? nullptr : &hashes.back(), block_tokens(i), extra));
-    const TierKey k = key(hashes.back());
+    p.hashes.push_back(hasher_.hash(i == 0 ? nullptr : &p.hashes.back(), block_tokens(i), extra));
+    const TierKey k = key(p.hashes.back());
     if (!host_->contains(k) && !(disk_ && disk_->contains(k.hash))) break;
   }
   const int32_t count = i - first;
-  if (count == 0) return out;
-  // Pool blocks for them; the resident prefix is held meanwhile, so these allocations (and what
-  // they evict, written down to the host tier) cannot take it.
-  pool.touch(resident);
+  if (count == 0) return false;
+  // Pool blocks for them; the resident prefix is held until the promotion ends, so these
+  // allocations (and what they evict, written down to the host tier) and the steps meanwhile
+  // cannot take it.
+  pool.touch(p.resident);
   std::optional<std::vector<BlockId>> fresh = pool.allocate(std::min(count, pool.num_free_blocks()));
-  std::vector<BlockId> blocks = fresh ? std::move(*fresh) : std::vector<BlockId>{};
-  // Staged in pinned host slots as many at a time as the tier can pin (a block the host tier
-  // lacks is read from disk into one, all of a stage's reads at once), checked, then copied up in
-  // one piece.
-  size_t done = 0;
+  if (fresh) p.blocks = std::move(*fresh);
+  // Staged in pinned host slots, as many as the tier can pin (a block the host tier lacks is read
+  // from disk into one, all of the stage's reads at once).
+  std::vector<Staged>& stage = p.staged;
   bool broken = false;
-  while (done < blocks.size() && !broken) {
-    std::vector<Staged> stage;
-    for (size_t j = done; j < blocks.size(); ++j) {
-      const int32_t b = first + static_cast<int32_t>(j);
-      const TierKey k = key(hashes[static_cast<size_t>(b)]);
-      while (host_->pending(k) && apply_io(/*block=*/true)) {
-      }  // a prefetch is reading it
-      if (const std::optional<BlockId> slot = host_->find(k, block_tokens(b))) {
-        if (host_->pinned(*slot)) {  // being written down: copy it up before it can go
-          if (!stage.empty()) break;
-          while (host_->pinned(*slot) && apply_io(/*block=*/true)) {
-          }
+  for (size_t j = 0; j < p.blocks.size(); ++j) {
+    const int32_t b = first + static_cast<int32_t>(j);
+    const TierKey k = key(p.hashes[static_cast<size_t>(b)]);
+    while (host_->pending(k) && apply_io(/*block=*/true)) {
+    }  // a prefetch is reading it
+    if (const std::optional<BlockId> slot = host_->find(k, block_tokens(b))) {
+      if (host_->pinned(*slot)) {  // being written down: copy it up before it can go
+        if (!stage.empty()) break;
+        while (host_->pinned(*slot) && apply_io(/*block=*/true)) {
         }
-        host_->pin(*slot);
-        // A block a prefetch read counts as served from disk.
-        stage.push_back(Staged{*slot, k, host_->take_prefetched(*slot)});
-        continue;
       }
-      if (!disk_ || !disk_->contains(k.hash)) {
-        broken = true;
-        break;
-      }
-      const std::optional<BlockId> slot = host_slot(k, block_tokens(b), /*wait=*/stage.empty());
-      if (!slot) {
-        broken = stage.empty();
-        break;  // every slot pinned: this stage first
-      }
-      submit_read(*slot, k, block_tokens(b), /*keep_pinned=*/true, nullptr);
-      stage.push_back(Staged{*slot, k, true});
+      host_->pin(*slot);
+      // A block a prefetch read counts as served from disk.
+      stage.push_back(Staged{*slot, k, host_->take_prefetched(*slot)});
+      continue;
     }
-    // The stage's reads done, the host blocks checked: it goes up as far as all are good.
-    const auto reading = [&] {
-      return std::any_of(stage.begin(), stage.end(),
-                         [&](const Staged& s) { return s.from_disk && host_->pending(s.key); });
-    };
-    while (reading() && apply_io(/*block=*/true)) {
-    }
-    const size_t keep =
-        copy_up(stage, std::span<const BlockId>(blocks).subspan(done, stage.size()));
-    if (keep < stage.size()) {
+    if (!disk_ || !disk_->contains(k.hash)) {
       broken = true;
-      const Staged& bad = stage[keep];
-      if (!bad.from_disk && host_->contains(bad.key)) {  // failed its checksum
-        host_->erase(bad.slot);
-        ++stats_.num_faults;
-      }
+      break;
     }
-    for (const Staged& s : stage) {
-      if (host_->contains(s.key) && host_->pinned(s.slot)) host_->unpin(s.slot);  // not erased
+    const std::optional<BlockId> slot = host_slot(k, block_tokens(b), /*wait=*/stage.empty());
+    if (!slot) {
+      broken = stage.empty();
+      break;  // every slot pinned: this stage first
     }
-    const auto disk = static_cast<int32_t>(std::count_if(
-        stage.begin(), stage.begin() + static_cast<int64_t>(keep),
-        [](const Staged& s) { return s.from_disk; }));
-    out.disk_blocks += disk;
-    out.host_blocks += static_cast<int32_t>(keep) - disk;
-    done += keep;
+    submit_read(*slot, k, block_tokens(b), /*keep_pinned=*/true, nullptr);
+    stage.push_back(Staged{*slot, k, true});
   }
-  // Registered in chain order, as a computed prefix would be, and appended to the hit.
-  for (size_t j = 0; j < done; ++j) {
-    const size_t b = static_cast<size_t>(first) + j;
-    const BlockHash* parent_hash = b == 0 ? nullptr : &hashes[b - 1];
-    const BlockId parent_block = b == 0 ? kNullBlock : (j == 0 ? resident.back() : blocks[j - 1]);
-    if (!pool.cache_block(blocks[j], hashes[b], parent_hash, parent_block,
-                          block_tokens(static_cast<int32_t>(b)), extra)) {
+  // The stage's reads done, it goes up as far as they succeeded.
+  const auto reading = [&] {
+    return std::any_of(stage.begin(), stage.end(),
+                       [&](const Staged& s) { return s.from_disk && host_->pending(s.key); });
+  };
+  while (reading() && apply_io(/*block=*/true)) {
+  }
+  for (size_t j = 0; j < stage.size(); ++j) {
+    if (stage[j].from_disk && !host_->contains(stage[j].key)) {  // a failed read
+      for (size_t r = j + 1; r < stage.size(); ++r) {
+        if (host_->contains(stage[r].key)) host_->unpin(stage[r].slot);
+      }
+      stage.resize(j);
+      broken = true;
+      break;
+    }
+  }
+  if (stage.empty()) {  // nothing could be staged: the held blocks go back as they were
+    std::vector<BlockId> release(p.blocks.rbegin(), p.blocks.rend());
+    release.insert(release.end(), p.resident.rbegin(), p.resident.rend());
+    pool.free(release);
+    return false;
+  }
+  p.last = broken || stage.size() == static_cast<size_t>(count);
+  // The stage copies up (on the mover's copy stream or at once) while the host blocks' checksums
+  // run on the check threads; a block past the good prefix is copied but never registered.
+  std::vector<BlockCopy> copies;
+  std::vector<HostTier::Check> checks;
+  for (size_t j = 0; j < stage.size(); ++j) {
+    copies.push_back(BlockCopy{stage[j].slot, p.blocks[j]});
+    if (!stage[j].from_disk) checks.push_back(host_->check_of(stage[j].slot));
+  }
+  p.checked = std::async(std::launch::async, [this, checks = std::move(checks)] {
+    return HostTier::verified_prefix(checks, &check_threads_);
+  });
+  p.ticket = mover_.start_from_host(copies, std::as_const(*host_).buffer());
+  promotion_ = std::move(p);
+  stats_.up_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return true;
+}
+
+bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
+                               PrefixHit* hit, Promoted& promoted) {
+  Promotion p = std::move(*promotion_);
+  promotion_.reset();
+  mover_.wait_copies(p.ticket);
+  // Good: host blocks whose checksum holds (the checks stop at the first that does not), and
+  // blocks read from disk (checked as they were read).
+  const size_t good_host = p.checked.get();
+  size_t keep = 0;
+  for (size_t host_seen = 0; keep < p.staged.size(); ++keep) {
+    if (!p.staged[keep].from_disk && host_seen++ == good_host) break;
+  }
+  bool more = !p.last;
+  if (keep < p.staged.size()) {
+    more = false;
+    host_->erase(p.staged[keep].slot);  // failed its checksum
+    ++stats_.num_faults;
+  }
+  for (const Staged& s : p.staged) {
+    if (host_->contains(s.key) && host_->pinned(s.slot)) host_->unpin(s.slot);  // not erased
+  }
+  // Registered in chain order, as a computed prefix would be, and appended to the hit -- unless
+  // the owner left (no hit) or the hit is no longer the prefix the promotion went on from (the
+  // blocks are freed uncached; the host tier still has them).
+  BlockPool& pool = cache_.pool();
+  const std::span<const BlockId> now = hit != nullptr ? hit->blocks() : std::span<const BlockId>();
+  const bool extend =
+      hit != nullptr && std::equal(now.begin(), now.end(), p.resident.begin(), p.resident.end());
+  const int32_t bs = cache_.block_size();
+  const size_t first = p.resident.size();
+  size_t registered = 0;
+  for (; extend && registered < keep; ++registered) {
+    const size_t b = first + registered;
+    const BlockHash* parent_hash = b == 0 ? nullptr : &p.hashes[b - 1];
+    const BlockId parent_block =
+        b == 0 ? kNullBlock : (registered == 0 ? p.resident.back() : p.blocks[registered - 1]);
+    if (!pool.cache_block(p.blocks[registered], p.hashes[b], parent_hash, parent_block,
+                          tokens.subspan(b * static_cast<size_t>(bs), static_cast<size_t>(bs)),
+                          extra)) {
+      more = false;
       break;  // the rest go back uncached and are recomputed
     }
-    hit.rows[0].push_back(blocks[j]);
-    hit.hashes.push_back(hashes[b]);
-    hit.num_tokens += bs;
+    if (hit->rows.empty()) hit->rows.resize(1);
+    hit->rows[0].push_back(p.blocks[registered]);
+    hit->hashes.push_back(p.hashes[b]);
+    hit->num_tokens += bs;
   }
   // Back to the free queue, the chain's tail first: cached, the prefix evicted last.
-  std::vector<BlockId> release(blocks.rbegin(), blocks.rend());
-  release.insert(release.end(), resident.rbegin(), resident.rend());
+  std::vector<BlockId> release(p.blocks.rbegin(), p.blocks.rend());
+  release.insert(release.end(), p.resident.rbegin(), p.resident.rend());
   pool.free(release);
-  stats_.num_host_hit_blocks += out.host_blocks;
-  stats_.num_disk_hit_blocks += out.disk_blocks;
-  return out;
+  const auto from_disk = static_cast<int32_t>(std::count_if(
+      p.staged.begin(), p.staged.begin() + static_cast<int64_t>(registered),
+      [](const Staged& s) { return s.from_disk; }));
+  promoted.disk_blocks += from_disk;
+  promoted.host_blocks += static_cast<int32_t>(registered) - from_disk;
+  stats_.num_disk_hit_blocks += from_disk;
+  stats_.num_host_hit_blocks += static_cast<int32_t>(registered) - from_disk;
+  // A hit that moved on (not the owner's any more) is looked at again from where it is now.
+  return hit != nullptr && (extend ? more && registered == keep : true);
 }
 
 }  // namespace strata::kv

@@ -31,6 +31,7 @@
 // threads; on the way up while the copy runs), one file per block written or read (on the I/O threads).
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -122,12 +123,35 @@ class KvTiers final : public PoolListener {
   // Brings the chain of tokens' full blocks (leaving the last token, as find_cached_prefix does)
   // that follows hit -- find_cached_prefix's for these tokens and keys, in this same scheduling
   // decision -- up from the tiers as far as it continues unbroken, and extends hit with them.
-  // Returns the blocks promoted from each tier.
+  // Returns the blocks promoted from each tier. Waits for the copies.
   struct Promoted {
     int32_t host_blocks = 0;
     int32_t disk_blocks = 0;
   };
   Promoted promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra, PrefixHit& hit);
+
+  // The same without waiting: the promotion of owner's chain (a waiting request's) starts --
+  // fresh pool blocks allocated and held with hit's, its copies left running on the mover's copy
+  // stream, its host blocks' checksums on the check threads -- and comes back pending while they
+  // run; called again for owner once promotion_ready() (with hit find_cached_prefix's again: the
+  // held prefix keeps it what it was), it registers the blocks, extends hit, and goes on with the
+  // chain's next stage, if the host tier could not pin it all at once. One promotion at a time:
+  // another owner's is cancelled first. With a mover that copies at once, only the checks are
+  // waited for.
+  struct Progress {
+    bool pending = false;  // copies or checks still running: hit is not extended yet
+    Promoted promoted;     // blocks registered and appended to hit by this call
+  };
+  Progress promote_async(const void* owner, std::span<const int32_t> tokens,
+                         const BlockExtraKeys& extra, PrefixHit& hit);
+  bool promotion_under_way() const { return promotion_.has_value(); }
+  // Whether a promotion is under way and its copies and checks have finished.
+  bool promotion_ready();
+  // Blocks until the promotion under way, if any, is ready.
+  void wait_promotion();
+  // Ends owner's promotion, if one is under way: it waits for the copies and gives the blocks back
+  // uncached (the tiers keep them). For a request that leaves the queue.
+  void cancel_promotion(const void* owner);
 
   const KvTierStats& stats() const { return stats_; }
   const HostTier& host() const { return *host_; }
@@ -170,10 +194,27 @@ class KvTiers final : public PoolListener {
     bool from_disk = false;  // read from disk, now or by a prefetch: checked as it was read, and
                              // counted as a disk hit
   };
-  // Copies the stage up, stage[i] into pool block dst[i], and checks it meanwhile; returns the
-  // length of its good prefix (host blocks whose checksum holds, disk blocks whose read
-  // succeeded), the blocks that may be registered.
-  size_t copy_up(std::span<const Staged> stage, std::span<const BlockId> dst);
+  // A promotion under way (promote_async).
+  struct Promotion {
+    const void* owner = nullptr;
+    std::vector<BlockHash> hashes;  // the chain through the last staged block
+    std::vector<BlockId> resident;  // the pool prefix it goes on from, held
+    std::vector<BlockId> blocks;    // fresh pool blocks, held: staged[i] goes to blocks[i]
+    std::vector<Staged> staged;     // pinned host slots
+    bool last = false;              // nothing of the chain is left for another stage
+    uint64_t ticket = BlockMover::kDoneTicket;  // the copies
+    std::future<size_t> checked;    // how many of staged's host blocks, from the first, are good
+  };
+  // Stages the chain's next blocks past hit (as many as the host tier can pin; disk reads are
+  // waited for) and starts their copy up and checks as promotion_; false when none could be.
+  bool start_promotion(const void* owner, std::span<const int32_t> tokens,
+                       const BlockExtraKeys& extra, const PrefixHit& hit);
+  // Ends promotion_ (waiting for its copies and checks): its good prefix is registered and
+  // appended to *hit when hit still holds just the prefix it went on from, else freed uncached
+  // (hit null: the owner left); promoted counts what was appended. Returns whether the chain
+  // may go on past *hit in the tiers.
+  bool finish_promotion(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
+                        PrefixHit* hit, Promoted& promoted);
   // Blocks per copy in copy_down: the checksums of one chunk run on the tiers' threads while the
   // next one copies.
   size_t chunk_blocks() const;
@@ -195,7 +236,9 @@ class KvTiers final : public PoolListener {
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<TierIo> io_;  // with a disk tier
   BlockHasher hasher_;
-  ThreadPool threads_;  // checksums of a batch of blocks (up to 16 threads)
+  ThreadPool threads_;  // checksums of a batch of blocks copied down (up to 16 threads)
+  ThreadPool check_threads_;  // checksums of a promotion's host blocks (as many)
+  std::optional<Promotion> promotion_;
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
   int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)
   int32_t prefetch_reads_ = 0;  // prefetch reads submitted, not applied yet

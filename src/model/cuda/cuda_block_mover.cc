@@ -44,8 +44,8 @@ void CudaBlockMover::detach(kv::HostKvBuffer& host) {
   mapped_host_ = nullptr;
 }
 
-void CudaBlockMover::copy_runs(std::span<const kv::BlockCopy> pairs, const void* src_pool,
-                               void* dst_pool) {
+void CudaBlockMover::start_runs(std::span<const kv::BlockCopy> pairs, const void* src_pool,
+                                void* dst_pool) {
   const auto* src = static_cast<const std::byte*>(src_pool);
   auto* dst = static_cast<std::byte*>(dst_pool);
   for (size_t i = 0; i < pairs.size();) {
@@ -62,13 +62,18 @@ void CudaBlockMover::copy_runs(std::span<const kv::BlockCopy> pairs, const void*
                "block run copy");
     i += n;
   }
-  check_cuda(cudaStreamSynchronize(stream_.get()), "block run copy");
 }
 
 void CudaBlockMover::copy(std::span<const kv::BlockCopy> pairs, const void* src_pool,
                           void* dst_pool) {
   if (pairs.empty()) return;
-  if (block_bytes_ >= kDmaBlockBytes) return copy_runs(pairs, src_pool, dst_pool);
+  if (block_bytes_ >= kDmaBlockBytes) {
+    start_runs(pairs, src_pool, dst_pool);
+    check_cuda(cudaStreamSynchronize(stream_.get()), "block run copy");
+    return;
+  }
+  // The pairs' staging buffer may still feed a started copy's upload: let those finish first.
+  wait_copies(last_ticket_);
   if (pairs.size() > capacity_pairs_) {
     void* staging = nullptr;
     check_cuda(cudaMallocHost(&staging, pairs.size() * 2 * sizeof(int32_t)), "cudaMallocHost");
@@ -113,6 +118,41 @@ void CudaBlockMover::from_host(std::span<const kv::BlockCopy> pairs, const kv::H
                           host.data() + c.src.value * block_bytes_,
                           static_cast<size_t>(block_bytes_), cudaMemcpyHostToDevice),
                "cudaMemcpy to the GPU");
+  }
+}
+
+uint64_t CudaBlockMover::start_from_host(std::span<const kv::BlockCopy> pairs,
+                                         const kv::HostKvBuffer& host) {
+  if (mapped_host_ == nullptr || block_bytes_ < kDmaBlockBytes) {
+    from_host(pairs, host);
+    return kDoneTicket;
+  }
+  start_runs(pairs, mapped_host_, pool_);
+  Result<cuda::Event> done = cuda::Event::create();
+  STRATA_CHECK(done.ok(), ("swap copy: " + done.status().to_string()).c_str());
+  const Status recorded = done->record(stream_.get());
+  STRATA_CHECK(recorded.ok(), ("swap copy: " + recorded.to_string()).c_str());
+  started_.push_back(Started{++last_ticket_, std::move(done).value()});
+  return last_ticket_;
+}
+
+bool CudaBlockMover::copies_done(uint64_t ticket) {
+  while (!started_.empty() && finished_ < ticket) {
+    const cudaError_t q = cudaEventQuery(started_.front().done.get());
+    if (q == cudaErrorNotReady) return false;
+    check_cuda(q, "block run copy");
+    finished_ = started_.front().ticket;
+    started_.pop_front();
+  }
+  return true;
+}
+
+void CudaBlockMover::wait_copies(uint64_t ticket) {
+  while (!started_.empty() && finished_ < ticket) {
+    const Status s = started_.front().done.synchronize();
+    STRATA_CHECK(s.ok(), ("swap copy: " + s.to_string()).c_str());
+    finished_ = started_.front().ticket;
+    started_.pop_front();
   }
 }
 

@@ -9,15 +9,18 @@
 // than in bytes. If pinning fails the copies fall back to one cudaMemcpy per block.
 //
 // Owns its own stream (copies overlap the step's work on the model's stream) and a small pinned
-// staging buffer for the block pairs. Called from one copy thread; CUDA failures there abort
+// staging buffer for the block pairs. start_from_host leaves its copies running on that stream;
+// the synchronous copies queue behind them. Called from one copy thread; CUDA failures there abort
 // (STRATA_CHECK): a half-done swap has no recovery.
 
 #include <cstddef>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <span>
 
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/event.h"
 #include "kernels/cuda/stream.h"
 #include "kv/block_mover.h"
 
@@ -37,12 +40,18 @@ class CudaBlockMover final : public kv::BlockMover {
   void detach(kv::HostKvBuffer& host) override;
   void to_host(std::span<const kv::BlockCopy> pairs, kv::HostKvBuffer& host) override;
   void from_host(std::span<const kv::BlockCopy> pairs, const kv::HostKvBuffer& host) override;
+  // By the copy engines on the mover's stream, an event recorded after them; blocks smaller than
+  // kDmaBlockBytes, or an unpinned buffer, copy at once (kDoneTicket).
+  uint64_t start_from_host(std::span<const kv::BlockCopy> pairs,
+                           const kv::HostKvBuffer& host) override;
+  bool copies_done(uint64_t ticket) override;
+  void wait_copies(uint64_t ticket) override;
 
  private:
   // Copies pairs (src, dst block ids) from src_pool to dst_pool (device-accessible pointers).
   void copy(std::span<const kv::BlockCopy> pairs, const void* src_pool, void* dst_pool);
-  // The same by the copy engines, a cudaMemcpyAsync per run of consecutive pairs.
-  void copy_runs(std::span<const kv::BlockCopy> pairs, const void* src_pool, void* dst_pool);
+  // The same by the copy engines, a cudaMemcpyAsync per run of consecutive pairs, left running.
+  void start_runs(std::span<const kv::BlockCopy> pairs, const void* src_pool, void* dst_pool);
 
   void* pool_;
   int32_t num_blocks_;
@@ -52,6 +61,14 @@ class CudaBlockMover final : public kv::BlockMover {
   cuda::PinnedArray<int32_t> staging_;
   cuda::DeviceBuffer device_pairs_;
   size_t capacity_pairs_ = 0;
+  // Started copies not yet seen finished, oldest first: each ticket's event.
+  struct Started {
+    uint64_t ticket;
+    cuda::Event done;
+  };
+  std::deque<Started> started_;
+  uint64_t last_ticket_ = kDoneTicket;
+  uint64_t finished_ = kDoneTicket;  // every ticket up to this one has finished
 };
 
 }  // namespace strata::model

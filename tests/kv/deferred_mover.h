@@ -1,0 +1,57 @@
+#pragma once
+// DeferredMover: a BlockMover for tests whose started copies (start_from_host) stay in flight
+// until complete() or wait_copies() -- a GPU's copy stream held still -- and then run as the CPU
+// backend's memcpys. Its synchronous copies run at once.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kv/block_mover.h"
+
+namespace strata::kv {
+
+class DeferredMover final : public BlockMover {
+ public:
+  explicit DeferredMover(HostKvBuffer& pool) : now_(pool) {}
+
+  int32_t num_pool_blocks() const override { return now_.num_pool_blocks(); }
+  void attach(HostKvBuffer& /*host*/) override {}
+  void detach(HostKvBuffer& /*host*/) override {}
+  void to_host(std::span<const BlockCopy> pairs, HostKvBuffer& host) override {
+    now_.to_host(pairs, host);
+  }
+  void from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override {
+    now_.from_host(pairs, host);
+  }
+  uint64_t start_from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override {
+    started_.push_back(Started{++last_, {pairs.begin(), pairs.end()}, &host});
+    return last_;
+  }
+  bool copies_done(uint64_t ticket) override { return ticket <= done_; }
+  void wait_copies(uint64_t ticket) override {
+    for (Started& s : started_) {
+      if (s.ticket > done_ && s.ticket <= ticket) {
+        now_.from_host(s.pairs, *s.host);
+        done_ = s.ticket;
+      }
+    }
+  }
+  // Finishes every started copy.
+  void complete() { wait_copies(last_); }
+  // Started copies not finished yet.
+  int64_t num_in_flight() const { return static_cast<int64_t>(last_ - done_); }
+
+ private:
+  struct Started {
+    uint64_t ticket;
+    std::vector<BlockCopy> pairs;
+    const HostKvBuffer* host;
+  };
+  HostBlockMover now_;
+  std::vector<Started> started_;
+  uint64_t last_ = kDoneTicket;
+  uint64_t done_ = kDoneTicket;
+};
+
+}  // namespace strata::kv
