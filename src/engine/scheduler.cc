@@ -222,6 +222,7 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = *next;
     if (seq->prefetch.pending()) break;
+    if (tiers_ != nullptr && tiers_->promotion_pending(seq)) break;
     kv::PrefixHit hit;
     if (!seq->wants_all_rows()) {
       const std::span<const int32_t> tokens(seq->tokens.data(), seq->tokens.size());

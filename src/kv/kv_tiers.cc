@@ -308,8 +308,10 @@ KvTiers::Progress KvTiers::promote_async(const void* owner, std::span<const int3
   if (promotion_ && promotion_->owner != owner) cancel_promotion(promotion_->owner);
   for (;;) {
     if (promotion_) {
-      // Copied at once (the CPU's mover): only the checks are left.
-      if (promotion_->ticket == BlockMover::kDoneTicket) wait_promotion();
+      // Copied at once (the CPU's mover), only the checks are left; and a stage with more behind
+      // it (the host tier could not pin the chain at once) is finished here, so that the next
+      // starts at once: only the last stage is left running.
+      if (promotion_->ticket == BlockMover::kDoneTicket || !promotion_->last) wait_promotion();
       if (!promotion_ready()) {
         out.pending = true;
         return out;

@@ -135,9 +135,9 @@ class KvTiers final : public PoolListener {
   // stream, its host blocks' checksums on the check threads -- and comes back pending while they
   // run; called again for owner once promotion_ready() (with hit find_cached_prefix's again: the
   // held prefix keeps it what it was), it registers the blocks, extends hit, and goes on with the
-  // chain's next stage, if the host tier could not pin it all at once. One promotion at a time:
-  // another owner's is cancelled first. With a mover that copies at once, only the checks are
-  // waited for.
+  // chain's next stage, if the host tier could not pin it all at once (every stage but the last
+  // is waited for in the call). One promotion at a time: another owner's is cancelled first.
+  // With a mover that copies at once, only the checks are waited for.
   struct Progress {
     bool pending = false;  // copies or checks still running: hit is not extended yet
     Promoted promoted;     // blocks registered and appended to hit by this call
@@ -145,6 +145,10 @@ class KvTiers final : public PoolListener {
   Progress promote_async(const void* owner, std::span<const int32_t> tokens,
                          const BlockExtraKeys& extra, PrefixHit& hit);
   bool promotion_under_way() const { return promotion_.has_value(); }
+  // Whether owner's promotion is under way and not ready yet (nothing to look up for it).
+  bool promotion_pending(const void* owner) {
+    return promotion_ && promotion_->owner == owner && !promotion_ready();
+  }
   // Whether a promotion is under way and its copies and checks have finished.
   bool promotion_ready();
   // Blocks until the promotion under way, if any, is ready.

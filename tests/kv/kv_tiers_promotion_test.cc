@@ -1,8 +1,9 @@
 // A promotion left running (KvTiers::promote_async, docs/kv.md "KV tiers"): its copies up go on
 // while the caller does other work (a GPU's copy stream; DeferredMover holds them), its blocks are
 // held but not in the prefix cache until it is finished, and they arrive byte for byte; a host
-// block whose bytes changed ends the promotion there; a cancelled promotion, or one overtaken by
-// another request's, gives every pool block back and leaves the host tier whole.
+// block whose bytes changed ends the promotion there; a chain longer than the host tier can pin
+// goes up stage by stage with only the last left running; a cancelled promotion, or one overtaken
+// by another request's, gives every pool block back and leaves the host tier whole.
 
 #include <gtest/gtest.h>
 
@@ -86,6 +87,33 @@ TEST_F(KvTiersPromotionTest, AHostBlockWhoseBytesChangedEndsThePromotionThere) {
   EXPECT_EQ(host.num_blocks(), 2) << "the changed block is dropped";
   expect_hit_bytes(p, 1);
   EXPECT_EQ(free_blocks(), 8);
+}
+
+TEST_F(KvTiersPromotionTest, AChainLongerThanTheHostTierLeavesOnlyItsLastStageRunning) {
+  start(/*host_blocks=*/2, /*with_disk=*/true, /*ns=*/42, OffloadPolicy::kEvict,
+        /*deferred=*/true);
+  const std::vector<int32_t> p = prompt(100, 5);
+  compute(p);
+  evict_everything();  // 2 blocks stay in host memory, the others go to disk
+  tiers_->drain_io();
+  const int owner = 0;
+  PrefixHit hit = cache_->find_cached_prefix(p, {});
+  const KvTiers::Progress first = tiers_->promote_async(&owner, p, {}, hit);
+  ASSERT_TRUE(first.pending);
+  EXPECT_EQ(deferred_->num_in_flight(), 1) << "the stages before the last were waited for";
+  const int32_t before = first.promoted.host_blocks + first.promoted.disk_blocks;
+  EXPECT_GE(before, 2);
+  EXPECT_EQ(hit.num_tokens, before * kBs) << "and are in the hit already";
+  deferred_->complete();
+  tiers_->wait_promotion();
+  hit = cache_->find_cached_prefix(p, {});
+  EXPECT_EQ(hit.num_tokens, before * kBs) << "held while the last stage copied";
+  const KvTiers::Progress last = tiers_->promote_async(&owner, p, {}, hit);
+  EXPECT_FALSE(last.pending);
+  EXPECT_EQ(before + last.promoted.host_blocks + last.promoted.disk_blocks, 5);
+  expect_hit_bytes(p, 5);
+  EXPECT_EQ(free_blocks(), 8);
+  EXPECT_EQ(tiers_->host().num_pinned(), 0);
 }
 
 TEST_F(KvTiersPromotionTest, ACancelledOrOvertakenPromotionGivesEveryBlockBack) {
