@@ -23,7 +23,8 @@ std::string replace_all(const std::string& s, const std::string& pattern, const 
 }
 
 // Byte-level characters back to bytes; a token with any character outside the alphabet (an
-// added token such as "<｜User｜>") keeps its own UTF-8 bytes.
+// added token such as "<｜User｜>") keeps its own UTF-8 bytes. Not repaired: the bytes may end in
+// part of a character.
 std::string byte_level_bytes(const std::vector<std::string>& tokens) {
   std::string bytes;
   for (const std::string& t : tokens) {
@@ -44,7 +45,7 @@ std::string byte_level_bytes(const std::vector<std::string>& tokens) {
       bytes += t;
     }
   }
-  return utf8_lossy(bytes);
+  return bytes;
 }
 
 int byte_token_value(const std::string& t) {
@@ -63,13 +64,14 @@ int byte_token_value(const std::string& t) {
 }
 
 // Runs of <0xXX> tokens become their UTF-8 text, or one U+FFFD per byte when not valid UTF-8.
-void byte_fallback(std::vector<std::string>& tokens) {
+// raw: a run of byte tokens stays the bytes it is, valid UTF-8 or not (Decoder::decode_bytes).
+void byte_fallback(std::vector<std::string>& tokens, bool raw) {
   std::vector<std::string> out;
   std::string pending;
   size_t pending_count = 0;
   const auto flush = [&] {
     if (pending_count == 0) return;
-    if (is_valid_utf8(pending)) {
+    if (raw || is_valid_utf8(pending)) {
       out.push_back(pending);
     } else {
       for (size_t k = 0; k < pending_count; ++k) out.emplace_back(kReplacementChar);
@@ -152,11 +154,11 @@ Decoder Decoder::from_json(const nlohmann::json& j, const std::string& where) {
   return d;
 }
 
-void Decoder::apply(const Step& step, std::vector<std::string>& tokens) {
+void Decoder::apply(const Step& step, std::vector<std::string>& tokens, bool raw) {
   switch (step.kind) {
     case Kind::kByteLevel: {
       std::string text = byte_level_bytes(tokens);
-      tokens.assign(1, std::move(text));
+      tokens.assign(1, raw ? std::move(text) : utf8_lossy(text));
       break;
     }
     case Kind::kMetaspace:
@@ -170,7 +172,7 @@ void Decoder::apply(const Step& step, std::vector<std::string>& tokens) {
       for (std::string& t : tokens) t = replace_all(t, step.a, step.b);
       break;
     case Kind::kByteFallback:
-      byte_fallback(tokens);
+      byte_fallback(tokens, raw);
       break;
     case Kind::kFuse: {
       std::string all;
@@ -185,14 +187,18 @@ void Decoder::apply(const Step& step, std::vector<std::string>& tokens) {
 }
 
 std::string Decoder::decode(std::vector<std::string> tokens) const {
+  return utf8_lossy(decode_bytes(std::move(tokens)));
+}
+
+std::string Decoder::decode_bytes(std::vector<std::string> tokens) const {
   std::string text;
   if (null_) {
     for (size_t i = 0; i < tokens.size(); ++i) text += (i ? " " : "") + tokens[i];
-    return utf8_lossy(text);
+    return text;
   }
-  for (const Step& step : steps_) apply(step, tokens);
+  for (const Step& step : steps_) apply(step, tokens, /*raw=*/true);
   for (const std::string& t : tokens) text += t;
-  return utf8_lossy(text);
+  return text;
 }
 
 }  // namespace strata::tokenizer

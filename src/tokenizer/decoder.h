@@ -23,6 +23,8 @@ class Decoder {
 
   // Always valid UTF-8: invalid byte sequences become U+FFFD.
   std::string decode(std::vector<std::string> tokens) const;
+  // The same bytes before that repair (a byte-level token may hold part of a character).
+  std::string decode_bytes(std::vector<std::string> tokens) const;
 
  private:
   enum class Kind { kByteLevel, kMetaspace, kReplace, kByteFallback, kFuse, kStrip };
@@ -34,7 +36,8 @@ class Decoder {
     size_t start = 0, stop = 0;  // Strip
   };
   static void add_json(const nlohmann::json& j, const std::string& where, std::vector<Step>& out);
-  static void apply(const Step& step, std::vector<std::string>& tokens);
+  // raw: byte-fallback runs stay raw bytes (decode_bytes); decode() repairs the whole text after.
+  static void apply(const Step& step, std::vector<std::string>& tokens, bool raw);
 
   std::vector<Step> steps_;
   bool null_ = true;

@@ -115,6 +115,24 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return impl_->decoder.decode(std::move(tokens));
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  std::string token;
+  if (const AddedToken* t = impl_->added.find_id(id)) {
+    if (t->special) return {};
+    token = t->content;
+  } else if (const std::string* s = impl_->model.id_to_token(id)) {
+    token = *s;
+  } else {
+    return {};
+  }
+  // After a plain "a", which every decoder passes as the one byte 'a': the chain's start-of-text
+  // steps act on it, and what follows it is the token's bytes mid-text.
+  const std::string lead = impl_->decoder.decode_bytes({"a"});
+  std::string both = impl_->decoder.decode_bytes({"a", token});
+  if (both.compare(0, lead.size(), lead) == 0) return both.substr(lead.size());
+  return impl_->decoder.decode_bytes({token});
+}
+
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {

@@ -55,6 +55,13 @@ class Tokenizer {
   // special. The result is always valid UTF-8.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
 
+  // The bytes token id adds to the output when it follows other tokens: the decoder's chain
+  // without its repair of invalid UTF-8 (a byte-level token may hold part of a character), and
+  // without what the chain does only at the start of a text (Metaspace's or Strip's removal of
+  // the first space). Empty for special tokens and unknown ids. What constrained decoding walks
+  // (src/grammar).
+  std::string token_bytes(int32_t id) const;
+
   // One past the largest id of the vocabulary and the added tokens.
   int32_t vocab_size() const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
