@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
+#include <exception>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -75,9 +76,7 @@ struct Row {
   double seconds = 0;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"The KV host tier's copies into the GPU pool against the PCIe link"};
   int32_t blocks = 2048, layers = 32, kv_heads = 8, head_dim = 128, block_size = 16, repeats = 5;
   bool json = false;
@@ -279,4 +278,15 @@ int main(int argc, char** argv) {
     std::printf("share of the promotion hidden under the GEMMs: %.2f\n", hidden);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata_tier_copy_bench: %s\n", e.what());
+    return 1;
+  }
 }

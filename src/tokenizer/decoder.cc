@@ -158,7 +158,9 @@ void Decoder::apply(const Step& step, std::vector<std::string>& tokens, bool raw
   switch (step.kind) {
     case Kind::kByteLevel: {
       std::string text = byte_level_bytes(tokens);
-      tokens.assign(1, raw ? std::move(text) : utf8_lossy(text));
+      if (!raw) text = utf8_lossy(text);
+      tokens.clear();
+      tokens.push_back(std::move(text));
       break;
     }
     case Kind::kMetaspace:
@@ -177,7 +179,8 @@ void Decoder::apply(const Step& step, std::vector<std::string>& tokens, bool raw
     case Kind::kFuse: {
       std::string all;
       for (const std::string& t : tokens) all += t;
-      tokens.assign(1, std::move(all));
+      tokens.clear();
+      tokens.push_back(std::move(all));
       break;
     }
     case Kind::kStrip:

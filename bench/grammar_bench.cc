@@ -1,0 +1,183 @@
+// What constrained decoding costs (docs/benchmarks.md, "Structured outputs"): per JSON schema,
+// the compile time (schema -> regex -> byte DFA) and the DFA's size; per vocabulary, the trie's
+// build time; and the token mask per decoding step, measured along constrained outputs: a fresh
+// TokenMasker per output (as a request has), each step's mask, then a random allowed token (the
+// end token where the state accepts, with probability 1/8), up to --max-tokens. A step's token is
+// the first allowed one from a random id on.
+//
+// Usage: strata_grammar_bench --tokenizer DIR [--tokenizer DIR ...] --schemas DIR
+//                             [--outputs N] [--max-tokens N] [--json]
+// DIR of --schemas holds one JSON schema per *.json file.
+
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "grammar/byte_dfa.h"
+#include "grammar/json_schema.h"
+#include "grammar/regex.h"
+#include "grammar/token_masker.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using namespace strata;
+using namespace strata::grammar;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Compiled {
+  std::string name;
+  double compile_s = 0;
+  std::shared_ptr<const ByteDfa> dfa;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"Constrained decoding's compile time and token-mask cost"};
+  std::vector<std::string> tokenizers;
+  std::string schemas_dir;
+  int outputs = 20, max_tokens = 256;
+  bool json = false;
+  app.add_option("--tokenizer", tokenizers, "a tokenizer directory (tokenizer.json)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--schemas", schemas_dir, "a directory of *.json schemas")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--outputs", outputs, "constrained outputs per schema and vocabulary")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--max-tokens", max_tokens, "tokens per output at most")->check(CLI::Range(1, 100000));
+  app.add_flag("--json", json, "one JSON object instead of the table");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(schemas_dir)) {
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<Compiled> compiled;
+  for (const std::filesystem::path& f : files) {
+    std::ifstream in(f);
+    const nlohmann::ordered_json schema =
+        nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const auto start = Clock::now();
+    const Result<std::string> regex = json_schema_regex(schema);
+    Result<Nfa> nfa = regex.ok() ? compile_regex(*regex) : Result<Nfa>(regex.status());
+    Result<ByteDfa> dfa = nfa.ok() ? ByteDfa::build(*nfa) : Result<ByteDfa>(nfa.status());
+    if (!dfa.ok()) {
+      std::fprintf(stderr, "strata_grammar_bench: %s: %s\n", f.c_str(),
+                   dfa.status().to_string().c_str());
+      return 1;
+    }
+    compiled.push_back({f.stem().string(), since(start),
+                        std::make_shared<const ByteDfa>(std::move(dfa).value())});
+  }
+
+  nlohmann::json out;
+  if (!json) {
+    std::printf("%-28s %10s %8s\n", "schema", "compile ms", "states");
+    for (const Compiled& c : compiled) {
+      std::printf("%-28s %10.2f %8d\n", c.name.c_str(), c.compile_s * 1e3, c.dfa->num_states());
+    }
+  }
+  for (const Compiled& c : compiled) {
+    out["schemas"].push_back(
+        {{"name", c.name}, {"compile_s", c.compile_s}, {"dfa_states", c.dfa->num_states()}});
+  }
+  for (const std::string& dir : tokenizers) {
+    const tokenizer::Tokenizer t = tokenizer::Tokenizer::load(dir);
+    auto start = Clock::now();
+    std::vector<std::string> bytes(static_cast<size_t>(t.vocab_size()));
+    for (int32_t id = 0; id < t.vocab_size(); ++id) bytes[static_cast<size_t>(id)] = t.token_bytes(id);
+    const auto vocab = std::make_shared<const VocabTrie>(bytes);
+    const double trie_s = since(start);
+    std::mt19937 rng(1);
+    std::vector<double> step_us, cold_us;
+    int64_t tokens = 0, finished = 0;
+    for (const Compiled& c : compiled) {
+      for (int o = 0; o < outputs; ++o) {
+        TokenMasker masker(c.dfa, vocab);
+        int32_t state = c.dfa->start();
+        for (int k = 0; k < max_tokens; ++k) {
+          const int64_t before = masker.num_computed();
+          start = Clock::now();
+          const TokenMask& m = masker.mask(state);
+          const double us = since(start) * 1e6;
+          step_us.push_back(us);
+          if (masker.num_computed() > before) cold_us.push_back(us);
+          ++tokens;
+          if (c.dfa->accepting(state) && (m.count() == 0 || rng() % 8 == 0)) {
+            ++finished;
+            break;
+          }
+          // The first allowed token from a random place on (wrapping): cheap, and random enough.
+          const auto words = m.words.size();
+          const size_t from = rng() % words;
+          int32_t pick = -1;
+          for (size_t w = 0; w < words && pick < 0; ++w) {
+            const size_t i = (from + w) % words;
+            if (m.words[i] != 0) {
+              pick = static_cast<int32_t>(i * 64 + static_cast<size_t>(std::countr_zero(m.words[i])));
+            }
+          }
+          if (pick < 0) break;  // cannot happen: a live state can always go on or end
+          state = masker.advance(state, pick);
+        }
+      }
+    }
+    double sum = 0;
+    for (const double u : step_us) sum += u;
+    const nlohmann::json row = {{"tokenizer", std::filesystem::path(dir).filename().string()},
+                                {"vocab_size", t.vocab_size()},
+                                {"trie_build_s", trie_s},
+                                {"trie_nodes", vocab->nodes().size()},
+                                {"tokens", tokens},
+                                {"outputs_finished", finished},
+                                {"mask_us_mean", sum / static_cast<double>(step_us.size())},
+                                {"mask_us_p50", percentile(step_us, 0.5)},
+                                {"mask_us_p99", percentile(step_us, 0.99)},
+                                {"cold_mask_us_p50", percentile(cold_us, 0.5)},
+                                {"cold_masks", cold_us.size()}};
+    out["vocabularies"].push_back(row);
+    if (!json) {
+      std::printf(
+          "\n%s: %d tokens, trie %zu nodes in %.0f ms; %lld masked steps (%lld outputs ended "
+          "by the grammar)\n  mask per step: mean %.1f us, p50 %.1f, p99 %.1f; a state's first "
+          "mask (cache miss, %zu of them): p50 %.1f us\n",
+          row["tokenizer"].get<std::string>().c_str(), t.vocab_size(), vocab->nodes().size(),
+          trie_s * 1e3, static_cast<long long>(tokens), static_cast<long long>(finished),
+          row["mask_us_mean"].get<double>(), row["mask_us_p50"].get<double>(),
+          row["mask_us_p99"].get<double>(), cold_us.size(), row["cold_mask_us_p50"].get<double>());
+    }
+  }
+  if (json) std::printf("%s\n", out.dump(1).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata_grammar_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,108 @@
+#include "grammar/token_masker.h"
+
+#include <algorithm>
+#include <bit>
+#include <numeric>
+#include <utility>
+
+namespace strata::grammar {
+
+VocabTrie::VocabTrie(const std::vector<std::string>& token_bytes)
+    : vocab_size_(static_cast<int32_t>(token_bytes.size())), token_bytes_(token_bytes) {
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < vocab_size_; ++id) {
+    if (!token_bytes_[static_cast<size_t>(id)].empty()) order.push_back(id);
+  }
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return token_bytes_[static_cast<size_t>(a)] < token_bytes_[static_cast<size_t>(b)];
+  });
+  // Breadth first over ranges of the sorted ids sharing a prefix of `depth` bytes, so that a
+  // node's children are made together, contiguous and in byte order.
+  struct Pending {
+    int32_t node;
+    size_t begin, end, depth;
+  };
+  nodes_.push_back(Node{});
+  std::vector<Pending> level = {{0, 0, order.size(), 0}};
+  while (!level.empty()) {
+    std::vector<Pending> next;
+    for (const Pending& p : level) {
+      size_t i = p.begin;
+      Node& node = nodes_[static_cast<size_t>(p.node)];
+      node.first_token = static_cast<int32_t>(ids_.size());
+      while (i < p.end && token_bytes_[static_cast<size_t>(order[i])].size() == p.depth) {
+        ids_.push_back(order[i++]);
+      }
+      nodes_[static_cast<size_t>(p.node)].num_tokens =
+          static_cast<int32_t>(ids_.size()) - nodes_[static_cast<size_t>(p.node)].first_token;
+      nodes_[static_cast<size_t>(p.node)].first_child = static_cast<int32_t>(nodes_.size());
+      while (i < p.end) {
+        const auto byte =
+            static_cast<uint8_t>(token_bytes_[static_cast<size_t>(order[i])][p.depth]);
+        size_t j = i;
+        while (j < p.end &&
+               static_cast<uint8_t>(token_bytes_[static_cast<size_t>(order[j])][p.depth]) == byte) {
+          ++j;
+        }
+        const auto child = static_cast<int32_t>(nodes_.size());
+        nodes_.push_back(Node{.byte = byte});
+        ++nodes_[static_cast<size_t>(p.node)].num_children;
+        next.push_back({child, i, j, p.depth + 1});
+        i = j;
+      }
+    }
+    level = std::move(next);
+  }
+}
+
+int32_t TokenMask::count() const {
+  int32_t n = 0;
+  for (const uint64_t w : words) n += std::popcount(w);
+  return n;
+}
+
+TokenMasker::TokenMasker(std::shared_ptr<const ByteDfa> dfa, std::shared_ptr<const VocabTrie> vocab,
+                         size_t cache_states)
+    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), cache_states_(std::max<size_t>(1, cache_states)) {}
+
+const TokenMask& TokenMasker::mask(int32_t state) {
+  if (const auto it = cached_.find(state); it != cached_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+  TokenMask m;
+  if (lru_.size() >= cache_states_) {  // reuse the least recent one's words
+    m = std::move(lru_.back().second);
+    cached_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  compute(state, m);
+  ++num_computed_;
+  lru_.emplace_front(state, std::move(m));
+  cached_[state] = lru_.begin();
+  return lru_.front().second;
+}
+
+void TokenMasker::compute(int32_t state, TokenMask& out) const {
+  out.words.assign((static_cast<size_t>(vocab_->vocab_size()) + 63) / 64, 0);
+  if (state == ByteDfa::kDead) return;
+  const std::vector<VocabTrie::Node>& nodes = vocab_->nodes();
+  const std::vector<int32_t>& ids = vocab_->ids();
+  // Depth first: (node, the DFA state after its bytes), children visited only from live states.
+  std::vector<std::pair<int32_t, int32_t>> stack = {{0, state}};
+  while (!stack.empty()) {
+    const auto [n, s] = stack.back();
+    stack.pop_back();
+    const VocabTrie::Node& node = nodes[static_cast<size_t>(n)];
+    for (int32_t t = node.first_token; t < node.first_token + node.num_tokens; ++t) {
+      const auto id = static_cast<size_t>(ids[static_cast<size_t>(t)]);
+      out.words[id / 64] |= uint64_t{1} << (id % 64);
+    }
+    for (int32_t c = node.first_child; c < node.first_child + node.num_children; ++c) {
+      const int32_t to = dfa_->next(s, nodes[static_cast<size_t>(c)].byte);
+      if (to != ByteDfa::kDead) stack.emplace_back(c, to);
+    }
+  }
+}
+
+}  // namespace strata::grammar

@@ -1,0 +1,107 @@
+// Token masks (src/grammar/token_masker.h) against brute force: at every state a random walk
+// reaches, a token is allowed exactly when walking its bytes from there stays live -- over a
+// vocabulary of single bytes, ASCII words, multi-byte characters and fragments of them (as
+// byte-level BPE has); special tokens (no bytes) never are; the cache returns what a fresh walk
+// would, also when it evicts.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "grammar/byte_dfa.h"
+#include "grammar/regex.h"
+#include "grammar/token_masker.h"
+#include "tests/grammar/dfa_sampling.h"
+
+namespace strata::grammar {
+namespace {
+
+std::shared_ptr<const ByteDfa> dfa_of(const std::string& pattern) {
+  Result<Nfa> nfa = compile_regex(pattern);
+  EXPECT_TRUE(nfa.ok()) << nfa.status().message();
+  Result<ByteDfa> dfa = ByteDfa::build(*nfa);
+  EXPECT_TRUE(dfa.ok()) << dfa.status().message();
+  return std::make_shared<const ByteDfa>(std::move(dfa).value());
+}
+
+// Every single byte, then words and pieces a byte-level BPE vocabulary has, then special tokens.
+std::shared_ptr<const VocabTrie> test_vocab(std::mt19937& rng) {
+  std::vector<std::string> v;
+  for (int b = 0; b < 256; ++b) v.emplace_back(1, static_cast<char>(b));
+  const std::vector<std::string> pieces = {
+      "\"", "{\"", "\":", "\",\"", "true", "false", "null", "\"}", "}", "[", "],", "12", "3.5",
+      "-", "e+", "name", "age", " \"", "\\n", "\\u00", "\xC3\xA9", "\xE2\x82", "\xAC\"", "ab",
+      "abc", "bc", "  ", "\n", "x", "zz", "\xF0\x9F\x98\x80", "\xF0\x9F"};
+  for (const std::string& p : pieces) v.push_back(p);
+  const std::string letters = "abcxz019\"{}[],:.-e \\n";
+  for (int i = 0; i < 300; ++i) {
+    std::string t;
+    const int len = 2 + static_cast<int>(rng() % 5);
+    for (int k = 0; k < len; ++k) t += letters[rng() % letters.size()];
+    v.push_back(t);
+  }
+  v.emplace_back();  // a special token: no bytes
+  v.emplace_back();
+  return std::make_shared<const VocabTrie>(v);
+}
+
+TEST(TokenMaskerTest, AllowsExactlyTheTokensThatKeepAValidPrefix) {
+  std::mt19937 rng(3);
+  const std::shared_ptr<const VocabTrie> vocab = test_vocab(rng);
+  for (const char* pattern :
+       {"\\{\"name\":\"[a-z]{1,8}\",\"age\":(0|[1-9][0-9]*)\\}", "(ab|c)*x", "[^\"]{0,5}\"",
+        "(true|false|null|-?[0-9]+(\\.[0-9]+)?)", "\xC3\xA9+\xE2\x82\xAC?\"",
+        "(\xF0\x9F\x98\x80|z)+"}) {
+    const std::shared_ptr<const ByteDfa> dfa = dfa_of(pattern);
+    TokenMasker masker(dfa, vocab, /*cache_states=*/4);
+    for (int walk = 0; walk < 40; ++walk) {
+      int32_t state = dfa->start();
+      const std::string target = sample_match(*dfa, rng, 24);
+      for (size_t i = 0; i <= target.size(); ++i) {
+        const TokenMask& m = masker.mask(state);
+        for (int32_t id = 0; id < vocab->vocab_size(); ++id) {
+          const bool want = !vocab->bytes(id).empty() &&
+                            dfa->walk(state, vocab->bytes(id)) != ByteDfa::kDead;
+          ASSERT_EQ(m.allows(id), want) << pattern << " token " << id << " at byte " << i;
+        }
+        if (i < target.size()) state = dfa->next(state, static_cast<uint8_t>(target[i]));
+      }
+      EXPECT_TRUE(dfa->accepting(state));
+    }
+    EXPECT_EQ(masker.mask(ByteDfa::kDead).count(), 0);
+  }
+}
+
+TEST(TokenMaskerTest, TheCacheAnswersAsAFreshWalkAndEvictsTheLeastRecent) {
+  std::mt19937 rng(5);
+  const std::shared_ptr<const VocabTrie> vocab = test_vocab(rng);
+  const std::shared_ptr<const ByteDfa> dfa = dfa_of("(ab|c)*x");
+  TokenMasker masker(dfa, vocab, /*cache_states=*/2);
+  const int32_t a = dfa->start();
+  const int32_t b = dfa->next(a, 'a');
+  const int32_t c = dfa->next(a, 'c');
+  ASSERT_NE(b, a);
+  const TokenMask first = masker.mask(a);
+  EXPECT_EQ(masker.num_computed(), 1);
+  EXPECT_EQ(masker.mask(a).words, first.words);
+  EXPECT_EQ(masker.num_computed(), 1) << "cached";
+  masker.mask(b);
+  masker.mask(a);  // a is the most recent again
+  EXPECT_EQ(masker.num_computed(), 2);
+  if (c != a && c != b) {
+    masker.mask(c);  // evicts b
+    masker.mask(a);
+    EXPECT_EQ(masker.num_computed(), 3);
+    masker.mask(b);
+    EXPECT_EQ(masker.num_computed(), 4);
+  }
+  EXPECT_EQ(masker.mask(a).words, first.words);
+  EXPECT_EQ(masker.advance(a, 'x' /* token 'x' is byte 0x78 */), dfa->next(a, 'x'));
+  EXPECT_TRUE(dfa->accepting(masker.advance(a, 'x')));
+}
+
+}  // namespace
+}  // namespace strata::grammar
