@@ -3,18 +3,19 @@
 // build time; and the token mask per decoding step, measured along constrained outputs: a fresh
 // TokenMasker per output (as a request has), each step's mask, then a random allowed token (the
 // end token where the state accepts, with probability 1/8), up to --max-tokens. A step's token is
-// the first allowed one from a random id on.
+// the first allowed one from a random id on. Then the same outputs again with one MaskCache per
+// schema, shared by its requests and warmed by one request's walk: a schema's later requests.
 //
 // Usage: strata_grammar_bench --tokenizer DIR [--tokenizer DIR ...] --schemas DIR
 //                             [--outputs N] [--max-tokens N] [--json]
 // DIR of --schemas holds one JSON schema per *.json file.
 
 #include <CLI/CLI.hpp>
-#include <exception>
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -35,12 +36,15 @@ using namespace strata;
 using namespace strata::grammar;
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 struct Compiled {
   std::string name;
   double compile_s = 0;
   std::shared_ptr<const ByteDfa> dfa;
+  std::shared_ptr<MaskCache> cache;  // the schema's masks shared by its requests (per vocabulary)
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -63,7 +67,8 @@ int run(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--outputs", outputs, "constrained outputs per schema and vocabulary")
       ->check(CLI::Range(1, 100000));
-  app.add_option("--max-tokens", max_tokens, "tokens per output at most")->check(CLI::Range(1, 100000));
+  app.add_option("--max-tokens", max_tokens, "tokens per output at most")
+      ->check(CLI::Range(1, 100000));
   app.add_flag("--json", json, "one JSON object instead of the table");
   CLI11_PARSE(app, argc, argv);
 
@@ -87,7 +92,7 @@ int run(int argc, char** argv) {
       return 1;
     }
     compiled.push_back({f.stem().string(), since(start),
-                        std::make_shared<const ByteDfa>(std::move(dfa).value())});
+                        std::make_shared<const ByteDfa>(std::move(dfa).value()), nullptr});
   }
 
   nlohmann::json out;
@@ -105,67 +110,98 @@ int run(int argc, char** argv) {
     const tokenizer::Tokenizer t = tokenizer::Tokenizer::load(dir);
     auto start = Clock::now();
     std::vector<std::string> bytes(static_cast<size_t>(t.vocab_size()));
-    for (int32_t id = 0; id < t.vocab_size(); ++id) bytes[static_cast<size_t>(id)] = t.token_bytes(id);
+    for (int32_t id = 0; id < t.vocab_size(); ++id)
+      bytes[static_cast<size_t>(id)] = t.token_bytes(id);
     const auto vocab = std::make_shared<const VocabTrie>(bytes);
     const double trie_s = since(start);
-    std::mt19937 rng(1);
-    std::vector<double> step_us, cold_us;
-    int64_t tokens = 0, finished = 0;
-    for (const Compiled& c : compiled) {
-      for (int o = 0; o < outputs; ++o) {
-        TokenMasker masker(c.dfa, vocab);
-        int32_t state = c.dfa->start();
-        for (int k = 0; k < max_tokens; ++k) {
-          const int64_t before = masker.num_computed();
-          start = Clock::now();
-          const TokenMask& m = masker.mask(state);
-          const double us = since(start) * 1e6;
-          step_us.push_back(us);
-          if (masker.num_computed() > before) cold_us.push_back(us);
-          ++tokens;
-          if (c.dfa->accepting(state) && (m.count() == 0 || rng() % 8 == 0)) {
-            ++finished;
-            break;
-          }
-          // The first allowed token from a random place on (wrapping): cheap, and random enough.
-          const auto words = m.words.size();
-          const size_t from = rng() % words;
-          int32_t pick = -1;
-          for (size_t w = 0; w < words && pick < 0; ++w) {
-            const size_t i = (from + w) % words;
-            if (m.words[i] != 0) {
-              pick = static_cast<int32_t>(i * 64 + static_cast<size_t>(std::countr_zero(m.words[i])));
+    for (Compiled& c : compiled) c.cache = std::make_shared<MaskCache>();
+    nlohmann::json row = {{"tokenizer", std::filesystem::path(dir).filename().string()},
+                          {"vocab_size", t.vocab_size()},
+                          {"trie_build_s", trie_s},
+                          {"trie_nodes", vocab->nodes().size()}};
+    if (!json) {
+      std::printf("\n%s: %d tokens, trie %zu nodes in %.0f ms\n",
+                  row["tokenizer"].get<std::string>().c_str(), t.vocab_size(),
+                  vocab->nodes().size(), trie_s * 1e3);
+    }
+    // Each output a request with a cache of its own, then the same outputs sharing one cache per
+    // schema, warmed by the first pass (a schema's later requests).
+    for (const bool shared : {false, true}) {
+      std::mt19937 rng(1);
+      std::vector<double> step_us, cold_us;
+      int64_t tokens = 0, finished = 0;
+      for (const Compiled& c : compiled) {
+        for (int o = 0; o < outputs; ++o) {
+          TokenMasker masker(c.dfa, vocab, shared ? c.cache : nullptr);
+          int32_t state = c.dfa->start();
+          for (int k = 0; k < max_tokens; ++k) {
+            const int64_t before = masker.num_computed();
+            start = Clock::now();
+            const std::shared_ptr<const TokenMask> held = masker.mask(state);
+            const double us = since(start) * 1e6;
+            const TokenMask& m = *held;
+            step_us.push_back(us);
+            if (masker.num_computed() > before) cold_us.push_back(us);
+            ++tokens;
+            if (c.dfa->accepting(state) && (m.count() == 0 || rng() % 8 == 0)) {
+              ++finished;
+              break;
             }
+            // The first allowed token from a random place on (wrapping): cheap, random enough.
+            const auto words = m.words.size();
+            const size_t from = rng() % words;
+            int32_t pick = -1;
+            for (size_t w = 0; w < words && pick < 0; ++w) {
+              const size_t i = (from + w) % words;
+              if (m.words[i] != 0) {
+                pick = static_cast<int32_t>(i * 64 +
+                                            static_cast<size_t>(std::countr_zero(m.words[i])));
+              }
+            }
+            if (pick < 0) break;  // cannot happen: a live state can always go on or end
+            state = masker.advance(state, pick);
           }
-          if (pick < 0) break;  // cannot happen: a live state can always go on or end
-          state = masker.advance(state, pick);
+        }
+        if (!shared) {  // warm the shared cache with what a first request of the schema walks
+          TokenMasker warm(c.dfa, vocab, c.cache);
+          std::mt19937 again(1);
+          int32_t state = c.dfa->start();
+          for (int k = 0; k < max_tokens && !c.dfa->accepting(state); ++k) {
+            const std::shared_ptr<const TokenMask> m = warm.mask(state);
+            int32_t pick = -1;
+            for (size_t i = 0; i < m->words.size() && pick < 0; ++i) {
+              if (m->words[i] != 0) {
+                pick = static_cast<int32_t>(i * 64 +
+                                            static_cast<size_t>(std::countr_zero(m->words[i])));
+              }
+            }
+            if (pick < 0) break;
+            state = warm.advance(state, pick);
+          }
         }
       }
+      double sum = 0;
+      for (const double u : step_us) sum += u;
+      const nlohmann::json stats = {{"tokens", tokens},
+                                    {"outputs_finished", finished},
+                                    {"mask_us_mean", sum / static_cast<double>(step_us.size())},
+                                    {"mask_us_p50", percentile(step_us, 0.5)},
+                                    {"mask_us_p99", percentile(step_us, 0.99)},
+                                    {"cold_mask_us_p50", percentile(cold_us, 0.5)},
+                                    {"cold_masks", cold_us.size()}};
+      row[shared ? "shared_cache" : "per_request_cache"] = stats;
+      if (!json) {
+        std::printf(
+            "  %s: %lld masked steps (%lld outputs ended by the grammar); mask per step: mean "
+            "%.1f us, p50 %.1f, p99 %.1f; walked (%zu masks): p50 %.1f us\n",
+            shared ? "one cache per schema, warmed" : "a cache per request         ",
+            static_cast<long long>(tokens), static_cast<long long>(finished),
+            stats["mask_us_mean"].get<double>(), stats["mask_us_p50"].get<double>(),
+            stats["mask_us_p99"].get<double>(), cold_us.size(),
+            stats["cold_mask_us_p50"].get<double>());
+      }
     }
-    double sum = 0;
-    for (const double u : step_us) sum += u;
-    const nlohmann::json row = {{"tokenizer", std::filesystem::path(dir).filename().string()},
-                                {"vocab_size", t.vocab_size()},
-                                {"trie_build_s", trie_s},
-                                {"trie_nodes", vocab->nodes().size()},
-                                {"tokens", tokens},
-                                {"outputs_finished", finished},
-                                {"mask_us_mean", sum / static_cast<double>(step_us.size())},
-                                {"mask_us_p50", percentile(step_us, 0.5)},
-                                {"mask_us_p99", percentile(step_us, 0.99)},
-                                {"cold_mask_us_p50", percentile(cold_us, 0.5)},
-                                {"cold_masks", cold_us.size()}};
     out["vocabularies"].push_back(row);
-    if (!json) {
-      std::printf(
-          "\n%s: %d tokens, trie %zu nodes in %.0f ms; %lld masked steps (%lld outputs ended "
-          "by the grammar)\n  mask per step: mean %.1f us, p50 %.1f, p99 %.1f; a state's first "
-          "mask (cache miss, %zu of them): p50 %.1f us\n",
-          row["tokenizer"].get<std::string>().c_str(), t.vocab_size(), vocab->nodes().size(),
-          trie_s * 1e3, static_cast<long long>(tokens), static_cast<long long>(finished),
-          row["mask_us_mean"].get<double>(), row["mask_us_p50"].get<double>(),
-          row["mask_us_p99"].get<double>(), cold_us.size(), row["cold_mask_us_p50"].get<double>());
-    }
   }
   if (json) std::printf("%s\n", out.dump(1).c_str());
   return 0;

@@ -21,11 +21,11 @@
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
-#include <exception>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -92,9 +92,10 @@ int run(int argc, char** argv) {
   const KvSpec spec{layers, kv_heads, head_dim, DType::kBF16};
   const KvLayout layout(spec, block_size);
   const int64_t block_bytes = layout.block_bytes();
-  const int32_t pool_blocks = blocks + 2;  // the prompt's blocks, its partial last one, the null block
-  KvCacheManager cache(KvCacheConfig{.block_size = block_size,
-                                     .groups = {{KvGroupSpec::full(spec), pool_blocks}}});
+  const int32_t pool_blocks =
+      blocks + 2;  // the prompt's blocks, its partial last one, the null block
+  KvCacheManager cache(
+      KvCacheConfig{.block_size = block_size, .groups = {{KvGroupSpec::full(spec), pool_blocks}}});
   Result<cuda::DeviceBuffer> pool =
       cuda::DeviceBuffer::allocate(static_cast<size_t>(pool_blocks * block_bytes));
   die_if(!pool.ok(), "device pool: " + pool.status().to_string());
@@ -136,19 +137,18 @@ int run(int argc, char** argv) {
   const auto bytes = static_cast<size_t>(blocks * block_bytes);
   cudaStream_t stream = nullptr;
   check(cudaStreamCreate(&stream), "stream");
-  rows.push_back({"h2d: one cudaMemcpyAsync, pinned host -> device", median_seconds(repeats, [&] {
-                    check(cudaMemcpyAsync(pool->data(), host_bytes, bytes, cudaMemcpyHostToDevice,
-                                          stream),
-                          "h2d");
-                    check(cudaStreamSynchronize(stream), "sync");
-                  })});
   rows.push_back(
-      {"d2h: one cudaMemcpyAsync, device -> pinned host", median_seconds(repeats, [&] {
-         check(cudaMemcpyAsync(const_cast<void*>(host_bytes), pool->data(), bytes,
-                               cudaMemcpyDeviceToHost, stream),
-               "d2h");
+      {"h2d: one cudaMemcpyAsync, pinned host -> device", median_seconds(repeats, [&] {
+         check(cudaMemcpyAsync(pool->data(), host_bytes, bytes, cudaMemcpyHostToDevice, stream),
+               "h2d");
          check(cudaStreamSynchronize(stream), "sync");
        })});
+  rows.push_back({"d2h: one cudaMemcpyAsync, device -> pinned host", median_seconds(repeats, [&] {
+                    check(cudaMemcpyAsync(const_cast<void*>(host_bytes), pool->data(), bytes,
+                                          cudaMemcpyDeviceToHost, stream),
+                          "d2h");
+                    check(cudaStreamSynchronize(stream), "sync");
+                  })});
 
   // The mover, slots in order and scattered (a run of one block each).
   std::vector<BlockCopy> in_order, scattered;
@@ -214,10 +214,12 @@ int run(int argc, char** argv) {
   };
   gemms(4);  // the algorithm chosen, the clocks up
   check(cudaStreamSynchronize(compute), "sync");
-  const double one = median_seconds(repeats, [&] {
-    gemms(10);
-    check(cudaStreamSynchronize(compute), "sync");
-  }) / 10;
+  const double one = median_seconds(repeats,
+                                    [&] {
+                                      gemms(10);
+                                      check(cudaStreamSynchronize(compute), "sync");
+                                    }) /
+                     10;
   const int n_gemms = std::max(1, static_cast<int>(promote_s / one));
   rows.push_back({"gemm loop alone (bf16 4096^3 x " + std::to_string(n_gemms) + ")",
                   median_seconds(repeats, [&] {

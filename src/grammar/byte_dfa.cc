@@ -8,8 +8,7 @@ namespace strata::grammar {
 namespace {
 
 // The epsilon closure of set (sorted on return), with a visit mark per NFA state.
-void close(const Nfa& nfa, std::vector<int32_t>& set, std::vector<uint32_t>& mark,
-           uint32_t stamp) {
+void close(const Nfa& nfa, std::vector<int32_t>& set, std::vector<uint32_t>& mark, uint32_t stamp) {
   std::vector<int32_t> stack(set.begin(), set.end());
   for (const int32_t s : set) mark[static_cast<size_t>(s)] = stamp;
   while (!stack.empty()) {
@@ -65,8 +64,8 @@ Result<ByteDfa> ByteDfa::build(const Nfa& nfa, int32_t max_states) {
   dfa.start_ = intern(std::move(start));
   for (size_t s = 1; s < sets.size(); ++s) {
     if (static_cast<int64_t>(sets.size()) > max_states) {
-      return Status::ResourceExhausted("regex: its automaton passes " +
-                                       std::to_string(max_states) + " states");
+      return Status::ResourceExhausted("regex: its automaton passes " + std::to_string(max_states) +
+                                       " states");
     }
     for (size_t c = 0; c < classes; ++c) {
       const uint8_t byte = representative[c];

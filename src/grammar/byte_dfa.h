@@ -43,8 +43,8 @@ class ByteDfa {
   std::array<uint8_t, 256> class_of_{};
   int32_t num_classes_ = 0;
   int32_t start_ = kDead;
-  std::vector<int32_t> table_;     // [state][class] -> state
-  std::vector<bool> accepting_;    // [state]
+  std::vector<int32_t> table_;   // [state][class] -> state
+  std::vector<bool> accepting_;  // [state]
 };
 
 }  // namespace strata::grammar

@@ -16,8 +16,9 @@
 //     format (json_text_regex.h's list), not combined with one another.
 //   - integer and number: unbounded ones have at most 18 integer digits and a two-digit exponent
 //     (so a reader holds every value: an int64, a finite double); minimum, maximum,
-//     exclusiveMinimum, exclusiveMaximum (draft 4's boolean form too), exactly; an integer's fractional bound is rounded inward, a number's must be an
-//     integer. A bounded number is written without exponent.
+//     exclusiveMinimum, exclusiveMaximum (draft 4's boolean form too), exactly; an integer's
+//     fractional bound is rounded inward, a number's must be an integer. A bounded number is
+//     written without exponent.
 //   - enum and const: each value written compactly (with whitespace where allowed), as
 //     nlohmann::json dumps it; numbers and strings only in that spelling.
 //   - anyOf, and oneOf read as anyOf (a value matching two branches is accepted: a superset);
@@ -673,10 +674,9 @@ Result<std::string> json_object_regex(const JsonSchemaOptions& options) {
   std::string regex =
       compiler.ws() + compiler.free_object(values, 0, jr::kUnbounded) + compiler.ws();
   if (static_cast<int64_t>(regex.size()) > options.max_regex_bytes) {
-    return Status::ResourceExhausted("json_object_regex: max_untyped_depth " +
-                                     std::to_string(options.max_untyped_depth) +
-                                     " makes the regex pass " +
-                                     std::to_string(options.max_regex_bytes) + " bytes");
+    return Status::ResourceExhausted(
+        "json_object_regex: max_untyped_depth " + std::to_string(options.max_untyped_depth) +
+        " makes the regex pass " + std::to_string(options.max_regex_bytes) + " bytes");
   }
   return regex;
 }

@@ -84,9 +84,15 @@ class Parser {
     if (done()) return atom;
     int32_t min = 0, max = 0;
     switch (peek()) {
-      case '*': min = 0, max = -1, ++pos_; break;
-      case '+': min = 1, max = -1, ++pos_; break;
-      case '?': min = 0, max = 1, ++pos_; break;
+      case '*':
+        min = 0, max = -1, ++pos_;
+        break;
+      case '+':
+        min = 1, max = -1, ++pos_;
+        break;
+      case '?':
+        min = 0, max = 1, ++pos_;
+        break;
       case '{':
         if (!counted(min, max)) return atom;
         break;
@@ -171,13 +177,18 @@ class Parser {
         if (!escape(s, /*in_class=*/false)) return make(Node::Kind::kConcat);
         return make_set(std::move(s));
       }
-      case '*': case '+': case '?': case '{':
+      case '*':
+      case '+':
+      case '?':
+      case '{':
         fail("nothing to repeat");
         return make(Node::Kind::kConcat);
-      case ']': case '}':
+      case ']':
+      case '}':
         fail(std::string("an unescaped '") + c + "'");
         return make(Node::Kind::kConcat);
-      case '^': case '$':
+      case '^':
+      case '$':
         fail("anchors are not supported (a pattern always matches the whole output)");
         return make(Node::Kind::kConcat);
       default: {
@@ -231,23 +242,45 @@ class Parser {
     }
     const char e = p_[pos_++];
     const CodePointSet digit = CodePointSet::of('0', '9');
-    const CodePointSet word =
-        digit.plus(CodePointSet::of('a', 'z')).plus(CodePointSet::of('A', 'Z')).plus(
-            CodePointSet::of('_', '_'));
+    const CodePointSet word = digit.plus(CodePointSet::of('a', 'z'))
+                                  .plus(CodePointSet::of('A', 'Z'))
+                                  .plus(CodePointSet::of('_', '_'));
     const CodePointSet space = CodePointSet::of(' ', ' ').plus(CodePointSet::of('\t', '\r'));
     uint32_t cp = 0;
     switch (e) {
-      case 'd': out = digit; return true;
-      case 'w': out = word; return true;
-      case 's': out = space; return true;
-      case 'D': out = CodePointSet::all().minus(digit); return true;
-      case 'W': out = CodePointSet::all().minus(word); return true;
-      case 'S': out = CodePointSet::all().minus(space); return true;
-      case 'n': cp = '\n'; break;
-      case 'r': cp = '\r'; break;
-      case 't': cp = '\t'; break;
-      case 'f': cp = '\f'; break;
-      case 'v': cp = '\v'; break;
+      case 'd':
+        out = digit;
+        return true;
+      case 'w':
+        out = word;
+        return true;
+      case 's':
+        out = space;
+        return true;
+      case 'D':
+        out = CodePointSet::all().minus(digit);
+        return true;
+      case 'W':
+        out = CodePointSet::all().minus(word);
+        return true;
+      case 'S':
+        out = CodePointSet::all().minus(space);
+        return true;
+      case 'n':
+        cp = '\n';
+        break;
+      case 'r':
+        cp = '\r';
+        break;
+      case 't':
+        cp = '\t';
+        break;
+      case 'f':
+        cp = '\f';
+        break;
+      case 'v':
+        cp = '\v';
+        break;
       case 'x':
         if (!hex(2, cp)) return false;
         break;
@@ -296,7 +329,8 @@ class Parser {
       if (p_[pos_] == '\\') {
         ++pos_;
         if (!escape(member, /*in_class=*/true)) return set;
-        single = member.ranges().size() == 1 && member.ranges()[0].first == member.ranges()[0].second;
+        single =
+            member.ranges().size() == 1 && member.ranges()[0].first == member.ranges()[0].second;
         lo = single ? member.ranges()[0].first : 0;
       } else {
         if (!code_point(lo)) return set;
@@ -355,9 +389,9 @@ class Builder {
   int32_t state() {
     if (static_cast<int64_t>(nfa_.edges.size()) >= limits_.max_nfa_states) {
       if (error_.ok()) {
-        error_ = Status::ResourceExhausted("regex: more than " +
-                                           std::to_string(limits_.max_nfa_states) +
-                                           " automaton states (RegexLimits::max_nfa_states)");
+        error_ =
+            Status::ResourceExhausted("regex: more than " + std::to_string(limits_.max_nfa_states) +
+                                      " automaton states (RegexLimits::max_nfa_states)");
       }
       return 0;
     }

@@ -30,8 +30,8 @@
 namespace strata::grammar {
 
 struct RegexLimits {
-  int32_t max_repeat = 1000;           // the largest n or m of {n,m}
-  int64_t max_nfa_states = 1 << 20;    // the NFA's size bound
+  int32_t max_repeat = 1000;         // the largest n or m of {n,m}
+  int64_t max_nfa_states = 1 << 20;  // the NFA's size bound
 };
 
 // A byte NFA: state 0 is the start; edges on a byte range [lo, hi] or epsilon.

@@ -61,26 +61,43 @@ int32_t TokenMask::count() const {
   return n;
 }
 
-TokenMasker::TokenMasker(std::shared_ptr<const ByteDfa> dfa, std::shared_ptr<const VocabTrie> vocab,
-                         size_t cache_states)
-    : dfa_(std::move(dfa)), vocab_(std::move(vocab)), cache_states_(std::max<size_t>(1, cache_states)) {}
+std::shared_ptr<const TokenMask> MaskCache::find(int32_t state) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  const auto it = index_.find(state);
+  if (it == index_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->second;
+}
 
-const TokenMask& TokenMasker::mask(int32_t state) {
-  if (const auto it = cached_.find(state); it != cached_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return it->second->second;
-  }
-  TokenMask m;
-  if (lru_.size() >= cache_states_) {  // reuse the least recent one's words
-    m = std::move(lru_.back().second);
-    cached_.erase(lru_.back().first);
+void MaskCache::insert(int32_t state, std::shared_ptr<const TokenMask> mask) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (index_.contains(state)) return;  // another thread walked it too
+  if (lru_.size() >= capacity_) {
+    index_.erase(lru_.back().first);
     lru_.pop_back();
   }
-  compute(state, m);
+  lru_.emplace_front(state, std::move(mask));
+  index_[state] = lru_.begin();
+}
+
+size_t MaskCache::size() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return lru_.size();
+}
+
+TokenMasker::TokenMasker(std::shared_ptr<const ByteDfa> dfa, std::shared_ptr<const VocabTrie> vocab,
+                         std::shared_ptr<MaskCache> cache)
+    : dfa_(std::move(dfa)),
+      vocab_(std::move(vocab)),
+      cache_(cache ? std::move(cache) : std::make_shared<MaskCache>()) {}
+
+std::shared_ptr<const TokenMask> TokenMasker::mask(int32_t state) {
+  if (std::shared_ptr<const TokenMask> m = cache_->find(state)) return m;
+  auto m = std::make_shared<TokenMask>();
+  compute(state, *m);
   ++num_computed_;
-  lru_.emplace_front(state, std::move(m));
-  cached_[state] = lru_.begin();
-  return lru_.front().second;
+  cache_->insert(state, m);
+  return m;
 }
 
 void TokenMasker::compute(int32_t state, TokenMask& out) const {

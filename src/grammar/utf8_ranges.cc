@@ -41,7 +41,7 @@ void split(uint32_t lo, uint32_t hi, std::vector<Utf8Sequence>& out) {
   const int n = encode(lo, a);
   for (int i = 1; i < n; ++i) {
     const uint32_t low_bits = (uint32_t{1} << (6 * i)) - 1;  // the i low continuation bytes
-    if ((lo & ~low_bits) == (hi & ~low_bits)) continue;       // same higher bytes
+    if ((lo & ~low_bits) == (hi & ~low_bits)) continue;      // same higher bytes
     if ((lo & low_bits) != 0) {
       split(lo, lo | low_bits, out);
       split((lo | low_bits) + 1, hi, out);
@@ -114,8 +114,8 @@ CodePointSet CodePointSet::minus(const CodePointSet& other) const {
 }
 
 bool CodePointSet::contains(uint32_t cp) const {
-  const auto it = std::upper_bound(ranges_.begin(), ranges_.end(),
-                                   std::make_pair(cp, kMaxCodePoint + 1));
+  const auto it =
+      std::upper_bound(ranges_.begin(), ranges_.end(), std::make_pair(cp, kMaxCodePoint + 1));
   return it != ranges_.begin() && std::prev(it)->second >= cp;
 }
 
@@ -139,9 +139,15 @@ size_t decode_utf8(std::string_view s, uint32_t& cp) {
   if (n == 0) return 0;
   const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(s[i])); };
   switch (n) {
-    case 1: cp = b(0); break;
-    case 2: cp = ((b(0) & 0x1F) << 6) | (b(1) & 0x3F); break;
-    case 3: cp = ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F); break;
+    case 1:
+      cp = b(0);
+      break;
+    case 2:
+      cp = ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
+      break;
+    case 3:
+      cp = ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+      break;
     default:
       cp = ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
   }

@@ -48,8 +48,7 @@ inline std::string sample_match(const ByteDfa& dfa, std::mt19937& rng, size_t ma
     for (int b = 0; b < 256; ++b) {
       const int32_t to = dfa.next(state, static_cast<uint8_t>(b));
       if (to == ByteDfa::kDead) continue;
-      if (s.size() >= max_len &&
-          far[static_cast<size_t>(to)] >= far[static_cast<size_t>(state)]) {
+      if (s.size() >= max_len && far[static_cast<size_t>(to)] >= far[static_cast<size_t>(state)]) {
         continue;
       }
       live.push_back(static_cast<uint8_t>(b));

@@ -32,8 +32,8 @@ class PcreReference {
 
   // Whether the whole of s matches (false for invalid UTF-8, which PCRE2 refuses to match).
   bool matches(std::string_view s) const {
-    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0,
-                               data_, nullptr);
+    const int rc =
+        pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, data_, nullptr);
     return rc >= 0;
   }
 

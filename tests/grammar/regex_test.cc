@@ -28,10 +28,40 @@ ByteDfa dfa_of(const std::string& pattern) {
 // Characters the random strings are drawn from: ASCII that the patterns use and some that they
 // do not, and multi-byte UTF-8.
 const std::vector<std::string>& alphabet() {
-  static const std::vector<std::string> a = {
-      "a", "b", "c", "x", "z", "A", "Z", "0", "1", "5", "9", "_", "-", ".", ",", ":", " ", "\n",
-      "\t", "\"", "\\", "{", "}", "[", "]", "/", "e", "E", "+", "@", "\xC3\xA9" /* é */,
-      "\xE2\x82\xAC" /* € */, "\xF0\x9F\x98\x80" /* 😀 */, "\xCE\xB1" /* α */};
+  static const std::vector<std::string> a = {"a",
+                                             "b",
+                                             "c",
+                                             "x",
+                                             "z",
+                                             "A",
+                                             "Z",
+                                             "0",
+                                             "1",
+                                             "5",
+                                             "9",
+                                             "_",
+                                             "-",
+                                             ".",
+                                             ",",
+                                             ":",
+                                             " ",
+                                             "\n",
+                                             "\t",
+                                             "\"",
+                                             "\\",
+                                             "{",
+                                             "}",
+                                             "[",
+                                             "]",
+                                             "/",
+                                             "e",
+                                             "E",
+                                             "+",
+                                             "@",
+                                             "\xC3\xA9" /* é */,
+                                             "\xE2\x82\xAC" /* € */,
+                                             "\xF0\x9F\x98\x80" /* 😀 */,
+                                             "\xCE\xB1" /* α */};
   return a;
 }
 
@@ -83,9 +113,9 @@ TEST(RegexTest, AgreesWithPcre2OnRandomGeneratedAndMutatedStrings) {
 TEST(RegexTest, InvalidUtf8NeverMatches) {
   const ByteDfa any = dfa_of(".*");
   EXPECT_TRUE(any.matches("h\xC3\xA9llo \xF0\x9F\x98\x80"));
-  EXPECT_FALSE(any.matches("\xC3"));          // truncated
-  EXPECT_FALSE(any.matches("\xC0\xAF"));      // overlong
-  EXPECT_FALSE(any.matches("\xED\xA0\x80"));  // a surrogate
+  EXPECT_FALSE(any.matches("\xC3"));              // truncated
+  EXPECT_FALSE(any.matches("\xC0\xAF"));          // overlong
+  EXPECT_FALSE(any.matches("\xED\xA0\x80"));      // a surrogate
   EXPECT_FALSE(any.matches("\xF4\x90\x80\x80"));  // above U+10FFFF
   EXPECT_FALSE(any.matches("a\nb")) << "'.' does not match a newline";
   const ByteDfa neg = dfa_of("[^a]*");

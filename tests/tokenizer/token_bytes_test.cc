@@ -29,9 +29,9 @@ TEST(TokenBytesTest, ConcatenatedTheyAreWhatDecodeGivesMidText) {
     for (int trial = 0; trial < 400; ++trial) {
       // Real text's ids (multi-byte characters included), and random ids.
       std::vector<int32_t> ids =
-          trial % 2 == 0 ? t.encode("Héllo, wörld! 你好 \xF0\x9F\x98\x80 {\"a\": [1, 2]}\n  x",
-                                    false)
-                         : std::vector<int32_t>{};
+          trial % 2 == 0
+              ? t.encode("Héllo, wörld! 你好 \xF0\x9F\x98\x80 {\"a\": [1, 2]}\n  x", false)
+              : std::vector<int32_t>{};
       for (int k = 0; k < 6; ++k) ids.push_back(static_cast<int32_t>(rng() % t.vocab_size()));
       std::string bytes;
       std::vector<int32_t> with_lead = lead;
