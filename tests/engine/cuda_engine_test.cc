@@ -10,7 +10,8 @@
 // out of the KV memory, swap moves its blocks too, neither pool leaks, and teacher-forced
 // logprobs stay close to bf16's (within 10x int8's distance) whatever the chunking.
 // --kv-quant-check keeps the CPU engine's layers at bf16 (measured on the CPU model) and still
-// generates.
+// generates. A prefix the pool lost comes back from the host tier (KV tiers: pinned host memory,
+// the promotion's copy on the mover's stream) with the tokens it had when computed.
 // Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips without a GPU.
 
 #include "strata/engine.h"
@@ -105,26 +106,26 @@ class CudaEngineTest : public ::testing::Test {
 // Submits the mixed batch; returns the ids in submission order.
 std::vector<RequestId> submit_mixed(Engine& e) {
   std::vector<EngineRequest> rs;
-  rs.push_back(request(40, 1, 24));                     // greedy, sampled on the device
-  EngineRequest sampled = request(70, 2, 20);           // seeded top-k / top-p / min-p
+  rs.push_back(request(40, 1, 24));            // greedy, sampled on the device
+  EngineRequest sampled = request(70, 2, 20);  // seeded top-k / top-p / min-p
   sampled.params.temperature = 0.8f;
   sampled.params.top_k = 40;
   sampled.params.top_p = 0.9f;
   sampled.params.min_p = 0.02f;
   sampled.params.seed = 1234;
   rs.push_back(sampled);
-  EngineRequest penalized = request(33, 3, 16);         // host sampler: penalties
+  EngineRequest penalized = request(33, 3, 16);  // host sampler: penalties
   penalized.params.frequency_penalty = 0.5f;
   rs.push_back(penalized);
-  EngineRequest top_n = request(90, 4, 16);             // host sampler: top-5 logprobs
+  EngineRequest top_n = request(90, 4, 16);  // host sampler: top-5 logprobs
   top_n.params.logprobs = 5;
   rs.push_back(top_n);
-  EngineRequest forked = request(50, 5, 18);            // n = 3, seeded sampling
+  EngineRequest forked = request(50, 5, 18);  // n = 3, seeded sampling
   forked.n = 3;
   forked.params.temperature = 1.0f;
   forked.params.seed = 99;
   rs.push_back(forked);
-  EngineRequest echo = request(20, 6, 8);               // prompt logprobs: every row's logits
+  EngineRequest echo = request(20, 6, 8);  // prompt logprobs: every row's logits
   echo.params.prompt_logprobs = 2;
   rs.push_back(echo);
   std::vector<RequestId> ids;
@@ -154,6 +155,27 @@ void expect_mixed_batch_finishes(Engine& e) {
   EXPECT_EQ(e.last_step().num_used_blocks, 0);
   EXPECT_EQ(e.last_step().num_free_blocks, e.kv_cache().num_blocks - 1);
   EXPECT_EQ(newest_blocks_group(e).num_used_blocks, 0);
+}
+
+TEST_F(CudaEngineTest, AHostTierServesALostPrefixWithTheTokensItWasComputedWith) {
+  EngineConfig c = cuda_config(/*num_blocks=*/24);
+  c.kv_offload_bytes = int64_t{16} << 20;
+  Result<std::unique_ptr<Engine>> made = Engine::create(c);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  Engine& e = **made;
+  const auto one = [&](EngineRequest r) {
+    Result<RequestId> id = e.submit(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    return run_all(e).at(*id).at(0);
+  };
+  const std::vector<int32_t> first = one(request(150, 11, 8));  // computed: 9 full blocks
+  one(request(300, 12, 4));  // 19 blocks of a 23-block pool: the first prompt's go to the host tier
+  EXPECT_GE(e.totals().kv_offloaded_blocks, 5);
+  const std::vector<int32_t> again = one(request(150, 11, 8));
+  EXPECT_EQ(again, first);
+  EXPECT_GT(e.totals().kv_host_tier_hit_tokens, 0);
+  EXPECT_EQ(e.totals().kv_tier_faults, 0);
+  EXPECT_EQ(e.last_step().num_used_blocks, 0);
 }
 
 TEST_F(CudaEngineTest, AMixedBatchFinishesAtItsLengthsAndGivesEveryBlockBack) {
