@@ -13,14 +13,16 @@
 //            blocks have left the pool or reached disk since: the chain's blocks that are on disk
 //            and in neither the pool nor the host tier start loading disk -> host on the I/O
 //            threads; the scheduler admits the request when its ticket has no reads pending
-//   up       promote(tokens, hit): the request's chain of full blocks past its pool prefix hit
+//   up       promote_async(owner, tokens, hit) for the head of the queue (promote() waits): the
+//            request's chain of full blocks past its pool prefix hit
 //            (KvCacheManager::find_cached_prefix), block by block from the host tier, else read
-//            from disk now (into a host slot), into freshly allocated pool blocks
-//            (BlockMover::from_host), registered in the prefix cache as if computed and appended
-//            to the hit, so the admission and every later step are the pool prefix hit the
-//            engine already runs
+//            from disk now (into a host slot), copied into freshly allocated pool blocks on the
+//            mover's copy stream (BlockMover::start_from_host) while the running requests step
+//            on and the host blocks' checksums run; once done, registered in the prefix cache as
+//            if computed and appended to the hit, so the admission and every later step are the
+//            pool prefix hit the engine already runs
 //
-// Every block is confirmed by its token ids and its checksum before it goes up; a missing,
+// Every block is confirmed by its token ids and its checksum before it is registered; a missing,
 // truncated or corrupt block, or an I/O error, ends the promotion there (that block and its
 // successors are recomputed) and is counted. Caches of one group only (group 0, full attention).
 //
