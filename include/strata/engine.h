@@ -55,6 +55,9 @@ class Engine {
   // internal (the forward pass failed); requests stay queued.
   Result<std::vector<RequestOutput>> step();
 
+  // True while requests are unfinished, and once more after the last one finishes when the KV
+  // tiers' write-through policy has blocks to copy down (the next step() copies them: call it
+  // now, while idle, not when the next request arrives).
   bool has_unfinished() const;
   const EngineStepStats& last_step() const;
   EngineTotals totals() const;

@@ -56,7 +56,12 @@ class EngineImpl {
   void cancel(RequestId id);
   Result<std::vector<RequestOutput>> step();
 
-  bool has_unfinished() const { return !requests_.empty(); }
+  // Requests unfinished, or blocks cached since the last step that the KV tiers write through to
+  // host memory at the next one: an idle loop steps once more, so that copy is done between
+  // requests rather than at the start of the next one.
+  bool has_unfinished() const {
+    return !requests_.empty() || (tiers_ != nullptr && tiers_->has_write_through_pending());
+  }
   double now() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
   }

@@ -147,6 +147,8 @@ class KvTiers final : public PoolListener {
   Progress promote_async(const void* owner, std::span<const int32_t> tokens,
                          const BlockExtraKeys& extra, PrefixHit& hit);
   bool promotion_under_way() const { return promotion_.has_value(); }
+  // Blocks cached since the last poll() that the write-through policy copies down at the next.
+  bool has_write_through_pending() const { return !cached_.empty(); }
   // Whether owner's promotion is under way and not ready yet (nothing to look up for it).
   bool promotion_pending(const void* owner) {
     return promotion_ && promotion_->owner == owner && !promotion_ready();

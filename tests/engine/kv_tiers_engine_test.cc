@@ -175,6 +175,29 @@ TEST_F(KvTiersEngineTest, WriteThroughServesTheSameWithoutCopyingOnEviction) {
   EXPECT_EQ(e->last_step().num_free_blocks, e->kv_cache().num_blocks - 1) << "no leaked block";
 }
 
+// The blocks a request's last step cached are copied down by one more step while the engine is
+// idle (has_unfinished() says so), not at the start of the next request.
+TEST_F(KvTiersEngineTest, WriteThroughCopiesTheLastStepsBlocksWhileIdle) {
+  auto e = make(/*host_blocks=*/256, /*with_disk=*/false, "",
+                [](EngineConfig& c) { c.kv_offload_write_through = true; });
+  ASSERT_NE(e, nullptr);
+  EngineRequest one_token = a_;
+  one_token.params.max_tokens = 1;  // its prefill is its last step: every full block cached then
+  ASSERT_TRUE(e->submit(one_token).ok());
+  bool finished = false;
+  while (!finished) {
+    auto step = e->step();
+    ASSERT_TRUE(step.ok()) << step.status().to_string();
+    for (const RequestOutput& o : *step) finished |= o.finished;
+  }
+  const int64_t before = e->totals().kv_offloaded_blocks;
+  EXPECT_TRUE(e->has_unfinished()) << "its last step's blocks are still to be copied";
+  ASSERT_TRUE(e->step().ok());
+  EXPECT_GT(e->totals().kv_offloaded_blocks, before);
+  EXPECT_GE(e->totals().kv_offloaded_blocks, full_blocks());
+  EXPECT_FALSE(e->has_unfinished());
+}
+
 // With the prefetch on, a's prefix is read from disk while it waits; with it off, at its
 // admission: the same tokens either way, and both served from disk.
 TEST_F(KvTiersEngineTest, PrefetchOnAndOffServeTheSamePrefixFromDisk) {
