@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/utf8.h"
 #include "grammar/json_text_regex.h"
 
 namespace strata::grammar::json_regex {
@@ -49,21 +50,7 @@ bool contains(const CodeSet& s, uint32_t cp) {
 
 std::string utf8(uint32_t cp) {
   std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  utf8_append(out, cp);
   return out;
 }
 
@@ -247,22 +234,13 @@ class PatternRewriter {
 
   // One UTF-8 code point at pos_.
   std::optional<uint32_t> code_point() {
-    const auto lead = static_cast<unsigned char>(p_[pos_]);
-    const int length = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
-    if (lead >= 0x80 && lead < 0xC0) {
+    if (utf8_valid_length(p_, pos_) == 0) {
       fail("invalid UTF-8");
       return std::nullopt;
     }
-    uint32_t cp = length == 1 ? lead : lead & (0x7F >> length);
-    for (int i = 1; i < length; ++i) {
-      if (pos_ + static_cast<size_t>(i) >= p_.size()) {
-        fail("invalid UTF-8");
-        return std::nullopt;
-      }
-      cp = (cp << 6) | (static_cast<unsigned char>(p_[pos_ + static_cast<size_t>(i)]) & 0x3F);
-    }
-    pos_ += static_cast<size_t>(length);
-    return cp;
+    char32_t cp = 0;
+    pos_ += utf8_decode(p_, pos_, cp);
+    return static_cast<uint32_t>(cp);
   }
 
   std::optional<uint32_t> hex_value(size_t digits, size_t end) {

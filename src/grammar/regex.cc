@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "core/utf8.h"
 #include "grammar/utf8_ranges.h"
 
 namespace strata::grammar {
@@ -201,12 +202,13 @@ class Parser {
 
   // One UTF-8 encoded code point at pos_.
   bool code_point(uint32_t& cp) {
-    const size_t n = decode_utf8(p_.substr(pos_), cp);
-    if (n == 0) {
+    if (utf8_valid_length(p_, pos_) == 0) {
       fail("invalid UTF-8");
       return false;
     }
-    pos_ += n;
+    char32_t c = 0;
+    pos_ += utf8_decode(p_, pos_, c);
+    cp = static_cast<uint32_t>(c);
     return true;
   }
 

@@ -1,6 +1,7 @@
 #include "grammar/utf8_ranges.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/utf8.h"
 
@@ -9,36 +10,13 @@ namespace {
 
 constexpr uint32_t kSurrogateLo = 0xD800, kSurrogateHi = 0xDFFF;
 
-// The UTF-8 encoding of cp (1-4 bytes).
-int encode(uint32_t cp, uint8_t out[4]) {
-  if (cp < 0x80) {
-    out[0] = static_cast<uint8_t>(cp);
-    return 1;
-  }
-  if (cp < 0x800) {
-    out[0] = static_cast<uint8_t>(0xC0 | (cp >> 6));
-    out[1] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    out[0] = static_cast<uint8_t>(0xE0 | (cp >> 12));
-    out[1] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-    out[2] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = static_cast<uint8_t>(0xF0 | (cp >> 18));
-  out[1] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
-  out[2] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-  out[3] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-  return 4;
-}
-
 // lo..hi, both of one encoded length: split until every byte position of the range covers a
 // whole byte range independently of the others (the low continuation bytes of lo all 0x80 and of
 // hi all 0xBF wherever a higher byte differs), then one sequence per piece.
 void split(uint32_t lo, uint32_t hi, std::vector<Utf8Sequence>& out) {
-  uint8_t a[4], b[4];
-  const int n = encode(lo, a);
+  std::string a;
+  utf8_append(a, lo);
+  const auto n = static_cast<int>(a.size());
   for (int i = 1; i < n; ++i) {
     const uint32_t low_bits = (uint32_t{1} << (6 * i)) - 1;  // the i low continuation bytes
     if ((lo & ~low_bits) == (hi & ~low_bits)) continue;      // same higher bytes
@@ -53,9 +31,12 @@ void split(uint32_t lo, uint32_t hi, std::vector<Utf8Sequence>& out) {
       return;
     }
   }
-  encode(hi, b);
+  std::string b;
+  utf8_append(b, hi);
   Utf8Sequence seq;
-  for (int i = 0; i < n; ++i) seq.emplace_back(a[i], b[i]);
+  for (size_t i = 0; i < a.size(); ++i) {
+    seq.emplace_back(static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i]));
+  }
   out.push_back(std::move(seq));
 }
 
@@ -132,26 +113,6 @@ std::vector<Utf8Sequence> utf8_sequences(const CodePointSet& set) {
     }
   }
   return out;
-}
-
-size_t decode_utf8(std::string_view s, uint32_t& cp) {
-  const size_t n = utf8_valid_length(s, 0);
-  if (n == 0) return 0;
-  const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(s[i])); };
-  switch (n) {
-    case 1:
-      cp = b(0);
-      break;
-    case 2:
-      cp = ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
-      break;
-    case 3:
-      cp = ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
-      break;
-    default:
-      cp = ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
-  }
-  return n;
 }
 
 }  // namespace strata::grammar

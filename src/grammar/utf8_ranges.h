@@ -4,7 +4,6 @@
 // [\xC2-\xDF][\x80-\xBF] -- so that exactly the UTF-8 encodings of the set's members match.
 
 #include <cstdint>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -34,9 +33,5 @@ using Utf8Sequence = std::vector<std::pair<uint8_t, uint8_t>>;
 
 // Byte-range sequences whose matches are exactly the UTF-8 encodings of the set's members.
 std::vector<Utf8Sequence> utf8_sequences(const CodePointSet& set);
-
-// The code point encoded at the start of s and its length, or 0 if s does not start with a valid
-// UTF-8 sequence.
-size_t decode_utf8(std::string_view s, uint32_t& cp);
 
 }  // namespace strata::grammar

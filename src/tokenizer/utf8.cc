@@ -4,36 +4,6 @@
 
 namespace strata::tokenizer {
 
-size_t utf8_decode(std::string_view s, size_t i, char32_t& cp) {
-  const auto c = static_cast<uint8_t>(s[i]);
-  if (c < 0x80) {
-    cp = c;
-    return 1;
-  }
-  const size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-  cp = c & (0x7F >> n);
-  for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
-  return n;
-}
-
-void utf8_append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 bool is_unicode_whitespace(char32_t cp) {
   switch (cp) {
     case 0x09:

@@ -1,7 +1,7 @@
 #pragma once
-// UTF-8 helpers shared by the tokenizer stages: decoding one code point, lossy repair of invalid
-// bytes (the way Rust's String::from_utf8_lossy does it, which is what Hugging Face's decoders
-// produce; core/utf8.h holds it and validity, re-exported here), the GPT-2 byte-level alphabet,
+// UTF-8 helpers shared by the tokenizer stages: decoding and encoding one code point, lossy repair
+// of invalid bytes (the way Rust's String::from_utf8_lossy does it, which is what Hugging Face's
+// decoders produce; core/utf8.h holds these and validity, re-exported here), the GPT-2 byte-level alphabet,
 // and the Unicode predicates the added-token matcher needs. All functions are pure and
 // thread-safe.
 
@@ -17,13 +17,11 @@ namespace strata::tokenizer {
 
 using strata::is_valid_utf8;
 using strata::kReplacementChar;
+using strata::utf8_append;
+using strata::utf8_decode;
 using strata::utf8_lossy;
 using strata::utf8_valid_length;
 
-// Decodes the code point at s[i] (which must start a valid sequence) and returns its length.
-size_t utf8_decode(std::string_view s, size_t i, char32_t& cp);
-
-void utf8_append(std::string& out, char32_t cp);
 
 // Rust's char::is_whitespace (the Unicode White_Space property).
 bool is_unicode_whitespace(char32_t cp);
