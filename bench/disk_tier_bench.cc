@@ -17,17 +17,18 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "guarded_main.h"
 #include "kv/disk_tier.h"
 #include "kv/tier_io.h"
 #include "kv/tier_key.h"
@@ -113,15 +114,16 @@ int run(int argc, char** argv) {
   app.add_option("--blocks", blocks, "Blocks to write and read")->check(CLI::Range(1, 1 << 20));
   app.add_option("--block-bytes", block_bytes, "Bytes per block")
       ->check(CLI::Range(int64_t{4096}, int64_t{1} << 30));
-  app.add_option("--io-threads", threads, "I/O threads (the engine's: 4)")->check(CLI::Range(1, 64));
+  app.add_option("--io-threads", threads, "I/O threads (the engine's: 4)")
+      ->check(CLI::Range(1, 64));
   app.add_flag("--json", json, "Print the results as JSON");
   CLI11_PARSE(app, argc, argv);
 
   constexpr int32_t kBlockSize = 16;
   std::filesystem::remove_all(dir);
   const int64_t file_bytes = strata::kv::DiskTier::file_bytes_for(kBlockSize, block_bytes);
-  auto opened = strata::kv::DiskTier::open(dir, /*ns=*/1, kBlockSize, block_bytes,
-                                           file_bytes * (blocks + 1));
+  auto opened =
+      strata::kv::DiskTier::open(dir, /*ns=*/1, kBlockSize, block_bytes, file_bytes * (blocks + 1));
   if (!opened.ok()) {
     std::fprintf(stderr, "strata_disk_tier_bench: %s\n", opened.status().message().c_str());
     return 1;
@@ -217,13 +219,18 @@ int run(int argc, char** argv) {
     std::printf("%s\n", j.dump(1).c_str());
   } else {
     std::printf("%d blocks x %lld bytes, page cache %s\n", blocks,
-                static_cast<long long>(block_bytes), dropped ? "dropped" : "NOT dropped (not root)");
+                static_cast<long long>(block_bytes),
+                dropped ? "dropped" : "NOT dropped (not root)");
     std::printf("| read | GB/s | of sequential |\n|---|---|---|\n");
-    std::printf("| disk tier get, %d I/O threads, checked, bytes by O_DIRECT%s (%d/%d ok) | %.2f | %.2f |\n",
-                threads, direct_used ? "" : " (refused: page cache)", good_direct, blocks,
-                direct_gbs, direct_gbs / raw_gbs);
-    std::printf("| disk tier get, %d I/O threads, checked, through the page cache (%d/%d ok) | %.2f | %.2f |\n",
-                threads, good, blocks, tier_gbs, tier_gbs / raw_gbs);
+    std::printf(
+        "| disk tier get, %d I/O threads, checked, bytes by O_DIRECT%s (%d/%d ok) | %.2f | %.2f "
+        "|\n",
+        threads, direct_used ? "" : " (refused: page cache)", good_direct, blocks, direct_gbs,
+        direct_gbs / raw_gbs);
+    std::printf(
+        "| disk tier get, %d I/O threads, checked, through the page cache (%d/%d ok) | %.2f | %.2f "
+        "|\n",
+        threads, good, blocks, tier_gbs, tier_gbs / raw_gbs);
     std::printf("| one thread, sequential 1 MiB reads, unchecked | %.2f | 1.00 |\n", raw_gbs);
     std::printf("| %d threads, whole files by O_DIRECT, unchecked | %.2f | %.2f |\n", threads,
                 raw_direct_gbs, raw_direct_gbs / raw_gbs);
@@ -236,10 +243,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "strata_disk_tier_bench: %s\n", e.what());
-    return 1;
-  }
+  return strata::bench::guarded_main("strata_disk_tier_bench", run, argc, argv);
 }

@@ -15,7 +15,6 @@
 #include <bit>
 #include <chrono>
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -28,6 +27,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 #include "grammar/token_masker.h"
+#include "guarded_main.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -210,10 +210,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "strata_grammar_bench: %s\n", e.what());
-    return 1;
-  }
+  return strata::bench::guarded_main("strata_grammar_bench", run, argc, argv);
 }

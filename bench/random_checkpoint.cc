@@ -13,15 +13,19 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "guarded_main.h"
 #include "model/model.h"
 
 namespace {
 
 const char* safetensors_name(strata::DType t) {
   switch (t) {
-    case strata::DType::kBF16: return "BF16";
-    case strata::DType::kF16: return "F16";
-    default: return "F32";
+    case strata::DType::kBF16:
+      return "BF16";
+    case strata::DType::kF16:
+      return "F16";
+    default:
+      return "F32";
   }
 }
 
@@ -39,8 +43,10 @@ int run(int argc, char** argv) {
   const strata::DType t = dtype == "float32"   ? strata::DType::kF32
                           : dtype == "float16" ? strata::DType::kF16
                                                : strata::DType::kBF16;
-  const strata::model::Model m = strata::model::Model::load(
-      {.model_dir = config_dir, .load_format = strata::model::LoadFormat::kDummy, .dummy_dtype = t});
+  const strata::model::Model m =
+      strata::model::Model::load({.model_dir = config_dir,
+                                  .load_format = strata::model::LoadFormat::kDummy,
+                                  .dummy_dtype = t});
   const strata::model::WeightStore& store = m.weights();
   nlohmann::json header = nlohmann::json::object();
   int64_t offset = 0;
@@ -78,10 +84,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "strata_random_checkpoint: %s\n", e.what());
-    return 1;
-  }
+  return strata::bench::guarded_main("strata_random_checkpoint", run, argc, argv);
 }

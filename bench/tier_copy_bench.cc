@@ -25,7 +25,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -34,6 +33,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "guarded_main.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
 #include "kv/block_table.h"
@@ -285,10 +285,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "strata_tier_copy_bench: %s\n", e.what());
-    return 1;
-  }
+  return strata::bench::guarded_main("strata_tier_copy_bench", run, argc, argv);
 }
