@@ -127,7 +127,7 @@ std::string Tokenizer::token_bytes(int32_t id) const {
   }
   // After a plain "a", which every decoder passes as the one byte 'a': the chain's start-of-text
   // steps act on it, and what follows it is the token's bytes mid-text.
-  const std::string lead = impl_->decoder.decode_bytes({"a"});
+  const std::string& lead = impl_->token_bytes_lead;
   std::string both = impl_->decoder.decode_bytes({"a", token});
   if (both.compare(0, lead.size(), lead) == 0) return both.substr(lead.size());
   return impl_->decoder.decode_bytes({token});
