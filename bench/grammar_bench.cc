@@ -47,6 +47,18 @@ struct Compiled {
   std::shared_ptr<MaskCache> cache;  // the schema's masks shared by its requests (per vocabulary)
 };
 
+// The first token m allows from word `from` on (wrapping), or -1 when it allows none.
+int32_t first_allowed(const TokenMask& m, size_t from) {
+  const size_t words = m.words.size();
+  for (size_t w = 0; w < words; ++w) {
+    const size_t i = (from + w) % words;
+    if (m.words[i] != 0) {
+      return static_cast<int32_t>(i * 64 + static_cast<size_t>(std::countr_zero(m.words[i])));
+    }
+  }
+  return -1;
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -147,34 +159,17 @@ int run(int argc, char** argv) {
               ++finished;
               break;
             }
-            // The first allowed token from a random place on (wrapping): cheap, random enough.
-            const auto words = m.words.size();
-            const size_t from = rng() % words;
-            int32_t pick = -1;
-            for (size_t w = 0; w < words && pick < 0; ++w) {
-              const size_t i = (from + w) % words;
-              if (m.words[i] != 0) {
-                pick = static_cast<int32_t>(i * 64 +
-                                            static_cast<size_t>(std::countr_zero(m.words[i])));
-              }
-            }
+            // The first allowed token from a random place on: cheap, random enough.
+            const int32_t pick = first_allowed(m, rng() % m.words.size());
             if (pick < 0) break;  // cannot happen: a live state can always go on or end
             state = masker.advance(state, pick);
           }
         }
         if (!shared) {  // warm the shared cache with what a first request of the schema walks
           TokenMasker warm(c.dfa, vocab, c.cache);
-          std::mt19937 again(1);
           int32_t state = c.dfa->start();
           for (int k = 0; k < max_tokens && !c.dfa->accepting(state); ++k) {
-            const std::shared_ptr<const TokenMask> m = warm.mask(state);
-            int32_t pick = -1;
-            for (size_t i = 0; i < m->words.size() && pick < 0; ++i) {
-              if (m->words[i] != 0) {
-                pick = static_cast<int32_t>(i * 64 +
-                                            static_cast<size_t>(std::countr_zero(m->words[i])));
-              }
-            }
+            const int32_t pick = first_allowed(*warm.mask(state), 0);
             if (pick < 0) break;
             state = warm.advance(state, pick);
           }
