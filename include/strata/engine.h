@@ -47,6 +47,12 @@ class Engine {
   // the vocabulary, invalid sampling params, n < 1, or prompt + max_tokens beyond max_model_len
   // or beyond what the whole pool can hold.
   Result<RequestId> submit(EngineRequest request);
+  // Compiles a structured-output constraint into the engine's cache of grammars, so that a
+  // submit() with it finds it there: the error submit() would give for it (InvalidArgument with
+  // the reason: an invalid or unsupported schema or pattern, one past the limits, or a model
+  // without tokenizer.json). Thread-safe, unlike the rest of Engine: a server calls it on its
+  // request's thread while the engine steps on another, keeping compilation off the step loop.
+  Status compile_structured_output(const StructuredOutput& constraint) const;
   // Stops a request now: its blocks are freed (or kept by the prefix cache) before this returns,
   // and the next step() reports it finished and cancelled. Unknown or finished ids are ignored.
   void cancel(RequestId id);

@@ -117,6 +117,14 @@ struct EngineConfig {
   double batch_timeout_ms = 100.0;  // static scheduler only
   // Empty = the checkpoint's: config.json's, then model_dir's generation_config.json's.
   std::vector<int32_t> eos_token_ids;
+
+  // ---- structured outputs (SamplingParams::structured; docs/grammar.md) ----------------------
+  // A constraint whose automaton would pass structured_output_max_states states is refused, as
+  // is a JSON schema whose regex would pass structured_output_max_regex_bytes; the engine keeps
+  // the structured_output_cache_size most recently used compiled constraints.
+  int32_t structured_output_max_states = 1 << 16;
+  int64_t structured_output_max_regex_bytes = int64_t{1} << 20;
+  int32_t structured_output_cache_size = 64;
 };
 
 }  // namespace strata

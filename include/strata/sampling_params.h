@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "strata/status.h"
+#include "strata/structured_output.h"
 
 namespace strata {
 
@@ -46,6 +47,12 @@ struct SamplingParams {
   int32_t logprobs = -1;
   // -1 = none; K in 0..kMaxLogprobs = the same for every prompt token but the first (OpenAI echo).
   int32_t prompt_logprobs = -1;
+
+  // What the output must be (JSON against a schema, a regex's match, one of a list); kNone = free
+  // text. A constrained sequence samples on the host, its logits masked to the tokens that keep
+  // the output a valid prefix; EOS and stop_token_ids end it only where the output is complete,
+  // and end it there even with ignore_eos.
+  StructuredOutput structured;
 
   // True when the sampler takes the argmax (ties to the lowest id) instead of drawing.
   bool greedy() const { return temperature < kGreedyTemperature || top_k == 1; }

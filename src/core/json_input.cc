@@ -107,22 +107,38 @@ void dump_until(const json& v, std::string& out, size_t limit) {
 
 }  // namespace
 
-std::variant<json, JsonInputError> parse_json_input(std::string_view text, int max_depth,
-                                                    const json::parser_callback_t& callback) {
+namespace {
+
+// The checks, then one parse into Json (json, or ordered_json which keeps an object's key order).
+template <typename Json>
+std::variant<Json, JsonInputError> parse_checked(std::string_view text, int max_depth,
+                                                 const typename Json::parser_callback_t& callback) {
   if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos) {
     return JsonInputError{JsonInputFault::kInvalidUtf8, bad,
                           "invalid UTF-8 at byte offset " + std::to_string(bad)};
   }
   if (std::optional<JsonInputError> fault = scan_structure(text, max_depth)) return *fault;
   try {
-    return json::parse(text.begin(), text.end(), callback);
-  } catch (const json::parse_error& e) {
+    return Json::parse(text.begin(), text.end(), callback);
+  } catch (const typename Json::parse_error& e) {
     return JsonInputError{JsonInputFault::kSyntax, e.byte > 0 ? e.byte - 1 : 0,
                           one_line(e.what(), kMaxSyntaxMessageBytes)};
-  } catch (const json::exception& e) {
+  } catch (const typename Json::exception& e) {
     // Also raised while parsing: out_of_range 406, a number too large for a double (1e999).
     return JsonInputError{JsonInputFault::kSyntax, 0, one_line(e.what(), kMaxSyntaxMessageBytes)};
   }
+}
+
+}  // namespace
+
+std::variant<json, JsonInputError> parse_json_input(std::string_view text, int max_depth,
+                                                    const json::parser_callback_t& callback) {
+  return parse_checked<json>(text, max_depth, callback);
+}
+
+std::variant<nlohmann::ordered_json, JsonInputError> parse_ordered_json_input(
+    std::string_view text, int max_depth) {
+  return parse_checked<nlohmann::ordered_json>(text, max_depth, nullptr);
 }
 
 json parse_json_file(std::string_view text, std::string_view source, std::string_view what,

@@ -44,6 +44,11 @@ std::variant<nlohmann::json, JsonInputError> parse_json_input(
     std::string_view text, int max_depth,
     const nlohmann::json::parser_callback_t& callback = nullptr);
 
+// The same checks and parse into an ordered_json, whose objects keep their keys in the text's
+// order (a JSON schema's properties, which a structured output follows).
+std::variant<nlohmann::ordered_json, JsonInputError> parse_ordered_json_input(std::string_view text,
+                                                                              int max_depth);
+
 // parse_json_input with kMaxFileJsonDepth for a file's text; a failure throws strata::Error
 // "<source>: <what> is not valid JSON: <message>".
 nlohmann::json parse_json_file(std::string_view text, std::string_view source,

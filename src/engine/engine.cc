@@ -84,6 +84,12 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
     return Status::Unsupported(
         "--kv-offload-bytes with --preemption-mode swap is not supported on --device cuda yet");
   }
+  if (c.structured_output_max_states < 2 || c.structured_output_max_regex_bytes < 1 ||
+      c.structured_output_cache_size < 1) {
+    return Status::InvalidArgument(
+        "structured_output_max_states must be >= 2, structured_output_max_regex_bytes and "
+        "structured_output_cache_size >= 1");
+  }
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
     return Status::InvalidArgument("max_batch_size must be >= 1 and batch_timeout_ms >= 0");
   }
@@ -101,6 +107,20 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
   if (!config_.model_dir.empty() &&
       file_exists(std::filesystem::path(config_.model_dir) / "tokenizer.json")) {
     tokenizer_.emplace(tokenizer::Tokenizer::load(config_.model_dir));
+    grammar::GrammarLimits limits;
+    limits.json.max_regex_bytes = config_.structured_output_max_regex_bytes;
+    limits.max_dfa_states = config_.structured_output_max_states;
+    limits.max_grammars = static_cast<size_t>(config_.structured_output_cache_size);
+    const tokenizer::Tokenizer* tok = &*tokenizer_;
+    grammars_ = std::make_unique<grammar::GrammarCompiler>(
+        [tok] {
+          std::vector<std::string> bytes(static_cast<size_t>(tok->vocab_size()));
+          for (size_t id = 0; id < bytes.size(); ++id) {
+            bytes[id] = tok->token_bytes(static_cast<int32_t>(id));
+          }
+          return bytes;
+        },
+        limits);
   }
   // The KV cache groups the plan made, one per runner pool, each over the pool as the runner
   // finally laid it out (--kv-quant-check may have kept more layers at full precision).
@@ -231,6 +251,7 @@ engine::Sequence& EngineImpl::new_sequence(RequestState& r, int32_t index) {
   seq->params = r.request.params;
   if (index > 0 && seq->params.seed) *seq->params.seed += static_cast<uint64_t>(index);
   seq->sampler.emplace(seq->params, vocab);
+  if (r.grammar != nullptr) seq->constraint.emplace(r.grammar, grammars_->vocab());
   r.seqs.push_back(std::move(seq));
   return *r.seqs.back();
 }
@@ -243,9 +264,17 @@ Result<RequestId> EngineImpl::submit(EngineRequest request) {
     request.prompt = tokenizer_->encode(request.prompt_text, /*add_special_tokens=*/true);
   }
   STRATA_RETURN_IF_ERROR(validate_request(request));
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  if (request.params.structured.active()) {
+    Result<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
+        compile_structured_output(request.params.structured);
+    if (!compiled.ok()) return compiled.status();
+    grammar = std::move(compiled).value();
+  }
   const RequestId id = next_id_++;
   RequestState& r = requests_[id];
   r.id = id;
+  r.grammar = std::move(grammar);
   r.request = std::move(request);
   r.metrics.arrival_time = now();
   r.metrics.num_prompt_tokens = static_cast<int32_t>(r.request.prompt.size());
@@ -265,6 +294,20 @@ Result<RequestId> EngineImpl::submit(EngineRequest request) {
   }
   scheduler_->add_waiting(&seq);
   return id;
+}
+
+Result<std::shared_ptr<const grammar::CompiledGrammar>> EngineImpl::compile_structured_output(
+    const StructuredOutput& constraint) const {
+  if (grammars_ == nullptr) {
+    return Status::InvalidArgument(
+        "structured outputs need the model's tokenizer.json (its vocabulary's bytes)");
+  }
+  Result<std::shared_ptr<const grammar::CompiledGrammar>> compiled = grammars_->compile(constraint);
+  // Past the limits is the request's fault too: the server answers 400 with the reason.
+  if (!compiled.ok() && compiled.status().code() == StatusCode::kResourceExhausted) {
+    return Status::InvalidArgument(compiled.status().message());
+  }
+  return compiled;
 }
 
 void EngineImpl::cancel(RequestId id) {
@@ -377,6 +420,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
 
 Result<RequestId> Engine::submit(EngineRequest request) { return impl_->submit(std::move(request)); }
 void Engine::cancel(RequestId id) { impl_->cancel(id); }
+Status Engine::compile_structured_output(const StructuredOutput& constraint) const {
+  return impl_->compile_structured_output(constraint).status();
+}
 Result<std::vector<RequestOutput>> Engine::step() { return impl_->step(); }
 bool Engine::has_unfinished() const { return impl_->has_unfinished(); }
 const EngineStepStats& Engine::last_step() const { return impl_->last_step_; }

@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "grammar/grammar_compiler.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_tiers.h"
 #include "kv/swap_space.h"
@@ -37,6 +38,8 @@ struct RequestState {
   bool prompt_outputs_sent = false;  // prompt_logprobs and prompt_logits (with the first delta)
   std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
   std::vector<float> prompt_logits;  // request.prompt_logits: [num_prompt, vocab]
+  // params.structured, compiled; every sequence of the request starts in its start state.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 
   bool all_finished() const;
 };
@@ -53,6 +56,9 @@ class EngineImpl {
   Status start_tiers();
 
   Result<RequestId> submit(EngineRequest request);
+  // Engine::compile_structured_output: thread-safe.
+  Result<std::shared_ptr<const grammar::CompiledGrammar>> compile_structured_output(
+      const StructuredOutput& constraint) const;
   void cancel(RequestId id);
   Result<std::vector<RequestOutput>> step();
 
@@ -88,6 +94,10 @@ class EngineImpl {
   // the runner drew, when sampled is set), stop checks.
   Status consume(RequestState& r, engine::Sequence& seq, int32_t first_pos, int32_t num_rows,
                  const float* logits, const model::SampledToken* sampled);
+  // Draws seq's next token from logits (the runner's, when sampled is set) and applies the stop
+  // rules; a constrained sequence draws under its mask, or ends where its grammar says so.
+  Status sample_next(RequestState& r, engine::Sequence& seq, const float* logits,
+                     const model::SampledToken* sampled);
   void fork_siblings(RequestState& r, engine::Sequence& parent);
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);
@@ -96,6 +106,9 @@ class EngineImpl {
                          double forward_seconds);
 
   std::optional<tokenizer::Tokenizer> tokenizer_;  // model_dir's tokenizer.json, when present
+  // Structured outputs' grammars over tokenizer_'s vocabulary (null without a tokenizer).
+  std::unique_ptr<grammar::GrammarCompiler> grammars_;
+  std::vector<uint64_t> allowed_;  // one constrained sequence's mask, per sampling
   int32_t window_ = 0;
   std::unique_ptr<kv::KvCacheManager> cache_;
   // Swap preemption only, one per KV cache group; destroyed before runner_.

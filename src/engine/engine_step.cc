@@ -27,11 +27,12 @@ struct Row {
 
 // Whether the runner can draw seq's next token where the logits are: the n tokens complete the
 // sequence, it wants no logits rows (prompt logprobs, all logits), no penalties (they read the
-// token history on the host), at most the chosen token's logprob, and no n > 1 fork pending
-// (the siblings sample the same row).
+// token history on the host), no structured output (its mask is the host's), at most the chosen
+// token's logprob, and no n > 1 fork pending (the siblings sample the same row).
 bool device_samplable(const RequestState& r, const Sequence& s, int32_t n) {
   return s.num_computed + n == static_cast<int32_t>(s.tokens.size()) && !s.wants_all_rows() &&
-         !s.params.has_penalties() && s.params.logprobs <= 0 && (r.request.n == 1 || r.forked);
+         !s.params.has_penalties() && !s.constraint && s.params.logprobs <= 0 &&
+         (r.request.n == 1 || r.forked);
 }
 
 model::DeviceSampleSpec device_spec(Sequence& s) {
@@ -137,27 +138,55 @@ Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int3
     fork_siblings(r, s);
     for (size_t i = 1; i < r.seqs.size(); ++i) to_sample.push_back(r.seqs[i].get());
   }
-  for (Sequence* t : to_sample) {
-    Result<engine::SampleResult> drawn =
-        sampled != nullptr
-            ? Result<engine::SampleResult>(engine::SampleResult{sampled->token, sampled->logprob, {}})
-            : t->sampler->sample({last, vocab}, t->counts);
-    if (!drawn.ok()) return drawn.status();
-    const int32_t token = drawn->token;
-    t->tokens.push_back(token);
-    t->counts.add_output(token);
-    t->result.output_ids.push_back(token);
-    ++totals_.num_generated_tokens;
-    if (r.metrics.first_token_time == 0.0) r.metrics.first_token_time = now();
-    if (t->params.logprobs >= 0) {
-      t->result.output_logprobs.push_back(
-          TokenLogprobs{token, drawn->logprob, std::move(drawn->top_logprobs)});
+  for (Sequence* t : to_sample) STRATA_RETURN_IF_ERROR(sample_next(r, *t, last, sampled));
+  return Status::Ok();
+}
+
+Status EngineImpl::sample_next(RequestState& r, Sequence& s, const float* logits,
+                               const model::SampledToken* sampled) {
+  std::span<const uint64_t> allowed;
+  std::vector<int32_t> end_tokens;
+  if (s.constraint) {
+    end_tokens = s.params.stop_token_ids;
+    end_tokens.insert(end_tokens.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+    switch (s.constraint->allowed(end_tokens, vocab_size(), allowed_)) {
+      case engine::OutputConstraint::Next::kSample:
+        allowed = allowed_;
+        break;
+      case engine::OutputConstraint::Next::kComplete:
+        finish_sequence(s, FinishReason::kStop);
+        return Status::Ok();
+      case engine::OutputConstraint::Next::kDeadEnd:  // it can never be completed
+        finish_sequence(s, FinishReason::kLength);
+        return Status::Ok();
     }
-    if (engine::is_stop_token(token, t->params, config_.eos_token_ids)) {
-      finish_sequence(*t, FinishReason::kStop);
-    } else if (static_cast<int32_t>(t->result.output_ids.size()) >= t->params.max_tokens) {
-      finish_sequence(*t, FinishReason::kLength);
-    }
+  }
+  const auto vocab = static_cast<size_t>(vocab_size());
+  Result<engine::SampleResult> drawn =
+      sampled != nullptr
+          ? Result<engine::SampleResult>(engine::SampleResult{sampled->token, sampled->logprob, {}})
+          : s.sampler->sample({logits, vocab}, s.counts, allowed);
+  if (!drawn.ok()) return drawn.status();
+  const int32_t token = drawn->token;
+  s.tokens.push_back(token);
+  s.counts.add_output(token);
+  s.result.output_ids.push_back(token);
+  ++totals_.num_generated_tokens;
+  if (r.metrics.first_token_time == 0.0) r.metrics.first_token_time = now();
+  if (s.params.logprobs >= 0) {
+    s.result.output_logprobs.push_back(
+        TokenLogprobs{token, drawn->logprob, std::move(drawn->top_logprobs)});
+  }
+  // A constrained output ends at an end token (offered only where it is complete), whatever
+  // ignore_eos says: past it the grammar has nothing to follow.
+  const bool ends = s.constraint ? std::find(end_tokens.begin(), end_tokens.end(), token) !=
+                                       end_tokens.end()
+                                 : engine::is_stop_token(token, s.params, config_.eos_token_ids);
+  if (s.constraint && !ends) s.constraint->advance(token);
+  if (ends) {
+    finish_sequence(s, FinishReason::kStop);
+  } else if (static_cast<int32_t>(s.result.output_ids.size()) >= s.params.max_tokens) {
+    finish_sequence(s, FinishReason::kLength);
   }
   return Status::Ok();
 }

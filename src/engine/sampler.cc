@@ -321,12 +321,15 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
 }
 
 Result<int32_t> Sampler::compute_weights(std::span<const float> logits, const TokenCounts& counts,
+                                         std::span<const uint64_t> allowed,
                                          std::vector<double>& weights) const {
   STRATA_CHECK(logits.size() == static_cast<size_t>(vocab_size_),
                "Sampler: logits must hold exactly vocab_size values");
   STRATA_CHECK(counts.vocab_size() == vocab_size_, "Sampler: counts of another vocabulary");
+  STRATA_CHECK(allowed.empty() || allowed.size() * 64 >= logits.size(),
+               "Sampler: the allowed-token mask is shorter than the vocabulary");
   weights.resize(logits.size());
-  if (params_.greedy() && !params_.has_penalties()) {
+  if (params_.greedy() && !params_.has_penalties() && allowed.empty()) {
     // The argmax of the logits read in place; `weights` is left as it was (no caller reads it
     // when greedy).
     const int32_t token = argmax_logits(logits);
@@ -334,6 +337,11 @@ Result<int32_t> Sampler::compute_weights(std::span<const float> logits, const To
     return token;
   }
   std::transform(logits.begin(), logits.end(), weights.begin(), sanitize);
+  if (!allowed.empty()) {
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (((allowed[i / 64] >> (i % 64)) & 1) == 0) weights[i] = kNegInf;
+    }
+  }
   if (params_.has_penalties()) apply_penalties(weights, counts, params_);
 
   if (params_.greedy()) {
@@ -353,9 +361,10 @@ Result<int32_t> Sampler::compute_weights(std::span<const float> logits, const To
   return -1;
 }
 
-Result<SampleResult> Sampler::sample(std::span<const float> logits, const TokenCounts& counts) {
+Result<SampleResult> Sampler::sample(std::span<const float> logits, const TokenCounts& counts,
+                                     std::span<const uint64_t> allowed) {
   std::vector<double>& weights = workspace().weights;
-  Result<int32_t> greedy_token = compute_weights(logits, counts, weights);
+  Result<int32_t> greedy_token = compute_weights(logits, counts, allowed, weights);
   if (!greedy_token.ok()) return greedy_token.status();
 
   SampleResult result;
@@ -370,9 +379,10 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, const TokenC
 }
 
 Result<std::vector<double>> Sampler::probabilities(std::span<const float> logits,
-                                                   const TokenCounts& counts) const {
+                                                   const TokenCounts& counts,
+                                                   std::span<const uint64_t> allowed) const {
   std::vector<double> weights;
-  Result<int32_t> greedy_token = compute_weights(logits, counts, weights);
+  Result<int32_t> greedy_token = compute_weights(logits, counts, allowed, weights);
   if (!greedy_token.ok()) return greedy_token.status();
   if (*greedy_token >= 0) {
     std::fill(weights.begin(), weights.end(), 0.0);

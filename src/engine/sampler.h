@@ -106,13 +106,19 @@ class Sampler {
   // sequence's history (same vocab_size). The draw, when not greedy: x = the RNG's next 64-bit
   // output, u = (x >> 11) * 2^-53 in [0, 1); walking tokens in ascending id order, the result is
   // the first token whose cumulative (unnormalised) weight exceeds u * total weight.
-  // Error: InvalidArgument when no logit is above -inf (a broken forward pass).
-  Result<SampleResult> sample(std::span<const float> logits, const TokenCounts& counts);
+  // allowed, when not empty: a bitset over the vocabulary (bit id of word id / 64, at least
+  // ceil(vocab_size / 64) words) of the tokens that may be picked (a constrained output's mask);
+  // the others are -inf before penalties, temperature and the filters. Logprobs stay raw.
+  // Error: InvalidArgument when no logit is above -inf (a broken forward pass), or none of the
+  // allowed ones is.
+  Result<SampleResult> sample(std::span<const float> logits, const TokenCounts& counts,
+                              std::span<const uint64_t> allowed = {});
 
   // The distribution sample() draws from, [vocab_size], summing to 1 (one-hot when greedy);
   // excluded tokens are exactly 0. Does not touch the RNG. For tests and debugging.
   Result<std::vector<double>> probabilities(std::span<const float> logits,
-                                            const TokenCounts& counts) const;
+                                            const TokenCounts& counts,
+                                            std::span<const uint64_t> allowed = {}) const;
 
   // The seed of one draw made elsewhere (the GPU samples with it): the RNG's next output, so a
   // seeded request's device draws are reproducible and advance the stream like a host draw.
@@ -125,6 +131,7 @@ class Sampler {
   // Leaves in `weights` the unnormalised distribution (0 = excluded) and returns the chosen
   // token when greedy, else -1. Error when no logit is above -inf.
   Result<int32_t> compute_weights(std::span<const float> logits, const TokenCounts& counts,
+                                  std::span<const uint64_t> allowed,
                                   std::vector<double>& weights) const;
 
   SamplingParams params_;

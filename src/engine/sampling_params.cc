@@ -69,11 +69,47 @@ Status validate_counts(const SamplingParams& p, int32_t vocab_size) {
   return Status::Ok();
 }
 
+Status validate_structured(const StructuredOutput& s) {
+  using Kind = StructuredOutput::Kind;
+  const bool has_spec = s.kind == Kind::kJsonSchema || s.kind == Kind::kRegex;
+  if (has_spec && s.spec.empty()) {
+    return Status::InvalidArgument(std::string("structured output ") +
+                                   structured_output_kind_name(s.kind) + ": the spec is empty");
+  }
+  if (!has_spec && !s.spec.empty()) {
+    return Status::InvalidArgument(std::string("structured output ") +
+                                   structured_output_kind_name(s.kind) + " takes no spec");
+  }
+  if ((s.kind == Kind::kChoice) == s.choices.empty()) {
+    return Status::InvalidArgument(s.kind == Kind::kChoice
+                                       ? "structured output choice: the list of choices is empty"
+                                       : "structured output: choices are for kind choice only");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+const char* structured_output_kind_name(StructuredOutput::Kind kind) {
+  switch (kind) {
+    case StructuredOutput::Kind::kNone:
+      return "none";
+    case StructuredOutput::Kind::kJsonSchema:
+      return "json_schema";
+    case StructuredOutput::Kind::kJsonObject:
+      return "json_object";
+    case StructuredOutput::Kind::kRegex:
+      return "regex";
+    case StructuredOutput::Kind::kChoice:
+      return "choice";
+  }
+  return "unknown";
+}
 
 Status SamplingParams::validate(int32_t vocab_size) const {
   STRATA_CHECK(vocab_size > 0, "SamplingParams::validate: vocab_size must be positive");
   STRATA_RETURN_IF_ERROR(validate_floats(*this));
+  STRATA_RETURN_IF_ERROR(validate_structured(structured));
   return validate_counts(*this, vocab_size);
 }
 

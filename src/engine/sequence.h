@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/output_constraint.h"
 #include "engine/sampler.h"
 #include "kv/block_hash.h"
 #include "kv/block_table.h"
@@ -53,6 +54,8 @@ struct Sequence {
   SamplingParams params;
   std::optional<Sampler> sampler;
   TokenCounts counts;
+  // params.structured's place in its grammar; sampled on the host, masked.
+  std::optional<OutputConstraint> constraint;
   // Scoring: every prompt position's logits are wanted (returned once in
   // RequestOutput::prompt_logits; the sequence samples as usual).
   bool all_logits = false;

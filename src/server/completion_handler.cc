@@ -137,6 +137,14 @@ void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool ch
                       {{"Retry-After", "1"}});
   }
   call.admission.release = [this, sequences] { release(sequences); };
+  // An invalid schema or pattern is the request's error, found here, on the handler's thread:
+  // the engine thread then finds the grammar compiled.
+  if (request.params.structured.active()) {
+    if (const Status s = engine_.engine().compile_structured_output(request.params.structured);
+        !s.ok()) {
+      return send_error(res, ApiError::bad_request(s.message(), request.structured_field));
+    }
+  }
   const std::string tenant_key = tenant(req).value_or("");
   for (size_t i = 0; i < request.prompts.size(); ++i) {
     EngineRequest er;

@@ -13,6 +13,7 @@
 #include "chat_template/chat_prompt.h"
 #include "core/quote.h"
 #include "server/request_json.h"
+#include "server/structured_output_request.h"
 
 namespace strata::server {
 namespace {
@@ -239,9 +240,10 @@ std::optional<ApiError> render_messages(const json& body, const ServedModel& mod
   return std::nullopt;
 }
 
-// The body's fields the endpoint reads; any other is refused by name (unsupported_field), so a
-// client asking for something the server does not do (a JSON schema, tools, logit_bias, vLLM's
-// guided_* in extra_body) gets an error instead of free text it then fails to parse.
+// The body's fields the endpoint reads (and kStructuredOutputFields); any other is refused by
+// name (unsupported_field), so a client asking for something the server does not do (tools,
+// logit_bias, vLLM's guided_grammar in extra_body) gets an error instead of free text it then
+// fails to parse.
 constexpr std::array<std::string_view, 20> kReadFields = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "n", "stream", "stream_options", "ignore_eos",
@@ -255,9 +257,6 @@ constexpr std::array<std::string_view, 5> kChatFields = {"messages", "max_comple
 // Fields OpenAI clients may send at the value that asks for nothing, which is what this server
 // does: plain text, no tools, no bias, nothing stored.
 bool asks_for_nothing(std::string_view name, const json& v) {
-  if (name == "response_format") {
-    return v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text";
-  }
   if (name == "tools" || name == "functions") return v.is_array() && v.empty();
   if (name == "tool_choice") return v == "none";
   if (name == "logit_bias") return v.is_object() && v.empty();
@@ -270,21 +269,21 @@ bool endpoint_reads(std::string_view key, bool chat) {
   const auto in = [key](std::span<const std::string_view> names) {
     return std::find(names.begin(), names.end(), key) != names.end();
   };
-  return in(kReadFields) || (chat ? in(kChatFields) : in(kCompletionFields));
+  return in(kReadFields) || in(kStructuredOutputFields) ||
+         (chat ? in(kChatFields) : in(kCompletionFields));
 }
 
 std::optional<ApiError> unsupported_field(const json& body, bool chat) {
   for (const auto& [key, value] : body.items()) {
     if (value.is_null() || endpoint_reads(key, chat) || asks_for_nothing(key, value)) continue;
-    const bool known = key == "response_format" || key == "tools" || key == "tool_choice" ||
-                       key == "functions" || key == "function_call" || key == "logit_bias" ||
+    const bool known = key == "tools" || key == "tool_choice" || key == "functions" ||
+                       key == "function_call" || key == "logit_bias" ||
                        key.starts_with("guided_");
     std::optional<std::string> param;
     if (key.size() <= 64) param = key;
     return ApiError::bad_request(
         quote(key, 64) + " is not supported by this server" +
-            (known ? " (structured outputs, tool calling and logit bias are not implemented)"
-                   : ""),
+            (known ? " (tool calling, logit bias and EBNF grammars are not implemented)" : ""),
         param);
   }
   return std::nullopt;
@@ -390,6 +389,10 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
     }
   }
   if (f.error) return *f.error;
+  StructuredOutputRequest structured;
+  if (auto e = read_structured_output(j, body, structured)) return *e;
+  p.structured = std::move(structured.constraint);
+  r.structured_field = std::move(structured.field);
   if (r.n < 1 || r.n > model.max_n) {
     return ApiError::bad_request("'n' must be in [1, " + std::to_string(model.max_n) + "]", "n");
   }

@@ -43,6 +43,9 @@ struct CompletionRequest {
   std::string user;
   bool return_tokens_as_token_ids = false;
   bool return_token_ids = false;  // vLLM: each choice (and streamed delta) carries token_ids
+  // The field that set params.structured (response_format, guided_json, ...), which the
+  // engine's verdict on compiling it names.
+  std::string structured_field;
 };
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,

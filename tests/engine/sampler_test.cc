@@ -577,3 +577,72 @@ TEST(StopTest, StopIdsAlwaysStopAndEosStopsUnlessIgnored) {
 
 }  // namespace
 }  // namespace strata::engine
+
+namespace strata::engine {
+namespace {
+
+// ---- allowed-token masks (structured outputs) ------------------------------------------------
+
+std::vector<uint64_t> mask_of(std::initializer_list<int32_t> ids, int32_t vocab) {
+  std::vector<uint64_t> words(static_cast<size_t>(vocab + 63) / 64, 0);
+  for (const int32_t id : ids) words[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+  return words;
+}
+
+TEST(AllowedMaskTest, GreedyTakesTheBestAllowedTokenAndPenaltiesDoNotRevive) {
+  std::vector<float> logits(130, 0.0f);
+  logits[3] = 9.0f;    // the argmax, not allowed
+  logits[70] = 2.0f;   // allowed, in the second word
+  logits[129] = 1.0f;  // allowed, in the third
+  SamplingParams p;
+  p.temperature = 0.0f;
+  Sampler greedy(p, 130);
+  EXPECT_EQ(greedy.sample(logits, TokenCounts(130), mask_of({70, 129}, 130))->token, 70);
+  EXPECT_EQ(greedy.sample(logits, TokenCounts(130))->token, 3);
+  // A penalty that would double token 3's logit does not bring it back.
+  p.repetition_penalty = 0.5f;
+  TokenCounts counts(130);
+  counts.add_prompt(std::vector<int32_t>{3, 70});
+  Sampler penalised(p, 130);
+  EXPECT_EQ(penalised.sample(logits, counts, mask_of({4, 70}, 130))->token, 70);
+}
+
+TEST(AllowedMaskTest, TheDistributionIsTheMaskedOnesRenormalisedAndLogprobsStayRaw) {
+  const std::vector<float> logits = {1.0f, 0.2f, 2.0f, -0.5f, 1.5f, 0.0f, -2.0f, 0.7f};
+  const std::vector<uint64_t> allowed = mask_of({0, 3, 4, 6}, 8);
+  SamplingParams p = seeded(77);
+  p.logprobs = 0;
+  Sampler sampler(p, 8);
+  Result<std::vector<double>> probs = sampler.probabilities(logits, TokenCounts(8), allowed);
+  ASSERT_TRUE(probs.ok());
+  double sum = 0.0;
+  const auto e = [&](int32_t id) { return std::exp(static_cast<double>(logits[static_cast<size_t>(id)])); };
+  for (const int32_t id : {0, 3, 4, 6}) sum += e(id);
+  for (int32_t id = 0; id < 8; ++id) {
+    const bool in = id == 0 || id == 3 || id == 4 || id == 6;
+    EXPECT_NEAR((*probs)[static_cast<size_t>(id)],
+                in ? e(id) / sum : 0.0, 1e-12);
+  }
+  std::vector<int64_t> hist(8, 0);
+  constexpr int kDraws = 20000;
+  const std::vector<double> raw = ref_log_softmax(logits);
+  for (int i = 0; i < kDraws; ++i) {
+    Result<SampleResult> r = sampler.sample(logits, TokenCounts(8), allowed);
+    ASSERT_TRUE(r.ok());
+    ++hist[static_cast<size_t>(r->token)];
+    if (i == 0) {
+      EXPECT_NEAR(r->logprob, raw[static_cast<size_t>(r->token)], 1e-6);
+    }
+  }
+  expect_matches_distribution(hist, *probs, kDraws);
+}
+
+TEST(AllowedMaskTest, AMaskWhoseTokensAreAllMinusInfinityIsAnError) {
+  const std::vector<float> logits = {1.0f, -kInf, kNaN, 0.5f};
+  Sampler sampler(seeded(1), 4);
+  EXPECT_FALSE(sampler.sample(logits, TokenCounts(4), mask_of({1, 2}, 4)).ok());
+  EXPECT_EQ(sampler.sample(logits, TokenCounts(4), mask_of({1, 3}, 4))->token, 3);
+}
+
+}  // namespace
+}  // namespace strata::engine

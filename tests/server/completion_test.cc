@@ -185,13 +185,10 @@ TEST_F(CompletionTest, FieldsTheServerDoesNotImplementAre400sNamingThemNeverIgno
   };
   // What a client asks for that this server does not do: an error, not free text.
   for (const char* field :
-       {R"("response_format":{"type":"json_object"}})",
-        R"("response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{}}}})",
-        R"("tools":[{"type":"function","function":{"name":"f"}}]})",
+       {R"("tools":[{"type":"function","function":{"name":"f"}}]})",
         R"("tool_choice":"required"})", R"("logit_bias":{"5":10}})",
-        R"("guided_json":{"type":"object"}})", R"("guided_regex":"a+"})",
-        R"("guided_choice":["yes","no"]})", R"("functions":[{"name":"f"}]})",
-        R"("function_call":"auto"})"}) {
+        R"("guided_grammar":"root ::= \"a\""})", R"("guided_whitespace_pattern":" *"})",
+        R"("functions":[{"name":"f"}]})", R"("function_call":"auto"})"}) {
     const ApiError e = refused(field);
     EXPECT_EQ(e.http_status, 400) << field;
     EXPECT_NE(e.message.find("not supported"), std::string::npos) << e.message;
@@ -217,6 +214,68 @@ TEST_F(CompletionTest, FieldsTheServerDoesNotImplementAre400sNamingThemNeverIgno
     EXPECT_TRUE(std::holds_alternative<CompletionRequest>(chat(field))) << field;
   }
   EXPECT_EQ(ok(R"({"prompt":"x","logit_bias":{},"echo":false})").prompts.size(), 1u);
+}
+
+// Structured outputs: each field's constraint, a schema in its declaration order (the output
+// follows it; a json object's keys are sorted), one constraint at most, bad shapes by name.
+TEST_F(CompletionTest, StructuredOutputFieldsBecomeTheRequestsConstraint) {
+  using Kind = StructuredOutput::Kind;
+  const std::string user = R"({"messages":[{"role":"user","content":"hi"}],)";
+  auto chat = [&](const std::string& fields) {
+    auto r = parse_chat_request(user + fields, model_);
+    EXPECT_TRUE(std::holds_alternative<CompletionRequest>(r)) << fields;
+    return std::holds_alternative<CompletionRequest>(r) ? std::get<CompletionRequest>(r)
+                                                        : CompletionRequest{};
+  };
+  CompletionRequest r = chat(
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,)"
+      R"("schema":{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}}}}}})");
+  EXPECT_EQ(r.params.structured.kind, Kind::kJsonSchema);
+  EXPECT_EQ(r.params.structured.spec,
+            R"({"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}}})")
+      << "declaration order";
+  EXPECT_EQ(r.structured_field, "response_format");
+  EXPECT_EQ(chat(R"("response_format":{"type":"json_object"}})").params.structured.kind,
+            Kind::kJsonObject);
+  EXPECT_FALSE(chat(R"("response_format":{"type":"text"}})").params.structured.active());
+  r = ok(R"({"prompt":"x","guided_json":{"b":1,"a":2,"type":"object"}})");
+  EXPECT_EQ(r.params.structured.spec, R"({"b":1,"a":2,"type":"object"})");
+  EXPECT_EQ(r.structured_field, "guided_json");
+  r = ok(R"({"prompt":"x","guided_json":"{\"type\": \"integer\"}"})");
+  EXPECT_EQ(r.params.structured.spec, R"({"type": "integer"})") << "schema text as sent";
+  r = ok(R"({"prompt":"x","guided_regex":"[0-9]+","guided_decoding_backend":"xgrammar"})");
+  EXPECT_EQ(r.params.structured, (StructuredOutput{Kind::kRegex, "[0-9]+", {}}));
+  r = ok(R"({"prompt":"x","guided_choice":["yes","no"]})");
+  EXPECT_EQ(r.params.structured, (StructuredOutput{Kind::kChoice, "", {"yes", "no"}}));
+  r = ok(R"({"prompt":"x","structured_outputs":{"choice":["a"],"disable_fallback":true}})");
+  EXPECT_EQ(r.params.structured, (StructuredOutput{Kind::kChoice, "", {"a"}}));
+  EXPECT_EQ(r.structured_field, "structured_outputs");
+  r = ok(R"({"prompt":"x","structured_outputs":{"json":{"y":1,"x":2}}})");
+  EXPECT_EQ(r.params.structured.spec, R"({"y":1,"x":2})");
+  EXPECT_EQ(ok(R"({"prompt":"x","structured_outputs":{"json_object":true}})").params.structured.kind,
+            Kind::kJsonObject);
+  EXPECT_FALSE(ok(R"({"prompt":"x"})").params.structured.active());
+
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("guided_regex":"a","guided_choice":["b"]})", "guided_choice"},
+           {R"("response_format":{"type":"json_object"},"guided_json":{}})", "guided_json"},
+           {R"("response_format":{"type":"xml"}})", "response_format"},
+           {R"("response_format":{"type":"json_schema"}})", "response_format"},
+           {R"("response_format":{"type":"json_schema","json_schema":{"schema":3}}})", "response_format"},
+           {R"("response_format":"json"})", "response_format"},
+           {R"("guided_json":5})", "guided_json"},
+           {R"("guided_regex":""})", "guided_regex"},
+           {R"("guided_choice":[]})", "guided_choice"},
+           {R"("guided_choice":["a",1]})", "guided_choice"},
+           {R"("guided_decoding_backend":3})", "guided_decoding_backend"},
+           {R"("structured_outputs":{"grammar":"root ::= x"}})", "structured_outputs"},
+           {R"("structured_outputs":{"json_object":"yes"}})", "structured_outputs"},
+           {R"("structured_outputs":[1]})", "structured_outputs"}}) {
+    auto got = parse_chat_request(user + body, model_);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(got)) << body;
+    EXPECT_EQ(std::get<ApiError>(got).param, param) << body << ": "
+                                                    << std::get<ApiError>(got).message;
+  }
 }
 
 TEST_F(CompletionTest, ChatTemplateKwargsMayNotReplaceWhatTheServerSets) {

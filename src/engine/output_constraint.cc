@@ -1,0 +1,42 @@
+#include "engine/output_constraint.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/check.h"
+
+namespace strata::engine {
+
+OutputConstraint::OutputConstraint(const std::shared_ptr<const grammar::CompiledGrammar>& grammar,
+                                   std::shared_ptr<const grammar::VocabTrie> vocab)
+    : masker_(grammar->dfa, std::move(vocab), grammar->masks), state_(grammar->dfa->start()) {}
+
+OutputConstraint::Next OutputConstraint::allowed(std::span<const int32_t> end_tokens,
+                                                 int32_t vocab_size,
+                                                 std::vector<uint64_t>& allowed) {
+  const std::shared_ptr<const grammar::TokenMask> mask = masker_.mask(state_);
+  const size_t words = (static_cast<size_t>(vocab_size) + 63) / 64;
+  allowed.assign(words, 0);
+  // The trie's vocabulary is the tokenizer's; the model's may be larger (padded rows), and
+  // those ids are never allowed.
+  const size_t shared = std::min(words, mask->words.size());
+  std::copy_n(mask->words.begin(), shared, allowed.begin());
+  if (words * 64 > static_cast<size_t>(vocab_size) && shared == words) {
+    allowed.back() &= (uint64_t{1} << (vocab_size % 64)) - 1;
+  }
+  const bool any = std::any_of(allowed.begin(), allowed.end(), [](uint64_t w) { return w != 0; });
+  if (!complete()) return any ? Next::kSample : Next::kDeadEnd;
+  if (!any) return Next::kComplete;
+  for (const int32_t id : end_tokens) {
+    if (id >= 0 && id < vocab_size) allowed[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+  }
+  return Next::kSample;
+}
+
+void OutputConstraint::advance(int32_t token) {
+  state_ = masker_.advance(state_, token);
+  STRATA_CHECK(state_ != grammar::ByteDfa::kDead,
+               "OutputConstraint: a token outside the mask was sampled");
+}
+
+}  // namespace strata::engine

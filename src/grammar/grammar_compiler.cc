@@ -1,0 +1,120 @@
+#include "grammar/grammar_compiler.h"
+
+#include <nlohmann/json.hpp>
+
+#include <utility>
+
+#include "core/json_input.h"
+#include "grammar/json_text_regex.h"
+
+namespace strata::grammar {
+namespace {
+
+// The cache key: the kind, then every string that defines the language, each after its
+// length, so that no two constraints share one.
+std::string cache_key(const StructuredOutput& c) {
+  std::string key = structured_output_kind_name(c.kind);
+  const auto add = [&key](const std::string& s) {
+    key += ' ' + std::to_string(s.size()) + ':';
+    key += s;
+  };
+  add(c.spec);
+  for (const std::string& choice : c.choices) add(choice);
+  return key;
+}
+
+}  // namespace
+
+Result<std::string> structured_output_regex(const StructuredOutput& c,
+                                            const JsonSchemaOptions& json) {
+  using Kind = StructuredOutput::Kind;
+  switch (c.kind) {
+    case Kind::kNone:
+      return Status::InvalidArgument("structured output: no constraint to compile");
+    case Kind::kJsonSchema: {
+      // ordered_json keeps the schema's property order, which the output follows.
+      auto schema = parse_ordered_json_input(c.spec, kMaxFileJsonDepth);
+      if (const auto* e = std::get_if<JsonInputError>(&schema)) {
+        return Status::InvalidArgument("the JSON schema is not valid JSON: " + e->message);
+      }
+      return json_schema_regex(std::get<nlohmann::ordered_json>(schema), json);
+    }
+    case Kind::kJsonObject:
+      return json_object_regex(json);
+    case Kind::kRegex:
+      return c.spec;
+    case Kind::kChoice: {
+      std::string regex = "(?:";
+      for (size_t i = 0; i < c.choices.size(); ++i) {
+        if (i > 0) regex += '|';
+        regex += json_regex::literal(c.choices[i]);
+      }
+      regex += ')';
+      if (static_cast<int64_t>(regex.size()) > json.max_regex_bytes) {
+        return Status::ResourceExhausted("the choices are longer than the grammar limit of " +
+                                         std::to_string(json.max_regex_bytes) + " bytes");
+      }
+      return regex;
+    }
+  }
+  return Status::InvalidArgument("structured output: unknown kind");
+}
+
+GrammarCompiler::GrammarCompiler(std::function<std::vector<std::string>()> vocab_bytes,
+                                 GrammarLimits limits)
+    : vocab_bytes_(std::move(vocab_bytes)), limits_(limits) {
+  if (limits_.max_grammars == 0) limits_.max_grammars = 1;
+}
+
+std::shared_ptr<const VocabTrie> GrammarCompiler::vocab() {
+  std::call_once(vocab_once_, [&] { vocab_ = std::make_shared<const VocabTrie>(vocab_bytes_()); });
+  return vocab_;
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(
+    const StructuredOutput& constraint) {
+  std::string key = cache_key(constraint);
+  {
+    std::lock_guard lock(mu_);
+    if (const auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  Result<std::string> regex = structured_output_regex(constraint, limits_.json);
+  if (!regex.ok()) return regex.status();
+  Result<Nfa> nfa = compile_regex(*regex, limits_.regex);
+  if (!nfa.ok()) return nfa.status();
+  Result<ByteDfa> dfa = ByteDfa::build(*nfa, limits_.max_dfa_states);
+  if (!dfa.ok()) return dfa.status();
+  auto grammar = std::make_shared<CompiledGrammar>();
+  grammar->dfa = std::make_shared<const ByteDfa>(std::move(dfa).value());
+  grammar->masks = std::make_shared<MaskCache>(limits_.max_masks_per_grammar);
+  vocab();  // the trie is built once, outside the cache's lock
+
+  std::lock_guard lock(mu_);
+  ++num_compiled_;
+  if (const auto it = index_.find(key); it != index_.end()) {  // another thread was first
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+  lru_.emplace_front(key, grammar);
+  index_.emplace(std::move(key), lru_.begin());
+  while (lru_.size() > limits_.max_grammars) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return std::shared_ptr<const CompiledGrammar>(std::move(grammar));
+}
+
+size_t GrammarCompiler::num_cached() const {
+  std::lock_guard lock(mu_);
+  return lru_.size();
+}
+
+int64_t GrammarCompiler::num_compiled() const {
+  std::lock_guard lock(mu_);
+  return num_compiled_;
+}
+
+}  // namespace strata::grammar

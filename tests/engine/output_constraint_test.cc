@@ -1,0 +1,102 @@
+// OutputConstraint over a small hand-made vocabulary: the allowed set per state (the grammar's
+// mask, end tokens only where the output is complete, model rows past the tokenizer's never),
+// a complete output that nothing may follow, and a grammar the vocabulary cannot spell.
+
+#include "engine/output_constraint.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "grammar/grammar_compiler.h"
+
+namespace strata::engine {
+namespace {
+
+using Kind = StructuredOutput::Kind;
+using Next = OutputConstraint::Next;
+
+// Ids: 0 "a", 1 "b", 2 "ab", 3 "" (a special token: the end), 4 "c".
+const std::vector<std::string> kVocab = {"a", "b", "ab", "", "c"};
+constexpr int32_t kEnd = 3;
+const std::vector<int32_t> kEnds = {kEnd};
+const std::vector<int32_t> kNoEnds;
+
+struct Fixture {
+  grammar::GrammarCompiler compiler{[] { return kVocab; }, {}};
+
+  OutputConstraint constraint(const std::string& regex) {
+    auto g = compiler.compile({Kind::kRegex, regex, {}});
+    EXPECT_TRUE(g.ok()) << g.status().to_string();
+    return OutputConstraint(*g, compiler.vocab());
+  }
+};
+
+std::vector<int32_t> ids_in(const std::vector<uint64_t>& words, int32_t vocab) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < vocab; ++id) {
+    if ((words[static_cast<size_t>(id) / 64] >> (id % 64)) & 1) ids.push_back(id);
+  }
+  return ids;
+}
+
+TEST(OutputConstraintTest, EndTokensOnlyWhereCompleteAndNothingPastTheTokenizersVocabulary) {
+  Fixture f;
+  OutputConstraint c = f.constraint("(ab)+");
+  std::vector<uint64_t> allowed;
+  // A model of 70 rows: ids 5..69 exist only in the model and are never allowed.
+  ASSERT_EQ(c.allowed(kEnds, 70, allowed), Next::kSample);
+  ASSERT_EQ(allowed.size(), 2u);
+  EXPECT_EQ(ids_in(allowed, 70), (std::vector<int32_t>{0, 2}));  // "a", "ab"; not yet the end
+  c.advance(2);
+  ASSERT_EQ(c.allowed(kEnds, 70, allowed), Next::kSample);
+  EXPECT_EQ(ids_in(allowed, 70), (std::vector<int32_t>{0, 2, kEnd}));  // complete: may end
+  c.advance(0);
+  ASSERT_EQ(c.allowed(kEnds, 70, allowed), Next::kSample);
+  EXPECT_EQ(ids_in(allowed, 70), (std::vector<int32_t>{1}));  // "b" only; mid-pair
+  // A model with fewer rows than the tokenizer: the mask is cut to the model's vocabulary.
+  OutputConstraint d = f.constraint("c");
+  ASSERT_EQ(d.allowed(kNoEnds, 4, allowed), Next::kDeadEnd);  // "c" is id 4, past a 4-row model
+}
+
+TEST(OutputConstraintTest, ACompleteOutputThatNothingMayFollowEndsWithoutAToken) {
+  Fixture f;
+  OutputConstraint c = f.constraint("ab");
+  std::vector<uint64_t> allowed;
+  ASSERT_EQ(c.allowed(kEnds, 5, allowed), Next::kSample);
+  c.advance(2);
+  EXPECT_TRUE(c.complete());
+  EXPECT_EQ(c.allowed(kEnds, 5, allowed), Next::kComplete);
+  EXPECT_EQ(c.allowed(kNoEnds, 5, allowed), Next::kComplete);
+}
+
+TEST(OutputConstraintTest, AGrammarTheVocabularyCannotSpellIsADeadEnd) {
+  Fixture f;
+  OutputConstraint c = f.constraint("a(x|y)");  // no token holds "x" or "y"
+  std::vector<uint64_t> allowed;
+  ASSERT_EQ(c.allowed(kEnds, 5, allowed), Next::kSample);
+  EXPECT_EQ(ids_in(allowed, 5), (std::vector<int32_t>{0}));
+  c.advance(0);
+  EXPECT_EQ(c.allowed(kEnds, 5, allowed), Next::kDeadEnd);
+}
+
+TEST(OutputConstraintTest, CopiesMoveOnTheirOwn) {
+  Fixture f;
+  OutputConstraint a = f.constraint("(a|b)c");
+  OutputConstraint b = a;
+  a.advance(0);
+  b.advance(1);
+  std::vector<uint64_t> allowed;
+  ASSERT_EQ(a.allowed(kEnds, 5, allowed), Next::kSample);
+  EXPECT_EQ(ids_in(allowed, 5), (std::vector<int32_t>{4}));
+  ASSERT_EQ(b.allowed(kEnds, 5, allowed), Next::kSample);
+  EXPECT_EQ(ids_in(allowed, 5), (std::vector<int32_t>{4}));
+  a.advance(4);
+  EXPECT_TRUE(a.complete());
+  EXPECT_FALSE(b.complete());
+  EXPECT_DEATH(b.advance(1), "outside the mask");
+}
+
+}  // namespace
+}  // namespace strata::engine
