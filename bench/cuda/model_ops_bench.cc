@@ -5,6 +5,11 @@
 // block shapes): microseconds per call, GB/s against the device-to-device copy bandwidth
 // measured in the same run, and TFLOP/s (and weight GB/s) for the projections.
 //
+// The MLP as the runner chains it, gate_up -> silu_and_mul -> down (+= residual), against
+// gate_up with the SiLU-and-mul epilogue -> down (gemm.h: no silu_and_mul launch), wherever Gemm
+// runs gate_up on the GEMV (up to 2 tokens; 4 and 8 on the GEMV-only Gemm), bf16 and (up to 2
+// tokens) FP8 weights; and one decoder layer's total both ways.
+//
 // Each op is timed as a run of back-to-back launches between two events (median of 5 runs), so
 // launch overhead is included as it is in a real step. Inputs rotate over enough copies that
 // consecutive calls do not find their bytes in L2 (at least 256 MiB in all, at most 64 copies);
@@ -296,6 +301,83 @@ struct Bench {
     return layer;
   }
 
+  // The MLP chain gate_up -> silu_and_mul -> down (+= fp32 residual), and gate_up with the
+  // SiLU-and-mul epilogue -> down, with bf16 or FP8 weights: streamed and from a CUDA graph.
+  struct MlpTimes {
+    Times unfused, fused;
+  };
+  MlpTimes mlp_chain(Gemm& gemm, int64_t m, bool fp8, const char* path) {
+    const cudaStream_t s = stream.get();
+    const DType w_dtype = fp8 ? DType::kF8E4M3 : DType::kBF16;
+    struct Weights {
+      DeviceBuffer w, scales;
+    };
+    auto weights = [&](int64_t n, int64_t k, uint64_t seed) {
+      Weights out;
+      DeviceBuffer bf = filled(n * k, DType::kBF16, seed, -0.05f, 0.05f, s);
+      if (!fp8) {
+        out.w = std::move(bf);
+        return out;
+      }
+      out.w = take(DeviceBuffer::allocate(n * k), "alloc");
+      out.scales = take(DeviceBuffer::allocate(n * 4), "alloc");
+      Fp8QuantizeRowsParams q;
+      q.in = bf.data();
+      q.ld_in = k;
+      q.out = out.w.data();
+      q.ld_out = k;
+      q.scales = out.scales.as<float>();
+      q.rows = n;
+      q.cols = k;
+      die_if(fp8_quantize_rows(q, s), "fp8_quantize_rows");
+      die_if(cudaStreamSynchronize(s), "sync");  // bf is freed on return
+      return out;
+    };
+    const int64_t w_bytes = 3 * kInter * kHidden * dtype_size(w_dtype);
+    const int copies = copies_for(w_bytes);
+    std::vector<Weights> gate_up_w, down_w;
+    for (int i = 0; i < copies; ++i) {
+      gate_up_w.push_back(weights(2 * kInter, kHidden, 40 + i));
+      down_w.push_back(weights(kHidden, kInter, 80 + i));
+    }
+    DeviceBuffer a = filled(m * kHidden, DType::kBF16, 8, -1, 1, s);
+    DeviceBuffer gate_up = filled(m * 2 * kInter, DType::kBF16, 10, -1, 1, s);
+    DeviceBuffer act = filled(m * kInter, DType::kBF16, 11, -1, 1, s);
+    DeviceBuffer residual = filled(m * kHidden, DType::kF32, 12, -1, 1, s);
+    auto chain = [&](bool fused) {
+      return [&, fused](int i) -> Status {
+        GemmParams gu = projection(a.data(), gate_up_w[i].w.data(), gate_up.data(), m, 2 * kInter,
+                                   kHidden, DType::kBF16, false);
+        GemmParams down = projection(act.data(), down_w[i].w.data(), residual.data(), m, kHidden,
+                                     kInter, DType::kF32, true);
+        gu.w_dtype = down.w_dtype = w_dtype;
+        gu.w_scale = fp8 ? gate_up_w[i].scales.as<float>() : nullptr;
+        down.w_scale = fp8 ? down_w[i].scales.as<float>() : nullptr;
+        if (fused) {
+          gu.d = act.data();
+          gu.ldd = kInter;
+          gu.epilogue = GemmEpilogue::kSiluAndMul;
+          gu.product_scratch = gate_up.data();
+        }
+        STRATA_RETURN_IF_ERROR(gemm.run(gu, s));
+        if (!fused) {
+          STRATA_RETURN_IF_ERROR(silu_and_mul(
+              {gate_up.data(), act.data(), static_cast<int32_t>(m), static_cast<int32_t>(kInter)},
+              s));
+        }
+        return gemm.run(down, s);
+      };
+    };
+    const MlpTimes t{time_both(stream, m, copies, chain(false)),
+                     time_both(stream, m, copies, chain(true))};
+    std::printf(
+        "mlp: gate_up, silu, down%s%s m %lld  %9.2f us | graph %7.2f us;  SiLU epilogue %9.2f us "
+        "| graph %7.2f us  (%+.2f us from a graph)\n",
+        fp8 ? " [fp8]" : "", path, static_cast<long long>(m), t.unfused.us, t.unfused.graph_us,
+        t.fused.us, t.fused.graph_us, t.fused.graph_us - t.unfused.graph_us);
+    return t;
+  }
+
   // The layer's four projections with FP8 weights (e4m3 codes, a scale per output feature, as
   // --quantization fp8 loads them) at m = t <= 2: through Gemm (what the engine runs), then the
   // GEMV kernel at each block shape of kGemvFp8Shapes. Microseconds from a CUDA graph, and the
@@ -403,7 +485,8 @@ int run(int argc, char** argv) {
       b.gemms(cublas, t, " [cuBLASLt]");
       b.gemms(gemv, t, " [GEMV]");
     }
-    if (t <= 2) b.gemms_fp8(gemm, t);
+    double fp8_gemms_us = 0.0;
+    if (t <= 2) fp8_gemms_us = b.gemms_fp8(gemm, t);
     const Times gemms = b.gemms(gemm, t);
     std::printf(
         "one decoder layer (2 norms + residual adds, rope, silu, 4 projections; no "
@@ -413,6 +496,30 @@ int run(int argc, char** argv) {
       std::printf("  from a CUDA graph: %.1f us = ops %.1f + GEMM %.1f; x32 layers %.2f ms\n",
                   ops.graph_us + gemms.graph_us, ops.graph_us, gemms.graph_us,
                   32 * (ops.graph_us + gemms.graph_us) / 1e3);
+    }
+    // The same layer with the SiLU-and-mul epilogue: the MLP chain's difference replaces
+    // gate_up + silu_and_mul (the default Gemm up to 2 tokens, the GEMV-only one up to 8).
+    Gemm& mlp_gemm = t <= Gemm::kDefaultGemvMaxRows ? gemm : gemv;
+    if (mlp_gemm.takes_gemv(t, 2 * kInter, kHidden, DType::kBF16)) {
+      const Bench::MlpTimes mlp =
+          b.mlp_chain(mlp_gemm, t, false, &mlp_gemm == &gemm ? "" : " [GEMV]");
+      const double us = ops.us + gemms.us + mlp.fused.us - mlp.unfused.us;
+      const double graph_us =
+          ops.graph_us + gemms.graph_us + mlp.fused.graph_us - mlp.unfused.graph_us;
+      std::printf(
+          "one decoder layer with the SiLU epilogue%s: %.1f us, from a CUDA graph %.1f us; x32 "
+          "layers %.2f / %.2f ms\n",
+          &mlp_gemm == &gemm ? "" : " (GEMV-only Gemm)", us, graph_us, 32 * us / 1e3,
+          32 * graph_us / 1e3);
+    }
+    if (t <= 2) {
+      const Bench::MlpTimes mlp = b.mlp_chain(gemm, t, true, "");
+      const double before = ops.graph_us + fp8_gemms_us;
+      const double after = before + mlp.fused.graph_us - mlp.unfused.graph_us;
+      std::printf(
+          "one decoder layer, fp8 weights, from a CUDA graph: %.1f us = ops %.1f + GEMM %.1f; with "
+          "the SiLU epilogue %.1f us; x32 layers %.2f / %.2f ms\n",
+          before, ops.graph_us, fp8_gemms_us, after, 32 * before / 1e3, 32 * after / 1e3);
     }
   }
   {

@@ -9,6 +9,7 @@
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/model_ops_common.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/silu_mul.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -23,10 +24,9 @@ struct SiluAndMulArgs {
   int32_t intermediate;
 };
 
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
-
 // Grid: x covers one output row in chunks of kThreads * kVec elements, y strides over tokens.
 // kVec = 8: two 16-byte loads (gate, up) and one 16-byte store per thread; kVec = 1 otherwise.
+// Each element is silu_mul.cuh's, which the GEMV's SiLU-and-mul epilogue forms the same way.
 template <int kVec>
 __global__ void __launch_bounds__(kThreads)
     silu_and_mul_kernel(const __grid_constant__ SiluAndMulArgs a) {
@@ -37,18 +37,13 @@ __global__ void __launch_bounds__(kThreads)
   for (int32_t t = blockIdx.y; t < a.num_tokens; t += gridDim.y) {
     const __nv_bfloat16* gate = a.gate_up + static_cast<int64_t>(t) * 2 * a.intermediate + col;
     const __nv_bfloat16* up = gate + a.intermediate;
-    float y[kVec];
+    __nv_bfloat16* out = a.out + static_cast<int64_t>(t) * a.intermediate + col;
     if constexpr (kVec == 8) {
-      float g[8];
-      float u[8];
-      detail::unpack8<DType::kBF16>(detail::load_stream16(gate), g);
-      detail::unpack8<DType::kBF16>(detail::load_stream16(up), u);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) y[e] = silu(g[e]) * u[e];
+      *reinterpret_cast<uint4*>(out) =
+          detail::silu_mul8_bf16(detail::load_stream16(gate), detail::load_stream16(up));
     } else {
-      y[0] = silu(__bfloat162float(*gate)) * __bfloat162float(*up);
+      *out = detail::silu_mul_bf16(__bfloat162float(*gate), __bfloat162float(*up));
     }
-    detail::store_bf16_n<kVec>(a.out, static_cast<int64_t>(t) * a.intermediate + col, y);
   }
 }
 

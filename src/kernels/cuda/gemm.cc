@@ -17,6 +17,7 @@
 #include "kernels/cuda/fp8_quantize.h"
 #include "kernels/cuda/gemm_bias.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/model_ops.h"
 
 namespace strata::cuda {
 namespace {
@@ -117,7 +118,14 @@ Status validate(const GemmParams& p) {
   if (p.m < 0 || p.n <= 0 || p.k <= 0) {
     return Status::InvalidArgument("gemm needs m >= 0 and n, k > 0");
   }
-  if (p.lda < p.k || p.ldw < p.k || p.ldd < p.n) {
+  const bool silu = p.epilogue == GemmEpilogue::kSiluAndMul;
+  if (silu && (p.n % 2 != 0 || p.d_dtype != DType::kBF16 || p.accumulate || p.ldd != p.n / 2 ||
+               (p.m > 0 && p.product_scratch == nullptr) || !aligned16(p.product_scratch))) {
+    return Status::InvalidArgument(
+        "gemm with the SiLU-and-mul epilogue needs an even n, a BF16 d of n / 2 columns "
+        "(ldd = n / 2), no accumulate and a 16-byte aligned product_scratch");
+  }
+  if (p.lda < p.k || p.ldw < p.k || p.ldd < (silu ? p.n / 2 : p.n)) {
     return Status::InvalidArgument("gemm strides must hold a row (lda, ldw >= k, ldd >= n)");
   }
   if (p.m > 0 && (p.a == nullptr || p.w == nullptr || p.d == nullptr)) {
@@ -136,6 +144,27 @@ Status validate(const GemmParams& p) {
     return Status::InvalidArgument("gemm sizes must fit in 32 bits");
   }
   return Status::Ok();
+}
+
+// The few-row GEMV's parameters for a product Gemm::run has validated.
+detail::GemvParams gemv_params(const GemmParams& p) {
+  detail::GemvParams g;
+  g.a = p.a;
+  g.lda = p.lda;
+  g.w = p.w;
+  g.ldw = p.ldw;
+  g.w_fp8 = p.w_dtype == DType::kF8E4M3;
+  g.w_scale = p.w_scale;
+  g.bias = p.bias;
+  g.d = p.d;
+  g.ldd = p.ldd;
+  g.d_dtype = p.d_dtype;
+  g.accumulate = p.accumulate;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.silu_and_mul = p.epilogue == GemmEpilogue::kSiluAndMul;
+  return g;
 }
 
 }  // namespace
@@ -166,6 +195,10 @@ struct Gemm::Impl {
   }
 
   Status run_fp8(const GemmParams& p, cudaStream_t stream);
+
+  bool takes_gemv(int64_t m, int64_t n, int64_t k, DType w_dtype) const {
+    return m <= gemv_max_rows && detail::gemv_fits(m, n, k, w_dtype == DType::kF8E4M3);
+  }
 
   ~Impl() {
     plans.clear();
@@ -341,11 +374,7 @@ Result<int64_t> Gemm::reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_n
 // FP8 weights: a few rows through the GEMV on the codes; else the activations to e4m3 per token
 // (scratch: codes [m, k], then scales [m], then a via plan's product [m, n]) and the FP8 product.
 Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
-  if (p.m <= gemv_max_rows && detail::gemv_fits(p.m, p.n, p.k, true)) {
-    detail::GemvParams g{p.a, p.lda, p.w, p.ldw, true, p.w_scale, p.bias, p.d, p.ldd, p.d_dtype,
-                         p.accumulate, p.m, p.n, p.k, {}};
-    return detail::gemv(g, stream);
-  }
+  if (takes_gemv(p.m, p.n, p.k, p.w_dtype)) return detail::gemv(gemv_params(p), stream);
   const ShapeKey key{p.m, p.n, p.k, p.lda, p.ldw, p.ldd, p.d_dtype, p.bias != nullptr,
                      p.accumulate, true};
   Result<Plan*> found = plan_for(key);
@@ -410,15 +439,30 @@ Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
   return detail::add_bias_bf16({p.d, p.ldd, bias, p.m, p.n}, stream);
 }
 
+bool Gemm::takes_gemv(int64_t m, int64_t n, int64_t k, DType w_dtype) const {
+  return impl_->takes_gemv(m, n, k, w_dtype);
+}
+
 Status Gemm::run(const GemmParams& p, cudaStream_t stream) {
   STRATA_RETURN_IF_ERROR(validate(p));
   if (p.m == 0) return Status::Ok();
-  if (p.w_dtype == DType::kF8E4M3) return impl_->run_fp8(p, stream);
-  if (p.m <= impl_->gemv_max_rows && detail::gemv_fits(p.m, p.n, p.k)) {
-    detail::GemvParams g{p.a, p.lda, p.w, p.ldw, false, nullptr, p.bias, p.d, p.ldd, p.d_dtype,
-                         p.accumulate, p.m, p.n, p.k, {}};
-    return detail::gemv(g, stream);
+  if (p.epilogue == GemmEpilogue::kSiluAndMul && !impl_->takes_gemv(p.m, p.n, p.k, p.w_dtype)) {
+    // Unfused: gate | up into the caller's scratch, then silu_and_mul from there into d.
+    GemmParams product = p;
+    product.epilogue = GemmEpilogue::kNone;
+    product.product_scratch = nullptr;
+    product.d = p.product_scratch;
+    product.ldd = p.n;
+    STRATA_RETURN_IF_ERROR(run(product, stream));
+    SiluAndMulParams silu;
+    silu.gate_up = p.product_scratch;
+    silu.out = p.d;
+    silu.num_tokens = static_cast<int32_t>(p.m);
+    silu.intermediate = static_cast<int32_t>(p.n / 2);
+    return silu_and_mul(silu, stream);
   }
+  if (p.w_dtype == DType::kF8E4M3) return impl_->run_fp8(p, stream);
+  if (impl_->takes_gemv(p.m, p.n, p.k, p.w_dtype)) return detail::gemv(gemv_params(p), stream);
   const ShapeKey key{p.m,         p.n, p.k, p.lda, p.ldw, p.ldd, p.d_dtype, p.bias != nullptr,
                      p.accumulate};
   Result<Plan*> found = impl_->plan_for(key);

@@ -28,6 +28,14 @@
 // the first product of a larger shape (outside any graph capture, as for the algorithm choice),
 // keeping the smaller buffers for the graphs captured with them.
 //
+// SiLU-and-mul epilogue (GemmEpilogue::kSiluAndMul), for the gated MLP: the product is gate | up
+// (n = 2 * inter; w's rows are gate_proj's then up_proj's, the bias likewise) and d receives
+// act[m, inter] = silu_and_mul(gate | up) (model_ops.h), bit for bit. Products on the few-row
+// GEMV form it in their epilogue (gemv.h: no gate | up in memory, no silu_and_mul launch); the
+// others write gate | up to the caller's product_scratch and run silu_and_mul from there. Which
+// path a call takes depends only on its shape (takes_gemv), so a CUDA graph captures the same one
+// that ran eagerly.
+//
 // Owns one cuBLASLt handle and its workspace, and caches the chosen algorithm per problem shape
 // (m, n, k, lda, ldw, ldd, d dtype, bias, accumulate), so a steady-state step costs no heuristic
 // queries. m = 0 is an OK no-op.
@@ -44,6 +52,11 @@
 
 namespace strata::cuda {
 
+enum class GemmEpilogue {
+  kNone,        // d = a w^T (+ bias) (+ d)
+  kSiluAndMul,  // d[m, n / 2] = silu_and_mul(a w^T (+ bias)), the product being gate | up
+};
+
 struct GemmParams {
   const void* a = nullptr;  // [m, k] bf16, row stride lda elements
   int64_t lda = 0;
@@ -59,6 +72,11 @@ struct GemmParams {
   DType d_dtype = DType::kBF16;  // BF16 or F32
   bool accumulate = false;       // d += a w^T (+ bias) instead of d = ...
   int64_t m = 0, n = 0, k = 0;
+  // kSiluAndMul: n even; d is BF16 [m, n / 2] with ldd = n / 2; no accumulate; and
+  // product_scratch ([m, n] bf16, rows of n elements, 16-byte aligned) is required, whether or
+  // not this shape goes through it (it holds gate | up where the GEMV does not take the product).
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  void* product_scratch = nullptr;
 };
 
 class Gemm {
@@ -86,10 +104,15 @@ class Gemm {
   };
   Fp8PlanCounts fp8_plan_counts() const;
 
+  // Whether a product of m rows, n outputs and k inputs with w_dtype weights runs on the few-row
+  // GEMV (m <= gemv_max_rows and the GEMV takes the sizes) rather than cuBLASLt: there a
+  // kSiluAndMul epilogue costs no launch of its own.
+  bool takes_gemv(int64_t m, int64_t n, int64_t k, DType w_dtype) const;
+
   // InvalidArgument for null pointers, non-positive sizes, strides smaller than a row or
-  // misaligned (16-byte) pointers, and FP8 weights without scales or with k not a multiple of
-  // 16; Unsupported for another d or w dtype; Internal when cuBLASLt finds no algorithm.
-  // Asynchronous on stream.
+  // misaligned (16-byte) pointers, FP8 weights without scales or with k not a multiple of 16,
+  // and a kSiluAndMul epilogue outside its contract (above); Unsupported for another d or w
+  // dtype; Internal when cuBLASLt finds no algorithm. Asynchronous on stream.
   Status run(const GemmParams& params, cudaStream_t stream);
 
  private:

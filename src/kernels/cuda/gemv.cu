@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kv_codes.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/silu_mul.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace strata::cuda::detail {
@@ -37,12 +38,36 @@ struct GemvArgs {
   const float* w_scale;  // FP8 weights: per output feature
 };
 
-// The sums of the kRows x kM outputs of a block meet in a fixed order (a shuffle tree per warp,
-// then the warps in turn); thread r * kM + m then finishes output (row0 + r, m): times the
-// feature's scale (FP8), plus bias and the accumulated d in fp32, rounded once.
-template <int kR, int kThr, int kM, bool kF32Out, bool kScaled>
+// What a block writes: the product in bf16 or fp32, or the SiLU-and-mul of its gate | up (bf16).
+enum class Out { kBF16, kF32, kSiluMul };
+
+// The output feature (weight row) that row r of this block takes. Plain: features
+// blockIdx.x * kR + r. SiLU-and-mul: the block's first kR / 2 rows are the gate features
+// j = blockIdx.x * kR / 2 + r, its last kR / 2 the up features inter + j of the same pairs. Rows
+// past the end re-read the last valid feature and are not written.
+template <int kR, Out kOut>
+__device__ __forceinline__ int64_t block_feature(int32_t n, int r) {
+  if constexpr (kOut == Out::kSiluMul) {
+    static_assert(kR % 2 == 0);
+    const int64_t inter = n / 2;
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * (kR / 2) + r % (kR / 2);
+    const int64_t jc = j < inter ? j : inter - 1;
+    return r < kR / 2 ? jc : inter + jc;
+  } else {
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * kR + r;
+    return j < n ? j : n - 1;
+  }
+}
+
+// The sums of the kR x kM outputs of a block meet in a fixed order (a shuffle tree per warp,
+// then the warps in turn); the feature's scale (FP8) and the bias follow in fp32, each rounded on
+// its own (__fmul_rn / __fadd_rn: never contracted, so a feature's value is the same function of
+// its partial sums in every output kind). Plain: thread r * kM + m finishes output (feature of
+// row r, m), plus the accumulated d, rounded once. SiLU-and-mul: thread q * kM + m rounds the gate
+// and up sums of pair q to bf16, as the plain product stores them, and writes their activation.
+template <int kR, int kThr, int kM, Out kOut, bool kScaled>
 __device__ __forceinline__ void gemv_finish(const GemvArgs& a, float (&acc)[kR][kM],
-                                            float (&partial)[kThr / 32][kR * kM], int64_t row0) {
+                                            float (&partial)[kThr / 32][kR * kM]) {
   const int32_t t = static_cast<int32_t>(threadIdx.x);
   const int32_t lane = t & 31;
   const int32_t warp = t >> 5;
@@ -57,35 +82,49 @@ __device__ __forceinline__ void gemv_finish(const GemvArgs& a, float (&acc)[kR][
     }
   }
   __syncthreads();
-  if (t >= kR * kM) return;
-  const int32_t r = t / kM;
-  const int32_t m = t % kM;
-  const int64_t j = row0 + r;
-  if (j >= a.n) return;
-  float v = 0.0f;
+  auto value = [&](int32_t r, int32_t m, int64_t j) {
+    float v = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kThr / 32; ++i) v += partial[i][t];
-  if constexpr (kScaled) v *= a.w_scale[j];
-  if (a.bias != nullptr) v += __bfloat162float(a.bias[j]);
-  if constexpr (kF32Out) {
-    float* out = static_cast<float*>(a.d) + m * a.ldd + j;
-    *out = a.accumulate ? *out + v : v;
+    for (int i = 0; i < kThr / 32; ++i) v += partial[i][r * kM + m];
+    if constexpr (kScaled) v = __fmul_rn(v, a.w_scale[j]);
+    if (a.bias != nullptr) v = __fadd_rn(v, __bfloat162float(a.bias[j]));
+    return v;
+  };
+  if constexpr (kOut == Out::kSiluMul) {
+    constexpr int kPairs = kR / 2;
+    if (t >= kPairs * kM) return;
+    const int32_t q = t / kM;
+    const int32_t m = t % kM;
+    const int64_t inter = a.n / 2;
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * kPairs + q;
+    if (j >= inter) return;
+    const float gate = __bfloat162float(__float2bfloat16_rn(value(q, m, j)));
+    const float up = __bfloat162float(__float2bfloat16_rn(value(kPairs + q, m, inter + j)));
+    static_cast<__nv_bfloat16*>(a.d)[m * a.ldd + j] = silu_mul_bf16(gate, up);
   } else {
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.d) + m * a.ldd + j;
-    *out = __float2bfloat16_rn(a.accumulate ? __bfloat162float(*out) + v : v);
+    if (t >= kR * kM) return;
+    const int32_t r = t / kM;
+    const int32_t m = t % kM;
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * kR + r;
+    if (j >= a.n) return;
+    const float v = value(r, m, j);
+    if constexpr (kOut == Out::kF32) {
+      float* out = static_cast<float*>(a.d) + m * a.ldd + j;
+      *out = a.accumulate ? *out + v : v;
+    } else {
+      __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.d) + m * a.ldd + j;
+      *out = __float2bfloat16_rn(a.accumulate ? __bfloat162float(*out) + v : v);
+    }
   }
 }
 
-template <int kM, bool kF32Out>
+template <int kM, Out kOut>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ GemvArgs a) {
   __shared__ float partial[kWarps][kRows * kM];
   const int32_t t = static_cast<int32_t>(threadIdx.x);
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const uint4* w_row[kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {  // rows past n re-read the last one and are not written
-    w_row[r] = a.w + (row0 + r < a.n ? row0 + r : a.n - 1) * a.ldw8;
-  }
+  for (int r = 0; r < kRows; ++r) w_row[r] = a.w + block_feature<kRows, kOut>(a.n, r) * a.ldw8;
   uint4 wv[kRows][kPer];
   auto load_weights = [&](int32_t base) {
 #pragma unroll
@@ -129,24 +168,21 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const __grid_constant__ 
     if (base >= a.k8) break;
     load_weights(base);
   }
-  gemv_finish<kRows, kThreads, kM, kF32Out, false>(a, acc, partial, row0);
+  gemv_finish<kRows, kThreads, kM, kOut, false>(a, acc, partial);
 }
 
 // FP8 weights: a block of kThr threads takes kR output features; thread t the 16-byte columns
 // (16 codes) t, t + kThr, ... of its kR weight rows (kR x kPer loads in flight) and the matching
 // two 16-byte vectors of each activation row. The codes become fp16 pairs exactly
 // (cvt.rn.f16x2.e4m3x2), then fp32; the row's scale multiplies the finished sum.
-template <int kR, int kThr, int kM, bool kF32Out>
+template <int kR, int kThr, int kM, Out kOut>
 __global__ void __launch_bounds__(kThr) gemv_fp8_kernel(const __grid_constant__ GemvArgs a) {
   __shared__ float partial[kThr / 32][kR * kM];
   const int32_t t = static_cast<int32_t>(threadIdx.x);
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kR;
   const int32_t k16 = a.k8 / 2;
   const uint4* w_row[kR];
 #pragma unroll
-  for (int r = 0; r < kR; ++r) {  // rows past n re-read the last one and are not written
-    w_row[r] = a.w + (row0 + r < a.n ? row0 + r : a.n - 1) * a.ldw8;
-  }
+  for (int r = 0; r < kR; ++r) w_row[r] = a.w + block_feature<kR, kOut>(a.n, r) * a.ldw8;
   uint4 wv[kR][kPer];
   auto load_weights = [&](int32_t base) {
 #pragma unroll
@@ -209,15 +245,43 @@ __global__ void __launch_bounds__(kThr) gemv_fp8_kernel(const __grid_constant__ 
     if (base >= k16) break;
     load_weights(base);
   }
-  gemv_finish<kR, kThr, kM, kF32Out, true>(a, acc, partial, row0);
+  gemv_finish<kR, kThr, kM, kOut, true>(a, acc, partial);
+}
+
+// One block per kR features (plain), or per kR / 2 gate | up pairs (SiLU-and-mul).
+template <int kR>
+dim3 grid_for(const GemvArgs& args, Out out) {
+  return dim3(static_cast<unsigned>(out == Out::kSiluMul ? ceil_div(args.n / 2, kR / 2)
+                                                         : ceil_div(args.n, kR)));
+}
+
+template <int kM>
+cudaError_t launch_bf16(const GemvArgs& args, Out out, cudaStream_t stream) {
+  const dim3 grid = grid_for<kRows>(args, out);
+  const dim3 block(kThreads);
+  switch (out) {
+    case Out::kBF16: return launch_pdl(gemv_kernel<kM, Out::kBF16>, grid, block, 0, stream, args);
+    case Out::kF32: return launch_pdl(gemv_kernel<kM, Out::kF32>, grid, block, 0, stream, args);
+    case Out::kSiluMul:
+      return launch_pdl(gemv_kernel<kM, Out::kSiluMul>, grid, block, 0, stream, args);
+  }
+  return cudaErrorInvalidValue;
 }
 
 template <int kR, int kThr, int kM>
-cudaError_t launch_fp8(const GemvArgs& args, bool f32_out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(ceil_div(args.n, kR)));
+cudaError_t launch_fp8(const GemvArgs& args, Out out, cudaStream_t stream) {
+  const dim3 grid = grid_for<kR>(args, out);
   const dim3 block(kThr);
-  return f32_out ? launch_pdl(gemv_fp8_kernel<kR, kThr, kM, true>, grid, block, 0, stream, args)
-                 : launch_pdl(gemv_fp8_kernel<kR, kThr, kM, false>, grid, block, 0, stream, args);
+  switch (out) {
+    case Out::kBF16:
+      return launch_pdl(gemv_fp8_kernel<kR, kThr, kM, Out::kBF16>, grid, block, 0, stream, args);
+    case Out::kF32:
+      return launch_pdl(gemv_fp8_kernel<kR, kThr, kM, Out::kF32>, grid, block, 0, stream, args);
+    case Out::kSiluMul:
+      return launch_pdl(gemv_fp8_kernel<kR, kThr, kM, Out::kSiluMul>, grid, block, 0, stream,
+                        args);
+  }
+  return cudaErrorInvalidValue;
 }
 
 constexpr GemvFp8Shape kFp8Shape = kGemvFp8Shapes[0];
@@ -228,33 +292,29 @@ constexpr bool same_shape(GemvFp8Shape a, GemvFp8Shape b) {
 
 // Another shape of kGemvFp8Shapes (m <= 2; gemv() checked the shape).
 template <int kM>
-cudaError_t launch_fp8_shape(const GemvArgs& args, bool f32_out, GemvFp8Shape s,
-                             cudaStream_t stream) {
+cudaError_t launch_fp8_shape(const GemvArgs& args, Out out, GemvFp8Shape s, cudaStream_t stream) {
   static_assert(kM <= 2);
   static_assert(same_shape(kGemvFp8Shapes[1], {8, 256}) && same_shape(kGemvFp8Shapes[2], {8, 128}) &&
                 same_shape(kGemvFp8Shapes[3], {16, 128}) && same_shape(kGemvFp8Shapes[4], {2, 256}));
-  if (same_shape(s, kGemvFp8Shapes[1])) return launch_fp8<8, 256, kM>(args, f32_out, stream);
-  if (same_shape(s, kGemvFp8Shapes[2])) return launch_fp8<8, 128, kM>(args, f32_out, stream);
-  if (same_shape(s, kGemvFp8Shapes[3])) return launch_fp8<16, 128, kM>(args, f32_out, stream);
-  if (same_shape(s, kGemvFp8Shapes[4])) return launch_fp8<2, 256, kM>(args, f32_out, stream);
-  return launch_fp8<kFp8Shape.rows, kFp8Shape.threads, kM>(args, f32_out, stream);
+  if (same_shape(s, kGemvFp8Shapes[1])) return launch_fp8<8, 256, kM>(args, out, stream);
+  if (same_shape(s, kGemvFp8Shapes[2])) return launch_fp8<8, 128, kM>(args, out, stream);
+  if (same_shape(s, kGemvFp8Shapes[3])) return launch_fp8<16, 128, kM>(args, out, stream);
+  if (same_shape(s, kGemvFp8Shapes[4])) return launch_fp8<2, 256, kM>(args, out, stream);
+  return launch_fp8<kFp8Shape.rows, kFp8Shape.threads, kM>(args, out, stream);
 }
 
 template <int kM>
-Status launch_rows(const GemvArgs& args, bool f32_out, bool w_fp8, GemvFp8Shape fp8_shape,
+Status launch_rows(const GemvArgs& args, Out out, bool w_fp8, GemvFp8Shape fp8_shape,
                    cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(ceil_div(args.n, kRows)));
-  const dim3 block(kThreads);
   cudaError_t e;
   if (w_fp8) {
     if constexpr (kM <= 2) {
-      e = launch_fp8_shape<kM>(args, f32_out, fp8_shape, stream);
+      e = launch_fp8_shape<kM>(args, out, fp8_shape, stream);
     } else {
-      e = launch_fp8<kFp8Shape.rows, kFp8Shape.threads, kM>(args, f32_out, stream);
+      e = launch_fp8<kFp8Shape.rows, kFp8Shape.threads, kM>(args, out, stream);
     }
   } else {
-    e = f32_out ? launch_pdl(gemv_kernel<kM, true>, grid, block, 0, stream, args)
-                : launch_pdl(gemv_kernel<kM, false>, grid, block, 0, stream, args);
+    e = launch_bf16<kM>(args, out, stream);
   }
   STRATA_CUDA_CHECK(e);
   STRATA_CUDA_CHECK_LAUNCH();
@@ -276,6 +336,10 @@ Status gemv(const GemvParams& p, cudaStream_t stream) {
   if (p.w_fp8 && p.w_scale == nullptr) {
     return Status::InvalidArgument("gemv: FP8 weights need their scales");
   }
+  if (p.silu_and_mul && (p.n % 2 != 0 || p.d_dtype != DType::kBF16 || p.accumulate)) {
+    return Status::InvalidArgument(
+        "gemv: the SiLU-and-mul epilogue needs an even n (gate | up), a BF16 d and no accumulate");
+  }
   if (p.fp8_shape.rows != 0 || p.fp8_shape.threads != 0) {
     const bool known = std::any_of(std::begin(kGemvFp8Shapes), std::end(kGemvFp8Shapes),
                                    [&](GemvFp8Shape s) { return same_shape(s, p.fp8_shape); });
@@ -294,16 +358,18 @@ Status gemv(const GemvParams& p, cudaStream_t stream) {
                       static_cast<int32_t>(p.k / 8),
                       p.accumulate,
                       p.w_scale};
-  const bool f32 = p.d_dtype == DType::kF32;
+  const Out out = p.silu_and_mul              ? Out::kSiluMul
+                  : p.d_dtype == DType::kF32 ? Out::kF32
+                                             : Out::kBF16;
   switch (p.m) {
-    case 1: return launch_rows<1>(args, f32, p.w_fp8, p.fp8_shape, stream);
-    case 2: return launch_rows<2>(args, f32, p.w_fp8, p.fp8_shape, stream);
-    case 3: return launch_rows<3>(args, f32, p.w_fp8, p.fp8_shape, stream);
-    case 4: return launch_rows<4>(args, f32, p.w_fp8, p.fp8_shape, stream);
-    case 5: return launch_rows<5>(args, f32, p.w_fp8, p.fp8_shape, stream);
-    case 6: return launch_rows<6>(args, f32, p.w_fp8, p.fp8_shape, stream);
-    case 7: return launch_rows<7>(args, f32, p.w_fp8, p.fp8_shape, stream);
-    default: return launch_rows<8>(args, f32, p.w_fp8, p.fp8_shape, stream);
+    case 1: return launch_rows<1>(args, out, p.w_fp8, p.fp8_shape, stream);
+    case 2: return launch_rows<2>(args, out, p.w_fp8, p.fp8_shape, stream);
+    case 3: return launch_rows<3>(args, out, p.w_fp8, p.fp8_shape, stream);
+    case 4: return launch_rows<4>(args, out, p.w_fp8, p.fp8_shape, stream);
+    case 5: return launch_rows<5>(args, out, p.w_fp8, p.fp8_shape, stream);
+    case 6: return launch_rows<6>(args, out, p.w_fp8, p.fp8_shape, stream);
+    case 7: return launch_rows<7>(args, out, p.w_fp8, p.fp8_shape, stream);
+    default: return launch_rows<8>(args, out, p.w_fp8, p.fp8_shape, stream);
   }
 }
 

@@ -19,6 +19,15 @@
 // fp16 pairs, then fp32; the activations stay bf16 (no activation rounding on this path). Its
 // block shape (features and threads per block) is a GemvFp8Shape.
 //
+// SiLU-and-mul epilogue (silu_and_mul): the product is the gated MLP's gate | up (n = 2 * inter,
+// w's rows gate then up, bias likewise) and d receives act[i, j] = silu_mul_bf16(gate, up) for
+// j < inter (silu_mul.cuh, the function silu_and_mul() applies), where gate and up are d[i, j] and
+// d[i, inter + j] of the plain product rounded to bf16: the bits of gemv() then silu_and_mul(),
+// one launch and no gate | up round trip. A block then takes the gate features j, j + 1, ... and
+// the up features inter + j, ... of the same pairs (half its rows each); each feature's sum is
+// formed exactly as in the plain product (the order depends only on the block's thread count).
+// d is BF16 [m, inter], no accumulate.
+//
 // Launched with programmatic dependent launch: a block loads its first weights before waiting
 // for the previous kernel (weights are never written during a step), and lets the next kernel
 // launch at once. The contract that follows: w must not be written by the kernel before on the
@@ -58,12 +67,17 @@ struct GemvParams {
   bool accumulate = false;
   int64_t m = 0, n = 0, k = 0;
   GemvFp8Shape fp8_shape;  // {0, 0} = kGemvFp8Shapes[0]; another of them only for m <= 2
+  // d = silu(gate) * up of the product gate | up (above): n even, d [m, n / 2] BF16, no
+  // accumulate.
+  bool silu_and_mul = false;
 };
 
 // Whether gemv() takes these sizes: 1 <= m <= kGemvMaxRows, k a multiple of 8 (16-byte loads;
 // 16 for FP8 weights), n and k below 2^31.
 bool gemv_fits(int64_t m, int64_t n, int64_t k, bool w_fp8 = false);
 // Asynchronous on stream; the caller has validated pointers, strides and alignment (Gemm::run).
+// InvalidArgument for sizes gemv_fits refuses, FP8 without scales, an unknown FP8 block shape, and
+// a SiLU-and-mul epilogue with an odd n, a non-BF16 d or accumulate.
 Status gemv(const GemvParams& params, cudaStream_t stream);
 
 }  // namespace strata::cuda::detail

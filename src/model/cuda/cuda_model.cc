@@ -503,14 +503,25 @@ Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
   STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_scale, w.o_bias, residual.data(), h,
                                   DType::kF32, true, t, h, q_width()));
   STRATA_RETURN_IF_ERROR(norm(w.post_attention_norm, nullptr, in.num_tokens));
-  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.gate_up, w.gate_up_scale, w.gate_up_bias, gate_up.data(),
-                                  2 * inter, DType::kBF16, false, t, 2 * inter, h));
-  cuda::SiluAndMulParams silu;
-  silu.gate_up = gate_up.data();
-  silu.out = act.data();
-  silu.num_tokens = in.num_tokens;
-  silu.intermediate = static_cast<int32_t>(inter);
-  STRATA_RETURN_IF_ERROR(cuda::silu_and_mul(silu, stream.get()));
+  // act = silu_and_mul(gate | up): formed in the GEMV's epilogue where it takes the product (few
+  // rows), else through the gate_up buffer and silu_and_mul. Gemm chooses by shape (gemm.h).
+  cuda::GemmParams mlp;
+  mlp.a = normed.data();
+  mlp.lda = h;
+  mlp.w = w.gate_up.data();
+  mlp.ldw = h;
+  mlp.w_dtype = w.gate_up.dtype;
+  mlp.w_scale =
+      w.gate_up_scale.empty() ? nullptr : static_cast<const float*>(w.gate_up_scale.data());
+  mlp.bias = w.gate_up_bias.empty() ? nullptr : w.gate_up_bias.data();
+  mlp.d = act.data();
+  mlp.ldd = inter;
+  mlp.m = t;
+  mlp.n = 2 * inter;
+  mlp.k = h;
+  mlp.epilogue = cuda::GemmEpilogue::kSiluAndMul;
+  mlp.product_scratch = gate_up.data();
+  STRATA_RETURN_IF_ERROR(gemm.run(mlp, stream.get()));
   return gemm_run(act.data(), inter, w.down_proj, w.down_scale, w.down_bias, residual.data(), h, DType::kF32,
                   true, t, h, inter);
 }
