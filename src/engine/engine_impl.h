@@ -98,6 +98,9 @@ class EngineImpl {
   // rules; a constrained sequence draws under its mask, or ends where its grammar says so.
   Status sample_next(RequestState& r, engine::Sequence& seq, const float* logits,
                      const model::SampledToken* sampled);
+  // The tokens that end a constrained sequence where its output is complete: its stop ids and
+  // the model's EOS ids.
+  std::vector<int32_t> end_tokens(const engine::Sequence& seq) const;
   void fork_siblings(RequestState& r, engine::Sequence& parent);
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);
@@ -108,7 +111,8 @@ class EngineImpl {
   std::optional<tokenizer::Tokenizer> tokenizer_;  // model_dir's tokenizer.json, when present
   // Structured outputs' grammars over tokenizer_'s vocabulary (null without a tokenizer).
   std::unique_ptr<grammar::GrammarCompiler> grammars_;
-  std::vector<uint64_t> allowed_;  // one constrained sequence's mask, per sampling
+  std::vector<uint64_t> allowed_;  // one constrained sequence's mask, per host sampling
+  std::vector<std::vector<uint64_t>> step_masks_;  // the device-drawn ones' masks, per step
   int32_t window_ = 0;
   std::unique_ptr<kv::KvCacheManager> cache_;
   // Swap preemption only, one per KV cache group; destroyed before runner_.

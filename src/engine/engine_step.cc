@@ -27,20 +27,22 @@ struct Row {
 
 // Whether the runner can draw seq's next token where the logits are: the n tokens complete the
 // sequence, it wants no logits rows (prompt logprobs, all logits), no penalties (they read the
-// token history on the host), no structured output (its mask is the host's), at most the chosen
-// token's logprob, and no n > 1 fork pending (the siblings sample the same row).
+// token history on the host), at most the chosen token's logprob (none with a structured output,
+// whose masked row has no raw logprob), and no n > 1 fork pending (the siblings sample the same
+// row).
 bool device_samplable(const RequestState& r, const Sequence& s, int32_t n) {
   return s.num_computed + n == static_cast<int32_t>(s.tokens.size()) && !s.wants_all_rows() &&
-         !s.params.has_penalties() && !s.constraint && s.params.logprobs <= 0 &&
+         !s.params.has_penalties() && s.params.logprobs <= (s.constraint ? -1 : 0) &&
          (r.request.n == 1 || r.forked);
 }
 
-model::DeviceSampleSpec device_spec(Sequence& s) {
+model::DeviceSampleSpec device_spec(Sequence& s, const uint64_t* allowed) {
   return {.temperature = s.params.temperature,
           .top_k = s.params.top_k,
           .top_p = s.params.top_p,
           .min_p = s.params.min_p,
-          .seed = s.sampler->next_draw_seed()};
+          .seed = s.sampler->next_draw_seed(),
+          .allowed = allowed};
 }
 
 }  // namespace
@@ -51,6 +53,9 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
   engine::StepBatch batch(*cache_);
   std::vector<Row> rows;
   rows.reserve(plan.scheduled.size());
+  // Structured outputs drawn on the device: each row's mask, alive through the forward pass.
+  step_masks_.resize(plan.scheduled.size());
+  size_t num_masks = 0;
   for (const engine::ScheduledSeq& sc : plan.scheduled) {
     Sequence& s = *sc.seq;
     RequestState& r = requests_.at(s.request_id);
@@ -62,9 +67,18 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
       totals_.num_prompt_tokens += s.num_prompt;
       totals_.num_cached_prompt_tokens += sc.num_cached_tokens;
     }
-    if (runner_->samples_on_device() && device_samplable(r, s, sc.num_tokens)) {
+    const uint64_t* allowed = nullptr;
+    bool on_device = runner_->samples_on_device() && device_samplable(r, s, sc.num_tokens);
+    if (on_device && s.constraint) {
+      // Complete or at a dead end, it ends on the host (sample_next) instead of drawing.
+      std::vector<uint64_t>& mask = step_masks_[num_masks];
+      on_device = s.constraint->allowed(end_tokens(s), vocab_size(), mask) ==
+                  engine::OutputConstraint::Next::kSample;
+      if (on_device) allowed = step_masks_[num_masks++].data();
+    }
+    if (on_device) {
       rows.push_back(Row{&r, &s, s.num_computed, sc.num_tokens, -1,
-                         batch.add_sampled(s, sc.num_tokens, device_spec(s))});
+                         batch.add_sampled(s, sc.num_tokens, device_spec(s, allowed))});
     } else {
       rows.push_back(Row{&r, &s, s.num_computed, sc.num_tokens, batch.add(s, sc.num_tokens), -1});
     }
@@ -145,11 +159,10 @@ Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int3
 Status EngineImpl::sample_next(RequestState& r, Sequence& s, const float* logits,
                                const model::SampledToken* sampled) {
   std::span<const uint64_t> allowed;
-  std::vector<int32_t> end_tokens;
-  if (s.constraint) {
-    end_tokens = s.params.stop_token_ids;
-    end_tokens.insert(end_tokens.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
-    switch (s.constraint->allowed(end_tokens, vocab_size(), allowed_)) {
+  const std::vector<int32_t> ends = s.constraint ? end_tokens(s) : std::vector<int32_t>{};
+  // On the device the row was drawn under the mask the step was built with.
+  if (s.constraint && sampled == nullptr) {
+    switch (s.constraint->allowed(ends, vocab_size(), allowed_)) {
       case engine::OutputConstraint::Next::kSample:
         allowed = allowed_;
         break;
@@ -179,16 +192,21 @@ Status EngineImpl::sample_next(RequestState& r, Sequence& s, const float* logits
   }
   // A constrained output ends at an end token (offered only where it is complete), whatever
   // ignore_eos says: past it the grammar has nothing to follow.
-  const bool ends = s.constraint ? std::find(end_tokens.begin(), end_tokens.end(), token) !=
-                                       end_tokens.end()
+  const bool stop = s.constraint ? std::find(ends.begin(), ends.end(), token) != ends.end()
                                  : engine::is_stop_token(token, s.params, config_.eos_token_ids);
-  if (s.constraint && !ends) s.constraint->advance(token);
-  if (ends) {
+  if (s.constraint && !stop) s.constraint->advance(token);
+  if (stop) {
     finish_sequence(s, FinishReason::kStop);
   } else if (static_cast<int32_t>(s.result.output_ids.size()) >= s.params.max_tokens) {
     finish_sequence(s, FinishReason::kLength);
   }
   return Status::Ok();
+}
+
+std::vector<int32_t> EngineImpl::end_tokens(const Sequence& s) const {
+  std::vector<int32_t> ends = s.params.stop_token_ids;
+  ends.insert(ends.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+  return ends;
 }
 
 void EngineImpl::fork_siblings(RequestState& r, Sequence& parent) {

@@ -54,6 +54,10 @@ struct DeviceSampleSpec {
   float top_p = 1.0f;
   float min_p = 0.0f;
   uint64_t seed = 0;
+  // Nullable, host memory valid through forward(): the tokens the row may draw (a structured
+  // output's mask), a bitset of ceil(vocab / 64) words, bit id of word id / 64; every other
+  // logit is -inf before sampling (and before the chosen token's logprob, which is then not raw).
+  const uint64_t* allowed = nullptr;
 };
 
 // A token drawn on the device and its raw logprob (log_softmax of the unmodified logits).

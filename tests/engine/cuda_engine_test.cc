@@ -28,8 +28,10 @@
 #include <vector>
 
 #include "engine_testing.h"
+#include "grammar/grammar_compiler.h"
 #include "kv/kv_cache_manager.h"
 #include "model/hf_config.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata {
 namespace {
@@ -449,6 +451,77 @@ TEST_F(CudaEngineTest, Int4WithRTwoAPrefixHitMatchesTheColdRun) {
   }
   std::printf("[ int4 R2 ] prefix hit against the cold run: max |logprob diff| %.3g\n", worst);
   EXPECT_LE(worst, 0.03);
+}
+
+// Structured outputs on the GPU (strata-tiny): a constrained row is drawn on the device under its
+// uploaded mask -- in graph-replayed decode steps and eager ones, beside unconstrained rows --
+// and greedy gives the tokens the host sampler gives on the same logits (a request asking for
+// logprobs is drawn on the host); every output stays in its grammar.
+TEST_F(CudaEngineTest, StructuredOutputsDrawnOnTheDeviceEqualTheHostsAndStayInTheGrammar) {
+  using Kind = StructuredOutput::Kind;
+  const std::string tiny = std::string(STRATA_MODELS_DIR) + "/strata-tiny";
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tiny);
+  const std::vector<StructuredOutput> constraints = {
+      {Kind::kJsonSchema,
+       R"({"type":"object","properties":{"name":{"type":"string","maxLength":10},)"
+       R"("age":{"type":"integer"},"ok":{"type":"boolean"}},"required":["name","age","ok"],)"
+       R"("additionalProperties":false})",
+       {}},
+      {Kind::kRegex, R"([0-9]{3}-[a-z]{2,5})", {}},
+      {Kind::kChoice, "", {"alpha", "beta", "gamma"}},
+      {Kind::kJsonObject, "", {}}};
+  grammar::GrammarCompiler compiler(
+      [&tok] {
+        std::vector<std::string> b(static_cast<size_t>(tok.vocab_size()));
+        for (size_t i = 0; i < b.size(); ++i) b[i] = tok.token_bytes(static_cast<int32_t>(i));
+        return b;
+      },
+      {});
+  std::vector<std::map<RequestId, std::map<int32_t, std::vector<int32_t>>>> runs;
+  std::vector<std::vector<RequestId>> ids(2);
+  for (const int32_t logprobs : {-1, 0}) {  // -1: drawn on the device; 0: on the host
+    EngineConfig c = cuda_config();
+    c.model_dir = tiny;
+    Result<std::unique_ptr<Engine>> e = Engine::create(c);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    auto& mine = ids[logprobs == -1 ? 0 : 1];
+    for (size_t i = 0; i < constraints.size(); ++i) {
+      for (const float temperature : {0.0f, 1.0f}) {
+        EngineRequest r;
+        r.prompt = tok.encode("Answer in the format asked: ", true);
+        r.params.temperature = temperature;
+        r.params.seed = 7 + i;
+        r.params.max_tokens = 48;
+        r.params.logprobs = logprobs;
+        r.params.structured = constraints[i];
+        mine.push_back(*(*e)->submit(std::move(r)));
+      }
+      mine.push_back(*(*e)->submit(request(20 + static_cast<int32_t>(i), 3, 12)));  // unconstrained
+    }
+    runs.push_back(run_all(**e));
+    EXPECT_EQ((*e)->last_step().num_used_blocks, 0) << "blocks leaked";
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < constraints.size(); ++i) {
+    auto grammar = compiler.compile(constraints[i]);
+    ASSERT_TRUE(grammar.ok());
+    const grammar::ByteDfa& dfa = *(*grammar)->dfa;
+    for (const float temperature : {0.0f, 1.0f}) {
+      const std::vector<int32_t>& device = runs[0].at(ids[0][k]).at(0);
+      const std::vector<int32_t>& host = runs[1].at(ids[1][k]).at(0);
+      if (temperature == 0.0f) {
+        EXPECT_EQ(device, host) << "constraint " << i << ", greedy";
+      }
+      for (const auto* out : {&device, &host}) {
+        std::string text;
+        for (const int32_t t : *out) text += tok.token_bytes(t);  // EOS has no bytes
+        EXPECT_NE(dfa.walk(dfa.start(), text), grammar::ByteDfa::kDead)
+            << "constraint " << i << " left its grammar: " << text;
+      }
+      ++k;
+    }
+    ++k;  // the unconstrained request
+  }
 }
 
 }  // namespace

@@ -499,7 +499,42 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(const __grid_consta
   }
 }
 
+// One block per row; each thread takes whole 64-bit words of the mask, so a word is read once
+// and only its clear bits are written.
+__global__ void token_mask_kernel(const __grid_constant__ TokenMaskParams p) {
+  const int32_t row = static_cast<int32_t>(blockIdx.x);
+  const int32_t m = p.mask_row[row];
+  if (m < 0) return;
+  const uint64_t* mask = p.masks + static_cast<int64_t>(m) * p.mask_words;
+  float* x = p.logits + static_cast<int64_t>(row) * p.vocab;
+  const int32_t words = (p.vocab + 63) / 64;
+  for (int32_t w = static_cast<int32_t>(threadIdx.x); w < words; w += static_cast<int32_t>(blockDim.x)) {
+    uint64_t clear = ~__ldg(reinterpret_cast<const unsigned long long*>(mask) + w);
+    const int32_t base = w * 64;
+    while (clear != 0) {
+      const int32_t bit = __ffsll(static_cast<long long>(clear)) - 1;
+      clear &= clear - 1;
+      if (base + bit < p.vocab) x[base + bit] = -INFINITY;
+    }
+  }
+}
+
 }  // namespace
+
+Status apply_token_masks(const TokenMaskParams& p, cudaStream_t stream) {
+  if (p.num_rows < 0) return Status::InvalidArgument("apply_token_masks: num_rows must be >= 0");
+  if (p.num_rows == 0) return Status::Ok();
+  if (p.vocab <= 0) return Status::InvalidArgument("apply_token_masks: vocab must be positive");
+  if (p.logits == nullptr || p.mask_row == nullptr || p.masks == nullptr) {
+    return Status::InvalidArgument("apply_token_masks: logits, mask_row and masks are required");
+  }
+  if (p.mask_words < (int64_t{p.vocab} + 63) / 64) {
+    return Status::InvalidArgument("apply_token_masks: a mask is shorter than the vocabulary");
+  }
+  token_mask_kernel<<<static_cast<unsigned>(p.num_rows), 256, 0, stream>>>(p);
+  STRATA_CUDA_CHECK_LAUNCH();
+  return Status::Ok();
+}
 
 Status sample(const SampleParams& p, cudaStream_t stream) {
   if (p.num_rows < 0) return Status::InvalidArgument("sample: num_rows must be >= 0");

@@ -35,6 +35,22 @@ struct SampleParams {
   float* out_logprobs = nullptr;
 };
 
+// Structured outputs' token masks over a batch's fp32 logits, in place: row r's logit i becomes
+// -inf where bit i of masks[mask_row[r]] (words ceil(vocab / 64) apart, bit i of word i / 64) is
+// clear; rows whose mask_row is negative are left as they are. Run before sample() on the same
+// logits, which then draws only allowed tokens (and reports logprobs over the masked row).
+struct TokenMaskParams {
+  float* logits = nullptr;  // [num_rows, vocab]
+  int32_t num_rows = 0;
+  int32_t vocab = 0;
+  const int32_t* mask_row = nullptr;  // [num_rows]
+  const uint64_t* masks = nullptr;    // [*, mask_words]
+  int64_t mask_words = 0;
+};
+// InvalidArgument for a negative count, vocab <= 0, a null pointer or mask_words below
+// ceil(vocab / 64). Asynchronous on stream; every pointer is device memory.
+Status apply_token_masks(const TokenMaskParams& params, cudaStream_t stream);
+
 // Samples one token per row. Every pointer is device memory; out_* must not alias the inputs.
 //
 // Per row, in vLLM V1's order (the CPU sampler's): NaN logits count as -inf. Greedy rows take the

@@ -282,7 +282,8 @@ Status CudaModel::Impl::run_graph(const ForwardBatch& batch, std::span<SampledTo
   Result<CudaStepInputs::Device> uploaded =
       graph_inputs.upload_fixed(batch, padded, kv_bound, stream.get());
   if (!uploaded.ok()) return uploaded.status();
-  const auto key = std::make_pair(padded, kv_bound);
+  // A step with masked rows replays a graph of its own, with the masking launch in it.
+  const GraphKey key{padded, kv_bound, uploaded->mask_row != nullptr};
   auto it = graphs.find(key);
   if (it != graphs.end()) {
     STRATA_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream.get()));
@@ -295,7 +296,7 @@ Status CudaModel::Impl::run_graph(const ForwardBatch& batch, std::span<SampledTo
   return collect_samples(sampled.first(static_cast<size_t>(n)));
 }
 
-Status CudaModel::Impl::capture(std::pair<int32_t, int32_t> key, const CudaStepInputs::Device& in) {
+Status CudaModel::Impl::capture(GraphKey key, const CudaStepInputs::Device& in) {
   STRATA_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
   const Status body = run_body(in, {});
   cudaGraph_t graph = nullptr;
@@ -314,7 +315,17 @@ Status CudaModel::Impl::capture(std::pair<int32_t, int32_t> key, const CudaStepI
 }
 
 Status CudaModel::Impl::sample_rows(const CudaStepInputs::Device& in, int32_t first, int32_t count,
-                                    const float* chunk_logits) {
+                                    float* chunk_logits) {
+  if (in.mask_row != nullptr) {  // structured outputs: their rows' disallowed logits to -inf
+    cuda::TokenMaskParams m;
+    m.logits = chunk_logits;
+    m.num_rows = count;
+    m.vocab = static_cast<int32_t>(config.vocab_size);
+    m.mask_row = in.mask_row + first;
+    m.masks = in.masks;
+    m.mask_words = in.mask_words;
+    STRATA_RETURN_IF_ERROR(cuda::apply_token_masks(m, stream.get()));
+  }
   cuda::SampleParams p;
   p.logits = chunk_logits;
   p.num_rows = count;
@@ -470,7 +481,8 @@ Status CudaModel::Impl::make_graph_inputs(int32_t newest_blocks) {
       options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
   const auto blocks_per_seq = static_cast<int32_t>(max_len / options.block_size + 1);
   Result<CudaStepInputs> fixed =
-      CudaStepInputs::create_fixed(options.max_num_seqs, blocks_per_seq, newest_blocks);
+      CudaStepInputs::create_fixed(options.max_num_seqs, blocks_per_seq,
+                                   static_cast<int32_t>(config.vocab_size), newest_blocks);
   if (!fixed.ok()) return fixed.status();
   graph_inputs = std::move(fixed).value();
   return Status::Ok();
@@ -611,7 +623,8 @@ std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightSto
   auto impl = std::make_unique<Impl>(std::move(config), options, std::move(device_weights),
                                      std::move(stream), std::move(gemm));
   impl->info.weight_bytes = weight_bytes;
-  impl->inputs = take(CudaStepInputs::create(options.max_num_tokens, options.max_num_seqs),
+  impl->inputs = take(CudaStepInputs::create(options.max_num_tokens, options.max_num_seqs,
+                                              static_cast<int32_t>(impl->config.vocab_size)),
                       "GPU step inputs");
   check(impl->make_graph_inputs(int4 ? options.newest_blocks : 0), "GPU graph inputs");
   impl->allocate_scratch();

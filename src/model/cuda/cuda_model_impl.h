@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <compare>
 #include <map>
 #include <memory>
 #include <optional>
@@ -141,12 +142,22 @@ struct CudaModel::Impl {
   Status run_body(const CudaStepInputs::Device& in, std::span<float> host_logits);
   // A decode step through a CUDA graph of its (padded batch, KV bound) shape.
   Status run_graph(const ForwardBatch& batch, std::span<SampledToken> sampled);
-  Status capture(std::pair<int32_t, int32_t> key, const CudaStepInputs::Device& in);
+  // A decode graph's shape: padded batch, KV bound, and whether rows are masked (structured
+  // outputs), which adds the masking launch.
+  struct GraphKey {
+    int32_t padded = 0;
+    int32_t kv_bound = 0;
+    bool masked = false;
+    auto operator<=>(const GraphKey&) const = default;
+  };
+  Status capture(GraphKey key, const CudaStepInputs::Device& in);
 
   CudaStepInputs graph_inputs;  // fixed addresses; empty with enforce_eager
-  std::map<std::pair<int32_t, int32_t>, GraphExec> graphs;
+  std::map<GraphKey, GraphExec> graphs;
+  // Samples rows [first, first + count) of the sample rows from chunk_logits, masking the
+  // structured outputs' rows there first (in place).
   Status sample_rows(const CudaStepInputs::Device& in, int32_t first, int32_t count,
-                     const float* chunk_logits);
+                     float* chunk_logits);
   // Pinned, so the two copies of a step's draws are asynchronous and one wait covers both.
   cuda::PinnedArray<int32_t> host_tokens;  // [max_num_tokens]
   cuda::PinnedArray<float> host_logprobs;  // [max_num_tokens]

@@ -21,6 +21,17 @@ size_t pack(std::byte* base, size_t& cursor, const T* src, size_t n) {
   return at;
 }
 
+// The sample rows' masks (DeviceSampleSpec::allowed): each row's index among the masked ones
+// (-1: unmasked), and how many are masked.
+int32_t mask_rows(const ForwardBatch& b, std::vector<int32_t>& rows) {
+  rows.assign(b.sample_specs.size(), -1);
+  int32_t masked = 0;
+  for (size_t i = 0; i < b.sample_specs.size(); ++i) {
+    if (b.sample_specs[i].allowed != nullptr) rows[i] = masked++;
+  }
+  return masked;
+}
+
 // The batch's newest-blocks group (INT4), or null without one.
 const GroupBatchView* newest_view(const ForwardBatch& b) {
   const int32_t g = b.newest_group();
@@ -29,8 +40,10 @@ const GroupBatchView* newest_view(const ForwardBatch& b) {
 
 }  // namespace
 
-Result<CudaStepInputs> CudaStepInputs::create(int32_t max_num_tokens, int32_t max_num_seqs) {
+Result<CudaStepInputs> CudaStepInputs::create(int32_t max_num_tokens, int32_t max_num_seqs,
+                                              int32_t vocab_size) {
   CudaStepInputs in;
+  in.mask_words_ = (int64_t{vocab_size} + 63) / 64;
   // Tokens: ids, positions, logits / sample rows (4 bytes each) and slots (8; INT4: 8 more for
   // the newest-blocks group's slots); sequences: three indptr-like arrays and the sampling specs
   // (28 bytes; INT4: 8 more for the newest-blocks group's indptr and first blocks); block ids:
@@ -82,6 +95,16 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     min_p[i] = spec.min_p;
     seeds[i] = spec.seed;
   }
+  std::vector<int32_t> mask_row;
+  const int32_t num_masked = mask_rows(b, mask_row);
+  const auto words = static_cast<size_t>(mask_words_);
+  std::vector<uint64_t> masks(static_cast<size_t>(num_masked) * words);
+  for (size_t i = 0; i < num_samples; ++i) {
+    if (mask_row[i] >= 0) {
+      std::memcpy(masks.data() + static_cast<size_t>(mask_row[i]) * words,
+                  b.sample_specs[i].allowed, words * 8);
+    }
+  }
   for (std::byte* base : {static_cast<std::byte*>(nullptr), host_.get()}) {
     size_t cursor = 0;
     const size_t ids = pack(base, cursor, b.token_ids.data(), num_tokens);
@@ -102,6 +125,8 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     const size_t newest_indices = pack(base, cursor, newest_layout.kv_indices, newest_nnz);
     const size_t newest_first = pack(base, cursor, newest_layout.first_block, newest_seqs);
     const size_t newest_slots = pack(base, cursor, newest_slot_src, newest_tokens);
+    const size_t rows_of_masks = pack(base, cursor, mask_row.data(), num_masked > 0 ? num_samples : 0);
+    const size_t mask_bits = pack(base, cursor, masks.data(), masks.size());
     if (base == nullptr) {
       STRATA_RETURN_IF_ERROR(reserve(cursor));
       continue;
@@ -120,6 +145,11 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     out.top_p = reinterpret_cast<const float*>(d + p);
     out.min_p = reinterpret_cast<const float*>(d + mp);
     out.seeds = reinterpret_cast<const uint64_t*>(d + seed);
+    if (num_masked > 0) {
+      out.mask_row = reinterpret_cast<const int32_t*>(d + rows_of_masks);
+      out.masks = reinterpret_cast<const uint64_t*>(d + mask_bits);
+      out.mask_words = mask_words_;
+    }
     out.layout.kv_indptr = reinterpret_cast<const int32_t*>(d + kv_indptr);
     out.layout.kv_indices = reinterpret_cast<const int32_t*>(d + kv_indices);
     out.layout.kv_last_page_len = reinterpret_cast<const int32_t*>(d + last_len);
@@ -172,12 +202,14 @@ Result<const int32_t*> CudaStepInputs::upload_block_pairs(std::span<const kv::Bl
 namespace strata::model {
 namespace {
 
-// The fixed layout's byte offsets for s sequences (= tokens), n block ids and r entries of the
-// newest-blocks group (r = 0: no such group, each of its arrays empty).
+// The fixed layout's byte offsets for s sequences (= tokens), n block ids, r entries of the
+// newest-blocks group (r = 0: no such group, each of its arrays empty) and masks of w words, last
+// (a step copies only the masks it has).
 struct FixedLayout {
   size_t ids, pos, q_indptr, kv_indptr, kv_indices, last_len, slots, rows, temp, top_k, top_p,
-      min_p, seeds, newest_indptr, newest_indices, newest_first, newest_slots, total;
-  FixedLayout(size_t s, size_t n, size_t r) {
+      min_p, seeds, newest_indptr, newest_indices, newest_first, newest_slots, mask_row, masks,
+      total;
+  FixedLayout(size_t s, size_t n, size_t r, size_t w) {
     size_t at = 0;
     auto take = [&at](size_t bytes) {
       const size_t here = at;
@@ -202,6 +234,8 @@ struct FixedLayout {
     newest_indices = take(r * 4);
     newest_first = take(newest_s * 4);
     newest_slots = take(newest_s * 8);
+    mask_row = take(s * 4);
+    masks = take(s * w * 8);
     total = at;
   }
 };
@@ -233,11 +267,13 @@ void pack_fixed_newest(const ForwardBatch& b, const GroupBatchView& view, const 
 
 Result<CudaStepInputs> CudaStepInputs::create_fixed(int32_t max_num_seqs,
                                                     int32_t max_blocks_per_seq,
-                                                    int32_t newest_blocks) {
+                                                    int32_t vocab_size, int32_t newest_blocks) {
   CudaStepInputs in;
+  in.mask_words_ = (int64_t{vocab_size} + 63) / 64;
   const auto seqs = static_cast<size_t>(max_num_seqs);
   const FixedLayout l(seqs, seqs * static_cast<size_t>(max_blocks_per_seq),
-                      seqs * fixed_newest_per_seq(newest_blocks));
+                      seqs * fixed_newest_per_seq(newest_blocks),
+                      static_cast<size_t>(in.mask_words_));
   STRATA_RETURN_IF_ERROR(in.reserve(l.total));
   in.fixed_seqs_ = max_num_seqs;
   in.fixed_blocks_per_seq_ = max_blocks_per_seq;
@@ -269,8 +305,9 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
                                                             int32_t padded_seqs, int32_t kv_bound,
                                                             cudaStream_t stream) {
   const auto cap = static_cast<size_t>(fixed_seqs_);
+  const auto words = static_cast<size_t>(mask_words_);
   const FixedLayout l(cap, cap * static_cast<size_t>(fixed_blocks_per_seq_),
-                      cap * fixed_newest_per_seq(fixed_newest_blocks_));
+                      cap * fixed_newest_per_seq(fixed_newest_blocks_), words);
   const auto n = static_cast<size_t>(b.layout.num_seqs);
   const auto padded = static_cast<size_t>(padded_seqs);
   std::byte* h = host_.get();
@@ -311,7 +348,19 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
   const GroupBatchView* newest = newest_view(b);
   const bool int4 = fixed_newest_blocks_ > 0;
   if (int4) pack_fixed_newest(b, *newest, l, padded, h);
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), l.total, cudaMemcpyHostToDevice,
+  std::vector<int32_t> mask_row;
+  const int32_t num_masked = mask_rows(b, mask_row);
+  mask_row.resize(padded, -1);  // padded rows: unmasked
+  std::memcpy(at(l.mask_row), mask_row.data(), padded * 4);
+  for (size_t s = 0; s < n; ++s) {
+    if (mask_row[s] >= 0) {
+      std::memcpy(at(l.masks) + static_cast<size_t>(mask_row[s]) * words * 8,
+                  b.sample_specs[s].allowed, words * 8);
+    }
+  }
+  // The masks are last: only the step's are copied.
+  const size_t used = l.masks + static_cast<size_t>(num_masked) * words * 8;
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), used, cudaMemcpyHostToDevice,
                                     stream));
   const std::byte* d = static_cast<const std::byte*>(device_.data());
   Device out;
@@ -325,6 +374,11 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
   out.top_p = reinterpret_cast<const float*>(d + l.top_p);
   out.min_p = reinterpret_cast<const float*>(d + l.min_p);
   out.seeds = reinterpret_cast<const uint64_t*>(d + l.seeds);
+  if (num_masked > 0) {
+    out.mask_row = reinterpret_cast<const int32_t*>(d + l.mask_row);
+    out.masks = reinterpret_cast<const uint64_t*>(d + l.masks);
+    out.mask_words = mask_words_;
+  }
   out.layout.kv_indptr = reinterpret_cast<const int32_t*>(d + l.kv_indptr);
   out.layout.kv_indices = reinterpret_cast<const int32_t*>(d + l.kv_indices);
   out.layout.kv_last_page_len = reinterpret_cast<const int32_t*>(d + l.last_len);

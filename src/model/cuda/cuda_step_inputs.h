@@ -44,6 +44,11 @@ class CudaStepInputs {
     const float* top_p = nullptr;
     const float* min_p = nullptr;
     const uint64_t* seeds = nullptr;
+    // Structured outputs (DeviceSampleSpec::allowed): per sample row the index of its mask in
+    // masks ([*, mask_words] bitsets), or -1 for an unmasked row; null when no row is masked.
+    const int32_t* mask_row = nullptr;
+    const uint64_t* masks = nullptr;
+    int64_t mask_words = 0;
     PagedKvLayout layout;  // group 0's, device pointers
     // INT4 batches: the newest-blocks group's layout (device pointers, first_block set; its
     // kv_last_page_len is layout's array, the same values by validate_step_group) and its R.
@@ -60,14 +65,18 @@ class CudaStepInputs {
     int32_t max_kv_len = 0;  // over the decode sequences: plans the decode splits
   };
 
-  static Result<CudaStepInputs> create(int32_t max_num_tokens, int32_t max_num_seqs);
+  // vocab_size: the model's, which sizes the sample rows' masks.
+  static Result<CudaStepInputs> create(int32_t max_num_tokens, int32_t max_num_seqs,
+                                       int32_t vocab_size);
   // Inputs for CUDA graphs: every array at a fixed device address for up to max_num_seqs
   // one-token sequences of up to max_blocks_per_seq blocks each (never reallocated).
   // newest_blocks: R of the INT4 batches to replay, whose newest-blocks group's arrays then get
   // room for R + 1 entries per sequence (KvCacheManager::allocate_slots leaves a decode step at
   // most R; the spare admits a table pruned one block late); 0 = no newest-blocks group.
+  // Room for every sequence's mask too (max_num_seqs x ceil(vocab_size / 64) words), of which
+  // a step copies only the masks it has.
   static Result<CudaStepInputs> create_fixed(int32_t max_num_seqs, int32_t max_blocks_per_seq,
-                                             int32_t newest_blocks = 0);
+                                             int32_t vocab_size, int32_t newest_blocks = 0);
   CudaStepInputs() = default;
 
   // A decode step a graph can replay: one new token per sequence, every row sampled on the device
@@ -96,6 +105,7 @@ class CudaStepInputs {
   cuda::PinnedArray<std::byte> host_;
   size_t host_bytes_ = 0;
   cuda::DeviceBuffer device_;
+  int64_t mask_words_ = 0;        // ceil(vocab_size / 64)
   int32_t fixed_seqs_ = 0;        // create_fixed's capacity (0: not a fixed input set)
   int32_t fixed_blocks_per_seq_ = 0;
   int32_t fixed_newest_blocks_ = 0;  // create_fixed's R (0: no newest-blocks group)

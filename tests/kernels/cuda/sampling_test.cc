@@ -16,6 +16,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -474,6 +475,82 @@ TEST_F(SamplingTest, TokenDependsOnlyOnSeedAndLogits) {
   int32_t differ = 0;
   for (int32_t r = 0; r < 48; ++r) differ += b.tokens[r] != a.tokens[r];
   EXPECT_GT(differ, 0);
+}
+
+// Structured outputs: masked rows draw only allowed tokens (greedy: the best allowed one; sampled:
+// never outside the mask, over many seeds), unmasked rows in the same batch are untouched, and a
+// vocabulary that is not a multiple of 64 keeps the last word's tail.
+TEST_F(SamplingTest, MaskedRowsDrawOnlyAllowedTokensAndOtherRowsAreUntouched) {
+  constexpr int32_t kVocab = 1000;  // 16 words, the last one 40 bits
+  std::mt19937_64 rng(11);
+  const std::vector<float> row = uniform_row(kVocab, -5.0f, 5.0f, rng);
+  const int32_t best = host_argmax(row);
+  // Allowed: every 7th id but the argmax, plus the last id.
+  std::vector<uint64_t> mask(16, 0);
+  std::vector<bool> allowed(kVocab, false);
+  for (int32_t id = 0; id < kVocab; ++id) {
+    if ((id % 7 == 0 && id != best) || id == kVocab - 1) {
+      allowed[static_cast<size_t>(id)] = true;
+      mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+    }
+  }
+  int32_t best_allowed = -1;
+  for (int32_t id = 0; id < kVocab; ++id) {
+    if (allowed[static_cast<size_t>(id)] &&
+        (best_allowed < 0 || row[static_cast<size_t>(id)] > row[static_cast<size_t>(best_allowed)])) {
+      best_allowed = id;
+    }
+  }
+  Batch b(kVocab);
+  b.add(row, RowParams{.temperature = 0.0f}, 1);  // 0: masked, greedy
+  b.add(row, RowParams{.temperature = 0.0f}, 2);  // 1: unmasked, greedy
+  b.replicate(row, RowParams{.temperature = 1.5f, .top_k = 50}, 200, 100);  // 2..201: masked
+  std::vector<int32_t> mask_row(static_cast<size_t>(b.rows()), 0);
+  mask_row[1] = -1;
+  DeviceBuffer d_logits = upload(b.logits);
+  DeviceBuffer d_rows = upload(mask_row);
+  DeviceBuffer d_masks = upload(mask);
+  TokenMaskParams m;
+  m.logits = d_logits.as<float>();
+  m.num_rows = b.rows();
+  m.vocab = kVocab;
+  m.mask_row = d_rows.as<int32_t>();
+  m.masks = d_masks.as<uint64_t>();
+  m.mask_words = 16;
+  ASSERT_TRUE(apply_token_masks(m, nullptr).ok());
+  sync_device();
+  Batch masked(kVocab);
+  masked.logits = download<float>(d_logits, static_cast<size_t>(b.rows()) * kVocab);
+  masked.temperature = b.temperature;
+  masked.top_k = b.top_k;
+  masked.top_p = b.top_p;
+  masked.min_p = b.min_p;
+  masked.seeds = b.seeds;
+  for (int32_t id = 0; id < kVocab; ++id) {
+    const float got = masked.logits[static_cast<size_t>(id)];
+    if (allowed[static_cast<size_t>(id)]) {
+      EXPECT_EQ(got, row[static_cast<size_t>(id)]) << id;
+    } else {
+      EXPECT_EQ(got, -kInf) << id;
+    }
+    EXPECT_EQ(masked.logits[static_cast<size_t>(kVocab + id)], row[static_cast<size_t>(id)])
+        << "an unmasked row changed at " << id;
+  }
+  const Drawn d = run_sample(masked);
+  EXPECT_EQ(d.tokens[0], best_allowed);
+  EXPECT_EQ(d.tokens[1], best);
+  std::set<int32_t> seen;
+  for (int32_t r = 2; r < b.rows(); ++r) {
+    ASSERT_TRUE(allowed[static_cast<size_t>(d.tokens[static_cast<size_t>(r)])])
+        << "row " << r << " drew " << d.tokens[static_cast<size_t>(r)];
+    seen.insert(d.tokens[static_cast<size_t>(r)]);
+  }
+  EXPECT_GT(seen.size(), 5u) << "sampled, not one token";
+  m.mask_words = 15;  // shorter than the vocabulary
+  EXPECT_EQ(apply_token_masks(m, nullptr).code(), StatusCode::kInvalidArgument);
+  m.mask_words = 16;
+  m.masks = nullptr;
+  EXPECT_EQ(apply_token_masks(m, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(SamplingArgsTest, BadArgumentsReturnInvalidArgument) {
