@@ -37,6 +37,9 @@ const char* device_name(Device device);
 struct EngineConfig {
   // ---- model (read by Engine::create) ------------------------------------------------------
   std::string model_dir;
+  // Where tokenizer.json is, when not in model_dir (--tokenizer; dummy weights of a config-only
+  // directory). Text prompts and structured outputs need one.
+  std::string tokenizer_dir;
   bool dummy_weights = false;  // --load-format dummy
   DType dummy_dtype = DType::kBF16;
   int32_t num_threads = 0;  // 0 = every core

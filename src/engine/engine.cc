@@ -104,9 +104,11 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
   const int32_t num_blocks = runner_->num_blocks();
   if (config_.max_model_len == 0) config_.max_model_len = mc.max_position_embeddings;
   if (config_.tenant_salt_secret.empty()) config_.tenant_salt_secret = kv::random_tenant_secret();
-  if (!config_.model_dir.empty() &&
-      file_exists(std::filesystem::path(config_.model_dir) / "tokenizer.json")) {
-    tokenizer_.emplace(tokenizer::Tokenizer::load(config_.model_dir));
+  const std::string& tokenizer_dir =
+      config_.tokenizer_dir.empty() ? config_.model_dir : config_.tokenizer_dir;
+  if (!tokenizer_dir.empty() &&
+      file_exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {
+    tokenizer_.emplace(tokenizer::Tokenizer::load(tokenizer_dir));
     grammar::GrammarLimits limits;
     limits.json.max_regex_bytes = config_.structured_output_max_regex_bytes;
     limits.max_dfa_states = config_.structured_output_max_states;

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,7 +34,8 @@ namespace {
 // strata::Engine behind the driver's interface. One request = one sequence (n = 1).
 class EngineAdapter final : public bench::BenchEngine {
  public:
-  EngineAdapter(Engine& engine, float temperature) : engine_(engine), temperature_(temperature) {}
+  EngineAdapter(Engine& engine, float temperature, StructuredOutput structured)
+      : engine_(engine), temperature_(temperature), structured_(std::move(structured)) {}
 
   Result<uint64_t> submit(const bench::SubmitRequest& r) override {
     EngineRequest req;
@@ -41,6 +44,7 @@ class EngineAdapter final : public bench::BenchEngine {
     req.params.ignore_eos = r.ignore_eos;
     req.params.temperature = temperature_;
     req.params.seed = r.seed;
+    req.params.structured = structured_;
     req.priority = r.priority;
     Result<RequestId> id = engine_.submit(std::move(req));
     if (!id.ok()) return id.status();
@@ -68,7 +72,37 @@ class EngineAdapter final : public bench::BenchEngine {
  private:
   Engine& engine_;
   float temperature_;
+  StructuredOutput structured_;
 };
+
+// --structured-output: json_object, json_schema=@FILE, regex=PATTERN or choice=A|B|...
+StructuredOutput parse_structured_output(const std::string& spec) {
+  using Kind = StructuredOutput::Kind;
+  if (spec.empty()) return {};
+  if (spec == "json_object") return {Kind::kJsonObject, "", {}};
+  const size_t eq = spec.find('=');
+  const std::string kind = spec.substr(0, eq);
+  const std::string value = eq == std::string::npos ? "" : spec.substr(eq + 1);
+  if (kind == "json_schema" && value.starts_with("@")) {
+    std::ifstream in(value.substr(1));
+    if (!in) throw Error("--structured-output: cannot read " + value.substr(1));
+    std::stringstream text;
+    text << in.rdbuf();
+    return {Kind::kJsonSchema, text.str(), {}};
+  }
+  if (kind == "regex" && !value.empty()) return {Kind::kRegex, value, {}};
+  if (kind == "choice" && !value.empty()) {
+    std::vector<std::string> choices;
+    for (size_t at = 0; at <= value.size();) {
+      const size_t bar = std::min(value.find('|', at), value.size());
+      choices.push_back(value.substr(at, bar - at));
+      at = bar + 1;
+    }
+    return {Kind::kChoice, "", std::move(choices)};
+  }
+  throw Error("--structured-output must be json_object, json_schema=@FILE, regex=PATTERN or "
+              "choice=A|B|...");
+}
 
 
 // Requests per second: "inf" = offline. Unset: offline for synthetic workloads, the trace's
@@ -204,7 +238,13 @@ bench::BenchMetrics run_one(model::Model* m, ThreadPool& pool, EngineConfig conf
       m != nullptr ? engine::create_engine(*m, pool, config) : Engine::create(config);
   if (!engine.ok()) throw Error(engine.status().message());
   print_pool(**engine);
-  EngineAdapter adapter(**engine, o.temperature);
+  StructuredOutput structured = parse_structured_output(o.structured_output);
+  if (structured.active()) {
+    if (const Status s = (*engine)->compile_structured_output(structured); !s.ok()) {
+      throw Error("--structured-output: " + s.message());
+    }
+  }
+  EngineAdapter adapter(**engine, o.temperature, std::move(structured));
   return replay(adapter, w, o, scheduler, allocator,
                 static_cast<double>((*engine)->kv_cache().bytes_per_token));
 }
@@ -297,6 +337,9 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_flag("--ignore-eos,!--no-ignore-eos", o.ignore_eos,
                 "Generate exactly the asked output lengths (default)");
   cmd->add_option("--temperature", o.temperature, "Sampling temperature (0 = greedy)");
+  cmd->add_option("--structured-output", o.structured_output,
+                  "Constrain every request: json_object, json_schema=@FILE, regex=PATTERN or "
+                  "choice=A|B|... (needs a tokenizer: --tokenizer)");
   // scheduling (the engine flags came with add_engine_options)
   cmd->add_option("--scheduling-policy", o.scheduling_policy, "fcfs or priority")
       ->check(CLI::IsMember({"fcfs", "priority"}));
@@ -320,6 +363,9 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
 
 int run_bench(const BenchOptions& o) {
   const double rate = parse_request_rate(o.request_rate);
+  if (!o.endpoint.empty() && !o.structured_output.empty()) {
+    throw Error("--structured-output is for the local engine, not --endpoint");
+  }
   if (!o.endpoint.empty()) return run_http(o, rate);
   ThreadPool pool(o.threads);
   model::ModelLoadOptions load;

@@ -24,6 +24,9 @@ struct BenchOptions : EngineOptions {
   // ---- workload -----------------------------------------------------------------------------
   std::string workload = "random";
   std::string trace;              // a JSONL file: replaces --workload
+  // Every request's structured output: json_object, json_schema=@FILE, regex=PATTERN or
+  // choice=A|B|... (empty: none).
+  std::string structured_output;
   int64_t num_prompts = 0;        // 0: 100 for random and sharegpt-like, every line of a trace
   std::string input_len = "128";  // random: N or A:B
   std::string output_len = "32";

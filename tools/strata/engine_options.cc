@@ -31,6 +31,18 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                  "none, or fp8: the decoder's linear layers in FP8 E4M3 with per-channel scales "
                  "computed at load (cuda only)")
       ->check(CLI::IsMember({"none", "fp8"}));
+  if (serving) {
+    cmd.add_option("--tokenizer", o.tokenizer_dir,
+                   "Directory with tokenizer.json, when --model has none (default: --model)")
+        ->check(CLI::ExistingDirectory);
+    cmd.add_option("--structured-output-max-states", o.structured_output_max_states,
+                   "Refuse a response_format / guided_* constraint whose automaton would have "
+                   "more states")
+        ->check(CLI::Range(2, 1 << 24));
+    cmd.add_option("--structured-output-cache-size", o.structured_output_cache_size,
+                   "Compiled structured-output constraints kept")
+        ->check(CLI::Range(1, 1 << 16));
+  }
   cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens")
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
   if (serving) {
@@ -81,6 +93,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
 EngineConfig engine_config(const EngineOptions& o) {
   EngineConfig c;
   c.model_dir = o.model_dir;
+  c.tokenizer_dir = o.tokenizer_dir;
+  c.structured_output_max_states = o.structured_output_max_states;
+  c.structured_output_cache_size = o.structured_output_cache_size;
   c.dummy_weights = o.load_format == "dummy";
   c.dummy_dtype = parse_weight_dtype(o.dummy_dtype);
   c.num_threads = o.threads;

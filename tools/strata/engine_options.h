@@ -19,7 +19,10 @@ namespace strata::cli {
 
 struct EngineOptions {
   std::string model_dir;
+  std::string tokenizer_dir;            // --tokenizer; empty = model_dir
   std::string load_format = "auto";     // auto (safetensors) or dummy
+  int32_t structured_output_max_states = 1 << 16;
+  int32_t structured_output_cache_size = 64;
   std::string dummy_dtype = "bfloat16";
   int32_t threads = 0;
   std::string device = "auto";          // auto, cpu or cuda

@@ -108,8 +108,9 @@ int run_serve(const ServeOptions& o) {
   if (!engine.ok()) throw Error(engine.status().message());
   print_pool(**engine);
   std::optional<tokenizer::Tokenizer> tok;
-  if (file_exists(std::filesystem::path(o.model_dir) / "tokenizer.json")) {
-    tok.emplace(tokenizer::Tokenizer::load(o.model_dir));
+  const std::string& tokenizer_dir = o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir;
+  if (file_exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {
+    tok.emplace(tokenizer::Tokenizer::load(tokenizer_dir));
   }
   server::ServedModel model;
   model.name = o.served_model_name.empty()
