@@ -222,6 +222,11 @@ cmd_run() {
   # Issue 41's FP8 weights end to end, BF16 and FP8 in one call (about 2 minutes): not in the
   # default steps; GPU_CHECK_STEPS=fp8_weights.
   step fp8_weights engine 300 bash "$bin/gpu_fp8_bench.sh" "$bin" "$OUT/fp8_engine.json"
+  # Structured outputs, 64 constrained requests against unconstrained (about 3 minutes): not in
+  # the default steps; GPU_CHECK_STEPS=structured, with Llama 3.1's tokenizer carried into
+  # .devcarry/tokenizers/llama3_1 (tests/data/tokenizers is fetched by install_deps, not tracked).
+  step structured engine 400 bash "$ROOT/tools/gpu/gpu_structured_bench.sh" "$bin" \
+    "$ROOT/.devcarry/tokenizers/llama3_1" "$OUT/structured.json"
   # Issue 11 end to end (about 7 minutes): not in the default steps; GPU_CHECK_STEPS=kvquant_e2e.
   step kvquant_e2e engine 570 bash "$bin/gpu_kv_quant_bench.sh" "$bin" "$OUT/kvq_engine.json"
   # Two builds of the engine on the same workloads, alternating (tools/gpu/gpu_ab_bench.sh; about
