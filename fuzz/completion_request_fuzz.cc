@@ -2,7 +2,8 @@
 // /v1/chat/completions, with strata-tiny's tokenizer and chat template. Any input must give a
 // request or an OpenAI error, never a crash; an accepted request's prompts hold in-vocabulary ids
 // and fit max_model_len, and an accepted chat prompt opens no turn (<|im_start|>) but the
-// template's own: one per message and the generation prompt, whatever the messages say.
+// template's own: one per message and the generation prompt, whatever the messages say; an
+// accepted structured output names the field that set it.
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +30,10 @@ void check(const std::variant<strata::server::CompletionRequest, strata::server:
                    "message text opened a turn of its own");
     }
     STRATA_CHECK(!r->prompts.empty() && r->n >= 1 && r->n <= 16, "accepted a bad request");
+    // A constraint is named by the field that set it (its compile errors cite it) and is valid.
+    STRATA_CHECK(r->params.structured.active() == !r->structured_field.empty(),
+                 "a structured output without its field, or a field without one");
+    STRATA_CHECK(r->params.validate(8192).ok(), "accepted invalid sampling params");
     for (const auto& p : r->prompts) {
       STRATA_CHECK(!p.empty(), "accepted an empty prompt");
       STRATA_CHECK(static_cast<int64_t>(p.size()) + r->params.max_tokens <= 4096,
