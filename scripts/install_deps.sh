@@ -76,11 +76,16 @@ for name in qwen3 llama3_1 deepseek_v3 llama2; do
   rm -rf "$tmp"
 done
 
-# The official openai npm client that drives `strata serve` in the tests, at the version pinned in
-# tests/server/client/package.json (package-lock.json pins its dependencies).
+# The JavaScript clients that drive `strata serve` in the tests (the official openai client,
+# LangChain JS, the Vercel AI SDK, ajv), at the versions pinned in tests/server/client/package.json
+# and package-lock.json. Installed again whenever the lock file changes: node_modules keeps the
+# sha256 of the lock file it was installed from.
 client_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/server/client"
-if [[ ! -d "$client_dir/node_modules/openai" ]] && command -v npm >/dev/null; then
-  echo "install_deps: installing the openai npm client into $client_dir"
-  (cd "$client_dir" && npm ci --no-audit --no-fund --silent) ||
-    echo "install_deps: WARNING: the openai client could not be installed; server tests will skip" >&2
+client_lock=$(sha256sum "$client_dir/package-lock.json" | cut -d' ' -f1)
+client_stamp="$client_dir/node_modules/.strata-package-lock.sha256"
+if [[ "$(cat "$client_stamp" 2>/dev/null)" != "$client_lock" ]] && command -v npm >/dev/null; then
+  echo "install_deps: installing the npm clients into $client_dir"
+  (cd "$client_dir" && npm ci --no-audit --no-fund --silent &&
+    echo "$client_lock" >"$client_stamp") ||
+    echo "install_deps: WARNING: the npm clients could not be installed; server tests will skip" >&2
 fi
