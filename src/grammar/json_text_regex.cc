@@ -229,7 +229,12 @@ std::optional<std::string> number(const NumberBounds& bounds, bool integer) {
   mirrored.upper_exclusive = bounds.lower_exclusive;
   std::vector<std::string> alts;
   if (std::string m = magnitude(bounds, integer); !m.empty()) alts.push_back(std::move(m));
-  if (std::string m = magnitude(mirrored, integer); !m.empty()) alts.push_back("-" + m);
+  // A lower bound >= 0 leaves the negative side at most -0 (-0.000...), the same value as 0:
+  // a model offered it writes "age": -0, which readers take but nobody expects.
+  const bool non_negative = bounds.lower && *bounds.lower >= 0;
+  if (std::string m = magnitude(mirrored, integer); !m.empty() && !non_negative) {
+    alts.push_back("-" + m);
+  }
   if (alts.empty()) return std::nullopt;
   return alternatives(alts);
 }

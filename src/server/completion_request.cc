@@ -410,6 +410,13 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
     return *e;
   }
   r.prompt_texts.resize(r.prompts.size());
+  // Chat without max_tokens / max_completion_tokens: the room the context leaves (OpenAI's and
+  // vLLM's default), not completions' 16, which would cut every structured output short.
+  if (chat && f.get("max_tokens") == nullptr && f.get("max_completion_tokens") == nullptr) {
+    p.max_tokens = static_cast<int32_t>(std::clamp<int64_t>(
+        model.max_model_len - static_cast<int64_t>(r.prompts.front().size()), 1,
+        std::numeric_limits<int32_t>::max()));
+  }
   for (const auto& ids : r.prompts) {
     for (const int32_t id : ids) {
       if (id < 0 || id >= model.vocab_size) {

@@ -561,6 +561,14 @@ TEST(JsonSchemaTest, IntegerBoundsAreExact) {
   EXPECT_FALSE(draft4.matches("10"));
   EXPECT_TRUE(draft4.matches("11"));
   EXPECT_TRUE(draft4.matches("123456789"));
+  // A lower bound >= 0 writes no minus sign: -0 is 0, and nobody expects it.
+  const Matcher non_negative(regex_of(R"({"type":"integer","minimum":0,"maximum":150})"));
+  EXPECT_TRUE(non_negative.matches("0"));
+  EXPECT_FALSE(non_negative.matches("-0"));
+  const Matcher fraction(regex_of(R"({"type":"number","minimum":0})"));
+  EXPECT_TRUE(fraction.matches("0.000"));
+  EXPECT_FALSE(fraction.matches("-0.000"));
+  EXPECT_FALSE(fraction.matches("-0"));
 }
 
 TEST(JsonSchemaTest, NumberBoundsAreExactWithoutExponent) {

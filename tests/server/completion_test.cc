@@ -98,6 +98,11 @@ TEST_F(CompletionTest, ChatMessagesAreRenderedWithTheModelsTemplate) {
   const std::string text = tok_.decode(c.prompts[0], false);
   EXPECT_NE(text.find("<|im_start|>user\nHello<|im_end|>"), std::string::npos) << text;
   EXPECT_NE(text.find("<|im_start|>assistant\n"), std::string::npos) << "generation prompt";
+  // Without a limit, a chat completion may use the room the context leaves (not 16).
+  auto open = parse_chat_request(R"({"messages":[{"role":"user","content":"Hello"}]})", model_);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(open));
+  const CompletionRequest& o = std::get<CompletionRequest>(open);
+  EXPECT_EQ(o.params.max_tokens, 4096 - static_cast<int32_t>(o.prompts[0].size()));
   for (const char* bad : {R"({"messages":[]})", R"({"messages":[{"role":"wizard","content":"x"}]})",
                           R"({"messages":[{"role":"user","content":[{"type":"image"}]}]})",
                           R"({"messages":"hi"})", R"({"messages":[{"role":"user"}],"top_logprobs":30})"}) {

@@ -87,13 +87,6 @@ export function recordingFetch(bodies) {
   };
 }
 
-// A check that fails today because of a server bug (named in `bug`): it runs, and counts, only
-// with STRATA_TEST_KNOWN_BUGS=1, so the suite stays green until the fix lands with it enabled.
-export async function knownBug(check, name, bug, fn) {
-  if (process.env.STRATA_TEST_KNOWN_BUGS === "1") return check(`KNOWN BUG ${name}`, fn);
-  console.log(`KNOWN BUG (skipped; STRATA_TEST_KNOWN_BUGS=1 runs it): ${name}: ${bug}`);
-}
-
 // ---- the schemas ----
 
 // Nested objects, an enum, bounded integers, a string pattern, an array of bounded length.
