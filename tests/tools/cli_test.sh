@@ -77,6 +77,19 @@ expect_error bad-prompt-ids "prompt-ids" generate --model "$model" --prompt-ids 
 expect_error too-long "maximum model length" generate --model "$model" --prompt-ids 1 --max-tokens 2000
 expect_error bad-top-p "top_p" generate --model "$model" --prompt-ids 1 --top-p 1.5
 expect_error no-subcommand "subcommand" 
+# structured outputs: strata-tiny (it has a tokenizer) answers one of the choices; a model without
+# tokenizer.json and a malformed flag are one line each
+tiny="$data/../../models/strata-tiny"
+out=$("$strata" generate --device cpu --model "$tiny" --prompt "Pick one:" --max-tokens 20 \
+      --structured-output 'choice=red|green|blue' --json) || fail "structured generate exited non-zero"
+python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["text"] in ("red","green","blue"), j["text"]; assert j["finish_reason"]=="stop", j' \
+  <<<"$out" && ok || fail "structured generate JSON"
+expect_error structured-no-tokenizer "tokenizer" generate --model "$model" --prompt-ids 1 \
+  --structured-output json_object
+expect_error structured-bad-flag "structured-output" generate --model "$tiny" --prompt-ids 1 \
+  --structured-output xml
+expect_error structured-bad-regex "offset" generate --model "$tiny" --prompt-ids 1 \
+  --structured-output 'regex=(a'
 
 # 6. quantized KV (docs/kv-quant.md): every spelling parses; int8 and fp8 with computed scales
 # run and report their dtype; fp8 without scales is refused unless allowed; bad values are one line

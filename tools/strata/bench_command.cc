@@ -6,11 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +18,7 @@
 #include "bench/report.h"
 #include "bench/synthetic_workloads.h"
 #include "bench/trace.h"
+#include "structured_output_option.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine_on_model.h"
@@ -75,34 +74,6 @@ class EngineAdapter final : public bench::BenchEngine {
   StructuredOutput structured_;
 };
 
-// --structured-output: json_object, json_schema=@FILE, regex=PATTERN or choice=A|B|...
-StructuredOutput parse_structured_output(const std::string& spec) {
-  using Kind = StructuredOutput::Kind;
-  if (spec.empty()) return {};
-  if (spec == "json_object") return {Kind::kJsonObject, "", {}};
-  const size_t eq = spec.find('=');
-  const std::string kind = spec.substr(0, eq);
-  const std::string value = eq == std::string::npos ? "" : spec.substr(eq + 1);
-  if (kind == "json_schema" && value.starts_with("@")) {
-    std::ifstream in(value.substr(1));
-    if (!in) throw Error("--structured-output: cannot read " + value.substr(1));
-    std::stringstream text;
-    text << in.rdbuf();
-    return {Kind::kJsonSchema, text.str(), {}};
-  }
-  if (kind == "regex" && !value.empty()) return {Kind::kRegex, value, {}};
-  if (kind == "choice" && !value.empty()) {
-    std::vector<std::string> choices;
-    for (size_t at = 0; at <= value.size();) {
-      const size_t bar = std::min(value.find('|', at), value.size());
-      choices.push_back(value.substr(at, bar - at));
-      at = bar + 1;
-    }
-    return {Kind::kChoice, "", std::move(choices)};
-  }
-  throw Error("--structured-output must be json_object, json_schema=@FILE, regex=PATTERN or "
-              "choice=A|B|...");
-}
 
 
 // Requests per second: "inf" = offline. Unset: offline for synthetic workloads, the trace's
@@ -337,9 +308,7 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_flag("--ignore-eos,!--no-ignore-eos", o.ignore_eos,
                 "Generate exactly the asked output lengths (default)");
   cmd->add_option("--temperature", o.temperature, "Sampling temperature (0 = greedy)");
-  cmd->add_option("--structured-output", o.structured_output,
-                  "Constrain every request: json_object, json_schema=@FILE, regex=PATTERN or "
-                  "choice=A|B|... (needs a tokenizer: --tokenizer)");
+  cmd->add_option("--structured-output", o.structured_output, kStructuredOutputHelp);
   // scheduling (the engine flags came with add_engine_options)
   cmd->add_option("--scheduling-policy", o.scheduling_policy, "fcfs or priority")
       ->check(CLI::IsMember({"fcfs", "priority"}));

@@ -21,6 +21,7 @@
 #include "model/generation_config.h"
 #include "model/hf_config.h"
 #include "strata/engine.h"
+#include "structured_output_option.h"
 #include "token_id_list.h"
 #include "tokenizer/tokenizer.h"
 
@@ -67,6 +68,7 @@ SamplingParams sampling_params(const GenerateOptions& o, const model::Generation
   p.ignore_eos = o.ignore_eos;
   p.logprobs = o.logprobs;
   if (o.echo) p.prompt_logprobs = std::max(o.logprobs, 0);
+  p.structured = parse_structured_output(o.structured_output);
   return p;
 }
 
@@ -289,6 +291,7 @@ void add_generate_command(CLI::App& app, GenerateOptions& o) {
       ->check(CLI::Range(0, 20));
   cmd->add_flag("--echo", o.echo, "Also return the prompt tokens' logprobs (the first is null)");
   cmd->add_flag("--ignore-eos", o.ignore_eos, "Keep generating past the model's EOS token");
+  cmd->add_option("--structured-output", o.structured_output, kStructuredOutputHelp);
   cmd->add_flag("--json", o.json, "Print the result as JSON");
   add_engine_options(*cmd, o, EngineFlags::kOneRequest);
 }

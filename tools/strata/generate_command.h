@@ -36,6 +36,7 @@ struct GenerateOptions : EngineOptions {
   int32_t logprobs = -1;
   bool echo = false;
   bool ignore_eos = false;
+  std::string structured_output;  // --structured-output (structured_output_option.h)
   bool json = false;
 };
 
