@@ -498,8 +498,27 @@ TEST_F(CudaEngineTest, StructuredOutputsDrawnOnTheDeviceEqualTheHostsAndStayInTh
       }
       mine.push_back(*(*e)->submit(request(20 + static_cast<int32_t>(i), 3, 12)));  // unconstrained
     }
+    // Enough masked rows in one step that the step inputs outgrow their first buffer (32 KB of
+    // masks against about 20 KB): the packed inputs are then written into the grown buffer.
+    for (int32_t j = 0; j < 24; ++j) {
+      EngineRequest r;
+      r.prompt = tok.encode("Pick:", true);
+      r.params.temperature = 0.0f;
+      r.params.max_tokens = 8;
+      r.params.logprobs = logprobs;
+      r.params.structured = constraints[2];
+      ASSERT_TRUE((*e)->submit(std::move(r)).ok());
+    }
     runs.push_back(run_all(**e));
     EXPECT_EQ((*e)->last_step().num_used_blocks, 0) << "blocks leaked";
+  }
+  for (const auto& run : runs) {
+    for (const auto& [id, seqs] : run) {
+      if (id <= 12) continue;  // the 24 choices after the first twelve requests
+      std::string text;
+      for (const int32_t t : seqs.at(0)) text += tok.token_bytes(t);
+      EXPECT_TRUE(text == "alpha" || text == "beta" || text == "gamma") << text;
+    }
   }
   size_t k = 0;
   for (size_t i = 0; i < constraints.size(); ++i) {

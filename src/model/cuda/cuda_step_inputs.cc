@@ -105,7 +105,10 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
                   b.sample_specs[i].allowed, words * 8);
     }
   }
-  for (std::byte* base : {static_cast<std::byte*>(nullptr), host_.get()}) {
+  // Two passes: measure (base null; reserve may reallocate the buffers), then pack into the
+  // pinned buffer as it is after that.
+  for (int pass = 0; pass < 2; ++pass) {
+    std::byte* const base = pass == 0 ? nullptr : host_.get();
     size_t cursor = 0;
     const size_t ids = pack(base, cursor, b.token_ids.data(), num_tokens);
     const size_t pos = pack(base, cursor, b.positions.data(), num_tokens);
