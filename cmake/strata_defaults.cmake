@@ -8,6 +8,14 @@ if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_L
   list(APPEND STRATA_CXX_WARNINGS -Wno-restrict -Wno-array-bounds -Wno-stringop-overflow)
 endif()
 
+# lld where the toolchain has it (scripts/install_deps.sh installs it): it links a test binary or
+# the CLI in a third of GNU ld's time. Not for the links nvcc drives (CUDA-language targets).
+include(CheckLinkerFlag)
+check_linker_flag(CXX -fuse-ld=lld STRATA_HAVE_LLD)
+if(STRATA_HAVE_LLD)
+  add_link_options($<$<LINK_LANGUAGE:C,CXX>:-fuse-ld=lld>)
+endif()
+
 if(STRATA_SANITIZE)
   add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=address,undefined>
                       $<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize-recover=undefined>
