@@ -10,11 +10,12 @@
 namespace strata::bench {
 namespace {
 
-WorkloadLimits limits(int64_t max_model_len = 1 << 16) {
+WorkloadLimits trace_limits(int64_t max_model_len = 1 << 16) {
   return {.vocab_size = 1000, .max_model_len = max_model_len, .seed = 5};
 }
 
-Workload build(const std::string& text, TraceBuildConfig config = {}, WorkloadLimits l = limits()) {
+Workload build(const std::string& text, TraceBuildConfig config = {},
+               WorkloadLimits l = trace_limits()) {
   return build_trace_workload(parse_trace_text(text, "t.jsonl"), config, l);
 }
 
@@ -196,7 +197,7 @@ TEST(TraceWorkloadTest, HashIdCountMustMatchTheInputLength) {
 
 TEST(TraceWorkloadTest, LengthsBeyondTheModelAreRejectedBeforeTokensAreMade) {
   try {
-    build("{\"input_length\": 1000000000, \"output_length\": 1}\n", {}, limits(4096));
+    build("{\"input_length\": 1000000000, \"output_length\": 1}\n", {}, trace_limits(4096));
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("trace line 1: prompt 1000000000 + output 1"),
