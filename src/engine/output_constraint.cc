@@ -9,7 +9,8 @@ namespace strata::engine {
 
 OutputConstraint::OutputConstraint(const std::shared_ptr<const grammar::CompiledGrammar>& grammar,
                                    std::shared_ptr<const grammar::VocabTrie> vocab)
-    : masker_(grammar->dfa, std::move(vocab), grammar->masks), state_(grammar->dfa->start()) {}
+    : masker_(grammar->dfa, std::move(vocab), grammar->masks, grammar->mask_keys),
+      state_(grammar->dfa->start()) {}
 
 OutputConstraint::Next OutputConstraint::allowed(std::span<const int32_t> end_tokens,
                                                  int32_t vocab_size,

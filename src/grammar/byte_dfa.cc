@@ -129,4 +129,29 @@ int32_t ByteDfa::walk(int32_t state, std::string_view bytes) const {
   return state;
 }
 
+std::vector<int32_t> ByteDfa::liveness_classes(int32_t depth, int64_t max_work) const {
+  const auto n = static_cast<size_t>(num_states());
+  const auto classes = static_cast<size_t>(num_classes_);
+  if (static_cast<int64_t>(n) * num_classes_ * std::max(depth, 1) > max_work) return {};
+  std::vector<int32_t> cls(n);
+  for (size_t s = 0; s < n; ++s) cls[s] = s == static_cast<size_t>(kDead) ? 0 : 1;
+  int32_t count = n > 1 ? 2 : 1;
+  std::vector<int32_t> signature(classes + 1);
+  for (int32_t round = 0; round < depth; ++round) {
+    // A state's next class: its class and its successors' classes, numbered in order of first
+    // appearance from state 0 (so the dead state stays class 0).
+    std::map<std::vector<int32_t>, int32_t> ids;
+    std::vector<int32_t> next(n);
+    for (size_t s = 0; s < n; ++s) {
+      signature[0] = cls[s];
+      for (size_t c = 0; c < classes; ++c) signature[c + 1] = cls[static_cast<size_t>(table_[s * classes + c])];
+      next[s] = ids.try_emplace(signature, static_cast<int32_t>(ids.size())).first->second;
+    }
+    cls.swap(next);
+    if (static_cast<int32_t>(ids.size()) == count) break;  // a fixed point: no round splits more
+    count = static_cast<int32_t>(ids.size());
+  }
+  return cls;
+}
+
 }  // namespace strata::grammar

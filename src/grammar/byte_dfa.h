@@ -35,6 +35,14 @@ class ByteDfa {
   bool matches(std::string_view bytes) const { return accepting(walk(start_, bytes)); }
 
   int32_t num_states() const { return static_cast<int32_t>(accepting_.size()); }
+
+  // Each state's class under `depth`-bounded liveness: two states share a class exactly when
+  // every byte string of at most depth bytes stays live from both or dies from both (partition
+  // refinement, depth rounds at most, stopping at a fixed point). A token of at most depth
+  // bytes is then allowed at one exactly where it is at the other, so a class has one token
+  // mask: [a-z]{1000}'s thousand counting states are one class past the longest token. The dead
+  // state is class 0. Empty when the work (states x classes x rounds) would pass `max_work`.
+  std::vector<int32_t> liveness_classes(int32_t depth, int64_t max_work = int64_t{1} << 27) const;
   int32_t num_classes() const { return num_classes_; }
 
  private:

@@ -90,7 +90,9 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(
   auto grammar = std::make_shared<CompiledGrammar>();
   grammar->dfa = std::make_shared<const ByteDfa>(std::move(dfa).value());
   grammar->masks = std::make_shared<MaskCache>(limits_.max_masks_per_grammar);
-  vocab();  // the trie is built once, outside the cache's lock
+  // The trie is built once, outside the cache's lock; its longest token bounds the classes.
+  grammar->mask_keys = std::make_shared<const std::vector<int32_t>>(
+      grammar->dfa->liveness_classes(vocab()->max_token_bytes()));
 
   std::lock_guard lock(mu_);
   ++num_compiled_;

@@ -40,6 +40,9 @@ struct GrammarLimits {
 struct CompiledGrammar {
   std::shared_ptr<const ByteDfa> dfa;
   std::shared_ptr<MaskCache> masks;  // thread-safe; shared by every sequence of this grammar
+  // The DFA's liveness classes at the vocabulary's longest token (ByteDfa::liveness_classes):
+  // the cache's keys, one mask per class. Empty (one mask per state) past the work bound.
+  std::shared_ptr<const std::vector<int32_t>> mask_keys;
 };
 
 // The regex of the dialect (regex.h) whose matches are exactly the constraint's texts.

@@ -11,7 +11,9 @@ VocabTrie::VocabTrie(const std::vector<std::string>& token_bytes)
     : vocab_size_(static_cast<int32_t>(token_bytes.size())), token_bytes_(token_bytes) {
   std::vector<int32_t> order;
   for (int32_t id = 0; id < vocab_size_; ++id) {
-    if (!token_bytes_[static_cast<size_t>(id)].empty()) order.push_back(id);
+    const size_t bytes = token_bytes_[static_cast<size_t>(id)].size();
+    if (bytes > 0) order.push_back(id);
+    max_token_bytes_ = std::max(max_token_bytes_, static_cast<int32_t>(bytes));
   }
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     return token_bytes_[static_cast<size_t>(a)] < token_bytes_[static_cast<size_t>(b)];
@@ -86,17 +88,20 @@ size_t MaskCache::size() const {
 }
 
 TokenMasker::TokenMasker(std::shared_ptr<const ByteDfa> dfa, std::shared_ptr<const VocabTrie> vocab,
-                         std::shared_ptr<MaskCache> cache)
+                         std::shared_ptr<MaskCache> cache,
+                         std::shared_ptr<const std::vector<int32_t>> mask_keys)
     : dfa_(std::move(dfa)),
       vocab_(std::move(vocab)),
-      cache_(cache ? std::move(cache) : std::make_shared<MaskCache>()) {}
+      cache_(cache ? std::move(cache) : std::make_shared<MaskCache>()),
+      mask_keys_(mask_keys && !mask_keys->empty() ? std::move(mask_keys) : nullptr) {}
 
 std::shared_ptr<const TokenMask> TokenMasker::mask(int32_t state) {
-  if (std::shared_ptr<const TokenMask> m = cache_->find(state)) return m;
+  const int32_t key = mask_keys_ ? (*mask_keys_)[static_cast<size_t>(state)] : state;
+  if (std::shared_ptr<const TokenMask> m = cache_->find(key)) return m;
   auto m = std::make_shared<TokenMask>();
   compute(state, *m);
   ++num_computed_;
-  cache_->insert(state, m);
+  cache_->insert(key, m);
   return m;
 }
 

@@ -31,6 +31,7 @@ class VocabTrie {
   explicit VocabTrie(const std::vector<std::string>& token_bytes);
 
   int32_t vocab_size() const { return vocab_size_; }
+  int32_t max_token_bytes() const { return max_token_bytes_; }  // the longest token's bytes
   const std::string& bytes(int32_t id) const { return token_bytes_[static_cast<size_t>(id)]; }
 
   struct Node {
@@ -45,6 +46,7 @@ class VocabTrie {
 
  private:
   int32_t vocab_size_ = 0;
+  int32_t max_token_bytes_ = 0;
   std::vector<std::string> token_bytes_;
   std::vector<Node> nodes_;
   std::vector<int32_t> ids_;
@@ -82,8 +84,11 @@ class MaskCache {
 class TokenMasker {
  public:
   // cache: the grammar's masks, shared with its other requests (null: this masker's own).
+  // mask_keys (nullable): the DFA's liveness classes at the vocabulary's longest token
+  // (ByteDfa::liveness_classes), under which the cache keeps one mask per class, not per state.
   TokenMasker(std::shared_ptr<const ByteDfa> dfa, std::shared_ptr<const VocabTrie> vocab,
-              std::shared_ptr<MaskCache> cache = nullptr);
+              std::shared_ptr<MaskCache> cache = nullptr,
+              std::shared_ptr<const std::vector<int32_t>> mask_keys = nullptr);
 
   const ByteDfa& dfa() const { return *dfa_; }
   const VocabTrie& vocab() const { return *vocab_; }
@@ -101,6 +106,7 @@ class TokenMasker {
   std::shared_ptr<const ByteDfa> dfa_;
   std::shared_ptr<const VocabTrie> vocab_;
   std::shared_ptr<MaskCache> cache_;
+  std::shared_ptr<const std::vector<int32_t>> mask_keys_;
   int64_t num_computed_ = 0;
 };
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,6 +101,35 @@ TEST(TokenMaskerTest, AllowsExactlyTheTokensThatKeepAValidPrefix) {
       EXPECT_TRUE(dfa->accepting(state));
     }
     EXPECT_EQ(masker.mask(ByteDfa::kDead)->count(), 0);
+  }
+}
+
+// Keyed by liveness class at the longest token, every state still gets exactly its own mask,
+// and a counting pattern's states share a few masks instead of one each.
+TEST(TokenMaskerTest, LivenessClassKeysGiveEveryStateItsOwnMaskFromFewWalks) {
+  std::mt19937 rng(5);
+  const std::shared_ptr<const VocabTrie> vocab = test_vocab(rng);
+  for (const char* pattern : {"[a-z]{80}x", "([ab]{30}c){2}", "(ab|c)*x", "[^\"]{0,50}\"",
+                              "\\{\"k\":[0-9]{1,40}\\}"}) {
+    const std::shared_ptr<const ByteDfa> dfa = dfa_of(pattern);
+    auto keys = std::make_shared<const std::vector<int32_t>>(
+        dfa->liveness_classes(vocab->max_token_bytes()));
+    ASSERT_EQ(keys->size(), static_cast<size_t>(dfa->num_states())) << pattern;
+    EXPECT_EQ((*keys)[ByteDfa::kDead], 0);
+    TokenMasker masker(dfa, vocab, std::make_shared<MaskCache>(4096), keys);
+    std::set<int32_t> distinct(keys->begin(), keys->end());
+    for (int32_t s = 0; s < dfa->num_states(); ++s) {
+      const TokenMask& m = *masker.mask(s);
+      for (int32_t id = 0; id < vocab->vocab_size(); ++id) {
+        const bool want =
+            !vocab->bytes(id).empty() && dfa->walk(s, vocab->bytes(id)) != ByteDfa::kDead;
+        ASSERT_EQ(m.allows(id), want) << pattern << " state " << s << " token " << id;
+      }
+    }
+    EXPECT_EQ(masker.num_computed(), static_cast<int64_t>(distinct.size())) << pattern;
+    if (std::string(pattern) == "[a-z]{80}x") {
+      EXPECT_LT(masker.num_computed(), dfa->num_states() / 2) << "the counting states share masks";
+    }
   }
 }
 

@@ -97,14 +97,7 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
   }
   std::vector<int32_t> mask_row;
   const int32_t num_masked = mask_rows(b, mask_row);
-  const auto words = static_cast<size_t>(mask_words_);
-  std::vector<uint64_t> masks(static_cast<size_t>(num_masked) * words);
-  for (size_t i = 0; i < num_samples; ++i) {
-    if (mask_row[i] >= 0) {
-      std::memcpy(masks.data() + static_cast<size_t>(mask_row[i]) * words,
-                  b.sample_specs[i].allowed, words * 8);
-    }
-  }
+  const size_t mask_bytes = static_cast<size_t>(mask_words_) * 8;
   // Two passes: measure (base null; reserve may reallocate the buffers), then pack into the
   // pinned buffer as it is after that.
   for (int pass = 0; pass < 2; ++pass) {
@@ -129,7 +122,15 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     const size_t newest_first = pack(base, cursor, newest_layout.first_block, newest_seqs);
     const size_t newest_slots = pack(base, cursor, newest_slot_src, newest_tokens);
     const size_t rows_of_masks = pack(base, cursor, mask_row.data(), num_masked > 0 ? num_samples : 0);
-    const size_t mask_bits = pack(base, cursor, masks.data(), masks.size());
+    // The masks straight from the specs into the pinned buffer, each in its row's slot.
+    const size_t mask_bits = cursor;
+    cursor = align16(cursor + static_cast<size_t>(num_masked) * mask_bytes);
+    for (size_t i = 0; base != nullptr && i < num_samples; ++i) {
+      if (mask_row[i] >= 0) {
+        std::memcpy(base + mask_bits + static_cast<size_t>(mask_row[i]) * mask_bytes,
+                    b.sample_specs[i].allowed, mask_bytes);
+      }
+    }
     if (base == nullptr) {
       STRATA_RETURN_IF_ERROR(reserve(cursor));
       continue;
