@@ -45,6 +45,9 @@ struct Compiled {
   double compile_s = 0;
   std::shared_ptr<const ByteDfa> dfa;
   std::shared_ptr<MaskCache> cache;  // the schema's masks shared by its requests (per vocabulary)
+  // Its DFA's liveness classes at the vocabulary's longest token: the caches' keys, as the
+  // engine's (GrammarCompiler) are.
+  std::shared_ptr<const std::vector<int32_t>> keys;
 };
 
 // The first token m allows from word `from` on (wrapping), or -1 when it allows none.
@@ -104,7 +107,7 @@ int run(int argc, char** argv) {
       return 1;
     }
     compiled.push_back({f.stem().string(), since(start),
-                        std::make_shared<const ByteDfa>(std::move(dfa).value()), nullptr});
+                        std::make_shared<const ByteDfa>(std::move(dfa).value()), nullptr, nullptr});
   }
 
   nlohmann::json out;
@@ -126,15 +129,30 @@ int run(int argc, char** argv) {
       bytes[static_cast<size_t>(id)] = t.token_bytes(id);
     const auto vocab = std::make_shared<const VocabTrie>(bytes);
     const double trie_s = since(start);
-    for (Compiled& c : compiled) c.cache = std::make_shared<MaskCache>();
+    start = Clock::now();
+    int64_t num_classes = 0, num_states = 0;
+    for (Compiled& c : compiled) {
+      c.cache = std::make_shared<MaskCache>();
+      c.keys = std::make_shared<const std::vector<int32_t>>(
+          c.dfa->liveness_classes(vocab->max_token_bytes()));
+      num_states += c.dfa->num_states();
+      num_classes += c.keys->empty() ? c.dfa->num_states()
+                                     : *std::max_element(c.keys->begin(), c.keys->end()) + 1;
+    }
+    const double classes_s = since(start);
     nlohmann::json row = {{"tokenizer", std::filesystem::path(dir).filename().string()},
                           {"vocab_size", t.vocab_size()},
                           {"trie_build_s", trie_s},
-                          {"trie_nodes", vocab->nodes().size()}};
+                          {"trie_nodes", vocab->nodes().size()},
+                          {"liveness_classes_s", classes_s},
+                          {"dfa_states", num_states},
+                          {"liveness_classes", num_classes}};
     if (!json) {
-      std::printf("\n%s: %d tokens, trie %zu nodes in %.0f ms\n",
+      std::printf("\n%s: %d tokens, trie %zu nodes in %.0f ms; %lld DFA states in %lld liveness "
+                  "classes (%.0f ms)\n",
                   row["tokenizer"].get<std::string>().c_str(), t.vocab_size(),
-                  vocab->nodes().size(), trie_s * 1e3);
+                  vocab->nodes().size(), trie_s * 1e3, static_cast<long long>(num_states),
+                  static_cast<long long>(num_classes), classes_s * 1e3);
     }
     // Each output a request with a cache of its own, then the same outputs sharing one cache per
     // schema, warmed by the first pass (a schema's later requests).
@@ -144,7 +162,7 @@ int run(int argc, char** argv) {
       int64_t tokens = 0, finished = 0;
       for (const Compiled& c : compiled) {
         for (int o = 0; o < outputs; ++o) {
-          TokenMasker masker(c.dfa, vocab, shared ? c.cache : nullptr);
+          TokenMasker masker(c.dfa, vocab, shared ? c.cache : nullptr, c.keys);
           int32_t state = c.dfa->start();
           for (int k = 0; k < max_tokens; ++k) {
             const int64_t before = masker.num_computed();
@@ -166,7 +184,7 @@ int run(int argc, char** argv) {
           }
         }
         if (!shared) {  // warm the shared cache with what a first request of the schema walks
-          TokenMasker warm(c.dfa, vocab, c.cache);
+          TokenMasker warm(c.dfa, vocab, c.cache, c.keys);
           int32_t state = c.dfa->start();
           for (int k = 0; k < max_tokens && !c.dfa->accepting(state); ++k) {
             const int32_t pick = first_allowed(*warm.mask(state), 0);

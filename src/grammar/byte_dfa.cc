@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <string>
 
 namespace strata::grammar {
@@ -129,6 +130,19 @@ int32_t ByteDfa::walk(int32_t state, std::string_view bytes) const {
   return state;
 }
 
+namespace {
+
+// FNV-1a over a signature's classes.
+struct SignatureHash {
+  size_t operator()(const std::vector<int32_t>& v) const {
+    uint64_t h = 14695981039346656037ull;
+    for (const int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+}  // namespace
+
 std::vector<int32_t> ByteDfa::liveness_classes(int32_t depth, int64_t max_work) const {
   const auto n = static_cast<size_t>(num_states());
   const auto classes = static_cast<size_t>(num_classes_);
@@ -140,7 +154,8 @@ std::vector<int32_t> ByteDfa::liveness_classes(int32_t depth, int64_t max_work) 
   for (int32_t round = 0; round < depth; ++round) {
     // A state's next class: its class and its successors' classes, numbered in order of first
     // appearance from state 0 (so the dead state stays class 0).
-    std::map<std::vector<int32_t>, int32_t> ids;
+    std::unordered_map<std::vector<int32_t>, int32_t, SignatureHash> ids;
+    ids.reserve(n);
     std::vector<int32_t> next(n);
     for (size_t s = 0; s < n; ++s) {
       signature[0] = cls[s];
