@@ -29,6 +29,7 @@
 #include "grammar/token_masker.h"
 #include "guarded_main.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab_bytes.h"
 
 namespace {
 
@@ -124,10 +125,7 @@ int run(int argc, char** argv) {
   for (const std::string& dir : tokenizers) {
     const tokenizer::Tokenizer t = tokenizer::Tokenizer::load(dir);
     auto start = Clock::now();
-    std::vector<std::string> bytes(static_cast<size_t>(t.vocab_size()));
-    for (int32_t id = 0; id < t.vocab_size(); ++id)
-      bytes[static_cast<size_t>(id)] = t.token_bytes(id);
-    const auto vocab = std::make_shared<const VocabTrie>(bytes);
+    const auto vocab = std::make_shared<const VocabTrie>(tokenizer::vocab_bytes(t));
     const double trie_s = since(start);
     start = Clock::now();
     int64_t num_classes = 0, num_states = 0;

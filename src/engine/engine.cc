@@ -18,6 +18,7 @@
 #include "kv/kv_accounting.h"
 #include "kv/kv_group.h"
 #include "model/generation_config.h"
+#include "tokenizer/vocab_bytes.h"
 
 namespace strata {
 
@@ -115,14 +116,7 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
     limits.max_grammars = static_cast<size_t>(config_.structured_output_cache_size);
     const tokenizer::Tokenizer* tok = &*tokenizer_;
     grammars_ = std::make_unique<grammar::GrammarCompiler>(
-        [tok] {
-          std::vector<std::string> bytes(static_cast<size_t>(tok->vocab_size()));
-          for (size_t id = 0; id < bytes.size(); ++id) {
-            bytes[id] = tok->token_bytes(static_cast<int32_t>(id));
-          }
-          return bytes;
-        },
-        limits);
+        [tok] { return tokenizer::vocab_bytes(*tok); }, limits);
   }
   // The KV cache groups the plan made, one per runner pool, each over the pool as the runner
   // finally laid it out (--kv-quant-check may have kept more layers at full precision).

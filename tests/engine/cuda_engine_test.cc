@@ -32,6 +32,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/hf_config.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab_bytes.h"
 
 namespace strata {
 namespace {
@@ -470,13 +471,7 @@ TEST_F(CudaEngineTest, StructuredOutputsDrawnOnTheDeviceEqualTheHostsAndStayInTh
       {Kind::kRegex, R"([0-9]{3}-[a-z]{2,5})", {}},
       {Kind::kChoice, "", {"alpha", "beta", "gamma"}},
       {Kind::kJsonObject, "", {}}};
-  grammar::GrammarCompiler compiler(
-      [&tok] {
-        std::vector<std::string> b(static_cast<size_t>(tok.vocab_size()));
-        for (size_t i = 0; i < b.size(); ++i) b[i] = tok.token_bytes(static_cast<int32_t>(i));
-        return b;
-      },
-      {});
+  grammar::GrammarCompiler compiler([&tok] { return tokenizer::vocab_bytes(tok); }, {});
   std::vector<std::map<RequestId, std::map<int32_t, std::vector<int32_t>>>> runs;
   std::vector<std::vector<RequestId>> ids(2);
   for (const int32_t logprobs : {-1, 0}) {  // -1: drawn on the device; 0: on the host

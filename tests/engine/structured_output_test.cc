@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "strata/engine.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab_bytes.h"
 
 namespace strata::engine {
 namespace {
@@ -145,13 +146,7 @@ struct OutputCheck {
 class Grammars {
  public:
   explicit Grammars(const tokenizer::Tokenizer& tok)
-      : compiler_(
-            [&tok] {
-              std::vector<std::string> b(static_cast<size_t>(tok.vocab_size()));
-              for (size_t i = 0; i < b.size(); ++i) b[i] = tok.token_bytes(static_cast<int32_t>(i));
-              return b;
-            },
-            {}) {}
+      : compiler_([&tok] { return tokenizer::vocab_bytes(tok); }, {}) {}
   std::shared_ptr<const grammar::CompiledGrammar> operator()(const StructuredOutput& c) {
     auto g = compiler_.compile(c);
     EXPECT_TRUE(g.ok()) << g.status().to_string();
