@@ -2,7 +2,8 @@
 // byte picks what the rest is: a regex (compile_regex, then ByteDfa::build) or a JSON schema
 // (json_schema_regex, then the same), under small bounds so each input stays fast. A Status is
 // the expected way to refuse input; a crash, a sanitizer report, or a built automaton that breaks
-// its invariants (every live state reachable from the start can still reach acceptance) is a bug.
+// its invariants (every live state reachable from the start can still reach acceptance; states
+// of one liveness class indistinguishable within its depth) is a bug.
 
 #include <cstddef>
 #include <cstdint>
@@ -70,6 +71,26 @@ void check_dfa(std::string_view pattern) {
   }
   for (size_t s = 0; s < n; ++s) {
     STRATA_CHECK(!reached[s] || finishes[s], "a live state from which no match can finish");
+  }
+  // Liveness classes at depth 2 (ByteDfa::liveness_classes): states of one class agree on
+  // which bytes keep them live, and their successors on every byte share a class at depth 1.
+  const std::vector<int32_t> two = dfa->liveness_classes(2);
+  const std::vector<int32_t> one = dfa->liveness_classes(1);
+  STRATA_CHECK(two.size() == n && one.size() == n && two[0] == 0, "classes of every state");
+  std::vector<int32_t> first_of(n, -1);
+  for (size_t s = 0; s < n; ++s) {
+    int32_t& rep = first_of[static_cast<size_t>(two[s])];
+    if (rep < 0) {
+      rep = static_cast<int32_t>(s);
+      continue;
+    }
+    for (int b = 0; b < 256; ++b) {
+      const int32_t x = dfa->next(static_cast<int32_t>(s), static_cast<uint8_t>(b));
+      const int32_t y = dfa->next(rep, static_cast<uint8_t>(b));
+      STRATA_CHECK((x == ByteDfa::kDead) == (y == ByteDfa::kDead) &&
+                       one[static_cast<size_t>(x)] == one[static_cast<size_t>(y)],
+                   "two states of one liveness class that a byte tells apart");
+    }
   }
 }
 
