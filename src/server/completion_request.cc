@@ -109,7 +109,7 @@ std::optional<ApiError> read_prompts(const json& prompt, const ServedModel& mode
     if (model.tokenizer == nullptr) {
       return ApiError::bad_request("this model has no tokenizer: send token ids", "prompt");
     }
-    const std::string& s = text.get_ref<const std::string&>();
+    const auto& s = text.get_ref<const std::string&>();
     // "" would still encode to a BOS token; an empty prompt is an error, as vLLM's is.
     if (s.empty()) return ApiError::bad_request("the prompt is empty", "prompt");
     out.push_back(model.tokenizer->encode(s, /*add_special_tokens=*/true));

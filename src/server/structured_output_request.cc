@@ -99,7 +99,7 @@ std::optional<ApiError> Reader::response_format(const json& v) {
         "'response_format' must be an object with a 'type' of text, json_object or json_schema",
         "response_format");
   }
-  const std::string& t = type->get_ref<const std::string&>();
+  const auto& t = type->get_ref<const std::string&>();
   if (t == "text") return std::nullopt;
   if (t == "json_object") return set(Found::of(Kind::kJsonObject), "response_format");
   if (t != "json_schema") {
@@ -111,7 +111,7 @@ std::optional<ApiError> Reader::response_format(const json& v) {
   const auto schema_it = js != v.end() && js->is_object() ? js->find("schema") : v.end();
   if (js == v.end() || !js->is_object() || schema_it == js->end() || schema_it->is_null()) {
     return ApiError::bad_request(
-        "response_format json_schema needs 'json_schema': {\"name\": ..., \"schema\": {...}}",
+        R"(response_format json_schema needs 'json_schema': {"name": ..., "schema": {...}})",
         "response_format");
   }
   if (!schema_it->is_object() && !schema_it->is_boolean()) {
