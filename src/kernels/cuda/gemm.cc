@@ -1,7 +1,5 @@
 #include "kernels/cuda/gemm.h"
 
-#include <cublasLt.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -12,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/cublas_lt_loader.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/fp8_quantize.h"
@@ -22,9 +21,12 @@
 namespace strata::cuda {
 namespace {
 
+// cuBLASLt's entry points (loaded by Gemm::create before any other use).
+const detail::CublasLt& lt() { return detail::cublas_lt(); }
+
 Status cublas_error_status(cublasStatus_t s, const char* expr, const char* file, int line) {
   return Status::Internal(std::string(expr) + " failed at " + file + ":" + std::to_string(line) +
-                          ": " + cublasLtGetStatusName(s) + ": " + cublasLtGetStatusString(s));
+                          ": " + lt().GetStatusName(s) + ": " + lt().GetStatusString(s));
 }
 
 #define STRATA_CUBLAS_CHECK(expr)                                              \
@@ -40,13 +42,13 @@ Status cublas_error_status(cublasStatus_t s, const char* expr, const char* file,
 constexpr uint32_t kAlignmentBytes = 16;
 
 struct DescDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { lt().MatmulDescDestroy(d); }
 };
 struct LayoutDeleter {
-  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublasLtMatrixLayoutDestroy(l); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { lt().MatrixLayoutDestroy(l); }
 };
 struct PreferenceDeleter {
-  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { lt().MatmulPreferenceDestroy(p); }
 };
 using DescPtr = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
 using LayoutPtr = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDeleter>;
@@ -134,8 +136,7 @@ Status validate(const GemmParams& p) {
   const int64_t d_elem = dtype_size(p.d_dtype);
   if (!aligned16(p.a) || !aligned16(p.w) || !aligned16(p.d) ||
       (p.bias != nullptr && !aligned16(p.bias)) || (p.lda * 2) % 16 != 0 ||
-      (p.ldw * (w_fp8 ? 1 : 2)) % 16 != 0 ||
-      (p.ldd * d_elem) % 16 != 0) {
+      (p.ldw * (w_fp8 ? 1 : 2)) % 16 != 0 || (p.ldd * d_elem) % 16 != 0) {
     return Status::InvalidArgument("gemm pointers and row strides must be 16-byte aligned");
   }
   const int64_t kMaxDim = INT32_MAX;
@@ -202,7 +203,7 @@ struct Gemm::Impl {
 
   ~Impl() {
     plans.clear();
-    if (handle != nullptr) cublasLtDestroy(handle);
+    if (handle != nullptr) lt().Destroy(handle);
   }
 
   // The descriptors of `key` with the bias epilogue (bias type bf16) or without; then the
@@ -212,28 +213,28 @@ struct Gemm::Impl {
                          bool unscaled = false) {
     Plan plan;
     cublasLtMatmulDesc_t desc = nullptr;
-    STRATA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    STRATA_CUBLAS_CHECK(lt().MatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     plan.desc.reset(desc);
     const cublasOperation_t trans_w = CUBLAS_OP_T;
     const cublasOperation_t trans_a = CUBLAS_OP_N;
-    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w,
-                                                       sizeof(trans_w)));
-    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_a,
-                                                       sizeof(trans_a)));
+    STRATA_CUBLAS_CHECK(
+        lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_w, sizeof(trans_w)));
+    STRATA_CUBLAS_CHECK(
+        lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_a, sizeof(trans_a)));
     if (key.w_fp8 && !unscaled) {
       const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
-                                                         &mode, sizeof(mode)));
-      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
-                                                         &mode, sizeof(mode)));
+      STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                      &mode, sizeof(mode)));
+      STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                      &mode, sizeof(mode)));
       // The heuristic offers no vector-scaled algorithm while the scale pointers are null (on an
       // H200 with cuBLASLt 13.1, none for any shape): give it a device address, as for the bias;
       // each call then sets the real ones.
       const void* scale_probe = workspace.data();
-      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_probe, sizeof(scale_probe)));
-      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_probe, sizeof(scale_probe)));
+      STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                      &scale_probe, sizeof(scale_probe)));
+      STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                      &scale_probe, sizeof(scale_probe)));
     }
     if (epilogue_bias) {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
@@ -241,45 +242,45 @@ struct Gemm::Impl {
       // Not dereferenced by the heuristic, only read for its alignment: 16 bytes, the least that
       // validate() lets a call pass, so the algorithm suits every later bias pointer.
       const void* bias_probe = static_cast<const char*>(workspace.data()) + 16;
-      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                         &epilogue, sizeof(epilogue)));
-      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                         &bias_type, sizeof(bias_type)));
-      STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                         &bias_probe, sizeof(bias_probe)));
+      STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                      &epilogue, sizeof(epilogue)));
+      STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                      &bias_type, sizeof(bias_type)));
+      STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &bias_probe, sizeof(bias_probe)));
     }
     const cudaDataType_t in_type = key.w_fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
     cublasLtMatrixLayout_t layout = nullptr;
-    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
-        &layout, in_type, static_cast<uint64_t>(key.k), static_cast<uint64_t>(key.n), key.ldw));
+    STRATA_CUBLAS_CHECK(lt().MatrixLayoutCreate(&layout, in_type, static_cast<uint64_t>(key.k),
+                                                static_cast<uint64_t>(key.n), key.ldw));
     plan.w_layout.reset(layout);
-    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, in_type, static_cast<uint64_t>(key.k),
-                                                   static_cast<uint64_t>(key.m),
-                                                   key.w_fp8 ? key.k : key.lda));
+    STRATA_CUBLAS_CHECK(lt().MatrixLayoutCreate(&layout, in_type, static_cast<uint64_t>(key.k),
+                                                static_cast<uint64_t>(key.m),
+                                                key.w_fp8 ? key.k : key.lda));
     plan.a_layout.reset(layout);
     const cudaDataType_t d_type = via == Via::kF32    ? CUDA_R_32F
                                   : via == Via::kBf16 ? CUDA_R_16BF
                                                       : cuda_type(key.d_dtype);
-    STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, d_type, static_cast<uint64_t>(key.n),
-                                                   static_cast<uint64_t>(key.m),
-                                                   via == Via::kNone ? key.ldd : key.n));
+    STRATA_CUBLAS_CHECK(lt().MatrixLayoutCreate(&layout, d_type, static_cast<uint64_t>(key.n),
+                                                static_cast<uint64_t>(key.m),
+                                                via == Via::kNone ? key.ldd : key.n));
     plan.d_layout.reset(layout);
 
     cublasLtMatmulPreference_t pref_raw = nullptr;
-    STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
+    STRATA_CUBLAS_CHECK(lt().MatmulPreferenceCreate(&pref_raw));
     const PreferencePtr pref(pref_raw);
     const uint64_t ws_bytes = workspace.bytes();
-    STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    STRATA_CUBLAS_CHECK(lt().MatmulPreferenceSetAttribute(
         pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
     for (const auto attr :
          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-      STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_raw, attr, &kAlignmentBytes,
-                                                               sizeof(kAlignmentBytes)));
+      STRATA_CUBLAS_CHECK(lt().MatmulPreferenceSetAttribute(pref_raw, attr, &kAlignmentBytes,
+                                                            sizeof(kAlignmentBytes)));
     }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+    const cublasStatus_t s = lt().MatmulAlgoGetHeuristic(
         handle, desc, plan.w_layout.get(), plan.a_layout.get(), plan.d_layout.get(),
         plan.d_layout.get(), pref_raw, 1, &result, &found);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
@@ -320,7 +321,9 @@ struct Gemm::Impl {
 Result<Gemm> Gemm::create(size_t workspace_bytes, int64_t gemv_max_rows) {
   auto impl = std::make_unique<Impl>();
   impl->gemv_max_rows = std::clamp<int64_t>(gemv_max_rows, 0, detail::kGemvMaxRows);
-  STRATA_CUBLAS_CHECK(cublasLtCreate(&impl->handle));
+  Result<const detail::CublasLt*> lt = detail::load_cublas_lt();
+  if (!lt.ok()) return lt.status();
+  STRATA_CUBLAS_CHECK((*lt)->Create(&impl->handle));
   // At least 32 bytes so that the bias probe pointer (workspace + 16) lies inside it.
   auto ws = DeviceBuffer::allocate(std::max<size_t>(workspace_bytes, 256));
   if (!ws.ok()) return ws.status();
@@ -375,7 +378,7 @@ Result<int64_t> Gemm::reserve_fp8(int64_t max_rows, int64_t max_k, int64_t max_n
 // (scratch: codes [m, k], then scales [m], then a via plan's product [m, n]) and the FP8 product.
 Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
   if (takes_gemv(p.m, p.n, p.k, p.w_dtype)) return detail::gemv(gemv_params(p), stream);
-  const ShapeKey key{p.m, p.n, p.k, p.lda, p.ldw, p.ldd, p.d_dtype, p.bias != nullptr,
+  const ShapeKey key{p.m,          p.n, p.k, p.lda, p.ldw, p.ldd, p.d_dtype, p.bias != nullptr,
                      p.accumulate, true};
   Result<Plan*> found = plan_for(key);
   if (!found.ok()) return found.status();
@@ -399,22 +402,22 @@ Status Gemm::Impl::run_fp8(const GemmParams& p, cudaStream_t stream) {
   const void* w_scale = p.w_scale;
   const void* a_scale = a_scales;
   if (!plan.unscaled) {
-    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)));
-    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof(a_scale)));
+    STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                    &w_scale, sizeof(w_scale)));
+    STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                    &a_scale, sizeof(a_scale)));
   }
   if (plan.epilogue_bias) {
-    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                       &p.bias, sizeof(p.bias)));
+    STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &p.bias, sizeof(p.bias)));
   }
   void* out = via ? base + product_at : p.d;
   const float alpha = 1.0f;
   const float beta = p.accumulate && !via ? 1.0f : 0.0f;
-  STRATA_CUBLAS_CHECK(cublasLtMatmul(handle, desc, &alpha, p.w, plan.w_layout.get(), base,
-                                     plan.a_layout.get(), &beta, out, plan.d_layout.get(), out,
-                                     plan.d_layout.get(), &plan.algo, workspace.data(),
-                                     workspace.bytes(), stream));
+  STRATA_CUBLAS_CHECK(lt().Matmul(handle, desc, &alpha, p.w, plan.w_layout.get(), base,
+                                  plan.a_layout.get(), &beta, out, plan.d_layout.get(), out,
+                                  plan.d_layout.get(), &plan.algo, workspace.data(),
+                                  workspace.bytes(), stream));
   const void* bias = plan.epilogue_bias ? nullptr : p.bias;
   if (via) {
     detail::FinishProductParams f;
@@ -469,15 +472,15 @@ Status Gemm::run(const GemmParams& p, cudaStream_t stream) {
   if (!found.ok()) return found.status();
   Plan& plan = *found.value();
   if (plan.epilogue_bias) {
-    STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+    STRATA_CUBLAS_CHECK(lt().MatmulDescSetAttribute(
         plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
   }
   const float alpha = 1.0f;
   const float beta = p.accumulate ? 1.0f : 0.0f;
-  STRATA_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan.desc.get(), &alpha, p.w,
-                                     plan.w_layout.get(), p.a, plan.a_layout.get(), &beta, p.d,
-                                     plan.d_layout.get(), p.d, plan.d_layout.get(), &plan.algo,
-                                     impl_->workspace.data(), impl_->workspace.bytes(), stream));
+  STRATA_CUBLAS_CHECK(lt().Matmul(impl_->handle, plan.desc.get(), &alpha, p.w, plan.w_layout.get(),
+                                  p.a, plan.a_layout.get(), &beta, p.d, plan.d_layout.get(), p.d,
+                                  plan.d_layout.get(), &plan.algo, impl_->workspace.data(),
+                                  impl_->workspace.bytes(), stream));
   if (p.bias != nullptr && !plan.epilogue_bias) {
     return detail::add_bias_f32({static_cast<float*>(p.d), p.ldd, p.bias, p.m, p.n}, stream);
   }
