@@ -129,10 +129,17 @@ int run(int argc, char** argv) {
     const double trie_s = since(start);
     start = Clock::now();
     int64_t num_classes = 0, num_states = 0;
+    double slowest_classes_s = 0;
+    std::string slowest;
     for (Compiled& c : compiled) {
       c.cache = std::make_shared<MaskCache>();
+      const auto one = Clock::now();
       c.keys = std::make_shared<const std::vector<int32_t>>(
           c.dfa->liveness_classes(vocab->max_token_bytes()));
+      if (since(one) > slowest_classes_s) {
+        slowest_classes_s = since(one);
+        slowest = c.name;
+      }
       num_states += c.dfa->num_states();
       num_classes += c.keys->empty() ? c.dfa->num_states()
                                      : *std::max_element(c.keys->begin(), c.keys->end()) + 1;
@@ -143,14 +150,17 @@ int run(int argc, char** argv) {
                           {"trie_build_s", trie_s},
                           {"trie_nodes", vocab->nodes().size()},
                           {"liveness_classes_s", classes_s},
+                          {"slowest_liveness_classes_s", slowest_classes_s},
+                          {"slowest_liveness_classes_schema", slowest},
                           {"dfa_states", num_states},
                           {"liveness_classes", num_classes}};
     if (!json) {
       std::printf("\n%s: %d tokens, trie %zu nodes in %.0f ms; %lld DFA states in %lld liveness "
-                  "classes (%.0f ms)\n",
+                  "classes (%.0f ms; slowest %s, %.0f ms)\n",
                   row["tokenizer"].get<std::string>().c_str(), t.vocab_size(),
                   vocab->nodes().size(), trie_s * 1e3, static_cast<long long>(num_states),
-                  static_cast<long long>(num_classes), classes_s * 1e3);
+                  static_cast<long long>(num_classes), classes_s * 1e3, slowest.c_str(),
+                  slowest_classes_s * 1e3);
     }
     // Each output a request with a cache of its own, then the same outputs sharing one cache per
     // schema, warmed by the first pass (a schema's later requests).
