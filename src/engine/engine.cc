@@ -247,7 +247,12 @@ engine::Sequence& EngineImpl::new_sequence(RequestState& r, int32_t index) {
   seq->params = r.request.params;
   if (index > 0 && seq->params.seed) *seq->params.seed += static_cast<uint64_t>(index);
   seq->sampler.emplace(seq->params, vocab);
-  if (r.grammar != nullptr) seq->constraint.emplace(r.grammar, grammars_->vocab());
+  if (r.grammar != nullptr) {
+    // What ends it where the output is complete: its stop ids and the model's EOS ids.
+    std::vector<int32_t> ends = seq->params.stop_token_ids;
+    ends.insert(ends.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+    seq->constraint.emplace(r.grammar, grammars_->vocab(), std::move(ends), vocab);
+  }
   r.seqs.push_back(std::move(seq));
   return *r.seqs.back();
 }

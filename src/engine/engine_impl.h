@@ -98,9 +98,6 @@ class EngineImpl {
   // rules; a constrained sequence draws under its mask, or ends where its grammar says so.
   Status sample_next(RequestState& r, engine::Sequence& seq, const float* logits,
                      const model::SampledToken* sampled);
-  // The tokens that end a constrained sequence where its output is complete: its stop ids and
-  // the model's EOS ids.
-  std::vector<int32_t> end_tokens(const engine::Sequence& seq) const;
   void fork_siblings(RequestState& r, engine::Sequence& parent);
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);

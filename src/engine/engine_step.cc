@@ -72,8 +72,7 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
     if (on_device && s.constraint) {
       // Complete or at a dead end, it ends on the host (sample_next) instead of drawing.
       std::vector<uint64_t>& mask = step_masks_[num_masks];
-      on_device = s.constraint->allowed(end_tokens(s), vocab_size(), mask) ==
-                  engine::OutputConstraint::Next::kSample;
+      on_device = s.constraint->allowed(mask) == engine::OutputConstraint::Next::kSample;
       if (on_device) allowed = step_masks_[num_masks++].data();
     }
     if (on_device) {
@@ -159,10 +158,9 @@ Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int3
 Status EngineImpl::sample_next(RequestState& r, Sequence& s, const float* logits,
                                const model::SampledToken* sampled) {
   std::span<const uint64_t> allowed;
-  const std::vector<int32_t> ends = s.constraint ? end_tokens(s) : std::vector<int32_t>{};
   // On the device the row was drawn under the mask the step was built with.
   if (s.constraint && sampled == nullptr) {
-    switch (s.constraint->allowed(ends, vocab_size(), allowed_)) {
+    switch (s.constraint->allowed(allowed_)) {
       case engine::OutputConstraint::Next::kSample:
         allowed = allowed_;
         break;
@@ -192,7 +190,7 @@ Status EngineImpl::sample_next(RequestState& r, Sequence& s, const float* logits
   }
   // A constrained output ends at an end token (offered only where it is complete), whatever
   // ignore_eos says: past it the grammar has nothing to follow.
-  const bool stop = s.constraint ? std::find(ends.begin(), ends.end(), token) != ends.end()
+  const bool stop = s.constraint ? s.constraint->ends(token)
                                  : engine::is_stop_token(token, s.params, config_.eos_token_ids);
   if (s.constraint && !stop) s.constraint->advance(token);
   if (stop) {
@@ -201,12 +199,6 @@ Status EngineImpl::sample_next(RequestState& r, Sequence& s, const float* logits
     finish_sequence(s, FinishReason::kLength);
   }
   return Status::Ok();
-}
-
-std::vector<int32_t> EngineImpl::end_tokens(const Sequence& s) const {
-  std::vector<int32_t> ends = s.params.stop_token_ids;
-  ends.insert(ends.end(), config_.eos_token_ids.begin(), config_.eos_token_ids.end());
-  return ends;
 }
 
 void EngineImpl::fork_siblings(RequestState& r, Sequence& parent) {

@@ -26,10 +26,12 @@ const std::vector<int32_t> kNoEnds;
 struct Fixture {
   grammar::GrammarCompiler compiler{[] { return kVocab; }, {}};
 
-  OutputConstraint constraint(const std::string& regex) {
+  // Over a model of vocab_size rows, ended by `ends`.
+  OutputConstraint constraint(const std::string& regex, const std::vector<int32_t>& ends = kEnds,
+                              int32_t vocab_size = 5) {
     auto g = compiler.compile({Kind::kRegex, regex, {}});
     EXPECT_TRUE(g.ok()) << g.status().to_string();
-    return OutputConstraint(*g, compiler.vocab());
+    return OutputConstraint(*g, compiler.vocab(), ends, vocab_size);
   }
 };
 
@@ -43,42 +45,45 @@ std::vector<int32_t> ids_in(const std::vector<uint64_t>& words, int32_t vocab) {
 
 TEST(OutputConstraintTest, EndTokensOnlyWhereCompleteAndNothingPastTheTokenizersVocabulary) {
   Fixture f;
-  OutputConstraint c = f.constraint("(ab)+");
-  std::vector<uint64_t> allowed;
   // A model of 70 rows: ids 5..69 exist only in the model and are never allowed.
-  ASSERT_EQ(c.allowed(kEnds, 70, allowed), Next::kSample);
+  OutputConstraint c = f.constraint("(ab)+", kEnds, 70);
+  std::vector<uint64_t> allowed;
+  ASSERT_EQ(c.allowed(allowed), Next::kSample);
   ASSERT_EQ(allowed.size(), 2u);
   EXPECT_EQ(ids_in(allowed, 70), (std::vector<int32_t>{0, 2}));  // "a", "ab"; not yet the end
   c.advance(2);
-  ASSERT_EQ(c.allowed(kEnds, 70, allowed), Next::kSample);
+  ASSERT_EQ(c.allowed(allowed), Next::kSample);
   EXPECT_EQ(ids_in(allowed, 70), (std::vector<int32_t>{0, 2, kEnd}));  // complete: may end
+  EXPECT_TRUE(c.ends(kEnd));
+  EXPECT_FALSE(c.ends(0));
   c.advance(0);
-  ASSERT_EQ(c.allowed(kEnds, 70, allowed), Next::kSample);
+  ASSERT_EQ(c.allowed(allowed), Next::kSample);
   EXPECT_EQ(ids_in(allowed, 70), (std::vector<int32_t>{1}));  // "b" only; mid-pair
   // A model with fewer rows than the tokenizer: the mask is cut to the model's vocabulary.
-  OutputConstraint d = f.constraint("c");
-  ASSERT_EQ(d.allowed(kNoEnds, 4, allowed), Next::kDeadEnd);  // "c" is id 4, past a 4-row model
+  OutputConstraint d = f.constraint("c", kNoEnds, 4);
+  ASSERT_EQ(d.allowed(allowed), Next::kDeadEnd);  // "c" is id 4, past a 4-row model
 }
 
 TEST(OutputConstraintTest, ACompleteOutputThatNothingMayFollowEndsWithoutAToken) {
   Fixture f;
-  OutputConstraint c = f.constraint("ab");
   std::vector<uint64_t> allowed;
-  ASSERT_EQ(c.allowed(kEnds, 5, allowed), Next::kSample);
-  c.advance(2);
-  EXPECT_TRUE(c.complete());
-  EXPECT_EQ(c.allowed(kEnds, 5, allowed), Next::kComplete);
-  EXPECT_EQ(c.allowed(kNoEnds, 5, allowed), Next::kComplete);
+  for (const std::vector<int32_t>* ends : {&kEnds, &kNoEnds}) {
+    OutputConstraint c = f.constraint("ab", *ends);
+    ASSERT_EQ(c.allowed(allowed), Next::kSample);
+    c.advance(2);
+    EXPECT_TRUE(c.complete());
+    EXPECT_EQ(c.allowed(allowed), Next::kComplete);
+  }
 }
 
 TEST(OutputConstraintTest, AGrammarTheVocabularyCannotSpellIsADeadEnd) {
   Fixture f;
   OutputConstraint c = f.constraint("a(x|y)");  // no token holds "x" or "y"
   std::vector<uint64_t> allowed;
-  ASSERT_EQ(c.allowed(kEnds, 5, allowed), Next::kSample);
+  ASSERT_EQ(c.allowed(allowed), Next::kSample);
   EXPECT_EQ(ids_in(allowed, 5), (std::vector<int32_t>{0}));
   c.advance(0);
-  EXPECT_EQ(c.allowed(kEnds, 5, allowed), Next::kDeadEnd);
+  EXPECT_EQ(c.allowed(allowed), Next::kDeadEnd);
 }
 
 TEST(OutputConstraintTest, CopiesMoveOnTheirOwn) {
@@ -88,9 +93,9 @@ TEST(OutputConstraintTest, CopiesMoveOnTheirOwn) {
   a.advance(0);
   b.advance(1);
   std::vector<uint64_t> allowed;
-  ASSERT_EQ(a.allowed(kEnds, 5, allowed), Next::kSample);
+  ASSERT_EQ(a.allowed(allowed), Next::kSample);
   EXPECT_EQ(ids_in(allowed, 5), (std::vector<int32_t>{4}));
-  ASSERT_EQ(b.allowed(kEnds, 5, allowed), Next::kSample);
+  ASSERT_EQ(b.allowed(allowed), Next::kSample);
   EXPECT_EQ(ids_in(allowed, 5), (std::vector<int32_t>{4}));
   a.advance(4);
   EXPECT_TRUE(a.complete());
