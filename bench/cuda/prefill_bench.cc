@@ -8,9 +8,13 @@
 // checked against a double-precision reference first. --kv-dtypes adds quantized caches read
 // with BF16 queries (fp8_e4m3, int8, int4), their K/V appended by kv_append from bf16 rows and
 // checked against the host's decoding of the pool (int4: each row's own block from a bf16
-// newest-blocks pool, R = 1), each timed as a ratio to BF16's at the same case.
+// newest-blocks pool, R = 1), each timed as a ratio to BF16's at the same case. --variant runs
+// the warp-specialized kernel's schedules (PrefillWsVariant: base, pingpong; both = all of them)
+// one after another on each case, each checked against the reference and against the first
+// one's output bit for bit, one row each (the default: prefill_attention's schedule alone).
 //
 //   strata_prefill_bench [--reps N] [--kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4]
+//                        [--variant base|pingpong|both]
 //   (prints one JSON line prefixed "json: " for the BF16 cases)
 
 #include <cuda_runtime_api.h>
@@ -30,6 +34,7 @@
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/prefill_attention_impl.h"
 #include "kernels/cuda/random_fill.h"
 #include "kernels/cuda/stream.h"
 #include "kv/kv_layout.h"
@@ -42,6 +47,7 @@ using bench::bf16_value;
 using bench::die_if;
 using bench::query_row;
 using bench::take;
+using detail::PrefillWsVariant;
 
 constexpr int32_t kQoHeads = 32;
 constexpr int32_t kKvHeads = 8;
@@ -66,9 +72,9 @@ double median_ms(const Stream& stream, int reps, F&& launch) {
 // One case over a quantized cache: K/V rows appended (and quantized) by kv_append, the output
 // checked against a double reference over the host's decoding of the pool, then timed. Returns
 // the median milliseconds.
-double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& bf16_params,
-                     const std::vector<int32_t>& ids, DeviceBuffer& d_ids, const Stream& stream,
-                     int reps) {
+double run_quantized(const Case& cs, DType dtype, PrefillWsVariant variant,
+                     const PrefillAttentionParams& bf16_params, const std::vector<int32_t>& ids,
+                     DeviceBuffer& d_ids, const Stream& stream, int reps) {
   const int32_t kv_len = cs.prefix + cs.chunk;
   const int32_t blocks = (kv_len + kBlockSize - 1) / kBlockSize;
   kv::KvStaticScales scales;
@@ -111,7 +117,7 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
     p.newest.blocks = 1;
     p.lse_workspace = lse.as<float>();
   }
-  die_if(prefill_attention(p, stream.get()), "prefill");
+  die_if(detail::prefill_attention_variant(p, variant, stream.get()), "prefill");
   die_if(stream.synchronize(), "sync");
 
   // The reference over the host's decoding of both pools.
@@ -168,19 +174,33 @@ double run_quantized(const Case& cs, DType dtype, const PrefillAttentionParams& 
     }
   }
   if (!(max_err < 2e-2)) {
-    std::fprintf(stderr, "%s prefix %d chunk %d: max abs error %.3g\n", dtype_name(dtype).data(),
-                 cs.prefix, cs.chunk, max_err);
+    std::fprintf(stderr, "%s %s prefix %d chunk %d: max abs error %.3g\n",
+                 dtype_name(dtype).data(), detail::prefill_ws_variant_name(variant), cs.prefix,
+                 cs.chunk, max_err);
     std::exit(1);
   }
-  return median_ms(stream, reps, [&] { return prefill_attention(p, stream.get()); });
+  return median_ms(stream, reps,
+                   [&] { return detail::prefill_attention_variant(p, variant, stream.get()); });
 }
 
 int run(int argc, char** argv) {
   int reps = 10;
   std::vector<std::pair<std::string, DType>> quantized;
+  std::vector<PrefillWsVariant> variants = {detail::kDefaultPrefillWsVariant};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
+      const std::string name = argv[++i];
+      variants.clear();
+      for (PrefillWsVariant v : detail::kPrefillWsVariants) {
+        if (name == "both" || name == detail::prefill_ws_variant_name(v)) variants.push_back(v);
+      }
+      if (variants.empty()) {
+        std::fprintf(stderr, "--variant: unknown schedule '%s' (base, pingpong, both)\n",
+                     name.c_str());
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--kv-dtypes") == 0 && i + 1 < argc) {
       std::string list = argv[++i];
       for (size_t at = 0; at <= list.size();) {
@@ -249,13 +269,9 @@ int run(int argc, char** argv) {
     p.num_qo_heads = kQoHeads;
     p.sm_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
     p.max_q_len = cs.chunk;
-    die_if(prefill_attention(p, stream.get()), "prefill");
-    die_if(stream.synchronize(), "sync");
-
-    std::vector<uint16_t> out(static_cast<size_t>(q_elems));
-    die_if(cudaMemcpy(out.data(), o.data(), q_elems * 2, cudaMemcpyDeviceToHost), "copy");
+    // The reference for rows 0, chunk / 2 + 7 and chunk - 1 of the first and last heads.
     const PagedKvCacheView view = layout.layer_view(nullptr, 0);
-    double max_err = 0.0;
+    std::vector<std::pair<int64_t, double>> want;  // (element of o, value)
     for (int32_t row : {0, cs.chunk / 2 + 7, cs.chunk - 1}) {
       for (int32_t h : {0, kQoHeads - 1}) {
         const int32_t kvh = h / (kQoHeads / kKvHeads);
@@ -282,34 +298,56 @@ int run(int argc, char** argv) {
                 view.offset(ids[t / kBlockSize], kvh, t % kBlockSize) + layout.kv_area_bytes() / 2;
             acc += sc[t] * bf16_value(kPoolSeed, v_off + e, -1, 1);
           }
-          max_err = std::max(max_err, std::abs(acc / l - bf16_to_f32(out[q_off + e])));
+          want.emplace_back(q_off + e, acc / l);
         }
       }
     }
-    if (!(max_err < 2e-2)) {
-      std::fprintf(stderr, "prefix %d chunk %d: max abs error %.3g\n", cs.prefix, cs.chunk,
-                   max_err);
-      return 1;
-    }
-    const double med = median_ms(stream, reps, [&] { return prefill_attention(p, stream.get()); });
     // Attended (query, key) pairs: row i sees prefix + i + 1 keys.
     const double pairs =
         static_cast<double>(cs.chunk) * cs.prefix + 0.5 * cs.chunk * (cs.chunk + 1.0);
     const double flops = 4.0 * kQoHeads * kHeadDim * pairs;
-    const double tflops = flops / (med * 1e-3) / 1e12;
-    std::printf("prefill prefix %5d chunk %5d: %9.1f us  %6.1f TFLOP/s  err %.2e\n", cs.prefix,
-                cs.chunk, med * 1e3, tflops, max_err);
-    for (const auto& [name, dtype] : quantized) {
-      const double qms = run_quantized(cs, dtype, p, ids, d_ids, stream, reps);
-      std::printf("  %-8s %9.1f us  %6.1f TFLOP/s  x%.2f of bf16\n", name.c_str(), qms * 1e3,
-                  flops / (qms * 1e-3) / 1e12, qms / med);
+    std::vector<uint16_t> first;  // the first schedule's output
+    for (PrefillWsVariant variant : variants) {
+      const char* vname = detail::prefill_ws_variant_name(variant);
+      die_if(cudaMemset(o.data(), 0xff, q_elems * 2), "memset");
+      die_if(detail::prefill_attention_variant(p, variant, stream.get()), "prefill");
+      die_if(stream.synchronize(), "sync");
+      std::vector<uint16_t> out(static_cast<size_t>(q_elems));
+      die_if(cudaMemcpy(out.data(), o.data(), q_elems * 2, cudaMemcpyDeviceToHost), "copy");
+      double max_err = 0.0;
+      for (const auto& [at, value] : want) {
+        max_err = std::max(max_err, std::abs(value - bf16_to_f32(out[static_cast<size_t>(at)])));
+      }
+      if (!(max_err < 2e-2)) {
+        std::fprintf(stderr, "%s prefix %d chunk %d: max abs error %.3g\n", vname, cs.prefix,
+                     cs.chunk, max_err);
+        return 1;
+      }
+      if (first.empty()) {
+        first = std::move(out);
+      } else if (out != first) {
+        std::fprintf(stderr, "%s prefix %d chunk %d: output differs from %s's\n", vname,
+                     cs.prefix, cs.chunk, detail::prefill_ws_variant_name(variants[0]));
+        return 1;
+      }
+      const double med = median_ms(
+          stream, reps, [&] { return detail::prefill_attention_variant(p, variant, stream.get()); });
+      const double tflops = flops / (med * 1e-3) / 1e12;
+      const std::string tag = variants.size() > 1 ? std::string(" ") + vname : "";
+      std::printf("prefill prefix %5d chunk %5d%s: %9.1f us  %6.1f TFLOP/s  err %.2e\n",
+                  cs.prefix, cs.chunk, tag.c_str(), med * 1e3, tflops, max_err);
+      for (const auto& [name, dtype] : quantized) {
+        const double qms = run_quantized(cs, dtype, variant, p, ids, d_ids, stream, reps);
+        std::printf("  %-8s %9.1f us  %6.1f TFLOP/s  x%.2f of bf16\n", name.c_str(), qms * 1e3,
+                    flops / (qms * 1e-3) / 1e12, qms / med);
+      }
+      std::fflush(stdout);
+      json += std::string(json.back() == '[' ? "" : ", ") + "{\"prefix\": " +
+              std::to_string(cs.prefix) + ", \"chunk\": " + std::to_string(cs.chunk) +
+              ", \"variant\": \"" + vname + "\", \"median_us\": " + std::to_string(med * 1e3) +
+              ", \"tflops\": " + std::to_string(tflops) +
+              ", \"max_abs_err\": " + std::to_string(max_err) + "}";
     }
-    std::fflush(stdout);
-    json += std::string(&cs == kCases ? "" : ", ") + "{\"prefix\": " + std::to_string(cs.prefix) +
-            ", \"chunk\": " + std::to_string(cs.chunk) +
-            ", \"median_us\": " + std::to_string(med * 1e3) +
-            ", \"tflops\": " + std::to_string(tflops) +
-            ", \"max_abs_err\": " + std::to_string(max_err) + "}";
   }
   std::printf("json: %s]}\n", json.c_str());
   return 0;

@@ -66,15 +66,24 @@ Status validate(const PrefillAttentionParams& p) {
 
 }  // namespace
 
-Status prefill_attention(const PrefillAttentionParams& params, cudaStream_t stream) {
+namespace detail {
+
+Status prefill_attention_variant(const PrefillAttentionParams& params, PrefillWsVariant variant,
+                                 cudaStream_t stream) {
   STRATA_RETURN_IF_ERROR(validate(params));
   if (params.layout.num_seqs == 0 || params.max_q_len == 0) return Status::Ok();
   return dispatch_attention_dtypes(params.qo_dtype, params.cache.dtype, [&]<DType kQ, DType kKv>() {
     return dispatch_value<kPrefillHeadDims>(
         params.cache.head_dim, "prefill head_dim", [&]<int32_t kHeadDim>() {
-          return detail::run_prefill_attention<kQ, kKv, kHeadDim>(params, stream);
+          return run_prefill_attention<kQ, kKv, kHeadDim>(params, variant, stream);
         });
   });
+}
+
+}  // namespace detail
+
+Status prefill_attention(const PrefillAttentionParams& params, cudaStream_t stream) {
+  return detail::prefill_attention_variant(params, detail::kDefaultPrefillWsVariant, stream);
 }
 
 }  // namespace strata::cuda

@@ -1,9 +1,11 @@
 #pragma once
 // Internal interface between the prefill-attention launcher (prefill_attention.cc) and its
-// per-(dtype x head dim) instances (instances/prefill_*.cu). Host-only.
+// per-(dtype x head dim) instances (instances/prefill_*.cu), and the schedule choice that the
+// benchmark and the tests use to compare the warp-specialized kernel's schedules. Host-only.
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -12,8 +14,38 @@
 
 namespace strata::cuda::detail {
 
-// Runs prefill attention for validated params (q/o kQDType, cache kKvDType, head_dim kHeadDim).
+// The warp-specialized kernel's schedules (prefill_ws_kernel.cuh; docs/kernels.md,
+// "Warp-specialized prefill"). Every instance compiles both, so that one process can time them
+// side by side (strata_prefill_bench --variant); their outputs are bit-identical.
+//  - kBase: blocks in grid order (each sequence's query tiles longest-first, KV heads and
+//    sequences one after another), the two consumers issuing their products independently.
+//  - kPingPong: blocks longest-first across the whole grid (the query tile counted from its
+//    sequence's end varies slowest).
+enum class PrefillWsVariant { kBase, kPingPong };
+inline constexpr std::array<PrefillWsVariant, 2> kPrefillWsVariants = {PrefillWsVariant::kBase,
+                                                                       PrefillWsVariant::kPingPong};
+// What prefill_attention runs.
+inline constexpr PrefillWsVariant kDefaultPrefillWsVariant = PrefillWsVariant::kPingPong;
+
+inline const char* prefill_ws_variant_name(PrefillWsVariant v) {
+  switch (v) {
+    case PrefillWsVariant::kBase:
+      return "base";
+    case PrefillWsVariant::kPingPong:
+      return "pingpong";
+  }
+  return "?";
+}
+
+// Runs prefill attention for validated params (q/o kQDType, cache kKvDType, head_dim kHeadDim)
+// with the warp-specialized kernel's schedule `variant`.
 template <DType kQDType, DType kKvDType, int32_t kHeadDim>
-Status run_prefill_attention(const PrefillAttentionParams& params, cudaStream_t stream);
+Status run_prefill_attention(const PrefillAttentionParams& params, PrefillWsVariant variant,
+                             cudaStream_t stream);
+
+// prefill_attention (prefill_attention.h) with the given schedule: for benchmarks and tests that
+// compare the schedules; prefill_attention runs kDefaultPrefillWsVariant.
+Status prefill_attention_variant(const PrefillAttentionParams& params, PrefillWsVariant variant,
+                                 cudaStream_t stream);
 
 }  // namespace strata::cuda::detail

@@ -13,9 +13,19 @@ namespace strata::cuda::detail {
 // then the newest blocks' keys (at most R blocks per query row) through the 16-bit mma.sync
 // instance over the newest-blocks group's pool, which merges.
 template <DType kQDType, DType kKvDType, int kHeadDim>
-Status run_prefill_attention(const PrefillAttentionParams& p, cudaStream_t stream) {
+Status run_prefill_attention(const PrefillAttentionParams& p, PrefillWsVariant variant,
+                             cudaStream_t stream) {
   static_assert(kKvDType == kQDType || is_quantized_kv(kKvDType) || kKvDType == DType::kI4);
-  STRATA_RETURN_IF_ERROR((launch_prefill_ws<kQDType, kKvDType, kHeadDim>(p, stream)));
+  switch (variant) {
+    case PrefillWsVariant::kBase:
+      STRATA_RETURN_IF_ERROR(
+          (launch_prefill_ws<kQDType, kKvDType, kHeadDim, PrefillWsVariant::kBase>(p, stream)));
+      break;
+    case PrefillWsVariant::kPingPong:
+      STRATA_RETURN_IF_ERROR(
+          (launch_prefill_ws<kQDType, kKvDType, kHeadDim, PrefillWsVariant::kPingPong>(p, stream)));
+      break;
+  }
   if constexpr (kKvDType == DType::kI4) {
     PrefillAttentionParams rp = p;
     rp.cache = p.newest.cache;

@@ -109,10 +109,38 @@ struct PrefillWsArgs {
   PrefillKernelArgs a;
 };
 
+// A block's place in kPingPong's order, longest first over the whole grid: the linear block
+// index (x fastest, the order in which blocks start) is read as (KV head and head tile,
+// sequence, query tile) with the query tile slowest, and query tile k is the k-th from its
+// sequence's end: the tiles nearest the ends attend the most keys. The blocks are prefill_block's
+// (the same r0 per sequence) in another order, so every output is the same. A block past its
+// sequence's tiles gets r0 = q_len (nothing to do).
+__device__ __forceinline__ PrefillBlock prefill_block_longest_first(const PrefillKernelArgs& a) {
+  const uint64_t heads = gridDim.y;
+  const uint64_t pairs = heads * gridDim.z;  // (head tile, sequence) pairs
+  const uint64_t linear =
+      blockIdx.x + static_cast<uint64_t>(gridDim.x) * (blockIdx.y + heads * blockIdx.z);
+  const auto k = static_cast<int>(linear / pairs);
+  const auto pair = static_cast<int>(linear % pairs);
+  PrefillBlock b;
+  b.seq = pair / static_cast<int>(heads);
+  b.kv_head = pair % static_cast<int>(heads) / a.head_tiles;
+  b.head_tile = pair % static_cast<int>(heads) % a.head_tiles;
+  b.q_begin = a.qo_indptr[b.seq];
+  b.q_len = a.qo_indptr[b.seq + 1] - b.q_begin;
+  const int tiles = (b.q_len + a.tokens_per_block - 1) / a.tokens_per_block;
+  b.r0 = k < tiles ? (tiles - 1 - k) * a.tokens_per_block : b.q_len;
+  b.page_begin = a.kv_indptr[b.seq];
+  const int num_pages = a.kv_indptr[b.seq + 1] - b.page_begin;
+  b.kv_len = num_pages == 0 ? 0 : (num_pages - 1) * a.block_size + a.kv_last_page_len[b.seq];
+  b.offset = b.kv_len - b.q_len;
+  return b;
+}
+
 // kQ: the queries' and output's dtype; kKv: the cache's (kQ itself, or FP8 / INT8 / INT4 with
-// kQ = BF16). An INT4 launch covers each query row's int4 keys (int4_keys, kv_codes.cuh) and
+// kQ = BF16); kVariant: the schedule (PrefillWsVariant). An INT4 launch covers each query row's int4 keys (int4_keys, kv_codes.cuh) and
 // leaves the rows' log-sum-exps in a.lse for the newest part's launch, which merges.
-template <DType kQ, DType kKv, int kHeadDim>
+template <DType kQ, DType kKv, int kHeadDim, PrefillWsVariant kVariant>
 __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     prefill_ws_kernel(const __grid_constant__ PrefillWsArgs args) {
   const PrefillKernelArgs& a = args.a;
@@ -144,8 +172,9 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   };
 
   // offset: the position of query row 0.
+  constexpr bool kPingPong = kVariant == PrefillWsVariant::kPingPong;
   const auto [seq, kv_head, head_tile, q_begin, q_len, r0, page_begin, kv_len, offset] =
-      prefill_block(a);
+      kPingPong ? prefill_block_longest_first(a) : prefill_block(a);
   if (r0 >= q_len) return;
   const int tpb = a.tokens_per_block;
   // Exclusive; INT4: the int4 keys of the block's last row (whole blocks), none for a block
@@ -844,11 +873,11 @@ inline Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCac
 // an INT4 cache's int4 part (its lse_workspace then holds the rows' log-sum-exps for the
 // newest part's launch). Head packing as launch_prefill's, over 8 warps' rows: the largest
 // power of two dividing the group, at most 8.
-template <DType kQ, DType kKv, int kHeadDim>
+template <DType kQ, DType kKv, int kHeadDim, PrefillWsVariant kVariant>
 Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
   using Shape = PrefillWsShape<kKv, kHeadDim>;
   constexpr bool kCodes = Shape::kCodes;
-  auto* kernel = prefill_ws_kernel<kQ, kKv, kHeadDim>;
+  auto* kernel = prefill_ws_kernel<kQ, kKv, kHeadDim, kVariant>;
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
   STRATA_CUDA_CHECK(configured);

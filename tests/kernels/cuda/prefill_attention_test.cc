@@ -1,7 +1,8 @@
 // Paged prefill attention against a double-precision CPU reference: prompt chunks on top of cached
 // prefixes mixed with decode tokens in one ragged batch, every KV dtype x prefill head dim x block
 // size, group sizes, sliding windows, a 2049-token prompt. Outputs are poisoned first and every
-// element (and the row padding) is checked.
+// element (and the row padding) is checked. The warp-specialized kernel's schedules
+// (PrefillWsVariant) are held to the reference and to each other bit for bit.
 
 #include "kernels/cuda/prefill_attention.h"
 
@@ -18,6 +19,7 @@
 #include "cuda_test_util.h"
 #include "kv_test_pool.h"
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/prefill_attention_impl.h"
 #include "kv/kv_layout.h"
 
 namespace strata::cuda::testing {
@@ -37,10 +39,14 @@ struct PrefillCase {
   std::vector<SeqShape> seqs;
   int32_t window_left = -1;
   uint64_t seed = 1;
+  detail::PrefillWsVariant variant = detail::kDefaultPrefillWsVariant;
+  bool check = true;  // against the reference
 };
 
-void run_prefill_case(const PrefillCase& c) {
-  std::string desc = std::string(dtype_name(c.dtype)) + " hd" + std::to_string(c.head_dim) + " bs" +
+// Runs c (against the reference when c.check); returns the output (rows of o_stride elements).
+std::vector<uint16_t> run_prefill_case(const PrefillCase& c) {
+  std::string desc = std::string(detail::prefill_ws_variant_name(c.variant)) + " " +
+                     std::string(dtype_name(c.dtype)) + " hd" + std::to_string(c.head_dim) + " bs" +
                      std::to_string(c.block_size) + " g" + std::to_string(c.group_size) +
                      " window " + std::to_string(c.window_left) + " seqs";
   for (const SeqShape& s : c.seqs)
@@ -100,9 +106,11 @@ void run_prefill_case(const PrefillCase& c) {
   p.sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
   p.window_left = c.window_left;
   p.max_q_len = max_q_len;
-  STRATA_ASSERT_OK(prefill_attention(p, nullptr));
+  const Status launched = detail::prefill_attention_variant(p, c.variant, nullptr);
+  EXPECT_TRUE(launched.ok()) << launched.to_string();
   sync_device();
-  const auto o = download<uint16_t>(d_o, static_cast<size_t>(std::max(num_q, 1)) * o_stride);
+  auto o = download<uint16_t>(d_o, static_cast<size_t>(std::max(num_q, 1)) * o_stride);
+  if (!c.check) return o;
 
   const PagedKvLayout host{kv_indptr.data(), indices.data(), last_len.data(), num_seqs,
                            c.block_size};
@@ -159,6 +167,7 @@ void run_prefill_case(const PrefillCase& c) {
     }
   }
   EXPECT_EQ(bad, 0);
+  return o;
 }
 
 class PrefillAttentionTest : public CudaTest {};
@@ -246,6 +255,45 @@ TEST_F(PrefillAttentionTest, Prompt2049Tokens) {
   c.num_kv_heads = 1;
   c.seqs = {{2049, 2049}};
   run_prefill_case(c);
+}
+
+// Every schedule on batches whose blocks have very different tile counts: a long prompt beside
+// decode tokens on long prefixes and short chunks (blocks of 1 to 17 K/V tiles, sequences of
+// different query-tile counts, so the longest-first order interleaves them), with and without
+// windows, one and several head tiles, 16-bit and 8-bit caches. Each against the reference, and
+// every schedule's output bit for bit the first's (they differ only in order and overlap).
+TEST_F(PrefillAttentionTest, SchedulesAgreeBitForBit) {
+  const std::vector<SeqShape> seqs = {{1, 2100}, {400, 400}, {33, 1500}, {1, 1},
+                                      {0, 40},   {150, 150}, {97, 2000}};
+  uint64_t seed = 900;
+  for (DType dtype : {DType::kBF16, DType::kF8E4M3, DType::kI8}) {
+    for (int32_t window : {-1, 200}) {
+      for (int32_t group : {4, 16}) {
+        PrefillCase c;
+        c.dtype = dtype;
+        c.num_kv_heads = group == 4 ? 2 : 1;  // 8 or 16 query heads, 1 or 2 head tiles
+        c.group_size = group;
+        c.block_size = dtype == DType::kBF16 ? 16 : 32;
+        c.seqs = seqs;
+        c.window_left = window;
+        c.seed = seed++;
+        std::vector<uint16_t> first;
+        for (detail::PrefillWsVariant v : detail::kPrefillWsVariants) {
+          c.variant = v;
+          c.check = first.empty();  // the others must equal it
+          std::vector<uint16_t> o = run_prefill_case(c);
+          if (first.empty()) {
+            first = std::move(o);
+          } else {
+            EXPECT_TRUE(o == first) << detail::prefill_ws_variant_name(v) << " differs from "
+                                    << detail::prefill_ws_variant_name(detail::kPrefillWsVariants[0])
+                                    << ": " << dtype_name(dtype) << " window " << window
+                                    << " group " << group;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(PrefillAttentionDispatchTest, UnsupportedHeadDimReturnsStatus) {

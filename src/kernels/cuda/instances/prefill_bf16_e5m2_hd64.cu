@@ -3,5 +3,5 @@
 
 namespace strata::cuda::detail {
 template Status run_prefill_attention<DType::kBF16, DType::kF8E5M2, 64>(
-    const PrefillAttentionParams&, cudaStream_t);
+    const PrefillAttentionParams&, PrefillWsVariant, cudaStream_t);
 }  // namespace strata::cuda::detail

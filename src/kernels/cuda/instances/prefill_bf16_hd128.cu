@@ -4,6 +4,6 @@
 
 namespace strata::cuda::detail {
 template Status run_prefill_attention<DType::kBF16, DType::kBF16, 128>(
-    const PrefillAttentionParams&, cudaStream_t);
+    const PrefillAttentionParams&, PrefillWsVariant, cudaStream_t);
 STRATA_PREFILL_NEWEST_PART(template, DType::kBF16, 128);
 }  // namespace strata::cuda::detail

@@ -4,6 +4,6 @@
 
 namespace strata::cuda::detail {
 STRATA_PREFILL_NEWEST_PART(extern template, DType::kBF16, 128);
-template Status run_prefill_attention<DType::kBF16, DType::kI4, 128>(const PrefillAttentionParams&,
-                                                                     cudaStream_t);
+template Status run_prefill_attention<DType::kBF16, DType::kI4, 128>(
+    const PrefillAttentionParams&, PrefillWsVariant, cudaStream_t);
 }  // namespace strata::cuda::detail

@@ -2,6 +2,6 @@
 #include "kernels/cuda/prefill_attention_run.cuh"
 
 namespace strata::cuda::detail {
-template Status run_prefill_attention<DType::kBF16, DType::kI8, 64>(const PrefillAttentionParams&,
-                                                                    cudaStream_t);
+template Status run_prefill_attention<DType::kBF16, DType::kI8, 64>(
+    const PrefillAttentionParams&, PrefillWsVariant, cudaStream_t);
 }  // namespace strata::cuda::detail
