@@ -84,6 +84,12 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Counts the calling warps' arrival at named barrier `id` without waiting: the warps that
+// bar.sync on it are released once `threads` threads (theirs and the arrivals) have come.
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Register reallocation between the warpgroups of a block (every warp of a warpgroup executes
 // the same one): a producer gives registers back, consumers take them.
 template <uint32_t kRegs>

@@ -20,7 +20,8 @@ namespace strata::cuda::detail {
 //  - kBase: blocks in grid order (each sequence's query tiles longest-first, KV heads and
 //    sequences one after another), the two consumers issuing their products independently.
 //  - kPingPong: blocks longest-first across the whole grid (the query tile counted from its
-//    sequence's end varies slowest).
+//    sequence's end varies slowest); the consumers take turns issuing their products, so one's
+//    softmax runs while the other's products run (FlashAttention-3's ping-pong).
 enum class PrefillWsVariant { kBase, kPingPong };
 inline constexpr std::array<PrefillWsVariant, 2> kPrefillWsVariants = {PrefillWsVariant::kBase,
                                                                        PrefillWsVariant::kPingPong};

@@ -25,6 +25,8 @@
 //    the online softmax in registers, and O += P V (wgmma, P from registers in the accumulator
 //    layout, V read as an MN-major B: no transposition). Software-pipelined: iteration j issues
 //    S_j and P_{j-1} V_{j-1} together and runs tile j's softmax under the second product.
+//    Under PrefillWsVariant::kPingPong the two take turns issuing (named barriers), so that one's
+//    softmax runs under the other's products.
 // Tiles run from the last (the causal diagonal, masked) down to the first, as FlashAttention-3
 // orders them. Query row i of a sequence sits at position kv_len - q_len + i (causal), as in
 // the mma.sync kernel, whose masking (causal, window, tile end) and log2-unit softmax this
@@ -754,14 +756,35 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     }
   };
 
+  // kPingPong: the consumers take turns issuing their products (FlashAttention-3's ping-pong).
+  // Consumer wg issues a turn's wgmmas once the other has issued its own (named barrier 3 + wg
+  // of 256 threads: its own 128 wait, the other's 128 arrive), then lets the other go. The
+  // tensor cores then run one consumer's S_j and P_{j-1} V_{j-1} while the other's softmax runs,
+  // instead of both softmaxes running at once with the tensor cores idle. Each consumer takes
+  // num_tiles + 1 turns (S_0; S_j with P_{j-1} V_{j-1}; the last P V), consumer 0 first;
+  // consumer 1's last turn lets nobody go, so no arrival is pending at exit.
+  const uint32_t turn_bar = 3 + wg;  // 1 + wg: the Q loads
+  const uint32_t other_turn_bar = 3 + (wg ^ 1);
+  auto turn_begin = [&]() {
+    if constexpr (kPingPong) named_barrier_sync(turn_bar, 256);
+  };
+  auto turn_end = [&](bool last) {
+    if constexpr (kPingPong) {
+      if (!(last && wg == 1)) named_barrier_arrive(other_turn_bar, 256);
+    }
+  };
+
   // Software-pipelined: iteration j issues S_j and P_{j-1} V_{j-1} together, then runs tile j's
   // softmax under the second product. Every consumer runs every tile of the block (a warp past
   // its rows' keys with P = 0), so both take the same number of turns.
   // INT4: a block whose rows read only the newest blocks has no tile (o = 0, lse = -inf).
   if (num_tiles > 0) {
+    if (kPingPong && wg == 1) named_barrier_arrive(3, 256);  // consumer 0's first turn
     mbarrier_wait(full_k, 0);
     fence_proxy_async();
+    turn_begin();
     issue_s(0);
+    turn_end(false);
     wgmma_wait_all();
     scores_done(0);
     release_k(0);
@@ -771,8 +794,10 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
       mbarrier_wait(full_k + j % kStages, (j / kStages) & 1);
       mbarrier_wait(full_v + (j - 1) % kStages, ((j - 1) / kStages) & 1);
       fence_proxy_async();
+      turn_begin();
       issue_s(j);
       issue_pv(j - 1);
+      turn_end(false);
       wgmma_wait<1>();  // S_j
       scores_done(j);
       release_k(j);
@@ -784,7 +809,9 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     }
     mbarrier_wait(full_v + (num_tiles - 1) % kStages, ((num_tiles - 1) / kStages) & 1);
     fence_proxy_async();
+    turn_begin();
     issue_pv(num_tiles - 1);
+    turn_end(true);
     wgmma_wait_all();
     wgmma_fence_operands(o);
     release(empty_v, num_tiles - 1);
