@@ -21,7 +21,9 @@ namespace strata::cuda::detail {
 //    sequences one after another), the two consumers issuing their products independently.
 //  - kPingPong: blocks longest-first across the whole grid (the query tile counted from its
 //    sequence's end varies slowest); the consumers take turns issuing their products, so one's
-//    softmax runs while the other's products run (FlashAttention-3's ping-pong).
+//    softmax runs while the other's products run (FlashAttention-3's ping-pong); only the tiles
+//    at a diagonal, window edge or sequence end are masked; the producer's lanes copy a tile's
+//    KV blocks in parallel.
 enum class PrefillWsVariant { kBase, kPingPong };
 inline constexpr std::array<PrefillWsVariant, 2> kPrefillWsVariants = {PrefillWsVariant::kBase,
                                                                        PrefillWsVariant::kPingPong};

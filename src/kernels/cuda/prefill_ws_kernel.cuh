@@ -434,7 +434,23 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
         const int tile = kv_lo + (num_tiles - 1 - j) * kN;  // the last tile first
         char* const dst = (kv == 0 ? k_smem : v_smem) + st * kTileBytes;
         const int whole = min(max(kv_hi - tile, 0) / bs, kN / bs);  // blocks wholly below kv_hi
-        if (lane_p == 0) {
+        if constexpr (kPingPong) {
+          // Lane b copies block b (at most kN / 8 = 16 blocks): the tile's block-table reads are
+          // one round trip, not one per block. The expected bytes are counted first.
+          if (lane_p == 0) {
+            mbarrier_arrive_expect_tx(landed, static_cast<uint32_t>(whole * bs * kHeadDim * 2));
+          }
+          __syncwarp();
+          if (lane_p < whole) {
+            const CUtensorMap* map = kv == 0 ? &args.k_map : &args.v_map;
+            const int page = __ldg(pages + (tile >> a.log2_block_size) + lane_p);
+#pragma unroll
+            for (int c = 0; c < kHeadDim / 64; ++c) {
+              tma_load_4d(dst + c * kKvColBytes + lane_p * bs * 128, map, 64 * c, 0, kv_head, page,
+                          landed);
+            }
+          }
+        } else if (lane_p == 0) {
           const CUtensorMap* map = kv == 0 ? &args.k_map : &args.v_map;
           mbarrier_arrive_expect_tx(landed, static_cast<uint32_t>(whole * bs * kHeadDim * 2));
           for (int b = 0; b < whole; ++b) {
@@ -599,11 +615,15 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     return kHeadDim == 128 ? wgmma_desc_sw128(tile, 16, 8 * kHeadDim)
                            : wgmma_desc_sw64(tile, 16, 8 * kHeadDim);
   };
-  const uint64_t q_desc = kQCodes ? fp8_desc(q_codes) : wgmma_desc_sw128(q_wg, 16, 1024);
+  const uint64_t q_desc0 = kQCodes ? fp8_desc(q_codes) : wgmma_desc_sw128(q_wg, 16, 1024);
   const uint64_t k_desc0 = kQCodes ? fp8_desc(k_smem) : wgmma_desc_sw128(k_smem, 16, 1024);
-  const uint64_t v_desc = wgmma_desc_sw128(v_smem, kKvColBytes, 1024);
+  const uint64_t v_desc0 = wgmma_desc_sw128(v_smem, kKvColBytes, 1024);
+  // kPingPong: the descriptors pass through wgmma_desc_opaque at each use, so each k-step's
+  // address is computed where it is issued rather than held in registers across the loop.
+  auto desc = [](uint64_t d) { return kPingPong ? wgmma_desc_opaque(d) : d; };
   auto issue_s = [&](int j) {
-    const uint64_t k_desc = k_desc0 + (j % kStages) * (Shape::kKTileBytes >> 4);
+    const uint64_t q_desc = desc(q_desc0);
+    const uint64_t k_desc = desc(k_desc0 + (j % kStages) * (Shape::kKTileBytes >> 4));
     if constexpr (kI8) {
 #pragma unroll
       for (int n = 0; n < kTokTiles; ++n) {
@@ -654,8 +674,13 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
 #pragma unroll
     for (int kc = 0; kc < kN / 16; ++kc) {
       // Keys 16 kc .. 16 kc + 15: two 8-key atoms, 2048 bytes on.
-      wgmma_16_rs_mn<kT, kHeadDim>(
-          o, pf[kc], v_desc + (j % kStages) * (kTileBytes >> 4) + kc * (2048 >> 4), true);
+      if constexpr (kPingPong) {
+        wgmma_16_rs_mn<kT, kHeadDim>(
+            o, pf[kc], desc(v_desc0 + (j % kStages) * (kTileBytes >> 4)) + kc * (2048 >> 4), true);
+      } else {
+        wgmma_16_rs_mn<kT, kHeadDim>(
+            o, pf[kc], v_desc0 + (j % kStages) * (kTileBytes >> 4) + kc * (2048 >> 4), true);
+      }
     }
     wgmma_commit();
   };
@@ -704,20 +729,46 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     }
     const bool need_mask = tile + kN > w_all ||
                            (a.window_left >= 0 && tile < offset + w_r0 + 15 - a.window_left);
+    // A key is attended by a row iff it lies below the row's split (<= pos + 1 and <= kv_hi:
+    // the causal bound, or INT4's newest-blocks one), below kv_hi, and inside its window.
+    auto attended = [&](int n, int e) {
+      const int tok = tile + 8 * n + 2 * t + (e & 1);
+      const int pos = e < 2 ? pos_a : pos_b;
+      return tok < (e < 2 ? split_a : split_b) && tok < kv_hi &&
+             (a.window_left < 0 || tok >= pos - a.window_left);
+    };
     float mx_a = -INFINITY, mx_b = -INFINITY;
+    if constexpr (kPingPong) {
+      // Only the tiles at the diagonal, the window's edge or the sequence's end (one or two of
+      // a warp's) are masked; the others go straight to the row maxima.
+      if (need_mask) {
 #pragma unroll
-    for (int n = 0; n < kTokTiles; ++n) {
+        for (int n = 0; n < kTokTiles; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int tok = tile + 8 * n + 2 * t + (e & 1);
-        const int pos = e < 2 ? pos_a : pos_b;
-        // split <= pos + 1 and <= kv_hi: the causal bound, or INT4's newest-blocks one.
-        const bool ok = !need_mask || (tok < (e < 2 ? split_a : split_b) && tok < kv_hi &&
-                                       (a.window_left < 0 || tok >= pos - a.window_left));
-        if (!ok) s[n][e] = -INFINITY;
+          for (int e = 0; e < 4; ++e) {
+            if (!attended(n, e)) s[n][e] = -INFINITY;
+          }
+        }
       }
-      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+#pragma unroll
+      for (int n = 0; n < kTokTiles; ++n) {
+        mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kTokTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int tok = tile + 8 * n + 2 * t + (e & 1);
+          const int pos = e < 2 ? pos_a : pos_b;
+          const bool ok = !need_mask || (tok < (e < 2 ? split_a : split_b) && tok < kv_hi &&
+                                         (a.window_left < 0 || tok >= pos - a.window_left));
+          if (!ok) s[n][e] = -INFINITY;
+        }
+        mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+      }
     }
 #pragma unroll
     for (int off = 1; off < 4; off <<= 1) {

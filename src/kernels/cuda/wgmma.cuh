@@ -53,6 +53,15 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw64(const void* smem, uint32_t l
   return wgmma_desc(smem, leading, stride) | (2ull << 62);
 }
 
+// The descriptor as a value the compiler cannot see through (a volatile move): in a loop, the
+// k-step offsets added to it are then computed where each wgmma is issued, instead of one
+// 64-bit register pair per k-step being hoisted out of the loop and held (or spilled) across it.
+__device__ __forceinline__ uint64_t wgmma_desc_opaque(uint64_t desc) {
+  uint64_t r;
+  asm volatile("mov.b64 %0, %1;" : "=l"(r) : "l"(desc));
+  return r;
+}
+
 // Before the first wgmma of a group: orders the warpgroup's register accesses to A and D.
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
