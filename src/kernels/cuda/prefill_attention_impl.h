@@ -23,12 +23,14 @@ namespace strata::cuda::detail {
 //    sequence's end varies slowest); the consumers take turns issuing their products, so one's
 //    softmax runs while the other's products run (FlashAttention-3's ping-pong); only the tiles
 //    at a diagonal, window edge or sequence end are masked; the producer's lanes copy a tile's
-//    KV blocks in parallel.
-enum class PrefillWsVariant { kBase, kPingPong };
-inline constexpr std::array<PrefillWsVariant, 2> kPrefillWsVariants = {PrefillWsVariant::kBase,
-                                                                       PrefillWsVariant::kPingPong};
+//    KV blocks in parallel. K and V rings of two stages, as kBase's.
+//  - kPingPong3: kPingPong with three K/V stages for 16-bit caches (the quantized caches run
+//    kPingPong: their code stages leave no room for a third).
+enum class PrefillWsVariant { kBase, kPingPong, kPingPong3 };
+inline constexpr std::array<PrefillWsVariant, 3> kPrefillWsVariants = {
+    PrefillWsVariant::kBase, PrefillWsVariant::kPingPong, PrefillWsVariant::kPingPong3};
 // What prefill_attention runs.
-inline constexpr PrefillWsVariant kDefaultPrefillWsVariant = PrefillWsVariant::kPingPong;
+inline constexpr PrefillWsVariant kDefaultPrefillWsVariant = PrefillWsVariant::kPingPong3;
 
 inline const char* prefill_ws_variant_name(PrefillWsVariant v) {
   switch (v) {
@@ -36,6 +38,8 @@ inline const char* prefill_ws_variant_name(PrefillWsVariant v) {
       return "base";
     case PrefillWsVariant::kPingPong:
       return "pingpong";
+    case PrefillWsVariant::kPingPong3:
+      return "pingpong3";
   }
   return "?";
 }

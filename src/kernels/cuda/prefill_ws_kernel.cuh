@@ -58,7 +58,8 @@ namespace strata::cuda::detail {
 // are staged beside the codes: INT8's per-token scales (kN fp16 values per stage; K's read by
 // the consumers, V's by the conversion), INT4's K scales and zero points per block and channel
 // and V's per token.
-template <DType kKv, int kHeadDim>
+// kStageCount: K/V ring stages (prefill_ws_stages).
+template <DType kKv, int kHeadDim, int kStageCount = 2>
 struct PrefillWsShape {
   static constexpr bool kI4 = kKv == DType::kI4;
   static constexpr bool kCodes = is_quantized_kv(kKv) || kI4;
@@ -70,7 +71,7 @@ struct PrefillWsShape {
   static constexpr int kRows = 64 * kConsumers;  // query rows per block
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kN = 128;  // keys per tile
-  static constexpr int kStages = 2;
+  static constexpr int kStages = kStageCount;
   static constexpr int kRowVecs = kHeadDim / 8;  // 16-byte vectors per row
   // Q: 16-bit rows; FP8 and INT8: 8-bit codes, then the rows' float scales, rounded up to the
   // 1024 bytes the K ring's swizzle atoms need.
@@ -93,6 +94,7 @@ struct PrefillWsShape {
       static_cast<size_t>(kStages) *
           (kCodeSlots * kCodeTileBytes + kKStatBytes + kVStatBytes) +
       8u * kBarriers;
+  static_assert(kSmemBytes <= 227u * 1024u, "more shared memory than a block may have");
   // Registers: the producer keeps kProducerRegs, each consumer thread gets kConsumerRegs
   // (128 x 40 + 256 x 232 = 168 x 384, the block's allocation; the consumers spill about ten,
   // outside the tile loop's products). The converting producer needs a code vector and its fp16
@@ -100,6 +102,13 @@ struct PrefillWsShape {
   static constexpr uint32_t kProducerRegs = kCodes ? 40 : 24;
   static constexpr uint32_t kConsumerRegs = kCodes ? 232 : 240;
 };
+
+// K/V ring stages: three for 16-bit caches under kPingPong3 (230,496 bytes of shared memory at
+// head dim 128 with Q), so that a stage's copy has one more tile's time to land; two otherwise
+// (the quantized caches' code stages leave no room for a third).
+constexpr int prefill_ws_stages(DType kv, PrefillWsVariant v) {
+  return v == PrefillWsVariant::kPingPong3 && (kv == DType::kBF16 || kv == DType::kF16) ? 3 : 2;
+}
 
 // The kernel's arguments: the shared prefill arguments and the bulk tensor copy's view of this
 // layer's K and V pools, [block][KV head][token][channel] with boxes of 64 channels x one
@@ -146,7 +155,7 @@ template <DType kQ, DType kKv, int kHeadDim, PrefillWsVariant kVariant>
 __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     prefill_ws_kernel(const __grid_constant__ PrefillWsArgs args) {
   const PrefillKernelArgs& a = args.a;
-  using Shape = PrefillWsShape<kKv, kHeadDim>;
+  using Shape = PrefillWsShape<kKv, kHeadDim, prefill_ws_stages(kKv, kVariant)>;
   constexpr bool kCodes = Shape::kCodes;
   constexpr bool kI4 = Shape::kI4;
   constexpr bool kI8 = Shape::kI8;
@@ -174,7 +183,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   };
 
   // offset: the position of query row 0.
-  constexpr bool kPingPong = kVariant == PrefillWsVariant::kPingPong;
+  constexpr bool kPingPong = kVariant != PrefillWsVariant::kBase;
   const auto [seq, kv_head, head_tile, q_begin, q_len, r0, page_begin, kv_len, offset] =
       kPingPong ? prefill_block_longest_first(a) : prefill_block(a);
   if (r0 >= q_len) return;
@@ -953,7 +962,7 @@ inline Status kv_tensor_map(CUtensorMap* map, const void* base, const PagedKvCac
 // power of two dividing the group, at most 8.
 template <DType kQ, DType kKv, int kHeadDim, PrefillWsVariant kVariant>
 Status launch_prefill_ws(const PrefillAttentionParams& p, cudaStream_t stream) {
-  using Shape = PrefillWsShape<kKv, kHeadDim>;
+  using Shape = PrefillWsShape<kKv, kHeadDim, prefill_ws_stages(kKv, kVariant)>;
   constexpr bool kCodes = Shape::kCodes;
   auto* kernel = prefill_ws_kernel<kQ, kKv, kHeadDim, kVariant>;
   static const cudaError_t configured = cudaFuncSetAttribute(
