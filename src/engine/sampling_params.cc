@@ -85,6 +85,12 @@ Status validate_structured(const StructuredOutput& s) {
                                        ? "structured output choice: the list of choices is empty"
                                        : "structured output: choices are for kind choice only");
   }
+  if (!s.active() && (!s.prefix.empty() || !s.suffix.empty() || s.repeated)) {
+    return Status::InvalidArgument("structured output: markers without a constraint");
+  }
+  if (!s.separator.empty() && !s.repeated) {
+    return Status::InvalidArgument("structured output: a separator is for repeated texts only");
+  }
   return Status::Ok();
 }
 

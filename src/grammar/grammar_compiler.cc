@@ -20,13 +20,19 @@ std::string cache_key(const StructuredOutput& c) {
   };
   add(c.spec);
   for (const std::string& choice : c.choices) add(choice);
+  key += c.repeated ? " repeated" : " once";
+  add(c.prefix);
+  add(c.suffix);
+  add(c.separator);
   return key;
 }
 
 }  // namespace
 
-Result<std::string> structured_output_regex(const StructuredOutput& c,
-                                            const JsonSchemaOptions& json) {
+namespace {
+
+// The language's own regex, before its markers.
+Result<std::string> language_regex(const StructuredOutput& c, const JsonSchemaOptions& json) {
   using Kind = StructuredOutput::Kind;
   switch (c.kind) {
     case Kind::kNone:
@@ -58,6 +64,23 @@ Result<std::string> structured_output_regex(const StructuredOutput& c,
     }
   }
   return Status::InvalidArgument("structured output: unknown kind");
+}
+
+}  // namespace
+
+Result<std::string> structured_output_regex(const StructuredOutput& c,
+                                            const JsonSchemaOptions& json) {
+  Result<std::string> inner = language_regex(c, json);
+  if (!inner.ok() || (c.prefix.empty() && c.suffix.empty() && !c.repeated)) return inner;
+  const std::string one =
+      json_regex::literal(c.prefix) + "(?:" + *inner + ")" + json_regex::literal(c.suffix);
+  std::string regex = one;
+  if (c.repeated) regex = "(?:" + one + ")(?:" + json_regex::literal(c.separator) + one + ")*";
+  if (static_cast<int64_t>(regex.size()) > json.max_regex_bytes) {
+    return Status::ResourceExhausted("the constraint is longer than the grammar limit of " +
+                                     std::to_string(json.max_regex_bytes) + " bytes");
+  }
+  return regex;
 }
 
 GrammarCompiler::GrammarCompiler(std::function<std::vector<std::string>()> vocab_bytes,

@@ -1,5 +1,7 @@
 #include "server/completion_output.h"
 
+#include "server/response_json.h"
+
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -33,6 +35,7 @@ CompletionOutput::CompletionOutput(const CompletionRequest& request, const Serve
       c.text = model.tokenizer->decode(prompt_, /*skip_special_tokens=*/false);
     }
     c.num_chars = count_chars(c.text);
+    if (request.tool_call_format) c.tools.emplace(*request.tool_call_format);
   }
 }
 
@@ -166,7 +169,27 @@ bool CompletionOutput::add(const RequestOutput& out) {
       c.finish_reason = out.cancelled ? "abort" : "length";
     }
   }
+  for (Choice& c : choices_) parse_tools(c);
   return finished();
+}
+
+// Feeds the text released since the last call to the choice's tool-call parser, and at the end
+// its rest; a choice that stopped with calls finishes "tool_calls", as OpenAI's do.
+void CompletionOutput::parse_tools(Choice& c) {
+  if (!c.tools || c.parse_finished) return;
+  auto take = [&c](ToolCallParse p) {
+    c.content += p.content;
+    for (ParsedToolCall& call : p.calls) {
+      c.calls.push_back({static_cast<int32_t>(c.calls.size()), tool_call_id(), std::move(call.name),
+                         std::move(call.arguments)});
+    }
+  };
+  take(c.tools->feed(std::string_view(c.text).substr(c.parsed)));
+  c.parsed = c.text.size();
+  if (!c.stopped) return;
+  take(c.tools->finish());
+  c.parse_finished = true;
+  if (!c.calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
 }
 
 bool CompletionOutput::finished() const {
@@ -174,7 +197,10 @@ bool CompletionOutput::finished() const {
 }
 
 CompletionOutput::ChoiceDelta CompletionOutput::delta_of(const Choice& c, Sent from) const {
-  ChoiceDelta d{c.index, c.text.substr(from.text), std::nullopt, c.finish_reason, std::nullopt};
+  ChoiceDelta d{
+      c.index,      shown(c).substr(from.text),
+      std::nullopt, c.finish_reason,
+      std::nullopt, {c.calls.begin() + static_cast<std::ptrdiff_t>(from.calls), c.calls.end()}};
   if (request_.return_token_ids) {
     d.token_ids.emplace(c.token_ids.begin() + static_cast<std::ptrdiff_t>(from.token_ids),
                         c.token_ids.end());
@@ -198,15 +224,16 @@ std::vector<CompletionOutput::ChoiceDelta> CompletionOutput::take_deltas() {
   for (Choice& c : choices_) {
     const bool finishing = c.finish_reason.has_value() && c.sent != std::string::npos;
     if (c.sent == std::string::npos) continue;  // finish already sent
-    if (c.text.size() == c.sent && c.logprobs.size() == c.logprobs_sent &&
-        c.token_ids.size() == c.token_ids_sent && !finishing) {
+    if (shown(c).size() == c.sent && c.logprobs.size() == c.logprobs_sent &&
+        c.token_ids.size() == c.token_ids_sent && c.calls.size() == c.calls_sent && !finishing) {
       continue;
     }
-    out.push_back(delta_of(c, {c.sent, c.logprobs_sent, c.token_ids_sent}));
+    out.push_back(delta_of(c, {c.sent, c.logprobs_sent, c.token_ids_sent, c.calls_sent}));
     if (!c.finish_reason) out.back().finish_reason.reset();
-    c.sent = finishing ? std::string::npos : c.text.size();
+    c.sent = finishing ? std::string::npos : shown(c).size();
     c.logprobs_sent = c.logprobs.size();
     c.token_ids_sent = c.token_ids.size();
+    c.calls_sent = c.calls.size();
   }
   return out;
 }

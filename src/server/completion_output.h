@@ -1,7 +1,8 @@
 #pragma once
 // What a completion request returns, built from the engine's step outputs: each choice's text
 // (streaming detokenization, stop strings matched on the text and cut before them), its finish
-// reason, OpenAI completions-style logprobs, and the usage counts. The same object serves the
+// reason, OpenAI completions-style logprobs, the tool calls parsed out of the text (chat with
+// tools), and the usage counts. The same object serves the
 // streaming path (take_delta after every step) and the plain one (the accumulated text).
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "server/completion_request.h"
+#include "server/tool_call_parser.h"
 #include "strata/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -45,13 +47,20 @@ class CompletionOutput {
   bool add(const RequestOutput& out);
   bool finished() const;
 
+  struct ToolCall {
+    int32_t index = 0;  // the call's place among its choice's calls
+    std::string id;     // "call_<24 hex>"
+    std::string name;
+    std::string arguments;  // a JSON object's text
+  };
   struct ChoiceDelta {
     int32_t index;
-    std::string text;
+    std::string text;                            // with tools: the text outside the tool calls
     std::optional<CompletionLogprobs> logprobs;  // when asked
     std::optional<std::string> finish_reason;
     // The new token ids, when asked (return_token_ids): up to a stop string, never held back.
     std::optional<std::vector<int32_t>> token_ids;
+    std::vector<ToolCall> tool_calls;  // chat with tools: the calls, whole ones only
   };
   // Streaming: what is new since the last call (text held back while it could start a stop
   // string).
@@ -67,21 +76,32 @@ class CompletionOutput {
   struct Choice {
     int32_t index = 0;
     std::optional<tokenizer::StreamDecoder> decoder;
-    std::string text;       // final, sent or to send
-    size_t sent = 0;        // bytes of text already taken by take_deltas
-    std::string held;       // decoded but held back (could start a stop string)
-    size_t num_chars = 0;   // code points in text + held: where the next token's text starts
-    int32_t num_tokens = 0; // counted up to the stop
+    std::string text;        // final, sent or to send
+    size_t sent = 0;         // bytes of text already taken by take_deltas
+    std::string held;        // decoded but held back (could start a stop string)
+    size_t num_chars = 0;    // code points in text + held: where the next token's text starts
+    int32_t num_tokens = 0;  // counted up to the stop
     bool stopped = false;
     std::optional<std::string> finish_reason;
     CompletionLogprobs logprobs;
     size_t logprobs_sent = 0;
     std::vector<int32_t> token_ids;  // counted tokens, when return_token_ids
     size_t token_ids_sent = 0;
+    // Chat with tools: text runs through the parser; what it releases outside the calls is
+    // `content` (what the client sees as text) and the calls are `calls`.
+    std::optional<ToolCallStreamParser> tools;
+    size_t parsed = 0;  // bytes of text fed to the parser
+    bool parse_finished = false;
+    std::string content;
+    std::vector<ToolCall> calls;
+    size_t calls_sent = 0;
   };
   struct Sent {  // how much of a choice a delta starts after
-    size_t text = 0, logprobs = 0, token_ids = 0;
+    size_t text = 0, logprobs = 0, token_ids = 0, calls = 0;
   };
+  // The choice's text as the client sees it: the content outside tool calls, or all of it.
+  static const std::string& shown(const Choice& c) { return c.tools ? c.content : c.text; }
+  void parse_tools(Choice& c);
   void add_tokens(Choice& c, const CompletionDelta& d);
   void add_logprob(Choice& c, const TokenLogprobs* lp, int32_t token, size_t text_offset);
   ChoiceDelta delta_of(const Choice& c, Sent from) const;

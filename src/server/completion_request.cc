@@ -14,6 +14,7 @@
 #include "core/quote.h"
 #include "server/request_json.h"
 #include "server/structured_output_request.h"
+#include "server/tool_request.h"
 
 namespace strata::server {
 namespace {
@@ -179,14 +180,29 @@ std::variant<nlohmann::ordered_json, ApiError> read_message(const json& m) {
   if (const auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
     // Nesting is bounded by parse_request_json, so the round trip's recursion is too.
     msg["tool_calls"] = nlohmann::ordered_json::parse(safe_dump(*calls));
+    // OpenAI sends a call's arguments as JSON text; templates write them with tojson, so they
+    // get the object (as transformers and vLLM pass it). Text that is no JSON object stays.
+    for (auto& call : msg["tool_calls"]) {
+      auto* args = call.is_object() && call.contains("function") && call["function"].is_object()
+                       ? &call["function"]
+                       : nullptr;
+      if (args == nullptr || !args->contains("arguments") || !(*args)["arguments"].is_string()) {
+        continue;
+      }
+      auto parsed = nlohmann::ordered_json::parse((*args)["arguments"].get<std::string>(), nullptr,
+                                                  /*allow_exceptions=*/false);
+      if (parsed.is_object()) (*args)["arguments"] = std::move(parsed);
+    }
   }
   return msg;
 }
 
 // What the template gets besides messages: add_generation_prompt and chat_template_kwargs. A
 // kwarg may not replace a variable the server sets (messages would skip the checks above).
-std::variant<nlohmann::ordered_json, ApiError> template_options(const json& body) {
+std::variant<nlohmann::ordered_json, ApiError> template_options(
+    const json& body, const nlohmann::ordered_json& tools) {
   nlohmann::ordered_json options = {{"add_generation_prompt", true}};
+  if (!tools.empty()) options["tools"] = tools;
   if (const auto g = body.find("add_generation_prompt"); g != body.end() && !g->is_null()) {
     if (!g->is_boolean()) {
       return ApiError::bad_request("'add_generation_prompt' must be a boolean",
@@ -214,6 +230,7 @@ std::variant<nlohmann::ordered_json, ApiError> template_options(const json& body
 // Chat: the messages rendered with the model's chat template and encoded, the template's special
 // tokens as special tokens, the request's text as plain text (unless the model says otherwise).
 std::optional<ApiError> render_messages(const json& body, const ServedModel& model,
+                                        const nlohmann::ordered_json& tools,
                                         std::vector<std::vector<int32_t>>& out) {
   const auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty()) {
@@ -225,7 +242,7 @@ std::optional<ApiError> render_messages(const json& body, const ServedModel& mod
     if (auto* e = std::get_if<ApiError>(&msg)) return std::move(*e);
     messages.push_back(std::move(std::get<nlohmann::ordered_json>(msg)));
   }
-  auto options = template_options(body);
+  auto options = template_options(body, tools);
   if (auto* e = std::get_if<ApiError>(&options)) return std::move(*e);
   if (model.tokenizer == nullptr) return ApiError::bad_request("this model has no tokenizer");
   chat_template::ChatPromptConfig config;
@@ -255,12 +272,13 @@ constexpr std::array<std::string_view, 5> kChatFields = {"messages", "max_comple
                                                          "chat_template_kwargs"};
 
 // Fields OpenAI clients may send at the value that asks for nothing, which is what this server
-// does: plain text, no tools, no bias, nothing stored.
+// does where it does not read them: no tools on /v1/completions, no legacy functions, no bias,
+// nothing stored.
 bool asks_for_nothing(std::string_view name, const json& v) {
   if (name == "tools" || name == "functions") return v.is_array() && v.empty();
   if (name == "tool_choice") return v == "none";
   if (name == "logit_bias") return v.is_object() && v.empty();
-  if (name == "parallel_tool_calls") return v.is_boolean();  // about tools, of which there are none
+  if (name == "parallel_tool_calls") return v.is_boolean();  // about tools, where there are none
   if (name == "store") return v == false;
   return false;
 }
@@ -270,20 +288,21 @@ bool endpoint_reads(std::string_view key, bool chat) {
     return std::find(names.begin(), names.end(), key) != names.end();
   };
   return in(kReadFields) || in(kStructuredOutputFields) ||
-         (chat ? in(kChatFields) : in(kCompletionFields));
+         (chat ? in(kChatFields) || in(kToolFields) : in(kCompletionFields));
 }
 
 std::optional<ApiError> unsupported_field(const json& body, bool chat) {
   for (const auto& [key, value] : body.items()) {
     if (value.is_null() || endpoint_reads(key, chat) || asks_for_nothing(key, value)) continue;
     const bool known = key == "tools" || key == "tool_choice" || key == "functions" ||
-                       key == "function_call" || key == "logit_bias" ||
-                       key.starts_with("guided_");
+                       key == "function_call" || key == "logit_bias" || key.starts_with("guided_");
     std::optional<std::string> param;
     if (key.size() <= 64) param = key;
     return ApiError::bad_request(
         quote(key, 64) + " is not supported by this server" +
-            (known ? " (tool calling, logit bias and EBNF grammars are not implemented)" : ""),
+            (known ? " (tools on completions, legacy functions, logit bias and EBNF grammars are "
+                     "not implemented)"
+                   : ""),
         param);
   }
   return std::nullopt;
@@ -393,6 +412,20 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
   if (auto e = read_structured_output(j, body, structured)) return *e;
   p.structured = std::move(structured.constraint);
   r.structured_field = std::move(structured.field);
+  ToolRequest tools;
+  if (chat) {
+    if (auto e = read_tools(j, body, model.tool_call_format, tools)) return *e;
+    r.tool_call_format = tools.parse;
+    if (tools.constraint.active()) {
+      if (p.structured.active()) {
+        return ApiError::bad_request("tool_choice forces a tool call, which '" +
+                                         r.structured_field + "' also constrains; send one",
+                                     "tool_choice");
+      }
+      p.structured = std::move(tools.constraint);
+      r.structured_field = "tool_choice";
+    }
+  }
   if (r.n < 1 || r.n > model.max_n) {
     return ApiError::bad_request("'n' must be in [1, " + std::to_string(model.max_n) + "]", "n");
   }
@@ -405,7 +438,7 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
     if (at != std::string::npos && m.find(' ') == at) param = m.substr(0, at);
     return ApiError::bad_request(m, param);
   }
-  if (auto e = chat ? render_messages(j, model, r.prompts)
+  if (auto e = chat ? render_messages(j, model, tools.tools, r.prompts)
                     : read_prompts(*prompt, model, r.prompts, r.prompt_texts)) {
     return *e;
   }
@@ -413,9 +446,9 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
   // Chat without max_tokens / max_completion_tokens: the room the context leaves (OpenAI's and
   // vLLM's default), not completions' 16, which would cut every structured output short.
   if (chat && f.get("max_tokens") == nullptr && f.get("max_completion_tokens") == nullptr) {
-    p.max_tokens = static_cast<int32_t>(std::clamp<int64_t>(
-        model.max_model_len - static_cast<int64_t>(r.prompts.front().size()), 1,
-        std::numeric_limits<int32_t>::max()));
+    p.max_tokens = static_cast<int32_t>(
+        std::clamp<int64_t>(model.max_model_len - static_cast<int64_t>(r.prompts.front().size()), 1,
+                            std::numeric_limits<int32_t>::max()));
   }
   for (const auto& ids : r.prompts) {
     for (const int32_t id : ids) {

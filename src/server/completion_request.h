@@ -4,12 +4,14 @@
 // (context_length_exceeded).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
 #include "server/api_error.h"
+#include "server/tool_call_parser.h"
 #include "strata/sampling_params.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,6 +27,9 @@ struct ServedModel {
   // Chat: special-token text in messages is encoded as special tokens, as the template's own is
   // (serve --tokenize-special-in-content). Off: it is plain text (chat_template/chat_prompt.h).
   bool special_tokens_in_content = false;
+  // The format the output's tool calls are written in (serve --tool-call-parser, or the one the
+  // chat template shows); nullopt: requests with tools are refused.
+  std::optional<ToolCallFormat> tool_call_format = std::nullopt;
 };
 
 struct CompletionRequest {
@@ -46,12 +51,16 @@ struct CompletionRequest {
   // The field that set params.structured (response_format, guided_json, ...), which the
   // engine's verdict on compiling it names.
   std::string structured_field;
+  // Chat with tools (tool_choice other than "none"): the output's tool calls are parsed in this
+  // format and returned as tool_calls.
+  std::optional<ToolCallFormat> tool_call_format;
 };
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,
                                                                    const ServedModel& model);
 // POST /v1/chat/completions: messages (system / user / assistant / tool / developer; string or
-// text-part content) rendered with the model's chat template (chat_template_kwargs passed to it),
+// text-part content; an assistant turn's tool_calls, a tool result's tool_call_id) rendered with
+// the model's chat template (tools and chat_template_kwargs passed to it), tool_choice,
 // max_completion_tokens, logprobs + top_logprobs, and the sampling fields completions take.
 std::variant<CompletionRequest, ApiError> parse_chat_request(std::string_view body,
                                                              const ServedModel& model);

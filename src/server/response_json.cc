@@ -15,6 +15,15 @@ std::string completion_id(bool chat) {
   return buf;
 }
 
+std::string tool_call_id() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "call_%08llx%016llx",
+                static_cast<unsigned long long>(rng() & 0xffffffffu),
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
 json logprobs_json(const std::optional<CompletionLogprobs>& l) {
   if (!l) return nullptr;
   json top = json::array();
@@ -73,12 +82,28 @@ json choice_json(const CompletionOutput::ChoiceDelta& c, bool chat, bool stream,
     return out;
   }
   out["logprobs"] = chat_logprobs_json(c.logprobs);
+  // OpenAI's tool calls: whole in a message; streamed, each call's one delta carries its index,
+  // id, name and all of its arguments.
+  json calls = json::array();
+  for (const auto& t : c.tool_calls) {
+    json call = {{"id", t.id},
+                 {"type", "function"},
+                 {"function", {{"name", t.name}, {"arguments", t.arguments}}}};
+    if (stream) call["index"] = t.index;
+    calls.push_back(std::move(call));
+  }
   if (!stream) {
-    out["message"] = {{"role", "assistant"}, {"content", c.text}};
+    // A message of tool calls alone (whitespace around them aside) has null content, as
+    // OpenAI's.
+    const bool blank = c.text.find_first_not_of(" \t\r\n") == std::string::npos;
+    out["message"] = {{"role", "assistant"},
+                      {"content", blank && !calls.empty() ? json(nullptr) : json(c.text)}};
+    if (!calls.empty()) out["message"]["tool_calls"] = std::move(calls);
   } else {
     out["delta"] = json::object();
     if (first) out["delta"]["role"] = "assistant";
-    if (!c.text.empty() || first) out["delta"]["content"] = c.text;
+    if (!c.text.empty() || (first && calls.empty())) out["delta"]["content"] = c.text;
+    if (!calls.empty()) out["delta"]["tool_calls"] = std::move(calls);
   }
   return out;
 }

@@ -14,6 +14,8 @@ namespace strata::server {
 
 // "cmpl-<16 hex>" or "chatcmpl-<16 hex>", random per response.
 std::string completion_id(bool chat);
+// "call_<24 hex>", random per tool call.
+std::string tool_call_id();
 // Completions logprobs: {tokens, token_logprobs, top_logprobs, text_offset}; null when absent.
 nlohmann::json logprobs_json(const std::optional<CompletionLogprobs>& l);
 // Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.

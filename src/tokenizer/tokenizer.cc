@@ -10,7 +10,8 @@
 
 namespace strata::tokenizer {
 
-Tokenizer::Tokenizer(std::unique_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(std::unique_ptr<const Impl> impl)
+    : impl_(std::move(impl)), chat_template_(impl_->chat_template) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
@@ -154,7 +155,9 @@ bool Tokenizer::is_special(int32_t id) const {
 
 std::optional<int32_t> Tokenizer::bos_token_id() const { return impl_->bos_id; }
 std::optional<int32_t> Tokenizer::eos_token_id() const { return impl_->eos_id; }
-const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
+const std::string& Tokenizer::chat_template() const { return chat_template_; }
+
+void Tokenizer::set_chat_template(std::string source) { chat_template_ = std::move(source); }
 
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}

@@ -71,6 +71,8 @@ class Tokenizer {
   std::optional<int32_t> eos_token_id() const;
   // tokenizer_config.json's chat_template (a Jinja source), "" when absent.
   const std::string& chat_template() const;
+  // Replaces it (serve --chat-template). Not thread-safe: call before the tokenizer is shared.
+  void set_chat_template(std::string source);
 
   // The stages; defined in tokenizer_impl.h, which only src/tokenizer includes.
   struct Impl;
@@ -82,6 +84,7 @@ class Tokenizer {
                    WordCache& cache, std::vector<int32_t>& ids) const;
 
   std::unique_ptr<const Impl> impl_;
+  std::string chat_template_;  // the config's, or set_chat_template's
 };
 
 // StreamDecoder: turns ids arriving one at a time into text deltas for streaming, such that the

@@ -190,8 +190,7 @@ TEST_F(CompletionTest, FieldsTheServerDoesNotImplementAre400sNamingThemNeverIgno
   };
   // What a client asks for that this server does not do: an error, not free text.
   for (const char* field :
-       {R"("tools":[{"type":"function","function":{"name":"f"}}]})",
-        R"("tool_choice":"required"})", R"("logit_bias":{"5":10}})",
+       {R"("logit_bias":{"5":10}})",
         R"("guided_grammar":"root ::= \"a\""})", R"("guided_whitespace_pattern":" *"})",
         R"("functions":[{"name":"f"}]})", R"("function_call":"auto"})"}) {
     const ApiError e = refused(field);
@@ -207,8 +206,11 @@ TEST_F(CompletionTest, FieldsTheServerDoesNotImplementAre400sNamingThemNeverIgno
   const ApiError long_key = refused("\"" + std::string(300, 'k') + R"(":1})");
   EXPECT_FALSE(long_key.param.has_value());
   EXPECT_LT(long_key.message.size(), 200u);
-  // A field of the other endpoint is not read here either.
+  // A field of the other endpoint is not read here either, nor tools on completions.
   EXPECT_EQ(refused(R"("prompt":"x"})").param, "prompt");
+  EXPECT_EQ(error(R"({"prompt":"x","tools":[{"type":"function","function":{"name":"f"}}]})").param,
+            "tools");
+  EXPECT_EQ(error(R"({"prompt":"x","tool_choice":"required"})").param, "tool_choice");
   EXPECT_EQ(error(R"({"prompt":"x","messages":[]})").param, "messages");
   EXPECT_EQ(error(R"({"prompt":"x","top_logprobs":2})").param, "top_logprobs");
   // The values that ask for nothing, as clients send them by default, and null for any field.

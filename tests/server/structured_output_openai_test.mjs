@@ -241,7 +241,8 @@ await check("what does not compile is a 400 naming the field", async () => {
       "structured_outputs"],
     ["guided_grammar", completion({ guided_grammar: "root ::= \"a\"" }), "guided_grammar"],
     ["two constraints", completion({ guided_regex: "a", guided_choice: ["b"] }), undefined],
-    ["tools", chat({ tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
+    ["tools on completions",
+      completion({ tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
       "tools"],
   ]) {
     const e = await assertApiError(call, 400, param, read, what);

@@ -17,6 +17,7 @@
 #include "engine_summary.h"
 #include "server/async_engine.h"
 #include "server/http_server.h"
+#include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::cli {
@@ -92,7 +93,28 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_flag("--tokenize-special-in-content", o.tokenize_special_in_content,
                 "Chat: encode special-token text in messages (e.g. <|im_start|>) as special "
                 "tokens, as the chat template's own; by default it is plain text");
+  cmd->add_option("--chat-template", o.chat_template_file,
+                  "A Jinja chat template file to use instead of the tokenizer's")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tool-call-parser", o.tool_call_parser,
+                  "The format tool calls are parsed from (hermes: Qwen and Hermes "
+                  "<tool_call> JSON; llama3_json: Llama 3.1 JSON); auto: the one the chat "
+                  "template shows; none: requests with tools are refused")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "none"}));
 }
+
+namespace {
+
+// The served model's tool-call format: the flag's, or the one its chat template writes.
+std::optional<server::ToolCallFormat> tool_call_format(const std::string& flag,
+                                                       const tokenizer::Tokenizer* tok) {
+  if (flag == "none") return std::nullopt;
+  if (flag != "auto") return server::tool_call_format_from_name(flag);
+  if (tok == nullptr) return std::nullopt;
+  return server::detect_tool_call_format(tok->chat_template());
+}
+
+}  // namespace
 
 int run_serve(const ServeOptions& o) {
   ShutdownSignals signals;  // first: before the engine's threads start
@@ -112,6 +134,12 @@ int run_serve(const ServeOptions& o) {
   if (file_exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {
     tok.emplace(tokenizer::Tokenizer::load(tokenizer_dir));
   }
+  if (!o.chat_template_file.empty()) {
+    if (!tok) throw Error("--chat-template: the model has no tokenizer (tokenizer.json)");
+    const MappedFile source = MappedFile::open(o.chat_template_file);
+    tok->set_chat_template(
+        std::string(reinterpret_cast<const char*>(source.data()), source.bytes().size()));
+  }
   server::ServedModel model;
   model.name = o.served_model_name.empty()
                    ? std::filesystem::path(o.model_dir).lexically_normal().filename().string()
@@ -121,6 +149,15 @@ int run_serve(const ServeOptions& o) {
   model.max_model_len = (*engine)->kv_cache().max_request_tokens;
   model.tokenizer = tok ? &*tok : nullptr;
   model.special_tokens_in_content = o.tokenize_special_in_content;
+  model.tool_call_format = tool_call_format(o.tool_call_parser, model.tokenizer);
+  if (model.tool_call_format) {
+    std::fprintf(stderr, "strata: tool calls: %s (%s)\n",
+                 std::string(server::tool_call_format_name(*model.tool_call_format)).c_str(),
+                 o.tool_call_parser == "auto" ? "the chat template's format" : "--tool-call-parser");
+  } else {
+    std::fprintf(stderr, "strata: tool calls: none (requests with tools are refused; "
+                         "--tool-call-parser names a format)\n");
+  }
   server::AsyncEngine async(std::move(*engine));
   server::HttpServer http(async, model, sc);
   signals.watch(http, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1e3)));

@@ -22,6 +22,8 @@ struct ServeOptions : EngineOptions {
   int64_t max_waiting_requests = 0;
   double shutdown_timeout_s = 30.0;  // SIGTERM: in-flight requests' time to finish
   bool tokenize_special_in_content = false;  // chat: request text may encode special tokens
+  std::string chat_template_file;  // replaces the tokenizer's chat template
+  std::string tool_call_parser = "auto";  // auto | hermes | llama3_json | none
 };
 
 void add_serve_command(CLI::App& app, ServeOptions& options);
