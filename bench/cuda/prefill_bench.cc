@@ -174,9 +174,8 @@ double run_quantized(const Case& cs, DType dtype, PrefillWsVariant variant,
     }
   }
   if (!(max_err < 2e-2)) {
-    std::fprintf(stderr, "%s %s prefix %d chunk %d: max abs error %.3g\n",
-                 dtype_name(dtype).data(), detail::prefill_ws_variant_name(variant), cs.prefix,
-                 cs.chunk, max_err);
+    std::fprintf(stderr, "%s %s prefix %d chunk %d: max abs error %.3g\n", dtype_name(dtype).data(),
+                 detail::prefill_ws_variant_name(variant), cs.prefix, cs.chunk, max_err);
     std::exit(1);
   }
   return median_ms(stream, reps,
@@ -326,25 +325,27 @@ int run(int argc, char** argv) {
       if (first.empty()) {
         first = std::move(out);
       } else if (out != first) {
-        std::fprintf(stderr, "%s prefix %d chunk %d: output differs from %s's\n", vname,
-                     cs.prefix, cs.chunk, detail::prefill_ws_variant_name(variants[0]));
+        std::fprintf(stderr, "%s prefix %d chunk %d: output differs from %s's\n", vname, cs.prefix,
+                     cs.chunk, detail::prefill_ws_variant_name(variants[0]));
         return 1;
       }
-      const double med = median_ms(
-          stream, reps, [&] { return detail::prefill_attention_variant(p, variant, stream.get()); });
+      const double med = median_ms(stream, reps, [&] {
+        return detail::prefill_attention_variant(p, variant, stream.get());
+      });
       const double tflops = flops / (med * 1e-3) / 1e12;
       const std::string tag = variants.size() > 1 ? std::string(" ") + vname : "";
-      std::printf("prefill prefix %5d chunk %5d%s: %9.1f us  %6.1f TFLOP/s  err %.2e\n",
-                  cs.prefix, cs.chunk, tag.c_str(), med * 1e3, tflops, max_err);
+      std::printf("prefill prefix %5d chunk %5d%s: %9.1f us  %6.1f TFLOP/s  err %.2e\n", cs.prefix,
+                  cs.chunk, tag.c_str(), med * 1e3, tflops, max_err);
       for (const auto& [name, dtype] : quantized) {
         const double qms = run_quantized(cs, dtype, variant, p, ids, d_ids, stream, reps);
         std::printf("  %-8s %9.1f us  %6.1f TFLOP/s  x%.2f of bf16\n", name.c_str(), qms * 1e3,
                     flops / (qms * 1e-3) / 1e12, qms / med);
       }
       std::fflush(stdout);
-      json += std::string(json.back() == '[' ? "" : ", ") + "{\"prefix\": " +
-              std::to_string(cs.prefix) + ", \"chunk\": " + std::to_string(cs.chunk) +
-              ", \"variant\": \"" + vname + "\", \"median_us\": " + std::to_string(med * 1e3) +
+      json += std::string(json.back() == '[' ? "" : ", ") +
+              "{\"prefix\": " + std::to_string(cs.prefix) +
+              ", \"chunk\": " + std::to_string(cs.chunk) + ", \"variant\": \"" + vname +
+              "\", \"median_us\": " + std::to_string(med * 1e3) +
               ", \"tflops\": " + std::to_string(tflops) +
               ", \"max_abs_err\": " + std::to_string(max_err) + "}";
     }

@@ -25,18 +25,15 @@ Status run_prefill_attention(const PrefillAttentionParams& p, PrefillWsVariant v
       STRATA_RETURN_IF_ERROR(
           (launch_prefill_ws<kQDType, kKvDType, kHeadDim, PrefillWsVariant::kPingPong>(p, stream)));
       break;
-    case PrefillWsVariant::kPingPong3:
+    case PrefillWsVariant::kPingPong3: {
       // Three stages for 16-bit caches only (prefill_ws_stages): the others run kPingPong.
-      if constexpr (prefill_ws_stages(kKvDType, PrefillWsVariant::kPingPong3) == 3) {
-        STRATA_RETURN_IF_ERROR(
-            (launch_prefill_ws<kQDType, kKvDType, kHeadDim, PrefillWsVariant::kPingPong3>(p,
-                                                                                         stream)));
-      } else {
-        STRATA_RETURN_IF_ERROR(
-            (launch_prefill_ws<kQDType, kKvDType, kHeadDim, PrefillWsVariant::kPingPong>(p,
-                                                                                        stream)));
-      }
+      constexpr PrefillWsVariant kRun =
+          prefill_ws_stages(kKvDType, PrefillWsVariant::kPingPong3) == 3
+              ? PrefillWsVariant::kPingPong3
+              : PrefillWsVariant::kPingPong;
+      STRATA_RETURN_IF_ERROR((launch_prefill_ws<kQDType, kKvDType, kHeadDim, kRun>(p, stream)));
       break;
+    }
   }
   if constexpr (kKvDType == DType::kI4) {
     PrefillAttentionParams rp = p;

@@ -149,8 +149,9 @@ __device__ __forceinline__ PrefillBlock prefill_block_longest_first(const Prefil
 }
 
 // kQ: the queries' and output's dtype; kKv: the cache's (kQ itself, or FP8 / INT8 / INT4 with
-// kQ = BF16); kVariant: the schedule (PrefillWsVariant). An INT4 launch covers each query row's int4 keys (int4_keys, kv_codes.cuh) and
-// leaves the rows' log-sum-exps in a.lse for the newest part's launch, which merges.
+// kQ = BF16); kVariant: the schedule (PrefillWsVariant). An INT4 launch covers each query row's
+// int4 keys (int4_keys, kv_codes.cuh) and leaves the rows' log-sum-exps in a.lse for the newest
+// part's launch, which merges.
 template <DType kQ, DType kKv, int kHeadDim, PrefillWsVariant kVariant>
 __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     prefill_ws_kernel(const __grid_constant__ PrefillWsArgs args) {
@@ -426,8 +427,9 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   } else {
     if (wg == Shape::kConsumers) {
       // Producer: its first warp copies; the other three only give their registers back. Blocks
-      // wholly below kv_hi go by the bulk tensor copy (lane 0, one copy per 64 channels of a
-      // block, landing in the swizzle the products read); the tile's tail (a partial last block,
+      // wholly below kv_hi go by the bulk tensor copy (lane 0, or under kPingPong lane b for
+      // block b; one copy per 64 channels of a block, landing in the swizzle the products
+      // read); the tile's tail (a partial last block,
       // and zeros past the sequence) by cp.async with zero fill, whole rows by consecutive lanes.
       warpgroup_release_registers<Shape::kProducerRegs>();
       const int lane_p = threadIdx.x - 128 * Shape::kConsumers;

@@ -285,10 +285,10 @@ TEST_F(PrefillAttentionTest, SchedulesAgreeBitForBit) {
           if (first.empty()) {
             first = std::move(o);
           } else {
-            EXPECT_TRUE(o == first) << detail::prefill_ws_variant_name(v) << " differs from "
-                                    << detail::prefill_ws_variant_name(detail::kPrefillWsVariants[0])
-                                    << ": " << dtype_name(dtype) << " window " << window
-                                    << " group " << group;
+            EXPECT_TRUE(o == first)
+                << detail::prefill_ws_variant_name(v) << " differs from "
+                << detail::prefill_ws_variant_name(detail::kPrefillWsVariants[0]) << ": "
+                << dtype_name(dtype) << " window " << window << " group " << group;
           }
         }
       }
