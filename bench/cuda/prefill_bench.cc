@@ -9,12 +9,13 @@
 // with BF16 queries (fp8_e4m3, int8, int4), their K/V appended by kv_append from bf16 rows and
 // checked against the host's decoding of the pool (int4: each row's own block from a bf16
 // newest-blocks pool, R = 1), each timed as a ratio to BF16's at the same case. --variant runs
-// the warp-specialized kernel's schedules (PrefillWsVariant: base, pingpong, pingpong3; all)
-// one after another on each case, each checked against the reference and against the first
-// one's output bit for bit, one row each (the default: prefill_attention's schedule alone).
+// the warp-specialized kernel's schedules (PrefillWsVariant: base, pingpong, pingpong3,
+// independent3; all of them) one after another on each case, each checked against the
+// reference and against the first one's output bit for bit, one row each (the default:
+// prefill_attention's schedule alone).
 //
 //   strata_prefill_bench [--reps N] [--kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4]
-//                        [--variant base|pingpong|pingpong3|all]
+//                        [--variant base|pingpong|pingpong3|independent3|all]
 //   (prints one JSON line prefixed "json: " for the BF16 cases)
 
 #include <cuda_runtime_api.h>
@@ -196,7 +197,9 @@ int run(int argc, char** argv) {
         if (name == "all" || name == detail::prefill_ws_variant_name(v)) variants.push_back(v);
       }
       if (variants.empty()) {
-        std::fprintf(stderr, "--variant: unknown schedule '%s' (base, pingpong, pingpong3, all)\n",
+        std::fprintf(stderr,
+                     "--variant: unknown schedule '%s' (base, pingpong, pingpong3, independent3, "
+                     "all)\n",
                      name.c_str());
         return 2;
       }

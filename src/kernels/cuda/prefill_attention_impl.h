@@ -26,9 +26,12 @@ namespace strata::cuda::detail {
 //    KV blocks in parallel. K and V rings of two stages, as kBase's.
 //  - kPingPong3: kPingPong with three K/V stages for 16-bit caches (the quantized caches run
 //    kPingPong: their code stages leave no room for a third).
-enum class PrefillWsVariant { kBase, kPingPong, kPingPong3 };
-inline constexpr std::array<PrefillWsVariant, 3> kPrefillWsVariants = {
-    PrefillWsVariant::kBase, PrefillWsVariant::kPingPong, PrefillWsVariant::kPingPong3};
+//  - kIndependent3: kPingPong3 without the turns (the consumers issue independently, as in
+//    kBase), to tell the turns' share from the rest's; two stages for quantized caches.
+enum class PrefillWsVariant { kBase, kPingPong, kPingPong3, kIndependent3 };
+inline constexpr std::array<PrefillWsVariant, 4> kPrefillWsVariants = {
+    PrefillWsVariant::kBase, PrefillWsVariant::kPingPong, PrefillWsVariant::kPingPong3,
+    PrefillWsVariant::kIndependent3};
 // What prefill_attention runs.
 inline constexpr PrefillWsVariant kDefaultPrefillWsVariant = PrefillWsVariant::kPingPong3;
 
@@ -40,6 +43,8 @@ inline const char* prefill_ws_variant_name(PrefillWsVariant v) {
       return "pingpong";
     case PrefillWsVariant::kPingPong3:
       return "pingpong3";
+    case PrefillWsVariant::kIndependent3:
+      return "independent3";
   }
   return "?";
 }

@@ -34,6 +34,11 @@ Status run_prefill_attention(const PrefillAttentionParams& p, PrefillWsVariant v
       STRATA_RETURN_IF_ERROR((launch_prefill_ws<kQDType, kKvDType, kHeadDim, kRun>(p, stream)));
       break;
     }
+    case PrefillWsVariant::kIndependent3:
+      STRATA_RETURN_IF_ERROR(
+          (launch_prefill_ws<kQDType, kKvDType, kHeadDim, PrefillWsVariant::kIndependent3>(
+              p, stream)));
+      break;
   }
   if constexpr (kKvDType == DType::kI4) {
     PrefillAttentionParams rp = p;

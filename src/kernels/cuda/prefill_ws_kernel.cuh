@@ -25,8 +25,8 @@
 //    the online softmax in registers, and O += P V (wgmma, P from registers in the accumulator
 //    layout, V read as an MN-major B: no transposition). Software-pipelined: iteration j issues
 //    S_j and P_{j-1} V_{j-1} together and runs tile j's softmax under the second product.
-//    Under PrefillWsVariant::kPingPong the two take turns issuing (named barriers), so that one's
-//    softmax runs under the other's products.
+//    Under PrefillWsVariant::kPingPong and kPingPong3 the two take turns issuing (named
+//    barriers), so that one's softmax runs under the other's products.
 // Tiles run from the last (the causal diagonal, masked) down to the first, as FlashAttention-3
 // orders them. Query row i of a sequence sits at position kv_len - q_len + i (causal), as in
 // the mma.sync kernel, whose masking (causal, window, tile end) and log2-unit softmax this
@@ -103,11 +103,12 @@ struct PrefillWsShape {
   static constexpr uint32_t kConsumerRegs = kCodes ? 232 : 240;
 };
 
-// K/V ring stages: three for 16-bit caches under kPingPong3 (230,496 bytes of shared memory at
-// head dim 128 with Q), so that a stage's copy has one more tile's time to land; two otherwise
-// (the quantized caches' code stages leave no room for a third).
+// K/V ring stages: three for 16-bit caches under kPingPong3 and kIndependent3 (230,496 bytes of
+// shared memory at head dim 128 with Q), so that a stage's copy has one more tile's time to
+// land; two otherwise (the quantized caches' code stages leave no room for a third).
 constexpr int prefill_ws_stages(DType kv, PrefillWsVariant v) {
-  return v == PrefillWsVariant::kPingPong3 && (kv == DType::kBF16 || kv == DType::kF16) ? 3 : 2;
+  const bool three = v == PrefillWsVariant::kPingPong3 || v == PrefillWsVariant::kIndependent3;
+  return three && (kv == DType::kBF16 || kv == DType::kF16) ? 3 : 2;
 }
 
 // The kernel's arguments: the shared prefill arguments and the bulk tensor copy's view of this
@@ -120,12 +121,12 @@ struct PrefillWsArgs {
   PrefillKernelArgs a;
 };
 
-// A block's place in kPingPong's order, longest first over the whole grid: the linear block
-// index (x fastest, the order in which blocks start) is read as (KV head and head tile,
-// sequence, query tile) with the query tile slowest, and query tile k is the k-th from its
-// sequence's end: the tiles nearest the ends attend the most keys. The blocks are prefill_block's
-// (the same r0 per sequence) in another order, so every output is the same. A block past its
-// sequence's tiles gets r0 = q_len (nothing to do).
+// A block's place in the order of every schedule but kBase, longest first over the whole grid:
+// the linear block index (x fastest, the order in which blocks start) is read as (KV head and
+// head tile, sequence, query tile) with the query tile slowest, and query tile k is the k-th
+// from its sequence's end: the tiles nearest the ends attend the most keys. The blocks are
+// prefill_block's (the same r0 per sequence) in another order, so every output is the same. A
+// block past its sequence's tiles gets r0 = q_len (nothing to do).
 __device__ __forceinline__ PrefillBlock prefill_block_longest_first(const PrefillKernelArgs& a) {
   const uint64_t heads = gridDim.y;
   const uint64_t pairs = heads * gridDim.z;  // (head tile, sequence) pairs
@@ -184,9 +185,13 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   };
 
   // offset: the position of query row 0.
-  constexpr bool kPingPong = kVariant != PrefillWsVariant::kBase;
+  // Every schedule but kBase: longest-first blocks, edge-tile masks, opaque descriptors, lane-
+  // parallel copies; kTurns: the consumers' turns (ping-pong).
+  constexpr bool kRefined = kVariant != PrefillWsVariant::kBase;
+  constexpr bool kTurns =
+      kVariant == PrefillWsVariant::kPingPong || kVariant == PrefillWsVariant::kPingPong3;
   const auto [seq, kv_head, head_tile, q_begin, q_len, r0, page_begin, kv_len, offset] =
-      kPingPong ? prefill_block_longest_first(a) : prefill_block(a);
+      kRefined ? prefill_block_longest_first(a) : prefill_block(a);
   if (r0 >= q_len) return;
   const int tpb = a.tokens_per_block;
   // Exclusive; INT4: the int4 keys of the block's last row (whole blocks), none for a block
@@ -427,10 +432,10 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   } else {
     if (wg == Shape::kConsumers) {
       // Producer: its first warp copies; the other three only give their registers back. Blocks
-      // wholly below kv_hi go by the bulk tensor copy (lane 0, or under kPingPong lane b for
-      // block b; one copy per 64 channels of a block, landing in the swizzle the products
-      // read); the tile's tail (a partial last block,
-      // and zeros past the sequence) by cp.async with zero fill, whole rows by consecutive lanes.
+      // wholly below kv_hi go by the bulk tensor copy (lane 0 under kBase, else lane b for block
+      // b; one copy per 64 channels of a block, landing in the swizzle the products read); the
+      // tile's tail (a partial last block, and zeros past the sequence) by cp.async with zero
+      // fill, whole rows by consecutive lanes.
       warpgroup_release_registers<Shape::kProducerRegs>();
       const int lane_p = threadIdx.x - 128 * Shape::kConsumers;
       if (lane_p >= 32) return;
@@ -445,7 +450,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
         const int tile = kv_lo + (num_tiles - 1 - j) * kN;  // the last tile first
         char* const dst = (kv == 0 ? k_smem : v_smem) + st * kTileBytes;
         const int whole = min(max(kv_hi - tile, 0) / bs, kN / bs);  // blocks wholly below kv_hi
-        if constexpr (kPingPong) {
+        if constexpr (kRefined) {
           // Lane b copies block b (at most kN / 8 = 16 blocks): the tile's block-table reads are
           // one round trip, not one per block. The expected bytes are counted first.
           if (lane_p == 0) {
@@ -629,9 +634,9 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   const uint64_t q_desc0 = kQCodes ? fp8_desc(q_codes) : wgmma_desc_sw128(q_wg, 16, 1024);
   const uint64_t k_desc0 = kQCodes ? fp8_desc(k_smem) : wgmma_desc_sw128(k_smem, 16, 1024);
   const uint64_t v_desc0 = wgmma_desc_sw128(v_smem, kKvColBytes, 1024);
-  // kPingPong: the descriptors pass through wgmma_desc_opaque at each use, so each k-step's
+  // kRefined: the descriptors pass through wgmma_desc_opaque at each use, so each k-step's
   // address is computed where it is issued rather than held in registers across the loop.
-  auto desc = [](uint64_t d) { return kPingPong ? wgmma_desc_opaque(d) : d; };
+  auto desc = [](uint64_t d) { return kRefined ? wgmma_desc_opaque(d) : d; };
   auto issue_s = [&](int j) {
     const uint64_t q_desc = desc(q_desc0);
     const uint64_t k_desc = desc(k_desc0 + (j % kStages) * (Shape::kKTileBytes >> 4));
@@ -685,7 +690,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
 #pragma unroll
     for (int kc = 0; kc < kN / 16; ++kc) {
       // Keys 16 kc .. 16 kc + 15: two 8-key atoms, 2048 bytes on.
-      if constexpr (kPingPong) {
+      if constexpr (kRefined) {
         wgmma_16_rs_mn<kT, kHeadDim>(
             o, pf[kc], desc(v_desc0 + (j % kStages) * (kTileBytes >> 4)) + kc * (2048 >> 4), true);
       } else {
@@ -749,7 +754,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
              (a.window_left < 0 || tok >= pos - a.window_left);
     };
     float mx_a = -INFINITY, mx_b = -INFINITY;
-    if constexpr (kPingPong) {
+    if constexpr (kRefined) {
       // Only the tiles at the diagonal, the window's edge or the sequence's end (one or two of
       // a warp's) are masked; the others go straight to the row maxima.
       if (need_mask) {
@@ -818,7 +823,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
     }
   };
 
-  // kPingPong: the consumers take turns issuing their products (FlashAttention-3's ping-pong).
+  // kTurns: the consumers take turns issuing their products (FlashAttention-3's ping-pong).
   // Consumer wg issues a turn's wgmmas once the other has issued its own (named barrier 3 + wg
   // of 256 threads: its own 128 wait, the other's 128 arrive), then lets the other go. The
   // tensor cores then run one consumer's S_j and P_{j-1} V_{j-1} while the other's softmax runs,
@@ -828,10 +833,10 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   const uint32_t turn_bar = 3 + wg;  // 1 + wg: the Q loads
   const uint32_t other_turn_bar = 3 + (wg ^ 1);
   auto turn_begin = [&]() {
-    if constexpr (kPingPong) named_barrier_sync(turn_bar, 256);
+    if constexpr (kTurns) named_barrier_sync(turn_bar, 256);
   };
   auto turn_end = [&](bool last) {
-    if constexpr (kPingPong) {
+    if constexpr (kTurns) {
       if (!(last && wg == 1)) named_barrier_arrive(other_turn_bar, 256);
     }
   };
@@ -841,7 +846,7 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   // its rows' keys with P = 0), so both take the same number of turns.
   // INT4: a block whose rows read only the newest blocks has no tile (o = 0, lse = -inf).
   if (num_tiles > 0) {
-    if (kPingPong && wg == 1) named_barrier_arrive(3, 256);  // consumer 0's first turn
+    if (kTurns && wg == 1) named_barrier_arrive(3, 256);  // consumer 0's first turn
     mbarrier_wait(full_k, 0);
     fence_proxy_async();
     turn_begin();
