@@ -196,7 +196,10 @@ cmd_run() {
   # Most important first: the tests, then the numbers, then the (slow) sanitizer runs.
   step tests tests "${GPU_CHECK_TEST_LIMIT:-300}" "$bin/strata_kernels_cuda_test" --gtest_brief=1
   step bench bench 100 "$bin/strata_decode_bench" --json "$OUT/bench.json"
-  step prefill bench 150 "$bin/strata_prefill_bench" --kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4
+  # BF16 under every schedule of the warp-specialized kernel (docs/kernels.md; the bench checks
+  # they agree bit for bit), then the quantized caches under the default one.
+  step prefill bench 240 bash -c '"$1/strata_prefill_bench" --variant all --kv-dtypes bf16 &&
+    "$1/strata_prefill_bench" --kv-dtypes fp8_e4m3,fp8_e5m2,int8,int4' _ "$bin"
   step ops bench 120 "$bin/strata_model_ops_bench"
   # The tensor cores' instruction paths (mma.sync, wgmma; 16-bit against e4m3) and the wgmma
   # layout check (bench/cuda/tensor_core_bench.cu).
@@ -362,14 +365,14 @@ if prefill:
     lines += ["", "## Prefill attention benchmark", "",
               "BF16, 32 query / 8 KV heads, head dim 128, block size 16, one sequence; causal TFLOP/s"
               + (f"; bf16 matrix product in the same run: {mm:.0f} TFLOP/s." if mm else "."), "",
-              "| cached prefix | chunk | Strata us | Strata TFLOP/s | SDPA TFLOP/s | Strata / SDPA | Strata / matrix rate | max abs err |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| schedule | cached prefix | chunk | Strata us | Strata TFLOP/s | SDPA TFLOP/s | Strata / SDPA | Strata / matrix rate | max abs err |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in prefill:
         t = sd.get((r["prefix"], r["chunk"]))
         st = f"{t['tflops']:.0f} ({t['best_backend']})" if t and t.get("best_backend") else "-"
         ratio = f"{r['tflops'] / t['tflops']:.2f}" if t and t.get("best_backend") else "-"
         mm_ratio = f"{r['tflops'] / mm:.2f}" if mm else "-"
-        lines.append(f"| {r['prefix']} | {r['chunk']} | {r['median_us']:.1f} | {r['tflops']:.1f} | {st} | {ratio} | {mm_ratio} | {r['max_abs_err']:.2e} |")
+        lines.append(f"| {r.get('variant', 'default')} | {r['prefix']} | {r['chunk']} | {r['median_us']:.1f} | {r['tflops']:.1f} | {st} | {ratio} | {mm_ratio} | {r['max_abs_err']:.2e} |")
 engine = json.loads(read("engine.json") or "{}")
 if engine:
     peers = engine.get("peers", {})

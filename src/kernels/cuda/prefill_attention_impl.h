@@ -32,8 +32,9 @@ enum class PrefillWsVariant { kBase, kPingPong, kPingPong3, kIndependent3 };
 inline constexpr std::array<PrefillWsVariant, 4> kPrefillWsVariants = {
     PrefillWsVariant::kBase, PrefillWsVariant::kPingPong, PrefillWsVariant::kPingPong3,
     PrefillWsVariant::kIndependent3};
-// What prefill_attention runs.
-inline constexpr PrefillWsVariant kDefaultPrefillWsVariant = PrefillWsVariant::kPingPong3;
+// What prefill_attention runs: on the H200, kPingPong is 2-4 % faster than kPingPong3 at every
+// benchmarked shape (docs/benchmarks.md, "CUDA prefill attention").
+inline constexpr PrefillWsVariant kDefaultPrefillWsVariant = PrefillWsVariant::kPingPong;
 
 inline const char* prefill_ws_variant_name(PrefillWsVariant v) {
   switch (v) {
