@@ -1,11 +1,11 @@
 #include "server/completion_output.h"
 
-#include "server/response_json.h"
-
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <span>
+
+#include "server/response_json.h"
 
 namespace strata::server {
 namespace {
@@ -197,10 +197,8 @@ bool CompletionOutput::finished() const {
 }
 
 CompletionOutput::ChoiceDelta CompletionOutput::delta_of(const Choice& c, Sent from) const {
-  ChoiceDelta d{
-      c.index,      shown(c).substr(from.text),
-      std::nullopt, c.finish_reason,
-      std::nullopt, {c.calls.begin() + static_cast<std::ptrdiff_t>(from.calls), c.calls.end()}};
+  ChoiceDelta d{c.index, shown(c).substr(from.text), std::nullopt, c.finish_reason, std::nullopt};
+  d.tool_calls.assign(c.calls.begin() + static_cast<std::ptrdiff_t>(from.calls), c.calls.end());
   if (request_.return_token_ids) {
     d.token_ids.emplace(c.token_ids.begin() + static_cast<std::ptrdiff_t>(from.token_ids),
                         c.token_ids.end());

@@ -60,7 +60,7 @@ class CompletionOutput {
     std::optional<std::string> finish_reason;
     // The new token ids, when asked (return_token_ids): up to a stop string, never held back.
     std::optional<std::vector<int32_t>> token_ids;
-    std::vector<ToolCall> tool_calls;  // chat with tools: the calls, whole ones only
+    std::vector<ToolCall> tool_calls = {};  // chat with tools: the calls, whole ones only
   };
   // Streaming: what is new since the last call (text held back while it could start a stop
   // string).
