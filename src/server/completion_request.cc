@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "chat_template/chat_prompt.h"
+#include "core/json_input.h"
 #include "core/quote.h"
 #include "server/request_json.h"
 #include "server/structured_output_request.h"
@@ -181,17 +182,17 @@ std::variant<nlohmann::ordered_json, ApiError> read_message(const json& m) {
     // Nesting is bounded by parse_request_json, so the round trip's recursion is too.
     msg["tool_calls"] = nlohmann::ordered_json::parse(safe_dump(*calls));
     // OpenAI sends a call's arguments as JSON text; templates write them with tojson, so they
-    // get the object (as transformers and vLLM pass it). Text that is no JSON object stays.
+    // get the object (as transformers and vLLM pass it), parsed under the request's nesting
+    // bound like the body (the template recurses over it). Other text stays text.
     for (auto& call : msg["tool_calls"]) {
-      auto* args = call.is_object() && call.contains("function") && call["function"].is_object()
-                       ? &call["function"]
-                       : nullptr;
-      if (args == nullptr || !args->contains("arguments") || !(*args)["arguments"].is_string()) {
-        continue;
-      }
-      auto parsed = nlohmann::ordered_json::parse((*args)["arguments"].get<std::string>(), nullptr,
-                                                  /*allow_exceptions=*/false);
-      if (parsed.is_object()) (*args)["arguments"] = std::move(parsed);
+      auto* fn = call.is_object() && call.contains("function") && call["function"].is_object()
+                     ? &call["function"]
+                     : nullptr;
+      if (fn == nullptr || !fn->contains("arguments") || !(*fn)["arguments"].is_string()) continue;
+      auto parsed = parse_ordered_json_input((*fn)["arguments"].get_ref<const std::string&>(),
+                                             kMaxRequestJsonDepth);
+      auto* object = std::get_if<nlohmann::ordered_json>(&parsed);
+      if (object != nullptr && object->is_object()) (*fn)["arguments"] = std::move(*object);
     }
   }
   return msg;

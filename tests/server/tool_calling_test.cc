@@ -209,6 +209,22 @@ TEST_F(ToolCallingTest, AnAssistantTurnsCallsGoBackToTheTemplateWithObjectArgume
   EXPECT_NE(text.find("<tool_response>\n18\n</tool_response>"), std::string::npos) << text;
 }
 
+TEST_F(ToolCallingTest, ArgumentsNestedPastTheRequestsBoundStayText) {
+  // A string may hold JSON nested deeper than the body may be: parsed, the template's tojson
+  // would recurse through all of it (a few hundred thousand levels overflow the stack).
+  const std::string deep = R"({\"a\":)" + std::string(500, '[') + std::string(500, ']') + "}";
+  auto r = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"Weather?"},)"
+      R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",)"
+      R"("function":{"name":"get_weather","arguments":")" +
+          deep + R"("}}]},{"role":"tool","tool_call_id":"call_1","content":"18"}],)" +
+          std::string(kTools) + "}",
+      model_);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r)) << std::get<ApiError>(r).message;
+  EXPECT_NE(prompt(std::get<CompletionRequest>(r)).find(R"({"a":[[[[[[[[)"), std::string::npos)
+      << "rendered as the text it was sent as, not as an object through tojson";
+}
+
 // The output of `ids` fed one token a step, its streamed deltas kept.
 std::vector<CompletionOutput::ChoiceDelta> stream(CompletionOutput& out,
                                                   const std::vector<int32_t>& ids) {
