@@ -7,20 +7,26 @@ namespace strata::server {
 
 using nlohmann::json;
 
-std::string completion_id(bool chat) {
+namespace {
+
+// 64 random bits for the ids (a generator per thread, seeded from the device).
+unsigned long long random_bits() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return static_cast<unsigned long long>(rng());
+}
+
+}  // namespace
+
+std::string completion_id(bool chat) {
   char buf[48];
-  std::snprintf(buf, sizeof(buf), "%s-%016llx", chat ? "chatcmpl" : "cmpl",
-                static_cast<unsigned long long>(rng()));
+  std::snprintf(buf, sizeof(buf), "%s-%016llx", chat ? "chatcmpl" : "cmpl", random_bits());
   return buf;
 }
 
 std::string tool_call_id() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[40];
-  std::snprintf(buf, sizeof(buf), "call_%08llx%016llx",
-                static_cast<unsigned long long>(rng() & 0xffffffffu),
-                static_cast<unsigned long long>(rng()));
+  std::snprintf(buf, sizeof(buf), "call_%08llx%016llx", random_bits() & 0xffffffffu,
+                random_bits());
   return buf;
 }
 

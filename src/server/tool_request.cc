@@ -1,5 +1,6 @@
 #include "server/tool_request.h"
 
+#include <set>
 #include <string>
 #include <variant>
 
@@ -29,6 +30,7 @@ bool valid_function_name(const std::string& name) {
 // Each tool: {"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}.
 std::optional<ApiError> check_tools(const json& tools) {
   if (!tools.is_array()) return tools_error("'tools' must be a list of function tools");
+  std::set<std::string> names;
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = "tools[" + std::to_string(i) + "]";
     const json& t = tools[i];
@@ -49,10 +51,8 @@ std::optional<ApiError> check_tools(const json& tools) {
     if (params != f->end() && !params->is_null() && !params->is_object()) {
       return tools_error(at + ".function.parameters must be a JSON Schema object");
     }
-    for (size_t k = 0; k < i; ++k) {
-      if (tools[k]["function"]["name"] == *name) {
-        return tools_error("two tools are named " + quote(name->get<std::string>(), 64));
-      }
+    if (!names.insert(name->get<std::string>()).second) {
+      return tools_error("two tools are named " + quote(name->get<std::string>(), 64));
     }
   }
   return std::nullopt;
