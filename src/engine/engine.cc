@@ -79,12 +79,6 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
         "--kv-disk-path needs --kv-offload-bytes: the disk tier reads and writes through the host "
         "tier");
   }
-  if (c.kv_offload_bytes > 0 && c.device == Device::kCuda &&
-      c.preemption_mode == PreemptionMode::kSwap) {
-    // The GPU's block mover maps one host buffer at a time: the swap space's or the host tier's.
-    return Status::Unsupported(
-        "--kv-offload-bytes with --preemption-mode swap is not supported on --device cuda yet");
-  }
   if (c.structured_output_max_states < 2 || c.structured_output_max_regex_bytes < 1 ||
       c.structured_output_cache_size < 1) {
     return Status::InvalidArgument(
@@ -177,8 +171,13 @@ Status EngineImpl::start_tiers() {
   c.prefetch = config_.kv_prefetch;
   c.ns = kv::tier_namespace(kv::checkpoint_identity(config_.model_dir, config_.dummy_weights),
                             config_.block_size, groups, runner_->kv_layout(0).static_scales());
-  Result<std::unique_ptr<kv::KvTiers>> tiers =
-      kv::KvTiers::create(c, *cache_, runner_->block_mover(0));
+  // The tiers' movers are their own: swap's copy thread uses the runner's meanwhile.
+  std::vector<kv::BlockMover*> movers;
+  for (int32_t g = 0; g < cache_->num_groups(); ++g) {
+    tier_movers_.push_back(runner_->new_block_mover(g));
+    movers.push_back(tier_movers_.back().get());
+  }
+  Result<std::unique_ptr<kv::KvTiers>> tiers = kv::KvTiers::create(c, *cache_, movers);
   if (!tiers.ok()) return tiers.status();
   tiers_ = std::move(tiers).value();
   scheduler_->set_tiers(tiers_.get());

@@ -114,7 +114,8 @@ class EngineImpl {
   std::unique_ptr<kv::KvCacheManager> cache_;
   // Swap preemption only, one per KV cache group; destroyed before runner_.
   std::vector<std::unique_ptr<kv::SwapSpace>> swaps_;
-  std::unique_ptr<kv::KvTiers> tiers_;  // --kv-offload-bytes; borrows cache_ and the runner
+  std::vector<std::unique_ptr<kv::BlockMover>> tier_movers_;  // one per group, for tiers_
+  std::unique_ptr<kv::KvTiers> tiers_;  // --kv-offload-bytes; borrows cache_ and the movers
   std::unique_ptr<engine::Scheduler> scheduler_;
   std::map<RequestId, RequestState> requests_;
   RequestId next_id_ = 1;

@@ -30,8 +30,8 @@ void KvCacheManager::add_rows(BlockTable& table) const {
   if (table.num_groups() < num_groups()) table.rows_.resize(static_cast<size_t>(num_groups()));
 }
 
-PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
-                                             const BlockExtraKeys& extra) {
+PrefixHit KvCacheManager::cached_chain(std::span<const int32_t> tokens,
+                                       const BlockExtraKeys& extra) {
   PrefixHit hit;
   hit.rows.resize(static_cast<size_t>(num_groups()));
   if (!prefix_caching()) return hit;
@@ -50,16 +50,42 @@ PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
     hit.hashes.push_back(hash);
     parent = *block;
   }
+  hit.num_tokens = static_cast<int32_t>(blocks.size()) * bs;
+  return hit;
+}
+
+PrefixHit KvCacheManager::hit_of(PrefixHit hit) const {
+  const int32_t bs = block_size();
+  hit.rows.resize(static_cast<size_t>(num_groups()));
+  std::vector<BlockId>& blocks = hit.rows[0];
   if (num_groups() > 1) trim_to_group_copies(hit);
   hit.num_tokens = static_cast<int32_t>(blocks.size()) * bs;
   // Group 0 keeps only what the first computed position reads (a window's last blocks).
   const int32_t first = std::min(group_spec(0).first_needed_block(hit.num_tokens, bs),
                                  static_cast<int32_t>(blocks.size()));
   std::fill_n(blocks.begin(), first, kNullBlock);
+  return hit;
+}
+
+PrefixHit KvCacheManager::find_cached_prefix(std::span<const int32_t> tokens,
+                                             const BlockExtraKeys& extra) {
+  if (!prefix_caching()) return cached_chain(tokens, extra);
+  PrefixHit hit = hit_of(cached_chain(tokens, extra));
   ++stats_.num_queries;
   stats_.num_query_tokens += static_cast<int64_t>(tokens.size());
   stats_.num_hit_tokens += hit.num_tokens;
   return hit;
+}
+
+std::optional<BlockId> KvCacheManager::group_copy(int32_t g, BlockId primary) const {
+  return group(g).copy_of(primary, pool().cache_gen(primary));
+}
+
+bool KvCacheManager::cache_group_copy(int32_t g, BlockId copy, BlockId primary,
+                                      const BlockHash& hash, std::span<const int32_t> tokens,
+                                      const BlockExtraKeys& extra) {
+  STRATA_CHECK(g > 0 && pool().is_cached(primary), "a copy of a cached block of group 0");
+  return group(g).link_copy(copy, primary, pool().cache_gen(primary), hash, tokens, extra);
 }
 
 void KvCacheManager::trim_to_group_copies(PrefixHit& hit) const {

@@ -31,6 +31,7 @@
 // hashed (each block of a sequence is hashed once).
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -103,6 +104,23 @@ class KvCacheManager {
   // copies of the blocks its kind reads at position h x block_size, and each row keeps only
   // those (kNullBlock before them; group 0 too, when it is a window).
   PrefixHit find_cached_prefix(std::span<const int32_t> tokens, const BlockExtraKeys& extra);
+  // The two halves of find_cached_prefix, neither counting a query (the KV tiers go on from the
+  // first and ask the second again once they have brought blocks back):
+  //   cached_chain   group 0's confirmed chain, every block of it (rows[0] has no null entry),
+  //                  before any cut
+  //   hit_of         a chain (cached_chain's, perhaps longer now) cut and filled as
+  //                  find_cached_prefix cuts and fills it
+  PrefixHit cached_chain(std::span<const int32_t> tokens, const BlockExtraKeys& extra);
+  PrefixHit hit_of(PrefixHit chain) const;
+
+  // ---- groups after the first: their cached copies of group 0's blocks ------------------------
+  // Group g's live cached copy of group 0's cached block primary, if any.
+  std::optional<BlockId> group_copy(int32_t g, BlockId primary) const;
+  // Caches group g's in-use block `copy` (holding primary's positions, hash and tokens) and links
+  // it to primary, a cached block of group 0, as cache_full_blocks does for a computed block.
+  // False when primary has a live copy already or an identical block is cached.
+  bool cache_group_copy(int32_t g, BlockId copy, BlockId primary, const BlockHash& hash,
+                        std::span<const int32_t> tokens, const BlockExtraKeys& extra);
 
   // Blocks allocate_slots(table, num_new_tokens, hit) would take from group g's free queue, the
   // hit's currently free blocks included. Side-effect free.

@@ -99,14 +99,22 @@ void KvGroupManager::cache_copy(const BlockTable& table, int32_t g, int32_t i, B
   const std::vector<BlockId>& row = table.rows_[static_cast<size_t>(g)].blocks;
   if (i >= static_cast<int32_t>(row.size())) return;
   const BlockId block = row[static_cast<size_t>(i)];
-  if (block == kNullBlock || copy_of(primary, primary_gen).has_value()) return;
+  if (block == kNullBlock) return;
+  link_copy(block, primary, primary_gen, hash, tokens, extra);
+}
+
+bool KvGroupManager::link_copy(BlockId block, BlockId primary, uint32_t primary_gen,
+                               const BlockHash& hash, std::span<const int32_t> tokens,
+                               const BlockExtraKeys& extra) {
+  if (copy_of(primary, primary_gen).has_value()) return false;
   // Cached in this pool only to keep it once freed (LRU-evicted on reuse); found through the
   // link, never by its hash. An identical copy cached already leaves this one unlinked.
   if (!pool_.is_cached(block) &&
       !pool_.cache_block(block, hash, nullptr, kNullBlock, tokens, extra)) {
-    return;
+    return false;
   }
   links_[primary.value] = CopyLink{block, pool_.cache_gen(block), primary_gen};
+  return true;
 }
 
 std::optional<BlockId> KvGroupManager::copy_of(BlockId primary, uint32_t primary_gen) const {

@@ -92,6 +92,10 @@ class KvGroupManager {
   void cache_copy(const BlockTable& table, int32_t g, int32_t i, BlockId primary,
                   uint32_t primary_gen, const BlockHash& hash, std::span<const int32_t> tokens,
                   const BlockExtraKeys& extra);
+  // The same for an in-use block of this pool that holds primary's positions (the KV tiers bring
+  // one back): true when it is cached and linked now.
+  bool link_copy(BlockId block, BlockId primary, uint32_t primary_gen, const BlockHash& hash,
+                 std::span<const int32_t> tokens, const BlockExtraKeys& extra);
   // The live copy of the first group's cached block `primary` (primary_gen: its cache generation
   // now; call only while it is cached), if any.
   std::optional<BlockId> copy_of(BlockId primary, uint32_t primary_gen) const;

@@ -10,82 +10,171 @@
 
 namespace strata::kv {
 
-Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvCacheManager& cache,
-                                                 BlockMover& mover) {
-  if (cache.num_groups() != 1 || cache.group_spec(0).kind != KvGroupKind::kFullAttention) {
-    return Status::InvalidArgument(
-        "--kv-offload-bytes: KV tiers hold caches of one full-attention group (no sliding "
-        "window, no int4 cache) for now");
+// A later group's pool's listener: what it caches and evicts goes to that group's tiers.
+class KvTiers::GroupListener final : public PoolListener {
+ public:
+  GroupListener(KvTiers& tiers, Tier& tier) : tiers_(tiers), tier_(tier) {}
+  void on_cached(BlockId block, const BlockHash& hash, std::span<const int32_t> tokens) override {
+    tiers_.cached(tier_, block, hash, tokens);
   }
+  void on_evicted(std::span<const EvictedBlock> blocks) override { tiers_.evicted(tier_, blocks); }
+
+ private:
+  KvTiers& tiers_;
+  Tier& tier_;
+};
+
+namespace {
+
+// The blocks of group g a hit reads before its first computed position: a window's last blocks,
+// an INT4 cache's newest R - 1 (for group 0, those of a long hit).
+int32_t blocks_read_before_hit_end(const KvCacheManager& cache, int32_t g) {
+  constexpr int32_t kBlocks = 1 << 12;
+  return kBlocks - cache.group_spec(g).first_needed_block(kBlocks * cache.block_size(),
+                                                         cache.block_size());
+}
+
+// Whether group g has tiers: group 0 always (its chain is the hit), a later group when a hit
+// reads some of its blocks.
+bool group_is_tiered(const KvCacheManager& cache, int32_t g) {
+  return g == 0 || blocks_read_before_hit_end(cache, g) > 0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvCacheManager& cache,
+                                                 std::span<BlockMover* const> movers) {
   if (!cache.prefix_caching()) {
     return Status::InvalidArgument("--kv-offload-bytes needs prefix caching (the tiers' key)");
   }
-  const KvLayout layout(cache.group_spec(0).kv, cache.block_size());
-  const int64_t block_bytes = layout.block_bytes();
-  if (config.host_bytes < block_bytes) {
-    if (!config.disk_path.empty()) {
+  if (static_cast<int32_t>(movers.size()) != cache.num_groups()) {
+    return Status::InvalidArgument("KV tiers need one block mover per KV cache group");
+  }
+  // Each tiered group's share of the bytes: its pool's share of the tiered groups' pools.
+  const int32_t bs = cache.block_size();
+  double pools_bytes = 0.0;
+  for (int32_t g = 0; g < cache.num_groups(); ++g) {
+    if (!group_is_tiered(cache, g)) continue;
+    pools_bytes += static_cast<double>(cache.pool(g).num_blocks()) *
+                   static_cast<double>(cache.group_spec(g).block_bytes(bs));
+  }
+  std::vector<std::unique_ptr<Tier>> tiers(static_cast<size_t>(cache.num_groups()));
+  for (int32_t g = 0; g < cache.num_groups(); ++g) {
+    if (!group_is_tiered(cache, g)) continue;
+    const KvLayout layout(cache.group_spec(g).kv, bs);
+    const int64_t block_bytes = layout.block_bytes();
+    const double share = static_cast<double>(cache.pool(g).num_blocks()) *
+                         static_cast<double>(block_bytes) / pools_bytes;
+    const auto host_bytes = static_cast<int64_t>(static_cast<double>(config.host_bytes) * share);
+    const auto disk_bytes = static_cast<int64_t>(static_cast<double>(config.disk_bytes) * share);
+    if (host_bytes < block_bytes) {
+      if (!config.disk_path.empty() && config.host_bytes <= 0) {
+        return Status::InvalidArgument(
+            "--kv-disk-path needs --kv-offload-bytes: the disk tier "
+            "reads and writes through the host tier");
+      }
+      if (cache.num_groups() == 1) {
+        if (!config.disk_path.empty()) {
+          return Status::InvalidArgument(
+              "--kv-disk-path needs --kv-offload-bytes: the disk tier "
+              "reads and writes through the host tier");
+        }
+        return Status::InvalidArgument("--kv-offload-bytes " + std::to_string(config.host_bytes) +
+                                       " holds no block (one takes " +
+                                       std::to_string(block_bytes) + " bytes)");
+      }
       return Status::InvalidArgument(
-          "--kv-disk-path needs --kv-offload-bytes: the disk tier "
-          "reads and writes through the host tier");
+          "--kv-offload-bytes " + std::to_string(config.host_bytes) + " gives KV cache group " +
+          std::to_string(g) + " (" + kv_group_kind_name(cache.group_spec(g).kind) + ") " +
+          std::to_string(host_bytes) + " bytes, less than one of its blocks (" +
+          std::to_string(block_bytes) +
+          " bytes): the host tier is split between the groups as their pools are");
     }
-    return Status::InvalidArgument("--kv-offload-bytes " + std::to_string(config.host_bytes) +
-                                   " holds no block (one takes " + std::to_string(block_bytes) +
-                                   " bytes)");
+    // A later group's copies for one hit come up at once: its host tier must hold them.
+    if (g > 0 && host_bytes < blocks_read_before_hit_end(cache, g) * block_bytes) {
+      return Status::InvalidArgument(
+          "--kv-offload-bytes " + std::to_string(config.host_bytes) + " gives KV cache group " +
+          std::to_string(g) + " (" + kv_group_kind_name(cache.group_spec(g).kind) + ") " +
+          std::to_string(host_bytes) + " bytes, fewer than the " +
+          std::to_string(blocks_read_before_hit_end(cache, g)) +
+          " blocks a prefix hit reads from it: the host tier is split between the groups as "
+          "their pools are");
+    }
+    auto t = std::make_unique<Tier>();
+    t->group = g;
+    t->ns = group_namespace(config.ns, g);
+    t->mover = movers[static_cast<size_t>(g)];
+    const auto capacity = static_cast<int32_t>(
+        std::min<int64_t>(host_bytes / block_bytes, std::numeric_limits<int32_t>::max() - 1));
+    t->host = std::make_unique<HostTier>(layout, capacity);
+    if (!config.disk_path.empty()) {
+      Result<std::unique_ptr<DiskTier>> opened =
+          DiskTier::open(config.disk_path, t->ns, bs, block_bytes, disk_bytes);
+      if (!opened.ok()) return opened.status();
+      t->disk = std::move(opened).value();
+    }
+    tiers[static_cast<size_t>(g)] = std::move(t);
   }
-  const auto capacity = static_cast<int32_t>(
-      std::min<int64_t>(config.host_bytes / block_bytes, std::numeric_limits<int32_t>::max() - 1));
-  auto host = std::make_unique<HostTier>(layout, capacity);
-  std::unique_ptr<DiskTier> disk;
-  if (!config.disk_path.empty()) {
-    Result<std::unique_ptr<DiskTier>> opened = DiskTier::open(
-        config.disk_path, config.ns, cache.block_size(), block_bytes, config.disk_bytes);
-    if (!opened.ok()) return opened.status();
-    disk = std::move(opened).value();
-  }
-  return std::unique_ptr<KvTiers>(
-      new KvTiers(config, cache, mover, std::move(host), std::move(disk)));
+  return std::unique_ptr<KvTiers>(new KvTiers(config, cache, std::move(tiers)));
 }
 
-KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache, BlockMover& mover,
-                 std::unique_ptr<HostTier> host, std::unique_ptr<DiskTier> disk)
-    : ns_(config.ns),
-      policy_(config.policy),
+KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
+                 std::vector<std::unique_ptr<Tier>> tiers)
+    : policy_(config.policy),
       prefetch_(config.prefetch),
       cache_(cache),
-      mover_(mover),
-      host_(std::move(host)),
-      disk_(std::move(disk)),
-      io_(disk_ ? std::make_unique<TierIo>(*disk_) : nullptr),
+      tiers_(std::move(tiers)),
+      one_full_group_(cache.num_groups() == 1 &&
+                      cache.group_spec(0).kind == KvGroupKind::kFullAttention),
       hasher_(cache.hash_bits()),
       threads_(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u))),
       check_threads_(threads_.num_threads()) {
-  mover_.attach(host_->buffer());
-  cache_.pool().set_listener(this);
+  for (const std::unique_ptr<Tier>& t : tiers_) {
+    if (!t) continue;
+    if (t->disk) t->io = std::make_unique<TierIo>(*t->disk);
+    t->mover->attach(t->host->buffer());
+    if (t->group == 0) {
+      cache_.pool(0).set_listener(this);
+    } else {
+      t->listener = std::make_unique<GroupListener>(*this, *t);
+      cache_.pool(t->group).set_listener(t->listener.get());
+    }
+  }
 }
 
 KvTiers::~KvTiers() {
   if (promotion_) cancel_promotion(promotion_->owner);
-  cache_.pool().set_listener(nullptr);
-  io_.reset();  // its jobs finish before the slots they touch go
-  mover_.detach(host_->buffer());
+  for (const std::unique_ptr<Tier>& t : tiers_) {
+    if (!t) continue;
+    cache_.pool(t->group).set_listener(nullptr);
+    t->io.reset();  // its jobs finish before the slots they touch go
+    t->mover->detach(t->host->buffer());
+  }
 }
 
-bool KvTiers::apply_io(bool block) {
-  if (!io_) return false;
+void KvTiers::drain_io() {
+  for (const std::unique_ptr<Tier>& t : tiers_) {
+    while (t && apply_io(*t, /*block=*/true)) {
+    }
+  }
+}
+
+bool KvTiers::apply_io(Tier& t, bool block) {
+  if (!t.io) return false;
   if (block) {
     const auto start = std::chrono::steady_clock::now();
-    const bool any = io_->wait_any();
+    const bool any = t.io->wait_any();
     stats_.io_wait_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!any) return false;
   }
-  for (TierIo::Done& d : io_->take_done()) {
+  for (TierIo::Done& d : t.io->take_done()) {
     const TierIo::Job& job = d.job;
     if (job.write) {
       // The block is on disk now (or the write failed and it is only in memory): the slot may go.
       (d.status.ok() ? stats_.num_disk_writes : stats_.num_faults) += 1;
       ++changes_;
-      host_->unpin(job.slot, /*least_recent=*/true);
+      t.host->unpin(job.slot, /*least_recent=*/true);
       continue;
     }
     stats_.disk_read_seconds += d.seconds;
@@ -95,97 +184,104 @@ bool KvTiers::apply_io(bool block) {
     }
     if (!d.status.ok()) {
       if (d.status.code() != StatusCode::kNotFound) ++stats_.num_faults;
-      host_->erase(job.slot);
+      t.host->erase(job.slot);
       continue;
     }
-    host_->commit(job.slot, job.checksum, /*prefetched=*/job.ticket != nullptr);  // checked
+    t.host->commit(job.slot, job.checksum, /*prefetched=*/job.ticket != nullptr);  // checked
     if (job.ticket) ++stats_.num_prefetched_blocks;
-    if (!job.keep_pinned) host_->unpin(job.slot);
+    if (!job.keep_pinned) t.host->unpin(job.slot);
   }
   return true;
 }
 
-std::optional<BlockId> KvTiers::host_slot(const TierKey& key, std::span<const int32_t> tokens,
+std::optional<BlockId> KvTiers::host_slot(Tier& t, const TierKey& key, std::span<const int32_t> tokens,
                                           bool wait, bool write_down) {
   for (;;) {
-    if (host_->num_free() == 0) {
-      const std::optional<BlockId> victim = host_->least_recent();
+    if (t.host->num_free() == 0) {
+      const std::optional<BlockId> victim = t.host->least_recent();
       // Unpinned slots are committed; one whose block is not on disk yet goes there first, a
       // few writes at a time (the next least recent ones start while the first are written).
-      const bool needs_write = victim && disk_ && !disk_->contains(host_->key(*victim).hash);
+      const bool needs_write = victim && t.disk && !t.disk->contains(t.host->key(*victim).hash);
       if (needs_write && !write_down) return std::nullopt;
-      if (!victim || (needs_write && io_->writes_outstanding() >= kMaxWritesAhead)) {
-        if (wait && apply_io(/*block=*/true)) continue;
+      if (!victim || (needs_write && t.io->writes_outstanding() >= kMaxWritesAhead)) {
+        if (wait && apply_io(t, /*block=*/true)) continue;
         return std::nullopt;
       }
       if (needs_write) {
-        host_->pin(*victim);
-        io_->submit(TierIo::Job{.write = true,
+        t.host->pin(*victim);
+        t.io->submit(TierIo::Job{.write = true,
                                 .slot = *victim,
-                                .hash = host_->key(*victim).hash,
-                                .tokens = {host_->tokens(*victim).begin(),
-                                           host_->tokens(*victim).end()},
-                                .bytes = host_->bytes(*victim),
-                                .checksum = host_->checksum(*victim),
+                                .hash = t.host->key(*victim).hash,
+                                .tokens = {t.host->tokens(*victim).begin(),
+                                           t.host->tokens(*victim).end()},
+                                .bytes = t.host->bytes(*victim),
+                                .checksum = t.host->checksum(*victim),
                                 .keep_pinned = false,
                                 .ticket = nullptr});
         continue;
       }
     }
-    const std::optional<BlockId> slot = host_->insert(key, tokens);
-    if (slot) host_->pin(*slot);
+    const std::optional<BlockId> slot = t.host->insert(key, tokens);
+    if (slot) t.host->pin(*slot);
     return slot;
   }
 }
 
-void KvTiers::submit_read(BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
+void KvTiers::submit_read(Tier& t, BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
                           bool keep_pinned, std::shared_ptr<PrefetchTicket> ticket) {
   if (ticket) {
     ++ticket->pending;
     ++ticket->blocks;
     ++prefetch_reads_;
   }
-  io_->submit(TierIo::Job{.write = false,
+  t.io->submit(TierIo::Job{.write = false,
                           .slot = slot,
                           .hash = key.hash,
                           .tokens = {tokens.begin(), tokens.end()},
-                          .bytes = host_->bytes(slot),
+                          .bytes = t.host->bytes(slot),
                           .checksum = 0,
                           .keep_pinned = keep_pinned,
                           .ticket = std::move(ticket)});
 }
 
 void KvTiers::on_cached(BlockId block, const BlockHash& hash, std::span<const int32_t> tokens) {
-  if (policy_ != OffloadPolicy::kWriteThrough || host_->contains(key(hash))) return;
-  cached_.push_back(
-      Cached{block, cache_.pool().cache_gen(block), hash, {tokens.begin(), tokens.end()}});
+  cached(*tiers_[0], block, hash, tokens);
 }
 
-size_t KvTiers::chunk_blocks() const {
-  return static_cast<size_t>(std::max<int64_t>(1, kPipelineChunkBytes / host_->block_bytes()));
+void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) { evicted(*tiers_[0], blocks); }
+
+void KvTiers::cached(Tier& t, BlockId block, const BlockHash& hash,
+                     std::span<const int32_t> tokens) {
+  if (policy_ != OffloadPolicy::kWriteThrough || t.host->contains(t.key(hash))) return;
+  cached_.push_back(Cached{t.group, block, cache_.pool(t.group).cache_gen(block), hash,
+                           {tokens.begin(), tokens.end()}});
 }
 
-void KvTiers::copy_down(DownBatch& batch) {
+size_t KvTiers::chunk_blocks(const Tier& t) const {
+  return static_cast<size_t>(std::max<int64_t>(1, kPipelineChunkBytes / t.host->block_bytes()));
+}
+
+void KvTiers::copy_down(Tier& t, DownBatch& batch) {
   if (batch.copies.empty()) return;
   const auto start = std::chrono::steady_clock::now();
   // Chunk by chunk: the checksums of one on the tiers' threads while the next one copies.
   const size_t n = batch.copies.size();
-  const size_t chunk = chunk_blocks();
+  const size_t chunk = chunk_blocks(t);
   const std::span<const BlockCopy> copies(batch.copies);
   const std::span<const BlockId> slots(batch.slots);
   std::future<void> sums;
   for (size_t begin = 0; begin < n; begin += chunk) {
     const size_t len = std::min(chunk, n - begin);
-    mover_.to_host(copies.subspan(begin, len), host_->buffer());
+    t.mover->to_host(copies.subspan(begin, len), t.host->buffer());
     if (sums.valid()) sums.get();
     const std::span<const BlockId> done = slots.subspan(begin, len);
     if (begin + len == n) {
-      host_->commit(done, &threads_);
+      t.host->commit(done, &threads_);
     } else {
-      sums = std::async(std::launch::async, [this, done] { host_->commit(done, &threads_); });
+      sums = std::async(std::launch::async, [this, &t, done] { t.host->commit(done, &threads_); });
     }
   }
-  for (const BlockId s : batch.slots) host_->unpin(s);
+  for (const BlockId s : batch.slots) t.host->unpin(s);
   stats_.num_offloaded_blocks += static_cast<int64_t>(n);
   stats_.down_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -193,18 +289,18 @@ void KvTiers::copy_down(DownBatch& batch) {
   batch.slots.clear();
 }
 
-void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) {
+void KvTiers::evicted(Tier& t, std::span<const EvictedBlock> blocks) {
   ++changes_;
   // One copy for the whole batch; its slots stay pinned until it is copied, so when every slot
   // is taken the batch so far goes first.
   DownBatch batch;
   for (const EvictedBlock& b : blocks) {
-    const TierKey k = key(b.hash);
-    if (host_->contains(k)) continue;  // written down before (or being read back): never twice
-    std::optional<BlockId> slot = host_slot(k, b.tokens, /*wait=*/true);
+    const TierKey k = t.key(b.hash);
+    if (t.host->contains(k)) continue;  // written down before (or being read back): never twice
+    std::optional<BlockId> slot = host_slot(t, k, b.tokens, /*wait=*/true);
     if (!slot && !batch.copies.empty()) {
-      copy_down(batch);
-      slot = host_slot(k, b.tokens, /*wait=*/true);
+      copy_down(t, batch);
+      slot = host_slot(t, k, b.tokens, /*wait=*/true);
     }
     if (!slot) {
       ++stats_.num_dropped_blocks;
@@ -213,47 +309,57 @@ void KvTiers::on_evicted(std::span<const EvictedBlock> blocks) {
     batch.copies.push_back(BlockCopy{b.block, *slot});
     batch.slots.push_back(*slot);
   }
-  copy_down(batch);
+  copy_down(t, batch);
 }
 
 void KvTiers::write_through() {
-  const BlockPool& pool = cache_.pool();
+  for (const std::unique_ptr<Tier>& tier : tiers_) {
+    if (tier) write_through(*tier);
+  }
+  cached_.clear();
+}
+
+void KvTiers::write_through(Tier& t) {
+  const BlockPool& pool = cache_.pool(t.group);
   DownBatch batch;
   for (const Cached& c : cached_) {
-    const TierKey k = key(c.hash);
+    if (c.group != t.group) continue;
+    const TierKey k = t.key(c.hash);
     // Evicted since (and written down then), or cached again with other content: nothing to do.
-    if (host_->contains(k) || !pool.is_cached(c.block) || pool.cache_gen(c.block) != c.cache_gen) {
+    if (t.host->contains(k) || !pool.is_cached(c.block) || pool.cache_gen(c.block) != c.cache_gen) {
       continue;
     }
-    std::optional<BlockId> slot = host_slot(k, c.tokens, /*wait=*/false);
+    std::optional<BlockId> slot = host_slot(t, k, c.tokens, /*wait=*/false);
     if (!slot && !batch.copies.empty()) {
-      copy_down(batch);
-      slot = host_slot(k, c.tokens, /*wait=*/false);
+      copy_down(t, batch);
+      slot = host_slot(t, k, c.tokens, /*wait=*/false);
     }
     if (!slot) break;  // the rest go down when evicted
     batch.copies.push_back(BlockCopy{c.block, *slot});
     batch.slots.push_back(*slot);
   }
-  copy_down(batch);
-  cached_.clear();
+  copy_down(t, batch);
 }
 
 void KvTiers::poll() {
-  apply_io(/*block=*/false);
+  for (const std::unique_ptr<Tier>& t : tiers_) {
+    if (t) apply_io(*t, /*block=*/false);
+  }
   if (!cached_.empty()) write_through();
 }
 
 void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
                        PrefetchState& state) {
-  if (!prefetch_ || !io_ || state.pending() || state.checked_at == changes_) return;
+  Tier& t = *tiers_[0];
+  if (!prefetch_ || !t.io || state.pending() || state.checked_at == changes_) return;
   // Prefetched blocks waiting for their requests, and reads under way, hold at most a quarter of
   // the host tier, or they would push each other (and what other requests need) out before use.
   const int32_t budget =
-      host_->capacity() / kPrefetchShare - host_->num_prefetched() - prefetch_reads_;
+      t.host->capacity() / kPrefetchShare - t.host->num_prefetched() - prefetch_reads_;
   if (budget <= 0) return;  // looked at again when some are served
   state.checked_at = changes_;
   state.ticket.reset();
-  const BlockPool& pool = cache_.pool();
+  const BlockPool& pool = cache_.pool(t.group);
   const int32_t bs = cache_.block_size();
   const auto max_blocks = (static_cast<int32_t>(tokens.size()) - 1) / bs;
   const auto block_tokens = [&](int32_t i) {
@@ -278,14 +384,14 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
       }
       in_pool = false;
     }
-    const TierKey k = key(h);
-    if (host_->contains(k)) continue;
-    if (!disk_->contains(h)) break;
+    const TierKey k = t.key(h);
+    if (t.host->contains(k)) continue;
+    if (!t.disk->contains(h)) break;
     // Into a free slot or one whose block is on disk already: a prefetch writes nothing down.
     const std::optional<BlockId> slot =
-        host_slot(k, block_tokens(i), /*wait=*/false, /*write_down=*/false);
+        host_slot(t, k, block_tokens(i), /*wait=*/false, /*write_down=*/false);
     if (!slot) break;
-    submit_read(*slot, k, block_tokens(i), /*keep_pinned=*/false, ticket);
+    submit_read(t, *slot, k, block_tokens(i), /*keep_pinned=*/false, ticket);
   }
   if (ticket->blocks > 0) state.ticket = std::move(ticket);
 }
@@ -316,21 +422,25 @@ KvTiers::Progress KvTiers::promote_async(const void* owner, std::span<const int3
         out.pending = true;
         return out;
       }
-      if (!finish_promotion(tokens, extra, &hit, out.promoted)) return out;
+      if (!finish_promotion(tokens, extra, &hit, out.promoted)) break;
     }
-    if (!start_promotion(owner, tokens, extra, hit)) return out;
+    if (!start_promotion(owner, tokens, extra, hit)) break;
   }
+  if (!one_full_group_) promote_copies(tokens, extra, hit, out.promoted);
+  return out;
 }
 
 bool KvTiers::promotion_ready() {
-  return promotion_ && mover_.copies_done(promotion_->ticket) &&
+  Tier& t = *tiers_[0];
+  return promotion_ && t.mover->copies_done(promotion_->ticket) &&
          promotion_->checked.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
 void KvTiers::wait_promotion() {
   if (!promotion_) return;
+  Tier& t = *tiers_[0];
   const auto start = std::chrono::steady_clock::now();
-  mover_.wait_copies(promotion_->ticket);
+  t.mover->wait_copies(promotion_->ticket);
   promotion_->checked.wait();
   stats_.up_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -346,24 +456,26 @@ void KvTiers::cancel_promotion(const void* owner) {
 bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens,
                               const BlockExtraKeys& extra, const PrefixHit& hit) {
   const auto start = std::chrono::steady_clock::now();
-  BlockPool& pool = cache_.pool();
+  Tier& t = *tiers_[0];
+  BlockPool& pool = cache_.pool(0);
   const int32_t bs = cache_.block_size();
   const auto max_blocks = (static_cast<int32_t>(tokens.size()) - 1) / bs;
   const auto block_tokens = [&](int32_t i) {
     return tokens.subspan(static_cast<size_t>(i) * static_cast<size_t>(bs), static_cast<size_t>(bs));
   };
-  // The pool's cached prefix is the hit (one full-attention group: every block of it in row 0);
-  // the chain goes on with the blocks the tiers hold.
+  // The pool's cached prefix, every block of it; the chain goes on with the blocks the tiers
+  // hold.
   Promotion p;
   p.owner = owner;
-  p.hashes = hit.hashes;
-  p.resident.assign(hit.blocks().begin(), hit.blocks().end());
+  PrefixHit chain = resident_chain(tokens, extra, hit);
+  p.hashes = std::move(chain.hashes);
+  p.resident.assign(chain.blocks().begin(), chain.blocks().end());
   const auto first = static_cast<int32_t>(p.resident.size());
   int32_t i = first;
   for (; i < max_blocks; ++i) {
     p.hashes.push_back(hasher_.hash(i == 0 ? nullptr : &p.hashes.back(), block_tokens(i), extra));
-    const TierKey k = key(p.hashes.back());
-    if (!host_->contains(k) && !(disk_ && disk_->contains(k.hash))) break;
+    const TierKey k = t.key(p.hashes.back());
+    if (!t.host->contains(k) && !(t.disk && t.disk->contains(k.hash))) break;
   }
   const int32_t count = i - first;
   if (count == 0) return false;
@@ -379,43 +491,43 @@ bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens
   bool broken = false;
   for (size_t j = 0; j < p.blocks.size(); ++j) {
     const int32_t b = first + static_cast<int32_t>(j);
-    const TierKey k = key(p.hashes[static_cast<size_t>(b)]);
-    while (host_->pending(k) && apply_io(/*block=*/true)) {
+    const TierKey k = t.key(p.hashes[static_cast<size_t>(b)]);
+    while (t.host->pending(k) && apply_io(t, /*block=*/true)) {
     }  // a prefetch is reading it
-    if (const std::optional<BlockId> slot = host_->find(k, block_tokens(b))) {
-      if (host_->pinned(*slot)) {  // being written down: copy it up before it can go
+    if (const std::optional<BlockId> slot = t.host->find(k, block_tokens(b))) {
+      if (t.host->pinned(*slot)) {  // being written down: copy it up before it can go
         if (!stage.empty()) break;
-        while (host_->pinned(*slot) && apply_io(/*block=*/true)) {
+        while (t.host->pinned(*slot) && apply_io(t, /*block=*/true)) {
         }
       }
-      host_->pin(*slot);
+      t.host->pin(*slot);
       // A block a prefetch read counts as served from disk.
-      stage.push_back(Staged{*slot, k, host_->take_prefetched(*slot)});
+      stage.push_back(Staged{*slot, k, t.host->take_prefetched(*slot)});
       continue;
     }
-    if (!disk_ || !disk_->contains(k.hash)) {
+    if (!t.disk || !t.disk->contains(k.hash)) {
       broken = true;
       break;
     }
-    const std::optional<BlockId> slot = host_slot(k, block_tokens(b), /*wait=*/stage.empty());
+    const std::optional<BlockId> slot = host_slot(t, k, block_tokens(b), /*wait=*/stage.empty());
     if (!slot) {
       broken = stage.empty();
       break;  // every slot pinned: this stage first
     }
-    submit_read(*slot, k, block_tokens(b), /*keep_pinned=*/true, nullptr);
+    submit_read(t, *slot, k, block_tokens(b), /*keep_pinned=*/true, nullptr);
     stage.push_back(Staged{*slot, k, true});
   }
   // The stage's reads done, it goes up as far as they succeeded.
   const auto reading = [&] {
     return std::any_of(stage.begin(), stage.end(),
-                       [&](const Staged& s) { return s.from_disk && host_->pending(s.key); });
+                       [&](const Staged& s) { return s.from_disk && t.host->pending(s.key); });
   };
-  while (reading() && apply_io(/*block=*/true)) {
+  while (reading() && apply_io(t, /*block=*/true)) {
   }
   for (size_t j = 0; j < stage.size(); ++j) {
-    if (stage[j].from_disk && !host_->contains(stage[j].key)) {  // a failed read
+    if (stage[j].from_disk && !t.host->contains(stage[j].key)) {  // a failed read
       for (size_t r = j + 1; r < stage.size(); ++r) {
-        if (host_->contains(stage[r].key)) host_->unpin(stage[r].slot);
+        if (t.host->contains(stage[r].key)) t.host->unpin(stage[r].slot);
       }
       stage.resize(j);
       broken = true;
@@ -435,12 +547,12 @@ bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens
   std::vector<HostTier::Check> checks;
   for (size_t j = 0; j < stage.size(); ++j) {
     copies.push_back(BlockCopy{stage[j].slot, p.blocks[j]});
-    if (!stage[j].from_disk) checks.push_back(host_->check_of(stage[j].slot));
+    if (!stage[j].from_disk) checks.push_back(t.host->check_of(stage[j].slot));
   }
   p.checked = std::async(std::launch::async, [this, checks = std::move(checks)] {
     return HostTier::verified_prefix(checks, &check_threads_);
   });
-  p.ticket = mover_.start_from_host(copies, std::as_const(*host_).buffer());
+  p.ticket = t.mover->start_from_host(copies, std::as_const(*t.host).buffer());
   promotion_ = std::move(p);
   stats_.up_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -449,9 +561,10 @@ bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens
 
 bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
                                PrefixHit* hit, Promoted& promoted) {
+  Tier& t = *tiers_[0];
   Promotion p = std::move(*promotion_);
   promotion_.reset();
-  mover_.wait_copies(p.ticket);
+  t.mover->wait_copies(p.ticket);
   // Good: host blocks whose checksum holds (the checks stop at the first that does not), and
   // blocks read from disk (checked as they were read).
   const size_t good_host = p.checked.get();
@@ -462,19 +575,22 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
   bool more = !p.last;
   if (keep < p.staged.size()) {
     more = false;
-    host_->erase(p.staged[keep].slot);  // failed its checksum
+    t.host->erase(p.staged[keep].slot);  // failed its checksum
     ++stats_.num_faults;
   }
   for (const Staged& s : p.staged) {
-    if (host_->contains(s.key) && host_->pinned(s.slot)) host_->unpin(s.slot);  // not erased
+    if (t.host->contains(s.key) && t.host->pinned(s.slot)) t.host->unpin(s.slot);  // not erased
   }
   // Registered in chain order, as a computed prefix would be, and appended to the hit -- unless
   // the owner left (no hit) or the hit is no longer the prefix the promotion went on from (the
-  // blocks are freed uncached; the host tier still has them).
-  BlockPool& pool = cache_.pool();
+  // blocks are freed uncached; the host tier still has them). With several groups or a window
+  // the promotion went on from group 0's whole chain, held meanwhile: the blocks are registered,
+  // and promote_copies makes the hit.
+  BlockPool& pool = cache_.pool(0);
   const std::span<const BlockId> now = hit != nullptr ? hit->blocks() : std::span<const BlockId>();
   const bool extend =
-      hit != nullptr && std::equal(now.begin(), now.end(), p.resident.begin(), p.resident.end());
+      hit != nullptr && (!one_full_group_ || std::equal(now.begin(), now.end(),
+                                                        p.resident.begin(), p.resident.end()));
   const int32_t bs = cache_.block_size();
   const size_t first = p.resident.size();
   size_t registered = 0;
@@ -489,6 +605,7 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
       more = false;
       break;  // the rest go back uncached and are recomputed
     }
+    if (!one_full_group_) continue;
     if (hit->rows.empty()) hit->rows.resize(1);
     hit->rows[0].push_back(p.blocks[registered]);
     hit->hashes.push_back(p.hashes[b]);
@@ -507,6 +624,143 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
   stats_.num_host_hit_blocks += static_cast<int32_t>(registered) - from_disk;
   // A hit that moved on (not the owner's any more) is looked at again from where it is now.
   return hit != nullptr && (extend ? more && registered == keep : true);
+}
+
+PrefixHit KvTiers::resident_chain(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
+                                  const PrefixHit& hit) const {
+  if (one_full_group_) return hit;
+  return cache_.cached_chain(tokens, extra);
+}
+
+std::optional<BlockId> KvTiers::stage_now(Tier& t, const TierKey& key,
+                                          std::span<const int32_t> tokens, bool& from_disk) {
+  while (t.host->pending(key) && apply_io(t, /*block=*/true)) {
+  }  // a read is under way
+  if (const std::optional<BlockId> slot = t.host->find(key, tokens)) {
+    while (t.host->pinned(*slot) && apply_io(t, /*block=*/true)) {
+    }  // being written down
+    if (t.host->pinned(*slot)) return std::nullopt;
+    t.host->pin(*slot);
+    from_disk = t.host->take_prefetched(*slot);
+    return slot;
+  }
+  if (!t.disk || !t.disk->contains(key.hash)) return std::nullopt;
+  const std::optional<BlockId> slot = host_slot(t, key, tokens, /*wait=*/true);
+  if (!slot) return std::nullopt;
+  submit_read(t, *slot, key, tokens, /*keep_pinned=*/true, nullptr);
+  while (t.host->pending(key) && apply_io(t, /*block=*/true)) {
+  }
+  if (!t.host->contains(key)) return std::nullopt;  // the read failed (counted)
+  from_disk = true;
+  return slot;
+}
+
+void KvTiers::promote_copies(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
+                             PrefixHit& hit, Promoted& promoted) {
+  const auto start = std::chrono::steady_clock::now();
+  const int32_t bs = cache_.block_size();
+  const int32_t before = hit.num_tokens / bs;
+  PrefixHit chain = cache_.cached_chain(tokens, extra);
+  const auto block_tokens = [&](int32_t i) {
+    return tokens.subspan(static_cast<size_t>(i) * static_cast<size_t>(bs), static_cast<size_t>(bs));
+  };
+  struct Need {
+    int32_t block;  // in the chain
+    BlockId slot;   // pinned
+    TierKey key;
+    bool from_disk = false;
+  };
+  bool any_from_disk = false;
+  auto h = static_cast<int32_t>(chain.blocks().size());
+  while (h > before) {
+    // What each later group needs for a hit of h blocks and its pool lacks, staged in its tiers;
+    // a block no tier has cuts h to it (as find_cached_prefix's cut would), and the look starts
+    // over.
+    std::vector<std::vector<Need>> needs(static_cast<size_t>(cache_.num_groups()));
+    int32_t missing = -1;
+    for (int32_t g = 1; g < cache_.num_groups(); ++g) {
+      Tier* t = tiers_[static_cast<size_t>(g)].get();
+      for (int32_t j = cache_.group_spec(g).first_needed_block(h * bs, bs); j < h; ++j) {
+        if (cache_.group_copy(g, chain.rows[0][static_cast<size_t>(j)])) continue;
+        bool from_disk = false;
+        const TierKey key = t == nullptr ? TierKey{} : t->key(chain.hashes[static_cast<size_t>(j)]);
+        const std::optional<BlockId> slot =
+            t == nullptr ? std::nullopt : stage_now(*t, key, block_tokens(j), from_disk);
+        if (!slot) {
+          missing = std::max(missing, j);
+          continue;
+        }
+        needs[static_cast<size_t>(g)].push_back(Need{j, *slot, key, from_disk});
+      }
+    }
+    const auto unpin = [&](int32_t g) {
+      Tier& t = *tiers_[static_cast<size_t>(g)];
+      for (const Need& n : needs[static_cast<size_t>(g)]) {
+        if (t.host->contains(n.key) && t.host->pinned(n.slot)) t.host->unpin(n.slot);
+      }
+    };
+    if (missing >= 0) {
+      for (int32_t g = 1; g < cache_.num_groups(); ++g) unpin(g);
+      h = missing;
+      continue;
+    }
+    // Up into fresh blocks of each group's pool, checked, cached and linked to group 0's blocks.
+    int32_t bad = -1;
+    for (int32_t g = 1; g < cache_.num_groups(); ++g) {
+      std::vector<Need>& need = needs[static_cast<size_t>(g)];
+      if (need.empty()) continue;
+      Tier& t = *tiers_[static_cast<size_t>(g)];
+      BlockPool& pool = cache_.pool(g);
+      // The copies the hit uses that the pool has are held while the allocation evicts.
+      std::vector<BlockId> held;
+      for (int32_t j = cache_.group_spec(g).first_needed_block(h * bs, bs); j < h; ++j) {
+        if (const std::optional<BlockId> c =
+                cache_.group_copy(g, chain.rows[0][static_cast<size_t>(j)])) {
+          held.push_back(*c);
+        }
+      }
+      pool.touch(held);
+      std::optional<std::vector<BlockId>> fresh =
+          pool.allocate(static_cast<int32_t>(need.size()));
+      if (!fresh) {
+        pool.free(held);
+        for (int32_t r = g; r < cache_.num_groups(); ++r) unpin(r);
+        bad = 0;  // the pool cannot take them: the hit stays as find_cached_prefix cuts it
+        h = before;
+        break;
+      }
+      std::vector<BlockCopy> copies;
+      for (size_t k = 0; k < need.size(); ++k) copies.push_back(BlockCopy{need[k].slot, (*fresh)[k]});
+      t.mover->from_host(copies, std::as_const(*t.host).buffer());
+      for (size_t k = 0; k < need.size(); ++k) {
+        const Need& n = need[k];
+        const auto j = static_cast<size_t>(n.block);
+        if (!n.from_disk && !t.host->verify(n.slot)) {
+          t.host->erase(n.slot);
+          ++stats_.num_faults;
+          bad = std::max(bad, n.block);
+          continue;
+        }
+        t.host->unpin(n.slot);
+        cache_.cache_group_copy(g, (*fresh)[k], chain.rows[0][j], chain.hashes[j],
+                                block_tokens(n.block), extra);
+        any_from_disk = any_from_disk || n.from_disk;
+      }
+      std::vector<BlockId> release(fresh->rbegin(), fresh->rend());
+      release.insert(release.end(), held.begin(), held.end());
+      pool.free(release);
+    }
+    if (bad < 0) break;
+    h = std::min(h, bad);
+  }
+  hit = cache_.hit_of(std::move(chain));
+  // Blocks of the hit beyond the call's and group 0's promotion: made usable by copies that
+  // later groups' tiers brought back.
+  const int32_t gained = hit.num_tokens / bs - before -
+                         (promoted.host_blocks + promoted.disk_blocks);
+  if (gained > 0) (any_from_disk ? promoted.disk_blocks : promoted.host_blocks) += gained;
+  stats_.up_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace strata::kv

@@ -22,12 +22,23 @@
 //            if computed and appended to the hit, so the admission and every later step are the
 //            pool prefix hit the engine already runs
 //
+//   groups   a cache of several groups (kv_group.h: INT4's newest blocks, a hybrid model's
+//            windowed layers) has tiers per group that needs blocks before a hit's first
+//            computed position, each with its share of the host and disk bytes (its pool's share
+//            of the KV memory) and its own namespace (group_namespace); group 0's chain comes up
+//            as above, then the copies each later group needs for the hit
+//            (KvGroupSpec::first_needed_block) come up at once from its tiers and are linked to
+//            group 0's blocks as computed copies are, and the hit is cut as find_cached_prefix
+//            cuts it (KvCacheManager::hit_of). A group 0 with a sliding window comes up whole, as
+//            the prefix cache keeps its chain
+//
 // Every block is confirmed by its token ids and its checksum before it is registered; a missing,
 // truncated or corrupt block, or an I/O error, ends the promotion there (that block and its
-// successors are recomputed) and is counted. Caches of one group only (group 0, full attention).
+// successors are recomputed) and is counted.
 //
-// Owns the tiers and the I/O threads; borrows the cache manager and the pool's mover, which must
-// outlive it, and listens to the pool for its lifetime. Not thread-safe: the scheduler thread
+// Owns the tiers and the I/O threads; borrows the cache manager and the pools' movers (one per
+// group, none shared with a copy thread of another user), which must outlive it, and listens to
+// the pools for its lifetime. Not thread-safe: the scheduler thread
 // calls everything; the I/O threads touch only pinned host slots and the (locked) disk index.
 // Cost: one BlockMover copy per batch of blocks moved, one checksum per block moved (on up to 16
 // threads; on the way up while the copy runs), one file per block written or read (on the I/O threads).
@@ -90,11 +101,17 @@ struct PrefetchState {
 
 class KvTiers final : public PoolListener {
  public:
-  // InvalidArgument for a config the cache cannot take (more than one group, prefix caching
-  // off, a host tier smaller than one block, a disk tier without a host tier) or a disk
-  // directory that cannot be opened.
+  // movers[g] moves group g's blocks. InvalidArgument for a config the cache cannot take (prefix
+  // caching off, a host tier share smaller than one block of its group, a disk tier without a
+  // host tier) or a disk directory that cannot be opened.
   static Result<std::unique_ptr<KvTiers>> create(const KvTierConfig& config, KvCacheManager& cache,
-                                                 BlockMover& mover);
+                                                 std::span<BlockMover* const> movers);
+  // A cache of one group.
+  static Result<std::unique_ptr<KvTiers>> create(const KvTierConfig& config, KvCacheManager& cache,
+                                                 BlockMover& mover) {
+    BlockMover* const movers[] = {&mover};
+    return create(config, cache, movers);
+  }
   ~KvTiers() override;
   KvTiers(const KvTiers&) = delete;
   KvTiers& operator=(const KvTiers&) = delete;
@@ -105,13 +122,11 @@ class KvTiers final : public PoolListener {
   // Applies the I/O threads' finished reads and writes, and copies the blocks cached since the
   // last call down (write-through). Once per step, before scheduling.
   void poll();
-  // Blocks until the I/O threads finish a job, and applies it (at once when none is outstanding).
-  void wait_io() { apply_io(/*block=*/true); }
+  // Blocks until group 0's I/O threads finish a job, and applies it (at once when none is
+  // outstanding).
+  void wait_io() { apply_io(*tiers_[0], /*block=*/true); }
   // Waits for every outstanding disk read and write, and applies them.
-  void drain_io() {
-    while (apply_io(/*block=*/true)) {
-    }
-  }
+  void drain_io();
 
   // Starts loading, disk -> host tier on the I/O threads, the blocks of tokens' chain (as
   // promote walks it) that follow the pool's cached prefix and lie on disk but not in the host
@@ -124,8 +139,10 @@ class KvTiers final : public PoolListener {
 
   // Brings the chain of tokens' full blocks (leaving the last token, as find_cached_prefix does)
   // that follows hit -- find_cached_prefix's for these tokens and keys, in this same scheduling
-  // decision -- up from the tiers as far as it continues unbroken, and extends hit with them.
-  // Returns the blocks promoted from each tier. Waits for the copies.
+  // decision -- up from the tiers as far as it continues unbroken, and extends hit with them
+  // (several groups, or a window: hit becomes what find_cached_prefix finds then). Returns the
+  // blocks promoted from each tier (group 0's, and the hit's blocks that only later groups' copies
+  // from the tiers made usable). Waits for the copies.
   struct Promoted {
     int32_t host_blocks = 0;
     int32_t disk_blocks = 0;
@@ -162,31 +179,58 @@ class KvTiers final : public PoolListener {
   void cancel_promotion(const void* owner);
 
   const KvTierStats& stats() const { return stats_; }
-  const HostTier& host() const { return *host_; }
-  const DiskTier* disk() const { return disk_.get(); }
+  // Group g's tiers (null: the group has none, since no hit needs its blocks).
+  const HostTier* host(int32_t g) const { return tier(g) ? tier(g)->host.get() : nullptr; }
+  const DiskTier* disk(int32_t g) const { return tier(g) ? tier(g)->disk.get() : nullptr; }
+  const HostTier& host() const { return *tiers_[0]->host; }
+  const DiskTier* disk() const { return disk(0); }
 
  private:
-  KvTiers(const KvTierConfig& config, KvCacheManager& cache, BlockMover& mover,
-          std::unique_ptr<HostTier> host, std::unique_ptr<DiskTier> disk);
+  class GroupListener;
+  // One group's tiers: its host tier, its disk tier and their I/O threads, under its pool.
+  struct Tier {
+    int32_t group = 0;
+    uint64_t ns = 0;  // group_namespace of the cache's
+    BlockMover* mover = nullptr;
+    std::unique_ptr<HostTier> host;
+    std::unique_ptr<DiskTier> disk;
+    std::unique_ptr<TierIo> io;  // with a disk tier
+    std::unique_ptr<GroupListener> listener;  // groups after the first (group 0's: KvTiers)
+
+    TierKey key(const BlockHash& hash) const { return TierKey{ns, hash}; }
+  };
+
+  KvTiers(const KvTierConfig& config, KvCacheManager& cache, std::vector<std::unique_ptr<Tier>> tiers);
+  const Tier* tier(int32_t g) const {
+    return static_cast<size_t>(g) < tiers_.size() ? tiers_[static_cast<size_t>(g)].get() : nullptr;
+  }
   // Host blocks being written to disk at once to free their slots.
   static constexpr int32_t kMaxWritesAhead = 2 * TierIo::kThreads;
   // Prefetched blocks not yet served, and prefetch reads under way, hold at most 1/this of the
   // host tier.
   static constexpr int32_t kPrefetchShare = 4;
 
-  TierKey key(const BlockHash& hash) const { return TierKey{ns_, hash}; }
-  // A pinned host slot for key: free, or the least recent one, whose block goes to disk first
+  // A pinned host slot of t for key: free, or the least recent one, whose block goes to disk first
   // when it is not there yet (the slot is taken once that write is done). When every slot is
   // pinned: waits for the I/O threads if wait and any job is outstanding, else nullopt.
   // With write_down false, a victim not on disk yet is not written: nullopt instead.
-  std::optional<BlockId> host_slot(const TierKey& key, std::span<const int32_t> tokens, bool wait,
-                                   bool write_down = true);
-  // Applies finished I/O jobs; with block, first waits for one (false: none outstanding).
-  bool apply_io(bool block);
-  void submit_read(BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
+  std::optional<BlockId> host_slot(Tier& t, const TierKey& key, std::span<const int32_t> tokens,
+                                   bool wait, bool write_down = true);
+  // Applies t's finished I/O jobs; with block, first waits for one (false: none outstanding).
+  bool apply_io(Tier& t, bool block);
+  void submit_read(Tier& t, BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
                    bool keep_pinned, std::shared_ptr<PrefetchTicket> ticket);
+  // The pool of t's group cached or evicted blocks (PoolListener, per group).
+  void cached(Tier& t, BlockId block, const BlockHash& hash, std::span<const int32_t> tokens);
+  void evicted(Tier& t, std::span<const EvictedBlock> blocks);
   // Write-through: the blocks cached since the last call, still cached as they were, down.
   void write_through();
+  void write_through(Tier& t);  // t's group's
+  // A committed host slot of t holding key (pinned), found in the host tier or read from disk
+  // now; nullopt when neither has it (or every slot is pinned). from_disk: it was read now or
+  // by a prefetch.
+  std::optional<BlockId> stage_now(Tier& t, const TierKey& key, std::span<const int32_t> tokens,
+                                   bool& from_disk);
 
   // Pool blocks on their way down into pinned host slots.
   struct DownBatch {
@@ -194,7 +238,7 @@ class KvTiers final : public PoolListener {
     std::vector<BlockId> slots;
   };
   // Copies the batch down, checksums and commits its slots, unpins them, and empties it.
-  void copy_down(DownBatch& batch);
+  void copy_down(Tier& t, DownBatch& batch);
   // A block of a promotion's stage, in a pinned host slot.
   struct Staged {
     BlockId slot;
@@ -213,6 +257,16 @@ class KvTiers final : public PoolListener {
     uint64_t ticket = BlockMover::kDoneTicket;  // the copies
     std::future<size_t> checked;    // how many of staged's host blocks, from the first, are good
   };
+  // The pool prefix a promotion goes on from: hit itself for one full-attention group, else
+  // group 0's whole cached chain (cached_chain).
+  PrefixHit resident_chain(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
+                           const PrefixHit& hit) const;
+  // Groups after the first: the copies a hit of chain's blocks needs that their pools lack come
+  // up from their tiers (at once: a few blocks, a window's worth at most), cut back as
+  // find_cached_prefix cuts a hit past a copy no tier has; then hit becomes the cut chain
+  // (hit_of). Counts in promoted the hit's blocks this made usable beyond group 0's promotion.
+  void promote_copies(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
+                      PrefixHit& hit, Promoted& promoted);
   // Stages the chain's next blocks past hit (as many as the host tier can pin; disk reads are
   // waited for) and starts their copy up and checks as promotion_; false when none could be.
   bool start_promotion(const void* owner, std::span<const int32_t> tokens,
@@ -225,24 +279,24 @@ class KvTiers final : public PoolListener {
                         PrefixHit* hit, Promoted& promoted);
   // Blocks per copy in copy_down: the checksums of one chunk run on the tiers' threads while the
   // next one copies.
-  size_t chunk_blocks() const;
+  size_t chunk_blocks(const Tier& t) const;
   static constexpr int64_t kPipelineChunkBytes = int64_t{32} << 20;
 
   struct Cached {
+    int32_t group = 0;
     BlockId block;
     uint32_t cache_gen = 0;
     BlockHash hash;
     std::vector<int32_t> tokens;
   };
 
-  uint64_t ns_;
   OffloadPolicy policy_;
   bool prefetch_;
   KvCacheManager& cache_;
-  BlockMover& mover_;
-  std::unique_ptr<HostTier> host_;
-  std::unique_ptr<DiskTier> disk_;
-  std::unique_ptr<TierIo> io_;  // with a disk tier
+  // By group, null where a group has none; group 0's always. Group 0's are what the promotion
+  // stages and the prefetch walk; later groups' serve promote_copies.
+  std::vector<std::unique_ptr<Tier>> tiers_;
+  bool one_full_group_;  // the hit is group 0's whole chain: promotions extend it in place
   BlockHasher hasher_;
   ThreadPool threads_;  // checksums of a batch of blocks copied down (up to 16 threads)
   ThreadPool check_threads_;  // checksums of a promotion's host blocks (as many)

@@ -53,6 +53,11 @@ uint64_t tier_namespace(std::string_view model_id, int32_t block_size,
   return XXH3_64bits(in.data(), in.size());
 }
 
+uint64_t group_namespace(uint64_t ns, int32_t group) {
+  if (group == 0) return ns;
+  return XXH3_64bits_withSeed(&group, sizeof(group), ns);
+}
+
 std::string checkpoint_identity(const std::string& model_dir, bool dummy_weights) {
   constexpr std::streamoff kEdge = std::streamoff{1} << 20;
   XXH3_state_t* state = XXH3_createState();

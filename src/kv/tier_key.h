@@ -41,6 +41,10 @@ inline constexpr uint32_t kTierFormatVersion = 2;
 uint64_t tier_namespace(std::string_view model_id, int32_t block_size,
                         std::span<const KvGroupSpec> groups, const KvStaticScales& scales);
 
+// The namespace of group g's blocks in a cache of namespace ns: ns itself for group 0, another
+// for each later group (whose blocks hold other layers or another precision of the same chain).
+uint64_t group_namespace(uint64_t ns, int32_t group);
+
 // The identity of a checkpoint directory for tier_namespace: XXH3-128 (32 hex digits) of
 // config.json's bytes and, for every *.safetensors file there (by name), its name, size and
 // first and last MiB -- the header with every tensor's shape and offset, and weights a fine-tune

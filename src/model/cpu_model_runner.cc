@@ -61,4 +61,9 @@ kv::BlockMover& CpuModelRunner::block_mover(int32_t pool) {
   return *movers_[static_cast<size_t>(pool)];
 }
 
+std::unique_ptr<kv::BlockMover> CpuModelRunner::new_block_mover(int32_t pool) {
+  STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
+  return std::make_unique<kv::HostBlockMover>(*pools_[static_cast<size_t>(pool)]);
+}
+
 }  // namespace strata::model

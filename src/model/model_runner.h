@@ -8,6 +8,7 @@
 // Not thread-safe: the engine calls it from its step thread only.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "core/status.h"
@@ -41,6 +42,10 @@ class ModelRunner {
   // Moves whole blocks between one pool and host memory (swap preemption's copies, on the swap
   // space's copy thread).
   virtual kv::BlockMover& block_mover(int32_t pool = 0) = 0;
+  // Another mover over the same pool, independent of block_mover's (on the GPU its own copy
+  // stream and host mappings): for a second user that copies from its own thread, the KV tiers
+  // beside swap preemption. Valid while the runner lives.
+  virtual std::unique_ptr<kv::BlockMover> new_block_mover(int32_t pool = 0) = 0;
 
   // Models whose layers live in different pools (kv::HybridKvLayers): layer l's pool and index
   // there. Empty when every layer lives in pool 0 (pool 1, if any, then holds INT4's newest

@@ -11,7 +11,8 @@
 // logprobs stay close to bf16's (within 10x int8's distance) whatever the chunking.
 // --kv-quant-check keeps the CPU engine's layers at bf16 (measured on the CPU model) and still
 // generates. A prefix the pool lost comes back from the host tier (KV tiers: pinned host memory,
-// the promotion's copy on the mover's stream) with the tokens it had when computed.
+// the promotion's copy on the mover's stream) with the tokens it had when computed, beside swap
+// preemption too, for bf16 and INT4 (whose newest-blocks group is tiered as well).
 // Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips without a GPU.
 
 #include "strata/engine.h"
@@ -179,6 +180,53 @@ TEST_F(CudaEngineTest, AHostTierServesALostPrefixWithTheTokensItWasComputedWith)
   EXPECT_GT(e.totals().kv_host_tier_hit_tokens, 0);
   EXPECT_EQ(e.totals().kv_tier_faults, 0);
   EXPECT_EQ(e.last_step().num_used_blocks, 0);
+}
+
+// Swap preemption and the KV tiers in one engine, bf16 and INT4 with R = 2 (whose newest-blocks
+// group has tiers of its own): each has its own movers (copy streams, host mappings), so a batch
+// that swaps and a prefix that comes back from the host tier run side by side. The prefix served
+// from the tiers gives the tokens the same prompt gets from a prefix the pool kept: the blocks
+// came back byte for byte.
+TEST_F(CudaEngineTest, SwapPreemptionAndTheHostTierServeSideBySide) {
+  for (DType dtype : {DType::kBF16, DType::kI4}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const auto config = [&](bool tiers) {
+      EngineConfig c = cuda_config(/*num_blocks=*/24, dtype);
+      c.kv_int4_residual = dtype == DType::kI4 ? 32 : 0;
+      c.max_num_seqs = 4;
+      c.preemption_mode = PreemptionMode::kSwap;
+      c.swap_space_bytes = int64_t{64} << 20;
+      if (tiers) c.kv_offload_bytes = int64_t{32} << 20;
+      return c;
+    };
+    const auto one = [](Engine& e, EngineRequest r) {
+      Result<RequestId> id = e.submit(std::move(r));
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+      return run_all(e).at(*id).at(0);
+    };
+    // The prompt again while the pool still holds its prefix.
+    Result<std::unique_ptr<Engine>> kept = Engine::create(config(/*tiers=*/false));
+    ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+    one(**kept, request(150, 11, 8));
+    const std::vector<int32_t> want = one(**kept, request(150, 11, 8));
+    ASSERT_GT((*kept)->totals().num_cached_prompt_tokens, 0);
+
+    Result<std::unique_ptr<Engine>> made = Engine::create(config(/*tiers=*/true));
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    Engine& e = **made;
+    one(e, request(150, 11, 8));
+    std::vector<RequestId> ids;
+    for (int32_t i = 0; i < 6; ++i) ids.push_back(*e.submit(request(60, 10 + i, 40)));
+    const Tokens got = run_all(e);  // swaps, and takes the first prompt's blocks
+    for (RequestId id : ids) EXPECT_EQ(got.at(id).at(0).size(), 40u);
+    EXPECT_GT(e.totals().num_swapped_out_blocks, 0);
+    EXPECT_GT(e.totals().kv_offloaded_blocks, 0);
+    EXPECT_EQ(one(e, request(150, 11, 8)), want);
+    EXPECT_GT(e.totals().kv_host_tier_hit_tokens, 0);
+    EXPECT_EQ(e.totals().kv_tier_faults, 0);
+    EXPECT_EQ(e.last_step().num_used_blocks, 0);
+    EXPECT_EQ(newest_blocks_group(e).num_used_blocks, 0);
+  }
 }
 
 TEST_F(CudaEngineTest, AMixedBatchFinishesAtItsLengthsAndGivesEveryBlockBack) {

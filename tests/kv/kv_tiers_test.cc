@@ -462,7 +462,8 @@ TEST_F(KvTiersTest, RefusesCachesItCannotServe) {
       .groups = {{KvGroupSpec::full(small_spec()), 9}, {KvGroupSpec::newest(1, small_spec()), 9}}});
   KvTierConfig c;
   c.host_bytes = 1 << 20;
-  EXPECT_EQ(KvTiers::create(c, two, *mover_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvTiers::create(c, two, *mover_).status().code(), StatusCode::kInvalidArgument)
+      << "a mover per group";
   c.host_bytes = 1;
   EXPECT_EQ(KvTiers::create(c, *cache_, *mover_).status().code(), StatusCode::kInvalidArgument);
   c.disk_path = dir_;

@@ -552,6 +552,15 @@ kv::BlockMover& CudaModel::block_mover(int32_t pool) {
   return pool == 0 ? *impl_->mover : *impl_->newest_mover;
 }
 
+std::unique_ptr<kv::BlockMover> CudaModel::new_block_mover(int32_t pool) {
+  STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
+  const Impl& m = *impl_;
+  return pool == 0 ? std::make_unique<CudaBlockMover>(m.pool.data(), m.info.num_blocks,
+                                                      m.layout.block_bytes())
+                   : std::make_unique<CudaBlockMover>(m.newest_pool.data(), m.info.num_newest_blocks,
+                                                      m.newest_layout->block_bytes());
+}
+
 bool CudaModel::device_available() {
   int num_devices = 0;
   return cudaGetDeviceCount(&num_devices) == cudaSuccess && num_devices > 0;

@@ -163,6 +163,7 @@ class CudaModel final : public ModelRunner {
   Status copy_blocks(int32_t pool, std::span<const kv::BlockCopy> copies) override;
   // Swap preemption's copies between a pool and host memory (cuda_block_mover.h).
   kv::BlockMover& block_mover(int32_t pool = 0) override;
+  std::unique_ptr<kv::BlockMover> new_block_mover(int32_t pool = 0) override;
   // As Model::forward, with the KV pools on the device. InvalidArgument / OutOfRange for an
   // inconsistent batch (checked on the host before anything runs).
   bool samples_on_device() const override { return true; }
