@@ -694,6 +694,7 @@ void KvTiers::promote_copies(std::span<const int32_t> tokens, const BlockExtraKe
       }
     }
     const auto unpin = [&](int32_t g) {
+      if (needs[static_cast<size_t>(g)].empty()) return;  // (a group without tiers needs none)
       Tier& t = *tiers_[static_cast<size_t>(g)];
       for (const Need& n : needs[static_cast<size_t>(g)]) {
         if (t.host->contains(n.key) && t.host->pinned(n.slot)) t.host->unpin(n.slot);

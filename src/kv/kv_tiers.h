@@ -41,7 +41,9 @@
 // the pools for its lifetime. Not thread-safe: the scheduler thread
 // calls everything; the I/O threads touch only pinned host slots and the (locked) disk index.
 // Cost: one BlockMover copy per batch of blocks moved, one checksum per block moved (on up to 16
-// threads; on the way up while the copy runs), one file per block written or read (on the I/O threads).
+// threads; on the way up while the copy runs), one file per block written or read (on the I/O
+// threads); with several groups or a window, two more walks of the prompt's cached chain (its
+// hashes) per promote_async call.
 
 #include <cstdint>
 #include <future>
