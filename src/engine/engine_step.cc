@@ -66,6 +66,8 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
       r.metrics.num_disk_tier_tokens = sc.num_disk_tier_tokens;
       totals_.num_prompt_tokens += s.num_prompt;
       totals_.num_cached_prompt_tokens += sc.num_cached_tokens;
+      totals_.kv_host_tier_hit_tokens += sc.num_host_tier_tokens;
+      totals_.kv_disk_tier_hit_tokens += sc.num_disk_tier_tokens;
     }
     const uint64_t* allowed = nullptr;
     bool on_device = runner_->samples_on_device() && device_samplable(r, s, sc.num_tokens);
@@ -295,8 +297,6 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
     const kv::KvTierStats& t = tiers_->stats();
     totals_.kv_offloaded_blocks = t.num_offloaded_blocks;
     totals_.kv_disk_written_blocks = t.num_disk_writes;
-    totals_.kv_host_tier_hit_tokens = t.num_host_hit_blocks * config_.block_size;
-    totals_.kv_disk_tier_hit_tokens = t.num_disk_hit_blocks * config_.block_size;
     totals_.kv_tier_faults = t.num_faults;
     totals_.kv_prefetched_blocks = t.num_prefetched_blocks;
     totals_.kv_dropped_blocks = t.num_dropped_blocks;

@@ -108,10 +108,13 @@ bool KvGroupManager::link_copy(BlockId block, BlockId primary, uint32_t primary_
                                const BlockExtraKeys& extra) {
   if (copy_of(primary, primary_gen).has_value()) return false;
   // Cached in this pool only to keep it once freed (LRU-evicted on reuse); found through the
-  // link, never by its hash. An identical copy cached already leaves this one unlinked.
+  // link. An identical copy cached already (group 0's block was computed or brought back again
+  // after its own eviction, while this pool kept the copy) is linked instead of this one.
   if (!pool_.is_cached(block) &&
       !pool_.cache_block(block, hash, nullptr, kNullBlock, tokens, extra)) {
-    return false;
+    const std::optional<BlockId> same = pool_.find_cached(hash, kNullBlock, tokens, extra);
+    if (!same) return false;
+    block = *same;
   }
   links_[primary.value] = CopyLink{block, pool_.cache_gen(block), primary_gen};
   return true;

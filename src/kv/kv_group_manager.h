@@ -93,7 +93,7 @@ class KvGroupManager {
                   uint32_t primary_gen, const BlockHash& hash, std::span<const int32_t> tokens,
                   const BlockExtraKeys& extra);
   // The same for an in-use block of this pool that holds primary's positions (the KV tiers bring
-  // one back): true when it is cached and linked now.
+  // one back), or a cached one: true when it, or an identical cached copy, is linked now.
   bool link_copy(BlockId block, BlockId primary, uint32_t primary_gen, const BlockHash& hash,
                  std::span<const int32_t> tokens, const BlockExtraKeys& extra);
   // The live copy of the first group's cached block `primary` (primary_gen: its cache generation

@@ -681,7 +681,16 @@ void KvTiers::promote_copies(std::span<const int32_t> tokens, const BlockExtraKe
     for (int32_t g = 1; g < cache_.num_groups(); ++g) {
       Tier* t = tiers_[static_cast<size_t>(g)].get();
       for (int32_t j = cache_.group_spec(g).first_needed_block(h * bs, bs); j < h; ++j) {
-        if (cache_.group_copy(g, chain.rows[0][static_cast<size_t>(j)])) continue;
+        const BlockId primary = chain.rows[0][static_cast<size_t>(j)];
+        if (cache_.group_copy(g, primary)) continue;
+        // A copy the group's pool still caches, linked to the block group 0 held before its
+        // own eviction (the chain's block came back from the tiers): linked again.
+        if (const std::optional<BlockId> kept = cache_.pool(g).find_cached(
+                chain.hashes[static_cast<size_t>(j)], kNullBlock, block_tokens(j), extra);
+            kept && cache_.cache_group_copy(g, *kept, primary, chain.hashes[static_cast<size_t>(j)],
+                                            block_tokens(j), extra)) {
+          continue;
+        }
         bool from_disk = false;
         const TierKey key = t == nullptr ? TierKey{} : t->key(chain.hashes[static_cast<size_t>(j)]);
         const std::optional<BlockId> slot =

@@ -134,6 +134,26 @@ TEST_F(KvTiersTwoGroupsTest, BothGroupsComeBackByteForByte) {
   cache_->check_invariants();
 }
 
+// Group 0's blocks evicted and brought back from its tier into other blocks, while group 1's pool
+// kept its copies: the copies are found by their hash and linked to the new blocks, with no copy
+// read from group 1's tier.
+TEST_F(KvTiersTwoGroupsTest, CopiesTheGroupsPoolKeptAreLinkedToBlocksThatCameBack) {
+  const std::vector<int32_t> p = prompt(10, 5);
+  compute(p);
+  BlockPool& pool = cache_->pool(0);
+  std::optional<std::vector<BlockId>> all = pool.allocate(pool.num_free_blocks());
+  ASSERT_TRUE(all.has_value());
+  pool.free(*all);
+  ASSERT_EQ(cache_->find_cached_prefix(p, {}).num_tokens, 0);
+  const int64_t offloaded = tiers_->stats().num_offloaded_blocks;
+  const PrefixHit hit = promote(p);
+  ASSERT_EQ(hit.num_tokens, 5 * kBs);
+  expect_bytes(p, hit);
+  EXPECT_EQ(tiers_->host(1)->num_blocks(), 0) << "nothing of group 1 went down or came up";
+  EXPECT_EQ(tiers_->stats().num_offloaded_blocks, offloaded);
+  cache_->check_invariants();
+}
+
 TEST_F(KvTiersTwoGroupsTest, ACorruptCopyCutsTheHitToWhereTheTierHasAGoodOne) {
   const std::vector<int32_t> p = prompt(10, 5);
   compute(p);

@@ -244,6 +244,33 @@ TEST_F(ResidualPoolTest, AnEvictedResidualCopyShortensTheHit) {
   }
 }
 
+// The prompt's blocks evicted from the main pool and computed again, while the residual pool kept
+// the copies: the identical cached copies are linked to the new blocks (the new table's own
+// copies stay uncached), so the prompt hits again in full.
+TEST_F(ResidualPoolTest, ACopyKeptWhileTheMainBlockWasComputedAgainIsLinkedToIt) {
+  KvCacheManager m = make(/*r=*/2, /*residual_num_blocks=*/12, /*num_blocks=*/6);
+  const std::vector<int32_t> prompt = tokens(13);
+  BlockTable a(kBs);
+  ASSERT_TRUE(m.allocate_slots(a, 13));
+  m.cache_full_blocks(a, prompt, 13, {});
+  m.free(a);
+  // Every main block taken (the prompt's evicted), the residual pool's free blocks only in part.
+  BlockTable other(kBs);
+  ASSERT_TRUE(m.allocate_slots(other, 5 * kBs - 1));
+  m.free(other);
+  ASSERT_EQ(m.find_cached_prefix(tokens(20), {}).num_tokens, 0);
+  ASSERT_EQ(m.pool(1).num_cached_blocks(), 3) << "the copies are still cached";
+  BlockTable again(kBs);
+  ASSERT_TRUE(m.allocate_slots(again, 13));
+  m.cache_full_blocks(again, prompt, 13, {});
+  m.free(again);
+  check(m, {});
+  const PrefixHit hit = m.find_cached_prefix(tokens(20), {});
+  EXPECT_EQ(hit.num_tokens, 12);
+  ASSERT_EQ(held(hit.blocks(1)).size(), 1u);
+  EXPECT_EQ(m.pool(1).num_cached_blocks(), 3) << "no second copy cached";
+}
+
 TEST_F(ResidualPoolTest, WithoutAResidualPoolNothingChanges) {
   KvCacheManager m(KvCacheConfig{.block_size = kBs, .groups = {{KvGroupSpec{}, 9}}});
   EXPECT_EQ(m.num_groups(), 1);
