@@ -13,12 +13,14 @@ packages=(
   build-essential cmake ninja-build git pkg-config
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libssl-dev libcpp-httplib-dev
   libxxhash-dev  # the KV tiers' checksums
+  libhiredis-dev  # the KV tiers' Redis client (the remote tier)
   libboost-dev  # Boost.Beast and Boost.Asio (header-only): the HTTP server
 )
 if ((!demo)); then
   packages+=(
     python3 curl clang clang-tidy clang-format libclang-rt-dev lld
     libgtest-dev libgmock-dev libbenchmark-dev
+    redis-server redis-tools  # the remote KV tier's tests start a real server (and cluster)
     # strata-tiny's training text (tools/tiny/make_tiny_corpus.py): the King James Bible and fortunes
     bible-kjv fortunes fortunes-min
   )

@@ -1,0 +1,189 @@
+#include "kv/redis_client.h"
+
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <charconv>
+#include <utility>
+
+namespace strata::kv {
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+struct ReplyFree {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyFree>;
+
+bool parse_int(std::string_view s, int& out) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+std::string reply_text(const redisReply& r) {
+  switch (r.type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+    case REDIS_REPLY_ERROR:
+      return std::string(r.str, r.len);
+    case REDIS_REPLY_INTEGER:
+      return std::to_string(r.integer);
+    case REDIS_REPLY_NIL:
+      return "(nil)";
+    case REDIS_REPLY_ARRAY: {
+      std::string out;
+      for (size_t i = 0; i < r.elements; ++i) {
+        if (i > 0) out += '\n';
+        out += reply_text(*r.element[i]);
+      }
+      return out;
+    }
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+Result<RedisEndpoint> parse_redis_url(std::string_view url) {
+  constexpr std::string_view kScheme = "redis://";
+  if (!url.starts_with(kScheme)) {
+    return Status::InvalidArgument("a Redis URL starts with redis:// (got '" + std::string(url) +
+                                   "')");
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  RedisEndpoint ep;
+  if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    if (!db.empty() && (!parse_int(db, ep.db) || ep.db < 0)) {
+      return Status::InvalidArgument("the database in '" + std::string(url) +
+                                     "' is not a number >= 0");
+    }
+    rest = rest.substr(0, slash);
+  }
+  if (const size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
+    if (!parse_int(rest.substr(colon + 1), ep.port) || ep.port < 1 || ep.port > 65535) {
+      return Status::InvalidArgument("the port in '" + std::string(url) +
+                                     "' is not a number in [1, 65535]");
+    }
+    rest = rest.substr(0, colon);
+  }
+  if (rest.empty()) return Status::InvalidArgument("no host in '" + std::string(url) + "'");
+  ep.host = std::string(rest);
+  return ep;
+}
+
+void RedisClient::ContextFree::operator()(redisContext* c) const { redisFree(c); }
+
+RedisClient::RedisClient(RedisEndpoint endpoint, RedisClientOptions options)
+    : endpoint_(std::move(endpoint)), options_(options), backoff_(options.backoff) {}
+
+RedisClient::~RedisClient() = default;
+
+Status RedisClient::fail(const std::string& what) {
+  ctx_.reset();
+  ++num_failures_;
+  retry_at_ = std::chrono::steady_clock::now() + backoff_;
+  backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+  return Status::Unavailable("redis " + endpoint_.host + ":" + std::to_string(endpoint_.port) +
+                             ": " + what);
+}
+
+Status RedisClient::ensure_connected() {
+  if (ctx_) return Status::Ok();
+  if (std::chrono::steady_clock::now() < retry_at_) {
+    ++num_skipped_;
+    return Status::Unavailable("redis " + endpoint_.host + ":" + std::to_string(endpoint_.port) +
+                               ": not answering (retried later)");
+  }
+  const timeval tv = to_timeval(options_.timeout);
+  ctx_.reset(redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, tv));
+  if (!ctx_) return fail("cannot allocate a connection");
+  if (ctx_->err != 0) return fail(ctx_->errstr);
+  if (redisSetTimeout(ctx_.get(), tv) != REDIS_OK) return fail("cannot set the timeout");
+  if (endpoint_.db != 0) {
+    const std::string db = std::to_string(endpoint_.db);
+    const std::string_view args[] = {"SELECT", db};
+    void* raw = nullptr;
+    STRATA_RETURN_IF_ERROR(round_trip(args, &raw));
+    const Reply reply(static_cast<redisReply*>(raw));
+    if (reply->type == REDIS_REPLY_ERROR) return fail("SELECT " + db + ": " + reply_text(*reply));
+  }
+  backoff_ = options_.backoff;
+  return Status::Ok();
+}
+
+Status RedisClient::round_trip(std::span<const std::string_view> args, void** reply) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  argv.reserve(args.size());
+  lens.reserve(args.size());
+  for (const std::string_view a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  *reply = redisCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(), lens.data());
+  if (*reply == nullptr) return fail(ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply");
+  return Status::Ok();
+}
+
+Result<std::vector<std::optional<std::string>>> RedisClient::mget(
+    std::span<const std::string> keys) {
+  std::vector<std::optional<std::string>> out;
+  if (keys.empty()) return out;
+  STRATA_RETURN_IF_ERROR(ensure_connected());
+  std::vector<std::string_view> args;
+  args.reserve(keys.size() + 1);
+  args.emplace_back("MGET");
+  for (const std::string& k : keys) args.emplace_back(k);
+  void* raw = nullptr;
+  STRATA_RETURN_IF_ERROR(round_trip(args, &raw));
+  const Reply reply(static_cast<redisReply*>(raw));
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != keys.size()) {
+    return Status::Internal("redis MGET: " + reply_text(*reply));
+  }
+  out.reserve(keys.size());
+  for (size_t i = 0; i < reply->elements; ++i) {
+    const redisReply& e = *reply->element[i];
+    if (e.type == REDIS_REPLY_STRING) {
+      out.emplace_back(std::string(e.str, e.len));
+    } else {
+      out.emplace_back(std::nullopt);
+    }
+  }
+  return out;
+}
+
+Result<bool> RedisClient::set_nx(std::string_view key, std::string_view value,
+                                 int64_t ttl_seconds) {
+  STRATA_RETURN_IF_ERROR(ensure_connected());
+  const std::string ttl = std::to_string(ttl_seconds);
+  std::vector<std::string_view> args = {"SET", key, value, "NX"};
+  if (ttl_seconds > 0) {
+    args.emplace_back("EX");
+    args.emplace_back(ttl);
+  }
+  void* raw = nullptr;
+  STRATA_RETURN_IF_ERROR(round_trip(args, &raw));
+  const Reply reply(static_cast<redisReply*>(raw));
+  if (reply->type == REDIS_REPLY_ERROR) return Status::Internal("redis SET: " + reply_text(*reply));
+  return reply->type == REDIS_REPLY_STATUS;  // OK; nil when the key was there
+}
+
+Result<std::string> RedisClient::command(std::span<const std::string_view> args) {
+  STRATA_RETURN_IF_ERROR(ensure_connected());
+  void* raw = nullptr;
+  STRATA_RETURN_IF_ERROR(round_trip(args, &raw));
+  const Reply reply(static_cast<redisReply*>(raw));
+  if (reply->type == REDIS_REPLY_ERROR) return Status::Internal("redis: " + reply_text(*reply));
+  return reply_text(*reply);
+}
+
+}  // namespace strata::kv

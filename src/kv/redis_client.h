@@ -1,0 +1,91 @@
+#pragma once
+// RedisClient: one connection to a Redis server for the remote KV tier (remote_tier.h), over
+// hiredis (libhiredis-dev) -- the few commands the tier uses, binary-safe, each bounded by a
+// timeout, with a circuit breaker:
+//
+//   mget(keys)           one round trip (MGET): each key's value, or nullopt where absent
+//   set_nx(key, v, ttl)  SET key v NX [EX ttl]: true when written, false when the key was there
+//   command(args)        any other command (tests, administration): the reply as text
+//
+// A call connects first when there is no connection. A connection or protocol error (a server
+// down, killed, restarted or slower than the timeout) drops the connection and opens the
+// breaker: for the next `backoff` no call touches the network (Unavailable at once), then one
+// call tries to connect again; the backoff doubles on each failure up to max_backoff and resets
+// on success. So a dead server costs a step nothing but a clock read, and a restarted one is
+// found again.
+//
+// Not thread-safe: one thread uses a client (the tier keeps one per thread that talks to Redis).
+// Cost: one round trip per call, at most `timeout` of waiting.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+struct redisContext;
+
+namespace strata::kv {
+
+struct RedisEndpoint {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  int db = 0;
+};
+
+// redis://HOST[:PORT][/DB] (PORT 6379 and DB 0 when left out). InvalidArgument naming what is
+// wrong otherwise.
+Result<RedisEndpoint> parse_redis_url(std::string_view url);
+
+struct RedisClientOptions {
+  std::chrono::milliseconds timeout{200};      // connect, and each reply
+  std::chrono::milliseconds backoff{250};      // the breaker's first wait after a failure
+  std::chrono::milliseconds max_backoff{8000};
+};
+
+class RedisClient {
+ public:
+  explicit RedisClient(RedisEndpoint endpoint, RedisClientOptions options = {});
+  ~RedisClient();
+  RedisClient(const RedisClient&) = delete;
+  RedisClient& operator=(const RedisClient&) = delete;
+
+  // Unavailable while the breaker is open or when the server cannot be reached or answers too
+  // late; Internal for an error reply.
+  Result<std::vector<std::optional<std::string>>> mget(std::span<const std::string> keys);
+  Result<bool> set_nx(std::string_view key, std::string_view value, int64_t ttl_seconds = 0);
+  // The reply as text: a status or string as it is, an integer in decimal, nil as "(nil)", an
+  // array's elements joined by newlines.
+  Result<std::string> command(std::span<const std::string_view> args);
+
+  bool connected() const { return ctx_ != nullptr; }
+  const RedisEndpoint& endpoint() const { return endpoint_; }
+  int64_t num_failures() const { return num_failures_; }     // calls the network failed
+  int64_t num_short_circuited() const { return num_skipped_; }  // calls the breaker refused
+
+ private:
+  struct ContextFree {
+    void operator()(redisContext* c) const;
+  };
+  // Connects (and SELECTs the db) unless connected; Unavailable while the breaker is open.
+  Status ensure_connected();
+  // Sends args and reads one reply into *reply (a redisReply*, the caller frees it).
+  Status round_trip(std::span<const std::string_view> args, void** reply);
+  // Drops the connection and opens the breaker.
+  Status fail(const std::string& what);
+
+  RedisEndpoint endpoint_;
+  RedisClientOptions options_;
+  std::unique_ptr<redisContext, ContextFree> ctx_;
+  std::chrono::steady_clock::time_point retry_at_{};
+  std::chrono::milliseconds backoff_;
+  int64_t num_failures_ = 0;
+  int64_t num_skipped_ = 0;
+};
+
+}  // namespace strata::kv

@@ -1,0 +1,196 @@
+#include "kv/remote_tier.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "kv/disk_tier.h"
+#include "kv/tier_key.h"
+
+namespace strata::kv {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'K', 'R'};
+
+template <typename T>
+void put_raw(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+template <typename T>
+T get_raw(std::string_view in, size_t offset) {
+  T v;
+  std::memcpy(&v, in.data() + offset, sizeof(v));
+  return v;
+}
+
+std::string hex16(uint64_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = kDigits[v & 0xf];
+  return s;
+}
+
+}  // namespace
+
+RemoteTier::RemoteTier(const RedisEndpoint& endpoint, uint64_t ns, int32_t block_size,
+                       int64_t block_bytes, RemoteTierOptions options)
+    : ns_(ns),
+      block_size_(block_size),
+      block_bytes_(block_bytes),
+      options_(options),
+      reader_(endpoint, options.client),
+      writer_client_(endpoint, options.client),
+      writer_([this] { run_writer(); }) {}
+
+RemoteTier::~RemoteTier() {
+  {
+    const std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  writer_.join();
+}
+
+size_t RemoteTier::value_bytes() const {
+  return kHeaderBytes + static_cast<size_t>(block_size_) * sizeof(int32_t) +
+         static_cast<size_t>(block_bytes_);
+}
+
+std::string RemoteTier::key(const BlockHash& hash) const {
+  return "strata:kv:" + hex16(ns_) + ":" + hash_hex(hash);
+}
+
+std::string RemoteTier::encode(const BlockHash& hash, std::span<const int32_t> tokens,
+                               std::span<const std::byte> bytes, uint64_t checksum) const {
+  std::string v;
+  v.reserve(value_bytes());
+  v.append(kMagic, sizeof(kMagic));
+  put_raw(v, kFormatVersion);
+  put_raw(v, static_cast<uint32_t>(block_size_));
+  put_raw(v, ns_);
+  put_raw(v, static_cast<uint64_t>(block_bytes_));
+  put_raw(v, checksum);
+  v.append(reinterpret_cast<const char*>(hash.bytes.data()), hash.bytes.size());
+  v.append(reinterpret_cast<const char*>(tokens.data()), tokens.size_bytes());
+  v.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  return v;
+}
+
+Status RemoteTier::decode(std::string_view value, const BlockHash& hash,
+                          std::span<const int32_t> tokens, std::span<std::byte> out,
+                          uint64_t* checksum) const {
+  if (value.size() != value_bytes()) return Status::Internal("remote block: wrong length");
+  if (std::memcmp(value.data(), kMagic, sizeof(kMagic)) != 0 ||
+      get_raw<uint32_t>(value, 8) != kFormatVersion ||
+      get_raw<uint32_t>(value, 12) != static_cast<uint32_t>(block_size_) ||
+      get_raw<uint64_t>(value, 16) != ns_ ||
+      get_raw<uint64_t>(value, 24) != static_cast<uint64_t>(block_bytes_)) {
+    return Status::Internal("remote block: another format, namespace or shape");
+  }
+  const auto sum = get_raw<uint64_t>(value, 32);
+  if (std::memcmp(value.data() + 40, hash.bytes.data(), hash.bytes.size()) != 0) {
+    return Status::Internal("remote block: another chain hash");
+  }
+  const size_t token_bytes = static_cast<size_t>(block_size_) * sizeof(int32_t);
+  if (tokens.size_bytes() != token_bytes ||
+      std::memcmp(value.data() + kHeaderBytes, tokens.data(), token_bytes) != 0) {
+    return Status::Internal("remote block: other token ids");
+  }
+  const std::string_view bytes = value.substr(kHeaderBytes + token_bytes);
+  if (tier_checksum(std::as_bytes(std::span(bytes.data(), bytes.size()))) != sum) {
+    return Status::Internal("remote block: checksum mismatch");
+  }
+  std::memcpy(out.data(), bytes.data(), std::min(out.size(), bytes.size()));
+  if (checksum != nullptr) *checksum = sum;
+  return Status::Ok();
+}
+
+void RemoteTier::get(std::span<Get> blocks) {
+  if (blocks.empty()) return;
+  std::vector<std::string> keys;
+  keys.reserve(blocks.size());
+  for (const Get& g : blocks) keys.push_back(key(g.hash));
+  Result<std::vector<std::optional<std::string>>> values = reader_.mget(keys);
+  const std::lock_guard lock(mu_);
+  stats_.num_get_blocks += static_cast<int64_t>(blocks.size());
+  if (!values.ok()) {
+    ++stats_.num_get_errors;
+    for (Get& g : blocks) g.status = values.status();
+    return;
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    Get& g = blocks[i];
+    const std::optional<std::string>& v = (*values)[i];
+    if (!v) {
+      g.status = Status::NotFound("not in the remote tier");
+      continue;
+    }
+    stats_.bytes_read += static_cast<int64_t>(v->size());
+    const Status s = decode(*v, g.hash, g.tokens, g.out, &g.checksum);
+    if (!s.ok()) {
+      ++stats_.num_bad;
+      g.status = Status::NotFound(s.message());
+      continue;
+    }
+    ++stats_.num_hits;
+    g.status = Status::Ok();
+  }
+}
+
+bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
+                     std::span<const std::byte> bytes, uint64_t checksum) {
+  std::string value = encode(hash, tokens, bytes, checksum);
+  {
+    const std::lock_guard lock(mu_);
+    const auto n = static_cast<int64_t>(value.size());
+    // A server that did not answer the last write is asked again by one write at a time.
+    const bool waiting_server = writer_unavailable_ && (writing_ || !queue_.empty());
+    if (stopping_ || waiting_server || queued_bytes_ + n > options_.max_queued_bytes) {
+      ++stats_.num_dropped;
+      return false;
+    }
+    queued_bytes_ += n;
+    queue_.push_back(Write{key(hash), std::move(value)});
+  }
+  work_cv_.notify_one();
+  return true;
+}
+
+void RemoteTier::flush() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
+}
+
+RemoteTierStats RemoteTier::stats() const {
+  const std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void RemoteTier::run_writer() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    Write w = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    lock.unlock();
+    const Result<bool> written = writer_client_.set_nx(w.key, w.value, options_.ttl_seconds);
+    lock.lock();
+    writing_ = false;
+    queued_bytes_ -= static_cast<int64_t>(w.value.size());
+    writer_unavailable_ = !written.ok() && written.status().code() == StatusCode::kUnavailable;
+    if (!written.ok()) {
+      ++stats_.num_put_errors;
+    } else if (*written) {
+      ++stats_.num_writes;
+      stats_.bytes_written += static_cast<int64_t>(w.value.size());
+    } else {
+      ++stats_.num_present;
+    }
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+}  // namespace strata::kv

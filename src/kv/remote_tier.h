@@ -1,0 +1,129 @@
+#pragma once
+// RemoteTier: KV blocks in a Redis server that several instances share (docs/kv.md, "The remote
+// tier"). A block is stored under its TierKey -- the namespace (model, KV dtype, block size,
+// group spec, layout version: tier_namespace) and the chain hash, which holds the whole prefix
+// and the tenant salt -- as
+//
+//   key    strata:kv:<namespace, 16 hex digits>:<chain hash, 64 hex digits>
+//   value  header (72 bytes: "STRATAKR", format version u32, block_size u32, namespace u64,
+//          block_bytes u64, checksum u64 (XXH3 of the bytes), hash [32]), the block's token ids
+//          (block_size x int32), the bytes (block_bytes, the pool layout's block)
+//
+// and every read checks all of it -- length, header, namespace, hash, token ids, checksum --
+// before the bytes are used: anything else (a truncated or overwritten value, another block's
+// value under the key) is a miss, counted as bad, never a wrong block.
+//
+//   get(blocks)   one round trip (MGET) for the whole list, on the caller's connection
+//   put(block)    queued for the writer thread, which writes with SET NX (a block already there
+//                 is never written again) and the TTL; when the queued bytes would pass their
+//                 bound, or the writer's connection is in its breaker's wait, the put is dropped
+//                 and counted instead of blocking the caller
+//
+// Capacity and eviction are the server's (maxmemory with allkeys-lru), plus the optional TTL.
+// Every call is bounded by the client's timeout; a dead server is asked again only after its
+// breaker's backoff (redis_client.h).
+//
+// Owns two connections (get's caller, the writer) and the writer thread. get() from one thread
+// at a time; put(), flush() and stats() from any. Cost: get copies each value once; put encodes
+// (copies) the block once on the caller's thread.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "core/status.h"
+#include "kv/block_hash.h"
+#include "kv/redis_client.h"
+
+namespace strata::kv {
+
+struct RemoteTierOptions {
+  RedisClientOptions client;
+  int64_t ttl_seconds = 0;                         // 0: keys live until Redis evicts them
+  int64_t max_queued_bytes = int64_t{256} << 20;  // writes waiting for the writer thread
+};
+
+struct RemoteTierStats {
+  int64_t num_get_blocks = 0;  // blocks asked for
+  int64_t num_hits = 0;        // found and verified
+  int64_t num_bad = 0;         // found but failing a check (treated as misses)
+  int64_t num_get_errors = 0;  // get calls that failed (no answer in time, breaker open)
+  int64_t num_writes = 0;      // blocks written
+  int64_t num_present = 0;     // puts that found the block there already (SET NX)
+  int64_t num_dropped = 0;     // puts dropped: queue full, or the server not answering
+  int64_t num_put_errors = 0;  // writes the server refused or did not answer
+  int64_t bytes_read = 0;      // values received
+  int64_t bytes_written = 0;   // values sent
+};
+
+class RemoteTier {
+ public:
+  RemoteTier(const RedisEndpoint& endpoint, uint64_t ns, int32_t block_size, int64_t block_bytes,
+             RemoteTierOptions options = {});
+  ~RemoteTier();  // the writer finishes what is queued (each write bounded by the timeout)
+  RemoteTier(const RemoteTier&) = delete;
+  RemoteTier& operator=(const RemoteTier&) = delete;
+
+  static constexpr uint32_t kFormatVersion = 1;
+  static constexpr size_t kHeaderBytes = 72;
+  size_t value_bytes() const;
+
+  std::string key(const BlockHash& hash) const;
+  std::string encode(const BlockHash& hash, std::span<const int32_t> tokens,
+                     std::span<const std::byte> bytes, uint64_t checksum) const;
+  // Checks value as a stored copy of (hash, tokens) in this namespace and copies its bytes into
+  // out (block_bytes), its checksum into *checksum. Internal, naming the check, otherwise.
+  Status decode(std::string_view value, const BlockHash& hash, std::span<const int32_t> tokens,
+                std::span<std::byte> out, uint64_t* checksum) const;
+
+  // One block asked of get(): filled in with status Ok (out and checksum set), NotFound (absent
+  // or bad), or Unavailable (the server did not answer; the caller recomputes).
+  struct Get {
+    BlockHash hash;
+    std::span<const int32_t> tokens;
+    std::span<std::byte> out;
+    uint64_t checksum = 0;
+    Status status;
+  };
+  void get(std::span<Get> blocks);
+
+  // Queues (hash, tokens, bytes) for writing; false when dropped.
+  bool put(const BlockHash& hash, std::span<const int32_t> tokens, std::span<const std::byte> bytes,
+           uint64_t checksum);
+  // Waits until every queued write is done (or failed).
+  void flush();
+
+  RemoteTierStats stats() const;
+  const RedisEndpoint& endpoint() const { return reader_.endpoint(); }
+
+ private:
+  void run_writer();
+
+  uint64_t ns_;
+  int32_t block_size_;
+  int64_t block_bytes_;
+  RemoteTierOptions options_;
+  RedisClient reader_;
+  RedisClient writer_client_;
+
+  mutable std::mutex mu_;  // guards what follows
+  std::condition_variable work_cv_, idle_cv_;
+  struct Write {
+    std::string key;
+    std::string value;
+  };
+  std::deque<Write> queue_;
+  int64_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool writer_unavailable_ = false;  // the last write found the server not answering
+  bool stopping_ = false;
+  RemoteTierStats stats_;
+  std::thread writer_;
+};
+
+}  // namespace strata::kv

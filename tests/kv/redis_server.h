@@ -1,0 +1,85 @@
+#pragma once
+// A real redis-server for tests (Debian's redis-server, installed by scripts/install_deps.sh): a
+// child process on a free loopback port, no persistence, DEBUG enabled (to make it slow on
+// purpose), stopped and started again on the same port at will. start() waits until it answers
+// PING.
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kv/redis_client.h"
+
+extern char** environ;
+
+namespace strata::kv::test_util {
+
+// A port nothing listens on now (the kernel's pick for an ephemeral bind).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+class RedisServer {
+ public:
+  RedisServer() : port_(free_port()) {}
+  ~RedisServer() { stop(); }
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const { return port_; }
+  RedisEndpoint endpoint() const { return RedisEndpoint{"127.0.0.1", port_, 0}; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+  // False when redis-server is missing or does not answer within 5 s.
+  bool start() {
+    const std::string port = std::to_string(port_);
+    std::vector<std::string> args = {"redis-server", "--port", port, "--bind", "127.0.0.1",
+                                     "--save", "", "--appendonly", "no", "--daemonize", "no",
+                                     "--enable-debug-command", "yes", "--loglevel", "warning",
+                                     "--dir", "/tmp"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawnp(&pid_, "redis-server", nullptr, nullptr, argv.data(), environ) != 0) {
+      pid_ = -1;
+      return false;
+    }
+    RedisClient probe(endpoint(), RedisClientOptions{.timeout = std::chrono::milliseconds(200),
+                                                     .backoff = std::chrono::milliseconds(1),
+                                                     .max_backoff = std::chrono::milliseconds(1)});
+    const std::string_view ping[] = {"PING"};
+    for (int i = 0; i < 250; ++i) {
+      if (probe.command(ping).ok()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  int port_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace strata::kv::test_util

@@ -1,0 +1,241 @@
+// The remote KV tier against a real redis-server started by the test (docs/kv.md, "The remote
+// tier"): blocks written and read back byte for byte in one MGET, written once (SET NX), with the
+// TTL; a value cut short, with a flipped byte, another block's value or another namespace's
+// under the key is a miss counted as bad; a server down at the start, killed or too slow answers
+// Unavailable within the timeout, the breaker then keeps calls off the network, and a restarted
+// server is found again; a full write queue drops instead of blocking. Redis URLs.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kv/block_hash.h"
+#include "kv/redis_client.h"
+#include "kv/remote_tier.h"
+#include "kv/tier_key.h"
+#include "tests/kv/redis_server.h"
+
+namespace strata::kv {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int32_t kBs = 4;
+constexpr int64_t kBlockBytes = 256;
+
+struct Block {
+  BlockHash hash;
+  std::vector<int32_t> tokens;
+  std::vector<std::byte> bytes;
+  uint64_t checksum = 0;
+};
+
+Block block(int32_t seed) {
+  Block b;
+  b.tokens.resize(kBs);
+  std::iota(b.tokens.begin(), b.tokens.end(), seed * kBs);
+  b.hash = BlockHasher().hash(nullptr, b.tokens, {});
+  b.bytes.resize(kBlockBytes);
+  for (size_t i = 0; i < b.bytes.size(); ++i) {
+    b.bytes[i] = static_cast<std::byte>((i * 31 + static_cast<size_t>(seed) * 7) & 0xff);
+  }
+  b.checksum = tier_checksum(b.bytes);
+  return b;
+}
+
+RedisClientOptions fast() {
+  return RedisClientOptions{.timeout = 150ms, .backoff = 100ms, .max_backoff = 400ms};
+}
+
+class RemoteTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!server_.start()) GTEST_SKIP() << "redis-server did not start (scripts/install_deps.sh)";
+  }
+
+  std::unique_ptr<RemoteTier> tier(uint64_t ns = 11, RemoteTierOptions o = {}) {
+    o.client = fast();
+    return std::make_unique<RemoteTier>(server_.endpoint(), ns, kBs, kBlockBytes, o);
+  }
+  // Reads blocks through t; each Get's status and, for hits, its bytes.
+  static std::vector<RemoteTier::Get> read(RemoteTier& t, const std::vector<Block>& blocks,
+                                           std::vector<std::vector<std::byte>>& out) {
+    out.assign(blocks.size(), std::vector<std::byte>(kBlockBytes));
+    std::vector<RemoteTier::Get> gets;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      gets.push_back(RemoteTier::Get{blocks[i].hash, blocks[i].tokens, out[i], 0, {}});
+    }
+    t.get(gets);
+    return gets;
+  }
+  std::string raw(const std::string& key) {
+    RedisClient c(server_.endpoint());
+    const std::string_view args[] = {"GET", key};
+    return *c.command(args);
+  }
+  void set_raw(const std::string& key, const std::string& value) {
+    RedisClient c(server_.endpoint());
+    const std::string_view args[] = {"SET", key, value};
+    ASSERT_TRUE(c.command(args).ok());
+  }
+
+  test_util::RedisServer server_;
+};
+
+TEST_F(RemoteTierTest, BlocksComeBackByteForByteInOneReadAndAbsentOnesAreMisses) {
+  auto t = tier();
+  const std::vector<Block> blocks = {block(1), block(2), block(3)};
+  EXPECT_TRUE(t->put(blocks[0].hash, blocks[0].tokens, blocks[0].bytes, blocks[0].checksum));
+  EXPECT_TRUE(t->put(blocks[2].hash, blocks[2].tokens, blocks[2].bytes, blocks[2].checksum));
+  t->flush();
+  std::vector<std::vector<std::byte>> out;
+  const std::vector<RemoteTier::Get> got = read(*t, blocks, out);
+  ASSERT_TRUE(got[0].status.ok()) << got[0].status.to_string();
+  EXPECT_EQ(out[0], blocks[0].bytes);
+  EXPECT_EQ(got[0].checksum, blocks[0].checksum);
+  EXPECT_EQ(got[1].status.code(), StatusCode::kNotFound);
+  ASSERT_TRUE(got[2].status.ok());
+  EXPECT_EQ(out[2], blocks[2].bytes);
+  const RemoteTierStats s = t->stats();
+  EXPECT_EQ(s.num_writes, 2);
+  EXPECT_EQ(s.num_get_blocks, 3);
+  EXPECT_EQ(s.num_hits, 2);
+  EXPECT_EQ(s.bytes_written, 2 * static_cast<int64_t>(t->value_bytes()));
+}
+
+TEST_F(RemoteTierTest, ABlockIsWrittenOnceAndTheTtlIsSet) {
+  RemoteTierOptions o;
+  o.ttl_seconds = 100;
+  auto t = tier(11, o);
+  const Block b = block(5);
+  t->put(b.hash, b.tokens, b.bytes, b.checksum);
+  t->put(b.hash, b.tokens, b.bytes, b.checksum);
+  t->flush();
+  EXPECT_EQ(t->stats().num_writes, 1);
+  EXPECT_EQ(t->stats().num_present, 1) << "SET NX found it there";
+  RedisClient c(server_.endpoint());
+  const std::string key = t->key(b.hash);
+  const std::string_view ttl[] = {"TTL", key};
+  const int ttl_left = std::stoi(*c.command(ttl));
+  EXPECT_GT(ttl_left, 0);
+  EXPECT_LE(ttl_left, 100);
+}
+
+TEST_F(RemoteTierTest, AValueThatFailsACheckIsAMissCountedAsBad) {
+  auto t = tier();
+  const Block a = block(1), b = block(2);
+  t->put(a.hash, a.tokens, a.bytes, a.checksum);
+  t->put(b.hash, b.tokens, b.bytes, b.checksum);
+  t->flush();
+  const std::string good = raw(t->key(a.hash));
+  std::string flipped = good;
+  flipped[flipped.size() - 3] ^= 0x5a;
+  const std::string other_block = raw(t->key(b.hash));
+  auto foreign = tier(/*ns=*/12);
+  const std::string other_ns = foreign->encode(a.hash, a.tokens, a.bytes, a.checksum);
+  std::vector<int32_t> other_tokens = a.tokens;
+  other_tokens[0] += 1;
+  const std::string wrong_tokens = t->encode(a.hash, other_tokens, a.bytes, a.checksum);
+  int64_t bad = 0;
+  for (const std::string& value :
+       {good.substr(0, good.size() - 1), flipped, other_block, other_ns, wrong_tokens}) {
+    set_raw(t->key(a.hash), value);
+    std::vector<std::vector<std::byte>> out;
+    const std::vector<RemoteTier::Get> got = read(*t, {a}, out);
+    EXPECT_EQ(got[0].status.code(), StatusCode::kNotFound) << got[0].status.to_string();
+    EXPECT_EQ(t->stats().num_bad, ++bad);
+  }
+  set_raw(t->key(a.hash), good);
+  std::vector<std::vector<std::byte>> out;
+  EXPECT_TRUE(read(*t, {a}, out)[0].status.ok()) << "the good value still reads";
+}
+
+TEST_F(RemoteTierTest, ADeadServerFailsFastAndARestartedOneIsFoundAgain) {
+  auto t = tier();
+  const Block a = block(1);
+  server_.stop();
+  std::vector<std::vector<std::byte>> out;
+  EXPECT_EQ(read(*t, {a}, out)[0].status.code(), StatusCode::kUnavailable);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(read(*t, {a}, out)[0].status.code(), StatusCode::kUnavailable);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s)
+      << "the breaker keeps calls off the network";
+  t->put(a.hash, a.tokens, a.bytes, a.checksum);
+  t->flush();
+  EXPECT_EQ(t->stats().num_writes, 0);
+  ASSERT_TRUE(server_.start());
+  std::this_thread::sleep_for(500ms);  // past the longest backoff
+  EXPECT_EQ(read(*t, {a}, out)[0].status.code(), StatusCode::kNotFound) << "answering again";
+  t->put(a.hash, a.tokens, a.bytes, a.checksum);
+  t->flush();
+  if (t->stats().num_writes == 0) {  // the writer's breaker may still have been waiting
+    std::this_thread::sleep_for(500ms);
+    t->put(a.hash, a.tokens, a.bytes, a.checksum);
+    t->flush();
+  }
+  EXPECT_EQ(t->stats().num_writes, 1);
+  EXPECT_TRUE(read(*t, {a}, out)[0].status.ok());
+}
+
+TEST_F(RemoteTierTest, AServerKilledMidRunIsUnavailableNotWrong) {
+  auto t = tier();
+  const Block a = block(1);
+  t->put(a.hash, a.tokens, a.bytes, a.checksum);
+  t->flush();
+  std::vector<std::vector<std::byte>> out;
+  ASSERT_TRUE(read(*t, {a}, out)[0].status.ok());
+  server_.stop();
+  EXPECT_EQ(read(*t, {a}, out)[0].status.code(), StatusCode::kUnavailable);
+  EXPECT_GE(t->stats().num_get_errors, 1);
+}
+
+TEST_F(RemoteTierTest, ASlowServerIsGivenUpOnAtTheTimeout) {
+  auto t = tier();
+  const Block a = block(1);
+  std::thread sleeper([&] {
+    RedisClient c(server_.endpoint(), RedisClientOptions{.timeout = 3000ms});
+    const std::string_view args[] = {"DEBUG", "SLEEP", "1"};
+    (void)c.command(args);
+  });
+  std::this_thread::sleep_for(100ms);  // the server is asleep now
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::vector<std::byte>> out;
+  EXPECT_EQ(read(*t, {a}, out)[0].status.code(), StatusCode::kUnavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 800ms) << "150 ms timeout, 1 s sleep";
+  sleeper.join();
+}
+
+TEST_F(RemoteTierTest, AFullWriteQueueDropsInsteadOfBlocking) {
+  RemoteTierOptions o;
+  o.max_queued_bytes = 10;  // less than one value
+  auto t = tier(11, o);
+  const Block a = block(1);
+  EXPECT_FALSE(t->put(a.hash, a.tokens, a.bytes, a.checksum));
+  EXPECT_EQ(t->stats().num_dropped, 1);
+}
+
+TEST(RedisUrlTest, HostPortAndDatabase) {
+  Result<RedisEndpoint> e = parse_redis_url("redis://10.0.0.7:6380/2");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->host, "10.0.0.7");
+  EXPECT_EQ(e->port, 6380);
+  EXPECT_EQ(e->db, 2);
+  e = parse_redis_url("redis://cache");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->port, 6379);
+  EXPECT_EQ(e->db, 0);
+  for (const char* bad : {"http://x:1", "redis://", "redis://h:0", "redis://h:99999",
+                          "redis://h:12ab", "redis://h:1/x", "redis://h:1/-1"}) {
+    EXPECT_EQ(parse_redis_url(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace strata::kv
