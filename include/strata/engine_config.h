@@ -99,8 +99,7 @@ struct EngineConfig {
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   int64_t swap_space_bytes = int64_t{4} << 30;  // host memory for swapped-out blocks
-  // ---- KV tiers under the pool (docs/kv.md, "KV tiers"; one KV cache group; on the GPU with
-  // recompute preemption) ---------------------------------------------------------------------
+  // ---- KV tiers under the pool (docs/kv.md, "KV tiers") ----------------------------------------
   // Blocks the pool evicts from its prefix cache go to a host-memory tier of kv_offload_bytes
   // (> 0 turns the tiers on), and blocks that tier drops to make room go to files under
   // kv_disk_path (at most kv_disk_bytes of them), which a later engine over the same directory
@@ -115,6 +114,15 @@ struct EngineConfig {
   // A queued request's prefix blocks on disk start loading into host memory at once, and the
   // request is admitted when they are there (false: read at admission, on the scheduler thread).
   bool kv_prefetch = true;
+  // A Redis server under the host tier (redis://HOST[:PORT][/DB]; empty = none), shared by every
+  // instance that points at it (docs/kv.md, "The remote tier"): blocks go there as they reach the
+  // host tier, and a queued request's prefix past host memory and disk is read from it in one
+  // round trip. Each call waits at most kv_remote_timeout_ms; keys live kv_remote_ttl_seconds
+  // (0: until Redis evicts them). Sharing tenants' blocks across instances needs the same
+  // tenant_salt_secret on each.
+  std::string kv_remote_url;
+  int32_t kv_remote_timeout_ms = 200;
+  int64_t kv_remote_ttl_seconds = 0;
   SchedulerKind scheduler = SchedulerKind::kContinuous;
   int32_t max_batch_size = 32;      // static scheduler only
   double batch_timeout_ms = 100.0;  // static scheduler only

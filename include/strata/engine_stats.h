@@ -62,6 +62,14 @@ struct EngineTotals {
   int64_t kv_host_tier_hit_tokens = 0;
   int64_t kv_disk_tier_hit_tokens = 0;
   int64_t kv_tier_faults = 0;
+  // The remote tier (EngineConfig::kv_remote_url): blocks Redis brought into host memory, and of
+  // them the prompt tokens served (part of kv_host_tier_hit_tokens); blocks written, and writes
+  // dropped (queue full, server not answering); reads that got no answer.
+  int64_t kv_remote_fetched_blocks = 0;
+  int64_t kv_remote_hit_tokens = 0;
+  int64_t kv_remote_written_blocks = 0;
+  int64_t kv_remote_dropped_writes = 0;
+  int64_t kv_remote_errors = 0;
   // Blocks a prefetch brought from disk to host memory while their request waited; evicted
   // blocks no host slot could take; the I/O threads' time reading blocks, and the scheduler
   // thread's time waiting for them (the load time the prefetch did not hide).

@@ -105,6 +105,10 @@ BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context
   m.kv_offloaded_blocks = c.kv_offloaded_blocks;
   m.kv_disk_written_blocks = c.kv_disk_written_blocks;
   m.kv_tier_faults = c.kv_tier_faults;
+  m.kv_remote_hit_tokens = c.kv_remote_hit_tokens;
+  m.kv_remote_written_blocks = c.kv_remote_written_blocks;
+  m.kv_remote_dropped_writes = c.kv_remote_dropped_writes;
+  m.kv_remote_errors = c.kv_remote_errors;
   m.kv_prefetched_blocks = c.kv_prefetched_blocks;
   m.kv_dropped_blocks = c.kv_dropped_blocks;
   m.kv_disk_read_seconds = c.kv_disk_read_seconds;

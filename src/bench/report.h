@@ -68,6 +68,10 @@ struct BenchMetrics {
   int64_t kv_offloaded_blocks = 0;
   int64_t kv_disk_written_blocks = 0;
   int64_t kv_tier_faults = 0;
+  int64_t kv_remote_hit_tokens = 0;      // of the host tier's, brought from Redis
+  int64_t kv_remote_written_blocks = 0;
+  int64_t kv_remote_dropped_writes = 0;
+  int64_t kv_remote_errors = 0;          // reads Redis did not answer
   int64_t kv_prefetched_blocks = 0;  // disk -> host while the request waited
   int64_t kv_dropped_blocks = 0;     // evicted blocks no host slot could take
   double kv_disk_read_seconds = 0.0;  // the I/O threads' time reading

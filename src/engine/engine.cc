@@ -1,6 +1,7 @@
 // strata::Engine: creation, request submission and cancellation (one step: engine_step.cc).
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "kv/block_hash.h"
 #include "kv/kv_accounting.h"
 #include "kv/kv_group.h"
+#include "kv/redis_client.h"
 #include "model/generation_config.h"
 #include "tokenizer/vocab_bytes.h"
 
@@ -73,6 +75,13 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   if (c.swap_space_bytes < 0) return Status::InvalidArgument("swap space must not be negative");
   if (c.kv_offload_bytes < 0 || c.kv_disk_bytes < 0) {
     return Status::InvalidArgument("--kv-offload-bytes and --kv-disk-bytes must not be negative");
+  }
+  if (!c.kv_remote_url.empty() && c.kv_offload_bytes == 0) {
+    return Status::InvalidArgument(
+        "--kv-remote needs --kv-offload-bytes: blocks come back from Redis through the host tier");
+  }
+  if (c.kv_remote_timeout_ms < 1 || c.kv_remote_ttl_seconds < 0) {
+    return Status::InvalidArgument("--kv-remote-timeout-ms must be >= 1, --kv-remote-ttl >= 0");
   }
   if (!c.kv_disk_path.empty() && c.kv_offload_bytes == 0) {
     return Status::InvalidArgument(
@@ -169,6 +178,13 @@ Status EngineImpl::start_tiers() {
   c.policy = config_.kv_offload_write_through ? kv::OffloadPolicy::kWriteThrough
                                               : kv::OffloadPolicy::kEvict;
   c.prefetch = config_.kv_prefetch;
+  if (!config_.kv_remote_url.empty()) {
+    Result<kv::RedisEndpoint> ep = kv::parse_redis_url(config_.kv_remote_url);
+    if (!ep.ok()) return Status::InvalidArgument("--kv-remote: " + ep.status().message());
+    c.remote = *ep;
+    c.remote_options.client.timeout = std::chrono::milliseconds(config_.kv_remote_timeout_ms);
+    c.remote_options.ttl_seconds = config_.kv_remote_ttl_seconds;
+  }
   c.ns = kv::tier_namespace(kv::checkpoint_identity(config_.model_dir, config_.dummy_weights),
                             config_.block_size, groups, runner_->kv_layout(0).static_scales());
   // The tiers' movers are their own: swap's copy thread uses the runner's meanwhile.

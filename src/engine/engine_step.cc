@@ -298,6 +298,14 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
     totals_.kv_offloaded_blocks = t.num_offloaded_blocks;
     totals_.kv_disk_written_blocks = t.num_disk_writes;
     totals_.kv_tier_faults = t.num_faults;
+    totals_.kv_remote_fetched_blocks = t.num_remote_fetched_blocks;
+    totals_.kv_remote_hit_tokens = t.num_remote_hit_blocks * config_.block_size;
+    if (const kv::RemoteTier* remote = tiers_->remote()) {
+      const kv::RemoteTierStats r = remote->stats();
+      totals_.kv_remote_written_blocks = r.num_writes;
+      totals_.kv_remote_dropped_writes = r.num_dropped + r.num_put_errors;
+      totals_.kv_remote_errors = r.num_get_errors;
+    }
     totals_.kv_prefetched_blocks = t.num_prefetched_blocks;
     totals_.kv_dropped_blocks = t.num_dropped_blocks;
     totals_.kv_disk_read_seconds = t.disk_read_seconds;

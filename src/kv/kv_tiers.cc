@@ -113,6 +113,14 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
       if (!opened.ok()) return opened.status();
       t->disk = std::move(opened).value();
     }
+    if (config.remote && g == 0) {
+      t->remote = std::make_unique<RemoteTier>(*config.remote, t->ns, bs, block_bytes,
+                                               config.remote_options);
+    } else if (config.remote) {
+      return Status::InvalidArgument(
+          "--kv-remote holds group 0's blocks only: a cache whose later groups a hit reads (a "
+          "hybrid model's windows, --kv-int4-residual above one block) cannot use it yet");
+    }
     tiers[static_cast<size_t>(g)] = std::move(t);
   }
   return std::unique_ptr<KvTiers>(new KvTiers(config, cache, std::move(tiers)));
@@ -144,6 +152,7 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
 
 KvTiers::~KvTiers() {
   if (promotion_) cancel_promotion(promotion_->owner);
+  if (fetch_) fetch_->done.wait();
   for (const std::unique_ptr<Tier>& t : tiers_) {
     if (!t) continue;
     cache_.pool(t->group).set_listener(nullptr);
@@ -152,7 +161,13 @@ KvTiers::~KvTiers() {
   }
 }
 
+void KvTiers::wait_io() {
+  if (!apply_remote(/*block=*/true)) apply_io(*tiers_[0], /*block=*/true);
+}
+
 void KvTiers::drain_io() {
+  while (apply_remote(/*block=*/true)) {
+  }
   for (const std::unique_ptr<Tier>& t : tiers_) {
     while (t && apply_io(*t, /*block=*/true)) {
     }
@@ -281,7 +296,13 @@ void KvTiers::copy_down(Tier& t, DownBatch& batch) {
       sums = std::async(std::launch::async, [this, &t, done] { t.host->commit(done, &threads_); });
     }
   }
-  for (const BlockId s : batch.slots) t.host->unpin(s);
+  for (const BlockId s : batch.slots) {
+    // Shared with other instances as soon as it is here (queued; dropped when Redis lags).
+    if (t.remote) {
+      t.remote->put(t.host->key(s).hash, t.host->tokens(s), t.host->bytes(s), t.host->checksum(s));
+    }
+    t.host->unpin(s);
+  }
   stats_.num_offloaded_blocks += static_cast<int64_t>(n);
   stats_.down_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -342,6 +363,7 @@ void KvTiers::write_through(Tier& t) {
 }
 
 void KvTiers::poll() {
+  apply_remote(/*block=*/false);
   for (const std::unique_ptr<Tier>& t : tiers_) {
     if (t) apply_io(*t, /*block=*/false);
   }
@@ -351,7 +373,11 @@ void KvTiers::poll() {
 void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
                        PrefetchState& state) {
   Tier& t = *tiers_[0];
-  if (!prefetch_ || !t.io || state.pending() || state.checked_at == changes_) return;
+  if (!prefetch_ || (!t.io && !t.remote) || state.pending() || state.checked_at == changes_) {
+    return;
+  }
+  // One read of Redis at a time: looked at again at the next step.
+  if (t.remote && fetch_ && !t.io) return;
   // Prefetched blocks waiting for their requests, and reads under way, hold at most a quarter of
   // the host tier, or they would push each other (and what other requests need) out before use.
   const int32_t budget =
@@ -386,7 +412,14 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
     }
     const TierKey k = t.key(h);
     if (t.host->contains(k)) continue;
-    if (!t.disk->contains(h)) break;
+    if (!t.disk || !t.disk->contains(h)) {
+      // The rest of the chain, as far as the budget goes, from Redis in one read.
+      if (t.remote && !fetch_) {
+        const int32_t count = std::min(max_blocks - i, budget - ticket->blocks);
+        if (count > 0) start_remote_fetch(t, tokens, state.chain, i, count, ticket);
+      }
+      break;
+    }
     // Into a free slot or one whose block is on disk already: a prefetch writes nothing down.
     const std::optional<BlockId> slot =
         host_slot(t, k, block_tokens(i), /*wait=*/false, /*write_down=*/false);
@@ -605,6 +638,7 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
       more = false;
       break;  // the rest go back uncached and are recomputed
     }
+    if (from_remote_.erase(p.staged[registered].key) > 0) ++stats_.num_remote_hit_blocks;
     if (!one_full_group_) continue;
     if (hit->rows.empty()) hit->rows.resize(1);
     hit->rows[0].push_back(p.blocks[registered]);
@@ -624,6 +658,66 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
   stats_.num_host_hit_blocks += static_cast<int32_t>(registered) - from_disk;
   // A hit that moved on (not the owner's any more) is looked at again from where it is now.
   return hit != nullptr && (extend ? more && registered == keep : true);
+}
+
+void KvTiers::start_remote_fetch(Tier& t, std::span<const int32_t> tokens,
+                                 std::span<const BlockHash> chain, int32_t first, int32_t count,
+                                 const std::shared_ptr<PrefetchTicket>& ticket) {
+  const int32_t bs = cache_.block_size();
+  RemoteFetch f;
+  f.ticket = ticket;
+  f.tokens.reserve(static_cast<size_t>(count));
+  f.bytes.reserve(static_cast<size_t>(count));
+  f.gets.reserve(static_cast<size_t>(count));
+  for (int32_t i = first; i < first + count; ++i) {
+    const auto begin = tokens.begin() + static_cast<ptrdiff_t>(i) * bs;
+    f.tokens.emplace_back(begin, begin + bs);
+    f.bytes.emplace_back(static_cast<size_t>(t.host->block_bytes()));
+    f.gets.push_back(RemoteTier::Get{chain[static_cast<size_t>(i)], f.tokens.back(),
+                                     f.bytes.back(), 0, {}});
+  }
+  ++ticket->pending;
+  ticket->blocks += count;
+  prefetch_reads_ += count;
+  RemoteTier* remote = t.remote.get();
+  f.done = std::async(std::launch::async,
+                      [remote, gets = std::span<RemoteTier::Get>(f.gets)] { remote->get(gets); });
+  fetch_ = std::move(f);
+}
+
+bool KvTiers::apply_remote(bool block) {
+  if (!fetch_) return false;
+  if (!block && fetch_->done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return true;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  fetch_->done.get();
+  stats_.io_wait_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Tier& t = *tiers_[0];
+  std::erase_if(from_remote_, [&](const TierKey& k) { return !t.host->contains(k); });
+  int64_t committed = 0;
+  for (RemoteTier::Get& g : fetch_->gets) {
+    if (!g.status.ok()) break;  // the chain ends at the first block Redis lacks (or failed)
+    const TierKey k = t.key(g.hash);
+    if (t.host->contains(k)) continue;
+    const std::optional<BlockId> slot = host_slot(t, k, g.tokens, /*wait=*/false);
+    if (!slot) break;
+    const std::span<std::byte> dst = t.host->bytes(*slot);
+    std::copy(g.out.begin(), g.out.end(), dst.begin());
+    t.host->commit(*slot, g.checksum);  // checked as it was read
+    t.host->unpin(*slot);
+    from_remote_.insert(k);
+    ++committed;
+  }
+  stats_.num_remote_fetched_blocks += committed;
+  --fetch_->ticket->pending;
+  prefetch_reads_ -= static_cast<int32_t>(fetch_->gets.size());
+  // Blocks that came let the waiting requests' prefetches walk further; a fetch that found
+  // nothing (or no answer) is not asked again until blocks move.
+  if (committed > 0) ++changes_;
+  fetch_.reset();
+  return true;
 }
 
 PrefixHit KvTiers::resident_chain(std::span<const int32_t> tokens, const BlockExtraKeys& extra,

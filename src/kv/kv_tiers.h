@@ -51,6 +51,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
@@ -59,6 +60,7 @@
 #include "kv/disk_tier.h"
 #include "kv/host_tier.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/remote_tier.h"
 #include "kv/tier_io.h"
 #include "kv/tier_key.h"
 
@@ -76,6 +78,10 @@ struct KvTierConfig {
   uint64_t ns = 0;         // tier_namespace of the cache
   OffloadPolicy policy = OffloadPolicy::kEvict;  // --kv-offload-policy
   bool prefetch = true;                          // --kv-prefetch
+  // --kv-remote: a Redis server under host and disk (group 0's blocks), shared with other
+  // instances; blocks reach it as they reach the host tier, and come back through a prefetch.
+  std::optional<RedisEndpoint> remote = {};
+  RemoteTierOptions remote_options = {};
 };
 
 struct KvTierStats {
@@ -86,6 +92,8 @@ struct KvTierStats {
   int64_t num_prefetched_blocks = 0;  // blocks a prefetch brought from disk to the host tier
   int64_t num_dropped_blocks = 0;    // evicted blocks no host slot could take (all pinned)
   int64_t num_faults = 0;            // blocks that failed a check or an I/O (then recomputed)
+  int64_t num_remote_fetched_blocks = 0;  // blocks a prefetch brought from Redis to host memory
+  int64_t num_remote_hit_blocks = 0;      // of them, promoted into the pool (in num_host_hit_blocks)
   double disk_read_seconds = 0.0;    // the I/O threads' time reading blocks
   double io_wait_seconds = 0.0;      // the scheduler thread's time waiting for the I/O threads
   double down_seconds = 0.0;         // copying blocks down to the host tier, with checksums
@@ -124,9 +132,9 @@ class KvTiers final : public PoolListener {
   // Applies the I/O threads' finished reads and writes, and copies the blocks cached since the
   // last call down (write-through). Once per step, before scheduling.
   void poll();
-  // Blocks until group 0's I/O threads finish a job, and applies it (at once when none is
-  // outstanding).
-  void wait_io() { apply_io(*tiers_[0], /*block=*/true); }
+  // Blocks until a read from Redis under way, else one of group 0's I/O jobs, finishes, and
+  // applies it (at once when none is outstanding).
+  void wait_io();
   // Waits for every outstanding disk read and write, and applies them.
   void drain_io();
 
@@ -186,6 +194,7 @@ class KvTiers final : public PoolListener {
   const DiskTier* disk(int32_t g) const { return tier(g) ? tier(g)->disk.get() : nullptr; }
   const HostTier& host() const { return *tiers_[0]->host; }
   const DiskTier* disk() const { return disk(0); }
+  const RemoteTier* remote() const { return tiers_[0]->remote.get(); }
 
  private:
   class GroupListener;
@@ -197,6 +206,7 @@ class KvTiers final : public PoolListener {
     std::unique_ptr<HostTier> host;
     std::unique_ptr<DiskTier> disk;
     std::unique_ptr<TierIo> io;  // with a disk tier
+    std::unique_ptr<RemoteTier> remote;  // group 0, with --kv-remote
     std::unique_ptr<GroupListener> listener;  // groups after the first (group 0's: KvTiers)
 
     TierKey key(const BlockHash& hash) const { return TierKey{ns, hash}; }
@@ -259,6 +269,23 @@ class KvTiers final : public PoolListener {
     uint64_t ticket = BlockMover::kDoneTicket;  // the copies
     std::future<size_t> checked;    // how many of staged's host blocks, from the first, are good
   };
+  // A prefetch's read of Redis, on a thread of its own (one at a time: the tier's reader is one
+  // connection); its blocks are committed to the host tier when it is applied.
+  struct RemoteFetch {
+    std::shared_ptr<PrefetchTicket> ticket;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::vector<std::byte>> bytes;
+    std::vector<RemoteTier::Get> gets;  // into tokens and bytes
+    std::future<void> done;
+  };
+  // Starts reading chain[first, first + count) of tokens' blocks from Redis for ticket.
+  void start_remote_fetch(Tier& t, std::span<const int32_t> tokens,
+                          std::span<const BlockHash> chain, int32_t first, int32_t count,
+                          const std::shared_ptr<PrefetchTicket>& ticket);
+  // Applies the fetch under way once it is done (with block, waits for it): its blocks, from the
+  // first, as far as they were found and good, go into free or least recent host slots.
+  // False when none is under way.
+  bool apply_remote(bool block);
   // The pool prefix a promotion goes on from: hit itself for one full-attention group, else
   // group 0's whole cached chain (cached_chain).
   PrefixHit resident_chain(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
@@ -303,6 +330,8 @@ class KvTiers final : public PoolListener {
   ThreadPool threads_;  // checksums of a batch of blocks copied down (up to 16 threads)
   ThreadPool check_threads_;  // checksums of a promotion's host blocks (as many)
   std::optional<Promotion> promotion_;
+  std::optional<RemoteFetch> fetch_;
+  std::unordered_set<TierKey, TierKeyHasher> from_remote_;  // host blocks Redis brought, unserved
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
   int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)
   int32_t prefetch_reads_ = 0;  // prefetch reads submitted, not applied yet

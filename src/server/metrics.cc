@@ -135,6 +135,17 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
        "strata:kv_tier_hits_total{tier=\"host\"} " + std::to_string(t.kv_host_tier_hit_tokens));
   line(out,
        "strata:kv_tier_hits_total{tier=\"disk\"} " + std::to_string(t.kv_disk_tier_hit_tokens));
+  metric(out, "strata:kv_remote_hits_total", "counter",
+         "Prompt tokens the remote tier (Redis) brought back (part of the host tier's).",
+         static_cast<double>(t.kv_remote_hit_tokens));
+  metric(out, "strata:kv_remote_written_blocks_total", "counter", "Blocks written to Redis.",
+         static_cast<double>(t.kv_remote_written_blocks));
+  metric(out, "strata:kv_remote_dropped_writes_total", "counter",
+         "Writes to Redis dropped: the queue was full or Redis did not answer.",
+         static_cast<double>(t.kv_remote_dropped_writes));
+  metric(out, "strata:kv_remote_errors_total", "counter",
+         "Reads of Redis that got no answer in time (the prefix was recomputed).",
+         static_cast<double>(t.kv_remote_errors));
   metric(out, "strata:kv_offloaded_blocks_total", "counter",
          "Evicted blocks written to the host tier.", static_cast<double>(t.kv_offloaded_blocks));
   metric(out, "strata:kv_disk_written_blocks_total", "counter",

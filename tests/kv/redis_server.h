@@ -51,7 +51,7 @@ class RedisServer {
     const std::string port = std::to_string(port_);
     std::vector<std::string> args = {"redis-server", "--port", port, "--bind", "127.0.0.1",
                                      "--save", "", "--appendonly", "no", "--daemonize", "no",
-                                     "--enable-debug-command", "yes", "--loglevel", "warning",
+                                     "--enable-debug-command", "yes", "--logfile", "/dev/null",
                                      "--dir", "/tmp"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

@@ -2,6 +2,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <fstream>
+#include <sstream>
+
 #include "core/error.h"
 
 namespace strata::cli {
@@ -86,6 +89,19 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
     cmd.add_flag("--kv-prefetch,!--no-kv-prefetch", o.kv_prefetch,
                  "KV tiers: load a queued request's prefix from disk while it waits (on by "
                  "default)");
+    cmd.add_option("--kv-remote", o.kv_remote,
+                   "KV tiers: a Redis server under the host tier, shared by the instances that "
+                   "name it (redis://HOST[:PORT][/DB])");
+    cmd.add_option("--kv-remote-timeout-ms", o.kv_remote_timeout_ms,
+                   "KV tiers: the longest wait for Redis per call (then recompute)")
+        ->check(CLI::Range(1, 60000));
+    cmd.add_option("--kv-remote-ttl", o.kv_remote_ttl,
+                   "KV tiers: seconds a block lives in Redis (0 = until Redis evicts it)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+    cmd.add_option("--cache-salt-secret-file", o.cache_salt_secret_file,
+                   "A file whose bytes key the tenants' cache salts: the same file on every "
+                   "instance lets a tenant's prefix be shared across them")
+        ->check(CLI::ExistingFile);
   }
   add_kv_cache_options(cmd, o.kv_cache);
 }
@@ -126,6 +142,19 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_disk_bytes = o.kv_disk_bytes;
   c.kv_offload_write_through = o.kv_offload_policy == "write-through";
   c.kv_prefetch = o.kv_prefetch;
+  c.kv_remote_url = o.kv_remote;
+  c.kv_remote_timeout_ms = o.kv_remote_timeout_ms;
+  c.kv_remote_ttl_seconds = o.kv_remote_ttl;
+  if (!o.cache_salt_secret_file.empty()) {
+    std::ifstream in(o.cache_salt_secret_file, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    c.tenant_salt_secret = bytes.str();
+    if (!in || c.tenant_salt_secret.empty()) {
+      throw Error("--cache-salt-secret-file " + o.cache_salt_secret_file +
+                  ": cannot be read, or is empty");
+    }
+  }
   c.kv_cache_dtype = parse_kv_cache_dtype_flag(o.kv_cache.kv_cache_dtype);
   c.calculate_kv_scales = o.kv_cache.calculate_kv_scales;
   c.allow_unit_kv_scales = o.kv_cache.allow_unit_kv_scales;

@@ -44,6 +44,10 @@ struct EngineOptions {
   int64_t kv_disk_bytes = 0;
   std::string kv_offload_policy = "evict";  // or write-through
   bool kv_prefetch = true;
+  std::string kv_remote;  // redis://HOST[:PORT][/DB]: the remote tier
+  int32_t kv_remote_timeout_ms = 200;
+  int64_t kv_remote_ttl = 0;
+  std::string cache_salt_secret_file;  // the tenant salts' key, the same on every instance
   KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --allow-unit-kv-scales
 };
 

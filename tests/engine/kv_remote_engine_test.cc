@@ -1,0 +1,167 @@
+// The remote KV tier between two CPU engines (docs/kv.md, "The remote tier"), over a real
+// redis-server the test starts: the first engine's blocks reach Redis as they reach its host tier
+// (write-through), and a second engine, which never saw the prompt, serves its prefix from Redis
+// with the cold run's greedy tokens and top-20 logprobs (the CPU invariance tolerance, 1e-5).
+// Another cache salt finds nothing; Redis down from the start, killed between the engines, or
+// holding a corrupt value leaves the output exactly the cold run's (the prefix recomputed, in
+// part or whole); nothing leaks.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
+#include "engine_testing.h"
+#include "kv/redis_client.h"
+#include "model/model.h"
+#include "reference_testing.h"
+#include "strata/engine.h"
+#include "tests/kv/redis_server.h"
+
+namespace strata::engine {
+namespace {
+
+using test_util::Collected;
+
+constexpr double kInvarianceTolerance = 1e-5;
+const std::string kModelDir = std::string(STRATA_TEST_DATA_DIR) + "/models/llama3-gqa";
+
+class KvRemoteEngineTest : public ::testing::Test {
+ protected:
+  KvRemoteEngineTest() : pool_(2), model_(model::Model::load({kModelDir})) {
+    a_ = test_util::greedy(test_util::fixture_prompt("llama3-gqa"), 12, 20);
+  }
+
+  void SetUp() override {
+    if (!server_.start()) GTEST_SKIP() << "redis-server did not start (scripts/install_deps.sh)";
+  }
+
+  std::unique_ptr<Engine> make() {
+    EngineConfig c = test_util::sized_for(EngineConfig{}, {a_}, 0);
+    c.model_dir = kModelDir;
+    c.kv_offload_bytes = int64_t{8} << 20;
+    c.kv_offload_write_through = true;
+    c.kv_remote_url = server_.url();
+    c.kv_remote_timeout_ms = 150;
+    auto e = engine::create_engine(model_, pool_, c);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+  Collected cold() {
+    EngineConfig c = test_util::sized_for(EngineConfig{}, {a_}, 0);
+    c.enable_prefix_caching = false;
+    auto e = engine::create_engine(model_, pool_, c);
+    EXPECT_TRUE(e.ok());
+    return run(**e, a_);
+  }
+  static Collected run(Engine& e, const EngineRequest& r) {
+    auto id = e.submit(r);
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    return test_util::drain(e)[*id];
+  }
+  // The first engine computes a; its blocks reach Redis (the engine's end waits for the writes).
+  void first_engine_computes_a() {
+    std::unique_ptr<Engine> first = make();
+    ASSERT_NE(first, nullptr);
+    run(*first, a_);
+    EXPECT_GT(first->totals().kv_offloaded_blocks, 0);
+  }
+  static void expect_same(const Collected& got, const Collected& want) {
+    ASSERT_EQ(got.tokens.at(0), want.tokens.at(0));
+    EXPECT_LT(test_util::max_top_logprobs_rel_err(got.logprobs.at(0), want.logprobs.at(0)),
+              kInvarianceTolerance);
+  }
+  int32_t prefix_tokens() const { return static_cast<int32_t>((a_.prompt.size() - 1) / 16) * 16; }
+  std::vector<std::string> keys() {
+    kv::RedisClient c(server_.endpoint());
+    const std::string_view args[] = {"KEYS", "strata:kv:*"};
+    Result<std::string> all = c.command(args);
+    std::vector<std::string> out;
+    if (!all.ok()) return out;
+    for (size_t at = 0; at < all->size();) {
+      const size_t end = std::min(all->find('\n', at), all->size());
+      if (end > at) out.push_back(all->substr(at, end - at));
+      at = end + 1;
+    }
+    return out;
+  }
+
+  kv::test_util::RedisServer server_;
+  ThreadPool pool_;
+  model::Model model_;
+  EngineRequest a_;
+};
+
+TEST_F(KvRemoteEngineTest, ASecondEngineServesTheFirstsPrefixFromRedis) {
+  const Collected want = cold();
+  first_engine_computes_a();
+  EXPECT_GE(static_cast<int32_t>(keys().size()), prefix_tokens() / 16);
+  std::unique_ptr<Engine> second = make();
+  ASSERT_NE(second, nullptr);
+  const Collected got = run(*second, a_);
+  expect_same(got, want);
+  EXPECT_EQ(got.metrics.num_cached_tokens, prefix_tokens());
+  EXPECT_EQ(second->totals().kv_remote_hit_tokens, prefix_tokens());
+  EXPECT_EQ(second->totals().kv_tier_faults, 0);
+  EXPECT_EQ(second->last_step().num_used_blocks, 0);
+}
+
+TEST_F(KvRemoteEngineTest, AnotherCacheSaltFindsNothing) {
+  first_engine_computes_a();
+  std::unique_ptr<Engine> second = make();
+  ASSERT_NE(second, nullptr);
+  EngineRequest salted = a_;
+  salted.cache_salt = "another tenant";
+  const Collected got = run(*second, salted);
+  EXPECT_EQ(got.metrics.num_cached_tokens, 0);
+  EXPECT_EQ(second->totals().kv_remote_hit_tokens, 0);
+}
+
+TEST_F(KvRemoteEngineTest, RedisDownFromTheStartLeavesTheColdOutput) {
+  const Collected want = cold();
+  server_.stop();
+  std::unique_ptr<Engine> e = make();
+  ASSERT_NE(e, nullptr);
+  expect_same(run(*e, a_), want);
+  expect_same(run(*e, a_), want);
+  EXPECT_EQ(e->totals().kv_remote_written_blocks, 0);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+TEST_F(KvRemoteEngineTest, RedisKilledBetweenTheEnginesLeavesTheColdOutput) {
+  const Collected want = cold();
+  first_engine_computes_a();
+  server_.stop();
+  std::unique_ptr<Engine> second = make();
+  ASSERT_NE(second, nullptr);
+  const Collected got = run(*second, a_);
+  expect_same(got, want);
+  EXPECT_EQ(got.metrics.num_cached_tokens, 0);
+  EXPECT_GE(second->totals().kv_remote_errors, 1);
+}
+
+TEST_F(KvRemoteEngineTest, ACorruptValueIsRecomputedWithTheColdOutput) {
+  const Collected want = cold();
+  first_engine_computes_a();
+  kv::RedisClient c(server_.endpoint());
+  for (const std::string& key : keys()) {
+    const std::string_view get[] = {"GET", key};
+    std::string value = *c.command(get);
+    value[value.size() / 2] ^= 0x5a;
+    const std::string_view set[] = {"SET", key, value};
+    ASSERT_TRUE(c.command(set).ok());
+  }
+  std::unique_ptr<Engine> second = make();
+  ASSERT_NE(second, nullptr);
+  const Collected got = run(*second, a_);
+  expect_same(got, want);
+  EXPECT_EQ(got.metrics.num_cached_tokens, 0);
+  EXPECT_EQ(second->totals().kv_remote_hit_tokens, 0);
+}
+
+}  // namespace
+}  // namespace strata::engine
