@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <utility>
 
 namespace strata::kv {
@@ -136,29 +137,60 @@ Status RedisClient::round_trip(std::span<const std::string_view> args, void** re
 
 Result<std::vector<std::optional<std::string>>> RedisClient::mget(
     std::span<const std::string> keys) {
-  std::vector<std::optional<std::string>> out;
-  if (keys.empty()) return out;
+  std::vector<std::optional<std::string>> out(keys.size());
+  STRATA_RETURN_IF_ERROR(mget(keys, [&](size_t i, std::optional<std::string_view> v) {
+    if (v) out[i] = std::string(*v);
+  }));
+  return out;
+}
+
+Status RedisClient::mget(
+    std::span<const std::string> keys,
+    const std::function<void(size_t, std::optional<std::string_view>)>& each, size_t chunk) {
+  if (keys.empty()) return Status::Ok();
   STRATA_RETURN_IF_ERROR(ensure_connected());
-  std::vector<std::string_view> args;
-  args.reserve(keys.size() + 1);
-  args.emplace_back("MGET");
-  for (const std::string& k : keys) args.emplace_back(k);
-  void* raw = nullptr;
-  STRATA_RETURN_IF_ERROR(round_trip(args, &raw));
-  const Reply reply(static_cast<redisReply*>(raw));
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != keys.size()) {
-    return Status::Internal("redis MGET: " + reply_text(*reply));
-  }
-  out.reserve(keys.size());
-  for (size_t i = 0; i < reply->elements; ++i) {
-    const redisReply& e = *reply->element[i];
-    if (e.type == REDIS_REPLY_STRING) {
-      out.emplace_back(std::string(e.str, e.len));
-    } else {
-      out.emplace_back(std::nullopt);
+  chunk = std::max<size_t>(chunk, 1);
+  // At most kMgetWindow MGETs in flight: the next is sent as each reply is read, so neither side
+  // holds more than a few replies (hundreds of MiB queued in the server's output buffer read at
+  // a tenth of the rate).
+  size_t sent = 0;
+  const auto send = [&]() -> Status {
+    const size_t n = std::min(chunk, keys.size() - sent);
+    std::vector<const char*> argv = {"MGET"};
+    std::vector<size_t> lens = {4};
+    for (size_t i = sent; i < sent + n; ++i) {
+      argv.push_back(keys[i].data());
+      lens.push_back(keys[i].size());
+    }
+    sent += n;
+    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
+                               lens.data()) != REDIS_OK) {
+      return fail("cannot queue MGET");
+    }
+    return Status::Ok();
+  };
+  for (size_t w = 0; w < kMgetWindow && sent < keys.size(); ++w) STRATA_RETURN_IF_ERROR(send());
+  Status error;
+  for (size_t first = 0; first < keys.size(); first += chunk) {
+    const size_t n = std::min(chunk, keys.size() - first);
+    void* raw = nullptr;
+    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) {
+      return fail(ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply");
+    }
+    const Reply reply(static_cast<redisReply*>(raw));
+    if (sent < keys.size()) STRATA_RETURN_IF_ERROR(send());
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n) {
+      if (error.ok()) error = Status::Internal("redis MGET: " + reply_text(*reply));
+      continue;  // the other replies are still read, so the connection stays in step
+    }
+    for (size_t i = 0; i < n && error.ok(); ++i) {
+      const redisReply& e = *reply->element[i];
+      each(first + i, e.type == REDIS_REPLY_STRING
+                          ? std::optional<std::string_view>(std::string_view(e.str, e.len))
+                          : std::nullopt);
     }
   }
-  return out;
+  return error;
 }
 
 Result<bool> RedisClient::set_nx(std::string_view key, std::string_view value,
@@ -175,6 +207,46 @@ Result<bool> RedisClient::set_nx(std::string_view key, std::string_view value,
   const Reply reply(static_cast<redisReply*>(raw));
   if (reply->type == REDIS_REPLY_ERROR) return Status::Internal("redis SET: " + reply_text(*reply));
   return reply->type == REDIS_REPLY_STATUS;  // OK; nil when the key was there
+}
+
+Result<std::vector<bool>> RedisClient::set_nx(std::span<const KeyValue> pairs,
+                                              int64_t ttl_seconds) {
+  std::vector<bool> written;
+  if (pairs.empty()) return written;
+  STRATA_RETURN_IF_ERROR(ensure_connected());
+  const std::string ttl = std::to_string(ttl_seconds);
+  for (const KeyValue& kv : pairs) {
+    std::vector<std::string_view> args = {"SET", kv.key, kv.value, "NX"};
+    if (ttl_seconds > 0) {
+      args.emplace_back("EX");
+      args.emplace_back(ttl);
+    }
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const std::string_view a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
+                               lens.data()) != REDIS_OK) {
+      return fail("cannot queue SET");
+    }
+  }
+  written.reserve(pairs.size());
+  Status error;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) {
+      return fail(ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply");
+    }
+    const Reply reply(static_cast<redisReply*>(raw));
+    if (reply->type == REDIS_REPLY_ERROR && error.ok()) {
+      error = Status::Internal("redis SET: " + reply_text(*reply));
+    }
+    written.push_back(reply->type == REDIS_REPLY_STATUS);
+  }
+  if (!error.ok()) return error;
+  return written;
 }
 
 Result<std::string> RedisClient::command(std::span<const std::string_view> args) {

@@ -3,8 +3,10 @@
 // hiredis (libhiredis-dev) -- the few commands the tier uses, binary-safe, each bounded by a
 // timeout, with a circuit breaker:
 //
-//   mget(keys)           one round trip (MGET): each key's value, or nullopt where absent
+//   mget(keys)           one round trip (MGET, or pipelined MGETs of a few keys each): each
+//                        key's value, or nullopt where absent
 //   set_nx(key, v, ttl)  SET key v NX [EX ttl]: true when written, false when the key was there
+//   set_nx(pairs, ttl)   the same for many pairs, pipelined: one round trip
 //   command(args)        any other command (tests, administration): the reply as text
 //
 // A call connects first when there is no connection. A connection or protocol error (a server
@@ -19,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -58,10 +61,26 @@ class RedisClient {
   // Unavailable while the breaker is open or when the server cannot be reached or answers too
   // late; Internal for an error reply.
   Result<std::vector<std::optional<std::string>>> mget(std::span<const std::string> keys);
+  // The same without copying the values out, as pipelined MGETs of at most `chunk` keys each,
+  // kMgetWindow of them in flight (a reply of a few MiB reads at the link's rate where one of
+  // hundreds of MiB does not): each(i, value) for every key in order, value pointing into its
+  // reply (valid during the call; nullopt where absent).
+  Status mget(std::span<const std::string> keys,
+              const std::function<void(size_t, std::optional<std::string_view>)>& each,
+              size_t chunk = SIZE_MAX);
   Result<bool> set_nx(std::string_view key, std::string_view value, int64_t ttl_seconds = 0);
+  struct KeyValue {
+    std::string_view key;
+    std::string_view value;
+  };
+  // written[i]: whether pairs[i] was written (false: the key was there). Unavailable / Internal
+  // as above for the whole batch.
+  Result<std::vector<bool>> set_nx(std::span<const KeyValue> pairs, int64_t ttl_seconds = 0);
   // The reply as text: a status or string as it is, an integer in decimal, nil as "(nil)", an
   // array's elements joined by newlines.
   Result<std::string> command(std::span<const std::string_view> args);
+
+  static constexpr size_t kMgetWindow = 2;
 
   bool connected() const { return ctx_ != nullptr; }
   const RedisEndpoint& endpoint() const { return endpoint_; }

@@ -111,31 +111,34 @@ void RemoteTier::get(std::span<Get> blocks) {
   std::vector<std::string> keys;
   keys.reserve(blocks.size());
   for (const Get& g : blocks) keys.push_back(key(g.hash));
-  Result<std::vector<std::optional<std::string>>> values = reader_.mget(keys);
-  const std::lock_guard lock(mu_);
-  stats_.num_get_blocks += static_cast<int64_t>(blocks.size());
-  if (!values.ok()) {
-    ++stats_.num_get_errors;
-    for (Get& g : blocks) g.status = values.status();
-    return;
-  }
-  for (size_t i = 0; i < blocks.size(); ++i) {
+  // Each value is checked and copied out straight from the reply.
+  int64_t hits = 0, bad = 0, bytes = 0;
+  const Status read = reader_.mget(keys, [&](size_t i, std::optional<std::string_view> v) {
     Get& g = blocks[i];
-    const std::optional<std::string>& v = (*values)[i];
     if (!v) {
       g.status = Status::NotFound("not in the remote tier");
-      continue;
+      return;
     }
-    stats_.bytes_read += static_cast<int64_t>(v->size());
+    bytes += static_cast<int64_t>(v->size());
     const Status s = decode(*v, g.hash, g.tokens, g.out, &g.checksum);
     if (!s.ok()) {
-      ++stats_.num_bad;
+      ++bad;
       g.status = Status::NotFound(s.message());
-      continue;
+      return;
     }
-    ++stats_.num_hits;
+    ++hits;
     g.status = Status::Ok();
+  }, std::max<size_t>(1, kReadChunkBytes / value_bytes()));
+  const std::lock_guard lock(mu_);
+  stats_.num_get_blocks += static_cast<int64_t>(blocks.size());
+  if (!read.ok()) {
+    ++stats_.num_get_errors;
+    for (Get& g : blocks) g.status = read;
+    return;
   }
+  stats_.num_hits += hits;
+  stats_.num_bad += bad;
+  stats_.bytes_read += bytes;
 }
 
 bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
@@ -172,22 +175,34 @@ void RemoteTier::run_writer() {
   for (;;) {
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, nothing left
-    Write w = std::move(queue_.front());
-    queue_.pop_front();
+    // What is queued, up to kWriteBatch writes or kWriteBatchBytes, in one pipelined round trip.
+    std::vector<Write> batch;
+    int64_t batch_bytes = 0;
+    while (!queue_.empty() && batch.size() < kWriteBatch &&
+           (batch.empty() || batch_bytes < kWriteBatchBytes)) {
+      batch_bytes += static_cast<int64_t>(queue_.front().value.size());
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
     writing_ = true;
     lock.unlock();
-    const Result<bool> written = writer_client_.set_nx(w.key, w.value, options_.ttl_seconds);
+    std::vector<RedisClient::KeyValue> pairs;
+    pairs.reserve(batch.size());
+    for (const Write& w : batch) pairs.push_back({w.key, w.value});
+    const Result<std::vector<bool>> written = writer_client_.set_nx(pairs, options_.ttl_seconds);
     lock.lock();
     writing_ = false;
-    queued_bytes_ -= static_cast<int64_t>(w.value.size());
+    queued_bytes_ -= batch_bytes;
     writer_unavailable_ = !written.ok() && written.status().code() == StatusCode::kUnavailable;
-    if (!written.ok()) {
-      ++stats_.num_put_errors;
-    } else if (*written) {
-      ++stats_.num_writes;
-      stats_.bytes_written += static_cast<int64_t>(w.value.size());
-    } else {
-      ++stats_.num_present;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!written.ok()) {
+        ++stats_.num_put_errors;
+      } else if ((*written)[i]) {
+        ++stats_.num_writes;
+        stats_.bytes_written += static_cast<int64_t>(batch[i].value.size());
+      } else {
+        ++stats_.num_present;
+      }
     }
     if (queue_.empty()) idle_cv_.notify_all();
   }

@@ -13,9 +13,11 @@
 // before the bytes are used: anything else (a truncated or overwritten value, another block's
 // value under the key) is a miss, counted as bad, never a wrong block.
 //
-//   get(blocks)   one round trip (MGET) for the whole list, on the caller's connection
-//   put(block)    queued for the writer thread, which writes with SET NX (a block already there
-//                 is never written again) and the TTL; when the queued bytes would pass their
+//   get(blocks)   one round trip for the whole list, on the caller's connection: pipelined
+//                 MGETs of up to 8 MiB of values each
+//   put(block)    queued for the writer thread, which writes what is queued, pipelined (up to 64
+//                 blocks or 8 MiB a round trip), with SET NX (a block already there is never
+//                 written again) and the TTL; when the queued bytes would pass their
 //                 bound, or the writer's connection is in its breaker's wait, the put is dropped
 //                 and counted instead of blocking the caller
 //
@@ -103,6 +105,11 @@ class RemoteTier {
 
  private:
   void run_writer();
+  // A write round trip takes at most this many blocks, and stops adding them past this many bytes.
+  static constexpr size_t kWriteBatch = 64;
+  // A read's MGETs each ask for at most this many bytes of values (at least one block).
+  static constexpr size_t kReadChunkBytes = size_t{8} << 20;
+  static constexpr int64_t kWriteBatchBytes = int64_t{8} << 20;
 
   uint64_t ns_;
   int32_t block_size_;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The remote KV tier's write and read rates beside redis-benchmark's with the same value size, in
+# one run against one scratch redis-server on loopback (docs/benchmarks.md, "The remote tier").
+#
+#   tools/bench/bench_remote_tier.sh BENCH_BINARY [BLOCKS] [BLOCK_BYTES] [BATCH] [OUT_JSON]
+#
+# BATCH blocks per RemoteTier::get call (a request's prefix), which the tier reads as pipelined
+# MGETs of up to 8 MiB. redis-benchmark: one connection, SET and GET of values of the tier's value
+# size, pipelined as deep as those MGETs hold values, BLOCKS requests each.
+set -euo pipefail
+bench="$1" blocks="${2:-256}" block_bytes="${3:-2097152}" batch="${4:-32}" out="${5:-}"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --logfile /dev/null \
+  --daemonize no &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+strata_json=$("$bench" --url "redis://127.0.0.1:$port" --blocks "$blocks" --block-bytes "$block_bytes" \
+  --batch "$batch" --json)
+value_bytes=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['value_bytes'])" "$strata_json")
+redis-cli -p "$port" flushdb >/dev/null
+# The tier pipelines MGETs of up to 8 MiB of values: the same depth for redis-benchmark.
+depth=$(( (8 << 20) / value_bytes )); ((depth >= 1)) || depth=1
+peer_csv=$(redis-benchmark -p "$port" -c 1 -P "$depth" -n "$blocks" -d "$value_bytes" -t set,get --csv -q)
+python3 - "$strata_json" "$peer_csv" "$value_bytes" "$out" <<'PY'
+import csv, io, json, sys
+strata, peer_csv, value_bytes, out = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+rps = {}
+for row in csv.reader(io.StringIO(peer_csv)):
+    if row and row[0] in ("SET", "GET"):
+        rps[row[0]] = float(row[1])
+peer = {k: v * value_bytes / 1e9 for k, v in rps.items()}
+res = {"strata": strata, "redis_benchmark_gb_per_s": peer,
+       "put_ratio": strata["put_gb_per_s"] / peer["SET"], "get_ratio": strata["get_gb_per_s"] / peer["GET"]}
+print(f"| {strata['blocks']} values of {value_bytes} bytes | Strata GB/s | redis-benchmark GB/s | ratio |")
+print("|---|---|---|---|")
+print(f"| write (pipelined SET NX / SET) | {strata['put_gb_per_s']:.2f} | {peer['SET']:.2f} | {res['put_ratio']:.2f} |")
+print(f"| read ({strata['batch']} blocks a call, pipelined MGETs, checked / pipelined GET) | {strata['get_gb_per_s']:.2f} | {peer['GET']:.2f} | {res['get_ratio']:.2f} |")
+if out:
+    json.dump(res, open(out, "w"), indent=1)
+PY
