@@ -76,7 +76,15 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   if (c.kv_offload_bytes < 0 || c.kv_disk_bytes < 0) {
     return Status::InvalidArgument("--kv-offload-bytes and --kv-disk-bytes must not be negative");
   }
-  if (!c.kv_remote_url.empty() && c.kv_offload_bytes == 0) {
+  if (c.kv_remote_urls.size() > 1 && !c.kv_remote_cluster) {
+    return Status::InvalidArgument(
+        "--kv-remote: several servers are a Redis Cluster's seed nodes (--kv-remote-cluster); "
+        "spreading blocks over independent servers is not supported");
+  }
+  if (c.kv_remote_cluster && c.kv_remote_urls.empty()) {
+    return Status::InvalidArgument("--kv-remote-cluster needs --kv-remote with the seed nodes");
+  }
+  if (!c.kv_remote_urls.empty() && c.kv_offload_bytes == 0) {
     return Status::InvalidArgument(
         "--kv-remote needs --kv-offload-bytes: blocks come back from Redis through the host tier");
   }
@@ -178,10 +186,15 @@ Status EngineImpl::start_tiers() {
   c.policy = config_.kv_offload_write_through ? kv::OffloadPolicy::kWriteThrough
                                               : kv::OffloadPolicy::kEvict;
   c.prefetch = config_.kv_prefetch;
-  if (!config_.kv_remote_url.empty()) {
-    Result<kv::RedisEndpoint> ep = kv::parse_redis_url(config_.kv_remote_url);
-    if (!ep.ok()) return Status::InvalidArgument("--kv-remote: " + ep.status().message());
-    c.remote = *ep;
+  if (!config_.kv_remote_urls.empty()) {
+    kv::RedisTarget target;
+    target.cluster = config_.kv_remote_cluster;
+    for (const std::string& url : config_.kv_remote_urls) {
+      Result<kv::RedisEndpoint> ep = kv::parse_redis_url(url);
+      if (!ep.ok()) return Status::InvalidArgument("--kv-remote: " + ep.status().message());
+      target.nodes.push_back(*ep);
+    }
+    c.remote = std::move(target);
     c.remote_options.client.timeout = std::chrono::milliseconds(config_.kv_remote_timeout_ms);
     c.remote_options.ttl_seconds = config_.kv_remote_ttl_seconds;
   }

@@ -80,7 +80,7 @@ struct KvTierConfig {
   bool prefetch = true;                          // --kv-prefetch
   // --kv-remote: a Redis server under host and disk (group 0's blocks), shared with other
   // instances; blocks reach it as they reach the host tier, and come back through a prefetch.
-  std::optional<RedisEndpoint> remote = {};
+  std::optional<RedisTarget> remote = {};
   RemoteTierOptions remote_options = {};
 };
 

@@ -140,7 +140,7 @@ Result<std::vector<std::optional<std::string>>> RedisClient::mget(
   std::vector<std::optional<std::string>> out(keys.size());
   STRATA_RETURN_IF_ERROR(mget(keys, [&](size_t i, std::optional<std::string_view> v) {
     if (v) out[i] = std::string(*v);
-  }));
+  }, SIZE_MAX));
   return out;
 }
 
@@ -209,13 +209,13 @@ Result<bool> RedisClient::set_nx(std::string_view key, std::string_view value,
   return reply->type == REDIS_REPLY_STATUS;  // OK; nil when the key was there
 }
 
-Result<std::vector<bool>> RedisClient::set_nx(std::span<const KeyValue> pairs,
+Result<std::vector<bool>> RedisClient::set_nx(std::span<const RedisKeyValue> pairs,
                                               int64_t ttl_seconds) {
   std::vector<bool> written;
   if (pairs.empty()) return written;
   STRATA_RETURN_IF_ERROR(ensure_connected());
   const std::string ttl = std::to_string(ttl_seconds);
-  for (const KeyValue& kv : pairs) {
+  for (const RedisKeyValue& kv : pairs) {
     std::vector<std::string_view> args = {"SET", kv.key, kv.value, "NX"};
     if (ttl_seconds > 0) {
       args.emplace_back("EX");
@@ -247,6 +247,92 @@ Result<std::vector<bool>> RedisClient::set_nx(std::span<const KeyValue> pairs,
   }
   if (!error.ok()) return error;
   return written;
+}
+
+Status RedisClient::pipeline(std::span<const Command> commands,
+                             const std::function<void(size_t, const ReplyView&)>& each,
+                             size_t window) {
+  if (commands.empty()) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(ensure_connected());
+  window = std::max<size_t>(window, 1);
+  size_t sent = 0;
+  const auto send = [&]() -> Status {
+    const Command& c = commands[sent++];
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const std::string_view a : c) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
+                               lens.data()) != REDIS_OK) {
+      return fail("cannot queue a command");
+    }
+    return Status::Ok();
+  };
+  while (sent < commands.size() && sent < window) STRATA_RETURN_IF_ERROR(send());
+  for (size_t i = 0; i < commands.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) {
+      return fail(ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply");
+    }
+    const Reply reply(static_cast<redisReply*>(raw));
+    if (sent < commands.size()) STRATA_RETURN_IF_ERROR(send());
+    ReplyView v;
+    switch (reply->type) {
+      case REDIS_REPLY_STRING:
+        v.kind = ReplyView::Kind::kString;
+        break;
+      case REDIS_REPLY_NIL:
+        v.kind = ReplyView::Kind::kNil;
+        break;
+      case REDIS_REPLY_STATUS:
+        v.kind = ReplyView::Kind::kStatus;
+        break;
+      case REDIS_REPLY_ERROR:
+        v.kind = ReplyView::Kind::kError;
+        break;
+      case REDIS_REPLY_INTEGER:
+        v.kind = ReplyView::Kind::kInteger;
+        v.integer = reply->integer;
+        break;
+      default:
+        break;
+    }
+    if (reply->str != nullptr) v.text = std::string_view(reply->str, reply->len);
+    each(i, v);
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<RedisSlotRange>> RedisClient::cluster_slots() {
+  STRATA_RETURN_IF_ERROR(ensure_connected());
+  const std::string_view args[] = {"CLUSTER", "SLOTS"};
+  void* raw = nullptr;
+  STRATA_RETURN_IF_ERROR(round_trip(args, &raw));
+  const Reply reply(static_cast<redisReply*>(raw));
+  if (reply->type != REDIS_REPLY_ARRAY) {
+    return Status::Internal("redis CLUSTER SLOTS: " + reply_text(*reply));
+  }
+  std::vector<RedisSlotRange> out;
+  for (size_t i = 0; i < reply->elements; ++i) {
+    const redisReply& r = *reply->element[i];
+    if (r.type != REDIS_REPLY_ARRAY || r.elements < 3 || r.element[2]->type != REDIS_REPLY_ARRAY ||
+        r.element[2]->elements < 2) {
+      return Status::Internal("redis CLUSTER SLOTS: an entry of another shape");
+    }
+    const redisReply& master = *r.element[2];
+    RedisSlotRange range;
+    range.start = static_cast<int>(r.element[0]->integer);
+    range.end = static_cast<int>(r.element[1]->integer);
+    range.master.host = master.element[0]->str != nullptr
+                            ? std::string(master.element[0]->str, master.element[0]->len)
+                            : std::string();
+    if (range.master.host.empty()) range.master.host = endpoint_.host;
+    range.master.port = static_cast<int>(master.element[1]->integer);
+    out.push_back(std::move(range));
+  }
+  return out;
 }
 
 Result<std::string> RedisClient::command(std::span<const std::string_view> args) {

@@ -45,13 +45,42 @@ struct RedisEndpoint {
 // wrong otherwise.
 Result<RedisEndpoint> parse_redis_url(std::string_view url);
 
+// A key and a value to write.
+struct RedisKeyValue {
+  std::string_view key;
+  std::string_view value;
+};
+
+// What the remote tier needs of Redis, one server (RedisClient) or a cluster (RedisCluster,
+// redis_cluster.h). Not thread-safe.
+class RedisStore {
+ public:
+  virtual ~RedisStore() = default;
+  // each(i, value) for every key in order, value valid during the call (nullopt: absent). The
+  // values come in reads of at most `chunk` keys. Unavailable / Internal when the store could not
+  // answer for some keys: those are not passed to each.
+  virtual Status mget(std::span<const std::string> keys,
+                      const std::function<void(size_t, std::optional<std::string_view>)>& each,
+                      size_t chunk) = 0;
+  // SET NX [EX ttl] of every pair: whether each was written (false: the key was there).
+  virtual Result<std::vector<bool>> set_nx(std::span<const RedisKeyValue> pairs,
+                                           int64_t ttl_seconds) = 0;
+};
+
+// One hash slot range of a Redis Cluster and the master serving it (CLUSTER SLOTS).
+struct RedisSlotRange {
+  int start = 0;
+  int end = 0;  // inclusive
+  RedisEndpoint master;
+};
+
 struct RedisClientOptions {
   std::chrono::milliseconds timeout{200};      // connect, and each reply
   std::chrono::milliseconds backoff{250};      // the breaker's first wait after a failure
   std::chrono::milliseconds max_backoff{8000};
 };
 
-class RedisClient {
+class RedisClient final : public RedisStore {
  public:
   explicit RedisClient(RedisEndpoint endpoint, RedisClientOptions options = {});
   ~RedisClient();
@@ -67,15 +96,30 @@ class RedisClient {
   // reply (valid during the call; nullopt where absent).
   Status mget(std::span<const std::string> keys,
               const std::function<void(size_t, std::optional<std::string_view>)>& each,
-              size_t chunk = SIZE_MAX);
-  Result<bool> set_nx(std::string_view key, std::string_view value, int64_t ttl_seconds = 0);
-  struct KeyValue {
-    std::string_view key;
-    std::string_view value;
+              size_t chunk) override;
+
+  // ---- Redis Cluster: what RedisCluster asks of each node ---------------------------------------
+  // A reply as pipeline() hands it over (text valid during the callback).
+  struct ReplyView {
+    enum class Kind : uint8_t { kString, kNil, kStatus, kError, kInteger, kOther };
+    Kind kind = Kind::kOther;
+    std::string_view text;
+    int64_t integer = 0;
   };
+  using Command = std::vector<std::string_view>;
+  // Sends the commands, at most `window` unanswered at a time, and reads each reply in order:
+  // each(i, reply). Unavailable / Internal for a connection or protocol error (no later reply
+  // is handed over).
+  Status pipeline(std::span<const Command> commands,
+                  const std::function<void(size_t, const ReplyView&)>& each,
+                  size_t window = SIZE_MAX);
+  // CLUSTER SLOTS: every slot range and its master (an empty host in the reply means this node).
+  Result<std::vector<RedisSlotRange>> cluster_slots();
+  Result<bool> set_nx(std::string_view key, std::string_view value, int64_t ttl_seconds = 0);
   // written[i]: whether pairs[i] was written (false: the key was there). Unavailable / Internal
   // as above for the whole batch.
-  Result<std::vector<bool>> set_nx(std::span<const KeyValue> pairs, int64_t ttl_seconds = 0);
+  Result<std::vector<bool>> set_nx(std::span<const RedisKeyValue> pairs,
+                                   int64_t ttl_seconds) override;
   // The reply as text: a status or string as it is, an integer in decimal, nil as "(nil)", an
   // array's elements joined by newlines.
   Result<std::string> command(std::span<const std::string_view> args);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kv/disk_tier.h"
+#include "kv/redis_cluster.h"
 #include "kv/tier_key.h"
 
 namespace strata::kv {
@@ -33,14 +34,23 @@ std::string hex16(uint64_t v) {
 
 }  // namespace
 
-RemoteTier::RemoteTier(const RedisEndpoint& endpoint, uint64_t ns, int32_t block_size,
+namespace {
+
+std::unique_ptr<RedisStore> make_store(const RedisTarget& target, const RedisClientOptions& o) {
+  if (target.cluster) return std::make_unique<RedisCluster>(target.nodes, o);
+  return std::make_unique<RedisClient>(target.nodes.at(0), o);
+}
+
+}  // namespace
+
+RemoteTier::RemoteTier(const RedisTarget& target, uint64_t ns, int32_t block_size,
                        int64_t block_bytes, RemoteTierOptions options)
     : ns_(ns),
       block_size_(block_size),
       block_bytes_(block_bytes),
       options_(options),
-      reader_(endpoint, options.client),
-      writer_client_(endpoint, options.client),
+      reader_(make_store(target, options.client)),
+      writer_client_(make_store(target, options.client)),
       writer_([this] { run_writer(); }) {}
 
 RemoteTier::~RemoteTier() {
@@ -113,7 +123,7 @@ void RemoteTier::get(std::span<Get> blocks) {
   for (const Get& g : blocks) keys.push_back(key(g.hash));
   // Each value is checked and copied out straight from the reply.
   int64_t hits = 0, bad = 0, bytes = 0;
-  const Status read = reader_.mget(keys, [&](size_t i, std::optional<std::string_view> v) {
+  const Status read = reader_->mget(keys, [&](size_t i, std::optional<std::string_view> v) {
     Get& g = blocks[i];
     if (!v) {
       g.status = Status::NotFound("not in the remote tier");
@@ -186,10 +196,10 @@ void RemoteTier::run_writer() {
     }
     writing_ = true;
     lock.unlock();
-    std::vector<RedisClient::KeyValue> pairs;
+    std::vector<RedisKeyValue> pairs;
     pairs.reserve(batch.size());
     for (const Write& w : batch) pairs.push_back({w.key, w.value});
-    const Result<std::vector<bool>> written = writer_client_.set_nx(pairs, options_.ttl_seconds);
+    const Result<std::vector<bool>> written = writer_client_->set_nx(pairs, options_.ttl_seconds);
     lock.lock();
     writing_ = false;
     queued_bytes_ -= batch_bytes;

@@ -25,24 +25,33 @@
 // Every call is bounded by the client's timeout; a dead server is asked again only after its
 // breaker's backoff (redis_client.h).
 //
-// Owns two connections (get's caller, the writer) and the writer thread. get() from one thread
+// Owns two stores (get's caller's, the writer's: a connection each, or one per cluster master)
+// and the writer thread. get() from one thread
 // at a time; put(), flush() and stats() from any. Cost: get copies each value once; put encodes
 // (copies) the block once on the caller's thread.
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "core/status.h"
 #include "kv/block_hash.h"
 #include "kv/redis_client.h"
 
 namespace strata::kv {
+
+// Where the blocks live: one server, or a Redis Cluster's seed nodes (redis_cluster.h).
+struct RedisTarget {
+  std::vector<RedisEndpoint> nodes;
+  bool cluster = false;
+};
 
 struct RemoteTierOptions {
   RedisClientOptions client;
@@ -65,8 +74,11 @@ struct RemoteTierStats {
 
 class RemoteTier {
  public:
-  RemoteTier(const RedisEndpoint& endpoint, uint64_t ns, int32_t block_size, int64_t block_bytes,
+  RemoteTier(const RedisTarget& target, uint64_t ns, int32_t block_size, int64_t block_bytes,
              RemoteTierOptions options = {});
+  RemoteTier(const RedisEndpoint& endpoint, uint64_t ns, int32_t block_size, int64_t block_bytes,
+             RemoteTierOptions options = {})
+      : RemoteTier(RedisTarget{{endpoint}, false}, ns, block_size, block_bytes, options) {}
   ~RemoteTier();  // the writer finishes what is queued (each write bounded by the timeout)
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
@@ -101,7 +113,6 @@ class RemoteTier {
   void flush();
 
   RemoteTierStats stats() const;
-  const RedisEndpoint& endpoint() const { return reader_.endpoint(); }
 
  private:
   void run_writer();
@@ -115,8 +126,8 @@ class RemoteTier {
   int32_t block_size_;
   int64_t block_bytes_;
   RemoteTierOptions options_;
-  RedisClient reader_;
-  RedisClient writer_client_;
+  std::unique_ptr<RedisStore> reader_;
+  std::unique_ptr<RedisStore> writer_client_;
 
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable work_cv_, idle_cv_;

@@ -37,7 +37,7 @@ class KvRemoteEngineTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (!server_.start()) GTEST_SKIP() << "redis-server did not start (scripts/install_deps.sh)";
+    ASSERT_TRUE(server_.start()) << "redis-server did not start (install_deps.sh)";
   }
 
   std::unique_ptr<Engine> make() {
@@ -45,7 +45,7 @@ class KvRemoteEngineTest : public ::testing::Test {
     c.model_dir = kModelDir;
     c.kv_offload_bytes = int64_t{8} << 20;
     c.kv_offload_write_through = true;
-    c.kv_remote_url = server_.url();
+    c.kv_remote_urls = {server_.url()};
     c.kv_remote_timeout_ms = 150;
     auto e = engine::create_engine(model_, pool_, c);
     EXPECT_TRUE(e.ok()) << e.status().to_string();

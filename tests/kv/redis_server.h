@@ -1,8 +1,8 @@
 #pragma once
 // A real redis-server for tests (Debian's redis-server, installed by scripts/install_deps.sh): a
 // child process on a free loopback port, no persistence, DEBUG enabled (to make it slow on
-// purpose), stopped and started again on the same port at will. start() waits until it answers
-// PING.
+// purpose), stopped and started again on the same port at will, or a Redis Cluster node.
+// start() waits until it answers PING.
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -22,22 +22,39 @@ extern char** environ;
 
 namespace strata::kv::test_util {
 
-// A port nothing listens on now (the kernel's pick for an ephemeral bind).
-inline int free_port() {
+// Whether a loopback port can be bound now (0: the kernel picks one); the port bound, or 0.
+inline int bindable(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  int got = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    got = ntohs(a.sin_port);
+  }
   ::close(fd);
-  return ntohs(a.sin_port);
+  return got;
+}
+
+// A port nothing listens on now; for a cluster node, one whose bus port (port + 10000) is free
+// and below 65536 too.
+inline int free_port(bool cluster = false) {
+  for (int tries = 0; tries < 200; ++tries) {
+    const int p = bindable(0);
+    if (!cluster) return p;
+    const int q = 20000 + (p % 30000);  // q + 10000 < 60000
+    if (bindable(q) == q && bindable(q + 10000) == q + 10000) return q;
+  }
+  return 0;
 }
 
 class RedisServer {
  public:
-  RedisServer() : port_(free_port()) {}
+  // cluster: a Redis Cluster node (its nodes file in /tmp, named by the port).
+  explicit RedisServer(bool cluster = false) : port_(free_port(cluster)), cluster_(cluster) {}
   ~RedisServer() { stop(); }
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -53,6 +70,15 @@ class RedisServer {
                                      "--save", "", "--appendonly", "no", "--daemonize", "no",
                                      "--enable-debug-command", "yes", "--logfile", "/dev/null",
                                      "--dir", "/tmp"};
+    if (cluster_) {
+      const std::string nodes = "/tmp/strata-redis-nodes-" + port + ".conf";
+      ::unlink(nodes.c_str());
+      for (const char* a : {"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+                            "--cluster-config-file"}) {
+        args.emplace_back(a);
+      }
+      args.push_back(nodes);
+    }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -79,6 +105,7 @@ class RedisServer {
 
  private:
   int port_;
+  bool cluster_;
   pid_t pid_ = -1;
 };
 

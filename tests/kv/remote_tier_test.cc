@@ -55,7 +55,7 @@ RedisClientOptions fast() {
 class RemoteTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!server_.start()) GTEST_SKIP() << "redis-server did not start (scripts/install_deps.sh)";
+    ASSERT_TRUE(server_.start()) << "redis-server did not start (install_deps.sh)";
   }
 
   std::unique_ptr<RemoteTier> tier(uint64_t ns = 11, RemoteTierOptions o = {}) {

@@ -91,7 +91,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                  "default)");
     cmd.add_option("--kv-remote", o.kv_remote,
                    "KV tiers: a Redis server under the host tier, shared by the instances that "
-                   "name it (redis://HOST[:PORT][/DB])");
+                   "name it (redis://HOST[:PORT][/DB]); with --kv-remote-cluster, seed nodes");
+    cmd.add_flag("--kv-remote-cluster", o.kv_remote_cluster,
+                 "KV tiers: --kv-remote names a Redis Cluster's seed nodes");
     cmd.add_option("--kv-remote-timeout-ms", o.kv_remote_timeout_ms,
                    "KV tiers: the longest wait for Redis per call (then recompute)")
         ->check(CLI::Range(1, 60000));
@@ -142,7 +144,8 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_disk_bytes = o.kv_disk_bytes;
   c.kv_offload_write_through = o.kv_offload_policy == "write-through";
   c.kv_prefetch = o.kv_prefetch;
-  c.kv_remote_url = o.kv_remote;
+  c.kv_remote_urls = o.kv_remote;
+  c.kv_remote_cluster = o.kv_remote_cluster;
   c.kv_remote_timeout_ms = o.kv_remote_timeout_ms;
   c.kv_remote_ttl_seconds = o.kv_remote_ttl;
   if (!o.cache_salt_secret_file.empty()) {
