@@ -583,7 +583,8 @@ Status sample(const SampleParams& p, cudaStream_t stream) {
   constexpr int kSmemBytes = static_cast<int>(sizeof(Shared));
   STRATA_CUDA_CHECK(
       cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  sample_kernel<<<static_cast<unsigned>(p.num_rows * kStatBlocks), kThreads, kSmemBytes, stream>>>(a);
+  const auto blocks = static_cast<unsigned>(p.num_rows * kStatBlocks);  // kStatBlocks a row
+  sample_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(a);
   STRATA_CUDA_CHECK_LAUNCH();
   return Status::Ok();
 }
