@@ -311,6 +311,55 @@ __device__ __forceinline__ void token_rows_tile(const uint8_t* ks, const uint8_t
   }
 }
 
+// Before pdl_wait: asks L2 for the K and V of the first kPrefetchTokens tokens of this block's
+// split, one bulk prefetch per (block of the block table, K or V) by one thread each. The block
+// table and the lengths are step inputs that no kernel of the step writes, and every token but
+// the step's own was appended by earlier steps, so the addresses are final before the kernels
+// ahead of this one finish, and the lines arrive while they do (L2 keeps the step's own token
+// coherent: rope's append lands in L2 whether or not its line came first). At batch 1 a block's
+// tiles otherwise wait on memory one after another after the wait; with a split of at most
+// kPrefetchTokens (the planner's kMinSplitTokens) every tile is then read from L2. The cap keeps
+// a full wave's prefetches (two blocks per SM) to a fraction of L2 in large batches.
+inline constexpr int kPrefetchTokens = 128;
+
+// Asks L2 to fetch bytes [gmem, gmem + bytes) from memory (Hopper's bulk prefetch; gmem 16-byte
+// aligned, bytes a multiple of 16). A hint: nothing waits for it.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* gmem, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(gmem), "r"(bytes) : "memory");
+#endif
+}
+static_assert(2 * (kPrefetchTokens / 8 + 1) <= kDecodeThreads, "a thread per block and K or V");
+
+template <DType kKvDType, int kHeadDim>
+__device__ __forceinline__ void prefetch_split_l2(const DecodeKernelArgs& a) {
+  using KvT = std::conditional_t<DecodeShape<kKvDType, kHeadDim>::kQuant, uint8_t, uint16_t>;
+  static_assert(kKvDType != DType::kI4, "INT4 rows are half a byte per channel");
+  constexpr int kT = DecodeShape<kKvDType, kHeadDim>::kTileTokens;
+  const SeqExtent ext =
+      seq_extent(a.kv_indptr, a.kv_last_page_len, a.block_size, a.window_left, blockIdx.x);
+  const int split = blockIdx.z;
+  const int lo = (ext.begin & ~(kT - 1)) + split * a.chunk_tokens;
+  const int split_hi =
+      split == a.num_splits - 1 ? ext.kv_len : min(ext.kv_len, lo + a.chunk_tokens);
+  const int hi = min(split_hi, lo + kPrefetchTokens);
+  const int from = max(lo, ext.begin);
+  if (hi <= from) return;
+  const int first = from >> a.log2_block_size;
+  const int num = ((hi - 1) >> a.log2_block_size) - first + 1;
+  const int item = static_cast<int>(threadIdx.x);
+  if (item >= 2 * num) return;
+  const int logical = first + item / 2;
+  const int tok_begin = max(from, logical << a.log2_block_size);
+  const int tok_end = min(hi, (logical + 1) << a.log2_block_size);
+  const int64_t page = a.kv_indices[ext.page_begin + logical];
+  const KvT* base = static_cast<const KvT*>(item % 2 == 0 ? a.k_data : a.v_data);
+  const int kv_head = blockIdx.y / a.q_tiles;
+  const KvT* p = base + page * a.block_stride + kv_head * a.head_stride +
+                 (tok_begin & (a.block_size - 1)) * a.token_stride;
+  prefetch_l2_bulk(p, static_cast<uint32_t>((tok_end - tok_begin) * a.token_stride * sizeof(KvT)));
+}
+
 // kRows: query-head rows computed per tile, 8 (groups of up to 8 heads: the upper half of the
 // m16 fragments is zero and skipped) or 16.
 // kQDType: q and o (bf16 or fp16); kKvDType: the cache, kQDType itself or a quantized dtype.
@@ -322,6 +371,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
   constexpr bool kI4 = Shape::kI4;
   static_assert(kQuant || kQDType == kKvDType);
   pdl_launch_dependents();
+  if constexpr (!kI4) {
+    if (a.part == kWholeRange) prefetch_split_l2<kKvDType, kHeadDim>(a);
+  }
   pdl_wait();
   // The tensor-core input type: the cache's for 16-bit caches, fp16 for codes.
   constexpr DType kDType = kQuant ? DType::kF16 : kKvDType;

@@ -10,7 +10,9 @@ namespace strata::cuda::detail {
 
 inline constexpr int kDecodeThreads = 128;
 // Fewest tokens per split: below this the merge and launch overheads outweigh the parallelism.
-inline constexpr int kMinSplitTokens = 256;
+// 128: a short sequence alone (batch-1 decode) gets splits that the kernel's L2 prefetch covers
+// whole (kPrefetchTokens, decode_attention_kernel.cuh).
+inline constexpr int kMinSplitTokens = 128;
 // The split planner's fixed cost of one split, in tokens of KV read (decode_attention_launch.cuh).
 inline constexpr int kSplitCostTokens = 256;
 

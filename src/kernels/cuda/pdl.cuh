@@ -11,6 +11,12 @@
 // small-batch GEMV loads its first weights there). Without it the next kernel launches as this
 // one's blocks exit.
 //
+// Before pdl_wait() a kernel may read what no kernel of the step writes: weights, and the step's
+// inputs (positions, slots, the block table), which the host copies in before the step's first
+// kernel, itself launched without the attribute. Loads of those issued before the wait are off
+// the path from the previous kernel's end to this one's output (the GEMV's first weights, the
+// norms' weights, RoPE's cos / sin table, the decode attention's K/V prefetched into L2).
+//
 // Decode steps are chains of small kernels (at batch 1 each costs its launch and a ramp more
 // than its bytes): the norms, RoPE with the KV append, attention and SiLU go through here.
 

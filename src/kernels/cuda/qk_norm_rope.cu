@@ -143,18 +143,32 @@ __global__ void __launch_bounds__(kMaxThreads)
     qk_norm_rope_kernel(const __grid_constant__ QkNormRopeArgs a) {
   static_assert(!kAppend || kVec == 8);
   detail::pdl_launch_dependents();
-  detail::pdl_wait();
   constexpr int kC = kChunks<kVec>;
   __shared__ float cos_t[kMaxHalf];
   __shared__ float sin_t[kMaxHalf];
   const int32_t t = blockIdx.x;
+  // The token's cos / sin table and its slot, before the wait: positions and slots are step
+  // inputs and inv_freq is constant (no kernel of the step writes them), so only the heads'
+  // loads are left between the wait and the output.
+  {
+    const double position = a.positions[t];
+    for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
+      float s;
+      float c;
+      __sincosf(reduce_angle(position * static_cast<double>(a.inv_freq[i])), &s, &c);
+      cos_t[i] = c * a.attention_scaling;
+      sin_t[i] = s * a.attention_scaling;
+    }
+    __syncthreads();
+  }
+  const int64_t slot = kAppend ? a.slot_mapping[t] : -1;
+  detail::pdl_wait();
   const bool any_norm = a.q_norm != nullptr || a.k_norm != nullptr;
   const int group = threadIdx.x / a.lanes;
   const int groups = blockDim.x / a.lanes;
   const int lane = threadIdx.x % a.lanes;
   __nv_bfloat16* token = a.qkv + static_cast<int64_t>(t) * a.token_stride;
   const int32_t heads = kAppend ? a.all_heads : a.num_heads;
-  const int64_t slot = kAppend ? a.slot_mapping[t] : -1;
   // Every thread runs the same number of iterations (the group sums shuffle across the warp).
   for (int base = 0; base < heads; base += groups) {
     const int h = base + group;
@@ -171,18 +185,6 @@ __global__ void __launch_bounds__(kMaxThreads)
         detail::load_n<DType::kBF16, kVec>(head, i0, lo[c]);
         detail::load_n<DType::kBF16, kVec>(head, a.half + i0, hi[c]);
       }
-    }
-    if (base == 0) {
-      // The token's cos / sin table, computed while the first heads' loads are in flight.
-      const double position = a.positions[t];
-      for (int i = threadIdx.x; i < a.half; i += blockDim.x) {
-        float s;
-        float c;
-        __sincosf(reduce_angle(position * static_cast<double>(a.inv_freq[i])), &s, &c);
-        cos_t[i] = c * a.attention_scaling;
-        sin_t[i] = s * a.attention_scaling;
-      }
-      __syncthreads();
     }
     if (any_norm) {
       const void* w = h < a.num_q_heads ? a.q_norm : a.k_norm;

@@ -62,10 +62,22 @@ template <DType kWeight, int kVec, int kPer>
 __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_kernel(const __grid_constant__ RmsNormArgs a) {
   detail::pdl_launch_dependents();
-  detail::pdl_wait();
+  // Before the wait: what no kernel of the step writes (the row list is a step input, the weight
+  // constant), so the weight's load from memory is off the path from the wait to the output.
+  // Wider rows (kPer x kVec > 16) load it after the sum as before, for their registers.
+  constexpr bool kEarlyWeight = kPer * kVec <= 16;
+  float w_early[kEarlyWeight ? kPer : 1][kVec];
+  if constexpr (kEarlyWeight) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int32_t col = (threadIdx.x + j * blockDim.x) * kVec;
+      if (col < a.hidden) detail::load_n<kWeight, kVec>(a.weight, col, w_early[j]);
+    }
+  }
   __shared__ float scratch[33];
   const int32_t r = blockIdx.x;
   const int64_t src_row = a.rows != nullptr ? a.rows[r] : r;
+  detail::pdl_wait();
   float* x_row = a.residual + src_row * a.hidden;
   const float* d_row = a.delta != nullptr ? a.delta + static_cast<int64_t>(r) * a.hidden : nullptr;
 
@@ -96,7 +108,12 @@ __global__ void __launch_bounds__(kMaxThreads)
     const int32_t col = (threadIdx.x + j * blockDim.x) * kVec;
     if (col < a.hidden) {
       float w[kVec];
-      detail::load_n<kWeight, kVec>(a.weight, col, w);
+      if constexpr (kEarlyWeight) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) w[e] = w_early[j][e];
+      } else {
+        detail::load_n<kWeight, kVec>(a.weight, col, w);
+      }
       float y[kVec];
       // Hugging Face's order: (x * inv_rms) first, then the weight.
 #pragma unroll

@@ -1,5 +1,6 @@
 #include "kernels/cuda/sampling.h"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -8,7 +9,10 @@
 
 #include "kernels/cuda/cuda_check.h"
 
-// One thread block per row; every phase below is a loop of the whole block over the row (in
+// A cluster of kStatBlocks thread blocks per row takes the first pass (max, argmax and the sum of
+// exp over the raw row: all a greedy row needs), each over one slice of the row, merged in rank
+// order through distributed shared memory; block 0 of the cluster then goes on alone. Every phase
+// below is a loop of the whole block over the row (in
 // global memory, or over the candidates compacted into shared memory) followed by a fixed-order
 // reduction, so a row's result never depends on the other rows. Sums that decide which tokens
 // survive are integers (token counts, probability mass in fixed point), so the order in which
@@ -19,6 +23,9 @@ namespace strata::cuda {
 namespace {
 
 constexpr int kThreads = 512;
+// Blocks of a row's cluster in the first pass: one block read the 128K logits of a large vocabulary
+// with a dependent exponential per element, tens of microseconds for a greedy batch-1 draw.
+constexpr int kStatBlocks = 8;
 constexpr int kWarps = kThreads / 32;
 constexpr int kUnroll = 8;  // loads in flight per thread in a pass over the row
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
@@ -222,10 +229,11 @@ __device__ __forceinline__ void for_each_candidate(const Row& r, const Shared& s
   });
 }
 
-// Pass A: max, argmax and sum of exp over the raw row.
-__device__ RowStats row_stats(const float* x, int32_t vocab, Shared& sh) {
+// Pass A: max, argmax and sum of exp over the raw row elements [begin, end), block-uniform.
+__device__ RowStats row_stats(const float* x, int32_t begin, int32_t end, Shared& sh) {
   RowStats st{-INFINITY, 0.0f, -1};
-  for_each_raw(x, vocab, [&](int32_t i, float raw) {
+  for_each_raw(x + begin, end - begin, [&](int32_t j, float raw) {
+    const int32_t i = begin + j;
     const float v = sanitize(raw);
     if (v > st.m) {
       st.s = st.s * expf(shift(st.m, v)) + 1.0f;
@@ -478,12 +486,36 @@ __device__ int32_t sample_row(const SampleArgs& a, int32_t row, const float* x, 
   return gumbel_argmax(r, sh, min_key, a.seeds[row]);
 }
 
-__global__ void __launch_bounds__(kThreads, 2) sample_kernel(const __grid_constant__ SampleArgs a) {
+// Pass A over the row by the kStatBlocks blocks of its cluster, each over one slice, merged in
+// rank order (a fixed order; the argmax, the lowest id at the maximum, is the same for any
+// slicing). Every block returns the row's stats.
+__device__ RowStats cluster_row_stats(const float* x, int32_t vocab, Shared& sh) {
+  namespace cg = cooperative_groups;
+  __shared__ RowStats slice_stats;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const auto rank = static_cast<int32_t>(cluster.block_rank());
+  const int32_t chunk = (vocab + kStatBlocks - 1) / kStatBlocks;
+  const int32_t begin = min(vocab, rank * chunk);
+  const int32_t end = min(vocab, begin + chunk);
+  const RowStats mine = row_stats(x, begin, end, sh);
+  if (threadIdx.x == 0) slice_stats = mine;
+  cluster.sync();  // every slice's stats written
+  RowStats st{-INFINITY, 0.0f, -1};
+  for (int32_t r = 0; r < kStatBlocks; ++r) {
+    st = merge(st, *cluster.map_shared_rank(&slice_stats, static_cast<unsigned>(r)));
+  }
+  cluster.sync();  // no block exits (its shared memory going away) while another reads it
+  return st;
+}
+
+__global__ void __cluster_dims__(kStatBlocks, 1, 1) __launch_bounds__(kThreads, 2)
+    sample_kernel(const __grid_constant__ SampleArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Shared& sh = *reinterpret_cast<Shared*>(smem_raw);
-  const int32_t row = static_cast<int32_t>(blockIdx.x);
+  const int32_t row = static_cast<int32_t>(blockIdx.x) / kStatBlocks;
   const float* x = a.logits + static_cast<int64_t>(row) * a.vocab;
-  const RowStats st = row_stats(x, a.vocab, sh);
+  const RowStats st = cluster_row_stats(x, a.vocab, sh);
+  if (blockIdx.x % kStatBlocks != 0) return;  // block 0 of the cluster draws
   int32_t token = -1;
   if (st.m != -INFINITY) {
     const bool greedy = a.temperature == nullptr ||
@@ -551,7 +583,8 @@ Status sample(const SampleParams& p, cudaStream_t stream) {
   constexpr int kSmemBytes = static_cast<int>(sizeof(Shared));
   STRATA_CUDA_CHECK(
       cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  sample_kernel<<<static_cast<unsigned>(p.num_rows), kThreads, kSmemBytes, stream>>>(a);
+  const auto blocks = static_cast<unsigned>(p.num_rows * kStatBlocks);  // kStatBlocks a row
+  sample_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(a);
   STRATA_CUDA_CHECK_LAUNCH();
   return Status::Ok();
 }

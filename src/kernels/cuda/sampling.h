@@ -64,7 +64,8 @@ Status apply_token_masks(const TokenMaskParams& params, cudaStream_t stream);
 // So the token depends only on (the row's logits, parameters and seed): the same on every run,
 // at any row index and in any batch. +inf logits share the probability equally, as on the CPU.
 //
-// Cost: one thread block per row. Greedy: one pass over the row. Temperature / min-p only: two.
+// Cost: a cluster of eight thread blocks per row for the first pass (each over an eighth of the
+// row), then one block. Greedy: one pass over the row. Temperature / min-p only: two.
 // With top-k or top-p: three passes (statistics, a histogram of y - max(y), a compaction of the
 // survivors' bracket into shared memory) and the exact thresholds in shared memory, as long as
 // the bracket holds at most ~6K tokens; otherwise about eight passes over the row.
