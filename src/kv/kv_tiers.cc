@@ -209,7 +209,8 @@ bool KvTiers::apply_io(Tier& t, bool block) {
   return true;
 }
 
-std::optional<BlockId> KvTiers::host_slot(Tier& t, const TierKey& key, std::span<const int32_t> tokens,
+std::optional<BlockId> KvTiers::host_slot(Tier& t, const TierKey& key,
+                                          std::span<const int32_t> tokens,
                                           bool wait, bool write_down) {
   for (;;) {
     if (t.host->num_free() == 0) {
@@ -242,7 +243,8 @@ std::optional<BlockId> KvTiers::host_slot(Tier& t, const TierKey& key, std::span
   }
 }
 
-void KvTiers::submit_read(Tier& t, BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
+void KvTiers::submit_read(Tier& t, BlockId slot, const TierKey& key,
+                          std::span<const int32_t> tokens,
                           bool keep_pinned, std::shared_ptr<PrefetchTicket> ticket) {
   if (ticket) {
     ++ticket->pending;
@@ -834,7 +836,9 @@ void KvTiers::promote_copies(std::span<const int32_t> tokens, const BlockExtraKe
         break;
       }
       std::vector<BlockCopy> copies;
-      for (size_t k = 0; k < need.size(); ++k) copies.push_back(BlockCopy{need[k].slot, (*fresh)[k]});
+      for (size_t k = 0; k < need.size(); ++k) {
+        copies.push_back(BlockCopy{need[k].slot, (*fresh)[k]});
+      }
       t.mover->from_host(copies, std::as_const(*t.host).buffer());
       for (size_t k = 0; k < need.size(); ++k) {
         const Need& n = need[k];

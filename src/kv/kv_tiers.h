@@ -93,7 +93,7 @@ struct KvTierStats {
   int64_t num_dropped_blocks = 0;    // evicted blocks no host slot could take (all pinned)
   int64_t num_faults = 0;            // blocks that failed a check or an I/O (then recomputed)
   int64_t num_remote_fetched_blocks = 0;  // blocks a prefetch brought from Redis to host memory
-  int64_t num_remote_hit_blocks = 0;      // of them, promoted into the pool (in num_host_hit_blocks)
+  int64_t num_remote_hit_blocks = 0;      // of them, promoted (part of num_host_hit_blocks)
   double disk_read_seconds = 0.0;    // the I/O threads' time reading blocks
   double io_wait_seconds = 0.0;      // the scheduler thread's time waiting for the I/O threads
   double down_seconds = 0.0;         // copying blocks down to the host tier, with checksums
@@ -212,7 +212,8 @@ class KvTiers final : public PoolListener {
     TierKey key(const BlockHash& hash) const { return TierKey{ns, hash}; }
   };
 
-  KvTiers(const KvTierConfig& config, KvCacheManager& cache, std::vector<std::unique_ptr<Tier>> tiers);
+  KvTiers(const KvTierConfig& config, KvCacheManager& cache,
+          std::vector<std::unique_ptr<Tier>> tiers);
   const Tier* tier(int32_t g) const {
     return static_cast<size_t>(g) < tiers_.size() ? tiers_[static_cast<size_t>(g)].get() : nullptr;
   }
