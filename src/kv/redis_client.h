@@ -83,7 +83,7 @@ struct RedisClientOptions {
 class RedisClient final : public RedisStore {
  public:
   explicit RedisClient(RedisEndpoint endpoint, RedisClientOptions options = {});
-  ~RedisClient();
+  ~RedisClient() override;
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;
 

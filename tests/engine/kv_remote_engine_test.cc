@@ -2,7 +2,8 @@
 // redis-server the test starts: the first engine's blocks reach Redis as they reach its host tier
 // (write-through), and a second engine, which never saw the prompt, serves its prefix from Redis
 // with the cold run's greedy tokens and top-20 logprobs (the CPU invariance tolerance, 1e-5).
-// Another cache salt finds nothing; Redis down from the start, killed between the engines, or
+// Another cache salt finds nothing, and a tenant's blocks are shared only by instances with the
+// same salt secret; Redis down from the start, killed between the engines, or
 // holding a corrupt value leaves the output exactly the cold run's (the prefix recomputed, in
 // part or whole); nothing leaks.
 
@@ -40,8 +41,9 @@ class KvRemoteEngineTest : public ::testing::Test {
     ASSERT_TRUE(server_.start()) << "redis-server did not start (install_deps.sh)";
   }
 
-  std::unique_ptr<Engine> make() {
+  std::unique_ptr<Engine> make(const std::string& tenant_secret = "") {
     EngineConfig c = test_util::sized_for(EngineConfig{}, {a_}, 0);
+    c.tenant_salt_secret = tenant_secret;
     c.model_dir = kModelDir;
     c.kv_offload_bytes = int64_t{8} << 20;
     c.kv_offload_write_through = true;
@@ -63,11 +65,13 @@ class KvRemoteEngineTest : public ::testing::Test {
     EXPECT_TRUE(id.ok()) << id.status().to_string();
     return test_util::drain(e)[*id];
   }
-  // The first engine computes a; its blocks reach Redis (the engine's end waits for the writes).
-  void first_engine_computes_a() {
-    std::unique_ptr<Engine> first = make();
+  // The first engine computes a (as request r, default a); its blocks reach Redis (the engine's
+  // end waits for the writes).
+  void first_engine_computes_a(const EngineRequest* r = nullptr,
+                               const std::string& tenant_secret = "") {
+    std::unique_ptr<Engine> first = make(tenant_secret);
     ASSERT_NE(first, nullptr);
-    run(*first, a_);
+    run(*first, r != nullptr ? *r : a_);
     EXPECT_GT(first->totals().kv_offloaded_blocks, 0);
   }
   static void expect_same(const Collected& got, const Collected& want) {
@@ -119,6 +123,25 @@ TEST_F(KvRemoteEngineTest, AnotherCacheSaltFindsNothing) {
   const Collected got = run(*second, salted);
   EXPECT_EQ(got.metrics.num_cached_tokens, 0);
   EXPECT_EQ(second->totals().kv_remote_hit_tokens, 0);
+}
+
+// A tenant's salt is derived from the engine's secret (--cache-salt-secret-file): instances with
+// the same secret share the tenant's blocks, an instance with another secret (or none: each
+// process draws its own) finds nothing.
+TEST_F(KvRemoteEngineTest, ATenantSharesAcrossInstancesWithTheSameSecretOnly) {
+  EngineRequest tenant_a = a_;
+  tenant_a.tenant = "acme";
+  first_engine_computes_a(&tenant_a, "the shared secret");
+  {
+    std::unique_ptr<Engine> same = make("the shared secret");
+    ASSERT_NE(same, nullptr);
+    EXPECT_EQ(run(*same, tenant_a).metrics.num_cached_tokens, prefix_tokens());
+  }
+  for (const char* secret : {"another secret", ""}) {
+    std::unique_ptr<Engine> other = make(secret);
+    ASSERT_NE(other, nullptr);
+    EXPECT_EQ(run(*other, tenant_a).metrics.num_cached_tokens, 0) << "secret '" << secret << "'";
+  }
 }
 
 TEST_F(KvRemoteEngineTest, RedisDownFromTheStartLeavesTheColdOutput) {
