@@ -121,7 +121,7 @@ Status RedisClient::ensure_connected() {
   return Status::Ok();
 }
 
-Status RedisClient::round_trip(std::span<const std::string_view> args, void** reply) {
+Status RedisClient::append(std::span<const std::string_view> args) {
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   argv.reserve(args.size());
@@ -130,18 +130,24 @@ Status RedisClient::round_trip(std::span<const std::string_view> args, void** re
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  *reply = redisCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(), lens.data());
-  if (*reply == nullptr) return fail(ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply");
+  if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
+                             lens.data()) != REDIS_OK) {
+    return fail("cannot queue a command");
+  }
   return Status::Ok();
 }
 
-Result<std::vector<std::optional<std::string>>> RedisClient::mget(
-    std::span<const std::string> keys) {
-  std::vector<std::optional<std::string>> out(keys.size());
-  STRATA_RETURN_IF_ERROR(mget(keys, [&](size_t i, std::optional<std::string_view> v) {
-    if (v) out[i] = std::string(*v);
-  }, SIZE_MAX));
-  return out;
+Status RedisClient::read_reply(void** reply) {
+  *reply = nullptr;
+  if (redisGetReply(ctx_.get(), reply) != REDIS_OK || *reply == nullptr) {
+    return fail(ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply");
+  }
+  return Status::Ok();
+}
+
+Status RedisClient::round_trip(std::span<const std::string_view> args, void** reply) {
+  STRATA_RETURN_IF_ERROR(append(args));
+  return read_reply(reply);
 }
 
 Status RedisClient::mget(
@@ -156,27 +162,18 @@ Status RedisClient::mget(
   size_t sent = 0;
   const auto send = [&]() -> Status {
     const size_t n = std::min(chunk, keys.size() - sent);
-    std::vector<const char*> argv = {"MGET"};
-    std::vector<size_t> lens = {4};
-    for (size_t i = sent; i < sent + n; ++i) {
-      argv.push_back(keys[i].data());
-      lens.push_back(keys[i].size());
-    }
+    Command mget = {"MGET"};
+    mget.insert(mget.end(), keys.begin() + static_cast<ptrdiff_t>(sent),
+                keys.begin() + static_cast<ptrdiff_t>(sent + n));
     sent += n;
-    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
-                               lens.data()) != REDIS_OK) {
-      return fail("cannot queue MGET");
-    }
-    return Status::Ok();
+    return append(mget);
   };
   for (size_t w = 0; w < kMgetWindow && sent < keys.size(); ++w) STRATA_RETURN_IF_ERROR(send());
   Status error;
   for (size_t first = 0; first < keys.size(); first += chunk) {
     const size_t n = std::min(chunk, keys.size() - first);
     void* raw = nullptr;
-    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) {
-      return fail(ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply");
-    }
+    STRATA_RETURN_IF_ERROR(read_reply(&raw));
     const Reply reply(static_cast<redisReply*>(raw));
     if (sent < keys.size()) STRATA_RETURN_IF_ERROR(send());
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n) {
@@ -193,59 +190,30 @@ Status RedisClient::mget(
   return error;
 }
 
-Result<bool> RedisClient::set_nx(std::string_view key, std::string_view value,
-                                 int64_t ttl_seconds) {
-  STRATA_RETURN_IF_ERROR(ensure_connected());
-  const std::string ttl = std::to_string(ttl_seconds);
-  std::vector<std::string_view> args = {"SET", key, value, "NX"};
-  if (ttl_seconds > 0) {
-    args.emplace_back("EX");
-    args.emplace_back(ttl);
+RedisClient::Command set_nx_command(const RedisKeyValue& kv, const std::string& ttl) {
+  RedisClient::Command c = {"SET", kv.key, kv.value, "NX"};
+  if (ttl != "0") {
+    c.emplace_back("EX");
+    c.emplace_back(ttl);
   }
-  void* raw = nullptr;
-  STRATA_RETURN_IF_ERROR(round_trip(args, &raw));
-  const Reply reply(static_cast<redisReply*>(raw));
-  if (reply->type == REDIS_REPLY_ERROR) return Status::Internal("redis SET: " + reply_text(*reply));
-  return reply->type == REDIS_REPLY_STATUS;  // OK; nil when the key was there
+  return c;
 }
 
 Result<std::vector<bool>> RedisClient::set_nx(std::span<const RedisKeyValue> pairs,
                                               int64_t ttl_seconds) {
-  std::vector<bool> written;
-  if (pairs.empty()) return written;
-  STRATA_RETURN_IF_ERROR(ensure_connected());
-  const std::string ttl = std::to_string(ttl_seconds);
-  for (const RedisKeyValue& kv : pairs) {
-    std::vector<std::string_view> args = {"SET", kv.key, kv.value, "NX"};
-    if (ttl_seconds > 0) {
-      args.emplace_back("EX");
-      args.emplace_back(ttl);
+  const std::string ttl = std::to_string(std::max<int64_t>(ttl_seconds, 0));
+  std::vector<Command> commands;
+  commands.reserve(pairs.size());
+  for (const RedisKeyValue& kv : pairs) commands.push_back(set_nx_command(kv, ttl));
+  std::vector<bool> written(pairs.size(), false);
+  Status refused;
+  STRATA_RETURN_IF_ERROR(pipeline(commands, [&](size_t i, const ReplyView& r) {
+    if (r.kind == ReplyView::Kind::kError && refused.ok()) {
+      refused = Status::Internal("redis SET: " + std::string(r.text));
     }
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const std::string_view a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
-                               lens.data()) != REDIS_OK) {
-      return fail("cannot queue SET");
-    }
-  }
-  written.reserve(pairs.size());
-  Status error;
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    void* raw = nullptr;
-    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) {
-      return fail(ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply");
-    }
-    const Reply reply(static_cast<redisReply*>(raw));
-    if (reply->type == REDIS_REPLY_ERROR && error.ok()) {
-      error = Status::Internal("redis SET: " + reply_text(*reply));
-    }
-    written.push_back(reply->type == REDIS_REPLY_STATUS);
-  }
-  if (!error.ok()) return error;
+    written[i] = r.kind == ReplyView::Kind::kStatus;  // OK; nil when the key was there
+  }));
+  if (!refused.ok()) return refused;
   return written;
 }
 
@@ -256,26 +224,11 @@ Status RedisClient::pipeline(std::span<const Command> commands,
   STRATA_RETURN_IF_ERROR(ensure_connected());
   window = std::max<size_t>(window, 1);
   size_t sent = 0;
-  const auto send = [&]() -> Status {
-    const Command& c = commands[sent++];
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const std::string_view a : c) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(),
-                               lens.data()) != REDIS_OK) {
-      return fail("cannot queue a command");
-    }
-    return Status::Ok();
-  };
+  const auto send = [&] { return append(commands[sent++]); };
   while (sent < commands.size() && sent < window) STRATA_RETURN_IF_ERROR(send());
   for (size_t i = 0; i < commands.size(); ++i) {
     void* raw = nullptr;
-    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) {
-      return fail(ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply");
-    }
+    STRATA_RETURN_IF_ERROR(read_reply(&raw));
     const Reply reply(static_cast<redisReply*>(raw));
     if (sent < commands.size()) STRATA_RETURN_IF_ERROR(send());
     ReplyView v;

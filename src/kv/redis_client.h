@@ -3,10 +3,10 @@
 // hiredis (libhiredis-dev) -- the few commands the tier uses, binary-safe, each bounded by a
 // timeout, with a circuit breaker:
 //
-//   mget(keys)           one round trip (MGET, or pipelined MGETs of a few keys each): each
-//                        key's value, or nullopt where absent
-//   set_nx(key, v, ttl)  SET key v NX [EX ttl]: true when written, false when the key was there
-//   set_nx(pairs, ttl)   the same for many pairs, pipelined: one round trip
+//   mget(keys, each)     one round trip (pipelined MGETs of a few keys each): each key's
+//                        value, or nullopt where absent
+//   set_nx(pairs, ttl)   SET key v NX [EX ttl] for each pair, pipelined: one round trip; true
+//                        where written, false where the key was there
 //   command(args)        any other command (tests, administration): the reply as text
 //
 // A call connects first when there is no connection. A connection or protocol error (a server
@@ -89,9 +89,7 @@ class RedisClient final : public RedisStore {
 
   // Unavailable while the breaker is open or when the server cannot be reached or answers too
   // late; Internal for an error reply.
-  Result<std::vector<std::optional<std::string>>> mget(std::span<const std::string> keys);
-  // The same without copying the values out, as pipelined MGETs of at most `chunk` keys each,
-  // kMgetWindow of them in flight (a reply of a few MiB reads at the link's rate where one of
+  // Pipelined MGETs of at most `chunk` keys each, kMgetWindow of them in flight (a reply of a few MiB reads at the link's rate where one of
   // hundreds of MiB does not): each(i, value) for every key in order, value pointing into its
   // reply (valid during the call; nullopt where absent).
   Status mget(std::span<const std::string> keys,
@@ -115,9 +113,8 @@ class RedisClient final : public RedisStore {
                   size_t window = SIZE_MAX);
   // CLUSTER SLOTS: every slot range and its master (an empty host in the reply means this node).
   Result<std::vector<RedisSlotRange>> cluster_slots();
-  Result<bool> set_nx(std::string_view key, std::string_view value, int64_t ttl_seconds = 0);
-  // written[i]: whether pairs[i] was written (false: the key was there). Unavailable / Internal
-  // as above for the whole batch.
+  // written[i]: whether pairs[i] was written (false: the key was there), by pipeline(). Unavailable
+  // / Internal as above for the whole batch.
   Result<std::vector<bool>> set_nx(std::span<const RedisKeyValue> pairs,
                                    int64_t ttl_seconds) override;
   // The reply as text: a status or string as it is, an integer in decimal, nil as "(nil)", an
@@ -137,7 +134,10 @@ class RedisClient final : public RedisStore {
   };
   // Connects (and SELECTs the db) unless connected; Unavailable while the breaker is open.
   Status ensure_connected();
-  // Sends args and reads one reply into *reply (a redisReply*, the caller frees it).
+  // Queues args as one command; reads the next reply into *reply (a redisReply*, the caller frees
+  // it); both together.
+  Status append(std::span<const std::string_view> args);
+  Status read_reply(void** reply);
   Status round_trip(std::span<const std::string_view> args, void** reply);
   // Drops the connection and opens the breaker.
   Status fail(const std::string& what);
@@ -150,5 +150,8 @@ class RedisClient final : public RedisStore {
   int64_t num_failures_ = 0;
   int64_t num_skipped_ = 0;
 };
+
+// SET key value NX, with EX ttl unless ttl is "0": the command both stores write with.
+RedisClient::Command set_nx_command(const RedisKeyValue& kv, const std::string& ttl);
 
 }  // namespace strata::kv

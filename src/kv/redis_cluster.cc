@@ -169,19 +169,12 @@ Result<std::vector<bool>> RedisCluster::set_nx(std::span<const RedisKeyValue> pa
   std::vector<std::string_view> keys;
   keys.reserve(pairs.size());
   for (const RedisKeyValue& kv : pairs) keys.push_back(kv.key);
-  const std::string ttl = std::to_string(ttl_seconds);
+  const std::string ttl = std::to_string(std::max<int64_t>(ttl_seconds, 0));
   std::vector<bool> written(pairs.size(), false);
   Status refused;
   const Status s = route(
       pairs.size(),
-      [&](size_t i) {
-        RedisClient::Command c = {"SET", pairs[i].key, pairs[i].value, "NX"};
-        if (ttl_seconds > 0) {
-          c.emplace_back("EX");
-          c.emplace_back(ttl);
-        }
-        return c;
-      },
+      [&](size_t i) { return set_nx_command(pairs[i], ttl); },
       keys,
       [&](size_t i, const RedisClient::ReplyView& r) {
         if (r.kind == RedisClient::ReplyView::Kind::kError) {
