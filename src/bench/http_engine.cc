@@ -19,15 +19,16 @@ using nlohmann::json;
 // The longest a stream may go without a byte: a server that stalls fails the run, not hangs it.
 constexpr time_t kReadTimeoutS = 120;
 
-std::unique_ptr<httplib::Client> make_client(const HttpBenchConfig& c) {
-  auto client = std::make_unique<httplib::Client>(c.endpoint);
+std::unique_ptr<httplib::Client> make_client(const HttpBenchConfig& c, const std::string& endpoint) {
+  auto client = std::make_unique<httplib::Client>(endpoint);
   client->set_connection_timeout(10);
   client->set_read_timeout(kReadTimeoutS);
   if (!c.api_key.empty()) client->set_bearer_token_auth(c.api_key);
   return client;
 }
 
-// The value of an unlabelled Prometheus sample "NAME VALUE", or -1 when it is absent.
+// The value of the Prometheus sample "NAME VALUE" (NAME with its labels, if any), or -1 when it is
+// absent.
 double prometheus_value(const std::string& text, const std::string& name) {
   std::istringstream in(text);
   std::string line;
@@ -38,6 +39,33 @@ double prometheus_value(const std::string& text, const std::string& name) {
     }
   }
   return -1.0;
+}
+
+// The EngineTotals counters a server's /metrics holds: the bench reports what each endpoint
+// counted during the run, summed.
+struct MetricCounter {
+  const char* name;
+  int64_t EngineTotals::*field;
+};
+constexpr MetricCounter kMetricCounters[] = {
+    {"strata:num_preemptions_total", &EngineTotals::num_preemptions},
+    {"strata:kv_tier_hits_total{tier=\"host\"}", &EngineTotals::kv_host_tier_hit_tokens},
+    {"strata:kv_tier_hits_total{tier=\"disk\"}", &EngineTotals::kv_disk_tier_hit_tokens},
+    {"strata:kv_remote_hits_total", &EngineTotals::kv_remote_hit_tokens},
+    {"strata:kv_remote_written_blocks_total", &EngineTotals::kv_remote_written_blocks},
+    {"strata:kv_remote_dropped_writes_total", &EngineTotals::kv_remote_dropped_writes},
+    {"strata:kv_remote_errors_total", &EngineTotals::kv_remote_errors},
+    {"strata:kv_offloaded_blocks_total", &EngineTotals::kv_offloaded_blocks},
+    {"strata:kv_disk_written_blocks_total", &EngineTotals::kv_disk_written_blocks},
+    {"strata:kv_tier_faults_total", &EngineTotals::kv_tier_faults},
+    {"strata:kv_prefetched_blocks_total", &EngineTotals::kv_prefetched_blocks},
+};
+
+// Each of kMetricCounters in a /metrics text (0 where absent: a counter not exported yet).
+std::vector<double> metric_counts(const std::string& text) {
+  std::vector<double> v;
+  for (const MetricCounter& m : kMetricCounters) v.push_back(std::max(0.0, prometheus_value(text, m.name)));
+  return v;
 }
 
 // Reads one stream's server-sent events: token ids as they come, the finish reason, the usage.
@@ -93,51 +121,81 @@ class SseReader {
 
 }  // namespace
 
-Result<std::unique_ptr<HttpBenchEngine>> HttpBenchEngine::connect(HttpBenchConfig config) {
-  auto client = make_client(config);
-  const std::string& e = config.endpoint;
+namespace {
+
+// One endpoint's /v1/models and /metrics.
+struct Probe {
+  ServerInfo info;
+  std::vector<double> counts;
+};
+
+Result<Probe> probe(const HttpBenchConfig& config, const std::string& e) {
+  auto client = make_client(config, e);
   const size_t colon = e.rfind(':');
   if (e.rfind("http://", 0) != 0 || colon <= 7 || colon + 1 == e.size() ||
       e.find_first_not_of("0123456789", colon + 1) != std::string::npos || !client->is_valid()) {
-    return Status::InvalidArgument("--endpoint '" + config.endpoint + "': give http://HOST:PORT");
+    return Status::InvalidArgument("--endpoint '" + e + "': give http://HOST:PORT");
   }
   const httplib::Result models = client->Get("/v1/models");
   if (!models) {
-    return Status::Unavailable("cannot reach " + config.endpoint + ": " +
-                               httplib::to_string(models.error()));
+    return Status::Unavailable("cannot reach " + e + ": " + httplib::to_string(models.error()));
   }
   if (models->status != 200) {
-    return Status::Unavailable(config.endpoint + "/v1/models answered " +
-                               std::to_string(models->status) + ": " + quote(models->body, 200));
+    return Status::Unavailable(e + "/v1/models answered " + std::to_string(models->status) +
+                               ": " + quote(models->body, 200));
   }
-  ServerInfo info;
+  Probe p;
   std::variant<json, JsonInputError> parsed = parse_json_input(models->body, kMaxFileJsonDepth);
   const json list =
       std::holds_alternative<json>(parsed) ? std::move(std::get<json>(parsed)) : json();
   if (list.is_object() && list.contains("data") && list["data"].is_array() &&
       !list["data"].empty() && list["data"][0].is_object()) {
     const json& first = list["data"][0];
-    info.model = first.value("id", std::string());
-    info.max_model_len = first.value("max_model_len", int64_t{0});
+    p.info.model = first.value("id", std::string());
+    p.info.max_model_len = first.value("max_model_len", int64_t{0});
   }
-  if (!config.model.empty()) info.model = config.model;
-  if (info.model.empty()) return Status::Unavailable(config.endpoint + " serves no model");
-  int64_t preemptions = 0;
+  if (!config.model.empty()) p.info.model = config.model;
+  if (p.info.model.empty()) return Status::Unavailable(e + " serves no model");
+  p.counts.assign(std::size(kMetricCounters), 0.0);
   if (const httplib::Result metrics = client->Get("/metrics"); metrics && metrics->status == 200) {
-    info.kv_bytes_per_token = std::max<int64_t>(
+    p.info.kv_bytes_per_token = std::max<int64_t>(
         0, static_cast<int64_t>(prometheus_value(metrics->body, "strata:kv_bytes_per_token")));
-    preemptions = std::max<int64_t>(
-        0, static_cast<int64_t>(prometheus_value(metrics->body, "strata:num_preemptions_total")));
+    p.counts = metric_counts(metrics->body);
+  }
+  return p;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HttpBenchEngine>> HttpBenchEngine::connect(HttpBenchConfig config) {
+  if (config.endpoints.empty()) return Status::InvalidArgument("--endpoint: none given");
+  ServerInfo info;
+  std::vector<MetricCounts> at_start;
+  for (const std::string& e : config.endpoints) {
+    Result<Probe> p = probe(config, e);
+    if (!p.ok()) return p.status();
+    if (at_start.empty()) {
+      info = p->info;
+    } else if (p->info.model != info.model ||
+               p->info.kv_bytes_per_token != info.kv_bytes_per_token) {
+      return Status::InvalidArgument(
+          "--endpoint: " + e + " serves " + quote(p->info.model, 100) + " at " +
+          std::to_string(p->info.kv_bytes_per_token) + " KV bytes per token, " +
+          config.endpoints[0] + " serves " + quote(info.model, 100) + " at " +
+          std::to_string(info.kv_bytes_per_token) + ": round-robin needs instances of one model");
+    } else if (p->info.max_model_len > 0 &&
+               (info.max_model_len == 0 || p->info.max_model_len < info.max_model_len)) {
+      info.max_model_len = p->info.max_model_len;
+    }
+    at_start.push_back(std::move(p->counts));
   }
   return std::unique_ptr<HttpBenchEngine>(
-      new HttpBenchEngine(std::move(config), std::move(info), preemptions));
+      new HttpBenchEngine(std::move(config), std::move(info), std::move(at_start)));
 }
 
 HttpBenchEngine::HttpBenchEngine(HttpBenchConfig config, ServerInfo info,
-                                 int64_t preemptions_at_start)
-    : config_(std::move(config)),
-      info_(std::move(info)),
-      preemptions_at_start_(preemptions_at_start) {}
+                                 std::vector<MetricCounts> at_start)
+    : config_(std::move(config)), info_(std::move(info)), at_start_(std::move(at_start)) {}
 
 HttpBenchEngine::~HttpBenchEngine() {
   stopping_ = true;  // streams still running (a failed run) stop at their next bytes
@@ -158,17 +216,18 @@ Result<uint64_t> HttpBenchEngine::submit(const SubmitRequest& r) {
                {"return_token_ids", true}};
   if (r.priority != 0) body["priority"] = r.priority;
   const uint64_t id = next_id_++;
+  const size_t endpoint = (id - 1) % config_.endpoints.size();
   ++num_in_flight_;
   Thread& t = threads_[id];
-  t.thread = std::thread([this, id, &exited = t.exited, text = body.dump()]() mutable {
-    stream(id, std::move(text));
+  t.thread = std::thread([this, id, endpoint, &exited = t.exited, text = body.dump()]() mutable {
+    stream(id, endpoint, std::move(text));
     exited = true;
   });
   return id;
 }
 
-void HttpBenchEngine::stream(uint64_t id, std::string body) {
-  auto client = make_client(config_);
+void HttpBenchEngine::stream(uint64_t id, size_t endpoint, std::string body) {
+  auto client = make_client(config_, config_.endpoints[endpoint]);
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
@@ -220,7 +279,10 @@ void HttpBenchEngine::push(TokenEvent event) {
 void HttpBenchEngine::fail(uint64_t id, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (error_.empty()) error_ = "request " + std::to_string(id) + " over HTTP: " + why;
+    if (error_.empty()) {
+      error_ = "request " + std::to_string(id) + " to " +
+               config_.endpoints[(id - 1) % config_.endpoints.size()] + ": " + why;
+    }
   }
   cv_.notify_one();
 }
@@ -265,11 +327,14 @@ EngineTotals HttpBenchEngine::counters() const {
   }
   c.prefix_query_tokens = c.num_prompt_tokens;
   c.prefix_hit_tokens = c.num_cached_prompt_tokens;
-  auto client = make_client(config_);
-  if (const httplib::Result metrics = client->Get("/metrics"); metrics && metrics->status == 200) {
-    const double preemptions = prometheus_value(metrics->body, "strata:num_preemptions_total");
-    if (preemptions >= 0)
-      c.num_preemptions = static_cast<int64_t>(preemptions) - preemptions_at_start_;
+  for (size_t e = 0; e < config_.endpoints.size(); ++e) {
+    auto client = make_client(config_, config_.endpoints[e]);
+    const httplib::Result metrics = client->Get("/metrics");
+    if (!metrics || metrics->status != 200) continue;
+    const std::vector<double> now = metric_counts(metrics->body);
+    for (size_t m = 0; m < now.size(); ++m) {
+      c.*kMetricCounters[m].field += static_cast<int64_t>(now[m] - at_start_[e][m]);
+    }
   }
   return c;
 }

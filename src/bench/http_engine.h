@@ -1,7 +1,9 @@
 #pragma once
-// HttpBenchEngine: a running OpenAI-compatible server (`strata serve`) behind the bench driver's
+// HttpBenchEngine: running OpenAI-compatible servers (`strata serve`) behind the bench driver's
 // BenchEngine interface, so `strata bench --endpoint URL` replays the same workloads, with the
-// same arrivals and statistics, through HTTP.
+// same arrivals and statistics, through HTTP. Several endpoints (instances of one model) take
+// the requests round-robin -- the i-th submitted goes to endpoints[i mod N] -- so a session's
+// turns land on different instances, the worst case for caches local to an instance.
 //
 // Each submitted request streams POST /v1/completions on a thread and connection of its own
 // (cpp-httplib's client): the prompt as token ids, max_tokens, ignore_eos, temperature, seed,
@@ -10,7 +12,8 @@
 // event over, and returns; the driver stamps the tokens with that time, as it stamps an engine
 // step's. There is no engine step to describe: StepRecord carries only the streams in flight
 // (num_running) and how many advanced (num_scheduled_seqs). Counters come from the streams'
-// usage (prompt, cached and generated tokens) and, for preemptions, from /metrics.
+// usage (prompt, cached and generated tokens) and, for preemptions and the KV tiers' counters,
+// from each endpoint's /metrics: what it counted since connect(), summed over the endpoints.
 //
 // Thread-safety: the driver's thread calls submit / step / has_unfinished / counters; the stream
 // threads only push events under the mutex. The destructor waits for every stream thread.
@@ -32,24 +35,25 @@
 namespace strata::bench {
 
 struct HttpBenchConfig {
-  std::string endpoint;  // "http://host:port"
+  std::vector<std::string> endpoints;  // "http://host:port", at least one
   std::string api_key;   // sent as a bearer token when set
   std::string model;     // empty: the first model GET /v1/models lists
   double temperature = 0.0;
   std::chrono::microseconds poll{1000};  // the longest step() waits for news
 };
 
-// What the server says about itself at connect().
+// What the servers say about themselves at connect() (the first endpoint's figures; every
+// endpoint must serve the same model with the same KV bytes per token).
 struct ServerInfo {
   std::string model;
-  int64_t max_model_len = 0;       // 0 when /v1/models does not say
+  int64_t max_model_len = 0;       // the smallest endpoint's; 0 when /v1/models does not say
   int64_t kv_bytes_per_token = 0;  // strata:kv_bytes_per_token, 0 when absent
 };
 
 class HttpBenchEngine final : public BenchEngine {
  public:
-  // Asks the server for its model (GET /v1/models) and its metrics; Unavailable when it cannot
-  // be reached, InvalidArgument for a malformed endpoint.
+  // Asks each server for its model (GET /v1/models) and its metrics; Unavailable when one cannot
+  // be reached, InvalidArgument for a malformed endpoint or servers that serve different models.
   static Result<std::unique_ptr<HttpBenchEngine>> connect(HttpBenchConfig config);
   ~HttpBenchEngine() override;
   HttpBenchEngine(const HttpBenchEngine&) = delete;
@@ -65,8 +69,11 @@ class HttpBenchEngine final : public BenchEngine {
   EngineTotals counters() const override;
 
  private:
-  HttpBenchEngine(HttpBenchConfig config, ServerInfo info, int64_t preemptions_at_start);
-  void stream(uint64_t id, std::string body);
+  // Counters an endpoint's /metrics holds (metrics_counters in the .cc), in its order.
+  using MetricCounts = std::vector<double>;
+
+  HttpBenchEngine(HttpBenchConfig config, ServerInfo info, std::vector<MetricCounts> at_start);
+  void stream(uint64_t id, size_t endpoint, std::string body);
   void push(TokenEvent event);
   void fail(uint64_t id, const std::string& why);
 
@@ -77,7 +84,7 @@ class HttpBenchEngine final : public BenchEngine {
 
   HttpBenchConfig config_;
   ServerInfo info_;
-  int64_t preemptions_at_start_ = 0;
+  std::vector<MetricCounts> at_start_;  // per endpoint, at connect()
   uint64_t next_id_ = 1;
 
   mutable std::mutex mu_;

@@ -3,13 +3,16 @@
 #   start_server ARGS...   starts `strata serve --port 0 ARGS...` in the background, waits for
 #                          its "serving ... on http://127.0.0.1:PORT" line and sets server_pid,
 #                          base (http://127.0.0.1:PORT) and server_log; fails the script if it
-#                          does not come up. The server is killed on exit unless waited for.
+#                          does not come up. Every server started is killed on exit unless
+#                          waited for; a second call starts another (server_pid, base name it).
 
+server_pids=()
 start_server() {
   server_log="$tmp/serve.$RANDOM.log"
   "$strata" serve --port 0 "$@" >"$server_log" 2>&1 &
   server_pid=$!
-  trap 'kill "$server_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+  server_pids+=("$server_pid")
+  trap 'kill "${server_pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
   local port=""
   for _ in $(seq 1 300); do
     port=$(sed -n 's|.*serving .* on http://127.0.0.1:\([0-9]*\).*|\1|p' "$server_log")

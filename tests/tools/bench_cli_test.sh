@@ -132,7 +132,27 @@ PY
 bench --num-prompts 2 --input-len 8 --output-len 2 --endpoint "$base" >"$tmp/http-table" \
   2>/dev/null && grep -q "^server     $base" "$tmp/http-table" && grep -q "^TTFT" "$tmp/http-table" \
   && ! grep -q "^block fill" "$tmp/http-table" && ok || fail "--endpoint table: $(cat "$tmp/http-table")"
+# 5b. two instances: the requests go round-robin, half to each, and the report sums both servers'
+#     counters
+first=$base first_pid=$server_pid
+prompt_tokens() { curl -s "$1/metrics" | sed -n 's/^strata:prompt_tokens_total \([0-9.]*\)$/\1/p'; }
+before=$(prompt_tokens "$first")
+start_server --model "$model" --threads 2 --num-blocks 512
+bench --num-prompts 6 --input-len 10 --output-len 2 --endpoint "$first" --endpoint "$base" --json \
+  >"$tmp/http-two.json" 2>"$tmp/err" || fail "two endpoints: $(cat "$tmp/err")"
+python3 - "$tmp/http-two.json" "$first,$base" "$before" "$(prompt_tokens "$first")" \
+  "$(prompt_tokens "$base")" <<'PY' && ok || fail "two endpoints JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+r = j["runs"][0]
+assert j["header"]["endpoint"] == sys.argv[2], j["header"]
+assert r["num_requests"] == 6 and r["prompt_tokens"] == 60, r
+assert float(sys.argv[4]) - float(sys.argv[3]) == 30 and float(sys.argv[5]) == 30, sys.argv[3:]
+PY
 kill "$server_pid"
+bench_error endpoint-second-down "cannot reach $base" --endpoint "$first,$base"
+kill "$first_pid"
+base=$first
 bench_error endpoint-down "cannot reach" --endpoint "$base"
 bench_error endpoint-malformed "endpoint" --endpoint "not a url"
 

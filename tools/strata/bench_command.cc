@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/driver.h"
@@ -220,12 +221,12 @@ bench::BenchMetrics run_one(model::Model* m, ThreadPool& pool, EngineConfig conf
                 static_cast<double>((*engine)->kv_cache().bytes_per_token));
 }
 
-// `strata bench --endpoint URL`: the workload through a running server. The model directory
-// gives only the vocabulary the workload draws token ids from (it should be the served model);
-// the server's max_model_len bounds the lengths.
+// `strata bench --endpoint URL...`: the workload through running servers, round-robin. The model
+// directory gives only the vocabulary the workload draws token ids from (it should be the served
+// model); the servers' max_model_len bounds the lengths.
 int run_http(const BenchOptions& o, double rate) {
   bench::HttpBenchConfig http;
-  http.endpoint = o.endpoint;
+  http.endpoints = o.endpoints;
   http.api_key = o.api_key;
   http.temperature = o.temperature;
   Result<std::unique_ptr<bench::HttpBenchEngine>> engine =
@@ -241,13 +242,17 @@ int run_http(const BenchOptions& o, double rate) {
   bench::Workload w = make_workload(o, limits);
   if (o.trace.empty() || !o.request_rate.empty()) bench::assign_poisson_arrivals(w, rate, o.seed);
   bench::validate_workload(w, max_model_len, config.vocab_size);
-  std::string where = o.endpoint;
-  if (where.rfind("http://", 0) == 0) where.erase(0, 7);
+  std::string where, endpoints;
+  for (const std::string& e : o.endpoints) {
+    const std::string_view host = std::string_view(e).substr(e.rfind("http://", 0) == 0 ? 7 : 0);
+    where += (where.empty() ? "" : ",") + std::string(host);
+    endpoints += (endpoints.empty() ? "" : ",") + e;
+  }
   const bench::BenchMetrics run = replay(**engine, w, o, "http", where,
                                          static_cast<double>(server.kv_bytes_per_token));
   bench::ReportHeader header = report_header(o, w, rate, max_model_len);
   header.model = server.model;
-  header.endpoint = o.endpoint;
+  header.endpoint = endpoints;
   const std::vector<bench::BenchMetrics> runs = {run};
   const std::string out =
       o.json ? bench::report_json(header, runs) : bench::report_table(header, runs);
@@ -323,19 +328,22 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_option("--max-batch-size", o.max_batch_size, "static: requests per batch")
       ->check(CLI::Range(1, 1 << 20));
   // HTTP backend
-  cmd->add_option("--endpoint", o.endpoint,
+  cmd->add_option("--endpoint", o.endpoints,
                   "Benchmark a running `strata serve` at http://HOST:PORT (streams /v1/completions) "
-                  "instead of an in-process engine; --model then only gives the vocabulary");
+                  "instead of an in-process engine; --model then only gives the vocabulary. "
+                  "Several (repeated or comma-separated): instances of one model, requests "
+                  "round-robin")
+      ->delimiter(',');
   cmd->add_option("--api-key", o.api_key, "--endpoint: the server's bearer key");
   cmd->add_flag("--json", o.json, "Print the report as JSON");
 }
 
 int run_bench(const BenchOptions& o) {
   const double rate = parse_request_rate(o.request_rate);
-  if (!o.endpoint.empty() && !o.structured_output.empty()) {
+  if (!o.endpoints.empty() && !o.structured_output.empty()) {
     throw Error("--structured-output is for the local engine, not --endpoint");
   }
-  if (!o.endpoint.empty()) return run_http(o, rate);
+  if (!o.endpoints.empty()) return run_http(o, rate);
   ThreadPool pool(o.threads);
   model::ModelLoadOptions load;
   load.model_dir = o.model_dir;

@@ -56,7 +56,8 @@ struct BenchOptions : EngineOptions {
   int32_t max_batch_size = 32;
 
   // ---- HTTP backend -------------------------------------------------------------------------
-  std::string endpoint;  // http://HOST:PORT of a running server; empty = in-process engine
+  // http://HOST:PORT of running servers (requests round-robin); empty = in-process engine
+  std::vector<std::string> endpoints;
   std::string api_key;
 
   bool json = false;
