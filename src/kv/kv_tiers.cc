@@ -140,6 +140,9 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
   for (const std::unique_ptr<Tier>& t : tiers_) {
     if (!t) continue;
     if (t->disk) t->io = std::make_unique<TierIo>(*t->disk);
+    if (t->remote) {
+      fetcher_ = std::make_unique<RemoteFetcher>(*t->remote, t->host->block_bytes());
+    }
     t->mover->attach(t->host->buffer());
     if (t->group == 0) {
       cache_.pool(0).set_listener(this);
@@ -152,7 +155,7 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
 
 KvTiers::~KvTiers() {
   if (promotion_) cancel_promotion(promotion_->owner);
-  if (fetch_) fetch_->done.wait();
+  fetcher_.reset();  // its read under way ends first
   for (const std::unique_ptr<Tier>& t : tiers_) {
     if (!t) continue;
     cache_.pool(t->group).set_listener(nullptr);
@@ -375,15 +378,12 @@ void KvTiers::poll() {
 void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
                        PrefetchState& state) {
   Tier& t = *tiers_[0];
-  if (!prefetch_ || (!t.io && !t.remote) || state.pending() || state.checked_at == changes_) {
-    return;
-  }
-  // One read of Redis at a time: looked at again at the next step.
-  if (t.remote && fetch_ && !t.io) return;
+  const bool disk_reads = prefetch_ && t.io;
+  if ((!disk_reads && !fetcher_) || state.pending() || state.checked_at == changes_) return;
   // Prefetched blocks waiting for their requests, and reads under way, hold at most a quarter of
   // the host tier, or they would push each other (and what other requests need) out before use.
-  const int32_t budget =
-      t.host->capacity() / kPrefetchShare - t.host->num_prefetched() - prefetch_reads_;
+  const int32_t budget = t.host->capacity() / kPrefetchShare - t.host->num_prefetched() -
+                         prefetch_reads_ - (fetcher_ ? fetcher_->blocks_in_flight() : 0);
   if (budget <= 0) return;  // looked at again when some are served
   state.checked_at = changes_;
   state.ticket.reset();
@@ -414,21 +414,20 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
     }
     const TierKey k = t.key(h);
     if (t.host->contains(k)) continue;
+    if (fetcher_ && fetcher_->join(k, ticket)) continue;  // another request's read brings it
     if (!t.disk || !t.disk->contains(h)) {
-      // The rest of the chain, as far as the budget goes, from Redis in one read.
-      if (t.remote && !fetch_) {
-        const int32_t count = std::min(max_blocks - i, budget - ticket->blocks);
-        if (count > 0) start_remote_fetch(t, tokens, state.chain, i, count, ticket);
-      }
+      // The rest of the chain, as far as the budget goes, from Redis.
+      if (fetcher_) fetch_remote(t, tokens, state.chain, i, budget - ticket->blocks, ticket);
       break;
     }
+    if (!disk_reads) break;  // read at admission
     // Into a free slot or one whose block is on disk already: a prefetch writes nothing down.
     const std::optional<BlockId> slot =
         host_slot(t, k, block_tokens(i), /*wait=*/false, /*write_down=*/false);
     if (!slot) break;
     submit_read(t, *slot, k, block_tokens(i), /*keep_pinned=*/false, ticket);
   }
-  if (ticket->blocks > 0) state.ticket = std::move(ticket);
+  if (ticket->pending > 0) state.ticket = std::move(ticket);
 }
 
 KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
@@ -662,63 +661,55 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
   return hit != nullptr && (extend ? more && registered == keep : true);
 }
 
-void KvTiers::start_remote_fetch(Tier& t, std::span<const int32_t> tokens,
-                                 std::span<const BlockHash> chain, int32_t first, int32_t count,
-                                 const std::shared_ptr<PrefetchTicket>& ticket) {
-  const int32_t bs = cache_.block_size();
-  RemoteFetch f;
-  f.ticket = ticket;
-  f.tokens.reserve(static_cast<size_t>(count));
-  f.bytes.reserve(static_cast<size_t>(count));
-  f.gets.reserve(static_cast<size_t>(count));
-  for (int32_t i = first; i < first + count; ++i) {
-    const auto begin = tokens.begin() + static_cast<ptrdiff_t>(i) * bs;
-    f.tokens.emplace_back(begin, begin + bs);
-    f.bytes.emplace_back(static_cast<size_t>(t.host->block_bytes()));
-    f.gets.push_back(RemoteTier::Get{chain[static_cast<size_t>(i)], f.tokens.back(),
-                                     f.bytes.back(), 0, {}});
+void KvTiers::fetch_remote(Tier& t, std::span<const int32_t> tokens,
+                           std::span<const BlockHash> chain, int32_t first, int32_t limit,
+                           const std::shared_ptr<PrefetchTicket>& ticket) {
+  const auto bs = static_cast<size_t>(cache_.block_size());
+  std::vector<TierKey> keys;
+  std::vector<std::span<const int32_t>> block_tokens;
+  for (size_t i = static_cast<size_t>(first);
+       i < chain.size() && static_cast<int32_t>(keys.size()) < limit; ++i) {
+    const TierKey k = t.key(chain[i]);
+    if (t.host->contains(k) || fetcher_->join(k, ticket)) continue;
+    keys.push_back(k);
+    block_tokens.push_back(tokens.subspan(i * bs, bs));
   }
-  ++ticket->pending;
-  ticket->blocks += count;
-  prefetch_reads_ += count;
-  RemoteTier* remote = t.remote.get();
-  f.done = std::async(std::launch::async,
-                      [remote, gets = std::span<RemoteTier::Get>(f.gets)] { remote->get(gets); });
-  fetch_ = std::move(f);
+  fetcher_->submit(ticket, keys, block_tokens);
 }
 
 bool KvTiers::apply_remote(bool block) {
-  if (!fetch_) return false;
-  if (!block && fetch_->done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-    return true;
-  }
+  if (!fetcher_) return false;
   const auto start = std::chrono::steady_clock::now();
-  fetch_->done.get();
-  stats_.io_wait_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<std::unique_ptr<RemoteFetcher::Job>> jobs = fetcher_->take_done(block);
+  if (block) {
+    stats_.io_wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  if (jobs.empty()) return !block && !fetcher_->idle();
   Tier& t = *tiers_[0];
   std::erase_if(from_remote_, [&](const TierKey& k) { return !t.host->contains(k); });
   int64_t committed = 0;
-  for (RemoteTier::Get& g : fetch_->gets) {
-    if (!g.status.ok()) break;  // the chain ends at the first block Redis lacks (or failed)
-    const TierKey k = t.key(g.hash);
-    if (t.host->contains(k)) continue;
-    const std::optional<BlockId> slot = host_slot(t, k, g.tokens, /*wait=*/false);
-    if (!slot) break;
-    const std::span<std::byte> dst = t.host->bytes(*slot);
-    std::copy(g.out.begin(), g.out.end(), dst.begin());
-    t.host->commit(*slot, g.checksum);  // checked as it was read
-    t.host->unpin(*slot);
-    from_remote_.insert(k);
-    ++committed;
+  for (const std::unique_ptr<RemoteFetcher::Job>& job : jobs) {
+    for (size_t i = 0; i < job->gets.size(); ++i) {
+      const RemoteTier::Get& g = job->gets[i];
+      if (!g.status.ok()) break;  // the chain ends at the first block Redis lacks (or failed)
+      const TierKey& k = job->keys[i];
+      if (t.host->contains(k)) continue;
+      const std::optional<BlockId> slot = host_slot(t, k, g.tokens, /*wait=*/false);
+      if (!slot) break;
+      const std::span<std::byte> dst = t.host->bytes(*slot);
+      std::copy(g.out.begin(), g.out.end(), dst.begin());
+      t.host->commit(*slot, g.checksum);  // checked as it was read
+      t.host->unpin(*slot);
+      from_remote_.insert(k);
+      ++committed;
+    }
+    for (const std::shared_ptr<PrefetchTicket>& ticket : job->tickets) --ticket->pending;
   }
   stats_.num_remote_fetched_blocks += committed;
-  --fetch_->ticket->pending;
-  prefetch_reads_ -= static_cast<int32_t>(fetch_->gets.size());
-  // Blocks that came let the waiting requests' prefetches walk further; a fetch that found
+  // Blocks that came let the waiting requests' prefetches walk further; a read that found
   // nothing (or no answer) is not asked again until blocks move.
   if (committed > 0) ++changes_;
-  fetch_.reset();
   return true;
 }
 

@@ -12,7 +12,10 @@
 //   prefetch prefetch(tokens, state) when a request is queued, and again while it waits whenever
 //            blocks have left the pool or reached disk since: the chain's blocks that are on disk
 //            and in neither the pool nor the host tier start loading disk -> host on the I/O
-//            threads; the scheduler admits the request when its ticket has no reads pending
+//            threads, and those in none of them nor on disk are asked of Redis (RemoteFetcher:
+//            every queued request's blocks in one read, whether --no-kv-prefetch or not, so no
+//            step waits on the network); the scheduler admits the request when its ticket has no
+//            reads pending
 //   up       promote_async(owner, tokens, hit) for the head of the queue (promote() waits): the
 //            request's chain of full blocks past its pool prefix hit
 //            (KvCacheManager::find_cached_prefix), block by block from the host tier, else read
@@ -60,6 +63,7 @@
 #include "kv/disk_tier.h"
 #include "kv/host_tier.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/remote_fetcher.h"
 #include "kv/remote_tier.h"
 #include "kv/tier_io.h"
 #include "kv/tier_key.h"
@@ -79,7 +83,8 @@ struct KvTierConfig {
   OffloadPolicy policy = OffloadPolicy::kEvict;  // --kv-offload-policy
   bool prefetch = true;                          // --kv-prefetch
   // --kv-remote: a Redis server under host and disk (group 0's blocks), shared with other
-  // instances; blocks reach it as they reach the host tier, and come back through a prefetch.
+  // instances; blocks reach it as they reach the host tier, and come back through the prefetch
+  // walk (read when the request is queued, whatever `prefetch` says).
   std::optional<RedisTarget> remote = {};
   RemoteTierOptions remote_options = {};
 };
@@ -141,9 +146,11 @@ class KvTiers final : public PoolListener {
   // Starts loading, disk -> host tier on the I/O threads, the blocks of tokens' chain (as
   // promote walks it) that follow the pool's cached prefix and lie on disk but not in the host
   // tier, into free slots or slots whose blocks are on disk already, while prefetched blocks not
-  // yet served and reads under way hold less than a quarter of the host tier; state.ticket counts
-  // them (null when none were started). Does nothing when prefetch is off, state's reads are
-  // pending, or no block has left the pool or reached disk since state's last walk.
+  // yet served and reads under way hold less than a quarter of the host tier; those past them
+  // that are in none of the tiers are read from Redis (with a remote tier), and those another
+  // request's read brings are waited for. state.ticket counts them (null when none were started).
+  // Does nothing when state's reads are pending, or no block has left the pool or reached a
+  // tier since state's last walk; reads nothing from disk when prefetch is off.
   void prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
                 PrefetchState& state);
 
@@ -270,21 +277,12 @@ class KvTiers final : public PoolListener {
     uint64_t ticket = BlockMover::kDoneTicket;  // the copies
     std::future<size_t> checked;    // how many of staged's host blocks, from the first, are good
   };
-  // A prefetch's read of Redis, on a thread of its own (one at a time: the tier's reader is one
-  // connection); its blocks are committed to the host tier when it is applied.
-  struct RemoteFetch {
-    std::shared_ptr<PrefetchTicket> ticket;
-    std::vector<std::vector<int32_t>> tokens;
-    std::vector<std::vector<std::byte>> bytes;
-    std::vector<RemoteTier::Get> gets;  // into tokens and bytes
-    std::future<void> done;
-  };
-  // Starts reading chain[first, first + count) of tokens' blocks from Redis for ticket.
-  void start_remote_fetch(Tier& t, std::span<const int32_t> tokens,
-                          std::span<const BlockHash> chain, int32_t first, int32_t count,
-                          const std::shared_ptr<PrefetchTicket>& ticket);
-  // Applies the fetch under way once it is done (with block, waits for it): its blocks, from the
-  // first, as far as they were found and good, go into free or least recent host slots.
+  // Queues a read from Redis of the blocks of chain[first, ...) that neither the host tier holds
+  // nor another request's read brings (those the ticket joins), at most limit of them.
+  void fetch_remote(Tier& t, std::span<const int32_t> tokens, std::span<const BlockHash> chain,
+                    int32_t first, int32_t limit, const std::shared_ptr<PrefetchTicket>& ticket);
+  // Applies the remote reads that are done (with block, waits for one): each job's blocks, from
+  // its first, as far as they were found and good, go into free or least recent host slots.
   // False when none is under way.
   bool apply_remote(bool block);
   // The pool prefix a promotion goes on from: hit itself for one full-attention group, else
@@ -331,7 +329,7 @@ class KvTiers final : public PoolListener {
   ThreadPool threads_;  // checksums of a batch of blocks copied down (up to 16 threads)
   ThreadPool check_threads_;  // checksums of a promotion's host blocks (as many)
   std::optional<Promotion> promotion_;
-  std::optional<RemoteFetch> fetch_;
+  std::unique_ptr<RemoteFetcher> fetcher_;  // group 0's reads of Redis, when it has a remote tier
   std::unordered_set<TierKey, TierKeyHasher> from_remote_;  // host blocks Redis brought, unserved
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
   int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -41,9 +42,10 @@ class KvRemoteEngineTest : public ::testing::Test {
     ASSERT_TRUE(server_.start()) << "redis-server did not start (install_deps.sh)";
   }
 
-  std::unique_ptr<Engine> make(const std::string& tenant_secret = "") {
-    EngineConfig c = test_util::sized_for(EngineConfig{}, {a_}, 0);
+  std::unique_ptr<Engine> make(const std::string& tenant_secret = "", bool prefetch = true) {
+    EngineConfig c = test_util::sized_for(EngineConfig{}, {a_, a_, a_}, 0);
     c.tenant_salt_secret = tenant_secret;
+    c.kv_prefetch = prefetch;
     c.model_dir = kModelDir;
     c.kv_offload_bytes = int64_t{8} << 20;
     c.kv_offload_write_through = true;
@@ -94,6 +96,16 @@ class KvRemoteEngineTest : public ::testing::Test {
     return out;
   }
 
+  // GETs that found their key (INFO stats keyspace_hits; MGET counts each key).
+  int64_t keyspace_hits() {
+    kv::RedisClient c(server_.endpoint());
+    const std::string_view args[] = {"INFO", "stats"};
+    const Result<std::string> reply = c.command(args);
+    const std::string info = reply.ok() ? *reply : std::string();
+    const size_t at = info.find("keyspace_hits:");
+    return at == std::string::npos ? -1 : std::stoll(info.substr(at + 14));
+  }
+
   kv::test_util::RedisServer server_;
   ThreadPool pool_;
   model::Model model_;
@@ -111,6 +123,27 @@ TEST_F(KvRemoteEngineTest, ASecondEngineServesTheFirstsPrefixFromRedis) {
   EXPECT_EQ(got.metrics.num_cached_tokens, prefix_tokens());
   EXPECT_EQ(second->totals().kv_remote_hit_tokens, prefix_tokens());
   EXPECT_EQ(second->totals().kv_tier_faults, 0);
+  EXPECT_EQ(second->last_step().num_used_blocks, 0);
+}
+
+// Requests queued together read Redis together: the first one's read asks for the prefix, the
+// others wait on it rather than asking again, and all three get the cold run's output. Redis is
+// read when a request is queued whether the disk prefetch is on or not.
+TEST_F(KvRemoteEngineTest, QueuedRequestsShareOneReadOfThePrefixEvenWithPrefetchOff) {
+  const Collected want = cold();
+  first_engine_computes_a();
+  const int64_t hits_before = keyspace_hits();
+  std::unique_ptr<Engine> second = make("", /*prefetch=*/false);
+  ASSERT_NE(second, nullptr);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(*second->submit(a_));
+  const std::map<uint64_t, Collected> got = test_util::drain(*second);
+  for (const uint64_t id : ids) {
+    expect_same(got.at(id), want);
+    EXPECT_EQ(got.at(id).metrics.num_cached_tokens, prefix_tokens()) << "request " << id;
+  }
+  EXPECT_EQ(keyspace_hits() - hits_before, prefix_tokens() / 16);
+  EXPECT_EQ(second->totals().kv_remote_fetched_blocks, prefix_tokens() / 16);
   EXPECT_EQ(second->last_step().num_used_blocks, 0);
 }
 

@@ -1,0 +1,75 @@
+#pragma once
+// RemoteFetcher: the remote tier's reads for queued requests (KvTiers' prefetch), on a thread of
+// its own. Each request's prefetch walk submits one job: the blocks of its prompt that neither
+// the pool nor the host tier holds. The thread reads every job queued since its last read in one
+// RemoteTier::get -- one round trip (pipelined MGETs) for all of them -- so a burst of arrivals
+// costs one read rather than one each, and a read starts as soon as the last one ends, not at a
+// step. A block already being read is not asked for twice: the request waits on the job reading
+// it (join).
+//
+// Threads: submit, join and take_done on the scheduler thread; the reads on the fetcher's.
+// Tickets are the scheduler thread's alone (the jobs hand them back through take_done). Cost: a
+// job holds its blocks' bytes until it is taken.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/remote_tier.h"
+#include "kv/tier_io.h"
+#include "kv/tier_key.h"
+
+namespace strata::kv {
+
+class RemoteFetcher {
+ public:
+  struct Job {
+    // The requests waiting for it: the one that submitted it, and those that joined.
+    std::vector<std::shared_ptr<PrefetchTicket>> tickets;
+    std::vector<TierKey> keys;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::vector<std::byte>> bytes;
+    std::vector<RemoteTier::Get> gets;  // into tokens and bytes; status set once read
+  };
+
+  RemoteFetcher(RemoteTier& remote, int64_t block_bytes);
+  ~RemoteFetcher();  // waits for the read under way; queued jobs are dropped
+  RemoteFetcher(const RemoteFetcher&) = delete;
+  RemoteFetcher& operator=(const RemoteFetcher&) = delete;
+
+  // Queues a read of the blocks (keys[i] with tokens[i]) for ticket (its pending count goes up
+  // by one until the job is taken).
+  void submit(const std::shared_ptr<PrefetchTicket>& ticket, std::span<const TierKey> keys,
+              std::span<const std::span<const int32_t>> tokens);
+  // Whether key is being read (queued or under way); if so, ticket waits for that job too.
+  bool join(const TierKey& key, const std::shared_ptr<PrefetchTicket>& ticket);
+  // The jobs read since the last call; with wait, first waits until one is (an empty result then
+  // means none was in flight).
+  std::vector<std::unique_ptr<Job>> take_done(bool wait);
+  bool idle() const;                 // nothing queued, under way or left to take
+  int32_t blocks_in_flight() const;  // submitted, not taken yet
+
+ private:
+  void run();
+
+  RemoteTier& remote_;
+  int64_t block_bytes_;
+  mutable std::mutex mu_;  // guards what follows
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<std::unique_ptr<Job>> queued_;
+  std::vector<std::unique_ptr<Job>> done_;
+  int32_t reading_ = 0;  // jobs the thread holds
+  // Every block of a job not taken yet, and its job (the scheduler thread's: no lock needed).
+  std::unordered_map<TierKey, Job*, TierKeyHasher> in_flight_;
+  int32_t blocks_in_flight_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace strata::kv

@@ -1,0 +1,126 @@
+// RemoteFetcher against a real redis-server started by the test: a job's blocks come back byte
+// for byte, a block Redis lacks is NotFound; a request that needs a block another's job is
+// reading joins that job (pending until it is taken) instead of asking again; the tickets come
+// back with the job, and the fetcher is idle once everything is taken.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include "kv/block_hash.h"
+#include "kv/remote_fetcher.h"
+#include "kv/remote_tier.h"
+#include "kv/tier_key.h"
+#include "tests/kv/redis_server.h"
+
+namespace strata::kv {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int32_t kBs = 4;
+constexpr int64_t kBlockBytes = 128;
+constexpr uint64_t kNs = 5;
+
+struct Block {
+  TierKey key;
+  std::vector<int32_t> tokens;
+  std::vector<std::byte> bytes;
+};
+
+Block block(int32_t seed) {
+  Block b;
+  b.tokens.resize(kBs);
+  std::iota(b.tokens.begin(), b.tokens.end(), seed * kBs);
+  b.key = TierKey{kNs, BlockHasher().hash(nullptr, b.tokens, {})};
+  b.bytes.resize(kBlockBytes);
+  for (size_t i = 0; i < b.bytes.size(); ++i) {
+    b.bytes[i] = static_cast<std::byte>((i * 13 + static_cast<size_t>(seed)) & 0xff);
+  }
+  return b;
+}
+
+TEST(RemoteFetcherTest, JobsComeBackWithTheirBlocksAndAJoinerWaitsOnTheReader) {
+  test_util::RedisServer server;
+  ASSERT_TRUE(server.start()) << "redis-server did not start (install_deps.sh)";
+  RemoteTierOptions o;
+  o.client.timeout = 500ms;
+  RemoteTier tier(server.endpoint(), kNs, kBs, kBlockBytes, o);
+  std::vector<Block> blocks;
+  for (int32_t i = 0; i < 4; ++i) blocks.push_back(block(i));
+  for (int32_t i = 0; i < 3; ++i) {  // the last one is never written
+    const Block& b = blocks[static_cast<size_t>(i)];
+    ASSERT_TRUE(tier.put(b.key.hash, b.tokens, b.bytes, tier_checksum(b.bytes)));
+  }
+  tier.flush();
+
+  RemoteFetcher fetcher(tier, kBlockBytes);
+  EXPECT_TRUE(fetcher.idle());
+  auto first = std::make_shared<PrefetchTicket>();
+  auto second = std::make_shared<PrefetchTicket>();
+  std::vector<TierKey> keys;
+  std::vector<std::span<const int32_t>> tokens;
+  for (const Block& b : blocks) {
+    keys.push_back(b.key);
+    tokens.emplace_back(b.tokens);
+  }
+  fetcher.submit(first, keys, tokens);
+  EXPECT_EQ(first->pending, 1);
+  EXPECT_EQ(first->blocks, 4);
+  EXPECT_EQ(fetcher.blocks_in_flight(), 4);
+  // The second request needs blocks 1 and 2: both are in the first's job, which it joins once.
+  EXPECT_TRUE(fetcher.join(blocks[1].key, second));
+  EXPECT_TRUE(fetcher.join(blocks[2].key, second));
+  EXPECT_EQ(second->pending, 1);
+  EXPECT_FALSE(fetcher.join(block(9).key, second));
+
+  std::vector<std::unique_ptr<RemoteFetcher::Job>> done;
+  while (done.empty()) done = fetcher.take_done(/*wait=*/true);
+  ASSERT_EQ(done.size(), 1u);
+  const RemoteFetcher::Job& job = *done[0];
+  ASSERT_EQ(job.tickets.size(), 2u);
+  EXPECT_EQ(job.tickets[0], first);
+  EXPECT_EQ(job.tickets[1], second);
+  ASSERT_EQ(job.gets.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(job.gets[i].status.ok()) << i << ": " << job.gets[i].status.to_string();
+    EXPECT_EQ(job.bytes[i], blocks[i].bytes) << i;
+    EXPECT_EQ(job.gets[i].checksum, tier_checksum(blocks[i].bytes));
+    EXPECT_EQ(job.keys[i], blocks[i].key);
+  }
+  EXPECT_EQ(job.gets[3].status.code(), StatusCode::kNotFound);
+  // Taken: nothing is in flight, and the blocks are no longer joinable.
+  EXPECT_TRUE(fetcher.idle());
+  EXPECT_EQ(fetcher.blocks_in_flight(), 0);
+  EXPECT_FALSE(fetcher.join(blocks[1].key, second));
+  EXPECT_TRUE(fetcher.take_done(/*wait=*/true).empty());  // none in flight: returns at once
+}
+
+TEST(RemoteFetcherTest, ADeadServerAnswersEveryJobUnavailableAndTheFetcherStopsCleanly) {
+  test_util::RedisServer server;
+  ASSERT_TRUE(server.start()) << "redis-server did not start (install_deps.sh)";
+  RemoteTierOptions o;
+  o.client.timeout = 100ms;
+  RemoteTier tier(server.endpoint(), kNs, kBs, kBlockBytes, o);
+  server.stop();
+  auto fetcher = std::make_unique<RemoteFetcher>(tier, kBlockBytes);
+  const Block b = block(1);
+  const TierKey keys[] = {b.key};
+  const std::span<const int32_t> tokens[] = {b.tokens};
+  auto ticket = std::make_shared<PrefetchTicket>();
+  fetcher->submit(ticket, keys, tokens);
+  std::vector<std::unique_ptr<RemoteFetcher::Job>> done;
+  while (done.empty()) done = fetcher->take_done(/*wait=*/true);
+  EXPECT_EQ(done[0]->gets[0].status.code(), StatusCode::kUnavailable);
+  // Jobs still queued when it goes are dropped, not waited for forever.
+  for (int i = 0; i < 8; ++i) fetcher->submit(ticket, keys, tokens);
+  fetcher.reset();
+}
+
+}  // namespace
+}  // namespace strata::kv
