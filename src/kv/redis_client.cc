@@ -1,7 +1,13 @@
 #include "kv/redis_client.h"
 
 #include <hiredis/hiredis.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
 
 #include <algorithm>
 #include <charconv>
@@ -50,6 +56,60 @@ std::string reply_text(const redisReply& r) {
       return "";
   }
 }
+
+// MGET replies read without reply objects: hiredis hands each value to these functions as a view
+// into its read buffer, and they pass it straight to the caller's each(). hiredis's own reply
+// objects copy every value into a fresh allocation, and freeing a reply of megabytes gives the
+// pages back to the system, so the next one faulted them in again: a third of a read's time.
+struct MgetSink {
+  const std::function<void(size_t, std::optional<std::string_view>)>* each = nullptr;
+  size_t first = 0;     // the key index of the reply's first element
+  size_t expected = 0;  // keys the MGET asked for
+  bool deliver = false; // the reply is an array of `expected` elements
+  std::string error;    // what the reply was instead
+};
+
+MgetSink& sink_of(const redisReadTask* task) { return *static_cast<MgetSink*>(task->privdata); }
+// Every "object" is this marker: nothing is allocated, so there is nothing to free.
+char kViewMarker;
+
+void* view_string(const redisReadTask* task, char* str, size_t len) {
+  MgetSink& sink = sink_of(task);
+  if (task->parent == nullptr) {
+    sink.error = "redis MGET: " + std::string(str, len);
+  } else if (sink.deliver && task->type == REDIS_REPLY_STRING) {
+    (*sink.each)(sink.first + static_cast<size_t>(task->idx), std::string_view(str, len));
+  }
+  return &kViewMarker;
+}
+void* view_array(const redisReadTask* task, int elements) {
+  MgetSink& sink = sink_of(task);
+  if (task->parent == nullptr && elements >= 0 && static_cast<size_t>(elements) == sink.expected) {
+    sink.deliver = true;
+  } else if (sink.error.empty()) {
+    sink.error = "redis MGET: an array of " + std::to_string(elements) + " elements for " +
+                 std::to_string(sink.expected) + " keys";
+  }
+  return &kViewMarker;
+}
+void* view_integer(const redisReadTask* task, long long /*value*/) {
+  MgetSink& sink = sink_of(task);
+  if (sink.error.empty()) sink.error = "redis MGET: an integer reply";
+  return &kViewMarker;
+}
+void* view_nil(const redisReadTask* task) {
+  MgetSink& sink = sink_of(task);
+  if (task->parent != nullptr && sink.deliver) {
+    (*sink.each)(sink.first + static_cast<size_t>(task->idx), std::nullopt);
+  } else if (task->parent == nullptr && sink.error.empty()) {
+    sink.error = "redis MGET: a nil reply";
+  }
+  return &kViewMarker;
+}
+void view_free(void* /*object*/) {}
+
+redisReplyObjectFunctions kMgetViews = {view_string, view_array, view_integer, view_nil,
+                                        view_free};
 
 }  // namespace
 
@@ -109,6 +169,9 @@ Status RedisClient::ensure_connected() {
   if (!ctx_) return fail("cannot allocate a connection");
   if (ctx_->err != 0) return fail(ctx_->errstr);
   if (redisSetTimeout(ctx_.get(), tv) != REDIS_OK) return fail("cannot set the timeout");
+  // hiredis frees its read buffer whenever it is empty and larger than maxbuf (16 KiB), so each
+  // reply of blocks grew it again from nothing; kept instead (as redis-benchmark does).
+  ctx_->reader->maxbuf = 0;
   if (endpoint_.db != 0) {
     const std::string db = std::to_string(endpoint_.db);
     const std::string_view args[] = {"SELECT", db};
@@ -169,24 +232,30 @@ Status RedisClient::mget(
     return append(mget);
   };
   for (size_t w = 0; w < kMgetWindow && sent < keys.size(); ++w) STRATA_RETURN_IF_ERROR(send());
+  // The replies' values go to each() as hiredis parses them (kMgetViews); the reader's own
+  // functions come back when the replies are read, or with a new connection after a failure.
+  MgetSink sink;
+  sink.each = &each;
+  redisReader* reader = ctx_->reader;
+  redisReplyObjectFunctions* const own = reader->fn;
+  reader->fn = &kMgetViews;
+  reader->privdata = &sink;
   Status error;
   for (size_t first = 0; first < keys.size(); first += chunk) {
-    const size_t n = std::min(chunk, keys.size() - first);
-    void* raw = nullptr;
-    STRATA_RETURN_IF_ERROR(read_reply(&raw));
-    const Reply reply(static_cast<redisReply*>(raw));
-    if (sent < keys.size()) STRATA_RETURN_IF_ERROR(send());
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n) {
-      if (error.ok()) error = Status::Internal("redis MGET: " + reply_text(*reply));
-      continue;  // the other replies are still read, so the connection stays in step
+    sink.first = first;
+    sink.expected = std::min(chunk, keys.size() - first);
+    sink.deliver = false;
+    sink.error.clear();
+    void* marker = nullptr;
+    STRATA_RETURN_IF_ERROR(read_reply(&marker));  // a failure drops the connection and its reader
+    if (sent < keys.size()) {
+      if (const Status s = send(); !s.ok()) return s;
     }
-    for (size_t i = 0; i < n && error.ok(); ++i) {
-      const redisReply& e = *reply->element[i];
-      each(first + i, e.type == REDIS_REPLY_STRING
-                          ? std::optional<std::string_view>(std::string_view(e.str, e.len))
-                          : std::nullopt);
-    }
+    // The other replies are still read after an error reply, so the connection stays in step.
+    if (!sink.error.empty() && error.ok()) error = Status::Internal(sink.error);
   }
+  reader->fn = own;
+  reader->privdata = nullptr;
   return error;
 }
 
@@ -201,20 +270,73 @@ RedisClient::Command set_nx_command(const RedisKeyValue& kv, const std::string& 
 
 Result<std::vector<bool>> RedisClient::set_nx(std::span<const RedisKeyValue> pairs,
                                               int64_t ttl_seconds) {
+  if (pairs.empty()) return std::vector<bool>{};
+  STRATA_RETURN_IF_ERROR(ensure_connected());
+  // Each command's RESP around its value, which goes out from the caller's memory (hiredis would
+  // copy each value twice, into a formatted command and into its output buffer, and free that
+  // buffer after each round trip, so the next one faulted its pages in again).
   const std::string ttl = std::to_string(std::max<int64_t>(ttl_seconds, 0));
-  std::vector<Command> commands;
-  commands.reserve(pairs.size());
-  for (const RedisKeyValue& kv : pairs) commands.push_back(set_nx_command(kv, ttl));
+  std::string tail = "\r\n$2\r\nNX\r\n";
+  if (ttl != "0") tail += "$2\r\nEX\r\n$" + std::to_string(ttl.size()) + "\r\n" + ttl + "\r\n";
+  const char* const count = ttl != "0" ? "*6\r\n" : "*4\r\n";
+  std::vector<std::string> heads;
+  heads.reserve(pairs.size());
+  std::vector<iovec> iov;
+  iov.reserve(pairs.size() * 3);
+  for (const RedisKeyValue& kv : pairs) {
+    heads.push_back(std::string(count) + "$3\r\nSET\r\n$" + std::to_string(kv.key.size()) +
+                    "\r\n" + std::string(kv.key) + "\r\n$" + std::to_string(kv.value.size()) +
+                    "\r\n");
+  }
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    iov.push_back({heads[i].data(), heads[i].size()});
+    iov.push_back({const_cast<char*>(pairs[i].value.data()), pairs[i].value.size()});
+    iov.push_back({tail.data(), tail.size()});
+  }
+  STRATA_RETURN_IF_ERROR(send_all(iov));
   std::vector<bool> written(pairs.size(), false);
   Status refused;
-  STRATA_RETURN_IF_ERROR(pipeline(commands, [&](size_t i, const ReplyView& r) {
-    if (r.kind == ReplyView::Kind::kError && refused.ok()) {
-      refused = Status::Internal("redis SET: " + std::string(r.text));
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    void* raw = nullptr;
+    STRATA_RETURN_IF_ERROR(read_reply(&raw));
+    const Reply reply(static_cast<redisReply*>(raw));
+    if (reply->type == REDIS_REPLY_ERROR && refused.ok()) {
+      refused = Status::Internal("redis SET: " + reply_text(*reply));
     }
-    written[i] = r.kind == ReplyView::Kind::kStatus;  // OK; nil when the key was there
-  }));
+    written[i] = reply->type == REDIS_REPLY_STATUS;  // OK; nil when the key was there
+  }
   if (!refused.ok()) return refused;
   return written;
+}
+
+Status RedisClient::send_all(std::span<iovec> iov) {
+  // What hiredis has queued goes first, so the commands stay in order.
+  for (int done = 0; done == 0;) {
+    if (redisBufferWrite(ctx_.get(), &done) != REDIS_OK) return fail(ctx_->errstr);
+  }
+  // The socket's send timeout (redisSetTimeout) bounds each sendmsg; MSG_NOSIGNAL: a server that
+  // went away is an error here, not a SIGPIPE.
+  while (!iov.empty()) {
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = std::min<size_t>(iov.size(), IOV_MAX);
+    const ssize_t n = ::sendmsg(ctx_->fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(errno == EAGAIN || errno == EWOULDBLOCK ? "write timed out"
+                                                          : std::string("write: ") + strerror(errno));
+    }
+    auto left = static_cast<size_t>(n);
+    while (!iov.empty() && left >= iov.front().iov_len) {
+      left -= iov.front().iov_len;
+      iov = iov.subspan(1);
+    }
+    if (left > 0) {
+      iov.front().iov_base = static_cast<char*>(iov.front().iov_base) + left;
+      iov.front().iov_len -= left;
+    }
+  }
+  return Status::Ok();
 }
 
 Status RedisClient::pipeline(std::span<const Command> commands,

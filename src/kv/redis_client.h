@@ -31,6 +31,7 @@
 
 #include "core/status.h"
 
+struct iovec;
 struct redisContext;
 
 namespace strata::kv {
@@ -89,9 +90,10 @@ class RedisClient final : public RedisStore {
 
   // Unavailable while the breaker is open or when the server cannot be reached or answers too
   // late; Internal for an error reply.
-  // Pipelined MGETs of at most `chunk` keys each, kMgetWindow of them in flight (a reply of a few MiB reads at the link's rate where one of
-  // hundreds of MiB does not): each(i, value) for every key in order, value pointing into its
-  // reply (valid during the call; nullopt where absent).
+  // Pipelined MGETs of at most `chunk` keys each, kMgetWindow of them in flight (a server with a
+  // few MiB of replies queued sends at the link's rate; with tens of MiB, at a fraction of it):
+  // each(i, value) for every key in order, value pointing into hiredis's read buffer (valid during
+  // the call; nullopt where absent), no reply object built.
   Status mget(std::span<const std::string> keys,
               const std::function<void(size_t, std::optional<std::string_view>)>& each,
               size_t chunk) override;
@@ -138,6 +140,8 @@ class RedisClient final : public RedisStore {
   // it); both together.
   Status append(std::span<const std::string_view> args);
   Status read_reply(void** reply);
+  // Sends the buffers in order, after what hiredis has queued; iov is consumed.
+  Status send_all(std::span<struct iovec> iov);
   Status round_trip(std::span<const std::string_view> args, void** reply);
   // Drops the connection and opens the breaker.
   Status fail(const std::string& what);

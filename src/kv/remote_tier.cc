@@ -74,6 +74,13 @@ std::string RemoteTier::key(const BlockHash& hash) const {
 std::string RemoteTier::encode(const BlockHash& hash, std::span<const int32_t> tokens,
                                std::span<const std::byte> bytes, uint64_t checksum) const {
   std::string v;
+  encode_into(v, hash, tokens, bytes, checksum);
+  return v;
+}
+
+void RemoteTier::encode_into(std::string& v, const BlockHash& hash, std::span<const int32_t> tokens,
+                             std::span<const std::byte> bytes, uint64_t checksum) const {
+  v.clear();
   v.reserve(value_bytes());
   v.append(kMagic, sizeof(kMagic));
   put_raw(v, kFormatVersion);
@@ -84,7 +91,6 @@ std::string RemoteTier::encode(const BlockHash& hash, std::span<const int32_t> t
   v.append(reinterpret_cast<const char*>(hash.bytes.data()), hash.bytes.size());
   v.append(reinterpret_cast<const char*>(tokens.data()), tokens.size_bytes());
   v.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  return v;
 }
 
 Status RemoteTier::decode(std::string_view value, const BlockHash& hash,
@@ -153,7 +159,15 @@ void RemoteTier::get(std::span<Get> blocks) {
 
 bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
                      std::span<const std::byte> bytes, uint64_t checksum) {
-  std::string value = encode(hash, tokens, bytes, checksum);
+  std::string value;
+  {
+    const std::lock_guard lock(mu_);
+    if (!spare_.empty()) {
+      value = std::move(spare_.back());
+      spare_.pop_back();
+    }
+  }
+  encode_into(value, hash, tokens, bytes, checksum);
   {
     const std::lock_guard lock(mu_);
     const auto n = static_cast<int64_t>(value.size());
@@ -213,6 +227,10 @@ void RemoteTier::run_writer() {
       } else {
         ++stats_.num_present;
       }
+    }
+    // The values' buffers serve later puts: their pages are in memory already.
+    for (Write& w : batch) {
+      if (spare_.size() < kSpareValues) spare_.push_back(std::move(w.value));
     }
     if (queue_.empty()) idle_cv_.notify_all();
   }

@@ -14,9 +14,9 @@
 // value under the key) is a miss, counted as bad, never a wrong block.
 //
 //   get(blocks)   one round trip for the whole list, on the caller's connection: pipelined
-//                 MGETs of up to 8 MiB of values each
+//                 MGETs of up to 2 MiB of values each (at least one value)
 //   put(block)    queued for the writer thread, which writes what is queued, pipelined (up to 64
-//                 blocks or 8 MiB a round trip), with SET NX (a block already there is never
+//                 blocks or 4 MiB a round trip), with SET NX (a block already there is never
 //                 written again) and the TTL; when the queued bytes would pass their
 //                 bound, or the writer's connection is in its breaker's wait, the put is dropped
 //                 and counted instead of blocking the caller
@@ -90,6 +90,9 @@ class RemoteTier {
   std::string key(const BlockHash& hash) const;
   std::string encode(const BlockHash& hash, std::span<const int32_t> tokens,
                      std::span<const std::byte> bytes, uint64_t checksum) const;
+  // encode() into v, whose buffer is reused when it is large enough.
+  void encode_into(std::string& v, const BlockHash& hash, std::span<const int32_t> tokens,
+                   std::span<const std::byte> bytes, uint64_t checksum) const;
   // Checks value as a stored copy of (hash, tokens) in this namespace and copies its bytes into
   // out (block_bytes), its checksum into *checksum. Internal, naming the check, otherwise.
   Status decode(std::string_view value, const BlockHash& hash, std::span<const int32_t> tokens,
@@ -119,8 +122,8 @@ class RemoteTier {
   // A write round trip takes at most this many blocks, and stops adding them past this many bytes.
   static constexpr size_t kWriteBatch = 64;
   // A read's MGETs each ask for at most this many bytes of values (at least one block).
-  static constexpr size_t kReadChunkBytes = size_t{8} << 20;
-  static constexpr int64_t kWriteBatchBytes = int64_t{8} << 20;
+  static constexpr size_t kReadChunkBytes = size_t{2} << 20;
+  static constexpr int64_t kWriteBatchBytes = int64_t{4} << 20;
 
   uint64_t ns_;
   int32_t block_size_;
@@ -136,6 +139,10 @@ class RemoteTier {
     std::string value;
   };
   std::deque<Write> queue_;
+  // Written values' buffers, for the next puts to encode into (fresh 2 MiB allocations cost more
+  // in page faults than the copy into them).
+  std::vector<std::string> spare_;
+  static constexpr size_t kSpareValues = 64;
   int64_t queued_bytes_ = 0;
   bool writing_ = false;
   bool writer_unavailable_ = false;  // the last write found the server not answering

@@ -5,8 +5,11 @@
 #   tools/bench/bench_remote_tier.sh BENCH_BINARY [BLOCKS] [BLOCK_BYTES] [BATCH] [OUT_JSON]
 #
 # BATCH blocks per RemoteTier::get call (a request's prefix), which the tier reads as pipelined
-# MGETs of up to 8 MiB. redis-benchmark: one connection, SET and GET of values of the tier's value
-# size, pipelined as deep as those MGETs hold values, BLOCKS requests each.
+# MGETs of up to 2 MiB of values, two in flight. redis-benchmark: one connection, SET and GET of
+# values of the tier's value size over BLOCKS distinct keys as the tier's are (-r: random keys;
+# the keys are filled before the GETs), pipelined as deep as the tier's reads keep bytes in flight
+# (4 MiB). Reading one key over and over, as redis-benchmark does without -r, serves the value
+# from the server's cache and its writes reuse one allocation: neither is what a tier does.
 set -euo pipefail
 bench="$1" blocks="${2:-256}" block_bytes="${3:-2097152}" batch="${4:-32}" out="${5:-}"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -19,9 +22,14 @@ strata_json=$("$bench" --url "redis://127.0.0.1:$port" --blocks "$blocks" --bloc
   --batch "$batch" --json)
 value_bytes=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['value_bytes'])" "$strata_json")
 redis-cli -p "$port" flushdb >/dev/null
-# The tier pipelines MGETs of up to 8 MiB of values: the same depth for redis-benchmark.
-depth=$(( (8 << 20) / value_bytes )); ((depth >= 1)) || depth=1
-peer_csv=$(redis-benchmark -p "$port" -c 1 -P "$depth" -n "$blocks" -d "$value_bytes" -t set,get --csv -q)
+# The tier keeps two MGETs of up to 2 MiB of values in flight: the same bytes for redis-benchmark.
+depth=$(( (4 << 20) / value_bytes )); ((depth >= 1)) || depth=1
+peer() { redis-benchmark -p "$port" -c 1 -P "$depth" -r "$blocks" -d "$value_bytes" --csv -q "$@"; }
+set_csv=$(peer -n "$blocks" -t set)
+peer -n $((blocks * 4)) -t set >/dev/null  # every key there before the GETs (1 - e^-5 of them)
+get_csv=$(peer -n "$blocks" -t get)
+peer_csv="$set_csv
+$get_csv"
 python3 - "$strata_json" "$peer_csv" "$value_bytes" "$out" <<'PY'
 import csv, io, json, sys
 strata, peer_csv, value_bytes, out = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
