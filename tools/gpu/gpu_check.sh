@@ -74,6 +74,24 @@ build_engine() {
     xargs -r -I{} cp -L {} "$CARRY/bin/lib/"
   cp "$ROOT/tools/gpu/bench_gpu_peers.py" "$ROOT/tools/gpu/gpu_engine_bench.sh" \
     "$ROOT/tools/gpu/gpu_kv_quant_bench.sh" "$ROOT/tools/gpu/gpu_fp8_bench.sh" "$CARRY/bin/"
+  pack_redis
+}
+
+# Debian's redis-server for the remote tier's runs (tools/gpu/gpu_kv_remote_pool.sh): the binary,
+# the shared libraries it links in bin/redis/lib (apart from bin/lib, so that they never stand in
+# for the GPU machine's own in other programs), and bin/redis/redis-server, which runs it with
+# them.
+pack_redis() {
+  local dir="$CARRY/bin/redis"
+  mkdir -p "$dir/lib"
+  cp -L /usr/bin/redis-server "$dir/redis-server.bin"
+  ldd /usr/bin/redis-server | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
+    grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
+    xargs -r -I{} cp -L {} "$dir/lib/"
+  printf '%s\n' '#!/usr/bin/env bash' 'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"' \
+    'LD_LIBRARY_PATH="$here/lib" exec -a redis-server "$here/redis-server.bin" "$@"' \
+    >"$dir/redis-server"
+  chmod +x "$dir/redis-server"
 }
 
 write_project() {

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The shared KV pool on the GPU (docs/benchmarks.md, "One KV pool shared by many instances"): two
+# `strata serve` instances of the Llama-3.1-8B shape (dummy bf16 weights) on one GPU, each with
+# a 32 GiB pool (with its 16 GB of weights, under half the GPU), taking a workload round-robin with their local caches only and then with
+# one Redis on loopback under their host tiers (tools/bench/bench_kv_remote_pool.sh). Run on the
+# GPU machine from the repository root, with .devcarry/gpu-pack (tools/gpu/gpu_check.sh build,
+# which packs Debian's redis-server too) copied there.
+#
+#   tools/gpu/gpu_kv_remote_pool.sh agentic|trace OUT_DIR [TRACE_JSONL]
+#
+#   agentic  16 sessions x 8 turns of the agentic workload at length scale 0.5
+#   trace    a Mooncake-format trace (its first 400 requests, at its own arrival times)
+set -euo pipefail
+what="$1"
+out="$2"
+trace="${3:-}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+bin="$root/.devcarry/gpu/bin"
+mkdir -p "$root/.devcarry/gpu" "$out"
+[[ -x "$bin/strata" ]] || tar xJf "$root/.devcarry/gpu-pack/bin.tar.xz" -C "$root/.devcarry/gpu"
+export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export REDIS_SERVER="$bin/redis/redis-server"
+model="$root/bench/models/llama-3.1-8b"
+cp "$bin/build-info.txt" "$out/build-info.txt"
+# Each instance: a 32 GiB pool (sized, not a share of the free memory, which the other instance
+# takes too), a 16 GiB host tier that every cached block is written through to (and so to Redis,
+# when it is there).
+serve=(--device cuda --load-format dummy --kv-cache-memory-bytes $((32 << 30))
+       --kv-offload-bytes $((16 << 30)) --kv-offload-policy write-through --kv-remote-timeout-ms 2000)
+case "$what" in
+  agentic)
+    "$root/tools/bench/bench_kv_remote_pool.sh" "$bin/strata" "$model" 2 \
+      "$out/kv_remote_pool_agentic.json" "${serve[@]}" -- \
+      --workload agentic --num-sessions 16 --turns 8 --length-scale 0.5 --seed 1 2>&1 |
+      grep -v "requests,"
+    ;;
+  trace)
+    "$root/tools/bench/bench_kv_remote_pool.sh" "$bin/strata" "$model" 2 \
+      "$out/kv_remote_pool_trace.json" "${serve[@]}" -- \
+      --trace "$trace" --num-prompts 400 2>&1 | grep -v "requests,"
+    ;;
+  *)
+    echo "usage: $0 agentic|trace OUT_DIR [TRACE_JSONL]" >&2
+    exit 2
+    ;;
+esac
