@@ -3,16 +3,20 @@
 // (write-through), and a second engine, which never saw the prompt, serves its prefix from Redis
 // with the cold run's greedy tokens and top-20 logprobs (the CPU invariance tolerance, 1e-5).
 // Another cache salt finds nothing, and a tenant's blocks are shared only by instances with the
-// same salt secret; Redis down from the start, killed between the engines, or
+// same salt secret; requests queued together share one read. Redis down from the start, killed
+// between the engines, asleep past the timeout, missing a block in the middle of the chain, or
 // holding a corrupt value leaves the output exactly the cold run's (the prefix recomputed, in
-// part or whole); nothing leaks.
+// part or whole), and a restarted Redis is written to again; nothing leaks.
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -217,6 +221,85 @@ TEST_F(KvRemoteEngineTest, ACorruptValueIsRecomputedWithTheColdOutput) {
   expect_same(got, want);
   EXPECT_EQ(got.metrics.num_cached_tokens, 0);
   EXPECT_EQ(second->totals().kv_remote_hit_tokens, 0);
+}
+
+// Redis asleep (DEBUG SLEEP) while the second engine reads: the read is given up at the timeout,
+// the prefix recomputed, and no step waits on the server for longer.
+TEST_F(KvRemoteEngineTest, ASlowRedisIsGivenUpOnAndThePrefixRecomputed) {
+  const Collected want = cold();
+  first_engine_computes_a();
+  std::unique_ptr<Engine> second = make();
+  ASSERT_NE(second, nullptr);
+  std::thread sleeper([&] {
+    kv::RedisClient c(server_.endpoint(), kv::RedisClientOptions{.timeout = std::chrono::seconds(5)});
+    const std::string_view args[] = {"DEBUG", "SLEEP", "1"};
+    (void)c.command(args);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is asleep now
+  const auto start = std::chrono::steady_clock::now();
+  const Collected got = run(*second, a_);
+  const auto took = std::chrono::steady_clock::now() - start;
+  sleeper.join();
+  expect_same(got, want);
+  EXPECT_EQ(got.metrics.num_cached_tokens, 0);
+  EXPECT_GE(second->totals().kv_remote_errors, 1);
+  EXPECT_LT(took, std::chrono::milliseconds(800)) << "150 ms timeout, 1 s sleep";
+}
+
+// A block gone from the middle of the chain (evicted by Redis, or deleted): the blocks before it
+// are served, the rest recomputed, the output the cold run's.
+TEST_F(KvRemoteEngineTest, ABlockEvictedFromTheMiddleEndsTheHitThere) {
+  const Collected want = cold();
+  first_engine_computes_a();
+  const int32_t blocks = prefix_tokens() / 16;
+  ASSERT_GE(blocks, 2);
+  // Which key is which block: the engine's namespace is in the key, the chain hash is not
+  // computable here, so the values' token ids tell (each value holds its block's 16 token ids
+  // after the 72-byte header).
+  kv::RedisClient c(server_.endpoint());
+  std::string victim;
+  const int32_t middle = blocks / 2;
+  for (const std::string& key : keys()) {
+    const std::string_view get[] = {"GET", key};
+    const std::string value = *c.command(get);
+    int32_t first_token = 0;
+    std::memcpy(&first_token, value.data() + 72, sizeof(first_token));
+    if (first_token == a_.prompt[static_cast<size_t>(middle) * 16]) victim = key;
+  }
+  ASSERT_FALSE(victim.empty());
+  const std::string_view del[] = {"DEL", victim};
+  ASSERT_TRUE(c.command(del).ok());
+  std::unique_ptr<Engine> second = make();
+  ASSERT_NE(second, nullptr);
+  const Collected got = run(*second, a_);
+  expect_same(got, want);
+  EXPECT_EQ(got.metrics.num_cached_tokens, middle * 16);
+  EXPECT_EQ(second->totals().kv_remote_hit_tokens, middle * 16);
+}
+
+// Redis killed, then restarted empty: the engine serves meanwhile, and once its breaker lets it
+// try again it reconnects and writes blocks there again.
+TEST_F(KvRemoteEngineTest, ARestartedRedisIsFoundAgainAndWrittenTo) {
+  const Collected want = cold();
+  std::unique_ptr<Engine> e = make();
+  ASSERT_NE(e, nullptr);
+  server_.stop();
+  expect_same(run(*e, a_), want);
+  EXPECT_EQ(e->totals().kv_remote_written_blocks, 0);
+  ASSERT_TRUE(server_.start());
+  // Each request under a salt of its own has blocks of its own to write; the first writes may
+  // still meet the breaker's backoff (250 ms, doubled on each failure while the server was down).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int i = 0; e->totals().kv_remote_written_blocks == 0 &&
+                  std::chrono::steady_clock::now() < deadline;
+       ++i) {
+    EngineRequest salted = a_;
+    salted.cache_salt = "after the restart " + std::to_string(i);
+    run(*e, salted);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GT(e->totals().kv_remote_written_blocks, 0);
+  EXPECT_FALSE(keys().empty());
 }
 
 }  // namespace
