@@ -667,7 +667,7 @@ void KvTiers::fetch_remote(Tier& t, std::span<const int32_t> tokens,
   const auto bs = static_cast<size_t>(cache_.block_size());
   std::vector<TierKey> keys;
   std::vector<std::span<const int32_t>> block_tokens;
-  for (size_t i = static_cast<size_t>(first);
+  for (auto i = static_cast<size_t>(first);
        i < chain.size() && static_cast<int32_t>(keys.size()) < limit; ++i) {
     const TierKey k = t.key(chain[i]);
     if (t.host->contains(k) || fetcher_->join(k, ticket)) continue;

@@ -248,9 +248,7 @@ Status RedisClient::mget(
     sink.error.clear();
     void* marker = nullptr;
     STRATA_RETURN_IF_ERROR(read_reply(&marker));  // a failure drops the connection and its reader
-    if (sent < keys.size()) {
-      if (const Status s = send(); !s.ok()) return s;
-    }
+    if (sent < keys.size()) STRATA_RETURN_IF_ERROR(send());
     // The other replies are still read after an error reply, so the connection stays in step.
     if (!sink.error.empty() && error.ok()) error = Status::Internal(sink.error);
   }
