@@ -114,13 +114,15 @@ struct EngineConfig {
   // A queued request's prefix blocks on disk start loading into host memory at once, and the
   // request is admitted when they are there (false: read at admission, on the scheduler thread).
   bool kv_prefetch = true;
-  // A Redis server under the host tier (redis://HOST[:PORT][/DB]; empty = none), or with
-  // kv_remote_cluster a Redis Cluster's seed nodes, shared by every instance that points at it
+  // A Redis server under the host tier (redis://HOST[:PORT][/DB]; empty = none); several
+  // independent servers, each block on one of them by rendezvous hashing of its key (every
+  // instance must name the same servers the same way; no server twice); or with
+  // kv_remote_cluster a Redis Cluster's seed nodes. Shared by every instance that points at it
   // (docs/kv.md, "The remote tier"): blocks go there as they reach the host tier, and a queued
-  // request's prefix past host memory and disk is read from it in one round trip (per cluster
-  // master). Each call waits at most kv_remote_timeout_ms; keys live kv_remote_ttl_seconds (0:
-  // until Redis evicts them). Sharing tenants' blocks across instances needs the same
-  // tenant_salt_secret on each.
+  // request's prefix past host memory and disk is read from it in one round trip (per server or
+  // cluster master). Each call waits at most kv_remote_timeout_ms; keys live
+  // kv_remote_ttl_seconds (0: until Redis evicts them). Sharing tenants' blocks across instances
+  // needs the same tenant_salt_secret on each.
   std::vector<std::string> kv_remote_urls;
   bool kv_remote_cluster = false;
   int32_t kv_remote_timeout_ms = 200;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "strata/latency_histogram.h"
+
 namespace strata {
 
 // One KV cache group (docs/kv.md, "KV cache groups"): what it keeps of a sequence, and its pool.
@@ -62,14 +64,21 @@ struct EngineTotals {
   int64_t kv_host_tier_hit_tokens = 0;
   int64_t kv_disk_tier_hit_tokens = 0;
   int64_t kv_tier_faults = 0;
-  // The remote tier (EngineConfig::kv_remote_url): blocks Redis brought into host memory, and of
+  // The remote tier (EngineConfig::kv_remote_urls): blocks Redis brought into host memory, and of
   // them the prompt tokens served (part of kv_host_tier_hit_tokens); blocks written, and writes
-  // dropped (queue full, server not answering); reads that got no answer.
+  // dropped (queue full, server not answering); reads that got no answer (from some server).
   int64_t kv_remote_fetched_blocks = 0;
   int64_t kv_remote_hit_tokens = 0;
   int64_t kv_remote_written_blocks = 0;
   int64_t kv_remote_dropped_writes = 0;
   int64_t kv_remote_errors = 0;
+  // Bytes of values read from Redis (checked or not) and written to it; how long each read (the
+  // prefixes of the requests queued since the last read, every server's round trip together) and
+  // each write round trip (a batch of up to 64 blocks) took, answered or not.
+  int64_t kv_remote_read_bytes = 0;
+  int64_t kv_remote_written_bytes = 0;
+  LatencyHistogram kv_remote_get_latency = {};
+  LatencyHistogram kv_remote_put_latency = {};
   // Blocks a prefetch brought from disk to host memory while their request waited; evicted
   // blocks no host slot could take; the I/O threads' time reading blocks, and the scheduler
   // thread's time waiting for them (the load time the prefetch did not hide).

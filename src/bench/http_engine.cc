@@ -55,6 +55,8 @@ constexpr MetricCounter kMetricCounters[] = {
     {"strata:kv_remote_written_blocks_total", &EngineTotals::kv_remote_written_blocks},
     {"strata:kv_remote_dropped_writes_total", &EngineTotals::kv_remote_dropped_writes},
     {"strata:kv_remote_errors_total", &EngineTotals::kv_remote_errors},
+    {"strata:kv_remote_read_bytes_total", &EngineTotals::kv_remote_read_bytes},
+    {"strata:kv_remote_written_bytes_total", &EngineTotals::kv_remote_written_bytes},
     {"strata:kv_offloaded_blocks_total", &EngineTotals::kv_offloaded_blocks},
     {"strata:kv_disk_written_blocks_total", &EngineTotals::kv_disk_written_blocks},
     {"strata:kv_tier_faults_total", &EngineTotals::kv_tier_faults},

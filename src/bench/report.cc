@@ -8,6 +8,11 @@ namespace {
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
+BenchMetrics::BucketedLatency bucketed(const LatencyHistogram& h) {
+  return {h.count(), ratio(h.sum_seconds(), static_cast<double>(h.count())), h.quantile(0.5),
+          h.quantile(0.99)};
+}
+
 void latency_metrics(const RunResult& run, BenchMetrics& m) {
   std::vector<double> ttft, tpot, e2e;
   double total_len = 0.0;
@@ -109,6 +114,10 @@ BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context
   m.kv_remote_written_blocks = c.kv_remote_written_blocks;
   m.kv_remote_dropped_writes = c.kv_remote_dropped_writes;
   m.kv_remote_errors = c.kv_remote_errors;
+  m.kv_remote_read_bytes = c.kv_remote_read_bytes;
+  m.kv_remote_written_bytes = c.kv_remote_written_bytes;
+  m.kv_remote_get_s = bucketed(c.kv_remote_get_latency);
+  m.kv_remote_put_s = bucketed(c.kv_remote_put_latency);
   m.kv_prefetched_blocks = c.kv_prefetched_blocks;
   m.kv_dropped_blocks = c.kv_dropped_blocks;
   m.kv_disk_read_seconds = c.kv_disk_read_seconds;

@@ -20,6 +20,10 @@
 //                        (also over only the steps at max concurrency)
 //   prompt/decode steps  per kind of step: count, summed step_seconds, of which forward_seconds
 //                        (the runner's), mean sequences; the rest is the host's own work
+//   remote get / put     each read from Redis (the prefixes of the requests queued since the
+//                        last read) and each write round trip
+//                        (--kv-remote): p50 / p99 estimated from the engine's latency buckets
+//                        (50 us to 10 s, 1-2-5 steps), linearly within a bucket
 //   max concurrency      the most running requests after any step (over HTTP: the most streams
 //                        in flight when an event arrived)
 // Steps that scheduled nothing (a static batch gathering) are left out of the per-step figures.
@@ -72,6 +76,17 @@ struct BenchMetrics {
   int64_t kv_remote_written_blocks = 0;
   int64_t kv_remote_dropped_writes = 0;
   int64_t kv_remote_errors = 0;          // reads Redis did not answer
+  int64_t kv_remote_read_bytes = 0;      // values read from Redis
+  int64_t kv_remote_written_bytes = 0;   // values written to it
+  // Each read from Redis (requests' prefixes) and each write round trip: count, mean, and
+  // p50 / p99 estimated from the engine's buckets (LatencyHistogram::quantile).
+  struct BucketedLatency {
+    int64_t count = 0;
+    double mean = 0.0;
+    double p50 = 0.0;
+    double p99 = 0.0;
+  };
+  BucketedLatency kv_remote_get_s, kv_remote_put_s;
   int64_t kv_prefetched_blocks = 0;  // disk -> host while the request waited
   int64_t kv_dropped_blocks = 0;     // evicted blocks no host slot could take
   double kv_disk_read_seconds = 0.0;  // the I/O threads' time reading

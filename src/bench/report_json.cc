@@ -16,6 +16,10 @@ json distribution_json(const Distribution& d) {
           {"p90", d.p90},     {"p99", d.p99},   {"max", d.max}};
 }
 
+json bucketed_json(const BenchMetrics::BucketedLatency& l) {
+  return {{"count", l.count}, {"mean", l.mean}, {"p50", l.p50}, {"p99", l.p99}};
+}
+
 json phase_json(const BenchMetrics::StepPhase& p) {
   return {{"steps", p.steps},
           {"seconds", p.seconds},
@@ -93,6 +97,11 @@ json run_json(const BenchMetrics& m) {
       {"kv_remote_written_blocks", m.kv_remote_written_blocks},
       {"kv_remote_dropped_writes", m.kv_remote_dropped_writes},
       {"kv_remote_errors", m.kv_remote_errors},
+      {"kv_remote_read_bytes", m.kv_remote_read_bytes},
+      {"kv_remote_written_bytes", m.kv_remote_written_bytes},
+      // p50 / p99 estimated from the engine's latency buckets
+      {"kv_remote_get_s", bucketed_json(m.kv_remote_get_s)},
+      {"kv_remote_put_s", bucketed_json(m.kv_remote_put_s)},
       {"kv_prefetched_blocks", m.kv_prefetched_blocks},
       {"kv_dropped_blocks", m.kv_dropped_blocks},
       {"kv_disk_read_seconds", m.kv_disk_read_seconds},

@@ -32,7 +32,15 @@ struct Row {
   std::string label;
   std::function<std::string(const BenchMetrics&)> cell;
   bool engine_only = false;  // a per-step figure: left out over HTTP
+  bool remote_only = false;  // the remote tier's: left out when no run used it
 };
+
+bool used_remote(const BenchMetrics& m) {
+  return m.kv_remote_get_s.count > 0 || m.kv_remote_put_s.count > 0 || m.kv_remote_read_bytes > 0 ||
+         m.kv_remote_written_bytes > 0;
+}
+
+std::string mib(int64_t bytes) { return fmt("%.1f", static_cast<double>(bytes) / (1 << 20)); }
 
 std::vector<Row> rows() {
   return {
@@ -70,6 +78,23 @@ std::vector<Row> rows() {
          return pct(m.prefix_hit_rate) + " (" + pct(m.cacheable_share) + ")";
        }},
       {"KV bytes/token", [](const BenchMetrics& m) { return num(m.kv_bytes_per_token); }},
+      {"remote hit tokens", [](const BenchMetrics& m) { return num(m.kv_remote_hit_tokens); },
+       false, true},
+      {"remote read / written (MiB)",
+       [](const BenchMetrics& m) {
+         return mib(m.kv_remote_read_bytes) + " / " + mib(m.kv_remote_written_bytes);
+       },
+       false, true},
+      {"remote get p50/p99 (ms)",
+       [](const BenchMetrics& m) {
+         return ms(m.kv_remote_get_s.p50) + " / " + ms(m.kv_remote_get_s.p99);
+       },
+       true, true},
+      {"remote put p50/p99 (ms)",
+       [](const BenchMetrics& m) {
+         return ms(m.kv_remote_put_s.p50) + " / " + ms(m.kv_remote_put_s.p99);
+       },
+       true, true},
       {"preemptions", [](const BenchMetrics& m) { return num(m.num_preemptions); }},
       {"max / mean concurrency",
        [](const BenchMetrics& m) {
@@ -123,6 +148,9 @@ std::string report_table(const ReportHeader& h, std::span<const BenchMetrics> ru
   out += line;
   std::vector<Row> table = rows();
   if (!h.endpoint.empty()) std::erase_if(table, [](const Row& r) { return r.engine_only; });
+  if (std::none_of(runs.begin(), runs.end(), used_remote)) {
+    std::erase_if(table, [](const Row& r) { return r.remote_only; });
+  }
   size_t label_width = 0;
   for (const Row& r : table) label_width = std::max(label_width, r.label.size());
   std::vector<std::vector<std::string>> cells(runs.size());

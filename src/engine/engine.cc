@@ -19,6 +19,7 @@
 #include "kv/kv_accounting.h"
 #include "kv/kv_group.h"
 #include "kv/redis_client.h"
+#include "kv/redis_shards.h"
 #include "model/generation_config.h"
 #include "tokenizer/vocab_bytes.h"
 
@@ -75,11 +76,6 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   if (c.swap_space_bytes < 0) return Status::InvalidArgument("swap space must not be negative");
   if (c.kv_offload_bytes < 0 || c.kv_disk_bytes < 0) {
     return Status::InvalidArgument("--kv-offload-bytes and --kv-disk-bytes must not be negative");
-  }
-  if (c.kv_remote_urls.size() > 1 && !c.kv_remote_cluster) {
-    return Status::InvalidArgument(
-        "--kv-remote: several servers are a Redis Cluster's seed nodes (--kv-remote-cluster); "
-        "spreading blocks over independent servers is not supported");
   }
   if (c.kv_remote_cluster && c.kv_remote_urls.empty()) {
     return Status::InvalidArgument("--kv-remote-cluster needs --kv-remote with the seed nodes");
@@ -192,6 +188,12 @@ Status EngineImpl::start_tiers() {
     for (const std::string& url : config_.kv_remote_urls) {
       Result<kv::RedisEndpoint> ep = kv::parse_redis_url(url);
       if (!ep.ok()) return Status::InvalidArgument("--kv-remote: " + ep.status().message());
+      // Each independent server once: the shards are told apart by their names.
+      for (const kv::RedisEndpoint& seen : target.nodes) {
+        if (!target.cluster && kv::shard_name(seen) == kv::shard_name(*ep)) {
+          return Status::InvalidArgument("--kv-remote: " + url + " is named twice");
+        }
+      }
       target.nodes.push_back(*ep);
     }
     c.remote = std::move(target);

@@ -305,6 +305,10 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
       totals_.kv_remote_written_blocks = r.num_writes;
       totals_.kv_remote_dropped_writes = r.num_dropped + r.num_put_errors;
       totals_.kv_remote_errors = r.num_get_errors;
+      totals_.kv_remote_read_bytes = r.bytes_read;
+      totals_.kv_remote_written_bytes = r.bytes_written;
+      totals_.kv_remote_get_latency = r.get_latency;
+      totals_.kv_remote_put_latency = r.put_latency;
     }
     totals_.kv_prefetched_blocks = t.num_prefetched_blocks;
     totals_.kv_dropped_blocks = t.num_dropped_blocks;

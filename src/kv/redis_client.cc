@@ -266,9 +266,9 @@ RedisClient::Command set_nx_command(const RedisKeyValue& kv, const std::string& 
   return c;
 }
 
-Result<std::vector<bool>> RedisClient::set_nx(std::span<const RedisKeyValue> pairs,
-                                              int64_t ttl_seconds) {
-  if (pairs.empty()) return std::vector<bool>{};
+Status RedisClient::set_nx(std::span<const RedisKeyValue> pairs, int64_t ttl_seconds,
+                           const std::function<void(size_t, bool)>& written) {
+  if (pairs.empty()) return Status::Ok();
   STRATA_RETURN_IF_ERROR(ensure_connected());
   // Each command's RESP around its value, which goes out from the caller's memory (hiredis would
   // copy each value twice, into a formatted command and into its output buffer, and free that
@@ -292,19 +292,18 @@ Result<std::vector<bool>> RedisClient::set_nx(std::span<const RedisKeyValue> pai
     iov.push_back({tail.data(), tail.size()});
   }
   STRATA_RETURN_IF_ERROR(send_all(iov));
-  std::vector<bool> written(pairs.size(), false);
   Status refused;
   for (size_t i = 0; i < pairs.size(); ++i) {
     void* raw = nullptr;
     STRATA_RETURN_IF_ERROR(read_reply(&raw));
     const Reply reply(static_cast<redisReply*>(raw));
-    if (reply->type == REDIS_REPLY_ERROR && refused.ok()) {
-      refused = Status::Internal("redis SET: " + reply_text(*reply));
+    if (reply->type == REDIS_REPLY_ERROR) {
+      if (refused.ok()) refused = Status::Internal("redis SET: " + reply_text(*reply));
+      continue;
     }
-    written[i] = reply->type == REDIS_REPLY_STATUS;  // OK; nil when the key was there
+    written(i, reply->type == REDIS_REPLY_STATUS);  // OK; nil when the key was there
   }
-  if (!refused.ok()) return refused;
-  return written;
+  return refused;
 }
 
 Status RedisClient::send_all(std::span<iovec> iov) {

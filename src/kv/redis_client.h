@@ -5,8 +5,8 @@
 //
 //   mget(keys, each)     one round trip (pipelined MGETs of a few keys each): each key's
 //                        value, or nullopt where absent
-//   set_nx(pairs, ttl)   SET key v NX [EX ttl] for each pair, pipelined: one round trip; true
-//                        where written, false where the key was there
+//   set_nx(pairs, ttl)   SET key v NX [EX ttl] for each pair, pipelined: one round trip; each
+//                        pair's answer: written, or the key was there
 //   command(args)        any other command (tests, administration): the reply as text
 //
 // A call connects first when there is no connection. A connection or protocol error (a server
@@ -52,20 +52,24 @@ struct RedisKeyValue {
   std::string_view value;
 };
 
-// What the remote tier needs of Redis, one server (RedisClient) or a cluster (RedisCluster,
-// redis_cluster.h). Not thread-safe.
+// What the remote tier needs of Redis: one server (RedisClient), a cluster (RedisCluster,
+// redis_cluster.h) or independent servers sharing the keys (RedisShards, redis_shards.h). Not
+// thread-safe.
 class RedisStore {
  public:
   virtual ~RedisStore() = default;
-  // each(i, value) for every key in order, value valid during the call (nullopt: absent). The
-  // values come in reads of at most `chunk` keys. Unavailable / Internal when the store could not
-  // answer for some keys: those are not passed to each.
+  // each(i, value) for every key answered (in no promised order, each key once), value valid
+  // during the call (nullopt: absent). The values come in reads of at most `chunk` keys.
+  // Unavailable / Internal when the store could not answer for some keys: those are not passed
+  // to each, and the others' answers stand.
   virtual Status mget(std::span<const std::string> keys,
                       const std::function<void(size_t, std::optional<std::string_view>)>& each,
                       size_t chunk) = 0;
-  // SET NX [EX ttl] of every pair: whether each was written (false: the key was there).
-  virtual Result<std::vector<bool>> set_nx(std::span<const RedisKeyValue> pairs,
-                                           int64_t ttl_seconds) = 0;
+  // SET NX [EX ttl] of every pair: written(i, true) where pairs[i] was written, (i, false) where
+  // its key was there. Unavailable / Internal as mget for the pairs not answered (a server down,
+  // or an error reply such as OOM): those are not passed to written.
+  virtual Status set_nx(std::span<const RedisKeyValue> pairs, int64_t ttl_seconds,
+                        const std::function<void(size_t, bool)>& written) = 0;
 };
 
 // One hash slot range of a Redis Cluster and the master serving it (CLUSTER SLOTS).
@@ -115,10 +119,10 @@ class RedisClient final : public RedisStore {
                   size_t window = SIZE_MAX);
   // CLUSTER SLOTS: every slot range and its master (an empty host in the reply means this node).
   Result<std::vector<RedisSlotRange>> cluster_slots();
-  // written[i]: whether pairs[i] was written (false: the key was there), by pipeline(). Unavailable
-  // / Internal as above for the whole batch.
-  Result<std::vector<bool>> set_nx(std::span<const RedisKeyValue> pairs,
-                                   int64_t ttl_seconds) override;
+  // By pipeline(): written(i, ...) for each pair answered with OK or nil; Internal for an error
+  // reply (that pair not passed), Unavailable / Internal as pipeline() for the rest.
+  Status set_nx(std::span<const RedisKeyValue> pairs, int64_t ttl_seconds,
+                const std::function<void(size_t, bool)>& written) override;
   // The reply as text: a status or string as it is, an integer in decimal, nil as "(nil)", an
   // array's elements joined by newlines.
   Result<std::string> command(std::span<const std::string_view> args);

@@ -164,13 +164,12 @@ Status RedisCluster::mget(std::span<const std::string> keys,
       std::max<size_t>(1, chunk) * RedisClient::kMgetWindow);
 }
 
-Result<std::vector<bool>> RedisCluster::set_nx(std::span<const RedisKeyValue> pairs,
-                                               int64_t ttl_seconds) {
+Status RedisCluster::set_nx(std::span<const RedisKeyValue> pairs, int64_t ttl_seconds,
+                            const std::function<void(size_t, bool)>& written) {
   std::vector<std::string_view> keys;
   keys.reserve(pairs.size());
   for (const RedisKeyValue& kv : pairs) keys.push_back(kv.key);
   const std::string ttl = std::to_string(std::max<int64_t>(ttl_seconds, 0));
-  std::vector<bool> written(pairs.size(), false);
   Status refused;
   const Status s = route(
       pairs.size(),
@@ -178,14 +177,13 @@ Result<std::vector<bool>> RedisCluster::set_nx(std::span<const RedisKeyValue> pa
       keys,
       [&](size_t i, const RedisClient::ReplyView& r) {
         if (r.kind == RedisClient::ReplyView::Kind::kError) {
-          refused = Status::Internal("redis SET: " + std::string(r.text));
+          if (refused.ok()) refused = Status::Internal("redis SET: " + std::string(r.text));
+          return;
         }
-        written[i] = r.kind == RedisClient::ReplyView::Kind::kStatus;
+        written(i, r.kind == RedisClient::ReplyView::Kind::kStatus);
       },
       SIZE_MAX);
-  if (!s.ok()) return s;
-  if (!refused.ok()) return refused;
-  return written;
+  return s.ok() ? refused : s;
 }
 
 }  // namespace strata::kv

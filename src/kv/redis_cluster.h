@@ -40,8 +40,8 @@ class RedisCluster final : public RedisStore {
   Status mget(std::span<const std::string> keys,
               const std::function<void(size_t, std::optional<std::string_view>)>& each,
               size_t chunk) override;
-  Result<std::vector<bool>> set_nx(std::span<const RedisKeyValue> pairs,
-                                   int64_t ttl_seconds) override;
+  Status set_nx(std::span<const RedisKeyValue> pairs, int64_t ttl_seconds,
+                const std::function<void(size_t, bool)>& written) override;
 
   int64_t num_redirects() const { return num_redirects_; }  // MOVED and ASK replies followed
 

@@ -1,11 +1,13 @@
 #include "kv/remote_tier.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
 #include "kv/disk_tier.h"
 #include "kv/redis_cluster.h"
+#include "kv/redis_shards.h"
 #include "kv/tier_key.h"
 
 namespace strata::kv {
@@ -38,7 +40,12 @@ namespace {
 
 std::unique_ptr<RedisStore> make_store(const RedisTarget& target, const RedisClientOptions& o) {
   if (target.cluster) return std::make_unique<RedisCluster>(target.nodes, o);
+  if (target.nodes.size() > 1) return std::make_unique<RedisShards>(target.nodes, o);
   return std::make_unique<RedisClient>(target.nodes.at(0), o);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
@@ -124,37 +131,47 @@ Status RemoteTier::decode(std::string_view value, const BlockHash& hash,
 
 void RemoteTier::get(std::span<Get> blocks) {
   if (blocks.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> keys;
   keys.reserve(blocks.size());
   for (const Get& g : blocks) keys.push_back(key(g.hash));
-  // Each value is checked and copied out straight from the reply.
+  // Each value is checked and copied out straight from the reply; a block the store did not
+  // answer for takes the read's error.
+  std::vector<bool> answered(blocks.size(), false);
   int64_t hits = 0, bad = 0, bytes = 0;
-  const Status read = reader_->mget(keys, [&](size_t i, std::optional<std::string_view> v) {
-    Get& g = blocks[i];
-    if (!v) {
-      g.status = Status::NotFound("not in the remote tier");
-      return;
+  const Status read = reader_->mget(
+      keys,
+      [&](size_t i, std::optional<std::string_view> v) {
+        Get& g = blocks[i];
+        answered[i] = true;
+        if (!v) {
+          g.status = Status::NotFound("not in the remote tier");
+          return;
+        }
+        bytes += static_cast<int64_t>(v->size());
+        const Status s = decode(*v, g.hash, g.tokens, g.out, &g.checksum);
+        if (!s.ok()) {
+          ++bad;
+          g.status = Status::NotFound(s.message());
+          return;
+        }
+        ++hits;
+        g.status = Status::Ok();
+      },
+      std::max<size_t>(1, kReadChunkBytes / value_bytes()));
+  if (!read.ok()) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (!answered[i]) blocks[i].status = read;
     }
-    bytes += static_cast<int64_t>(v->size());
-    const Status s = decode(*v, g.hash, g.tokens, g.out, &g.checksum);
-    if (!s.ok()) {
-      ++bad;
-      g.status = Status::NotFound(s.message());
-      return;
-    }
-    ++hits;
-    g.status = Status::Ok();
-  }, std::max<size_t>(1, kReadChunkBytes / value_bytes()));
+  }
+  const double seconds = seconds_since(start);
   const std::lock_guard lock(mu_);
   stats_.num_get_blocks += static_cast<int64_t>(blocks.size());
-  if (!read.ok()) {
-    ++stats_.num_get_errors;
-    for (Get& g : blocks) g.status = read;
-    return;
-  }
+  stats_.num_get_errors += read.ok() ? 0 : 1;
   stats_.num_hits += hits;
   stats_.num_bad += bad;
   stats_.bytes_read += bytes;
+  stats_.get_latency.observe(seconds);
 }
 
 bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
@@ -213,19 +230,35 @@ void RemoteTier::run_writer() {
     std::vector<RedisKeyValue> pairs;
     pairs.reserve(batch.size());
     for (const Write& w : batch) pairs.push_back({w.key, w.value});
-    const Result<std::vector<bool>> written = writer_client_->set_nx(pairs, options_.ttl_seconds);
+    enum class Outcome : uint8_t { kFailed, kWritten, kPresent };
+    std::vector<Outcome> outcome(batch.size(), Outcome::kFailed);
+    const auto start = std::chrono::steady_clock::now();
+    const Status s = writer_client_->set_nx(pairs, options_.ttl_seconds, [&](size_t i, bool w) {
+      outcome[i] = w ? Outcome::kWritten : Outcome::kPresent;
+    });
+    const double seconds = seconds_since(start);
     lock.lock();
     writing_ = false;
     queued_bytes_ -= batch_bytes;
-    writer_unavailable_ = !written.ok() && written.status().code() == StatusCode::kUnavailable;
+    stats_.put_latency.observe(seconds);
+    // put() drops while a store that answered none of the batch is asked again; one server of
+    // several down fails only its own blocks (its breaker refuses them at once), so the others'
+    // writes go on.
+    writer_unavailable_ = s.code() == StatusCode::kUnavailable &&
+                          std::all_of(outcome.begin(), outcome.end(),
+                                      [](Outcome o) { return o == Outcome::kFailed; });
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (!written.ok()) {
-        ++stats_.num_put_errors;
-      } else if ((*written)[i]) {
-        ++stats_.num_writes;
-        stats_.bytes_written += static_cast<int64_t>(batch[i].value.size());
-      } else {
-        ++stats_.num_present;
+      switch (outcome[i]) {
+        case Outcome::kFailed:
+          ++stats_.num_put_errors;
+          break;
+        case Outcome::kWritten:
+          ++stats_.num_writes;
+          stats_.bytes_written += static_cast<int64_t>(batch[i].value.size());
+          break;
+        case Outcome::kPresent:
+          ++stats_.num_present;
+          break;
       }
     }
     // The values' buffers serve later puts: their pages are in memory already.

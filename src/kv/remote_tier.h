@@ -1,8 +1,8 @@
 #pragma once
-// RemoteTier: KV blocks in a Redis server that several instances share (docs/kv.md, "The remote
-// tier"). A block is stored under its TierKey -- the namespace (model, KV dtype, block size,
-// group spec, layout version: tier_namespace) and the chain hash, which holds the whole prefix
-// and the tenant salt -- as
+// RemoteTier: KV blocks in Redis -- one server, independent servers sharing the blocks, or a
+// cluster -- that several instances share (docs/kv.md, "The remote tier"). A block is stored under
+// its TierKey -- the namespace (model, KV dtype, block size, group spec, layout version:
+// tier_namespace) and the chain hash, which holds the whole prefix and the tenant salt -- as
 //
 //   key    strata:kv:<namespace, 16 hex digits>:<chain hash, 64 hex digits>
 //   value  header (72 bytes: "STRATAKR", format version u32, block_size u32, namespace u64,
@@ -13,22 +13,25 @@
 // before the bytes are used: anything else (a truncated or overwritten value, another block's
 // value under the key) is a miss, counted as bad, never a wrong block.
 //
-//   get(blocks)   one round trip for the whole list, on the caller's connection: pipelined
-//                 MGETs of up to 2 MiB of values each (at least one value)
+//   get(blocks)   one round trip for the whole list (per server or cluster master holding
+//                 some), on the caller's connection: pipelined MGETs of up to 2 MiB of values
+//                 each (at least one value); a server that does not answer fails only its own
+//                 blocks
 //   put(block)    queued for the writer thread, which writes what is queued, pipelined (up to 64
 //                 blocks or 4 MiB a round trip), with SET NX (a block already there is never
 //                 written again) and the TTL; when the queued bytes would pass their
-//                 bound, or the writer's connection is in its breaker's wait, the put is dropped
-//                 and counted instead of blocking the caller
+//                 bound, or the last round trip got no answer at all (the store is retried by
+//                 one write at a time), the put is dropped and counted instead of blocking the
+//                 caller; a server that does not answer fails only its own blocks' writes
 //
 // Capacity and eviction are the server's (maxmemory with allkeys-lru), plus the optional TTL.
 // Every call is bounded by the client's timeout; a dead server is asked again only after its
 // breaker's backoff (redis_client.h).
 //
-// Owns two stores (get's caller's, the writer's: a connection each, or one per cluster master)
-// and the writer thread. get() from one thread
-// at a time; put(), flush() and stats() from any. Cost: get copies each value once; put encodes
-// (copies) the block once on the caller's thread.
+// Owns two stores (get's caller's, the writer's: a connection each, or one per server or
+// cluster master) and the writer thread; times each get() and each write round trip (stats()).
+// get() from one thread at a time; put(), flush() and stats() from any. Cost: get copies each
+// value once; put encodes (copies) the block once on the caller's thread.
 
 #include <condition_variable>
 #include <cstdint>
@@ -44,12 +47,14 @@
 #include "core/status.h"
 #include "kv/block_hash.h"
 #include "kv/redis_client.h"
+#include "strata/latency_histogram.h"
 
 namespace strata::kv {
 
-// Where the blocks live: one server, or a Redis Cluster's seed nodes (redis_cluster.h).
+// Where the blocks live: one server; several independent servers, each block on one of them
+// (redis_shards.h); or, with cluster, a Redis Cluster's seed nodes (redis_cluster.h).
 struct RedisTarget {
-  std::vector<RedisEndpoint> nodes;
+  std::vector<RedisEndpoint> nodes;  // at least one
   bool cluster = false;
 };
 
@@ -69,7 +74,9 @@ struct RemoteTierStats {
   int64_t num_dropped = 0;     // puts dropped: queue full, or the server not answering
   int64_t num_put_errors = 0;  // writes the server refused or did not answer
   int64_t bytes_read = 0;      // values received
-  int64_t bytes_written = 0;   // values sent
+  int64_t bytes_written = 0;   // values written (not those SET NX found there)
+  LatencyHistogram get_latency;  // each get() call, answered or not
+  LatencyHistogram put_latency;  // each of the writer's round trips (one batch of writes)
 };
 
 class RemoteTier {

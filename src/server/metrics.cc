@@ -1,10 +1,13 @@
 #include "server/metrics.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <iterator>
 #include <string>
 #include <utility>
+
+#include "strata/latency_histogram.h"
 
 namespace strata::server {
 namespace {
@@ -22,6 +25,34 @@ void metric(std::string& out, const char* name, const char* type, const char* he
   line(out, std::string(name) + buf);
 }
 
+// A Prometheus histogram: bucket_le(i) observations at or below bounds[i], then +Inf (count).
+template <size_t N, typename BucketLe>
+void render_histogram(std::string& out, const std::string& name, const std::string& help,
+                      const std::array<double, N>& bounds, const BucketLe& bucket_le, int64_t count,
+                      double sum) {
+  line(out, "# HELP " + name + " " + help);
+  line(out, "# TYPE " + name + " histogram");
+  char buf[96];
+  for (size_t i = 0; i < N; ++i) {
+    std::snprintf(buf, sizeof(buf), "_bucket{le=\"%g\"} %lld", bounds[i],
+                  static_cast<long long>(bucket_le(i)));
+    line(out, name + buf);
+  }
+  std::snprintf(buf, sizeof(buf), "_bucket{le=\"+Inf\"} %lld", static_cast<long long>(count));
+  line(out, name + buf);
+  std::snprintf(buf, sizeof(buf), "_sum %.17g", sum);
+  line(out, name + buf);
+  std::snprintf(buf, sizeof(buf), "_count %lld", static_cast<long long>(count));
+  line(out, name + buf);
+}
+
+void render_latency(std::string& out, const std::string& name, const std::string& help,
+                    const LatencyHistogram& h) {
+  render_histogram(
+      out, name, help, LatencyHistogram::kBounds, [&](size_t i) { return h.cumulative(i); },
+      h.count(), h.sum_seconds());
+}
+
 }  // namespace
 
 void Histogram::observe(double seconds) {
@@ -31,20 +62,8 @@ void Histogram::observe(double seconds) {
 }
 
 void Histogram::render(std::string& out, const std::string& name, const std::string& help) const {
-  line(out, "# HELP " + name + " " + help);
-  line(out, "# TYPE " + name + " histogram");
-  char buf[96];
-  for (size_t i = 0; i < kBuckets.size(); ++i) {
-    std::snprintf(buf, sizeof(buf), "_bucket{le=\"%g\"} %lld", kBuckets[i],
-                  static_cast<long long>(counts_[i]));
-    line(out, name + buf);
-  }
-  std::snprintf(buf, sizeof(buf), "_bucket{le=\"+Inf\"} %lld", static_cast<long long>(count_));
-  line(out, name + buf);
-  std::snprintf(buf, sizeof(buf), "_sum %.17g", sum_);
-  line(out, name + buf);
-  std::snprintf(buf, sizeof(buf), "_count %lld", static_cast<long long>(count_));
-  line(out, name + buf);
+  render_histogram(
+      out, name, help, kBuckets, [&](size_t i) { return counts_[i]; }, count_, sum_);
 }
 
 void Metrics::record_finished(const RequestMetrics& m, const std::string& reason,
@@ -72,7 +91,7 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
          st.num_waiting);
   metric(out, "strata:num_requests_swapped", "gauge", "Sequences swapped to host memory.",
          st.num_swapped);
-  const double blocks = static_cast<double>(st.num_used_blocks + st.num_free_blocks);
+  const auto blocks = static_cast<double>(st.num_used_blocks + st.num_free_blocks);
   metric(out, "strata:kv_cache_usage_perc", "gauge", "Share of KV blocks in use (1 = full).",
          blocks > 0 ? st.num_used_blocks / blocks : 0.0);
   metric(out, "strata:kv_cache_used_blocks", "gauge",
@@ -146,6 +165,18 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
   metric(out, "strata:kv_remote_errors_total", "counter",
          "Reads of Redis that got no answer in time (the prefix was recomputed).",
          static_cast<double>(t.kv_remote_errors));
+  metric(out, "strata:kv_remote_read_bytes_total", "counter",
+         "Bytes of values read from Redis (checked or not).",
+         static_cast<double>(t.kv_remote_read_bytes));
+  metric(out, "strata:kv_remote_written_bytes_total", "counter",
+         "Bytes of values written to Redis.", static_cast<double>(t.kv_remote_written_bytes));
+  render_latency(out, "strata:kv_remote_get_seconds",
+                 "Reads from Redis (the prefixes of the requests queued since the last read, all "
+                 "servers' round trips together), answered or not.",
+                 t.kv_remote_get_latency);
+  render_latency(out, "strata:kv_remote_put_seconds",
+                 "Write round trips to Redis (a batch of blocks), answered or not.",
+                 t.kv_remote_put_latency);
   metric(out, "strata:kv_offloaded_blocks_total", "counter",
          "Evicted blocks written to the host tier.", static_cast<double>(t.kv_offloaded_blocks));
   metric(out, "strata:kv_disk_written_blocks_total", "counter",

@@ -163,6 +163,37 @@ TEST(ReportTest, TableHasOneColumnPerRun) {
   EXPECT_NE(t.find("3, 0.3 (80 %), 1.0"), std::string::npos) << t;
 }
 
+TEST(ReportTest, RemoteTierLatencyAndBytesShowOnlyWhenTheTierWasUsed) {
+  RunResult run = hand_built_run();
+  BenchMetrics plain = compute_metrics(run, {.block_size = 16});
+  EXPECT_EQ(report_table(header(), std::vector<BenchMetrics>{plain}).find("remote"),
+            std::string::npos);
+  // 99 reads in (1, 2 ms] and one in (200, 500 ms]; 10 writes in (5, 10 ms].
+  for (int i = 0; i < 99; ++i) run.counters.kv_remote_get_latency.observe(0.0015);
+  run.counters.kv_remote_get_latency.observe(0.3);
+  for (int i = 0; i < 10; ++i) run.counters.kv_remote_put_latency.observe(0.007);
+  run.counters.kv_remote_read_bytes = 3 << 20;
+  run.counters.kv_remote_written_bytes = 1 << 19;
+  const BenchMetrics m = compute_metrics(run, {.block_size = 16});
+  EXPECT_EQ(m.kv_remote_get_s.count, 100);
+  EXPECT_NEAR(m.kv_remote_get_s.mean, (99 * 0.0015 + 0.3) / 100, 1e-12);
+  EXPECT_NEAR(m.kv_remote_get_s.p50, 0.001 + 0.001 * 50.0 / 99.0, 1e-12);
+  EXPECT_NEAR(m.kv_remote_get_s.p99, 0.002, 1e-12);
+  EXPECT_EQ(m.kv_remote_put_s.count, 10);
+  EXPECT_NEAR(m.kv_remote_put_s.p50, 0.0075, 1e-12);
+  const nlohmann::json j =
+      nlohmann::json::parse(report_json(header(), std::vector<BenchMetrics>{m}));
+  EXPECT_EQ(j["runs"][0]["kv_remote_read_bytes"], 3 << 20);
+  EXPECT_EQ(j["runs"][0]["kv_remote_written_bytes"], 1 << 19);
+  EXPECT_EQ(j["runs"][0]["kv_remote_get_s"]["count"], 100);
+  EXPECT_NEAR(j["runs"][0]["kv_remote_get_s"]["p99"].get<double>(), 0.002, 1e-12);
+  EXPECT_NEAR(j["runs"][0]["kv_remote_put_s"]["p50"].get<double>(), 0.0075, 1e-12);
+  const std::string t = report_table(header(), std::vector<BenchMetrics>{m});
+  EXPECT_NE(t.find("3.0 / 0.5"), std::string::npos) << t;    // MiB read / written
+  EXPECT_NE(t.find("1.51 / 2.00"), std::string::npos) << t;  // get p50 / p99, ms
+  EXPECT_NE(t.find("7.50 / "), std::string::npos) << t;      // put p50, ms
+}
+
 TEST(ProgressBarTest, RendersCountsAndRate) {
   const Progress p{.num_finished = 5,
                    .num_requests = 10,

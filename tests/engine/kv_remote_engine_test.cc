@@ -6,7 +6,8 @@
 // same salt secret; requests queued together share one read. Redis down from the start, killed
 // between the engines, asleep past the timeout, missing a block in the middle of the chain, or
 // holding a corrupt value leaves the output exactly the cold run's (the prefix recomputed, in
-// part or whole), and a restarted Redis is written to again; nothing leaks.
+// part or whole), and a restarted Redis is written to again; nothing leaks. Two independent
+// servers share the blocks as one does.
 
 #include <gtest/gtest.h>
 
@@ -46,7 +47,7 @@ class KvRemoteEngineTest : public ::testing::Test {
     ASSERT_TRUE(server_.start()) << "redis-server did not start (install_deps.sh)";
   }
 
-  std::unique_ptr<Engine> make(const std::string& tenant_secret = "", bool prefetch = true) {
+  EngineConfig config(const std::string& tenant_secret = "", bool prefetch = true) const {
     EngineConfig c = test_util::sized_for(EngineConfig{}, {a_, a_, a_}, 0);
     c.tenant_salt_secret = tenant_secret;
     c.kv_prefetch = prefetch;
@@ -55,6 +56,12 @@ class KvRemoteEngineTest : public ::testing::Test {
     c.kv_offload_write_through = true;
     c.kv_remote_urls = {server_.url()};
     c.kv_remote_timeout_ms = 150;
+    return c;
+  }
+  std::unique_ptr<Engine> make(const std::string& tenant_secret = "", bool prefetch = true) {
+    return make(config(tenant_secret, prefetch));
+  }
+  std::unique_ptr<Engine> make(const EngineConfig& c) {
     auto e = engine::create_engine(model_, pool_, c);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return e.ok() ? std::move(e).value() : nullptr;
@@ -86,8 +93,9 @@ class KvRemoteEngineTest : public ::testing::Test {
               kInvarianceTolerance);
   }
   int32_t prefix_tokens() const { return static_cast<int32_t>((a_.prompt.size() - 1) / 16) * 16; }
-  std::vector<std::string> keys() {
-    kv::RedisClient c(server_.endpoint());
+  std::vector<std::string> keys() { return keys(server_); }
+  static std::vector<std::string> keys(const kv::test_util::RedisServer& server) {
+    kv::RedisClient c(server.endpoint());
     const std::string_view args[] = {"KEYS", "strata:kv:*"};
     Result<std::string> all = c.command(args);
     std::vector<std::string> out;
@@ -300,6 +308,47 @@ TEST_F(KvRemoteEngineTest, ARestartedRedisIsFoundAgainAndWrittenTo) {
   }
   EXPECT_GT(e->totals().kv_remote_written_blocks, 0);
   EXPECT_FALSE(keys().empty());
+}
+
+// Two independent Redis servers (no cluster): the first engine's blocks spread over them, and a
+// second engine with the same two servers (listed the other way round) serves the prefix from
+// them; the bytes and the read's round trips reach the engine's totals.
+TEST_F(KvRemoteEngineTest, TwoEnginesSharingTwoShardsServeTheSamePrefix) {
+  kv::test_util::RedisServer other;
+  ASSERT_TRUE(other.start());
+  const Collected want = cold();
+  EngineConfig c = config();
+  c.kv_remote_urls = {server_.url(), other.url()};
+  {
+    std::unique_ptr<Engine> first = make(c);
+    ASSERT_NE(first, nullptr);
+    run(*first, a_);
+  }  // its end waits for the writes
+  const size_t on_first = keys(server_).size(), on_other = keys(other).size();
+  EXPECT_GE(static_cast<int32_t>(on_first + on_other), prefix_tokens() / 16);
+  EXPECT_GT(on_first, 0u);
+  EXPECT_GT(on_other, 0u);
+  c.kv_remote_urls = {other.url(), server_.url()};
+  std::unique_ptr<Engine> second = make(c);
+  ASSERT_NE(second, nullptr);
+  const Collected got = run(*second, a_);
+  expect_same(got, want);
+  EXPECT_EQ(got.metrics.num_cached_tokens, prefix_tokens());
+  const EngineTotals t = second->totals();
+  EXPECT_EQ(t.kv_remote_hit_tokens, prefix_tokens());
+  EXPECT_GT(t.kv_remote_read_bytes, 0);
+  EXPECT_GE(t.kv_remote_get_latency.count(), 1);
+  EXPECT_EQ(t.kv_remote_errors, 0);
+  EXPECT_EQ(second->last_step().num_used_blocks, 0);
+}
+
+TEST_F(KvRemoteEngineTest, AServerNamedTwiceIsRefused) {
+  EngineConfig c = config();
+  c.kv_remote_urls = {server_.url(), "redis://127.0.0.1:" + std::to_string(server_.port()) + "/0"};
+  auto e = engine::create_engine(model_, pool_, c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("named twice"), std::string::npos) << e.status().message();
 }
 
 }  // namespace

@@ -221,6 +221,34 @@ TEST_F(RemoteTierTest, AFullWriteQueueDropsInsteadOfBlocking) {
   EXPECT_EQ(t->stats().num_dropped, 1);
 }
 
+TEST_F(RemoteTierTest, EveryGetAndEveryWriteRoundTripIsTimedAndItsBytesCounted) {
+  auto t = tier();
+  const std::vector<Block> blocks = {block(1), block(2), block(3)};
+  for (const Block& b : blocks) {
+    t->put(b.hash, b.tokens, b.bytes, b.checksum);
+    t->flush();  // one round trip each
+  }
+  std::vector<std::vector<std::byte>> out;
+  for (int i = 0; i < 4; ++i) read(*t, blocks, out);
+  RemoteTierStats s = t->stats();
+  EXPECT_EQ(s.put_latency.count(), 3);
+  EXPECT_EQ(s.get_latency.count(), 4);
+  EXPECT_GT(s.get_latency.sum_seconds(), 0.0);
+  EXPECT_LT(s.get_latency.quantile(0.99), 1.0) << "a loopback round trip";
+  EXPECT_EQ(s.bytes_written, 3 * static_cast<int64_t>(t->value_bytes()));
+  EXPECT_EQ(s.bytes_read, 4 * 3 * static_cast<int64_t>(t->value_bytes()));
+  // A read with no answer is timed too, and a write of a block already there.
+  t->put(blocks[0].hash, blocks[0].tokens, blocks[0].bytes, blocks[0].checksum);
+  t->flush();
+  server_.stop();
+  read(*t, blocks, out);
+  s = t->stats();
+  EXPECT_EQ(s.put_latency.count(), 4);
+  EXPECT_EQ(s.get_latency.count(), 5);
+  EXPECT_EQ(s.num_get_errors, 1);
+  EXPECT_EQ(s.bytes_written, 3 * static_cast<int64_t>(t->value_bytes())) << "SET NX found it";
+}
+
 TEST(RedisUrlTest, HostPortAndDatabase) {
   Result<RedisEndpoint> e = parse_redis_url("redis://10.0.0.7:6380/2");
   ASSERT_TRUE(e.ok());

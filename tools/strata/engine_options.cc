@@ -91,7 +91,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                  "default)");
     cmd.add_option("--kv-remote", o.kv_remote,
                    "KV tiers: a Redis server under the host tier, shared by the instances that "
-                   "name it (redis://HOST[:PORT][/DB]); with --kv-remote-cluster, seed nodes");
+                   "name it (redis://HOST[:PORT][/DB]); repeated, independent servers each "
+                   "holding a share of the blocks (every instance naming the same servers the "
+                   "same way); with --kv-remote-cluster, a Redis Cluster's seed nodes");
     cmd.add_flag("--kv-remote-cluster", o.kv_remote_cluster,
                  "KV tiers: --kv-remote names a Redis Cluster's seed nodes");
     cmd.add_option("--kv-remote-timeout-ms", o.kv_remote_timeout_ms,

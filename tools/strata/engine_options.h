@@ -45,7 +45,7 @@ struct EngineOptions {
   int64_t kv_disk_bytes = 0;
   std::string kv_offload_policy = "evict";  // or write-through
   bool kv_prefetch = true;
-  std::vector<std::string> kv_remote;  // redis://HOST[:PORT][/DB]: the remote tier
+  std::vector<std::string> kv_remote;   // redis://HOST[:PORT][/DB]: the remote tier (shards)
   bool kv_remote_cluster = false;       // kv_remote: a Redis Cluster's seed nodes
   int32_t kv_remote_timeout_ms = 200;
   int64_t kv_remote_ttl = 0;

@@ -1,0 +1,48 @@
+// GET /metrics without HTTP: the remote KV tier's byte counters and its get / put latency
+// histograms in Prometheus's text format (cumulative buckets, +Inf equal to the count, the sum),
+// and the request latency histograms beside them.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/metrics.h"
+
+namespace strata::server {
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos;
+}
+
+TEST(MetricsTextTest, RemoteTierBytesAndLatencyHistograms) {
+  EngineSnapshot s;
+  s.totals.kv_remote_read_bytes = 123456;
+  s.totals.kv_remote_written_bytes = 7890;
+  s.totals.kv_remote_get_latency.observe(0.0015);  // (1, 2 ms]
+  s.totals.kv_remote_get_latency.observe(0.0015);
+  s.totals.kv_remote_get_latency.observe(0.3);   // (200, 500 ms]
+  s.totals.kv_remote_put_latency.observe(20.0);  // past the last bound
+  const std::string t = Metrics().render(s, KvCacheFacts{}, 1, TransportStats{});
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_read_bytes_total 123456")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_written_bytes_total 7890")) << t;
+  EXPECT_TRUE(has_line(t, "# TYPE strata:kv_remote_get_seconds histogram")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_bucket{le=\"5e-05\"} 0")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_bucket{le=\"0.001\"} 0")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_bucket{le=\"0.002\"} 2")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_bucket{le=\"0.2\"} 2")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_bucket{le=\"0.5\"} 3")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_bucket{le=\"10\"} 3")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_bucket{le=\"+Inf\"} 3")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_count 3")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_sum 0.30299999999999999")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_put_seconds_bucket{le=\"10\"} 0")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_put_seconds_bucket{le=\"+Inf\"} 1")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_put_seconds_count 1")) << t;
+  // The request histograms keep their own buckets.
+  EXPECT_TRUE(has_line(t, "strata:time_to_first_token_seconds_bucket{le=\"0.001\"} 0")) << t;
+  EXPECT_TRUE(has_line(t, "strata:time_to_first_token_seconds_count 0")) << t;
+}
+
+}  // namespace
+}  // namespace strata::server
