@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <span>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "kv/remote_tier.h"
 #include "kv/tier_key.h"
 #include "tests/kv/redis_server.h"
+#include "tests/kv/remote_test_blocks.h"
 
 namespace strata::kv {
 namespace {
@@ -29,33 +29,37 @@ constexpr uint64_t kNs = 5;
 
 struct Block {
   TierKey key;
-  std::vector<int32_t> tokens;
-  std::vector<std::byte> bytes;
+  test_util::RemoteTestBlock b;
 };
 
 Block block(int32_t seed) {
-  Block b;
-  b.tokens.resize(kBs);
-  std::iota(b.tokens.begin(), b.tokens.end(), seed * kBs);
-  b.key = TierKey{kNs, BlockHasher().hash(nullptr, b.tokens, {})};
-  b.bytes.resize(kBlockBytes);
-  for (size_t i = 0; i < b.bytes.size(); ++i) {
-    b.bytes[i] = static_cast<std::byte>((i * 13 + static_cast<size_t>(seed)) & 0xff);
-  }
-  return b;
+  Block out{{}, test_util::remote_test_block(seed, kBs, kBlockBytes)};
+  out.key = TierKey{kNs, out.b.hash};
+  return out;
 }
 
-TEST(RemoteFetcherTest, JobsComeBackWithTheirBlocksAndAJoinerWaitsOnTheReader) {
-  test_util::RedisServer server;
-  ASSERT_TRUE(server.start()) << "redis-server did not start (install_deps.sh)";
-  RemoteTierOptions o;
-  o.client.timeout = 500ms;
-  RemoteTier tier(server.endpoint(), kNs, kBs, kBlockBytes, o);
+// A tier over a fresh server; the server stops with the fixture.
+class RemoteFetcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.start()) << "redis-server did not start (install_deps.sh)";
+  }
+  std::unique_ptr<RemoteTier> tier(std::chrono::milliseconds timeout) {
+    RemoteTierOptions o;
+    o.client.timeout = timeout;
+    return std::make_unique<RemoteTier>(server_.endpoint(), kNs, kBs, kBlockBytes, o);
+  }
+  test_util::RedisServer server_;
+};
+
+TEST_F(RemoteFetcherTest, JobsComeBackWithTheirBlocksAndAJoinerWaitsOnTheReader) {
+  const std::unique_ptr<RemoteTier> remote = tier(500ms);
+  RemoteTier& tier = *remote;
   std::vector<Block> blocks;
   for (int32_t i = 0; i < 4; ++i) blocks.push_back(block(i));
   for (int32_t i = 0; i < 3; ++i) {  // the last one is never written
-    const Block& b = blocks[static_cast<size_t>(i)];
-    ASSERT_TRUE(tier.put(b.key.hash, b.tokens, b.bytes, tier_checksum(b.bytes)));
+    const test_util::RemoteTestBlock& b = blocks[static_cast<size_t>(i)].b;
+    ASSERT_TRUE(tier.put(b.hash, b.tokens, b.bytes, b.checksum));
   }
   tier.flush();
 
@@ -67,7 +71,7 @@ TEST(RemoteFetcherTest, JobsComeBackWithTheirBlocksAndAJoinerWaitsOnTheReader) {
   std::vector<std::span<const int32_t>> tokens;
   for (const Block& b : blocks) {
     keys.push_back(b.key);
-    tokens.emplace_back(b.tokens);
+    tokens.emplace_back(b.b.tokens);
   }
   fetcher.submit(first, keys, tokens);
   EXPECT_EQ(first->pending, 1);
@@ -89,8 +93,8 @@ TEST(RemoteFetcherTest, JobsComeBackWithTheirBlocksAndAJoinerWaitsOnTheReader) {
   ASSERT_EQ(job.gets.size(), 4u);
   for (size_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(job.gets[i].status.ok()) << i << ": " << job.gets[i].status.to_string();
-    EXPECT_EQ(job.bytes[i], blocks[i].bytes) << i;
-    EXPECT_EQ(job.gets[i].checksum, tier_checksum(blocks[i].bytes));
+    EXPECT_EQ(job.bytes[i], blocks[i].b.bytes) << i;
+    EXPECT_EQ(job.gets[i].checksum, blocks[i].b.checksum);
     EXPECT_EQ(job.keys[i], blocks[i].key);
   }
   EXPECT_EQ(job.gets[3].status.code(), StatusCode::kNotFound);
@@ -101,17 +105,14 @@ TEST(RemoteFetcherTest, JobsComeBackWithTheirBlocksAndAJoinerWaitsOnTheReader) {
   EXPECT_TRUE(fetcher.take_done(/*wait=*/true).empty());  // none in flight: returns at once
 }
 
-TEST(RemoteFetcherTest, ADeadServerAnswersEveryJobUnavailableAndTheFetcherStopsCleanly) {
-  test_util::RedisServer server;
-  ASSERT_TRUE(server.start()) << "redis-server did not start (install_deps.sh)";
-  RemoteTierOptions o;
-  o.client.timeout = 100ms;
-  RemoteTier tier(server.endpoint(), kNs, kBs, kBlockBytes, o);
-  server.stop();
+TEST_F(RemoteFetcherTest, ADeadServerAnswersEveryJobUnavailableAndTheFetcherStopsCleanly) {
+  const std::unique_ptr<RemoteTier> remote = tier(100ms);
+  RemoteTier& tier = *remote;
+  server_.stop();
   auto fetcher = std::make_unique<RemoteFetcher>(tier, kBlockBytes);
   const Block b = block(1);
   const TierKey keys[] = {b.key};
-  const std::span<const int32_t> tokens[] = {b.tokens};
+  const std::span<const int32_t> tokens[] = {b.b.tokens};
   auto ticket = std::make_shared<PrefetchTicket>();
   fetcher->submit(ticket, keys, tokens);
   std::vector<std::unique_ptr<RemoteFetcher::Job>> done;

@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "kv/remote_tier.h"
 #include "kv/tier_key.h"
 #include "tests/kv/redis_server.h"
+#include "tests/kv/remote_test_blocks.h"
 
 namespace strata::kv {
 namespace {
@@ -28,25 +28,8 @@ using namespace std::chrono_literals;
 constexpr int32_t kBs = 4;
 constexpr int64_t kBlockBytes = 256;
 
-struct Block {
-  BlockHash hash;
-  std::vector<int32_t> tokens;
-  std::vector<std::byte> bytes;
-  uint64_t checksum = 0;
-};
-
-Block block(int32_t seed) {
-  Block b;
-  b.tokens.resize(kBs);
-  std::iota(b.tokens.begin(), b.tokens.end(), seed * kBs);
-  b.hash = BlockHasher().hash(nullptr, b.tokens, {});
-  b.bytes.resize(kBlockBytes);
-  for (size_t i = 0; i < b.bytes.size(); ++i) {
-    b.bytes[i] = static_cast<std::byte>((i * 31 + static_cast<size_t>(seed) * 7) & 0xff);
-  }
-  b.checksum = tier_checksum(b.bytes);
-  return b;
-}
+using Block = test_util::RemoteTestBlock;
+Block block(int32_t seed) { return test_util::remote_test_block(seed, kBs, kBlockBytes); }
 
 RedisClientOptions fast() {
   return RedisClientOptions{.timeout = 150ms, .backoff = 100ms, .max_backoff = 400ms};
