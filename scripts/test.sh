@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 budget_s=${STRATA_TEST_BUDGET_S:-3600}
-fuzz_s=${STRATA_FUZZ_SECONDS:-18}
+fuzz_s=${STRATA_FUZZ_SECONDS:-10}
 jobs=${STRATA_JOBS:-$(nproc)}
 start=$(date +%s)
 stage_start=$start

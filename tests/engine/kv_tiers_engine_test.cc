@@ -269,11 +269,13 @@ TEST_F(KvTiersEngineTest, AnotherModelOverTheSameDirectoryFindsNothing) {
 }
 
 TEST_F(KvTiersEngineTest, RefusesWhatItCannotServe) {
-  EngineConfig c;
+  // A small pool: the default (1 GiB on the CPU) is allocated before the tiers are looked at.
+  const EngineConfig small = test_util::sized_for(EngineConfig{}, {a_}, 0);
+  EngineConfig c = small;
   c.kv_disk_path = dir_.string();
   EXPECT_EQ(engine::create_engine(model_, pool_, c).status().code(), StatusCode::kInvalidArgument)
       << "a disk tier without a host tier";
-  c = EngineConfig{};
+  c = small;
   c.kv_offload_bytes = 64;
   EXPECT_EQ(engine::create_engine(model_, pool_, c).status().code(), StatusCode::kInvalidArgument)
       << "a host tier smaller than one block";
