@@ -19,7 +19,8 @@ using nlohmann::json;
 // The longest a stream may go without a byte: a server that stalls fails the run, not hangs it.
 constexpr time_t kReadTimeoutS = 120;
 
-std::unique_ptr<httplib::Client> make_client(const HttpBenchConfig& c, const std::string& endpoint) {
+std::unique_ptr<httplib::Client> make_client(const HttpBenchConfig& c,
+                                             const std::string& endpoint) {
   auto client = std::make_unique<httplib::Client>(endpoint);
   client->set_connection_timeout(10);
   client->set_read_timeout(kReadTimeoutS);
@@ -66,7 +67,9 @@ constexpr MetricCounter kMetricCounters[] = {
 // Each of kMetricCounters in a /metrics text (0 where absent: a counter not exported yet).
 std::vector<double> metric_counts(const std::string& text) {
   std::vector<double> v;
-  for (const MetricCounter& m : kMetricCounters) v.push_back(std::max(0.0, prometheus_value(text, m.name)));
+  for (const MetricCounter& m : kMetricCounters) {
+    v.push_back(std::max(0.0, prometheus_value(text, m.name)));
+  }
   return v;
 }
 
@@ -120,10 +123,6 @@ class SseReader {
   bool done_ = false;
   json usage_;
 };
-
-}  // namespace
-
-namespace {
 
 // One endpoint's /v1/models and /metrics.
 struct Probe {
@@ -218,18 +217,21 @@ Result<uint64_t> HttpBenchEngine::submit(const SubmitRequest& r) {
                {"return_token_ids", true}};
   if (r.priority != 0) body["priority"] = r.priority;
   const uint64_t id = next_id_++;
-  const size_t endpoint = (id - 1) % config_.endpoints.size();
   ++num_in_flight_;
   Thread& t = threads_[id];
-  t.thread = std::thread([this, id, endpoint, &exited = t.exited, text = body.dump()]() mutable {
-    stream(id, endpoint, std::move(text));
+  t.thread = std::thread([this, id, &exited = t.exited, text = body.dump()]() mutable {
+    stream(id, std::move(text));
     exited = true;
   });
   return id;
 }
 
-void HttpBenchEngine::stream(uint64_t id, size_t endpoint, std::string body) {
-  auto client = make_client(config_, config_.endpoints[endpoint]);
+const std::string& HttpBenchEngine::endpoint_of(uint64_t id) const {
+  return config_.endpoints[(id - 1) % config_.endpoints.size()];
+}
+
+void HttpBenchEngine::stream(uint64_t id, std::string body) {
+  auto client = make_client(config_, endpoint_of(id));
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
@@ -282,8 +284,7 @@ void HttpBenchEngine::fail(uint64_t id, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_.empty()) {
-      error_ = "request " + std::to_string(id) + " to " +
-               config_.endpoints[(id - 1) % config_.endpoints.size()] + ": " + why;
+      error_ = "request " + std::to_string(id) + " to " + endpoint_of(id) + ": " + why;
     }
   }
   cv_.notify_one();

@@ -69,11 +69,13 @@ class HttpBenchEngine final : public BenchEngine {
   EngineTotals counters() const override;
 
  private:
-  // Counters an endpoint's /metrics holds (metrics_counters in the .cc), in its order.
+  // Counters an endpoint's /metrics holds (kMetricCounters in the .cc), in its order.
   using MetricCounts = std::vector<double>;
 
   HttpBenchEngine(HttpBenchConfig config, ServerInfo info, std::vector<MetricCounts> at_start);
-  void stream(uint64_t id, size_t endpoint, std::string body);
+  // Where request id went: round-robin in submission order.
+  const std::string& endpoint_of(uint64_t id) const;
+  void stream(uint64_t id, std::string body);
   void push(TokenEvent event);
   void fail(uint64_t id, const std::string& why);
 

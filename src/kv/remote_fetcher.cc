@@ -26,12 +26,8 @@ void RemoteFetcher::submit(const std::shared_ptr<PrefetchTicket>& ticket,
   job->tickets.push_back(ticket);
   job->keys.assign(keys.begin(), keys.end());
   job->tokens.reserve(keys.size());
-  job->bytes.reserve(keys.size());
-  job->gets.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     job->tokens.emplace_back(tokens[i].begin(), tokens[i].end());
-    job->bytes.emplace_back(static_cast<size_t>(block_bytes_));
-    job->gets.push_back(RemoteTier::Get{keys[i].hash, job->tokens.back(), job->bytes.back(), 0, {}});
     in_flight_.emplace(keys[i], job.get());
   }
   ++ticket->pending;
@@ -93,9 +89,17 @@ void RemoteFetcher::run() {
       }
       reading_ = static_cast<int32_t>(batch.size());
     }
-    // Every queued job's blocks in one read.
+    // The blocks' buffers are made here, not on the scheduler thread that submitted the jobs;
+    // then every queued job's blocks in one read.
     gets.clear();
     for (const std::unique_ptr<Job>& job : batch) {
+      job->bytes.reserve(job->keys.size());
+      job->gets.reserve(job->keys.size());
+      for (size_t i = 0; i < job->keys.size(); ++i) {
+        job->bytes.emplace_back(static_cast<size_t>(block_bytes_));
+        job->gets.push_back(
+            RemoteTier::Get{job->keys[i].hash, job->tokens[i], job->bytes.back(), 0, {}});
+      }
       gets.insert(gets.end(), job->gets.begin(), job->gets.end());
     }
     remote_.get(gets);

@@ -9,7 +9,7 @@
 //
 // Threads: submit, join and take_done on the scheduler thread; the reads on the fetcher's.
 // Tickets are the scheduler thread's alone (the jobs hand them back through take_done). Cost: a
-// job holds its blocks' bytes until it is taken.
+// job holds its blocks' bytes, allocated on the fetcher's thread, until it is taken.
 
 #include <condition_variable>
 #include <cstdint>
@@ -34,8 +34,10 @@ class RemoteFetcher {
     std::vector<std::shared_ptr<PrefetchTicket>> tickets;
     std::vector<TierKey> keys;
     std::vector<std::vector<int32_t>> tokens;
+    // Made by the fetcher's thread when it reads the job: the blocks' bytes, and what it asked
+    // of the tier (into tokens and bytes; status and checksum set once read).
     std::vector<std::vector<std::byte>> bytes;
-    std::vector<RemoteTier::Get> gets;  // into tokens and bytes; status set once read
+    std::vector<RemoteTier::Get> gets;
   };
 
   RemoteFetcher(RemoteTier& remote, int64_t block_bytes);
