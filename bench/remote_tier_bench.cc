@@ -38,11 +38,14 @@ int run(int argc, char** argv) {
   int32_t blocks = 256;
   int64_t block_bytes = int64_t{2} << 20;
   int32_t batch = 32;
+  int writers = 0;
   bool json = false;
   app.add_option("--url", url, "redis://HOST:PORT of a scratch server")->required();
   app.add_option("--blocks", blocks)->check(CLI::Range(1, 1 << 20));
   app.add_option("--block-bytes", block_bytes)->check(CLI::Range(int64_t{64}, int64_t{1} << 30));
   app.add_option("--batch", batch, "blocks per MGET")->check(CLI::Range(1, 4096));
+  app.add_option("--writers", writers, "writer connections (0: the tier's default)")
+      ->check(CLI::Range(0, 64));
   app.add_flag("--json", json);
   CLI11_PARSE(app, argc, argv);
 
@@ -57,6 +60,7 @@ int run(int argc, char** argv) {
   strata::kv::RemoteTierOptions options;
   options.client = client;
   options.max_queued_bytes = int64_t{1} << 40;
+  options.writers = writers;
   strata::kv::RemoteTier tier(*ep, /*ns=*/7, kBlockSize, block_bytes, options);
 
   std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(blocks));

@@ -56,9 +56,14 @@ RemoteTier::RemoteTier(const RedisTarget& target, uint64_t ns, int32_t block_siz
       block_size_(block_size),
       block_bytes_(block_bytes),
       options_(options),
-      reader_(make_store(target, options.client)),
-      writer_client_(make_store(target, options.client)),
-      writer_([this] { run_writer(); }) {}
+      reader_(make_store(target, options.client)) {
+  const int writers =
+      options.writers > 0 ? options.writers : 2 * static_cast<int>(target.nodes.size());
+  for (int i = 0; i < writers; ++i) writer_clients_.push_back(make_store(target, options.client));
+  for (const auto& store : writer_clients_) {
+    writers_.emplace_back([this, s = store.get()] { run_writer(*s); });
+  }
+}
 
 RemoteTier::~RemoteTier() {
   {
@@ -66,7 +71,7 @@ RemoteTier::~RemoteTier() {
     stopping_ = true;
   }
   work_cv_.notify_all();
-  writer_.join();
+  for (std::thread& w : writers_) w.join();
 }
 
 size_t RemoteTier::value_bytes() const {
@@ -189,7 +194,7 @@ bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
     const std::lock_guard lock(mu_);
     const auto n = static_cast<int64_t>(value.size());
     // A server that did not answer the last write is asked again by one write at a time.
-    const bool waiting_server = writer_unavailable_ && (writing_ || !queue_.empty());
+    const bool waiting_server = writer_unavailable_ && (writing_ > 0 || !queue_.empty());
     if (stopping_ || waiting_server || queued_bytes_ + n > options_.max_queued_bytes) {
       ++stats_.num_dropped;
       return false;
@@ -203,7 +208,7 @@ bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
 
 void RemoteTier::flush() {
   std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
+  idle_cv_.wait(lock, [&] { return queue_.empty() && writing_ == 0; });
 }
 
 RemoteTierStats RemoteTier::stats() const {
@@ -211,7 +216,7 @@ RemoteTierStats RemoteTier::stats() const {
   return stats_;
 }
 
-void RemoteTier::run_writer() {
+void RemoteTier::run_writer(RedisStore& store) {
   std::unique_lock lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -225,7 +230,7 @@ void RemoteTier::run_writer() {
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
-    writing_ = true;
+    ++writing_;
     lock.unlock();
     std::vector<RedisKeyValue> pairs;
     pairs.reserve(batch.size());
@@ -233,12 +238,12 @@ void RemoteTier::run_writer() {
     enum class Outcome : uint8_t { kFailed, kWritten, kPresent };
     std::vector<Outcome> outcome(batch.size(), Outcome::kFailed);
     const auto start = std::chrono::steady_clock::now();
-    const Status s = writer_client_->set_nx(pairs, options_.ttl_seconds, [&](size_t i, bool w) {
+    const Status s = store.set_nx(pairs, options_.ttl_seconds, [&](size_t i, bool w) {
       outcome[i] = w ? Outcome::kWritten : Outcome::kPresent;
     });
     const double seconds = seconds_since(start);
     lock.lock();
-    writing_ = false;
+    --writing_;
     queued_bytes_ -= batch_bytes;
     stats_.put_latency.observe(seconds);
     // put() drops while a store that answered none of the batch is asked again; one server of
@@ -265,7 +270,7 @@ void RemoteTier::run_writer() {
     for (Write& w : batch) {
       if (spare_.size() < kSpareValues) spare_.push_back(std::move(w.value));
     }
-    if (queue_.empty()) idle_cv_.notify_all();
+    if (queue_.empty() && writing_ == 0) idle_cv_.notify_all();
   }
 }
 

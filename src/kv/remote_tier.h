@@ -17,8 +17,9 @@
 //                 some), on the caller's connection: pipelined MGETs of up to 2 MiB of values
 //                 each (at least one value); a server that does not answer fails only its own
 //                 blocks
-//   put(block)    queued for the writer thread, which writes what is queued, pipelined (up to 64
-//                 blocks or 4 MiB a round trip), with SET NX (a block already there is never
+//   put(block)    queued for the writer threads (two per server by default, a connection
+//                 each), each writing what is queued, pipelined (up to 64 blocks or 4 MiB a
+//                 round trip), with SET NX (a block already there is never
 //                 written again) and the TTL; when the queued bytes would pass their
 //                 bound, or the last round trip got no answer at all (the store is retried by
 //                 one write at a time), the put is dropped and counted instead of blocking the
@@ -28,8 +29,8 @@
 // Every call is bounded by the client's timeout; a dead server is asked again only after its
 // breaker's backoff (redis_client.h).
 //
-// Owns two stores (get's caller's, the writer's: a connection each, or one per server or
-// cluster master) and the writer thread; times each get() and each write round trip (stats()).
+// Owns the stores (get's caller's and one per writer: a connection each, or one per server or
+// cluster master) and the writer threads; times each get() and each write round trip (stats()).
 // get() from one thread at a time; put(), flush() and stats() from any. Cost: get copies each
 // value once; put encodes (copies) the block once on the caller's thread.
 
@@ -61,7 +62,11 @@ struct RedisTarget {
 struct RemoteTierOptions {
   RedisClientOptions client;
   int64_t ttl_seconds = 0;                         // 0: keys live until Redis evicts them
-  int64_t max_queued_bytes = int64_t{256} << 20;  // writes waiting for the writer thread
+  int64_t max_queued_bytes = int64_t{256} << 20;  // writes waiting for the writer threads
+  // Writer threads, each with its own connection (to every server): 0 picks two per server.
+  // While one connection's server stores a batch, another's is on the wire, so a server is not
+  // left idle for a round trip between batches.
+  int writers = 0;
 };
 
 struct RemoteTierStats {
@@ -125,7 +130,7 @@ class RemoteTier {
   RemoteTierStats stats() const;
 
  private:
-  void run_writer();
+  void run_writer(RedisStore& store);
   // A write round trip takes at most this many blocks, and stops adding them past this many bytes.
   static constexpr size_t kWriteBatch = 64;
   // A read's MGETs each ask for at most this many bytes of values (at least one block).
@@ -137,7 +142,6 @@ class RemoteTier {
   int64_t block_bytes_;
   RemoteTierOptions options_;
   std::unique_ptr<RedisStore> reader_;
-  std::unique_ptr<RedisStore> writer_client_;
 
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable work_cv_, idle_cv_;
@@ -151,11 +155,12 @@ class RemoteTier {
   std::vector<std::string> spare_;
   static constexpr size_t kSpareValues = 64;
   int64_t queued_bytes_ = 0;
-  bool writing_ = false;
+  int writing_ = 0;                  // writers with a batch out
   bool writer_unavailable_ = false;  // the last write found the server not answering
   bool stopping_ = false;
   RemoteTierStats stats_;
-  std::thread writer_;
+  std::vector<std::unique_ptr<RedisStore>> writer_clients_;
+  std::vector<std::thread> writers_;
 };
 
 }  // namespace strata::kv

@@ -12,7 +12,9 @@
 # remote tier sits under); BENCH_ARGS to `strata bench` (the workload). INSTANCE_ENV, when set,
 # is a space-separated list of N assignments prefixed to each instance's command in turn (e.g.
 # "CUDA_VISIBLE_DEVICES=0 CUDA_VISIBLE_DEVICES=0"). REDIS_SERVER names the redis-server binary.
-# REMOTE_POOL_CONFIGS (space-separated: local shared) runs only those. Each configuration's
+# REMOTE_POOL_CONFIGS (space-separated: local shared) runs only those. REDIS_SHARDS (default 1)
+# servers share the blocks (each instance is given all of them: --kv-remote once per server),
+# each with REDIS_MAXMEMORY (default 8gb) under allkeys-lru. Each configuration's
 # `strata bench --json` object goes to OUT_JSON under its name; a summary line is printed per run.
 set -euo pipefail
 strata="$1" model="$2" n="$3" out="$4"
@@ -86,18 +88,25 @@ PY
 }
 
 run local
-redis_port=$(free_port)
-"$redis_server" --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-  --maxmemory 8gb --maxmemory-policy allkeys-lru --logfile "$tmp/redis.log" --daemonize no &
-redis_pid=$!
-for _ in $(seq 100); do
-  python3 -c "import socket,sys; s=socket.create_connection(('127.0.0.1',$redis_port)); \
+redis_pids=()
+remote_args=()
+for ((k = 0; k < ${REDIS_SHARDS:-1}; k++)); do
+  redis_port=$(free_port)
+  "$redis_server" --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+    --maxmemory "${REDIS_MAXMEMORY:-8gb}" --maxmemory-policy allkeys-lru \
+    --logfile "$tmp/redis.$k.log" --daemonize no &
+  redis_pids+=($!)
+  redis_pid="${redis_pids[*]}"
+  for _ in $(seq 100); do
+    python3 -c "import socket,sys; s=socket.create_connection(('127.0.0.1',$redis_port)); \
 s.sendall(b'PING\r\n'); sys.exit(0 if s.recv(16).startswith(b'+PONG') else 1)" 2>/dev/null && break
-  sleep 0.05
+    sleep 0.05
+  done
+  remote_args+=(--kv-remote "redis://127.0.0.1:$redis_port")
 done
-run shared --kv-remote "redis://127.0.0.1:$redis_port"
-kill "$redis_pid" 2>/dev/null || true
-wait "$redis_pid" 2>/dev/null || true
+run shared "${remote_args[@]}"
+kill "${redis_pids[@]}" 2>/dev/null || true
+wait "${redis_pids[@]}" 2>/dev/null || true
 redis_pid=""
 python3 - "$tmp" "$out" "$n" "${names[@]}" <<'PY'
 import json, os, sys

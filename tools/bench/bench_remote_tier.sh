@@ -4,30 +4,41 @@
 #
 #   tools/bench/bench_remote_tier.sh BENCH_BINARY [BLOCKS] [BLOCK_BYTES] [BATCH] [OUT_JSON]
 #
+# REMOTE_TIER_WRITERS sets the tier's writer connections (default: its own, two per server).
 # BATCH blocks per RemoteTier::get call (a request's prefix), which the tier reads as pipelined
-# MGETs of up to 2 MiB of values, two in flight. redis-benchmark: one connection, SET and GET of
-# values of the tier's value size over BLOCKS distinct keys as the tier's are (-r: random keys;
-# the keys are filled before the GETs), pipelined as deep as the tier's reads keep bytes in flight
-# (4 MiB). Reading one key over and over, as redis-benchmark does without -r, serves the value
+# MGETs of up to 2 MiB of values, two in flight. redis-benchmark: one connection, SETs of values
+# of the tier's value size to new keys (as the tier's writes are), then GETs over BLOCKS distinct
+# keys as the tier's reads are (-r: random keys; the keys filled before the GETs), pipelined as
+# deep as the tier's reads keep bytes in flight (4 MiB). Each side on a server of its own, started
+# for it. Reading one key over and over, as redis-benchmark does without -r, serves the value
 # from the server's cache and its writes reuse one allocation: neither is what a tier does.
 set -euo pipefail
 bench="$1" blocks="${2:-256}" block_bytes="${3:-2097152}" batch="${4:-32}" out="${5:-}"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --logfile /dev/null \
-  --daemonize no &
-server=$!
+# A fresh server for each side: a server reusing memory that it freed (FLUSHDB, or a SET over a
+# key already there) stores a value without faulting its pages in, which a tier writing new
+# blocks never gets.
+server=""
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
-for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+start_server() {
+  if [[ -n "$server" ]]; then kill "$server"; wait "$server" 2>/dev/null || true; fi
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --logfile /dev/null \
+    --daemonize no &
+  server=$!
+  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+}
+start_server
 strata_json=$("$bench" --url "redis://127.0.0.1:$port" --blocks "$blocks" --block-bytes "$block_bytes" \
-  --batch "$batch" --json)
+  --batch "$batch" ${REMOTE_TIER_WRITERS:+--writers "$REMOTE_TIER_WRITERS"} --json)
 value_bytes=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['value_bytes'])" "$strata_json")
-redis-cli -p "$port" flushdb >/dev/null
+start_server
 # The tier keeps two MGETs of up to 2 MiB of values in flight: the same bytes for redis-benchmark.
 depth=$(( (4 << 20) / value_bytes )); ((depth >= 1)) || depth=1
-peer() { redis-benchmark -p "$port" -c 1 -P "$depth" -r "$blocks" -d "$value_bytes" --csv -q "$@"; }
-set_csv=$(peer -n "$blocks" -t set)
-peer -n $((blocks * 4)) -t set >/dev/null  # every key there before the GETs (1 - e^-5 of them)
-get_csv=$(peer -n "$blocks" -t get)
+peer() { redis-benchmark -p "$port" -c 1 -P "$depth" -d "$value_bytes" --csv -q "$@"; }
+# SETs of new keys, as the tier's are (-r over 10^9 keys: no key written twice).
+set_csv=$(peer -n "$blocks" -r 1000000000 -t set)
+peer -r "$blocks" -n $((blocks * 4)) -t set >/dev/null  # every key there before the GETs (1 - e^-5 of them)
+get_csv=$(peer -r "$blocks" -n "$blocks" -t get)
 peer_csv="$set_csv
 $get_csv"
 python3 - "$strata_json" "$peer_csv" "$value_bytes" "$out" <<'PY'

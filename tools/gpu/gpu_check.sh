@@ -63,8 +63,9 @@ build_engine() {
   cmake -S "$ROOT" -B "$CARRY/engine-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
     -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
   ninja -C "$CARRY/engine-build" -j "$JOBS" strata model_cuda_model_test model_cuda_kv_quant_test \
-    model_cuda_fp8_weights_test engine_cuda_engine_test strata_tier_copy_bench
-  cp "$CARRY/engine-build/tools/strata/strata" "$CARRY/engine-build/bench/strata_tier_copy_bench" "$CARRY/engine-build/tests/model/model_cuda_model_test" \
+    model_cuda_fp8_weights_test engine_cuda_engine_test strata_tier_copy_bench strata_remote_tier_bench
+  cp "$CARRY/engine-build/tools/strata/strata" "$CARRY/engine-build/bench/strata_tier_copy_bench" \
+    "$CARRY/engine-build/bench/strata_remote_tier_bench" "$CARRY/engine-build/tests/model/model_cuda_model_test" \
     "$CARRY/engine-build/tests/model/model_cuda_kv_quant_test" \
     "$CARRY/engine-build/tests/model/model_cuda_fp8_weights_test" \
     "$CARRY/engine-build/tests/engine/engine_cuda_engine_test" "$CARRY/bin/"
@@ -82,16 +83,17 @@ build_engine() {
 # for the GPU machine's own in other programs), and bin/redis/redis-server, which runs it with
 # them.
 pack_redis() {
-  local dir="$CARRY/bin/redis"
+  local dir="$CARRY/bin/redis" tool
   mkdir -p "$dir/lib"
-  cp -L /usr/bin/redis-server "$dir/redis-server.bin"
-  ldd /usr/bin/redis-server | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
-    grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
-    xargs -r -I{} cp -L {} "$dir/lib/"
-  printf '%s\n' '#!/usr/bin/env bash' 'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"' \
-    'LD_LIBRARY_PATH="$here/lib" exec -a redis-server "$here/redis-server.bin" "$@"' \
-    >"$dir/redis-server"
-  chmod +x "$dir/redis-server"
+  for tool in redis-server redis-cli redis-benchmark; do
+    cp -L "/usr/bin/$tool" "$dir/$tool.bin"
+    ldd "/usr/bin/$tool" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
+      grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
+      xargs -r -I{} cp -L {} "$dir/lib/"
+    printf '%s\n' '#!/usr/bin/env bash' 'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"' \
+      "LD_LIBRARY_PATH=\"\$here/lib\" exec -a $tool \"\$here/$tool.bin\" \"\$@\"" >"$dir/$tool"
+    chmod +x "$dir/$tool"
+  done
 }
 
 write_project() {

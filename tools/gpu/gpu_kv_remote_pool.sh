@@ -9,11 +9,18 @@
 #   tools/gpu/gpu_kv_remote_pool.sh agentic|trace OUT_DIR [TRACE_JSONL]
 #
 #   agentic  16 sessions x 8 turns of the agentic workload at length scale 0.5
-#   trace    a Mooncake-format trace (its first 400 requests, at its own arrival times)
+#   trace    a Mooncake-format trace, all of it, 16 tokens a hash id (one KV block: the
+#            synthetic trace's 3,993 requests are then 1.95M prompt tokens, 64 % of them a
+#            prefix seen before), arrivals TRACE_TIME_SCALE (default 0.05) of the trace's,
+#            outputs a quarter of its lengths; the shared pool on REDIS_SHARDS (default 4)
+#            servers of REDIS_MAXMEMORY (default 16gb) each
+#
+# Extra arguments after the trace go to `strata bench`.
 set -euo pipefail
 what="$1"
 out="$2"
 trace="${3:-}"
+shift $(($# < 3 ? $# : 3))
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bin="$root/.devcarry/gpu/bin"
 mkdir -p "$root/.devcarry/gpu" "$out"
@@ -23,21 +30,23 @@ export REDIS_SERVER="$bin/redis/redis-server"
 model="$root/bench/models/llama-3.1-8b"
 cp "$bin/build-info.txt" "$out/build-info.txt"
 # Each instance: a 32 GiB pool (sized, not a share of the free memory, which the other instance
-# takes too), a 16 GiB host tier that every cached block is written through to (and so to Redis,
+# takes too), an 8 GiB host tier that every cached block is written through to (and so to Redis,
 # when it is there).
 serve=(--device cuda --load-format dummy --kv-cache-memory-bytes $((32 << 30))
-       --kv-offload-bytes $((16 << 30)) --kv-offload-policy write-through --kv-remote-timeout-ms 2000)
+       --kv-offload-bytes $((8 << 30)) --kv-offload-policy write-through --kv-remote-timeout-ms 2000)
 case "$what" in
   agentic)
     "$root/tools/bench/bench_kv_remote_pool.sh" "$bin/strata" "$model" 2 \
       "$out/kv_remote_pool_agentic.json" "${serve[@]}" -- \
-      --workload agentic --num-sessions 16 --turns 8 --length-scale 0.5 --seed 1 2>&1 |
+      --workload agentic --num-sessions 16 --turns 8 --length-scale 0.5 --seed 1 "$@" 2>&1 |
       grep -v "requests,"
     ;;
   trace)
-    "$root/tools/bench/bench_kv_remote_pool.sh" "$bin/strata" "$model" 2 \
+    REDIS_SHARDS="${REDIS_SHARDS:-4}" REDIS_MAXMEMORY="${REDIS_MAXMEMORY:-16gb}" \
+      "$root/tools/bench/bench_kv_remote_pool.sh" "$bin/strata" "$model" 2 \
       "$out/kv_remote_pool_trace.json" "${serve[@]}" -- \
-      --trace "$trace" --num-prompts 400 2>&1 | grep -v "requests,"
+      --trace "$trace" --trace-block-size 16 --trace-time-scale "${TRACE_TIME_SCALE:-0.05}" \
+      --trace-output-scale 0.25 "$@" 2>&1 | grep -v "requests,"
     ;;
   *)
     echo "usage: $0 agentic|trace OUT_DIR [TRACE_JSONL]" >&2
