@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libssl-dev libcpp-httplib-dev
   libxxhash-dev  # the KV tiers' checksums
   libhiredis-dev  # the KV tiers' Redis client (the remote tier)
+  libzstd-dev  # the KV codec's general-purpose scheme
   libboost-dev  # Boost.Beast and Boost.Asio (header-only): the HTTP server
 )
 if ((!demo)); then
