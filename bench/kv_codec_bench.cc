@@ -3,9 +3,9 @@
 // run that wrote its blocks through), and for each scheme -- split with each segment's own
 // codebook, split with codebooks calibrated per layer's K and V on the first tenth of the
 // blocks, zstd at levels 1 and 3 -- encodes and decodes every block on one thread (into buffers
-// allocated before the clock starts), checks each round trip bit for bit, and reports the compression ratio (raw bytes / stream bytes), the
-// encode and decode rates (raw GB/s, medians of --repeats passes) and, for split, the ratio of
-// each layer's K and V.
+// allocated before the clock starts), checks each round trip bit for bit, and reports the
+// compression ratio (raw bytes / stream bytes), the encode and decode rates (raw GB/s, medians of
+// --repeats passes) and, for split, the ratio of each layer's K and V.
 //
 // Usage: strata_kv_codec_bench --dir DIR --dtype bfloat16|float16|... --layers L
 //                              [--repeats N] [--json]
@@ -146,7 +146,8 @@ int run(int argc, char** argv) {
                                          hist[s]);
       }
     }
-    for (const auto& h : hist) calibrated.codebooks.push_back(strata::kv::codebook_from_histogram(h));
+    for (const auto& h : hist)
+      calibrated.codebooks.push_back(strata::kv::codebook_from_histogram(h));
     Result c = measure("split, codebooks calibrated per layer", blocks, calibrated, repeats);
     // Each segment's ratio with the calibrated codebooks, over every block.
     for (size_t s = 0; s < hist.size(); ++s) {
@@ -171,11 +172,16 @@ int run(int argc, char** argv) {
   }
 
   if (json) {
-    nlohmann::json j = {{"blocks", blocks.size()}, {"block_bytes", block_bytes},
-                        {"dtype", dtype_name}, {"layers", layers}};
+    nlohmann::json j = {{"blocks", blocks.size()},
+                        {"block_bytes", block_bytes},
+                        {"dtype", dtype_name},
+                        {"layers", layers}};
     for (const Result& r : results) {
-      j["schemes"].push_back({{"scheme", r.name}, {"ratio", r.ratio}, {"encode_gb_per_s", r.encode_gbs},
-                              {"decode_gb_per_s", r.decode_gbs}, {"segment_ratio", r.segment_ratio}});
+      j["schemes"].push_back({{"scheme", r.name},
+                              {"ratio", r.ratio},
+                              {"encode_gb_per_s", r.encode_gbs},
+                              {"decode_gb_per_s", r.decode_gbs},
+                              {"segment_ratio", r.segment_ratio}});
     }
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -184,7 +190,8 @@ int run(int argc, char** argv) {
               dtype_name.c_str(), layers);
   std::printf("| scheme | ratio | encode GB/s | decode GB/s |\n|---|---|---|---|\n");
   for (const Result& r : results) {
-    std::printf("| %s | %.3f | %.2f | %.2f |\n", r.name.c_str(), r.ratio, r.encode_gbs, r.decode_gbs);
+    std::printf("| %s | %.3f | %.2f | %.2f |\n", r.name.c_str(), r.ratio, r.encode_gbs,
+                r.decode_gbs);
   }
   for (const Result& r : results) {
     if (r.segment_ratio.empty()) continue;

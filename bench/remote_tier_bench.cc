@@ -2,7 +2,9 @@
 // remote tier"): N blocks written through RemoteTier::put (encoded, queued, written by the writer
 // thread with pipelined SET NX) until flush() returns, then read back through RemoteTier::get in
 // MGETs of --batch blocks, every value checked (header, namespace, chain hash, token ids,
-// checksum) and copied out as the engine does. GB/s count the values' bytes. The peer,
+// checksum) and decoded out as the engine does. The blocks hold BF16 values like a layer's K;
+// --codec codes them as the tier's values (kv_codec.h). GB/s count the values' stored size
+// (a block's raw bytes, header and token ids), whatever the codec sent. The peer,
 // redis-benchmark with the same value size in the same run, is tools/bench/bench_remote_tier.sh's.
 //
 // Usage: strata_remote_tier_bench --url redis://HOST:PORT [--blocks N] [--block-bytes B]
@@ -10,15 +12,19 @@
 // The database is flushed first (FLUSHDB): point it at a scratch server.
 
 #include <CLI/CLI.hpp>
+#include <bit>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "guarded_main.h"
 #include "kv/block_hash.h"
+#include "kv/kv_codec.h"
 #include "kv/redis_client.h"
 #include "kv/remote_tier.h"
 #include "kv/tier_key.h"
@@ -38,14 +44,19 @@ int run(int argc, char** argv) {
   int32_t blocks = 256;
   int64_t block_bytes = int64_t{2} << 20;
   int32_t batch = 32;
-  int writers = 0;
+  int writers = 1;
+  std::string codec = "stored";
+  size_t segment_bytes = 32768;
   bool json = false;
   app.add_option("--url", url, "redis://HOST:PORT of a scratch server")->required();
   app.add_option("--blocks", blocks)->check(CLI::Range(1, 1 << 20));
   app.add_option("--block-bytes", block_bytes)->check(CLI::Range(int64_t{64}, int64_t{1} << 30));
   app.add_option("--batch", batch, "blocks per MGET")->check(CLI::Range(1, 4096));
-  app.add_option("--writers", writers, "writer connections (0: the tier's default)")
-      ->check(CLI::Range(0, 64));
+  app.add_option("--writers", writers, "writer threads, a connection each")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--codec", codec, "how values hold the block: stored, split or zstd");
+  app.add_option("--segment-bytes", segment_bytes,
+                 "split: bytes of one layer's K or V (the 8B shape's: 32768)");
   app.add_flag("--json", json);
   CLI11_PARSE(app, argc, argv);
 
@@ -61,12 +72,22 @@ int run(int argc, char** argv) {
   options.client = client;
   options.max_queued_bytes = int64_t{1} << 40;
   options.writers = writers;
+  const std::optional<strata::kv::KvCodecScheme> scheme = strata::kv::parse_codec_scheme(codec);
+  if (!scheme) throw std::runtime_error("unknown --codec " + codec);
+  options.codec = strata::kv::KvCodecPlan{.scheme = *scheme, .segment_bytes = segment_bytes};
   strata::kv::RemoteTier tier(*ep, /*ns=*/7, kBlockSize, block_bytes, options);
 
   std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(blocks));
   std::vector<strata::kv::BlockHash> hashes;
   std::vector<std::byte> bytes(static_cast<size_t>(block_bytes));
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 131 + 7);
+  // BF16 values like a layer's K: normal, each channel its own scale.
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  for (size_t i = 0; i + 1 < bytes.size(); i += 2) {
+    const float x = normal(rng) * (0.05F + static_cast<float>((i / 2) % 128) / 64.0F);
+    const auto b16 = static_cast<uint16_t>(std::bit_cast<uint32_t>(x) >> 16);
+    std::memcpy(bytes.data() + i, &b16, 2);
+  }
   const uint64_t checksum = strata::kv::tier_checksum(bytes);
   strata::kv::BlockHasher hasher;
   for (int32_t b = 0; b < blocks; ++b) {
@@ -92,8 +113,11 @@ int run(int argc, char** argv) {
   for (int32_t first = 0; first < blocks; first += batch) {
     std::vector<strata::kv::RemoteTier::Get> gets;
     for (int32_t b = first; b < std::min(blocks, first + batch); ++b) {
-      gets.push_back({hashes[static_cast<size_t>(b)], tokens[static_cast<size_t>(b)],
-                      out[static_cast<size_t>(b - first)], 0, {}});
+      gets.push_back({hashes[static_cast<size_t>(b)],
+                      tokens[static_cast<size_t>(b)],
+                      out[static_cast<size_t>(b - first)],
+                      0,
+                      {}});
     }
     tier.get(gets);
     for (const auto& g : gets) {
@@ -106,10 +130,16 @@ int run(int argc, char** argv) {
   const double put_gbs = value_bytes / put_s / 1e9;
   const double get_gbs = value_bytes / get_s / 1e9;
   if (json) {
-    const nlohmann::json j = {{"blocks", blocks},           {"block_bytes", block_bytes},
-                              {"value_bytes", tier.value_bytes()}, {"batch", batch},
-                              {"put_seconds", put_s},       {"put_gb_per_s", put_gbs},
-                              {"get_seconds", get_s},       {"get_gb_per_s", get_gbs}};
+    const nlohmann::json j = {{"blocks", blocks},
+                              {"block_bytes", block_bytes},
+                              {"value_bytes", tier.value_bytes()},
+                              {"batch", batch},
+                              {"put_seconds", put_s},
+                              {"put_gb_per_s", put_gbs},
+                              {"get_seconds", get_s},
+                              {"get_gb_per_s", get_gbs},
+                              {"codec", codec},
+                              {"bytes_written", tier.stats().bytes_written}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("| %d blocks of %lld bytes (values %zu) | seconds | GB/s |\n|---|---|---|\n",

@@ -25,8 +25,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string again;
   strata::kv::kv_encode(out, strata::kv::KvCodecPlan{.scheme = info->scheme}, again);
   std::vector<std::byte> back(out.size());
-  STRATA_CHECK(strata::kv::kv_decode(std::as_bytes(std::span(again.data(), again.size())), back).ok(),
-               "a stream the codec wrote decodes");
+  STRATA_CHECK(
+      strata::kv::kv_decode(std::as_bytes(std::span(again.data(), again.size())), back).ok(),
+      "a stream the codec wrote decodes");
   STRATA_CHECK(back == out, "a stream decodes to what was encoded");
   return 0;
 }

@@ -92,7 +92,8 @@ std::string_view codec_scheme_name(KvCodecScheme scheme) {
 }
 
 std::optional<KvCodecScheme> parse_codec_scheme(std::string_view name) {
-  for (const KvCodecScheme s : {KvCodecScheme::kStored, KvCodecScheme::kSplit, KvCodecScheme::kZstd}) {
+  for (const KvCodecScheme s :
+       {KvCodecScheme::kStored, KvCodecScheme::kSplit, KvCodecScheme::kZstd}) {
     if (codec_scheme_name(s) == name) return s;
   }
   return std::nullopt;

@@ -31,7 +31,8 @@ uint8_t symbol_of(uint16_t x) {
 
 template <SplitFormat F>
 uint8_t raw_of(uint16_t x) {
-  if constexpr (F == SplitFormat::kBf16) return static_cast<uint8_t>(((x >> 8) & 0x80) | (x & 0x7f));
+  if constexpr (F == SplitFormat::kBf16)
+    return static_cast<uint8_t>(((x >> 8) & 0x80) | (x & 0x7f));
   return static_cast<uint8_t>(x);
 }
 
@@ -136,8 +137,7 @@ __attribute__((target("avx2"))) Status decode_avx2(const Segment& s, size_t begi
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.codes + i / 2));
     const __m128i lo = _mm_and_si128(packed, nibble);
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);
-    const __m256i codes =
-        _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+    const __m256i codes = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
     if (_mm256_movemask_epi8(_mm256_cmpgt_epi8(codes, last)) != 0) {
       STRATA_RETURN_IF_ERROR(decode_scalar<F>(s, i, i + 32, e, out));
       continue;
@@ -158,7 +158,8 @@ __attribute__((target("avx2"))) Status decode_avx2(const Segment& s, size_t begi
     }
     const __m256i a = _mm256_unpacklo_epi8(low, high);  // elements 0-7, 16-23
     const __m256i b = _mm256_unpackhi_epi8(low, high);  // elements 8-15, 24-31
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i), _mm256_permute2x128_si256(a, b, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i),
+                        _mm256_permute2x128_si256(a, b, 0x20));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * i + 32),
                         _mm256_permute2x128_si256(a, b, 0x31));
   }

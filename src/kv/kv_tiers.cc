@@ -40,6 +40,25 @@ bool group_is_tiered(const KvCacheManager& cache, int32_t g) {
   return g == 0 || blocks_read_before_hit_end(cache, g) > 0;
 }
 
+// How the remote tier's values hold a block of this layout (docs/benchmarks.md, "The KV codec",
+// measured on strata-tiny's KV): BF16 split per layer's K and V (1.32x, decoding at 10 GB/s a
+// core), F16 and FP8 zstd (1.08x and 1.19x), the rest stored (zstd gains INT8 and INT4 blocks
+// 2-6 %, not worth a core). Redis takes a value at a fraction of that (0.3 GB/s a server on two
+// cores), so the bytes saved are time saved, and space.
+KvCodecPlan remote_codec_plan(const KvLayout& layout) {
+  const KvSpec& spec = layout.spec();
+  if (spec.is_mixed()) return {};
+  if (split_format_of(spec.dtype) == SplitFormat::kBf16) {
+    return KvCodecPlan{.scheme = KvCodecScheme::kSplit,
+                       .split = SplitFormat::kBf16,
+                       .segment_bytes = static_cast<size_t>(layout.layer_bytes() / 2)};
+  }
+  if (spec.dtype == DType::kF16 || spec.dtype == DType::kF8E4M3 || spec.dtype == DType::kF8E5M2) {
+    return KvCodecPlan{.scheme = KvCodecScheme::kZstd};
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvCacheManager& cache,
@@ -114,8 +133,10 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
       t->disk = std::move(opened).value();
     }
     if (config.remote && g == 0) {
+      RemoteTierOptions remote_options = config.remote_options;
+      if (config.remote_codec) remote_options.codec = remote_codec_plan(layout);
       t->remote = std::make_unique<RemoteTier>(*config.remote, t->ns, bs, block_bytes,
-                                               config.remote_options);
+                                               remote_options);
     } else if (config.remote) {
       return Status::InvalidArgument(
           "--kv-remote holds group 0's blocks only: a cache whose later groups a hit reads (a "

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/check.h"
 #include "kv/disk_tier.h"
 #include "kv/redis_cluster.h"
 #include "kv/redis_shards.h"
@@ -57,9 +58,9 @@ RemoteTier::RemoteTier(const RedisTarget& target, uint64_t ns, int32_t block_siz
       block_bytes_(block_bytes),
       options_(options),
       reader_(make_store(target, options.client)) {
-  const int writers =
-      options.writers > 0 ? options.writers : 2 * static_cast<int>(target.nodes.size());
-  for (int i = 0; i < writers; ++i) writer_clients_.push_back(make_store(target, options.client));
+  for (int i = 0; i < std::max(1, options.writers); ++i) {
+    writer_clients_.push_back(make_store(target, options.client));
+  }
   for (const auto& store : writer_clients_) {
     writers_.emplace_back([this, s = store.get()] { run_writer(*s); });
   }
@@ -76,7 +77,7 @@ RemoteTier::~RemoteTier() {
 
 size_t RemoteTier::value_bytes() const {
   return kHeaderBytes + static_cast<size_t>(block_size_) * sizeof(int32_t) +
-         static_cast<size_t>(block_bytes_);
+         kv_encode_bound(static_cast<size_t>(block_bytes_));
 }
 
 std::string RemoteTier::key(const BlockHash& hash) const {
@@ -86,12 +87,13 @@ std::string RemoteTier::key(const BlockHash& hash) const {
 std::string RemoteTier::encode(const BlockHash& hash, std::span<const int32_t> tokens,
                                std::span<const std::byte> bytes, uint64_t checksum) const {
   std::string v;
-  encode_into(v, hash, tokens, bytes, checksum);
+  encode_into(v, hash, tokens, bytes, checksum, options_.codec);
   return v;
 }
 
 void RemoteTier::encode_into(std::string& v, const BlockHash& hash, std::span<const int32_t> tokens,
-                             std::span<const std::byte> bytes, uint64_t checksum) const {
+                             std::span<const std::byte> bytes, uint64_t checksum,
+                             const KvCodecPlan& codec) const {
   v.clear();
   v.reserve(value_bytes());
   v.append(kMagic, sizeof(kMagic));
@@ -102,13 +104,16 @@ void RemoteTier::encode_into(std::string& v, const BlockHash& hash, std::span<co
   put_raw(v, checksum);
   v.append(reinterpret_cast<const char*>(hash.bytes.data()), hash.bytes.size());
   v.append(reinterpret_cast<const char*>(tokens.data()), tokens.size_bytes());
-  v.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  kv_encode(bytes, codec, v);
 }
 
 Status RemoteTier::decode(std::string_view value, const BlockHash& hash,
                           std::span<const int32_t> tokens, std::span<std::byte> out,
                           uint64_t* checksum) const {
-  if (value.size() != value_bytes()) return Status::Internal("remote block: wrong length");
+  const size_t token_bytes = static_cast<size_t>(block_size_) * sizeof(int32_t);
+  if (value.size() < kHeaderBytes + token_bytes || value.size() > value_bytes()) {
+    return Status::Internal("remote block: wrong length");
+  }
   if (std::memcmp(value.data(), kMagic, sizeof(kMagic)) != 0 ||
       get_raw<uint32_t>(value, 8) != kFormatVersion ||
       get_raw<uint32_t>(value, 12) != static_cast<uint32_t>(block_size_) ||
@@ -120,16 +125,16 @@ Status RemoteTier::decode(std::string_view value, const BlockHash& hash,
   if (std::memcmp(value.data() + 40, hash.bytes.data(), hash.bytes.size()) != 0) {
     return Status::Internal("remote block: another chain hash");
   }
-  const size_t token_bytes = static_cast<size_t>(block_size_) * sizeof(int32_t);
   if (tokens.size_bytes() != token_bytes ||
       std::memcmp(value.data() + kHeaderBytes, tokens.data(), token_bytes) != 0) {
     return Status::Internal("remote block: other token ids");
   }
-  const std::string_view bytes = value.substr(kHeaderBytes + token_bytes);
-  if (tier_checksum(std::as_bytes(std::span(bytes.data(), bytes.size()))) != sum) {
-    return Status::Internal("remote block: checksum mismatch");
-  }
-  std::memcpy(out.data(), bytes.data(), std::min(out.size(), bytes.size()));
+  const std::string_view stream = value.substr(kHeaderBytes + token_bytes);
+  STRATA_CHECK(out.size() >= static_cast<size_t>(block_bytes_), "decode: out holds a block");
+  const std::span<std::byte> block = out.first(static_cast<size_t>(block_bytes_));
+  const Status decoded = kv_decode(std::as_bytes(std::span(stream.data(), stream.size())), block);
+  if (!decoded.ok()) return Status::Internal("remote block: " + decoded.message());
+  if (tier_checksum(block) != sum) return Status::Internal("remote block: checksum mismatch");
   if (checksum != nullptr) *checksum = sum;
   return Status::Ok();
 }
@@ -189,7 +194,7 @@ bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
       spare_.pop_back();
     }
   }
-  encode_into(value, hash, tokens, bytes, checksum);
+  encode_into(value, hash, tokens, bytes, checksum, KvCodecPlan{});  // coded by the writer
   {
     const std::lock_guard lock(mu_);
     const auto n = static_cast<int64_t>(value.size());
@@ -217,6 +222,10 @@ RemoteTierStats RemoteTier::stats() const {
 }
 
 void RemoteTier::run_writer(RedisStore& store) {
+  // This writer's coded values (their buffers reused batch after batch).
+  std::vector<std::string> coded;
+  const size_t prefix = kHeaderBytes + static_cast<size_t>(block_size_) * sizeof(int32_t);
+  const bool recode = options_.codec.scheme != KvCodecScheme::kStored;
   std::unique_lock lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -234,7 +243,22 @@ void RemoteTier::run_writer(RedisStore& store) {
     lock.unlock();
     std::vector<RedisKeyValue> pairs;
     pairs.reserve(batch.size());
-    for (const Write& w : batch) pairs.push_back({w.key, w.value});
+    // put() queued each block stored (a copy on its caller's thread); the codec runs here.
+    if (recode && coded.size() < batch.size()) coded.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!recode) {
+        pairs.push_back({batch[i].key, batch[i].value});
+        continue;
+      }
+      const std::string& stored = batch[i].value;
+      coded[i].assign(stored, 0, prefix);
+      kv_encode(
+          std::as_bytes(std::span(
+              stored.data() + prefix + (stored.size() - prefix - static_cast<size_t>(block_bytes_)),
+              static_cast<size_t>(block_bytes_))),
+          options_.codec, coded[i]);
+      pairs.push_back({batch[i].key, coded[i]});
+    }
     enum class Outcome : uint8_t { kFailed, kWritten, kPresent };
     std::vector<Outcome> outcome(batch.size(), Outcome::kFailed);
     const auto start = std::chrono::steady_clock::now();
@@ -259,7 +283,7 @@ void RemoteTier::run_writer(RedisStore& store) {
           break;
         case Outcome::kWritten:
           ++stats_.num_writes;
-          stats_.bytes_written += static_cast<int64_t>(batch[i].value.size());
+          stats_.bytes_written += static_cast<int64_t>(pairs[i].value.size());
           break;
         case Outcome::kPresent:
           ++stats_.num_present;

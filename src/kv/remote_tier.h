@@ -7,19 +7,21 @@
 //   key    strata:kv:<namespace, 16 hex digits>:<chain hash, 64 hex digits>
 //   value  header (72 bytes: "STRATAKR", format version u32, block_size u32, namespace u64,
 //          block_bytes u64, checksum u64 (XXH3 of the bytes), hash [32]), the block's token ids
-//          (block_size x int32), the bytes (block_bytes, the pool layout's block)
+//          (block_size x int32), the bytes (block_bytes, the pool layout's block) as a KV codec
+//          stream (kv_codec.h: split BF16, zstd or stored, as RemoteTierOptions::codec says)
 //
-// and every read checks all of it -- length, header, namespace, hash, token ids, checksum --
-// before the bytes are used: anything else (a truncated or overwritten value, another block's
-// value under the key) is a miss, counted as bad, never a wrong block.
+// and every read checks all of it -- length, header, namespace, hash, token ids, the stream,
+// the decoded bytes' checksum -- before the bytes are used: anything else (a truncated or
+// overwritten value, another block's value under the key) is a miss, counted as bad, never a wrong
+// block.
 //
 //   get(blocks)   one round trip for the whole list (per server or cluster master holding
 //                 some), on the caller's connection: pipelined MGETs of up to 2 MiB of values
 //                 each (at least one value); a server that does not answer fails only its own
 //                 blocks
-//   put(block)    queued for the writer threads (two per server by default, a connection
-//                 each), each writing what is queued, pipelined (up to 64 blocks or 4 MiB a
-//                 round trip), with SET NX (a block already there is never
+//   put(block)    queued for the writer thread (RemoteTierOptions::writers, a connection
+//                 each), which writes what is queued, pipelined (up to 64 blocks or 4 MiB a
+//                 round trip), coded (kv_codec.h), with SET NX (a block already there is never
 //                 written again) and the TTL; when the queued bytes would pass their
 //                 bound, or the last round trip got no answer at all (the store is retried by
 //                 one write at a time), the put is dropped and counted instead of blocking the
@@ -31,8 +33,9 @@
 //
 // Owns the stores (get's caller's and one per writer: a connection each, or one per server or
 // cluster master) and the writer threads; times each get() and each write round trip (stats()).
-// get() from one thread at a time; put(), flush() and stats() from any. Cost: get copies each
-// value once; put encodes (copies) the block once on the caller's thread.
+// get() from one thread at a time; put(), flush() and stats() from any. Cost: get decodes each
+// value once (a copy, for stored values); put copies the block once on the caller's thread, and
+// its writer compresses it (when the codec is not stored) on the writer's.
 
 #include <condition_variable>
 #include <cstdint>
@@ -47,6 +50,7 @@
 
 #include "core/status.h"
 #include "kv/block_hash.h"
+#include "kv/kv_codec.h"
 #include "kv/redis_client.h"
 #include "strata/latency_histogram.h"
 
@@ -61,25 +65,29 @@ struct RedisTarget {
 
 struct RemoteTierOptions {
   RedisClientOptions client;
-  int64_t ttl_seconds = 0;                         // 0: keys live until Redis evicts them
+  int64_t ttl_seconds = 0;                        // 0: keys live until Redis evicts them
   int64_t max_queued_bytes = int64_t{256} << 20;  // writes waiting for the writer threads
-  // Writer threads, each with its own connection (to every server): 0 picks two per server.
-  // While one connection's server stores a batch, another's is on the wire, so a server is not
-  // left idle for a round trip between batches.
-  int writers = 0;
+  // Writer threads, each with its own connection (to every server). With more than one, a
+  // server stores one writer's batch while another's is on the wire; on two cores that gains
+  // nothing (docs/benchmarks.md, "The remote tier"), and a writer whose batch fell wholly on a
+  // dead server of several makes put() drop for them all, so one is the default.
+  int writers = 1;
+  // How the values hold the block's bytes (kv_codec.h): stored by default; KvTiers picks what
+  // pays for the pool's dtype (docs/kv-codec.md).
+  KvCodecPlan codec = {};
 };
 
 struct RemoteTierStats {
-  int64_t num_get_blocks = 0;  // blocks asked for
-  int64_t num_hits = 0;        // found and verified
-  int64_t num_bad = 0;         // found but failing a check (treated as misses)
-  int64_t num_get_errors = 0;  // get calls that failed (no answer in time, breaker open)
-  int64_t num_writes = 0;      // blocks written
-  int64_t num_present = 0;     // puts that found the block there already (SET NX)
-  int64_t num_dropped = 0;     // puts dropped: queue full, or the server not answering
-  int64_t num_put_errors = 0;  // writes the server refused or did not answer
-  int64_t bytes_read = 0;      // values received
-  int64_t bytes_written = 0;   // values written (not those SET NX found there)
+  int64_t num_get_blocks = 0;    // blocks asked for
+  int64_t num_hits = 0;          // found and verified
+  int64_t num_bad = 0;           // found but failing a check (treated as misses)
+  int64_t num_get_errors = 0;    // get calls that failed (no answer in time, breaker open)
+  int64_t num_writes = 0;        // blocks written
+  int64_t num_present = 0;       // puts that found the block there already (SET NX)
+  int64_t num_dropped = 0;       // puts dropped: queue full, or the server not answering
+  int64_t num_put_errors = 0;    // writes the server refused or did not answer
+  int64_t bytes_read = 0;        // values received
+  int64_t bytes_written = 0;     // values written (not those SET NX found there)
   LatencyHistogram get_latency;  // each get() call, answered or not
   LatencyHistogram put_latency;  // each of the writer's round trips (one batch of writes)
 };
@@ -95,18 +103,22 @@ class RemoteTier {
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
 
-  static constexpr uint32_t kFormatVersion = 1;
+  static constexpr uint32_t kFormatVersion = 2;
   static constexpr size_t kHeaderBytes = 72;
+  // The longest value: a stored block's (a coded one is shorter).
   size_t value_bytes() const;
 
   std::string key(const BlockHash& hash) const;
   std::string encode(const BlockHash& hash, std::span<const int32_t> tokens,
                      std::span<const std::byte> bytes, uint64_t checksum) const;
-  // encode() into v, whose buffer is reused when it is large enough.
+  // encode() into v, whose buffer is reused when it is large enough, with the bytes coded by
+  // `codec`.
   void encode_into(std::string& v, const BlockHash& hash, std::span<const int32_t> tokens,
-                   std::span<const std::byte> bytes, uint64_t checksum) const;
-  // Checks value as a stored copy of (hash, tokens) in this namespace and copies its bytes into
-  // out (block_bytes), its checksum into *checksum. Internal, naming the check, otherwise.
+                   std::span<const std::byte> bytes, uint64_t checksum,
+                   const KvCodecPlan& codec) const;
+  // Checks value as a stored copy of (hash, tokens) in this namespace and decodes its bytes into
+  // out (block_bytes), its checksum into *checksum. Internal, naming the check, otherwise (out
+  // may then hold anything).
   Status decode(std::string_view value, const BlockHash& hash, std::span<const int32_t> tokens,
                 std::span<std::byte> out, uint64_t* checksum) const;
 

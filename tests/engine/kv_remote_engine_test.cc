@@ -140,6 +140,59 @@ TEST_F(KvRemoteEngineTest, ASecondEngineServesTheFirstsPrefixFromRedis) {
   EXPECT_EQ(second->last_step().num_used_blocks, 0);
 }
 
+// A BF16 cache's blocks go to Redis compressed (the split codec: kv/kv_codec.h) and come back
+// bit for bit: the second engine's output is the cold BF16 run's, from a full prefix hit, and
+// each value is a fifth shorter than with --no-kv-remote-compress. A flipped byte in a
+// compressed value is refused (a bad stream, or the checksum of what it decodes to).
+TEST_F(KvRemoteEngineTest, ABf16CacheTravelsCompressedAndComesBackBitForBit) {
+  auto bf16 = [&](bool compress) {
+    EngineConfig c = config();
+    c.kv_cache_dtype = KvCacheDType::kBF16;
+    c.kv_remote_compress = compress;
+    return c;
+  };
+  EngineConfig cold_config = test_util::sized_for(EngineConfig{}, {a_}, 0);
+  cold_config.enable_prefix_caching = false;
+  cold_config.kv_cache_dtype = KvCacheDType::kBF16;
+  const Collected want = run(*make(cold_config), a_);
+  kv::RedisClient c(server_.endpoint());
+  auto value_bytes = [&] {
+    int64_t total = 0;
+    for (const std::string& key : keys()) {
+      const std::string_view strlen[] = {"STRLEN", key};
+      total += std::stoll(*c.command(strlen));
+    }
+    return total;
+  };
+  run(*make(bf16(false)), a_);
+  const int64_t stored = value_bytes();
+  const std::string_view flush[] = {"FLUSHALL"};
+  ASSERT_TRUE(c.command(flush).ok());
+  run(*make(bf16(true)), a_);
+  const int64_t compressed = value_bytes();
+  EXPECT_GT(stored, 0);
+  EXPECT_LT(static_cast<double>(compressed), 0.85 * static_cast<double>(stored));
+
+  std::unique_ptr<Engine> second = make(bf16(true));
+  const Collected got = run(*second, a_);
+  ASSERT_EQ(got.tokens.at(0), want.tokens.at(0));
+  EXPECT_EQ(test_util::max_top_logprobs_rel_err(got.logprobs.at(0), want.logprobs.at(0)), 0.0)
+      << "a decoded block differs from the one written";
+  EXPECT_EQ(second->totals().kv_remote_hit_tokens, prefix_tokens());
+
+  for (const std::string& key : keys()) {
+    const std::string_view get[] = {"GET", key};
+    std::string value = *c.command(get);
+    value[value.size() * 2 / 3] ^= 0x5a;
+    const std::string_view set[] = {"SET", key, value};
+    ASSERT_TRUE(c.command(set).ok());
+  }
+  std::unique_ptr<Engine> third = make(bf16(true));
+  const Collected again = run(*third, a_);
+  ASSERT_EQ(again.tokens.at(0), want.tokens.at(0));
+  EXPECT_EQ(third->totals().kv_remote_hit_tokens, 0);
+}
+
 // Requests queued together read Redis together: the first one's read asks for the prefix, the
 // others wait on it rather than asking again, and all three get the cold run's output. Redis is
 // read when a request is queued whether the disk prefetch is on or not.
@@ -243,7 +296,8 @@ TEST_F(KvRemoteEngineTest, ASlowRedisIsGivenUpOnAndThePrefixRecomputed) {
   std::unique_ptr<Engine> second = make(c);
   ASSERT_NE(second, nullptr);
   std::thread sleeper([&] {
-    kv::RedisClient c(server_.endpoint(), kv::RedisClientOptions{.timeout = std::chrono::seconds(5)});
+    kv::RedisClient c(server_.endpoint(),
+                      kv::RedisClientOptions{.timeout = std::chrono::seconds(5)});
     const std::string_view args[] = {"DEBUG", "SLEEP", "1"};
     (void)c.command(args);
   });
@@ -302,8 +356,8 @@ TEST_F(KvRemoteEngineTest, ARestartedRedisIsFoundAgainAndWrittenTo) {
   // Each request under a salt of its own has blocks of its own to write; the first writes may
   // still meet the breaker's backoff (250 ms, doubled on each failure while the server was down).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (int i = 0; e->totals().kv_remote_written_blocks == 0 &&
-                  std::chrono::steady_clock::now() < deadline;
+  for (int i = 0;
+       e->totals().kv_remote_written_blocks == 0 && std::chrono::steady_clock::now() < deadline;
        ++i) {
     EngineRequest salted = a_;
     salted.cache_salt = "after the restart " + std::to_string(i);

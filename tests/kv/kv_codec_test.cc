@@ -75,9 +75,9 @@ TEST(KvCodecTest, SplitRoundTripsKvLikeBf16AndCompressesIt) {
 
 TEST(KvCodecTest, SplitRoundTripsEveryLengthAcrossGroupsChunksAndSegments) {
   const std::vector<std::byte> block = kv_like_bf16(3 * kSplitChunk + 77, 2);
-  for (const size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{31}, size_t{32}, size_t{33},
-                         size_t{63}, size_t{64}, size_t{65}, kSplitChunk - 1, kSplitChunk,
-                         kSplitChunk + 1, 3 * kSplitChunk + 77}) {
+  for (const size_t n :
+       {size_t{0}, size_t{1}, size_t{2}, size_t{31}, size_t{32}, size_t{33}, size_t{63}, size_t{64},
+        size_t{65}, kSplitChunk - 1, kSplitChunk, kSplitChunk + 1, 3 * kSplitChunk + 77}) {
     SCOPED_TRACE(n);
     const std::span<const std::byte> part(block.data(), 2 * n);
     for (const size_t segment : {size_t{0}, size_t{2}, size_t{66}, size_t{2 * kSplitChunk + 6}}) {

@@ -6,6 +6,7 @@
 #   tools/bench/bench_kv_codec.sh STRATA CODEC_BENCH MODEL_DIR KV_DTYPE LAYERS [TEXT_FILE] [--json]
 #
 # TEXT_FILE (default: fortunes-min's literature file) is cut into prompts of 12,000 characters.
+# SERVE_ARGS (space-separated) go to `strata serve` too (fp8: --calculate-kv-scales).
 set -euo pipefail
 strata="$1" bench="$2" model="$3" dtype="$4" layers="$5"
 text="${6:-/usr/share/games/fortunes/literature}"
@@ -17,7 +18,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 "$strata" serve --model "$model" --port "$port" --kv-cache-dtype "$dtype" \
   --kv-cache-memory-bytes $((16 << 20)) --kv-offload-bytes $((4 << 20)) \
   --kv-offload-policy write-through --kv-disk-path "$tmp/disk" --kv-disk-bytes $((1 << 30)) \
-  >"$tmp/serve.log" 2>&1 &
+  ${SERVE_ARGS:-} >"$tmp/serve.log" 2>&1 &
 pid=$!
 for _ in $(seq 300); do grep -q "serving .* on http://" "$tmp/serve.log" && break; sleep 0.1; done
 grep -q "serving .* on http://" "$tmp/serve.log" || { cat "$tmp/serve.log"; exit 1; }

@@ -102,6 +102,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
     cmd.add_option("--kv-remote-ttl", o.kv_remote_ttl,
                    "KV tiers: seconds a block lives in Redis (0 = until Redis evicts it)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+    cmd.add_flag("--kv-remote-compress,!--no-kv-remote-compress", o.kv_remote_compress,
+                 "KV tiers: compress Redis values losslessly where it pays for the KV dtype "
+                 "(BF16: split exponent codes; F16, FP8: zstd) (default: on)");
     cmd.add_option("--cache-salt-secret-file", o.cache_salt_secret_file,
                    "A file whose bytes key the tenants' cache salts: the same file on every "
                    "instance lets a tenant's prefix be shared across them")
@@ -150,6 +153,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_remote_cluster = o.kv_remote_cluster;
   c.kv_remote_timeout_ms = o.kv_remote_timeout_ms;
   c.kv_remote_ttl_seconds = o.kv_remote_ttl;
+  c.kv_remote_compress = o.kv_remote_compress;
   if (!o.cache_salt_secret_file.empty()) {
     std::ifstream in(o.cache_salt_secret_file, std::ios::binary);
     std::stringstream bytes;
