@@ -160,7 +160,7 @@ Status kv_decode(std::span<const std::byte> stream, std::span<std::byte> out) {
   switch (info->scheme) {
     case KvCodecScheme::kStored:
       if (body.size() != out.size()) return bad("stored bytes of the wrong length");
-      std::memcpy(out.data(), body.data(), out.size());
+      if (!out.empty()) std::memcpy(out.data(), body.data(), out.size());
       return Status::Ok();
     case KvCodecScheme::kZstd: {
       const unsigned long long size = ZSTD_getFrameContentSize(body.data(), body.size());
