@@ -26,6 +26,10 @@ class LatencyHistogram {
   void observe(double seconds);
   // Adds other's observations.
   void merge(const LatencyHistogram& other);
+  // Adds observations as a Prometheus histogram exports them: le[i] at or below kBounds[i]
+  // (non-decreasing in i; a decrease counts as none), count in all, their sum. How a client of
+  // /metrics rebuilds one (or the difference of two scrapes).
+  void add_cumulative(const std::array<int64_t, kBounds.size()>& le, int64_t count, double sum);
 
   int64_t count() const { return count_; }
   double sum_seconds() const { return sum_; }

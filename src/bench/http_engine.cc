@@ -4,12 +4,15 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <sstream>
 #include <utility>
 #include <variant>
 
 #include "core/json_input.h"
 #include "core/quote.h"
+#include "strata/latency_histogram.h"
 
 namespace strata::bench {
 namespace {
@@ -64,13 +67,53 @@ constexpr MetricCounter kMetricCounters[] = {
     {"strata:kv_prefetched_blocks_total", &EngineTotals::kv_prefetched_blocks},
 };
 
-// Each of kMetricCounters in a /metrics text (0 where absent: a counter not exported yet).
+// The EngineTotals latency histograms a server's /metrics holds (render_latency's form: a
+// cumulative bucket per LatencyHistogram bound, then _count and _sum).
+struct MetricHistogram {
+  const char* name;
+  LatencyHistogram EngineTotals::*field;
+};
+constexpr MetricHistogram kMetricHistograms[] = {
+    {"strata:kv_remote_get_seconds", &EngineTotals::kv_remote_get_latency},
+    {"strata:kv_remote_put_seconds", &EngineTotals::kv_remote_put_latency},
+};
+constexpr size_t kHistogramValues = LatencyHistogram::kBounds.size() + 2;
+
+// Each of kMetricCounters in a /metrics text, then each of kMetricHistograms' values (0 where
+// absent: a metric not exported yet).
 std::vector<double> metric_counts(const std::string& text) {
   std::vector<double> v;
   for (const MetricCounter& m : kMetricCounters) {
     v.push_back(std::max(0.0, prometheus_value(text, m.name)));
   }
+  for (const MetricHistogram& h : kMetricHistograms) {
+    char le[64];
+    for (const double bound : LatencyHistogram::kBounds) {
+      std::snprintf(le, sizeof(le), "_bucket{le=\"%g\"}", bound);
+      v.push_back(std::max(0.0, prometheus_value(text, h.name + std::string(le))));
+    }
+    v.push_back(std::max(0.0, prometheus_value(text, h.name + std::string("_count"))));
+    v.push_back(std::max(0.0, prometheus_value(text, h.name + std::string("_sum"))));
+  }
   return v;
+}
+
+// Adds what /metrics counted between two scrapes (metric_counts) to totals.
+void add_metric_deltas(const std::vector<double>& now, const std::vector<double>& start,
+                       EngineTotals& totals) {
+  size_t at = 0;
+  for (const MetricCounter& m : kMetricCounters) {
+    totals.*m.field += static_cast<int64_t>(now[at] - start[at]);
+    ++at;
+  }
+  for (const MetricHistogram& h : kMetricHistograms) {
+    std::array<int64_t, LatencyHistogram::kBounds.size()> le{};
+    for (size_t i = 0; i < le.size(); ++i, ++at) le[i] = static_cast<int64_t>(now[at] - start[at]);
+    const auto count = static_cast<int64_t>(now[at] - start[at]);
+    const double sum = now[at + 1] - start[at + 1];
+    at += 2;
+    (totals.*h.field).add_cumulative(le, count, sum);
+  }
 }
 
 // Reads one stream's server-sent events: token ids as they come, the finish reason, the usage.
@@ -157,7 +200,8 @@ Result<Probe> probe(const HttpBenchConfig& config, const std::string& e) {
   }
   if (!config.model.empty()) p.info.model = config.model;
   if (p.info.model.empty()) return Status::Unavailable(e + " serves no model");
-  p.counts.assign(std::size(kMetricCounters), 0.0);
+  p.counts.assign(std::size(kMetricCounters) + std::size(kMetricHistograms) * kHistogramValues,
+                  0.0);
   if (const httplib::Result metrics = client->Get("/metrics"); metrics && metrics->status == 200) {
     p.info.kv_bytes_per_token = std::max<int64_t>(
         0, static_cast<int64_t>(prometheus_value(metrics->body, "strata:kv_bytes_per_token")));
@@ -334,10 +378,7 @@ EngineTotals HttpBenchEngine::counters() const {
     auto client = make_client(config_, config_.endpoints[e]);
     const httplib::Result metrics = client->Get("/metrics");
     if (!metrics || metrics->status != 200) continue;
-    const std::vector<double> now = metric_counts(metrics->body);
-    for (size_t m = 0; m < now.size(); ++m) {
-      c.*kMetricCounters[m].field += static_cast<int64_t>(now[m] - at_start_[e][m]);
-    }
+    add_metric_deltas(metric_counts(metrics->body), at_start_[e], c);
   }
   return c;
 }

@@ -19,6 +19,19 @@ void LatencyHistogram::merge(const LatencyHistogram& other) {
   sum_ += other.sum_;
 }
 
+void LatencyHistogram::add_cumulative(const std::array<int64_t, kBounds.size()>& le,
+                                      int64_t count, double sum) {
+  int64_t below = 0;
+  for (size_t i = 0; i < le.size(); ++i) {
+    const int64_t n = std::max<int64_t>(0, le[i] - below);
+    counts_[i] += n;
+    below += n;
+  }
+  counts_[kBounds.size()] += std::max<int64_t>(0, count - below);
+  count_ += std::max<int64_t>(0, count);
+  sum_ += sum;
+}
+
 int64_t LatencyHistogram::cumulative(size_t i) const {
   int64_t n = 0;
   for (size_t b = 0; b <= i && b < kBounds.size(); ++b) n += counts_[b];

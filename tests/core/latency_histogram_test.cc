@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -75,6 +76,43 @@ TEST(LatencyHistogramTest, MergeAddsBucketsCountsAndSums) {
   EXPECT_EQ(a.bucket(4), 2);
   EXPECT_EQ(a.bucket(14), 1);
   EXPECT_NEAR(a.sum_seconds(), 2.002, 1e-12);
+}
+
+// What /metrics exports (cumulative buckets, count, sum) rebuilds the histogram, and the
+// difference of two scrapes rebuilds what was observed between them.
+TEST(LatencyHistogramTest, CumulativeBucketsRebuildItAndTheirDifferenceTheObservationsBetween) {
+  LatencyHistogram before, after;
+  for (const double s : {0.0002, 0.003, 0.003}) {
+    before.observe(s);
+    after.observe(s);
+  }
+  for (const double s : {0.04, 0.04, 0.04, 30.0}) after.observe(s);
+  auto scrape = [](const LatencyHistogram& h) {
+    std::array<int64_t, LatencyHistogram::kBounds.size()> le{};
+    for (size_t i = 0; i < le.size(); ++i) le[i] = h.cumulative(i);
+    return le;
+  };
+  LatencyHistogram rebuilt;
+  rebuilt.add_cumulative(scrape(after), after.count(), after.sum_seconds());
+  for (size_t i = 0; i < LatencyHistogram::kNumBuckets; ++i) {
+    EXPECT_EQ(rebuilt.bucket(i), after.bucket(i)) << i;
+  }
+  EXPECT_EQ(rebuilt.quantile(0.5), after.quantile(0.5));
+  std::array<int64_t, LatencyHistogram::kBounds.size()> delta{};
+  for (size_t i = 0; i < delta.size(); ++i) delta[i] = scrape(after)[i] - scrape(before)[i];
+  LatencyHistogram between;
+  between.add_cumulative(delta, after.count() - before.count(),
+                         after.sum_seconds() - before.sum_seconds());
+  EXPECT_EQ(between.count(), 4);
+  EXPECT_EQ(between.bucket(9), 3) << "(20 ms, 50 ms]";
+  EXPECT_EQ(between.bucket(LatencyHistogram::kNumBuckets - 1), 1) << "past 10 s";
+  EXPECT_NEAR(between.sum_seconds(), 30.12, 1e-9);
+  // A bucket that went down (a server restarted between scrapes) counts as none.
+  delta.fill(0);
+  delta[3] = -2;
+  LatencyHistogram odd;
+  odd.add_cumulative(delta, 0, 0.0);
+  EXPECT_EQ(odd.count(), 0);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ cp "$bin/build-info.txt" "$out/build-info.txt"
 # takes too), an 8 GiB host tier that every cached block is written through to (and so to Redis,
 # when it is there).
 serve=(--device cuda --load-format dummy --kv-cache-memory-bytes $((32 << 30))
-       --kv-offload-bytes $((8 << 30)) --kv-offload-policy write-through --kv-remote-timeout-ms 2000)
+       --kv-offload-bytes $((${KV_OFFLOAD_GIB:-8} << 30)) --kv-offload-policy write-through --kv-remote-timeout-ms 2000)
 case "$what" in
   agentic)
     "$root/tools/bench/bench_kv_remote_pool.sh" "$bin/strata" "$model" 2 \
