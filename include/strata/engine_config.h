@@ -121,14 +121,15 @@ struct EngineConfig {
   // (docs/kv.md, "The remote tier"): blocks go there as they reach the host tier, and a queued
   // request's prefix past host memory and disk is read from it in one round trip (per server or
   // cluster master). Each call waits at most kv_remote_timeout_ms; keys live
-  // kv_remote_ttl_seconds (0: until Redis evicts them). Values are compressed losslessly where it
-  // pays for the pool's dtype (kv_remote_compress: BF16 split, F16 and FP8 zstd; docs/kv-codec.md).
+  // kv_remote_ttl_seconds (0: until Redis evicts them). kv_remote_compress codes the values
+  // losslessly as suits the pool's dtype (BF16 split, F16 and FP8 zstd; docs/kv-codec.md): it pays
+  // where Redis takes values slower than one core codes them, not on a fast local server.
   // Sharing tenants' blocks across instances needs the same tenant_salt_secret on each.
   std::vector<std::string> kv_remote_urls;
   bool kv_remote_cluster = false;
   int32_t kv_remote_timeout_ms = 200;
   int64_t kv_remote_ttl_seconds = 0;
-  bool kv_remote_compress = true;
+  bool kv_remote_compress = false;
   SchedulerKind scheduler = SchedulerKind::kContinuous;
   int32_t max_batch_size = 32;      // static scheduler only
   double batch_timeout_ms = 100.0;  // static scheduler only

@@ -40,11 +40,10 @@ bool group_is_tiered(const KvCacheManager& cache, int32_t g) {
   return g == 0 || blocks_read_before_hit_end(cache, g) > 0;
 }
 
-// How the remote tier's values hold a block of this layout (docs/benchmarks.md, "The KV codec",
-// measured on strata-tiny's KV): BF16 split per layer's K and V (1.32x, decoding at 10 GB/s a
-// core), F16 and FP8 zstd (1.08x and 1.19x), the rest stored (zstd gains INT8 and INT4 blocks
-// 2-6 %, not worth a core). Redis takes a value at a fraction of that (0.3 GB/s a server on two
-// cores), so the bytes saved are time saved, and space.
+// How the remote tier's values hold a block of this layout under --kv-remote-compress
+// (docs/benchmarks.md, "The KV codec", measured on strata-tiny's KV): BF16 split per layer's K
+// and V (1.32x, decoding at 10 GB/s a core), F16 and FP8 zstd (1.08x and 1.19x), the rest stored
+// (zstd gains INT8 and INT4 blocks 2-6 %, not worth a core).
 KvCodecPlan remote_codec_plan(const KvLayout& layout) {
   const KvSpec& spec = layout.spec();
   if (spec.is_mixed()) return {};

@@ -87,9 +87,9 @@ struct KvTierConfig {
   // walk (read when the request is queued, whatever `prefetch` says).
   std::optional<RedisTarget> remote = {};
   RemoteTierOptions remote_options = {};
-  // The remote values coded as pays for the pool's dtype (its codec replaced); false: as
+  // The remote values coded as suits the pool's dtype (its codec replaced); false: as
   // remote_options says.
-  bool remote_codec = true;
+  bool remote_codec = false;
 };
 
 struct KvTierStats {

@@ -140,9 +140,9 @@ TEST_F(KvRemoteEngineTest, ASecondEngineServesTheFirstsPrefixFromRedis) {
   EXPECT_EQ(second->last_step().num_used_blocks, 0);
 }
 
-// A BF16 cache's blocks go to Redis compressed (the split codec: kv/kv_codec.h) and come back
-// bit for bit: the second engine's output is the cold BF16 run's, from a full prefix hit, and
-// each value is a fifth shorter than with --no-kv-remote-compress. A flipped byte in a
+// With --kv-remote-compress a BF16 cache's blocks go to Redis split-coded (kv/kv_codec.h) and
+// come back bit for bit: the second engine's output is the cold BF16 run's, from a full prefix hit, and
+// each value is a fifth shorter than without --kv-remote-compress. A flipped byte in a
 // compressed value is refused (a bad stream, or the checksum of what it decodes to).
 TEST_F(KvRemoteEngineTest, ABf16CacheTravelsCompressedAndComesBackBitForBit) {
   auto bf16 = [&](bool compress) {

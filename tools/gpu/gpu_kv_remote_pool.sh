@@ -15,7 +15,8 @@
 #            outputs a quarter of its lengths; the shared pool on REDIS_SHARDS (default 4)
 #            servers of REDIS_MAXMEMORY (default 16gb) each
 #
-# Extra arguments after the trace go to `strata bench`.
+# Extra arguments after the trace go to `strata bench`; SERVE_EXTRA (space-separated) to every
+# `strata serve`; KV_OFFLOAD_GIB sets each instance's host tier (default 8).
 set -euo pipefail
 what="$1"
 out="$2"
@@ -30,10 +31,12 @@ export REDIS_SERVER="$bin/redis/redis-server"
 model="$root/bench/models/llama-3.1-8b"
 cp "$bin/build-info.txt" "$out/build-info.txt"
 # Each instance: a 32 GiB pool (sized, not a share of the free memory, which the other instance
-# takes too), an 8 GiB host tier that every cached block is written through to (and so to Redis,
+# takes too), a host tier (8 GiB) that every cached block is written through to (and so to Redis,
 # when it is there).
 serve=(--device cuda --load-format dummy --kv-cache-memory-bytes $((32 << 30))
        --kv-offload-bytes $((${KV_OFFLOAD_GIB:-8} << 30)) --kv-offload-policy write-through --kv-remote-timeout-ms 2000)
+read -r -a extra <<<"${SERVE_EXTRA:-}"
+serve+=("${extra[@]}")
 case "$what" in
   agentic)
     "$root/tools/bench/bench_kv_remote_pool.sh" "$bin/strata" "$model" 2 \

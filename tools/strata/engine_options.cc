@@ -103,8 +103,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                    "KV tiers: seconds a block lives in Redis (0 = until Redis evicts it)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
     cmd.add_flag("--kv-remote-compress,!--no-kv-remote-compress", o.kv_remote_compress,
-                 "KV tiers: compress Redis values losslessly where it pays for the KV dtype "
-                 "(BF16: split exponent codes; F16, FP8: zstd) (default: on)");
+                 "KV tiers: compress Redis values losslessly as suits the KV dtype (BF16: "
+                 "split exponent codes; F16, FP8: zstd): for a Redis slower than a core's "
+                 "coding (default: off)");
     cmd.add_option("--cache-salt-secret-file", o.cache_salt_secret_file,
                    "A file whose bytes key the tenants' cache salts: the same file on every "
                    "instance lets a tenant's prefix be shared across them")
