@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 
 namespace strata::kv {
 namespace {
@@ -106,14 +105,21 @@ std::optional<SplitFormat> split_format_of(DType pool_dtype) {
 }
 
 KvCodebook codebook_from_histogram(const SymbolHistogram& hist) {
-  std::array<int, 256> order;
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return hist[a] > hist[b]; });
-  KvCodebook book;
-  for (const int s : order) {
-    if (book.size == KvCodebook::kCodes || hist[static_cast<size_t>(s)] == 0) break;
-    book.symbols[book.size++] = static_cast<uint8_t>(s);
+  // The symbols that occur (in KV a few dozen at most), most frequent first, ties to the smaller.
+  std::array<std::pair<uint64_t, int>, 256> seen;
+  size_t n = 0;
+  for (int s = 0; s < 256; ++s) {
+    if (hist[static_cast<size_t>(s)] > 0) seen[n++] = {hist[static_cast<size_t>(s)], s};
   }
+  const size_t keep = std::min<size_t>(n, KvCodebook::kCodes);
+  std::partial_sort(seen.begin(), seen.begin() + static_cast<std::ptrdiff_t>(keep),
+                    seen.begin() + static_cast<std::ptrdiff_t>(n),
+                    [](const auto& a, const auto& b) {
+                      return a.first != b.first ? a.first > b.first : a.second < b.second;
+                    });
+  KvCodebook book;
+  for (size_t i = 0; i < keep; ++i)
+    book.symbols[book.size++] = static_cast<uint8_t>(seen[i].second);
   return book;
 }
 

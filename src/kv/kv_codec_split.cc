@@ -1,7 +1,8 @@
 // The split scheme's segments (kv_codec.h): symbols coded in 4 bits by a 15-symbol codebook, raw
-// bytes as they are, escapes in a stream of their own. Decoding takes 32 elements at a time with
-// AVX2 where the CPU has it (a byte shuffle is the codebook lookup), and one at a time for a
-// group holding an escape and on other CPUs; both check every code and count.
+// bytes as they are, escapes in a stream of their own. Both ways take 32 elements at a time with
+// AVX2 where the CPU has it (encoding: a compare per codebook symbol; decoding: a byte shuffle is
+// the codebook lookup), and one at a time for the tail, for a decoded group holding an escape and
+// on other CPUs; decoding checks every code and count. Both paths write the same bytes.
 
 #include <algorithm>
 #include <cstring>
@@ -47,18 +48,109 @@ uint16_t element_of(uint8_t symbol, uint8_t raw) {
 template <SplitFormat F>
 void histogram(std::span<const std::byte> bytes, SymbolHistogram& hist) {
   // Four partial histograms: consecutive equal symbols would otherwise wait on each other's
-  // increment.
-  std::array<std::array<uint64_t, 256>, 4> part = {};
+  // increment. 32-bit counts, added into hist every 2^30 elements.
+  std::array<std::array<uint32_t, 256>, 4> part;
   const size_t n = bytes.size() / 2;
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (size_t k = 0; k < 4; ++k) ++part[k][symbol_of<F>(load_u16(bytes.data() + 2 * (i + k)))];
-  }
-  for (; i < n; ++i) ++hist[symbol_of<F>(load_u16(bytes.data() + 2 * i))];
-  for (const auto& p : part) {
-    for (size_t s = 0; s < 256; ++s) hist[s] += p[s];
+  for (size_t slice = 0; slice < n; slice += size_t{1} << 30) {
+    for (auto& p : part) p.fill(0);
+    const size_t end = std::min(n, slice + (size_t{1} << 30));
+    size_t i = slice;
+    for (; i + 4 <= end; i += 4) {
+      for (size_t k = 0; k < 4; ++k) ++part[k][symbol_of<F>(load_u16(bytes.data() + 2 * (i + k)))];
+    }
+    for (; i < end; ++i) ++part[0][symbol_of<F>(load_u16(bytes.data() + 2 * i))];
+    for (size_t s = 0; s < 256; ++s)
+      hist[s] += uint64_t{part[0][s]} + part[1][s] + part[2][s] + part[3][s];
   }
 }
+
+// Where encoding writes: the codes and raw planes, the escapes so far, the symbols' codes.
+struct EncodeOut {
+  uint8_t* codes = nullptr;
+  uint8_t* raw = nullptr;
+  std::string* escapes = nullptr;
+  const std::array<uint8_t, 256>* code_of = nullptr;
+};
+
+// Elements [begin, end) one at a time; begin even.
+template <SplitFormat F>
+void encode_scalar(const std::byte* in, size_t begin, size_t end, const EncodeOut& o) {
+  for (size_t i = begin; i < end; ++i) {
+    const uint16_t x = load_u16(in + 2 * i);
+    const uint8_t s = symbol_of<F>(x);
+    const uint8_t c = (*o.code_of)[s];
+    if (c == kEscape) o.escapes->push_back(static_cast<char>(s));
+    o.raw[i] = raw_of<F>(x);
+    if (i % 2 == 0) {
+      o.codes[i / 2] = c;
+    } else {
+      o.codes[i / 2] = static_cast<uint8_t>(o.codes[i / 2] | (c << 4));
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// Elements [begin, end), end - begin a multiple of 32, 32 at a time: symbols and raw bytes split
+// out of the elements by shifts and packs, each symbol's code found by comparing it with every
+// codebook symbol, the codes packed into nibbles by a multiply-add of pairs.
+template <SplitFormat F>
+__attribute__((target("avx2"))) void encode_avx2(const std::byte* in, size_t begin, size_t end,
+                                                 const KvCodebook& book, const EncodeOut& o) {
+  const __m256i low_byte = _mm256_set1_epi16(0x00ff);
+  const __m256i escape = _mm256_set1_epi8(static_cast<char>(kEscape));
+  const __m256i nibble_weights = _mm256_set1_epi16(0x1001);  // bytes 1, 16: c0 + 16 c1
+  __m256i symbol[KvCodebook::kCodes];
+  __m256i code[KvCodebook::kCodes];
+  for (size_t c = 0; c < KvCodebook::kCodes; ++c) {
+    symbol[c] = _mm256_set1_epi8(static_cast<char>(book.symbols[c]));
+    code[c] = _mm256_set1_epi8(static_cast<char>(c));
+  }
+  alignas(32) uint8_t symbols_out[32];
+  for (size_t i = begin; i < end; i += 32) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 2 * i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 2 * i + 32));
+    __m256i sa, sb, ra, rb;
+    if constexpr (F == SplitFormat::kBf16) {
+      const __m256i sign = _mm256_set1_epi16(0x80);
+      const __m256i mantissa = _mm256_set1_epi16(0x7f);
+      sa = _mm256_and_si256(_mm256_srli_epi16(a, 7), low_byte);
+      sb = _mm256_and_si256(_mm256_srli_epi16(b, 7), low_byte);
+      ra = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 8), sign),
+                           _mm256_and_si256(a, mantissa));
+      rb = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 8), sign),
+                           _mm256_and_si256(b, mantissa));
+    } else {
+      sa = _mm256_srli_epi16(a, 8);
+      sb = _mm256_srli_epi16(b, 8);
+      ra = _mm256_and_si256(a, low_byte);
+      rb = _mm256_and_si256(b, low_byte);
+    }
+    // packus interleaves the 128-bit lanes; the permute puts the 32 bytes back in order.
+    const __m256i symbols = _mm256_permute4x64_epi64(_mm256_packus_epi16(sa, sb), 0xd8);
+    const __m256i raw = _mm256_permute4x64_epi64(_mm256_packus_epi16(ra, rb), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.raw + i), raw);
+    __m256i codes = escape;
+    for (size_t c = 0; c < book.size; ++c) {
+      codes = _mm256_blendv_epi8(codes, code[c], _mm256_cmpeq_epi8(symbols, symbol[c]));
+    }
+    const __m256i pairs = _mm256_maddubs_epi16(codes, nibble_weights);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi16(pairs, pairs), 0xd8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o.codes + i / 2), _mm256_castsi256_si128(packed));
+    auto escapes = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(codes, escape)));
+    if (escapes != 0) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(symbols_out), symbols);
+      for (; escapes != 0; escapes &= escapes - 1) {
+        o.escapes->push_back(static_cast<char>(symbols_out[__builtin_ctz(escapes)]));
+      }
+    }
+  }
+}
+
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") != 0;
+  return yes;
+}
+#endif
 
 template <SplitFormat F>
 void encode(std::span<const std::byte> bytes, const KvCodebook& book, std::string& out) {
@@ -68,22 +160,24 @@ void encode(std::span<const std::byte> bytes, const KvCodebook& book, std::strin
   const size_t n = bytes.size() / 2;
   const size_t head = out.size();
   out.resize(head + 4 + 16 + (n + 1) / 2 + n);
-  auto* codes = reinterpret_cast<uint8_t*>(out.data() + head + 20);
-  auto* raw = codes + (n + 1) / 2;
   std::vector<uint32_t> chunks((n + kSplitChunk - 1) / kSplitChunk);
   std::string escapes;
-  for (size_t i = 0; i < n; ++i) {
-    if (i % kSplitChunk == 0) chunks[i / kSplitChunk] = static_cast<uint32_t>(escapes.size());
-    const uint16_t x = load_u16(bytes.data() + 2 * i);
-    const uint8_t s = symbol_of<F>(x);
-    const uint8_t c = code_of[s];
-    if (c == kEscape) escapes.push_back(static_cast<char>(s));
-    raw[i] = raw_of<F>(x);
-    if (i % 2 == 0) {
-      codes[i / 2] = c;
-    } else {
-      codes[i / 2] = static_cast<uint8_t>(codes[i / 2] | (c << 4));
+  const EncodeOut o{.codes = reinterpret_cast<uint8_t*>(out.data() + head + 20),
+                    .raw = reinterpret_cast<uint8_t*>(out.data() + head + 20) + (n + 1) / 2,
+                    .escapes = &escapes,
+                    .code_of = &code_of};
+  for (size_t begin = 0; begin < n; begin += kSplitChunk) {
+    chunks[begin / kSplitChunk] = static_cast<uint32_t>(escapes.size());
+    const size_t end = std::min(n, begin + kSplitChunk);
+    size_t i = begin;
+#if defined(__x86_64__)
+    if (has_avx2()) {
+      const size_t whole = begin + (end - begin) / 32 * 32;
+      encode_avx2<F>(bytes.data(), begin, whole, book, o);
+      i = whole;
     }
+#endif
+    encode_scalar<F>(bytes.data(), i, end, o);
   }
   const auto num_escapes = static_cast<uint32_t>(escapes.size());
   std::memcpy(out.data() + head, &num_escapes, sizeof(num_escapes));
@@ -166,10 +260,6 @@ __attribute__((target("avx2"))) Status decode_avx2(const Segment& s, size_t begi
   return Status::Ok();
 }
 
-bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") != 0;
-  return yes;
-}
 #endif
 
 template <SplitFormat F>

@@ -226,6 +226,16 @@ void RemoteTier::run_writer(RedisStore& store) {
   std::vector<std::string> coded;
   const size_t prefix = kHeaderBytes + static_cast<size_t>(block_size_) * sizeof(int32_t);
   const bool recode = options_.codec.scheme != KvCodecScheme::kStored;
+  // Split without given codebooks: each segment's own for the first kCalibrationBlocks blocks,
+  // whose histograms then fix one codebook per segment (a layer's K or V) for the rest, which
+  // spares every later block its histogram pass.
+  KvCodecPlan plan = options_.codec;
+  const bool calibrate =
+      plan.scheme == KvCodecScheme::kSplit && plan.codebooks.empty() && plan.segment_bytes > 0;
+  std::vector<SymbolHistogram> hist(
+      calibrate ? (static_cast<size_t>(block_bytes_) + plan.segment_bytes - 1) / plan.segment_bytes
+                : 0);
+  int calibration_blocks = 0;
   std::unique_lock lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -252,11 +262,23 @@ void RemoteTier::run_writer(RedisStore& store) {
       }
       const std::string& stored = batch[i].value;
       coded[i].assign(stored, 0, prefix);
-      kv_encode(
-          std::as_bytes(std::span(
-              stored.data() + prefix + (stored.size() - prefix - static_cast<size_t>(block_bytes_)),
-              static_cast<size_t>(block_bytes_))),
-          options_.codec, coded[i]);
+      const auto block = std::as_bytes(std::span(
+          stored.data() + prefix + (stored.size() - prefix - static_cast<size_t>(block_bytes_)),
+          static_cast<size_t>(block_bytes_)));
+      if (calibrate && calibration_blocks < kCalibrationBlocks) {
+        for (size_t s = 0; s < hist.size(); ++s) {
+          add_symbol_histogram(
+              plan.split,
+              block.subspan(s * plan.segment_bytes,
+                            std::min(plan.segment_bytes, block.size() - s * plan.segment_bytes)),
+              hist[s]);
+        }
+        if (++calibration_blocks == kCalibrationBlocks) {
+          for (const SymbolHistogram& h : hist)
+            plan.codebooks.push_back(codebook_from_histogram(h));
+        }
+      }
+      kv_encode(block, plan, coded[i]);
       pairs.push_back({batch[i].key, coded[i]});
     }
     enum class Outcome : uint8_t { kFailed, kWritten, kPresent };

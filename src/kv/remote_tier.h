@@ -104,6 +104,9 @@ class RemoteTier {
   RemoteTier& operator=(const RemoteTier&) = delete;
 
   static constexpr uint32_t kFormatVersion = 2;
+  // Split values without given codebooks: blocks coded with their own before each writer fixes
+  // one codebook per segment from their histograms.
+  static constexpr int kCalibrationBlocks = 16;
   static constexpr size_t kHeaderBytes = 72;
   // The longest value: a stored block's (a coded one is shorter).
   size_t value_bytes() const;
