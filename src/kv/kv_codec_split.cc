@@ -323,7 +323,7 @@ Status split_decode_segment(SplitFormat format, std::span<const std::byte>& in,
   s.chunks = in.data() + 20 + (s.n + 1) / 2 + s.n;
   s.escapes = base + need;
   if (s.n % 2 != 0 && (s.codes[s.n / 2] >> 4) != 0) return bad("padding nibble set");
-  const Status st = format == SplitFormat::kBf16 ? decode<SplitFormat::kBf16>(s, out.data())
+  Status st = format == SplitFormat::kBf16 ? decode<SplitFormat::kBf16>(s, out.data())
                                                  : decode<SplitFormat::kF16>(s, out.data());
   if (!st.ok()) return st;
   in = in.subspan(need + s.num_escapes);

@@ -135,7 +135,7 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
       RemoteTierOptions remote_options = config.remote_options;
       if (config.remote_codec) remote_options.codec = remote_codec_plan(layout);
       t->remote = std::make_unique<RemoteTier>(*config.remote, t->ns, bs, block_bytes,
-                                               remote_options);
+                                               std::move(remote_options));
     } else if (config.remote) {
       return Status::InvalidArgument(
           "--kv-remote holds group 0's blocks only: a cache whose later groups a hit reads (a "

@@ -56,10 +56,10 @@ RemoteTier::RemoteTier(const RedisTarget& target, uint64_t ns, int32_t block_siz
     : ns_(ns),
       block_size_(block_size),
       block_bytes_(block_bytes),
-      options_(options),
-      reader_(make_store(target, options.client)) {
-  for (int i = 0; i < std::max(1, options.writers); ++i) {
-    writer_clients_.push_back(make_store(target, options.client));
+      options_(std::move(options)),
+      reader_(make_store(target, options_.client)) {
+  for (int i = 0; i < std::max(1, options_.writers); ++i) {
+    writer_clients_.push_back(make_store(target, options_.client));
   }
   for (const auto& store : writer_clients_) {
     writers_.emplace_back([this, s = store.get()] { run_writer(*s); });

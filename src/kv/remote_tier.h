@@ -46,6 +46,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -98,7 +99,8 @@ class RemoteTier {
              RemoteTierOptions options = {});
   RemoteTier(const RedisEndpoint& endpoint, uint64_t ns, int32_t block_size, int64_t block_bytes,
              RemoteTierOptions options = {})
-      : RemoteTier(RedisTarget{{endpoint}, false}, ns, block_size, block_bytes, options) {}
+      : RemoteTier(RedisTarget{{endpoint}, false}, ns, block_size, block_bytes,
+                   std::move(options)) {}
   ~RemoteTier();  // the writer finishes what is queued (each write bounded by the timeout)
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
