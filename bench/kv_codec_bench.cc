@@ -141,13 +141,11 @@ int run(int argc, char** argv) {
     KvCodecPlan calibrated = own;
     std::vector<strata::kv::SymbolHistogram> hist(2 * static_cast<size_t>(layers));
     for (size_t b = 0; b < std::max<size_t>(1, blocks.size() / 10); ++b) {
-      for (size_t s = 0; s < hist.size(); ++s) {
-        strata::kv::add_symbol_histogram(*split, std::span(blocks[b]).subspan(s * segment, segment),
-                                         hist[s]);
-      }
+      strata::kv::add_segment_histograms(*split, blocks[b], segment, hist);
     }
-    for (const auto& h : hist)
+    for (const auto& h : hist) {
       calibrated.codebooks.push_back(strata::kv::codebook_from_histogram(h));
+    }
     Result c = measure("split, codebooks calibrated per layer", blocks, calibrated, repeats);
     // Each segment's ratio with the calibrated codebooks, over every block.
     for (size_t s = 0; s < hist.size(); ++s) {

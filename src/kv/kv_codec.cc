@@ -123,6 +123,14 @@ KvCodebook codebook_from_histogram(const SymbolHistogram& hist) {
   return book;
 }
 
+void add_segment_histograms(SplitFormat format, std::span<const std::byte> block,
+                            size_t segment_bytes, std::vector<SymbolHistogram>& hist) {
+  for (size_t s = 0, at = 0; s < hist.size() && at < block.size(); ++s, at += segment_bytes) {
+    add_symbol_histogram(format, block.subspan(at, std::min(segment_bytes, block.size() - at)),
+                         hist[s]);
+  }
+}
+
 size_t kv_encode_bound(size_t raw_bytes) { return kHeaderBytes + raw_bytes; }
 
 void kv_encode(std::span<const std::byte> bytes, const KvCodecPlan& plan, std::string& out) {

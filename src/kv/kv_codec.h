@@ -75,6 +75,10 @@ using SymbolHistogram = std::array<uint64_t, 256>;
 // Adds the symbols of bytes (whole elements) to hist.
 void add_symbol_histogram(SplitFormat format, std::span<const std::byte> bytes,
                           SymbolHistogram& hist);
+// Adds each segment of block (segment_bytes each, the last maybe shorter) to hist[segment],
+// hist sized to the block's segments: how calibrated codebooks are counted.
+void add_segment_histograms(SplitFormat format, std::span<const std::byte> block,
+                            size_t segment_bytes, std::vector<SymbolHistogram>& hist);
 // The 15 most frequent symbols (ties to the smaller symbol), those that occur at all.
 KvCodebook codebook_from_histogram(const SymbolHistogram& hist);
 

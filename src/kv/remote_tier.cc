@@ -262,20 +262,14 @@ void RemoteTier::run_writer(RedisStore& store) {
       }
       const std::string& stored = batch[i].value;
       coded[i].assign(stored, 0, prefix);
-      const auto block = std::as_bytes(std::span(
-          stored.data() + prefix + (stored.size() - prefix - static_cast<size_t>(block_bytes_)),
-          static_cast<size_t>(block_bytes_)));
+      // The stored stream's bytes end the value.
+      const auto block = std::as_bytes(std::span(stored)).last(static_cast<size_t>(block_bytes_));
       if (calibrate && calibration_blocks < kCalibrationBlocks) {
-        for (size_t s = 0; s < hist.size(); ++s) {
-          add_symbol_histogram(
-              plan.split,
-              block.subspan(s * plan.segment_bytes,
-                            std::min(plan.segment_bytes, block.size() - s * plan.segment_bytes)),
-              hist[s]);
-        }
+        add_segment_histograms(plan.split, block, plan.segment_bytes, hist);
         if (++calibration_blocks == kCalibrationBlocks) {
-          for (const SymbolHistogram& h : hist)
+          for (const SymbolHistogram& h : hist) {
             plan.codebooks.push_back(codebook_from_histogram(h));
+          }
         }
       }
       kv_encode(block, plan, coded[i]);
