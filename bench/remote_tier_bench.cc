@@ -44,7 +44,6 @@ int run(int argc, char** argv) {
   int32_t blocks = 256;
   int64_t block_bytes = int64_t{2} << 20;
   int32_t batch = 32;
-  int writers = 1;
   std::string codec = "stored";
   size_t segment_bytes = 32768;
   bool json = false;
@@ -52,8 +51,6 @@ int run(int argc, char** argv) {
   app.add_option("--blocks", blocks)->check(CLI::Range(1, 1 << 20));
   app.add_option("--block-bytes", block_bytes)->check(CLI::Range(int64_t{64}, int64_t{1} << 30));
   app.add_option("--batch", batch, "blocks per MGET")->check(CLI::Range(1, 4096));
-  app.add_option("--writers", writers, "writer threads, a connection each")
-      ->check(CLI::Range(1, 64));
   app.add_option("--codec", codec, "how values hold the block: stored, split or zstd");
   app.add_option("--segment-bytes", segment_bytes,
                  "split: bytes of one layer's K or V (the 8B shape's: 32768)");
@@ -71,7 +68,6 @@ int run(int argc, char** argv) {
   strata::kv::RemoteTierOptions options;
   options.client = client;
   options.max_queued_bytes = int64_t{1} << 40;
-  options.writers = writers;
   const std::optional<strata::kv::KvCodecScheme> scheme = strata::kv::parse_codec_scheme(codec);
   if (!scheme) throw std::runtime_error("unknown --codec " + codec);
   options.codec = strata::kv::KvCodecPlan{.scheme = *scheme, .segment_bytes = segment_bytes};

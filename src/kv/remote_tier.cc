@@ -57,14 +57,9 @@ RemoteTier::RemoteTier(const RedisTarget& target, uint64_t ns, int32_t block_siz
       block_size_(block_size),
       block_bytes_(block_bytes),
       options_(std::move(options)),
-      reader_(make_store(target, options_.client)) {
-  for (int i = 0; i < std::max(1, options_.writers); ++i) {
-    writer_clients_.push_back(make_store(target, options_.client));
-  }
-  for (const auto& store : writer_clients_) {
-    writers_.emplace_back([this, s = store.get()] { run_writer(*s); });
-  }
-}
+      reader_(make_store(target, options_.client)),
+      writer_client_(make_store(target, options_.client)),
+      writer_([this] { run_writer(); }) {}
 
 RemoteTier::~RemoteTier() {
   {
@@ -72,7 +67,7 @@ RemoteTier::~RemoteTier() {
     stopping_ = true;
   }
   work_cv_.notify_all();
-  for (std::thread& w : writers_) w.join();
+  writer_.join();
 }
 
 size_t RemoteTier::value_bytes() const {
@@ -199,7 +194,7 @@ bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
     const std::lock_guard lock(mu_);
     const auto n = static_cast<int64_t>(value.size());
     // A server that did not answer the last write is asked again by one write at a time.
-    const bool waiting_server = writer_unavailable_ && (writing_ > 0 || !queue_.empty());
+    const bool waiting_server = writer_unavailable_ && (writing_ || !queue_.empty());
     if (stopping_ || waiting_server || queued_bytes_ + n > options_.max_queued_bytes) {
       ++stats_.num_dropped;
       return false;
@@ -213,7 +208,7 @@ bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
 
 void RemoteTier::flush() {
   std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && writing_ == 0; });
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
 }
 
 RemoteTierStats RemoteTier::stats() const {
@@ -221,8 +216,8 @@ RemoteTierStats RemoteTier::stats() const {
   return stats_;
 }
 
-void RemoteTier::run_writer(RedisStore& store) {
-  // This writer's coded values (their buffers reused batch after batch).
+void RemoteTier::run_writer() {
+  // The coded values (their buffers reused batch after batch).
   std::vector<std::string> coded;
   const size_t prefix = kHeaderBytes + static_cast<size_t>(block_size_) * sizeof(int32_t);
   const bool recode = options_.codec.scheme != KvCodecScheme::kStored;
@@ -249,7 +244,7 @@ void RemoteTier::run_writer(RedisStore& store) {
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
-    ++writing_;
+    writing_ = true;
     lock.unlock();
     std::vector<RedisKeyValue> pairs;
     pairs.reserve(batch.size());
@@ -278,12 +273,12 @@ void RemoteTier::run_writer(RedisStore& store) {
     enum class Outcome : uint8_t { kFailed, kWritten, kPresent };
     std::vector<Outcome> outcome(batch.size(), Outcome::kFailed);
     const auto start = std::chrono::steady_clock::now();
-    const Status s = store.set_nx(pairs, options_.ttl_seconds, [&](size_t i, bool w) {
+    const Status s = writer_client_->set_nx(pairs, options_.ttl_seconds, [&](size_t i, bool w) {
       outcome[i] = w ? Outcome::kWritten : Outcome::kPresent;
     });
     const double seconds = seconds_since(start);
     lock.lock();
-    --writing_;
+    writing_ = false;
     queued_bytes_ -= batch_bytes;
     stats_.put_latency.observe(seconds);
     // put() drops while a store that answered none of the batch is asked again; one server of
@@ -310,7 +305,7 @@ void RemoteTier::run_writer(RedisStore& store) {
     for (Write& w : batch) {
       if (spare_.size() < kSpareValues) spare_.push_back(std::move(w.value));
     }
-    if (queue_.empty() && writing_ == 0) idle_cv_.notify_all();
+    if (queue_.empty()) idle_cv_.notify_all();
   }
 }
 

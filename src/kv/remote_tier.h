@@ -19,8 +19,8 @@
 //                 some), on the caller's connection: pipelined MGETs of up to 2 MiB of values
 //                 each (at least one value); a server that does not answer fails only its own
 //                 blocks
-//   put(block)    queued for the writer thread (RemoteTierOptions::writers, a connection
-//                 each), which writes what is queued, pipelined (up to 64 blocks or 4 MiB a
+//   put(block)    queued for the writer thread, which writes what is queued, pipelined (up to 64
+//   blocks or 4 MiB a
 //                 round trip), coded (kv_codec.h), with SET NX (a block already there is never
 //                 written again) and the TTL; when the queued bytes would pass their
 //                 bound, or the last round trip got no answer at all (the store is retried by
@@ -31,8 +31,8 @@
 // Every call is bounded by the client's timeout; a dead server is asked again only after its
 // breaker's backoff (redis_client.h).
 //
-// Owns the stores (get's caller's and one per writer: a connection each, or one per server or
-// cluster master) and the writer threads; times each get() and each write round trip (stats()).
+// Owns two stores (get's caller's, the writer's: a connection each, or one per server or
+// cluster master) and the writer thread; times each get() and each write round trip (stats()).
 // get() from one thread at a time; put(), flush() and stats() from any. Cost: get decodes each
 // value once (a copy, for stored values); put copies the block once on the caller's thread, and
 // its writer compresses it (when the codec is not stored) on the writer's.
@@ -67,12 +67,7 @@ struct RedisTarget {
 struct RemoteTierOptions {
   RedisClientOptions client;
   int64_t ttl_seconds = 0;                        // 0: keys live until Redis evicts them
-  int64_t max_queued_bytes = int64_t{256} << 20;  // writes waiting for the writer threads
-  // Writer threads, each with its own connection (to every server). With more than one, a
-  // server stores one writer's batch while another's is on the wire; on two cores that gains
-  // nothing (docs/benchmarks.md, "The remote tier"), and a writer whose batch fell wholly on a
-  // dead server of several makes put() drop for them all, so one is the default.
-  int writers = 1;
+  int64_t max_queued_bytes = int64_t{256} << 20;  // writes waiting for the writer thread
   // How the values hold the block's bytes (kv_codec.h): stored by default; KvTiers picks what
   // pays for the pool's dtype (docs/kv-codec.md).
   KvCodecPlan codec = {};
@@ -147,7 +142,7 @@ class RemoteTier {
   RemoteTierStats stats() const;
 
  private:
-  void run_writer(RedisStore& store);
+  void run_writer();
   // A write round trip takes at most this many blocks, and stops adding them past this many bytes.
   static constexpr size_t kWriteBatch = 64;
   // A read's MGETs each ask for at most this many bytes of values (at least one block).
@@ -159,6 +154,7 @@ class RemoteTier {
   int64_t block_bytes_;
   RemoteTierOptions options_;
   std::unique_ptr<RedisStore> reader_;
+  std::unique_ptr<RedisStore> writer_client_;
 
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable work_cv_, idle_cv_;
@@ -172,12 +168,11 @@ class RemoteTier {
   std::vector<std::string> spare_;
   static constexpr size_t kSpareValues = 64;
   int64_t queued_bytes_ = 0;
-  int writing_ = 0;                  // writers with a batch out
+  bool writing_ = false;
   bool writer_unavailable_ = false;  // the last write found the server not answering
   bool stopping_ = false;
   RemoteTierStats stats_;
-  std::vector<std::unique_ptr<RedisStore>> writer_clients_;
-  std::vector<std::thread> writers_;
+  std::thread writer_;
 };
 
 }  // namespace strata::kv

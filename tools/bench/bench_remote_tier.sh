@@ -4,8 +4,7 @@
 #
 #   tools/bench/bench_remote_tier.sh BENCH_BINARY [BLOCKS] [BLOCK_BYTES] [BATCH] [OUT_JSON]
 #
-# REMOTE_TIER_WRITERS sets the tier's writer threads, a connection each (default: the tier's, one);
-# REMOTE_TIER_CODEC how its values hold the blocks (stored, split or zstd; default stored). The
+# REMOTE_TIER_CODEC sets how the tier's values hold the blocks (stored, split or zstd; default stored). The
 # peer's values are the stored size either way: the same blocks a second.
 # BATCH blocks per RemoteTier::get call (a request's prefix), which the tier reads as pipelined
 # MGETs of up to 2 MiB of values, two in flight. redis-benchmark: one connection, SETs of values
@@ -31,7 +30,7 @@ start_server() {
 }
 start_server
 strata_json=$("$bench" --url "redis://127.0.0.1:$port" --blocks "$blocks" --block-bytes "$block_bytes" \
-  --batch "$batch" ${REMOTE_TIER_WRITERS:+--writers "$REMOTE_TIER_WRITERS"} \
+  --batch "$batch" \
   ${REMOTE_TIER_CODEC:+--codec "$REMOTE_TIER_CODEC"} --json)
 value_bytes=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['value_bytes'])" "$strata_json")
 start_server
