@@ -125,11 +125,16 @@ struct EngineConfig {
   // losslessly as suits the pool's dtype (BF16 split, F16 and FP8 zstd; docs/kv-codec.md): it pays
   // where Redis takes values slower than one core codes them, not on a fast local server.
   // Sharing tenants' blocks across instances needs the same tenant_salt_secret on each.
+  // kv_remote_read_always reads every block the other tiers lack and admits the request when
+  // they are there; off (auto), only reads expected to end before this instance would compute
+  // the blocks are made, and a request is computed when its read runs past that (docs/kv.md,
+  // "The remote tier").
   std::vector<std::string> kv_remote_urls;
   bool kv_remote_cluster = false;
   int32_t kv_remote_timeout_ms = 200;
   int64_t kv_remote_ttl_seconds = 0;
   bool kv_remote_compress = false;
+  bool kv_remote_read_always = false;
   SchedulerKind scheduler = SchedulerKind::kContinuous;
   int32_t max_batch_size = 32;      // static scheduler only
   double batch_timeout_ms = 100.0;  // static scheduler only

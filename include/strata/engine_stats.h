@@ -72,6 +72,10 @@ struct EngineTotals {
   int64_t kv_remote_written_blocks = 0;
   int64_t kv_remote_dropped_writes = 0;
   int64_t kv_remote_errors = 0;
+  // Blocks not read from Redis because computing them was expected to end sooner, and requests
+  // admitted before their reads ended (EngineConfig::kv_remote_read_always off).
+  int64_t kv_remote_skipped_blocks = 0;
+  int64_t kv_remote_overdue_requests = 0;
   // Bytes of values read from Redis (checked or not) and written to it; how long each read (the
   // prefixes of the requests queued since the last read, every server's round trip together) and
   // each write round trip (a batch of up to 64 blocks) took, answered or not.

@@ -58,6 +58,8 @@ constexpr MetricCounter kMetricCounters[] = {
     {"strata:kv_remote_hits_total", &EngineTotals::kv_remote_hit_tokens},
     {"strata:kv_remote_written_blocks_total", &EngineTotals::kv_remote_written_blocks},
     {"strata:kv_remote_dropped_writes_total", &EngineTotals::kv_remote_dropped_writes},
+    {"strata:kv_remote_skipped_blocks_total", &EngineTotals::kv_remote_skipped_blocks},
+    {"strata:kv_remote_overdue_requests_total", &EngineTotals::kv_remote_overdue_requests},
     {"strata:kv_remote_errors_total", &EngineTotals::kv_remote_errors},
     {"strata:kv_remote_read_bytes_total", &EngineTotals::kv_remote_read_bytes},
     {"strata:kv_remote_written_bytes_total", &EngineTotals::kv_remote_written_bytes},

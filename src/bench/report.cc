@@ -113,6 +113,8 @@ BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context
   m.kv_remote_hit_tokens = c.kv_remote_hit_tokens;
   m.kv_remote_written_blocks = c.kv_remote_written_blocks;
   m.kv_remote_dropped_writes = c.kv_remote_dropped_writes;
+  m.kv_remote_skipped_blocks = c.kv_remote_skipped_blocks;
+  m.kv_remote_overdue_requests = c.kv_remote_overdue_requests;
   m.kv_remote_errors = c.kv_remote_errors;
   m.kv_remote_read_bytes = c.kv_remote_read_bytes;
   m.kv_remote_written_bytes = c.kv_remote_written_bytes;

@@ -75,6 +75,8 @@ struct BenchMetrics {
   int64_t kv_remote_hit_tokens = 0;      // of the host tier's, brought from Redis
   int64_t kv_remote_written_blocks = 0;
   int64_t kv_remote_dropped_writes = 0;
+  int64_t kv_remote_skipped_blocks = 0;    // not read: computing them was sooner
+  int64_t kv_remote_overdue_requests = 0;  // admitted before their reads ended
   int64_t kv_remote_errors = 0;          // reads Redis did not answer
   int64_t kv_remote_read_bytes = 0;      // values read from Redis
   int64_t kv_remote_written_bytes = 0;   // values written to it

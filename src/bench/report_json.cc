@@ -96,6 +96,8 @@ json run_json(const BenchMetrics& m) {
       {"kv_remote_hit_tokens", m.kv_remote_hit_tokens},
       {"kv_remote_written_blocks", m.kv_remote_written_blocks},
       {"kv_remote_dropped_writes", m.kv_remote_dropped_writes},
+      {"kv_remote_skipped_blocks", m.kv_remote_skipped_blocks},
+      {"kv_remote_overdue_requests", m.kv_remote_overdue_requests},
       {"kv_remote_errors", m.kv_remote_errors},
       {"kv_remote_read_bytes", m.kv_remote_read_bytes},
       {"kv_remote_written_bytes", m.kv_remote_written_bytes},

@@ -80,6 +80,11 @@ std::vector<Row> rows() {
       {"KV bytes/token", [](const BenchMetrics& m) { return num(m.kv_bytes_per_token); }},
       {"remote hit tokens", [](const BenchMetrics& m) { return num(m.kv_remote_hit_tokens); },
        false, true},
+      {"remote skipped blocks / overdue requests",
+       [](const BenchMetrics& m) {
+         return num(m.kv_remote_skipped_blocks) + " / " + num(m.kv_remote_overdue_requests);
+       },
+       false, true},
       {"remote read / written (MiB)",
        [](const BenchMetrics& m) {
          return mib(m.kv_remote_read_bytes) + " / " + mib(m.kv_remote_written_bytes);

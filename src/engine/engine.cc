@@ -200,6 +200,7 @@ Status EngineImpl::start_tiers() {
     c.remote_options.client.timeout = std::chrono::milliseconds(config_.kv_remote_timeout_ms);
     c.remote_options.ttl_seconds = config_.kv_remote_ttl_seconds;
     c.remote_codec = config_.kv_remote_compress;
+    c.remote_read_always = config_.kv_remote_read_always;
   }
   c.ns = kv::tier_namespace(kv::checkpoint_identity(config_.model_dir, config_.dummy_weights),
                             config_.block_size, groups, runner_->kv_layout(0).static_scales());

@@ -294,12 +294,18 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   totals_.prefix_hit_tokens = cache.num_hit_tokens;
   totals_.num_evictions = cache.num_evictions;
   if (tiers_ != nullptr) {
+    // What computing a prefix costs here, against which reading it from Redis is weighed.
+    if (plan.num_prefill_tokens > 0) {
+      tiers_->observe_step(plan.num_prefill_tokens + plan.num_decode_tokens, forward_seconds);
+    }
     const kv::KvTierStats& t = tiers_->stats();
     totals_.kv_offloaded_blocks = t.num_offloaded_blocks;
     totals_.kv_disk_written_blocks = t.num_disk_writes;
     totals_.kv_tier_faults = t.num_faults;
     totals_.kv_remote_fetched_blocks = t.num_remote_fetched_blocks;
     totals_.kv_remote_hit_tokens = t.num_remote_hit_blocks * config_.block_size;
+    totals_.kv_remote_skipped_blocks = t.num_remote_skipped_blocks;
+    totals_.kv_remote_overdue_requests = t.num_remote_overdue;
     if (const kv::RemoteTier* remote = tiers_->remote()) {
       const kv::RemoteTierStats r = remote->stats();
       totals_.kv_remote_written_blocks = r.num_writes;

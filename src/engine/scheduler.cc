@@ -40,10 +40,26 @@ void Scheduler::insert_waiting(Sequence* seq) {
 void Scheduler::add_waiting(Sequence* seq) {
   STRATA_CHECK(seq->num_computed == 0 && seq->table.num_tokens() == 0,
                "a new sequence has nothing computed");
+  insert_waiting(seq);
   if (tiers_ != nullptr && !seq->wants_all_rows()) {
+    int64_t ahead = uncomputed_running_tokens();
+    for (const Sequence* s : waiting_) {
+      if (s == seq) break;
+      ahead += uncomputed_tokens(*s);
+    }
+    seq->prefetch.tokens_ahead = ahead;
     tiers_->prefetch(seq->tokens, seq->cache_keys, seq->prefetch);
   }
-  insert_waiting(seq);
+}
+
+int64_t Scheduler::uncomputed_tokens(const Sequence& seq) {
+  return static_cast<int64_t>(seq.tokens.size()) - seq.num_computed;
+}
+
+int64_t Scheduler::uncomputed_running_tokens() const {
+  int64_t n = 0;
+  for (const Sequence* s : running_) n += std::max<int64_t>(0, s->num_prompt - s->num_computed);
+  return n;
 }
 
 void Scheduler::add_forked(Sequence* seq, const Sequence* parent) {
@@ -221,7 +237,11 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
   while (next != waiting_.end() && budget > 0 && admitted < max_admit &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = *next;
-    if (seq->prefetch.pending()) break;
+    // Reads from Redis that are not done when computing the blocks would have been go on for
+    // whoever needs the blocks next; this request is computed.
+    if (seq->prefetch.pending() && (tiers_ == nullptr || !tiers_->abandon_overdue(seq->prefetch))) {
+      break;
+    }
     if (tiers_ != nullptr && tiers_->promotion_pending(seq)) break;
     kv::PrefixHit hit;
     if (!seq->wants_all_rows()) {
@@ -334,9 +354,14 @@ SchedulerOutput Scheduler::schedule(double now) {
     // The next sequences to be admitted: what of their prefixes went to disk since they were
     // queued starts loading.
     int32_t looked = 0;
+    int64_t ahead = uncomputed_running_tokens();
     for (Sequence* seq : waiting_) {
       if (looked++ == kPrefetchLookahead) break;
-      if (!seq->wants_all_rows()) tiers_->prefetch(seq->tokens, seq->cache_keys, seq->prefetch);
+      if (!seq->wants_all_rows()) {
+        seq->prefetch.tokens_ahead = ahead;
+        tiers_->prefetch(seq->tokens, seq->cache_keys, seq->prefetch);
+      }
+      ahead += uncomputed_tokens(*seq);
     }
   }
   if (!swaps_.empty()) resume_swapped_in(out);
@@ -353,7 +378,8 @@ SchedulerOutput Scheduler::schedule(double now) {
       if (tiers_->promotion_under_way()) {
         tiers_->wait_promotion();
       } else {
-        tiers_->wait_io();
+        // At most until the head's reads are overdue: then it is computed.
+        tiers_->wait_io(waiting_.front()->prefetch.deadline);
       }
     }
     return out;

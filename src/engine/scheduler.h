@@ -114,6 +114,10 @@ class Scheduler {
  private:
   bool ranks_before(const Sequence* a, const Sequence* b) const;
   void insert_waiting(Sequence* seq);
+  // Tokens a sequence has left to compute; the running ones' prompt tokens left (a prefetch's
+  // tokens_ahead counts these and the waiting sequences' before it).
+  static int64_t uncomputed_tokens(const Sequence& seq);
+  int64_t uncomputed_running_tokens() const;
   Sequence* pick_victim() const;
   void preempt(Sequence* victim, SchedulerOutput& out);
   // Starts the victim's swap-out; false (nothing changed) when the swap space is short.

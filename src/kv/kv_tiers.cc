@@ -150,6 +150,7 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
                  std::vector<std::unique_ptr<Tier>> tiers)
     : policy_(config.policy),
       prefetch_(config.prefetch),
+      remote_read_always_(config.remote_read_always),
       cache_(cache),
       tiers_(std::move(tiers)),
       one_full_group_(cache.num_groups() == 1 &&
@@ -161,7 +162,7 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
     if (!t) continue;
     if (t->disk) t->io = std::make_unique<TierIo>(*t->disk);
     if (t->remote) {
-      fetcher_ = std::make_unique<RemoteFetcher>(*t->remote, t->host->block_bytes());
+      fetcher_ = std::make_unique<RemoteFetcher>(*t->remote);
     }
     t->mover->attach(t->host->buffer());
     if (t->group == 0) {
@@ -184,8 +185,8 @@ KvTiers::~KvTiers() {
   }
 }
 
-void KvTiers::wait_io() {
-  if (!apply_remote(/*block=*/true)) apply_io(*tiers_[0], /*block=*/true);
+void KvTiers::wait_io(std::chrono::steady_clock::time_point until) {
+  if (!apply_remote(/*block=*/true, until)) apply_io(*tiers_[0], /*block=*/true);
 }
 
 void KvTiers::drain_io() {
@@ -195,6 +196,15 @@ void KvTiers::drain_io() {
     while (t && apply_io(*t, /*block=*/true)) {
     }
   }
+}
+
+bool KvTiers::apply_written(Tier& t, bool block) {
+  if (!t.remote) return false;
+  const std::vector<uint64_t> released = t.remote->take_released(block);
+  for (const uint64_t tag : released) {
+    t.host->unpin(BlockId{static_cast<int32_t>(tag)});
+  }
+  return !released.empty();
 }
 
 bool KvTiers::apply_io(Tier& t, bool block) {
@@ -243,7 +253,8 @@ std::optional<BlockId> KvTiers::host_slot(Tier& t, const TierKey& key,
       const bool needs_write = victim && t.disk && !t.disk->contains(t.host->key(*victim).hash);
       if (needs_write && !write_down) return std::nullopt;
       if (!victim || (needs_write && t.io->writes_outstanding() >= kMaxWritesAhead)) {
-        if (wait && apply_io(t, /*block=*/true)) continue;
+        if (apply_written(t, /*block=*/false)) continue;
+        if (wait && (apply_io(t, /*block=*/true) || apply_written(t, /*block=*/true))) continue;
         return std::nullopt;
       }
       if (needs_write) {
@@ -322,9 +333,12 @@ void KvTiers::copy_down(Tier& t, DownBatch& batch) {
     }
   }
   for (const BlockId s : batch.slots) {
-    // Shared with other instances as soon as it is here (queued; dropped when Redis lags).
-    if (t.remote) {
-      t.remote->put(t.host->key(s).hash, t.host->tokens(s), t.host->bytes(s), t.host->checksum(s));
+    // Shared with other instances as soon as it is here (queued; dropped when Redis lags): the
+    // writer codes the value from the slot, which stays pinned until it is done (apply_written).
+    if (t.remote && t.remote->put_borrowed(t.host->key(s).hash, t.host->tokens(s),
+                                           t.host->bytes(s), t.host->checksum(s),
+                                           static_cast<uint64_t>(s.value))) {
+      continue;
     }
     t.host->unpin(s);
   }
@@ -389,6 +403,7 @@ void KvTiers::write_through(Tier& t) {
 
 void KvTiers::poll() {
   apply_remote(/*block=*/false);
+  if (tiers_[0]->remote) apply_written(*tiers_[0], /*block=*/false);
   for (const std::unique_ptr<Tier>& t : tiers_) {
     if (t) apply_io(*t, /*block=*/false);
   }
@@ -403,7 +418,8 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
   // Prefetched blocks waiting for their requests, and reads under way, hold at most a quarter of
   // the host tier, or they would push each other (and what other requests need) out before use.
   const int32_t budget = t.host->capacity() / kPrefetchShare - t.host->num_prefetched() -
-                         prefetch_reads_ - (fetcher_ ? fetcher_->blocks_in_flight() : 0);
+                         prefetch_reads_ - (fetcher_ ? fetcher_->blocks_in_flight() : 0) -
+                         static_cast<int32_t>(from_remote_.size());
   if (budget <= 0) return;  // looked at again when some are served
   state.checked_at = changes_;
   state.ticket.reset();
@@ -423,21 +439,23 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
   auto ticket = std::make_shared<PrefetchTicket>();
   BlockId parent = kNullBlock;
   bool in_pool = true;
+  int32_t pool_blocks = 0;
   for (int32_t i = 0; i < max_blocks && ticket->blocks < budget; ++i) {
     const BlockHash& h = state.chain[static_cast<size_t>(i)];
     if (in_pool) {
       if (const std::optional<BlockId> b = pool.find_cached(h, parent, block_tokens(i), extra)) {
         parent = *b;
+        pool_blocks = i + 1;
         continue;
       }
       in_pool = false;
     }
     const TierKey k = t.key(h);
-    if (t.host->contains(k)) continue;
     if (fetcher_ && fetcher_->join(k, ticket)) continue;  // another request's read brings it
+    if (t.host->contains(k)) continue;
     if (!t.disk || !t.disk->contains(h)) {
       // The rest of the chain, as far as the budget goes, from Redis.
-      if (fetcher_) fetch_remote(t, tokens, state.chain, i, budget - ticket->blocks, ticket);
+      if (fetcher_) fetch_remote(t, tokens, state, i, budget - ticket->blocks, ticket);
       break;
     }
     if (!disk_reads) break;  // read at admission
@@ -447,7 +465,24 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
     if (!slot) break;
     submit_read(t, *slot, k, block_tokens(i), /*keep_pinned=*/false, ticket);
   }
-  if (ticket->pending > 0) state.ticket = std::move(ticket);
+  if (ticket->pending == 0) return;
+  state.ticket = std::move(ticket);
+  state.deadline = std::chrono::steady_clock::time_point::max();
+  if (fetcher_ && !remote_read_always_ && read_cost_.known()) {
+    const int64_t uncomputed = static_cast<int64_t>(tokens.size()) - int64_t{pool_blocks} * bs;
+    state.deadline = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(
+                             read_cost_.compute_seconds(state.tokens_ahead + uncomputed)));
+  }
+}
+
+bool KvTiers::abandon_overdue(PrefetchState& state) {
+  if (!state.pending() || std::chrono::steady_clock::now() < state.deadline) return false;
+  ++stats_.num_remote_overdue;
+  state.ticket.reset();
+  state.deadline = std::chrono::steady_clock::time_point::max();
+  return true;
 }
 
 KvTiers::Promoted KvTiers::promote(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
@@ -681,47 +716,67 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
   return hit != nullptr && (extend ? more && registered == keep : true);
 }
 
-void KvTiers::fetch_remote(Tier& t, std::span<const int32_t> tokens,
-                           std::span<const BlockHash> chain, int32_t first, int32_t limit,
+void KvTiers::fetch_remote(Tier& t, std::span<const int32_t> tokens, const PrefetchState& state,
+                           int32_t first, int32_t limit,
                            const std::shared_ptr<PrefetchTicket>& ticket) {
   const auto bs = static_cast<size_t>(cache_.block_size());
-  std::vector<TierKey> keys;
-  std::vector<std::span<const int32_t>> block_tokens;
+  const std::span<const BlockHash> chain = state.chain;
+  // The chain's blocks no tier holds or brings, as far as the limit goes.
+  std::vector<size_t> wanted;
   for (auto i = static_cast<size_t>(first);
-       i < chain.size() && static_cast<int32_t>(keys.size()) < limit; ++i) {
+       i < chain.size() && static_cast<int32_t>(wanted.size()) < limit; ++i) {
     const TierKey k = t.key(chain[i]);
-    if (t.host->contains(k) || fetcher_->join(k, ticket)) continue;
-    keys.push_back(k);
-    block_tokens.push_back(tokens.subspan(i * bs, bs));
+    if (fetcher_->join(k, ticket) || t.host->contains(k)) continue;
+    wanted.push_back(i);
   }
-  fetcher_->submit(ticket, keys, block_tokens);
+  if (wanted.empty()) return;
+  const auto n = static_cast<int64_t>(wanted.size());
+  const auto uncomputed = static_cast<int64_t>(tokens.size() - wanted.front() * bs);
+  if (!remote_read_always_ &&
+      !read_cost_.read_pays(n, fetcher_->blocks_in_flight(), state.tokens_ahead + uncomputed)) {
+    stats_.num_remote_skipped_blocks += n;
+    return;
+  }
+  std::vector<RemoteFetcher::Block> blocks;
+  blocks.reserve(wanted.size());
+  for (const size_t i : wanted) {
+    const TierKey k = t.key(chain[i]);
+    const std::span<const int32_t> block_tokens = tokens.subspan(i * bs, bs);
+    // Read straight into its slot: a free one, or the least recent that is on disk already.
+    const std::optional<BlockId> slot =
+        host_slot(t, k, block_tokens, /*wait=*/false, /*write_down=*/false);
+    if (!slot) break;
+    blocks.push_back(RemoteFetcher::Block{k, *slot, t.host->tokens(*slot), t.host->bytes(*slot)});
+  }
+  fetcher_->submit(ticket, std::move(blocks));
 }
 
-bool KvTiers::apply_remote(bool block) {
+bool KvTiers::apply_remote(bool block, std::chrono::steady_clock::time_point until) {
   if (!fetcher_) return false;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::unique_ptr<RemoteFetcher::Job>> jobs = fetcher_->take_done(block);
+  std::vector<std::unique_ptr<RemoteFetcher::Job>> jobs = fetcher_->take_done(block, until);
   if (block) {
     stats_.io_wait_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  if (jobs.empty()) return !block && !fetcher_->idle();
+  if (jobs.empty()) return !fetcher_->idle();
   Tier& t = *tiers_[0];
   std::erase_if(from_remote_, [&](const TierKey& k) { return !t.host->contains(k); });
   int64_t committed = 0;
   for (const std::unique_ptr<RemoteFetcher::Job>& job : jobs) {
+    read_cost_.observe_read(job->read_blocks, job->read_seconds);
+    // The chain ends at the first block Redis lacks (or failed): the slots past it go back.
+    bool chain = true;
     for (size_t i = 0; i < job->gets.size(); ++i) {
-      const RemoteTier::Get& g = job->gets[i];
-      if (!g.status.ok()) break;  // the chain ends at the first block Redis lacks (or failed)
-      const TierKey& k = job->keys[i];
-      if (t.host->contains(k)) continue;
-      const std::optional<BlockId> slot = host_slot(t, k, g.tokens, /*wait=*/false);
-      if (!slot) break;
-      const std::span<std::byte> dst = t.host->bytes(*slot);
-      std::copy(g.out.begin(), g.out.end(), dst.begin());
-      t.host->commit(*slot, g.checksum);  // checked as it was read
-      t.host->unpin(*slot);
-      from_remote_.insert(k);
+      const RemoteFetcher::Block& b = job->blocks[i];
+      chain = chain && job->gets[i].status.ok();
+      if (!chain) {
+        t.host->erase(b.slot);
+        continue;
+      }
+      t.host->commit(b.slot, job->gets[i].checksum);  // checked as it was read
+      t.host->unpin(b.slot);
+      from_remote_.insert(b.key);
       ++committed;
     }
     for (const std::shared_ptr<PrefetchTicket>& ticket : job->tickets) --ticket->pending;
@@ -743,9 +798,11 @@ std::optional<BlockId> KvTiers::stage_now(Tier& t, const TierKey& key,
                                           std::span<const int32_t> tokens, bool& from_disk) {
   while (t.host->pending(key) && apply_io(t, /*block=*/true)) {
   }  // a read is under way
+  if (t.host->pending(key)) return std::nullopt;  // a read from Redis fills it: not waited for
   if (const std::optional<BlockId> slot = t.host->find(key, tokens)) {
-    while (t.host->pinned(*slot) && apply_io(t, /*block=*/true)) {
-    }  // being written down
+    while (t.host->pinned(*slot) &&
+           (apply_written(t, /*block=*/true) || apply_io(t, /*block=*/true))) {
+    }  // being written down, or to Redis
     if (t.host->pinned(*slot)) return std::nullopt;
     t.host->pin(*slot);
     from_disk = t.host->take_prefetched(*slot);

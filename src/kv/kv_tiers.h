@@ -48,6 +48,7 @@
 // threads); with several groups or a window, two more walks of the prompt's cached chain (its
 // hashes) per promote_async call.
 
+#include <chrono>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -64,6 +65,7 @@
 #include "kv/host_tier.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/remote_fetcher.h"
+#include "kv/remote_read_cost.h"
 #include "kv/remote_tier.h"
 #include "kv/tier_io.h"
 #include "kv/tier_key.h"
@@ -90,6 +92,9 @@ struct KvTierConfig {
   // The remote values coded as suits the pool's dtype (its codec replaced); false: as
   // remote_options says.
   bool remote_codec = false;
+  // --kv-remote-read always: every missing block is read and waited for; false (auto): only
+  // reads that end before the blocks would be computed (RemoteReadCost).
+  bool remote_read_always = false;
 };
 
 struct KvTierStats {
@@ -102,6 +107,8 @@ struct KvTierStats {
   int64_t num_faults = 0;            // blocks that failed a check or an I/O (then recomputed)
   int64_t num_remote_fetched_blocks = 0;  // blocks a prefetch brought from Redis to host memory
   int64_t num_remote_hit_blocks = 0;      // of them, promoted (part of num_host_hit_blocks)
+  int64_t num_remote_skipped_blocks = 0;  // not read: computing them was expected to be sooner
+  int64_t num_remote_overdue = 0;  // requests admitted before their reads ended (RemoteReadCost)
   double disk_read_seconds = 0.0;    // the I/O threads' time reading blocks
   double io_wait_seconds = 0.0;      // the scheduler thread's time waiting for the I/O threads
   double down_seconds = 0.0;         // copying blocks down to the host tier, with checksums
@@ -113,6 +120,11 @@ struct PrefetchState {
   std::vector<BlockHash> chain;  // the prompt's full blocks' chain hashes, computed once
   int64_t checked_at = -1;       // KvTiers' change count at the last walk
   std::shared_ptr<PrefetchTicket> ticket;  // the reads the last walk started (null: none)
+  // Set by the scheduler before each walk: prompt tokens queued before this request's.
+  int64_t tokens_ahead = 0;
+  // With reads pending, when computing the blocks instead would have been done (RemoteReadCost):
+  // past it the request is admitted without them (abandon_overdue).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 
   bool pending() const { return ticket && ticket->pending > 0; }
 };
@@ -141,8 +153,10 @@ class KvTiers final : public PoolListener {
   // last call down (write-through). Once per step, before scheduling.
   void poll();
   // Blocks until a read from Redis under way, else one of group 0's I/O jobs, finishes, and
-  // applies it (at once when none is outstanding).
-  void wait_io();
+  // applies it (at once when none is outstanding); a read from Redis is waited for until `until`
+  // at the latest (the head of the queue's PrefetchState::deadline).
+  void wait_io(std::chrono::steady_clock::time_point until =
+                   std::chrono::steady_clock::time_point::max());
   // Waits for every outstanding disk read and write, and applies them.
   void drain_io();
 
@@ -156,6 +170,12 @@ class KvTiers final : public PoolListener {
   // tier since state's last walk; reads nothing from disk when prefetch is off.
   void prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
                 PrefetchState& state);
+  // A step's forward pass computed tokens (prefill among them) in seconds: the cost of computing
+  // a prefix that the remote tier's reads are weighed against (RemoteReadCost).
+  void observe_step(int64_t tokens, double seconds) { read_cost_.observe_step(tokens, seconds); }
+  // Whether state's pending reads are past its deadline; if so they are left to finish for
+  // whoever needs the blocks next, and the request goes on without them (counted).
+  bool abandon_overdue(PrefetchState& state);
 
   // Brings the chain of tokens' full blocks (leaving the last token, as find_cached_prefix does)
   // that follows hit -- find_cached_prefix's for these tokens and keys, in this same scheduling
@@ -241,6 +261,9 @@ class KvTiers final : public PoolListener {
                                    bool wait, bool write_down = true);
   // Applies t's finished I/O jobs; with block, first waits for one (false: none outstanding).
   bool apply_io(Tier& t, bool block);
+  // Unpins the host slots the remote tier's writer is done with (put_borrowed); with block,
+  // first waits for one. False when none was released.
+  bool apply_written(Tier& t, bool block);
   void submit_read(Tier& t, BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
                    bool keep_pinned, std::shared_ptr<PrefetchTicket> ticket);
   // The pool of t's group cached or evicted blocks (PoolListener, per group).
@@ -280,14 +303,18 @@ class KvTiers final : public PoolListener {
     uint64_t ticket = BlockMover::kDoneTicket;  // the copies
     std::future<size_t> checked;    // how many of staged's host blocks, from the first, are good
   };
-  // Queues a read from Redis of the blocks of chain[first, ...) that neither the host tier holds
-  // nor another request's read brings (those the ticket joins), at most limit of them.
-  void fetch_remote(Tier& t, std::span<const int32_t> tokens, std::span<const BlockHash> chain,
+  // Queues a read from Redis, into host slots taken now (free or least recent, not to be written
+  // down), of the blocks of state.chain[first, ...) that neither the host tier holds nor another
+  // request's read brings (those the ticket joins), at most limit of them, unless computing them
+  // is expected to be sooner (counted as skipped).
+  void fetch_remote(Tier& t, std::span<const int32_t> tokens, const PrefetchState& state,
                     int32_t first, int32_t limit, const std::shared_ptr<PrefetchTicket>& ticket);
   // Applies the remote reads that are done (with block, waits for one): each job's blocks, from
-  // its first, as far as they were found and good, go into free or least recent host slots.
-  // False when none is under way.
-  bool apply_remote(bool block);
+  // its first, as far as they were found and good, are committed in their slots; the rest give
+  // their slots back. False when none is under way (with block: none was, or `until` came
+  // with none done and reads still under way: true).
+  bool apply_remote(bool block, std::chrono::steady_clock::time_point until =
+                                    std::chrono::steady_clock::time_point::max());
   // The pool prefix a promotion goes on from: hit itself for one full-attention group, else
   // group 0's whole cached chain (cached_chain).
   PrefixHit resident_chain(std::span<const int32_t> tokens, const BlockExtraKeys& extra,
@@ -323,6 +350,7 @@ class KvTiers final : public PoolListener {
 
   OffloadPolicy policy_;
   bool prefetch_;
+  bool remote_read_always_;
   KvCacheManager& cache_;
   // By group, null where a group has none; group 0's always. Group 0's are what the promotion
   // stages and the prefetch walk; later groups' serve promote_copies.
@@ -334,6 +362,7 @@ class KvTiers final : public PoolListener {
   std::optional<Promotion> promotion_;
   std::unique_ptr<RemoteFetcher> fetcher_;  // group 0's reads of Redis, when it has a remote tier
   std::unordered_set<TierKey, TierKeyHasher> from_remote_;  // host blocks Redis brought, unserved
+  RemoteReadCost read_cost_;
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
   int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)
   int32_t prefetch_reads_ = 0;  // prefetch reads submitted, not applied yet

@@ -1,12 +1,12 @@
 #include "kv/remote_fetcher.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 namespace strata::kv {
 
-RemoteFetcher::RemoteFetcher(RemoteTier& remote, int64_t block_bytes)
-    : remote_(remote), block_bytes_(block_bytes), thread_([this] { run(); }) {}
+RemoteFetcher::RemoteFetcher(RemoteTier& remote) : remote_(remote), thread_([this] { run(); }) {}
 
 RemoteFetcher::~RemoteFetcher() {
   {
@@ -19,20 +19,16 @@ RemoteFetcher::~RemoteFetcher() {
 }
 
 void RemoteFetcher::submit(const std::shared_ptr<PrefetchTicket>& ticket,
-                           std::span<const TierKey> keys,
-                           std::span<const std::span<const int32_t>> tokens) {
-  if (keys.empty()) return;
+                           std::vector<Block> blocks) {
+  if (blocks.empty()) return;
   auto job = std::make_unique<Job>();
   job->tickets.push_back(ticket);
-  job->keys.assign(keys.begin(), keys.end());
-  job->tokens.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    job->tokens.emplace_back(tokens[i].begin(), tokens[i].end());
-    in_flight_.emplace(keys[i], job.get());
-  }
+  job->blocks = std::move(blocks);
+  for (const Block& b : job->blocks) in_flight_.emplace(b.key, job.get());
+  const auto n = static_cast<int32_t>(job->blocks.size());
   ++ticket->pending;
-  ticket->blocks += static_cast<int32_t>(keys.size());
-  blocks_in_flight_ += static_cast<int32_t>(keys.size());
+  ticket->blocks += n;
+  blocks_in_flight_ += n;
   {
     const std::lock_guard lock(mu_);
     queued_.push_back(std::move(job));
@@ -52,18 +48,22 @@ bool RemoteFetcher::join(const TierKey& key, const std::shared_ptr<PrefetchTicke
   return true;
 }
 
-std::vector<std::unique_ptr<RemoteFetcher::Job>> RemoteFetcher::take_done(bool wait) {
+std::vector<std::unique_ptr<RemoteFetcher::Job>> RemoteFetcher::take_done(
+    bool wait, std::chrono::steady_clock::time_point until) {
   std::vector<std::unique_ptr<Job>> out;
   {
     std::unique_lock lock(mu_);
-    if (wait) {
-      done_cv_.wait(lock, [&] { return !done_.empty() || (queued_.empty() && reading_ == 0); });
+    const auto ready = [&] { return !done_.empty() || (queued_.empty() && reading_ == 0); };
+    if (wait && until == std::chrono::steady_clock::time_point::max()) {
+      done_cv_.wait(lock, ready);
+    } else if (wait) {
+      done_cv_.wait_until(lock, until, ready);
     }
     out.swap(done_);
   }
   for (const std::unique_ptr<Job>& job : out) {
-    for (const TierKey& k : job->keys) in_flight_.erase(k);
-    blocks_in_flight_ -= static_cast<int32_t>(job->keys.size());
+    for (const Block& b : job->blocks) in_flight_.erase(b.key);
+    blocks_in_flight_ -= static_cast<int32_t>(job->blocks.size());
   }
   return out;
 }
@@ -89,20 +89,20 @@ void RemoteFetcher::run() {
       }
       reading_ = static_cast<int32_t>(batch.size());
     }
-    // The blocks' buffers are made here, not on the scheduler thread that submitted the jobs;
-    // then every queued job's blocks in one read.
+    // Every queued job's blocks in one read, straight into their slots.
     gets.clear();
     for (const std::unique_ptr<Job>& job : batch) {
-      job->bytes.reserve(job->keys.size());
-      job->gets.reserve(job->keys.size());
-      for (size_t i = 0; i < job->keys.size(); ++i) {
-        job->bytes.emplace_back(static_cast<size_t>(block_bytes_));
-        job->gets.push_back(
-            RemoteTier::Get{job->keys[i].hash, job->tokens[i], job->bytes.back(), 0, {}});
+      job->gets.reserve(job->blocks.size());
+      for (const Block& b : job->blocks) {
+        job->gets.push_back(RemoteTier::Get{b.key.hash, b.tokens, b.out, 0, {}});
       }
       gets.insert(gets.end(), job->gets.begin(), job->gets.end());
     }
+    const auto start = std::chrono::steady_clock::now();
     remote_.get(gets);
+    batch.front()->read_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    batch.front()->read_blocks = static_cast<int64_t>(gets.size());
     size_t at = 0;
     for (const std::unique_ptr<Job>& job : batch) {
       for (RemoteTier::Get& g : job->gets) {

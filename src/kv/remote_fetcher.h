@@ -1,16 +1,18 @@
 #pragma once
 // RemoteFetcher: the remote tier's reads for queued requests (KvTiers' prefetch), on a thread of
 // its own. Each request's prefetch walk submits one job: the blocks of its prompt that neither
-// the pool nor the host tier holds. The thread reads every job queued since its last read in one
-// RemoteTier::get -- one round trip (pipelined MGETs) for all of them -- so a burst of arrivals
-// costs one read rather than one each, and a read starts as soon as the last one ends, not at a
-// step. A block already being read is not asked for twice: the request waits on the job reading
-// it (join).
+// the pool nor the host tier holds, each with the host slot it is read into (pinned, not
+// committed, by the caller until the job is taken). The thread reads every job queued since its
+// last read in one RemoteTier::get -- one round trip (pipelined MGETs) for all of them -- so a
+// burst of arrivals costs one read rather than one each, and a read starts as soon as the last
+// one ends, not at a step. A block already being read is not asked for twice: the request waits
+// on the job reading it (join).
 //
 // Threads: submit, join and take_done on the scheduler thread; the reads on the fetcher's.
-// Tickets are the scheduler thread's alone (the jobs hand them back through take_done). Cost: a
-// job holds its blocks' bytes, allocated on the fetcher's thread, until it is taken.
+// Tickets are the scheduler thread's alone (the jobs hand them back through take_done). Cost: the
+// values are decoded straight into the slots; nothing is allocated per block but the request.
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -29,31 +31,39 @@ namespace strata::kv {
 
 class RemoteFetcher {
  public:
+  // One block to read: its key, and the host slot it goes into (its token ids and bytes).
+  struct Block {
+    TierKey key;
+    BlockId slot;
+    std::span<const int32_t> tokens;
+    std::span<std::byte> out;
+  };
   struct Job {
     // The requests waiting for it: the one that submitted it, and those that joined.
     std::vector<std::shared_ptr<PrefetchTicket>> tickets;
-    std::vector<TierKey> keys;
-    std::vector<std::vector<int32_t>> tokens;
-    // Made by the fetcher's thread when it reads the job: the blocks' bytes, and what it asked
-    // of the tier (into tokens and bytes; status and checksum set once read).
-    std::vector<std::vector<std::byte>> bytes;
+    std::vector<Block> blocks;
+    // Filled in by the fetcher's thread: status and checksum of each block (gets[i] is
+    // blocks[i]'s), and, on the first job of each read, the read's time and size.
     std::vector<RemoteTier::Get> gets;
+    double read_seconds = 0.0;
+    int64_t read_blocks = 0;
   };
 
-  RemoteFetcher(RemoteTier& remote, int64_t block_bytes);
+  explicit RemoteFetcher(RemoteTier& remote);
   ~RemoteFetcher();  // waits for the read under way; queued jobs are dropped
   RemoteFetcher(const RemoteFetcher&) = delete;
   RemoteFetcher& operator=(const RemoteFetcher&) = delete;
 
-  // Queues a read of the blocks (keys[i] with tokens[i]) for ticket (its pending count goes up
-  // by one until the job is taken).
-  void submit(const std::shared_ptr<PrefetchTicket>& ticket, std::span<const TierKey> keys,
-              std::span<const std::span<const int32_t>> tokens);
+  // Queues a read of the blocks for ticket (its pending count goes up by one until the job is
+  // taken). Their tokens and slots' bytes stay as they are until then.
+  void submit(const std::shared_ptr<PrefetchTicket>& ticket, std::vector<Block> blocks);
   // Whether key is being read (queued or under way); if so, ticket waits for that job too.
   bool join(const TierKey& key, const std::shared_ptr<PrefetchTicket>& ticket);
-  // The jobs read since the last call; with wait, first waits until one is (an empty result then
-  // means none was in flight).
-  std::vector<std::unique_ptr<Job>> take_done(bool wait);
+  // The jobs read since the last call; with wait, first waits until one is, or until `until`
+  // (an empty result then means none was in flight, or the time came first).
+  std::vector<std::unique_ptr<Job>> take_done(
+      bool wait,
+      std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
   bool idle() const;                 // nothing queued, under way or left to take
   int32_t blocks_in_flight() const;  // submitted, not taken yet
 
@@ -61,7 +71,6 @@ class RemoteFetcher {
   void run();
 
   RemoteTier& remote_;
-  int64_t block_bytes_;
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::unique_ptr<Job>> queued_;

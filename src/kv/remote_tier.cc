@@ -181,29 +181,58 @@ void RemoteTier::get(std::span<Get> blocks) {
 
 bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
                      std::span<const std::byte> bytes, uint64_t checksum) {
-  std::string value;
+  Write w;
   {
     const std::lock_guard lock(mu_);
     if (!spare_.empty()) {
-      value = std::move(spare_.back());
+      w.value = std::move(spare_.back());
       spare_.pop_back();
     }
   }
-  encode_into(value, hash, tokens, bytes, checksum, KvCodecPlan{});  // coded by the writer
+  encode_into(w.value, hash, tokens, bytes, checksum, KvCodecPlan{});  // coded by the writer
+  const auto n = static_cast<int64_t>(w.value.size());
+  w.key = key(hash);
+  return enqueue(std::move(w), n);
+}
+
+bool RemoteTier::put_borrowed(const BlockHash& hash, std::span<const int32_t> tokens,
+                              std::span<const std::byte> bytes, uint64_t checksum, uint64_t tag) {
+  STRATA_CHECK(bytes.size() == static_cast<size_t>(block_bytes_), "put_borrowed: one block");
+  Write w;
+  w.key = key(hash);
+  w.borrowed = true;
+  w.tag = tag;
+  w.hash = hash;
+  w.tokens = tokens;
+  w.bytes = bytes;
+  w.checksum = checksum;
+  return enqueue(std::move(w), static_cast<int64_t>(value_bytes()));
+}
+
+bool RemoteTier::enqueue(Write w, int64_t bytes) {
   {
     const std::lock_guard lock(mu_);
-    const auto n = static_cast<int64_t>(value.size());
     // A server that did not answer the last write is asked again by one write at a time.
     const bool waiting_server = writer_unavailable_ && (writing_ || !queue_.empty());
-    if (stopping_ || waiting_server || queued_bytes_ + n > options_.max_queued_bytes) {
+    if (stopping_ || waiting_server || queued_bytes_ + bytes > options_.max_queued_bytes) {
       ++stats_.num_dropped;
       return false;
     }
-    queued_bytes_ += n;
-    queue_.push_back(Write{key(hash), std::move(value)});
+    queued_bytes_ += bytes;
+    if (w.borrowed) ++num_borrowed_;
+    queue_.push_back(std::move(w));
   }
   work_cv_.notify_one();
   return true;
+}
+
+std::vector<uint64_t> RemoteTier::take_released(bool wait) {
+  std::vector<uint64_t> out;
+  std::unique_lock lock(mu_);
+  if (wait) released_cv_.wait(lock, [&] { return !released_.empty() || num_borrowed_ == 0; });
+  out.swap(released_);
+  num_borrowed_ -= static_cast<int64_t>(out.size());
+  return out;
 }
 
 void RemoteTier::flush() {
@@ -217,7 +246,7 @@ RemoteTierStats RemoteTier::stats() const {
 }
 
 void RemoteTier::run_writer() {
-  // The coded values (their buffers reused batch after batch).
+  // The coded values, and borrowed blocks' (their buffers reused batch after batch).
   std::vector<std::string> coded;
   const size_t prefix = kHeaderBytes + static_cast<size_t>(block_size_) * sizeof(int32_t);
   const bool recode = options_.codec.scheme != KvCodecScheme::kStored;
@@ -240,7 +269,8 @@ void RemoteTier::run_writer() {
     int64_t batch_bytes = 0;
     while (!queue_.empty() && batch.size() < kWriteBatch &&
            (batch.empty() || batch_bytes < kWriteBatchBytes)) {
-      batch_bytes += static_cast<int64_t>(queue_.front().value.size());
+      batch_bytes += queue_.front().borrowed ? static_cast<int64_t>(value_bytes())
+                                             : static_cast<int64_t>(queue_.front().value.size());
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
@@ -248,17 +278,19 @@ void RemoteTier::run_writer() {
     lock.unlock();
     std::vector<RedisKeyValue> pairs;
     pairs.reserve(batch.size());
-    // put() queued each block stored (a copy on its caller's thread); the codec runs here.
-    if (recode && coded.size() < batch.size()) coded.resize(batch.size());
+    if (coded.size() < batch.size()) coded.resize(batch.size());
+    std::vector<uint64_t> released;
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (!recode) {
-        pairs.push_back({batch[i].key, batch[i].value});
+      const Write& w = batch[i];
+      if (!w.borrowed && !recode) {
+        pairs.push_back({w.key, w.value});
         continue;
       }
-      const std::string& stored = batch[i].value;
-      coded[i].assign(stored, 0, prefix);
-      // The stored stream's bytes end the value.
-      const auto block = std::as_bytes(std::span(stored)).last(static_cast<size_t>(block_bytes_));
+      // A borrowed block is coded straight from the caller's bytes; a put()'s stored value ends
+      // with the block's bytes, after the header and token ids the coded value keeps.
+      const std::span<const std::byte> block =
+          w.borrowed ? w.bytes
+                     : std::as_bytes(std::span(w.value)).last(static_cast<size_t>(block_bytes_));
       if (calibrate && calibration_blocks < kCalibrationBlocks) {
         add_segment_histograms(plan.split, block, plan.segment_bytes, hist);
         if (++calibration_blocks == kCalibrationBlocks) {
@@ -267,8 +299,22 @@ void RemoteTier::run_writer() {
           }
         }
       }
-      kv_encode(block, plan, coded[i]);
-      pairs.push_back({batch[i].key, coded[i]});
+      if (w.borrowed) {
+        encode_into(coded[i], w.hash, w.tokens, block, w.checksum, plan);
+        released.push_back(w.tag);
+      } else {
+        coded[i].assign(w.value, 0, prefix);
+        kv_encode(block, plan, coded[i]);
+      }
+      pairs.push_back({w.key, coded[i]});
+    }
+    // The borrowed blocks go back before the round trip: their values are the writer's now.
+    if (!released.empty()) {
+      {
+        const std::lock_guard released_lock(mu_);
+        released_.insert(released_.end(), released.begin(), released.end());
+      }
+      released_cv_.notify_all();
     }
     enum class Outcome : uint8_t { kFailed, kWritten, kPresent };
     std::vector<Outcome> outcome(batch.size(), Outcome::kFailed);
@@ -303,7 +349,7 @@ void RemoteTier::run_writer() {
     }
     // The values' buffers serve later puts: their pages are in memory already.
     for (Write& w : batch) {
-      if (spare_.size() < kSpareValues) spare_.push_back(std::move(w.value));
+      if (!w.borrowed && spare_.size() < kSpareValues) spare_.push_back(std::move(w.value));
     }
     if (queue_.empty()) idle_cv_.notify_all();
   }

@@ -20,12 +20,14 @@
 //                 each (at least one value); a server that does not answer fails only its own
 //                 blocks
 //   put(block)    queued for the writer thread, which writes what is queued, pipelined (up to 64
-//   blocks or 4 MiB a
-//                 round trip), coded (kv_codec.h), with SET NX (a block already there is never
-//                 written again) and the TTL; when the queued bytes would pass their
-//                 bound, or the last round trip got no answer at all (the store is retried by
-//                 one write at a time), the put is dropped and counted instead of blocking the
-//                 caller; a server that does not answer fails only its own blocks' writes
+//                 blocks or 4 MiB a round trip), coded (kv_codec.h), with SET NX (a block
+//                 already there is never written again) and the TTL; when the queued bytes would
+//                 pass their bound, or the last round trip got no answer at all (the store is
+//                 retried by one write at a time), the put is dropped and counted instead of
+//                 blocking the caller; a server that does not answer fails only its own blocks'
+//                 writes. put_borrowed() queues the caller's bytes as they are, without a copy:
+//                 the writer codes the value from them and hands their tag back
+//                 (take_released) before it sends it
 //
 // Capacity and eviction are the server's (maxmemory with allkeys-lru), plus the optional TTL.
 // Every call is bounded by the client's timeout; a dead server is asked again only after its
@@ -33,9 +35,10 @@
 //
 // Owns two stores (get's caller's, the writer's: a connection each, or one per server or
 // cluster master) and the writer thread; times each get() and each write round trip (stats()).
-// get() from one thread at a time; put(), flush() and stats() from any. Cost: get decodes each
-// value once (a copy, for stored values); put copies the block once on the caller's thread, and
-// its writer compresses it (when the codec is not stored) on the writer's.
+// get() from one thread at a time; put(), put_borrowed(), take_released(), flush() and stats()
+// from any. Cost: get decodes each value once (a copy, for stored values); put copies the block
+// once on the caller's thread, and its writer codes it again (when the codec is not stored);
+// put_borrowed copies nothing on the caller's thread: the writer codes (or copies) the block once.
 
 #include <condition_variable>
 #include <cstdint>
@@ -136,6 +139,13 @@ class RemoteTier {
   // Queues (hash, tokens, bytes) for writing; false when dropped.
   bool put(const BlockHash& hash, std::span<const int32_t> tokens, std::span<const std::byte> bytes,
            uint64_t checksum);
+  // The same without a copy: tokens and bytes must stay as they are until take_released() hands
+  // tag back (once the writer has coded the value). False when dropped: nothing was borrowed.
+  bool put_borrowed(const BlockHash& hash, std::span<const int32_t> tokens,
+                    std::span<const std::byte> bytes, uint64_t checksum, uint64_t tag);
+  // The tags of borrowed blocks the writer is done with, since the last call; with wait, first
+  // waits until there is one (an empty result then means none is borrowed).
+  std::vector<uint64_t> take_released(bool wait = false);
   // Waits until every queued write is done (or failed).
   void flush();
 
@@ -157,17 +167,27 @@ class RemoteTier {
   std::unique_ptr<RedisStore> writer_client_;
 
   mutable std::mutex mu_;  // guards what follows
-  std::condition_variable work_cv_, idle_cv_;
+  std::condition_variable work_cv_, idle_cv_, released_cv_;
   struct Write {
     std::string key;
-    std::string value;
+    std::string value;  // a stored value (put); empty when borrowed
+    // put_borrowed: the block, coded into a value by the writer.
+    bool borrowed = false;
+    uint64_t tag = 0;
+    BlockHash hash;
+    std::span<const int32_t> tokens;
+    std::span<const std::byte> bytes;
+    uint64_t checksum = 0;
   };
+  bool enqueue(Write w, int64_t bytes);  // false: dropped (counted)
   std::deque<Write> queue_;
   // Written values' buffers, for the next puts to encode into (fresh 2 MiB allocations cost more
   // in page faults than the copy into them).
   std::vector<std::string> spare_;
   static constexpr size_t kSpareValues = 64;
   int64_t queued_bytes_ = 0;
+  std::vector<uint64_t> released_;  // borrowed blocks' tags, for take_released
+  int64_t num_borrowed_ = 0;        // tags queued or being coded, not yet taken back
   bool writing_ = false;
   bool writer_unavailable_ = false;  // the last write found the server not answering
   bool stopping_ = false;

@@ -162,6 +162,12 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
   metric(out, "strata:kv_remote_dropped_writes_total", "counter",
          "Writes to Redis dropped: the queue was full or Redis did not answer.",
          static_cast<double>(t.kv_remote_dropped_writes));
+  metric(out, "strata:kv_remote_skipped_blocks_total", "counter",
+         "Blocks not read from Redis: computing them was expected to end sooner.",
+         static_cast<double>(t.kv_remote_skipped_blocks));
+  metric(out, "strata:kv_remote_overdue_requests_total", "counter",
+         "Requests computed without waiting longer for their reads from Redis.",
+         static_cast<double>(t.kv_remote_overdue_requests));
   metric(out, "strata:kv_remote_errors_total", "counter",
          "Reads of Redis that got no answer in time (the prefix was recomputed).",
          static_cast<double>(t.kv_remote_errors));

@@ -6,8 +6,9 @@
 // same salt secret; requests queued together share one read. Redis down from the start, killed
 // between the engines, asleep past the timeout, missing a block in the middle of the chain, or
 // holding a corrupt value leaves the output exactly the cold run's (the prefix recomputed, in
-// part or whole), and a restarted Redis is written to again; nothing leaks. Two independent
-// servers share the blocks as one does.
+// part or whole), and a restarted Redis is written to again; nothing leaks. A read that would
+// end after the prefix could be computed is not waited for unless --kv-remote-read always. Two
+// independent servers share the blocks as one does.
 
 #include <gtest/gtest.h>
 
@@ -310,6 +311,51 @@ TEST_F(KvRemoteEngineTest, ASlowRedisIsGivenUpOnAndThePrefixRecomputed) {
   EXPECT_EQ(got.metrics.num_cached_tokens, 0);
   EXPECT_GE(second->totals().kv_remote_errors, 1);
   EXPECT_LT(took, std::chrono::milliseconds(800)) << "150 ms timeout, 1 s sleep";
+}
+
+// Once an engine has timed its steps and a read, a read that would end after the prefix could be
+// computed is not waited for (--kv-remote-read auto): with Redis asleep for a second, the request
+// is computed -- the cold output, nothing cached, within the second -- and counted as skipped or
+// overdue. With --kv-remote-read always the same request waits out the sleep for its hit.
+TEST_F(KvRemoteEngineTest, AReadSlowerThanTheComputeIsNotWaitedForUnlessAlways) {
+  const Collected want = cold();
+  first_engine_computes_a();
+  for (const bool always : {false, true}) {
+    SCOPED_TRACE(always ? "always" : "auto");
+    EngineConfig c = config();
+    c.kv_remote_timeout_ms = 5000;
+    c.kv_remote_read_always = always;
+    std::unique_ptr<Engine> second = make(c);
+    ASSERT_NE(second, nullptr);
+    // Another chain from its first block (160 tokens in the vocabulary): a read that finds nothing.
+    EngineRequest other = a_;
+    for (size_t i = 0; i < 16; ++i) other.prompt[i] = (other.prompt[i] + 1) % 160;
+    run(*second, other);  // times a step and a read
+    std::thread sleeper([&] {
+      kv::RedisClient sc(server_.endpoint(),
+                         kv::RedisClientOptions{.timeout = std::chrono::seconds(5)});
+      const std::string_view args[] = {"DEBUG", "SLEEP", "1"};
+      (void)sc.command(args);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is asleep now
+    const auto start = std::chrono::steady_clock::now();
+    const Collected got = run(*second, a_);
+    const auto took = std::chrono::steady_clock::now() - start;
+    sleeper.join();
+    expect_same(got, want);
+    const EngineTotals t = second->totals();
+    if (always) {
+      EXPECT_EQ(got.metrics.num_cached_tokens, prefix_tokens());
+      EXPECT_GT(took, std::chrono::milliseconds(500)) << "the read waited out the sleep";
+      EXPECT_EQ(t.kv_remote_skipped_blocks + t.kv_remote_overdue_requests, 0);
+    } else {
+      EXPECT_EQ(got.metrics.num_cached_tokens, 0);
+      EXPECT_LT(took, std::chrono::milliseconds(800)) << "1 s sleep, not waited for";
+      EXPECT_GT(t.kv_remote_skipped_blocks + t.kv_remote_overdue_requests, 0);
+    }
+    EXPECT_EQ(t.kv_tier_faults, 0);
+    EXPECT_EQ(second->last_step().num_used_blocks, 0);
+  }
 }
 
 // A block gone from the middle of the chain (evicted by Redis, or deleted): the blocks before it

@@ -1,5 +1,6 @@
 // RemoteFetcher against a real redis-server started by the test: a job's blocks come back byte
-// for byte, a block Redis lacks is NotFound; a request that needs a block another's job is
+// for byte in the buffers it was given (a host tier's slots), a block Redis lacks is NotFound,
+// and the read's time and size ride on the job; a request that needs a block another's job is
 // reading joins that job (pending until it is taken) instead of asking again; the tickets come
 // back with the job, and the fetcher is idle once everything is taken.
 
@@ -63,17 +64,16 @@ TEST_F(RemoteFetcherTest, JobsComeBackWithTheirBlocksAndAJoinerWaitsOnTheReader)
   }
   tier.flush();
 
-  RemoteFetcher fetcher(tier, kBlockBytes);
+  RemoteFetcher fetcher(tier);
   EXPECT_TRUE(fetcher.idle());
   auto first = std::make_shared<PrefetchTicket>();
   auto second = std::make_shared<PrefetchTicket>();
-  std::vector<TierKey> keys;
-  std::vector<std::span<const int32_t>> tokens;
-  for (const Block& b : blocks) {
-    keys.push_back(b.key);
-    tokens.emplace_back(b.b.tokens);
+  std::vector<std::vector<std::byte>> out(blocks.size(), std::vector<std::byte>(kBlockBytes));
+  std::vector<RemoteFetcher::Block> reads;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    reads.push_back({blocks[i].key, BlockId{static_cast<int32_t>(i)}, blocks[i].b.tokens, out[i]});
   }
-  fetcher.submit(first, keys, tokens);
+  fetcher.submit(first, reads);
   EXPECT_EQ(first->pending, 1);
   EXPECT_EQ(first->blocks, 4);
   EXPECT_EQ(fetcher.blocks_in_flight(), 4);
@@ -91,11 +91,14 @@ TEST_F(RemoteFetcherTest, JobsComeBackWithTheirBlocksAndAJoinerWaitsOnTheReader)
   EXPECT_EQ(job.tickets[0], first);
   EXPECT_EQ(job.tickets[1], second);
   ASSERT_EQ(job.gets.size(), 4u);
+  EXPECT_EQ(job.read_blocks, 4);
+  EXPECT_GT(job.read_seconds, 0.0);
   for (size_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(job.gets[i].status.ok()) << i << ": " << job.gets[i].status.to_string();
-    EXPECT_EQ(job.bytes[i], blocks[i].b.bytes) << i;
+    EXPECT_EQ(out[i], blocks[i].b.bytes) << i;
     EXPECT_EQ(job.gets[i].checksum, blocks[i].b.checksum);
-    EXPECT_EQ(job.keys[i], blocks[i].key);
+    EXPECT_EQ(job.blocks[i].key, blocks[i].key);
+    EXPECT_EQ(job.blocks[i].slot, BlockId{static_cast<int32_t>(i)});
   }
   EXPECT_EQ(job.gets[3].status.code(), StatusCode::kNotFound);
   // Taken: nothing is in flight, and the blocks are no longer joinable.
@@ -109,17 +112,17 @@ TEST_F(RemoteFetcherTest, ADeadServerAnswersEveryJobUnavailableAndTheFetcherStop
   const std::unique_ptr<RemoteTier> remote = tier(100ms);
   RemoteTier& tier = *remote;
   server_.stop();
-  auto fetcher = std::make_unique<RemoteFetcher>(tier, kBlockBytes);
+  auto fetcher = std::make_unique<RemoteFetcher>(tier);
   const Block b = block(1);
-  const TierKey keys[] = {b.key};
-  const std::span<const int32_t> tokens[] = {b.b.tokens};
+  std::vector<std::byte> out(kBlockBytes);
+  const std::vector<RemoteFetcher::Block> reads = {{b.key, BlockId{0}, b.b.tokens, out}};
   auto ticket = std::make_shared<PrefetchTicket>();
-  fetcher->submit(ticket, keys, tokens);
+  fetcher->submit(ticket, reads);
   std::vector<std::unique_ptr<RemoteFetcher::Job>> done;
   while (done.empty()) done = fetcher->take_done(/*wait=*/true);
   EXPECT_EQ(done[0]->gets[0].status.code(), StatusCode::kUnavailable);
   // Jobs still queued when it goes are dropped, not waited for forever.
-  for (int i = 0; i < 8; ++i) fetcher->submit(ticket, keys, tokens);
+  for (int i = 0; i < 8; ++i) fetcher->submit(ticket, reads);
   fetcher.reset();
 }
 

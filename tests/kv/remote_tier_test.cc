@@ -3,7 +3,8 @@
 // TTL; a value cut short, with a flipped byte, another block's value or another namespace's
 // under the key is a miss counted as bad; a server down at the start, killed or too slow answers
 // Unavailable within the timeout, the breaker then keeps calls off the network, and a restarted
-// server is found again; a full write queue drops instead of blocking. Redis URLs.
+// server is found again; a full write queue drops instead of blocking; a borrowed block is
+// coded before its tag comes back. Redis URLs.
 
 #include <gtest/gtest.h>
 
@@ -249,6 +250,42 @@ TEST_F(RemoteTierTest, AFullWriteQueueDropsInsteadOfBlocking) {
   auto t = tier(11, o);
   const Block a = block(1);
   EXPECT_FALSE(t->put(a.hash, a.tokens, a.bytes, a.checksum));
+  EXPECT_EQ(t->stats().num_dropped, 1);
+}
+
+// put_borrowed queues the caller's bytes without a copy: the writer codes the value from them
+// (stored, or split-coded) and hands the tag back before its round trip; what the buffer holds
+// after that never reaches Redis. A dropped put borrows nothing: no tag comes back for it.
+TEST_F(RemoteTierTest, ABorrowedBlockIsWrittenAsItWasWhenItsTagCameBack) {
+  constexpr int64_t kBytes = 4096;
+  for (const KvCodecScheme scheme : {KvCodecScheme::kStored, KvCodecScheme::kSplit}) {
+    SCOPED_TRACE(static_cast<int>(scheme));
+    RemoteTierOptions o;
+    o.client = fast();
+    o.codec = KvCodecPlan{.scheme = scheme, .segment_bytes = 1024};
+    RemoteTier t(server_.endpoint(), 20 + static_cast<uint64_t>(scheme), kBs, kBytes, o);
+    Block a = test_util::remote_test_block(7, kBs, kBytes);
+    const std::vector<std::byte> want = a.bytes;
+    ASSERT_TRUE(t.put_borrowed(a.hash, a.tokens, a.bytes, a.checksum, 42));
+    std::vector<uint64_t> released;
+    while (released.empty()) released = t.take_released(/*wait=*/true);
+    EXPECT_EQ(released, std::vector<uint64_t>{42});
+    EXPECT_TRUE(t.take_released(/*wait=*/true).empty());  // none borrowed: returns at once
+    std::fill(a.bytes.begin(), a.bytes.end(), std::byte{0x55});  // the slot reused
+    t.flush();
+    std::vector<std::byte> out(kBytes);
+    RemoteTier::Get g{a.hash, a.tokens, out, 0, {}};
+    t.get(std::span(&g, 1));
+    ASSERT_TRUE(g.status.ok()) << g.status.to_string();
+    EXPECT_EQ(out, want);
+    EXPECT_EQ(t.stats().num_writes, 1);
+  }
+  RemoteTierOptions o;
+  o.max_queued_bytes = 10;  // less than one value
+  auto t = tier(11, o);
+  const Block b = block(2);
+  EXPECT_FALSE(t->put_borrowed(b.hash, b.tokens, b.bytes, b.checksum, 1));
+  EXPECT_TRUE(t->take_released(/*wait=*/true).empty());
   EXPECT_EQ(t->stats().num_dropped, 1);
 }
 

@@ -106,6 +106,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                  "KV tiers: compress Redis values losslessly as suits the KV dtype (BF16: "
                  "split exponent codes; F16, FP8: zstd): for a Redis slower than a core's "
                  "coding (default: off)");
+    cmd.add_option("--kv-remote-read", o.kv_remote_read,
+                   "KV tiers: auto (read from Redis only what arrives before this instance "
+                   "would compute it) or always (read every missing block and wait for it)")
+        ->check(CLI::IsMember({"auto", "always"}));
     cmd.add_option("--cache-salt-secret-file", o.cache_salt_secret_file,
                    "A file whose bytes key the tenants' cache salts: the same file on every "
                    "instance lets a tenant's prefix be shared across them")
@@ -155,6 +159,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_remote_timeout_ms = o.kv_remote_timeout_ms;
   c.kv_remote_ttl_seconds = o.kv_remote_ttl;
   c.kv_remote_compress = o.kv_remote_compress;
+  c.kv_remote_read_always = o.kv_remote_read == "always";
   if (!o.cache_salt_secret_file.empty()) {
     std::ifstream in(o.cache_salt_secret_file, std::ios::binary);
     std::stringstream bytes;

@@ -50,6 +50,7 @@ struct EngineOptions {
   int32_t kv_remote_timeout_ms = 200;
   int64_t kv_remote_ttl = 0;
   bool kv_remote_compress = false;
+  std::string kv_remote_read = "auto";
   std::string cache_salt_secret_file;  // the tenant salts' key, the same on every instance
   KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --allow-unit-kv-scales
 };
