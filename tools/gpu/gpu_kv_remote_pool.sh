@@ -16,7 +16,8 @@
 #            servers of REDIS_MAXMEMORY (default 16gb) each
 #
 # Extra arguments after the trace go to `strata bench`; SERVE_EXTRA (space-separated) to every
-# `strata serve`; KV_OFFLOAD_GIB sets each instance's host tier (default 8).
+# `strata serve`; KV_OFFLOAD_GIB sets each instance's host tier (default 8), POOL_GIB its pool
+# (default 32; an 80 GB GPU holds two instances with 20).
 set -euo pipefail
 what="$1"
 out="$2"
@@ -33,7 +34,7 @@ cp "$bin/build-info.txt" "$out/build-info.txt"
 # Each instance: a 32 GiB pool (sized, not a share of the free memory, which the other instance
 # takes too), a host tier (8 GiB) that every cached block is written through to (and so to Redis,
 # when it is there).
-serve=(--device cuda --load-format dummy --kv-cache-memory-bytes $((32 << 30))
+serve=(--device cuda --load-format dummy --kv-cache-memory-bytes $((${POOL_GIB:-32} << 30))
        --kv-offload-bytes $((${KV_OFFLOAD_GIB:-8} << 30)) --kv-offload-policy write-through --kv-remote-timeout-ms 2000)
 read -r -a extra <<<"${SERVE_EXTRA:-}"
 serve+=("${extra[@]}")
