@@ -204,6 +204,7 @@ TEST_F(KvRemoteEngineTest, QueuedRequestsShareOneReadOfThePrefixEvenWithPrefetch
   std::unique_ptr<Engine> second = make("", /*prefetch=*/false);
   ASSERT_NE(second, nullptr);
   std::vector<uint64_t> ids;
+  ids.reserve(3);
   for (int i = 0; i < 3; ++i) ids.push_back(*second->submit(a_));
   const std::map<uint64_t, Collected> got = test_util::drain(*second);
   for (const uint64_t id : ids) {

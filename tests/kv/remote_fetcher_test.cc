@@ -57,6 +57,7 @@ TEST_F(RemoteFetcherTest, JobsComeBackWithTheirBlocksAndAJoinerWaitsOnTheReader)
   const std::unique_ptr<RemoteTier> remote = tier(500ms);
   RemoteTier& tier = *remote;
   std::vector<Block> blocks;
+  blocks.reserve(4);
   for (int32_t i = 0; i < 4; ++i) blocks.push_back(block(i));
   for (int32_t i = 0; i < 3; ++i) {  // the last one is never written
     const test_util::RemoteTestBlock& b = blocks[static_cast<size_t>(i)].b;
@@ -70,6 +71,7 @@ TEST_F(RemoteFetcherTest, JobsComeBackWithTheirBlocksAndAJoinerWaitsOnTheReader)
   auto second = std::make_shared<PrefetchTicket>();
   std::vector<std::vector<std::byte>> out(blocks.size(), std::vector<std::byte>(kBlockBytes));
   std::vector<RemoteFetcher::Block> reads;
+  reads.reserve(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
     reads.push_back({blocks[i].key, BlockId{static_cast<int32_t>(i)}, blocks[i].b.tokens, out[i]});
   }

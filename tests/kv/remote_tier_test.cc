@@ -304,7 +304,7 @@ TEST_F(RemoteTierTest, EveryGetAndEveryWriteRoundTripIsTimedAndItsBytesCounted) 
   EXPECT_GT(s.get_latency.sum_seconds(), 0.0);
   EXPECT_LT(s.get_latency.quantile(0.99), 1.0) << "a loopback round trip";
   EXPECT_EQ(s.bytes_written, 3 * static_cast<int64_t>(t->value_bytes()));
-  EXPECT_EQ(s.bytes_read, 4 * 3 * static_cast<int64_t>(t->value_bytes()));
+  EXPECT_EQ(s.bytes_read, int64_t{4} * 3 * static_cast<int64_t>(t->value_bytes()));
   // A read with no answer is timed too, and a write of a block already there.
   t->put(blocks[0].hash, blocks[0].tokens, blocks[0].bytes, blocks[0].checksum);
   t->flush();
