@@ -111,6 +111,18 @@ class KvRemoteEngineTest : public ::testing::Test {
     return out;
   }
 
+  // Redis asleep for a second (DEBUG SLEEP) from when this returns; join the thread after.
+  std::thread put_redis_to_sleep() {
+    std::thread sleeper([this] {
+      kv::RedisClient c(server_.endpoint(),
+                        kv::RedisClientOptions{.timeout = std::chrono::seconds(5)});
+      const std::string_view args[] = {"DEBUG", "SLEEP", "1"};
+      (void)c.command(args);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is asleep now
+    return sleeper;
+  }
+
   // GETs that found their key (INFO stats keyspace_hits; MGET counts each key).
   int64_t keyspace_hits() {
     kv::RedisClient c(server_.endpoint());
@@ -297,13 +309,7 @@ TEST_F(KvRemoteEngineTest, ASlowRedisIsGivenUpOnAndThePrefixRecomputed) {
   c.kv_remote_timeout_ms = 150;
   std::unique_ptr<Engine> second = make(c);
   ASSERT_NE(second, nullptr);
-  std::thread sleeper([&] {
-    kv::RedisClient c(server_.endpoint(),
-                      kv::RedisClientOptions{.timeout = std::chrono::seconds(5)});
-    const std::string_view args[] = {"DEBUG", "SLEEP", "1"};
-    (void)c.command(args);
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is asleep now
+  std::thread sleeper = put_redis_to_sleep();
   const auto start = std::chrono::steady_clock::now();
   const Collected got = run(*second, a_);
   const auto took = std::chrono::steady_clock::now() - start;
@@ -332,13 +338,7 @@ TEST_F(KvRemoteEngineTest, AReadSlowerThanTheComputeIsNotWaitedForUnlessAlways) 
     EngineRequest other = a_;
     for (size_t i = 0; i < 16; ++i) other.prompt[i] = (other.prompt[i] + 1) % 160;
     run(*second, other);  // times a step and a read
-    std::thread sleeper([&] {
-      kv::RedisClient sc(server_.endpoint(),
-                         kv::RedisClientOptions{.timeout = std::chrono::seconds(5)});
-      const std::string_view args[] = {"DEBUG", "SLEEP", "1"};
-      (void)sc.command(args);
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is asleep now
+    std::thread sleeper = put_redis_to_sleep();
     const auto start = std::chrono::steady_clock::now();
     const Collected got = run(*second, a_);
     const auto took = std::chrono::steady_clock::now() - start;
