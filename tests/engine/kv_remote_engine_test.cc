@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -111,8 +112,9 @@ class KvRemoteEngineTest : public ::testing::Test {
     return out;
   }
 
-  // Redis asleep for a second (DEBUG SLEEP) from when this returns; join the thread after.
-  std::thread put_redis_to_sleep() {
+  // Runs a_ on e while Redis is asleep for a second (DEBUG SLEEP): its output, and how long it
+  // took.
+  std::pair<Collected, std::chrono::steady_clock::duration> run_while_redis_sleeps(Engine& e) {
     std::thread sleeper([this] {
       kv::RedisClient c(server_.endpoint(),
                         kv::RedisClientOptions{.timeout = std::chrono::seconds(5)});
@@ -120,7 +122,11 @@ class KvRemoteEngineTest : public ::testing::Test {
       (void)c.command(args);
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is asleep now
-    return sleeper;
+    const auto start = std::chrono::steady_clock::now();
+    Collected got = run(e, a_);
+    const auto took = std::chrono::steady_clock::now() - start;
+    sleeper.join();
+    return {std::move(got), took};
   }
 
   // GETs that found their key (INFO stats keyspace_hits; MGET counts each key).
@@ -309,11 +315,7 @@ TEST_F(KvRemoteEngineTest, ASlowRedisIsGivenUpOnAndThePrefixRecomputed) {
   c.kv_remote_timeout_ms = 150;
   std::unique_ptr<Engine> second = make(c);
   ASSERT_NE(second, nullptr);
-  std::thread sleeper = put_redis_to_sleep();
-  const auto start = std::chrono::steady_clock::now();
-  const Collected got = run(*second, a_);
-  const auto took = std::chrono::steady_clock::now() - start;
-  sleeper.join();
+  const auto [got, took] = run_while_redis_sleeps(*second);
   expect_same(got, want);
   EXPECT_EQ(got.metrics.num_cached_tokens, 0);
   EXPECT_GE(second->totals().kv_remote_errors, 1);
@@ -338,11 +340,7 @@ TEST_F(KvRemoteEngineTest, AReadSlowerThanTheComputeIsNotWaitedForUnlessAlways) 
     EngineRequest other = a_;
     for (size_t i = 0; i < 16; ++i) other.prompt[i] = (other.prompt[i] + 1) % 160;
     run(*second, other);  // times a step and a read
-    std::thread sleeper = put_redis_to_sleep();
-    const auto start = std::chrono::steady_clock::now();
-    const Collected got = run(*second, a_);
-    const auto took = std::chrono::steady_clock::now() - start;
-    sleeper.join();
+    const auto [got, took] = run_while_redis_sleeps(*second);
     expect_same(got, want);
     const EngineTotals t = second->totals();
     if (always) {
