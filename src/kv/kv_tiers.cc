@@ -403,7 +403,7 @@ void KvTiers::write_through(Tier& t) {
 
 void KvTiers::poll() {
   apply_remote(/*block=*/false);
-  if (tiers_[0]->remote) apply_written(*tiers_[0], /*block=*/false);
+  apply_written(*tiers_[0], /*block=*/false);
   for (const std::unique_ptr<Tier>& t : tiers_) {
     if (t) apply_io(*t, /*block=*/false);
   }

@@ -190,9 +190,9 @@ bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
     }
   }
   encode_into(w.value, hash, tokens, bytes, checksum, KvCodecPlan{});  // coded by the writer
-  const auto n = static_cast<int64_t>(w.value.size());
+  w.queued_bytes = static_cast<int64_t>(w.value.size());
   w.key = key(hash);
-  return enqueue(std::move(w), n);
+  return enqueue(std::move(w));
 }
 
 bool RemoteTier::put_borrowed(const BlockHash& hash, std::span<const int32_t> tokens,
@@ -206,19 +206,21 @@ bool RemoteTier::put_borrowed(const BlockHash& hash, std::span<const int32_t> to
   w.tokens = tokens;
   w.bytes = bytes;
   w.checksum = checksum;
-  return enqueue(std::move(w), static_cast<int64_t>(value_bytes()));
+  w.queued_bytes = static_cast<int64_t>(value_bytes());
+  return enqueue(std::move(w));
 }
 
-bool RemoteTier::enqueue(Write w, int64_t bytes) {
+bool RemoteTier::enqueue(Write w) {
   {
     const std::lock_guard lock(mu_);
     // A server that did not answer the last write is asked again by one write at a time.
     const bool waiting_server = writer_unavailable_ && (writing_ || !queue_.empty());
-    if (stopping_ || waiting_server || queued_bytes_ + bytes > options_.max_queued_bytes) {
+    if (stopping_ || waiting_server ||
+        queued_bytes_ + w.queued_bytes > options_.max_queued_bytes) {
       ++stats_.num_dropped;
       return false;
     }
-    queued_bytes_ += bytes;
+    queued_bytes_ += w.queued_bytes;
     if (w.borrowed) ++num_borrowed_;
     queue_.push_back(std::move(w));
   }
@@ -269,8 +271,7 @@ void RemoteTier::run_writer() {
     int64_t batch_bytes = 0;
     while (!queue_.empty() && batch.size() < kWriteBatch &&
            (batch.empty() || batch_bytes < kWriteBatchBytes)) {
-      batch_bytes += queue_.front().borrowed ? static_cast<int64_t>(value_bytes())
-                                             : static_cast<int64_t>(queue_.front().value.size());
+      batch_bytes += queue_.front().queued_bytes;
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }

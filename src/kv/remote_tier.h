@@ -171,6 +171,7 @@ class RemoteTier {
   struct Write {
     std::string key;
     std::string value;  // a stored value (put); empty when borrowed
+    int64_t queued_bytes = 0;  // what it counts against max_queued_bytes while queued
     // put_borrowed: the block, coded into a value by the writer.
     bool borrowed = false;
     uint64_t tag = 0;
@@ -179,7 +180,7 @@ class RemoteTier {
     std::span<const std::byte> bytes;
     uint64_t checksum = 0;
   };
-  bool enqueue(Write w, int64_t bytes);  // false: dropped (counted)
+  bool enqueue(Write w);  // false: dropped (counted)
   std::deque<Write> queue_;
   // Written values' buffers, for the next puts to encode into (fresh 2 MiB allocations cost more
   // in page faults than the copy into them).
