@@ -207,6 +207,13 @@ bool KvTiers::apply_written(Tier& t, bool block) {
   return !released.empty();
 }
 
+bool KvTiers::wait_unpinned(Tier& t, BlockId slot) {
+  while (t.host->pinned(slot) &&
+         (apply_written(t, /*block=*/true) || apply_io(t, /*block=*/true))) {
+  }
+  return !t.host->pinned(slot);
+}
+
 bool KvTiers::apply_io(Tier& t, bool block) {
   if (!t.io) return false;
   if (block) {
@@ -584,11 +591,8 @@ bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens
     while (t.host->pending(k) && apply_io(t, /*block=*/true)) {
     }  // a prefetch is reading it
     if (const std::optional<BlockId> slot = t.host->find(k, block_tokens(b))) {
-      if (t.host->pinned(*slot)) {  // being written down: copy it up before it can go
-        if (!stage.empty()) break;
-        while (t.host->pinned(*slot) && apply_io(t, /*block=*/true)) {
-        }
-      }
+      // Being written down (to disk or Redis): this stage first, or wait until it is written.
+      if (t.host->pinned(*slot) && (!stage.empty() || !wait_unpinned(t, *slot))) break;
       t.host->pin(*slot);
       // A block a prefetch read counts as served from disk.
       stage.push_back(Staged{*slot, k, t.host->take_prefetched(*slot)});
@@ -800,10 +804,7 @@ std::optional<BlockId> KvTiers::stage_now(Tier& t, const TierKey& key,
   }  // a read is under way
   if (t.host->pending(key)) return std::nullopt;  // a read from Redis fills it: not waited for
   if (const std::optional<BlockId> slot = t.host->find(key, tokens)) {
-    while (t.host->pinned(*slot) &&
-           (apply_written(t, /*block=*/true) || apply_io(t, /*block=*/true))) {
-    }  // being written down, or to Redis
-    if (t.host->pinned(*slot)) return std::nullopt;
+    if (!wait_unpinned(t, *slot)) return std::nullopt;
     t.host->pin(*slot);
     from_disk = t.host->take_prefetched(*slot);
     return slot;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -75,6 +76,7 @@ class KvTiersTest : public ::testing::Test {
     }
     c.ns = ns;
     c.policy = policy;
+    c.remote = remote_;
     Result<std::unique_ptr<KvTiers>> t = KvTiers::create(c, *cache_, *mover_);
     ASSERT_TRUE(t.ok()) << t.status().message();
     tiers_ = std::move(t).value();
@@ -134,6 +136,7 @@ class KvTiersTest : public ::testing::Test {
   std::unique_ptr<HostKvBuffer> pool_;
   std::unique_ptr<BlockMover> mover_;
   DeferredMover* deferred_ = nullptr;  // mover_, when start() was asked for one
+  std::optional<RedisTarget> remote_;  // the remote tier start() gives the tiers, if any
   std::unique_ptr<KvTiers> tiers_;
 };
 

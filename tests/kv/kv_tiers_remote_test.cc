@@ -1,0 +1,73 @@
+// The KV tiers over a real redis-server the test starts: a host slot that the remote tier's writer
+// still holds (put_borrowed, given back at the next poll) is found by a promotion or a stage that
+// runs before that poll. They wait for the writer instead of pinning the slot a second time.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "kv/kv_tiers.h"
+#include "kv/remote_tier.h"
+#include "tests/kv/kv_tiers_fixture.h"
+#include "tests/kv/redis_server.h"
+
+namespace strata::kv {
+namespace {
+
+class KvTiersRemoteTest : public KvTiersTest {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.start()) << "redis-server did not start (install_deps.sh)";
+    remote_ = RedisTarget{.nodes = {server_.endpoint()}, .cluster = false};
+    start(/*host_blocks=*/4, /*with_disk=*/false);
+  }
+  void TearDown() override {
+    KvTiersTest::TearDown();
+    server_.stop();
+  }
+
+  test_util::RedisServer server_;
+};
+
+// Evicted blocks go down to the host tier and are queued for Redis from their slots, which stay
+// pinned until a poll takes the writer's releases; the lookup before that poll promotes them.
+TEST_F(KvTiersRemoteTest, APromotionWaitsForTheWriterThatHoldsItsHostSlots) {
+  const std::vector<int32_t> p = prompt(100, 3);
+  compute(p);
+  evict_everything();
+  ASSERT_EQ(tiers_->stats().num_offloaded_blocks, 3);
+  ASSERT_EQ(tiers_->host().num_pinned(), 3) << "the writer holds the slots until a poll";
+  const KvTiers::Promoted up = promote(p);
+  EXPECT_EQ(up.host_blocks, 3);
+  expect_hit_bytes(p, 3);
+  tiers_->drain_io();
+  EXPECT_EQ(tiers_->host().num_pinned(), 0);
+  tiers_->host().check_invariants();
+  // The writer gave the slots back before its round trip: the writes land soon after.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (tiers_->remote()->stats().num_writes < 3 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(tiers_->remote()->stats().num_writes, 3) << "and the blocks reached Redis";
+}
+
+// Write-through: the blocks go down (and are queued for Redis) at a poll, the pool evicts them,
+// and a lookup before the next poll promotes them from the slots the writer holds.
+TEST_F(KvTiersRemoteTest, AWriteThroughBlockStillBeingWrittenIsPromoted) {
+  start(/*host_blocks=*/4, /*with_disk=*/false, /*ns=*/42, OffloadPolicy::kWriteThrough);
+  const std::vector<int32_t> p = prompt(300, 2);
+  compute(p);
+  tiers_->poll();
+  ASSERT_EQ(tiers_->stats().num_offloaded_blocks, 2);
+  evict_everything();
+  EXPECT_EQ(promote(p).host_blocks, 2);
+  expect_hit_bytes(p, 2);
+  tiers_->drain_io();
+  EXPECT_EQ(tiers_->host().num_pinned(), 0);
+  tiers_->host().check_invariants();
+}
+
+}  // namespace
+}  // namespace strata::kv
