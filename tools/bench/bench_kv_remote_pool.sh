@@ -16,6 +16,8 @@
 # servers share the blocks (each instance is given all of them: --kv-remote once per server),
 # each with REDIS_MAXMEMORY (default 8gb) under allkeys-lru. Each configuration's
 # `strata bench --json` object goes to OUT_JSON under its name; a summary line is printed per run.
+# SERVE_LOG_DIR, when set, receives the instances' logs (serve.I.log) of the last run when the
+# script ends, a failed run's included.
 set -euo pipefail
 strata="$1" model="$2" n="$3" out="$4"
 shift 4
@@ -29,6 +31,7 @@ tmp="$(mktemp -d)"
 pids=()
 redis_pid=""
 cleanup() {
+  [[ -n "${SERVE_LOG_DIR:-}" ]] && cp "$tmp"/serve.*.log "$SERVE_LOG_DIR"/ 2>/dev/null
   kill "${pids[@]}" $redis_pid 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$tmp"

@@ -29,6 +29,7 @@ mkdir -p "$root/.devcarry/gpu" "$out"
 [[ -x "$bin/strata" ]] || tar xJf "$root/.devcarry/gpu-pack/bin.tar.xz" -C "$root/.devcarry/gpu"
 export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export REDIS_SERVER="$bin/redis/redis-server"
+export SERVE_LOG_DIR="${SERVE_LOG_DIR:-$out}"  # the instances' logs come back with the figures
 model="$root/bench/models/llama-3.1-8b"
 cp "$bin/build-info.txt" "$out/build-info.txt"
 # Each instance: a 32 GiB pool (sized, not a share of the free memory, which the other instance
