@@ -22,10 +22,10 @@ std::optional<BlockId> HostTier::find(const TierKey& key, std::span<const int32_
   Slot& s = slots_[static_cast<size_t>(idx)];
   if (!s.committed) return std::nullopt;
   if (!std::equal(s.tokens.begin(), s.tokens.end(), tokens.begin(), tokens.end())) {
-    if (!s.pinned) release(idx);  // a pinned slot is its I/O's until the pin owner lets it go
+    if (s.pins == 0) release(idx);  // a pinned slot is its I/O's until the pin owner lets it go
     return std::nullopt;
   }
-  if (!s.pinned) lru_.splice(lru_.end(), lru_, s.lru);
+  if (s.pins == 0) lru_.splice(lru_.end(), lru_, s.lru);
   return BlockId{idx};
 }
 
@@ -59,18 +59,24 @@ std::optional<BlockId> HostTier::insert(const TierKey& key, std::span<const int3
 
 void HostTier::pin(BlockId id) {
   Slot& s = slot(id);
-  STRATA_CHECK(s.used && !s.pinned, "HostTier::pin: an unused or pinned slot");
+  STRATA_CHECK(s.used && !s.erased, "HostTier::pin: an unused or erased slot");
+  if (s.pins++ > 0) return;
   lru_.erase(s.lru);
-  s.pinned = true;
   ++num_pinned_;
 }
 
 void HostTier::unpin(BlockId id, bool least_recent) {
   Slot& s = slot(id);
-  STRATA_CHECK(s.used && s.pinned, "HostTier::unpin: a slot that is not pinned");
-  s.lru = lru_.insert(least_recent ? lru_.begin() : lru_.end(), id.value);
-  s.pinned = false;
+  STRATA_CHECK(s.used && s.pins > 0, "HostTier::unpin: a slot that is not pinned");
+  if (--s.pins > 0) return;
   --num_pinned_;
+  if (s.erased) {
+    --num_erased_;
+    s = Slot{};
+    free_.push_back(id.value);
+    return;
+  }
+  s.lru = lru_.insert(least_recent ? lru_.begin() : lru_.end(), id.value);
 }
 
 void HostTier::commit(BlockId id) { commit(id, tier_checksum(bytes(id))); }
@@ -145,14 +151,31 @@ size_t HostTier::verified_prefix(std::span<const Check> checks, ThreadPool* pool
 }
 
 void HostTier::erase(BlockId id) {
-  if (slot(id).used) release(id.value);
+  Slot& s = slot(id);
+  if (!s.used) return;
+  if (s.erased) {  // the caller's is one of the pins that hold it
+    unpin(id);
+    return;
+  }
+  if (s.pins <= 1) {
+    release(id.value);
+    return;
+  }
+  // Other pins hold it: out of the index now, free at their last unpin.
+  index_.erase(s.key);
+  if (s.prefetched) --num_prefetched_;
+  s.prefetched = false;
+  s.committed = false;
+  s.erased = true;
+  --s.pins;
+  ++num_erased_;
 }
 
 void HostTier::release(int32_t idx) {
   Slot& s = slots_[static_cast<size_t>(idx)];
   index_.erase(s.key);
   if (s.prefetched) --num_prefetched_;
-  if (s.pinned) {
+  if (s.pins > 0) {
     --num_pinned_;
   } else {
     lru_.erase(s.lru);
@@ -172,18 +195,24 @@ std::span<const std::byte> HostTier::bytes(BlockId id) const {
 }
 
 void HostTier::check_invariants() const {
-  STRATA_CHECK(index_.size() == lru_.size() + static_cast<size_t>(num_pinned_),
+  STRATA_CHECK(index_.size() + static_cast<size_t>(num_erased_) ==
+                   lru_.size() + static_cast<size_t>(num_pinned_),
                "HostTier: index and LRU list + pins differ in size");
-  STRATA_CHECK(index_.size() + free_.size() == slots_.size(), "HostTier: a slot is lost or doubled");
+  STRATA_CHECK(index_.size() + static_cast<size_t>(num_erased_) + free_.size() == slots_.size(),
+               "HostTier: a slot is lost or doubled");
   const auto pinned = std::count_if(slots_.begin(), slots_.end(),
-                                    [](const Slot& s) { return s.used && s.pinned; });
+                                    [](const Slot& s) { return s.used && s.pins > 0; });
   STRATA_CHECK(pinned == num_pinned_, "HostTier: the pin count is off");
+  const auto erased = std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) {
+    return s.used && s.erased && s.pins > 0 && !s.committed;
+  });
+  STRATA_CHECK(erased == num_erased_, "HostTier: the erased count is off");
   const auto prefetched = std::count_if(slots_.begin(), slots_.end(),
                                         [](const Slot& s) { return s.used && s.prefetched; });
   STRATA_CHECK(prefetched == num_prefetched_, "HostTier: the prefetched count is off");
   for (const int32_t idx : lru_) {
     const Slot& s = slots_[static_cast<size_t>(idx)];
-    STRATA_CHECK(s.used && !s.pinned, "HostTier: an unused or pinned slot in the LRU list");
+    STRATA_CHECK(s.used && s.pins == 0, "HostTier: an unused or pinned slot in the LRU list");
     const auto it = index_.find(s.key);
     STRATA_CHECK(it != index_.end() && it->second == idx, "HostTier: a slot's key is not indexed");
   }

@@ -6,7 +6,8 @@
 // write it down to the disk tier).
 //
 // A pinned slot is never taken for another block: the tiers pin a slot while an I/O thread reads
-// or writes its bytes. Each slot keeps its key, its token ids (every hit confirms them) and the
+// or writes its bytes, or while a stage copies it up; pins nest, so a block being written down
+// (to disk or Redis) can be staged at the same time, both only reading its bytes. Each slot keeps its key, its token ids (every hit confirms them) and the
 // XXH3 checksum of its bytes recorded when they were written (commit), which verify() checks
 // before a block goes back up. Owns its buffer. Not thread-safe: the scheduler thread owns the
 // bookkeeping (I/O threads touch only pinned slots' bytes). Cost: O(1) per operation plus one
@@ -56,12 +57,14 @@ class HostTier {
   // dropped; nullopt when neither exists. The caller writes the block's bytes into the slot and
   // then calls commit(slot); until then the slot is not found.
   std::optional<BlockId> insert(const TierKey& key, std::span<const int32_t> tokens);
-  // A pinned slot is never taken by insert() nor dropped but by erase(); pins do not nest.
+  // A pinned slot is never taken by insert() nor dropped but by erase(). Pins nest: the slot
+  // goes back among those insert() may take when every pin is undone.
   void pin(BlockId slot);
-  // Back among the slots insert() may take, as the most recently used, or as the least (a block
-  // just written down, which may go first).
+  // Undoes one pin; at the last, the slot goes back as the most recently used, or as the least
+  // (a block just written down, which may go first), or to the free slots when it was erased
+  // meanwhile.
   void unpin(BlockId slot, bool least_recent = false);
-  bool pinned(BlockId slot) const { return slot_ref(slot).pinned; }
+  bool pinned(BlockId slot) const { return slot_ref(slot).pins > 0; }
   bool committed(BlockId slot) const { return slot_ref(slot).committed; }
   const TierKey& key(BlockId slot) const { return slot_ref(slot).key; }
   std::span<const int32_t> tokens(BlockId slot) const { return slot_ref(slot).tokens; }
@@ -89,7 +92,9 @@ class HostTier {
   // How many of checks, from the first, still hash to their checksum, on pool's threads (null:
   // this one). Touches no tier state.
   static size_t verified_prefix(std::span<const Check> checks, ThreadPool* pool);
-  // Drops the slot's entry (a block that failed verify, or one nobody may use), pinned or not.
+  // Drops the slot's entry (a block that failed verify, or one nobody may use) and the caller's
+  // pin, if it holds one. A slot other pins still hold is not found any more, and is free once
+  // they are undone.
   void erase(BlockId slot);
 
   std::span<std::byte> bytes(BlockId slot);
@@ -102,7 +107,8 @@ class HostTier {
   struct Slot {
     bool used = false;
     bool committed = false;
-    bool pinned = false;     // out of the LRU list
+    int32_t pins = 0;        // pinned: out of the LRU list
+    bool erased = false;     // out of the index, pinned: free at the last unpin
     bool prefetched = false;  // read from disk by a prefetch, not served since
     TierKey key;
     std::vector<int32_t> tokens;
@@ -118,7 +124,8 @@ class HostTier {
   std::vector<Slot> slots_;
   std::vector<int32_t> free_;                                  // unused slots
   std::list<int32_t> lru_;                                     // unpinned used slots, least recent first
-  int32_t num_pinned_ = 0;
+  int32_t num_pinned_ = 0;  // slots with pins, erased ones included
+  int32_t num_erased_ = 0;
   int32_t num_prefetched_ = 0;
   std::unordered_map<TierKey, int32_t, TierKeyHasher> index_;  // committed and pending entries
 };

@@ -192,6 +192,8 @@ void KvTiers::wait_io(std::chrono::steady_clock::time_point until) {
 void KvTiers::drain_io() {
   while (apply_remote(/*block=*/true)) {
   }
+  while (apply_written(*tiers_[0], /*block=*/true)) {
+  }
   for (const std::unique_ptr<Tier>& t : tiers_) {
     while (t && apply_io(*t, /*block=*/true)) {
     }
@@ -205,13 +207,6 @@ bool KvTiers::apply_written(Tier& t, bool block) {
     t.host->unpin(BlockId{static_cast<int32_t>(tag)});
   }
   return !released.empty();
-}
-
-bool KvTiers::wait_unpinned(Tier& t, BlockId slot) {
-  while (t.host->pinned(slot) &&
-         (apply_written(t, /*block=*/true) || apply_io(t, /*block=*/true))) {
-  }
-  return !t.host->pinned(slot);
 }
 
 bool KvTiers::apply_io(Tier& t, bool block) {
@@ -591,8 +586,7 @@ bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens
     while (t.host->pending(k) && apply_io(t, /*block=*/true)) {
     }  // a prefetch is reading it
     if (const std::optional<BlockId> slot = t.host->find(k, block_tokens(b))) {
-      // Being written down (to disk or Redis): this stage first, or wait until it is written.
-      if (t.host->pinned(*slot) && (!stage.empty() || !wait_unpinned(t, *slot))) break;
+      // Pinned also when it is being written down (to disk or Redis): the writer only reads it.
       t.host->pin(*slot);
       // A block a prefetch read counts as served from disk.
       stage.push_back(Staged{*slot, k, t.host->take_prefetched(*slot)});
@@ -804,8 +798,7 @@ std::optional<BlockId> KvTiers::stage_now(Tier& t, const TierKey& key,
   }  // a read is under way
   if (t.host->pending(key)) return std::nullopt;  // a read from Redis fills it: not waited for
   if (const std::optional<BlockId> slot = t.host->find(key, tokens)) {
-    if (!wait_unpinned(t, *slot)) return std::nullopt;
-    t.host->pin(*slot);
+    t.host->pin(*slot);  // (pins nest: one being written down is copied up meanwhile)
     from_disk = t.host->take_prefetched(*slot);
     return slot;
   }

@@ -264,9 +264,6 @@ class KvTiers final : public PoolListener {
   // Unpins the host slots the remote tier's writer is done with (put_borrowed); with block,
   // first waits for one. False when none was released.
   bool apply_written(Tier& t, bool block);
-  // Waits until no write to disk or Redis holds the host slot; false when it stays pinned (a
-  // stage or a read holds it).
-  bool wait_unpinned(Tier& t, BlockId slot);
   void submit_read(Tier& t, BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
                    bool keep_pinned, std::shared_ptr<PrefetchTicket> ticket);
   // The pool of t's group cached or evicted blocks (PoolListener, per group).

@@ -1,6 +1,7 @@
 // The KV tiers over a real redis-server the test starts: a host slot that the remote tier's writer
-// still holds (put_borrowed, given back at the next poll) is found by a promotion or a stage that
-// runs before that poll. They wait for the writer instead of pinning the slot a second time.
+// still holds (put_borrowed, given back at the next poll) is found by a promotion that runs before
+// that poll. Pins nest: the promotion copies the block up while the writer codes it, and the slot
+// is free for another block only when both are done.
 
 #include <gtest/gtest.h>
 
@@ -32,8 +33,9 @@ class KvTiersRemoteTest : public KvTiersTest {
 };
 
 // Evicted blocks go down to the host tier and are queued for Redis from their slots, which stay
-// pinned until a poll takes the writer's releases; the lookup before that poll promotes them.
-TEST_F(KvTiersRemoteTest, APromotionWaitsForTheWriterThatHoldsItsHostSlots) {
+// pinned until a poll takes the writer's releases; the lookup before that poll promotes them
+// without waiting for the writer.
+TEST_F(KvTiersRemoteTest, APromotionStagesHostSlotsTheWriterStillHolds) {
   const std::vector<int32_t> p = prompt(100, 3);
   compute(p);
   evict_everything();

@@ -77,6 +77,45 @@ TEST(HostTierTest, TakesTheLeastRecentlyUsedUnpinnedSlot) {
   tier.check_invariants();
 }
 
+// A block being written down (one pin) and staged up (another) at once: the slot is taken for
+// another block only when both are done; erased by one (its bytes failed a check), it is found
+// no more, and free once the other pin is undone.
+TEST(HostTierTest, PinsNestAndAnErasedSlotIsFreeOnlyAtItsLastUnpin) {
+  HostTier tier(small_layout(), 2);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  const BlockId a = *tier.insert(key_of(1), tokens);
+  tier.commit(a);
+  const BlockId b = *tier.insert(key_of(2), tokens);
+  tier.commit(b);
+  tier.pin(a);  // the writer
+  tier.pin(a);  // a stage
+  EXPECT_EQ(tier.num_pinned(), 1);
+  tier.unpin(a);
+  EXPECT_TRUE(tier.pinned(a)) << "the writer's pin holds";
+  EXPECT_EQ(tier.least_recent(), b);
+  tier.unpin(a);
+  EXPECT_FALSE(tier.pinned(a));
+  EXPECT_EQ(tier.least_recent(), b);
+  tier.check_invariants();
+  // Erased while another pin holds it: gone from the index, the slot still held.
+  tier.pin(a);
+  tier.pin(a);
+  tier.erase(a);
+  EXPECT_FALSE(tier.contains(key_of(1)));
+  EXPECT_FALSE(tier.find(key_of(1), tokens));
+  EXPECT_TRUE(tier.pinned(a));
+  tier.check_invariants();
+  const std::optional<BlockId> c = tier.insert(key_of(1), tokens);
+  ASSERT_EQ(c, b) << "the held slot is not taken: the other one is";
+  tier.commit(*c);
+  tier.pin(*c);
+  EXPECT_FALSE(tier.insert(key_of(3), tokens)) << "both slots held";
+  tier.unpin(a);  // the last pin: free
+  EXPECT_EQ(tier.num_pinned(), 1);
+  EXPECT_EQ(tier.insert(key_of(3), tokens), a);
+  tier.check_invariants();
+}
+
 TEST(HostTierTest, OtherTokensOrChangedBytesAreNeverServed) {
   HostTier tier(small_layout(), 2);
   const BlockId s = *tier.insert(key_of(1), std::vector<int32_t>{1, 2, 3, 4});
