@@ -52,6 +52,7 @@ std::optional<BlockId> HostTier::insert(const TierKey& key, std::span<const int3
   s.committed = false;
   s.key = key;
   s.tokens.assign(tokens.begin(), tokens.end());
+  s.inserted_at = std::chrono::steady_clock::now();
   s.lru = lru_.insert(lru_.end(), idx);
   index_.emplace(key, idx);
   return BlockId{idx};

@@ -13,6 +13,7 @@
 // bookkeeping (I/O threads touch only pinned slots' bytes). Cost: O(1) per operation plus one
 // checksum pass over block_bytes per commit / verify.
 
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <optional>
@@ -67,6 +68,11 @@ class HostTier {
   bool pinned(BlockId slot) const { return slot_ref(slot).pins > 0; }
   bool committed(BlockId slot) const { return slot_ref(slot).committed; }
   const TierKey& key(BlockId slot) const { return slot_ref(slot).key; }
+  // When the slot's entry was inserted: its age when it is taken for another is how long a
+  // block that nobody asks for lives in the tier.
+  std::chrono::steady_clock::time_point inserted_at(BlockId slot) const {
+    return slot_ref(slot).inserted_at;
+  }
   std::span<const int32_t> tokens(BlockId slot) const { return slot_ref(slot).tokens; }
   uint64_t checksum(BlockId slot) const { return slot_ref(slot).checksum; }
   // Records the checksum of the slot's bytes and makes the entry findable.
@@ -113,6 +119,7 @@ class HostTier {
     TierKey key;
     std::vector<int32_t> tokens;
     uint64_t checksum = 0;
+    std::chrono::steady_clock::time_point inserted_at;
     std::list<int32_t>::iterator lru;  // valid when used and not pinned
   };
 

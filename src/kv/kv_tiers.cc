@@ -273,6 +273,14 @@ std::optional<BlockId> KvTiers::host_slot(Tier& t, const TierKey& key,
         continue;
       }
     }
+    if (t.host->num_free() == 0 && t.group == 0) {
+      if (const std::optional<BlockId> victim = t.host->least_recent()) {  // insert takes it
+        read_cost_.observe_residence(std::chrono::duration<double>(
+                                         std::chrono::steady_clock::now() -
+                                         t.host->inserted_at(*victim))
+                                         .count());
+      }
+    }
     const std::optional<BlockId> slot = t.host->insert(key, tokens);
     if (slot) t.host->pin(*slot);
     return slot;
@@ -728,6 +736,9 @@ void KvTiers::fetch_remote(Tier& t, std::span<const int32_t> tokens, const Prefe
     wanted.push_back(i);
   }
   if (wanted.empty()) return;
+  // Read later, when fewer tokens are ahead of the request: read now, the blocks would be pushed
+  // out of the host tier before it is admitted.
+  if (!remote_read_always_ && !read_cost_.lands_in_time(state.tokens_ahead)) return;
   const auto n = static_cast<int64_t>(wanted.size());
   const auto uncomputed = static_cast<int64_t>(tokens.size() - wanted.front() * bs);
   if (!remote_read_always_ &&

@@ -43,6 +43,12 @@ void RemoteReadCost::observe_read(int64_t blocks, double seconds) {
   read_.observe(static_cast<double>(blocks), seconds);
 }
 
+void RemoteReadCost::observe_residence(double seconds) {
+  if (seconds < 0.0) return;
+  update(residence_seconds_, residence_samples_, seconds);
+  ++residence_samples_;
+}
+
 double RemoteReadCost::compute_seconds(int64_t tokens) const {
   return step_.per_unit() * static_cast<double>(tokens);
 }

@@ -52,12 +52,25 @@ class RemoteReadCost {
     return !known() || read_seconds(blocks, queued_blocks) <= compute_seconds(tokens);
   }
 
+  // How long a block lived in the host tier before it was taken for another (the age of the
+  // tier's victims). A block read for a request that is admitted later than that is likely gone
+  // before it is used, and read again.
+  void observe_residence(double seconds);
+  // Whether blocks read now for a request behind tokens_ahead prompt tokens would still be in the
+  // host tier when it is admitted; true until the steps and the residence are measured.
+  bool lands_in_time(int64_t tokens_ahead) const {
+    return residence_samples_ == 0 || !step_.known() ||
+           compute_seconds(tokens_ahead) <= residence_seconds_;
+  }
+
   // Weight of the newest sample in the means.
   static constexpr double kWeight = 1.0 / 16;
 
  private:
   LinearCost step_;
   LinearCost read_;
+  double residence_seconds_ = 0.0;
+  int64_t residence_samples_ = 0;
 };
 
 }  // namespace strata::kv

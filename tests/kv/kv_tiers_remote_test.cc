@@ -71,5 +71,50 @@ TEST_F(KvTiersRemoteTest, AWriteThroughBlockStillBeingWrittenIsPromoted) {
   tiers_->host().check_invariants();
 }
 
+// A second instance over the same Redis: once its host tier has churned (its blocks live
+// milliseconds before they are taken for others) and a step is timed, a request with tokens
+// ahead of it is not read for yet (the blocks would be gone before it is admitted); at the head
+// of the queue it is.
+TEST_F(KvTiersRemoteTest, AReadIsPutOffWhileItsBlocksWouldBeEvictedBeforeTheRequestComesUp) {
+  const std::vector<int32_t> p = prompt(100, 2);
+  const std::vector<int32_t> q = prompt(500, 1);
+  compute(p);
+  compute(q);
+  evict_everything();  // both down to the host tier and queued for Redis
+  tiers_->drain_io();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (tiers_->remote()->stats().num_writes < 3 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(tiers_->remote()->stats().num_writes, 3);
+
+  // Another instance, nothing in its host tier of 12 blocks (prefetches may hold 3): 18 blocks
+  // go through it, so it takes its oldest for the last 6.
+  start(/*host_blocks=*/12, /*with_disk=*/false);
+  for (const int32_t first : {900, 2000, 3000}) {
+    compute(prompt(first, 6));
+    evict_everything();
+  }
+  tiers_->drain_io();
+  tiers_->observe_step(10, 10.0);  // a second a token: anything ahead outlasts the tier
+  PrefetchState first;  // no read timed yet: q is read
+  tiers_->prefetch(q, {}, first);
+  ASSERT_NE(first.ticket, nullptr);
+  tiers_->drain_io();
+  EXPECT_EQ(tiers_->stats().num_remote_fetched_blocks, 1);
+
+  PrefetchState behind;
+  behind.tokens_ahead = 1;
+  tiers_->prefetch(p, {}, behind);
+  EXPECT_EQ(behind.ticket, nullptr) << "put off";
+  EXPECT_EQ(tiers_->stats().num_remote_skipped_blocks, 0) << "not skipped: read later";
+  PrefetchState head;
+  tiers_->prefetch(p, {}, head);
+  ASSERT_NE(head.ticket, nullptr);
+  tiers_->drain_io();
+  EXPECT_EQ(tiers_->stats().num_remote_fetched_blocks, 3);
+  tiers_->host().check_invariants();
+}
+
 }  // namespace
 }  // namespace strata::kv

@@ -82,5 +82,19 @@ TEST(RemoteReadCostTest, ALineThroughTheMeanWhenTheSizesDoNotVaryOrTheFitIsNotPo
   EXPECT_DOUBLE_EQ(falling.fixed(), 0.0);
 }
 
+// Blocks live 2 s in the host tier before they are taken for others: a request behind 10,000
+// tokens (1 s of compute) finds what is read for it now, one behind 30,000 (3 s) would not.
+TEST(RemoteReadCostTest, AReadLandsInTimeWhenTheRequestComesUpBeforeItsBlocksAreEvicted) {
+  RemoteReadCost c;
+  EXPECT_TRUE(c.lands_in_time(1'000'000)) << "nothing measured";
+  c.observe_residence(2.0);
+  EXPECT_TRUE(c.lands_in_time(1'000'000)) << "the steps not measured";
+  c.observe_step(1000, 0.1);
+  EXPECT_TRUE(c.lands_in_time(10'000));
+  EXPECT_FALSE(c.lands_in_time(30'000));
+  for (int i = 0; i < 200; ++i) c.observe_residence(4.0);  // the tier churns less now
+  EXPECT_TRUE(c.lands_in_time(30'000));
+}
+
 }  // namespace
 }  // namespace strata::kv
