@@ -14,20 +14,6 @@
 namespace strata::kv {
 namespace {
 
-constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'K', 'R'};
-
-template <typename T>
-void put_raw(std::string& out, const T& v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
-template <typename T>
-T get_raw(std::string_view in, size_t offset) {
-  T v;
-  std::memcpy(&v, in.data() + offset, sizeof(v));
-  return v;
-}
-
 std::string hex16(uint64_t v) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string s(16, '0');
@@ -57,6 +43,7 @@ RemoteTier::RemoteTier(const RedisTarget& target, uint64_t ns, int32_t block_siz
       block_size_(block_size),
       block_bytes_(block_bytes),
       options_(std::move(options)),
+      format_(ns, block_size, block_bytes, options_.codec),
       reader_(make_store(target, options_.client)),
       writer_client_(make_store(target, options_.client)),
       writer_([this] { run_writer(); }) {}
@@ -70,68 +57,10 @@ RemoteTier::~RemoteTier() {
   writer_.join();
 }
 
-size_t RemoteTier::value_bytes() const {
-  return kHeaderBytes + static_cast<size_t>(block_size_) * sizeof(int32_t) +
-         kv_encode_bound(static_cast<size_t>(block_bytes_));
-}
+size_t RemoteTier::value_bytes() const { return format_.max_bytes(); }
 
 std::string RemoteTier::key(const BlockHash& hash) const {
   return "strata:kv:" + hex16(ns_) + ":" + hash_hex(hash);
-}
-
-std::string RemoteTier::encode(const BlockHash& hash, std::span<const int32_t> tokens,
-                               std::span<const std::byte> bytes, uint64_t checksum) const {
-  std::string v;
-  encode_into(v, hash, tokens, bytes, checksum, options_.codec);
-  return v;
-}
-
-void RemoteTier::encode_into(std::string& v, const BlockHash& hash, std::span<const int32_t> tokens,
-                             std::span<const std::byte> bytes, uint64_t checksum,
-                             const KvCodecPlan& codec) const {
-  v.clear();
-  v.reserve(value_bytes());
-  v.append(kMagic, sizeof(kMagic));
-  put_raw(v, kFormatVersion);
-  put_raw(v, static_cast<uint32_t>(block_size_));
-  put_raw(v, ns_);
-  put_raw(v, static_cast<uint64_t>(block_bytes_));
-  put_raw(v, checksum);
-  v.append(reinterpret_cast<const char*>(hash.bytes.data()), hash.bytes.size());
-  v.append(reinterpret_cast<const char*>(tokens.data()), tokens.size_bytes());
-  kv_encode(bytes, codec, v);
-}
-
-Status RemoteTier::decode(std::string_view value, const BlockHash& hash,
-                          std::span<const int32_t> tokens, std::span<std::byte> out,
-                          uint64_t* checksum) const {
-  const size_t token_bytes = static_cast<size_t>(block_size_) * sizeof(int32_t);
-  if (value.size() < kHeaderBytes + token_bytes || value.size() > value_bytes()) {
-    return Status::Internal("remote block: wrong length");
-  }
-  if (std::memcmp(value.data(), kMagic, sizeof(kMagic)) != 0 ||
-      get_raw<uint32_t>(value, 8) != kFormatVersion ||
-      get_raw<uint32_t>(value, 12) != static_cast<uint32_t>(block_size_) ||
-      get_raw<uint64_t>(value, 16) != ns_ ||
-      get_raw<uint64_t>(value, 24) != static_cast<uint64_t>(block_bytes_)) {
-    return Status::Internal("remote block: another format, namespace or shape");
-  }
-  const auto sum = get_raw<uint64_t>(value, 32);
-  if (std::memcmp(value.data() + 40, hash.bytes.data(), hash.bytes.size()) != 0) {
-    return Status::Internal("remote block: another chain hash");
-  }
-  if (tokens.size_bytes() != token_bytes ||
-      std::memcmp(value.data() + kHeaderBytes, tokens.data(), token_bytes) != 0) {
-    return Status::Internal("remote block: other token ids");
-  }
-  const std::string_view stream = value.substr(kHeaderBytes + token_bytes);
-  STRATA_CHECK(out.size() >= static_cast<size_t>(block_bytes_), "decode: out holds a block");
-  const std::span<std::byte> block = out.first(static_cast<size_t>(block_bytes_));
-  const Status decoded = kv_decode(std::as_bytes(std::span(stream.data(), stream.size())), block);
-  if (!decoded.ok()) return Status::Internal("remote block: " + decoded.message());
-  if (tier_checksum(block) != sum) return Status::Internal("remote block: checksum mismatch");
-  if (checksum != nullptr) *checksum = sum;
-  return Status::Ok();
 }
 
 void RemoteTier::get(std::span<Get> blocks) {
@@ -154,7 +83,7 @@ void RemoteTier::get(std::span<Get> blocks) {
           return;
         }
         bytes += static_cast<int64_t>(v->size());
-        const Status s = decode(*v, g.hash, g.tokens, g.out, &g.checksum);
+        const Status s = format_.decode(*v, g.hash, g.tokens, g.out, &g.checksum);
         if (!s.ok()) {
           ++bad;
           g.status = Status::NotFound(s.message());
@@ -189,7 +118,7 @@ bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
       spare_.pop_back();
     }
   }
-  encode_into(w.value, hash, tokens, bytes, checksum, KvCodecPlan{});  // coded by the writer
+  format_.encode_into(w.value, hash, tokens, bytes, checksum, KvCodecPlan{});  // coded by the writer
   w.queued_bytes = static_cast<int64_t>(w.value.size());
   w.key = key(hash);
   return enqueue(std::move(w));
@@ -250,7 +179,7 @@ RemoteTierStats RemoteTier::stats() const {
 void RemoteTier::run_writer() {
   // The coded values, and borrowed blocks' (their buffers reused batch after batch).
   std::vector<std::string> coded;
-  const size_t prefix = kHeaderBytes + static_cast<size_t>(block_size_) * sizeof(int32_t);
+  const size_t prefix = format_.prefix_bytes();
   const bool recode = options_.codec.scheme != KvCodecScheme::kStored;
   // Split without given codebooks: each segment's own for the first kCalibrationBlocks blocks,
   // whose histograms then fix one codebook per segment (a layer's K or V) for the rest, which
@@ -301,7 +230,7 @@ void RemoteTier::run_writer() {
         }
       }
       if (w.borrowed) {
-        encode_into(coded[i], w.hash, w.tokens, block, w.checksum, plan);
+        format_.encode_into(coded[i], w.hash, w.tokens, block, w.checksum, plan);
         released.push_back(w.tag);
       } else {
         coded[i].assign(w.value, 0, prefix);

@@ -5,15 +5,10 @@
 // tier_namespace) and the chain hash, which holds the whole prefix and the tenant salt -- as
 //
 //   key    strata:kv:<namespace, 16 hex digits>:<chain hash, 64 hex digits>
-//   value  header (72 bytes: "STRATAKR", format version u32, block_size u32, namespace u64,
-//          block_bytes u64, checksum u64 (XXH3 of the bytes), hash [32]), the block's token ids
-//          (block_size x int32), the bytes (block_bytes, the pool layout's block) as a KV codec
-//          stream (kv_codec.h: split BF16, zstd or stored, as RemoteTierOptions::codec says)
-//
-// and every read checks all of it -- length, header, namespace, hash, token ids, the stream,
-// the decoded bytes' checksum -- before the bytes are used: anything else (a truncated or
-// overwritten value, another block's value under the key) is a miss, counted as bad, never a wrong
-// block.
+//   value  the block as a self-checking value (block_value.h: header, token ids, the bytes as a
+//          KV codec stream as RemoteTierOptions::codec says), which every read checks whole
+//          before the bytes are used: anything else (a truncated or overwritten value, another
+//          block's value under the key) is a miss, counted as bad, never a wrong block.
 //
 //   get(blocks)   one round trip for the whole list (per server or cluster master holding
 //                 some), on the caller's connection: pipelined MGETs of up to 2 MiB of values
@@ -54,6 +49,7 @@
 
 #include "core/status.h"
 #include "kv/block_hash.h"
+#include "kv/block_value.h"
 #include "kv/kv_codec.h"
 #include "kv/redis_client.h"
 #include "strata/latency_histogram.h"
@@ -103,27 +99,15 @@ class RemoteTier {
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
 
-  static constexpr uint32_t kFormatVersion = 2;
   // Split values without given codebooks: blocks coded with their own before each writer fixes
   // one codebook per segment from their histograms.
   static constexpr int kCalibrationBlocks = 16;
-  static constexpr size_t kHeaderBytes = 72;
   // The longest value: a stored block's (a coded one is shorter).
   size_t value_bytes() const;
+  // The values' form (block_value.h), with the codec options() gave.
+  const BlockValueFormat& format() const { return format_; }
 
   std::string key(const BlockHash& hash) const;
-  std::string encode(const BlockHash& hash, std::span<const int32_t> tokens,
-                     std::span<const std::byte> bytes, uint64_t checksum) const;
-  // encode() into v, whose buffer is reused when it is large enough, with the bytes coded by
-  // `codec`.
-  void encode_into(std::string& v, const BlockHash& hash, std::span<const int32_t> tokens,
-                   std::span<const std::byte> bytes, uint64_t checksum,
-                   const KvCodecPlan& codec) const;
-  // Checks value as a stored copy of (hash, tokens) in this namespace and decodes its bytes into
-  // out (block_bytes), its checksum into *checksum. Internal, naming the check, otherwise (out
-  // may then hold anything).
-  Status decode(std::string_view value, const BlockHash& hash, std::span<const int32_t> tokens,
-                std::span<std::byte> out, uint64_t* checksum) const;
 
   // One block asked of get(): filled in with status Ok (out and checksum set), NotFound (absent
   // or bad), or Unavailable (the server did not answer; the caller recomputes).
@@ -163,6 +147,7 @@ class RemoteTier {
   int32_t block_size_;
   int64_t block_bytes_;
   RemoteTierOptions options_;
+  BlockValueFormat format_;
   std::unique_ptr<RedisStore> reader_;
   std::unique_ptr<RedisStore> writer_client_;
 

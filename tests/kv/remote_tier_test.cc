@@ -169,10 +169,10 @@ TEST_F(RemoteTierTest, AValueThatFailsACheckIsAMissCountedAsBad) {
   flipped[flipped.size() - 3] ^= 0x5a;
   const std::string other_block = raw(t->key(b.hash));
   auto foreign = tier(/*ns=*/12);
-  const std::string other_ns = foreign->encode(a.hash, a.tokens, a.bytes, a.checksum);
+  const std::string other_ns = foreign->format().encode(a.hash, a.tokens, a.bytes, a.checksum);
   std::vector<int32_t> other_tokens = a.tokens;
   other_tokens[0] += 1;
-  const std::string wrong_tokens = t->encode(a.hash, other_tokens, a.bytes, a.checksum);
+  const std::string wrong_tokens = t->format().encode(a.hash, other_tokens, a.bytes, a.checksum);
   int64_t bad = 0;
   for (const std::string& value :
        {good.substr(0, good.size() - 1), flipped, other_block, other_ns, wrong_tokens}) {
