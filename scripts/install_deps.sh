@@ -15,6 +15,7 @@ packages=(
   libxxhash-dev  # the KV tiers' checksums
   libhiredis-dev  # the KV tiers' Redis client (the remote tier)
   libzstd-dev  # the KV codec's general-purpose scheme
+  libucx-dev  # UCX (UCP): the peer transport of prefill/decode disaggregation
   libboost-dev  # Boost.Beast and Boost.Asio (header-only): the HTTP server
 )
 if ((!demo)); then
