@@ -86,14 +86,8 @@ Result<std::unique_ptr<PeerClient>> UcxPeerClient::connect(const sockaddr_storag
 }
 
 Status UcxPeerClient::open(const sockaddr_storage& addr, socklen_t len) {
-  ucp_am_handler_param_t h{};
-  h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                 UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  h.id = kPeerResponseAmId;
-  h.cb = &UcxPeerClient::on_response;
-  h.arg = this;
-  ucs_status_t s = ucp_worker_set_am_recv_handler(worker_->get(), &h);
-  if (s != UCS_OK) return ucx_status(s, "ucp_worker_set_am_recv_handler");
+  STRATA_RETURN_IF_ERROR(
+      worker_->set_am_handler(kPeerResponseAmId, &UcxPeerClient::on_response, this));
   ucp_ep_params_t p{};
   p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                  UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -103,7 +97,7 @@ Status UcxPeerClient::open(const sockaddr_storage& addr, socklen_t len) {
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = &UcxPeerClient::on_ep_error;
   p.err_handler.arg = this;
-  s = ucp_ep_create(worker_->get(), &p, &ep_);
+  const ucs_status_t s = ucp_ep_create(worker_->get(), &p, &ep_);
   if (s != UCS_OK) {
     ep_ = nullptr;
     return ucx_status(s, "connecting to peer " + address_);

@@ -101,14 +101,8 @@ Result<std::unique_ptr<PeerServer>> UcxPeerServer::start(const std::string& bind
   Result<std::unique_ptr<UcxWorker>> worker = UcxWorker::create(transports);
   if (!worker.ok()) return worker.status();
   std::unique_ptr<UcxPeerServer> server(new UcxPeerServer(std::move(worker).value(), lookup));
-  ucp_am_handler_param_t h{};
-  h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                 UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  h.id = kPeerRequestAmId;
-  h.cb = &UcxPeerServer::on_request;
-  h.arg = server.get();
-  const ucs_status_t s = ucp_worker_set_am_recv_handler(server->worker_->get(), &h);
-  if (s != UCS_OK) return ucx_status(s, "ucp_worker_set_am_recv_handler");
+  STRATA_RETURN_IF_ERROR(
+      server->worker_->set_am_handler(kPeerRequestAmId, &UcxPeerServer::on_request, server.get()));
   STRATA_RETURN_IF_ERROR(server->listen(addr, len, bind_host));
   UcxPeerServer* raw = server.get();
   server->thread_ = std::thread([raw] { raw->run(); });

@@ -85,6 +85,18 @@ void UcxWorker::progress_or_sleep(std::chrono::milliseconds wait) {
 
 void UcxWorker::signal() { (void)ucp_worker_signal(worker_); }
 
+Status UcxWorker::set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg) {
+  ucp_am_handler_param_t h{};
+  h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                 UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  h.id = id;
+  h.cb = cb;
+  h.arg = arg;
+  const ucs_status_t s = ucp_worker_set_am_recv_handler(worker_, &h);
+  if (s != UCS_OK) return ucx_status(s, "ucp_worker_set_am_recv_handler");
+  return Status::Ok();
+}
+
 void UcxWorker::close(ucp_ep_h ep, std::chrono::milliseconds wait) {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

@@ -41,6 +41,8 @@ class UcxWorker {
   void progress_or_sleep(std::chrono::milliseconds wait);
   // Wakes a progress_or_sleep sleeping on another thread.
   void signal();
+  // Calls cb(arg, ...) for each Active Message with this id that reaches the worker.
+  Status set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg);
   // Closes ep, forced (nothing more is sent or received on it: its operations complete with an
   // error), progressing the worker up to `wait` for UCX to finish.
   void close(ucp_ep_h ep, std::chrono::milliseconds wait);

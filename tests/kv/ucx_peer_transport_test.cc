@@ -325,13 +325,7 @@ class RawPeer {
     if (!w.ok()) w = UcxWorker::create(UcxTransports::kTcp);
     EXPECT_TRUE(w.ok()) << w.status().to_string();
     worker_ = std::move(w).value();
-    ucp_am_handler_param_t h{};
-    h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                   UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    h.id = kPeerResponseAmId;
-    h.cb = &RawPeer::on_response;
-    h.arg = this;
-    EXPECT_EQ(ucp_worker_set_am_recv_handler(worker_->get(), &h), UCS_OK);
+    EXPECT_TRUE(worker_->set_am_handler(kPeerResponseAmId, &RawPeer::on_response, this).ok());
     std::string host;
     int port = 0;
     EXPECT_TRUE(split_host_port(address, &host, &port).ok());
