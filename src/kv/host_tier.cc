@@ -72,7 +72,6 @@ void HostTier::unpin(BlockId id, bool least_recent) {
   if (--s.pins > 0) return;
   --num_pinned_;
   if (s.erased) {
-    --num_erased_;
     s = Slot{};
     free_.push_back(id.value);
     return;
@@ -169,7 +168,6 @@ void HostTier::erase(BlockId id) {
   s.committed = false;
   s.erased = true;
   --s.pins;
-  ++num_erased_;
 }
 
 void HostTier::release(int32_t idx) {
@@ -196,18 +194,20 @@ std::span<const std::byte> HostTier::bytes(BlockId id) const {
 }
 
 void HostTier::check_invariants() const {
-  STRATA_CHECK(index_.size() + static_cast<size_t>(num_erased_) ==
-                   lru_.size() + static_cast<size_t>(num_pinned_),
+  // Erased slots: out of the index, held by pins, neither committed nor free.
+  const auto erased =
+      static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) {
+        STRATA_CHECK(!s.erased || (s.used && s.pins > 0 && !s.committed),
+                     "HostTier: an erased slot is unpinned or committed");
+        return s.erased;
+      }));
+  STRATA_CHECK(index_.size() + erased == lru_.size() + static_cast<size_t>(num_pinned_),
                "HostTier: index and LRU list + pins differ in size");
-  STRATA_CHECK(index_.size() + static_cast<size_t>(num_erased_) + free_.size() == slots_.size(),
+  STRATA_CHECK(index_.size() + erased + free_.size() == slots_.size(),
                "HostTier: a slot is lost or doubled");
   const auto pinned = std::count_if(slots_.begin(), slots_.end(),
                                     [](const Slot& s) { return s.used && s.pins > 0; });
   STRATA_CHECK(pinned == num_pinned_, "HostTier: the pin count is off");
-  const auto erased = std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) {
-    return s.used && s.erased && s.pins > 0 && !s.committed;
-  });
-  STRATA_CHECK(erased == num_erased_, "HostTier: the erased count is off");
   const auto prefetched = std::count_if(slots_.begin(), slots_.end(),
                                         [](const Slot& s) { return s.used && s.prefetched; });
   STRATA_CHECK(prefetched == num_prefetched_, "HostTier: the prefetched count is off");

@@ -7,9 +7,9 @@
 //
 // A pinned slot is never taken for another block: the tiers pin a slot while an I/O thread reads
 // or writes its bytes, or while a stage copies it up; pins nest, so a block being written down
-// (to disk or Redis) can be staged at the same time, both only reading its bytes. Each slot keeps its key, its token ids (every hit confirms them) and the
-// XXH3 checksum of its bytes recorded when they were written (commit), which verify() checks
-// before a block goes back up. Owns its buffer. Not thread-safe: the scheduler thread owns the
+// (to disk or Redis) can be staged at the same time, both only reading its bytes. Each slot
+// keeps its key, its token ids (every hit confirms them) and the XXH3 checksum of its bytes
+// recorded when they were written (commit), which verify() checks before a block goes back up. Owns its buffer. Not thread-safe: the scheduler thread owns the
 // bookkeeping (I/O threads touch only pinned slots' bytes). Cost: O(1) per operation plus one
 // checksum pass over block_bytes per commit / verify.
 
@@ -132,7 +132,6 @@ class HostTier {
   std::vector<int32_t> free_;                                  // unused slots
   std::list<int32_t> lru_;                                     // unpinned used slots, least recent first
   int32_t num_pinned_ = 0;  // slots with pins, erased ones included
-  int32_t num_erased_ = 0;
   int32_t num_prefetched_ = 0;
   std::unordered_map<TierKey, int32_t, TierKeyHasher> index_;  // committed and pending entries
 };

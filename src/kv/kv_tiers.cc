@@ -275,10 +275,8 @@ std::optional<BlockId> KvTiers::host_slot(Tier& t, const TierKey& key,
     }
     if (t.host->num_free() == 0 && t.group == 0) {
       if (const std::optional<BlockId> victim = t.host->least_recent()) {  // insert takes it
-        read_cost_.observe_residence(std::chrono::duration<double>(
-                                         std::chrono::steady_clock::now() -
-                                         t.host->inserted_at(*victim))
-                                         .count());
+        const auto age = std::chrono::steady_clock::now() - t.host->inserted_at(*victim);
+        read_cost_.observe_residence(std::chrono::duration<double>(age).count());
       }
     }
     const std::optional<BlockId> slot = t.host->insert(key, tokens);
