@@ -46,6 +46,7 @@ RemoteTier::RemoteTier(const RedisTarget& target, uint64_t ns, int32_t block_siz
       format_(ns, block_size, block_bytes, options_.codec),
       reader_(make_store(target, options_.client)),
       writer_client_(make_store(target, options_.client)),
+      spare_(64 * format_.max_bytes()),
       writer_([this] { run_writer(); }) {}
 
 RemoteTier::~RemoteTier() {
@@ -113,10 +114,7 @@ bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
   Write w;
   {
     const std::lock_guard lock(mu_);
-    if (!spare_.empty()) {
-      w.value = std::move(spare_.back());
-      spare_.pop_back();
-    }
+    w.value = spare_.take();
   }
   format_.encode_into(w.value, hash, tokens, bytes, checksum, KvCodecPlan{});  // coded by the writer
   w.queued_bytes = static_cast<int64_t>(w.value.size());
@@ -279,7 +277,7 @@ void RemoteTier::run_writer() {
     }
     // The values' buffers serve later puts: their pages are in memory already.
     for (Write& w : batch) {
-      if (!w.borrowed && spare_.size() < kSpareValues) spare_.push_back(std::move(w.value));
+      if (!w.borrowed) spare_.put(std::move(w.value));
     }
     if (queue_.empty()) idle_cv_.notify_all();
   }

@@ -52,6 +52,7 @@
 #include "kv/block_value.h"
 #include "kv/kv_codec.h"
 #include "kv/redis_client.h"
+#include "kv/value_buffer_pool.h"
 #include "strata/latency_histogram.h"
 
 namespace strata::kv {
@@ -168,9 +169,8 @@ class RemoteTier {
   bool enqueue(Write w);  // false: dropped (counted)
   std::deque<Write> queue_;
   // Written values' buffers, for the next puts to encode into (fresh 2 MiB allocations cost more
-  // in page faults than the copy into them).
-  std::vector<std::string> spare_;
-  static constexpr size_t kSpareValues = 64;
+  // in page faults than the copy into them): at most 64 values' worth.
+  ValueBufferPool spare_;
   int64_t queued_bytes_ = 0;
   std::vector<uint64_t> released_;  // borrowed blocks' tags, for take_released
   int64_t num_borrowed_ = 0;        // tags queued or being coded, not yet taken back

@@ -67,7 +67,7 @@ class UcxPeerClient final : public PeerClient {
   uint64_t next_id_ = 1;
   std::unique_ptr<Get> current_;
   std::vector<std::unique_ptr<Get>> abandoned_;
-  ValueBufferPool pool_;  // the caller's old values, received into again
+  ValueBufferPool pool_{kMaxPeerResponseBytes};  // the caller's old values, received into again
 };
 
 Result<std::unique_ptr<PeerClient>> UcxPeerClient::connect(const sockaddr_storage& addr,

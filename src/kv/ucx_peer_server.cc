@@ -89,7 +89,7 @@ class UcxPeerServer final : public PeerServer {
   std::vector<Incoming> incoming_;
   std::unordered_map<uint64_t, std::unique_ptr<Response>> sending_;
   uint64_t next_seq_ = 0;
-  ValueBufferPool pool_;
+  ValueBufferPool pool_{kMaxPeerResponseBytes};
 };
 
 Result<std::unique_ptr<PeerServer>> UcxPeerServer::start(const std::string& bind_host, int port,
