@@ -7,9 +7,10 @@
 // (a block's raw bytes, header and token ids), whatever the codec sent. The peer,
 // redis-benchmark with the same value size in the same run, is tools/bench/bench_remote_tier.sh's.
 //
-// Usage: strata_remote_tier_bench --url redis://HOST:PORT [--blocks N] [--block-bytes B]
-//                                 [--batch M] [--json]
-// The database is flushed first (FLUSHDB): point it at a scratch server.
+// Usage: strata_remote_tier_bench --url redis://HOST:PORT [--url ...] [--blocks N]
+//                                 [--block-bytes B] [--batch M] [--json]
+// Several --url: independent servers sharing the blocks (redis_shards.h), as the engine's
+// --kv-remote-url list. Every database is flushed first (FLUSHDB): point it at scratch servers.
 
 #include <CLI/CLI.hpp>
 #include <bit>
@@ -40,14 +41,15 @@ double seconds_since(Clock::time_point t) {
 
 int run(int argc, char** argv) {
   CLI::App app("The remote KV tier's write and read rates");
-  std::string url;
+  std::vector<std::string> urls;
   int32_t blocks = 256;
   int64_t block_bytes = int64_t{2} << 20;
   int32_t batch = 32;
   std::string codec = "stored";
   size_t segment_bytes = 32768;
   bool json = false;
-  app.add_option("--url", url, "redis://HOST:PORT of a scratch server")->required();
+  app.add_option("--url", urls, "redis://HOST:PORT of a scratch server; repeated: shards")
+      ->required();
   app.add_option("--blocks", blocks)->check(CLI::Range(1, 1 << 20));
   app.add_option("--block-bytes", block_bytes)->check(CLI::Range(int64_t{64}, int64_t{1} << 30));
   app.add_option("--batch", batch, "blocks per MGET")->check(CLI::Range(1, 4096));
@@ -57,13 +59,15 @@ int run(int argc, char** argv) {
   app.add_flag("--json", json);
   CLI11_PARSE(app, argc, argv);
 
-  const strata::Result<strata::kv::RedisEndpoint> ep = strata::kv::parse_redis_url(url);
-  if (!ep.ok()) throw std::runtime_error(ep.status().message());
+  strata::kv::RedisTarget target;
   strata::kv::RedisClientOptions client{.timeout = std::chrono::milliseconds(5000)};
-  {
+  for (const std::string& url : urls) {
+    const strata::Result<strata::kv::RedisEndpoint> ep = strata::kv::parse_redis_url(url);
+    if (!ep.ok()) throw std::runtime_error(ep.status().message());
     strata::kv::RedisClient admin(*ep, client);
     const std::string_view flush[] = {"FLUSHDB"};
-    if (!admin.command(flush).ok()) throw std::runtime_error("FLUSHDB failed: no server?");
+    if (!admin.command(flush).ok()) throw std::runtime_error("FLUSHDB failed: no server at " + url);
+    target.nodes.push_back(*ep);
   }
   strata::kv::RemoteTierOptions options;
   options.client = client;
@@ -71,7 +75,7 @@ int run(int argc, char** argv) {
   const std::optional<strata::kv::KvCodecScheme> scheme = strata::kv::parse_codec_scheme(codec);
   if (!scheme) throw std::runtime_error("unknown --codec " + codec);
   options.codec = strata::kv::KvCodecPlan{.scheme = *scheme, .segment_bytes = segment_bytes};
-  strata::kv::RemoteTier tier(*ep, /*ns=*/7, kBlockSize, block_bytes, options);
+  strata::kv::RemoteTier tier(target, /*ns=*/7, kBlockSize, block_bytes, options);
 
   std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(blocks));
   std::vector<strata::kv::BlockHash> hashes;
@@ -126,7 +130,8 @@ int run(int argc, char** argv) {
   const double put_gbs = value_bytes / put_s / 1e9;
   const double get_gbs = value_bytes / get_s / 1e9;
   if (json) {
-    const nlohmann::json j = {{"blocks", blocks},
+    const nlohmann::json j = {{"servers", urls.size()},
+                              {"blocks", blocks},
                               {"block_bytes", block_bytes},
                               {"value_bytes", tier.value_bytes()},
                               {"batch", batch},
@@ -138,8 +143,9 @@ int run(int argc, char** argv) {
                               {"bytes_written", tier.stats().bytes_written}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("| %d blocks of %lld bytes (values %zu) | seconds | GB/s |\n|---|---|---|\n",
-                blocks, static_cast<long long>(block_bytes), tier.value_bytes());
+    std::printf("| %d blocks of %lld bytes (values %zu), %zu servers | seconds | GB/s |\n"
+                "|---|---|---|\n",
+                blocks, static_cast<long long>(block_bytes), tier.value_bytes(), urls.size());
     std::printf("| put (pipelined SET NX), until flushed | %.3f | %.2f |\n", put_s, put_gbs);
     std::printf("| get (MGET of %d, checked) | %.3f | %.2f |\n", batch, get_s, get_gbs);
   }
