@@ -141,6 +141,28 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
           "--kv-remote holds group 0's blocks only: a cache whose later groups a hit reads (a "
           "hybrid model's windows, --kv-int4-residual above one block) cannot use it yet");
     }
+    const bool peers = config.peer_outbox_bytes > 0 || config.peer_connect;
+    if (peers && g > 0) {
+      return Status::InvalidArgument(
+          "--role prefill and decode move group 0's blocks only: a cache whose later groups a "
+          "hit reads (a hybrid model's windows, --kv-int4-residual above one block) cannot be "
+          "disaggregated yet");
+    }
+    if (config.peer_connect && config.remote) {
+      return Status::InvalidArgument(
+          "--role decode reads the blocks it lacks from the prefill instance: --kv-remote "
+          "beside it is not supported");
+    }
+    if (config.peer_outbox_bytes > 0) {
+      t->outbox = std::make_unique<PeerOutbox>(
+          BlockValueFormat(t->ns, bs, block_bytes, config.peer_codec ? remote_codec_plan(layout) : KvCodecPlan{}),
+          config.peer_outbox_bytes);
+    }
+    if (config.peer_connect) {
+      t->peer = std::make_unique<PeerSource>(
+          BlockValueFormat(t->ns, bs, block_bytes, config.peer_codec ? remote_codec_plan(layout) : KvCodecPlan{}),
+          config.peer_connect, config.peer_options);
+    }
     tiers[static_cast<size_t>(g)] = std::move(t);
   }
   return std::unique_ptr<KvTiers>(new KvTiers(config, cache, std::move(tiers)));
@@ -150,7 +172,7 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
                  std::vector<std::unique_ptr<Tier>> tiers)
     : policy_(config.policy),
       prefetch_(config.prefetch),
-      remote_read_always_(config.remote_read_always),
+      remote_read_always_(config.remote_read_always || config.peer_connect),
       cache_(cache),
       tiers_(std::move(tiers)),
       one_full_group_(cache.num_groups() == 1 &&
@@ -161,9 +183,8 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
   for (const std::unique_ptr<Tier>& t : tiers_) {
     if (!t) continue;
     if (t->disk) t->io = std::make_unique<TierIo>(*t->disk);
-    if (t->remote) {
-      fetcher_ = std::make_unique<RemoteFetcher>(*t->remote);
-    }
+    if (t->remote) fetcher_ = std::make_unique<RemoteFetcher>(*t->remote);
+    if (t->peer) fetcher_ = std::make_unique<RemoteFetcher>(*t->peer);
     t->mover->attach(t->host->buffer());
     if (t->group == 0) {
       cache_.pool(0).set_listener(this);
@@ -200,13 +221,23 @@ void KvTiers::drain_io() {
   }
 }
 
+std::vector<BlockSink*> KvTiers::Tier::sinks() const {
+  std::vector<BlockSink*> out;
+  if (remote) out.push_back(remote.get());
+  if (outbox) out.push_back(outbox.get());
+  return out;
+}
+
 bool KvTiers::apply_written(Tier& t, bool block) {
-  if (!t.remote) return false;
-  const std::vector<uint64_t> released = t.remote->take_released(block);
-  for (const uint64_t tag : released) {
-    t.host->unpin(BlockId{static_cast<int32_t>(tag)});
+  bool any = false;
+  for (BlockSink* const sink : t.sinks()) {
+    const std::vector<uint64_t> released = sink->take_released(block && !any);
+    for (const uint64_t tag : released) {
+      t.host->unpin(BlockId{static_cast<int32_t>(tag)});
+    }
+    any = any || !released.empty();
   }
-  return !released.empty();
+  return any;
 }
 
 bool KvTiers::apply_io(Tier& t, bool block) {
@@ -340,13 +371,17 @@ void KvTiers::copy_down(Tier& t, DownBatch& batch) {
       sums = std::async(std::launch::async, [this, &t, done] { t.host->commit(done, &threads_); });
     }
   }
+  const std::vector<BlockSink*> sinks = t.sinks();
   for (const BlockId s : batch.slots) {
-    // Shared with other instances as soon as it is here (queued; dropped when Redis lags): the
-    // writer codes the value from the slot, which stays pinned until it is done (apply_written).
-    if (t.remote && t.remote->put_borrowed(t.host->key(s).hash, t.host->tokens(s),
-                                           t.host->bytes(s), t.host->checksum(s),
-                                           static_cast<uint64_t>(s.value))) {
-      continue;
+    // Shared with other instances as soon as it is here (queued; dropped when a sink lags): each
+    // sink codes its value from the slot, which it holds pinned until it is done
+    // (apply_written).
+    for (BlockSink* const sink : sinks) {
+      t.host->pin(s);
+      if (!sink->put_borrowed(t.host->key(s).hash, t.host->tokens(s), t.host->bytes(s),
+                              t.host->checksum(s), static_cast<uint64_t>(s.value))) {
+        t.host->unpin(s);
+      }
     }
     t.host->unpin(s);
   }
@@ -425,7 +460,9 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
   if ((!disk_reads && !fetcher_) || state.pending() || state.checked_at == changes_) return;
   // Prefetched blocks waiting for their requests, and reads under way, hold at most a quarter of
   // the host tier, or they would push each other (and what other requests need) out before use.
-  const int32_t budget = t.host->capacity() / kPrefetchShare - t.host->num_prefetched() -
+  // Half of it for a decode instance's reads of the prefill instance: its requests need them.
+  const int32_t budget = t.host->capacity() / (t.peer ? 2 : kPrefetchShare) -
+                         t.host->num_prefetched() -
                          prefetch_reads_ - (fetcher_ ? fetcher_->blocks_in_flight() : 0) -
                          static_cast<int32_t>(from_remote_.size());
   if (budget <= 0) return;  // looked at again when some are served

@@ -64,6 +64,8 @@
 #include "kv/disk_tier.h"
 #include "kv/host_tier.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/peer_outbox.h"
+#include "kv/peer_source.h"
 #include "kv/remote_fetcher.h"
 #include "kv/remote_read_cost.h"
 #include "kv/remote_tier.h"
@@ -95,6 +97,15 @@ struct KvTierConfig {
   // --kv-remote-read always: every missing block is read and waited for; false (auto): only
   // reads that end before the blocks would be computed (RemoteReadCost).
   bool remote_read_always = false;
+  // Disaggregation (docs/kv.md): --role prefill keeps every block written down (policy
+  // write-through) in an outbox of this many bytes for decode instances to read (outbox());
+  // --role decode reads the blocks no tier holds from the prefill instance peer_connect reaches,
+  // every one of them (as remote_read_always), in place of Redis.
+  int64_t peer_outbox_bytes = 0;
+  PeerConnect peer_connect = {};
+  PeerSourceOptions peer_options = {};
+  // The outbox's values coded as suits the pool's dtype (as remote_codec); false: stored.
+  bool peer_codec = false;
 };
 
 struct KvTierStats {
@@ -225,6 +236,9 @@ class KvTiers final : public PoolListener {
   const HostTier& host() const { return *tiers_[0]->host; }
   const DiskTier* disk() const { return disk(0); }
   const RemoteTier* remote() const { return tiers_[0]->remote.get(); }
+  // --role prefill's outbox, whose lookup a PeerServer serves; --role decode's source.
+  PeerOutbox* outbox() const { return tiers_[0]->outbox.get(); }
+  const PeerSource* peer() const { return tiers_[0]->peer.get(); }
 
  private:
   class GroupListener;
@@ -237,6 +251,10 @@ class KvTiers final : public PoolListener {
     std::unique_ptr<DiskTier> disk;
     std::unique_ptr<TierIo> io;  // with a disk tier
     std::unique_ptr<RemoteTier> remote;  // group 0, with --kv-remote
+    std::unique_ptr<PeerOutbox> outbox;  // group 0, --role prefill
+    std::unique_ptr<PeerSource> peer;    // group 0, --role decode
+    // Where the blocks written down are lent besides the host tier (remote, outbox).
+    std::vector<BlockSink*> sinks() const;
     std::unique_ptr<GroupListener> listener;  // groups after the first (group 0's: KvTiers)
 
     TierKey key(const BlockHash& hash) const { return TierKey{ns, hash}; }
@@ -261,8 +279,8 @@ class KvTiers final : public PoolListener {
                                    bool wait, bool write_down = true);
   // Applies t's finished I/O jobs; with block, first waits for one (false: none outstanding).
   bool apply_io(Tier& t, bool block);
-  // Unpins the host slots the remote tier's writer is done with (put_borrowed); with block,
-  // first waits for one. False when none was released.
+  // Unpins the host slots the sinks (the remote tier's writer, the outbox) are done with
+  // (put_borrowed); with block, first waits for one. False when none was released.
   bool apply_written(Tier& t, bool block);
   void submit_read(Tier& t, BlockId slot, const TierKey& key, std::span<const int32_t> tokens,
                    bool keep_pinned, std::shared_ptr<PrefetchTicket> ticket);
@@ -360,8 +378,9 @@ class KvTiers final : public PoolListener {
   ThreadPool threads_;  // checksums of a batch of blocks copied down (up to 16 threads)
   ThreadPool check_threads_;  // checksums of a promotion's host blocks (as many)
   std::optional<Promotion> promotion_;
-  std::unique_ptr<RemoteFetcher> fetcher_;  // group 0's reads of Redis, when it has a remote tier
-  std::unordered_set<TierKey, TierKeyHasher> from_remote_;  // host blocks Redis brought, unserved
+  // Group 0's reads of Redis (a remote tier) or of the prefill instance (a peer).
+  std::unique_ptr<RemoteFetcher> fetcher_;
+  std::unordered_set<TierKey, TierKeyHasher> from_remote_;  // host blocks they brought, unserved
   RemoteReadCost read_cost_;
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
   int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)

@@ -6,7 +6,7 @@
 
 namespace strata::kv {
 
-RemoteFetcher::RemoteFetcher(RemoteTier& remote) : remote_(remote), thread_([this] { run(); }) {}
+RemoteFetcher::RemoteFetcher(BlockSource& source) : source_(source), thread_([this] { run(); }) {}
 
 RemoteFetcher::~RemoteFetcher() {
   {
@@ -76,7 +76,7 @@ bool RemoteFetcher::idle() const {
 int32_t RemoteFetcher::blocks_in_flight() const { return blocks_in_flight_; }
 
 void RemoteFetcher::run() {
-  std::vector<RemoteTier::Get> gets;
+  std::vector<BlockGet> gets;
   for (;;) {
     std::vector<std::unique_ptr<Job>> batch;
     {
@@ -94,18 +94,18 @@ void RemoteFetcher::run() {
     for (const std::unique_ptr<Job>& job : batch) {
       job->gets.reserve(job->blocks.size());
       for (const Block& b : job->blocks) {
-        job->gets.push_back(RemoteTier::Get{b.key.hash, b.tokens, b.out, 0, {}});
+        job->gets.push_back(BlockGet{b.key.hash, b.tokens, b.out, 0, {}});
       }
       gets.insert(gets.end(), job->gets.begin(), job->gets.end());
     }
     const auto start = std::chrono::steady_clock::now();
-    remote_.get(gets);
+    source_.get(gets);
     batch.front()->read_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     batch.front()->read_blocks = static_cast<int64_t>(gets.size());
     size_t at = 0;
     for (const std::unique_ptr<Job>& job : batch) {
-      for (RemoteTier::Get& g : job->gets) {
+      for (BlockGet& g : job->gets) {
         g.checksum = gets[at].checksum;
         g.status = std::move(gets[at].status);
         ++at;

@@ -1,10 +1,10 @@
 #pragma once
-// RemoteFetcher: the remote tier's reads for queued requests (KvTiers' prefetch), on a thread of
-// its own. Each request's prefetch walk submits one job: the blocks of its prompt that neither
-// the pool nor the host tier holds, each with the host slot it is read into (pinned, not
-// committed, by the caller until the job is taken). The thread reads every job queued since its
-// last read in one RemoteTier::get -- one round trip (pipelined MGETs) for all of them -- so a
-// burst of arrivals costs one read rather than one each, and a read starts as soon as the last
+// RemoteFetcher: the reads of a BlockSource -- Redis, or a prefill instance -- for queued
+// requests (KvTiers' prefetch), on a thread of its own. Each request's prefetch walk submits one
+// job: the blocks of its prompt that neither the pool nor the host tier holds, each with the host
+// slot it is read into (pinned, not committed, by the caller until the job is taken). The thread
+// reads every job queued since its last read in one BlockSource::get -- for Redis one round trip
+// (pipelined MGETs) for all of them -- so a burst of arrivals costs one read rather than one each, and a read starts as soon as the last
 // one ends, not at a step. A block already being read is not asked for twice: the request waits
 // on the job reading it (join).
 //
@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kv/remote_tier.h"
+#include "kv/block_source.h"
 #include "kv/tier_io.h"
 #include "kv/tier_key.h"
 
@@ -44,12 +44,12 @@ class RemoteFetcher {
     std::vector<Block> blocks;
     // Filled in by the fetcher's thread: status and checksum of each block (gets[i] is
     // blocks[i]'s), and, on the first job of each read, the read's time and size.
-    std::vector<RemoteTier::Get> gets;
+    std::vector<BlockGet> gets;
     double read_seconds = 0.0;
     int64_t read_blocks = 0;
   };
 
-  explicit RemoteFetcher(RemoteTier& remote);
+  explicit RemoteFetcher(BlockSource& source);
   ~RemoteFetcher();  // waits for the read under way; queued jobs are dropped
   RemoteFetcher(const RemoteFetcher&) = delete;
   RemoteFetcher& operator=(const RemoteFetcher&) = delete;
@@ -70,7 +70,7 @@ class RemoteFetcher {
  private:
   void run();
 
-  RemoteTier& remote_;
+  BlockSource& source_;
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::unique_ptr<Job>> queued_;

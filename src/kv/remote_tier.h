@@ -49,6 +49,8 @@
 
 #include "core/status.h"
 #include "kv/block_hash.h"
+#include "kv/block_sink.h"
+#include "kv/block_source.h"
 #include "kv/block_value.h"
 #include "kv/kv_codec.h"
 #include "kv/redis_client.h"
@@ -88,7 +90,7 @@ struct RemoteTierStats {
   LatencyHistogram put_latency;  // each of the writer's round trips (one batch of writes)
 };
 
-class RemoteTier {
+class RemoteTier final : public BlockSource, public BlockSink {
  public:
   RemoteTier(const RedisTarget& target, uint64_t ns, int32_t block_size, int64_t block_bytes,
              RemoteTierOptions options = {});
@@ -96,7 +98,7 @@ class RemoteTier {
              RemoteTierOptions options = {})
       : RemoteTier(RedisTarget{{endpoint}, false}, ns, block_size, block_bytes,
                    std::move(options)) {}
-  ~RemoteTier();  // the writer finishes what is queued (each write bounded by the timeout)
+  ~RemoteTier() override;  // the writer finishes what is queued (each write bounded by the timeout)
   RemoteTier(const RemoteTier&) = delete;
   RemoteTier& operator=(const RemoteTier&) = delete;
 
@@ -110,27 +112,18 @@ class RemoteTier {
 
   std::string key(const BlockHash& hash) const;
 
-  // One block asked of get(): filled in with status Ok (out and checksum set), NotFound (absent
-  // or bad), or Unavailable (the server did not answer; the caller recomputes).
-  struct Get {
-    BlockHash hash;
-    std::span<const int32_t> tokens;
-    std::span<std::byte> out;
-    uint64_t checksum = 0;
-    Status status;
-  };
-  void get(std::span<Get> blocks);
+  // One round trip for the blocks (per server or cluster master holding some); a block a server
+  // did not answer for is Unavailable.
+  using Get = BlockGet;
+  void get(std::span<Get> blocks) override;
 
   // Queues (hash, tokens, bytes) for writing; false when dropped.
   bool put(const BlockHash& hash, std::span<const int32_t> tokens, std::span<const std::byte> bytes,
            uint64_t checksum);
-  // The same without a copy: tokens and bytes must stay as they are until take_released() hands
-  // tag back (once the writer has coded the value). False when dropped: nothing was borrowed.
+  // The same without a copy (BlockSink): the writer codes the value and hands tag back.
   bool put_borrowed(const BlockHash& hash, std::span<const int32_t> tokens,
-                    std::span<const std::byte> bytes, uint64_t checksum, uint64_t tag);
-  // The tags of borrowed blocks the writer is done with, since the last call; with wait, first
-  // waits until there is one (an empty result then means none is borrowed).
-  std::vector<uint64_t> take_released(bool wait = false);
+                    std::span<const std::byte> bytes, uint64_t checksum, uint64_t tag) override;
+  std::vector<uint64_t> take_released(bool wait = false) override;
   // Waits until every queued write is done (or failed).
   void flush();
 

@@ -1,0 +1,110 @@
+#include "kv/peer_source.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "kv/peer_frames.h"
+
+namespace strata::kv {
+
+PeerSource::PeerSource(BlockValueFormat format, PeerConnect connect, PeerSourceOptions options)
+    : format_(std::move(format)), connect_(std::move(connect)), options_(options) {}
+
+PeerClient* PeerSource::client() {
+  if (client_) return client_.get();
+  const auto now = std::chrono::steady_clock::now();
+  if (connected_once_ && now - last_connect_ < std::chrono::seconds(1)) return nullptr;
+  connected_once_ = true;
+  last_connect_ = now;
+  Result<std::unique_ptr<PeerClient>> c = connect_();
+  if (c.ok()) client_ = std::move(c).value();
+  return client_.get();
+}
+
+void PeerSource::get(std::span<BlockGet> blocks) {
+  if (blocks.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + options_.wait;
+  const size_t per_trip = std::max<size_t>(
+      1, std::min<size_t>({kChunkBlocks, kMaxPeerKeys,
+                           static_cast<size_t>(kMaxPeerResponseBytes / format_.max_bytes())}));
+  PeerSourceStats s;
+  s.num_get_blocks = static_cast<int64_t>(blocks.size());
+  auto backoff = std::chrono::milliseconds(1);
+  size_t next = 0;  // the first block not read yet
+  Status rest;      // the status of the blocks from `next` on, once the read ends early
+  while (next < blocks.size() && rest.ok()) {
+    PeerClient* const c = client();
+    if (c == nullptr) {
+      rest = Status::Unavailable("no connection to the prefill instance");
+      break;
+    }
+    const size_t n = std::min(per_trip, blocks.size() - next);
+    keys_.clear();
+    for (size_t i = next; i < next + n; ++i) keys_.push_back(TierKey{format_.ns(), blocks[i].hash});
+    values_.resize(n);
+    ++s.num_round_trips;
+    const Status got = c->get(keys_, values_);
+    if (!got.ok()) {
+      ++s.num_errors;
+      if (got.code() == StatusCode::kUnavailable) client_.reset();  // made again later
+      rest = got;
+      break;
+    }
+    size_t j = 0;
+    for (; j < n && !values_[j].empty(); ++j) {
+      BlockGet& g = blocks[next + j];
+      s.bytes_read += static_cast<int64_t>(values_[j].size());
+      const Status d = format_.decode(values_[j], g.hash, g.tokens, g.out, &g.checksum);
+      if (!d.ok()) {
+        ++s.num_bad;
+        g.status = Status::NotFound(d.message());
+        rest = Status::NotFound("after a block that failed its check");
+        break;
+      }
+      g.status = Status::Ok();
+      ++s.num_hits;
+    }
+    if (!rest.ok()) {
+      next += j + 1;
+      break;
+    }
+    next += j;
+    if (j == n) {
+      backoff = std::chrono::milliseconds(1);
+      continue;
+    }
+    // blocks[next] is not there (yet): asked again until the wait is over.
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      ++s.num_missing;
+      blocks[next].status = Status::NotFound("the prefill instance does not have it");
+      ++next;
+      rest = Status::NotFound("after a block the prefill instance does not have");
+      break;
+    }
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(16));
+  }
+  for (size_t i = next; i < blocks.size(); ++i) blocks[i].status = rest;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::lock_guard lock(mu_);
+  stats_.num_get_blocks += s.num_get_blocks;
+  stats_.num_hits += s.num_hits;
+  stats_.num_bad += s.num_bad;
+  stats_.num_missing += s.num_missing;
+  stats_.num_errors += s.num_errors;
+  stats_.num_round_trips += s.num_round_trips;
+  stats_.bytes_read += s.bytes_read;
+  stats_.get_latency.observe(seconds);
+}
+
+PeerSourceStats PeerSource::stats() const {
+  const std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace strata::kv

@@ -1,0 +1,285 @@
+// Disaggregation at the KV tiers: a prefill instance's tiers keep every block they write down in
+// their outbox, and a decode instance's tiers read the blocks a queued prompt lacks from it (an
+// in-process peer, or UCX over TCP loopback), promote them, and find exactly the bytes the
+// prefill instance computed. Faults: a corrupt value, a missing block, a peer that is gone --
+// each ends the chain there, the rest is recomputed, and no slot stays pinned on either side.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kv/block_mover.h"
+#include "kv/host_kv_buffer.h"
+#include "kv/kv_tiers.h"
+#include "kv/peer_outbox.h"
+#include "kv/ucx_peer_transport.h"
+#include "tests/kv/kv_tiers_fixture.h"
+
+namespace strata::kv {
+namespace {
+
+// A cache over a host pool with tiers beneath, as the CPU engine has it.
+struct Instance {
+  std::unique_ptr<KvCacheManager> cache;
+  std::unique_ptr<HostKvBuffer> pool;
+  std::unique_ptr<BlockMover> mover;
+  std::unique_ptr<KvTiers> tiers;
+
+  static constexpr int32_t kPoolBlocks = 9;
+
+  explicit Instance(KvTierConfig c) {
+    cache = std::make_unique<KvCacheManager>(KvCacheConfig{
+        .block_size = kBs, .groups = {{KvGroupSpec::full(small_spec()), kPoolBlocks}}});
+    pool = std::make_unique<HostKvBuffer>(small_layout(), kPoolBlocks);
+    mover = std::make_unique<HostBlockMover>(*pool);
+    c.host_bytes = 16 * small_layout().block_bytes();
+    c.ns = 42;
+    Result<std::unique_ptr<KvTiers>> t = KvTiers::create(c, *cache, *mover);
+    EXPECT_TRUE(t.ok()) << t.status().message();
+    if (t.ok()) tiers = std::move(t).value();
+  }
+  ~Instance() {
+    if (!tiers) return;
+    tiers->drain_io();
+    EXPECT_EQ(tiers->host().num_pinned(), 0) << "a slot stayed pinned";
+    tiers->host().check_invariants();
+    tiers.reset();
+  }
+  std::span<std::byte> bytes(BlockId b) {
+    const int64_t n = small_layout().block_bytes();
+    return {pool->data() + b.value * n, static_cast<size_t>(n)};
+  }
+  // Computes p's blocks (each block's bytes a function of its first token) into the pool.
+  void compute(const std::vector<int32_t>& p) {
+    BlockTable t(kBs);
+    ASSERT_TRUE(cache->allocate_slots(t, static_cast<int32_t>(p.size())));
+    for (int32_t b = 0; b < static_cast<int32_t>(p.size()) / kBs; ++b) {
+      fill(bytes(t.blocks(0)[static_cast<size_t>(b)]), static_cast<uint32_t>(p[b * kBs]));
+    }
+    cache->cache_full_blocks(t, p, static_cast<int32_t>(p.size()), {});
+    cache->free(t);
+  }
+  // As a queued request: the prefetch reads what p lacks, then the promotion; the hit's blocks
+  // (their count) afterwards, each checked to hold what compute() wrote.
+  int32_t fetch_and_promote(const std::vector<int32_t>& p) {
+    PrefetchState state;
+    tiers->prefetch(p, {}, state);
+    while (state.pending()) tiers->wait_io();
+    PrefixHit hit = cache->find_cached_prefix(p, {});
+    tiers->promote(p, {}, hit);
+    const auto blocks = static_cast<int32_t>(hit.blocks().size());
+    for (int32_t b = 0; b < blocks; ++b) {
+      std::vector<std::byte> want(static_cast<size_t>(small_layout().block_bytes()));
+      fill(want, static_cast<uint32_t>(p[b * kBs]));
+      const std::span<std::byte> got = bytes(hit.blocks()[static_cast<size_t>(b)]);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "block " << b;
+    }
+    return blocks;
+  }
+};
+
+std::vector<int32_t> prompt(int32_t first_token, int32_t num_blocks) {
+  std::vector<int32_t> p(static_cast<size_t>(num_blocks * kBs + 1));
+  std::iota(p.begin(), p.end(), first_token);
+  return p;
+}
+
+// The outbox's lookup in process, with the faults a wire can have.
+class LocalPeer final : public PeerClient {
+ public:
+  explicit LocalPeer(PeerOutbox& outbox, std::function<void(std::vector<std::string>&)> fault = {})
+      : outbox_(outbox), fault_(std::move(fault)) {}
+  Status get(std::span<const TierKey> keys, std::vector<std::string>& values) override {
+    ++round_trips;
+    values.assign(keys.size(), std::string());
+    outbox_.lookup(keys, values);
+    if (fault_) fault_(values);
+    return Status::Ok();
+  }
+  int round_trips = 0;
+
+ private:
+  PeerOutbox& outbox_;
+  std::function<void(std::vector<std::string>&)> fault_;
+};
+
+KvTierConfig prefill_config() {
+  KvTierConfig c;
+  c.policy = OffloadPolicy::kWriteThrough;
+  c.peer_outbox_bytes = 64 * small_layout().block_bytes();
+  return c;
+}
+
+KvTierConfig decode_config(PeerConnect connect, std::chrono::milliseconds wait) {
+  KvTierConfig c;
+  c.peer_connect = std::move(connect);
+  c.peer_options.wait = wait;
+  return c;
+}
+
+// Computes p on the prefill instance and waits until its outbox holds every full block.
+void prefill(Instance& in, const std::vector<int32_t>& p) {
+  in.compute(p);
+  in.tiers->poll();  // write-through: the blocks go down and are lent to the outbox
+  in.tiers->outbox()->flush();
+  in.tiers->poll();  // the outbox's releases
+}
+
+TEST(KvTiersPeerTest, ADecodeInstanceReadsThePromptsBlocksFromThePrefillInstance) {
+  Instance pre(prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  ASSERT_EQ(pre.tiers->outbox()->stats().num_put, 3);
+  Instance dec(decode_config(
+      [&]() -> Result<std::unique_ptr<PeerClient>> {
+        return std::unique_ptr<PeerClient>(new LocalPeer(*pre.tiers->outbox()));
+      },
+      std::chrono::milliseconds(200)));
+  EXPECT_EQ(dec.fetch_and_promote(p), 3);
+  EXPECT_EQ(dec.tiers->peer()->stats().num_hits, 3);
+  EXPECT_EQ(dec.tiers->stats().num_remote_hit_blocks, 3);
+}
+
+TEST(KvTiersPeerTest, OnlyTheBlocksTheDecodeInstanceLacksMove) {
+  Instance pre(prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  Instance dec(decode_config(
+      [&]() -> Result<std::unique_ptr<PeerClient>> {
+        return std::unique_ptr<PeerClient>(new LocalPeer(*pre.tiers->outbox()));
+      },
+      std::chrono::milliseconds(200)));
+  // The decode instance computed the first block itself (a shared system prompt, say).
+  dec.compute(std::vector<int32_t>(p.begin(), p.begin() + kBs + 1));
+  EXPECT_EQ(dec.fetch_and_promote(p), 3);
+  EXPECT_EQ(dec.tiers->peer()->stats().num_get_blocks, 2);
+}
+
+TEST(KvTiersPeerTest, BlocksComputedWhileTheDecodeInstanceWaitsArrive) {
+  Instance pre(prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  Instance dec(decode_config(
+      [&]() -> Result<std::unique_ptr<PeerClient>> {
+        return std::unique_ptr<PeerClient>(new LocalPeer(*pre.tiers->outbox()));
+      },
+      std::chrono::seconds(20)));
+  PrefetchState state;
+  dec.tiers->prefetch(p, {}, state);
+  ASSERT_TRUE(state.pending());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // asked, absent, asked again
+  prefill(pre, p);
+  while (state.pending()) dec.tiers->wait_io();
+  EXPECT_EQ(dec.fetch_and_promote(p), 3);
+  EXPECT_GE(dec.tiers->peer()->stats().num_round_trips, 2);
+  EXPECT_EQ(dec.tiers->peer()->stats().num_missing, 0);
+}
+
+TEST(KvTiersPeerTest, ACorruptValueEndsTheChainThere) {
+  Instance pre(prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  Instance dec(decode_config(
+      [&]() -> Result<std::unique_ptr<PeerClient>> {
+        return std::unique_ptr<PeerClient>(
+            new LocalPeer(*pre.tiers->outbox(), [](std::vector<std::string>& v) {
+              if (v.size() > 1 && !v[1].empty()) v[1][v[1].size() / 2] ^= 0x20;
+            }));
+      },
+      std::chrono::milliseconds(200)));
+  EXPECT_EQ(dec.fetch_and_promote(p), 1) << "the first block, before the corrupt one";
+  EXPECT_EQ(dec.tiers->peer()->stats().num_bad, 1);
+}
+
+TEST(KvTiersPeerTest, ABlockThePrefillInstanceNeverHasEndsTheChainAfterTheWait) {
+  Instance pre(prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  Instance dec(decode_config(
+      [&]() -> Result<std::unique_ptr<PeerClient>> {
+        return std::unique_ptr<PeerClient>(new LocalPeer(
+            *pre.tiers->outbox(), [](std::vector<std::string>& v) { v.back().clear(); }));
+      },
+      std::chrono::milliseconds(50)));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(dec.fetch_and_promote(p), 2);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
+  EXPECT_EQ(dec.tiers->peer()->stats().num_missing, 1);
+}
+
+TEST(KvTiersPeerTest, APrefillInstanceThatIsGoneMeansRecomputing) {
+  Instance dec(decode_config(
+      []() -> Result<std::unique_ptr<PeerClient>> {
+        return Status::Unavailable("connection refused");
+      },
+      std::chrono::seconds(20)));
+  const std::vector<int32_t> p = prompt(100, 3);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(dec.fetch_and_promote(p), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
+      << "not the wait for blocks: the peer is not there";
+}
+
+// Over UCX on TCP loopback, the transport a deployment runs; the prefill instance goes away
+// between two requests, and the second is recomputed.
+TEST(KvTiersPeerTest, OverUcxAndThePrefillInstanceDyingBetweenRequests) {
+  auto pre = std::make_unique<Instance>(prefill_config());
+  PeerOutbox* const outbox = pre->tiers->outbox();
+  Result<std::unique_ptr<PeerServer>> server = start_ucx_peer_server(
+      "127.0.0.1", 0, [outbox](std::span<const TierKey> keys, std::vector<std::string>& values) {
+        outbox->lookup(keys, values);
+      });
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  const std::string address = (*server)->address();
+  Instance dec(decode_config(
+      [address]() { return connect_ucx_peer(address, std::chrono::milliseconds(2000)); },
+      std::chrono::milliseconds(100)));
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(*pre, p);
+  EXPECT_EQ(dec.fetch_and_promote(p), 3);
+  server->reset();
+  pre.reset();
+  EXPECT_EQ(dec.fetch_and_promote(prompt(500, 2)), 0);
+  EXPECT_GE(dec.tiers->peer()->stats().num_errors, 1);
+}
+
+TEST(KvTiersPeerTest, AnOutboxKeepsItsBytesBoundDroppingTheLeastRecent) {
+  PeerOutbox outbox(BlockValueFormat(42, kBs, small_layout().block_bytes()),
+                    2 * static_cast<int64_t>(
+                            BlockValueFormat(42, kBs, small_layout().block_bytes()).max_bytes()));
+  std::vector<std::byte> block(static_cast<size_t>(small_layout().block_bytes()));
+  const std::vector<int32_t> tokens(kBs, 7);
+  BlockHasher hasher;
+  std::vector<BlockHash> hashes;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int32_t> t(kBs, i);
+    hashes.push_back(hasher.hash(nullptr, t, {}));
+    fill(block, static_cast<uint32_t>(i));
+    ASSERT_TRUE(outbox.put_borrowed(hashes.back(), tokens, block, 0, static_cast<uint64_t>(i)));
+    outbox.flush();
+    if (i == 1) {  // the first is read: now the most recent
+      std::vector<std::string> v(1);
+      outbox.lookup(std::vector<TierKey>{TierKey{42, hashes[0]}}, v);
+      EXPECT_FALSE(v[0].empty());
+    }
+  }
+  EXPECT_EQ(outbox.take_released().size(), 3U);
+  std::vector<TierKey> keys;
+  for (const BlockHash& h : hashes) keys.push_back(TierKey{42, h});
+  keys.push_back(TierKey{43, hashes[0]});  // another namespace: never served
+  std::vector<std::string> values(keys.size());
+  outbox.lookup(keys, values);
+  EXPECT_FALSE(values[0].empty());
+  EXPECT_TRUE(values[1].empty()) << "the least recent went";
+  EXPECT_FALSE(values[2].empty());
+  EXPECT_TRUE(values[3].empty());
+  EXPECT_EQ(outbox.stats().num_evicted, 1);
+}
+
+}  // namespace
+}  // namespace strata::kv
