@@ -78,6 +78,9 @@ class Engine {
   const KvCacheInfo& kv_cache() const;
   // Seconds on the clock the metrics use.
   double now() const;
+  // Where decode instances read this prefill instance's blocks (EngineConfig::kv_role kPrefill:
+  // kv_peer_listen with its port chosen); empty for the other roles.
+  std::string kv_peer_address() const;
 
  private:
   std::unique_ptr<EngineImpl> impl_;

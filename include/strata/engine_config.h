@@ -30,6 +30,10 @@ enum class Device { kCpu, kCuda };
 // fp8 quantizes the decoder's linear layers to FP8 E4M3 at load with one scale per output channel
 // (docs/gpu-engine.md, "FP8 weights"). GPU only for now.
 enum class WeightQuantization { kNone, kFp8 };
+// What an instance does in disaggregated serving (--role): both prefill and decode (colocated),
+// prefill only (its blocks read by decode instances), or decode (its prompts' blocks read from a
+// prefill instance).
+enum class KvRole { kBoth, kPrefill, kDecode };
 // kCuda when this build has the CUDA backend and a GPU is present, else kCpu (`--device auto`).
 Device default_device();
 const char* device_name(Device device);
@@ -135,6 +139,24 @@ struct EngineConfig {
   int64_t kv_remote_ttl_seconds = 0;
   bool kv_remote_compress = false;
   bool kv_remote_read_always = false;
+  // ---- prefill/decode disaggregation (docs/kv.md, "Disaggregation") ---------------------------
+  // kv_role kPrefill: every block computed goes down to the host tier as soon as it is cached
+  // (write-through) and is kept, coded, in an outbox of kv_peer_outbox_bytes (0: as many as
+  // kv_offload_bytes) that decode instances read over the peer transport (UCX) on
+  // kv_peer_listen (HOST:PORT, port 0 for any free one: Engine::kv_peer_address says which).
+  // kDecode: the blocks a queued prompt lacks are read from the prefill instance at kv_peer (its
+  // address) into the host tier before the request is admitted; a block not there yet is asked
+  // for again until kv_peer_wait_ms have passed, each round trip bounded by kv_peer_timeout_ms;
+  // what does not come is computed here. Both need a host tier (kv_offload_bytes) and the same
+  // model, block size and KV dtype on both instances (and the same tenant_salt_secret when
+  // tenants are salted); kv_peer_compress codes the values as kv_remote_compress does.
+  KvRole kv_role = KvRole::kBoth;
+  std::string kv_peer_listen = "127.0.0.1:0";
+  std::string kv_peer;
+  int32_t kv_peer_wait_ms = 1000;
+  int32_t kv_peer_timeout_ms = 2000;
+  int64_t kv_peer_outbox_bytes = 0;
+  bool kv_peer_compress = false;
   SchedulerKind scheduler = SchedulerKind::kContinuous;
   int32_t max_batch_size = 32;      // static scheduler only
   double batch_timeout_ms = 100.0;  // static scheduler only

@@ -83,6 +83,18 @@ struct EngineTotals {
   int64_t kv_remote_written_bytes = 0;
   LatencyHistogram kv_remote_get_latency = {};
   LatencyHistogram kv_remote_put_latency = {};
+  // Disaggregation (EngineConfig::kv_role). A decode instance: blocks read from the prefill
+  // instance and checked (the prompt tokens they served count in kv_remote_hit_tokens), their
+  // bytes, blocks that failed a check or did not come within kv_peer_wait_ms, and round trips
+  // that failed (no answer, no connection). A prefill instance: blocks and bytes served to decode
+  // instances, and blocks its outbox dropped (its coder behind).
+  int64_t kv_peer_read_blocks = 0;
+  int64_t kv_peer_read_bytes = 0;
+  int64_t kv_peer_faults = 0;
+  int64_t kv_peer_errors = 0;
+  int64_t kv_peer_served_blocks = 0;
+  int64_t kv_peer_served_bytes = 0;
+  int64_t kv_peer_dropped_blocks = 0;
   // Blocks a prefetch brought from disk to host memory while their request waited; evicted
   // blocks no host slot could take; the I/O threads' time reading blocks, and the scheduler
   // thread's time waiting for them (the load time the prefetch did not hide).

@@ -20,6 +20,8 @@
 #include "kv/kv_group.h"
 #include "kv/redis_client.h"
 #include "kv/redis_shards.h"
+#include "kv/ucx_peer_transport.h"
+#include "kv/ucx_worker.h"
 #include "model/generation_config.h"
 #include "tokenizer/vocab_bytes.h"
 
@@ -86,6 +88,18 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   }
   if (c.kv_remote_timeout_ms < 1 || c.kv_remote_ttl_seconds < 0) {
     return Status::InvalidArgument("--kv-remote-timeout-ms must be >= 1, --kv-remote-ttl >= 0");
+  }
+  if (c.kv_role != KvRole::kBoth && c.kv_offload_bytes == 0) {
+    return Status::InvalidArgument(
+        "--role prefill and decode move blocks through the host tier: give it --kv-offload-bytes");
+  }
+  if (c.kv_role == KvRole::kDecode && c.kv_peer.empty()) {
+    return Status::InvalidArgument(
+        "--role decode needs --kv-peer, the prefill instance's --kv-peer-listen address");
+  }
+  if (c.kv_peer_wait_ms < 0 || c.kv_peer_timeout_ms < 1 || c.kv_peer_outbox_bytes < 0) {
+    return Status::InvalidArgument(
+        "--kv-peer-wait-ms must be >= 0, --kv-peer-timeout-ms >= 1, --kv-peer-outbox-bytes >= 0");
   }
   if (!c.kv_disk_path.empty() && c.kv_offload_bytes == 0) {
     return Status::InvalidArgument(
@@ -202,6 +216,20 @@ Status EngineImpl::start_tiers() {
     c.remote_codec = config_.kv_remote_compress;
     c.remote_read_always = config_.kv_remote_read_always;
   }
+  if (config_.kv_role == KvRole::kPrefill) {
+    c.policy = kv::OffloadPolicy::kWriteThrough;  // every block the decode instances may read
+    c.peer_outbox_bytes = config_.kv_peer_outbox_bytes > 0 ? config_.kv_peer_outbox_bytes
+                                                           : config_.kv_offload_bytes;
+    c.peer_codec = config_.kv_peer_compress;
+  }
+  if (config_.kv_role == KvRole::kDecode) {
+    c.peer_connect = [address = config_.kv_peer,
+                      timeout = std::chrono::milliseconds(config_.kv_peer_timeout_ms)] {
+      return kv::connect_ucx_peer(address, timeout);
+    };
+    c.peer_options.wait = std::chrono::milliseconds(config_.kv_peer_wait_ms);
+    c.peer_codec = config_.kv_peer_compress;
+  }
   c.ns = kv::tier_namespace(kv::checkpoint_identity(config_.model_dir, config_.dummy_weights),
                             config_.block_size, groups, runner_->kv_layout(0).static_scales());
   // The tiers' movers are their own: swap's copy thread uses the runner's meanwhile.
@@ -214,6 +242,21 @@ Status EngineImpl::start_tiers() {
   if (!tiers.ok()) return tiers.status();
   tiers_ = std::move(tiers).value();
   scheduler_->set_tiers(tiers_.get());
+  if (kv::PeerOutbox* const outbox = tiers_->outbox()) {
+    std::string host;
+    int port = 0;
+    if (const Status at = kv::split_host_port(config_.kv_peer_listen, &host, &port, /*any_port=*/true);
+        !at.ok()) {
+      return Status::InvalidArgument("--kv-peer-listen: " + at.message());
+    }
+    Result<std::unique_ptr<kv::PeerServer>> server = kv::start_ucx_peer_server(
+        host, port,
+        [outbox](std::span<const kv::TierKey> keys, std::vector<std::string>& values) {
+          outbox->lookup(keys, values);
+        });
+    if (!server.ok()) return server.status();
+    peer_server_ = std::move(server).value();
+  }
   return Status::Ok();
 }
 
@@ -475,6 +518,7 @@ std::vector<KvGroupStats> Engine::kv_groups() const {
   return groups;
 }
 double Engine::now() const { return impl_->now(); }
+std::string Engine::kv_peer_address() const { return impl_->peer_address(); }
 
 namespace engine {
 

@@ -71,6 +71,7 @@ class EngineImpl {
   double now() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
   }
+  std::string peer_address() const { return peer_server_ ? peer_server_->address() : ""; }
 
   EngineConfig config_;
   EngineStepStats last_step_;
@@ -116,6 +117,8 @@ class EngineImpl {
   std::vector<std::unique_ptr<kv::SwapSpace>> swaps_;
   std::vector<std::unique_ptr<kv::BlockMover>> tier_movers_;  // one per group, for tiers_
   std::unique_ptr<kv::KvTiers> tiers_;  // --kv-offload-bytes; borrows cache_ and the movers
+  // --role prefill: serves tiers_'s outbox to decode instances (stops before tiers_ goes).
+  std::unique_ptr<kv::PeerServer> peer_server_;
   std::unique_ptr<engine::Scheduler> scheduler_;
   std::map<RequestId, RequestState> requests_;
   RequestId next_id_ = 1;

@@ -316,6 +316,19 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
       totals_.kv_remote_get_latency = r.get_latency;
       totals_.kv_remote_put_latency = r.put_latency;
     }
+    if (const kv::PeerSource* peer = tiers_->peer()) {
+      const kv::PeerSourceStats p = peer->stats();
+      totals_.kv_peer_read_blocks = p.num_hits;
+      totals_.kv_peer_read_bytes = p.bytes_read;
+      totals_.kv_peer_faults = p.num_bad + p.num_missing;
+      totals_.kv_peer_errors = p.num_errors;
+    }
+    if (const kv::PeerOutbox* outbox = tiers_->outbox()) {
+      const kv::PeerOutboxStats o = outbox->stats();
+      totals_.kv_peer_served_blocks = o.num_served;
+      totals_.kv_peer_served_bytes = o.bytes_served;
+      totals_.kv_peer_dropped_blocks = o.num_dropped;
+    }
     totals_.kv_prefetched_blocks = t.num_prefetched_blocks;
     totals_.kv_dropped_blocks = t.num_dropped_blocks;
     totals_.kv_disk_read_seconds = t.disk_read_seconds;

@@ -128,7 +128,7 @@ Status ucx_status(ucs_status_t s, const std::string& what) {
   }
 }
 
-Status split_host_port(const std::string& address, std::string* host, int* port) {
+Status split_host_port(const std::string& address, std::string* host, int* port, bool any_port) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos) {
     return Status::InvalidArgument("peer address '" + address + "' is not host:port");
@@ -138,8 +138,8 @@ Status split_host_port(const std::string& address, std::string* host, int* port)
   const std::string p = address.substr(colon + 1);
   int n = 0;
   const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
-  if (h.empty() || p.empty() || ec != std::errc() || end != p.data() + p.size() || n <= 0 ||
-      n > 65535) {
+  if (h.empty() || p.empty() || ec != std::errc() || end != p.data() + p.size() ||
+      n < (any_port ? 0 : 1) || n > 65535) {
     return Status::InvalidArgument("peer address '" + address + "' is not host:port");
   }
   *host = std::move(h);

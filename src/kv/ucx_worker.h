@@ -78,6 +78,8 @@ Status ucx_status(ucs_status_t s, const std::string& what);
 // what is wrong otherwise. passive: an empty host means any address (a listener's bind).
 Status parse_socket_address(const std::string& host, int port, bool passive, sockaddr_storage* addr,
                             socklen_t* len);
-Status split_host_port(const std::string& address, std::string* host, int* port);
+// "host:port" (or "[v6 host]:port") split; any_port takes port 0 too (a listener's any free port).
+Status split_host_port(const std::string& address, std::string* host, int* port,
+                       bool any_port = false);
 
 }  // namespace strata::kv

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <functional>
 #include <set>
@@ -146,6 +147,7 @@ void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool ch
     }
   }
   const std::string tenant_key = tenant(req).value_or("");
+  if (prefill_) prefill_prompts(req, request);
   for (size_t i = 0; i < request.prompts.size(); ++i) {
     EngineRequest er;
     er.prompt = request.prompts[i];
@@ -167,6 +169,19 @@ void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool ch
   call.created = std::time(nullptr);
   if (request.stream) return streaming_completion(call, res);
   plain_completion(call, res);
+}
+
+void HttpServer::prefill_prompts(const HttpRequest& req, const CompletionRequest& request) {
+  for (const std::vector<int32_t>& prompt : request.prompts) {
+    const Status s = prefill_->prefill(prompt, request.cache_salt, req.header("Authorization"));
+    if (s.ok()) continue;
+    // Computed here instead. Said on the first failure and every hundredth after.
+    const int64_t n = prefill_failures_.fetch_add(1) + 1;
+    if (n == 1 || n % 100 == 0) {
+      std::fprintf(stderr, "strata: prefill failed (%lld so far; computed here): %s\n",
+                   static_cast<long long>(n), s.message().c_str());
+    }
+  }
 }
 
 void HttpServer::plain_completion(CompletionCall& call, HttpResponder& res) {

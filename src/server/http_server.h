@@ -37,6 +37,7 @@
 #include "server/completion_request.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
+#include "server/prefill_client.h"
 
 namespace strata::server {
 
@@ -55,6 +56,10 @@ struct ServerConfig {
   // Sequences (prompts x n) admitted but not finished beyond which new requests get 503 +
   // Retry-After; 0 = no bound.
   int64_t max_waiting_requests = 0;
+  // --role decode: the prefill instance (http://HOST:PORT) each prompt is sent to first, and how
+  // long that call may take (prefill_client.h); empty = prompts are prefilled here.
+  std::string prefill_url;
+  std::chrono::milliseconds prefill_timeout{600000};
 };
 
 class HttpServer {
@@ -84,6 +89,9 @@ class HttpServer {
   void detokenize(const HttpRequest& req, HttpResponder& res);
   void streaming_completion(CompletionCall& call, HttpResponder& res);
   void plain_completion(CompletionCall& call, HttpResponder& res);
+  // --role decode: has the prefill instance compute each of the request's prompts (one after
+  // another); a prompt it fails is computed here.
+  void prefill_prompts(const HttpRequest& req, const CompletionRequest& request);
   // The key the request carries, if it is one of the configured keys ("" when none are).
   std::optional<std::string> tenant(const HttpRequest& req) const;
   // Counts `sequences` more against max_waiting_requests; false (nothing counted) at capacity.
@@ -101,6 +109,8 @@ class HttpServer {
   std::atomic<bool> bound_{false};
   std::mutex bind_mu_;  // orders bind against shutdown
   std::unique_ptr<HttpTransport> http_;
+  std::optional<PrefillClient> prefill_;  // ServerConfig::prefill_url
+  std::atomic<int64_t> prefill_failures_{0};
 };
 
 }  // namespace strata::server

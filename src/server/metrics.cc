@@ -176,6 +176,28 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
          static_cast<double>(t.kv_remote_read_bytes));
   metric(out, "strata:kv_remote_written_bytes_total", "counter",
          "Bytes of values written to Redis.", static_cast<double>(t.kv_remote_written_bytes));
+  metric(out, "strata:kv_peer_read_blocks_total", "counter",
+         "Blocks a decode instance read from its prefill instance and checked.",
+         static_cast<double>(t.kv_peer_read_blocks));
+  metric(out, "strata:kv_peer_read_bytes_total", "counter",
+         "Bytes a decode instance read from its prefill instance.",
+         static_cast<double>(t.kv_peer_read_bytes));
+  metric(out, "strata:kv_peer_faults_total", "counter",
+         "Blocks from the prefill instance that failed a check or did not come in time "
+         "(recomputed).",
+         static_cast<double>(t.kv_peer_faults));
+  metric(out, "strata:kv_peer_errors_total", "counter",
+         "Reads of the prefill instance that got no answer (the blocks were recomputed).",
+         static_cast<double>(t.kv_peer_errors));
+  metric(out, "strata:kv_peer_served_blocks_total", "counter",
+         "Blocks a prefill instance served to decode instances.",
+         static_cast<double>(t.kv_peer_served_blocks));
+  metric(out, "strata:kv_peer_served_bytes_total", "counter",
+         "Bytes a prefill instance served to decode instances.",
+         static_cast<double>(t.kv_peer_served_bytes));
+  metric(out, "strata:kv_peer_dropped_blocks_total", "counter",
+         "Blocks a prefill instance's outbox could not take (its coder was behind).",
+         static_cast<double>(t.kv_peer_dropped_blocks));
   render_latency(out, "strata:kv_remote_get_seconds",
                  "Reads from Redis (the prefixes of the requests queued since the last read, all "
                  "servers' round trips together), answered or not.",

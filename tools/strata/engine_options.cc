@@ -110,6 +110,31 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                    "KV tiers: auto (read from Redis only what arrives before this instance "
                    "would compute it) or always (read every missing block and wait for it)")
         ->check(CLI::IsMember({"auto", "always"}));
+    cmd.add_option("--role", o.role,
+                   "Disaggregated serving: both (prefill and decode here), prefill (keep the "
+                   "blocks computed for decode instances to read) or decode (read the blocks a "
+                   "prompt lacks from the prefill instance at --kv-peer); prefill and decode "
+                   "need --kv-offload-bytes")
+        ->check(CLI::IsMember({"both", "prefill", "decode"}));
+    cmd.add_option("--kv-peer-listen", o.kv_peer_listen,
+                   "--role prefill: HOST:PORT where decode instances read its blocks (UCX; port "
+                   "0 for any free one, printed at start)");
+    cmd.add_option("--kv-peer", o.kv_peer,
+                   "--role decode: the prefill instance's --kv-peer-listen address");
+    cmd.add_option("--kv-peer-wait-ms", o.kv_peer_wait_ms,
+                   "--role decode: how long a block the prefill instance has not written yet "
+                   "is asked for again (then computed here)")
+        ->check(CLI::Range(0, 600000));
+    cmd.add_option("--kv-peer-timeout-ms", o.kv_peer_timeout_ms,
+                   "--role decode: the longest wait for one round trip to the prefill instance")
+        ->check(CLI::Range(1, 600000));
+    cmd.add_option("--kv-peer-outbox-bytes", o.kv_peer_outbox_bytes,
+                   "--role prefill: bytes of blocks kept for decode instances (0 = as many as "
+                   "--kv-offload-bytes)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
+    cmd.add_flag("--kv-peer-compress,!--no-kv-peer-compress", o.kv_peer_compress,
+                 "Disaggregated serving: code the blocks sent between instances losslessly as "
+                 "--kv-remote-compress does (default: off)");
     cmd.add_option("--cache-salt-secret-file", o.cache_salt_secret_file,
                    "A file whose bytes key the tenants' cache salts: the same file on every "
                    "instance lets a tenant's prefix be shared across them")
@@ -160,6 +185,15 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_remote_ttl_seconds = o.kv_remote_ttl;
   c.kv_remote_compress = o.kv_remote_compress;
   c.kv_remote_read_always = o.kv_remote_read == "always";
+  c.kv_role = o.role == "prefill"  ? KvRole::kPrefill
+              : o.role == "decode" ? KvRole::kDecode
+                                   : KvRole::kBoth;
+  c.kv_peer_listen = o.kv_peer_listen;
+  c.kv_peer = o.kv_peer;
+  c.kv_peer_wait_ms = o.kv_peer_wait_ms;
+  c.kv_peer_timeout_ms = o.kv_peer_timeout_ms;
+  c.kv_peer_outbox_bytes = o.kv_peer_outbox_bytes;
+  c.kv_peer_compress = o.kv_peer_compress;
   if (!o.cache_salt_secret_file.empty()) {
     std::ifstream in(o.cache_salt_secret_file, std::ios::binary);
     std::stringstream bytes;

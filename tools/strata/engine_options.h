@@ -52,6 +52,13 @@ struct EngineOptions {
   bool kv_remote_compress = false;
   std::string kv_remote_read = "auto";
   std::string cache_salt_secret_file;  // the tenant salts' key, the same on every instance
+  std::string role = "both";           // --role: both, prefill or decode (disaggregation)
+  std::string kv_peer_listen = "127.0.0.1:0";  // prefill: where decode instances read blocks
+  std::string kv_peer;                 // decode: the prefill instance's --kv-peer-listen
+  int32_t kv_peer_wait_ms = 1000;
+  int32_t kv_peer_timeout_ms = 2000;
+  int64_t kv_peer_outbox_bytes = 0;
+  bool kv_peer_compress = false;
   KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --allow-unit-kv-scales
 };
 

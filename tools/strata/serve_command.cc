@@ -86,6 +86,13 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
                   "On SIGTERM/SIGINT, seconds requests in flight get to finish before they are "
                   "cancelled (0 = cancel at once)")
       ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--prefill-url", o.prefill_url,
+                  "--role decode: the prefill instance's HTTP address (http://HOST:PORT); each "
+                  "prompt is prefilled there first and its KV read from its --kv-peer-listen");
+  cmd->add_option("--prefill-timeout", o.prefill_timeout_s,
+                  "--role decode: seconds a prompt's prefill on the prefill instance may take "
+                  "(then it is computed here)")
+      ->check(CLI::Range(0.001, 86400.0));
   cmd->add_option("--max-waiting-requests", o.max_waiting_requests,
                   "Sequences (prompts x n) in flight beyond which new requests get 503 "
                   "(0 = no bound)")
@@ -125,10 +132,21 @@ int run_serve(const ServeOptions& o) {
   sc.metrics_require_key = o.http.metrics_require_key;
   sc.limits = http_limits(o.http);
   sc.max_waiting_requests = o.max_waiting_requests;
+  if (o.role == "decode" && o.prefill_url.empty()) {
+    throw Error("--role decode needs --prefill-url, the prefill instance's http://HOST:PORT");
+  }
+  if (o.role != "decode" && !o.prefill_url.empty()) {
+    throw Error("--prefill-url is for --role decode");
+  }
+  sc.prefill_url = o.prefill_url;
+  sc.prefill_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.prefill_timeout_s * 1e3));
   const EngineConfig c = engine_config(o);
   Result<std::unique_ptr<Engine>> engine = Engine::create(c);
   if (!engine.ok()) throw Error(engine.status().message());
   print_pool(**engine);
+  if (const std::string at = (*engine)->kv_peer_address(); !at.empty()) {
+    std::fprintf(stderr, "strata: KV blocks for decode instances on %s (--kv-peer)\n", at.c_str());
+  }
   std::optional<tokenizer::Tokenizer> tok;
   const std::string& tokenizer_dir = o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir;
   if (file_exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {

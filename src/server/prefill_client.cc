@@ -1,0 +1,42 @@
+#include "server/prefill_client.h"
+
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <utility>
+
+namespace strata::server {
+
+PrefillClient::PrefillClient(std::string url, std::chrono::milliseconds timeout)
+    : url_(std::move(url)), timeout_(timeout) {}
+
+Status PrefillClient::prefill(std::span<const int32_t> prompt, const std::string& cache_salt,
+                              std::string_view authorization) const {
+  nlohmann::json body = {{"prompt", std::vector<int32_t>(prompt.begin(), prompt.end())},
+                         {"max_tokens", 1},
+                         {"temperature", 0}};
+  if (!cache_salt.empty()) body["cache_salt"] = cache_salt;
+  httplib::Client client(url_);
+  client.set_connection_timeout(timeout_);
+  client.set_read_timeout(timeout_);
+  client.set_write_timeout(timeout_);
+  httplib::Headers headers;
+  if (!authorization.empty()) headers.emplace("Authorization", std::string(authorization));
+  const httplib::Result r =
+      client.Post("/v1/completions", headers, body.dump(), "application/json");
+  if (!r) {
+    return Status::Unavailable("the prefill instance at " + url_ +
+                               " did not answer: " + httplib::to_string(r.error()));
+  }
+  if (r->status == 200) return Status::Ok();
+  std::string message = "status " + std::to_string(r->status);
+  const nlohmann::json e = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  if (e.is_object() && e.contains("error") && e["error"].is_object() &&
+      e["error"].contains("message") && e["error"]["message"].is_string()) {
+    message += ": " + e["error"]["message"].get<std::string>();
+  }
+  if (r->status >= 500) return Status::Unavailable("the prefill instance failed: " + message);
+  return Status::InvalidArgument("the prefill instance refused the prompt: " + message);
+}
+
+}  // namespace strata::server

@@ -1,0 +1,40 @@
+#pragma once
+// PrefillClient: a decode instance's calls to its prefill instance (`strata serve --role decode
+// --prefill-url URL`, docs/kv.md "Disaggregation"). Each prompt goes to the prefill instance as
+// an ordinary completion of one token -- token ids, the client's cache salt, its API key -- so
+// the prefill instance computes the prompt's KV and keeps its blocks for the decode instance to
+// read; prefill() returns when that request is done. The decode instance then queues the
+// prompt itself: its KV tiers read the blocks it lacks from the prefill instance, and compute
+// whatever did not come (the whole prompt, when the prefill instance failed or did not answer).
+//
+// Thread-safe: every call makes its own connection (a handler thread per request).
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace strata::server {
+
+class PrefillClient {
+ public:
+  // url: the prefill instance's http://HOST:PORT; timeout bounds each call.
+  PrefillClient(std::string url, std::chrono::milliseconds timeout);
+
+  // Ok once the prefill instance has computed prompt under cache_salt (and authorization, the
+  // client's "Bearer KEY" header or empty); Unavailable when it could not be reached or did not
+  // answer in time, InvalidArgument with its error message when it refused the request.
+  Status prefill(std::span<const int32_t> prompt, const std::string& cache_salt,
+                 std::string_view authorization) const;
+
+  const std::string& url() const { return url_; }
+
+ private:
+  std::string url_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace strata::server

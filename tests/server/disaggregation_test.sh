@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Prefill/decode disaggregation end to end: a prefill instance, a decode instance that sends it
+# each prompt and reads the prompt's KV from it over UCX, and a colocated instance, all
+# `strata serve` on the bundled model; disaggregation_test.mjs checks with the openai npm client
+# that the decode instance answers as the colocated one does, then the prefill instance is
+# stopped (SIGSTOP: the transfer times out) and killed (SIGKILL: gone mid-service), and the answers
+# must stay right. At the end no instance holds a block for a finished request.
+# Usage: disaggregation_test.sh STRATA_BINARY. Exit 77 (skipped) when the client is not installed.
+set -uo pipefail
+strata=$1
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [[ ! -d "$here/client/node_modules/openai" ]] || ! command -v node >/dev/null; then
+  echo "disaggregation_test: the openai client is not installed (scripts/install_deps.sh): skipped"
+  exit 77
+fi
+# shellcheck source=/dev/null
+source "$here/../tools/cli_testing.sh"
+pids=()
+trap 'kill -CONT "${pids[@]}" 2>/dev/null; kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+# start NAME ARGS...: `strata serve` on a free port; its URL in url_NAME, its pid in pid_NAME.
+start() {
+  local name=$1; shift
+  "$strata" serve --port 0 --threads 1 --num-blocks 512 "$@" >"$tmp/$name.log" 2>&1 &
+  local pid=$! port=""
+  pids+=("$pid")
+  for _ in $(seq 1 300); do
+    port=$(sed -n 's|.*serving .* on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/$name.log")
+    [[ -n "$port" ]] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ -n "$port" ]] || { echo "FAIL: $name did not start: $(cat "$tmp/$name.log")"; exit 1; }
+  printf -v "url_$name" '%s' "http://127.0.0.1:$port"
+  printf -v "pid_$name" '%s' "$pid"
+}
+host=$((64 << 20))
+start prefill --role prefill --kv-offload-bytes $host --kv-peer-listen 127.0.0.1:0
+peer=$(sed -n 's|.*KV blocks for decode instances on \([^ ]*\) .*|\1|p' "$tmp/prefill.log")
+[[ -n "$peer" ]] || { echo "FAIL: no peer address: $(cat "$tmp/prefill.log")"; exit 1; }
+start decode --role decode --kv-offload-bytes $host --kv-peer "$peer" \
+  --prefill-url "$url_prefill" --prefill-timeout 2 --kv-peer-timeout-ms 1000
+start colocated
+
+node "$here/disaggregation_test.mjs" moved "$url_decode" "$url_colocated" && ok ||
+  fail "disaggregated against colocated"
+served=$(curl -s "$url_prefill/metrics" | sed -n 's/^strata:kv_peer_served_blocks_total //p')
+[[ -n "$served" && "$served" != 0 ]] && ok || fail "the prefill instance served no block ($served)"
+
+kill -STOP "$pid_prefill"
+node "$here/disaggregation_test.mjs" fault "$url_decode" "$url_colocated" 1 && ok ||
+  fail "the prefill instance stopped: the transfer times out"
+kill -CONT "$pid_prefill"
+kill -KILL "$pid_prefill"
+wait "$pid_prefill" 2>/dev/null
+node "$here/disaggregation_test.mjs" fault "$url_decode" "$url_colocated" 2 && ok ||
+  fail "the prefill instance gone"
+grep -q "prefill failed" "$tmp/decode.log" && ok || fail "the decode instance said nothing"
+errors=$(curl -s "$url_decode/metrics" | sed -n 's/^strata:kv_peer_errors_total //p')
+[[ -n "$errors" && "$errors" != 0 ]] && ok || fail "no failed read counted ($errors)"
+
+# No blocks held once every request has finished.
+for url in "$url_decode" "$url_colocated"; do
+  used=$(curl -s "$url/metrics" | sed -n 's/^strata:kv_group_used_blocks{[^}]*} //p')
+  [[ "$used" == 0 ]] && ok || fail "$url holds $used blocks after its requests"
+done
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$url_decode/health") == 200 ]] && ok ||
+  fail "the decode instance is not healthy at the end"
+finish disaggregation_test
