@@ -100,9 +100,13 @@ Status RedisCluster::route(size_t num_keys,
         error = Status::Unavailable("redis cluster: no master serves a key's slot");
       }
     }
+    std::vector<std::pair<RedisClient*, std::vector<size_t>>> nodes(by_node.begin(), by_node.end());
     std::vector<size_t> retry;
     bool moved = false;
-    for (auto& [node, indices] : by_node) {
+    // Each node's pipeline on a thread of its own; the replies go through one mutex, so retry,
+    // ask_at, moved, num_redirects_ and the caller's each are touched by one reply at a time.
+    const Status s = fan_out_.run(nodes.size(), [&](size_t k) {
+      const std::vector<size_t>& indices = nodes[k].second;
       std::vector<RedisClient::Command> commands;
       std::vector<size_t> key_of;  // per command; SIZE_MAX for an ASKING before it
       for (const size_t i : indices) {
@@ -114,29 +118,31 @@ Status RedisCluster::route(size_t num_keys,
         commands.push_back(command_of(i));
         key_of.push_back(i);
       }
-      const Status s = node->pipeline(
+      return nodes[k].first->pipeline(
           commands,
           [&](size_t j, const RedisClient::ReplyView& r) {
             const size_t i = key_of[j];
             if (i == SIZE_MAX) return;
-            if (r.kind == RedisClient::ReplyView::Kind::kError) {
-              bool ask = false;
-              if (std::optional<RedisEndpoint> to = redirect_target(r.text, ask)) {
-                ++num_redirects_;
-                if (ask) {
-                  ask_at[i] = std::move(to);
-                } else {
-                  moved = true;
+            fan_out_.serialized([&] {
+              if (r.kind == RedisClient::ReplyView::Kind::kError) {
+                bool ask = false;
+                if (std::optional<RedisEndpoint> to = redirect_target(r.text, ask)) {
+                  ++num_redirects_;
+                  if (ask) {
+                    ask_at[i] = std::move(to);
+                  } else {
+                    moved = true;
+                  }
+                  retry.push_back(i);
+                  return;
                 }
-                retry.push_back(i);
-                return;
               }
-            }
-            each(i, r);
+              each(i, r);
+            });
           },
           window);
-      if (!s.ok()) error = s;
-    }
+    });
+    if (!s.ok()) error = s;
     if (moved) {
       const Status refreshed = refresh_slots();
       if (!refreshed.ok()) error = refreshed;

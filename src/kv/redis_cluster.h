@@ -6,7 +6,8 @@
 // breaker, redis_client.h).
 //
 //   mget(keys)    the keys grouped by master, pipelined GETs to each (MGET needs its keys in
-//                 one slot): one round trip per master holding some of them
+//                 one slot): one round trip per master holding some of them, the masters' at
+//                 the same time (redis_fan_out.h)
 //   set_nx(pairs) the same with SET NX [EX ttl]
 //
 // A MOVED reply (the slot has moved for good) refreshes the slot map and retries the key at its
@@ -14,8 +15,11 @@
 // named, once. At most two rounds of retries; keys still unanswered are left out (the tier treats
 // them as misses). A master that does not answer fails only its own keys.
 //
-// Not thread-safe (the tier keeps one per thread that talks to Redis). Cost: one round trip per
-// master per call, plus one CLUSTER SLOTS per MOVED round.
+// The callbacks (each, written) run on the fan-out's threads, the calling thread among them, one
+// call at a time (never two at once: a mutex), each key's once; they must not throw.
+//
+// Not thread-safe (the tier keeps one per thread that talks to Redis). Cost: per call, as long as
+// the slowest master's round trip, plus one CLUSTER SLOTS per MOVED round.
 
 #include <array>
 #include <cstdint>
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "kv/redis_client.h"
+#include "kv/redis_fan_out.h"
 
 namespace strata::kv {
 
@@ -62,6 +67,7 @@ class RedisCluster final : public RedisStore {
   std::array<int32_t, kSlots> slot_client_{};          // index into clients_, -1 = unknown
   bool have_slots_ = false;
   int64_t num_redirects_ = 0;
+  RedisFanOut fan_out_;  // the masters' pipelines of one round, at the same time
 };
 
 // Parses "MOVED <slot> <host>:<port>" / "ASK <slot> <host>:<port>" into the node; nullopt for any

@@ -7,6 +7,18 @@
 #include "core/check.h"
 
 namespace strata::kv {
+namespace {
+
+// The servers holding some of the keys, in order.
+std::vector<size_t> holding(const std::vector<std::vector<size_t>>& by_server) {
+  std::vector<size_t> servers;
+  for (size_t s = 0; s < by_server.size(); ++s) {
+    if (!by_server[s].empty()) servers.push_back(s);
+  }
+  return servers;
+}
+
+}  // namespace
 
 std::string shard_name(const RedisEndpoint& endpoint) {
   return endpoint.host + ":" + std::to_string(endpoint.port) + "/" + std::to_string(endpoint.db);
@@ -48,36 +60,37 @@ Status RedisShards::mget(std::span<const std::string> keys,
                          size_t chunk) {
   const std::vector<std::vector<size_t>> by_server =
       group(keys.size(), [&](size_t i) -> std::string_view { return keys[i]; });
-  Status error;
-  std::vector<std::string> mine;
-  for (size_t s = 0; s < clients_.size(); ++s) {
+  const std::vector<size_t> servers = holding(by_server);
+  return fan_out_.run(servers.size(), [&](size_t k) {
+    const size_t s = servers[k];
     const std::vector<size_t>& indices = by_server[s];
-    if (indices.empty()) continue;
-    mine.clear();
+    std::vector<std::string> mine;
+    mine.reserve(indices.size());
     for (const size_t i : indices) mine.push_back(keys[i]);
-    const Status st = clients_[s]->mget(
-        mine, [&](size_t j, std::optional<std::string_view> v) { each(indices[j], v); }, chunk);
-    if (!st.ok() && error.ok()) error = st;
-  }
-  return error;
+    return clients_[s]->mget(
+        mine,
+        [&](size_t j, std::optional<std::string_view> v) {
+          fan_out_.serialized([&] { each(indices[j], v); });
+        },
+        chunk);
+  });
 }
 
 Status RedisShards::set_nx(std::span<const RedisKeyValue> pairs, int64_t ttl_seconds,
                            const std::function<void(size_t, bool)>& written) {
   const std::vector<std::vector<size_t>> by_server =
       group(pairs.size(), [&](size_t i) { return pairs[i].key; });
-  Status error;
-  std::vector<RedisKeyValue> mine;
-  for (size_t s = 0; s < clients_.size(); ++s) {
+  const std::vector<size_t> servers = holding(by_server);
+  return fan_out_.run(servers.size(), [&](size_t k) {
+    const size_t s = servers[k];
     const std::vector<size_t>& indices = by_server[s];
-    if (indices.empty()) continue;
-    mine.clear();
+    std::vector<RedisKeyValue> mine;
+    mine.reserve(indices.size());
     for (const size_t i : indices) mine.push_back(pairs[i]);
-    const Status st =
-        clients_[s]->set_nx(mine, ttl_seconds, [&](size_t j, bool w) { written(indices[j], w); });
-    if (!st.ok() && error.ok()) error = st;
-  }
-  return error;
+    return clients_[s]->set_nx(mine, ttl_seconds, [&](size_t j, bool w) {
+      fan_out_.serialized([&] { written(indices[j], w); });
+    });
+  });
 }
 
 }  // namespace strata::kv

@@ -11,15 +11,24 @@
 // Each server gets one RedisClient (its own timeout and breaker, redis_client.h).
 //
 //   mget(keys)    the keys grouped by server, each server's read as RedisClient::mget reads
-//                 them (pipelined MGETs): one round trip per server holding some of the keys
+//                 them (pipelined MGETs): one round trip per server holding some of the keys,
+//                 the servers' at the same time (redis_fan_out.h), so a call takes its slowest
+//                 server's round trip; one server holding them all is read on the calling thread
 //   set_nx(pairs) the same with pipelined SET NX [EX ttl]
+//
+// The callbacks (each, written) run on the fan-out's threads, the calling thread among them, and
+// one at a time (a mutex: never two calls at once, and each sees what the one before it wrote),
+// each key's once, in no promised order: callers' callbacks need not be thread-safe, nor tied to
+// the calling thread, and must not throw. mget's value is valid during its call only, so it is
+// handed over there (RemoteTier decodes it into the caller's buffer), not collected.
 //
 // A server that does not answer (down, slow, its breaker open) fails only its own keys: they
 // are left out of the answer and the call returns its Unavailable once every other server has
-// answered. The servers are asked one after another.
+// answered (with several failing, the first in the servers' order).
 //
-// Not thread-safe (the tier keeps one per thread that talks to Redis). Cost: per call, one
-// round trip per server holding keys, and N hashes per key.
+// Not thread-safe (the tier keeps one per thread that talks to Redis). Cost: per call, as long as
+// the slowest server's round trip, a pool wake-up when several servers hold keys, and N hashes
+// per key.
 
 #include <cstdint>
 #include <memory>
@@ -28,6 +37,7 @@
 #include <vector>
 
 #include "kv/redis_client.h"
+#include "kv/redis_fan_out.h"
 
 namespace strata::kv {
 
@@ -54,6 +64,7 @@ class RedisShards final : public RedisStore {
 
   std::vector<std::unique_ptr<RedisClient>> clients_;
   std::vector<uint64_t> seeds_;  // per server: XXH3 of its name
+  RedisFanOut fan_out_;          // the servers' round trips of one call, at the same time
 };
 
 // "host:port/db": the name a server's weights are seeded with.

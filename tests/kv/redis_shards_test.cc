@@ -2,15 +2,19 @@
 // remote tier"): rendezvous placement (the same whatever the servers' order, about 1/N of the
 // keys moving when a server is added, and only to it), blocks spread over every server and all
 // read back, and one server killed failing only its own blocks while the others still answer
-// and are still written; restarted, it is found and written again.
+// and are still written; restarted, it is found and written again. Over four servers, whose round
+// trips run at the same time, many keys' values each come back under their own key, once, to
+// callbacks that never overlap, and a killed server fails exactly its own keys.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -214,6 +218,137 @@ TEST_F(RedisShardsTest, AKilledServerFailsOnlyItsOwnBlocksAndIsFoundAgainWhenRes
   }
   EXPECT_EQ(t->stats().num_writes, kNumBlocks + on_dead);
   for (const StatusCode c : read_all(*t)) EXPECT_EQ(c, StatusCode::kOk);
+}
+
+// Four servers and RedisShards itself: the servers' round trips run at the same time, so a reply
+// handed to the wrong key, lost, given twice or passed to two callbacks at once shows here.
+class RedisShardsFanOutTest : public ::testing::Test {
+ protected:
+  static constexpr int kServers = 4;
+  static constexpr int kKeys = 400;
+
+  void SetUp() override {
+    for (int i = 0; i < kServers; ++i) {
+      servers_.push_back(std::make_unique<test_util::RedisServer>());
+      ASSERT_TRUE(servers_.back()->start()) << "redis-server did not start (install_deps.sh)";
+      endpoints_.push_back(servers_.back()->endpoint());
+    }
+    for (int i = 0; i < kKeys; ++i) {
+      keys_.push_back(key_of(i));
+      // The key, then up to 64 KiB more, so the servers' replies take different times.
+      std::string v = keys_.back() + "|";
+      const size_t size = v.size() + static_cast<size_t>(i * 7919 % 65536);
+      for (size_t k = v.size(); k < size; ++k) {
+        v.push_back(static_cast<char>(k * 31 + static_cast<size_t>(i) * 17));
+      }
+      values_.push_back(std::move(v));
+    }
+    for (int i = 0; i < kKeys; ++i) pairs_.push_back({keys_[i], values_[i]});
+  }
+  RedisShards store() const {
+    return RedisShards(
+        endpoints_, RedisClientOptions{.timeout = 500ms, .backoff = 100ms, .max_backoff = 400ms});
+  }
+
+  // Each callback's key index, counted; fails the test if two callbacks ever overlap.
+  struct Calls {
+    std::vector<int> count = std::vector<int>(kKeys, 0);
+    std::atomic<int> inside{0};
+    int overlaps = 0;
+    void enter() {
+      if (inside.fetch_add(1) != 0) ++overlaps;
+    }
+    void leave() { inside.fetch_sub(1); }
+  };
+
+  std::vector<std::unique_ptr<test_util::RedisServer>> servers_;
+  std::vector<RedisEndpoint> endpoints_;
+  std::vector<std::string> keys_, values_;
+  std::vector<RedisKeyValue> pairs_;
+};
+
+TEST_F(RedisShardsFanOutTest, EveryServersValuesComeBackUnderTheirOwnKeysOnceWithoutOverlap) {
+  RedisShards s = store();
+  std::vector<int> per_server(kServers, 0);
+  for (const std::string& k : keys_) ++per_server[s.server_of(k)];
+  for (const int n : per_server) ASSERT_GT(n, kKeys / 8) << "every server holds a share";
+
+  Calls written;
+  ASSERT_TRUE(s.set_nx(pairs_, 0, [&](size_t i, bool w) {
+                 written.enter();
+                 EXPECT_TRUE(w) << "key " << i;
+                 ++written.count.at(i);
+                 written.leave();
+               }).ok());
+  EXPECT_EQ(written.overlaps, 0);
+  for (int i = 0; i < kKeys; ++i) EXPECT_EQ(written.count[i], 1) << "key " << i;
+
+  for (const size_t chunk : {size_t{1}, size_t{7}, size_t{kKeys}}) {
+    Calls read;
+    ASSERT_TRUE(s.mget(
+                     keys_,
+                     [&](size_t i, std::optional<std::string_view> v) {
+                       read.enter();
+                       ASSERT_TRUE(v.has_value()) << "key " << i;
+                       EXPECT_TRUE(*v == values_.at(i)) << "key " << i << ": another key's value";
+                       ++read.count.at(i);
+                       read.leave();
+                     },
+                     chunk)
+                    .ok());
+    EXPECT_EQ(read.overlaps, 0);
+    for (int i = 0; i < kKeys; ++i) {
+      EXPECT_EQ(read.count[i], 1) << "key " << i << ", chunk " << chunk;
+    }
+  }
+
+  // SET NX again: every key there, each answered once.
+  Calls again;
+  ASSERT_TRUE(s.set_nx(pairs_, 0, [&](size_t i, bool w) {
+                 EXPECT_FALSE(w) << "key " << i;
+                 ++again.count.at(i);
+               }).ok());
+  for (int i = 0; i < kKeys; ++i) EXPECT_EQ(again.count[i], 1) << "key " << i;
+}
+
+TEST_F(RedisShardsFanOutTest, AKilledServerFailsExactlyItsOwnKeysTheOthersAllAnswer) {
+  RedisShards s = store();
+  ASSERT_TRUE(s.set_nx(pairs_, 0, [](size_t, bool) {}).ok());
+  constexpr size_t kDead = 2;
+  servers_[kDead]->stop();
+  for (int round = 0; round < 2; ++round) {  // the failing round trip, then the open breaker
+    Calls read;
+    const Status st = s.mget(
+        keys_,
+        [&](size_t i, std::optional<std::string_view> v) {
+          read.enter();
+          EXPECT_TRUE(v && *v == values_.at(i)) << "key " << i;
+          ++read.count.at(i);
+          read.leave();
+        },
+        4);
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+    EXPECT_EQ(read.overlaps, 0);
+    for (int i = 0; i < kKeys; ++i) {
+      EXPECT_EQ(read.count[i], s.server_of(keys_[i]) == kDead ? 0 : 1) << "key " << i;
+    }
+  }
+  // Writes: new keys, the dead server's not answered, every other written.
+  std::vector<std::string> keys2(kKeys);
+  std::vector<RedisKeyValue> pairs2(kKeys);
+  for (int i = 0; i < kKeys; ++i) {
+    keys2[i] = keys_[i] + ":2";
+    pairs2[i] = {keys2[i], values_[i]};
+  }
+  Calls written;
+  const Status st = s.set_nx(pairs2, 0, [&](size_t i, bool w) {
+    EXPECT_TRUE(w) << "key " << i;
+    ++written.count.at(i);
+  });
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  for (int i = 0; i < kKeys; ++i) {
+    EXPECT_EQ(written.count[i], s.server_of(keys2[i]) == kDead ? 0 : 1) << "key " << i;
+  }
 }
 
 }  // namespace
