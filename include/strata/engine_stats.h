@@ -95,6 +95,9 @@ struct EngineTotals {
   int64_t kv_peer_served_blocks = 0;
   int64_t kv_peer_served_bytes = 0;
   int64_t kv_peer_dropped_blocks = 0;
+  // Each read of the prefill instance (the blocks of the requests queued since the last one,
+  // waits for blocks not there yet included).
+  LatencyHistogram kv_peer_get_latency = {};
   // Blocks a prefetch brought from disk to host memory while their request waited; evicted
   // blocks no host slot could take; the I/O threads' time reading blocks, and the scheduler
   // thread's time waiting for them (the load time the prefetch did not hide).

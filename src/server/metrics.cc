@@ -198,6 +198,10 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
   metric(out, "strata:kv_peer_dropped_blocks_total", "counter",
          "Blocks a prefill instance's outbox could not take (its coder was behind).",
          static_cast<double>(t.kv_peer_dropped_blocks));
+  render_latency(out, "strata:kv_peer_get_seconds",
+                 "Reads of the prefill instance (the blocks of the requests queued since the last "
+                 "read, waits for blocks not there yet included).",
+                 t.kv_peer_get_latency);
   render_latency(out, "strata:kv_remote_get_seconds",
                  "Reads from Redis (the prefixes of the requests queued since the last read, all "
                  "servers' round trips together), answered or not.",

@@ -16,7 +16,7 @@ fi
 # shellcheck source=/dev/null
 source "$here/../tools/cli_testing.sh"
 pids=()
-trap 'kill -CONT "${pids[@]}" 2>/dev/null; kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'kill -CONT "${pids[@]}" 2>/dev/null; kill "${pids[@]}" 2>/dev/null; [[ -n "${KEEP_LOGS:-}" ]] && cp -r "$tmp" "$KEEP_LOGS"; rm -rf "$tmp"' EXIT
 
 # start NAME ARGS...: `strata serve` on a free port; its URL in url_NAME, its pid in pid_NAME.
 start() {

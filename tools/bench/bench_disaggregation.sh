@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Colocated against disaggregated serving on this machine, at the same offered load: first one
+# `strata serve` instance (SERVE_ARGS, then COLOCATED_ARGS), then a prefill instance (PREFILL_ARGS)
+# and a decode instance (DECODE_ARGS) that sends it each prompt and reads the prompt's KV blocks
+# from it (docs/kv.md, "Disaggregation"); `strata bench --endpoint` drives the one that takes the
+# clients with BENCH_ARGS both times. Prints a table (output tokens/s, TTFT and inter-token
+# latency of the running streams, the blocks moved and the transfer's GB/s beside this machine's
+# memcpy bandwidth measured in the same run) and writes both runs' reports to OUT_JSON.
+#
+#   tools/bench/bench_disaggregation.sh STRATA MODEL_DIR OUT_JSON SERVE_ARGS... -- BENCH_ARGS...
+#
+# SERVE_ARGS go to every instance and must give a host tier (--kv-offload-bytes). The defaults
+# split this machine's cores: COLOCATED_ARGS "--threads 2", PREFILL_ARGS and DECODE_ARGS
+# "--threads 1". DISAGG_CONFIGS picks the runs: colocated, disaggregated (the default two), and
+# compressed (disaggregated with --kv-peer-compress).
+set -euo pipefail
+strata=$1 model=$2 out=$3
+shift 3
+serve_args=()
+while (($#)) && [[ $1 != -- ]]; do serve_args+=("$1"); shift; done
+[[ ${1:-} == -- ]] && shift
+bench_args=("$@")
+read -r -a colocated_args <<<"${COLOCATED_ARGS:---threads 2}"
+read -r -a prefill_args <<<"${PREFILL_ARGS:---threads 1}"
+read -r -a decode_args <<<"${DECODE_ARGS:---threads 1}"
+tmp=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+
+# serve NAME ARGS...: starts an instance on a free port; prints its URL.
+serve() {
+  local name=$1 port=""
+  shift
+  "$strata" serve --model "$model" --port 0 "${serve_args[@]}" "$@" >"$tmp/$name.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 600); do
+    port=$(sed -n 's|.*serving .* on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/$name.log")
+    [[ -n "$port" ]] && break
+    sleep 0.1
+  done
+  [[ -n "$port" ]] || { echo "$name did not start:" >&2; cat "$tmp/$name.log" >&2; exit 1; }
+  echo "http://127.0.0.1:$port"
+}
+stop_all() {
+  kill "${pids[@]}" 2>/dev/null || true
+  wait "${pids[@]}" 2>/dev/null || true
+  pids=()
+}
+names=()
+bench() {  # bench NAME URL
+  echo "== $1" >&2
+  "$strata" bench --model "$model" --endpoint "$2" "${bench_args[@]}" --json >"$tmp/$1.json"
+  curl -s "$2/metrics" >"$tmp/$1.metrics"
+  names+=("$1")
+}
+want() { case " ${DISAGG_CONFIGS:-colocated disaggregated} " in *" $1 "*) return 0 ;; esac; return 1; }
+
+if want colocated; then
+  url=$(serve colocated "${colocated_args[@]}")
+  bench colocated "$url"
+  stop_all
+fi
+disaggregated() {  # disaggregated NAME EXTRA_ARGS...: a prefill and a decode instance
+  local name=$1 prefill peer decode
+  shift
+  prefill=$(serve "$name.prefill" --role prefill --kv-peer-listen 127.0.0.1:0 "${prefill_args[@]}" "$@")
+  peer=$(sed -n 's|.*KV blocks for decode instances on \([^ ]*\) .*|\1|p' "$tmp/$name.prefill.log")
+  decode=$(serve "$name.decode" --role decode --kv-peer "$peer" --prefill-url "$prefill" \
+    "${decode_args[@]}" "$@")
+  bench "$name" "$decode"
+  stop_all
+}
+if want disaggregated; then disaggregated disaggregated; fi
+# The values coded as the pool's dtype suits (--kv-peer-compress) on both sides.
+if want compressed; then disaggregated compressed --kv-peer-compress; fi
+python3 - "$tmp" "$out" "${names[@]}" <<'PY'
+import json, os, re, sys, time
+tmp, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+def metric(name, text):
+    m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+# memcpy bandwidth, one core: the copy a transfer costs at the least.
+a = bytearray(1 << 29)
+best = 0.0
+for _ in range(5):
+    t = time.perf_counter(); b = bytes(a); best = max(best, len(a) / (time.perf_counter() - t))
+runs = {}
+print("| serving | output tok/s | TTFT p50 / p99 s | ITL p50 / p99 ms | e2e p99 s | "
+      "blocks moved | GB moved | transfer GB/s (of memcpy) |")
+print("|---|---|---|---|---|---|---|---|")
+for n in names:
+    rep = json.load(open(os.path.join(tmp, n + ".json")))
+    met = open(os.path.join(tmp, n + ".metrics")).read()
+    r = rep["runs"][0]
+    moved = metric("strata:kv_peer_read_blocks_total", met)
+    gb = metric("strata:kv_peer_read_bytes_total", met) / 1e9
+    secs = metric("strata:kv_peer_get_seconds_sum", met)
+    rate = f"{gb / secs:.2f} ({gb / secs / (best / 1e9):.2f})" if secs > 0 else "--"
+    runs[n] = {"report": rep, "peer_read_blocks": moved, "peer_read_gb": gb,
+               "peer_get_seconds": secs}
+    print(f"| {n} | {r['output_tokens_per_s']:.1f} | {r['ttft_s']['p50']:.3f} / "
+          f"{r['ttft_s']['p99']:.3f} | {1e3 * r['inter_token_latency_s']['p50']:.1f} / "
+          f"{1e3 * r['inter_token_latency_s']['p99']:.1f} | {r['e2e_latency_s']['p99']:.2f} | "
+          f"{int(moved)} | {gb:.3f} | {rate} |")
+print(f"memcpy on this machine (one core): {best / 1e9:.1f} GB/s")
+json.dump({"memcpy_gb_per_s": best / 1e9, "runs": runs}, open(out, "w"), indent=1)
+PY
