@@ -60,7 +60,7 @@ struct Instance {
     BlockTable t(kBs);
     ASSERT_TRUE(cache->allocate_slots(t, static_cast<int32_t>(p.size())));
     for (int32_t b = 0; b < static_cast<int32_t>(p.size()) / kBs; ++b) {
-      fill(bytes(t.blocks(0)[static_cast<size_t>(b)]), static_cast<uint32_t>(p[b * kBs]));
+      fill(bytes(t.blocks(0)[static_cast<size_t>(b)]), static_cast<uint32_t>(p[static_cast<size_t>(b) * kBs]));
     }
     cache->cache_full_blocks(t, p, static_cast<int32_t>(p.size()), {});
     cache->free(t);
@@ -76,7 +76,7 @@ struct Instance {
     const auto blocks = static_cast<int32_t>(hit.blocks().size());
     for (int32_t b = 0; b < blocks; ++b) {
       std::vector<std::byte> want(static_cast<size_t>(small_layout().block_bytes()));
-      fill(want, static_cast<uint32_t>(p[b * kBs]));
+      fill(want, static_cast<uint32_t>(p[static_cast<size_t>(b) * kBs]));
       const std::span<std::byte> got = bytes(hit.blocks()[static_cast<size_t>(b)]);
       EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "block " << b;
     }
@@ -270,6 +270,7 @@ TEST(KvTiersPeerTest, AnOutboxKeepsItsBytesBoundDroppingTheLeastRecent) {
   }
   EXPECT_EQ(outbox.take_released().size(), 3U);
   std::vector<TierKey> keys;
+  keys.reserve(hashes.size() + 1);
   for (const BlockHash& h : hashes) keys.push_back(TierKey{42, h});
   keys.push_back(TierKey{43, hashes[0]});  // another namespace: never served
   std::vector<std::string> values(keys.size());

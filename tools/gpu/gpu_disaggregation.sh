@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Colocated against disaggregated serving on one GPU (docs/benchmarks.md, "Prefill/decode
+# disaggregation"): the Llama-3.1-8B shape (dummy bf16 weights), first one `strata serve`
+# instance with a pool of 2 x POOL_GIB, then a prefill and a decode instance with POOL_GIB each
+# (the same KV memory in all), at the same offered load: random prompts of INPUT_LEN (default
+# 256:8192) tokens arriving at REQUEST_RATE (default 3) a second, NUM_PROMPTS (default 200) of
+# them, OUTPUT_LEN (default 256) tokens each, so that long prompts arrive while streams decode
+# (tools/bench/bench_disaggregation.sh). Run on the GPU machine from the repository root with
+# .devcarry/gpu/bin (tools/gpu/gpu_check.sh build packs it, UCX's libraries included).
+#
+#   tools/gpu/gpu_disaggregation.sh OUT_DIR [BENCH_ARGS...]
+#
+# DISAGG_CONFIGS picks the runs (bench_disaggregation.sh); POOL_GIB (default 20) and
+# KV_OFFLOAD_GIB (default 8) size each instance's pool and host tier.
+set -euo pipefail
+out="$1"
+shift
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+bin="$root/.devcarry/gpu/bin"
+mkdir -p "$root/.devcarry/gpu" "$out"
+[[ -x "$bin/strata" ]] || tar xJf "$root/.devcarry/gpu-pack/bin.tar.xz" -C "$root/.devcarry/gpu"
+export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+model="$root/bench/models/llama-3.1-8b"
+cp "$bin/build-info.txt" "$out/build-info.txt"
+pool=$((${POOL_GIB:-20} << 30))
+COLOCATED_ARGS="--kv-cache-memory-bytes $((2 * pool))" \
+PREFILL_ARGS="--kv-cache-memory-bytes $pool" DECODE_ARGS="--kv-cache-memory-bytes $pool" \
+  "$root/tools/bench/bench_disaggregation.sh" "$bin/strata" "$model" "$out/disaggregation.json" \
+  --device cuda --load-format dummy --kv-offload-bytes $((${KV_OFFLOAD_GIB:-8} << 30)) -- \
+  --input-len "${INPUT_LEN:-256:8192}" --output-len "${OUTPUT_LEN:-256}" \
+  --request-rate "${REQUEST_RATE:-3}" --num-prompts "${NUM_PROMPTS:-200}" --ignore-eos \
+  --seed 1 "$@" 2>&1 | grep -v "requests,"
