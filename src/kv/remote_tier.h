@@ -11,11 +11,12 @@
 //          block's value under the key) is a miss, counted as bad, never a wrong block.
 //
 //   get(blocks)   one round trip for the whole list (per server or cluster master holding
-//                 some), on the caller's connection: pipelined MGETs of up to 2 MiB of values
-//                 each (at least one value); a server that does not answer fails only its own
-//                 blocks
+//                 some, all at the same time), on the caller's connection: pipelined MGETs of
+//                 up to 2 MiB of values each (at least one value); a server that does not
+//                 answer fails only its own blocks
 //   put(block)    queued for the writer thread, which writes what is queued, pipelined (up to 64
-//                 blocks or 4 MiB a round trip), coded (kv_codec.h), with SET NX (a block
+//                 blocks or 16 MiB a round trip, split over the servers or masters, whose
+//                 pipelines run at the same time), coded (kv_codec.h), with SET NX (a block
 //                 already there is never written again) and the TTL; when the queued bytes would
 //                 pass their bound, or the last round trip got no answer at all (the store is
 //                 retried by one write at a time), the put is dropped and counted instead of
@@ -135,7 +136,7 @@ class RemoteTier final : public BlockSource, public BlockSink {
   static constexpr size_t kWriteBatch = 64;
   // A read's MGETs each ask for at most this many bytes of values (at least one block).
   static constexpr size_t kReadChunkBytes = size_t{2} << 20;
-  static constexpr int64_t kWriteBatchBytes = int64_t{4} << 20;
+  static constexpr int64_t kWriteBatchBytes = int64_t{16} << 20;
 
   uint64_t ns_;
   int32_t block_size_;
