@@ -143,9 +143,10 @@ int run(int argc, char** argv) {
                               {"bytes_written", tier.stats().bytes_written}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("| %d blocks of %lld bytes (values %zu), %zu servers | seconds | GB/s |\n"
-                "|---|---|---|\n",
-                blocks, static_cast<long long>(block_bytes), tier.value_bytes(), urls.size());
+    std::printf(
+        "| %d blocks of %lld bytes (values %zu), %zu servers | seconds | GB/s |\n"
+        "|---|---|---|\n",
+        blocks, static_cast<long long>(block_bytes), tier.value_bytes(), urls.size());
     std::printf("| put (pipelined SET NX), until flushed | %.3f | %.2f |\n", put_s, put_gbs);
     std::printf("| get (MGET of %d, checked) | %.3f | %.2f |\n", batch, get_s, get_gbs);
   }
