@@ -33,7 +33,7 @@ serve() {
   shift
   "$strata" serve --model "$model" --port 0 "${serve_args[@]}" "$@" >"$tmp/$name.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 600); do
+  for _ in $(seq 1200); do
     port=$(sed -n 's|.*serving .* on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/$name.log")
     [[ -n "$port" ]] && break
     sleep 0.1
@@ -46,14 +46,21 @@ stop_all() {
   wait "${pids[@]}" 2>/dev/null || true
   pids=()
 }
+metrics() {  # metrics URL: the instance's /metrics text
+  python3 -c 'import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$1/metrics"
+}
 names=()
 bench() {  # bench NAME URL
   echo "== $1" >&2
   "$strata" bench --model "$model" --endpoint "$2" "${bench_args[@]}" --json >"$tmp/$1.json"
-  curl -s "$2/metrics" >"$tmp/$1.metrics"
+  metrics "$2" >"$tmp/$1.metrics"
   names+=("$1")
 }
-want() { case " ${DISAGG_CONFIGS:-colocated disaggregated} " in *" $1 "*) return 0 ;; esac; return 1; }
+want() {
+  case " ${DISAGG_CONFIGS:-colocated disaggregated} " in *" $1 "*) return 0 ;; esac
+  return 1
+}
 
 if want colocated; then
   url=$(serve colocated "${colocated_args[@]}")
@@ -63,7 +70,8 @@ fi
 disaggregated() {  # disaggregated NAME EXTRA_ARGS...: a prefill and a decode instance
   local name=$1 prefill peer decode
   shift
-  prefill=$(serve "$name.prefill" --role prefill --kv-peer-listen 127.0.0.1:0 "${prefill_args[@]}" "$@")
+  prefill=$(serve "$name.prefill" --role prefill --kv-peer-listen 127.0.0.1:0 \
+    "${prefill_args[@]}" "$@")
   peer=$(sed -n 's|.*KV blocks for decode instances on \([^ ]*\) .*|\1|p' "$tmp/$name.prefill.log")
   decode=$(serve "$name.decode" --role decode --kv-peer "$peer" --prefill-url "$prefill" \
     "${decode_args[@]}" "$@")

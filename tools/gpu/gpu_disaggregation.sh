@@ -3,8 +3,9 @@
 # disaggregation"): the Llama-3.1-8B shape (dummy bf16 weights), first one `strata serve`
 # instance with a pool of 2 x POOL_GIB, then a prefill and a decode instance with POOL_GIB each
 # (the same KV memory in all), at the same offered load: random prompts of INPUT_LEN (default
-# 256:8192) tokens arriving at REQUEST_RATE (default 3) a second, NUM_PROMPTS (default 200) of
-# them, OUTPUT_LEN (default 256) tokens each, so that long prompts arrive while streams decode
+# 256:4096) tokens arriving at REQUEST_RATE (default 2) a second, NUM_PROMPTS (default 150) of
+# them, OUTPUT_LEN (default 256) tokens each (about 0.55 GB/s of KV to move, within what one
+# loopback connection carries), so that long prompts arrive while streams decode
 # (tools/bench/bench_disaggregation.sh). Run on the GPU machine from the repository root with
 # .devcarry/gpu/bin (tools/gpu/gpu_check.sh build packs it, UCX's libraries included).
 #
@@ -27,6 +28,6 @@ COLOCATED_ARGS="--kv-cache-memory-bytes $((2 * pool))" \
 PREFILL_ARGS="--kv-cache-memory-bytes $pool" DECODE_ARGS="--kv-cache-memory-bytes $pool" \
   "$root/tools/bench/bench_disaggregation.sh" "$bin/strata" "$model" "$out/disaggregation.json" \
   --device cuda --load-format dummy --kv-offload-bytes $((${KV_OFFLOAD_GIB:-8} << 30)) -- \
-  --input-len "${INPUT_LEN:-256:8192}" --output-len "${OUTPUT_LEN:-256}" \
-  --request-rate "${REQUEST_RATE:-3}" --num-prompts "${NUM_PROMPTS:-200}" --ignore-eos \
+  --input-len "${INPUT_LEN:-256:4096}" --output-len "${OUTPUT_LEN:-256}" \
+  --request-rate "${REQUEST_RATE:-2}" --num-prompts "${NUM_PROMPTS:-150}" --ignore-eos \
   --seed 1 "$@" 2>&1 | grep -v "requests,"
