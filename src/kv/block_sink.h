@@ -5,8 +5,10 @@
 // slot's bytes on a thread of its own and hands the slot's tag back when done, and KvTiers
 // keeps the slot pinned until then.
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -25,6 +27,30 @@ class BlockSink {
   // The tags of borrowed blocks the sink is done with, since the last call; with wait, first
   // waits until there is one (an empty result then means none is borrowed).
   virtual std::vector<uint64_t> take_released(bool wait = false) = 0;
+};
+
+// A sink's lent blocks: counted as they are lent, their tags collected as they are given back,
+// for take_released. Guarded by the sink's own mutex: every call holds it.
+class LentTags {
+ public:
+  void lend() { ++lent_; }
+  void give_back(uint64_t tag) {
+    released_.push_back(tag);
+    cv_.notify_all();
+  }
+  // take_released's body (lock holds the sink's mutex).
+  std::vector<uint64_t> take(std::unique_lock<std::mutex>& lock, bool wait) {
+    if (wait) cv_.wait(lock, [&] { return !released_.empty() || lent_ == 0; });
+    std::vector<uint64_t> out;
+    out.swap(released_);
+    lent_ -= static_cast<int64_t>(out.size());
+    return out;
+  }
+
+ private:
+  std::vector<uint64_t> released_;
+  int64_t lent_ = 0;  // lent and not taken back yet
+  std::condition_variable cv_;
 };
 
 }  // namespace strata::kv

@@ -33,19 +33,15 @@ bool PeerOutbox::put_borrowed(const BlockHash& hash, std::span<const int32_t> to
       return false;
     }
     queue_.push_back(Put{hash, tokens, bytes, checksum, tag});
-    ++num_borrowed_;
+    lent_.lend();
   }
   work_cv_.notify_one();
   return true;
 }
 
 std::vector<uint64_t> PeerOutbox::take_released(bool wait) {
-  std::vector<uint64_t> out;
   std::unique_lock lock(mu_);
-  if (wait) released_cv_.wait(lock, [&] { return !released_.empty() || num_borrowed_ == 0; });
-  out.swap(released_);
-  num_borrowed_ -= static_cast<int64_t>(out.size());
-  return out;
+  return lent_.take(lock, wait);
 }
 
 void PeerOutbox::flush() {
@@ -99,9 +95,8 @@ void PeerOutbox::run() {
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (stopping_) {
       // The lent blocks go back uncoded: their owner is waiting to free them.
-      for (const Put& p : queue_) released_.push_back(p.tag);
+      for (const Put& p : queue_) lent_.give_back(p.tag);
       queue_.clear();
-      released_cv_.notify_all();
       idle_cv_.notify_all();
       return;
     }
@@ -112,8 +107,7 @@ void PeerOutbox::run() {
     lock.unlock();
     format_.encode_into(value, p.hash, p.tokens, p.bytes, p.checksum, format_.codec());
     lock.lock();
-    released_.push_back(p.tag);
-    released_cv_.notify_all();
+    lent_.give_back(p.tag);
     keep(p.hash, std::move(value));
     coding_ = false;
     if (queue_.empty()) idle_cv_.notify_all();

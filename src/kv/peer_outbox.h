@@ -89,11 +89,10 @@ class PeerOutbox final : public BlockSink {
   const BlockValueFormat format_;
   const int64_t max_bytes_;
   mutable std::mutex mu_;  // guards what follows
-  std::condition_variable work_cv_, idle_cv_, released_cv_;
+  std::condition_variable work_cv_, idle_cv_;
   std::deque<Put> queue_;
   bool coding_ = false;
-  std::vector<uint64_t> released_;
-  int64_t num_borrowed_ = 0;  // tags queued or being coded, not yet taken back
+  LentTags lent_;
   std::unordered_map<BlockHash, Held> held_;
   std::list<BlockHash> use_;
   ValueBufferPool spare_;  // evicted values' buffers, for the next to code into

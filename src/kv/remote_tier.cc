@@ -148,7 +148,7 @@ bool RemoteTier::enqueue(Write w) {
       return false;
     }
     queued_bytes_ += w.queued_bytes;
-    if (w.borrowed) ++num_borrowed_;
+    if (w.borrowed) lent_.lend();
     queue_.push_back(std::move(w));
   }
   work_cv_.notify_one();
@@ -156,12 +156,8 @@ bool RemoteTier::enqueue(Write w) {
 }
 
 std::vector<uint64_t> RemoteTier::take_released(bool wait) {
-  std::vector<uint64_t> out;
   std::unique_lock lock(mu_);
-  if (wait) released_cv_.wait(lock, [&] { return !released_.empty() || num_borrowed_ == 0; });
-  out.swap(released_);
-  num_borrowed_ -= static_cast<int64_t>(out.size());
-  return out;
+  return lent_.take(lock, wait);
 }
 
 void RemoteTier::flush() {
@@ -238,11 +234,8 @@ void RemoteTier::run_writer() {
     }
     // The borrowed blocks go back before the round trip: their values are the writer's now.
     if (!released.empty()) {
-      {
-        const std::lock_guard released_lock(mu_);
-        released_.insert(released_.end(), released.begin(), released.end());
-      }
-      released_cv_.notify_all();
+      const std::lock_guard released_lock(mu_);
+      for (const uint64_t tag : released) lent_.give_back(tag);
     }
     enum class Outcome : uint8_t { kFailed, kWritten, kPresent };
     std::vector<Outcome> outcome(batch.size(), Outcome::kFailed);

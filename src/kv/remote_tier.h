@@ -147,7 +147,7 @@ class RemoteTier final : public BlockSource, public BlockSink {
   std::unique_ptr<RedisStore> writer_client_;
 
   mutable std::mutex mu_;  // guards what follows
-  std::condition_variable work_cv_, idle_cv_, released_cv_;
+  std::condition_variable work_cv_, idle_cv_;
   struct Write {
     std::string key;
     std::string value;  // a stored value (put); empty when borrowed
@@ -166,8 +166,7 @@ class RemoteTier final : public BlockSource, public BlockSink {
   // in page faults than the copy into them): at most 64 values' worth.
   ValueBufferPool spare_;
   int64_t queued_bytes_ = 0;
-  std::vector<uint64_t> released_;  // borrowed blocks' tags, for take_released
-  int64_t num_borrowed_ = 0;        // tags queued or being coded, not yet taken back
+  LentTags lent_;  // borrowed blocks (put_borrowed), for take_released
   bool writing_ = false;
   bool writer_unavailable_ = false;  // the last write found the server not answering
   bool stopping_ = false;

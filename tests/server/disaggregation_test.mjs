@@ -9,6 +9,7 @@
 //           the decode instance)
 // Usage: node disaggregation_test.mjs PHASE DECODE_URL COLOCATED_URL
 import OpenAI from "./client/node_modules/openai/index.mjs";
+import { assert, metrics } from "./harness.mjs";
 
 const [phase, decodeUrl, colocatedUrl] = process.argv.slice(2);
 const decode = new OpenAI({ baseURL: `${decodeUrl}/v1`, apiKey: "none", maxRetries: 0 });
@@ -24,14 +25,10 @@ async function check(name, fn) {
     console.log(`FAIL: ${name}: ${e.stack || e}`);
   }
 }
-function assert(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
 async function metric(url, name) {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const m = text.match(new RegExp(`^${name} ([0-9.e+]+)$`, "m"));
-  assert(m, `${name} missing from ${url}/metrics`);
-  return Number(m[1]);
+  const value = (await metrics(url))[name];
+  assert(value !== undefined, `${name} missing from ${url}/metrics`);
+  return value;
 }
 function sameLogprobs(a, b, what) {
   assert(a.length === b.length, `${what}: ${a.length} logprobs against ${b.length}`);

@@ -15,29 +15,22 @@ if [[ ! -d "$here/client/node_modules/openai" ]] || ! command -v node >/dev/null
 fi
 # shellcheck source=/dev/null
 source "$here/../tools/cli_testing.sh"
-pids=()
-trap 'kill -CONT "${pids[@]}" 2>/dev/null; kill "${pids[@]}" 2>/dev/null; [[ -n "${KEEP_LOGS:-}" ]] && cp -r "$tmp" "$KEEP_LOGS"; rm -rf "$tmp"' EXIT
+# shellcheck source=/dev/null
+source "$here/serve_testing.sh"
 
-# start NAME ARGS...: `strata serve` on a free port; its URL in url_NAME, its pid in pid_NAME.
+# start NAME ARGS...: start_server with the bundled model; its URL in url_NAME, pid in pid_NAME.
 start() {
-  local name=$1; shift
-  "$strata" serve --port 0 --threads 1 --num-blocks 512 "$@" >"$tmp/$name.log" 2>&1 &
-  local pid=$! port=""
-  pids+=("$pid")
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's|.*serving .* on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/$name.log")
-    [[ -n "$port" ]] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -n "$port" ]] || { echo "FAIL: $name did not start: $(cat "$tmp/$name.log")"; exit 1; }
-  printf -v "url_$name" '%s' "http://127.0.0.1:$port"
-  printf -v "pid_$name" '%s' "$pid"
+  local name=$1
+  shift
+  start_server --threads 1 --num-blocks 512 "$@"
+  printf -v "url_$name" '%s' "$base"
+  printf -v "pid_$name" '%s' "$server_pid"
+  printf -v "log_$name" '%s' "$server_log"
 }
 host=$((64 << 20))
 start prefill --role prefill --kv-offload-bytes $host --kv-peer-listen 127.0.0.1:0
-peer=$(sed -n 's|.*KV blocks for decode instances on \([^ ]*\) .*|\1|p' "$tmp/prefill.log")
-[[ -n "$peer" ]] || { echo "FAIL: no peer address: $(cat "$tmp/prefill.log")"; exit 1; }
+peer=$(sed -n 's|.*KV blocks for decode instances on \([^ ]*\) .*|\1|p' "$log_prefill")
+[[ -n "$peer" ]] || { echo "FAIL: no peer address: $(cat "$log_prefill")"; exit 1; }
 start decode --role decode --kv-offload-bytes $host --kv-peer "$peer" \
   --prefill-url "$url_prefill" --prefill-timeout 2 --kv-peer-timeout-ms 1000
 start colocated
@@ -55,7 +48,7 @@ kill -KILL "$pid_prefill"
 wait "$pid_prefill" 2>/dev/null
 node "$here/disaggregation_test.mjs" fault "$url_decode" "$url_colocated" 2 && ok ||
   fail "the prefill instance gone"
-grep -q "prefill failed" "$tmp/decode.log" && ok || fail "the decode instance said nothing"
+grep -q "prefill failed" "$log_decode" && ok || fail "the decode instance said nothing"
 errors=$(curl -s "$url_decode/metrics" | sed -n 's/^strata:kv_peer_errors_total //p')
 [[ -n "$errors" && "$errors" != 0 ]] && ok || fail "no failed read counted ($errors)"
 
