@@ -209,6 +209,17 @@ expect_error kv-quant-skip-duplicate "sliding_window is named twice" eval kv-qua
   --kv-cache-dtype int8 --kv-cache-dtype-skip-layers sliding_window,sliding_window
 expect_error bad-threshold "kv-quant-check-threshold" generate --model "$model" --prompt-ids 1 \
   --kv-cache-dtype int8 --kv-quant-check --kv-quant-check-threshold -1
+# Disaggregation's flags: a role without its host tier, its peer or its prefill instance.
+expect_error role-no-host-tier "--role prefill and decode move blocks through the host tier" \
+  serve --model "$model" --port 0 --role prefill
+expect_error decode-no-prefill-url "--role decode needs --prefill-url" serve --model "$model" \
+  --port 0 --role decode --kv-offload-bytes 1048576 --kv-peer 127.0.0.1:1
+expect_error decode-no-peer "--role decode needs --kv-peer" serve --model "$model" --port 0 \
+  --role decode --kv-offload-bytes 1048576 --prefill-url http://127.0.0.1:1
+expect_error prefill-url-not-decode "--prefill-url is for --role decode" serve --model "$model" \
+  --port 0 --prefill-url http://127.0.0.1:1
+expect_error bad-peer-listen "--kv-peer-listen: .*not host:port" serve --model "$model" \
+  --port 0 --role prefill --kv-offload-bytes 1048576 --kv-peer-listen nowhere
 
 # 8. hostile files and arguments (issue 33): nesting a million levels deep, files that are not
 # regular files, arrival times no replay can wait for, empty or malformed id lists. Each is one
