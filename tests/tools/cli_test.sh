@@ -218,6 +218,8 @@ expect_error decode-no-peer "--role decode needs --kv-peer" serve --model "$mode
   --role decode --kv-offload-bytes 1048576 --prefill-url http://127.0.0.1:1
 expect_error prefill-url-not-decode "--prefill-url is for --role decode" serve --model "$model" \
   --port 0 --prefill-url http://127.0.0.1:1
+expect_error bench-role "--role is for strata serve" bench --model "$model" --role decode \
+  --kv-offload-bytes 1048576 --kv-peer 127.0.0.1:1 --num-prompts 1
 expect_error bad-peer-listen "--kv-peer-listen: .*not host:port" serve --model "$model" \
   --port 0 --role prefill --kv-offload-bytes 1048576 --kv-peer-listen nowhere
 

@@ -344,6 +344,10 @@ int run_bench(const BenchOptions& o) {
     throw Error("--structured-output is for the local engine, not --endpoint");
   }
   if (!o.endpoints.empty()) return run_http(o, rate);
+  if (o.role != "both") {
+    throw Error("--role is for strata serve: benchmark a decode instance with --endpoint "
+                "(tools/bench/bench_disaggregation.sh)");
+  }
   ThreadPool pool(o.threads);
   model::ModelLoadOptions load;
   load.model_dir = o.model_dir;
