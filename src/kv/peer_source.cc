@@ -27,7 +27,7 @@ void PeerSource::get(std::span<BlockGet> blocks) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + options_.wait;
   const size_t per_trip = std::max<size_t>(
-      1, std::min<size_t>({kChunkBlocks, kMaxPeerKeys,
+      1, std::min<size_t>({options_.chunk_blocks, kMaxPeerKeys,
                            static_cast<size_t>(kMaxPeerResponseBytes / format_.max_bytes())}));
   PeerSourceStats s;
   s.num_get_blocks = static_cast<int64_t>(blocks.size());

@@ -3,8 +3,8 @@
 // decode side of disaggregation, docs/kv.md "Disaggregation"); RemoteFetcher's source on a
 // decode instance.
 //
-// get() asks for the blocks in chain order, in round trips of at most kChunkBlocks (and the
-// transport's kMaxPeerResponseBytes), each value checked whole as a Redis value is
+// get() asks for the blocks in chain order, in round trips of at most options.chunk_blocks (and
+// the transport's kMaxPeerResponseBytes), each value checked whole as a Redis value is
 // (BlockValueFormat::decode; a value that fails is a miss, counted as bad). A block the peer
 // lacks may still be on its way into the outbox (the prefill instance writes its blocks through
 // once they are cached), so it is asked again, backing off from 1 to 16 ms, until
@@ -35,6 +35,9 @@ namespace strata::kv {
 struct PeerSourceOptions {
   // How long a block the peer lacks is asked for again, from the start of a get.
   std::chrono::milliseconds wait{1000};
+  // Keys one round trip asks for at most (also bounded by kMaxPeerKeys and the bytes of
+  // kMaxPeerResponseBytes).
+  size_t chunk_blocks = 64;
 };
 
 // Makes a connection to the prefill instance (connect_ucx_peer, or a test's in-process peer).
@@ -54,9 +57,6 @@ struct PeerSourceStats {
 class PeerSource final : public BlockSource {
  public:
   PeerSource(BlockValueFormat format, PeerConnect connect, PeerSourceOptions options = {});
-
-  // Keys one round trip asks for at most.
-  static constexpr size_t kChunkBlocks = 64;
 
   void get(std::span<BlockGet> blocks) override;
   PeerSourceStats stats() const;

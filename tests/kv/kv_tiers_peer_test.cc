@@ -60,7 +60,8 @@ struct Instance {
     BlockTable t(kBs);
     ASSERT_TRUE(cache->allocate_slots(t, static_cast<int32_t>(p.size())));
     for (int32_t b = 0; b < static_cast<int32_t>(p.size()) / kBs; ++b) {
-      fill(bytes(t.blocks(0)[static_cast<size_t>(b)]), static_cast<uint32_t>(p[static_cast<size_t>(b) * kBs]));
+      fill(bytes(t.blocks(0)[static_cast<size_t>(b)]),
+           static_cast<uint32_t>(p[static_cast<size_t>(b) * kBs]));
     }
     cache->cache_full_blocks(t, p, static_cast<int32_t>(p.size()), {});
     cache->free(t);
@@ -109,6 +110,21 @@ class LocalPeer final : public PeerClient {
   std::function<void(std::vector<std::string>&)> fault_;
 };
 
+// Answers `answers` round trips, then is gone (Unavailable) for good.
+class DyingPeer final : public PeerClient {
+ public:
+  DyingPeer(PeerOutbox& outbox, int answers) : alive_(outbox), answers_(answers) {}
+  Status get(std::span<const TierKey> keys, std::vector<std::string>& values) override {
+    if (answers_-- > 0) return alive_.get(keys, values);
+    values.assign(keys.size(), std::string());
+    return Status::Unavailable("the peer is gone");
+  }
+
+ private:
+  LocalPeer alive_;
+  int answers_;
+};
+
 KvTierConfig prefill_config() {
   KvTierConfig c;
   c.policy = OffloadPolicy::kWriteThrough;
@@ -116,10 +132,12 @@ KvTierConfig prefill_config() {
   return c;
 }
 
-KvTierConfig decode_config(PeerConnect connect, std::chrono::milliseconds wait) {
+KvTierConfig decode_config(PeerConnect connect, std::chrono::milliseconds wait,
+                           size_t chunk_blocks = 64) {
   KvTierConfig c;
   c.peer_connect = std::move(connect);
   c.peer_options.wait = wait;
+  c.peer_options.chunk_blocks = chunk_blocks;
   return c;
 }
 
@@ -210,6 +228,27 @@ TEST(KvTiersPeerTest, ABlockThePrefillInstanceNeverHasEndsTheChainAfterTheWait) 
   EXPECT_EQ(dec.fetch_and_promote(p), 2);
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
   EXPECT_EQ(dec.tiers->peer()->stats().num_missing, 1);
+}
+
+// The prefill instance dies mid-transfer: the first round trip's block arrives, the second
+// finds no peer. The block that came is used, the rest is recomputed, and a later read finds no
+// peer either (connecting again at most once a second).
+TEST(KvTiersPeerTest, APrefillInstanceDyingMidTransferLeavesWhatCame) {
+  Instance pre(prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  int connects = 0;
+  Instance dec(decode_config(
+      [&]() -> Result<std::unique_ptr<PeerClient>> {
+        ++connects;
+        return std::unique_ptr<PeerClient>(new DyingPeer(*pre.tiers->outbox(), 1));
+      },
+      std::chrono::seconds(20), /*chunk_blocks=*/1));
+  EXPECT_EQ(dec.fetch_and_promote(p), 1);
+  EXPECT_EQ(dec.tiers->peer()->stats().num_hits, 1);
+  EXPECT_EQ(dec.tiers->peer()->stats().num_errors, 1);
+  EXPECT_EQ(dec.fetch_and_promote(prompt(500, 2)), 0);
+  EXPECT_LE(connects, 2);
 }
 
 TEST(KvTiersPeerTest, APrefillInstanceThatIsGoneMeansRecomputing) {
