@@ -9,22 +9,11 @@
 //           the decode instance)
 // Usage: node disaggregation_test.mjs PHASE DECODE_URL COLOCATED_URL
 import OpenAI from "./client/node_modules/openai/index.mjs";
-import { assert, metrics } from "./harness.mjs";
+import { assert, check, done, metrics } from "./harness.mjs";
 
 const [phase, decodeUrl, colocatedUrl] = process.argv.slice(2);
 const decode = new OpenAI({ baseURL: `${decodeUrl}/v1`, apiKey: "none", maxRetries: 0 });
 const colocated = new OpenAI({ baseURL: `${colocatedUrl}/v1`, apiKey: "none", maxRetries: 0 });
-let passed = 0;
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    passed++;
-  } catch (e) {
-    failed++;
-    console.log(`FAIL: ${name}: ${e.stack || e}`);
-  }
-}
 async function metric(url, name) {
   const value = (await metrics(url))[name];
   assert(value !== undefined, `${name} missing from ${url}/metrics`);
@@ -108,5 +97,4 @@ if (phase === "moved") {
 } else {
   throw new Error(`unknown phase ${phase}`);
 }
-console.log(`disaggregation_test ${phase}: ${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+done(`disaggregation_test ${phase}`);
