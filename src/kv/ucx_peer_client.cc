@@ -94,7 +94,7 @@ Status UcxPeerClient::open(const sockaddr_storage& addr, socklen_t len) {
   p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
   p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
   p.sockaddr.addrlen = len;
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_mode = kPeerErrorMode;
   p.err_handler.cb = &UcxPeerClient::on_ep_error;
   p.err_handler.arg = this;
   const ucs_status_t s = ucp_ep_create(worker_->get(), &p, &ep_);

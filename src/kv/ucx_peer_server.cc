@@ -183,7 +183,7 @@ void UcxPeerServer::accept_connections() {
     p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     p.conn_request = request;
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_mode = kPeerErrorMode;
     p.err_handler.cb = &UcxPeerServer::on_ep_error;
     p.err_handler.arg = this;
     ucp_ep_h ep = nullptr;

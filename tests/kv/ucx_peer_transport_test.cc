@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -230,6 +232,56 @@ TEST(UcxPeerTransportTest, AServerGoneIsUnavailableWithinTheTimeout) {
 
 // A peer that does not answer in time: Unavailable after the timeout. Its answer, when it comes
 // (2 MiB: by rendezvous), is dropped, and the next get gets its own.
+// The serving process is killed while the client reads from it, as a prefill instance dying
+// mid-transfer: the get in flight, or the next, fails (Unavailable, within the timeout) rather
+// than hanging or crashing the client, and every get that succeeded was whole. Two processes on
+// one host: the values travel over shared memory.
+TEST(UcxPeerTransportTest, AServerProcessKilledMidTransferFailsTheGet) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    const std::string value(size_t{2} << 20, 'v');
+    auto server = start_ucx_peer_server(
+        "127.0.0.1", 0, [&value](std::span<const TierKey> keys, std::vector<std::string>& values) {
+          for (size_t i = 0; i < keys.size(); ++i) values[i].assign(value);
+        });
+    if (!server.ok()) _exit(1);
+    const std::string address = (*server)->address();
+    if (write(fds[1], address.data(), address.size()) < 0) _exit(1);
+    close(fds[1]);
+    for (;;) pause();
+  }
+  close(fds[1]);
+  char buf[128] = {};
+  const ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  ASSERT_GT(n, 0) << "the serving process did not start";
+  auto client = connect_ucx_peer(std::string(buf, static_cast<size_t>(n)), 2000ms);
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  std::vector<TierKey> keys(64);
+  std::vector<std::string> values;
+  ASSERT_TRUE((*client)->get(keys, values).ok());
+  std::thread killer([child] {
+    std::this_thread::sleep_for(5ms);
+    kill(child, SIGKILL);
+  });
+  Status s;
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < until) {
+    const auto start = std::chrono::steady_clock::now();
+    s = (*client)->get(keys, values);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 4s) << "a get outlived its timeout";
+    if (!s.ok()) break;
+    for (const std::string& v : values) ASSERT_EQ(v, std::string(size_t{2} << 20, 'v'));
+  }
+  killer.join();
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.message();
+}
+
 TEST(UcxPeerTransportTest, ALateAnswerIsDroppedAndTheNextGetGetsItsOwn) {
   const Store store = {{1, random_bytes(2u << 20, 1)}, {2, "two"}};
   std::mutex mu;
@@ -338,7 +390,7 @@ class RawPeer {
     p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
     p.sockaddr.addrlen = len;
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_mode = kPeerErrorMode;
     EXPECT_EQ(ucp_ep_create(worker_->get(), &p, &ep_), UCS_OK);
   }
   ~RawPeer() {
