@@ -109,6 +109,13 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
           consume(*row.request, *row.seq, row.first_pos, row.num_tokens, logits, sampled));
     }
   }
+  // A prefill instance's new blocks go down to its host tier, and so to its outbox, before the
+  // requests that computed them are answered: the decode instance reads them as soon as its
+  // prefill call returns, rather than a step later.
+  if (config_.kv_role == KvRole::kPrefill && tiers_ != nullptr &&
+      tiers_->has_write_through_pending()) {
+    tiers_->poll();
+  }
   std::vector<RequestOutput> outputs;
   std::vector<RequestId> done;
   for (auto& [id, r] : requests_) {
