@@ -8,13 +8,13 @@
 // Usage: strata_peer_transport_bench [--keys 32] [--value-bytes 2097152] [--iterations 20]
 //                                    [--json]
 
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
