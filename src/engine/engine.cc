@@ -97,6 +97,14 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
     return Status::InvalidArgument(
         "--role decode needs --kv-peer, the prefill instance's --kv-peer-listen address");
   }
+  if (c.kv_role == KvRole::kPrefill) {
+    std::string host;
+    int port = 0;
+    if (const Status at = kv::split_host_port(c.kv_peer_listen, &host, &port, /*any_port=*/true);
+        !at.ok()) {
+      return Status::InvalidArgument("--kv-peer-listen: " + at.message());
+    }
+  }
   if (c.kv_peer_wait_ms < 0 || c.kv_peer_timeout_ms < 1 || c.kv_peer_outbox_bytes < 0) {
     return Status::InvalidArgument(
         "--kv-peer-wait-ms must be >= 0, --kv-peer-timeout-ms >= 1, --kv-peer-outbox-bytes >= 0");
@@ -220,7 +228,6 @@ Status EngineImpl::start_tiers() {
     c.policy = kv::OffloadPolicy::kWriteThrough;  // every block the decode instances may read
     c.peer_outbox_bytes = config_.kv_peer_outbox_bytes > 0 ? config_.kv_peer_outbox_bytes
                                                            : config_.kv_offload_bytes;
-    c.peer_codec = config_.kv_peer_compress;
   }
   if (config_.kv_role == KvRole::kDecode) {
     c.peer_connect = [address = config_.kv_peer,
@@ -228,8 +235,8 @@ Status EngineImpl::start_tiers() {
       return kv::connect_ucx_peer(address, timeout);
     };
     c.peer_options.wait = std::chrono::milliseconds(config_.kv_peer_wait_ms);
-    c.peer_codec = config_.kv_peer_compress;
   }
+  c.peer_codec = config_.kv_peer_compress;
   c.ns = kv::tier_namespace(kv::checkpoint_identity(config_.model_dir, config_.dummy_weights),
                             config_.block_size, groups, runner_->kv_layout(0).static_scales());
   // The tiers' movers are their own: swap's copy thread uses the runner's meanwhile.
@@ -245,10 +252,8 @@ Status EngineImpl::start_tiers() {
   if (kv::PeerOutbox* const outbox = tiers_->outbox()) {
     std::string host;
     int port = 0;
-    if (const Status at = kv::split_host_port(config_.kv_peer_listen, &host, &port, /*any_port=*/true);
-        !at.ok()) {
-      return Status::InvalidArgument("--kv-peer-listen: " + at.message());
-    }
+    STRATA_RETURN_IF_ERROR(kv::split_host_port(config_.kv_peer_listen, &host, &port,
+                                               /*any_port=*/true));  // checked at validation
     Result<std::unique_ptr<kv::PeerServer>> server = kv::start_ucx_peer_server(
         host, port,
         [outbox](std::span<const kv::TierKey> keys, std::vector<std::string>& values) {

@@ -153,15 +153,15 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
           "--role decode reads the blocks it lacks from the prefill instance: --kv-remote "
           "beside it is not supported");
     }
-    if (config.peer_outbox_bytes > 0) {
-      t->outbox = std::make_unique<PeerOutbox>(
-          BlockValueFormat(t->ns, bs, block_bytes, config.peer_codec ? remote_codec_plan(layout) : KvCodecPlan{}),
-          config.peer_outbox_bytes);
-    }
-    if (config.peer_connect) {
-      t->peer = std::make_unique<PeerSource>(
-          BlockValueFormat(t->ns, bs, block_bytes, config.peer_codec ? remote_codec_plan(layout) : KvCodecPlan{}),
-          config.peer_connect, config.peer_options);
+    if (peers) {
+      const BlockValueFormat format(t->ns, bs, block_bytes,
+                                    config.peer_codec ? remote_codec_plan(layout) : KvCodecPlan{});
+      if (config.peer_outbox_bytes > 0) {
+        t->outbox = std::make_unique<PeerOutbox>(format, config.peer_outbox_bytes);
+      }
+      if (config.peer_connect) {
+        t->peer = std::make_unique<PeerSource>(format, config.peer_connect, config.peer_options);
+      }
     }
     tiers[static_cast<size_t>(g)] = std::move(t);
   }

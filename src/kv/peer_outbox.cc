@@ -51,7 +51,6 @@ void PeerOutbox::flush() {
 
 void PeerOutbox::lookup(std::span<const TierKey> keys, std::vector<std::string>& values) {
   const std::lock_guard lock(mu_);
-  stats_.num_asked += static_cast<int64_t>(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if (keys[i].ns != format_.ns()) continue;
     const auto it = held_.find(keys[i].hash);

@@ -42,8 +42,7 @@ struct PeerOutboxStats {
   int64_t num_put = 0;       // blocks coded and kept
   int64_t num_dropped = 0;   // puts dropped: the coder was kMaxQueued blocks behind
   int64_t num_evicted = 0;   // values that made room for newer ones
-  int64_t num_asked = 0;     // keys looked up
-  int64_t num_served = 0;    // of them, found
+  int64_t num_served = 0;    // keys looked up and found
   int64_t bytes_served = 0;  // values copied out to peers
   int64_t bytes_held = 0;    // values kept now
 };
@@ -67,7 +66,6 @@ class PeerOutbox final : public BlockSink {
   // A PeerBlockLookup (peer_transport.h): values[i] = keys[i]'s value, or left empty.
   void lookup(std::span<const TierKey> keys, std::vector<std::string>& values);
 
-  const BlockValueFormat& format() const { return format_; }
   PeerOutboxStats stats() const;
 
  private:

@@ -14,8 +14,7 @@ PeerSource::PeerSource(BlockValueFormat format, PeerConnect connect, PeerSourceO
 PeerClient* PeerSource::client() {
   if (client_) return client_.get();
   const auto now = std::chrono::steady_clock::now();
-  if (connected_once_ && now - last_connect_ < std::chrono::seconds(1)) return nullptr;
-  connected_once_ = true;
+  if (last_connect_ && now - *last_connect_ < std::chrono::seconds(1)) return nullptr;
   last_connect_ = now;
   Result<std::unique_ptr<PeerClient>> c = connect_();
   if (c.ok()) client_ = std::move(c).value();

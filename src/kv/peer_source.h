@@ -10,8 +10,8 @@
 // once they are cached), so it is asked again, backing off from 1 to 16 ms, until
 // options.wait has passed since the get began; then it is NotFound, and so is every block past
 // it without asking (the chain breaks at the first missing block). A peer that does not answer
-// (gone, or past options.timeout) makes the blocks not read yet Unavailable, and the connection
-// is made again at a later get (at most once a second).
+// (gone, or past the connection's timeout) makes the blocks not read yet Unavailable, and the
+// connection is made again at a later get (at most once a second).
 //
 // get() from one thread at a time (RemoteFetcher's); stats() from any.
 
@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,8 +70,7 @@ class PeerSource final : public BlockSource {
   const PeerConnect connect_;
   const PeerSourceOptions options_;
   std::unique_ptr<PeerClient> client_;
-  std::chrono::steady_clock::time_point last_connect_{};
-  bool connected_once_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_connect_;  // the last attempt
   std::vector<TierKey> keys_;
   std::vector<std::string> values_;  // received into; their buffers kept from get to get
   mutable std::mutex mu_;            // guards stats_

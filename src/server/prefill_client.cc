@@ -4,6 +4,10 @@
 
 #include <nlohmann/json.hpp>
 #include <utility>
+#include <variant>
+
+#include "core/json_input.h"
+#include "core/quote.h"
 
 namespace strata::server {
 
@@ -29,11 +33,15 @@ Status PrefillClient::prefill(std::span<const int32_t> prompt, const std::string
                                " did not answer: " + httplib::to_string(r.error()));
   }
   if (r->status == 200) return Status::Ok();
+  // Another instance's answer is outside input: bounded nesting, its message cut to one bounded
+  // line.
   std::string message = "status " + std::to_string(r->status);
-  const nlohmann::json e = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-  if (e.is_object() && e.contains("error") && e["error"].is_object() &&
-      e["error"].contains("message") && e["error"]["message"].is_string()) {
-    message += ": " + e["error"]["message"].get<std::string>();
+  const std::variant<nlohmann::json, JsonInputError> parsed =
+      parse_json_input(r->body, kMaxFileJsonDepth);
+  const nlohmann::json* e = std::get_if<nlohmann::json>(&parsed);
+  if (e != nullptr && e->is_object() && e->contains("error") && (*e)["error"].is_object() &&
+      (*e)["error"].contains("message") && (*e)["error"]["message"].is_string()) {
+    message += ": " + one_line((*e)["error"]["message"].get<std::string>(), 200);
   }
   if (r->status >= 500) return Status::Unavailable("the prefill instance failed: " + message);
   return Status::InvalidArgument("the prefill instance refused the prompt: " + message);
