@@ -8,6 +8,7 @@
 // Usage: strata_peer_transport_bench [--keys 32] [--value-bytes 2097152] [--iterations 20]
 //                                    [--json]
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,6 +77,7 @@ int run(int argc, char** argv) {
   const pid_t child = fork();
   if (child < 0) throw std::runtime_error("fork failed");
   if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // not left serving if this process dies
     close(pipe_fds[0]);
     serve(value_bytes, pipe_fds[1]);
   }
