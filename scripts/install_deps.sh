@@ -17,12 +17,14 @@ packages=(
   libzstd-dev  # the KV codec's general-purpose scheme
   libucx-dev  # UCX (UCP): the peer transport of prefill/decode disaggregation
   libboost-dev  # Boost.Beast and Boost.Asio (header-only): the HTTP server
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev  # KV events for routers: ZeroMQ and msgpack
 )
 if ((!demo)); then
   packages+=(
     python3 curl clang clang-tidy clang-format libclang-rt-dev lld
     libgtest-dev libgmock-dev libbenchmark-dev
     redis-server redis-tools  # the remote KV tier's tests start a real server (and cluster)
+    python3-zmq python3-msgpack  # the KV events test's independent consumer
     # strata-tiny's training text (tools/tiny/make_tiny_corpus.py): the King James Bible and fortunes
     bible-kjv fortunes fortunes-min
   )

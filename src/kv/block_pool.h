@@ -131,6 +131,13 @@ class BlockPool {
   int64_t num_evictions() const { return num_evictions_; }
   // Borrowed; null = none. Hears of every caching and eviction from then on.
   void set_listener(PoolListener* listener) { listener_ = listener; }
+  // Borrowed; null = none. Gets the KV events of every caching, eviction and reset from then on.
+  void set_event_sink(KvEventSink* sink) { event_sink_ = sink; }
+
+  // Drops every cached block's content and hash at once (AllBlocksCleared, no BlockRemoved per
+  // block, no eviction counted; the listener hears nothing). Only when no block is in use:
+  // returns false, changing nothing, while any is. O(num_blocks).
+  bool reset_prefix_cache();
 
   // The free queue front to back (for tests and debugging; O(free blocks)).
   std::vector<BlockId> free_queue() const;

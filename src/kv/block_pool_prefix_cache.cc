@@ -76,7 +76,7 @@ bool BlockPool::cache_block(BlockId block, const BlockHash& hash, const BlockHas
   if (event_sink_ != nullptr) {
     event_sink_->on_block_stored(
         BlockStoredEvent{hash, parent_hash ? std::optional<BlockHash>(*parent_hash) : std::nullopt,
-                         block_size_, block});
+                         tokens, block});
   }
   if (listener_ != nullptr) listener_->on_cached(block, hash, tokens);
   return true;
@@ -120,6 +120,24 @@ void BlockPool::evict(int32_t idx) {
   if (event_sink_ != nullptr)
     event_sink_->on_block_removed(BlockRemovedEvent{m.hash, BlockId{idx}});
   m.hash = BlockHash{};
+}
+
+bool BlockPool::reset_prefix_cache() {
+  if (num_used_blocks() != 0) return false;
+  for (BlockMeta& m : meta_) {
+    if (!m.cached) continue;
+    m.cached = false;
+    m.hash_next = kNone;
+    m.parent = 0;
+    m.parent_gen = 0;
+    m.adapter_id = 0;
+    m.hash = BlockHash{};
+  }
+  for (std::string& salt : salts_) salt.clear();
+  hash_to_block_.clear();
+  num_cached_ = 0;
+  if (event_sink_ != nullptr) event_sink_->on_all_blocks_cleared();
+  return true;
 }
 
 void BlockPool::check_cache_invariants() const {

@@ -1,7 +1,7 @@
 #pragma once
 // KV events: what the block pool tells the outside world about its prefix cache, in the shape of
-// vLLM's KV events (BlockStored / BlockRemoved) so that a later issue can publish them to routers
-// (ZeroMQ + msgpack) without touching the pool.
+// vLLM's KV events (BlockStored / BlockRemoved / AllBlocksCleared). KvEventPublisher
+// (kv_event_publisher.h) publishes them to routers over ZeroMQ (docs/kv-events.md).
 //
 // The pool calls the sink synchronously, from the scheduler thread, inside the operation that
 // caused the event; a sink must not call back into the pool. Events of one pool arrive in the
@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/ids.h"
@@ -20,7 +21,7 @@ namespace strata::kv {
 struct BlockStoredEvent {
   BlockHash hash;
   std::optional<BlockHash> parent_hash;  // nullopt for a sequence's first block
-  int32_t num_tokens = 0;                // tokens the block holds (= block_size)
+  std::span<const int32_t> token_ids;    // the block's block_size tokens; valid during the call
   BlockId block_id;
 };
 
@@ -35,16 +36,27 @@ class KvEventSink {
   virtual ~KvEventSink() = default;
   virtual void on_block_stored(const BlockStoredEvent& event) = 0;
   virtual void on_block_removed(const BlockRemovedEvent& event) = 0;
+  // Every cached block was dropped at once (BlockPool::reset_prefix_cache), with no
+  // BlockRemoved of its own.
+  virtual void on_all_blocks_cleared() = 0;
 };
 
-// Keeps every event in memory, in order (tests, debugging, and a future publisher's buffer).
+// Keeps every event in memory, in order (tests, debugging). A stored event's token_ids point
+// into stored_tokens[i], the recorder's copy.
 class RecordingKvEventSink final : public KvEventSink {
  public:
-  void on_block_stored(const BlockStoredEvent& event) override { stored.push_back(event); }
+  void on_block_stored(const BlockStoredEvent& event) override {
+    stored_tokens.emplace_back(event.token_ids.begin(), event.token_ids.end());
+    stored.push_back(event);
+    stored.back().token_ids = stored_tokens.back();
+  }
   void on_block_removed(const BlockRemovedEvent& event) override { removed.push_back(event); }
+  void on_all_blocks_cleared() override { ++num_cleared; }
 
   std::vector<BlockStoredEvent> stored;
+  std::vector<std::vector<int32_t>> stored_tokens;
   std::vector<BlockRemovedEvent> removed;
+  int32_t num_cleared = 0;
 };
 
 }  // namespace strata::kv

@@ -204,7 +204,7 @@ TEST_F(KvCacheManagerTest, EventsDescribeTheChain) {
   ASSERT_EQ(events_.stored.size(), 2u);
   EXPECT_FALSE(events_.stored[0].parent_hash.has_value());
   EXPECT_EQ(events_.stored[0].block_id, BlockId{1});
-  EXPECT_EQ(events_.stored[0].num_tokens, kBs);
+  EXPECT_EQ(static_cast<int32_t>(events_.stored[0].token_ids.size()), kBs);
   ASSERT_TRUE(events_.stored[1].parent_hash.has_value());
   EXPECT_EQ(*events_.stored[1].parent_hash, events_.stored[0].hash);
   EXPECT_EQ(a.block_hashes()[1], events_.stored[1].hash);

@@ -89,6 +89,42 @@ TEST_F(PrefixCachePoolTest, FreedCachedBlocksAreEvictedLeastRecentlyFreedFirst) 
   EXPECT_EQ(events_.removed[0].block_id, BlockId{3});
 }
 
+TEST_F(PrefixCachePoolTest, StoredEventsCarryTokensAndParentHash) {
+  const std::vector<BlockId> b = take(2);
+  const T t0 = {1, 2, 3, 4}, t1 = {5, 6, 7, 8};
+  const BlockHash h0 = cache_first(b[0], t0);
+  const BlockHash h1 = hasher_.hash(&h0, t1, {});
+  ASSERT_TRUE(pool_.cache_block(b[1], h1, &h0, b[0], t1, {}));
+  ASSERT_EQ(events_.stored.size(), 2u);
+  EXPECT_EQ(events_.stored[0].hash, h0);
+  EXPECT_EQ(events_.stored[0].parent_hash, std::nullopt);
+  EXPECT_EQ(T(events_.stored[0].token_ids.begin(), events_.stored[0].token_ids.end()), t0);
+  EXPECT_EQ(events_.stored[1].parent_hash, h0);
+  EXPECT_EQ(T(events_.stored[1].token_ids.begin(), events_.stored[1].token_ids.end()), t1);
+  EXPECT_EQ(events_.stored[1].block_id, b[1]);
+}
+
+TEST_F(PrefixCachePoolTest, ResetDropsEveryCachedBlockOnlyWhenNoneIsInUse) {
+  const std::vector<BlockId> b = take(2);
+  const BlockHash h1 = cache_first(b[0], {1, 1, 1, 1});
+  cache_first(b[1], {2, 2, 2, 2});
+  pool_.free(ids({1}));
+  const PoolSnapshot before(pool_);
+  EXPECT_FALSE(pool_.reset_prefix_cache()) << "block 2 is still in use";
+  EXPECT_EQ(PoolSnapshot(pool_), before);
+  EXPECT_EQ(events_.num_cleared, 0);
+
+  pool_.free(ids({2}));
+  EXPECT_TRUE(pool_.reset_prefix_cache());
+  pool_.check_invariants();
+  EXPECT_EQ(pool_.num_cached_blocks(), 0);
+  EXPECT_EQ(pool_.find_cached(h1, kNullBlock, T{1, 1, 1, 1}, {}), std::nullopt);
+  EXPECT_EQ(events_.num_cleared, 1);
+  EXPECT_TRUE(events_.removed.empty()) << "one AllBlocksCleared, no BlockRemoved per block";
+  EXPECT_EQ(pool_.num_evictions(), 0);
+  EXPECT_EQ(values(take(5)), (V{3, 4, 5, 1, 2})) << "the queue order is kept";
+}
+
 TEST_F(PrefixCachePoolTest, TouchTakesAFreeCachedBlockOutOfTheQueue) {
   const std::vector<BlockId> b = take(2);
   cache_first(b[0], {1, 1, 1, 1});
