@@ -157,6 +157,20 @@ struct EngineConfig {
   int32_t kv_peer_timeout_ms = 2000;
   int64_t kv_peer_outbox_bytes = 0;
   bool kv_peer_compress = false;
+  // ---- KV events for routers (docs/kv-events.md) ---------------------------------------------
+  // A non-empty kv_events_endpoint publishes the pool's prefix-cache events (BlockStored,
+  // BlockRemoved, AllBlocksCleared) on a ZeroMQ PUB socket in vLLM's msgpack format, one batch per
+  // step that produced any, every message led by kv_events_topic; kv_events_replay_endpoint (a
+  // ROUTER) answers requests for the last kv_events_buffer_steps batches. kv_events_hwm is PUB's
+  // high-water mark; the publisher thread's queue holds kv_events_max_queue_batches. A slow or
+  // absent subscriber never slows the engine: what does not fit is dropped and counted
+  // (EngineTotals::kv_events_dropped_blocks).
+  std::string kv_events_endpoint;
+  std::string kv_events_replay_endpoint;
+  std::string kv_events_topic;
+  int32_t kv_events_buffer_steps = 10000;
+  int32_t kv_events_hwm = 100000;
+  int32_t kv_events_max_queue_batches = 100000;
   SchedulerKind scheduler = SchedulerKind::kContinuous;
   int32_t max_batch_size = 32;      // static scheduler only
   double batch_timeout_ms = 100.0;  // static scheduler only

@@ -98,6 +98,11 @@ struct EngineTotals {
   // Each read of the prefill instance (the blocks of the requests queued since the last one,
   // waits for blocks not there yet included).
   LatencyHistogram kv_peer_get_latency = {};
+  // KV events (EngineConfig::kv_events_endpoint): blocks named by the events handed to the
+  // publisher (a BlockStored or BlockRemoved counts each of its blocks, an AllBlocksCleared one),
+  // and those dropped with their batch because the publisher's queue was full.
+  int64_t kv_events_published_blocks = 0;
+  int64_t kv_events_dropped_blocks = 0;
   // Blocks a prefetch brought from disk to host memory while their request waited; evicted
   // blocks no host slot could take; the I/O threads' time reading blocks, and the scheduler
   // thread's time waiting for them (the load time the prefetch did not hide).

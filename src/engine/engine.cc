@@ -120,6 +120,14 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
         "structured_output_max_states must be >= 2, structured_output_max_regex_bytes and "
         "structured_output_cache_size >= 1");
   }
+  if (c.kv_events_endpoint.empty() && !c.kv_events_replay_endpoint.empty()) {
+    return Status::InvalidArgument(
+        "--kv-events-replay-endpoint needs --kv-events-endpoint, the events' PUB socket");
+  }
+  if (c.kv_events_buffer_steps < 1 || c.kv_events_hwm < 0 || c.kv_events_max_queue_batches < 1) {
+    return Status::InvalidArgument(
+        "--kv-events-buffer-steps and the queue size must be >= 1, the hwm >= 0");
+  }
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
     return Status::InvalidArgument("max_batch_size must be >= 1 and batch_timeout_ms >= 0");
   }
@@ -262,6 +270,24 @@ Status EngineImpl::start_tiers() {
     if (!server.ok()) return server.status();
     peer_server_ = std::move(server).value();
   }
+  return Status::Ok();
+}
+
+Status EngineImpl::start_kv_events() {
+  if (config_.kv_events_endpoint.empty()) return Status::Ok();
+  kv::KvEventPublisherConfig c;
+  c.endpoint = config_.kv_events_endpoint;
+  c.replay_endpoint = config_.kv_events_replay_endpoint;
+  c.topic = config_.kv_events_topic;
+  c.buffer_steps = config_.kv_events_buffer_steps;
+  c.hwm = config_.kv_events_hwm;
+  c.max_queue_batches = config_.kv_events_max_queue_batches;
+  c.medium = config_.device == Device::kCuda ? "GPU" : "CPU";
+  c.block_size = config_.block_size;
+  Result<std::unique_ptr<kv::KvEventPublisher>> publisher = kv::KvEventPublisher::create(c);
+  if (!publisher.ok()) return publisher.status();
+  kv_events_ = std::move(publisher).value();
+  cache_->pool().set_event_sink(kv_events_.get());
   return Status::Ok();
 }
 
@@ -473,6 +499,7 @@ std::unique_ptr<EngineImpl> make_impl(engine::BuiltRunner built, EngineConfig c)
 
 // The engine, with its KV tiers when the config asks for them (their directory may not open).
 Result<std::unique_ptr<Engine>> start(std::unique_ptr<EngineImpl> impl) {
+  STRATA_RETURN_IF_ERROR(impl->start_kv_events());
   STRATA_RETURN_IF_ERROR(impl->start_tiers());
   return std::make_unique<Engine>(std::move(impl));
 }

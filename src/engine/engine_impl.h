@@ -16,6 +16,7 @@
 #include "engine/sequence.h"
 #include "grammar/grammar_compiler.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_event_publisher.h"
 #include "kv/kv_tiers.h"
 #include "kv/swap_space.h"
 #include "model/model.h"
@@ -54,6 +55,8 @@ class EngineImpl {
   static Status validate_config(const EngineConfig& config);
   // The KV tiers of config.kv_offload_bytes (none when 0), attached to the pool and the scheduler.
   Status start_tiers();
+  // The KV events publisher of config.kv_events_endpoint (none when empty), the pool's sink.
+  Status start_kv_events();
 
   Result<RequestId> submit(EngineRequest request);
   // Engine::compile_structured_output: thread-safe.
@@ -112,6 +115,8 @@ class EngineImpl {
   std::vector<uint64_t> allowed_;  // one constrained sequence's mask, per host sampling
   std::vector<std::vector<uint64_t>> step_masks_;  // the device-drawn ones' masks, per step
   int32_t window_ = 0;
+  // --kv-events-endpoint: group 0's pool reports to it; destroyed after cache_.
+  std::unique_ptr<kv::KvEventPublisher> kv_events_;
   std::unique_ptr<kv::KvCacheManager> cache_;
   // Swap preemption only, one per KV cache group; destroyed before runner_.
   std::vector<std::unique_ptr<kv::SwapSpace>> swaps_;

@@ -300,6 +300,12 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   totals_.prefix_query_tokens = cache.num_query_tokens;
   totals_.prefix_hit_tokens = cache.num_hit_tokens;
   totals_.num_evictions = cache.num_evictions;
+  if (kv_events_ != nullptr) {
+    kv_events_->end_step();  // this step's events, one batch
+    const kv::KvEventPublisherStats e = kv_events_->stats();
+    totals_.kv_events_published_blocks = e.queued_blocks;
+    totals_.kv_events_dropped_blocks = e.dropped_blocks;
+  }
   if (tiers_ != nullptr) {
     // What computing a prefix costs here, against which reading it from Redis is weighed.
     if (plan.num_prefill_tokens > 0) {

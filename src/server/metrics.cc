@@ -198,6 +198,12 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
   metric(out, "strata:kv_peer_dropped_blocks_total", "counter",
          "Blocks a prefill instance's outbox could not take (its coder was behind).",
          static_cast<double>(t.kv_peer_dropped_blocks));
+  metric(out, "strata:kv_events_published_total", "counter",
+         "Blocks named by the KV events handed to the publisher (--kv-events-endpoint).",
+         static_cast<double>(t.kv_events_published_blocks));
+  metric(out, "strata:kv_events_dropped_total", "counter",
+         "Blocks named by KV events dropped because the publisher's queue was full.",
+         static_cast<double>(t.kv_events_dropped_blocks));
   render_latency(out, "strata:kv_peer_get_seconds",
                  "Reads of the prefill instance (the blocks of the requests queued since the last "
                  "read, waits for blocks not there yet included).",

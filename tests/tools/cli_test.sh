@@ -222,6 +222,26 @@ expect_error bench-role "--role is for strata serve" bench --model "$model" --ro
   --kv-offload-bytes 1048576 --kv-peer 127.0.0.1:1 --num-prompts 1
 expect_error bad-peer-listen "--kv-peer-listen: .*not host:port" serve --model "$model" \
   --port 0 --role prefill --kv-offload-bytes 1048576 --kv-peer-listen nowhere
+# KV events' flags and vLLM's --kv-events-config: each mistake one line before the model loads
+# (a port ZeroMQ refuses: when the engine opens its sockets).
+expect_error kv-events-bad-endpoint "--kv-events-endpoint 'localhost:5557': expected tcp://" \
+  serve --model "$model" --port 0 --kv-events-endpoint localhost:5557
+expect_error kv-events-replay-alone "need --kv-events-endpoint" serve --model "$model" --port 0 \
+  --kv-events-replay-endpoint 'tcp://*:5558'
+expect_error kv-events-buffer-steps "kv-events-buffer-steps" serve --model "$model" --port 0 \
+  --kv-events-endpoint 'tcp://*:5557' --kv-events-buffer-steps 0
+expect_error kv-events-config-json "--kv-events-config is not valid JSON" serve --model "$model" \
+  --port 0 --kv-events-config '{"enable_kv_cache_events":'
+expect_error kv-events-config-key "unknown key 'bogus'" serve --model "$model" --port 0 \
+  --kv-events-config '{"enable_kv_cache_events":true,"bogus":1}'
+expect_error kv-events-config-type "buffer_steps must be an integer >= 1" serve --model "$model" \
+  --port 0 --kv-events-config '{"enable_kv_cache_events":true,"buffer_steps":0}'
+expect_error kv-events-config-publisher "publisher 'kafka' is not supported" serve \
+  --model "$model" --port 0 --kv-events-config '{"enable_kv_cache_events":true,"publisher":"kafka"}'
+expect_error kv-events-config-and-flags "exclude each other" serve --model "$model" --port 0 \
+  --kv-events-config '{"enable_kv_cache_events":true}' --kv-events-endpoint 'tcp://*:5557'
+expect_error kv-events-bad-port "KV events endpoint tcp://\*:notaport" serve --model "$model" \
+  --port 0 --kv-events-endpoint 'tcp://*:notaport'
 
 # 8. hostile files and arguments (issue 33): nesting a million levels deep, files that are not
 # regular files, arrival times no replay can wait for, empty or malformed id lists. Each is one

@@ -108,6 +108,7 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
                   "<tool_call> JSON; llama3_json: Llama 3.1 JSON); auto: the one the chat "
                   "template shows; none: requests with tools are refused")
       ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "none"}));
+  add_kv_events_options(*cmd, o.kv_events);
 }
 
 namespace {
@@ -140,12 +141,18 @@ int run_serve(const ServeOptions& o) {
   }
   sc.prefill_url = o.prefill_url;
   sc.prefill_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.prefill_timeout_s * 1e3));
-  const EngineConfig c = engine_config(o);
+  EngineConfig c = engine_config(o);
+  apply_kv_events_options(o.kv_events, c);
   Result<std::unique_ptr<Engine>> engine = Engine::create(c);
   if (!engine.ok()) throw Error(engine.status().message());
   print_pool(**engine);
   if (const std::string at = (*engine)->kv_peer_address(); !at.empty()) {
     std::fprintf(stderr, "strata: KV blocks for decode instances on %s (--kv-peer)\n", at.c_str());
+  }
+  if (!c.kv_events_endpoint.empty()) {
+    std::fprintf(stderr, "strata: KV events on %s%s%s\n", c.kv_events_endpoint.c_str(),
+                 c.kv_events_replay_endpoint.empty() ? "" : ", replay on ",
+                 c.kv_events_replay_endpoint.c_str());
   }
   std::optional<tokenizer::Tokenizer> tok;
   const std::string& tokenizer_dir = o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine_options.h"
+#include "kv_events_options.h"
 #include "serve_http_options.h"
 
 namespace CLI {
@@ -26,6 +27,7 @@ struct ServeOptions : EngineOptions {
   std::string tool_call_parser = "auto";  // auto | hermes | llama3_json | none
   std::string prefill_url;  // --role decode: the prefill instance's http://HOST:PORT
   double prefill_timeout_s = 600.0;
+  KvEventsOptions kv_events;
 };
 
 void add_serve_command(CLI::App& app, ServeOptions& options);

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""An independent consumer of vLLM's KV events (ZeroMQ + msgpack) against `strata serve`.
+
+It knows nothing of Strata's code: it decodes the wire format of vLLM's KVEventBatch
+(array_like msgspec structs, as vLLM's examples/online_serving/kv_events_subscriber.py reads them)
+with python3-msgpack, drives the server over HTTP, and checks what a router relies on.
+
+  full:  completions sharing a prefix, then enough distinct ones to overflow a small pool; checks
+         the framing (topic, contiguous sequence numbers), the schema, BlockStored's block size,
+         token ids (the prompts' own, from /tokenize) and parent chain, the shared prefix stored
+         once, BlockRemoved for evicted blocks only, and that a subscriber started late gets the
+         same batches from the replay endpoint from sequence 0.
+  quick: one completion; one BlockStored arrives under the topic.
+
+Usage: kv_events_consumer.py full|quick HTTP_BASE PUB_ENDPOINT REPLAY_ENDPOINT TOPIC BLOCK_SIZE
+Exit 0 when every check holds; the failures are printed otherwise.
+"""
+
+import json
+import sys
+import threading
+import time
+import urllib.request
+
+import msgpack
+import zmq
+
+WAIT_S = 20.0  # bound on every wait for events
+
+
+def post(base, path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def metric(base, name):
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"/metrics has no {name}")
+
+
+class Subscriber:
+    """A SUB socket read on a thread of its own: (topic, seq, payload) in arrival order."""
+
+    def __init__(self, ctx, endpoint, topic):
+        self.sock = ctx.socket(zmq.SUB)
+        self.sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        self.sock.connect(endpoint)
+        self.messages = []
+        self.lock = threading.Lock()
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop:
+            if self.sock.poll(50):
+                frames = self.sock.recv_multipart()
+                with self.lock:
+                    self.messages.append(frames)
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close(linger=0)
+
+
+def replay(ctx, endpoint, start_seq):
+    """[(seq, payload)] from start_seq on, as a DEALER asks the replay endpoint."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.connect(endpoint)
+    sock.send_multipart([b"", start_seq.to_bytes(8, "big", signed=True)])
+    got = []
+    while True:
+        if not sock.poll(int(WAIT_S * 1000)):
+            raise AssertionError("the replay endpoint did not answer")
+        empty, seq_bytes, payload = sock.recv_multipart()
+        assert empty == b"", "a replay reply starts with an empty delimiter frame"
+        seq = int.from_bytes(seq_bytes, "big", signed=True)
+        if seq == -1:
+            assert payload == b"", "the end marker's payload is empty"
+            break
+        got.append((seq, payload))
+    sock.close(linger=0)
+    return got
+
+
+def decode(payload, block_size):
+    """vLLM's KVEventBatch: [ts, [events]] (no data_parallel_rank when unset)."""
+    batch = msgpack.unpackb(payload, raw=False)
+    assert isinstance(batch, list) and len(batch) == 2, f"batch shape: {batch!r:.200}"
+    ts, events = batch
+    assert isinstance(ts, float) and abs(ts - time.time()) < 3600, f"ts {ts!r}"
+    for e in events:
+        tag = e[0]
+        if tag == "BlockStored":
+            assert len(e) == 7, f"BlockStored has 6 fields: {e!r:.200}"
+            _, hashes, parent, tokens, size, lora_id, medium = e
+            assert hashes and all(isinstance(h, int) and 0 <= h < 2**64 for h in hashes)
+            assert parent is None or isinstance(parent, int)
+            assert size == block_size, f"block_size {size}, expected {block_size}"
+            assert len(tokens) == len(hashes) * block_size, "token_ids = blocks x block_size"
+            assert lora_id is None and medium == "CPU", f"lora_id {lora_id}, medium {medium}"
+        elif tag == "BlockRemoved":
+            assert len(e) == 3 and e[1] and e[2] == "CPU", f"BlockRemoved: {e!r:.200}"
+        else:
+            assert e == ["AllBlocksCleared"], f"unknown event {e!r:.200}"
+    return events
+
+
+def blocks_stored(events, block_size):
+    """Each stored block as (hash, parent, tokens), chains unrolled, in order."""
+    out = []
+    for e in events:
+        if e[0] != "BlockStored":
+            continue
+        parent = e[2]
+        for i, h in enumerate(e[1]):
+            out.append((h, parent, tuple(e[3][i * block_size:(i + 1) * block_size])))
+            parent = h
+    return out
+
+
+def collect(sub, base, ctx, replay_endpoint, topic):
+    """Every batch published so far, in sequence order: the SUB's, with what it missed (before its
+    subscription took effect) filled in from the replay endpoint, as vLLM's example does."""
+    deadline = time.time() + WAIT_S
+    while True:  # until the blocks heard add up to what the server says it published
+        published = metric(base, "strata:kv_events_published_total")
+        with sub.lock:
+            msgs = list(sub.messages)
+        for frames in msgs:
+            assert len(frames) == 3, "[topic, seq, payload]"
+            assert frames[0] == topic.encode(), f"topic {frames[0]!r}"
+            assert len(frames[1]) == 8, "seq is 8 bytes"
+        by_seq = {int.from_bytes(f[1], "big", signed=True): f[2] for f in msgs}
+        for seq, payload in replay(ctx, replay_endpoint, 0):
+            if seq not in by_seq:  # sent before the subscription took effect
+                by_seq[seq] = payload
+        blocks = 0
+        for payload in by_seq.values():
+            for e in msgpack.unpackb(payload, raw=False)[1]:
+                blocks += len(e[1]) if e[0] != "AllBlocksCleared" else 1
+        if by_seq and blocks == published:
+            break
+        if time.time() > deadline:
+            raise AssertionError(f"heard {blocks} blocks' events, the server published {published}")
+        time.sleep(0.05)
+    seqs = sorted(by_seq)
+    assert seqs == list(range(len(seqs))), f"sequence numbers 0, 1, 2, ...: {seqs[:20]}"
+    return [(s, by_seq[s]) for s in seqs], len(msgs)
+
+
+def complete(base, prompt):
+    post(base, "/v1/completions",
+         {"model": "strata-tiny", "prompt": prompt, "max_tokens": 1, "temperature": 0})
+    return post(base, "/tokenize", {"prompt": prompt})["tokens"]
+
+
+def full(base, pub, replay_endpoint, topic, bs):
+    ctx = zmq.Context()
+    sub = Subscriber(ctx, pub, topic)
+    prefix = "In the beginning God created the heaven and the earth. " * 6
+    prompt_a = prefix + "And the earth was without form, and void."
+    prompt_b = prefix + "And God said, Let there be light: and there was light."
+    tokens_a = complete(base, prompt_a)
+    tokens_b = complete(base, prompt_b)
+    shared = 0
+    while tokens_a[shared] == tokens_b[shared]:
+        shared += 1
+    assert shared >= 3 * bs, f"the shared prefix is {shared} tokens: too short for the test"
+    batches, _ = collect(sub, base, ctx, replay_endpoint, topic)
+    stored = [b for _, p in batches for b in blocks_stored(decode(p, bs), bs)]
+
+    # Each prompt's full blocks were stored, chained, with its own tokens; the shared ones once.
+    for name, tokens in (("A", tokens_a), ("B", tokens_b)):
+        parent = None
+        for j in range(len(tokens) // bs):
+            block = tuple(tokens[j * bs:(j + 1) * bs])
+            found = [h for h, p, t in stored if p == parent and t == block]
+            assert len(found) == 1, f"prompt {name} block {j}: stored {len(found)} times"
+            parent = found[0]
+    assert len(stored) == len(tokens_a) // bs + len(tokens_b) // bs - shared // bs, \
+        f"{len(stored)} blocks stored: the shared prefix's should be stored once"
+
+    # Overflow the pool with prompts that share nothing: the oldest cached blocks are evicted.
+    words = "light darkness waters firmament evening morning seed fruit herb tree".split()
+    for i in range(8):
+        text = f"Prompt {i}: " + " ".join(words[(i * 7 + k * 3) % len(words)] + str(i * 13 + k)
+                                          for k in range(40))
+        complete(base, text)
+    batches, heard_live = collect(sub, base, ctx, replay_endpoint, topic)
+    assert heard_live > 0, "the subscriber heard nothing live"
+    seen, removed = set(), 0
+    for _, payload in batches:
+        for e in decode(payload, bs):
+            if e[0] == "BlockStored":
+                seen.update(e[1])
+            elif e[0] == "BlockRemoved":
+                for h in e[1]:
+                    assert h in seen, f"BlockRemoved of {h:#x}, never stored"
+                    seen.discard(h)
+                    removed += 1
+    assert removed > 0, "a small pool evicted nothing"
+    assert metric(base, "strata:kv_events_dropped_total") == 0
+
+    # A subscriber started now catches up from sequence 0 and sees the very same batches.
+    late = replay(ctx, replay_endpoint, 0)
+    assert late == batches, f"replay: {len(late)} batches, live: {len(batches)}"
+    sub.close()
+    ctx.term()
+    print(f"kv_events_consumer: {len(batches)} batches, {len(stored)} blocks stored for the "
+          f"shared prompts, {removed} removed, replay identical")
+
+
+def quick(base, pub, replay_endpoint, topic, bs):
+    ctx = zmq.Context()
+    sub = Subscriber(ctx, pub, topic)
+    tokens = complete(base, "In the beginning God created the heaven and the earth. " * 3)
+    batches, _ = collect(sub, base, ctx, replay_endpoint, topic)
+    stored = [b for _, p in batches for b in blocks_stored(decode(p, bs), bs)]
+    assert len(stored) == len(tokens) // bs, f"{len(stored)} blocks for {len(tokens)} tokens"
+    sub.close()
+    ctx.term()
+    print(f"kv_events_consumer: quick: {len(stored)} blocks stored")
+
+
+def main():
+    mode, base, pub, replay_endpoint, topic, bs = sys.argv[1:7]
+    try:
+        (full if mode == "full" else quick)(base, pub, replay_endpoint, topic, int(bs))
+    except AssertionError as e:
+        print(f"FAIL: kv_events_consumer {mode}: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
