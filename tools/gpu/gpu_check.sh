@@ -73,6 +73,14 @@ build_engine() {
   ldd "$CARRY/bin/strata" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcublas[^/]*|libcublasLt[^/]*|libstdc\+\+|libgcc_s)\.so' |
     xargs -r -I{} cp -L {} "$CARRY/bin/lib/"
+  # UCX loads transports as modules from ucx/ beside libucs: cma, the one two instances on one
+  # host read each other's blocks with (disaggregation), travels too.
+  local ucx_modules
+  ucx_modules="$(dirname "$(ldd "$CARRY/bin/strata" | awk '$1 ~ /^libucs\.so/ {print $3}')")/ucx"
+  if [ -f "$ucx_modules/libuct_cma.so.0" ]; then
+    mkdir -p "$CARRY/bin/lib/ucx"
+    cp -L "$ucx_modules/libuct_cma.so.0" "$CARRY/bin/lib/ucx/"
+  fi
   cp "$ROOT/tools/gpu/bench_gpu_peers.py" "$ROOT/tools/gpu/gpu_engine_bench.sh" \
     "$ROOT/tools/gpu/gpu_kv_quant_bench.sh" "$ROOT/tools/gpu/gpu_fp8_bench.sh" "$CARRY/bin/"
   pack_redis
