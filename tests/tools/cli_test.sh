@@ -330,4 +330,15 @@ expect_error stop-token-ids-empty "stop-token-ids.*empty" generate --model "$mod
   --prompt-ids 1 --stop-token-ids 1,
 expect_error detokenize-empty "ids.*empty" detokenize ''
 
+# strata route: a bad --backend or --policy is one line before anything starts.
+expect_error route-no-backend "backend.*required" route
+expect_error route-backend-scheme "--backend 'h:1'.*http://" route --backend h:1
+expect_error route-backend-port "--backend 'http://h:0'.*HOST:PORT" route --backend http://h:0
+expect_error route-backend-key "unknown key 'foo'" route --backend http://h:1,foo=tcp://h:2
+expect_error route-backend-events "events must be tcp://" route \
+  --backend http://h:1,events=http://h:2
+expect_error route-backend-replay "replay needs events" route \
+  --backend http://h:1,replay=tcp://h:2
+expect_error route-policy "policy.*random" route --backend http://h:1 --policy random
+
 finish cli_test

@@ -16,6 +16,7 @@
 #include "eval_command.h"
 #include "generate_command.h"
 #include "plan_command.h"
+#include "route_command.h"
 #include "serve_command.h"
 #include "tokenize_command.h"
 
@@ -46,6 +47,8 @@ int run(CLI::App& app, int argc, char** argv) {
   strata::cli::add_bench_command(app, bench);
   strata::cli::ServeOptions serve;
   strata::cli::add_serve_command(app, serve);
+  strata::cli::RouteOptions route;
+  strata::cli::add_route_command(app, route);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -58,6 +61,7 @@ int run(CLI::App& app, int argc, char** argv) {
   if (app.got_subcommand("eval")) return strata::cli::run_eval(eval);
   if (app.got_subcommand("bench")) return strata::cli::run_bench(bench);
   if (app.got_subcommand("serve")) return strata::cli::run_serve(serve);
+  if (app.got_subcommand("route")) return strata::cli::run_route(route);
   return 0;
 }
 

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `strata route` end to end: three `strata serve --kv-events-endpoint` instances on the bundled
+# model behind two routers (prefix and round-robin), checked with the openai npm client
+# (route_test.mjs): answers equal direct ones, bad input, prefix placement against round-robin,
+# an instance killed (SIGKILL) under load -- taken out, in-flight requests fail cleanly, later
+# ones succeed -- and put back once restarted. Then the router's own error cases.
+# Usage: route_test.sh STRATA_BINARY. Exit 77 (skipped) when the client is not installed.
+set -uo pipefail
+strata=$1
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+client="$here/../server/client/node_modules/openai"
+if [[ ! -d "$client" ]] || ! command -v node >/dev/null || ! command -v python3 >/dev/null; then
+  echo "route_test: the openai client (scripts/install_deps.sh) or python3 is missing: skipped"
+  exit 77
+fi
+# shellcheck source=/dev/null
+source "$here/../tools/cli_testing.sh"
+
+# Free TCP ports, one a line (the instances' HTTP and event ports must survive a restart).
+free_ports() {
+  python3 -c 'import socket,sys
+s=[socket.socket() for _ in range(int(sys.argv[1]))]
+[x.bind(("127.0.0.1",0)) for x in s]
+print("\n".join(str(x.getsockname()[1]) for x in s))' "$1"
+}
+mapfile -t ports < <(free_ports 6)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+# wait_for LOG PATTERN: until LOG has a line matching PATTERN (sed -n 's|PATTERN|\1|p'), 30 s.
+wait_for() {
+  local got=""
+  for _ in $(seq 1 300); do
+    got=$(sed -n "s|$2|\1|p" "$1" | head -1)
+    [[ -n "$got" ]] && break
+    sleep 0.1
+  done
+  [[ -n "$got" ]] || { echo "FAIL: nothing in $1: $(cat "$1")"; exit 1; }
+  printf '%s' "$got"
+}
+# instance I: (re)starts instance I on ports[2I] (HTTP) and ports[2I+1] (events).
+instance() {
+  local i=$1 log="$tmp/serve$1.$RANDOM.log"
+  "$strata" serve --threads 1 --num-blocks 512 --port "${ports[$((2 * i))]}" \
+    --kv-events-endpoint "tcp://*:${ports[$((2 * i + 1))]}" >"$log" 2>&1 &
+  pids+=($!)
+  printf -v "pid_$i" '%s' "$!"
+  wait_for "$log" '.*serving .* on \(http://[0-9.:]*\).*' >/dev/null
+}
+backends=()
+for i in 0 1 2; do
+  instance "$i"
+  backends+=(--backend "http://127.0.0.1:${ports[$((2 * i))]},events=tcp://127.0.0.1:${ports[$((2 * i + 1))]}")
+done
+# router POLICY: starts a router on port 0; its URL in $url.
+router() {
+  local log="$tmp/route.$1.log"
+  "$strata" route --port 0 --policy "$1" "${backends[@]}" >"$log" 2>&1 &
+  pids+=($!)
+  url=$(wait_for "$log" '.*routing to .* on \(http://[0-9.:]*\).*')
+}
+router prefix
+prefix_url=$url
+router round-robin
+rr_url=$url
+direct="http://127.0.0.1:${ports[0]}"
+
+node "$here/route_test.mjs" equal "$prefix_url" "$direct" && ok || fail "equal"
+node "$here/route_test.mjs" placement "$prefix_url" "$direct" "$rr_url" && ok || fail "placement"
+
+# An instance killed under load (round-robin, so it has some of the requests).
+node "$here/route_test.mjs" load "$rr_url" "$direct" >"$tmp/load.out" 2>&1 &
+load=$!
+sleep 1.5
+kill -KILL "$pid_1"
+wait "$pid_1" 2>/dev/null
+if wait "$load"; then
+  read -r finished failed <"$tmp/load.out"
+  ((failed > 0 && finished > 0 && finished + failed == 12)) && ok ||
+    fail "load: $finished finished, $failed failed (some of each expected)"
+else
+  fail "load: $(cat "$tmp/load.out")"
+fi
+healthy() { curl -s "$1/metrics" | sed -n "s|^strata:router_instance_healthy{instance=\"http://127.0.0.1:${ports[2]}\"} ||p"; }
+[[ $(healthy "$rr_url") == 0 ]] && ok || fail "the killed instance is not taken out"
+node "$here/route_test.mjs" after "$rr_url" "$direct" && ok || fail "after the kill"
+
+instance 1
+for _ in $(seq 1 50); do [[ $(healthy "$rr_url") == 1 ]] && break; sleep 0.1; done
+[[ $(healthy "$rr_url") == 1 ]] && ok || fail "the restarted instance is not back"
+before=$(curl -s "$rr_url/metrics" | sed -n "s|^strata:router_requests_total{instance=\"http://127.0.0.1:${ports[2]}\"} ||p")
+node "$here/route_test.mjs" back "$rr_url" "$direct" && ok || fail "back"
+after=$(curl -s "$rr_url/metrics" | sed -n "s|^strata:router_requests_total{instance=\"http://127.0.0.1:${ports[2]}\"} ||p")
+((after > before)) && ok || fail "the restarted instance gets no request ($before -> $after)"
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$prefix_url/health") == 200 ]] && ok ||
+  fail "the router is not healthy at the end"
+finish route_test
