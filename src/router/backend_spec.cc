@@ -43,7 +43,7 @@ Result<BackendSpec> parse_backend_spec(std::string_view text) {
   if (text.ends_with(',')) return bad(text, "expected KEY=VALUE after a comma");
   rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
   if (!url.starts_with("http://")) return bad(text, "the address must start with http://");
-  if (url.ends_with('/')) url.remove_suffix(1);
+  if (url.size() > 7 && url.ends_with('/')) url.remove_suffix(1);
   if (!host_port(url.substr(7))) return bad(text, "the address must be http://HOST:PORT");
   spec.url = std::string(url);
   bool has_events = false;

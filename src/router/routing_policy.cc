@@ -69,7 +69,7 @@ std::optional<Choice> choose_instance(Policy policy, std::span<const InstanceVie
   switch (policy) {
     case Policy::kRoundRobin:
       for (size_t k = 0; k < v.size(); ++k) {
-        const size_t i = static_cast<size_t>((turn + k) % v.size());
+        const auto i = static_cast<size_t>((turn + k) % v.size());
         if (v[i].healthy) return Choice{i, Decision::kRoundRobin};
       }
       return std::nullopt;

@@ -41,7 +41,7 @@ TEST(BackendSpecTest, RefusesWhatIsNotTheSyntax) {
   }
 }
 
-kv::WireKvEventBatch stored(std::vector<uint64_t> hashes, int32_t block_size = 2) {
+kv::WireKvEventBatch stored(const std::vector<uint64_t>& hashes, int32_t block_size = 2) {
   kv::WireKvEventBatch b;
   b.ts = 1.5;
   std::optional<uint64_t> parent;
