@@ -28,8 +28,9 @@ bool host_port(std::string_view s) {
          value <= 65535;
 }
 
+// The router connects, so a tcp:// address needs a host, not a bind wildcard.
 bool zmq_endpoint(std::string_view s) {
-  if (s.starts_with("tcp://")) return host_port(s.substr(6));
+  if (s.starts_with("tcp://")) return !s.starts_with("tcp://*:") && host_port(s.substr(6));
   return s.starts_with("ipc://") && s.size() > 6;
 }
 

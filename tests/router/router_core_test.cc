@@ -32,7 +32,8 @@ TEST(BackendSpecTest, RefusesWhatIsNotTheSyntax) {
        {"", "h:1", "https://h:1", "http://h", "http://h:0", "http://h:70000", "http://h:1/v1",
         "http://:1", "http://h:1,", "http://h:1,events", "http://h:1,foo=tcp://h:2",
         "http://h:1,events=http://h:2", "http://h:1,replay=tcp://h:2",
-        "http://h:1,events=tcp://h:2,events=tcp://h:3", "http://h:1,events=tcp://h"}) {
+        "http://h:1,events=tcp://h:2,events=tcp://h:3", "http://h:1,events=tcp://h",
+        "http://h:1,events=tcp://*:5557"}) {
     const Result<BackendSpec> r = parse_backend_spec(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
