@@ -23,7 +23,7 @@ s=[socket.socket() for _ in range(int(sys.argv[1]))]
 [x.bind(("127.0.0.1",0)) for x in s]
 print("\n".join(str(x.getsockname()[1]) for x in s))' "$1"
 }
-mapfile -t ports < <(free_ports 6)
+mapfile -t ports < <(free_ports 9)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 
@@ -38,11 +38,13 @@ wait_for() {
   [[ -n "$got" ]] || { echo "FAIL: nothing in $1: $(cat "$1")"; exit 1; }
   printf '%s' "$got"
 }
-# instance I: (re)starts instance I on ports[2I] (HTTP) and ports[2I+1] (events).
+# instance I: (re)starts instance I on ports[2I] (HTTP), ports[2I+1] (events) and ports[6+I]
+# (replay).
 instance() {
   local i=$1 log="$tmp/serve$1.$RANDOM.log"
   "$strata" serve --threads 1 --num-blocks 512 --port "${ports[$((2 * i))]}" \
-    --kv-events-endpoint "tcp://*:${ports[$((2 * i + 1))]}" >"$log" 2>&1 &
+    --kv-events-endpoint "tcp://*:${ports[$((2 * i + 1))]}" \
+    --kv-events-replay-endpoint "tcp://*:${ports[$((6 + i))]}" >"$log" 2>&1 &
   pids+=($!)
   printf -v "pid_$i" '%s' "$!"
   wait_for "$log" '.*serving .* on \(http://[0-9.:]*\).*' >/dev/null
@@ -94,4 +96,22 @@ after=$(curl -s "$rr_url/metrics" | sed -n "s|^strata:router_requests_total{inst
 ((after > before)) && ok || fail "the restarted instance gets no request ($before -> $after)"
 [[ $(curl -s -o /dev/null -w '%{http_code}' "$prefix_url/health") == 200 ]] && ok ||
   fail "the router is not healthy at the end"
+
+# A router started now learns what instance 0 cached before it came, through the replay
+# endpoint: no request goes through it first.
+backends=(--backend "http://127.0.0.1:${ports[0]},events=tcp://127.0.0.1:${ports[1]},replay=tcp://127.0.0.1:${ports[6]}")
+router prefix
+late_url=$url
+blocks=""
+for _ in $(seq 1 50); do
+  blocks=$(curl -s "$late_url/metrics" | sed -n 's/^strata:router_index_blocks{[^}]*} //p')
+  [[ -n "$blocks" && "$blocks" != 0 ]] && break
+  sleep 0.1
+done
+[[ -n "$blocks" && "$blocks" != 0 ]] && ok || fail "a late router's index is empty: no replay"
+
+# SIGTERM: the router stops and exits 0.
+late_pid=${pids[-1]}
+kill -TERM "$late_pid"
+wait "$late_pid" && ok || fail "the router did not exit 0 on SIGTERM"
 finish route_test
