@@ -2,6 +2,9 @@
 
 #include <msgpack.hpp>
 
+#include <cstdint>
+#include <cstring>
+
 #include "core/check.h"
 
 namespace strata::kv {
@@ -13,6 +16,17 @@ struct StringStream {
   void write(const char* bytes, size_t n) { out->append(bytes, n); }
 };
 using Packer = msgpack::packer<StringStream>;
+
+// Always a float64, as msgspec writes vLLM's ts: msgpack-c's pack_double writes a double that
+// holds an integer as an integer.
+void pack_float64(StringStream& stream, double d) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &d, sizeof(bits));
+  char bytes[9];
+  bytes[0] = static_cast<char>(0xcb);
+  for (size_t i = 0; i < 8; ++i) bytes[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+  stream.write(bytes, sizeof(bytes));
+}
 
 void pack_str(Packer& pk, std::string_view s) {
   pk.pack_str(static_cast<uint32_t>(s.size()));
@@ -100,7 +114,7 @@ std::string encode_kv_event_batch(const WireKvEventBatch& batch, std::string_vie
   StringStream stream{&out};
   Packer pk(stream);
   pk.pack_array(2);  // data_parallel_rank, unset, is omitted as vLLM's msgspec omits it
-  pk.pack_double(batch.ts);
+  pack_float64(stream, batch.ts);
   pk.pack_array(static_cast<uint32_t>(batch.events.size()));
   for (const WireKvEvent& e : batch.events) {
     std::visit([&](const auto& event) { pack_event(pk, event, medium); }, e);

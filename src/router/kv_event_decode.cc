@@ -87,7 +87,10 @@ kv::WireKvEventBatch batch(const msgpack::object& o) {
   if (b.ptr[0].type == msgpack::type::FLOAT64 || b.ptr[0].type == msgpack::type::FLOAT32) {
     out.ts = b.ptr[0].via.f64;
   } else if (b.ptr[0].type == msgpack::type::POSITIVE_INTEGER) {
+    // msgpack-c, among others, packs a double that holds an integer as an integer.
     out.ts = static_cast<double>(b.ptr[0].via.u64);
+  } else if (b.ptr[0].type == msgpack::type::NEGATIVE_INTEGER) {
+    out.ts = static_cast<double>(b.ptr[0].via.i64);
   } else {
     throw Bad{};
   }

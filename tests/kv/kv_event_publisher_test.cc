@@ -73,6 +73,23 @@ TEST(KvEventWireTest, KnownBatchEncodesToVllmsExactBytes) {
   EXPECT_EQ(bytes_of(encode_kv_event_batch(known_batch(), "CPU")), want);
 }
 
+// A whole-second ts is still a float64 (msgspec's ts: float), not the integer msgpack-c's
+// pack_double writes for a double that holds one.
+TEST(KvEventWireTest, AWholeSecondTsIsStillAFloat64) {
+  for (const double ts : {0.0, 2.0, -1.0, 1764979200.0}) {
+    WireKvEventBatch batch;
+    batch.ts = ts;
+    batch.add_removed(5);
+    const Bytes got = bytes_of(encode_kv_event_batch(batch, "CPU"));
+    ASSERT_GE(got.size(), 10u);
+    EXPECT_EQ(got[1], 0xcb) << ts;
+    const msgpack::object_handle h =
+        msgpack::unpack(reinterpret_cast<const char*>(got.data()), got.size());
+    EXPECT_EQ(h.get().via.array.ptr[0].type, msgpack::type::FLOAT64) << ts;
+    EXPECT_EQ(h.get().via.array.ptr[0].via.f64, ts);
+  }
+}
+
 TEST(KvEventWireTest, EncodedBatchDecodesToVllmsSchema) {
   const std::string payload = encode_kv_event_batch(known_batch(), "GPU");
   const msgpack::object_handle handle = msgpack::unpack(payload.data(), payload.size());
