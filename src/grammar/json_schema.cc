@@ -240,7 +240,10 @@ Result<std::string> SchemaCompiler::compile_checked(const ordered_json& schema,
     if (!regex.ok()) return regex.status();
     alts += (alts.empty() ? "" : "|") + *regex;
   }
-  if (schema.value("nullable", false)) alts += "|null";
+  if (const auto nullable = schema.find("nullable"); nullable != schema.end()) {
+    if (!nullable->is_boolean()) return invalid(path, "'nullable' must be true or false");
+    if (nullable->get<bool>()) alts += "|null";
+  }
   return jr::group(alts);
 }
 

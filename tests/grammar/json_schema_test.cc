@@ -678,6 +678,7 @@ TEST(JsonSchemaErrorTest, InvalidSchemasAreRefused) {
       {R"({"$ref":"other.json#/x"})", "within the document"},
       {R"({"anyOf":[]})", "non-empty array"},
       {R"([1])", "a schema must be an object or a boolean"},
+      {R"({"type":"object","nullable":["a"]})", "'nullable' must be true or false"},
   };
   for (const auto& [schema, message] : cases) {
     const Status status = error_of(schema);
