@@ -389,10 +389,7 @@ Result<RequestId> EngineImpl::submit(EngineRequest request) {
   seq.tokens = r.request.prompt;
   seq.num_prompt = static_cast<int32_t>(seq.tokens.size());
   seq.cache_keys.cache_salt =
-      r.request.tenant.empty()
-          ? r.request.cache_salt
-          : kv::derive_tenant_salt(config_.tenant_salt_secret, r.request.tenant,
-                                   r.request.cache_salt);
+      kv::request_cache_salt(config_.tenant_salt_secret, r.request.tenant, r.request.cache_salt);
   seq.counts.add_prompt(seq.tokens);
   if (r.request.params.prompt_logprobs >= 0) r.prompt_logprobs.resize(seq.tokens.size());
   if (r.request.prompt_logits) {

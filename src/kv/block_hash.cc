@@ -47,6 +47,12 @@ std::string derive_tenant_salt(std::string_view secret, std::string_view tenant,
   return to_hex(std::span(mac).first(len));
 }
 
+std::string request_cache_salt(std::string_view secret, std::string_view tenant,
+                               std::string_view request_salt) {
+  if (tenant.empty()) return std::string(request_salt);
+  return derive_tenant_salt(secret, tenant, request_salt);
+}
+
 std::string random_tenant_secret() {
   std::array<uint8_t, 32> bytes{};
   STRATA_CHECK(RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) == 1,

@@ -49,6 +49,11 @@ struct BlockExtraKeys {
 std::string derive_tenant_salt(std::string_view secret, std::string_view tenant,
                                std::string_view request_salt);
 
+// The salt a request's blocks are keyed with: derive_tenant_salt's for a request with a tenant,
+// the request's own salt otherwise. One rule for the engine and for a router predicting its keys.
+std::string request_cache_salt(std::string_view secret, std::string_view tenant,
+                               std::string_view request_salt);
+
 // A fresh 32-byte secret for derive_tenant_salt, hex, from OpenSSL's RNG.
 std::string random_tenant_secret();
 

@@ -171,6 +171,8 @@ class BlockPool {
   void push_back(int32_t idx);
   void remove(int32_t idx);
   void evict(int32_t idx);
+  // Clears block idx's cache fields and salt (not the hash index or the counters).
+  void forget_cached(int32_t idx);
   void check_cache_invariants() const;
 
   std::vector<BlockMeta> meta_;

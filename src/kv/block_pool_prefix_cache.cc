@@ -109,31 +109,29 @@ void BlockPool::evict(int32_t idx) {
     }
     meta(prev).hash_next = m.hash_next;
   }
+  --num_cached_;
+  ++num_evictions_;
+  if (event_sink_ != nullptr)
+    event_sink_->on_block_removed(BlockRemovedEvent{m.hash, BlockId{idx}});
+  forget_cached(idx);
+}
+
+void BlockPool::forget_cached(int32_t idx) {
+  BlockMeta& m = meta(idx);
   m.cached = false;
   m.hash_next = kNone;
   m.parent = 0;
   m.parent_gen = 0;
   m.adapter_id = 0;
-  salts_[static_cast<size_t>(idx)].clear();
-  --num_cached_;
-  ++num_evictions_;
-  if (event_sink_ != nullptr)
-    event_sink_->on_block_removed(BlockRemovedEvent{m.hash, BlockId{idx}});
   m.hash = BlockHash{};
+  salts_[static_cast<size_t>(idx)].clear();
 }
 
 bool BlockPool::reset_prefix_cache() {
   if (num_used_blocks() != 0) return false;
-  for (BlockMeta& m : meta_) {
-    if (!m.cached) continue;
-    m.cached = false;
-    m.hash_next = kNone;
-    m.parent = 0;
-    m.parent_gen = 0;
-    m.adapter_id = 0;
-    m.hash = BlockHash{};
+  for (int32_t idx = 0; idx < static_cast<int32_t>(meta_.size()); ++idx) {
+    if (meta(idx).cached) forget_cached(idx);
   }
-  for (std::string& salt : salts_) salt.clear();
   hash_to_block_.clear();
   num_cached_ = 0;
   if (event_sink_ != nullptr) event_sink_->on_all_blocks_cleared();

@@ -25,13 +25,6 @@ bool is_completion(const std::string& path) {
   return path == "/v1/completions" || path == "/v1/chat/completions";
 }
 
-// The bearer key of an Authorization header, "" when there is none.
-std::string_view bearer(std::string_view authorization) {
-  constexpr std::string_view kPrefix = "Bearer ";
-  return authorization.starts_with(kPrefix) ? authorization.substr(kPrefix.size())
-                                            : std::string_view();
-}
-
 void line(std::string& out, const std::string& name, const std::string& labels, int64_t value) {
   out += name;
   if (!labels.empty()) out += "{" + labels + "}";
@@ -72,11 +65,12 @@ struct Router::Impl {
         server::parse_request(req.body, config.model, req.path == "/v1/chat/completions");
     const auto* r = std::get_if<server::CompletionRequest>(&parsed);
     if (r == nullptr || r->prompts.empty()) return {};
-    const std::string_view key = bearer(req.header("Authorization"));
+    // An instance's tenant is the request's key; without the instances' secret, no tenant salt
+    // can be predicted, and the request's own salt is the best guess.
+    const std::string_view tenant =
+        config.cache_salt_secret.empty() ? std::string_view() : req.bearer_key().value_or("");
     const kv::BlockExtraKeys extra{
-        .cache_salt = config.cache_salt_secret.empty() || key.empty()
-                          ? r->cache_salt
-                          : kv::derive_tenant_salt(config.cache_salt_secret, key, r->cache_salt),
+        .cache_salt = kv::request_cache_salt(config.cache_salt_secret, tenant, r->cache_salt),
         .adapter_id = 0};
     const std::vector<int32_t>& prompt = r->prompts.front();
     kv::BlockHasher hasher;

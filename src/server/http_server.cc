@@ -114,12 +114,10 @@ void HttpServer::shutdown_now() { http_->handlers().cut_short(); }
 
 std::optional<std::string> HttpServer::tenant(const HttpRequest& req) const {
   if (config_.api_keys.empty()) return std::string();
-  const std::string_view auth = req.header("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (auth.substr(0, kBearer.size()) != kBearer) return std::nullopt;
-  const std::string_view key = auth.substr(kBearer.size());
+  const std::optional<std::string_view> key = req.bearer_key();
+  if (!key) return std::nullopt;
   for (const std::string& k : config_.api_keys) {
-    if (k == key) return k;
+    if (k == *key) return k;
   }
   return std::nullopt;
 }

@@ -54,6 +54,13 @@ std::string_view HttpRequest::header(std::string_view name) const {
   return {};
 }
 
+std::optional<std::string_view> HttpRequest::bearer_key() const {
+  constexpr std::string_view kBearer = "Bearer ";
+  const std::string_view auth = header("Authorization");
+  if (!auth.starts_with(kBearer)) return std::nullopt;
+  return auth.substr(kBearer.size());
+}
+
 class Connection;
 
 struct HttpTransport::Impl {

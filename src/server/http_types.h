@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,6 +25,8 @@ struct HttpRequest {
 
   // The first header of this name (case-insensitive), or "" when there is none.
   std::string_view header(std::string_view name) const;
+  // The key of an "Authorization: Bearer KEY" header, or nullopt when there is no such header.
+  std::optional<std::string_view> bearer_key() const;
 };
 
 // What one client may cost the server. Every bound answers early with its status and closes the
