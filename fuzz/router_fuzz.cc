@@ -38,7 +38,7 @@ void fuzz_batch(std::string_view payload) {
   const Result<kv::WireKvEventBatch> r = router::decode_kv_event_batch(payload);
   if (!r.ok()) return;
   const Result<kv::WireKvEventBatch> again =
-      router::decode_kv_event_batch(kv::encode_kv_event_batch(r.value(), "CPU"));
+      router::decode_kv_event_batch(kv::encode_kv_event_batch(r.value()));
   STRATA_CHECK(again.ok(), "a decoded batch re-encodes to one that decodes");
   STRATA_CHECK(again.value().num_blocks() == r.value().num_blocks(), "the same blocks");
   router::PrefixIndex index;

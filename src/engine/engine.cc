@@ -257,6 +257,7 @@ Status EngineImpl::start_tiers() {
   if (!tiers.ok()) return tiers.status();
   tiers_ = std::move(tiers).value();
   scheduler_->set_tiers(tiers_.get());
+  if (kv_events_ != nullptr) tiers_->set_event_sink(kv_events_.get());
   if (kv::PeerOutbox* const outbox = tiers_->outbox()) {
     std::string host;
     int port = 0;
@@ -282,7 +283,6 @@ Status EngineImpl::start_kv_events() {
   c.buffer_steps = config_.kv_events_buffer_steps;
   c.hwm = config_.kv_events_hwm;
   c.max_queue_batches = config_.kv_events_max_queue_batches;
-  c.medium = config_.device == Device::kCuda ? "GPU" : "CPU";
   c.block_size = config_.block_size;
   Result<std::unique_ptr<kv::KvEventPublisher>> publisher = kv::KvEventPublisher::create(c);
   if (!publisher.ok()) return publisher.status();

@@ -301,6 +301,7 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   totals_.prefix_hit_tokens = cache.num_hit_tokens;
   totals_.num_evictions = cache.num_evictions;
   if (kv_events_ != nullptr) {
+    if (tiers_ != nullptr) tiers_->publish_events();  // the disk and remote writes done by now
     kv_events_->end_step();  // this step's events, one batch
     const kv::KvEventPublisherStats e = kv_events_->stats();
     totals_.kv_events_published_blocks = e.queued_blocks;

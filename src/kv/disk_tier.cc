@@ -160,6 +160,20 @@ DiskTierStats DiskTier::stats() const {
   return stats_;
 }
 
+void DiskTier::log_changes() {
+  const std::lock_guard lock(mu_);
+  if (log_changes_) return;
+  log_changes_ = true;
+  for (const BlockHash& hash : lru_) changes_.push_back({true, hash});
+}
+
+std::vector<DiskTier::Change> DiskTier::take_changes() {
+  const std::lock_guard lock(mu_);
+  std::vector<Change> out;
+  out.swap(changes_);
+  return out;
+}
+
 bool DiskTier::contains(const BlockHash& hash) const {
   const std::lock_guard lock(mu_);
   return index_.contains(hash);
@@ -236,6 +250,7 @@ void DiskTier::remember(const BlockHash& hash) {
     return;
   }
   index_.emplace(hash, lru_.insert(lru_.end(), hash));
+  if (log_changes_) changes_.push_back({true, hash});
 }
 
 void DiskTier::drop(BlockHash hash) {
@@ -243,6 +258,7 @@ void DiskTier::drop(BlockHash hash) {
   if (it != index_.end()) {
     lru_.erase(it->second);
     index_.erase(it);
+    if (log_changes_) changes_.push_back({false, hash});
   }
   std::error_code ec;
   std::filesystem::remove(file_of(hash), ec);

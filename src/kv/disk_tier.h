@@ -37,6 +37,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/status.h"
 #include "kv/tier_key.h"
@@ -73,6 +74,14 @@ class DiskTier {
   const std::filesystem::path& path() const { return path_; }
 
   bool contains(const BlockHash& hash) const;
+  // Blocks entering and leaving the tier (the KV events of its medium), in order, kept from the
+  // first call on -- which counts every block already there as entering -- until take_changes().
+  struct Change {
+    bool stored = false;  // false: removed
+    BlockHash hash;
+  };
+  void log_changes();
+  std::vector<Change> take_changes();
   // Writes the block's file (tokens.size() == block_size, bytes.size() == block_bytes, checksum
   // its tier_checksum as the host tier recorded it: bytes that changed since are caught when the
   // file is read), first deleting least recently used files to stay within the capacity. A block
@@ -113,9 +122,11 @@ class DiskTier {
   int64_t block_bytes_;
   int64_t capacity_bytes_;
   std::atomic<bool> direct_reads_{true};
-  mutable std::mutex mu_;     // guards lru_, index_, stats_
+  mutable std::mutex mu_;     // guards lru_, index_, stats_, changes_
   std::list<BlockHash> lru_;  // least recent first
   std::unordered_map<BlockHash, std::list<BlockHash>::iterator> index_;
+  bool log_changes_ = false;
+  std::vector<Change> changes_;  // since the last take_changes(), while log_changes_
   DiskTierStats stats_;
 };
 

@@ -85,7 +85,7 @@ void HostTier::commit(BlockId id, uint64_t checksum, bool prefetched) {
   Slot& s = slot(id);
   STRATA_CHECK(s.used, "HostTier::commit: an unused slot");
   s.checksum = checksum;
-  s.committed = true;
+  committed_now(s);
   if (prefetched && !s.prefetched) ++num_prefetched_;
   s.prefetched = s.prefetched || prefetched;
 }
@@ -130,8 +130,14 @@ void HostTier::commit(std::span<const BlockId> slots, ThreadPool* pool) {
     Slot& s = slot(slots[i]);
     STRATA_CHECK(s.used, "HostTier::commit: an unused slot");
     s.checksum = sums[i];
-    s.committed = true;
+    committed_now(s);
   }
+}
+
+void HostTier::committed_now(Slot& s) {
+  if (s.committed) return;
+  s.committed = true;
+  if (event_sink_ != nullptr) event_sink_->on_tier_block_stored(KvMedium::kHost, s.key.hash);
 }
 
 HostTier::Check HostTier::check_of(BlockId id) const {
@@ -162,6 +168,9 @@ void HostTier::erase(BlockId id) {
     return;
   }
   // Other pins hold it: out of the index now, free at their last unpin.
+  if (s.committed && event_sink_ != nullptr) {
+    event_sink_->on_tier_block_removed(KvMedium::kHost, s.key.hash);
+  }
   index_.erase(s.key);
   if (s.prefetched) --num_prefetched_;
   s.prefetched = false;
@@ -172,6 +181,9 @@ void HostTier::erase(BlockId id) {
 
 void HostTier::release(int32_t idx) {
   Slot& s = slots_[static_cast<size_t>(idx)];
+  if (s.committed && event_sink_ != nullptr) {
+    event_sink_->on_tier_block_removed(KvMedium::kHost, s.key.hash);
+  }
   index_.erase(s.key);
   if (s.prefetched) --num_prefetched_;
   if (s.pins > 0) {

@@ -24,6 +24,7 @@
 #include "core/ids.h"
 #include "core/thread_pool.h"
 #include "kv/host_kv_buffer.h"
+#include "kv/kv_events.h"
 #include "kv/tier_key.h"
 
 namespace strata::kv {
@@ -106,6 +107,10 @@ class HostTier {
   std::span<std::byte> bytes(BlockId slot);
   std::span<const std::byte> bytes(BlockId slot) const;
 
+  // Borrowed; null = none. Hears of every block committed (stored) and of every committed block
+  // dropped (removed), as medium kHost, from then on.
+  void set_event_sink(KvEventSink* sink) { event_sink_ = sink; }
+
   // Aborts on a broken invariant (index, LRU order, pins and free slots agree). O(capacity).
   void check_invariants() const;
 
@@ -126,6 +131,8 @@ class HostTier {
   Slot& slot(BlockId id) { return slots_.at(static_cast<size_t>(id.value)); }
   const Slot& slot_ref(BlockId id) const { return slots_.at(static_cast<size_t>(id.value)); }
   void release(int32_t idx);
+  // The slot's block becomes findable: its KV event.
+  void committed_now(Slot& s);
 
   HostKvBuffer buffer_;
   std::vector<Slot> slots_;
@@ -133,6 +140,7 @@ class HostTier {
   std::list<int32_t> lru_;                                     // unpinned used slots, least recent first
   int32_t num_pinned_ = 0;  // slots with pins, erased ones included
   int32_t num_prefetched_ = 0;
+  KvEventSink* event_sink_ = nullptr;
   std::unordered_map<TierKey, int32_t, TierKeyHasher> index_;  // committed and pending entries
 };
 

@@ -112,6 +112,14 @@ void KvEventPublisher::on_block_removed(const BlockRemovedEvent& event) {
 
 void KvEventPublisher::on_all_blocks_cleared() { step_.add_all_cleared(); }
 
+void KvEventPublisher::on_tier_block_stored(KvMedium medium, const BlockHash& hash) {
+  step_.add_tier_stored(medium, wire_block_hash(hash), config_.block_size);
+}
+
+void KvEventPublisher::on_tier_block_removed(KvMedium medium, const BlockHash& hash) {
+  step_.add_removed(wire_block_hash(hash), medium);
+}
+
 void KvEventPublisher::end_step() {
   if (step_.events.empty()) return;
   step_.ts =
@@ -205,7 +213,7 @@ void KvEventPublisher::run() {
 
 void KvEventPublisher::send(WireKvEventBatch& batch) {
   const int64_t seq = sent_batches_.load();
-  std::string payload = encode_kv_event_batch(batch, config_.medium);
+  std::string payload = encode_kv_event_batch(batch);
   const std::array<char, 8> s = seq_bytes(seq);
   zmq::socket_t& pub = sockets_->pub;
   (void)pub.send(zmq::buffer(config_.topic), kMore);

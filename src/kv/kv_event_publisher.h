@@ -1,9 +1,10 @@
 #pragma once
-// KvEventPublisher: the block pool's KV events to routers over ZeroMQ, in vLLM's wire format
-// (kv_event_wire.h; docs/kv-events.md).
+// KvEventPublisher: the block pool's KV events, and its tiers', to routers over ZeroMQ, in vLLM's
+// wire format (kv_event_wire.h; docs/kv-events.md).
 //
 //   scheduler thread                          publisher thread (owns every ZeroMQ socket)
-//   on_block_stored / _removed / _cleared
+//   on_block_stored / _removed / _cleared,
+//   on_tier_block_stored / _removed
 //     -> this step's WireKvEventBatch
 //   end_step(): stamp, push  ---- queue ---->  encode (msgpack), seq = 0, 1, 2, ...
 //     (full: drop, count)     (max_queue_       PUB:    [topic, seq (int64 BE), payload]
@@ -46,7 +47,6 @@ struct KvEventPublisherConfig {
   int32_t buffer_steps = 10000;        // batches kept for replay
   int32_t hwm = 100000;                // PUB's send high-water mark (messages)
   int32_t max_queue_batches = 100000;  // batches waiting for the publisher thread
-  std::string medium = "GPU";          // every event's medium: where the pool's blocks live
   int32_t block_size = 16;
 };
 
@@ -69,6 +69,8 @@ class KvEventPublisher final : public KvEventSink {
   void on_block_stored(const BlockStoredEvent& event) override;
   void on_block_removed(const BlockRemovedEvent& event) override;
   void on_all_blocks_cleared() override;
+  void on_tier_block_stored(KvMedium medium, const BlockHash& hash) override;
+  void on_tier_block_removed(KvMedium medium, const BlockHash& hash) override;
 
   // The events since the last call, if any, become one batch stamped with the wall clock and go
   // to the publisher thread; a full queue drops it (counted). Never blocks on the thread.

@@ -38,7 +38,7 @@ void pack_hashes(Packer& pk, const std::vector<uint64_t>& hashes) {
   for (const uint64_t h : hashes) pk.pack_uint64(h);
 }
 
-void pack_event(Packer& pk, const WireBlockStored& e, std::string_view medium) {
+void pack_event(Packer& pk, const WireBlockStored& e) {
   pk.pack_array(7);
   pack_str(pk, "BlockStored");
   pack_hashes(pk, e.block_hashes);
@@ -51,17 +51,17 @@ void pack_event(Packer& pk, const WireBlockStored& e, std::string_view medium) {
   for (const int32_t t : e.token_ids) pk.pack_int32(t);
   pk.pack_int32(e.block_size);
   pk.pack_nil();  // lora_id
-  pack_str(pk, medium);
+  pack_str(pk, kv_medium_name(e.medium));
 }
 
-void pack_event(Packer& pk, const WireBlockRemoved& e, std::string_view medium) {
+void pack_event(Packer& pk, const WireBlockRemoved& e) {
   pk.pack_array(3);
   pack_str(pk, "BlockRemoved");
   pack_hashes(pk, e.block_hashes);
-  pack_str(pk, medium);
+  pack_str(pk, kv_medium_name(e.medium));
 }
 
-void pack_event(Packer& pk, const WireAllBlocksCleared& /*e*/, std::string_view /*medium*/) {
+void pack_event(Packer& pk, const WireAllBlocksCleared& /*e*/) {
   pk.pack_array(1);
   pack_str(pk, "AllBlocksCleared");
 }
@@ -78,7 +78,8 @@ void WireKvEventBatch::add_stored(uint64_t hash, std::optional<uint64_t> parent,
                                   const int32_t* tokens, int32_t block_size) {
   STRATA_CHECK(block_size > 0, "add_stored: block_size must be positive");
   auto* last = events.empty() ? nullptr : std::get_if<WireBlockStored>(&events.back());
-  if (last == nullptr || last->block_size != block_size || parent != last->block_hashes.back()) {
+  if (last == nullptr || last->medium != KvMedium::kDevice || last->block_size != block_size ||
+      parent != last->block_hashes.back()) {
     last = &std::get<WireBlockStored>(events.emplace_back(WireBlockStored{}));
     last->parent_block_hash = parent;
     last->block_size = block_size;
@@ -87,10 +88,23 @@ void WireKvEventBatch::add_stored(uint64_t hash, std::optional<uint64_t> parent,
   last->token_ids.insert(last->token_ids.end(), tokens, tokens + block_size);
 }
 
-void WireKvEventBatch::add_removed(uint64_t hash) {
+void WireKvEventBatch::add_tier_stored(KvMedium medium, uint64_t hash, int32_t block_size) {
+  STRATA_CHECK(medium != KvMedium::kDevice, "add_tier_stored: the pool's blocks go by add_stored");
+  STRATA_CHECK(block_size > 0, "add_tier_stored: block_size must be positive");
+  auto* last = events.empty() ? nullptr : std::get_if<WireBlockStored>(&events.back());
+  if (last == nullptr || last->medium != medium || last->block_size != block_size) {
+    last = &std::get<WireBlockStored>(events.emplace_back(WireBlockStored{}));
+    last->block_size = block_size;
+    last->medium = medium;
+  }
+  last->block_hashes.push_back(hash);
+}
+
+void WireKvEventBatch::add_removed(uint64_t hash, KvMedium medium) {
   auto* last = events.empty() ? nullptr : std::get_if<WireBlockRemoved>(&events.back());
-  if (last == nullptr) {
+  if (last == nullptr || last->medium != medium) {
     last = &std::get<WireBlockRemoved>(events.emplace_back(WireBlockRemoved{}));
+    last->medium = medium;
   }
   last->block_hashes.push_back(hash);
 }
@@ -109,7 +123,7 @@ int64_t WireKvEventBatch::num_blocks() const {
   return n;
 }
 
-std::string encode_kv_event_batch(const WireKvEventBatch& batch, std::string_view medium) {
+std::string encode_kv_event_batch(const WireKvEventBatch& batch) {
   std::string out;
   StringStream stream{&out};
   Packer pk(stream);
@@ -117,7 +131,7 @@ std::string encode_kv_event_batch(const WireKvEventBatch& batch, std::string_vie
   pack_float64(stream, batch.ts);
   pk.pack_array(static_cast<uint32_t>(batch.events.size()));
   for (const WireKvEvent& e : batch.events) {
-    std::visit([&](const auto& event) { pack_event(pk, event, medium); }, e);
+    std::visit([&](const auto& event) { pack_event(pk, event); }, e);
   }
   return out;
 }

@@ -5,17 +5,49 @@
 //
 // The pool calls the sink synchronously, from the scheduler thread, inside the operation that
 // caused the event; a sink must not call back into the pool. Events of one pool arrive in the
-// order they happened: a block's BlockStored always precedes its BlockRemoved.
+// order they happened: a block's BlockStored always precedes its BlockRemoved. The KV tiers under
+// the pool (kv_tiers.h) report their own blocks, by chain hash and medium, from the same thread.
 
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/ids.h"
 #include "kv/block_hash.h"
 
 namespace strata::kv {
+
+// Where a block lives: the engine's pool (the device), or one of the tiers under it.
+enum class KvMedium { kDevice, kHost, kDisk, kRemote };
+inline constexpr KvMedium kAllMedia[] = {KvMedium::kDevice, KvMedium::kHost, KvMedium::kDisk,
+                                         KvMedium::kRemote};
+
+// The medium as vLLM names it on the wire: "GPU" for the engine's pool (vLLM's block pool says
+// GPU on every platform), "CPU" for host memory and "Disk" for local disk (its offloading
+// connector's media); "Remote" for the shared pool on Redis, which vLLM has no name for.
+constexpr std::string_view kv_medium_name(KvMedium m) {
+  switch (m) {
+    case KvMedium::kDevice:
+      return "GPU";
+    case KvMedium::kHost:
+      return "CPU";
+    case KvMedium::kDisk:
+      return "Disk";
+    case KvMedium::kRemote:
+      return "Remote";
+  }
+  return "?";
+}
+// The medium a wire name names; nullopt for a name Strata does not know.
+constexpr std::optional<KvMedium> kv_medium_from_name(std::string_view name) {
+  for (const KvMedium m : kAllMedia) {
+    if (kv_medium_name(m) == name) return m;
+  }
+  return std::nullopt;
+}
 
 // A full block entered the prefix cache.
 struct BlockStoredEvent {
@@ -39,6 +71,9 @@ class KvEventSink {
   // Every cached block was dropped at once (BlockPool::reset_prefix_cache), with no
   // BlockRemoved of its own.
   virtual void on_all_blocks_cleared() = 0;
+  // A block entered (stored) or left (removed) the tier of medium (not kDevice) under the pool.
+  virtual void on_tier_block_stored(KvMedium medium, const BlockHash& hash) = 0;
+  virtual void on_tier_block_removed(KvMedium medium, const BlockHash& hash) = 0;
 };
 
 // Keeps every event in memory, in order (tests, debugging). A stored event's token_ids point
@@ -52,11 +87,19 @@ class RecordingKvEventSink final : public KvEventSink {
   }
   void on_block_removed(const BlockRemovedEvent& event) override { removed.push_back(event); }
   void on_all_blocks_cleared() override { ++num_cleared; }
+  void on_tier_block_stored(KvMedium medium, const BlockHash& hash) override {
+    tier_stored.emplace_back(medium, hash);
+  }
+  void on_tier_block_removed(KvMedium medium, const BlockHash& hash) override {
+    tier_removed.emplace_back(medium, hash);
+  }
 
   std::vector<BlockStoredEvent> stored;
   std::vector<std::vector<int32_t>> stored_tokens;
   std::vector<BlockRemovedEvent> removed;
   int32_t num_cleared = 0;
+  std::vector<std::pair<KvMedium, BlockHash>> tier_stored;
+  std::vector<std::pair<KvMedium, BlockHash>> tier_removed;
 };
 
 }  // namespace strata::kv

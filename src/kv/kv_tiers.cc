@@ -451,6 +451,35 @@ void KvTiers::poll() {
     if (t) apply_io(*t, /*block=*/false);
   }
   if (!cached_.empty()) write_through();
+  publish_events();
+}
+
+void KvTiers::publish_events() {
+  if (event_sink_ == nullptr) return;
+  const Tier& t = *tiers_[0];
+  if (t.disk) {
+    for (const DiskTier::Change& c : t.disk->take_changes()) {
+      if (c.stored) {
+        event_sink_->on_tier_block_stored(KvMedium::kDisk, c.hash);
+      } else {
+        event_sink_->on_tier_block_removed(KvMedium::kDisk, c.hash);
+      }
+    }
+  }
+  if (t.remote) {
+    for (const BlockHash& h : t.remote->take_stored()) {
+      event_sink_->on_tier_block_stored(KvMedium::kRemote, h);
+    }
+  }
+}
+
+void KvTiers::set_event_sink(KvEventSink* sink) {
+  event_sink_ = sink;
+  Tier& t = *tiers_[0];
+  t.host->set_event_sink(sink);
+  if (sink == nullptr) return;
+  if (t.disk) t.disk->log_changes();
+  if (t.remote) t.remote->log_stored();
 }
 
 void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& extra,

@@ -161,8 +161,17 @@ class KvTiers final : public PoolListener {
   void on_evicted(std::span<const EvictedBlock> blocks) override;
 
   // Applies the I/O threads' finished reads and writes, and copies the blocks cached since the
-  // last call down (write-through). Once per step, before scheduling.
+  // last call down (write-through). Once per step, before scheduling. With an event sink, the
+  // disk and remote tiers' changes since the last call go to it (publish_events).
   void poll();
+  // Borrowed; null = none. Hears of group 0's blocks entering and leaving the host tier (as
+  // they do), the disk tier (every block there now first, then at each poll()) and the remote
+  // tier (written or found there, at each poll()) -- the KV events of the tiers' media. The
+  // later groups' tiers hold copies under group 0's hashes and are not reported.
+  void set_event_sink(KvEventSink* sink);
+  // Hands the disk and remote tiers' changes since the last call to the event sink (poll() does
+  // too); the engine calls it at the end of each step, before the step's events are sent.
+  void publish_events();
   // Blocks until a read from Redis under way, else one of group 0's I/O jobs, finishes, and
   // applies it (at once when none is outstanding); a read from Redis is waited for until `until`
   // at the latest (the head of the queue's PrefetchState::deadline).
@@ -385,6 +394,7 @@ class KvTiers final : public PoolListener {
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
   int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)
   int32_t prefetch_reads_ = 0;  // prefetch reads submitted, not applied yet
+  KvEventSink* event_sink_ = nullptr;
   KvTierStats stats_;
 };
 

@@ -119,6 +119,7 @@ bool RemoteTier::put(const BlockHash& hash, std::span<const int32_t> tokens,
   format_.encode_into(w.value, hash, tokens, bytes, checksum, KvCodecPlan{});  // coded by the writer
   w.queued_bytes = static_cast<int64_t>(w.value.size());
   w.key = key(hash);
+  w.hash = hash;
   return enqueue(std::move(w));
 }
 
@@ -168,6 +169,18 @@ void RemoteTier::flush() {
 RemoteTierStats RemoteTier::stats() const {
   const std::lock_guard lock(mu_);
   return stats_;
+}
+
+void RemoteTier::log_stored() {
+  const std::lock_guard lock(mu_);
+  log_stored_ = true;
+}
+
+std::vector<BlockHash> RemoteTier::take_stored() {
+  const std::lock_guard lock(mu_);
+  std::vector<BlockHash> out;
+  out.swap(stored_);
+  return out;
 }
 
 void RemoteTier::run_writer() {
@@ -267,6 +280,7 @@ void RemoteTier::run_writer() {
           ++stats_.num_present;
           break;
       }
+      if (log_stored_ && outcome[i] != Outcome::kFailed) stored_.push_back(batch[i].hash);
     }
     // The values' buffers serve later puts: their pages are in memory already.
     for (Write& w : batch) {

@@ -130,6 +130,12 @@ class RemoteTier final : public BlockSource, public BlockSink {
 
   RemoteTierStats stats() const;
 
+  // The blocks the writer has written, or found there already, kept from the first call on
+  // until take_stored() (the KV events of the remote medium). The server's own evictions are
+  // not seen.
+  void log_stored();
+  std::vector<BlockHash> take_stored();
+
  private:
   void run_writer();
   // A write round trip takes at most this many blocks, and stops adding them past this many bytes.
@@ -171,6 +177,8 @@ class RemoteTier final : public BlockSource, public BlockSink {
   bool writer_unavailable_ = false;  // the last write found the server not answering
   bool stopping_ = false;
   RemoteTierStats stats_;
+  bool log_stored_ = false;
+  std::vector<BlockHash> stored_;  // since the last take_stored(), while log_stored_
   std::thread writer_;
 };
 

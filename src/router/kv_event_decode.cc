@@ -51,7 +51,15 @@ std::vector<uint64_t> hashes(const msgpack::object& o) {
   return out;
 }
 
-kv::WireBlockStored stored(const msgpack::object_array& e) {
+// The medium at e[at]: absent or nil is the pool's (vLLM's events before 0.10.2 had none);
+// nullopt for a name Strata does not know (the event is skipped).
+std::optional<kv::KvMedium> medium(const msgpack::object_array& e, uint32_t at) {
+  if (e.size <= at || e.ptr[at].type == msgpack::type::NIL) return kv::KvMedium::kDevice;
+  if (e.ptr[at].type != msgpack::type::STR) throw Bad{};
+  return kv::kv_medium_from_name(std::string_view(e.ptr[at].via.str.ptr, e.ptr[at].via.str.size));
+}
+
+std::optional<kv::WireKvEvent> stored(const msgpack::object_array& e) {
   if (e.size < 5) throw Bad{};
   kv::WireBlockStored s;
   s.block_hashes = hashes(e.ptr[1]);
@@ -60,10 +68,15 @@ kv::WireBlockStored stored(const msgpack::object_array& e) {
   s.token_ids.reserve(tokens.size);
   for (uint32_t i = 0; i < tokens.size; ++i) s.token_ids.push_back(i32(tokens.ptr[i]));
   s.block_size = i32(e.ptr[4]);
+  // The token ids are block_size per block, or none (a tier's blocks, vLLM's offloading form).
   if (s.block_size <= 0 ||
-      s.token_ids.size() != s.block_hashes.size() * static_cast<size_t>(s.block_size)) {
+      (!s.token_ids.empty() &&
+       s.token_ids.size() != s.block_hashes.size() * static_cast<size_t>(s.block_size))) {
     throw Bad{};
   }
+  const std::optional<kv::KvMedium> m = medium(e, 6);
+  if (!m) return std::nullopt;
+  s.medium = *m;
   return s;
 }
 
@@ -74,7 +87,9 @@ std::optional<kv::WireKvEvent> event(const msgpack::object& o) {
   if (tag == "BlockStored") return stored(e);
   if (tag == "BlockRemoved") {
     if (e.size < 2) throw Bad{};
-    return kv::WireBlockRemoved{hashes(e.ptr[1])};
+    const std::optional<kv::KvMedium> m = medium(e, 2);
+    if (!m) return std::nullopt;
+    return kv::WireBlockRemoved{hashes(e.ptr[1]), *m};
   }
   if (tag == "AllBlocksCleared") return kv::WireAllBlocksCleared{};
   return std::nullopt;

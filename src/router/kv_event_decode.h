@@ -1,8 +1,9 @@
 #pragma once
 // Decoding the KV events an instance publishes (vLLM's KVEventBatch in msgpack, the inverse of
 // kv/kv_event_wire.h's encoder; docs/kv-events.md). Events of kinds the router does not know
-// (later vLLM releases add some) are skipped; fields appended to known events are ignored.
-// A pure function: thread-safe.
+// (later vLLM releases add some), or of a medium it does not know, are skipped; fields appended
+// to known events are ignored; a missing or nil medium is the pool's. A pure function:
+// thread-safe.
 
 #include <string_view>
 

@@ -1,9 +1,24 @@
 #include "router/prefix_index.h"
 
+#include <iterator>
 #include <type_traits>
 #include <variant>
 
 namespace strata::router {
+
+void PrefixIndex::add(uint64_t hash, kv::KvMedium m) {
+  uint8_t& media = blocks_[hash];
+  if ((media & bit(m)) == 0) ++num_by_medium_[static_cast<size_t>(m)];
+  media |= bit(m);
+}
+
+void PrefixIndex::remove(uint64_t hash, kv::KvMedium m) {
+  const auto it = blocks_.find(hash);
+  if (it == blocks_.end() || (it->second & bit(m)) == 0) return;
+  --num_by_medium_[static_cast<size_t>(m)];
+  it->second &= static_cast<uint8_t>(~bit(m));
+  if (it->second == 0) blocks_.erase(it);
+}
 
 void PrefixIndex::apply(const kv::WireKvEventBatch& batch) {
   const std::lock_guard lock(mu_);
@@ -12,13 +27,22 @@ void PrefixIndex::apply(const kv::WireKvEventBatch& batch) {
         [this](const auto& ev) {
           using T = std::decay_t<decltype(ev)>;
           if constexpr (std::is_same_v<T, kv::WireBlockStored>) {
-            if (blocks_.size() + ev.block_hashes.size() > kMaxBlocks) blocks_.clear();
+            if (ev.medium == kv::KvMedium::kRemote) return;
+            if (blocks_.size() + ev.block_hashes.size() > kMaxBlocks) {
+              blocks_.clear();
+              num_by_medium_ = {};
+            }
             block_size_ = ev.block_size;
-            blocks_.insert(ev.block_hashes.begin(), ev.block_hashes.end());
+            for (const uint64_t h : ev.block_hashes) add(h, ev.medium);
           } else if constexpr (std::is_same_v<T, kv::WireBlockRemoved>) {
-            for (const uint64_t h : ev.block_hashes) blocks_.erase(h);
+            if (ev.medium == kv::KvMedium::kRemote) return;
+            for (const uint64_t h : ev.block_hashes) remove(h, ev.medium);
           } else {
-            blocks_.clear();
+            for (auto it = blocks_.begin(); it != blocks_.end();) {
+              const auto next = std::next(it);
+              remove(it->first, kv::KvMedium::kDevice);
+              it = next;
+            }
           }
         },
         e);
@@ -28,16 +52,24 @@ void PrefixIndex::apply(const kv::WireKvEventBatch& batch) {
 void PrefixIndex::clear() {
   const std::lock_guard lock(mu_);
   blocks_.clear();
+  num_by_medium_ = {};
 }
 
-int32_t PrefixIndex::match(std::span<const uint64_t> chain) const {
+PrefixMatch PrefixIndex::match(std::span<const uint64_t> chain) const {
   const std::lock_guard lock(mu_);
-  int32_t n = 0;
+  PrefixMatch m;
   for (const uint64_t h : chain) {
-    if (!blocks_.contains(h)) break;
-    ++n;
+    const auto it = blocks_.find(h);
+    if (it == blocks_.end()) break;
+    if ((it->second & bit(kv::KvMedium::kDevice)) != 0) {
+      ++m.device;
+    } else if ((it->second & bit(kv::KvMedium::kHost)) != 0) {
+      ++m.host;
+    } else {
+      ++m.disk;
+    }
   }
-  return n;
+  return m;
 }
 
 int32_t PrefixIndex::block_size() const {
@@ -45,9 +77,9 @@ int32_t PrefixIndex::block_size() const {
   return block_size_;
 }
 
-size_t PrefixIndex::num_blocks() const {
+size_t PrefixIndex::num_blocks(kv::KvMedium medium) const {
   const std::lock_guard lock(mu_);
-  return blocks_.size();
+  return medium == kv::KvMedium::kRemote ? 0 : num_by_medium_[static_cast<size_t>(medium)];
 }
 
 }  // namespace strata::router

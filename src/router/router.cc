@@ -90,16 +90,19 @@ struct Router::Impl {
                              std::optional<size_t> excluded, Policy policy,
                              std::vector<int32_t>& matched) {
     std::vector<InstanceView> views(instances.size());
-    matched.assign(instances.size(), 0);
+    matched.assign(instances.size(), 0);  // blocks the instance need not compute
     for (size_t i = 0; i < instances.size(); ++i) {
       const Instance& in = *instances[i];
       views[i].healthy = in.healthy && excluded != i;
       views[i].in_flight = in.in_flight;
       views[i].reported_load = in.reported_load;
       if (const auto c = chain.find(in.index.block_size()); c != chain.end()) {
-        matched[i] = in.index.match(c->second);
+        const PrefixMatch m = in.index.match(c->second);
+        matched[i] = m.blocks();
+        views[i].matched_blocks = m.device;
+        views[i].matched_host_blocks = m.host;
+        views[i].matched_disk_blocks = m.disk;
       }
-      views[i].matched_blocks = matched[i];
     }
     const std::optional<Choice> c = choose_instance(policy, views, turn++, config.balance_factor);
     if (c) ++decisions[static_cast<size_t>(c->decision)];
@@ -201,8 +204,18 @@ std::string Router::Impl::render_metrics() const {
                "Prompt blocks the prefix index predicted cached on the instance it chose.",
                [&](size_t i) { return instances[i]->num_predicted_blocks.load(); });
   per_instance("strata:router_index_blocks", "gauge",
-               "Blocks the instance's prefix index holds (from its KV events).",
+               "Blocks the instance's prefix index holds in its pool (from its KV events).",
                [&](size_t i) { return static_cast<int64_t>(instances[i]->index.num_blocks()); });
+  const std::string tb = "strata:router_index_tier_blocks";
+  head(out, tb, "gauge", "Blocks the instance's prefix index holds in a KV tier, by medium.");
+  for (size_t i = 0; i < instances.size(); ++i) {
+    for (const kv::KvMedium m : {kv::KvMedium::kHost, kv::KvMedium::kDisk}) {
+      line(out, tb,
+           "instance=\"" + instances[i]->spec.url + "\",medium=\"" +
+               std::string(kv::kv_medium_name(m)) + "\"",
+           static_cast<int64_t>(instances[i]->index.num_blocks(m)));
+    }
+  }
   per_instance("strata:router_kv_event_batches_total", "counter",
                "KV event batches applied to the instance's prefix index.", [&](size_t i) {
                  const int s = event_source_idx[i];

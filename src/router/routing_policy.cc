@@ -81,19 +81,20 @@ std::optional<Choice> choose_instance(Policy policy, std::span<const InstanceVie
     case Policy::kPrefix:
       break;
   }
-  int32_t most = 0;
+  double most = 0.0;
   int64_t total = 1;  // the request being placed
   size_t num_healthy = 0;
   for (const InstanceView& x : v) {
     if (!x.healthy) continue;
-    most = std::max(most, x.matched_blocks);
+    most = std::max(most, x.prefix_score());
     total += x.in_flight;
     ++num_healthy;
   }
   const std::optional<size_t> fallback = least_loaded(v, turn, any);
   if (!fallback) return std::nullopt;
-  if (most == 0) return Choice{*fallback, Decision::kPrefixNoMatch};
-  const size_t best = *least_loaded(v, turn, [&](size_t i) { return v[i].matched_blocks == most; });
+  if (most == 0.0) return Choice{*fallback, Decision::kPrefixNoMatch};
+  const size_t best =
+      *least_loaded(v, turn, [&](size_t i) { return v[i].prefix_score() == most; });
   const double mean = static_cast<double>(total) / static_cast<double>(num_healthy);
   if (static_cast<double>(v[best].in_flight + 1) > balance_factor * mean + 1.0) {
     return Choice{*fallback, Decision::kPrefixOverloaded};

@@ -5,10 +5,13 @@
 //   round-robin  the next healthy instance in turn
 //   least-load   the fewest requests in flight from this router; ties: the lower running +
 //                waiting the instance reported on /metrics, then the turn
-//   prefix       the instance with the most of the prompt's leading blocks cached (ties: least
-//                load), unless that would leave it more than balance_factor x the mean in flight
-//                (+ 1, so a lone request may always go where its prefix is): then least-load.
-//                No instance holding any block: least-load.
+//   prefix       the instance with the best score for the prompt's leading blocks it holds (ties:
+//                least load), unless that would leave it more than balance_factor x the mean in
+//                flight (+ 1, so a lone request may always go where its prefix is): then
+//                least-load. No instance holding any block: least-load. A block in the pool
+//                scores 1, one the instance would bring back from its host tier
+//                kHostBlockWeight, from its disk kDiskBlockWeight: a tier hit costs a copy or a
+//                read, computing the block costs more (docs/router.md).
 //
 // Pure functions of their arguments: thread-safe, O(instances).
 
@@ -32,11 +35,23 @@ std::string_view policy_name(Policy p);
 std::optional<Policy> policy_from_name(std::string_view name);
 std::string_view decision_name(Decision d);
 
+inline constexpr double kHostBlockWeight = 0.8;
+inline constexpr double kDiskBlockWeight = 0.5;
+
 struct InstanceView {
   bool healthy = true;
   int64_t in_flight = 0;       // requests this router has sent and not finished
   int64_t reported_load = 0;   // running + waiting from its /metrics; 0 when unknown
-  int32_t matched_blocks = 0;  // the prompt's leading blocks its prefix index holds
+  // The prompt's leading blocks its prefix index holds: in the pool, and after those (in the
+  // same run) only in its host tier or only on its disk.
+  int32_t matched_blocks = 0;
+  int32_t matched_host_blocks = 0;
+  int32_t matched_disk_blocks = 0;
+
+  double prefix_score() const {
+    return matched_blocks + kHostBlockWeight * matched_host_blocks +
+           kDiskBlockWeight * matched_disk_blocks;
+  }
 };
 
 struct Choice {

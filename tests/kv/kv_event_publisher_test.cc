@@ -63,14 +63,44 @@ TEST(KvEventWireTest, KnownBatchEncodesToVllmsExactBytes) {
   append(want, {0xc0});                                            // parent_block_hash: nil
   append(want, {0x94, 0x01, 0x02, 0xcd, 0x01, 0x2c, 0xce, 0x00, 0x01, 0x11, 0x70});  // token_ids
   append(want, {0x02, 0xc0});  // block_size, lora_id: nil
-  append_str(want, "CPU");     // medium
+  append_str(want, "GPU");     // medium: the pool
   append(want, {0x93});
   append_str(want, "BlockRemoved");
   append(want, {0x91, 0x05});
-  append_str(want, "CPU");
+  append_str(want, "GPU");
   append(want, {0x91});
   append_str(want, "AllBlocksCleared");
-  EXPECT_EQ(bytes_of(encode_kv_event_batch(known_batch(), "CPU")), want);
+  EXPECT_EQ(bytes_of(encode_kv_event_batch(known_batch())), want);
+}
+
+// The tiers' blocks in vLLM's offloading form: no parent, no token ids, the tier's medium.
+TEST(KvEventWireTest, TierEventsCarryTheirMediumAndNoTokens) {
+  WireKvEventBatch batch;
+  batch.ts = 1.5;
+  batch.add_tier_stored(KvMedium::kHost, 7, 2);
+  batch.add_tier_stored(KvMedium::kHost, 9, 2);  // joins: one event per run of a medium
+  batch.add_tier_stored(KvMedium::kDisk, 7, 2);
+  batch.add_removed(8, KvMedium::kHost);
+  batch.add_removed(9, KvMedium::kRemote);  // another medium: another event
+  Bytes want;
+  append(want, {0x92, 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0, 0x94, 0x97});
+  append_str(want, "BlockStored");
+  append(want, {0x92, 0x07, 0x09, 0xc0, 0x90, 0x02, 0xc0});
+  append_str(want, "CPU");
+  append(want, {0x97});
+  append_str(want, "BlockStored");
+  append(want, {0x91, 0x07, 0xc0, 0x90, 0x02, 0xc0});
+  append_str(want, "Disk");
+  append(want, {0x93});
+  append_str(want, "BlockRemoved");
+  append(want, {0x91, 0x08});
+  append_str(want, "CPU");
+  append(want, {0x93});
+  append_str(want, "BlockRemoved");
+  append(want, {0x91, 0x09});
+  append_str(want, "Remote");
+  EXPECT_EQ(bytes_of(encode_kv_event_batch(batch)), want);
+  EXPECT_EQ(batch.num_blocks(), 5);
 }
 
 // A whole-second ts is still a float64 (msgspec's ts: float), not the integer msgpack-c's
@@ -80,7 +110,7 @@ TEST(KvEventWireTest, AWholeSecondTsIsStillAFloat64) {
     WireKvEventBatch batch;
     batch.ts = ts;
     batch.add_removed(5);
-    const Bytes got = bytes_of(encode_kv_event_batch(batch, "CPU"));
+    const Bytes got = bytes_of(encode_kv_event_batch(batch));
     ASSERT_GE(got.size(), 10u);
     EXPECT_EQ(got[1], 0xcb) << ts;
     const msgpack::object_handle h =
@@ -91,7 +121,7 @@ TEST(KvEventWireTest, AWholeSecondTsIsStillAFloat64) {
 }
 
 TEST(KvEventWireTest, EncodedBatchDecodesToVllmsSchema) {
-  const std::string payload = encode_kv_event_batch(known_batch(), "GPU");
+  const std::string payload = encode_kv_event_batch(known_batch());
   const msgpack::object_handle handle = msgpack::unpack(payload.data(), payload.size());
   const msgpack::object& batch = handle.get();
   ASSERT_EQ(batch.type, msgpack::type::ARRAY);
@@ -150,7 +180,6 @@ std::unique_ptr<KvEventPublisher> make_publisher(int32_t max_queue = 100,
   c.endpoint = "tcp://127.0.0.1:*";
   c.replay_endpoint = "tcp://127.0.0.1:*";
   c.topic = "kv";
-  c.medium = "CPU";
   c.block_size = kBs;
   c.max_queue_batches = max_queue;
   c.buffer_steps = buffer_steps;

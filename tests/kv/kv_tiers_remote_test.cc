@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
 
+#include "kv/kv_events.h"
 #include "kv/kv_tiers.h"
 #include "kv/remote_tier.h"
 #include "tests/kv/kv_tiers_fixture.h"
@@ -53,6 +55,42 @@ TEST_F(KvTiersRemoteTest, APromotionStagesHostSlotsTheWriterStillHolds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(tiers_->remote()->stats().num_writes, 3) << "and the blocks reached Redis";
+}
+
+// The tiers' KV events: blocks the pool evicts are reported stored on the host tier at once,
+// and stored on the remote medium at the poll after Redis took them, under the pool's hashes.
+TEST_F(KvTiersRemoteTest, TierEventsNameTheHostAndRemoteMedia) {
+  RecordingKvEventSink events;
+  cache_->pool().set_event_sink(&events);
+  tiers_->set_event_sink(&events);
+  const std::vector<int32_t> p = prompt(700, 3);
+  compute(p);
+  ASSERT_EQ(events.stored.size(), 3u);
+  evict_everything();
+  ASSERT_EQ(events.removed.size(), 3u);
+  ASSERT_EQ(events.tier_stored.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(events.tier_stored[i].first, KvMedium::kHost);
+    EXPECT_EQ(events.tier_stored[i].second, events.removed[i].hash);
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (events.tier_stored.size() < 6 && std::chrono::steady_clock::now() < until) {
+    tiers_->poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(events.tier_stored.size(), 6u) << "the writes reached Redis";
+  std::vector<BlockHash> remote, pool;
+  for (size_t i = 3; i < 6; ++i) {
+    EXPECT_EQ(events.tier_stored[i].first, KvMedium::kRemote);
+    remote.push_back(events.tier_stored[i].second);
+  }
+  for (const BlockStoredEvent& e : events.stored) pool.push_back(e.hash);
+  std::sort(remote.begin(), remote.end());
+  std::sort(pool.begin(), pool.end());
+  EXPECT_EQ(remote, pool);
+  EXPECT_TRUE(events.tier_removed.empty()) << "a host tier of 4 blocks held all 3";
+  tiers_->set_event_sink(nullptr);
+  cache_->pool().set_event_sink(nullptr);
 }
 
 // Write-through: the blocks go down (and are queued for Redis) at a poll, the pool evicts them,

@@ -58,7 +58,7 @@ TEST(KvEventDecodeTest, DecodesWhatThePublisherEncodes) {
   kv::WireKvEventBatch b = stored({1, 0x8000000000000001ull});
   b.add_removed(5);
   b.add_all_cleared();
-  const Result<kv::WireKvEventBatch> d = decode_kv_event_batch(encode_kv_event_batch(b, "CPU"));
+  const Result<kv::WireKvEventBatch> d = decode_kv_event_batch(encode_kv_event_batch(b));
   ASSERT_TRUE(d.ok()) << d.status().message();
   EXPECT_DOUBLE_EQ(d.value().ts, 1.5);
   ASSERT_EQ(d.value().events.size(), 3u);
@@ -94,9 +94,9 @@ TEST(PrefixIndexTest, MatchesTheLongestLeadingRun) {
   index.apply(stored({10, 11, 12}, 16));
   EXPECT_EQ(index.block_size(), 16);
   EXPECT_EQ(index.num_blocks(), 3u);
-  EXPECT_EQ(index.match(std::vector<uint64_t>{10, 11, 12, 13}), 3);
-  EXPECT_EQ(index.match(std::vector<uint64_t>{10, 99, 12}), 1);
-  EXPECT_EQ(index.match(std::vector<uint64_t>{}), 0);
+  EXPECT_EQ(index.match(std::vector<uint64_t>{10, 11, 12, 13}).blocks(), 3);
+  EXPECT_EQ(index.match(std::vector<uint64_t>{10, 99, 12}).blocks(), 1);
+  EXPECT_EQ(index.match(std::vector<uint64_t>{}).blocks(), 0);
 }
 
 TEST(PrefixIndexTest, EvictionCorrectsTheIndex) {
@@ -105,16 +105,86 @@ TEST(PrefixIndexTest, EvictionCorrectsTheIndex) {
   kv::WireKvEventBatch removed;
   removed.add_removed(11);
   index.apply(removed);
-  EXPECT_EQ(index.match(std::vector<uint64_t>{10, 11, 12}), 1);
+  EXPECT_EQ(index.match(std::vector<uint64_t>{10, 11, 12}).blocks(), 1);
   EXPECT_EQ(index.num_blocks(), 2u);
   kv::WireKvEventBatch cleared;
   cleared.add_all_cleared();
   index.apply(cleared);
-  EXPECT_EQ(index.match(std::vector<uint64_t>{10}), 0);
+  EXPECT_EQ(index.match(std::vector<uint64_t>{10}).blocks(), 0);
   EXPECT_EQ(index.num_blocks(), 0u);
   index.apply(stored({10}));
   index.clear();
   EXPECT_EQ(index.num_blocks(), 0u);
+}
+
+TEST(KvEventDecodeTest, ReadsEachEventsMedium) {
+  kv::WireKvEventBatch b = stored({1});
+  b.add_tier_stored(kv::KvMedium::kHost, 2, 2);
+  b.add_tier_stored(kv::KvMedium::kDisk, 3, 2);
+  b.add_removed(4, kv::KvMedium::kDisk);
+  const Result<kv::WireKvEventBatch> d = decode_kv_event_batch(encode_kv_event_batch(b));
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  ASSERT_EQ(d.value().events.size(), 4u);
+  EXPECT_EQ(std::get<kv::WireBlockStored>(d.value().events[0]).medium, kv::KvMedium::kDevice);
+  const auto& host = std::get<kv::WireBlockStored>(d.value().events[1]);
+  EXPECT_EQ(host.medium, kv::KvMedium::kHost);
+  EXPECT_TRUE(host.token_ids.empty()) << "a tier's blocks come without tokens";
+  EXPECT_EQ(std::get<kv::WireBlockStored>(d.value().events[2]).medium, kv::KvMedium::kDisk);
+  EXPECT_EQ(std::get<kv::WireBlockRemoved>(d.value().events[3]).medium, kv::KvMedium::kDisk);
+  // A nil medium (vLLM before 0.10.2) is the pool's; a medium Strata does not know is skipped.
+  const Result<kv::WireKvEventBatch> nil =
+      decode_kv_event_batch("\x92\x01\x92\x93\xac"
+                            "BlockRemoved\x91\x05\xc0\x93\xac"
+                            "BlockRemoved\x91\x06\xa3"
+                            "NPU");
+  ASSERT_TRUE(nil.ok()) << nil.status().message();
+  ASSERT_EQ(nil.value().events.size(), 1u);
+  EXPECT_EQ(std::get<kv::WireBlockRemoved>(nil.value().events[0]).medium, kv::KvMedium::kDevice);
+  EXPECT_EQ(std::get<kv::WireBlockRemoved>(nil.value().events[0]).block_hashes,
+            std::vector<uint64_t>{5});
+}
+
+TEST(PrefixIndexTest, KeepsEachBlocksMediaAndCountsTheBestOne) {
+  PrefixIndex index;
+  index.apply(stored({10, 11}));  // in the pool
+  kv::WireKvEventBatch tiers;
+  tiers.add_tier_stored(kv::KvMedium::kHost, 11, 2);  // written through: pool and host
+  tiers.add_tier_stored(kv::KvMedium::kHost, 12, 2);
+  tiers.add_tier_stored(kv::KvMedium::kDisk, 13, 2);
+  tiers.add_tier_stored(kv::KvMedium::kRemote, 14, 2);  // every instance of the pool reads it
+  index.apply(tiers);
+  PrefixMatch m = index.match(std::vector<uint64_t>{10, 11, 12, 13, 14});
+  EXPECT_EQ(m.device, 2);
+  EXPECT_EQ(m.host, 1);
+  EXPECT_EQ(m.disk, 1);
+  EXPECT_EQ(m.blocks(), 4) << "the remote medium is not the instance's own";
+  EXPECT_EQ(index.num_blocks(kv::KvMedium::kDevice), 2u);
+  EXPECT_EQ(index.num_blocks(kv::KvMedium::kHost), 2u);
+  EXPECT_EQ(index.num_blocks(kv::KvMedium::kDisk), 1u);
+  EXPECT_EQ(index.num_blocks(kv::KvMedium::kRemote), 0u);
+  // Evicted from the pool, 11 is still on the host tier: the run goes on.
+  kv::WireKvEventBatch evicted;
+  evicted.add_removed(11);
+  index.apply(evicted);
+  m = index.match(std::vector<uint64_t>{10, 11, 12});
+  EXPECT_EQ(m.device, 1);
+  EXPECT_EQ(m.host, 2);
+  // The pool's reset leaves the tiers' blocks.
+  kv::WireKvEventBatch cleared;
+  cleared.add_all_cleared();
+  index.apply(cleared);
+  EXPECT_EQ(index.num_blocks(kv::KvMedium::kDevice), 0u);
+  m = index.match(std::vector<uint64_t>{10, 11, 12});
+  EXPECT_EQ(m.blocks(), 0) << "10 was only in the pool";
+  m = index.match(std::vector<uint64_t>{11, 12, 13});
+  EXPECT_EQ(m.host, 2);
+  EXPECT_EQ(m.disk, 1);
+  // A host block dropped: gone from the index once no medium holds it.
+  kv::WireKvEventBatch dropped;
+  dropped.add_removed(12, kv::KvMedium::kHost);
+  index.apply(dropped);
+  EXPECT_EQ(index.match(std::vector<uint64_t>{11, 12}).blocks(), 1);
+  EXPECT_EQ(index.num_blocks(kv::KvMedium::kHost), 1u);
 }
 
 std::vector<InstanceView> views(std::vector<int32_t> matched, std::vector<int64_t> in_flight) {
@@ -151,6 +221,32 @@ TEST(RoutingPolicyTest, PrefixPicksTheLongestCachedPrefix) {
   const std::optional<Choice> c = choose_instance(Policy::kPrefix, v, 0, 1.5);
   EXPECT_EQ(c->instance, 1u);
   EXPECT_EQ(c->decision, Decision::kPrefixMatch);
+}
+
+TEST(RoutingPolicyTest, PrefixWeighsTierBlocksBelowPoolBlocks) {
+  // Equal runs: the pool's wins over the host tier's, which wins over the disk's.
+  std::vector<InstanceView> v = views({0, 0, 4}, {0, 0, 0});
+  v[0].matched_disk_blocks = 4;
+  v[1].matched_host_blocks = 4;
+  EXPECT_EQ(choose_instance(Policy::kPrefix, v, 0, 1.5)->instance, 2u);
+  v[2].matched_blocks = 0;
+  EXPECT_EQ(choose_instance(Policy::kPrefix, v, 0, 1.5)->instance, 1u);
+  // A prefix on the host tier beats none at all, and counts as a match.
+  v = views({0, 0}, {0, 0});
+  v[1].matched_host_blocks = 1;
+  const std::optional<Choice> c = choose_instance(Policy::kPrefix, v, 0, 1.5);
+  EXPECT_EQ(c->instance, 1u);
+  EXPECT_EQ(c->decision, Decision::kPrefixMatch);
+  // A host run well longer than a pool run wins; one a block longer does not.
+  v = views({5, 0}, {0, 0});
+  v[1].matched_host_blocks = 8;  // 6.4 > 5
+  EXPECT_EQ(choose_instance(Policy::kPrefix, v, 0, 1.5)->instance, 1u);
+  v[1].matched_host_blocks = 6;  // 4.8 < 5
+  EXPECT_EQ(choose_instance(Policy::kPrefix, v, 0, 1.5)->instance, 0u);
+  // Pool blocks then host blocks of one run add up.
+  v[1].matched_blocks = 4;
+  v[1].matched_host_blocks = 2;  // 5.6 > 5
+  EXPECT_EQ(choose_instance(Policy::kPrefix, v, 0, 1.5)->instance, 1u);
 }
 
 TEST(RoutingPolicyTest, PrefixTiesGoToTheLeastLoaded) {

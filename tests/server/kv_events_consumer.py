@@ -11,8 +11,13 @@ with python3-msgpack, drives the server over HTTP, and checks what a router reli
          once, BlockRemoved for evicted blocks only, and that a subscriber started late gets the
          same batches from the replay endpoint from sequence 0.
   quick: one completion; one BlockStored arrives under the topic.
+  tiers: a server with a host tier over a disk tier and a small pool: what the pool evicts is
+         BlockRemoved "GPU" then BlockStored "CPU" (vLLM's offloading form: no parent, no token
+         ids), what the host tier lets go is BlockRemoved "CPU" and BlockStored "Disk", each medium
+         only removes what it stored, the counts match the server's own metrics, and a prompt
+         asked again comes back into the pool ("GPU") from the tiers.
 
-Usage: kv_events_consumer.py full|quick HTTP_BASE PUB_ENDPOINT REPLAY_ENDPOINT TOPIC BLOCK_SIZE
+Usage: kv_events_consumer.py full|quick|tiers HTTP_BASE PUB_ENDPOINT REPLAY_ENDPOINT TOPIC BLOCK_SIZE
 Exit 0 when every check holds; the failures are printed otherwise.
 """
 
@@ -89,8 +94,13 @@ def replay(ctx, endpoint, start_seq):
     return got
 
 
-def decode(payload, block_size):
-    """vLLM's KVEventBatch: [ts, [events]] (no data_parallel_rank when unset)."""
+TIER_MEDIA = ("CPU", "Disk", "Remote")  # vLLM's offloading media, and Strata's shared pool
+
+
+def decode(payload, block_size, media=("GPU",)):
+    """vLLM's KVEventBatch: [ts, [events]] (no data_parallel_rank when unset). Every event's
+    medium must be one of media: "GPU" the pool's blocks, with their tokens and parent chain;
+    a tier's blocks come as vLLM's offloading connector sends them, without either."""
     batch = msgpack.unpackb(payload, raw=False)
     assert isinstance(batch, list) and len(batch) == 2, f"batch shape: {batch!r:.200}"
     ts, events = batch
@@ -103,10 +113,13 @@ def decode(payload, block_size):
             assert hashes and all(isinstance(h, int) and 0 <= h < 2**64 for h in hashes)
             assert parent is None or isinstance(parent, int)
             assert size == block_size, f"block_size {size}, expected {block_size}"
-            assert len(tokens) == len(hashes) * block_size, "token_ids = blocks x block_size"
-            assert lora_id is None and medium == "CPU", f"lora_id {lora_id}, medium {medium}"
+            assert lora_id is None and medium in media, f"lora_id {lora_id}, medium {medium}"
+            if medium == "GPU":
+                assert len(tokens) == len(hashes) * block_size, "token_ids = blocks x block_size"
+            else:
+                assert parent is None and tokens == [], f"a tier's BlockStored: {e!r:.200}"
         elif tag == "BlockRemoved":
-            assert len(e) == 3 and e[1] and e[2] == "CPU", f"BlockRemoved: {e!r:.200}"
+            assert len(e) == 3 and e[1] and e[2] in media, f"BlockRemoved: {e!r:.200}"
         else:
             assert e == ["AllBlocksCleared"], f"unknown event {e!r:.200}"
     return events
@@ -116,7 +129,7 @@ def blocks_stored(events, block_size):
     """Each stored block as (hash, parent, tokens), chains unrolled, in order."""
     out = []
     for e in events:
-        if e[0] != "BlockStored":
+        if e[0] != "BlockStored" or e[6] != "GPU":
             continue
         parent = e[2]
         for i, h in enumerate(e[1]):
@@ -229,10 +242,73 @@ def quick(base, pub, replay_endpoint, topic, bs):
     print(f"kv_events_consumer: quick: {len(stored)} blocks stored")
 
 
+def tiers(base, pub, replay_endpoint, topic, bs):
+    ctx = zmq.Context()
+    sub = Subscriber(ctx, pub, topic)
+    prompt = "In the beginning God created the heaven and the earth. " * 6
+    tokens = complete(base, prompt)
+    words = "light darkness waters firmament evening morning seed fruit herb tree".split()
+    for i in range(10):  # overflow the pool, then the host tier
+        complete(base, f"Prompt {i}: " + " ".join(words[(i * 7 + k * 3) % len(words)] +
+                                                  str(i * 13 + k) for k in range(40)))
+    batches, _ = collect(sub, base, ctx, replay_endpoint, topic)
+    media = ("GPU",) + TIER_MEDIA
+    held = {m: set() for m in media}  # what each medium holds, as the events tell it
+    ever = {m: set() for m in media}
+    stored = {m: 0 for m in media}
+    offloaded_after_eviction = 0
+    for _, payload in batches:
+        for e in decode(payload, bs, media):
+            if e[0] == "AllBlocksCleared":
+                held["GPU"].clear()
+                continue
+            medium = e[6] if e[0] == "BlockStored" else e[2]
+            for h in e[1]:
+                if e[0] == "BlockStored":
+                    if medium == "CPU":
+                        # The host tier takes what the pool evicts (--kv-offload-policy evict),
+                        # or what it reads back from disk.
+                        assert h not in held["GPU"], f"{h:#x} on the host tier while in the pool"
+                        offloaded_after_eviction += 1
+                    if medium == "Disk":
+                        # The disk tier's events come at the step after its write, by when the
+                        # host tier may have let the block go.
+                        assert h in ever["CPU"], f"{h:#x} written to disk, never on the host tier"
+                    held[medium].add(h)
+                    ever[medium].add(h)
+                    stored[medium] += 1
+                else:
+                    assert h in held[medium], f"BlockRemoved {medium} of {h:#x}, never stored there"
+                    held[medium].discard(h)
+    assert stored["CPU"] > 0 and stored["Disk"] > 0, f"stored by medium: {stored}"
+    assert stored["CPU"] == metric(base, "strata:kv_offloaded_blocks_total"), \
+        f"{stored['CPU']} host blocks stored, the server offloaded " \
+        f"{metric(base, 'strata:kv_offloaded_blocks_total')}"
+    # (The disk tier's events follow its writes by up to a step, the metric by up to another:
+    # their counts are not compared.)
+    first = None  # the prompt's first block, long gone from the pool
+    for h, parent, t in blocks_stored([e for _, p in batches for e in decode(p, bs, media)], bs):
+        if parent is None and list(t) == tokens[:bs]:
+            first = h
+    assert first is not None and first not in held["GPU"], "the first prompt is still in the pool"
+    assert first in held["CPU"] or first in held["Disk"], "the first prompt left every tier"
+    # Asked again, the prompt comes back from the tiers: its blocks are the pool's again.
+    complete(base, prompt)
+    batches, _ = collect(sub, base, ctx, replay_endpoint, topic)
+    back = [h for _, p in batches for e in decode(p, bs, media)
+            if e[0] == "BlockStored" and e[6] == "GPU" for h in e[1]]
+    assert first in back[-(len(tokens) // bs):], "the prompt's first block is not back in the pool"
+    sub.close()
+    ctx.term()
+    print(f"kv_events_consumer: tiers: stored by medium {stored}, "
+          f"{len(held['CPU'])} on the host tier and {len(held['Disk'])} on disk at the end")
+
+
 def main():
     mode, base, pub, replay_endpoint, topic, bs = sys.argv[1:7]
     try:
-        (full if mode == "full" else quick)(base, pub, replay_endpoint, topic, int(bs))
+        {"full": full, "quick": quick, "tiers": tiers}[mode](base, pub, replay_endpoint, topic,
+                                                             int(bs))
     except AssertionError as e:
         print(f"FAIL: kv_events_consumer {mode}: {e}")
         return 1

@@ -23,10 +23,10 @@ source "$here/../tools/cli_testing.sh"
 # shellcheck source=/dev/null
 source "$here/serve_testing.sh"
 
-# Four free TCP ports for the two servers' PUB and ROUTER sockets.
-read -r pub replay pub2 replay2 < <("$py" - <<'PY'
+# Six free TCP ports for the three servers' PUB and ROUTER sockets.
+read -r pub replay pub2 replay2 pub3 replay3 < <("$py" - <<'PY'
 import socket
-socks = [socket.socket() for _ in range(4)]
+socks = [socket.socket() for _ in range(6)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])
@@ -46,4 +46,14 @@ config+='"replay_endpoint":"tcp://127.0.0.1:'$replay2'","topic":"","buffer_steps
 start_server --threads 1 --block-size $bs --num-blocks 64 --kv-events-config "$config"
 "$py" "$here/kv_events_consumer.py" quick "$base" "tcp://127.0.0.1:$pub2" \
   "tcp://127.0.0.1:$replay2" "" $bs && ok || fail "the consumer (--kv-events-config)"
+
+# The tiers' media: a pool of 24 blocks over a host tier of 8 (a block of strata-tiny is 96 KiB
+# on the CPU) over a disk tier.
+disk=$(mktemp -d)
+start_server --threads 1 --block-size $bs --num-blocks 24 --kv-offload-bytes $((8 * 98304)) \
+  --kv-disk-path "$disk" --kv-disk-bytes $((64 << 20)) \
+  --kv-events-endpoint "tcp://*:$pub3" --kv-events-replay-endpoint "tcp://127.0.0.1:$replay3"
+"$py" "$here/kv_events_consumer.py" tiers "$base" "tcp://127.0.0.1:$pub3" \
+  "tcp://127.0.0.1:$replay3" "" $bs && ok || fail "the consumer (tiers)"
+rm -rf "$disk"
 finish kv_events_test
