@@ -57,6 +57,13 @@ class Engine {
   // and the next step() reports it finished and cancelled. Unknown or finished ids are ignored.
   void cancel(RequestId id);
 
+  // Drops every block of the prefix cache, in every KV cache group's pool (the KV tiers keep
+  // theirs), so later prompts are computed anew, and, with KV events, publishes AllBlocksCleared
+  // at once. Unavailable, changing nothing, while any request is unfinished (its blocks are in
+  // use) or the KV tiers are bringing blocks into the pool: retry when idle. Ok with prefix
+  // caching off (nothing is cached).
+  Status reset_prefix_cache();
+
   // One iteration: schedule, run the forward pass, sample, return the outputs. An error is
   // internal (the forward pass failed); requests stay queued.
   Result<std::vector<RequestOutput>> step();

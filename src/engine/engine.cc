@@ -425,6 +425,32 @@ void EngineImpl::cancel(RequestId id) {
   }
 }
 
+Status EngineImpl::reset_prefix_cache() {
+  if (!requests_.empty()) {
+    return Status::Unavailable(std::to_string(requests_.size()) +
+                               " requests are in flight: their blocks are in use");
+  }
+  if (tiers_ != nullptr && tiers_->promotion_under_way()) {
+    return Status::Unavailable("the KV tiers are bringing blocks into the pool");
+  }
+  for (int32_t g = 0; g < cache_->num_groups(); ++g) {
+    if (const int32_t used = cache_->pool(g).num_used_blocks(); used != 0) {
+      return Status::Unavailable(std::to_string(used) + " blocks are in use");
+    }
+  }
+  for (int32_t g = 0; g < cache_->num_groups(); ++g) {
+    STRATA_CHECK(cache_->pool(g).reset_prefix_cache(), "a pool with no block in use resets");
+  }
+  last_step_.num_cached_blocks = cache_->pool().num_cached_blocks();  // what /metrics shows
+  if (kv_events_ != nullptr) {
+    kv_events_->end_step();  // AllBlocksCleared now, not at a next step
+    const kv::KvEventPublisherStats e = kv_events_->stats();
+    totals_.kv_events_published_blocks = e.queued_blocks;
+    totals_.kv_events_dropped_blocks = e.dropped_blocks;
+  }
+  return Status::Ok();
+}
+
 // ---- Engine: the public face ------------------------------------------------------------------
 
 namespace {
@@ -525,6 +551,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
 
 Result<RequestId> Engine::submit(EngineRequest request) { return impl_->submit(std::move(request)); }
 void Engine::cancel(RequestId id) { impl_->cancel(id); }
+Status Engine::reset_prefix_cache() { return impl_->reset_prefix_cache(); }
 Status Engine::compile_structured_output(const StructuredOutput& constraint) const {
   return impl_->compile_structured_output(constraint).status();
 }

@@ -63,6 +63,7 @@ class EngineImpl {
   Result<std::shared_ptr<const grammar::CompiledGrammar>> compile_structured_output(
       const StructuredOutput& constraint) const;
   void cancel(RequestId id);
+  Status reset_prefix_cache();
   Result<std::vector<RequestOutput>> step();
 
   // Requests unfinished, or blocks cached since the last step that the KV tiers write through to

@@ -57,6 +57,18 @@ void AsyncEngine::cancel(RequestId id) {
   cv_.notify_all();
 }
 
+Status AsyncEngine::reset_prefix_cache() {
+  std::promise<Status> reply;
+  auto verdict = reply.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status::Unavailable("the server is shutting down");
+    resets_.push_back(&reply);
+  }
+  cv_.notify_all();
+  return verdict.get();
+}
+
 void AsyncEngine::cancel_all() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -114,16 +126,18 @@ void AsyncEngine::run() {
   for (;;) {
     std::deque<Submission> submissions;
     std::vector<RequestId> cancels;
+    std::vector<std::promise<Status>*> resets;
     bool cancel_all = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] {
-        return stopping_ || !submissions_.empty() || !cancels_.empty() || cancel_all_ ||
-               engine_->has_unfinished();
+        return stopping_ || !submissions_.empty() || !cancels_.empty() || !resets_.empty() ||
+               cancel_all_ || engine_->has_unfinished();
       });
       if (stopping_) break;
       submissions.swap(submissions_);
       cancels.swap(cancels_);
+      resets.swap(resets_);
       std::swap(cancel_all, cancel_all_);
     }
     take_submissions(submissions);
@@ -131,6 +145,7 @@ void AsyncEngine::run() {
       for (const auto& [id, stream] : streams_) cancels.push_back(id);
     }
     for (const RequestId id : cancels) engine_->cancel(id);
+    for (std::promise<Status>* r : resets) r->set_value(engine_->reset_prefix_cache());
     if (engine_->has_unfinished()) step_once();
     std::lock_guard<std::mutex> lock(mu_);
     snapshot_.last_step = engine_->last_step();
@@ -142,6 +157,7 @@ void AsyncEngine::run() {
   // Shutting down: what is still queued is refused, what runs is cancelled.
   std::lock_guard<std::mutex> lock(mu_);
   for (Submission& s : submissions_) s.reply->set_value(Status::Unavailable("shutting down"));
+  for (std::promise<Status>* r : resets_) r->set_value(Status::Unavailable("shutting down"));
   for (auto& [id, stream] : streams_) {
     RequestOutput out;
     out.id = id;

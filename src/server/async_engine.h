@@ -65,6 +65,9 @@ class AsyncEngine {
   // validation error (nothing queued).
   Result<std::shared_ptr<RequestStream>> submit(EngineRequest request);
   void cancel(RequestId id);
+  // Runs Engine::reset_prefix_cache on the engine thread, after the submissions and
+  // cancellations queued before it, and returns its verdict.
+  Status reset_prefix_cache();
   // Cancels every request in flight (a shutdown's deadline): each stream ends with a cancelled
   // output before the engine's next step.
   void cancel_all();
@@ -85,6 +88,7 @@ class AsyncEngine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Submission> submissions_;
+  std::vector<std::promise<Status>*> resets_;  // reset_prefix_cache calls waiting for the thread
   std::vector<RequestId> cancels_;
   bool cancel_all_ = false;
   bool stopping_ = false;

@@ -37,7 +37,7 @@ ApiError unauthorized() {
 const char* route_method(std::string_view path) {
   if (path == "/health" || path == "/v1/models" || path == "/metrics") return "GET";
   if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
-      path == "/detokenize") {
+      path == "/detokenize" || path == "/reset_prefix_cache") {
     return "POST";
   }
   return nullptr;
@@ -178,7 +178,46 @@ void HttpServer::handle(const HttpRequest& req, HttpResponder& res) {
   if (!key) return send_error(res, unauthorized());
   if (req.path == "/tokenize") return tokenize(req, res);
   if (req.path == "/detokenize") return detokenize(req, res);
+  if (req.path == "/reset_prefix_cache") return reset_prefix_cache(req, res);
   completions(req, res, /*chat=*/req.path == "/v1/chat/completions");
+}
+
+void HttpServer::reset_prefix_cache(const HttpRequest& req, HttpResponder& res) {
+  // vLLM's query parameters; what they would ask for beyond the pool is not done here. The body,
+  // which vLLM does not read, is not read either.
+  const size_t q = req.target.find('?');
+  std::string_view query = q == std::string::npos ? std::string_view()
+                                                  : std::string_view(req.target).substr(q + 1);
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    const std::string name(pair.substr(0, eq));
+    const std::string_view value =
+        eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    if (name != "reset_running_requests" && name != "reset_external") {
+      return send_error(res, ApiError::bad_request("unknown query parameter '" + name + "'", name));
+    }
+    if (value == "false" || value == "0") continue;
+    if (value == "true" || value == "1") {
+      return send_error(
+          res, ApiError::bad_request("'" + name + "=true' is not supported: the server resets the "
+                                     "prefix cache only when no request is in flight, and its KV "
+                                     "tiers keep their blocks",
+                                     name));
+    }
+    return send_error(res, ApiError::bad_request("'" + name + "' must be true or false", name));
+  }
+  const Status s = engine_.reset_prefix_cache();
+  if (!s.ok()) {
+    const bool busy = s.code() == StatusCode::kUnavailable;
+    return send_error(res, {busy ? 409 : 500, busy ? "conflict_error" : "server_error",
+                            "the prefix cache was not reset: " + s.message(), {}, {}});
+  }
+  std::fprintf(stderr, "strata: the prefix cache was reset\n");
+  res.send(200, "text/plain", "");
 }
 
 void HttpServer::tokenize(const HttpRequest& req, HttpResponder& res) {

@@ -87,6 +87,9 @@ class HttpServer {
   void completions(const HttpRequest& req, HttpResponder& res, bool chat);
   void tokenize(const HttpRequest& req, HttpResponder& res);
   void detokenize(const HttpRequest& req, HttpResponder& res);
+  // POST /reset_prefix_cache (vLLM's): 200 with no body once the engine dropped its cached
+  // blocks; 409 while requests are in flight.
+  void reset_prefix_cache(const HttpRequest& req, HttpResponder& res);
   void streaming_completion(CompletionCall& call, HttpResponder& res);
   void plain_completion(CompletionCall& call, HttpResponder& res);
   // --role decode: has the prefill instance compute each of the request's prompts (one after

@@ -11,13 +11,16 @@ with python3-msgpack, drives the server over HTTP, and checks what a router reli
          once, BlockRemoved for evicted blocks only, and that a subscriber started late gets the
          same batches from the replay endpoint from sequence 0.
   quick: one completion; one BlockStored arrives under the topic.
+  reset: POST /reset_prefix_cache answers 200 with no body and AllBlocksCleared arrives, alone
+         in its batch; the prompt asked again is computed anew (no cached tokens) and its blocks
+         are stored again under the same hashes.
   tiers: a server with a host tier over a disk tier and a small pool: what the pool evicts is
          BlockRemoved "GPU" then BlockStored "CPU" (vLLM's offloading form: no parent, no token
          ids), what the host tier lets go is BlockRemoved "CPU" and BlockStored "Disk", each medium
          only removes what it stored, the counts match the server's own metrics, and a prompt
          asked again comes back into the pool ("GPU") from the tiers.
 
-Usage: kv_events_consumer.py full|quick|tiers HTTP_BASE PUB_ENDPOINT REPLAY_ENDPOINT TOPIC BLOCK_SIZE
+Usage: kv_events_consumer.py full|quick|reset|tiers HTTP_BASE PUB_ENDPOINT REPLAY_ENDPOINT TOPIC BLOCK_SIZE
 Exit 0 when every check holds; the failures are printed otherwise.
 """
 
@@ -242,6 +245,32 @@ def quick(base, pub, replay_endpoint, topic, bs):
     print(f"kv_events_consumer: quick: {len(stored)} blocks stored")
 
 
+def reset(base, pub, replay_endpoint, topic, bs):
+    ctx = zmq.Context()
+    sub = Subscriber(ctx, pub, topic)
+    prompt = "And God called the light Day, and the darkness he called Night. " * 3
+    earlier, _ = collect(sub, base, ctx, replay_endpoint, topic)
+    complete(base, prompt)
+    batches, _ = collect(sub, base, ctx, replay_endpoint, topic)
+    before = [h for _, p in batches[len(earlier):] for h, _, _ in blocks_stored(decode(p, bs), bs)]
+    req = urllib.request.Request(base + "/reset_prefix_cache", data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200 and r.read() == b"", "reset: 200 with no body"
+    after, _ = collect(sub, base, ctx, replay_endpoint, topic)
+    assert len(after) == len(batches) + 1, f"{len(after) - len(batches)} batches for the reset"
+    assert decode(after[-1][1], bs) == [["AllBlocksCleared"]], f"{decode(after[-1][1], bs)!r:.200}"
+    answer = post(base, "/v1/completions", {"model": "strata-tiny", "prompt": prompt,
+                                           "max_tokens": 1, "temperature": 0})
+    cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached == 0, f"{cached} cached tokens after the reset"
+    again, _ = collect(sub, base, ctx, replay_endpoint, topic)
+    stored = [h for _, p in again[len(after):] for h, _, _ in blocks_stored(decode(p, bs), bs)]
+    assert before and set(before) <= set(stored), "the prompt's blocks are not stored again"
+    sub.close()
+    ctx.term()
+    print(f"kv_events_consumer: reset: AllBlocksCleared, then {len(stored)} blocks stored again")
+
+
 def tiers(base, pub, replay_endpoint, topic, bs):
     ctx = zmq.Context()
     sub = Subscriber(ctx, pub, topic)
@@ -307,7 +336,7 @@ def tiers(base, pub, replay_endpoint, topic, bs):
 def main():
     mode, base, pub, replay_endpoint, topic, bs = sys.argv[1:7]
     try:
-        {"full": full, "quick": quick, "tiers": tiers}[mode](base, pub, replay_endpoint, topic,
+        {"full": full, "quick": quick, "reset": reset, "tiers": tiers}[mode](base, pub, replay_endpoint, topic,
                                                              int(bs))
     except AssertionError as e:
         print(f"FAIL: kv_events_consumer {mode}: {e}")

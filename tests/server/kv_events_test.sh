@@ -3,7 +3,8 @@
 # over ZeroMQ, read by kv_events_consumer.py, a consumer of vLLM's wire format that shares no code
 # with Strata (python3-zmq, python3-msgpack): stored blocks with their tokens and parent chain,
 # the shared prefix stored once, evictions from a small pool, replay from sequence 0. A second
-# server takes vLLM's --kv-events-config instead of the flags.
+# server takes vLLM's --kv-events-config instead of the flags, and sends AllBlocksCleared on
+# POST /reset_prefix_cache; a third has a host and a disk tier, whose media are checked.
 # Usage: kv_events_test.sh STRATA_BINARY. Exit 77 (skipped) when python3-zmq or python3-msgpack
 # is not installed.
 set -uo pipefail
@@ -46,6 +47,8 @@ config+='"replay_endpoint":"tcp://127.0.0.1:'$replay2'","topic":"","buffer_steps
 start_server --threads 1 --block-size $bs --num-blocks 64 --kv-events-config "$config"
 "$py" "$here/kv_events_consumer.py" quick "$base" "tcp://127.0.0.1:$pub2" \
   "tcp://127.0.0.1:$replay2" "" $bs && ok || fail "the consumer (--kv-events-config)"
+"$py" "$here/kv_events_consumer.py" reset "$base" "tcp://127.0.0.1:$pub2" \
+  "tcp://127.0.0.1:$replay2" "" $bs && ok || fail "the consumer (/reset_prefix_cache)"
 
 # The tiers' media: a pool of 24 blocks over a host tier of 8 (a block of strata-tiny is 96 KiB
 # on the CPU) over a disk tier.
