@@ -3,17 +3,21 @@
 // threads, the health poller and the KV event thread: every field is an atomic or thread-safe.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #include "router/backend_spec.h"
+#include "router/connection_pool.h"
 #include "router/prefix_index.h"
 
 namespace strata::router {
 
 struct Instance {
-  explicit Instance(BackendSpec s) : spec(std::move(s)) {}
+  Instance(BackendSpec s, std::chrono::milliseconds timeout)
+      : spec(std::move(s)), connections(spec.url, timeout) {}
 
   BackendSpec spec;
+  ConnectionPool connections;             // keep-alive connections to it
   PrefixIndex index;                      // fed by the KV events
   std::atomic<bool> healthy{true};        // taken out on a failure, back when /health answers
   std::atomic<int64_t> in_flight{0};      // requests this router sent and not finished

@@ -5,11 +5,18 @@
 // (text/event-stream) goes to the client chunk by chunk as the instance writes it; any other
 // answer is read whole first.
 //
-// Thread-safe: each call makes its own connection (cpp-httplib's client) on the calling thread.
+// The exchange runs on one of the instance's keep-alive connections (ConnectionPool), given back
+// for the next request when it ended cleanly. A client that goes away -- seen at the next chunk
+// it cannot take, or by the DisconnectWatch while the instance computes -- closes that
+// connection at once, so the instance cancels the request and frees its blocks.
+//
+// Thread-safe: each call uses its own connection on the calling thread.
 
 #include <chrono>
 #include <string>
 
+#include "router/connection_pool.h"
+#include "router/disconnect_watch.h"
 #include "server/http_responder.h"
 #include "server/http_types.h"
 
@@ -23,11 +30,20 @@ enum class ProxyOutcome {
   kClientGone,    // the client went away; the instance's connection was closed
 };
 
-// url: http://HOST:PORT. timeout bounds the connection and every read from the instance.
-// `error` (kNoAnswer) says what failed.
-ProxyOutcome forward_request(const std::string& url, const server::HttpRequest& req,
-                             server::HttpResponder& res, std::chrono::milliseconds timeout,
+// `error` (kNoAnswer) says what failed. A kept connection that fails before any answer (the
+// instance closed it as it was taken) is tried once more on a new one.
+ProxyOutcome forward_request(ConnectionPool& pool, const server::HttpRequest& req,
+                             server::HttpResponder& res, DisconnectWatch& watch,
                              std::string& error);
+
+// One call the router makes itself (not a client's): the answer read whole.
+struct InstanceAnswer {
+  bool answered = false;  // false: no answer (error says why)
+  int status = 0;
+  std::string body;
+  std::string error;
+};
+InstanceAnswer call_instance(ConnectionPool& pool, const server::HttpRequest& req);
 
 // The OpenAI error object the router answers by itself (no instance, an instance cut off).
 std::string router_error_json(int status, const std::string& message);

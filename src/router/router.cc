@@ -1,5 +1,6 @@
 #include "router/router.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "router/health_monitor.h"
 #include "router/instance.h"
 #include "router/kv_event_subscriber.h"
+#include "router/disconnect_watch.h"
 #include "router/proxy.h"
 #include "server/http_transport.h"
 
@@ -42,7 +44,7 @@ struct Router::Impl {
     std::vector<Instance*> all;
     std::vector<KvEventSubscriber::Source> sources;
     for (const BackendSpec& b : config.backends) {
-      instances.push_back(std::make_unique<Instance>(b));
+      instances.push_back(std::make_unique<Instance>(b, config.backend_timeout));
       all.push_back(instances.back().get());
       if (!b.events.empty()) sources.push_back({b.events, b.replay, &instances.back()->index});
       event_source_idx.push_back(b.events.empty() ? -1 : static_cast<int>(sources.size()) - 1);
@@ -110,6 +112,8 @@ struct Router::Impl {
   }
 
   void handle(const server::HttpRequest& req, server::HttpResponder& res);
+  // POST /reset_prefix_cache: every healthy instance's, in turn.
+  void reset_prefix_caches(const server::HttpRequest& req, server::HttpResponder& res);
   std::optional<server::HttpResponse> quick(const server::HttpRequest& req);
   std::string render_metrics() const;
 
@@ -118,6 +122,8 @@ struct Router::Impl {
   std::vector<int> event_source_idx;  // per instance: its subscriber source, -1 = none
   std::unique_ptr<KvEventSubscriber> subscriber;
   std::unique_ptr<HealthMonitor> monitor;
+  std::unique_ptr<DisconnectWatch> watch = std::make_unique<DisconnectWatch>(kWatchPeriod);
+  static constexpr std::chrono::milliseconds kWatchPeriod{50};
   std::unique_ptr<server::HttpTransport> http;
   std::atomic<uint64_t> turn{0};
   std::array<std::atomic<int64_t>, std::size(kAllDecisions)> decisions{};
@@ -125,7 +131,37 @@ struct Router::Impl {
   std::atomic<int64_t> num_unrouted{0};  // no healthy instance
 };
 
+void Router::Impl::reset_prefix_caches(const server::HttpRequest& req,
+                                       server::HttpResponder& res) {
+  std::string refused;
+  int worst = 200;
+  for (const auto& in : instances) {
+    if (!in->healthy) continue;
+    const InstanceAnswer a = call_instance(in->connections, req);
+    if (a.answered && a.status == 200) continue;
+    const int status = a.answered ? a.status : 502;
+    // A refusal of the request itself (a bad query) is every instance's: answer it as it came.
+    if (a.answered && status >= 400 && status < 500 && status != 409) {
+      res.send(status, "application/json", a.body);
+      return;
+    }
+    worst = std::max(worst, status);
+    refused += (refused.empty() ? "" : "; ") + in->spec.url + ": " +
+               (a.answered ? std::to_string(a.status) + " " + a.body : a.error);
+  }
+  if (refused.empty()) {
+    res.send(200, "text/plain", "");
+    return;
+  }
+  res.send(worst, "application/json",
+           router_error_json(worst, "not every instance reset its prefix cache (" + refused + ")"));
+}
+
 void Router::Impl::handle(const server::HttpRequest& req, server::HttpResponder& res) {
+  if (req.method == "POST" && req.path == "/reset_prefix_cache") {
+    reset_prefix_caches(req, res);
+    return;
+  }
   // Only completions follow --policy; the rest (models, tokenize) go where the load is least.
   const bool completion = req.method == "POST" && is_completion(req.path);
   const Policy policy = completion ? config.policy : Policy::kLeastLoad;
@@ -142,7 +178,7 @@ void Router::Impl::handle(const server::HttpRequest& req, server::HttpResponder&
     in.num_predicted_blocks += matched[c->instance];
     ++in.in_flight;
     std::string error;
-    const ProxyOutcome o = forward_request(in.spec.url, req, res, config.backend_timeout, error);
+    const ProxyOutcome o = forward_request(in.connections, req, res, *watch, error);
     --in.in_flight;
     if (o == ProxyOutcome::kNoAnswer || o == ProxyOutcome::kCutMidStream ||
         o == ProxyOutcome::kCutMidBody) {
@@ -192,6 +228,12 @@ std::string Router::Impl::render_metrics() const {
   per_instance("strata:router_requests_in_flight", "gauge",
                "Requests sent to the instance and not finished.",
                [&](size_t i) { return instances[i]->in_flight.load(); });
+  per_instance("strata:router_connections_opened_total", "counter",
+               "Connections opened to the instance (the others were kept-alive ones reused).",
+               [&](size_t i) { return instances[i]->connections.num_opened(); });
+  per_instance("strata:router_connections_idle", "gauge",
+               "Kept-alive connections to the instance waiting for a request.",
+               [&](size_t i) { return static_cast<int64_t>(instances[i]->connections.num_idle()); });
   per_instance("strata:router_instance_healthy", "gauge", "1 while the instance takes requests.",
                [&](size_t i) { return instances[i]->healthy.load() ? 1 : 0; });
   per_instance("strata:router_instance_failures_total", "counter",

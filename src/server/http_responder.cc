@@ -146,8 +146,9 @@ bool HttpResponder::end_stream() {
   return complete_;
 }
 
-bool HttpResponder::client_gone() const {
-  if (failed_) return true;
+bool HttpResponder::client_gone() const { return failed_ || peer_closed(); }
+
+bool HttpResponder::peer_closed() const {
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
   if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) return true;

@@ -34,6 +34,9 @@ class HttpResponder {
   // True once the client has closed or reset the connection (checked without blocking; bytes of
   // a pipelined next request do not count as gone).
   bool client_gone() const;
+  // The socket part of client_gone(): whether the client closed or reset the connection. Reads
+  // only the socket (poll, peek), so another thread may ask while this one writes.
+  bool peer_closed() const;
   // This response is the connection's last ("Connection: close"); call before sending.
   void close_after() { keep_alive_ = false; }
   // The client went away before its answer: nothing is sent, the connection closes.
