@@ -144,15 +144,16 @@ struct EngineConfig {
   // (write-through) and is kept, coded, in an outbox of kv_peer_outbox_bytes (0: as many as
   // kv_offload_bytes) that decode instances read over the peer transport (UCX) on
   // kv_peer_listen (HOST:PORT, port 0 for any free one: Engine::kv_peer_address says which).
-  // kDecode: the blocks a queued prompt lacks are read from the prefill instance at kv_peer (its
-  // address) into the host tier before the request is admitted; a block not there yet is asked
+  // kDecode: the blocks a queued prompt lacks are read from the prefill instances at kv_peers
+  // (their --kv-peer-listen addresses; each read asks the one that had the last blocks first,
+  // then the others) into the host tier before the request is admitted; a block not there yet is asked
   // for again until kv_peer_wait_ms have passed, each round trip bounded by kv_peer_timeout_ms;
   // what does not come is computed here. Both need a host tier (kv_offload_bytes) and the same
   // model, block size and KV dtype on both instances (and the same tenant_salt_secret when
   // tenants are salted); kv_peer_compress codes the values as kv_remote_compress does.
   KvRole kv_role = KvRole::kBoth;
   std::string kv_peer_listen = "127.0.0.1:0";
-  std::string kv_peer;
+  std::vector<std::string> kv_peers;
   int32_t kv_peer_wait_ms = 1000;
   int32_t kv_peer_timeout_ms = 2000;
   int64_t kv_peer_outbox_bytes = 0;

@@ -93,7 +93,7 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
     return Status::InvalidArgument(
         "--role prefill and decode move blocks through the host tier: give it --kv-offload-bytes");
   }
-  if (c.kv_role == KvRole::kDecode && c.kv_peer.empty()) {
+  if (c.kv_role == KvRole::kDecode && c.kv_peers.empty()) {
     return Status::InvalidArgument(
         "--role decode needs --kv-peer, the prefill instance's --kv-peer-listen address");
   }
@@ -238,10 +238,12 @@ Status EngineImpl::start_tiers() {
                                                            : config_.kv_offload_bytes;
   }
   if (config_.kv_role == KvRole::kDecode) {
-    c.peer_connect = [address = config_.kv_peer,
-                      timeout = std::chrono::milliseconds(config_.kv_peer_timeout_ms)] {
-      return kv::connect_ucx_peer(address, timeout);
-    };
+    for (const std::string& address : config_.kv_peers) {
+      c.peer_connects.emplace_back(
+          [address, timeout = std::chrono::milliseconds(config_.kv_peer_timeout_ms)] {
+            return kv::connect_ucx_peer(address, timeout);
+          });
+    }
     c.peer_options.wait = std::chrono::milliseconds(config_.kv_peer_wait_ms);
   }
   c.peer_codec = config_.kv_peer_compress;

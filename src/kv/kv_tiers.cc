@@ -141,14 +141,14 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
           "--kv-remote holds group 0's blocks only: a cache whose later groups a hit reads (a "
           "hybrid model's windows, --kv-int4-residual above one block) cannot use it yet");
     }
-    const bool peers = config.peer_outbox_bytes > 0 || config.peer_connect;
+    const bool peers = config.peer_outbox_bytes > 0 || !config.peer_connects.empty();
     if (peers && g > 0) {
       return Status::InvalidArgument(
           "--role prefill and decode move group 0's blocks only: a cache whose later groups a "
           "hit reads (a hybrid model's windows, --kv-int4-residual above one block) cannot be "
           "disaggregated yet");
     }
-    if (config.peer_connect && config.remote) {
+    if (!config.peer_connects.empty() && config.remote) {
       return Status::InvalidArgument(
           "--role decode reads the blocks it lacks from the prefill instance: --kv-remote "
           "beside it is not supported");
@@ -159,8 +159,8 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
       if (config.peer_outbox_bytes > 0) {
         t->outbox = std::make_unique<PeerOutbox>(format, config.peer_outbox_bytes);
       }
-      if (config.peer_connect) {
-        t->peer = std::make_unique<PeerSource>(format, config.peer_connect, config.peer_options);
+      if (!config.peer_connects.empty()) {
+        t->peer = std::make_unique<PeerSource>(format, config.peer_connects, config.peer_options);
       }
     }
     tiers[static_cast<size_t>(g)] = std::move(t);
@@ -172,7 +172,7 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
                  std::vector<std::unique_ptr<Tier>> tiers)
     : policy_(config.policy),
       prefetch_(config.prefetch),
-      remote_read_always_(config.remote_read_always || config.peer_connect),
+      remote_read_always_(config.remote_read_always || !config.peer_connects.empty()),
       cache_(cache),
       tiers_(std::move(tiers)),
       one_full_group_(cache.num_groups() == 1 &&

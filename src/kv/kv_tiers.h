@@ -99,10 +99,11 @@ struct KvTierConfig {
   bool remote_read_always = false;
   // Disaggregation (docs/kv.md): --role prefill keeps every block written down (policy
   // write-through) in an outbox of this many bytes for decode instances to read (outbox());
-  // --role decode reads the blocks no tier holds from the prefill instance peer_connect reaches,
-  // every one of them (as remote_read_always), in place of Redis.
+  // --role decode reads the blocks no tier holds from the prefill instances peer_connects reach
+  // (PeerSource: the one that computed them), every one of them (as remote_read_always), in
+  // place of Redis.
   int64_t peer_outbox_bytes = 0;
-  PeerConnect peer_connect = {};
+  std::vector<PeerConnect> peer_connects = {};
   PeerSourceOptions peer_options = {};
   // The outbox's values coded as suits the pool's dtype (as remote_codec); false: stored.
   bool peer_codec = false;

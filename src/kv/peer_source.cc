@@ -4,21 +4,54 @@
 #include <thread>
 #include <utility>
 
+#include "core/check.h"
 #include "kv/peer_frames.h"
 
 namespace strata::kv {
 
-PeerSource::PeerSource(BlockValueFormat format, PeerConnect connect, PeerSourceOptions options)
-    : format_(std::move(format)), connect_(std::move(connect)), options_(options) {}
+PeerSource::PeerSource(BlockValueFormat format, std::vector<PeerConnect> connects,
+                       PeerSourceOptions options)
+    : format_(std::move(format)), options_(options) {
+  STRATA_CHECK(!connects.empty(), "PeerSource: at least one prefill instance");
+  for (PeerConnect& c : connects) peers_.push_back(Peer{std::move(c), nullptr, std::nullopt});
+}
 
-PeerClient* PeerSource::client() {
-  if (client_) return client_.get();
+PeerClient* PeerSource::client(size_t p) {
+  Peer& peer = peers_[p];
+  if (peer.client) return peer.client.get();
   const auto now = std::chrono::steady_clock::now();
-  if (last_connect_ && now - *last_connect_ < std::chrono::seconds(1)) return nullptr;
-  last_connect_ = now;
-  Result<std::unique_ptr<PeerClient>> c = connect_();
-  if (c.ok()) client_ = std::move(c).value();
-  return client_.get();
+  if (peer.last_connect && now - *peer.last_connect < std::chrono::seconds(1)) return nullptr;
+  peer.last_connect = now;
+  Result<std::unique_ptr<PeerClient>> c = peer.connect();
+  if (c.ok()) peer.client = std::move(c).value();
+  return peer.client.get();
+}
+
+Status PeerSource::ask(size_t n, PeerSourceStats& s) {
+  Status last = Status::Unavailable("no connection to the prefill instance");
+  bool answered = false;
+  for (size_t k = 0; k < peers_.size(); ++k) {
+    const size_t p = (preferred_ + k) % peers_.size();
+    PeerClient* const c = client(p);
+    if (c == nullptr) continue;
+    values_.resize(n);
+    ++s.num_round_trips;
+    const Status got = c->get(keys_, values_);
+    if (!got.ok()) {
+      ++s.num_errors;
+      if (got.code() == StatusCode::kUnavailable) peers_[p].client.reset();  // made again later
+      last = got;
+      continue;
+    }
+    answered = true;
+    if (!values_[0].empty()) {
+      preferred_ = p;
+      return Status::Ok();
+    }
+  }
+  if (!answered) return last;
+  values_.assign(n, std::string());  // nobody has the first block (yet)
+  return Status::Ok();
 }
 
 void PeerSource::get(std::span<BlockGet> blocks) {
@@ -34,20 +67,10 @@ void PeerSource::get(std::span<BlockGet> blocks) {
   size_t next = 0;  // the first block not read yet
   Status rest;      // the status of the blocks from `next` on, once the read ends early
   while (next < blocks.size() && rest.ok()) {
-    PeerClient* const c = client();
-    if (c == nullptr) {
-      rest = Status::Unavailable("no connection to the prefill instance");
-      break;
-    }
     const size_t n = std::min(per_trip, blocks.size() - next);
     keys_.clear();
     for (size_t i = next; i < next + n; ++i) keys_.push_back(TierKey{format_.ns(), blocks[i].hash});
-    values_.resize(n);
-    ++s.num_round_trips;
-    const Status got = c->get(keys_, values_);
-    if (!got.ok()) {
-      ++s.num_errors;
-      if (got.code() == StatusCode::kUnavailable) client_.reset();  // made again later
+    if (const Status got = ask(n, s); !got.ok()) {
       rest = got;
       break;
     }

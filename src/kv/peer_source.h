@@ -1,7 +1,10 @@
 #pragma once
 // PeerSource: blocks read from a prefill instance's PeerOutbox over the peer transport (the
 // decode side of disaggregation, docs/kv.md "Disaggregation"); RemoteFetcher's source on a
-// decode instance.
+// decode instance. With several prefill instances (a router picks one per request), each round
+// trip asks the one that last had the blocks first, and the others when it lacks the first
+// block asked for: a chain's blocks all come from the instance that computed it, and a get that
+// mixes requests of several instances costs a round trip per instance.
 //
 // get() asks for the blocks in chain order, in round trips of at most options.chunk_blocks (and
 // the transport's kMaxPeerResponseBytes), each value checked whole as a Redis value is
@@ -9,9 +12,9 @@
 // lacks may still be on its way into the outbox (the prefill instance writes its blocks through
 // once they are cached), so it is asked again, backing off from 1 to 16 ms, until
 // options.wait has passed since the get began; then it is NotFound, and so is every block past
-// it without asking (the chain breaks at the first missing block). A peer that does not answer
-// (gone, or past the connection's timeout) makes the blocks not read yet Unavailable, and the
-// connection is made again at a later get (at most once a second).
+// it without asking (the chain breaks at the first missing block). When no peer answers (gone,
+// or past the connection's timeout) the blocks not read yet are Unavailable; a connection that
+// failed is made again at a later round trip (at most once a second).
 //
 // get() from one thread at a time (RemoteFetcher's); stats() from any.
 
@@ -57,20 +60,32 @@ struct PeerSourceStats {
 
 class PeerSource final : public BlockSource {
  public:
-  PeerSource(BlockValueFormat format, PeerConnect connect, PeerSourceOptions options = {});
+  // connects: one per prefill instance, at least one.
+  PeerSource(BlockValueFormat format, std::vector<PeerConnect> connects,
+             PeerSourceOptions options = {});
+  PeerSource(BlockValueFormat format, PeerConnect connect, PeerSourceOptions options = {})
+      : PeerSource(std::move(format), std::vector<PeerConnect>{std::move(connect)}, options) {}
 
   void get(std::span<BlockGet> blocks) override;
   PeerSourceStats stats() const;
 
  private:
-  // The connection, made now if there is none and the last attempt is a second old.
-  PeerClient* client();
+  struct Peer {
+    PeerConnect connect;
+    std::unique_ptr<PeerClient> client;
+    std::optional<std::chrono::steady_clock::time_point> last_connect;  // the last attempt
+  };
+  // Peer p's connection, made now if there is none and the last attempt is a second old.
+  PeerClient* client(size_t p);
+  // Asks the peers for keys_ (the one that last had blocks first) until one has the first;
+  // values_ holds its answer. Ok with values_[0] empty when none has it; the last error when
+  // none answered.
+  Status ask(size_t n, PeerSourceStats& s);
 
   const BlockValueFormat format_;
-  const PeerConnect connect_;
   const PeerSourceOptions options_;
-  std::unique_ptr<PeerClient> client_;
-  std::optional<std::chrono::steady_clock::time_point> last_connect_;  // the last attempt
+  std::vector<Peer> peers_;
+  size_t preferred_ = 0;  // the peer that last had the blocks asked for
   std::vector<TierKey> keys_;
   std::vector<std::string> values_;  // received into; their buffers kept from get to get
   mutable std::mutex mu_;            // guards stats_

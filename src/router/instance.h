@@ -13,10 +13,11 @@
 namespace strata::router {
 
 struct Instance {
-  Instance(BackendSpec s, std::chrono::milliseconds timeout)
-      : spec(std::move(s)), connections(spec.url, timeout) {}
+  Instance(BackendSpec s, bool is_prefill, std::chrono::milliseconds timeout)
+      : spec(std::move(s)), prefill(is_prefill), connections(spec.url, timeout) {}
 
   BackendSpec spec;
+  bool prefill;                           // a --prefill-backend (computes prompts only)
   ConnectionPool connections;             // keep-alive connections to it
   PrefixIndex index;                      // fed by the KV events
   std::atomic<bool> healthy{true};        // taken out on a failure, back when /health answers

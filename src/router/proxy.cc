@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cctype>
@@ -13,6 +14,13 @@
 namespace strata::router {
 namespace {
 
+bool same_name(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
 // Headers that belong to one connection, not to the request or answer (RFC 9110 7.6.1), and the
 // framing each side writes itself.
 bool hop_by_hop(std::string_view name) {
@@ -20,15 +28,8 @@ bool hop_by_hop(std::string_view name) {
       "connection", "keep-alive",  "proxy-connection", "transfer-encoding",
       "te",         "trailer",     "upgrade",          "content-length",
       "host",       "content-type"};
-  for (const std::string_view n : kNames) {
-    if (name.size() == n.size() &&
-        std::equal(name.begin(), name.end(), n.begin(), [](char a, char b) {
-          return std::tolower(static_cast<unsigned char>(a)) == b;
-        })) {
-      return true;
-    }
-  }
-  return false;
+  return std::any_of(kNames.begin(), kNames.end(),
+                     [&](std::string_view n) { return same_name(name, n); });
 }
 
 }  // namespace
@@ -44,15 +45,18 @@ std::string router_error_json(int status, const std::string& message) {
 namespace {
 
 // The request as the instance gets it: the client's end-to-end headers, its body.
-httplib::Request outgoing(const server::HttpRequest& req) {
+httplib::Request outgoing(const server::HttpRequest& req, const server::HttpHeaders& extra = {}) {
   httplib::Request out;
   out.method = req.method;
   out.path = req.target;
   out.body = req.body;
   const std::string content_type(req.header("Content-Type"));
   for (const auto& [name, value] : req.headers) {
-    if (!hop_by_hop(name)) out.headers.emplace(name, value);
+    if (!hop_by_hop(name) && !same_name(name, server::kPrefillHeader)) {
+      out.headers.emplace(name, value);
+    }
   }
+  for (const auto& [name, value] : extra) out.headers.emplace(name, value);
   if (!req.body.empty() || req.method == "POST") {
     out.headers.emplace("Content-Type", content_type.empty() ? "application/json" : content_type);
   }
@@ -81,8 +85,9 @@ struct Exchange {
 };
 
 void run_exchange(ConnectionPool::Connection& conn, const server::HttpRequest& req,
-                  server::HttpResponder& res, DisconnectWatch& watch, Exchange& x) {
-  httplib::Request out = outgoing(req);
+                  const server::HttpHeaders& extra, server::HttpResponder& res,
+                  DisconnectWatch& watch, Exchange& x) {
+  httplib::Request out = outgoing(req, extra);
   out.response_handler = [&](const httplib::Response& r) {
     x.answered = true;
     x.status = r.status;
@@ -123,12 +128,12 @@ void run_exchange(ConnectionPool::Connection& conn, const server::HttpRequest& r
 
 ProxyOutcome forward_request(ConnectionPool& pool, const server::HttpRequest& req,
                              server::HttpResponder& res, DisconnectWatch& watch,
-                             std::string& error) {
+                             const server::HttpHeaders& extra, std::string& error) {
   for (int attempt = 0;; ++attempt) {
     ConnectionPool::Connection conn = pool.take(/*fresh=*/attempt > 0);
     const bool reused = conn.reused;
     Exchange x;
-    run_exchange(conn, req, res, watch, x);
+    run_exchange(conn, req, extra, res, watch, x);
     pool.give_back(std::move(conn), x.keep_alive && !x.client_gone);
     if (x.client_gone) {
       res.abandon();

@@ -32,9 +32,11 @@ enum class ProxyOutcome {
 
 // `error` (kNoAnswer) says what failed. A kept connection that fails before any answer (the
 // instance closed it as it was taken) is tried once more on a new one.
+// extra: headers the router adds (server::kPrefillHeader); a client's own kPrefillHeader is
+// never passed on.
 ProxyOutcome forward_request(ConnectionPool& pool, const server::HttpRequest& req,
                              server::HttpResponder& res, DisconnectWatch& watch,
-                             std::string& error);
+                             const server::HttpHeaders& extra, std::string& error);
 
 // One call the router makes itself (not a client's): the answer read whole.
 struct InstanceAnswer {

@@ -43,11 +43,13 @@ struct Router::Impl {
   explicit Impl(RouterConfig c) : config(std::move(c)) {
     std::vector<Instance*> all;
     std::vector<KvEventSubscriber::Source> sources;
-    for (const BackendSpec& b : config.backends) {
-      instances.push_back(std::make_unique<Instance>(b, config.backend_timeout));
-      all.push_back(instances.back().get());
-      if (!b.events.empty()) sources.push_back({b.events, b.replay, &instances.back()->index});
-      event_source_idx.push_back(b.events.empty() ? -1 : static_cast<int>(sources.size()) - 1);
+    for (const bool prefill : {false, true}) {
+      for (const BackendSpec& b : prefill ? config.prefill_backends : config.backends) {
+        instances.push_back(std::make_unique<Instance>(b, prefill, config.backend_timeout));
+        all.push_back(instances.back().get());
+        if (!b.events.empty()) sources.push_back({b.events, b.replay, &instances.back()->index});
+        event_source_idx.push_back(b.events.empty() ? -1 : static_cast<int>(sources.size()) - 1);
+      }
     }
     if (!sources.empty()) {
       subscriber = std::make_unique<KvEventSubscriber>(std::move(sources), config.replay_timeout);
@@ -87,15 +89,16 @@ struct Router::Impl {
     return out;
   }
 
-  // Picks an instance (not `excluded`), counting the decision; nullopt when none is healthy.
+  // Picks an instance of the prefill pool (prefill) or of the others (not `excluded`),
+  // counting the decision when count; nullopt when none is healthy.
   std::optional<Choice> pick(const std::map<int32_t, std::vector<uint64_t>>& chain,
-                             std::optional<size_t> excluded, Policy policy,
-                             std::vector<int32_t>& matched) {
+                             std::optional<size_t> excluded, Policy policy, bool prefill,
+                             bool count, std::vector<int32_t>& matched) {
     std::vector<InstanceView> views(instances.size());
     matched.assign(instances.size(), 0);  // blocks the instance need not compute
     for (size_t i = 0; i < instances.size(); ++i) {
       const Instance& in = *instances[i];
-      views[i].healthy = in.healthy && excluded != i;
+      views[i].healthy = in.healthy && excluded != i && in.prefill == prefill;
       views[i].in_flight = in.in_flight;
       views[i].reported_load = in.reported_load;
       if (const auto c = chain.find(in.index.block_size()); c != chain.end()) {
@@ -107,7 +110,7 @@ struct Router::Impl {
       }
     }
     const std::optional<Choice> c = choose_instance(policy, views, turn++, config.balance_factor);
-    if (c) ++decisions[static_cast<size_t>(c->decision)];
+    if (c && count) ++decisions[static_cast<size_t>(c->decision)];
     return c;
   }
 
@@ -167,18 +170,38 @@ void Router::Impl::handle(const server::HttpRequest& req, server::HttpResponder&
   const Policy policy = completion ? config.policy : Policy::kLeastLoad;
   const std::map<int32_t, std::vector<uint64_t>> chain =
       policy == Policy::kPrefix ? chains(req) : std::map<int32_t, std::vector<uint64_t>>{};
+  // Disaggregated: the prompt's prefill instance by the policy, the request's decode instance
+  // by load, told which prefill instance to use. No prefill instance healthy: the decode
+  // instance is told none and uses its first, or computes the prompt itself when that fails.
+  const bool pools = !config.prefill_backends.empty();
+  server::HttpHeaders extra;
+  Instance* prefill = nullptr;
+  if (pools && completion) {
+    std::vector<int32_t> matched;
+    if (const std::optional<Choice> p = pick(chain, std::nullopt, policy, /*prefill=*/true,
+                                             /*count=*/true, matched)) {
+      prefill = instances[p->instance].get();
+      ++prefill->num_routed;
+      prefill->num_predicted_blocks += matched[p->instance];
+      ++prefill->in_flight;
+      extra.emplace_back(std::string(server::kPrefillHeader), prefill->spec.url);
+    }
+  }
   std::optional<size_t> failed;
   std::string why;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::vector<int32_t> matched;
-    const std::optional<Choice> c = pick(chain, failed, policy, matched);
+    const std::optional<Choice> c =
+        pools ? pick({}, failed, Policy::kLeastLoad, /*prefill=*/false, /*count=*/!completion,
+                     matched)
+              : pick(chain, failed, policy, /*prefill=*/false, /*count=*/true, matched);
     if (!c) break;
     Instance& in = *instances[c->instance];
     ++in.num_routed;
     in.num_predicted_blocks += matched[c->instance];
     ++in.in_flight;
     std::string error;
-    const ProxyOutcome o = forward_request(in.connections, req, res, *watch, error);
+    const ProxyOutcome o = forward_request(in.connections, req, res, *watch, extra, error);
     --in.in_flight;
     if (o == ProxyOutcome::kNoAnswer || o == ProxyOutcome::kCutMidStream ||
         o == ProxyOutcome::kCutMidBody) {
@@ -188,11 +211,15 @@ void Router::Impl::handle(const server::HttpRequest& req, server::HttpResponder&
                      o == ProxyOutcome::kNoAnswer ? error.c_str() : "cut mid-answer");
       }
     }
-    if (o != ProxyOutcome::kNoAnswer) return;
+    if (o != ProxyOutcome::kNoAnswer) {
+      if (prefill != nullptr) --prefill->in_flight;
+      return;
+    }
     failed = c->instance;
     why = in.spec.url + ": " + error;
     if (attempt == 0) ++num_retries;
   }
+  if (prefill != nullptr) --prefill->in_flight;
   ++num_unrouted;
   res.send(503, "application/json",
            router_error_json(503, why.empty() ? "no instance is healthy"
@@ -303,9 +330,14 @@ bool Router::listen() {
     std::fprintf(stderr, "strata: error: %s\n", port.status().message().c_str());
     return false;
   }
-  std::fprintf(stderr, "strata: routing to %zu instances (%s) on http://%s:%d\n",
-               impl_->instances.size(), std::string(policy_name(impl_->config.policy)).c_str(),
-               impl_->config.host.c_str(), port.value());
+  const RouterConfig& c = impl_->config;
+  const std::string what =
+      c.prefill_backends.empty()
+          ? std::to_string(c.backends.size()) + " instances"
+          : std::to_string(c.prefill_backends.size()) + " prefill and " +
+                std::to_string(c.backends.size()) + " decode instances";
+  std::fprintf(stderr, "strata: routing to %s (%s) on http://%s:%d\n", what.c_str(),
+               std::string(policy_name(c.policy)).c_str(), c.host.c_str(), port.value());
   impl_->http->run();
   return true;
 }

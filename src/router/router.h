@@ -35,6 +35,12 @@ struct RouterConfig {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::vector<BackendSpec> backends;  // at least one
+  // Disaggregated instances (docs/router.md): with prefill_backends, `backends` are --role
+  // decode instances. A completion goes to the least loaded decode instance, told in
+  // server::kPrefillHeader which prefill instance computes its prompt: the one `policy` picks
+  // among prefill_backends (by their KV events, for the prefix policy). The decode instances'
+  // --prefill-url must name the prefill_backends' URLs as written here.
+  std::vector<BackendSpec> prefill_backends;
   Policy policy = Policy::kPrefix;
   // The prefix policy's bound (routing_policy.h): an instance gets a request for its prefix
   // only while its requests in flight stay within balance_factor x the mean + 1.

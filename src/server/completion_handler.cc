@@ -122,6 +122,8 @@ struct CompletionCall {
 void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool chat) {
   std::variant<CompletionRequest, ApiError> parsed = parse_request(req.body, model_, chat);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  std::variant<const PrefillClient*, ApiError> prefill = prefill_for(req);
+  if (auto* e = std::get_if<ApiError>(&prefill)) return send_error(res, *e);
   CompletionCall call;
   call.request = std::move(std::get<CompletionRequest>(parsed));
   const CompletionRequest& request = call.request;
@@ -147,7 +149,9 @@ void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool ch
     }
   }
   const std::string tenant_key = tenant(req).value_or("");
-  if (prefill_) prefill_prompts(req, request);
+  if (const PrefillClient* p = std::get<const PrefillClient*>(prefill)) {
+    prefill_prompts(*p, req, request);
+  }
   for (size_t i = 0; i < request.prompts.size(); ++i) {
     EngineRequest er;
     er.prompt = request.prompts[i];
@@ -171,9 +175,25 @@ void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool ch
   plain_completion(call, res);
 }
 
-void HttpServer::prefill_prompts(const HttpRequest& req, const CompletionRequest& request) {
+std::variant<const PrefillClient*, ApiError> HttpServer::prefill_for(const HttpRequest& req) const {
+  std::string_view named = req.header(kPrefillHeader);
+  if (named.empty()) return prefill_.empty() ? nullptr : &prefill_.front();
+  while (named.ends_with('/')) named.remove_suffix(1);
+  for (const PrefillClient& p : prefill_) {
+    if (p.url() == named) return &p;
+  }
+  // Only an instance the operator configured is ever called: a client cannot point the server
+  // at an address of its choosing.
+  return ApiError::bad_request(
+      prefill_.empty() ? std::string(kPrefillHeader) + " is for a --role decode instance"
+                       : std::string(kPrefillHeader) + " names no --prefill-url of this instance",
+      std::string(kPrefillHeader));
+}
+
+void HttpServer::prefill_prompts(const PrefillClient& prefill, const HttpRequest& req,
+                                 const CompletionRequest& request) {
   for (const std::vector<int32_t>& prompt : request.prompts) {
-    const Status s = prefill_->prefill(prompt, request.cache_salt, req.header("Authorization"));
+    const Status s = prefill.prefill(prompt, request.cache_salt, req.header("Authorization"));
     if (s.ok()) continue;
     // Computed here instead. Said on the first failure and every hundredth after.
     const int64_t n = prefill_failures_.fetch_add(1) + 1;

@@ -52,7 +52,7 @@ HttpServer::HttpServer(AsyncEngine& engine, ServedModel model, ServerConfig conf
       kv_facts_{engine.engine().kv_cache().bytes_per_token,
                 engine.engine().kv_cache().scale_bytes_per_token,
                 engine.engine().config().block_size} {
-  if (!config_.prefill_url.empty()) prefill_.emplace(config_.prefill_url, config_.prefill_timeout);
+  for (const std::string& url : config_.prefill_urls) prefill_.emplace_back(url, config_.prefill_timeout);
   HttpLimits limits = config_.limits;
   if (limits.num_handler_threads <= 0) {
     limits.num_handler_threads = engine_.engine().config().max_num_seqs + 16;

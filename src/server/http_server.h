@@ -31,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "server/async_engine.h"
@@ -56,9 +57,10 @@ struct ServerConfig {
   // Sequences (prompts x n) admitted but not finished beyond which new requests get 503 +
   // Retry-After; 0 = no bound.
   int64_t max_waiting_requests = 0;
-  // --role decode: the prefill instance (http://HOST:PORT) each prompt is sent to first, and how
+  // --role decode: the prefill instances (http://HOST:PORT) a prompt may be sent to first --
+  // the one a request's X-Strata-Prefill-Url header names, exactly, else the first -- and how
   // long that call may take (prefill_client.h); empty = prompts are prefilled here.
-  std::string prefill_url;
+  std::vector<std::string> prefill_urls;
   std::chrono::milliseconds prefill_timeout{600000};
 };
 
@@ -94,7 +96,12 @@ class HttpServer {
   void plain_completion(CompletionCall& call, HttpResponder& res);
   // --role decode: has the prefill instance compute each of the request's prompts (one after
   // another); a prompt it fails is computed here.
-  void prefill_prompts(const HttpRequest& req, const CompletionRequest& request);
+  void prefill_prompts(const PrefillClient& prefill, const HttpRequest& req,
+                       const CompletionRequest& request);
+  // The prefill instance for req (kPrefillHeader, else the first); null when this is not a
+  // decode instance; a 400 naming the header when it names no configured one, or is sent to an
+  // instance that has none.
+  std::variant<const PrefillClient*, ApiError> prefill_for(const HttpRequest& req) const;
   // The key the request carries, if it is one of the configured keys ("" when none are).
   std::optional<std::string> tenant(const HttpRequest& req) const;
   // Counts `sequences` more against max_waiting_requests; false (nothing counted) at capacity.
@@ -112,7 +119,7 @@ class HttpServer {
   std::atomic<bool> bound_{false};
   std::mutex bind_mu_;  // orders bind against shutdown
   std::unique_ptr<HttpTransport> http_;
-  std::optional<PrefillClient> prefill_;  // ServerConfig::prefill_url
+  std::vector<PrefillClient> prefill_;  // ServerConfig::prefill_urls
   std::atomic<int64_t> prefill_failures_{0};
 };
 

@@ -13,6 +13,10 @@
 
 namespace strata::server {
 
+// The header with which a router (strata route) names, per request, which of a decode
+// instance's prefill instances computes the prompt: one of its --prefill-url, exactly.
+inline constexpr std::string_view kPrefillHeader = "X-Strata-Prefill-Url";
+
 // One complete HTTP/1.x request. The body is every byte the client sent (NULs included), the
 // chunked framing removed.
 struct HttpRequest {

@@ -135,7 +135,7 @@ KvTierConfig prefill_config() {
 KvTierConfig decode_config(PeerConnect connect, std::chrono::milliseconds wait,
                            size_t chunk_blocks = 64) {
   KvTierConfig c;
-  c.peer_connect = std::move(connect);
+  c.peer_connects = {std::move(connect)};
   c.peer_options.wait = wait;
   c.peer_options.chunk_blocks = chunk_blocks;
   return c;
@@ -162,6 +162,46 @@ TEST(KvTiersPeerTest, ADecodeInstanceReadsThePromptsBlocksFromThePrefillInstance
   EXPECT_EQ(dec.fetch_and_promote(p), 3);
   EXPECT_EQ(dec.tiers->peer()->stats().num_hits, 3);
   EXPECT_EQ(dec.tiers->stats().num_remote_hit_blocks, 3);
+}
+
+// Several prefill instances (a router picks one per request): each prompt's blocks come from
+// the one that computed it, the other is asked only when the first lacks a block, and a dead one
+// does not stop reads from the live one.
+TEST(KvTiersPeerTest, ADecodeInstanceReadsFromWhicheverPrefillInstanceComputedThePrompt) {
+  Instance pre_a(prefill_config());
+  Instance pre_b(prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  const std::vector<int32_t> q = prompt(500, 2);
+  prefill(pre_a, p);
+  prefill(pre_b, q);
+  LocalPeer* peer_a = nullptr;
+  LocalPeer* peer_b = nullptr;
+  KvTierConfig c = decode_config(
+      [&]() -> Result<std::unique_ptr<PeerClient>> {
+        auto peer = std::make_unique<LocalPeer>(*pre_a.tiers->outbox());
+        peer_a = peer.get();
+        return std::unique_ptr<PeerClient>(std::move(peer));
+      },
+      std::chrono::milliseconds(200));
+  c.peer_connects.emplace_back([&]() -> Result<std::unique_ptr<PeerClient>> {
+    auto peer = std::make_unique<LocalPeer>(*pre_b.tiers->outbox());
+    peer_b = peer.get();
+    return std::unique_ptr<PeerClient>(std::move(peer));
+  });
+  c.peer_connects.emplace_back([]() -> Result<std::unique_ptr<PeerClient>> {
+    return Status::Unavailable("a third prefill instance that is down");
+  });
+  Instance dec(std::move(c));
+  EXPECT_EQ(dec.fetch_and_promote(p), 3);
+  ASSERT_NE(peer_a, nullptr);
+  EXPECT_EQ(peer_a->round_trips, 1) << "A has p's blocks: asked once";
+  EXPECT_EQ(peer_b, nullptr) << "B was not needed";
+  EXPECT_EQ(dec.fetch_and_promote(q), 2);
+  ASSERT_NE(peer_b, nullptr);
+  EXPECT_EQ(peer_a->round_trips, 2) << "A, asked first, lacks q's first block";
+  EXPECT_EQ(peer_b->round_trips, 1);
+  EXPECT_EQ(dec.tiers->peer()->stats().num_hits, 5);
+  EXPECT_EQ(dec.tiers->peer()->stats().num_missing, 0);
 }
 
 TEST(KvTiersPeerTest, OnlyTheBlocksTheDecodeInstanceLacksMove) {

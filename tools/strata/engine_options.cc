@@ -119,8 +119,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
     cmd.add_option("--kv-peer-listen", o.kv_peer_listen,
                    "--role prefill: HOST:PORT where decode instances read its blocks (UCX; port "
                    "0 for any free one, printed at start)");
-    cmd.add_option("--kv-peer", o.kv_peer,
-                   "--role decode: the prefill instance's --kv-peer-listen address");
+    cmd.add_option("--kv-peer", o.kv_peers,
+                   "--role decode: the prefill instance's --kv-peer-listen address (repeated, "
+                   "one per --prefill-url, in the same order)");
     cmd.add_option("--kv-peer-wait-ms", o.kv_peer_wait_ms,
                    "--role decode: how long a block the prefill instance has not written yet "
                    "is asked for again (then computed here)")
@@ -189,7 +190,7 @@ EngineConfig engine_config(const EngineOptions& o) {
               : o.role == "decode" ? KvRole::kDecode
                                    : KvRole::kBoth;
   c.kv_peer_listen = o.kv_peer_listen;
-  c.kv_peer = o.kv_peer;
+  c.kv_peers = o.kv_peers;
   c.kv_peer_wait_ms = o.kv_peer_wait_ms;
   c.kv_peer_timeout_ms = o.kv_peer_timeout_ms;
   c.kv_peer_outbox_bytes = o.kv_peer_outbox_bytes;

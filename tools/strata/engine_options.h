@@ -54,7 +54,7 @@ struct EngineOptions {
   std::string cache_salt_secret_file;  // the tenant salts' key, the same on every instance
   std::string role = "both";           // --role: both, prefill or decode (disaggregation)
   std::string kv_peer_listen = "127.0.0.1:0";  // prefill: where decode instances read blocks
-  std::string kv_peer;                 // decode: the prefill instance's --kv-peer-listen
+  std::vector<std::string> kv_peers;   // decode: each prefill instance's --kv-peer-listen
   int32_t kv_peer_wait_ms = 1000;
   int32_t kv_peer_timeout_ms = 2000;
   int64_t kv_peer_outbox_bytes = 0;

@@ -42,8 +42,13 @@ void add_route_command(CLI::App& app, RouteOptions& o) {
                 "The instances' --tokenize-special-in-content, if they were given it");
   cmd->add_option("--backend", o.backends,
                   "An instance: http://HOST:PORT[,events=tcp://HOST:PORT[,replay=tcp://HOST:PORT]]"
-                  " (events: its --kv-events-endpoint; replay: its --kv-events-replay-endpoint)")
-      ->required();
+                  " (events: its --kv-events-endpoint; replay: its --kv-events-replay-endpoint)");
+  cmd->add_option("--prefill-backend", o.prefill_backends,
+                  "A --role prefill instance, as --backend (its events choose it by prefix); "
+                  "with --decode-backend instead of --backend");
+  cmd->add_option("--decode-backend", o.decode_backends,
+                  "A --role decode instance, as --backend, whose --prefill-url list names every "
+                  "--prefill-backend's URL as written here (the least loaded gets the request)");
   cmd->add_option("--policy", o.policy,
                   "prefix (the instance caching the longest prefix, balanced against load), "
                   "least-load or round-robin")
@@ -70,11 +75,25 @@ int run_route(const RouteOptions& o) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts
 
   router::RouterConfig rc;
-  for (const std::string& b : o.backends) {
-    Result<router::BackendSpec> spec = router::parse_backend_spec(b);
-    if (!spec.ok()) throw Error(spec.status().message());
-    rc.backends.push_back(std::move(spec).value());
+  const bool pools = !o.prefill_backends.empty() || !o.decode_backends.empty();
+  if (pools && !o.backends.empty()) {
+    throw Error("--backend, or --prefill-backend with --decode-backend: not both");
   }
+  if (pools && (o.prefill_backends.empty() || o.decode_backends.empty())) {
+    throw Error("--prefill-backend and --decode-backend go together (at least one of each)");
+  }
+  if (!pools && o.backends.empty()) {
+    throw Error("--backend is required (or --prefill-backend and --decode-backend)");
+  }
+  const auto parse = [](const std::vector<std::string>& in, std::vector<router::BackendSpec>& out) {
+    for (const std::string& b : in) {
+      Result<router::BackendSpec> spec = router::parse_backend_spec(b);
+      if (!spec.ok()) throw Error(spec.status().message());
+      out.push_back(std::move(spec).value());
+    }
+  };
+  parse(pools ? o.decode_backends : o.backends, rc.backends);
+  parse(o.prefill_backends, rc.prefill_backends);
   rc.policy = *router::policy_from_name(o.policy);
   rc.balance_factor = o.balance_factor;
   rc.host = o.host;

@@ -18,6 +18,8 @@ struct RouteOptions {
   std::string chat_template_file;
   bool tokenize_special_in_content = false;
   std::vector<std::string> backends;  // http://HOST:PORT[,events=...[,replay=...]]
+  std::vector<std::string> prefill_backends;  // --role prefill instances, the same form
+  std::vector<std::string> decode_backends;   // --role decode instances
   std::string policy = "prefix";
   double balance_factor = 1.5;
   std::string cache_salt_secret_file;

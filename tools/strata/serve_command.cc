@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "core/error.h"
@@ -86,9 +88,12 @@ void add_serve_command(CLI::App& app, ServeOptions& o) {
                   "On SIGTERM/SIGINT, seconds requests in flight get to finish before they are "
                   "cancelled (0 = cancel at once)")
       ->check(CLI::Range(0.0, 86400.0));
-  cmd->add_option("--prefill-url", o.prefill_url,
+  cmd->add_option("--prefill-url", o.prefill_urls,
                   "--role decode: the prefill instance's HTTP address (http://HOST:PORT); each "
-                  "prompt is prefilled there first and its KV read from its --kv-peer-listen");
+                  "prompt is prefilled there first and its KV read from its --kv-peer-listen. "
+                  "Repeated (with one --kv-peer each, in the same order): a request's "
+                  "X-Strata-Prefill-Url header picks one of them (strata route sets it), the "
+                  "first by default");
   cmd->add_option("--prefill-timeout", o.prefill_timeout_s,
                   "--role decode: seconds a prompt's prefill on the prefill instance may take "
                   "(then it is computed here)")
@@ -133,13 +138,28 @@ int run_serve(const ServeOptions& o) {
   sc.metrics_require_key = o.http.metrics_require_key;
   sc.limits = http_limits(o.http);
   sc.max_waiting_requests = o.max_waiting_requests;
-  if (o.role == "decode" && o.prefill_url.empty()) {
+  if (o.role == "decode" && o.prefill_urls.empty()) {
     throw Error("--role decode needs --prefill-url, the prefill instance's http://HOST:PORT");
   }
-  if (o.role != "decode" && !o.prefill_url.empty()) {
+  if (o.role != "decode" && !o.prefill_urls.empty()) {
     throw Error("--prefill-url is for --role decode");
   }
-  sc.prefill_url = o.prefill_url;
+  if (o.role == "decode" && !o.kv_peers.empty() && o.prefill_urls.size() != o.kv_peers.size()) {
+    throw Error("--role decode: give one --kv-peer per --prefill-url, in the same order (" +
+                std::to_string(o.prefill_urls.size()) + " --prefill-url, " +
+                std::to_string(o.kv_peers.size()) + " --kv-peer)");
+  }
+  for (std::string url : o.prefill_urls) {
+    while (url.ends_with('/')) url.pop_back();
+    if (!url.starts_with("http://")) {
+      throw Error("--prefill-url " + url + ": not http://HOST:PORT");
+    }
+    sc.prefill_urls.push_back(url);
+  }
+  if (std::set<std::string>(sc.prefill_urls.begin(), sc.prefill_urls.end()).size() !=
+      sc.prefill_urls.size()) {
+    throw Error("--prefill-url: an instance given twice");
+  }
   sc.prefill_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.prefill_timeout_s * 1e3));
   EngineConfig c = engine_config(o);
   apply_kv_events_options(o.kv_events, c);

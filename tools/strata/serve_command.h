@@ -25,7 +25,7 @@ struct ServeOptions : EngineOptions {
   bool tokenize_special_in_content = false;  // chat: request text may encode special tokens
   std::string chat_template_file;  // replaces the tokenizer's chat template
   std::string tool_call_parser = "auto";  // auto | hermes | llama3_json | none
-  std::string prefill_url;  // --role decode: the prefill instance's http://HOST:PORT
+  std::vector<std::string> prefill_urls;  // --role decode: each prefill instance's http://HOST:PORT
   double prefill_timeout_s = 600.0;
   KvEventsOptions kv_events;
 };
