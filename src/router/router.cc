@@ -277,12 +277,12 @@ std::string Router::Impl::render_metrics() const {
                [&](size_t i) { return static_cast<int64_t>(instances[i]->index.num_blocks()); });
   const std::string tb = "strata:router_index_tier_blocks";
   head(out, tb, "gauge", "Blocks the instance's prefix index holds in a KV tier, by medium.");
-  for (size_t i = 0; i < instances.size(); ++i) {
+  for (const auto& in : instances) {
     for (const kv::KvMedium m : {kv::KvMedium::kHost, kv::KvMedium::kDisk}) {
       line(out, tb,
-           "instance=\"" + instances[i]->spec.url + "\",medium=\"" +
-               std::string(kv::kv_medium_name(m)) + "\"",
-           static_cast<int64_t>(instances[i]->index.num_blocks(m)));
+           "instance=\"" + in->spec.url + "\",medium=\"" + std::string(kv::kv_medium_name(m)) +
+               "\"",
+           static_cast<int64_t>(in->index.num_blocks(m)));
     }
   }
   per_instance("strata:router_kv_event_batches_total", "counter",
