@@ -2,7 +2,9 @@
 // A request as the engine takes it (EngineRequest) and what it hands back for it each step
 // (RequestOutput: one delta per sequence that advanced, with the request's metrics).
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +29,11 @@ struct EngineRequest {
   // Scoring: return the logits at every prompt position in RequestOutput::prompt_logits. The
   // prompt is then computed whole (never served by the prefix cache, which it still fills).
   bool prompt_logits = false;
+  // Disaggregation (docs/kv.md): set by a decode instance while a prefill instance computes this
+  // prompt, true until that call ends. The read of the prompt's blocks from the prefill instance
+  // starts when the request is queued and waits for the blocks not there yet for as long as it
+  // stays true (and --kv-peer-wait-ms after), so the transfer overlaps the prefill.
+  std::shared_ptr<const std::atomic<bool>> remote_prefill_running;
 };
 
 // One sequence's progress in one step.

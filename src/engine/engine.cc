@@ -392,6 +392,7 @@ Result<RequestId> EngineImpl::submit(EngineRequest request) {
   seq.num_prompt = static_cast<int32_t>(seq.tokens.size());
   seq.cache_keys.cache_salt =
       kv::request_cache_salt(config_.tenant_salt_secret, r.request.tenant, r.request.cache_salt);
+  seq.prefetch.remote_prefill_running = r.request.remote_prefill_running;
   seq.counts.add_prompt(seq.tokens);
   if (r.request.params.prompt_logprobs >= 0) r.prompt_logprobs.resize(seq.tokens.size());
   if (r.request.prompt_logits) {

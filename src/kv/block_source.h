@@ -4,6 +4,7 @@
 // call asks for a list of blocks by chain hash; each comes back decoded into its buffer and
 // checked (block_value.h), or as a miss the caller recomputes.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -16,12 +17,19 @@ namespace strata::kv {
 // One block asked of get(): filled in with status Ok (out and checksum set), NotFound (absent,
 // or its value failed a check), or Unavailable (the source did not answer; the caller
 // recomputes).
+//
+// chain: the blocks of one request's prompt share a number, in chain order, and a get's chains
+// are independent (a source that stops a chain at its first missing block stops that chain
+// only). producing, when set, says the chain's blocks are still being computed elsewhere (a
+// prefill instance) while it is true: a source may wait for them (PeerSource does).
 struct BlockGet {
   BlockHash hash;
   std::span<const int32_t> tokens;
   std::span<std::byte> out;
   uint64_t checksum = 0;
   Status status;
+  int32_t chain = 0;
+  const std::atomic<bool>* producing = nullptr;
 };
 
 class BlockSource {

@@ -821,7 +821,7 @@ void KvTiers::fetch_remote(Tier& t, std::span<const int32_t> tokens, const Prefe
     if (!slot) break;
     blocks.push_back(RemoteFetcher::Block{k, *slot, t.host->tokens(*slot), t.host->bytes(*slot)});
   }
-  fetcher_->submit(ticket, std::move(blocks));
+  fetcher_->submit(ticket, std::move(blocks), state.remote_prefill_running);
 }
 
 bool KvTiers::apply_remote(bool block, std::chrono::steady_clock::time_point until) {

@@ -48,6 +48,7 @@
 // threads); with several groups or a window, two more walks of the prompt's cached chain (its
 // hashes) per promote_async call.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <future>
@@ -137,6 +138,9 @@ struct PrefetchState {
   // With reads pending, when computing the blocks instead would have been done (RemoteReadCost):
   // past it the request is admitted without them (abandon_overdue).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // EngineRequest::remote_prefill_running: reads from the prefill instance wait for blocks not
+  // there yet while it is true (RemoteFetcher::submit).
+  std::shared_ptr<const std::atomic<bool>> remote_prefill_running;
 
   bool pending() const { return ticket && ticket->pending > 0; }
 };

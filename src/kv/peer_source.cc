@@ -57,12 +57,34 @@ Status PeerSource::ask(size_t n, PeerSourceStats& s) {
 void PeerSource::get(std::span<BlockGet> blocks) {
   if (blocks.empty()) return;
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + options_.wait;
   const size_t per_trip = std::max<size_t>(
       1, std::min<size_t>({options_.chunk_blocks, kMaxPeerKeys,
                            static_cast<size_t>(kMaxPeerResponseBytes / format_.max_bytes())}));
   PeerSourceStats s;
   s.num_get_blocks = static_cast<int64_t>(blocks.size());
+  // The chains one after another: a block that does not come ends its own chain only.
+  for (size_t begin = 0; begin < blocks.size();) {
+    size_t end = begin + 1;
+    while (end < blocks.size() && blocks[end].chain == blocks[begin].chain) ++end;
+    get_chain(blocks.subspan(begin, end - begin), start, per_trip, s);
+    begin = end;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::lock_guard lock(mu_);
+  stats_.num_get_blocks += s.num_get_blocks;
+  stats_.num_hits += s.num_hits;
+  stats_.num_bad += s.num_bad;
+  stats_.num_missing += s.num_missing;
+  stats_.num_errors += s.num_errors;
+  stats_.num_round_trips += s.num_round_trips;
+  stats_.bytes_read += s.bytes_read;
+  stats_.get_latency.observe(seconds);
+}
+
+void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock::time_point start,
+                           size_t per_trip, PeerSourceStats& s) {
+  auto deadline = start + options_.wait;
   auto backoff = std::chrono::milliseconds(1);
   size_t next = 0;  // the first block not read yet
   Status rest;      // the status of the blocks from `next` on, once the read ends early
@@ -97,8 +119,13 @@ void PeerSource::get(std::span<BlockGet> blocks) {
       backoff = std::chrono::milliseconds(1);
       continue;
     }
-    // blocks[next] is not there (yet): asked again until the wait is over.
+    // blocks[next] is not there (yet): asked again until the wait is over, which is the wait
+    // after the get began or, while the prefill instance is still computing the chain, after now.
     const auto now = std::chrono::steady_clock::now();
+    if (blocks[next].producing != nullptr &&
+        blocks[next].producing->load(std::memory_order_acquire)) {
+      deadline = std::max(deadline, now + options_.wait);
+    }
     if (now >= deadline) {
       ++s.num_missing;
       blocks[next].status = Status::NotFound("the prefill instance does not have it");
@@ -111,17 +138,6 @@ void PeerSource::get(std::span<BlockGet> blocks) {
     backoff = std::min(backoff * 2, std::chrono::milliseconds(16));
   }
   for (size_t i = next; i < blocks.size(); ++i) blocks[i].status = rest;
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::lock_guard lock(mu_);
-  stats_.num_get_blocks += s.num_get_blocks;
-  stats_.num_hits += s.num_hits;
-  stats_.num_bad += s.num_bad;
-  stats_.num_missing += s.num_missing;
-  stats_.num_errors += s.num_errors;
-  stats_.num_round_trips += s.num_round_trips;
-  stats_.bytes_read += s.bytes_read;
-  stats_.get_latency.observe(seconds);
 }
 
 PeerSourceStats PeerSource::stats() const {

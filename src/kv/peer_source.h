@@ -6,13 +6,16 @@
 // block asked for: a chain's blocks all come from the instance that computed it, and a get that
 // mixes requests of several instances costs a round trip per instance.
 //
-// get() asks for the blocks in chain order, in round trips of at most options.chunk_blocks (and
-// the transport's kMaxPeerResponseBytes), each value checked whole as a Redis value is
-// (BlockValueFormat::decode; a value that fails is a miss, counted as bad). A block the peer
-// lacks may still be on its way into the outbox (the prefill instance writes its blocks through
-// once they are cached), so it is asked again, backing off from 1 to 16 ms, until
-// options.wait has passed since the get began; then it is NotFound, and so is every block past
-// it without asking (the chain breaks at the first missing block). When no peer answers (gone,
+// get() reads each chain (BlockGet::chain: one request's blocks) in chain order, one chain after
+// another, in round trips of at most options.chunk_blocks (and the transport's
+// kMaxPeerResponseBytes), each value checked whole as a Redis value is (BlockValueFormat::decode;
+// a value that fails is a miss, counted as bad). A block the peer lacks may still be on its way
+// into the outbox (the prefill instance writes its blocks through once they are cached, step by
+// step), so it is asked again, backing off from 1 to 16 ms, until options.wait has passed since
+// the get began, or since the last time the chain's BlockGet::producing was seen true (the
+// decode instance's call to the prefill instance still running: the blocks are read as the
+// prefill computes them); then it is NotFound, and so is every block of its chain past it
+// without asking (a chain breaks at its first missing block; the other chains go on). When no peer answers (gone,
 // or past the connection's timeout) the blocks not read yet are Unavailable; a connection that
 // failed is made again at a later round trip (at most once a second).
 //
@@ -77,6 +80,9 @@ class PeerSource final : public BlockSource {
   };
   // Peer p's connection, made now if there is none and the last attempt is a second old.
   PeerClient* client(size_t p);
+  // One chain of a get (above), whose wait counts from start.
+  void get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock::time_point start,
+                 size_t per_trip, PeerSourceStats& s);
   // Asks the peers for keys_ (the one that last had blocks first) until one has the first;
   // values_ holds its answer. Ok with values_[0] empty when none has it; the last error when
   // none answered.

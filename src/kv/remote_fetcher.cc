@@ -19,11 +19,13 @@ RemoteFetcher::~RemoteFetcher() {
 }
 
 void RemoteFetcher::submit(const std::shared_ptr<PrefetchTicket>& ticket,
-                           std::vector<Block> blocks) {
+                           std::vector<Block> blocks,
+                           std::shared_ptr<const std::atomic<bool>> producing) {
   if (blocks.empty()) return;
   auto job = std::make_unique<Job>();
   job->tickets.push_back(ticket);
   job->blocks = std::move(blocks);
+  job->producing = std::move(producing);
   for (const Block& b : job->blocks) in_flight_.emplace(b.key, job.get());
   const auto n = static_cast<int32_t>(job->blocks.size());
   ++ticket->pending;
@@ -89,14 +91,20 @@ void RemoteFetcher::run() {
       }
       reading_ = static_cast<int32_t>(batch.size());
     }
-    // Every queued job's blocks in one read, straight into their slots.
+    // The blocks still being computed elsewhere last: the source may wait for them.
+    std::stable_partition(batch.begin(), batch.end(),
+                          [](const std::unique_ptr<Job>& job) { return job->producing == nullptr; });
+    // Every queued job's blocks in one read, straight into their slots, a chain per job.
     gets.clear();
+    int32_t chain = 0;
     for (const std::unique_ptr<Job>& job : batch) {
       job->gets.reserve(job->blocks.size());
       for (const Block& b : job->blocks) {
-        job->gets.push_back(BlockGet{b.key.hash, b.tokens, b.out, 0, {}});
+        job->gets.push_back(
+            BlockGet{b.key.hash, b.tokens, b.out, 0, {}, chain, job->producing.get()});
       }
       gets.insert(gets.end(), job->gets.begin(), job->gets.end());
+      ++chain;
     }
     const auto start = std::chrono::steady_clock::now();
     source_.get(gets);

@@ -12,6 +12,7 @@
 // Tickets are the scheduler thread's alone (the jobs hand them back through take_done). Cost: the
 // values are decoded straight into the slots; nothing is allocated per block but the request.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -42,6 +43,8 @@ class RemoteFetcher {
     // The requests waiting for it: the one that submitted it, and those that joined.
     std::vector<std::shared_ptr<PrefetchTicket>> tickets;
     std::vector<Block> blocks;
+    // While true, the blocks are still being computed by a prefill instance (BlockGet::producing).
+    std::shared_ptr<const std::atomic<bool>> producing;
     // Filled in by the fetcher's thread: status and checksum of each block (gets[i] is
     // blocks[i]'s), and, on the first job of each read, the read's time and size.
     std::vector<BlockGet> gets;
@@ -55,8 +58,12 @@ class RemoteFetcher {
   RemoteFetcher& operator=(const RemoteFetcher&) = delete;
 
   // Queues a read of the blocks for ticket (its pending count goes up by one until the job is
-  // taken). Their tokens and slots' bytes stay as they are until then.
-  void submit(const std::shared_ptr<PrefetchTicket>& ticket, std::vector<Block> blocks);
+  // taken). Their tokens and slots' bytes stay as they are until then. producing (nullable): the
+  // blocks are still being computed elsewhere while it is true, and the source may wait for them;
+  // such jobs are read after the others of the same read, so that the blocks already there do not
+  // wait behind them.
+  void submit(const std::shared_ptr<PrefetchTicket>& ticket, std::vector<Block> blocks,
+              std::shared_ptr<const std::atomic<bool>> producing = nullptr);
   // Whether key is being read (queued or under way); if so, ticket waits for that job too.
   bool join(const TierKey& key, const std::shared_ptr<PrefetchTicket>& ticket);
   // The jobs read since the last call; with wait, first waits until one is, or until `until`

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <ctime>
 #include <functional>
+#include <future>
+#include <memory>
 #include <set>
 #include <variant>
 
@@ -55,6 +57,9 @@ struct CompletionCall {
   std::vector<Running> running;
   std::string id;
   std::time_t created = 0;
+  // --role decode: the call to the prefill instance, running beside the engine's read of the
+  // blocks it computes. Declared last, so that it is waited for before the rest goes.
+  std::future<void> prefill;
 
   // Pulls what the engine produced into the outputs; cancels a prompt whose choices all hit
   // stop strings. Returns true while anything is unfinished.
@@ -149,8 +154,19 @@ void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool ch
     }
   }
   const std::string tenant_key = tenant(req).value_or("");
+  // --role decode: the prefill instance computes the prompts while the requests wait in this
+  // engine, whose read of their blocks starts now and takes each block as it is computed
+  // (EngineRequest::remote_prefill_running), so the transfer overlaps the prefill.
+  std::shared_ptr<std::atomic<bool>> prefilling;
   if (const PrefillClient* p = std::get<const PrefillClient*>(prefill)) {
-    prefill_prompts(*p, req, request);
+    prefilling = std::make_shared<std::atomic<bool>>(true);
+    call.prefill = std::async(std::launch::async, [this, p, prompts = request.prompts,
+                                                   salt = request.cache_salt,
+                                                   auth = std::string(req.header("Authorization")),
+                                                   prefilling] {
+      prefill_prompts(*p, prompts, salt, auth);
+      prefilling->store(false, std::memory_order_release);
+    });
   }
   for (size_t i = 0; i < request.prompts.size(); ++i) {
     EngineRequest er;
@@ -159,6 +175,7 @@ void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool ch
     er.n = request.n;
     er.cache_salt = request.cache_salt;
     er.tenant = tenant_key;  // each key is a tenant of the prefix cache
+    er.remote_prefill_running = prefilling;
     Result<std::shared_ptr<RequestStream>> stream = engine_.submit(std::move(er));
     if (!stream.ok()) {
       call.cancel_unfinished(engine_);
@@ -190,10 +207,11 @@ std::variant<const PrefillClient*, ApiError> HttpServer::prefill_for(const HttpR
       std::string(kPrefillHeader));
 }
 
-void HttpServer::prefill_prompts(const PrefillClient& prefill, const HttpRequest& req,
-                                 const CompletionRequest& request) {
-  for (const std::vector<int32_t>& prompt : request.prompts) {
-    const Status s = prefill.prefill(prompt, request.cache_salt, req.header("Authorization"));
+void HttpServer::prefill_prompts(const PrefillClient& prefill,
+                                 const std::vector<std::vector<int32_t>>& prompts,
+                                 const std::string& cache_salt, const std::string& authorization) {
+  for (const std::vector<int32_t>& prompt : prompts) {
+    const Status s = prefill.prefill(prompt, cache_salt, authorization);
     if (s.ok()) continue;
     // Computed here instead. Said on the first failure and every hundredth after.
     const int64_t n = prefill_failures_.fetch_add(1) + 1;

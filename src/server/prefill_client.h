@@ -3,9 +3,10 @@
 // --prefill-url URL`, docs/kv.md "Disaggregation"). Each prompt goes to the prefill instance as
 // an ordinary completion of one token -- token ids, the client's cache salt, its API key -- so
 // the prefill instance computes the prompt's KV and keeps its blocks for the decode instance to
-// read; prefill() returns when that request is done. The decode instance then queues the
-// prompt itself: its KV tiers read the blocks it lacks from the prefill instance, and compute
-// whatever did not come (the whole prompt, when the prefill instance failed or did not answer).
+// read; prefill() returns when that request is done. The decode instance queues the prompt
+// itself as the call starts: its KV tiers read the blocks it lacks from the prefill instance as
+// they are computed, and compute whatever did not come (the whole prompt, when the prefill
+// instance failed or did not answer).
 //
 // Thread-safe: every call makes its own connection (a handler thread per request).
 

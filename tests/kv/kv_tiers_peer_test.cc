@@ -6,15 +6,19 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "kv/block_mover.h"
+#include "kv/block_value.h"
 #include "kv/host_kv_buffer.h"
 #include "kv/kv_tiers.h"
 #include "kv/peer_outbox.h"
@@ -235,6 +239,146 @@ TEST(KvTiersPeerTest, BlocksComputedWhileTheDecodeInstanceWaitsArrive) {
   while (state.pending()) dec.tiers->wait_io();
   EXPECT_EQ(dec.fetch_and_promote(p), 3);
   EXPECT_GE(dec.tiers->peer()->stats().num_round_trips, 2);
+  EXPECT_EQ(dec.tiers->peer()->stats().num_missing, 0);
+}
+
+// PeerSource alone, over a peer that answers from a map of values (as an outbox would), for the
+// rules of a get with several chains and of a chain still being computed.
+struct ValueMap {
+  std::mutex mu;
+  std::unordered_map<TierKey, std::string, TierKeyHasher> values;
+};
+
+class MapPeer final : public PeerClient {
+ public:
+  explicit MapPeer(std::shared_ptr<ValueMap> map) : map_(std::move(map)) {}
+  Status get(std::span<const TierKey> keys, std::vector<std::string>& values) override {
+    const std::lock_guard lock(map_->mu);
+    values.assign(keys.size(), std::string());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto it = map_->values.find(keys[i]);
+      if (it != map_->values.end()) values[i] = it->second;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::shared_ptr<ValueMap> map_;
+};
+
+struct PeerSourceHarness {
+  static constexpr uint64_t kNs = 42;
+  BlockValueFormat format{kNs, kBs, small_layout().block_bytes()};
+  std::shared_ptr<ValueMap> map = std::make_shared<ValueMap>();
+  std::unique_ptr<PeerSource> source;
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<std::byte>> out;
+  std::vector<BlockGet> gets;
+
+  explicit PeerSourceHarness(std::chrono::milliseconds wait) {
+    source = std::make_unique<PeerSource>(
+        format,
+        [m = map]() -> Result<std::unique_ptr<PeerClient>> {
+          return std::unique_ptr<PeerClient>(new MapPeer(m));
+        },
+        PeerSourceOptions{wait});
+  }
+  static BlockHash hash(int32_t b) {
+    BlockHash h;
+    h.bytes[0] = static_cast<uint8_t>(b + 1);
+    return h;
+  }
+  // Block b as the prefill instance would serve it: kBs tokens b, bytes fill(b).
+  void put(int32_t b) {
+    const std::vector<int32_t> t(kBs, b);
+    std::vector<std::byte> bytes(static_cast<size_t>(small_layout().block_bytes()));
+    fill(bytes, static_cast<uint32_t>(b));
+    std::string v = format.encode(hash(b), t, bytes, tier_checksum(bytes));
+    const std::lock_guard lock(map->mu);
+    map->values[TierKey{kNs, hash(b)}] = std::move(v);
+  }
+  // Asks for blocks `ids` as chain `chain`.
+  void ask(std::initializer_list<int32_t> ids, int32_t chain,
+           const std::atomic<bool>* producing = nullptr) {
+    size_t i = tokens.size();
+    for (const int32_t b : ids) {
+      tokens.emplace_back(kBs, b);
+      out.emplace_back(static_cast<size_t>(small_layout().block_bytes()));
+    }
+    for (const int32_t b : ids) {
+      gets.push_back(BlockGet{hash(b), tokens[i], out[i], 0, {}, chain, producing});
+      ++i;
+    }
+  }
+};
+
+// A get that carries several requests' chains: a block missing from the first ends that chain
+// only, and the second request's blocks are read.
+TEST(KvTiersPeerTest, AMissingBlockEndsItsOwnChainOnly) {
+  PeerSourceHarness h(std::chrono::milliseconds(20));
+  h.ask({0, 1, 2}, 0);
+  h.ask({3, 4}, 1);
+  for (const int32_t b : {0, 2, 3, 4}) h.put(b);
+  h.source->get(h.gets);
+  EXPECT_TRUE(h.gets[0].status.ok());
+  EXPECT_EQ(h.gets[1].status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(h.gets[2].status.code(), StatusCode::kNotFound) << "past the chain's missing block";
+  EXPECT_TRUE(h.gets[3].status.ok()) << h.gets[3].status.message();
+  EXPECT_TRUE(h.gets[4].status.ok()) << h.gets[4].status.message();
+  EXPECT_EQ(h.source->stats().num_missing, 1);
+}
+
+// Streaming: while the prefill instance is still computing the chain (producing true), a block
+// it has not made yet is waited for past the wait, and read when it comes; once the prefill is
+// over, a block that never comes ends the chain a wait later.
+TEST(KvTiersPeerTest, AChainStillBeingComputedIsWaitedForPastTheWait) {
+  constexpr auto kWait = std::chrono::milliseconds(30);
+  PeerSourceHarness h(kWait);
+  std::atomic<bool> producing{true};
+  h.ask({0, 1, 2}, 0, &producing);
+  h.put(0);
+  // Block 1 comes after several waits; block 2 never, and the prefill ends after block 1.
+  std::thread prefill([&] {
+    std::this_thread::sleep_for(6 * kWait);
+    h.put(1);
+    std::this_thread::sleep_for(2 * kWait);
+    producing.store(false);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  h.source->get(h.gets);
+  const auto took = std::chrono::steady_clock::now() - start;
+  prefill.join();
+  EXPECT_TRUE(h.gets[0].status.ok());
+  EXPECT_TRUE(h.gets[1].status.ok()) << h.gets[1].status.message();
+  std::vector<std::byte> want(static_cast<size_t>(small_layout().block_bytes()));
+  fill(want, 1);
+  EXPECT_EQ(h.out[1], want);
+  EXPECT_EQ(h.gets[2].status.code(), StatusCode::kNotFound);
+  EXPECT_GE(took, 8 * kWait) << "the wait runs from the prefill's end";
+  EXPECT_EQ(h.source->stats().num_missing, 1);
+}
+
+// The same through the tiers, as a decode instance queues a request the moment it sends the
+// prompt to the prefill instance (EngineRequest::remote_prefill_running): the read began before
+// the prefill and outlasts the wait, and every block arrives.
+TEST(KvTiersPeerTest, AReadStartedWithThePrefillWaitsForItsBlocks) {
+  Instance pre(prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  Instance dec(decode_config(
+      [&]() -> Result<std::unique_ptr<PeerClient>> {
+        return std::unique_ptr<PeerClient>(new LocalPeer(*pre.tiers->outbox()));
+      },
+      std::chrono::milliseconds(20)));
+  auto running = std::make_shared<std::atomic<bool>>(true);
+  PrefetchState state;
+  state.remote_prefill_running = running;
+  dec.tiers->prefetch(p, {}, state);
+  ASSERT_TRUE(state.pending());
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // several waits
+  prefill(pre, p);
+  running->store(false);
+  while (state.pending()) dec.tiers->wait_io();
+  EXPECT_EQ(dec.fetch_and_promote(p), 3);
   EXPECT_EQ(dec.tiers->peer()->stats().num_missing, 0);
 }
 

@@ -124,7 +124,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                    "one per --prefill-url, in the same order)");
     cmd.add_option("--kv-peer-wait-ms", o.kv_peer_wait_ms,
                    "--role decode: how long a block the prefill instance has not written yet "
-                   "is asked for again (then computed here)")
+                   "is asked for again after the prefill call ends (then computed here)")
         ->check(CLI::Range(0, 600000));
     cmd.add_option("--kv-peer-timeout-ms", o.kv_peer_timeout_ms,
                    "--role decode: the longest wait for one round trip to the prefill instance")
