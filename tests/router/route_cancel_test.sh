@@ -15,22 +15,14 @@ strata=$1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=/dev/null
 source "$here/../tools/cli_testing.sh"
+# shellcheck source=/dev/null
+source "$here/../server/serve_testing.sh"
 read -r events replay < <(python3 -c 'import socket
 s=[socket.socket() for _ in range(2)]
 [x.bind(("127.0.0.1",0)) for x in s]
 print(*[x.getsockname()[1] for x in s])')
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
-wait_for() {  # LOG PATTERN: the first match of PATTERN's \1 in LOG, within 30 s
-  local got=""
-  for _ in $(seq 1 300); do
-    got=$(sed -n "s|$2|\1|p" "$1" | head -1)
-    [[ -n "$got" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$got" ]] || { echo "FAIL: nothing in $1: $(cat "$1")"; exit 1; }
-  printf '%s' "$got"
-}
 "$strata" serve --port 0 --threads 1 --num-blocks 512 --kv-events-endpoint "tcp://*:$events" \
   --kv-events-replay-endpoint "tcp://*:$replay" >"$tmp/serve.log" 2>&1 &
 pids+=($!)

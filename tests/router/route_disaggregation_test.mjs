@@ -7,7 +7,9 @@
 // events: its cache hits), and distinct prompts at once spread over both.
 // Usage: node route_disaggregation_test.mjs ROUTER_URL COLOCATED_URL DECODE_URL PREFILL_A PREFILL_B
 import OpenAI from "../server/client/node_modules/openai/index.mjs";
-import { assert, check, done, metrics } from "../server/harness.mjs";
+import {
+  assert, blockPrompt, check, done, metrics, sameCompletion as sameAnswer,
+} from "../server/harness.mjs";
 
 const [routerUrl, colocatedUrl, decodeUrl, ...prefillUrls] = process.argv.slice(2);
 const routed = new OpenAI({ baseURL: `${routerUrl}/v1`, apiKey: "none", maxRetries: 0 });
@@ -16,28 +18,8 @@ const colocated = new OpenAI({ baseURL: `${colocatedUrl}/v1`, apiKey: "none", ma
 const served = async () =>
   Promise.all(prefillUrls.map(async (u) => (await metrics(u))["strata:prompt_tokens_total"]));
 const decodeRead = async () => (await metrics(decodeUrl))["strata:kv_peer_read_blocks_total"];
-function sameLogprobs(a, b, what) {
-  assert(a.length === b.length, `${what}: ${a.length} logprobs against ${b.length}`);
-  for (let i = 0; i < a.length; i++) {
-    assert(Math.abs(a[i] - b[i]) <= 1e-5, `${what}: logprob ${i}: ${a[i]} against ${b[i]}`);
-  }
-}
-// A prompt of token ids: `blocks` blocks of 16 tokens and a few more, from `seed`.
-function prompt(seed, blocks) {
-  const p = [];
-  for (let i = 0; i < blocks * 16 + 5; i++) p.push(1 + ((seed * 7919 + i * 104729) % 250));
-  return p;
-}
-async function sameCompletion(args, what) {
-  const [r, c] = await Promise.all([
-    routed.completions.create({ ...args, logprobs: 1 }),
-    colocated.completions.create({ ...args, logprobs: 1 }),
-  ]);
-  assert(r.choices[0].text === c.choices[0].text,
-         `${what}: text ${JSON.stringify(r.choices[0].text)} against ${JSON.stringify(c.choices[0].text)}`);
-  sameLogprobs(r.choices[0].logprobs.token_logprobs, c.choices[0].logprobs.token_logprobs, what);
-  return r;
-}
+const prompt = blockPrompt;
+const sameCompletion = (args, what) => sameAnswer(routed, colocated, args, what);
 // The prefill instance whose prompt tokens grew by `tokens` (the other's did not move).
 function whichPrefill(before, after, tokens, what) {
   const grew = after.map((a, i) => a - before[i]);

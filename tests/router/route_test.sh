@@ -15,6 +15,8 @@ if [[ ! -d "$client" ]] || ! command -v node >/dev/null || ! command -v python3 
 fi
 # shellcheck source=/dev/null
 source "$here/../tools/cli_testing.sh"
+# shellcheck source=/dev/null
+source "$here/../server/serve_testing.sh"
 
 # Free TCP ports, one a line (the instances' HTTP and event ports must survive a restart).
 free_ports() {
@@ -27,17 +29,6 @@ mapfile -t ports < <(free_ports 9)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 
-# wait_for LOG PATTERN: until LOG has a line matching PATTERN (sed -n 's|PATTERN|\1|p'), 30 s.
-wait_for() {
-  local got=""
-  for _ in $(seq 1 300); do
-    got=$(sed -n "s|$2|\1|p" "$1" | head -1)
-    [[ -n "$got" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$got" ]] || { echo "FAIL: nothing in $1: $(cat "$1")"; exit 1; }
-  printf '%s' "$got"
-}
 # instance I: (re)starts instance I on ports[2I] (HTTP), ports[2I+1] (events) and ports[6+I]
 # (replay).
 instance() {

@@ -9,7 +9,9 @@
 //           the decode instance)
 // Usage: node disaggregation_test.mjs PHASE DECODE_URL COLOCATED_URL
 import OpenAI from "./client/node_modules/openai/index.mjs";
-import { assert, check, done, metrics } from "./harness.mjs";
+import {
+  assert, blockPrompt, check, done, metrics, sameCompletion as sameAnswer,
+} from "./harness.mjs";
 
 const [phase, decodeUrl, colocatedUrl] = process.argv.slice(2);
 const decode = new OpenAI({ baseURL: `${decodeUrl}/v1`, apiKey: "none", maxRetries: 0 });
@@ -19,28 +21,8 @@ async function metric(url, name) {
   assert(value !== undefined, `${name} missing from ${url}/metrics`);
   return value;
 }
-function sameLogprobs(a, b, what) {
-  assert(a.length === b.length, `${what}: ${a.length} logprobs against ${b.length}`);
-  for (let i = 0; i < a.length; i++) {
-    assert(Math.abs(a[i] - b[i]) <= 1e-5, `${what}: logprob ${i}: ${a[i]} against ${b[i]}`);
-  }
-}
-// A prompt of token ids: `blocks` blocks of 16 tokens and a few more, from `seed`.
-function prompt(seed, blocks) {
-  const p = [];
-  for (let i = 0; i < blocks * 16 + 5; i++) p.push(1 + ((seed * 7919 + i * 104729) % 250));
-  return p;
-}
-async function sameCompletion(args, what) {
-  const [d, c] = await Promise.all([
-    decode.completions.create({ ...args, logprobs: 1 }),
-    colocated.completions.create({ ...args, logprobs: 1 }),
-  ]);
-  assert(d.choices[0].text === c.choices[0].text,
-         `${what}: text ${JSON.stringify(d.choices[0].text)} against ${JSON.stringify(c.choices[0].text)}`);
-  sameLogprobs(d.choices[0].logprobs.token_logprobs, c.choices[0].logprobs.token_logprobs, what);
-  return d;
-}
+const prompt = blockPrompt;
+const sameCompletion = (args, what) => sameAnswer(decode, colocated, args, what);
 
 const model = (await decode.models.list()).data[0].id;
 const gen = { model, max_tokens: 12, temperature: 0 };

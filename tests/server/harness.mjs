@@ -114,6 +114,34 @@ export function prompt(i, n = 8) {
   return Array.from({ length: n }, (_, k) => 2 + ((i * 131 + k * 17) % 8000));
 }
 
+// A token-id prompt of `blocks` blocks of 16 tokens and a few more, from `seed` (the same seed
+// and blocks: the same prompt; prompts of one seed share their leading blocks).
+export function blockPrompt(seed, blocks) {
+  const p = [];
+  for (let i = 0; i < blocks * 16 + 5; i++) p.push(1 + ((seed * 7919 + i * 104729) % 250));
+  return p;
+}
+
+export function sameLogprobs(a, b, what) {
+  assert(a.length === b.length, `${what}: ${a.length} logprobs against ${b.length}`);
+  for (let i = 0; i < a.length; i++) {
+    assert(Math.abs(a[i] - b[i]) <= 1e-5, `${what}: logprob ${i}: ${a[i]} against ${b[i]}`);
+  }
+}
+
+// The same completion from two openai clients at once: the same text, logprobs within 1e-5.
+// Returns the first client's response.
+export async function sameCompletion(client, reference, args, what) {
+  const [r, c] = await Promise.all([
+    client.completions.create({ ...args, logprobs: 1 }),
+    reference.completions.create({ ...args, logprobs: 1 }),
+  ]);
+  assert(r.choices[0].text === c.choices[0].text,
+         `${what}: text ${JSON.stringify(r.choices[0].text)} against ${JSON.stringify(c.choices[0].text)}`);
+  sameLogprobs(r.choices[0].logprobs.token_logprobs, c.choices[0].logprobs.token_logprobs, what);
+  return r;
+}
+
 export function report(name, passed, failed) {
   console.log(`${name}: ${passed} passed, ${failed} failed`);
   process.exit(failed === 0 ? 0 : 1);

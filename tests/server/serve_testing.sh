@@ -5,6 +5,9 @@
 #                          base (http://127.0.0.1:PORT) and server_log; fails the script if it
 #                          does not come up. Every server started is killed on exit unless
 #                          waited for; a second call starts another (server_pid, base name it).
+#   wait_for LOG PATTERN   waits up to 30 s for LOG to have a line matching PATTERN and prints
+#                          the first match's \1 (sed -n 's|PATTERN|\1|p'); fails the script
+#                          with LOG's text if none comes.
 
 server_pids=()
 start_server() {
@@ -25,4 +28,15 @@ start_server() {
     exit 1
   fi
   base="http://127.0.0.1:$port"
+}
+
+wait_for() {
+  local got=""
+  for _ in $(seq 1 300); do
+    got=$(sed -n "s|$2|\1|p" "$1" | head -1)
+    [[ -n "$got" ]] && break
+    sleep 0.1
+  done
+  [[ -n "$got" ]] || { echo "FAIL: nothing in $1: $(cat "$1")"; exit 1; }
+  printf '%s' "$got"
 }
