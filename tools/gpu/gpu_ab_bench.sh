@@ -4,6 +4,7 @@
 # The Llama-3.1-8B shape with dummy bf16 weights, greedy, EOS ignored:
 #   offline   256 requests of 512 prompt + 256 output tokens
 #   decode    one request, 1024-token prompt, 128 output tokens: time per output token
+#   fp8_decode  the same with FP8 weights (--quantization fp8)
 #   fp8_long  1,024 requests of 2,048 + 256 tokens in a 16 GiB FP8 (e4m3) KV pool, scales
 #             calculated on the device (tools/gpu/gpu_kv_quant_bench.sh's workload)
 # Run from the repository root by `tools/gpu/gpu_check.sh run` (GPU_CHECK_STEPS=ab):
@@ -26,6 +27,8 @@ for w in ${GPU_AB_WORKLOADS:-offline decode fp8_long}; do
                    --max-num-seqs 256 --max-num-batched-tokens 8192) ;;
     decode) args=(--gpu-memory-utilization 0.9 --num-prompts 1 --input-len 1024 --output-len 128
                   --max-num-seqs 1) ;;
+    fp8_decode) args=(--quantization fp8 --gpu-memory-utilization 0.9 --num-prompts 1 --input-len 1024
+                      --output-len 128 --max-num-seqs 1) ;;
     fp8_long) args=(--kv-cache-dtype fp8_e4m3 --calculate-kv-scales --kv-cache-memory-bytes
                     17179869184 --num-prompts 1024 --input-len 2048 --output-len 256
                     --max-num-seqs 256 --max-num-batched-tokens 8192) ;;
