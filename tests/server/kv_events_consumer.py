@@ -141,9 +141,11 @@ def blocks_stored(events, block_size):
     return out
 
 
-def collect(sub, base, ctx, replay_endpoint, topic):
+def collect(sub, base, ctx, replay_endpoint, topic, min_batches=0):
     """Every batch published so far, in sequence order: the SUB's, with what it missed (before its
-    subscription took effect) filled in from the replay endpoint, as vLLM's example does."""
+    subscription took effect) filled in from the replay endpoint, as vLLM's example does. With
+    min_batches, also waits for that many (an event the server queued but has not counted yet:
+    the reset's AllBlocksCleared, after its answer)."""
     deadline = time.time() + WAIT_S
     while True:  # until the blocks heard add up to what the server says it published
         published = metric(base, "strata:kv_events_published_total")
@@ -161,7 +163,7 @@ def collect(sub, base, ctx, replay_endpoint, topic):
         for payload in by_seq.values():
             for e in msgpack.unpackb(payload, raw=False)[1]:
                 blocks += len(e[1]) if e[0] != "AllBlocksCleared" else 1
-        if by_seq and blocks == published:
+        if by_seq and blocks == published and len(by_seq) >= min_batches:
             break
         if time.time() > deadline:
             raise AssertionError(f"heard {blocks} blocks' events, the server published {published}")
@@ -256,7 +258,7 @@ def reset(base, pub, replay_endpoint, topic, bs):
     req = urllib.request.Request(base + "/reset_prefix_cache", data=b"", method="POST")
     with urllib.request.urlopen(req, timeout=60) as r:
         assert r.status == 200 and r.read() == b"", "reset: 200 with no body"
-    after, _ = collect(sub, base, ctx, replay_endpoint, topic)
+    after, _ = collect(sub, base, ctx, replay_endpoint, topic, min_batches=len(batches) + 1)
     assert len(after) == len(batches) + 1, f"{len(after) - len(batches)} batches for the reset"
     assert decode(after[-1][1], bs) == [["AllBlocksCleared"]], f"{decode(after[-1][1], bs)!r:.200}"
     answer = post(base, "/v1/completions", {"model": "strata-tiny", "prompt": prompt,
