@@ -98,6 +98,9 @@ struct EngineTotals {
   // Each read of the prefill instance (the blocks of the requests queued since the last one,
   // waits for blocks not there yet included).
   LatencyHistogram kv_peer_get_latency = {};
+  // Of the reads' time, the round trips that brought blocks (kv::PeerSourceStats): the
+  // transfer's own time, without the waits for the prefill instance.
+  double kv_peer_transfer_seconds = 0.0;
   // KV events (EngineConfig::kv_events_endpoint): blocks named by the events handed to the
   // publisher (a BlockStored or BlockRemoved counts each of its blocks, an AllBlocksCleared one),
   // and those dropped with their batch because the publisher's queue was full.

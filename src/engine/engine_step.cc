@@ -337,6 +337,7 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
       totals_.kv_peer_faults = p.num_bad + p.num_missing;
       totals_.kv_peer_errors = p.num_errors;
       totals_.kv_peer_get_latency = p.get_latency;
+      totals_.kv_peer_transfer_seconds = p.transfer_seconds;
     }
     if (const kv::PeerOutbox* outbox = tiers_->outbox()) {
       const kv::PeerOutboxStats o = outbox->stats();

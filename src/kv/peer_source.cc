@@ -79,6 +79,7 @@ void PeerSource::get(std::span<BlockGet> blocks) {
   stats_.num_errors += s.num_errors;
   stats_.num_round_trips += s.num_round_trips;
   stats_.bytes_read += s.bytes_read;
+  stats_.transfer_seconds += s.transfer_seconds;
   stats_.get_latency.observe(seconds);
 }
 
@@ -92,10 +93,18 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
     const size_t n = std::min(per_trip, blocks.size() - next);
     keys_.clear();
     for (size_t i = next; i < next + n; ++i) keys_.push_back(TierKey{format_.ns(), blocks[i].hash});
+    const auto trip = std::chrono::steady_clock::now();
     if (const Status got = ask(n, s); !got.ok()) {
       rest = got;
       break;
     }
+    // The trip's time counts as transfer when it brought blocks (their checks included).
+    const auto brought = [&] {
+      if (!values_[0].empty()) {
+        s.transfer_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - trip).count();
+      }
+    };
     size_t j = 0;
     for (; j < n && !values_[j].empty(); ++j) {
       BlockGet& g = blocks[next + j];
@@ -110,6 +119,7 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
       g.status = Status::Ok();
       ++s.num_hits;
     }
+    brought();
     if (!rest.ok()) {
       next += j + 1;
       break;

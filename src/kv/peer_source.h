@@ -58,6 +58,10 @@ struct PeerSourceStats {
   int64_t num_errors = 0;      // round trips that failed (no answer, no connection)
   int64_t num_round_trips = 0;
   int64_t bytes_read = 0;
+  // The round trips that brought blocks, from the ask to the last value checked: a get's time
+  // less its waits for blocks not there yet (bytes_read / transfer_seconds is the rate of the
+  // transfer itself, where a get that overlaps the prefill lasts as long as the prefill).
+  double transfer_seconds = 0.0;
   LatencyHistogram get_latency;  // each get() call
 };
 

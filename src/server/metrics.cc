@@ -204,6 +204,10 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
   metric(out, "strata:kv_events_dropped_total", "counter",
          "Blocks named by KV events dropped because the publisher's queue was full.",
          static_cast<double>(t.kv_events_dropped_blocks));
+  metric(out, "strata:kv_peer_transfer_seconds_total", "counter",
+         "Of the reads of the prefill instance, the round trips that brought blocks (their "
+         "checks included, the waits for blocks not there yet not).",
+         t.kv_peer_transfer_seconds);
   render_latency(out, "strata:kv_peer_get_seconds",
                  "Reads of the prefill instance (the blocks of the requests queued since the last "
                  "read, waits for blocks not there yet included).",

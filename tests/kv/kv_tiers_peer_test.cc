@@ -356,6 +356,10 @@ TEST(KvTiersPeerTest, AChainStillBeingComputedIsWaitedForPastTheWait) {
   EXPECT_EQ(h.gets[2].status.code(), StatusCode::kNotFound);
   EXPECT_GE(took, 8 * kWait) << "the wait runs from the prefill's end";
   EXPECT_EQ(h.source->stats().num_missing, 1);
+  // The transfer's own time: the two round trips that brought a block, not the waits.
+  const double transfer = h.source->stats().transfer_seconds;
+  EXPECT_GT(transfer, 0.0);
+  EXPECT_LT(transfer, std::chrono::duration<double>(2 * kWait).count());
 }
 
 // The same through the tiers, as a decode instance queues a request the moment it sends the

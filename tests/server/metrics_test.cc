@@ -44,5 +44,19 @@ TEST(MetricsTextTest, RemoteTierBytesAndLatencyHistograms) {
   EXPECT_TRUE(has_line(t, "strata:time_to_first_token_seconds_count 0")) << t;
 }
 
+// A decode instance's reads of its prefill instance: their whole time and the part that moved
+// blocks (what bench_disaggregation.sh divides the bytes by).
+TEST(MetricsTextTest, PeerReadsAndTheirTransferTime) {
+  EngineSnapshot s;
+  s.totals.kv_peer_read_bytes = 4096;
+  s.totals.kv_peer_get_latency.observe(1.5);
+  s.totals.kv_peer_transfer_seconds = 0.25;
+  const std::string t = Metrics().render(s, KvCacheFacts{}, 1, TransportStats{});
+  EXPECT_TRUE(has_line(t, "strata:kv_peer_read_bytes_total 4096")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_peer_get_seconds_sum 1.5")) << t;
+  EXPECT_TRUE(has_line(t, "# TYPE strata:kv_peer_transfer_seconds_total counter")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_peer_transfer_seconds_total 0.25")) << t;
+}
+
 }  // namespace
 }  // namespace strata::server

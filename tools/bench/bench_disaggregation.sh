@@ -4,8 +4,10 @@
 # and a decode instance (DECODE_ARGS) that sends it each prompt and reads the prompt's KV blocks
 # from it (docs/kv.md, "Disaggregation"); `strata bench --endpoint` drives the one that takes the
 # clients with BENCH_ARGS both times. Prints a table (output tokens/s, TTFT and inter-token
-# latency of the running streams, the blocks moved and the transfer's GB/s beside this machine's
-# memcpy bandwidth measured in the same run) and writes both runs' reports to OUT_JSON.
+# latency of the running streams, the blocks moved, the decode instance's reads' time beside the
+# part of it that moved blocks (the rest waits for the prefill it overlaps), and the transfer's
+# GB/s over that part beside this machine's memcpy bandwidth measured in the same run) and
+# writes both runs' reports to OUT_JSON.
 #
 #   tools/bench/bench_disaggregation.sh STRATA MODEL_DIR OUT_JSON SERVE_ARGS... -- BENCH_ARGS...
 #
@@ -97,8 +99,8 @@ for _ in range(5):
     t = time.perf_counter(); b[:] = a; best = max(best, len(a) / (time.perf_counter() - t))
 runs = {}
 print("| serving | output tok/s | TTFT p50 / p99 s | ITL p50 / p99 ms | e2e p99 s | "
-      "blocks moved | GB moved | transfer GB/s (of memcpy) |")
-print("|---|---|---|---|---|---|---|---|")
+      "blocks moved | GB moved | read s / transfer s | transfer GB/s (of memcpy) |")
+print("|---|---|---|---|---|---|---|---|---|")
 for n in names:
     rep = json.load(open(os.path.join(tmp, n + ".json")))
     met = open(os.path.join(tmp, n + ".metrics")).read()
@@ -106,13 +108,15 @@ for n in names:
     moved = metric("strata:kv_peer_read_blocks_total", met)
     gb = metric("strata:kv_peer_read_bytes_total", met) / 1e9
     secs = metric("strata:kv_peer_get_seconds_sum", met)
-    rate = f"{gb / secs:.2f} ({gb / secs / (best / 1e9):.2f})" if secs > 0 else "--"
+    # The round trips that brought blocks: the reads' time less their waits for the prefill.
+    xfer = metric("strata:kv_peer_transfer_seconds_total", met)
+    rate = f"{gb / xfer:.2f} ({gb / xfer / (best / 1e9):.2f})" if xfer > 0 else "--"
     runs[n] = {"report": rep, "peer_read_blocks": moved, "peer_read_gb": gb,
-               "peer_get_seconds": secs}
+               "peer_get_seconds": secs, "peer_transfer_seconds": xfer}
     print(f"| {n} | {r['output_tokens_per_s']:.1f} | {r['ttft_s']['p50']:.3f} / "
           f"{r['ttft_s']['p99']:.3f} | {1e3 * r['inter_token_latency_s']['p50']:.1f} / "
           f"{1e3 * r['inter_token_latency_s']['p99']:.1f} | {r['e2e_latency_s']['p99']:.2f} | "
-          f"{int(moved)} | {gb:.3f} | {rate} |")
+          f"{int(moved)} | {gb:.3f} | {secs:.2f} / {xfer:.2f} | {rate} |")
 print(f"memcpy on this machine (one core): {best / 1e9:.1f} GB/s")
 json.dump({"memcpy_gb_per_s": best / 1e9, "runs": runs}, open(out, "w"), indent=1)
 PY
