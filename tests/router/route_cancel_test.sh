@@ -17,10 +17,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../tools/cli_testing.sh"
 # shellcheck source=/dev/null
 source "$here/../server/serve_testing.sh"
-read -r events replay < <(python3 -c 'import socket
-s=[socket.socket() for _ in range(2)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(*[x.getsockname()[1] for x in s])')
+{ read -r events; read -r replay; } < <(free_ports 2)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 "$strata" serve --port 0 --threads 1 --num-blocks 512 --kv-events-endpoint "tcp://*:$events" \

@@ -18,10 +18,7 @@ fi
 source "$here/../tools/cli_testing.sh"
 # shellcheck source=/dev/null
 source "$here/../server/serve_testing.sh"
-read -r ev0 ev1 < <(python3 -c 'import socket
-s=[socket.socket() for _ in range(2)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(*[x.getsockname()[1] for x in s])')
+{ read -r ev0; read -r ev1; } < <(free_ports 2)
 
 host=$((64 << 20))
 start() {  # NAME ARGS...: start_server; its URL in url_NAME, its log in log_NAME

@@ -18,13 +18,7 @@ source "$here/../tools/cli_testing.sh"
 # shellcheck source=/dev/null
 source "$here/../server/serve_testing.sh"
 
-# Free TCP ports, one a line (the instances' HTTP and event ports must survive a restart).
-free_ports() {
-  python3 -c 'import socket,sys
-s=[socket.socket() for _ in range(int(sys.argv[1]))]
-[x.bind(("127.0.0.1",0)) for x in s]
-print("\n".join(str(x.getsockname()[1]) for x in s))' "$1"
-}
+# The instances' HTTP and event ports, fixed so that they survive a restart.
 mapfile -t ports < <(free_ports 9)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT

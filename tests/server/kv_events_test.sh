@@ -25,14 +25,9 @@ source "$here/../tools/cli_testing.sh"
 source "$here/serve_testing.sh"
 
 # Six free TCP ports for the three servers' PUB and ROUTER sockets.
-read -r pub replay pub2 replay2 pub3 replay3 < <("$py" - <<'PY'
-import socket
-socks = [socket.socket() for _ in range(6)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
-PY
-)
+mapfile -t ports < <(free_ports 6)
+pub=${ports[0]} replay=${ports[1]} pub2=${ports[2]} replay2=${ports[3]}
+pub3=${ports[4]} replay3=${ports[5]}
 bs=16
 # The PUB socket binds only on a wildcard address, as vLLM's does; subscribers connect to 127.0.0.1.
 start_server --threads 1 --block-size $bs --num-blocks 24 \

@@ -5,6 +5,8 @@
 #                          base (http://127.0.0.1:PORT) and server_log; fails the script if it
 #                          does not come up. Every server started is killed on exit unless
 #                          waited for; a second call starts another (server_pid, base name it).
+#   free_ports N           prints N distinct free TCP ports on 127.0.0.1, one a line (all bound
+#                          at once, so no two are the same).
 #   wait_for LOG PATTERN   waits up to 30 s for LOG to have a line matching PATTERN and prints
 #                          the first match's \1 (sed -n 's|PATTERN|\1|p'); fails the script
 #                          with LOG's text if none comes.
@@ -28,6 +30,13 @@ start_server() {
     exit 1
   fi
   base="http://127.0.0.1:$port"
+}
+
+free_ports() {
+  python3 -c 'import socket,sys
+s=[socket.socket() for _ in range(int(sys.argv[1]))]
+[x.bind(("127.0.0.1",0)) for x in s]
+print("\n".join(str(x.getsockname()[1]) for x in s))' "$1"
 }
 
 wait_for() {
