@@ -98,13 +98,6 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
       rest = got;
       break;
     }
-    // The trip's time counts as transfer when it brought blocks (their checks included).
-    const auto brought = [&] {
-      if (!values_[0].empty()) {
-        s.transfer_seconds +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - trip).count();
-      }
-    };
     size_t j = 0;
     for (; j < n && !values_[j].empty(); ++j) {
       BlockGet& g = blocks[next + j];
@@ -119,7 +112,11 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
       g.status = Status::Ok();
       ++s.num_hits;
     }
-    brought();
+    // The trip's time counts as transfer when it brought blocks (their checks included).
+    if (!values_[0].empty()) {
+      s.transfer_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - trip).count();
+    }
     if (!rest.ok()) {
       next += j + 1;
       break;
