@@ -66,6 +66,7 @@ void BlockTable::clear() {
   rows_.assign(1, Row{});
   block_hashes_.clear();
   num_tokens_ = 0;
+  num_evicted_tokens_ = 0;
   num_cached_blocks_ = 0;
   chain_tail_ = kNullBlock;
 }

@@ -14,6 +14,12 @@
 // table's full blocks (block_hashes()), of how many leading blocks are in the prefix cache, and
 // of a shared last block's replacement on copy-on-write. A table starts with one row; the
 // manager gives it one per group on its first allocation.
+//
+// Token eviction (kv_eviction.h, KvCacheManager::evict_blocks) takes whole blocks out of the
+// middle of a one-group table's row and closes the gap: the row stays compact, so "position" above
+// means the table's KV slot index, and num_evicted_tokens() positions of the sequence are no
+// longer there (a sequence's RoPE position is slot index + the evicted positions before it; its
+// next position is num_tokens() + num_evicted_tokens()).
 
 #include <cstdint>
 #include <span>
@@ -35,6 +41,8 @@ class BlockTable {
   int32_t block_size() const { return block_size_; }
   // Token positions that have a slot (the KV length once their K/V are written).
   int32_t num_tokens() const { return num_tokens_; }
+  // Positions whose blocks token eviction took out of the row (0 without eviction).
+  int32_t num_evicted_tokens() const { return num_evicted_tokens_; }
   int32_t num_groups() const { return static_cast<int32_t>(rows_.size()); }
   // Group g's row (empty for a group the table has no row of yet).
   std::span<const BlockId> blocks(int32_t group = 0) const;
@@ -74,6 +82,7 @@ class BlockTable {
 
   int32_t block_size_;
   int32_t num_tokens_ = 0;
+  int32_t num_evicted_tokens_ = 0;
   std::vector<Row> rows_;
   std::vector<BlockHash> block_hashes_;
   int32_t num_cached_blocks_ = 0;

@@ -193,7 +193,8 @@ bool KvCacheManager::allocate_slots(BlockTable& table, int32_t num_new_tokens,
 
 void KvCacheManager::cache_full_blocks(BlockTable& table, std::span<const int32_t> tokens,
                                        int32_t num_computed, const BlockExtraKeys& extra) {
-  if (!prefix_caching()) return;
+  // After an eviction nothing more is the prompt's prefix (evict_blocks).
+  if (!prefix_caching() || table.num_evicted_tokens() > 0) return;
   STRATA_CHECK(num_computed >= 0 && num_computed <= table.num_tokens() &&
                    static_cast<size_t>(num_computed) <= tokens.size(),
                "cache_full_blocks: more computed tokens than slots or token ids");
@@ -250,6 +251,7 @@ void KvCacheManager::fork(const BlockTable& parent, BlockTable& child) {
   for (int32_t g = 0; g < parent.num_groups(); ++g) group(g).fork(parent, child, g);
   child.block_hashes_ = parent.block_hashes_;
   child.num_tokens_ = parent.num_tokens_;
+  child.num_evicted_tokens_ = parent.num_evicted_tokens_;
   child.num_cached_blocks_ = parent.num_cached_blocks_;
   child.chain_tail_ = parent.chain_tail_;
 }
@@ -284,7 +286,7 @@ std::vector<BlockId> KvCacheManager::blocks_to_swap(const BlockTable& table, int
 }
 
 void KvCacheManager::adopt_blocks(BlockTable& table, std::vector<std::vector<BlockId>> rows,
-                                  int32_t num_tokens) {
+                                  int32_t num_tokens, int32_t num_evicted_tokens) {
   STRATA_CHECK(table.num_tokens() == 0 && table.rows_[0].blocks.empty(),
                "adopt_blocks: table not empty");
   STRATA_CHECK(static_cast<int32_t>(rows.size()) == num_groups(), "adopt_blocks: a row per group");
@@ -298,7 +300,47 @@ void KvCacheManager::adopt_blocks(BlockTable& table, std::vector<std::vector<Blo
     row.blocks = std::move(rows[g]);
   }
   table.num_tokens_ = num_tokens;
+  table.num_evicted_tokens_ = num_evicted_tokens;
   table.chain_tail_ = BlockId{};  // nothing further is registered
+}
+
+void KvCacheManager::evict_blocks(BlockTable& table, std::span<const int32_t> entries) {
+  if (entries.empty()) return;
+  STRATA_CHECK(num_groups() == 1 && group_spec(0).kind == KvGroupKind::kFullAttention,
+               "token eviction needs a cache of one full-attention group");
+  BlockTable::Row& row = table.rows_[0];
+  const auto num_blocks = static_cast<int32_t>(row.blocks.size());
+  STRATA_CHECK(table.num_tokens_ <= num_blocks * block_size(), "a row shorter than its slots");
+  for (size_t k = 0; k < entries.size(); ++k) {
+    STRATA_CHECK(entries[k] >= 0 && entries[k] < num_blocks - 1 &&
+                     (k == 0 || entries[k] > entries[k - 1]) &&
+                     row.blocks[static_cast<size_t>(entries[k])] != kNullBlock,
+                 "evict_blocks: entries must be ascending held full blocks, never the newest");
+  }
+  std::vector<BlockId> gone;
+  gone.reserve(entries.size());
+  std::vector<BlockId> kept;
+  kept.reserve(row.blocks.size() - entries.size());
+  size_t next = 0;
+  for (int32_t i = 0; i < num_blocks; ++i) {
+    const BlockId b = row.blocks[static_cast<size_t>(i)];
+    if (next < entries.size() && entries[next] == i) {
+      gone.push_back(b);
+      ++next;
+    } else {
+      kept.push_back(b);
+    }
+  }
+  pool().free(gone);  // one reference each: a block another table shares stays in use
+  row.blocks = std::move(kept);
+  const auto num_gone = static_cast<int32_t>(entries.size()) * block_size();
+  table.num_tokens_ -= num_gone;
+  table.num_evicted_tokens_ += num_gone;
+  // The chain ends before the first gap, and nothing more is registered (cache_full_blocks).
+  const auto first = static_cast<size_t>(entries.front());
+  if (table.block_hashes_.size() > first) table.block_hashes_.resize(first);
+  table.num_cached_blocks_ = std::min(table.num_cached_blocks_, entries.front());
+  table.chain_tail_ = BlockId{};
 }
 
 void KvCacheManager::free(BlockTable& table) {

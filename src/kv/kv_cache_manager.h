@@ -8,6 +8,7 @@
 //   cache_full_blocks(table)        after a step: register newly full computed blocks
 //   fork(parent, child)             share every block (n > 1, beam search)
 //   free_unneeded_blocks(table)     give back blocks no later query reads (windows, INT4)
+//   evict_blocks(table, entries)    token eviction: drop whole blocks from the middle of a row
 //   free(table)                     give the blocks back, tail first
 //   blocks_to_swap / adopt_blocks   a swapped-out sequence's rows, and a swapped-in table's
 //   take_pending_copies(g)          the (src, dst) block copies the next step must do first
@@ -165,6 +166,17 @@ class KvCacheManager {
   // first_needed_pos; never the last block.
   void free_blocks_before(BlockTable& table, int32_t first_needed_pos);
 
+  // Token eviction (kv_eviction.h, docs/kv-eviction.md): takes the row entries `entries`
+  // (ascending, distinct, full blocks: never the newest entry) out of the table's one row and
+  // closes the gap; the table then holds entries.size() x block_size fewer slots and as many more
+  // evicted positions. The table's reference to each goes (a block shared with another table
+  // stays with it; a cached one stays in the prefix cache, its content the original prefix's), and
+  // nothing of the table is registered in the prefix cache from then on: a block computed after
+  // an eviction attended to fewer tokens than the same prefix's block would, and the row's entry
+  // i no longer holds the prompt's block i. Only for a cache of one full-attention group (the
+  // engine refuses eviction otherwise). Cost: O(row).
+  void evict_blocks(BlockTable& table, std::span<const int32_t> entries);
+
   // Swap-out: group g's row over the first num_computed positions with kNullBlock where no query
   // from position num_computed on reads it -- the entries to keep; its non-null ones are the
   // blocks to copy out, in order.
@@ -173,8 +185,10 @@ class KvCacheManager {
   // Swap-in: the empty table takes rows -- one per group, blocks allocated from that group's pool
   // by the caller (one reference each) and holding the positions' K/V again, kNullBlock where
   // blocks_to_swap left one -- for num_tokens positions. Its blocks are not registered in the
-  // prefix cache again.
-  void adopt_blocks(BlockTable& table, std::vector<std::vector<BlockId>> rows, int32_t num_tokens);
+  // prefix cache again. num_evicted_tokens: the table's evicted positions before the swap-out
+  // (num_tokens counts slots, not positions).
+  void adopt_blocks(BlockTable& table, std::vector<std::vector<BlockId>> rows, int32_t num_tokens,
+                    int32_t num_evicted_tokens = 0);
 
   // Drops the table's references, last block first in each group: a sequence's tail is evicted
   // before the prefix other requests are likelier to share. Empties the table.

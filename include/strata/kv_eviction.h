@@ -1,0 +1,68 @@
+#pragma once
+// KvEvictionParams: which of a sequence's KV blocks it gives back once it holds more token slots
+// than its budget (part of the public API: EngineRequest::kv_eviction, EngineConfig::kv_eviction;
+// docs/kv-eviction.md). Block-wise: whole blocks leave the sequence's block table, and attention
+// reads the blocks that stay as ordinary blocks.
+//
+//   kStreamingLlm    keeps the blocks holding the first sink_tokens positions (attention sinks)
+//                    and the newest blocks; evicts the oldest others first
+//   kPagedEviction   keeps the same protected blocks, evicts the others lowest score first: a
+//                    block's score is the mean over its tokens, layers and KV heads of
+//                    ||V|| / ||K|| (PagedEviction, Chitty-Venkata et al. 2025)
+//
+// Plain data. Fields left unset (policy nullopt, budget 0, sink / window -1) take the engine's
+// defaults (EngineConfig::kv_eviction, --kv-eviction-policy / --kv-budget-tokens) and then the
+// policy's: resolve_kv_eviction() is the one place that merges and checks them.
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "strata/status.h"
+
+namespace strata {
+
+enum class KvEvictionPolicy : uint8_t { kNone, kStreamingLlm, kPagedEviction };
+
+// "none", "streaming_llm", "paged_eviction".
+const char* kv_eviction_policy_name(KvEvictionPolicy policy);
+// The policy a name means (the names above), or nullopt.
+std::optional<KvEvictionPolicy> parse_kv_eviction_policy(std::string_view name);
+
+struct KvEvictionParams {
+  // Most token slots a budget may name (and a sink or window): far beyond any context.
+  static constexpr int32_t kMaxTokens = 1 << 30;
+  // StreamingLLM's attention sinks when the request names none (the paper's 4).
+  static constexpr int32_t kDefaultStreamingSinkTokens = 4;
+
+  std::optional<KvEvictionPolicy> policy;  // nullopt: the engine's default
+  int32_t budget_tokens = 0;   // > 0: most slots held between steps; 0: the engine's default
+  int32_t sink_tokens = -1;    // >= 0: positions 0 .. S-1 are never evicted; -1: the policy's
+  int32_t window_tokens = -1;  // >= 0: the newest W positions are never evicted; -1: the policy's
+
+  bool operator==(const KvEvictionParams&) const = default;
+};
+
+// What a sequence runs with: every field set.
+struct ResolvedKvEviction {
+  KvEvictionPolicy policy = KvEvictionPolicy::kNone;
+  int32_t budget_tokens = 0;
+  int32_t sink_tokens = 0;
+  int32_t window_tokens = 0;
+
+  bool active() const { return policy != KvEvictionPolicy::kNone; }
+  bool operator==(const ResolvedKvEviction&) const = default;
+};
+
+// InvalidArgument naming the first field out of range ("budget_tokens must be ..."): negative
+// or too large counts, sink_tokens + window_tokens > budget_tokens when all are set.
+Status validate_kv_eviction(const KvEvictionParams& params);
+
+// The request's fields over the defaults', then the policy's: sink 4 (StreamingLLM) or 0
+// (PagedEviction), window the rest of the budget (StreamingLLM) or 0 (PagedEviction). A policy
+// other than none needs a budget (the request's or the default's). InvalidArgument naming the
+// field otherwise, or when sink + window exceed the budget.
+Result<ResolvedKvEviction> resolve_kv_eviction(const std::optional<KvEvictionParams>& request,
+                                               const KvEvictionParams& defaults);
+
+}  // namespace strata

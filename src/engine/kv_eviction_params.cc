@@ -1,0 +1,97 @@
+#include <string>
+
+#include "core/status.h"
+#include "strata/kv_eviction.h"
+
+namespace strata {
+namespace {
+
+Status count_error(const char* field, const char* expected, int64_t got) {
+  return Status::InvalidArgument(std::string(field) + " must be " + expected + ", got " +
+                                 std::to_string(got));
+}
+
+}  // namespace
+
+const char* kv_eviction_policy_name(KvEvictionPolicy policy) {
+  switch (policy) {
+    case KvEvictionPolicy::kNone:
+      return "none";
+    case KvEvictionPolicy::kStreamingLlm:
+      return "streaming_llm";
+    case KvEvictionPolicy::kPagedEviction:
+      return "paged_eviction";
+  }
+  return "unknown";
+}
+
+std::optional<KvEvictionPolicy> parse_kv_eviction_policy(std::string_view name) {
+  for (const KvEvictionPolicy p : {KvEvictionPolicy::kNone, KvEvictionPolicy::kStreamingLlm,
+                                   KvEvictionPolicy::kPagedEviction}) {
+    if (name == kv_eviction_policy_name(p)) return p;
+  }
+  return std::nullopt;
+}
+
+Status validate_kv_eviction(const KvEvictionParams& p) {
+  constexpr int32_t kMax = KvEvictionParams::kMaxTokens;
+  if (p.budget_tokens < 0 || p.budget_tokens > kMax) {
+    return count_error("budget_tokens", "in [1, 2^30] (0 = the server's default)",
+                       p.budget_tokens);
+  }
+  if (p.sink_tokens < -1 || p.sink_tokens > kMax) {
+    return count_error("sink_tokens", "in [0, 2^30]", p.sink_tokens);
+  }
+  if (p.window_tokens < -1 || p.window_tokens > kMax) {
+    return count_error("window_tokens", "in [0, 2^30]", p.window_tokens);
+  }
+  if (p.budget_tokens > 0 && p.sink_tokens >= 0 && p.window_tokens >= 0 &&
+      int64_t{p.sink_tokens} + p.window_tokens > p.budget_tokens) {
+    return Status::InvalidArgument(
+        "sink_tokens + window_tokens must not exceed budget_tokens, got " +
+        std::to_string(p.sink_tokens) + " + " + std::to_string(p.window_tokens) + " > " +
+        std::to_string(p.budget_tokens));
+  }
+  return Status::Ok();
+}
+
+Result<ResolvedKvEviction> resolve_kv_eviction(const std::optional<KvEvictionParams>& request,
+                                               const KvEvictionParams& defaults) {
+  if (request) STRATA_RETURN_IF_ERROR(validate_kv_eviction(*request));
+  const KvEvictionParams none;
+  const KvEvictionParams& r = request ? *request : none;
+  ResolvedKvEviction out;
+  out.policy = r.policy.value_or(defaults.policy.value_or(KvEvictionPolicy::kNone));
+  if (out.policy == KvEvictionPolicy::kNone) return out;
+  out.budget_tokens = r.budget_tokens > 0 ? r.budget_tokens : defaults.budget_tokens;
+  if (out.budget_tokens <= 0) {
+    return Status::InvalidArgument(std::string("budget_tokens is required with policy ") +
+                                   kv_eviction_policy_name(out.policy) +
+                                   " (the request names none, nor does --kv-budget-tokens)");
+  }
+  const bool streaming = out.policy == KvEvictionPolicy::kStreamingLlm;
+  // The defaults' sink and window apply only where the defaults' policy is this one.
+  const bool same_policy = defaults.policy == out.policy;
+  out.sink_tokens = r.sink_tokens >= 0                          ? r.sink_tokens
+                    : same_policy && defaults.sink_tokens >= 0 ? defaults.sink_tokens
+                    : streaming ? KvEvictionParams::kDefaultStreamingSinkTokens
+                                : 0;
+  if (out.sink_tokens > out.budget_tokens) {
+    return Status::InvalidArgument("sink_tokens must not exceed budget_tokens, got " +
+                                   std::to_string(out.sink_tokens) + " > " +
+                                   std::to_string(out.budget_tokens));
+  }
+  out.window_tokens = r.window_tokens >= 0                          ? r.window_tokens
+                      : same_policy && defaults.window_tokens >= 0 ? defaults.window_tokens
+                      : streaming ? out.budget_tokens - out.sink_tokens
+                                  : 0;
+  if (int64_t{out.sink_tokens} + out.window_tokens > out.budget_tokens) {
+    return Status::InvalidArgument(
+        "sink_tokens + window_tokens must not exceed budget_tokens, got " +
+        std::to_string(out.sink_tokens) + " + " + std::to_string(out.window_tokens) + " > " +
+        std::to_string(out.budget_tokens));
+  }
+  return out;
+}
+
+}  // namespace strata

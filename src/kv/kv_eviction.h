@@ -1,0 +1,53 @@
+#pragma once
+// Block-wise token eviction (docs/kv-eviction.md): which of a sequence's blocks a policy gives
+// back once the sequence holds more token slots than its budget, and PagedEviction's block
+// score. KvCacheManager::evict_blocks takes the blocks out of the table; nothing here changes a
+// pool or a table.
+//
+// A table's row (group 0, full attention) after evictions is compact: entry i holds KV slots
+// [i * B, (i + 1) * B), the newest block partly filled, and the evicted positions are simply not
+// there (positions keep counting from the sequence's full length: BlockTable::num_evicted_tokens).
+// What a policy may take, for a table of L slots in n blocks, sink S, window W, budget N:
+//
+//   protected   the first ceil(S / B) entries (they hold positions 0 .. S-1: a sink block is
+//               never evicted, so these are still the sequence's first blocks), every entry
+//               holding one of the newest W slots (they are the newest W positions: the window
+//               was protected at every earlier eviction too), and the newest entry (partly filled)
+//   candidates  the others, in the policy's order: StreamingLLM the oldest first, PagedEviction
+//               the lowest score first (ties: the older first)
+//   evicted     candidates in that order while the slots left exceed N; none when L <= N
+//
+// So StreamingLLM keeps exactly the sink blocks and the newest blocks the budget leaves room for,
+// at least those covering the window: L after <= max(N, ceil(S / B) * B + W + B - 1).
+//
+// Pure functions; cost O(n log n) per call (the score's cost: below).
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kv/kv_layout.h"
+#include "strata/kv_eviction.h"
+
+namespace strata::kv {
+
+// The row entries to evict, ascending. num_tokens: the table's KV slots (L), in
+// ceil(L / block_size) entries. block_scores: PagedEviction's score of each entry (ignored by
+// StreamingLLM; one per entry). Empty when nothing is to go.
+std::vector<int32_t> choose_evicted_blocks(const ResolvedKvEviction& policy, int32_t num_tokens,
+                                           int32_t block_size,
+                                           std::span<const float> block_scores = {});
+
+// Whether block_value_key_ratio can read every layer of the layout (F32, BF16, F16 pools).
+bool can_score_blocks(const KvLayout& layout);
+
+// PagedEviction's score of one block: the mean, over its first num_tokens tokens, every layer and
+// every KV head, of ||V|| / ||K|| (the L2 norms of the token's V and K vectors; RoPE rotates K
+// pairwise, so ||K|| does not depend on the position). A block whose values are small beside its
+// keys contributes little to any attention output, whatever the query. block: the block's
+// block_bytes, laid out by layout (can_score_blocks). A zero K counts as ||K|| = 1e-12.
+// Cost: one pass over the block's K and V.
+float block_value_key_ratio(const KvLayout& layout, const std::byte* block, int32_t num_tokens);
+
+}  // namespace strata::kv
