@@ -95,6 +95,8 @@ class EngineImpl {
   // Whether a request of `total` tokens (prompt + max_tokens) can ever hold its KV blocks.
   bool fits_pool(int64_t total) const;
   engine::Sequence& new_sequence(RequestState& r, int32_t index);
+  // ForwardBatch::fill_masks of a step: masks[i] = late_constraints_[i]'s mask.
+  void fill_late_masks(std::span<uint64_t* const> masks);
   // After a step computed num_rows tokens of seq: prompt logprobs, fork, sampling (or the token
   // the runner drew, when sampled is set), stop checks.
   Status consume(RequestState& r, engine::Sequence& seq, int32_t first_pos, int32_t num_rows,
@@ -114,7 +116,11 @@ class EngineImpl {
   // Structured outputs' grammars over tokenizer_'s vocabulary (null without a tokenizer).
   std::unique_ptr<grammar::GrammarCompiler> grammars_;
   std::vector<uint64_t> allowed_;  // one constrained sequence's mask, per host sampling
-  std::vector<std::vector<uint64_t>> step_masks_;  // the device-drawn ones' masks, per step
+  // The step's constrained rows drawn on the device, in sample-row order: their constraints,
+  // whose masks fill_late_masks makes during the forward pass (on the runner's mask thread, while
+  // the step thread waits in forward()), and what each said.
+  std::vector<engine::OutputConstraint*> late_constraints_;
+  std::vector<engine::OutputConstraint::Next> late_next_;
   int32_t window_ = 0;
   // --kv-events-endpoint: group 0's pool reports to it; destroyed after cache_.
   std::unique_ptr<kv::KvEventPublisher> kv_events_;

@@ -23,6 +23,7 @@ struct Row {
   int32_t num_tokens;
   int32_t first_logits_row;  // -1: none
   int32_t sample_idx;        // -1: sampled on the host (if at all)
+  int32_t late_mask = -1;    // a constrained row drawn on the device: its mask's index
 };
 
 // Whether the runner can draw seq's next token where the logits are: the n tokens complete the
@@ -36,13 +37,13 @@ bool device_samplable(const RequestState& r, const Sequence& s, int32_t n) {
          (r.request.n == 1 || r.forked);
 }
 
-model::DeviceSampleSpec device_spec(Sequence& s, const uint64_t* allowed) {
+model::DeviceSampleSpec device_spec(Sequence& s) {
   return {.temperature = s.params.temperature,
           .top_k = s.params.top_k,
           .top_p = s.params.top_p,
           .min_p = s.params.min_p,
           .seed = s.sampler->next_draw_seed(),
-          .allowed = allowed};
+          .mask_later = s.constraint.has_value()};
 }
 
 }  // namespace
@@ -53,9 +54,9 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
   engine::StepBatch batch(*cache_);
   std::vector<Row> rows;
   rows.reserve(plan.scheduled.size());
-  // Structured outputs drawn on the device: each row's mask, alive through the forward pass.
-  step_masks_.resize(plan.scheduled.size());
-  size_t num_masks = 0;
+  // Structured outputs drawn on the device: their masks are made during the forward pass
+  // (fill_masks, below), in the order of their rows.
+  late_constraints_.clear();
   for (const engine::ScheduledSeq& sc : plan.scheduled) {
     Sequence& s = *sc.seq;
     RequestState& r = requests_.at(s.request_id);
@@ -69,17 +70,13 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
       totals_.kv_host_tier_hit_tokens += sc.num_host_tier_tokens;
       totals_.kv_disk_tier_hit_tokens += sc.num_disk_tier_tokens;
     }
-    const uint64_t* allowed = nullptr;
-    bool on_device = runner_->samples_on_device() && device_samplable(r, s, sc.num_tokens);
-    if (on_device && s.constraint) {
-      // Complete or at a dead end, it ends on the host (sample_next) instead of drawing.
-      std::vector<uint64_t>& mask = step_masks_[num_masks];
-      on_device = s.constraint->allowed(mask) == engine::OutputConstraint::Next::kSample;
-      if (on_device) allowed = step_masks_[num_masks++].data();
-    }
-    if (on_device) {
+    if (runner_->samples_on_device() && device_samplable(r, s, sc.num_tokens)) {
       rows.push_back(Row{&r, &s, s.num_computed, sc.num_tokens, -1,
-                         batch.add_sampled(s, sc.num_tokens, device_spec(s, allowed))});
+                         batch.add_sampled(s, sc.num_tokens, device_spec(s))});
+      if (s.constraint) {
+        rows.back().late_mask = static_cast<int32_t>(late_constraints_.size());
+        late_constraints_.push_back(&*s.constraint);
+      }
     } else {
       rows.push_back(Row{&r, &s, s.num_computed, sc.num_tokens, batch.add(s, sc.num_tokens), -1});
     }
@@ -97,14 +94,23 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
     const auto vocab = static_cast<size_t>(vocab_size());
     logits_.resize(batch.num_logits_rows() * vocab);
     sampled_.resize(batch.num_sample_rows());
-    STRATA_RETURN_IF_ERROR(runner_->forward(batch.view(), logits_, sampled_));
+    model::ForwardBatch view = batch.view();
+    late_next_.assign(late_constraints_.size(), engine::OutputConstraint::Next::kSample);
+    if (!late_constraints_.empty()) view.fill_masks = [this](std::span<uint64_t* const> masks) {
+      fill_late_masks(masks);
+    };
+    STRATA_RETURN_IF_ERROR(runner_->forward(view, logits_, sampled_));
     forward_seconds = now() - forward_start;
     for (const Row& row : rows) {
       const float* logits = row.first_logits_row < 0
                                 ? nullptr
                                 : logits_.data() + static_cast<size_t>(row.first_logits_row) * vocab;
+      // A constrained row whose output was complete or at a dead end drew under no mask of its
+      // own: its token is dropped, and sample_next ends it as its grammar says.
+      const bool drop = row.late_mask >= 0 && late_next_[static_cast<size_t>(row.late_mask)] !=
+                                                  engine::OutputConstraint::Next::kSample;
       const model::SampledToken* sampled =
-          row.sample_idx < 0 ? nullptr : &sampled_[static_cast<size_t>(row.sample_idx)];
+          row.sample_idx < 0 || drop ? nullptr : &sampled_[static_cast<size_t>(row.sample_idx)];
       STRATA_RETURN_IF_ERROR(
           consume(*row.request, *row.seq, row.first_pos, row.num_tokens, logits, sampled));
     }
@@ -126,6 +132,18 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
   for (const RequestId id : done) requests_.erase(id);
   record_step_stats(plan, start, scheduled, forward_seconds);
   return outputs;
+}
+
+void EngineImpl::fill_late_masks(std::span<uint64_t* const> masks) {
+  const size_t words = (static_cast<size_t>(vocab_size()) + 63) / 64;
+  for (size_t i = 0; i < masks.size() && i < late_constraints_.size(); ++i) {
+    const std::span<uint64_t> mask(masks[i], words);
+    late_next_[i] = late_constraints_[i]->allowed(mask);
+    // Nothing to draw: any token will do, it is dropped.
+    if (late_next_[i] != engine::OutputConstraint::Next::kSample) {
+      std::fill(mask.begin(), mask.end(), ~uint64_t{0});
+    }
+  }
 }
 
 Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int32_t num_rows,

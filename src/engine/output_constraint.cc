@@ -20,9 +20,15 @@ bool OutputConstraint::ends(int32_t token) const {
 }
 
 OutputConstraint::Next OutputConstraint::allowed(std::vector<uint64_t>& allowed) {
+  allowed.resize((static_cast<size_t>(vocab_size_) + 63) / 64);
+  return this->allowed(std::span<uint64_t>(allowed));
+}
+
+OutputConstraint::Next OutputConstraint::allowed(std::span<uint64_t> allowed) {
   const std::shared_ptr<const grammar::TokenMask> mask = masker_.mask(state_);
   const size_t words = (static_cast<size_t>(vocab_size_) + 63) / 64;
-  allowed.assign(words, 0);
+  STRATA_CHECK(allowed.size() == words, "OutputConstraint: a mask of the wrong size");
+  std::fill(allowed.begin(), allowed.end(), 0);
   // The trie's vocabulary is the tokenizer's; the model's may be larger (padded rows), and
   // those ids are never allowed.
   const size_t shared = std::min(words, mask->words.size());

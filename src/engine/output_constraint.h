@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "grammar/grammar_compiler.h"
@@ -30,6 +31,8 @@ class OutputConstraint {
   // continues it and it is not complete (a grammar the vocabulary cannot spell).
   enum class Next { kSample, kComplete, kDeadEnd };
   Next allowed(std::vector<uint64_t>& allowed);
+  // The same into allowed's ceil(vocab_size / 64) words.
+  Next allowed(std::span<uint64_t> allowed);
 
   // Whether token is an end token (allowed() offers them only where the output is complete).
   bool ends(int32_t token) const;

@@ -67,6 +67,12 @@ Status validate_step_batch(const ForwardBatch& b, int64_t vocab, int32_t num_blo
   if (b.sample_specs.size() != b.sample_rows.size() || num_sampled != b.sample_rows.size()) {
     return Status::InvalidArgument("forward: one sampling spec and one output per sample row");
   }
+  for (const DeviceSampleSpec& spec : b.sample_specs) {
+    if (spec.mask_later && (spec.allowed != nullptr || !b.fill_masks)) {
+      return Status::InvalidArgument(
+          "forward: a row masked later has no mask of its own and needs the batch's fill_masks");
+    }
+  }
   if (b.logits_rows.size() + b.sample_rows.size() > num_tokens) {
     return Status::InvalidArgument("forward: more logits and sample rows than tokens");
   }

@@ -58,6 +58,9 @@ struct DeviceSampleSpec {
   // output's mask), a bitset of ceil(vocab / 64) words, bit id of word id / 64; every other
   // logit is -inf before sampling (and before the chosen token's logprob, which is then not raw).
   const uint64_t* allowed = nullptr;
+  // With allowed null: the row is masked too, by a mask ForwardBatch::fill_masks makes while the
+  // device computes the logits.
+  bool mask_later = false;
 };
 
 // A token drawn on the device and its raw logprob (log_softmax of the unmodified logits).
@@ -89,6 +92,12 @@ struct ForwardBatch {
   // of their logits. Disjoint from logits_rows; empty on the CPU backend.
   std::span<const int32_t> sample_rows;
   std::span<const DeviceSampleSpec> sample_specs;
+  // Required when a spec has mask_later: the runner calls it once a step, after the forward pass
+  // is launched and before any mask is applied, from a thread of its own (never the caller's:
+  // forward() may block on the device meanwhile), with one destination of ceil(vocab / 64) words
+  // per such row, in sample-row order. It writes each row's mask there. Must not throw; forward()
+  // returns only after it has.
+  std::function<void(std::span<uint64_t* const> masks)> fill_masks = {};
   // Every KV cache group beyond group 0, group g's view at g - 1: a hybrid model's windowed
   // layers (kv::HybridKvLayers), an INT4 cache's newest-blocks group.
   std::span<const GroupBatchView> groups = {};

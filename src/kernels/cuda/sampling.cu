@@ -541,7 +541,7 @@ __global__ void token_mask_kernel(const __grid_constant__ TokenMaskParams p) {
   float* x = p.logits + static_cast<int64_t>(row) * p.vocab;
   const int32_t words = (p.vocab + 63) / 64;
   for (int32_t w = static_cast<int32_t>(threadIdx.x); w < words; w += static_cast<int32_t>(blockDim.x)) {
-    uint64_t clear = ~__ldg(reinterpret_cast<const unsigned long long*>(mask) + w);
+    uint64_t clear = ~__ldcv(reinterpret_cast<const unsigned long long*>(mask) + w);
     const int32_t base = w * 64;
     while (clear != 0) {
       const int32_t bit = __ffsll(static_cast<long long>(clear)) - 1;
@@ -551,7 +551,19 @@ __global__ void token_mask_kernel(const __grid_constant__ TokenMaskParams p) {
   }
 }
 
+__global__ void wait_host_signal_kernel(const uint32_t* signal) {
+  const uint32_t awaited = __ldcv(signal);
+  while (static_cast<int32_t>(__ldcv(signal + 1) - awaited) < 0) __nanosleep(256);
+}
+
 }  // namespace
+
+Status wait_host_signal(const uint32_t* signal, cudaStream_t stream) {
+  if (signal == nullptr) return Status::InvalidArgument("wait_host_signal: signal is required");
+  wait_host_signal_kernel<<<1, 1, 0, stream>>>(signal);
+  STRATA_CUDA_CHECK_LAUNCH();
+  return Status::Ok();
+}
 
 Status apply_token_masks(const TokenMaskParams& p, cudaStream_t stream) {
   if (p.num_rows < 0) return Status::InvalidArgument("apply_token_masks: num_rows must be >= 0");

@@ -48,8 +48,16 @@ struct TokenMaskParams {
   int64_t mask_words = 0;
 };
 // InvalidArgument for a negative count, vocab <= 0, a null pointer or mask_words below
-// ceil(vocab / 64). Asynchronous on stream; every pointer is device memory.
+// ceil(vocab / 64). Asynchronous on stream; masks may be pinned host memory (read uncached, so
+// what the host wrote before the launch ran is what is read); the other pointers are device memory.
 Status apply_token_masks(const TokenMaskParams& params, cudaStream_t stream);
+
+// Holds stream until the host says what follows may run: signal is two words of pinned host
+// memory, [0] the value awaited and [1] the value reached. One thread spins, reading both
+// uncached, until [1] - [0] >= 0 (as int32, so the values may wrap). The host sets [0] before
+// the launch runs and [1] once what later launches read (masks it makes meanwhile, say) is
+// written; a launch whose [1] is never set never ends. Asynchronous on stream; capturable.
+Status wait_host_signal(const uint32_t* signal, cudaStream_t stream);
 
 // Samples one token per row. Every pointer is device memory; out_* must not alias the inputs.
 //

@@ -110,6 +110,10 @@ void CudaModel::Impl::allocate_scratch() {
   host_tokens.reset(static_cast<int32_t*>(pinned_tokens));
   check(cuda_status(cudaMallocHost(&pinned_logprobs, static_cast<size_t>(t) * 4)), "pinned draws");
   host_logprobs.reset(static_cast<float*>(pinned_logprobs));
+  void* pinned_signal = nullptr;
+  check(cuda_status(cudaMallocHost(&pinned_signal, 2 * sizeof(uint32_t))), "pinned mask signal");
+  mask_signal.reset(static_cast<uint32_t*>(pinned_signal));
+  mask_thread = std::make_unique<MaskThread>(mask_signal.get());
   workspace = device_bytes(static_cast<int64_t>(cuda::decode_attention_workspace_bytes(
                                options.max_num_seqs, static_cast<int32_t>(config.num_attention_heads),
                                static_cast<int32_t>(config.head_dim), cuda::kMaxDecodeSplits)),
@@ -282,6 +286,7 @@ Status CudaModel::Impl::run_graph(const ForwardBatch& batch, std::span<SampledTo
   Result<CudaStepInputs::Device> uploaded =
       graph_inputs.upload_fixed(batch, padded, kv_bound, stream.get());
   if (!uploaded.ok()) return uploaded.status();
+  start_masks(batch, graph_inputs);
   // A step with masked rows replays a graph of its own, with the masking launch in it.
   const GraphKey key{padded, kv_bound, uploaded->mask_row != nullptr};
   auto it = graphs.find(key);
@@ -317,6 +322,8 @@ Status CudaModel::Impl::capture(GraphKey key, const CudaStepInputs::Device& in) 
 Status CudaModel::Impl::sample_rows(const CudaStepInputs::Device& in, int32_t first, int32_t count,
                                     float* chunk_logits) {
   if (in.mask_row != nullptr) {  // structured outputs: their rows' disallowed logits to -inf
+    // Once mask_thread has made the masks (MaskThread): the pass up to here ran meanwhile.
+    STRATA_RETURN_IF_ERROR(cuda::wait_host_signal(mask_signal.get(), stream.get()));
     cuda::TokenMaskParams m;
     m.logits = chunk_logits;
     m.num_rows = count;
@@ -661,13 +668,29 @@ Status CudaModel::forward(const ForwardBatch& batch, std::span<float> logits,
         "forward: a newest-blocks group for a KV pool with no int4 layer");
   }
   m.stepped = true;
+  // Every way out of the step passes the mask signal (a wait kernel launched would spin forever).
+  m.mask_thread->arm();
+  struct Finish {
+    MaskThread& t;
+    ~Finish() { t.finish(); }
+  } finish{*m.mask_thread};
   if (!m.options.enforce_eager && m.graph_inputs.fits_fixed(batch)) {
     return m.run_graph(batch, sampled);
   }
   Result<CudaStepInputs::Device> uploaded = m.inputs.upload(batch, m.stream.get());
   if (!uploaded.ok()) return uploaded.status();
+  m.start_masks(batch, m.inputs);
   STRATA_RETURN_IF_ERROR(m.run_body(*uploaded, logits));
   return m.collect_samples(sampled);
+}
+
+void CudaModel::Impl::start_masks(const ForwardBatch& batch, const CudaStepInputs& uploaded_from) {
+  const std::span<uint64_t* const> late = uploaded_from.late_masks();
+  if (late.empty()) {
+    mask_thread->release();
+  } else {
+    mask_thread->start(batch.fill_masks, late);
+  }
 }
 
 Status CudaModel::Impl::copy_pool_blocks(void* pool_data, int64_t block_bytes,

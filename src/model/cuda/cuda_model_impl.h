@@ -25,6 +25,7 @@
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/cuda_step_inputs.h"
 #include "model/cuda/cuda_weights.h"
+#include "model/mask_thread.h"
 
 namespace strata::model {
 
@@ -161,6 +162,12 @@ struct CudaModel::Impl {
   // Pinned, so the two copies of a step's draws are asynchronous and one wait covers both.
   cuda::PinnedArray<int32_t> host_tokens;  // [max_num_tokens]
   cuda::PinnedArray<float> host_logprobs;  // [max_num_tokens]
+  // A step's masked rows wait for their masks (cuda::wait_host_signal) on mask_signal, which
+  // mask_thread sets once it has made them (ForwardBatch::fill_masks) during the forward pass.
+  cuda::PinnedArray<uint32_t> mask_signal;  // [2]
+  std::unique_ptr<MaskThread> mask_thread;
+  // Hands the uploaded step's mask_later rows to mask_thread (or signals at once without any).
+  void start_masks(const ForwardBatch& batch, const CudaStepInputs& uploaded_from);
   AttentionCapture* attention_capture = nullptr;  // set during a calibration pass only
   bool stepped = false;  // forward() has run: the pool holds sequences' K/V
 };

@@ -21,13 +21,13 @@ size_t pack(std::byte* base, size_t& cursor, const T* src, size_t n) {
   return at;
 }
 
-// The sample rows' masks (DeviceSampleSpec::allowed): each row's index among the masked ones
-// (-1: unmasked), and how many are masked.
+// The sample rows' masks (DeviceSampleSpec::allowed or mask_later): each row's index among the
+// masked ones (-1: unmasked), and how many are masked.
 int32_t mask_rows(const ForwardBatch& b, std::vector<int32_t>& rows) {
   rows.assign(b.sample_specs.size(), -1);
   int32_t masked = 0;
   for (size_t i = 0; i < b.sample_specs.size(); ++i) {
-    if (b.sample_specs[i].allowed != nullptr) rows[i] = masked++;
+    if (b.sample_specs[i].allowed != nullptr || b.sample_specs[i].mask_later) rows[i] = masked++;
   }
   return masked;
 }
@@ -68,6 +68,7 @@ Status CudaStepInputs::reserve(size_t bytes) {
 }
 
 Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cudaStream_t stream) {
+  late_masks_.clear();
   const size_t num_tokens = b.token_ids.size();
   const auto num_seqs = static_cast<size_t>(b.layout.num_seqs);
   const auto nnz = static_cast<size_t>(b.layout.kv_indptr[num_seqs]);
@@ -122,21 +123,15 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     const size_t newest_first = pack(base, cursor, newest_layout.first_block, newest_seqs);
     const size_t newest_slots = pack(base, cursor, newest_slot_src, newest_tokens);
     const size_t rows_of_masks = pack(base, cursor, mask_row.data(), num_masked > 0 ? num_samples : 0);
-    // The masks straight from the specs into the pinned buffer, each in its row's slot.
+    // The masks last, in the pinned buffer, where the device reads them (place_masks).
     const size_t mask_bits = cursor;
     cursor = align16(cursor + static_cast<size_t>(num_masked) * mask_bytes);
-    for (size_t i = 0; base != nullptr && i < num_samples; ++i) {
-      if (mask_row[i] >= 0) {
-        std::memcpy(base + mask_bits + static_cast<size_t>(mask_row[i]) * mask_bytes,
-                    b.sample_specs[i].allowed, mask_bytes);
-      }
-    }
     if (base == nullptr) {
       STRATA_RETURN_IF_ERROR(reserve(cursor));
       continue;
     }
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), cursor, cudaMemcpyHostToDevice,
-                                      stream));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), mask_bits,
+                                      cudaMemcpyHostToDevice, stream));
     const std::byte* d = static_cast<const std::byte*>(device_.data());
     Device out;
     out.token_ids = reinterpret_cast<const int32_t*>(d + ids);
@@ -151,7 +146,7 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     out.seeds = reinterpret_cast<const uint64_t*>(d + seed);
     if (num_masked > 0) {
       out.mask_row = reinterpret_cast<const int32_t*>(d + rows_of_masks);
-      out.masks = reinterpret_cast<const uint64_t*>(d + mask_bits);
+      out.masks = place_masks(b, mask_row, reinterpret_cast<uint64_t*>(base + mask_bits));
       out.mask_words = mask_words_;
     }
     out.layout.kv_indptr = reinterpret_cast<const int32_t*>(d + kv_indptr);
@@ -185,6 +180,22 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload(const ForwardBatch& b, cud
     return out;
   }
   return Status::Internal("unreachable");
+}
+
+const uint64_t* CudaStepInputs::place_masks(const ForwardBatch& b,
+                                            std::span<const int32_t> mask_row, uint64_t* masks) {
+  const auto words = static_cast<size_t>(mask_words_);
+  late_masks_.clear();
+  for (size_t i = 0; i < b.sample_specs.size(); ++i) {
+    if (mask_row[i] < 0) continue;
+    uint64_t* slot = masks + static_cast<size_t>(mask_row[i]) * words;
+    if (b.sample_specs[i].mask_later) {
+      late_masks_.push_back(slot);
+    } else {
+      std::memcpy(slot, b.sample_specs[i].allowed, words * 8);
+    }
+  }
+  return masks;
 }
 
 Result<const int32_t*> CudaStepInputs::upload_block_pairs(std::span<const kv::BlockCopy> copies,
@@ -308,6 +319,7 @@ bool CudaStepInputs::fits_fixed(const ForwardBatch& b) const {
 Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& b,
                                                             int32_t padded_seqs, int32_t kv_bound,
                                                             cudaStream_t stream) {
+  late_masks_.clear();
   const auto cap = static_cast<size_t>(fixed_seqs_);
   const auto words = static_cast<size_t>(mask_words_);
   const FixedLayout l(cap, cap * static_cast<size_t>(fixed_blocks_per_seq_),
@@ -356,15 +368,8 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
   const int32_t num_masked = mask_rows(b, mask_row);
   mask_row.resize(padded, -1);  // padded rows: unmasked
   std::memcpy(at(l.mask_row), mask_row.data(), padded * 4);
-  for (size_t s = 0; s < n; ++s) {
-    if (mask_row[s] >= 0) {
-      std::memcpy(at(l.masks) + static_cast<size_t>(mask_row[s]) * words * 8,
-                  b.sample_specs[s].allowed, words * 8);
-    }
-  }
-  // The masks are last: only the step's are copied.
-  const size_t used = l.masks + static_cast<size_t>(num_masked) * words * 8;
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), used, cudaMemcpyHostToDevice,
+  // The masks are last, and stay in the pinned buffer (place_masks).
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.get(), l.masks, cudaMemcpyHostToDevice,
                                     stream));
   const std::byte* d = static_cast<const std::byte*>(device_.data());
   Device out;
@@ -380,7 +385,7 @@ Result<CudaStepInputs::Device> CudaStepInputs::upload_fixed(const ForwardBatch& 
   out.seeds = reinterpret_cast<const uint64_t*>(d + l.seeds);
   if (num_masked > 0) {
     out.mask_row = reinterpret_cast<const int32_t*>(d + l.mask_row);
-    out.masks = reinterpret_cast<const uint64_t*>(d + l.masks);
+    out.masks = place_masks(b, mask_row, reinterpret_cast<uint64_t*>(at(l.masks)));
     out.mask_words = mask_words_;
   }
   out.layout.kv_indptr = reinterpret_cast<const int32_t*>(d + l.kv_indptr);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -44,8 +45,10 @@ class CudaStepInputs {
     const float* top_p = nullptr;
     const float* min_p = nullptr;
     const uint64_t* seeds = nullptr;
-    // Structured outputs (DeviceSampleSpec::allowed): per sample row the index of its mask in
-    // masks ([*, mask_words] bitsets), or -1 for an unmasked row; null when no row is masked.
+    // Structured outputs (DeviceSampleSpec::allowed, mask_later): per sample row the index of
+    // its mask in masks ([*, mask_words] bitsets), or -1 for an unmasked row; null when no row is
+    // masked. The masks stay in the pinned host buffer (the device reads them there, once they
+    // are made: late_masks()), so masks is a host pointer, valid on the device through UVA.
     const int32_t* mask_row = nullptr;
     const uint64_t* masks = nullptr;
     int64_t mask_words = 0;
@@ -98,14 +101,22 @@ class CudaStepInputs {
   Result<const int32_t*> upload_block_pairs(std::span<const kv::BlockCopy> copies,
                                             cudaStream_t stream);
   int64_t device_bytes() const { return static_cast<int64_t>(device_.bytes()); }
+  // The last upload's mask_later rows' masks, in sample-row order: where ForwardBatch::fill_masks
+  // writes them (pinned, ceil(vocab / 64) words each). Valid until the next upload.
+  std::span<uint64_t* const> late_masks() const { return late_masks_; }
 
  private:
   Status reserve(size_t bytes);
+  // Copies each `allowed` mask into its slot of masks (mask_row's index), notes each mask_later
+  // row's slot in late_masks_; returns masks.
+  const uint64_t* place_masks(const ForwardBatch& b, std::span<const int32_t> mask_row,
+                              uint64_t* masks);
 
   cuda::PinnedArray<std::byte> host_;
   size_t host_bytes_ = 0;
   cuda::DeviceBuffer device_;
   int64_t mask_words_ = 0;        // ceil(vocab_size / 64)
+  std::vector<uint64_t*> late_masks_;
   int32_t fixed_seqs_ = 0;        // create_fixed's capacity (0: not a fixed input set)
   int32_t fixed_blocks_per_seq_ = 0;
   int32_t fixed_newest_blocks_ = 0;  // create_fixed's R (0: no newest-blocks group)

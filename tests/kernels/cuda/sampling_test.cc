@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -18,11 +20,13 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/event.h"
 #include "kernels/cuda/random_fill.h"
+#include "kernels/cuda/stream.h"
 
 namespace strata::cuda::testing {
 namespace {
@@ -551,6 +555,68 @@ TEST_F(SamplingTest, MaskedRowsDrawOnlyAllowedTokensAndOtherRowsAreUntouched) {
   m.mask_words = 16;
   m.masks = nullptr;
   EXPECT_EQ(apply_token_masks(m, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+// The engine's structured outputs: the step is launched before its masks exist; the masking
+// waits (wait_host_signal) for the host to write them into pinned memory, where it reads them.
+// The masks written after the launch are the ones applied, and a stale signal value does not let
+// the launch through.
+TEST_F(SamplingTest, MaskingWaitsForMasksTheHostWritesAfterTheLaunch) {
+  constexpr int32_t kVocab = 300;  // 5 words
+  constexpr int64_t kWords = 5;
+  std::mt19937_64 rng(5);
+  const std::vector<float> row = uniform_row(kVocab, -5.0f, 5.0f, rng);
+  std::vector<float> rows = row;
+  rows.insert(rows.end(), row.begin(), row.end());
+  DeviceBuffer d_logits = upload(rows);
+  DeviceBuffer d_rows = upload(std::vector<int32_t>{1, 0});  // row 0 reads mask 1, row 1 mask 0
+  void* pinned_masks = nullptr;
+  void* pinned_signal = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned_masks, 2 * kWords * 8), cudaSuccess);
+  const PinnedArray<uint64_t> masks_owner(static_cast<uint64_t*>(pinned_masks));
+  ASSERT_EQ(cudaMallocHost(&pinned_signal, 8), cudaSuccess);
+  const PinnedArray<uint32_t> signal_owner(static_cast<uint32_t*>(pinned_signal));
+  uint64_t* masks = masks_owner.get();
+  uint32_t* signal = signal_owner.get();
+  std::fill(masks, masks + 2 * kWords, ~uint64_t{0});  // all allowed until the host says otherwise
+  signal[0] = 7;  // awaited
+  signal[1] = 6;  // the step before's
+  Result<Stream> made = Stream::create();
+  ASSERT_TRUE(made.ok());
+  Stream stream = std::move(made).value();
+  // Whatever fails below, the wait ends before the stream's destructor waits for it.
+  struct Release {
+    uint32_t* signal;
+    ~Release() { std::atomic_ref<uint32_t>(signal[1]).store(signal[0], std::memory_order_release); }
+  } release{signal};
+  TokenMaskParams m;
+  m.logits = d_logits.as<float>();
+  m.num_rows = 2;
+  m.vocab = kVocab;
+  m.mask_row = d_rows.as<int32_t>();
+  m.masks = masks;
+  m.mask_words = kWords;
+  ASSERT_TRUE(wait_host_signal(signal, stream.get()).ok());
+  ASSERT_TRUE(apply_token_masks(m, stream.get()).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(cudaStreamQuery(stream.get()), cudaErrorNotReady) << "the masking ran before the signal";
+  // Mask 0 allows the even ids, mask 1 the ids below 100.
+  for (int32_t id = 0; id < kVocab; ++id) {
+    const uint64_t bit = uint64_t{1} << (id % 64);
+    uint64_t& even = masks[id / 64];
+    uint64_t& low = masks[kWords + id / 64];
+    even = id % 2 == 0 ? (even | bit) : (even & ~bit);
+    low = id < 100 ? (low | bit) : (low & ~bit);
+  }
+  std::atomic_ref<uint32_t>(signal[1]).store(7, std::memory_order_release);
+  ASSERT_TRUE(stream.synchronize().ok());
+  const std::vector<float> got = download<float>(d_logits, 2 * static_cast<size_t>(kVocab));
+  for (int32_t id = 0; id < kVocab; ++id) {
+    const auto i = static_cast<size_t>(id);
+    EXPECT_EQ(got[i], id < 100 ? row[i] : -kInf) << "row 0, id " << id;
+    EXPECT_EQ(got[kVocab + i], id % 2 == 0 ? row[i] : -kInf) << "row 1, id " << id;
+  }
+  EXPECT_EQ(wait_host_signal(nullptr, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(SamplingArgsTest, BadArgumentsReturnInvalidArgument) {
