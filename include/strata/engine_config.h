@@ -9,6 +9,7 @@
 
 #include "strata/dtype.h"
 #include "strata/kv_cache_dtype.h"
+#include "strata/kv_eviction.h"
 #include "strata/kv_quant_check_report.h"
 #include "strata/kv_skip_layers.h"
 
@@ -58,6 +59,9 @@ struct EngineConfig {
   // weights, activations and workspaces (measured at start-up, vLLM's semantics).
   int64_t kv_cache_memory_bytes = 0;
   double gpu_memory_utilization = 0.9;
+  // Token eviction for requests that name none, or name only some fields (--kv-eviction-policy,
+  // --kv-budget-tokens; docs/kv-eviction.md). Unset: no eviction.
+  KvEvictionParams kv_eviction;
   // GPU: issue every launch each step instead of replaying decode steps from CUDA graphs.
   bool enforce_eager = false;
   // KV cache dtype (--kv-cache-dtype; docs/kv-quant.md). kAuto, the default, stores the

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/kv_eviction.h"
 #include "strata/sampling_params.h"
 #include "strata/token_output.h"
 
@@ -29,6 +30,10 @@ struct EngineRequest {
   // Scoring: return the logits at every prompt position in RequestOutput::prompt_logits. The
   // prompt is then computed whole (never served by the prefix cache, which it still fills).
   bool prompt_logits = false;
+  // Token eviction (docs/kv-eviction.md): the blocks each sequence gives back once it holds more
+  // than a budget of token slots; fields left unset take EngineConfig::kv_eviction's. nullopt:
+  // that default as it is.
+  std::optional<KvEvictionParams> kv_eviction;
   // Disaggregation (docs/kv.md): set by a decode instance while a prefill instance computes this
   // prompt, true until that call ends. The read of the prompt's blocks from the prefill instance
   // starts when the request is queued and waits for the blocks not there yet for as long as it
@@ -56,6 +61,10 @@ struct RequestMetrics {
   int32_t num_host_tier_tokens = 0;
   int32_t num_disk_tier_tokens = 0;
   int32_t num_preemptions = 0;
+  // Blocks token eviction took from the request's sequences (each eviction once, not again when
+  // a recompute repeats it), and the most blocks one of them held after a step.
+  int32_t num_evicted_blocks = 0;
+  int32_t max_held_blocks = 0;
 };
 
 struct RequestOutput {

@@ -131,6 +131,14 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   if (c.max_batch_size < 1 || !(c.batch_timeout_ms >= 0.0)) {
     return Status::InvalidArgument("max_batch_size must be >= 1 and batch_timeout_ms >= 0");
   }
+  // The default eviction alone must resolve (a policy needs a budget); the engine checks that
+  // it can run it once its cache exists (start).
+  if (Status s = validate_kv_eviction(c.kv_eviction); !s.ok()) {
+    return Status::InvalidArgument("--kv-eviction-*: " + s.message());
+  }
+  if (Result<ResolvedKvEviction> e = resolve_kv_eviction(std::nullopt, c.kv_eviction); !e.ok()) {
+    return Status::InvalidArgument("--kv-eviction-*: " + e.status().message());
+  }
   return Status::Ok();
 }
 
@@ -353,6 +361,7 @@ engine::Sequence& EngineImpl::new_sequence(RequestState& r, int32_t index) {
   seq->arrival_order = r.id;
   seq->arrival_time = r.metrics.arrival_time;
   seq->params = r.request.params;
+  seq->eviction = r.eviction;
   if (index > 0 && seq->params.seed) *seq->params.seed += static_cast<uint64_t>(index);
   seq->sampler.emplace(seq->params, vocab);
   if (r.grammar != nullptr) {
@@ -373,6 +382,10 @@ Result<RequestId> EngineImpl::submit(EngineRequest request) {
     request.prompt = tokenizer_->encode(request.prompt_text, /*add_special_tokens=*/true);
   }
   STRATA_RETURN_IF_ERROR(validate_request(request));
+  Result<ResolvedKvEviction> eviction =
+      resolve_kv_eviction(request.kv_eviction, config_.kv_eviction);
+  if (!eviction.ok()) return Status::InvalidArgument("kv_eviction: " + eviction.status().message());
+  STRATA_RETURN_IF_ERROR(check_eviction(*eviction));
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   if (request.params.structured.active()) {
     Result<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
@@ -384,6 +397,7 @@ Result<RequestId> EngineImpl::submit(EngineRequest request) {
   RequestState& r = requests_[id];
   r.id = id;
   r.grammar = std::move(grammar);
+  r.eviction = *eviction;
   r.request = std::move(request);
   r.metrics.arrival_time = now();
   r.metrics.num_prompt_tokens = static_cast<int32_t>(r.request.prompt.size());
@@ -525,6 +539,9 @@ std::unique_ptr<EngineImpl> make_impl(engine::BuiltRunner built, EngineConfig c)
 
 // The engine, with its KV tiers when the config asks for them (their directory may not open).
 Result<std::unique_ptr<Engine>> start(std::unique_ptr<EngineImpl> impl) {
+  if (Status s = impl->check_default_eviction(); !s.ok()) {
+    return Status::InvalidArgument("--kv-eviction-policy: " + s.message());
+  }
   STRATA_RETURN_IF_ERROR(impl->start_kv_events());
   STRATA_RETURN_IF_ERROR(impl->start_tiers());
   return std::make_unique<Engine>(std::move(impl));

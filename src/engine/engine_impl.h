@@ -33,6 +33,7 @@ struct RequestState {
   EngineRequest request;
   std::vector<std::unique_ptr<engine::Sequence>> seqs;
   RequestMetrics metrics;
+  ResolvedKvEviction eviction;  // every sequence's (request's fields over the engine's)
   bool forked = false;       // the n - 1 siblings exist
   bool cancelled = false;
   bool reported_done = false;
@@ -57,6 +58,8 @@ class EngineImpl {
   Status start_tiers();
   // The KV events publisher of config.kv_events_endpoint (none when empty), the pool's sink.
   Status start_kv_events();
+  // Whether this engine can run EngineConfig::kv_eviction (its device and KV cache).
+  Status check_default_eviction() const;
 
   Result<RequestId> submit(EngineRequest request);
   // Engine::compile_structured_output: thread-safe.
@@ -106,6 +109,14 @@ class EngineImpl {
   Status sample_next(RequestState& r, engine::Sequence& seq, const float* logits,
                      const model::SampledToken* sampled);
   void fork_siblings(RequestState& r, engine::Sequence& parent);
+  // Token eviction after a step (engine_eviction.cc, docs/kv-eviction.md): a recompute repeats
+  // the eviction recorded at this point; otherwise, once the prompt is computed, the policy
+  // takes blocks while the table holds more slots than the budget.
+  Status evict_tokens(RequestState& r, engine::Sequence& seq);
+  // Why the engine cannot run a request with this eviction, or OK.
+  Status check_eviction(const ResolvedKvEviction& eviction) const;
+  // PagedEviction's score of each entry of seq's row (its blocks copied out of the pool).
+  std::vector<float> block_scores(const engine::Sequence& seq);
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);
   std::vector<kv::SwapSpace*> swap_spaces() const;
@@ -137,6 +148,10 @@ class EngineImpl {
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
   std::vector<float> logits_;
   std::vector<model::SampledToken> sampled_;
+  // PagedEviction reads the blocks it scores through a mover of its own (swap's copy thread
+  // keeps the runner's) into a host buffer that grows as needed.
+  std::unique_ptr<kv::BlockMover> score_mover_;
+  std::unique_ptr<kv::HostKvBuffer> score_buffer_;
 };
 
 }  // namespace strata

@@ -168,6 +168,11 @@ Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int3
   // Blocks no later query reads (a window's past, an INT4 cache's older full-precision blocks)
   // go back now, before a fork shares them.
   cache_->free_unneeded_blocks(s.table, s.num_computed);
+  // Token eviction, before a fork shares the table (the siblings start from what stays).
+  STRATA_RETURN_IF_ERROR(evict_tokens(r, s));
+  r.metrics.max_held_blocks =
+      std::max(r.metrics.max_held_blocks,
+               static_cast<int32_t>(s.table.blocks().size()) - s.table.num_skipped_blocks());
   if (s.num_computed < static_cast<int32_t>(s.tokens.size())) return Status::Ok();
   if (s.num_computed >= s.num_prompt) s.prompt_logprobs_done = true;
   const float* last = logits == nullptr ? nullptr : logits + (all_rows ? (num_rows - 1) * vocab : 0);
@@ -237,6 +242,8 @@ void EngineImpl::fork_siblings(RequestState& r, Sequence& parent) {
     child.num_computed = parent.num_computed;
     child.cache_keys = parent.cache_keys;
     child.counts = parent.counts;
+    child.evictions = parent.evictions;
+    child.num_evictions_applied = parent.num_evictions_applied;
     child.prefix_looked_up = true;
     child.prompt_logprobs_done = true;
     cache_->fork(parent.table, child.table);

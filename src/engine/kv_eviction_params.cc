@@ -36,8 +36,7 @@ std::optional<KvEvictionPolicy> parse_kv_eviction_policy(std::string_view name) 
 Status validate_kv_eviction(const KvEvictionParams& p) {
   constexpr int32_t kMax = KvEvictionParams::kMaxTokens;
   if (p.budget_tokens < 0 || p.budget_tokens > kMax) {
-    return count_error("budget_tokens", "in [1, 2^30] (0 = the server's default)",
-                       p.budget_tokens);
+    return count_error("budget_tokens", "in [1, 2^30] (0 = the server's default)", p.budget_tokens);
   }
   if (p.sink_tokens < -1 || p.sink_tokens > kMax) {
     return count_error("sink_tokens", "in [0, 2^30]", p.sink_tokens);
@@ -72,7 +71,7 @@ Result<ResolvedKvEviction> resolve_kv_eviction(const std::optional<KvEvictionPar
   const bool streaming = out.policy == KvEvictionPolicy::kStreamingLlm;
   // The defaults' sink and window apply only where the defaults' policy is this one.
   const bool same_policy = defaults.policy == out.policy;
-  out.sink_tokens = r.sink_tokens >= 0                          ? r.sink_tokens
+  out.sink_tokens = r.sink_tokens >= 0                         ? r.sink_tokens
                     : same_policy && defaults.sink_tokens >= 0 ? defaults.sink_tokens
                     : streaming ? KvEvictionParams::kDefaultStreamingSinkTokens
                                 : 0;
@@ -81,7 +80,7 @@ Result<ResolvedKvEviction> resolve_kv_eviction(const std::optional<KvEvictionPar
                                    std::to_string(out.sink_tokens) + " > " +
                                    std::to_string(out.budget_tokens));
   }
-  out.window_tokens = r.window_tokens >= 0                          ? r.window_tokens
+  out.window_tokens = r.window_tokens >= 0                         ? r.window_tokens
                       : same_policy && defaults.window_tokens >= 0 ? defaults.window_tokens
                       : streaming ? out.budget_tokens - out.sink_tokens
                                   : 0;

@@ -143,7 +143,9 @@ bool Scheduler::swap_out(Sequence* victim, SchedulerOutput& out) {
   std::vector<std::vector<BlockId>> live(rows.size());
   for (int32_t g = 0; g < cache_.num_groups(); ++g) {
     const auto i = static_cast<size_t>(g);
-    rows[i].layout = cache_.blocks_to_swap(victim->table, g, victim->num_computed);
+    // Slots, not positions: token eviction took num_evicted_tokens() of them out.
+    rows[i].layout = cache_.blocks_to_swap(
+        victim->table, g, victim->num_computed - victim->table.num_evicted_tokens());
     for (const BlockId b : rows[i].layout) {
       if (b != kNullBlock) live[i].push_back(b);
     }
@@ -175,6 +177,7 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
       !swap_out(victim, out)) {
     release(victim);  // recompute (also when the swap space is full)
     victim->num_computed = 0;
+    victim->num_evictions_applied = 0;  // its evictions are made again at the same points
     victim->prefix_looked_up = false;
     insert_waiting(victim);
   }
@@ -189,7 +192,8 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
 }
 
 int32_t Scheduler::next_chunk(const Sequence& seq, int32_t budget) const {
-  const int32_t remaining = static_cast<int32_t>(seq.tokens.size()) - seq.num_computed;
+  // A recompute stops at each eviction it repeats (the engine evicts after that step).
+  const int32_t remaining = seq.next_eviction_stop() - seq.num_computed;
   if (seq.num_computed >= seq.num_prompt && remaining == 1) return 1;  // decode
   return std::min(remaining, budget);
 }
@@ -245,7 +249,10 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     if (tiers_ != nullptr && tiers_->promotion_pending(seq)) break;
     kv::PrefixHit hit;
     if (!seq->wants_all_rows()) {
-      const std::span<const int32_t> tokens(seq->tokens.data(), seq->tokens.size());
+      // An evicted sequence coming back for a recompute: only what it computed before its first
+      // eviction is any run's prefix.
+      const std::span<const int32_t> tokens(seq->tokens.data(),
+                                            static_cast<size_t>(seq->num_cacheable_tokens()));
       hit = cache_.find_cached_prefix(tokens, seq->cache_keys);
       if (tiers_ != nullptr) {
         const kv::KvTiers::Progress up = tiers_->promote_async(seq, tokens, seq->cache_keys, hit);
@@ -254,7 +261,7 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
         if (up.pending) break;
       }
     }
-    const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - hit.num_tokens;
+    const int32_t remaining = seq->next_eviction_stop() - hit.num_tokens;
     const int32_t n = std::min(remaining, budget);
     // The watermark keeps room for running sequences' next tokens; with none running, a request
     // the pool holds (validate_request) must not wait on it forever.
@@ -313,7 +320,8 @@ void Scheduler::resume_swapped_in(SchedulerOutput& out) {
       }
       rows.push_back(std::move(blocks));
     }
-    cache_.adopt_blocks(seq->table, std::move(rows), seq->num_computed);
+    const int32_t evicted = seq->num_evicted_tokens(cache_.block_size());
+    cache_.adopt_blocks(seq->table, std::move(rows), seq->num_computed - evicted, evicted);
     seq->swapped.clear();
     seq->status = SeqStatus::kRunning;
     running_.push_back(seq);

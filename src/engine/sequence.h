@@ -15,6 +15,7 @@
 #include "kv/block_table.h"
 #include "kv/swap_space.h"
 #include "kv/kv_tiers.h"
+#include "strata/kv_eviction.h"
 #include "strata/sampling_params.h"
 #include "strata/token_output.h"
 
@@ -38,6 +39,14 @@ struct GenerationResult {
 // back (a copy in flight), not scheduled until they are there.
 enum class SeqStatus { kWaiting, kRunning, kSwapped, kSwappingIn, kFinished };
 
+// One token eviction of a sequence (docs/kv-eviction.md): after the step that brought
+// num_computed to at_computed, the block table's entries `entries` went. Kept so that a
+// recompute after preemption makes the same K/V again: its chunks stop at each at_computed and
+// the same entries go there.
+struct EvictionRecord {
+  int32_t at_computed = 0;
+  std::vector<int32_t> entries;
+};
 struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then output
   int32_t num_prompt = 0;
@@ -73,6 +82,11 @@ struct Sequence {
   // preemption skips them.
   bool prompt_logprobs_done = false;
   int32_t num_preemptions = 0;
+  // Token eviction: the policy, every eviction so far, and how many of them the table has (all,
+  // but while a recompute after preemption repeats them).
+  ResolvedKvEviction eviction;
+  std::vector<EvictionRecord> evictions;
+  size_t num_evictions_applied = 0;
   double arrival_time = 0.0;           // engine clock, seconds
   int64_t contiguous_offset = -1;      // contiguous-allocator baseline: reserved range, or -1
   // Swap preemption, one per KV cache group while swapped or swapping in (else empty): the row's
@@ -88,6 +102,25 @@ struct Sequence {
   Sequence(int32_t block_size, int32_t vocab) : table(block_size), counts(vocab) {}
   bool wants_all_rows() const {
     return (all_logits || params.prompt_logprobs >= 0) && !prompt_logprobs_done;
+  }
+  // While a recompute repeats its evictions: the num_computed the next chunk must stop at (the
+  // next eviction's); else the whole sequence.
+  int32_t next_eviction_stop() const {
+    return num_evictions_applied < evictions.size() ? evictions[num_evictions_applied].at_computed
+                                                    : static_cast<int32_t>(tokens.size());
+  }
+  // Positions the applied evictions took out of the table.
+  int32_t num_evicted_tokens(int32_t block_size) const {
+    int32_t n = 0;
+    for (size_t i = 0; i < num_evictions_applied; ++i) {
+      n += static_cast<int32_t>(evictions[i].entries.size()) * block_size;
+    }
+    return n;
+  }
+  // How many leading tokens a prefix-cache hit may cover: before the first eviction, blocks
+  // hold what any run of the prompt computes; after it, they attended to fewer tokens.
+  int32_t num_cacheable_tokens() const {
+    return evictions.empty() ? static_cast<int32_t>(tokens.size()) : evictions.front().at_computed;
   }
 };
 

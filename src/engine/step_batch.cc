@@ -32,7 +32,9 @@ model::ForwardBatch StepBatch::view() const {
 }
 
 int32_t StepBatch::add_tokens(const Sequence& s, int32_t n) {
-  builder_.add_sequence(s.table, s.num_computed + n, n);
+  // The table's slots run behind the positions by what token eviction took out (K keeps the
+  // RoPE of its original position; the new tokens' positions count on from the full length).
+  builder_.add_sequence(s.table, s.num_computed - s.table.num_evicted_tokens() + n, n);
   const auto row0 = static_cast<int32_t>(token_ids_.size());
   for (int32_t j = 0; j < n; ++j) {
     token_ids_.push_back(s.tokens[static_cast<size_t>(s.num_computed) + static_cast<size_t>(j)]);

@@ -21,8 +21,8 @@ std::vector<int32_t> choose_evicted_blocks(const ResolvedKvEviction& policy, int
                "PagedEviction needs one score per block");
   // Entries [0, first_candidate) hold the sink positions; [first_window, num_blocks) the newest
   // W slots and the newest (partly filled) block.
-  const int32_t sink_blocks = std::min((policy.sink_tokens + block_size - 1) / block_size,
-                                       num_blocks);
+  const int32_t sink_blocks =
+      std::min((policy.sink_tokens + block_size - 1) / block_size, num_blocks);
   const int32_t window_start = std::max(num_tokens - policy.window_tokens, 0);
   const int32_t first_window = std::min(window_start / block_size, num_blocks - 1);
   std::vector<int32_t> candidates;

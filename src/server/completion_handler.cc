@@ -174,6 +174,7 @@ void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool ch
     er.params = request.params;
     er.n = request.n;
     er.cache_salt = request.cache_salt;
+    er.kv_eviction = request.kv_eviction;
     er.tenant = tenant_key;  // each key is a tenant of the prefix cache
     er.remote_prefill_running = prefilling;
     Result<std::shared_ptr<RequestStream>> stream = engine_.submit(std::move(er));

@@ -262,11 +262,11 @@ std::optional<ApiError> render_messages(const json& body, const ServedModel& mod
 // name (unsupported_field), so a client asking for something the server does not do (tools,
 // logit_bias, vLLM's guided_grammar in extra_body) gets an error instead of free text it then
 // fails to parse.
-constexpr std::array<std::string_view, 20> kReadFields = {
+constexpr std::array<std::string_view, 21> kReadFields = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "n", "stream", "stream_options", "ignore_eos",
     "return_tokens_as_token_ids", "return_token_ids", "cache_salt", "user", "seed", "stop",
-    "logprobs"};
+    "logprobs", "kv_eviction"};
 constexpr std::array<std::string_view, 2> kCompletionFields = {"prompt", "echo"};
 constexpr std::array<std::string_view, 5> kChatFields = {"messages", "max_completion_tokens",
                                                          "top_logprobs", "add_generation_prompt",
@@ -306,6 +306,45 @@ std::optional<ApiError> unsupported_field(const json& body, bool chat) {
                    : ""),
         param);
   }
+  return std::nullopt;
+}
+
+// "kv_eviction": an object of policy (a name), budget_tokens, sink_tokens and window_tokens
+// (integers); another key, a wrong type or a value out of range is a 400 naming the field.
+std::optional<ApiError> read_kv_eviction(const json& v, std::optional<KvEvictionParams>& out) {
+  const auto bad = [](const std::string& what) {
+    return ApiError::bad_request("'kv_eviction' " + what, "kv_eviction");
+  };
+  if (!v.is_object()) return bad("must be an object");
+  KvEvictionParams p;
+  for (const auto& [key, value] : v.items()) {
+    if (value.is_null()) continue;
+    if (key == "policy") {
+      const std::optional<KvEvictionPolicy> policy =
+          value.is_string() ? parse_kv_eviction_policy(value.get_ref<const std::string&>())
+                            : std::nullopt;
+      if (!policy) {
+        return bad("policy must be one of \"none\", \"streaming_llm\", \"paged_eviction\"");
+      }
+      p.policy = policy;
+      continue;
+    }
+    int32_t* field = key == "budget_tokens"   ? &p.budget_tokens
+                     : key == "sink_tokens"   ? &p.sink_tokens
+                     : key == "window_tokens" ? &p.window_tokens
+                                              : nullptr;
+    if (field == nullptr) {
+      return bad("has no field " + quote(key, 64) +
+                 " (policy, budget_tokens, sink_tokens, window_tokens)");
+    }
+    if (!value.is_number_integer() || !fits<int32_t>(value) || value.get<int64_t>() < 0) {
+      return bad(key + " must be a non-negative integer");
+    }
+    *field = value.get<int32_t>();
+    if (key == "budget_tokens" && *field == 0) return bad("budget_tokens must be at least 1");
+  }
+  if (const Status s = validate_kv_eviction(p); !s.ok()) return bad(s.message());
+  out = p;
   return std::nullopt;
 }
 
@@ -409,6 +448,9 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
     }
   }
   if (f.error) return *f.error;
+  if (const json* e = f.get("kv_eviction")) {
+    if (auto err = read_kv_eviction(*e, r.kv_eviction)) return *err;
+  }
   StructuredOutputRequest structured;
   if (auto e = read_structured_output(j, body, structured)) return *e;
   p.structured = std::move(structured.constraint);

@@ -12,6 +12,7 @@
 
 #include "server/api_error.h"
 #include "server/tool_call_parser.h"
+#include "strata/kv_eviction.h"
 #include "strata/sampling_params.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,6 +55,9 @@ struct CompletionRequest {
   // Chat with tools (tool_choice other than "none"): the output's tool calls are parsed in this
   // format and returned as tool_calls.
   std::optional<ToolCallFormat> tool_call_format;
+  // "kv_eviction": {policy, budget_tokens, sink_tokens, window_tokens} (docs/kv-eviction.md);
+  // the fields it leaves out take the server's --kv-eviction-policy / --kv-budget-tokens.
+  std::optional<KvEvictionParams> kv_eviction;
 };
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body,

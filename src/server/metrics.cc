@@ -148,6 +148,9 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
          static_cast<double>(t.prefix_query_tokens));
   metric(out, "strata:prefix_cache_hits_total", "counter", "Prompt tokens found in the cache.",
          static_cast<double>(t.prefix_hit_tokens));
+  metric(out, "strata:kv_evicted_blocks_total", "counter",
+         "Blocks token eviction (kv_eviction) took from sequences' block tables.",
+         static_cast<double>(t.num_kv_evicted_blocks));
   line(out, "# HELP strata:kv_tier_hits_total Prompt tokens brought back from a KV tier.");
   line(out, "# TYPE strata:kv_tier_hits_total counter");
   line(out,

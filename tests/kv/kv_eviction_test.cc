@@ -93,16 +93,15 @@ TEST(ChooseEvictedBlocksTest, ResolvedDefaultsAndErrors) {
   const Result<ResolvedKvEviction> d = resolve_kv_eviction(KvEvictionParams{}, defaults);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(*d, streaming(128, 8, 120));
-  const Result<ResolvedKvEviction> none = resolve_kv_eviction(
-      KvEvictionParams{KvEvictionPolicy::kNone}, defaults);
+  const Result<ResolvedKvEviction> none =
+      resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kNone}, defaults);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->active());
   EXPECT_FALSE(resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kStreamingLlm}, {}).ok())
       << "no budget anywhere";
   EXPECT_FALSE(
       resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kStreamingLlm, 8, 6, 4}, {}).ok());
-  EXPECT_FALSE(
-      resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kStreamingLlm, 2}, {}).ok())
+  EXPECT_FALSE(resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kStreamingLlm, 2}, {}).ok())
       << "the default sink of 4 exceeds a budget of 2";
   EXPECT_FALSE(validate_kv_eviction(KvEvictionParams{std::nullopt, -1}).ok());
   EXPECT_FALSE(validate_kv_eviction(KvEvictionParams{std::nullopt, 8, -2}).ok());
@@ -116,13 +115,13 @@ TEST(ChooseEvictedBlocksTest, ResolvedDefaultsAndErrors) {
 void put(const KvLayout& layout, std::byte* block, int32_t layer, int32_t head, int32_t token,
          const std::vector<float>& k, const std::vector<float>& v) {
   const KvSpec& spec = layout.spec();
-  const int64_t base =
-      (static_cast<int64_t>(head) * layout.block_size() + token) * spec.head_dim;
+  const int64_t base = (static_cast<int64_t>(head) * layout.block_size() + token) * spec.head_dim;
   const DType d = spec.layer_dtype(layer);
   const int64_t el = d == DType::kF32 ? 4 : 2;
   for (int32_t c = 0; c < spec.head_dim; ++c) {
-    for (const auto& [off, x] : {std::pair{layout.k_offset_bytes(layer), k[static_cast<size_t>(c)]},
-                                 std::pair{layout.v_offset_bytes(layer), v[static_cast<size_t>(c)]}}) {
+    for (const auto& [off, x] :
+         {std::pair{layout.k_offset_bytes(layer), k[static_cast<size_t>(c)]},
+          std::pair{layout.v_offset_bytes(layer), v[static_cast<size_t>(c)]}}) {
       std::byte* at = block + off + (base + c) * el;
       if (d == DType::kF32) {
         std::memcpy(at, &x, 4);
@@ -153,8 +152,8 @@ TEST(BlockValueKeyRatioTest, TheMeanOfValueOverKeyNormsOverTokensLayersAndHeads)
     EXPECT_FLOAT_EQ(block_value_key_ratio(layout, block, 1), 2.0f);
     EXPECT_TRUE(can_score_blocks(layout));
   }
-  const KvLayout int8(KvSpec{.num_layers = 1, .num_kv_heads = 1, .head_dim = 8,
-                             .dtype = DType::kI8}, kBs);
+  const KvLayout int8(
+      KvSpec{.num_layers = 1, .num_kv_heads = 1, .head_dim = 8, .dtype = DType::kI8}, kBs);
   EXPECT_FALSE(can_score_blocks(int8));
 }
 
@@ -163,9 +162,8 @@ TEST(BlockValueKeyRatioTest, TheMeanOfValueOverKeyNormsOverTokensLayersAndHeads)
 class EvictBlocksTest : public ::testing::Test {
  protected:
   explicit EvictBlocksTest(int32_t hash_bits = 256)
-      : m_(KvCacheConfig{.block_size = kBs,
-                         .hash_bits = hash_bits,
-                         .groups = {{KvGroupSpec{}, 17}}}) {}
+      : m_(KvCacheConfig{
+            .block_size = kBs, .hash_bits = hash_bits, .groups = {{KvGroupSpec{}, 17}}}) {}
 
   KvCacheManager m_;
 };
@@ -273,9 +271,8 @@ TEST_F(EvictBlocksWeakHashTest, AGappedTableNeverEntersThePrefixCache) {
 
 TEST(EvictBlocksRandomTest, InvariantsHoldAndNothingLeaksUnderRandomOperations) {
   for (const int32_t hash_bits : {256, 1}) {
-    KvCacheManager m(KvCacheConfig{.block_size = kBs,
-                                   .hash_bits = hash_bits,
-                                   .groups = {{KvGroupSpec{}, 40}}});
+    KvCacheManager m(
+        KvCacheConfig{.block_size = kBs, .hash_bits = hash_bits, .groups = {{KvGroupSpec{}, 40}}});
     std::mt19937 rng(1234 + hash_bits);
     struct Seq {
       BlockTable table{kBs};
@@ -307,10 +304,10 @@ TEST(EvictBlocksRandomTest, InvariantsHoldAndNothingLeaksUnderRandomOperations) 
         if ((slot + 1) % kBs != 0) continue;
         const BlockId b = s.table.blocks()[static_cast<size_t>(slot / kBs)];
         const int32_t end = slot + 1 + s.table.num_evicted_tokens();
-        shadow[b.value] = s.table.num_evicted_tokens() == 0
-                              ? std::optional(std::vector<int32_t>(
-                                    s.tokens.begin(), s.tokens.begin() + end))
-                              : std::nullopt;
+        shadow[b.value] =
+            s.table.num_evicted_tokens() == 0
+                ? std::optional(std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + end))
+                : std::nullopt;
       }
       s.num_computed += n;
       m.cache_full_blocks(s.table, s.tokens, s.num_computed, {});
@@ -340,7 +337,8 @@ TEST(EvictBlocksRandomTest, InvariantsHoldAndNothingLeaksUnderRandomOperations) 
         const size_t blocks_before = s.table.blocks().size();
         if (!m.allocate_slots(s.table, 1)) continue;
         copy_pending();
-        if (s.table.blocks().size() > blocks_before) shadow[s.table.blocks().back().value] = std::nullopt;
+        if (s.table.blocks().size() > blocks_before)
+          shadow[s.table.blocks().back().value] = std::nullopt;
         s.tokens.push_back(static_cast<int32_t>(rng() % 2));
         compute(s, 1);
       } else if (kind < 8 && !seqs.empty()) {  // evict under a random policy
@@ -350,8 +348,8 @@ TEST(EvictBlocksRandomTest, InvariantsHoldAndNothingLeaksUnderRandomOperations) 
         const int32_t window = static_cast<int32_t>(rng() % (budget - sink + 1));
         const bool by_score = rng() % 2 == 0;
         const ResolvedKvEviction policy{
-            by_score ? KvEvictionPolicy::kPagedEviction : KvEvictionPolicy::kStreamingLlm,
-            budget, sink, window};
+            by_score ? KvEvictionPolicy::kPagedEviction : KvEvictionPolicy::kStreamingLlm, budget,
+            sink, window};
         std::vector<float> scores;
         const auto nb = static_cast<int32_t>(s.table.blocks().size());
         for (int32_t i = 0; i < nb; ++i) scores.push_back(static_cast<float>(rng() % 5));

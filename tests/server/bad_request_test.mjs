@@ -116,6 +116,28 @@ for (const [field, value] of [
     chat({ [field]: value }), bad(field));
 }
 await expectError("completions: unsupported suffix", "POST", C, cmpl({ suffix: "x" }), bad("suffix"));
+// kv_eviction (docs/kv-eviction.md): the object's shape and values on both endpoints, and a
+// policy the request names without a budget (the server was started with no default budget)
+for (const [name, value] of [
+  ["not an object", "streaming_llm"],
+  ["an unknown policy", { policy: "h2o", budget_tokens: 64 }],
+  ["a policy that is not a string", { policy: 1, budget_tokens: 64 }],
+  ["an unknown field", { policy: "streaming_llm", budget_tokens: 64, keep: 3 }],
+  ["budget 0", { policy: "streaming_llm", budget_tokens: 0 }],
+  ["a negative budget", { policy: "paged_eviction", budget_tokens: -8 }],
+  ["a fractional budget", { policy: "paged_eviction", budget_tokens: 8.5 }],
+  ["a budget past int32", { policy: "paged_eviction", budget_tokens: 2 ** 40 }],
+  ["a negative sink", { policy: "streaming_llm", budget_tokens: 64, sink_tokens: -1 }],
+  ["sink + window over the budget",
+    { policy: "streaming_llm", budget_tokens: 64, sink_tokens: 8, window_tokens: 60 }],
+  ["no budget anywhere", { policy: "streaming_llm" }],
+  ["a sink over the budget", { policy: "streaming_llm", budget_tokens: 2 }],
+]) {
+  await expectError(`completions: kv_eviction ${name}`, "POST", C, cmpl({ kv_eviction: value }),
+    { status: 400, type: "invalid_request_error" });
+  await expectError(`chat: kv_eviction ${name}`, "POST", CH, chat({ kv_eviction: value }),
+    { status: 400, type: "invalid_request_error" });
+}
 // The model and its context length
 await expectError("unknown model", "POST", C, cmpl({ model: "no-such-model" }),
   { status: 404, type: "not_found_error", param: "model", code: "model_not_found" });

@@ -84,6 +84,36 @@ TEST_F(CompletionTest, EveryBadFieldIsA400NamingIt) {
   EXPECT_NE(unknown.to_json().find("\"error\""), std::string::npos);
 }
 
+TEST_F(CompletionTest, KvEvictionIsReadAndItsBadValuesAre400sNamingIt) {
+  CompletionRequest r =
+      ok(R"({"prompt":"x","kv_eviction":{"policy":"streaming_llm","budget_tokens":64,)"
+         R"("sink_tokens":4,"window_tokens":32}})");
+  ASSERT_TRUE(r.kv_eviction.has_value());
+  EXPECT_EQ(*r.kv_eviction, (KvEvictionParams{KvEvictionPolicy::kStreamingLlm, 64, 4, 32}));
+  r = ok(R"({"prompt":"x","kv_eviction":{"budget_tokens":128}})");
+  EXPECT_EQ(*r.kv_eviction, (KvEvictionParams{std::nullopt, 128, -1, -1}))
+      << "the fields it leaves out are the server's";
+  r = ok(R"({"prompt":"x","kv_eviction":{"policy":"paged_eviction","budget_tokens":8}})");
+  EXPECT_EQ(r.kv_eviction->policy, KvEvictionPolicy::kPagedEviction);
+  EXPECT_FALSE(ok(R"({"prompt":"x"})").kv_eviction.has_value());
+  EXPECT_FALSE(ok(R"({"prompt":"x","kv_eviction":null})").kv_eviction.has_value());
+  auto chat = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"hi"}],"kv_eviction":{"policy":"none"}})", model_);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(chat));
+  EXPECT_EQ(std::get<CompletionRequest>(chat).kv_eviction->policy, KvEvictionPolicy::kNone);
+  for (const char* bad :
+       {R"("streaming_llm")", R"({"policy":"h2o","budget_tokens":8})",
+        R"({"policy":["streaming_llm"]})", R"({"policy":"streaming_llm","budget":8})",
+        R"({"budget_tokens":0})", R"({"budget_tokens":-1})", R"({"budget_tokens":1.5})",
+        R"({"budget_tokens":"64"})", R"({"budget_tokens":4294967297})",
+        R"({"budget_tokens":8,"sink_tokens":-2})", R"({"budget_tokens":8,"window_tokens":true})",
+        R"({"budget_tokens":8,"sink_tokens":4,"window_tokens":5})"}) {
+    const ApiError e = error(std::string(R"({"prompt":"x","kv_eviction":)") + bad + "}");
+    EXPECT_EQ(e.http_status, 400) << bad;
+    EXPECT_EQ(e.param, "kv_eviction") << bad;
+  }
+}
+
 TEST_F(CompletionTest, ChatMessagesAreRenderedWithTheModelsTemplate) {
   auto r = parse_chat_request(
       R"({"messages":[{"role":"user","content":"Hello"}],"max_completion_tokens":5,)"

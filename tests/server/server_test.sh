@@ -47,6 +47,19 @@ ids=$(sed -n 's/.*"tokens":\(\[[0-9,]*\]\).*/\1/p' "$tmp/body")
   grep -qE '^strata:kv_group_used_blocks\{group="0",kind="full_attention"\} [0-9]' "$tmp/body" &&
   grep -qE '^strata:kv_group_bytes\{group="0",kind="full_attention"\} [1-9]' "$tmp/body" &&
   ok || fail "metrics"
+# Token eviction: a 200-token prompt under a 64-token budget completes on both endpoints, and
+# /metrics counts the blocks it gave back.
+long=$(printf '7,%.0s' $(seq 1 199))7
+for policy in streaming_llm paged_eviction; do
+  [[ $(status "$base/v1/completions" -d "{\"prompt\":[$long],\"max_tokens\":24,\"ignore_eos\":true,
+       \"kv_eviction\":{\"policy\":\"$policy\",\"budget_tokens\":64}}") == 200 ]] &&
+    grep -q '"completion_tokens":24' "$tmp/body" && ok || fail "completion with $policy: $(cat "$tmp/body")"
+done
+[[ $(status "$base/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Tell me a long story about the sea"}],
+     "max_tokens":40,"ignore_eos":true,"kv_eviction":{"policy":"streaming_llm","budget_tokens":16,"sink_tokens":4}}') \
+  == 200 ]] && grep -q '"completion_tokens":40' "$tmp/body" && ok || fail "chat with kv_eviction: $(cat "$tmp/body")"
+[[ $(status "$base/metrics") == 200 ]] && grep -qE '^strata:kv_evicted_blocks_total [1-9]' "$tmp/body" \
+  && ok || fail "kv_evicted_blocks_total"
 [[ $(status "$base/v1/completions" -d '{bad') == 400 ]] && grep -q '"error"' "$tmp/body" \
   && ok || fail "malformed JSON"
 [[ $(status -X GET "$base/v1/completions") == 405 ]] && ok || fail "wrong method"

@@ -66,6 +66,23 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
       ->check(CLI::Range(1, 1 << 24));
   cmd.add_option("--max-model-len", o.max_model_len, "Longest prompt + output (0 = model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd.add_option("--kv-eviction-policy", o.kv_eviction_policy,
+                 "Token eviction for requests that name none: none, streaming_llm (sink + newest "
+                 "blocks) or paged_eviction (lowest ||V||/||K|| blocks first); whole blocks go "
+                 "once a sequence holds more than --kv-budget-tokens (CPU only)")
+      ->check(CLI::IsMember({"none", "streaming_llm", "paged_eviction"}));
+  cmd.add_option("--kv-budget-tokens", o.kv_budget_tokens,
+                 "Token eviction: the most KV slots a sequence holds after its prompt (0 = none "
+                 "by default: requests name theirs)")
+      ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
+  cmd.add_option("--kv-sink-tokens", o.kv_sink_tokens,
+                 "Token eviction: leading positions never evicted (default: 4 for "
+                 "streaming_llm, 0 for paged_eviction)")
+      ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
+  cmd.add_option("--kv-window-tokens", o.kv_window_tokens,
+                 "Token eviction: newest positions never evicted (default: the budget less the "
+                 "sink for streaming_llm, 0 for paged_eviction)")
+      ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV of cached prompt prefixes (on by default)");
   cmd.add_flag("--disable-hybrid-kv-cache-manager", o.disable_hybrid_kv_cache_manager,
@@ -214,6 +231,12 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_quant_check_progress = kv_quant_check_progress();  // called only when the check runs
   check_kv_int4_residual_flag(o.kv_cache.kv_int4_residual, c.block_size, c.kv_cache_dtype);
   c.kv_int4_residual = o.kv_cache.kv_int4_residual;
+  if (o.kv_eviction_policy != "none") {
+    c.kv_eviction.policy = parse_kv_eviction_policy(o.kv_eviction_policy);
+  }
+  c.kv_eviction.budget_tokens = o.kv_budget_tokens;
+  c.kv_eviction.sink_tokens = o.kv_sink_tokens;
+  c.kv_eviction.window_tokens = o.kv_window_tokens;
   return c;
 }
 

@@ -1,0 +1,97 @@
+// Token eviction in the step loop (docs/kv-eviction.md): after a step, a sequence past its
+// prompt whose table holds more slots than its budget gives whole blocks back, as its policy
+// (kv/kv_eviction.h) chooses; a recompute after preemption repeats the recorded evictions at the
+// same points instead, so it makes the same K/V as the run it replaces.
+
+#include <algorithm>
+
+#include "engine/engine_impl.h"
+#include "kv/kv_eviction.h"
+
+namespace strata {
+
+using engine::Sequence;
+
+Status EngineImpl::check_eviction(const ResolvedKvEviction& e) const {
+  if (!e.active()) return Status::Ok();
+  const std::string what = std::string("kv_eviction policy ") + kv_eviction_policy_name(e.policy);
+  if (config_.device != Device::kCpu) {
+    return Status::InvalidArgument(what + " runs on the CPU engine only for now (issue 39)");
+  }
+  if (cache_->num_groups() != 1 || cache_->group_spec(0).kind != kv::KvGroupKind::kFullAttention) {
+    return Status::InvalidArgument(
+        what + " needs a KV cache of one full-attention group; this model's cache has " +
+        std::to_string(cache_->num_groups()) + " group(s), the first " +
+        kv::kv_group_kind_name(cache_->group_spec(0).kind) +
+        " (sliding-window layers, an int4 cache's newest blocks)");
+  }
+  if (e.policy == KvEvictionPolicy::kPagedEviction &&
+      !kv::can_score_blocks(runner_->kv_layout(0))) {
+    return Status::InvalidArgument(
+        what +
+        " scores blocks from float32, bfloat16 or float16 K/V; this pool is quantized "
+        "(--kv-cache-dtype)");
+  }
+  return Status::Ok();
+}
+
+Status EngineImpl::check_default_eviction() const {
+  Result<ResolvedKvEviction> e = resolve_kv_eviction(std::nullopt, config_.kv_eviction);
+  if (!e.ok()) return e.status();
+  return check_eviction(*e);
+}
+
+std::vector<float> EngineImpl::block_scores(const Sequence& s) {
+  const std::span<const BlockId> row = s.table.blocks();
+  const auto n = static_cast<int32_t>(row.size());
+  const kv::KvLayout& layout = runner_->kv_layout(0);
+  if (score_mover_ == nullptr) score_mover_ = runner_->new_block_mover(0);
+  if (score_buffer_ == nullptr || score_buffer_->num_blocks() < n) {
+    if (score_buffer_ != nullptr) score_mover_->detach(*score_buffer_);
+    score_buffer_ = std::make_unique<kv::HostKvBuffer>(layout, std::max(n, 64));
+    score_mover_->attach(*score_buffer_);
+  }
+  std::vector<kv::BlockCopy> pairs;
+  pairs.reserve(row.size());
+  for (int32_t i = 0; i < n; ++i) pairs.push_back({row[static_cast<size_t>(i)], BlockId{i}});
+  score_mover_->to_host(pairs, *score_buffer_);
+  const int32_t bs = config_.block_size;
+  std::vector<float> scores(row.size());
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t tokens = std::min(bs, s.table.num_tokens() - i * bs);
+    scores[static_cast<size_t>(i)] = kv::block_value_key_ratio(
+        layout, score_buffer_->data() + static_cast<int64_t>(i) * layout.block_bytes(), tokens);
+  }
+  return scores;
+}
+
+Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
+  if (!s.eviction.active()) return Status::Ok();
+  const int32_t bs = config_.block_size;
+  if (s.num_evictions_applied < s.evictions.size()) {  // a recompute repeating them
+    const engine::EvictionRecord& rec = s.evictions[s.num_evictions_applied];
+    if (s.num_computed < rec.at_computed) return Status::Ok();
+    STRATA_CHECK(s.num_computed == rec.at_computed, "a recompute ran past an eviction point");
+    cache_->evict_blocks(s.table, rec.entries);
+    ++s.num_evictions_applied;
+    return Status::Ok();
+  }
+  // The prompt is computed with full attention (any chunking gives the same K/V); from its end on
+  // the budget holds after every step, so the points where blocks go do not depend on the batch.
+  if (s.num_computed >= s.num_prompt && s.table.num_tokens() > s.eviction.budget_tokens) {
+    std::vector<float> scores;
+    if (s.eviction.policy == KvEvictionPolicy::kPagedEviction) scores = block_scores(s);
+    std::vector<int32_t> entries =
+        kv::choose_evicted_blocks(s.eviction, s.table.num_tokens(), bs, scores);
+    if (!entries.empty()) {
+      cache_->evict_blocks(s.table, entries);
+      r.metrics.num_evicted_blocks += static_cast<int32_t>(entries.size());
+      totals_.num_kv_evicted_blocks += static_cast<int64_t>(entries.size());
+      s.evictions.push_back({s.num_computed, std::move(entries)});
+      s.num_evictions_applied = s.evictions.size();
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace strata

@@ -1,0 +1,286 @@
+// Token eviction in the step loop (docs/kv-eviction.md) on the llama3-gqa fixture: a budget the
+// sequence never exceeds changes nothing (bit-equal tokens and logprobs); a small one takes
+// exactly the blocks the policy's definition names, step after step (hand-computed counts); the
+// prefix cache never serves what an evicted sequence computed after its eviction; forks evict
+// on their own without freeing each other's blocks; preemption (recompute and swap) returns what
+// the request gets alone; the engine refuses what it cannot run (a windowed model, PagedEviction
+// over a quantized pool); a server default applies to requests that name none. No block leaks.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
+#include "engine_testing.h"
+#include "model/model.h"
+#include "reference_testing.h"
+#include "strata/engine.h"
+
+namespace strata {
+namespace {
+
+constexpr double kTolerance = 1e-5;
+const std::string kModels = std::string(STRATA_TEST_DATA_DIR) + "/models/";
+
+using engine::test_util::Collected;
+using engine::test_util::drain;
+using engine::test_util::greedy;
+using engine::test_util::prompt_of;
+
+KvEvictionParams eviction(KvEvictionPolicy policy, int32_t budget, int32_t sink = -1,
+                          int32_t window = -1) {
+  return KvEvictionParams{policy, budget, sink, window};
+}
+
+EngineRequest with(EngineRequest r, const KvEvictionParams& e) {
+  r.kv_eviction = e;
+  return r;
+}
+
+class KvEvictionEngineTest : public ::testing::Test {
+ protected:
+  KvEvictionEngineTest() : pool_(2), model_(model::Model::load({kModels + "llama3-gqa"})) {}
+
+  std::unique_ptr<Engine> make(EngineConfig c = {}) {
+    if (c.num_blocks == 0) c.num_blocks = 256;
+    auto e = engine::create_engine(model_, pool_, c);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  Collected alone(const EngineRequest& r, const EngineConfig& c = {}) {
+    auto e = make(c);
+    const RequestId id = *e->submit(r);
+    Collected got = drain(*e)[id];
+    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+    return got;
+  }
+
+  // Runs one request step by step; the pool's used blocks after each step (the request's own:
+  // nothing else runs and the prefix cache holds only free blocks).
+  std::vector<int32_t> used_blocks_per_step(const EngineRequest& r, Collected* out = nullptr) {
+    auto e = make();
+    const RequestId id = *e->submit(r);
+    std::vector<int32_t> used;
+    Collected c;
+    while (e->has_unfinished()) {
+      auto step = e->step();
+      EXPECT_TRUE(step.ok());
+      if (!step.ok()) break;
+      used.push_back(e->last_step().num_used_blocks);
+      for (const RequestOutput& o : *step) engine::test_util::absorb(c, o);
+    }
+    if (out != nullptr) *out = c;
+    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+    (void)id;
+    return used;
+  }
+
+  ThreadPool pool_;
+  model::Model model_;
+};
+
+TEST_F(KvEvictionEngineTest, ABudgetTheSequenceNeverExceedsChangesNothing) {
+  const EngineRequest plain = greedy(prompt_of(300, 1), 20);
+  const Collected ref = alone(plain);
+  for (const KvEvictionPolicy p :
+       {KvEvictionPolicy::kStreamingLlm, KvEvictionPolicy::kPagedEviction}) {
+    const Collected got = alone(with(plain, eviction(p, 320)));
+    EXPECT_EQ(got.tokens.at(0), ref.tokens.at(0));
+    ASSERT_EQ(got.logprobs.at(0).size(), ref.logprobs.at(0).size());
+    for (size_t i = 0; i < ref.logprobs.at(0).size(); ++i) {
+      EXPECT_EQ(got.logprobs.at(0)[i].logprob, ref.logprobs.at(0)[i].logprob) << "bit-equal";
+      EXPECT_EQ(got.logprobs.at(0)[i].top_logprobs, ref.logprobs.at(0)[i].top_logprobs);
+    }
+    EXPECT_EQ(got.metrics.num_evicted_blocks, 0);
+    EXPECT_EQ(got.metrics.max_held_blocks, 20) << "320 slots in blocks of 16";
+  }
+}
+
+// Block size 16, a 64-token prompt (4 full blocks), 40 tokens (39 computed after the prompt),
+// budget 32, sink 4 (block 0), window 28. After the prompt: 64 slots, the window's slots 36..63
+// are blocks 2, 3, so block 1 goes (48 slots, 3 blocks). Each decode step adds a slot; when 60
+// slots are held the window starts at slot 32 (block 2): block 1 goes again (44 slots). That
+// happens after decode steps 12 and 28: 3 blocks in all, never more than 4 held.
+TEST_F(KvEvictionEngineTest, StreamingLlmTakesTheBlocksItsDefinitionNames) {
+  const EngineRequest r =
+      with(greedy(prompt_of(64, 2), 40), eviction(KvEvictionPolicy::kStreamingLlm, 32, 4));
+  Collected got;
+  const std::vector<int32_t> used = used_blocks_per_step(r, &got);
+  ASSERT_EQ(used.size(), 40u) << "one prefill step, then 39 decode steps (the last finishes)";
+  std::vector<int32_t> want = {3};  // after the prompt
+  int32_t slots = 48;
+  for (int32_t k = 1; k < 40; ++k) {
+    ++slots;
+    if (slots == 60) slots = 44;
+    want.push_back((slots + 15) / 16);
+  }
+  want.back() = 0;  // the finished sequence gave its blocks back
+  EXPECT_EQ(used, want);
+  EXPECT_EQ(got.metrics.num_evicted_blocks, 3);
+  EXPECT_EQ(got.metrics.max_held_blocks, 4);
+  // It changed what the model saw: the full cache's tokens or logprobs differ.
+  const Collected full = alone(greedy(prompt_of(64, 2), 40));
+  auto chosen = [](const Collected& c) {
+    std::vector<float> l;
+    for (const TokenLogprobs& t : c.logprobs.at(0)) l.push_back(t.logprob);
+    return l;
+  };
+  EXPECT_NE(chosen(got), chosen(full));
+}
+
+// PagedEviction with no sink and no window: after the prompt two of the four blocks go (the two
+// lowest scores; 32 slots left); from then on one block goes whenever a 33rd slot opens a third
+// block: after decode steps 1, 17 and 33. Five blocks in all, and 2 held after every step.
+TEST_F(KvEvictionEngineTest, PagedEvictionKeepsTheBudgetBlockByBlock) {
+  const EngineRequest r =
+      with(greedy(prompt_of(64, 3), 40), eviction(KvEvictionPolicy::kPagedEviction, 32));
+  Collected got;
+  const std::vector<int32_t> used = used_blocks_per_step(r, &got);
+  ASSERT_EQ(used.size(), 40u);
+  for (size_t i = 0; i + 1 < used.size(); ++i) EXPECT_EQ(used[i], 2) << "step " << i;
+  EXPECT_EQ(got.metrics.num_evicted_blocks, 5);
+  EXPECT_EQ(got.metrics.max_held_blocks, 2);
+}
+
+TEST_F(KvEvictionEngineTest, ThePrefixCacheNeverServesWhatAnEvictedSequenceComputedAfterward) {
+  auto e = make();
+  const std::vector<int32_t> prompt = prompt_of(64, 4);
+  const RequestId a =
+      *e->submit(with(greedy(prompt, 40), eviction(KvEvictionPolicy::kStreamingLlm, 32, 4)));
+  const Collected first = drain(*e)[a];
+  ASSERT_EQ(first.metrics.num_evicted_blocks, 3);
+  // The prompt and everything A generated, without eviction: only the prompt's 4 blocks, computed
+  // before A's first eviction, may come from the cache (A's later blocks attended to a gapped
+  // context), and the result is a cold run's.
+  std::vector<int32_t> longer = prompt;
+  longer.insert(longer.end(), first.tokens.at(0).begin(), first.tokens.at(0).end());
+  const RequestId b = *e->submit(greedy(longer, 8));
+  const Collected second = drain(*e)[b];
+  EXPECT_EQ(second.metrics.num_cached_tokens, 64);
+  EngineConfig cold;
+  cold.enable_prefix_caching = false;
+  const Collected ref = alone(greedy(longer, 8), cold);
+  EXPECT_EQ(second.tokens.at(0), ref.tokens.at(0));
+  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(second.logprobs.at(0), ref.logprobs.at(0)),
+            kTolerance);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+TEST_F(KvEvictionEngineTest, ForksEvictOnTheirOwnWithoutFreeingEachOthersBlocks) {
+  EngineRequest r =
+      with(greedy(prompt_of(70, 5), 40), eviction(KvEvictionPolicy::kStreamingLlm, 32, 4));
+  const Collected one = alone(r);
+  r.n = 3;  // greedy forks: three copies of the same sequence, sharing the prompt's blocks
+  const Collected three = alone(r);
+  for (int32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(three.tokens.at(i), one.tokens.at(0)) << "fork " << i;
+    EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(three.logprobs.at(i), one.logprobs.at(0)),
+              kTolerance);
+  }
+  EXPECT_GT(three.metrics.num_evicted_blocks, one.metrics.num_evicted_blocks);
+}
+
+class KvEvictionPreemptionTest : public KvEvictionEngineTest,
+                                 public ::testing::WithParamInterface<PreemptionMode> {};
+
+// Twelve 16-token blocks, requests of 40-47 prompt tokens and 24 output tokens under a 16-token
+// StreamingLLM budget (sink 4, window 8: block 1 goes at the prompt's end and again 16 tokens
+// later): they preempt each other after evicting. Each request's tokens and logprobs are what it
+// gets alone (a recompute repeats its evictions at the same points; recomputing the whole
+// sequence and evicting after would not give the same K/V).
+TEST_P(KvEvictionPreemptionTest, PreemptedEvictedRequestsGetWhatTheyGetAlone) {
+  auto e = make(engine::test_util::preempting({}, GetParam()));
+  std::vector<EngineRequest> requests;
+  std::vector<RequestId> ids;
+  for (int32_t i = 0; i < 8; ++i) {
+    requests.push_back(with(greedy(prompt_of(40 + i, i), 24),
+                            eviction(KvEvictionPolicy::kStreamingLlm, 16, 4, 8)));
+    ids.push_back(*e->submit(requests.back()));
+  }
+  auto got = drain(*e);
+  EXPECT_GT(e->totals().num_preemptions, 0);
+  EXPECT_GT(e->totals().num_kv_evicted_blocks, 0);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+  int evicted_and_preempted = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Collected ref = alone(requests[i]);
+    const Collected& x = got[ids[i]];
+    EXPECT_EQ(x.tokens.at(0), ref.tokens.at(0)) << "request " << i;
+    EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(x.logprobs.at(0), ref.logprobs.at(0)),
+              kTolerance)
+        << "request " << i;
+    EXPECT_EQ(x.metrics.num_evicted_blocks, ref.metrics.num_evicted_blocks) << "request " << i;
+    evicted_and_preempted += x.metrics.num_preemptions > 0 && x.metrics.num_evicted_blocks > 0;
+  }
+  EXPECT_GT(evicted_and_preempted, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, KvEvictionPreemptionTest,
+                         ::testing::Values(PreemptionMode::kRecompute, PreemptionMode::kSwap),
+                         [](const ::testing::TestParamInfo<PreemptionMode>& i) {
+                           return i.param == PreemptionMode::kSwap ? "Swap" : "Recompute";
+                         });
+
+TEST_F(KvEvictionEngineTest, TheServerDefaultAppliesToRequestsThatNameNone) {
+  EngineConfig c;
+  c.kv_eviction = eviction(KvEvictionPolicy::kStreamingLlm, 32, 4);
+  const EngineRequest plain = greedy(prompt_of(64, 2), 40);
+  const Collected by_default = alone(plain, c);
+  const Collected named = alone(with(plain, eviction(KvEvictionPolicy::kStreamingLlm, 32, 4)));
+  EXPECT_EQ(by_default.tokens.at(0), named.tokens.at(0));
+  EXPECT_EQ(by_default.metrics.num_evicted_blocks, 3);
+  // A request's policy none turns it off; a budget alone keeps the default's policy.
+  EXPECT_EQ(alone(with(plain, eviction(KvEvictionPolicy::kNone, 0)), c).metrics.num_evicted_blocks,
+            0);
+  KvEvictionParams budget_only;
+  budget_only.budget_tokens = 48;
+  EXPECT_GT(alone(with(plain, budget_only), c).metrics.num_evicted_blocks, 0);
+  // A default policy without a budget is refused at creation.
+  EngineConfig bad;
+  bad.kv_eviction.policy = KvEvictionPolicy::kPagedEviction;
+  bad.num_blocks = 64;
+  EXPECT_FALSE(engine::create_engine(model_, pool_, bad).ok());
+}
+
+TEST_F(KvEvictionEngineTest, RefusesWhatItCannotRun) {
+  auto e = make();
+  auto no_budget =
+      e->submit(with(greedy(prompt_of(20, 1)), KvEvictionParams{KvEvictionPolicy::kStreamingLlm}));
+  ASSERT_FALSE(no_budget.ok());
+  EXPECT_EQ(no_budget.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(no_budget.status().message().find("budget_tokens"), std::string::npos);
+  EXPECT_FALSE(
+      e->submit(with(greedy(prompt_of(20, 1)), eviction(KvEvictionPolicy::kStreamingLlm, 8, 6, 6)))
+          .ok());
+  // PagedEviction reads K and V as numbers: not from an int8 pool (StreamingLLM does not read
+  // them).
+  EngineConfig int8;
+  int8.kv_cache_dtype = KvCacheDType::kInt8;
+  auto q = make(int8);
+  ASSERT_NE(q, nullptr);
+  EXPECT_FALSE(
+      q->submit(with(greedy(prompt_of(20, 1)), eviction(KvEvictionPolicy::kPagedEviction, 16)))
+          .ok());
+  EXPECT_TRUE(
+      q->submit(with(greedy(prompt_of(20, 1)), eviction(KvEvictionPolicy::kStreamingLlm, 16)))
+          .ok());
+  drain(*q);
+  // A model whose layers use a sliding window keeps a window group: refused.
+  model::Model swa = model::Model::load({kModels + "mistral-swa"});
+  EngineConfig sc;
+  sc.num_blocks = 64;
+  auto w = engine::create_engine(swa, pool_, sc);
+  ASSERT_TRUE(w.ok());
+  auto refused =
+      (*w)->submit(with(greedy(prompt_of(20, 1)), eviction(KvEvictionPolicy::kStreamingLlm, 16)));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("full-attention"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata
