@@ -13,7 +13,8 @@
 #                                           .devcarry/gpu-pack (the packed binaries) copied there
 #                                           (nothing else is needed): runs the kernel tests, the GPU
 #                                           model test (bf16 fixtures), the decode and prefill
-#                                           benchmarks, the PyTorch comparison, a reduced filter of
+#                                           benchmarks, the PyTorch comparison, the KV codec's GPU
+#                                           encoder and decoder, a reduced filter of
 #                                           the tests under compute-sanitizer memcheck and
 #                                           racecheck, and the GPU engine benchmarks beside
 #                                           transformers (tools/gpu/gpu_engine_bench.sh); writes at
@@ -25,7 +26,7 @@
 #                                           was put together)
 #
 # GPU_CHECK_STEPS picks the run's steps (default: all of tests bench prefill ops tensor_cores torch
-# kvquant engine_tests engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute
+# kvquant codec engine_tests engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute
 # calls; the record (docs/gpu-runs.md) merges what the runs of one build measured.
 # GPU_CHECK_JOBS sets the build's parallelism (default 1); GPU_CHECK_SANITIZER_FILTER the tests
 # run under the sanitizers.
@@ -155,11 +156,12 @@ cmd_build() {
   cmake -S "$CARRY/project" -B "$CARRY/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DSTRATA_CUDA_EXTRA_HEAD_DIMS=ON >/dev/null
   ninja -C "$CARRY/build" -j "$JOBS" strata_kernels_cuda_test strata_decode_bench strata_prefill_bench \
-    strata_model_ops_bench strata_tensor_core_bench
+    strata_model_ops_bench strata_tensor_core_bench strata_kv_codec_split_bench
   mkdir -p "$CARRY/bin"
   cp "$CARRY/build/tests_kernels_cuda/strata_kernels_cuda_test" "$CARRY/bin/"
   cp "$CARRY/build/bench_cuda/strata_decode_bench" "$CARRY/build/bench_cuda/strata_prefill_bench" \
     "$CARRY/build/bench_cuda/strata_model_ops_bench" "$CARRY/build/bench_cuda/strata_tensor_core_bench" \
+    "$CARRY/build/bench_cuda/strata_kv_codec_split_bench" \
     "$CARRY/bin/"
   cp "$ROOT/tools/gpu/bench_decode_torch.py" "$CARRY/bin/"
   build_engine
@@ -186,7 +188,8 @@ cmd_build() {
     "$CARRY/bin/model_cuda_fp8_weights_test" \
     "$CARRY/bin/engine_cuda_engine_test" \
     "$CARRY/bin/strata_kernels_cuda_test" "$CARRY/bin/strata_decode_bench" "$CARRY/bin/strata_prefill_bench" \
-    "$CARRY/bin/strata_model_ops_bench" "$CARRY/bin/strata_tensor_core_bench"
+    "$CARRY/bin/strata_model_ops_bench" "$CARRY/bin/strata_tensor_core_bench" \
+    "$CARRY/bin/strata_kv_codec_split_bench"
   mkdir -p "$ROOT/.devcarry/gpu-pack"
   tar cf - -C "$CARRY" bin | xz -T2 --lzma2=preset=6,dict=512MiB >"$ROOT/.devcarry/gpu-pack/bin.tar.xz"
   du -sh "$CARRY/bin" "$ROOT/.devcarry/gpu-pack/bin.tar.xz"
@@ -198,7 +201,7 @@ cmd_build() {
 step() {
   local name="$1" log="$2" limit="$3"
   shift 3
-  case " ${GPU_CHECK_STEPS:-tests bench prefill ops tensor_cores torch kvquant engine_tests engine_bench memcheck racecheck} " in
+  case " ${GPU_CHECK_STEPS:-tests bench prefill ops tensor_cores torch kvquant codec engine_tests engine_bench memcheck racecheck} " in
     *" $name "*) ;;
     *) return 0 ;;
   esac
@@ -241,6 +244,10 @@ cmd_run() {
   step kvquant bench 180 bash -c '"$1/strata_decode_bench" --block-size 16 --no-sweep \
     --kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4 --json /tmp/kvq.json &&
     echo "kvq-json: $(tr -d "\n" </tmp/kvq.json)"' _ "$bin"
+  # The KV codec's split scheme on the GPU (docs/kv-codec.md, "On the GPU"): encode and decode of
+  # 256 Llama-3.1-8B blocks against a device-to-device copy, its JSON on one "codec-json: " line.
+  step codec bench 120 bash -c '"$1/strata_kv_codec_split_bench" --json /tmp/codec.json &&
+    echo "codec-json: $(tr -d "\n" </tmp/codec.json)"' _ "$bin"
   # The GPU engine. The model test reads its fixtures from the path compiled in on the CPU
   # machine (the checkout it was built in, ROOT/tests/data): point that path at this checkout.
   export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -279,7 +286,7 @@ cmd_run() {
   # The sanitizers slow kernels by 10-100x: run the small configurations only. Racecheck also
   # runs the quantized prefill sweep, whose producer hands code stages between its threads and
   # the bulk copies (every code dtype, both head dims).
-  local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*}"
+  local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*:*KvCodecSplitCorrupt*}"
   step memcheck sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$bin/strata_kernels_cuda_test" --gtest_brief=1 --gtest_filter="$filter"
   step racecheck sanitizer 200 compute-sanitizer --tool racecheck --error-exitcode 3 \
@@ -290,7 +297,7 @@ cmd_run() {
   tail -n 20 "$OUT/engine.log" 2>/dev/null || true
   grep -E "^###|PASSED|FAILED|SUMMARY" "$OUT/sanitizer.log" 2>/dev/null || true
   tail -n 24 "$OUT/bench.log" 2>/dev/null || true
-  grep -v Warning "$OUT/bench.log" 2>/dev/null | grep -v "^  return\|^kvq-json" | tail -n 30 || true
+  grep -v Warning "$OUT/bench.log" 2>/dev/null | grep -v "^  return\|^kvq-json\|^codec-json" | tail -n 30 || true
 }
 
 cmd_report() {
@@ -352,6 +359,8 @@ if "tensor_cores" in status:
     lines.append(f"| tensor-core paths and the wgmma layout check (`strata_tensor_core_bench`) | {status['tensor_cores']} | in the run's bench.log |")
 lines.append(f"| PyTorch SDPA comparison | {status.get('torch', '?')} | see below |")
 lines.append(f"| quantized KV decode attention (`strata_decode_bench --kv-dtypes`) | {status.get('kvquant', '?')} | see below |")
+if "codec" in status:
+    lines.append(f"| KV codec split on the GPU (`strata_kv_codec_split_bench`) | {status['codec']} | see below |")
 if "kvquant_e2e" in status:
     lines.append(f"| quantized KV end to end (`tools/gpu/gpu_kv_quant_bench.sh`) | {status['kvquant_e2e']} | see below |")
 if "fp8_weights" in status:
@@ -469,6 +478,19 @@ if kvq:
     for r in kvq.get("results", []):
         lines.append(f"| {r['batch']} x {r['context']} | {r['kv_dtype']} | {r['median_us']:.1f} | {r['gbs']:.0f} | "
                      f"{r['gbs'] / kvq['copy_bandwidth_gbs']:.2f} | {r['vs_bf16']:.2f} | {r['max_abs_err']:.2e} |")
+codec_line = [l[len("codec-json: "):] for l in read("bench.log").splitlines() if l.startswith("codec-json: ")]
+codec = json.loads(codec_line[0] if codec_line else "{}")
+if codec:
+    lines += ["", "## The KV codec on the GPU", "",
+              f"{codec.get('blocks')} Llama-3.1-8B blocks of {codec.get('block_bytes', 0) / 2**20:.0f} MiB (bf16, split, a "
+              f"segment per layer's K or V, codebooks calibrated on {codec.get('distinct')} distinct blocks); raw bytes "
+              f"per second, medians of {codec.get('reps')} calls; device-to-device cudaMemcpy of the same bytes in the same "
+              f"run {codec.get('memcpy_gbs', 0):.0f} GB/s (bytes copied).", "",
+              "| values | escapes | ratio | encode GB/s | encode / memcpy | decode GB/s | decode / memcpy |",
+              "|---|---|---|---|---|---|---|"]
+    for r in codec.get("results", []):
+        lines.append(f"| {r['values']} | {100 * r['escape_fraction']:.2f} % | {r['ratio']:.3f} | {r['encode_gbs']:.0f} | "
+                     f"{r['encode_vs_memcpy']:.2f} | {r['decode_gbs']:.0f} | {r['decode_vs_memcpy']:.2f} |")
 e2e = json.loads(read("kvq_engine.json") or "{}")
 if e2e:
     budget = next(iter(e2e.values())).get("header", {}).get("engine", {}).get("max_num_batched_tokens")
