@@ -76,9 +76,13 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
     ++s.num_evictions_applied;
     return Status::Ok();
   }
-  // The prompt is computed with full attention (any chunking gives the same K/V); from its end on
-  // the budget holds after every step, so the points where blocks go do not depend on the batch.
-  if (s.num_computed >= s.num_prompt && s.table.num_tokens() > s.eviction.budget_tokens) {
+  // The policy runs at fixed points: while the prompt is computed, at block boundaries (the
+  // scheduler ends a prefill chunk at the first boundary past the budget), and from the prompt's
+  // end on after every step (one token each). Between two points nothing goes, and any chunking
+  // of the tokens between makes the same K/V, so where blocks go depends on the sequence alone,
+  // never on the batch.
+  const bool at_point = s.num_computed >= s.num_prompt || s.num_computed % bs == 0;
+  if (at_point && s.table.num_tokens() > s.eviction.budget_tokens) {
     std::vector<float> scores;
     if (s.eviction.policy == KvEvictionPolicy::kPagedEviction) scores = block_scores(s);
     std::vector<int32_t> entries =

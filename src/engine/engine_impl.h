@@ -110,8 +110,8 @@ class EngineImpl {
                      const model::SampledToken* sampled);
   void fork_siblings(RequestState& r, engine::Sequence& parent);
   // Token eviction after a step (engine_eviction.cc, docs/kv-eviction.md): a recompute repeats
-  // the eviction recorded at this point; otherwise, once the prompt is computed, the policy
-  // takes blocks while the table holds more slots than the budget.
+  // the eviction recorded at this point; otherwise, at a block boundary of the prompt, its end,
+  // or after a decode step, the policy takes blocks while the table holds more than the budget.
   Status evict_tokens(RequestState& r, engine::Sequence& seq);
   // Why the engine cannot run a request with this eviction, or OK.
   Status check_eviction(const ResolvedKvEviction& eviction) const;

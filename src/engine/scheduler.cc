@@ -195,7 +195,9 @@ int32_t Scheduler::next_chunk(const Sequence& seq, int32_t budget) const {
   // A recompute stops at each eviction it repeats (the engine evicts after that step).
   const int32_t remaining = seq.next_eviction_stop() - seq.num_computed;
   if (seq.num_computed >= seq.num_prompt && remaining == 1) return 1;  // decode
-  return std::min(remaining, budget);
+  return std::min(
+      {remaining, budget,
+       seq.eviction_chunk_limit(seq.num_computed, cache_.block_size(), seq.table.num_tokens())});
 }
 
 void Scheduler::schedule_running(SchedulerOutput& out, int32_t& budget) {
@@ -262,7 +264,9 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
       }
     }
     const int32_t remaining = seq->next_eviction_stop() - hit.num_tokens;
-    const int32_t n = std::min(remaining, budget);
+    const int32_t n =
+        std::min({remaining, budget,
+                  seq->eviction_chunk_limit(hit.num_tokens, cache_.block_size(), hit.num_tokens)});
     // The watermark keeps room for running sequences' next tokens; with none running, a request
     // the pool holds (validate_request) must not wait on it forever.
     const double watermark = running_.empty() ? 0.0 : config_.watermark;

@@ -3,6 +3,7 @@
 // have K/V in the cache, its block table, its sampler and history, and what it returns.
 // Owned by the step loop; not thread-safe.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -108,6 +109,18 @@ struct Sequence {
   int32_t next_eviction_stop() const {
     return num_evictions_applied < evictions.size() ? evictions[num_evictions_applied].at_computed
                                                     : static_cast<int32_t>(tokens.size());
+  }
+  // Token eviction evaluates its policy while the prompt is computed only at block boundaries
+  // (and at the prompt's end), so that the points where blocks go depend on the sequence alone: a
+  // prefill chunk from position `from`, with held_slots in the table, must end at or before the
+  // first boundary at which the table would hold more than the budget. The most tokens it may
+  // compute (a large number when eviction is off or the prompt is done).
+  int32_t eviction_chunk_limit(int32_t from, int32_t block_size, int32_t held_slots) const {
+    if (!eviction.active() || from >= num_prompt) return INT32_MAX;
+    const int32_t room = std::max(eviction.budget_tokens - held_slots, 0);
+    const int64_t boundary =
+        (static_cast<int64_t>(from) + room) / block_size * block_size + block_size;
+    return static_cast<int32_t>(std::min<int64_t>(boundary - from, INT32_MAX));
   }
   // Positions the applied evictions took out of the table.
   int32_t num_evicted_tokens(int32_t block_size) const {

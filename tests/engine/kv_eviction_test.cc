@@ -101,18 +101,20 @@ TEST_F(KvEvictionEngineTest, ABudgetTheSequenceNeverExceedsChangesNothing) {
   }
 }
 
-// Block size 16, a 64-token prompt (4 full blocks), 40 tokens (39 computed after the prompt),
-// budget 32, sink 4 (block 0), window 28. After the prompt: 64 slots, the window's slots 36..63
-// are blocks 2, 3, so block 1 goes (48 slots, 3 blocks). Each decode step adds a slot; when 60
-// slots are held the window starts at slot 32 (block 2): block 1 goes again (44 slots). That
-// happens after decode steps 12 and 28: 3 blocks in all, never more than 4 held.
+// Block size 16, a 64-token prompt, 40 tokens (39 computed after the prompt), budget 32, sink 4
+// (block 0), window 28. The prompt: the first chunk runs to 48, the first block boundary past the
+// budget; there the window's slots 20..47 reach into block 1, so nothing goes (3 blocks). The next
+// chunk ends at the prompt's end, 64: the window is slots 36..63 (blocks 2, 3) and block 1 goes
+// (48 slots, 3 blocks). Each decode step adds a slot; when 60 are held the window starts at slot
+// 32 (block 2): block 1 goes again (44 slots), after decode steps 12 and 28. 3 blocks in all,
+// never more than 4 held.
 TEST_F(KvEvictionEngineTest, StreamingLlmTakesTheBlocksItsDefinitionNames) {
   const EngineRequest r =
       with(greedy(prompt_of(64, 2), 40), eviction(KvEvictionPolicy::kStreamingLlm, 32, 4));
   Collected got;
   const std::vector<int32_t> used = used_blocks_per_step(r, &got);
-  ASSERT_EQ(used.size(), 40u) << "one prefill step, then 39 decode steps (the last finishes)";
-  std::vector<int32_t> want = {3};  // after the prompt
+  ASSERT_EQ(used.size(), 41u) << "two prefill steps, then 39 decode steps (the last finishes)";
+  std::vector<int32_t> want = {3, 3};  // after each prefill chunk
   int32_t slots = 48;
   for (int32_t k = 1; k < 40; ++k) {
     ++slots;
@@ -133,15 +135,48 @@ TEST_F(KvEvictionEngineTest, StreamingLlmTakesTheBlocksItsDefinitionNames) {
   EXPECT_NE(chosen(got), chosen(full));
 }
 
-// PagedEviction with no sink and no window: after the prompt two of the four blocks go (the two
-// lowest scores; 32 slots left); from then on one block goes whenever a 33rd slot opens a third
+// A 200-token prompt under a 64-token StreamingLLM budget (sink 4, window 60) holds at most 6
+// blocks while its prompt is computed, not the prompt's 13: the chunks stop at each block
+// boundary past the budget (80, 96, ..., 192, then the prompt's end), and from 96 on one block
+// goes at each (5 blocks, 80 slots), then 6 at the prompt's end (88 slots); in decode one more
+// goes when 92 slots are held (the window's start reaches block 2). The points where
+// blocks go depend on the sequence alone: 7-token chunks (and any batch) give the same tokens and
+// logprobs, and so does running among other requests.
+TEST_F(KvEvictionEngineTest, StreamingLlmHoldsItsBudgetWhileThePromptIsComputed) {
+  const EngineRequest r =
+      with(greedy(prompt_of(200, 6), 20), eviction(KvEvictionPolicy::kStreamingLlm, 64));
+  const Collected got = alone(r);
+  EXPECT_EQ(got.metrics.max_held_blocks, 6);
+  EXPECT_EQ(got.metrics.num_evicted_blocks, 7 + 1) << "96, 112, ..., 192 and one in decode";
+  EngineConfig chunked;
+  chunked.max_num_batched_tokens = 7;
+  const Collected small_chunks = alone(r, chunked);
+  EXPECT_EQ(small_chunks.tokens.at(0), got.tokens.at(0));
+  EXPECT_LE(
+      engine::test_util::max_top_logprobs_rel_err(small_chunks.logprobs.at(0), got.logprobs.at(0)),
+      kTolerance);
+  EXPECT_EQ(small_chunks.metrics.num_evicted_blocks, got.metrics.num_evicted_blocks);
+  auto e = make();
+  std::vector<RequestId> others;
+  for (int32_t i = 0; i < 3; ++i) others.push_back(*e->submit(greedy(prompt_of(90 + i, i), 30)));
+  const RequestId id = *e->submit(r);
+  const Collected batched = drain(*e)[id];
+  EXPECT_EQ(batched.tokens.at(0), got.tokens.at(0));
+  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(batched.logprobs.at(0), got.logprobs.at(0)),
+            kTolerance);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+// PagedEviction with no sink and no window: the prompt's first chunk stops at 48 (the first
+// boundary past the budget), where one of blocks 0, 1 goes (the lower score; 32 slots left); at
+// the prompt's end, 64, one more. From then on one block goes whenever a 33rd slot opens a third
 // block: after decode steps 1, 17 and 33. Five blocks in all, and 2 held after every step.
 TEST_F(KvEvictionEngineTest, PagedEvictionKeepsTheBudgetBlockByBlock) {
   const EngineRequest r =
       with(greedy(prompt_of(64, 3), 40), eviction(KvEvictionPolicy::kPagedEviction, 32));
   Collected got;
   const std::vector<int32_t> used = used_blocks_per_step(r, &got);
-  ASSERT_EQ(used.size(), 40u);
+  ASSERT_EQ(used.size(), 41u);
   for (size_t i = 0; i + 1 < used.size(); ++i) EXPECT_EQ(used[i], 2) << "step " << i;
   EXPECT_EQ(got.metrics.num_evicted_blocks, 5);
   EXPECT_EQ(got.metrics.max_held_blocks, 2);

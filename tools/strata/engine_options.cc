@@ -72,7 +72,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                  "once a sequence holds more than --kv-budget-tokens (CPU only)")
       ->check(CLI::IsMember({"none", "streaming_llm", "paged_eviction"}));
   cmd.add_option("--kv-budget-tokens", o.kv_budget_tokens,
-                 "Token eviction: the most KV slots a sequence holds after its prompt (0 = none "
+                 "Token eviction: the most KV slots a sequence holds between steps (0 = none "
                  "by default: requests name theirs)")
       ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
   cmd.add_option("--kv-sink-tokens", o.kv_sink_tokens,
