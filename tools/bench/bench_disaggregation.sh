@@ -29,7 +29,8 @@ tmp=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 
-# serve NAME ARGS...: starts an instance on a free port; prints its URL.
+# serve NAME ARGS...: starts an instance on a free port; sets url to its URL. Not called in a
+# command substitution: its subshell would keep the pid, and stop_all would stop nothing.
 serve() {
   local name=$1 port=""
   shift
@@ -41,7 +42,7 @@ serve() {
     sleep 0.1
   done
   [[ -n "$port" ]] || { echo "$name did not start:" >&2; cat "$tmp/$name.log" >&2; exit 1; }
-  echo "http://127.0.0.1:$port"
+  url="http://127.0.0.1:$port"
 }
 stop_all() {
   kill "${pids[@]}" 2>/dev/null || true
@@ -65,18 +66,19 @@ want() {
 }
 
 if want colocated; then
-  url=$(serve colocated "${colocated_args[@]}")
+  serve colocated "${colocated_args[@]}"
   bench colocated "$url"
   stop_all
 fi
 disaggregated() {  # disaggregated NAME EXTRA_ARGS...: a prefill and a decode instance
   local name=$1 prefill peer decode
   shift
-  prefill=$(serve "$name.prefill" --role prefill --kv-peer-listen 127.0.0.1:0 \
-    "${prefill_args[@]}" "$@")
+  serve "$name.prefill" --role prefill --kv-peer-listen 127.0.0.1:0 "${prefill_args[@]}" "$@"
+  prefill=$url
   peer=$(sed -n 's|.*KV blocks for decode instances on \([^ ]*\) .*|\1|p' "$tmp/$name.prefill.log")
-  decode=$(serve "$name.decode" --role decode --kv-peer "$peer" --prefill-url "$prefill" \
-    "${decode_args[@]}" "$@")
+  serve "$name.decode" --role decode --kv-peer "$peer" --prefill-url "$prefill" \
+    "${decode_args[@]}" "$@"
+  decode=$url
   bench "$name" "$decode"
   stop_all
 }
