@@ -71,7 +71,8 @@ Status validate_counts(const SamplingParams& p, int32_t vocab_size) {
 
 Status validate_structured(const StructuredOutput& s) {
   using Kind = StructuredOutput::Kind;
-  const bool has_spec = s.kind == Kind::kJsonSchema || s.kind == Kind::kRegex;
+  const bool has_spec =
+      s.kind == Kind::kJsonSchema || s.kind == Kind::kRegex || s.kind == Kind::kGrammar;
   if (has_spec && s.spec.empty()) {
     return Status::InvalidArgument(std::string("structured output ") +
                                    structured_output_kind_name(s.kind) + ": the spec is empty");
@@ -108,6 +109,8 @@ const char* structured_output_kind_name(StructuredOutput::Kind kind) {
       return "regex";
     case StructuredOutput::Kind::kChoice:
       return "choice";
+    case StructuredOutput::Kind::kGrammar:
+      return "grammar";
   }
   return "unknown";
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/json_input.h"
+#include "grammar/ebnf_nfa.h"
 #include "grammar/json_text_regex.h"
 
 namespace strata::grammar {
@@ -49,6 +50,8 @@ Result<std::string> language_regex(const StructuredOutput& c, const JsonSchemaOp
       return json_object_regex(json);
     case Kind::kRegex:
       return c.spec;
+    case Kind::kGrammar:
+      return Status::InvalidArgument("structured output: a grammar has no regex form");
     case Kind::kChoice: {
       std::string regex = "(?:";
       for (size_t i = 0; i < c.choices.size(); ++i) {
@@ -64,6 +67,13 @@ Result<std::string> language_regex(const StructuredOutput& c, const JsonSchemaOp
     }
   }
   return Status::InvalidArgument("structured output: unknown kind");
+}
+
+// A grammar's bound, for the message of a grammar too large to build.
+std::string depth_hint(const GrammarLimits& limits) {
+  return " (the grammar's recursion is expanded to a nesting depth of " +
+         std::to_string(limits.ebnf.max_depth) +
+         ": a lower --structured-output-max-grammar-depth builds a smaller automaton)";
 }
 
 }  // namespace
@@ -82,6 +92,28 @@ Result<std::string> structured_output_regex(const StructuredOutput& c,
   }
   return regex;
 }
+
+namespace {
+
+// The constraint's byte NFA: a grammar's built directly, the other kinds' through their regex.
+Result<Nfa> constraint_nfa(const StructuredOutput& c, const GrammarLimits& limits) {
+  if (c.kind == StructuredOutput::Kind::kGrammar) {
+    EbnfLimits ebnf = limits.ebnf;
+    ebnf.max_grammar_bytes = std::min(ebnf.max_grammar_bytes, limits.json.max_regex_bytes);
+    ebnf.max_repeat = std::min(ebnf.max_repeat, limits.regex.max_repeat);
+    Result<Nfa> nfa = compile_ebnf(c.spec, {c.prefix, c.suffix, c.separator, c.repeated}, ebnf,
+                                   limits.regex.max_nfa_states);
+    if (nfa.status().code() == StatusCode::kResourceExhausted) {
+      return Status::ResourceExhausted(nfa.status().message() + depth_hint(limits));
+    }
+    return nfa;
+  }
+  Result<std::string> regex = structured_output_regex(c, limits.json);
+  if (!regex.ok()) return regex.status();
+  return compile_regex(*regex, limits.regex);
+}
+
+}  // namespace
 
 GrammarCompiler::GrammarCompiler(std::function<std::vector<std::string>()> vocab_bytes,
                                  GrammarLimits limits)
@@ -104,12 +136,20 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(
       return it->second->second;
     }
   }
-  Result<std::string> regex = structured_output_regex(constraint, limits_.json);
-  if (!regex.ok()) return regex.status();
-  Result<Nfa> nfa = compile_regex(*regex, limits_.regex);
+  Result<Nfa> nfa = constraint_nfa(constraint, limits_);
   if (!nfa.ok()) return nfa.status();
   Result<ByteDfa> dfa = ByteDfa::build(*nfa, limits_.max_dfa_states);
-  if (!dfa.ok()) return dfa.status();
+  if (!dfa.ok()) {
+    if (constraint.kind != StructuredOutput::Kind::kGrammar) return dfa.status();
+    return Status::ResourceExhausted(dfa.status().message() + depth_hint(limits_));
+  }
+  if (dfa->start() == ByteDfa::kDead && constraint.kind == StructuredOutput::Kind::kGrammar) {
+    // Productive rules, but every derivation of root nests past the depth bound.
+    return Status::InvalidArgument(
+        "the grammar's language is empty within the nesting depth of " +
+        std::to_string(limits_.ebnf.max_depth) +
+        " (every derivation of 'root' nests deeper; --structured-output-max-grammar-depth)");
+  }
   auto grammar = std::make_shared<CompiledGrammar>();
   grammar->dfa = std::make_shared<const ByteDfa>(std::move(dfa).value());
   grammar->masks = std::make_shared<MaskCache>(limits_.max_masks_per_grammar);

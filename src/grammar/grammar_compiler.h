@@ -20,6 +20,7 @@
 
 #include "core/status.h"
 #include "grammar/byte_dfa.h"
+#include "grammar/ebnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 #include "grammar/token_masker.h"
@@ -32,6 +33,7 @@ namespace strata::grammar {
 struct GrammarLimits {
   JsonSchemaOptions json;   // the schema's regex length, whitespace, untyped nesting
   RegexLimits regex;        // repetition counts, the NFA's size
+  EbnfLimits ebnf;          // a grammar's text, rules and recursion depth (max_depth)
   int32_t max_dfa_states = 1 << 16;
   size_t max_grammars = 64;         // compiled grammars kept
   size_t max_masks_per_grammar = 512;  // each grammar's MaskCache
@@ -46,7 +48,8 @@ struct CompiledGrammar {
 };
 
 // The regex of the dialect (regex.h) whose matches are exactly the constraint's texts.
-// InvalidArgument for an invalid schema, ResourceExhausted past limits.json's bounds.
+// InvalidArgument for an invalid schema or for a grammar (which is built into its NFA directly,
+// ebnf_nfa.h, having no regex form), ResourceExhausted past limits.json's bounds.
 Result<std::string> structured_output_regex(const StructuredOutput& constraint,
                                             const JsonSchemaOptions& json);
 
