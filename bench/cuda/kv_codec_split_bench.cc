@@ -113,7 +113,8 @@ Row measure(Values values, const char* name, int32_t num_blocks, int32_t distinc
                        .split = kv::SplitFormat::kBf16,
                        .segment_bytes = kSegmentBytes};
   std::vector<kv::SymbolHistogram> hist(2 * kLayers);
-  for (const auto& b : blocks) kv::add_segment_histograms(kv::SplitFormat::kBf16, b, kSegmentBytes, hist);
+  for (const auto& b : blocks)
+    kv::add_segment_histograms(kv::SplitFormat::kBf16, b, kSegmentBytes, hist);
   std::vector<KvSplitCodebook> books;
   for (const auto& h : hist) {
     plan.codebooks.push_back(kv::codebook_from_histogram(h));
@@ -131,19 +132,23 @@ Row measure(Values values, const char* name, int32_t num_blocks, int32_t distinc
   DeviceBuffer pool = take(DeviceBuffer::allocate(batch_bytes), "alloc");
   DeviceBuffer decoded = take(DeviceBuffer::allocate(batch_bytes), "alloc");
   for (int32_t i = 0; i < num_blocks; ++i) {
-    die_if(cudaMemcpy(pool.as<std::byte>() + kBlockBytes * static_cast<size_t>(ids[static_cast<size_t>(i)]),
-                      blocks[static_cast<size_t>(i % distinct)].data(), kBlockBytes,
-                      cudaMemcpyHostToDevice),
-           "upload");
+    die_if(
+        cudaMemcpy(
+            pool.as<std::byte>() + kBlockBytes * static_cast<size_t>(ids[static_cast<size_t>(i)]),
+            blocks[static_cast<size_t>(i % distinct)].data(), kBlockBytes, cudaMemcpyHostToDevice),
+        "upload");
   }
   const int64_t stride = (kv_split_stream_bound(kBlockBytes) + 255) / 256 * 256;
   DeviceBuffer d_ids = take(DeviceBuffer::allocate(ids.size() * sizeof(int32_t)), "alloc");
-  die_if(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "upload");
-  DeviceBuffer d_books = take(DeviceBuffer::allocate(books.size() * sizeof(KvSplitCodebook)), "alloc");
+  die_if(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+         "upload");
+  DeviceBuffer d_books =
+      take(DeviceBuffer::allocate(books.size() * sizeof(KvSplitCodebook)), "alloc");
   die_if(cudaMemcpy(d_books.data(), books.data(), books.size() * sizeof(KvSplitCodebook),
                     cudaMemcpyHostToDevice),
          "upload");
-  DeviceBuffer out = take(DeviceBuffer::allocate(static_cast<size_t>(stride) * num_blocks), "alloc");
+  DeviceBuffer out =
+      take(DeviceBuffer::allocate(static_cast<size_t>(stride) * num_blocks), "alloc");
   DeviceBuffer lengths = take(DeviceBuffer::allocate(sizeof(uint64_t) * num_blocks), "alloc");
   DeviceBuffer errors = take(DeviceBuffer::allocate(sizeof(int32_t) * num_blocks), "alloc");
   std::vector<const uint8_t*> pointers;
@@ -152,7 +157,8 @@ Row measure(Values values, const char* name, int32_t num_blocks, int32_t distinc
   die_if(cudaMemcpy(d_pointers.data(), pointers.data(), pointers.size() * sizeof(void*),
                     cudaMemcpyHostToDevice),
          "upload");
-  const size_t enc_ws_bytes = kv_split_encode_workspace_bytes(num_blocks, kBlockBytes, kSegmentBytes);
+  const size_t enc_ws_bytes =
+      kv_split_encode_workspace_bytes(num_blocks, kBlockBytes, kSegmentBytes);
   const size_t dec_ws_bytes = kv_split_decode_workspace_bytes(num_blocks, kBlockBytes);
   DeviceBuffer enc_ws = take(DeviceBuffer::allocate(enc_ws_bytes), "alloc");
   DeviceBuffer dec_ws = take(DeviceBuffer::allocate(dec_ws_bytes), "alloc");
@@ -187,18 +193,23 @@ Row measure(Values values, const char* name, int32_t num_blocks, int32_t distinc
   die_if(kv_split_decode(d, stream.get()), "decode");
   die_if(stream.synchronize(), "sync");
   std::vector<uint64_t> length(static_cast<size_t>(num_blocks));
-  die_if(cudaMemcpy(length.data(), lengths.data(), length.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "download");
+  die_if(cudaMemcpy(length.data(), lengths.data(), length.size() * sizeof(uint64_t),
+                    cudaMemcpyDeviceToHost),
+         "download");
   for (int32_t i = 0; i < num_blocks; ++i) {
     const std::vector<std::byte>& block = blocks[static_cast<size_t>(i % distinct)];
     std::string want;
     kv::kv_encode(block, plan, want);
     std::string got(length[static_cast<size_t>(i)], '\0');
     if (got.size() != want.size()) {
-      std::fprintf(stderr, "%s: block %d's stream is %zu bytes, the CPU's %zu\n", name, i, got.size(), want.size());
+      std::fprintf(stderr, "%s: block %d's stream is %zu bytes, the CPU's %zu\n", name, i,
+                   got.size(), want.size());
       std::exit(1);
     }
     if (i < distinct) {
-      die_if(cudaMemcpy(got.data(), pointers[static_cast<size_t>(i)], got.size(), cudaMemcpyDeviceToHost), "download");
+      die_if(cudaMemcpy(got.data(), pointers[static_cast<size_t>(i)], got.size(),
+                        cudaMemcpyDeviceToHost),
+             "download");
       if (got != want) {
         std::fprintf(stderr, "%s: block %d's stream differs from the CPU's\n", name, i);
         std::exit(1);
@@ -206,7 +217,9 @@ Row measure(Values values, const char* name, int32_t num_blocks, int32_t distinc
     }
   }
   std::vector<int32_t> errs(static_cast<size_t>(num_blocks));
-  die_if(cudaMemcpy(errs.data(), errors.data(), errs.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "download");
+  die_if(
+      cudaMemcpy(errs.data(), errors.data(), errs.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+      "download");
   std::vector<std::byte> a(batch_bytes), b(batch_bytes);
   die_if(cudaMemcpy(a.data(), pool.data(), batch_bytes, cudaMemcpyDeviceToHost), "download");
   die_if(cudaMemcpy(b.data(), decoded.data(), batch_bytes, cudaMemcpyDeviceToHost), "download");
@@ -220,8 +233,10 @@ Row measure(Values values, const char* name, int32_t num_blocks, int32_t distinc
     std::exit(1);
   }
 
-  const double enc_ms = median_ms_per_call(stream.get(), reps, 1, [&](int) { return kv_split_encode(e, stream.get()); });
-  const double dec_ms = median_ms_per_call(stream.get(), reps, 1, [&](int) { return kv_split_decode(d, stream.get()); });
+  const double enc_ms = median_ms_per_call(stream.get(), reps, 1,
+                                           [&](int) { return kv_split_encode(e, stream.get()); });
+  const double dec_ms = median_ms_per_call(stream.get(), reps, 1,
+                                           [&](int) { return kv_split_decode(d, stream.get()); });
   const double copy_ms = median_ms_per_call(stream.get(), reps, 1, [&](int) {
     return cudaMemcpyAsync(decoded.data(), pool.data(), batch_bytes, cudaMemcpyDeviceToDevice,
                            stream.get()) == cudaSuccess
@@ -265,8 +280,10 @@ int run(int argc, char** argv) {
 
   std::vector<Row> rows;
   std::vector<double> memcpy_gbs(2);
-  rows.push_back(measure(Values::kKvLike, "kv-like", num_blocks, distinct, reps, stream, &memcpy_gbs[0]));
-  rows.push_back(measure(Values::kWide, "wide", num_blocks, distinct, reps, stream, &memcpy_gbs[1]));
+  rows.push_back(
+      measure(Values::kKvLike, "kv-like", num_blocks, distinct, reps, stream, &memcpy_gbs[0]));
+  rows.push_back(
+      measure(Values::kWide, "wide", num_blocks, distinct, reps, stream, &memcpy_gbs[1]));
   const double copy_gbs = std::max(memcpy_gbs[0], memcpy_gbs[1]);
 
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -276,7 +293,9 @@ int run(int argc, char** argv) {
       num_blocks, kBlockBytes, distinct);
   std::printf("device-to-device cudaMemcpy of the same %.0f MiB: %.0f GB/s (bytes copied)\n\n",
               static_cast<double>(kBlockBytes) * num_blocks / (1 << 20), copy_gbs);
-  std::printf("| values | escapes | ratio | encode GB/s | encode / memcpy | decode GB/s | decode / memcpy |\n");
+  std::printf(
+      "| values | escapes | ratio | encode GB/s | encode / memcpy | decode GB/s | decode / memcpy "
+      "|\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     std::printf("| %s | %.2f %% | %.3f | %.0f | %.2f | %.0f | %.2f |\n", r.values,
@@ -297,7 +316,8 @@ int run(int argc, char** argv) {
                    "\"encode_gbs\": %.1f, \"decode_gbs\": %.1f, \"encode_vs_memcpy\": %.3f, "
                    "\"decode_vs_memcpy\": %.3f}%s\n",
                    r.values, r.escape_fraction, r.ratio, r.encode_gbs, r.decode_gbs,
-                   r.encode_gbs / copy_gbs, r.decode_gbs / copy_gbs, i + 1 < rows.size() ? "," : "");
+                   r.encode_gbs / copy_gbs, r.decode_gbs / copy_gbs,
+                   i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

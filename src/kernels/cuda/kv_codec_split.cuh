@@ -48,7 +48,8 @@ __device__ __forceinline__ uint32_t raw_of(uint32_t x) {
 }
 template <KvSplitFormat F>
 __device__ __forceinline__ uint32_t element_of(uint32_t symbol, uint32_t raw) {
-  if constexpr (F == KvSplitFormat::kBf16) return ((raw & 0x80) << 8) | (symbol << 7) | (raw & 0x7f);
+  if constexpr (F == KvSplitFormat::kBf16)
+    return ((raw & 0x80) << 8) | (symbol << 7) | (raw & 0x7f);
   return (symbol << 8) | raw;
 }
 
@@ -90,7 +91,8 @@ __device__ __forceinline__ uint4 load16(const uint8_t* p, const uint8_t* lo, con
   const auto at = reinterpret_cast<uintptr_t>(p);
   const uint32_t r = static_cast<uint32_t>(at & 15);
   const uintptr_t a = at - r;
-  if (a >= reinterpret_cast<uintptr_t>(lo) && a + (r == 0 ? 16 : 32) <= reinterpret_cast<uintptr_t>(hi)) {
+  if (a >= reinterpret_cast<uintptr_t>(lo) &&
+      a + (r == 0 ? 16 : 32) <= reinterpret_cast<uintptr_t>(hi)) {
     const uint4 v0 = __ldg(reinterpret_cast<const uint4*>(a));
     if (r == 0) return v0;
     return extract16(v0, __ldg(reinterpret_cast<const uint4*>(a + 16)), r);
@@ -124,7 +126,8 @@ __device__ __forceinline__ void store_region(uint8_t* dst, int64_t len, const ui
       const uint32_t w[4] = {out.x, out.y, out.z, out.w};
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
-        if (first + i >= 0 && first + i < len) p[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
+        if (first + i >= 0 && first + i < len)
+          p[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
       }
     }
   }

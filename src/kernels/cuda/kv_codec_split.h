@@ -9,9 +9,9 @@
 //
 //   encode  three launches: count each chunk's escapes; scan them per block (placing every
 //           segment and writing the headers); write codes, raw bytes, chunk index and escapes.
-//   decode  one launch: a thread per block walks its segment headers and publishes where each
-//           4096-element unit's segment starts; the other thread blocks decode a unit each as
-//           soon as its segment is known.
+//   decode  two launches that overlap: a thread per block walks its segment headers and
+//           publishes where each 4096-element unit's segment starts; a team per unit decodes it
+//           as soon as its segment is known.
 //
 // Kernels see no kv:: type: the codebook, the format and the stream's constants are declared here
 // in the stream's own terms (the tests hold them equal to kv_codec.h's). Launchers are
@@ -61,10 +61,10 @@ struct KvSplitEncodeParams {
   // layer's K and V, KvCodecPlan::codebooks); at least one.
   const KvSplitCodebook* codebooks = nullptr;
   int32_t num_codebooks = 0;
-  void* out = nullptr;          // [num_blocks, out_stride] device: block i's stream at i * out_stride
-  int64_t out_stride = 0;       // >= kv_split_stream_bound(block_bytes)
+  void* out = nullptr;     // [num_blocks, out_stride] device: block i's stream at i * out_stride
+  int64_t out_stride = 0;  // >= kv_split_stream_bound(block_bytes)
   uint64_t* stream_bytes = nullptr;  // [num_blocks] device: each stream's length
-  void* workspace = nullptr;    // kv_split_encode_workspace_bytes() bytes of device memory
+  void* workspace = nullptr;         // kv_split_encode_workspace_bytes() bytes of device memory
   size_t workspace_bytes = 0;
 };
 
@@ -90,8 +90,9 @@ struct KvSplitDecodeParams {
 size_t kv_split_decode_workspace_bytes(int32_t num_blocks, int64_t block_bytes);
 
 // Decodes every stream into its block and sets errors[i] (0 when stream i decoded). A block whose
-// stream is corrupt may be partly written; no other byte is. Contract: streams do not overlap the
-// pool; no block is listed twice. InvalidArgument for a bad shape or a missing buffer.
+// stream is corrupt may be partly written; no other byte is. A split stream of 2^36 bytes or more
+// (only segments of a few elements make one that long) is refused. Contract: streams do not
+// overlap the pool; no block is listed twice. InvalidArgument for a bad shape or a missing buffer.
 Status kv_split_decode(const KvSplitDecodeParams& params, cudaStream_t stream);
 
 // What a decode error means, as kv_decode says it: Ok for 0, Unsupported for a zstd stream,

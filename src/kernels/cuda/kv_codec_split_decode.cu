@@ -8,9 +8,10 @@
 //
 //   parse   a thread per block checks the headers, walks the segment headers, checks each
 //           against the bytes left, and publishes for each unit the offset of the segment its
-//           first element is in (or "stored", or "error": a 64-bit word each, written
-//           atomically, so no fence is needed). Its teams let the decode kernel start at once
-//           (programmatic dependent launch), so they are all running before any unit waits.
+//           first element is in, with the stream's format and segment size (or "stored", or
+//           "error"): a 64-bit word each, written atomically, so no fence is needed. Its teams
+//           let the decode kernel start at once (programmatic dependent launch), so they are all
+//           running before any unit waits.
 //   decode  a team per unit, in unit-major order (every block's first unit, then every block's
 //           second, ...), so the walks stay ahead of the units that wait on them: a team waits
 //           for its unit's word, then decodes the unit segment piece by segment piece, checking
@@ -57,15 +58,22 @@ enum DecodeError : int32_t {
   kChunkIndex = 11,
   kPadding = 12,
   kTrailing = 13,
+  kTooLong = 14,
 };
 
-// A unit's word: the state in bits 62-63, for kSplit the offset of its first segment below.
+// A unit's word: the state in bits 62-63; for kSplit the stream's format in bit 61 (set: F16),
+// its segment's elements in bits 36-60 (0 when they do not fit: read them from the stream), and
+// the offset of the unit's first segment in bits 0-35 (a split stream of a block of at most
+// 2^32 bytes is shorter than 2^36). Carrying the split header saves a unit a dependent load.
 constexpr uint64_t kStateShift = 62;
 constexpr uint64_t kPending = 0;
 constexpr uint64_t kSplit = 1;
 constexpr uint64_t kStored = 2;
 constexpr uint64_t kError = 3;
-constexpr uint64_t kOffsetMask = (uint64_t{1} << kStateShift) - 1;
+constexpr uint64_t kF16Bit = uint64_t{1} << 61;
+constexpr uint64_t kSegElemsShift = 36;
+constexpr uint64_t kSegElemsMask = (uint64_t{1} << 25) - 1;
+constexpr uint64_t kOffsetMask = (uint64_t{1} << kSegElemsShift) - 1;
 
 struct DecodeArgs {
   const uint8_t* const* streams;  // [num_blocks]
@@ -75,8 +83,8 @@ struct DecodeArgs {
   int64_t block_bytes;
   int32_t num_blocks;
   int32_t units_per_block;
-  int32_t* errors;                // [num_blocks]
-  unsigned long long* units;      // [num_blocks, units_per_block], zeroed before the launch
+  int32_t* errors;            // [num_blocks]
+  unsigned long long* units;  // [num_blocks, units_per_block], zeroed before the launch
 };
 
 __device__ void report(const DecodeArgs& a, int64_t b, int32_t error) {
@@ -109,8 +117,8 @@ __device__ __forceinline__ bool segment_at(const uint8_t* st, uint64_t size, int
   return true;
 }
 
-__device__ void publish(unsigned long long* word, uint64_t state, uint64_t offset) {
-  atomicExch(word, static_cast<unsigned long long>(state << kStateShift | offset));
+__device__ void publish(unsigned long long* word, uint64_t value) {
+  atomicExch(word, static_cast<unsigned long long>(value));
 }
 
 // One thread: checks block b's stream and publishes each unit's word.
@@ -121,7 +129,8 @@ __device__ void parse_block(const DecodeArgs& a, int64_t b) {
   int64_t published = 0;
   auto fail = [&](int32_t error) {
     report(a, b, error);
-    for (; published < a.units_per_block; ++published) publish(words + published, kError, 0);
+    for (; published < a.units_per_block; ++published)
+      publish(words + published, kError << kStateShift);
   };
   if (size < static_cast<uint64_t>(kKvStreamHeaderBytes) || st[0] != 'S' || st[1] != 'K' ||
       st[2] != 'V' || st[3] != 'C' || st[4] != 1 || st[5] > 2) {
@@ -133,7 +142,8 @@ __device__ void parse_block(const DecodeArgs& a, int64_t b) {
     if (size - kKvStreamHeaderBytes != static_cast<uint64_t>(a.block_bytes)) {
       return fail(kStoredLength);
     }
-    for (; published < a.units_per_block; ++published) publish(words + published, kStored, 0);
+    for (; published < a.units_per_block; ++published)
+      publish(words + published, kStored << kStateShift);
     return;
   }
   if (size < static_cast<uint64_t>(kKvStreamHeaderBytes + split::kSplitHeaderBytes) ||
@@ -143,8 +153,13 @@ __device__ void parse_block(const DecodeArgs& a, int64_t b) {
   }
   const uint32_t segment = read_u32(st + 20);
   if (segment == 0 || segment % 2 != 0) return fail(kSegmentSize);
+  if (size > kOffsetMask) return fail(kTooLong);
   const int64_t seg_elems = segment / 2;
   const int64_t num_elems = a.block_bytes / 2;
+  const uint64_t split_word =
+      kSplit << kStateShift | (st[16] == static_cast<uint8_t>(KvSplitFormat::kF16) ? kF16Bit : 0) |
+      (static_cast<uint64_t>(seg_elems) <= kSegElemsMask ? static_cast<uint64_t>(seg_elems) : 0)
+          << kSegElemsShift;
   int64_t off = kKvStreamHeaderBytes + split::kSplitHeaderBytes;
   for (int64_t first = 0; first < num_elems; first += seg_elems) {
     const int64_t n = min(seg_elems, num_elems - first);
@@ -155,7 +170,7 @@ __device__ void parse_block(const DecodeArgs& a, int64_t b) {
     if (s.escape_room < num_escapes) return fail(kSegmentTruncated);
     // The units whose first element is in this segment.
     for (; published < a.units_per_block && published * kKvSplitChunk < first + n; ++published) {
-      publish(words + published, kSplit, static_cast<uint64_t>(off));
+      publish(words + published, split_word | static_cast<uint64_t>(off));
     }
     off = s.escapes() + num_escapes - st;
   }
@@ -174,7 +189,7 @@ struct UnitShared {
   uint64_t word;
   uint8_t table[16];  // code -> symbol; codes past the codebook 0 (checked apart)
   uint32_t scratch[kWarps];
-  alignas(16) uint8_t nat[split::kNatBytes];
+  alignas(16) uint8_t nat[split::kNatBytes];  // a stored unit's bytes on their way
 };
 
 // A thread's up to 32 elements of a piece.
@@ -183,24 +198,10 @@ struct Codes {
   uint32_t raw[8];    // element j's raw byte in byte j
 };
 
-// The codes and raw bytes of segment elements [first, first + m), m < 32 or first odd, one at a
-// time: a segment's end, or a unit that starts inside a segment of an odd length. Out of line,
-// so that the common path keeps its registers.
-__device__ __noinline__ void load_codes_bytewise(const Segment& s, uint32_t first, uint32_t m,
-                                                 Codes& c) {
-#pragma unroll
-  for (int j = 0; j < kGroup; ++j) {
-    if (j < m) {
-      const uint32_t i = first + j;
-      const uint32_t code = (s.codes()[i / 2] >> (4 * (i % 2))) & 0xf;
-      c.codes[j / 8] |= code << (4 * (j % 8));
-      c.raw[j / 4] |= uint32_t{s.raw()[i]} << (8 * (j % 4));
-    }
-  }
-}
-
 // Loads the codes and raw bytes of segment elements [first, first + min(m, 32)) (none for m <=
-// 0). A whole group starting on a code byte takes three 16-byte loads.
+// 0): three 16-byte loads at any alignment, and for an odd `first` (a unit that starts inside a
+// segment of an odd length) one byte more, the codes shifted down a nibble. Bytes past the
+// elements (another piece's, the next plane's) are loaded but never used; none past the stream.
 __device__ __forceinline__ void load_codes(const Segment& s, const uint8_t* lo, const uint8_t* hi,
                                            int64_t first, int64_t m, Codes& c) {
 #pragma unroll
@@ -208,14 +209,18 @@ __device__ __forceinline__ void load_codes(const Segment& s, const uint8_t* lo, 
 #pragma unroll
   for (int i = 0; i < 8; ++i) c.raw[i] = 0;
   if (m <= 0) return;
-  if (m < kGroup || first % 2 != 0) {
-    load_codes_bytewise(s, static_cast<uint32_t>(first), static_cast<uint32_t>(min(m, int64_t{kGroup})), c);
-    return;
-  }
-  const uint4 k = split::load16(s.codes() + first / 2, lo, hi);
+  const uint8_t* codes = s.codes() + first / 2;
+  const uint4 k = split::load16(codes, lo, hi);
   const uint4 r0 = split::load16(s.raw() + first, lo, hi);
   const uint4 r1 = split::load16(s.raw() + first + 16, lo, hi);
   c.codes[0] = k.x, c.codes[1] = k.y, c.codes[2] = k.z, c.codes[3] = k.w;
+  if (first % 2 != 0) {
+    const uint32_t next = codes + 16 < hi ? codes[16] : 0;
+    c.codes[0] = __funnelshift_r(c.codes[0], c.codes[1], 4);
+    c.codes[1] = __funnelshift_r(c.codes[1], c.codes[2], 4);
+    c.codes[2] = __funnelshift_r(c.codes[2], c.codes[3], 4);
+    c.codes[3] = __funnelshift_r(c.codes[3], next, 4);
+  }
   c.raw[0] = r0.x, c.raw[1] = r0.y, c.raw[2] = r0.z, c.raw[3] = r0.w;
   c.raw[4] = r1.x, c.raw[5] = r1.y, c.raw[6] = r1.z, c.raw[7] = r1.w;
 }
@@ -250,11 +255,13 @@ __device__ int32_t decode_piece(UnitShared& sh, const Segment& s, const uint8_t*
   const uint32_t num_escapes = read_u32(s.header);
   const uint32_t book_size = s.header[4];
   uint64_t base = read_u32(s.index() + 4 * k);
-  const uint64_t next =
-      to != chunk_end ? 0 : to == s.n ? num_escapes : read_u32(s.index() + 4 * (k + 1));
+  const uint64_t next = to != chunk_end ? 0
+                        : to == s.n     ? num_escapes
+                                        : read_u32(s.index() + 4 * (k + 1));
   __syncthreads();  // the previous piece is done with the table
   if (threadIdx.x < 16) {
-    sh.table[threadIdx.x] = threadIdx.x < book_size && book_size <= 15 ? s.header[5 + threadIdx.x] : 0;
+    sh.table[threadIdx.x] =
+        threadIdx.x < book_size && book_size <= 15 ? s.header[5 + threadIdx.x] : 0;
   }
   if (book_size > 15) return kCodebook;
   if (s.escape_room < num_escapes) return kSegmentTruncated;
@@ -272,7 +279,8 @@ __device__ int32_t decode_piece(UnitShared& sh, const Segment& s, const uint8_t*
     if (j < m && code != split::kEscape && code >= book_size) bad = true;
   }
   uint32_t total;
-  const uint32_t before = split::team_scan(static_cast<uint32_t>(__popc(escapes)), &total, sh.scratch);
+  const uint32_t before =
+      split::team_scan(static_cast<uint32_t>(__popc(escapes)), &total, sh.scratch);
   if (__syncthreads_or(bad)) return kBadCode;
   if (base + total > num_escapes) return kTooManyEscapes;
   if (to == chunk_end && base + total != next) return kChunkIndex;
@@ -309,13 +317,12 @@ __device__ int32_t decode_piece(UnitShared& sh, const Segment& s, const uint8_t*
   return kOk;
 }
 
-// Decodes block elements [begin, end) from the split stream st, whose segment holding `begin`
-// starts at off; every thread returns the same.
+// Decodes block elements [begin, end) from the split stream st, cut in segments of seg_elems,
+// whose segment holding `begin` starts at off; every thread returns the same.
 template <KvSplitFormat F>
 __device__ int32_t decode_split_unit(UnitShared& sh, const uint8_t* st, uint64_t size,
-                                     int64_t num_elems, int64_t off, int64_t begin, int64_t end,
-                                     uint8_t* block) {
-  const int64_t seg_elems = read_u32(st + 20) / 2;
+                                     int64_t num_elems, int64_t seg_elems, int64_t off,
+                                     int64_t begin, int64_t end, uint8_t* block) {
   int64_t first = begin / seg_elems * seg_elems;  // the segment's first element
   int64_t at = begin;
   while (true) {
@@ -341,31 +348,35 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant_
   // Unit-major: blockIdx.x = unit * num_blocks + block.
   const int64_t b = blockIdx.x % static_cast<uint32_t>(a.num_blocks);
   const int64_t u = blockIdx.x / static_cast<uint32_t>(a.num_blocks);
+  // Loads that need no word are issued before the wait.
+  const uint8_t* st = a.streams[b];
+  const uint64_t size = a.stream_bytes[b];
+  uint8_t* block = a.pool + static_cast<int64_t>(a.block_ids[b]) * a.block_bytes;
   if (threadIdx.x == 0) {
     const unsigned long long* word = a.units + b * a.units_per_block + u;
     unsigned long long w;
-    while ((w = __ldcv(word)) == kPending) __nanosleep(64);
+    while ((w = __ldcv(word)) == kPending) __nanosleep(32);
     sh.word = w;
   }
   __syncthreads();
   const uint64_t state = sh.word >> kStateShift;
   if (state == kError) return;
-  const uint8_t* st = a.streams[b];
-  const uint64_t size = a.stream_bytes[b];
   const int64_t num_elems = a.block_bytes / 2;
   const int64_t begin = u * kKvSplitChunk;
   const int64_t end = min(begin + kKvSplitChunk, num_elems);
-  uint8_t* block = a.pool + static_cast<int64_t>(a.block_ids[b]) * a.block_bytes;
   if (state == kStored) {
     split::copy_region(block + 2 * begin, st + kKvStreamHeaderBytes + 2 * begin, 2 * (end - begin),
                        sh.nat);
     return;
   }
   const int64_t off = static_cast<int64_t>(sh.word & kOffsetMask);
-  const int32_t error =
-      st[16] == static_cast<uint8_t>(KvSplitFormat::kBf16)
-          ? decode_split_unit<KvSplitFormat::kBf16>(sh, st, size, num_elems, off, begin, end, block)
-          : decode_split_unit<KvSplitFormat::kF16>(sh, st, size, num_elems, off, begin, end, block);
+  const auto packed = static_cast<int64_t>((sh.word >> kSegElemsShift) & kSegElemsMask);
+  const int64_t seg_elems = packed != 0 ? packed : read_u32(st + 20) / 2;
+  const int32_t error = (sh.word & kF16Bit) == 0
+                            ? decode_split_unit<KvSplitFormat::kBf16>(
+                                  sh, st, size, num_elems, seg_elems, off, begin, end, block)
+                            : decode_split_unit<KvSplitFormat::kF16>(
+                                  sh, st, size, num_elems, seg_elems, off, begin, end, block);
   if (error != kOk && threadIdx.x == 0) report(a, b, error);
 }
 
@@ -463,6 +474,8 @@ Status kv_split_decode_status(int32_t error) {
       return bad("padding nibble set");
     case kTrailing:
       return bad("trailing bytes");
+    case kTooLong:
+      return Status::Unsupported("KV stream: a split stream of 2^36 bytes or more (GPU decoder)");
     default:
       return bad("unknown decode error");
   }

@@ -29,11 +29,11 @@ using split::segment_fixed_bytes;
 // into chunks of kKvSplitChunk elements, numbered in block order.
 struct Geometry {
   int64_t block_bytes = 0;
-  int64_t seg_elems = 0;     // the plan's segment (may exceed the block)
+  int64_t seg_elems = 0;  // the plan's segment (may exceed the block)
   int64_t num_segments = 0;
-  int64_t seg_chunks = 0;    // chunks of a segment but the last
-  int64_t last_elems = 0;    // elements of the last segment
-  int64_t chunks = 0;        // chunks of a block
+  int64_t seg_chunks = 0;  // chunks of a segment but the last
+  int64_t last_elems = 0;  // elements of the last segment
+  int64_t chunks = 0;      // chunks of a block
   uint32_t segment_bytes = 0;
 
   __host__ __device__ int64_t elems(int64_t s) const {
@@ -74,9 +74,9 @@ struct EncodeArgs {
   const int32_t* block_ids;          // [num_blocks]
   const KvSplitCodebook* codebooks;  // [num_codebooks]
   int32_t num_codebooks;
-  uint8_t* out;                      // [num_blocks, out_stride]
+  uint8_t* out;  // [num_blocks, out_stride]
   int64_t out_stride;
-  uint64_t* stream_bytes;            // [num_blocks]
+  uint64_t* stream_bytes;  // [num_blocks]
   // [num_blocks, chunks]: each chunk's escapes (count), then the escapes before it in its block
   // (scan)
   uint32_t* escapes;
@@ -131,17 +131,12 @@ struct Group {
   uint32_t escapes;   // bit j: element j is an escape
 };
 
-// Codes the m (<= 32; none when m <= 0) elements of block from element `first`.
-template <KvSplitFormat F>
-__device__ __forceinline__ void code_group(const uint8_t* block, int64_t block_bytes, int64_t first,
-                                           int64_t m, const uint8_t* code_of, Group& g) {
+// Loads the elements [first, first + min(m, 32)) of block into g.x (none when m <= 0): issued
+// before the codebook's table is built, so that the loads and the table overlap.
+__device__ __forceinline__ void load_group(const uint8_t* block, int64_t block_bytes, int64_t first,
+                                           int64_t m, Group& g) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) g.x[i] = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) g.codes[i] = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) g.raw[i] = 0;
-  g.escapes = 0;
   if (m <= 0) return;
   const uint8_t* p = block + 2 * first;
 #pragma unroll
@@ -153,6 +148,16 @@ __device__ __forceinline__ void code_group(const uint8_t* block, int64_t block_b
     g.x[4 * i + 2] = v.z;
     g.x[4 * i + 3] = v.w;
   }
+}
+
+// Codes the first min(m, 32) elements of g.x.
+template <KvSplitFormat F>
+__device__ __forceinline__ void code_group(int64_t m, const uint8_t* code_of, Group& g) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) g.codes[i] = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) g.raw[i] = 0;
+  g.escapes = 0;
 #pragma unroll
   for (int j = 0; j < kGroup; ++j) {
     if (j < m) {
@@ -166,14 +171,16 @@ __device__ __forceinline__ void code_group(const uint8_t* block, int64_t block_b
 }
 
 template <KvSplitFormat F>
-__global__ void __launch_bounds__(kThreads) encode_count_kernel(const __grid_constant__ EncodeArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    encode_count_kernel(const __grid_constant__ EncodeArgs a) {
   __shared__ uint8_t code_of[256];
   __shared__ uint32_t scratch[kWarps];
   const Chunk c = chunk_of(a);
-  build_code_table(a.codebooks[c.s % a.num_codebooks], code_of);
   const int64_t t = threadIdx.x;
   Group g;
-  code_group<F>(c.block, a.geo.block_bytes, c.first + kGroup * t, c.m - kGroup * t, code_of, g);
+  load_group(c.block, a.geo.block_bytes, c.first + kGroup * t, c.m - kGroup * t, g);
+  build_code_table(a.codebooks[c.s % a.num_codebooks], code_of);
+  code_group<F>(c.m - kGroup * t, code_of, g);
   uint32_t total;
   split::team_scan(static_cast<uint32_t>(__popc(g.escapes)), &total, scratch);
   if (t == 0) a.escapes[c.b * a.geo.chunks + c.g] = total;
@@ -196,7 +203,8 @@ __device__ void write_headers(const EncodeArgs& a, uint8_t* out, bool stored) {
   split::write_u32(out + 20, a.geo.segment_bytes);
 }
 
-__global__ void __launch_bounds__(kThreads) encode_scan_kernel(const __grid_constant__ EncodeArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    encode_scan_kernel(const __grid_constant__ EncodeArgs a) {
   __shared__ uint32_t scratch[kWarps];
   const Geometry& geo = a.geo;
   const int64_t b = blockIdx.x;
@@ -216,7 +224,8 @@ __global__ void __launch_bounds__(kThreads) encode_scan_kernel(const __grid_cons
   uint8_t* out = a.out + b * a.out_stride;
   if (threadIdx.x == 0) {
     write_headers(a, out, stored);
-    a.stream_bytes[b] = static_cast<uint64_t>(stored ? kv_split_stream_bound(geo.block_bytes) : bytes);
+    a.stream_bytes[b] =
+        static_cast<uint64_t>(stored ? kv_split_stream_bound(geo.block_bytes) : bytes);
   }
   if (stored) return;
   for (int64_t s = threadIdx.x; s < geo.num_segments; s += kThreads) {
@@ -232,49 +241,56 @@ __global__ void __launch_bounds__(kThreads) encode_scan_kernel(const __grid_cons
 }
 
 template <KvSplitFormat F>
-__global__ void __launch_bounds__(kThreads) encode_write_kernel(const __grid_constant__ EncodeArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    encode_write_kernel(const __grid_constant__ EncodeArgs a) {
   __shared__ uint8_t code_of[256];
   __shared__ uint32_t scratch[kWarps];
   __shared__ alignas(16) uint8_t codes_nat[16 + kKvSplitChunk / 2 + 32];
   __shared__ alignas(16) uint8_t raw_nat[split::kNatBytes];
   const Geometry& geo = a.geo;
   const Chunk c = chunk_of(a);
+  const int64_t t = threadIdx.x;
+  // Issued together: the stream's length, the escapes before the chunk, the chunk's elements.
   uint8_t* out = a.out + c.b * a.out_stride;
-  if (a.stream_bytes[c.b] == static_cast<uint64_t>(kv_split_stream_bound(geo.block_bytes))) {
-    // Stored (a split stream is always shorter): the chunk's bytes as they are.
+  const bool stored =
+      a.stream_bytes[c.b] == static_cast<uint64_t>(kv_split_stream_bound(geo.block_bytes));
+  const uint32_t* esc = a.escapes + c.b * geo.chunks;
+  const uint32_t segment_before = esc[c.s * geo.seg_chunks];
+  const uint32_t chunk_before = esc[c.g] - segment_before;  // in the segment
+  Group g;
+  load_group(c.block, geo.block_bytes, c.first + kGroup * t, c.m - kGroup * t, g);
+  if (stored) {
+    // A split stream is always shorter: the chunk's bytes as they are.
     split::copy_region(out + kKvStreamHeaderBytes + 2 * c.first, c.block + 2 * c.first, 2 * c.m,
                        raw_nat);
     return;
   }
   build_code_table(a.codebooks[c.s % a.num_codebooks], code_of);
-  const int64_t t = threadIdx.x;
-  Group g;
-  code_group<F>(c.block, geo.block_bytes, c.first + kGroup * t, c.m - kGroup * t, code_of, g);
+  code_group<F>(c.m - kGroup * t, code_of, g);
 
   // The segment's planes (kv_codec.h): codes, raw bytes, chunk index, escapes.
-  const uint32_t* esc = a.escapes + c.b * geo.chunks;
-  const uint32_t segment_before = esc[c.s * geo.seg_chunks];
-  const uint32_t chunk_before = esc[c.g] - segment_before;  // in the segment
   uint8_t* codes = out + geo.segment_offset(c.s, segment_before) + split::kSegmentHeaderBytes;
   uint8_t* raw = codes + (c.n + 1) / 2;
   uint8_t* index = raw + c.n;
   uint8_t* escapes = index + 4 * ceil_div(c.n, kKvSplitChunk);
 
   uint32_t total;
-  uint32_t at = chunk_before +
-                split::team_scan(static_cast<uint32_t>(__popc(g.escapes)), &total, scratch);
+  uint32_t at =
+      chunk_before + split::team_scan(static_cast<uint32_t>(__popc(g.escapes)), &total, scratch);
   if (g.escapes != 0) {
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) {
       if ((g.escapes >> j) & 1u) {
-        escapes[at++] = static_cast<uint8_t>(split::symbol_of<F>((g.x[j / 2] >> (16 * (j % 2))) & 0xffff));
+        escapes[at++] =
+            static_cast<uint8_t>(split::symbol_of<F>((g.x[j / 2] >> (16 * (j % 2))) & 0xffff));
       }
     }
   }
   if (t == 0) split::write_u32(index + 4 * c.k, chunk_before);
   reinterpret_cast<uint4*>(codes_nat + 16)[t] =
       make_uint4(g.codes[0], g.codes[1], g.codes[2], g.codes[3]);
-  reinterpret_cast<uint4*>(raw_nat + 16)[2 * t] = make_uint4(g.raw[0], g.raw[1], g.raw[2], g.raw[3]);
+  reinterpret_cast<uint4*>(raw_nat + 16)[2 * t] =
+      make_uint4(g.raw[0], g.raw[1], g.raw[2], g.raw[3]);
   reinterpret_cast<uint4*>(raw_nat + 16)[2 * t + 1] =
       make_uint4(g.raw[4], g.raw[5], g.raw[6], g.raw[7]);
   __syncthreads();
@@ -315,7 +331,8 @@ Status kv_split_encode(const KvSplitEncodeParams& p, cudaStream_t stream) {
   if (p.pool == nullptr || p.block_ids == nullptr || p.codebooks == nullptr || p.out == nullptr ||
       p.stream_bytes == nullptr || p.workspace == nullptr) {
     return Status::InvalidArgument(
-        "kv_split_encode needs the pool, block ids, codebooks, output, stream lengths and workspace");
+        "kv_split_encode needs the pool, block ids, codebooks, output, stream lengths and "
+        "workspace");
   }
   if (reinterpret_cast<uintptr_t>(p.pool) % 2 != 0) {
     return Status::InvalidArgument("kv_split_encode: the pool must be 2-byte aligned");

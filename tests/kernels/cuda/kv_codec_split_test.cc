@@ -234,9 +234,9 @@ struct Case {
   const char* name;
   Data data;
   kv::SplitFormat format;
-  size_t elems;           // a block's
-  size_t segment_bytes;   // the plan's
-  size_t num_codebooks;   // calibrated, segment s codes with book s % num_codebooks
+  size_t elems;          // a block's
+  size_t segment_bytes;  // the plan's
+  size_t num_codebooks;  // calibrated, segment s codes with book s % num_codebooks
   size_t num_blocks;
 };
 
@@ -275,9 +275,8 @@ std::vector<Bytes> blocks_of(const Case& c) {
 }
 
 kv::KvCodecPlan plan_of(const Case& c, const std::vector<Bytes>& blocks) {
-  kv::KvCodecPlan plan{.scheme = kv::KvCodecScheme::kSplit,
-                       .split = c.format,
-                       .segment_bytes = c.segment_bytes};
+  kv::KvCodecPlan plan{
+      .scheme = kv::KvCodecScheme::kSplit, .split = c.format, .segment_bytes = c.segment_bytes};
   plan.codebooks = calibrate(blocks, c.format, c.segment_bytes, c.num_codebooks);
   return plan;
 }
@@ -356,29 +355,58 @@ TEST_F(KvCodecSplitTest, DecodeGivesBackCpuStreamsBitForBit) {
   }
 }
 
-TEST_F(KvCodecSplitTest, DecodeReadsHandMadeStreamsWithEscapesThatDoNotPay) {
-  // kv_encode would store these, but a valid split stream must decode: a segment of 40 elements
-  // with one symbol in its codebook and half of them escapes.
+// A split stream even where kv_encode would store the block: its header, the split header and
+// each segment coded with books[s % size].
+std::string split_stream(const Bytes& block, kv::SplitFormat format, size_t segment_bytes,
+                         const std::vector<kv::KvCodebook>& books) {
+  std::string stream = cpu_encode(block, {.scheme = kv::KvCodecScheme::kStored});
+  stream.resize(16);  // the header
+  stream[5] = 1;      // split
+  stream.push_back(static_cast<char>(format));
+  stream.append(3, '\0');
+  const auto segment = static_cast<uint32_t>(segment_bytes);
+  stream.append(reinterpret_cast<const char*>(&segment), 4);
+  for (size_t at = 0, s = 0; at < block.size(); at += segment_bytes, ++s) {
+    const size_t n = std::min(segment_bytes, block.size() - at);
+    kv::split_encode_segment(format, std::span(block).subspan(at, n), books[s % books.size()],
+                             stream);
+  }
+  return stream;
+}
+
+TEST_F(KvCodecSplitTest, DecodeReadsSplitStreamsThatDoNotPay) {
+  // kv_encode would store these, but a valid split stream must decode: a codebook of one symbol
+  // with half the elements escapes, and segments of 1, 3 and 33 elements, a unit spanning
+  // thousands of them.
   Bytes block(80);
   for (size_t i = 0; i < 40; ++i) {
-    const uint16_t x = i % 2 == 0 ? f32_to_bf16(1.5F) : f32_to_bf16(static_cast<float>(i) * 1000.0F);
+    const uint16_t x =
+        i % 2 == 0 ? f32_to_bf16(1.5F) : f32_to_bf16(static_cast<float>(i) * 1000.0F);
     std::memcpy(block.data() + 2 * i, &x, 2);
   }
   kv::KvCodebook book;
   book.size = 1;
   book.symbols[0] = static_cast<uint8_t>(f32_to_bf16(1.5F) >> 7);
-  std::string stream = cpu_encode(block, {.scheme = kv::KvCodecScheme::kStored});
-  stream.resize(16);  // the header
-  stream[5] = 1;      // split
-  const char split_header[8] = {1, 0, 0, 0, 80, 0, 0, 0};
-  stream.append(split_header, 8);
-  kv::split_encode_segment(kBf16, block, book, stream);
-  std::vector<std::byte> cpu(block.size());
-  ASSERT_TRUE(kv::kv_decode(as_bytes(stream), cpu).ok());
-  const Decoded d = gpu_decode({stream}, block.size());
-  ASSERT_EQ(d.blocks.size(), 1U);
-  EXPECT_EQ(d.errors[0], 0) << kv_split_decode_status(d.errors[0]).to_string();
-  EXPECT_TRUE(d.blocks[0] == block);
+  std::vector<std::string> streams = {split_stream(block, kBf16, 80, {book})};
+  std::vector<Bytes> blocks = {block};
+  for (const kv::SplitFormat format : {kBf16, kF16}) {
+    const Bytes wide = make_block(Data::kWide, 3 * 4096 + 77, 9, format);
+    for (const size_t segment : {size_t{2}, size_t{6}, size_t{66}}) {
+      const std::vector<Bytes> one = {wide};
+      streams.push_back(split_stream(wide, format, segment, calibrate(one, format, segment, 5)));
+      blocks.push_back(wide);
+    }
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    std::vector<std::byte> cpu(blocks[i].size());
+    ASSERT_TRUE(kv::kv_decode(as_bytes(streams[i]), cpu).ok()) << "stream " << i;
+    ASSERT_TRUE(cpu == blocks[i]) << "stream " << i;
+    const Decoded d = gpu_decode({streams[i]}, blocks[i].size());
+    ASSERT_EQ(d.blocks.size(), 1U);
+    EXPECT_EQ(d.errors[0], 0) << "stream " << i << ": "
+                              << kv_split_decode_status(d.errors[0]).to_string();
+    EXPECT_TRUE(d.blocks[0] == blocks[i]) << "stream " << i;
+  }
 }
 
 // Decodes every variant on the GPU and checks it against kv_decode: an error on one exactly when
@@ -407,8 +435,8 @@ struct Corruptible {
 // Three segments (2000, 2000, 1000 elements), as the CPU's corrupt-stream test.
 Corruptible corruptible() {
   Corruptible c{make_block(Data::kWide, 5000, 10, kBf16), {}};
-  c.stream = cpu_encode(c.block, {.scheme = kv::KvCodecScheme::kSplit, .split = kBf16,
-                                  .segment_bytes = 4000});
+  c.stream = cpu_encode(
+      c.block, {.scheme = kv::KvCodecScheme::kSplit, .split = kBf16, .segment_bytes = 4000});
   EXPECT_EQ(c.stream[5], 1) << "the test stream must be split";
   return c;
 }
@@ -416,7 +444,8 @@ Corruptible corruptible() {
 TEST_F(KvCodecSplitCorruptTest, TruncatedAndExtendedStreamsAreErrors) {
   const Corruptible c = corruptible();
   std::vector<std::string> variants;
-  for (size_t n = 0; n < c.stream.size(); n += (n < 64 ? 1 : 97)) variants.push_back(c.stream.substr(0, n));
+  for (size_t n = 0; n < c.stream.size(); n += (n < 64 ? 1 : 97))
+    variants.push_back(c.stream.substr(0, n));
   variants.push_back(c.stream.substr(0, c.stream.size() - 1));
   variants.push_back(c.stream + "x");
   const Decoded d = gpu_decode(variants, c.block.size());
@@ -492,8 +521,8 @@ TEST_F(KvCodecSplitCorruptTest, ZstdStreamsAreUnsupportedAndStoredOnesChecked) {
   const std::string zstd = cpu_encode(block, {.scheme = kv::KvCodecScheme::kZstd});
   ASSERT_EQ(zstd[5], 2);
   const std::string stored = cpu_encode(block, {.scheme = kv::KvCodecScheme::kStored});
-  const Decoded d = gpu_decode({zstd, stored, stored.substr(0, stored.size() - 1), stored + "x"},
-                               block.size());
+  const Decoded d =
+      gpu_decode({zstd, stored, stored.substr(0, stored.size() - 1), stored + "x"}, block.size());
   ASSERT_EQ(d.errors.size(), 4U);
   EXPECT_EQ(kv_split_decode_status(d.errors[0]).code(), StatusCode::kUnsupported);
   EXPECT_EQ(d.errors[1], 0);
