@@ -73,7 +73,12 @@ json needle_json(const EvalNeedleOptions& o, const EngineConfig& config,
             {"block_size", config.block_size},
             {"prefix_caching", config.enable_prefix_caching},
             {"max_num_seqs", config.max_num_seqs},
-            {"max_num_batched_tokens", config.max_num_batched_tokens}}},
+            {"max_num_batched_tokens", config.max_num_batched_tokens},
+            {"kv_eviction_policy",
+             kv_eviction_policy_name(config.kv_eviction.policy.value_or(KvEvictionPolicy::kNone))},
+            {"kv_budget_tokens", config.kv_eviction.budget_tokens},
+            {"kv_sink_tokens", config.kv_eviction.sink_tokens},
+            {"kv_window_tokens", config.kv_eviction.window_tokens}}},
           {"accuracy", r.accuracy()},
           {"num_correct", r.num_correct},
           {"num_prompts", r.num_prompts},
@@ -124,6 +129,12 @@ int run_needle_eval(const EvalNeedleOptions& o) {
   config.max_num_seqs = o.max_num_seqs;
   config.max_num_batched_tokens = o.max_num_batched_tokens;
   config.enable_prefix_caching = o.enable_prefix_caching;
+  if (o.kv_eviction_policy != "none") {
+    config.kv_eviction.policy = parse_kv_eviction_policy(o.kv_eviction_policy);
+  }
+  config.kv_eviction.budget_tokens = o.kv_budget_tokens;
+  config.kv_eviction.sink_tokens = o.kv_sink_tokens;
+  config.kv_eviction.window_tokens = o.kv_window_tokens;
   // Enough blocks for max_num_seqs of the longest prompts at once, no more: the CPU is busy with
   // a few sequences, and the engine admits the rest as blocks come back.
   const int64_t blocks_per_seq = (longest + o.block_size - 1) / o.block_size + 1;
@@ -187,6 +198,7 @@ void add_eval_command(CLI::App& app, EvalOptions& o) {
       "needle", "Pass-key retrieval accuracy by context length and needle depth");
   cmd->callback([&o] { o.task = "needle"; });
   add_eval_kv_quant_command(*eval, o.kv_quant, o.task);
+  add_eval_kv_eviction_command(*eval, o.kv_eviction, o.task);
   EvalNeedleOptions& n = o.needle;
   cmd->add_option("--model", n.model_dir, "Model directory (with needle_filler.txt)")
       ->default_val(std::string(STRATA_DEFAULT_MODEL_DIR));
@@ -212,12 +224,22 @@ void add_eval_command(CLI::App& app, EvalOptions& o) {
   add_kv_cache_options(*cmd, n.kv_cache);
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", n.enable_prefix_caching,
                 "Reuse the KV of cached prompt prefixes (on by default)");
+  cmd->add_option("--kv-eviction-policy", n.kv_eviction_policy,
+                  "Token eviction for every prompt: none, streaming_llm or paged_eviction")
+      ->check(CLI::IsMember({"none", "streaming_llm", "paged_eviction"}));
+  cmd->add_option("--kv-budget-tokens", n.kv_budget_tokens, "Token eviction: the budget")
+      ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
+  cmd->add_option("--kv-sink-tokens", n.kv_sink_tokens, "Token eviction: sink tokens")
+      ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
+  cmd->add_option("--kv-window-tokens", n.kv_window_tokens, "Token eviction: window tokens")
+      ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
 }
 
 int run_eval(const EvalOptions& o) {
   if (o.task == "needle") return run_needle_eval(o.needle);
   if (o.task == "kv-quant") return run_eval_kv_quant(o.kv_quant);
-  throw Error("eval needs a task: needle or kv-quant");
+  if (o.task == "kv-eviction") return run_eval_kv_eviction(o.kv_eviction);
+  throw Error("eval needs a task: needle, kv-quant or kv-eviction");
 }
 
 }  // namespace strata::cli

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "eval_kv_eviction.h"
 #include "eval_kv_quant.h"
 #include "kv_cache_options.h"
 
@@ -30,12 +31,18 @@ struct EvalNeedleOptions {
   int32_t max_num_batched_tokens = 4096;
   bool enable_prefix_caching = true;
   KvCacheOptions kv_cache;
+  // Token eviction for every prompt (docs/kv-eviction.md): none, streaming_llm, paged_eviction.
+  std::string kv_eviction_policy = "none";
+  int32_t kv_budget_tokens = 0;
+  int32_t kv_sink_tokens = -1;
+  int32_t kv_window_tokens = -1;
 };
 
 struct EvalOptions {
-  std::string task;  // the subcommand given: "needle" or "kv-quant"
+  std::string task;  // the subcommand given: "needle", "kv-quant" or "kv-eviction"
   EvalNeedleOptions needle;
   EvalKvQuantOptions kv_quant;
+  EvalKvEvictionOptions kv_eviction;
 };
 
 void add_eval_command(CLI::App& app, EvalOptions& options);

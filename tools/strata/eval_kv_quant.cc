@@ -6,19 +6,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "core/error.h"
-#include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "engine/engine_on_model.h"
 #include "engine/kv_layout_setup.h"
 #include "eval/needle_prompt.h"
 #include "eval/needle_run.h"
 #include "eval/number_list.h"
+#include "eval_logits_kl.h"
 #include "kv/kv_accounting.h"
 #include "kv/kv_layer_dtypes.h"
 #include "kv_cache_options.h"
@@ -45,32 +43,6 @@ struct DTypeResult {
   int64_t ref_only = 0;    // reference correct, quantized wrong
   int64_t quant_only = 0;  // quantized correct, reference wrong
 };
-
-std::vector<std::vector<int32_t>> text_windows(const tokenizer::Tokenizer& tok,
-                                               const EvalKvQuantOptions& o) {
-  const std::filesystem::path path =
-      o.text.empty() ? std::filesystem::path(o.model_dir) / "needle_filler.txt"
-                     : std::filesystem::path(o.text);
-  std::optional<MappedFile> file;
-  try {
-    file = MappedFile::open(path);  // not a directory, a FIFO or /dev/zero
-  } catch (const Error& e) {
-    throw Error(std::string("cannot read the held-out text (--text FILE): ") + e.what());
-  }
-  const std::vector<int32_t> ids = tok.encode(file->text(), /*add_special_tokens=*/false);
-  const int64_t need = static_cast<int64_t>(o.num_windows) * o.window_len;
-  if (static_cast<int64_t>(ids.size()) < need) {
-    throw Error(path.string() + " has " + std::to_string(ids.size()) + " tokens; " +
-                std::to_string(o.num_windows) + " windows of " + std::to_string(o.window_len) +
-                " need " + std::to_string(need));
-  }
-  std::vector<std::vector<int32_t>> windows;
-  for (int32_t w = 0; w < o.num_windows; ++w) {
-    const auto begin = ids.begin() + static_cast<int64_t>(w) * o.window_len;
-    windows.emplace_back(begin, begin + o.window_len);
-  }
-  return windows;
-}
 
 // The logits at every position of each window, the windows scored together (prompt_logits
 // requests) by an engine whose pool holds all of them; layers in kept_layers at float32.
@@ -122,41 +94,6 @@ std::vector<std::vector<float>> logits_with(model::Model& m, ThreadPool& pool,
     }
   }
   return logits;
-}
-
-// log_softmax of one row, in double.
-std::vector<double> log_softmax(const float* row, int64_t vocab) {
-  const double max = *std::max_element(row, row + vocab);
-  double sum = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(row[i] - max);
-  const double log_sum = std::log(sum) + max;
-  std::vector<double> out(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) out[static_cast<size_t>(i)] = row[i] - log_sum;
-  return out;
-}
-
-void compare_logits(const std::vector<std::vector<float>>& ref,
-                    const std::vector<std::vector<float>>& q, int64_t vocab, DTypeResult* r) {
-  double kl_sum = 0.0;
-  int64_t agree = 0;
-  int64_t n = 0;
-  for (size_t w = 0; w < ref.size(); ++w) {
-    const int64_t rows = static_cast<int64_t>(ref[w].size()) / vocab;
-    for (int64_t row = 0; row < rows; ++row) {
-      const float* a = ref[w].data() + row * vocab;
-      const float* b = q[w].data() + row * vocab;
-      const std::vector<double> la = log_softmax(a, vocab);
-      const std::vector<double> lb = log_softmax(b, vocab);
-      double kl = 0.0;
-      for (size_t i = 0; i < la.size(); ++i) kl += std::exp(la[i]) * (la[i] - lb[i]);
-      kl_sum += kl;
-      agree += std::max_element(a, a + vocab) - a == std::max_element(b, b + vocab) - b ? 1 : 0;
-      ++n;
-    }
-  }
-  r->num_positions = n;
-  r->mean_kl = n > 0 ? kl_sum / static_cast<double>(n) : 0.0;
-  r->top1_agreement = n > 0 ? static_cast<double>(agree) / static_cast<double>(n) : 0.0;
 }
 
 std::vector<eval::NeedleOutcome> needle_with(model::Model& m, ThreadPool& pool,
@@ -252,7 +189,8 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
   if (!depths.ok()) throw Error("--needle-depths: " + depths.status().message());
 
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o.model_dir);
-  const std::vector<std::vector<int32_t>> windows = text_windows(tok, o);
+  const std::vector<std::vector<int32_t>> windows =
+      text_windows(tok, o.model_dir, o.text, o.num_windows, o.window_len);
   ThreadPool pool(o.threads);
   model::Model m = model::Model::load({o.model_dir});
   const int64_t vocab = m.vocab_size();
@@ -298,9 +236,11 @@ int run_eval_kv_quant(const EvalKvQuantOptions& o) {
       if (r.layer_dtypes[l] != r.dtype) r.kept_layers.push_back(static_cast<int32_t>(l));
     }
     r.bytes_per_token = std::llround(kv.value().spec.bytes_per_token(o.block_size));
-    compare_logits(ref,
-                   logits_with(m, pool, o, r.dtype, r.kept_layers, windows),
-                   vocab, &r);
+    const LogitsComparison c =
+        compare_logits(ref, logits_with(m, pool, o, r.dtype, r.kept_layers, windows), vocab);
+    r.mean_kl = c.mean_kl;
+    r.top1_agreement = c.top1_agreement;
+    r.num_positions = c.num_positions;
     if (!prompts.empty()) {
       const std::vector<eval::NeedleOutcome> q =
           needle_with(m, pool, o, r.dtype, r.kept_layers, prompts, longest);

@@ -1,0 +1,287 @@
+#include "eval_kv_eviction.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
+#include "eval/needle_prompt.h"
+#include "eval/needle_run.h"
+#include "eval/number_list.h"
+#include "eval_logits_kl.h"
+#include "model/model.h"
+#include "strata/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::cli {
+namespace {
+
+using nlohmann::json;
+
+// The windows' logits at every position, and the most blocks each window's sequence held after a
+// step (RequestMetrics::max_held_blocks), from one engine whose pool holds every window whole.
+struct WindowsRun {
+  std::vector<std::vector<float>> logits;
+  double mean_max_held_blocks = 0.0;
+};
+
+EngineConfig config_for(const EvalKvEvictionOptions& o, const KvEvictionParams& eviction,
+                        int32_t num_seqs, int32_t longest) {
+  EngineConfig c;
+  c.block_size = o.block_size;
+  c.kv_eviction = eviction;
+  c.max_num_seqs = num_seqs;
+  c.max_num_batched_tokens = std::max(4096, longest);
+  c.watermark = 0.0;
+  const int64_t blocks_per_seq = (longest + o.block_size - 1) / o.block_size + 1;
+  c.num_blocks = static_cast<int32_t>(num_seqs * blocks_per_seq + 1);
+  return c;
+}
+
+WindowsRun run_windows(model::Model& m, ThreadPool& pool, const EvalKvEvictionOptions& o,
+                       const KvEvictionParams& eviction,
+                       const std::vector<std::vector<int32_t>>& windows) {
+  EngineConfig c = config_for(o, eviction, static_cast<int32_t>(windows.size()), o.window_len);
+  c.enable_prefix_caching = false;
+  auto created = engine::create_engine(m, pool, c);
+  if (!created.ok()) throw Error(created.status().message());
+  Engine& engine = **created;
+  std::vector<RequestId> ids;
+  for (const std::vector<int32_t>& w : windows) {
+    EngineRequest r;
+    r.prompt = w;
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 1;
+    r.params.ignore_eos = true;
+    r.prompt_logits = true;
+    auto id = engine.submit(std::move(r));
+    if (!id.ok()) throw Error(id.status().message());
+    ids.push_back(*id);
+  }
+  WindowsRun run;
+  run.logits.resize(windows.size());
+  int64_t held = 0;
+  while (engine.has_unfinished()) {
+    auto outputs = engine.step();
+    if (!outputs.ok()) throw Error(outputs.status().message());
+    for (RequestOutput& out : *outputs) {
+      const auto at = std::find(ids.begin(), ids.end(), out.id) - ids.begin();
+      if (!out.prompt_logits.empty())
+        run.logits[static_cast<size_t>(at)] = std::move(out.prompt_logits);
+      if (out.finished) held += out.metrics.max_held_blocks;
+    }
+  }
+  run.mean_max_held_blocks = static_cast<double>(held) / static_cast<double>(windows.size());
+  return run;
+}
+
+// Needle prompts of one context, every one under `eviction`.
+std::vector<eval::NeedleOutcome> run_needle_prompts(model::Model& m, ThreadPool& pool,
+                                                    const EvalKvEvictionOptions& o,
+                                                    const KvEvictionParams& eviction,
+                                                    const std::vector<eval::NeedlePrompt>& prompts,
+                                                    int32_t context) {
+  const EngineConfig c = config_for(o, eviction, o.max_num_seqs, context);
+  auto engine = engine::create_engine(m, pool, c);
+  if (!engine.ok()) throw Error(engine.status().message());
+  auto outcomes = eval::run_needle(**engine, prompts);
+  if (!outcomes.ok()) throw Error(outcomes.status().message());
+  return std::move(outcomes).value();
+}
+
+struct Row {
+  KvEvictionPolicy policy = KvEvictionPolicy::kNone;
+  double share = 1.0;
+  int32_t budget_tokens = 0;  // of a text window
+  LogitsComparison kl;
+  double mean_max_held_blocks = 0.0;
+  int64_t needle_correct = 0;
+  int64_t ref_only = 0;    // the full cache right, eviction wrong
+  int64_t evict_only = 0;  // eviction right, the full cache wrong
+};
+
+KvEvictionParams params_of(const EvalKvEvictionOptions& o, KvEvictionPolicy policy,
+                           int32_t budget) {
+  return KvEvictionParams{policy, budget, o.sink_tokens, o.window_tokens};
+}
+
+int32_t budget_of(double share, int32_t tokens) {
+  return std::max(1, static_cast<int32_t>(std::lround(share * tokens)));
+}
+
+void print_table(const EvalKvEvictionOptions& o, const std::vector<Row>& rows, double ref_held,
+                 int64_t ref_correct, int64_t num_prompts) {
+  std::printf(
+      "kv-eviction: %s, %d windows x %d tokens (KL, top-1), %lld needle prompts, block %d\n",
+      o.model_dir.c_str(), o.num_windows, o.window_len, static_cast<long long>(num_prompts),
+      o.block_size);
+  std::printf("%-15s %7s %8s %11s %8s %12s %8s %18s\n", "policy", "budget", "tokens", "mean KL",
+              "top-1", "held blocks", "needle", "discordant ref/ev");
+  const double pct = num_prompts > 0 ? 100.0 / static_cast<double>(num_prompts) : 0.0;
+  std::printf("%-15s %6.1f%% %8d %11s %8s %12.1f %7.1f%% %18s\n", "full cache", 100.0, o.window_len,
+              "-", "-", ref_held, pct * static_cast<double>(ref_correct), "-");
+  for (const Row& r : rows) {
+    std::printf("%-15s %6.1f%% %8d %11.3e %7.2f%% %12.1f %7.1f%% %11lld/%lld\n",
+                kv_eviction_policy_name(r.policy), 100 * r.share, r.budget_tokens, r.kl.mean_kl,
+                100 * r.kl.top1_agreement, r.mean_max_held_blocks,
+                pct * static_cast<double>(r.needle_correct), static_cast<long long>(r.ref_only),
+                static_cast<long long>(r.evict_only));
+  }
+}
+
+}  // namespace
+
+void add_eval_kv_eviction_command(CLI::App& eval, EvalKvEvictionOptions& o, std::string& task) {
+  CLI::App* cmd = eval.add_subcommand(
+      "kv-eviction",
+      "Token eviction vs the full cache: mean KL, top-1 agreement, blocks held, paired needle "
+      "accuracy, per policy and budget");
+  cmd->callback([&task] { task = "kv-eviction"; });
+  cmd->add_option("--model", o.model_dir, "Model directory (tokenizer.json; needle_filler.txt)")
+      ->default_val(std::string(STRATA_DEFAULT_MODEL_DIR));
+  cmd->add_option("--policies", o.policies, "Comma-separated: streaming_llm, paged_eviction")
+      ->default_val(o.policies);
+  cmd->add_option("--budgets", o.budgets,
+                  "Comma-separated budgets as shares of the window / needle context, in (0, 1]")
+      ->default_val(o.budgets);
+  cmd->add_option("--kv-sink-tokens", o.sink_tokens, "Sink tokens (default: the policy's)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--kv-window-tokens", o.window_tokens, "Window tokens (default: the policy's)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--text", o.text, "Held-out text for the KL (default: the model's filler text)");
+  cmd->add_option("--num-windows", o.num_windows, "Text windows")->check(CLI::Range(1, 4096));
+  cmd->add_option("--window-len", o.window_len, "Tokens per window")->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--needle-contexts", o.needle_contexts, "Needle prompt lengths in tokens")
+      ->default_val(o.needle_contexts);
+  cmd->add_option("--needle-depths", o.needle_depths, "Needle depths in [0, 1]")
+      ->default_val(o.needle_depths);
+  cmd->add_option("--needle-trials", o.needle_trials, "Prompts per (context, depth); 0 = none")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--seed", o.seed, "Seed of the needle prompts");
+  cmd->add_option("--threads", o.threads, "Worker threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--block-size", o.block_size, "KV cache block size in tokens")
+      ->check(CLI::IsMember({8, 16, 32, 64, 128}));
+  cmd->add_option("--max-num-seqs", o.max_num_seqs, "Sequences in one step")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_flag("--json", o.json, "Print the result as JSON");
+}
+
+int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
+  std::vector<KvEvictionPolicy> policies;
+  {
+    std::stringstream list(o.policies);
+    std::string name;
+    while (std::getline(list, name, ',')) {
+      const std::optional<KvEvictionPolicy> p = parse_kv_eviction_policy(name);
+      if (!p || *p == KvEvictionPolicy::kNone) {
+        throw Error("--policies: '" + name + "' is not streaming_llm or paged_eviction");
+      }
+      policies.push_back(*p);
+    }
+    if (policies.empty()) throw Error("--policies: give at least one policy");
+  }
+  const Result<std::vector<double>> shares = eval::parse_number_list(o.budgets);
+  if (!shares.ok()) throw Error("--budgets: " + shares.status().message());
+  for (const double s : *shares) {
+    if (!(s > 0.0 && s <= 1.0))
+      throw Error("--budgets: " + std::to_string(s) + " is not in (0, 1]");
+  }
+  const Result<std::vector<int32_t>> contexts = eval::parse_int_list(o.needle_contexts, 1, 1 << 20);
+  if (!contexts.ok()) throw Error("--needle-contexts: " + contexts.status().message());
+  const Result<std::vector<double>> depths = eval::parse_number_list(o.needle_depths);
+  if (!depths.ok()) throw Error("--needle-depths: " + depths.status().message());
+
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o.model_dir);
+  const std::vector<std::vector<int32_t>> windows =
+      text_windows(tok, o.model_dir, o.text, o.num_windows, o.window_len);
+  ThreadPool pool(o.threads);
+  model::Model m = model::Model::load({o.model_dir});
+  const int64_t vocab = m.vocab_size();
+
+  const KvEvictionParams none{KvEvictionPolicy::kNone};
+  const WindowsRun ref = run_windows(m, pool, o, none, windows);
+  // Needle prompts grouped by context (each context's budget is its own share).
+  std::vector<std::vector<eval::NeedlePrompt>> by_context;
+  std::vector<std::vector<eval::NeedleOutcome>> ref_needle;
+  int64_t num_prompts = 0, ref_correct = 0;
+  if (o.needle_trials > 0) {
+    const eval::NeedleFiller filler = eval::NeedleFiller::load(tok, o.model_dir);
+    for (const int32_t c : *contexts) {
+      auto built = eval::build_needle_prompts(tok, filler, o.seed, {c}, *depths, o.needle_trials);
+      if (!built.ok()) throw Error("--needle-contexts: " + built.status().message());
+      by_context.push_back(std::move(built).value());
+      ref_needle.push_back(run_needle_prompts(m, pool, o, none, by_context.back(), c));
+      for (const auto& x : ref_needle.back()) ref_correct += x.correct ? 1 : 0;
+      num_prompts += static_cast<int64_t>(by_context.back().size());
+    }
+  }
+
+  std::vector<Row> rows;
+  for (const KvEvictionPolicy policy : policies) {
+    for (const double share : *shares) {
+      Row r;
+      r.policy = policy;
+      r.share = share;
+      r.budget_tokens = budget_of(share, o.window_len);
+      const WindowsRun run =
+          run_windows(m, pool, o, params_of(o, policy, r.budget_tokens), windows);
+      r.kl = compare_logits(ref.logits, run.logits, vocab);
+      r.mean_max_held_blocks = run.mean_max_held_blocks;
+      for (size_t c = 0; c < by_context.size(); ++c) {
+        const int32_t context = (*contexts)[c];
+        const std::vector<eval::NeedleOutcome> q = run_needle_prompts(
+            m, pool, o, params_of(o, policy, budget_of(share, context)), by_context[c], context);
+        for (size_t i = 0; i < q.size(); ++i) {
+          r.needle_correct += q[i].correct ? 1 : 0;
+          r.ref_only += ref_needle[c][i].correct && !q[i].correct ? 1 : 0;
+          r.evict_only += !ref_needle[c][i].correct && q[i].correct ? 1 : 0;
+        }
+      }
+      rows.push_back(r);
+    }
+  }
+
+  if (!o.json) {
+    print_table(o, rows, ref.mean_max_held_blocks, ref_correct, num_prompts);
+    return 0;
+  }
+  const auto accuracy = [&](int64_t correct) {
+    return num_prompts > 0 ? static_cast<double>(correct) / static_cast<double>(num_prompts) : 0.0;
+  };
+  json out_rows = json::array();
+  for (const Row& r : rows) {
+    out_rows.push_back({{"policy", kv_eviction_policy_name(r.policy)},
+                        {"budget_share", r.share},
+                        {"budget_tokens", r.budget_tokens},
+                        {"mean_kl", r.kl.mean_kl},
+                        {"top1_agreement", r.kl.top1_agreement},
+                        {"positions", r.kl.num_positions},
+                        {"mean_max_held_blocks", r.mean_max_held_blocks},
+                        {"needle_accuracy", accuracy(r.needle_correct)},
+                        {"discordant_reference_only", r.ref_only},
+                        {"discordant_eviction_only", r.evict_only}});
+  }
+  const json out = {{"model", o.model_dir},
+                    {"block_size", o.block_size},
+                    {"windows", o.num_windows},
+                    {"window_len", o.window_len},
+                    {"needle_contexts", *contexts},
+                    {"needle_prompts", num_prompts},
+                    {"seed", o.seed},
+                    {"reference",
+                     {{"mean_max_held_blocks", ref.mean_max_held_blocks},
+                      {"needle_accuracy", accuracy(ref_correct)}}},
+                    {"results", out_rows}};
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace strata::cli
