@@ -324,7 +324,7 @@ std::optional<ApiError> read_kv_eviction(const json& v, std::optional<KvEviction
           value.is_string() ? parse_kv_eviction_policy(value.get_ref<const std::string&>())
                             : std::nullopt;
       if (!policy) {
-        return bad("policy must be one of \"none\", \"streaming_llm\", \"paged_eviction\"");
+        return bad(R"(policy must be one of "none", "streaming_llm", "paged_eviction")");
       }
       p.policy = policy;
       continue;
