@@ -355,8 +355,8 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
       totals_.kv_remote_get_latency = r.get_latency;
       totals_.kv_remote_put_latency = r.put_latency;
     }
-    if (const kv::PeerSource* peer = tiers_->peer()) {
-      const kv::PeerSourceStats p = peer->stats();
+    if (const std::optional<kv::PeerSourceStats> peer = tiers_->peer_stats()) {
+      const kv::PeerSourceStats& p = *peer;
       totals_.kv_peer_read_blocks = p.num_hits;
       totals_.kv_peer_read_bytes = p.bytes_read;
       totals_.kv_peer_faults = p.num_bad + p.num_missing;

@@ -161,6 +161,8 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
       }
       if (!config.peer_connects.empty()) {
         t->peer = std::make_unique<PeerSource>(format, config.peer_connects, config.peer_options);
+        t->peer_producing =
+            std::make_unique<PeerSource>(format, config.peer_connects, config.peer_options);
       }
     }
     tiers[static_cast<size_t>(g)] = std::move(t);
@@ -184,7 +186,7 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
     if (!t) continue;
     if (t->disk) t->io = std::make_unique<TierIo>(*t->disk);
     if (t->remote) fetcher_ = std::make_unique<RemoteFetcher>(*t->remote);
-    if (t->peer) fetcher_ = std::make_unique<RemoteFetcher>(*t->peer);
+    if (t->peer) fetcher_ = std::make_unique<RemoteFetcher>(*t->peer, t->peer_producing.get());
     t->mover->attach(t->host->buffer());
     if (t->group == 0) {
       cache_.pool(0).set_listener(this);
@@ -193,6 +195,23 @@ KvTiers::KvTiers(const KvTierConfig& config, KvCacheManager& cache,
       cache_.pool(t->group).set_listener(t->listener.get());
     }
   }
+}
+
+std::optional<PeerSourceStats> KvTiers::peer_stats() const {
+  const Tier& t = *tiers_[0];
+  if (!t.peer) return std::nullopt;
+  PeerSourceStats s = t.peer->stats();
+  const PeerSourceStats w = t.peer_producing->stats();
+  s.num_get_blocks += w.num_get_blocks;
+  s.num_hits += w.num_hits;
+  s.num_bad += w.num_bad;
+  s.num_missing += w.num_missing;
+  s.num_errors += w.num_errors;
+  s.num_round_trips += w.num_round_trips;
+  s.bytes_read += w.bytes_read;
+  s.transfer_seconds += w.transfer_seconds;
+  s.get_latency.merge(w.get_latency);
+  return s;
 }
 
 KvTiers::~KvTiers() {

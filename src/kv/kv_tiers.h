@@ -252,7 +252,9 @@ class KvTiers final : public PoolListener {
   const RemoteTier* remote() const { return tiers_[0]->remote.get(); }
   // --role prefill's outbox, whose lookup a PeerServer serves; --role decode's source.
   PeerOutbox* outbox() const { return tiers_[0]->outbox.get(); }
-  const PeerSource* peer() const { return tiers_[0]->peer.get(); }
+  // --role decode's reads from the prefill instances, both sources' (none without): the one
+  // that reads blocks already there, and the one that waits for blocks still being computed.
+  std::optional<PeerSourceStats> peer_stats() const;
 
  private:
   class GroupListener;
@@ -267,6 +269,9 @@ class KvTiers final : public PoolListener {
     std::unique_ptr<RemoteTier> remote;  // group 0, with --kv-remote
     std::unique_ptr<PeerOutbox> outbox;  // group 0, --role prefill
     std::unique_ptr<PeerSource> peer;    // group 0, --role decode
+    // --role decode: the reads that wait for a prefill still running, over connections of
+    // their own (RemoteFetcher's producing source).
+    std::unique_ptr<PeerSource> peer_producing;
     // Where the blocks written down are lent besides the host tier (remote, outbox).
     std::vector<BlockSink*> sinks() const;
     std::unique_ptr<GroupListener> listener;  // groups after the first (group 0's: KvTiers)

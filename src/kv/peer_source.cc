@@ -14,6 +14,11 @@ PeerSource::PeerSource(BlockValueFormat format, std::vector<PeerConnect> connect
     : format_(std::move(format)), options_(options) {
   STRATA_CHECK(!connects.empty(), "PeerSource: at least one prefill instance");
   for (PeerConnect& c : connects) peers_.push_back(Peer{std::move(c), nullptr, std::nullopt});
+  int threads = options_.decode_threads;
+  if (threads <= 0) {
+    threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
+  }
+  decoders_ = std::make_unique<ThreadPool>(threads);
 }
 
 PeerClient* PeerSource::client(size_t p) {
@@ -98,11 +103,22 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
       rest = got;
       break;
     }
+    // The values there, checked and decoded into their slots in parallel; then taken in chain
+    // order, up to the first that failed.
+    size_t present = 0;
+    while (present < n && !values_[present].empty()) ++present;
+    decoded_.assign(present, Status());
+    decoders_->parallel_for(static_cast<int64_t>(present), [&](int64_t begin, int64_t end) {
+      for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
+        BlockGet& g = blocks[next + i];
+        decoded_[i] = format_.decode(values_[i], g.hash, g.tokens, g.out, &g.checksum);
+      }
+    });
     size_t j = 0;
-    for (; j < n && !values_[j].empty(); ++j) {
+    for (; j < present; ++j) {
       BlockGet& g = blocks[next + j];
       s.bytes_read += static_cast<int64_t>(values_[j].size());
-      const Status d = format_.decode(values_[j], g.hash, g.tokens, g.out, &g.checksum);
+      const Status& d = decoded_[j];
       if (!d.ok()) {
         ++s.num_bad;
         g.status = Status::NotFound(d.message());

@@ -6,16 +6,21 @@
 
 namespace strata::kv {
 
-RemoteFetcher::RemoteFetcher(BlockSource& source) : source_(source), thread_([this] { run(); }) {}
+RemoteFetcher::RemoteFetcher(BlockSource& source, BlockSource* producing_source)
+    : source_(source), producing_source_(producing_source), thread_([this] { run(); }) {
+  if (producing_source_ != nullptr) producing_thread_ = std::thread([this] { run_producing(); });
+}
 
 RemoteFetcher::~RemoteFetcher() {
   {
     const std::lock_guard lock(mu_);
     stopping_ = true;
     queued_.clear();
+    queued_producing_.clear();
   }
   work_cv_.notify_all();
   thread_.join();
+  if (producing_thread_.joinable()) producing_thread_.join();
 }
 
 void RemoteFetcher::submit(const std::shared_ptr<PrefetchTicket>& ticket,
@@ -33,9 +38,10 @@ void RemoteFetcher::submit(const std::shared_ptr<PrefetchTicket>& ticket,
   blocks_in_flight_ += n;
   {
     const std::lock_guard lock(mu_);
-    queued_.push_back(std::move(job));
+    const bool own_thread = job->producing != nullptr && producing_source_ != nullptr;
+    (own_thread ? queued_producing_ : queued_).push_back(std::move(job));
   }
-  work_cv_.notify_one();
+  work_cv_.notify_all();
 }
 
 bool RemoteFetcher::join(const TierKey& key, const std::shared_ptr<PrefetchTicket>& ticket) {
@@ -55,7 +61,9 @@ std::vector<std::unique_ptr<RemoteFetcher::Job>> RemoteFetcher::take_done(
   std::vector<std::unique_ptr<Job>> out;
   {
     std::unique_lock lock(mu_);
-    const auto ready = [&] { return !done_.empty() || (queued_.empty() && reading_ == 0); };
+    const auto ready = [&] {
+      return !done_.empty() || (queued_.empty() && queued_producing_.empty() && reading_ == 0);
+    };
     if (wait && until == std::chrono::steady_clock::time_point::max()) {
       done_cv_.wait(lock, ready);
     } else if (wait) {
@@ -72,59 +80,97 @@ std::vector<std::unique_ptr<RemoteFetcher::Job>> RemoteFetcher::take_done(
 
 bool RemoteFetcher::idle() const {
   const std::lock_guard lock(mu_);
-  return queued_.empty() && reading_ == 0 && done_.empty();
+  return queued_.empty() && queued_producing_.empty() && reading_ == 0 && done_.empty();
 }
 
 int32_t RemoteFetcher::blocks_in_flight() const { return blocks_in_flight_; }
 
+void RemoteFetcher::read(BlockSource& source, std::vector<std::unique_ptr<Job>>& jobs,
+                         std::vector<BlockGet>& gets) {
+  // Every job's blocks in one read, straight into their slots, a chain per job.
+  gets.clear();
+  int32_t chain = 0;
+  for (const std::unique_ptr<Job>& job : jobs) {
+    job->gets.reserve(job->blocks.size());
+    for (const Block& b : job->blocks) {
+      job->gets.push_back(BlockGet{b.key.hash, b.tokens, b.out, 0, {}, chain, job->producing.get()});
+    }
+    gets.insert(gets.end(), job->gets.begin(), job->gets.end());
+    ++chain;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  source.get(gets);
+  jobs.front()->read_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  jobs.front()->read_blocks = static_cast<int64_t>(gets.size());
+  size_t at = 0;
+  for (const std::unique_ptr<Job>& job : jobs) {
+    for (BlockGet& g : job->gets) {
+      g.checksum = gets[at].checksum;
+      g.status = std::move(gets[at].status);
+      ++at;
+    }
+  }
+  {
+    const std::lock_guard lock(mu_);
+    for (std::unique_ptr<Job>& job : jobs) done_.push_back(std::move(job));
+    reading_ -= static_cast<int32_t>(jobs.size());
+  }
+  jobs.clear();
+  done_cv_.notify_all();
+}
+
 void RemoteFetcher::run() {
   std::vector<BlockGet> gets;
+  std::vector<std::unique_ptr<Job>> ready, producing;
   for (;;) {
-    std::vector<std::unique_ptr<Job>> batch;
     {
       std::unique_lock lock(mu_);
       work_cv_.wait(lock, [&] { return stopping_ || !queued_.empty(); });
       if (stopping_) return;
+      // The jobs whose blocks are all there in one read; those still being computed elsewhere
+      // after them, one read each, in the order they came (the order they are computed in).
       while (!queued_.empty()) {
-        batch.push_back(std::move(queued_.front()));
+        std::unique_ptr<Job>& job = queued_.front();
+        (job->producing == nullptr ? ready : producing).push_back(std::move(job));
         queued_.pop_front();
       }
-      reading_ = static_cast<int32_t>(batch.size());
+      reading_ += static_cast<int32_t>(ready.size() + producing.size());
     }
-    // The blocks still being computed elsewhere last: the source may wait for them.
-    std::stable_partition(batch.begin(), batch.end(),
-                          [](const std::unique_ptr<Job>& job) { return job->producing == nullptr; });
-    // Every queued job's blocks in one read, straight into their slots, a chain per job.
-    gets.clear();
-    int32_t chain = 0;
-    for (const std::unique_ptr<Job>& job : batch) {
-      job->gets.reserve(job->blocks.size());
-      for (const Block& b : job->blocks) {
-        job->gets.push_back(
-            BlockGet{b.key.hash, b.tokens, b.out, 0, {}, chain, job->producing.get()});
-      }
-      gets.insert(gets.end(), job->gets.begin(), job->gets.end());
-      ++chain;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    source_.get(gets);
-    batch.front()->read_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    batch.front()->read_blocks = static_cast<int64_t>(gets.size());
-    size_t at = 0;
-    for (const std::unique_ptr<Job>& job : batch) {
-      for (BlockGet& g : job->gets) {
-        g.checksum = gets[at].checksum;
-        g.status = std::move(gets[at].status);
-        ++at;
-      }
-    }
-    {
+    if (!ready.empty()) read(source_, ready, gets);
+    // A read that waits for a prefill holds only its own job: each is done as its chain ends,
+    // and jobs queued meanwhile go before the rest of these (they are put back in front).
+    size_t next = 0;
+    while (next < producing.size()) {
+      std::vector<std::unique_ptr<Job>> one;
+      one.push_back(std::move(producing[next++]));
+      read(source_, one, gets);
       const std::lock_guard lock(mu_);
-      for (std::unique_ptr<Job>& job : batch) done_.push_back(std::move(job));
-      reading_ = 0;
+      if (!stopping_ && queued_.empty()) continue;
+      // Stopping: the rest are dropped, as queued jobs are.
+      for (size_t i = producing.size(); !stopping_ && i-- > next;) {
+        queued_.push_front(std::move(producing[i]));
+      }
+      reading_ -= static_cast<int32_t>(producing.size() - next);
+      break;
     }
-    done_cv_.notify_all();
+    producing.clear();
+  }
+}
+
+void RemoteFetcher::run_producing() {
+  std::vector<BlockGet> gets;
+  for (;;) {
+    std::vector<std::unique_ptr<Job>> one;
+    {
+      std::unique_lock lock(mu_);
+      work_cv_.wait(lock, [&] { return stopping_ || !queued_producing_.empty(); });
+      if (stopping_) return;
+      one.push_back(std::move(queued_producing_.front()));
+      queued_producing_.pop_front();
+      ++reading_;
+    }
+    read(*producing_source_, one, gets);
   }
 }
 

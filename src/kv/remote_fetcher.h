@@ -4,9 +4,11 @@
 // job: the blocks of its prompt that neither the pool nor the host tier holds, each with the host
 // slot it is read into (pinned, not committed, by the caller until the job is taken). The thread
 // reads every job queued since its last read in one BlockSource::get -- for Redis one round trip
-// (pipelined MGETs) for all of them -- so a burst of arrivals costs one read rather than one each, and a read starts as soon as the last
-// one ends, not at a step. A block already being read is not asked for twice: the request waits
-// on the job reading it (join).
+// (pipelined MGETs) for all of them -- so a burst of arrivals costs one read rather than one
+// each, and a read starts as soon as the last one ends, not at a step. A job whose blocks a
+// prefill instance is still computing (producing) is read on its own after those, and is done as
+// soon as its own chain ends; jobs queued while it is read go before the next such job. A block
+// already being read is not asked for twice: the request waits on the job reading it (join).
 //
 // Threads: submit, join and take_done on the scheduler thread; the reads on the fetcher's.
 // Tickets are the scheduler thread's alone (the jobs hand them back through take_done). Cost: the
@@ -52,8 +54,12 @@ class RemoteFetcher {
     int64_t read_blocks = 0;
   };
 
-  explicit RemoteFetcher(BlockSource& source);
-  ~RemoteFetcher();  // waits for the read under way; queued jobs are dropped
+  // producing_source (nullable): a second source, over connections of its own, for the jobs
+  // whose blocks are still being computed (submit's producing), read on a thread of their own,
+  // one job at a time in the order they came, so that a read waiting for a prefill holds back no
+  // other job. Without it those jobs are read on the one thread, after the others.
+  explicit RemoteFetcher(BlockSource& source, BlockSource* producing_source = nullptr);
+  ~RemoteFetcher();  // waits for the reads under way; queued jobs are dropped
   RemoteFetcher(const RemoteFetcher&) = delete;
   RemoteFetcher& operator=(const RemoteFetcher&) = delete;
 
@@ -76,18 +82,25 @@ class RemoteFetcher {
 
  private:
   void run();
+  void run_producing();  // producing_source_'s thread
+  // Reads jobs (which the calling thread holds) in one source.get and moves them to done_.
+  void read(BlockSource& source, std::vector<std::unique_ptr<Job>>& jobs,
+            std::vector<BlockGet>& gets);
 
   BlockSource& source_;
+  BlockSource* const producing_source_;
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::unique_ptr<Job>> queued_;
+  std::deque<std::unique_ptr<Job>> queued_producing_;  // for producing_source_'s thread
   std::vector<std::unique_ptr<Job>> done_;
-  int32_t reading_ = 0;  // jobs the thread holds
+  int32_t reading_ = 0;  // jobs the threads hold
   // Every block of a job not taken yet, and its job (the scheduler thread's: no lock needed).
   std::unordered_map<TierKey, Job*, TierKeyHasher> in_flight_;
   int32_t blocks_in_flight_ = 0;
   bool stopping_ = false;
   std::thread thread_;
+  std::thread producing_thread_;
 };
 
 }  // namespace strata::kv

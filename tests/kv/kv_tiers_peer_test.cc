@@ -164,7 +164,7 @@ TEST(KvTiersPeerTest, ADecodeInstanceReadsThePromptsBlocksFromThePrefillInstance
       },
       std::chrono::milliseconds(200)));
   EXPECT_EQ(dec.fetch_and_promote(p), 3);
-  EXPECT_EQ(dec.tiers->peer()->stats().num_hits, 3);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_hits, 3);
   EXPECT_EQ(dec.tiers->stats().num_remote_hit_blocks, 3);
 }
 
@@ -204,8 +204,8 @@ TEST(KvTiersPeerTest, ADecodeInstanceReadsFromWhicheverPrefillInstanceComputedTh
   ASSERT_NE(peer_b, nullptr);
   EXPECT_EQ(peer_a->round_trips, 2) << "A, asked first, lacks q's first block";
   EXPECT_EQ(peer_b->round_trips, 1);
-  EXPECT_EQ(dec.tiers->peer()->stats().num_hits, 5);
-  EXPECT_EQ(dec.tiers->peer()->stats().num_missing, 0);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_hits, 5);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_missing, 0);
 }
 
 TEST(KvTiersPeerTest, OnlyTheBlocksTheDecodeInstanceLacksMove) {
@@ -220,7 +220,7 @@ TEST(KvTiersPeerTest, OnlyTheBlocksTheDecodeInstanceLacksMove) {
   // The decode instance computed the first block itself (a shared system prompt, say).
   dec.compute(std::vector<int32_t>(p.begin(), p.begin() + kBs + 1));
   EXPECT_EQ(dec.fetch_and_promote(p), 3);
-  EXPECT_EQ(dec.tiers->peer()->stats().num_get_blocks, 2);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_get_blocks, 2);
 }
 
 TEST(KvTiersPeerTest, BlocksComputedWhileTheDecodeInstanceWaitsArrive) {
@@ -238,8 +238,8 @@ TEST(KvTiersPeerTest, BlocksComputedWhileTheDecodeInstanceWaitsArrive) {
   prefill(pre, p);
   while (state.pending()) dec.tiers->wait_io();
   EXPECT_EQ(dec.fetch_and_promote(p), 3);
-  EXPECT_GE(dec.tiers->peer()->stats().num_round_trips, 2);
-  EXPECT_EQ(dec.tiers->peer()->stats().num_missing, 0);
+  EXPECT_GE(dec.tiers->peer_stats()->num_round_trips, 2);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_missing, 0);
 }
 
 // PeerSource alone, over a peer that answers from a map of values (as an outbox would), for the
@@ -383,7 +383,7 @@ TEST(KvTiersPeerTest, AReadStartedWithThePrefillWaitsForItsBlocks) {
   running->store(false);
   while (state.pending()) dec.tiers->wait_io();
   EXPECT_EQ(dec.fetch_and_promote(p), 3);
-  EXPECT_EQ(dec.tiers->peer()->stats().num_missing, 0);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_missing, 0);
 }
 
 TEST(KvTiersPeerTest, ACorruptValueEndsTheChainThere) {
@@ -399,7 +399,7 @@ TEST(KvTiersPeerTest, ACorruptValueEndsTheChainThere) {
       },
       std::chrono::milliseconds(200)));
   EXPECT_EQ(dec.fetch_and_promote(p), 1) << "the first block, before the corrupt one";
-  EXPECT_EQ(dec.tiers->peer()->stats().num_bad, 1);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_bad, 1);
 }
 
 TEST(KvTiersPeerTest, ABlockThePrefillInstanceNeverHasEndsTheChainAfterTheWait) {
@@ -415,7 +415,7 @@ TEST(KvTiersPeerTest, ABlockThePrefillInstanceNeverHasEndsTheChainAfterTheWait) 
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(dec.fetch_and_promote(p), 2);
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
-  EXPECT_EQ(dec.tiers->peer()->stats().num_missing, 1);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_missing, 1);
 }
 
 // The prefill instance dies mid-transfer: the first round trip's block arrives, the second
@@ -433,8 +433,8 @@ TEST(KvTiersPeerTest, APrefillInstanceDyingMidTransferLeavesWhatCame) {
       },
       std::chrono::seconds(20), /*chunk_blocks=*/1));
   EXPECT_EQ(dec.fetch_and_promote(p), 1);
-  EXPECT_EQ(dec.tiers->peer()->stats().num_hits, 1);
-  EXPECT_EQ(dec.tiers->peer()->stats().num_errors, 1);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_hits, 1);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_errors, 1);
   EXPECT_EQ(dec.fetch_and_promote(prompt(500, 2)), 0);
   EXPECT_LE(connects, 2);
 }
@@ -472,7 +472,7 @@ TEST(KvTiersPeerTest, OverUcxAndThePrefillInstanceDyingBetweenRequests) {
   server->reset();
   pre.reset();
   EXPECT_EQ(dec.fetch_and_promote(prompt(500, 2)), 0);
-  EXPECT_GE(dec.tiers->peer()->stats().num_errors, 1);
+  EXPECT_GE(dec.tiers->peer_stats()->num_errors, 1);
 }
 
 TEST(KvTiersPeerTest, AnOutboxKeepsItsBytesBoundDroppingTheLeastRecent) {

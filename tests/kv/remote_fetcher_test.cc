@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "kv/block_hash.h"
@@ -126,6 +129,116 @@ TEST_F(RemoteFetcherTest, ADeadServerAnswersEveryJobUnavailableAndTheFetcherStop
   // Jobs still queued when it goes are dropped, not waited for forever.
   for (int i = 0; i < 8; ++i) fetcher->submit(ticket, reads);
   fetcher.reset();
+}
+
+// A source whose blocks of a chain still being computed come only once it is done (as a prefill
+// instance's do); it notes which chains it has begun.
+class GatedSource final : public BlockSource {
+ public:
+  void get(std::span<BlockGet> blocks) override {
+    ++reads;
+    for (BlockGet& g : blocks) {
+      ++begun;
+      while (g.producing != nullptr && g.producing->load()) std::this_thread::sleep_for(1ms);
+      std::fill(g.out.begin(), g.out.end(), std::byte{7});
+      g.status = Status::Ok();
+    }
+  }
+  std::atomic<int> reads{0};
+  std::atomic<int> begun{0};
+};
+
+// Waits up to a few seconds for the next done jobs.
+std::vector<std::unique_ptr<RemoteFetcher::Job>> next_done(RemoteFetcher& f) {
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  std::vector<std::unique_ptr<RemoteFetcher::Job>> done;
+  while (done.empty() && std::chrono::steady_clock::now() < until) {
+    done = f.take_done(/*wait=*/true, std::chrono::steady_clock::now() + 100ms);
+  }
+  return done;
+}
+
+// With a source of their own, jobs whose blocks a prefill is still computing are read on a thread
+// of their own: one waiting for its prefill holds back no job queued after it, and jobs taken
+// together are done one by one, each as its own chain ends.
+TEST(RemoteFetcherProducingTest, AJobWaitingForItsPrefillHoldsBackNoOtherJob) {
+  GatedSource source, waiting;
+  RemoteFetcher fetcher(source, &waiting);
+  const Block a = block(1), b = block(2), c = block(3), d = block(4);
+  std::vector<std::vector<std::byte>> out(4, std::vector<std::byte>(kBlockBytes));
+  auto job = [&](const Block& k, size_t i) {
+    return std::vector<RemoteFetcher::Block>{
+        {k.key, BlockId{static_cast<int32_t>(i)}, k.b.tokens, out[i]}};
+  };
+  auto ticket = std::make_shared<PrefetchTicket>();
+  auto a_running = std::make_shared<std::atomic<bool>>(true);
+  fetcher.submit(ticket, job(a, 0), a_running);
+  while (waiting.begun.load() == 0) std::this_thread::sleep_for(1ms);
+  fetcher.submit(ticket, job(b, 1));  // queued while a's read waits: done before a's prefill ends
+  std::vector<std::unique_ptr<RemoteFetcher::Job>> done = next_done(fetcher);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]->blocks[0].key, b.key);
+  EXPECT_TRUE(done[0]->gets[0].status.ok());
+  EXPECT_EQ(out[1][0], std::byte{7});
+  EXPECT_EQ(source.reads.load(), 1);
+  a_running->store(false);
+  done = next_done(fetcher);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]->blocks[0].key, a.key);
+
+  auto c_running = std::make_shared<std::atomic<bool>>(true);
+  auto d_running = std::make_shared<std::atomic<bool>>(true);
+  const int begun = waiting.begun.load();
+  fetcher.submit(ticket, job(c, 2), c_running);
+  fetcher.submit(ticket, job(d, 3), d_running);
+  while (waiting.begun.load() == begun) std::this_thread::sleep_for(1ms);
+  c_running->store(false);
+  done = next_done(fetcher);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]->blocks[0].key, c.key);
+  EXPECT_FALSE(fetcher.idle());
+  d_running->store(false);
+  done = next_done(fetcher);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]->blocks[0].key, d.key);
+  EXPECT_TRUE(fetcher.idle());
+}
+
+// With one source the producing jobs are read after the others, still one by one: the first is
+// done while the second waits, and a job queued meanwhile goes before the second.
+TEST(RemoteFetcherProducingTest, OnOneSourceProducingJobsAreDoneOneByOne) {
+  GatedSource source;
+  RemoteFetcher fetcher(source);
+  const Block c = block(3), d = block(4), e = block(5);
+  std::vector<std::vector<std::byte>> out(3, std::vector<std::byte>(kBlockBytes));
+  auto job = [&](const Block& k, size_t i) {
+    return std::vector<RemoteFetcher::Block>{
+        {k.key, BlockId{static_cast<int32_t>(i)}, k.b.tokens, out[i]}};
+  };
+  auto ticket = std::make_shared<PrefetchTicket>();
+  auto c_running = std::make_shared<std::atomic<bool>>(true);
+  auto d_running = std::make_shared<std::atomic<bool>>(true);
+  fetcher.submit(ticket, job(c, 0), c_running);
+  fetcher.submit(ticket, job(d, 1), d_running);
+  while (source.begun.load() == 0) std::this_thread::sleep_for(1ms);
+  fetcher.submit(ticket, job(e, 2));
+  c_running->store(false);
+  // c, then e (queued while c was read) before d, whose prefill still runs.
+  std::vector<TierKey> order;
+  while (order.size() < 2) {
+    std::vector<std::unique_ptr<RemoteFetcher::Job>> some = next_done(fetcher);
+    ASSERT_FALSE(some.empty());
+    for (const auto& j : some) order.push_back(j->blocks[0].key);
+  }
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0], c.key);
+  EXPECT_EQ(order[1], e.key) << "a job queued meanwhile goes before d";
+  EXPECT_FALSE(fetcher.idle());
+  d_running->store(false);
+  std::vector<std::unique_ptr<RemoteFetcher::Job>> done = next_done(fetcher);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]->blocks[0].key, d.key);
+  EXPECT_TRUE(fetcher.idle());
 }
 
 }  // namespace
