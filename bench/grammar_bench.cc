@@ -1,14 +1,17 @@
 // What constrained decoding costs (docs/benchmarks.md, "Structured outputs"): per JSON schema,
-// the compile time (schema -> regex -> byte DFA) and the DFA's size; per vocabulary, the trie's
+// the compile time (schema -> regex -> byte DFA) and the DFA's size, and the same per EBNF
+// grammar (GBNF text -> byte NFA -> byte DFA, recursion expanded to --grammar-depth); per vocabulary, the trie's
 // build time; and the token mask per decoding step, measured along constrained outputs: a fresh
 // TokenMasker per output (as a request has), each step's mask, then a random allowed token (the
 // end token where the state accepts, with probability 1/8), up to --max-tokens. A step's token is
 // the first allowed one from a random id on. Then the same outputs again with one MaskCache per
 // schema, shared by its requests and warmed by one request's walk: a schema's later requests.
 //
-// Usage: strata_grammar_bench --tokenizer DIR [--tokenizer DIR ...] --schemas DIR
-//                             [--outputs N] [--max-tokens N] [--json]
-// DIR of --schemas holds one JSON schema per *.json file.
+// Usage: strata_grammar_bench --tokenizer DIR [--tokenizer DIR ...] [--schemas DIR]
+//                             [--grammars DIR [--grammar-depth N]] [--outputs N]
+//                             [--max-tokens N] [--json]
+// DIR of --schemas holds one JSON schema per *.json file; DIR of --grammars one GBNF grammar
+// per *.gbnf file.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "grammar/byte_dfa.h"
+#include "grammar/ebnf_nfa.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 #include "grammar/token_masker.h"
@@ -49,6 +53,7 @@ struct Compiled {
   // Its DFA's liveness classes at the vocabulary's longest token: the caches' keys, as the
   // engine's (GrammarCompiler) are.
   std::shared_ptr<const std::vector<int32_t>> keys;
+  int depth = -1;  // a grammar's recursion depth (compile_ebnf_dfa); -1 for a schema
 };
 
 // The first token m allows from word `from` on (wrapping), or -1 when it allows none.
@@ -72,55 +77,88 @@ double percentile(std::vector<double> v, double p) {
 int run(int argc, char** argv) {
   CLI::App app{"Constrained decoding's compile time and token-mask cost"};
   std::vector<std::string> tokenizers;
-  std::string schemas_dir;
-  int outputs = 20, max_tokens = 256;
+  std::string schemas_dir, grammars_dir;
+  int outputs = 20, max_tokens = 256, grammar_depth = EbnfLimits{}.max_depth;
   bool json = false;
   app.add_option("--tokenizer", tokenizers, "a tokenizer directory (tokenizer.json)")
       ->required()
       ->check(CLI::ExistingDirectory);
   app.add_option("--schemas", schemas_dir, "a directory of *.json schemas")
-      ->required()
       ->check(CLI::ExistingDirectory);
+  app.add_option("--grammars", grammars_dir, "a directory of *.gbnf EBNF grammars")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--grammar-depth", grammar_depth, "the grammars' recursion depth")
+      ->check(CLI::Range(0, 64));
   app.add_option("--outputs", outputs, "constrained outputs per schema and vocabulary")
       ->check(CLI::Range(1, 100000));
   app.add_option("--max-tokens", max_tokens, "tokens per output at most")
       ->check(CLI::Range(1, 100000));
   app.add_flag("--json", json, "one JSON object instead of the table");
   CLI11_PARSE(app, argc, argv);
-
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(schemas_dir)) {
-    if (e.path().extension() == ".json") files.push_back(e.path());
+  if (schemas_dir.empty() && grammars_dir.empty()) {
+    std::fprintf(stderr, "strata_grammar_bench: give --schemas, --grammars or both\n");
+    return 2;
   }
-  std::sort(files.begin(), files.end());
+
+  const auto files_in = [](const std::string& dir, const char* extension) {
+    std::vector<std::filesystem::path> files;
+    if (dir.empty()) return files;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.path().extension() == extension) files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+  };
+  const std::vector<std::filesystem::path> schemas = files_in(schemas_dir, ".json");
+  const std::vector<std::filesystem::path> grammars = files_in(grammars_dir, ".gbnf");
+  std::vector<std::filesystem::path> files = schemas;
+  files.insert(files.end(), grammars.begin(), grammars.end());
+  EbnfLimits ebnf;
+  ebnf.max_depth = grammar_depth;
   std::vector<Compiled> compiled;
   for (const std::filesystem::path& f : files) {
     std::ifstream in(f);
-    const nlohmann::ordered_json schema =
-        nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const bool grammar = f.extension() == ".gbnf";
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const auto start = Clock::now();
-    const Result<std::string> regex = json_schema_regex(schema);
-    Result<Nfa> nfa = regex.ok() ? compile_regex(*regex) : Result<Nfa>(regex.status());
-    Result<ByteDfa> dfa = nfa.ok() ? ByteDfa::build(*nfa) : Result<ByteDfa>(nfa.status());
+    // A grammar at the deepest depth up to --grammar-depth that fits, as the engine builds it.
+    Result<ByteDfa> dfa = Status::InvalidArgument("not read");
+    int depth = -1;
+    if (grammar) {
+      Result<EbnfDfa> built =
+          compile_ebnf_dfa(text, {}, ebnf, RegexLimits{}.max_nfa_states, 1 << 16);
+      if (built.ok()) depth = built->depth;
+      dfa = built.ok() ? Result<ByteDfa>(std::move(built->dfa)) : Result<ByteDfa>(built.status());
+    } else {
+      const nlohmann::ordered_json schema =
+          nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+      const Result<std::string> regex = json_schema_regex(schema);
+      Result<Nfa> nfa = regex.ok() ? compile_regex(*regex) : Result<Nfa>(regex.status());
+      dfa = nfa.ok() ? ByteDfa::build(*nfa) : Result<ByteDfa>(nfa.status());
+    }
     if (!dfa.ok()) {
       std::fprintf(stderr, "strata_grammar_bench: %s: %s\n", f.c_str(),
                    dfa.status().to_string().c_str());
       return 1;
     }
-    compiled.push_back({f.stem().string(), since(start),
-                        std::make_shared<const ByteDfa>(std::move(dfa).value()), nullptr, nullptr});
+    compiled.push_back({(grammar ? "gbnf:" : "") + f.stem().string(), since(start),
+                        std::make_shared<const ByteDfa>(std::move(dfa).value()), nullptr, nullptr,
+                        depth});
   }
 
   nlohmann::json out;
   if (!json) {
-    std::printf("%-28s %10s %8s\n", "schema", "compile ms", "states");
+    std::printf("%-28s %10s %8s %6s\n", "schema", "compile ms", "states", "depth");
     for (const Compiled& c : compiled) {
-      std::printf("%-28s %10.2f %8d\n", c.name.c_str(), c.compile_s * 1e3, c.dfa->num_states());
+      std::printf("%-28s %10.2f %8d %6s\n", c.name.c_str(), c.compile_s * 1e3,
+                  c.dfa->num_states(), c.depth < 0 ? "" : std::to_string(c.depth).c_str());
     }
   }
   for (const Compiled& c : compiled) {
-    out["schemas"].push_back(
-        {{"name", c.name}, {"compile_s", c.compile_s}, {"dfa_states", c.dfa->num_states()}});
+    nlohmann::json row = {
+        {"name", c.name}, {"compile_s", c.compile_s}, {"dfa_states", c.dfa->num_states()}};
+    if (c.depth >= 0) row["grammar_depth"] = c.depth;
+    out["schemas"].push_back(std::move(row));
   }
   for (const std::string& dir : tokenizers) {
     const tokenizer::Tokenizer t = tokenizer::Tokenizer::load(dir);

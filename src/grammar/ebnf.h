@@ -60,9 +60,10 @@ struct EbnfLimits {
   int64_t max_grammar_bytes = int64_t{1} << 20;  // the text's length
   int32_t max_repeat = 1000;                     // the largest m or n of {m,n}
   int32_t max_rules = 1 << 14;
-  // Recursion is expanded to this depth: a rule may be entered at most max_depth times while it
-  // is already being expanded (so max_depth levels of nested brackets in a JSON grammar);
-  // derivations that would go deeper are cut (ebnf_nfa.h).
+  // Nesting is expanded to this depth: a rule may be entered (other than by a loop in tail
+  // position) at most max_depth times while it is already being expanded, so max_depth levels of
+  // nested brackets in a JSON grammar; derivations that would go deeper are cut (ebnf_nfa.h).
+  // compile_ebnf_dfa takes it as the most: the deepest that fits the automaton's bounds.
   int32_t max_depth = 6;
   int32_t max_open_rules = 1000;  // rules being expanded at once (the builder's recursion)
 };

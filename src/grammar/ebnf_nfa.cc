@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
+#include <unordered_map>
 #include <utility>
 
 namespace strata::grammar {
@@ -9,7 +11,8 @@ namespace {
 
 using Kind = EbnfExpr::Kind;
 
-constexpr int32_t kNoWay = -1;  // a fragment with no way through (cut at the depth bound)
+constexpr int32_t kNoWay = -1;   // a fragment with no way through (cut at the depth bound)
+constexpr int32_t kLooped = -2;  // every way through loops back to a rule of the tail chain
 constexpr int32_t kMaxListItems = 16;  // the longest x of `x (s x)*` looked for
 
 bool is_star(const EbnfExpr& e) { return e.kind == Kind::kRepeat && e.min == 0 && e.max < 0; }
@@ -35,12 +38,14 @@ class Builder {
         max_work_(4 * max_nfa_states),
         open_(g.rules.size(), 0) {}
 
+  bool cut() const { return cut_; }
+
   Result<Nfa> build(const EbnfExpr& start) {
     const int32_t from = state();
-    const int32_t end = expr(start, from);
+    const int32_t end = expr(start, from, /*tail=*/false);
     if (!error_.ok()) return error_;
     // No way through: the automaton of the empty language (its start can never accept).
-    nfa_.accept = end == kNoWay ? state() : end;
+    nfa_.accept = end < 0 ? state() : end;
     if (!error_.ok()) return error_;
     return std::move(nfa_);
   }
@@ -65,8 +70,9 @@ class Builder {
     if (error_.ok()) nfa_.edges[static_cast<size_t>(from)].push_back({to, lo, hi, false});
   }
 
-  // Builds e from state `from`; returns its end state, or kNoWay.
-  int32_t expr(const EbnfExpr& e, int32_t from) {
+  // Builds e from state `from`; returns its end state, kNoWay, or kLooped. `tail`: nothing of
+  // the rule being built follows e (a rule reference there may loop back, below).
+  int32_t expr(const EbnfExpr& e, int32_t from, bool tail) {
     if (!error_.ok()) return kNoWay;
     if (++work_ > max_work_) {
       exhausted("grammar: its expansion passes " + std::to_string(max_work_) + " steps");
@@ -95,61 +101,102 @@ class Builder {
         return end;
       }
       case Kind::kConcat:
-        return sequence(as_sequence(e), from);
-      case Kind::kAlt: {
-        // A branch is joined only once it is built whole, so a cut one leaves no edge in.
-        int32_t end = kNoWay;
-        for (const EbnfExpr& item : e.items) {
-          const int32_t start = state();
-          const int32_t to = expr(item, start);
-          if (to == kNoWay || !error_.ok()) continue;
-          if (end == kNoWay) end = state();
-          epsilon(from, start);
-          epsilon(to, end);
-        }
-        return end;
-      }
+        return sequence(as_sequence(e), from, &lists_of(e), tail);
+      case Kind::kAlt:
+        return alternatives(e, from, tail);
       case Kind::kRepeat:
-        return repeat(e, from);
+        return repeat(e, from, tail);
       case Kind::kRule:
-        return rule(e.rule, from);
+        return rule(e.rule, from, tail);
     }
     return kNoWay;
   }
 
-  int32_t rule(int32_t r, int32_t from) {
+  int32_t alternatives(const EbnfExpr& e, int32_t from, bool tail) {
+    // A branch is joined only once it is built whole, so a cut one leaves no edge in.
+    int32_t end = kNoWay;
+    bool looped = false;
+    for (const EbnfExpr& item : e.items) {
+      const int32_t start = state();
+      const int32_t to = expr(item, start, tail);
+      if (to == kNoWay || !error_.ok()) continue;
+      epsilon(from, start);
+      if (to == kLooped) {
+        looped = true;
+        continue;
+      }
+      if (end < 0) end = state();
+      epsilon(to, end);
+    }
+    return end >= 0 ? end : looped ? kLooped : kNoWay;
+  }
+
+  // A reference to rule r. In tail position, a rule of the current tail chain (the rules
+  // entered in tail position since the last call that had something left to do) is a loop back
+  // to that rule's entry: its end is this end, so no copy is needed and right recursion is
+  // exact. Any other reference inlines the rule's body, counting against the depth bound; one
+  // that has something left to do starts a new chain.
+  int32_t rule(int32_t r, int32_t from, bool tail) {
+    if (tail) {
+      for (const ChainLink& link : chain_) {
+        if (link.rule != r) continue;
+        epsilon(from, link.entry);
+        return kLooped;
+      }
+    }
     int32_t& open = open_[static_cast<size_t>(r)];
-    if (open > limits_.max_depth) return kNoWay;  // the depth bound: this derivation is cut
+    if (open > limits_.max_depth) {  // the depth bound: this derivation is cut
+      cut_ = true;
+      return kNoWay;
+    }
     if (num_open_ >= limits_.max_open_rules) {
       exhausted("grammar: rules nested more than " + std::to_string(limits_.max_open_rules) +
                 " deep");
       return kNoWay;
     }
+    std::vector<ChainLink> outer;
+    if (!tail) outer.swap(chain_);
+    const int32_t entry = state();  // fresh: only the body leaves it, so loops may enter it
+    epsilon(from, entry);
+    chain_.push_back({r, entry});
     ++open, ++num_open_;
-    const int32_t end = expr(g_.rules[static_cast<size_t>(r)], from);
+    int32_t end = expr(g_.rules[static_cast<size_t>(r)], entry, /*tail=*/true);
     --open, --num_open_;
+    chain_.pop_back();
+    if (!tail) {
+      chain_.swap(outer);
+      if (end == kLooped) end = kNoWay;  // every way loops inside the body: none comes out
+    }
     return end;
   }
 
-  int32_t repeat(const EbnfExpr& e, int32_t from) {
+  int32_t repeat(const EbnfExpr& e, int32_t from, bool tail) {
     const EbnfExpr& item = e.items.front();
+    if (e.max == 1) {  // x? or x{1}: x is in tail position where the repetition is
+      const int32_t to = expr(item, from, tail);
+      if (e.min == 1 || !error_.ok()) return to;
+      const int32_t end = state();
+      epsilon(from, end);
+      if (to >= 0) epsilon(to, end);
+      return end;
+    }
     int32_t at = from;
     for (int32_t i = 0; i < e.min; ++i) {
-      at = expr(item, at);
+      at = expr(item, at, false);
       if (at == kNoWay) return kNoWay;
     }
     if (e.max < 0) {  // a loop from a fresh state, so that nothing else at `at` repeats
       const int32_t loop = state();
       epsilon(at, loop);
-      const int32_t back = expr(item, loop);
-      if (back != kNoWay) epsilon(back, loop);
+      const int32_t back = expr(item, loop, false);
+      if (back >= 0) epsilon(back, loop);
       return loop;
     }
     if (e.max == e.min) return at;
     const int32_t end = state();
     for (int32_t i = e.min; i < e.max; ++i) {
       epsilon(at, end);
-      at = expr(item, at);
+      at = expr(item, at, false);
       if (at == kNoWay) return end;
     }
     epsilon(at, end);
@@ -170,12 +217,26 @@ class Builder {
     return 0;
   }
 
-  int32_t sequence(const std::vector<const EbnfExpr*>& items, int32_t from) {
+  // list_at for each item of a sequence node, found once per node (the node is built once per
+  // expansion of its rule).
+  const std::vector<size_t>& lists_of(const EbnfExpr& concat) {
+    const auto [it, fresh] = lists_.try_emplace(&concat);
+    if (fresh) {
+      const std::vector<const EbnfExpr*> items = as_sequence(concat);
+      it->second.resize(items.size(), 0);
+      for (size_t j = 0; j + 1 < items.size(); ++j) it->second[j] = list_at(items, j);
+    }
+    return it->second;
+  }
+
+  // lists: list_at of each item, or null to build the items as they are (a list's pieces).
+  int32_t sequence(const std::vector<const EbnfExpr*>& items, int32_t from,
+                   const std::vector<size_t>* lists, bool tail) {
     int32_t at = from;
-    for (size_t j = 0; j < items.size() && at != kNoWay; ++j) {
-      const size_t k = j + 1 < items.size() ? list_at(items, j) : 0;
+    for (size_t j = 0; j < items.size() && at >= 0; ++j) {
+      const size_t k = lists != nullptr ? (*lists)[j] : 0;
       if (k == 0) {
-        at = expr(*items[j], at);
+        at = expr(*items[j], at, tail && j + 1 == items.size());
         continue;
       }
       // x (s x)*: head -> x -> tail, tail -> s -> head (a fresh state: only x leaves it).
@@ -183,13 +244,13 @@ class Builder {
       epsilon(at, head);
       const std::vector<const EbnfExpr*> x(items.begin() + static_cast<std::ptrdiff_t>(j),
                                            items.begin() + static_cast<std::ptrdiff_t>(j + k));
-      const int32_t tail = sequence(x, head);
-      if (tail == kNoWay) return kNoWay;
+      const int32_t tail_end = sequence(x, head, nullptr, false);
+      if (tail_end < 0) return kNoWay;
       const std::vector<const EbnfExpr*> body = as_sequence(items[j + k]->items.front());
       const std::vector<const EbnfExpr*> s(body.begin(), body.end() - static_cast<std::ptrdiff_t>(k));
-      const int32_t back = sequence(s, tail);
-      if (back != kNoWay) epsilon(back, head);
-      at = tail;
+      const int32_t back = sequence(s, tail_end, nullptr, false);
+      if (back >= 0) epsilon(back, head);
+      at = tail_end;
       j += k;
     }
     return at;
@@ -199,11 +260,24 @@ class Builder {
   const EbnfLimits& limits_;
   int64_t max_states_, max_work_;
   int64_t work_ = 0;
-  std::vector<int32_t> open_;  // [rule]: how many expansions of it are open
+  struct ChainLink {
+    int32_t rule = 0;
+    int32_t entry = 0;  // the state its inlined body starts from
+  };
+  std::vector<ChainLink> chain_;  // the current tail chain, outermost first
+  std::vector<int32_t> open_;     // [rule]: how many expansions of it are open
+  std::unordered_map<const EbnfExpr*, std::vector<size_t>> lists_;
   int32_t num_open_ = 0;
+  bool cut_ = false;
   Nfa nfa_;
   Status error_;
 };
+
+// Appends the rules e refers to.
+void references(const EbnfExpr& e, std::vector<int32_t>& out) {
+  if (e.kind == Kind::kRule) out.push_back(e.rule);
+  for (const EbnfExpr& item : e.items) references(item, out);
+}
 
 EbnfExpr literal(std::string bytes) {
   EbnfExpr e;
@@ -215,25 +289,36 @@ EbnfExpr literal(std::string bytes) {
 }  // namespace
 
 Result<Nfa> ebnf_nfa(const EbnfGrammar& grammar, const EbnfExpr& start, const EbnfLimits& limits,
-                     int64_t max_nfa_states) {
-  return Builder(grammar, limits, max_nfa_states).build(start);
+                     int64_t max_nfa_states, bool* cut) {
+  Builder builder(grammar, limits, max_nfa_states);
+  Result<Nfa> nfa = builder.build(start);
+  if (cut != nullptr) *cut = builder.cut();
+  return nfa;
 }
 
 Result<Nfa> compile_ebnf(std::string_view text, const EbnfMarkers& markers,
-                         const EbnfLimits& limits, int64_t max_nfa_states) {
+                         const EbnfLimits& limits, int64_t max_nfa_states, bool* cut) {
   Result<EbnfGrammar> grammar = parse_ebnf(text, limits);
   if (!grammar.ok()) return grammar.status();
   rewrite_left_recursion(*grammar);
   const std::vector<bool> empty = empty_rules(*grammar);
   if (empty[static_cast<size_t>(grammar->root)]) {
-    std::string why = "the grammar's language is empty: no derivation of 'root' ends";
-    for (size_t r = 0; r < empty.size(); ++r) {
-      if (empty[r] && static_cast<int32_t>(r) != grammar->root) {
-        why += " (rule '" + grammar->names[r] + "' never ends: every alternative refers to itself)";
-        break;
-      }
+    // Name the last rule that never ends found from root (root itself when it is alone).
+    int32_t culprit = grammar->root;
+    std::vector<bool> seen(empty.size(), false);
+    std::vector<int32_t> stack = {grammar->root};
+    while (!stack.empty()) {
+      const int32_t r = stack.back();
+      stack.pop_back();
+      if (seen[static_cast<size_t>(r)] || !empty[static_cast<size_t>(r)]) continue;
+      seen[static_cast<size_t>(r)] = true;
+      culprit = r;
+      references(grammar->rules[static_cast<size_t>(r)], stack);
     }
-    return Status::InvalidArgument(why);
+    return Status::InvalidArgument(
+        "the grammar's language is empty: no derivation of 'root' ends (rule '" +
+        grammar->names[static_cast<size_t>(culprit)] +
+        "' has no alternative without a rule that never ends)");
   }
   // prefix root suffix, and with `repeated` one or more of those joined by the separator.
   EbnfExpr root;
@@ -257,7 +342,27 @@ Result<Nfa> compile_ebnf(std::string_view text, const EbnfMarkers& markers,
     more.items.push_back(std::move(body));
     start.items.push_back(std::move(more));
   }
-  return ebnf_nfa(*grammar, start, limits, max_nfa_states);
+  return ebnf_nfa(*grammar, start, limits, max_nfa_states, cut);
+}
+
+Result<EbnfDfa> compile_ebnf_dfa(std::string_view text, const EbnfMarkers& markers,
+                                 const EbnfLimits& limits, int64_t max_nfa_states,
+                                 int32_t max_dfa_states) {
+  std::optional<EbnfDfa> kept;
+  EbnfLimits at = limits;
+  for (at.max_depth = 0; at.max_depth <= limits.max_depth; ++at.max_depth) {
+    bool cut = false;
+    Result<Nfa> nfa = compile_ebnf(text, markers, at, max_nfa_states, &cut);
+    Result<ByteDfa> dfa =
+        nfa.ok() ? ByteDfa::build(*nfa, max_dfa_states) : Result<ByteDfa>(nfa.status());
+    if (!dfa.ok()) {
+      if (dfa.status().code() != StatusCode::kResourceExhausted || !kept) return dfa.status();
+      break;  // the previous depth is the deepest that fits
+    }
+    kept = EbnfDfa{std::move(dfa).value(), at.max_depth, cut};
+    if (!cut) break;  // no recursion reached the bound: deeper builds the same automaton
+  }
+  return std::move(*kept);
 }
 
 }  // namespace strata::grammar

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <utility>
 
 #include "core/json_input.h"
@@ -69,13 +70,6 @@ Result<std::string> language_regex(const StructuredOutput& c, const JsonSchemaOp
   return Status::InvalidArgument("structured output: unknown kind");
 }
 
-// A grammar's bound, for the message of a grammar too large to build.
-std::string depth_hint(const GrammarLimits& limits) {
-  return " (the grammar's recursion is expanded to a nesting depth of " +
-         std::to_string(limits.ebnf.max_depth) +
-         ": a lower --structured-output-max-grammar-depth builds a smaller automaton)";
-}
-
 }  // namespace
 
 Result<std::string> structured_output_regex(const StructuredOutput& c,
@@ -95,22 +89,30 @@ Result<std::string> structured_output_regex(const StructuredOutput& c,
 
 namespace {
 
-// The constraint's byte NFA: a grammar's built directly, the other kinds' through their regex.
-Result<Nfa> constraint_nfa(const StructuredOutput& c, const GrammarLimits& limits) {
+// The constraint's byte DFA: a grammar's built directly at the deepest depth that fits
+// (compile_ebnf_dfa), the other kinds' through their regex. *depth: the grammar's depth.
+Result<ByteDfa> constraint_dfa(const StructuredOutput& c, const GrammarLimits& limits,
+                               int32_t* depth) {
   if (c.kind == StructuredOutput::Kind::kGrammar) {
     EbnfLimits ebnf = limits.ebnf;
     ebnf.max_grammar_bytes = std::min(ebnf.max_grammar_bytes, limits.json.max_regex_bytes);
     ebnf.max_repeat = std::min(ebnf.max_repeat, limits.regex.max_repeat);
-    Result<Nfa> nfa = compile_ebnf(c.spec, {c.prefix, c.suffix, c.separator, c.repeated}, ebnf,
-                                   limits.regex.max_nfa_states);
-    if (nfa.status().code() == StatusCode::kResourceExhausted) {
-      return Status::ResourceExhausted(nfa.status().message() + depth_hint(limits));
+    Result<EbnfDfa> built =
+        compile_ebnf_dfa(c.spec, {c.prefix, c.suffix, c.separator, c.repeated}, ebnf,
+                         limits.regex.max_nfa_states, limits.max_dfa_states);
+    if (!built.ok()) {
+      if (built.status().code() != StatusCode::kResourceExhausted) return built.status();
+      return Status::ResourceExhausted(built.status().message() +
+                                       " (even with recursion cut at depth 0)");
     }
-    return nfa;
+    *depth = built->depth;
+    return std::move(built->dfa);
   }
   Result<std::string> regex = structured_output_regex(c, limits.json);
   if (!regex.ok()) return regex.status();
-  return compile_regex(*regex, limits.regex);
+  Result<Nfa> nfa = compile_regex(*regex, limits.regex);
+  if (!nfa.ok()) return nfa.status();
+  return ByteDfa::build(*nfa, limits.max_dfa_states);
 }
 
 }  // namespace
@@ -136,23 +138,13 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(
       return it->second->second;
     }
   }
-  Result<Nfa> nfa = constraint_nfa(constraint, limits_);
-  if (!nfa.ok()) return nfa.status();
-  Result<ByteDfa> dfa = ByteDfa::build(*nfa, limits_.max_dfa_states);
-  if (!dfa.ok()) {
-    if (constraint.kind != StructuredOutput::Kind::kGrammar) return dfa.status();
-    return Status::ResourceExhausted(dfa.status().message() + depth_hint(limits_));
-  }
-  if (dfa->start() == ByteDfa::kDead && constraint.kind == StructuredOutput::Kind::kGrammar) {
-    // Productive rules, but every derivation of root nests past the depth bound.
-    return Status::InvalidArgument(
-        "the grammar's language is empty within the nesting depth of " +
-        std::to_string(limits_.ebnf.max_depth) +
-        " (every derivation of 'root' nests deeper; --structured-output-max-grammar-depth)");
-  }
+  int32_t depth = -1;
+  Result<ByteDfa> dfa = constraint_dfa(constraint, limits_, &depth);
+  if (!dfa.ok()) return dfa.status();
   auto grammar = std::make_shared<CompiledGrammar>();
   grammar->dfa = std::make_shared<const ByteDfa>(std::move(dfa).value());
   grammar->masks = std::make_shared<MaskCache>(limits_.max_masks_per_grammar);
+  grammar->grammar_depth = depth;
   // The trie is built once, outside the cache's lock; its longest token bounds the classes.
   grammar->mask_keys = std::make_shared<const std::vector<int32_t>>(
       grammar->dfa->liveness_classes(vocab()->max_token_bytes()));

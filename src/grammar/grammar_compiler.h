@@ -45,6 +45,9 @@ struct CompiledGrammar {
   // The DFA's liveness classes at the vocabulary's longest token (ByteDfa::liveness_classes):
   // the cache's keys, one mask per class. Empty (one mask per state) past the work bound.
   std::shared_ptr<const std::vector<int32_t>> mask_keys;
+  // A grammar's recursion depth (compile_ebnf_dfa: the deepest up to GrammarLimits::ebnf's
+  // max_depth that fits the bounds); -1 for the other kinds.
+  int32_t grammar_depth = -1;
 };
 
 // The regex of the dialect (regex.h) whose matches are exactly the constraint's texts.

@@ -1,8 +1,11 @@
 #pragma once
 // A reference for EBNF grammars (src/grammar/ebnf.h), written independently of the automaton:
 // a backtracking matcher over the parsed grammar, and a random derivation of its texts, both
-// bounded by the same rule: a rule may be entered at most max_depth times while it is already
-// being expanded. Exponential in the worst case; for short strings and small grammars.
+// bounded by the automaton's rule (ebnf_nfa.h): a reference in tail position to a rule of the
+// current tail chain goes back to that rule's entry, with the counts and chain it had there;
+// any other reference enters the rule if it is open at most max_depth times, and one with
+// something left to do starts a new chain. Exponential in the worst case; for short strings and
+// small grammars.
 
 #include <functional>
 #include <random>
@@ -22,10 +25,11 @@ class EbnfReference {
   bool matches(std::string_view s) {
     s_ = s;
     open_.assign(g_.rules.size(), 0);
+    chain_.clear();
     EbnfExpr root;
     root.kind = EbnfExpr::Kind::kRule;
     root.rule = g_.root;
-    return match(root, 0, [&](size_t end) { return end == s_.size(); });
+    return match(root, 0, false, [&](size_t end) { return end == s_.size(); });
   }
 
   // A random text of the grammar (derivations cut at the depth bound are backtracked), or
@@ -34,19 +38,46 @@ class EbnfReference {
     rng_ = &rng;
     max_bytes_ = max_bytes;
     open_.assign(g_.rules.size(), 0);
+    chain_.clear();
     out.clear();
     EbnfExpr root;
     root.kind = EbnfExpr::Kind::kRule;
     root.rule = g_.root;
     steps_ = 0;
-    return gen(root, out);
+    return gen(root, false, out);
   }
 
  private:
   using Next = std::function<bool(size_t)>;
   using Kind = EbnfExpr::Kind;
 
-  bool match(const EbnfExpr& e, size_t i, const Next& k) {
+  struct Link {
+    int32_t rule = 0;
+    std::vector<int32_t> open;  // the counts just after it was entered
+  };
+  struct State {
+    std::vector<int32_t> open;
+    std::vector<Link> chain;
+  };
+
+  // Enters rule r (tail: in tail position) into the state; false where the depth bound cuts it.
+  bool enter(int32_t r, bool tail) {
+    if (tail) {
+      for (size_t i = 0; i < chain_.size(); ++i) {
+        if (chain_[i].rule != r) continue;
+        open_ = chain_[i].open;  // back to the rule's entry, as the automaton's loop goes
+        chain_.resize(i + 1);
+        return true;
+      }
+    }
+    if (open_[static_cast<size_t>(r)] > max_depth_) return false;
+    if (!tail) chain_.clear();
+    ++open_[static_cast<size_t>(r)];
+    chain_.push_back({r, open_});
+    return true;
+  }
+
+  bool match(const EbnfExpr& e, size_t i, bool tail, const Next& k) {
     switch (e.kind) {
       case Kind::kBytes:
         return s_.substr(i, e.bytes.size()) == e.bytes && k(i + e.bytes.size());
@@ -58,47 +89,49 @@ class EbnfReference {
         return e.set.contains(static_cast<uint32_t>(cp)) && k(i + len);
       }
       case Kind::kConcat:
-        return sequence(e, 0, i, k);
+        return sequence(e, 0, i, tail, k);
       case Kind::kAlt:
         for (const EbnfExpr& item : e.items) {
-          if (match(item, i, k)) return true;
+          if (match(item, i, tail, k)) return true;
         }
         return false;
       case Kind::kRepeat:
+        if (e.max == 1) return (e.min == 0 && k(i)) || match(e.items.front(), i, tail, k);
         return repeat(e, 0, i, k);
       case Kind::kRule: {
-        int32_t& open = open_[static_cast<size_t>(e.rule)];
-        if (open > max_depth_) return false;
-        ++open;
-        // What follows the rule runs with the rule closed again.
-        const bool ok = match(g_.rules[static_cast<size_t>(e.rule)], i, [&](size_t j) {
-          --open;
+        State saved{open_, chain_};
+        if (!enter(e.rule, tail)) return false;
+        // What follows the rule runs in the caller's state again.
+        const bool ok = match(g_.rules[static_cast<size_t>(e.rule)], i, true, [&](size_t j) {
+          State inside{open_, chain_};
+          open_ = saved.open, chain_ = saved.chain;
           const bool r = k(j);
-          ++open;
+          open_ = std::move(inside.open), chain_ = std::move(inside.chain);
           return r;
         });
-        --open;
+        open_ = std::move(saved.open), chain_ = std::move(saved.chain);
         return ok;
       }
     }
     return false;
   }
 
-  bool sequence(const EbnfExpr& e, size_t at, size_t i, const Next& k) {
+  bool sequence(const EbnfExpr& e, size_t at, size_t i, bool tail, const Next& k) {
     if (at == e.items.size()) return k(i);
-    return match(e.items[at], i, [&](size_t j) { return sequence(e, at + 1, j, k); });
+    return match(e.items[at], i, tail && at + 1 == e.items.size(),
+                 [&](size_t j) { return sequence(e, at + 1, j, tail, k); });
   }
 
   bool repeat(const EbnfExpr& e, int32_t n, size_t i, const Next& k) {
     if (n >= e.min && k(i)) return true;
     if (e.max >= 0 && n >= e.max) return false;
-    return match(e.items.front(), i, [&](size_t j) {
+    return match(e.items.front(), i, false, [&](size_t j) {
       if (j == i && n >= e.min) return false;  // an empty round adds nothing
       return repeat(e, n + 1, j, k);
     });
   }
 
-  bool gen(const EbnfExpr& e, std::string& out) {
+  bool gen(const EbnfExpr& e, bool tail, std::string& out) {
     if (out.size() > max_bytes_ || ++steps_ > 100000) return false;
     switch (e.kind) {
       case Kind::kBytes:
@@ -113,8 +146,8 @@ class EbnfReference {
       }
       case Kind::kConcat: {
         const size_t mark = out.size();
-        for (const EbnfExpr& item : e.items) {
-          if (!gen(item, out)) {
+        for (size_t i = 0; i < e.items.size(); ++i) {
+          if (!gen(e.items[i], tail && i + 1 == e.items.size(), out)) {
             out.resize(mark);
             return false;
           }
@@ -126,16 +159,20 @@ class EbnfReference {
         for (size_t i = 0; i < order.size(); ++i) order[i] = i;
         std::shuffle(order.begin(), order.end(), *rng_);
         for (const size_t i : order) {
-          if (gen(e.items[i], out)) return true;
+          if (gen(e.items[i], tail, out)) return true;
         }
         return false;
       }
       case Kind::kRepeat: {
+        if (e.max == 1) {
+          if (e.min == 0 && (*rng_)() % 2 == 0) return true;
+          return gen(e.items.front(), tail, out) || e.min == 0;
+        }
         const int32_t extra = e.max < 0 ? static_cast<int32_t>((*rng_)() % 4)
                                         : static_cast<int32_t>((*rng_)() % (e.max - e.min + 1));
         const size_t mark = out.size();
         for (int32_t n = 0; n < e.min + extra; ++n) {
-          if (!gen(e.items.front(), out)) {
+          if (!gen(e.items.front(), false, out)) {
             if (n >= e.min) return true;  // fewer rounds are a text too
             out.resize(mark);
             return false;
@@ -144,11 +181,9 @@ class EbnfReference {
         return true;
       }
       case Kind::kRule: {
-        int32_t& open = open_[static_cast<size_t>(e.rule)];
-        if (open > max_depth_) return false;
-        ++open;
-        const bool ok = gen(g_.rules[static_cast<size_t>(e.rule)], out);
-        --open;
+        State saved{open_, chain_};
+        const bool ok = enter(e.rule, tail) && gen(g_.rules[static_cast<size_t>(e.rule)], true, out);
+        open_ = std::move(saved.open), chain_ = std::move(saved.chain);
         return ok;
       }
     }
@@ -159,6 +194,7 @@ class EbnfReference {
   int32_t max_depth_;
   std::string_view s_;
   std::vector<int32_t> open_;
+  std::vector<Link> chain_;
   std::mt19937* rng_ = nullptr;
   size_t max_bytes_ = 0;
   int64_t steps_ = 0;

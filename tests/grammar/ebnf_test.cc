@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -180,7 +182,7 @@ void expect_agreement(const std::string& text, int32_t depth, const std::vector<
     for (size_t n = rng() % 12; n > 0; --n) random += alphabet[rng() % alphabet.size()];
     agree(random);
   }
-  EXPECT_GT(generated, 300) << text;
+  EXPECT_GT(generated, 200) << text;
   EXPECT_GT(checked, 1500) << text;
   EXPECT_GT(accepted, 50) << text << ": mutations should sometimes stay in the language";
 }
@@ -200,6 +202,12 @@ array  ::= "[" ( value ("," value)* )? "]"
                    {"(", ")", "x"}, 3);
   expect_agreement("root ::= a\na ::= b \"x\" | \"y\"\nb ::= a \"z\" | \"w\"", 3,
                    {"x", "y", "z", "w"}, 4);
+  // Tail calls: a chain of rules entered in tail position loops back (s -> t -> s), a call with
+  // something left to do starts a new chain and counts; `?` at the end is a tail position.
+  expect_agreement("root ::= s\ns ::= \"a\" t | \"x\"\nt ::= \"(\" s \")\" s | \"y\" s?", 2,
+                   {"a", "x", "y", "(", ")"}, 8);
+  expect_agreement("root ::= item (\",\" root)?\nitem ::= [0-9] | \"[\" root \"]\" | \"-\" item",
+                   2, {"1", ",", "[", "]", "-"}, 9);
 }
 
 TEST(EbnfAutomatonTest, AgreesWithTheReferenceOnRegularGrammars) {
@@ -282,8 +290,8 @@ TEST(EbnfCompileTest, BlowUpsAreRefusedQuicklyWithTheReason) {
     }
     ASSERT_FALSE(g.ok()) << text;
     EXPECT_EQ(g.status().code(), StatusCode::kResourceExhausted);
-    EXPECT_NE(g.status().message().find("--structured-output-max-grammar-depth"),
-              std::string::npos)
+    EXPECT_NE(g.status().message().find("passes"), std::string::npos) << g.status().message();
+    EXPECT_NE(g.status().message().find("even with recursion cut at depth 0"), std::string::npos)
         << g.status().message();
   }
   // Rules nested deeper than the builder recurses.
@@ -295,6 +303,52 @@ TEST(EbnfCompileTest, BlowUpsAreRefusedQuicklyWithTheReason) {
   auto deep = compiler.compile({StructuredOutput::Kind::kGrammar, chain});
   ASSERT_FALSE(deep.ok());
   EXPECT_NE(deep.status().message().find("rules nested more than"), std::string::npos);
+}
+
+// A grammar whose automaton at the depth bound would pass the DFA's bound is built at the
+// deepest depth that fits; one without recursion at depth 0, exactly.
+TEST(EbnfCompileTest, TheDepthIsTheDeepestThatFitsTheBounds) {
+  // Four ways back from each level of parentheses: 4^depth contexts to tell apart.
+  const std::string text = R"g(
+root    ::= expr
+expr    ::= expr ("+" | "-") term | term
+term    ::= power (("*" | "/") power)*
+power   ::= unary ("^" unary)?
+unary   ::= "-" unary | primary
+primary ::= [0-9]+ | "(" expr ")" | [a-z]+ "(" (expr ("," expr)*)? ")"
+)g";
+  for (const int32_t max_states : {1 << 16, 1 << 12}) {
+    GrammarLimits limits;
+    limits.max_dfa_states = max_states;
+    limits.ebnf.max_depth = 8;
+    GrammarCompiler compiler([] { return std::vector<std::string>{"a"}; }, limits);
+    auto g = compiler.compile({StructuredOutput::Kind::kGrammar, text});
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    const int32_t depth = (*g)->grammar_depth;
+    EXPECT_GE(depth, 1);
+    EXPECT_LT(depth, 8);
+    EXPECT_LE((*g)->dfa->num_states(), max_states);
+    const std::string within = std::string(static_cast<size_t>(depth), '(') + "-1" +
+                               std::string(static_cast<size_t>(depth), ')');
+    EXPECT_TRUE((*g)->dfa->matches(within)) << depth;
+    EXPECT_FALSE((*g)->dfa->matches("(" + within + ")")) << depth;
+    EXPECT_TRUE((*g)->dfa->matches("----1^-2+f(3,--4)")) << "unary minus loops: exact";
+    EbnfLimits one_deeper;
+    one_deeper.max_depth = depth + 1;
+    Result<Nfa> nfa = compile_ebnf(text, {}, one_deeper, 1 << 20);
+    const bool fits = nfa.ok() && ByteDfa::build(*nfa, max_states).ok();
+    EXPECT_FALSE(fits) << "depth " << depth + 1 << " fits too";
+  }
+  GrammarCompiler compiler([] { return std::vector<std::string>{"a"}; }, GrammarLimits{});
+  auto json = compiler.compile({StructuredOutput::Kind::kGrammar, kJsonGrammar});
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ((*json)->grammar_depth, 6) << "the default";
+  auto flat = compiler.compile({StructuredOutput::Kind::kGrammar, "root ::= [a-z]+ (\",\" root)?"});
+  ASSERT_TRUE(flat.ok());
+  EXPECT_EQ((*flat)->grammar_depth, 0) << "tail recursion loops: nothing to cut";
+  std::string long_list = "a";
+  for (int i = 0; i < 300; ++i) long_list += ",b";
+  EXPECT_TRUE((*flat)->dfa->matches(long_list));
 }
 
 TEST(EbnfCompileTest, TheCompilerBuildsAGrammarWithMarkersAndCachesIt) {
@@ -314,6 +368,33 @@ TEST(EbnfCompileTest, TheCompilerBuildsAGrammarWithMarkersAndCachesIt) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("line 1, column 10"), std::string::npos);
+}
+
+// The grammars of docs/benchmarks.md compile at the default depth, and what they sample the
+// reference accepts.
+TEST(EbnfCompileTest, TheBenchmarkGrammarsCompileAtTheDefaultDepth) {
+  const std::filesystem::path dir = std::filesystem::path(STRATA_TEST_DATA_DIR) / "grammar/gbnf";
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".gbnf") continue;
+    ++count;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    GrammarCompiler compiler([] { return std::vector<std::string>{"a"}; }, GrammarLimits{});
+    auto g = compiler.compile({StructuredOutput::Kind::kGrammar, text});
+    ASSERT_TRUE(g.ok()) << entry.path() << ": " << g.status().message();
+    EbnfGrammar grammar = parsed(text);
+    rewrite_left_recursion(grammar);
+    EbnfReference ref(grammar, EbnfLimits{}.max_depth);
+    std::mt19937 rng(23);
+    const ByteDfa& dfa = *(*g)->dfa;
+    const std::vector<int32_t> far = distances_to_accept(dfa);
+    for (int i = 0; i < 30; ++i) {
+      const std::string s = sample_match(dfa, rng, 40, far);
+      EXPECT_TRUE(ref.matches(s)) << entry.path() << ": '" << s << "'";
+    }
+  }
+  EXPECT_EQ(count, 4);
 }
 
 // Every step's mask allows exactly the tokens whose bytes keep a valid prefix.
