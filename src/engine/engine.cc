@@ -17,6 +17,7 @@
 #include "engine/runner_factory.h"
 #include "kv/block_hash.h"
 #include "kv/kv_accounting.h"
+#include "kv/kv_eviction.h"
 #include "kv/kv_group.h"
 #include "kv/redis_client.h"
 #include "kv/redis_shards.h"
@@ -115,10 +116,11 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
         "tier");
   }
   if (c.structured_output_max_states < 2 || c.structured_output_max_regex_bytes < 1 ||
-      c.structured_output_cache_size < 1) {
+      c.structured_output_cache_size < 1 || c.structured_output_max_grammar_depth < 0 ||
+      c.structured_output_max_grammar_depth > 64) {
     return Status::InvalidArgument(
         "structured_output_max_states must be >= 2, structured_output_max_regex_bytes and "
-        "structured_output_cache_size >= 1");
+        "structured_output_cache_size >= 1, structured_output_max_grammar_depth in [0, 64]");
   }
   if (c.kv_events_endpoint.empty() && !c.kv_events_replay_endpoint.empty()) {
     return Status::InvalidArgument(
@@ -158,6 +160,7 @@ EngineImpl::EngineImpl(std::unique_ptr<ThreadPool> owned_pool,
     grammar::GrammarLimits limits;
     limits.json.max_regex_bytes = config_.structured_output_max_regex_bytes;
     limits.max_dfa_states = config_.structured_output_max_states;
+    limits.ebnf.max_depth = config_.structured_output_max_grammar_depth;
     limits.max_grammars = static_cast<size_t>(config_.structured_output_cache_size);
     const tokenizer::Tokenizer* tok = &*tokenizer_;
     grammars_ = std::make_unique<grammar::GrammarCompiler>(
@@ -301,7 +304,8 @@ Status EngineImpl::start_kv_events() {
   return Status::Ok();
 }
 
-Status EngineImpl::validate_request(const EngineRequest& r) const {
+Status EngineImpl::validate_request(const EngineRequest& r,
+                                    const ResolvedKvEviction& eviction) const {
   const int32_t vocab = vocab_size();
   if (r.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
   for (const int32_t id : r.prompt) {
@@ -320,8 +324,11 @@ Status EngineImpl::validate_request(const EngineRequest& r) const {
                                    ") exceeds the maximum model length " +
                                    std::to_string(config_.max_model_len));
   }
-  // It must fit the whole pool on its own, or it could never run (preemption would loop).
-  if (!fits_pool(total)) {
+  // It must fit the whole pool on its own, or it could never run (preemption would loop). Under
+  // a budget it never holds more than kv::max_held_slots.
+  const int64_t held =
+      eviction.active() ? std::min(total, kv::max_held_slots(eviction, config_.block_size)) : total;
+  if (!fits_pool(held)) {
     return Status::InvalidArgument("prompt + max_tokens (" + std::to_string(total) +
                                    " tokens) needs more KV blocks than the pool has (" +
                                    std::to_string(cache_->pool().num_blocks() - 1) + ")");
@@ -381,11 +388,11 @@ Result<RequestId> EngineImpl::submit(EngineRequest request) {
     }
     request.prompt = tokenizer_->encode(request.prompt_text, /*add_special_tokens=*/true);
   }
-  STRATA_RETURN_IF_ERROR(validate_request(request));
   Result<ResolvedKvEviction> eviction =
       resolve_kv_eviction(request.kv_eviction, config_.kv_eviction);
   if (!eviction.ok()) return Status::InvalidArgument("kv_eviction: " + eviction.status().message());
   STRATA_RETURN_IF_ERROR(check_eviction(*eviction));
+  STRATA_RETURN_IF_ERROR(validate_request(request, *eviction));
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   if (request.params.structured.active()) {
     Result<std::shared_ptr<const grammar::CompiledGrammar>> compiled =

@@ -94,7 +94,8 @@ class EngineImpl {
   int64_t max_request_tokens() const;
 
  private:
-  Status validate_request(const EngineRequest& request) const;
+  // eviction: the request's, resolved (a sequence under a budget needs fewer blocks).
+  Status validate_request(const EngineRequest& request, const ResolvedKvEviction& eviction) const;
   // Whether a request of `total` tokens (prompt + max_tokens) can ever hold its KV blocks.
   bool fits_pool(int64_t total) const;
   engine::Sequence& new_sequence(RequestState& r, int32_t index);

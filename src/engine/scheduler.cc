@@ -251,10 +251,9 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     if (tiers_ != nullptr && tiers_->promotion_pending(seq)) break;
     kv::PrefixHit hit;
     if (!seq->wants_all_rows()) {
-      // An evicted sequence coming back for a recompute: only what it computed before its first
-      // eviction is any run's prefix.
-      const std::span<const int32_t> tokens(seq->tokens.data(),
-                                            static_cast<size_t>(seq->num_cacheable_tokens()));
+      // Under token eviction only what precedes the first eviction point is any run's prefix.
+      const std::span<const int32_t> tokens(
+          seq->tokens.data(), static_cast<size_t>(seq->num_cacheable_tokens(cache_.block_size())));
       hit = cache_.find_cached_prefix(tokens, seq->cache_keys);
       if (tiers_ != nullptr) {
         const kv::KvTiers::Progress up = tiers_->promote_async(seq, tokens, seq->cache_keys, hit);

@@ -130,10 +130,18 @@ struct Sequence {
     }
     return n;
   }
-  // How many leading tokens a prefix-cache hit may cover: before the first eviction, blocks
-  // hold what any run of the prompt computes; after it, they attended to fewer tokens.
-  int32_t num_cacheable_tokens() const {
-    return evictions.empty() ? static_cast<int32_t>(tokens.size()) : evictions.front().at_computed;
+  // How many leading tokens a prefix-cache lookup may cover (it never returns the block holding
+  // the last one): the tokens before the first eviction point. Cached blocks hold what a run
+  // without eviction computes; a run under a budget evicts at the first block boundary past it
+  // (or did at its first recorded eviction), and what it computes from there on attended to
+  // fewer tokens -- so the hit ends before that point, and the first chunk runs to it.
+  int32_t num_cacheable_tokens(int32_t block_size) const {
+    int64_t n = static_cast<int64_t>(tokens.size());
+    if (!evictions.empty()) n = std::min<int64_t>(n, evictions.front().at_computed);
+    if (eviction.active()) {
+      n = std::min<int64_t>(n, (int64_t{eviction.budget_tokens} / block_size + 1) * block_size);
+    }
+    return static_cast<int32_t>(n);
   }
 };
 

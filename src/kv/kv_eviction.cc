@@ -43,6 +43,14 @@ std::vector<int32_t> choose_evicted_blocks(const ResolvedKvEviction& policy, int
   return evicted;
 }
 
+int64_t max_held_slots(const ResolvedKvEviction& policy, int32_t block_size) {
+  STRATA_CHECK(policy.active() && block_size > 0, "max_held_slots: an active policy");
+  const int64_t bs = block_size;
+  const int64_t sink = (policy.sink_tokens + bs - 1) / bs * bs;
+  const int64_t protected_slots = sink + std::max<int64_t>(policy.window_tokens + bs - 1, bs);
+  return std::max<int64_t>(policy.budget_tokens, protected_slots) + bs;
+}
+
 bool can_score_blocks(const KvLayout& layout) {
   for (int32_t l = 0; l < layout.spec().num_layers; ++l) {
     const DType d = layout.spec().layer_dtype(l);

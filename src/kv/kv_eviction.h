@@ -39,6 +39,13 @@ std::vector<int32_t> choose_evicted_blocks(const ResolvedKvEviction& policy, int
                                            int32_t block_size,
                                            std::span<const float> block_scores = {});
 
+// The most slots a sequence under `policy` holds at once, during a step included: after an
+// eviction at most max(N, ceil(S / B) * B + max(W + B - 1, B)) (the budget, or the protected
+// blocks' slots), and a step adds at most a block (a prefill chunk runs to the first block
+// boundary past the budget; a decode step adds one slot). A pool of ceil(this / B) + 1 blocks
+// runs the sequence alone, however long it grows. policy must be active.
+int64_t max_held_slots(const ResolvedKvEviction& policy, int32_t block_size);
+
 // Whether block_value_key_ratio can read every layer of the layout (F32, BF16, F16 pools).
 bool can_score_blocks(const KvLayout& layout);
 

@@ -259,9 +259,9 @@ std::optional<ApiError> render_messages(const json& body, const ServedModel& mod
 }
 
 // The body's fields the endpoint reads (and kStructuredOutputFields); any other is refused by
-// name (unsupported_field), so a client asking for something the server does not do (tools,
-// logit_bias, vLLM's guided_grammar in extra_body) gets an error instead of free text it then
-// fails to parse.
+// name (unsupported_field), so a client asking for something the server does not do (tools on
+// completions, logit_bias, vLLM's guided_whitespace_pattern in extra_body) gets an error instead
+// of free text it then fails to parse.
 constexpr std::array<std::string_view, 21> kReadFields = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "n", "stream", "stream_options", "ignore_eos",
@@ -301,8 +301,9 @@ std::optional<ApiError> unsupported_field(const json& body, bool chat) {
     if (key.size() <= 64) param = key;
     return ApiError::bad_request(
         quote(key, 64) + " is not supported by this server" +
-            (known ? " (tools on completions, legacy functions, logit bias and EBNF grammars are "
-                     "not implemented)"
+            (known ? " (tools on completions, legacy functions, logit bias and guided_* options "
+                     "other than guided_json, guided_regex, guided_choice, guided_grammar and "
+                     "guided_decoding_backend are not implemented)"
                    : ""),
         param);
   }
@@ -493,6 +494,11 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
         std::clamp<int64_t>(model.max_model_len - static_cast<int64_t>(r.prompts.front().size()), 1,
                             std::numeric_limits<int32_t>::max()));
   }
+  const bool evicts = r.kv_eviction && r.kv_eviction->policy
+                          ? *r.kv_eviction->policy != KvEvictionPolicy::kNone
+                          : model.evicts_by_default;
+  const int64_t max_len =
+      evicts ? std::max(model.max_model_len, model.max_evicting_len) : model.max_model_len;
   for (const auto& ids : r.prompts) {
     for (const int32_t id : ids) {
       if (id < 0 || id >= model.vocab_size) {
@@ -501,11 +507,11 @@ std::variant<CompletionRequest, ApiError> parse_checked_request(std::string_view
       }
     }
     const int64_t total = static_cast<int64_t>(ids.size()) + p.max_tokens;
-    if (total > model.max_model_len) {
+    if (total > max_len) {
       return ApiError::bad_request("this model's maximum context length is " +
-                                       std::to_string(model.max_model_len) +
-                                       " tokens; the prompt has " + std::to_string(ids.size()) +
-                                       " and max_tokens asks for " + std::to_string(p.max_tokens),
+                                       std::to_string(max_len) + " tokens; the prompt has " +
+                                       std::to_string(ids.size()) + " and max_tokens asks for " +
+                                       std::to_string(p.max_tokens),
                                    "max_tokens", "context_length_exceeded");
     }
   }

@@ -31,6 +31,11 @@ struct ServedModel {
   // The format the output's tool calls are written in (serve --tool-call-parser, or the one the
   // chat template shows); nullopt: requests with tools are refused.
   std::optional<ToolCallFormat> tool_call_format = std::nullopt;
+  // Under token eviction a request holds at most its budget's blocks, so it may be as long as
+  // the model allows (the engine checks that its budget fits the pool): the engine's
+  // max_model_len, and whether the server evicts requests that name no policy.
+  int64_t max_evicting_len = 0;
+  bool evicts_by_default = false;
 };
 
 struct CompletionRequest {

@@ -206,6 +206,55 @@ TEST_F(KvEvictionEngineTest, ThePrefixCacheNeverServesWhatAnEvictedSequenceCompu
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
 }
 
+// The prompt's blocks are cached whole by a run without eviction; an evicting request of the same
+// prompt takes them only up to its budget's first eviction point (here the hit stops at 64 of its
+// 200 tokens: the first boundary past 64 slots is 80), since past it a cold run of the request
+// computes its K/V over an evicted context. It returns what it returns on a fresh engine.
+TEST_F(KvEvictionEngineTest, APrefixHitStopsBeforeTheFirstEvictionPoint) {
+  const std::vector<int32_t> prompt = prompt_of(200, 7);
+  const EngineRequest evicting =
+      with(greedy(prompt, 20), eviction(KvEvictionPolicy::kStreamingLlm, 64));
+  const Collected cold = alone(evicting);
+  auto e = make();
+  const RequestId warm_up = *e->submit(greedy(prompt, 4));
+  drain(*e);
+  (void)warm_up;
+  const RequestId id = *e->submit(evicting);
+  const Collected hit = drain(*e)[id];
+  EXPECT_EQ(hit.metrics.num_cached_tokens, 64);
+  EXPECT_EQ(hit.tokens.at(0), cold.tokens.at(0));
+  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(hit.logprobs.at(0), cold.logprobs.at(0)),
+            kTolerance);
+  EXPECT_EQ(hit.metrics.num_evicted_blocks, cold.metrics.num_evicted_blocks);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+// A pool of 12 blocks (192 slots) cannot hold a 400-token prompt and 100 more tokens: refused
+// without eviction; under a 64-token StreamingLLM budget the request never holds more than
+// kv::max_held_slots = 4 + 60 + 15 + 16 rounded up to blocks, 7, and runs to the end.
+TEST_F(KvEvictionEngineTest, ARequestLongerThanThePoolRunsUnderABudget) {
+  EngineConfig small;
+  small.num_blocks = 1 + 12;
+  small.watermark = 0.0;
+  auto e = make(small);
+  const EngineRequest plain = greedy(prompt_of(400, 8), 100);
+  auto refused = e->submit(plain);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("more KV blocks than the pool has"), std::string::npos);
+  const EngineRequest evicting = with(plain, eviction(KvEvictionPolicy::kStreamingLlm, 64));
+  const RequestId id = *e->submit(evicting);
+  const Collected got = drain(*e)[id];
+  ASSERT_TRUE(got.finished);
+  EXPECT_EQ(got.tokens.at(0).size(), 100u);
+  EXPECT_LE(got.metrics.max_held_blocks, 7);
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  // The same as in a pool that holds it whole.
+  const Collected roomy = alone(evicting);
+  EXPECT_EQ(got.tokens.at(0), roomy.tokens.at(0));
+  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(got.logprobs.at(0), roomy.logprobs.at(0)),
+            kTolerance);
+}
+
 TEST_F(KvEvictionEngineTest, ForksEvictOnTheirOwnWithoutFreeingEachOthersBlocks) {
   EngineRequest r =
       with(greedy(prompt_of(70, 5), 40), eviction(KvEvictionPolicy::kStreamingLlm, 32, 4));

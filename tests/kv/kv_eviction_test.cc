@@ -109,6 +109,23 @@ TEST(ChooseEvictedBlocksTest, ResolvedDefaultsAndErrors) {
   EXPECT_EQ(parse_kv_eviction_policy("h2o"), std::nullopt);
 }
 
+TEST(ChooseEvictedBlocksTest, MaxHeldSlotsBoundsWhatStaysPlusAStep) {
+  // Budget 12 over protected blocks of 4 (sink) + 8 + 3 (window) = 15 slots: 15 + a block.
+  EXPECT_EQ(max_held_slots(streaming(12, 4, 8), kBs), 19);
+  // A budget above the protected blocks: the budget + a block.
+  EXPECT_EQ(max_held_slots(streaming(64, 4, 8), kBs), 68);
+  // No window: the newest block is protected whole.
+  EXPECT_EQ(max_held_slots(paged(2), kBs), 8);
+  // Every eviction of the randomized run below stays within it.
+  for (int32_t len = 1; len < 80; ++len) {
+    for (const ResolvedKvEviction& p : {streaming(12, 4, 8), streaming(12, 5, 0), paged(6, 0, 3)}) {
+      const std::vector<float> scores(static_cast<size_t>((len + kBs - 1) / kBs), 1.0f);
+      const auto gone = static_cast<int64_t>(choose_evicted_blocks(p, len, kBs, scores).size());
+      EXPECT_LE(len - gone * kBs + kBs, max_held_slots(p, kBs)) << len;
+    }
+  }
+}
+
 // ---- PagedEviction's score -----------------------------------------------------------------
 
 // Writes K and V of (layer, head, token) into a block of layout (F32 or BF16 elements).

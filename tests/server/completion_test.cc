@@ -114,6 +114,28 @@ TEST_F(CompletionTest, KvEvictionIsReadAndItsBadValuesAre400sNamingIt) {
   }
 }
 
+// The server advertises what one request fits in the pool; a request under eviction holds only
+// its budget's blocks, so it may be as long as the model allows (the engine checks the budget).
+TEST_F(CompletionTest, ARequestUnderEvictionMayOutgrowThePool) {
+  model_.max_model_len = 100;
+  model_.max_evicting_len = 4096;
+  std::string ids = "5";
+  for (int i = 1; i < 200; ++i) ids += ",5";
+  const std::string base = R"({"prompt":[)" + ids + R"(],"max_tokens":50)";
+  EXPECT_EQ(error(base + "}").code, "context_length_exceeded");
+  EXPECT_EQ(ok(base + R"(,"kv_eviction":{"policy":"streaming_llm","budget_tokens":64}})")
+                .prompts[0]
+                .size(),
+            200u);
+  EXPECT_EQ(error(base + R"(,"kv_eviction":{"policy":"none"}})").code, "context_length_exceeded");
+  EXPECT_EQ(error(base + R"(,"kv_eviction":{"budget_tokens":64}})").code, "context_length_exceeded")
+      << "no policy here, and none by default";
+  model_.evicts_by_default = true;
+  EXPECT_EQ(ok(base + "}").prompts[0].size(), 200u);
+  EXPECT_EQ(error(R"({"prompt":[5],"max_tokens":4096})").code, "context_length_exceeded")
+      << "never past the model's own length";
+}
+
 TEST_F(CompletionTest, ChatMessagesAreRenderedWithTheModelsTemplate) {
   auto r = parse_chat_request(
       R"({"messages":[{"role":"user","content":"Hello"}],"max_completion_tokens":5,)"

@@ -192,6 +192,9 @@ int run_serve(const ServeOptions& o) {
   if (model.name.empty()) model.name = std::filesystem::path(o.model_dir).parent_path().filename();
   model.vocab_size = (*engine)->model().vocab_size;
   model.max_model_len = (*engine)->kv_cache().max_request_tokens;
+  model.max_evicting_len = (*engine)->config().max_model_len;
+  model.evicts_by_default = (*engine)->config().kv_eviction.policy.value_or(
+                                KvEvictionPolicy::kNone) != KvEvictionPolicy::kNone;
   model.tokenizer = tok ? &*tok : nullptr;
   model.special_tokens_in_content = o.tokenize_special_in_content;
   model.tool_call_format = tool_call_format(o.tool_call_parser, model.tokenizer);
