@@ -185,8 +185,11 @@ struct EngineConfig {
   // ---- structured outputs (SamplingParams::structured; docs/grammar.md) ----------------------
   // A constraint whose automaton would pass structured_output_max_states states is refused, as
   // is a JSON schema whose regex would pass structured_output_max_regex_bytes; the engine keeps
-  // the structured_output_cache_size most recently used compiled constraints.
+  // the structured_output_cache_size most recently used compiled constraints. An EBNF grammar's
+  // nesting is expanded to at most structured_output_max_grammar_depth levels, the deepest that
+  // fits those bounds (deeper nesting cannot be generated; docs/grammar.md, "EBNF grammars").
   int32_t structured_output_max_states = 1 << 16;
+  int32_t structured_output_max_grammar_depth = 6;
   int64_t structured_output_max_regex_bytes = int64_t{1} << 20;
   int32_t structured_output_cache_size = 64;
 };

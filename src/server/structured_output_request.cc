@@ -41,7 +41,8 @@ class Reader {
   // A schema given as an object (kept for the ordered parse) or as JSON text.
   std::optional<ApiError> schema(const json& v, std::vector<std::string> path,
                                  const std::string& field);
-  std::optional<ApiError> regex(const json& v, const std::string& field);
+  // A regex or a grammar: non-empty text.
+  std::optional<ApiError> text(const json& v, Kind kind, const std::string& field);
   std::optional<ApiError> choice(const json& v, const std::string& field);
   std::optional<ApiError> set(Found found, const std::string& field);
   std::optional<ApiError> ordered_schema(std::string& spec);
@@ -77,11 +78,11 @@ std::optional<ApiError> Reader::schema(const json& v, std::vector<std::string> p
   return set(std::move(f), field);
 }
 
-std::optional<ApiError> Reader::regex(const json& v, const std::string& field) {
+std::optional<ApiError> Reader::text(const json& v, Kind kind, const std::string& field) {
   if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
     return ApiError::bad_request("'" + field + "' must be a non-empty string", field);
   }
-  return set(Found::of(Kind::kRegex, v.get<std::string>()), field);
+  return set(Found::of(kind, v.get<std::string>()), field);
 }
 
 std::optional<ApiError> Reader::choice(const json& v, const std::string& field) {
@@ -121,7 +122,7 @@ std::optional<ApiError> Reader::response_format(const json& v) {
   return schema(*schema_it, {"response_format", "json_schema", "schema"}, "response_format");
 }
 
-// vLLM's structured_outputs: {json | regex | choice | json_object: true}, and the options
+// vLLM's structured_outputs: {json | regex | choice | grammar | json_object: true}, and the options
 // that change nothing here (the fallback and whitespace switches of its other backends).
 std::optional<ApiError> Reader::structured_outputs(const json& v) {
   const std::string field = "structured_outputs";
@@ -131,7 +132,9 @@ std::optional<ApiError> Reader::structured_outputs(const json& v) {
     if (key == "json") {
       if (auto e = schema(value, {field, "json"}, field)) return e;
     } else if (key == "regex") {
-      if (auto e = regex(value, field)) return e;
+      if (auto e = text(value, Kind::kRegex, field)) return e;
+    } else if (key == "grammar") {
+      if (auto e = text(value, Kind::kGrammar, field)) return e;
     } else if (key == "choice") {
       if (auto e = choice(value, field)) return e;
     } else if (key == "json_object") {
@@ -146,8 +149,8 @@ std::optional<ApiError> Reader::structured_outputs(const json& v) {
       }
     } else {
       return ApiError::bad_request("structured_outputs." + key.substr(0, 64) +
-                                       " is not supported by this server (json, regex, choice "
-                                       "and json_object are)",
+                                       " is not supported by this server (json, regex, choice, "
+                                       "grammar and json_object are)",
                                    field);
     }
   }
@@ -176,10 +179,13 @@ std::optional<ApiError> Reader::read(StructuredOutputRequest& out) {
     if (auto e = schema(*v, {"guided_json"}, "guided_json")) return e;
   }
   if (const json* v = get("guided_regex")) {
-    if (auto e = regex(*v, "guided_regex")) return e;
+    if (auto e = text(*v, Kind::kRegex, "guided_regex")) return e;
   }
   if (const json* v = get("guided_choice")) {
     if (auto e = choice(*v, "guided_choice")) return e;
+  }
+  if (const json* v = get("guided_grammar")) {
+    if (auto e = text(*v, Kind::kGrammar, "guided_grammar")) return e;
   }
   if (const json* v = get("guided_decoding_backend"); v != nullptr && !v->is_string()) {
     return ApiError::bad_request("'guided_decoding_backend' must be a string",

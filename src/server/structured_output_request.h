@@ -1,11 +1,11 @@
 #pragma once
 // The structured-output fields of POST /v1/completions and /v1/chat/completions, read into
 // SamplingParams::structured (docs/server.md, "Structured outputs"): OpenAI's response_format
-// (text, json_object, json_schema), vLLM's guided_json / guided_regex / guided_choice (with
-// guided_decoding_backend, which names a backend and is accepted: there is one) and vLLM's
-// structured_outputs object {json, regex, choice, json_object}. A request sets at most one
-// constraint. What is not implemented (EBNF grammars, whitespace patterns, structural tags) is a
-// 400 naming it. Whether the schema or pattern itself compiles is the engine's verdict
+// (text, json_object, json_schema), vLLM's guided_json / guided_regex / guided_choice /
+// guided_grammar (with guided_decoding_backend, which names a backend and is accepted: there is
+// one) and vLLM's structured_outputs object {json, regex, choice, grammar, json_object}. A
+// request sets at most one constraint. What is not implemented (whitespace patterns, structural
+// tags) is a 400 naming it. Whether the schema or pattern itself compiles is the engine's verdict
 // (Engine::compile_structured_output), given before the request is submitted.
 
 #include <nlohmann/json.hpp>
@@ -21,7 +21,8 @@ namespace strata::server {
 
 // The request's fields that this reads (the endpoint's field list takes them).
 inline constexpr std::string_view kStructuredOutputFields[] = {
-    "response_format", "guided_json", "guided_regex", "guided_choice", "guided_decoding_backend",
+    "response_format", "guided_json",          "guided_regex",
+    "guided_choice",   "guided_grammar",       "guided_decoding_backend",
     "structured_outputs"};
 
 struct StructuredOutputRequest {

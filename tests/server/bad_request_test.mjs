@@ -109,7 +109,7 @@ await expectError("an image part", "POST", CH,
 // What the server does not implement is refused by name, never dropped: a client asking for JSON
 // or tools gets an error rather than free text it cannot parse.
 for (const [field, value] of [
-  ["guided_grammar", 'root ::= "a"'],
+  ["guided_whitespace_pattern", " *"],
   ["tools", [{ type: "function", function: { name: "f", parameters: { type: "object" } } }]],
   ["tool_choice", "required"], ["logit_bias", { "5": 10 }], ["priority", 1]]) {
   await expectError(`chat: unsupported ${field} = ${JSON.stringify(value)}`, "POST", CH,

@@ -243,7 +243,7 @@ TEST_F(CompletionTest, FieldsTheServerDoesNotImplementAre400sNamingThemNeverIgno
   // What a client asks for that this server does not do: an error, not free text.
   for (const char* field :
        {R"("logit_bias":{"5":10}})",
-        R"("guided_grammar":"root ::= \"a\""})", R"("guided_whitespace_pattern":" *"})",
+        R"("guided_whitespace_pattern":" *"})",
         R"("functions":[{"name":"f"}]})", R"("function_call":"auto"})"}) {
     const ApiError e = refused(field);
     EXPECT_EQ(e.http_status, 400) << field;
@@ -304,6 +304,11 @@ TEST_F(CompletionTest, StructuredOutputFieldsBecomeTheRequestsConstraint) {
   EXPECT_EQ(r.params.structured.spec, R"({"type": "integer"})") << "schema text as sent";
   r = ok(R"({"prompt":"x","guided_regex":"[0-9]+","guided_decoding_backend":"xgrammar"})");
   EXPECT_EQ(r.params.structured, (StructuredOutput{Kind::kRegex, "[0-9]+", {}}));
+  r = ok(R"({"prompt":"x","guided_grammar":"root ::= \"a\" root?"})");
+  EXPECT_EQ(r.params.structured, (StructuredOutput{Kind::kGrammar, "root ::= \"a\" root?", {}}));
+  EXPECT_EQ(r.structured_field, "guided_grammar");
+  r = ok(R"({"prompt":"x","structured_outputs":{"grammar":"root ::= [0-9]+"}})");
+  EXPECT_EQ(r.params.structured, (StructuredOutput{Kind::kGrammar, "root ::= [0-9]+", {}}));
   r = ok(R"({"prompt":"x","guided_choice":["yes","no"]})");
   EXPECT_EQ(r.params.structured, (StructuredOutput{Kind::kChoice, "", {"yes", "no"}}));
   r = ok(R"({"prompt":"x","structured_outputs":{"choice":["a"],"disable_fallback":true}})");
@@ -324,10 +329,14 @@ TEST_F(CompletionTest, StructuredOutputFieldsBecomeTheRequestsConstraint) {
            {R"("response_format":"json"})", "response_format"},
            {R"("guided_json":5})", "guided_json"},
            {R"("guided_regex":""})", "guided_regex"},
+           {R"("guided_grammar":""})", "guided_grammar"},
+           {R"("guided_grammar":["root ::= \"a\""]})", "guided_grammar"},
+           {R"("guided_grammar":"root ::= \"a\"","guided_regex":"a"})", "guided_grammar"},
            {R"("guided_choice":[]})", "guided_choice"},
            {R"("guided_choice":["a",1]})", "guided_choice"},
            {R"("guided_decoding_backend":3})", "guided_decoding_backend"},
-           {R"("structured_outputs":{"grammar":"root ::= x"}})", "structured_outputs"},
+           {R"("structured_outputs":{"grammar":5}})", "structured_outputs"},
+           {R"("structured_outputs":{"structural_tag":"x"}})", "structured_outputs"},
            {R"("structured_outputs":{"json_object":"yes"}})", "structured_outputs"},
            {R"("structured_outputs":[1]})", "structured_outputs"}}) {
     auto got = parse_chat_request(user + body, model_);

@@ -2,7 +2,9 @@
 // against a running strata serve: chat with response_format json_schema (nested objects, enums,
 // anyOf, bounded integers and strings, arrays with minItems / maxItems, $ref) greedy and seeded,
 // streaming, n > 1 and json_object; completions with vLLM's guided_choice / guided_regex /
-// guided_json and structured_outputs; and the 400s naming the field for what does not compile.
+// guided_json / guided_grammar (a recursive GBNF grammar, nesting cut at the server's
+// --structured-output-max-grammar-depth 3) and structured_outputs; and the 400s naming the field
+// for what does not compile.
 // Every finished output is validated with ajv (regexes with an anchored JavaScript RegExp).
 // Usage: node structured_output_openai_test.mjs BASE_URL API_KEY
 import { assert, assertIdle, check, done } from "./harness.mjs";
@@ -150,6 +152,67 @@ await check("completions: guided_regex, plain and streamed", async () => {
   assertMatchesWhole(pattern, text, "stream");
 });
 
+// Lists of numbers and lists, in GBNF: recursive, so the server expands it to its depth (3: a
+// list inside at most 3 more). Its texts are JSON arrays written with ", ".
+const listGrammar = `# a list of up to two items, each a number or a list
+root ::= list
+list ::= "[" ( item ( ", " item )? )? "]"
+item ::= [1-9] [0-9]{0,2} | list   # numbers without leading zeros
+`;
+const assertListGrammar = (text, what) => {
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new Error(`${what}: not in the grammar (not JSON): ${JSON.stringify(text)}`);
+  }
+  assert(JSON.stringify(value).replaceAll(",", ", ") === text,
+    `${what}: not in the grammar's spelling: ${JSON.stringify(text)}`);
+  const depth = (v) => {
+    if (typeof v === "number") {
+      assert(Number.isInteger(v) && v >= 1 && v <= 999, `${what}: number ${v}`);
+      return 0;
+    }
+    assert(Array.isArray(v) && v.length <= 2, `${what}: ${JSON.stringify(v)}`);
+    return 1 + Math.max(0, ...v.map(depth));
+  };
+  assert(depth(value) <= 4, `${what}: nested deeper than the server's bound: ${text}`);
+};
+
+await check("completions and chat: guided_grammar, plain, streamed and n > 1", async () => {
+  const plain = await client.completions.create({
+    model, prompt: "A list:", max_tokens: 300, temperature: 1, seed: 5, n: 3,
+    guided_grammar: listGrammar,
+  });
+  for (const c of plain.choices) {
+    assertStop(c.finish_reason, c.text, `completion ${c.index}`);
+    assertListGrammar(c.text, `completion ${c.index}`);
+  }
+  const stream = await client.chat.completions.create({
+    model, messages: messages("a list"), max_tokens: 300, temperature: 1, seed: 6, stream: true,
+    structured_outputs: { grammar: listGrammar },
+  });
+  let text = "";
+  let finish = null;
+  for await (const chunk of stream) {
+    for (const d of chunk.choices) {
+      text += d.delta.content ?? "";
+      finish = d.finish_reason ?? finish;
+    }
+  }
+  assertStop(finish, text, "chat stream");
+  assertListGrammar(text, "chat stream");
+  // Greedy decoding of a grammar that nests: the cut is at the server's depth.
+  const deep = await client.completions.create({
+    model, prompt: "[[[[[[", max_tokens: 300, temperature: 0,
+    guided_grammar: 'root ::= "(" root ")" | "x"',
+  });
+  assertStop(deep.choices[0].finish_reason, deep.choices[0].text, "parentheses");
+  assert(/^(\(){0,3}x(\)){0,3}$/.test(deep.choices[0].text) &&
+    deep.choices[0].text.split("(").length === deep.choices[0].text.split(")").length,
+  `parentheses: ${deep.choices[0].text}`);
+});
+
 await check("completions: guided_json, structured_outputs and response_format", async () => {
   const runs = [
     ["guided_json", schemas.person, { guided_json: schemas.person }],
@@ -226,7 +289,7 @@ await check("what does not compile is a 400 naming the field", async () => {
   const completion = (extra) => () => client.completions.create({
     model, prompt: "x", max_tokens: 8, ...extra,
   });
-  for (const [what, call, param] of [
+  for (const [what, call, param, reason] of [
     ["refused keyword", chat({ response_format: jsonSchema("x", refusedSchema) }),
       "response_format"],
     ["unknown type", chat({ response_format: jsonSchema("x", nonsenseSchema) }),
@@ -239,7 +302,16 @@ await check("what does not compile is a 400 naming the field", async () => {
       "structured_outputs"],
     ["structured_outputs.json", chat({ structured_outputs: { json: nonsenseSchema } }),
       "structured_outputs"],
-    ["guided_grammar", completion({ guided_grammar: "root ::= \"a\"" }), "guided_grammar"],
+    ["guided_grammar syntax", completion({ guided_grammar: "root ::= \"a" }), "guided_grammar",
+      "line 1, column 10"],
+    ["guided_grammar undefined rule", chat({ guided_grammar: "root ::= a b\na ::= \"x\"" }),
+      "guided_grammar", "rule 'b' is not defined"],
+    ["guided_grammar without root", completion({ guided_grammar: "start ::= \"x\"" }),
+      "guided_grammar", "no 'root' rule"],
+    ["guided_grammar empty language", completion({ guided_grammar: "root ::= \"(\" root \")\"" }),
+      "guided_grammar", "language is empty"],
+    ["structured_outputs.grammar", completion({ structured_outputs: { grammar: "root ::= [z-a]" } }),
+      "structured_outputs", "out of order"],
     ["two constraints", completion({ guided_regex: "a", guided_choice: ["b"] }), undefined],
     ["tools on completions",
       completion({ tools: [{ type: "function", function: { name: "f", parameters: {} } }] }),
@@ -247,6 +319,7 @@ await check("what does not compile is a 400 naming the field", async () => {
   ]) {
     const e = await assertApiError(call, 400, param, read, what);
     assert(e.message.length > 0, `${what}: an empty message`);
+    assert(reason === undefined || e.message.includes(reason), `${what}: ${e.message}`);
   }
 });
 

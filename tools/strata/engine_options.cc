@@ -42,6 +42,11 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                    "Refuse a response_format / guided_* constraint whose automaton would have "
                    "more states")
         ->check(CLI::Range(2, 1 << 24));
+    cmd.add_option("--structured-output-max-grammar-depth",
+                   o.structured_output_max_grammar_depth,
+                   "Expand a guided_grammar's nesting to at most this depth: the deepest that "
+                   "fits --structured-output-max-states (deeper nesting cannot be generated)")
+        ->check(CLI::Range(0, 64));
     cmd.add_option("--structured-output-cache-size", o.structured_output_cache_size,
                    "Compiled structured-output constraints kept")
         ->check(CLI::Range(1, 1 << 16));
@@ -166,6 +171,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.model_dir = o.model_dir;
   c.tokenizer_dir = o.tokenizer_dir;
   c.structured_output_max_states = o.structured_output_max_states;
+  c.structured_output_max_grammar_depth = o.structured_output_max_grammar_depth;
   c.structured_output_cache_size = o.structured_output_cache_size;
   c.dummy_weights = o.load_format == "dummy";
   c.dummy_dtype = parse_weight_dtype(o.dummy_dtype);

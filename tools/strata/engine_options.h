@@ -23,6 +23,7 @@ struct EngineOptions {
   std::string tokenizer_dir;            // --tokenizer; empty = model_dir
   std::string load_format = "auto";     // auto (safetensors) or dummy
   int32_t structured_output_max_states = 1 << 16;
+  int32_t structured_output_max_grammar_depth = 6;
   int32_t structured_output_cache_size = 64;
   std::string dummy_dtype = "bfloat16";
   int32_t threads = 0;

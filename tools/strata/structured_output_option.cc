@@ -17,12 +17,12 @@ StructuredOutput parse_structured_output(const std::string& spec) {
   const size_t eq = spec.find('=');
   const std::string kind = spec.substr(0, eq);
   const std::string value = eq == std::string::npos ? "" : spec.substr(eq + 1);
-  if (kind == "json_schema" && value.starts_with("@")) {
+  if ((kind == "json_schema" || kind == "grammar") && value.starts_with("@")) {
     std::ifstream in(value.substr(1));
     if (!in) throw Error("--structured-output: cannot read " + value.substr(1));
     std::stringstream text;
     text << in.rdbuf();
-    return {Kind::kJsonSchema, text.str(), {}};
+    return {kind == "grammar" ? Kind::kGrammar : Kind::kJsonSchema, text.str(), {}};
   }
   if (kind == "regex" && !value.empty()) return {Kind::kRegex, value, {}};
   if (kind == "choice" && !value.empty()) {
@@ -34,8 +34,8 @@ StructuredOutput parse_structured_output(const std::string& spec) {
     }
     return {Kind::kChoice, "", std::move(choices)};
   }
-  throw Error("--structured-output must be json_object, json_schema=@FILE, regex=PATTERN or "
-              "choice=A|B|...");
+  throw Error("--structured-output must be json_object, json_schema=@FILE, grammar=@FILE, "
+              "regex=PATTERN or choice=A|B|...");
 }
 
 }  // namespace strata::cli
