@@ -1,6 +1,8 @@
 // libFuzzer target: the grammar layer's compilers (src/grammar) on arbitrary input. The first
-// byte picks what the rest is: a regex (compile_regex, then ByteDfa::build) or a JSON schema
-// (json_schema_regex, then the same), under small bounds so each input stays fast. A Status is
+// byte modulo 3 picks what the rest is: a regex (compile_regex, then ByteDfa::build), a JSON
+// schema (json_schema_regex, then the same) or an EBNF grammar in GBNF (compile_ebnf: parse, left
+// recursion rewritten, recursion expanded to depth 3, then ByteDfa::build), under small bounds so
+// each input stays fast. A Status is
 // the expected way to refuse input; a crash, a sanitizer report, or a built automaton that breaks
 // its invariants (every live state reachable from the start can still reach acceptance; states
 // of one liveness class indistinguishable within its depth) is a bug.
@@ -15,6 +17,7 @@
 
 #include "core/check.h"
 #include "grammar/byte_dfa.h"
+#include "grammar/ebnf_nfa.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 
@@ -22,13 +25,11 @@ namespace {
 
 using namespace strata::grammar;
 
-void check_dfa(std::string_view pattern) {
-  RegexLimits limits;
-  limits.max_repeat = 64;
-  limits.max_nfa_states = 1 << 14;
-  const strata::Result<Nfa> nfa = compile_regex(pattern, limits);
-  if (!nfa.ok()) return;
-  const strata::Result<ByteDfa> dfa = ByteDfa::build(*nfa, 1 << 12);
+constexpr int64_t kMaxNfaStates = 1 << 14;
+
+void check_nfa(const Nfa& nfa) {
+  STRATA_CHECK(nfa.accept >= 0 && nfa.accept < nfa.num_states(), "an accepting state in the NFA");
+  const strata::Result<ByteDfa> dfa = ByteDfa::build(nfa, 1 << 12);
   if (!dfa.ok()) return;
   // Every state reachable from the start through live states can still reach acceptance.
   const auto n = static_cast<size_t>(dfa->num_states());
@@ -94,13 +95,35 @@ void check_dfa(std::string_view pattern) {
   }
 }
 
+void check_dfa(std::string_view pattern) {
+  RegexLimits limits;
+  limits.max_repeat = 64;
+  limits.max_nfa_states = kMaxNfaStates;
+  const strata::Result<Nfa> nfa = compile_regex(pattern, limits);
+  if (nfa.ok()) check_nfa(*nfa);
+}
+
+void check_grammar(std::string_view text) {
+  EbnfLimits limits;
+  limits.max_repeat = 64;
+  limits.max_depth = 3;
+  limits.max_rules = 256;
+  limits.max_open_rules = 64;
+  const strata::Result<Nfa> nfa = compile_ebnf(text, {}, limits, kMaxNfaStates);
+  if (nfa.ok()) check_nfa(*nfa);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (data[0] % 2 == 0) {
+  if (data[0] % 3 == 0) {
     check_dfa(rest);
+    return 0;
+  }
+  if (data[0] % 3 == 2) {
+    check_grammar(rest);
     return 0;
   }
   const nlohmann::json schema = nlohmann::json::parse(rest, nullptr, /*allow_exceptions=*/false);
