@@ -58,8 +58,17 @@ struct CompletionCall {
   std::string id;
   std::time_t created = 0;
   // --role decode: the call to the prefill instance, running beside the engine's read of the
-  // blocks it computes. Declared last, so that it is waited for before the rest goes.
+  // blocks it computes, and what stops it. Declared last, so that it is waited for before the
+  // rest goes; the destructor stops it first, so a handler that ends early (its client gone, an
+  // error) waits for no prefill.
+  std::shared_ptr<PrefillStop> prefill_stop;
   std::future<void> prefill;
+  CompletionCall() = default;
+  CompletionCall(const CompletionCall&) = delete;
+  CompletionCall& operator=(const CompletionCall&) = delete;
+  ~CompletionCall() {
+    if (prefill_stop) prefill_stop->stop();
+  }
 
   // Pulls what the engine produced into the outputs; cancels a prompt whose choices all hit
   // stop strings. Returns true while anything is unfinished.
@@ -160,11 +169,12 @@ void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool ch
   std::shared_ptr<std::atomic<bool>> prefilling;
   if (const PrefillClient* p = std::get<const PrefillClient*>(prefill)) {
     prefilling = std::make_shared<std::atomic<bool>>(true);
+    call.prefill_stop = std::make_shared<PrefillStop>();
     call.prefill = std::async(std::launch::async, [this, p, prompts = request.prompts,
                                                    salt = request.cache_salt,
                                                    auth = std::string(req.header("Authorization")),
-                                                   prefilling] {
-      prefill_prompts(*p, prompts, salt, auth);
+                                                   prefilling, stop = call.prefill_stop] {
+      prefill_prompts(*p, prompts, salt, auth, *stop);
       prefilling->store(false, std::memory_order_release);
     });
   }
@@ -210,10 +220,12 @@ std::variant<const PrefillClient*, ApiError> HttpServer::prefill_for(const HttpR
 
 void HttpServer::prefill_prompts(const PrefillClient& prefill,
                                  const std::vector<std::vector<int32_t>>& prompts,
-                                 const std::string& cache_salt, const std::string& authorization) {
+                                 const std::string& cache_salt, const std::string& authorization,
+                                 PrefillStop& stop) {
   for (const std::vector<int32_t>& prompt : prompts) {
-    const Status s = prefill.prefill(prompt, cache_salt, authorization);
+    const Status s = prefill.prefill(prompt, cache_salt, authorization, &stop);
     if (s.ok()) continue;
+    if (stop.stopped()) return;  // the request ended first: not a failure of the instance
     // Computed here instead. Said on the first failure and every hundredth after.
     const int64_t n = prefill_failures_.fetch_add(1) + 1;
     if (n == 1 || n % 100 == 0) {

@@ -96,10 +96,12 @@ class HttpServer {
   void plain_completion(CompletionCall& call, HttpResponder& res);
   // --role decode: has the prefill instance compute each of a request's prompts (one after
   // another, under its cache salt and the client's Authorization header); a prompt it fails is
-  // computed here. Runs beside the engine, on a thread of the request's own.
+  // computed here. Runs beside the engine, on a thread of the request's own, until done or
+  // stopped (the request ended first).
   void prefill_prompts(const PrefillClient& prefill,
                        const std::vector<std::vector<int32_t>>& prompts,
-                       const std::string& cache_salt, const std::string& authorization);
+                       const std::string& cache_salt, const std::string& authorization,
+                       PrefillStop& stop);
   // The prefill instance for req (kPrefillHeader, else the first); null when this is not a
   // decode instance; a 400 naming the header when it names no configured one, or is sent to an
   // instance that has none.

@@ -11,11 +11,34 @@
 
 namespace strata::server {
 
+void PrefillStop::stop() {
+  const std::lock_guard lock(mu_);
+  stopped_ = true;
+  if (active_ != nullptr) active_->stop();
+}
+
+bool PrefillStop::stopped() const {
+  const std::lock_guard lock(mu_);
+  return stopped_;
+}
+
+bool PrefillStop::enter(httplib::Client* client) {
+  const std::lock_guard lock(mu_);
+  if (stopped_) return false;
+  active_ = client;
+  return true;
+}
+
+void PrefillStop::leave() {
+  const std::lock_guard lock(mu_);
+  active_ = nullptr;
+}
+
 PrefillClient::PrefillClient(std::string url, std::chrono::milliseconds timeout)
     : url_(std::move(url)), timeout_(timeout) {}
 
 Status PrefillClient::prefill(std::span<const int32_t> prompt, const std::string& cache_salt,
-                              std::string_view authorization) const {
+                              std::string_view authorization, PrefillStop* stop) const {
   nlohmann::json body = {{"prompt", std::vector<int32_t>(prompt.begin(), prompt.end())},
                          {"max_tokens", 1},
                          {"temperature", 0}};
@@ -26,8 +49,17 @@ Status PrefillClient::prefill(std::span<const int32_t> prompt, const std::string
   client.set_write_timeout(timeout_);
   httplib::Headers headers;
   if (!authorization.empty()) headers.emplace("Authorization", std::string(authorization));
+  if (stop != nullptr && !stop->enter(&client)) {
+    return Status::Unavailable("the call to the prefill instance at " + url_ + " was stopped");
+  }
   const httplib::Result r =
       client.Post("/v1/completions", headers, body.dump(), "application/json");
+  if (stop != nullptr) {
+    stop->leave();
+    if (stop->stopped()) {
+      return Status::Unavailable("the call to the prefill instance at " + url_ + " was stopped");
+    }
+  }
   if (!r) {
     return Status::Unavailable("the prefill instance at " + url_ +
                                " did not answer: " + httplib::to_string(r.error()));

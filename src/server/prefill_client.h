@@ -12,13 +12,39 @@
 
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "core/status.h"
 
+namespace httplib {
+class Client;
+}
+
 namespace strata::server {
+
+// Stops a client's calls from another thread: the handler whose client went away stops its
+// prefill call rather than wait for it (up to --prefill-timeout). A call under way returns
+// Unavailable at once (its connection is shut, and the prefill instance, seeing its client gone,
+// cancels the prompt); a call made after stop() returns Unavailable without connecting.
+// Thread-safe.
+class PrefillStop {
+ public:
+  void stop();
+  bool stopped() const;
+
+ private:
+  friend class PrefillClient;
+  // The call under way registers its HTTP client here; false when already stopped.
+  bool enter(httplib::Client* client);
+  void leave();
+
+  mutable std::mutex mu_;  // guards what follows
+  bool stopped_ = false;
+  httplib::Client* active_ = nullptr;
+};
 
 class PrefillClient {
  public:
@@ -29,7 +55,7 @@ class PrefillClient {
   // client's "Bearer KEY" header or empty); Unavailable when it could not be reached or did not
   // answer in time, InvalidArgument with its error message when it refused the request.
   Status prefill(std::span<const int32_t> prompt, const std::string& cache_salt,
-                 std::string_view authorization) const;
+                 std::string_view authorization, PrefillStop* stop = nullptr) const;
 
   const std::string& url() const { return url_; }
 
