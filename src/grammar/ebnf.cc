@@ -9,8 +9,8 @@
 namespace strata::grammar {
 
 bool EbnfExpr::operator==(const EbnfExpr& o) const {
-  return kind == o.kind && bytes == o.bytes && set.ranges() == o.set.ranges() &&
-         items == o.items && min == o.min && max == o.max && rule == o.rule;
+  return kind == o.kind && bytes == o.bytes && set.ranges() == o.set.ranges() && items == o.items &&
+         min == o.min && max == o.max && rule == o.rule;
 }
 
 namespace {
@@ -100,8 +100,8 @@ class Parser {
     const std::string_view name = name_at(pos_);
     if (name.empty()) return false;
     size_t at = pos_ + name.size();
-    while (at < t_.size() && (t_[at] == ' ' || t_[at] == '\t' || t_[at] == '\r' ||
-                              t_[at] == '\n' || t_[at] == '#')) {
+    while (at < t_.size() &&
+           (t_[at] == ' ' || t_[at] == '\t' || t_[at] == '\r' || t_[at] == '\n' || t_[at] == '#')) {
       if (t_[at] == '#') {
         while (at < t_.size() && t_[at] != '\n') ++at;
       } else {
@@ -112,7 +112,8 @@ class Parser {
   }
 
   int32_t rule_index(std::string_view name, size_t at) {
-    const auto [it, fresh] = index_.emplace(std::string(name), static_cast<int32_t>(g_.names.size()));
+    const auto [it, fresh] =
+        index_.emplace(std::string(name), static_cast<int32_t>(g_.names.size()));
     if (fresh) {
       if (static_cast<int64_t>(g_.names.size()) >= limits_.max_rules) {
         fail_at(at, "more than " + std::to_string(limits_.max_rules) + " rules");
@@ -178,7 +179,8 @@ class Parser {
     for (int32_t stacked = 0;; ++stacked) {
       skip_space();
       if (!more()) return a;
-      if (stacked == kMaxStackedQuantifiers && std::string_view("*+?{").find(t_[pos_]) != std::string_view::npos) {
+      if (stacked == kMaxStackedQuantifiers &&
+          std::string_view("*+?{").find(t_[pos_]) != std::string_view::npos) {
         fail("more than " + std::to_string(kMaxStackedQuantifiers) + " quantifiers on one item");
         return a;
       }
@@ -262,7 +264,8 @@ class Parser {
       const size_t open = pos_++;
       EbnfExpr inner = alternatives(depth + 1);
       skip_space();
-      if (error_.ok() && (pos_ >= t_.size() || t_[pos_] != ')')) fail_at(open, "a '(' without its ')'");
+      if (error_.ok() && (pos_ >= t_.size() || t_[pos_] != ')'))
+        fail_at(open, "a '(' without its ')'");
       ++pos_;
       return inner;
     }
@@ -347,11 +350,12 @@ class Parser {
         // reserved.
         if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9') ||
             static_cast<unsigned char>(e) >= 0x80 || static_cast<unsigned char>(e) <= 0x20) {
-          fail_at(at, std::string("an unknown escape '\\") +
-                          (static_cast<unsigned char>(e) > 0x20 && static_cast<unsigned char>(e) < 0x80
-                               ? std::string(1, e)
-                               : "?") +
-                          "'");
+          fail_at(at,
+                  std::string("an unknown escape '\\") +
+                      (static_cast<unsigned char>(e) > 0x20 && static_cast<unsigned char>(e) < 0x80
+                           ? std::string(1, e)
+                           : "?") +
+                      "'");
           return false;
         }
         cp = static_cast<unsigned char>(e);
@@ -413,8 +417,8 @@ class Parser {
 
   void resolve() {
     const auto root = index_.find("root");
-    if (root == index_.end() || defined_at_[static_cast<size_t>(root->second)] ==
-                                    std::string_view::npos) {
+    if (root == index_.end() ||
+        defined_at_[static_cast<size_t>(root->second)] == std::string_view::npos) {
       error_ = Status::InvalidArgument("the grammar has no 'root' rule (its start symbol)");
       return;
     }
@@ -502,7 +506,8 @@ void rewrite_left_recursion(EbnfGrammar& g) {
     EbnfExpr loop = make(Kind::kRepeat);
     loop.min = 0;
     loop.max = -1;
-    loop.items.push_back(tails.items.size() == 1 ? std::move(tails.items.front()) : std::move(tails));
+    loop.items.push_back(tails.items.size() == 1 ? std::move(tails.items.front())
+                                                 : std::move(tails));
     EbnfExpr seq = make(Kind::kConcat);
     append_flat(seq, base.items.size() == 1 ? std::move(base.items.front()) : std::move(base));
     seq.items.push_back(std::move(loop));

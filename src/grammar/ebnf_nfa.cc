@@ -11,8 +11,8 @@ namespace {
 
 using Kind = EbnfExpr::Kind;
 
-constexpr int32_t kNoWay = -1;   // a fragment with no way through (cut at the depth bound)
-constexpr int32_t kLooped = -2;  // every way through loops back to a rule of the tail chain
+constexpr int32_t kNoWay = -1;         // a fragment with no way through (cut at the depth bound)
+constexpr int32_t kLooped = -2;        // every way through loops back to a rule of the tail chain
 constexpr int32_t kMaxListItems = 16;  // the longest x of `x (s x)*` looked for
 
 bool is_star(const EbnfExpr& e) { return e.kind == Kind::kRepeat && e.min == 0 && e.max < 0; }
@@ -247,7 +247,8 @@ class Builder {
       const int32_t tail_end = sequence(x, head, nullptr, false);
       if (tail_end < 0) return kNoWay;
       const std::vector<const EbnfExpr*> body = as_sequence(items[j + k]->items.front());
-      const std::vector<const EbnfExpr*> s(body.begin(), body.end() - static_cast<std::ptrdiff_t>(k));
+      const std::vector<const EbnfExpr*> s(body.begin(),
+                                           body.end() - static_cast<std::ptrdiff_t>(k));
       const int32_t back = sequence(s, tail_end, nullptr, false);
       if (back >= 0) epsilon(back, head);
       at = tail_end;

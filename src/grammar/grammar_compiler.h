@@ -31,9 +31,9 @@ namespace strata::grammar {
 // What a constraint may cost to compile and keep: every bound is checked while compiling, so a
 // schema or pattern that would blow up is refused (ResourceExhausted) before it does.
 struct GrammarLimits {
-  JsonSchemaOptions json;   // the schema's regex length, whitespace, untyped nesting
-  RegexLimits regex;        // repetition counts, the NFA's size
-  EbnfLimits ebnf;          // a grammar's text, rules and recursion depth (max_depth)
+  JsonSchemaOptions json;  // the schema's regex length, whitespace, untyped nesting
+  RegexLimits regex;       // repetition counts, the NFA's size
+  EbnfLimits ebnf;         // a grammar's text, rules and its most nesting depth (max_depth)
   int32_t max_dfa_states = 1 << 16;
   size_t max_grammars = 64;         // compiled grammars kept
   size_t max_masks_per_grammar = 512;  // each grammar's MaskCache

@@ -21,8 +21,8 @@ namespace strata::server {
 
 // The request's fields that this reads (the endpoint's field list takes them).
 inline constexpr std::string_view kStructuredOutputFields[] = {
-    "response_format", "guided_json",          "guided_regex",
-    "guided_choice",   "guided_grammar",       "guided_decoding_backend",
+    "response_format",   "guided_json",    "guided_regex",
+    "guided_choice",     "guided_grammar", "guided_decoding_backend",
     "structured_outputs"};
 
 struct StructuredOutputRequest {

@@ -182,7 +182,8 @@ class EbnfReference {
       }
       case Kind::kRule: {
         State saved{open_, chain_};
-        const bool ok = enter(e.rule, tail) && gen(g_.rules[static_cast<size_t>(e.rule)], true, out);
+        const bool ok =
+            enter(e.rule, tail) && gen(g_.rules[static_cast<size_t>(e.rule)], true, out);
         open_ = std::move(saved.open), chain_ = std::move(saved.chain);
         return ok;
       }

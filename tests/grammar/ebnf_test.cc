@@ -135,7 +135,8 @@ TEST(EbnfParserTest, ErrorsNameTheLineAndColumn) {
     const std::string got = parse_error(text);
     EXPECT_NE(got.find(want), std::string::npos) << text << "\n got: " << got;
   }
-  EXPECT_NE(parse_error("root ::= " + std::string(120, '(') + std::string(120, ')')).find("nested more than"),
+  EXPECT_NE(parse_error("root ::= " + std::string(120, '(') + std::string(120, ')'))
+                .find("nested more than"),
             std::string::npos);
 }
 
@@ -152,8 +153,8 @@ TEST(EbnfCompileTest, EmptyLanguagesAreRefusedWithTheReason) {
 
 // The automaton and the reference agree on what the grammar generates, on what the automaton
 // samples, on one-character mutations of both and on random strings over the grammar's alphabet.
-void expect_agreement(const std::string& text, int32_t depth, const std::vector<std::string>& alphabet,
-                      uint32_t seed) {
+void expect_agreement(const std::string& text, int32_t depth,
+                      const std::vector<std::string>& alphabet, uint32_t seed) {
   EbnfGrammar g = parsed(text);
   rewrite_left_recursion(g);
   EbnfReference ref(g, depth);
@@ -198,28 +199,29 @@ array  ::= "[" ( value ("," value)* )? "]"
 )g",
                    3, {"{", "}", "[", "]", ",", ":", "\"", "a", "b", "1", "true", "null"}, 2);
   // Mutual recursion with an optional, and indirect left recursion (bounded, not rewritten).
-  expect_agreement("root ::= a\na ::= \"(\" b \")\" | \"x\"\nb ::= a a? | \"\"", 3,
-                   {"(", ")", "x"}, 3);
+  expect_agreement("root ::= a\na ::= \"(\" b \")\" | \"x\"\nb ::= a a? | \"\"", 3, {"(", ")", "x"},
+                   3);
   expect_agreement("root ::= a\na ::= b \"x\" | \"y\"\nb ::= a \"z\" | \"w\"", 3,
                    {"x", "y", "z", "w"}, 4);
   // Tail calls: a chain of rules entered in tail position loops back (s -> t -> s), a call with
   // something left to do starts a new chain and counts; `?` at the end is a tail position.
   expect_agreement("root ::= s\ns ::= \"a\" t | \"x\"\nt ::= \"(\" s \")\" s | \"y\" s?", 2,
                    {"a", "x", "y", "(", ")"}, 8);
-  expect_agreement("root ::= item (\",\" root)?\nitem ::= [0-9] | \"[\" root \"]\" | \"-\" item",
-                   2, {"1", ",", "[", "]", "-"}, 9);
+  expect_agreement("root ::= item (\",\" root)?\nitem ::= [0-9] | \"[\" root \"]\" | \"-\" item", 2,
+                   {"1", ",", "[", "]", "-"}, 9);
 }
 
 TEST(EbnfAutomatonTest, AgreesWithTheReferenceOnRegularGrammars) {
-  expect_agreement(R"g(
+  expect_agreement(
+      R"g(
 root  ::= pair (" " pair)*
 pair  ::= name ("=" value)?
 name  ::= [a-zA-Z_] [a-zA-Z0-9_-]{0,3}
 value ::= "\"" [^"\\]{0,3} "\"" | "é"+ | "\U0001F600" | .
 )g",
-                   0, {"a", "Z", "_", "-", "1", "=", "\"", " ", "\\", "\xC3\xA9", "\xF0\x9F\x98\x80",
-                       "\xC3", "\n"},
-                   5);
+      0,
+      {"a", "Z", "_", "-", "1", "=", "\"", " ", "\\", "\xC3\xA9", "\xF0\x9F\x98\x80", "\xC3", "\n"},
+      5);
   // Left recursion, rewritten exactly: `list ::= list "," item | item`.
   expect_agreement("root ::= list \";\"\nlist ::= list \",\" item | item\nitem ::= \"x\" | \"yy\"",
                    0, {"x", "y", ",", ";"}, 6);
@@ -277,8 +279,8 @@ TEST(EbnfCompileTest, BlowUpsAreRefusedQuicklyWithTheReason) {
   empty += "e30 ::= \"\"\n";
   GrammarLimits limits;
   GrammarCompiler compiler([] { return std::vector<std::string>{"a", "b"}; }, limits);
-  for (const std::string& text : {doubling, empty, std::string("root ::= [ab]* \"a\" [ab]{20}"),
-                                  std::string(kJsonGrammar)}) {
+  for (const std::string& text :
+       {doubling, empty, std::string("root ::= [ab]* \"a\" [ab]{20}"), std::string(kJsonGrammar)}) {
     const auto start = std::chrono::steady_clock::now();
     auto g = compiler.compile({StructuredOutput::Kind::kGrammar, text});
     const double seconds =
