@@ -90,6 +90,17 @@ expect_error structured-bad-flag "structured-output" generate --model "$tiny" --
   --structured-output xml
 expect_error structured-bad-regex "offset" generate --model "$tiny" --prompt-ids 1 \
   --structured-output 'regex=(a'
+# an EBNF grammar (GBNF): the to-do list of docs/benchmarks.md, regular and bounded, so it ends
+out=$("$strata" generate --device cpu --model "$tiny" --prompt "Today:" --max-tokens 1500 \
+      --temperature 1 --seed 7 --structured-output "grammar=@$data/grammar/gbnf/list.gbnf" --json) ||
+  fail "grammar generate exited non-zero"
+python3 -c 'import json,re,sys; j=json.load(sys.stdin); assert j["finish_reason"]=="stop", j
+item = r"- \[[ x]\] [A-Za-z0-9][A-Za-z0-9 ,.\x27/-]{0,79} \((high|medium|low)(, due 2[0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))?\)\n"
+assert re.fullmatch(r"# [A-Z][A-Za-z0-9 ,\x27-]{0,59}\n\n(" + item + "){1,10}", j["text"]), j["text"]' \
+  <<<"$out" && ok || fail "grammar generate JSON"
+printf 'root ::= "a\n' >"$tmp/bad.gbnf"
+expect_error structured-bad-grammar "line 1, column 10" generate --model "$tiny" --prompt-ids 1 \
+  --structured-output "grammar=@$tmp/bad.gbnf"
 
 # 6. quantized KV (docs/kv-quant.md): every spelling parses; int8 and fp8 with computed scales
 # run and report their dtype; fp8 without scales is refused unless allowed; bad values are one line
