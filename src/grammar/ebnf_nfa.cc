@@ -14,6 +14,9 @@ using Kind = EbnfExpr::Kind;
 constexpr int32_t kNoWay = -1;         // a fragment with no way through (cut at the depth bound)
 constexpr int32_t kLooped = -2;        // every way through loops back to a rule of the tail chain
 constexpr int32_t kMaxListItems = 16;  // the longest x of `x (s x)*` looked for
+// The builder's recursion (expressions within expressions, through every open rule), so that a
+// chain of rules each nesting groups deep cannot overflow the stack of the thread compiling it.
+constexpr int32_t kMaxBuildNesting = 4000;
 
 bool is_star(const EbnfExpr& e) { return e.kind == Kind::kRepeat && e.min == 0 && e.max < 0; }
 
@@ -78,6 +81,18 @@ class Builder {
       exhausted("grammar: its expansion passes " + std::to_string(max_work_) + " steps");
       return kNoWay;
     }
+    if (nesting_ >= kMaxBuildNesting) {
+      exhausted("grammar: rules and groups nested more than " + std::to_string(kMaxBuildNesting) +
+                " deep in its expansion");
+      return kNoWay;
+    }
+    ++nesting_;
+    const int32_t end = build(e, from, tail);
+    --nesting_;
+    return end;
+  }
+
+  int32_t build(const EbnfExpr& e, int32_t from, bool tail) {
     switch (e.kind) {
       case Kind::kBytes: {
         int32_t at = from;
@@ -269,6 +284,7 @@ class Builder {
   std::vector<int32_t> open_;     // [rule]: how many expansions of it are open
   std::unordered_map<const EbnfExpr*, std::vector<size_t>> lists_;
   int32_t num_open_ = 0;
+  int32_t nesting_ = 0;  // expr calls open
   bool cut_ = false;
   Nfa nfa_;
   Status error_;
@@ -357,7 +373,12 @@ Result<EbnfDfa> compile_ebnf_dfa(std::string_view text, const EbnfMarkers& marke
     Result<ByteDfa> dfa =
         nfa.ok() ? ByteDfa::build(*nfa, max_dfa_states) : Result<ByteDfa>(nfa.status());
     if (!dfa.ok()) {
-      if (dfa.status().code() != StatusCode::kResourceExhausted || !kept) return dfa.status();
+      if (dfa.status().code() != StatusCode::kResourceExhausted) return dfa.status();
+      if (!kept) {
+        return nfa.ok() ? Status::ResourceExhausted("grammar: its DFA passes " +
+                                                    std::to_string(max_dfa_states) + " states")
+                        : dfa.status();
+      }
       break;  // the previous depth is the deepest that fits
     }
     kept = EbnfDfa{std::move(dfa).value(), at.max_depth, cut};

@@ -305,6 +305,18 @@ TEST(EbnfCompileTest, BlowUpsAreRefusedQuicklyWithTheReason) {
   auto deep = compiler.compile({StructuredOutput::Kind::kGrammar, chain});
   ASSERT_FALSE(deep.ok());
   EXPECT_NE(deep.status().message().find("rules nested more than"), std::string::npos);
+  // Fewer rules, each nesting groups 90 deep: the expansion's nesting is bounded on its own.
+  std::string groups = "root ::= g0\n";
+  for (int i = 0; i < 200; ++i) {
+    std::string body = "g" + std::to_string(i + 1);
+    for (int k = 0; k < 90; ++k) body = "(\"x\" | \"z\" " + body + ")";
+    groups += "g" + std::to_string(i) + " ::= " + body + "\n";
+  }
+  groups += "g200 ::= \"y\"\n";
+  auto nested = compiler.compile({StructuredOutput::Kind::kGrammar, groups});
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.status().message().find("nested more than 4000 deep"), std::string::npos)
+      << nested.status().message();
 }
 
 // A grammar whose automaton at the depth bound would pass the DFA's bound is built at the
