@@ -201,16 +201,7 @@ std::optional<PeerSourceStats> KvTiers::peer_stats() const {
   const Tier& t = *tiers_[0];
   if (!t.peer) return std::nullopt;
   PeerSourceStats s = t.peer->stats();
-  const PeerSourceStats w = t.peer_producing->stats();
-  s.num_get_blocks += w.num_get_blocks;
-  s.num_hits += w.num_hits;
-  s.num_bad += w.num_bad;
-  s.num_missing += w.num_missing;
-  s.num_errors += w.num_errors;
-  s.num_round_trips += w.num_round_trips;
-  s.bytes_read += w.bytes_read;
-  s.transfer_seconds += w.transfer_seconds;
-  s.get_latency.merge(w.get_latency);
+  s += t.peer_producing->stats();
   return s;
 }
 

@@ -76,16 +76,22 @@ void PeerSource::get(std::span<BlockGet> blocks) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.get_latency.observe(seconds);
   const std::lock_guard lock(mu_);
-  stats_.num_get_blocks += s.num_get_blocks;
-  stats_.num_hits += s.num_hits;
-  stats_.num_bad += s.num_bad;
-  stats_.num_missing += s.num_missing;
-  stats_.num_errors += s.num_errors;
-  stats_.num_round_trips += s.num_round_trips;
-  stats_.bytes_read += s.bytes_read;
-  stats_.transfer_seconds += s.transfer_seconds;
-  stats_.get_latency.observe(seconds);
+  stats_ += s;
+}
+
+PeerSourceStats& PeerSourceStats::operator+=(const PeerSourceStats& o) {
+  num_get_blocks += o.num_get_blocks;
+  num_hits += o.num_hits;
+  num_bad += o.num_bad;
+  num_missing += o.num_missing;
+  num_errors += o.num_errors;
+  num_round_trips += o.num_round_trips;
+  bytes_read += o.bytes_read;
+  transfer_seconds += o.transfer_seconds;
+  get_latency.merge(o.get_latency);
+  return *this;
 }
 
 void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock::time_point start,

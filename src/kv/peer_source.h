@@ -68,6 +68,8 @@ struct PeerSourceStats {
   // transfer itself, where a get that overlaps the prefill lasts as long as the prefill).
   double transfer_seconds = 0.0;
   LatencyHistogram get_latency;  // each get() call
+
+  PeerSourceStats& operator+=(const PeerSourceStats& other);
 };
 
 class PeerSource final : public BlockSource {
