@@ -62,6 +62,9 @@ class KvEvictionEngineTest : public ::testing::Test {
 
   // Runs one request step by step; the pool's used blocks after each step (the request's own:
   // nothing else runs and the prefix cache holds only free blocks).
+  // r returns got in 7-token chunks and among three batch mates too.
+  void expect_independent_of_chunks_and_batch(const EngineRequest& r, const Collected& got);
+
   std::vector<int32_t> used_blocks_per_step(const EngineRequest& r, Collected* out = nullptr) {
     auto e = make();
     const RequestId id = *e->submit(r);
@@ -148,6 +151,23 @@ TEST_F(KvEvictionEngineTest, StreamingLlmHoldsItsBudgetWhileThePromptIsComputed)
   const Collected got = alone(r);
   EXPECT_EQ(got.metrics.max_held_blocks, 6);
   EXPECT_EQ(got.metrics.num_evicted_blocks, 7 + 1) << "96, 112, ..., 192 and one in decode";
+  expect_independent_of_chunks_and_batch(r, got);
+}
+
+// The same for PagedEviction (its scores read the blocks the chunks wrote): under a 64-token budget
+// (no sink, no window) a 200-token prompt's chunks stop at 80, 96, ..., 192, and one block goes at
+// each and at the prompt's end (4 blocks held after each); one more goes in decode at 65 slots.
+TEST_F(KvEvictionEngineTest, PagedEvictionHoldsItsBudgetWhileThePromptIsComputed) {
+  const EngineRequest r =
+      with(greedy(prompt_of(200, 9), 20), eviction(KvEvictionPolicy::kPagedEviction, 64));
+  const Collected got = alone(r);
+  EXPECT_EQ(got.metrics.max_held_blocks, 4);
+  EXPECT_EQ(got.metrics.num_evicted_blocks, 8 + 1 + 1) << "80, 96, ..., 192, 200 and in decode";
+  expect_independent_of_chunks_and_batch(r, got);
+}
+
+void KvEvictionEngineTest::expect_independent_of_chunks_and_batch(const EngineRequest& r,
+                                                                  const Collected& got) {
   EngineConfig chunked;
   chunked.max_num_batched_tokens = 7;
   const Collected small_chunks = alone(r, chunked);
