@@ -16,7 +16,7 @@ constexpr int32_t kLooped = -2;        // every way through loops back to a rule
 constexpr int32_t kMaxListItems = 16;  // the longest x of `x (s x)*` looked for
 // The builder's recursion (expressions within expressions, through every open rule), so that a
 // chain of rules each nesting groups deep cannot overflow the stack of the thread compiling it.
-constexpr int32_t kMaxBuildNesting = 4000;
+constexpr int32_t kMaxBuildNesting = 1000;
 
 bool is_star(const EbnfExpr& e) { return e.kind == Kind::kRepeat && e.min == 0 && e.max < 0; }
 

@@ -23,7 +23,7 @@
 // each level of nesting multiplies it by the number of places a level recurses into the next
 // (2 for JSON: an object member, an array element). The expansion's work (nodes visited, which
 // can pass the states for rules that match only the empty string) is bounded at 4x that, its
-// recursion at 4,000 nested expressions.
+// recursion at 1,000 nested expressions.
 
 #include <cstdint>
 #include <string>

@@ -304,7 +304,8 @@ TEST(EbnfCompileTest, BlowUpsAreRefusedQuicklyWithTheReason) {
   chain += "c2000 ::= \"y\"\n";
   auto deep = compiler.compile({StructuredOutput::Kind::kGrammar, chain});
   ASSERT_FALSE(deep.ok());
-  EXPECT_NE(deep.status().message().find("rules nested more than"), std::string::npos);
+  EXPECT_NE(deep.status().message().find("nested more than"), std::string::npos)
+      << deep.status().message();
   // Fewer rules, each nesting groups 90 deep: the expansion's nesting is bounded on its own.
   std::string groups = "root ::= g0\n";
   for (int i = 0; i < 200; ++i) {
@@ -315,7 +316,7 @@ TEST(EbnfCompileTest, BlowUpsAreRefusedQuicklyWithTheReason) {
   groups += "g200 ::= \"y\"\n";
   auto nested = compiler.compile({StructuredOutput::Kind::kGrammar, groups});
   ASSERT_FALSE(nested.ok());
-  EXPECT_NE(nested.status().message().find("nested more than 4000 deep"), std::string::npos)
+  EXPECT_NE(nested.status().message().find("nested more than 1000 deep"), std::string::npos)
       << nested.status().message();
 }
 
