@@ -4,6 +4,7 @@
 // same points instead, so it makes the same K/V as the run it replaces.
 
 #include <algorithm>
+#include <ranges>
 
 #include "engine/engine_impl.h"
 #include "kv/kv_eviction.h"
@@ -41,28 +42,45 @@ Status EngineImpl::check_default_eviction() const {
   return check_eviction(*e);
 }
 
-std::vector<float> EngineImpl::block_scores(const Sequence& s) {
+std::vector<float> EngineImpl::block_scores(Sequence& s) {
+  // A full block's K/V never change, so its score is computed once (Sequence::block_scores);
+  // only the blocks filled since the last eviction are copied out and read.
   const std::span<const BlockId> row = s.table.blocks();
-  const auto n = static_cast<int32_t>(row.size());
-  const kv::KvLayout& layout = runner_->kv_layout(0);
-  if (score_mover_ == nullptr) score_mover_ = runner_->new_block_mover(0);
-  if (score_buffer_ == nullptr || score_buffer_->num_blocks() < n) {
-    if (score_buffer_ != nullptr) score_mover_->detach(*score_buffer_);
-    score_buffer_ = std::make_unique<kv::HostKvBuffer>(layout, std::max(n, 64));
-    score_mover_->attach(*score_buffer_);
-  }
-  std::vector<kv::BlockCopy> pairs;
-  pairs.reserve(row.size());
-  for (int32_t i = 0; i < n; ++i) pairs.push_back({row[static_cast<size_t>(i)], BlockId{i}});
-  score_mover_->to_host(pairs, *score_buffer_);
   const int32_t bs = config_.block_size;
-  std::vector<float> scores(row.size());
-  for (int32_t i = 0; i < n; ++i) {
-    const int32_t tokens = std::min(bs, s.table.num_tokens() - i * bs);
-    scores[static_cast<size_t>(i)] = kv::block_value_key_ratio(
-        layout, score_buffer_->data() + static_cast<int64_t>(i) * layout.block_bytes(), tokens);
+  const int32_t num_full = s.table.num_tokens() / bs;
+  const auto from = static_cast<int32_t>(s.block_scores.size());
+  STRATA_CHECK(from <= num_full, "more cached block scores than full blocks");
+  const int32_t n = num_full - from;
+  if (n > 0) {
+    const kv::KvLayout& layout = runner_->kv_layout(0);
+    if (score_mover_ == nullptr) score_mover_ = runner_->new_block_mover(0);
+    if (score_buffer_ == nullptr || score_buffer_->num_blocks() < n) {
+      if (score_buffer_ != nullptr) score_mover_->detach(*score_buffer_);
+      score_buffer_ = std::make_unique<kv::HostKvBuffer>(layout, std::max(n, 64));
+      score_mover_->attach(*score_buffer_);
+    }
+    std::vector<kv::BlockCopy> pairs;
+    pairs.reserve(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i)
+      pairs.push_back({row[static_cast<size_t>(from) + i], BlockId{i}});
+    score_mover_->to_host(pairs, *score_buffer_);
+    for (int32_t i = 0; i < n; ++i) {
+      s.block_scores.push_back(kv::block_value_key_ratio(
+          layout, score_buffer_->data() + static_cast<int64_t>(i) * layout.block_bytes(), bs));
+    }
   }
+  std::vector<float> scores = s.block_scores;
+  scores.resize(row.size(), 0.0f);  // a partly filled newest block: never a candidate
   return scores;
+}
+
+void EngineImpl::evict(Sequence& s, std::span<const int32_t> entries) {
+  cache_->evict_blocks(s.table, entries);
+  // Entries are ascending: erasing from the last keeps the earlier ones' indices.
+  for (const int32_t i : std::views::reverse(entries)) {
+    if (static_cast<size_t>(i) < s.block_scores.size())
+      s.block_scores.erase(s.block_scores.begin() + i);
+  }
 }
 
 Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
@@ -72,7 +90,7 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
     const engine::EvictionRecord& rec = s.evictions[s.num_evictions_applied];
     if (s.num_computed < rec.at_computed) return Status::Ok();
     STRATA_CHECK(s.num_computed == rec.at_computed, "a recompute ran past an eviction point");
-    cache_->evict_blocks(s.table, rec.entries);
+    evict(s, rec.entries);
     ++s.num_evictions_applied;
     return Status::Ok();
   }
@@ -88,7 +106,7 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
     std::vector<int32_t> entries =
         kv::choose_evicted_blocks(s.eviction, s.table.num_tokens(), bs, scores);
     if (!entries.empty()) {
-      cache_->evict_blocks(s.table, entries);
+      evict(s, entries);
       r.metrics.num_evicted_blocks += static_cast<int32_t>(entries.size());
       totals_.num_kv_evicted_blocks += static_cast<int64_t>(entries.size());
       s.evictions.push_back({s.num_computed, std::move(entries)});

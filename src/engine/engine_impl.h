@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -116,8 +117,11 @@ class EngineImpl {
   Status evict_tokens(RequestState& r, engine::Sequence& seq);
   // Why the engine cannot run a request with this eviction, or OK.
   Status check_eviction(const ResolvedKvEviction& eviction) const;
-  // PagedEviction's score of each entry of seq's row (its blocks copied out of the pool).
-  std::vector<float> block_scores(const engine::Sequence& seq);
+  // PagedEviction's score of each entry of seq's row: seq's cached scores of its full blocks,
+  // those filled since computed now (copied out of the pool), 0 for a partly filled newest block.
+  std::vector<float> block_scores(engine::Sequence& seq);
+  // Takes the row entries out of seq's table and their scores out of seq's cached scores.
+  void evict(engine::Sequence& seq, std::span<const int32_t> entries);
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);
   std::vector<kv::SwapSpace*> swap_spaces() const;

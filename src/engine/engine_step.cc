@@ -244,6 +244,7 @@ void EngineImpl::fork_siblings(RequestState& r, Sequence& parent) {
     child.counts = parent.counts;
     child.evictions = parent.evictions;
     child.num_evictions_applied = parent.num_evictions_applied;
+    child.block_scores = parent.block_scores;
     child.prefix_looked_up = true;
     child.prompt_logprobs_done = true;
     cache_->fork(parent.table, child.table);

@@ -178,6 +178,7 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
     release(victim);  // recompute (also when the swap space is full)
     victim->num_computed = 0;
     victim->num_evictions_applied = 0;  // its evictions are made again at the same points
+    victim->block_scores.clear();
     victim->prefix_looked_up = false;
     insert_waiting(victim);
   }

@@ -88,6 +88,9 @@ struct Sequence {
   ResolvedKvEviction eviction;
   std::vector<EvictionRecord> evictions;
   size_t num_evictions_applied = 0;
+  // PagedEviction: the score of each full block of the table's row, in row order (a prefix of
+  // the row); a full block's K/V never change. Emptied with the table on a recompute.
+  std::vector<float> block_scores;
   double arrival_time = 0.0;           // engine clock, seconds
   int64_t contiguous_offset = -1;      // contiguous-allocator baseline: reserved range, or -1
   // Swap preemption, one per KV cache group while swapped or swapping in (else empty): the row's

@@ -298,30 +298,79 @@ class KvEvictionPreemptionTest : public KvEvictionEngineTest,
 // gets alone (a recompute repeats its evictions at the same points; recomputing the whole
 // sequence and evicting after would not give the same K/V).
 TEST_P(KvEvictionPreemptionTest, PreemptedEvictedRequestsGetWhatTheyGetAlone) {
-  auto e = make(engine::test_util::preempting({}, GetParam()));
-  std::vector<EngineRequest> requests;
-  std::vector<RequestId> ids;
-  for (int32_t i = 0; i < 8; ++i) {
-    requests.push_back(with(greedy(prompt_of(40 + i, i), 24),
-                            eviction(KvEvictionPolicy::kStreamingLlm, 16, 4, 8)));
-    ids.push_back(*e->submit(requests.back()));
+  // PagedEviction too, with no sink or window so that its scores choose among several blocks: a
+  // swapped sequence keeps its blocks' scores, a recomputed one scores its blocks again.
+  for (const KvEvictionParams& policy : {eviction(KvEvictionPolicy::kStreamingLlm, 16, 4, 8),
+                                         eviction(KvEvictionPolicy::kPagedEviction, 32, 0, 0)}) {
+    SCOPED_TRACE(kv_eviction_policy_name(*policy.policy));
+    auto e = make(engine::test_util::preempting({}, GetParam()));
+    std::vector<EngineRequest> requests;
+    std::vector<RequestId> ids;
+    for (int32_t i = 0; i < 8; ++i) {
+      requests.push_back(with(greedy(prompt_of(40 + i, i), 48), policy));
+      ids.push_back(*e->submit(requests.back()));
+    }
+    auto got = drain(*e);
+    EXPECT_GT(e->totals().num_preemptions, 0);
+    EXPECT_GT(e->totals().num_kv_evicted_blocks, 0);
+    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+    int evicted_and_preempted = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Collected ref = alone(requests[i]);
+      const Collected& x = got[ids[i]];
+      EXPECT_EQ(x.tokens.at(0), ref.tokens.at(0)) << "request " << i;
+      EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(x.logprobs.at(0), ref.logprobs.at(0)),
+                kTolerance)
+          << "request " << i;
+      EXPECT_EQ(x.metrics.num_evicted_blocks, ref.metrics.num_evicted_blocks) << "request " << i;
+      evicted_and_preempted += x.metrics.num_preemptions > 0 && x.metrics.num_evicted_blocks > 0;
+    }
+    EXPECT_GT(evicted_and_preempted, 0);
   }
-  auto got = drain(*e);
-  EXPECT_GT(e->totals().num_preemptions, 0);
-  EXPECT_GT(e->totals().num_kv_evicted_blocks, 0);
+}
+
+// A PagedEviction sequence preempted after many evictions: A (priority 1, budget 48, no sink or
+// window) decodes alone for 60 steps, evicting a block every 16 tokens; then B (priority 0, no
+// eviction) arrives and outgrows the 12-block pool, and A, the lowest-ranked, is preempted. A's
+// tokens and logprobs are still those it gets alone: by swap its blocks come back with their
+// cached scores, by recompute it repeats its evictions and scores its blocks again.
+TEST_P(KvEvictionPreemptionTest, APagedEvictionSequencePreemptedLateGetsWhatItGetsAlone) {
+  EngineConfig c = engine::test_util::preempting({}, GetParam());
+  c.policy = SchedulingPolicy::kPriority;
+  EngineRequest a =
+      with(greedy(prompt_of(60, 11), 120), eviction(KvEvictionPolicy::kPagedEviction, 48, 0, 0));
+  a.priority = 1;
+  EngineRequest b = greedy(prompt_of(120, 12), 60);
+  b.priority = 0;
+  auto e = make(c);
+  const RequestId ia = *e->submit(a);
+  std::map<RequestId, Collected> got;
+  for (int step = 0; step < 60; ++step) {
+    auto out = e->step();
+    ASSERT_TRUE(out.ok());
+    for (const RequestOutput& o : *out) engine::test_util::absorb(got[o.id], o);
+  }
+  ASSERT_GT(got[ia].metrics.num_evicted_blocks, 2);
+  const RequestId ib = *e->submit(b);
+  for (auto& [id, c2] : drain(*e)) {
+    for (const auto& [idx, t] : c2.tokens) {
+      auto& dst = got[id].tokens[idx];
+      dst.insert(dst.end(), t.begin(), t.end());
+    }
+    for (const auto& [idx, l] : c2.logprobs) {
+      auto& dst = got[id].logprobs[idx];
+      dst.insert(dst.end(), l.begin(), l.end());
+    }
+    got[id].metrics = c2.metrics;
+  }
+  EXPECT_GT(got[ia].metrics.num_preemptions, 0) << "A was preempted";
   EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
-  int evicted_and_preempted = 0;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const Collected ref = alone(requests[i]);
-    const Collected& x = got[ids[i]];
-    EXPECT_EQ(x.tokens.at(0), ref.tokens.at(0)) << "request " << i;
-    EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(x.logprobs.at(0), ref.logprobs.at(0)),
-              kTolerance)
-        << "request " << i;
-    EXPECT_EQ(x.metrics.num_evicted_blocks, ref.metrics.num_evicted_blocks) << "request " << i;
-    evicted_and_preempted += x.metrics.num_preemptions > 0 && x.metrics.num_evicted_blocks > 0;
-  }
-  EXPECT_GT(evicted_and_preempted, 0);
+  const Collected ref = alone(a);
+  EXPECT_EQ(got[ia].tokens.at(0), ref.tokens.at(0));
+  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(got[ia].logprobs.at(0), ref.logprobs.at(0)),
+            kTolerance);
+  EXPECT_EQ(got[ia].metrics.num_evicted_blocks, ref.metrics.num_evicted_blocks);
+  EXPECT_EQ(got[ib].tokens.at(0), alone(b).tokens.at(0));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, KvEvictionPreemptionTest,
