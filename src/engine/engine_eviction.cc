@@ -4,7 +4,6 @@
 // same points instead, so it makes the same K/V as the run it replaces.
 
 #include <algorithm>
-#include <ranges>
 
 #include "engine/engine_impl.h"
 #include "kv/kv_eviction.h"
@@ -77,9 +76,10 @@ std::vector<float> EngineImpl::block_scores(Sequence& s) {
 void EngineImpl::evict(Sequence& s, std::span<const int32_t> entries) {
   cache_->evict_blocks(s.table, entries);
   // Entries are ascending: erasing from the last keeps the earlier ones' indices.
-  for (const int32_t i : std::views::reverse(entries)) {
-    if (static_cast<size_t>(i) < s.block_scores.size())
-      s.block_scores.erase(s.block_scores.begin() + i);
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    if (static_cast<size_t>(*it) < s.block_scores.size()) {
+      s.block_scores.erase(s.block_scores.begin() + *it);
+    }
   }
 }
 
