@@ -76,9 +76,9 @@ std::vector<float> EngineImpl::block_scores(Sequence& s) {
 void EngineImpl::evict(Sequence& s, std::span<const int32_t> entries) {
   cache_->evict_blocks(s.table, entries);
   // Entries are ascending: erasing from the last keeps the earlier ones' indices.
-  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    if (static_cast<size_t>(*it) < s.block_scores.size()) {
-      s.block_scores.erase(s.block_scores.begin() + *it);
+  for (size_t k = entries.size(); k-- > 0;) {
+    if (static_cast<size_t>(entries[k]) < s.block_scores.size()) {
+      s.block_scores.erase(s.block_scores.begin() + entries[k]);
     }
   }
 }

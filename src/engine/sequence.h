@@ -139,7 +139,7 @@ struct Sequence {
   // (or did at its first recorded eviction), and what it computes from there on attended to
   // fewer tokens -- so the hit ends before that point, and the first chunk runs to it.
   int32_t num_cacheable_tokens(int32_t block_size) const {
-    int64_t n = static_cast<int64_t>(tokens.size());
+    auto n = static_cast<int64_t>(tokens.size());
     if (!evictions.empty()) n = std::min<int64_t>(n, evictions.front().at_computed);
     if (eviction.active()) {
       n = std::min<int64_t>(n, (int64_t{eviction.budget_tokens} / block_size + 1) * block_size);
