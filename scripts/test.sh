@@ -55,10 +55,23 @@ fuzz_one() {
   name=$(basename "$fuzzer" _fuzz)
   scratch=$(mktemp -d)  # first corpus folder: libFuzzer writes new inputs there, not into fuzz/
   [[ -f "fuzz/${name}.dict" ]] && dict=(-dict="fuzz/${name}.dict")
-  local rc=0
-  "$fuzzer" -max_total_time="$fuzz_s" "${dict[@]}" "$scratch" "fuzz/corpus/${name}" 2>&1 |
-    tail -n 2 || rc=$?
-  rm -rf "$scratch"
+  local rc=0 out
+  out=$(mktemp)
+  "$fuzzer" -max_total_time="$fuzz_s" -artifact_prefix="$scratch/" "${dict[@]}" "$scratch" \
+    "fuzz/corpus/${name}" >"$out" 2>&1 || rc=$?
+  if ((rc == 0)); then
+    tail -n 2 "$out"
+  else
+    # The whole report, and the input that failed, so that a CI log alone reproduces it.
+    tail -n 80 "$out"
+    for artifact in "$scratch"/crash-* "$scratch"/leak-* "$scratch"/oom-* "$scratch"/timeout-*; do
+      [[ -f "$artifact" ]] || continue
+      echo "failing input $(basename "$artifact") ($(wc -c <"$artifact") bytes), base64:"
+      head -c 65536 "$artifact" | base64 -w 0
+      echo
+    done
+  fi
+  rm -rf "$scratch" "$out"
   return "$rc"
 }
 fuzzers=()

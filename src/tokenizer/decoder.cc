@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/quote.h"
 #include "tokenizer/json_util.h"
@@ -107,18 +109,34 @@ std::string strip(const std::string& t, const std::string& content, size_t start
   return t.substr(begin, end - begin);
 }
 
+bool one_character(const std::string& s) {
+  return !s.empty() && utf8_valid_length(s, 0) == s.size();
+}
+
 }  // namespace
 
 void Decoder::add_json(const nlohmann::json& j, const std::string& where, std::vector<Step>& out) {
   if (j.is_null()) return;
   const std::string type = json_string(j, "type", where + ": decoder");
   const std::string ctx = where + ": decoder " + type;
+  // After a Fuse or ByteLevel the tokens are one text; a step that rewrites more than one
+  // character of it at a time would change text a stream has already emitted (see decoder.h).
+  const bool joined = std::any_of(out.begin(), out.end(), [](const Step& s) {
+    return s.kind == Kind::kByteLevel || s.kind == Kind::kFuse;
+  });
+  const auto refuse_if_joined = [&](const std::string& what) {
+    if (joined) {
+      throw Error(ctx + ": " + what + " after a Fuse or ByteLevel decoder is not supported");
+    }
+  };
   if (type == "Sequence") {
     for (const auto& child : json_array(j, "decoders", ctx)) add_json(child, where, out);
   } else if (type == "ByteLevel") {
+    refuse_if_joined("a ByteLevel");
     out.push_back({Kind::kByteLevel});
   } else if (type == "Metaspace") {
     Step s{Kind::kMetaspace, json_string(j, "replacement", ctx)};
+    if (!one_character(s.a)) throw Error(ctx + ": 'replacement' must be one character");
     if (j.contains("prepend_scheme")) {
       s.prepend = json_string(j, "prepend_scheme", ctx) != "never";
     } else {
@@ -126,8 +144,13 @@ void Decoder::add_json(const nlohmann::json& j, const std::string& where, std::v
     }
     out.push_back(std::move(s));
   } else if (type == "Replace") {
-    out.push_back({Kind::kReplace, json_string_pattern(j, ctx), json_string(j, "content", ctx)});
+    Step s{Kind::kReplace, json_string_pattern(j, ctx), json_string(j, "content", ctx)};
+    if (s.a.size() > 1 && !one_character(s.a)) {
+      refuse_if_joined("a Replace of more than one character");
+    }
+    out.push_back(std::move(s));
   } else if (type == "ByteFallback") {
+    refuse_if_joined("a ByteFallback");
     out.push_back({Kind::kByteFallback});
   } else if (type == "Fuse") {
     out.push_back({Kind::kFuse});
@@ -140,7 +163,7 @@ void Decoder::add_json(const nlohmann::json& j, const std::string& where, std::v
     };
     s.start = count("start");
     s.stop = count("stop");
-    if (s.b.empty()) throw Error(ctx + ": 'content' must not be empty");
+    if (!one_character(s.b)) throw Error(ctx + ": 'content' must be one character");
     out.push_back(std::move(s));
   } else {
     throw Error(where + ": decoder type " + quote(type) + " is not supported");
@@ -154,7 +177,8 @@ Decoder Decoder::from_json(const nlohmann::json& j, const std::string& where) {
   return d;
 }
 
-void Decoder::apply(const Step& step, std::vector<std::string>& tokens, bool raw) {
+void Decoder::apply(const Step& step, std::vector<std::string>& tokens, bool raw,
+                    bool at_text_start, bool at_text_end, bool joined) {
   switch (step.kind) {
     case Kind::kByteLevel: {
       std::string text = byte_level_bytes(tokens);
@@ -166,7 +190,7 @@ void Decoder::apply(const Step& step, std::vector<std::string>& tokens, bool raw
     case Kind::kMetaspace:
       for (size_t i = 0; i < tokens.size(); ++i) {
         std::string t = replace_all(tokens[i], step.a, " ");
-        if (i == 0 && step.prepend && !t.empty() && t[0] == ' ') t.erase(0, 1);
+        if (i == 0 && at_text_start && step.prepend && !t.empty() && t[0] == ' ') t.erase(0, 1);
         tokens[i] = std::move(t);
       }
       break;
@@ -184,22 +208,32 @@ void Decoder::apply(const Step& step, std::vector<std::string>& tokens, bool raw
       break;
     }
     case Kind::kStrip:
-      for (std::string& t : tokens) t = strip(t, step.b, step.start, step.stop);
+      // Once joined, the one token's ends are the text's ends: a window mid-text has neither.
+      for (std::string& t : tokens) {
+        t = strip(t, step.b, !joined || at_text_start ? step.start : 0,
+                  !joined || at_text_end ? step.stop : 0);
+      }
       break;
   }
 }
 
-std::string Decoder::decode(std::vector<std::string> tokens) const {
-  return utf8_lossy(decode_bytes(std::move(tokens)));
+std::string Decoder::decode(std::vector<std::string> tokens, bool at_text_start,
+                            bool at_text_end) const {
+  return utf8_lossy(decode_bytes(std::move(tokens), at_text_start, at_text_end));
 }
 
-std::string Decoder::decode_bytes(std::vector<std::string> tokens) const {
+std::string Decoder::decode_bytes(std::vector<std::string> tokens, bool at_text_start,
+                                  bool at_text_end) const {
   std::string text;
   if (null_) {
     for (size_t i = 0; i < tokens.size(); ++i) text += (i ? " " : "") + tokens[i];
     return text;
   }
-  for (const Step& step : steps_) apply(step, tokens, /*raw=*/true);
+  bool joined = false;
+  for (const Step& step : steps_) {
+    apply(step, tokens, /*raw=*/true, at_text_start, at_text_end, joined);
+    joined = joined || step.kind == Kind::kByteLevel || step.kind == Kind::kFuse;
+  }
   for (const std::string& t : tokens) text += t;
   return text;
 }

@@ -4,6 +4,13 @@
 // Each step maps the list of token strings to a new list, as Hugging Face's decode_chain does;
 // the result is the concatenation of the final list.
 //
+// Streamable: what tokens add in the middle of a text is what the chain gives for them alone
+// with at_text_start and at_text_end false (StreamDecoder decodes its windows of ids that way).
+// So each step acts on one token, or, after a Fuse or ByteLevel has joined them, on one
+// character of the joined text at a time; from_json refuses a step that would rewrite text
+// across the joins (a Replace of a longer pattern, a ByteFallback, a second ByteLevel), and
+// Metaspace's replacement and Strip's content must be one character, as in Hugging Face.
+//
 // Owns its steps. Immutable after construction; decode() is thread-safe. Cost: linear in the
 // total length of the tokens, a few copies per step.
 
@@ -21,10 +28,15 @@ class Decoder {
   // whose depth limit bounds the recursion.
   static Decoder from_json(const nlohmann::json& j, const std::string& where);
 
-  // Always valid UTF-8: invalid byte sequences become U+FFFD.
-  std::string decode(std::vector<std::string> tokens) const;
+  // Always valid UTF-8: invalid byte sequences become U+FFFD. at_text_start false: the tokens
+  // continue a text, so the steps that act only at its start are skipped (Metaspace's removal
+  // of the first token's leading space; after a Fuse or ByteLevel, Strip's `start`);
+  // at_text_end false: more may follow, so after a Fuse or ByteLevel Strip's `stop` is skipped.
+  std::string decode(std::vector<std::string> tokens, bool at_text_start = true,
+                     bool at_text_end = true) const;
   // The same bytes before that repair (a byte-level token may hold part of a character).
-  std::string decode_bytes(std::vector<std::string> tokens) const;
+  std::string decode_bytes(std::vector<std::string> tokens, bool at_text_start = true,
+                           bool at_text_end = true) const;
 
  private:
   enum class Kind { kByteLevel, kMetaspace, kReplace, kByteFallback, kFuse, kStrip };
@@ -37,7 +49,9 @@ class Decoder {
   };
   static void add_json(const nlohmann::json& j, const std::string& where, std::vector<Step>& out);
   // raw: byte-fallback runs stay raw bytes (decode_bytes); decode() repairs the whole text after.
-  static void apply(const Step& step, std::vector<std::string>& tokens, bool raw);
+  // joined: a Fuse or ByteLevel ran before, so tokens holds the whole text as one string.
+  static void apply(const Step& step, std::vector<std::string>& tokens, bool raw,
+                    bool at_text_start, bool at_text_end, bool joined);
 
   std::vector<Step> steps_;
   bool null_ = true;

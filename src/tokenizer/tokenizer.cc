@@ -104,6 +104,11 @@ std::vector<size_t> Tokenizer::special_token_breaks(std::string_view text) const
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  return decode(ids, skip_special_tokens, /*at_text_start=*/true, /*at_text_end=*/true);
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens,
+                              bool at_text_start, bool at_text_end) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (const int32_t id : ids) {
@@ -113,7 +118,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
       tokens.push_back(*s);
     }
   }
-  return impl_->decoder.decode(std::move(tokens));
+  return impl_->decoder.decode(std::move(tokens), at_text_start, at_text_end);
 }
 
 std::string Tokenizer::token_bytes(int32_t id) const {
@@ -162,29 +167,38 @@ void Tokenizer::set_chat_template(std::string source) { chat_template_ = std::mo
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
 
-// Decodes a window that starts a few ids back (so decoders that treat the first token
-// specially, like Metaspace and Strip, see the same context each time) and emits what the new
-// id added, unless the text ends in U+FFFD: then a character may still be incomplete.
+// Decodes a window that starts a few ids back (the ids of the last delta, so a character they
+// began can complete) and emits what the new id added, unless the text ends in U+FFFD (a
+// character may still be incomplete) or in what the decoder strips from the end of a text (a
+// later id may keep it). Emitted text is final: the window is decoded as the middle of the text
+// (Decoder::decode), except that the first window is its start, where Metaspace or Strip remove
+// leading spaces as they do for the whole text.
 std::string StreamDecoder::push(int32_t id) {
   ids_.push_back(id);
   const std::span<const int32_t> all(ids_);
-  const std::string before =
-      tokenizer_.decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_);
-  const std::string now = tokenizer_.decode(all.subspan(prefix_offset_), skip_special_);
+  const std::span<const int32_t> window = all.subspan(prefix_offset_);
+  const bool at_start = prefix_offset_ == 0;
+  const std::string before = tokenizer_.decode(window.first(read_offset_ - prefix_offset_),
+                                               skip_special_, at_start, /*at_text_end=*/false);
+  const std::string now = tokenizer_.decode(window, skip_special_, at_start, false);
+  if (now.size() <= before.size()) return {};
   const bool incomplete =
-      now.size() >= kReplacementChar.size() &&
-      now.compare(now.size() - kReplacementChar.size(), std::string::npos, kReplacementChar) == 0;
-  if (now.size() <= before.size() || incomplete) return {};
+      (now.size() >= kReplacementChar.size() &&
+       now.compare(now.size() - kReplacementChar.size(), std::string::npos, kReplacementChar) ==
+           0) ||
+      tokenizer_.decode(window, skip_special_, at_start, /*at_text_end=*/true).size() != now.size();
+  if (incomplete) return {};
   prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();
   return now.substr(before.size());
 }
 
 std::string StreamDecoder::flush() {
-  const std::span<const int32_t> all(ids_);
-  const std::string before =
-      tokenizer_.decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_);
-  const std::string now = tokenizer_.decode(all.subspan(prefix_offset_), skip_special_);
+  const std::span<const int32_t> window = std::span<const int32_t>(ids_).subspan(prefix_offset_);
+  const bool at_start = prefix_offset_ == 0;
+  const std::string before = tokenizer_.decode(window.first(read_offset_ - prefix_offset_),
+                                               skip_special_, at_start, /*at_text_end=*/false);
+  const std::string now = tokenizer_.decode(window, skip_special_, at_start, /*at_text_end=*/true);
   prefix_offset_ = read_offset_ = ids_.size();
   return now.size() > before.size() ? now.substr(before.size()) : std::string();
 }

@@ -78,8 +78,13 @@ class Tokenizer {
   struct Impl;
 
  private:
+  friend class StreamDecoder;
   struct WordCache;
   explicit Tokenizer(std::unique_ptr<const Impl> impl);
+  // decode() of ids at the start and/or end of a text, or neither (a StreamDecoder's window):
+  // the decoder's steps for the ends that are not there are skipped (Decoder::decode).
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens, bool at_text_start,
+                     bool at_text_end) const;
   void encode_text(std::string_view text, bool at_text_start, bool match_special,
                    WordCache& cache, std::vector<int32_t>& ids) const;
 
@@ -92,7 +97,8 @@ class Tokenizer {
 // delta ever ends inside a UTF-8 character (held back until the character completes).
 //
 // Owns the ids seen so far; references the tokenizer, which must outlive it. Not thread-safe
-// (one per sequence). Cost: each push() decodes the few ids since the last emitted boundary.
+// (one per sequence). Cost: each push() decodes the few ids since the last emitted boundary
+// (three times: before and after the id, and as the end of the text).
 class StreamDecoder {
  public:
   StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens);

@@ -90,6 +90,32 @@ TEST(TokenizerTest, StreamDecoderHoldsBackIncompleteCharacters) {
   for (const std::string& d : deltas) EXPECT_EQ(d.find("\xEF\xBF\xBD"), std::string::npos);
 }
 
+// The text a StreamDecoder gives for `ids`, flushed.
+std::string streamed(const Tokenizer& t, const Ids& ids) {
+  StreamDecoder stream(t, false);
+  std::string text;
+  for (const int32_t id : ids) text += stream.push(id);
+  return text + stream.flush();
+}
+
+TEST(TokenizerTest, StreamDecoderMatchesDecodeWhenStripRemovesSeveralSpaces) {
+  // After Fuse, Strip acts on the whole text. The stream decodes windows of recent ids, and used
+  // to strip each window's start as if it began the text: with "start": 2 a window of one ▁
+  // emitted nothing, and the next window lost that space (the fuzzer's "start": 1 -> 2 mutation).
+  for (const char* counts :
+       {R"("start": 2, "stop": 0)", R"("start": 1, "stop": 1)", R"("start": 3, "stop": 2)"}) {
+    std::string json =
+        sentencepiece_json(R"(["a b", "ab c", "▁ abc"])", kLlama2Normalizer, "null", kSpecialAdded);
+    const std::string llama2_counts = R"("start": 1, "stop": 0)";
+    json.replace(json.find(llama2_counts), llama2_counts.size(), counts);
+    const Tokenizer t = Tokenizer::from_json(json, "", "test");
+    for (const char* text : {"abc   abc", "   abc  ", "abc      abc   ", " ", "abc \n é  "}) {
+      const Ids ids = t.encode(text, false);
+      EXPECT_EQ(streamed(t, ids), t.decode(ids, false)) << counts << " text " << text;
+    }
+  }
+}
+
 TEST(TokenizerTest, MetaspacePrependSchemeFirstAndSplit) {
   const std::string meta =
       R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true})";
@@ -193,6 +219,35 @@ TEST(TokenizerTest, MalformedFilesGiveClearErrors) {
   expect_error(
       R"({"added_tokens": [{"id": -1, "content": "x"}], "model": {"type": "BPE", "vocab": {}, "merges": []}})",
       "'id' must be");
+}
+
+TEST(TokenizerTest, DecodersThatRewriteAcrossJoinedTokensAreRefused) {
+  // After Fuse or ByteLevel the tokens are one text: a step that rewrites more than one character
+  // of it could change text a stream has already emitted ("a" streamed, then "ab" -> "X").
+  const auto with_decoder = [](const std::string& decoders) {
+    return R"({"decoder": {"type": "Sequence", "decoders": [)" + decoders +
+           R"(]}, "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})";
+  };
+  const std::string fuse = R"({"type": "Fuse"}, )";
+  expect_error(
+      with_decoder(fuse + R"({"type": "Replace", "pattern": {"String": "ab"}, "content": "X"})"),
+      "a Replace of more than one character after a Fuse or ByteLevel");
+  expect_error(with_decoder(fuse + R"({"type": "ByteFallback"})"), "a ByteFallback after");
+  expect_error(with_decoder(R"({"type": "ByteLevel"}, {"type": "ByteLevel"})"),
+               "a ByteLevel after");
+  // Hugging Face's Strip content and Metaspace replacement are one character (a Rust char).
+  expect_error(with_decoder(R"({"type": "Strip", "content": "ab", "start": 1, "stop": 0})"),
+               "'content' must be one character");
+  expect_error(
+      with_decoder(R"({"type": "Metaspace", "replacement": "", "add_prefix_space": true})"),
+      "'replacement' must be one character");
+  // One character at a time stays streamable; so does any Replace before the join.
+  const Tokenizer t = Tokenizer::from_json(
+      with_decoder(R"({"type": "Replace", "pattern": {"String": "ab"}, "content": "X"}, )" + fuse +
+                   R"({"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                      {"type": "Strip", "content": "▁", "start": 1, "stop": 0})"),
+      "", "dir");
+  EXPECT_EQ(t.decode(Ids{0, 1}, false), "ab");
 }
 
 // Sequences nested `levels` deep around one `leaf` stage, under `key` ("normalizer", ...).
