@@ -211,6 +211,8 @@ Status Model::probe_quantized_attention(int32_t layer_idx, const ForwardBatch& b
   append.cache = cache;
   append.num_cache_blocks = probe.cache->num_blocks();
   cpu::AttentionParams attn = reference;
+  attn.mass_offsets = nullptr;  // the probe's attention must not touch the forward's mass
+  attn.mass = nullptr;
   if (probe.newest != nullptr) {
     const GroupBatchView& group = batch.groups[static_cast<size_t>(batch.newest_group()) - 1];
     append.newest_slot_mapping = group.slot_mapping.data();
@@ -313,6 +315,80 @@ Status Model::validate(const ForwardBatch& b, const KvPools& kv, size_t logits_s
   return Status::Ok();
 }
 
+Status Model::begin_mass(const ForwardBatch& b) {
+  scratch_.mass.clear();
+  scratch_.mass_offsets.clear();
+  scratch_.mass_rows.clear();
+  if (b.mass_offsets.empty()) return Status::Ok();
+  if (b.mass_offsets.size() != b.token_ids.size()) {
+    return Status::InvalidArgument("forward: mass_offsets needs one entry per token row");
+  }
+  const auto num_kv_heads = static_cast<int64_t>(config_.num_key_value_heads);
+  const auto size = span_size(b.attention_mass.size());
+  std::vector<MassRow>& rows = scratch_.mass_rows;
+  const auto refuse = [&](const std::string& why) {
+    rows.clear();
+    scratch_.mass_offsets.clear();
+    return Status::InvalidArgument("forward: " + why);
+  };
+  scratch_.mass_offsets.assign(b.mass_offsets.size(), -1);
+  int64_t scratch_size = 0;
+  for (int32_t s = 0; s < b.layout.num_seqs; ++s) {
+    const int32_t kv_len = b.layout.kv_len(s);
+    for (int32_t t = b.q_indptr[static_cast<size_t>(s)]; t < b.q_indptr[static_cast<size_t>(s) + 1];
+         ++t) {
+      const int64_t out = b.mass_offsets[static_cast<size_t>(t)];
+      if (out < 0) continue;
+      if (out > size - kv_len) {
+        return refuse("token row " + std::to_string(t) +
+                      "'s attention mass row does not fit attention_mass");
+      }
+      scratch_.mass_offsets[static_cast<size_t>(t)] = scratch_size;
+      rows.push_back({out, scratch_size, kv_len});
+      scratch_size += num_kv_heads * kv_len;
+    }
+  }
+  // Disjoint rows: add_layer_mass fills them in parallel.
+  std::sort(rows.begin(), rows.end(),
+            [](const MassRow& a, const MassRow& c) { return a.out < c.out; });
+  for (size_t i = 1; i < rows.size(); ++i) {
+    if (rows[i - 1].out + rows[i - 1].kv_len > rows[i].out) {
+      return refuse("two token rows' attention mass rows overlap");
+    }
+  }
+  if (rows.empty()) {  // every offset < 0: nothing wanted
+    scratch_.mass_offsets.clear();
+    return Status::Ok();
+  }
+  for (const MassRow& r : rows) {
+    std::fill_n(b.attention_mass.begin() + r.out, r.kv_len, 0.0f);
+  }
+  scratch_.mass.resize(static_cast<size_t>(scratch_size));
+  return Status::Ok();
+}
+
+void Model::add_layer_mass(const ForwardBatch& b, ThreadPool& pool) {
+  const auto num_kv_heads = static_cast<int32_t>(config_.num_key_value_heads);
+  const std::vector<MassRow>& rows = scratch_.mass_rows;
+  pool.parallel_for(
+      span_size(rows.size()),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const MassRow& r = rows[static_cast<size_t>(i)];
+          float* out = b.attention_mass.data() + r.out;
+          const float* heads = scratch_.mass.data() + r.scratch;
+          for (int32_t j = 0; j < r.kv_len; ++j) {
+            float sum = out[j];
+            for (int32_t h = 0; h < num_kv_heads; ++h) {
+              sum += heads[static_cast<int64_t>(h) * r.kv_len + j];
+            }
+            out[j] = sum;
+          }
+        }
+      },
+      /*min_chunk=*/1);
+}
+
 Status Model::forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span<float> logits,
                       ThreadPool& pool) {
   kv::HostKvBuffer* const pools[] = {&kv};
@@ -324,6 +400,7 @@ Status Model::forward(const ForwardBatch& batch, std::span<kv::HostKvBuffer* con
                       ThreadPool& pool) {
   const KvPools kv{pools, slots, batch.newest_group()};
   STRATA_RETURN_IF_ERROR(validate(batch, kv, logits.size()));
+  STRATA_RETURN_IF_ERROR(begin_mass(batch));
   const int64_t num_tokens = span_size(batch.token_ids.size());
   scratch_.resize(config_, num_tokens);
   cpu::EmbeddingParams embed;
@@ -452,7 +529,12 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, const 
   attn.num_q_heads = num_heads;
   attn.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   attn.sliding_window = config_.layer_sliding_window[static_cast<size_t>(layer_idx)];
+  if (!scratch_.mass.empty()) {
+    attn.mass_offsets = scratch_.mass_offsets.data();
+    attn.mass = scratch_.mass.data();
+  }
   STRATA_RETURN_IF_ERROR(cpu::paged_attention(attn, pool));
+  if (!scratch_.mass.empty()) add_layer_mass(batch, pool);
   if (kv_quant_probe_ != nullptr) return probe_quantized_attention(layer_idx, batch, attn, pool);
   return Status::Ok();
 }

@@ -8,7 +8,9 @@
 // from one thread and the kernels spread each operation over the pool.
 //
 // Cost of forward(): every weight is read once per call whatever the number of tokens; attention
-// reads each sequence's KV blocks once per layer.
+// reads each sequence's KV blocks once per layer. Attention mass (token eviction), only when
+// asked for: num_kv_heads * kv_len floats of scratch per wanted token row, summed into its row
+// once per layer.
 
 #include <cstdint>
 #include <filesystem>
@@ -101,6 +103,16 @@ struct ForwardBatch {
   // Every KV cache group beyond group 0, group g's view at g - 1: a hybrid model's windowed
   // layers (kv::HybridKvLayers), an INT4 cache's newest-blocks group.
   std::span<const GroupBatchView> groups = {};
+  // Token eviction's attention mass (the CPU runner only; the engine never asks a GPU runner):
+  // token row t of sequence s with mass_offsets[t] >= 0 owns attention_mass[mass_offsets[t] +
+  // j] for every KV slot j < layout.kv_len(s), which receives the sum over every layer and every
+  // query head of the softmax probability query t gave slot j (0 past t's own position; a
+  // sliding-window layer adds 0 outside its window), so the row sums to num_layers *
+  // num_attention_heads up to rounding. Bit-identical whatever the batch mates, the chunking of
+  // the prompt and the thread count. Rows of different tokens must not overlap; rows with
+  // offset < 0 are not touched. Empty spans: none wanted, at no cost.
+  std::span<const int64_t> mass_offsets = {};  // [num_tokens] or empty
+  std::span<float> attention_mass = {};
 
   // The newest-blocks group's index (>= 1), or -1 without one.
   int32_t newest_group() const {
@@ -154,8 +166,10 @@ class Model {
   // Runs the batch through every layer, writing this step's K/V into kv at the slot mapping, and
   // fills logits [logits_rows.size(), vocab] (row-major) for the requested rows. Returns
   // InvalidArgument / OutOfRange for an inconsistent batch or a token id outside the vocabulary;
-  // the KV cache is then unspecified only at this batch's slots. kv holds every layer (one KV
-  // cache group, no INT4 layer).
+  // the KV cache is then unspecified only at this batch's slots (and attention_mass at the wanted
+  // rows). Fills batch.attention_mass's wanted rows (ForwardBatch::mass_offsets); InvalidArgument
+  // for mass_offsets of other than num_tokens entries or a wanted row that does not fit
+  // attention_mass or overlaps another. kv holds every layer (one KV cache group, no INT4 layer).
   Status forward(const ForwardBatch& batch, kv::HostKvBuffer& kv, std::span<float> logits,
                  ThreadPool& pool);
   // The same over the pools of the KV cache groups (kv/kv_group.h): pools[g] is group g's, read
@@ -171,8 +185,21 @@ class Model {
  private:
   Model(ModelConfig config, WeightStore store);
 
+  // A token row whose attention mass is wanted: its row in ForwardBatch::attention_mass, its
+  // per-KV-head rows in Scratch::mass (the kernel's output of one layer), its sequence's kv_len.
+  struct MassRow {
+    int64_t out;
+    int64_t scratch;
+    int32_t kv_len;
+  };
+
   struct Scratch {
     std::vector<float> hidden, normed, q, k, v, attn, proj, gate, up, rows;
+    // The attention mass of one layer (empty: none wanted this step): mass_offsets is the kernel's
+    // [num_tokens] offsets into mass, mass_rows the wanted rows.
+    std::vector<float> mass;
+    std::vector<int64_t> mass_offsets;
+    std::vector<MassRow> mass_rows;
     void resize(const ModelConfig& c, int64_t num_tokens);
   };
 
@@ -184,6 +211,11 @@ class Model {
   };
 
   Status validate(const ForwardBatch& batch, const KvPools& kv, size_t logits_size) const;
+  // Checks the attention-mass request (InvalidArgument, nothing written); then zero-fills the
+  // wanted rows and lays out the per-layer scratch, or clears the scratch when none is wanted.
+  Status begin_mass(const ForwardBatch& batch);
+  // Adds the layer's per-KV-head mass into the wanted rows: KV head 0, 1, ... for each slot.
+  void add_layer_mass(const ForwardBatch& batch, ThreadPool& pool);
   Status run_layer(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
                    ThreadPool& pool);
   Status run_attention(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,

@@ -196,6 +196,9 @@ Status validate(const AttentionParams& p) {
   if (p.q_indptr[p.layout.num_seqs] > 0 && (p.q == nullptr || p.out == nullptr)) {
     return Status::InvalidArgument("attention: q and out must not be null");
   }
+  if ((p.mass == nullptr) != (p.mass_offsets == nullptr)) {
+    return Status::InvalidArgument("attention: mass and mass_offsets are both set or both null");
+  }
   return Status::Ok();
 }
 
@@ -358,6 +361,23 @@ void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scr
   }
 }
 
+// The task's attention-mass row (AttentionParams::mass): after weighted_sum, s.scores holds
+// exp(score - max) and s.sum the row sums, so slot first_pos + j gets sum_h scores[h][j] / sum[h]
+// in head order; every other slot gets 0.
+void write_mass(const RowTask& t, int32_t group, int32_t kv_len, const Scratch& s, float* row) {
+  const int32_t n = t.pos - t.first_pos + 1;
+  std::fill(row, row + t.first_pos, 0.0f);
+  float* attended = row + t.first_pos;
+  for (int32_t j = 0; j < n; ++j) {
+    float mass = 0.0f;
+    for (int32_t h = 0; h < group; ++h) {
+      mass += s.scores.data()[static_cast<int64_t>(h) * n + j] / s.sum.data()[h];
+    }
+    attended[j] = mass;
+  }
+  std::fill(row + t.pos + 1, row + kv_len, 0.0f);
+}
+
 void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv_head, Scratch& s) {
   const int32_t group = p.num_q_heads / p.cache.num_kv_heads;
   const int32_t d = p.cache.head_dim;
@@ -389,6 +409,11 @@ void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv
   }
   compute_scores(p, t, group, s);
   weighted_sum(p, t, group, s);
+  if (p.mass != nullptr && p.mass_offsets[token] >= 0) {
+    const int32_t kv_len = p.layout.kv_len(seq_idx);
+    float* mass = p.mass + p.mass_offsets[token] + static_cast<int64_t>(kv_head) * kv_len;
+    write_mass(t, group, kv_len, s, mass);
+  }
 }
 
 // I4: the newest-blocks view, and each token's slot there: -1 exactly where its slot is, inside

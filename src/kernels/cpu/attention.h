@@ -6,7 +6,11 @@
 // Determinism: every output row (token, query head) is computed by one thread with one fixed order
 // of fp32 operations that depends only on the row's position, its sliding window, the block size
 // and the K/V values -- not on the batch it is in, the block ids, the thread count or how its
-// prompt was chunked. Batch and chunking invariance of the engine rest on this.
+// prompt was chunked. Batch and chunking invariance of the engine rest on this. The optional
+// attention-mass output (AttentionParams::mass) inherits it: each value is made by the thread of
+// its (token, KV head) from that row's own normalized softmax weights, in one fixed order, so it
+// too depends only on the row's position, window, block size and the K/V values -- never on batch
+// mates, chunking, block ids or the thread count.
 //
 // Cost: attention reads each KV block of a (token, KV head) pair once for K and once for V and
 // shares both reads among the num_q_heads / num_kv_heads query heads of the group (K/V are never
@@ -55,17 +59,28 @@ struct AttentionParams {
   // > 0: a query at position pos attends to [max(0, pos - sliding_window + 1), pos] (Hugging Face:
   // the window includes the token itself). 0: to [0, pos]. Negative: InvalidArgument.
   int32_t sliding_window = 0;
+  // Optional attention mass for token eviction (H2O, SnapKV); both null: nothing written, no
+  // cost. Token row t of sequence s with mass_offsets[t] >= 0 owns the num_kv_heads * kv_len(s)
+  // floats from mass + mass_offsets[t] and gets them written in full: element h * kv_len(s) + j
+  // is the sum, over the query heads that read KV head h (in head order), of the softmax
+  // probability row t gave slot j -- the kernel's own normalized weight exp(score - max) / sum,
+  // after dequantization for quantized caches -- and 0 for j outside [first_pos, pos] (past the
+  // row's own position or before its sliding window). Each KV head's part therefore sums to
+  // num_q_heads / num_kv_heads up to rounding. Rows with mass_offsets[t] < 0 are not written.
+  // Rows of different tokens must not overlap each other, q or out.
+  const int64_t* mass_offsets = nullptr;  // [num_tokens]
+  float* mass = nullptr;                  // the wanted rows, each [num_kv_heads, kv_len(s)]
 };
 
 // out = softmax(scale * q K^T + causal/window mask) V per sequence, query head and row. Query row
 // i of sequence s sits at position kv_len(s) - q_len(s) + i: its own K/V is already in the cache.
 // Query head h reads KV head h / (num_q_heads / num_kv_heads).
 // Errors (nothing is written): InvalidArgument for null pointers, inconsistent shapes or block
-// sizes, q_len > kv_len, a bad kv_last_page_len, a negative block id or window; for I4 also a
-// newest-blocks layout without first_block, R < 1, a newest view that is not F32 of the cache's
-// shape, or a sequence whose newest entries do not run from at most max(0, first query position /
-// block_size - R + 1) through its last block; Unsupported for a cache dtype outside
-// kAttentionKvDTypes.
+// sizes, q_len > kv_len, a bad kv_last_page_len, a negative block id or window, or only one of
+// mass and mass_offsets set; for I4 also a newest-blocks layout without first_block, R < 1, a
+// newest view that is not F32 of the cache's shape, or a sequence whose newest entries do not run
+// from at most max(0, first query position / block_size - R + 1) through its last block;
+// Unsupported for a cache dtype outside kAttentionKvDTypes.
 Status paged_attention(const AttentionParams& params, ThreadPool& pool);
 
 struct AppendKvParams {

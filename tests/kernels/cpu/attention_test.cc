@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -338,6 +339,245 @@ TEST(PagedAttentionInt4Test, RejectsMissingOrShortNewestBlocksLayout) {
   for (float v : batch.out()) ASSERT_TRUE(std::isnan(v));
   // The tables as built are accepted.
   EXPECT_EQ(code_of([](AttentionParams&) {}), StatusCode::kOk);
+}
+
+// ---- attention mass (token eviction): AttentionParams::mass ---------------------------------
+
+// Each wanted token row's mass region, packed in token order with kMassGap sentinel floats
+// between regions (and after the last), so a write outside a row's region shows up.
+constexpr int32_t kMassGap = 3;
+constexpr float kMassSentinel = -7.0f;
+
+struct MassRun {
+  std::vector<int64_t> offsets;  // [num_tokens], -1 for unwanted rows
+  std::vector<float> mass;
+  Status status;
+};
+
+// Runs the batch's attention with the mass of every token row wanted except those listed in
+// `skip` (token rows of the batch).
+MassRun run_with_mass(PagedBatch& batch, const std::vector<SeqSpec>& seqs, int32_t num_kv_heads,
+                      int threads, const std::vector<int32_t>& skip = {}) {
+  MassRun run;
+  int64_t size = 0;
+  for (const SeqSpec& s : seqs) {
+    for (int32_t i = 0; i < s.q_len; ++i) {
+      const auto t = static_cast<int32_t>(run.offsets.size());
+      if (std::find(skip.begin(), skip.end(), t) != skip.end()) {
+        run.offsets.push_back(-1);
+        continue;
+      }
+      run.offsets.push_back(size);
+      size += static_cast<int64_t>(num_kv_heads) * s.kv_len + kMassGap;
+    }
+  }
+  run.mass.assign(static_cast<size_t>(size), kMassSentinel);
+  AttentionParams p = batch.params();
+  p.mass_offsets = run.offsets.data();
+  p.mass = run.mass.data();
+  run.status = paged_attention(p, pool_of(threads));
+  return run;
+}
+
+// The mass of one query row in double, computed from the hashed Q/K values as the cache stores
+// them (F32, BF16, F16): [num_kv_heads, kv_len], the sum over each group's heads of the softmax
+// of scale * q.k over the row's causal (and windowed) range.
+std::vector<double> reference_mass(const AttnConfig& cfg, const SeqSpec& seq, int32_t i,
+                                   double scale) {
+  const int32_t group = cfg.num_q_heads / cfg.num_kv_heads;
+  const int32_t pos = seq.kv_len - seq.q_len + i;
+  const int32_t first = cfg.sliding_window > 0 ? std::max(0, pos - cfg.sliding_window + 1) : 0;
+  std::vector<double> mass(static_cast<size_t>(cfg.num_kv_heads) * seq.kv_len, 0.0);
+  for (int32_t h = 0; h < cfg.num_q_heads; ++h) {
+    const int32_t kv_head = h / group;
+    std::vector<double> w;
+    for (int32_t j = first; j <= pos; ++j) {
+      double dot = 0.0;
+      for (int32_t c = 0; c < cfg.head_dim; ++c) {
+        dot += static_cast<double>(test_util::q_value(seq.data_id, pos, h, c)) *
+               test_util::round_to(cfg.dtype, test_util::k_value(seq.data_id, j, kv_head, c));
+      }
+      w.push_back(scale * dot);
+    }
+    const double max = *std::max_element(w.begin(), w.end());
+    double sum = 0.0;
+    for (double& x : w) sum += (x = std::exp(x - max));
+    for (int32_t j = first; j <= pos; ++j) {
+      const double p = w[static_cast<size_t>(j - first)] / sum;
+      mass[static_cast<size_t>(kv_head) * seq.kv_len + j] += p;
+    }
+  }
+  return mass;
+}
+
+// Every wanted row: its KV heads' parts each sum to the group size, are exactly 0 outside the
+// attended range, and the gap after the row is untouched; unwanted rows leave nothing behind.
+void expect_mass_rows_well_formed(const AttnConfig& cfg, const std::vector<SeqSpec>& seqs,
+                                  const MassRun& run, const std::string& what) {
+  const int32_t group = cfg.num_q_heads / cfg.num_kv_heads;
+  size_t t = 0;
+  int64_t written = 0;
+  for (const SeqSpec& s : seqs) {
+    for (int32_t i = 0; i < s.q_len; ++i, ++t) {
+      if (run.offsets[t] < 0) continue;
+      const int32_t pos = s.kv_len - s.q_len + i;
+      const int32_t first = cfg.sliding_window > 0 ? std::max(0, pos - cfg.sliding_window + 1) : 0;
+      const float* row = run.mass.data() + run.offsets[t];
+      for (int32_t h = 0; h < cfg.num_kv_heads; ++h) {
+        double sum = 0.0;
+        for (int32_t j = 0; j < s.kv_len; ++j) {
+          const float m = row[static_cast<int64_t>(h) * s.kv_len + j];
+          if (j < first || j > pos) {
+            ASSERT_EQ(m, 0.0f) << what << " token " << t << " head " << h << " slot " << j;
+          } else {
+            ASSERT_GE(m, 0.0f) << what << " token " << t << " head " << h << " slot " << j;
+          }
+          sum += m;
+        }
+        EXPECT_NEAR(sum, group, 1e-5) << what << " token " << t << " head " << h;
+      }
+      const int64_t end = run.offsets[t] + static_cast<int64_t>(cfg.num_kv_heads) * s.kv_len;
+      for (int64_t k = end; k < end + kMassGap; ++k) {
+        ASSERT_EQ(run.mass[static_cast<size_t>(k)], kMassSentinel) << what << " token " << t;
+      }
+      written += end - run.offsets[t] + kMassGap;
+    }
+  }
+  EXPECT_EQ(written, static_cast<int64_t>(run.mass.size())) << what;
+}
+
+TEST(PagedAttentionMassTest, MatchesFloat64ReferenceWithWindowsAndGroups) {
+  // Prefill chunks on a cached prefix, decodes and a whole prefill, at block size 8.
+  const std::vector<SeqSpec> seqs = {{7, 40, 11}, {1, 23, 12}, {9, 9, 13}, {0, 5, 14}, {1, 1, 15}};
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const HeadConfig& heads : kHeadConfigs) {
+      for (const int32_t window : {0, 5}) {
+        AttnConfig cfg;
+        cfg.num_q_heads = heads.num_q_heads;
+        cfg.num_kv_heads = heads.num_kv_heads;
+        cfg.head_dim = 32;
+        cfg.block_size = 8;
+        cfg.dtype = dtype;
+        cfg.sliding_window = window;
+        const std::string what = case_name(cfg, heads);
+        PagedBatch batch(cfg, seqs, /*shuffle_seed=*/3);
+        // Token row 3 (the first chunk's fourth) is not wanted.
+        const MassRun run = run_with_mass(batch, seqs, cfg.num_kv_heads, 2, /*skip=*/{3});
+        ASSERT_TRUE(run.status.ok()) << run.status.message();
+        expect_mass_rows_well_formed(cfg, seqs, run, what);
+        const double scale = batch.params().scale;
+        size_t t = 0;
+        for (const SeqSpec& s : seqs) {
+          for (int32_t i = 0; i < s.q_len; ++i, ++t) {
+            if (run.offsets[t] < 0) continue;
+            const std::vector<double> ref = reference_mass(cfg, s, i, scale);
+            const float* row = run.mass.data() + run.offsets[t];
+            for (size_t k = 0; k < ref.size(); ++k) {
+              ASSERT_NEAR(row[k], ref[k], 1e-5) << what << " token " << t << " element " << k;
+            }
+          }
+        }
+        // The output is what it is without the mass.
+        EXPECT_LT(batch.max_row_error(), Tolerance::kAttention) << what;
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionMassTest, RowsSumToTheGroupForEveryCacheDType) {
+  for (const DType dtype : kAttentionKvDTypes) {
+    for (const int32_t window : {0, 16}) {
+      AttnConfig cfg;
+      cfg.dtype = dtype;
+      cfg.block_size = 16;
+      cfg.sliding_window = window;
+      cfg.newest_blocks = 2;
+      const std::vector<SeqSpec> seqs = ragged_batch(97);
+      PagedBatch batch(cfg, seqs, /*shuffle_seed=*/8);
+      const MassRun run = run_with_mass(batch, seqs, cfg.num_kv_heads, 3);
+      ASSERT_TRUE(run.status.ok()) << run.status.message();
+      expect_mass_rows_well_formed(cfg, seqs, run, case_name(cfg, kHeadConfigs[0]));
+    }
+  }
+}
+
+// The mass row of token row `token` of a run.
+std::vector<float> mass_row(const MassRun& run, int32_t token, int64_t size) {
+  const float* row = run.mass.data() + run.offsets[static_cast<size_t>(token)];
+  return {row, row + size};
+}
+
+TEST(PagedAttentionMassTest, BitIdenticalAloneOrInBatchAtAnyThreadCount) {
+  for (const DType dtype : {DType::kF32, DType::kI8, DType::kI4}) {
+    AttnConfig cfg;
+    cfg.dtype = dtype;
+    cfg.block_size = 8;
+    cfg.newest_blocks = 2;
+    const SeqSpec target = {5, 50, 7};
+    const int64_t size = static_cast<int64_t>(cfg.num_kv_heads) * target.kv_len;
+    PagedBatch alone(cfg, {target}, /*shuffle_seed=*/1);
+    const MassRun one = run_with_mass(alone, {target}, cfg.num_kv_heads, 1);
+    ASSERT_TRUE(one.status.ok()) << one.status.message();
+    for (int threads : {1, 2, 3}) {
+      const std::vector<SeqSpec> seqs = {{1, 30, 1}, {20, 20, 2}, target, {4, 64, 3}};
+      PagedBatch batch(cfg, seqs, /*shuffle_seed=*/static_cast<uint32_t>(10 + threads));
+      const MassRun many = run_with_mass(batch, seqs, cfg.num_kv_heads, threads);
+      ASSERT_TRUE(many.status.ok()) << many.status.message();
+      for (int32_t i = 0; i < target.q_len; ++i) {
+        EXPECT_EQ(mass_row(one, i, size), mass_row(many, batch.q_begin(2) + i, size))
+            << dtype_name(dtype) << " threads " << threads << " row " << i;
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionMassTest, ChunkedPrefillBitIdenticalToWholePrefill) {
+  for (const int32_t window : {0, 20}) {
+    AttnConfig cfg;
+    cfg.block_size = 8;
+    cfg.sliding_window = window;
+    const int32_t len = 97;
+    const std::vector<SeqSpec> whole_seqs = {{len, len, 5}};
+    PagedBatch whole(cfg, whole_seqs, /*shuffle_seed=*/1);
+    const MassRun all = run_with_mass(whole, whole_seqs, cfg.num_kv_heads, 2);
+    ASSERT_TRUE(all.status.ok()) << all.status.message();
+    const std::vector<std::pair<int32_t, int32_t>> chunks = {{0, 40}, {40, 41}, {41, 80}, {80, 97}};
+    for (const auto& [begin, end] : chunks) {
+      // A chunk's rows see kv_len = end; the whole prefill's rows see 97: the attended slots
+      // (0 .. pos) agree bit for bit, and the rest is 0 in both.
+      const std::vector<SeqSpec> seqs = {{1, 33, 6}, {end - begin, end, 5}};
+      PagedBatch chunk(cfg, seqs, /*shuffle_seed=*/static_cast<uint32_t>(end));
+      const MassRun part = run_with_mass(chunk, seqs, cfg.num_kv_heads, 3);
+      ASSERT_TRUE(part.status.ok()) << part.status.message();
+      for (int32_t pos = begin; pos < end; ++pos) {
+        const std::vector<float> w = mass_row(all, pos, int64_t{cfg.num_kv_heads} * len);
+        const std::vector<float> c =
+            mass_row(part, chunk.q_begin(1) + pos - begin, int64_t{cfg.num_kv_heads} * end);
+        for (int32_t h = 0; h < cfg.num_kv_heads; ++h) {
+          const auto w_head = w.begin() + static_cast<int64_t>(h) * len;
+          const auto c_head = c.begin() + static_cast<int64_t>(h) * end;
+          EXPECT_TRUE(std::equal(c_head, c_head + end, w_head))
+              << "window " << window << " position " << pos << " head " << h;
+          EXPECT_TRUE(std::all_of(w_head + end, w_head + len, [](float m) { return m == 0.0f; }));
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionMassTest, RejectsMassWithoutOffsetsAndViceVersa) {
+  AttnConfig cfg;
+  PagedBatch batch(cfg, {{2, 10, 1}, {1, 5, 2}}, /*shuffle_seed=*/1);
+  std::vector<float> mass(64, kMassSentinel);
+  const std::vector<int64_t> offsets = {0, 20, 40};
+  AttentionParams p = batch.params();
+  p.mass = mass.data();
+  EXPECT_EQ(paged_attention(p, pool_of(1)).code(), StatusCode::kInvalidArgument);
+  p.mass = nullptr;
+  p.mass_offsets = offsets.data();
+  EXPECT_EQ(paged_attention(p, pool_of(1)).code(), StatusCode::kInvalidArgument);
+  for (float v : batch.out()) ASSERT_TRUE(std::isnan(v));
+  for (float m : mass) ASSERT_EQ(m, kMassSentinel);
 }
 
 // ---- errors ----------------------------------------------------------------------------------

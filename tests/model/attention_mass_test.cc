@@ -1,0 +1,263 @@
+// Model::forward's attention mass for token eviction (ForwardBatch::mass_offsets /
+// attention_mass; issue 39): on the llama3-gqa (GQA) and mistral-swa (sliding window) fixtures,
+// each wanted row sums to num_layers * num_attention_heads and is 0 past its token's position;
+// a row is bit-identical whether its sequence runs alone or beside another, and whether its
+// prompt is computed in one chunk or two; a step that wants no mass is unchanged; bad requests
+// are refused before anything is written.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kv/host_kv_buffer.h"
+#include "kv/kv_layout.h"
+#include "model/model.h"
+
+namespace strata::model {
+namespace {
+
+const std::string kModels = std::string(STRATA_TEST_DATA_DIR) + "/models/";
+constexpr int32_t kBlockSize = 16;
+constexpr float kSentinel = -7.0f;
+
+std::vector<int32_t> prompt(int32_t len, int32_t seed, int64_t vocab) {
+  std::vector<int32_t> tokens(static_cast<size_t>(len));
+  for (int32_t i = 0; i < len; ++i) {
+    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((seed * 37 + i * 11 + i * i) % vocab);
+  }
+  return tokens;
+}
+
+// One sequence's part of a step: positions [begin, end) of its prompt, its K/V in `blocks`.
+struct SeqStep {
+  const std::vector<int32_t>* tokens;
+  int32_t begin;
+  int32_t end;
+  std::vector<int32_t> blocks;  // block ids, one per kBlockSize positions
+};
+
+// A step's forward pass; every token row's mass is wanted, packed in token order.
+struct StepResult {
+  Status status;
+  std::vector<int64_t> offsets;  // [num_tokens]
+  std::vector<float> mass;
+  std::vector<float> logits;  // each sequence's last row
+};
+
+class AttentionMassTest : public ::testing::Test {
+ protected:
+  AttentionMassTest() : pool_(2) {}
+
+  // The step's batch; mass wanted when `want_mass`.
+  StepResult run(Model& model, kv::HostKvBuffer& kv, const std::vector<SeqStep>& seqs,
+                 bool want_mass = true) {
+    std::vector<int32_t> tokens, positions, q_indptr = {0}, kv_indptr = {0}, indices, last, rows;
+    std::vector<int64_t> slots;
+    StepResult r;
+    int64_t size = 0;
+    for (const SeqStep& s : seqs) {
+      for (int32_t p = s.begin; p < s.end; ++p) {
+        tokens.push_back((*s.tokens)[static_cast<size_t>(p)]);
+        positions.push_back(p);
+        slots.push_back(int64_t{s.blocks[static_cast<size_t>(p / kBlockSize)]} * kBlockSize +
+                        p % kBlockSize);
+        r.offsets.push_back(size);
+        size += s.end;
+      }
+      const int32_t num_blocks = (s.end + kBlockSize - 1) / kBlockSize;
+      indices.insert(indices.end(), s.blocks.begin(), s.blocks.begin() + num_blocks);
+      kv_indptr.push_back(static_cast<int32_t>(indices.size()));
+      last.push_back(s.end - (num_blocks - 1) * kBlockSize);
+      q_indptr.push_back(static_cast<int32_t>(tokens.size()));
+      rows.push_back(q_indptr.back() - 1);
+    }
+    r.mass.assign(static_cast<size_t>(size), kSentinel);
+    r.logits.resize(rows.size() * static_cast<size_t>(model.vocab_size()));
+    ForwardBatch b;
+    b.token_ids = tokens;
+    b.positions = positions;
+    b.q_indptr = q_indptr;
+    b.layout.kv_indptr = kv_indptr.data();
+    b.layout.kv_indices = indices.data();
+    b.layout.kv_last_page_len = last.data();
+    b.layout.num_seqs = static_cast<int32_t>(seqs.size());
+    b.layout.block_size = kBlockSize;
+    b.slot_mapping = slots;
+    b.logits_rows = rows;
+    if (want_mass) {
+      b.mass_offsets = r.offsets;
+      b.attention_mass = r.mass;
+    }
+    r.status = model.forward(b, kv, r.logits, pool_);
+    return r;
+  }
+
+  // Token row t's mass over its first n slots.
+  static std::vector<float> row(const StepResult& r, int32_t t, int32_t n) {
+    const float* m = r.mass.data() + r.offsets[static_cast<size_t>(t)];
+    return {m, m + n};
+  }
+
+  ThreadPool pool_;
+};
+
+kv::HostKvBuffer cache_of(const Model& model, DType dtype) {
+  return kv::HostKvBuffer(kv::KvLayout(model.kv_spec(dtype), kBlockSize), 24);
+}
+
+TEST_F(AttentionMassTest, RowsSumToLayersTimesHeadsAndStopAtTheirPosition) {
+  for (const char* name : {"llama3-gqa", "mistral-swa"}) {
+    Model model = Model::load({kModels + name});
+    const double expected = static_cast<double>(model.config().num_hidden_layers) *
+                            static_cast<double>(model.config().num_attention_heads);
+    kv::HostKvBuffer kv = cache_of(model, DType::kF32);
+    // 80 positions: past mistral-swa's window of 64. A prefill chunk beside a whole prefill.
+    const std::vector<int32_t> a = prompt(80, 1, model.vocab_size());
+    const std::vector<int32_t> b = prompt(19, 2, model.vocab_size());
+    const StepResult first = run(model, kv, {{&a, 0, 50, {3, 5, 7, 9, 11, 13}}});
+    ASSERT_TRUE(first.status.ok()) << first.status.message();
+    const StepResult r = run(model, kv, {{&a, 50, 80, {3, 5, 7, 9, 11, 13}}, {&b, 0, 19, {2, 4}}});
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    const auto check = [&](const StepResult& s, int32_t t, int32_t pos, int32_t kv_len) {
+      const std::vector<float> m = row(s, t, kv_len);
+      double sum = 0.0;
+      for (int32_t j = 0; j < kv_len; ++j) {
+        const float v = m[static_cast<size_t>(j)];
+        if (j > pos) {
+          ASSERT_EQ(v, 0.0f) << name << " token " << t << " slot " << j;
+        } else {
+          ASSERT_GE(v, 0.0f) << name << " token " << t << " slot " << j;
+        }
+        sum += v;
+      }
+      EXPECT_NEAR(sum, expected, 1e-3 * expected) << name << " token " << t;
+    };
+    for (int32_t t = 0; t < 50; ++t) check(first, t, t, 50);
+    for (int32_t t = 0; t < 30; ++t) check(r, t, 50 + t, 80);
+    for (int32_t t = 0; t < 19; ++t) check(r, 30 + t, t, 19);
+    EXPECT_EQ(r.mass.size(), 30u * 80u + 19u * 19u);  // every float written, none beyond
+    for (float v : r.mass) ASSERT_NE(v, kSentinel);
+  }
+}
+
+TEST_F(AttentionMassTest, SlotsOutsideTheWindowGetNothingFromWindowedLayers) {
+  // mistral-swa: every layer slides (window 64), so position 79 gives slots 0..15 nothing.
+  Model model = Model::load({kModels + "mistral-swa"});
+  ASSERT_EQ(model.config().layer_sliding_window[0], 64);
+  kv::HostKvBuffer kv = cache_of(model, DType::kF32);
+  const std::vector<int32_t> a = prompt(80, 1, model.vocab_size());
+  const StepResult r = run(model, kv, {{&a, 0, 80, {3, 5, 7, 9, 11}}});
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  const std::vector<float> m = row(r, 79, 80);
+  const bool all_windowed =
+      std::all_of(model.config().layer_sliding_window.begin(),
+                  model.config().layer_sliding_window.end(), [](int32_t w) { return w == 64; });
+  ASSERT_TRUE(all_windowed);
+  for (int32_t j = 0; j < 16; ++j) EXPECT_EQ(m[static_cast<size_t>(j)], 0.0f) << j;
+  for (int32_t j = 16; j < 80; ++j) EXPECT_GT(m[static_cast<size_t>(j)], 0.0f) << j;
+}
+
+TEST_F(AttentionMassTest, BitIdenticalAloneOrBesideAnotherSequence) {
+  for (const DType dtype : {DType::kF32, DType::kI8}) {
+    Model model = Model::load({kModels + "llama3-gqa"});
+    const std::vector<int32_t> a = prompt(37, 1, model.vocab_size());
+    const std::vector<int32_t> b = prompt(23, 2, model.vocab_size());
+    kv::HostKvBuffer alone_kv = cache_of(model, dtype);
+    const StepResult alone = run(model, alone_kv, {{&a, 0, 37, {1, 2, 3}}});
+    ASSERT_TRUE(alone.status.ok()) << alone.status.message();
+    kv::HostKvBuffer batch_kv = cache_of(model, dtype);
+    const StepResult batch = run(model, batch_kv, {{&b, 0, 23, {4, 9}}, {&a, 0, 37, {8, 6, 10}}});
+    ASSERT_TRUE(batch.status.ok()) << batch.status.message();
+    for (int32_t t = 0; t < 37; ++t) {
+      EXPECT_EQ(row(alone, t, 37), row(batch, 23 + t, 37)) << dtype_name(dtype) << " row " << t;
+    }
+    // A decode of the next position, alone and beside b's decode.
+    std::vector<int32_t> a_next = a;
+    a_next.push_back(5);
+    std::vector<int32_t> b_next = b;
+    b_next.push_back(7);
+    const StepResult one = run(model, alone_kv, {{&a_next, 37, 38, {1, 2, 3}}});
+    const StepResult two =
+        run(model, batch_kv, {{&a_next, 37, 38, {8, 6, 10}}, {&b_next, 23, 24, {4, 9}}});
+    ASSERT_TRUE(one.status.ok() && two.status.ok());
+    EXPECT_EQ(row(one, 0, 38), row(two, 0, 38)) << dtype_name(dtype);
+  }
+}
+
+TEST_F(AttentionMassTest, BitIdenticalInOneChunkOrTwo) {
+  Model model = Model::load({kModels + "llama3-gqa"});
+  const std::vector<int32_t> a = prompt(41, 3, model.vocab_size());
+  kv::HostKvBuffer whole_kv = cache_of(model, DType::kF32);
+  const StepResult whole = run(model, whole_kv, {{&a, 0, 41, {1, 2, 3}}});
+  ASSERT_TRUE(whole.status.ok()) << whole.status.message();
+  kv::HostKvBuffer chunk_kv = cache_of(model, DType::kF32);
+  const StepResult first = run(model, chunk_kv, {{&a, 0, 18, {7, 5, 6}}});
+  const StepResult second = run(model, chunk_kv, {{&a, 18, 41, {7, 5, 6}}});
+  ASSERT_TRUE(first.status.ok() && second.status.ok());
+  for (int32_t t = 0; t < 18; ++t) {
+    // Slots 0..17 of the whole prefill's row; the rest (past position t) is 0 in both.
+    EXPECT_EQ(row(first, t, 18), row(whole, t, 18)) << "row " << t;
+  }
+  for (int32_t t = 18; t < 41; ++t) {
+    EXPECT_EQ(row(second, t - 18, 41), row(whole, t, 41)) << "row " << t;
+  }
+}
+
+TEST_F(AttentionMassTest, NoMassWantedLeavesTheLogitsUnchanged) {
+  Model model = Model::load({kModels + "llama3-gqa"});
+  const std::vector<int32_t> a = prompt(21, 4, model.vocab_size());
+  kv::HostKvBuffer kv1 = cache_of(model, DType::kF32);
+  kv::HostKvBuffer kv2 = cache_of(model, DType::kF32);
+  const StepResult with = run(model, kv1, {{&a, 0, 21, {1, 2}}});
+  const StepResult without = run(model, kv2, {{&a, 0, 21, {1, 2}}}, /*want_mass=*/false);
+  ASSERT_TRUE(with.status.ok() && without.status.ok());
+  EXPECT_EQ(with.logits, without.logits);
+  for (float v : without.mass) ASSERT_EQ(v, kSentinel);
+}
+
+TEST_F(AttentionMassTest, RefusesBadRequestsBeforeWritingAnything) {
+  Model model = Model::load({kModels + "llama3-gqa"});
+  kv::HostKvBuffer kv = cache_of(model, DType::kF32);
+  const std::vector<int32_t> tokens = {3, 4, 5};
+  const std::vector<int32_t> positions = {0, 1, 2};
+  const std::vector<int32_t> q_indptr = {0, 3};
+  const std::vector<int32_t> kv_indptr = {0, 1};
+  const std::vector<int32_t> indices = {1};
+  const std::vector<int32_t> last = {3};
+  const std::vector<int64_t> slots = {16, 17, 18};
+  const std::vector<int32_t> rows = {2};
+  ForwardBatch b;
+  b.token_ids = tokens;
+  b.positions = positions;
+  b.q_indptr = q_indptr;
+  b.layout.kv_indptr = kv_indptr.data();
+  b.layout.kv_indices = indices.data();
+  b.layout.kv_last_page_len = last.data();
+  b.layout.num_seqs = 1;
+  b.layout.block_size = kBlockSize;
+  b.slot_mapping = slots;
+  b.logits_rows = rows;
+  std::vector<float> logits(static_cast<size_t>(model.vocab_size()));
+  std::vector<float> mass(9, kSentinel);
+  b.attention_mass = mass;
+  const auto code_with = [&](const std::vector<int64_t>& offsets) {
+    b.mass_offsets = offsets;
+    return model.forward(b, kv, logits, pool_).code();
+  };
+  const StatusCode kInvalid = StatusCode::kInvalidArgument;
+  EXPECT_EQ(code_with({0, 3}), kInvalid);        // not one offset per token
+  EXPECT_EQ(code_with({0, 3, 7}), kInvalid);     // the last row needs 3 floats from 7
+  EXPECT_EQ(code_with({0, 2, 6}), kInvalid);     // rows 0 and 1 overlap
+  EXPECT_EQ(code_with({-1, 6, 4}), kInvalid);    // rows 2 and 1 overlap
+  for (float v : mass) ASSERT_EQ(v, kSentinel);  // nothing written
+  EXPECT_EQ(code_with({6, -1, 0}), StatusCode::kOk);
+  EXPECT_EQ(std::count(mass.begin(), mass.end(), kSentinel), 3);  // row 1's place untouched
+  EXPECT_EQ(code_with({-1, -1, -1}), StatusCode::kOk);
+}
+
+}  // namespace
+}  // namespace strata::model
