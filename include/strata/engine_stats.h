@@ -56,8 +56,10 @@ struct EngineTotals {
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t num_evictions = 0;
-  // Token eviction (docs/kv-eviction.md): blocks taken from sequences' tables.
+  // Token eviction (docs/kv-eviction.md): blocks taken from sequences' tables (block-wise
+  // policies), and single tokens (token-level policies, H2O and SnapKV).
   int64_t num_kv_evicted_blocks = 0;
+  int64_t num_kv_evicted_tokens = 0;
   // KV tiers (EngineConfig::kv_offload_bytes): evicted blocks written to host memory, host blocks
   // written down to disk, prompt tokens brought back from each tier (part of
   // num_cached_prompt_tokens), and blocks that failed a check or an I/O and were recomputed.

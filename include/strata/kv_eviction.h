@@ -1,14 +1,23 @@
 #pragma once
 // KvEvictionParams: which of a sequence's KV blocks it gives back once it holds more token slots
 // than its budget (part of the public API: EngineRequest::kv_eviction, EngineConfig::kv_eviction;
-// docs/kv-eviction.md). Block-wise: whole blocks leave the sequence's block table, and attention
-// reads the blocks that stay as ordinary blocks.
+// docs/kv-eviction.md). Attention reads the blocks that stay as ordinary blocks.
 //
+// Block-wise (whole blocks leave the sequence's block table):
 //   kStreamingLlm    keeps the blocks holding the first sink_tokens positions (attention sinks)
 //                    and the newest blocks; evicts the oldest others first
 //   kPagedEviction   keeps the same protected blocks, evicts the others lowest score first: a
 //                    block's score is the mean over its tokens, layers and KV heads of
 //                    ||V|| / ||K|| (PagedEviction, Chitty-Venkata et al. 2025)
+// Token-level (single tokens go; compaction moves the newest live tokens into the holes, so
+// the sequence holds ceil(kept / block_size) blocks):
+//   kH2O             keeps the sinks and the newest window_tokens, evicts the others lowest
+//                    accumulated attention mass first (Heavy-Hitter Oracle, Zhang et al. 2023):
+//                    the mass every query so far gave the token, summed over layers and heads
+//   kSnapKv          once, at the prompt's end: keeps the sinks and the prompt's last
+//                    window_tokens (the observation window), and of the rest the tokens the
+//                    window's queries attended to most (pooled over neighbouring positions);
+//                    generated tokens are all kept (SnapKV, Li et al. 2024)
 //
 // Plain data. Fields left unset (policy nullopt, budget 0, sink / window -1) take the engine's
 // defaults (EngineConfig::kv_eviction, --kv-eviction-policy / --kv-budget-tokens) and then the
@@ -22,9 +31,14 @@
 
 namespace strata {
 
-enum class KvEvictionPolicy : uint8_t { kNone, kStreamingLlm, kPagedEviction };
+enum class KvEvictionPolicy : uint8_t { kNone, kStreamingLlm, kPagedEviction, kH2O, kSnapKv };
 
-// "none", "streaming_llm", "paged_eviction".
+// Whether the policy evicts single tokens (and compacts) rather than whole blocks.
+constexpr bool is_token_level(KvEvictionPolicy policy) {
+  return policy == KvEvictionPolicy::kH2O || policy == KvEvictionPolicy::kSnapKv;
+}
+
+// "none", "streaming_llm", "paged_eviction", "h2o", "snapkv".
 const char* kv_eviction_policy_name(KvEvictionPolicy policy);
 // The policy a name means (the names above), or nullopt.
 std::optional<KvEvictionPolicy> parse_kv_eviction_policy(std::string_view name);
@@ -34,6 +48,9 @@ struct KvEvictionParams {
   static constexpr int32_t kMaxTokens = 1 << 30;
   // StreamingLLM's attention sinks when the request names none (the paper's 4).
   static constexpr int32_t kDefaultStreamingSinkTokens = 4;
+  // SnapKV's observation window when the request names none (its reference code's 32), at most
+  // half the budget.
+  static constexpr int32_t kDefaultSnapKvWindowTokens = 32;
 
   std::optional<KvEvictionPolicy> policy;  // nullopt: the engine's default
   int32_t budget_tokens = 0;   // > 0: most slots held between steps; 0: the engine's default
@@ -58,8 +75,9 @@ struct ResolvedKvEviction {
 // or too large counts, sink_tokens + window_tokens > budget_tokens when all are set.
 Status validate_kv_eviction(const KvEvictionParams& params);
 
-// The request's fields over the defaults', then the policy's: sink 4 (StreamingLLM) or 0
-// (PagedEviction), window the rest of the budget (StreamingLLM) or 0 (PagedEviction). A policy
+// The request's fields over the defaults', then the policy's: sink 4 (StreamingLLM) or 0 (the
+// others); window the rest of the budget (StreamingLLM), 0 (PagedEviction), half the budget
+// (H2O's recent half), min(32, budget / 2) (SnapKV). A policy
 // other than none needs a budget (the request's or the default's). InvalidArgument naming the
 // field otherwise, or when sink + window exceed the budget.
 Result<ResolvedKvEviction> resolve_kv_eviction(const std::optional<KvEvictionParams>& request,

@@ -61,10 +61,16 @@ struct RequestMetrics {
   int32_t num_host_tier_tokens = 0;
   int32_t num_disk_tier_tokens = 0;
   int32_t num_preemptions = 0;
-  // Blocks token eviction took from the request's sequences (each eviction once, not again when
-  // a recompute repeats it), and the most blocks one of them held after a step.
+  // Blocks (block-wise policies) and single tokens (token-level policies) token eviction took
+  // from the request's sequences (each eviction once, not again when a recompute repeats it),
+  // and the most blocks one of them held after a step.
   int32_t num_evicted_blocks = 0;
+  int32_t num_evicted_tokens = 0;
   int32_t max_held_blocks = 0;
+  // Token-level policies: the most blocks the same evictions would have left held without
+  // compaction -- a block goes only once every token of it is evicted (the blocks, in position
+  // order, that still hold a live token). What compaction saves is this over max_held_blocks.
+  int32_t max_blocks_without_compaction = 0;
 };
 
 struct RequestOutput {

@@ -326,8 +326,10 @@ Status EngineImpl::validate_request(const EngineRequest& r,
   }
   // It must fit the whole pool on its own, or it could never run (preemption would loop). Under
   // a budget it never holds more than kv::max_held_slots.
-  const int64_t held =
-      eviction.active() ? std::min(total, kv::max_held_slots(eviction, config_.block_size)) : total;
+  const int64_t held = eviction.active() ? kv::max_held_slots(eviction, config_.block_size,
+                                                              static_cast<int64_t>(r.prompt.size()),
+                                                              r.params.max_tokens)
+                                         : total;
   if (!fits_pool(held)) {
     return Status::InvalidArgument("prompt + max_tokens (" + std::to_string(total) +
                                    " tokens) needs more KV blocks than the pool has (" +

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "engine/engine_impl.h"
+#include "kv/block_copy.h"
 #include "kv/kv_eviction.h"
 
 namespace strata {
@@ -24,6 +25,10 @@ Status EngineImpl::check_eviction(const ResolvedKvEviction& e) const {
         std::to_string(cache_->num_groups()) + " group(s), the first " +
         kv::kv_group_kind_name(cache_->group_spec(0).kind) +
         " (sliding-window layers, an int4 cache's newest blocks)");
+  }
+  if (is_token_level(e.policy) && !kv::can_copy_slots(runner_->kv_layout(0))) {
+    return Status::InvalidArgument(what +
+                                   " moves single tokens; an int4 KV cache moves whole blocks");
   }
   if (e.policy == KvEvictionPolicy::kPagedEviction &&
       !kv::can_score_blocks(runner_->kv_layout(0))) {
@@ -83,6 +88,50 @@ void EngineImpl::evict(Sequence& s, std::span<const int32_t> entries) {
   }
 }
 
+Status EngineImpl::evict_slots(Sequence& s, std::span<const int32_t> slots) {
+  const std::vector<kv::SlotCopy> copies = cache_->compact_tokens(s.table, slots);
+  // Now, before the pool allocates again: the sources may lie in blocks just given back.
+  STRATA_RETURN_IF_ERROR(runner_->copy_slots(copies));
+  kv::compact_slot_values(s.slot_positions, slots);
+  kv::compact_slot_values(s.slot_mass, slots);
+  return Status::Ok();
+}
+
+std::vector<int32_t> EngineImpl::choose_slots(Sequence& s) const {
+  const int32_t bs = config_.block_size;
+  const int32_t held = s.table.num_tokens();
+  // Slots appended since the last eviction hold the next positions in order.
+  for (auto i = static_cast<int32_t>(s.slot_positions.size()); i < held; ++i) {
+    s.slot_positions.push_back(i + s.table.num_evicted_tokens());
+  }
+  s.slot_mass.resize(static_cast<size_t>(held), 0.0f);
+  const bool snap = s.eviction.policy == KvEvictionPolicy::kSnapKv;
+  // H2O: at block boundaries of the prompt, its end, and after every decode step. SnapKV: once,
+  // at the prompt's end.
+  const bool at_point = snap ? s.num_computed == s.num_prompt && s.evictions.empty()
+                             : s.num_computed >= s.num_prompt || s.num_computed % bs == 0;
+  if (!at_point || held <= s.eviction.budget_tokens) return {};
+  // A block shared with another table (a fork's) is never written: its tokens stay.
+  std::vector<uint8_t> locked(static_cast<size_t>(held), 0);
+  const std::span<const BlockId> row = s.table.blocks();
+  for (int32_t i = 0; i < held; ++i) {
+    locked[static_cast<size_t>(i)] =
+        cache_->pool().ref_count(row[static_cast<size_t>(i / bs)]) > 1 ? 1 : 0;
+  }
+  if (!snap) {
+    return kv::choose_evicted_tokens(s.eviction, s.slot_positions, s.slot_mass, locked,
+                                     s.num_computed);
+  }
+  // SnapKV: the window's mass over the prompt before the window, pooled; nothing was evicted
+  // before, so slot i holds position i.
+  const int32_t prefix = std::max(s.num_prompt - s.eviction.window_tokens, 0);
+  std::vector<float> scores =
+      kv::pool_scores(std::span<const float>(s.slot_mass).first(static_cast<size_t>(prefix)),
+                      kv::kSnapKvPoolKernel);
+  scores.resize(static_cast<size_t>(held), 0.0f);  // the window: protected
+  return kv::choose_evicted_tokens(s.eviction, s.slot_positions, scores, locked, s.num_prompt);
+}
+
 Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
   if (!s.eviction.active()) return Status::Ok();
   const int32_t bs = config_.block_size;
@@ -90,8 +139,33 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
     const engine::EvictionRecord& rec = s.evictions[s.num_evictions_applied];
     if (s.num_computed < rec.at_computed) return Status::Ok();
     STRATA_CHECK(s.num_computed == rec.at_computed, "a recompute ran past an eviction point");
-    evict(s, rec.entries);
+    if (is_token_level(s.eviction.policy)) {
+      (void)choose_slots(s);  // brings the slots' positions up to date
+      STRATA_RETURN_IF_ERROR(evict_slots(s, rec.slots));
+    } else {
+      evict(s, rec.entries);
+    }
     ++s.num_evictions_applied;
+    return Status::Ok();
+  }
+  if (is_token_level(s.eviction.policy)) {
+    std::vector<int32_t> slots = choose_slots(s);
+    if (!slots.empty()) {
+      STRATA_RETURN_IF_ERROR(evict_slots(s, slots));
+      r.metrics.num_evicted_tokens += static_cast<int32_t>(slots.size());
+      totals_.num_kv_evicted_tokens += static_cast<int64_t>(slots.size());
+      s.evictions.push_back({s.num_computed, {}, std::move(slots)});
+      s.num_evictions_applied = s.evictions.size();
+    }
+    // Without compaction a block would stay while any of its positions lives.
+    std::vector<int32_t> live_blocks;
+    live_blocks.reserve(s.slot_positions.size());
+    for (const int32_t p : s.slot_positions) live_blocks.push_back(p / bs);
+    std::sort(live_blocks.begin(), live_blocks.end());
+    const auto uncompacted = static_cast<int32_t>(
+        std::unique(live_blocks.begin(), live_blocks.end()) - live_blocks.begin());
+    r.metrics.max_blocks_without_compaction =
+        std::max(r.metrics.max_blocks_without_compaction, uncompacted);
     return Status::Ok();
   }
   // The policy runs at fixed points: while the prompt is computed, at block boundaries (the
@@ -109,7 +183,7 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
       evict(s, entries);
       r.metrics.num_evicted_blocks += static_cast<int32_t>(entries.size());
       totals_.num_kv_evicted_blocks += static_cast<int64_t>(entries.size());
-      s.evictions.push_back({s.num_computed, std::move(entries)});
+      s.evictions.push_back({s.num_computed, std::move(entries), {}});
       s.num_evictions_applied = s.evictions.size();
     }
   }

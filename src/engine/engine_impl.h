@@ -122,6 +122,11 @@ class EngineImpl {
   std::vector<float> block_scores(engine::Sequence& seq);
   // Takes the row entries out of seq's table and their scores out of seq's cached scores.
   void evict(engine::Sequence& seq, std::span<const int32_t> entries);
+  // Token-level eviction: takes the slots out and compacts (KvCacheManager::compact_tokens), the
+  // slots' positions and mass with them.
+  Status evict_slots(engine::Sequence& seq, std::span<const int32_t> slots);
+  // Token-level eviction at a point: the slots the policy takes now (none when within budget).
+  std::vector<int32_t> choose_slots(engine::Sequence& seq) const;
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);
   std::vector<kv::SwapSpace*> swap_spaces() const;
@@ -152,6 +157,8 @@ class EngineImpl {
   RequestId next_id_ = 1;
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
   std::vector<float> logits_;
+  // Token-level eviction's attention mass of a step (StepBatch::want_mass).
+  std::vector<float> mass_;
   std::vector<model::SampledToken> sampled_;
   // PagedEviction reads the blocks it scores through a mover of its own (swap's copy thread
   // keeps the runner's) into a host buffer that grows as needed.

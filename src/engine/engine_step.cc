@@ -24,7 +24,43 @@ struct Row {
   int32_t first_logits_row;  // -1: none
   int32_t sample_idx;        // -1: sampled on the host (if at all)
   int32_t late_mask = -1;    // a constrained row drawn on the device: its mask's index
+  int64_t mass_offset = -1;  // token-level eviction: its first mass row's offset, or -1
+  int32_t mass_rows = 0;
+  int32_t mass_kv_len = 0;
 };
+
+// Token-level eviction's attention mass (docs/kv-eviction.md): H2O's score is the mass of every
+// query, SnapKV's that of the prompt's observation window (its last window_tokens positions),
+// wanted only while its one eviction, at the prompt's end, is still to come and can take
+// anything.
+void want_mass(Row& row, engine::StepBatch& batch) {
+  const Sequence& s = *row.seq;
+  if (!is_token_level(s.eviction.policy)) return;
+  int32_t first = 0;
+  int32_t last = row.num_tokens;
+  if (s.eviction.policy == KvEvictionPolicy::kSnapKv) {
+    if (!s.evictions.empty() || s.num_prompt <= s.eviction.budget_tokens) return;
+    first = std::max(0, s.num_prompt - s.eviction.window_tokens - s.num_computed);
+    last = std::min(row.num_tokens, s.num_prompt - s.num_computed);
+    if (first >= last) return;
+  }
+  row.mass_offset =
+      batch.want_mass(first, last - first, /*max=*/s.eviction.policy == KvEvictionPolicy::kSnapKv);
+  row.mass_rows = last - first;
+  row.mass_kv_len = s.num_computed - s.table.num_evicted_tokens() + row.num_tokens;
+}
+
+// Adds the row's mass to its sequence's, query by query in order: the sum a recompute makes
+// again whatever its chunks.
+void add_mass(const Row& row, std::span<const float> mass) {
+  if (row.mass_offset < 0) return;
+  std::vector<float>& acc = row.seq->slot_mass;
+  acc.resize(static_cast<size_t>(row.mass_kv_len), 0.0f);
+  for (int32_t q = 0; q < row.mass_rows; ++q) {
+    const float* m = mass.data() + row.mass_offset + static_cast<int64_t>(q) * row.mass_kv_len;
+    for (int32_t j = 0; j < row.mass_kv_len; ++j) acc[static_cast<size_t>(j)] += m[j];
+  }
+}
 
 // Whether the runner can draw seq's next token where the logits are: the n tokens complete the
 // sequence, it wants no logits rows (prompt logprobs, all logits), no penalties (they read the
@@ -79,6 +115,7 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
       }
     } else {
       rows.push_back(Row{&r, &s, s.num_computed, sc.num_tokens, batch.add(s, sc.num_tokens), -1});
+      want_mass(rows.back(), batch);
     }
   }
   const double scheduled = now();
@@ -99,9 +136,12 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
     if (!late_constraints_.empty()) view.fill_masks = [this](std::span<uint64_t* const> masks) {
       fill_late_masks(masks);
     };
+    mass_.resize(static_cast<size_t>(batch.mass_size()));
+    if (!mass_.empty()) view.attention_mass = mass_;
     STRATA_RETURN_IF_ERROR(runner_->forward(view, logits_, sampled_));
     forward_seconds = now() - forward_start;
     for (const Row& row : rows) {
+      add_mass(row, mass_);
       const float* logits = row.first_logits_row < 0
                                 ? nullptr
                                 : logits_.data() + static_cast<size_t>(row.first_logits_row) * vocab;
@@ -164,7 +204,10 @@ Status EngineImpl::consume(RequestState& r, Sequence& s, int32_t first_pos, int3
               r.prompt_logits.begin() + static_cast<ptrdiff_t>(first_pos) * vocab);
   }
   s.num_computed += num_rows;
-  cache_->cache_full_blocks(s.table, s.tokens, s.num_computed, s.cache_keys);
+  // A token-level policy compacts its blocks in place: they never enter the prefix cache.
+  if (!is_token_level(s.eviction.policy)) {
+    cache_->cache_full_blocks(s.table, s.tokens, s.num_computed, s.cache_keys);
+  }
   // Blocks no later query reads (a window's past, an INT4 cache's older full-precision blocks)
   // go back now, before a fork shares them.
   cache_->free_unneeded_blocks(s.table, s.num_computed);
@@ -245,6 +288,8 @@ void EngineImpl::fork_siblings(RequestState& r, Sequence& parent) {
     child.evictions = parent.evictions;
     child.num_evictions_applied = parent.num_evictions_applied;
     child.block_scores = parent.block_scores;
+    child.slot_positions = parent.slot_positions;
+    child.slot_mass = parent.slot_mass;
     child.prefix_looked_up = true;
     child.prompt_logprobs_done = true;
     cache_->fork(parent.table, child.table);

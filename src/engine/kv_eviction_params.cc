@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 
 #include "core/status.h"
@@ -11,6 +12,23 @@ Status count_error(const char* field, const char* expected, int64_t got) {
                                  std::to_string(got));
 }
 
+// The window a policy takes when neither the request nor the defaults name one.
+int32_t default_window(const ResolvedKvEviction& e) {
+  const int32_t rest = e.budget_tokens - e.sink_tokens;
+  switch (e.policy) {
+    case KvEvictionPolicy::kStreamingLlm:
+      return rest;
+    case KvEvictionPolicy::kH2O:
+      return std::min(e.budget_tokens / 2, rest);
+    case KvEvictionPolicy::kSnapKv:
+      return std::min({KvEvictionParams::kDefaultSnapKvWindowTokens, e.budget_tokens / 2, rest});
+    case KvEvictionPolicy::kNone:
+    case KvEvictionPolicy::kPagedEviction:
+      break;
+  }
+  return 0;
+}
+
 }  // namespace
 
 const char* kv_eviction_policy_name(KvEvictionPolicy policy) {
@@ -21,13 +39,18 @@ const char* kv_eviction_policy_name(KvEvictionPolicy policy) {
       return "streaming_llm";
     case KvEvictionPolicy::kPagedEviction:
       return "paged_eviction";
+    case KvEvictionPolicy::kH2O:
+      return "h2o";
+    case KvEvictionPolicy::kSnapKv:
+      return "snapkv";
   }
   return "unknown";
 }
 
 std::optional<KvEvictionPolicy> parse_kv_eviction_policy(std::string_view name) {
-  for (const KvEvictionPolicy p : {KvEvictionPolicy::kNone, KvEvictionPolicy::kStreamingLlm,
-                                   KvEvictionPolicy::kPagedEviction}) {
+  for (const KvEvictionPolicy p :
+       {KvEvictionPolicy::kNone, KvEvictionPolicy::kStreamingLlm, KvEvictionPolicy::kPagedEviction,
+        KvEvictionPolicy::kH2O, KvEvictionPolicy::kSnapKv}) {
     if (name == kv_eviction_policy_name(p)) return p;
   }
   return std::nullopt;
@@ -82,8 +105,7 @@ Result<ResolvedKvEviction> resolve_kv_eviction(const std::optional<KvEvictionPar
   }
   out.window_tokens = r.window_tokens >= 0                         ? r.window_tokens
                       : same_policy && defaults.window_tokens >= 0 ? defaults.window_tokens
-                      : streaming ? out.budget_tokens - out.sink_tokens
-                                  : 0;
+                                                                   : default_window(out);
   if (int64_t{out.sink_tokens} + out.window_tokens > out.budget_tokens) {
     return Status::InvalidArgument(
         "sink_tokens + window_tokens must not exceed budget_tokens, got " +

@@ -179,6 +179,8 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
     victim->num_computed = 0;
     victim->num_evictions_applied = 0;  // its evictions are made again at the same points
     victim->block_scores.clear();
+    victim->slot_positions.clear();
+    victim->slot_mass.clear();
     victim->prefix_looked_up = false;
     insert_waiting(victim);
   }

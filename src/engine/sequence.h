@@ -41,12 +41,14 @@ struct GenerationResult {
 enum class SeqStatus { kWaiting, kRunning, kSwapped, kSwappingIn, kFinished };
 
 // One token eviction of a sequence (docs/kv-eviction.md): after the step that brought
-// num_computed to at_computed, the block table's entries `entries` went. Kept so that a
-// recompute after preemption makes the same K/V again: its chunks stop at each at_computed and
-// the same entries go there.
+// num_computed to at_computed, the block table's entries `entries` went (block-wise policies),
+// or its slots `slots` (token-level policies, compacted as KvCacheManager::compact_tokens
+// says). Kept so that a recompute after preemption makes the same K/V again: its chunks stop at
+// each at_computed and the same entries or slots go there.
 struct EvictionRecord {
   int32_t at_computed = 0;
   std::vector<int32_t> entries;
+  std::vector<int32_t> slots;
 };
 struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then output
@@ -91,6 +93,12 @@ struct Sequence {
   // PagedEviction: the score of each full block of the table's row, in row order (a prefix of
   // the row); a full block's K/V never change. Emptied with the table on a recompute.
   std::vector<float> block_scores;
+  // Token-level policies (H2O, SnapKV), one per slot of the table's row, moved with the slots by
+  // compaction: the position each holds, and the attention mass the queries so far gave it (H2O:
+  // every query; SnapKV: the prompt's observation window). Grown as slots appear; emptied with
+  // the table on a recompute, which computes the same mass again query by query.
+  std::vector<int32_t> slot_positions;
+  std::vector<float> slot_mass;
   double arrival_time = 0.0;           // engine clock, seconds
   int64_t contiguous_offset = -1;      // contiguous-allocator baseline: reserved range, or -1
   // Swap preemption, one per KV cache group while swapped or swapping in (else empty): the row's
@@ -119,7 +127,10 @@ struct Sequence {
   // first boundary at which the table would hold more than the budget. The most tokens it may
   // compute (a large number when eviction is off or the prompt is done).
   int32_t eviction_chunk_limit(int32_t from, int32_t block_size, int32_t held_slots) const {
-    if (!eviction.active() || from >= num_prompt) return INT32_MAX;
+    // SnapKV evicts nothing before the prompt's end.
+    if (!eviction.active() || eviction.policy == KvEvictionPolicy::kSnapKv || from >= num_prompt) {
+      return INT32_MAX;
+    }
     const int32_t room = std::max(eviction.budget_tokens - held_slots, 0);
     const int64_t boundary =
         (static_cast<int64_t>(from) + room) / block_size * block_size + block_size;
@@ -129,7 +140,8 @@ struct Sequence {
   int32_t num_evicted_tokens(int32_t block_size) const {
     int32_t n = 0;
     for (size_t i = 0; i < num_evictions_applied; ++i) {
-      n += static_cast<int32_t>(evictions[i].entries.size()) * block_size;
+      n += static_cast<int32_t>(evictions[i].entries.size()) * block_size +
+           static_cast<int32_t>(evictions[i].slots.size());
     }
     return n;
   }
@@ -138,7 +150,10 @@ struct Sequence {
   // without eviction computes; a run under a budget evicts at the first block boundary past it
   // (or did at its first recorded eviction), and what it computes from there on attended to
   // fewer tokens -- so the hit ends before that point, and the first chunk runs to it.
+  // A token-level policy's blocks change in place (compaction), so such a sequence neither
+  // takes a hit nor registers a block: 0.
   int32_t num_cacheable_tokens(int32_t block_size) const {
+    if (is_token_level(eviction.policy)) return 0;
     auto n = static_cast<int64_t>(tokens.size());
     if (!evictions.empty()) n = std::min<int64_t>(n, evictions.front().at_computed);
     if (eviction.active()) {

@@ -28,19 +28,45 @@ model::ForwardBatch StepBatch::view() const {
       token_ids_,   positions_,   q_indptr_,    builder_.layout(), builder_.slot_mapping(),
       logits_rows_, sample_rows_, sample_specs_};
   b.groups = group_views_;
+  if (mass_size_ > 0) {
+    b.mass_offsets = mass_offsets_;
+    b.mass_max = mass_max_;
+  }
   return b;
+}
+
+int64_t StepBatch::want_mass(int32_t first, int32_t count, bool max) {
+  STRATA_CHECK(first >= 0 && count > 0 && first + count <= last_rows_,
+               "want_mass: rows outside the last-added sequence");
+  mass_offsets_.resize(token_ids_.size(), -1);
+  mass_max_.resize(token_ids_.size(), 0);
+  const int64_t offset = mass_size_;
+  for (int32_t j = 0; j < count; ++j) {
+    mass_max_[static_cast<size_t>(last_row0_ + first + j)] = max ? 1 : 0;
+    mass_offsets_[static_cast<size_t>(last_row0_ + first + j)] = mass_size_;
+    mass_size_ += last_kv_len_;
+  }
+  return offset;
 }
 
 int32_t StepBatch::add_tokens(const Sequence& s, int32_t n) {
   // The table's slots run behind the positions by what token eviction took out (K keeps the
   // RoPE of its original position; the new tokens' positions count on from the full length).
-  builder_.add_sequence(s.table, s.num_computed - s.table.num_evicted_tokens() + n, n);
+  const int32_t kv_len = s.num_computed - s.table.num_evicted_tokens() + n;
+  builder_.add_sequence(s.table, kv_len, n);
   const auto row0 = static_cast<int32_t>(token_ids_.size());
+  last_row0_ = row0;
+  last_rows_ = n;
+  last_kv_len_ = kv_len;
   for (int32_t j = 0; j < n; ++j) {
     token_ids_.push_back(s.tokens[static_cast<size_t>(s.num_computed) + static_cast<size_t>(j)]);
     positions_.push_back(s.num_computed + j);
   }
   q_indptr_.push_back(static_cast<int32_t>(token_ids_.size()));
+  if (!mass_offsets_.empty()) {
+    mass_offsets_.resize(token_ids_.size(), -1);
+    mass_max_.resize(token_ids_.size(), 0);
+  }
   return row0;
 }
 

@@ -27,6 +27,15 @@ class StepBatch {
   // where the logits are (spec): its last row becomes a sample row. Returns the sample index.
   int32_t add_sampled(const Sequence& seq, int32_t n, const model::DeviceSampleSpec& spec);
 
+  // Token-level eviction (H2O, SnapKV): asks the forward pass for the attention mass of token
+  // rows [first, first + count) of the sequence added last (relative to its first row). Each row
+  // gets kv_len floats -- the sequence's slots after this step's -- in the mass buffer; returns
+  // the first one's offset there (rows follow at kv_len apart).
+  // max: the rows take the largest (layer, KV head) share instead of the sum
+  // (ForwardBatch::mass_max).
+  int64_t want_mass(int32_t first, int32_t count, bool max = false);
+  // Floats the mass buffer needs (ForwardBatch::attention_mass).
+  int64_t mass_size() const { return mass_size_; }
   bool empty() const { return token_ids_.empty(); }
   size_t num_logits_rows() const { return logits_rows_.size(); }
   size_t num_sample_rows() const { return sample_rows_.size(); }
@@ -39,6 +48,13 @@ class StepBatch {
   kv::PagedLayoutBuilder builder_;
   std::vector<int32_t> token_ids_, positions_, q_indptr_{0}, logits_rows_, sample_rows_;
   std::vector<model::DeviceSampleSpec> sample_specs_;
+  // Per token row, where its attention mass goes (-1: not wanted); empty while none is.
+  std::vector<int64_t> mass_offsets_;
+  int64_t mass_size_ = 0;
+  std::vector<uint8_t> mass_max_;  // per token row, as mass_offsets_
+  int32_t last_row0_ = 0;          // the last-added sequence's first row
+  int32_t last_rows_ = 0;          // and its row count
+  int32_t last_kv_len_ = 0;        // and its slots after the step
   // Later attention groups' views (a hybrid model's windowed layers), rebuilt by view().
   mutable std::vector<model::GroupBatchView> group_views_;
 };

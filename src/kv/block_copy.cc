@@ -18,4 +18,40 @@ void copy_blocks(HostKvBuffer& kv, std::span<const BlockCopy> copies) {
   }
 }
 
+bool can_copy_slots(const KvLayout& layout) { return !layout.spec().has_i4_layer(); }
+
+void copy_slots(HostKvBuffer& kv, std::span<const SlotCopy> copies) {
+  const KvLayout& layout = kv.layout();
+  const KvSpec& spec = layout.spec();
+  STRATA_CHECK(can_copy_slots(layout), "copy_slots: an INT4 layer moves whole blocks only");
+  const int64_t bs = layout.block_size();
+  const int64_t block_bytes = layout.block_bytes();
+  const int64_t limit = static_cast<int64_t>(kv.num_blocks()) * bs;
+  for (const SlotCopy& c : copies) {
+    STRATA_CHECK(c.src >= bs && c.src < limit && c.dst >= bs && c.dst < limit && c.src != c.dst,
+                 "copy_slots: slot out of range, in the null block, or copied onto itself");
+    std::byte* const src_block = kv.data() + c.src / bs * block_bytes;
+    std::byte* const dst_block = kv.data() + c.dst / bs * block_bytes;
+    const int64_t src_tok = c.src % bs, dst_tok = c.dst % bs;
+    for (int32_t l = 0; l < spec.num_layers; ++l) {
+      const int64_t row = spec.head_dim * dtype_bits(spec.layer_dtype(l)) / 8;  // one head's token
+      const int64_t scale = kv_token_scale_bytes(spec.layer_dtype(l));
+      const int64_t areas[2] = {layout.k_offset_bytes(l), layout.v_offset_bytes(l)};
+      const int64_t scale_areas[2] = {layout.k_scale_offset_bytes(l),
+                                      layout.v_scale_offset_bytes(l)};
+      for (int part = 0; part < 2; ++part) {
+        for (int64_t h = 0; h < spec.num_kv_heads; ++h) {
+          const int64_t at = areas[part] + (h * bs) * row;
+          std::memcpy(dst_block + at + dst_tok * row, src_block + at + src_tok * row,
+                      static_cast<size_t>(row));
+          if (scale == 0) continue;
+          const int64_t s_at = scale_areas[part] + h * bs * scale;
+          std::memcpy(dst_block + s_at + dst_tok * scale, src_block + s_at + src_tok * scale,
+                      static_cast<size_t>(scale));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace strata::kv

@@ -17,4 +17,14 @@ namespace strata::kv {
 // copies.size() * block_bytes bytes moved.
 void copy_blocks(HostKvBuffer& kv, std::span<const BlockCopy> copies);
 
+// Whether copy_slots can move single tokens of the layout: every layer's bytes per token are its
+// own (F32, BF16, F16, FP8, INT8 with its per-token scales); INT4 keeps per-block statistics.
+bool can_copy_slots(const KvLayout& layout);
+
+// Token eviction's compaction (KvCacheManager::compact_tokens): copies each src slot's token row
+// -- every layer's K and V of every KV head, an INT8 layer's K and V scales -- over its dst slot,
+// in order. Slots must lie in real blocks of the buffer, src != dst. Cost: copies.size() x the
+// layout's bytes per token, in 2 x layers x KV heads (x 2 for INT8) pieces each.
+void copy_slots(HostKvBuffer& kv, std::span<const SlotCopy> copies);
+
 }  // namespace strata::kv

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "kv/kv_eviction.h"
 
 namespace strata::kv {
 
@@ -341,6 +342,40 @@ void KvCacheManager::evict_blocks(BlockTable& table, std::span<const int32_t> en
   if (table.block_hashes_.size() > first) table.block_hashes_.resize(first);
   table.num_cached_blocks_ = std::min(table.num_cached_blocks_, entries.front());
   table.chain_tail_ = BlockId{};
+}
+
+std::vector<SlotCopy> KvCacheManager::compact_tokens(BlockTable& table,
+                                                     std::span<const int32_t> slots) {
+  if (slots.empty()) return {};
+  STRATA_CHECK(num_groups() == 1 && group_spec(0).kind == KvGroupKind::kFullAttention,
+               "token eviction needs a cache of one full-attention group");
+  BlockTable::Row& row = table.rows_[0];
+  const int32_t bs = block_size();
+  const BlockPool& p = pool();
+  const auto block_of = [&](int32_t slot) { return row.blocks[static_cast<size_t>(slot / bs)]; };
+  const auto physical = [&](int32_t slot) {
+    return static_cast<int64_t>(block_of(slot).value) * bs + slot % bs;
+  };
+  std::vector<SlotCopy> copies;
+  for (const auto& [from, to] : compaction_moves(table.num_tokens_, slots)) {
+    const BlockId dst = block_of(to);
+    STRATA_CHECK(p.ref_count(dst) == 1 && !p.is_cached(dst),
+                 "compact_tokens: a hole below the new length is in a shared or cached block");
+    copies.push_back(SlotCopy{physical(from), physical(to)});
+  }
+  const int32_t kept = table.num_tokens_ - static_cast<int32_t>(slots.size());
+  const int32_t num_blocks = (kept + bs - 1) / bs;
+  const std::vector<BlockId> gone(row.blocks.begin() + num_blocks, row.blocks.end());
+  row.blocks.resize(static_cast<size_t>(num_blocks));
+  pool().free(gone);  // one reference each: a block another table shares stays in use
+  table.num_tokens_ = kept;
+  table.num_evicted_tokens_ += static_cast<int32_t>(slots.size());
+  // The chain ends before the block of the first removed slot (nothing is registered after).
+  const auto first = static_cast<size_t>(slots.front() / bs);
+  if (table.block_hashes_.size() > first) table.block_hashes_.resize(first);
+  table.num_cached_blocks_ = std::min(table.num_cached_blocks_, static_cast<int32_t>(first));
+  table.chain_tail_ = BlockId{};
+  return copies;
 }
 
 void KvCacheManager::free(BlockTable& table) {

@@ -176,6 +176,19 @@ class KvCacheManager {
   // i no longer holds the prompt's block i. Only for a cache of one full-attention group (the
   // engine refuses eviction otherwise). Cost: O(row).
   void evict_blocks(BlockTable& table, std::span<const int32_t> entries);
+  // Token-level eviction's compaction (kv_eviction.h, docs/kv-eviction.md): takes the table's
+  // slots `slots` (ascending, distinct, < num_tokens) out of its one row and fills each hole
+  // below the new length K = num_tokens - slots.size() with the newest live slot above K, in
+  // order (hole i gets the i-th live slot at or past K), so that the row holds slots [0, K) in
+  // ceil(K / B) blocks; the entries past them go back (one reference each). Returns the token
+  // copies that make it so (pool 0, src slot -> dst slot; no copy writes another's source),
+  // which the caller runs before the pool allocates again: sources may lie in the blocks given
+  // back here. Every block with a removed slot
+  // below K is written: it must be the table's alone and not in the prefix cache (the engine
+  // never evicts a token of a block shared with a fork, and a token-evicting sequence never
+  // enters the prefix cache). The table's hash chain ends, as in evict_blocks. Cost:
+  // O(row + slots).
+  std::vector<SlotCopy> compact_tokens(BlockTable& table, std::span<const int32_t> slots);
 
   // Swap-out: group g's row over the first num_computed positions with kNullBlock where no query
   // from position num_computed on reads it -- the entries to keep; its non-null ones are the

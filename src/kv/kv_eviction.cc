@@ -43,12 +43,92 @@ std::vector<int32_t> choose_evicted_blocks(const ResolvedKvEviction& policy, int
   return evicted;
 }
 
-int64_t max_held_slots(const ResolvedKvEviction& policy, int32_t block_size) {
+int64_t max_held_slots(const ResolvedKvEviction& policy, int32_t block_size, int64_t num_prompt,
+                       int64_t max_tokens) {
   STRATA_CHECK(policy.active() && block_size > 0, "max_held_slots: an active policy");
   const int64_t bs = block_size;
+  const int64_t total = num_prompt + max_tokens;
+  switch (policy.policy) {
+    case KvEvictionPolicy::kH2O:
+      return std::min<int64_t>(total, policy.budget_tokens + bs);
+    case KvEvictionPolicy::kSnapKv:
+      return std::min<int64_t>(total,
+                               std::max<int64_t>(num_prompt, policy.budget_tokens + max_tokens));
+    case KvEvictionPolicy::kNone:
+    case KvEvictionPolicy::kStreamingLlm:
+    case KvEvictionPolicy::kPagedEviction:
+      break;
+  }
   const int64_t sink = (policy.sink_tokens + bs - 1) / bs * bs;
   const int64_t protected_slots = sink + std::max<int64_t>(policy.window_tokens + bs - 1, bs);
-  return std::max<int64_t>(policy.budget_tokens, protected_slots) + bs;
+  return std::min<int64_t>(total, std::max<int64_t>(policy.budget_tokens, protected_slots) + bs);
+}
+
+std::vector<int32_t> choose_evicted_tokens(const ResolvedKvEviction& policy,
+                                           std::span<const int32_t> positions,
+                                           std::span<const float> scores,
+                                           std::span<const uint8_t> locked, int32_t window_end) {
+  const auto n = static_cast<int32_t>(positions.size());
+  STRATA_CHECK(
+      scores.size() == positions.size() && (locked.empty() || locked.size() == positions.size()),
+      "choose_evicted_tokens: one position, score (and lock) per slot");
+  if (!policy.active() || n <= policy.budget_tokens) return {};
+  const int64_t window_start = int64_t{window_end} - policy.window_tokens;
+  std::vector<int32_t> candidates;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t pos = positions[static_cast<size_t>(i)];
+    if (pos < policy.sink_tokens || pos >= window_start) continue;
+    if (!locked.empty() && locked[static_cast<size_t>(i)] != 0) continue;
+    candidates.push_back(i);
+  }
+  std::sort(candidates.begin(), candidates.end(), [&](int32_t a, int32_t b) {
+    const float sa = scores[static_cast<size_t>(a)], sb = scores[static_cast<size_t>(b)];
+    if (sa != sb) return sa < sb;
+    return positions[static_cast<size_t>(a)] < positions[static_cast<size_t>(b)];
+  });
+  const auto count =
+      std::min<size_t>(candidates.size(), static_cast<size_t>(n - policy.budget_tokens));
+  std::vector<int32_t> evicted(candidates.begin(),
+                               candidates.begin() + static_cast<std::ptrdiff_t>(count));
+  std::sort(evicted.begin(), evicted.end());
+  return evicted;
+}
+
+std::vector<std::pair<int32_t, int32_t>> compaction_moves(int32_t num_tokens,
+                                                          std::span<const int32_t> slots) {
+  for (size_t k = 0; k < slots.size(); ++k) {
+    STRATA_CHECK(slots[k] >= 0 && slots[k] < num_tokens && (k == 0 || slots[k] > slots[k - 1]),
+                 "compaction: slots must be ascending, distinct and held");
+  }
+  const int32_t kept = num_tokens - static_cast<int32_t>(slots.size());
+  std::vector<std::pair<int32_t, int32_t>> moves;
+  size_t next_removed = 0;  // the first removed slot at or past K
+  while (next_removed < slots.size() && slots[next_removed] < kept) ++next_removed;
+  int32_t from = kept;
+  for (size_t h = 0; h < slots.size() && slots[h] < kept; ++h) {
+    while (next_removed < slots.size() && slots[next_removed] == from) {
+      ++from;
+      ++next_removed;
+    }
+    moves.emplace_back(from, slots[h]);
+    ++from;
+  }
+  return moves;
+}
+
+std::vector<float> pool_scores(std::span<const float> scores, int32_t kernel) {
+  STRATA_CHECK(kernel >= 1 && kernel % 2 == 1, "pool_scores: an odd kernel");
+  const auto n = static_cast<int64_t>(scores.size());
+  const int64_t half = kernel / 2;
+  std::vector<float> out(scores.size());
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0.0;
+    for (int64_t j = std::max<int64_t>(0, i - half); j <= std::min(n - 1, i + half); ++j) {
+      sum += scores[static_cast<size_t>(j)];
+    }
+    out[static_cast<size_t>(i)] = static_cast<float>(sum / kernel);
+  }
+  return out;
 }
 
 bool can_score_blocks(const KvLayout& layout) {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kv/kv_layout.h"
@@ -39,12 +40,61 @@ std::vector<int32_t> choose_evicted_blocks(const ResolvedKvEviction& policy, int
                                            int32_t block_size,
                                            std::span<const float> block_scores = {});
 
-// The most slots a sequence under `policy` holds at once, during a step included: after an
-// eviction at most max(N, ceil(S / B) * B + max(W + B - 1, B)) (the budget, or the protected
-// blocks' slots), and a step adds at most a block (a prefill chunk runs to the first block
-// boundary past the budget; a decode step adds one slot). A pool of ceil(this / B) + 1 blocks
-// runs the sequence alone, however long it grows. policy must be active.
-int64_t max_held_slots(const ResolvedKvEviction& policy, int32_t block_size);
+// The most slots a sequence under `policy` holds at once, during a step included. Block-wise:
+// after an eviction at most max(N, ceil(S / B) * B + max(W + B - 1, B)) (the budget, or the
+// protected blocks' slots), and a step adds at most a block (a prefill chunk runs to the first
+// block boundary past the budget; a decode step adds one slot). H2O: N after an eviction, + B.
+// SnapKV: the whole prompt (nothing goes before its end), then N + the generated tokens. Never
+// more than num_prompt + max_tokens. A pool of ceil(this / B) + 1 blocks runs the sequence alone,
+// however long it grows. policy must be active.
+int64_t max_held_slots(const ResolvedKvEviction& policy, int32_t block_size, int64_t num_prompt,
+                       int64_t max_tokens);
+
+// ---- token-level policies (H2O, SnapKV) --------------------------------------------------------
+//
+// A table after token evictions holds its live tokens in slots [0, L) in no particular order of
+// position (compaction moves the newest into the holes: KvCacheManager::compact_tokens), so the
+// engine keeps each slot's position and score beside it. What a policy may take, for sink S,
+// window W, budget N, and window_end (H2O: the sequence's length; SnapKV: the prompt's):
+//
+//   protected   slots holding positions < S (sinks) or >= window_end - W (the window), and
+//               locked slots (in a block shared with another table: a fork's)
+//   candidates  the others, lowest score first (ties: the lower position first)
+//   evicted     candidates in that order while more than N slots are held; none when L <= N
+
+// Compaction's moves, in slot indices: for a table of num_tokens slots losing `slots`
+// (ascending, distinct), the (from, to) pairs that fill each hole below the new length
+// K = num_tokens - slots.size() with the live slots at or past K: the i-th hole takes the i-th
+// live one. No move writes another's source. KvCacheManager::compact_tokens makes the same moves
+// in the pool; the engine makes them on what it keeps per slot (compact_slot_values).
+std::vector<std::pair<int32_t, int32_t>> compaction_moves(int32_t num_tokens,
+                                                          std::span<const int32_t> slots);
+
+// Applies compaction_moves to one value per slot and drops the values past the new length.
+template <class T>
+void compact_slot_values(std::vector<T>& values, std::span<const int32_t> slots) {
+  const auto n = static_cast<int32_t>(values.size());
+  for (const auto& [from, to] : compaction_moves(n, slots)) {
+    values[static_cast<size_t>(to)] = values[static_cast<size_t>(from)];
+  }
+  values.resize(values.size() - slots.size());
+}
+
+// SnapKV's pooling kernel (its reference code's 5).
+inline constexpr int32_t kSnapKvPoolKernel = 5;
+
+// The slots to evict, ascending. positions, scores: one per slot; locked: empty (none locked) or
+// one per slot.
+std::vector<int32_t> choose_evicted_tokens(const ResolvedKvEviction& policy,
+                                           std::span<const int32_t> positions,
+                                           std::span<const float> scores,
+                                           std::span<const uint8_t> locked, int32_t window_end);
+
+// SnapKV's smoothing of the observation window's attention over the prompt: out[i] = the mean
+// of scores[i - k/2 .. i + k/2] with the positions outside the span counting 0 (PyTorch's
+// avg_pool1d with zero padding and count_include_pad), so a token next to a strongly attended
+// one is kept with it. kernel odd and >= 1.
+std::vector<float> pool_scores(std::span<const float> scores, int32_t kernel);
 
 // Whether block_value_key_ratio can read every layer of the layout (F32, BF16, F16 pools).
 bool can_score_blocks(const KvLayout& layout);

@@ -40,6 +40,15 @@ struct BlockCopy {
   bool operator==(const BlockCopy&) const = default;
 };
 
+// One token row copy (every layer's K and V at a slot, an INT8 layer's scales with them): token
+// eviction's compaction (KvCacheManager::compact_tokens). Slots are block_id * block_size +
+// offset.
+struct SlotCopy {
+  int64_t src;
+  int64_t dst;
+  bool operator==(const SlotCopy&) const = default;
+};
+
 class KvGroupManager {
  public:
   // Allocating one row's slots: blocks given back first, then blocks taken from the free queue.

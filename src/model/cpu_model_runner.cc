@@ -56,6 +56,15 @@ Status CpuModelRunner::copy_blocks(int32_t pool, std::span<const kv::BlockCopy> 
   return Status::Ok();
 }
 
+Status CpuModelRunner::copy_slots(std::span<const kv::SlotCopy> copies) {
+  if (copies.empty()) return Status::Ok();
+  if (!kv::can_copy_slots(buffer(0).layout())) {
+    return Status::Unsupported("an INT4 KV cache moves whole blocks only");
+  }
+  kv::copy_slots(buffer(0), copies);
+  return Status::Ok();
+}
+
 kv::BlockMover& CpuModelRunner::block_mover(int32_t pool) {
   STRATA_CHECK(pool >= 0 && pool < num_kv_pools(), "no such KV pool");
   return *movers_[static_cast<size_t>(pool)];

@@ -43,6 +43,7 @@ class CpuModelRunner final : public ModelRunner {
   const kv::KvLayout& kv_layout(int32_t pool = 0) const override { return buffer(pool).layout(); }
   int32_t num_blocks(int32_t pool = 0) const override { return buffer(pool).num_blocks(); }
   Status copy_blocks(int32_t pool, std::span<const kv::BlockCopy> copies) override;
+  Status copy_slots(std::span<const kv::SlotCopy> copies) override;
   kv::BlockMover& block_mover(int32_t pool = 0) override;
   std::unique_ptr<kv::BlockMover> new_block_mover(int32_t pool = 0) override;
   std::span<const kv::KvLayerSlot> kv_layer_slots() const override { return slots_; }

@@ -320,8 +320,10 @@ Status Model::begin_mass(const ForwardBatch& b) {
   scratch_.mass_offsets.clear();
   scratch_.mass_rows.clear();
   if (b.mass_offsets.empty()) return Status::Ok();
-  if (b.mass_offsets.size() != b.token_ids.size()) {
-    return Status::InvalidArgument("forward: mass_offsets needs one entry per token row");
+  if (b.mass_offsets.size() != b.token_ids.size() ||
+      (!b.mass_max.empty() && b.mass_max.size() != b.token_ids.size())) {
+    return Status::InvalidArgument(
+        "forward: mass_offsets (and mass_max, if set) need one entry per token row");
   }
   const auto num_kv_heads = static_cast<int64_t>(config_.num_key_value_heads);
   const auto size = span_size(b.attention_mass.size());
@@ -344,7 +346,8 @@ Status Model::begin_mass(const ForwardBatch& b) {
                       "'s attention mass row does not fit attention_mass");
       }
       scratch_.mass_offsets[static_cast<size_t>(t)] = scratch_size;
-      rows.push_back({out, scratch_size, kv_len});
+      rows.push_back({out, scratch_size, kv_len,
+                      !b.mass_max.empty() && b.mass_max[static_cast<size_t>(t)] != 0});
       scratch_size += num_kv_heads * kv_len;
     }
   }
@@ -377,6 +380,16 @@ void Model::add_layer_mass(const ForwardBatch& b, ThreadPool& pool) {
           const MassRow& r = rows[static_cast<size_t>(i)];
           float* out = b.attention_mass.data() + r.out;
           const float* heads = scratch_.mass.data() + r.scratch;
+          if (r.max) {
+            for (int32_t j = 0; j < r.kv_len; ++j) {
+              float m = out[j];
+              for (int32_t h = 0; h < num_kv_heads; ++h) {
+                m = std::max(m, heads[static_cast<int64_t>(h) * r.kv_len + j]);
+              }
+              out[j] = m;
+            }
+            continue;
+          }
           for (int32_t j = 0; j < r.kv_len; ++j) {
             float sum = out[j];
             for (int32_t h = 0; h < num_kv_heads; ++h) {

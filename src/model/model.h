@@ -113,6 +113,11 @@ struct ForwardBatch {
   // offset < 0 are not touched. Empty spans: none wanted, at no cost.
   std::span<const int64_t> mass_offsets = {};  // [num_tokens] or empty
   std::span<float> attention_mass = {};
+  // Per token row (or empty: every row sums): nonzero where the row takes, instead of the sum
+  // over layers and KV heads, the largest share any one (layer, KV head) gave the slot (summed
+  // over that KV head's query heads) -- SnapKV's per-head selection, where one head's strong
+  // attention keeps a token. Deterministic alike.
+  std::span<const uint8_t> mass_max = {};
 
   // The newest-blocks group's index (>= 1), or -1 without one.
   int32_t newest_group() const {
@@ -191,6 +196,7 @@ class Model {
     int64_t out;
     int64_t scratch;
     int32_t kv_len;
+    bool max;  // ForwardBatch::mass_max
   };
 
   struct Scratch {

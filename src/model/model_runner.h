@@ -39,6 +39,14 @@ class ModelRunner {
   virtual int32_t num_blocks(int32_t pool = 0) const = 0;
   // Copy-on-write copies within one pool, run before the step that writes the destination blocks.
   virtual Status copy_blocks(int32_t pool, std::span<const kv::BlockCopy> copies) = 0;
+  // Token eviction's compaction (kv::KvCacheManager::compact_tokens): copies each token row --
+  // every layer's K and V at a slot -- within pool 0, in order, before the pool allocates again.
+  // Unsupported on a backend without it (the GPU runner for now: the engine refuses token-level
+  // eviction there).
+  virtual Status copy_slots(std::span<const kv::SlotCopy> copies) {
+    return copies.empty() ? Status::Ok()
+                          : Status::Unsupported("this backend cannot move single KV tokens");
+  }
   // Moves whole blocks between one pool and host memory (swap preemption's copies, on the swap
   // space's copy thread).
   virtual kv::BlockMover& block_mover(int32_t pool = 0) = 0;

@@ -325,7 +325,8 @@ std::optional<ApiError> read_kv_eviction(const json& v, std::optional<KvEviction
           value.is_string() ? parse_kv_eviction_policy(value.get_ref<const std::string&>())
                             : std::nullopt;
       if (!policy) {
-        return bad(R"(policy must be one of "none", "streaming_llm", "paged_eviction")");
+        return bad(
+            R"(policy must be one of "none", "streaming_llm", "paged_eviction", "h2o", "snapkv")");
       }
       p.policy = policy;
       continue;

@@ -151,6 +151,9 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
   metric(out, "strata:kv_evicted_blocks_total", "counter",
          "Blocks token eviction (kv_eviction) took from sequences' block tables.",
          static_cast<double>(t.num_kv_evicted_blocks));
+  metric(out, "strata:kv_evicted_tokens_total", "counter",
+         "Single tokens token-level eviction (h2o, snapkv) took from sequences' KV.",
+         static_cast<double>(t.num_kv_evicted_tokens));
   line(out, "# HELP strata:kv_tier_hits_total Prompt tokens brought back from a KV tier.");
   line(out, "# TYPE strata:kv_tier_hits_total counter");
   line(out,

@@ -106,22 +106,24 @@ TEST(ChooseEvictedBlocksTest, ResolvedDefaultsAndErrors) {
   EXPECT_FALSE(validate_kv_eviction(KvEvictionParams{std::nullopt, -1}).ok());
   EXPECT_FALSE(validate_kv_eviction(KvEvictionParams{std::nullopt, 8, -2}).ok());
   EXPECT_EQ(parse_kv_eviction_policy("paged_eviction"), KvEvictionPolicy::kPagedEviction);
-  EXPECT_EQ(parse_kv_eviction_policy("h2o"), std::nullopt);
+  EXPECT_EQ(parse_kv_eviction_policy("h2o"), KvEvictionPolicy::kH2O);
+  EXPECT_EQ(parse_kv_eviction_policy("snapkv"), KvEvictionPolicy::kSnapKv);
+  EXPECT_EQ(parse_kv_eviction_policy("H2O"), std::nullopt);
 }
 
 TEST(ChooseEvictedBlocksTest, MaxHeldSlotsBoundsWhatStaysPlusAStep) {
   // Budget 12 over protected blocks of 4 (sink) + 8 + 3 (window) = 15 slots: 15 + a block.
-  EXPECT_EQ(max_held_slots(streaming(12, 4, 8), kBs), 19);
+  EXPECT_EQ(max_held_slots(streaming(12, 4, 8), kBs, 1 << 20, 1 << 20), 19);
   // A budget above the protected blocks: the budget + a block.
-  EXPECT_EQ(max_held_slots(streaming(64, 4, 8), kBs), 68);
+  EXPECT_EQ(max_held_slots(streaming(64, 4, 8), kBs, 1 << 20, 1 << 20), 68);
   // No window: the newest block is protected whole.
-  EXPECT_EQ(max_held_slots(paged(2), kBs), 8);
+  EXPECT_EQ(max_held_slots(paged(2), kBs, 1 << 20, 1 << 20), 8);
   // Every eviction of the randomized run below stays within it.
   for (int32_t len = 1; len < 80; ++len) {
     for (const ResolvedKvEviction& p : {streaming(12, 4, 8), streaming(12, 5, 0), paged(6, 0, 3)}) {
       const std::vector<float> scores(static_cast<size_t>((len + kBs - 1) / kBs), 1.0f);
       const auto gone = static_cast<int64_t>(choose_evicted_blocks(p, len, kBs, scores).size());
-      EXPECT_LE(len - gone * kBs + kBs, max_held_slots(p, kBs)) << len;
+      EXPECT_LE(len - gone * kBs + kBs, max_held_slots(p, kBs, 1 << 20, 1 << 20)) << len;
     }
   }
 }

@@ -54,7 +54,7 @@ class AttentionMassTest : public ::testing::Test {
 
   // The step's batch; mass wanted when `want_mass`.
   StepResult run(Model& model, kv::HostKvBuffer& kv, const std::vector<SeqStep>& seqs,
-                 bool want_mass = true) {
+                 bool want_mass = true, bool max_rows = false) {
     std::vector<int32_t> tokens, positions, q_indptr = {0}, kv_indptr = {0}, indices, last, rows;
     std::vector<int64_t> slots;
     StepResult r;
@@ -88,9 +88,11 @@ class AttentionMassTest : public ::testing::Test {
     b.layout.block_size = kBlockSize;
     b.slot_mapping = slots;
     b.logits_rows = rows;
+    const std::vector<uint8_t> max_flags(max_rows ? tokens.size() : 0, 1);
     if (want_mass) {
       b.mass_offsets = r.offsets;
       b.attention_mass = r.mass;
+      b.mass_max = max_flags;
     }
     r.status = model.forward(b, kv, r.logits, pool_);
     return r;
@@ -142,6 +144,42 @@ TEST_F(AttentionMassTest, RowsSumToLayersTimesHeadsAndStopAtTheirPosition) {
     EXPECT_EQ(r.mass.size(), 30u * 80u + 19u * 19u);  // every float written, none beyond
     for (float v : r.mass) ASSERT_NE(v, kSentinel);
   }
+}
+
+// mass_max (SnapKV): each slot gets the largest share one (layer, KV head) gave it, so it lies
+// between the sum's share per (layer, KV head) and the sum, and never above a KV head's group of
+// query heads; bit-identical beside another sequence.
+TEST_F(AttentionMassTest, MaxRowsTakeTheLargestShareOfOneLayerAndKvHead) {
+  Model model = Model::load({kModels + "llama3-gqa"});
+  const int32_t layers = model.config().num_hidden_layers;
+  const int32_t kv_heads = model.config().num_key_value_heads;
+  const auto group = static_cast<float>(model.config().num_attention_heads / kv_heads);
+  const std::vector<int32_t> a = prompt(41, 3, model.vocab_size());
+  const std::vector<int32_t> b = prompt(17, 4, model.vocab_size());
+  kv::HostKvBuffer kv_sum = cache_of(model, DType::kF32);
+  const StepResult sum = run(model, kv_sum, {{&a, 0, 41, {1, 2, 3}}});
+  kv::HostKvBuffer kv_max = cache_of(model, DType::kF32);
+  const StepResult max = run(model, kv_max, {{&a, 0, 41, {1, 2, 3}}}, true, true);
+  ASSERT_TRUE(sum.status.ok() && max.status.ok());
+  EXPECT_EQ(sum.logits, max.logits) << "the reduction changes no logit";
+  for (int32_t t = 0; t < 41; ++t) {
+    const std::vector<float> s_row = row(sum, t, 41), m_row = row(max, t, 41);
+    for (int32_t j = 0; j < 41; ++j) {
+      const float sv = s_row[static_cast<size_t>(j)], mv = m_row[static_cast<size_t>(j)];
+      ASSERT_LE(mv, sv * (1 + 1e-5f) + 1e-7f) << t << " " << j;
+      ASSERT_GE(mv * static_cast<float>(layers * kv_heads) * (1 + 1e-5f) + 1e-7f, sv)
+          << t << " " << j;
+      ASSERT_LE(mv, group * (1 + 1e-5f)) << t << " " << j;
+      if (j > t) {
+        ASSERT_EQ(mv, 0.0f);
+      }
+    }
+  }
+  kv::HostKvBuffer kv_batch = cache_of(model, DType::kF32);
+  const StepResult batch =
+      run(model, kv_batch, {{&b, 0, 17, {4, 9}}, {&a, 0, 41, {8, 6, 10}}}, true, true);
+  ASSERT_TRUE(batch.status.ok());
+  for (int32_t t = 0; t < 41; ++t) EXPECT_EQ(row(batch, 17 + t, 41), row(max, t, 41)) << t;
 }
 
 TEST_F(AttentionMassTest, SlotsOutsideTheWindowGetNothingFromWindowedLayers) {

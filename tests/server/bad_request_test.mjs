@@ -120,7 +120,7 @@ await expectError("completions: unsupported suffix", "POST", C, cmpl({ suffix: "
 // policy the request names without a budget (the server was started with no default budget)
 for (const [name, value] of [
   ["not an object", "streaming_llm"],
-  ["an unknown policy", { policy: "h2o", budget_tokens: 64 }],
+  ["an unknown policy", { policy: "quest", budget_tokens: 64 }],
   ["a policy that is not a string", { policy: 1, budget_tokens: 64 }],
   ["an unknown field", { policy: "streaming_llm", budget_tokens: 64, keep: 3 }],
   ["budget 0", { policy: "streaming_llm", budget_tokens: 0 }],

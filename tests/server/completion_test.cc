@@ -95,6 +95,12 @@ TEST_F(CompletionTest, KvEvictionIsReadAndItsBadValuesAre400sNamingIt) {
       << "the fields it leaves out are the server's";
   r = ok(R"({"prompt":"x","kv_eviction":{"policy":"paged_eviction","budget_tokens":8}})");
   EXPECT_EQ(r.kv_eviction->policy, KvEvictionPolicy::kPagedEviction);
+  EXPECT_EQ(
+      ok(R"({"prompt":"x","kv_eviction":{"policy":"h2o","budget_tokens":8}})").kv_eviction->policy,
+      KvEvictionPolicy::kH2O);
+  EXPECT_EQ(ok(R"({"prompt":"x","kv_eviction":{"policy":"snapkv","budget_tokens":8}})")
+                .kv_eviction->policy,
+            KvEvictionPolicy::kSnapKv);
   EXPECT_FALSE(ok(R"({"prompt":"x"})").kv_eviction.has_value());
   EXPECT_FALSE(ok(R"({"prompt":"x","kv_eviction":null})").kv_eviction.has_value());
   auto chat = parse_chat_request(
@@ -102,7 +108,7 @@ TEST_F(CompletionTest, KvEvictionIsReadAndItsBadValuesAre400sNamingIt) {
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(chat));
   EXPECT_EQ(std::get<CompletionRequest>(chat).kv_eviction->policy, KvEvictionPolicy::kNone);
   for (const char* bad :
-       {R"("streaming_llm")", R"({"policy":"h2o","budget_tokens":8})",
+       {R"("streaming_llm")", R"({"policy":"quest","budget_tokens":8})",
         R"({"policy":["streaming_llm"]})", R"({"policy":"streaming_llm","budget":8})",
         R"({"budget_tokens":0})", R"({"budget_tokens":-1})", R"({"budget_tokens":1.5})",
         R"({"budget_tokens":"64"})", R"({"budget_tokens":4294967297})",

@@ -73,20 +73,23 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd.add_option("--kv-eviction-policy", o.kv_eviction_policy,
                  "Token eviction for requests that name none: none, streaming_llm (sink + newest "
-                 "blocks) or paged_eviction (lowest ||V||/||K|| blocks first); whole blocks go "
-                 "once a sequence holds more than --kv-budget-tokens (CPU only)")
-      ->check(CLI::IsMember({"none", "streaming_llm", "paged_eviction"}));
+                 "blocks) or paged_eviction (lowest ||V||/||K|| blocks first), which take whole "
+                 "blocks, or h2o (lowest accumulated attention first) or snapkv (once, at the "
+                 "prompt's end, by the attention of its last tokens), which take single tokens "
+                 "and compact; once a sequence holds more than --kv-budget-tokens (CPU only)")
+      ->check(CLI::IsMember({"none", "streaming_llm", "paged_eviction", "h2o", "snapkv"}));
   cmd.add_option("--kv-budget-tokens", o.kv_budget_tokens,
                  "Token eviction: the most KV slots a sequence holds between steps (0 = none "
                  "by default: requests name theirs)")
       ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
   cmd.add_option("--kv-sink-tokens", o.kv_sink_tokens,
                  "Token eviction: leading positions never evicted (default: 4 for "
-                 "streaming_llm, 0 for paged_eviction)")
+                 "streaming_llm, 0 for the others)")
       ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
   cmd.add_option("--kv-window-tokens", o.kv_window_tokens,
                  "Token eviction: newest positions never evicted (default: the budget less the "
-                 "sink for streaming_llm, 0 for paged_eviction)")
+                 "sink for streaming_llm, 0 for paged_eviction, half the budget for h2o; for "
+                 "snapkv the prompt's observation window, min(32, budget / 2))")
       ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV of cached prompt prefixes (on by default)");

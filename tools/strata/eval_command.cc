@@ -225,8 +225,9 @@ void add_eval_command(CLI::App& app, EvalOptions& o) {
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", n.enable_prefix_caching,
                 "Reuse the KV of cached prompt prefixes (on by default)");
   cmd->add_option("--kv-eviction-policy", n.kv_eviction_policy,
-                  "Token eviction for every prompt: none, streaming_llm or paged_eviction")
-      ->check(CLI::IsMember({"none", "streaming_llm", "paged_eviction"}));
+                  "Token eviction for every prompt: none, streaming_llm, paged_eviction, h2o or "
+                  "snapkv")
+      ->check(CLI::IsMember({"none", "streaming_llm", "paged_eviction", "h2o", "snapkv"}));
   cmd->add_option("--kv-budget-tokens", n.kv_budget_tokens, "Token eviction: the budget")
       ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
   cmd->add_option("--kv-sink-tokens", n.kv_sink_tokens, "Token eviction: sink tokens")

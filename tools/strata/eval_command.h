@@ -31,7 +31,8 @@ struct EvalNeedleOptions {
   int32_t max_num_batched_tokens = 4096;
   bool enable_prefix_caching = true;
   KvCacheOptions kv_cache;
-  // Token eviction for every prompt (docs/kv-eviction.md): none, streaming_llm, paged_eviction.
+  // Token eviction for every prompt (docs/kv-eviction.md): none, streaming_llm, paged_eviction,
+  // h2o, snapkv.
   std::string kv_eviction_policy = "none";
   int32_t kv_budget_tokens = 0;
   int32_t kv_sink_tokens = -1;

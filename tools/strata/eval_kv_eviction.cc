@@ -30,6 +30,8 @@ using nlohmann::json;
 struct WindowsRun {
   std::vector<std::vector<float>> logits;
   double mean_max_held_blocks = 0.0;
+  // Token-level policies: what the same evictions would hold without compaction (else 0).
+  double mean_blocks_without_compaction = 0.0;
 };
 
 EngineConfig config_for(const EvalKvEvictionOptions& o, const KvEvictionParams& eviction,
@@ -67,7 +69,7 @@ WindowsRun run_windows(model::Model& m, ThreadPool& pool, const EvalKvEvictionOp
   }
   WindowsRun run;
   run.logits.resize(windows.size());
-  int64_t held = 0;
+  int64_t held = 0, uncompacted = 0;
   while (engine.has_unfinished()) {
     auto outputs = engine.step();
     if (!outputs.ok()) throw Error(outputs.status().message());
@@ -75,10 +77,15 @@ WindowsRun run_windows(model::Model& m, ThreadPool& pool, const EvalKvEvictionOp
       const auto at = std::find(ids.begin(), ids.end(), out.id) - ids.begin();
       if (!out.prompt_logits.empty())
         run.logits[static_cast<size_t>(at)] = std::move(out.prompt_logits);
-      if (out.finished) held += out.metrics.max_held_blocks;
+      if (out.finished) {
+        held += out.metrics.max_held_blocks;
+        uncompacted += out.metrics.max_blocks_without_compaction;
+      }
     }
   }
   run.mean_max_held_blocks = static_cast<double>(held) / static_cast<double>(windows.size());
+  run.mean_blocks_without_compaction =
+      static_cast<double>(uncompacted) / static_cast<double>(windows.size());
   return run;
 }
 
@@ -100,8 +107,12 @@ struct Row {
   KvEvictionPolicy policy = KvEvictionPolicy::kNone;
   double share = 1.0;
   int32_t budget_tokens = 0;  // of a text window
+  // False for SnapKV: it evicts once the prompt is computed, so a teacher-forced window (a
+  // prompt) is the full cache's; its needle prompts measure it.
+  bool windows_measured = true;
   LogitsComparison kl;
   double mean_max_held_blocks = 0.0;
+  double mean_blocks_without_compaction = 0.0;
   int64_t needle_correct = 0;
   int64_t ref_only = 0;    // the full cache right, eviction wrong
   int64_t evict_only = 0;  // eviction right, the full cache wrong
@@ -128,11 +139,29 @@ void print_table(const EvalKvEvictionOptions& o, const std::vector<Row>& rows, d
   std::printf("%-15s %6.1f%% %8d %11s %8s %12.1f %7.1f%% %18s\n", "full cache", 100.0, o.window_len,
               "-", "-", ref_held, pct * static_cast<double>(ref_correct), "-");
   for (const Row& r : rows) {
-    std::printf("%-15s %6.1f%% %8d %11.3e %7.2f%% %12.1f %7.1f%% %11lld/%lld\n",
-                kv_eviction_policy_name(r.policy), 100 * r.share, r.budget_tokens, r.kl.mean_kl,
-                100 * r.kl.top1_agreement, r.mean_max_held_blocks,
+    char kl[32] = "-", top1[32] = "-", held[32] = "-";
+    if (r.windows_measured) {
+      std::snprintf(kl, sizeof(kl), "%.3e", r.kl.mean_kl);
+      std::snprintf(top1, sizeof(top1), "%.2f%%", 100 * r.kl.top1_agreement);
+      if (is_token_level(r.policy)) {  // held with compaction / the same evictions without
+        std::snprintf(held, sizeof(held), "%.1f/%.1f", r.mean_max_held_blocks,
+                      r.mean_blocks_without_compaction);
+      } else {
+        std::snprintf(held, sizeof(held), "%.1f", r.mean_max_held_blocks);
+      }
+    }
+    std::printf("%-15s %6.1f%% %8d %11s %8s %12s %7.1f%% %11lld/%lld\n",
+                kv_eviction_policy_name(r.policy), 100 * r.share, r.budget_tokens, kl, top1, held,
                 pct * static_cast<double>(r.needle_correct), static_cast<long long>(r.ref_only),
                 static_cast<long long>(r.evict_only));
+  }
+  if (std::any_of(rows.begin(), rows.end(),
+                  [](const Row& r) { return is_token_level(r.policy); })) {
+    std::printf("h2o held blocks: with compaction / the same evictions without it\n");
+  }
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.windows_measured; })) {
+    std::printf(
+        "snapkv evicts once its prompt is computed: no text windows, needle prompts only\n");
   }
 }
 
@@ -146,7 +175,8 @@ void add_eval_kv_eviction_command(CLI::App& eval, EvalKvEvictionOptions& o, std:
   cmd->callback([&task] { task = "kv-eviction"; });
   cmd->add_option("--model", o.model_dir, "Model directory (tokenizer.json; needle_filler.txt)")
       ->default_val(std::string(STRATA_DEFAULT_MODEL_DIR));
-  cmd->add_option("--policies", o.policies, "Comma-separated: streaming_llm, paged_eviction")
+  cmd->add_option("--policies", o.policies,
+                  "Comma-separated: streaming_llm, paged_eviction, h2o, snapkv")
       ->default_val(o.policies);
   cmd->add_option("--budgets", o.budgets,
                   "Comma-separated budgets as shares of the window / needle context, in (0, 1]")
@@ -182,7 +212,8 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
     while (std::getline(list, name, ',')) {
       const std::optional<KvEvictionPolicy> p = parse_kv_eviction_policy(name);
       if (!p || *p == KvEvictionPolicy::kNone) {
-        throw Error("--policies: '" + name + "' is not streaming_llm or paged_eviction");
+        throw Error("--policies: '" + name +
+                    "' is not streaming_llm, paged_eviction, h2o or snapkv");
       }
       policies.push_back(*p);
     }
@@ -231,10 +262,14 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
       r.policy = policy;
       r.share = share;
       r.budget_tokens = budget_of(share, o.window_len);
-      const WindowsRun run =
-          run_windows(m, pool, o, params_of(o, policy, r.budget_tokens), windows);
-      r.kl = compare_logits(ref.logits, run.logits, vocab);
-      r.mean_max_held_blocks = run.mean_max_held_blocks;
+      r.windows_measured = policy != KvEvictionPolicy::kSnapKv;
+      if (r.windows_measured) {
+        const WindowsRun run =
+            run_windows(m, pool, o, params_of(o, policy, r.budget_tokens), windows);
+        r.kl = compare_logits(ref.logits, run.logits, vocab);
+        r.mean_max_held_blocks = run.mean_max_held_blocks;
+        r.mean_blocks_without_compaction = run.mean_blocks_without_compaction;
+      }
       for (size_t c = 0; c < by_context.size(); ++c) {
         const int32_t context = (*contexts)[c];
         const std::vector<eval::NeedleOutcome> q = run_needle_prompts(
@@ -258,16 +293,20 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
   };
   json out_rows = json::array();
   for (const Row& r : rows) {
-    out_rows.push_back({{"policy", kv_eviction_policy_name(r.policy)},
-                        {"budget_share", r.share},
-                        {"budget_tokens", r.budget_tokens},
-                        {"mean_kl", r.kl.mean_kl},
-                        {"top1_agreement", r.kl.top1_agreement},
-                        {"positions", r.kl.num_positions},
-                        {"mean_max_held_blocks", r.mean_max_held_blocks},
-                        {"needle_accuracy", accuracy(r.needle_correct)},
-                        {"discordant_reference_only", r.ref_only},
-                        {"discordant_eviction_only", r.evict_only}});
+    const auto measured = [&](double x) { return r.windows_measured ? json(x) : json(nullptr); };
+    out_rows.push_back(
+        {{"policy", kv_eviction_policy_name(r.policy)},
+         {"budget_share", r.share},
+         {"budget_tokens", r.budget_tokens},
+         {"mean_kl", measured(r.kl.mean_kl)},
+         {"top1_agreement", measured(r.kl.top1_agreement)},
+         {"positions", r.kl.num_positions},
+         {"mean_max_held_blocks", measured(r.mean_max_held_blocks)},
+         {"mean_max_blocks_without_compaction",
+          is_token_level(r.policy) ? measured(r.mean_blocks_without_compaction) : json(nullptr)},
+         {"needle_accuracy", accuracy(r.needle_correct)},
+         {"discordant_reference_only", r.ref_only},
+         {"discordant_eviction_only", r.evict_only}});
   }
   const json out = {{"model", o.model_dir},
                     {"block_size", o.block_size},

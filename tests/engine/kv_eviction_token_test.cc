@@ -1,0 +1,313 @@
+// Token-level eviction in the step loop (docs/kv-eviction.md) on the llama3-gqa fixture: H2O and
+// SnapKV take single tokens and compact, so a sequence holds ceil(kept / block_size) blocks. A
+// budget the sequence never exceeds changes nothing (bit-equal); H2O holds exactly its budget after
+// every step and SnapKV evicts once, at the prompt's end (hand-computed counts); the results do
+// not depend on chunking, batch mates, forks or preemption (recompute repeats the recorded
+// evictions, and the attention mass a recompute adds up again is the same); such a sequence
+// never enters the prefix cache. No block leaks.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/engine_on_model.h"
+#include "engine_testing.h"
+#include "model/model.h"
+#include "reference_testing.h"
+#include "strata/engine.h"
+
+namespace strata {
+namespace {
+
+constexpr double kTolerance = 1e-5;
+const std::string kModels = std::string(STRATA_TEST_DATA_DIR) + "/models/";
+
+using engine::test_util::Collected;
+using engine::test_util::drain;
+using engine::test_util::greedy;
+using engine::test_util::prompt_of;
+
+KvEvictionParams eviction(KvEvictionPolicy policy, int32_t budget, int32_t sink = -1,
+                          int32_t window = -1) {
+  return KvEvictionParams{policy, budget, sink, window};
+}
+
+EngineRequest with(EngineRequest r, const KvEvictionParams& e) {
+  r.kv_eviction = e;
+  return r;
+}
+
+void expect_same(const Collected& got, const Collected& ref, int32_t seq = 0) {
+  EXPECT_EQ(got.tokens.at(seq), ref.tokens.at(0));
+  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(got.logprobs.at(seq), ref.logprobs.at(0)),
+            kTolerance);
+}
+
+class KvEvictionTokenTest : public ::testing::Test {
+ protected:
+  KvEvictionTokenTest() : pool_(2), model_(model::Model::load({kModels + "llama3-gqa"})) {}
+
+  std::unique_ptr<Engine> make(EngineConfig c = {}) {
+    if (c.num_blocks == 0) c.num_blocks = 256;
+    auto e = engine::create_engine(model_, pool_, c);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+
+  Collected alone(const EngineRequest& r, const EngineConfig& c = {}) {
+    auto e = make(c);
+    const RequestId id = *e->submit(r);
+    Collected got = drain(*e)[id];
+    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+    return got;
+  }
+
+  // The pool's used blocks after each step of r run alone.
+  std::vector<int32_t> used_blocks_per_step(const EngineRequest& r, Collected* out) {
+    auto e = make();
+    (void)*e->submit(r);
+    std::vector<int32_t> used;
+    while (e->has_unfinished()) {
+      auto step = e->step();
+      EXPECT_TRUE(step.ok());
+      if (!step.ok()) break;
+      used.push_back(e->last_step().num_used_blocks);
+      for (const RequestOutput& o : *step) engine::test_util::absorb(*out, o);
+    }
+    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+    return used;
+  }
+
+  ThreadPool pool_;
+  model::Model model_;
+};
+
+TEST_F(KvEvictionTokenTest, ABudgetTheSequenceNeverExceedsChangesNothing) {
+  const EngineRequest plain = greedy(prompt_of(300, 1), 20);
+  const Collected ref = alone(plain);
+  for (const KvEvictionPolicy p : {KvEvictionPolicy::kH2O, KvEvictionPolicy::kSnapKv}) {
+    SCOPED_TRACE(kv_eviction_policy_name(p));
+    const Collected got = alone(with(plain, eviction(p, 320)));
+    EXPECT_EQ(got.tokens.at(0), ref.tokens.at(0));
+    ASSERT_EQ(got.logprobs.at(0).size(), ref.logprobs.at(0).size());
+    for (size_t i = 0; i < ref.logprobs.at(0).size(); ++i) {
+      EXPECT_EQ(got.logprobs.at(0)[i].logprob, ref.logprobs.at(0)[i].logprob) << "bit-equal";
+    }
+    EXPECT_EQ(got.metrics.num_evicted_tokens, 0);
+    EXPECT_EQ(got.metrics.max_held_blocks, 20) << "320 slots in blocks of 16";
+  }
+}
+
+// Block size 16, a 64-token prompt, 40 tokens (39 computed after the prompt), budget 32. The
+// first chunk runs to 48, the first block boundary past the budget: 16 tokens go (32 held, 2
+// blocks). The next ends at the prompt's end, 64: 16 more. Then every decode step adds a slot
+// and one token goes. 16 + 16 + 39 tokens in all, 2 blocks held after every step.
+TEST_F(KvEvictionTokenTest, H2OHoldsExactlyItsBudgetAfterEveryStep) {
+  const EngineRequest r = with(greedy(prompt_of(64, 2), 40), eviction(KvEvictionPolicy::kH2O, 32));
+  Collected got;
+  const std::vector<int32_t> used = used_blocks_per_step(r, &got);
+  ASSERT_EQ(used.size(), 41u) << "two prefill steps, then 39 decode steps (the last finishes)";
+  for (size_t i = 0; i + 1 < used.size(); ++i) EXPECT_EQ(used[i], 2) << "step " << i;
+  EXPECT_EQ(got.metrics.num_evicted_tokens, 16 + 16 + 39);
+  EXPECT_EQ(got.metrics.num_evicted_blocks, 0);
+  EXPECT_EQ(got.metrics.max_held_blocks, 2);
+  EXPECT_EQ(got.tokens.at(0).size(), 40u);
+  // The same evictions without compaction hold every block with a live position: at least the
+  // compacted 2, at most the 7 of 103 positions.
+  EXPECT_GE(got.metrics.max_blocks_without_compaction, 2);
+  EXPECT_LE(got.metrics.max_blocks_without_compaction, 7);
+}
+
+// A 100-token prompt under a budget of 48 (window min(32, 48 / 2) = 24): the whole prompt is
+// computed at once, then 52 tokens go and 48 stay (3 blocks); the 20 generated tokens are all
+// kept (68 slots, 5 blocks).
+TEST_F(KvEvictionTokenTest, SnapKvEvictsOnceAtThePromptsEnd) {
+  const EngineRequest r =
+      with(greedy(prompt_of(100, 3), 21), eviction(KvEvictionPolicy::kSnapKv, 48));
+  Collected got;
+  const std::vector<int32_t> used = used_blocks_per_step(r, &got);
+  ASSERT_EQ(used.size(), 21u) << "one prefill step, then 20 decode steps";
+  EXPECT_EQ(used[0], 3);
+  EXPECT_EQ(used[19], 5) << "48 + 19 computed tokens";
+  EXPECT_EQ(got.metrics.num_evicted_tokens, 52);
+}
+
+TEST_F(KvEvictionTokenTest, ResultsDoNotDependOnChunksOrBatchMates) {
+  for (const KvEvictionParams& p :
+       {eviction(KvEvictionPolicy::kH2O, 40, 4), eviction(KvEvictionPolicy::kSnapKv, 40)}) {
+    SCOPED_TRACE(kv_eviction_policy_name(*p.policy));
+    const EngineRequest r = with(greedy(prompt_of(90, 4), 30), p);
+    const Collected got = alone(r);
+    EXPECT_GT(got.metrics.num_evicted_tokens, 0);
+    EngineConfig chunked;
+    chunked.max_num_batched_tokens = 7;
+    const Collected small_chunks = alone(r, chunked);
+    expect_same(small_chunks, got);
+    EXPECT_EQ(small_chunks.metrics.num_evicted_tokens, got.metrics.num_evicted_tokens);
+    auto e = make();
+    for (int32_t i = 0; i < 3; ++i) (void)*e->submit(greedy(prompt_of(70 + i, 10 + i), 30));
+    const RequestId id = *e->submit(r);
+    const Collected batched = drain(*e)[id];
+    expect_same(batched, got);
+    EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  }
+}
+
+// Greedy forks share the prompt's blocks: a fork never writes a shared block (its tokens stay),
+// so each fork holds a little more than alone, and returns the same tokens.
+TEST_F(KvEvictionTokenTest, ForksNeverWriteTheBlocksTheyShare) {
+  EngineRequest r = with(greedy(prompt_of(70, 5), 30), eviction(KvEvictionPolicy::kH2O, 32));
+  const Collected one = alone(r);
+  r.n = 3;
+  const Collected three = alone(r);
+  for (int32_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE("fork " + std::to_string(i));
+    EXPECT_EQ(three.tokens.at(i).size(), one.tokens.at(0).size());
+    EXPECT_EQ(three.tokens.at(i), three.tokens.at(0)) << "greedy forks of one state agree";
+  }
+  EXPECT_GT(three.metrics.num_evicted_tokens, 0);
+}
+
+// A token-evicting sequence compacts its blocks in place, so it neither registers its blocks in
+// the prefix cache nor takes a hit: the same prompt asked again without eviction computes it
+// all, and returns a cold run's tokens.
+TEST_F(KvEvictionTokenTest, ATokenEvictingSequenceNeverEntersThePrefixCache) {
+  auto e = make();
+  const std::vector<int32_t> prompt = prompt_of(64, 6);
+  const RequestId a = *e->submit(with(greedy(prompt, 20), eviction(KvEvictionPolicy::kH2O, 32)));
+  drain(*e);
+  (void)a;
+  const RequestId b = *e->submit(greedy(prompt, 20));
+  const Collected again = drain(*e)[b];
+  EXPECT_EQ(again.metrics.num_cached_tokens, 0);
+  expect_same(again, alone(greedy(prompt, 20)));
+  // And a token-evicting request after a cached one takes no hit either.
+  const RequestId c = *e->submit(with(greedy(prompt, 20), eviction(KvEvictionPolicy::kH2O, 32)));
+  const Collected evicting = drain(*e)[c];
+  EXPECT_EQ(evicting.metrics.num_cached_tokens, 0);
+  expect_same(evicting, alone(with(greedy(prompt, 20), eviction(KvEvictionPolicy::kH2O, 32))));
+}
+
+class KvEvictionTokenPreemptionTest : public KvEvictionTokenTest,
+                                      public ::testing::WithParamInterface<PreemptionMode> {};
+
+// Eight requests in a 12-block pool under H2O and SnapKV budgets preempt each other after
+// evicting; each returns what it gets alone: a recompute repeats the recorded evictions at the
+// same points and adds up the same attention mass again, query by query.
+TEST_P(KvEvictionTokenPreemptionTest, PreemptedRequestsGetWhatTheyGetAlone) {
+  for (const KvEvictionParams& policy :
+       {eviction(KvEvictionPolicy::kH2O, 24, 2), eviction(KvEvictionPolicy::kSnapKv, 24)}) {
+    SCOPED_TRACE(kv_eviction_policy_name(*policy.policy));
+    auto e = make(engine::test_util::preempting({}, GetParam()));
+    std::vector<EngineRequest> requests;
+    std::vector<RequestId> ids;
+    for (int32_t i = 0; i < 8; ++i) {
+      requests.push_back(with(greedy(prompt_of(40 + i, i), 48), policy));
+      ids.push_back(*e->submit(requests.back()));
+    }
+    auto got = drain(*e);
+    EXPECT_GT(e->totals().num_preemptions, 0);
+    EXPECT_GT(e->totals().num_kv_evicted_tokens, 0);
+    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+    int evicted_and_preempted = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      SCOPED_TRACE("request " + std::to_string(i));
+      const Collected ref = alone(requests[i]);
+      const Collected& x = got[ids[i]];
+      expect_same(x, ref);
+      EXPECT_EQ(x.metrics.num_evicted_tokens, ref.metrics.num_evicted_tokens);
+      evicted_and_preempted += x.metrics.num_preemptions > 0 && x.metrics.num_evicted_tokens > 0;
+    }
+    EXPECT_GT(evicted_and_preempted, 0);
+  }
+}
+
+// An H2O sequence preempted after many evictions: A (priority 1, budget 40) decodes alone for 60
+// steps, evicting a token at each; then B (priority 0, no eviction) outgrows the 12-block pool and
+// A is preempted. A still returns what it gets alone: by swap its slots' positions and mass stay
+// with it, by recompute it repeats its evictions and adds up the same mass again.
+// On strata-tiny, a trained model, whose attention is not the fixtures' near-uniform one.
+TEST_P(KvEvictionTokenPreemptionTest, AnH2OSequencePreemptedLateGetsWhatItGetsAlone) {
+  model::Model tiny = model::Model::load({std::string(STRATA_MODELS_DIR) + "/strata-tiny"});
+  const auto make = [&](EngineConfig cfg) {
+    auto e = engine::create_engine(tiny, pool_, cfg);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return std::move(e).value();
+  };
+  const auto alone = [&](const EngineRequest& r) {
+    EngineConfig cfg;
+    cfg.num_blocks = 64;
+    auto e = make(cfg);
+    const RequestId id = *e->submit(r);
+    return drain(*e)[id];
+  };
+  EngineConfig c = engine::test_util::preempting({}, GetParam());
+  c.policy = SchedulingPolicy::kPriority;
+  EngineRequest a =
+      with(greedy(prompt_of(60, 11), 120), eviction(KvEvictionPolicy::kH2O, 40, 2, 8));
+  a.priority = 1;
+  EngineRequest b = greedy(prompt_of(120, 12), 60);
+  b.priority = 0;
+  auto e = make(c);
+  const RequestId ia = *e->submit(a);
+  std::map<RequestId, Collected> got;
+  for (int step = 0; step < 60; ++step) {
+    auto out = e->step();
+    ASSERT_TRUE(out.ok());
+    for (const RequestOutput& o : *out) engine::test_util::absorb(got[o.id], o);
+  }
+  ASSERT_GT(got[ia].metrics.num_evicted_tokens, 40);
+  const RequestId ib = *e->submit(b);
+  for (auto& [id, c2] : drain(*e)) {
+    for (const auto& [idx, t] : c2.tokens) {
+      auto& dst = got[id].tokens[idx];
+      dst.insert(dst.end(), t.begin(), t.end());
+    }
+    for (const auto& [idx, l] : c2.logprobs) {
+      auto& dst = got[id].logprobs[idx];
+      dst.insert(dst.end(), l.begin(), l.end());
+    }
+    got[id].metrics = c2.metrics;
+  }
+  EXPECT_GT(got[ia].metrics.num_preemptions, 0) << "A was preempted";
+  EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+  const Collected ref = alone(a);
+  expect_same(got[ia], ref);
+  EXPECT_EQ(got[ia].metrics.num_evicted_tokens, ref.metrics.num_evicted_tokens);
+  expect_same(got[ib], alone(b));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, KvEvictionTokenPreemptionTest,
+                         ::testing::Values(PreemptionMode::kRecompute, PreemptionMode::kSwap),
+                         [](const ::testing::TestParamInfo<PreemptionMode>& i) {
+                           return i.param == PreemptionMode::kSwap ? "Swap" : "Recompute";
+                         });
+
+// Compaction moves a token's K and V codes and, in an int8 pool, its per-token scales: H2O over an
+// int8 cache holds its budget and returns the same tokens in any chunking. (An int4 cache keeps
+// per-block statistics and a newest-blocks group: refused, like every cache of two groups.)
+TEST_F(KvEvictionTokenTest, RunsOverAnInt8Cache) {
+  EngineConfig int8;
+  int8.kv_cache_dtype = KvCacheDType::kInt8;
+  const EngineRequest r =
+      with(greedy(prompt_of(80, 7), 30), eviction(KvEvictionPolicy::kH2O, 32, 4));
+  const Collected got = alone(r, int8);
+  EXPECT_GT(got.metrics.num_evicted_tokens, 0);
+  EXPECT_EQ(got.metrics.max_held_blocks, 2);
+  EngineConfig chunked = int8;
+  chunked.max_num_batched_tokens = 7;
+  expect_same(alone(r, chunked), got);
+  EngineConfig int4;
+  int4.kv_cache_dtype = KvCacheDType::kInt4;
+  int4.num_blocks = 64;
+  auto e = engine::create_engine(model_, pool_, int4);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_FALSE((*e)->submit(r).ok());
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,321 @@
+// Token-level eviction (kv_eviction.h, KvCacheManager::compact_tokens, copy_slots): H2O and
+// SnapKV take exactly the tokens their definitions name on constructed scores (hand-computed),
+// SnapKV's pooling, compaction's moves, the table and pool after a compaction, the bytes
+// copy_slots moves (every layer and head, an INT8 layer's scales), and a seeded randomized run of
+// grow / evict / fork / free that follows every slot's position through the pool's bytes, with
+// invariants after every operation and no block leaked.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kv/block_copy.h"
+#include "kv/host_kv_buffer.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/kv_eviction.h"
+#include "pool_testing.h"
+
+namespace strata::kv {
+namespace {
+
+using test_util::values;
+using V = std::vector<int32_t>;
+using Moves = std::vector<std::pair<int32_t, int32_t>>;
+
+constexpr int32_t kBs = 4;
+
+ResolvedKvEviction h2o(int32_t budget, int32_t sink, int32_t window) {
+  return {KvEvictionPolicy::kH2O, budget, sink, window};
+}
+
+V iota(int32_t n) {
+  V v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+// ---- which tokens each policy takes ------------------------------------------------------
+
+TEST(ChooseEvictedTokensTest, H2OTakesTheLowestMassOutsideTheSinksAndTheWindow) {
+  // Ten slots holding positions 0..9; sink 1, window 3 (positions 7, 8, 9), budget 6: four of
+  // positions 1..6 go, the lowest mass first.
+  const std::vector<float> mass = {9, 1, 8, 2, 7, 0.5f, 3, 0, 0, 0};
+  EXPECT_EQ(choose_evicted_tokens(h2o(6, 1, 3), iota(10), mass, {}, 10), (V{1, 3, 5, 6}));
+  // Within the budget nothing goes.
+  EXPECT_EQ(choose_evicted_tokens(h2o(10, 1, 3), iota(10), mass, {}, 10), V{});
+  // Ties go to the lower position first; slots are returned ascending whatever their order.
+  const std::vector<float> flat(10, 1.0f);
+  EXPECT_EQ(choose_evicted_tokens(h2o(7, 0, 0), V{9, 8, 7, 6, 5, 4, 3, 2, 1, 0}, flat, {}, 10),
+            (V{7, 8, 9}))
+      << "positions 0, 1, 2 sit in slots 9, 8, 7";
+  // A locked slot (its block shared with a fork) stays; the next lowest (7, position 4) goes
+  // instead.
+  const std::vector<uint8_t> locked = {0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(choose_evicted_tokens(h2o(6, 1, 3), iota(10), mass, locked, 10), (V{3, 4, 5, 6}));
+  // When the protected slots alone exceed the budget, only the candidates go.
+  EXPECT_EQ(choose_evicted_tokens(h2o(2, 1, 1), iota(4), std::vector<float>(4, 0.0f), {}, 4),
+            (V{1, 2}));
+}
+
+TEST(ChooseEvictedTokensTest, SnapKvProtectsThePromptsObservationWindow) {
+  // A 12-token prompt, window 4 (positions 8..11), budget 6: of positions 0..7 the two best
+  // pooled scores stay. The window gave position 2 most, position 0 a little.
+  const ResolvedKvEviction snap{KvEvictionPolicy::kSnapKv, 6, 0, 4};
+  const std::vector<float> window_mass = {1, 0, 10, 0, 0, 0, 0, 0};
+  std::vector<float> scores = pool_scores(window_mass, kSnapKvPoolKernel);
+  // Kernel 5, zero padding: 2.2, 2.2, 2.2, 2, 2, 0, 0, 0.
+  EXPECT_EQ(scores, (std::vector<float>{2.2f, 2.2f, 2.2f, 2.0f, 2.0f, 0.0f, 0.0f, 0.0f}));
+  scores.resize(12, 0.0f);  // the window: protected whatever its score
+  // 5, 6, 7, then 3, 4, then the lowest position of the 2.2s: position 2 stays with its
+  // neighbour 1.
+  EXPECT_EQ(choose_evicted_tokens(snap, iota(12), scores, {}, 12), (V{0, 3, 4, 5, 6, 7}));
+  // Unpooled, the zeros go first and position 0 stays instead of 1.
+  std::vector<float> raw = window_mass;
+  raw.resize(12, 0.0f);
+  EXPECT_EQ(choose_evicted_tokens(snap, iota(12), raw, {}, 12), (V{1, 3, 4, 5, 6, 7}));
+}
+
+TEST(PoolScoresTest, MeanOverTheKernelWithZeroPadding) {
+  const std::vector<float> s = {5, 0, 0, 0, 10};
+  const std::vector<float> p = pool_scores(s, 3);
+  ASSERT_EQ(p.size(), 5u);
+  EXPECT_FLOAT_EQ(p[0], 5.0f / 3);
+  EXPECT_FLOAT_EQ(p[1], 5.0f / 3);
+  EXPECT_FLOAT_EQ(p[2], 0.0f);
+  EXPECT_FLOAT_EQ(p[3], 10.0f / 3);
+  EXPECT_FLOAT_EQ(p[4], 10.0f / 3);
+  EXPECT_EQ(pool_scores(s, 1), s);
+}
+
+TEST(ChooseEvictedTokensTest, ResolvedDefaults) {
+  const Result<ResolvedKvEviction> h =
+      resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kH2O, 64}, {});
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(*h, h2o(64, 0, 32)) << "H2O's recent half";
+  const Result<ResolvedKvEviction> s =
+      resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kSnapKv, 256}, {});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s, (ResolvedKvEviction{KvEvictionPolicy::kSnapKv, 256, 0, 32}));
+  const Result<ResolvedKvEviction> small =
+      resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kSnapKv, 40}, {});
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->window_tokens, 20) << "at most half the budget";
+  EXPECT_TRUE(is_token_level(KvEvictionPolicy::kH2O));
+  EXPECT_FALSE(is_token_level(KvEvictionPolicy::kPagedEviction));
+  // H2O holds its budget after an eviction, + a block during a step; SnapKV the whole prompt,
+  // then the budget + what it generates.
+  EXPECT_EQ(max_held_slots(h2o(64, 0, 32), kBs, 1000, 100), 68);
+  EXPECT_EQ(max_held_slots(*s, kBs, 1000, 100), 1000);
+  EXPECT_EQ(max_held_slots(*s, kBs, 300, 100), 356);
+  EXPECT_EQ(max_held_slots(*s, kBs, 100, 10), 110) << "never more than prompt + max_tokens";
+}
+
+// ---- compaction --------------------------------------------------------------------------
+
+TEST(CompactionMovesTest, HolesBelowTheNewLengthTakeTheLiveSlotsAboveItInOrder) {
+  // 14 slots losing 1, 5, 6, 12: K = 10; holes 1, 5, 6 take the live 10, 11, 13.
+  EXPECT_EQ(compaction_moves(14, V{1, 5, 6, 12}), (Moves{{10, 1}, {11, 5}, {13, 6}}));
+  // Removing the tail moves nothing.
+  EXPECT_EQ(compaction_moves(8, V{6, 7}), Moves{});
+  EXPECT_EQ(compaction_moves(8, V{}), Moves{});
+  // Removing the head: the newest fill it.
+  EXPECT_EQ(compaction_moves(6, V{0, 1}), (Moves{{4, 0}, {5, 1}}));
+  std::vector<int32_t> positions = iota(14);
+  compact_slot_values(positions, V{1, 5, 6, 12});
+  EXPECT_EQ(positions, (V{0, 10, 2, 3, 4, 11, 13, 7, 8, 9}));
+}
+
+class CompactTokensTest : public ::testing::Test {
+ protected:
+  CompactTokensTest() : m_(KvCacheConfig{.block_size = kBs, .groups = {{KvGroupSpec{}, 17}}}) {}
+  KvCacheManager m_;
+};
+
+TEST_F(CompactTokensTest, TheTableHoldsTheLiveSlotsInFewerBlocks) {
+  BlockTable t(kBs);
+  ASSERT_TRUE(m_.allocate_slots(t, 14));
+  EXPECT_EQ(values(t.blocks()), (V{1, 2, 3, 4}));
+  const int32_t free_before = m_.pool().num_free_blocks();
+  const std::vector<SlotCopy> copies = m_.compact_tokens(t, V{1, 5, 6, 12});
+  // Slot s lives in block s / 4 + 1 at offset s % 4: physical 4 * block + offset.
+  EXPECT_EQ(copies, (std::vector<SlotCopy>{{3 * 4 + 2, 1 * 4 + 1},     // slot 10 -> 1
+                                           {3 * 4 + 3, 2 * 4 + 1},     // slot 11 -> 5
+                                           {4 * 4 + 1, 2 * 4 + 2}}));  // slot 13 -> 6
+  EXPECT_EQ(values(t.blocks()), (V{1, 2, 3}));
+  EXPECT_EQ(t.num_tokens(), 10);
+  EXPECT_EQ(t.num_evicted_tokens(), 4);
+  EXPECT_EQ(m_.pool().num_free_blocks(), free_before + 1) << "block 4 went back";
+  const BlockTable* tables[] = {&t};
+  m_.check_invariants(tables);
+  ASSERT_TRUE(m_.allocate_slots(t, 3));
+  EXPECT_EQ(t.blocks().size(), 4u);
+  m_.free(t);
+  EXPECT_EQ(m_.pool().num_free_blocks(), 16);
+}
+
+TEST_F(CompactTokensTest, RefusesToWriteABlockAnotherTableShares) {
+  BlockTable parent(kBs), child(kBs);
+  ASSERT_TRUE(m_.allocate_slots(parent, 12));
+  m_.fork(parent, child);
+  EXPECT_DEATH((void)m_.compact_tokens(child, V{1}), "shared or cached");
+  // Removing only the tail writes nothing: allowed, and only the child's reference goes.
+  EXPECT_TRUE(m_.compact_tokens(child, V{8, 9, 10, 11}).empty());
+  EXPECT_EQ(m_.pool().ref_count(BlockId{3}), 1);
+  m_.free(child);
+  m_.free(parent);
+  EXPECT_EQ(m_.pool().num_free_blocks(), 16);
+}
+
+// Every slot's token row carries its position in each layer, head, K and V (and INT8 scales):
+// after compaction and copy_slots, slot j of the table holds the position compaction_moves says.
+TEST_F(CompactTokensTest, CopySlotsMovesEveryLayerHeadAndScale) {
+  for (const DType d : {DType::kF32, DType::kI8}) {
+    SCOPED_TRACE(dtype_name(d));
+    const KvLayout layout(KvSpec{.num_layers = 2, .num_kv_heads = 2, .head_dim = 4, .dtype = d},
+                          kBs);
+    ASSERT_TRUE(can_copy_slots(layout));
+    HostKvBuffer kv(layout, 17);
+    BlockTable t(kBs);
+    ASSERT_TRUE(m_.allocate_slots(t, 15));
+    const int64_t row = 4 * dtype_bits(d) / 8;
+    const int64_t scale = kv_token_scale_bytes(d);
+    // Byte b of the row of (layer l, part p, head h) at position pos: pos * 16 + l * 8 + p * 4 +
+    // h, truncated to a byte (the scale's two bytes alike).
+    const auto mark = [&](int32_t pos, int l, int p, int h) {
+      return static_cast<std::byte>((pos * 16 + l * 8 + p * 4 + h) & 0xFF);
+    };
+    const auto locate = [&](int32_t slot, int l, int p, int h, bool scales) {
+      const int64_t phys = t.slot(slot);
+      std::byte* block = kv.data() + phys / kBs * layout.block_bytes();
+      const int64_t tok = phys % kBs;
+      if (scales) {
+        const int64_t at = p == 0 ? layout.k_scale_offset_bytes(l) : layout.v_scale_offset_bytes(l);
+        return block + at + (h * kBs + tok) * scale;
+      }
+      const int64_t at = p == 0 ? layout.k_offset_bytes(l) : layout.v_offset_bytes(l);
+      return block + at + (h * kBs + tok) * row;
+    };
+    const auto each = [&](auto&& f) {
+      for (int l = 0; l < 2; ++l)
+        for (int p = 0; p < 2; ++p)
+          for (int h = 0; h < 2; ++h) f(l, p, h);
+    };
+    for (int32_t s = 0; s < 15; ++s) {
+      each([&](int l, int p, int h) {
+        std::memset(locate(s, l, p, h, false), static_cast<int>(mark(s, l, p, h)), row);
+        if (scale > 0)
+          std::memset(locate(s, l, p, h, true), static_cast<int>(mark(s, l, p, h)), scale);
+      });
+    }
+    const V gone = {0, 3, 4, 9, 13};
+    std::vector<int32_t> positions = iota(15);
+    copy_slots(kv, m_.compact_tokens(t, gone));
+    compact_slot_values(positions, gone);
+    ASSERT_EQ(t.num_tokens(), 10);
+    for (int32_t s = 0; s < 10; ++s) {
+      each([&](int l, int p, int h) {
+        const std::byte want = mark(positions[static_cast<size_t>(s)], l, p, h);
+        const std::byte* got = locate(s, l, p, h, false);
+        for (int64_t b = 0; b < row; ++b) ASSERT_EQ(got[b], want) << "slot " << s;
+        for (int64_t b = 0; b < scale; ++b) ASSERT_EQ(locate(s, l, p, h, true)[b], want);
+      });
+    }
+    m_.free(t);
+  }
+  const KvLayout int4(
+      KvSpec{.num_layers = 1, .num_kv_heads = 1, .head_dim = 8, .dtype = DType::kI4}, kBs);
+  EXPECT_FALSE(can_copy_slots(int4));
+}
+
+// Seeded random grow / evict / fork / free: each table's slots are followed through a shadow of
+// the pool (what position each physical slot holds; copy-on-write copies and compaction's copies
+// applied to it), so a wrong copy, a write into a shared block or a lost slot shows.
+TEST(CompactTokensRandomTest, EverySlotHoldsItsPositionAndNothingLeaks) {
+  KvCacheManager m(KvCacheConfig{
+      .block_size = kBs, .enable_prefix_caching = false, .groups = {{KvGroupSpec{}, 48}}});
+  std::mt19937 rng(77);
+  struct Seq {
+    BlockTable table{kBs};
+    std::vector<int32_t> positions;  // per slot
+    int32_t length = 0;              // positions so far
+  };
+  std::vector<Seq> seqs;
+  std::map<int64_t, int32_t> shadow;  // physical slot -> position written there
+  const auto apply_cow = [&] {
+    for (const BlockCopy& c : m.take_pending_copies()) {
+      for (int32_t o = 0; o < kBs; ++o) {
+        const auto it = shadow.find(int64_t{c.src.value} * kBs + o);
+        if (it != shadow.end()) shadow[int64_t{c.dst.value} * kBs + o] = it->second;
+      }
+    }
+  };
+  const auto grow = [&](Seq& s, int32_t n) {
+    if (!m.allocate_slots(s.table, n)) return;
+    apply_cow();
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t slot = s.table.num_tokens() - n + i;
+      shadow[s.table.slot(slot)] = s.length;
+      s.positions.push_back(s.length++);
+    }
+  };
+  const auto check = [&] {
+    std::vector<const BlockTable*> tables;
+    for (const Seq& s : seqs) {
+      tables.push_back(&s.table);
+      ASSERT_EQ(static_cast<int32_t>(s.positions.size()), s.table.num_tokens());
+      for (int32_t j = 0; j < s.table.num_tokens(); ++j) {
+        ASSERT_EQ(shadow.at(s.table.slot(j)), s.positions[static_cast<size_t>(j)]) << "slot " << j;
+      }
+    }
+    m.check_invariants(tables);
+  };
+  for (int op = 0; op < 3000; ++op) {
+    const int kind = static_cast<int>(rng() % 10);
+    if (kind < 2 && seqs.size() < 6) {
+      Seq s;
+      grow(s, 1 + static_cast<int32_t>(rng() % 20));
+      if (s.table.num_tokens() > 0) seqs.push_back(std::move(s));
+    } else if (kind < 5 && !seqs.empty()) {
+      grow(seqs[rng() % seqs.size()], 1 + static_cast<int32_t>(rng() % 3));
+    } else if (kind < 8 && !seqs.empty()) {  // H2O over random mass, shared blocks locked
+      Seq& s = seqs[rng() % seqs.size()];
+      const int32_t budget = 1 + static_cast<int32_t>(rng() % 12);
+      const int32_t sink = static_cast<int32_t>(rng() % (budget + 1));
+      const int32_t window = static_cast<int32_t>(rng() % (budget - sink + 1));
+      std::vector<float> mass;
+      std::vector<uint8_t> locked;
+      for (int32_t j = 0; j < s.table.num_tokens(); ++j) {
+        mass.push_back(static_cast<float>(rng() % 7));
+        locked.push_back(m.pool().ref_count(s.table.blocks()[static_cast<size_t>(j / kBs)]) > 1);
+      }
+      const V gone =
+          choose_evicted_tokens(h2o(budget, sink, window), s.positions, mass, locked, s.length);
+      for (const SlotCopy& c : m.compact_tokens(s.table, gone)) shadow[c.dst] = shadow.at(c.src);
+      compact_slot_values(s.positions, gone);
+      ASSERT_EQ(s.table.num_tokens() + s.table.num_evicted_tokens(), s.length);
+    } else if (kind < 9 && !seqs.empty() && seqs.size() < 6) {
+      const Seq& parent = seqs[rng() % seqs.size()];
+      Seq child;
+      m.fork(parent.table, child.table);
+      child.positions = parent.positions;
+      child.length = parent.length;
+      seqs.push_back(std::move(child));
+    } else if (!seqs.empty()) {
+      const size_t i = rng() % seqs.size();
+      m.free(seqs[i].table);
+      seqs.erase(seqs.begin() + static_cast<ptrdiff_t>(i));
+    }
+    check();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  for (Seq& s : seqs) m.free(s.table);
+  seqs.clear();
+  EXPECT_EQ(m.pool().num_free_blocks(), m.pool().num_blocks() - 1) << "blocks leaked";
+}
+
+}  // namespace
+}  // namespace strata::kv
