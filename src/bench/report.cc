@@ -1,6 +1,9 @@
 #include "bench/report.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <string_view>
 #include <vector>
 
 namespace strata::bench {
@@ -13,15 +16,33 @@ BenchMetrics::BucketedLatency bucketed(const LatencyHistogram& h) {
           h.quantile(0.99)};
 }
 
+// A request of one output token has no TPOT (0 here, as in vLLM).
+double request_tpot(const RequestRecord& r) {
+  return r.num_output_tokens > 1 ? (r.finish_s - r.first_token_s) / (r.num_output_tokens - 1) : 0.0;
+}
+
+bool meets(const RequestRecord& r, const Slo& slo) {
+  return (slo.ttft_s <= 0 || r.first_token_s - r.arrival_s <= slo.ttft_s) &&
+         (slo.tpot_s <= 0 || request_tpot(r) <= slo.tpot_s) &&
+         (slo.e2e_s <= 0 || r.finish_s - r.arrival_s <= slo.e2e_s);
+}
+
+void goodput_metrics(const RunResult& run, const Slo& slo, BenchMetrics& m) {
+  if (!slo.active()) return;
+  m.has_slo = true;
+  m.slo = slo;
+  m.num_good_requests = std::count_if(run.requests.begin(), run.requests.end(),
+                                      [&](const RequestRecord& r) { return meets(r, slo); });
+  m.goodput_requests_per_s = ratio(static_cast<double>(m.num_good_requests), run.duration_s);
+}
+
 void latency_metrics(const RunResult& run, BenchMetrics& m) {
   std::vector<double> ttft, tpot, e2e;
   double total_len = 0.0;
   for (const RequestRecord& r : run.requests) {
     ttft.push_back(r.first_token_s - r.arrival_s);
     e2e.push_back(r.finish_s - r.arrival_s);
-    if (r.num_output_tokens > 1) {
-      tpot.push_back((r.finish_s - r.first_token_s) / (r.num_output_tokens - 1));
-    }
+    if (r.num_output_tokens > 1) tpot.push_back(request_tpot(r));
     total_len += r.prompt_len + r.num_output_tokens;
   }
   m.ttft_s = summarize(ttft);
@@ -81,6 +102,36 @@ void step_metrics(const RunResult& run, int32_t block_size, BenchMetrics& m) {
 
 }  // namespace
 
+Result<Slo> parse_goodput(std::span<const std::string> items) {
+  if (items.empty()) {
+    return Status::InvalidArgument("--goodput: give one or more of ttft:MS, tpot:MS, e2el:MS");
+  }
+  Slo slo;
+  for (const std::string& item : items) {
+    const auto bad = [&](const std::string& why) {
+      return Status::InvalidArgument("--goodput '" + item + "': " + why);
+    };
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) return bad("expected KEY:MS (keys ttft, tpot, e2el)");
+    const std::string_view key = std::string_view(item).substr(0, colon);
+    const std::string_view value = std::string_view(item).substr(colon + 1);
+    double* threshold = key == "ttft"   ? &slo.ttft_s
+                        : key == "tpot" ? &slo.tpot_s
+                        : key == "e2el" ? &slo.e2e_s
+                                        : nullptr;
+    if (threshold == nullptr) return bad("unknown key (use ttft, tpot or e2el)");
+    if (*threshold > 0) return bad(std::string(key) + " is given twice");
+    double ms = 0.0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+    if (value.empty() || ec != std::errc() || end != value.data() + value.size() ||
+        !std::isfinite(ms) || !(ms / 1e3 > 0)) {
+      return bad("the threshold must be milliseconds > 0");
+    }
+    *threshold = ms / 1e3;
+  }
+  return slo;
+}
+
 BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context) {
   BenchMetrics m;
   m.num_requests = static_cast<int64_t>(run.requests.size());
@@ -92,6 +143,7 @@ BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context
       ratio(static_cast<double>(run.num_prompt_tokens + run.num_output_tokens), run.duration_s);
   m.requests_per_s = ratio(static_cast<double>(m.num_requests), run.duration_s);
   latency_metrics(run, m);
+  goodput_metrics(run, context.slo, m);
   step_metrics(run, context.block_size, m);
   m.pool_utilization_bound =
       m.mean_sequence_len > 0 ? 1.0 - context.block_size / (2.0 * m.mean_sequence_len) : 0.0;

@@ -26,6 +26,11 @@
 //                        (50 us to 10 s, 1-2-5 steps), linearly within a bucket
 //   max concurrency      the most running requests after any step (over HTTP: the most streams
 //                        in flight when an event arrived)
+//   goodput              (--goodput) requests meeting every threshold of the SLO / duration: a
+//                        request is good when TTFT <= ttft, TPOT <= tpot and end-to-end latency
+//                        <= e2e, each threshold that is given (vLLM's benchmark_serving
+//                        --goodput). A request of one output token has no TPOT and meets any
+//                        TPOT threshold (vLLM counts its TPOT as 0); thresholds are inclusive
 // Steps that scheduled nothing (a static batch gathering) are left out of the per-step figures.
 
 #include <cstdint>
@@ -34,8 +39,23 @@
 
 #include "bench/driver.h"
 #include "bench/stats.h"
+#include "core/status.h"
 
 namespace strata::bench {
+
+// A service-level objective on request latencies, in seconds; 0 = that latency is not part of it.
+struct Slo {
+  double ttft_s = 0.0;
+  double tpot_s = 0.0;
+  double e2e_s = 0.0;
+
+  bool active() const { return ttft_s > 0 || tpot_s > 0 || e2e_s > 0; }
+};
+
+// `--goodput KEY:MS ...` (vLLM's syntax): keys ttft, tpot and e2el, each at most once, values
+// milliseconds > 0 (finite). An empty list, a missing colon, an unknown key, a repeated key or a
+// bad value is InvalidArgument with a message naming the item.
+Result<Slo> parse_goodput(std::span<const std::string> items);
 
 struct BenchMetrics {
   std::string scheduler;  // "continuous" / "static"
@@ -48,6 +68,11 @@ struct BenchMetrics {
   double output_tokens_per_s = 0.0;
   double total_tokens_per_s = 0.0;
   double requests_per_s = 0.0;
+  // Goodput (see above): only with an SLO (has_slo = slo.active()), else zeros.
+  bool has_slo = false;
+  Slo slo = {};
+  int64_t num_good_requests = 0;
+  double goodput_requests_per_s = 0.0;
 
   Distribution ttft_s, inter_token_s, tpot_s, e2e_s;
 
@@ -121,6 +146,7 @@ struct BenchMetrics {
 struct MetricsContext {
   int32_t block_size = 16;
   double kv_bytes_per_token = 0.0;
+  Slo slo = {};  // goodput's thresholds; inactive = no goodput
 };
 
 BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context);

@@ -27,6 +27,18 @@ json phase_json(const BenchMetrics::StepPhase& p) {
           {"mean_seqs", p.mean_seqs}};
 }
 
+// null without --goodput; a threshold that is not part of the SLO is null too.
+json goodput_json(const BenchMetrics& m) {
+  if (!m.has_slo) return nullptr;
+  const auto threshold = [](double s) { return s > 0 ? json(s) : json(nullptr); };
+  return {{"requests_per_s", m.goodput_requests_per_s},
+          {"good_requests", m.num_good_requests},
+          {"slo",
+           {{"ttft_s", threshold(m.slo.ttft_s)},
+            {"tpot_s", threshold(m.slo.tpot_s)},
+            {"e2e_s", threshold(m.slo.e2e_s)}}}};
+}
+
 json header_json(const ReportHeader& h) {
   json out = {
       {"model", h.model},
@@ -72,6 +84,7 @@ json run_json(const BenchMetrics& m) {
       {"output_tokens_per_s", m.output_tokens_per_s},
       {"total_tokens_per_s", m.total_tokens_per_s},
       {"requests_per_s", m.requests_per_s},
+      {"goodput", goodput_json(m)},
       {"ttft_s", distribution_json(m.ttft_s)},
       {"inter_token_latency_s", distribution_json(m.inter_token_s)},
       {"tpot_s", distribution_json(m.tpot_s)},

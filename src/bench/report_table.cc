@@ -33,11 +33,32 @@ struct Row {
   std::function<std::string(const BenchMetrics&)> cell;
   bool engine_only = false;  // a per-step figure: left out over HTTP
   bool remote_only = false;  // the remote tier's: left out when no run used it
+  bool slo_only = false;     // goodput: left out without --goodput
 };
 
 bool used_remote(const BenchMetrics& m) {
   return m.kv_remote_get_s.count > 0 || m.kv_remote_put_s.count > 0 || m.kv_remote_read_bytes > 0 ||
          m.kv_remote_written_bytes > 0;
+}
+
+// "TTFT <= 500 ms, TPOT <= 50 ms": the thresholds that are part of the SLO.
+std::string slo_text(const Slo& slo) {
+  std::string out;
+  const auto add = [&](const char* name, double s) {
+    if (s <= 0) return;
+    out += (out.empty() ? "" : ", ") + std::string(name) + " <= " + fmt("%g", s * 1e3) + " ms";
+  };
+  add("TTFT", slo.ttft_s);
+  add("TPOT", slo.tpot_s);
+  add("E2E", slo.e2e_s);
+  return out;
+}
+
+std::string goodput(const BenchMetrics& m) {
+  if (!m.has_slo) return "-";
+  return fmt("%.3f", m.goodput_requests_per_s) + " (" +
+         num(static_cast<double>(m.num_good_requests)) + " of " +
+         num(static_cast<double>(m.num_requests)) + " requests)";
 }
 
 std::string mib(int64_t bytes) { return fmt("%.1f", static_cast<double>(bytes) / (1 << 20)); }
@@ -53,6 +74,7 @@ std::vector<Row> rows() {
       {"output tokens/s", [](const BenchMetrics& m) { return fmt("%.1f", m.output_tokens_per_s); }},
       {"total tokens/s", [](const BenchMetrics& m) { return fmt("%.1f", m.total_tokens_per_s); }},
       {"requests/s", [](const BenchMetrics& m) { return fmt("%.3f", m.requests_per_s); }},
+      {"goodput (SLO) requests/s", goodput, false, false, true},
       {"TTFT p50/p90/p99 (ms)",
        [](const BenchMetrics& m) {
          return ms(m.ttft_s.p50) + " / " + ms(m.ttft_s.p90) + " / " + ms(m.ttft_s.p99);
@@ -142,17 +164,23 @@ std::string report_table(const ReportHeader& h, std::span<const BenchMetrics> ru
   if (h.endpoint.empty()) {
     std::snprintf(line, sizeof line,
                   "arrivals   %s\nengine     block size %d, max-num-seqs %d, "
-                  "max-num-batched-tokens %d, prefix caching %s, preemption %s, policy %s\n\n",
+                  "max-num-batched-tokens %d, prefix caching %s, preemption %s, policy %s\n",
                   arrivals.c_str(), h.block_size, h.max_num_seqs, h.max_num_batched_tokens,
                   h.enable_prefix_caching ? "on" : "off", h.preemption_mode.c_str(),
                   h.scheduling_policy.c_str());
   } else {
-    std::snprintf(line, sizeof line, "arrivals   %s\nserver     %s (streaming /v1/completions)\n\n",
+    std::snprintf(line, sizeof line, "arrivals   %s\nserver     %s (streaming /v1/completions)\n",
                   arrivals.c_str(), h.endpoint.c_str());
   }
   out += line;
+  // Every run of a report has the same SLO (one --goodput).
+  const auto with_slo =
+      std::find_if(runs.begin(), runs.end(), [](const BenchMetrics& m) { return m.has_slo; });
+  if (with_slo != runs.end()) out += "SLO        " + slo_text(with_slo->slo) + "\n";
+  out += '\n';
   std::vector<Row> table = rows();
   if (!h.endpoint.empty()) std::erase_if(table, [](const Row& r) { return r.engine_only; });
+  if (with_slo == runs.end()) std::erase_if(table, [](const Row& r) { return r.slo_only; });
   if (std::none_of(runs.begin(), runs.end(), used_remote)) {
     std::erase_if(table, [](const Row& r) { return r.remote_only; });
   }

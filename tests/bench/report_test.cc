@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "bench/progress.h"
 
@@ -192,6 +194,151 @@ TEST(ReportTest, RemoteTierLatencyAndBytesShowOnlyWhenTheTierWasUsed) {
   EXPECT_NE(t.find("3.0 / 0.5"), std::string::npos) << t;    // MiB read / written
   EXPECT_NE(t.find("1.51 / 2.00"), std::string::npos) << t;  // get p50 / p99, ms
   EXPECT_NE(t.find("7.50 / "), std::string::npos) << t;      // put p50, ms
+}
+
+// Five requests over 4 s, times in eighths so every latency and threshold is exact:
+//   request  arrival  first  finish  tokens  TTFT   TPOT   E2E
+//   0        0        0.25   1.25    5       0.25   0.25   1.25
+//   1        0        1.0    1.5     5       1.0    0.125  1.5
+//   2        1        1.5    3.5     5       0.5    0.5    2.5
+//   3        2        3.0    3.0     1       1.0    -      1.0
+//   4        3        3.125  4.0     8       0.125  0.125  1.0
+RunResult slo_run() {
+  RunResult r;
+  const auto request = [](double arrival, double first, double finish, int32_t tokens) {
+    return RequestRecord{.arrival_s = arrival,
+                         .submit_s = arrival,
+                         .first_token_s = first,
+                         .finish_s = finish,
+                         .prompt_len = 8,
+                         .output_len = tokens,
+                         .num_output_tokens = tokens};
+  };
+  r.requests = {request(0, 0.25, 1.25, 5), request(0, 1.0, 1.5, 5), request(1, 1.5, 3.5, 5),
+                request(2, 3.0, 3.0, 1), request(3, 3.125, 4.0, 8)};
+  r.duration_s = 4.0;
+  return r;
+}
+
+int64_t good_requests(const Slo& slo) {
+  return compute_metrics(slo_run(), {.slo = slo}).num_good_requests;
+}
+
+TEST(GoodputTest, WithoutAnSloThereIsNoGoodput) {
+  const BenchMetrics m = compute_metrics(slo_run(), {});
+  EXPECT_FALSE(m.has_slo);
+  EXPECT_EQ(m.num_good_requests, 0);
+  EXPECT_EQ(m.goodput_requests_per_s, 0.0);
+}
+
+TEST(GoodputTest, EveryRequestMeetsALooseSlo) {
+  const BenchMetrics m =
+      compute_metrics(slo_run(), {.slo = {.ttft_s = 10, .tpot_s = 10, .e2e_s = 10}});
+  EXPECT_TRUE(m.has_slo);
+  EXPECT_EQ(m.num_good_requests, 5);
+  EXPECT_DOUBLE_EQ(m.goodput_requests_per_s, 1.25);  // 5 / 4 s
+  EXPECT_DOUBLE_EQ(m.goodput_requests_per_s, m.requests_per_s);
+  EXPECT_DOUBLE_EQ(m.slo.tpot_s, 10);
+}
+
+TEST(GoodputTest, NoRequestMeetsATightSlo) {
+  const BenchMetrics m = compute_metrics(slo_run(), {.slo = {.e2e_s = 0.5}});  // the least is 1.0
+  EXPECT_TRUE(m.has_slo);
+  EXPECT_EQ(m.num_good_requests, 0);
+  EXPECT_EQ(m.goodput_requests_per_s, 0.0);
+}
+
+TEST(GoodputTest, CountsTheRequestsMeetingEveryGivenThreshold) {
+  // TTFT <= 0.5: requests 0, 2 (at the threshold: inclusive) and 4.
+  EXPECT_EQ(good_requests({.ttft_s = 0.5}), 3);
+  // TPOT <= 0.25: all but request 2; request 0 sits at the threshold, request 3 has no TPOT.
+  EXPECT_EQ(good_requests({.tpot_s = 0.25}), 4);
+  // E2E <= 1.25: requests 0, 3 and 4.
+  EXPECT_EQ(good_requests({.e2e_s = 1.25}), 3);
+  // TTFT and TPOT: 0, 4 (2 fails TPOT).
+  EXPECT_EQ(good_requests({.ttft_s = 0.5, .tpot_s = 0.25}), 2);
+  // All three: requests 0 and 4 only, 2 / 4 s.
+  const BenchMetrics m =
+      compute_metrics(slo_run(), {.slo = {.ttft_s = 0.5, .tpot_s = 0.25, .e2e_s = 1.25}});
+  EXPECT_EQ(m.num_good_requests, 2);
+  EXPECT_DOUBLE_EQ(m.goodput_requests_per_s, 0.5);
+  EXPECT_EQ(m.num_requests, 5);
+}
+
+TEST(GoodputTest, AOneTokenRequestMeetsAnyTpotThreshold) {
+  // Every other request's TPOT is at least 0.125 s; request 3 has a single token.
+  EXPECT_EQ(good_requests({.tpot_s = 1e-6}), 1);
+  EXPECT_EQ(good_requests({.ttft_s = 0.5, .tpot_s = 1e-6}), 0);  // and it misses the TTFT
+}
+
+TEST(GoodputTest, IsGoodRequestsOverTheDuration) {
+  // hand_built_run: TTFTs 0.5 and 0.25 s over 2 s.
+  const BenchMetrics m = compute_metrics(hand_built_run(), {.slo = {.ttft_s = 0.4}});
+  EXPECT_EQ(m.num_good_requests, 1);
+  EXPECT_DOUBLE_EQ(m.goodput_requests_per_s, 0.5);
+}
+
+TEST(GoodputTest, ParsesVllmKeysInMilliseconds) {
+  const std::vector<std::string> items = {"tpot:50", "ttft:500", "e2el:2000.5"};
+  const Result<Slo> slo = parse_goodput(items);
+  ASSERT_TRUE(slo.ok()) << slo.status().to_string();
+  EXPECT_DOUBLE_EQ(slo->ttft_s, 0.5);
+  EXPECT_DOUBLE_EQ(slo->tpot_s, 0.05);
+  EXPECT_DOUBLE_EQ(slo->e2e_s, 2.0005);
+  const Result<Slo> one = parse_goodput(std::vector<std::string>{"e2el:1e3"});
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_EQ(one->ttft_s, 0.0);
+  EXPECT_EQ(one->tpot_s, 0.0);
+  EXPECT_DOUBLE_EQ(one->e2e_s, 1.0);
+  EXPECT_TRUE(one->active());
+}
+
+TEST(GoodputTest, RefusesBadItemsNamingThem) {
+  EXPECT_EQ(parse_goodput(std::vector<std::string>{}).status().code(),
+            StatusCode::kInvalidArgument);
+  for (const char* bad :
+       {"ttft", "ttft=500", "foo:5", "TTFT:5", "e2e:5", ":5", "ttft:", "ttft:abc", "ttft:5ms",
+        "ttft: 5", "ttft:0", "ttft:-5", "ttft:inf", "ttft:nan", "ttft:1e-400", "ttft:5:6"}) {
+    const Result<Slo> slo = parse_goodput(std::vector<std::string>{bad});
+    ASSERT_FALSE(slo.ok()) << bad;
+    EXPECT_EQ(slo.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(slo.status().message().find(std::string("--goodput '") + bad + "'"),
+              std::string::npos)
+        << slo.status().message();
+  }
+  const Result<Slo> twice = parse_goodput(std::vector<std::string>{"ttft:5", "tpot:1", "ttft:6"});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("ttft is given twice"), std::string::npos)
+      << twice.status().message();
+}
+
+TEST(ReportTest, GoodputIsInTheJsonOnlyWithAnSlo) {
+  const BenchMetrics plain = compute_metrics(hand_built_run(), {});
+  const BenchMetrics slo = compute_metrics(hand_built_run(), {.slo = {.ttft_s = 0.4, .e2e_s = 2}});
+  const nlohmann::json j =
+      nlohmann::json::parse(report_json(header(), std::vector<BenchMetrics>{plain, slo}));
+  EXPECT_TRUE(j["runs"][0]["goodput"].is_null());
+  const nlohmann::json& g = j["runs"][1]["goodput"];
+  EXPECT_DOUBLE_EQ(g["requests_per_s"].get<double>(), 0.5);
+  EXPECT_EQ(g["good_requests"], 1);
+  EXPECT_DOUBLE_EQ(g["slo"]["ttft_s"].get<double>(), 0.4);
+  EXPECT_TRUE(g["slo"]["tpot_s"].is_null());  // not part of the SLO
+  EXPECT_DOUBLE_EQ(g["slo"]["e2e_s"].get<double>(), 2.0);
+}
+
+TEST(ReportTest, GoodputRowAndSloLineOnlyWithAnSlo) {
+  const BenchMetrics plain = compute_metrics(hand_built_run(), {});
+  const std::string without = report_table(header(), std::vector<BenchMetrics>{plain});
+  EXPECT_EQ(without.find("goodput"), std::string::npos) << without;
+  EXPECT_EQ(without.find("SLO"), std::string::npos) << without;
+  const BenchMetrics slo =
+      compute_metrics(hand_built_run(), {.slo = {.ttft_s = 0.4, .tpot_s = 0.05}});
+  const std::string with = report_table(header(), std::vector<BenchMetrics>{slo});
+  EXPECT_NE(with.find("\nSLO        TTFT <= 400 ms, TPOT <= 50 ms\n\n"), std::string::npos) << with;
+  // TPOTs 0.5 and 0.75 s: neither request meets 50 ms.
+  const size_t row = with.find("goodput (SLO)");
+  ASSERT_NE(row, std::string::npos) << with;
+  EXPECT_NE(with.find("0.000 (0 of 2 requests)", row), std::string::npos) << with;
 }
 
 TEST(ProgressBarTest, RendersCountsAndRate) {

@@ -192,7 +192,8 @@ bench::BenchMetrics replay(bench::BenchEngine& engine, const bench::Workload& w,
   const bench::RunResult result = bench::run_workload(w, engine, clock, d);
   bar.finish(last);
   bench::BenchMetrics metrics = bench::compute_metrics(
-      result, {.block_size = o.block_size, .kv_bytes_per_token = kv_bytes_per_token});
+      result,
+      {.block_size = o.block_size, .kv_bytes_per_token = kv_bytes_per_token, .slo = o.goodput_slo});
   metrics.scheduler = scheduler;
   metrics.allocator = allocator;
   return metrics;
@@ -335,6 +336,17 @@ void add_bench_command(CLI::App& app, BenchOptions& o) {
                   "round-robin")
       ->delimiter(',');
   cmd->add_option("--api-key", o.api_key, "--endpoint: the server's bearer key");
+  // Parsed as it is read, so a bad threshold stops the bench before the model loads.
+  cmd->add_option_function<std::vector<std::string>>(
+         "--goodput",
+         [&o](const std::vector<std::string>& items) {
+           Result<bench::Slo> slo = bench::parse_goodput(items);
+           if (!slo.ok()) throw Error(slo.status().message());
+           o.goodput_slo = *slo;
+         },
+         "Also report goodput: requests/s meeting every threshold given, in ms: ttft:MS, "
+         "tpot:MS, e2el:MS (end-to-end), e.g. --goodput ttft:500 tpot:50")
+      ->type_name("KEY:MS");
   cmd->add_flag("--json", o.json, "Print the report as JSON");
 }
 

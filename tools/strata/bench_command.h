@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/report.h"
 #include "engine_options.h"
 
 namespace CLI {
@@ -60,6 +61,9 @@ struct BenchOptions : EngineOptions {
   std::vector<std::string> endpoints;
   std::string api_key;
 
+  // ---- report -------------------------------------------------------------------------------
+  // --goodput ttft:MS tpot:MS e2el:MS (any of them), in seconds; inactive = no goodput.
+  bench::Slo goodput_slo;
   bool json = false;
 };
 
