@@ -41,9 +41,10 @@ int64_t StepBatch::want_mass(int32_t first, int32_t count, bool max) {
   mass_offsets_.resize(token_ids_.size(), -1);
   mass_max_.resize(token_ids_.size(), 0);
   const int64_t offset = mass_size_;
-  for (int32_t j = 0; j < count; ++j) {
-    mass_max_[static_cast<size_t>(last_row0_ + first + j)] = max ? 1 : 0;
-    mass_offsets_[static_cast<size_t>(last_row0_ + first + j)] = mass_size_;
+  const auto row0 = static_cast<size_t>(last_row0_) + static_cast<size_t>(first);
+  for (size_t j = 0; j < static_cast<size_t>(count); ++j) {
+    mass_max_[row0 + j] = max ? 1 : 0;
+    mass_offsets_[row0 + j] = mass_size_;
     mass_size_ += last_kv_len_;
   }
   return offset;

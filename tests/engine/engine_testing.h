@@ -99,18 +99,22 @@ inline void absorb(Collected& c, const RequestOutput& o) {
   c.metrics = o.metrics;
 }
 
-// Steps until every request finished; no step may fail, and after every step the live token
-// slots fit the pool.
-inline std::map<RequestId, Collected> drain(Engine& e) {
-  std::map<RequestId, Collected> out;
-  int guard = 0;
-  while (e.has_unfinished()) {
+// Steps until every request finished, or max_steps steps, adding every output to what `out`
+// collected so far; no step may fail, and after every step the live token slots fit the pool.
+inline void drain_into(Engine& e, std::map<RequestId, Collected>& out, int max_steps = 100000) {
+  for (int steps = 0; steps < max_steps && e.has_unfinished(); ++steps) {
     auto step = e.step();
     EXPECT_TRUE(step.ok()) << step.status().to_string();
-    if (!step.ok() || ++guard > 100000) break;
+    if (!step.ok()) break;
     EXPECT_LE(e.last_step().live_token_slots, e.last_step().capacity_token_slots);
     for (const RequestOutput& o : *step) absorb(out[o.id], o);
   }
+}
+
+// Steps until every request finished (drain_into).
+inline std::map<RequestId, Collected> drain(Engine& e) {
+  std::map<RequestId, Collected> out;
+  drain_into(e, out);
   return out;
 }
 

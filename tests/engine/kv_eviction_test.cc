@@ -345,24 +345,10 @@ TEST_P(KvEvictionPreemptionTest, APagedEvictionSequencePreemptedLateGetsWhatItGe
   auto e = make(c);
   const RequestId ia = *e->submit(a);
   std::map<RequestId, Collected> got;
-  for (int step = 0; step < 60; ++step) {
-    auto out = e->step();
-    ASSERT_TRUE(out.ok());
-    for (const RequestOutput& o : *out) engine::test_util::absorb(got[o.id], o);
-  }
+  engine::test_util::drain_into(*e, got, 60);
   ASSERT_GT(got[ia].metrics.num_evicted_blocks, 2);
   const RequestId ib = *e->submit(b);
-  for (auto& [id, c2] : drain(*e)) {
-    for (const auto& [idx, t] : c2.tokens) {
-      auto& dst = got[id].tokens[idx];
-      dst.insert(dst.end(), t.begin(), t.end());
-    }
-    for (const auto& [idx, l] : c2.logprobs) {
-      auto& dst = got[id].logprobs[idx];
-      dst.insert(dst.end(), l.begin(), l.end());
-    }
-    got[id].metrics = c2.metrics;
-  }
+  engine::test_util::drain_into(*e, got);
   EXPECT_GT(got[ia].metrics.num_preemptions, 0) << "A was preempted";
   EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
   const Collected ref = alone(a);
