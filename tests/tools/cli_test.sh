@@ -170,6 +170,26 @@ assert j["results"][1]["fp8_scales"].startswith("calculated"), j
 PY
 expect_error eval-kv-quant-bad-dtype "kv-cache-dtype 'int3' is not supported" eval kv-quant \
   --kv-cache-dtype int8,int3
+# Token eviction's eval: H2O's windows are teacher-forced and compacted (fewer blocks than the
+# same evictions would hold without compaction); SnapKV evicts after the prompt, so it has
+# needle prompts only; progress goes to stderr, a line per stage.
+out=$("$strata" eval kv-eviction --policies h2o,snapkv --budgets 0.25 --num-windows 1 \
+      --window-len 400 --needle-trials 1 --needle-contexts 512 --needle-depths 0.5 --threads 2 \
+      --json 2>"$tmp/kv_eviction.err") || fail "eval kv-eviction exited non-zero"
+python3 - "$out" "$tmp/kv_eviction.err" <<'PY' && ok || fail "eval kv-eviction JSON"
+import json, sys
+j = json.loads(sys.argv[1])
+h2o, snap = j["results"]
+assert h2o["policy"] == "h2o" and snap["policy"] == "snapkv", j
+assert h2o["positions"] == 400 and 0 < h2o["mean_kl"] < 1, h2o
+assert h2o["mean_max_held_blocks"] <= 8 < h2o["mean_max_blocks_without_compaction"], h2o
+assert snap["mean_kl"] is None and snap["mean_max_held_blocks"] is None, snap
+assert 0 <= snap["needle_accuracy"] <= 1 and j["needle_prompts"] == 1, j
+err = open(sys.argv[2]).read()
+assert "kv-eviction: 3/3 snapkv at 25.0 % done" in err, err
+PY
+expect_error eval-kv-eviction-bad-policy "'quest' is not streaming_llm, paged_eviction, h2o or snapkv" \
+  eval kv-eviction --policies h2o,quest
 expect_error eval-bad-kv-dtype "kv-cache-dtype 'fp8e4m3' is not supported" eval needle \
   --model "$model" --kv-cache-dtype fp8e4m3
 

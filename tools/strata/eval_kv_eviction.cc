@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -237,6 +238,15 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
   model::Model m = model::Model::load({o.model_dir});
   const int64_t vocab = m.vocab_size();
 
+  // Progress on stderr, a line per stage: the reference, then each (policy, budget).
+  const auto start = std::chrono::steady_clock::now();
+  const size_t num_stages = 1 + policies.size() * shares->size();
+  size_t stage = 0;
+  const auto done = [&](const std::string& what) {
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    std::fprintf(stderr, "kv-eviction: %zu/%zu %s done, %.0f s\n", ++stage, num_stages,
+                 what.c_str(), elapsed.count());
+  };
   const KvEvictionParams none{KvEvictionPolicy::kNone};
   const WindowsRun ref = run_windows(m, pool, o, none, windows);
   // Needle prompts grouped by context (each context's budget is its own share).
@@ -254,6 +264,7 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
       num_prompts += static_cast<int64_t>(by_context.back().size());
     }
   }
+  done("full cache");
 
   std::vector<Row> rows;
   for (const KvEvictionPolicy policy : policies) {
@@ -281,6 +292,10 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
         }
       }
       rows.push_back(r);
+      char what[64];
+      std::snprintf(what, sizeof(what), "%s at %.1f %%", kv_eviction_policy_name(policy),
+                    100 * share);
+      done(what);
     }
   }
 
