@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine_on_model.h"
 #include "engine_testing.h"
+#include "kv_eviction_testing.h"
 #include "model/model.h"
 #include "reference_testing.h"
 #include "strata/engine.h"
@@ -31,60 +32,13 @@ using engine::test_util::drain;
 using engine::test_util::greedy;
 using engine::test_util::prompt_of;
 
-KvEvictionParams eviction(KvEvictionPolicy policy, int32_t budget, int32_t sink = -1,
-                          int32_t window = -1) {
-  return KvEvictionParams{policy, budget, sink, window};
-}
+using engine::test_util::eviction;
+using engine::test_util::with;
 
-EngineRequest with(EngineRequest r, const KvEvictionParams& e) {
-  r.kv_eviction = e;
-  return r;
-}
-
-class KvEvictionEngineTest : public ::testing::Test {
+class KvEvictionEngineTest : public engine::test_util::KvEvictionFixture {
  protected:
-  KvEvictionEngineTest() : pool_(2), model_(model::Model::load({kModels + "llama3-gqa"})) {}
-
-  std::unique_ptr<Engine> make(EngineConfig c = {}) {
-    if (c.num_blocks == 0) c.num_blocks = 256;
-    auto e = engine::create_engine(model_, pool_, c);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    return e.ok() ? std::move(e).value() : nullptr;
-  }
-
-  Collected alone(const EngineRequest& r, const EngineConfig& c = {}) {
-    auto e = make(c);
-    const RequestId id = *e->submit(r);
-    Collected got = drain(*e)[id];
-    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
-    return got;
-  }
-
-  // Runs one request step by step; the pool's used blocks after each step (the request's own:
-  // nothing else runs and the prefix cache holds only free blocks).
   // r returns got in 7-token chunks and among three batch mates too.
   void expect_independent_of_chunks_and_batch(const EngineRequest& r, const Collected& got);
-
-  std::vector<int32_t> used_blocks_per_step(const EngineRequest& r, Collected* out = nullptr) {
-    auto e = make();
-    const RequestId id = *e->submit(r);
-    std::vector<int32_t> used;
-    Collected c;
-    while (e->has_unfinished()) {
-      auto step = e->step();
-      EXPECT_TRUE(step.ok());
-      if (!step.ok()) break;
-      used.push_back(e->last_step().num_used_blocks);
-      for (const RequestOutput& o : *step) engine::test_util::absorb(c, o);
-    }
-    if (out != nullptr) *out = c;
-    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
-    (void)id;
-    return used;
-  }
-
-  ThreadPool pool_;
-  model::Model model_;
 };
 
 TEST_F(KvEvictionEngineTest, ABudgetTheSequenceNeverExceedsChangesNothing) {
@@ -337,26 +291,18 @@ TEST_P(KvEvictionPreemptionTest, PreemptedEvictedRequestsGetWhatTheyGetAlone) {
 TEST_P(KvEvictionPreemptionTest, APagedEvictionSequencePreemptedLateGetsWhatItGetsAlone) {
   EngineConfig c = engine::test_util::preempting({}, GetParam());
   c.policy = SchedulingPolicy::kPriority;
-  EngineRequest a =
+  const EngineRequest a =
       with(greedy(prompt_of(60, 11), 120), eviction(KvEvictionPolicy::kPagedEviction, 48, 0, 0));
-  a.priority = 1;
-  EngineRequest b = greedy(prompt_of(120, 12), 60);
-  b.priority = 0;
+  const EngineRequest b = greedy(prompt_of(120, 12), 60);
   auto e = make(c);
-  const RequestId ia = *e->submit(a);
-  std::map<RequestId, Collected> got;
-  engine::test_util::drain_into(*e, got, 60);
-  ASSERT_GT(got[ia].metrics.num_evicted_blocks, 2);
-  const RequestId ib = *e->submit(b);
-  engine::test_util::drain_into(*e, got);
-  EXPECT_GT(got[ia].metrics.num_preemptions, 0) << "A was preempted";
-  EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+  const engine::test_util::LatePreemption got = engine::test_util::preempt_late(*e, a, b);
+  ASSERT_GT(got.a.metrics.num_evicted_blocks, 2);
   const Collected ref = alone(a);
-  EXPECT_EQ(got[ia].tokens.at(0), ref.tokens.at(0));
-  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(got[ia].logprobs.at(0), ref.logprobs.at(0)),
+  EXPECT_EQ(got.a.tokens.at(0), ref.tokens.at(0));
+  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(got.a.logprobs.at(0), ref.logprobs.at(0)),
             kTolerance);
-  EXPECT_EQ(got[ia].metrics.num_evicted_blocks, ref.metrics.num_evicted_blocks);
-  EXPECT_EQ(got[ib].tokens.at(0), alone(b).tokens.at(0));
+  EXPECT_EQ(got.a.metrics.num_evicted_blocks, ref.metrics.num_evicted_blocks);
+  EXPECT_EQ(got.b.tokens.at(0), alone(b).tokens.at(0));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, KvEvictionPreemptionTest,

@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine_on_model.h"
 #include "engine_testing.h"
+#include "kv_eviction_testing.h"
 #include "model/model.h"
 #include "reference_testing.h"
 #include "strata/engine.h"
@@ -24,22 +25,14 @@ namespace strata {
 namespace {
 
 constexpr double kTolerance = 1e-5;
-const std::string kModels = std::string(STRATA_TEST_DATA_DIR) + "/models/";
 
 using engine::test_util::Collected;
 using engine::test_util::drain;
 using engine::test_util::greedy;
 using engine::test_util::prompt_of;
 
-KvEvictionParams eviction(KvEvictionPolicy policy, int32_t budget, int32_t sink = -1,
-                          int32_t window = -1) {
-  return KvEvictionParams{policy, budget, sink, window};
-}
-
-EngineRequest with(EngineRequest r, const KvEvictionParams& e) {
-  r.kv_eviction = e;
-  return r;
-}
+using engine::test_util::eviction;
+using engine::test_util::with;
 
 void expect_same(const Collected& got, const Collected& ref, int32_t seq = 0) {
   EXPECT_EQ(got.tokens.at(seq), ref.tokens.at(0));
@@ -47,44 +40,7 @@ void expect_same(const Collected& got, const Collected& ref, int32_t seq = 0) {
             kTolerance);
 }
 
-class KvEvictionTokenTest : public ::testing::Test {
- protected:
-  KvEvictionTokenTest() : pool_(2), model_(model::Model::load({kModels + "llama3-gqa"})) {}
-
-  std::unique_ptr<Engine> make(EngineConfig c = {}) {
-    if (c.num_blocks == 0) c.num_blocks = 256;
-    auto e = engine::create_engine(model_, pool_, c);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    return e.ok() ? std::move(e).value() : nullptr;
-  }
-
-  Collected alone(const EngineRequest& r, const EngineConfig& c = {}) {
-    auto e = make(c);
-    const RequestId id = *e->submit(r);
-    Collected got = drain(*e)[id];
-    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
-    return got;
-  }
-
-  // The pool's used blocks after each step of r run alone.
-  std::vector<int32_t> used_blocks_per_step(const EngineRequest& r, Collected* out) {
-    auto e = make();
-    (void)*e->submit(r);
-    std::vector<int32_t> used;
-    while (e->has_unfinished()) {
-      auto step = e->step();
-      EXPECT_TRUE(step.ok());
-      if (!step.ok()) break;
-      used.push_back(e->last_step().num_used_blocks);
-      for (const RequestOutput& o : *step) engine::test_util::absorb(*out, o);
-    }
-    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
-    return used;
-  }
-
-  ThreadPool pool_;
-  model::Model model_;
-};
+class KvEvictionTokenTest : public engine::test_util::KvEvictionFixture {};
 
 TEST_F(KvEvictionTokenTest, ABudgetTheSequenceNeverExceedsChangesNothing) {
   const EngineRequest plain = greedy(prompt_of(300, 1), 20);
@@ -247,24 +203,16 @@ TEST_P(KvEvictionTokenPreemptionTest, AnH2OSequencePreemptedLateGetsWhatItGetsAl
   };
   EngineConfig c = engine::test_util::preempting({}, GetParam());
   c.policy = SchedulingPolicy::kPriority;
-  EngineRequest a =
+  const EngineRequest a =
       with(greedy(prompt_of(60, 11), 120), eviction(KvEvictionPolicy::kH2O, 40, 2, 8));
-  a.priority = 1;
-  EngineRequest b = greedy(prompt_of(120, 12), 60);
-  b.priority = 0;
+  const EngineRequest b = greedy(prompt_of(120, 12), 60);
   auto e = make(c);
-  const RequestId ia = *e->submit(a);
-  std::map<RequestId, Collected> got;
-  engine::test_util::drain_into(*e, got, 60);
-  ASSERT_GT(got[ia].metrics.num_evicted_tokens, 40);
-  const RequestId ib = *e->submit(b);
-  engine::test_util::drain_into(*e, got);
-  EXPECT_GT(got[ia].metrics.num_preemptions, 0) << "A was preempted";
-  EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+  const engine::test_util::LatePreemption got = engine::test_util::preempt_late(*e, a, b);
+  ASSERT_GT(got.a.metrics.num_evicted_tokens, 40);
   const Collected ref = alone(a);
-  expect_same(got[ia], ref);
-  EXPECT_EQ(got[ia].metrics.num_evicted_tokens, ref.metrics.num_evicted_tokens);
-  expect_same(got[ib], alone(b));
+  expect_same(got.a, ref);
+  EXPECT_EQ(got.a.metrics.num_evicted_tokens, ref.metrics.num_evicted_tokens);
+  expect_same(got.b, alone(b));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, KvEvictionTokenPreemptionTest,

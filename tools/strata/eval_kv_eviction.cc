@@ -186,23 +186,7 @@ void add_eval_kv_eviction_command(CLI::App& eval, EvalKvEvictionOptions& o, std:
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--kv-window-tokens", o.window_tokens, "Window tokens (default: the policy's)")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--text", o.text, "Held-out text for the KL (default: the model's filler text)");
-  cmd->add_option("--num-windows", o.num_windows, "Text windows")->check(CLI::Range(1, 4096));
-  cmd->add_option("--window-len", o.window_len, "Tokens per window")->check(CLI::Range(2, 1 << 20));
-  cmd->add_option("--needle-contexts", o.needle_contexts, "Needle prompt lengths in tokens")
-      ->default_val(o.needle_contexts);
-  cmd->add_option("--needle-depths", o.needle_depths, "Needle depths in [0, 1]")
-      ->default_val(o.needle_depths);
-  cmd->add_option("--needle-trials", o.needle_trials, "Prompts per (context, depth); 0 = none")
-      ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--seed", o.seed, "Seed of the needle prompts");
-  cmd->add_option("--threads", o.threads, "Worker threads (0 = all cores)")
-      ->check(CLI::Range(0, 1024));
-  cmd->add_option("--block-size", o.block_size, "KV cache block size in tokens")
-      ->check(CLI::IsMember({8, 16, 32, 64, 128}));
-  cmd->add_option("--max-num-seqs", o.max_num_seqs, "Sequences in one step")
-      ->check(CLI::Range(1, 1 << 16));
-  cmd->add_flag("--json", o.json, "Print the result as JSON");
+  add_quality_eval_options(*cmd, o);
 }
 
 int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {

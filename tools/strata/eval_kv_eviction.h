@@ -8,29 +8,20 @@
 #include <cstdint>
 #include <string>
 
+#include "eval_logits_kl.h"
+
 namespace CLI {
 class App;
 }
 
 namespace strata::cli {
 
-struct EvalKvEvictionOptions {
+struct EvalKvEvictionOptions : QualityEvalOptions {
   std::string model_dir;
   std::string policies = "streaming_llm,paged_eviction";
   std::string budgets = "0.125,0.25,0.5";  // shares of the window / needle context
   int32_t sink_tokens = -1;                // -1: each policy's default
   int32_t window_tokens = -1;
-  std::string text;  // held-out text; default: the model's needle_filler.txt
-  int32_t num_windows = 4;
-  int32_t window_len = 2048;
-  std::string needle_contexts = "2048";
-  std::string needle_depths = "0,0.25,...,1";
-  int32_t needle_trials = 20;  // per (context, depth); 0 = no needle
-  uint64_t seed = 0;
-  int32_t threads = 0;
-  int32_t block_size = 16;
-  int32_t max_num_seqs = 8;
-  bool json = false;
 };
 
 void add_eval_kv_eviction_command(CLI::App& eval, EvalKvEvictionOptions& o, std::string& task);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/kv_quant_check.h"
+#include "eval_logits_kl.h"
 
 namespace CLI {
 class App;
@@ -17,7 +18,7 @@ class App;
 
 namespace strata::cli {
 
-struct EvalKvQuantOptions {
+struct EvalKvQuantOptions : QualityEvalOptions {
   std::string model_dir;
   std::string kv_cache_dtypes = "fp8,fp8_e5m2,int8";
   bool calculate_kv_scales = true;   // FP8: --no-calculate-kv-scales reads the checkpoint's
@@ -26,17 +27,14 @@ struct EvalKvQuantOptions {
   bool kv_quant_check = false;       // --kv-quant-check, run for every dtype
   double kv_quant_check_threshold = kDefaultKvQuantCheckThreshold;
   int32_t kv_int4_residual = 0;      // --kv-int4-residual for int4 (0 = one block)
-  std::string text;                  // held-out text; default: the model's needle_filler.txt
-  int32_t num_windows = 8;           // text windows for the KL
-  int32_t window_len = 512;          // tokens per window
-  std::string needle_contexts = "1024";
-  std::string needle_depths = "0,0.25,...,1";
-  int32_t needle_trials = 200;       // per (context, depth): 1,000 prompts by default
-  uint64_t seed = 0;
-  int32_t threads = 0;
-  int32_t block_size = 16;
-  int32_t max_num_seqs = 8;
-  bool json = false;
+
+  // 8 windows of 512 tokens for the KL; 200 needle prompts per depth at 1,024 tokens (1,000).
+  EvalKvQuantOptions() {
+    num_windows = 8;
+    window_len = 512;
+    needle_contexts = "1024";
+    needle_trials = 200;
+  }
 };
 
 void add_eval_kv_quant_command(CLI::App& eval, EvalKvQuantOptions& o, std::string& task);

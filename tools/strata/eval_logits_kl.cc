@@ -1,5 +1,7 @@
 #include "eval_logits_kl.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -76,6 +78,31 @@ LogitsComparison compare_logits(const std::vector<std::vector<float>>& ref,
   c.mean_kl = n > 0 ? kl_sum / static_cast<double>(n) : 0.0;
   c.top1_agreement = n > 0 ? static_cast<double>(agree) / static_cast<double>(n) : 0.0;
   return c;
+}
+
+void add_quality_eval_options(CLI::App& cmd, QualityEvalOptions& o) {
+  cmd.add_option("--text", o.text, "Held-out text for the KL (default: the model's filler text)");
+  cmd.add_option("--num-windows", o.num_windows, "Text windows")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd.add_option("--window-len", o.window_len, "Tokens per window")
+      ->check(CLI::Range(2, 1 << 20))
+      ->capture_default_str();
+  cmd.add_option("--needle-contexts", o.needle_contexts, "Needle prompt lengths in tokens")
+      ->capture_default_str();
+  cmd.add_option("--needle-depths", o.needle_depths, "Needle depths in [0, 1]")
+      ->capture_default_str();
+  cmd.add_option("--needle-trials", o.needle_trials, "Prompts per (context, depth); 0 = none")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd.add_option("--seed", o.seed, "Seed of the needle prompts");
+  cmd.add_option("--threads", o.threads, "Worker threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd.add_option("--block-size", o.block_size, "KV cache block size in tokens")
+      ->check(CLI::IsMember({8, 16, 32, 64, 128}));
+  cmd.add_option("--max-num-seqs", o.max_num_seqs, "Sequences in one step")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd.add_flag("--json", o.json, "Print the result as JSON");
 }
 
 }  // namespace strata::cli

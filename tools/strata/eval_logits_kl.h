@@ -1,7 +1,7 @@
 #pragma once
-// What `strata eval kv-quant` and `strata eval kv-eviction` share: the held-out text windows they
-// score, and the comparison of two runs' logits at every position (mean KL of the candidate's
-// distribution from the reference's, and how often their argmax agrees).
+// What `strata eval kv-quant` and `strata eval kv-eviction` share: their common options, the
+// held-out text windows they score, and the comparison of two runs' logits at every position (mean
+// KL of the candidate's distribution from the reference's, and how often their argmax agrees).
 
 #include <cstdint>
 #include <string>
@@ -9,7 +9,31 @@
 
 #include "tokenizer/tokenizer.h"
 
+namespace CLI {
+class App;
+}
+
 namespace strata::cli {
+
+// The options both evals take: the text windows scored for the KL, the needle prompts, the
+// engine's size, the output. Each eval sets its own defaults in its options' constructor.
+struct QualityEvalOptions {
+  std::string text;  // held-out text; default: the model's needle_filler.txt
+  int32_t num_windows = 4;
+  int32_t window_len = 2048;
+  std::string needle_contexts = "2048";
+  std::string needle_depths = "0,0.25,...,1";
+  int32_t needle_trials = 20;  // per (context, depth); 0 = no needle
+  uint64_t seed = 0;
+  int32_t threads = 0;
+  int32_t block_size = 16;
+  int32_t max_num_seqs = 8;
+  bool json = false;
+};
+
+// Registers --text, --num-windows, --window-len, --needle-contexts, --needle-depths,
+// --needle-trials, --seed, --threads, --block-size, --max-num-seqs and --json on cmd.
+void add_quality_eval_options(CLI::App& cmd, QualityEvalOptions& o);
 
 // num_windows consecutive windows of window_len token ids from text (the model directory's
 // needle_filler.txt when empty), no special tokens. strata::Error when the file cannot be read or
