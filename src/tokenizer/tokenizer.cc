@@ -131,12 +131,9 @@ std::string Tokenizer::token_bytes(int32_t id) const {
   } else {
     return {};
   }
-  // After a plain "a", which every decoder passes as the one byte 'a': the chain's start-of-text
-  // steps act on it, and what follows it is the token's bytes mid-text.
-  const std::string& lead = impl_->token_bytes_lead;
-  std::string both = impl_->decoder.decode_bytes({"a", token});
-  if (both.compare(0, lead.size(), lead) == 0) return both.substr(lead.size());
-  return impl_->decoder.decode_bytes({token});
+  // Mid-text: the chain's steps that act only at the text's ends are skipped.
+  return impl_->decoder.decode_bytes({std::move(token)}, /*at_text_start=*/false,
+                                     /*at_text_end=*/false);
 }
 
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }

@@ -57,9 +57,9 @@ class Tokenizer {
 
   // The bytes token id adds to the output when it follows other tokens: the decoder's chain
   // without its repair of invalid UTF-8 (a byte-level token may hold part of a character), and
-  // without what the chain does only at the start of a text (Metaspace's or Strip's removal of
-  // the first space). Empty for special tokens and unknown ids. What constrained decoding walks
-  // (src/grammar).
+  // without what the chain does only at a text's start or end (Metaspace's or Strip's removal of
+  // the first space, Strip's stop). Empty for special tokens and unknown ids. What constrained
+  // decoding walks (src/grammar).
   std::string token_bytes(int32_t id) const;
 
   // One past the largest id of the vocabulary and the added tokens.

@@ -22,8 +22,6 @@ struct Tokenizer::Impl {
   AddedVocabulary added;
   PostProcessor post_processor;
   Decoder decoder;
-  // decoder.decode_bytes({"a"}): what token_bytes strips from the front of "a" + a token.
-  std::string token_bytes_lead;
   std::optional<int32_t> bos_id, eos_id;
   std::string chat_template;
   int32_t vocab_size = 0;

@@ -111,7 +111,6 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     impl->post_processor =
         PostProcessor::from_json(j.value("post_processor", nlohmann::json()), where);
     impl->decoder = Decoder::from_json(j.value("decoder", nlohmann::json()), where);
-    impl->token_bytes_lead = impl->decoder.decode_bytes({"a"});
     impl->chat_template = chat_template_of(config, config_where);
     impl->vocab_size = impl->model.id_bound();
     for (const AddedToken& t : impl->added.tokens()) {

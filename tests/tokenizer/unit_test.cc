@@ -116,6 +116,23 @@ TEST(TokenizerTest, StreamDecoderMatchesDecodeWhenStripRemovesSeveralSpaces) {
   }
 }
 
+// A token's bytes are what it adds mid-text: a Strip after Fuse acts only at the text's ends.
+// token_bytes used to decode "a" + the token and cut the "a" off, which a Strip of "a" with start
+// 2 ate into ("abc" came out "bc").
+TEST(TokenizerTest, TokenBytesIgnoreStepsAtTheTextsEnds) {
+  std::string json =
+      sentencepiece_json(R"(["a b", "ab c", "▁ abc"])", kLlama2Normalizer, "null", kSpecialAdded);
+  const std::string llama2_strip = R"("content": " ", "start": 1, "stop": 0)";
+  json.replace(json.find(llama2_strip), llama2_strip.size(),
+               R"("content": "a", "start": 2, "stop": 1)");
+  const Tokenizer t = Tokenizer::from_json(json, "", "test");
+  const std::optional<int32_t> abc = t.token_to_id("abc");
+  ASSERT_TRUE(abc.has_value());
+  EXPECT_EQ(t.token_bytes(*abc), "abc");
+  EXPECT_EQ(t.decode(Ids{*abc}, false), "bc") << "alone, the text's start loses its a";
+  EXPECT_EQ(t.decode(Ids{*abc, *abc}, false), "bcabc") << "mid-text, nothing goes";
+}
+
 TEST(TokenizerTest, MetaspacePrependSchemeFirstAndSplit) {
   const std::string meta =
       R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true})";
