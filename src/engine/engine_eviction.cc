@@ -97,14 +97,34 @@ Status EngineImpl::evict_slots(Sequence& s, std::span<const int32_t> slots) {
   return Status::Ok();
 }
 
-std::vector<int32_t> EngineImpl::choose_slots(Sequence& s) const {
-  const int32_t bs = config_.block_size;
+namespace {
+
+// Token-level policies: a position and a mass for every slot of the table; the slots appended
+// since the last eviction hold the next positions in order.
+void extend_slots(Sequence& s) {
   const int32_t held = s.table.num_tokens();
-  // Slots appended since the last eviction hold the next positions in order.
   for (auto i = static_cast<int32_t>(s.slot_positions.size()); i < held; ++i) {
     s.slot_positions.push_back(i + s.table.num_evicted_tokens());
   }
   s.slot_mass.resize(static_cast<size_t>(held), 0.0f);
+}
+
+// What the same evictions would hold without compaction: every block of positions that still
+// has a live one.
+int32_t blocks_without_compaction(const Sequence& s, int32_t block_size) {
+  std::vector<int32_t> live_blocks;
+  live_blocks.reserve(s.slot_positions.size());
+  for (const int32_t p : s.slot_positions) live_blocks.push_back(p / block_size);
+  std::sort(live_blocks.begin(), live_blocks.end());
+  return static_cast<int32_t>(std::unique(live_blocks.begin(), live_blocks.end()) -
+                              live_blocks.begin());
+}
+
+}  // namespace
+
+std::vector<int32_t> EngineImpl::choose_slots(const Sequence& s) const {
+  const int32_t bs = config_.block_size;
+  const int32_t held = s.table.num_tokens();
   const bool snap = s.eviction.policy == KvEvictionPolicy::kSnapKv;
   // H2O: at block boundaries of the prompt, its end, and after every decode step. SnapKV: once,
   // at the prompt's end.
@@ -140,7 +160,7 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
     if (s.num_computed < rec.at_computed) return Status::Ok();
     STRATA_CHECK(s.num_computed == rec.at_computed, "a recompute ran past an eviction point");
     if (is_token_level(s.eviction.policy)) {
-      (void)choose_slots(s);  // brings the slots' positions up to date
+      extend_slots(s);
       STRATA_RETURN_IF_ERROR(evict_slots(s, rec.slots));
     } else {
       evict(s, rec.entries);
@@ -149,6 +169,7 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
     return Status::Ok();
   }
   if (is_token_level(s.eviction.policy)) {
+    extend_slots(s);
     std::vector<int32_t> slots = choose_slots(s);
     if (!slots.empty()) {
       STRATA_RETURN_IF_ERROR(evict_slots(s, slots));
@@ -157,15 +178,8 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
       s.evictions.push_back({s.num_computed, {}, std::move(slots)});
       s.num_evictions_applied = s.evictions.size();
     }
-    // Without compaction a block would stay while any of its positions lives.
-    std::vector<int32_t> live_blocks;
-    live_blocks.reserve(s.slot_positions.size());
-    for (const int32_t p : s.slot_positions) live_blocks.push_back(p / bs);
-    std::sort(live_blocks.begin(), live_blocks.end());
-    const auto uncompacted = static_cast<int32_t>(
-        std::unique(live_blocks.begin(), live_blocks.end()) - live_blocks.begin());
     r.metrics.max_blocks_without_compaction =
-        std::max(r.metrics.max_blocks_without_compaction, uncompacted);
+        std::max(r.metrics.max_blocks_without_compaction, blocks_without_compaction(s, bs));
     return Status::Ok();
   }
   // The policy runs at fixed points: while the prompt is computed, at block boundaries (the

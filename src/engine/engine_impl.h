@@ -125,8 +125,9 @@ class EngineImpl {
   // Token-level eviction: takes the slots out and compacts (KvCacheManager::compact_tokens), the
   // slots' positions and mass with them.
   Status evict_slots(engine::Sequence& seq, std::span<const int32_t> slots);
-  // Token-level eviction at a point: the slots the policy takes now (none when within budget).
-  std::vector<int32_t> choose_slots(engine::Sequence& seq) const;
+  // Token-level eviction at a point: the slots the policy takes now (none when within budget or
+  // not at a point). seq's slot positions and mass cover its table.
+  std::vector<int32_t> choose_slots(const engine::Sequence& seq) const;
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);
   std::vector<kv::SwapSpace*> swap_spaces() const;
