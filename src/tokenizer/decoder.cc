@@ -174,6 +174,11 @@ Decoder Decoder::from_json(const nlohmann::json& j, const std::string& where) {
   Decoder d;
   d.null_ = j.is_null();
   add_json(j, where, d.steps_);
+  bool joined = false;
+  for (const Step& step : d.steps_) {
+    d.acts_at_text_end_ |= joined && step.kind == Kind::kStrip && step.stop > 0;
+    joined = joined || step.kind == Kind::kByteLevel || step.kind == Kind::kFuse;
+  }
   return d;
 }
 

@@ -37,6 +37,8 @@ class Decoder {
   // The same bytes before that repair (a byte-level token may hold part of a character).
   std::string decode_bytes(std::vector<std::string> tokens, bool at_text_start = true,
                            bool at_text_end = true) const;
+  // Whether at_text_end can change a decode: a Strip with a `stop` after a Fuse or ByteLevel.
+  bool acts_at_text_end() const { return acts_at_text_end_; }
 
  private:
   enum class Kind { kByteLevel, kMetaspace, kReplace, kByteFallback, kFuse, kStrip };
@@ -55,6 +57,7 @@ class Decoder {
 
   std::vector<Step> steps_;
   bool null_ = true;
+  bool acts_at_text_end_ = false;
 };
 
 }  // namespace strata::tokenizer

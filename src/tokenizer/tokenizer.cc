@@ -179,11 +179,15 @@ std::string StreamDecoder::push(int32_t id) {
                                                skip_special_, at_start, /*at_text_end=*/false);
   const std::string now = tokenizer_.decode(window, skip_special_, at_start, false);
   if (now.size() <= before.size()) return {};
+  // Held back: a character still incomplete, or what the decoder would strip from a text's end
+  // (a decoder without such a step needs no third decode to know there is none).
   const bool incomplete =
       (now.size() >= kReplacementChar.size() &&
        now.compare(now.size() - kReplacementChar.size(), std::string::npos, kReplacementChar) ==
            0) ||
-      tokenizer_.decode(window, skip_special_, at_start, /*at_text_end=*/true).size() != now.size();
+      (tokenizer_.impl_->decoder.acts_at_text_end() &&
+       tokenizer_.decode(window, skip_special_, at_start, /*at_text_end=*/true).size() !=
+           now.size());
   if (incomplete) return {};
   prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();
