@@ -112,12 +112,15 @@ void extend_slots(Sequence& s) {
 // What the same evictions would hold without compaction: every block of positions that still
 // has a live one.
 int32_t blocks_without_compaction(const Sequence& s, int32_t block_size) {
-  std::vector<int32_t> live_blocks;
-  live_blocks.reserve(s.slot_positions.size());
-  for (const int32_t p : s.slot_positions) live_blocks.push_back(p / block_size);
-  std::sort(live_blocks.begin(), live_blocks.end());
-  return static_cast<int32_t>(std::unique(live_blocks.begin(), live_blocks.end()) -
-                              live_blocks.begin());
+  const int32_t length = s.table.num_tokens() + s.table.num_evicted_tokens();
+  std::vector<uint8_t> live(static_cast<size_t>((length + block_size - 1) / block_size), 0);
+  int32_t blocks = 0;
+  for (const int32_t p : s.slot_positions) {
+    uint8_t& b = live[static_cast<size_t>(p / block_size)];
+    blocks += 1 - b;
+    b = 1;
+  }
+  return blocks;
 }
 
 }  // namespace
@@ -134,9 +137,13 @@ std::vector<int32_t> EngineImpl::choose_slots(const Sequence& s) const {
   // A block shared with another table (a fork's) is never written: its tokens stay.
   std::vector<uint8_t> locked(static_cast<size_t>(held), 0);
   const std::span<const BlockId> row = s.table.blocks();
-  for (int32_t i = 0; i < held; ++i) {
-    locked[static_cast<size_t>(i)] =
-        cache_->pool().ref_count(row[static_cast<size_t>(i / bs)]) > 1 ? 1 : 0;
+  for (size_t b = 0; b < row.size(); ++b) {
+    if (cache_->pool().ref_count(row[b]) <= 1) continue;
+    const size_t first = b * static_cast<size_t>(bs);
+    std::fill(locked.begin() + static_cast<std::ptrdiff_t>(first),
+              locked.begin() + static_cast<std::ptrdiff_t>(
+                                   std::min(first + static_cast<size_t>(bs), locked.size())),
+              uint8_t{1});
   }
   if (!snap) {
     return kv::choose_evicted_tokens(s.eviction, s.slot_positions, s.slot_mass, locked,

@@ -24,9 +24,7 @@ struct Row {
   int32_t first_logits_row;  // -1: none
   int32_t sample_idx;        // -1: sampled on the host (if at all)
   int32_t late_mask = -1;    // a constrained row drawn on the device: its mask's index
-  int64_t mass_offset = -1;  // token-level eviction: its first mass row's offset, or -1
-  int32_t mass_rows = 0;
-  int32_t mass_kv_len = 0;
+  engine::StepBatch::MassRows mass = {};  // token-level eviction's attention mass rows
 };
 
 // Token-level eviction's attention mass (docs/kv-eviction.md): H2O's score is the mass of every
@@ -44,21 +42,20 @@ void want_mass(Row& row, engine::StepBatch& batch) {
     last = std::min(row.num_tokens, s.num_prompt - s.num_computed);
     if (first >= last) return;
   }
-  row.mass_offset =
+  row.mass =
       batch.want_mass(first, last - first, /*max=*/s.eviction.policy == KvEvictionPolicy::kSnapKv);
-  row.mass_rows = last - first;
-  row.mass_kv_len = s.num_computed - s.table.num_evicted_tokens() + row.num_tokens;
 }
 
 // Adds the row's mass to its sequence's, query by query in order: the sum a recompute makes
 // again whatever its chunks.
 void add_mass(const Row& row, std::span<const float> mass) {
-  if (row.mass_offset < 0) return;
+  const engine::StepBatch::MassRows& rows = row.mass;
+  if (rows.offset < 0) return;
   std::vector<float>& acc = row.seq->slot_mass;
-  acc.resize(static_cast<size_t>(row.mass_kv_len), 0.0f);
-  for (int32_t q = 0; q < row.mass_rows; ++q) {
-    const float* m = mass.data() + row.mass_offset + static_cast<int64_t>(q) * row.mass_kv_len;
-    for (int32_t j = 0; j < row.mass_kv_len; ++j) acc[static_cast<size_t>(j)] += m[j];
+  acc.resize(static_cast<size_t>(rows.kv_len), 0.0f);
+  for (int32_t q = 0; q < rows.count; ++q) {
+    const float* m = mass.data() + rows.offset + static_cast<int64_t>(q) * rows.kv_len;
+    for (int32_t j = 0; j < rows.kv_len; ++j) acc[static_cast<size_t>(j)] += m[j];
   }
 }
 

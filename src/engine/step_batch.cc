@@ -35,7 +35,7 @@ model::ForwardBatch StepBatch::view() const {
   return b;
 }
 
-int64_t StepBatch::want_mass(int32_t first, int32_t count, bool max) {
+StepBatch::MassRows StepBatch::want_mass(int32_t first, int32_t count, bool max) {
   STRATA_CHECK(first >= 0 && count > 0 && first + count <= last_rows_,
                "want_mass: rows outside the last-added sequence");
   mass_offsets_.resize(token_ids_.size(), -1);
@@ -47,7 +47,7 @@ int64_t StepBatch::want_mass(int32_t first, int32_t count, bool max) {
     mass_offsets_[row0 + j] = mass_size_;
     mass_size_ += last_kv_len_;
   }
-  return offset;
+  return {offset, count, last_kv_len_};
 }
 
 int32_t StepBatch::add_tokens(const Sequence& s, int32_t n) {

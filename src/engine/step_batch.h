@@ -28,12 +28,16 @@ class StepBatch {
   int32_t add_sampled(const Sequence& seq, int32_t n, const model::DeviceSampleSpec& spec);
 
   // Token-level eviction (H2O, SnapKV): asks the forward pass for the attention mass of token
-  // rows [first, first + count) of the sequence added last (relative to its first row). Each row
-  // gets kv_len floats -- the sequence's slots after this step's -- in the mass buffer; returns
-  // the first one's offset there (rows follow at kv_len apart).
-  // max: the rows take the largest (layer, KV head) share instead of the sum
-  // (ForwardBatch::mass_max).
-  int64_t want_mass(int32_t first, int32_t count, bool max = false);
+  // rows [first, first + count) of the sequence added last (relative to its first row); max: the
+  // rows take the largest (layer, KV head) share instead of the sum (ForwardBatch::mass_max).
+  // Each row gets kv_len floats -- the sequence's slots after this step -- in the mass buffer,
+  // the rows kv_len apart from `offset` on.
+  struct MassRows {
+    int64_t offset = -1;  // -1: none wanted
+    int32_t count = 0;
+    int32_t kv_len = 0;
+  };
+  MassRows want_mass(int32_t first, int32_t count, bool max = false);
   // Floats the mass buffer needs (ForwardBatch::attention_mass).
   int64_t mass_size() const { return mass_size_; }
   bool empty() const { return token_ids_.empty(); }

@@ -305,6 +305,13 @@ void KvCacheManager::adopt_blocks(BlockTable& table, std::vector<std::vector<Blo
   table.chain_tail_ = BlockId{};  // nothing further is registered
 }
 
+void KvCacheManager::end_hash_chain(BlockTable& table, int32_t first_changed_block) {
+  const auto first = static_cast<size_t>(first_changed_block);
+  if (table.block_hashes_.size() > first) table.block_hashes_.resize(first);
+  table.num_cached_blocks_ = std::min(table.num_cached_blocks_, first_changed_block);
+  table.chain_tail_ = BlockId{};
+}
+
 void KvCacheManager::evict_blocks(BlockTable& table, std::span<const int32_t> entries) {
   if (entries.empty()) return;
   STRATA_CHECK(num_groups() == 1 && group_spec(0).kind == KvGroupKind::kFullAttention,
@@ -338,10 +345,7 @@ void KvCacheManager::evict_blocks(BlockTable& table, std::span<const int32_t> en
   table.num_tokens_ -= num_gone;
   table.num_evicted_tokens_ += num_gone;
   // The chain ends before the first gap, and nothing more is registered (cache_full_blocks).
-  const auto first = static_cast<size_t>(entries.front());
-  if (table.block_hashes_.size() > first) table.block_hashes_.resize(first);
-  table.num_cached_blocks_ = std::min(table.num_cached_blocks_, entries.front());
-  table.chain_tail_ = BlockId{};
+  end_hash_chain(table, entries.front());
 }
 
 std::vector<SlotCopy> KvCacheManager::compact_tokens(BlockTable& table,
@@ -371,10 +375,7 @@ std::vector<SlotCopy> KvCacheManager::compact_tokens(BlockTable& table,
   table.num_tokens_ = kept;
   table.num_evicted_tokens_ += static_cast<int32_t>(slots.size());
   // The chain ends before the block of the first removed slot (nothing is registered after).
-  const auto first = static_cast<size_t>(slots.front() / bs);
-  if (table.block_hashes_.size() > first) table.block_hashes_.resize(first);
-  table.num_cached_blocks_ = std::min(table.num_cached_blocks_, static_cast<int32_t>(first));
-  table.chain_tail_ = BlockId{};
+  end_hash_chain(table, slots.front() / bs);
   return copies;
 }
 

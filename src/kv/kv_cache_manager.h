@@ -222,6 +222,9 @@ class KvCacheManager {
   const KvGroupManager& group(int32_t g) const { return groups_.at(static_cast<size_t>(g)); }
   // Gives the table a row per group (tables start with one).
   void add_rows(BlockTable& table) const;
+  // Token eviction changed the table's row from this entry on: its hash chain ends before it,
+  // and nothing of the table is registered in the prefix cache again.
+  static void end_hash_chain(BlockTable& table, int32_t first_changed_block);
   std::vector<KvGroupManager::Plan> plan(const BlockTable& table, int32_t num_new_tokens,
                                          const PrefixHit* hit) const;
   // Whether every group's plan fits with watermark_blocks(g, watermark) left free.

@@ -380,22 +380,13 @@ void Model::add_layer_mass(const ForwardBatch& b, ThreadPool& pool) {
           const MassRow& r = rows[static_cast<size_t>(i)];
           float* out = b.attention_mass.data() + r.out;
           const float* heads = scratch_.mass.data() + r.scratch;
-          if (r.max) {
-            for (int32_t j = 0; j < r.kv_len; ++j) {
-              float m = out[j];
-              for (int32_t h = 0; h < num_kv_heads; ++h) {
-                m = std::max(m, heads[static_cast<int64_t>(h) * r.kv_len + j]);
-              }
-              out[j] = m;
-            }
-            continue;
-          }
           for (int32_t j = 0; j < r.kv_len; ++j) {
-            float sum = out[j];
+            float acc = out[j];
             for (int32_t h = 0; h < num_kv_heads; ++h) {
-              sum += heads[static_cast<int64_t>(h) * r.kv_len + j];
+              const float v = heads[static_cast<int64_t>(h) * r.kv_len + j];
+              acc = r.max ? std::max(acc, v) : acc + v;
             }
-            out[j] = sum;
+            out[j] = acc;
           }
         }
       },

@@ -220,7 +220,8 @@ class Model {
   // Checks the attention-mass request (InvalidArgument, nothing written); then zero-fills the
   // wanted rows and lays out the per-layer scratch, or clears the scratch when none is wanted.
   Status begin_mass(const ForwardBatch& batch);
-  // Adds the layer's per-KV-head mass into the wanted rows: KV head 0, 1, ... for each slot.
+  // Adds (or, for a mass_max row, takes the maximum of) the layer's per-KV-head mass into the
+  // wanted rows: KV head 0, 1, ... for each slot.
   void add_layer_mass(const ForwardBatch& batch, ThreadPool& pool);
   Status run_layer(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
                    ThreadPool& pool);
