@@ -18,17 +18,16 @@
 #include "engine_testing.h"
 #include "kv_eviction_testing.h"
 #include "model/model.h"
-#include "reference_testing.h"
 #include "strata/engine.h"
 
 namespace strata {
 namespace {
 
-constexpr double kTolerance = 1e-5;
 const std::string kModels = std::string(STRATA_TEST_DATA_DIR) + "/models/";
 
 using engine::test_util::Collected;
 using engine::test_util::drain;
+using engine::test_util::expect_same;
 using engine::test_util::greedy;
 using engine::test_util::prompt_of;
 
@@ -125,19 +124,14 @@ void KvEvictionEngineTest::expect_independent_of_chunks_and_batch(const EngineRe
   EngineConfig chunked;
   chunked.max_num_batched_tokens = 7;
   const Collected small_chunks = alone(r, chunked);
-  EXPECT_EQ(small_chunks.tokens.at(0), got.tokens.at(0));
-  EXPECT_LE(
-      engine::test_util::max_top_logprobs_rel_err(small_chunks.logprobs.at(0), got.logprobs.at(0)),
-      kTolerance);
+  expect_same(small_chunks, got);
   EXPECT_EQ(small_chunks.metrics.num_evicted_blocks, got.metrics.num_evicted_blocks);
   auto e = make();
   std::vector<RequestId> others;
   for (int32_t i = 0; i < 3; ++i) others.push_back(*e->submit(greedy(prompt_of(90 + i, i), 30)));
   const RequestId id = *e->submit(r);
   const Collected batched = drain(*e)[id];
-  EXPECT_EQ(batched.tokens.at(0), got.tokens.at(0));
-  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(batched.logprobs.at(0), got.logprobs.at(0)),
-            kTolerance);
+  expect_same(batched, got);
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
 }
 
@@ -174,9 +168,7 @@ TEST_F(KvEvictionEngineTest, ThePrefixCacheNeverServesWhatAnEvictedSequenceCompu
   EngineConfig cold;
   cold.enable_prefix_caching = false;
   const Collected ref = alone(greedy(longer, 8), cold);
-  EXPECT_EQ(second.tokens.at(0), ref.tokens.at(0));
-  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(second.logprobs.at(0), ref.logprobs.at(0)),
-            kTolerance);
+  expect_same(second, ref);
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
 }
 
@@ -196,9 +188,7 @@ TEST_F(KvEvictionEngineTest, APrefixHitStopsBeforeTheFirstEvictionPoint) {
   const RequestId id = *e->submit(evicting);
   const Collected hit = drain(*e)[id];
   EXPECT_EQ(hit.metrics.num_cached_tokens, 64);
-  EXPECT_EQ(hit.tokens.at(0), cold.tokens.at(0));
-  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(hit.logprobs.at(0), cold.logprobs.at(0)),
-            kTolerance);
+  expect_same(hit, cold);
   EXPECT_EQ(hit.metrics.num_evicted_blocks, cold.metrics.num_evicted_blocks);
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
 }
@@ -224,9 +214,7 @@ TEST_F(KvEvictionEngineTest, ARequestLongerThanThePoolRunsUnderABudget) {
   EXPECT_EQ(e->last_step().num_used_blocks, 0);
   // The same as in a pool that holds it whole.
   const Collected roomy = alone(evicting);
-  EXPECT_EQ(got.tokens.at(0), roomy.tokens.at(0));
-  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(got.logprobs.at(0), roomy.logprobs.at(0)),
-            kTolerance);
+  expect_same(got, roomy);
 }
 
 TEST_F(KvEvictionEngineTest, ForksEvictOnTheirOwnWithoutFreeingEachOthersBlocks) {
@@ -236,9 +224,8 @@ TEST_F(KvEvictionEngineTest, ForksEvictOnTheirOwnWithoutFreeingEachOthersBlocks)
   r.n = 3;  // greedy forks: three copies of the same sequence, sharing the prompt's blocks
   const Collected three = alone(r);
   for (int32_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(three.tokens.at(i), one.tokens.at(0)) << "fork " << i;
-    EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(three.logprobs.at(i), one.logprobs.at(0)),
-              kTolerance);
+    SCOPED_TRACE("fork " + std::to_string(i));
+    expect_same(three, one, i);
   }
   EXPECT_GT(three.metrics.num_evicted_blocks, one.metrics.num_evicted_blocks);
 }
@@ -257,29 +244,7 @@ TEST_P(KvEvictionPreemptionTest, PreemptedEvictedRequestsGetWhatTheyGetAlone) {
   for (const KvEvictionParams& policy : {eviction(KvEvictionPolicy::kStreamingLlm, 16, 4, 8),
                                          eviction(KvEvictionPolicy::kPagedEviction, 32, 0, 0)}) {
     SCOPED_TRACE(kv_eviction_policy_name(*policy.policy));
-    auto e = make(engine::test_util::preempting({}, GetParam()));
-    std::vector<EngineRequest> requests;
-    std::vector<RequestId> ids;
-    for (int32_t i = 0; i < 8; ++i) {
-      requests.push_back(with(greedy(prompt_of(40 + i, i), 48), policy));
-      ids.push_back(*e->submit(requests.back()));
-    }
-    auto got = drain(*e);
-    EXPECT_GT(e->totals().num_preemptions, 0);
-    EXPECT_GT(e->totals().num_kv_evicted_blocks, 0);
-    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
-    int evicted_and_preempted = 0;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const Collected ref = alone(requests[i]);
-      const Collected& x = got[ids[i]];
-      EXPECT_EQ(x.tokens.at(0), ref.tokens.at(0)) << "request " << i;
-      EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(x.logprobs.at(0), ref.logprobs.at(0)),
-                kTolerance)
-          << "request " << i;
-      EXPECT_EQ(x.metrics.num_evicted_blocks, ref.metrics.num_evicted_blocks) << "request " << i;
-      evicted_and_preempted += x.metrics.num_preemptions > 0 && x.metrics.num_evicted_blocks > 0;
-    }
-    EXPECT_GT(evicted_and_preempted, 0);
+    expect_preempted_requests_get_what_they_get_alone(policy, GetParam());
   }
 }
 
@@ -298,18 +263,14 @@ TEST_P(KvEvictionPreemptionTest, APagedEvictionSequencePreemptedLateGetsWhatItGe
   const engine::test_util::LatePreemption got = engine::test_util::preempt_late(*e, a, b);
   ASSERT_GT(got.a.metrics.num_evicted_blocks, 2);
   const Collected ref = alone(a);
-  EXPECT_EQ(got.a.tokens.at(0), ref.tokens.at(0));
-  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(got.a.logprobs.at(0), ref.logprobs.at(0)),
-            kTolerance);
+  expect_same(got.a, ref);
   EXPECT_EQ(got.a.metrics.num_evicted_blocks, ref.metrics.num_evicted_blocks);
   EXPECT_EQ(got.b.tokens.at(0), alone(b).tokens.at(0));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, KvEvictionPreemptionTest,
                          ::testing::Values(PreemptionMode::kRecompute, PreemptionMode::kSwap),
-                         [](const ::testing::TestParamInfo<PreemptionMode>& i) {
-                           return i.param == PreemptionMode::kSwap ? "Swap" : "Recompute";
-                         });
+                         engine::test_util::preemption_mode_name);
 
 TEST_F(KvEvictionEngineTest, TheServerDefaultAppliesToRequestsThatNameNone) {
   EngineConfig c;

@@ -14,6 +14,7 @@
 #include "engine/engine_on_model.h"
 #include "engine_testing.h"
 #include "model/model.h"
+#include "reference_testing.h"
 #include "strata/engine.h"
 
 namespace strata::engine::test_util {
@@ -26,6 +27,17 @@ inline KvEvictionParams eviction(KvEvictionPolicy policy, int32_t budget, int32_
 inline EngineRequest with(EngineRequest r, const KvEvictionParams& e) {
   r.kv_eviction = e;
   return r;
+}
+
+// got's sequence seq returns ref's tokens, and its logprobs within 1e-5.
+inline void expect_same(const Collected& got, const Collected& ref, int32_t seq = 0) {
+  EXPECT_EQ(got.tokens.at(seq), ref.tokens.at(0));
+  EXPECT_LE(max_top_logprobs_rel_err(got.logprobs.at(seq), ref.logprobs.at(0)), 1e-5);
+}
+
+// Test names for INSTANTIATE_TEST_SUITE_P over the preemption modes.
+inline std::string preemption_mode_name(const ::testing::TestParamInfo<PreemptionMode>& i) {
+  return i.param == PreemptionMode::kSwap ? "Swap" : "Recompute";
 }
 
 // The late-preemption scenario: a (priority 1, under eviction) runs alone for 60 steps; then b
@@ -86,6 +98,36 @@ class KvEvictionFixture : public ::testing::Test {
     if (out != nullptr) *out = c;
     EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
     return used;
+  }
+
+  // Eight requests of 40-47 prompt tokens and 48 output tokens under `policy` in a 12-block pool
+  // preempt each other (by `mode`) after evicting; each returns what it gets alone, and evicts
+  // as many blocks and tokens. No block leaks.
+  void expect_preempted_requests_get_what_they_get_alone(const KvEvictionParams& policy,
+                                                         PreemptionMode mode) {
+    auto e = make(preempting({}, mode));
+    std::vector<EngineRequest> requests;
+    std::vector<RequestId> ids;
+    for (int32_t i = 0; i < 8; ++i) {
+      requests.push_back(with(greedy(prompt_of(40 + i, i), 48), policy));
+      ids.push_back(*e->submit(requests.back()));
+    }
+    auto got = drain(*e);
+    EXPECT_GT(e->totals().num_preemptions, 0);
+    EXPECT_GT(e->totals().num_kv_evicted_blocks + e->totals().num_kv_evicted_tokens, 0);
+    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+    int evicted_and_preempted = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      SCOPED_TRACE("request " + std::to_string(i));
+      const Collected ref = alone(requests[i]);
+      const Collected& x = got[ids[i]];
+      expect_same(x, ref);
+      EXPECT_EQ(x.metrics.num_evicted_blocks, ref.metrics.num_evicted_blocks);
+      EXPECT_EQ(x.metrics.num_evicted_tokens, ref.metrics.num_evicted_tokens);
+      evicted_and_preempted += x.metrics.num_preemptions > 0 &&
+                               x.metrics.num_evicted_blocks + x.metrics.num_evicted_tokens > 0;
+    }
+    EXPECT_GT(evicted_and_preempted, 0);
   }
 
   ThreadPool pool_;

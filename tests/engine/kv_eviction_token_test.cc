@@ -18,27 +18,19 @@
 #include "engine_testing.h"
 #include "kv_eviction_testing.h"
 #include "model/model.h"
-#include "reference_testing.h"
 #include "strata/engine.h"
 
 namespace strata {
 namespace {
 
-constexpr double kTolerance = 1e-5;
-
 using engine::test_util::Collected;
 using engine::test_util::drain;
+using engine::test_util::expect_same;
 using engine::test_util::greedy;
 using engine::test_util::prompt_of;
 
 using engine::test_util::eviction;
 using engine::test_util::with;
-
-void expect_same(const Collected& got, const Collected& ref, int32_t seq = 0) {
-  EXPECT_EQ(got.tokens.at(seq), ref.tokens.at(0));
-  EXPECT_LE(engine::test_util::max_top_logprobs_rel_err(got.logprobs.at(seq), ref.logprobs.at(0)),
-            kTolerance);
-}
 
 class KvEvictionTokenTest : public engine::test_util::KvEvictionFixture {};
 
@@ -158,27 +150,7 @@ TEST_P(KvEvictionTokenPreemptionTest, PreemptedRequestsGetWhatTheyGetAlone) {
   for (const KvEvictionParams& policy :
        {eviction(KvEvictionPolicy::kH2O, 24, 2), eviction(KvEvictionPolicy::kSnapKv, 24)}) {
     SCOPED_TRACE(kv_eviction_policy_name(*policy.policy));
-    auto e = make(engine::test_util::preempting({}, GetParam()));
-    std::vector<EngineRequest> requests;
-    std::vector<RequestId> ids;
-    for (int32_t i = 0; i < 8; ++i) {
-      requests.push_back(with(greedy(prompt_of(40 + i, i), 48), policy));
-      ids.push_back(*e->submit(requests.back()));
-    }
-    auto got = drain(*e);
-    EXPECT_GT(e->totals().num_preemptions, 0);
-    EXPECT_GT(e->totals().num_kv_evicted_tokens, 0);
-    EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
-    int evicted_and_preempted = 0;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      SCOPED_TRACE("request " + std::to_string(i));
-      const Collected ref = alone(requests[i]);
-      const Collected& x = got[ids[i]];
-      expect_same(x, ref);
-      EXPECT_EQ(x.metrics.num_evicted_tokens, ref.metrics.num_evicted_tokens);
-      evicted_and_preempted += x.metrics.num_preemptions > 0 && x.metrics.num_evicted_tokens > 0;
-    }
-    EXPECT_GT(evicted_and_preempted, 0);
+    expect_preempted_requests_get_what_they_get_alone(policy, GetParam());
   }
 }
 
@@ -217,9 +189,7 @@ TEST_P(KvEvictionTokenPreemptionTest, AnH2OSequencePreemptedLateGetsWhatItGetsAl
 
 INSTANTIATE_TEST_SUITE_P(Modes, KvEvictionTokenPreemptionTest,
                          ::testing::Values(PreemptionMode::kRecompute, PreemptionMode::kSwap),
-                         [](const ::testing::TestParamInfo<PreemptionMode>& i) {
-                           return i.param == PreemptionMode::kSwap ? "Swap" : "Recompute";
-                         });
+                         engine::test_util::preemption_mode_name);
 
 // Compaction moves a token's K and V codes and, in an int8 pool, its per-token scales: H2O over an
 // int8 cache holds its budget and returns the same tokens in any chunking. (An int4 cache keeps

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "hand_batch.h"
 #include "kv/host_kv_buffer.h"
 #include "kv/kv_layout.h"
 #include "model/model.h"
@@ -55,40 +56,22 @@ class AttentionMassTest : public ::testing::Test {
   // The step's batch; mass wanted when `want_mass`.
   StepResult run(Model& model, kv::HostKvBuffer& kv, const std::vector<SeqStep>& seqs,
                  bool want_mass = true, bool max_rows = false) {
-    std::vector<int32_t> tokens, positions, q_indptr = {0}, kv_indptr = {0}, indices, last, rows;
-    std::vector<int64_t> slots;
+    test_util::HandBatch batch(kBlockSize);
     StepResult r;
     int64_t size = 0;
     for (const SeqStep& s : seqs) {
+      const std::span<const int32_t> all(*s.tokens);
+      batch.add(all.subspan(static_cast<size_t>(s.begin), static_cast<size_t>(s.end - s.begin)),
+                s.begin, s.blocks, s.end);
       for (int32_t p = s.begin; p < s.end; ++p) {
-        tokens.push_back((*s.tokens)[static_cast<size_t>(p)]);
-        positions.push_back(p);
-        slots.push_back(int64_t{s.blocks[static_cast<size_t>(p / kBlockSize)]} * kBlockSize +
-                        p % kBlockSize);
         r.offsets.push_back(size);
         size += s.end;
       }
-      const int32_t num_blocks = (s.end + kBlockSize - 1) / kBlockSize;
-      indices.insert(indices.end(), s.blocks.begin(), s.blocks.begin() + num_blocks);
-      kv_indptr.push_back(static_cast<int32_t>(indices.size()));
-      last.push_back(s.end - (num_blocks - 1) * kBlockSize);
-      q_indptr.push_back(static_cast<int32_t>(tokens.size()));
-      rows.push_back(q_indptr.back() - 1);
     }
     r.mass.assign(static_cast<size_t>(size), kSentinel);
-    r.logits.resize(rows.size() * static_cast<size_t>(model.vocab_size()));
-    ForwardBatch b;
-    b.token_ids = tokens;
-    b.positions = positions;
-    b.q_indptr = q_indptr;
-    b.layout.kv_indptr = kv_indptr.data();
-    b.layout.kv_indices = indices.data();
-    b.layout.kv_last_page_len = last.data();
-    b.layout.num_seqs = static_cast<int32_t>(seqs.size());
-    b.layout.block_size = kBlockSize;
-    b.slot_mapping = slots;
-    b.logits_rows = rows;
-    const std::vector<uint8_t> max_flags(max_rows ? tokens.size() : 0, 1);
+    r.logits.resize(batch.num_seqs() * static_cast<size_t>(model.vocab_size()));
+    ForwardBatch b = batch.view();
+    const std::vector<uint8_t> max_flags(max_rows ? batch.num_tokens() : 0, 1);
     if (want_mass) {
       b.mass_offsets = r.offsets;
       b.attention_mass = r.mass;
@@ -261,24 +244,10 @@ TEST_F(AttentionMassTest, RefusesBadRequestsBeforeWritingAnything) {
   Model model = Model::load({kModels + "llama3-gqa"});
   kv::HostKvBuffer kv = cache_of(model, DType::kF32);
   const std::vector<int32_t> tokens = {3, 4, 5};
-  const std::vector<int32_t> positions = {0, 1, 2};
-  const std::vector<int32_t> q_indptr = {0, 3};
-  const std::vector<int32_t> kv_indptr = {0, 1};
-  const std::vector<int32_t> indices = {1};
-  const std::vector<int32_t> last = {3};
-  const std::vector<int64_t> slots = {16, 17, 18};
-  const std::vector<int32_t> rows = {2};
-  ForwardBatch b;
-  b.token_ids = tokens;
-  b.positions = positions;
-  b.q_indptr = q_indptr;
-  b.layout.kv_indptr = kv_indptr.data();
-  b.layout.kv_indices = indices.data();
-  b.layout.kv_last_page_len = last.data();
-  b.layout.num_seqs = 1;
-  b.layout.block_size = kBlockSize;
-  b.slot_mapping = slots;
-  b.logits_rows = rows;
+  const std::vector<int32_t> row = {1};
+  test_util::HandBatch batch(kBlockSize);
+  batch.add(tokens, 0, row, 3);
+  ForwardBatch b = batch.view();
   std::vector<float> logits(static_cast<size_t>(model.vocab_size()));
   std::vector<float> mass(9, kSentinel);
   b.attention_mass = mass;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "hand_batch.h"
 #include "kv/block_copy.h"
 #include "kv/host_kv_buffer.h"
 #include "kv/kv_eviction.h"
@@ -31,31 +32,10 @@ constexpr int32_t kBs = 16;
 std::vector<float> step(Model& model, kv::HostKvBuffer& kv, const std::vector<int32_t>& tokens,
                         int32_t first_pos, const std::vector<int32_t>& blocks, int32_t kv_len,
                         ThreadPool& pool) {
-  const auto n = static_cast<int32_t>(tokens.size());
-  std::vector<int32_t> positions, q_indptr = {0, n};
-  std::vector<int64_t> slots;
-  for (int32_t i = 0; i < n; ++i) {
-    positions.push_back(first_pos + i);
-    const int32_t slot = kv_len - n + i;
-    slots.push_back(int64_t{blocks[static_cast<size_t>(slot / kBs)]} * kBs + slot % kBs);
-  }
-  const int32_t num_blocks = (kv_len + kBs - 1) / kBs;
-  const std::vector<int32_t> kv_indptr = {0, num_blocks};
-  const std::vector<int32_t> last = {kv_len - (num_blocks - 1) * kBs};
-  const std::vector<int32_t> rows = {n - 1};
-  ForwardBatch b;
-  b.token_ids = tokens;
-  b.positions = positions;
-  b.q_indptr = q_indptr;
-  b.layout.kv_indptr = kv_indptr.data();
-  b.layout.kv_indices = blocks.data();
-  b.layout.kv_last_page_len = last.data();
-  b.layout.num_seqs = 1;
-  b.layout.block_size = kBs;
-  b.slot_mapping = slots;
-  b.logits_rows = rows;
+  test_util::HandBatch batch(kBs);
+  batch.add(tokens, first_pos, blocks, kv_len);
   std::vector<float> logits(static_cast<size_t>(model.vocab_size()));
-  const Status s = model.forward(b, kv, logits, pool);
+  const Status s = model.forward(batch.view(), kv, logits, pool);
   EXPECT_TRUE(s.ok()) << s.to_string();
   return logits;
 }
