@@ -149,9 +149,11 @@ assert j["header"]["endpoint"] == sys.argv[2], j["header"]
 assert r["num_requests"] == 6 and r["prompt_tokens"] == 60, r
 assert float(sys.argv[4]) - float(sys.argv[3]) == 30 and float(sys.argv[5]) == 30, sys.argv[3:]
 PY
-kill "$server_pid"
+# Gone, not going: a server told to stop may still answer while it drains (the probe would pass
+# and a request fail instead).
+kill "$server_pid" && wait "$server_pid" 2>/dev/null
 bench_error endpoint-second-down "cannot reach $base" --endpoint "$first,$base"
-kill "$first_pid"
+kill "$first_pid" && wait "$first_pid" 2>/dev/null
 base=$first
 bench_error endpoint-down "cannot reach" --endpoint "$base"
 bench_error endpoint-malformed "endpoint" --endpoint "not a url"
