@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "model/json_fields.h"
+#include "model/moe_config.h"
 
 namespace strata::model {
 namespace {
@@ -23,11 +24,13 @@ struct ArchInfo {
   std::string_view model_type;
 };
 
-constexpr std::array<ArchInfo, 4> kArchitectures = {{
+constexpr std::array<ArchInfo, 6> kArchitectures = {{
     {Architecture::kLlama, "LlamaForCausalLM", "llama"},
     {Architecture::kMistral, "MistralForCausalLM", "mistral"},
     {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2"},
     {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3"},
+    {Architecture::kMixtral, "MixtralForCausalLM", "mixtral"},
+    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
 }};
 
 // Guards against configs whose sizes would make Strata allocate absurd amounts before failing.
@@ -62,7 +65,7 @@ Architecture parse_architecture(const JsonFields& f) {
     if (a.model_type == model_type) return a.arch;
   }
   f.fail("cannot tell the architecture: no 'architectures' list and model_type " +
-         quote(model_type) + " is not one of llama, mistral, qwen2, qwen3");
+         quote(model_type) + " is not one of llama, mistral, qwen2, qwen3, mixtral, qwen3_moe");
 }
 
 void check_range(const JsonFields& f, std::string_view key, int64_t value, int64_t max) {
@@ -124,6 +127,7 @@ void parse_biases(const JsonFields& f, ModelConfig& c) {
       c.qk_norm = false;
       return;
     case Architecture::kMistral:
+    case Architecture::kMixtral:
       c.qkv_bias = c.o_bias = c.mlp_bias = c.qk_norm = false;
       return;
     case Architecture::kQwen2:
@@ -131,6 +135,7 @@ void parse_biases(const JsonFields& f, ModelConfig& c) {
       c.o_bias = c.mlp_bias = c.qk_norm = false;
       return;
     case Architecture::kQwen3:
+    case Architecture::kQwen3Moe:
       c.qkv_bias = c.o_bias = attention_bias;
       c.mlp_bias = false;
       c.qk_norm = true;
@@ -196,9 +201,11 @@ std::optional<int64_t> effective_window(const JsonFields& f, Architecture arch) 
     case Architecture::kLlama:
       return std::nullopt;
     case Architecture::kMistral:
+    case Architecture::kMixtral:
       return f.opt_int("sliding_window");
     case Architecture::kQwen2:
     case Architecture::kQwen3:
+    case Architecture::kQwen3Moe:  // on every layer: Qwen3-MoE has no max_window_layers
       if (!f.opt_bool("use_sliding_window").value_or(false)) return std::nullopt;
       return f.opt_int("sliding_window");
   }
@@ -262,6 +269,7 @@ ModelConfig parse_model_config(const json& config, std::string_view source) {
   c.torch_dtype = f.opt_string("dtype").value_or(f.opt_string("torch_dtype").value_or(""));
   c.rope = parse_rope(f, source);
   c.layer_sliding_window = parse_sliding_windows(f, c);
+  parse_moe(f, c);
   return c;
 }
 

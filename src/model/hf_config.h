@@ -11,7 +11,7 @@
 
 namespace strata::model {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe };
 
 // The transformers class name: "LlamaForCausalLM", ...
 std::string_view architecture_name(Architecture arch);
@@ -29,11 +29,35 @@ struct RopeConfig {
   bool operator==(const RopeConfig&) const = default;
 };
 
+// The sparse MoE block of Mixtral and Qwen3-MoE (moe_config.cc): a router (a linear layer to
+// num_experts logits), softmax over all experts in fp32, the num_experts_per_tok largest
+// probabilities (ties to the lower expert id), divided by their sum when norm_topk_prob, and
+// each token's output the weighted sum of its experts' SwiGLU MLPs of moe_intermediate_size.
+// num_experts == 0: no MoE layer.
+struct MoeConfig {
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;    // in [1, num_experts] when num_experts > 0
+  int64_t moe_intermediate_size = 0;  // Mixtral: intermediate_size
+  bool norm_topk_prob = true;         // Mixtral: always; Qwen3-MoE: as the config says
+  std::vector<bool> layer_is_moe;     // [num_hidden_layers]; false: the dense MLP
+
+  bool is_moe(int64_t layer_idx) const {
+    return !layer_is_moe.empty() && layer_is_moe[static_cast<size_t>(layer_idx)];
+  }
+  bool any_moe_layer() const {
+    for (const bool moe : layer_is_moe) {
+      if (moe) return true;
+    }
+    return false;
+  }
+  bool operator==(const MoeConfig&) const = default;
+};
+
 // Every size is validated positive; num_attention_heads % num_key_value_heads == 0;
 // layer_sliding_window.size() == num_hidden_layers.
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
-  std::string model_type;  // "llama", "mistral", "qwen2", "qwen3", as written (may be empty)
+  std::string model_type;  // "llama", "qwen3_moe", ..., as written (may be empty)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -54,6 +78,7 @@ struct ModelConfig {
   std::string torch_dtype;  // "bfloat16", ...; empty when absent
   RopeConfig rope;
   std::vector<int32_t> layer_sliding_window;  // per layer: window in tokens, 0 = full attention
+  MoeConfig moe;  // Mixtral, Qwen3-MoE; empty for the dense architectures
 
   bool operator==(const ModelConfig&) const = default;
 };

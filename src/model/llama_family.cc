@@ -46,6 +46,16 @@ std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
   return t;
 }
 
+// The dense MLP's tensors, which an MoE layer has instead as its router and experts.
+bool is_dense_mlp(const LayerTensor& t) {
+  for (TensorView LayerWeights::*m :
+       {&LayerWeights::gate_proj, &LayerWeights::up_proj, &LayerWeights::down_proj,
+        &LayerWeights::gate_bias, &LayerWeights::up_bias, &LayerWeights::down_bias}) {
+    if (t.member == m) return true;
+  }
+  return false;
+}
+
 std::string layer_prefix(int64_t layer_idx) {
   return "model.layers." + std::to_string(layer_idx) + ".";
 }
@@ -57,7 +67,11 @@ TensorShapes llama_family_tensors(const ModelConfig& config) {
   TensorShapes shapes = {{"model.embed_tokens.weight", embed_shape}};
   const std::vector<LayerTensor> per_layer = layer_tensors(config);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    for (const LayerTensor& t : per_layer) shapes.emplace_back(layer_prefix(l) + t.suffix, t.shape);
+    const bool moe = config.moe.is_moe(l);
+    for (const LayerTensor& t : per_layer) {
+      if (!(moe && is_dense_mlp(t))) shapes.emplace_back(layer_prefix(l) + t.suffix, t.shape);
+    }
+    if (moe) append_moe_tensors(config, l, shapes);
   }
   shapes.emplace_back("model.norm.weight", std::vector<int64_t>{config.hidden_size});
   if (!config.tie_word_embeddings) shapes.emplace_back("lm_head.weight", embed_shape);
@@ -73,10 +87,13 @@ DecoderWeights bind_llama_family(const ModelConfig& config, const WeightStore& s
   const std::vector<LayerTensor> per_layer = layer_tensors(config);
   w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    const bool moe = config.moe.is_moe(l);
     for (const LayerTensor& t : per_layer) {
+      if (moe && is_dense_mlp(t)) continue;
       w.layers[static_cast<size_t>(l)].*t.member =
           store.get_checked(layer_prefix(l) + t.suffix, t.shape);
     }
+    if (moe) w.layers[static_cast<size_t>(l)].moe = bind_moe_weights(config, store, l);
   }
   return w;
 }

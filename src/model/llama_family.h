@@ -17,6 +17,7 @@
 
 #include "core/tensor_view.h"
 #include "model/hf_config.h"
+#include "model/moe_weights.h"
 #include "model/weight_store.h"
 
 namespace strata::model {
@@ -32,6 +33,7 @@ struct LayerWeights {
   TensorView gate_proj, up_proj;         // [intermediate, hidden]
   TensorView down_proj;                  // [hidden, intermediate]
   TensorView gate_bias, up_bias, down_bias;  // or empty
+  MoeWeights moe;  // an MoE layer's router and experts (then the dense MLP's views are empty)
 };
 
 struct DecoderWeights {

@@ -546,6 +546,9 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, const 
 Status Model::run_mlp(int32_t layer_idx, int64_t num_tokens, ThreadPool& pool) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
   const float* x = scratch_.normed.data();
+  if (config_.moe.is_moe(layer_idx)) {
+    return moe_forward(config_.moe, w.moe, x, num_tokens, scratch_.proj.data(), moe_scratch_, pool);
+  }
   STRATA_RETURN_IF_ERROR(cpu::linear(x, w.gate_proj, w.gate_bias, scratch_.gate.data(), num_tokens, pool));
   STRATA_RETURN_IF_ERROR(cpu::linear(x, w.up_proj, w.up_bias, scratch_.up.data(), num_tokens, pool));
   STRATA_RETURN_IF_ERROR(cpu::silu_and_mul(scratch_.gate.data(), scratch_.up.data(),

@@ -28,6 +28,7 @@
 #include "kv/kv_layout.h"
 #include "model/hf_config.h"
 #include "model/llama_family.h"
+#include "model/moe_block.h"
 #include "model/weight_store.h"
 
 namespace strata::cpu {
@@ -244,6 +245,7 @@ class Model {
   DecoderWeights weights_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
   Scratch scratch_;
+  MoeScratch moe_scratch_;  // the MoE layers' (Mixtral, Qwen3-MoE)
   // Set only during kv_abs_max: per layer (max |k|, max |v|), updated by run_attention.
   std::vector<std::pair<float, float>>* kv_abs_max_ = nullptr;
   // Set only during kv_quant_error: the quantized scratch cache and per-layer sums of squares.

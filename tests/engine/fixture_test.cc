@@ -33,6 +33,7 @@ const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models/";
 const std::vector<std::string> kFixtures = {
     "llama2-mha",  "llama-mqa-bias", "llama3-gqa",   "llama3-gqa-bf16",
     "mistral-swa", "qwen2-tied",     "qwen3-qknorm", "qwen3-qknorm-f16",
+    "mixtral-moe", "qwen3-moe",
 };
 
 class FixtureTest : public ::testing::TestWithParam<std::string> {

@@ -1,0 +1,136 @@
+#include "model/moe_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/linear.h"
+
+namespace strata::model {
+namespace {
+
+size_t at(int64_t i) { return static_cast<size_t>(i); }
+
+// One token: softmax over p[0, n) in place, then the k largest (ties to the lower id) into
+// experts/weights, ascending by id.
+void route_one(float* p, int64_t n, int64_t k, bool renormalize, int32_t* experts, float* weights) {
+  const float max = *std::max_element(p, p + n);
+  float sum = 0.0f;
+  for (int64_t e = 0; e < n; ++e) {
+    p[e] = std::exp(p[e] - max);
+    sum += p[e];
+  }
+  for (int64_t e = 0; e < n; ++e) p[e] /= sum;
+  // k passes of argmax over the experts not yet taken: k and n are small (8 of 128).
+  for (int64_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < n; ++e) {
+      if (std::find(experts, experts + j, static_cast<int32_t>(e)) != experts + j) continue;
+      if (best < 0 || p[e] > p[best]) best = static_cast<int32_t>(e);
+    }
+    experts[j] = best;
+  }
+  std::sort(experts, experts + k);
+  float top_sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) top_sum += p[experts[j]];
+  for (int64_t j = 0; j < k; ++j)
+    weights[j] = renormalize ? p[experts[j]] / top_sum : p[experts[j]];
+}
+
+// Counting sort of the (token, j) pairs by expert: expert_begin, row_of, token_of.
+void group_by_expert(int64_t num_experts, int64_t num_tokens, int64_t k, MoeScratch& s) {
+  s.expert_begin.assign(at(num_experts + 1), 0);
+  for (int64_t i = 0; i < num_tokens * k; ++i) ++s.expert_begin[at(s.experts[at(i)] + 1)];
+  for (int64_t e = 0; e < num_experts; ++e) s.expert_begin[at(e + 1)] += s.expert_begin[at(e)];
+  std::vector<int64_t> next(s.expert_begin.begin(), s.expert_begin.end() - 1);
+  s.row_of.resize(at(num_tokens * k));
+  s.token_of.resize(at(num_tokens * k));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t row = next[at(s.experts[at(t * k + j)])]++;
+      s.row_of[at(t * k + j)] = row;
+      s.token_of[at(row)] = t;
+    }
+  }
+}
+
+// One expert's SwiGLU MLP over its rows [begin, end) of s.rows into s.out.
+Status run_expert(const ExpertWeights& w, int64_t begin, int64_t end, int64_t hidden, int64_t inter,
+                  MoeScratch& s, ThreadPool& pool) {
+  const int64_t m = end - begin;
+  const float* x = s.rows.data() + begin * hidden;
+  float* gate = s.gate.data() + begin * inter;
+  float* up = s.up.data() + begin * inter;
+  STRATA_RETURN_IF_ERROR(cpu::linear(x, w.gate_proj, TensorView{}, gate, m, pool));
+  STRATA_RETURN_IF_ERROR(cpu::linear(x, w.up_proj, TensorView{}, up, m, pool));
+  STRATA_RETURN_IF_ERROR(cpu::silu_and_mul(gate, up, gate, m * inter, pool));
+  return cpu::linear(gate, w.down_proj, TensorView{}, s.out.data() + begin * hidden, m, pool);
+}
+
+}  // namespace
+
+void route_tokens(const MoeConfig& config, float* logits, int64_t num_tokens, int32_t* experts,
+                  float* weights, ThreadPool& pool) {
+  const int64_t n = config.num_experts, k = config.num_experts_per_tok;
+  pool.parallel_for(
+      num_tokens,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          route_one(logits + t * n, n, k, config.norm_topk_prob, experts + t * k, weights + t * k);
+        }
+      },
+      /*min_chunk=*/16);
+}
+
+Status moe_forward(const MoeConfig& config, const MoeWeights& w, const float* x, int64_t num_tokens,
+                   float* out, MoeScratch& s, ThreadPool& pool) {
+  const int64_t num_experts = config.num_experts, k = config.num_experts_per_tok;
+  const int64_t inter = config.moe_intermediate_size;
+  if (w.router.empty() || w.router.rank != 2 || w.router.dim(0) != num_experts ||
+      w.experts.size() != at(num_experts) || k < 1 || k > num_experts) {
+    return Status::InvalidArgument("moe_forward: the weights do not match the MoE config");
+  }
+  const int64_t hidden = w.router.dim(1);
+  if (num_tokens == 0) return Status::Ok();
+  s.logits.resize(at(num_tokens * num_experts));
+  STRATA_RETURN_IF_ERROR(cpu::linear(x, w.router, TensorView{}, s.logits.data(), num_tokens, pool));
+  s.experts.resize(at(num_tokens * k));
+  s.weights.resize(at(num_tokens * k));
+  route_tokens(config, s.logits.data(), num_tokens, s.experts.data(), s.weights.data(), pool);
+  group_by_expert(num_experts, num_tokens, k, s);
+  const int64_t num_rows = num_tokens * k;
+  s.rows.resize(at(num_rows * hidden));
+  s.out.resize(at(num_rows * hidden));
+  s.gate.resize(at(num_rows * inter));
+  s.up.resize(at(num_rows * inter));
+  pool.parallel_for(num_rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* src = x + s.token_of[at(r)] * hidden;
+      std::copy(src, src + hidden, s.rows.data() + r * hidden);
+    }
+  });
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t begin = s.expert_begin[at(e)], end = s.expert_begin[at(e + 1)];
+    if (begin == end) continue;
+    STRATA_RETURN_IF_ERROR(run_expert(w.experts[at(e)], begin, end, hidden, inter, s, pool));
+  }
+  // Each token's experts in ascending id: the same sum whatever else is in the batch.
+  pool.parallel_for(num_tokens, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* dst = out + t * hidden;
+      for (int64_t j = 0; j < k; ++j) {
+        const float weight = s.weights[at(t * k + j)];
+        const float* y = s.out.data() + s.row_of[at(t * k + j)] * hidden;
+        if (j == 0) {
+          for (int64_t i = 0; i < hidden; ++i) dst[i] = weight * y[i];
+        } else {
+          for (int64_t i = 0; i < hidden; ++i) dst[i] += weight * y[i];
+        }
+      }
+    }
+  });
+  return Status::Ok();
+}
+
+}  // namespace strata::model
