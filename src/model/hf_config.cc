@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "model/gemma3_config.h"
 #include "model/json_fields.h"
 #include "model/moe_config.h"
 
@@ -24,13 +25,14 @@ struct ArchInfo {
   std::string_view model_type;
 };
 
-constexpr std::array<ArchInfo, 6> kArchitectures = {{
+constexpr std::array<ArchInfo, 7> kArchitectures = {{
     {Architecture::kLlama, "LlamaForCausalLM", "llama"},
     {Architecture::kMistral, "MistralForCausalLM", "mistral"},
     {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2"},
     {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3"},
     {Architecture::kMixtral, "MixtralForCausalLM", "mixtral"},
     {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
+    {Architecture::kGemma3, "Gemma3ForCausalLM", "gemma3_text"},
 }};
 
 // Guards against configs whose sizes would make Strata allocate absurd amounts before failing.
@@ -65,7 +67,8 @@ Architecture parse_architecture(const JsonFields& f) {
     if (a.model_type == model_type) return a.arch;
   }
   f.fail("cannot tell the architecture: no 'architectures' list and model_type " +
-         quote(model_type) + " is not one of llama, mistral, qwen2, qwen3, mixtral, qwen3_moe");
+         quote(model_type) +
+         " is not one of llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma3_text, gemma3");
 }
 
 void check_range(const JsonFields& f, std::string_view key, int64_t value, int64_t max) {
@@ -117,6 +120,25 @@ void parse_sizes(const JsonFields& f, ModelConfig& c) {
   check_positive_finite(f, "rms_norm_eps", c.rms_norm_eps);
 }
 
+// SwiGLU (silu) for every architecture but Gemma 3, whose key is hidden_activation and whose
+// MLP is GeGLU with the tanh-approximated GELU.
+void parse_activation(const JsonFields& f, ModelConfig& c) {
+  if (c.architecture == Architecture::kGemma3) {
+    c.hidden_act = f.opt_string("hidden_activation").value_or("gelu_pytorch_tanh");
+    if (c.hidden_act != "gelu_pytorch_tanh") {
+      f.fail("unsupported hidden_activation " + quote(c.hidden_act) +
+             "; Strata supports gelu_pytorch_tanh for Gemma 3");
+    }
+    c.mlp_activation = MlpActivation::kGeluTanh;
+    return;
+  }
+  c.hidden_act = f.opt_string("hidden_act").value_or("silu");
+  if (c.hidden_act != "silu") {
+    f.fail("unsupported hidden_act " + quote(c.hidden_act) + "; Strata supports silu");
+  }
+  c.mlp_activation = MlpActivation::kSilu;
+}
+
 // Which projections carry biases, per architecture (transformers' modeling_*.py).
 void parse_biases(const JsonFields& f, ModelConfig& c) {
   const bool attention_bias = f.opt_bool("attention_bias").value_or(false);
@@ -136,6 +158,11 @@ void parse_biases(const JsonFields& f, ModelConfig& c) {
       return;
     case Architecture::kQwen3:
     case Architecture::kQwen3Moe:
+      c.qkv_bias = c.o_bias = attention_bias;
+      c.mlp_bias = false;
+      c.qk_norm = true;
+      return;
+    case Architecture::kGemma3:
       c.qkv_bias = c.o_bias = attention_bias;
       c.mlp_bias = false;
       c.qk_norm = true;
@@ -164,33 +191,7 @@ RopeConfig parse_rope(const JsonFields& top, std::string_view source) {
     params = top.opt_object("rope_scaling");
     prefix = "rope_scaling.";
   }
-  if (params != nullptr) {
-    const JsonFields f(*params, source, prefix);
-    rope.theta = f.opt_number("rope_theta").value_or(rope.theta);
-    rope.type = parse_rope_type(f);
-    switch (rope.type) {
-      case RopeConfig::Type::kDefault:
-        break;
-      case RopeConfig::Type::kLinear:
-        rope.factor = f.get_number("factor");
-        check_positive_finite(f, "factor", rope.factor);
-        break;
-      case RopeConfig::Type::kLlama3:
-        rope.factor = f.get_number("factor");
-        rope.low_freq_factor = f.get_number("low_freq_factor");
-        rope.high_freq_factor = f.get_number("high_freq_factor");
-        rope.original_max_position_embeddings = f.get_int("original_max_position_embeddings");
-        check_positive_finite(f, "factor", rope.factor);
-        check_positive_finite(f, "low_freq_factor", rope.low_freq_factor);
-        check_positive_finite(f, "high_freq_factor", rope.high_freq_factor);
-        check_range(f, "original_max_position_embeddings", rope.original_max_position_embeddings,
-                    kMaxSize);
-        if (!(rope.high_freq_factor > rope.low_freq_factor)) {
-          f.fail(f.name("high_freq_factor") + " must be greater than low_freq_factor");
-        }
-        break;
-    }
-  }
+  if (params != nullptr) rope = parse_rope_params(JsonFields(*params, source, prefix), rope.theta);
   check_positive_finite(top, "rope_theta", rope.theta);
   return rope;
 }
@@ -202,6 +203,7 @@ std::optional<int64_t> effective_window(const JsonFields& f, Architecture arch) 
       return std::nullopt;
     case Architecture::kMistral:
     case Architecture::kMixtral:
+    case Architecture::kGemma3:
       return f.opt_int("sliding_window");
     case Architecture::kQwen2:
     case Architecture::kQwen3:
@@ -257,10 +259,7 @@ ModelConfig parse_model_config(const json& config, std::string_view source) {
   c.architecture = parse_architecture(f);
   c.model_type = f.opt_string("model_type").value_or("");
   parse_sizes(f, c);
-  c.hidden_act = f.opt_string("hidden_act").value_or("silu");
-  if (c.hidden_act != "silu") {
-    f.fail("unsupported hidden_act " + quote(c.hidden_act) + "; Strata supports silu");
-  }
+  parse_activation(f, c);
   parse_biases(f, c);
   c.tie_word_embeddings = f.opt_bool("tie_word_embeddings").value_or(false);
   c.bos_token_ids = f.id_list("bos_token_id");
@@ -270,10 +269,41 @@ ModelConfig parse_model_config(const json& config, std::string_view source) {
   c.rope = parse_rope(f, source);
   c.layer_sliding_window = parse_sliding_windows(f, c);
   parse_moe(f, c);
+  parse_gemma3(f, source, c);
   return c;
 }
 
 }  // namespace
+
+RopeConfig parse_rope_params(const JsonFields& f, double theta) {
+  RopeConfig rope;
+  rope.theta = f.opt_number("rope_theta").value_or(theta);
+  rope.type = parse_rope_type(f);
+  switch (rope.type) {
+    case RopeConfig::Type::kDefault:
+      break;
+    case RopeConfig::Type::kLinear:
+      rope.factor = f.get_number("factor");
+      check_positive_finite(f, "factor", rope.factor);
+      break;
+    case RopeConfig::Type::kLlama3:
+      rope.factor = f.get_number("factor");
+      rope.low_freq_factor = f.get_number("low_freq_factor");
+      rope.high_freq_factor = f.get_number("high_freq_factor");
+      rope.original_max_position_embeddings = f.get_int("original_max_position_embeddings");
+      check_positive_finite(f, "factor", rope.factor);
+      check_positive_finite(f, "low_freq_factor", rope.low_freq_factor);
+      check_positive_finite(f, "high_freq_factor", rope.high_freq_factor);
+      check_range(f, "original_max_position_embeddings", rope.original_max_position_embeddings,
+                  kMaxSize);
+      if (!(rope.high_freq_factor > rope.low_freq_factor)) {
+        f.fail(f.name("high_freq_factor") + " must be greater than low_freq_factor");
+      }
+      break;
+  }
+  check_positive_finite(f, "rope_theta", rope.theta);
+  return rope;
+}
 
 std::string_view architecture_name(Architecture arch) {
   for (const ArchInfo& a : kArchitectures) {
@@ -285,6 +315,11 @@ std::string_view architecture_name(Architecture arch) {
 ModelConfig parse_model_config_text(std::string_view json_text, std::string_view source_name) {
   const json config = parse_json_object(json_text, source_name, "config");
   try {
+    if (std::optional<Gemma3Text> gemma = gemma3_text_config(config, source_name)) {
+      ModelConfig c = parse_model_config(gemma->config, source_name);
+      if (gemma->multimodal) c.weight_prefix = "language_model.";
+      return c;
+    }
     return parse_model_config(config, source_name);
   } catch (const json::exception& e) {
     // JsonFields checks types before reading, so this is a safety net, not the normal path.

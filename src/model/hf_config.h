@@ -5,13 +5,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace strata::model {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe };
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe, kGemma3 };
 
 // The transformers class name: "LlamaForCausalLM", ...
 std::string_view architecture_name(Architecture arch);
@@ -53,6 +54,9 @@ struct MoeConfig {
   bool operator==(const MoeConfig&) const = default;
 };
 
+// The MLP's activation: SwiGLU's silu, or GeGLU's tanh-approximated GELU (gelu_pytorch_tanh).
+enum class MlpActivation { kSilu, kGeluTanh };
+
 // Every size is validated positive; num_attention_heads % num_key_value_heads == 0;
 // layer_sliding_window.size() == num_hidden_layers.
 struct ModelConfig {
@@ -67,7 +71,7 @@ struct ModelConfig {
   int64_t head_dim = 0;             // explicit "head_dim", else hidden_size / num_attention_heads
   double rms_norm_eps = 1e-6;
   int64_t max_position_embeddings = 0;
-  std::string hidden_act = "silu";  // the only supported activation
+  std::string hidden_act = "silu";  // as written (Gemma 3: hidden_activation); see mlp_activation
   bool qkv_bias = false;            // q_proj, k_proj, v_proj have biases
   bool o_bias = false;              // o_proj has a bias
   bool mlp_bias = false;            // gate_proj, up_proj, down_proj have biases
@@ -79,6 +83,19 @@ struct ModelConfig {
   RopeConfig rope;
   std::vector<int32_t> layer_sliding_window;  // per layer: window in tokens, 0 = full attention
   MoeConfig moe;  // Mixtral, Qwen3-MoE; empty for the dense architectures
+  // Gemma 3 (gemma3_config.h); every other architecture keeps these defaults.
+  MlpActivation mlp_activation = MlpActivation::kSilu;
+  bool norm_unit_offset = false;  // every RMSNorm (q/k norms too) multiplies by (1 + weight)
+  // Norms on the attention's and the MLP's outputs before their residual adds, the MLP's input
+  // norm named pre_feedforward_layernorm (post_attention_layernorm is the attention output's).
+  bool sandwich_norms = false;
+  // Embeddings times sqrt(hidden_size), the factor rounded to the embedding table's dtype.
+  bool scale_embeddings = false;
+  double query_pre_attn_scalar = 0.0;  // > 0: attention scale 1 / sqrt(it); 0: 1 / sqrt(head_dim)
+  std::optional<RopeConfig> sliding_rope;  // the sliding-window layers' RoPE, when it differs
+  // Prepended to every tensor name: "language_model." for the text model of a multimodal
+  // checkpoint (Gemma3ForConditionalGeneration in transformers 4's layout), else empty.
+  std::string weight_prefix;
 
   bool operator==(const ModelConfig&) const = default;
 };

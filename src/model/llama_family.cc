@@ -34,7 +34,13 @@ std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
   }
   t.push_back({"self_attn.o_proj.weight", &LayerWeights::o_proj, {hidden, q_out}});
   if (c.o_bias) t.push_back({"self_attn.o_proj.bias", &LayerWeights::o_bias, {hidden}});
-  t.push_back({"post_attention_layernorm.weight", &LayerWeights::post_attention_norm, {hidden}});
+  if (c.sandwich_norms) {
+    t.push_back({"post_attention_layernorm.weight", &LayerWeights::attn_output_norm, {hidden}});
+    t.push_back({"pre_feedforward_layernorm.weight", &LayerWeights::post_attention_norm, {hidden}});
+    t.push_back({"post_feedforward_layernorm.weight", &LayerWeights::mlp_output_norm, {hidden}});
+  } else {
+    t.push_back({"post_attention_layernorm.weight", &LayerWeights::post_attention_norm, {hidden}});
+  }
   t.push_back({"mlp.gate_proj.weight", &LayerWeights::gate_proj, {inter, hidden}});
   t.push_back({"mlp.up_proj.weight", &LayerWeights::up_proj, {inter, hidden}});
   t.push_back({"mlp.down_proj.weight", &LayerWeights::down_proj, {hidden, inter}});
@@ -64,26 +70,33 @@ std::string layer_prefix(int64_t layer_idx) {
 
 TensorShapes llama_family_tensors(const ModelConfig& config) {
   const std::vector<int64_t> embed_shape = {config.vocab_size, config.hidden_size};
-  TensorShapes shapes = {{"model.embed_tokens.weight", embed_shape}};
+  TensorShapes shapes = {{config.weight_prefix + "model.embed_tokens.weight", embed_shape}};
   const std::vector<LayerTensor> per_layer = layer_tensors(config);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const bool moe = config.moe.is_moe(l);
     for (const LayerTensor& t : per_layer) {
-      if (!(moe && is_dense_mlp(t))) shapes.emplace_back(layer_prefix(l) + t.suffix, t.shape);
+      if (!(moe && is_dense_mlp(t)))
+        shapes.emplace_back(config.weight_prefix + layer_prefix(l) + t.suffix, t.shape);
     }
     if (moe) append_moe_tensors(config, l, shapes);
   }
-  shapes.emplace_back("model.norm.weight", std::vector<int64_t>{config.hidden_size});
-  if (!config.tie_word_embeddings) shapes.emplace_back("lm_head.weight", embed_shape);
+  shapes.emplace_back(config.weight_prefix + "model.norm.weight",
+                      std::vector<int64_t>{config.hidden_size});
+  if (!config.tie_word_embeddings) {
+    shapes.emplace_back(config.weight_prefix + "lm_head.weight", embed_shape);
+  }
   return shapes;
 }
 
 DecoderWeights bind_llama_family(const ModelConfig& config, const WeightStore& store) {
   const std::vector<int64_t> embed_shape = {config.vocab_size, config.hidden_size};
   DecoderWeights w;
-  w.embed = store.get_checked("model.embed_tokens.weight", embed_shape);
-  w.final_norm = store.get_checked("model.norm.weight", {config.hidden_size});
-  w.lm_head = config.tie_word_embeddings ? w.embed : store.get_checked("lm_head.weight", embed_shape);
+  const std::string& prefix = config.weight_prefix;
+  w.embed = store.get_checked(prefix + "model.embed_tokens.weight", embed_shape);
+  w.final_norm = store.get_checked(prefix + "model.norm.weight", {config.hidden_size});
+  w.lm_head = config.tie_word_embeddings
+                  ? w.embed
+                  : store.get_checked(prefix + "lm_head.weight", embed_shape);
   const std::vector<LayerTensor> per_layer = layer_tensors(config);
   w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
@@ -91,7 +104,7 @@ DecoderWeights bind_llama_family(const ModelConfig& config, const WeightStore& s
     for (const LayerTensor& t : per_layer) {
       if (moe && is_dense_mlp(t)) continue;
       w.layers[static_cast<size_t>(l)].*t.member =
-          store.get_checked(layer_prefix(l) + t.suffix, t.shape);
+          store.get_checked(prefix + layer_prefix(l) + t.suffix, t.shape);
     }
     if (moe) w.layers[static_cast<size_t>(l)].moe = bind_moe_weights(config, store, l);
   }

@@ -1,15 +1,19 @@
 #pragma once
 // The Llama family of decoders: LlamaForCausalLM (Llama 2, 3, 3.1, 3.2), MistralForCausalLM,
-// Qwen2ForCausalLM and Qwen3ForCausalLM share one block structure and Hugging Face's tensor names;
-// they differ only in flags of ModelConfig (biases, q/k norms, tied embeddings, sliding windows,
-// RoPE scaling). This file names their tensors, with shapes, and binds them to views.
+// Qwen2ForCausalLM, Qwen3ForCausalLM and Gemma3ForCausalLM share one block structure and Hugging
+// Face's tensor names; they differ only in flags of ModelConfig (biases, q/k norms, tied
+// embeddings, sliding windows, RoPE scaling, Gemma 3's norms, embedding scale and GeGLU). This
+// file names their tensors, with shapes, and binds them to views.
 //
-//   h = embed(ids)
-//   per layer:  x = rms_norm(h);  q,k,v = x W^T (+ b);  [q,k = rms_norm per head (Qwen3)]
+//   h = embed(ids)                                  [* sqrt(hidden) (Gemma 3)]
+//   per layer:  x = rms_norm(h);  q,k,v = x W^T (+ b);  [q,k = rms_norm per head (Qwen3, Gemma 3)]
 //               q,k = rope(q,k);  append k,v to the paged cache;  a = paged_attention(q)
-//               h += a Wo^T (+ b)
+//               h += a Wo^T (+ b)                   [h += rms_norm(a Wo^T) (Gemma 3)]
 //               x = rms_norm(h);  h += (silu(x Wg^T) * (x Wu^T)) Wd^T
+//                                                   [gelu_tanh, h += rms_norm(mlp) (Gemma 3)]
 //   logits = rms_norm(h) Wlm^T      (Wlm = embed when tie_word_embeddings)
+// Gemma 3's RMSNorms multiply by (1 + weight); its global and sliding layers rotate by RoPE of
+// their own.
 //
 // GQA and MQA keep K/V at num_key_value_heads: nothing here repeats KV heads.
 
@@ -29,7 +33,11 @@ struct LayerWeights {
   TensorView q_norm, k_norm;             // [head_dim] or empty
   TensorView o_proj;                     // [hidden, heads * head_dim]
   TensorView o_bias;                     // [hidden] or empty
-  TensorView post_attention_norm;        // [hidden]
+  TensorView post_attention_norm;        // [hidden]: the MLP's input norm
+  // [hidden] or empty: Gemma 3's norms of the attention's and the MLP's outputs, before their
+  // residual adds (its post_attention_layernorm and post_feedforward_layernorm; its
+  // pre_feedforward_layernorm is post_attention_norm above).
+  TensorView attn_output_norm, mlp_output_norm;
   TensorView gate_proj, up_proj;         // [intermediate, hidden]
   TensorView down_proj;                  // [hidden, intermediate]
   TensorView gate_bias, up_bias, down_bias;  // or empty

@@ -27,9 +27,13 @@ WeightStore open_weights(const ModelLoadOptions& options, const ModelConfig& con
     case LoadFormat::kDummy: {
       DummyWeightsConfig dummy;
       dummy.scale = 0.02f;
-      // Norm weights near one keep activations in range over many layers, as trained models do.
-      dummy.range_for = [](std::string_view name) -> std::optional<DummyRange> {
-        if (name.find("norm") != std::string_view::npos) return DummyRange{0.9f, 1.1f};
+      // Norm weights near one keep activations in range over many layers, as trained models do
+      // (Gemma's norms multiply by 1 + weight: weights near zero).
+      const float offset = config.norm_unit_offset ? 1.0f : 0.0f;
+      dummy.range_for = [offset](std::string_view name) -> std::optional<DummyRange> {
+        if (name.find("norm") != std::string_view::npos) {
+          return DummyRange{0.9f - offset, 1.1f - offset};
+        }
         return std::nullopt;
       };
       return WeightStore::dummy(llama_family_tensors(config), options.dummy_dtype,
@@ -41,13 +45,27 @@ WeightStore open_weights(const ModelLoadOptions& options, const ModelConfig& con
 
 int64_t span_size(size_t n) { return static_cast<int64_t>(n); }
 
+// Gemma's sqrt(hidden_size) as transformers applies it: a float32 scalar cast to the embedding
+// table's dtype.
+float embedding_scale(const ModelConfig& c, DType table_dtype) {
+  if (!c.scale_embeddings) return 1.0f;
+  const auto scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
+  if (table_dtype == DType::kBF16) return bf16_to_f32(f32_to_bf16(scale));
+  if (table_dtype == DType::kF16) return f16_to_f32(f32_to_f16(scale));
+  return scale;
+}
+
 }  // namespace
 
 Model::Model(ModelConfig config, WeightStore store)
     : config_(std::move(config)),
       store_(std::move(store)),
       weights_(bind_llama_family(config_, store_)),
-      inv_freq_(rope_inv_freq(config_.rope, config_.head_dim)) {}
+      inv_freq_(rope_inv_freq(config_.rope, config_.head_dim)),
+      embed_scale_(embedding_scale(config_, weights_.embed.dtype)) {
+  if (config_.sliding_rope)
+    sliding_inv_freq_ = rope_inv_freq(*config_.sliding_rope, config_.head_dim);
+}
 
 Model Model::load(const ModelLoadOptions& options) {
   ModelConfig config = load_model_config(options.model_dir);
@@ -412,6 +430,7 @@ Status Model::forward(const ForwardBatch& batch, std::span<kv::HostKvBuffer* con
   embed.num_tokens = num_tokens;
   embed.table = weights_.embed;
   embed.out = scratch_.hidden.data();
+  embed.scale = embed_scale_;
   STRATA_RETURN_IF_ERROR(cpu::embedding(embed, pool));
   for (int32_t l = 0; l < static_cast<int32_t>(config_.num_hidden_layers); ++l) {
     STRATA_RETURN_IF_ERROR(run_layer(l, batch, kv, pool));
@@ -438,6 +457,7 @@ Status Model::rms_norm(const float* x, TensorView weight, float* out, int64_t nu
   p.weight = weight;
   p.num_rows = num_rows;
   p.eps = static_cast<float>(config_.rms_norm_eps);
+  p.unit_offset = config_.norm_unit_offset;
   return cpu::rms_norm(p, pool);
 }
 
@@ -450,11 +470,20 @@ Status Model::run_layer(int32_t layer_idx, const ForwardBatch& batch, const KvPo
   STRATA_RETURN_IF_ERROR(run_attention(layer_idx, batch, kv, pool));
   STRATA_RETURN_IF_ERROR(cpu::linear(scratch_.attn.data(), w.o_proj, w.o_bias, scratch_.proj.data(),
                                      num_tokens, pool));
+  // Gemma 3's sandwich: each block's output is normed before its residual add.
+  if (!w.attn_output_norm.empty()) {
+    STRATA_RETURN_IF_ERROR(
+        rms_norm(scratch_.proj.data(), w.attn_output_norm, scratch_.proj.data(), num_tokens, pool));
+  }
   const int64_t hidden_elems = num_tokens * config_.hidden_size;
   STRATA_RETURN_IF_ERROR(cpu::add_inplace(scratch_.hidden.data(), scratch_.proj.data(), hidden_elems, pool));
   STRATA_RETURN_IF_ERROR(rms_norm(scratch_.hidden.data(), w.post_attention_norm, scratch_.normed.data(),
                                    num_tokens, pool));
   STRATA_RETURN_IF_ERROR(run_mlp(layer_idx, num_tokens, pool));
+  if (!w.mlp_output_norm.empty()) {
+    STRATA_RETURN_IF_ERROR(
+        rms_norm(scratch_.proj.data(), w.mlp_output_norm, scratch_.proj.data(), num_tokens, pool));
+  }
   return cpu::add_inplace(scratch_.hidden.data(), scratch_.proj.data(), hidden_elems, pool);
 }
 
@@ -479,7 +508,9 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, const 
   rope.q = scratch_.q.data();
   rope.k = scratch_.k.data();
   rope.positions = batch.positions.data();
-  rope.inv_freq = inv_freq_.data();
+  const bool sliding = config_.layer_sliding_window[static_cast<size_t>(layer_idx)] > 0;
+  rope.inv_freq =
+      sliding && !sliding_inv_freq_.empty() ? sliding_inv_freq_.data() : inv_freq_.data();
   rope.num_tokens = num_tokens;
   rope.num_q_heads = num_heads;
   rope.num_kv_heads = num_kv_heads;
@@ -531,7 +562,9 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, const 
   attn.layout = *layout;
   attn.cache = cache;
   attn.num_q_heads = num_heads;
-  attn.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  attn.scale = config_.query_pre_attn_scalar > 0.0
+                   ? static_cast<float>(1.0 / std::sqrt(config_.query_pre_attn_scalar))
+                   : 1.0f / std::sqrt(static_cast<float>(head_dim));
   attn.sliding_window = config_.layer_sliding_window[static_cast<size_t>(layer_idx)];
   if (!scratch_.mass.empty()) {
     attn.mass_offsets = scratch_.mass_offsets.data();
@@ -551,9 +584,17 @@ Status Model::run_mlp(int32_t layer_idx, int64_t num_tokens, ThreadPool& pool) {
   }
   STRATA_RETURN_IF_ERROR(cpu::linear(x, w.gate_proj, w.gate_bias, scratch_.gate.data(), num_tokens, pool));
   STRATA_RETURN_IF_ERROR(cpu::linear(x, w.up_proj, w.up_bias, scratch_.up.data(), num_tokens, pool));
-  STRATA_RETURN_IF_ERROR(cpu::silu_and_mul(scratch_.gate.data(), scratch_.up.data(),
-                                           scratch_.gate.data(),
-                                           num_tokens * config_.intermediate_size, pool));
+  const int64_t gate_elems = num_tokens * config_.intermediate_size;
+  switch (config_.mlp_activation) {
+    case MlpActivation::kSilu:
+      STRATA_RETURN_IF_ERROR(cpu::silu_and_mul(scratch_.gate.data(), scratch_.up.data(),
+                                               scratch_.gate.data(), gate_elems, pool));
+      break;
+    case MlpActivation::kGeluTanh:
+      STRATA_RETURN_IF_ERROR(cpu::gelu_tanh_and_mul(scratch_.gate.data(), scratch_.up.data(),
+                                                    scratch_.gate.data(), gate_elems, pool));
+      break;
+  }
   return cpu::linear(scratch_.gate.data(), w.down_proj, w.down_bias, scratch_.proj.data(), num_tokens,
                      pool);
 }

@@ -236,7 +236,8 @@ class Model {
   // kv_quant_error's per-layer work: attention again over kv_quant_probe_'s cache.
   Status probe_quantized_attention(int32_t layer_idx, const ForwardBatch& batch,
                                    const cpu::AttentionParams& reference, ThreadPool& pool);
-  // rms_norm over num_rows rows of weight.dim(0) elements with the config's epsilon.
+  // rms_norm over num_rows rows of weight.dim(0) elements with the config's epsilon (and
+  // Gemma's (1 + weight)).
   Status rms_norm(const float* x, TensorView weight, float* out, int64_t num_rows,
                   ThreadPool& pool) const;
 
@@ -244,6 +245,9 @@ class Model {
   WeightStore store_;
   DecoderWeights weights_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
+  // The sliding-window layers' when their RoPE differs (Gemma 3), else empty.
+  std::vector<float> sliding_inv_freq_;
+  float embed_scale_ = 1.0f;  // Gemma 3: sqrt(hidden_size) in the embedding table's dtype
   Scratch scratch_;
   MoeScratch moe_scratch_;  // the MoE layers' (Mixtral, Qwen3-MoE)
   // Set only during kv_abs_max: per layer (max |k|, max |v|), updated by run_attention.

@@ -1,7 +1,9 @@
 // A model whose layers mix sliding-window and full attention, served over two KV cache groups
 // (docs/kv.md, "KV cache groups"): the mistral-swa fixture with layer 0 made full attention
 // (`layer_types`), so layer 1's 64-token window lives in a group of its own that gives back
-// what the window has passed, while group 0 keeps every block of layer 0. Every output must equal
+// what the window has passed, while group 0 keeps every block of layer 0; and the gemma3-hybrid
+// fixture (sliding, full, sliding layers, a 64-token window, RoPE of its own per layer type).
+// Every output must equal
 // the same model served from one pool (--disable-hybrid-kv-cache-manager, every layer's blocks
 // kept) -- on the CPU bit for bit, whose kernels compute each element in one fixed order --
 // alone, batched, chunked, after a prefix hit and after a preemption (recompute and swap), and no
@@ -61,14 +63,27 @@ void expect_same(const Collected& want, const Collected& got, const std::string&
   }
 }
 
-class HybridGroupsTest : public ::testing::TestWithParam<int32_t> {
+// The mistral-swa fixture made hybrid (hybrid_model_dir), or a fixture of tests/data/models.
+std::filesystem::path model_dir(const std::string& name) {
+  if (name == "mistral-hybrid") return hybrid_model_dir();
+  return std::filesystem::path(STRATA_TEST_DATA_DIR) / "models" / name;
+}
+
+struct Param {
+  std::string model;
+  int32_t block_size;
+};
+
+class HybridGroupsTest : public ::testing::TestWithParam<Param> {
  protected:
-  HybridGroupsTest() : pool_(2), model_(model::Model::load({hybrid_model_dir()})) {}
+  HybridGroupsTest() : pool_(2), model_(model::Model::load({model_dir(GetParam().model)})) {}
+
+  int32_t block_size() const { return GetParam().block_size; }
 
   EngineConfig config(bool hybrid = true) const {
     EngineConfig c;
-    c.block_size = GetParam();
-    c.num_blocks = 1 + 4 * ((30 + 37 * 3 + 120) / GetParam() + 2);
+    c.block_size = block_size();
+    c.num_blocks = 1 + 4 * ((30 + 37 * 3 + 120) / block_size() + 2);
     c.watermark = 0.0;
     // Small limits keep the windowed layers' pool (sized by them) small, so a block it gives
     // back is soon handed to another sequence and overwritten: reading one would show.
@@ -118,7 +133,10 @@ class HybridGroupsTest : public ::testing::TestWithParam<int32_t> {
 };
 
 TEST_P(HybridGroupsTest, TheWindowedLayersGetAGroupOfTheirOwn) {
-  ASSERT_EQ(model_.config().layer_sliding_window, (std::vector<int32_t>{0, kWindow}));
+  const std::vector<int32_t>& windows = model_.config().layer_sliding_window;
+  ASSERT_EQ(windows, GetParam().model == "gemma3-hybrid"
+                         ? (std::vector<int32_t>{kWindow, 0, kWindow})
+                         : (std::vector<int32_t>{0, kWindow}));
   auto e = engine::create_engine(model_, pool_, config());
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   const std::vector<KvGroupStats> groups = (*e)->kv_groups();
@@ -127,7 +145,7 @@ TEST_P(HybridGroupsTest, TheWindowedLayersGetAGroupOfTheirOwn) {
   EXPECT_EQ(groups[1].kind, "sliding window");
   EXPECT_EQ(groups[1].window, kWindow);
   EXPECT_EQ(newest_blocks_group(**e).num_blocks, 0) << "no int4 residual pool";
-  EXPECT_EQ((*e)->kv_cache().layer_dtypes.size(), 2u);
+  EXPECT_EQ((*e)->kv_cache().layer_dtypes.size(), windows.size());
   auto one = engine::create_engine(model_, pool_, config(/*hybrid=*/false));
   ASSERT_TRUE(one.ok());
   EXPECT_EQ((*one)->kv_groups().size(), 1u);
@@ -151,7 +169,7 @@ TEST_P(HybridGroupsTest, AloneBatchedAndChunkedEqualOnePool) {
 }
 
 TEST_P(HybridGroupsTest, TheWindowGroupHoldsOnlyTheWindowWhileGroupZeroHoldsEverything) {
-  const int32_t bs = GetParam();
+  const int32_t bs = block_size();
   auto e = engine::create_engine(model_, pool_, config());
   ASSERT_TRUE(e.ok());
   EngineRequest r = test_util::greedy(test_util::prompt_of(40, 9), 4 * kWindow, -1);
@@ -205,9 +223,13 @@ TEST_P(HybridGroupsTest, PreemptedRequestsEqualOnePool) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BlockSizes, HybridGroupsTest, ::testing::Values(16, 32),
-                         [](const ::testing::TestParamInfo<int32_t>& info) {
-                           return "Bs" + std::to_string(info.param);
+INSTANTIATE_TEST_SUITE_P(ModelsAndBlockSizes, HybridGroupsTest,
+                         ::testing::Values(Param{"mistral-hybrid", 16}, Param{"mistral-hybrid", 32},
+                                           Param{"gemma3-hybrid", 16}, Param{"gemma3-hybrid", 32}),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           std::string name = info.param.model;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name + "_Bs" + std::to_string(info.param.block_size);
                          });
 
 }  // namespace

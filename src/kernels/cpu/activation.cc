@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <string>
 
 #include "kernels/cpu/cpu_common.h"
@@ -73,6 +74,23 @@ Status silu_and_mul(const float* gate, const float* up, float* out, int64_t n, T
   return Status::Ok();
 }
 
+Status gelu_tanh_and_mul(const float* gate, const float* up, float* out, int64_t n,
+                         ThreadPool& pool) {
+  STRATA_RETURN_IF_ERROR(validate_elementwise("gelu_tanh_and_mul", gate, up, out, n));
+  pool.parallel_for(
+      n,
+      [&](int64_t begin, int64_t end) {
+        const double k_beta = std::sqrt(2.0 / std::numbers::pi);
+        for (int64_t i = begin; i < end; ++i) {
+          const double g = gate[i];
+          const double gelu = 0.5 * g * (1.0 + std::tanh(k_beta * (g + 0.044715 * g * g * g)));
+          out[i] = static_cast<float>(gelu) * up[i];
+        }
+      },
+      kMinElemsPerChunk);
+  return Status::Ok();
+}
+
 Status add_inplace(float* dst, const float* src, int64_t n, ThreadPool& pool) {
   STRATA_RETURN_IF_ERROR(validate_elementwise("add_inplace", dst, src, dst, n));
   pool.parallel_for(
@@ -91,8 +109,12 @@ Status embedding(const EmbeddingParams& params, ThreadPool& pool) {
       params.num_tokens,
       [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
+          float* row = params.out + t * hidden;
           detail::load_f32(params.table.data, params.table.dtype, params.token_ids[t] * hidden,
-                           hidden, params.out + t * hidden);
+                           hidden, row);
+          if (params.scale != 1.0f) {
+            for (int64_t i = 0; i < hidden; ++i) row[i] *= params.scale;
+          }
         }
       },
       std::max<int64_t>(1, kMinElemsPerChunk / hidden));

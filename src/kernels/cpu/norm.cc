@@ -54,6 +54,9 @@ Status rms_norm(const RmsNormParams& params, ThreadPool& pool) {
   const int64_t dim = params.weight.shape[0];
   std::vector<float> weight(static_cast<size_t>(dim));
   detail::load_f32(params.weight.data, params.weight.dtype, 0, dim, weight.data());
+  if (params.unit_offset) {
+    for (float& w : weight) w = 1.0f + w;
+  }
   const int64_t min_rows = std::max<int64_t>(1, 16384 / dim);
   pool.parallel_for(
       params.num_rows,

@@ -1,6 +1,7 @@
 #pragma once
 // RMSNorm on the CPU with Hugging Face Llama semantics, in fp32:
 //   out[r, i] = (x[r, i] * inv_rms(r)) * weight[i],  inv_rms(r) = 1 / sqrt(mean_i(x[r, i]^2) + eps)
+// or, with unit_offset (Gemma), * (1 + weight[i]), the sum taken in fp32 as transformers does.
 // Used for the per-layer norms (rows = tokens, dim = hidden) and for Qwen3's per-head q/k norm
 // (rows = tokens * heads, dim = head_dim).
 //
@@ -23,6 +24,7 @@ struct RmsNormParams {
   TensorView weight;     // [dim], rank 1, F32, BF16 or F16
   int64_t num_rows = 0;  // >= 0
   float eps = 1e-6f;     // >= 0 (config.json rms_norm_eps)
+  bool unit_offset = false;  // multiply by (1 + weight) instead of weight
 };
 
 // Errors (nothing is written): InvalidArgument for null pointers, a weight that is not [dim] with

@@ -49,6 +49,40 @@ TEST(SiluAndMulTest, MatchesFloat64ReferenceIncludingExtremes) {
   EXPECT_TRUE(bit_equal(u2.data(), out.data(), static_cast<int64_t>(out.size())));
 }
 
+TEST(GeluTanhAndMulTest, MatchesFloat64ReferenceIncludingExtremes) {
+  std::vector<float> gate = {-100.0f, -10.0f, -3.0f, -1e-3f, 0.0f,
+                             1e-3f,   0.5f,   3.0f,  10.0f,  100.0f};
+  const size_t num_fixed = gate.size();
+  gate.resize(40000);  // large enough to be split over threads
+  for (size_t i = num_fixed; i < gate.size(); ++i) gate[i] = 8.0f * hashed_uniform(21, i);
+  std::vector<float> up(gate.size());
+  for (size_t i = 0; i < up.size(); ++i) up[i] = 2.0f * hashed_uniform(22, i);
+  std::vector<float> out(gate.size());
+  ThreadPool pool(3);
+  ASSERT_TRUE(
+      gelu_tanh_and_mul(gate.data(), up.data(), out.data(), static_cast<int64_t>(out.size()), pool)
+          .ok());
+  const double k = std::sqrt(2.0 / 3.141592653589793);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double g = gate[i];
+    const double ref = 0.5 * g * (1.0 + std::tanh(k * (g + 0.044715 * g * g * g))) * up[i];
+    EXPECT_LE(std::abs(out[i] - ref), Tolerance::kActivation * std::abs(ref) + 1e-30)
+        << "gate " << gate[i] << " up " << up[i];
+  }
+  // Not the exact (erf) GELU: at g = 3 they differ in the fourth digit.
+  const double erf_gelu = 0.5 * 3.0 * (1.0 + std::erf(3.0 / std::sqrt(2.0)));
+  EXPECT_GT(std::abs(out[7] / up[7] - erf_gelu), 1e-5);
+  std::vector<float> in_place = gate;
+  ASSERT_TRUE(gelu_tanh_and_mul(in_place.data(), up.data(), in_place.data(),
+                                static_cast<int64_t>(in_place.size()), pool)
+                  .ok());
+  EXPECT_TRUE(bit_equal(in_place.data(), out.data(), static_cast<int64_t>(out.size())));
+  EXPECT_EQ(gelu_tanh_and_mul(gate.data(), nullptr, out.data(), 3, pool).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(gelu_tanh_and_mul(gate.data(), up.data(), out.data(), -1, pool).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(AddInplaceTest, AddsElementwiseExactly) {
   std::vector<float> dst(50000), src(50000);
   for (size_t i = 0; i < dst.size(); ++i) {
@@ -86,6 +120,27 @@ TEST(EmbeddingTest, GathersRowsForEveryTableDType) {
     for (size_t t = 0; t < ids.size(); ++t) {
       EXPECT_TRUE(bit_equal(out.data() + t * hidden, table.data() + ids[t] * hidden, hidden))
           << dtype_name(dtype) << " token " << t;
+    }
+  }
+}
+
+TEST(EmbeddingTest, ScaleMultipliesEveryElement) {
+  const int64_t vocab = 10, hidden = 5;
+  std::vector<float> table(static_cast<size_t>(vocab * hidden));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = hashed_uniform(16, i);
+  const std::vector<int32_t> ids = {3, 9, 3};
+  std::vector<float> out(ids.size() * hidden);
+  ThreadPool pool(2);
+  EmbeddingParams p;
+  p.token_ids = ids.data();
+  p.num_tokens = static_cast<int64_t>(ids.size());
+  p.table = make_view(table.data(), DType::kF32, {vocab, hidden});
+  p.out = out.data();
+  p.scale = 55.5f;  // sqrt(3072) = 55.43 rounded to bf16, as transformers scales a bf16 Gemma
+  ASSERT_TRUE(embedding(p, pool).ok());
+  for (size_t t = 0; t < ids.size(); ++t) {
+    for (int64_t i = 0; i < hidden; ++i) {
+      EXPECT_EQ(out[t * hidden + i], table[ids[t] * hidden + i] * 55.5f) << t << " " << i;
     }
   }
 }

@@ -106,6 +106,34 @@ TEST(RmsNormTest, EpsMatters) {
   EXPECT_GT(rel_l2_error(out.data(), reference(x, w, 4, 0.0).data(), 4), 0.1);
 }
 
+TEST(RmsNormTest, UnitOffsetMultipliesByOnePlusWeight) {
+  // Gemma's norm: weights stored as offsets from 1, near zero; without the offset the output
+  // would be scaled by the small weights instead.
+  ThreadPool pool(2);
+  for (DType dtype : kCpuFloatDTypes) {
+    const int64_t dim = 64, num_rows = 9;
+    const std::vector<float> x = rows_of(num_rows, dim);
+    std::vector<float> w(static_cast<size_t>(dim));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = round_to(dtype, 0.1f * hashed_uniform(7, i));
+    const std::vector<uint8_t> w_bytes = encode(w, dtype);
+    std::vector<float> one_plus_w(w.size());
+    for (size_t i = 0; i < w.size(); ++i) one_plus_w[i] = 1.0f + w[i];
+    std::vector<float> out(x.size());
+    RmsNormParams p;
+    p.x = x.data();
+    p.out = out.data();
+    p.weight = make_view(w_bytes.data(), dtype, {dim});
+    p.num_rows = num_rows;
+    p.unit_offset = true;
+    ASSERT_TRUE(rms_norm(p, pool).ok());
+    const std::vector<double> ref = reference(x, one_plus_w, dim, static_cast<double>(p.eps));
+    for (int64_t r = 0; r < num_rows; ++r) {
+      EXPECT_LT(rel_l2_error(out.data() + r * dim, ref.data() + r * dim, dim), Tolerance::kRmsNorm)
+          << dtype_name(dtype) << " row " << r;
+    }
+  }
+}
+
 TEST(RmsNormTest, RejectsBadParams) {
   ThreadPool pool(1);
   std::vector<float> x(8, 1.0f), out(8, -3.0f), w(4, 1.0f);
