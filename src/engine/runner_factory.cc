@@ -3,6 +3,7 @@
 
 #include "engine/runner_factory.h"
 
+#include <string>
 #include <utility>
 
 #include "core/error.h"
@@ -11,6 +12,7 @@
 #include "kv/kv_layer_dtypes.h"
 #include "kv/kv_pool_plan.h"
 #include "model/cpu_model_runner.h"
+#include "model/hf_config.h"
 #include "model/kv_scales.h"
 #if STRATA_HAVE_CUDA
 #include "model/cuda/cuda_model.h"
@@ -232,11 +234,24 @@ Result<BuiltRunner> cpu_runner(const EngineConfig& c, std::unique_ptr<model::Mod
   return built;
 }
 
+// What the GPU runner cannot run yet, refused before anything is loaded onto the device: the
+// MoE layers (issue 40; the CPU engine runs them).
+void check_cuda_supports(const model::ModelConfig& mc) {
+  if (mc.moe.any_moe_layer()) {
+    throw Error("--device cuda: " + std::string(model::architecture_name(mc.architecture)) +
+                " has mixture-of-experts layers, which only the CPU engine runs for now; use "
+                "--device cpu");
+  }
+}
+
 }  // namespace
 
 Result<BuiltRunner> make_runner(const EngineConfig& c) {
   try {
-    if (c.device == Device::kCuda) return cuda_runner(c);
+    if (c.device == Device::kCuda) {
+      check_cuda_supports(model::load_model_config(c.model_dir));
+      return cuda_runner(c);
+    }
     auto model = std::make_unique<model::Model>(model::Model::load(model::ModelLoadOptions{
         .model_dir = c.model_dir,
         .load_format = load_format(c),
