@@ -326,6 +326,37 @@ TEST(PlanTest, DeepSeekV3MlaLatentCache) {
   EXPECT_EQ(compute_plan(m, s).kv_bytes_per_token, 35136.0) << "fp8 latent: 61 x 576";
 }
 
+// MoE models the engine loads: every expert is resident, so the weights are the total
+// parameters, not the active ones (Mixtral-8x7B: 46.7e9, Qwen3-30B-A3B: 30.5e9, bf16).
+TEST(PlanTest, MoeWeightsCountEveryExpert) {
+  const char* mixtral = R"({
+    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5,
+    "rope_theta": 1e6, "sliding_window": null, "torch_dtype": "bfloat16"})";
+  const PlanModel m = parse_plan_model(mixtral, "mixtral-8x7b");
+  EXPECT_TRUE(m.engine_supported);
+  // 2 x 32000 x 4096 + 32 x (41,943,040 attention + 8,192 norms + 8 x 3 x 4096 x 14336 experts
+  // + 8 x 4096 router) + 4096 = 46,702,792,704 parameters.
+  EXPECT_EQ(m.weight_bytes, 93'405'585'408);
+  EXPECT_EQ(m.kv.num_kv_heads, 8);
+  const char* qwen = R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+    "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+    "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 40960,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+  // 2 x 151936 x 2048 + 48 x (18,874,368 + 4,096 + 128 x (3 x 2048 x 768 + 2048)) + 2048.
+  EXPECT_EQ(parse_plan_model(qwen, "qwen3-30b-a3b").weight_bytes, 61'064'220'672);
+  // Layer 0 dense: its 3 x 2048 x 6144 MLP instead of 128 experts and the router.
+  std::string dense_first = qwen;
+  dense_first.replace(dense_first.find("\"mlp_only_layers\": []"), 21, "\"mlp_only_layers\": [0]");
+  EXPECT_EQ(parse_plan_model(dense_first, "qwen3-30b-a3b").weight_bytes,
+            61'064'220'672 - 2 * (128 * (3 * 2048 * 768 + 2048) - 3 * 2048 * 6144));
+}
+
 TEST(PlanTest, AllSlidingWindowLayersCapEachSequence) {
   const PlanModel m = parse_plan_model(kMistral7B, "mistral-7b");
   // 7,241,732,096 parameters (untied), bf16.

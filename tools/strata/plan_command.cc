@@ -80,7 +80,22 @@ double mla_attention_params(const json& j, std::string_view source, int64_t hidd
   return q + kv + static_cast<double>(heads) * v * hidden;
 }
 
-void estimate_weights(PlanModel& m, const json& j, std::string_view source) {
+// The MLP parameters of a model the engine loads: a MoE layer keeps every expert resident (the
+// router included), a dense layer (Qwen3-MoE's mlp_only_layers) its intermediate_size MLP.
+double engine_mlp_params(const model::ModelConfig& c) {
+  double total = 0;
+  const auto hidden = static_cast<double>(c.hidden_size);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    total += c.moe.is_moe(l) ? (3.0 * hidden * c.moe.moe_intermediate_size + hidden) *
+                                   static_cast<double>(c.moe.num_experts)
+                             : 3.0 * hidden * c.intermediate_size;
+  }
+  return total;
+}
+
+// mlp: the engine's count (engine_mlp_params), or nullopt to estimate it from the JSON.
+void estimate_weights(PlanModel& m, const json& j, std::string_view source,
+                      std::optional<double> mlp) {
   const int64_t hidden = get_int(j, source, "hidden_size");
   const int64_t vocab = get_int(j, source, "vocab_size");
   const int64_t layers = m.kv.num_layers;
@@ -95,7 +110,8 @@ void estimate_weights(PlanModel& m, const json& j, std::string_view source) {
     if (j.value("attention_bias", false) || m.model_type == "qwen2") attn += q + kv;
   }
   const double params = static_cast<double>(vocab) * hidden * (tied ? 1 : 2) +
-                        (attn + 2.0 * hidden) * layers + mlp_params(j, hidden, layers) + hidden;
+                        (attn + 2.0 * hidden) * layers +
+                        (mlp ? *mlp : mlp_params(j, hidden, layers)) + hidden;
   m.weight_bytes = static_cast<int64_t>(std::ceil(params * m.weight_bits / 8.0));
 }
 
@@ -140,7 +156,8 @@ bool engine_architecture(const json& j) {
   if (a == j.end() || !a->is_array() || a->empty() || !(*a)[0].is_string()) return false;
   const std::string name = (*a)[0];
   return name == "LlamaForCausalLM" || name == "MistralForCausalLM" || name == "Qwen2ForCausalLM" ||
-         name == "Qwen3ForCausalLM";
+         name == "Qwen3ForCausalLM" || name == "MixtralForCausalLM" ||
+         name == "Qwen3MoeForCausalLM";
 }
 
 }  // namespace
@@ -188,6 +205,7 @@ PlanModel parse_plan_model(std::string_view json_text, std::string_view source) 
   m.model_type = j.value("model_type", "");
   m.weight_bits = weight_bits_of(j);
   m.engine_supported = engine_architecture(j);
+  std::optional<double> mlp;
   if (m.engine_supported) {
     // What the engine itself will load: its parser decides heads, head_dim and windows.
     const model::ModelConfig c = model::parse_model_config_text(json_text, source);
@@ -198,10 +216,11 @@ PlanModel parse_plan_model(std::string_view json_text, std::string_view source) 
     m.mha_head_dim_k = m.mha_head_dim_v = m.kv.head_dim;
     m.max_position_embeddings = c.max_position_embeddings;
     m.layer_windows = c.layer_sliding_window;
+    mlp = engine_mlp_params(c);
   } else {
     parse_generic(m, j, source);
   }
-  estimate_weights(m, j, source);
+  estimate_weights(m, j, source, mlp);
   return m;
 }
 

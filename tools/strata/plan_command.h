@@ -5,7 +5,8 @@
 // sequences of max_model_len fit at once, and the longest context one sequence can have -- what
 // the engine will really do: the arithmetic is kv::compute_plan (kv/capacity_plan.h), sized by
 // the same rule as the engine's pools. This file parses the checkpoint's config (also of
-// architectures the engine cannot load yet: MLA, MoE) and prints the report.
+// architectures the engine cannot load yet: MLA, DeepSeek's MoE) and prints the report; an MoE
+// model's weight bytes count every expert, since all of them stay resident.
 
 #include <cstdint>
 #include <optional>
