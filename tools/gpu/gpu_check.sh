@@ -326,8 +326,8 @@ def sanitizer(log):
     if h: parts.append(f"{h.group(1)} hazards")
     return ", ".join(parts) or "no summary"
 lines = ["# GPU runs", "",
-         "Written by `tools/gpu/gpu_check.sh report` from the files `tools/gpu/gpu_check.sh run` wrote on an",
-         "H200 GPU. `tools/gpu/check_gpu_run_current.sh` compares the tree hashes below with",
+         "Written by `tools/gpu/gpu_check.sh report` from the files `tools/gpu/gpu_check.sh run` wrote on a",
+         "Hopper GPU (the device line names it). `tools/gpu/check_gpu_run_current.sh` compares the tree hashes below with",
          "`git rev-parse HEAD:src/kernels/cuda` and `HEAD:src/model/cuda`: CI fails when the kernels",
          "or the GPU model runner changed after this run.", "",
          "## Latest run", "",
