@@ -235,12 +235,17 @@ Result<BuiltRunner> cpu_runner(const EngineConfig& c, std::unique_ptr<model::Mod
 }
 
 // What the GPU runner cannot run yet, refused before anything is loaded onto the device: the
-// MoE layers (issue 40; the CPU engine runs them).
+// MoE layers and Gemma 3's (issue 40; the CPU engine runs them).
 void check_cuda_supports(const model::ModelConfig& mc) {
   if (mc.moe.any_moe_layer()) {
     throw Error("--device cuda: " + std::string(model::architecture_name(mc.architecture)) +
                 " has mixture-of-experts layers, which only the CPU engine runs for now; use "
                 "--device cpu");
+  }
+  if (mc.architecture == model::Architecture::kGemma3) {
+    throw Error(
+        "--device cuda: Gemma3ForCausalLM (its (1 + weight) and sandwich norms, GeGLU and "
+        "per-layer RoPE) runs only on the CPU engine for now; use --device cpu");
   }
 }
 

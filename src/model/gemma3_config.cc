@@ -29,7 +29,8 @@ bool is_absent(const json& j, const char* key) {
   return it == j.end() || it->is_null();
 }
 
-// Gemma3TextConfig's defaults for the keys a config leaves out (or sets null).
+// Gemma3TextConfig's defaults for the keys a config leaves out. An explicit null stays null, as
+// in transformers (a null sliding_window is no window, which sliding layers then refuse).
 void fill_defaults(json& text) {
   const std::pair<const char*, json> defaults[] = {
       {"vocab_size", 262'208},
@@ -47,7 +48,7 @@ void fill_defaults(json& text) {
       {"tie_word_embeddings", true},
   };
   for (const auto& [key, value] : defaults) {
-    if (is_absent(text, key)) text[key] = value;
+    if (!text.contains(key)) text[key] = value;
   }
 }
 

@@ -24,8 +24,7 @@ struct Gemma3Text {
   nlohmann::json config;
   bool multimodal = false;  // weights under "language_model." (ModelConfig::weight_prefix)
 };
-std::optional<Gemma3Text> gemma3_text_config(const nlohmann::json& config,
-                                             std::string_view source);
+std::optional<Gemma3Text> gemma3_text_config(const nlohmann::json& config, std::string_view source);
 
 // Fills Gemma 3's fields of c (norms, embedding scale, attention scale, the sliding layers'
 // RoPE, the global layers' in c.rope); leaves every other architecture's untouched. Throws

@@ -1,0 +1,196 @@
+// Gemma 3 in the CPU engine beyond the fixture suite's logits and invariances: two of the
+// fixture's knock-outs reproduced through the checkpoint (a window past the prompt through
+// config.json; transformers' unit norm weights, which Gemma's (1 + weight) turns into a scale of
+// 2, through the weights) and matched within the reference tolerance; the multimodal
+// checkpoint's layout (Gemma3ForConditionalGeneration: text_config, weights under
+// "language_model.", a vision tower beside them) giving the fixture's logits bit for bit; dummy
+// weights of Gemma's tensors; and --device cuda refused at start in one line.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/thread_pool.h"
+#include "engine_testing.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "reference_testing.h"
+#include "strata/engine.h"
+
+namespace strata::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr double kReferenceTolerance = 1e-4;
+constexpr int64_t kVocab = 160;
+const fs::path kFixture = fs::path(STRATA_TEST_DATA_DIR) / "models" / "gemma3-hybrid";
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+// F32 tensors by name: shape and values.
+using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
+
+Tensors fixture_tensors() {
+  const model::SafetensorsFile file = model::SafetensorsFile::open(kFixture / "model.safetensors");
+  Tensors tensors;
+  for (const model::SafetensorsTensor& t : file.tensors()) {
+    const TensorView v = file.tensor(t.name);
+    const auto* p = static_cast<const float*>(v.data);
+    tensors[t.name] = {t.shape, std::vector<float>(p, p + v.numel())};
+  }
+  return tensors;
+}
+
+// A scratch model directory (removed on destruction) holding config and tensors.
+class ScratchModel {
+ public:
+  ScratchModel(const json& config, const Tensors& tensors)
+      : dir_(fs::path(::testing::TempDir()) /
+             ("gemma3-" + std::to_string(getpid()) + "-" + std::to_string(count_++))) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "config.json") << config.dump(2);
+    json header = json::object();
+    std::string data;
+    for (const auto& [name, t] : tensors) {
+      header[name] = {{"dtype", "F32"},
+                      {"shape", t.first},
+                      {"data_offsets", {data.size(), data.size() + t.second.size() * 4}}};
+      data.append(reinterpret_cast<const char*>(t.second.data()), t.second.size() * 4);
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    const uint64_t len = text.size();
+    std::ofstream out(dir_ / "model.safetensors", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out << text << data;
+  }
+  ~ScratchModel() { fs::remove_all(dir_); }
+  ScratchModel(const ScratchModel&) = delete;
+  ScratchModel& operator=(const ScratchModel&) = delete;
+
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  static inline int count_ = 0;
+  fs::path dir_;
+};
+
+class Gemma3EngineTest : public ::testing::Test {
+ protected:
+  Gemma3EngineTest()
+      : pool_(2),
+        reference_(model::SafetensorsFile::open(kFixture / "reference.safetensors")),
+        prompt_(test_util::int_tensor(reference_.tensor("prompt.0"))) {}
+
+  std::vector<float> logits(const fs::path& dir) {
+    model::Model model = model::Model::load({dir});
+    EngineConfig c;
+    c.max_num_seqs = 4;  // a window as long as the context keeps its pool small
+    return test_util::prompt_logits(model, pool_, {prompt_}, c)[0];
+  }
+  const float* reference(const std::string& name) const {
+    return static_cast<const float*>(reference_.tensor(name).data);
+  }
+  double error(const std::vector<float>& got, const std::string& name) const {
+    EXPECT_EQ(got.size(), prompt_.size() * kVocab);
+    return test_util::max_row_rel_err(got.data(), reference(name),
+                                      static_cast<int64_t>(prompt_.size()), kVocab);
+  }
+
+  ThreadPool pool_;
+  model::SafetensorsFile reference_;
+  std::vector<int32_t> prompt_;
+};
+
+TEST_F(Gemma3EngineTest, AWindowPastThePromptIsTransformersNoWindowKnockout) {
+  json config = read_json(kFixture / "config.json");
+  ASSERT_GT(config["max_position_embeddings"].get<size_t>(), prompt_.size());
+  config["sliding_window"] = config["max_position_embeddings"];
+  const ScratchModel m(config, fixture_tensors());
+  const std::vector<float> got = logits(m.dir());
+  EXPECT_LE(error(got, "knockout.no_window.0"), kReferenceTolerance);
+  EXPECT_GE(error(got, "logits.0"), 100 * kReferenceTolerance) << "the window did not matter";
+}
+
+TEST_F(Gemma3EngineTest, UnitNormWeightsAreTransformersUnitNormsKnockout) {
+  // Every norm, q/k and sandwich norms included: a norm the engine skipped or read as weight
+  // rather than 1 + weight would not land within tolerance.
+  Tensors tensors = fixture_tensors();
+  int num_norms = 0;
+  for (auto& [name, t] : tensors) {
+    if (name.find("norm") == std::string::npos || t.first.size() != 1) continue;
+    std::fill(t.second.begin(), t.second.end(), 1.0f);
+    ++num_norms;
+  }
+  EXPECT_EQ(num_norms, 3 * 6 + 1);  // 4 per layer's sandwich + q/k norms, and the final norm
+  const ScratchModel m(read_json(kFixture / "config.json"), tensors);
+  const std::vector<float> got = logits(m.dir());
+  EXPECT_LE(error(got, "knockout.unit_norms.0"), kReferenceTolerance);
+  EXPECT_GE(error(got, "logits.0"), 100 * kReferenceTolerance);
+}
+
+TEST_F(Gemma3EngineTest, TheMultimodalLayoutServesItsTextModelBitForBit) {
+  json text = read_json(kFixture / "config.json");
+  text.erase("architectures");
+  const json config = {{"architectures", json::array({"Gemma3ForConditionalGeneration"})},
+                       {"model_type", "gemma3"},
+                       {"text_config", text},
+                       {"vision_config", {{"hidden_size", 8}}},
+                       {"eos_token_id", 2},
+                       {"torch_dtype", "float32"}};
+  Tensors tensors;
+  for (auto& [name, t] : fixture_tensors()) tensors["language_model." + name] = t;
+  tensors["vision_tower.vision_model.embeddings.patch_embedding.weight"] = {
+      {2, 2}, {1.0f, 2.0f, 3.0f, 4.0f}};
+  tensors["multi_modal_projector.mm_input_projection_weight"] = {{8, 64}, std::vector<float>(512)};
+  const ScratchModel m(config, tensors);
+  const std::vector<float> got = logits(m.dir());
+  const std::vector<float> want = logits(kFixture);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(got, want);
+  EXPECT_LE(error(got, "logits.0"), kReferenceTolerance);
+}
+
+TEST_F(Gemma3EngineTest, DummyWeightsOfGemmasTensorsRun) {
+  EngineConfig c;
+  c.model_dir = kFixture.string();
+  c.dummy_weights = true;
+  c.max_num_seqs = 4;
+  auto e = Engine::create(c);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  ASSERT_TRUE((*e)->submit(test_util::greedy(prompt_, 8, -1)).ok());
+  const auto got = test_util::drain(**e);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got.begin()->second.tokens.at(0).size(), 8u);
+  EXPECT_EQ((*e)->kv_groups().size(), 2u) << "the sliding layers in a group of their own";
+}
+
+// The GPU runner has no Gemma 3 layers yet: refused at start with one clear line, on any build.
+TEST(Gemma3OnCudaTest, TheEngineRefusesGemma3OnCudaByName) {
+  EngineConfig c;
+  c.model_dir = kFixture.string();
+  c.device = Device::kCuda;
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  const std::string what = e.status().message();
+  EXPECT_NE(what.find("--device cuda: Gemma3ForCausalLM"), std::string::npos) << what;
+  EXPECT_NE(what.find("--device cpu"), std::string::npos) << what;
+  EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+}
+
+}  // namespace
+}  // namespace strata::engine
