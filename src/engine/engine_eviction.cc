@@ -16,8 +16,12 @@ using engine::Sequence;
 Status EngineImpl::check_eviction(const ResolvedKvEviction& e) const {
   if (!e.active()) return Status::Ok();
   const std::string what = std::string("kv_eviction policy ") + kv_eviction_policy_name(e.policy);
-  if (config_.device != Device::kCpu) {
-    return Status::InvalidArgument(what + " runs on the CPU engine only for now (issue 39)");
+  // StreamingLLM's choice is positional and only frees blocks, which the GPU runner reads through
+  // the block table like any other. The others read the pool on the host (PagedEviction's
+  // scores) or need the attention mass and slot copies that only the CPU runner has.
+  if (config_.device != Device::kCpu && e.policy != KvEvictionPolicy::kStreamingLlm) {
+    return Status::InvalidArgument(what +
+                                   " runs on the CPU engine only; on the GPU, streaming_llm runs");
   }
   if (cache_->num_groups() != 1 || cache_->group_spec(0).kind != kv::KvGroupKind::kFullAttention) {
     return Status::InvalidArgument(

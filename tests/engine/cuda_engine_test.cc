@@ -13,7 +13,9 @@
 // generates. A prefix the pool lost comes back from the host tier (KV tiers: pinned host memory,
 // the promotion's copy on the mover's stream) with the tokens it had when computed, beside swap
 // preemption too, for bf16 and INT4 (whose newest-blocks group is tiered as well).
-// Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips without a GPU.
+// StreamingLLM evicts on the GPU what it evicts on the CPU, and the other eviction policies are
+// refused. Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips
+// without a GPU.
 
 #include "strata/engine.h"
 
@@ -500,6 +502,80 @@ TEST_F(CudaEngineTest, Int4WithRTwoAPrefixHitMatchesTheColdRun) {
   }
   std::printf("[ int4 R2 ] prefix hit against the cold run: max |logprob diff| %.3g\n", worst);
   EXPECT_LE(worst, 0.03);
+}
+
+// One request's teacher-forced prompt logprobs (prompt_logprobs = 0), its metrics, and the pool's
+// used blocks once it finished.
+struct PromptRun {
+  std::vector<float> logprobs;
+  RequestMetrics metrics;
+  int32_t used_blocks = -1;
+};
+PromptRun run_prompt(const EngineConfig& c, EngineRequest r) {
+  Result<std::unique_ptr<Engine>> e = Engine::create(c);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  if (!e.ok()) return {};
+  r.params.prompt_logprobs = 0;
+  const Result<RequestId> id = (*e)->submit(std::move(r));
+  EXPECT_TRUE(id.ok()) << id.status().to_string();
+  const engine::test_util::Collected got = engine::test_util::drain(**e)[*id];
+  PromptRun out{{}, got.metrics, (*e)->last_step().num_used_blocks};
+  for (const auto& lp : got.prompt_logprobs) {
+    if (lp) out.logprobs.push_back(lp->logprob);
+  }
+  return out;
+}
+
+// StreamingLLM on the GPU, the one eviction policy it runs: a 200-token prompt under a 64-token
+// budget, computed in chunks of 48 that stop at the block boundaries past the budget, gives up the
+// blocks the CPU engine gives up for it (which go depends on the sequence alone), holds no more,
+// and gives every block back. Its teacher-forced logprobs stay about as close to the CPU
+// engine's as the full cache's are (within 2x, plus a little for the positions whose context is
+// now short), while they differ from the full cache's by far more: the later positions really
+// saw only the sinks and the window.
+TEST_F(CudaEngineTest, StreamingLlmEvictsWhatTheCpuEngineEvictsAndStaysAsCloseToIt) {
+  EngineRequest r = request(200, 6, 1);
+  EngineRequest evicting = r;
+  evicting.kv_eviction = KvEvictionParams{KvEvictionPolicy::kStreamingLlm, 64, -1, -1};
+  EngineConfig gpu = cuda_config();
+  gpu.max_num_batched_tokens = 48;
+  EngineConfig cpu = gpu;
+  cpu.device = Device::kCpu;
+  const PromptRun gpu_full = run_prompt(gpu, r);
+  const PromptRun cpu_full = run_prompt(cpu, r);
+  const PromptRun gpu_evict = run_prompt(gpu, evicting);
+  const PromptRun cpu_evict = run_prompt(cpu, evicting);
+  ASSERT_EQ(gpu_evict.logprobs.size(), 199u);
+  EXPECT_GT(cpu_evict.metrics.num_evicted_blocks, 0);
+  EXPECT_EQ(gpu_evict.metrics.num_evicted_blocks, cpu_evict.metrics.num_evicted_blocks);
+  EXPECT_EQ(gpu_evict.metrics.max_held_blocks, cpu_evict.metrics.max_held_blocks);
+  EXPECT_EQ(gpu_evict.used_blocks, 0);
+  EXPECT_EQ(gpu_full.metrics.num_evicted_blocks, 0);
+  const double full_gap = mean_abs_diff(gpu_full.logprobs, cpu_full.logprobs);
+  const double evict_gap = mean_abs_diff(gpu_evict.logprobs, cpu_evict.logprobs);
+  const double eviction_effect = mean_abs_diff(gpu_evict.logprobs, gpu_full.logprobs);
+  std::printf("[ streaming_llm ] mean |logprob diff|: GPU - CPU full cache %.3g, evicting %.3g; "
+              "GPU evicting - full %.3g; %d blocks evicted, at most %d held\n",
+              full_gap, evict_gap, eviction_effect, gpu_evict.metrics.num_evicted_blocks,
+              gpu_evict.metrics.max_held_blocks);
+  EXPECT_LE(evict_gap, 2.0 * full_gap + 0.01);
+  EXPECT_GE(eviction_effect, 10.0 * evict_gap);
+}
+
+// The other policies read what only the CPU runner gives (the pool on the host, attention mass,
+// slot copies): refused with a request error, not run wrong.
+TEST_F(CudaEngineTest, EvictionPoliciesTheGpuCannotRunAreRefused) {
+  std::unique_ptr<Engine> e = cuda_engine();
+  ASSERT_NE(e, nullptr);
+  for (KvEvictionPolicy p : {KvEvictionPolicy::kPagedEviction, KvEvictionPolicy::kH2O,
+                             KvEvictionPolicy::kSnapKv}) {
+    EngineRequest r = request(40, 1, 4);
+    r.kv_eviction = KvEvictionParams{p, 32, -1, -1};
+    const Result<RequestId> id = e->submit(std::move(r));
+    ASSERT_FALSE(id.ok()) << kv_eviction_policy_name(p);
+    EXPECT_NE(id.status().message().find("CPU engine only"), std::string::npos)
+        << id.status().to_string();
+  }
 }
 
 // Structured outputs on the GPU (strata-tiny): a constrained row is drawn on the device under its

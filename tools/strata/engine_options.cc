@@ -76,7 +76,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                  "blocks) or paged_eviction (lowest ||V||/||K|| blocks first), which take whole "
                  "blocks, or h2o (lowest accumulated attention first) or snapkv (once, at the "
                  "prompt's end, by the attention of its last tokens), which take single tokens "
-                 "and compact; once a sequence holds more than --kv-budget-tokens (CPU only)")
+                 "and compact; once a sequence holds more than --kv-budget-tokens (the GPU engine runs streaming_llm only)")
       ->check(CLI::IsMember({"none", "streaming_llm", "paged_eviction", "h2o", "snapkv"}));
   cmd.add_option("--kv-budget-tokens", o.kv_budget_tokens,
                  "Token eviction: the most KV slots a sequence holds between steps (0 = none "
