@@ -14,6 +14,9 @@
 //   logits = rms_norm(h) Wlm^T      (Wlm = embed when tie_word_embeddings)
 // Gemma 3's RMSNorms multiply by (1 + weight); its global and sliding layers rotate by RoPE of
 // their own.
+// MixtralForCausalLM and Qwen3MoeForCausalLM are the same blocks with a sparse MoE block in place
+// of the MLP (of every layer, or the layers ModelConfig::moe marks): its router and experts are
+// named and bound by moe_weights.h, and LayerWeights::moe holds them.
 //
 // GQA and MQA keep K/V at num_key_value_heads: nothing here repeats KV heads.
 

@@ -216,6 +216,31 @@ TEST_F(MoeEngineTest, AMissingOrMisshapenExpertTensorIsAnErrorNamingIt) {
   }
 }
 
+// Qwen3-MoE's dense layers (mlp_only_layers, decoder_sparse_step) bind the dense MLP's tensors
+// and run it: a checkpoint without them is refused by name, and dummy weights of that shape run
+// and give each prompt the same logits alone as batched.
+TEST_F(MoeEngineTest, Qwen3MoeDenseLayersUseTheDenseMlp) {
+  FixtureCopy copy("qwen3-moe");
+  copy.set_config({{"mlp_only_layers", {1}}});
+  try {
+    model::Model::load({copy.dir()});
+    ADD_FAILURE() << "layer 1 loaded without its dense MLP";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.mlp.gate_proj.weight"), std::string::npos)
+        << e.what();
+  }
+  model::Model dummy = model::Model::load(
+      {.model_dir = copy.dir(), .load_format = model::LoadFormat::kDummy, .dummy_seed = 3});
+  EXPECT_TRUE(dummy.weights().contains("model.layers.1.mlp.down_proj.weight"));
+  EXPECT_FALSE(dummy.weights().contains("model.layers.1.mlp.gate.weight"));
+  EXPECT_TRUE(dummy.weights().contains("model.layers.0.mlp.experts.7.down_proj.weight"));
+  const std::vector<int32_t> a = test_util::prompt_of(40, 1), b = test_util::prompt_of(23, 2);
+  const auto together = test_util::prompt_logits(dummy, pool_, {a, b});
+  ASSERT_EQ(together.size(), 2u);
+  EXPECT_EQ(together[0], test_util::prompt_logits(dummy, pool_, {a})[0]);
+  EXPECT_EQ(together[1], test_util::prompt_logits(dummy, pool_, {b})[0]);
+}
+
 // The GPU runner has no MoE layer yet: the engine refuses at start with one clear line, on any
 // build (with or without CUDA, with or without a device), instead of failing later.
 TEST(MoeOnCudaTest, TheEngineRefusesAnMoeModelOnCudaByName) {
