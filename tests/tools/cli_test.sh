@@ -77,6 +77,16 @@ expect_error bad-prompt-ids "prompt-ids" generate --model "$model" --prompt-ids 
 expect_error too-long "maximum model length" generate --model "$model" --prompt-ids 1 --max-tokens 2000
 expect_error bad-top-p "top_p" generate --model "$model" --prompt-ids 1 --top-p 1.5
 expect_error no-subcommand "subcommand" 
+# mixture of experts: a checkpoint and dummy weights of its config run on the CPU; --device cuda
+# refuses it at start in one line
+moe=$data/models/qwen3-moe
+"$strata" generate --device cpu --model "$moe" --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 \
+  --json >/dev/null && ok || fail "moe generate"
+mkdir "$tmp/moe_config_only" && cp "$data/models/mixtral-moe/config.json" "$tmp/moe_config_only/"
+"$strata" generate --device cpu --model "$tmp/moe_config_only" --load-format dummy \
+  --prompt-ids 1,2,3 --max-tokens 4 --json >/dev/null && ok || fail "moe dummy load format"
+expect_error moe-on-cuda "mixture-of-experts layers, which only the CPU engine runs" generate \
+  --model "$moe" --prompt-ids 1 --device cuda
 # structured outputs: strata-tiny (it has a tokenizer) answers one of the choices; a model without
 # tokenizer.json and a malformed flag are one line each
 tiny="$data/../../models/strata-tiny"
