@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -153,6 +154,24 @@ TEST(MoeRoutingTest, WithoutRenormalizationWeightsAreTheSoftmaxOverAllExperts) {
   EXPECT_EQ(experts, (std::vector<int32_t>{1, 3}));
   EXPECT_NEAR(weights[0], std::exp(3.0) / sum, 1e-6);
   EXPECT_NEAR(weights[1], std::exp(2.0) / sum, 1e-6);
+}
+
+TEST(MoeRoutingTest, NonFiniteLogitsStillPickDistinctValidExperts) {
+  ThreadPool pool(1);
+  MoeConfig c;
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> logits = {nan, nan, nan, nan, inf, 1.0f, inf, -inf};
+  std::vector<int32_t> experts(4);
+  std::vector<float> weights(4);
+  route_tokens(c, logits.data(), 2, experts.data(), weights.data(), pool);
+  for (int t = 0; t < 2; ++t) {
+    const int32_t a = experts[static_cast<size_t>(2 * t)],
+                  b = experts[static_cast<size_t>(2 * t + 1)];
+    EXPECT_TRUE(a >= 0 && a < 4 && b >= 0 && b < 4 && a < b) << "token " << t;
+  }
 }
 
 TEST(MoeBlockTest, MatchesAFloat64ReferenceOfTransformersBlock) {
