@@ -26,6 +26,7 @@ struct Case {
   int32_t kv_int4_residual = 0;
   bool hybrid = false;
   bool disable_hybrid = false;
+  const char* fixture = "llama3-gqa";  // of tests/data/models, unless hybrid
 };
 
 std::string config_text(const std::filesystem::path& dir) {
@@ -41,7 +42,7 @@ TEST_P(PlanMatchesEngineTest, SameSettingsSamePools) {
   const Case& c = GetParam();
   const std::filesystem::path dir =
       c.hybrid ? engine::test_util::hybrid_model_dir()
-               : std::filesystem::path(STRATA_TEST_DATA_DIR) / "models" / "llama3-gqa";
+               : std::filesystem::path(STRATA_TEST_DATA_DIR) / "models" / c.fixture;
 
   EngineConfig ec;
   ec.model_dir = dir.string();
@@ -86,18 +87,22 @@ TEST_P(PlanMatchesEngineTest, SameSettingsSamePools) {
   }
 }
 
-// name, KV dtype, skipped layers, --kv-int4-residual, hybrid fixture, hybrid groups off.
+// name, KV dtype, skipped layers, --kv-int4-residual, hybrid fixture, hybrid groups off, fixture.
 INSTANTIATE_TEST_SUITE_P(
     Cpu, PlanMatchesEngineTest,
-    ::testing::Values(Case{"auto", KvCacheDType::kAuto, {}, 0, false, false},
-                      Case{"bf16", KvCacheDType::kBF16, {}, 0, false, false},
-                      Case{"fp8", KvCacheDType::kFp8E4M3, {}, 0, false, false},
-                      Case{"int8_skip0", KvCacheDType::kInt8, {0}, 0, false, false},
-                      Case{"int4", KvCacheDType::kInt4, {}, 32, false, false},
-                      Case{"int4_skip1", KvCacheDType::kInt4, {1}, 0, false, false},
-                      Case{"hybrid", KvCacheDType::kAuto, {}, 0, true, false},
-                      Case{"hybrid_int8", KvCacheDType::kInt8, {}, 0, true, false},
-                      Case{"hybrid_one_pool", KvCacheDType::kAuto, {}, 0, true, true}),
+    ::testing::Values(
+        Case{"auto", KvCacheDType::kAuto, {}, 0, false, false},
+        Case{"bf16", KvCacheDType::kBF16, {}, 0, false, false},
+        Case{"fp8", KvCacheDType::kFp8E4M3, {}, 0, false, false},
+        Case{"int8_skip0", KvCacheDType::kInt8, {0}, 0, false, false},
+        Case{"int4", KvCacheDType::kInt4, {}, 32, false, false},
+        Case{"int4_skip1", KvCacheDType::kInt4, {1}, 0, false, false},
+        Case{"hybrid", KvCacheDType::kAuto, {}, 0, true, false},
+        Case{"hybrid_int8", KvCacheDType::kInt8, {}, 0, true, false},
+        Case{"hybrid_one_pool", KvCacheDType::kAuto, {}, 0, true, true},
+        Case{"gemma3", KvCacheDType::kAuto, {}, 0, false, false, "gemma3-hybrid"},
+        Case{"gemma3_bf16", KvCacheDType::kBF16, {}, 0, false, false, "gemma3-hybrid"},
+        Case{"gemma3_one_pool", KvCacheDType::kAuto, {}, 0, false, true, "gemma3-hybrid"}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -426,6 +426,54 @@ TEST(PlanTest, HybridWindowsOnTheCpuHaveAPoolOfTheirOwn) {
   EXPECT_EQ(one.num_blocks, 8 * kGiB / (2 * block_bytes) - 1);
 }
 
+// Gemma-3-12B as published (Gemma3ForConditionalGeneration: the text model's sizes under
+// text_config, transformers' defaults for the rest): 48 layers of 8 KV heads x 256, every sixth
+// global, the other 40 windowed at 1024. On the CPU the windowed layers' pool holds, per
+// sequence, ceil(1024 / 16) + 1 = 65 blocks whatever its length, so in 8 GiB of bf16 KV one
+// sequence reaches 115,376 tokens; with every layer in one pool, 21,824 (docs/benchmarks.md).
+TEST(PlanTest, Gemma3_12BWindowGroupOnTheCpu) {
+  const PlanModel m = parse_plan_model(
+      read(std::string(STRATA_SOURCE_DIR) + "/bench/models/gemma-3-12b/config.json"),
+      "gemma-3-12b");
+  EXPECT_TRUE(m.engine_supported);
+  // Per layer: attention 3,840 x (4,096 + 4,096) + 4,096 x 3,840, four norms of 3,840 and the
+  // q/k norms of 256; MLP 3 x 3,840 x 15,360; the tied embedding 262,208 x 3,840 (the text
+  // model's default vocabulary); the final norm: 11,766,034,176 parameters, bf16.
+  EXPECT_EQ(m.weight_bytes, 23'532'068'352);
+  PlanSettings s = settings(0, KvCacheDType::kBF16);
+  s.device = PlanDevice::kCpu;
+  s.kv_cache_memory_bytes = 8 * kGiB;
+  s.max_num_seqs = 1;
+  s.max_model_len = 115'376;
+  const PlanReport r = compute_plan(m, s);
+  EXPECT_EQ(r.kv_bytes_per_token, 393'216.0);  // 2 x 48 x 8 x 256 x 2, every layer
+  EXPECT_EQ(r.block_bytes, 16 * 65'536);       // the 8 global layers only
+  ASSERT_EQ(r.limit_sized_groups.size(), 1u);
+  const PlanGroup& w = r.limit_sized_groups[0];
+  EXPECT_EQ(w.num_layers, 40);
+  EXPECT_EQ(w.window, 1024);
+  EXPECT_EQ(w.block_bytes, 16 * 327'680);
+  EXPECT_EQ(w.num_blocks, 1 * (64 + 3) + 2048 / 16 + 1);                          // 196
+  EXPECT_EQ(r.num_blocks, (8 * kGiB - 196 * w.block_bytes) / r.block_bytes - 1);  // 7,211
+  EXPECT_EQ(r.longest_context, 115'376);
+  const std::string text = format_plan_text(r);
+  EXPECT_NE(text.find("window cap     65 blocks (340787200 bytes) of the 40 windowed layers per "
+                      "sequence whatever its length; the kv pool: 65536 bytes per token"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(format_plan_json(r).find("\"held_blocks_per_sequence\": 65"), std::string::npos);
+
+  s.disable_hybrid_kv_cache_manager = true;
+  s.max_model_len = 21'824;
+  const PlanReport one = compute_plan(m, s);
+  EXPECT_TRUE(one.limit_sized_groups.empty());
+  EXPECT_EQ(one.block_bytes, 16 * 393'216);
+  EXPECT_EQ(one.num_blocks, 8 * kGiB / one.block_bytes - 1);  // 1,364
+  EXPECT_EQ(one.longest_context, 21'824);
+  s.max_model_len = 21'825;
+  EXPECT_THROW(compute_plan(m, s), Error) << "one pool cannot hold a longer sequence";
+}
+
 // auto, and the layers --kv-cache-dtype-skip-layers names, hold the engine's precision on each
 // device whatever the checkpoint stores: bfloat16 on the GPU, float32 on the CPU (the CPU engine
 // resolves auto to float32), so a CPU plan of a bf16 checkpoint counts 4-byte elements.

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/json_input.h"
 #include "core/mapped_file.h"
+#include "kv/kv_accounting.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_group.h"
 #include "kv/kv_layout.h"
@@ -115,6 +116,22 @@ void estimate_weights(PlanModel& m, const json& j, std::string_view source,
   m.weight_bytes = static_cast<int64_t>(std::ceil(params * m.weight_bits / 8.0));
 }
 
+// Gemma 3's weights as the engine binds them, from its parsed config (a multimodal config keeps
+// the sizes under text_config, with transformers' defaults for the rest): four norms a layer and
+// the q/k norms beside the projections; the vision tower is not counted.
+void count_gemma3_weights(PlanModel& m, const model::ModelConfig& c) {
+  const auto hidden = static_cast<double>(c.hidden_size);
+  const auto q = static_cast<double>(c.num_attention_heads * c.head_dim);
+  const auto kv = static_cast<double>(2 * c.num_key_value_heads * c.head_dim);
+  double layer =
+      hidden * (q + kv) + q * hidden + 4.0 * hidden + 2.0 * static_cast<double>(c.head_dim);
+  if (c.qkv_bias) layer += q + kv + hidden;
+  const double embed = static_cast<double>(c.vocab_size) * hidden * (c.tie_word_embeddings ? 1 : 2);
+  const double params =
+      embed + layer * static_cast<double>(c.num_hidden_layers) + engine_mlp_params(c) + hidden;
+  m.weight_bytes = static_cast<int64_t>(std::ceil(params * m.weight_bits / 8.0));
+}
+
 // Per-layer windows for architectures the engine does not load: layer_types, else one window
 // for every layer unless use_sliding_window is false.
 std::vector<int32_t> generic_windows(const json& j, int64_t layers) {
@@ -157,7 +174,8 @@ bool engine_architecture(const json& j) {
   const std::string name = (*a)[0];
   return name == "LlamaForCausalLM" || name == "MistralForCausalLM" || name == "Qwen2ForCausalLM" ||
          name == "Qwen3ForCausalLM" || name == "MixtralForCausalLM" ||
-         name == "Qwen3MoeForCausalLM";
+         name == "Qwen3MoeForCausalLM" || name == "Gemma3ForCausalLM" ||
+         name == "Gemma3ForConditionalGeneration";
 }
 
 }  // namespace
@@ -217,12 +235,25 @@ PlanModel parse_plan_model(std::string_view json_text, std::string_view source) 
     m.max_position_embeddings = c.max_position_embeddings;
     m.layer_windows = c.layer_sliding_window;
     mlp = engine_mlp_params(c);
+    if (c.architecture == model::Architecture::kGemma3) {
+      count_gemma3_weights(m, c);
+      return m;
+    }
   } else {
     parse_generic(m, j, source);
   }
   estimate_weights(m, j, source, mlp);
   return m;
 }
+
+namespace {
+
+// The blocks of a windowed pool one sequence of max_model_len holds between steps.
+int64_t window_blocks_held(const PlanReport& r, const PlanGroup& g) {
+  return kv::blocks_held_per_sequence(r.max_model_len, g.window, r.settings.block_size);
+}
+
+}  // namespace
 
 std::string format_plan_text(const PlanReport& r) {
   std::ostringstream o;
@@ -266,6 +297,12 @@ std::string format_plan_text(const PlanReport& r) {
       o << " for the " << g.num_layers << " layers with a sliding window of " << g.window;
     }
     o << ", taken from the kv pool before its blocks\n";
+    if (g.window > 0) {
+      const int64_t held = window_blocks_held(r, g);
+      o << "window cap     " << held << " blocks (" << held * g.block_bytes << " bytes) of the "
+        << g.num_layers << " windowed layers per sequence whatever its length; the kv pool: "
+        << r.block_bytes / r.settings.block_size << " bytes per token of context\n";
+    }
   }
   o << "max model len  " << r.max_model_len << " (" << r.blocks_per_seq << " blocks/sequence)\n";
   o << "concurrency    " << r.max_concurrent_seqs << " sequences of " << r.max_model_len
@@ -285,7 +322,8 @@ std::string format_plan_json(const PlanReport& r) {
                       {"dtype", kv_cache_dtype_name(g.dtype)},
                       {"num_blocks", g.num_blocks},
                       {"block_bytes", g.block_bytes},
-                      {"bytes", g.bytes}});
+                      {"bytes", g.bytes},
+                      {"held_blocks_per_sequence", g.window > 0 ? window_blocks_held(r, g) : 0}});
   }
   json j = {
       {"model", r.model.name},
