@@ -87,6 +87,16 @@ mkdir "$tmp/moe_config_only" && cp "$data/models/mixtral-moe/config.json" "$tmp/
   --prompt-ids 1,2,3 --max-tokens 4 --json >/dev/null && ok || fail "moe dummy load format"
 expect_error moe-on-cuda "mixture-of-experts layers, which only the CPU engine runs" generate \
   --model "$moe" --prompt-ids 1 --device cuda
+# Gemma 3: the fixture generates on the CPU; the multimodal 12B config plans with its window cap
+# (dummy weights of its text model are too large here); --device cuda refuses it in one line
+gemma=$data/models/gemma3-hybrid
+"$strata" generate --device cpu --model "$gemma" --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 \
+  --json >/dev/null && ok || fail "gemma3 generate"
+"$strata" plan --config "$data/../../bench/models/gemma-3-12b/config.json" --device cpu \
+  --kv-cache-memory-bytes 8GiB --max-num-seqs 1 --max-model-len 4096 | grep -q "^window cap     65 blocks" \
+  && ok || fail "gemma3 plan window cap"
+expect_error gemma3-on-cuda "cuda: Gemma3ForCausalLM .* runs only on the CPU engine" generate \
+  --model "$gemma" --prompt-ids 1 --device cuda
 # structured outputs: strata-tiny (it has a tokenizer) answers one of the choices; a model without
 # tokenizer.json and a malformed flag are one line each
 tiny="$data/../../models/strata-tiny"
