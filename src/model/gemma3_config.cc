@@ -53,15 +53,19 @@ void fill_defaults(json& text) {
 }
 
 // transformers' __post_init__: without layer_types, every sliding_window_pattern-th layer is
-// global and the rest slide. A malformed pattern or layer count is left to the parser's checks.
-void fill_layer_types(json& text) {
+// global and the rest slide. A malformed layer count is left to the parser's checks.
+void fill_layer_types(json& text, std::string_view source) {
   if (!is_absent(text, "layer_types")) return;
   const json& layers = text["num_hidden_layers"];
   int64_t pattern = kDefaultPattern;
   for (const char* key : {"sliding_window_pattern", "_sliding_window_pattern"}) {
-    if (!is_absent(text, key) && text[key].is_number_integer()) pattern = text[key].get<int64_t>();
+    if (is_absent(text, key)) continue;
+    if (!text[key].is_number_integer() || text[key].get<int64_t>() < 1) {
+      throw Error(std::string(source) + ": '" + key + "' must be a positive integer");
+    }
+    pattern = text[key].get<int64_t>();
   }
-  if (!layers.is_number_integer() || pattern < 1) return;
+  if (!layers.is_number_integer()) return;
   const auto n = layers.get<int64_t>();
   if (n < 1 || n > kMaxLayers) return;
   json types = json::array();
@@ -128,7 +132,7 @@ std::optional<Gemma3Text> gemma3_text_config(const json& config, std::string_vie
   }
   out.config["architectures"] = json::array({std::string(kCausalLm)});
   fill_defaults(out.config);
-  fill_layer_types(out.config);
+  fill_layer_types(out.config, source);
   return out;
 }
 

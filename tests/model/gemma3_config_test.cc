@@ -181,6 +181,8 @@ TEST(Gemma3ConfigTest, WhatStrataDoesNotRunIsRefusedByName) {
       "unsupported RoPE type 'yarn'");
   EXPECT_CONTAINS(error_of(patched(kGemma3_1B, {{"query_pre_attn_scalar", 0}})),
                   "'query_pre_attn_scalar' must be a positive finite number");
+  EXPECT_CONTAINS(error_of(patched(kGemma3_1B, {{"sliding_window_pattern", 0}})),
+                  "'sliding_window_pattern' must be a positive integer");
   // An explicit null window is no window (a merge patch's null would delete the key instead).
   json no_window = json::parse(kGemma3_1B);
   no_window["sliding_window"] = nullptr;
