@@ -94,7 +94,8 @@ struct ModelConfig {
   double query_pre_attn_scalar = 0.0;  // > 0: attention scale 1 / sqrt(it); 0: 1 / sqrt(head_dim)
   std::optional<RopeConfig> sliding_rope;  // the sliding-window layers' RoPE, when it differs
   // Prepended to every tensor name: "language_model." for the text model of a multimodal
-  // checkpoint (Gemma3ForConditionalGeneration in transformers 4's layout), else empty.
+  // checkpoint (Gemma3ForConditionalGeneration in transformers 4's layout; the binding also
+  // finds transformers 5's "model.language_model."), else empty.
   std::string weight_prefix;
 
   bool operator==(const ModelConfig&) const = default;

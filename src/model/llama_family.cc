@@ -62,41 +62,56 @@ bool is_dense_mlp(const LayerTensor& t) {
   return false;
 }
 
-std::string layer_prefix(int64_t layer_idx) {
-  return "model.layers." + std::to_string(layer_idx) + ".";
+// Where the decoder's tensors live: weight_prefix + "model." (a multimodal checkpoint in
+// transformers 4's layout, as the hub publishes Gemma 3), or "model.language_model." when
+// transformers 5 wrote the multimodal checkpoint (its untied head then at "lm_head.weight").
+struct DecoderNames {
+  std::string decoder;  // + "embed_tokens.weight", "layers.N.", "norm.weight"
+  std::string lm_head;
+};
+DecoderNames decoder_names(const ModelConfig& c, const WeightStore* store) {
+  DecoderNames n{c.weight_prefix + "model.", c.weight_prefix + "lm_head.weight"};
+  constexpr std::string_view kV5 = "model.language_model.";
+  if (store != nullptr && !c.weight_prefix.empty() &&
+      !store->contains(n.decoder + "embed_tokens.weight") &&
+      store->contains(std::string(kV5) + "embed_tokens.weight")) {
+    n = {std::string(kV5), "lm_head.weight"};
+  }
+  return n;
+}
+
+// "model.layers.N." (or under the multimodal decoder prefix).
+std::string layer_prefix(const DecoderNames& n, int64_t layer_idx) {
+  return n.decoder + "layers." + std::to_string(layer_idx) + ".";
 }
 
 }  // namespace
 
 TensorShapes llama_family_tensors(const ModelConfig& config) {
   const std::vector<int64_t> embed_shape = {config.vocab_size, config.hidden_size};
-  TensorShapes shapes = {{config.weight_prefix + "model.embed_tokens.weight", embed_shape}};
+  const DecoderNames names = decoder_names(config, nullptr);
+  TensorShapes shapes = {{names.decoder + "embed_tokens.weight", embed_shape}};
   const std::vector<LayerTensor> per_layer = layer_tensors(config);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const bool moe = config.moe.is_moe(l);
     for (const LayerTensor& t : per_layer) {
       if (!(moe && is_dense_mlp(t)))
-        shapes.emplace_back(config.weight_prefix + layer_prefix(l) + t.suffix, t.shape);
+        shapes.emplace_back(layer_prefix(names, l) + t.suffix, t.shape);
     }
     if (moe) append_moe_tensors(config, l, shapes);
   }
-  shapes.emplace_back(config.weight_prefix + "model.norm.weight",
-                      std::vector<int64_t>{config.hidden_size});
-  if (!config.tie_word_embeddings) {
-    shapes.emplace_back(config.weight_prefix + "lm_head.weight", embed_shape);
-  }
+  shapes.emplace_back(names.decoder + "norm.weight", std::vector<int64_t>{config.hidden_size});
+  if (!config.tie_word_embeddings) shapes.emplace_back(names.lm_head, embed_shape);
   return shapes;
 }
 
 DecoderWeights bind_llama_family(const ModelConfig& config, const WeightStore& store) {
   const std::vector<int64_t> embed_shape = {config.vocab_size, config.hidden_size};
   DecoderWeights w;
-  const std::string& prefix = config.weight_prefix;
-  w.embed = store.get_checked(prefix + "model.embed_tokens.weight", embed_shape);
-  w.final_norm = store.get_checked(prefix + "model.norm.weight", {config.hidden_size});
-  w.lm_head = config.tie_word_embeddings
-                  ? w.embed
-                  : store.get_checked(prefix + "lm_head.weight", embed_shape);
+  const DecoderNames names = decoder_names(config, &store);
+  w.embed = store.get_checked(names.decoder + "embed_tokens.weight", embed_shape);
+  w.final_norm = store.get_checked(names.decoder + "norm.weight", {config.hidden_size});
+  w.lm_head = config.tie_word_embeddings ? w.embed : store.get_checked(names.lm_head, embed_shape);
   const std::vector<LayerTensor> per_layer = layer_tensors(config);
   w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
@@ -104,7 +119,7 @@ DecoderWeights bind_llama_family(const ModelConfig& config, const WeightStore& s
     for (const LayerTensor& t : per_layer) {
       if (moe && is_dense_mlp(t)) continue;
       w.layers[static_cast<size_t>(l)].*t.member =
-          store.get_checked(prefix + layer_prefix(l) + t.suffix, t.shape);
+          store.get_checked(layer_prefix(names, l) + t.suffix, t.shape);
     }
     if (moe) w.layers[static_cast<size_t>(l)].moe = bind_moe_weights(config, store, l);
   }

@@ -2,8 +2,9 @@
 // fixture's knock-outs reproduced through the checkpoint (a window past the prompt through
 // config.json; transformers' unit norm weights, which Gemma's (1 + weight) turns into a scale of
 // 2, through the weights) and matched within the reference tolerance; the multimodal
-// checkpoint's layout (Gemma3ForConditionalGeneration: text_config, weights under
-// "language_model.", a vision tower beside them) giving the fixture's logits bit for bit; dummy
+// checkpoint's layouts (Gemma3ForConditionalGeneration: text_config, weights under
+// "language_model.model." or transformers 5's "model.language_model.", a vision tower beside
+// them) giving the fixture's logits bit for bit; dummy
 // weights of Gemma's tensors; and --device cuda refused at start in one line.
 
 #include <gtest/gtest.h>
@@ -152,17 +153,25 @@ TEST_F(Gemma3EngineTest, TheMultimodalLayoutServesItsTextModelBitForBit) {
                        {"vision_config", {{"hidden_size", 8}}},
                        {"eos_token_id", 2},
                        {"torch_dtype", "float32"}};
-  Tensors tensors;
-  for (auto& [name, t] : fixture_tensors()) tensors["language_model." + name] = t;
-  tensors["vision_tower.vision_model.embeddings.patch_embedding.weight"] = {
-      {2, 2}, {1.0f, 2.0f, 3.0f, 4.0f}};
-  tensors["multi_modal_projector.mm_input_projection_weight"] = {{8, 64}, std::vector<float>(512)};
-  const ScratchModel m(config, tensors);
-  const std::vector<float> got = logits(m.dir());
   const std::vector<float> want = logits(kFixture);
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(got, want);
-  EXPECT_LE(error(got, "logits.0"), kReferenceTolerance);
+  // transformers 4 (the hub's checkpoints): language_model.model.*; transformers 5:
+  // model.language_model.*.
+  for (const bool v5 : {false, true}) {
+    Tensors tensors;
+    for (auto& [name, t] : fixture_tensors()) {
+      ASSERT_EQ(name.rfind("model.", 0), 0u) << name;
+      tensors[v5 ? "model.language_model." + name.substr(6) : "language_model." + name] = t;
+    }
+    tensors["vision_tower.vision_model.embeddings.patch_embedding.weight"] = {
+        {2, 2}, {1.0f, 2.0f, 3.0f, 4.0f}};
+    tensors["multi_modal_projector.mm_input_projection_weight"] = {{8, 64},
+                                                                   std::vector<float>(512)};
+    const ScratchModel m(config, tensors);
+    const std::vector<float> got = logits(m.dir());
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(got, want) << (v5 ? "transformers 5" : "transformers 4") << " layout";
+    EXPECT_LE(error(got, "logits.0"), kReferenceTolerance);
+  }
 }
 
 TEST_F(Gemma3EngineTest, DummyWeightsOfGemmasTensorsRun) {
