@@ -62,6 +62,12 @@ struct EngineConfig {
   // Token eviction for requests that name none, or name only some fields (--kv-eviction-policy,
   // --kv-budget-tokens; docs/kv-eviction.md). Unset: no eviction.
   KvEvictionParams kv_eviction;
+  // While a prompt is computed under eviction, the policy runs every this many tokens, so a
+  // prefill chunk stops at the first multiple of it past the budget and a sequence holds up to
+  // this many slots past its budget during a step. A multiple of block_size; 0 = automatic: one
+  // block on the CPU (the tightest hold), 512 tokens on the GPU, whose steps cost nearly as much
+  // for 16 tokens as for 512 (--kv-eviction-prefill-interval).
+  int32_t kv_eviction_prefill_interval_tokens = 0;
   // GPU: issue every launch each step instead of replaying decode steps from CUDA graphs.
   bool enforce_eager = false;
   // KV cache dtype (--kv-cache-dtype; docs/kv-quant.md). kAuto, the default, stores the

@@ -66,8 +66,15 @@ struct ResolvedKvEviction {
   int32_t budget_tokens = 0;
   int32_t sink_tokens = 0;
   int32_t window_tokens = 0;
+  // While the prompt is computed the policy runs every this many positions (and at the prompt's
+  // end); a multiple of the block size, set by the engine (EngineConfig::
+  // kv_eviction_prefill_interval_tokens). 0: every block.
+  int32_t prefill_interval_tokens = 0;
 
   bool active() const { return policy != KvEvictionPolicy::kNone; }
+  int32_t prefill_interval(int32_t block_size) const {
+    return prefill_interval_tokens > 0 ? prefill_interval_tokens : block_size;
+  }
   bool operator==(const ResolvedKvEviction&) const = default;
 };
 

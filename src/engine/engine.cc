@@ -141,6 +141,13 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
   if (Result<ResolvedKvEviction> e = resolve_kv_eviction(std::nullopt, c.kv_eviction); !e.ok()) {
     return Status::InvalidArgument("--kv-eviction-*: " + e.status().message());
   }
+  if (c.kv_eviction_prefill_interval_tokens < 0 ||
+      c.kv_eviction_prefill_interval_tokens % c.block_size != 0) {
+    return Status::InvalidArgument("--kv-eviction-prefill-interval (" +
+                                   std::to_string(c.kv_eviction_prefill_interval_tokens) +
+                                   ") must be a multiple of the block size (" +
+                                   std::to_string(c.block_size) + "), or 0 for automatic");
+  }
   return Status::Ok();
 }
 
@@ -393,6 +400,7 @@ Result<RequestId> EngineImpl::submit(EngineRequest request) {
   Result<ResolvedKvEviction> eviction =
       resolve_kv_eviction(request.kv_eviction, config_.kv_eviction);
   if (!eviction.ok()) return Status::InvalidArgument("kv_eviction: " + eviction.status().message());
+  if (eviction->active()) eviction->prefill_interval_tokens = eviction_prefill_interval();
   STRATA_RETURN_IF_ERROR(check_eviction(*eviction));
   STRATA_RETURN_IF_ERROR(validate_request(request, *eviction));
   std::shared_ptr<const grammar::CompiledGrammar> grammar;

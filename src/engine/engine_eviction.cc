@@ -13,6 +13,13 @@ namespace strata {
 
 using engine::Sequence;
 
+int32_t EngineImpl::eviction_prefill_interval() const {
+  if (config_.kv_eviction_prefill_interval_tokens > 0) {
+    return config_.kv_eviction_prefill_interval_tokens;
+  }
+  return config_.device == Device::kCpu ? config_.block_size : 512;
+}
+
 Status EngineImpl::check_eviction(const ResolvedKvEviction& e) const {
   if (!e.active()) return Status::Ok();
   const std::string what = std::string("kv_eviction policy ") + kv_eviction_policy_name(e.policy);
@@ -130,23 +137,23 @@ int32_t blocks_without_compaction(const Sequence& s, int32_t block_size) {
 }  // namespace
 
 std::vector<int32_t> EngineImpl::choose_slots(const Sequence& s) const {
-  const int32_t bs = config_.block_size;
+  const int32_t interval = s.eviction.prefill_interval(config_.block_size);
   const int32_t held = s.table.num_tokens();
   const bool snap = s.eviction.policy == KvEvictionPolicy::kSnapKv;
-  // H2O: at block boundaries of the prompt, its end, and after every decode step. SnapKV: once,
-  // at the prompt's end.
+  // H2O: at multiples of the prefill interval in the prompt, its end, and after every decode
+  // step. SnapKV: once, at the prompt's end.
   const bool at_point = snap ? s.num_computed == s.num_prompt && s.evictions.empty()
-                             : s.num_computed >= s.num_prompt || s.num_computed % bs == 0;
+                             : s.num_computed >= s.num_prompt || s.num_computed % interval == 0;
   if (!at_point || held <= s.eviction.budget_tokens) return {};
   // A block shared with another table (a fork's) is never written: its tokens stay.
   std::vector<uint8_t> locked(static_cast<size_t>(held), 0);
   const std::span<const BlockId> row = s.table.blocks();
   for (size_t b = 0; b < row.size(); ++b) {
     if (cache_->pool().ref_count(row[b]) <= 1) continue;
-    const size_t first = b * static_cast<size_t>(bs);
+    const size_t first = b * static_cast<size_t>(config_.block_size);
     std::fill(locked.begin() + static_cast<std::ptrdiff_t>(first),
               locked.begin() + static_cast<std::ptrdiff_t>(
-                                   std::min(first + static_cast<size_t>(bs), locked.size())),
+                                   std::min(first + static_cast<size_t>(config_.block_size), locked.size())),
               uint8_t{1});
   }
   if (!snap) {
@@ -193,12 +200,13 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
         std::max(r.metrics.max_blocks_without_compaction, blocks_without_compaction(s, bs));
     return Status::Ok();
   }
-  // The policy runs at fixed points: while the prompt is computed, at block boundaries (the
-  // scheduler ends a prefill chunk at the first boundary past the budget), and from the prompt's
+  // The policy runs at fixed points: while the prompt is computed, at multiples of the prefill
+  // interval (the scheduler ends a prefill chunk at the first one past the budget), and from the prompt's
   // end on after every step (one token each). Between two points nothing goes, and any chunking
   // of the tokens between makes the same K/V, so where blocks go depends on the sequence alone,
   // never on the batch.
-  const bool at_point = s.num_computed >= s.num_prompt || s.num_computed % bs == 0;
+  const bool at_point =
+      s.num_computed >= s.num_prompt || s.num_computed % s.eviction.prefill_interval(bs) == 0;
   if (at_point && s.table.num_tokens() > s.eviction.budget_tokens) {
     std::vector<float> scores;
     if (s.eviction.policy == KvEvictionPolicy::kPagedEviction) scores = block_scores(s);

@@ -112,11 +112,15 @@ class EngineImpl {
                      const model::SampledToken* sampled);
   void fork_siblings(RequestState& r, engine::Sequence& parent);
   // Token eviction after a step (engine_eviction.cc, docs/kv-eviction.md): a recompute repeats
-  // the eviction recorded at this point; otherwise, at a block boundary of the prompt, its end,
-  // or after a decode step, the policy takes blocks while the table holds more than the budget.
+  // the eviction recorded at this point; otherwise, at a multiple of the prefill interval in the
+  // prompt, its end, or after a decode step, the policy takes blocks while the table holds more
+  // than the budget.
   Status evict_tokens(RequestState& r, engine::Sequence& seq);
   // Why the engine cannot run a request with this eviction, or OK.
   Status check_eviction(const ResolvedKvEviction& eviction) const;
+  // EngineConfig::kv_eviction_prefill_interval_tokens, or its automatic value: a block on the
+  // CPU, 512 tokens (a multiple of every block size) on the GPU.
+  int32_t eviction_prefill_interval() const;
   // PagedEviction's score of each entry of seq's row: seq's cached scores of its full blocks,
   // those filled since computed now (copied out of the pool), 0 for a partly filled newest block.
   std::vector<float> block_scores(engine::Sequence& seq);

@@ -121,19 +121,20 @@ struct Sequence {
     return num_evictions_applied < evictions.size() ? evictions[num_evictions_applied].at_computed
                                                     : static_cast<int32_t>(tokens.size());
   }
-  // Token eviction evaluates its policy while the prompt is computed only at block boundaries
-  // (and at the prompt's end), so that the points where blocks go depend on the sequence alone: a
-  // prefill chunk from position `from`, with held_slots in the table, must end at or before the
-  // first boundary at which the table would hold more than the budget. The most tokens it may
-  // compute (a large number when eviction is off or the prompt is done).
+  // Token eviction evaluates its policy while the prompt is computed only at multiples of its
+  // prefill interval (block boundaries unless the engine spaces them wider) and at the prompt's
+  // end, so that the points where blocks go depend on the sequence alone: a prefill chunk from
+  // position `from`, with held_slots in the table, must end at or before the first point at
+  // which the table would hold more than the budget. The most tokens it may compute (a large
+  // number when eviction is off or the prompt is done).
   int32_t eviction_chunk_limit(int32_t from, int32_t block_size, int32_t held_slots) const {
     // SnapKV evicts nothing before the prompt's end.
     if (!eviction.active() || eviction.policy == KvEvictionPolicy::kSnapKv || from >= num_prompt) {
       return INT32_MAX;
     }
+    const int64_t interval = eviction.prefill_interval(block_size);
     const int32_t room = std::max(eviction.budget_tokens - held_slots, 0);
-    const int64_t boundary =
-        (static_cast<int64_t>(from) + room) / block_size * block_size + block_size;
+    const int64_t boundary = (static_cast<int64_t>(from) + room) / interval * interval + interval;
     return static_cast<int32_t>(std::min<int64_t>(boundary - from, INT32_MAX));
   }
   // Positions the applied evictions took out of the table.
@@ -147,7 +148,7 @@ struct Sequence {
   }
   // How many leading tokens a prefix-cache lookup may cover (it never returns the block holding
   // the last one): the tokens before the first eviction point. Cached blocks hold what a run
-  // without eviction computes; a run under a budget evicts at the first block boundary past it
+  // without eviction computes; a run under a budget evicts at the first eviction point past it
   // (or did at its first recorded eviction), and what it computes from there on attended to
   // fewer tokens -- so the hit ends before that point, and the first chunk runs to it.
   // A token-level policy's blocks change in place (compaction), so such a sequence neither
@@ -157,7 +158,8 @@ struct Sequence {
     auto n = static_cast<int64_t>(tokens.size());
     if (!evictions.empty()) n = std::min<int64_t>(n, evictions.front().at_computed);
     if (eviction.active()) {
-      n = std::min<int64_t>(n, (int64_t{eviction.budget_tokens} / block_size + 1) * block_size);
+      const int64_t interval = eviction.prefill_interval(block_size);
+      n = std::min<int64_t>(n, (int64_t{eviction.budget_tokens} / interval + 1) * interval);
     }
     return static_cast<int32_t>(n);
   }

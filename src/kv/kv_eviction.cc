@@ -47,10 +47,11 @@ int64_t max_held_slots(const ResolvedKvEviction& policy, int32_t block_size, int
                        int64_t max_tokens) {
   STRATA_CHECK(policy.active() && block_size > 0, "max_held_slots: an active policy");
   const int64_t bs = block_size;
+  const int64_t step = policy.prefill_interval(block_size);  // the most slots a step adds
   const int64_t total = num_prompt + max_tokens;
   switch (policy.policy) {
     case KvEvictionPolicy::kH2O:
-      return std::min<int64_t>(total, policy.budget_tokens + bs);
+      return std::min<int64_t>(total, policy.budget_tokens + step);
     case KvEvictionPolicy::kSnapKv:
       return std::min<int64_t>(total,
                                std::max<int64_t>(num_prompt, policy.budget_tokens + max_tokens));
@@ -61,7 +62,8 @@ int64_t max_held_slots(const ResolvedKvEviction& policy, int32_t block_size, int
   }
   const int64_t sink = (policy.sink_tokens + bs - 1) / bs * bs;
   const int64_t protected_slots = sink + std::max<int64_t>(policy.window_tokens + bs - 1, bs);
-  return std::min<int64_t>(total, std::max<int64_t>(policy.budget_tokens, protected_slots) + bs);
+  return std::min<int64_t>(total,
+                           std::max<int64_t>(policy.budget_tokens, protected_slots) + step);
 }
 
 std::vector<int32_t> choose_evicted_tokens(const ResolvedKvEviction& policy,

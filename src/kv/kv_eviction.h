@@ -42,8 +42,9 @@ std::vector<int32_t> choose_evicted_blocks(const ResolvedKvEviction& policy, int
 
 // The most slots a sequence under `policy` holds at once, during a step included. Block-wise:
 // after an eviction at most max(N, ceil(S / B) * B + max(W + B - 1, B)) (the budget, or the
-// protected blocks' slots), and a step adds at most a block (a prefill chunk runs to the first
-// block boundary past the budget; a decode step adds one slot). H2O: N after an eviction, + B.
+// protected blocks' slots), and a step adds at most I = policy.prefill_interval(B) slots (a
+// prefill chunk runs to the first multiple of I past the budget; a decode step adds one slot).
+// H2O: N after an eviction, + I.
 // SnapKV: the whole prompt (nothing goes before its end), then N + the generated tokens. Never
 // more than num_prompt + max_tokens. A pool of ceil(this / B) + 1 blocks runs the sequence alone,
 // however long it grows. policy must be active.

@@ -527,8 +527,8 @@ PromptRun run_prompt(const EngineConfig& c, EngineRequest r) {
 }
 
 // StreamingLLM on the GPU, the one eviction policy it runs: a 200-token prompt under a 64-token
-// budget, computed in chunks of 48 that stop at the block boundaries past the budget, gives up the
-// blocks the CPU engine gives up for it (which go depends on the sequence alone), holds no more,
+// budget, computed in chunks of 48 with the policy run every 48 tokens, gives up the blocks the
+// CPU engine gives up for it (which go depends on the sequence alone), holds no more,
 // and gives every block back. Its teacher-forced logprobs stay about as close to the CPU
 // engine's as the full cache's are (within 2x, plus a little for the positions whose context is
 // now short), while they differ from the full cache's by far more: the later positions really
@@ -539,6 +539,7 @@ TEST_F(CudaEngineTest, StreamingLlmEvictsWhatTheCpuEngineEvictsAndStaysAsCloseTo
   evicting.kv_eviction = KvEvictionParams{KvEvictionPolicy::kStreamingLlm, 64, -1, -1};
   EngineConfig gpu = cuda_config();
   gpu.max_num_batched_tokens = 48;
+  gpu.kv_eviction_prefill_interval_tokens = 48;  // the same points on both (the GPU's default: 512)
   EngineConfig cpu = gpu;
   cpu.device = Device::kCpu;
   const PromptRun gpu_full = run_prompt(gpu, r);

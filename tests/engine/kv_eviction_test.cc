@@ -36,8 +36,9 @@ using engine::test_util::with;
 
 class KvEvictionEngineTest : public engine::test_util::KvEvictionFixture {
  protected:
-  // r returns got in 7-token chunks and among three batch mates too.
-  void expect_independent_of_chunks_and_batch(const EngineRequest& r, const Collected& got);
+  // r returns got in 7-token chunks and among three batch mates too, on engines configured as c.
+  void expect_independent_of_chunks_and_batch(const EngineRequest& r, const Collected& got,
+                                              const EngineConfig& c = {});
 };
 
 TEST_F(KvEvictionEngineTest, ABudgetTheSequenceNeverExceedsChangesNothing) {
@@ -107,6 +108,40 @@ TEST_F(KvEvictionEngineTest, StreamingLlmHoldsItsBudgetWhileThePromptIsComputed)
   expect_independent_of_chunks_and_batch(r, got);
 }
 
+// The same prompt with the policy run every 48 tokens of the prompt instead of every block
+// (--kv-eviction-prefill-interval, the GPU's way: fewer, longer chunks). The chunks stop at 96,
+// 144 and 192 (the multiples of 48 past the budget), then at the prompt's end: at 96 block 1
+// goes (80 slots: the sink block and the 60-token window's); at 144 and 192, 128 slots each, blocks
+// 1-3 of the row (80 left); at 200 nothing can (88 slots, all protected). In decode one goes at 92
+// slots, as with the block interval. So 8 blocks in all, as many as every block's points take,
+// in 4 prompt steps instead of 9; during a step it holds up to 8 blocks (the budget + the
+// interval) instead of 6, after one at most 6 either way. Still independent of chunking and batch.
+TEST_F(KvEvictionEngineTest, AWiderPrefillIntervalEvictsAtItsMultiples) {
+  const EngineRequest r =
+      with(greedy(prompt_of(200, 6), 20), eviction(KvEvictionPolicy::kStreamingLlm, 64));
+  EngineConfig wide;
+  wide.num_blocks = 256;
+  wide.kv_eviction_prefill_interval_tokens = 48;
+  auto e = make(wide);
+  const RequestId id = *e->submit(r);
+  std::vector<int32_t> used;
+  std::map<RequestId, Collected> got;
+  while (e->has_unfinished()) {
+    drain_into(*e, got, 1);
+    used.push_back(e->last_step().num_used_blocks);
+  }
+  const std::vector<int32_t> prompt_steps(used.begin(), used.begin() + 4);
+  EXPECT_EQ(prompt_steps, (std::vector<int32_t>{5, 5, 5, 6})) << "blocks held after each chunk";
+  EXPECT_EQ(used.size(), 4u + 19u) << "four prompt steps, then 19 decode steps";
+  EXPECT_EQ(got[id].metrics.num_evicted_blocks, 8);
+  EXPECT_EQ(got[id].metrics.max_held_blocks, 6);
+  expect_independent_of_chunks_and_batch(r, got[id], wide);
+  // The interval must fall on block boundaries.
+  EngineConfig bad;
+  bad.kv_eviction_prefill_interval_tokens = 40;
+  EXPECT_FALSE(engine::create_engine(model_, pool_, bad).ok());
+}
+
 // The same for PagedEviction (its scores read the blocks the chunks wrote): under a 64-token budget
 // (no sink, no window) a 200-token prompt's chunks stop at 80, 96, ..., 192, and one block goes at
 // each and at the prompt's end (4 blocks held after each); one more goes in decode at 65 slots.
@@ -120,13 +155,14 @@ TEST_F(KvEvictionEngineTest, PagedEvictionHoldsItsBudgetWhileThePromptIsComputed
 }
 
 void KvEvictionEngineTest::expect_independent_of_chunks_and_batch(const EngineRequest& r,
-                                                                  const Collected& got) {
-  EngineConfig chunked;
+                                                                  const Collected& got,
+                                                                  const EngineConfig& c) {
+  EngineConfig chunked = c;
   chunked.max_num_batched_tokens = 7;
   const Collected small_chunks = alone(r, chunked);
   expect_same(small_chunks, got);
   EXPECT_EQ(small_chunks.metrics.num_evicted_blocks, got.metrics.num_evicted_blocks);
-  auto e = make();
+  auto e = make(c);
   std::vector<RequestId> others;
   for (int32_t i = 0; i < 3; ++i) others.push_back(*e->submit(greedy(prompt_of(90 + i, i), 30)));
   const RequestId id = *e->submit(r);

@@ -118,6 +118,10 @@ TEST(ChooseEvictedBlocksTest, MaxHeldSlotsBoundsWhatStaysPlusAStep) {
   EXPECT_EQ(max_held_slots(streaming(64, 4, 8), kBs, 1 << 20, 1 << 20), 68);
   // No window: the newest block is protected whole.
   EXPECT_EQ(max_held_slots(paged(2), kBs, 1 << 20, 1 << 20), 8);
+  // A prefill interval of 3 blocks: a step adds up to 12 slots.
+  ResolvedKvEviction wide = streaming(64, 4, 8);
+  wide.prefill_interval_tokens = 3 * kBs;
+  EXPECT_EQ(max_held_slots(wide, kBs, 1 << 20, 1 << 20), 76);
   // Every eviction of the randomized run below stays within it.
   for (int32_t len = 1; len < 80; ++len) {
     for (const ResolvedKvEviction& p : {streaming(12, 4, 8), streaming(12, 5, 0), paged(6, 0, 3)}) {

@@ -76,7 +76,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                  "blocks) or paged_eviction (lowest ||V||/||K|| blocks first), which take whole "
                  "blocks, or h2o (lowest accumulated attention first) or snapkv (once, at the "
                  "prompt's end, by the attention of its last tokens), which take single tokens "
-                 "and compact; once a sequence holds more than --kv-budget-tokens (the GPU engine runs streaming_llm only)")
+                 "and compact; once a sequence holds more than --kv-budget-tokens (the GPU engine "
+                 "runs streaming_llm only)")
       ->check(CLI::IsMember({"none", "streaming_llm", "paged_eviction", "h2o", "snapkv"}));
   cmd.add_option("--kv-budget-tokens", o.kv_budget_tokens,
                  "Token eviction: the most KV slots a sequence holds between steps (0 = none "
@@ -90,6 +91,11 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                  "Token eviction: newest positions never evicted (default: the budget less the "
                  "sink for streaming_llm, 0 for paged_eviction, half the budget for h2o; for "
                  "snapkv the prompt's observation window, min(32, budget / 2))")
+      ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
+  cmd.add_option("--kv-eviction-prefill-interval", o.kv_eviction_prefill_interval,
+                 "Token eviction: while a prompt is computed the policy runs every this many "
+                 "tokens, a multiple of the block size (0 = automatic: a block on the CPU, 512 "
+                 "on the GPU)")
       ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV of cached prompt prefixes (on by default)");
@@ -246,6 +252,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_eviction.budget_tokens = o.kv_budget_tokens;
   c.kv_eviction.sink_tokens = o.kv_sink_tokens;
   c.kv_eviction.window_tokens = o.kv_window_tokens;
+  c.kv_eviction_prefill_interval_tokens = o.kv_eviction_prefill_interval;
   return c;
 }
 

@@ -62,11 +62,13 @@ struct EngineOptions {
   bool kv_peer_compress = false;
   KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --allow-unit-kv-scales
   // Token eviction's defaults for requests (docs/kv-eviction.md): --kv-eviction-policy,
-  // --kv-budget-tokens, --kv-sink-tokens, --kv-window-tokens (-1 / 0: the policy's own).
+  // --kv-budget-tokens, --kv-sink-tokens, --kv-window-tokens (-1 / 0: the policy's own),
+  // --kv-eviction-prefill-interval (0: automatic).
   std::string kv_eviction_policy = "none";
   int32_t kv_budget_tokens = 0;
   int32_t kv_sink_tokens = -1;
   int32_t kv_window_tokens = -1;
+  int32_t kv_eviction_prefill_interval = 0;
 };
 
 // Which of the flags a command takes: all of them (bench, serve), or those that matter for one
