@@ -249,6 +249,10 @@ PlanReport compute_plan(const PlanModel& model, const PlanSettings& s) {
   if (!model.engine_supported) {
     r.notes.emplace_back(
         "the engine cannot load this architecture yet; figures come from the config");
+  } else if (model.cpu_only && s.device == PlanDevice::kCuda) {
+    r.notes.emplace_back(
+        "only the CPU engine runs this model for now (--device cuda refuses it at start); "
+        "plan it with --device cpu");
   }
   r.notes.emplace_back("activation scratch is not subtracted: the engine measures it at start-up");
   return r;

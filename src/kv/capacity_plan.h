@@ -33,6 +33,7 @@ struct PlanModel {
   std::string name;  // the path it came from
   std::string model_type;
   bool engine_supported = false;  // the engine's loader accepts the architecture
+  bool cpu_only = false;          // only the CPU engine runs it (--device cuda refuses it)
   kv::KvShape kv;
   int32_t num_attention_heads = 0;
   int32_t mha_head_dim_k = 0;  // per-head K and V widths of the naive full-MHA cache

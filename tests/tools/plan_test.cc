@@ -472,6 +472,13 @@ TEST(PlanTest, Gemma3_12BWindowGroupOnTheCpu) {
   EXPECT_EQ(one.longest_context, 21'824);
   s.max_model_len = 21'825;
   EXPECT_THROW(compute_plan(m, s), Error) << "one pool cannot hold a longer sequence";
+
+  // --device cuda: the engine refuses Gemma 3 there, and the plan says so.
+  EXPECT_TRUE(m.cpu_only);
+  s.device = PlanDevice::kCuda;
+  s.max_model_len = 4096;
+  const PlanReport cuda = compute_plan(m, s);
+  EXPECT_NE(format_plan_text(cuda).find("only the CPU engine runs this model"), std::string::npos);
 }
 
 // auto, and the layers --kv-cache-dtype-skip-layers names, hold the engine's precision on each
