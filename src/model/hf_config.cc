@@ -158,10 +158,6 @@ void parse_biases(const JsonFields& f, ModelConfig& c) {
       return;
     case Architecture::kQwen3:
     case Architecture::kQwen3Moe:
-      c.qkv_bias = c.o_bias = attention_bias;
-      c.mlp_bias = false;
-      c.qk_norm = true;
-      return;
     case Architecture::kGemma3:
       c.qkv_bias = c.o_bias = attention_bias;
       c.mlp_bias = false;
