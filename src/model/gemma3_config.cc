@@ -138,11 +138,14 @@ std::optional<Gemma3Text> gemma3_text_config(const json& config, std::string_vie
 
 void parse_gemma3(const JsonFields& f, std::string_view source, ModelConfig& c) {
   if (c.architecture != Architecture::kGemma3) return;
-  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
-    if (f.has(key)) {
-      f.fail(f.name(key) + " is set: Strata does not run logit soft-capping (Gemma 3 sets it " +
-             "null; Gemma 2 is not supported)");
-    }
+  if (f.has("attn_logit_softcapping")) {
+    f.fail(f.name("attn_logit_softcapping") +
+           " is set: Strata does not soft-cap attention scores (Gemma 3 sets it null; Gemma 2 "
+           "is not supported)");
+  }
+  if (f.has("final_logit_softcapping")) {
+    c.final_logit_softcapping = f.get_number("final_logit_softcapping");
+    check_positive(f, "final_logit_softcapping", c.final_logit_softcapping);
   }
   if (f.opt_bool("use_bidirectional_attention").value_or(false)) {
     f.fail(f.name("use_bidirectional_attention") +

@@ -27,9 +27,9 @@ struct Gemma3Text {
 std::optional<Gemma3Text> gemma3_text_config(const nlohmann::json& config, std::string_view source);
 
 // Fills Gemma 3's fields of c (norms, embedding scale, attention scale, the sliding layers'
-// RoPE, the global layers' in c.rope); leaves every other architecture's untouched. Throws
-// strata::Error naming the key for what Strata does not run: logit soft-capping, bidirectional
-// attention.
+// RoPE, the global layers' in c.rope, the final logits' soft-cap); leaves every other
+// architecture's untouched. Throws strata::Error naming the key for what Strata does not run:
+// attention-score soft-capping, bidirectional attention.
 void parse_gemma3(const JsonFields& f, std::string_view source, ModelConfig& c);
 
 // One RoPE parameter object (rope_parameters, rope_scaling, or one layer type's entry of Gemma

@@ -92,6 +92,7 @@ struct ModelConfig {
   // Embeddings times sqrt(hidden_size), the factor rounded to the embedding table's dtype.
   bool scale_embeddings = false;
   double query_pre_attn_scalar = 0.0;  // > 0: attention scale 1 / sqrt(it); 0: 1 / sqrt(head_dim)
+  double final_logit_softcapping = 0.0;    // > 0: logits = cap * tanh(logits / cap); 0: none
   std::optional<RopeConfig> sliding_rope;  // the sliding-window layers' RoPE, when it differs
   // Prepended to every tensor name: "language_model." for the text model of a multimodal
   // checkpoint (Gemma3ForConditionalGeneration in transformers 4's layout; the binding also

@@ -445,8 +445,24 @@ Status Model::forward(const ForwardBatch& batch, std::span<kv::HostKvBuffer* con
   }
   STRATA_RETURN_IF_ERROR(rms_norm(scratch_.rows.data(), weights_.final_norm, scratch_.rows.data(),
                                    num_rows, pool));
-  return cpu::linear(scratch_.rows.data(), weights_.lm_head, TensorView{}, logits.data(), num_rows,
-                     pool);
+  STRATA_RETURN_IF_ERROR(cpu::linear(scratch_.rows.data(), weights_.lm_head, TensorView{},
+                                     logits.data(), num_rows, pool));
+  if (config_.final_logit_softcapping > 0.0)
+    soft_cap(logits.first(static_cast<size_t>(num_rows * vocab_size())), pool);
+  return Status::Ok();
+}
+
+void Model::soft_cap(std::span<float> logits, ThreadPool& pool) const {
+  const double cap = config_.final_logit_softcapping;
+  pool.parallel_for(
+      span_size(logits.size()),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          float& x = logits[static_cast<size_t>(i)];
+          x = static_cast<float>(cap * std::tanh(static_cast<double>(x) / cap));
+        }
+      },
+      /*min_chunk=*/16384);
 }
 
 Status Model::rms_norm(const float* x, TensorView weight, float* out, int64_t num_rows,

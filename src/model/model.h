@@ -236,6 +236,9 @@ class Model {
   // kv_quant_error's per-layer work: attention again over kv_quant_probe_'s cache.
   Status probe_quantized_attention(int32_t layer_idx, const ForwardBatch& batch,
                                    const cpu::AttentionParams& reference, ThreadPool& pool);
+  // Gemma's final_logit_softcapping: every logit x becomes cap * tanh(x / cap) (in float64,
+  // rounded once), element by element.
+  void soft_cap(std::span<float> logits, ThreadPool& pool) const;
   // rms_norm over num_rows rows of weight.dim(0) elements with the config's epsilon (and
   // Gemma's (1 + weight)).
   Status rms_norm(const float* x, TensorView weight, float* out, int64_t num_rows,

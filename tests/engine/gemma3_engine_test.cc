@@ -4,12 +4,14 @@
 // 2, through the weights) and matched within the reference tolerance; the multimodal
 // checkpoint's layouts (Gemma3ForConditionalGeneration: text_config, weights under
 // "language_model.model." or transformers 5's "model.language_model.", a vision tower beside
-// them) giving the fixture's logits bit for bit; dummy
-// weights of Gemma's tensors; and --device cuda refused at start in one line.
+// them) giving the fixture's logits bit for bit; dummy weights of Gemma's tensors;
+// final_logit_softcapping applied to every logit; and --device cuda refused at start in one line.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -142,6 +144,32 @@ TEST_F(Gemma3EngineTest, UnitNormWeightsAreTransformersUnitNormsKnockout) {
   const std::vector<float> got = logits(m.dir());
   EXPECT_LE(error(got, "knockout.unit_norms.0"), kReferenceTolerance);
   EXPECT_GE(error(got, "logits.0"), 100 * kReferenceTolerance);
+}
+
+TEST_F(Gemma3EngineTest, FinalLogitSoftCappingCapsEveryLogit) {
+  // transformers: logits = cap * tanh(logits / cap) after the LM head. The fixture's logits
+  // reach past +-3, so a cap of 3 bends them far beyond rounding, but keeps every argmax.
+  json config = read_json(kFixture / "config.json");
+  constexpr double kCap = 3.0;
+  config["final_logit_softcapping"] = kCap;
+  const ScratchModel m(config, fixture_tensors());
+  const std::vector<float> got = logits(m.dir());
+  const std::vector<float> plain = logits(kFixture);
+  ASSERT_EQ(got.size(), plain.size());
+  double worst = 0.0;
+  double moved = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double want = kCap * std::tanh(static_cast<double>(plain[i]) / kCap);
+    worst = std::max(worst, std::abs(got[i] - want));
+    moved = std::max(moved, std::abs(static_cast<double>(got[i]) - plain[i]));
+  }
+  EXPECT_LE(worst, 1e-6);
+  EXPECT_GT(moved, 0.1) << "the cap did not reach the logits";
+  for (size_t row = 0; row < prompt_.size(); ++row) {
+    const auto g = got.begin() + static_cast<int64_t>(row * kVocab);
+    const auto p = plain.begin() + static_cast<int64_t>(row * kVocab);
+    EXPECT_EQ(std::max_element(g, g + kVocab) - g, std::max_element(p, p + kVocab) - p) << row;
+  }
 }
 
 TEST_F(Gemma3EngineTest, TheMultimodalLayoutServesItsTextModelBitForBit) {

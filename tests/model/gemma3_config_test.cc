@@ -164,11 +164,18 @@ TEST(Gemma3ConfigTest, ExplicitLayerTypesAndThetasWin) {
   EXPECT_DOUBLE_EQ(p.rope.factor, 8.0);
 }
 
+TEST(Gemma3ConfigTest, FinalLogitSoftCappingIsReadWhenSet) {
+  EXPECT_DOUBLE_EQ(parse(std::string(kGemma3_1B)).final_logit_softcapping, 0.0);  // null
+  EXPECT_DOUBLE_EQ(
+      parse(patched(kGemma3_1B, {{"final_logit_softcapping", 30.0}})).final_logit_softcapping,
+      30.0);
+}
+
 TEST(Gemma3ConfigTest, WhatStrataDoesNotRunIsRefusedByName) {
   EXPECT_CONTAINS(error_of(patched(kGemma3_1B, {{"attn_logit_softcapping", 50.0}})),
-                  "'attn_logit_softcapping' is set: Strata does not run logit soft-capping");
-  EXPECT_CONTAINS(error_of(patched(kGemma3_1B, {{"final_logit_softcapping", 30.0}})),
-                  "'final_logit_softcapping' is set");
+                  "'attn_logit_softcapping' is set: Strata does not soft-cap attention scores");
+  EXPECT_CONTAINS(error_of(patched(kGemma3_1B, {{"final_logit_softcapping", -1.0}})),
+                  "'final_logit_softcapping' must be a positive finite number");
   EXPECT_CONTAINS(error_of(patched(kGemma3_1B, {{"use_bidirectional_attention", true}})),
                   "'use_bidirectional_attention' is true");
   EXPECT_CONTAINS(error_of(patched(kGemma3_1B, {{"hidden_activation", "gelu"}})),
