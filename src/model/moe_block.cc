@@ -1,6 +1,7 @@
 #include "model/moe_block.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 
@@ -9,6 +10,9 @@
 
 namespace strata::model {
 namespace {
+
+// Above this many rows per expert hit, each expert's kernels split over the pool instead.
+constexpr int64_t kExpertParallelMaxRows = 32;
 
 size_t at(int64_t i) { return static_cast<size_t>(i); }
 
@@ -68,6 +72,42 @@ Status run_expert(const ExpertWeights& w, int64_t begin, int64_t end, int64_t hi
   return cpu::linear(gate, w.down_proj, TensorView{}, s.out.data() + begin * hidden, m, pool);
 }
 
+// Experts with few rows each (decode) run whole on one thread each, claimed from a shared
+// counter: no hand-off between an expert's four kernels, and the threads stream different
+// experts' weights at once. Experts with many rows (prefill) split each kernel over the pool. A
+// row's values are the same either way (linear() does not depend on the thread count).
+Status run_experts(const MoeWeights& w, int64_t hidden, int64_t inter, MoeScratch& s,
+                   ThreadPool& pool) {
+  std::vector<int64_t> hit;
+  for (int64_t e = 0; e + 1 < static_cast<int64_t>(s.expert_begin.size()); ++e) {
+    if (s.expert_begin[at(e + 1)] > s.expert_begin[at(e)]) hit.push_back(e);
+  }
+  const int64_t num_rows = s.expert_begin.back();
+  const auto num_hit = static_cast<int64_t>(hit.size());
+  if (pool.num_threads() == 1 || num_hit < 2 || num_rows > kExpertParallelMaxRows * num_hit) {
+    for (const int64_t e : hit) {
+      STRATA_RETURN_IF_ERROR(run_expert(w.experts[at(e)], s.expert_begin[at(e)],
+                                        s.expert_begin[at(e + 1)], hidden, inter, s, pool));
+    }
+    return Status::Ok();
+  }
+  std::atomic<int64_t> next{0};
+  std::vector<Status> status(at(num_hit), Status::Ok());
+  pool.parallel_for(
+      std::min<int64_t>(pool.num_threads(), num_hit),
+      [&](int64_t, int64_t) {
+        ThreadPool one(1);  // no workers: this thread runs the expert's kernels itself
+        for (int64_t i = next.fetch_add(1); i < num_hit; i = next.fetch_add(1)) {
+          const int64_t e = hit[at(i)];
+          status[at(i)] = run_expert(w.experts[at(e)], s.expert_begin[at(e)],
+                                     s.expert_begin[at(e + 1)], hidden, inter, s, one);
+        }
+      },
+      /*min_chunk=*/1);
+  for (const Status& st : status) STRATA_RETURN_IF_ERROR(st);
+  return Status::Ok();
+}
+
 }  // namespace
 
 void route_tokens(const MoeConfig& config, float* logits, int64_t num_tokens, int32_t* experts,
@@ -110,11 +150,7 @@ Status moe_forward(const MoeConfig& config, const MoeWeights& w, const float* x,
       std::copy(src, src + hidden, s.rows.data() + r * hidden);
     }
   });
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const int64_t begin = s.expert_begin[at(e)], end = s.expert_begin[at(e + 1)];
-    if (begin == end) continue;
-    STRATA_RETURN_IF_ERROR(run_expert(w.experts[at(e)], begin, end, hidden, inter, s, pool));
-  }
+  STRATA_RETURN_IF_ERROR(run_experts(w, hidden, inter, s, pool));
   // Each token's experts in ascending id: the same sum whatever else is in the batch.
   pool.parallel_for(num_tokens, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {

@@ -206,6 +206,15 @@ TEST(MoeBlockTest, EachTokenIsBitIdenticalAloneInAnyBatchAndThreadCount) {
     EXPECT_EQ(std::memcmp(alone.data(), batched.data() + t * 64, 64 * sizeof(float)), 0)
         << "token " << t;
   }
+  // A batch large enough for each expert's kernels to split over the pool (the path prefill
+  // takes) gives the token the rows decode's one-thread-per-expert path gave it.
+  std::vector<float> big;
+  for (int i = 0; i < 8; ++i) big.insert(big.end(), x.begin(), x.end());
+  const std::vector<float> big_out = moe.run(big, three);
+  for (int64_t t = 0; t < 8 * n; ++t) {
+    ASSERT_EQ(std::memcmp(big_out.data() + t * 64, batched.data() + (t % n) * 64, 64 * 4), 0)
+        << "token " << t << " of the large batch";
+  }
   // Reversed order, in two uneven batches.
   std::vector<float> reversed;
   for (int64_t t = n - 1; t >= 0; --t) {
