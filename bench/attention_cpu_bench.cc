@@ -9,6 +9,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/avx512_target.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/linear.h"
 #include "kv/kv_layout.h"
@@ -153,6 +154,72 @@ BENCHMARK(BM_LinearCpu)
     ->Args({512, 4864, 896, kBf16, kAvx512})   // gate/up, a 512-token prefill
     ->Args({64, 4096, 4096, kBf16, kAvx512})
     ->UseRealTime();
+
+// The BF16 path (LinearPrecision::kBf16: activations rounded to BF16, vdpbf16ps) on the shapes
+// of a Qwen2-0.5B prefill and decode; read beside BM_LinearCpu's AVX-512 rows and
+// BM_Bf16DotPeak in the same run.
+void BM_LinearBf16Cpu(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  if (!cpu_supports_avx512_bf16()) {
+    state.SkipWithError("this CPU lacks AVX-512 BF16");
+    return;
+  }
+  std::vector<uint8_t> w(static_cast<size_t>(n * k * 2), 0x3c);
+  std::vector<float> x(static_cast<size_t>(m * k), 0.5f), out(static_cast<size_t>(m * n));
+  TensorView weight;
+  weight.data = w.data();
+  weight.dtype = DType::kBF16;
+  weight.rank = 2;
+  weight.shape = {n, k, 0, 0};
+  ThreadPool pool(kThreads);
+  for (auto _ : state) {
+    if (!detail::linear_bf16(x.data(), weight, TensorView{}, out.data(), m, pool).ok()) {
+      state.SkipWithError("linear_bf16 failed");
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  const auto iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(w.size()) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * m * n * k * iters / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LinearBf16Cpu)
+    ->ArgNames({"m", "n", "k"})
+    ->Args({1, 151936, 896})  // the LM head, one decode row
+    ->Args({1, 4864, 896})    // gate/up, one decode row
+    ->Args({16, 4864, 896})   // gate/up, 16 streams
+    ->Args({512, 4864, 896})  // gate/up, a 512-token prefill
+    ->Args({512, 896, 4864})  // down, a 512-token prefill
+    ->Args({512, 896, 896})   // q / o, a 512-token prefill
+    ->UseRealTime();
+
+#if defined(__x86_64__)
+// The BF16 dot-product ceiling: 12 independent vdpbf16ps chains (more than latency x throughput),
+// register operands only, 64 flops each (32 multiply-adds). ->Threads(n) runs n copies at once.
+__attribute__((target("avx512f,avx512bf16"))) void BM_Bf16DotPeak(benchmark::State& state) {
+  if (!cpu_supports_avx512_bf16()) {
+    state.SkipWithError("this CPU lacks AVX-512 BF16");
+    return;
+  }
+  constexpr int kChains = 12;
+  constexpr int64_t kIters = 1 << 14;
+  const auto a = (__m512bh)_mm512_set1_epi16(0x3f80);  // 1.0 in BF16
+  __m512 acc[kChains];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (auto _ : state) {
+    for (int64_t i = 0; i < kIters; ++i) {
+      for (auto& v : acc) v = _mm512_dpbf16_ps(v, a, a);
+    }
+    benchmark::DoNotOptimize(acc);
+  }
+  // Google Benchmark divides a rate by every thread's time summed: scale back to the total.
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      64.0 * kChains * kIters * static_cast<double>(state.iterations()) * state.threads() / 1e9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Bf16DotPeak)->Threads(1)->Threads(2)->UseRealTime();
+#endif
 
 // One empty parallel_for over the pool's threads: the fixed cost every kernel call pays (a decode
 // step of a 24-layer model makes a few hundred).

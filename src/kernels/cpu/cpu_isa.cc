@@ -46,6 +46,14 @@ CpuIsa best_cpu_isa() {
   return best;
 }
 
+bool cpu_supports_avx512_bf16() {
+#if defined(__x86_64__)
+  return cpu_supports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kPortable:

@@ -33,4 +33,8 @@ CpuIsa best_cpu_isa();
 
 const char* cpu_isa_name(CpuIsa isa);
 
+// True when the running CPU has kAvx512 and the AVX-512 BF16 dot products (vdpbf16ps,
+// vcvtneps2bf16): the BF16 linear path (linear.h, LinearPrecision::kBf16).
+bool cpu_supports_avx512_bf16();
+
 }  // namespace strata::cpu

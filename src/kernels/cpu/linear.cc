@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/gemm_bf16_avx512.h"
 #include "kernels/cpu/linear_avx2.h"
 #include "kernels/cpu/linear_avx512.h"
 
@@ -124,21 +125,18 @@ class RegionClaims {
 // prefill keeps its 64-row x block in L2 while W streams past; a decode step (m = 1) reads long
 // runs of consecutive weight rows. Each claimed range is one micro-kernel call per x block it
 // touches.
-void linear_avx512(const float* x, const TensorView& weight, const TensorView& bias, float* out,
-                   int64_t m, ThreadPool& pool) {
-  const int64_t n = weight.shape[0];
-  const int64_t k = weight.shape[1];
-  const int64_t group = detail::kAvx512TileCols;
+// Splits [m, n] over the pool as the AVX-512 paths do (below) and calls
+// tile(m0, rows, n0, cols, bias) for each claimed range; x_row_bytes sizes the x block.
+template <class Tile>
+void run_avx512_tiles(int64_t m, int64_t n, int64_t k, int64_t x_row_bytes, int64_t group,
+                      const TensorView& bias, ThreadPool& pool, const Tile& tile) {
   const int64_t num_groups = (n + group - 1) / group;
   // Rows of x per block: at most 64, and few enough that the block (re-read once per group of
   // weight rows) stays in a 1 MB L2 next to the weights streaming past, e.g. 24 rows for k = 4864.
   constexpr int64_t kXBlockBytes = 512 * 1024;
-  const int64_t m_tile =
-      std::clamp<int64_t>(kXBlockBytes / (k * static_cast<int64_t>(sizeof(float))) / 4 * 4, 4,
-                          kMTile);
+  const int64_t m_tile = std::clamp<int64_t>(kXBlockBytes / x_row_bytes / 4 * 4, 4, kMTile);
   const int64_t num_m_tiles = (m + m_tile - 1) / m_tile;
-  const int64_t w_elem_bytes = dtype_size(weight.dtype);
-  const char* w = static_cast<const char*>(weight.data);
+  static_cast<void>(k);
   // The bias as fp32 once per call (n floats; the kernel adds it after the dot product).
   thread_local std::vector<float> bias_f32;
   if (!bias.empty()) {
@@ -157,9 +155,7 @@ void linear_avx512(const float* x, const TensorView& weight, const TensorView& b
       const int64_t m0 = (begin / num_groups) * m_tile;
       const int64_t n0 = g0 * group;
       const int64_t nt = std::min(n, g1 * group) - n0;
-      detail::matmul_nt_avx512(x + m0 * k, k, std::min(m_tile, m - m0), w + n0 * k * w_elem_bytes,
-                               weight.dtype, nt, k, b == nullptr ? nullptr : b + n0,
-                               out + m0 * n + n0, n);
+      tile(m0, std::min(m_tile, m - m0), n0, nt, b == nullptr ? nullptr : b + n0);
       begin += g1 - g0;
     }
   };
@@ -178,14 +174,102 @@ void linear_avx512(const float* x, const TensorView& weight, const TensorView& b
   });
 }
 
+void linear_avx512(const float* x, const TensorView& weight, const TensorView& bias, float* out,
+                   int64_t m, ThreadPool& pool) {
+  const int64_t n = weight.shape[0];
+  const int64_t k = weight.shape[1];
+  const int64_t w_elem_bytes = dtype_size(weight.dtype);
+  const char* w = static_cast<const char*>(weight.data);
+  run_avx512_tiles(m, n, k, k * static_cast<int64_t>(sizeof(float)), detail::kAvx512TileCols, bias,
+                   pool, [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
+                     detail::matmul_nt_avx512(x + m0 * k, k, rows, w + n0 * k * w_elem_bytes,
+                                              weight.dtype, cols, k, b, out + m0 * n + n0, n);
+                   });
+}
+
+// The BF16 path (LinearPrecision::kBf16, BF16 weights): x rounded to BF16 once per call, rows
+// zero-padded to a multiple of 32, then the AVX-512 split over vdpbf16ps tiles
+// (gemm_bf16_avx512.h). Every row count takes it, so a row's result never depends on the batch.
+void linear_bf16_avx512(const float* x, const TensorView& weight, const TensorView& bias,
+                        float* out, int64_t m, ThreadPool& pool) {
+  const int64_t n = weight.shape[0];
+  const int64_t k = weight.shape[1];
+  const int64_t ldx = (k + 31) / 32 * 32;
+  thread_local std::vector<uint16_t> x_bf16;
+  x_bf16.resize(static_cast<size_t>(m * ldx));
+  uint16_t* xb = x_bf16.data();
+  pool.parallel_for(
+      m,
+      [&](int64_t r0, int64_t r1) {
+        detail::round_rows_to_bf16(x + r0 * k, k, r1 - r0, k, xb + r0 * ldx, ldx);
+      },
+      /*min_chunk=*/16);
+  const auto* w = static_cast<const uint16_t*>(weight.data);
+  run_avx512_tiles(m, n, k, ldx * static_cast<int64_t>(sizeof(uint16_t)), detail::kBf16TileCols,
+                   bias, pool,
+                   [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
+                     detail::matmul_nt_bf16_avx512(xb + m0 * ldx, ldx, rows, w + n0 * k, cols, k, b,
+                                                   out + m0 * n + n0, n);
+                   });
+}
+
+thread_local LinearPrecision t_precision = LinearPrecision::kF32;
+
 }  // namespace
+
+LinearPrecisionScope::LinearPrecisionScope(LinearPrecision precision) : saved_(t_precision) {
+  t_precision = precision;
+}
+
+LinearPrecisionScope::~LinearPrecisionScope() { t_precision = saved_; }
+
+LinearPrecision current_linear_precision() { return t_precision; }
+
+bool linear_precision_supported(LinearPrecision precision) {
+  switch (precision) {
+    case LinearPrecision::kF32:
+      return true;
+    case LinearPrecision::kBf16:
+      return cpu_supports_avx512_bf16();
+  }
+  return false;
+}
+
+const char* linear_precision_name(LinearPrecision precision) {
+  switch (precision) {
+    case LinearPrecision::kF32:
+      return "fp32";
+    case LinearPrecision::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
 
 Status linear(const float* x, TensorView weight, TensorView bias, float* out, int64_t m,
               ThreadPool& pool) {
+  if (t_precision == LinearPrecision::kBf16 && weight.dtype == DType::kBF16) {
+    return detail::linear_bf16(x, weight, bias, out, m, pool);
+  }
   return detail::linear_with_isa(best_cpu_isa(), x, weight, bias, out, m, pool);
 }
 
 namespace detail {
+
+Status linear_bf16(const float* x, TensorView weight, TensorView bias, float* out, int64_t m,
+                   ThreadPool& pool) {
+  STRATA_RETURN_IF_ERROR(validate(x, weight, bias, out, m));
+  if (weight.dtype != DType::kBF16) {
+    return Status::InvalidArgument("linear_bf16: weight dtype " +
+                                   std::string(dtype_name(weight.dtype)) + " is not BF16");
+  }
+  static const bool supported_bf16 = cpu_supports_avx512_bf16();
+  if (!supported_bf16) {
+    return Status::Unsupported("linear: this CPU has no AVX-512 BF16 dot products (vdpbf16ps)");
+  }
+  if (m == 0) return Status::Ok();
+  linear_bf16_avx512(x, weight, bias, out, m, pool);
+  return Status::Ok();
+}
 
 Status linear_with_isa(CpuIsa isa, const float* x, TensorView weight, TensorView bias, float* out,
                        int64_t m, ThreadPool& pool) {

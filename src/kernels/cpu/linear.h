@@ -25,12 +25,42 @@
 
 namespace strata::cpu {
 
+// How cpu::linear multiplies BF16 weights (other weight dtypes always take the fp32 path):
+//   kF32   activations stay fp32; the exact, order-fixed path of best_cpu_isa() (the default,
+//          held to transformers' logits within 1e-4 by the fixture tests).
+//   kBf16  activations rounded to BF16 (nearest even) and multiplied on the BF16 dot-product
+//          instructions (vdpbf16ps, AVX-512 BF16; gemm_bf16_avx512.h): about twice the fp32
+//          peak, at BF16's input rounding (as llama.cpp computes BF16 weights). Every row count
+//          takes it, so a request's results are still the same alone or in any batch.
+enum class LinearPrecision { kF32, kBf16 };
+
+// Sets the calling thread's precision for its linear() calls until destruction (then restores
+// the one before): the model's forward pass opens one, so every projection under it (the MoE
+// block's included) follows the engine's setting without threading it through each call.
+class LinearPrecisionScope {
+ public:
+  explicit LinearPrecisionScope(LinearPrecision precision);
+  ~LinearPrecisionScope();
+  LinearPrecisionScope(const LinearPrecisionScope&) = delete;
+  LinearPrecisionScope& operator=(const LinearPrecisionScope&) = delete;
+
+ private:
+  LinearPrecision saved_;
+};
+
+// The calling thread's precision (kF32 outside any scope).
+LinearPrecision current_linear_precision();
+// Whether this CPU runs `precision` (kBf16 needs AVX-512 BF16).
+bool linear_precision_supported(LinearPrecision precision);
+const char* linear_precision_name(LinearPrecision precision);
+
 // x:      [m, k] fp32, row-major, k = weight.dim(1).
 // weight: [n, k], rank 2, dtype F32, BF16 or F16.
 // bias:   [n] (rank 1) in F32, BF16 or F16, or empty (data == nullptr) for no bias.
 // out:    [m, n] fp32; must not overlap x, weight or bias.
 // m >= 0; m == 0 writes nothing. Errors (nothing is written): InvalidArgument for null pointers or
-// shapes that do not match; Unsupported for a weight or bias dtype outside F32/BF16/F16.
+// shapes that do not match; Unsupported for a weight or bias dtype outside F32/BF16/F16, or
+// a BF16 weight under LinearPrecision::kBf16 on a CPU without AVX-512 BF16.
 Status linear(const float* x, TensorView weight, TensorView bias, float* out, int64_t m,
               ThreadPool& pool);
 
@@ -39,6 +69,10 @@ namespace detail {
 // lacks it. linear() calls this with best_cpu_isa().
 Status linear_with_isa(CpuIsa isa, const float* x, TensorView weight, TensorView bias, float* out,
                        int64_t m, ThreadPool& pool);
+// The LinearPrecision::kBf16 path for a BF16 weight (what linear() calls under that scope);
+// InvalidArgument for another weight dtype, Unsupported without AVX-512 BF16.
+Status linear_bf16(const float* x, TensorView weight, TensorView bias, float* out, int64_t m,
+                   ThreadPool& pool);
 }  // namespace detail
 
 }  // namespace strata::cpu

@@ -1,0 +1,202 @@
+#include "kernels/cpu/gemm_bf16_avx512.h"
+
+#include "kernels/cpu/avx512_target.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+
+#if defined(__x86_64__)
+#define STRATA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c")))
+#endif
+
+namespace strata::cpu::detail {
+
+#if defined(__x86_64__)
+namespace {
+
+constexpr int kRows = 4;              // rows of x per register tile
+constexpr int kCols = kBf16TileCols;  // rows of W per register tile (4 x 6 = 24 accumulators)
+constexpr int64_t kStep = 32;         // BF16 elements per vdpbf16ps
+
+// The lane sums of four accumulators in linear_avx512.cc's fixed tree: element j of the result
+// is a_j's 16 lanes added as (l, l + 8), then (l, l + 4), then (l, l + 2), then (l, l + 1), so
+// element j depends on a_j alone.
+STRATA_AVX512_BF16 inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 s2 = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 s3 = _mm512_add_ps(s2, _mm512_permute_ps(s2, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m512i first_of_each_quarter =
+      _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(first_of_each_quarter, s3));
+}
+
+template <int R, int C>
+STRATA_AVX512_BF16 inline void store_tile(const __m512 (&acc)[R][C], const float* bias, float* out,
+                                          int64_t ldo) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    for (int c0 = 0; c0 < C; c0 += 4) {
+      __m128 s = reduce4(acc[r][c0], c0 + 1 < C ? acc[r][c0 + 1] : zero,
+                         c0 + 2 < C ? acc[r][c0 + 2] : zero, c0 + 3 < C ? acc[r][c0 + 3] : zero);
+      const auto cols = static_cast<__mmask8>((1u << std::min(4, C - c0)) - 1u);
+      if (bias != nullptr) s = _mm_add_ps(s, _mm_maskz_loadu_ps(cols, bias + c0));
+      _mm_mask_storeu_ps(out + r * ldo + c0, cols, s);
+    }
+  }
+}
+
+// The next weight group's lines a tile prefetches while it computes, spread evenly over its k
+// steps (as linear_avx512.cc's PrefetchRange: a decode step streams every weight from DRAM).
+struct PrefetchRange {
+  const char* group = nullptr;  // the next group's first row
+  int64_t first = 0;            // this tile's first line
+  int64_t lines = 0;            // 0: prefetch nothing
+  int64_t row_bytes = 0;        // bytes between the group's rows
+};
+
+template <int R, int C>
+STRATA_AVX512_BF16 void dot_tile(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t k,
+                                 const PrefetchRange& pf, const float* bias, float* out,
+                                 int64_t ldo) {
+  const int64_t steps = std::max<int64_t>(1, k / kStep);
+  int64_t pf_row = pf.first % kCols;
+  const char* pf_line = pf.group + (pf.first / kCols) * 64 + pf_row * pf.row_bytes;
+  int64_t pf_credit = 0;
+  __m512 acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + kStep <= k; i += kStep) {
+    for (pf_credit += pf.lines; pf_credit >= steps; pf_credit -= steps) {
+      _mm_prefetch(pf_line, _MM_HINT_T0);
+      if (++pf_row == kCols) {
+        pf_row = 0;
+        pf_line += 64 - (kCols - 1) * pf.row_bytes;
+      } else {
+        pf_line += pf.row_bytes;
+      }
+    }
+    __m512bh xv[R];
+    for (int r = 0; r < R; ++r) xv[r] = (__m512bh)_mm512_loadu_si512(x + r * ldx + i);
+    for (int c = 0; c < C; ++c) {
+      const auto wv = (__m512bh)_mm512_loadu_si512(w + c * k + i);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv[r], wv);
+    }
+  }
+  if (i < k) {
+    const auto mask = static_cast<__mmask32>((uint64_t{1} << (k - i)) - 1u);
+    __m512bh xv[R];
+    for (int r = 0; r < R; ++r) xv[r] = (__m512bh)_mm512_loadu_si512(x + r * ldx + i);
+    for (int c = 0; c < C; ++c) {
+      const auto wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + c * k + i);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv[r], wv);
+    }
+  }
+  store_tile<R, C>(acc, bias, out, ldo);
+}
+
+template <int R>
+STRATA_AVX512_BF16 void row_block(int64_t cols, const uint16_t* x, int64_t ldx, const uint16_t* w,
+                                  int64_t k, const PrefetchRange& pf, const float* bias, float* out,
+                                  int64_t ldo) {
+  switch (cols) {
+    case 6:
+      return dot_tile<R, 6>(x, ldx, w, k, pf, bias, out, ldo);
+    case 5:
+      return dot_tile<R, 5>(x, ldx, w, k, pf, bias, out, ldo);
+    case 4:
+      return dot_tile<R, 4>(x, ldx, w, k, pf, bias, out, ldo);
+    case 3:
+      return dot_tile<R, 3>(x, ldx, w, k, pf, bias, out, ldo);
+    case 2:
+      return dot_tile<R, 2>(x, ldx, w, k, pf, bias, out, ldo);
+    default:
+      return dot_tile<R, 1>(x, ldx, w, k, pf, bias, out, ldo);
+  }
+}
+
+}  // namespace
+
+STRATA_AVX512_BF16 void round_rows_to_bf16(const float* x, int64_t ldx, int64_t m, int64_t k,
+                                           uint16_t* out, int64_t ldo) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* src = x + r * ldx;
+    uint16_t* dst = out + r * ldo;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+      const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), (__m256i)h);
+    }
+    if (i < k) {
+      const auto mask = static_cast<__mmask16>((1u << (k - i)) - 1u);
+      const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, src + i));
+      _mm256_mask_storeu_epi16(dst + i, mask, (__m256i)h);
+      i = k;
+    }
+    std::memset(dst + k, 0, static_cast<size_t>(ldo - k) * sizeof(uint16_t));
+  }
+}
+
+// Columns outer, rows inner (linear_avx512.cc's order): a group of kCols weight rows stays in L1
+// while the rows of x stream past it; full 4-row tiles in serpentine order, then the m % 4 rest.
+STRATA_AVX512_BF16 void matmul_nt_bf16_avx512(const uint16_t* x, int64_t ldx, int64_t m,
+                                              const uint16_t* w, int64_t n, int64_t k,
+                                              const float* bias, float* out, int64_t ldo) {
+  const int64_t tiles = (m + kRows - 1) / kRows;
+  const int64_t row_bytes = k * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t group_lines = kCols * ((row_bytes + 63) / 64);
+  const int64_t lines_per_tile = (group_lines + tiles - 1) / tiles;
+  const int64_t full_tiles = m / kRows;
+  for (int64_t c = 0; c < n; c += kCols) {
+    const int64_t cols = std::min<int64_t>(kCols, n - c);
+    const uint16_t* wc = w + c * k;
+    const float* bc = bias == nullptr ? nullptr : bias + c;
+    // uintptr_t: the next group's address only feeds prefetches and may lie past the weights.
+    const auto* next_group = reinterpret_cast<const char*>(
+        reinterpret_cast<uintptr_t>(wc) + static_cast<uintptr_t>(kCols * row_bytes));
+    const bool backward = (c / kCols) % 2 == 1;
+    for (int64_t t = 0; t < full_tiles; ++t) {
+      const int64_t r = (backward ? full_tiles - 1 - t : t) * kRows;
+      const PrefetchRange pf{next_group, t * lines_per_tile, lines_per_tile, row_bytes};
+      row_block<kRows>(cols, x + r * ldx, ldx, wc, k, pf, bc, out + r * ldo + c, ldo);
+    }
+    const int64_t r = full_tiles * kRows;
+    const PrefetchRange rest{next_group, full_tiles * lines_per_tile, lines_per_tile, row_bytes};
+    switch (m - r) {
+      case 3:
+        row_block<3>(cols, x + r * ldx, ldx, wc, k, rest, bc, out + r * ldo + c, ldo);
+        break;
+      case 2:
+        row_block<2>(cols, x + r * ldx, ldx, wc, k, rest, bc, out + r * ldo + c, ldo);
+        break;
+      case 1:
+        row_block<1>(cols, x + r * ldx, ldx, wc, k, rest, bc, out + r * ldo + c, ldo);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+#else  // not x86-64: the dispatcher never selects this path
+
+void round_rows_to_bf16(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t) {
+  STRATA_CHECK(false, "round_rows_to_bf16: not an x86-64 build");
+}
+
+void matmul_nt_bf16_avx512(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t,
+                           const float*, float*, int64_t) {
+  STRATA_CHECK(false, "matmul_nt_bf16_avx512: not an x86-64 build");
+}
+
+#endif
+
+}  // namespace strata::cpu::detail
