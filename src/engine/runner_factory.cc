@@ -26,6 +26,16 @@ namespace {
 // excepted layers.
 Result<ResolvedKvLayout> cpu_kv_layout(const EngineConfig& c, model::Model& model,
                                        ThreadPool& pool) {
+  // MLA's latent cache holds K and V in one row; the quantized encodings scale K and V apart.
+  const DType kv_dtype = kv::resolve_kv_cache_dtype(c.kv_cache_dtype, DType::kF32);
+  if (model.config().mla.enabled() &&
+      ((kv_dtype != DType::kF32 && kv_dtype != DType::kBF16 && kv_dtype != DType::kF16) ||
+       !c.kv_skip_layers.empty() || c.kv_quant_check)) {
+    return Status::InvalidArgument(
+        std::string(model::architecture_name(model.config().architecture)) +
+        ": the MLA latent cache is float32, bfloat16 or float16 only (--kv-cache-dtype auto, "
+        "float32, bfloat16 or float16; no --kv-cache-dtype-skip-layers or --kv-quant-check)");
+  }
   return resolve_kv_layout(
       KvLayoutOptions{.scales = KvScalesOptions{.kv_dtype = kv::resolve_kv_cache_dtype(
                                                     c.kv_cache_dtype, DType::kF32),
@@ -235,8 +245,13 @@ Result<BuiltRunner> cpu_runner(const EngineConfig& c, std::unique_ptr<model::Mod
 }
 
 // What the GPU runner cannot run yet, refused before anything is loaded onto the device: the
-// MoE layers and Gemma 3's (issue 40; the CPU engine runs them).
+// MoE layers, DeepSeek's MLA and Gemma 3's (issue 40; the CPU engine runs them).
 void check_cuda_supports(const model::ModelConfig& mc) {
+  if (mc.mla.enabled()) {
+    throw Error("--device cuda: " + std::string(model::architecture_name(mc.architecture)) +
+                " (Multi-head Latent Attention) runs only on the CPU engine for now; use "
+                "--device cpu");
+  }
   if (mc.moe.any_moe_layer()) {
     throw Error("--device cuda: " + std::string(model::architecture_name(mc.architecture)) +
                 " has mixture-of-experts layers, which only the CPU engine runs for now; use "

@@ -53,8 +53,9 @@ void check_limits(const PlanSettings& s) {
 }
 
 // Group 0's block bytes and the limit-sized pools, as plan_kv_groups makes them for a model the
-// engine can hold (an MLA latent cache: one group of its blocks, and for int4 a newest-blocks
-// pool of the latent's shape, since the engine loads no MLA model yet).
+// engine can hold (an MLA latent cache: one group of its blocks, as the CPU engine's latent pool
+// -- KvSpec::latent -- holds them; the engine refuses quantized latent caches, which the plan
+// still sizes: for int4 a newest-blocks pool of the latent's shape).
 struct Groups {
   int64_t block_bytes = 0;
   int32_t window = 0;

@@ -65,8 +65,8 @@ int64_t KvSpec::layer_block_stats_bytes(int32_t layer_idx, int32_t block_size) c
 }
 
 int64_t KvSpec::layer_block_bytes(int32_t layer_idx, int32_t block_size) const {
-  const int64_t code_bits =
-      2LL * num_kv_heads * block_size * head_dim * dtype_bits(layer_dtype(layer_idx));
+  const int64_t code_bits = static_cast<int64_t>(num_tensors()) * num_kv_heads * block_size *
+                            head_dim * dtype_bits(layer_dtype(layer_idx));
   return code_bits / 8 + layer_block_stats_bytes(layer_idx, block_size);
 }
 
@@ -125,6 +125,12 @@ KvLayout::KvLayout(const KvSpec& spec, int32_t block_size, KvStaticScales scales
   STRATA_CHECK(spec.layer_dtypes.empty() ||
                    spec.layer_dtypes.size() == static_cast<size_t>(spec.num_layers),
                "KvSpec layer_dtypes: one per layer, or none");
+  for (int32_t l = 0; spec.latent && l < spec.num_layers; ++l) {
+    const DType d = spec.layer_dtype(l);
+    STRATA_CHECK(
+        spec.num_kv_heads == 1 && (d == DType::kF32 || d == DType::kBF16 || d == DType::kF16),
+        "a latent (MLA) KvSpec has one head and an F32, BF16 or F16 dtype");
+  }
   bool any_fp8 = is_fp8(spec.dtype);  // scales may outlive every fp8 layer (all kept at f32)
   layer_offset_.assign(1, 0);
   for (int32_t l = 0; l < spec.num_layers; ++l) {

@@ -19,6 +19,10 @@
 //   +------------------------------------+------------------------------------+-----
 //   (quantized KV dtypes append each layer's scales after its V; none for f32/bf16/f16.)
 //
+// MLA (KvSpec::latent): a layer holds one tensor, the latent, in place of K and V:
+//   | layer 0 latent | layer 1 latent | ... |   each [1][block_size][kv_lora_rank + rope_dim]
+// read as K (every channel) and as V (the first kv_lora_rank), so layer_bytes = B*(R+P)*elem.
+//
 // Quantized KV (docs/kv-quant.md has the byte offsets worked through):
 //   F8E4M3 / F8E5M2  1-byte codes, no scale area: the per-layer static scales (KvStaticScales)
 //                    travel in the view, not in the pool
@@ -103,6 +107,10 @@ struct KvSpec {
   // Per-layer exceptions: empty = every layer holds `dtype`; else num_layers pool dtypes, layer l
   // holding layer_dtypes[l] (the layers that differ from `dtype` are the exceptions).
   std::vector<DType> layer_dtypes = {};
+  // MLA's latent cache (DeepSeek): one tensor per layer instead of K and V -- num_kv_heads 1 and
+  // head_dim kv_lora_rank + rope dims, read as K, its first kv_lora_rank channels as V (a layer
+  // view's v_data is its k_data). F32, BF16 or F16 only.
+  bool latent = false;
 
   DType layer_dtype(int32_t layer_idx) const {
     return layer_dtypes.empty() ? dtype : layer_dtypes[static_cast<size_t>(layer_idx)];
@@ -112,7 +120,9 @@ struct KvSpec {
   // True when some layer is I4, whose per-token cost depends on the block size.
   bool has_i4_layer() const;
 
-  // Exact bytes of one layer in one block of block_size tokens: 2 (K and V) x kv_heads x
+  // K and V, or the latent's one tensor.
+  int32_t num_tensors() const { return latent ? 1 : 2; }
+  // Exact bytes of one layer in one block of block_size tokens: 2 (K and V; 1 latent) x kv_heads x
   // block_size x head_dim x bits per element / 8, plus the layer's statistics (scales, zero
   // points). KvLayout is built from these.
   int64_t layer_block_bytes(int32_t layer_idx, int32_t block_size) const;
@@ -196,8 +206,8 @@ class KvLayout {
     return layer_offset_[static_cast<size_t>(layer_idx)];
   }
   int64_t k_offset_bytes(int32_t layer_idx) const { return layer_offset_bytes(layer_idx); }
-  int64_t v_offset_bytes(int32_t layer_idx) const {
-    return layer_offset_bytes(layer_idx) + kv_area_bytes(layer_idx);
+  int64_t v_offset_bytes(int32_t layer_idx) const {  // a latent layer's V is its K
+    return layer_offset_bytes(layer_idx) + (spec_.latent ? 0 : kv_area_bytes(layer_idx));
   }
   // I8 and I4: where the layer's K scales start, then (I4) K zero points, V scales, V zero points.
   int64_t k_scale_offset_bytes(int32_t layer_idx) const {

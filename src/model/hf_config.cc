@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "model/deepseek_config.h"
 #include "model/gemma3_config.h"
 #include "model/json_fields.h"
 #include "model/moe_config.h"
@@ -25,7 +26,7 @@ struct ArchInfo {
   std::string_view model_type;
 };
 
-constexpr std::array<ArchInfo, 7> kArchitectures = {{
+constexpr std::array<ArchInfo, 9> kArchitectures = {{
     {Architecture::kLlama, "LlamaForCausalLM", "llama"},
     {Architecture::kMistral, "MistralForCausalLM", "mistral"},
     {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2"},
@@ -33,6 +34,8 @@ constexpr std::array<ArchInfo, 7> kArchitectures = {{
     {Architecture::kMixtral, "MixtralForCausalLM", "mixtral"},
     {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
     {Architecture::kGemma3, "Gemma3ForCausalLM", "gemma3_text"},
+    {Architecture::kDeepseekV2, "DeepseekV2ForCausalLM", "deepseek_v2"},
+    {Architecture::kDeepseekV3, "DeepseekV3ForCausalLM", "deepseek_v3"},
 }};
 
 // Guards against configs whose sizes would make Strata allocate absurd amounts before failing.
@@ -68,7 +71,8 @@ Architecture parse_architecture(const JsonFields& f) {
   }
   f.fail("cannot tell the architecture: no 'architectures' list and model_type " +
          quote(model_type) +
-         " is not one of llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma3_text, gemma3");
+         " is not one of llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma3_text, gemma3, "
+         "deepseek_v2, deepseek_v3");
 }
 
 void check_range(const JsonFields& f, std::string_view key, int64_t value, int64_t max) {
@@ -150,6 +154,8 @@ void parse_biases(const JsonFields& f, ModelConfig& c) {
       return;
     case Architecture::kMistral:
     case Architecture::kMixtral:
+    case Architecture::kDeepseekV2:  // attention_bias / mlp_bias: refused in deepseek_config.cc
+    case Architecture::kDeepseekV3:
       c.qkv_bias = c.o_bias = c.mlp_bias = c.qk_norm = false;
       return;
     case Architecture::kQwen2:
@@ -173,7 +179,9 @@ RopeConfig::Type parse_rope_type(const JsonFields& f) {
   if (type == "default") return RopeConfig::Type::kDefault;
   if (type == "linear") return RopeConfig::Type::kLinear;
   if (type == "llama3") return RopeConfig::Type::kLlama3;
-  f.fail("unsupported RoPE type " + quote(type) + "; Strata supports default, linear, llama3");
+  if (type == "yarn") return RopeConfig::Type::kYarn;
+  f.fail("unsupported RoPE type " + quote(type) +
+         "; Strata supports default, linear, llama3, yarn");
 }
 
 // 4.x: "rope_theta" + optional "rope_scaling" object; 5.x: "rope_parameters" object holding the
@@ -196,6 +204,8 @@ RopeConfig parse_rope(const JsonFields& top, std::string_view source) {
 std::optional<int64_t> effective_window(const JsonFields& f, Architecture arch) {
   switch (arch) {
     case Architecture::kLlama:
+    case Architecture::kDeepseekV2:
+    case Architecture::kDeepseekV3:
       return std::nullopt;
     case Architecture::kMistral:
     case Architecture::kMixtral:
@@ -262,11 +272,42 @@ ModelConfig parse_model_config(const json& config, std::string_view source) {
   c.eos_token_ids = f.id_list("eos_token_id");
   // "dtype" in transformers 5.x, "torch_dtype" in 4.x.
   c.torch_dtype = f.opt_string("dtype").value_or(f.opt_string("torch_dtype").value_or(""));
+  if (const json* q = f.opt_object("quantization_config")) {
+    c.quant_method = JsonFields(*q, source, "quantization_config.")
+                         .opt_string("quant_method")
+                         .value_or("unknown");
+  }
   c.rope = parse_rope(f, source);
   c.layer_sliding_window = parse_sliding_windows(f, c);
   parse_moe(f, c);
+  parse_deepseek(config, f, c);
   parse_gemma3(f, source, c);
   return c;
+}
+
+// transformers' _compute_yarn_parameters: factor and original_max_position_embeddings required
+// (Strata does not derive the factor from max_position_embeddings), beta_fast 32 and beta_slow 1
+// by default, attention_factor / mscale / mscale_all_dim optional.
+void parse_yarn(const JsonFields& f, RopeConfig& rope) {
+  rope.factor = f.get_number("factor");
+  check_positive_finite(f, "factor", rope.factor);
+  rope.original_max_position_embeddings = f.get_int("original_max_position_embeddings");
+  check_range(f, "original_max_position_embeddings", rope.original_max_position_embeddings,
+              kMaxSize);
+  rope.beta_fast = f.opt_number("beta_fast").value_or(32.0);
+  rope.beta_slow = f.opt_number("beta_slow").value_or(1.0);
+  check_positive_finite(f, "beta_fast", rope.beta_fast);
+  check_positive_finite(f, "beta_slow", rope.beta_slow);
+  rope.attention_factor = f.opt_number("attention_factor").value_or(0.0);
+  if (f.has("attention_factor"))
+    check_positive_finite(f, "attention_factor", rope.attention_factor);
+  rope.mscale = f.opt_number("mscale").value_or(0.0);
+  rope.mscale_all_dim = f.opt_number("mscale_all_dim").value_or(0.0);
+  for (const char* key : {"mscale", "mscale_all_dim"}) {
+    const double v = f.opt_number(key).value_or(0.0);
+    if (!(v >= 0.0) || !std::isfinite(v)) f.fail(f.name(key) + " must be a finite number >= 0");
+  }
+  rope.truncate = f.opt_bool("truncate").value_or(true);
 }
 
 }  // namespace
@@ -295,6 +336,9 @@ RopeConfig parse_rope_params(const JsonFields& f, double theta) {
       if (!(rope.high_freq_factor > rope.low_freq_factor)) {
         f.fail(f.name("high_freq_factor") + " must be greater than low_freq_factor");
       }
+      break;
+    case RopeConfig::Type::kYarn:
+      parse_yarn(f, rope);
       break;
   }
   check_positive_finite(f, "rope_theta", rope.theta);

@@ -12,22 +12,47 @@
 
 namespace strata::model {
 
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe, kGemma3 };
+enum class Architecture {
+  kLlama,
+  kMistral,
+  kQwen2,
+  kQwen3,
+  kMixtral,
+  kQwen3Moe,
+  kGemma3,
+  kDeepseekV2,
+  kDeepseekV3,
+};
 
 // The transformers class name: "LlamaForCausalLM", ...
 std::string_view architecture_name(Architecture arch);
 
 struct RopeConfig {
-  enum class Type { kDefault, kLinear, kLlama3 };
+  enum class Type { kDefault, kLinear, kLlama3, kYarn };
 
   Type type = Type::kDefault;
   double theta = 10000.0;
   double factor = 1.0;            // kLinear, kLlama3: positions (or low frequencies) divided by it
   double low_freq_factor = 0.0;   // kLlama3 only, else 0
   double high_freq_factor = 0.0;  // kLlama3 only, else 0
-  int64_t original_max_position_embeddings = 0;  // kLlama3 only, else 0
+  int64_t original_max_position_embeddings = 0;  // kLlama3, kYarn; else 0
+  // kYarn only (transformers' _compute_yarn_parameters): the ramp between interpolated and
+  // extrapolated frequencies, and the factor cos and sin are multiplied by (attention_factor, or
+  // from mscale / mscale_all_dim when absent; 0 = not given).
+  double beta_fast = 0.0, beta_slow = 0.0;
+  double attention_factor = 0.0;
+  double mscale = 0.0, mscale_all_dim = 0.0;
+  bool truncate = true;
 
   bool operator==(const RopeConfig&) const = default;
+};
+
+// Which expert scores route a token, and how the top-k is chosen (DeepSeek; moe_config.h).
+enum class MoeScoring { kSoftmax, kSigmoid };
+enum class MoeTopkMethod {
+  kGreedy,              // the k best scores
+  kGroupLimitedGreedy,  // DeepSeek-V2: the k best within the topk_groups groups of best max score
+  kNoAuxTc,  // DeepSeek-V3: score + bias choose (groups by their top-2 sum), scores weigh
 };
 
 // The sparse MoE block of Mixtral and Qwen3-MoE (moe_config.cc): a router (a linear layer to
@@ -41,6 +66,18 @@ struct MoeConfig {
   int64_t moe_intermediate_size = 0;  // Mixtral: intermediate_size
   bool norm_topk_prob = true;         // Mixtral: always; Qwen3-MoE: as the config says
   std::vector<bool> layer_is_moe;     // [num_hidden_layers]; false: the dense MLP
+  // DeepSeek-V2 / V3 (Mixtral and Qwen3-MoE keep these defaults): how experts are scored and
+  // chosen, the experts split into num_groups groups of which topk_groups may be chosen, every
+  // routed weight times routed_scaling_factor, a router bias (e_score_correction_bias) that only
+  // chooses, and shared experts: one SwiGLU MLP of shared_intermediate_size every token runs,
+  // added to the routed sum (0: none).
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  MoeTopkMethod topk_method = MoeTopkMethod::kGreedy;
+  int64_t num_groups = 1;
+  int64_t topk_groups = 1;
+  double routed_scaling_factor = 1.0;
+  bool score_correction_bias = false;
+  int64_t shared_intermediate_size = 0;
 
   bool is_moe(int64_t layer_idx) const {
     return !layer_is_moe.empty() && layer_is_moe[static_cast<size_t>(layer_idx)];
@@ -56,6 +93,28 @@ struct MoeConfig {
 
 // The MLP's activation: SwiGLU's silu, or GeGLU's tanh-approximated GELU (gelu_pytorch_tanh).
 enum class MlpActivation { kSilu, kGeluTanh };
+
+// Multi-head Latent Attention (DeepSeek-V2 / V3; deepseek_config.h). kv_lora_rank == 0: not MLA.
+// Each token caches one latent of kv_lora_rank + qk_rope_head_dim channels per layer: the
+// normed compressed KV and the rotated key part every head shares.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;  // 0: q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  // RoPE over interleaved channel pairs (2i, 2i + 1) (DeepSeek's layout: V2 always, V3 unless
+  // rope_interleave is false), else rotate_half's (i, i + rope_dim / 2).
+  bool rope_interleave = true;
+  // The softmax scale: 1 / sqrt(qk_nope + qk_rope), times mscale^2 under YaRN with
+  // mscale_all_dim (transformers' yarn_apply_mscale).
+  double softmax_scale = 0.0;
+
+  bool enabled() const { return kv_lora_rank > 0; }
+  int64_t latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  bool operator==(const MlaConfig&) const = default;
+};
 
 // Every size is validated positive; num_attention_heads % num_key_value_heads == 0;
 // layer_sliding_window.size() == num_hidden_layers.
@@ -80,9 +139,13 @@ struct ModelConfig {
   std::vector<int64_t> bos_token_ids;  // empty when null or absent
   std::vector<int64_t> eos_token_ids;
   std::string torch_dtype;  // "bfloat16", ...; empty when absent
+  // quantization_config.quant_method ("fp8": DeepSeek-V3's block-scaled F8_E4M3 weights with
+  // weight_scale_inv); empty when the weights are not quantized. Model::load refuses it.
+  std::string quant_method;
   RopeConfig rope;
   std::vector<int32_t> layer_sliding_window;  // per layer: window in tokens, 0 = full attention
-  MoeConfig moe;  // Mixtral, Qwen3-MoE; empty for the dense architectures
+  MoeConfig moe;  // Mixtral, Qwen3-MoE, DeepSeek; empty for the dense architectures
+  MlaConfig mla;  // DeepSeek-V2 / V3; empty for every other architecture
   // Gemma 3 (gemma3_config.h); every other architecture keeps these defaults.
   MlpActivation mlp_activation = MlpActivation::kSilu;
   bool norm_unit_offset = false;  // every RMSNorm (q/k norms too) multiplies by (1 + weight)

@@ -14,8 +14,42 @@ struct LayerTensor {
 
 // The tensors a layer of this config has, in checkpoint order. The single source of truth for
 // both the expected shapes (dummy weights, validation) and the binding.
+// DeepSeek's MLA projections in place of q/k/v/o.
+std::vector<LayerTensor> mla_tensors(const ModelConfig& c) {
+  const MlaConfig& m = c.mla;
+  const int64_t hidden = c.hidden_size, heads = c.num_attention_heads;
+  std::vector<LayerTensor> t;
+  if (m.q_lora_rank > 0) {
+    t.push_back({"self_attn.q_a_proj.weight", &LayerWeights::q_a_proj, {m.q_lora_rank, hidden}});
+    t.push_back({"self_attn.q_a_layernorm.weight", &LayerWeights::q_a_norm, {m.q_lora_rank}});
+    t.push_back({"self_attn.q_b_proj.weight",
+                 &LayerWeights::q_b_proj,
+                 {heads * m.qk_head_dim(), m.q_lora_rank}});
+  } else {
+    t.push_back(
+        {"self_attn.q_proj.weight", &LayerWeights::q_proj, {heads * m.qk_head_dim(), hidden}});
+  }
+  t.push_back(
+      {"self_attn.kv_a_proj_with_mqa.weight", &LayerWeights::kv_a_proj, {m.latent_dim(), hidden}});
+  t.push_back({"self_attn.kv_a_layernorm.weight", &LayerWeights::kv_a_norm, {m.kv_lora_rank}});
+  t.push_back({"self_attn.kv_b_proj.weight",
+               &LayerWeights::kv_b_proj,
+               {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}});
+  t.push_back({"self_attn.o_proj.weight", &LayerWeights::o_proj, {hidden, heads * m.v_head_dim}});
+  return t;
+}
+
 std::vector<LayerTensor> layer_tensors(const ModelConfig& c) {
   const int64_t hidden = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
+  if (c.mla.enabled()) {
+    std::vector<LayerTensor> t = {{"input_layernorm.weight", &LayerWeights::input_norm, {hidden}}};
+    for (LayerTensor& x : mla_tensors(c)) t.push_back(std::move(x));
+    t.push_back({"post_attention_layernorm.weight", &LayerWeights::post_attention_norm, {hidden}});
+    t.push_back({"mlp.gate_proj.weight", &LayerWeights::gate_proj, {inter, hidden}});
+    t.push_back({"mlp.up_proj.weight", &LayerWeights::up_proj, {inter, hidden}});
+    t.push_back({"mlp.down_proj.weight", &LayerWeights::down_proj, {hidden, inter}});
+    return t;
+  }
   const int64_t q_out = c.num_attention_heads * hd, kv_out = c.num_key_value_heads * hd;
   std::vector<LayerTensor> t = {
       {"input_layernorm.weight", &LayerWeights::input_norm, {hidden}},

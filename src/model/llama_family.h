@@ -18,6 +18,10 @@
 // of the MLP (of every layer, or the layers ModelConfig::moe marks): its router and experts are
 // named and bound by moe_weights.h, and LayerWeights::moe holds them.
 //
+// DeepseekV2ForCausalLM and DeepseekV3ForCausalLM are the same blocks with Multi-head Latent
+// Attention in place of q/k/v (mla_attention.h) and DeepSeek's MoE block (shared experts, grouped
+// routing) in the layers ModelConfig::moe marks.
+//
 // GQA and MQA keep K/V at num_key_value_heads: nothing here repeats KV heads.
 
 #include <vector>
@@ -45,6 +49,15 @@ struct LayerWeights {
   TensorView down_proj;                  // [hidden, intermediate]
   TensorView gate_bias, up_bias, down_bias;  // or empty
   MoeWeights moe;  // an MoE layer's router and experts (then the dense MLP's views are empty)
+  // DeepSeek's Multi-head Latent Attention (ModelConfig::mla; then k_proj / v_proj are empty,
+  // q_proj is [heads * qk_head_dim, hidden] or empty under q LoRA, and o_proj is
+  // [hidden, heads * v_head_dim]).
+  TensorView q_a_proj;   // [q_lora_rank, hidden]
+  TensorView q_a_norm;   // [q_lora_rank]
+  TensorView q_b_proj;   // [heads * qk_head_dim, q_lora_rank]
+  TensorView kv_a_proj;  // [kv_lora_rank + qk_rope_head_dim, hidden] (kv_a_proj_with_mqa)
+  TensorView kv_a_norm;  // [kv_lora_rank]
+  TensorView kv_b_proj;  // [heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
 };
 
 struct DecoderWeights {

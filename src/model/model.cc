@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/quote.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
@@ -65,10 +66,18 @@ Model::Model(ModelConfig config, WeightStore store)
       embed_scale_(embedding_scale(config_, weights_.embed.dtype)) {
   if (config_.sliding_rope)
     sliding_inv_freq_ = rope_inv_freq(*config_.sliding_rope, config_.head_dim);
+  prepare_mla();
 }
 
 Model Model::load(const ModelLoadOptions& options) {
   ModelConfig config = load_model_config(options.model_dir);
+  if (!config.quant_method.empty()) {
+    // DeepSeek-V3's released checkpoints: F8_E4M3 weights with 128x128 block scales.
+    throw Error((options.model_dir / "config.json").string() +
+                ": 'quantization_config' (quant_method " + quote(config.quant_method) +
+                "): quantized weights (such as FP8 with weight_scale_inv block scales) are not "
+                "supported on the CPU engine; convert the checkpoint to bfloat16 first");
+  }
   WeightStore store = open_weights(options, config);
   return Model(std::move(config), std::move(store));
 }
@@ -79,6 +88,11 @@ kv::KvSpec Model::kv_spec(DType kv_dtype) const {
   spec.num_kv_heads = static_cast<int32_t>(config_.num_key_value_heads);
   spec.head_dim = static_cast<int32_t>(config_.head_dim);
   spec.dtype = kv_dtype;
+  if (config_.mla.enabled()) {  // one latent row per token and layer
+    spec.num_kv_heads = 1;
+    spec.head_dim = static_cast<int32_t>(config_.mla.latent_dim());
+    spec.latent = true;
+  }
   return spec;
 }
 
@@ -274,7 +288,8 @@ void Model::Scratch::resize(const ModelConfig& c, int64_t num_tokens) {
   normed.resize(n * hidden_size);
   proj.resize(n * hidden_size);
   q.resize(n * q_size);
-  attn.resize(n * q_size);
+  // MLA's attention output is heads * v_head_dim wide (its head_dim is the RoPE width).
+  attn.resize(n * std::max(q_size, static_cast<size_t>(c.num_attention_heads * c.mla.v_head_dim)));
   k.resize(n * kv_size);
   v.resize(n * kv_size);
   gate.resize(n * inter);
@@ -343,7 +358,7 @@ Status Model::begin_mass(const ForwardBatch& b) {
     return Status::InvalidArgument(
         "forward: mass_offsets (and mass_max, if set) need one entry per token row");
   }
-  const auto num_kv_heads = static_cast<int64_t>(config_.num_key_value_heads);
+  const int64_t num_kv_heads = cache_kv_heads();
   const auto size = span_size(b.attention_mass.size());
   std::vector<MassRow>& rows = scratch_.mass_rows;
   const auto refuse = [&](const std::string& why) {
@@ -389,7 +404,7 @@ Status Model::begin_mass(const ForwardBatch& b) {
 }
 
 void Model::add_layer_mass(const ForwardBatch& b, ThreadPool& pool) {
-  const auto num_kv_heads = static_cast<int32_t>(config_.num_key_value_heads);
+  const auto num_kv_heads = static_cast<int32_t>(cache_kv_heads());
   const std::vector<MassRow>& rows = scratch_.mass_rows;
   pool.parallel_for(
       span_size(rows.size()),
@@ -505,6 +520,7 @@ Status Model::run_layer(int32_t layer_idx, const ForwardBatch& batch, const KvPo
 
 Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
                             ThreadPool& pool) {
+  if (config_.mla.enabled()) return run_mla_attention(layer_idx, batch, kv, pool);
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
   const int64_t num_tokens = span_size(batch.token_ids.size());
   const auto num_heads = static_cast<int32_t>(config_.num_attention_heads);
@@ -531,6 +547,7 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, const 
   rope.num_q_heads = num_heads;
   rope.num_kv_heads = num_kv_heads;
   rope.head_dim = head_dim;
+  rope.attention_scaling = static_cast<float>(rope_attention_factor(config_.rope));
   STRATA_RETURN_IF_ERROR(cpu::apply_rope(rope, pool));
   if (kv_abs_max_ != nullptr) {
     auto& [k_max, v_max] = (*kv_abs_max_)[static_cast<size_t>(layer_idx)];

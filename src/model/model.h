@@ -229,6 +229,15 @@ class Model {
   Status run_attention(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
                        ThreadPool& pool);
   Status run_mlp(int32_t layer_idx, int64_t num_tokens, ThreadPool& pool);
+  // DeepSeek's Multi-head Latent Attention (model_mla.cc): the absorbed per-head weights made at
+  // load, the projections, RoPE and absorbed queries of one layer into mla_scratch_, and the
+  // attention over the latent pool into scratch_.attn [num_tokens, heads * v_head_dim].
+  void prepare_mla();
+  Status mla_project(int32_t layer_idx, const ForwardBatch& batch, ThreadPool& pool);
+  Status run_mla_attention(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
+                           ThreadPool& pool);
+  // KV heads per layer in the pool: num_key_value_heads, or MLA's one latent.
+  int64_t cache_kv_heads() const { return config_.mla.enabled() ? 1 : config_.num_key_value_heads; }
   // One forward pass of tokens (positions 0..n-1, one sequence) through a scratch cache laid out
   // by layout (block size 16). logits: null, or filled with every position's logits [n, vocab].
   Status calibration_forward(std::span<const int32_t> tokens, const kv::KvLayout& layout,
@@ -252,7 +261,18 @@ class Model {
   std::vector<float> sliding_inv_freq_;
   float embed_scale_ = 1.0f;  // Gemma 3: sqrt(hidden_size) in the embedding table's dtype
   Scratch scratch_;
-  MoeScratch moe_scratch_;  // the MoE layers' (Mixtral, Qwen3-MoE)
+  MoeScratch moe_scratch_;  // the MoE layers' (Mixtral, Qwen3-MoE, DeepSeek)
+  // MLA, per layer: W_UK_h^T [kv_lora_rank, qk_nope] per head (kv_b_proj's K rows transposed,
+  // in its dtype, owned here) and W_UV_h [v_head_dim, kv_lora_rank] (views into kv_b_proj).
+  struct MlaLayer {
+    std::vector<char> uk_t;
+    std::vector<TensorView> uk_t_head, uv_head;
+  };
+  std::vector<MlaLayer> mla_;
+  struct MlaScratch {
+    std::vector<float> q_a, q, latent, c_kv, q_latent, attn_latent, head_in, head_out;
+  };
+  MlaScratch mla_scratch_;
   // Set only during kv_abs_max: per layer (max |k|, max |v|), updated by run_attention.
   std::vector<std::pair<float, float>>* kv_abs_max_ = nullptr;
   // Set only during kv_quant_error: the quantized scratch cache and per-layer sums of squares.

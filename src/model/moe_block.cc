@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <functional>
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/linear.h"
@@ -15,6 +16,24 @@ namespace {
 constexpr int64_t kExpertParallelMaxRows = 32;
 
 size_t at(int64_t i) { return static_cast<size_t>(i); }
+
+// DeepSeek's shared experts: one SwiGLU MLP over every token, added to out.
+Status add_shared_experts(const ExpertWeights& w, const float* x, int64_t num_tokens,
+                          int64_t hidden, int64_t inter, float* out, MoeScratch& s,
+                          ThreadPool& pool) {
+  s.shared_gate.resize(at(num_tokens * inter));
+  s.shared_up.resize(at(num_tokens * inter));
+  s.shared_out.resize(at(num_tokens * hidden));
+  STRATA_RETURN_IF_ERROR(
+      cpu::linear(x, w.gate_proj, TensorView{}, s.shared_gate.data(), num_tokens, pool));
+  STRATA_RETURN_IF_ERROR(
+      cpu::linear(x, w.up_proj, TensorView{}, s.shared_up.data(), num_tokens, pool));
+  STRATA_RETURN_IF_ERROR(cpu::silu_and_mul(s.shared_gate.data(), s.shared_up.data(),
+                                           s.shared_gate.data(), num_tokens * inter, pool));
+  STRATA_RETURN_IF_ERROR(cpu::linear(s.shared_gate.data(), w.down_proj, TensorView{},
+                                     s.shared_out.data(), num_tokens, pool));
+  return cpu::add_inplace(out, s.shared_out.data(), num_tokens * hidden, pool);
+}
 
 // One token: softmax over p[0, n) in place, then the k largest (ties to the lower id) into
 // experts/weights, ascending by id.
@@ -40,6 +59,86 @@ void route_one(float* p, int64_t n, int64_t k, bool renormalize, int32_t* expert
   for (int64_t j = 0; j < k; ++j) top_sum += p[experts[j]];
   for (int64_t j = 0; j < k; ++j)
     weights[j] = renormalize ? p[experts[j]] / top_sum : p[experts[j]];
+}
+
+// The k largest of score[0, n) among those allowed (ties to the lower id), ascending by id.
+void top_k(const float* score, int64_t n, int64_t k, const std::vector<bool>& allowed,
+           int32_t* experts) {
+  for (int64_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < n; ++e) {
+      if (!allowed[at(e)] ||
+          std::find(experts, experts + j, static_cast<int32_t>(e)) != experts + j)
+        continue;
+      if (best < 0 || score[e] > score[best]) best = static_cast<int32_t>(e);
+    }
+    experts[j] = best;
+  }
+  std::sort(experts, experts + k);
+}
+
+// One token's DeepSeek routing from its router logits p[0, n) (overwritten with the scores):
+// softmax (V2) or sigmoid (V3) scores; V3 chooses by score + bias and groups by the sum of their
+// two best, V2's group_limited_greedy by their best; the topk_groups best groups (ties to the
+// lower group) hold the candidates; the weights are the unbiased scores, / their sum (+ 1e-20)
+// when norm_topk_prob, times routed_scaling_factor. A NaN score never wins a comparison, so a
+// token always gets k distinct experts.
+void route_deepseek_one(const MoeConfig& c, float* p, const float* bias, int32_t* experts,
+                        float* weights) {
+  const int64_t n = c.num_experts, k = c.num_experts_per_tok;
+  if (c.scoring == MoeScoring::kSoftmax) {
+    const float max = *std::max_element(p, p + n);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < n; ++e) {
+      p[e] = std::exp(p[e] - max);
+      sum += p[e];
+    }
+    for (int64_t e = 0; e < n; ++e) p[e] /= sum;
+  } else {
+    for (int64_t e = 0; e < n; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+  }
+  std::vector<float> choice(p, p + n);
+  if (bias != nullptr) {
+    for (int64_t e = 0; e < n; ++e) choice[at(e)] += bias[e];
+  }
+  std::vector<bool> allowed(at(n), true);
+  if (c.topk_method != MoeTopkMethod::kGreedy) {
+    const int64_t groups = c.num_groups, per = n / groups;
+    std::vector<float> group_score(at(groups));
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* s = choice.data() + g * per;
+      if (c.topk_method == MoeTopkMethod::kGroupLimitedGreedy) {
+        group_score[at(g)] = *std::max_element(s, s + per);
+      } else {
+        std::vector<float> top(s, s + per);
+        std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<>());
+        group_score[at(g)] = top[0] + top[1];
+      }
+    }
+    std::vector<int32_t> chosen(at(c.topk_groups));
+    top_k(group_score.data(), groups, c.topk_groups, std::vector<bool>(at(groups), true),
+          chosen.data());
+    std::fill(allowed.begin(), allowed.end(), false);
+    for (const int32_t g : chosen) {
+      if (g < 0) continue;
+      std::fill_n(allowed.begin() + g * per, per, true);
+    }
+  }
+  top_k(choice.data(), n, k, allowed, experts);
+  // A NaN everywhere leaves top_k without a best: take the lowest ids not yet chosen instead.
+  for (int64_t j = 0, next = 0; j < k; ++j) {
+    if (experts[j] >= 0) continue;
+    while (std::find(experts, experts + k, static_cast<int32_t>(next)) != experts + k) ++next;
+    experts[j] = static_cast<int32_t>(next);
+  }
+  std::sort(experts, experts + k);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) sum += p[experts[j]];
+  const auto scale = static_cast<float>(c.routed_scaling_factor);
+  for (int64_t j = 0; j < k; ++j) {
+    const float w = c.norm_topk_prob ? p[experts[j]] / (sum + 1e-20f) : p[experts[j]];
+    weights[j] = w * scale;
+  }
 }
 
 // Counting sort of the (token, j) pairs by expert: expert_begin, row_of, token_of.
@@ -111,13 +210,22 @@ Status run_experts(const MoeWeights& w, int64_t hidden, int64_t inter, MoeScratc
 }  // namespace
 
 void route_tokens(const MoeConfig& config, float* logits, int64_t num_tokens, int32_t* experts,
-                  float* weights, ThreadPool& pool) {
+                  float* weights, ThreadPool& pool, std::span<const float> score_bias) {
   const int64_t n = config.num_experts, k = config.num_experts_per_tok;
+  const bool deepseek = config.scoring != MoeScoring::kSoftmax ||
+                        config.topk_method != MoeTopkMethod::kGreedy ||
+                        config.routed_scaling_factor != 1.0 || !score_bias.empty();
+  const float* bias = score_bias.empty() ? nullptr : score_bias.data();
   pool.parallel_for(
       num_tokens,
       [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
-          route_one(logits + t * n, n, k, config.norm_topk_prob, experts + t * k, weights + t * k);
+          if (deepseek) {
+            route_deepseek_one(config, logits + t * n, bias, experts + t * k, weights + t * k);
+          } else {
+            route_one(logits + t * n, n, k, config.norm_topk_prob, experts + t * k,
+                      weights + t * k);
+          }
         }
       },
       /*min_chunk=*/16);
@@ -137,7 +245,18 @@ Status moe_forward(const MoeConfig& config, const MoeWeights& w, const float* x,
   STRATA_RETURN_IF_ERROR(cpu::linear(x, w.router, TensorView{}, s.logits.data(), num_tokens, pool));
   s.experts.resize(at(num_tokens * k));
   s.weights.resize(at(num_tokens * k));
-  route_tokens(config, s.logits.data(), num_tokens, s.experts.data(), s.weights.data(), pool);
+  if (config.score_correction_bias) {
+    if (w.score_bias.empty() || w.score_bias.numel() != num_experts) {
+      return Status::InvalidArgument("moe_forward: the router's correction bias is missing");
+    }
+    s.score_bias.resize(at(num_experts));
+    for (int64_t e = 0; e < num_experts; ++e)
+      s.score_bias[at(e)] = load_as_f32(w.score_bias.data, w.score_bias.dtype, e);
+  } else {
+    s.score_bias.clear();
+  }
+  route_tokens(config, s.logits.data(), num_tokens, s.experts.data(), s.weights.data(), pool,
+               s.score_bias);
   group_by_expert(num_experts, num_tokens, k, s);
   const int64_t num_rows = num_tokens * k;
   s.rows.resize(at(num_rows * hidden));
@@ -166,6 +285,10 @@ Status moe_forward(const MoeConfig& config, const MoeWeights& w, const float* x,
       }
     }
   });
+  if (config.shared_intermediate_size > 0) {
+    return add_shared_experts(w.shared, x, num_tokens, hidden, config.shared_intermediate_size, out,
+                              s, pool);
+  }
   return Status::Ok();
 }
 

@@ -13,12 +13,17 @@
 // its experts in one fixed order. So a token's output is bit-identical alone or in any batch,
 // chunking or thread count.
 //
+// DeepSeek (MoeConfig's routing fields): grouped top-k over softmax or sigmoid scores (V3 choosing
+// by score + e_score_correction_bias), weights times routed_scaling_factor, and the shared
+// experts' MLP over every token added to the routed sum.
+//
 // Cost: 2 * hidden * num_experts flops per token for the router, then 6 * hidden *
 // moe_intermediate * k per token for the experts; each expert's weights are read once per call if
 // any token routes to it (a decode step of few tokens reads only the experts it hits). Scratch:
 // (2 * hidden + 2 * moe_intermediate) * k floats per token.
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -37,13 +42,19 @@ struct MoeScratch {
   std::vector<int64_t> row_of;        // [num_tokens, k]: the row of (token, j)
   std::vector<int64_t> token_of;      // [num_tokens * k]: the token of each row
   std::vector<float> rows, gate, up, out;
+  std::vector<float> score_bias;                          // [num_experts] (DeepSeek-V3), as f32
+  std::vector<float> shared_gate, shared_up, shared_out;  // the shared experts' (DeepSeek)
 };
 
 // Routes num_tokens tokens from their router logits [num_tokens, num_experts] (overwritten with
-// the softmax probabilities): experts and weights [num_tokens, k] receive each token's chosen
-// experts in ascending id and their weights (renormalized to sum to 1 when norm_topk_prob).
+// the scores: softmax probabilities, or DeepSeek-V3's sigmoids): experts and weights
+// [num_tokens, k] receive each token's chosen experts in ascending id and their weights
+// (renormalized to sum to 1 when norm_topk_prob). DeepSeek's configs (MoeConfig's scoring,
+// topk_method, groups, routed_scaling_factor) route as transformers' DeepseekV2TopkRouter /
+// DeepseekV3TopkRouter do; score_bias ([num_experts] or empty) is V3's e_score_correction_bias,
+// added to the scores only to choose the experts.
 void route_tokens(const MoeConfig& config, float* logits, int64_t num_tokens, int32_t* experts,
-                  float* weights, ThreadPool& pool);
+                  float* weights, ThreadPool& pool, std::span<const float> score_bias = {});
 
 // out [num_tokens, hidden] = the MoE block of x [num_tokens, hidden] (fp32, not overlapping).
 // InvalidArgument when the weights do not match the config; the kernels' errors as they come.

@@ -1,5 +1,6 @@
 #include "model/moe_weights.h"
 
+#include <functional>
 #include <string>
 
 namespace strata::model {
@@ -63,6 +64,27 @@ std::vector<ExpertWeights> bind_fused(const ModelConfig& c, const WeightStore& s
   return experts;
 }
 
+// DeepSeek's router bias and shared experts, when the config has them.
+void for_each_deepseek_tensor(
+    const ModelConfig& c, const std::string& prefix,
+    const std::function<void(const std::string&, std::vector<int64_t>, TensorView*)>& fn,
+    MoeWeights* w) {
+  const int64_t hidden = c.hidden_size, shared = c.moe.shared_intermediate_size;
+  if (c.moe.score_correction_bias) {
+    fn(prefix + "gate.e_score_correction_bias", {c.moe.num_experts},
+       w == nullptr ? nullptr : &w->score_bias);
+  }
+  if (shared > 0) {
+    ExpertWeights* e = w == nullptr ? nullptr : &w->shared;
+    fn(prefix + "shared_experts.gate_proj.weight", {shared, hidden},
+       e == nullptr ? nullptr : &e->gate_proj);
+    fn(prefix + "shared_experts.up_proj.weight", {shared, hidden},
+       e == nullptr ? nullptr : &e->up_proj);
+    fn(prefix + "shared_experts.down_proj.weight", {hidden, shared},
+       e == nullptr ? nullptr : &e->down_proj);
+  }
+}
+
 }  // namespace
 
 void append_moe_tensors(const ModelConfig& config, int64_t layer_idx, TensorShapes& shapes) {
@@ -74,6 +96,12 @@ void append_moe_tensors(const ModelConfig& config, int64_t layer_idx, TensorShap
       shapes.emplace_back(expert_name(config, prefix, e, t), expert_shape(config, t.down));
     }
   }
+  for_each_deepseek_tensor(
+      config, prefix,
+      [&](const std::string& name, std::vector<int64_t> shape, TensorView*) {
+        shapes.emplace_back(name, std::move(shape));
+      },
+      nullptr);
 }
 
 MoeWeights bind_moe_weights(const ModelConfig& config, const WeightStore& store,
@@ -84,6 +112,12 @@ MoeWeights bind_moe_weights(const ModelConfig& config, const WeightStore& store,
   MoeWeights w;
   w.router =
       store.get_checked(prefix + "gate.weight", {config.moe.num_experts, config.hidden_size});
+  for_each_deepseek_tensor(
+      config, prefix,
+      [&](const std::string& name, std::vector<int64_t> shape, TensorView* view) {
+        *view = store.get_checked(name, shape);
+      },
+      &w);
   if (fused) {
     w.experts = bind_fused(config, store, prefix);
     return w;

@@ -14,6 +14,10 @@
 //     model.layers.N.mlp.gate.weight                 [E, hidden]
 //     model.layers.N.mlp.experts.gate_up_proj        [E, 2 * I, hidden]  (gate rows, then up)
 //     model.layers.N.mlp.experts.down_proj           [E, hidden, I]
+//   DeepSeek-V2 / V3 (Qwen3-MoE's names, plus):
+//     model.layers.N.mlp.gate.e_score_correction_bias          [E]  (V3: chooses, never weighs)
+//     model.layers.N.mlp.shared_experts.{gate,up}_proj.weight  [n_shared * I, hidden]
+//     model.layers.N.mlp.shared_experts.down_proj.weight       [hidden, n_shared * I]
 //
 // Fused tensors are bound as per-expert views into them: no copy either way.
 
@@ -35,6 +39,10 @@ struct ExpertWeights {
 struct MoeWeights {
   TensorView router;                   // [num_experts, hidden]
   std::vector<ExpertWeights> experts;  // [num_experts]
+  // DeepSeek (MoeConfig): e_score_correction_bias [num_experts] (V3), the shared experts' MLP
+  // ([shared_intermediate, hidden] gate / up, [hidden, shared_intermediate] down); else empty.
+  TensorView score_bias;
+  ExpertWeights shared;
 };
 
 // Appends MoE layer layer_idx's tensors, per-expert layout, to shapes (dummy weights, plans).

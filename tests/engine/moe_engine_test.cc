@@ -289,7 +289,8 @@ TEST_P(MoePreemptionTest, PreemptedRequestsGetWhatTheyGetAlone) {
 
 INSTANTIATE_TEST_SUITE_P(
     Moe, MoePreemptionTest,
-    ::testing::Combine(::testing::Values("mixtral-moe", "qwen3-moe"),
+    ::testing::Combine(::testing::Values("mixtral-moe", "qwen3-moe", "deepseek-v2-mla",
+                                         "deepseek-v3-mla"),
                        ::testing::Values(PreemptionMode::kRecompute, PreemptionMode::kSwap)),
     [](const auto& info) {
       std::string name = std::get<0>(info.param);

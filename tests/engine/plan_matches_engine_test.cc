@@ -102,7 +102,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"hybrid_one_pool", KvCacheDType::kAuto, {}, 0, true, true},
         Case{"gemma3", KvCacheDType::kAuto, {}, 0, false, false, "gemma3-hybrid"},
         Case{"gemma3_bf16", KvCacheDType::kBF16, {}, 0, false, false, "gemma3-hybrid"},
-        Case{"gemma3_one_pool", KvCacheDType::kAuto, {}, 0, false, true, "gemma3-hybrid"}),
+        Case{"gemma3_one_pool", KvCacheDType::kAuto, {}, 0, false, true, "gemma3-hybrid"},
+        Case{"deepseek_v2_mla", KvCacheDType::kAuto, {}, 0, false, false, "deepseek-v2-mla"},
+        Case{"deepseek_v3_mla_bf16", KvCacheDType::kBF16, {}, 0, false, false, "deepseek-v3-mla"}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -242,7 +242,8 @@ INSTANTIATE_TEST_SUITE_P(Transformers, PrefixCacheEngineTest,
                          ::testing::Values("llama2-mha", "llama-mqa-bias", "llama3-gqa",
                                            "llama3-gqa-bf16", "mistral-swa", "qwen2-tied",
                                            "qwen3-qknorm", "qwen3-qknorm-f16", "mixtral-moe",
-                                           "qwen3-moe", "gemma3-hybrid"),
+                                           "qwen3-moe", "gemma3-hybrid", "deepseek-v2-mla",
+                                           "deepseek-v3-mla"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = info.param;
                            for (char& c : n) c = c == '-' ? '_' : c;

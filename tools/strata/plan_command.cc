@@ -87,9 +87,13 @@ double engine_mlp_params(const model::ModelConfig& c) {
   double total = 0;
   const auto hidden = static_cast<double>(c.hidden_size);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    total += c.moe.is_moe(l) ? (3.0 * hidden * c.moe.moe_intermediate_size + hidden) *
-                                   static_cast<double>(c.moe.num_experts)
-                             : 3.0 * hidden * c.intermediate_size;
+    // DeepSeek: + the shared experts' MLP and V3's router bias (one per expert).
+    total += c.moe.is_moe(l)
+                 ? (3.0 * hidden * c.moe.moe_intermediate_size + hidden +
+                    (c.moe.score_correction_bias ? 1.0 : 0.0)) *
+                           static_cast<double>(c.moe.num_experts) +
+                       3.0 * hidden * static_cast<double>(c.moe.shared_intermediate_size)
+                 : 3.0 * hidden * c.intermediate_size;
   }
   return total;
 }
@@ -175,7 +179,8 @@ bool engine_architecture(const json& j) {
   return name == "LlamaForCausalLM" || name == "MistralForCausalLM" || name == "Qwen2ForCausalLM" ||
          name == "Qwen3ForCausalLM" || name == "MixtralForCausalLM" ||
          name == "Qwen3MoeForCausalLM" || name == "Gemma3ForCausalLM" ||
-         name == "Gemma3ForConditionalGeneration";
+         name == "Gemma3ForConditionalGeneration" || name == "DeepseekV2ForCausalLM" ||
+         name == "DeepseekV3ForCausalLM";
 }
 
 }  // namespace
@@ -232,11 +237,19 @@ PlanModel parse_plan_model(std::string_view json_text, std::string_view source) 
                     static_cast<int32_t>(c.num_key_value_heads), static_cast<int32_t>(c.head_dim)};
     m.num_attention_heads = static_cast<int32_t>(c.num_attention_heads);
     m.mha_head_dim_k = m.mha_head_dim_v = m.kv.head_dim;
+    if (c.mla.enabled()) {  // the latent the engine caches; MHA figures for the expanded K/V
+      m.kv = kv::KvShape{.num_layers = static_cast<int32_t>(c.num_hidden_layers),
+                         .kv_lora_rank = static_cast<int32_t>(c.mla.kv_lora_rank),
+                         .rope_head_dim = static_cast<int32_t>(c.mla.qk_rope_head_dim)};
+      m.mha_head_dim_k = static_cast<int32_t>(c.mla.qk_head_dim());
+      m.mha_head_dim_v = static_cast<int32_t>(c.mla.v_head_dim);
+    }
     m.max_position_embeddings = c.max_position_embeddings;
     m.layer_windows = c.layer_sliding_window;
     mlp = engine_mlp_params(c);
     // As the runner factory refuses them on the GPU.
-    m.cpu_only = c.architecture == model::Architecture::kGemma3 || c.moe.any_moe_layer();
+    m.cpu_only =
+        c.architecture == model::Architecture::kGemma3 || c.moe.any_moe_layer() || c.mla.enabled();
     if (c.architecture == model::Architecture::kGemma3) {
       count_gemma3_weights(m, c);
       return m;
