@@ -45,7 +45,7 @@ Status EngineImpl::check_eviction(const ResolvedKvEviction& e) const {
       !kv::can_score_blocks(runner_->kv_layout(0))) {
     return Status::InvalidArgument(
         what +
-        " scores blocks from float32, bfloat16 or float16 K/V; this pool is quantized "
+        " scores blocks from float, fp8 or int8 K/V; this pool has int4 layers "
         "(--kv-cache-dtype)");
   }
   return Status::Ok();

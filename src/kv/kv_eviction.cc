@@ -139,24 +139,55 @@ std::vector<float> pool_scores(std::span<const float> scores, int32_t kernel) {
 
 bool can_score_blocks(const KvLayout& layout) {
   for (int32_t l = 0; l < layout.spec().num_layers; ++l) {
-    const DType d = layout.spec().layer_dtype(l);
-    if (d != DType::kF32 && d != DType::kBF16 && d != DType::kF16) return false;
+    switch (layout.spec().layer_dtype(l)) {
+      case DType::kF32:
+      case DType::kBF16:
+      case DType::kF16:
+      case DType::kF8E4M3:
+      case DType::kF8E5M2:
+      case DType::kI8:
+        break;
+      default:
+        return false;  // I4: codes against per-channel statistics of the whole block
+    }
   }
   return true;
 }
 
 namespace {
 
-// Element i of a 32- or 16-bit float array of dtype d (can_score_blocks has checked d).
+// Element i of a K or V area of dtype d (can_score_blocks has checked d), without its scale: a
+// layer's static FP8 scale and an INT8 token's scale multiply every element of a token's vector
+// alike, so block_value_key_ratio applies them to the norms.
 float element(const std::byte* data, DType d, int64_t i) {
-  if (d == DType::kF32) {
-    float x;
-    std::memcpy(&x, data + i * 4, 4);
-    return x;
+  switch (d) {
+    case DType::kF32: {
+      float x;
+      std::memcpy(&x, data + i * 4, 4);
+      return x;
+    }
+    case DType::kF8E4M3:
+      return fp8_e4m3_to_f32(static_cast<uint8_t>(data[i]));
+    case DType::kF8E5M2:
+      return fp8_e5m2_to_f32(static_cast<uint8_t>(data[i]));
+    case DType::kI8:
+      return static_cast<float>(static_cast<int8_t>(data[i]));
+    default: {
+      uint16_t h;
+      std::memcpy(&h, data + i * 2, 2);
+      return d == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
   }
+}
+
+// The scale of token t of KV head h in one layer's K or V: FP8's static per-layer scale, INT8's
+// fp16 per-(head, token) scale at scales ([kv_heads][block]), 1 for the float dtypes.
+double token_scale(DType d, float static_scale, const std::byte* scales, int64_t index) {
+  if (d == DType::kF8E4M3 || d == DType::kF8E5M2) return static_scale;
+  if (d != DType::kI8) return 1.0;
   uint16_t h;
-  std::memcpy(&h, data + i * 2, 2);
-  return d == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+  std::memcpy(&h, scales + index * 2, 2);
+  return f16_to_f32(h);
 }
 
 }  // namespace
@@ -166,21 +197,30 @@ float block_value_key_ratio(const KvLayout& layout, const std::byte* block, int3
   const int32_t bs = layout.block_size();
   STRATA_CHECK(num_tokens >= 1 && num_tokens <= bs, "block_value_key_ratio: bad token count");
   STRATA_CHECK(can_score_blocks(layout), "block_value_key_ratio: a KV dtype it cannot read");
+  const KvStaticScales& fixed = layout.static_scales();
   double sum = 0.0;
   for (int32_t l = 0; l < spec.num_layers; ++l) {
     const DType d = spec.layer_dtype(l);
     const std::byte* k = block + layout.k_offset_bytes(l);
     const std::byte* v = block + layout.v_offset_bytes(l);
+    const bool fp8 = d == DType::kF8E4M3 || d == DType::kF8E5M2;
+    const float k_fixed = fp8 ? fixed.k[static_cast<size_t>(l)] : 1.0f;
+    const float v_fixed = fp8 ? fixed.v[static_cast<size_t>(l)] : 1.0f;
+    const std::byte* k_scales = block + layout.k_scale_offset_bytes(l);  // read for I8 only
+    const std::byte* v_scales = block + layout.v_scale_offset_bytes(l);
     for (int32_t h = 0; h < spec.num_kv_heads; ++h) {
       for (int32_t t = 0; t < num_tokens; ++t) {
-        const int64_t base = (static_cast<int64_t>(h) * bs + t) * spec.head_dim;
+        const int64_t token = static_cast<int64_t>(h) * bs + t;
+        const int64_t base = token * spec.head_dim;
         double kk = 0.0, vv = 0.0;
         for (int32_t c = 0; c < spec.head_dim; ++c) {
           const double kx = element(k, d, base + c), vx = element(v, d, base + c);
           kk += kx * kx;
           vv += vx * vx;
         }
-        sum += std::sqrt(vv) / std::max(std::sqrt(kk), 1e-12);
+        const double k_norm = std::sqrt(kk) * std::fabs(token_scale(d, k_fixed, k_scales, token));
+        const double v_norm = std::sqrt(vv) * std::fabs(token_scale(d, v_fixed, v_scales, token));
+        sum += v_norm / std::max(k_norm, 1e-12);
       }
     }
   }

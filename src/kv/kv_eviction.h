@@ -97,7 +97,8 @@ std::vector<int32_t> choose_evicted_tokens(const ResolvedKvEviction& policy,
 // one is kept with it. kernel odd and >= 1.
 std::vector<float> pool_scores(std::span<const float> scores, int32_t kernel);
 
-// Whether block_value_key_ratio can read every layer of the layout (F32, BF16, F16 pools).
+// Whether block_value_key_ratio can read every layer of the layout (F32, BF16, F16, FP8 with its
+// static scales, INT8 with its per-token scales; not INT4).
 bool can_score_blocks(const KvLayout& layout);
 
 // PagedEviction's score of one block: the mean, over its first num_tokens tokens, every layer and

@@ -329,6 +329,22 @@ TEST_F(KvEvictionEngineTest, TheServerDefaultAppliesToRequestsThatNameNone) {
   EXPECT_FALSE(engine::create_engine(model_, pool_, bad).ok());
 }
 
+// PagedEviction reads an int8 pool's K and V through their per-token scales: over a 96-token prompt
+// under a 32-token budget it evicts as many blocks as over float32 (the count is the budget's;
+// which ones is the scores', and int8's round each norm by under 1 %), and gives every block back.
+TEST_F(KvEvictionEngineTest, PagedEvictionScoresAnInt8Pool) {
+  const EngineRequest r =
+      with(greedy(prompt_of(96, 4), 24), eviction(KvEvictionPolicy::kPagedEviction, 32));
+  EngineConfig int8;
+  int8.kv_cache_dtype = KvCacheDType::kInt8;
+  const Collected quantized = alone(r, int8);
+  const Collected exact = alone(r);
+  EXPECT_GT(exact.metrics.num_evicted_blocks, 0);
+  EXPECT_EQ(quantized.metrics.num_evicted_blocks, exact.metrics.num_evicted_blocks);
+  EXPECT_EQ(quantized.metrics.max_held_blocks, exact.metrics.max_held_blocks);
+  EXPECT_EQ(quantized.tokens.at(0).size(), 24u);
+}
+
 TEST_F(KvEvictionEngineTest, RefusesWhatItCannotRun) {
   auto e = make();
   auto no_budget =
@@ -339,19 +355,14 @@ TEST_F(KvEvictionEngineTest, RefusesWhatItCannotRun) {
   EXPECT_FALSE(
       e->submit(with(greedy(prompt_of(20, 1)), eviction(KvEvictionPolicy::kStreamingLlm, 8, 6, 6)))
           .ok());
-  // PagedEviction reads K and V as numbers: not from an int8 pool (StreamingLLM does not read
-  // them).
-  EngineConfig int8;
-  int8.kv_cache_dtype = KvCacheDType::kInt8;
-  auto q = make(int8);
+  // An int4 cache keeps its newest blocks in a second group: refused for every policy.
+  EngineConfig int4;
+  int4.kv_cache_dtype = KvCacheDType::kInt4;
+  auto q = make(int4);
   ASSERT_NE(q, nullptr);
   EXPECT_FALSE(
-      q->submit(with(greedy(prompt_of(20, 1)), eviction(KvEvictionPolicy::kPagedEviction, 16)))
-          .ok());
-  EXPECT_TRUE(
       q->submit(with(greedy(prompt_of(20, 1)), eviction(KvEvictionPolicy::kStreamingLlm, 16)))
           .ok());
-  drain(*q);
   // A model whose layers use a sliding window keeps a window group: refused.
   model::Model swa = model::Model::load({kModels + "mistral-swa"});
   EngineConfig sc;

@@ -175,9 +175,51 @@ TEST(BlockValueKeyRatioTest, TheMeanOfValueOverKeyNormsOverTokensLayersAndHeads)
     EXPECT_FLOAT_EQ(block_value_key_ratio(layout, block, 1), 2.0f);
     EXPECT_TRUE(can_score_blocks(layout));
   }
+  const KvLayout int4(
+      KvSpec{.num_layers = 1, .num_kv_heads = 1, .head_dim = 8, .dtype = DType::kI4}, kBs);
+  EXPECT_FALSE(can_score_blocks(int4));
+}
+
+// Quantized pools: the codes times their scales. Token 0 has codes K (3, 4), V (6, 8); token 1
+// K (0, 2), V (1, 0). INT8 scales per token: K 2 and V 0.5 (|K| 10, |V| 5: 0.5), then K 1 and
+// V 8 (2 and 8: 4), so 2.25; FP8's static layer scales K 2 and V 0.25 give 0.25 and 0.0625, so
+// 0.15625. Unscaled codes would give 1.25 both times.
+TEST(BlockValueKeyRatioTest, QuantizedPoolsScaleTheirCodes) {
   const KvLayout int8(
-      KvSpec{.num_layers = 1, .num_kv_heads = 1, .head_dim = 8, .dtype = DType::kI8}, kBs);
-  EXPECT_FALSE(can_score_blocks(int8));
+      KvSpec{.num_layers = 1, .num_kv_heads = 1, .head_dim = 2, .dtype = DType::kI8}, kBs);
+  HostKvBuffer ibuf(int8, 1);
+  std::byte* block = ibuf.data();
+  const auto code = [&](int64_t off, int32_t i, int8_t c) { block[off + i] = std::byte(c); };
+  const auto scale = [&](int64_t off, int32_t token, float x) {
+    const uint16_t h = f32_to_f16(x);
+    std::memcpy(block + off + token * 2, &h, 2);
+  };
+  const int64_t k = int8.k_offset_bytes(0), v = int8.v_offset_bytes(0);
+  // Element i of the head's [token][2] codes: token 0's (3, 4) / (6, 8), token 1's (0, 2) / (1, 0).
+  const int8_t k_codes[] = {3, 4, 0, 2}, v_codes[] = {6, 8, 1, 0};
+  for (int32_t i = 0; i < 4; ++i) {
+    code(k, i, k_codes[i]);
+    code(v, i, v_codes[i]);
+  }
+  scale(int8.k_scale_offset_bytes(0), 0, 2.0f);
+  scale(int8.v_scale_offset_bytes(0), 0, 0.5f);
+  scale(int8.k_scale_offset_bytes(0), 1, 1.0f);
+  scale(int8.v_scale_offset_bytes(0), 1, 8.0f);
+  ASSERT_TRUE(can_score_blocks(int8));
+  EXPECT_FLOAT_EQ(block_value_key_ratio(int8, block, 2), 2.25f);
+
+  const KvLayout fp8(
+      KvSpec{.num_layers = 1, .num_kv_heads = 1, .head_dim = 2, .dtype = DType::kF8E4M3}, kBs,
+      KvStaticScales{{2.0f}, {0.25f}});
+  HostKvBuffer fbuf(fp8, 1);
+  std::byte* f = fbuf.data();
+  const int64_t fk = fp8.k_offset_bytes(0), fv = fp8.v_offset_bytes(0);
+  for (int32_t i = 0; i < 4; ++i) {
+    f[fk + i] = std::byte(f32_to_fp8_e4m3(k_codes[i]));
+    f[fv + i] = std::byte(f32_to_fp8_e4m3(v_codes[i]));
+  }
+  ASSERT_TRUE(can_score_blocks(fp8));
+  EXPECT_FLOAT_EQ(block_value_key_ratio(fp8, f, 2), 0.15625f);
 }
 
 // ---- evict_blocks on tables ------------------------------------------------------------------
