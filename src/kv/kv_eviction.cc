@@ -138,18 +138,10 @@ std::vector<float> pool_scores(std::span<const float> scores, int32_t kernel) {
 }
 
 bool can_score_blocks(const KvLayout& layout) {
+  // I4's codes stand against per-channel statistics of the whole block.
   for (int32_t l = 0; l < layout.spec().num_layers; ++l) {
-    switch (layout.spec().layer_dtype(l)) {
-      case DType::kF32:
-      case DType::kBF16:
-      case DType::kF16:
-      case DType::kF8E4M3:
-      case DType::kF8E5M2:
-      case DType::kI8:
-        break;
-      default:
-        return false;  // I4: codes against per-channel statistics of the whole block
-    }
+    const DType d = layout.spec().layer_dtype(l);
+    if (!is_kv_pool_dtype(d) || d == DType::kI4) return false;
   }
   return true;
 }
