@@ -273,9 +273,18 @@ ModelConfig parse_model_config(const json& config, std::string_view source) {
   // "dtype" in transformers 5.x, "torch_dtype" in 4.x.
   c.torch_dtype = f.opt_string("dtype").value_or(f.opt_string("torch_dtype").value_or(""));
   if (const json* q = f.opt_object("quantization_config")) {
-    c.quant_method = JsonFields(*q, source, "quantization_config.")
-                         .opt_string("quant_method")
-                         .value_or("unknown");
+    const JsonFields qf(*q, source, "quantization_config.");
+    c.quant_method = qf.opt_string("quant_method").value_or("unknown");
+    if (const json* block = qf.find("weight_block_size")) {
+      if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
+          !(*block)[1].is_number_integer() || (*block)[0].get<int64_t>() < 1 ||
+          (*block)[1].get<int64_t>() < 1 || (*block)[0].get<int64_t>() > kMaxSize ||
+          (*block)[1].get<int64_t>() > kMaxSize) {
+        qf.fail("'quantization_config.weight_block_size' must be two positive integers");
+      }
+      c.quant_block_rows = (*block)[0].get<int64_t>();
+      c.quant_block_cols = (*block)[1].get<int64_t>();
+    }
   }
   c.rope = parse_rope(f, source);
   c.layer_sliding_window = parse_sliding_windows(f, c);

@@ -140,8 +140,11 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;
   std::string torch_dtype;  // "bfloat16", ...; empty when absent
   // quantization_config.quant_method ("fp8": DeepSeek-V3's block-scaled F8_E4M3 weights with
-  // weight_scale_inv); empty when the weights are not quantized. Model::load refuses it.
+  // weight_scale_inv), dequantized at load; empty when the weights are not quantized. Model::load
+  // refuses any other method.
   std::string quant_method;
+  // quantization_config.weight_block_size for "fp8": the rows and columns one scale covers.
+  int64_t quant_block_rows = 128, quant_block_cols = 128;
   RopeConfig rope;
   std::vector<int32_t> layer_sliding_window;  // per layer: window in tokens, 0 = full attention
   MoeConfig moe;  // Mixtral, Qwen3-MoE, DeepSeek; empty for the dense architectures

@@ -66,17 +66,17 @@ Model::Model(ModelConfig config, WeightStore store)
       embed_scale_(embedding_scale(config_, weights_.embed.dtype)) {
   if (config_.sliding_rope)
     sliding_inv_freq_ = rope_inv_freq(*config_.sliding_rope, config_.head_dim);
+  dequantize_fp8_weights();  // before prepare_mla, which copies kv_b_proj
   prepare_mla();
 }
 
 Model Model::load(const ModelLoadOptions& options) {
   ModelConfig config = load_model_config(options.model_dir);
-  if (!config.quant_method.empty()) {
-    // DeepSeek-V3's released checkpoints: F8_E4M3 weights with 128x128 block scales.
+  if (!config.quant_method.empty() && config.quant_method != "fp8") {
     throw Error((options.model_dir / "config.json").string() +
                 ": 'quantization_config' (quant_method " + quote(config.quant_method) +
-                "): quantized weights (such as FP8 with weight_scale_inv block scales) are not "
-                "supported on the CPU engine; convert the checkpoint to bfloat16 first");
+                "): only block-scaled fp8 weights (F8_E4M3 with weight_scale_inv) are "
+                "supported; convert the checkpoint to bfloat16 first");
   }
   WeightStore store = open_weights(options, config);
   return Model(std::move(config), std::move(store));

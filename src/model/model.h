@@ -13,6 +13,7 @@
 // once per layer.
 
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <span>
@@ -236,6 +237,10 @@ class Model {
   Status mla_project(int32_t layer_idx, const ForwardBatch& batch, ThreadPool& pool);
   Status run_mla_attention(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
                            ThreadPool& pool);
+  // quant_method "fp8" (model_fp8.cc): every F8_E4M3 weight and its weight_scale_inv blocks
+  // dequantized once into BF16 that fp8_dequantized_ owns, its view repointed there. Throws
+  // strata::Error for an F8 weight without its scales.
+  void dequantize_fp8_weights();
   // KV heads per layer in the pool: num_key_value_heads, or MLA's one latent.
   int64_t cache_kv_heads() const { return config_.mla.enabled() ? 1 : config_.num_key_value_heads; }
   // One forward pass of tokens (positions 0..n-1, one sequence) through a scratch cache laid out
@@ -269,6 +274,9 @@ class Model {
     std::vector<TensorView> uk_t_head, uv_head;
   };
   std::vector<MlaLayer> mla_;
+  // The BF16 copies of a block-scaled FP8 checkpoint's weights (dequantize_fp8_weights); a
+  // std::deque keeps each buffer where it is as more are added.
+  std::deque<std::vector<uint16_t>> fp8_dequantized_;
   struct MlaScratch {
     std::vector<float> q_a, q, latent, c_kv, q_latent, attn_latent, head_in, head_out;
   };

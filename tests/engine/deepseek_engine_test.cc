@@ -2,11 +2,14 @@
 // and invariances: transformers' knock-outs reproduced through the checkpoint (top-1 routing, no
 // shared experts, no router bias, unit norms) within the reference tolerance, the absorbed MLA
 // decode agreeing with the whole-prompt pass, the latent pool's size, dummy weights, and
-// one-line refusals (--device cuda, a quantized latent cache, FP8 checkpoints).
+// block-scaled FP8 weights dequantized at load, and one-line refusals (--device cuda, a
+// quantized latent cache, other quantized checkpoints).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -40,9 +43,16 @@ const fs::path kModels = fs::path(STRATA_TEST_DATA_DIR) / "models";
 class EditedFixture {
  public:
   using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
+  // Tensors written as they are: name -> (safetensors dtype, shape, bytes).
+  struct RawTensor {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    std::string bytes;
+  };
+  using RawTensors = std::map<std::string, RawTensor>;
 
   EditedFixture(const std::string& name, const json& keys,
-                const std::function<void(Tensors&)>& edit = {})
+                const std::function<void(Tensors&, RawTensors&)>& edit = {})
       : dir_(fs::path(::testing::TempDir()) / ("deepseek-" + name + "-" + std::to_string(getpid()) +
                                                "-" + std::to_string(count_++))) {
     fs::remove_all(dir_);
@@ -58,8 +68,13 @@ class EditedFixture {
       const auto* p = static_cast<const float*>(file.tensor(t.name).data);
       tensors[t.name] = {t.shape, std::vector<float>(p, p + file.tensor(t.name).numel())};
     }
-    if (edit) edit(tensors);
-    write(tensors);
+    RawTensors raw;
+    if (edit) edit(tensors, raw);
+    for (const auto& [n, t] : tensors) {
+      raw[n] = {"F32", t.first,
+                std::string(reinterpret_cast<const char*>(t.second.data()), t.second.size() * 4)};
+    }
+    write(raw);
   }
   ~EditedFixture() { fs::remove_all(dir_); }
   EditedFixture(const EditedFixture&) = delete;
@@ -68,14 +83,15 @@ class EditedFixture {
   const fs::path& dir() const { return dir_; }
 
  private:
-  void write(const Tensors& tensors) const {
+  void write(const RawTensors& tensors) const {
     json header = json::object();
     std::string data;
     for (const auto& [name, t] : tensors) {
-      header[name] = {{"dtype", "F32"},
-                      {"shape", t.first},
-                      {"data_offsets", {data.size(), data.size() + t.second.size() * 4}}};
-      data.append(reinterpret_cast<const char*>(t.second.data()), t.second.size() * 4);
+      header[name] = {{"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+      data += t.bytes;
+      data.append((4 - data.size() % 4) % 4, '\0');  // keep every F32 tensor aligned
     }
     std::string text = header.dump();
     text.append((8 - text.size() % 8) % 8, ' ');
@@ -132,13 +148,14 @@ TEST_F(DeepseekEngineTest, AZeroCorrectionBiasIsTransformersNoRouterBias) {
   // The bias only chooses experts (the weights stay the unbiased sigmoids): zeroing it changes
   // which experts run, and the result must be transformers' with the same bias zeroed.
   int num_biases = 0;
-  const EditedFixture m("deepseek-v3-mla", json::object(), [&](EditedFixture::Tensors& t) {
-    for (auto& [name, v] : t) {
-      if (!name.ends_with("e_score_correction_bias")) continue;
-      std::fill(v.second.begin(), v.second.end(), 0.0f);
-      ++num_biases;
-    }
-  });
+  const EditedFixture m("deepseek-v3-mla", json::object(),
+                        [&](EditedFixture::Tensors& t, EditedFixture::RawTensors&) {
+                          for (auto& [name, v] : t) {
+                            if (!name.ends_with("e_score_correction_bias")) continue;
+                            std::fill(v.second.begin(), v.second.end(), 0.0f);
+                            ++num_biases;
+                          }
+                        });
   EXPECT_EQ(num_biases, 2);  // layers 1 and 2; layer 0 is dense (first_k_dense_replace 1)
   expect_knockout("deepseek-v3-mla", m.dir(), "no_router_bias");
 }
@@ -147,13 +164,15 @@ TEST_F(DeepseekEngineTest, UnitNormWeightsAreTransformersUnitNorms) {
   // Every norm: input, post-attention, kv_a_layernorm, V3's q_a_layernorm, the final norm.
   for (const std::string fixture : {"deepseek-v2-mla", "deepseek-v3-mla"}) {
     int num_norms = 0;
-    const EditedFixture m(fixture, json::object(), [&](EditedFixture::Tensors& t) {
-      for (auto& [name, v] : t) {
-        if (name.find("norm") == std::string::npos || v.first.size() != 1) continue;
-        std::fill(v.second.begin(), v.second.end(), 1.0f);
-        ++num_norms;
-      }
-    });
+    const EditedFixture m(fixture, json::object(),
+                          [&](EditedFixture::Tensors& t, EditedFixture::RawTensors&) {
+                            for (auto& [name, v] : t) {
+                              if (name.find("norm") == std::string::npos || v.first.size() != 1)
+                                continue;
+                              std::fill(v.second.begin(), v.second.end(), 1.0f);
+                              ++num_norms;
+                            }
+                          });
     EXPECT_EQ(num_norms, fixture == "deepseek-v3-mla" ? 3 * 4 + 1 : 3 * 3 + 1);
     expect_knockout(fixture, m.dir(), "unit_norms");
   }
@@ -220,17 +239,106 @@ TEST(DeepseekRefusalTest, AQuantizedLatentCacheIsRefusedByName) {
   }
 }
 
-TEST(DeepseekRefusalTest, AnFp8CheckpointIsRefusedByName) {
-  const EditedFixture m(
-      "deepseek-v3-mla",
-      {{"quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}}}});
+// Block-scaled FP8 as DeepSeek-V3 ships it, with 16 x 16 blocks so that the fixture's small
+// weights hold several blocks and partial ones (24 rows of q_b_proj, 48 of kv_a_proj): its linear
+// weights as F8_E4M3 codes and weight_scale_inv, dequantized at load. The logits must be those
+// of a float32 checkpoint of the same dequantized values (bf16(fp8(code) * scale)); a wrong
+// block index or scale would be far off.
+constexpr int64_t kFp8Block = 16;
+
+bool fp8_quantized(const std::string& name, const std::vector<int64_t>& shape) {
+  return shape.size() == 2 && name.find("embed_tokens") == std::string::npos &&
+         name != "lm_head.weight" && !name.ends_with("mlp.gate.weight");
+}
+
+// Quantizes w [rows, cols] per block: codes, scales, and the dequantized values the engine makes.
+void quantize_fp8(const std::vector<int64_t>& shape, std::vector<float>& w, std::string& codes,
+                  std::vector<float>& scales) {
+  const int64_t rows = shape[0], cols = shape[1];
+  const int64_t srows = (rows + kFp8Block - 1) / kFp8Block,
+                scols = (cols + kFp8Block - 1) / kFp8Block;
+  scales.assign(static_cast<size_t>(srows * scols), 0.0f);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    float& s = scales[static_cast<size_t>((i / cols / kFp8Block) * scols + (i % cols) / kFp8Block)];
+    s = std::max(s, std::fabs(w[static_cast<size_t>(i)]) / 448.0f);
+  }
+  codes.resize(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float s =
+        scales[static_cast<size_t>((i / cols / kFp8Block) * scols + (i % cols) / kFp8Block)];
+    const uint8_t code = f32_to_fp8_e4m3(w[static_cast<size_t>(i)] / s);
+    codes[static_cast<size_t>(i)] = static_cast<char>(code);
+    w[static_cast<size_t>(i)] = bf16_to_f32(f32_to_bf16(fp8_e4m3_to_f32(code) * s));
+  }
+}
+
+TEST_F(DeepseekEngineTest, BlockScaledFp8WeightsAreDequantizedAtLoad) {
+  const json keys = {{"quantization_config",
+                      {{"quant_method", "fp8"}, {"weight_block_size", {kFp8Block, kFp8Block}}}}};
+  EditedFixture::Tensors dequantized;
+  int num_fp8 = 0;
+  const EditedFixture fp8(
+      "deepseek-v3-mla", keys, [&](EditedFixture::Tensors& t, EditedFixture::RawTensors& raw) {
+        for (auto it = t.begin(); it != t.end();) {
+          if (!fp8_quantized(it->first, it->second.first)) {
+            ++it;
+            continue;
+          }
+          std::string codes;
+          std::vector<float> scales;
+          quantize_fp8(it->second.first, it->second.second, codes, scales);
+          dequantized[it->first] = it->second;
+          const std::vector<int64_t>& shape = it->second.first;
+          raw[it->first] = {"F8_E4M3", shape, codes};
+          raw[it->first + "_scale_inv"] = {
+              "F32",
+              {(shape[0] + kFp8Block - 1) / kFp8Block, (shape[1] + kFp8Block - 1) / kFp8Block},
+              std::string(reinterpret_cast<const char*>(scales.data()), scales.size() * 4)};
+          ++num_fp8;
+          it = t.erase(it);
+        }
+      });
+  EXPECT_GT(num_fp8, 40);
+  const EditedFixture plain("deepseek-v3-mla", json::object(),
+                            [&](EditedFixture::Tensors& t, EditedFixture::RawTensors&) {
+                              for (const auto& [name, v] : dequantized) t[name] = v;
+                            });
+  const auto ref =
+      model::SafetensorsFile::open(kModels / "deepseek-v3-mla" / "reference.safetensors");
+  const std::vector<int32_t> prompt = test_util::int_tensor(ref.tensor("prompt.0"));
+  model::Model fp8_model = model::Model::load({fp8.dir()});
+  model::Model plain_model = model::Model::load({plain.dir()});
+  const std::vector<float> got = test_util::prompt_logits(fp8_model, pool_, {prompt})[0];
+  const std::vector<float> want = test_util::prompt_logits(plain_model, pool_, {prompt})[0];
+  ASSERT_EQ(got.size(), want.size());
+  const auto rows = static_cast<int64_t>(prompt.size());
+  EXPECT_LE(test_util::max_row_rel_err(got.data(), want.data(), rows, kVocab), 1e-5);
+  // And the quantization itself is far from nothing: the logits moved from the fixture's.
+  const auto* full = static_cast<const float*>(ref.tensor("logits.0").data);
+  EXPECT_GE(test_util::max_row_rel_err(got.data(), full, rows, kVocab), 1e-3);
+}
+
+TEST(DeepseekRefusalTest, Fp8WithoutScalesAndOtherQuantizationAreErrorsNamingThem) {
+  const json fp8 = {{"quantization_config", {{"quant_method", "fp8"}}}};
+  const EditedFixture no_scale("deepseek-v3-mla", fp8,
+                               [](EditedFixture::Tensors& t, EditedFixture::RawTensors& raw) {
+                                 const std::string name = "model.layers.0.self_attn.o_proj.weight";
+                                 const auto& [shape, values] = t.at(name);
+                                 raw[name] = {"F8_E4M3", shape, std::string(values.size(), '\x38')};
+                                 t.erase(name);
+                               });
   try {
-    (void)model::Model::load({m.dir()});
-    FAIL() << "an FP8 checkpoint loaded";
+    (void)model::Model::load({no_scale.dir()});
+    FAIL() << "an F8 weight without scales loaded";
   } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("weight_scale_inv"), std::string::npos) << what;
-    EXPECT_NE(what.find("quantization_config"), std::string::npos) << what;
+    EXPECT_NE(std::string(e.what()).find("o_proj.weight_scale_inv"), std::string::npos) << e.what();
+  }
+  const EditedFixture awq("deepseek-v3-mla", {{"quantization_config", {{"quant_method", "awq"}}}});
+  try {
+    (void)model::Model::load({awq.dir()});
+    FAIL() << "an AWQ checkpoint loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'awq'"), std::string::npos) << e.what();
   }
 }
 
