@@ -225,6 +225,26 @@ TEST(DeepseekRefusalTest, TheEngineRefusesMlaOnCudaByName) {
   }
 }
 
+// YaRN's attention factor scales cos and sin on the CPU only: a YaRN-scaled Llama is refused on
+// the GPU in one line rather than run without it.
+TEST(DeepseekRefusalTest, YarnRopeIsRefusedOnCudaByName) {
+  // A scratch directory holding llama3-gqa's config with YaRN (refused before any weight loads).
+  const EditedFixture m("deepseek-v2-mla", json::object());
+  std::ifstream in(kModels / "llama3-gqa" / "config.json");
+  json config = json::parse(in);
+  config["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 256}};
+  config.erase("rope_parameters");
+  std::ofstream(m.dir() / "config.json", std::ios::trunc) << config.dump();
+  EngineConfig c;
+  c.model_dir = m.dir().string();
+  c.device = Device::kCuda;
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--device cuda: YaRN RoPE scaling"), std::string::npos)
+      << e.status().message();
+}
+
 TEST(DeepseekRefusalTest, AQuantizedLatentCacheIsRefusedByName) {
   for (const KvCacheDType dtype :
        {KvCacheDType::kFp8E4M3, KvCacheDType::kInt8, KvCacheDType::kInt4}) {

@@ -248,8 +248,8 @@ PlanModel parse_plan_model(std::string_view json_text, std::string_view source) 
     m.layer_windows = c.layer_sliding_window;
     mlp = engine_mlp_params(c);
     // As the runner factory refuses them on the GPU.
-    m.cpu_only =
-        c.architecture == model::Architecture::kGemma3 || c.moe.any_moe_layer() || c.mla.enabled();
+    m.cpu_only = c.architecture == model::Architecture::kGemma3 || c.moe.any_moe_layer() ||
+                 c.mla.enabled() || c.rope.type == model::RopeConfig::Type::kYarn;
     if (c.architecture == model::Architecture::kGemma3) {
       count_gemma3_weights(m, c);
       return m;
