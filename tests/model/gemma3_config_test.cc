@@ -184,8 +184,8 @@ TEST(Gemma3ConfigTest, WhatStrataDoesNotRunIsRefusedByName) {
                   "needs a 'text_config' object");
   EXPECT_CONTAINS(
       error_of(patched(fixture_config(),
-                       {{"rope_parameters", {{"full_attention", {{"rope_type", "yarn"}}}}}})),
-      "unsupported RoPE type 'yarn'");
+                       {{"rope_parameters", {{"full_attention", {{"rope_type", "longrope"}}}}}})),
+      "unsupported RoPE type 'longrope'");
   EXPECT_CONTAINS(error_of(patched(kGemma3_1B, {{"query_pre_attn_scalar", 0}})),
                   "'query_pre_attn_scalar' must be a positive finite number");
   EXPECT_CONTAINS(error_of(patched(kGemma3_1B, {{"sliding_window_pattern", 0}})),
