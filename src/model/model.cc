@@ -547,7 +547,8 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, const 
   rope.num_q_heads = num_heads;
   rope.num_kv_heads = num_kv_heads;
   rope.head_dim = head_dim;
-  rope.attention_scaling = static_cast<float>(rope_attention_factor(config_.rope));
+  rope.attention_scaling = static_cast<float>(rope_attention_factor(
+      sliding && config_.sliding_rope ? *config_.sliding_rope : config_.rope));
   STRATA_RETURN_IF_ERROR(cpu::apply_rope(rope, pool));
   if (kv_abs_max_ != nullptr) {
     auto& [k_max, v_max] = (*kv_abs_max_)[static_cast<size_t>(layer_idx)];

@@ -26,13 +26,29 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
 #include "model/model.h"
 #include "model/rope.h"
 
 namespace strata::model {
 namespace {
 
+// transformers (and DeepSeek's own code) build q_a_layernorm and kv_a_layernorm without the
+// config's rms_norm_eps: RMSNorm's default epsilon.
+constexpr float kLatentNormEps = 1e-6f;
+
 size_t at(int64_t i) { return static_cast<size_t>(i); }
+
+// RMSNorm of num_rows rows of weight.dim(0) elements with the latent norms' epsilon.
+Status latent_rms_norm(float* x, TensorView weight, int64_t num_rows, ThreadPool& pool) {
+  cpu::RmsNormParams p;
+  p.x = x;
+  p.out = x;
+  p.weight = weight;
+  p.num_rows = num_rows;
+  p.eps = kLatentNormEps;
+  return cpu::rms_norm(p, pool);
+}
 int64_t span_size(size_t n) { return static_cast<int64_t>(n); }
 
 // Rotates x[0, dim) by (cos, sin) per channel pair: DeepSeek's interleaved pairs (2i, 2i + 1), or
@@ -104,7 +120,7 @@ Status Model::mla_project(int32_t layer_idx, const ForwardBatch& batch, ThreadPo
   if (m.q_lora_rank > 0) {
     s.q_a.resize(at(n * m.q_lora_rank));
     STRATA_RETURN_IF_ERROR(cpu::linear(x, w.q_a_proj, TensorView{}, s.q_a.data(), n, pool));
-    STRATA_RETURN_IF_ERROR(rms_norm(s.q_a.data(), w.q_a_norm, s.q_a.data(), n, pool));
+    STRATA_RETURN_IF_ERROR(latent_rms_norm(s.q_a.data(), w.q_a_norm, n, pool));
     STRATA_RETURN_IF_ERROR(
         cpu::linear(s.q_a.data(), w.q_b_proj, TensorView{}, s.q.data(), n, pool));
   } else {
@@ -117,7 +133,7 @@ Status Model::mla_project(int32_t layer_idx, const ForwardBatch& batch, ThreadPo
   for (int64_t t = 0; t < n; ++t) {
     std::copy_n(s.latent.data() + t * latent, rank, s.c_kv.data() + t * rank);
   }
-  STRATA_RETURN_IF_ERROR(rms_norm(s.c_kv.data(), w.kv_a_norm, s.c_kv.data(), n, pool));
+  STRATA_RETURN_IF_ERROR(latent_rms_norm(s.c_kv.data(), w.kv_a_norm, n, pool));
   // RoPE on each head's q_pe and the shared k_pe, with YaRN's attention factor on cos and sin.
   const double scaling = rope_attention_factor(config_.rope);
   const bool interleave = m.rope_interleave;
