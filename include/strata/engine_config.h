@@ -47,6 +47,14 @@ struct EngineConfig {
   std::string tokenizer_dir;
   bool dummy_weights = false;  // --load-format dummy
   DType dummy_dtype = DType::kBF16;
+  // CPU: serve the weights from the mapped safetensors files (--mmap) instead of a copy in
+  // huge-page anonymous memory made at start-up (the default: faster steps, the weights' size in
+  // memory).
+  bool mmap_weights = false;
+  // CPU: BF16 weights multiplied on the BF16 dot-product instructions with activations rounded
+  // to BF16 (--cpu-matmul-precision bf16; AVX-512 BF16 only) instead of the exact fp32 path.
+  // Either way a request's results are the same alone or batched.
+  bool cpu_bf16_matmul = false;
   int32_t num_threads = 0;  // 0 = every core
   Device device = Device::kCpu;
   WeightQuantization quantization = WeightQuantization::kNone;  // --quantization

@@ -210,6 +210,7 @@ Result<BuiltRunner> cuda_runner(const EngineConfig& c) {
 Result<BuiltRunner> cpu_runner(const EngineConfig& c, std::unique_ptr<model::Model> owned,
                                model::Model& model, ThreadPool& pool, ResolvedKvLayout kv) {
   constexpr int64_t kDefaultCpuKvBytes = int64_t{1} << 30;
+  STRATA_RETURN_IF_ERROR(model.set_bf16_matmul(c.cpu_bf16_matmul));
   const kv::KvGroupsPlan plan = kv::plan_kv_groups(kv_groups_request(
       c, model.config(), kv.spec, DType::kF32, !c.disable_hybrid_kv_cache_manager));
   int32_t blocks = c.num_blocks;
@@ -281,6 +282,8 @@ Result<BuiltRunner> make_runner(const EngineConfig& c) {
         .model_dir = c.model_dir,
         .load_format = load_format(c),
         .dummy_dtype = c.dummy_dtype,
+        .weight_residency =
+            c.mmap_weights ? model::WeightResidency::kMapped : model::WeightResidency::kAnonymous,
     }));
     model::Model& loaded = *model;
     auto pool = std::make_unique<ThreadPool>(c.num_threads);

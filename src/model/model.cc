@@ -24,7 +24,7 @@ namespace {
 WeightStore open_weights(const ModelLoadOptions& options, const ModelConfig& config) {
   switch (options.load_format) {
     case LoadFormat::kAuto:
-      return WeightStore::open(options.model_dir);
+      return WeightStore::open(options.model_dir, options.weight_residency);
     case LoadFormat::kDummy: {
       DummyWeightsConfig dummy;
       dummy.scale = 0.02f;
@@ -272,6 +272,15 @@ Status Model::probe_quantized_attention(int32_t layer_idx, const ForwardBatch& b
   return Status::Ok();
 }
 
+Status Model::set_bf16_matmul(bool on) {
+  if (on && !cpu::linear_precision_supported(cpu::LinearPrecision::kBf16)) {
+    return Status::Unsupported(
+        "--cpu-matmul-precision bf16 needs a CPU with AVX-512 BF16 (vdpbf16ps); use fp32");
+  }
+  bf16_matmul_ = on;
+  return Status::Ok();
+}
+
 int64_t Model::weight_bytes() const {
   int64_t total = 0;
   for (const std::string& name : store_.names()) total += store_.get(name).nbytes();
@@ -436,6 +445,8 @@ Status Model::forward(const ForwardBatch& batch, std::span<kv::HostKvBuffer* con
                       std::span<const kv::KvLayerSlot> slots, std::span<float> logits,
                       ThreadPool& pool) {
   const KvPools kv{pools, slots, batch.newest_group()};
+  const cpu::LinearPrecisionScope precision(bf16_matmul_ ? cpu::LinearPrecision::kBf16
+                                                         : cpu::LinearPrecision::kF32);
   STRATA_RETURN_IF_ERROR(validate(batch, kv, logits.size()));
   STRATA_RETURN_IF_ERROR(begin_mass(batch));
   const int64_t num_tokens = span_size(batch.token_ids.size());

@@ -47,6 +47,8 @@ struct ModelLoadOptions {
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t dummy_seed = 0;
   DType dummy_dtype = DType::kBF16;  // F32, BF16 or F16
+  // kAuto: the checkpoint copied into huge-page memory at load, or served from its mapping.
+  WeightResidency weight_residency = WeightResidency::kAnonymous;
 };
 
 // How one row is sampled on the device (runners that sample there: ModelRunner): the
@@ -143,6 +145,10 @@ class Model {
   kv::KvSpec kv_spec(DType kv_dtype) const;
   // Bytes of all weights, as stored.
   int64_t weight_bytes() const;
+  // Whether forward() multiplies BF16 weights on the BF16 dot-product instructions, activations
+  // rounded to BF16 (cpu::LinearPrecision::kBf16), instead of the exact fp32 path (the default).
+  // Unsupported (nothing changed) on a CPU without AVX-512 BF16.
+  [[nodiscard]] Status set_bf16_matmul(bool on);
 
   // Largest |k| and |v| per layer, as append_kv receives them (after RoPE and the q/k norms), over
   // one forward pass of tokens (positions 0..n-1) through a scratch F32 cache; the pool the model
@@ -291,6 +297,7 @@ class Model {
     std::vector<float> out;               // the quantized attention output, as scratch_.attn
   };
   KvQuantProbe* kv_quant_probe_ = nullptr;
+  bool bf16_matmul_ = false;  // set_bf16_matmul
 };
 
 }  // namespace strata::model

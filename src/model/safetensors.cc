@@ -1,7 +1,12 @@
 #include "model/safetensors.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <utility>
@@ -245,10 +250,45 @@ SafetensorsTable parse_safetensors(std::span<const uint8_t> file_bytes,
 SafetensorsFile::SafetensorsFile(MappedFile file, SafetensorsTable table)
     : file_(std::move(file)), table_(std::move(table)) {}
 
-SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
+SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path,
+                                      WeightResidency residency) {
   MappedFile file = MappedFile::open(path);
   SafetensorsTable table = parse_safetensors(file.bytes(), path.string());
-  return SafetensorsFile(std::move(file), std::move(table));
+  SafetensorsFile result(std::move(file), std::move(table));
+  if (residency == WeightResidency::kAnonymous) result.read_into_memory();
+  return result;
+}
+
+void SafetensorsFile::read_into_memory() {
+  const std::string source = "safetensors file '" + path().string() + "'";
+  copy_begin_ = table_.data_offset / 64 * 64;
+  const size_t bytes = file_.size() - copy_begin_;
+  copy_ = HugePageBuffer(bytes, source);
+  const int fd = ::open(path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(source + ": cannot open for reading: " + std::strerror(errno));
+  // pread straight into the copy: the kernel copies from the page cache, so the file's pages are
+  // never mapped (no 4 KiB faults); each destination page faults in once, as a huge page.
+  constexpr size_t kChunk = size_t{256} << 20;
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd, copy_.data() + done, std::min(kChunk, bytes - done),
+                              static_cast<off_t>(copy_begin_ + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? std::strerror(errno) : "the file ended early";
+      ::close(fd);
+      throw Error(source + ": reading the tensor data failed at byte " +
+                  std::to_string(copy_begin_ + done) + " of " + std::to_string(file_.size()) +
+                  " (" + why + "; was the file changed while loading?)");
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+}
+
+const std::byte* SafetensorsFile::address(uint64_t file_offset) const {
+  if (copy_.data() != nullptr) return copy_.data() + (file_offset - copy_begin_);
+  return reinterpret_cast<const std::byte*>(file_.data()) + file_offset;
 }
 
 TensorView SafetensorsFile::tensor(std::string_view name) const {
@@ -260,14 +300,15 @@ TensorView SafetensorsFile::tensor(std::string_view name) const {
                           shape_text(t->shape) +
                           "); Strata supports rank <= " + std::to_string(TensorView::kMaxRank));
   }
-  // mmap returns page-aligned memory, so file offset alignment is pointer alignment.
+  // mmap returns page-aligned memory and the copy keeps offsets modulo 64, so file offset
+  // alignment is pointer alignment.
   if (t->file_offset % static_cast<uint64_t>(dtype_size(t->dtype)) != 0) {
     report.fail(name, "data at file offset " + std::to_string(t->file_offset) +
                           " is not aligned to its " + std::to_string(dtype_size(t->dtype)) +
                           "-byte elements; re-save the checkpoint with the safetensors library");
   }
   TensorView view;
-  view.data = file_.data() + t->file_offset;  // non-null: the file holds at least the prefix
+  view.data = address(t->file_offset);  // non-null: the file holds at least the prefix
   view.dtype = t->dtype;
   view.rank = static_cast<int32_t>(t->shape.size());
   std::copy(t->shape.begin(), t->shape.end(), view.shape.begin());

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/huge_page_buffer.h"
 #include "core/mapped_file.h"
 #include "core/tensor_view.h"
 
@@ -53,15 +54,32 @@ struct SafetensorsTable {
 SafetensorsTable parse_safetensors(std::span<const uint8_t> file_bytes,
                                    std::string_view source_name);
 
-// Owns one mmaped safetensors file and its validated table; hands out views into the mapping.
+// Where the tensor bytes a view points at live.
+enum class WeightResidency {
+  // In the file's mapping: zero copies, pages come from the page cache on first touch (4 KiB
+  // pages, a fault each), and the kernel may drop them under memory pressure (`--mmap`).
+  kMapped,
+  // Read once at open into anonymous memory advised for transparent huge pages (HugePageBuffer):
+  // every page is present before the first step, and a step's weight reads walk 2 MiB pages.
+  // Costs the data's size in memory beside whatever page cache the read leaves.
+  kAnonymous,
+};
+
+// Owns one mmaped safetensors file and its validated table; hands out views into the mapping, or
+// into an anonymous copy of the data section (WeightResidency::kAnonymous).
 // Invariants: the table was validated against the mapped bytes, so every tensor lies inside the
-// mapping. Views stay valid for the lifetime of the object, including across moves. Move-only;
-// const methods are thread-safe. Cost: open() maps the file and parses the JSON header (O(header
-// bytes + n log n)); tensor() is a binary search and never copies or touches tensor data.
+// mapping (and the copy); a tensor's address has the same alignment modulo 64 in both. Views stay
+// valid for the lifetime of the object, including across moves. Move-only; const methods are
+// thread-safe. Cost: open() maps the file and parses the JSON header (O(header bytes + n log n));
+// kAnonymous then reads the data section once with pread (no page faults on the file). tensor()
+// is a binary search and never copies or touches tensor data.
 class SafetensorsFile {
  public:
-  // Maps and validates `path`; throws strata::Error (see parse_safetensors).
-  static SafetensorsFile open(const std::filesystem::path& path);
+  // Maps and validates `path`; throws strata::Error (see parse_safetensors), and for kAnonymous
+  // when the memory cannot be allocated or the file cannot be read to its validated end (it
+  // shrank after it was mapped).
+  static SafetensorsFile open(const std::filesystem::path& path,
+                              WeightResidency residency = WeightResidency::kMapped);
 
   const std::filesystem::path& path() const { return file_.path(); }
   const SafetensorsTable& table() const { return table_; }
@@ -74,9 +92,17 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile(MappedFile file, SafetensorsTable table);
+  // kAnonymous: reads the data section into copy_.
+  void read_into_memory();
+  // The tensor at `file_offset`, in the mapping or the copy.
+  const std::byte* address(uint64_t file_offset) const;
 
   MappedFile file_;
   SafetensorsTable table_;
+  // kAnonymous: the file's bytes from copy_begin_ (the data section's start rounded down to 64
+  // bytes, keeping every tensor's alignment) to its end; empty for kMapped.
+  HugePageBuffer copy_;
+  uint64_t copy_begin_ = 0;
 };
 
 }  // namespace strata::model

@@ -121,7 +121,7 @@ int64_t checked_numel(const std::string& name, const std::vector<int64_t>& shape
 
 }  // namespace
 
-WeightStore WeightStore::open(const fs::path& model_dir) {
+WeightStore WeightStore::open(const fs::path& model_dir, WeightResidency residency) {
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec)) {
     throw Error("model directory '" + model_dir.string() +
@@ -131,9 +131,9 @@ WeightStore WeightStore::open(const fs::path& model_dir) {
   const fs::path single = model_dir / kSingleFile;
   const fs::path index = model_dir / kIndexFile;
   if (is_file(single)) {
-    store.add_file(SafetensorsFile::open(single));
+    store.add_file(SafetensorsFile::open(single, residency));
   } else if (is_file(index)) {
-    store.open_sharded(model_dir, index);
+    store.open_sharded(model_dir, index, residency);
   } else {
     throw Error("no weights in model directory '" + model_dir.string() + "': looked for " +
                 kSingleFile + " and " + kIndexFile);
@@ -154,7 +154,8 @@ void WeightStore::add_file(SafetensorsFile file) {
   files_.push_back(std::move(file));
 }
 
-void WeightStore::open_sharded(const fs::path& model_dir, const fs::path& index_path) {
+void WeightStore::open_sharded(const fs::path& model_dir, const fs::path& index_path,
+                               WeightResidency residency) {
   const std::map<std::string, std::string> weight_map = read_weight_map(index_path);
   const std::set<std::string> shard_names = [&] {
     std::set<std::string> names;
@@ -167,7 +168,7 @@ void WeightStore::open_sharded(const fs::path& model_dir, const fs::path& index_
       throw Error("shard " + quote(shard) + " named in '" + index_path.string() +
                   "' is missing from '" + model_dir.string() + "' (incomplete download?)");
     }
-    add_file(SafetensorsFile::open(shard_path));
+    add_file(SafetensorsFile::open(shard_path, residency));
   }
   for (const auto& [tensor, shard] : weight_map) {
     const auto it = entries_.find(tensor);
@@ -201,15 +202,13 @@ WeightStore WeightStore::dummy(const TensorShapes& shapes, DType dtype, uint64_t
     }
     offsets.push_back(padded / kArenaAlign * kArenaAlign);
   }
-  try {
-    store.arena_ = std::make_unique_for_overwrite<std::byte[]>(std::max<size_t>(end, 1));
-  } catch (const std::bad_alloc&) {
-    throw Error(store.source_ + ": cannot allocate " + std::to_string(end) + " bytes");
-  }
+  // The same huge-page memory a checkpoint is read into, so dummy and real weights run at the
+  // same speed.
+  store.arena_ = HugePageBuffer(std::max<size_t>(end, 1), store.source_);
   for (size_t i = 0; i < shapes.size(); ++i) {
     const auto& [name, shape] = shapes[i];
     TensorView view;
-    view.data = store.arena_.get() + offsets[i];
+    view.data = store.arena_.data() + offsets[i];
     view.dtype = dtype;
     view.rank = static_cast<int32_t>(shape.size());
     std::copy(shape.begin(), shape.end(), view.shape.begin());
@@ -223,7 +222,8 @@ WeightStore WeightStore::dummy(const TensorShapes& shapes, DType dtype, uint64_t
       throw Error(store.source_ + ": tensor " + quote(name) + " has an invalid value range [" +
                   std::to_string(range.low) + ", " + std::to_string(range.high) + "]");
     }
-    fill_uniform(store.arena_.get() + offsets[i], view.numel(), dtype, seed ^ fnv1a64(name), range);
+    fill_uniform(store.arena_.data() + offsets[i], view.numel(), dtype, seed ^ fnv1a64(name),
+                 range);
   }
   return store;
 }

@@ -1,7 +1,7 @@
 #pragma once
-// WeightStore: every weight tensor of one model, by Hugging Face name, either mapped from the
-// checkpoint's safetensors files (zero copies) or owned and filled with seeded random values
-// (`--load-format dummy`).
+// WeightStore: every weight tensor of one model, by Hugging Face name, either read from the
+// checkpoint's safetensors files (into huge-page anonymous memory, or mapped with zero copies) or
+// owned and filled with seeded random values (`--load-format dummy`).
 
 #include <cstddef>
 #include <cstdint>
@@ -40,18 +40,21 @@ struct DummyWeightsConfig {
 // (name, shape) pairs, in any order; names must be unique.
 using TensorShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
-// Owns the weights of one model: the mmaped safetensors files of a checkpoint directory, or one
-// arena of owned dummy tensors. Invariants: every name maps to exactly one tensor; views returned
-// by get() stay valid for the store's lifetime, including across moves. Move-only; const methods
-// are thread-safe. Cost: open() maps each file and parses its header (no tensor data is read);
-// dummy() allocates once and writes every element; get() is a map lookup plus a binary search.
+// Owns the weights of one model: the safetensors files of a checkpoint directory (each mapped, its
+// data section also copied into anonymous memory unless WeightResidency::kMapped), or one
+// huge-page arena of owned dummy tensors. Invariants: every name maps to exactly one tensor; views
+// returned by get() stay valid for the store's lifetime, including across moves. Move-only; const
+// methods are thread-safe. Cost: open() maps each file and parses its header, then (kAnonymous)
+// reads every tensor byte once; kMapped reads no tensor data. dummy() allocates once and writes
+// every element; get() is a map lookup plus a binary search.
 class WeightStore {
  public:
   // Loads `model_dir`/model.safetensors or, when absent, the shards named by
   // `model_dir`/model.safetensors.index.json. Throws strata::Error when the directory has neither,
   // a shard is missing or malformed, a tensor listed in the index is absent from its shard, or a
-  // tensor appears in two shards.
-  static WeightStore open(const std::filesystem::path& model_dir);
+  // tensor appears in two shards, or (kAnonymous) the weights do not fit in memory.
+  static WeightStore open(const std::filesystem::path& model_dir,
+                          WeightResidency residency = WeightResidency::kMapped);
 
   // Allocates each tensor of `shapes` as `dtype` (F32, BF16, F16 or F64) and fills it
   // deterministically from `seed`: element i of tensor `name` is
@@ -85,12 +88,12 @@ class WeightStore {
 
   explicit WeightStore(std::string source) : source_(std::move(source)) {}
   void add_file(SafetensorsFile file);
-  void open_sharded(const std::filesystem::path& model_dir,
-                    const std::filesystem::path& index_path);
+  void open_sharded(const std::filesystem::path& model_dir, const std::filesystem::path& index_path,
+                    WeightResidency residency);
 
   std::string source_;
   std::vector<SafetensorsFile> files_;
-  std::unique_ptr<std::byte[]> arena_;  // owned (dummy) tensor data
+  HugePageBuffer arena_;  // owned (dummy) tensor data
   std::map<std::string, Entry, std::less<>> entries_;
 };
 

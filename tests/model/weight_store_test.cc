@@ -193,6 +193,52 @@ TEST(WeightStoreTest, ViewsSurviveMovingTheStore) {
   EXPECT_EQ(load_as_f32(before.data, before.dtype, 1), 6.0f);
 }
 
+// WeightResidency::kAnonymous: the same bytes as the mapping, at an address of the same alignment
+// modulo 64, in memory of the store's own (not the file's mapping), kept across moves.
+TEST(WeightStoreTest, AnonymousCopyHoldsTheMappedBytes) {
+  TempDir dir;
+  write_file(dir / "model-00001-of-00002.safetensors",
+             safetensors_bytes({f32_tensor("embed", {40, 3}, 0), f32_tensor("l0", {7}, 100)}));
+  write_file(dir / "model-00002-of-00002.safetensors",
+             safetensors_bytes({f32_tensor("l1", {3}, 200)}));
+  write_index(dir, R"({"embed":"model-00001-of-00002.safetensors",)"
+                   R"("l0":"model-00001-of-00002.safetensors",)"
+                   R"("l1":"model-00002-of-00002.safetensors"})");
+  const WeightStore mapped = WeightStore::open(dir.path(), WeightResidency::kMapped);
+  WeightStore copied = WeightStore::open(dir.path(), WeightResidency::kAnonymous);
+  for (const std::string& name : mapped.names()) {
+    const TensorView m = mapped.get(name);
+    const TensorView c = copied.get(name);
+    EXPECT_NE(m.data, c.data) << name;
+    EXPECT_EQ(std::memcmp(m.data, c.data, static_cast<size_t>(m.nbytes())), 0) << name;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(m.data) % 64, reinterpret_cast<uintptr_t>(c.data) % 64)
+        << name;
+  }
+  const TensorView before = copied.get("l1");
+  const WeightStore moved = std::move(copied);
+  EXPECT_EQ(moved.get("l1").data, before.data);
+  EXPECT_EQ(load_as_f32(before.data, before.dtype, 2), 202.0f);
+}
+
+// A misaligned tensor is named in either residency, never read through a misaligned pointer.
+TEST(WeightStoreTest, MisalignedTensorIsNamedInBothResidencies) {
+  TempDir dir;
+  // A 1-byte U8 tensor first puts the F32 tensor at data offset 1.
+  std::string header = R"({"u":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                       R"("f":{"dtype":"F32","shape":[1],"data_offsets":[1,5]}})";
+  while ((8 + header.size()) % 8 != 0) header += ' ';
+  std::string file(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(file.data(), &n, sizeof(n));
+  file += header + std::string(5, '\x01');
+  write_file(dir / "model.safetensors", file);
+  for (const WeightResidency r : {WeightResidency::kMapped, WeightResidency::kAnonymous}) {
+    const WeightStore store = WeightStore::open(dir.path(), r);
+    const std::string msg = error_of([&] { (void)store.get("f"); });
+    EXPECT_CONTAINS(msg, "is not aligned");
+  }
+}
+
 const TensorShapes kDummyShapes = {
     {"model.embed_tokens.weight", {16, 8}},
     {"model.norm.weight", {8}},

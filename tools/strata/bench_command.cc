@@ -366,6 +366,8 @@ int run_bench(const BenchOptions& o) {
   load.load_format =
       o.load_format == "dummy" ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
   load.dummy_dtype = parse_weight_dtype(o.dummy_dtype);
+  load.weight_residency =
+      o.mmap_weights ? model::WeightResidency::kMapped : model::WeightResidency::kAnonymous;
   const EngineConfig config = bench_engine_config(o);
   // On the CPU the model is loaded once and every run borrows it; on the GPU each engine loads
   // its own (dummy weights are generated on the device in about a second).

@@ -20,6 +20,13 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
   const bool serving = flags == EngineFlags::kServing;
   cmd.add_option("--load-format", o.load_format, "auto (safetensors) or dummy (random weights)")
       ->check(CLI::IsMember({"auto", "dummy"}));
+  cmd.add_flag("--mmap", o.mmap_weights,
+               "cpu: read weights in place from the mapped safetensors files (4 KiB page-cache "
+               "pages, nothing copied) instead of copying them into huge-page memory at start");
+  cmd.add_option("--cpu-matmul-precision", o.cpu_matmul_precision,
+                 "cpu: fp32 (exact, the default) or bf16: BF16 weights multiplied on the BF16 "
+                 "dot-product instructions with activations rounded to BF16 (AVX-512 BF16)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd.add_option("--dummy-dtype", o.dummy_dtype, "dummy weights' dtype: bfloat16, float16, float32");
   cmd.add_option("--threads", o.threads, "CPU worker threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
@@ -183,6 +190,8 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.structured_output_max_grammar_depth = o.structured_output_max_grammar_depth;
   c.structured_output_cache_size = o.structured_output_cache_size;
   c.dummy_weights = o.load_format == "dummy";
+  c.mmap_weights = o.mmap_weights;
+  c.cpu_bf16_matmul = o.cpu_matmul_precision == "bf16";
   c.dummy_dtype = parse_weight_dtype(o.dummy_dtype);
   c.num_threads = o.threads;
   c.device = o.device == "cuda" ? Device::kCuda

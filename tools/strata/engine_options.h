@@ -22,6 +22,8 @@ struct EngineOptions {
   std::string model_dir;
   std::string tokenizer_dir;            // --tokenizer; empty = model_dir
   std::string load_format = "auto";     // auto (safetensors) or dummy
+  bool mmap_weights = false;            // --mmap: serve weights from the mapped file
+  std::string cpu_matmul_precision = "fp32";  // fp32 or bf16 (AVX-512 BF16)
   int32_t structured_output_max_states = 1 << 16;
   int32_t structured_output_max_grammar_depth = 6;
   int32_t structured_output_cache_size = 64;

@@ -213,17 +213,20 @@ void linear_bf16_avx512(const float* x, const TensorView& weight, const TensorVi
                    });
 }
 
-thread_local LinearPrecision t_precision = LinearPrecision::kF32;
+// Process-wide, not per thread: a forward pass's linear() calls also run on pool workers (the
+// MoE block runs whole experts on them), which must follow the scope the step loop opened.
+std::atomic<LinearPrecision> g_precision{LinearPrecision::kF32};
 
 }  // namespace
 
-LinearPrecisionScope::LinearPrecisionScope(LinearPrecision precision) : saved_(t_precision) {
-  t_precision = precision;
+LinearPrecisionScope::LinearPrecisionScope(LinearPrecision precision)
+    : saved_(g_precision.exchange(precision, std::memory_order_relaxed)) {}
+
+LinearPrecisionScope::~LinearPrecisionScope() {
+  g_precision.store(saved_, std::memory_order_relaxed);
 }
 
-LinearPrecisionScope::~LinearPrecisionScope() { t_precision = saved_; }
-
-LinearPrecision current_linear_precision() { return t_precision; }
+LinearPrecision current_linear_precision() { return g_precision.load(std::memory_order_relaxed); }
 
 bool linear_precision_supported(LinearPrecision precision) {
   switch (precision) {
@@ -247,7 +250,8 @@ const char* linear_precision_name(LinearPrecision precision) {
 
 Status linear(const float* x, TensorView weight, TensorView bias, float* out, int64_t m,
               ThreadPool& pool) {
-  if (t_precision == LinearPrecision::kBf16 && weight.dtype == DType::kBF16) {
+  if (weight.dtype == DType::kBF16 &&
+      g_precision.load(std::memory_order_relaxed) == LinearPrecision::kBf16) {
     return detail::linear_bf16(x, weight, bias, out, m, pool);
   }
   return detail::linear_with_isa(best_cpu_isa(), x, weight, bias, out, m, pool);

@@ -34,9 +34,12 @@ namespace strata::cpu {
 //          takes it, so a request's results are still the same alone or in any batch.
 enum class LinearPrecision { kF32, kBf16 };
 
-// Sets the calling thread's precision for its linear() calls until destruction (then restores
-// the one before): the model's forward pass opens one, so every projection under it (the MoE
-// block's included) follows the engine's setting without threading it through each call.
+// Sets the precision of every linear() call in the process, on any thread, until destruction
+// (then restores the one before): the model's forward pass opens one, so every projection under
+// it -- the MoE block's experts on pool workers included -- follows the engine's setting without
+// threading it through each call. Process-wide, so scopes must nest, never overlap from two
+// threads: the CPU engine's single step loop opens one per forward pass (the thread pool already
+// takes one caller at a time).
 class LinearPrecisionScope {
  public:
   explicit LinearPrecisionScope(LinearPrecision precision);
@@ -48,7 +51,7 @@ class LinearPrecisionScope {
   LinearPrecision saved_;
 };
 
-// The calling thread's precision (kF32 outside any scope).
+// The precision in force (kF32 outside any scope).
 LinearPrecision current_linear_precision();
 // Whether this CPU runs `precision` (kBf16 needs AVX-512 BF16).
 bool linear_precision_supported(LinearPrecision precision);
