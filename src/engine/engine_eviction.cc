@@ -41,6 +41,11 @@ Status EngineImpl::check_eviction(const ResolvedKvEviction& e) const {
     return Status::InvalidArgument(what +
                                    " moves single tokens; an int4 KV cache moves whole blocks");
   }
+  // MLA's latent row is K and V at once: ||V|| / ||K|| would be 1 for every token.
+  if (e.policy == KvEvictionPolicy::kPagedEviction && runner_->kv_layout(0).spec().latent) {
+    return Status::InvalidArgument(
+        what + " scores a block by ||V|| / ||K||; an MLA latent cache holds one vector for both");
+  }
   if (e.policy == KvEvictionPolicy::kPagedEviction &&
       !kv::can_score_blocks(runner_->kv_layout(0))) {
     return Status::InvalidArgument(

@@ -345,6 +345,32 @@ TEST_F(KvEvictionEngineTest, PagedEvictionScoresAnInt8Pool) {
   EXPECT_EQ(quantized.tokens.at(0).size(), 24u);
 }
 
+// An MLA latent cache (DeepSeek): StreamingLLM and H2O evict and compact its one row per token
+// and give every block back; PagedEviction, whose score is ||V|| / ||K||, is refused (the latent
+// is both).
+TEST_F(KvEvictionEngineTest, AnMlaLatentCacheEvictsButIsNotScoredByValueOverKey) {
+  model::Model mla = model::Model::load({kModels + "deepseek-v2-mla"});
+  EngineConfig c;
+  c.num_blocks = 64;
+  for (const KvEvictionPolicy p : {KvEvictionPolicy::kStreamingLlm, KvEvictionPolicy::kH2O}) {
+    auto e = engine::create_engine(mla, pool_, c);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    const Result<RequestId> id = (*e)->submit(with(greedy(prompt_of(120, 3), 30), eviction(p, 48)));
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+    const Collected got = drain(**e)[*id];
+    EXPECT_EQ(got.tokens.at(0).size(), 30u) << kv_eviction_policy_name(p);
+    EXPECT_GT(got.metrics.num_evicted_blocks + got.metrics.num_evicted_tokens, 0);
+    EXPECT_EQ((*e)->last_step().num_used_blocks, 0) << "blocks leaked";
+  }
+  auto e = engine::create_engine(mla, pool_, c);
+  ASSERT_TRUE(e.ok());
+  const Result<RequestId> paged =
+      (*e)->submit(with(greedy(prompt_of(40, 1)), eviction(KvEvictionPolicy::kPagedEviction, 16)));
+  ASSERT_FALSE(paged.ok());
+  EXPECT_NE(paged.status().message().find("MLA latent"), std::string::npos)
+      << paged.status().to_string();
+}
+
 TEST_F(KvEvictionEngineTest, RefusesWhatItCannotRun) {
   auto e = make();
   auto no_budget =
