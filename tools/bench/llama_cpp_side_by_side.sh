@@ -54,7 +54,9 @@ llama_bench=$(find_bin llama-bench)
 batched_bench=$(find_bin llama-batched-bench)
 [[ -x "$strata" ]] || die "no strata binary at $strata (set STRATA_BUILD)"
 # llama.cpp's no-mmap spelling changed: --load-mode none in newer builds, -mmp 0 / --no-mmap before.
-if "$llama_bench" --help 2>&1 | grep -q -- "--load-mode"; then
+# (The help is read whole first: grep -q closing the pipe early would fail it under pipefail.)
+bench_help=$("$llama_bench" --help 2>&1 || true)
+if [[ "$bench_help" == *--load-mode* ]]; then
   bench_load=(-lm none) batched_load=(--load-mode none)
 else
   bench_load=(-mmp 0) batched_load=(--no-mmap)
