@@ -128,7 +128,7 @@ class RegionClaims {
 // Splits [m, n] over the pool as the AVX-512 paths do (below) and calls
 // tile(m0, rows, n0, cols, bias) for each claimed range; x_row_bytes sizes the x block.
 template <class Tile>
-void run_avx512_tiles(int64_t m, int64_t n, int64_t k, int64_t x_row_bytes, int64_t group,
+void run_avx512_tiles(int64_t m, int64_t n, int64_t x_row_bytes, int64_t group,
                       const TensorView& bias, ThreadPool& pool, const Tile& tile) {
   const int64_t num_groups = (n + group - 1) / group;
   // Rows of x per block: at most 64, and few enough that the block (re-read once per group of
@@ -136,7 +136,6 @@ void run_avx512_tiles(int64_t m, int64_t n, int64_t k, int64_t x_row_bytes, int6
   constexpr int64_t kXBlockBytes = 512 * 1024;
   const int64_t m_tile = std::clamp<int64_t>(kXBlockBytes / x_row_bytes / 4 * 4, 4, kMTile);
   const int64_t num_m_tiles = (m + m_tile - 1) / m_tile;
-  static_cast<void>(k);
   // The bias as fp32 once per call (n floats; the kernel adds it after the dot product).
   thread_local std::vector<float> bias_f32;
   if (!bias.empty()) {
@@ -180,7 +179,7 @@ void linear_avx512(const float* x, const TensorView& weight, const TensorView& b
   const int64_t k = weight.shape[1];
   const int64_t w_elem_bytes = dtype_size(weight.dtype);
   const char* w = static_cast<const char*>(weight.data);
-  run_avx512_tiles(m, n, k, k * static_cast<int64_t>(sizeof(float)), detail::kAvx512TileCols, bias,
+  run_avx512_tiles(m, n, k * static_cast<int64_t>(sizeof(float)), detail::kAvx512TileCols, bias,
                    pool, [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
                      detail::matmul_nt_avx512(x + m0 * k, k, rows, w + n0 * k * w_elem_bytes,
                                               weight.dtype, cols, k, b, out + m0 * n + n0, n);
@@ -205,9 +204,8 @@ void linear_bf16_avx512(const float* x, const TensorView& weight, const TensorVi
       },
       /*min_chunk=*/16);
   const auto* w = static_cast<const uint16_t*>(weight.data);
-  run_avx512_tiles(m, n, k, ldx * static_cast<int64_t>(sizeof(uint16_t)), detail::kBf16TileCols,
-                   bias, pool,
-                   [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
+  run_avx512_tiles(m, n, ldx * static_cast<int64_t>(sizeof(uint16_t)), detail::kBf16TileCols, bias,
+                   pool, [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
                      detail::matmul_nt_bf16_avx512(xb + m0 * ldx, ldx, rows, w + n0 * k, cols, k, b,
                                                    out + m0 * n + n0, n);
                    });
