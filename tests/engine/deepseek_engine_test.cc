@@ -6,14 +6,11 @@
 // quantized latent cache, other quantized checkpoints).
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +20,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine_testing.h"
+#include "fixture_copy.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "reference_testing.h"
@@ -39,70 +37,18 @@ constexpr int64_t kVocab = 160;
 const fs::path kModels = fs::path(STRATA_TEST_DATA_DIR) / "models";
 
 // A scratch copy of a fixture with its config.json's keys changed and its tensors edited (all
-// F32, as the fixtures are); removed on destruction.
-class EditedFixture {
+// F32, as the fixtures are, plus raw tensors of other dtypes the edit adds).
+class EditedFixture : public test_util::FixtureCopy {
  public:
-  using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
-  // Tensors written as they are: name -> (safetensors dtype, shape, bytes).
-  struct RawTensor {
-    std::string dtype;
-    std::vector<int64_t> shape;
-    std::string bytes;
-  };
-  using RawTensors = std::map<std::string, RawTensor>;
+  using Tensors = test_util::F32Tensors;
+  using RawTensors = test_util::RawTensors;
 
   EditedFixture(const std::string& name, const json& keys,
                 const std::function<void(Tensors&, RawTensors&)>& edit = {})
-      : dir_(fs::path(::testing::TempDir()) / ("deepseek-" + name + "-" + std::to_string(getpid()) +
-                                               "-" + std::to_string(count_++))) {
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::ifstream in(kModels / name / "config.json");
-    json config = json::parse(in);
-    config.update(keys);
-    std::ofstream(dir_ / "config.json") << config.dump(2);
-    const model::SafetensorsFile file =
-        model::SafetensorsFile::open(kModels / name / "model.safetensors");
-    Tensors tensors;
-    for (const model::SafetensorsTensor& t : file.tensors()) {
-      const auto* p = static_cast<const float*>(file.tensor(t.name).data);
-      tensors[t.name] = {t.shape, std::vector<float>(p, p + file.tensor(t.name).numel())};
-    }
-    RawTensors raw;
-    if (edit) edit(tensors, raw);
-    for (const auto& [n, t] : tensors) {
-      raw[n] = {"F32", t.first,
-                std::string(reinterpret_cast<const char*>(t.second.data()), t.second.size() * 4)};
-    }
-    write(raw);
+      : test_util::FixtureCopy(kModels / name) {
+    set_config(keys);
+    if (edit) rewrite_weights(edit);
   }
-  ~EditedFixture() { fs::remove_all(dir_); }
-  EditedFixture(const EditedFixture&) = delete;
-  EditedFixture& operator=(const EditedFixture&) = delete;
-
-  const fs::path& dir() const { return dir_; }
-
- private:
-  void write(const RawTensors& tensors) const {
-    json header = json::object();
-    std::string data;
-    for (const auto& [name, t] : tensors) {
-      header[name] = {{"dtype", t.dtype},
-                      {"shape", t.shape},
-                      {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
-      data += t.bytes;
-      data.append((4 - data.size() % 4) % 4, '\0');  // keep every F32 tensor aligned
-    }
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    const uint64_t len = text.size();
-    std::ofstream out(dir_ / "model.safetensors", std::ios::binary);
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out << text << data;
-  }
-
-  static inline int count_ = 0;
-  fs::path dir_;
 };
 
 class DeepseekEngineTest : public ::testing::Test {
@@ -228,14 +174,13 @@ TEST(DeepseekRefusalTest, TheEngineRefusesMlaOnCudaByName) {
 // YaRN's attention factor scales cos and sin on the CPU only: a YaRN-scaled Llama is refused on
 // the GPU in one line rather than run without it.
 TEST(DeepseekRefusalTest, YarnRopeIsRefusedOnCudaByName) {
-  // A scratch directory holding llama3-gqa's config with YaRN (refused before any weight loads).
-  const EditedFixture m("deepseek-v2-mla", json::object());
-  std::ifstream in(kModels / "llama3-gqa" / "config.json");
-  json config = json::parse(in);
+  // llama3-gqa with YaRN (refused before any weight loads).
+  const test_util::FixtureCopy m(kModels / "llama3-gqa");
+  json config = m.config();
   config["rope_scaling"] = {
       {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 256}};
   config.erase("rope_parameters");
-  std::ofstream(m.dir() / "config.json", std::ios::trunc) << config.dump();
+  m.write_config(config);
   EngineConfig c;
   c.model_dir = m.dir().string();
   c.device = Device::kCuda;

@@ -8,14 +8,12 @@
 // final_logit_softcapping applied to every logit; and --device cuda refused at start in one line.
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +21,7 @@
 
 #include "core/thread_pool.h"
 #include "engine_testing.h"
+#include "fixture_copy.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "reference_testing.h"
@@ -43,53 +42,17 @@ json read_json(const fs::path& path) {
   return json::parse(in);
 }
 
-// F32 tensors by name: shape and values.
-using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
+using test_util::F32Tensors;
 
-Tensors fixture_tensors() {
-  const model::SafetensorsFile file = model::SafetensorsFile::open(kFixture / "model.safetensors");
-  Tensors tensors;
-  for (const model::SafetensorsTensor& t : file.tensors()) {
-    const TensorView v = file.tensor(t.name);
-    const auto* p = static_cast<const float*>(v.data);
-    tensors[t.name] = {t.shape, std::vector<float>(p, p + v.numel())};
-  }
-  return tensors;
-}
+F32Tensors fixture_tensors() { return test_util::read_f32_tensors(kFixture / "model.safetensors"); }
 
-// A scratch model directory (removed on destruction) holding config and tensors.
-class ScratchModel {
+// A scratch model directory holding config and tensors.
+class ScratchModel : public test_util::FixtureCopy {
  public:
-  ScratchModel(const json& config, const Tensors& tensors)
-      : dir_(fs::path(::testing::TempDir()) /
-             ("gemma3-" + std::to_string(getpid()) + "-" + std::to_string(count_++))) {
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "config.json") << config.dump(2);
-    json header = json::object();
-    std::string data;
-    for (const auto& [name, t] : tensors) {
-      header[name] = {{"dtype", "F32"},
-                      {"shape", t.first},
-                      {"data_offsets", {data.size(), data.size() + t.second.size() * 4}}};
-      data.append(reinterpret_cast<const char*>(t.second.data()), t.second.size() * 4);
-    }
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    const uint64_t len = text.size();
-    std::ofstream out(dir_ / "model.safetensors", std::ios::binary);
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out << text << data;
+  ScratchModel(const json& config, const F32Tensors& tensors) : test_util::FixtureCopy(kFixture) {
+    write_config(config);
+    test_util::write_safetensors(dir() / "model.safetensors", tensors);
   }
-  ~ScratchModel() { fs::remove_all(dir_); }
-  ScratchModel(const ScratchModel&) = delete;
-  ScratchModel& operator=(const ScratchModel&) = delete;
-
-  const fs::path& dir() const { return dir_; }
-
- private:
-  static inline int count_ = 0;
-  fs::path dir_;
 };
 
 class Gemma3EngineTest : public ::testing::Test {
@@ -132,7 +95,7 @@ TEST_F(Gemma3EngineTest, AWindowPastThePromptIsTransformersNoWindowKnockout) {
 TEST_F(Gemma3EngineTest, UnitNormWeightsAreTransformersUnitNormsKnockout) {
   // Every norm, q/k and sandwich norms included: a norm the engine skipped or read as weight
   // rather than 1 + weight would not land within tolerance.
-  Tensors tensors = fixture_tensors();
+  F32Tensors tensors = fixture_tensors();
   int num_norms = 0;
   for (auto& [name, t] : tensors) {
     if (name.find("norm") == std::string::npos || t.first.size() != 1) continue;
@@ -185,7 +148,7 @@ TEST_F(Gemma3EngineTest, TheMultimodalLayoutServesItsTextModelBitForBit) {
   // transformers 4 (the hub's checkpoints): language_model.model.*; transformers 5:
   // model.language_model.*.
   for (const bool v5 : {false, true}) {
-    Tensors tensors;
+    F32Tensors tensors;
     for (auto& [name, t] : fixture_tensors()) {
       ASSERT_EQ(name.rfind("model.", 0), 0u) << name;
       tensors[v5 ? "model.language_model." + name.substr(6) : "language_model." + name] = t;

@@ -6,14 +6,10 @@
 // or misshapen expert tensor.
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,6 +18,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine_testing.h"
+#include "fixture_copy.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "reference_testing.h"
@@ -38,65 +35,12 @@ constexpr double kReferenceTolerance = 1e-4;
 constexpr double kInvarianceTolerance = 1e-5;
 const fs::path kModels = fs::path(STRATA_TEST_DATA_DIR) / "models";
 
-// A scratch copy of a fixture directory (removed on destruction).
-class FixtureCopy {
+using test_util::F32Tensors;
+
+// A scratch copy of the fixture `name`.
+class FixtureCopy : public test_util::FixtureCopy {
  public:
-  explicit FixtureCopy(const std::string& name)
-      : from_(kModels / name),
-        dir_(fs::path(::testing::TempDir()) /
-             ("moe-" + name + "-" + std::to_string(getpid()) + "-" + std::to_string(count_++))) {
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
-      fs::copy_file(from_ / f, dir_ / f);
-    }
-  }
-  ~FixtureCopy() { fs::remove_all(dir_); }
-  FixtureCopy(const FixtureCopy&) = delete;
-  FixtureCopy& operator=(const FixtureCopy&) = delete;
-
-  const fs::path& dir() const { return dir_; }
-
-  // Sets config.json's top-level keys.
-  void set_config(const json& keys) {
-    std::ifstream in(dir_ / "config.json");
-    json config = json::parse(in);
-    config.update(keys);
-    std::ofstream(dir_ / "config.json", std::ios::trunc) << config.dump(2);
-  }
-
-  // Rewrites model.safetensors from the fixture's tensors, through edit(name -> (shape, F32
-  // values)): a tensor it erases is dropped, one it adds is written.
-  using Tensors = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>;
-  template <typename Edit>
-  void rewrite_weights(Edit edit) {
-    const model::SafetensorsFile file = model::SafetensorsFile::open(from_ / "model.safetensors");
-    Tensors tensors;
-    for (const model::SafetensorsTensor& t : file.tensors()) {
-      const auto* p = static_cast<const float*>(file.tensor(t.name).data);
-      tensors[t.name] = {t.shape, std::vector<float>(p, p + file.tensor(t.name).numel())};
-    }
-    edit(tensors);
-    json header = json::object();
-    std::string data;
-    for (const auto& [name, t] : tensors) {
-      header[name] = {{"dtype", "F32"},
-                      {"shape", t.first},
-                      {"data_offsets", {data.size(), data.size() + t.second.size() * 4}}};
-      data.append(reinterpret_cast<const char*>(t.second.data()), t.second.size() * 4);
-    }
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    const uint64_t len = text.size();
-    std::ofstream out(dir_ / "model.safetensors", std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out << text << data;
-  }
-
- private:
-  static inline int count_ = 0;
-  fs::path from_;
-  fs::path dir_;
+  explicit FixtureCopy(const std::string& name) : test_util::FixtureCopy(kModels / name) {}
 };
 
 class MoeEngineTest : public ::testing::Test {
@@ -152,7 +96,7 @@ TEST_F(MoeEngineTest, FusedExpertTensorsGiveTheSameLogitsAsPerExpertTensors) {
     const std::string down = mixtral ? "w2" : "down_proj";
     const int64_t num_experts = mixtral ? 4 : 8, inter = mixtral ? 128 : 48, hidden = 64;
     FixtureCopy copy(fixture);
-    copy.rewrite_weights([&](FixtureCopy::Tensors& t) {
+    copy.rewrite_weights([&](F32Tensors& t) {
       for (int l = 0; l < 2; ++l) {
         const std::string from = "model.layers." + std::to_string(l) + "." + block;
         const std::string to = "model.layers." + std::to_string(l) + ".mlp.";
@@ -188,7 +132,7 @@ TEST_F(MoeEngineTest, AMissingOrMisshapenExpertTensorIsAnErrorNamingIt) {
   {
     FixtureCopy copy("qwen3-moe");
     copy.rewrite_weights(
-        [](FixtureCopy::Tensors& t) { t.erase("model.layers.1.mlp.experts.5.up_proj.weight"); });
+        [](F32Tensors& t) { t.erase("model.layers.1.mlp.experts.5.up_proj.weight"); });
     try {
       model::Model::load({copy.dir()});
       ADD_FAILURE() << "loaded without expert 5's up_proj";
@@ -200,7 +144,7 @@ TEST_F(MoeEngineTest, AMissingOrMisshapenExpertTensorIsAnErrorNamingIt) {
   }
   {
     FixtureCopy copy("mixtral-moe");
-    copy.rewrite_weights([](FixtureCopy::Tensors& t) {
+    copy.rewrite_weights([](F32Tensors& t) {
       auto& router = t.at("model.layers.0.block_sparse_moe.gate.weight");
       router.first = {2, 128};  // the same 256 floats, the wrong shape
     });
