@@ -1,6 +1,7 @@
 #include "kernels/cpu/gemm_bf16_avx512.h"
 
 #include "kernels/cpu/avx512_target.h"
+#include "kernels/cpu/avx512_tile.h"
 
 #include <algorithm>
 #include <cstring>
@@ -19,47 +20,6 @@ namespace {
 constexpr int kRows = 4;              // rows of x per register tile
 constexpr int kCols = kBf16TileCols;  // rows of W per register tile (4 x 6 = 24 accumulators)
 constexpr int64_t kStep = 32;         // BF16 elements per vdpbf16ps
-
-// The lane sums of four accumulators in linear_avx512.cc's fixed tree: element j of the result
-// is a_j's 16 lanes added as (l, l + 8), then (l, l + 4), then (l, l + 2), then (l, l + 1), so
-// element j depends on a_j alone.
-STRATA_AVX512_BF16 inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 s2 = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  const __m512 s3 = _mm512_add_ps(s2, _mm512_permute_ps(s2, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m512i first_of_each_quarter =
-      _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(first_of_each_quarter, s3));
-}
-
-template <int R, int C>
-STRATA_AVX512_BF16 inline void store_tile(const __m512 (&acc)[R][C], const float* bias, float* out,
-                                          int64_t ldo) {
-  const __m512 zero = _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r) {
-    for (int c0 = 0; c0 < C; c0 += 4) {
-      __m128 s = reduce4(acc[r][c0], c0 + 1 < C ? acc[r][c0 + 1] : zero,
-                         c0 + 2 < C ? acc[r][c0 + 2] : zero, c0 + 3 < C ? acc[r][c0 + 3] : zero);
-      const auto cols = static_cast<__mmask8>((1u << std::min(4, C - c0)) - 1u);
-      if (bias != nullptr) s = _mm_add_ps(s, _mm_maskz_loadu_ps(cols, bias + c0));
-      _mm_mask_storeu_ps(out + r * ldo + c0, cols, s);
-    }
-  }
-}
-
-// The next weight group's lines a tile prefetches while it computes, spread evenly over its k
-// steps (as linear_avx512.cc's PrefetchRange: a decode step streams every weight from DRAM).
-struct PrefetchRange {
-  const char* group = nullptr;  // the next group's first row
-  int64_t first = 0;            // this tile's first line
-  int64_t lines = 0;            // 0: prefetch nothing
-  int64_t row_bytes = 0;        // bytes between the group's rows
-};
 
 template <int R, int C>
 STRATA_AVX512_BF16 void dot_tile(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t k,
