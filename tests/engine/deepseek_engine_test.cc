@@ -157,18 +157,10 @@ TEST_F(DeepseekEngineTest, DummyWeightsOfADeepseekConfigGenerate) {
 
 // The GPU runner has no MLA yet: refused at start in one line naming it, before any load.
 TEST(DeepseekRefusalTest, TheEngineRefusesMlaOnCudaByName) {
-  for (const std::string fixture : {"deepseek-v2-mla", "deepseek-v3-mla"}) {
-    EngineConfig c;
-    c.model_dir = (kModels / fixture).string();
-    c.device = Device::kCuda;
-    auto e = Engine::create(c);
-    ASSERT_FALSE(e.ok()) << fixture;
-    const std::string what = e.status().message();
-    EXPECT_NE(what.find("--device cuda:"), std::string::npos) << what;
-    EXPECT_NE(what.find("Multi-head Latent Attention"), std::string::npos) << what;
-    EXPECT_NE(what.find("--device cpu"), std::string::npos) << what;
-    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-  }
+  test_util::expect_refused_on_cuda(kModels / "deepseek-v2-mla", "DeepseekV2ForCausalLM",
+                                    "Multi-head Latent Attention");
+  test_util::expect_refused_on_cuda(kModels / "deepseek-v3-mla", "DeepseekV3ForCausalLM",
+                                    "Multi-head Latent Attention");
 }
 
 // YaRN's attention factor scales cos and sin on the CPU only: a YaRN-scaled Llama is refused on
@@ -181,13 +173,7 @@ TEST(DeepseekRefusalTest, YarnRopeIsRefusedOnCudaByName) {
       {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 256}};
   config.erase("rope_parameters");
   m.write_config(config);
-  EngineConfig c;
-  c.model_dir = m.dir().string();
-  c.device = Device::kCuda;
-  auto e = Engine::create(c);
-  ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("--device cuda: YaRN RoPE scaling"), std::string::npos)
-      << e.status().message();
+  test_util::expect_refused_on_cuda(m.dir(), "YaRN RoPE scaling", "CPU engine");
 }
 
 TEST(DeepseekRefusalTest, AQuantizedLatentCacheIsRefusedByName) {

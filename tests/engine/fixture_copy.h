@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/safetensors.h"
+#include "strata/engine.h"
 
 namespace strata::engine::test_util {
 
@@ -67,6 +68,23 @@ inline void write_safetensors(const std::filesystem::path& file, const F32Tensor
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(&len), 8);
   out << text << data;
+}
+
+// An architecture the GPU runner does not have: Engine::create with --device cuda refuses the
+// model in model_dir at start, in one line holding "--device cuda: " + what and the reason, and
+// pointing at --device cpu (on any build, with or without CUDA or a device).
+inline void expect_refused_on_cuda(const std::filesystem::path& model_dir, const std::string& what,
+                                   const std::string& reason) {
+  EngineConfig c;
+  c.model_dir = model_dir.string();
+  c.device = Device::kCuda;
+  auto e = Engine::create(c);
+  ASSERT_FALSE(e.ok()) << model_dir;
+  const std::string message = e.status().message();
+  EXPECT_NE(message.find("--device cuda: " + what), std::string::npos) << message;
+  EXPECT_NE(message.find(reason), std::string::npos) << message;
+  EXPECT_NE(message.find("--device cpu"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
 class FixtureCopy {
