@@ -31,7 +31,7 @@ HugePageBuffer::HugePageBuffer(size_t bytes, std::string_view what) {
   }
   map_ = p;
   const auto base = reinterpret_cast<uintptr_t>(p);
-  data_ = reinterpret_cast<std::byte*>((base + kAlign - 1) / kAlign * kAlign);
+  data_ = static_cast<std::byte*>(p) + ((kAlign - base % kAlign) % kAlign);
   size_ = bytes;
   // Advice only: a kernel without transparent huge pages keeps 4 KiB pages, which still work.
   (void)madvise(data_, rounded, MADV_HUGEPAGE);
