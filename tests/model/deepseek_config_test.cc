@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config_testing.h"
 #include "core/error.h"
 #include "model/hf_config.h"
 #include "model/rope.h"
@@ -50,25 +51,15 @@ constexpr const char* kDeepSeekV3 = R"({
   "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "v_head_dim": 128,
   "vocab_size": 129280})";
 
+// base with keys set (json::update: a null sets the key to null, an object replaces the key's).
 json patched(const json& base, const json& keys) {
   json j = base;
   j.update(keys);
   return j;
 }
 
-ModelConfig parse(const json& j) { return parse_model_config_text(j.dump(), "config.json"); }
-
-std::string error_of(const json& j) {
-  try {
-    parse(j);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+using config_testing::error_of;
+using config_testing::parse;
 
 TEST(DeepseekConfigTest, DeepSeekV2LiteAsPublished) {
   const ModelConfig c = parse(kV2Lite);

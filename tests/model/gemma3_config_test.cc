@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config_testing.h"
 #include "core/error.h"
 #include "model/hf_config.h"
 
@@ -54,27 +55,9 @@ std::string fixture_config() {
   return s.str();
 }
 
-ModelConfig parse(const std::string& text) { return parse_model_config_text(text, "config.json"); }
-ModelConfig parse(const json& j) { return parse(j.dump()); }
-
-json patched(const std::string& base, const json& patch) {
-  json j = json::parse(base);
-  j.merge_patch(patch);
-  return j;
-}
-
-std::string error_of(const json& j) {
-  try {
-    (void)parse(j);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no strata::Error for " << j.dump();
-  return "";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+using config_testing::error_of;
+using config_testing::parse;
+using config_testing::patched;
 
 // Every pattern-th layer global, the rest windowed.
 std::vector<int32_t> pattern_windows(int32_t layers, int32_t pattern, int32_t window) {

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config_testing.h"
 #include "core/error.h"
 #include "model_test_files.h"
 
@@ -89,31 +90,9 @@ constexpr const char* kQwen3_8B = R"({
   "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
   "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
 
-ModelConfig parse(const std::string& text) { return parse_model_config_text(text, "config.json"); }
-ModelConfig parse(const char* text) { return parse(std::string(text)); }
-ModelConfig parse(const json& j) { return parse(j.dump()); }
-
-// `base` with `patch` merged in (RFC 7396: null deletes a key).
-json patched(const char* base, const json& patch) {
-  json j = json::parse(base);
-  j.merge_patch(patch);
-  return j;
-}
-
-std::string error_of(const std::string& text) {
-  try {
-    (void)parse(text);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no strata::Error for " << text;
-  return "";
-}
-std::string error_of(const char* text) { return error_of(std::string(text)); }
-std::string error_of(const json& j) { return error_of(j.dump()); }
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+using config_testing::error_of;
+using config_testing::parse;
+using config_testing::patched;
 
 std::vector<int32_t> all_layers(size_t n, int32_t window) {
   return std::vector<int32_t>(n, window);

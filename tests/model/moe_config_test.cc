@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config_testing.h"
 #include "core/error.h"
 #include "model/hf_config.h"
 
@@ -41,28 +42,9 @@ constexpr const char* kQwen3_30B_A3B = R"({
   "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
   "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
 
-json patched(const char* base, const json& keys) {
-  json j = json::parse(base);
-  j.update(keys);
-  for (auto it = keys.begin(); it != keys.end(); ++it) {
-    if (it.value().is_null()) j.erase(it.key());  // null in the patch: the key is absent
-  }
-  return j;
-}
-
-ModelConfig parse(const json& j) { return parse_model_config_text(j.dump(), "config.json"); }
-
-std::string error_of(const json& j) {
-  try {
-    parse(j);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+using config_testing::error_of;
+using config_testing::parse;
+using config_testing::patched;
 
 TEST(MoeConfigTest, Mixtral8x7B) {
   const ModelConfig c = parse(json::parse(kMixtral8x7B));
