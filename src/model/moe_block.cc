@@ -35,9 +35,8 @@ Status add_shared_experts(const ExpertWeights& w, const float* x, int64_t num_to
   return cpu::add_inplace(out, s.shared_out.data(), num_tokens * hidden, pool);
 }
 
-// One token: softmax over p[0, n) in place, then the k largest (ties to the lower id) into
-// experts/weights, ascending by id.
-void route_one(float* p, int64_t n, int64_t k, bool renormalize, int32_t* experts, float* weights) {
+// Softmax over p[0, n) in place.
+void softmax(float* p, int64_t n) {
   const float max = *std::max_element(p, p + n);
   float sum = 0.0f;
   for (int64_t e = 0; e < n; ++e) {
@@ -45,36 +44,35 @@ void route_one(float* p, int64_t n, int64_t k, bool renormalize, int32_t* expert
     sum += p[e];
   }
   for (int64_t e = 0; e < n; ++e) p[e] /= sum;
-  // k passes of argmax over the experts not yet taken: k and n are small (8 of 128).
-  for (int64_t j = 0; j < k; ++j) {
-    int32_t best = -1;
-    for (int64_t e = 0; e < n; ++e) {
-      if (std::find(experts, experts + j, static_cast<int32_t>(e)) != experts + j) continue;
-      if (best < 0 || p[e] > p[best]) best = static_cast<int32_t>(e);
-    }
-    experts[j] = best;
-  }
-  std::sort(experts, experts + k);
-  float top_sum = 0.0f;
-  for (int64_t j = 0; j < k; ++j) top_sum += p[experts[j]];
-  for (int64_t j = 0; j < k; ++j)
-    weights[j] = renormalize ? p[experts[j]] / top_sum : p[experts[j]];
 }
 
-// The k largest of score[0, n) among those allowed (ties to the lower id), ascending by id.
-void top_k(const float* score, int64_t n, int64_t k, const std::vector<bool>& allowed,
-           int32_t* experts) {
+// The k largest of score[0, n) among those allowed(e) admits (ties to the lower id; k passes of
+// argmax: k and n are small, 8 of 128), ascending by id. A NaN never wins, so a slot may stay -1.
+template <class Allowed>
+void top_k(const float* score, int64_t n, int64_t k, Allowed allowed, int32_t* experts) {
   for (int64_t j = 0; j < k; ++j) {
     int32_t best = -1;
     for (int64_t e = 0; e < n; ++e) {
-      if (!allowed[at(e)] ||
-          std::find(experts, experts + j, static_cast<int32_t>(e)) != experts + j)
+      if (!allowed(e) || std::find(experts, experts + j, static_cast<int32_t>(e)) != experts + j)
         continue;
       if (best < 0 || score[e] > score[best]) best = static_cast<int32_t>(e);
     }
     experts[j] = best;
   }
   std::sort(experts, experts + k);
+}
+
+bool any_expert(int64_t /*e*/) { return true; }
+
+// One token: softmax over p[0, n) in place, then the k largest (ties to the lower id) into
+// experts/weights, ascending by id.
+void route_one(float* p, int64_t n, int64_t k, bool renormalize, int32_t* experts, float* weights) {
+  softmax(p, n);
+  top_k(p, n, k, any_expert, experts);
+  float top_sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) top_sum += p[experts[j]];
+  for (int64_t j = 0; j < k; ++j)
+    weights[j] = renormalize ? p[experts[j]] / top_sum : p[experts[j]];
 }
 
 // One token's DeepSeek routing from its router logits p[0, n) (overwritten with the scores):
@@ -87,13 +85,7 @@ void route_deepseek_one(const MoeConfig& c, float* p, const float* bias, int32_t
                         float* weights) {
   const int64_t n = c.num_experts, k = c.num_experts_per_tok;
   if (c.scoring == MoeScoring::kSoftmax) {
-    const float max = *std::max_element(p, p + n);
-    float sum = 0.0f;
-    for (int64_t e = 0; e < n; ++e) {
-      p[e] = std::exp(p[e] - max);
-      sum += p[e];
-    }
-    for (int64_t e = 0; e < n; ++e) p[e] /= sum;
+    softmax(p, n);
   } else {
     for (int64_t e = 0; e < n; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
   }
@@ -116,15 +108,15 @@ void route_deepseek_one(const MoeConfig& c, float* p, const float* bias, int32_t
       }
     }
     std::vector<int32_t> chosen(at(c.topk_groups));
-    top_k(group_score.data(), groups, c.topk_groups, std::vector<bool>(at(groups), true),
-          chosen.data());
+    top_k(group_score.data(), groups, c.topk_groups, any_expert, chosen.data());
     std::fill(allowed.begin(), allowed.end(), false);
     for (const int32_t g : chosen) {
       if (g < 0) continue;
       std::fill_n(allowed.begin() + g * per, per, true);
     }
   }
-  top_k(choice.data(), n, k, allowed, experts);
+  top_k(
+      choice.data(), n, k, [&](int64_t e) { return static_cast<bool>(allowed[at(e)]); }, experts);
   // A NaN everywhere leaves top_k without a best: take the lowest ids not yet chosen instead.
   for (int64_t j = 0, next = 0; j < k; ++j) {
     if (experts[j] >= 0) continue;
