@@ -246,7 +246,7 @@ Result<BuiltRunner> cpu_runner(const EngineConfig& c, std::unique_ptr<model::Mod
 }
 
 // What the GPU runner cannot run yet, refused before anything is loaded onto the device: the
-// MoE layers, DeepSeek's MLA, YaRN RoPE and Gemma 3's (issue 40; the CPU engine runs them).
+// MoE layers, DeepSeek's MLA and Gemma 3's (issue 40; the CPU engine runs them).
 void check_cuda_supports(const model::ModelConfig& mc) {
   if (mc.mla.enabled()) {
     throw Error("--device cuda: " + std::string(model::architecture_name(mc.architecture)) +
@@ -262,11 +262,6 @@ void check_cuda_supports(const model::ModelConfig& mc) {
     throw Error(
         "--device cuda: Gemma3ForCausalLM (its (1 + weight) and sandwich norms, GeGLU and "
         "per-layer RoPE) runs only on the CPU engine for now; use --device cpu");
-  }
-  if (mc.rope.type == model::RopeConfig::Type::kYarn) {  // its attention factor scales cos, sin
-    throw Error(
-        "--device cuda: YaRN RoPE scaling (rope_type yarn) runs only on the CPU engine for "
-        "now; use --device cpu");
   }
 }
 

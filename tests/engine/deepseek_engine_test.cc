@@ -163,19 +163,6 @@ TEST(DeepseekRefusalTest, TheEngineRefusesMlaOnCudaByName) {
                                     "Multi-head Latent Attention");
 }
 
-// YaRN's attention factor scales cos and sin on the CPU only: a YaRN-scaled Llama is refused on
-// the GPU in one line rather than run without it.
-TEST(DeepseekRefusalTest, YarnRopeIsRefusedOnCudaByName) {
-  // llama3-gqa with YaRN (refused before any weight loads).
-  const test_util::FixtureCopy m(kModels / "llama3-gqa");
-  json config = m.config();
-  config["rope_scaling"] = {
-      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 256}};
-  config.erase("rope_parameters");
-  m.write_config(config);
-  test_util::expect_refused_on_cuda(m.dir(), "YaRN RoPE scaling", "CPU engine");
-}
-
 TEST(DeepseekRefusalTest, AQuantizedLatentCacheIsRefusedByName) {
   for (const KvCacheDType dtype :
        {KvCacheDType::kFp8E4M3, KvCacheDType::kInt8, KvCacheDType::kInt4}) {

@@ -33,7 +33,7 @@ const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models/";
 const std::vector<std::string> kFixtures = {
     "llama2-mha",    "llama-mqa-bias",  "llama3-gqa",       "llama3-gqa-bf16", "mistral-swa",
     "qwen2-tied",    "qwen3-qknorm",    "qwen3-qknorm-f16", "mixtral-moe",     "qwen3-moe",
-    "gemma3-hybrid", "deepseek-v2-mla", "deepseek-v3-mla",
+    "gemma3-hybrid", "deepseek-v2-mla", "deepseek-v3-mla",  "qwen2-yarn",
 };
 
 class FixtureTest : public ::testing::TestWithParam<std::string> {

@@ -243,7 +243,7 @@ INSTANTIATE_TEST_SUITE_P(Transformers, PrefixCacheEngineTest,
                                            "llama3-gqa-bf16", "mistral-swa", "qwen2-tied",
                                            "qwen3-qknorm", "qwen3-qknorm-f16", "mixtral-moe",
                                            "qwen3-moe", "gemma3-hybrid", "deepseek-v2-mla",
-                                           "deepseek-v3-mla"),
+                                           "deepseek-v3-mla", "qwen2-yarn"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = info.param;
                            for (char& c : n) c = c == '-' ? '_' : c;

@@ -27,7 +27,8 @@ constexpr double kKnockoutFactor = 10.0;
 
 const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models-gpu/";
 const std::vector<std::string> kFixtures = {"llama3-gqa-hd128", "qwen2-bias-hd64",
-                                            "qwen3-qknorm-hd64", "mistral-swa-hd64"};
+                                            "qwen3-qknorm-hd64", "mistral-swa-hd64",
+                                            "qwen2-yarn-hd64"};
 
 class CudaModelTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -459,6 +459,7 @@ Status CudaModel::Impl::rope_and_append(int32_t l, const CudaLayerWeights& w,
   rope.k_norm = w.k_norm.empty() ? nullptr : w.k_norm.data();
   rope.norm_dtype = w.q_norm.empty() ? DType::kBF16 : w.q_norm.dtype;
   rope.eps = static_cast<float>(config.rms_norm_eps);
+  rope.attention_scaling = static_cast<float>(rope_attention_factor(config.rope));  // YaRN's
   rope.num_tokens = in.num_tokens;
   rope.num_q_heads = static_cast<int32_t>(config.num_attention_heads);
   rope.num_kv_heads = static_cast<int32_t>(config.num_key_value_heads);
