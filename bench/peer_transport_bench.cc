@@ -46,7 +46,8 @@ double median(std::vector<double> v) {
   const std::string value(bytes, 'v');
   auto server = strata::kv::start_ucx_peer_server(
       "127.0.0.1", 0,
-      [&value](std::span<const strata::kv::TierKey> keys, std::vector<std::string>& values) {
+      [&value](std::span<const strata::kv::TierKey> keys, uint16_t /*flags*/,
+               std::vector<std::string>& values) {
         for (size_t i = 0; i < keys.size(); ++i) values[i].assign(value);
       });
   if (!server.ok()) {

@@ -1,7 +1,8 @@
 // libFuzzer target: the peer transport's frame decoders (kv/peer_frames.h) on arbitrary bytes, as
 // a server receives a request and a client a response from a peer. The first byte picks what the
-// rest is: a request frame; a response head; or a response head (its length in the next two
-// bytes) followed by values to split by it. A frame is refused (InvalidArgument) or accepted only
+// rest is: a request frame; a response head; a response head (its length in the next two
+// bytes) followed by values to split by it; or a slot record (a value a decode instance copies a
+// block by). A frame is refused (InvalidArgument) or accepted only
 // when it is exactly what the encoder writes for what it decoded to; values split only when
 // their bytes are exactly the head's total, into strings of the head's lengths. A crash, an
 // overread or a sanitizer report is a bug.
@@ -30,7 +31,7 @@ void fuzz_request(std::string_view frame) {
     return;
   }
   std::string again;
-  encode_peer_request(r->request_id, r->keys, again);
+  encode_peer_request(r->request_id, r->keys, again, r->flags);
   STRATA_CHECK(again == frame, "an accepted request is exactly what the encoder writes");
   STRATA_CHECK(peek_peer_request_id(frame) == r->request_id, "peek reads the decoded id");
 }
@@ -74,12 +75,26 @@ void fuzz_split(std::string_view head, std::string_view data) {
   STRATA_CHECK(joined == data, "the values are the bytes, in order");
 }
 
+void fuzz_slot_record(std::string_view value) {
+  const strata::Result<PeerSlotRecord> r = decode_peer_slot_record(value);
+  if (!r.ok()) {
+    STRATA_CHECK(r.status().code() == StatusCode::kInvalidArgument, "a refused record says why");
+    return;
+  }
+  std::string again;
+  encode_peer_slot_record(*r, again);
+  STRATA_CHECK(again == value, "an accepted record is exactly what the encoder writes");
+  STRATA_CHECK(r->block_bytes <= r->slot_bytes && r->offset() >= kPeerRegionHeaderBytes &&
+                   static_cast<uint64_t>(r->offset()) + r->slot_bytes <= r->region_bytes,
+               "an accepted record's slot lies inside its region");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0:
       fuzz_request(rest);
       break;
@@ -93,6 +108,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz_split(body.substr(0, n), body.substr(std::min(n, body.size())));
       break;
     }
+    case 3:
+      fuzz_slot_record(rest);
+      break;
   }
   return 0;
 }

@@ -176,6 +176,13 @@ struct EngineConfig {
   int32_t kv_peer_timeout_ms = 2000;
   int64_t kv_peer_outbox_bytes = 0;
   bool kv_peer_compress = false;
+  // One machine: kPrefill with kv_peer_region_bytes > 0 also copies every block it writes down
+  // into a region of that many bytes (on top of the pool: CUDA IPC device memory on the GPU,
+  // POSIX shared memory on the CPU) that decode instances on this machine map; kDecode with
+  // kv_peer_region asks for such blocks' slot records and copies the blocks out of the region
+  // (a region that does not open here falls back to values). docs/kv.md, "One machine".
+  int64_t kv_peer_region_bytes = 0;
+  bool kv_peer_region = false;
   // ---- KV events for routers (docs/kv-events.md) ---------------------------------------------
   // A non-empty kv_events_endpoint publishes the pool's prefix-cache events (BlockStored,
   // BlockRemoved, AllBlocksCleared) on a ZeroMQ PUB socket in vLLM's msgpack format, one batch per

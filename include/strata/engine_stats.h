@@ -99,6 +99,10 @@ struct EngineTotals {
   int64_t kv_peer_served_blocks = 0;
   int64_t kv_peer_served_bytes = 0;
   int64_t kv_peer_dropped_blocks = 0;
+  // Of kv_peer_read_blocks, those copied out of the prefill instance's region (kv_peer_region),
+  // and slot records whose slot was taken again during the copy (counted in kv_peer_faults).
+  int64_t kv_peer_region_read_blocks = 0;
+  int64_t kv_peer_region_reused = 0;
   // Each read of the prefill instance (the blocks of the requests queued since the last one,
   // waits for blocks not there yet included).
   LatencyHistogram kv_peer_get_latency = {};

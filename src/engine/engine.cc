@@ -106,9 +106,17 @@ Status EngineImpl::validate_config(const EngineConfig& c) {
       return Status::InvalidArgument("--kv-peer-listen: " + at.message());
     }
   }
-  if (c.kv_peer_wait_ms < 0 || c.kv_peer_timeout_ms < 1 || c.kv_peer_outbox_bytes < 0) {
+  if (c.kv_peer_wait_ms < 0 || c.kv_peer_timeout_ms < 1 || c.kv_peer_outbox_bytes < 0 ||
+      c.kv_peer_region_bytes < 0) {
     return Status::InvalidArgument(
-        "--kv-peer-wait-ms must be >= 0, --kv-peer-timeout-ms >= 1, --kv-peer-outbox-bytes >= 0");
+        "--kv-peer-wait-ms must be >= 0, --kv-peer-timeout-ms >= 1, --kv-peer-outbox-bytes and "
+        "--kv-peer-region-bytes >= 0");
+  }
+  if (c.kv_peer_region_bytes > 0 && c.kv_role != KvRole::kPrefill) {
+    return Status::InvalidArgument("--kv-peer-region-bytes is for --role prefill");
+  }
+  if (c.kv_peer_region && c.kv_role != KvRole::kDecode) {
+    return Status::InvalidArgument("--kv-peer-region is for --role decode");
   }
   if (!c.kv_disk_path.empty() && c.kv_offload_bytes == 0) {
     return Status::InvalidArgument(
@@ -254,6 +262,8 @@ Status EngineImpl::start_tiers() {
     c.policy = kv::OffloadPolicy::kWriteThrough;  // every block the decode instances may read
     c.peer_outbox_bytes = config_.kv_peer_outbox_bytes > 0 ? config_.kv_peer_outbox_bytes
                                                            : config_.kv_offload_bytes;
+    c.peer_region_bytes = config_.kv_peer_region_bytes;
+    c.peer_region = peer_region_factory(config_);
   }
   if (config_.kv_role == KvRole::kDecode) {
     for (const std::string& address : config_.kv_peers) {
@@ -263,6 +273,7 @@ Status EngineImpl::start_tiers() {
           });
     }
     c.peer_options.wait = std::chrono::milliseconds(config_.kv_peer_wait_ms);
+    if (config_.kv_peer_region) c.peer_options.open_region = peer_region_opener();
   }
   c.peer_codec = config_.kv_peer_compress;
   c.ns = kv::tier_namespace(kv::checkpoint_identity(config_.model_dir, config_.dummy_weights),
@@ -279,15 +290,17 @@ Status EngineImpl::start_tiers() {
   scheduler_->set_tiers(tiers_.get());
   if (kv_events_ != nullptr) tiers_->set_event_sink(kv_events_.get());
   if (kv::PeerOutbox* const outbox = tiers_->outbox()) {
+    kv::PeerSlots* const slots = tiers_->peer_slots();
     std::string host;
     int port = 0;
     STRATA_RETURN_IF_ERROR(kv::split_host_port(config_.kv_peer_listen, &host, &port,
                                                /*any_port=*/true));  // checked at validation
-    Result<std::unique_ptr<kv::PeerServer>> server = kv::start_ucx_peer_server(
-        host, port,
-        [outbox](std::span<const kv::TierKey> keys, std::vector<std::string>& values) {
-          outbox->lookup(keys, values);
-        });
+    Result<std::unique_ptr<kv::PeerServer>> server =
+        kv::start_ucx_peer_server(host, port,
+                                  [outbox, slots](std::span<const kv::TierKey> keys, uint16_t flags,
+                                                  std::vector<std::string>& values) {
+                                    kv::peer_lookup(slots, outbox, keys, flags, values);
+                                  });
     if (!server.ok()) return server.status();
     peer_server_ = std::move(server).value();
   }

@@ -406,12 +406,19 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
       totals_.kv_peer_errors = p.num_errors;
       totals_.kv_peer_get_latency = p.get_latency;
       totals_.kv_peer_transfer_seconds = p.transfer_seconds;
+      totals_.kv_peer_region_read_blocks = p.num_slot_hits;
+      totals_.kv_peer_region_reused = p.num_slot_reused;
     }
     if (const kv::PeerOutbox* outbox = tiers_->outbox()) {
       const kv::PeerOutboxStats o = outbox->stats();
       totals_.kv_peer_served_blocks = o.num_served;
       totals_.kv_peer_served_bytes = o.bytes_served;
       totals_.kv_peer_dropped_blocks = o.num_dropped;
+      if (const kv::PeerSlots* slots = tiers_->peer_slots()) {
+        const kv::PeerSlotsStats r = slots->stats();  // records served: blocks copied out
+        totals_.kv_peer_served_blocks += r.num_served;
+        totals_.kv_peer_served_bytes += r.bytes_served;
+      }
     }
     totals_.kv_prefetched_blocks = t.num_prefetched_blocks;
     totals_.kv_dropped_blocks = t.num_dropped_blocks;

@@ -16,6 +16,7 @@
 #include "model/kv_scales.h"
 #if STRATA_HAVE_CUDA
 #include "model/cuda/cuda_model.h"
+#include "model/cuda/cuda_peer_region.h"
 #endif
 
 namespace strata {
@@ -301,6 +302,33 @@ Result<BuiltRunner> make_cpu_runner(const EngineConfig& c, model::Model& model, 
   } catch (const Error& e) {  // a malformed tokenizer.json
     return Status::InvalidArgument(e.what());
   }
+}
+
+kv::PeerRegionFactory peer_region_factory(const EngineConfig& config) {
+  if (config.device == Device::kCuda) {
+#if STRATA_HAVE_CUDA
+    return [](int64_t bytes) { return model::create_cuda_peer_region(bytes); };
+#endif
+  }
+  return [](int64_t bytes) { return kv::create_shm_peer_region(bytes); };
+}
+
+kv::PeerRegionOpener peer_region_opener() {
+  return [shm = kv::shm_peer_region_opener()](
+             kv::PeerRegionKind kind, std::string_view handle, uint64_t region_id,
+             int64_t size_bytes) -> Result<std::unique_ptr<kv::PeerRegionView>> {
+    switch (kind) {
+      case kv::PeerRegionKind::kSharedMemory:
+        return shm(kind, handle, region_id, size_bytes);
+      case kv::PeerRegionKind::kCudaIpc:
+#if STRATA_HAVE_CUDA
+        return model::open_cuda_peer_region(handle, region_id, size_bytes);
+#else
+        return Status::Unsupported("a CUDA IPC region: this build has no CUDA backend");
+#endif
+    }
+    return Status::InvalidArgument("an unknown kind of peer region");
+  };
 }
 
 }  // namespace engine

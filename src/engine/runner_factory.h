@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "engine/kv_quant_check.h"
 #include "kv/kv_group.h"
+#include "kv/peer_region.h"
 #include "model/model.h"
 #include "model/model_runner.h"
 #include "strata/engine_config.h"
@@ -35,5 +36,12 @@ Result<BuiltRunner> make_runner(const EngineConfig& config);
 // A CPU runner over a model the caller keeps loaded, on the caller's threads.
 Result<BuiltRunner> make_cpu_runner(const EngineConfig& config, model::Model& model,
                                     ThreadPool& pool);
+
+// A prefill instance's peer region for config.device: CUDA IPC device memory on the GPU, shared
+// memory on the CPU (docs/kv.md, "One machine").
+kv::PeerRegionFactory peer_region_factory(const EngineConfig& config);
+// What a decode instance opens a prefill instance's region with: shared memory always, CUDA IPC
+// where the build has CUDA.
+kv::PeerRegionOpener peer_region_opener();
 
 }  // namespace strata::engine

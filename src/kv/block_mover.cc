@@ -21,4 +21,8 @@ void HostBlockMover::from_host(std::span<const BlockCopy> pairs, const HostKvBuf
   copy(pairs, host.data(), pool_.data(), pool_.layout().block_bytes());
 }
 
+void HostBlockMover::to_region(std::span<const BlockCopy> pairs, std::byte* slots) {
+  copy(pairs, pool_.data(), slots, pool_.layout().block_bytes());
+}
+
 }  // namespace strata::kv

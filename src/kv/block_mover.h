@@ -30,6 +30,10 @@ class BlockMover {
   virtual void to_host(std::span<const BlockCopy> pairs, HostKvBuffer& host) = 0;
   // host block pairs[i].src -> pool block pairs[i].dst, for every i; returns when done.
   virtual void from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) = 0;
+  // pool block pairs[i].src -> block-sized slot pairs[i].dst of a peer region (PeerRegion::slots,
+  // peer_region.h: host memory for the CPU mover, device memory for the GPU one, whose copy
+  // engines move it without a trip through the host); returns when the copies completed.
+  virtual void to_region(std::span<const BlockCopy> pairs, std::byte* slots) = 0;
 
   // The same copies, started and left running (a GPU mover's copy stream overlaps the step's
   // work); returns a ticket for them. Neither side's blocks may be touched until
@@ -55,6 +59,7 @@ class HostBlockMover final : public BlockMover {
   void detach(HostKvBuffer& /*host*/) override {}
   void to_host(std::span<const BlockCopy> pairs, HostKvBuffer& host) override;
   void from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override;
+  void to_region(std::span<const BlockCopy> pairs, std::byte* slots) override;
 
  private:
   HostKvBuffer& pool_;

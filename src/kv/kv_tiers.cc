@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "kv/peer_frames.h"
+
 namespace strata::kv {
 
 // A later group's pool's listener: what it caches and evicts goes to that group's tiers.
@@ -158,6 +160,17 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
                                     config.peer_codec ? remote_codec_plan(layout) : KvCodecPlan{});
       if (config.peer_outbox_bytes > 0) {
         t->outbox = std::make_unique<PeerOutbox>(format, config.peer_outbox_bytes);
+      }
+      if (config.peer_outbox_bytes > 0 && config.peer_region_bytes > 0) {
+        if (config.peer_region_bytes < kPeerRegionHeaderBytes + block_bytes) {
+          return Status::InvalidArgument(
+              "--kv-peer-region-bytes " + std::to_string(config.peer_region_bytes) +
+              " holds no block (one takes " + std::to_string(block_bytes) + " bytes)");
+        }
+        STRATA_CHECK(static_cast<bool>(config.peer_region), "a peer region needs its factory");
+        Result<std::unique_ptr<PeerRegion>> region = config.peer_region(config.peer_region_bytes);
+        if (!region.ok()) return region.status();
+        t->slots = std::make_unique<PeerSlots>(std::move(region).value(), t->ns, block_bytes);
       }
       if (!config.peer_connects.empty()) {
         t->peer = std::make_unique<PeerSource>(format, config.peer_connects, config.peer_options);
@@ -381,6 +394,7 @@ void KvTiers::copy_down(Tier& t, DownBatch& batch) {
       sums = std::async(std::launch::async, [this, &t, done] { t.host->commit(done, &threads_); });
     }
   }
+  copy_to_region(t, batch);
   const std::vector<BlockSink*> sinks = t.sinks();
   for (const BlockId s : batch.slots) {
     // Shared with other instances as soon as it is here (queued; dropped when a sink lags): each
@@ -400,6 +414,24 @@ void KvTiers::copy_down(Tier& t, DownBatch& batch) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   batch.copies.clear();
   batch.slots.clear();
+}
+
+void KvTiers::copy_to_region(Tier& t, const DownBatch& batch) {
+  if (!t.slots) return;
+  const size_t n = std::min(batch.copies.size(), static_cast<size_t>(t.slots->num_slots()));
+  std::vector<BlockHash> hashes;
+  hashes.reserve(n);
+  for (size_t i = 0; i < n; ++i) hashes.push_back(t.host->key(batch.slots[i]).hash);
+  const std::vector<int32_t> taken = t.slots->reserve(hashes);
+  std::vector<BlockCopy> copies;
+  for (size_t i = 0; i < n; ++i) {
+    if (taken[i] >= 0) copies.push_back(BlockCopy{batch.copies[i].src, BlockId{taken[i]}});
+  }
+  // The copies complete before any record of them is served (peer_slots.h).
+  t.mover->to_region(copies, t.slots->region().slots());
+  for (size_t i = 0; i < n; ++i) {
+    if (taken[i] >= 0) t.slots->publish(taken[i], hashes[i], t.host->checksum(batch.slots[i]));
+  }
 }
 
 void KvTiers::evicted(Tier& t, std::span<const EvictedBlock> blocks) {

@@ -66,6 +66,7 @@
 #include "kv/host_tier.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/peer_outbox.h"
+#include "kv/peer_slots.h"
 #include "kv/peer_source.h"
 #include "kv/remote_fetcher.h"
 #include "kv/remote_read_cost.h"
@@ -108,6 +109,12 @@ struct KvTierConfig {
   PeerSourceOptions peer_options = {};
   // The outbox's values coded as suits the pool's dtype (as remote_codec); false: stored.
   bool peer_codec = false;
+  // --kv-peer-region-bytes on a prefill instance: every block written down is also copied by
+  // the pool's mover into a region of this many bytes that decode instances on this machine map
+  // (PeerSlots, peer_region.h), made by peer_region (shared memory on the CPU, CUDA IPC on the
+  // GPU). 0: none. A decode instance takes slot records when peer_options.open_region is set.
+  int64_t peer_region_bytes = 0;
+  PeerRegionFactory peer_region = {};
 };
 
 struct KvTierStats {
@@ -252,6 +259,8 @@ class KvTiers final : public PoolListener {
   const RemoteTier* remote() const { return tiers_[0]->remote.get(); }
   // --role prefill's outbox, whose lookup a PeerServer serves; --role decode's source.
   PeerOutbox* outbox() const { return tiers_[0]->outbox.get(); }
+  // --role prefill's peer region's slots (null without --kv-peer-region-bytes).
+  PeerSlots* peer_slots() const { return tiers_[0]->slots.get(); }
   // --role decode's reads from the prefill instances, both sources' (none without): the one
   // that reads blocks already there, and the one that waits for blocks still being computed.
   std::optional<PeerSourceStats> peer_stats() const;
@@ -268,6 +277,7 @@ class KvTiers final : public PoolListener {
     std::unique_ptr<TierIo> io;  // with a disk tier
     std::unique_ptr<RemoteTier> remote;  // group 0, with --kv-remote
     std::unique_ptr<PeerOutbox> outbox;  // group 0, --role prefill
+    std::unique_ptr<PeerSlots> slots;    // group 0, --role prefill with a peer region
     std::unique_ptr<PeerSource> peer;    // group 0, --role decode
     // --role decode: the reads that wait for a prefill still running, over connections of
     // their own (RemoteFetcher's producing source).
@@ -322,6 +332,9 @@ class KvTiers final : public PoolListener {
   };
   // Copies the batch down, checksums and commits its slots, unpins them, and empties it.
   void copy_down(Tier& t, DownBatch& batch);
+  // The batch's blocks, copied down and committed, into t's peer region too (with their host
+  // checksums), as many as it has slots.
+  void copy_to_region(Tier& t, const DownBatch& batch);
   // A block of a promotion's stage, in a pinned host slot.
   struct Staged {
     BlockId slot;

@@ -86,11 +86,12 @@ void put_preamble(std::string& out, const char (&magic)[4], uint16_t word, uint6
 
 }  // namespace
 
-void encode_peer_request(uint64_t request_id, std::span<const TierKey> keys, std::string& out) {
+void encode_peer_request(uint64_t request_id, std::span<const TierKey> keys, std::string& out,
+                         uint16_t flags) {
   STRATA_CHECK(keys.size() <= kMaxPeerKeys, "a peer request carries at most kMaxPeerKeys keys");
   out.clear();
   out.reserve(kPeerRequestHeaderBytes + keys.size() * kPeerKeyBytes);
-  put_preamble(out, kRequestMagic, /*word=*/0, request_id, static_cast<uint32_t>(keys.size()));
+  put_preamble(out, kRequestMagic, flags, request_id, static_cast<uint32_t>(keys.size()));
   for (const TierKey& k : keys) {
     put_le(out, k.ns);
     out.append(reinterpret_cast<const char*>(k.hash.bytes.data()), k.hash.bytes.size());
@@ -101,13 +102,14 @@ Result<PeerRequest> decode_peer_request(std::string_view frame) {
   Reader r(frame);
   Preamble p;
   STRATA_RETURN_IF_ERROR(read_preamble(r, frame, kRequestMagic, p));
-  if (p.word != 0) return bad("unknown request flags");
+  if ((p.word & ~kPeerAcceptSlotRecords) != 0) return bad("unknown request flags");
   if (r.left() != size_t{p.num_keys} * kPeerKeyBytes) {
     return bad("request of " + std::to_string(p.num_keys) + " keys has " +
                std::to_string(r.left()) + " bytes of keys");
   }
   PeerRequest req;
   req.request_id = p.request_id;
+  req.flags = p.word;
   req.keys.resize(p.num_keys);
   for (TierKey& k : req.keys) {
     // Cannot fail: the length was checked above.
@@ -252,6 +254,75 @@ Status split_peer_values(const PeerResponseHead& head, std::string_view data,
     at += head.lengths[i];
   }
   return Status::Ok();
+}
+
+void encode_peer_slot_record(const PeerSlotRecord& r, std::string& out) {
+  STRATA_CHECK(!r.handle.empty() && r.handle.size() <= kMaxPeerRegionHandleBytes,
+               "a slot record's handle is 1..kMaxPeerRegionHandleBytes bytes");
+  out.clear();
+  out.reserve(kPeerSlotRecordFixedBytes + r.handle.size());
+  out.append(kPeerSlotRecordMagic, sizeof(kPeerSlotRecordMagic));
+  put_le(out, kPeerSlotRecordVersion);
+  put_le(out, r.kind);
+  put_le(out, r.region_id);
+  put_le(out, r.region_bytes);
+  put_le(out, r.slot_bytes);
+  put_le(out, r.slot_idx);
+  put_le(out, uint32_t{0});
+  put_le(out, r.generation);
+  put_le(out, r.block_bytes);
+  put_le(out, r.checksum);
+  put_le(out, r.key.ns);
+  out.append(reinterpret_cast<const char*>(r.key.hash.bytes.data()), r.key.hash.bytes.size());
+  put_le(out, static_cast<uint32_t>(r.handle.size()));
+  out.append(r.handle);
+}
+
+bool is_peer_slot_record(std::string_view value) {
+  return value.size() >= sizeof(kPeerSlotRecordMagic) &&
+         std::memcmp(value.data(), kPeerSlotRecordMagic, sizeof(kPeerSlotRecordMagic)) == 0;
+}
+
+Result<PeerSlotRecord> decode_peer_slot_record(std::string_view value) {
+  const auto bad_record = [](const std::string& what) {
+    return Status::InvalidArgument("slot record: " + what);
+  };
+  if (!is_peer_slot_record(value)) return bad_record("wrong magic");
+  Reader r(value.substr(sizeof(kPeerSlotRecordMagic)));
+  PeerSlotRecord out;
+  uint32_t version = 0, reserved = 0, handle_bytes = 0;
+  if (!r.get(version) || !r.get(out.kind) || !r.get(out.region_id) || !r.get(out.region_bytes) ||
+      !r.get(out.slot_bytes) || !r.get(out.slot_idx) || !r.get(reserved) ||
+      !r.get(out.generation) || !r.get(out.block_bytes) || !r.get(out.checksum) ||
+      !r.get(out.key.ns) || !r.get_bytes(out.key.hash.bytes.data(), out.key.hash.bytes.size()) ||
+      !r.get(handle_bytes)) {
+    return bad_record("truncated");
+  }
+  if (version != kPeerSlotRecordVersion) {
+    return bad_record("unknown version " + std::to_string(version));
+  }
+  if (reserved != 0) return bad_record("reserved field set");
+  if (handle_bytes == 0 || handle_bytes > kMaxPeerRegionHandleBytes) {
+    return bad_record("handle of " + std::to_string(handle_bytes) + " bytes");
+  }
+  if (r.left() != handle_bytes) {
+    return bad_record(std::to_string(r.left()) + " bytes for a handle of " +
+                      std::to_string(handle_bytes));
+  }
+  out.handle.resize(handle_bytes);
+  if (!r.get_bytes(out.handle.data(), handle_bytes)) return bad_record("truncated handle");
+  // The slot inside the region, by divisions so that no product overflows.
+  const auto header = static_cast<uint64_t>(kPeerRegionHeaderBytes);
+  if (out.slot_bytes == 0 || out.block_bytes == 0 || out.block_bytes > out.slot_bytes ||
+      out.region_bytes < header ||
+      (out.region_bytes - header) / out.slot_bytes <= uint64_t{out.slot_idx} ||
+      out.region_bytes > uint64_t{std::numeric_limits<int64_t>::max()}) {
+    return bad_record("slot " + std::to_string(out.slot_idx) + " of " +
+                      std::to_string(out.slot_bytes) + " bytes (block of " +
+                      std::to_string(out.block_bytes) + ") outside a region of " +
+                      std::to_string(out.region_bytes));
+  }
+  return out;
 }
 
 }  // namespace strata::kv

@@ -52,7 +52,7 @@ void PeerOutbox::flush() {
 void PeerOutbox::lookup(std::span<const TierKey> keys, std::vector<std::string>& values) {
   const std::lock_guard lock(mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (keys[i].ns != format_.ns()) continue;
+    if (keys[i].ns != format_.ns() || !values[i].empty()) continue;  // absent, or answered
     const auto it = held_.find(keys[i].hash);
     if (it == held_.end()) continue;
     values[i].assign(it->second.value);

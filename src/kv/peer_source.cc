@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "kv/peer_frames.h"
+#include "kv/tier_key.h"
 
 namespace strata::kv {
 
@@ -41,7 +42,7 @@ Status PeerSource::ask(size_t n, PeerSourceStats& s) {
     if (c == nullptr) continue;
     values_.resize(n);
     ++s.num_round_trips;
-    const Status got = c->get(keys_, values_);
+    const Status got = c->get_flagged(keys_, flags(p), values_);
     if (!got.ok()) {
       ++s.num_errors;
       if (got.code() == StatusCode::kUnavailable) peers_[p].client.reset();  // made again later
@@ -89,6 +90,8 @@ PeerSourceStats& PeerSourceStats::operator+=(const PeerSourceStats& o) {
   num_errors += o.num_errors;
   num_round_trips += o.num_round_trips;
   bytes_read += o.bytes_read;
+  num_slot_hits += o.num_slot_hits;
+  num_slot_reused += o.num_slot_reused;
   transfer_seconds += o.transfer_seconds;
   get_latency.merge(o.get_latency);
   return *this;
@@ -109,21 +112,35 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
       rest = got;
       break;
     }
-    // The values there, checked and decoded into their slots in parallel; then taken in chain
-    // order, up to the first that failed.
+    // The values there, checked and decoded into their slots in parallel (a slot record's block
+    // copied out of the peer's region); then taken in chain order, up to the first that failed.
     size_t present = 0;
     while (present < n && !values_[present].empty()) ++present;
     decoded_.assign(present, Status());
+    reads_.assign(present, Read::kValue);
     decoders_->parallel_for(static_cast<int64_t>(present), [&](int64_t begin, int64_t end) {
       for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
         BlockGet& g = blocks[next + i];
-        decoded_[i] = format_.decode(values_[i], g.hash, g.tokens, g.out, &g.checksum);
+        decoded_[i] = is_peer_slot_record(values_[i])
+                          ? read_slot(values_[i], g, reads_[i])
+                          : format_.decode(values_[i], g.hash, g.tokens, g.out, &g.checksum);
       }
     });
+    // A region that does not open here (another machine's, say): the blocks from the first of
+    // its records on are asked for again, as values.
+    for (size_t i = 0; i < present; ++i) {
+      if (reads_[i] != Read::kNoRegion) continue;
+      peers_[preferred_].slots = false;
+      present = i;
+      for (size_t k = i; k < n; ++k) values_[k].clear();
+      break;
+    }
+    confirm_slots(preferred_, blocks.subspan(next), present, s);
     size_t j = 0;
     for (; j < present; ++j) {
       BlockGet& g = blocks[next + j];
-      s.bytes_read += static_cast<int64_t>(values_[j].size());
+      s.bytes_read += reads_[j] == Read::kSlot ? format_.block_bytes()
+                                               : static_cast<int64_t>(values_[j].size());
       const Status& d = decoded_[j];
       if (!d.ok()) {
         ++s.num_bad;
@@ -133,9 +150,10 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
       }
       g.status = Status::Ok();
       ++s.num_hits;
+      if (reads_[j] == Read::kSlot) ++s.num_slot_hits;
     }
     // The trip's time counts as transfer when it brought blocks (their checks included).
-    if (!values_[0].empty()) {
+    if (present > 0) {
       s.transfer_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - trip).count();
     }
@@ -167,6 +185,81 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
     backoff = std::min(backoff * 2, std::chrono::milliseconds(16));
   }
   for (size_t i = next; i < blocks.size(); ++i) blocks[i].status = rest;
+}
+
+uint16_t PeerSource::flags(size_t p) const {
+  return options_.open_region && peers_[p].slots ? kPeerAcceptSlotRecords : uint16_t{0};
+}
+
+std::shared_ptr<PeerRegionView> PeerSource::region(const PeerSlotRecord& r) {
+  std::string id = std::to_string(r.kind) + ":" + std::to_string(r.region_id) + ":" +
+                   std::to_string(r.region_bytes) + ":";
+  id += r.handle;
+  const std::lock_guard lock(regions_mu_);
+  if (const auto it = regions_.find(id); it != regions_.end()) return it->second;
+  Result<std::unique_ptr<PeerRegionView>> opened =
+      options_.open_region(static_cast<PeerRegionKind>(r.kind), r.handle, r.region_id,
+                           static_cast<int64_t>(r.region_bytes));
+  std::shared_ptr<PeerRegionView> view;
+  if (opened.ok()) view = std::move(opened).value();
+  regions_.emplace(std::move(id), view);  // a failure too: not tried again
+  return view;
+}
+
+Status PeerSource::read_slot(std::string_view value, BlockGet& g, Read& kind) {
+  kind = Read::kSlot;
+  Result<PeerSlotRecord> r = decode_peer_slot_record(value);
+  if (!r.ok()) return r.status();
+  if (!options_.open_region) return Status::Internal("a slot record that was not asked for");
+  if (r->key != TierKey{format_.ns(), g.hash}) return Status::Internal("another block's slot");
+  if (r->block_bytes != static_cast<uint64_t>(format_.block_bytes()) ||
+      g.out.size() != r->block_bytes) {
+    return Status::Internal("a slot of " + std::to_string(r->block_bytes) +
+                            " bytes for a block of " + std::to_string(g.out.size()));
+  }
+  const std::shared_ptr<PeerRegionView> view = region(*r);
+  if (!view) {
+    kind = Read::kNoRegion;
+    return Status::Unavailable("the prefill instance's region does not open here");
+  }
+  STRATA_RETURN_IF_ERROR(view->copy_out(r->offset(), g.out));
+  g.checksum = tier_checksum(g.out);
+  if (g.checksum != r->checksum) return Status::Internal("the slot's bytes fail their checksum");
+  return Status::Ok();
+}
+
+void PeerSource::confirm_slots(size_t p, std::span<BlockGet> blocks, size_t present,
+                               PeerSourceStats& s) {
+  confirm_keys_.clear();
+  for (size_t i = 0; i < present; ++i) {
+    if (reads_[i] == Read::kSlot && decoded_[i].ok()) {
+      confirm_keys_.push_back(TierKey{format_.ns(), blocks[i].hash});
+    }
+  }
+  if (confirm_keys_.empty()) return;
+  // Every copy out of the region has returned: the same records now prove the slots were not
+  // written during them (peer_slots.h).
+  PeerClient* const c = peers_[p].client.get();
+  Status got = Status::Unavailable("no connection to the prefill instance");
+  if (c != nullptr) {
+    ++s.num_round_trips;
+    got = c->get_flagged(confirm_keys_, kPeerAcceptSlotRecords, confirmed_);
+    if (!got.ok()) {
+      ++s.num_errors;
+      if (got.code() == StatusCode::kUnavailable) peers_[p].client.reset();
+    }
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < present; ++i) {
+    if (reads_[i] != Read::kSlot || !decoded_[i].ok()) continue;
+    if (!got.ok()) {
+      decoded_[i] = Status::Unavailable("the slot could not be confirmed: " + got.message());
+    } else if (k >= confirmed_.size() || confirmed_[k] != values_[i]) {
+      ++s.num_slot_reused;
+      decoded_[i] = Status::Internal("the slot was taken again during the copy");
+    }
+    ++k;
+  }
 }
 
 PeerSourceStats PeerSource::stats() const {

@@ -29,13 +29,17 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "kv/block_source.h"
 #include "kv/block_value.h"
+#include "kv/peer_frames.h"
+#include "kv/peer_region.h"
 #include "kv/peer_transport.h"
-#include "core/thread_pool.h"
 #include "strata/latency_histogram.h"
 
 namespace strata::kv {
@@ -50,6 +54,10 @@ struct PeerSourceOptions {
   // among them): a block of the 8B shape is 2 MiB, whose check and copy take about as long as
   // its transfer over shared memory. 0: a quarter of the cores, at most 4.
   int decode_threads = 0;
+  // Set: the round trips accept slot records (peer_frames.h), whose blocks are copied out of the
+  // prefill instance's region, opened by this, once per region (same machine only; docs/kv.md).
+  // A region that does not open makes that peer's later round trips ask for values again.
+  PeerRegionOpener open_region = {};
 };
 
 // Makes a connection to the prefill instance (connect_ucx_peer, or a test's in-process peer).
@@ -63,6 +71,8 @@ struct PeerSourceStats {
   int64_t num_errors = 0;      // round trips that failed (no answer, no connection)
   int64_t num_round_trips = 0;
   int64_t bytes_read = 0;
+  int64_t num_slot_hits = 0;    // of num_hits, copied out of a peer region (slot records)
+  int64_t num_slot_reused = 0;  // slot records whose slot was taken again during the copy
   // The round trips that brought blocks, from the ask to the last value checked: a get's time
   // less its waits for blocks not there yet (bytes_read / transfer_seconds is the rate of the
   // transfer itself, where a get that overlaps the prefill lasts as long as the prefill).
@@ -88,7 +98,10 @@ class PeerSource final : public BlockSource {
     PeerConnect connect;
     std::unique_ptr<PeerClient> client;
     std::optional<std::chrono::steady_clock::time_point> last_connect;  // the last attempt
+    bool slots = true;  // asked for slot records (with open_region), until a region fails to open
   };
+  // What one present value of a round trip came to.
+  enum class Read : uint8_t { kValue, kSlot, kNoRegion };
   // Peer p's connection, made now if there is none and the last attempt is a second old.
   PeerClient* client(size_t p);
   // One chain of a get (above), whose wait counts from start.
@@ -98,6 +111,17 @@ class PeerSource final : public BlockSource {
   // values_ holds its answer. Ok with values_[0] empty when none has it; the last error when
   // none answered.
   Status ask(size_t n, PeerSourceStats& s);
+  // The request flags for peer p.
+  uint16_t flags(size_t p) const;
+  // Copies the block of a slot record (value) out of its region into g.out and checks it; kind
+  // says what value was (kNoRegion: its region did not open here).
+  Status read_slot(std::string_view value, BlockGet& g, Read& kind);
+  // The region a record names, opened once; null when it does not open.
+  std::shared_ptr<PeerRegionView> region(const PeerSlotRecord& r);
+  // Asks peer p for the keys of the first `present` values that were slot records read well
+  // (reads_[i] == kSlot, decoded_[i] ok) again; each whose record changed fails (its slot was
+  // taken again during the copy, or the peer let it go).
+  void confirm_slots(size_t p, std::span<BlockGet> blocks, size_t present, PeerSourceStats& s);
 
   const BlockValueFormat format_;
   const PeerSourceOptions options_;
@@ -106,6 +130,11 @@ class PeerSource final : public BlockSource {
   std::vector<TierKey> keys_;
   std::vector<std::string> values_;  // received into; their buffers kept from get to get
   std::vector<Status> decoded_;      // each present value's check, per round trip
+  std::vector<Read> reads_;          // and what it was
+  std::vector<TierKey> confirm_keys_;
+  std::vector<std::string> confirmed_;
+  std::mutex regions_mu_;  // guards regions_ (the decode threads open regions)
+  std::unordered_map<std::string, std::shared_ptr<PeerRegionView>> regions_;
   std::unique_ptr<ThreadPool> decoders_;
   mutable std::mutex mu_;            // guards stats_
   PeerSourceStats stats_;

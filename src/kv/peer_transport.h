@@ -8,6 +8,7 @@
 // The interface is what a deployment swaps: ucx_peer_transport.h implements it over UCX; a test
 // or a single-node setup may implement it in-process.
 
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -22,8 +23,9 @@ namespace strata::kv {
 // values[i] with key i's value, or leaves it empty when absent. values arrives sized to
 // keys.size(), every string empty; resizing it fails the request (the peer gets an error). Must
 // not throw. A value is absent and empty alike: a peer cannot tell an empty value from none.
-using PeerBlockLookup =
-    std::function<void(std::span<const TierKey> keys, std::vector<std::string>& values)>;
+// flags: the request's (peer_frames.h): with kPeerAcceptSlotRecords a value may be a slot record.
+using PeerBlockLookup = std::function<void(std::span<const TierKey> keys, uint16_t flags,
+                                           std::vector<std::string>& values)>;
 
 // Answers peers' requests with a PeerBlockLookup until destroyed. The destructor stops serving:
 // requests in flight are dropped (their clients see Unavailable).
@@ -45,6 +47,12 @@ class PeerClient {
   // peer_frames.h); another error when the answer is malformed or the peer refused the request.
   // Never throws.
   virtual Status get(std::span<const TierKey> keys, std::vector<std::string>& values) = 0;
+  // The same with the request's flags (peer_frames.h): with kPeerAcceptSlotRecords, a value may
+  // be a slot record. A client that carries no flags asks for values (the default).
+  virtual Status get_flagged(std::span<const TierKey> keys, uint16_t /*flags*/,
+                             std::vector<std::string>& values) {
+    return get(keys, values);
+  }
 };
 
 }  // namespace strata::kv

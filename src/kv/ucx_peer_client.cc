@@ -28,7 +28,11 @@ class UcxPeerClient final : public PeerClient {
   ~UcxPeerClient() override;
   UcxPeerClient(const UcxPeerClient&) = delete;
   UcxPeerClient& operator=(const UcxPeerClient&) = delete;
-  Status get(std::span<const TierKey> keys, std::vector<std::string>& values) override;
+  Status get(std::span<const TierKey> keys, std::vector<std::string>& values) override {
+    return get_flagged(keys, 0, values);
+  }
+  Status get_flagged(std::span<const TierKey> keys, uint16_t flags,
+                     std::vector<std::string>& values) override;
 
  private:
   // One get's request and answer. UCX holds pointers into it while its send or its receive is in
@@ -113,7 +117,8 @@ UcxPeerClient::~UcxPeerClient() {
   worker_.reset();
 }
 
-Status UcxPeerClient::get(std::span<const TierKey> keys, std::vector<std::string>& values) {
+Status UcxPeerClient::get_flagged(std::span<const TierKey> keys, uint16_t flags,
+                                  std::vector<std::string>& values) {
   // The caller's vector is overwritten: its strings' buffers receive this get's values.
   pool_.put_all(values);
   values.resize(keys.size());
@@ -127,7 +132,7 @@ Status UcxPeerClient::get(std::span<const TierKey> keys, std::vector<std::string
   Get& g = *current_;
   g.id = next_id_++;
   g.num_keys = keys.size();
-  encode_peer_request(g.id, keys, g.request);
+  encode_peer_request(g.id, keys, g.request, flags);
   Status s = send_request(g);
   const Clock::time_point deadline = Clock::now() + timeout_;
   while (s.ok() && !g.answered && failure_.ok()) {

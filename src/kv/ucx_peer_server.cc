@@ -242,7 +242,7 @@ void UcxPeerServer::serve(ucp_ep_h ep, std::string_view frame) {
   }
   bool looked_up = true;
   try {
-    lookup_(req->keys, r->values);
+    lookup_(req->keys, req->flags, r->values);
   } catch (...) {  // the contract says it does not throw; a server thread must not die of it
     looked_up = false;
   }

@@ -201,6 +201,14 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
   metric(out, "strata:kv_peer_served_bytes_total", "counter",
          "Bytes a prefill instance served to decode instances.",
          static_cast<double>(t.kv_peer_served_bytes));
+  metric(out, "strata:kv_peer_region_read_blocks_total", "counter",
+         "Of the blocks a decode instance read, those copied out of the prefill instance's "
+         "region (--kv-peer-region: CUDA IPC or shared memory).",
+         static_cast<double>(t.kv_peer_region_read_blocks));
+  metric(out, "strata:kv_peer_region_reused_total", "counter",
+         "Blocks whose region slot the prefill instance took again during the copy "
+         "(recomputed).",
+         static_cast<double>(t.kv_peer_region_reused));
   metric(out, "strata:kv_peer_dropped_blocks_total", "counter",
          "Blocks a prefill instance's outbox could not take (its coder was behind).",
          static_cast<double>(t.kv_peer_dropped_blocks));

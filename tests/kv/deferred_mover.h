@@ -24,6 +24,9 @@ class DeferredMover final : public BlockMover {
   void from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override {
     now_.from_host(pairs, host);
   }
+  void to_region(std::span<const BlockCopy> pairs, std::byte* slots) override {
+    now_.to_region(pairs, slots);
+  }
   uint64_t start_from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override {
     started_.push_back(Started{++last_, {pairs.begin(), pairs.end()}, &host});
     return last_;

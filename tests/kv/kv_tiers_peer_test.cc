@@ -3,6 +3,11 @@
 // in-process peer, or UCX over TCP loopback), promote them, and find exactly the bytes the
 // prefill instance computed. Faults: a corrupt value, a missing block, a peer that is gone --
 // each ends the chain there, the rest is recomputed, and no slot stays pinned on either side.
+// On one machine (a region in shared memory, as CI has no GPU for CUDA IPC): the blocks are
+// copied out of the prefill instance's region, and a slot taken again during the copy, a record
+// that is malformed or fails its checksum, a region that does not open and a prefill instance
+// dying between the copy and its confirmation are each a miss (or values instead), never a
+// wrong block.
 
 #include <gtest/gtest.h>
 
@@ -22,6 +27,8 @@
 #include "kv/host_kv_buffer.h"
 #include "kv/kv_tiers.h"
 #include "kv/peer_outbox.h"
+#include "kv/peer_region.h"
+#include "kv/peer_slots.h"
 #include "kv/ucx_peer_transport.h"
 #include "tests/kv/kv_tiers_fixture.h"
 
@@ -95,15 +102,21 @@ std::vector<int32_t> prompt(int32_t first_token, int32_t num_blocks) {
   return p;
 }
 
-// The outbox's lookup in process, with the faults a wire can have.
+// The prefill instance's lookup in process (its outbox's values, and its region's slot records
+// where it has one), with the faults a wire can have.
 class LocalPeer final : public PeerClient {
  public:
-  explicit LocalPeer(PeerOutbox& outbox, std::function<void(std::vector<std::string>&)> fault = {})
-      : outbox_(outbox), fault_(std::move(fault)) {}
+  explicit LocalPeer(PeerOutbox& outbox, std::function<void(std::vector<std::string>&)> fault = {},
+                     PeerSlots* slots = nullptr)
+      : outbox_(outbox), fault_(std::move(fault)), slots_(slots) {}
   Status get(std::span<const TierKey> keys, std::vector<std::string>& values) override {
+    return get_flagged(keys, 0, values);
+  }
+  Status get_flagged(std::span<const TierKey> keys, uint16_t flags,
+                     std::vector<std::string>& values) override {
     ++round_trips;
     values.assign(keys.size(), std::string());
-    outbox_.lookup(keys, values);
+    peer_lookup(slots_, &outbox_, keys, flags, values);
     if (fault_) fault_(values);
     return Status::Ok();
   }
@@ -112,14 +125,20 @@ class LocalPeer final : public PeerClient {
  private:
   PeerOutbox& outbox_;
   std::function<void(std::vector<std::string>&)> fault_;
+  PeerSlots* slots_;
 };
 
 // Answers `answers` round trips, then is gone (Unavailable) for good.
 class DyingPeer final : public PeerClient {
  public:
-  DyingPeer(PeerOutbox& outbox, int answers) : alive_(outbox), answers_(answers) {}
+  DyingPeer(PeerOutbox& outbox, int answers, PeerSlots* slots = nullptr)
+      : alive_(outbox, {}, slots), answers_(answers) {}
   Status get(std::span<const TierKey> keys, std::vector<std::string>& values) override {
-    if (answers_-- > 0) return alive_.get(keys, values);
+    return get_flagged(keys, 0, values);
+  }
+  Status get_flagged(std::span<const TierKey> keys, uint16_t flags,
+                     std::vector<std::string>& values) override {
+    if (answers_-- > 0) return alive_.get_flagged(keys, flags, values);
     values.assign(keys.size(), std::string());
     return Status::Unavailable("the peer is gone");
   }
@@ -458,9 +477,9 @@ TEST(KvTiersPeerTest, OverUcxAndThePrefillInstanceDyingBetweenRequests) {
   auto pre = std::make_unique<Instance>(prefill_config());
   PeerOutbox* const outbox = pre->tiers->outbox();
   Result<std::unique_ptr<PeerServer>> server = start_ucx_peer_server(
-      "127.0.0.1", 0, [outbox](std::span<const TierKey> keys, std::vector<std::string>& values) {
-        outbox->lookup(keys, values);
-      });
+      "127.0.0.1", 0,
+      [outbox](std::span<const TierKey> keys, uint16_t /*flags*/,
+               std::vector<std::string>& values) { outbox->lookup(keys, values); });
   ASSERT_TRUE(server.ok()) << server.status().message();
   const std::string address = (*server)->address();
   Instance dec(decode_config(
@@ -507,6 +526,223 @@ TEST(KvTiersPeerTest, AnOutboxKeepsItsBytesBoundDroppingTheLeastRecent) {
   EXPECT_FALSE(values[2].empty());
   EXPECT_TRUE(values[3].empty());
   EXPECT_EQ(outbox.stats().num_evicted, 1);
+}
+
+// ---- One machine: the prefill instance's region (shared memory here; CUDA IPC on a GPU) ----
+
+constexpr int32_t kRegionSlots = 6;
+
+KvTierConfig region_prefill_config() {
+  KvTierConfig c = prefill_config();
+  c.peer_region_bytes = kPeerRegionHeaderBytes + kRegionSlots * small_layout().block_bytes();
+  c.peer_region = [](int64_t bytes) { return create_shm_peer_region(bytes); };
+  return c;
+}
+
+KvTierConfig region_decode_config(PeerConnect connect, PeerRegionOpener open = {}) {
+  KvTierConfig c = decode_config(std::move(connect), std::chrono::milliseconds(200));
+  c.peer_options.open_region = open ? std::move(open) : shm_peer_region_opener();
+  return c;
+}
+
+PeerConnect local_peer(Instance& pre, std::function<void(std::vector<std::string>&)> fault = {}) {
+  return [&pre, fault]() -> Result<std::unique_ptr<PeerClient>> {
+    return std::unique_ptr<PeerClient>(
+        new LocalPeer(*pre.tiers->outbox(), fault, pre.tiers->peer_slots()));
+  };
+}
+
+// A shared-memory view whose first copy runs `during` as its last bytes are read: what the
+// prefill instance may do while a decode instance copies out of its region.
+class HookedView final : public PeerRegionView {
+ public:
+  HookedView(std::unique_ptr<PeerRegionView> view, std::function<void()> during)
+      : view_(std::move(view)), during_(std::move(during)) {}
+  int64_t size_bytes() const override { return view_->size_bytes(); }
+  Status copy_out(int64_t offset, std::span<std::byte> out) override {
+    const Status copied = view_->copy_out(offset, out);
+    if (during_) std::exchange(during_, nullptr)();
+    return copied;
+  }
+
+ private:
+  std::unique_ptr<PeerRegionView> view_;
+  std::function<void()> during_;
+};
+
+TEST(KvTiersPeerTest, OnOneMachineBlocksAreCopiedOutOfThePrefillInstancesRegion) {
+  Instance pre(region_prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  ASSERT_NE(pre.tiers->peer_slots(), nullptr);
+  EXPECT_EQ(pre.tiers->peer_slots()->stats().num_put, 3);
+  Instance dec(region_decode_config(local_peer(pre)));
+  EXPECT_EQ(dec.fetch_and_promote(p), 3);
+  const PeerSourceStats s = *dec.tiers->peer_stats();
+  EXPECT_EQ(s.num_slot_hits, 3);
+  EXPECT_EQ(s.bytes_read, 3 * small_layout().block_bytes()) << "the blocks' bytes are counted";
+  EXPECT_EQ(s.num_round_trips, 2) << "the records, then their confirmation";
+  EXPECT_EQ(pre.tiers->outbox()->stats().num_served, 0) << "no block moved as a value";
+  EXPECT_EQ(pre.tiers->peer_slots()->stats().num_served, 6);
+  // A decode instance that does not ask for records gets values from the same prefill instance.
+  Instance values(decode_config(local_peer(pre), std::chrono::milliseconds(200)));
+  EXPECT_EQ(values.fetch_and_promote(p), 3);
+  EXPECT_EQ(values.tiers->peer_stats()->num_slot_hits, 0);
+  EXPECT_EQ(pre.tiers->outbox()->stats().num_served, 3);
+}
+
+TEST(KvTiersPeerTest, TheRegionKeepsTheMostRecentBlocksInItsSlots) {
+  Instance pre(region_prefill_config());
+  const std::vector<int32_t> p = prompt(100, 4);
+  const std::vector<int32_t> q = prompt(500, 4);
+  prefill(pre, p);
+  prefill(pre, q);  // 8 blocks through 6 slots: p's first two gave theirs to q's last two
+  const PeerSlots& slots = *pre.tiers->peer_slots();
+  EXPECT_EQ(slots.stats().num_put, 8);
+  EXPECT_EQ(slots.stats().num_reused, 2);
+  BlockHasher hasher;
+  std::vector<BlockHash> ph;
+  for (size_t b = 0; b < 4; ++b) {
+    ph.push_back(hasher.hash(b == 0 ? nullptr : &ph.back(),
+                             std::span<const int32_t>(p).subspan(b * kBs, kBs), {}));
+  }
+  EXPECT_FALSE(slots.holds(ph[0]));
+  EXPECT_FALSE(slots.holds(ph[1]));
+  EXPECT_TRUE(slots.holds(ph[2]));
+  EXPECT_TRUE(slots.holds(ph[3]));
+  // p's first blocks come as values from the outbox, its last ones out of the region.
+  Instance dec(region_decode_config(local_peer(pre)));
+  EXPECT_EQ(dec.fetch_and_promote(p), 4);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_slot_hits, 2);
+}
+
+// The prefill instance takes every slot again (and scribbles over them) as the decode instance
+// copies the first block out: the bytes copied pass their checksum, but the confirmation sees
+// the slots' records changed, so no block copied then is used; the next read finds them as
+// values.
+TEST(KvTiersPeerTest, ASlotTakenAgainDuringTheCopyIsAMissNeverAWrongBlock) {
+  Instance pre(region_prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  PeerSlots& slots = *pre.tiers->peer_slots();
+  PeerRegionOpener open = [&](PeerRegionKind kind, std::string_view handle, uint64_t id,
+                              int64_t bytes) -> Result<std::unique_ptr<PeerRegionView>> {
+    Result<std::unique_ptr<PeerRegionView>> view =
+        shm_peer_region_opener()(kind, handle, id, bytes);
+    if (!view.ok()) return view.status();
+    return std::unique_ptr<PeerRegionView>(new HookedView(std::move(view).value(), [&] {
+      std::vector<BlockHash> other(kRegionSlots);
+      for (size_t i = 0; i < other.size(); ++i) other[i].bytes[0] = static_cast<uint8_t>(i + 1);
+      const std::vector<int32_t> taken = slots.reserve(other);
+      std::span<std::byte> all(slots.region().slots(),
+                               static_cast<size_t>(kRegionSlots * small_layout().block_bytes()));
+      std::fill(all.begin(), all.end(), std::byte{0x5a});
+      for (const int32_t s : taken) slots.abandon(s);
+    }));
+  };
+  Instance dec(region_decode_config(local_peer(pre), open));
+  EXPECT_EQ(dec.fetch_and_promote(p), 0) << "recomputed";
+  EXPECT_GE(dec.tiers->peer_stats()->num_slot_reused, 1);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_slot_hits, 0);
+  // The region holds none of p now; the outbox does.
+  Instance again(region_decode_config(local_peer(pre)));
+  EXPECT_EQ(again.fetch_and_promote(p), 3);
+  EXPECT_EQ(again.tiers->peer_stats()->num_slot_hits, 0);
+}
+
+// Rewrites every slot record of a round trip with edit.
+std::function<void(std::vector<std::string>&)> edit_records(
+    std::function<void(PeerSlotRecord&, std::string&)> edit) {
+  return [edit](std::vector<std::string>& values) {
+    for (std::string& v : values) {
+      if (!is_peer_slot_record(v)) continue;
+      Result<PeerSlotRecord> r = decode_peer_slot_record(v);
+      ASSERT_TRUE(r.ok());
+      encode_peer_slot_record(*r, v);
+      edit(*r, v);
+    }
+  };
+}
+
+TEST(KvTiersPeerTest, ASlotRecordThatFailsItsChecksumIsAMiss) {
+  Instance pre(region_prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  Instance dec(
+      region_decode_config(local_peer(pre, edit_records([](PeerSlotRecord& r, std::string& v) {
+                                        ++r.checksum;
+                                        encode_peer_slot_record(r, v);
+                                      }))));
+  EXPECT_EQ(dec.fetch_and_promote(p), 0);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_bad, 1);
+}
+
+TEST(KvTiersPeerTest, MalformedSlotRecordsAreMisses) {
+  const std::vector<int32_t> p = prompt(100, 3);
+  const std::vector<std::function<void(PeerSlotRecord&, std::string&)>> faults = {
+      [](PeerSlotRecord&, std::string& v) { v.resize(v.size() - 1); },  // truncated
+      [](PeerSlotRecord& r, std::string& v) {                           // past the end
+        r.slot_idx = kRegionSlots + 5;
+        encode_peer_slot_record(r, v);
+      },
+      [](PeerSlotRecord& r, std::string& v) {  // another block's slot
+        r.key.hash.bytes[0] ^= 1;
+        encode_peer_slot_record(r, v);
+      },
+      [](PeerSlotRecord& r, std::string& v) {  // a block of another size
+        r.block_bytes -= 4;
+        encode_peer_slot_record(r, v);
+      },
+  };
+  for (size_t f = 0; f < faults.size(); ++f) {
+    Instance pre(region_prefill_config());
+    prefill(pre, p);
+    Instance dec(region_decode_config(local_peer(pre, edit_records(faults[f]))));
+    EXPECT_EQ(dec.fetch_and_promote(p), 0) << "fault " << f;
+    EXPECT_EQ(dec.tiers->peer_stats()->num_bad, 1) << "fault " << f;
+  }
+}
+
+// A region that does not open here (another machine's, a handle gone stale): that peer's blocks
+// are asked for again as values.
+TEST(KvTiersPeerTest, ARegionThatDoesNotOpenFallsBackToValues) {
+  Instance pre(region_prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  int opens = 0;
+  Instance dec(region_decode_config(local_peer(pre),
+                                    [&](PeerRegionKind, std::string_view, uint64_t,
+                                        int64_t) -> Result<std::unique_ptr<PeerRegionView>> {
+                                      ++opens;
+                                      return Status::Unavailable("no such region here");
+                                    }));
+  EXPECT_EQ(dec.fetch_and_promote(p), 3);
+  EXPECT_EQ(opens, 1);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_slot_hits, 0);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_bad, 0);
+  // The shared-memory opener refuses a name it could not have made, and a region of another id.
+  EXPECT_FALSE(open_shm_peer_region("/etc/passwd", 1, 8192).ok());
+  const std::string& name = pre.tiers->peer_slots()->region().handle();
+  const uint64_t id = pre.tiers->peer_slots()->region().region_id();
+  const int64_t bytes = pre.tiers->peer_slots()->region().size_bytes();
+  EXPECT_TRUE(open_shm_peer_region(name, id, bytes).ok());
+  EXPECT_FALSE(open_shm_peer_region(name, id + 1, bytes).ok());
+  EXPECT_FALSE(open_shm_peer_region(name, id, bytes + 4096).ok());
+}
+
+// The prefill instance dies after answering the records and before confirming them: the blocks
+// copied may not be trusted, so they are misses (recomputed); nothing stays pinned.
+TEST(KvTiersPeerTest, APrefillInstanceDyingBeforeTheConfirmationIsAMiss) {
+  Instance pre(region_prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  Instance dec(region_decode_config([&]() -> Result<std::unique_ptr<PeerClient>> {
+    return std::unique_ptr<PeerClient>(
+        new DyingPeer(*pre.tiers->outbox(), 1, pre.tiers->peer_slots()));
+  }));
+  EXPECT_EQ(dec.fetch_and_promote(p), 0);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_slot_hits, 0);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_errors, 1);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // length, so ASan reports any read past the end); a decoder accepts only canonical frames -- what
 // it accepts re-encodes to the same bytes -- under random mutations; every field out of range is
 // refused by name; a head is matched against its request; values split only at exact lengths.
+// Slot records the same way: round trip, prefixes, mutations, every field out of range.
 
 #include <gtest/gtest.h>
 
@@ -57,7 +58,7 @@ std::string request_frame(uint64_t id, size_t n) {
 // Re-encodes a decoded request.
 std::string reencode(const PeerRequest& r) {
   std::string out;
-  encode_peer_request(r.request_id, r.keys, out);
+  encode_peer_request(r.request_id, r.keys, out, r.flags);
   return out;
 }
 
@@ -201,7 +202,10 @@ TEST(PeerFramesTest, FieldsOutOfRangeAreRefusedByName) {
   };
   EXPECT_TRUE(refused(decode_peer_request("SKVR" + req.substr(4)), "magic"));
   EXPECT_TRUE(refused(decode_peer_request(with_field(req, 4, uint16_t{2})), "version"));
-  EXPECT_TRUE(refused(decode_peer_request(with_field(req, 6, uint16_t{1})), "flags"));
+  EXPECT_TRUE(refused(decode_peer_request(with_field(req, 6, uint16_t{2})), "flags"));
+  ASSERT_TRUE(decode_peer_request(with_field(req, 6, kPeerAcceptSlotRecords)).ok());
+  EXPECT_EQ(decode_peer_request(with_field(req, 6, kPeerAcceptSlotRecords))->flags,
+            kPeerAcceptSlotRecords);
   EXPECT_TRUE(refused(decode_peer_request(with_field(req, 20, uint32_t{1})), "reserved"));
   EXPECT_TRUE(refused(decode_peer_request(with_field(req, 16, uint32_t{3})), "bytes of keys"));
   EXPECT_TRUE(refused(decode_peer_request(with_field(req, 16, uint32_t{kMaxPeerKeys + 1})),
@@ -274,6 +278,102 @@ TEST(PeerFramesTest, ValueLengthsRefuseResponsesPastTheLimit) {
   const std::vector<std::string> big(2, std::string(kMaxPeerResponseBytes / 2 + 1, 'x'));
   EXPECT_EQ(peer_value_lengths(big, lengths), PeerFrameStatus::kTooLarge);
   EXPECT_TRUE(lengths.empty());
+}
+
+PeerSlotRecord a_record() {
+  PeerSlotRecord r;
+  r.kind = 2;
+  r.region_id = 0x0102030405060708ULL;
+  r.region_bytes = kPeerRegionHeaderBytes + 10 * 4096;
+  r.slot_bytes = 4096;
+  r.slot_idx = 9;
+  r.generation = 77;
+  r.block_bytes = 4000;
+  r.checksum = 0xfeedfacecafebeefULL;
+  r.key = key(0x99, 3);
+  r.handle = std::string(64, '\x05');
+  return r;
+}
+
+std::string record_bytes(const PeerSlotRecord& r) {
+  std::string out;
+  encode_peer_slot_record(r, out);
+  return out;
+}
+
+TEST(PeerFramesTest, SlotRecordRoundTrips) {
+  const PeerSlotRecord r = a_record();
+  const std::string bytes = record_bytes(r);
+  EXPECT_EQ(bytes.size(), kPeerSlotRecordFixedBytes + 64);
+  EXPECT_TRUE(is_peer_slot_record(bytes));
+  EXPECT_FALSE(is_peer_slot_record("STRATAKR and the rest of a block value"));
+  const ExactBytes exact(bytes);
+  Result<PeerSlotRecord> d = decode_peer_slot_record(exact.view());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->kind, r.kind);
+  EXPECT_EQ(d->region_id, r.region_id);
+  EXPECT_EQ(d->region_bytes, r.region_bytes);
+  EXPECT_EQ(d->slot_bytes, r.slot_bytes);
+  EXPECT_EQ(d->slot_idx, r.slot_idx);
+  EXPECT_EQ(d->generation, r.generation);
+  EXPECT_EQ(d->block_bytes, r.block_bytes);
+  EXPECT_EQ(d->checksum, r.checksum);
+  EXPECT_EQ(d->key, r.key);
+  EXPECT_EQ(d->handle, r.handle);
+  EXPECT_EQ(d->offset(), kPeerRegionHeaderBytes + 9 * 4096);
+  EXPECT_EQ(record_bytes(*d), bytes);
+}
+
+TEST(PeerFramesTest, EveryPrefixOfASlotRecordIsRefusedWithoutReadingPastIt) {
+  const std::string bytes = record_bytes(a_record());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const ExactBytes exact(bytes.substr(0, n));
+    EXPECT_FALSE(decode_peer_slot_record(exact.view()).ok()) << n;
+  }
+  EXPECT_FALSE(decode_peer_slot_record(bytes + "x").ok());
+}
+
+TEST(PeerFramesTest, SlotRecordFieldsOutOfRangeAreRefusedByName) {
+  const std::string bytes = record_bytes(a_record());
+  auto refused = [](const std::string& b, const std::string& what) {
+    const Result<PeerSlotRecord> r = decode_peer_slot_record(b);
+    return !r.ok() && r.status().message().find(what) != std::string::npos;
+  };
+  EXPECT_TRUE(refused("STRATASX" + bytes.substr(8), "magic"));
+  EXPECT_TRUE(refused(with_field(bytes, 8, uint32_t{2}), "version"));
+  EXPECT_TRUE(refused(with_field(bytes, 44, uint32_t{1}), "reserved"));
+  EXPECT_TRUE(refused(with_field(bytes, 112, uint32_t{0}), "handle of 0"));
+  EXPECT_TRUE(refused(with_field(bytes, 112, uint32_t{257}), "handle of 257"));
+  EXPECT_TRUE(refused(with_field(bytes, 112, uint32_t{63}), "bytes for a handle"));
+  // The slot outside the region: past its end, of no bytes, smaller than its block, and an index
+  // whose byte offset would overflow 64 bits.
+  EXPECT_TRUE(refused(with_field(bytes, 40, uint32_t{10}), "outside"));
+  EXPECT_TRUE(refused(with_field(bytes, 32, uint64_t{0}), "outside"));
+  EXPECT_TRUE(refused(with_field(bytes, 56, uint64_t{4097}), "outside"));
+  EXPECT_TRUE(refused(with_field(bytes, 24, uint64_t{100}), "outside"));
+  EXPECT_TRUE(
+      refused(with_field(with_field(bytes, 24, ~uint64_t{0}), 40, ~uint32_t{0}), "outside"));
+  PeerSlotRecord huge = a_record();
+  huge.slot_bytes = uint64_t{1} << 62;
+  huge.region_bytes = ~uint64_t{0};
+  huge.slot_idx = 3;
+  EXPECT_FALSE(decode_peer_slot_record(record_bytes(huge)).ok());
+}
+
+TEST(PeerFramesTest, MutatedSlotRecordsAreRefusedOrCanonical) {
+  const std::string bytes = record_bytes(a_record());
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string m = bytes;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) m[rng() % m.size()] = static_cast<char>(rng());
+    if (rng() % 8 == 0) m.resize(rng() % (m.size() + 1));
+    const ExactBytes exact(m);
+    const Result<PeerSlotRecord> d = decode_peer_slot_record(exact.view());
+    if (!d.ok()) continue;
+    EXPECT_EQ(record_bytes(*d), m);
+    EXPECT_LE(static_cast<uint64_t>(d->offset()) + d->block_bytes, d->region_bytes);
+  }
 }
 
 }  // namespace

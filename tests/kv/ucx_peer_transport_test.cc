@@ -75,7 +75,8 @@ std::string random_bytes(size_t n, uint64_t seed) {
 using Store = std::map<uint64_t, std::string>;
 
 PeerBlockLookup lookup_in(const Store& store, std::atomic<int>* calls = nullptr) {
-  return [&store, calls](std::span<const TierKey> keys, std::vector<std::string>& values) {
+  return [&store, calls](std::span<const TierKey> keys, uint16_t /*flags*/,
+                         std::vector<std::string>& values) {
     if (calls != nullptr) calls->fetch_add(1);
     for (size_t i = 0; i < keys.size(); ++i) {
       // The test's keys carry their index in the hash's first 8 bytes (minus the byte offsets).
@@ -277,10 +278,12 @@ TEST(UcxPeerTransportTest, AServerProcessKilledMidTransferFailsTheGet) {
   const ChildProcess server_process([&fds] {
     close(fds[0]);
     const std::string value(kValueBytes, 'v');
-    auto server = start_ucx_peer_server(
-        "127.0.0.1", 0, [&value](std::span<const TierKey> keys, std::vector<std::string>& values) {
-          for (size_t i = 0; i < keys.size(); ++i) values[i].assign(value);
-        });
+    auto server = start_ucx_peer_server("127.0.0.1", 0,
+                                        [&value](std::span<const TierKey> keys, uint16_t /*flags*/,
+                                                 std::vector<std::string>& values) {
+                                          for (size_t i = 0; i < keys.size(); ++i)
+                                            values[i].assign(value);
+                                        });
     if (!server.ok()) _exit(1);
     const std::string address = (*server)->address();
     if (write(fds[1], address.data(), address.size()) < 0) _exit(1);
@@ -323,10 +326,11 @@ TEST(UcxPeerTransportTest, ALateAnswerIsDroppedAndTheNextGetGetsItsOwn) {
   bool hold = false;
   const PeerBlockLookup inner = lookup_in(store);
   Result<std::unique_ptr<PeerServer>> server = start_ucx_peer_server(
-      "127.0.0.1", 0, [&](std::span<const TierKey> keys, std::vector<std::string>& values) {
+      "127.0.0.1", 0,
+      [&](std::span<const TierKey> keys, uint16_t /*flags*/, std::vector<std::string>& values) {
         std::unique_lock lock(mu);
         cv.wait(lock, [&] { return !hold; });
-        inner(keys, values);
+        inner(keys, 0, values);
       });
   ASSERT_TRUE(server.ok()) << server.status().to_string();
   const std::unique_ptr<PeerClient> client = connect(**server, kShort);
@@ -359,7 +363,8 @@ TEST(UcxPeerTransportTest, LookupFailuresComeBackAsErrors) {
   // A lookup that breaks its contract (resizes values) or throws fails that request only.
   std::atomic<int> n = 0;
   Result<std::unique_ptr<PeerServer>> server = start_ucx_peer_server(
-      "127.0.0.1", 0, [&n](std::span<const TierKey> keys, std::vector<std::string>& values) {
+      "127.0.0.1", 0,
+      [&n](std::span<const TierKey> keys, uint16_t /*flags*/, std::vector<std::string>& values) {
         const int call = n.fetch_add(1);
         if (keys.size() == 1 && call % 2 == 1) values.emplace_back("extra");
         if (keys.size() == 1 && call % 2 == 0 && call > 0) throw std::runtime_error("lookup");

@@ -171,6 +171,15 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                    "--role prefill: bytes of blocks kept for decode instances (0 = as many as "
                    "--kv-offload-bytes)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
+    cmd.add_option("--kv-peer-region-bytes", o.kv_peer_region_bytes,
+                   "--role prefill: also copy every block into a region of this many bytes that "
+                   "decode instances on this machine map (GPU: CUDA IPC device memory on top "
+                   "of the pool; CPU: shared memory); 0 = none (default)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
+    cmd.add_flag("--kv-peer-region,!--no-kv-peer-region", o.kv_peer_region,
+                 "--role decode: copy the blocks the prefill instance holds in its "
+                 "--kv-peer-region-bytes region straight out of it (same machine only; "
+                 "default: off, blocks come as values over UCX)");
     cmd.add_flag("--kv-peer-compress,!--no-kv-peer-compress", o.kv_peer_compress,
                  "Disaggregated serving: code the blocks sent between instances losslessly as "
                  "--kv-remote-compress does (default: off)");
@@ -236,6 +245,8 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_peer_timeout_ms = o.kv_peer_timeout_ms;
   c.kv_peer_outbox_bytes = o.kv_peer_outbox_bytes;
   c.kv_peer_compress = o.kv_peer_compress;
+  c.kv_peer_region_bytes = o.kv_peer_region_bytes;
+  c.kv_peer_region = o.kv_peer_region;
   if (!o.cache_salt_secret_file.empty()) {
     std::ifstream in(o.cache_salt_secret_file, std::ios::binary);
     std::stringstream bytes;

@@ -62,6 +62,8 @@ struct EngineOptions {
   int32_t kv_peer_timeout_ms = 2000;
   int64_t kv_peer_outbox_bytes = 0;
   bool kv_peer_compress = false;
+  int64_t kv_peer_region_bytes = 0;  // prefill: a region decode instances on this machine map
+  bool kv_peer_region = false;       // decode: copy blocks out of the prefill instance's region
   KvCacheOptions kv_cache;  // --kv-cache-dtype, --calculate-kv-scales, --allow-unit-kv-scales
   // Token eviction's defaults for requests (docs/kv-eviction.md): --kv-eviction-policy,
   // --kv-budget-tokens, --kv-sink-tokens, --kv-window-tokens (-1 / 0: the policy's own),

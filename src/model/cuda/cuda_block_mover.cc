@@ -121,6 +121,12 @@ void CudaBlockMover::from_host(std::span<const kv::BlockCopy> pairs, const kv::H
   }
 }
 
+void CudaBlockMover::to_region(std::span<const kv::BlockCopy> pairs, std::byte* slots) {
+  if (pairs.empty()) return;
+  start_runs(pairs, pool_, slots);
+  check_cuda(cudaStreamSynchronize(stream_.get()), "copy into the peer region");
+}
+
 uint64_t CudaBlockMover::start_from_host(std::span<const kv::BlockCopy> pairs,
                                          const kv::HostKvBuffer& host) {
   if (mapped_host_ == nullptr || block_bytes_ < kDmaBlockBytes) {

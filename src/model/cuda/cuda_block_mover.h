@@ -40,6 +40,9 @@ class CudaBlockMover final : public kv::BlockMover {
   void detach(kv::HostKvBuffer& host) override;
   void to_host(std::span<const kv::BlockCopy> pairs, kv::HostKvBuffer& host) override;
   void from_host(std::span<const kv::BlockCopy> pairs, const kv::HostKvBuffer& host) override;
+  // Device to device (a CUDA IPC region, cuda_peer_region.h) by the copy engines, on the
+  // mover's stream, which is synchronized before it returns.
+  void to_region(std::span<const kv::BlockCopy> pairs, std::byte* slots) override;
   // By the copy engines on the mover's stream, an event recorded after them; blocks smaller than
   // kDmaBlockBytes, or an unpinned buffer, copy at once (kDoneTicket).
   uint64_t start_from_host(std::span<const kv::BlockCopy> pairs,
