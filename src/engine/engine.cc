@@ -263,7 +263,7 @@ Status EngineImpl::start_tiers() {
     c.peer_outbox_bytes = config_.kv_peer_outbox_bytes > 0 ? config_.kv_peer_outbox_bytes
                                                            : config_.kv_offload_bytes;
     c.peer_region_bytes = config_.kv_peer_region_bytes;
-    c.peer_region = peer_region_factory(config_);
+    c.peer_region = engine::peer_region_factory(config_);
   }
   if (config_.kv_role == KvRole::kDecode) {
     for (const std::string& address : config_.kv_peers) {
@@ -273,7 +273,7 @@ Status EngineImpl::start_tiers() {
           });
     }
     c.peer_options.wait = std::chrono::milliseconds(config_.kv_peer_wait_ms);
-    if (config_.kv_peer_region) c.peer_options.open_region = peer_region_opener();
+    if (config_.kv_peer_region) c.peer_options.open_region = engine::peer_region_opener();
   }
   c.peer_codec = config_.kv_peer_compress;
   c.ns = kv::tier_namespace(kv::checkpoint_identity(config_.model_dir, config_.dummy_weights),
