@@ -5,9 +5,15 @@
 # that the decode instance answers as the colocated one does, then the prefill instance is
 # stopped (SIGSTOP: the transfer times out) and killed (SIGKILL: gone mid-service), and the answers
 # must stay right. At the end no instance holds a block for a finished request.
-# Usage: disaggregation_test.sh STRATA_BINARY. Exit 77 (skipped) when the client is not installed.
+# With `region`, the two instances share the machine's memory as a decode and a prefill instance
+# on one GPU do (docs/kv.md, "One machine"): the prefill instance copies its blocks into a
+# shared-memory region too (--kv-peer-region-bytes), the decode instance copies them out of it
+# (--kv-peer-region), and every block must have come that way.
+# Usage: disaggregation_test.sh STRATA_BINARY [region]. Exit 77 (skipped) when the client is not
+# installed.
 set -uo pipefail
 strata=$1
+mode=${2:-values}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if [[ ! -d "$here/client/node_modules/openai" ]] || ! command -v node >/dev/null; then
   echo "disaggregation_test: the openai client is not installed (scripts/install_deps.sh): skipped"
@@ -28,17 +34,32 @@ start() {
   printf -v "log_$name" '%s' "$server_log"
 }
 host=$((64 << 20))
-start prefill --role prefill --kv-offload-bytes $host --kv-peer-listen 127.0.0.1:0
+prefill_region=()
+decode_region=()
+if [[ "$mode" == region ]]; then
+  prefill_region=(--kv-peer-region-bytes $((32 << 20)))
+  decode_region=(--kv-peer-region)
+fi
+start prefill --role prefill --kv-offload-bytes $host --kv-peer-listen 127.0.0.1:0 \
+  "${prefill_region[@]}"
 peer=$(sed -n 's|.*KV blocks for decode instances on \([^ ]*\) .*|\1|p' "$log_prefill")
 [[ -n "$peer" ]] || { echo "FAIL: no peer address: $(cat "$log_prefill")"; exit 1; }
 start decode --role decode --kv-offload-bytes $host --kv-peer "$peer" \
-  --prefill-url "$url_prefill" --prefill-timeout 2 --kv-peer-timeout-ms 1000
+  --prefill-url "$url_prefill" --prefill-timeout 2 --kv-peer-timeout-ms 1000 \
+  "${decode_region[@]}"
 start colocated
 
 node "$here/disaggregation_test.mjs" moved "$url_decode" "$url_colocated" && ok ||
   fail "disaggregated against colocated"
 served=$(curl -s "$url_prefill/metrics" | sed -n 's/^strata:kv_peer_served_blocks_total //p')
 [[ -n "$served" && "$served" != 0 ]] && ok || fail "the prefill instance served no block ($served)"
+if [[ "$mode" == region ]]; then
+  read_blocks=$(curl -s "$url_decode/metrics" | sed -n 's/^strata:kv_peer_read_blocks_total //p')
+  region_blocks=$(curl -s "$url_decode/metrics" |
+    sed -n 's/^strata:kv_peer_region_read_blocks_total //p')
+  [[ -n "$region_blocks" && "$region_blocks" != 0 && "$region_blocks" == "$read_blocks" ]] && ok ||
+    fail "not every block came out of the region ($region_blocks of $read_blocks)"
+fi
 
 kill -STOP "$pid_prefill"
 node "$here/disaggregation_test.mjs" fault "$url_decode" "$url_colocated" 1 && ok ||

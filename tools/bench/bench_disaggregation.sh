@@ -13,8 +13,10 @@
 #
 # SERVE_ARGS go to every instance and must give a host tier (--kv-offload-bytes). The defaults
 # split this machine's cores: COLOCATED_ARGS "--threads 2", PREFILL_ARGS and DECODE_ARGS
-# "--threads 1". DISAGG_CONFIGS picks the runs: colocated, disaggregated (the default two), and
-# compressed (disaggregated with --kv-peer-compress).
+# "--threads 1". DISAGG_CONFIGS picks the runs: colocated, disaggregated (the default two),
+# compressed (disaggregated with --kv-peer-compress), and region (disaggregated with the blocks
+# copied out of the prefill instance's region of KV_PEER_REGION_BYTES, default 1 GiB: CUDA IPC
+# with --device cuda, shared memory on the CPU; docs/kv.md, "One machine").
 set -euo pipefail
 strata=$1 model=$2 out=$3
 shift 3
@@ -70,14 +72,17 @@ if want colocated; then
   bench colocated "$url"
   stop_all
 fi
+prefill_extra=()  # the next disaggregated run's arguments for its prefill instance only
+decode_extra=()   # ... and for its decode instance only
 disaggregated() {  # disaggregated NAME EXTRA_ARGS...: a prefill and a decode instance
   local name=$1 prefill peer decode
   shift
-  serve "$name.prefill" --role prefill --kv-peer-listen 127.0.0.1:0 "${prefill_args[@]}" "$@"
+  serve "$name.prefill" --role prefill --kv-peer-listen 127.0.0.1:0 "${prefill_args[@]}" "$@" \
+    "${prefill_extra[@]}"
   prefill=$url
   peer=$(sed -n 's|.*KV blocks for decode instances on \([^ ]*\) .*|\1|p' "$tmp/$name.prefill.log")
   serve "$name.decode" --role decode --kv-peer "$peer" --prefill-url "$prefill" \
-    "${decode_args[@]}" "$@"
+    "${decode_args[@]}" "$@" "${decode_extra[@]}"
   decode=$url
   bench "$name" "$decode"
   stop_all
@@ -85,6 +90,14 @@ disaggregated() {  # disaggregated NAME EXTRA_ARGS...: a prefill and a decode in
 if want disaggregated; then disaggregated disaggregated; fi
 # The values coded as the pool's dtype suits (--kv-peer-compress) on both sides.
 if want compressed; then disaggregated compressed --kv-peer-compress; fi
+# One machine: the blocks copied out of the prefill instance's region, not sent as values.
+if want region; then
+  prefill_extra=(--kv-peer-region-bytes "${KV_PEER_REGION_BYTES:-$((1 << 30))}")
+  decode_extra=(--kv-peer-region)
+  disaggregated region
+  prefill_extra=()
+  decode_extra=()
+fi
 python3 - "$tmp" "$out" "${names[@]}" <<'PY'
 import json, os, re, sys, time
 tmp, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -113,12 +126,21 @@ for n in names:
     # The round trips that brought blocks: the reads' time less their waits for the prefill.
     xfer = metric("strata:kv_peer_transfer_seconds_total", met)
     rate = f"{gb / xfer:.2f} ({gb / xfer / (best / 1e9):.2f})" if xfer > 0 else "--"
+    region = metric("strata:kv_peer_region_read_blocks_total", met)
     runs[n] = {"report": rep, "peer_read_blocks": moved, "peer_read_gb": gb,
-               "peer_get_seconds": secs, "peer_transfer_seconds": xfer}
+               "peer_get_seconds": secs, "peer_transfer_seconds": xfer,
+               "peer_region_read_blocks": region,
+               "peer_region_reused": metric("strata:kv_peer_region_reused_total", met),
+               "peer_faults": metric("strata:kv_peer_faults_total", met)}
     print(f"| {n} | {r['output_tokens_per_s']:.1f} | {r['ttft_s']['p50']:.3f} / "
           f"{r['ttft_s']['p99']:.3f} | {1e3 * r['inter_token_latency_s']['p50']:.1f} / "
           f"{1e3 * r['inter_token_latency_s']['p99']:.1f} | {r['e2e_latency_s']['p99']:.2f} | "
           f"{int(moved)} | {gb:.3f} | {secs:.2f} / {xfer:.2f} | {rate} |")
+for n in names:
+    if runs[n]["peer_region_read_blocks"] > 0:
+        print(f"{n}: {int(runs[n]['peer_region_read_blocks'])} of {int(runs[n]['peer_read_blocks'])} "
+              f"blocks out of the region, {int(runs[n]['peer_region_reused'])} slots reused "
+              f"mid-copy, {int(runs[n]['peer_faults'])} faults")
 print(f"memcpy on this machine (one core): {best / 1e9:.1f} GB/s")
 json.dump({"memcpy_gb_per_s": best / 1e9, "runs": runs}, open(out, "w"), indent=1)
 PY

@@ -13,7 +13,8 @@
 #                                           .devcarry/gpu-pack (the packed binaries) copied there
 #                                           (nothing else is needed): runs the kernel tests, the GPU
 #                                           model test (bf16 fixtures), the decode and prefill
-#                                           benchmarks, the PyTorch comparison, the KV codec's GPU
+#                                           benchmarks, the MLA decode kernel's tests and
+#                                           benchmark, the PyTorch comparison, the KV codec's GPU
 #                                           encoder and decoder, a reduced filter of
 #                                           the tests under compute-sanitizer memcheck and
 #                                           racecheck, and the GPU engine benchmarks beside
@@ -26,7 +27,7 @@
 #                                           was put together)
 #
 # GPU_CHECK_STEPS picks the run's steps (default: all of tests bench prefill ops tensor_cores torch
-# kvquant codec engine_tests engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute
+# kvquant codec mla engine_tests engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute
 # calls; the record (docs/gpu-runs.md) merges what the runs of one build measured.
 # GPU_CHECK_JOBS sets the build's parallelism (default 1); GPU_CHECK_SANITIZER_FILTER the tests
 # run under the sanitizers.
@@ -156,12 +157,12 @@ cmd_build() {
   cmake -S "$CARRY/project" -B "$CARRY/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DSTRATA_CUDA_EXTRA_HEAD_DIMS=ON >/dev/null
   ninja -C "$CARRY/build" -j "$JOBS" strata_kernels_cuda_test strata_decode_bench strata_prefill_bench \
-    strata_model_ops_bench strata_tensor_core_bench strata_kv_codec_split_bench
+    strata_model_ops_bench strata_tensor_core_bench strata_kv_codec_split_bench strata_mla_decode_bench
   mkdir -p "$CARRY/bin"
   cp "$CARRY/build/tests_kernels_cuda/strata_kernels_cuda_test" "$CARRY/bin/"
   cp "$CARRY/build/bench_cuda/strata_decode_bench" "$CARRY/build/bench_cuda/strata_prefill_bench" \
     "$CARRY/build/bench_cuda/strata_model_ops_bench" "$CARRY/build/bench_cuda/strata_tensor_core_bench" \
-    "$CARRY/build/bench_cuda/strata_kv_codec_split_bench" \
+    "$CARRY/build/bench_cuda/strata_kv_codec_split_bench" "$CARRY/build/bench_cuda/strata_mla_decode_bench" \
     "$CARRY/bin/"
   cp "$ROOT/tools/gpu/bench_decode_torch.py" "$CARRY/bin/"
   build_engine
@@ -189,7 +190,7 @@ cmd_build() {
     "$CARRY/bin/engine_cuda_engine_test" \
     "$CARRY/bin/strata_kernels_cuda_test" "$CARRY/bin/strata_decode_bench" "$CARRY/bin/strata_prefill_bench" \
     "$CARRY/bin/strata_model_ops_bench" "$CARRY/bin/strata_tensor_core_bench" \
-    "$CARRY/bin/strata_kv_codec_split_bench"
+    "$CARRY/bin/strata_kv_codec_split_bench" "$CARRY/bin/strata_mla_decode_bench"
   mkdir -p "$ROOT/.devcarry/gpu-pack"
   tar cf - -C "$CARRY" bin | xz -T2 --lzma2=preset=6,dict=512MiB >"$ROOT/.devcarry/gpu-pack/bin.tar.xz"
   du -sh "$CARRY/bin" "$ROOT/.devcarry/gpu-pack/bin.tar.xz"
@@ -201,7 +202,7 @@ cmd_build() {
 step() {
   local name="$1" log="$2" limit="$3"
   shift 3
-  case " ${GPU_CHECK_STEPS:-tests bench prefill ops tensor_cores torch kvquant codec engine_tests engine_bench memcheck racecheck} " in
+  case " ${GPU_CHECK_STEPS:-tests bench prefill ops tensor_cores torch kvquant codec mla engine_tests engine_bench memcheck racecheck} " in
     *" $name "*) ;;
     *) return 0 ;;
   esac
@@ -248,6 +249,12 @@ cmd_run() {
   # 256 Llama-3.1-8B blocks against a device-to-device copy, its JSON on one "codec-json: " line.
   step codec bench 120 bash -c '"$1/strata_kv_codec_split_bench" --json /tmp/codec.json &&
     echo "codec-json: $(tr -d "\n" </tmp/codec.json)"' _ "$bin"
+  # MLA decode over the paged latent (docs/kernels.md, "MLA decode attention"): its tests (also in
+  # the tests step) verbose, then heads 16 and 128 against the copy bandwidth, JSON on one
+  # "mla-json: " line.
+  step mla bench 240 bash -c 'STRATA_MLA_TEST_VERBOSE=1 "$1/strata_kernels_cuda_test" \
+    --gtest_filter="MlaDecode*" --gtest_brief=1; a=$?; "$1/strata_mla_decode_bench" --json /tmp/mla.json &&
+    echo "mla-json: $(tr -d "\n" </tmp/mla.json)"; exit $((a | $?))' _ "$bin"
   # The GPU engine. The model test reads its fixtures from the path compiled in on the CPU
   # machine (the checkout it was built in, ROOT/tests/data): point that path at this checkout.
   export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -272,6 +279,11 @@ cmd_run() {
   fi
   step structured engine 400 bash "$ROOT/tools/gpu/gpu_structured_bench.sh" "$bin" \
     "$tok/llama3_1" "$OUT/structured.json"
+  # Disaggregation through CUDA IPC, two processes on this GPU (tools/gpu/gpu_disaggregation_check.sh,
+  # about a minute): a prefill and a decode instance against a colocated one. Not in the
+  # default steps; GPU_CHECK_STEPS=disagg_ipc. The two-process CUDA IPC region test itself
+  # (CudaPeerRegionTest) runs in engine_tests.
+  step disagg_ipc engine 240 bash "$ROOT/tools/gpu/gpu_disaggregation_check.sh" "$bin"
   # Issue 11 end to end (about 7 minutes): not in the default steps; GPU_CHECK_STEPS=kvquant_e2e.
   step kvquant_e2e engine 570 bash "$bin/gpu_kv_quant_bench.sh" "$bin" "$OUT/kvq_engine.json"
   # Two builds of the engine on the same workloads, alternating (tools/gpu/gpu_ab_bench.sh; about
@@ -297,7 +309,7 @@ cmd_run() {
   tail -n 20 "$OUT/engine.log" 2>/dev/null || true
   grep -E "^###|PASSED|FAILED|SUMMARY" "$OUT/sanitizer.log" 2>/dev/null || true
   tail -n 24 "$OUT/bench.log" 2>/dev/null || true
-  grep -v Warning "$OUT/bench.log" 2>/dev/null | grep -v "^  return\|^kvq-json\|^codec-json" | tail -n 30 || true
+  grep -v Warning "$OUT/bench.log" 2>/dev/null | grep -v "^  return\|^kvq-json\|^codec-json\|^mla-json" | tail -n 30 || true
 }
 
 cmd_report() {
@@ -361,6 +373,8 @@ lines.append(f"| PyTorch SDPA comparison | {status.get('torch', '?')} | see belo
 lines.append(f"| quantized KV decode attention (`strata_decode_bench --kv-dtypes`) | {status.get('kvquant', '?')} | see below |")
 if "codec" in status:
     lines.append(f"| KV codec split on the GPU (`strata_kv_codec_split_bench`) | {status['codec']} | see below |")
+if "mla" in status:
+    lines.append(f"| MLA decode tests and benchmark (`strata_mla_decode_bench`) | {status['mla']} | in the run's bench.log |")
 if "kvquant_e2e" in status:
     lines.append(f"| quantized KV end to end (`tools/gpu/gpu_kv_quant_bench.sh`) | {status['kvquant_e2e']} | see below |")
 if "fp8_weights" in status:

@@ -11,8 +11,15 @@
 #
 #   tools/gpu/gpu_disaggregation.sh OUT_DIR [BENCH_ARGS...]
 #
-# DISAGG_CONFIGS picks the runs (bench_disaggregation.sh); POOL_GIB (default 20) and
-# KV_OFFLOAD_GIB (default 8) size each instance's pool and host tier.
+# DISAGG_CONFIGS picks the runs (bench_disaggregation.sh): colocated, disaggregated (blocks as
+# values: GPU -> host tier -> UCX -> host -> GPU), compressed, and region (the blocks copied out
+# of the prefill instance's CUDA IPC region, docs/kv.md "One machine"; default: colocated
+# disaggregated region). POOL_GIB (default 20) and KV_OFFLOAD_GIB (default 8) size each
+# instance's pool and host tier, REGION_GIB (default 2) the prefill instance's region, which
+# comes on top of its pool.
+#
+#   DISAGG_CONFIGS="colocated disaggregated region" NUM_PROMPTS=60 POOL_GIB=8 \
+#     tools/gpu/gpu_disaggregation.sh OUT_DIR
 set -euo pipefail
 out="$1"
 shift
@@ -24,6 +31,8 @@ export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 model="$root/bench/models/llama-3.1-8b"
 cp "$bin/build-info.txt" "$out/build-info.txt"
 pool=$((${POOL_GIB:-20} << 30))
+export DISAGG_CONFIGS="${DISAGG_CONFIGS:-colocated disaggregated region}"
+export KV_PEER_REGION_BYTES=$((${REGION_GIB:-2} << 30))
 COLOCATED_ARGS="--kv-cache-memory-bytes $((2 * pool))" \
 PREFILL_ARGS="--kv-cache-memory-bytes $pool" DECODE_ARGS="--kv-cache-memory-bytes $pool" \
   "$root/tools/bench/bench_disaggregation.sh" "$bin/strata" "$model" "$out/disaggregation.json" \
