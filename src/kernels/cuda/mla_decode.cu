@@ -21,6 +21,10 @@ namespace {
 using detail::ceil_div;
 using detail::MlaShape;
 
+// Split partials one block merges at the end of the attention kernel (splits x head-tile rows,
+// 2 KiB each): above this a separate merge kernel spreads them over a block per head.
+constexpr int64_t kMaxInKernelMergeRows = 256;
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 int32_t floor_log2(int32_t v) {
@@ -175,12 +179,23 @@ Status launch(const MlaDecodeParams& p, cudaStream_t stream) {
     out.partial_lse = reinterpret_cast<float*>(base + ws.partial_lse_offset);
     out.split_counters = reinterpret_cast<int32_t*>(base);
   }
+  // The last split of a head tile merges when its partials are few (no second launch: a batch-1
+  // step waits on this tail); else a merge kernel with a block per (sequence, head) does.
+  a.merge_in_kernel = static_cast<int64_t>(a.num_splits) * Shape::kHeads <= kMaxInKernelMergeRows;
   const dim3 grid(static_cast<unsigned>(p.layout.num_seqs), static_cast<unsigned>(head_tiles),
                   static_cast<unsigned>(a.num_splits));
-  const cudaError_t err =
+  cudaError_t err =
       detail::launch_pdl(kKernel, grid, dim3(detail::kMlaThreads), Shape::kSmemBytes, stream, a);
   if (err != cudaSuccess) return cuda_error_status(err, "MLA decode launch", __FILE__, __LINE__);
   STRATA_CUDA_CHECK_LAUNCH();
+  if (a.num_splits > 1 && !a.merge_in_kernel) {
+    const dim3 merge_grid(static_cast<unsigned>(p.layout.num_seqs),
+                          static_cast<unsigned>(p.num_heads));
+    err = detail::launch_pdl(detail::mla_merge_kernel, merge_grid, dim3(detail::kMlaMergeThreads),
+                             0, stream, a);
+    if (err != cudaSuccess) return cuda_error_status(err, "MLA merge launch", __FILE__, __LINE__);
+    STRATA_CUDA_CHECK_LAUNCH();
+  }
   return Status::Ok();
 }
 

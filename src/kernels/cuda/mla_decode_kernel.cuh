@@ -87,6 +87,9 @@ struct MlaKernelArgs {
   int32_t num_splits;
   int32_t chunk_tokens;  // tokens per split (a multiple of the tile; unused unsplit)
   float scale_log2;      // sm_scale * log2(e)
+  // Split launches: 1 = the last split of a head tile merges (decode_merge.cuh; few partial
+  // bytes per tile), 0 = mla_merge_kernel runs after this kernel.
+  int32_t merge_in_kernel;
   // The outputs as the split merge reads them: o, o_seq_stride, num_seqs, num_qo_heads, lse_ln,
   // partial_o / partial_lse / split_counters / merge_splits (split launches; partial_o null
   // unsplit). head_dim there is 512.
@@ -387,12 +390,81 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     out.partial_lse[idx + head_a] = row_lse2(m_a, l_a);
     out.partial_lse[idx + head_b] = row_lse2(m_b, l_b);
   }
+  if (!a.merge_in_kernel) return;
   int32_t* counter = out.split_counters + static_cast<int64_t>(seq) * gridDim.y + blockIdx.y;
   if (!last_split_done(counter, out.merge_splits)) return;
   // The merge runs on 4 warps (kDecodeThreads), one head per warp at a time.
   if (tid < kDecodeThreads) {
     merge_split_rows<DType::kBF16, kMlaValueDim>(out, seq, head0, Shape::kHeads);
   }
+}
+
+// The merge of a split launch whose partials are too many for one block per head tile (64 heads x
+// 66 splits is 8.6 MB): grid (num_seqs, num_heads), kMergeThreads threads, one (sequence, head)
+// per block. Warp 0 turns the splits' log-sum-exps into weights in shared memory; then thread i
+// sums channels 4i .. 4i + 3 over the splits (16-byte loads through L2: other blocks wrote them).
+inline constexpr int kMlaMergeThreads = kMlaValueDim / 4;
+
+__global__ void __launch_bounds__(kMlaMergeThreads)
+    mla_merge_kernel(const __grid_constant__ MlaKernelArgs a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const DecodeKernelArgs& out = a.out;
+  const int seq = blockIdx.x;
+  const int head = blockIdx.y;
+  const int64_t idx0 = static_cast<int64_t>(seq) * out.num_qo_heads + head;
+  const int64_t stride = static_cast<int64_t>(out.num_seqs) * out.num_qo_heads;
+  const int splits = out.merge_splits;
+  __shared__ float s_w[kMaxDecodeSplits];
+  __shared__ float s_inv;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    constexpr int kLaneSplits = kMaxDecodeSplits / 32;
+    float w[kLaneSplits];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kLaneSplits; ++i) {
+      const int z = lane + 32 * i;
+      w[i] = z < splits ? __ldcg(out.partial_lse + z * stride + idx0) : -INFINITY;
+      mx = fmaxf(mx, w[i]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kLaneSplits; ++i) {
+      w[i] = mx == -INFINITY || w[i] == -INFINITY ? 0.0f : fast_exp2(w[i] - mx);
+      sum += w[i];
+      const int z = lane + 32 * i;
+      if (z < splits) s_w[z] = w[i];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) {
+      s_inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      if (out.lse_ln != nullptr) {
+        out.lse_ln[idx0] = (sum > 0.0f ? mx + log2f(sum) : -INFINITY) * 0.69314718055994531f;
+      }
+    }
+  }
+  __syncthreads();
+  const float* po = out.partial_o + idx0 * kMlaValueDim + 4 * threadIdx.x;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+  for (int z = 0; z < splits; ++z) {
+    const float wz = s_w[z];
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(po + z * stride * kMlaValueDim));
+    acc.x = fmaf(wz, x.x, acc.x);
+    acc.y = fmaf(wz, x.y, acc.y);
+    acc.z = fmaf(wz, x.z, acc.z);
+    acc.w = fmaf(wz, x.w, acc.w);
+  }
+  const float inv = s_inv;
+  __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(out.o) + seq * out.o_seq_stride +
+                       static_cast<int64_t>(head) * kMlaValueDim + 4 * threadIdx.x;
+  const uint2 packed = make_uint2(pack2<DType::kBF16>(acc.x * inv, acc.y * inv),
+                                  pack2<DType::kBF16>(acc.z * inv, acc.w * inv));
+  *reinterpret_cast<uint2*>(dst) = packed;
 }
 
 }  // namespace strata::cuda::detail
