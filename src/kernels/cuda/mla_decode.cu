@@ -23,7 +23,7 @@ using detail::MlaShape;
 
 // Split partials one block merges at the end of the attention kernel (splits x head-tile rows,
 // 2 KiB each): above this a separate merge kernel spreads them over a block per head.
-constexpr int64_t kMaxInKernelMergeRows = 256;
+constexpr int64_t kMaxInKernelMergeRows = 128;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 

@@ -271,6 +271,27 @@ TEST_F(MlaDecodeTest, PlannerSplitsALongContext) {
   run_case({.num_heads = 16, .block_size = 32, .kv_lens = {8192}, .seed = 4});
 }
 
+TEST_F(MlaDecodeTest, BothMergePaths) {
+  // Splits x tile heads <= 128: the last split merges in the attention kernel; above, the merge
+  // kernel does. Each tile height on both sides (1700 tokens: 27 tiles of 64, so 9 splits stay 9).
+  for (int32_t heads : {64, 128}) {
+    for (int32_t splits : {2, 3}) {
+      run_case({.num_heads = heads,
+                .block_size = 32,
+                .kv_lens = {700, 3, 64},
+                .num_splits = splits,
+                .seed = 13});
+    }
+  }
+  for (int32_t splits : {8, 9}) {
+    run_case({.num_heads = 16,
+              .block_size = 32,
+              .kv_lens = {1700, 3, 64},
+              .num_splits = splits,
+              .seed = 14});
+  }
+}
+
 TEST_F(MlaDecodeTest, ManySplitsWithShortSequences) {
   // Splits that are empty for the shorter sequences write -inf partials the merge skips.
   run_case({.num_heads = 64,
