@@ -28,10 +28,14 @@ namespace strata::cuda::detail {
 //    kPingPong: their code stages leave no room for a third).
 //  - kIndependent3: kPingPong3 without the turns (the consumers issue independently, as in
 //    kBase), to tell the turns' share from the rest's; two stages for quantized caches.
-enum class PrefillWsVariant { kBase, kPingPong, kPingPong3, kIndependent3 };
-inline constexpr std::array<PrefillWsVariant, 4> kPrefillWsVariants = {
+//  - kPingPongSerial: kPingPong without the pipelining inside a consumer: tile j's softmax waits
+//    for P_{j-1} V_{j-1} as well as S_j, so only the other consumer's products run under it.
+//    P_{j-1} and O are then no longer held in flight across the softmax: ptxas spills nothing
+//    (kPingPong: 56 bytes at 240 registers, at head dim 128).
+enum class PrefillWsVariant { kBase, kPingPong, kPingPong3, kIndependent3, kPingPongSerial };
+inline constexpr std::array<PrefillWsVariant, 5> kPrefillWsVariants = {
     PrefillWsVariant::kBase, PrefillWsVariant::kPingPong, PrefillWsVariant::kPingPong3,
-    PrefillWsVariant::kIndependent3};
+    PrefillWsVariant::kIndependent3, PrefillWsVariant::kPingPongSerial};
 // What prefill_attention runs: on the H200, kPingPong is 2-4 % faster than kPingPong3 at every
 // benchmarked shape (docs/benchmarks.md, "CUDA prefill attention").
 inline constexpr PrefillWsVariant kDefaultPrefillWsVariant = PrefillWsVariant::kPingPong;
@@ -46,6 +50,8 @@ inline const char* prefill_ws_variant_name(PrefillWsVariant v) {
       return "pingpong3";
     case PrefillWsVariant::kIndependent3:
       return "independent3";
+    case PrefillWsVariant::kPingPongSerial:
+      return "pingpong-serial";
   }
   return "?";
 }

@@ -39,6 +39,11 @@ Status run_prefill_attention(const PrefillAttentionParams& p, PrefillWsVariant v
           (launch_prefill_ws<kQDType, kKvDType, kHeadDim, PrefillWsVariant::kIndependent3>(
               p, stream)));
       break;
+    case PrefillWsVariant::kPingPongSerial:
+      STRATA_RETURN_IF_ERROR(
+          (launch_prefill_ws<kQDType, kKvDType, kHeadDim, PrefillWsVariant::kPingPongSerial>(
+              p, stream)));
+      break;
   }
   if constexpr (kKvDType == DType::kI4) {
     PrefillAttentionParams rp = p;

@@ -188,8 +188,11 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
   // Every schedule but kBase: longest-first blocks, edge-tile masks, opaque descriptors, lane-
   // parallel copies; kTurns: the consumers' turns (ping-pong).
   constexpr bool kRefined = kVariant != PrefillWsVariant::kBase;
-  constexpr bool kTurns =
-      kVariant == PrefillWsVariant::kPingPong || kVariant == PrefillWsVariant::kPingPong3;
+  constexpr bool kTurns = kVariant == PrefillWsVariant::kPingPong ||
+                          kVariant == PrefillWsVariant::kPingPong3 ||
+                          kVariant == PrefillWsVariant::kPingPongSerial;
+  // kOverlap: tile j's softmax runs under the consumer's own P_{j-1} V_{j-1} (pipelined).
+  constexpr bool kOverlap = kVariant != PrefillWsVariant::kPingPongSerial;
   const auto [seq, kv_head, head_tile, q_begin, q_len, r0, page_begin, kv_len, offset] =
       kRefined ? prefill_block_longest_first(a) : prefill_block(a);
   if (r0 >= q_len) return;
@@ -865,13 +868,22 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
       issue_s(j);
       issue_pv(j - 1);
       turn_end(false);
-      wgmma_wait<1>();  // S_j
-      scores_done(j);
-      release_k(j);
-      softmax(j);
-      wgmma_wait_all();  // P_{j-1} V_{j-1}
-      wgmma_fence_operands(o);
-      release(empty_v, j - 1);
+      if constexpr (kOverlap) {
+        wgmma_wait<1>();  // S_j
+        scores_done(j);
+        release_k(j);
+        softmax(j);
+        wgmma_wait_all();  // P_{j-1} V_{j-1}
+        wgmma_fence_operands(o);
+        release(empty_v, j - 1);
+      } else {
+        wgmma_wait_all();  // S_j and P_{j-1} V_{j-1}
+        scores_done(j);
+        release_k(j);
+        wgmma_fence_operands(o);
+        release(empty_v, j - 1);
+        softmax(j);
+      }
       pack_p();
     }
     mbarrier_wait(full_v + (num_tiles - 1) % kStages, ((num_tiles - 1) / kStages) & 1);
