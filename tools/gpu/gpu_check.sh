@@ -10,7 +10,8 @@
 #                                           the tree, with the Debian shared libraries they use
 #                                           copied beside them (bin/lib)
 #   tools/gpu/gpu_check.sh run OUT_DIR      on the GPU machine, from the repository root with
-#                                           .devcarry/gpu-pack (the packed binaries) copied there
+#                                           .devcarry/gpu-pack (the packed binaries) copied there,
+#                                           or one of its halves (gpu-pack-kernels, gpu-pack-engine)
 #                                           (nothing else is needed): runs the kernel tests, the GPU
 #                                           model test (bf16 fixtures), the decode and prefill
 #                                           benchmarks, the MLA decode kernel's tests and
@@ -193,7 +194,21 @@ cmd_build() {
     "$CARRY/bin/strata_kv_codec_split_bench" "$CARRY/bin/strata_mla_decode_bench"
   mkdir -p "$ROOT/.devcarry/gpu-pack"
   tar cf - -C "$CARRY" bin | xz -T2 --lzma2=preset=6,dict=512MiB >"$ROOT/.devcarry/gpu-pack/bin.tar.xz"
-  du -sh "$CARRY/bin" "$ROOT/.devcarry/gpu-pack/bin.tar.xz"
+  # The same build in two halves, for calls where the tree and the whole pack together exceed
+  # what one call may upload: the kernels' test and benchmarks (the steps tests, bench, prefill,
+  # ops, tensor_cores, torch, kvquant, codec, mla, memcheck, racecheck), and the rest (the
+  # engine's steps). `run` unpacks whichever of the three it finds.
+  local kernel_files=(build-info.txt strata_kernels_cuda_test strata_decode_bench strata_prefill_bench
+    strata_model_ops_bench strata_tensor_core_bench strata_kv_codec_split_bench
+    strata_mla_decode_bench bench_decode_torch.py)
+  local engine_files
+  mapfile -t engine_files < <(cd "$CARRY/bin" && ls -A | grep -v -x -F -f <(printf '%s\n' "${kernel_files[@]:1}"))
+  mkdir -p "$ROOT/.devcarry/gpu-pack-kernels" "$ROOT/.devcarry/gpu-pack-engine"
+  tar cf - -C "$CARRY" "${kernel_files[@]/#/bin/}" |
+    xz -T2 --lzma2=preset=6,dict=512MiB >"$ROOT/.devcarry/gpu-pack-kernels/bin.tar.xz"
+  tar cf - -C "$CARRY" "${engine_files[@]/#/bin/}" |
+    xz -T2 --lzma2=preset=6,dict=512MiB >"$ROOT/.devcarry/gpu-pack-engine/bin.tar.xz"
+  du -sh "$CARRY/bin" "$ROOT"/.devcarry/gpu-pack{,-kernels,-engine}/bin.tar.xz
   cat "$CARRY/bin/build-info.txt"
 }
 
@@ -219,10 +234,13 @@ cmd_run() {
   mkdir -p "$OUT"
   export PATH="/usr/local/cuda/bin:$PATH"
   local bin="$ROOT/.devcarry/gpu/bin"
-  if [ -f "$ROOT/.devcarry/gpu-pack/bin.tar.xz" ]; then
-    mkdir -p "$ROOT/.devcarry/gpu"
-    tar xJf "$ROOT/.devcarry/gpu-pack/bin.tar.xz" -C "$ROOT/.devcarry/gpu"
-  fi
+  local pack
+  for pack in gpu-pack gpu-pack-kernels gpu-pack-engine; do
+    if [ -f "$ROOT/.devcarry/$pack/bin.tar.xz" ]; then
+      mkdir -p "$ROOT/.devcarry/gpu"
+      tar xJf "$ROOT/.devcarry/$pack/bin.tar.xz" -C "$ROOT/.devcarry/gpu"
+    fi
+  done
   # Seven files in all: build info and step results share one, the sanitizer runs another.
   cp "$bin/build-info.txt" "$OUT/status.txt"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
