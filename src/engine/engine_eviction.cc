@@ -113,33 +113,84 @@ Status EngineImpl::evict_slots(Sequence& s, std::span<const int32_t> slots) {
   return Status::Ok();
 }
 
+Status EngineImpl::evict_head_slots(Sequence& s, std::span<const std::vector<int32_t>> head_slots) {
+  const std::vector<kv::SlotCopy> copies = cache_->compact_head_tokens(s.table, head_slots);
+  STRATA_RETURN_IF_ERROR(runner_->copy_slots(copies));  // before the pool allocates again
+  // SnapKV evicts once, from a table where slot i held position i in every head; from now on
+  // each head's slots hold their own positions.
+  if (s.head_positions.empty()) s.head_positions.assign(head_slots.size(), s.slot_positions);
+  for (size_t h = 0; h < head_slots.size(); ++h) {
+    kv::compact_slot_values(s.head_positions[h], head_slots[h]);
+  }
+  s.slot_positions.clear();
+  s.slot_mass.resize(static_cast<size_t>(s.table.num_tokens()));
+  s.head_mass.clear();  // read once, at this eviction
+  return Status::Ok();
+}
+
 namespace {
 
-// Token-level policies: a position and a mass for every slot of the table; the slots appended
-// since the last eviction hold the next positions in order.
+// Token-level policies: a position and a mass for every slot of the table (per head once SnapKV
+// has chosen per head); the slots appended since the last eviction hold the next positions in
+// order.
 void extend_slots(Sequence& s) {
   const int32_t held = s.table.num_tokens();
-  for (auto i = static_cast<int32_t>(s.slot_positions.size()); i < held; ++i) {
-    s.slot_positions.push_back(i + s.table.num_evicted_tokens());
-  }
+  const auto extend = [&](std::vector<int32_t>& positions) {
+    for (auto i = static_cast<int32_t>(positions.size()); i < held; ++i) {
+      positions.push_back(i + s.table.num_evicted_tokens());
+    }
+  };
+  if (s.head_positions.empty()) extend(s.slot_positions);
+  for (std::vector<int32_t>& positions : s.head_positions) extend(positions);
   s.slot_mass.resize(static_cast<size_t>(held), 0.0f);
 }
 
 // What the same evictions would hold without compaction: every block of positions that still
-// has a live one.
+// has a live one (in any head: a block holds every head's K/V of its positions).
 int32_t blocks_without_compaction(const Sequence& s, int32_t block_size) {
   const int32_t length = s.table.num_tokens() + s.table.num_evicted_tokens();
   std::vector<uint8_t> live(static_cast<size_t>((length + block_size - 1) / block_size), 0);
   int32_t blocks = 0;
-  for (const int32_t p : s.slot_positions) {
-    uint8_t& b = live[static_cast<size_t>(p / block_size)];
-    blocks += 1 - b;
-    b = 1;
-  }
+  const auto mark = [&](const std::vector<int32_t>& positions) {
+    for (const int32_t p : positions) {
+      uint8_t& b = live[static_cast<size_t>(p / block_size)];
+      blocks += 1 - b;
+      b = 1;
+    }
+  };
+  mark(s.slot_positions);
+  for (const std::vector<int32_t>& positions : s.head_positions) mark(positions);
   return blocks;
 }
 
+// SnapKV's score of each slot from the window's mass over them (the prompt's slots, slot i
+// holding position i: nothing went before): pooled over the prompt before the window, 0 for the
+// window and past it (protected).
+std::vector<float> snapkv_scores(const ResolvedKvEviction& e, std::span<const float> mass,
+                                 int32_t num_prompt, int32_t held) {
+  const int32_t prefix = std::max(num_prompt - e.window_tokens, 0);
+  std::vector<float> scores =
+      kv::pool_scores(mass.first(static_cast<size_t>(prefix)), e.pool_kernel, e.pooling);
+  scores.resize(static_cast<size_t>(held), 0.0f);
+  return scores;
+}
+
 }  // namespace
+
+std::vector<uint8_t> EngineImpl::locked_slots(const Sequence& s) const {
+  const int32_t bs = config_.block_size;
+  const auto held = static_cast<size_t>(s.table.num_tokens());
+  std::vector<uint8_t> locked(held, 0);
+  const std::span<const BlockId> row = s.table.blocks();
+  for (size_t b = 0; b < row.size(); ++b) {
+    if (cache_->pool().ref_count(row[b]) <= 1) continue;
+    const size_t first = b * static_cast<size_t>(bs);
+    const size_t last = std::min(first + static_cast<size_t>(bs), held);
+    std::fill(locked.begin() + static_cast<std::ptrdiff_t>(first),
+              locked.begin() + static_cast<std::ptrdiff_t>(last), uint8_t{1});
+  }
+  return locked;
+}
 
 std::vector<int32_t> EngineImpl::choose_slots(const Sequence& s) const {
   const int32_t interval = s.eviction.prefill_interval(config_.block_size);
@@ -151,28 +202,37 @@ std::vector<int32_t> EngineImpl::choose_slots(const Sequence& s) const {
                              : s.num_computed >= s.num_prompt || s.num_computed % interval == 0;
   if (!at_point || held <= s.eviction.budget_tokens) return {};
   // A block shared with another table (a fork's) is never written: its tokens stay.
-  std::vector<uint8_t> locked(static_cast<size_t>(held), 0);
-  const std::span<const BlockId> row = s.table.blocks();
-  for (size_t b = 0; b < row.size(); ++b) {
-    if (cache_->pool().ref_count(row[b]) <= 1) continue;
-    const size_t first = b * static_cast<size_t>(config_.block_size);
-    std::fill(locked.begin() + static_cast<std::ptrdiff_t>(first),
-              locked.begin() + static_cast<std::ptrdiff_t>(
-                                   std::min(first + static_cast<size_t>(config_.block_size), locked.size())),
-              uint8_t{1});
-  }
+  const std::vector<uint8_t> locked = locked_slots(s);
   if (!snap) {
     return kv::choose_evicted_tokens(s.eviction, s.slot_positions, s.slot_mass, locked,
                                      s.num_computed);
   }
-  // SnapKV: the window's mass over the prompt before the window, pooled; nothing was evicted
-  // before, so slot i holds position i.
-  const int32_t prefix = std::max(s.num_prompt - s.eviction.window_tokens, 0);
-  std::vector<float> scores =
-      kv::pool_scores(std::span<const float>(s.slot_mass).first(static_cast<size_t>(prefix)),
-                      kv::kSnapKvPoolKernel);
-  scores.resize(static_cast<size_t>(held), 0.0f);  // the window: protected
+  const std::vector<float> scores = snapkv_scores(s.eviction, s.slot_mass, s.num_prompt, held);
   return kv::choose_evicted_tokens(s.eviction, s.slot_positions, scores, locked, s.num_prompt);
+}
+
+std::vector<std::vector<int32_t>> EngineImpl::choose_head_slots(const Sequence& s) const {
+  const int32_t held = s.table.num_tokens();
+  if (s.num_computed != s.num_prompt || !s.evictions.empty() || held <= s.eviction.budget_tokens) {
+    return {};
+  }
+  const kv::KvSpec& spec = runner_->kv_layout(0).spec();
+  const auto num_heads = static_cast<size_t>(spec.num_layers) * spec.num_kv_heads;
+  const auto stride = static_cast<size_t>(s.num_prompt);
+  // No window (window_tokens 0) wanted no mass: every score is 0.
+  STRATA_CHECK(s.head_mass.empty() || s.head_mass.size() == num_heads * stride,
+               "SnapKV per head: the window's mass must cover every head and the prompt");
+  const std::vector<float> none(s.head_mass.empty() ? stride : 0, 0.0f);
+  std::vector<std::vector<float>> scores;
+  scores.reserve(num_heads);
+  for (size_t h = 0; h < num_heads; ++h) {
+    const std::span<const float> mass =
+        s.head_mass.empty() ? std::span<const float>(none)
+                            : std::span<const float>(s.head_mass).subspan(h * stride, stride);
+    scores.push_back(snapkv_scores(s.eviction, mass, s.num_prompt, held));
+  }
+  return kv::choose_evicted_tokens_per_head(s.eviction, s.slot_positions, scores, locked_slots(s),
+                                            s.num_prompt);
 }
 
 Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
@@ -182,13 +242,31 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
     const engine::EvictionRecord& rec = s.evictions[s.num_evictions_applied];
     if (s.num_computed < rec.at_computed) return Status::Ok();
     STRATA_CHECK(s.num_computed == rec.at_computed, "a recompute ran past an eviction point");
-    if (is_token_level(s.eviction.policy)) {
+    if (!rec.head_slots.empty()) {
+      extend_slots(s);
+      STRATA_RETURN_IF_ERROR(evict_head_slots(s, rec.head_slots));
+    } else if (is_token_level(s.eviction.policy)) {
       extend_slots(s);
       STRATA_RETURN_IF_ERROR(evict_slots(s, rec.slots));
     } else {
       evict(s, rec.entries);
     }
     ++s.num_evictions_applied;
+    return Status::Ok();
+  }
+  if (s.eviction.per_head()) {
+    extend_slots(s);
+    std::vector<std::vector<int32_t>> head_slots = choose_head_slots(s);
+    if (!head_slots.empty()) {
+      STRATA_RETURN_IF_ERROR(evict_head_slots(s, head_slots));
+      const auto n = static_cast<int32_t>(head_slots.front().size());
+      r.metrics.num_evicted_tokens += n;
+      totals_.num_kv_evicted_tokens += n;
+      s.evictions.push_back({s.num_computed, {}, {}, std::move(head_slots)});
+      s.num_evictions_applied = s.evictions.size();
+    }
+    r.metrics.max_blocks_without_compaction =
+        std::max(r.metrics.max_blocks_without_compaction, blocks_without_compaction(s, bs));
     return Status::Ok();
   }
   if (is_token_level(s.eviction.policy)) {

@@ -132,6 +132,14 @@ class EngineImpl {
   // Token-level eviction at a point: the slots the policy takes now (none when within budget or
   // not at a point). seq's slot positions and mass cover its table.
   std::vector<int32_t> choose_slots(const engine::Sequence& seq) const;
+  // SnapKV per (layer, KV head): the same per head (KvCacheManager::compact_head_tokens), each
+  // head's slot positions moved with its slots.
+  Status evict_head_slots(engine::Sequence& seq, std::span<const std::vector<int32_t>> head_slots);
+  // SnapKV per (layer, KV head) at the prompt's end: each head's slots to take (empty when within
+  // budget or not at the point). seq's head mass covers its prompt.
+  std::vector<std::vector<int32_t>> choose_head_slots(const engine::Sequence& seq) const;
+  // Slots of seq's table in a block another table holds too (a fork's): never written.
+  std::vector<uint8_t> locked_slots(const engine::Sequence& seq) const;
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
   RequestOutput collect(RequestState& r);
   std::vector<kv::SwapSpace*> swap_spaces() const;

@@ -30,8 +30,8 @@ struct Row {
 // Token-level eviction's attention mass (docs/kv-eviction.md): H2O's score is the mass of every
 // query, SnapKV's that of the prompt's observation window (its last window_tokens positions),
 // wanted only while its one eviction, at the prompt's end, is still to come and can take
-// anything.
-void want_mass(Row& row, engine::StepBatch& batch) {
+// anything: per (layer, KV head) of the num_heads the cache holds, or their largest share.
+void want_mass(Row& row, engine::StepBatch& batch, int32_t num_heads) {
   const Sequence& s = *row.seq;
   if (!is_token_level(s.eviction.policy)) return;
   int32_t first = 0;
@@ -42,8 +42,11 @@ void want_mass(Row& row, engine::StepBatch& batch) {
     last = std::min(row.num_tokens, s.num_prompt - s.num_computed);
     if (first >= last) return;
   }
-  row.mass =
-      batch.want_mass(first, last - first, /*max=*/s.eviction.policy == KvEvictionPolicy::kSnapKv);
+  model::MassMode mode = model::MassMode::kSum;  // H2O
+  if (s.eviction.policy == KvEvictionPolicy::kSnapKv) {
+    mode = s.eviction.per_head() ? model::MassMode::kPerHead : model::MassMode::kMax;
+  }
+  row.mass = batch.want_mass(first, last - first, mode, num_heads);
 }
 
 // Adds the row's mass to its sequence's, query by query in order: the sum a recompute makes
@@ -51,6 +54,20 @@ void want_mass(Row& row, engine::StepBatch& batch) {
 void add_mass(const Row& row, std::span<const float> mass) {
   const engine::StepBatch::MassRows& rows = row.mass;
   if (rows.offset < 0) return;
+  if (rows.row_size != rows.kv_len) {  // per (layer, KV head): head h's slots at h * num_prompt
+    Sequence& s = *row.seq;
+    const int64_t num_heads = rows.row_size / rows.kv_len;
+    const int64_t stride = s.num_prompt;  // every window query is a prompt row: kv_len <= it
+    s.head_mass.resize(static_cast<size_t>(num_heads * stride), 0.0f);
+    for (int32_t q = 0; q < rows.count; ++q) {
+      const float* m = mass.data() + rows.offset + q * rows.row_size;
+      for (int64_t h = 0; h < num_heads; ++h) {
+        float* acc = s.head_mass.data() + h * stride;
+        for (int32_t j = 0; j < rows.kv_len; ++j) acc[j] += m[h * rows.kv_len + j];
+      }
+    }
+    return;
+  }
   std::vector<float>& acc = row.seq->slot_mass;
   acc.resize(static_cast<size_t>(rows.kv_len), 0.0f);
   for (int32_t q = 0; q < rows.count; ++q) {
@@ -85,6 +102,8 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
   const double start = now();
   engine::SchedulerOutput plan = scheduler_->schedule(start);
   engine::StepBatch batch(*cache_);
+  const kv::KvSpec& kv_spec = runner_->kv_layout(0).spec();
+  const int32_t num_heads = kv_spec.num_layers * kv_spec.num_kv_heads;  // SnapKV per head
   std::vector<Row> rows;
   rows.reserve(plan.scheduled.size());
   // Structured outputs drawn on the device: their masks are made during the forward pass
@@ -112,7 +131,7 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
       }
     } else {
       rows.push_back(Row{&r, &s, s.num_computed, sc.num_tokens, batch.add(s, sc.num_tokens), -1});
-      want_mass(rows.back(), batch);
+      want_mass(rows.back(), batch, num_heads);
     }
   }
   const double scheduled = now();
@@ -287,6 +306,8 @@ void EngineImpl::fork_siblings(RequestState& r, Sequence& parent) {
     child.block_scores = parent.block_scores;
     child.slot_positions = parent.slot_positions;
     child.slot_mass = parent.slot_mass;
+    child.head_mass = parent.head_mass;
+    child.head_positions = parent.head_positions;
     child.prefix_looked_up = true;
     child.prompt_logprobs_done = true;
     cache_->fork(parent.table, child.table);

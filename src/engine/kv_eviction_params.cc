@@ -56,6 +56,41 @@ std::optional<KvEvictionPolicy> parse_kv_eviction_policy(std::string_view name) 
   return std::nullopt;
 }
 
+const char* kv_eviction_selection_name(KvEvictionSelection selection) {
+  switch (selection) {
+    case KvEvictionSelection::kPerHead:
+      return "per_head";
+    case KvEvictionSelection::kShared:
+      return "shared";
+  }
+  return "unknown";
+}
+
+std::optional<KvEvictionSelection> parse_kv_eviction_selection(std::string_view name) {
+  for (const KvEvictionSelection s :
+       {KvEvictionSelection::kPerHead, KvEvictionSelection::kShared}) {
+    if (name == kv_eviction_selection_name(s)) return s;
+  }
+  return std::nullopt;
+}
+
+const char* kv_eviction_pooling_name(KvEvictionPooling pooling) {
+  switch (pooling) {
+    case KvEvictionPooling::kMax:
+      return "max";
+    case KvEvictionPooling::kAvg:
+      return "avg";
+  }
+  return "unknown";
+}
+
+std::optional<KvEvictionPooling> parse_kv_eviction_pooling(std::string_view name) {
+  for (const KvEvictionPooling p : {KvEvictionPooling::kMax, KvEvictionPooling::kAvg}) {
+    if (name == kv_eviction_pooling_name(p)) return p;
+  }
+  return std::nullopt;
+}
+
 Status validate_kv_eviction(const KvEvictionParams& p) {
   constexpr int32_t kMax = KvEvictionParams::kMaxTokens;
   if (p.budget_tokens < 0 || p.budget_tokens > kMax) {
@@ -66,6 +101,18 @@ Status validate_kv_eviction(const KvEvictionParams& p) {
   }
   if (p.window_tokens < -1 || p.window_tokens > kMax) {
     return count_error("window_tokens", "in [0, 2^30]", p.window_tokens);
+  }
+  if (p.pool_kernel != -1 &&
+      (p.pool_kernel < 1 || p.pool_kernel > KvEvictionParams::kMaxPoolKernel ||
+       p.pool_kernel % 2 == 0)) {
+    return count_error("pool_kernel", "odd, in [1, 1023]", p.pool_kernel);
+  }
+  const bool snap_fields = p.selection || p.pooling || p.pool_kernel != -1;
+  if (snap_fields && p.policy && *p.policy != KvEvictionPolicy::kSnapKv &&
+      *p.policy != KvEvictionPolicy::kNone) {
+    return Status::InvalidArgument(
+        std::string("selection, pooling and pool_kernel apply to policy snapkv only, not ") +
+        kv_eviction_policy_name(*p.policy));
   }
   if (p.budget_tokens > 0 && p.sink_tokens >= 0 && p.window_tokens >= 0 &&
       int64_t{p.sink_tokens} + p.window_tokens > p.budget_tokens) {
@@ -112,6 +159,21 @@ Result<ResolvedKvEviction> resolve_kv_eviction(const std::optional<KvEvictionPar
         std::to_string(out.sink_tokens) + " + " + std::to_string(out.window_tokens) + " > " +
         std::to_string(out.budget_tokens));
   }
+  if (out.policy != KvEvictionPolicy::kSnapKv) {
+    if (r.selection || r.pooling || r.pool_kernel != -1) {
+      return Status::InvalidArgument(
+          std::string("selection, pooling and pool_kernel apply to policy snapkv only, not ") +
+          kv_eviction_policy_name(out.policy));
+    }
+    return out;
+  }
+  // The defaults' SnapKV fields apply only where the defaults' policy is SnapKV too.
+  const KvEvictionParams& d = same_policy ? defaults : none;
+  out.selection = r.selection.value_or(d.selection.value_or(KvEvictionSelection::kPerHead));
+  out.pooling = r.pooling.value_or(d.pooling.value_or(KvEvictionPooling::kMax));
+  out.pool_kernel = r.pool_kernel != -1   ? r.pool_kernel
+                    : d.pool_kernel != -1 ? d.pool_kernel
+                                          : KvEvictionParams::kDefaultSnapKvPoolKernel;
   return out;
 }
 

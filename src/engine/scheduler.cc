@@ -181,6 +181,8 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
     victim->block_scores.clear();
     victim->slot_positions.clear();
     victim->slot_mass.clear();
+    victim->head_mass.clear();
+    victim->head_positions.clear();
     victim->prefix_looked_up = false;
     insert_waiting(victim);
   }

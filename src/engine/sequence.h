@@ -45,10 +45,13 @@ enum class SeqStatus { kWaiting, kRunning, kSwapped, kSwappingIn, kFinished };
 // or its slots `slots` (token-level policies, compacted as KvCacheManager::compact_tokens
 // says). Kept so that a recompute after preemption makes the same K/V again: its chunks stop at
 // each at_computed and the same entries or slots go there.
+// SnapKV per (layer, KV head) records head_slots instead: the slots each head (layer *
+// num_kv_heads + kv_head) gave up, as KvCacheManager::compact_head_tokens took them.
 struct EvictionRecord {
   int32_t at_computed = 0;
   std::vector<int32_t> entries;
   std::vector<int32_t> slots;
+  std::vector<std::vector<int32_t>> head_slots = {};
 };
 struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then output
@@ -99,6 +102,13 @@ struct Sequence {
   // the table on a recompute, which computes the same mass again query by query.
   std::vector<int32_t> slot_positions;
   std::vector<float> slot_mass;
+  // SnapKV per (layer, KV head) (ResolvedKvEviction::per_head), head i = layer * num_kv_heads +
+  // kv_head: the observation window's mass per head, [heads][num_prompt] (slot j of head i at
+  // i * num_prompt + j), until its eviction; from it on, each head's slot positions (a slot holds
+  // a different position in different heads), which then replace slot_positions. Emptied with
+  // the table on a recompute.
+  std::vector<float> head_mass;
+  std::vector<std::vector<int32_t>> head_positions;
   double arrival_time = 0.0;           // engine clock, seconds
   int64_t contiguous_offset = -1;      // contiguous-allocator baseline: reserved range, or -1
   // Swap preemption, one per KV cache group while swapped or swapping in (else empty): the row's
@@ -143,6 +153,9 @@ struct Sequence {
     for (size_t i = 0; i < num_evictions_applied; ++i) {
       n += static_cast<int32_t>(evictions[i].entries.size()) * block_size +
            static_cast<int32_t>(evictions[i].slots.size());
+      if (!evictions[i].head_slots.empty()) {
+        n += static_cast<int32_t>(evictions[i].head_slots.front().size());
+      }
     }
     return n;
   }

@@ -30,24 +30,28 @@ model::ForwardBatch StepBatch::view() const {
   b.groups = group_views_;
   if (mass_size_ > 0) {
     b.mass_offsets = mass_offsets_;
-    b.mass_max = mass_max_;
+    b.mass_modes = mass_modes_;
   }
   return b;
 }
 
-StepBatch::MassRows StepBatch::want_mass(int32_t first, int32_t count, bool max) {
+StepBatch::MassRows StepBatch::want_mass(int32_t first, int32_t count, model::MassMode mode,
+                                         int32_t num_heads) {
   STRATA_CHECK(first >= 0 && count > 0 && first + count <= last_rows_,
                "want_mass: rows outside the last-added sequence");
+  STRATA_CHECK(num_heads >= 1, "want_mass: num_heads must be positive");
   mass_offsets_.resize(token_ids_.size(), -1);
-  mass_max_.resize(token_ids_.size(), 0);
+  mass_modes_.resize(token_ids_.size(), model::MassMode::kSum);
   const int64_t offset = mass_size_;
+  const int64_t row_size =
+      mode == model::MassMode::kPerHead ? int64_t{num_heads} * last_kv_len_ : last_kv_len_;
   const auto row0 = static_cast<size_t>(last_row0_) + static_cast<size_t>(first);
   for (size_t j = 0; j < static_cast<size_t>(count); ++j) {
-    mass_max_[row0 + j] = max ? 1 : 0;
+    mass_modes_[row0 + j] = mode;
     mass_offsets_[row0 + j] = mass_size_;
-    mass_size_ += last_kv_len_;
+    mass_size_ += row_size;
   }
-  return {offset, count, last_kv_len_};
+  return {offset, count, last_kv_len_, row_size};
 }
 
 int32_t StepBatch::add_tokens(const Sequence& s, int32_t n) {
@@ -66,7 +70,7 @@ int32_t StepBatch::add_tokens(const Sequence& s, int32_t n) {
   q_indptr_.push_back(static_cast<int32_t>(token_ids_.size()));
   if (!mass_offsets_.empty()) {
     mass_offsets_.resize(token_ids_.size(), -1);
-    mass_max_.resize(token_ids_.size(), 0);
+    mass_modes_.resize(token_ids_.size(), model::MassMode::kSum);
   }
   return row0;
 }

@@ -28,16 +28,19 @@ class StepBatch {
   int32_t add_sampled(const Sequence& seq, int32_t n, const model::DeviceSampleSpec& spec);
 
   // Token-level eviction (H2O, SnapKV): asks the forward pass for the attention mass of token
-  // rows [first, first + count) of the sequence added last (relative to its first row); max: the
-  // rows take the largest (layer, KV head) share instead of the sum (ForwardBatch::mass_max).
-  // Each row gets kv_len floats -- the sequence's slots after this step -- in the mass buffer,
-  // the rows kv_len apart from `offset` on.
+  // rows [first, first + count) of the sequence added last (relative to its first row), combined
+  // over layers and KV heads as mode says (ForwardBatch::mass_modes). Each row gets row_size
+  // floats -- kv_len (the sequence's slots after this step), or num_heads x kv_len for kPerHead,
+  // num_heads being the model's layers x KV heads -- in the mass buffer, the rows row_size apart
+  // from `offset` on.
   struct MassRows {
     int64_t offset = -1;  // -1: none wanted
     int32_t count = 0;
     int32_t kv_len = 0;
+    int64_t row_size = 0;
   };
-  MassRows want_mass(int32_t first, int32_t count, bool max = false);
+  MassRows want_mass(int32_t first, int32_t count, model::MassMode mode = model::MassMode::kSum,
+                     int32_t num_heads = 1);
   // Floats the mass buffer needs (ForwardBatch::attention_mass).
   int64_t mass_size() const { return mass_size_; }
   bool empty() const { return token_ids_.empty(); }
@@ -55,7 +58,7 @@ class StepBatch {
   // Per token row, where its attention mass goes (-1: not wanted); empty while none is.
   std::vector<int64_t> mass_offsets_;
   int64_t mass_size_ = 0;
-  std::vector<uint8_t> mass_max_;  // per token row, as mass_offsets_
+  std::vector<model::MassMode> mass_modes_;  // per token row, as mass_offsets_
   int32_t last_row0_ = 0;          // the last-added sequence's first row
   int32_t last_rows_ = 0;          // and its row count
   int32_t last_kv_len_ = 0;        // and its slots after the step

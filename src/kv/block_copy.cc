@@ -27,20 +27,27 @@ void copy_slots(HostKvBuffer& kv, std::span<const SlotCopy> copies) {
   const int64_t bs = layout.block_size();
   const int64_t block_bytes = layout.block_bytes();
   const int64_t limit = static_cast<int64_t>(kv.num_blocks()) * bs;
+  const int32_t num_heads = spec.num_layers * spec.num_kv_heads;
   for (const SlotCopy& c : copies) {
     STRATA_CHECK(c.src >= bs && c.src < limit && c.dst >= bs && c.dst < limit && c.src != c.dst,
                  "copy_slots: slot out of range, in the null block, or copied onto itself");
+    STRATA_CHECK(c.head >= -1 && c.head < num_heads, "copy_slots: head out of range");
     std::byte* const src_block = kv.data() + c.src / bs * block_bytes;
     std::byte* const dst_block = kv.data() + c.dst / bs * block_bytes;
     const int64_t src_tok = c.src % bs, dst_tok = c.dst % bs;
-    for (int32_t l = 0; l < spec.num_layers; ++l) {
+    // Every (layer, KV head), or the copy's one.
+    const int32_t first_layer = c.head < 0 ? 0 : c.head / spec.num_kv_heads;
+    const int32_t end_layer = c.head < 0 ? spec.num_layers : first_layer + 1;
+    const int64_t first_head = c.head < 0 ? 0 : c.head % spec.num_kv_heads;
+    const int64_t end_head = c.head < 0 ? spec.num_kv_heads : first_head + 1;
+    for (int32_t l = first_layer; l < end_layer; ++l) {
       const int64_t row = spec.head_dim * dtype_bits(spec.layer_dtype(l)) / 8;  // one head's token
       const int64_t scale = kv_token_scale_bytes(spec.layer_dtype(l));
       const int64_t areas[2] = {layout.k_offset_bytes(l), layout.v_offset_bytes(l)};
       const int64_t scale_areas[2] = {layout.k_scale_offset_bytes(l),
                                       layout.v_scale_offset_bytes(l)};
       for (int part = 0; part < 2; ++part) {
-        for (int64_t h = 0; h < spec.num_kv_heads; ++h) {
+        for (int64_t h = first_head; h < end_head; ++h) {
           const int64_t at = areas[part] + (h * bs) * row;
           std::memcpy(dst_block + at + dst_tok * row, src_block + at + src_tok * row,
                       static_cast<size_t>(row));

@@ -23,8 +23,11 @@ bool can_copy_slots(const KvLayout& layout);
 
 // Token eviction's compaction (KvCacheManager::compact_tokens): copies each src slot's token row
 // -- every layer's K and V of every KV head, an INT8 layer's K and V scales -- over its dst slot,
-// in order. Slots must lie in real blocks of the buffer, src != dst. Cost: copies.size() x the
-// layout's bytes per token, in 2 x layers x KV heads (x 2 for INT8) pieces each.
+// in order; a copy with head >= 0 (compact_head_tokens) moves only that (layer, KV head)'s K, V
+// and scales (an FP8 layer's scales are static per layer: nothing to move). Slots must lie in
+// real blocks of the buffer, src != dst, head < layers x KV heads. Cost: copies.size() x the
+// layout's bytes per token, in 2 x layers x KV heads (x 2 for INT8) pieces each; a head's copy
+// 1 / (layers x KV heads) of that.
 void copy_slots(HostKvBuffer& kv, std::span<const SlotCopy> copies);
 
 }  // namespace strata::kv

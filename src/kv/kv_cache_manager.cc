@@ -379,6 +379,49 @@ std::vector<SlotCopy> KvCacheManager::compact_tokens(BlockTable& table,
   return copies;
 }
 
+std::vector<SlotCopy> KvCacheManager::compact_head_tokens(
+    BlockTable& table, std::span<const std::vector<int32_t>> head_slots) {
+  if (head_slots.empty() || head_slots.front().empty()) {
+    for (const std::vector<int32_t>& h : head_slots) {
+      STRATA_CHECK(h.empty(), "compact_head_tokens: every head gives up as many slots");
+    }
+    return {};
+  }
+  STRATA_CHECK(num_groups() == 1 && group_spec(0).kind == KvGroupKind::kFullAttention,
+               "token eviction needs a cache of one full-attention group");
+  BlockTable::Row& row = table.rows_[0];
+  const int32_t bs = block_size();
+  const BlockPool& p = pool();
+  const auto block_of = [&](int32_t slot) { return row.blocks[static_cast<size_t>(slot / bs)]; };
+  const auto physical = [&](int32_t slot) {
+    return static_cast<int64_t>(block_of(slot).value) * bs + slot % bs;
+  };
+  const size_t count = head_slots.front().size();
+  std::vector<SlotCopy> copies;
+  int32_t first_changed = table.num_tokens_;
+  for (size_t h = 0; h < head_slots.size(); ++h) {
+    const std::vector<int32_t>& slots = head_slots[h];
+    STRATA_CHECK(slots.size() == count, "compact_head_tokens: every head gives up as many slots");
+    first_changed = std::min(first_changed, slots.front());
+    for (const auto& [from, to] : compaction_moves(table.num_tokens_, slots)) {
+      const BlockId dst = block_of(to);
+      STRATA_CHECK(
+          p.ref_count(dst) == 1 && !p.is_cached(dst),
+          "compact_head_tokens: a hole below the new length is in a shared or cached block");
+      copies.push_back(SlotCopy{physical(from), physical(to), static_cast<int32_t>(h)});
+    }
+  }
+  const int32_t kept = table.num_tokens_ - static_cast<int32_t>(count);
+  const int32_t num_blocks = (kept + bs - 1) / bs;
+  const std::vector<BlockId> gone(row.blocks.begin() + num_blocks, row.blocks.end());
+  row.blocks.resize(static_cast<size_t>(num_blocks));
+  pool().free(gone);  // one reference each: a block another table shares stays in use
+  table.num_tokens_ = kept;
+  table.num_evicted_tokens_ += static_cast<int32_t>(count);
+  end_hash_chain(table, first_changed / bs);
+  return copies;
+}
+
 void KvCacheManager::free(BlockTable& table) {
   for (int32_t g = 0; g < table.num_groups(); ++g) group(g).free(table, g);
   table.clear();

@@ -189,6 +189,15 @@ class KvCacheManager {
   // enters the prefix cache). The table's hash chain ends, as in evict_blocks. Cost:
   // O(row + slots).
   std::vector<SlotCopy> compact_tokens(BlockTable& table, std::span<const int32_t> slots);
+  // The same per (layer, KV head) (SnapKV per head): head_slots[i] are the slots head i (layer *
+  // num_kv_heads + kv_head) gives up, each ascending, distinct, < num_tokens, and of one common
+  // count, so every head keeps the same K slots and the row stays one row of ceil(K / B) blocks;
+  // each head's holes below K take its own live slots at or past K (compaction_moves), so a
+  // slot i < K holds a different position in different heads. The copies carry their head. The
+  // same conditions on the blocks written as compact_tokens (any head's hole); the hash chain
+  // ends before the earliest block any head changes. Cost: O(row + heads x slots).
+  std::vector<SlotCopy> compact_head_tokens(BlockTable& table,
+                                            std::span<const std::vector<int32_t>> head_slots);
 
   // Swap-out: group g's row over the first num_computed positions with kNullBlock where no query
   // from position num_computed on reads it -- the entries to keep; its non-null ones are the

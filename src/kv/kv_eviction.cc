@@ -122,18 +122,44 @@ std::vector<std::pair<int32_t, int32_t>> compaction_moves(int32_t num_tokens,
   return moves;
 }
 
-std::vector<float> pool_scores(std::span<const float> scores, int32_t kernel) {
+std::vector<float> pool_scores(std::span<const float> scores, int32_t kernel,
+                               KvEvictionPooling pooling) {
   STRATA_CHECK(kernel >= 1 && kernel % 2 == 1, "pool_scores: an odd kernel");
   const auto n = static_cast<int64_t>(scores.size());
   const int64_t half = kernel / 2;
   std::vector<float> out(scores.size());
   for (int64_t i = 0; i < n; ++i) {
-    double sum = 0.0;
-    for (int64_t j = std::max<int64_t>(0, i - half); j <= std::min(n - 1, i + half); ++j) {
-      sum += scores[static_cast<size_t>(j)];
+    const int64_t first = std::max<int64_t>(0, i - half), last = std::min(n - 1, i + half);
+    switch (pooling) {
+      case KvEvictionPooling::kMax: {
+        float m = scores[static_cast<size_t>(first)];
+        for (int64_t j = first + 1; j <= last; ++j) m = std::max(m, scores[static_cast<size_t>(j)]);
+        out[static_cast<size_t>(i)] = m;
+        break;
+      }
+      case KvEvictionPooling::kAvg: {
+        double sum = 0.0;
+        for (int64_t j = first; j <= last; ++j) sum += scores[static_cast<size_t>(j)];
+        out[static_cast<size_t>(i)] = static_cast<float>(sum / kernel);
+        break;
+      }
     }
-    out[static_cast<size_t>(i)] = static_cast<float>(sum / kernel);
   }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> choose_evicted_tokens_per_head(
+    const ResolvedKvEviction& policy, std::span<const int32_t> positions,
+    std::span<const std::vector<float>> head_scores, std::span<const uint8_t> locked,
+    int32_t window_end) {
+  std::vector<std::vector<int32_t>> out;
+  out.reserve(head_scores.size());
+  for (const std::vector<float>& scores : head_scores) {
+    out.push_back(choose_evicted_tokens(policy, positions, scores, locked, window_end));
+    STRATA_CHECK(out.back().size() == out.front().size(),
+                 "choose_evicted_tokens_per_head: heads gave up different counts");
+  }
+  if (!out.empty() && out.front().empty()) out.clear();
   return out;
 }
 

@@ -81,9 +81,6 @@ void compact_slot_values(std::vector<T>& values, std::span<const int32_t> slots)
   values.resize(values.size() - slots.size());
 }
 
-// SnapKV's pooling kernel (its reference code's 5).
-inline constexpr int32_t kSnapKvPoolKernel = 5;
-
 // The slots to evict, ascending. positions, scores: one per slot; locked: empty (none locked) or
 // one per slot.
 std::vector<int32_t> choose_evicted_tokens(const ResolvedKvEviction& policy,
@@ -91,11 +88,22 @@ std::vector<int32_t> choose_evicted_tokens(const ResolvedKvEviction& policy,
                                            std::span<const float> scores,
                                            std::span<const uint8_t> locked, int32_t window_end);
 
-// SnapKV's smoothing of the observation window's attention over the prompt: out[i] = the mean
-// of scores[i - k/2 .. i + k/2] with the positions outside the span counting 0 (PyTorch's
-// avg_pool1d with zero padding and count_include_pad), so a token next to a strongly attended
-// one is kept with it. kernel odd and >= 1.
-std::vector<float> pool_scores(std::span<const float> scores, int32_t kernel);
+// SnapKV's smoothing of the observation window's attention over the prompt, so a token next to
+// a strongly attended one is kept with it: out[i] = the largest (kMax: PyTorch's max_pool1d with
+// padding k/2) or the mean (kAvg: avg_pool1d with zero padding and count_include_pad) of
+// scores[i - k/2 .. i + k/2], the positions outside the span counting 0 in the mean. kernel odd
+// and >= 1.
+std::vector<float> pool_scores(std::span<const float> scores, int32_t kernel,
+                               KvEvictionPooling pooling = KvEvictionPooling::kAvg);
+
+// SnapKV per (layer, KV head): the slots each head gives up, head i's from its own scores
+// (head_scores[i], one per slot, the window's protected and past the prompt included) by
+// choose_evicted_tokens with the same positions and locks, so every head gives up the same count
+// (their protected sets are the same). Empty when nothing is to go.
+std::vector<std::vector<int32_t>> choose_evicted_tokens_per_head(
+    const ResolvedKvEviction& policy, std::span<const int32_t> positions,
+    std::span<const std::vector<float>> head_scores, std::span<const uint8_t> locked,
+    int32_t window_end);
 
 // Whether block_value_key_ratio can read every layer of the layout (F32, BF16, F16, FP8 with its
 // static scales, INT8 with its per-token scales; not INT4).

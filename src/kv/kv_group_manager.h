@@ -42,10 +42,12 @@ struct BlockCopy {
 
 // One token row copy (every layer's K and V at a slot, an INT8 layer's scales with them): token
 // eviction's compaction (KvCacheManager::compact_tokens). Slots are block_id * block_size +
-// offset.
+// offset. head >= 0: only that (layer, KV head)'s K and V (and scales), head = layer *
+// num_kv_heads + kv_head (KvCacheManager::compact_head_tokens, SnapKV per head).
 struct SlotCopy {
   int64_t src;
   int64_t dst;
+  int32_t head = -1;
   bool operator==(const SlotCopy&) const = default;
 };
 

@@ -363,9 +363,9 @@ Status Model::begin_mass(const ForwardBatch& b) {
   scratch_.mass_rows.clear();
   if (b.mass_offsets.empty()) return Status::Ok();
   if (b.mass_offsets.size() != b.token_ids.size() ||
-      (!b.mass_max.empty() && b.mass_max.size() != b.token_ids.size())) {
+      (!b.mass_modes.empty() && b.mass_modes.size() != b.token_ids.size())) {
     return Status::InvalidArgument(
-        "forward: mass_offsets (and mass_max, if set) need one entry per token row");
+        "forward: mass_offsets (and mass_modes, if set) need one entry per token row");
   }
   const int64_t num_kv_heads = cache_kv_heads();
   const auto size = span_size(b.attention_mass.size());
@@ -383,13 +383,14 @@ Status Model::begin_mass(const ForwardBatch& b) {
          ++t) {
       const int64_t out = b.mass_offsets[static_cast<size_t>(t)];
       if (out < 0) continue;
-      if (out > size - kv_len) {
+      const MassMode mode =
+          b.mass_modes.empty() ? MassMode::kSum : b.mass_modes[static_cast<size_t>(t)];
+      if (out > size - mass_row_size(mode, kv_len)) {
         return refuse("token row " + std::to_string(t) +
                       "'s attention mass row does not fit attention_mass");
       }
       scratch_.mass_offsets[static_cast<size_t>(t)] = scratch_size;
-      rows.push_back({out, scratch_size, kv_len,
-                      !b.mass_max.empty() && b.mass_max[static_cast<size_t>(t)] != 0});
+      rows.push_back({out, scratch_size, kv_len, mode});
       scratch_size += num_kv_heads * kv_len;
     }
   }
@@ -397,7 +398,7 @@ Status Model::begin_mass(const ForwardBatch& b) {
   std::sort(rows.begin(), rows.end(),
             [](const MassRow& a, const MassRow& c) { return a.out < c.out; });
   for (size_t i = 1; i < rows.size(); ++i) {
-    if (rows[i - 1].out + rows[i - 1].kv_len > rows[i].out) {
+    if (rows[i - 1].out + mass_row_size(rows[i - 1].mode, rows[i - 1].kv_len) > rows[i].out) {
       return refuse("two token rows' attention mass rows overlap");
     }
   }
@@ -406,13 +407,13 @@ Status Model::begin_mass(const ForwardBatch& b) {
     return Status::Ok();
   }
   for (const MassRow& r : rows) {
-    std::fill_n(b.attention_mass.begin() + r.out, r.kv_len, 0.0f);
+    std::fill_n(b.attention_mass.begin() + r.out, mass_row_size(r.mode, r.kv_len), 0.0f);
   }
   scratch_.mass.resize(static_cast<size_t>(scratch_size));
   return Status::Ok();
 }
 
-void Model::add_layer_mass(const ForwardBatch& b, ThreadPool& pool) {
+void Model::add_layer_mass(int32_t layer_idx, const ForwardBatch& b, ThreadPool& pool) {
   const auto num_kv_heads = static_cast<int32_t>(cache_kv_heads());
   const std::vector<MassRow>& rows = scratch_.mass_rows;
   pool.parallel_for(
@@ -422,11 +423,17 @@ void Model::add_layer_mass(const ForwardBatch& b, ThreadPool& pool) {
           const MassRow& r = rows[static_cast<size_t>(i)];
           float* out = b.attention_mass.data() + r.out;
           const float* heads = scratch_.mass.data() + r.scratch;
+          if (r.mode == MassMode::kPerHead) {  // the layer's part: its KV heads in order
+            std::copy_n(heads, static_cast<int64_t>(num_kv_heads) * r.kv_len,
+                        out + static_cast<int64_t>(layer_idx) * num_kv_heads * r.kv_len);
+            continue;
+          }
+          const bool max = r.mode == MassMode::kMax;
           for (int32_t j = 0; j < r.kv_len; ++j) {
             float acc = out[j];
             for (int32_t h = 0; h < num_kv_heads; ++h) {
               const float v = heads[static_cast<int64_t>(h) * r.kv_len + j];
-              acc = r.max ? std::max(acc, v) : acc + v;
+              acc = max ? std::max(acc, v) : acc + v;
             }
             out[j] = acc;
           }
@@ -616,7 +623,7 @@ Status Model::run_attention(int32_t layer_idx, const ForwardBatch& batch, const 
     attn.mass = scratch_.mass.data();
   }
   STRATA_RETURN_IF_ERROR(cpu::paged_attention(attn, pool));
-  if (!scratch_.mass.empty()) add_layer_mass(batch, pool);
+  if (!scratch_.mass.empty()) add_layer_mass(layer_idx, batch, pool);
   if (kv_quant_probe_ != nullptr) return probe_quantized_attention(layer_idx, batch, attn, pool);
   return Status::Ok();
 }

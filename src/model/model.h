@@ -9,8 +9,8 @@
 //
 // Cost of forward(): every weight is read once per call whatever the number of tokens; attention
 // reads each sequence's KV blocks once per layer. Attention mass (token eviction), only when
-// asked for: num_kv_heads * kv_len floats of scratch per wanted token row, summed into its row
-// once per layer.
+// asked for: num_kv_heads * kv_len floats of scratch per wanted token row, added (or copied, per
+// head) into its row once per layer.
 
 #include <cstdint>
 #include <deque>
@@ -85,6 +85,16 @@ struct GroupBatchView {
   int32_t newest_blocks = 0;
 };
 
+// How a wanted attention-mass row (ForwardBatch::mass_offsets) combines layers and KV heads; each
+// KV head's share is the sum over the query heads that read it.
+enum class MassMode : uint8_t {
+  kSum,  // kv_len floats: the sum over every layer and KV head (H2O)
+  kMax,  // kv_len floats: the largest share any one (layer, KV head) gave the slot (SnapKV shared)
+  // num_layers * num_kv_heads * kv_len floats: (layer l, KV head h)'s share of slot j at
+  // (l * num_kv_heads + h) * kv_len + j (SnapKV per head)
+  kPerHead,
+};
+
 // One step's input. Sequence s owns token rows [q_indptr[s], q_indptr[s+1]); their K/V slots are
 // slot_mapping rows, and layout (built by kv::PagedLayoutBuilder) already counts them in kv_len.
 struct ForwardBatch {
@@ -117,11 +127,10 @@ struct ForwardBatch {
   // offset < 0 are not touched. Empty spans: none wanted, at no cost.
   std::span<const int64_t> mass_offsets = {};  // [num_tokens] or empty
   std::span<float> attention_mass = {};
-  // Per token row (or empty: every row sums): nonzero where the row takes, instead of the sum
-  // over layers and KV heads, the largest share any one (layer, KV head) gave the slot (summed
-  // over that KV head's query heads) -- SnapKV's per-head selection, where one head's strong
-  // attention keeps a token. Deterministic alike.
-  std::span<const uint8_t> mass_max = {};
+  // Per token row (or empty: every row sums): how the row combines layers and KV heads
+  // (MassMode). A kPerHead row owns num_layers * num_kv_heads * kv_len(s) floats instead of
+  // kv_len(s). Deterministic alike.
+  std::span<const MassMode> mass_modes = {};
 
   // The newest-blocks group's index (>= 1), or -1 without one.
   int32_t newest_group() const {
@@ -141,6 +150,14 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const WeightStore& weights() const { return store_; }
   int64_t vocab_size() const { return config_.vocab_size; }
+  // Floats of one wanted attention-mass row of a sequence of kv_len slots (ForwardBatch::
+  // mass_modes).
+  int64_t mass_row_size(MassMode mode, int32_t kv_len) const {
+    return mode == MassMode::kPerHead
+               ? int64_t{config_.num_hidden_layers} *
+                     (config_.mla.enabled() ? 1 : config_.num_key_value_heads) * kv_len
+               : kv_len;
+  }
   // The KV cache shape of this model for a given element type.
   kv::KvSpec kv_spec(DType kv_dtype) const;
   // Bytes of all weights, as stored.
@@ -204,7 +221,7 @@ class Model {
     int64_t out;
     int64_t scratch;
     int32_t kv_len;
-    bool max;  // ForwardBatch::mass_max
+    MassMode mode;  // ForwardBatch::mass_modes
   };
 
   struct Scratch {
@@ -228,9 +245,9 @@ class Model {
   // Checks the attention-mass request (InvalidArgument, nothing written); then zero-fills the
   // wanted rows and lays out the per-layer scratch, or clears the scratch when none is wanted.
   Status begin_mass(const ForwardBatch& batch);
-  // Adds (or, for a mass_max row, takes the maximum of) the layer's per-KV-head mass into the
-  // wanted rows: KV head 0, 1, ... for each slot.
-  void add_layer_mass(const ForwardBatch& batch, ThreadPool& pool);
+  // Adds (kSum; kMax takes the maximum) the layer's per-KV-head mass into the wanted rows, KV
+  // head 0, 1, ... for each slot; a kPerHead row copies it into the layer's part.
+  void add_layer_mass(int32_t layer_idx, const ForwardBatch& batch, ThreadPool& pool);
   Status run_layer(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
                    ThreadPool& pool);
   Status run_attention(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,

@@ -217,7 +217,7 @@ Status Model::run_mla_attention(int32_t layer_idx, const ForwardBatch& batch, co
     attn.mass = scratch_.mass.data();
   }
   STRATA_RETURN_IF_ERROR(cpu::paged_attention(attn, pool));
-  if (!scratch_.mass.empty()) add_layer_mass(batch, pool);
+  if (!scratch_.mass.empty()) add_layer_mass(layer_idx, batch, pool);
   // Un-absorb: head h's output W_UV_h o_h from its latent o_h (the first kv_lora_rank channels).
   const MlaLayer& absorbed = mla_[at(layer_idx)];
   const int64_t v = m.v_head_dim;

@@ -311,7 +311,8 @@ std::optional<ApiError> unsupported_field(const json& body, bool chat) {
 }
 
 // "kv_eviction": an object of policy (a name), budget_tokens, sink_tokens and window_tokens
-// (integers); another key, a wrong type or a value out of range is a 400 naming the field.
+// (integers), and SnapKV's selection and pooling (names) and pool_kernel (an integer); another
+// key, a wrong type or a value out of range is a 400 naming the field.
 std::optional<ApiError> read_kv_eviction(const json& v, std::optional<KvEvictionParams>& out) {
   const auto bad = [](const std::string& what) {
     return ApiError::bad_request("'kv_eviction' " + what, "kv_eviction");
@@ -331,13 +332,28 @@ std::optional<ApiError> read_kv_eviction(const json& v, std::optional<KvEviction
       p.policy = policy;
       continue;
     }
+    if (key == "selection") {
+      p.selection = value.is_string()
+                        ? parse_kv_eviction_selection(value.get_ref<const std::string&>())
+                        : std::nullopt;
+      if (!p.selection) return bad(R"(selection must be "per_head" or "shared")");
+      continue;
+    }
+    if (key == "pooling") {
+      p.pooling = value.is_string() ? parse_kv_eviction_pooling(value.get_ref<const std::string&>())
+                                    : std::nullopt;
+      if (!p.pooling) return bad(R"(pooling must be "max" or "avg")");
+      continue;
+    }
     int32_t* field = key == "budget_tokens"   ? &p.budget_tokens
                      : key == "sink_tokens"   ? &p.sink_tokens
                      : key == "window_tokens" ? &p.window_tokens
+                     : key == "pool_kernel"   ? &p.pool_kernel
                                               : nullptr;
     if (field == nullptr) {
       return bad("has no field " + quote(key, 64) +
-                 " (policy, budget_tokens, sink_tokens, window_tokens)");
+                 " (policy, budget_tokens, sink_tokens, window_tokens, selection, pooling, "
+                 "pool_kernel)");
     }
     if (!value.is_number_integer() || !fits<int32_t>(value) || value.get<int64_t>() < 0) {
       return bad(key + " must be a non-negative integer");

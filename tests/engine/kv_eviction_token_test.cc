@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,6 +35,22 @@ using engine::test_util::eviction;
 using engine::test_util::with;
 
 class KvEvictionTokenTest : public engine::test_util::KvEvictionFixture {};
+
+// SnapKV with its selection named: per (layer, KV head) or one for all.
+KvEvictionParams snapkv(int32_t budget, KvEvictionSelection selection) {
+  KvEvictionParams p = eviction(KvEvictionPolicy::kSnapKv, budget);
+  p.selection = selection;
+  return p;
+}
+
+std::string name_of(const KvEvictionParams& p) {
+  std::string name = kv_eviction_policy_name(*p.policy);
+  if (p.selection) name += std::string(" ") + kv_eviction_selection_name(*p.selection);
+  return name;
+}
+
+constexpr KvEvictionSelection kPerHead = KvEvictionSelection::kPerHead;
+constexpr KvEvictionSelection kShared = KvEvictionSelection::kShared;
 
 TEST_F(KvEvictionTokenTest, ABudgetTheSequenceNeverExceedsChangesNothing) {
   const EngineRequest plain = greedy(prompt_of(300, 1), 20);
@@ -86,8 +104,8 @@ TEST_F(KvEvictionTokenTest, SnapKvEvictsOnceAtThePromptsEnd) {
 
 TEST_F(KvEvictionTokenTest, ResultsDoNotDependOnChunksOrBatchMates) {
   for (const KvEvictionParams& p :
-       {eviction(KvEvictionPolicy::kH2O, 40, 4), eviction(KvEvictionPolicy::kSnapKv, 40)}) {
-    SCOPED_TRACE(kv_eviction_policy_name(*p.policy));
+       {eviction(KvEvictionPolicy::kH2O, 40, 4), snapkv(40, kPerHead), snapkv(40, kShared)}) {
+    SCOPED_TRACE(name_of(p));
     const EngineRequest r = with(greedy(prompt_of(90, 4), 30), p);
     const Collected got = alone(r);
     EXPECT_GT(got.metrics.num_evicted_tokens, 0);
@@ -106,18 +124,25 @@ TEST_F(KvEvictionTokenTest, ResultsDoNotDependOnChunksOrBatchMates) {
 }
 
 // Greedy forks share the prompt's blocks: a fork never writes a shared block (its tokens stay),
-// so each fork holds a little more than alone, and returns the same tokens.
+// so each fork holds a little more than alone, and returns the same tokens. SnapKV evicts before
+// the siblings fork, per head too: they start from what stayed in each head.
 TEST_F(KvEvictionTokenTest, ForksNeverWriteTheBlocksTheyShare) {
-  EngineRequest r = with(greedy(prompt_of(70, 5), 30), eviction(KvEvictionPolicy::kH2O, 32));
-  const Collected one = alone(r);
-  r.n = 3;
-  const Collected three = alone(r);
-  for (int32_t i = 0; i < 3; ++i) {
-    SCOPED_TRACE("fork " + std::to_string(i));
-    EXPECT_EQ(three.tokens.at(i).size(), one.tokens.at(0).size());
-    EXPECT_EQ(three.tokens.at(i), three.tokens.at(0)) << "greedy forks of one state agree";
+  for (const KvEvictionParams& p : {eviction(KvEvictionPolicy::kH2O, 32), snapkv(32, kPerHead)}) {
+    SCOPED_TRACE(name_of(p));
+    EngineRequest r = with(greedy(prompt_of(70, 5), 30), p);
+    const Collected one = alone(r);
+    r.n = 3;
+    const Collected three = alone(r);
+    for (int32_t i = 0; i < 3; ++i) {
+      SCOPED_TRACE("fork " + std::to_string(i));
+      EXPECT_EQ(three.tokens.at(i).size(), one.tokens.at(0).size());
+      EXPECT_EQ(three.tokens.at(i), three.tokens.at(0)) << "greedy forks of one state agree";
+    }
+    EXPECT_GT(three.metrics.num_evicted_tokens, 0);
+    if (p.policy == KvEvictionPolicy::kSnapKv) {
+      expect_same(three, one, 1);  // SnapKV evicted before the fork: each sibling is the one
+    }
   }
-  EXPECT_GT(three.metrics.num_evicted_tokens, 0);
 }
 
 // A token-evicting sequence compacts its blocks in place, so it neither registers its blocks in
@@ -138,18 +163,108 @@ TEST_F(KvEvictionTokenTest, ATokenEvictingSequenceNeverEntersThePrefixCache) {
   const Collected evicting = drain(*e)[c];
   EXPECT_EQ(evicting.metrics.num_cached_tokens, 0);
   expect_same(evicting, alone(with(greedy(prompt, 20), eviction(KvEvictionPolicy::kH2O, 32))));
+  // SnapKV per head alike, both ways: after it, the prompt is a cold run; after a cached run of
+  // the prompt, it takes no hit and returns what it returns alone.
+  const KvEvictionParams per_head = snapkv(32, kPerHead);
+  const RequestId d = *e->submit(with(greedy(prompt, 20), per_head));
+  const Collected snap = drain(*e)[d];
+  EXPECT_EQ(snap.metrics.num_cached_tokens, 0);
+  EXPECT_GT(snap.metrics.num_evicted_tokens, 0);
+  expect_same(snap, alone(with(greedy(prompt, 20), per_head)));
+  const RequestId f = *e->submit(greedy(prompt, 20));
+  const Collected after = drain(*e)[f];
+  EXPECT_GT(after.metrics.num_cached_tokens, 0) << "the plain runs' blocks are still cached";
+  expect_same(after, alone(greedy(prompt, 20)));
+  EXPECT_EQ(e->last_step().num_used_blocks, 0);
+}
+
+// On strata-tiny (trained: its heads attend to different tokens), SnapKV per (layer, KV head)
+// and with one selection for all evict as many tokens and hold as many blocks, but keep
+// different tokens, so their logprobs differ; and per head, a request's logprobs are bit-equal
+// alone, beside three batch mates and in 7-token chunks.
+TEST_F(KvEvictionTokenTest, SnapKvPerHeadKeepsOtherTokensThanOneSharedSelection) {
+  model::Model tiny = model::Model::load({std::string(STRATA_MODELS_DIR) + "/strata-tiny"});
+  const auto run = [&](const std::vector<EngineRequest>& rs, EngineConfig cfg = {}) {
+    cfg.num_blocks = 128;
+    auto e = engine::create_engine(tiny, pool_, cfg);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    std::vector<RequestId> ids;
+    for (const EngineRequest& r : rs) ids.push_back(*(*e)->submit(r));
+    auto got = drain(**e);
+    EXPECT_EQ((*e)->last_step().num_used_blocks, 0) << "blocks leaked";
+    return got[ids.back()];
+  };
+  const std::vector<int32_t> prompt = prompt_of(400, 21);
+  const Collected per_head = run({with(greedy(prompt, 12), snapkv(64, kPerHead))});
+  const Collected shared = run({with(greedy(prompt, 12), snapkv(64, kShared))});
+  EXPECT_EQ(per_head.metrics.num_evicted_tokens, 400 - 64);
+  EXPECT_EQ(shared.metrics.num_evicted_tokens, 400 - 64);
+  EXPECT_EQ(per_head.metrics.max_held_blocks, shared.metrics.max_held_blocks);
+  ASSERT_EQ(per_head.logprobs.at(0).size(), shared.logprobs.at(0).size());
+  double largest = 0.0;
+  for (size_t i = 0; i < shared.logprobs.at(0).size(); ++i) {
+    largest = std::max(largest, std::fabs(double{per_head.logprobs.at(0)[i].logprob} -
+                                          shared.logprobs.at(0)[i].logprob));
+  }
+  EXPECT_GT(largest, 1e-4) << "per head keeps other tokens than one selection for all";
+  std::vector<EngineRequest> batch;
+  for (int32_t i = 0; i < 3; ++i) batch.push_back(greedy(prompt_of(150 + 40 * i, 30 + i), 12));
+  batch.push_back(with(greedy(prompt, 12), snapkv(64, kPerHead)));
+  const Collected batched = run(batch);
+  EngineConfig chunked;
+  chunked.max_num_batched_tokens = 7;
+  const Collected small_chunks = run({batch.back()}, chunked);
+  for (const Collected* other : {&batched, &small_chunks}) {
+    EXPECT_EQ(other->tokens.at(0), per_head.tokens.at(0));
+    ASSERT_EQ(other->logprobs.at(0).size(), per_head.logprobs.at(0).size());
+    for (size_t i = 0; i < per_head.logprobs.at(0).size(); ++i) {
+      EXPECT_EQ(other->logprobs.at(0)[i].logprob, per_head.logprobs.at(0)[i].logprob)
+          << "bit-equal, token " << i;
+    }
+  }
 }
 
 class KvEvictionTokenPreemptionTest : public KvEvictionTokenTest,
-                                      public ::testing::WithParamInterface<PreemptionMode> {};
+                                      public ::testing::WithParamInterface<PreemptionMode> {
+ protected:
+  // a (priority 1, evicting) decodes alone for 60 steps; then b (priority 0, no eviction)
+  // outgrows the 12-block pool and a is preempted. a still returns what it gets alone, having
+  // evicted more than min_evicted tokens. On strata-tiny, a trained model, whose attention is not
+  // the fixtures' near-uniform one.
+  void expect_late_preemption_exact(const EngineRequest& a, int32_t min_evicted) {
+    model::Model tiny = model::Model::load({std::string(STRATA_MODELS_DIR) + "/strata-tiny"});
+    const auto make = [&](EngineConfig cfg) {
+      auto e = engine::create_engine(tiny, pool_, cfg);
+      EXPECT_TRUE(e.ok()) << e.status().to_string();
+      return std::move(e).value();
+    };
+    const auto alone = [&](const EngineRequest& r) {
+      EngineConfig cfg;
+      cfg.num_blocks = 64;
+      auto e = make(cfg);
+      const RequestId id = *e->submit(r);
+      return drain(*e)[id];
+    };
+    EngineConfig c = engine::test_util::preempting({}, GetParam());
+    c.policy = SchedulingPolicy::kPriority;
+    const EngineRequest b = greedy(prompt_of(120, 12), 60);
+    auto e = make(c);
+    const engine::test_util::LatePreemption got = engine::test_util::preempt_late(*e, a, b);
+    ASSERT_GT(got.a.metrics.num_evicted_tokens, min_evicted);
+    const Collected ref = alone(a);
+    expect_same(got.a, ref);
+    EXPECT_EQ(got.a.metrics.num_evicted_tokens, ref.metrics.num_evicted_tokens);
+    expect_same(got.b, alone(b));
+  }
+};
 
 // Eight requests in a 12-block pool under H2O and SnapKV budgets preempt each other after
 // evicting; each returns what it gets alone: a recompute repeats the recorded evictions at the
 // same points and adds up the same attention mass again, query by query.
 TEST_P(KvEvictionTokenPreemptionTest, PreemptedRequestsGetWhatTheyGetAlone) {
   for (const KvEvictionParams& policy :
-       {eviction(KvEvictionPolicy::kH2O, 24, 2), eviction(KvEvictionPolicy::kSnapKv, 24)}) {
-    SCOPED_TRACE(kv_eviction_policy_name(*policy.policy));
+       {eviction(KvEvictionPolicy::kH2O, 24, 2), snapkv(24, kPerHead), snapkv(24, kShared)}) {
+    SCOPED_TRACE(name_of(policy));
     expect_preempted_requests_get_what_they_get_alone(policy, GetParam());
   }
 }
@@ -160,31 +275,14 @@ TEST_P(KvEvictionTokenPreemptionTest, PreemptedRequestsGetWhatTheyGetAlone) {
 // with it, by recompute it repeats its evictions and adds up the same mass again.
 // On strata-tiny, a trained model, whose attention is not the fixtures' near-uniform one.
 TEST_P(KvEvictionTokenPreemptionTest, AnH2OSequencePreemptedLateGetsWhatItGetsAlone) {
-  model::Model tiny = model::Model::load({std::string(STRATA_MODELS_DIR) + "/strata-tiny"});
-  const auto make = [&](EngineConfig cfg) {
-    auto e = engine::create_engine(tiny, pool_, cfg);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    return std::move(e).value();
-  };
-  const auto alone = [&](const EngineRequest& r) {
-    EngineConfig cfg;
-    cfg.num_blocks = 64;
-    auto e = make(cfg);
-    const RequestId id = *e->submit(r);
-    return drain(*e)[id];
-  };
-  EngineConfig c = engine::test_util::preempting({}, GetParam());
-  c.policy = SchedulingPolicy::kPriority;
-  const EngineRequest a =
-      with(greedy(prompt_of(60, 11), 120), eviction(KvEvictionPolicy::kH2O, 40, 2, 8));
-  const EngineRequest b = greedy(prompt_of(120, 12), 60);
-  auto e = make(c);
-  const engine::test_util::LatePreemption got = engine::test_util::preempt_late(*e, a, b);
-  ASSERT_GT(got.a.metrics.num_evicted_tokens, 40);
-  const Collected ref = alone(a);
-  expect_same(got.a, ref);
-  EXPECT_EQ(got.a.metrics.num_evicted_tokens, ref.metrics.num_evicted_tokens);
-  expect_same(got.b, alone(b));
+  expect_late_preemption_exact(
+      with(greedy(prompt_of(60, 11), 120), eviction(KvEvictionPolicy::kH2O, 40, 2, 8)), 40);
+}
+
+// SnapKV per head, preempted 60 decode steps after its one eviction: by swap each head's slot
+// positions stay with it, by recompute the eviction is repeated with each head's recorded slots.
+TEST_P(KvEvictionTokenPreemptionTest, ASnapKvPerHeadSequencePreemptedLateGetsWhatItGetsAlone) {
+  expect_late_preemption_exact(with(greedy(prompt_of(100, 13), 120), snapkv(40, kPerHead)), 59);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, KvEvictionTokenPreemptionTest,
@@ -205,6 +303,20 @@ TEST_F(KvEvictionTokenTest, RunsOverAnInt8Cache) {
   EngineConfig chunked = int8;
   chunked.max_num_batched_tokens = 7;
   expect_same(alone(r, chunked), got);
+  // SnapKV per head moves each head's codes and INT8 scales apart; FP8's scales are per layer.
+  for (const KvCacheDType d : {KvCacheDType::kInt8, KvCacheDType::kFp8E4M3, KvCacheDType::kBF16}) {
+    SCOPED_TRACE(kv_cache_dtype_name(d));
+    EngineConfig quantized;
+    quantized.kv_cache_dtype = d;
+    quantized.calculate_kv_scales = d == KvCacheDType::kFp8E4M3;
+    const EngineRequest s = with(greedy(prompt_of(80, 7), 30), snapkv(32, kPerHead));
+    const Collected per_head = alone(s, quantized);
+    EXPECT_EQ(per_head.metrics.num_evicted_tokens, 80 - 32);
+    EXPECT_EQ(per_head.metrics.max_held_blocks, 4) << "after each step: 32 + 29 slots at most";
+    EngineConfig small = quantized;
+    small.max_num_batched_tokens = 7;
+    expect_same(alone(s, small), per_head);
+  }
   EngineConfig int4;
   int4.kv_cache_dtype = KvCacheDType::kInt4;
   int4.num_blocks = 64;

@@ -66,7 +66,7 @@ TEST(ChooseEvictedTokensTest, SnapKvProtectsThePromptsObservationWindow) {
   // pooled scores stay. The window gave position 2 most, position 0 a little.
   const ResolvedKvEviction snap{KvEvictionPolicy::kSnapKv, 6, 0, 4};
   const std::vector<float> window_mass = {1, 0, 10, 0, 0, 0, 0, 0};
-  std::vector<float> scores = pool_scores(window_mass, kSnapKvPoolKernel);
+  std::vector<float> scores = pool_scores(window_mass, 5);
   // Kernel 5, zero padding: 2.2, 2.2, 2.2, 2, 2, 0, 0, 0.
   EXPECT_EQ(scores, (std::vector<float>{2.2f, 2.2f, 2.2f, 2.0f, 2.0f, 0.0f, 0.0f, 0.0f}));
   scores.resize(12, 0.0f);  // the window: protected whatever its score
@@ -77,6 +77,43 @@ TEST(ChooseEvictedTokensTest, SnapKvProtectsThePromptsObservationWindow) {
   std::vector<float> raw = window_mass;
   raw.resize(12, 0.0f);
   EXPECT_EQ(choose_evicted_tokens(snap, iota(12), raw, {}, 12), (V{1, 3, 4, 5, 6, 7}));
+}
+
+// SnapKV per (layer, KV head): head 0's window attends to position 1, head 1's to position 6;
+// each head keeps its own favourite (and, pooled, its neighbours), as many tokens as the other.
+TEST(ChooseEvictedTokensTest, SnapKvPerHeadKeepsEachHeadsOwnTokens) {
+  const ResolvedKvEviction snap{KvEvictionPolicy::kSnapKv, 6, 0, 4};
+  // A 12-token prompt, window 4 (positions 8..11): 2 of positions 0..7 stay per head.
+  const std::vector<std::vector<float>> scores = {
+      {0, 9, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},  // head 0: position 1, then 6
+      {0, 1, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0},  // head 1: position 6, then 7
+  };
+  const std::vector<std::vector<int32_t>> slots =
+      choose_evicted_tokens_per_head(snap, iota(12), scores, {}, 12);
+  ASSERT_EQ(slots.size(), 2u);
+  EXPECT_EQ(slots[0], (V{0, 2, 3, 4, 5, 7})) << "head 0 keeps 1 and 6";
+  EXPECT_EQ(slots[1], (V{0, 1, 2, 3, 4, 5})) << "head 1 keeps 6 and 7";
+  // One shared selection would have kept the same two for both.
+  EXPECT_NE(slots[0], slots[1]);
+  // A locked slot (a fork's block) stays in every head.
+  const std::vector<uint8_t> locked = {0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0};
+  const std::vector<std::vector<int32_t>> held =
+      choose_evicted_tokens_per_head(snap, iota(12), scores, locked, 12);
+  EXPECT_EQ(held[0], (V{0, 2, 3, 5, 6, 7}));
+  EXPECT_EQ(held[1], (V{0, 1, 2, 3, 5, 7}));
+  // Within the budget nothing goes, in any head.
+  EXPECT_TRUE(
+      choose_evicted_tokens_per_head(
+          snap, iota(6), std::vector<std::vector<float>>(2, std::vector<float>(6, 0.0f)), {}, 6)
+          .empty());
+}
+
+TEST(PoolScoresTest, MaxOverTheKernel) {
+  const std::vector<float> s = {5, 0, 0, 0, 10, 1};
+  EXPECT_EQ(pool_scores(s, 3, KvEvictionPooling::kMax), (std::vector<float>{5, 5, 0, 10, 10, 10}));
+  EXPECT_EQ(pool_scores(s, 7, KvEvictionPooling::kMax),
+            (std::vector<float>{5, 10, 10, 10, 10, 10}));
+  EXPECT_EQ(pool_scores(s, 1, KvEvictionPooling::kMax), s);
 }
 
 TEST(PoolScoresTest, MeanOverTheKernelWithZeroPadding) {
@@ -99,7 +136,36 @@ TEST(ChooseEvictedTokensTest, ResolvedDefaults) {
   const Result<ResolvedKvEviction> s =
       resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kSnapKv, 256}, {});
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(*s, (ResolvedKvEviction{KvEvictionPolicy::kSnapKv, 256, 0, 32}));
+  ResolvedKvEviction want{KvEvictionPolicy::kSnapKv, 256, 0, 32};
+  want.pool_kernel = 7;  // the paper's: per head, max pooling over 7
+  EXPECT_EQ(*s, want);
+  EXPECT_TRUE(s->per_head());
+  // A request's selection, pooling and kernel; the defaults' only where they name SnapKV too.
+  KvEvictionParams shared{KvEvictionPolicy::kSnapKv, 256};
+  shared.selection = KvEvictionSelection::kShared;
+  shared.pooling = KvEvictionPooling::kAvg;
+  shared.pool_kernel = 5;
+  const Result<ResolvedKvEviction> sh = resolve_kv_eviction(shared, {});
+  ASSERT_TRUE(sh.ok());
+  EXPECT_FALSE(sh->per_head());
+  EXPECT_EQ(sh->pooling, KvEvictionPooling::kAvg);
+  EXPECT_EQ(sh->pool_kernel, 5);
+  const Result<ResolvedKvEviction> from_defaults =
+      resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kSnapKv, 64}, shared);
+  ASSERT_TRUE(from_defaults.ok());
+  EXPECT_EQ(from_defaults->pool_kernel, 5);
+  EXPECT_FALSE(from_defaults->per_head());
+  KvEvictionParams h2o_shared = shared;
+  h2o_shared.policy = KvEvictionPolicy::kH2O;
+  EXPECT_FALSE(resolve_kv_eviction(h2o_shared, {}).ok()) << "SnapKV's fields on H2O";
+  const Result<ResolvedKvEviction> h2o_default =
+      resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kH2O, 64}, shared);
+  ASSERT_TRUE(h2o_default.ok()) << "a SnapKV default's fields do not reach another policy";
+  EXPECT_FALSE(h2o_default->per_head());
+  KvEvictionParams even{KvEvictionPolicy::kSnapKv, 64};
+  even.pool_kernel = 4;
+  EXPECT_FALSE(validate_kv_eviction(even).ok());
+  EXPECT_FALSE(resolve_kv_eviction(even, {}).ok());
   const Result<ResolvedKvEviction> small =
       resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kSnapKv, 40}, {});
   ASSERT_TRUE(small.ok());
@@ -229,6 +295,86 @@ TEST_F(CompactTokensTest, CopySlotsMovesEveryLayerHeadAndScale) {
   const KvLayout int4(
       KvSpec{.num_layers = 1, .num_kv_heads = 1, .head_dim = 8, .dtype = DType::kI4}, kBs);
   EXPECT_FALSE(can_copy_slots(int4));
+}
+
+// SnapKV per (layer, KV head): each head gives up its own slots (as many as the others); after
+// compact_head_tokens and copy_slots, slot j of head i holds, in K and V and an INT8 layer's
+// scales, the position head i's own compaction put there, and the row is one row of
+// ceil(K / B) blocks. An FP8 layer has no scales in the pool to move.
+TEST_F(CompactTokensTest, CompactHeadTokensMovesEachHeadsOwnTokens) {
+  for (const DType d : {DType::kF32, DType::kBF16, DType::kF8E4M3, DType::kI8}) {
+    SCOPED_TRACE(dtype_name(d));
+    const KvLayout layout(KvSpec{.num_layers = 2, .num_kv_heads = 2, .head_dim = 4, .dtype = d},
+                          kBs);
+    HostKvBuffer kv(layout, 17);
+    BlockTable t(kBs);
+    ASSERT_TRUE(m_.allocate_slots(t, 15));
+    const int64_t row = 4 * dtype_bits(d) / 8;
+    const int64_t scale = kv_token_scale_bytes(d);
+    const auto mark = [&](int32_t pos, int l, int p, int h) {
+      return static_cast<std::byte>((pos * 16 + l * 8 + p * 4 + h) & 0xFF);
+    };
+    const auto locate = [&](int32_t slot, int l, int p, int h, bool scales) {
+      const int64_t phys = t.slot(slot);
+      std::byte* block = kv.data() + phys / kBs * layout.block_bytes();
+      const int64_t tok = phys % kBs;
+      if (scales) {
+        const int64_t at = p == 0 ? layout.k_scale_offset_bytes(l) : layout.v_scale_offset_bytes(l);
+        return block + at + (h * kBs + tok) * scale;
+      }
+      const int64_t at = p == 0 ? layout.k_offset_bytes(l) : layout.v_offset_bytes(l);
+      return block + at + (h * kBs + tok) * row;
+    };
+    for (int32_t s = 0; s < 15; ++s) {
+      for (int l = 0; l < 2; ++l)
+        for (int p = 0; p < 2; ++p)
+          for (int h = 0; h < 2; ++h) {
+            std::memset(locate(s, l, p, h, false), static_cast<int>(mark(s, l, p, h)), row);
+            if (scale > 0)
+              std::memset(locate(s, l, p, h, true), static_cast<int>(mark(s, l, p, h)), scale);
+          }
+    }
+    // Heads (layer 0, head 0), (0, 1), (1, 0), (1, 1): five slots each, different ones.
+    const std::vector<V> gone = {
+        {0, 3, 4, 9, 13}, {10, 11, 12, 13, 14}, {1, 2, 5, 6, 7}, {0, 1, 2, 3, 4}};
+    const int32_t free_before = m_.pool().num_free_blocks();
+    const std::vector<SlotCopy> copies = m_.compact_head_tokens(t, gone);
+    for (const SlotCopy& c : copies) ASSERT_GE(c.head, 0);
+    copy_slots(kv, copies);
+    ASSERT_EQ(t.num_tokens(), 10);
+    EXPECT_EQ(t.num_evicted_tokens(), 5);
+    EXPECT_EQ(t.blocks().size(), 3u);
+    EXPECT_EQ(m_.pool().num_free_blocks(), free_before + 1) << "the fourth block went back";
+    for (int32_t head = 0; head < 4; ++head) {
+      std::vector<int32_t> positions = iota(15);
+      compact_slot_values(positions, gone[static_cast<size_t>(head)]);
+      const int l = head / 2, h = head % 2;
+      for (int32_t s = 0; s < 10; ++s) {
+        for (int p = 0; p < 2; ++p) {
+          const std::byte want = mark(positions[static_cast<size_t>(s)], l, p, h);
+          const std::byte* got = locate(s, l, p, h, false);
+          for (int64_t b = 0; b < row; ++b)
+            ASSERT_EQ(got[b], want) << "head " << head << " slot " << s;
+          for (int64_t b = 0; b < scale; ++b) ASSERT_EQ(locate(s, l, p, h, true)[b], want);
+        }
+      }
+    }
+    const BlockTable* tables[] = {&t};
+    m_.check_invariants(tables);
+    m_.free(t);
+    EXPECT_EQ(m_.pool().num_free_blocks(), 16);
+  }
+}
+
+TEST_F(CompactTokensTest, CompactHeadTokensRefusesUnevenHeadsAndSharedBlocks) {
+  BlockTable parent(kBs), child(kBs);
+  ASSERT_TRUE(m_.allocate_slots(parent, 12));
+  EXPECT_DEATH((void)m_.compact_head_tokens(parent, std::vector<V>{{1, 2}, {3}}), "as many");
+  m_.fork(parent, child);
+  EXPECT_DEATH((void)m_.compact_head_tokens(child, std::vector<V>{{1}, {9}}), "shared or cached");
+  m_.free(child);
+  m_.free(parent);
+  EXPECT_EQ(m_.pool().num_free_blocks(), 16);
 }
 
 // Seeded random grow / evict / fork / free: each table's slots are followed through a shadow of

@@ -55,7 +55,7 @@ class AttentionMassTest : public ::testing::Test {
 
   // The step's batch; mass wanted when `want_mass`.
   StepResult run(Model& model, kv::HostKvBuffer& kv, const std::vector<SeqStep>& seqs,
-                 bool want_mass = true, bool max_rows = false) {
+                 bool want_mass = true, MassMode mode = MassMode::kSum) {
     test_util::HandBatch batch(kBlockSize);
     StepResult r;
     int64_t size = 0;
@@ -65,17 +65,17 @@ class AttentionMassTest : public ::testing::Test {
                 s.begin, s.blocks, s.end);
       for (int32_t p = s.begin; p < s.end; ++p) {
         r.offsets.push_back(size);
-        size += s.end;
+        size += model.mass_row_size(mode, s.end);
       }
     }
     r.mass.assign(static_cast<size_t>(size), kSentinel);
     r.logits.resize(batch.num_seqs() * static_cast<size_t>(model.vocab_size()));
     ForwardBatch b = batch.view();
-    const std::vector<uint8_t> max_flags(max_rows ? batch.num_tokens() : 0, 1);
+    const std::vector<MassMode> modes(mode != MassMode::kSum ? batch.num_tokens() : 0, mode);
     if (want_mass) {
       b.mass_offsets = r.offsets;
       b.attention_mass = r.mass;
-      b.mass_max = max_flags;
+      b.mass_modes = modes;
     }
     r.status = model.forward(b, kv, r.logits, pool_);
     return r;
@@ -129,9 +129,9 @@ TEST_F(AttentionMassTest, RowsSumToLayersTimesHeadsAndStopAtTheirPosition) {
   }
 }
 
-// mass_max (SnapKV): each slot gets the largest share one (layer, KV head) gave it, so it lies
-// between the sum's share per (layer, KV head) and the sum, and never above a KV head's group of
-// query heads; bit-identical beside another sequence.
+// kMax rows (SnapKV shared): each slot gets the largest share one (layer, KV head) gave it, so it
+// lies between the sum's share per (layer, KV head) and the sum, and never above a KV head's group
+// of query heads; bit-identical beside another sequence.
 TEST_F(AttentionMassTest, MaxRowsTakeTheLargestShareOfOneLayerAndKvHead) {
   Model model = Model::load({kModels + "llama3-gqa"});
   const int32_t layers = model.config().num_hidden_layers;
@@ -142,7 +142,7 @@ TEST_F(AttentionMassTest, MaxRowsTakeTheLargestShareOfOneLayerAndKvHead) {
   kv::HostKvBuffer kv_sum = cache_of(model, DType::kF32);
   const StepResult sum = run(model, kv_sum, {{&a, 0, 41, {1, 2, 3}}});
   kv::HostKvBuffer kv_max = cache_of(model, DType::kF32);
-  const StepResult max = run(model, kv_max, {{&a, 0, 41, {1, 2, 3}}}, true, true);
+  const StepResult max = run(model, kv_max, {{&a, 0, 41, {1, 2, 3}}}, true, MassMode::kMax);
   ASSERT_TRUE(sum.status.ok() && max.status.ok());
   EXPECT_EQ(sum.logits, max.logits) << "the reduction changes no logit";
   for (int32_t t = 0; t < 41; ++t) {
@@ -160,9 +160,72 @@ TEST_F(AttentionMassTest, MaxRowsTakeTheLargestShareOfOneLayerAndKvHead) {
   }
   kv::HostKvBuffer kv_batch = cache_of(model, DType::kF32);
   const StepResult batch =
-      run(model, kv_batch, {{&b, 0, 17, {4, 9}}, {&a, 0, 41, {8, 6, 10}}}, true, true);
+      run(model, kv_batch, {{&b, 0, 17, {4, 9}}, {&a, 0, 41, {8, 6, 10}}}, true, MassMode::kMax);
   ASSERT_TRUE(batch.status.ok());
   for (int32_t t = 0; t < 41; ++t) EXPECT_EQ(row(batch, 17 + t, 41), row(max, t, 41)) << t;
+}
+
+// kPerHead rows (SnapKV per head): each (layer, KV head) part is that head's own share -- it sums
+// to the KV head's group of query heads and is 0 past the row's position; their largest is the
+// kMax row exactly, their sum the kSum row up to rounding; bit-identical beside another sequence
+// and when the prompt is computed in two chunks.
+TEST_F(AttentionMassTest, PerHeadRowsHoldEachLayerAndKvHeadsOwnShare) {
+  Model model = Model::load({kModels + "llama3-gqa"});
+  const int32_t layers = static_cast<int32_t>(model.config().num_hidden_layers);
+  const int32_t kv_heads = static_cast<int32_t>(model.config().num_key_value_heads);
+  const int32_t heads = layers * kv_heads;
+  const auto group = static_cast<double>(model.config().num_attention_heads / kv_heads);
+  const std::vector<int32_t> a = prompt(41, 3, model.vocab_size());
+  const std::vector<int32_t> b = prompt(17, 4, model.vocab_size());
+  kv::HostKvBuffer kv_sum = cache_of(model, DType::kF32);
+  const StepResult sum = run(model, kv_sum, {{&a, 0, 41, {1, 2, 3}}});
+  kv::HostKvBuffer kv_max = cache_of(model, DType::kF32);
+  const StepResult max = run(model, kv_max, {{&a, 0, 41, {1, 2, 3}}}, true, MassMode::kMax);
+  kv::HostKvBuffer kv_ph = cache_of(model, DType::kF32);
+  const StepResult ph = run(model, kv_ph, {{&a, 0, 41, {1, 2, 3}}}, true, MassMode::kPerHead);
+  ASSERT_TRUE(sum.status.ok() && max.status.ok() && ph.status.ok());
+  EXPECT_EQ(sum.logits, ph.logits) << "the mass changes no logit";
+  for (int32_t t = 0; t < 41; ++t) {
+    const std::vector<float> all = row(ph, t, heads * 41);
+    const std::vector<float> s_row = row(sum, t, 41), m_row = row(max, t, 41);
+    for (int32_t lh = 0; lh < heads; ++lh) {
+      double part = 0.0;
+      for (int32_t j = 0; j < 41; ++j) {
+        const float v = all[static_cast<size_t>(lh * 41 + j)];
+        if (j > t) {
+          ASSERT_EQ(v, 0.0f) << t << " " << lh << " " << j;
+        }
+        part += v;
+      }
+      EXPECT_NEAR(part, group, 1e-4 * group) << t << " " << lh;
+    }
+    for (int32_t j = 0; j < 41; ++j) {
+      float largest = 0.0f;
+      double total = 0.0;
+      for (int32_t lh = 0; lh < heads; ++lh) {
+        largest = std::max(largest, all[static_cast<size_t>(lh * 41 + j)]);
+        total += all[static_cast<size_t>(lh * 41 + j)];
+      }
+      ASSERT_EQ(largest, m_row[static_cast<size_t>(j)]) << t << " " << j;
+      ASSERT_NEAR(total, s_row[static_cast<size_t>(j)], 1e-5 * (1 + total)) << t << " " << j;
+    }
+  }
+  kv::HostKvBuffer kv_batch = cache_of(model, DType::kF32);
+  const StepResult batch = run(model, kv_batch, {{&b, 0, 17, {4, 9}}, {&a, 0, 41, {8, 6, 10}}},
+                               true, MassMode::kPerHead);
+  ASSERT_TRUE(batch.status.ok());
+  for (int32_t t = 0; t < 41; ++t) {
+    EXPECT_EQ(row(batch, 17 + t, heads * 41), row(ph, t, heads * 41)) << t;
+  }
+  kv::HostKvBuffer kv_chunks = cache_of(model, DType::kF32);
+  const StepResult first =
+      run(model, kv_chunks, {{&a, 0, 23, {5, 7, 11}}}, true, MassMode::kPerHead);
+  const StepResult second =
+      run(model, kv_chunks, {{&a, 23, 41, {5, 7, 11}}}, true, MassMode::kPerHead);
+  ASSERT_TRUE(first.status.ok() && second.status.ok());
+  for (int32_t t = 23; t < 41; ++t) {
+    EXPECT_EQ(row(second, t - 23, heads * 41), row(ph, t, heads * 41)) << t;
+  }
 }
 
 TEST_F(AttentionMassTest, SlotsOutsideTheWindowGetNothingFromWindowedLayers) {

@@ -101,6 +101,12 @@ TEST_F(CompletionTest, KvEvictionIsReadAndItsBadValuesAre400sNamingIt) {
   EXPECT_EQ(ok(R"({"prompt":"x","kv_eviction":{"policy":"snapkv","budget_tokens":8}})")
                 .kv_eviction->policy,
             KvEvictionPolicy::kSnapKv);
+  const CompletionRequest snap =
+      ok(R"({"prompt":"x","kv_eviction":{"policy":"snapkv","budget_tokens":64,)"
+         R"("selection":"shared","pooling":"avg","pool_kernel":5}})");
+  EXPECT_EQ(snap.kv_eviction->selection, KvEvictionSelection::kShared);
+  EXPECT_EQ(snap.kv_eviction->pooling, KvEvictionPooling::kAvg);
+  EXPECT_EQ(snap.kv_eviction->pool_kernel, 5);
   EXPECT_FALSE(ok(R"({"prompt":"x"})").kv_eviction.has_value());
   EXPECT_FALSE(ok(R"({"prompt":"x","kv_eviction":null})").kv_eviction.has_value());
   auto chat = parse_chat_request(
@@ -113,7 +119,12 @@ TEST_F(CompletionTest, KvEvictionIsReadAndItsBadValuesAre400sNamingIt) {
         R"({"budget_tokens":0})", R"({"budget_tokens":-1})", R"({"budget_tokens":1.5})",
         R"({"budget_tokens":"64"})", R"({"budget_tokens":4294967297})",
         R"({"budget_tokens":8,"sink_tokens":-2})", R"({"budget_tokens":8,"window_tokens":true})",
-        R"({"budget_tokens":8,"sink_tokens":4,"window_tokens":5})"}) {
+        R"({"budget_tokens":8,"sink_tokens":4,"window_tokens":5})",
+        R"({"policy":"snapkv","budget_tokens":8,"selection":"per_layer"})",
+        R"({"policy":"snapkv","budget_tokens":8,"pooling":"min"})",
+        R"({"policy":"snapkv","budget_tokens":8,"pool_kernel":4})",
+        R"({"policy":"snapkv","budget_tokens":8,"pool_kernel":0})",
+        R"({"policy":"h2o","budget_tokens":8,"pool_kernel":7})"}) {
     const ApiError e = error(std::string(R"({"prompt":"x","kv_eviction":)") + bad + "}");
     EXPECT_EQ(e.http_status, 400) << bad;
     EXPECT_EQ(e.param, "kv_eviction") << bad;

@@ -99,6 +99,16 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                  "sink for streaming_llm, 0 for paged_eviction, half the budget for h2o; for "
                  "snapkv the prompt's observation window, min(32, budget / 2))")
       ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
+  cmd.add_option("--kv-snapkv-selection", o.kv_snapkv_selection,
+                 "snapkv: per_head (each layer and KV head keeps its own tokens, the default) or "
+                 "shared (one set of tokens for all)")
+      ->check(CLI::IsMember({"per_head", "shared"}));
+  cmd.add_option("--kv-pooling", o.kv_pooling,
+                 "snapkv: max (the default) or avg pooling of the window's attention")
+      ->check(CLI::IsMember({"max", "avg"}));
+  cmd.add_option("--kv-pool-kernel", o.kv_pool_kernel,
+                 "snapkv: the pooling kernel over neighbouring positions, odd (default 7)")
+      ->check(CLI::Range(1, KvEvictionParams::kMaxPoolKernel));
   cmd.add_option("--kv-eviction-prefill-interval", o.kv_eviction_prefill_interval,
                  "Token eviction: while a prompt is computed the policy runs every this many "
                  "tokens, a multiple of the block size (0 = automatic: a block on the CPU, 512 "
@@ -272,6 +282,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_eviction.budget_tokens = o.kv_budget_tokens;
   c.kv_eviction.sink_tokens = o.kv_sink_tokens;
   c.kv_eviction.window_tokens = o.kv_window_tokens;
+  set_snapkv_flags(o.kv_snapkv_selection, o.kv_pooling, o.kv_pool_kernel, c.kv_eviction);
   c.kv_eviction_prefill_interval_tokens = o.kv_eviction_prefill_interval;
   return c;
 }

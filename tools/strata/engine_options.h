@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kv_cache_options.h"
+#include "kv_eviction_flags.h"
 #include "strata/engine.h"
 
 namespace CLI {
@@ -72,6 +73,9 @@ struct EngineOptions {
   int32_t kv_budget_tokens = 0;
   int32_t kv_sink_tokens = -1;
   int32_t kv_window_tokens = -1;
+  std::string kv_snapkv_selection;  // empty: per_head
+  std::string kv_pooling;           // empty: max
+  int32_t kv_pool_kernel = -1;      // -1: 7
   int32_t kv_eviction_prefill_interval = 0;
 };
 

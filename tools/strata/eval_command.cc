@@ -78,7 +78,10 @@ json needle_json(const EvalNeedleOptions& o, const EngineConfig& config,
              kv_eviction_policy_name(config.kv_eviction.policy.value_or(KvEvictionPolicy::kNone))},
             {"kv_budget_tokens", config.kv_eviction.budget_tokens},
             {"kv_sink_tokens", config.kv_eviction.sink_tokens},
-            {"kv_window_tokens", config.kv_eviction.window_tokens}}},
+            {"kv_window_tokens", config.kv_eviction.window_tokens},
+            {"kv_snapkv_selection", o.kv_snapkv_selection},
+            {"kv_pooling", o.kv_pooling},
+            {"kv_pool_kernel", o.kv_pool_kernel}}},
           {"accuracy", r.accuracy()},
           {"num_correct", r.num_correct},
           {"num_prompts", r.num_prompts},
@@ -135,6 +138,7 @@ int run_needle_eval(const EvalNeedleOptions& o) {
   config.kv_eviction.budget_tokens = o.kv_budget_tokens;
   config.kv_eviction.sink_tokens = o.kv_sink_tokens;
   config.kv_eviction.window_tokens = o.kv_window_tokens;
+  set_snapkv_flags(o.kv_snapkv_selection, o.kv_pooling, o.kv_pool_kernel, config.kv_eviction);
   // Enough blocks for max_num_seqs of the longest prompts at once, no more: the CPU is busy with
   // a few sequences, and the engine admits the rest as blocks come back.
   const int64_t blocks_per_seq = (longest + o.block_size - 1) / o.block_size + 1;
@@ -234,6 +238,13 @@ void add_eval_command(CLI::App& app, EvalOptions& o) {
       ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
   cmd->add_option("--kv-window-tokens", n.kv_window_tokens, "Token eviction: window tokens")
       ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
+  cmd->add_option("--kv-snapkv-selection", n.kv_snapkv_selection,
+                  "snapkv: per_head (the default) or shared")
+      ->check(CLI::IsMember({"per_head", "shared"}));
+  cmd->add_option("--kv-pooling", n.kv_pooling, "snapkv: max (the default) or avg pooling")
+      ->check(CLI::IsMember({"max", "avg"}));
+  cmd->add_option("--kv-pool-kernel", n.kv_pool_kernel, "snapkv: odd pooling kernel (default 7)")
+      ->check(CLI::Range(1, KvEvictionParams::kMaxPoolKernel));
 }
 
 int run_eval(const EvalOptions& o) {

@@ -10,6 +10,7 @@
 #include "eval_kv_eviction.h"
 #include "eval_kv_quant.h"
 #include "kv_cache_options.h"
+#include "kv_eviction_flags.h"
 
 namespace CLI {
 class App;
@@ -37,6 +38,9 @@ struct EvalNeedleOptions {
   int32_t kv_budget_tokens = 0;
   int32_t kv_sink_tokens = -1;
   int32_t kv_window_tokens = -1;
+  std::string kv_snapkv_selection;  // empty: per_head
+  std::string kv_pooling;           // empty: max
+  int32_t kv_pool_kernel = -1;      // -1: 7
 };
 
 struct EvalOptions {

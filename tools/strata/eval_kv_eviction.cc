@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -106,6 +108,7 @@ std::vector<eval::NeedleOutcome> run_needle_prompts(model::Model& m, ThreadPool&
 
 struct Row {
   KvEvictionPolicy policy = KvEvictionPolicy::kNone;
+  std::optional<KvEvictionSelection> selection;  // SnapKV's
   double share = 1.0;
   int32_t budget_tokens = 0;  // of a text window
   // False for SnapKV: it evicts once the prompt is computed, so a teacher-forced window (a
@@ -119,9 +122,21 @@ struct Row {
   int64_t evict_only = 0;  // eviction right, the full cache wrong
 };
 
-KvEvictionParams params_of(const EvalKvEvictionOptions& o, KvEvictionPolicy policy,
-                           int32_t budget) {
-  return KvEvictionParams{policy, budget, o.sink_tokens, o.window_tokens};
+KvEvictionParams params_of(const EvalKvEvictionOptions& o, const Row& row, int32_t budget) {
+  KvEvictionParams p{row.policy, budget, o.sink_tokens, o.window_tokens};
+  if (row.policy == KvEvictionPolicy::kSnapKv) {
+    p.selection = row.selection;
+    if (!o.pooling.empty()) p.pooling = parse_kv_eviction_pooling(o.pooling);
+    p.pool_kernel = o.pool_kernel;
+  }
+  return p;
+}
+
+// "snapkv/per_head", or the policy's name.
+std::string row_name(const Row& r) {
+  std::string name = kv_eviction_policy_name(r.policy);
+  if (r.selection) name += std::string("/") + kv_eviction_selection_name(*r.selection);
+  return name;
 }
 
 int32_t budget_of(double share, int32_t tokens) {
@@ -151,8 +166,8 @@ void print_table(const EvalKvEvictionOptions& o, const std::vector<Row>& rows, d
         std::snprintf(held, sizeof(held), "%.1f", r.mean_max_held_blocks);
       }
     }
-    std::printf("%-15s %6.1f%% %8d %11s %8s %12s %7.1f%% %11lld/%lld\n",
-                kv_eviction_policy_name(r.policy), 100 * r.share, r.budget_tokens, kl, top1, held,
+    std::printf("%-15s %6.1f%% %8d %11s %8s %12s %7.1f%% %11lld/%lld\n", row_name(r).c_str(),
+                100 * r.share, r.budget_tokens, kl, top1, held,
                 pct * static_cast<double>(r.needle_correct), static_cast<long long>(r.ref_only),
                 static_cast<long long>(r.evict_only));
   }
@@ -186,6 +201,14 @@ void add_eval_kv_eviction_command(CLI::App& eval, EvalKvEvictionOptions& o, std:
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--kv-window-tokens", o.window_tokens, "Window tokens (default: the policy's)")
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--snapkv-selections", o.snapkv_selections,
+                  "SnapKV: comma-separated selections, each a row: per_head (each layer and KV "
+                  "head keeps its own tokens), shared (one set for all)")
+      ->default_val(o.snapkv_selections);
+  cmd->add_option("--kv-pooling", o.pooling, "SnapKV: max or avg pooling (default: max)")
+      ->check(CLI::IsMember({"max", "avg"}));
+  cmd->add_option("--kv-pool-kernel", o.pool_kernel, "SnapKV: odd pooling kernel (default: 7)")
+      ->check(CLI::Range(1, KvEvictionParams::kMaxPoolKernel));
   add_quality_eval_options(*cmd, o);
 }
 
@@ -203,6 +226,32 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
       policies.push_back(*p);
     }
     if (policies.empty()) throw Error("--policies: give at least one policy");
+  }
+  std::vector<KvEvictionSelection> selections;
+  {
+    std::stringstream list(o.snapkv_selections);
+    std::string name;
+    while (std::getline(list, name, ',')) {
+      const std::optional<KvEvictionSelection> s = parse_kv_eviction_selection(name);
+      if (!s) throw Error("--snapkv-selections: '" + name + "' is not per_head or shared");
+      selections.push_back(*s);
+    }
+    if (selections.empty()) throw Error("--snapkv-selections: give at least one selection");
+  }
+  if (o.pool_kernel != -1 && o.pool_kernel % 2 == 0) throw Error("--kv-pool-kernel: must be odd");
+  // Each (policy, SnapKV selection) to measure.
+  std::vector<Row> variants;
+  for (const KvEvictionPolicy policy : policies) {
+    Row v;
+    v.policy = policy;
+    if (policy != KvEvictionPolicy::kSnapKv) {
+      variants.push_back(v);
+      continue;
+    }
+    for (const KvEvictionSelection s : selections) {
+      v.selection = s;
+      variants.push_back(v);
+    }
   }
   const Result<std::vector<double>> shares = eval::parse_number_list(o.budgets);
   if (!shares.ok()) throw Error("--budgets: " + shares.status().message());
@@ -224,14 +273,14 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
 
   // Progress on stderr, a line per stage: the reference, then each (policy, budget).
   const auto start = std::chrono::steady_clock::now();
-  const size_t num_stages = 1 + policies.size() * shares->size();
+  const size_t num_stages = 1 + variants.size() * shares->size();
   size_t stage = 0;
   const auto done = [&](const std::string& what) {
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     std::fprintf(stderr, "kv-eviction: %zu/%zu %s done, %.0f s\n", ++stage, num_stages,
                  what.c_str(), elapsed.count());
   };
-  const KvEvictionParams none{KvEvictionPolicy::kNone};
+  const KvEvictionParams none{KvEvictionPolicy::kNone};  // the full cache
   const WindowsRun ref = run_windows(m, pool, o, none, windows);
   // Needle prompts grouped by context (each context's budget is its own share).
   std::vector<std::vector<eval::NeedlePrompt>> by_context;
@@ -251,16 +300,15 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
   done("full cache");
 
   std::vector<Row> rows;
-  for (const KvEvictionPolicy policy : policies) {
+  for (const Row& variant : variants) {
+    const KvEvictionPolicy policy = variant.policy;
     for (const double share : *shares) {
-      Row r;
-      r.policy = policy;
+      Row r = variant;
       r.share = share;
       r.budget_tokens = budget_of(share, o.window_len);
       r.windows_measured = policy != KvEvictionPolicy::kSnapKv;
       if (r.windows_measured) {
-        const WindowsRun run =
-            run_windows(m, pool, o, params_of(o, policy, r.budget_tokens), windows);
+        const WindowsRun run = run_windows(m, pool, o, params_of(o, r, r.budget_tokens), windows);
         r.kl = compare_logits(ref.logits, run.logits, vocab);
         r.mean_max_held_blocks = run.mean_max_held_blocks;
         r.mean_blocks_without_compaction = run.mean_blocks_without_compaction;
@@ -268,7 +316,7 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
       for (size_t c = 0; c < by_context.size(); ++c) {
         const int32_t context = (*contexts)[c];
         const std::vector<eval::NeedleOutcome> q = run_needle_prompts(
-            m, pool, o, params_of(o, policy, budget_of(share, context)), by_context[c], context);
+            m, pool, o, params_of(o, r, budget_of(share, context)), by_context[c], context);
         for (size_t i = 0; i < q.size(); ++i) {
           r.needle_correct += q[i].correct ? 1 : 0;
           r.ref_only += ref_needle[c][i].correct && !q[i].correct ? 1 : 0;
@@ -277,8 +325,7 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
       }
       rows.push_back(r);
       char what[64];
-      std::snprintf(what, sizeof(what), "%s at %.1f %%", kv_eviction_policy_name(policy),
-                    100 * share);
+      std::snprintf(what, sizeof(what), "%s at %.1f %%", row_name(r).c_str(), 100 * share);
       done(what);
     }
   }
@@ -295,6 +342,8 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
     const auto measured = [&](double x) { return r.windows_measured ? json(x) : json(nullptr); };
     out_rows.push_back(
         {{"policy", kv_eviction_policy_name(r.policy)},
+         {"selection",
+          r.selection ? json(kv_eviction_selection_name(*r.selection)) : json(nullptr)},
          {"budget_share", r.share},
          {"budget_tokens", r.budget_tokens},
          {"mean_kl", measured(r.kl.mean_kl)},

@@ -22,6 +22,11 @@ struct EvalKvEvictionOptions : QualityEvalOptions {
   std::string budgets = "0.125,0.25,0.5";  // shares of the window / needle context
   int32_t sink_tokens = -1;                // -1: each policy's default
   int32_t window_tokens = -1;
+  // SnapKV: one row per selection (per_head, shared), paired in the same run; pooling and kernel
+  // (empty / -1: the policy's max, 7).
+  std::string snapkv_selections = "per_head";
+  std::string pooling;
+  int32_t pool_kernel = -1;
 };
 
 void add_eval_kv_eviction_command(CLI::App& eval, EvalKvEvictionOptions& o, std::string& task);
