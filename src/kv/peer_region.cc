@@ -5,7 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <signal.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -47,6 +51,22 @@ bool valid_shm_name(std::string_view name) {
     if (!ok) return false;
   }
   return true;
+}
+
+// The names of regions whose owner died without unlinking them (SIGKILL): "/strata-kv-PID-..."
+// of a PID no process has. One of a live process, whatever it is, is left alone.
+void unlink_orphans() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const std::string_view prefix = kShmPrefix.substr(1);
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string_view name = e->d_name;
+    if (!name.starts_with(prefix) || !valid_shm_name("/" + std::string(name))) continue;
+    const long pid = std::strtol(std::string(name.substr(prefix.size())).c_str(), nullptr, 10);
+    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    ::shm_unlink(("/" + std::string(name)).c_str());
+  }
+  ::closedir(dir);
 }
 
 class ShmRegion final : public PeerRegion {
@@ -134,6 +154,7 @@ Result<std::unique_ptr<PeerRegion>> create_shm_peer_region(int64_t bytes) {
     return Status::InvalidArgument("a peer region of " + std::to_string(bytes) +
                                    " bytes holds no slot");
   }
+  unlink_orphans();
   std::random_device rd;
   const uint64_t id = (uint64_t{rd()} << 32) ^ rd();
   char suffix[64];

@@ -82,7 +82,8 @@ using PeerRegionOpener = std::function<Result<std::unique_ptr<PeerRegionView>>(
     PeerRegionKind kind, std::string_view handle, uint64_t region_id, int64_t size_bytes)>;
 
 // POSIX shared memory: a name under /dev/shm ("/strata-kv-<pid>-<random>"), unlinked when the
-// owner is destroyed. Unavailable when shm_open or mmap fail.
+// owner is destroyed; the names of owners that died without (SIGKILL) are unlinked when the next
+// region is made. Unavailable when shm_open or mmap fail.
 Result<std::unique_ptr<PeerRegion>> create_shm_peer_region(int64_t bytes);
 Result<std::unique_ptr<PeerRegionView>> open_shm_peer_region(std::string_view handle,
                                                              uint64_t region_id,

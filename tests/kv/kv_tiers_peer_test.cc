@@ -9,9 +9,14 @@
 // dying between the copy and its confirmation are each a miss (or values instead), never a
 // wrong block.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -743,6 +748,34 @@ TEST(KvTiersPeerTest, APrefillInstanceDyingBeforeTheConfirmationIsAMiss) {
   EXPECT_EQ(dec.fetch_and_promote(p), 0);
   EXPECT_EQ(dec.tiers->peer_stats()->num_slot_hits, 0);
   EXPECT_EQ(dec.tiers->peer_stats()->num_errors, 1);
+}
+
+// A prefill instance killed (SIGKILL) leaves its region's name under /dev/shm; the next region
+// made on the machine unlinks it, and never a live process's.
+TEST(KvTiersPeerTest, AKilledOwnersSharedRegionIsUnlinkedByTheNextOne) {
+  pid_t dead = 0;
+  for (pid_t p = 4194000; p > 4000000; --p) {
+    if (::kill(p, 0) != 0 && errno == ESRCH) {
+      dead = p;
+      break;
+    }
+  }
+  ASSERT_NE(dead, 0);
+  const std::string orphan = "/strata-kv-" + std::to_string(dead) + "-00000000000000aa";
+  const std::string live = "/strata-kv-" + std::to_string(::getpid()) + "-00000000000000bb";
+  for (const std::string& name : {orphan, live}) {
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  }
+  Result<std::unique_ptr<PeerRegion>> region = create_shm_peer_region(2 * kPeerRegionHeaderBytes);
+  ASSERT_TRUE(region.ok()) << region.status().to_string();
+  EXPECT_LT(::shm_open(orphan.c_str(), O_RDONLY, 0), 0) << "the orphan is gone";
+  const int fd = ::shm_open(live.c_str(), O_RDONLY, 0);
+  EXPECT_GE(fd, 0) << "a live process's name stays";
+  if (fd >= 0) ::close(fd);
+  ::shm_unlink(live.c_str());
+  ::shm_unlink(orphan.c_str());
 }
 
 }  // namespace
