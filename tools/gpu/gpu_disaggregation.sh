@@ -26,7 +26,12 @@ shift
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bin="$root/.devcarry/gpu/bin"
 mkdir -p "$root/.devcarry/gpu" "$out"
-[[ -x "$bin/strata" ]] || tar xJf "$root/.devcarry/gpu-pack/bin.tar.xz" -C "$root/.devcarry/gpu"
+# The whole pack or its engine half (gpu_check.sh build writes both).
+for pack in gpu-pack gpu-pack-engine; do
+  if [[ ! -x "$bin/strata" && -f "$root/.devcarry/$pack/bin.tar.xz" ]]; then
+    tar xJf "$root/.devcarry/$pack/bin.tar.xz" -C "$root/.devcarry/gpu"
+  fi
+done
 export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 model="$root/bench/models/llama-3.1-8b"
 cp "$bin/build-info.txt" "$out/build-info.txt"
