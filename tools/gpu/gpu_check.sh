@@ -313,10 +313,11 @@ cmd_run() {
   fi
   step ab engine 570 bash "$ROOT/tools/gpu/gpu_ab_bench.sh" "$ROOT/.devcarry/gpu-before/bin" "$bin" \
     "$OUT/ab.json"
-  # The sanitizers slow kernels by 10-100x: run the small configurations only. Racecheck also
+  # The sanitizers slow kernels by 10-100x: run the small configurations only (MLA decode: its
+  # merge paths, padded rows and small blocks, at a few hundred tokens). Racecheck also
   # runs the quantized prefill sweep, whose producer hands code stages between its threads and
   # the bulk copies (every code dtype, both head dims).
-  local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*:*KvCodecSplitCorrupt*}"
+  local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*:*KvCodecSplitCorrupt*:MlaDecodeTest.BothMergePaths:MlaDecodeTest.SharpSoftmax:MlaDecodeTest.PaddedLatentRowsAndSmallBlocks}"
   step memcheck sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$bin/strata_kernels_cuda_test" --gtest_brief=1 --gtest_filter="$filter"
   step racecheck sanitizer 200 compute-sanitizer --tool racecheck --error-exitcode 3 \
