@@ -212,13 +212,26 @@ import json, sys
 j = json.loads(sys.argv[1])
 h2o, snap = j["results"]
 assert h2o["policy"] == "h2o" and snap["policy"] == "snapkv", j
+assert h2o["selection"] is None and snap["selection"] == "per_head", j
 assert h2o["positions"] == 400 and 0 < h2o["mean_kl"] < 1, h2o
 assert h2o["mean_max_held_blocks"] <= 8 < h2o["mean_max_blocks_without_compaction"], h2o
 assert snap["mean_kl"] is None and snap["mean_max_held_blocks"] is None, snap
 assert 0 <= snap["needle_accuracy"] <= 1 and j["needle_prompts"] == 1, j
 err = open(sys.argv[2]).read()
-assert "kv-eviction: 3/3 snapkv at 25.0 % done" in err, err
+assert "kv-eviction: 3/3 snapkv/per_head at 25.0 % done" in err, err
 PY
+# SnapKV per (layer, KV head) and with one selection for all, paired in one run.
+out=$("$strata" eval kv-eviction --policies snapkv --snapkv-selections per_head,shared \
+      --budgets 0.25 --num-windows 1 --window-len 400 --needle-trials 1 --needle-contexts 512 \
+      --needle-depths 0.5 --kv-pooling avg --kv-pool-kernel 5 --threads 2 --json 2>/dev/null) ||
+  fail "eval kv-eviction --snapkv-selections exited non-zero"
+python3 - "$out" <<'PY' && ok || fail "eval kv-eviction selections JSON"
+import json, sys
+j = json.loads(sys.argv[1])
+assert [r["selection"] for r in j["results"]] == ["per_head", "shared"], j
+PY
+expect_error eval-kv-eviction-bad-selection "'per_layer' is not per_head or shared" \
+  eval kv-eviction --policies snapkv --snapkv-selections per_layer
 expect_error eval-kv-eviction-bad-policy "'quest' is not streaming_llm, paged_eviction, h2o or snapkv" \
   eval kv-eviction --policies h2o,quest
 expect_error eval-bad-kv-dtype "kv-cache-dtype 'fp8e4m3' is not supported" eval needle \
