@@ -4,7 +4,9 @@
 // every step and SnapKV evicts once, at the prompt's end (hand-computed counts); the results do
 // not depend on chunking, batch mates, forks or preemption (recompute repeats the recorded
 // evictions, and the attention mass a recompute adds up again is the same); such a sequence
-// never enters the prefix cache. No block leaks.
+// never enters the prefix cache. SnapKV per (layer, KV head) -- the default -- and with one
+// selection for all (shared) alike; on strata-tiny the two keep different tokens, and per head
+// runs over INT8, FP8 and BF16 caches. No block leaks.
 
 #include <gtest/gtest.h>
 
