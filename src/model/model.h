@@ -29,6 +29,7 @@
 #include "kv/kv_layout.h"
 #include "model/hf_config.h"
 #include "model/llama_family.h"
+#include "model/mla_prefill.h"
 #include "model/moe_block.h"
 #include "model/weight_store.h"
 
@@ -166,6 +167,9 @@ class Model {
   // rounded to BF16 (cpu::LinearPrecision::kBf16), instead of the exact fp32 path (the default).
   // Unsupported (nothing changed) on a CPU without AVX-512 BF16.
   [[nodiscard]] Status set_bf16_matmul(bool on);
+  // MLA (DeepSeek): the form of prefill rows, chosen per sequence by mla_prefill.h's rule
+  // (kAuto, the default) or forced, for tests and benchmarks. Decode rows stay absorbed.
+  void set_mla_prefill(MlaPrefill mode) { mla_prefill_ = mode; }
 
   // Largest |k| and |v| per layer, as append_kv receives them (after RoPE and the q/k norms), over
   // one forward pass of tokens (positions 0..n-1) through a scratch F32 cache; the pool the model
@@ -260,6 +264,22 @@ class Model {
   Status mla_project(int32_t layer_idx, const ForwardBatch& batch, ThreadPool& pool);
   Status run_mla_attention(int32_t layer_idx, const ForwardBatch& batch, const KvPools& kv,
                            ThreadPool& pool);
+  // n query rows q [n, heads, qk] absorbed into mla_scratch_.q_latent [n, heads, latent]; the
+  // attention's latent outputs mla_scratch_.attn_latent [n, heads, latent] un-absorbed into out
+  // [n, heads * v_head_dim].
+  Status mla_absorb(int32_t layer_idx, const float* q, int64_t n, ThreadPool& pool);
+  Status mla_unabsorb(int32_t layer_idx, int64_t n, float* out, ThreadPool& pool);
+  // The form of each sequence's rows (mla_prefill.h) into mla_scratch_.form; how many sequences
+  // take the expanded form (model_mla_prefill.cc).
+  int64_t choose_mla_forms(const ForwardBatch& batch);
+  // A step with expanded sequences (model_mla_prefill.cc): the absorbed sequences' rows as a
+  // batch of their own over the latent cache, the expanded ones' through run_mla_expanded, both
+  // into scratch_.attn and the attention mass.
+  Status run_mla_split(int32_t layer_idx, const ForwardBatch& batch, const PagedKvCacheView& cache,
+                       ThreadPool& pool);
+  Status run_mla_absorbed_rows(int32_t layer_idx, const PagedKvCacheView& cache, ThreadPool& pool);
+  Status run_mla_expanded(int32_t layer_idx, const ForwardBatch& batch,
+                          const PagedKvCacheView& cache, ThreadPool& pool);
   // quant_method "fp8" (model_fp8.cc): every F8_E4M3 weight and its weight_scale_inv blocks
   // dequantized once into BF16 that fp8_dequantized_ owns, its view repointed there. Throws
   // strata::Error for an F8 weight without its scales.
@@ -302,8 +322,16 @@ class Model {
   std::deque<std::vector<uint16_t>> fp8_dequantized_;
   struct MlaScratch {
     std::vector<float> q_a, q, latent, c_kv, q_latent, attn_latent, head_in, head_out;
+    std::vector<MlaForm> form;  // [num_seqs], choose_mla_forms
+    // run_mla_split: each form's sequences as a batch of their own; the expanded form's context
+    // latent [ctx rows, latent] and its c_kv [ctx rows, rank], their up-projection [ctx rows,
+    // heads * (nope + v)], K [heads, ctx rows, nope + rope], V [heads, ctx rows, v] and
+    // per-head mass rows; the absorbed rows' gathered queries and outputs.
+    MlaSubBatch absorbed, expanded;
+    std::vector<float> ctx, c_ctx, up, k, v, mass_x, rows_in, rows_out;
   };
   MlaScratch mla_scratch_;
+  MlaPrefill mla_prefill_ = MlaPrefill::kAuto;  // set_mla_prefill
   // Set only during kv_abs_max: per layer (max |k|, max |v|), updated by run_attention.
   std::vector<std::pair<float, float>>* kv_abs_max_ = nullptr;
   // Set only during kv_quant_error: the quantized scratch cache and per-layer sums of squares.

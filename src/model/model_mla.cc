@@ -1,5 +1,5 @@
 // Model's Multi-head Latent Attention (DeepSeek-V2 / V3) on the CPU: the latent cache and the
-// absorbed form of attention over it.
+// absorbed form of attention over it (the expanded form: model_mla_prefill.cc).
 //
 // Per token and layer the cache holds one latent row c = [rms_norm(c_kv) (kv_lora_rank),
 // rope(k_pe) (qk_rope_head_dim)] (kv::KvSpec::latent). transformers expands it per head to
@@ -13,12 +13,10 @@
 //
 // Cost per token and layer (H heads, R kv_lora_rank, P rope dims, N nope dims, V v_head_dim, L
 // context): absorption 2*H*N*R + un-absorption 2*H*R*V flops, then attention 4*H*(R+P)*L flops
-// over L*(R+P) cached elements read once for all heads. The expanded form would instead up-project
-// every cached token, 2*L*R*H*(N+V) flops, and read L*H*(N+P+V) elements: for decode (L >> 1)
-// absorbed is far cheaper; for a prefill chunk of T tokens the absorbed attention costs
-// 4*T*H*(R+P)*L against the expanded form's 2*T*H*(N+P+V)*L + 2*L*R*H*(N+V), so on V2/V3 shapes
-// (R 512, P 64, N 128, V 128) it does ~2x the attention flops of the expanded form once T is large.
-// The CPU runs the absorbed form for both (docs/architecture.md, "DeepSeek").
+// over L*(R+P) cached elements read once for all heads. Decode rows always take this form; a
+// prefill chunk may take the expanded form instead (model_mla_prefill.cc, mla_prefill.h), which
+// up-projects the chunk's whole context and runs ordinary multi-head attention
+// (docs/architecture.md, "DeepSeek").
 
 #include <algorithm>
 #include <cmath>
@@ -157,7 +155,15 @@ Status Model::mla_project(int32_t layer_idx, const ForwardBatch& batch, ThreadPo
         }
       },
       /*min_chunk=*/8);
+  return Status::Ok();
+}
+
+Status Model::mla_absorb(int32_t layer_idx, const float* q, int64_t n, ThreadPool& pool) {
   // The absorbed query [n, heads, latent]: W_UK_h^T q_nope_h, then q_pe_h.
+  const MlaConfig& m = config_.mla;
+  MlaScratch& s = mla_scratch_;
+  const int64_t heads = config_.num_attention_heads, rank = m.kv_lora_rank;
+  const int64_t rope = m.qk_rope_head_dim, qk = m.qk_head_dim(), latent = m.latent_dim();
   const MlaLayer& absorbed = mla_[at(layer_idx)];
   const int64_t nope = m.qk_nope_head_dim;
   s.q_latent.resize(at(n * heads * latent));
@@ -165,14 +171,35 @@ Status Model::mla_project(int32_t layer_idx, const ForwardBatch& batch, ThreadPo
   s.head_out.resize(at(n * std::max(rank, m.v_head_dim)));
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t t = 0; t < n; ++t) {
-      std::copy_n(s.q.data() + (t * heads + h) * qk, nope, s.head_in.data() + t * nope);
+      std::copy_n(q + (t * heads + h) * qk, nope, s.head_in.data() + t * nope);
     }
     STRATA_RETURN_IF_ERROR(cpu::linear(s.head_in.data(), absorbed.uk_t_head[at(h)], TensorView{},
                                        s.head_out.data(), n, pool));
     for (int64_t t = 0; t < n; ++t) {
       float* dst = s.q_latent.data() + (t * heads + h) * latent;
       std::copy_n(s.head_out.data() + t * rank, rank, dst);
-      std::copy_n(s.q.data() + (t * heads + h) * qk + nope, rope, dst + rank);
+      std::copy_n(q + (t * heads + h) * qk + nope, rope, dst + rank);
+    }
+  }
+  return Status::Ok();
+}
+
+Status Model::mla_unabsorb(int32_t layer_idx, int64_t n, float* out, ThreadPool& pool) {
+  // Head h's output W_UV_h o_h from its latent o_h (the first kv_lora_rank channels).
+  const MlaConfig& m = config_.mla;
+  MlaScratch& s = mla_scratch_;
+  const int64_t heads = config_.num_attention_heads, rank = m.kv_lora_rank;
+  const int64_t latent = m.latent_dim(), v = m.v_head_dim;
+  const MlaLayer& absorbed = mla_[at(layer_idx)];
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(s.attn_latent.data() + (t * heads + h) * latent, rank,
+                  s.head_in.data() + t * rank);
+    }
+    STRATA_RETURN_IF_ERROR(cpu::linear(s.head_in.data(), absorbed.uv_head[at(h)], TensorView{},
+                                       s.head_out.data(), n, pool));
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(s.head_out.data() + t * v, v, out + (t * heads + h) * v);
     }
   }
   return Status::Ok();
@@ -187,7 +214,7 @@ Status Model::run_mla_attention(int32_t layer_idx, const ForwardBatch& batch, co
   const MlaConfig& m = config_.mla;
   MlaScratch& s = mla_scratch_;
   const int64_t n = span_size(batch.token_ids.size()), heads = config_.num_attention_heads;
-  const int64_t rank = m.kv_lora_rank, latent = m.latent_dim();
+  const int64_t latent = m.latent_dim();
   const kv::KvLayerSlot slot =
       kv.slots.empty() ? kv::KvLayerSlot{0, layer_idx} : kv.slots[at(layer_idx)];
   kv::HostKvBuffer* buffer = kv.pools[at(slot.group)];
@@ -203,6 +230,8 @@ Status Model::run_mla_attention(int32_t layer_idx, const ForwardBatch& batch, co
   append.cache = cache;
   append.num_cache_blocks = buffer->num_blocks();
   STRATA_RETURN_IF_ERROR(cpu::append_kv(append, pool));
+  if (choose_mla_forms(batch) > 0) return run_mla_split(layer_idx, batch, cache, pool);
+  STRATA_RETURN_IF_ERROR(mla_absorb(layer_idx, s.q.data(), n, pool));
   s.attn_latent.resize(at(n * heads * latent));
   cpu::AttentionParams attn;
   attn.q = s.q_latent.data();
@@ -218,21 +247,7 @@ Status Model::run_mla_attention(int32_t layer_idx, const ForwardBatch& batch, co
   }
   STRATA_RETURN_IF_ERROR(cpu::paged_attention(attn, pool));
   if (!scratch_.mass.empty()) add_layer_mass(layer_idx, batch, pool);
-  // Un-absorb: head h's output W_UV_h o_h from its latent o_h (the first kv_lora_rank channels).
-  const MlaLayer& absorbed = mla_[at(layer_idx)];
-  const int64_t v = m.v_head_dim;
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t t = 0; t < n; ++t) {
-      std::copy_n(s.attn_latent.data() + (t * heads + h) * latent, rank,
-                  s.head_in.data() + t * rank);
-    }
-    STRATA_RETURN_IF_ERROR(cpu::linear(s.head_in.data(), absorbed.uv_head[at(h)], TensorView{},
-                                       s.head_out.data(), n, pool));
-    for (int64_t t = 0; t < n; ++t) {
-      std::copy_n(s.head_out.data() + t * v, v, scratch_.attn.data() + (t * heads + h) * v);
-    }
-  }
-  return Status::Ok();
+  return mla_unabsorb(layer_idx, n, scratch_.attn.data(), pool);
 }
 
 }  // namespace strata::model
