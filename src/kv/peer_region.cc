@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <dirent.h>
-#include <signal.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <random>

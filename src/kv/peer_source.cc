@@ -12,7 +12,7 @@ namespace strata::kv {
 
 PeerSource::PeerSource(BlockValueFormat format, std::vector<PeerConnect> connects,
                        PeerSourceOptions options)
-    : format_(std::move(format)), options_(options) {
+    : format_(std::move(format)), options_(std::move(options)) {
   STRATA_CHECK(!connects.empty(), "PeerSource: at least one prefill instance");
   for (PeerConnect& c : connects) peers_.push_back(Peer{std::move(c), nullptr, std::nullopt});
   int threads = options_.decode_threads;

@@ -88,7 +88,8 @@ class PeerSource final : public BlockSource {
   PeerSource(BlockValueFormat format, std::vector<PeerConnect> connects,
              PeerSourceOptions options = {});
   PeerSource(BlockValueFormat format, PeerConnect connect, PeerSourceOptions options = {})
-      : PeerSource(std::move(format), std::vector<PeerConnect>{std::move(connect)}, options) {}
+      : PeerSource(std::move(format), std::vector<PeerConnect>{std::move(connect)},
+                   std::move(options)) {}
 
   void get(std::span<BlockGet> blocks) override;
   PeerSourceStats stats() const;
