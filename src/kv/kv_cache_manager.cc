@@ -350,40 +350,21 @@ void KvCacheManager::evict_blocks(BlockTable& table, std::span<const int32_t> en
 
 std::vector<SlotCopy> KvCacheManager::compact_tokens(BlockTable& table,
                                                      std::span<const int32_t> slots) {
-  if (slots.empty()) return {};
-  STRATA_CHECK(num_groups() == 1 && group_spec(0).kind == KvGroupKind::kFullAttention,
-               "token eviction needs a cache of one full-attention group");
-  BlockTable::Row& row = table.rows_[0];
-  const int32_t bs = block_size();
-  const BlockPool& p = pool();
-  const auto block_of = [&](int32_t slot) { return row.blocks[static_cast<size_t>(slot / bs)]; };
-  const auto physical = [&](int32_t slot) {
-    return static_cast<int64_t>(block_of(slot).value) * bs + slot % bs;
-  };
-  std::vector<SlotCopy> copies;
-  for (const auto& [from, to] : compaction_moves(table.num_tokens_, slots)) {
-    const BlockId dst = block_of(to);
-    STRATA_CHECK(p.ref_count(dst) == 1 && !p.is_cached(dst),
-                 "compact_tokens: a hole below the new length is in a shared or cached block");
-    copies.push_back(SlotCopy{physical(from), physical(to)});
-  }
-  const int32_t kept = table.num_tokens_ - static_cast<int32_t>(slots.size());
-  const int32_t num_blocks = (kept + bs - 1) / bs;
-  const std::vector<BlockId> gone(row.blocks.begin() + num_blocks, row.blocks.end());
-  row.blocks.resize(static_cast<size_t>(num_blocks));
-  pool().free(gone);  // one reference each: a block another table shares stays in use
-  table.num_tokens_ = kept;
-  table.num_evicted_tokens_ += static_cast<int32_t>(slots.size());
-  // The chain ends before the block of the first removed slot (nothing is registered after).
-  end_hash_chain(table, slots.front() / bs);
-  return copies;
+  return compact_rows(table, std::span<const std::span<const int32_t>>(&slots, 1),
+                      /*per_head=*/false);
 }
 
 std::vector<SlotCopy> KvCacheManager::compact_head_tokens(
     BlockTable& table, std::span<const std::vector<int32_t>> head_slots) {
+  const std::vector<std::span<const int32_t>> spans(head_slots.begin(), head_slots.end());
+  return compact_rows(table, spans, /*per_head=*/true);
+}
+
+std::vector<SlotCopy> KvCacheManager::compact_rows(
+    BlockTable& table, std::span<const std::span<const int32_t>> head_slots, bool per_head) {
   if (head_slots.empty() || head_slots.front().empty()) {
-    for (const std::vector<int32_t>& h : head_slots) {
-      STRATA_CHECK(h.empty(), "compact_head_tokens: every head gives up as many slots");
+    for (const std::span<const int32_t> h : head_slots) {
+      STRATA_CHECK(h.empty(), "token compaction: every head gives up as many slots");
     }
     return {};
   }
@@ -400,15 +381,15 @@ std::vector<SlotCopy> KvCacheManager::compact_head_tokens(
   std::vector<SlotCopy> copies;
   int32_t first_changed = table.num_tokens_;
   for (size_t h = 0; h < head_slots.size(); ++h) {
-    const std::vector<int32_t>& slots = head_slots[h];
-    STRATA_CHECK(slots.size() == count, "compact_head_tokens: every head gives up as many slots");
+    const std::span<const int32_t> slots = head_slots[h];
+    STRATA_CHECK(slots.size() == count, "token compaction: every head gives up as many slots");
     first_changed = std::min(first_changed, slots.front());
     for (const auto& [from, to] : compaction_moves(table.num_tokens_, slots)) {
       const BlockId dst = block_of(to);
-      STRATA_CHECK(
-          p.ref_count(dst) == 1 && !p.is_cached(dst),
-          "compact_head_tokens: a hole below the new length is in a shared or cached block");
-      copies.push_back(SlotCopy{physical(from), physical(to), static_cast<int32_t>(h)});
+      STRATA_CHECK(p.ref_count(dst) == 1 && !p.is_cached(dst),
+                   "token compaction: a hole below the new length is in a shared or cached block");
+      copies.push_back(
+          SlotCopy{physical(from), physical(to), per_head ? static_cast<int32_t>(h) : -1});
     }
   }
   const int32_t kept = table.num_tokens_ - static_cast<int32_t>(count);
@@ -418,6 +399,7 @@ std::vector<SlotCopy> KvCacheManager::compact_head_tokens(
   pool().free(gone);  // one reference each: a block another table shares stays in use
   table.num_tokens_ = kept;
   table.num_evicted_tokens_ += static_cast<int32_t>(count);
+  // The chain ends before the earliest block any head changed (nothing is registered after).
   end_hash_chain(table, first_changed / bs);
   return copies;
 }

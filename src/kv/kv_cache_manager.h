@@ -227,6 +227,11 @@ class KvCacheManager {
   PrefixCacheStats stats() const;
 
  private:
+  // compact_tokens (one row of slots, copies for every head) and compact_head_tokens (a row
+  // per head, each copy carrying its head) share this.
+  std::vector<SlotCopy> compact_rows(BlockTable& table,
+                                     std::span<const std::span<const int32_t>> head_slots,
+                                     bool per_head);
   KvGroupManager& group(int32_t g) { return groups_.at(static_cast<size_t>(g)); }
   const KvGroupManager& group(int32_t g) const { return groups_.at(static_cast<size_t>(g)); }
   // Gives the table a row per group (tables start with one).
