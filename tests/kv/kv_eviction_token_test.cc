@@ -202,6 +202,73 @@ class CompactTokensTest : public ::testing::Test {
   KvCacheManager m_;
 };
 
+// A pool of 2 layers x 2 KV heads of 4-channel rows (17 blocks) read through table t, where
+// every byte of the row of (layer l, part p: K 0 / V 1, head h) at position pos -- and of its
+// INT8 scale -- is pos * 16 + l * 8 + p * 4 + h, truncated to a byte: after a compaction, what a
+// slot holds names the position it came from.
+class MarkedPool {
+ public:
+  MarkedPool(DType d, const BlockTable& t)
+      : layout_(KvSpec{.num_layers = 2, .num_kv_heads = 2, .head_dim = 4, .dtype = d}, kBs),
+        kv_(layout_, 17),
+        t_(t),
+        row_(4 * dtype_bits(d) / 8),
+        scale_(kv_token_scale_bytes(d)) {}
+
+  const KvLayout& layout() const { return layout_; }
+  HostKvBuffer& kv() { return kv_; }
+
+  // Slots 0 .. n - 1 hold positions 0 .. n - 1.
+  void mark_slots(int32_t n) {
+    for (int32_t s = 0; s < n; ++s) {
+      for (int l = 0; l < 2; ++l)
+        for (int p = 0; p < 2; ++p)
+          for (int h = 0; h < 2; ++h) {
+            std::memset(locate(s, l, p, h, false), static_cast<int>(mark(s, l, p, h)), row_);
+            if (scale_ > 0)
+              std::memset(locate(s, l, p, h, true), static_cast<int>(mark(s, l, p, h)), scale_);
+          }
+    }
+  }
+  // Whether slot's row (and scale) of (l, p, h) holds position pos's bytes.
+  ::testing::AssertionResult holds(int32_t slot, int l, int p, int h, int32_t pos) {
+    const std::byte want = mark(pos, l, p, h);
+    for (const bool scales : {false, true}) {
+      const std::byte* got = locate(slot, l, p, h, scales);
+      for (int64_t b = 0; b < (scales ? scale_ : row_); ++b) {
+        if (got[b] != want) {
+          return ::testing::AssertionFailure()
+                 << "slot " << slot << " (layer " << l << ", part " << p << ", head " << h
+                 << (scales ? ") scale" : ") row") << " does not hold position " << pos;
+        }
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+ private:
+  static std::byte mark(int32_t pos, int l, int p, int h) {
+    return static_cast<std::byte>((pos * 16 + l * 8 + p * 4 + h) & 0xFF);
+  }
+  std::byte* locate(int32_t slot, int l, int p, int h, bool scales) {
+    const int64_t phys = t_.slot(slot);
+    std::byte* block = kv_.data() + phys / kBs * layout_.block_bytes();
+    const int64_t tok = phys % kBs;
+    if (scales) {
+      const int64_t at = p == 0 ? layout_.k_scale_offset_bytes(l) : layout_.v_scale_offset_bytes(l);
+      return block + at + (h * kBs + tok) * scale_;
+    }
+    const int64_t at = p == 0 ? layout_.k_offset_bytes(l) : layout_.v_offset_bytes(l);
+    return block + at + (h * kBs + tok) * row_;
+  }
+
+  KvLayout layout_;
+  HostKvBuffer kv_;
+  const BlockTable& t_;
+  int64_t row_;
+  int64_t scale_;
+};
+
 TEST_F(CompactTokensTest, TheTableHoldsTheLiveSlotsInFewerBlocks) {
   BlockTable t(kBs);
   ASSERT_TRUE(m_.allocate_slots(t, 14));
@@ -242,54 +309,21 @@ TEST_F(CompactTokensTest, RefusesToWriteABlockAnotherTableShares) {
 TEST_F(CompactTokensTest, CopySlotsMovesEveryLayerHeadAndScale) {
   for (const DType d : {DType::kF32, DType::kI8}) {
     SCOPED_TRACE(dtype_name(d));
-    const KvLayout layout(KvSpec{.num_layers = 2, .num_kv_heads = 2, .head_dim = 4, .dtype = d},
-                          kBs);
-    ASSERT_TRUE(can_copy_slots(layout));
-    HostKvBuffer kv(layout, 17);
     BlockTable t(kBs);
+    MarkedPool pool(d, t);
+    ASSERT_TRUE(can_copy_slots(pool.layout()));
     ASSERT_TRUE(m_.allocate_slots(t, 15));
-    const int64_t row = 4 * dtype_bits(d) / 8;
-    const int64_t scale = kv_token_scale_bytes(d);
-    // Byte b of the row of (layer l, part p, head h) at position pos: pos * 16 + l * 8 + p * 4 +
-    // h, truncated to a byte (the scale's two bytes alike).
-    const auto mark = [&](int32_t pos, int l, int p, int h) {
-      return static_cast<std::byte>((pos * 16 + l * 8 + p * 4 + h) & 0xFF);
-    };
-    const auto locate = [&](int32_t slot, int l, int p, int h, bool scales) {
-      const int64_t phys = t.slot(slot);
-      std::byte* block = kv.data() + phys / kBs * layout.block_bytes();
-      const int64_t tok = phys % kBs;
-      if (scales) {
-        const int64_t at = p == 0 ? layout.k_scale_offset_bytes(l) : layout.v_scale_offset_bytes(l);
-        return block + at + (h * kBs + tok) * scale;
-      }
-      const int64_t at = p == 0 ? layout.k_offset_bytes(l) : layout.v_offset_bytes(l);
-      return block + at + (h * kBs + tok) * row;
-    };
-    const auto each = [&](auto&& f) {
-      for (int l = 0; l < 2; ++l)
-        for (int p = 0; p < 2; ++p)
-          for (int h = 0; h < 2; ++h) f(l, p, h);
-    };
-    for (int32_t s = 0; s < 15; ++s) {
-      each([&](int l, int p, int h) {
-        std::memset(locate(s, l, p, h, false), static_cast<int>(mark(s, l, p, h)), row);
-        if (scale > 0)
-          std::memset(locate(s, l, p, h, true), static_cast<int>(mark(s, l, p, h)), scale);
-      });
-    }
+    pool.mark_slots(15);
     const V gone = {0, 3, 4, 9, 13};
     std::vector<int32_t> positions = iota(15);
-    copy_slots(kv, m_.compact_tokens(t, gone));
+    copy_slots(pool.kv(), m_.compact_tokens(t, gone));
     compact_slot_values(positions, gone);
     ASSERT_EQ(t.num_tokens(), 10);
     for (int32_t s = 0; s < 10; ++s) {
-      each([&](int l, int p, int h) {
-        const std::byte want = mark(positions[static_cast<size_t>(s)], l, p, h);
-        const std::byte* got = locate(s, l, p, h, false);
-        for (int64_t b = 0; b < row; ++b) ASSERT_EQ(got[b], want) << "slot " << s;
-        for (int64_t b = 0; b < scale; ++b) ASSERT_EQ(locate(s, l, p, h, true)[b], want);
-      });
+      for (int l = 0; l < 2; ++l)
+        for (int p = 0; p < 2; ++p)
+          for (int h = 0; h < 2; ++h)
+            ASSERT_TRUE(pool.holds(s, l, p, h, positions[static_cast<size_t>(s)]));
     }
     m_.free(t);
   }
@@ -305,43 +339,17 @@ TEST_F(CompactTokensTest, CopySlotsMovesEveryLayerHeadAndScale) {
 TEST_F(CompactTokensTest, CompactHeadTokensMovesEachHeadsOwnTokens) {
   for (const DType d : {DType::kF32, DType::kBF16, DType::kF8E4M3, DType::kI8}) {
     SCOPED_TRACE(dtype_name(d));
-    const KvLayout layout(KvSpec{.num_layers = 2, .num_kv_heads = 2, .head_dim = 4, .dtype = d},
-                          kBs);
-    HostKvBuffer kv(layout, 17);
     BlockTable t(kBs);
+    MarkedPool pool(d, t);
     ASSERT_TRUE(m_.allocate_slots(t, 15));
-    const int64_t row = 4 * dtype_bits(d) / 8;
-    const int64_t scale = kv_token_scale_bytes(d);
-    const auto mark = [&](int32_t pos, int l, int p, int h) {
-      return static_cast<std::byte>((pos * 16 + l * 8 + p * 4 + h) & 0xFF);
-    };
-    const auto locate = [&](int32_t slot, int l, int p, int h, bool scales) {
-      const int64_t phys = t.slot(slot);
-      std::byte* block = kv.data() + phys / kBs * layout.block_bytes();
-      const int64_t tok = phys % kBs;
-      if (scales) {
-        const int64_t at = p == 0 ? layout.k_scale_offset_bytes(l) : layout.v_scale_offset_bytes(l);
-        return block + at + (h * kBs + tok) * scale;
-      }
-      const int64_t at = p == 0 ? layout.k_offset_bytes(l) : layout.v_offset_bytes(l);
-      return block + at + (h * kBs + tok) * row;
-    };
-    for (int32_t s = 0; s < 15; ++s) {
-      for (int l = 0; l < 2; ++l)
-        for (int p = 0; p < 2; ++p)
-          for (int h = 0; h < 2; ++h) {
-            std::memset(locate(s, l, p, h, false), static_cast<int>(mark(s, l, p, h)), row);
-            if (scale > 0)
-              std::memset(locate(s, l, p, h, true), static_cast<int>(mark(s, l, p, h)), scale);
-          }
-    }
+    pool.mark_slots(15);
     // Heads (layer 0, head 0), (0, 1), (1, 0), (1, 1): five slots each, different ones.
     const std::vector<V> gone = {
         {0, 3, 4, 9, 13}, {10, 11, 12, 13, 14}, {1, 2, 5, 6, 7}, {0, 1, 2, 3, 4}};
     const int32_t free_before = m_.pool().num_free_blocks();
     const std::vector<SlotCopy> copies = m_.compact_head_tokens(t, gone);
     for (const SlotCopy& c : copies) ASSERT_GE(c.head, 0);
-    copy_slots(kv, copies);
+    copy_slots(pool.kv(), copies);
     ASSERT_EQ(t.num_tokens(), 10);
     EXPECT_EQ(t.num_evicted_tokens(), 5);
     EXPECT_EQ(t.blocks().size(), 3u);
@@ -352,11 +360,7 @@ TEST_F(CompactTokensTest, CompactHeadTokensMovesEachHeadsOwnTokens) {
       const int l = head / 2, h = head % 2;
       for (int32_t s = 0; s < 10; ++s) {
         for (int p = 0; p < 2; ++p) {
-          const std::byte want = mark(positions[static_cast<size_t>(s)], l, p, h);
-          const std::byte* got = locate(s, l, p, h, false);
-          for (int64_t b = 0; b < row; ++b)
-            ASSERT_EQ(got[b], want) << "head " << head << " slot " << s;
-          for (int64_t b = 0; b < scale; ++b) ASSERT_EQ(locate(s, l, p, h, true)[b], want);
+          ASSERT_TRUE(pool.holds(s, l, p, h, positions[static_cast<size_t>(s)])) << "head " << head;
         }
       }
     }
