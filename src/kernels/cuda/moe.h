@@ -61,8 +61,10 @@ struct MoeRouteParams {
 // One warp per token, as moe_block.cc's route_tokens: softmax (or sigmoid) scores, the k largest
 // among the allowed experts (ties to the lower id), ascending by id; the weights are the scores,
 // over their sum when norm_topk_prob, times routed_scaling_factor. The DeepSeek form (sigmoid, a
-// grouped method, a scaling factor other than 1 or a bias) adds 1e-20 to the sum and falls back to
-// the lowest free ids when every score is NaN. InvalidArgument outside the limits above.
+// grouped method, a scaling factor other than 1 or a bias) adds 1e-20 to the sum, as the CPU does.
+// NaN scores never beat a number (the CPU keeps a NaN found first as its best: NaN logits are the
+// one input where the two may differ); slots left without a candidate take the lowest free ids, so
+// every id written is a valid expert. InvalidArgument outside the limits above.
 Status moe_route(const MoeRouteParams& p, cudaStream_t stream);
 
 // Row tiles of the grouped GEMM: kSmall (16 rows, for a few rows per expert: decode) or kLarge

@@ -178,17 +178,16 @@ __global__ void __launch_bounds__(kThreads) route_kernel(const __grid_constant__
   if (lane != 0) return;
   int32_t ids[kMoeMaxTopK];
   for (int32_t j = 0; j < k; ++j) ids[j] = s.chosen[j];
-  if (a.deepseek) {
-    // Every score NaN: the lowest ids not yet chosen.
-    for (int32_t j = 0, next = 0; j < k; ++j) {
-      if (ids[j] >= 0) continue;
-      for (bool taken = true; taken; ++next) {
-        taken = false;
-        for (int32_t i = 0; i < k; ++i) taken |= ids[i] == next;
-        if (!taken) break;
-      }
-      ids[j] = next;
+  // Scores all NaN: the lowest ids not yet chosen (the CPU's DeepSeek fallback; its softmax path
+  // would index expert -1, and so would moe_permute here).
+  for (int32_t j = 0, next = 0; j < k; ++j) {
+    if (ids[j] >= 0) continue;
+    for (bool taken = true; taken; ++next) {
+      taken = false;
+      for (int32_t i = 0; i < k; ++i) taken |= ids[i] == next;
+      if (!taken) break;
     }
+    ids[j] = next;
   }
   for (int32_t i = 1; i < k; ++i) {  // insertion sort: k <= 32
     const int32_t v = ids[i];
