@@ -77,6 +77,12 @@ struct KvEvictionParams {
   std::optional<KvEvictionSelection> selection = {};
   std::optional<KvEvictionPooling> pooling = {};
   int32_t pool_kernel = -1;  // odd, 1 .. kMaxPoolKernel; -1: unset
+  // SnapKV only, for scoring a continuation (C++ API; `strata eval kv-eviction`): > 0 selects
+  // after the prompt's first selection_at_tokens tokens instead of at its end, the observation
+  // window their last window_tokens; the prompt's later tokens are then computed through the
+  // evicted cache, as generated tokens would be (teacher-forced), and all kept. 0: the prompt's
+  // end. Never taken from the engine's defaults.
+  int32_t selection_at_tokens = 0;
 
   bool operator==(const KvEvictionParams&) const = default;
 };
@@ -95,6 +101,7 @@ struct ResolvedKvEviction {
   KvEvictionSelection selection = KvEvictionSelection::kPerHead;
   KvEvictionPooling pooling = KvEvictionPooling::kMax;
   int32_t pool_kernel = 1;
+  int32_t selection_at_tokens = 0;  // 0: the prompt's end
 
   bool active() const { return policy != KvEvictionPolicy::kNone; }
   // SnapKV choosing per (layer, KV head): compaction then moves each head's tokens apart.

@@ -163,12 +163,12 @@ int32_t blocks_without_compaction(const Sequence& s, int32_t block_size) {
   return blocks;
 }
 
-// SnapKV's score of each slot from the window's mass over them (the prompt's slots, slot i
-// holding position i: nothing went before): pooled over the prompt before the window, 0 for the
-// window and past it (protected).
+// SnapKV's score of each slot from the window's mass over them (the slots before its selection
+// point `end`, slot i holding position i: nothing went before): pooled over those before the
+// window, 0 for the window and past it (protected).
 std::vector<float> snapkv_scores(const ResolvedKvEviction& e, std::span<const float> mass,
-                                 int32_t num_prompt, int32_t held) {
-  const int32_t prefix = std::max(num_prompt - e.window_tokens, 0);
+                                 int32_t end, int32_t held) {
+  const int32_t prefix = std::max(end - e.window_tokens, 0);
   std::vector<float> scores =
       kv::pool_scores(mass.first(static_cast<size_t>(prefix)), e.pool_kernel, e.pooling);
   scores.resize(static_cast<size_t>(held), 0.0f);
@@ -198,7 +198,7 @@ std::vector<int32_t> EngineImpl::choose_slots(const Sequence& s) const {
   const bool snap = s.eviction.policy == KvEvictionPolicy::kSnapKv;
   // H2O: at multiples of the prefill interval in the prompt, its end, and after every decode
   // step. SnapKV: once, at the prompt's end.
-  const bool at_point = snap ? s.num_computed == s.num_prompt && s.evictions.empty()
+  const bool at_point = snap ? s.num_computed == s.snapkv_end() && s.evictions.empty()
                              : s.num_computed >= s.num_prompt || s.num_computed % interval == 0;
   if (!at_point || held <= s.eviction.budget_tokens) return {};
   // A block shared with another table (a fork's) is never written: its tokens stay.
@@ -207,18 +207,19 @@ std::vector<int32_t> EngineImpl::choose_slots(const Sequence& s) const {
     return kv::choose_evicted_tokens(s.eviction, s.slot_positions, s.slot_mass, locked,
                                      s.num_computed);
   }
-  const std::vector<float> scores = snapkv_scores(s.eviction, s.slot_mass, s.num_prompt, held);
-  return kv::choose_evicted_tokens(s.eviction, s.slot_positions, scores, locked, s.num_prompt);
+  const std::vector<float> scores = snapkv_scores(s.eviction, s.slot_mass, s.snapkv_end(), held);
+  return kv::choose_evicted_tokens(s.eviction, s.slot_positions, scores, locked, s.snapkv_end());
 }
 
 std::vector<std::vector<int32_t>> EngineImpl::choose_head_slots(const Sequence& s) const {
   const int32_t held = s.table.num_tokens();
-  if (s.num_computed != s.num_prompt || !s.evictions.empty() || held <= s.eviction.budget_tokens) {
+  const int32_t end = s.snapkv_end();
+  if (s.num_computed != end || !s.evictions.empty() || held <= s.eviction.budget_tokens) {
     return {};
   }
   const kv::KvSpec& spec = runner_->kv_layout(0).spec();
   const auto num_heads = static_cast<size_t>(spec.num_layers) * spec.num_kv_heads;
-  const auto stride = static_cast<size_t>(s.num_prompt);
+  const auto stride = static_cast<size_t>(end);
   // No window (window_tokens 0) wanted no mass: every score is 0.
   STRATA_CHECK(s.head_mass.empty() || s.head_mass.size() == num_heads * stride,
                "SnapKV per head: the window's mass must cover every head and the prompt");
@@ -229,10 +230,10 @@ std::vector<std::vector<int32_t>> EngineImpl::choose_head_slots(const Sequence& 
     const std::span<const float> mass =
         s.head_mass.empty() ? std::span<const float>(none)
                             : std::span<const float>(s.head_mass).subspan(h * stride, stride);
-    scores.push_back(snapkv_scores(s.eviction, mass, s.num_prompt, held));
+    scores.push_back(snapkv_scores(s.eviction, mass, end, held));
   }
   return kv::choose_evicted_tokens_per_head(s.eviction, s.slot_positions, scores, locked_slots(s),
-                                            s.num_prompt);
+                                            end);
 }
 
 Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {

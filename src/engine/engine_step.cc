@@ -37,9 +37,10 @@ void want_mass(Row& row, engine::StepBatch& batch, int32_t num_heads) {
   int32_t first = 0;
   int32_t last = row.num_tokens;
   if (s.eviction.policy == KvEvictionPolicy::kSnapKv) {
-    if (!s.evictions.empty() || s.num_prompt <= s.eviction.budget_tokens) return;
-    first = std::max(0, s.num_prompt - s.eviction.window_tokens - s.num_computed);
-    last = std::min(row.num_tokens, s.num_prompt - s.num_computed);
+    const int32_t end = s.snapkv_end();
+    if (!s.evictions.empty() || end <= s.eviction.budget_tokens) return;
+    first = std::max(0, end - s.eviction.window_tokens - s.num_computed);
+    last = std::min(row.num_tokens, end - s.num_computed);
     if (first >= last) return;
   }
   model::MassMode mode = model::MassMode::kSum;  // H2O
@@ -54,10 +55,10 @@ void want_mass(Row& row, engine::StepBatch& batch, int32_t num_heads) {
 void add_mass(const Row& row, std::span<const float> mass) {
   const engine::StepBatch::MassRows& rows = row.mass;
   if (rows.offset < 0) return;
-  if (rows.row_size != rows.kv_len) {  // per (layer, KV head): head h's slots at h * num_prompt
+  if (rows.row_size != rows.kv_len) {  // per (layer, KV head): head h's slots at h * snapkv_end
     Sequence& s = *row.seq;
     const int64_t num_heads = rows.row_size / rows.kv_len;
-    const int64_t stride = s.num_prompt;  // every window query is a prompt row: kv_len <= it
+    const int64_t stride = s.snapkv_end();  // every window query precedes it: kv_len <= it
     s.head_mass.resize(static_cast<size_t>(num_heads * stride), 0.0f);
     for (int32_t q = 0; q < rows.count; ++q) {
       const float* m = mass.data() + rows.offset + q * rows.row_size;

@@ -107,11 +107,16 @@ Status validate_kv_eviction(const KvEvictionParams& p) {
        p.pool_kernel % 2 == 0)) {
     return count_error("pool_kernel", "odd, in [1, 1023]", p.pool_kernel);
   }
-  const bool snap_fields = p.selection || p.pooling || p.pool_kernel != -1;
+  if (p.selection_at_tokens < 0 || p.selection_at_tokens > kMax) {
+    return count_error("selection_at_tokens", "in [0, 2^30]", p.selection_at_tokens);
+  }
+  const bool snap_fields =
+      p.selection || p.pooling || p.pool_kernel != -1 || p.selection_at_tokens != 0;
   if (snap_fields && p.policy && *p.policy != KvEvictionPolicy::kSnapKv &&
       *p.policy != KvEvictionPolicy::kNone) {
     return Status::InvalidArgument(
-        std::string("selection, pooling and pool_kernel apply to policy snapkv only, not ") +
+        std::string("selection, pooling, pool_kernel and selection_at_tokens apply to policy "
+                    "snapkv only, not ") +
         kv_eviction_policy_name(*p.policy));
   }
   if (p.budget_tokens > 0 && p.sink_tokens >= 0 && p.window_tokens >= 0 &&
@@ -160,9 +165,10 @@ Result<ResolvedKvEviction> resolve_kv_eviction(const std::optional<KvEvictionPar
         std::to_string(out.budget_tokens));
   }
   if (out.policy != KvEvictionPolicy::kSnapKv) {
-    if (r.selection || r.pooling || r.pool_kernel != -1) {
+    if (r.selection || r.pooling || r.pool_kernel != -1 || r.selection_at_tokens != 0) {
       return Status::InvalidArgument(
-          std::string("selection, pooling and pool_kernel apply to policy snapkv only, not ") +
+          std::string("selection, pooling, pool_kernel and selection_at_tokens apply to policy "
+                      "snapkv only, not ") +
           kv_eviction_policy_name(out.policy));
     }
     return out;
@@ -174,6 +180,7 @@ Result<ResolvedKvEviction> resolve_kv_eviction(const std::optional<KvEvictionPar
   out.pool_kernel = r.pool_kernel != -1   ? r.pool_kernel
                     : d.pool_kernel != -1 ? d.pool_kernel
                                           : KvEvictionParams::kDefaultSnapKvPoolKernel;
+  out.selection_at_tokens = r.selection_at_tokens;
   return out;
 }
 

@@ -125,6 +125,13 @@ struct Sequence {
   bool wants_all_rows() const {
     return (all_logits || params.prompt_logprobs >= 0) && !prompt_logprobs_done;
   }
+  // SnapKV: the prompt positions its one selection follows (their last window_tokens are the
+  // observation window); the prompt's end unless selection_at_tokens puts it earlier, the
+  // prompt's later tokens being teacher-forced through the evicted cache like generated ones.
+  int32_t snapkv_end() const {
+    const int32_t at = eviction.selection_at_tokens;
+    return at > 0 ? std::min(at, num_prompt) : num_prompt;
+  }
   // While a recompute repeats its evictions: the num_computed the next chunk must stop at (the
   // next eviction's); else the whole sequence.
   int32_t next_eviction_stop() const {
@@ -138,10 +145,14 @@ struct Sequence {
   // which the table would hold more than the budget. The most tokens it may compute (a large
   // number when eviction is off or the prompt is done).
   int32_t eviction_chunk_limit(int32_t from, int32_t block_size, int32_t held_slots) const {
-    // SnapKV evicts nothing before the prompt's end.
-    if (!eviction.active() || eviction.policy == KvEvictionPolicy::kSnapKv || from >= num_prompt) {
-      return INT32_MAX;
+    // SnapKV evicts nothing before its selection point: a chunk ends there (when it is before
+    // the prompt's end) and runs on freely after it.
+    if (eviction.active() && eviction.policy == KvEvictionPolicy::kSnapKv) {
+      return evictions.empty() && from < snapkv_end() && snapkv_end() < num_prompt
+                 ? snapkv_end() - from
+                 : INT32_MAX;
     }
+    if (!eviction.active() || from >= num_prompt) return INT32_MAX;
     const int64_t interval = eviction.prefill_interval(block_size);
     const int32_t room = std::max(eviction.budget_tokens - held_slots, 0);
     const int64_t boundary = (static_cast<int64_t>(from) + room) / interval * interval + interval;

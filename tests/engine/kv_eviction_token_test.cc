@@ -14,6 +14,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,66 @@ TEST_F(KvEvictionTokenTest, SnapKvEvictsOnceAtThePromptsEnd) {
   EXPECT_EQ(used[0], 3);
   EXPECT_EQ(used[19], 5) << "48 + 19 computed tokens";
   EXPECT_EQ(got.metrics.num_evicted_tokens, 52);
+}
+
+// The log-softmax of one logits row at `token`, in double.
+double log_softmax_at(std::span<const float> row, int32_t token) {
+  const float top = *std::max_element(row.begin(), row.end());
+  double sum = 0.0;
+  for (const float x : row) sum += std::exp(static_cast<double>(x) - top);
+  return static_cast<double>(row[static_cast<size_t>(token)]) - top - std::log(sum);
+}
+
+// SnapKV's continuation measure (`strata eval kv-eviction`): a prompt of P + C tokens selecting
+// at P (selection_at_tokens) scores the C tokens as if P were the prompt and they were generated
+// after its one eviction. Constructed: the C tokens are the greedy continuation of P under
+// SnapKV, so row P + i of the teacher-forced logits must be the distribution the decode step
+// drew token i + 1 from (argmax that token, its logprob within 1e-5); rows before P are the full
+// cache's, bit for bit. A budget >= P evicts nothing: every row is the full cache's (KL 0).
+TEST_F(KvEvictionTokenTest, SnapKvSelectingInsideThePromptTeacherForcesTheContinuation) {
+  const int32_t vocab = static_cast<int32_t>(model_.vocab_size());
+  const std::vector<int32_t> prompt = prompt_of(100, 3);
+  for (const KvEvictionSelection selection : {kPerHead, kShared}) {
+    SCOPED_TRACE(kv_eviction_selection_name(selection));
+    const Collected generated = alone(with(greedy(prompt, 21, 0), snapkv(48, selection)));
+    const std::vector<int32_t>& gen = generated.tokens.at(0);
+    ASSERT_EQ(gen.size(), 21u);
+    EngineRequest forced = greedy(prompt, 1, -1);
+    forced.prompt.insert(forced.prompt.end(), gen.begin(), gen.end() - 1);  // 120 tokens
+    forced.prompt_logits = true;
+    const Collected full = alone(forced);
+    ASSERT_EQ(full.prompt_logits.size(), size_t{120} * vocab);
+
+    KvEvictionParams split = snapkv(48, selection);
+    split.selection_at_tokens = 100;
+    const Collected got = alone(with(forced, split));
+    ASSERT_EQ(got.prompt_logits.size(), full.prompt_logits.size());
+    EXPECT_EQ(got.metrics.num_evicted_tokens, generated.metrics.num_evicted_tokens);
+    EXPECT_EQ(got.metrics.num_evicted_tokens, 52);
+    EXPECT_EQ(got.metrics.max_held_blocks, generated.metrics.max_held_blocks);
+    const auto row = [&](const Collected& c, int32_t i) {
+      return std::span<const float>(c.prompt_logits).subspan(static_cast<size_t>(i) * vocab, vocab);
+    };
+    for (int32_t i = 0; i < 100; ++i) {
+      ASSERT_TRUE(std::ranges::equal(row(got, i), row(full, i))) << "prompt row " << i;
+    }
+    bool differs = false;
+    for (int32_t i = 0; i < 20; ++i) {
+      const std::span<const float> r = row(got, 100 + i);
+      const int32_t next = gen[static_cast<size_t>(i) + 1];
+      EXPECT_EQ(std::max_element(r.begin(), r.end()) - r.begin(), next) << "row " << 100 + i;
+      const double want = generated.logprobs.at(0)[static_cast<size_t>(i) + 1].logprob;
+      EXPECT_NEAR(log_softmax_at(r, next), want, 1e-5) << "row " << 100 + i;
+      differs = differs || !std::ranges::equal(r, row(full, 100 + i));
+    }
+    EXPECT_TRUE(differs) << "the continuation reads the evicted cache, not the full one";
+
+    KvEvictionParams roomy = split;
+    roomy.budget_tokens = 100;
+    const Collected kept = alone(with(forced, roomy));
+    EXPECT_EQ(kept.metrics.num_evicted_tokens, 0);
+    EXPECT_EQ(kept.prompt_logits, full.prompt_logits) << "a budget >= the selection point";
+  }
 }
 
 TEST_F(KvEvictionTokenTest, ResultsDoNotDependOnChunksOrBatchMates) {

@@ -163,6 +163,16 @@ TEST(ChooseEvictedTokensTest, ResolvedDefaults) {
       resolve_kv_eviction(KvEvictionParams{KvEvictionPolicy::kH2O, 64}, shared);
   ASSERT_TRUE(h2o_default.ok()) << "a SnapKV default's fields do not reach another policy";
   EXPECT_FALSE(h2o_default->per_head());
+  // A selection point inside the prompt (the continuation measure): the request's own only.
+  KvEvictionParams at{KvEvictionPolicy::kSnapKv, 64};
+  at.selection_at_tokens = 300;
+  EXPECT_EQ(resolve_kv_eviction(at, {})->selection_at_tokens, 300);
+  EXPECT_EQ(resolve_kv_eviction(std::nullopt, at)->selection_at_tokens, 0) << "not a default";
+  at.policy = KvEvictionPolicy::kH2O;
+  EXPECT_FALSE(validate_kv_eviction(at).ok()) << "SnapKV's field on H2O";
+  at.policy = KvEvictionPolicy::kSnapKv;
+  at.selection_at_tokens = -1;
+  EXPECT_FALSE(validate_kv_eviction(at).ok());
   KvEvictionParams even{KvEvictionPolicy::kSnapKv, 64};
   even.pool_kernel = 4;
   EXPECT_FALSE(validate_kv_eviction(even).ok());

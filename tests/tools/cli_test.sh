@@ -202,8 +202,9 @@ PY
 expect_error eval-kv-quant-bad-dtype "kv-cache-dtype 'int3' is not supported" eval kv-quant \
   --kv-cache-dtype int8,int3
 # Token eviction's eval: H2O's windows are teacher-forced and compacted (fewer blocks than the
-# same evictions would hold without compaction); SnapKV evicts after the prompt, so it has
-# needle prompts only; progress goes to stderr, a line per stage.
+# same evictions would hold without compaction); SnapKV evicts after the prompt, so it has no
+# whole-window measure (its continuation measure: below); progress goes to stderr, a line per
+# stage.
 out=$("$strata" eval kv-eviction --policies h2o,snapkv --budgets 0.25 --num-windows 1 \
       --window-len 400 --needle-trials 1 --needle-contexts 512 --needle-depths 0.5 --threads 2 \
       --json 2>"$tmp/kv_eviction.err") || fail "eval kv-eviction exited non-zero"
@@ -219,6 +220,30 @@ assert snap["mean_kl"] is None and snap["mean_max_held_blocks"] is None, snap
 assert 0 <= snap["needle_accuracy"] <= 1 and j["needle_prompts"] == 1, j
 err = open(sys.argv[2]).read()
 assert "kv-eviction: 3/3 snapkv/per_head at 25.0 % done" in err, err
+PY
+# The continuation measure: each 400-token window a 300-token prompt and 100 teacher-forced
+# tokens; SnapKV selects once after the prompt. A budget of the whole prompt evicts nothing (KL
+# exactly 0, top-1 100 %); a quarter of it does, and the continuation reads what stayed.
+out=$("$strata" eval kv-eviction --policies snapkv,h2o --snapkv-selections per_head,shared \
+      --budgets 1,0.25 --num-windows 1 --window-len 400 --continuation-len 100 \
+      --continuation-only --needle-trials 0 --threads 2 --json 2>/dev/null) ||
+  fail "eval kv-eviction --continuation-len exited non-zero"
+python3 - "$out" <<'PY' && ok || fail "eval kv-eviction continuation JSON"
+import json, sys
+j = json.loads(sys.argv[1])
+rows = {(r["policy"], r["selection"], r["budget_share"]): r for r in j["results"]}
+assert len(rows) == 6, j
+for (policy, selection, share), r in rows.items():
+    c = r["continuation"]
+    assert r["mean_kl"] is None, r  # --continuation-only
+    assert c["prompt_tokens"] == 300 and c["positions"] == 100, c
+    assert c["budget_tokens"] == (300 if share == 1 else 75), c
+    if policy == "snapkv" and share == 1:
+        assert c["mean_kl"] == 0 and c["top1_agreement"] == 1, c
+    else:
+        assert c["mean_kl"] > 0, (policy, selection, share, c)
+    if policy == "snapkv" and share == 0.25:
+        assert c["mean_max_held_blocks"] < 300 / 16, c  # it evicted before the continuation
 PY
 # SnapKV per (layer, KV head) and with one selection for all, paired in one run.
 out=$("$strata" eval kv-eviction --policies snapkv --snapkv-selections per_head,shared \

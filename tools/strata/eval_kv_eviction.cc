@@ -66,6 +66,7 @@ WindowsRun run_windows(model::Model& m, ThreadPool& pool, const EvalKvEvictionOp
     r.params.max_tokens = 1;
     r.params.ignore_eos = true;
     r.prompt_logits = true;
+    r.kv_eviction = eviction;  // selection_at_tokens is the request's only
     auto id = engine.submit(std::move(r));
     if (!id.ok()) throw Error(id.status().message());
     ids.push_back(*id);
@@ -106,17 +107,30 @@ std::vector<eval::NeedleOutcome> run_needle_prompts(model::Model& m, ThreadPool&
   return std::move(outcomes).value();
 }
 
+// The windows split into a prompt and a continuation: the budget a share of the prompt, SnapKV
+// selecting once after it (KvEvictionParams::selection_at_tokens), the others evicting as in
+// the whole window; KL and top-1 at the rows after each continuation token (each computed
+// through the evicted cache).
+struct ContinuationMeasure {
+  bool measured = false;
+  int32_t budget_tokens = 0;  // of the prompt
+  LogitsComparison kl;
+  double mean_max_held_blocks = 0.0;
+  double mean_blocks_without_compaction = 0.0;
+};
+
 struct Row {
   KvEvictionPolicy policy = KvEvictionPolicy::kNone;
   std::optional<KvEvictionSelection> selection;  // SnapKV's
   double share = 1.0;
   int32_t budget_tokens = 0;  // of a text window
   // False for SnapKV: it evicts once the prompt is computed, so a teacher-forced window (a
-  // prompt) is the full cache's; its needle prompts measure it.
+  // prompt) is the full cache's; the continuation measure and its needle prompts measure it.
   bool windows_measured = true;
   LogitsComparison kl;
   double mean_max_held_blocks = 0.0;
   double mean_blocks_without_compaction = 0.0;
+  ContinuationMeasure continuation;
   int64_t needle_correct = 0;
   int64_t ref_only = 0;    // the full cache right, eviction wrong
   int64_t evict_only = 0;  // eviction right, the full cache wrong
@@ -143,31 +157,46 @@ int32_t budget_of(double share, int32_t tokens) {
   return std::max(1, static_cast<int32_t>(std::lround(share * tokens)));
 }
 
-void print_table(const EvalKvEvictionOptions& o, const std::vector<Row>& rows, double ref_held,
-                 int64_t ref_correct, int64_t num_prompts) {
-  std::printf(
-      "kv-eviction: %s, %d windows x %d tokens (KL, top-1), %lld needle prompts, block %d\n",
-      o.model_dir.c_str(), o.num_windows, o.window_len, static_cast<long long>(num_prompts),
-      o.block_size);
-  std::printf("%-15s %7s %8s %11s %8s %12s %8s %18s\n", "policy", "budget", "tokens", "mean KL",
-              "top-1", "held blocks", "needle", "discordant ref/ev");
-  const double pct = num_prompts > 0 ? 100.0 / static_cast<double>(num_prompts) : 0.0;
-  std::printf("%-15s %6.1f%% %8d %11s %8s %12.1f %7.1f%% %18s\n", "full cache", 100.0, o.window_len,
-              "-", "-", ref_held, pct * static_cast<double>(ref_correct), "-");
-  for (const Row& r : rows) {
-    char kl[32] = "-", top1[32] = "-", held[32] = "-";
-    if (r.windows_measured) {
-      std::snprintf(kl, sizeof(kl), "%.3e", r.kl.mean_kl);
-      std::snprintf(top1, sizeof(top1), "%.2f%%", 100 * r.kl.top1_agreement);
-      if (is_token_level(r.policy)) {  // held with compaction / the same evictions without
-        std::snprintf(held, sizeof(held), "%.1f/%.1f", r.mean_max_held_blocks,
-                      r.mean_blocks_without_compaction);
-      } else {
-        std::snprintf(held, sizeof(held), "%.1f", r.mean_max_held_blocks);
-      }
+// "-" or the KL, top-1 and held blocks (token-level: with compaction / the same evictions
+// without it) of one measure.
+struct Cells {
+  char kl[32] = "-", top1[32] = "-", held[32] = "-";
+  Cells(bool measured, const LogitsComparison& kl_of, KvEvictionPolicy policy, double held_blocks,
+        double without) {
+    if (!measured) return;
+    std::snprintf(kl, sizeof(kl), "%.3e", kl_of.mean_kl);
+    std::snprintf(top1, sizeof(top1), "%.2f%%", 100 * kl_of.top1_agreement);
+    if (is_token_level(policy)) {
+      std::snprintf(held, sizeof(held), "%.1f/%.1f", held_blocks, without);
+    } else {
+      std::snprintf(held, sizeof(held), "%.1f", held_blocks);
     }
-    std::printf("%-15s %6.1f%% %8d %11s %8s %12s %7.1f%% %11lld/%lld\n", row_name(r).c_str(),
-                100 * r.share, r.budget_tokens, kl, top1, held,
+  }
+};
+
+void print_table(const EvalKvEvictionOptions& o, int32_t prompt_len, const std::vector<Row>& rows,
+                 double ref_held, int64_t ref_correct, int64_t num_prompts) {
+  std::printf(
+      "kv-eviction: %s, %d windows x %d tokens (KL, top-1; continuation: the last %d after a "
+      "%d-token prompt), %lld needle prompts, block %d\n",
+      o.model_dir.c_str(), o.num_windows, o.window_len, o.window_len - prompt_len, prompt_len,
+      static_cast<long long>(num_prompts), o.block_size);
+  std::printf("%-15s %7s %8s %11s %8s %12s %8s %11s %8s %12s %8s %18s\n", "policy", "budget",
+              "tokens", "mean KL", "top-1", "held blocks", "c.tokens", "cont. KL", "c.top-1",
+              "c.held", "needle", "discordant ref/ev");
+  const double pct = num_prompts > 0 ? 100.0 / static_cast<double>(num_prompts) : 0.0;
+  std::printf("%-15s %6.1f%% %8d %11s %8s %12.1f %8d %11s %8s %12s %7.1f%% %18s\n", "full cache",
+              100.0, o.window_len, "-", "-", ref_held, prompt_len, "-", "-", "-",
+              pct * static_cast<double>(ref_correct), "-");
+  for (const Row& r : rows) {
+    const Cells whole(r.windows_measured, r.kl, r.policy, r.mean_max_held_blocks,
+                      r.mean_blocks_without_compaction);
+    const ContinuationMeasure& c = r.continuation;
+    const Cells cont(c.measured, c.kl, r.policy, c.mean_max_held_blocks,
+                     c.mean_blocks_without_compaction);
+    std::printf("%-15s %6.1f%% %8d %11s %8s %12s %8d %11s %8s %12s %7.1f%% %11lld/%lld\n",
+                row_name(r).c_str(), 100 * r.share, r.budget_tokens, whole.kl, whole.top1,
+                whole.held, c.budget_tokens, cont.kl, cont.top1, cont.held,
                 pct * static_cast<double>(r.needle_correct), static_cast<long long>(r.ref_only),
                 static_cast<long long>(r.evict_only));
   }
@@ -177,7 +206,8 @@ void print_table(const EvalKvEvictionOptions& o, const std::vector<Row>& rows, d
   }
   if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.windows_measured; })) {
     std::printf(
-        "snapkv evicts once its prompt is computed: no text windows, needle prompts only\n");
+        "snapkv evicts once its prompt is computed: no whole-window measure; its continuation "
+        "measure selects after the window's prompt\n");
   }
 }
 
@@ -209,6 +239,13 @@ void add_eval_kv_eviction_command(CLI::App& eval, EvalKvEvictionOptions& o, std:
       ->check(CLI::IsMember({"max", "avg"}));
   cmd->add_option("--kv-pool-kernel", o.pool_kernel, "SnapKV: odd pooling kernel (default: 7)")
       ->check(CLI::Range(1, KvEvictionParams::kMaxPoolKernel));
+  cmd->add_option("--continuation-len", o.continuation_len,
+                  "Tokens at each window's end measured as a continuation of the rest (its "
+                  "prompt; budgets are shares of it): -1 = window-len / 8, 0 = none")
+      ->check(CLI::Range(-1, 1 << 20))
+      ->default_val(o.continuation_len);
+  cmd->add_flag("--continuation-only", o.continuation_only,
+                "Measure the continuation only, not every position of the whole window");
   add_quality_eval_options(*cmd, o);
 }
 
@@ -264,6 +301,16 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
   const Result<std::vector<double>> depths = eval::parse_number_list(o.needle_depths);
   if (!depths.ok()) throw Error("--needle-depths: " + depths.status().message());
 
+  const int32_t continuation_len =
+      o.continuation_len >= 0 ? o.continuation_len : o.window_len / 8;
+  if (continuation_len >= o.window_len) {
+    throw Error("--continuation-len: must be below --window-len (" +
+                std::to_string(o.window_len) + ")");
+  }
+  if (o.continuation_only && continuation_len == 0) {
+    throw Error("--continuation-only: needs a continuation (--continuation-len > 0)");
+  }
+  const int32_t prompt_len = o.window_len - continuation_len;
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o.model_dir);
   const std::vector<std::vector<int32_t>> windows =
       text_windows(tok, o.model_dir, o.text, o.num_windows, o.window_len);
@@ -306,12 +353,24 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
       Row r = variant;
       r.share = share;
       r.budget_tokens = budget_of(share, o.window_len);
-      r.windows_measured = policy != KvEvictionPolicy::kSnapKv;
+      r.windows_measured = policy != KvEvictionPolicy::kSnapKv && !o.continuation_only;
       if (r.windows_measured) {
         const WindowsRun run = run_windows(m, pool, o, params_of(o, r, r.budget_tokens), windows);
         r.kl = compare_logits(ref.logits, run.logits, vocab);
         r.mean_max_held_blocks = run.mean_max_held_blocks;
         r.mean_blocks_without_compaction = run.mean_blocks_without_compaction;
+      }
+      if (continuation_len > 0) {
+        ContinuationMeasure& c = r.continuation;
+        c.measured = true;
+        c.budget_tokens = budget_of(share, prompt_len);
+        KvEvictionParams p = params_of(o, r, c.budget_tokens);
+        if (policy == KvEvictionPolicy::kSnapKv) p.selection_at_tokens = prompt_len;
+        const WindowsRun run = run_windows(m, pool, o, p, windows);
+        // Row i scores token i + 1: the rows after each continuation token.
+        c.kl = compare_logits(ref.logits, run.logits, vocab, prompt_len);
+        c.mean_max_held_blocks = run.mean_max_held_blocks;
+        c.mean_blocks_without_compaction = run.mean_blocks_without_compaction;
       }
       for (size_t c = 0; c < by_context.size(); ++c) {
         const int32_t context = (*contexts)[c];
@@ -331,7 +390,7 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
   }
 
   if (!o.json) {
-    print_table(o, rows, ref.mean_max_held_blocks, ref_correct, num_prompts);
+    print_table(o, prompt_len, rows, ref.mean_max_held_blocks, ref_correct, num_prompts);
     return 0;
   }
   const auto accuracy = [&](int64_t correct) {
@@ -340,6 +399,18 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
   json out_rows = json::array();
   for (const Row& r : rows) {
     const auto measured = [&](double x) { return r.windows_measured ? json(x) : json(nullptr); };
+    const ContinuationMeasure& c = r.continuation;
+    const json continuation =
+        c.measured ? json{{"prompt_tokens", prompt_len},
+                          {"budget_tokens", c.budget_tokens},
+                          {"mean_kl", c.kl.mean_kl},
+                          {"top1_agreement", c.kl.top1_agreement},
+                          {"positions", c.kl.num_positions},
+                          {"mean_max_held_blocks", c.mean_max_held_blocks},
+                          {"mean_max_blocks_without_compaction",
+                           is_token_level(r.policy) ? json(c.mean_blocks_without_compaction)
+                                                    : json(nullptr)}}
+                   : json(nullptr);
     out_rows.push_back(
         {{"policy", kv_eviction_policy_name(r.policy)},
          {"selection",
@@ -354,7 +425,8 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
           is_token_level(r.policy) ? measured(r.mean_blocks_without_compaction) : json(nullptr)},
          {"needle_accuracy", accuracy(r.needle_correct)},
          {"discordant_reference_only", r.ref_only},
-         {"discordant_eviction_only", r.evict_only}});
+         {"discordant_eviction_only", r.evict_only},
+         {"continuation", continuation}});
   }
   const json out = {{"model", o.model_dir},
                     {"block_size", o.block_size},

@@ -55,13 +55,14 @@ std::vector<std::vector<int32_t>> text_windows(const tokenizer::Tokenizer& tok,
 }
 
 LogitsComparison compare_logits(const std::vector<std::vector<float>>& ref,
-                                const std::vector<std::vector<float>>& q, int64_t vocab) {
+                                const std::vector<std::vector<float>>& q, int64_t vocab,
+                                int64_t first_row) {
   double kl_sum = 0.0;
   int64_t agree = 0;
   int64_t n = 0;
   for (size_t w = 0; w < ref.size(); ++w) {
     const int64_t rows = static_cast<int64_t>(ref[w].size()) / vocab;
-    for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t row = first_row; row < rows; ++row) {
       const float* a = ref[w].data() + row * vocab;
       const float* b = q[w].data() + row * vocab;
       const std::vector<double> la = log_softmax(a, vocab);

@@ -49,8 +49,10 @@ struct LogitsComparison {
   int64_t num_positions = 0;
 };
 
-// ref[w] and q[w]: window w's logits, [positions, vocab] row-major, the same shape.
+// ref[w] and q[w]: window w's logits, [positions, vocab] row-major, the same shape. Rows before
+// first_row (of every window) are left out.
 LogitsComparison compare_logits(const std::vector<std::vector<float>>& ref,
-                                const std::vector<std::vector<float>>& q, int64_t vocab);
+                                const std::vector<std::vector<float>>& q, int64_t vocab,
+                                int64_t first_row = 0);
 
 }  // namespace strata::cli
