@@ -13,8 +13,9 @@
 // expert's weights once); "GB/s" is those over the best time; "vs_copy" divides it by the read +
 // write bandwidth of a copy of the same bytes; TFLOP/s counts 6 x hidden x inter per (token,
 // slot). The dense peer multiplies [T k, hidden] by [3 inter, hidden]^T (the same FLOPs, one
-// expert's weights); "vs_dense" is its time over the layer's. At T = 1 the first token's output
-// (its first 64 features) is checked against a double reference.
+// expert's weights); "vs_dense" is its time over the layer's. "permute" times the grouping alone,
+// "gemm_us" the two grouped GEMMs alone, "gemm_vc" their weight bandwidth over the copy's. At
+// T = 1 the first token's output (its first 64 features) is checked against a double reference.
 //
 //   strata_moe_bench [--reps N] [--tokens 1,16,128,2048] [--json FILE]
 
@@ -60,8 +61,8 @@ constexpr Model kModels[] = {{"mixtral-8x7b", 4096, 14336, 8, 2},
 struct Row {
   const char* model;
   int32_t tokens, experts_hit;
-  double weight_bytes, layer_us, graph_us, gbs, vs_copy, tflops, dense_us, dense_tflops,
-      vs_dense, copy_us, max_rel_err;
+  double weight_bytes, layer_us, graph_us, gbs, vs_copy, tflops, dense_us, dense_tflops, vs_dense,
+      copy_us, max_rel_err, permute_us, gemm_us, gemm_vs_copy;
 };
 
 template <typename F>
@@ -76,8 +77,8 @@ Status copy_status(cudaError_t e) {
 
 DeviceBuffer filled(int64_t elems, DType dtype, uint64_t seed, float lo, float hi,
                     cudaStream_t stream) {
-  DeviceBuffer b = take(DeviceBuffer::allocate(static_cast<size_t>(elems) * dtype_size(dtype)),
-                        "alloc");
+  DeviceBuffer b =
+      take(DeviceBuffer::allocate(static_cast<size_t>(elems) * dtype_size(dtype)), "alloc");
   die_if(random_fill({b.data(), dtype, elems, seed, lo, hi}, stream), "fill");
   return b;
 }
@@ -117,6 +118,81 @@ double check_token0(const Model& m, const std::vector<int32_t>& experts,
     worst = std::max(worst, std::abs(out[static_cast<size_t>(h)] - ref[static_cast<size_t>(h)]));
   }
   return worst / scale;
+}
+
+// The grouping alone, and the two grouped GEMMs alone (gate | up with SiLU-and-mul, then down),
+// on buffers of their own, for the routing the layer chose.
+void time_parts(const Model& m, int32_t tokens, int reps, const DeviceBuffer& experts,
+                const DeviceBuffer& gate_up, const DeviceBuffer& down, const DeviceBuffer& x,
+                cudaStream_t stream, Row& row) {
+  const int64_t pairs = int64_t{tokens} * m.k;
+  const MoeTileConfig config = moe_choose_tile_config(tokens, m.k, m.experts);
+  const int32_t max_tiles = moe_max_tiles(tokens, m.k, m.experts, config);
+  auto ints = [](int64_t n) {
+    return take(DeviceBuffer::allocate(static_cast<size_t>(n) * 4), "alloc");
+  };
+  DeviceBuffer offsets = ints(m.experts + 1), row_of = ints(pairs), token_of = ints(pairs);
+  DeviceBuffer tile_expert = ints(max_tiles), tile_row = ints(max_tiles), num_tiles = ints(1);
+  DeviceBuffer rows =
+      take(DeviceBuffer::allocate(static_cast<size_t>(pairs * m.hidden) * 2), "alloc");
+  DeviceBuffer act =
+      take(DeviceBuffer::allocate(static_cast<size_t>(pairs * m.inter) * 2), "alloc");
+  DeviceBuffer y = take(DeviceBuffer::allocate(static_cast<size_t>(pairs * m.hidden) * 4), "alloc");
+  MoePermuteParams perm;
+  perm.experts = experts.as<int32_t>();
+  perm.num_tokens = tokens;
+  perm.top_k = m.k;
+  perm.num_experts = m.experts;
+  perm.expert_offsets = offsets.as<int32_t>();
+  perm.row_of = row_of.as<int32_t>();
+  perm.token_of = token_of.as<int32_t>();
+  perm.tile_config = config;
+  perm.max_tiles = max_tiles;
+  perm.tile_expert = tile_expert.as<int32_t>();
+  perm.tile_row = tile_row.as<int32_t>();
+  perm.num_tiles = num_tiles.as<int32_t>();
+  row.permute_us = time_us(stream, reps, [&] { return moe_permute(perm, stream); });
+  MoeGatherParams gather;
+  gather.x = x.data();
+  gather.ldx = m.hidden;
+  gather.token_of = token_of.as<int32_t>();
+  gather.rows = rows.data();
+  gather.num_rows = static_cast<int32_t>(pairs);
+  gather.hidden = m.hidden;
+  die_if(moe_gather(gather, stream), "gather");
+  MoeGemmParams up;
+  up.a = rows.data();
+  up.lda = m.hidden;
+  up.w = gate_up.data();
+  up.ldw = m.hidden;
+  up.w_expert_stride = int64_t{2} * m.inter * m.hidden;
+  up.d = act.data();
+  up.ldd = m.inter;
+  up.n = 2 * m.inter;
+  up.k = m.hidden;
+  up.epilogue = MoeGemmEpilogue::kSiluAndMul;
+  up.expert_offsets = offsets.as<int32_t>();
+  up.tile_expert = tile_expert.as<int32_t>();
+  up.tile_row = tile_row.as<int32_t>();
+  up.num_tiles = num_tiles.as<int32_t>();
+  up.max_tiles = max_tiles;
+  up.tile_config = config;
+  MoeGemmParams dn = up;
+  dn.a = act.data();
+  dn.lda = m.inter;
+  dn.w = down.data();
+  dn.ldw = m.inter;
+  dn.w_expert_stride = int64_t{m.hidden} * m.inter;
+  dn.d = y.data();
+  dn.ldd = m.hidden;
+  dn.d_dtype = DType::kF32;
+  dn.n = m.hidden;
+  dn.k = m.inter;
+  dn.epilogue = MoeGemmEpilogue::kNone;
+  row.gemm_us = time_us(stream, reps, [&]() -> Status {
+    STRATA_RETURN_IF_ERROR(moe_grouped_gemm(up, stream));
+    return moe_grouped_gemm(dn, stream);
+  });
 }
 
 Row run_case(const Model& m, int32_t tokens, int reps, const DeviceBuffer& gate_up,
@@ -169,8 +245,8 @@ Row run_case(const Model& m, int32_t tokens, int reps, const DeviceBuffer& gate_
   die_if(cudaMemcpy(host_weights.data(), weights.data(), host_weights.size() * 4,
                     cudaMemcpyDeviceToHost),
          "copy");
-  row.experts_hit = static_cast<int32_t>(std::set<int32_t>(host_experts.begin(),
-                                                           host_experts.end()).size());
+  row.experts_hit =
+      static_cast<int32_t>(std::set<int32_t>(host_experts.begin(), host_experts.end()).size());
   row.max_rel_err = -1;
   if (tokens == 1) {
     std::vector<float> host_out(static_cast<size_t>(m.hidden));
@@ -193,11 +269,13 @@ Row run_case(const Model& m, int32_t tokens, int reps, const DeviceBuffer& gate_
   const double flops = 2.0 * static_cast<double>(pairs) * 3 * m.hidden * m.inter;
   row.tflops = flops / (best_us * 1e-6) / 1e12;
 
+  time_parts(m, tokens, reps, experts, gate_up, down, x, stream, row);
+
   // The peer: a dense BF16 GEMM of the same FLOPs on cuBLASLt.
   {
     DeviceBuffer a = filled(pairs * m.hidden, DType::kBF16, kXSeed, -1, 1, stream);
-    DeviceBuffer d = take(DeviceBuffer::allocate(static_cast<size_t>(pairs) * 3 * m.inter * 2),
-                          "alloc");
+    DeviceBuffer d =
+        take(DeviceBuffer::allocate(static_cast<size_t>(pairs) * 3 * m.inter * 2), "alloc");
     GemmParams g;
     g.a = a.data();
     g.lda = m.hidden;
@@ -218,15 +296,15 @@ Row run_case(const Model& m, int32_t tokens, int reps, const DeviceBuffer& gate_
     DeviceBuffer dst = take(DeviceBuffer::allocate(bytes), "alloc");
     const size_t from_gate_up = std::min(bytes, gate_up.bytes());
     row.copy_us = time_us(stream, reps, [&]() -> Status {
-      STRATA_RETURN_IF_ERROR(copy_status(cudaMemcpyAsync(
-          dst.data(), gate_up.data(), from_gate_up, cudaMemcpyDeviceToDevice, stream)));
+      STRATA_RETURN_IF_ERROR(copy_status(cudaMemcpyAsync(dst.data(), gate_up.data(), from_gate_up,
+                                                         cudaMemcpyDeviceToDevice, stream)));
       if (bytes == from_gate_up) return Status::Ok();
-      return copy_status(cudaMemcpyAsync(static_cast<char*>(dst.data()) + from_gate_up,
-                                         down.data(), bytes - from_gate_up,
-                                         cudaMemcpyDeviceToDevice, stream));
+      return copy_status(cudaMemcpyAsync(static_cast<char*>(dst.data()) + from_gate_up, down.data(),
+                                         bytes - from_gate_up, cudaMemcpyDeviceToDevice, stream));
     });
     const double copy_gbs = 2.0 * row.weight_bytes / (row.copy_us * 1e-6) / 1e9;
     row.vs_copy = row.gbs / copy_gbs;
+    row.gemm_vs_copy = row.weight_bytes / (row.gemm_us * 1e-6) / 1e9 / copy_gbs;
   }
   return row;
 }
@@ -252,10 +330,12 @@ void write_json(const std::string& path, const char* device, const std::vector<R
                  "  {\"model\": \"%s\", \"tokens\": %d, \"experts_hit\": %d, \"weight_bytes\": "
                  "%.0f, \"layer_us\": %.2f, \"graph_us\": %.2f, \"gbs\": %.1f, \"vs_copy\": "
                  "%.3f, \"tflops\": %.2f, \"dense_us\": %.2f, \"dense_tflops\": %.2f, "
-                 "\"vs_dense\": %.3f, \"copy_us\": %.2f, \"max_rel_err\": %.3g}%s\n",
+                 "\"vs_dense\": %.3f, \"copy_us\": %.2f, \"permute_us\": %.2f, \"gemm_us\": "
+                 "%.2f, \"gemm_vs_copy\": %.3f, \"max_rel_err\": %.3g}%s\n",
                  r.model, r.tokens, r.experts_hit, r.weight_bytes, r.layer_us, r.graph_us, r.gbs,
                  r.vs_copy, r.tflops, r.dense_us, r.dense_tflops, r.vs_dense, r.copy_us,
-                 r.max_rel_err, i + 1 < rows.size() ? "," : "");
+                 r.permute_us, r.gemm_us, r.gemm_vs_copy, r.max_rel_err,
+                 i + 1 < rows.size() ? "," : "");
   }
   std::fprintf(f, "]}\n");
   std::fclose(f);
@@ -283,22 +363,25 @@ int run(int argc, char** argv) {
   // gemv_max_rows 0: the peer is cuBLASLt's at every size.
   Gemm gemm = take(Gemm::create(size_t{32} << 20, 0), "gemm");
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  std::printf("%-17s %6s %4s %10s %10s %8s %8s %8s %10s %8s %8s %9s\n", "model", "tokens", "hit",
-              "layer_us", "graph_us", "GB/s", "vs_copy", "TFLOP/s", "dense_us", "dense_TF",
-              "vs_dense", "max_err");
+  std::printf("%-17s %6s %4s %10s %10s %8s %8s %8s %10s %8s %8s %9s %9s %8s %9s\n", "model",
+              "tokens", "hit", "layer_us", "graph_us", "GB/s", "vs_copy", "TFLOP/s", "dense_us",
+              "dense_TF", "vs_dense", "permute", "gemm_us", "gemm_vc", "max_err");
   std::vector<Row> rows;
   for (const Model& m : kModels) {
     const int64_t gate_up_elems = int64_t{m.experts} * 2 * m.inter * m.hidden;
     const int64_t down_elems = int64_t{m.experts} * m.hidden * m.inter;
-    DeviceBuffer gate_up = filled(gate_up_elems, DType::kBF16, kGateUpSeed, -kWeightRange,
-                                  kWeightRange, stream.get());
+    DeviceBuffer gate_up =
+        filled(gate_up_elems, DType::kBF16, kGateUpSeed, -kWeightRange, kWeightRange, stream.get());
     DeviceBuffer down =
         filled(down_elems, DType::kBF16, kDownSeed, -kWeightRange, kWeightRange, stream.get());
     for (const int32_t tokens : token_counts) {
       const Row r = run_case(m, tokens, reps, gate_up, down, gemm, stream.get());
-      std::printf("%-17s %6d %4d %10.1f %10.1f %8.0f %8.2f %8.1f %10.1f %8.1f %8.2f %9.2g\n",
-                  r.model, r.tokens, r.experts_hit, r.layer_us, r.graph_us, r.gbs, r.vs_copy,
-                  r.tflops, r.dense_us, r.dense_tflops, r.vs_dense, r.max_rel_err);
+      std::printf(
+          "%-17s %6d %4d %10.1f %10.1f %8.0f %8.2f %8.1f %10.1f %8.1f %8.2f %9.1f %9.1f %8.2f "
+          "%9.2g\n",
+          r.model, r.tokens, r.experts_hit, r.layer_us, r.graph_us, r.gbs, r.vs_copy, r.tflops,
+          r.dense_us, r.dense_tflops, r.vs_dense, r.permute_us, r.gemm_us, r.gemm_vs_copy,
+          r.max_rel_err);
       std::fflush(stdout);
       rows.push_back(r);
     }

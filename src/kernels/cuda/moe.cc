@@ -52,8 +52,7 @@ int64_t moe_workspace_bytes(int64_t max_tokens, int32_t top_k, int32_t num_exper
 
 Status moe_experts_forward(const MoeExpertsParams& p, void* workspace, int64_t workspace_bytes,
                            cudaStream_t stream) {
-  if (p.num_tokens < 0 || p.hidden <= 0 || p.inter <= 0 || p.hidden % 8 != 0 ||
-      p.inter % 8 != 0) {
+  if (p.num_tokens < 0 || p.hidden <= 0 || p.inter <= 0 || p.hidden % 8 != 0 || p.inter % 8 != 0) {
     return Status::InvalidArgument("moe_experts_forward: hidden and inter must be multiples of 8");
   }
   const Layout l = layout(p.num_tokens, p.top_k, p.num_experts, p.hidden, p.inter);

@@ -41,15 +41,16 @@ inline constexpr int32_t kMoeMaxGroups = 32;
 
 enum class MoeScoring { kSoftmax, kSigmoid };
 // kGreedy: top-k over all experts. kGroupLimitedGreedy (DeepSeek-V2): groups ranked by their best
-// score. kNoAuxTc (DeepSeek-V3): groups ranked by the sum of their two best (bias-corrected) scores.
+// score. kNoAuxTc (DeepSeek-V3): groups ranked by the sum of their two best (bias-corrected)
+// scores.
 enum class MoeTopk { kGreedy, kGroupLimitedGreedy, kNoAuxTc };
 
 struct MoeRouteParams {
-  const void* logits = nullptr;  // [num_tokens, num_experts] logits_dtype, rows contiguous
-  DType logits_dtype = DType::kF32;  // F32 or BF16
+  const void* logits = nullptr;       // [num_tokens, num_experts] logits_dtype, rows contiguous
+  DType logits_dtype = DType::kF32;   // F32 or BF16
   const float* score_bias = nullptr;  // nullable, [num_experts] (V3's e_score_correction_bias)
-  int32_t* experts = nullptr;  // [num_tokens, top_k] out, each row ascending
-  float* weights = nullptr;    // [num_tokens, top_k] out, matching experts
+  int32_t* experts = nullptr;         // [num_tokens, top_k] out, each row ascending
+  float* weights = nullptr;           // [num_tokens, top_k] out, matching experts
   int32_t num_tokens = 0, num_experts = 0, top_k = 0;
   MoeScoring scoring = MoeScoring::kSoftmax;
   MoeTopk topk_method = MoeTopk::kGreedy;
@@ -85,7 +86,7 @@ struct MoePermuteParams {
   // The grouped GEMM's tile table: tile i covers rows [tile_row[i], min(+tile_rows, end of its
   // expert)) of expert tile_expert[i], for i < *num_tiles (<= max_tiles).
   MoeTileConfig tile_config = MoeTileConfig::kSmall;
-  int32_t max_tiles = 0;  // moe_max_tiles(...)
+  int32_t max_tiles = 0;           // moe_max_tiles(...)
   int32_t* tile_expert = nullptr;  // [max_tiles] out
   int32_t* tile_row = nullptr;     // [max_tiles] out
   int32_t* num_tiles = nullptr;    // [1] out
@@ -148,7 +149,7 @@ Status moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 // The experts' half of the layer after routing: permute, gather, gate | up, down, combine. The
 // caller adds shared experts (DeepSeek) to out itself.
 struct MoeExpertsParams {
-  const void* x = nullptr;  // [num_tokens, hidden] bf16
+  const void* x = nullptr;           // [num_tokens, hidden] bf16
   const int32_t* experts = nullptr;  // [num_tokens, top_k], from moe_route
   const float* weights = nullptr;    // [num_tokens, top_k]
   const void* w_gate_up = nullptr;   // [num_experts, 2 inter, hidden] bf16

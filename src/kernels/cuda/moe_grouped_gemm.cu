@@ -198,8 +198,8 @@ __global__ void __launch_bounds__(S::kThreads)
 template <class S, bool kSilu, typename OutT>
 Status launch(const MoeGemmParams& p, cudaStream_t stream) {
   auto* kernel = moe_gemm_kernel<S, kSilu, OutT>;
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
   STRATA_CUDA_CHECK(attr);
   const int32_t cols = kSilu ? p.n / 2 : p.n;
   const int32_t per_block = kSilu ? S::kBN / 2 : S::kBN;

@@ -184,24 +184,23 @@ __global__ void combine_kernel(const __grid_constant__ MoeCombineParams p) {
 
 Status moe_permute(const MoePermuteParams& p, cudaStream_t stream) {
   if (p.num_tokens < 0 || p.top_k < 1 || p.top_k > kMoeMaxTopK || p.num_experts < 1 ||
-      p.num_experts > kMoeMaxExperts ||
-      int64_t{p.num_tokens} * p.top_k > int64_t{1} << 30) {
+      p.num_experts > kMoeMaxExperts || int64_t{p.num_tokens} * p.top_k > int64_t{1} << 30) {
     return Status::InvalidArgument("moe_permute: sizes out of range");
   }
   if (p.max_tiles < moe_max_tiles(p.num_tokens, p.top_k, p.num_experts, p.tile_config)) {
     return Status::InvalidArgument("moe_permute: max_tiles below moe_max_tiles()");
   }
   if (p.expert_offsets == nullptr || p.num_tiles == nullptr ||
-      (p.num_tokens > 0 && (p.experts == nullptr || p.row_of == nullptr ||
-                            p.token_of == nullptr || p.tile_expert == nullptr ||
-                            p.tile_row == nullptr))) {
+      (p.num_tokens > 0 && (p.experts == nullptr || p.row_of == nullptr || p.token_of == nullptr ||
+                            p.tile_expert == nullptr || p.tile_row == nullptr))) {
     return Status::InvalidArgument("moe_permute: a pointer is missing");
   }
-  const PermuteArgs a{p.experts,     p.num_tokens * p.top_k, p.num_experts,
-                      moe_tile_rows(p.tile_config), p.max_tiles, p.expert_offsets,
-                      p.row_of,      p.token_of,             p.top_k,
-                      p.tile_expert, p.tile_row,             p.num_tiles};
-  const size_t smem = sizeof(int32_t) * ((3 + kPermuteWarps) * size_t(p.num_experts) + kPermuteWarps);
+  const PermuteArgs a{
+      p.experts,   p.num_tokens * p.top_k, p.num_experts, moe_tile_rows(p.tile_config),
+      p.max_tiles, p.expert_offsets,       p.row_of,      p.token_of,
+      p.top_k,     p.tile_expert,          p.tile_row,    p.num_tiles};
+  const size_t smem =
+      sizeof(int32_t) * ((3 + kPermuteWarps) * size_t(p.num_experts) + kPermuteWarps);
   if (smem > 48 * 1024) {
     STRATA_CUDA_CHECK(cudaFuncSetAttribute(
         permute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -213,7 +212,8 @@ Status moe_permute(const MoePermuteParams& p, cudaStream_t stream) {
 
 Status moe_gather(const MoeGatherParams& p, cudaStream_t stream) {
   if (p.num_rows < 0 || p.hidden <= 0 || p.hidden % 8 != 0 || p.ldx < p.hidden || p.ldx % 8 != 0) {
-    return Status::InvalidArgument("moe_gather: hidden must be a positive multiple of 8, ldx >= it");
+    return Status::InvalidArgument(
+        "moe_gather: hidden must be a positive multiple of 8, ldx >= it");
   }
   if (p.num_rows == 0) return Status::Ok();
   if (p.x == nullptr || p.rows == nullptr || p.token_of == nullptr ||

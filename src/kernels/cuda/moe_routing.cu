@@ -143,10 +143,11 @@ __global__ void __launch_bounds__(kThreads) route_kernel(const __grid_constant__
   float* base_f = reinterpret_cast<float*>(smem) + warp * 2 * n;
   int32_t* chosen = reinterpret_cast<int32_t*>(reinterpret_cast<float*>(smem) + kWarps * 2 * n) +
                     warp * kMoeMaxTopK;
-  uint8_t* allowed = reinterpret_cast<uint8_t*>(reinterpret_cast<int32_t*>(
-                         reinterpret_cast<float*>(smem) + kWarps * 2 * n) +
-                                                kWarps * kMoeMaxTopK) +
-                     warp * n;
+  uint8_t* allowed =
+      reinterpret_cast<uint8_t*>(
+          reinterpret_cast<int32_t*>(reinterpret_cast<float*>(smem) + kWarps * 2 * n) +
+          kWarps * kMoeMaxTopK) +
+      warp * n;
   const WarpSmem s{base_f, base_f + n, allowed, chosen};
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (t >= a.num_tokens) return;
@@ -228,12 +229,13 @@ Status moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   }
   const bool deepseek = p.scoring != MoeScoring::kSoftmax || p.topk_method != MoeTopk::kGreedy ||
                         p.routed_scaling_factor != 1.0f || p.score_bias != nullptr;
-  const RouteArgs a{p.logits,     p.score_bias,  p.experts,  p.weights,
-                    p.num_tokens, p.num_experts, p.top_k,    p.num_groups,
-                    p.topk_groups, p.scoring,    p.topk_method, deepseek,
+  const RouteArgs a{p.logits,         p.score_bias,           p.experts,
+                    p.weights,        p.num_tokens,           p.num_experts,
+                    p.top_k,          p.num_groups,           p.topk_groups,
+                    p.scoring,        p.topk_method,          deepseek,
                     p.norm_topk_prob, p.routed_scaling_factor};
-  const size_t smem = kWarps * (2 * sizeof(float) * p.num_experts + sizeof(int32_t) * kMoeMaxTopK +
-                                p.num_experts);
+  const size_t smem =
+      kWarps * (2 * sizeof(float) * p.num_experts + sizeof(int32_t) * kMoeMaxTopK + p.num_experts);
   const dim3 grid(static_cast<unsigned>((p.num_tokens + kWarps - 1) / kWarps));
   if (p.logits_dtype == DType::kBF16) {
     route_kernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(a);

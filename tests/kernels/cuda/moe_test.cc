@@ -188,8 +188,8 @@ TEST_F(MoeRouteTest, SoftmaxTopKMatchesHostReference) {
     bool renorm;
   };
   // Mixtral (renormalized), Qwen3-MoE with and without norm_topk_prob, a wide odd case.
-  for (const Case cs : {Case{8, 2, true}, Case{128, 8, false}, Case{128, 8, true},
-                        Case{97, 5, false}}) {
+  for (const Case cs :
+       {Case{8, 2, true}, Case{128, 8, false}, Case{128, 8, true}, Case{97, 5, false}}) {
     for (const DType dtype : {DType::kF32, DType::kBF16}) {
       for (const int32_t tokens : {1, 17, 300}) {
         RouteConfig c;
@@ -216,8 +216,7 @@ TEST_F(MoeRouteTest, TiesGoToTheLowerExpertId) {
   for (const int e : {40, 30, 20, 10}) logits[at(64 + e)] = 0.5f;
   for (const int e : {1, 33, 5, 37, 9, 41, 13, 45}) logits[at(128 + e)] = 2.0f;
   const Routed got = device_route(c, logits, {}, 3, DType::kF32);
-  const std::vector<int32_t> want = {0,  1,  2,  3,  4,  5,  3,  10, 20,
-                                     33, 50, 63, 1, 5, 9, 13, 33, 37};
+  const std::vector<int32_t> want = {0, 1, 2, 3, 4, 5, 3, 10, 20, 33, 50, 63, 1, 5, 9, 13, 33, 37};
   EXPECT_EQ(got.experts, want);
   expect_routes_match(c, logits, {}, 3, DType::kBF16, "ties");
 }
@@ -366,7 +365,8 @@ TEST_F(MoePermuteTest, StableCountingSortAndTileTable) {
   for (const Case cs : {Case{1, 2, 8, 8}, Case{17, 6, 64, 20}, Case{300, 8, 128, 128},
                         Case{2049, 2, 8, 8}, Case{600, 8, 1024, 1024}}) {
     for (const MoeTileConfig config : {MoeTileConfig::kSmall, MoeTileConfig::kLarge}) {
-      const std::string what = "T " + std::to_string(cs.tokens) + " E " + std::to_string(cs.experts);
+      const std::string what =
+          "T " + std::to_string(cs.tokens) + " E " + std::to_string(cs.experts);
       const auto experts = random_experts(cs.tokens, cs.k, cs.used, rng);
       const DeviceBuffer d_experts = upload(experts);
       const Permuted r = device_permute(d_experts, cs.tokens, cs.k, cs.experts, config);
@@ -457,10 +457,10 @@ struct Layer {
 Layer make_layer(const LayerShape& s, std::mt19937_64& rng) {
   Layer l;
   l.s = s;
-  l.w_gate_up = random_halves(at(int64_t{s.experts} * 2 * s.inter * s.hidden), DType::kBF16,
-                              -0.12f, 0.12f, rng);
-  l.w_down = random_halves(at(int64_t{s.experts} * s.hidden * s.inter), DType::kBF16, -0.15f,
-                           0.15f, rng);
+  l.w_gate_up = random_halves(at(int64_t{s.experts} * 2 * s.inter * s.hidden), DType::kBF16, -0.12f,
+                              0.12f, rng);
+  l.w_down =
+      random_halves(at(int64_t{s.experts} * s.hidden * s.inter), DType::kBF16, -0.15f, 0.15f, rng);
   l.d_gate_up = upload(l.w_gate_up);
   l.d_down = upload(l.w_down);
   return l;
@@ -624,10 +624,10 @@ TEST_F(MoeLayerTest, MatchesFloat64Reference) {
         for (const DType out_dtype : {DType::kF32, DType::kBF16}) {
           for (const MoeTileConfig config : {MoeTileConfig::kSmall, MoeTileConfig::kLarge}) {
             const LayerRun run{y_dtype, out_dtype, true, config};
-            const std::string what =
-                "E " + std::to_string(shape.experts) + " T " + std::to_string(tokens) + " y " +
-                name(y_dtype) + " out " + name(out_dtype) +
-                (config == MoeTileConfig::kSmall ? " small" : " large");
+            const std::string what = "E " + std::to_string(shape.experts) + " T " +
+                                     std::to_string(tokens) + " y " + name(y_dtype) + " out " +
+                                     name(out_dtype) +
+                                     (config == MoeTileConfig::kSmall ? " small" : " large");
             const LayerOut got = run_layer(l, x, logits, tokens, run);
             const LayerRef ref = layer_reference(l, x, got.routed, tokens, run);
             EXPECT_EQ(count_outside(got.out, ref), 0) << what;
@@ -656,7 +656,8 @@ TEST_F(MoeLayerTest, TokenBitsDoNotDependOnTheBatchTheConfigOrTheRun) {
     const LayerOut again = run_layer(l, x, logits, tokens, chosen);
     EXPECT_EQ(0, std::memcmp(batch.out.data(), again.out.data(), batch.out.size() * 4));
     for (const MoeTileConfig config : {MoeTileConfig::kSmall, MoeTileConfig::kLarge}) {
-      const LayerOut forced = run_layer(l, x, logits, tokens, LayerRun{DType::kF32, DType::kF32, true, config});
+      const LayerOut forced =
+          run_layer(l, x, logits, tokens, LayerRun{DType::kF32, DType::kF32, true, config});
       EXPECT_EQ(0, std::memcmp(batch.out.data(), forced.out.data(), batch.out.size() * 4));
     }
     for (const int32_t t : {0, 1, 150, 299}) {
@@ -726,9 +727,9 @@ TEST_F(MoeLayerTest, ReplaysFromAGraphForANewRouting) {
   STRATA_ASSERT_OK(experts_status);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   // A new routing written into the captured logits: the replay follows it.
-  ASSERT_EQ(cudaMemcpy(d_logits.data(), logits_b.data(), logits_b.size() * 4,
-                       cudaMemcpyHostToDevice),
-            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(d_logits.data(), logits_b.data(), logits_b.size() * 4, cudaMemcpyHostToDevice),
+      cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const auto replayed = download<float>(d_out, eager_b.out.size());
@@ -743,7 +744,8 @@ TEST_F(MoeLayerTest, AccumulateAddsTheSumToTheResidual) {
   const int32_t tokens = 7, k = 2, hidden = 64;
   const auto y = random_halves(at(int64_t{tokens} * k * hidden), DType::kBF16, -2, 2, rng);
   std::vector<int32_t> row_of(at(int64_t{tokens} * k));
-  for (size_t i = 0; i < row_of.size(); ++i) row_of[i] = static_cast<int32_t>(row_of.size() - 1 - i);
+  for (size_t i = 0; i < row_of.size(); ++i)
+    row_of[i] = static_cast<int32_t>(row_of.size() - 1 - i);
   std::vector<float> w(row_of.size());
   std::uniform_real_distribution<float> wd(0.0f, 1.0f);
   for (float& v : w) v = wd(rng);
