@@ -7,8 +7,9 @@
 //     that covers every row once; gather then combine returns the tokens bit for bit;
 //   - the whole layer (route, permute, gather, gate | up with SiLU-and-mul, down, combine) holds a
 //     float64 host reference within a tolerance derived from its roundings, for 1, 5 and 300
-//     tokens, experts with no rows, both tile configs, F32 and BF16 rows and outputs; a SiLU left
-//     out of the reference fails that check;
+//     tokens (1 and 37 at k 1032 / 584, where both configs' cp.async rings wrap), experts with no
+//     rows, both tile configs, F32 and BF16 rows and outputs; a SiLU left out of the reference
+//     fails that check;
 //   - a token's output is bit-identical run twice, alone or in a batch of 300, and under either
 //     tile config; the layer replays from a CUDA graph for a new routing without a host sync.
 
@@ -611,13 +612,22 @@ std::string name(DType d) { return d == DType::kF32 ? "f32" : "bf16"; }
 // hidden 264 and inter 88 leave partial k steps and partial column tiles in every GEMM.
 constexpr LayerShape kMixtralLike{8, 2, 264, 88};
 constexpr LayerShape kQwenLike{64, 6, 136, 48};
+// k of 1032 and 584: more k steps than either config has pipeline stages (8 x 64, 4 x 64), so the
+// cp.async ring wraps in both products.
+constexpr LayerShape kDeepK{4, 2, 1032, 584};
 
 TEST_F(MoeLayerTest, MatchesFloat64Reference) {
   std::mt19937_64 rng(45);
-  for (const LayerShape shape : {kMixtralLike, kQwenLike}) {
+  struct Case {
+    LayerShape shape;
+    std::vector<int32_t> tokens;
+  };
+  const Case cases[] = {{kMixtralLike, {1, 5, 300}}, {kQwenLike, {1, 5, 300}}, {kDeepK, {1, 37}}};
+  for (const Case& cs : cases) {
+    const LayerShape shape = cs.shape;
     const Layer l = make_layer(shape, rng);
     // 1 token leaves most experts without rows (6 of 8, 58 of 64).
-    for (const int32_t tokens : {1, 5, 300}) {
+    for (const int32_t tokens : cs.tokens) {
       const auto x = random_halves(at(int64_t{tokens} * shape.hidden), DType::kBF16, -1, 1, rng);
       const auto logits = grid_logits(at(int64_t{tokens} * shape.experts), rng);
       for (const DType y_dtype : {DType::kF32, DType::kBF16}) {
@@ -646,7 +656,7 @@ TEST_F(MoeLayerTest, MatchesFloat64Reference) {
 
 TEST_F(MoeLayerTest, TokenBitsDoNotDependOnTheBatchTheConfigOrTheRun) {
   std::mt19937_64 rng(46);
-  for (const LayerShape shape : {kMixtralLike, kQwenLike}) {
+  for (const LayerShape shape : {kMixtralLike, kQwenLike, kDeepK}) {
     const Layer l = make_layer(shape, rng);
     const int32_t tokens = 300;
     const auto x = random_halves(at(int64_t{tokens} * shape.hidden), DType::kBF16, -1, 1, rng);
