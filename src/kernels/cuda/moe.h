@@ -14,6 +14,8 @@
 // Every count lives on the device: the launches' grids depend only on (T, k, E, sizes), never on
 // the routing, so the whole layer can be captured in a CUDA graph (no host sync). The grouped
 // GEMM's grid covers max_tiles row tiles (an upper bound); tiles past the device's num_tiles exit.
+// Every kernel is launched with programmatic dependent launch (pdl.cuh) and waits for the one
+// before it ahead of any memory access, so the chain's launches overlap their predecessors' tails.
 //
 // Determinism and batch invariance: routing reads only the token's own logits; the grouping is a
 // stable counting sort (no atomics decide an order); every GEMM output element is one thread's

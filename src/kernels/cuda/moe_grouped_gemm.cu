@@ -23,6 +23,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/silu_mul.cuh"
 #include "kernels/cuda/vec.cuh"
 
@@ -64,6 +65,8 @@ template <class S, bool kSilu, typename OutT>
 __global__ void __launch_bounds__(S::kThreads)
     moe_gemm_kernel(const __grid_constant__ MoeGemmParams p) {
   extern __shared__ __align__(128) __nv_bfloat16 smem[];
+  detail::pdl_launch_dependents();
+  detail::pdl_wait();
   const int tile = blockIdx.x;
   if (tile >= *p.num_tiles) return;
   const int32_t expert = p.tile_expert[tile];
@@ -205,7 +208,7 @@ Status launch(const MoeGemmParams& p, cudaStream_t stream) {
   const int32_t per_block = kSilu ? S::kBN / 2 : S::kBN;
   const dim3 grid(static_cast<unsigned>(p.max_tiles),
                   static_cast<unsigned>((cols + per_block - 1) / per_block));
-  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(p);
+  STRATA_CUDA_CHECK(detail::launch_pdl(kernel, grid, dim3(S::kThreads), S::kSmemBytes, stream, p));
   STRATA_CUDA_CHECK_LAUNCH();
   return Status::Ok();
 }

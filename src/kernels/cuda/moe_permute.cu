@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -75,6 +76,8 @@ struct PermuteArgs {
 __global__ void __launch_bounds__(kPermuteThreads)
     permute_kernel(const __grid_constant__ PermuteArgs a) {
   extern __shared__ __align__(16) int32_t sm[];
+  detail::pdl_launch_dependents();
+  detail::pdl_wait();
   const int32_t n = a.num_experts;
   int32_t* offsets = sm;
   int32_t* tiles = offsets + n;
@@ -146,6 +149,8 @@ __global__ void __launch_bounds__(kPermuteThreads)
 }
 
 __global__ void gather_kernel(const __grid_constant__ MoeGatherParams p) {
+  detail::pdl_launch_dependents();
+  detail::pdl_wait();
   const int32_t r = blockIdx.x;
   const uint4* src = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.x) +
                                                     p.token_of[r] * p.ldx);
@@ -156,6 +161,8 @@ __global__ void gather_kernel(const __grid_constant__ MoeGatherParams p) {
 
 template <typename Y, typename O>
 __global__ void combine_kernel(const __grid_constant__ MoeCombineParams p) {
+  detail::pdl_launch_dependents();
+  detail::pdl_wait();
   const int32_t t = blockIdx.y;
   const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.hidden) return;
@@ -205,7 +212,8 @@ Status moe_permute(const MoePermuteParams& p, cudaStream_t stream) {
     STRATA_CUDA_CHECK(cudaFuncSetAttribute(
         permute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  permute_kernel<<<1, kPermuteThreads, smem, stream>>>(a);
+  STRATA_CUDA_CHECK(
+      detail::launch_pdl(permute_kernel, dim3(1), dim3(kPermuteThreads), smem, stream, a));
   STRATA_CUDA_CHECK_LAUNCH();
   return Status::Ok();
 }
@@ -221,7 +229,8 @@ Status moe_gather(const MoeGatherParams& p, cudaStream_t stream) {
     return Status::InvalidArgument("moe_gather: null or misaligned pointers");
   }
   const int threads = std::min(256, std::max(32, p.hidden / 8));
-  gather_kernel<<<static_cast<unsigned>(p.num_rows), threads, 0, stream>>>(p);
+  STRATA_CUDA_CHECK(detail::launch_pdl(gather_kernel, dim3(static_cast<unsigned>(p.num_rows)),
+                                       dim3(threads), 0, stream, p));
   STRATA_CUDA_CHECK_LAUNCH();
   return Status::Ok();
 }
@@ -245,15 +254,10 @@ Status moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
   if ((!y16 && p.y_dtype != DType::kF32) || (!o16 && p.out_dtype != DType::kF32)) {
     return Status::Unsupported("moe_combine: y and out must be F32 or BF16");
   }
-  if (y16 && o16) {
-    combine_kernel<__nv_bfloat16, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(p);
-  } else if (y16) {
-    combine_kernel<__nv_bfloat16, float><<<grid, kThreads, 0, stream>>>(p);
-  } else if (o16) {
-    combine_kernel<float, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(p);
-  } else {
-    combine_kernel<float, float><<<grid, kThreads, 0, stream>>>(p);
-  }
+  auto* kernel = y16 ? (o16 ? combine_kernel<__nv_bfloat16, __nv_bfloat16>
+                            : combine_kernel<__nv_bfloat16, float>)
+                     : (o16 ? combine_kernel<float, __nv_bfloat16> : combine_kernel<float, float>);
+  STRATA_CUDA_CHECK(detail::launch_pdl(kernel, grid, dim3(kThreads), 0, stream, p));
   STRATA_CUDA_CHECK_LAUNCH();
   return Status::Ok();
 }

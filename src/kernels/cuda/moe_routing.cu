@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -138,6 +139,8 @@ __device__ void limit_groups(const RouteArgs& a, const WarpSmem& s, int lane) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads) route_kernel(const __grid_constant__ RouteArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
+  detail::pdl_launch_dependents();
+  detail::pdl_wait();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int32_t n = a.num_experts, k = a.top_k;
   float* base_f = reinterpret_cast<float*>(smem) + warp * 2 * n;
@@ -238,9 +241,11 @@ Status moe_route(const MoeRouteParams& p, cudaStream_t stream) {
       kWarps * (2 * sizeof(float) * p.num_experts + sizeof(int32_t) * kMoeMaxTopK + p.num_experts);
   const dim3 grid(static_cast<unsigned>((p.num_tokens + kWarps - 1) / kWarps));
   if (p.logits_dtype == DType::kBF16) {
-    route_kernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(a);
+    STRATA_CUDA_CHECK(
+        detail::launch_pdl(route_kernel<__nv_bfloat16>, grid, dim3(kThreads), smem, stream, a));
   } else {
-    route_kernel<float><<<grid, kThreads, smem, stream>>>(a);
+    STRATA_CUDA_CHECK(
+        detail::launch_pdl(route_kernel<float>, grid, dim3(kThreads), smem, stream, a));
   }
   STRATA_CUDA_CHECK_LAUNCH();
   return Status::Ok();
