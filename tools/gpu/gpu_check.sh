@@ -324,7 +324,7 @@ cmd_run() {
   # merge paths, padded rows and small blocks, at a few hundred tokens). Racecheck also
   # runs the quantized prefill sweep, whose producer hands code stages between its threads and
   # the bulk copies (every code dtype, both head dims).
-  local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*:*KvCodecSplitCorrupt*:MlaDecodeTest.BothMergePaths:MlaDecodeTest.SharpSoftmax:MlaDecodeTest.PaddedLatentRowsAndSmallBlocks}"
+  local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*:*KvCodecSplitCorrupt*:MlaDecodeTest.BothMergePaths:MlaDecodeTest.SharpSoftmax:MlaDecodeTest.PaddedLatentRowsAndSmallBlocks:MoePermuteTest.*:MoeRouteTest.TiesGoToTheLowerExpertId:MoeLayerTest.ReplaysFromAGraphForANewRouting}"
   step memcheck sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$bin/strata_kernels_cuda_test" --gtest_brief=1 --gtest_filter="$filter"
   step racecheck sanitizer 200 compute-sanitizer --tool racecheck --error-exitcode 3 \
