@@ -63,6 +63,43 @@ STRATA_AVX512_BF16 void dot_tile(const uint16_t* x, int64_t ldx, const uint16_t*
   store_tile<R, C>(acc, bias, out, ldo);
 }
 
+// A decode step's single row of x (m = 1), as linear_avx512.cc's gemv: each weight row read start
+// to end before the next, one sequential run with a software prefetch kGemvPrefetchBytes ahead;
+// dot_tile's vdpbf16ps chain and store_tile's reduction per output, so the tiled kernel's bits.
+constexpr int64_t kGemvPrefetchBytes = 8192;
+
+STRATA_AVX512_BF16 __m512 gemv_row(const uint16_t* x, const uint16_t* w, int64_t k) {
+  // uintptr_t: the prefetched lines may lie past the weights (prefetches never fault).
+  uintptr_t pf = reinterpret_cast<uintptr_t>(w) + kGemvPrefetchBytes;
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + kStep <= k; i += kStep, pf += 64) {  // one 64-byte line per step
+    _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
+    acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(x + i),
+                           (__m512bh)_mm512_loadu_si512(w + i));
+  }
+  if (i < k) {
+    const auto mask = static_cast<__mmask32>((uint64_t{1} << (k - i)) - 1u);
+    acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(x + i),
+                           (__m512bh)_mm512_maskz_loadu_epi16(mask, w + i));
+  }
+  return acc;
+}
+
+STRATA_AVX512_BF16 void gemv(const uint16_t* x, const uint16_t* w, int64_t n, int64_t k,
+                             const float* bias, float* out) {
+  __m512 acc[1][4];
+  int64_t c = 0;
+  for (; c + 4 <= n; c += 4) {
+    for (int j = 0; j < 4; ++j) acc[0][j] = gemv_row(x, w + (c + j) * k, k);
+    store_tile<1, 4>(acc, bias == nullptr ? nullptr : bias + c, out + c, 0);
+  }
+  for (; c < n; ++c) {  // the n % 4 rest, one output per tile
+    dot_tile<1, 1>(x, 0, w + c * k, k, PrefetchRange{}, bias == nullptr ? nullptr : bias + c,
+                   out + c, 0);
+  }
+}
+
 template <int R>
 STRATA_AVX512_BF16 void row_block(int64_t cols, const uint16_t* x, int64_t ldx, const uint16_t* w,
                                   int64_t k, const PrefetchRange& pf, const float* bias, float* out,
@@ -110,6 +147,7 @@ STRATA_AVX512_BF16 void round_rows_to_bf16(const float* x, int64_t ldx, int64_t 
 STRATA_AVX512_BF16 void matmul_nt_bf16_avx512(const uint16_t* x, int64_t ldx, int64_t m,
                                               const uint16_t* w, int64_t n, int64_t k,
                                               const float* bias, float* out, int64_t ldo) {
+  if (m == 1) return gemv(x, w, n, k, bias, out);
   const int64_t tiles = (m + kRows - 1) / kRows;
   const int64_t row_bytes = k * static_cast<int64_t>(sizeof(uint16_t));
   const int64_t group_lines = kCols * ((row_bytes + 63) / 64);

@@ -14,7 +14,8 @@
 // one weight tile to fp32 per (thread, tile), never the whole matrix. Work is split over the
 // ThreadPool: tiles of up to 64 rows of x by 16 rows of W (portable, AVX2), or blocks of up to 64
 // rows of x by ranges of W's rows that threads claim from a shared counter (AVX-512; 4 x 6
-// register tiles inside, linear.cc).
+// register tiles inside, linear.cc; a single row of x, a decode step, reads each weight row start
+// to end before the next, one sequential stream per thread with its bits unchanged).
 
 #include <cstdint>
 

@@ -94,6 +94,54 @@ STRATA_AVX512 void dot_tile(const float* x, int64_t ldx, const typename W::T* w,
   store_tile<R, C>(acc, bias, out, ldo);
 }
 
+// A decode step's single row of x (m = 1) against `n` weight rows, rows ldw = k apart. Each weight
+// row is read start to end before the next, so the weights stream as one sequential run with a
+// software prefetch kGemvPrefetchBytes ahead of it, one line per line read (the 4 x 6 tile reads
+// six rows side by side: six short streams 1.8 KB apart for k = 896, which the hardware
+// prefetchers never lock on to). The rows' chains are independent, so out-of-order execution
+// overlaps one row's multiply-adds with the next's loads. Every output is dot_tile's chain and
+// store_tile's reduction (four outputs at a time), so its bits are the tiled kernel's.
+constexpr int64_t kGemvPrefetchBytes = 8192;
+
+template <class W>
+STRATA_AVX512 __m512 gemv_row(const float* x, const typename W::T* w, int64_t k) {
+  constexpr int64_t kLineElems = 64 / sizeof(typename W::T);
+  // uintptr_t: the prefetched lines may lie past the weights (prefetches never fault).
+  uintptr_t pf = reinterpret_cast<uintptr_t>(w) + kGemvPrefetchBytes;
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + kLineElems <= k; i += kLineElems, pf += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
+    for (int64_t j = 0; j < kLineElems; j += kLanes16) {
+      acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + j), W::load16(w + i + j), acc);
+    }
+  }
+  for (; i + kLanes16 <= k; i += kLanes16) {
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), W::load16(w + i), acc);
+  }
+  if (i < k) {
+    const auto mask = static_cast<__mmask16>((1u << (k - i)) - 1u);
+    acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(mask, x + i), W::load_tail(w + i, mask), acc,
+                                mask);
+  }
+  return acc;
+}
+
+template <class W>
+STRATA_AVX512 void gemv(const float* x, const typename W::T* w, int64_t n, int64_t k,
+                        const float* bias, float* out) {
+  __m512 acc[1][4];
+  int64_t c = 0;
+  for (; c + 4 <= n; c += 4) {
+    for (int j = 0; j < 4; ++j) acc[0][j] = gemv_row<W>(x, w + (c + j) * k, k);
+    store_tile<1, 4>(acc, bias == nullptr ? nullptr : bias + c, out + c, 0);
+  }
+  for (; c < n; ++c) {  // the n % 4 rest, one output per tile
+    const float* b = bias == nullptr ? nullptr : bias + c;
+    dot_tile<W, 1, 1>(x, 0, w + c * k, k, k, PrefetchRange{}, b, out + c, 0);
+  }
+}
+
 // One R-row block against `cols` (1..kCols) weight rows.
 template <class W, int R>
 STRATA_AVX512 void row_block(int64_t cols, const float* x, int64_t ldx, const typename W::T* w,
@@ -121,6 +169,7 @@ STRATA_AVX512 void matmul_nt(const float* x, int64_t ldx, int64_t m, const typen
                              int64_t ldo) {
   using T = typename W::T;
   static_assert(kCols == 6, "row_block dispatches 1..6 columns");
+  if (m == 1 && ldw == k) return gemv<W>(x, w, n, k, bias, out);
   const int64_t tiles = (m + kRows - 1) / kRows;
   const int64_t row_bytes = ldw * static_cast<int64_t>(sizeof(T));
   const int64_t group_lines = kCols * ((k * static_cast<int64_t>(sizeof(T)) + 63) / 64);
