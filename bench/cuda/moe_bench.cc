@@ -7,15 +7,16 @@
 // shared experts are a dense MLP the runner adds), at 1, 16, 128 and 2048 tokens. Weights, inputs
 // and router logits are random_fill values (the routing is softmax top-k over random logits, so
 // the experts hit are what a uniform router hits). "layer" times the route through the combine
-// (route, permute, gather, gate | up with SiLU-and-mul, down, combine; the router's own GEMM and
-// the shared experts are the runner's): the median of event-timed launches, and per launch
+// (route, permute, gate | up with SiLU-and-mul reading the tokens through the permutation, down,
+// combine; the router's own GEMM and the shared experts are the runner's): the median of event-timed launches, and per launch
 // replayed from a CUDA graph. Weight bytes = experts hit x 3 x hidden x inter x 2 (each hit
 // expert's weights once); "GB/s" is those over the best time; "vs_copy" divides it by the read +
 // write bandwidth of a copy of the same bytes; TFLOP/s counts 6 x hidden x inter per (token,
 // slot). The dense peer multiplies [T k, hidden] by [3 inter, hidden]^T (the same FLOPs, one
 // expert's weights); "vs_dense" is its time over the layer's. "permute" times the grouping alone,
-// "gemm_us" the two grouped GEMMs alone, "gemm_vc" their weight bandwidth over the copy's. At
-// T = 1 the first token's output (its first 64 features) is checked against a double reference.
+// "gemm_us" the two grouped GEMMs alone (the gather fused into the first), "gemm_vc" their weight
+// bandwidth over the copy's. At T = 1 the first token's output (its first 64 features) is checked
+// against a double reference.
 //
 //   strata_moe_bench [--reps N] [--tokens 1,16,128,2048] [--json FILE]
 
@@ -133,8 +134,6 @@ void time_parts(const Model& m, int32_t tokens, int reps, const DeviceBuffer& ex
   };
   DeviceBuffer offsets = ints(m.experts + 1), row_of = ints(pairs), token_of = ints(pairs);
   DeviceBuffer tile_expert = ints(max_tiles), tile_row = ints(max_tiles), num_tiles = ints(1);
-  DeviceBuffer rows =
-      take(DeviceBuffer::allocate(static_cast<size_t>(pairs * m.hidden) * 2), "alloc");
   DeviceBuffer act =
       take(DeviceBuffer::allocate(static_cast<size_t>(pairs * m.inter) * 2), "alloc");
   DeviceBuffer y = take(DeviceBuffer::allocate(static_cast<size_t>(pairs * m.hidden) * 4), "alloc");
@@ -152,16 +151,10 @@ void time_parts(const Model& m, int32_t tokens, int reps, const DeviceBuffer& ex
   perm.tile_row = tile_row.as<int32_t>();
   perm.num_tiles = num_tiles.as<int32_t>();
   row.permute_us = time_us(stream, reps, [&] { return moe_permute(perm, stream); });
-  MoeGatherParams gather;
-  gather.x = x.data();
-  gather.ldx = m.hidden;
-  gather.token_of = token_of.as<int32_t>();
-  gather.rows = rows.data();
-  gather.num_rows = static_cast<int32_t>(pairs);
-  gather.hidden = m.hidden;
-  die_if(moe_gather(gather, stream), "gather");
+  die_if(moe_permute(perm, stream), "permute");
   MoeGemmParams up;
-  up.a = rows.data();
+  up.a = x.data();
+  up.a_row_of = token_of.as<int32_t>();
   up.lda = m.hidden;
   up.w = gate_up.data();
   up.ldw = m.hidden;
@@ -179,6 +172,7 @@ void time_parts(const Model& m, int32_t tokens, int reps, const DeviceBuffer& ex
   up.tile_config = config;
   MoeGemmParams dn = up;
   dn.a = act.data();
+  dn.a_row_of = nullptr;
   dn.lda = m.inter;
   dn.w = down.data();
   dn.ldw = m.inter;

@@ -1,4 +1,4 @@
-// moe_experts_forward() (moe.h): the experts' half of the MoE layer as five launches on one
+// moe_experts_forward() (moe.h): the experts' half of the MoE layer as four launches on one
 // stream, over a caller-owned workspace carved into 256-byte aligned pieces.
 
 #include <cstdint>
@@ -15,7 +15,7 @@ int64_t round_up(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign;
 // The workspace's pieces for up to max_tokens tokens.
 struct Layout {
   int64_t offsets = 0, row_of = 0, token_of = 0, tile_expert = 0, tile_row = 0, num_tiles = 0;
-  int64_t rows = 0, act = 0, y = 0, total = 0;
+  int64_t act = 0, y = 0, total = 0;
 };
 
 Layout layout(int64_t max_tokens, int32_t top_k, int32_t num_experts, int32_t hidden,
@@ -36,7 +36,6 @@ Layout layout(int64_t max_tokens, int32_t top_k, int32_t num_experts, int32_t hi
   l.tile_expert = take(4 * max_tiles);
   l.tile_row = take(4 * max_tiles);
   l.num_tiles = take(4);
-  l.rows = take(2 * pairs * hidden);
   l.act = take(2 * pairs * inter);
   l.y = take(4 * pairs * hidden);
   l.total = at;
@@ -67,10 +66,8 @@ Status moe_experts_forward(const MoeExpertsParams& p, void* workspace, int64_t w
   auto* tile_expert = reinterpret_cast<int32_t*>(base + l.tile_expert);
   auto* tile_row = reinterpret_cast<int32_t*>(base + l.tile_row);
   auto* num_tiles = reinterpret_cast<int32_t*>(base + l.num_tiles);
-  void* rows = base + l.rows;
   void* act = base + l.act;
   void* y = base + l.y;
-  const int32_t num_rows = p.num_tokens * p.top_k;
   const MoeTileConfig config = p.force_tile_config
                                    ? p.tile_config
                                    : moe_choose_tile_config(p.num_tokens, p.top_k, p.num_experts);
@@ -91,17 +88,9 @@ Status moe_experts_forward(const MoeExpertsParams& p, void* workspace, int64_t w
   perm.num_tiles = num_tiles;
   STRATA_RETURN_IF_ERROR(moe_permute(perm, stream));
 
-  MoeGatherParams gather;
-  gather.x = p.x;
-  gather.ldx = p.hidden;
-  gather.token_of = token_of;
-  gather.rows = rows;
-  gather.num_rows = num_rows;
-  gather.hidden = p.hidden;
-  STRATA_RETURN_IF_ERROR(moe_gather(gather, stream));
-
   MoeGemmParams up;
-  up.a = rows;
+  up.a = p.x;
+  up.a_row_of = token_of;
   up.lda = p.hidden;
   up.w = p.w_gate_up;
   up.ldw = p.hidden;
@@ -122,6 +111,7 @@ Status moe_experts_forward(const MoeExpertsParams& p, void* workspace, int64_t w
 
   MoeGemmParams down = up;
   down.a = act;
+  down.a_row_of = nullptr;
   down.lda = p.inter;
   down.w = p.w_down;
   down.ldw = p.inter;

@@ -6,8 +6,8 @@
 //
 //   logits [T, E] --moe_route--> experts, weights [T, k] (each token's ascending by id)
 //     --moe_permute--> expert_offsets [E + 1], row_of [T, k], token_of [T k], the tile table
-//     --moe_gather--> rows [T k, hidden] bf16 (expert 0's rows first, each expert's in token order)
-//     --moe_grouped_gemm (gate | up, SiLU-and-mul)--> act [T k, inter] bf16
+//     --moe_grouped_gemm (gate | up, SiLU-and-mul, A's rows gathered through token_of: expert 0's
+//       rows first, each expert's in token order)--> act [T k, inter] bf16
 //     --moe_grouped_gemm (down)--> y [T k, hidden] (f32 or bf16)
 //     --moe_combine--> out [T, hidden] = (out +) sum over j of weights[t, j] y[row_of[t, j]]
 //
@@ -110,8 +110,11 @@ Status moe_gather(const MoeGatherParams& p, cudaStream_t stream);
 enum class MoeGemmEpilogue { kNone, kSiluAndMul };
 
 struct MoeGemmParams {
-  const void* a = nullptr;  // [num_rows, lda] bf16, the expert-sorted rows
-  int64_t lda = 0;
+  const void* a = nullptr;  // [num_rows, lda] bf16, the expert-sorted rows (or, with a_row_of,
+  int64_t lda = 0;          // the rows they are gathered from)
+  // Nullable [num_rows]: row r of the product reads row a_row_of[r] of a (moe_permute's token_of:
+  // the gather fused into the A loads, no expert-sorted copy of the tokens).
+  const int32_t* a_row_of = nullptr;
   const void* w = nullptr;  // [num_experts, n, ldw] bf16: expert e at w + e * w_expert_stride
   int64_t ldw = 0;
   int64_t w_expert_stride = 0;  // elements
@@ -148,8 +151,9 @@ struct MoeCombineParams {
 // rounding of the sum, one more for the accumulate).
 Status moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 
-// The experts' half of the layer after routing: permute, gather, gate | up, down, combine. The
-// caller adds shared experts (DeepSeek) to out itself.
+// The experts' half of the layer after routing: permute, gate | up (the gather fused into its A
+// loads), down, combine: four launches. The caller adds shared experts (DeepSeek) to out itself.
+// (moe_gather makes the expert-sorted copy of the tokens for callers that want one.)
 struct MoeExpertsParams {
   const void* x = nullptr;           // [num_tokens, hidden] bf16
   const int32_t* experts = nullptr;  // [num_tokens, top_k], from moe_route

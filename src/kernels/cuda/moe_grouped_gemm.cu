@@ -82,15 +82,28 @@ __global__ void __launch_bounds__(S::kThreads)
   const auto* w = static_cast<const __nv_bfloat16*>(p.w) + expert * p.w_expert_stride;
   const int num_kt = (p.k + kBK - 1) / kBK;
 
+  // The A rows this thread copies (chunk tid + i * kThreads: row (tid + i * kThreads) / 8, the
+  // same 16-byte column tid % 8 in each), found once: through a_row_of when the gather is fused.
+  constexpr int kAIters = S::kBM * 8 / S::kThreads;
+  static_assert(S::kBM * 8 % S::kThreads == 0, "whole A chunks per thread");
+  const __nv_bfloat16* a_row[kAIters];
+#pragma unroll
+  for (int i = 0; i < kAIters; ++i) {
+    const int32_t r = r0 + (tid + i * S::kThreads) / 8;
+    a_row[i] = r < r_end
+                   ? a + static_cast<int64_t>(p.a_row_of != nullptr ? p.a_row_of[r] : r) * p.lda
+                   : nullptr;
+  }
+
   auto load_stage = [&](int kt) {
     __nv_bfloat16* sa = smem + (kt % S::kStages) * S::kStageElems;
     __nv_bfloat16* sb = sa + S::kBM * kBK;
     const int k0 = kt * kBK;
-    for (int i = tid; i < S::kBM * 8; i += S::kThreads) {
-      const int row = i / 8, ch = i % 8;
-      const bool ok = r0 + row < r_end && k0 + ch * 8 < p.k;
-      const __nv_bfloat16* src = ok ? a + static_cast<int64_t>(r0 + row) * p.lda + k0 + ch * 8 : a;
-      detail::cp_async16_zfill(sa + swz(row, ch), src, ok);
+#pragma unroll
+    for (int i = 0; i < kAIters; ++i) {
+      const int chunk = tid + i * S::kThreads, row = chunk / 8, ch = chunk % 8;
+      const bool ok = a_row[i] != nullptr && k0 + ch * 8 < p.k;
+      detail::cp_async16_zfill(sa + swz(row, ch), ok ? a_row[i] + k0 + ch * 8 : a, ok);
     }
     for (int i = tid; i < S::kBN * 8; i += S::kThreads) {
       const int row = i / 8, ch = i % 8;
