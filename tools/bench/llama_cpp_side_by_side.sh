@@ -28,7 +28,9 @@
 # Environment: STRATA_BUILD (build/release), MODEL_CONFIG (bench/models/qwen2-0.5b), WORK (where
 # the checkpoint and GGUF go; /tmp/strata-side-by-side), ROUNDS (3), QUIET_LOAD (1.0),
 # QUIET_WAIT (120), STRATA_ARGS (extra strata flags, e.g. --cpu-matmul-precision bf16),
-# OMP_WAIT_POLICY (passed to llama.cpp as set, and reported).
+# OMP_WAIT_POLICY (passed to llama.cpp as set, and reported), WORKLOADS (which rows to run, of
+# "decode1 decode2 prefill512 streams"; all by default: decode alone makes quicker rounds, so
+# more of them fit in a quiet spell of a shared machine).
 set -euo pipefail
 json=0
 if [[ "${1:-}" == "--json" ]]; then json=1; shift; fi
@@ -40,6 +42,8 @@ rounds=${ROUNDS:-3}
 quiet_load=${QUIET_LOAD:-1.0}
 quiet_wait=${QUIET_WAIT:-120}
 read -r -a strata_args <<< "${STRATA_ARGS:-}"
+workloads=" ${WORKLOADS:-decode1 decode2 prefill512 streams} "
+wants() { [[ "$workloads" == *" $1 "* ]]; }
 strata="$build/tools/strata/strata"
 die() { echo "llama_cpp_side_by_side: $*" >&2; exit 1; }
 
@@ -138,12 +142,17 @@ for ((r = 0; r < rounds; ++r)); do
   round_load=$(load)
   echo "round $((r + 1))/$rounds, load $round_load" >&2
   for engine in $( ((r % 2 == 0)) && echo "strata llama" || echo "llama strata"); do
+    d1=null d2=null pf=null sd=null sp=null
     if [[ $engine == strata ]]; then
-      d1=$(measure s_decode 1); d2=$(measure s_decode 2); pf=$(measure s_prefill)
-      read -r sd sp <<< "$(measure s_streams)"
+      if wants decode1; then d1=$(measure s_decode 1); fi
+      if wants decode2; then d2=$(measure s_decode 2); fi
+      if wants prefill512; then pf=$(measure s_prefill); fi
+      if wants streams; then read -r sd sp <<< "$(measure s_streams)"; fi
     else
-      d1=$(measure l_bench 1 0 128); d2=$(measure l_bench 2 0 128); pf=$(measure l_bench 2 512 0)
-      read -r sd sp <<< "$(measure l_streams)"
+      if wants decode1; then d1=$(measure l_bench 1 0 128); fi
+      if wants decode2; then d2=$(measure l_bench 2 0 128); fi
+      if wants prefill512; then pf=$(measure l_bench 2 512 0); fi
+      if wants streams; then read -r sd sp <<< "$(measure l_streams)"; fi
     fi
     results+=("{\"engine\": \"$engine\", \"round\": $r, \"load\": $round_load, \"decode1\": $d1,
       \"decode2\": $d2, \"prefill512\": $pf, \"streams_decode\": $sd, \"streams_prompt\": $sp}")
@@ -181,8 +190,10 @@ names = {"decode1": "decode, 1 thread", "decode2": "decode, 2 threads",
          "streams_prompt": "16 streams, prompt phase"}
 table = []
 for key, name in names.items():
-    s = [r[key] for r in rows if r["engine"] == "strata"]
-    l = [r[key] for r in rows if r["engine"] == "llama"]
+    s = [r[key] for r in rows if r["engine"] == "strata" and r[key] is not None]
+    l = [r[key] for r in rows if r["engine"] == "llama" and r[key] is not None]
+    if not s or not l:
+        continue  # a workload left out of WORKLOADS
     floor, what = floors[key]
     table.append({"workload": name, "llama_cpp": med(l), "strata": med(s),
                   "strata_runs": s, "llama_cpp_runs": l, "ratio": med(s) / med(l),
