@@ -76,6 +76,12 @@ struct EngineConfig {
   // block on the CPU (the tightest hold), 512 tokens on the GPU, whose steps cost nearly as much
   // for 16 tokens as for 512 (--kv-eviction-prefill-interval).
   int32_t kv_eviction_prefill_interval_tokens = 0;
+  // Token-level eviction's compaction copies run on a copy thread, overlapping the rest of the
+  // step and the time between steps, and the engine waits for them before its next step
+  // schedules (--kv-compaction-copy-thread); false (the default) copies on the step thread right
+  // after the sequence's step. Either way the same tokens and logits. Off by default: on the
+  // 2-core CPU the handoff cost more step time than the copies it moved (docs/benchmarks.md).
+  bool kv_compaction_copy_thread = false;
   // GPU: issue every launch each step instead of replaying decode steps from CUDA graphs.
   bool enforce_eager = false;
   // KV cache dtype (--kv-cache-dtype; docs/kv-quant.md). kAuto, the default, stores the

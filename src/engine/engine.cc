@@ -480,6 +480,7 @@ Status EngineImpl::reset_prefix_cache() {
   if (tiers_ != nullptr && tiers_->promotion_under_way()) {
     return Status::Unavailable("the KV tiers are bringing blocks into the pool");
   }
+  STRATA_RETURN_IF_ERROR(finish_compactions());  // the last compactions' blocks come back
   for (int32_t g = 0; g < cache_->num_groups(); ++g) {
     if (const int32_t used = cache_->pool(g).num_used_blocks(); used != 0) {
       return Status::Unavailable(std::to_string(used) + " blocks are in use");
@@ -617,8 +618,10 @@ std::vector<KvGroupStats> Engine::kv_groups() const {
   std::vector<KvGroupStats> groups;
   for (int32_t g = 0; g < cache.num_groups(); ++g) {
     const kv::KvGroupSpec& spec = cache.group_spec(g);
+    // Group 0's blocks a compaction gave up are free once its copies are done (next step).
+    const int32_t compacting = g == 0 ? impl_->num_compacting_blocks() : 0;
     groups.push_back({kv::kv_group_kind_name(spec.kind), spec.window, spec.newest_blocks,
-                      cache.pool(g).num_blocks(), cache.pool(g).num_used_blocks(),
+                      cache.pool(g).num_blocks(), cache.pool(g).num_used_blocks() - compacting,
                       impl_->runner_->kv_layout(g).block_bytes()});
   }
   return groups;

@@ -104,18 +104,58 @@ void EngineImpl::evict(Sequence& s, std::span<const int32_t> entries) {
   }
 }
 
+Status EngineImpl::run_compaction(kv::CompactionPlan plan) {
+  if (!config_.kv_compaction_copy_thread) {
+    // Now, before the pool allocates again: the sources may lie in the blocks given back.
+    cache_->release_compacted(plan);
+    return runner_->copy_slots(plan.copies);
+  }
+  // Nothing reads or writes the pool until the next step schedules (finish_compactions), and
+  // the plan keeps the blocks given up, the sources among them, from being allocated meanwhile.
+  // The step's copies go to the copier together once its sequences are consumed
+  // (start_compactions): one wake-up a step, not one per sequence.
+  step_copies_.insert(step_copies_.end(), plan.copies.begin(), plan.copies.end());
+  plan.copies.clear();
+  compacting_.push_back(std::move(plan));
+  return Status::Ok();
+}
+
+void EngineImpl::start_compactions() {
+  if (step_copies_.empty()) return;
+  if (copier_ == nullptr) {
+    copier_ = std::make_unique<engine::CompactionCopier>(
+        [runner = runner_.get()](std::span<const kv::SlotCopy> copies) {
+          return runner->copy_slots(copies);
+        });
+  }
+  copier_->submit(std::move(step_copies_));
+  step_copies_.clear();
+}
+
+Status EngineImpl::finish_compactions() {
+  if (compacting_.empty()) return Status::Ok();
+  start_compactions();  // a step that ended early leaves its copies unsubmitted
+  const Status copied = copier_ != nullptr ? copier_->wait() : Status::Ok();
+  for (kv::CompactionPlan& plan : compacting_) cache_->release_compacted(plan);
+  compacting_.clear();
+  return copied;
+}
+
+int32_t EngineImpl::num_compacting_blocks() const {
+  size_t n = 0;
+  for (const kv::CompactionPlan& plan : compacting_) n += plan.released.size();
+  return static_cast<int32_t>(n);
+}
+
 Status EngineImpl::evict_slots(Sequence& s, std::span<const int32_t> slots) {
-  const std::vector<kv::SlotCopy> copies = cache_->compact_tokens(s.table, slots);
-  // Now, before the pool allocates again: the sources may lie in blocks just given back.
-  STRATA_RETURN_IF_ERROR(runner_->copy_slots(copies));
+  STRATA_RETURN_IF_ERROR(run_compaction(cache_->plan_compaction(s.table, slots)));
   kv::compact_slot_values(s.slot_positions, slots);
   kv::compact_slot_values(s.slot_mass, slots);
   return Status::Ok();
 }
 
 Status EngineImpl::evict_head_slots(Sequence& s, std::span<const std::vector<int32_t>> head_slots) {
-  const std::vector<kv::SlotCopy> copies = cache_->compact_head_tokens(s.table, head_slots);
-  STRATA_RETURN_IF_ERROR(runner_->copy_slots(copies));  // before the pool allocates again
+  STRATA_RETURN_IF_ERROR(run_compaction(cache_->plan_head_compaction(s.table, head_slots)));
   // SnapKV evicts once, from a table where slot i held position i in every head; from now on
   // each head's slots hold their own positions.
   if (s.head_positions.empty()) s.head_positions.assign(head_slots.size(), s.slot_positions);
@@ -285,10 +325,10 @@ Status EngineImpl::evict_tokens(RequestState& r, Sequence& s) {
     return Status::Ok();
   }
   // The policy runs at fixed points: while the prompt is computed, at multiples of the prefill
-  // interval (the scheduler ends a prefill chunk at the first one past the budget), and from the prompt's
-  // end on after every step (one token each). Between two points nothing goes, and any chunking
-  // of the tokens between makes the same K/V, so where blocks go depends on the sequence alone,
-  // never on the batch.
+  // interval (the scheduler ends a prefill chunk at the first one past the budget), and from the
+  // prompt's end on after every step (one token each). Between two points nothing goes, and any
+  // chunking of the tokens between makes the same K/V, so where blocks go depends on the sequence
+  // alone, never on the batch.
   const bool at_point =
       s.num_computed >= s.num_prompt || s.num_computed % s.eviction.prefill_interval(bs) == 0;
   if (at_point && s.table.num_tokens() > s.eviction.budget_tokens) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/compaction_copier.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "grammar/grammar_compiler.h"
@@ -90,6 +91,8 @@ class EngineImpl {
   KvCacheInfo kv_cache_info_;
 
   const kv::KvCacheManager& cache() const { return *cache_; }
+  // Blocks the compactions in flight still hold (given back at the next step's start).
+  int32_t num_compacting_blocks() const;
   int32_t vocab_size() const { return static_cast<int32_t>(runner_->config().vocab_size); }
   // The largest prompt + max_tokens validate_request accepts.
   int64_t max_request_tokens() const;
@@ -138,6 +141,14 @@ class EngineImpl {
   // SnapKV per (layer, KV head) at the prompt's end: each head's slots to take (empty when within
   // budget or not at the point). seq's head mass covers its prompt.
   std::vector<std::vector<int32_t>> choose_head_slots(const engine::Sequence& seq) const;
+  // Runs seq's compaction plan: its copies on the copier's thread (released after them, by
+  // finish_compactions), or here and now with the blocks released at once.
+  Status run_compaction(kv::CompactionPlan plan);
+  // Hands the step's compaction copies to the copier (after its sequences are consumed).
+  void start_compactions();
+  // Waits for the copier and gives the compacted blocks back: before a step schedules (blocks
+  // are allocated, swapped and read from there on), and when the engine must be idle.
+  Status finish_compactions();
   // Slots of seq's table in a block another table holds too (a fork's): never written.
   std::vector<uint8_t> locked_slots(const engine::Sequence& seq) const;
   void finish_sequence(engine::Sequence& seq, FinishReason reason);
@@ -177,6 +188,13 @@ class EngineImpl {
   // keeps the runner's) into a host buffer that grows as needed.
   std::unique_ptr<kv::BlockMover> score_mover_;
   std::unique_ptr<kv::HostKvBuffer> score_buffer_;
+  // Token-level eviction's compactions planned since the last step began
+  // (config_.kv_compaction_copy_thread): their blocks go back once the copier has run their
+  // copies, before the next step schedules (finish_compactions). The copier starts with the
+  // first, and is declared last so that it stops (its thread calls runner_) before the rest go.
+  std::vector<kv::CompactionPlan> compacting_;
+  std::vector<kv::SlotCopy> step_copies_;  // the plans' copies not yet handed to the copier
+  std::unique_ptr<engine::CompactionCopier> copier_;
 };
 
 }  // namespace strata

@@ -101,6 +101,9 @@ model::DeviceSampleSpec device_spec(Sequence& s) {
 
 Result<std::vector<RequestOutput>> EngineImpl::step() {
   const double start = now();
+  // The last step's compaction copies ran beside its end and the time since; from here on
+  // blocks are allocated, swapped and read, so they must be done and their blocks back.
+  STRATA_RETURN_IF_ERROR(finish_compactions());
   engine::SchedulerOutput plan = scheduler_->schedule(start);
   engine::StepBatch batch(*cache_);
   const kv::KvSpec& kv_spec = runner_->kv_layout(0).spec();
@@ -171,6 +174,9 @@ Result<std::vector<RequestOutput>> EngineImpl::step() {
       STRATA_RETURN_IF_ERROR(
           consume(*row.request, *row.seq, row.first_pos, row.num_tokens, logits, sampled));
     }
+    // The compactions the step's evictions planned copy beside the rest of the step and the
+    // time until the next one.
+    start_compactions();
   }
   // A prefill instance's new blocks go down to its host tier, and so to its outbox, before the
   // requests that computed them are answered: the decode instance reads them as soon as its
@@ -373,8 +379,10 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
   st.forward_seconds = forward_seconds;
   st.step_seconds = now() - start;
   const kv::BlockPool& pool = cache_->pool();
-  st.num_used_blocks = pool.num_used_blocks();
-  st.num_free_blocks = pool.num_free_blocks();
+  // A compaction's given-up blocks go back when its copies are done, before the next step
+  // schedules: free from that step's view, so counted free here.
+  st.num_used_blocks = pool.num_used_blocks() - num_compacting_blocks();
+  st.num_free_blocks = pool.num_free_blocks() + num_compacting_blocks();
   st.num_cached_blocks = pool.num_cached_blocks();
   std::vector<const kv::BlockTable*> tables;
   for (const Sequence* s : scheduler_->running()) tables.push_back(&s->table);

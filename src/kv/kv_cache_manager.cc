@@ -350,18 +350,37 @@ void KvCacheManager::evict_blocks(BlockTable& table, std::span<const int32_t> en
 
 std::vector<SlotCopy> KvCacheManager::compact_tokens(BlockTable& table,
                                                      std::span<const int32_t> slots) {
+  CompactionPlan plan = plan_compaction(table, slots);
+  release_compacted(plan);  // the caller copies before the pool allocates again
+  return std::move(plan.copies);
+}
+
+std::vector<SlotCopy> KvCacheManager::compact_head_tokens(
+    BlockTable& table, std::span<const std::vector<int32_t>> head_slots) {
+  CompactionPlan plan = plan_head_compaction(table, head_slots);
+  release_compacted(plan);
+  return std::move(plan.copies);
+}
+
+CompactionPlan KvCacheManager::plan_compaction(BlockTable& table, std::span<const int32_t> slots) {
   return compact_rows(table, std::span<const std::span<const int32_t>>(&slots, 1),
                       /*per_head=*/false);
 }
 
-std::vector<SlotCopy> KvCacheManager::compact_head_tokens(
+CompactionPlan KvCacheManager::plan_head_compaction(
     BlockTable& table, std::span<const std::vector<int32_t>> head_slots) {
   const std::vector<std::span<const int32_t>> spans(head_slots.begin(), head_slots.end());
   return compact_rows(table, spans, /*per_head=*/true);
 }
 
-std::vector<SlotCopy> KvCacheManager::compact_rows(
-    BlockTable& table, std::span<const std::span<const int32_t>> head_slots, bool per_head) {
+void KvCacheManager::release_compacted(CompactionPlan& plan) {
+  pool().free(plan.released);  // one reference each: a block another table shares stays in use
+  plan.released.clear();
+}
+
+CompactionPlan KvCacheManager::compact_rows(BlockTable& table,
+                                            std::span<const std::span<const int32_t>> head_slots,
+                                            bool per_head) {
   if (head_slots.empty() || head_slots.front().empty()) {
     for (const std::span<const int32_t> h : head_slots) {
       STRATA_CHECK(h.empty(), "token compaction: every head gives up as many slots");
@@ -378,7 +397,8 @@ std::vector<SlotCopy> KvCacheManager::compact_rows(
     return static_cast<int64_t>(block_of(slot).value) * bs + slot % bs;
   };
   const size_t count = head_slots.front().size();
-  std::vector<SlotCopy> copies;
+  CompactionPlan plan;
+  std::vector<SlotCopy>& copies = plan.copies;
   int32_t first_changed = table.num_tokens_;
   for (size_t h = 0; h < head_slots.size(); ++h) {
     const std::span<const int32_t> slots = head_slots[h];
@@ -394,14 +414,14 @@ std::vector<SlotCopy> KvCacheManager::compact_rows(
   }
   const int32_t kept = table.num_tokens_ - static_cast<int32_t>(count);
   const int32_t num_blocks = (kept + bs - 1) / bs;
-  const std::vector<BlockId> gone(row.blocks.begin() + num_blocks, row.blocks.end());
+  // The table's references to the blocks past the kept ones move to the plan.
+  plan.released.assign(row.blocks.begin() + num_blocks, row.blocks.end());
   row.blocks.resize(static_cast<size_t>(num_blocks));
-  pool().free(gone);  // one reference each: a block another table shares stays in use
   table.num_tokens_ = kept;
   table.num_evicted_tokens_ += static_cast<int32_t>(count);
   // The chain ends before the earliest block any head changed (nothing is registered after).
   end_hash_chain(table, first_changed / bs);
-  return copies;
+  return plan;
 }
 
 void KvCacheManager::free(BlockTable& table) {
@@ -413,7 +433,8 @@ std::vector<BlockCopy> KvCacheManager::take_pending_copies(int32_t g) {
   return group(g).take_pending_copies();
 }
 
-void KvCacheManager::check_invariants(std::span<const BlockTable* const> tables) const {
+void KvCacheManager::check_invariants(std::span<const BlockTable* const> tables,
+                                      std::span<const CompactionPlan* const> in_flight) const {
   std::vector<std::vector<int32_t>> refs;
   for (const KvGroupManager& m : groups_) {
     m.pool().check_invariants();
@@ -438,6 +459,12 @@ void KvCacheManager::check_invariants(std::span<const BlockTable* const> tables)
                      "a null entry after a row's held blocks");
         if (b != kNullBlock) ++refs[static_cast<size_t>(g)][static_cast<size_t>(b.value)];
       }
+    }
+  }
+  for (const CompactionPlan* plan : in_flight) {
+    for (const BlockId b : plan->released) {
+      STRATA_CHECK(b.value > 0 && b.value < pool(0).num_blocks(), "plan block outside the pool");
+      ++refs[0][static_cast<size_t>(b.value)];
     }
   }
   if (tables.empty()) return;

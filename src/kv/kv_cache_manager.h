@@ -47,6 +47,15 @@
 
 namespace strata::kv {
 
+// A compaction planned but not yet copied (KvCacheManager::plan_compaction): the token copies
+// to run, and the blocks the table gave up, whose references the plan holds until
+// release_compacted() -- some are the copies' sources, so none may be allocated (and written)
+// again before the copies are done.
+struct CompactionPlan {
+  std::vector<SlotCopy> copies;
+  std::vector<BlockId> released;
+};
+
 struct KvGroupConfig {
   KvGroupSpec spec;
   int32_t num_blocks = 1;  // its pool's blocks, the null block included
@@ -198,6 +207,17 @@ class KvCacheManager {
   // ends before the earliest block any head changes. Cost: O(row + heads x slots).
   std::vector<SlotCopy> compact_head_tokens(BlockTable& table,
                                             std::span<const std::vector<int32_t>> head_slots);
+  // The same two, asynchronous (a copy thread runs the copies while the step thread goes on):
+  // the table's row is switched now, exactly as above, but its references to the blocks it gave
+  // up move to the plan, so the pool hands none of them out until release_compacted(plan),
+  // which the caller calls once the copies are done. Until then no step may read or write the
+  // table's blocks (the engine waits for the copies before its next step).
+  CompactionPlan plan_compaction(BlockTable& table, std::span<const int32_t> slots);
+  CompactionPlan plan_head_compaction(BlockTable& table,
+                                      std::span<const std::vector<int32_t>> head_slots);
+  // Drops the plan's references (one each: a block shared with another table stays with it) and
+  // empties it.
+  void release_compacted(CompactionPlan& plan);
 
   // Swap-out: group g's row over the first num_computed positions with kNullBlock where no query
   // from position num_computed on reads it -- the entries to keep; its non-null ones are the
@@ -221,17 +241,18 @@ class KvCacheManager {
   std::vector<BlockCopy> take_pending_copies(int32_t g = 0);
 
   // Aborts on a broken invariant of any pool or of the tables' rows (each table must be one this
-  // manager manages; pass every live one to also check reference counts). O(blocks).
-  void check_invariants(std::span<const BlockTable* const> tables = {}) const;
+  // manager manages; pass every live one to also check reference counts, and every compaction
+  // plan not yet released, whose blocks hold a reference each). O(blocks).
+  void check_invariants(std::span<const BlockTable* const> tables = {},
+                        std::span<const CompactionPlan* const> in_flight = {}) const;
 
   PrefixCacheStats stats() const;
 
  private:
   // compact_tokens (one row of slots, copies for every head) and compact_head_tokens (a row
   // per head, each copy carrying its head) share this.
-  std::vector<SlotCopy> compact_rows(BlockTable& table,
-                                     std::span<const std::span<const int32_t>> head_slots,
-                                     bool per_head);
+  CompactionPlan compact_rows(BlockTable& table,
+                              std::span<const std::span<const int32_t>> head_slots, bool per_head);
   KvGroupManager& group(int32_t g) { return groups_.at(static_cast<size_t>(g)); }
   const KvGroupManager& group(int32_t g) const { return groups_.at(static_cast<size_t>(g)); }
   // Gives the table a row per group (tables start with one).

@@ -32,6 +32,7 @@ using engine::test_util::Collected;
 using engine::test_util::drain;
 using engine::test_util::expect_same;
 using engine::test_util::greedy;
+using engine::test_util::preempting;
 using engine::test_util::prompt_of;
 
 using engine::test_util::eviction;
@@ -283,6 +284,52 @@ TEST_F(KvEvictionTokenTest, SnapKvPerHeadKeepsOtherTokensThanOneSharedSelection)
     for (size_t i = 0; i < per_head.logprobs.at(0).size(); ++i) {
       EXPECT_EQ(other->logprobs.at(0)[i].logprob, per_head.logprobs.at(0)[i].logprob)
           << "bit-equal, token " << i;
+    }
+  }
+}
+
+// Compaction's copies on the copy thread (the default) or on the step thread
+// (EngineConfig::kv_compaction_copy_thread false) give the same bits: eight evicting requests
+// (H2O, a compaction every decode step; SnapKV per head and shared, one large one) in a
+// 12-block pool that preempts them by recompute and by swap, and n = 3 forks of a SnapKV request
+// (they fork while its copies are in flight). No block leaks, and the step stats count the
+// blocks a compaction in flight gives up as free.
+TEST_F(KvEvictionTokenTest, CompactionOnTheCopyThreadGivesTheStepThreadsBits) {
+  for (const KvEvictionParams& p :
+       {eviction(KvEvictionPolicy::kH2O, 24, 4), snapkv(24, kPerHead), snapkv(24, kShared)}) {
+    for (const PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+      SCOPED_TRACE(name_of(p) + (mode == PreemptionMode::kSwap ? " swap" : " recompute"));
+      std::vector<EngineRequest> requests;
+      for (int32_t i = 0; i < 8; ++i) requests.push_back(with(greedy(prompt_of(40 + i, i), 40), p));
+      EngineRequest forked = with(greedy(prompt_of(60, 9), 20), p);
+      forked.n = 3;
+      forked.params.temperature = 1.0f;
+      forked.params.seed = 5;
+      requests.push_back(forked);
+      std::vector<std::map<RequestId, Collected>> got;
+      std::vector<std::vector<RequestId>> ids(2);
+      for (const bool copy_thread : {false, true}) {
+        EngineConfig c = preempting({}, mode);
+        c.kv_compaction_copy_thread = copy_thread;
+        auto e = make(c);
+        for (const EngineRequest& r : requests) ids[got.size()].push_back(*e->submit(r));
+        got.push_back(drain(*e));
+        EXPECT_GT(e->totals().num_preemptions, 0);
+        EXPECT_GT(e->totals().num_kv_evicted_tokens, 0);
+        EXPECT_EQ(e->last_step().num_used_blocks, 0) << "blocks leaked";
+      }
+      for (size_t i = 0; i < requests.size(); ++i) {
+        const Collected& sync = got[0][ids[0][i]];
+        const Collected& async = got[1][ids[1][i]];
+        EXPECT_EQ(async.metrics.num_evicted_tokens, sync.metrics.num_evicted_tokens);
+        ASSERT_EQ(async.tokens, sync.tokens) << "request " << i;
+        for (const auto& [seq, lps] : sync.logprobs) {
+          ASSERT_EQ(async.logprobs.at(seq).size(), lps.size());
+          for (size_t t = 0; t < lps.size(); ++t) {
+            EXPECT_EQ(async.logprobs.at(seq)[t].logprob, lps[t].logprob) << "bit-equal";
+          }
+        }
+      }
     }
   }
 }

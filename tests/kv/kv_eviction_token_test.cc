@@ -394,18 +394,28 @@ TEST_F(CompactTokensTest, CompactHeadTokensRefusesUnevenHeadsAndSharedBlocks) {
 
 // Seeded random grow / evict / fork / free: each table's slots are followed through a shadow of
 // the pool (what position each physical slot holds; copy-on-write copies and compaction's copies
-// applied to it), so a wrong copy, a write into a shared block or a lost slot shows.
-TEST(CompactTokensRandomTest, EverySlotHoldsItsPositionAndNothingLeaks) {
-  KvCacheManager m(KvCacheConfig{
-      .block_size = kBs, .enable_prefix_caching = false, .groups = {{KvGroupSpec{}, 48}}});
-  std::mt19937 rng(77);
+// applied to it), so a wrong copy, a write into a shared block or a lost slot shows. Async: as
+// the engine runs compaction on its copy thread, each compaction is planned (plan_compaction),
+// and its copies land and its blocks go back only later, at the next operation that allocates
+// (the engine's next step): forks, frees, other sequences' compactions and the growth of
+// sequences that share nothing with them run while copies are in flight (a plan that gave its
+// blocks back at once fails it), and the plans' blocks count in the reference check.
+void grow_evict_fork_free(bool async) {
+  // Async: a small pool, so that the free queue comes round to a block a plan gave up soon.
+  KvCacheManager m(KvCacheConfig{.block_size = kBs,
+                                 .enable_prefix_caching = false,
+                                 .groups = {{KvGroupSpec{}, async ? 14 : 48}}});
+  std::mt19937 rng(async ? 78 : 77);
   struct Seq {
     BlockTable table{kBs};
     std::vector<int32_t> positions;  // per slot
     int32_t length = 0;              // positions so far
+    bool compacting = false;         // a plan of its table is in flight
   };
   std::vector<Seq> seqs;
   std::map<int64_t, int32_t> shadow;  // physical slot -> position written there
+  std::vector<CompactionPlan> in_flight;
+  int64_t num_deferred = 0;  // compactions whose copies waited for a later operation
   const auto apply_cow = [&] {
     for (const BlockCopy& c : m.take_pending_copies()) {
       for (int32_t o = 0; o < kBs; ++o) {
@@ -414,7 +424,27 @@ TEST(CompactTokensRandomTest, EverySlotHoldsItsPositionAndNothingLeaks) {
       }
     }
   };
+  const auto apply_copies = [&](std::span<const SlotCopy> copies) {
+    for (const SlotCopy& c : copies) shadow[c.dst] = shadow.at(c.src);
+  };
+  // The engine's step boundary: the copies land, then the plans' blocks go back.
+  const auto finish = [&] {
+    for (CompactionPlan& plan : in_flight) {
+      apply_copies(plan.copies);
+      m.release_compacted(plan);
+    }
+    in_flight.clear();
+    for (Seq& s : seqs) s.compacting = false;
+  };
+  bool freed_in_flight = false;  // a compacting table was freed: its blocks' copies still land
   const auto grow = [&](Seq& s, int32_t n) {
+    // The engine allocates only after the copies (its next step); here a sequence that neither
+    // compacts nor shares a block (copy-on-write would read it) may grow meanwhile, so the plan
+    // must keep its given-up blocks, the sources among them, from being allocated.
+    bool shares = false;
+    for (const BlockId b : s.table.blocks()) shares = shares || m.pool().ref_count(b) > 1;
+    if (s.compacting || shares || freed_in_flight) finish();
+    freed_in_flight = false;
     if (!m.allocate_slots(s.table, n)) return;
     apply_cow();
     for (int32_t i = 0; i < n; ++i) {
@@ -428,11 +458,14 @@ TEST(CompactTokensRandomTest, EverySlotHoldsItsPositionAndNothingLeaks) {
     for (const Seq& s : seqs) {
       tables.push_back(&s.table);
       ASSERT_EQ(static_cast<int32_t>(s.positions.size()), s.table.num_tokens());
+      if (!in_flight.empty()) continue;  // the shadow catches up at finish()
       for (int32_t j = 0; j < s.table.num_tokens(); ++j) {
         ASSERT_EQ(shadow.at(s.table.slot(j)), s.positions[static_cast<size_t>(j)]) << "slot " << j;
       }
     }
-    m.check_invariants(tables);
+    std::vector<const CompactionPlan*> plans;
+    for (const CompactionPlan& p : in_flight) plans.push_back(&p);
+    m.check_invariants(tables, plans);
   };
   for (int op = 0; op < 3000; ++op) {
     const int kind = static_cast<int>(rng() % 10);
@@ -444,6 +477,7 @@ TEST(CompactTokensRandomTest, EverySlotHoldsItsPositionAndNothingLeaks) {
       grow(seqs[rng() % seqs.size()], 1 + static_cast<int32_t>(rng() % 3));
     } else if (kind < 8 && !seqs.empty()) {  // H2O over random mass, shared blocks locked
       Seq& s = seqs[rng() % seqs.size()];
+      if (s.compacting) finish();  // one eviction per sequence per step
       const int32_t budget = 1 + static_cast<int32_t>(rng() % 12);
       const int32_t sink = static_cast<int32_t>(rng() % (budget + 1));
       const int32_t window = static_cast<int32_t>(rng() % (budget - sink + 1));
@@ -455,27 +489,51 @@ TEST(CompactTokensRandomTest, EverySlotHoldsItsPositionAndNothingLeaks) {
       }
       const V gone =
           choose_evicted_tokens(h2o(budget, sink, window), s.positions, mass, locked, s.length);
-      for (const SlotCopy& c : m.compact_tokens(s.table, gone)) shadow[c.dst] = shadow.at(c.src);
+      if (async) {
+        CompactionPlan plan = m.plan_compaction(s.table, gone);
+        if (!plan.copies.empty() || !plan.released.empty()) {
+          in_flight.push_back(std::move(plan));
+          s.compacting = true;
+          ++num_deferred;
+        }
+      } else {
+        apply_copies(m.compact_tokens(s.table, gone));
+      }
       compact_slot_values(s.positions, gone);
       ASSERT_EQ(s.table.num_tokens() + s.table.num_evicted_tokens(), s.length);
     } else if (kind < 9 && !seqs.empty() && seqs.size() < 6) {
-      const Seq& parent = seqs[rng() % seqs.size()];
+      const Seq& parent = seqs[rng() % seqs.size()];  // in flight too: n > 1 forks after SnapKV
       Seq child;
       m.fork(parent.table, child.table);
       child.positions = parent.positions;
       child.length = parent.length;
+      child.compacting = parent.compacting;
       seqs.push_back(std::move(child));
-    } else if (!seqs.empty()) {
+    } else if (!seqs.empty()) {  // in flight too: a sequence may finish in its evicting step
       const size_t i = rng() % seqs.size();
+      freed_in_flight = freed_in_flight || seqs[i].compacting;
       m.free(seqs[i].table);
       seqs.erase(seqs.begin() + static_cast<ptrdiff_t>(i));
     }
     check();
     if (::testing::Test::HasFatalFailure()) return;
   }
+  finish();
+  check();
   for (Seq& s : seqs) m.free(s.table);
   seqs.clear();
   EXPECT_EQ(m.pool().num_free_blocks(), m.pool().num_blocks() - 1) << "blocks leaked";
+  if (async) {
+    EXPECT_GT(num_deferred, 300) << "copies in flight across other operations";
+  }
+}
+
+TEST(CompactTokensRandomTest, EverySlotHoldsItsPositionAndNothingLeaks) {
+  grow_evict_fork_free(/*async=*/false);
+}
+
+TEST(CompactTokensRandomTest, CopiesInFlightAcrossForksAndFreesLoseNothingAndLeakNothing) {
+  grow_evict_fork_free(/*async=*/true);
 }
 
 // The same per (layer, KV head), SnapKV per head: three heads, each giving up its own slots (as

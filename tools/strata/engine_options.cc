@@ -114,6 +114,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
                  "tokens, a multiple of the block size (0 = automatic: a block on the CPU, 512 "
                  "on the GPU)")
       ->check(CLI::Range(0, KvEvictionParams::kMaxTokens));
+  cmd.add_flag("--kv-compaction-copy-thread", o.kv_compaction_copy_thread,
+               "Token eviction: run compaction's copies on a copy thread beside the end of the "
+               "step instead of on the step thread (the same results)");
   cmd.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Reuse the KV of cached prompt prefixes (on by default)");
   cmd.add_flag("--disable-hybrid-kv-cache-manager", o.disable_hybrid_kv_cache_manager,
@@ -284,6 +287,7 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.kv_eviction.window_tokens = o.kv_window_tokens;
   set_snapkv_flags(o.kv_snapkv_selection, o.kv_pooling, o.kv_pool_kernel, c.kv_eviction);
   c.kv_eviction_prefill_interval_tokens = o.kv_eviction_prefill_interval;
+  c.kv_compaction_copy_thread = o.kv_compaction_copy_thread;
   return c;
 }
 

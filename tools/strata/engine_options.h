@@ -77,6 +77,7 @@ struct EngineOptions {
   std::string kv_pooling;           // empty: max
   int32_t kv_pool_kernel = -1;      // -1: 7
   int32_t kv_eviction_prefill_interval = 0;
+  bool kv_compaction_copy_thread = false;  // --kv-compaction-copy-thread
 };
 
 // Which of the flags a command takes: all of them (bench, serve), or those that matter for one

@@ -301,11 +301,10 @@ int run_eval_kv_eviction(const EvalKvEvictionOptions& o) {
   const Result<std::vector<double>> depths = eval::parse_number_list(o.needle_depths);
   if (!depths.ok()) throw Error("--needle-depths: " + depths.status().message());
 
-  const int32_t continuation_len =
-      o.continuation_len >= 0 ? o.continuation_len : o.window_len / 8;
+  const int32_t continuation_len = o.continuation_len >= 0 ? o.continuation_len : o.window_len / 8;
   if (continuation_len >= o.window_len) {
-    throw Error("--continuation-len: must be below --window-len (" +
-                std::to_string(o.window_len) + ")");
+    throw Error("--continuation-len: must be below --window-len (" + std::to_string(o.window_len) +
+                ")");
   }
   if (o.continuation_only && continuation_len == 0) {
     throw Error("--continuation-only: needs a continuation (--continuation-len > 0)");
