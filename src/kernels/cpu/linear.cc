@@ -117,6 +117,12 @@ class RegionClaims {
   std::unique_ptr<std::atomic<uint64_t>[]> words_;
 };
 
+// A decode step (m = 1) claims about this many weight bytes at a time (2-4 us of streaming). The
+// threads end a call within about one claim of each other, and a decode step makes ~170 calls:
+// the prefill grain, an eighth of the matrix at 2 threads, could leave one thread idle for up to
+// a quarter of a call.
+constexpr int64_t kDecodeClaimBytes = 128 * 1024;
+
 // The AVX-512 path. Tasks are (block of up to kMTile rows of x, group of kAvx512TileCols rows of
 // W), x-block major. Each thread owns a contiguous region of them (RegionClaims), so its claims
 // follow one another in memory and the micro-kernel's prefetch of the next weight group at the
@@ -126,9 +132,10 @@ class RegionClaims {
 // runs of consecutive weight rows. Each claimed range is one micro-kernel call per x block it
 // touches.
 // Splits [m, n] over the pool as the AVX-512 paths do (below) and calls
-// tile(m0, rows, n0, cols, bias) for each claimed range; x_row_bytes sizes the x block.
+// tile(m0, rows, n0, cols, bias) for each claimed range; x_row_bytes sizes the x block,
+// group_bytes is the weight bytes of one group of `group` rows.
 template <class Tile>
-void run_avx512_tiles(int64_t m, int64_t n, int64_t x_row_bytes, int64_t group,
+void run_avx512_tiles(int64_t m, int64_t n, int64_t x_row_bytes, int64_t group, int64_t group_bytes,
                       const TensorView& bias, ThreadPool& pool, const Tile& tile) {
   const int64_t num_groups = (n + group - 1) / group;
   // Rows of x per block: at most 64, and few enough that the block (re-read once per group of
@@ -144,7 +151,10 @@ void run_avx512_tiles(int64_t m, int64_t n, int64_t x_row_bytes, int64_t group,
   }
   const float* b = bias.empty() ? nullptr : bias_f32.data();
   const int64_t num_tasks = num_m_tiles * num_groups;
-  const int64_t grain = std::max<int64_t>(1, num_tasks / (4 * pool.num_threads()));
+  const int64_t prefill_grain = std::max<int64_t>(1, num_tasks / (4 * pool.num_threads()));
+  const int64_t grain = m == 1
+                            ? std::clamp<int64_t>(kDecodeClaimBytes / group_bytes, 1, prefill_grain)
+                            : prefill_grain;
   RegionClaims claims(num_tasks,
                       std::min<int64_t>(pool.num_threads(), (num_tasks + grain - 1) / grain));
   const auto run = [&](int64_t begin, int64_t end) {
@@ -179,8 +189,9 @@ void linear_avx512(const float* x, const TensorView& weight, const TensorView& b
   const int64_t k = weight.shape[1];
   const int64_t w_elem_bytes = dtype_size(weight.dtype);
   const char* w = static_cast<const char*>(weight.data);
-  run_avx512_tiles(m, n, k * static_cast<int64_t>(sizeof(float)), detail::kAvx512TileCols, bias,
-                   pool, [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
+  run_avx512_tiles(m, n, k * static_cast<int64_t>(sizeof(float)), detail::kAvx512TileCols,
+                   detail::kAvx512TileCols * k * w_elem_bytes, bias, pool,
+                   [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
                      detail::matmul_nt_avx512(x + m0 * k, k, rows, w + n0 * k * w_elem_bytes,
                                               weight.dtype, cols, k, b, out + m0 * n + n0, n);
                    });
@@ -204,8 +215,9 @@ void linear_bf16_avx512(const float* x, const TensorView& weight, const TensorVi
       },
       /*min_chunk=*/16);
   const auto* w = static_cast<const uint16_t*>(weight.data);
-  run_avx512_tiles(m, n, ldx * static_cast<int64_t>(sizeof(uint16_t)), detail::kBf16TileCols, bias,
-                   pool, [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
+  run_avx512_tiles(m, n, ldx * static_cast<int64_t>(sizeof(uint16_t)), detail::kBf16TileCols,
+                   detail::kBf16TileCols * k * static_cast<int64_t>(sizeof(uint16_t)), bias, pool,
+                   [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
                      detail::matmul_nt_bf16_avx512(xb + m0 * ldx, ldx, rows, w + n0 * k, cols, k, b,
                                                    out + m0 * n + n0, n);
                    });
