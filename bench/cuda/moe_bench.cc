@@ -8,15 +8,15 @@
 // and router logits are random_fill values (the routing is softmax top-k over random logits, so
 // the experts hit are what a uniform router hits). "layer" times the route through the combine
 // (route, permute, gate | up with SiLU-and-mul reading the tokens through the permutation, down,
-// combine; the router's own GEMM and the shared experts are the runner's): the median of event-timed launches, and per launch
-// replayed from a CUDA graph. Weight bytes = experts hit x 3 x hidden x inter x 2 (each hit
-// expert's weights once); "GB/s" is those over the best time; "vs_copy" divides it by the read +
-// write bandwidth of a copy of the same bytes; TFLOP/s counts 6 x hidden x inter per (token,
-// slot). The dense peer multiplies [T k, hidden] by [3 inter, hidden]^T (the same FLOPs, one
-// expert's weights); "vs_dense" is its time over the layer's. "permute" times the grouping alone,
-// "gemm_us" the two grouped GEMMs alone (the gather fused into the first), "gemm_vc" their weight
-// bandwidth over the copy's. At T = 1 the first token's output (its first 64 features) is checked
-// against a double reference.
+// combine; the router's own GEMM and the shared experts are the runner's): the median of
+// event-timed launches, and per launch replayed from a CUDA graph. Weight bytes = experts hit x 3 x
+// hidden x inter x 2 (each hit expert's weights once); "GB/s" is those over the best time;
+// "vs_copy" divides it by the read + write bandwidth of a copy of the same bytes; TFLOP/s counts 6
+// x hidden x inter per (token, slot). The dense peer multiplies [T k, hidden] by [3 inter,
+// hidden]^T (the same FLOPs, one expert's weights); "vs_dense" is its time over the layer's.
+// "permute" times the grouping alone, "gemm_us" the two grouped GEMMs alone (the gather fused into
+// the first), "gemm_vc" their weight bandwidth over the copy's. At T = 1 the first token's output
+// (its first 64 features) is checked against a double reference.
 //
 //   strata_moe_bench [--reps N] [--tokens 1,16,128,2048] [--json FILE]
 

@@ -135,7 +135,7 @@ void EngineImpl::start_compactions() {
 Status EngineImpl::finish_compactions() {
   if (compacting_.empty()) return Status::Ok();
   start_compactions();  // a step that ended early leaves its copies unsubmitted
-  const Status copied = copier_ != nullptr ? copier_->wait() : Status::Ok();
+  Status copied = copier_ != nullptr ? copier_->wait() : Status::Ok();
   for (kv::CompactionPlan& plan : compacting_) cache_->release_compacted(plan);
   compacting_.clear();
   return copied;

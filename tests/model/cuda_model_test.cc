@@ -36,9 +36,9 @@ constexpr double kBf16Factor = 2.0;    // Strata's error <= 2x transformers-bf16
 constexpr double kKnockoutFactor = 10.0;
 
 const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models-gpu/";
-const std::vector<std::string> kFixtures = {"llama3-gqa-hd128", "qwen2-bias-hd64",
+const std::vector<std::string> kFixtures = {"llama3-gqa-hd128",  "qwen2-bias-hd64",
                                             "qwen3-qknorm-hd64", "mistral-swa-hd64",
-                                            "qwen2-yarn-hd64", "gemma3-hybrid-hd256"};
+                                            "qwen2-yarn-hd64",   "gemma3-hybrid-hd256"};
 
 class CudaModelTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -283,7 +283,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest, ::testing::ValuesIn(kFixtures)
 // embeddings, query_pre_attn_scalar, per-layer RoPE and window, GeGLU, the soft cap) is missing
 // or wrong on the GPU, not bf16 noise. Dummy weights (uniform +-0.02, norm weights +-0.1 around 0
 // as Model::load makes them for Gemma) keep the logits small, so the bound is relative.
-constexpr double kGemmaDummyRelBound = 0.05;  // set before any GPU run: bf16's ~0.4% per op, 4 layers
+constexpr double kGemmaDummyRelBound =
+    0.05;  // set before any GPU run: bf16's ~0.4% per op, 4 layers
 
 const char* kGemma3DummyConfig = R"({
   "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
@@ -306,8 +307,10 @@ TEST(CudaGemma3Test, MatchesTheCpuEngineOnDummyWeightsWholeAndInDecodeSteps) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.json") << kGemma3DummyConfig;
   constexpr uint64_t kSeed = 5;
-  Model cpu = Model::load({.model_dir = dir, .load_format = LoadFormat::kDummy,
-                                 .dummy_seed = kSeed, .dummy_dtype = DType::kBF16});
+  Model cpu = Model::load({.model_dir = dir,
+                           .load_format = LoadFormat::kDummy,
+                           .dummy_seed = kSeed,
+                           .dummy_dtype = DType::kBF16});
   const ModelConfig& config = cpu.config();
   ASSERT_EQ(config.head_dim, 256);
   // The same tensors as Model::load's dummy store (model.cc: norm weights near zero for
@@ -371,8 +374,10 @@ TEST(CudaGemma3Test, MatchesTheCpuEngineOnDummyWeightsWholeAndInDecodeSteps) {
             << what << ", position " << p;
       }
     }
-    std::printf("[ gemma3 hd256 dummy ] %s: worst relative L2 to the CPU engine %.4f, %d clear "
-                "argmax positions\n", what.c_str(), worst, clear);
+    std::printf(
+        "[ gemma3 hd256 dummy ] %s: worst relative L2 to the CPU engine %.4f, %d clear "
+        "argmax positions\n",
+        what.c_str(), worst, clear);
   };
   {
     Runner runner(*gpu);

@@ -1,8 +1,8 @@
 // Paged prefill attention against a double-precision CPU reference: prompt chunks on top of cached
 // prefixes mixed with decode tokens in one ragged batch, every KV dtype x prefill head dim x block
-// size, group sizes, sliding windows, a 2049-token prompt, head dim 256's own kernel. Outputs are poisoned first and every
-// element (and the row padding) is checked. The warp-specialized kernel's schedules
-// (PrefillWsVariant) are held to the reference and to each other bit for bit.
+// size, group sizes, sliding windows, a 2049-token prompt, head dim 256's own kernel. Outputs are
+// poisoned first and every element (and the row padding) is checked. The warp-specialized kernel's
+// schedules (PrefillWsVariant) are held to the reference and to each other bit for bit.
 
 #include "kernels/cuda/prefill_attention.h"
 
