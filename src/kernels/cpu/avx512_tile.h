@@ -50,6 +50,10 @@ STRATA_AVX512 inline void store_tile(const __m512 (&acc)[R][C], const float* bia
   }
 }
 
+// How far ahead of a single row of x (a decode step's gemv, both kernels) the weight stream is
+// prefetched: each weight row is read start to end, one sequential run per thread.
+inline constexpr int64_t kGemvPrefetchBytes = 8192;
+
 // The weight lines a tile prefetches while it computes, issued at an even rate over its k steps
 // (a burst fills the miss buffers and stalls the loads the FMAs wait for). The lines belong to
 // the next group of kCols weight rows and are counted in the order its tiles will read them:

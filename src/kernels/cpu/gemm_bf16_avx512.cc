@@ -66,8 +66,6 @@ STRATA_AVX512_BF16 void dot_tile(const uint16_t* x, int64_t ldx, const uint16_t*
 // A decode step's single row of x (m = 1), as linear_avx512.cc's gemv: each weight row read start
 // to end before the next, one sequential run with a software prefetch kGemvPrefetchBytes ahead;
 // dot_tile's vdpbf16ps chain and store_tile's reduction per output, so the tiled kernel's bits.
-constexpr int64_t kGemvPrefetchBytes = 8192;
-
 STRATA_AVX512_BF16 __m512 gemv_row(const uint16_t* x, const uint16_t* w, int64_t k) {
   // uintptr_t: the prefetched lines may lie past the weights (prefetches never fault).
   uintptr_t pf = reinterpret_cast<uintptr_t>(w) + kGemvPrefetchBytes;

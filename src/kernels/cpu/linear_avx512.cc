@@ -101,7 +101,6 @@ STRATA_AVX512 void dot_tile(const float* x, int64_t ldx, const typename W::T* w,
 // prefetchers never lock on to). The rows' chains are independent, so out-of-order execution
 // overlaps one row's multiply-adds with the next's loads. Every output is dot_tile's chain and
 // store_tile's reduction (four outputs at a time), so its bits are the tiled kernel's.
-constexpr int64_t kGemvPrefetchBytes = 8192;
 
 template <class W>
 STRATA_AVX512 __m512 gemv_row(const float* x, const typename W::T* w, int64_t k) {
