@@ -11,12 +11,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "core/thread_pool.h"
 #include "cuda_step_runner.h"
+#include "hand_batch.h"
+#include "kv/host_kv_buffer.h"
 #include "model/cuda/cuda_model.h"
+#include "model/llama_family.h"
+#include "model/model.h"
 #include "model/safetensors.h"
 
 namespace strata::model {
@@ -26,14 +36,19 @@ constexpr double kBf16Factor = 2.0;    // Strata's error <= 2x transformers-bf16
 constexpr double kKnockoutFactor = 10.0;
 
 const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models-gpu/";
-const std::vector<std::string> kFixtures = {"llama3-gqa-hd128", "qwen2-bias-hd64",
+const std::vector<std::string> kFixtures = {"llama3-gqa-hd128",  "qwen2-bias-hd64",
                                             "qwen3-qknorm-hd64", "mistral-swa-hd64",
-                                            "qwen2-yarn-hd64"};
+                                            "qwen2-yarn-hd64",   "gemma3-hybrid-hd256"};
 
 class CudaModelTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+    // A fixture listed before it is made (on the GPU machine) skips, naming the command.
+    if (!std::filesystem::exists(kModelsDir + GetParam() + "/reference.safetensors")) {
+      GTEST_SKIP() << "fixture " << GetParam() << " is not made yet: python3 "
+                   << "tools/fixtures/make_gpu_fixtures.py --only " << GetParam();
+    }
     CudaModelOptions o;
     o.model_dir = kModelsDir + GetParam();
     o.block_size = kBlockSize;
@@ -261,6 +276,149 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelTest, ::testing::ValuesIn(kFixtures)
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
+
+// Gemma 3 at head dim 256 against the CPU engine on the same dummy weights, without a fixture:
+// the CPU engine matches transformers to 1e-4 (tests/engine/gemma3_engine_test.cc), so a GPU
+// row far from the CPU's means a Gemma feature (the (1 + w) norms, sandwich norms, scaled
+// embeddings, query_pre_attn_scalar, per-layer RoPE and window, GeGLU, the soft cap) is missing
+// or wrong on the GPU, not bf16 noise. Dummy weights (uniform +-0.02, norm weights +-0.1 around 0
+// as Model::load makes them for Gemma) keep the logits small, so the bound is relative.
+constexpr double kGemmaDummyRelBound =
+    0.05;  // set before any GPU run: bf16's ~0.4% per op, 4 layers
+
+const char* kGemma3DummyConfig = R"({
+  "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+  "vocab_size": 256, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 256,
+  "query_pre_attn_scalar": 192, "sliding_window": 24,
+  "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+  "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                         "rope_theta": 1000000.0},
+                      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+  "final_logit_softcapping": 0.5, "attn_logit_softcapping": null,
+  "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06,
+  "max_position_embeddings": 1024, "tie_word_embeddings": true,
+  "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0
+})";
+
+TEST(CudaGemma3Test, MatchesTheCpuEngineOnDummyWeightsWholeAndInDecodeSteps) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "gemma3-hd256";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << kGemma3DummyConfig;
+  constexpr uint64_t kSeed = 5;
+  Model cpu = Model::load({.model_dir = dir,
+                           .load_format = LoadFormat::kDummy,
+                           .dummy_seed = kSeed,
+                           .dummy_dtype = DType::kBF16});
+  const ModelConfig& config = cpu.config();
+  ASSERT_EQ(config.head_dim, 256);
+  // The same tensors as Model::load's dummy store (model.cc: norm weights near zero for
+  // Gemma's 1 + w), uploaded to the GPU as a checkpoint would be.
+  DummyWeightsConfig dummy;
+  dummy.scale = 0.02f;
+  dummy.range_for = [](std::string_view name) -> std::optional<DummyRange> {
+    if (name.find("norm") != std::string_view::npos) return DummyRange{-0.1f, 0.1f};
+    return std::nullopt;
+  };
+  const WeightStore store =
+      WeightStore::dummy(llama_family_tensors(config), DType::kBF16, kSeed, dummy);
+  CudaModelOptions o;
+  o.model_dir = dir;
+  o.block_size = kBlockSize;
+  o.num_blocks = 64;
+  o.max_num_tokens = 256;
+  o.max_num_seqs = 4;
+  std::unique_ptr<CudaModel> gpu = CudaModel::create(config, &store, o);
+  const int64_t vocab = config.vocab_size;
+
+  std::mt19937 rng(17);
+  std::vector<int32_t> tokens(97);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % vocab);
+  const auto len = static_cast<int32_t>(tokens.size());
+  // The CPU engine's logits at every position (one fp32 pool, the window in its kernel's mask).
+  std::vector<float> want(static_cast<size_t>(len * vocab));
+  {
+    ThreadPool pool(2);
+    kv::HostKvBuffer kv(kv::KvLayout(cpu.kv_spec(DType::kF32), kBlockSize), 16);
+    std::vector<int32_t> row(8);
+    for (int32_t b = 0; b < 8; ++b) row[static_cast<size_t>(b)] = 1 + b;
+    test_util::HandBatch batch(kBlockSize);
+    batch.add(tokens, 0, row, len);
+    ForwardBatch b = batch.view();
+    std::vector<int32_t> all_rows(static_cast<size_t>(len));
+    for (int32_t i = 0; i < len; ++i) all_rows[static_cast<size_t>(i)] = i;
+    b.logits_rows = all_rows;
+    ASSERT_TRUE(cpu.forward(b, kv, want, pool).ok());
+  }
+  auto check = [&](const std::vector<float>& got, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double worst = 0.0;
+    int clear = 0;
+    for (int32_t p = 0; p < len; ++p) {
+      const float* g = got.data() + static_cast<int64_t>(p) * vocab;
+      const float* r = want.data() + static_cast<int64_t>(p) * vocab;
+      double norm = 0.0, max_delta = 0.0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        norm += double{r[v]} * r[v];
+        max_delta = std::max<double>(max_delta, std::fabs(g[v] - r[v]));
+      }
+      const double rel = row_dist(g, r, vocab) / std::sqrt(norm);
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, kGemmaDummyRelBound) << what << ", position " << p;
+      std::vector<float> sorted(r, r + vocab);
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      if (sorted[0] - sorted[1] > 2.0 * max_delta) {
+        ++clear;
+        EXPECT_EQ(std::max_element(g, g + vocab) - g, std::max_element(r, r + vocab) - r)
+            << what << ", position " << p;
+      }
+    }
+    std::printf(
+        "[ gemma3 hd256 dummy ] %s: worst relative L2 to the CPU engine %.4f, %d clear "
+        "argmax positions\n",
+        what.c_str(), worst, clear);
+  };
+  {
+    Runner runner(*gpu);
+    Seq seq{tokens};
+    check(runner.step({{&seq, len}})[0], "whole prompt");
+  }
+  {
+    Runner runner(*gpu);
+    Seq seq{tokens};
+    std::vector<float> all;
+    while (seq.num_computed < len - 30) {  // 29-token chunks: prefill across the window's edge
+      const int32_t n = std::min(29, len - 30 - seq.num_computed);
+      const auto out = runner.step({{&seq, n}});
+      all.insert(all.end(), out[0].begin(), out[0].end());
+    }
+    while (seq.num_computed < len) {  // then the decode kernel, past the 24-token window
+      const auto out = runner.step({{&seq, 1}});
+      all.insert(all.end(), out[0].begin(), out[0].end());
+    }
+    check(all, "chunks + decode");
+  }
+}
+
+// Quantized KV caches have no head-dim-256 kernels: the GPU model refuses them at start.
+TEST(CudaGemma3Test, RefusesAQuantizedKvCacheAtHeadDim256) {
+  if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const ModelConfig config = parse_model_config_text(kGemma3DummyConfig, "gemma3 dummy");
+  CudaModelOptions o;
+  o.load_format = LoadFormat::kDummy;
+  o.block_size = kBlockSize;
+  o.num_blocks = 16;
+  o.max_num_tokens = 64;
+  o.max_num_seqs = 2;
+  o.kv_dtype = DType::kF8E4M3;
+  try {
+    const std::unique_ptr<CudaModel> accepted = CudaModel::create(config, nullptr, o);
+    ADD_FAILURE() << "an fp8 KV cache at head dim 256 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim 256"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace strata::model

@@ -28,7 +28,7 @@
 #                                           was put together)
 #
 # GPU_CHECK_STEPS picks the run's steps (default: all of tests bench prefill ops tensor_cores torch
-# kvquant codec mla engine_tests engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute
+# kvquant codec mla moe engine_tests engine_bench memcheck racecheck), so a run fits the GPU machine's 10-minute
 # calls; the record (docs/gpu-runs.md) merges what the runs of one build measured.
 # GPU_CHECK_JOBS sets the build's parallelism (default 1); GPU_CHECK_SANITIZER_FILTER the tests
 # run under the sanitizers.
@@ -158,13 +158,14 @@ cmd_build() {
   cmake -S "$CARRY/project" -B "$CARRY/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DSTRATA_CUDA_EXTRA_HEAD_DIMS=ON >/dev/null
   ninja -C "$CARRY/build" -j "$JOBS" strata_kernels_cuda_test strata_decode_bench strata_prefill_bench \
-    strata_model_ops_bench strata_tensor_core_bench strata_kv_codec_split_bench strata_mla_decode_bench
+    strata_model_ops_bench strata_tensor_core_bench strata_kv_codec_split_bench strata_mla_decode_bench \
+    strata_moe_bench
   mkdir -p "$CARRY/bin"
   cp "$CARRY/build/tests_kernels_cuda/strata_kernels_cuda_test" "$CARRY/bin/"
   cp "$CARRY/build/bench_cuda/strata_decode_bench" "$CARRY/build/bench_cuda/strata_prefill_bench" \
     "$CARRY/build/bench_cuda/strata_model_ops_bench" "$CARRY/build/bench_cuda/strata_tensor_core_bench" \
     "$CARRY/build/bench_cuda/strata_kv_codec_split_bench" "$CARRY/build/bench_cuda/strata_mla_decode_bench" \
-    "$CARRY/bin/"
+    "$CARRY/build/bench_cuda/strata_moe_bench" "$CARRY/bin/"
   cp "$ROOT/tools/gpu/bench_decode_torch.py" "$CARRY/bin/"
   build_engine
   local gpu_paths=(src/kernels/cuda tests/kernels/cuda bench/cuda src/model/cuda tests/model)
@@ -191,16 +192,16 @@ cmd_build() {
     "$CARRY/bin/engine_cuda_engine_test" \
     "$CARRY/bin/strata_kernels_cuda_test" "$CARRY/bin/strata_decode_bench" "$CARRY/bin/strata_prefill_bench" \
     "$CARRY/bin/strata_model_ops_bench" "$CARRY/bin/strata_tensor_core_bench" \
-    "$CARRY/bin/strata_kv_codec_split_bench" "$CARRY/bin/strata_mla_decode_bench"
+    "$CARRY/bin/strata_kv_codec_split_bench" "$CARRY/bin/strata_mla_decode_bench" "$CARRY/bin/strata_moe_bench"
   mkdir -p "$ROOT/.devcarry/gpu-pack"
   tar cf - -C "$CARRY" bin | xz -T2 --lzma2=preset=6,dict=512MiB >"$ROOT/.devcarry/gpu-pack/bin.tar.xz"
   # The same build in two halves, for calls where the tree and the whole pack together exceed
   # what one call may upload: the kernels' test and benchmarks (the steps tests, bench, prefill,
-  # ops, tensor_cores, torch, kvquant, codec, mla, memcheck, racecheck), and the rest (the
+  # ops, tensor_cores, torch, kvquant, codec, mla, moe, memcheck, racecheck), and the rest (the
   # engine's steps). `run` unpacks whichever of the three it finds.
   local kernel_files=(build-info.txt strata_kernels_cuda_test strata_decode_bench strata_prefill_bench
     strata_model_ops_bench strata_tensor_core_bench strata_kv_codec_split_bench
-    strata_mla_decode_bench bench_decode_torch.py)
+    strata_mla_decode_bench strata_moe_bench bench_decode_torch.py)
   local engine_files
   mapfile -t engine_files < <(cd "$CARRY/bin" && ls -A | grep -v -x -F -f <(printf '%s\n' "${kernel_files[@]:1}"))
   mkdir -p "$ROOT/.devcarry/gpu-pack-kernels" "$ROOT/.devcarry/gpu-pack-engine"
@@ -217,7 +218,7 @@ cmd_build() {
 step() {
   local name="$1" log="$2" limit="$3"
   shift 3
-  case " ${GPU_CHECK_STEPS:-tests bench prefill ops tensor_cores torch kvquant codec mla engine_tests engine_bench memcheck racecheck} " in
+  case " ${GPU_CHECK_STEPS:-tests bench prefill ops tensor_cores torch kvquant codec mla moe engine_tests engine_bench memcheck racecheck} " in
     *" $name "*) ;;
     *) return 0 ;;
   esac
@@ -273,6 +274,12 @@ cmd_run() {
   step mla bench 240 bash -c 'STRATA_MLA_TEST_VERBOSE=1 "$1/strata_kernels_cuda_test" \
     --gtest_filter="MlaDecode*" --gtest_brief=1; a=$?; "$1/strata_mla_decode_bench" --json /tmp/mla.json &&
     echo "mla-json: $(tr -d "\n" </tmp/mla.json)"; exit $((a | $?))' _ "$bin"
+  # The MoE layer (docs/kernels.md, "MoE layer"): its tests (also in the tests step), then the
+  # layer at Mixtral / Qwen3-MoE / DeepSeek-V2-Lite shapes against the dense GEMM and the copy,
+  # JSON on one "moe-json: " line.
+  step moe bench 240 bash -c '"$1/strata_kernels_cuda_test" --gtest_filter="Moe*" --gtest_brief=1; a=$?;
+    "$1/strata_moe_bench" --json /tmp/moe.json && echo "moe-json: $(tr -d "\n" </tmp/moe.json)";
+    exit $((a | $?))' _ "$bin"
   # The GPU engine. The model test reads its fixtures from the path compiled in on the CPU
   # machine (the checkout it was built in, ROOT/tests/data): point that path at this checkout.
   export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -317,7 +324,7 @@ cmd_run() {
   # merge paths, padded rows and small blocks, at a few hundred tokens). Racecheck also
   # runs the quantized prefill sweep, whose producer hands code stages between its threads and
   # the bulk copies (every code dtype, both head dims).
-  local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*:*KvCodecSplitCorrupt*:MlaDecodeTest.BothMergePaths:MlaDecodeTest.SharpSoftmax:MlaDecodeTest.PaddedLatentRowsAndSmallBlocks}"
+  local filter="${GPU_CHECK_SANITIZER_FILTER:-*Small*:*Append*:*BlockCopy*:*Mass*:*Window*:*KvCodecSplitCorrupt*:MlaDecodeTest.BothMergePaths:MlaDecodeTest.SharpSoftmax:MlaDecodeTest.PaddedLatentRowsAndSmallBlocks:MoePermuteTest.*:MoeRouteTest.TiesGoToTheLowerExpertId:MoeLayerTest.ReplaysFromAGraphForANewRouting}"
   step memcheck sanitizer 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$bin/strata_kernels_cuda_test" --gtest_brief=1 --gtest_filter="$filter"
   step racecheck sanitizer 200 compute-sanitizer --tool racecheck --error-exitcode 3 \
@@ -328,7 +335,7 @@ cmd_run() {
   tail -n 20 "$OUT/engine.log" 2>/dev/null || true
   grep -E "^###|PASSED|FAILED|SUMMARY" "$OUT/sanitizer.log" 2>/dev/null || true
   tail -n 24 "$OUT/bench.log" 2>/dev/null || true
-  grep -v Warning "$OUT/bench.log" 2>/dev/null | grep -v "^  return\|^kvq-json\|^codec-json\|^mla-json" | tail -n 30 || true
+  grep -v Warning "$OUT/bench.log" 2>/dev/null | grep -v "^  return\|^kvq-json\|^codec-json\|^mla-json\|^moe-json" | tail -n 30 || true
 }
 
 cmd_report() {
@@ -394,6 +401,8 @@ if "codec" in status:
     lines.append(f"| KV codec split on the GPU (`strata_kv_codec_split_bench`) | {status['codec']} | see below |")
 if "mla" in status:
     lines.append(f"| MLA decode tests and benchmark (`strata_mla_decode_bench`) | {status['mla']} | in the run's bench.log |")
+if "moe" in status:
+    lines.append(f"| MoE layer tests and benchmark (`strata_moe_bench`) | {status['moe']} | in the run's bench.log |")
 if "kvquant_e2e" in status:
     lines.append(f"| quantized KV end to end (`tools/gpu/gpu_kv_quant_bench.sh`) | {status['kvquant_e2e']} | see below |")
 if "fp8_weights" in status:

@@ -37,11 +37,12 @@ constexpr bool is_quantized_kv(DType d) {
 // of that set because its append and attention take the newest blocks too.
 inline constexpr DType kInt4KvDType = DType::kI4;
 
-// Head dims with instantiated attention kernels; 96 and 256 behind STRATA_CUDA_EXTRA_HEAD_DIMS.
+// Head dims with instantiated attention kernels for 16-bit caches (256: Gemma 3); 96 behind
+// STRATA_CUDA_EXTRA_HEAD_DIMS.
 #ifdef STRATA_CUDA_EXTRA_HEAD_DIMS
 inline constexpr std::array<int32_t, 4> kAttentionHeadDims = {64, 96, 128, 256};
 #else
-inline constexpr std::array<int32_t, 2> kAttentionHeadDims = {64, 128};
+inline constexpr std::array<int32_t, 3> kAttentionHeadDims = {64, 128, 256};
 #endif
 
 // Block sizes (tokens per block) the kernels accept; the pool's block_size is one of these.

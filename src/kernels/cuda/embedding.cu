@@ -1,8 +1,10 @@
-// embedding(): gathers token rows of a bf16 / f16 table into fp32 rows (model_ops.h).
+// embedding(): gathers token rows of a bf16 / f16 table into fp32 rows, times a scale (Gemma 3's
+// sqrt(hidden_size); 1 leaves every value exact) (model_ops.h).
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -22,6 +24,7 @@ struct EmbeddingArgs {
   float* out;
   int32_t num_tokens;
   int32_t hidden;
+  float scale;
 };
 
 // Grid: x covers one row in chunks of kThreads * kVec elements, y strides over tokens. Each
@@ -39,10 +42,12 @@ __global__ void __launch_bounds__(kThreads)
       float f[8];
       detail::unpack8<kDType>(detail::load_stream16(static_cast<const uint16_t*>(a.table) + src),
                               f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) f[e] *= a.scale;
       reinterpret_cast<float4*>(dst)[0] = make_float4(f[0], f[1], f[2], f[3]);
       reinterpret_cast<float4*>(dst)[1] = make_float4(f[4], f[5], f[6], f[7]);
     } else {
-      *dst = detail::load1<kDType>(a.table, src);
+      *dst = detail::load1<kDType>(a.table, src) * a.scale;
     }
   }
 }
@@ -70,14 +75,15 @@ Status embedding(const EmbeddingParams& p, cudaStream_t stream) {
     return Status::Unsupported("embedding table dtype " + std::string(dtype_name(p.table_dtype)) +
                                " (supported: BF16, F16)");
   }
-  if (p.num_tokens < 0 || p.hidden <= 0) {
-    return Status::InvalidArgument("embedding needs num_tokens >= 0 and hidden > 0");
+  if (p.num_tokens < 0 || p.hidden <= 0 || !(p.scale > 0.0f && p.scale < INFINITY)) {
+    return Status::InvalidArgument(
+        "embedding needs num_tokens >= 0, hidden > 0 and a positive finite scale");
   }
   if (p.num_tokens == 0) return Status::Ok();
   if (p.token_ids == nullptr || p.table == nullptr || p.out == nullptr) {
     return Status::InvalidArgument("embedding needs token_ids, table and out");
   }
-  const EmbeddingArgs a{p.token_ids, p.table, p.out, p.num_tokens, p.hidden};
+  const EmbeddingArgs a{p.token_ids, p.table, p.out, p.num_tokens, p.hidden, p.scale};
   const bool vec =
       p.hidden % 8 == 0 && detail::aligned_to(p.table, 16) && detail::aligned_to(p.out, 16);
   if (p.table_dtype == DType::kBF16) {

@@ -26,7 +26,7 @@
 
 namespace strata::cuda {
 
-// out[t, :] = float(table[token_ids[t], :]).
+// out[t, :] = float(table[token_ids[t], :]) * scale.
 struct EmbeddingParams {
   const int32_t* token_ids = nullptr;  // [num_tokens] device, each in [0, vocab_size)
   const void* table = nullptr;         // [vocab_size, hidden], table_dtype (BF16 or F16)
@@ -34,12 +34,15 @@ struct EmbeddingParams {
   float* out = nullptr;  // [num_tokens, hidden] fp32
   int32_t num_tokens = 0;
   int32_t hidden = 0;
+  float scale = 1.0f;  // Gemma 3: sqrt(hidden_size) in the checkpoint's dtype; else 1 (exact)
 };
 Status embedding(const EmbeddingParams& params, cudaStream_t stream);
 
 // For each output row r (source row i = rows ? rows[r] : r):
 //   if delta: residual[i, :] += delta[r...]   (delta is [num_rows, hidden] fp32, row-aligned
 //                                              with residual when rows == nullptr)
+//     or, with delta_weight (Gemma 3's post-attention / post-feedforward norms):
+//             residual[i, :] += (delta[r, :] * rsqrt(mean(delta[r, :]^2) + eps)) * delta_weight
 //   out[r, :] = bf16(residual[i, :] * rsqrt(mean(residual[i, :]^2) + eps) * weight)
 // The sum of squares is reduced in fp32 in a fixed order per row (no atomics), so a row's
 // result does not depend on the number of rows. `rows` gathers the rows to normalize (the
@@ -49,6 +52,8 @@ Status embedding(const EmbeddingParams& params, cudaStream_t stream);
 struct RmsNormParams {
   float* residual = nullptr;     // [num_residual_rows, hidden] fp32 (updated in place by delta)
   const float* delta = nullptr;  // nullable, [num_rows, hidden] fp32
+  // nullable (needs delta), [hidden] fp32; hidden <= 8192 (Unsupported beyond)
+  const float* delta_weight = nullptr;
   const void* weight = nullptr;  // [hidden], weight_dtype (BF16, F16 or F32)
   DType weight_dtype = DType::kBF16;
   const int32_t* rows = nullptr;  // nullable, [num_rows] device row indices into residual
@@ -102,6 +107,15 @@ struct SiluAndMulParams {
   int32_t intermediate = 0;
 };
 Status silu_and_mul(const SiluAndMulParams& params, cudaStream_t stream);
+
+// The same with GeGLU's tanh-approximated GELU (Gemma 3's gelu_pytorch_tanh):
+//   out[t, i] = bf16(gelu_tanh(float(gate_up[t, i])) * float(gate_up[t, intermediate + i])),
+//   gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+Status gelu_tanh_and_mul(const SiluAndMulParams& params, cudaStream_t stream);
+
+// logits[i] = cap * tanh(logits[i] / cap) for n fp32 values in place (Gemma's
+// final_logit_softcapping); cap > 0.
+Status logit_softcap(float* logits, int64_t n, float cap, cudaStream_t stream);
 
 // Element-wise conversion of n fp32 values to bf16 (round to nearest even), e.g. weights at load.
 Status f32_to_bf16(const float* in, void* out, int64_t n, cudaStream_t stream);

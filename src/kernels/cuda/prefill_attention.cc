@@ -73,10 +73,15 @@ Status prefill_attention_variant(const PrefillAttentionParams& params, PrefillWs
   STRATA_RETURN_IF_ERROR(validate(params));
   if (params.layout.num_seqs == 0 || params.max_q_len == 0) return Status::Ok();
   return dispatch_attention_dtypes(params.qo_dtype, params.cache.dtype, [&]<DType kQ, DType kKv>() {
-    return dispatch_value<kPrefillHeadDims>(
-        params.cache.head_dim, "prefill head_dim", [&]<int32_t kHeadDim>() {
-          return run_prefill_attention<kQ, kKv, kHeadDim>(params, variant, stream);
-        });
+    auto run = [&]<int32_t kHeadDim>() {
+      return run_prefill_attention<kQ, kKv, kHeadDim>(params, variant, stream);
+    };
+    if constexpr (kKv != kQ) {  // a quantized cache (FP8, INT8, INT4)
+      return dispatch_value<kQuantizedKvHeadDims>(params.cache.head_dim,
+                                                  "prefill head_dim over a quantized cache", run);
+    } else {
+      return dispatch_value<kPrefillHeadDims>(params.cache.head_dim, "prefill head_dim", run);
+    }
   });
 }
 

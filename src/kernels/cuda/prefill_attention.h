@@ -15,8 +15,9 @@
 
 namespace strata::cuda {
 
-// Head dims with a prefill kernel instance.
-inline constexpr std::array<int32_t, 2> kPrefillHeadDims = {64, 128};
+// Head dims with a prefill kernel instance for 16-bit caches (256: the mma.sync kernel over the
+// whole key range); quantized caches have kQuantizedKvHeadDims (dispatch.h).
+inline constexpr std::array<int32_t, 3> kPrefillHeadDims = {64, 128, 256};
 
 struct PrefillAttentionParams {
   const void* q = nullptr;     // [num_q_tokens, num_qo_heads, head_dim], the q/o dtype
@@ -27,8 +28,9 @@ struct PrefillAttentionParams {
   // must not exceed its kv_len. Query row i of s sits at position kv_len - q_len + i.
   const int32_t* qo_indptr = nullptr;
   PagedKvLayout layout;      // device pointers
-  // dtype in kKvDTypes (q and o are then cache.dtype) or in kQuantizedKvDTypes (q and o are
-  // qo_dtype; dispatch.h); head_dim in kPrefillHeadDims.
+  // dtype in kKvDTypes (q and o are then cache.dtype; head_dim in kPrefillHeadDims) or in
+  // kQuantizedKvDTypes or INT4 (q and o are qo_dtype; head_dim in kQuantizedKvHeadDims;
+  // dispatch.h).
   PagedKvCacheView cache;
   // INT4 (KIVI) caches only: the newest-blocks group's layer, layout and R, as in
   // DecodeAttentionParams (query row at position p reads logical block jb from it iff

@@ -36,9 +36,11 @@ enum class PrefillWsVariant { kBase, kPingPong, kPingPong3, kIndependent3, kPing
 inline constexpr std::array<PrefillWsVariant, 5> kPrefillWsVariants = {
     PrefillWsVariant::kBase, PrefillWsVariant::kPingPong, PrefillWsVariant::kPingPong3,
     PrefillWsVariant::kIndependent3, PrefillWsVariant::kPingPongSerial};
-// What prefill_attention runs: on the H200, kPingPong is 2-4 % faster than kPingPong3 at every
-// benchmarked shape (docs/benchmarks.md, "CUDA prefill attention").
-inline constexpr PrefillWsVariant kDefaultPrefillWsVariant = PrefillWsVariant::kPingPong;
+// What prefill_attention runs: kPingPongSerial, which spills no registers, is 1.2-3.7 % faster
+// than kPingPong on BF16 (and 0.7-2.4 % on FP8) at every benchmarked shape on an H100, and
+// kPingPong 2-4 % faster than kPingPong3 on the H200 (docs/benchmarks.md, "CUDA prefill
+// attention").
+inline constexpr PrefillWsVariant kDefaultPrefillWsVariant = PrefillWsVariant::kPingPongSerial;
 
 inline const char* prefill_ws_variant_name(PrefillWsVariant v) {
   switch (v) {

@@ -1,6 +1,8 @@
 #pragma once
-// Device code of paged prefill attention over INT4's newest blocks (docs/kernels.md); 16-bit,
-// FP8, INT8 caches and INT4's int4 keys run prefill_ws_kernel.cuh. Included only through
+// Device code of the mma.sync paged prefill attention: over INT4's newest blocks, and over the
+// whole key range of a 16-bit cache at head dim 256 (kWhole), where the warp-specialized kernel's
+// 128-row Q and 128-key K/V tiles do not fit shared memory (docs/kernels.md); every other 16-bit,
+// FP8, INT8 cache and INT4's int4 keys run prefill_ws_kernel.cuh. Included only through
 // prefill_attention_run.cuh (and the kernel arguments by prefill_ws_kernel.cuh).
 //
 // A thread block of kWarps warps owns 16 * kWarps query rows: heads_per_block query heads of one
@@ -103,20 +105,26 @@ __device__ __forceinline__ PrefillBlock prefill_block(const PrefillKernelArgs& a
 }
 
 // kWarps warps per block, K/V tiles of kKvTile tokens (the kernel's kMinBlocks blocks per SM
-// cap its registers).
+// cap its registers). Past head dim 128 the Q fragments are read from shared memory for each
+// product instead of held in registers (64 of them at 256, which O's 128 accumulators leave no
+// room for).
 template <int kHeadDim, int kWarps, int kKvTile>
 struct PrefillShape {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kPitch = kHeadDim + 8;  // elements per shared-memory row
   static constexpr int kTileElems = kKvTile * kPitch;
   static constexpr int kStages = 2;
-  // kStages x (K, V) 16-bit tiles.
+  static constexpr bool kQSmem = kHeadDim > 128;
+  // kStages x (K, V) 16-bit tiles, then (kQSmem) each warp's 16 query rows.
   static constexpr size_t kTileBytes = 2 * kTileElems * sizeof(uint16_t);
-  static constexpr size_t kSmemBytes = kStages * kTileBytes;
+  static constexpr size_t kQBytes = kQSmem ? 16u * kWarps * kPitch * sizeof(uint16_t) : 0u;
+  static constexpr size_t kSmemBytes = kStages * kTileBytes + kQBytes;
 };
 
-// kQDType: q, o and the cache (bf16 or fp16).
-template <DType kQDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks>
+// kQDType: q, o and the cache (bf16 or fp16). kWhole: every key of the row's causal (and window)
+// range from the layout's block table, o written as it is; else INT4's newest part (its keys
+// from the newest-blocks group's table, merged into o by the log-sum-exps).
+template <DType kQDType, int kHeadDim, int kWarps, int kKvTile, int kMinBlocks, bool kWhole>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     prefill_attention_kernel(const __grid_constant__ PrefillKernelArgs a) {
   using Shape = PrefillShape<kHeadDim, kWarps, kKvTile>;
@@ -136,9 +144,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   if (r0 >= q_len) return;
   const int kv_hi = offset + min(q_len, r0 + a.tokens_per_block);  // exclusive
   int kv_lo = a.window_left >= 0 ? max(0, offset + r0 - a.window_left) : 0;
-  // The newest blocks' keys of the block's first row on, by logical block.
-  kv_lo = max(kv_lo, int4_keys(offset + r0, a.block_size, a.newest_blocks));
-  const int32_t* pages = a.kv_indices + a.newest_indptr[seq] - a.newest_first_block[seq];
+  // INT4's newest part: the newest blocks' keys of the block's first row on, by logical block.
+  if constexpr (!kWhole) kv_lo = max(kv_lo, int4_keys(offset + r0, a.block_size, a.newest_blocks));
+  const int32_t* pages = kWhole ? a.kv_indices + page_begin
+                                : a.kv_indices + a.newest_indptr[seq] - a.newest_first_block[seq];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -155,27 +164,45 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // The warp's attended keys: [w_lo, w_hi).
   const int w_hi = offset + min(q_len, w_r0 + 16);
   int w_lo = a.window_left >= 0 ? max(0, offset + w_r0 - a.window_left) : 0;
-  // Each row's first key in the newest blocks (its int4 keys lie before it).
-  const int split_a = int4_keys(pos_a, a.block_size, a.newest_blocks);
-  const int split_b = int4_keys(pos_b, a.block_size, a.newest_blocks);
-  w_lo = max(w_lo, int4_keys(offset + w_r0, a.block_size, a.newest_blocks));
+  // Each row's first key in the newest blocks (its int4 keys lie before it); 0 when whole.
+  const int split_a = kWhole ? 0 : int4_keys(pos_a, a.block_size, a.newest_blocks);
+  const int split_b = kWhole ? 0 : int4_keys(pos_b, a.block_size, a.newest_blocks);
+  if constexpr (!kWhole) w_lo = max(w_lo, int4_keys(offset + w_r0, a.block_size, a.newest_blocks));
 
   extern __shared__ uint4 smem[];
   char* s_base = reinterpret_cast<char*>(smem);
 
-  // Q fragments for all k-chunks (zeros for rows past q_len).
-  uint32_t qf[kChunks][4];
+  // Q fragments for all k-chunks (zeros for rows past q_len): in registers, or (kQSmem) the
+  // warp's 16 rows in shared memory, [16][kPitch], read by ldmatrix for each product.
+  constexpr bool kQSmem = Shape::kQSmem;
+  uint32_t qf[kQSmem ? 1 : kChunks][4];
   const T* q_head = static_cast<const T*>(a.q) + head * kHeadDim;
-  auto q_word = [&](int row, int col) -> uint32_t {
-    if (row >= q_len) return 0u;
-    return *reinterpret_cast<const uint32_t*>(q_head + (q_begin + row) * a.q_token_stride + col);
-  };
+  T* const q_s = reinterpret_cast<T*>(s_base + Shape::kStages * Shape::kTileBytes) +
+                 warp * 16 * kPitch;
+  if constexpr (kQSmem) {
+    for (int i = lane; i < 16 * kRowVecs; i += 32) {
+      const int r = i / kRowVecs;
+      const int c = i % kRowVecs;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (w_r0 + r < q_len) {
+        v = *reinterpret_cast<const uint4*>(q_head + (q_begin + w_r0 + r) * a.q_token_stride +
+                                            c * 8);
+      }
+      *reinterpret_cast<uint4*>(q_s + r * kPitch + c * 8) = v;
+    }
+    __syncwarp();
+  } else {
+    auto q_word = [&](int row, int col) -> uint32_t {
+      if (row >= q_len) return 0u;
+      return *reinterpret_cast<const uint32_t*>(q_head + (q_begin + row) * a.q_token_stride + col);
+    };
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    qf[c][0] = q_word(row_a, 16 * c + 2 * t);
-    qf[c][1] = q_word(row_b, 16 * c + 2 * t);
-    qf[c][2] = q_word(row_a, 16 * c + 8 + 2 * t);
-    qf[c][3] = q_word(row_b, 16 * c + 8 + 2 * t);
+    for (int c = 0; c < kChunks; ++c) {
+      qf[c][0] = q_word(row_a, 16 * c + 2 * t);
+      qf[c][1] = q_word(row_b, 16 * c + 2 * t);
+      qf[c][2] = q_word(row_a, 16 * c + 8 + 2 * t);
+      qf[c][3] = q_word(row_b, 16 * c + 8 + 2 * t);
+    }
   }
 
   float o[kDimTiles][4];
@@ -240,14 +267,25 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
       for (int n = 0; n < kTokTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
+        uint32_t qa[4];
+        if constexpr (kQSmem) {
+          // (rows 0..7, channels 16c..+7), (8..15, 16c..), (0..7, 16c+8..), (8..15, 16c+8..)
+          // -> a0..a3.
+          ldmatrix_x4(qa, q_s + ((mi & 1) * 8 + mr) * kPitch + 16 * c + (mi >> 1) * 8);
+        } else {
+          qa[0] = qf[c][0];
+          qa[1] = qf[c][1];
+          qa[2] = qf[c][2];
+          qa[3] = qf[c][3];
+        }
 #pragma unroll
         for (int p = 0; p < kTokTiles / 2; ++p) {
           // (tokens 16p..+7, channels 16c..+7), (16p..+7, 16c+8..), (16p+8.., 16c..),
           // (16p+8.., 16c+8..) -> b0, b1 of n-tile 2p, then of 2p + 1.
           uint32_t b[4];
           ldmatrix_x4(b, ks + (16 * p + (mi >> 1) * 8 + mr) * kPitch + 16 * c + (mi & 1) * 8);
-          mma_16816<kQDType>(s[2 * p], qf[c], b[0], b[1]);
-          mma_16816<kQDType>(s[2 * p + 1], qf[c], b[2], b[3]);
+          mma_16816<kQDType>(s[2 * p], qa, b[0], b[1]);
+          mma_16816<kQDType>(s[2 * p + 1], qa, b[2], b[3]);
         }
       }
       // Scale and mask (causal, window, tile end, and each row's own first newest-block key); new
@@ -337,7 +375,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
   // The newest part weighs the int4 part's output (already in o, its log-sum-exps in lse)
   // against its own: o = w_i o_i + w_n o_n, weights 2^(lse - max) normalized.
   float prev_a = 0.0f, prev_b = 0.0f;  // the int4 part's weights (newest part)
-  {
+  if constexpr (!kWhole) {
     const float lse_a = row_lse2(m_a, l_a);
     const float lse_b = row_lse2(m_b, l_b);
     const float* lse_a_at = a.lse + static_cast<int64_t>(q_begin + row_a) * a.num_qo_heads + head;
@@ -358,15 +396,13 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks)
     const int col = 8 * j + 2 * t;
     if (row_a < q_len) {
       auto* out = reinterpret_cast<uint32_t*>(o_head + (q_begin + row_a) * a.o_token_stride + col);
-      const float2 before =
-          unpack2<kQDType>(*out);
+      const float2 before = kWhole ? make_float2(0.0f, 0.0f) : unpack2<kQDType>(*out);
       *out =
           pack2<kQDType>(o[j][0] * inv_a + prev_a * before.x, o[j][1] * inv_a + prev_a * before.y);
     }
     if (row_b < q_len) {
       auto* out = reinterpret_cast<uint32_t*>(o_head + (q_begin + row_b) * a.o_token_stride + col);
-      const float2 before =
-          unpack2<kQDType>(*out);
+      const float2 before = kWhole ? make_float2(0.0f, 0.0f) : unpack2<kQDType>(*out);
       *out =
           pack2<kQDType>(o[j][2] * inv_b + prev_b * before.x, o[j][3] * inv_b + prev_b * before.y);
     }
@@ -416,7 +452,7 @@ template <DType kQDType, int kHeadDim>
 Status launch_prefill_newest(const PrefillAttentionParams& p, cudaStream_t stream) {
   constexpr int kWarps = 4;
   using Shape = PrefillShape<kHeadDim, kWarps, 64>;
-  auto* kernel = prefill_attention_kernel<kQDType, kHeadDim, kWarps, 64, 2>;
+  auto* kernel = prefill_attention_kernel<kQDType, kHeadDim, kWarps, 64, 2, false>;
   // Once per instance: allow the dynamic shared memory beyond the default 48 KiB.
   static const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
@@ -427,6 +463,31 @@ Status launch_prefill_newest(const PrefillAttentionParams& p, cudaStream_t strea
   a.newest_indptr = p.newest.layout.kv_indptr;
   a.newest_first_block = p.newest.layout.first_block;
   a.lse = p.lse_workspace;
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
+                  static_cast<unsigned>(c.num_kv_heads * a.head_tiles),
+                  static_cast<unsigned>(p.layout.num_seqs));
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(a);
+  STRATA_CUDA_CHECK_LAUNCH();
+  return Status::Ok();
+}
+
+// A 16-bit cache at a head dim the warp-specialized kernel has no room for (256): the whole key
+// range through this kernel, 8 warps (128 query rows) per block, one block per SM, K/V tiles of
+// kPrefillWholeKvTile keys, Q read from shared memory (PrefillShape::kQSmem: 202,752 bytes in
+// all). O's 128 accumulators per thread leave ptxas 20 bytes to spill at 255 registers, the
+// least of the shapes tried (docs/kernels.md, "Head dim 256").
+inline constexpr int kPrefillWholeKvTile = 64;
+
+template <DType kQDType, int kHeadDim>
+Status launch_prefill_whole(const PrefillAttentionParams& p, cudaStream_t stream) {
+  constexpr int kWarps = 8;
+  using Shape = PrefillShape<kHeadDim, kWarps, kPrefillWholeKvTile>;
+  auto* kernel = prefill_attention_kernel<kQDType, kHeadDim, kWarps, kPrefillWholeKvTile, 1, true>;
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Shape::kSmemBytes));
+  STRATA_CUDA_CHECK(configured);
+  const PagedKvCacheView& c = p.cache;
+  const PrefillKernelArgs a = prefill_kernel_args(p, 16 * kWarps, kWarps);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.max_q_len, a.tokens_per_block)),
                   static_cast<unsigned>(c.num_kv_heads * a.head_tiles),
                   static_cast<unsigned>(p.layout.num_seqs));

@@ -1,4 +1,5 @@
-// rms_norm(): fp32 residual (+= delta) -> RMSNorm -> bf16, one thread block per row (model_ops.h).
+// rms_norm(): fp32 residual (+= delta, or += rmsnorm(delta) * delta_weight: Gemma 3's sandwich
+// norm) -> RMSNorm -> bf16, one thread block per row (model_ops.h).
 //
 // A row is held in registers: thread j of the block owns the chunks j, j + blockDim.x, ... of
 // kVec elements (kVec = 8: two 16-byte loads of fp32, one 16-byte store of bf16), at most kPer
@@ -24,10 +25,12 @@ namespace {
 constexpr int kPreferredThreads = 256;
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxPer = 8;
+constexpr int kMaxDeltaNormValues = 32;  // per thread, for rms_norm's delta_weight
 
 struct RmsNormArgs {
   float* residual;
   const float* delta;
+  const float* delta_weight;
   const void* weight;
   const int32_t* rows;
   __nv_bfloat16* out;
@@ -83,20 +86,56 @@ __global__ void __launch_bounds__(kMaxThreads)
 
   float x[kPer][kVec];
   float ss = 0.0f;
+  // The normed delta only in shapes of up to 32 values per thread (hidden <= 8192; the launcher
+  // refuses wider): compiled into the 64-value shape it would add to that shape's spills (ptxas:
+  // 160 bytes without it, 750 with).
+  constexpr bool kDeltaNorm = kPer * kVec <= kMaxDeltaNormValues;
+  if (kDeltaNorm && d_row != nullptr && a.delta_weight != nullptr) {
+    // The delta normed first (its own mean square, the same fixed tree), times delta_weight, then
+    // added: x = residual + (delta * rsqrt(mean(delta^2) + eps)) * delta_weight.
+    float dss = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int32_t col = (threadIdx.x + j * blockDim.x) * kVec;
-    if (col < a.hidden) {
-      load_f32<kVec>(x_row + col, x[j]);
-      if (d_row != nullptr) {
-        float d[kVec];
-        load_f32<kVec>(d_row + col, d);
+    for (int j = 0; j < kPer; ++j) {
+      const int32_t col = (threadIdx.x + j * blockDim.x) * kVec;
+      if (col < a.hidden) {
+        load_f32<kVec>(d_row + col, x[j]);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) x[j][e] += d[e];
-        store_f32<kVec>(x_row + col, x[j]);
+        for (int e = 0; e < kVec; ++e) dss = fmaf(x[j][e], x[j][e], dss);
       }
+    }
+    dss = detail::block_sum(dss, scratch);
+    const float d_scale = rsqrtf(dss * a.inv_hidden + a.eps);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) ss = fmaf(x[j][e], x[j][e], ss);
+    for (int j = 0; j < kPer; ++j) {
+      const int32_t col = (threadIdx.x + j * blockDim.x) * kVec;
+      if (col < a.hidden) {
+        float res[kVec];
+        float dw[kVec];
+        load_f32<kVec>(x_row + col, res);
+        load_f32<kVec>(a.delta_weight + col, dw);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) x[j][e] = res[e] + (x[j][e] * d_scale) * dw[e];
+        store_f32<kVec>(x_row + col, x[j]);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) ss = fmaf(x[j][e], x[j][e], ss);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int32_t col = (threadIdx.x + j * blockDim.x) * kVec;
+      if (col < a.hidden) {
+        load_f32<kVec>(x_row + col, x[j]);
+        if (d_row != nullptr) {
+          float d[kVec];
+          load_f32<kVec>(d_row + col, d);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) x[j][e] += d[e];
+          store_f32<kVec>(x_row + col, x[j]);
+        }
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) ss = fmaf(x[j][e], x[j][e], ss);
+      }
     }
   }
   ss = detail::block_sum(ss, scratch);
@@ -178,6 +217,9 @@ Status validate(const RmsNormParams& p) {
   if (p.rows != nullptr && p.delta != nullptr) {
     return Status::InvalidArgument("rms_norm: a row gather (rows) cannot add a delta");
   }
+  if (p.delta_weight != nullptr && p.delta == nullptr) {
+    return Status::InvalidArgument("rms_norm: delta_weight norms a delta, and there is none");
+  }
   return Status::Ok();
 }
 
@@ -188,15 +230,21 @@ Status rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.num_rows == 0) return Status::Ok();
   const bool vec = p.hidden % 8 == 0 && detail::aligned_to(p.residual, 16) &&
                    detail::aligned_to(p.out, 16) && detail::aligned_to(p.weight, 16) &&
-                   (p.delta == nullptr || detail::aligned_to(p.delta, 16));
+                   (p.delta == nullptr || detail::aligned_to(p.delta, 16)) &&
+                   (p.delta_weight == nullptr || detail::aligned_to(p.delta_weight, 16));
   const int64_t units = vec ? p.hidden / 8 : p.hidden;
   if (units > int64_t{kMaxPer} * kMaxThreads) {
     return Status::Unsupported("rms_norm: hidden = " + std::to_string(p.hidden) +
                                " is wider than one block holds");
   }
   const Shape s = choose_shape(units);
+  if (p.delta_weight != nullptr && s.per * (vec ? 8 : 1) > kMaxDeltaNormValues) {
+    return Status::Unsupported("rms_norm: hidden = " + std::to_string(p.hidden) +
+                               " is wider than a normed delta (delta_weight) takes");
+  }
   const RmsNormArgs a{p.residual,
                       p.delta,
+                      p.delta_weight,
                       p.weight,
                       p.rows,
                       static_cast<__nv_bfloat16*>(p.out),

@@ -51,6 +51,16 @@ cuda::DeviceBuffer device_bytes(int64_t bytes, const char* what) {
   return take(cuda::DeviceBuffer::allocate(static_cast<size_t>(std::max<int64_t>(bytes, 16))), what);
 }
 
+// Gemma's sqrt(hidden_size) as transformers applies it and the CPU engine does (model.cc): a
+// float32 scalar cast to the embedding table's dtype (the checkpoint's); 1 for other models.
+float gpu_embedding_scale(const ModelConfig& c, DType table_dtype) {
+  if (!c.scale_embeddings) return 1.0f;
+  const auto scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
+  if (table_dtype == DType::kBF16) return bf16_to_f32(f32_to_bf16(scale));
+  if (table_dtype == DType::kF16) return f16_to_f32(f32_to_f16(scale));
+  return scale;
+}
+
 // Rows of logits computed at once (the LM head's GEMM M); the buffer is kLogitsChunk x vocab fp32.
 constexpr int32_t kLogitsChunk = 512;
 
@@ -125,15 +135,20 @@ void CudaModel::Impl::allocate_scratch() {
         options.max_num_tokens, static_cast<int32_t>(config.num_attention_heads));
     lse_workspace = device_bytes(lse_floats * 4, "GPU attention workspace");
   }
-  const std::vector<float> freqs = rope_inv_freq(config.rope, config.head_dim);
-  inv_freq = device_bytes(static_cast<int64_t>(freqs.size() * 4), "RoPE table");
-  check(cuda_status(cudaMemcpy(inv_freq.data(), freqs.data(), freqs.size() * 4,
-                               cudaMemcpyHostToDevice)),
-        "RoPE table");
+  auto upload_table = [&](const RopeConfig& rope, cuda::DeviceBuffer& out) {
+    const std::vector<float> freqs = rope_inv_freq(rope, config.head_dim);
+    out = device_bytes(static_cast<int64_t>(freqs.size() * 4), "RoPE table");
+    check(cuda_status(cudaMemcpy(out.data(), freqs.data(), freqs.size() * 4,
+                                 cudaMemcpyHostToDevice)),
+          "RoPE table");
+  };
+  upload_table(config.rope, inv_freq);
+  if (config.sliding_rope) upload_table(*config.sliding_rope, sliding_inv_freq);
+  if (config.sandwich_norms) branch = device_bytes(t * h * 4, "GPU activations");
   int64_t bytes = 0;
   for (const cuda::DeviceBuffer* b :
        {&residual, &normed, &qkv, &attn, &gate_up, &act, &logits, &workspace, &lse_workspace,
-        &inv_freq, &sampled_tokens, &sampled_logprobs}) {
+        &inv_freq, &sliding_inv_freq, &branch, &sampled_tokens, &sampled_logprobs}) {
     bytes += static_cast<int64_t>(b->bytes());
   }
   if (options.weight_dtype == DType::kF8E4M3) {
@@ -222,6 +237,11 @@ Status CudaModel::Impl::head(const CudaStepInputs::Device& in, std::span<float> 
     p.n = vocab;
     p.k = config.hidden_size;
     STRATA_RETURN_IF_ERROR(gemm.run(p, stream.get()));
+    if (config.final_logit_softcapping > 0.0) {  // Gemma's cap, before any copy or draw
+      STRATA_RETURN_IF_ERROR(cuda::logit_softcap(logits.as<float>(), int64_t{n} * vocab,
+                                                 static_cast<float>(config.final_logit_softcapping),
+                                                 stream.get()));
+    }
     // Rows [r0, r0 + n): logits rows first, then sample rows.
     const int32_t copy_end = std::min(r0 + n, in.num_logits_rows);
     if (copy_end > r0) {
@@ -269,6 +289,7 @@ Status CudaModel::Impl::run_body(const CudaStepInputs::Device& in, std::span<flo
   embed.out = residual.as<float>();
   embed.num_tokens = in.num_tokens;
   embed.hidden = static_cast<int32_t>(config.hidden_size);
+  embed.scale = embed_scale;
   STRATA_RETURN_IF_ERROR(cuda::embedding(embed, stream.get()));
   for (int32_t l = 0; l < static_cast<int32_t>(config.num_hidden_layers); ++l) {
     STRATA_RETURN_IF_ERROR(run_layer(l, in));
@@ -382,6 +403,28 @@ Status CudaModel::Impl::norm(const DeviceTensor& weight, const int32_t* rows, in
   return cuda::rms_norm(p, stream.get());
 }
 
+Status CudaModel::Impl::sandwich_add_norm(const DeviceTensor& branch_weight,
+                                          const DeviceTensor& weight, int32_t num_rows) {
+  cuda::RmsNormParams p;
+  p.residual = residual.as<float>();
+  p.delta = branch.as<float>();
+  p.delta_weight = static_cast<const float*>(branch_weight.data());
+  p.weight = weight.data();
+  p.weight_dtype = weight.dtype;
+  p.out = normed.data();
+  p.num_rows = num_rows;
+  p.hidden = static_cast<int32_t>(config.hidden_size);
+  p.eps = static_cast<float>(config.rms_norm_eps);
+  return cuda::rms_norm(p, stream.get());
+}
+
+float CudaModel::Impl::attention_scale() const {
+  // Gemma 3: 1 / sqrt(query_pre_attn_scalar), as the CPU engine (Model::run_attention).
+  return config.query_pre_attn_scalar > 0.0
+             ? static_cast<float>(1.0 / std::sqrt(config.query_pre_attn_scalar))
+             : 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+}
+
 Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& in) {
   const PagedKvCacheView cache = layout.layer_view(pool.data(), l);
   // INT4: the newest blocks are read from the newest-blocks group's pool (in.newest_layout says
@@ -394,7 +437,7 @@ Status CudaModel::Impl::run_attention(int32_t l, const CudaStepInputs::Device& i
            : NewestBlocksView{};
   auto* qkv_base = qkv.as<uint16_t>();
   const int32_t window = config.layer_sliding_window[static_cast<size_t>(l)];
-  const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  const float scale = attention_scale();
   // The leading one-token sequences (decode rows, also in a step that carries prompt chunks) go
   // through the decode kernel, which streams each sequence's K/V split across the GPU; the
   // prefill kernel would give each of them a 16-row query tile and one block per KV head.
@@ -454,12 +497,14 @@ Status CudaModel::Impl::rope_and_append(int32_t l, const CudaLayerWeights& w,
   rope.qkv = qkv.data();
   rope.token_stride = qkv_width();
   rope.positions = in.positions;
-  rope.inv_freq = inv_freq.as<float>();
+  const bool sliding = sliding_rope_layer(l);
+  rope.inv_freq = sliding ? sliding_inv_freq.as<float>() : inv_freq.as<float>();
   rope.q_norm = w.q_norm.empty() ? nullptr : w.q_norm.data();
   rope.k_norm = w.k_norm.empty() ? nullptr : w.k_norm.data();
   rope.norm_dtype = w.q_norm.empty() ? DType::kBF16 : w.q_norm.dtype;
   rope.eps = static_cast<float>(config.rms_norm_eps);
-  rope.attention_scaling = static_cast<float>(rope_attention_factor(config.rope));  // YaRN's
+  rope.attention_scaling = static_cast<float>(
+      rope_attention_factor(sliding ? *config.sliding_rope : config.rope));  // YaRN's
   rope.num_tokens = in.num_tokens;
   rope.num_q_heads = static_cast<int32_t>(config.num_attention_heads);
   rope.num_kv_heads = static_cast<int32_t>(config.num_key_value_heads);
@@ -509,22 +554,46 @@ Status CudaModel::Impl::capture_attention(int32_t l, const CudaStepInputs::Devic
   return Status::Ok();
 }
 
+// Llama-family layer (docs/gpu-engine.md): the o_proj and down_proj products accumulate into the
+// fp32 residual, and each norm reads it. Gemma 3 (sandwich norms): the two products go to
+// `branch` instead, and one rms_norm launch norms the branch by its output norm, adds it to the
+// residual and norms the sum by the next norm (the MLP's input norm, then the next layer's input
+// norm or, after the last layer, the final norm, whose output head() makes again for the rows it
+// wants); so layer l > 0 finds its input norm already in `normed`.
 Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
   const CudaLayerWeights& w = weights.layers[static_cast<size_t>(l)];
   const int64_t t = in.num_tokens;
   const int64_t h = config.hidden_size;
-  const int64_t inter = config.intermediate_size;
-  STRATA_RETURN_IF_ERROR(norm(w.input_norm, nullptr, in.num_tokens));
+  const bool sandwich = config.sandwich_norms;
+  if (!sandwich || l == 0) STRATA_RETURN_IF_ERROR(norm(w.input_norm, nullptr, in.num_tokens));
   STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.qkv, w.qkv_scale, w.qkv_bias, qkv.data(), qkv_width(),
                                   DType::kBF16, false, t, qkv_width(), h));
   STRATA_RETURN_IF_ERROR(rope_and_append(l, w, in));
   STRATA_RETURN_IF_ERROR(run_attention(l, in));
   if (attention_capture != nullptr) STRATA_RETURN_IF_ERROR(capture_attention(l, in));
-  STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_scale, w.o_bias, residual.data(), h,
-                                  DType::kF32, true, t, h, q_width()));
-  STRATA_RETURN_IF_ERROR(norm(w.post_attention_norm, nullptr, in.num_tokens));
+  if (!sandwich) {
+    STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_scale, w.o_bias,
+                                    residual.data(), h, DType::kF32, true, t, h, q_width()));
+    STRATA_RETURN_IF_ERROR(norm(w.post_attention_norm, nullptr, in.num_tokens));
+    return run_mlp(w, t, residual.as<float>(), true);
+  }
+  STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_scale, w.o_bias,
+                                  branch.data(), h, DType::kF32, false, t, h, q_width()));
+  STRATA_RETURN_IF_ERROR(sandwich_add_norm(w.attn_output_norm, w.post_attention_norm, in.num_tokens));
+  STRATA_RETURN_IF_ERROR(run_mlp(w, t, branch.as<float>(), false));
+  const bool last = l + 1 == static_cast<int32_t>(config.num_hidden_layers);
+  const DeviceTensor& next_norm =
+      last ? weights.final_norm : weights.layers[static_cast<size_t>(l) + 1].input_norm;
+  return sandwich_add_norm(w.mlp_output_norm, next_norm, in.num_tokens);
+}
+
+Status CudaModel::Impl::run_mlp(const CudaLayerWeights& w, int64_t t, float* d, bool accumulate) {
+  const int64_t h = config.hidden_size;
+  const int64_t inter = config.intermediate_size;
   // act = silu_and_mul(gate | up): formed in the GEMV's epilogue where it takes the product (few
   // rows), else through the gate_up buffer and silu_and_mul. Gemm chooses by shape (gemm.h).
+  // GeGLU (Gemma 3): gate | up into the gate_up buffer, then gelu_tanh_and_mul.
+  const bool gelu = config.mlp_activation == MlpActivation::kGeluTanh;
   cuda::GemmParams mlp;
   mlp.a = normed.data();
   mlp.lda = h;
@@ -534,16 +603,24 @@ Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
   mlp.w_scale =
       w.gate_up_scale.empty() ? nullptr : static_cast<const float*>(w.gate_up_scale.data());
   mlp.bias = w.gate_up_bias.empty() ? nullptr : w.gate_up_bias.data();
-  mlp.d = act.data();
-  mlp.ldd = inter;
+  mlp.d = gelu ? gate_up.data() : act.data();
+  mlp.ldd = gelu ? 2 * inter : inter;
   mlp.m = t;
   mlp.n = 2 * inter;
   mlp.k = h;
-  mlp.epilogue = cuda::GemmEpilogue::kSiluAndMul;
-  mlp.product_scratch = gate_up.data();
+  mlp.epilogue = gelu ? cuda::GemmEpilogue::kNone : cuda::GemmEpilogue::kSiluAndMul;
+  mlp.product_scratch = gelu ? nullptr : gate_up.data();
   STRATA_RETURN_IF_ERROR(gemm.run(mlp, stream.get()));
-  return gemm_run(act.data(), inter, w.down_proj, w.down_scale, w.down_bias, residual.data(), h, DType::kF32,
-                  true, t, h, inter);
+  if (gelu) {
+    cuda::SiluAndMulParams g;
+    g.gate_up = gate_up.data();
+    g.out = act.data();
+    g.num_tokens = static_cast<int32_t>(t);
+    g.intermediate = static_cast<int32_t>(inter);
+    STRATA_RETURN_IF_ERROR(cuda::gelu_tanh_and_mul(g, stream.get()));
+  }
+  return gemm_run(act.data(), inter, w.down_proj, w.down_scale, w.down_bias, d, h, DType::kF32,
+                  accumulate, t, h, inter);
 }
 
 CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -602,10 +679,14 @@ std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightSto
   }
   const auto head_dim = static_cast<int32_t>(config.head_dim);
   if (!cuda::contains(cuda::kAttentionHeadDims, head_dim) ||
-      !cuda::contains(cuda::kPrefillHeadDims, head_dim) ||
-      (quantized && !cuda::contains(cuda::kQuantizedKvHeadDims, head_dim))) {
+      !cuda::contains(cuda::kPrefillHeadDims, head_dim)) {
     throw Error("--device cuda: head_dim " + std::to_string(config.head_dim) +
-                " has no CUDA attention kernel (supported: 64, 128)");
+                " has no CUDA attention kernel (supported: 64, 128, 256)");
+  }
+  if (quantized && !cuda::contains(cuda::kQuantizedKvHeadDims, head_dim)) {
+    throw Error("--device cuda: KV cache dtype " + std::string(dtype_name(options.kv_dtype)) +
+                " has no CUDA attention kernel at head_dim " + std::to_string(head_dim) +
+                " (quantized KV caches: head_dim 64 or 128); use --kv-cache-dtype bfloat16");
   }
   if (!cuda::contains(cuda::kKvBlockSizes, options.block_size)) {
     throw Error("--device cuda: block size " + std::to_string(options.block_size) +
@@ -637,9 +718,11 @@ std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightSto
     check(quantize_weights_fp8(device_weights), "FP8 weights on the GPU");
   }
   const int64_t weight_bytes = device_weights.bytes();
+  const float embed_scale = gpu_embedding_scale(config, device_weights.embed_source_dtype);
   auto impl = std::make_unique<Impl>(std::move(config), options, std::move(device_weights),
                                      std::move(stream), std::move(gemm));
   impl->info.weight_bytes = weight_bytes;
+  impl->embed_scale = embed_scale;
   impl->inputs = take(CudaStepInputs::create(options.max_num_tokens, options.max_num_seqs,
                                               static_cast<int32_t>(impl->config.vocab_size)),
                       "GPU step inputs");

@@ -15,6 +15,14 @@
 // padded batch size and KV-length bound (inputs at fixed addresses, cuda_step_inputs.h), so the
 // ~10 launches per layer cost one graph launch.
 //
+// Gemma3ForCausalLM (the flags of ModelConfig, as the CPU engine runs them): its (1 + weight)
+// norms' weights are uploaded as 1 + weight, the embeddings are scaled, the attention scale is
+// 1 / sqrt(query_pre_attn_scalar), the sliding layers rotate by their own RoPE table and mask
+// their window in the attention kernels, the MLP is GeGLU (gelu_tanh after a plain gate|up
+// GEMM), the o and down products are normed (sandwich norms) before their residual adds, and the
+// logits are soft-capped. Its sliding and global layers share the one pool: the GPU runner has no
+// window group (docs/gpu-engine.md).
+//
 // INT4 (KIVI) layers keep each sequence's newest blocks at full precision in a second device
 // pool, the newest-blocks group's (docs/kv.md, "INT4's newest-blocks group"): bf16 blocks of
 // kv::newest_blocks_spec's shape with their own block ids. Their K/V append goes to it, the

@@ -72,6 +72,13 @@ struct CudaModel::Impl {
   cuda::Gemm gemm;
   CudaDecoderWeights weights;
   cuda::DeviceBuffer inv_freq;  // [head_dim / 2] fp32
+  // Gemma 3: the sliding-window layers' RoPE table when it differs (ModelConfig::sliding_rope),
+  // else empty; the embedding scale (1 for every other model).
+  cuda::DeviceBuffer sliding_inv_freq;  // [head_dim / 2] fp32
+  float embed_scale = 1.0f;
+  // Gemma 3's sandwich norms: each block's output [max_num_tokens, hidden] fp32, normed before
+  // its residual add (rms_norm's delta_weight); empty for every other model.
+  cuda::DeviceBuffer branch;
   // Activations for max_num_tokens rows (docs/gpu-engine.md draws the flow).
   cuda::DeviceBuffer residual, normed, qkv, attn, gate_up, act, logits, workspace;
   cuda::DeviceBuffer sampled_tokens, sampled_logprobs;  // [max_num_tokens] each
@@ -133,6 +140,18 @@ struct CudaModel::Impl {
                   const DeviceTensor& bias, void* d, int64_t ldd, DType d_dtype, bool accumulate,
                   int64_t m, int64_t n, int64_t k);
   Status norm(const DeviceTensor& weight, const int32_t* rows, int32_t num_rows);
+  // Gemma 3: residual += rmsnorm(branch) * branch_weight, then normed = rmsnorm(residual) *
+  // weight, over num_rows rows (rms_norm's delta_weight).
+  Status sandwich_add_norm(const DeviceTensor& branch_weight, const DeviceTensor& weight,
+                           int32_t num_rows);
+  // The MLP: normed -> act (SwiGLU fused in the GEMM's epilogue, or GeGLU's gelu_tanh after a
+  // plain GEMM) -> down_proj into d (fp32, accumulated into it when accumulate).
+  Status run_mlp(const CudaLayerWeights& w, int64_t t, float* d, bool accumulate);
+  // Layer l's RoPE (its window's table: Gemma 3's sliding layers have their own).
+  bool sliding_rope_layer(int32_t l) const {
+    return config.sliding_rope && config.layer_sliding_window[static_cast<size_t>(l)] > 0;
+  }
+  float attention_scale() const;
   // Final norm, LM head, and then either a copy to the host (logits rows) or the sampling
   // kernel (sample rows, into sampled_tokens / sampled_logprobs), kLogitsChunk rows at a time so
   // the logits buffer stays small.

@@ -63,9 +63,21 @@ Result<DeviceTensor> upload_bias(std::initializer_list<TensorView> parts) {
   return upload_bf16(parts);
 }
 
-Result<DeviceTensor> optional_raw(const TensorView& t) {
+// A norm weight: as stored, or (Gemma 3's (1 + weight) norms) 1 + weight in F32, so the norm
+// kernels multiply by it as by any other weight (the CPU engine adds the 1 in fp32 too). Empty
+// stays empty.
+Result<DeviceTensor> upload_norm(const TensorView& t, bool unit_offset) {
   if (t.empty()) return DeviceTensor{};
-  return upload_raw(t);
+  if (!unit_offset) return upload_raw(t);
+  std::vector<float> host(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    host[static_cast<size_t>(i)] = 1.0f + load_as_f32(t.data, t.dtype, i);
+  }
+  Result<DeviceTensor> out = allocate(DType::kF32, t.numel());
+  if (!out.ok()) return out.status();
+  STRATA_CUDA_CHECK(cudaMemcpy(out->buffer.data(), host.data(), host.size() * 4,
+                               cudaMemcpyHostToDevice));
+  return out;
 }
 
 #define STRATA_ASSIGN_TENSOR(lhs, expr)    \
@@ -75,13 +87,15 @@ Result<DeviceTensor> optional_raw(const TensorView& t) {
     (lhs) = std::move(r_).value();         \
   } while (0)
 
-Status upload_layer(const LayerWeights& w, CudaLayerWeights& out) {
-  STRATA_ASSIGN_TENSOR(out.input_norm, upload_raw(w.input_norm));
-  STRATA_ASSIGN_TENSOR(out.post_attention_norm, upload_raw(w.post_attention_norm));
+Status upload_layer(const LayerWeights& w, bool unit_offset, CudaLayerWeights& out) {
+  STRATA_ASSIGN_TENSOR(out.input_norm, upload_norm(w.input_norm, unit_offset));
+  STRATA_ASSIGN_TENSOR(out.post_attention_norm, upload_norm(w.post_attention_norm, unit_offset));
+  STRATA_ASSIGN_TENSOR(out.attn_output_norm, upload_norm(w.attn_output_norm, unit_offset));
+  STRATA_ASSIGN_TENSOR(out.mlp_output_norm, upload_norm(w.mlp_output_norm, unit_offset));
   STRATA_ASSIGN_TENSOR(out.qkv, upload_bf16({w.q_proj, w.k_proj, w.v_proj}));
   STRATA_ASSIGN_TENSOR(out.qkv_bias, upload_bias({w.q_bias, w.k_bias, w.v_bias}));
-  STRATA_ASSIGN_TENSOR(out.q_norm, optional_raw(w.q_norm));
-  STRATA_ASSIGN_TENSOR(out.k_norm, optional_raw(w.k_norm));
+  STRATA_ASSIGN_TENSOR(out.q_norm, upload_norm(w.q_norm, unit_offset));
+  STRATA_ASSIGN_TENSOR(out.k_norm, upload_norm(w.k_norm, unit_offset));
   STRATA_ASSIGN_TENSOR(out.o_proj, upload_bf16({w.o_proj}));
   STRATA_ASSIGN_TENSOR(out.o_bias, upload_bias({w.o_bias}));
   STRATA_ASSIGN_TENSOR(out.gate_up, upload_bf16({w.gate_proj, w.up_proj}));
@@ -111,6 +125,20 @@ struct DummyFiller {
   }
   Result<DeviceTensor> matrix(int64_t numel) { return fill(numel, -0.02f, 0.02f); }
   Result<DeviceTensor> norm(int64_t numel) { return fill(numel, 0.9f, 1.1f); }
+  // A norm weight the kernels read as F32 (Gemma's, with the 1 of (1 + weight) folded in).
+  Result<DeviceTensor> norm_f32(int64_t numel) {
+    Result<DeviceTensor> out = allocate(DType::kF32, numel);
+    if (!out.ok()) return out.status();
+    cuda::RandomFillParams p;
+    p.data = out->buffer.data();
+    p.dtype = DType::kF32;
+    p.num_elements = numel;
+    p.seed = seed * 1000003 + next++;
+    p.lo = 0.9f;
+    p.hi = 1.1f;
+    STRATA_RETURN_IF_ERROR(cuda::random_fill(p, nullptr));
+    return out;
+  }
 };
 
 }  // namespace
@@ -118,7 +146,8 @@ struct DummyFiller {
 int64_t CudaDecoderWeights::bytes() const {
   int64_t total = embed.bytes() + final_norm.bytes() + lm_head.bytes();
   for (const CudaLayerWeights& l : layers) {
-    for (const DeviceTensor* t : {&l.input_norm, &l.post_attention_norm, &l.qkv, &l.qkv_bias,
+    for (const DeviceTensor* t : {&l.input_norm, &l.post_attention_norm, &l.attn_output_norm,
+                                  &l.mlp_output_norm, &l.qkv, &l.qkv_bias,
                                   &l.q_norm, &l.k_norm, &l.o_proj, &l.o_bias, &l.gate_up,
                                   &l.gate_up_bias, &l.down_proj, &l.down_bias, &l.qkv_scale,
                                   &l.o_scale, &l.gate_up_scale, &l.down_scale}) {
@@ -177,12 +206,13 @@ Status quantize_weights_fp8(CudaDecoderWeights& weights) {
 Result<CudaDecoderWeights> upload_weights(const ModelConfig& config, const WeightStore& store) {
   const DecoderWeights w = bind_llama_family(config, store);
   CudaDecoderWeights out;
+  out.embed_source_dtype = w.embed.dtype;
   STRATA_ASSIGN_TENSOR(out.embed, upload_bf16({w.embed}));
-  STRATA_ASSIGN_TENSOR(out.final_norm, upload_raw(w.final_norm));
+  STRATA_ASSIGN_TENSOR(out.final_norm, upload_norm(w.final_norm, config.norm_unit_offset));
   if (w.lm_head.data != w.embed.data) STRATA_ASSIGN_TENSOR(out.lm_head, upload_bf16({w.lm_head}));
   out.layers.resize(w.layers.size());
   for (size_t l = 0; l < w.layers.size(); ++l) {
-    STRATA_RETURN_IF_ERROR(upload_layer(w.layers[l], out.layers[l]));
+    STRATA_RETURN_IF_ERROR(upload_layer(w.layers[l], config.norm_unit_offset, out.layers[l]));
   }
   return out;
 }
@@ -201,6 +231,10 @@ Result<CudaDecoderWeights> dummy_weights(const ModelConfig& c, uint64_t seed) {
   for (CudaLayerWeights& l : out.layers) {
     STRATA_ASSIGN_TENSOR(l.input_norm, f.norm(hidden));
     STRATA_ASSIGN_TENSOR(l.post_attention_norm, f.norm(hidden));
+    if (c.sandwich_norms) {  // delta_weight of rms_norm: F32
+      STRATA_ASSIGN_TENSOR(l.attn_output_norm, f.norm_f32(hidden));
+      STRATA_ASSIGN_TENSOR(l.mlp_output_norm, f.norm_f32(hidden));
+    }
     STRATA_ASSIGN_TENSOR(l.qkv, f.matrix((q_out + 2 * kv_out) * hidden));
     if (c.qkv_bias) STRATA_ASSIGN_TENSOR(l.qkv_bias, f.matrix(q_out + 2 * kv_out));
     if (c.qk_norm) {

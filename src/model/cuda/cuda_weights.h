@@ -3,7 +3,8 @@
 // q, k and v projections are fused into one [ (q_heads + 2 kv_heads) * head_dim, hidden ] matrix
 // and gate and up into one [2 * intermediate, hidden] matrix, so a layer runs four GEMMs. Matrices
 // and biases are BF16 (a checkpoint in F32 or F16 is rounded once at load); norm weights keep the
-// checkpoint's dtype (the norm kernels read F32, BF16 and F16). With FP8 weights
+// checkpoint's dtype (the norm kernels read F32, BF16 and F16), except Gemma 3's (1 + weight) norms,
+// uploaded as 1 + weight in F32 (ModelConfig::norm_unit_offset). With FP8 weights
 // (quantize_weights_fp8) the four matrices of each layer hold e4m3 codes beside one fp32 scale
 // per output channel (row); the embedding and the LM head stay BF16.
 //
@@ -34,6 +35,9 @@ struct DeviceTensor {
 
 struct CudaLayerWeights {
   DeviceTensor input_norm, post_attention_norm;  // [hidden]
+  // [hidden] F32 or empty: Gemma 3's norms of the attention's and the MLP's outputs before their
+  // residual adds (LayerWeights::attn_output_norm, mlp_output_norm), 1 + weight.
+  DeviceTensor attn_output_norm, mlp_output_norm;
   DeviceTensor qkv, qkv_bias;                    // [(q_heads + 2 kv_heads) * head_dim, hidden], [..]
   DeviceTensor q_norm, k_norm;                   // [head_dim] (Qwen3) or empty
   DeviceTensor o_proj, o_bias;                   // [hidden, q_heads * head_dim], [hidden]
@@ -45,6 +49,7 @@ struct CudaLayerWeights {
 
 struct CudaDecoderWeights {
   DeviceTensor embed;       // [vocab, hidden] BF16
+  DType embed_source_dtype = DType::kBF16;  // the checkpoint's (Gemma 3's embedding scale)
   std::vector<CudaLayerWeights> layers;
   DeviceTensor final_norm;  // [hidden]
   DeviceTensor lm_head;     // [vocab, hidden] BF16; empty when tied (use embed)
@@ -64,7 +69,8 @@ Result<CudaDecoderWeights> upload_weights(const ModelConfig& config, const Weigh
 Status quantize_weights_fp8(CudaDecoderWeights& weights);
 
 // Seeded random weights of the config's shapes, generated on the device: matrices uniform in
-// [-0.02, 0.02], norm weights in [0.9, 1.1] (activations stay in range over many layers).
+// [-0.02, 0.02], norm weights in [0.9, 1.1] (activations stay in range over many layers; for
+// Gemma 3 these are the uploaded 1 + weight).
 Result<CudaDecoderWeights> dummy_weights(const ModelConfig& config, uint64_t seed);
 
 }  // namespace strata::model

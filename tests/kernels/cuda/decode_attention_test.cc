@@ -304,6 +304,48 @@ TEST_F(DecodeAttentionTest, SlidingWindow) {
   }
 }
 
+// Head dim 256 (Gemma 3, in the release set): its group sizes (2 for 4B and 12B) and others,
+// sliding windows (Gemma's 1024 and 512 among them) split and unsplit, a long context with a
+// shared first block, both 16-bit dtypes.
+TEST_F(DecodeAttentionTest, HeadDim256GroupsWindowsAndLongContext) {
+  uint64_t seed = 1200;
+  for (DType dtype : kKvDTypes) {
+    for (int32_t group : {1, 2, 4, 8, 16}) {
+      DecodeCase c;
+      c.dtype = dtype;
+      c.head_dim = 256;
+      c.group_size = group;
+      c.num_kv_heads = group >= 8 ? 1 : 2;
+      c.kv_lens = {17, 300, 1, 0};
+      c.num_splits = group % 2 == 0 ? 3 : 1;
+      c.seed = seed++;
+      run_case(c);
+    }
+    for (int32_t window : {0, 13, 511, 1023}) {
+      for (int32_t splits : {1, 0}) {
+        DecodeCase c;
+        c.dtype = dtype;
+        c.head_dim = 256;
+        c.group_size = 2;
+        c.block_size = window == 13 ? 8 : 64;
+        c.kv_lens = {1, 17, 97, 2049};
+        c.window_left = window;
+        c.num_splits = splits;
+        c.seed = seed++;
+        run_case(c);
+      }
+    }
+    DecodeCase long_ctx;
+    long_ctx.dtype = dtype;
+    long_ctx.head_dim = 256;
+    long_ctx.group_size = 2;
+    long_ctx.kv_lens = {33000, 5};
+    long_ctx.share_first_block = true;
+    long_ctx.seed = seed++;
+    run_case(long_ctx);
+  }
+}
+
 TEST_F(DecodeAttentionTest, AttentionMassAddsProbabilitiesPerSlot) {
   for (DType dtype : kKvDTypes) {
     for (int32_t splits : {1, 3}) {

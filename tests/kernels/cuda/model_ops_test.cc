@@ -103,9 +103,10 @@ std::vector<float> random_floats(size_t n, float lo, float hi, std::mt19937_64& 
 // ---- embedding ----------------------------------------------------------------------------
 
 void run_embedding(DType dtype, int32_t hidden, int32_t num_tokens, int64_t out_offset,
-                   uint64_t seed) {
+                   uint64_t seed, float scale = 1.0f) {
   SCOPED_TRACE(std::string(dtype_name(dtype)) + " hidden " + std::to_string(hidden) + " tokens " +
-               std::to_string(num_tokens) + " offset " + std::to_string(out_offset));
+               std::to_string(num_tokens) + " offset " + std::to_string(out_offset) + " scale " +
+               std::to_string(scale));
   std::mt19937_64 rng(seed);
   constexpr int32_t kVocab = 1000;
   const std::vector<uint16_t> table =
@@ -124,6 +125,7 @@ void run_embedding(DType dtype, int32_t hidden, int32_t num_tokens, int64_t out_
   p.out = d_out.as<float>() + out_offset;
   p.num_tokens = num_tokens;
   p.hidden = hidden;
+  p.scale = scale;
   STRATA_ASSERT_OK(embedding(p, nullptr));
   sync_device();
   const auto got = download<float>(d_out, n + out_offset);
@@ -131,7 +133,8 @@ void run_embedding(DType dtype, int32_t hidden, int32_t num_tokens, int64_t out_
   for (int32_t t = 0; t < num_tokens; ++t) {
     for (int32_t i = 0; i < hidden; ++i) {
       ref[static_cast<size_t>(t) * hidden + i] =
-          to_f32(table[static_cast<size_t>(ids[t]) * hidden + i], dtype);
+          static_cast<double>(to_f32(table[static_cast<size_t>(ids[t]) * hidden + i], dtype)) *
+          scale;
     }
   }
   expect_close(ref, std::vector<float>(got.begin() + out_offset, got.end()),
@@ -148,6 +151,13 @@ TEST_F(ModelOpsTest, EmbeddingGathersRows) {
   run_embedding(DType::kBF16, 64, 17, 1, seed++);  // out not 16-byte aligned: scalar path
 }
 
+// Gemma 3's scaled embeddings (sqrt(3072) in bf16 = 55.5), vector and scalar paths.
+TEST_F(ModelOpsTest, EmbeddingScalesRows) {
+  run_embedding(DType::kBF16, 896, 17, 0, 50, 55.5f);
+  run_embedding(DType::kF16, 100, 3, 0, 51, 11.3125f);
+  run_embedding(DType::kBF16, 64, 17, 1, 52, 16.0f);
+}
+
 // ---- rms_norm -----------------------------------------------------------------------------
 
 struct NormCase {
@@ -157,12 +167,13 @@ struct NormCase {
   bool delta = false;
   bool gather = false;
   uint64_t seed = 1;
+  bool delta_norm = false;  // Gemma 3's sandwich: the delta normed by delta_weight before the add
 };
 
 void run_rms_norm(const NormCase& c) {
   SCOPED_TRACE(std::string(dtype_name(c.weight_dtype)) + " hidden " + std::to_string(c.hidden) +
                " rows " + std::to_string(c.num_rows) + (c.delta ? " delta" : "") +
-               (c.gather ? " gather" : ""));
+               (c.gather ? " gather" : "") + (c.delta_norm ? " delta_norm" : ""));
   std::mt19937_64 rng(c.seed);
   constexpr float kEps = 1e-5f;
   const int32_t h = c.hidden;
@@ -173,6 +184,7 @@ void run_rms_norm(const NormCase& c) {
       c.delta ? random_floats(static_cast<size_t>(c.num_rows) * h, -1.0f, 1.0f, rng)
               : std::vector<float>();
   Weight w = make_weight(h, c.weight_dtype, 0.5f, 1.5f, rng);
+  Weight dw = make_weight(h, DType::kF32, 0.5f, 2.0f, rng);
   std::vector<int32_t> rows;
   if (c.gather) {
     std::uniform_int_distribution<int32_t> dist(0, residual_rows - 1);
@@ -186,6 +198,7 @@ void run_rms_norm(const NormCase& c) {
   RmsNormParams p;
   p.residual = d_residual.as<float>();
   p.delta = c.delta ? d_delta.as<float>() : nullptr;
+  p.delta_weight = c.delta_norm ? dw.buf.as<float>() : nullptr;
   p.weight = w.buf.data();
   p.weight_dtype = c.weight_dtype;
   p.rows = c.gather ? d_rows.as<int32_t>() : nullptr;
@@ -198,8 +211,20 @@ void run_rms_norm(const NormCase& c) {
 
   // The residual after the fused add, in the same fp32 operation the kernel performs.
   std::vector<float> want_residual = residual;
-  if (c.delta) {
+  if (c.delta && !c.delta_norm) {
     for (size_t i = 0; i < delta.size(); ++i) want_residual[i] = residual[i] + delta[i];
+  }
+  if (c.delta_norm) {  // in double: the kernel's fp32 sum order differs, so compare within fp32
+    for (int32_t r = 0; r < c.num_rows; ++r) {
+      const float* d = &delta[static_cast<size_t>(r) * h];
+      double ss = 0.0;
+      for (int32_t i = 0; i < h; ++i) ss += static_cast<double>(d[i]) * d[i];
+      const double inv = 1.0 / std::sqrt(ss / h + static_cast<double>(kEps));
+      for (int32_t i = 0; i < h; ++i) {
+        const size_t at = static_cast<size_t>(r) * h + i;
+        want_residual[at] = static_cast<float>(residual[at] + d[i] * inv * dw.values[i]);
+      }
+    }
   }
   std::vector<double> ref(n_out);
   for (int32_t r = 0; r < c.num_rows; ++r) {
@@ -212,8 +237,28 @@ void run_rms_norm(const NormCase& c) {
   expect_close(ref, bf16_to_floats(download<uint16_t>(d_out, n_out)), op_tolerance(Op::kRmsNorm),
                "rms_norm out");
   const auto got_residual = download<float>(d_residual, want_residual.size());
-  EXPECT_EQ(std::memcmp(got_residual.data(), want_residual.data(), want_residual.size() * 4), 0)
-      << "residual after the fused add";
+  if (c.delta_norm) {
+    expect_close(std::vector<double>(want_residual.begin(), want_residual.end()), got_residual,
+                 {1e-5, 1e-5}, "residual after the normed add");
+  } else {
+    EXPECT_EQ(std::memcmp(got_residual.data(), want_residual.data(), want_residual.size() * 4), 0)
+        << "residual after the fused add";
+  }
+}
+
+// Gemma 3's sandwich norms: residual += rmsnorm(delta) * delta_weight, then the norm, in one
+// launch; vector and scalar paths, up to Gemma 3 27B's 5376 and the widest it takes (8192).
+TEST_F(ModelOpsTest, RmsNormNormsTheDeltaBeforeTheAdd) {
+  uint64_t seed = 350;
+  for (DType wd : {DType::kBF16, DType::kF32}) {
+    for (int32_t hidden : {64, 100, 896, 3840, 5376, 8192}) {
+      for (int32_t rows : {1, 17}) {
+        NormCase c{wd, hidden, rows, true, false, seed++};
+        c.delta_norm = true;
+        run_rms_norm(c);
+      }
+    }
+  }
 }
 
 TEST_F(ModelOpsTest, RmsNormMatchesReference) {
@@ -583,6 +628,59 @@ TEST_F(ModelOpsTest, SiluAndMulMatchesReference) {
   }
 }
 
+void run_gelu_tanh_and_mul(int32_t intermediate, int32_t num_tokens, uint64_t seed) {
+  SCOPED_TRACE("intermediate " + std::to_string(intermediate) + " tokens " +
+               std::to_string(num_tokens));
+  std::mt19937_64 rng(seed);
+  const size_t n = static_cast<size_t>(num_tokens) * intermediate;
+  const std::vector<uint16_t> gate_up = random_halves(2 * n, DType::kBF16, -6.0f, 6.0f, rng);
+  DeviceBuffer d_in = upload(gate_up);
+  DeviceBuffer d_out = upload(std::vector<uint16_t>(n, kPoison16));
+  SiluAndMulParams p;
+  p.gate_up = d_in.data();
+  p.out = d_out.data();
+  p.num_tokens = num_tokens;
+  p.intermediate = intermediate;
+  STRATA_ASSERT_OK(gelu_tanh_and_mul(p, nullptr));
+  sync_device();
+  std::vector<double> ref(n);
+  const double k = std::sqrt(2.0 / M_PI);
+  for (int32_t t = 0; t < num_tokens; ++t) {
+    for (int32_t i = 0; i < intermediate; ++i) {
+      const size_t row = static_cast<size_t>(t) * 2 * intermediate;
+      const double g = bf16_to_f32(gate_up[row + i]);
+      const double u = bf16_to_f32(gate_up[row + intermediate + i]);
+      ref[static_cast<size_t>(t) * intermediate + i] =
+          0.5 * g * (1.0 + std::tanh(k * (g + 0.044715 * g * g * g))) * u;
+    }
+  }
+  // One bf16 rounding of an fp32 value, as silu_and_mul's.
+  expect_close(ref, bf16_to_floats(download<uint16_t>(d_out, n)), op_tolerance(Op::kSiluAndMul),
+               "gelu_tanh_and_mul");
+}
+
+TEST_F(ModelOpsTest, GeluTanhAndMulMatchesReference) {
+  uint64_t seed = 750;
+  for (int32_t inter : {64, 896, 10240, 100}) {
+    for (int32_t tokens : {1, 3, 17, 257}) run_gelu_tanh_and_mul(inter, tokens, seed++);
+  }
+}
+
+TEST_F(ModelOpsTest, LogitSoftcapMatchesReference) {
+  std::mt19937_64 rng(770);
+  for (int64_t n : {1, 1000, 262144 * 3 + 5}) {
+    for (float cap : {30.0f, 2.5f}) {
+      const std::vector<float> in = random_floats(static_cast<size_t>(n), -100.0f, 100.0f, rng);
+      DeviceBuffer d = upload(in);
+      STRATA_ASSERT_OK(logit_softcap(d.as<float>(), n, cap, nullptr));
+      sync_device();
+      std::vector<double> ref(in.size());
+      for (size_t i = 0; i < in.size(); ++i) ref[i] = cap * std::tanh(double{in[i]} / cap);
+      expect_close(ref, download<float>(d, in.size()), {1e-6, 1e-6}, "logit_softcap");
+    }
+  }
+}
+
 TEST_F(ModelOpsTest, F32ToBf16RoundsToNearestEven) {
   std::mt19937_64 rng(800);
   for (int64_t n : {1, 7, 8, 9, 1000003}) {
@@ -626,6 +724,11 @@ TEST(ModelOpsValidationTest, RejectsBadParameters) {
   norm.rows = &row;
   EXPECT_EQ(rms_norm(norm, nullptr).code(), StatusCode::kInvalidArgument);  // gather + delta
   norm.rows = nullptr;
+  norm.delta = nullptr;
+  norm.delta_weight = norm.residual;
+  EXPECT_EQ(rms_norm(norm, nullptr).code(), StatusCode::kInvalidArgument);  // no delta to norm
+  norm.delta_weight = nullptr;
+  norm.delta = norm.residual;
   norm.weight_dtype = DType::kI8;
   EXPECT_EQ(rms_norm(norm, nullptr).code(), StatusCode::kUnsupported);
   norm.num_rows = 0;
@@ -655,6 +758,10 @@ TEST(ModelOpsValidationTest, RejectsBadParameters) {
   silu.num_tokens = -1;
   silu.intermediate = 8;
   EXPECT_EQ(silu_and_mul(silu, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(gelu_tanh_and_mul(silu, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(logit_softcap(nullptr, 4, 0.0f, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(embedding(EmbeddingParams{.num_tokens = 1, .hidden = 8, .scale = 0.0f}, nullptr).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(f32_to_bf16(nullptr, nullptr, 5, nullptr).code(), StatusCode::kInvalidArgument);
 }
 

@@ -1,8 +1,8 @@
 // Paged prefill attention against a double-precision CPU reference: prompt chunks on top of cached
 // prefixes mixed with decode tokens in one ragged batch, every KV dtype x prefill head dim x block
-// size, group sizes, sliding windows, a 2049-token prompt. Outputs are poisoned first and every
-// element (and the row padding) is checked. The warp-specialized kernel's schedules
-// (PrefillWsVariant) are held to the reference and to each other bit for bit.
+// size, group sizes, sliding windows, a 2049-token prompt, head dim 256's own kernel. Outputs are
+// poisoned first and every element (and the row padding) is checked. The warp-specialized kernel's
+// schedules (PrefillWsVariant) are held to the reference and to each other bit for bit.
 
 #include "kernels/cuda/prefill_attention.h"
 
@@ -183,10 +183,10 @@ TEST_F(PrefillAttentionTest, SmallRaggedBatch) {
   run_prefill_case(c);
 }
 
-// Every dtype of `dtypes` x prefill head dim x block size on the mixed batch.
-void sweep(std::span<const DType> dtypes, uint64_t seed) {
+// Every dtype of `dtypes` x head dim of `head_dims` x block size on the mixed batch.
+void sweep(std::span<const DType> dtypes, std::span<const int32_t> head_dims, uint64_t seed) {
   for (DType dtype : dtypes) {
-    for (int32_t hd : kPrefillHeadDims) {
+    for (int32_t hd : head_dims) {
       for (int32_t bs : kKvBlockSizes) {
         PrefillCase c;
         c.dtype = dtype;
@@ -200,12 +200,14 @@ void sweep(std::span<const DType> dtypes, uint64_t seed) {
   }
 }
 
-TEST_F(PrefillAttentionTest, SweepDTypeHeadDimBlockSize) { sweep(kKvDTypes, 500); }
+TEST_F(PrefillAttentionTest, SweepDTypeHeadDimBlockSize) {
+  sweep(kKvDTypes, kPrefillHeadDims, 500);
+}
 
 // Quantized caches (FP8 E4M3 / E5M2, INT8) with BF16 queries: the sweep, and windows whose start
 // is not a multiple of 8.
 TEST_F(PrefillAttentionTest, SweepQuantizedDTypeHeadDimBlockSize) {
-  sweep(kQuantizedKvDTypes, 800);
+  sweep(kQuantizedKvDTypes, kQuantizedKvHeadDims, 800);
   uint64_t seed = 850;
   for (DType dtype : kQuantizedKvDTypes) {
     for (int32_t window : {0, 13, 100}) {
@@ -296,6 +298,67 @@ TEST_F(PrefillAttentionTest, SchedulesAgreeBitForBit) {
   }
 }
 
+// Head dim 256 (Gemma 3), which runs the mma.sync kernel over the whole key range (128 query
+// rows, 64-key tiles, Q from shared memory): Gemma's group sizes (2 for 4B and 12B) and others
+// that pack several heads per block, Gemma's sliding window shapes (a window shorter and longer
+// than a K/V tile, one not a multiple of 8), long chunks on cached prefixes and a 2049-token
+// prompt, both 16-bit dtypes and the smallest and largest block sizes.
+TEST_F(PrefillAttentionTest, HeadDim256GroupsWindowsAndLongChunks) {
+  uint64_t seed = 1000;
+  for (DType dtype : kKvDTypes) {
+    for (int32_t group : {1, 2, 4, 8}) {
+      for (int32_t window : {-1, 0, 13, 63, 100}) {
+        PrefillCase c;
+        c.dtype = dtype;
+        c.head_dim = 256;
+        c.group_size = group;
+        c.num_kv_heads = group == 1 ? 2 : 1;
+        c.block_size = group % 4 == 0 ? 8 : 128;
+        c.seqs = {{97, 150}, {40, 40}, {1, 77}, {130, 300}, {0, 9}};
+        c.window_left = window;
+        c.seed = seed++;
+        run_prefill_case(c);
+      }
+    }
+  }
+  for (int32_t window : {-1, 511}) {
+    PrefillCase c;
+    c.head_dim = 256;
+    c.group_size = 2;
+    c.seqs = {{300, 1300}, {1, 1000}, {129, 129}};
+    c.window_left = window;
+    c.seed = seed++;
+    run_prefill_case(c);
+  }
+  PrefillCase c;
+  c.head_dim = 256;
+  c.num_kv_heads = 1;
+  c.seqs = {{2049, 2049}};
+  c.seed = seed++;
+  run_prefill_case(c);
+}
+
+// Every schedule name runs the one head-dim-256 kernel: the same bits.
+TEST_F(PrefillAttentionTest, HeadDim256SchedulesAgree) {
+  PrefillCase c;
+  c.head_dim = 256;
+  c.group_size = 2;
+  c.seqs = {{1, 700}, {150, 150}, {33, 500}};
+  c.window_left = 200;
+  c.seed = 1100;
+  std::vector<uint16_t> first;
+  for (detail::PrefillWsVariant v : detail::kPrefillWsVariants) {
+    c.variant = v;
+    c.check = first.empty();
+    std::vector<uint16_t> o = run_prefill_case(c);
+    if (first.empty()) {
+      first = std::move(o);
+    } else {
+      EXPECT_TRUE(o == first) << detail::prefill_ws_variant_name(v);
+    }
+  }
+}
+
 TEST(PrefillAttentionDispatchTest, UnsupportedHeadDimReturnsStatus) {
   alignas(16) static int32_t fake[64] = {};
   PrefillAttentionParams p;
@@ -311,6 +374,28 @@ TEST(PrefillAttentionDispatchTest, UnsupportedHeadDimReturnsStatus) {
   p.cache.dtype = DType::kBF16;
   p.num_qo_heads = 1;
   p.q_token_stride = p.o_token_stride = 96;
+  p.max_q_len = 1;
+  EXPECT_EQ(prefill_attention(p, nullptr).code(), StatusCode::kUnsupported);
+}
+
+// Quantized caches have no head-dim-256 instance: Unsupported, not a launch.
+TEST(PrefillAttentionDispatchTest, QuantizedCacheAtHeadDim256ReturnsUnsupported) {
+  alignas(16) static int32_t fake[64] = {};
+  PrefillAttentionParams p;
+  p.q = p.o = fake;
+  p.qo_indptr = fake;
+  p.layout = PagedKvLayout{fake, fake, fake, 1, 16};
+  p.cache.k_data = p.cache.v_data = fake;
+  p.cache.num_kv_heads = 1;
+  p.cache.head_dim = 256;
+  p.cache.block_size = 16;
+  p.cache.token_stride = 256;
+  p.cache.head_stride = p.cache.block_stride = 16 * 256;
+  p.cache.dtype = DType::kF8E4M3;
+  p.cache.k_scale = p.cache.v_scale = 1.0f;
+  p.qo_dtype = DType::kBF16;
+  p.num_qo_heads = 1;
+  p.q_token_stride = p.o_token_stride = 256;
   p.max_q_len = 1;
   EXPECT_EQ(prefill_attention(p, nullptr).code(), StatusCode::kUnsupported);
 }
