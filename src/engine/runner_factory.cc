@@ -246,23 +246,15 @@ Result<BuiltRunner> cpu_runner(const EngineConfig& c, std::unique_ptr<model::Mod
   return built;
 }
 
-// What the GPU runner cannot run yet, refused before anything is loaded onto the device: the
-// MoE layers, DeepSeek's MLA and Gemma 3's (issue 40; the CPU engine runs them).
+// What the GPU runner cannot run yet, refused before anything is loaded onto the device:
+// DeepSeek's MLA (issue 40; the CPU engine runs it). MoE layers (Mixtral, Qwen3-MoE) run on the
+// GPU MoE kernels, and Gemma 3's sliding layers as a mask over the one pool (no window group on
+// the GPU: every layer keeps the whole context's K/V, docs/gpu-engine.md).
 void check_cuda_supports(const model::ModelConfig& mc) {
   if (mc.mla.enabled()) {
     throw Error("--device cuda: " + std::string(model::architecture_name(mc.architecture)) +
                 " (Multi-head Latent Attention) runs only on the CPU engine for now; use "
                 "--device cpu");
-  }
-  if (mc.moe.any_moe_layer()) {
-    throw Error("--device cuda: " + std::string(model::architecture_name(mc.architecture)) +
-                " has mixture-of-experts layers, which only the CPU engine runs for now; use "
-                "--device cpu");
-  }
-  if (mc.architecture == model::Architecture::kGemma3) {
-    throw Error(
-        "--device cuda: Gemma3ForCausalLM (its (1 + weight) and sandwich norms, GeGLU and "
-        "per-layer RoPE) runs only on the CPU engine for now; use --device cpu");
   }
 }
 

@@ -20,6 +20,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/stream.h"
@@ -75,6 +76,36 @@ int32_t graph_batch_size(int32_t n) {
   return (n + 7) / 8 * 8;
 }
 
+// The MoE kernels' limits (kernels/cuda/moe.h), checked once at start rather than per launch;
+// MLA (DeepSeek) has no GPU attention yet.
+void check_moe_shapes(const ModelConfig& c) {
+  if (c.mla.enabled()) {
+    throw Error("--device cuda: Multi-head Latent Attention (" +
+                std::string(architecture_name(c.architecture)) + ") runs only on the CPU engine");
+  }
+  const MoeConfig& m = c.moe;
+  if (!m.any_moe_layer()) return;
+  auto refuse = [&](const std::string& what) {
+    throw Error("--device cuda: the MoE layers' " + what + " (the GPU MoE kernels' limits)");
+  };
+  if (c.hidden_size % 8 != 0 || m.moe_intermediate_size % 8 != 0) {
+    refuse("hidden_size (" + std::to_string(c.hidden_size) + ") and moe_intermediate_size (" +
+           std::to_string(m.moe_intermediate_size) + ") must be multiples of 8");
+  }
+  if (m.num_experts < 1 || m.num_experts > cuda::kMoeMaxExperts) {
+    refuse("num_experts (" + std::to_string(m.num_experts) + ") must be in [1, " +
+           std::to_string(cuda::kMoeMaxExperts) + "]");
+  }
+  if (m.num_experts_per_tok < 1 || m.num_experts_per_tok > cuda::kMoeMaxTopK) {
+    refuse("num_experts_per_tok (" + std::to_string(m.num_experts_per_tok) + ") must be in [1, " +
+           std::to_string(cuda::kMoeMaxTopK) + "]");
+  }
+  if (m.num_groups < 1 || m.num_groups > cuda::kMoeMaxGroups) {
+    refuse("n_group (" + std::to_string(m.num_groups) + ") must be in [1, " +
+           std::to_string(cuda::kMoeMaxGroups) + "]");
+  }
+}
+
 }  // namespace
 
 Status check_layer_dtypes(const ModelConfig& config, DType kv_dtype,
@@ -104,7 +135,14 @@ kv::KvSpec kv_spec(const ModelConfig& c, DType dtype) {
 void CudaModel::Impl::allocate_scratch() {
   const int64_t t = options.max_num_tokens;
   const int64_t h = config.hidden_size;
-  const int64_t inter = config.intermediate_size;
+  // The widest dense MLP: the dense layers' (none when every layer is MoE, as in Mixtral) and an
+  // MoE model's shared experts' (DeepSeek).
+  bool any_dense = false;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    any_dense = any_dense || !config.moe.is_moe(l);
+  }
+  const int64_t inter =
+      std::max(any_dense ? config.intermediate_size : 0, config.moe.shared_intermediate_size);
   residual = device_bytes(t * h * 4, "GPU activations");
   normed = device_bytes(t * h * 2, "GPU activations");
   qkv = device_bytes(t * qkv_width() * 2, "GPU activations");
@@ -145,7 +183,7 @@ void CudaModel::Impl::allocate_scratch() {
   upload_table(config.rope, inv_freq);
   if (config.sliding_rope) upload_table(*config.sliding_rope, sliding_inv_freq);
   if (config.sandwich_norms) branch = device_bytes(t * h * 4, "GPU activations");
-  int64_t bytes = 0;
+  int64_t bytes = allocate_moe_scratch();
   for (const cuda::DeviceBuffer* b :
        {&residual, &normed, &qkv, &attn, &gate_up, &act, &logits, &workspace, &lse_workspace,
         &inv_freq, &sliding_inv_freq, &branch, &sampled_tokens, &sampled_logprobs}) {
@@ -588,8 +626,15 @@ Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
 }
 
 Status CudaModel::Impl::run_mlp(const CudaLayerWeights& w, int64_t t, float* d, bool accumulate) {
+  if (w.is_moe()) return run_moe(w, t, d, accumulate);
+  return run_dense_mlp(w, t, d, accumulate);
+}
+
+Status CudaModel::Impl::run_dense_mlp(const CudaLayerWeights& w, int64_t t, float* d,
+                                      bool accumulate) {
   const int64_t h = config.hidden_size;
-  const int64_t inter = config.intermediate_size;
+  // The dense MLP's width, or an MoE layer's shared experts' (its down_proj is [hidden, width]).
+  const int64_t inter = w.down_proj.numel / h;
   // act = silu_and_mul(gate | up): formed in the GEMV's epilogue where it takes the product (few
   // rows), else through the gate_up buffer and silu_and_mul. Gemm chooses by shape (gemm.h).
   // GeGLU (Gemma 3): gate | up into the gate_up buffer, then gelu_tanh_and_mul.
@@ -621,6 +666,88 @@ Status CudaModel::Impl::run_mlp(const CudaLayerWeights& w, int64_t t, float* d, 
   }
   return gemm_run(act.data(), inter, w.down_proj, w.down_scale, w.down_bias, d, h, DType::kF32,
                   accumulate, t, h, inter);
+}
+
+// The MoE layer (kernels/cuda/moe.h), as moe_block.cc runs it on the CPU: router logits in fp32
+// from the normed bf16 rows, each token's top-k (renormalized when the config says), then the
+// experts' grouped GEMMs and the weighted combine straight into d (the fp32 residual, or Gemma's
+// branch). Every size the launches take is the step's token count: the routing stays on the
+// device, so a decode step of this layer replays from a graph.
+Status CudaModel::Impl::run_moe(const CudaLayerWeights& w, int64_t t, float* d, bool accumulate) {
+  const MoeConfig& m = config.moe;
+  const int64_t h = config.hidden_size;
+  const auto num_experts = static_cast<int32_t>(m.num_experts);
+  const auto top_k = static_cast<int32_t>(m.num_experts_per_tok);
+  const DeviceTensor none;
+  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.router, none, none, moe_logits.data(),
+                                  num_experts, DType::kF32, false, t, num_experts, h));
+  cuda::MoeRouteParams r;
+  r.logits = moe_logits.data();
+  r.logits_dtype = DType::kF32;
+  r.score_bias = w.score_bias.empty() ? nullptr : static_cast<const float*>(w.score_bias.data());
+  r.experts = moe_experts.as<int32_t>();
+  r.weights = moe_weights.as<float>();
+  r.num_tokens = static_cast<int32_t>(t);
+  r.num_experts = num_experts;
+  r.top_k = top_k;
+  r.scoring =
+      m.scoring == MoeScoring::kSigmoid ? cuda::MoeScoring::kSigmoid : cuda::MoeScoring::kSoftmax;
+  switch (m.topk_method) {
+    case MoeTopkMethod::kGreedy:
+      r.topk_method = cuda::MoeTopk::kGreedy;
+      break;
+    case MoeTopkMethod::kGroupLimitedGreedy:
+      r.topk_method = cuda::MoeTopk::kGroupLimitedGreedy;
+      break;
+    case MoeTopkMethod::kNoAuxTc:
+      r.topk_method = cuda::MoeTopk::kNoAuxTc;
+      break;
+  }
+  r.num_groups = static_cast<int32_t>(m.num_groups);
+  r.topk_groups = static_cast<int32_t>(m.topk_groups);
+  r.norm_topk_prob = m.norm_topk_prob;
+  r.routed_scaling_factor = static_cast<float>(m.routed_scaling_factor);
+  STRATA_RETURN_IF_ERROR(cuda::moe_route(r, stream.get()));
+  cuda::MoeExpertsParams p;
+  p.x = normed.data();
+  p.experts = moe_experts.as<int32_t>();
+  p.weights = moe_weights.as<float>();
+  p.w_gate_up = w.experts_gate_up.data();
+  p.w_down = w.experts_down.data();
+  p.out = d;
+  p.out_dtype = DType::kF32;
+  p.accumulate = accumulate;
+  p.y_dtype = DType::kF32;
+  p.num_tokens = static_cast<int32_t>(t);
+  p.top_k = top_k;
+  p.num_experts = num_experts;
+  p.hidden = static_cast<int32_t>(h);
+  p.inter = static_cast<int32_t>(m.moe_intermediate_size);
+  STRATA_RETURN_IF_ERROR(cuda::moe_experts_forward(
+      p, moe_workspace.data(), static_cast<int64_t>(moe_workspace.bytes()), stream.get()));
+  // DeepSeek's shared experts: every token's dense MLP, added to the routed sum.
+  if (!w.gate_up.empty()) return run_dense_mlp(w, t, d, true);
+  return Status::Ok();
+}
+
+int64_t CudaModel::Impl::allocate_moe_scratch() {
+  const MoeConfig& m = config.moe;
+  if (!m.any_moe_layer()) return 0;
+  const int64_t t = options.max_num_tokens;
+  const int64_t k = m.num_experts_per_tok;
+  moe_logits = device_bytes(t * m.num_experts * 4, "GPU MoE scratch");
+  moe_experts = device_bytes(t * k * 4, "GPU MoE scratch");
+  moe_weights = device_bytes(t * k * 4, "GPU MoE scratch");
+  moe_workspace = device_bytes(
+      cuda::moe_workspace_bytes(t, static_cast<int32_t>(k), static_cast<int32_t>(m.num_experts),
+                                static_cast<int32_t>(config.hidden_size),
+                                static_cast<int32_t>(m.moe_intermediate_size)),
+      "GPU MoE workspace");
+  int64_t bytes = 0;
+  for (const cuda::DeviceBuffer* b : {&moe_logits, &moe_experts, &moe_weights, &moe_workspace}) {
+    bytes += static_cast<int64_t>(b->bytes());
+  }
+  return bytes;
 }
 
 CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -688,6 +815,7 @@ std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightSto
                 " has no CUDA attention kernel at head_dim " + std::to_string(head_dim) +
                 " (quantized KV caches: head_dim 64 or 128); use --kv-cache-dtype bfloat16");
   }
+  check_moe_shapes(config);
   if (!cuda::contains(cuda::kKvBlockSizes, options.block_size)) {
     throw Error("--device cuda: block size " + std::to_string(options.block_size) +
                 " is not one of 8, 16, 32, 64, 128");
@@ -802,6 +930,7 @@ Status CudaModel::scale_fp8_weight_scales(int32_t layer, float factor) {
     return Status::InvalidArgument("scale_fp8_weight_scales: the weights are not FP8");
   }
   for (DeviceTensor* t : {&w.qkv_scale, &w.o_scale, &w.gate_up_scale, &w.down_scale}) {
+    if (t->empty()) continue;  // an MoE layer's dense MLP (BF16 experts, no shared experts)
     std::vector<float> host(static_cast<size_t>(t->numel));
     STRATA_CUDA_CHECK(cudaMemcpy(host.data(), t->data(), host.size() * 4, cudaMemcpyDeviceToHost));
     for (float& v : host) v *= factor;

@@ -82,6 +82,10 @@ struct CudaModel::Impl {
   // Activations for max_num_tokens rows (docs/gpu-engine.md draws the flow).
   cuda::DeviceBuffer residual, normed, qkv, attn, gate_up, act, logits, workspace;
   cuda::DeviceBuffer sampled_tokens, sampled_logprobs;  // [max_num_tokens] each
+  // MoE layers (empty without any): the router's fp32 logits [max_num_tokens, E], each token's
+  // experts and weights [max_num_tokens, k], and moe_experts_forward's workspace for
+  // max_num_tokens tokens (moe_workspace_bytes), all at fixed addresses for the decode graphs.
+  cuda::DeviceBuffer moe_logits, moe_experts, moe_weights, moe_workspace;
   CudaStepInputs inputs;
   cuda::DeviceBuffer pool;
   std::unique_ptr<CudaBlockMover> mover;  // made with the pool
@@ -147,6 +151,14 @@ struct CudaModel::Impl {
   // The MLP: normed -> act (SwiGLU fused in the GEMM's epilogue, or GeGLU's gelu_tanh after a
   // plain GEMM) -> down_proj into d (fp32, accumulated into it when accumulate).
   Status run_mlp(const CudaLayerWeights& w, int64_t t, float* d, bool accumulate);
+  // An MoE layer's MLP (cuda_model.cc): router GEMM -> moe_route -> moe_experts_forward
+  // (permute, gate | up with SiLU-and-mul, down, combine into d) -> the shared experts' dense
+  // MLP added to d when the layer has one. No host sync: capturable into the decode graphs.
+  Status run_moe(const CudaLayerWeights& w, int64_t t, float* d, bool accumulate);
+  // The dense SwiGLU / GeGLU MLP of w.gate_up and w.down_proj (an MoE layer's shared experts).
+  Status run_dense_mlp(const CudaLayerWeights& w, int64_t t, float* d, bool accumulate);
+  // The MoE scratch above, sized for max_num_tokens; returns its bytes (0 without MoE layers).
+  int64_t allocate_moe_scratch();
   // Layer l's RoPE (its window's table: Gemma 3's sliding layers have their own).
   bool sliding_rope_layer(int32_t l) const {
     return config.sliding_rope && config.layer_sliding_window[static_cast<size_t>(l)] > 0;

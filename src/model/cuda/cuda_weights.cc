@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,8 +25,8 @@ Result<DeviceTensor> allocate(DType dtype, int64_t numel) {
 }
 
 // Copies `parts` (each [rows_i, cols] of any float dtype) one after another into a new BF16
-// tensor: the fused matrices, and plain ones as a single part.
-Result<DeviceTensor> upload_bf16(std::initializer_list<TensorView> parts) {
+// tensor: the fused matrices (the MoE experts' too), and plain ones as a single part.
+Result<DeviceTensor> upload_bf16(std::span<const TensorView> parts) {
   int64_t numel = 0;
   for (const TensorView& t : parts) numel += t.numel();
   Result<DeviceTensor> out = allocate(DType::kBF16, numel);
@@ -43,6 +45,22 @@ Result<DeviceTensor> upload_bf16(std::initializer_list<TensorView> parts) {
     STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(t.numel()) * 2, cudaMemcpyHostToDevice));
     dst += t.numel();
   }
+  return out;
+}
+Result<DeviceTensor> upload_bf16(std::initializer_list<TensorView> parts) {
+  return upload_bf16(std::span<const TensorView>(parts.begin(), parts.size()));
+}
+
+// One tensor as F32 (DeepSeek-V3's router score bias, which moe_route reads in fp32).
+Result<DeviceTensor> upload_f32(const TensorView& t) {
+  std::vector<float> host(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    host[static_cast<size_t>(i)] = load_as_f32(t.data, t.dtype, i);
+  }
+  Result<DeviceTensor> out = allocate(DType::kF32, t.numel());
+  if (!out.ok()) return out.status();
+  STRATA_CUDA_CHECK(
+      cudaMemcpy(out->buffer.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
   return out;
 }
 
@@ -87,6 +105,28 @@ Result<DeviceTensor> upload_norm(const TensorView& t, bool unit_offset) {
     (lhs) = std::move(r_).value();         \
   } while (0)
 
+// An MoE layer's router and experts, packed as moe.h's kernels read them (gate | up per expert,
+// experts back to back; down likewise), and the shared experts' MLP (DeepSeek) as the dense one.
+Status upload_moe(const MoeWeights& m, CudaLayerWeights& out) {
+  std::vector<TensorView> gate_up, down;
+  gate_up.reserve(2 * m.experts.size());
+  down.reserve(m.experts.size());
+  for (const ExpertWeights& e : m.experts) {
+    gate_up.push_back(e.gate_proj);
+    gate_up.push_back(e.up_proj);
+    down.push_back(e.down_proj);
+  }
+  STRATA_ASSIGN_TENSOR(out.router, upload_bf16({m.router}));
+  STRATA_ASSIGN_TENSOR(out.experts_gate_up, upload_bf16(gate_up));
+  STRATA_ASSIGN_TENSOR(out.experts_down, upload_bf16(down));
+  if (!m.score_bias.empty()) STRATA_ASSIGN_TENSOR(out.score_bias, upload_f32(m.score_bias));
+  if (!m.shared.gate_proj.empty()) {
+    STRATA_ASSIGN_TENSOR(out.gate_up, upload_bf16({m.shared.gate_proj, m.shared.up_proj}));
+    STRATA_ASSIGN_TENSOR(out.down_proj, upload_bf16({m.shared.down_proj}));
+  }
+  return Status::Ok();
+}
+
 Status upload_layer(const LayerWeights& w, bool unit_offset, CudaLayerWeights& out) {
   STRATA_ASSIGN_TENSOR(out.input_norm, upload_norm(w.input_norm, unit_offset));
   STRATA_ASSIGN_TENSOR(out.post_attention_norm, upload_norm(w.post_attention_norm, unit_offset));
@@ -98,6 +138,7 @@ Status upload_layer(const LayerWeights& w, bool unit_offset, CudaLayerWeights& o
   STRATA_ASSIGN_TENSOR(out.k_norm, upload_norm(w.k_norm, unit_offset));
   STRATA_ASSIGN_TENSOR(out.o_proj, upload_bf16({w.o_proj}));
   STRATA_ASSIGN_TENSOR(out.o_bias, upload_bias({w.o_bias}));
+  if (!w.moe.router.empty()) return upload_moe(w.moe, out);
   STRATA_ASSIGN_TENSOR(out.gate_up, upload_bf16({w.gate_proj, w.up_proj}));
   STRATA_ASSIGN_TENSOR(out.gate_up_bias, upload_bias({w.gate_bias, w.up_bias}));
   STRATA_ASSIGN_TENSOR(out.down_proj, upload_bf16({w.down_proj}));
@@ -124,9 +165,7 @@ struct DummyFiller {
     return out;
   }
   Result<DeviceTensor> matrix(int64_t numel) { return fill(numel, -0.02f, 0.02f); }
-  Result<DeviceTensor> norm(int64_t numel) { return fill(numel, 0.9f, 1.1f); }
-  // A norm weight the kernels read as F32 (Gemma's, with the 1 of (1 + weight) folded in).
-  Result<DeviceTensor> norm_f32(int64_t numel) {
+  Result<DeviceTensor> fill_f32(int64_t numel, float lo, float hi) {
     Result<DeviceTensor> out = allocate(DType::kF32, numel);
     if (!out.ok()) return out.status();
     cuda::RandomFillParams p;
@@ -134,11 +173,14 @@ struct DummyFiller {
     p.dtype = DType::kF32;
     p.num_elements = numel;
     p.seed = seed * 1000003 + next++;
-    p.lo = 0.9f;
-    p.hi = 1.1f;
+    p.lo = lo;
+    p.hi = hi;
     STRATA_RETURN_IF_ERROR(cuda::random_fill(p, nullptr));
     return out;
   }
+  Result<DeviceTensor> norm(int64_t numel) { return fill(numel, 0.9f, 1.1f); }
+  // A norm weight the kernels read as F32 (Gemma's, with the 1 of (1 + weight) folded in).
+  Result<DeviceTensor> norm_f32(int64_t numel) { return fill_f32(numel, 0.9f, 1.1f); }
 };
 
 }  // namespace
@@ -150,7 +192,8 @@ int64_t CudaDecoderWeights::bytes() const {
                                   &l.mlp_output_norm, &l.qkv, &l.qkv_bias,
                                   &l.q_norm, &l.k_norm, &l.o_proj, &l.o_bias, &l.gate_up,
                                   &l.gate_up_bias, &l.down_proj, &l.down_bias, &l.qkv_scale,
-                                  &l.o_scale, &l.gate_up_scale, &l.down_scale}) {
+                                  &l.o_scale, &l.gate_up_scale, &l.down_scale, &l.router,
+                                  &l.experts_gate_up, &l.experts_down, &l.score_bias}) {
       total += t->bytes();
     }
   }
@@ -196,6 +239,9 @@ Status quantize_weights_fp8(CudaDecoderWeights& weights) {
     const int64_t hidden = l.input_norm.numel;
     STRATA_RETURN_IF_ERROR(quantize_matrix_fp8(l.qkv, l.qkv_scale, hidden, "qkv"));
     STRATA_RETURN_IF_ERROR(quantize_matrix_fp8(l.o_proj, l.o_scale, l.o_proj.numel / hidden, "o_proj"));
+    // An MoE layer's router and experts stay BF16 (the grouped GEMM reads BF16); its dense MLP
+    // is the shared experts' or absent.
+    if (l.gate_up.empty()) continue;
     STRATA_RETURN_IF_ERROR(quantize_matrix_fp8(l.gate_up, l.gate_up_scale, hidden, "gate_up"));
     STRATA_RETURN_IF_ERROR(
         quantize_matrix_fp8(l.down_proj, l.down_scale, l.down_proj.numel / hidden, "down_proj"));
@@ -228,7 +274,8 @@ Result<CudaDecoderWeights> dummy_weights(const ModelConfig& c, uint64_t seed) {
   STRATA_ASSIGN_TENSOR(out.final_norm, f.norm(hidden));
   if (!c.tie_word_embeddings) STRATA_ASSIGN_TENSOR(out.lm_head, f.matrix(c.vocab_size * hidden));
   out.layers.resize(static_cast<size_t>(c.num_hidden_layers));
-  for (CudaLayerWeights& l : out.layers) {
+  for (size_t layer = 0; layer < out.layers.size(); ++layer) {
+    CudaLayerWeights& l = out.layers[layer];
     STRATA_ASSIGN_TENSOR(l.input_norm, f.norm(hidden));
     STRATA_ASSIGN_TENSOR(l.post_attention_norm, f.norm(hidden));
     if (c.sandwich_norms) {  // delta_weight of rms_norm: F32
@@ -243,6 +290,20 @@ Result<CudaDecoderWeights> dummy_weights(const ModelConfig& c, uint64_t seed) {
     }
     STRATA_ASSIGN_TENSOR(l.o_proj, f.matrix(hidden * q_out));
     if (c.o_bias) STRATA_ASSIGN_TENSOR(l.o_bias, f.matrix(hidden));
+    if (c.moe.is_moe(static_cast<int64_t>(layer))) {
+      const int64_t experts = c.moe.num_experts, moe_inter = c.moe.moe_intermediate_size;
+      STRATA_ASSIGN_TENSOR(l.router, f.matrix(experts * hidden));
+      STRATA_ASSIGN_TENSOR(l.experts_gate_up, f.matrix(experts * 2 * moe_inter * hidden));
+      STRATA_ASSIGN_TENSOR(l.experts_down, f.matrix(experts * hidden * moe_inter));
+      if (c.moe.score_correction_bias) {
+        STRATA_ASSIGN_TENSOR(l.score_bias, f.fill_f32(experts, -0.02f, 0.02f));
+      }
+      if (const int64_t shared = c.moe.shared_intermediate_size; shared > 0) {
+        STRATA_ASSIGN_TENSOR(l.gate_up, f.matrix(2 * shared * hidden));
+        STRATA_ASSIGN_TENSOR(l.down_proj, f.matrix(hidden * shared));
+      }
+      continue;
+    }
     STRATA_ASSIGN_TENSOR(l.gate_up, f.matrix(2 * inter * hidden));
     STRATA_ASSIGN_TENSOR(l.down_proj, f.matrix(hidden * inter));
     if (c.mlp_bias) {

@@ -8,6 +8,12 @@
 // (quantize_weights_fp8) the four matrices of each layer hold e4m3 codes beside one fp32 scale
 // per output channel (row); the embedding and the LM head stay BF16.
 //
+// MoE layers (ModelConfig::moe, Mixtral / Qwen3-MoE): the router [E, hidden] and the experts
+// packed as the MoE kernels take them (kernels/cuda/moe.h): gate | up [E, 2 moe_inter, hidden]
+// (each expert's gate_proj rows, then its up_proj rows) and down [E, hidden, moe_inter], all BF16;
+// the dense gate_up / down_proj then hold the shared experts' MLP (DeepSeek) or stay empty. FP8
+// weights leave the router and the experts in BF16.
+//
 // Owns one device allocation per tensor; move-only. Cost of loading: every byte of the checkpoint
 // crosses PCIe once; dummy weights are generated on the device (no host copy at all), so an 8B
 // shape loads in seconds.
@@ -45,6 +51,11 @@ struct CudaLayerWeights {
   DeviceTensor down_proj, down_bias;             // [hidden, intermediate], [hidden]
   // FP8 weights: each matrix's per-output-channel scales, F32 [rows of the matrix]; else empty.
   DeviceTensor qkv_scale, o_scale, gate_up_scale, down_scale;
+  // An MoE layer's (else empty): router [E, hidden] BF16, experts_gate_up [E, 2 moe_inter, hidden]
+  // BF16, experts_down [E, hidden, moe_inter] BF16, score_bias [E] F32 (DeepSeek-V3) or empty.
+  DeviceTensor router, experts_gate_up, experts_down, score_bias;
+
+  bool is_moe() const { return !router.empty(); }
 };
 
 struct CudaDecoderWeights {
