@@ -198,25 +198,38 @@ void linear_avx512(const float* x, const TensorView& weight, const TensorView& b
 }
 
 // The BF16 path (LinearPrecision::kBf16, BF16 weights): x rounded to BF16 once per call, rows
-// zero-padded to a multiple of 32, then the AVX-512 split over vdpbf16ps tiles
+// zero-padded to a multiple of 32 -- a decode step's single row as it is, more rows packed in
+// row tiles (pack_rows_to_bf16) -- then the AVX-512 split over vdpbf16ps tiles
 // (gemm_bf16_avx512.h). Every row count takes it, so a row's result never depends on the batch.
 void linear_bf16_avx512(const float* x, const TensorView& weight, const TensorView& bias,
                         float* out, int64_t m, ThreadPool& pool) {
   const int64_t n = weight.shape[0];
   const int64_t k = weight.shape[1];
   const int64_t ldx = (k + 31) / 32 * 32;
+  const auto* w = static_cast<const uint16_t*>(weight.data);
+  const int64_t group_bytes = detail::kBf16TileCols * k * static_cast<int64_t>(sizeof(uint16_t));
   thread_local std::vector<uint16_t> x_bf16;
-  x_bf16.resize(static_cast<size_t>(m * ldx));
+  if (m == 1) {
+    x_bf16.resize(static_cast<size_t>(ldx));
+    uint16_t* xb = x_bf16.data();
+    detail::round_rows_to_bf16(x, k, 1, k, xb, ldx);
+    run_avx512_tiles(1, n, ldx * static_cast<int64_t>(sizeof(uint16_t)), detail::kBf16TileCols,
+                     group_bytes, bias, pool,
+                     [&](int64_t, int64_t, int64_t n0, int64_t cols, const float* b) {
+                       detail::gemv_bf16_avx512(xb, w + n0 * k, cols, k, b, out + n0);
+                     });
+    return;
+  }
+  const int64_t tile_rows = detail::kBf16TileRows;
+  x_bf16.resize(static_cast<size_t>((m + tile_rows - 1) / tile_rows * tile_rows * ldx));
   uint16_t* xb = x_bf16.data();
   pool.parallel_for(
-      m,
-      [&](int64_t r0, int64_t r1) {
-        detail::round_rows_to_bf16(x + r0 * k, k, r1 - r0, k, xb + r0 * ldx, ldx);
-      },
+      m, [&](int64_t r0, int64_t r1) { detail::pack_rows_to_bf16(x, k, r0, r1, k, xb, ldx); },
       /*min_chunk=*/16);
-  const auto* w = static_cast<const uint16_t*>(weight.data);
+  // run_avx512_tiles' x blocks are a multiple of 4 rows, so each starts at a row tile.
+  static_assert(detail::kBf16TileRows == 4);
   run_avx512_tiles(m, n, ldx * static_cast<int64_t>(sizeof(uint16_t)), detail::kBf16TileCols,
-                   detail::kBf16TileCols * k * static_cast<int64_t>(sizeof(uint16_t)), bias, pool,
+                   group_bytes, bias, pool,
                    [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
                      detail::matmul_nt_bf16_avx512(xb + m0 * ldx, ldx, rows, w + n0 * k, cols, k, b,
                                                    out + m0 * n + n0, n);
