@@ -2,9 +2,10 @@
 // every CPU benchmark to be read against in the same run (METHOD.md: measure the floor, do not
 // quote a datasheet).
 //
-//   read bandwidth  a 1 GiB buffer (far beyond the caches) summed once per pass with 8-lane
-//                   vector adds, split by rows over --threads threads that start together; GB/s
-//                   of bytes read, the best of the passes.
+//   read bandwidth  a 1 GiB buffer (far beyond the caches; in 2 MiB pages, as the engine's
+//                   weights) summed once per pass with 8-lane vector adds, split by rows over
+//                   --threads threads that start together; GB/s of bytes read, the best of the
+//                   passes.
 //   FP32 peak       independent fused multiply-adds on registers only, with the instruction the
 //                   linear kernel's widest path uses (vfmadd231ps on zmm registers where the CPU
 //                   has AVX-512, else AVX2+FMA, else SSE2 mul+add): the most flop/s any fp32
@@ -36,6 +37,8 @@
 
 #include <atomic>
 #include <thread>
+
+#include "core/huge_page_buffer.h"
 
 namespace strata::bench {
 namespace {
@@ -116,7 +119,10 @@ __attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
 
 double read_bandwidth_gbs(int parts, int passes) {
   const size_t n = size_t{256} << 20;  // 1 GiB of floats
-  std::vector<float> data(n);
+  // In 2 MiB pages, as the engine holds its weights (HugePageBuffer): on 4 KiB pages the pass also
+  // pays a TLB miss every 4 KiB, and a decode step read faster than this "ceiling".
+  HugePageBuffer buffer(n * sizeof(float), "the read-bandwidth buffer");
+  auto* data = reinterpret_cast<float*>(buffer.data());
   // Written by the same split as the reads, so pages are local to the threads that read them.
   const size_t per = n / static_cast<size_t>(parts);
   on_threads(parts, [&](int t) {
@@ -129,7 +135,7 @@ double read_bandwidth_gbs(int parts, int passes) {
   std::vector<double> gbs;
   for (int p = 0; p < passes + 1; ++p) {
     const double s = on_threads(parts, [&](int t) {
-      const float* lo = data.data() + per * static_cast<size_t>(t);
+      const float* lo = data + per * static_cast<size_t>(t);
 #if defined(__x86_64__)
       sink[static_cast<size_t>(t)] = avx2 ? sum_avx2(lo, per) : sum_portable(lo, per);
 #else
