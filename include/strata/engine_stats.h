@@ -103,6 +103,9 @@ struct EngineTotals {
   // and slot records whose slot was taken again during the copy (counted in kv_peer_faults).
   int64_t kv_peer_region_read_blocks = 0;
   int64_t kv_peer_region_reused = 0;
+  // Of kv_peer_region_read_blocks, those copied straight into the KV pool (device to device on
+  // a GPU) rather than through a host slot.
+  int64_t kv_peer_region_pool_blocks = 0;
   // Each read of the prefill instance (the blocks of the requests queued since the last one,
   // waits for blocks not there yet included).
   LatencyHistogram kv_peer_get_latency = {};

@@ -438,6 +438,7 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
       totals_.kv_peer_transfer_seconds = p.transfer_seconds;
       totals_.kv_peer_region_read_blocks = p.num_slot_hits;
       totals_.kv_peer_region_reused = p.num_slot_reused;
+      totals_.kv_peer_region_pool_blocks = p.num_slot_pool_blocks;
     }
     if (const kv::PeerOutbox* outbox = tiers_->outbox()) {
       const kv::PeerOutboxStats o = outbox->stats();

@@ -25,4 +25,17 @@ void HostBlockMover::to_region(std::span<const BlockCopy> pairs, std::byte* slot
   copy(pairs, pool_.data(), slots, pool_.layout().block_bytes());
 }
 
+uint64_t HostBlockMover::start_from_region(std::span<const RegionCopy> copies) {
+  const int64_t bytes = pool_.layout().block_bytes();
+  for (const RegionCopy& c : copies) {
+    std::memcpy(pool_.data() + c.dst.value * bytes, c.src, static_cast<size_t>(bytes));
+  }
+  return kDoneTicket;
+}
+
+std::span<const std::byte> HostBlockMover::host_block(BlockId block) const {
+  const int64_t bytes = pool_.layout().block_bytes();
+  return {pool_.data() + block.value * bytes, static_cast<size_t>(bytes)};
+}
+
 }  // namespace strata::kv

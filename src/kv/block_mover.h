@@ -16,6 +16,14 @@
 
 namespace strata::kv {
 
+// One block-sized slot of a peer's region, mapped in this process (PeerRegionView::data() plus
+// the slot's offset: host memory for shared memory, a device pointer for CUDA IPC), and the pool
+// block it is copied into.
+struct RegionCopy {
+  const std::byte* src = nullptr;
+  BlockId dst;
+};
+
 class BlockMover {
  public:
   virtual ~BlockMover() = default;
@@ -43,6 +51,15 @@ class BlockMover {
     from_host(pairs, host);
     return kDoneTicket;
   }
+  // Region slots -> pool blocks, straight (a decode instance's blocks out of the prefill
+  // instance's region, docs/kv.md "One machine"): memcpy for the CPU mover, device to device by
+  // the copy engines for the GPU one, no host buffer between. Started as start_from_host is (the
+  // same tickets, in the same order); the slots must stay mapped until copies_done(ticket).
+  virtual uint64_t start_from_region(std::span<const RegionCopy> copies) = 0;
+  // The pool block's bytes when the pool is host memory (the CPU mover's), else empty: a block
+  // copied out of a region is checksummed there on the CPU (on the GPU its slot's generation
+  // alone vouches for it).
+  virtual std::span<const std::byte> host_block(BlockId /*block*/) const { return {}; }
   // Whether the copies of ticket, and of every ticket before it, have finished.
   virtual bool copies_done(uint64_t /*ticket*/) { return true; }
   // Returns when they have.
@@ -60,6 +77,8 @@ class HostBlockMover final : public BlockMover {
   void to_host(std::span<const BlockCopy> pairs, HostKvBuffer& host) override;
   void from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override;
   void to_region(std::span<const BlockCopy> pairs, std::byte* slots) override;
+  uint64_t start_from_region(std::span<const RegionCopy> copies) override;  // at once
+  std::span<const std::byte> host_block(BlockId block) const override;
 
  private:
   HostKvBuffer& pool_;

@@ -7,12 +7,15 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "core/status.h"
 #include "kv/block_hash.h"
 
 namespace strata::kv {
+
+struct PeerSlotClaim;  // peer_source.h
 
 // One block asked of get(): filled in with status Ok (out and checksum set), NotFound (absent,
 // or its value failed a check), or Unavailable (the source did not answer; the caller
@@ -22,6 +25,10 @@ namespace strata::kv {
 // are independent (a source that stops a chain at its first missing block stops that chain
 // only). producing, when set, says the chain's blocks are still being computed elsewhere (a
 // prefill instance) while it is true: a source may wait for them (PeerSource does).
+//
+// claim: set (with status Ok, out untouched, checksum 0) by a source that left the block where
+// it is -- a PeerSource taking slot records of a region on this machine -- for the caller to copy
+// into its pool and have confirmed (PeerSource::confirm) before it uses it.
 struct BlockGet {
   BlockHash hash;
   std::span<const int32_t> tokens;
@@ -30,6 +37,7 @@ struct BlockGet {
   Status status;
   int32_t chain = 0;
   const std::atomic<bool>* producing = nullptr;
+  std::shared_ptr<const PeerSlotClaim> claim = nullptr;
 };
 
 class BlockSource {

@@ -173,9 +173,15 @@ Result<std::unique_ptr<KvTiers>> KvTiers::create(const KvTierConfig& config, KvC
         t->slots = std::make_unique<PeerSlots>(std::move(region).value(), t->ns, block_bytes);
       }
       if (!config.peer_connects.empty()) {
-        t->peer = std::make_unique<PeerSource>(format, config.peer_connects, config.peer_options);
-        t->peer_producing =
-            std::make_unique<PeerSource>(format, config.peer_connects, config.peer_options);
+        // Blocks out of a region go straight into the pool (claims), never through a host slot.
+        PeerSourceOptions options = config.peer_options;
+        options.claim_slots = static_cast<bool>(options.open_region);
+        t->peer = std::make_unique<PeerSource>(format, config.peer_connects, options);
+        t->peer_producing = std::make_unique<PeerSource>(format, config.peer_connects, options);
+        if (options.claim_slots) {
+          options.decode_threads = 1;  // (confirm() decodes nothing)
+          t->peer_confirm = std::make_unique<PeerSource>(format, config.peer_connects, options);
+        }
       }
     }
     tiers[static_cast<size_t>(g)] = std::move(t);
@@ -215,6 +221,7 @@ std::optional<PeerSourceStats> KvTiers::peer_stats() const {
   if (!t.peer) return std::nullopt;
   PeerSourceStats s = t.peer->stats();
   s += t.peer_producing->stats();
+  if (t.peer_confirm) s += t.peer_confirm->stats();
   return s;
 }
 
@@ -532,10 +539,10 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
   // Prefetched blocks waiting for their requests, and reads under way, hold at most a quarter of
   // the host tier, or they would push each other (and what other requests need) out before use.
   // Half of it for a decode instance's reads of the prefill instance: its requests need them.
-  const int32_t budget = t.host->capacity() / (t.peer ? 2 : kPrefetchShare) -
-                         t.host->num_prefetched() -
-                         prefetch_reads_ - (fetcher_ ? fetcher_->blocks_in_flight() : 0) -
-                         static_cast<int32_t>(from_remote_.size());
+  const int32_t budget =
+      t.host->capacity() / (t.peer ? 2 : kPrefetchShare) - t.host->num_prefetched() -
+      prefetch_reads_ - (fetcher_ ? fetcher_->blocks_in_flight() : 0) -
+      static_cast<int32_t>(from_remote_.size()) - static_cast<int32_t>(claims_.size());
   if (budget <= 0) return;  // looked at again when some are served
   state.checked_at = changes_;
   state.ticket.reset();
@@ -568,7 +575,7 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
     }
     const TierKey k = t.key(h);
     if (fetcher_ && fetcher_->join(k, ticket)) continue;  // another request's read brings it
-    if (t.host->contains(k)) continue;
+    if (t.host->contains(k) || claims_.contains(k)) continue;
     if (!t.disk || !t.disk->contains(h)) {
       // The rest of the chain, as far as the budget goes, from Redis.
       if (fetcher_) fetch_remote(t, tokens, state, i, budget - ticket->blocks, ticket);
@@ -637,8 +644,48 @@ KvTiers::Progress KvTiers::promote_async(const void* owner, std::span<const int3
 
 bool KvTiers::promotion_ready() {
   Tier& t = *tiers_[0];
-  return promotion_ && t.mover->copies_done(promotion_->ticket) &&
-         promotion_->checked.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  if (!promotion_ || !t.mover->copies_done(promotion_->ticket)) return false;
+  start_confirm(*promotion_);
+  const auto ready = [](const auto& f) {
+    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  };
+  return ready(promotion_->checked) &&
+         (!promotion_->confirmed.valid() || ready(promotion_->confirmed));
+}
+
+void KvTiers::start_confirm(Promotion& p) {
+  if (p.confirm_started) return;
+  p.confirm_started = true;
+  std::vector<std::shared_ptr<const PeerSlotClaim>> claims;
+  std::vector<BlockId> blocks;
+  for (size_t j = 0; j < p.staged.size(); ++j) {
+    if (!p.staged[j].claim) continue;
+    claims.push_back(p.staged[j].claim);
+    blocks.push_back(p.blocks[j]);
+  }
+  if (claims.empty()) return;
+  Tier& t = *tiers_[0];
+  p.confirmed =
+      std::async(std::launch::async, [&t, claims = std::move(claims), blocks = std::move(blocks)] {
+        // A CPU pool's blocks are checksummed where they landed, up to the first that differs (the
+        // chain ends there); a GPU pool's are vouched for by their slots' generations alone.
+        std::vector<uint8_t> copied(claims.size(), 1);
+        size_t asked = claims.size();
+        for (size_t i = 0; i < claims.size(); ++i) {
+          const std::span<const std::byte> landed = t.mover->host_block(blocks[i]);
+          if (!landed.empty() && tier_checksum(landed) != claims[i]->checksum) {
+            copied[i] = 0;
+            asked = i + 1;
+            break;
+          }
+        }
+        std::vector<const PeerSlotClaim*> ask;
+        for (size_t i = 0; i < asked; ++i) ask.push_back(claims[i].get());
+        std::vector<uint8_t> ok =
+            t.peer_confirm->confirm(ask, std::span<const uint8_t>(copied).first(asked));
+        ok.resize(claims.size(), 0);
+        return ok;
+      });
 }
 
 void KvTiers::wait_promotion() {
@@ -646,7 +693,9 @@ void KvTiers::wait_promotion() {
   Tier& t = *tiers_[0];
   const auto start = std::chrono::steady_clock::now();
   t.mover->wait_copies(promotion_->ticket);
+  start_confirm(*promotion_);
   promotion_->checked.wait();
+  if (promotion_->confirmed.valid()) promotion_->confirmed.wait();
   stats_.up_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -680,7 +729,9 @@ bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens
   for (; i < max_blocks; ++i) {
     p.hashes.push_back(hasher_.hash(i == 0 ? nullptr : &p.hashes.back(), block_tokens(i), extra));
     const TierKey k = t.key(p.hashes.back());
-    if (!t.host->contains(k) && !(t.disk && t.disk->contains(k.hash))) break;
+    if (!t.host->contains(k) && !(t.disk && t.disk->contains(k.hash)) && !claims_.contains(k)) {
+      break;
+    }
   }
   const int32_t count = i - first;
   if (count == 0) return false;
@@ -706,6 +757,10 @@ bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens
       stage.push_back(Staged{*slot, k, t.host->take_prefetched(*slot)});
       continue;
     }
+    if (const auto claim = claims_.find(k); claim != claims_.end()) {
+      stage.push_back(Staged{BlockId{}, k, false, claim->second});
+      continue;
+    }
     if (!t.disk || !t.disk->contains(k.hash)) {
       broken = true;
       break;
@@ -728,7 +783,7 @@ bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens
   for (size_t j = 0; j < stage.size(); ++j) {
     if (stage[j].from_disk && !t.host->contains(stage[j].key)) {  // a failed read
       for (size_t r = j + 1; r < stage.size(); ++r) {
-        if (t.host->contains(stage[r].key)) t.host->unpin(stage[r].slot);
+        if (!stage[r].claim && t.host->contains(stage[r].key)) t.host->unpin(stage[r].slot);
       }
       stage.resize(j);
       broken = true;
@@ -744,16 +799,27 @@ bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens
   p.last = broken || stage.size() == static_cast<size_t>(count);
   // The stage copies up (on the mover's copy stream or at once) while the host blocks' checksums
   // run on the check threads; a block past the good prefix is copied but never registered.
+  // A claim's block comes straight out of the prefill instance's region (device to device on a
+  // GPU), checked and confirmed once copied (start_confirm).
   std::vector<BlockCopy> copies;
+  std::vector<RegionCopy> region_copies;
   std::vector<HostTier::Check> checks;
   for (size_t j = 0; j < stage.size(); ++j) {
+    if (stage[j].claim) {
+      region_copies.push_back(RegionCopy{stage[j].claim->src(), p.blocks[j]});
+      continue;
+    }
     copies.push_back(BlockCopy{stage[j].slot, p.blocks[j]});
     if (!stage[j].from_disk) checks.push_back(t.host->check_of(stage[j].slot));
   }
   p.checked = std::async(std::launch::async, [this, checks = std::move(checks)] {
     return HostTier::verified_prefix(checks, &check_threads_);
   });
-  p.ticket = t.mover->start_from_host(copies, std::as_const(*t.host).buffer());
+  uint64_t ticket = BlockMover::kDoneTicket;
+  if (!copies.empty()) ticket = t.mover->start_from_host(copies, std::as_const(*t.host).buffer());
+  if (!region_copies.empty()) ticket = std::max(ticket, t.mover->start_from_region(region_copies));
+  p.ticket = ticket;
+  if (t.mover->copies_done(p.ticket)) start_confirm(p);
   promotion_ = std::move(p);
   stats_.up_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -766,20 +832,29 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
   Promotion p = std::move(*promotion_);
   promotion_.reset();
   t.mover->wait_copies(p.ticket);
-  // Good: host blocks whose checksum holds (the checks stop at the first that does not), and
-  // blocks read from disk (checked as they were read).
+  start_confirm(p);
+  // Good: host blocks whose checksum holds (the checks stop at the first that does not), blocks
+  // read from disk (checked as they were read), and claims confirmed.
   const size_t good_host = p.checked.get();
+  const std::vector<uint8_t> confirmed =
+      p.confirmed.valid() ? p.confirmed.get() : std::vector<uint8_t>();
   size_t keep = 0;
-  for (size_t host_seen = 0; keep < p.staged.size(); ++keep) {
-    if (!p.staged[keep].from_disk && host_seen++ == good_host) break;
+  for (size_t host_seen = 0, claim_seen = 0; keep < p.staged.size(); ++keep) {
+    const Staged& s = p.staged[keep];
+    if (s.claim ? confirmed[claim_seen++] == 0 : !s.from_disk && host_seen++ == good_host) break;
   }
   bool more = !p.last;
   if (keep < p.staged.size()) {
     more = false;
-    t.host->erase(p.staged[keep].slot);  // failed its checksum
+    // Failed its checksum; a claim's slot was taken again, or its prefill instance is gone.
+    if (!p.staged[keep].claim) t.host->erase(p.staged[keep].slot);
     ++stats_.num_faults;
   }
   for (const Staged& s : p.staged) {
+    if (s.claim) {
+      claims_.erase(s.key);  // used, or a miss: recomputed
+      continue;
+    }
     if (t.host->contains(s.key) && t.host->pinned(s.slot)) t.host->unpin(s.slot);  // not erased
   }
   // Registered in chain order, as a computed prefix would be, and appended to the hit -- unless
@@ -806,7 +881,9 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
       more = false;
       break;  // the rest go back uncached and are recomputed
     }
-    if (from_remote_.erase(p.staged[registered].key) > 0) ++stats_.num_remote_hit_blocks;
+    if (p.staged[registered].claim || from_remote_.erase(p.staged[registered].key) > 0) {
+      ++stats_.num_remote_hit_blocks;
+    }
     if (!one_full_group_) continue;
     if (hit->rows.empty()) hit->rows.resize(1);
     hit->rows[0].push_back(p.blocks[registered]);
@@ -838,7 +915,7 @@ void KvTiers::fetch_remote(Tier& t, std::span<const int32_t> tokens, const Prefe
   for (auto i = static_cast<size_t>(first);
        i < chain.size() && static_cast<int32_t>(wanted.size()) < limit; ++i) {
     const TierKey k = t.key(chain[i]);
-    if (fetcher_->join(k, ticket) || t.host->contains(k)) continue;
+    if (fetcher_->join(k, ticket) || t.host->contains(k) || claims_.contains(k)) continue;
     wanted.push_back(i);
   }
   if (wanted.empty()) return;
@@ -889,6 +966,15 @@ bool KvTiers::apply_remote(bool block, std::chrono::steady_clock::time_point unt
         t.host->erase(b.slot);
         continue;
       }
+      if (job->gets[i].claim) {
+        // Left in the prefill instance's region: its host slot goes back unused, and the
+        // promotion copies it from there into the pool.
+        t.host->erase(b.slot);
+        claims_.insert_or_assign(b.key, std::move(job->gets[i].claim));
+        claim_order_.push_back(b.key);
+        ++committed;
+        continue;
+      }
       t.host->commit(b.slot, job->gets[i].checksum);  // checked as it was read
       t.host->unpin(b.slot);
       from_remote_.insert(b.key);
@@ -897,6 +983,12 @@ bool KvTiers::apply_remote(bool block, std::chrono::steady_clock::time_point unt
     for (const std::shared_ptr<PrefetchTicket>& ticket : job->tickets) --ticket->pending;
   }
   stats_.num_remote_fetched_blocks += committed;
+  const auto max_claims = static_cast<size_t>(std::max(1, t.host->capacity() / 2));
+  while (claims_.size() > max_claims && !claim_order_.empty()) {
+    claims_.erase(claim_order_.front());
+    claim_order_.pop_front();
+  }
+  if (claims_.empty()) claim_order_.clear();
   // Blocks that came let the waiting requests' prefetches walk further; a read that found
   // nothing (or no answer) is not asked again until blocks move.
   if (committed > 0) ++changes_;

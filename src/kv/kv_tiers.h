@@ -23,7 +23,10 @@
 //            mover's copy stream (BlockMover::start_from_host) while the running requests step
 //            on and the host blocks' checksums run; once done, registered in the prefix cache as
 //            if computed and appended to the hit, so the admission and every later step are the
-//            pool prefix hit the engine already runs
+//            pool prefix hit the engine already runs. A block a prefill instance's region on this
+//            machine holds (a PeerSource claim) is copied from the region straight into its pool
+//            block instead (BlockMover::start_from_region), and used once the prefill instance
+//            confirms its slot was not reused meanwhile (and, on a CPU pool, its checksum holds)
 //
 //   groups   a cache of several groups (kv_group.h: INT4's newest blocks, a hybrid model's
 //            windowed layers) has tiers per group that needs blocks before a hit's first
@@ -51,11 +54,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <future>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -282,6 +287,9 @@ class KvTiers final : public PoolListener {
     // --role decode: the reads that wait for a prefill still running, over connections of
     // their own (RemoteFetcher's producing source).
     std::unique_ptr<PeerSource> peer_producing;
+    // --role decode with --kv-peer-region: the confirmations of blocks copied straight out of a
+    // region into the pool (a promotion's), over connections of their own.
+    std::unique_ptr<PeerSource> peer_confirm;
     // Where the blocks written down are lent besides the host tier (remote, outbox).
     std::vector<BlockSink*> sinks() const;
     std::unique_ptr<GroupListener> listener;  // groups after the first (group 0's: KvTiers)
@@ -335,12 +343,14 @@ class KvTiers final : public PoolListener {
   // The batch's blocks, copied down and committed, into t's peer region too (with their host
   // checksums), as many as it has slots.
   void copy_to_region(Tier& t, const DownBatch& batch);
-  // A block of a promotion's stage, in a pinned host slot.
+  // A block of a promotion's stage, in a pinned host slot -- or, with a claim, in a prefill
+  // instance's region, copied from there straight into the pool and confirmed (slot unused).
   struct Staged {
     BlockId slot;
     TierKey key;
     bool from_disk = false;  // read from disk, now or by a prefetch: checked as it was read, and
                              // counted as a disk hit
+    std::shared_ptr<const PeerSlotClaim> claim = nullptr;
   };
   // A promotion under way (promote_async).
   struct Promotion {
@@ -352,7 +362,15 @@ class KvTiers final : public PoolListener {
     bool last = false;              // nothing of the chain is left for another stage
     uint64_t ticket = BlockMover::kDoneTicket;  // the copies
     std::future<size_t> checked;    // how many of staged's host blocks, from the first, are good
+    // Of staged's claims, in order, which were copied well and confirmed (their slots not
+    // written since the records were served): started once the copies are done (start_confirm).
+    std::future<std::vector<uint8_t>> confirmed;
+    bool confirm_started = false;
   };
+  // Once p's copies are done: the checksums of its claims' pool blocks (a CPU pool) and their
+  // confirmation by the prefill instance start on a thread of their own (p.confirmed); nothing
+  // when p has no claims or they have started.
+  void start_confirm(Promotion& p);
   // Queues a read from Redis, into host slots taken now (free or least recent, not to be written
   // down), of the blocks of state.chain[first, ...) that neither the host tier holds nor another
   // request's read brings (those the ticket joins), at most limit of them, unless computing them
@@ -413,6 +431,11 @@ class KvTiers final : public PoolListener {
   // Group 0's reads of Redis (a remote tier) or of the prefill instance (a peer).
   std::unique_ptr<RemoteFetcher> fetcher_;
   std::unordered_set<TierKey, TierKeyHasher> from_remote_;  // host blocks they brought, unserved
+  // Blocks a prefill instance's region on this machine holds, as its slot records named them
+  // (PeerSource claims): not copied until a promotion copies them into the pool. At most half
+  // the host tier's blocks (the peer reads' prefetch share); the oldest go first.
+  std::unordered_map<TierKey, std::shared_ptr<const PeerSlotClaim>, TierKeyHasher> claims_;
+  std::deque<TierKey> claim_order_;
   RemoteReadCost read_cost_;
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
   int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)

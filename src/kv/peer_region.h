@@ -5,9 +5,14 @@
 //
 //   kind            owner (prefill instance)                reader (decode instance)
 //   shared memory   shm_open + mmap of host memory (a CPU   shm_open of the name, mmap read-only,
-//                   instance's pool is host memory)         memcpy out
-//   CUDA IPC        cudaMalloc + cudaIpcGetMemHandle        cudaIpcOpenMemHandle, cudaMemcpy out
-//                   (src/model/cuda/cuda_peer_region.h)     (another process: it fails in-process)
+//                   instance's pool is host memory)         memcpy into the pool
+//   CUDA IPC        cudaMalloc + cudaIpcGetMemHandle        cudaIpcOpenMemHandle, device to device
+//                   (src/model/cuda/cuda_peer_region.h)     into the pool (another process: it
+//                                                           fails in-process)
+//
+// The reader's pool mover copies a slot from data() straight into a pool block
+// (BlockMover::start_from_region); copy_out copies to host memory (the header's check, and a
+// PeerSource without claim_slots).
 //
 // Layout: a header of kPeerRegionHeaderBytes (peer_frames.h), then slots of slot_bytes. The
 // header holds "STRATAPR", a version, the kind, the region's id (random) and its size, written
@@ -68,6 +73,10 @@ class PeerRegionView {
  public:
   virtual ~PeerRegionView() = default;
   virtual int64_t size_bytes() const = 0;
+  // The region's first byte in this process: host memory (shared memory) or a device pointer
+  // (CUDA IPC), from which the pool's mover copies a slot straight into a pool block
+  // (BlockMover::start_from_region). Valid while the view lives.
+  virtual const std::byte* data() const = 0;
   // Copies [offset, offset + out.size()) of the region into out (host memory); InvalidArgument
   // when that passes the region's end, Internal when the copy fails.
   virtual Status copy_out(int64_t offset, std::span<std::byte> out) = 0;

@@ -92,6 +92,7 @@ PeerSourceStats& PeerSourceStats::operator+=(const PeerSourceStats& o) {
   bytes_read += o.bytes_read;
   num_slot_hits += o.num_slot_hits;
   num_slot_reused += o.num_slot_reused;
+  num_slot_pool_blocks += o.num_slot_pool_blocks;
   transfer_seconds += o.transfer_seconds;
   get_latency.merge(o.get_latency);
   return *this;
@@ -122,7 +123,7 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
       for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
         BlockGet& g = blocks[next + i];
         decoded_[i] = is_peer_slot_record(values_[i])
-                          ? read_slot(values_[i], g, reads_[i])
+                          ? read_slot(values_[i], preferred_, g, reads_[i])
                           : format_.decode(values_[i], g.hash, g.tokens, g.out, &g.checksum);
       }
     });
@@ -139,8 +140,11 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
     size_t j = 0;
     for (; j < present; ++j) {
       BlockGet& g = blocks[next + j];
-      s.bytes_read += reads_[j] == Read::kSlot ? format_.block_bytes()
-                                               : static_cast<int64_t>(values_[j].size());
+      // A claim's bytes are counted when they are confirmed, having been copied.
+      if (reads_[j] != Read::kClaim) {
+        s.bytes_read += reads_[j] == Read::kSlot ? format_.block_bytes()
+                                                 : static_cast<int64_t>(values_[j].size());
+      }
       const Status& d = decoded_[j];
       if (!d.ok()) {
         ++s.num_bad;
@@ -206,7 +210,7 @@ std::shared_ptr<PeerRegionView> PeerSource::region(const PeerSlotRecord& r) {
   return view;
 }
 
-Status PeerSource::read_slot(std::string_view value, BlockGet& g, Read& kind) {
+Status PeerSource::read_slot(std::string_view value, size_t p, BlockGet& g, Read& kind) {
   kind = Read::kSlot;
   Result<PeerSlotRecord> r = decode_peer_slot_record(value);
   if (!r.ok()) return r.status();
@@ -221,6 +225,24 @@ Status PeerSource::read_slot(std::string_view value, BlockGet& g, Read& kind) {
   if (!view) {
     kind = Read::kNoRegion;
     return Status::Unavailable("the prefill instance's region does not open here");
+  }
+  if (options_.claim_slots) {
+    const auto offset = static_cast<int64_t>(r->offset());
+    if (offset < 0 || offset > view->size_bytes() ||
+        static_cast<int64_t>(r->block_bytes) > view->size_bytes() - offset) {
+      return Status::InvalidArgument("a slot past the region's end");
+    }
+    kind = Read::kClaim;
+    auto claim = std::make_shared<PeerSlotClaim>();
+    claim->peer = p;
+    claim->key = r->key;
+    claim->record = std::string(value);
+    claim->checksum = r->checksum;
+    claim->view = view;
+    claim->offset = offset;
+    g.claim = std::move(claim);
+    g.checksum = 0;
+    return Status::Ok();
   }
   STRATA_RETURN_IF_ERROR(view->copy_out(r->offset(), g.out));
   g.checksum = tier_checksum(g.out);
@@ -260,6 +282,53 @@ void PeerSource::confirm_slots(size_t p, std::span<BlockGet> blocks, size_t pres
     }
     ++k;
   }
+}
+
+std::vector<uint8_t> PeerSource::confirm(std::span<const PeerSlotClaim* const> claims,
+                                         std::span<const uint8_t> copied) {
+  STRATA_CHECK(claims.size() == copied.size(), "PeerSource::confirm: a copy check per claim");
+  std::vector<uint8_t> ok(claims.size(), 0);
+  PeerSourceStats s;
+  // Per prefill instance, its claims' keys in one round trip (a chain's come from one).
+  for (size_t p = 0; p < peers_.size(); ++p) {
+    std::vector<size_t> asked;
+    confirm_keys_.clear();
+    for (size_t i = 0; i < claims.size(); ++i) {
+      if (claims[i]->peer != p) continue;
+      if (!copied[i]) {
+        ++s.num_bad;
+        continue;
+      }
+      asked.push_back(i);
+      confirm_keys_.push_back(claims[i]->key);
+    }
+    if (asked.empty()) continue;
+    PeerClient* const c = client(p);
+    Status got = Status::Unavailable("no connection to the prefill instance");
+    if (c != nullptr) {
+      ++s.num_round_trips;
+      got = c->get_flagged(confirm_keys_, kPeerAcceptSlotRecords, confirmed_);
+    }
+    if (!got.ok()) {
+      ++s.num_errors;
+      if (got.code() == StatusCode::kUnavailable) peers_[p].client.reset();
+      continue;
+    }
+    for (size_t k = 0; k < asked.size(); ++k) {
+      const size_t i = asked[k];
+      if (k >= confirmed_.size() || confirmed_[k] != claims[i]->record) {
+        ++s.num_slot_reused;
+        continue;
+      }
+      ok[i] = 1;
+      ++s.num_slot_hits;
+      ++s.num_slot_pool_blocks;
+      s.bytes_read += format_.block_bytes();
+    }
+  }
+  const std::lock_guard lock(mu_);
+  stats_ += s;
+  return ok;
 }
 
 PeerSourceStats PeerSource::stats() const {

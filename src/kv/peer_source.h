@@ -15,11 +15,17 @@
 // the get began, or since the last time the chain's BlockGet::producing was seen true (the
 // decode instance's call to the prefill instance still running: the blocks are read as the
 // prefill computes them); then it is NotFound, and so is every block of its chain past it
-// without asking (a chain breaks at its first missing block; the other chains go on). When no peer answers (gone,
-// or past the connection's timeout) the blocks not read yet are Unavailable; a connection that
-// failed is made again at a later round trip (at most once a second).
+// without asking (a chain breaks at its first missing block; the other chains go on). When no peer
+// answers (gone, or past the connection's timeout) the blocks not read yet are Unavailable; a
+// connection that failed is made again at a later round trip (at most once a second).
 //
-// get() from one thread at a time (RemoteFetcher's); stats() from any.
+// On one machine (options.open_region) a block may come as a slot record of the prefill
+// instance's region: copied out into BlockGet::out and confirmed by a second round trip within
+// get(), or with options.claim_slots left there as a claim (BlockGet::claim) that the caller
+// copies straight into its pool and then has confirmed (confirm(); docs/kv.md "One machine").
+//
+// get() from one thread at a time (RemoteFetcher's); confirm() likewise, never beside get() on
+// the same object; stats() from any.
 
 #include <chrono>
 #include <cstdint>
@@ -58,6 +64,24 @@ struct PeerSourceOptions {
   // prefill instance's region, opened by this, once per region (same machine only; docs/kv.md).
   // A region that does not open makes that peer's later round trips ask for values again.
   PeerRegionOpener open_region = {};
+  // With open_region: a slot record's block is not copied here but handed back as a claim
+  // (BlockGet::claim), which the caller copies straight into its pool (BlockMover::
+  // start_from_region) and then has confirmed (confirm()); false: copied into BlockGet::out and
+  // confirmed within get().
+  bool claim_slots = false;
+};
+
+// A block a prefill instance's region holds, as a slot record named it (claim_slots): where it
+// lies in this process, and what a confirmation must find again.
+struct PeerSlotClaim {
+  size_t peer = 0;  // the prefill instance's index in the PeerSource's connects
+  TierKey key;
+  std::string record;     // the slot record as served: the confirmation must serve the same
+  uint64_t checksum = 0;  // the prefill instance's XXH3 of the block (tier_checksum)
+  std::shared_ptr<PeerRegionView> view;
+  int64_t offset = 0;  // the slot's first byte in the region; a block's bytes fit after it
+
+  const std::byte* src() const { return view->data() + offset; }
 };
 
 // Makes a connection to the prefill instance (connect_ucx_peer, or a test's in-process peer).
@@ -73,6 +97,9 @@ struct PeerSourceStats {
   int64_t bytes_read = 0;
   int64_t num_slot_hits = 0;    // of num_hits, copied out of a peer region (slot records)
   int64_t num_slot_reused = 0;  // slot records whose slot was taken again during the copy
+  // Of num_slot_hits, copied straight into the pool (claims, confirm()) rather than through a
+  // host slot.
+  int64_t num_slot_pool_blocks = 0;
   // The round trips that brought blocks, from the ask to the last value checked: a get's time
   // less its waits for blocks not there yet (bytes_read / transfer_seconds is the rate of the
   // transfer itself, where a get that overlaps the prefill lasts as long as the prefill).
@@ -92,6 +119,14 @@ class PeerSource final : public BlockSource {
                    std::move(options)) {}
 
   void get(std::span<BlockGet> blocks) override;
+  // Asks the claims' prefill instances for their keys' records again, once the caller's copies of
+  // the claims' blocks have completed: ok[i] says whether claims[i]'s record is the same, which
+  // proves its slot was not written since it was served (docs/kv.md "One machine"). copied[i]
+  // false (the copy's own check failed): counted bad, not asked for, ok[i] false. No answer: all
+  // false. From one thread at a time, never beside get() on the same PeerSource (KvTiers keeps a
+  // PeerSource, with connections of its own, for confirmations).
+  std::vector<uint8_t> confirm(std::span<const PeerSlotClaim* const> claims,
+                               std::span<const uint8_t> copied);
   PeerSourceStats stats() const;
 
  private:
@@ -102,7 +137,7 @@ class PeerSource final : public BlockSource {
     bool slots = true;  // asked for slot records (with open_region), until a region fails to open
   };
   // What one present value of a round trip came to.
-  enum class Read : uint8_t { kValue, kSlot, kNoRegion };
+  enum class Read : uint8_t { kValue, kSlot, kClaim, kNoRegion };
   // Peer p's connection, made now if there is none and the last attempt is a second old.
   PeerClient* client(size_t p);
   // One chain of a get (above), whose wait counts from start.
@@ -114,9 +149,10 @@ class PeerSource final : public BlockSource {
   Status ask(size_t n, PeerSourceStats& s);
   // The request flags for peer p.
   uint16_t flags(size_t p) const;
-  // Copies the block of a slot record (value) out of its region into g.out and checks it; kind
-  // says what value was (kNoRegion: its region did not open here).
-  Status read_slot(std::string_view value, BlockGet& g, Read& kind);
+  // Copies the block of a slot record (value) out of its region into g.out and checks it, or
+  // with claim_slots sets g.claim; kind says what value was (kNoRegion: its region did not open
+  // here). p: the peer that served it.
+  Status read_slot(std::string_view value, size_t p, BlockGet& g, Read& kind);
   // The region a record names, opened once; null when it does not open.
   std::shared_ptr<PeerRegionView> region(const PeerSlotRecord& r);
   // Asks peer p for the keys of the first `present` values that were slot records read well

@@ -108,6 +108,7 @@ void RemoteFetcher::read(BlockSource& source, std::vector<std::unique_ptr<Job>>&
     for (BlockGet& g : job->gets) {
       g.checksum = gets[at].checksum;
       g.status = std::move(gets[at].status);
+      g.claim = std::move(gets[at].claim);
       ++at;
     }
   }

@@ -205,6 +205,10 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
          "Of the blocks a decode instance read, those copied out of the prefill instance's "
          "region (--kv-peer-region: CUDA IPC or shared memory).",
          static_cast<double>(t.kv_peer_region_read_blocks));
+  metric(out, "strata:kv_peer_region_pool_blocks_total", "counter",
+         "Of the blocks copied out of the prefill instance's region, those copied straight into "
+         "the KV pool (device to device on a GPU), through no host slot.",
+         static_cast<double>(t.kv_peer_region_pool_blocks));
   metric(out, "strata:kv_peer_region_reused_total", "counter",
          "Blocks whose region slot the prefill instance took again during the copy "
          "(recomputed).",

@@ -1,7 +1,7 @@
 #pragma once
-// DeferredMover: a BlockMover for tests whose started copies (start_from_host) stay in flight
-// until complete() or wait_copies() -- a GPU's copy stream held still -- and then run as the CPU
-// backend's memcpys. Its synchronous copies run at once.
+// DeferredMover: a BlockMover for tests whose started copies (start_from_host,
+// start_from_region) stay in flight until complete() or wait_copies() -- a GPU's copy stream
+// held still -- and then run as the CPU backend's memcpys. Its synchronous copies run at once.
 
 #include <cstdint>
 #include <span>
@@ -28,14 +28,22 @@ class DeferredMover final : public BlockMover {
     now_.to_region(pairs, slots);
   }
   uint64_t start_from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override {
-    started_.push_back(Started{++last_, {pairs.begin(), pairs.end()}, &host});
+    started_.push_back(Started{++last_, {pairs.begin(), pairs.end()}, &host, {}});
     return last_;
+  }
+  uint64_t start_from_region(std::span<const RegionCopy> copies) override {
+    started_.push_back(Started{++last_, {}, nullptr, {copies.begin(), copies.end()}});
+    return last_;
+  }
+  std::span<const std::byte> host_block(BlockId block) const override {
+    return now_.host_block(block);
   }
   bool copies_done(uint64_t ticket) override { return ticket <= done_; }
   void wait_copies(uint64_t ticket) override {
     for (Started& s : started_) {
       if (s.ticket > done_ && s.ticket <= ticket) {
-        now_.from_host(s.pairs, *s.host);
+        if (s.host != nullptr) now_.from_host(s.pairs, *s.host);
+        now_.start_from_region(s.region);
         done_ = s.ticket;
       }
     }
@@ -49,7 +57,8 @@ class DeferredMover final : public BlockMover {
   struct Started {
     uint64_t ticket;
     std::vector<BlockCopy> pairs;
-    const HostKvBuffer* host;
+    const HostKvBuffer* host;        // from_host's, or null
+    std::vector<RegionCopy> region;  // start_from_region's
   };
   HostBlockMover now_;
   std::vector<Started> started_;

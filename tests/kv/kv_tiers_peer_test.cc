@@ -35,6 +35,7 @@
 #include "kv/peer_region.h"
 #include "kv/peer_slots.h"
 #include "kv/ucx_peer_transport.h"
+#include "tests/kv/deferred_mover.h"
 #include "tests/kv/kv_tiers_fixture.h"
 
 namespace strata::kv {
@@ -48,12 +49,14 @@ struct Instance {
   std::unique_ptr<KvTiers> tiers;
 
   static constexpr int32_t kPoolBlocks = 9;
+  using MakeMover = std::function<std::unique_ptr<BlockMover>(HostKvBuffer& pool)>;
 
-  explicit Instance(KvTierConfig c) {
+  // make_mover: the pool's mover (HostBlockMover unless given).
+  explicit Instance(KvTierConfig c, const MakeMover& make_mover = {}) {
     cache = std::make_unique<KvCacheManager>(KvCacheConfig{
         .block_size = kBs, .groups = {{KvGroupSpec::full(small_spec()), kPoolBlocks}}});
     pool = std::make_unique<HostKvBuffer>(small_layout(), kPoolBlocks);
-    mover = std::make_unique<HostBlockMover>(*pool);
+    mover = make_mover ? make_mover(*pool) : std::make_unique<HostBlockMover>(*pool);
     c.host_bytes = 16 * small_layout().block_bytes();
     c.ns = 42;
     Result<std::unique_ptr<KvTiers>> t = KvTiers::create(c, *cache, *mover);
@@ -65,6 +68,8 @@ struct Instance {
     tiers->drain_io();
     EXPECT_EQ(tiers->host().num_pinned(), 0) << "a slot stayed pinned";
     tiers->host().check_invariants();
+    EXPECT_EQ(cache->pool(0).num_used_blocks(), 0) << "a pool block leaked";
+    cache->pool(0).check_invariants();
     tiers.reset();
   }
   std::span<std::byte> bytes(BlockId b) {
@@ -557,23 +562,57 @@ PeerConnect local_peer(Instance& pre, std::function<void(std::vector<std::string
   };
 }
 
-// A shared-memory view whose first copy runs `during` as its last bytes are read: what the
-// prefill instance may do while a decode instance copies out of its region.
-class HookedView final : public PeerRegionView {
+// A decode instance's pool mover whose first copy out of a region runs `during` once the
+// bytes are copied (what the prefill instance may do while a decode instance copies out of its
+// region), and that counts the blocks it copied out of regions and into the pool from host slots.
+class HookedMover final : public BlockMover {
  public:
-  HookedView(std::unique_ptr<PeerRegionView> view, std::function<void()> during)
-      : view_(std::move(view)), during_(std::move(during)) {}
-  int64_t size_bytes() const override { return view_->size_bytes(); }
-  Status copy_out(int64_t offset, std::span<std::byte> out) override {
-    const Status copied = view_->copy_out(offset, out);
-    if (during_) std::exchange(during_, nullptr)();
-    return copied;
+  HookedMover(HostKvBuffer& pool, std::function<void()> during)
+      : now_(pool), during_(std::move(during)) {}
+  int32_t num_pool_blocks() const override { return now_.num_pool_blocks(); }
+  void attach(HostKvBuffer& /*host*/) override {}
+  void detach(HostKvBuffer& /*host*/) override {}
+  void to_host(std::span<const BlockCopy> pairs, HostKvBuffer& host) override {
+    now_.to_host(pairs, host);
   }
+  void from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override {
+    from_host_blocks += static_cast<int64_t>(pairs.size());
+    now_.from_host(pairs, host);
+  }
+  void to_region(std::span<const BlockCopy> pairs, std::byte* slots) override {
+    now_.to_region(pairs, slots);
+  }
+  uint64_t start_from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override {
+    from_host(pairs, host);
+    return kDoneTicket;
+  }
+  uint64_t start_from_region(std::span<const RegionCopy> copies) override {
+    from_region_blocks += static_cast<int64_t>(copies.size());
+    now_.start_from_region(copies);
+    if (during_) std::exchange(during_, nullptr)();
+    return kDoneTicket;
+  }
+  std::span<const std::byte> host_block(BlockId block) const override {
+    return now_.host_block(block);
+  }
+  int64_t from_host_blocks = 0;
+  int64_t from_region_blocks = 0;
 
  private:
-  std::unique_ptr<PeerRegionView> view_;
+  HostBlockMover now_;
   std::function<void()> during_;
 };
+
+// The prefill instance takes every slot of its region again and scribbles over them.
+void retake_every_slot(PeerSlots& slots) {
+  std::vector<BlockHash> other(kRegionSlots);
+  for (size_t i = 0; i < other.size(); ++i) other[i].bytes[0] = static_cast<uint8_t>(i + 1);
+  const std::vector<int32_t> taken = slots.reserve(other);
+  std::span<std::byte> all(slots.region().slots(),
+                           static_cast<size_t>(kRegionSlots * small_layout().block_bytes()));
+  std::fill(all.begin(), all.end(), std::byte{0x5a});
+  for (const int32_t s : taken) slots.abandon(s);
+}
 
 TEST(KvTiersPeerTest, OnOneMachineBlocksAreCopiedOutOfThePrefillInstancesRegion) {
   Instance pre(region_prefill_config());
@@ -581,10 +620,22 @@ TEST(KvTiersPeerTest, OnOneMachineBlocksAreCopiedOutOfThePrefillInstancesRegion)
   prefill(pre, p);
   ASSERT_NE(pre.tiers->peer_slots(), nullptr);
   EXPECT_EQ(pre.tiers->peer_slots()->stats().num_put, 3);
-  Instance dec(region_decode_config(local_peer(pre)));
+  HookedMover* mover = nullptr;
+  Instance dec(region_decode_config(local_peer(pre)), [&](HostKvBuffer& pool) {
+    auto m = std::make_unique<HookedMover>(pool, nullptr);
+    mover = m.get();
+    return m;
+  });
   EXPECT_EQ(dec.fetch_and_promote(p), 3);
   const PeerSourceStats s = *dec.tiers->peer_stats();
   EXPECT_EQ(s.num_slot_hits, 3);
+  // Straight from the region into the pool: no host slot held them on the way.
+  EXPECT_EQ(s.num_slot_pool_blocks, 3);
+  EXPECT_EQ(mover->from_region_blocks, 3);
+  EXPECT_EQ(mover->from_host_blocks, 0);
+  EXPECT_EQ(dec.tiers->host().num_blocks(), 0);
+  EXPECT_EQ(dec.tiers->stats().num_host_hit_blocks, 3);
+  EXPECT_EQ(dec.cache->pool(0).num_cached_blocks(), 3);
   EXPECT_EQ(s.bytes_read, 3 * small_layout().block_bytes()) << "the blocks' bytes are counted";
   EXPECT_EQ(s.num_round_trips, 2) << "the records, then their confirmation";
   EXPECT_EQ(pre.tiers->outbox()->stats().num_served, 0) << "no block moved as a value";
@@ -593,7 +644,47 @@ TEST(KvTiersPeerTest, OnOneMachineBlocksAreCopiedOutOfThePrefillInstancesRegion)
   Instance values(decode_config(local_peer(pre), std::chrono::milliseconds(200)));
   EXPECT_EQ(values.fetch_and_promote(p), 3);
   EXPECT_EQ(values.tiers->peer_stats()->num_slot_hits, 0);
+  EXPECT_EQ(values.tiers->peer_stats()->num_slot_pool_blocks, 0);
+  EXPECT_EQ(values.tiers->host().num_blocks(), 3) << "values come through host slots";
   EXPECT_EQ(pre.tiers->outbox()->stats().num_served, 3);
+}
+
+// A GPU's copy stream: the copies out of the region are still running when the promotion is
+// first looked at; the confirmation waits for them, and only then are the blocks used.
+TEST(KvTiersPeerTest, RegionCopiesStillRunningAreConfirmedOnlyOnceDone) {
+  Instance pre(region_prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  DeferredMover* mover = nullptr;
+  Instance dec(region_decode_config(local_peer(pre)), [&](HostKvBuffer& pool) {
+    auto m = std::make_unique<DeferredMover>(pool);
+    mover = m.get();
+    return m;
+  });
+  PrefetchState state;
+  dec.tiers->prefetch(p, {}, state);
+  while (state.pending()) dec.tiers->wait_io();
+  PrefixHit hit = dec.cache->find_cached_prefix(p, {});
+  const KvTiers::Progress started = dec.tiers->promote_async(&state, p, {}, hit);
+  EXPECT_TRUE(started.pending);
+  EXPECT_EQ(mover->num_in_flight(), 1);
+  EXPECT_FALSE(dec.tiers->promotion_ready());
+  const int64_t served = pre.tiers->peer_slots()->stats().num_served;
+  EXPECT_EQ(served, 3) << "not confirmed before the copies are done";
+  mover->complete();
+  dec.tiers->wait_promotion();
+  EXPECT_EQ(pre.tiers->peer_slots()->stats().num_served, 6);
+  const KvTiers::Progress done = dec.tiers->promote_async(&state, p, {}, hit);
+  EXPECT_FALSE(done.pending);
+  EXPECT_EQ(done.promoted.host_blocks, 3);
+  EXPECT_EQ(hit.blocks().size(), 3U);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_slot_pool_blocks, 3);
+  for (size_t b = 0; b < 3; ++b) {
+    std::vector<std::byte> want(static_cast<size_t>(small_layout().block_bytes()));
+    fill(want, static_cast<uint32_t>(p[b * kBs]));
+    const std::span<std::byte> got = dec.bytes(hit.blocks()[b]);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "block " << b;
+  }
 }
 
 TEST(KvTiersPeerTest, TheRegionKeepsTheMostRecentBlocksInItsSlots) {
@@ -622,37 +713,58 @@ TEST(KvTiersPeerTest, TheRegionKeepsTheMostRecentBlocksInItsSlots) {
 }
 
 // The prefill instance takes every slot again (and scribbles over them) as the decode instance
-// copies the first block out: the bytes copied pass their checksum, but the confirmation sees
-// the slots' records changed, so no block copied then is used; the next read finds them as
-// values.
+// copies the blocks into its pool: the bytes copied pass their checksum, but the confirmation
+// sees the slots' records changed, so no block copied then is used -- its pool block goes back
+// uncached, none leaks (~Instance) -- and the next read finds them as values.
 TEST(KvTiersPeerTest, ASlotTakenAgainDuringTheCopyIsAMissNeverAWrongBlock) {
   Instance pre(region_prefill_config());
   const std::vector<int32_t> p = prompt(100, 3);
   prefill(pre, p);
   PeerSlots& slots = *pre.tiers->peer_slots();
-  PeerRegionOpener open = [&](PeerRegionKind kind, std::string_view handle, uint64_t id,
-                              int64_t bytes) -> Result<std::unique_ptr<PeerRegionView>> {
-    Result<std::unique_ptr<PeerRegionView>> view =
-        shm_peer_region_opener()(kind, handle, id, bytes);
-    if (!view.ok()) return view.status();
-    return std::unique_ptr<PeerRegionView>(new HookedView(std::move(view).value(), [&] {
-      std::vector<BlockHash> other(kRegionSlots);
-      for (size_t i = 0; i < other.size(); ++i) other[i].bytes[0] = static_cast<uint8_t>(i + 1);
-      const std::vector<int32_t> taken = slots.reserve(other);
-      std::span<std::byte> all(slots.region().slots(),
-                               static_cast<size_t>(kRegionSlots * small_layout().block_bytes()));
-      std::fill(all.begin(), all.end(), std::byte{0x5a});
-      for (const int32_t s : taken) slots.abandon(s);
-    }));
-  };
-  Instance dec(region_decode_config(local_peer(pre), open));
+  Instance dec(region_decode_config(local_peer(pre)), [&](HostKvBuffer& pool) {
+    return std::make_unique<HookedMover>(pool, [&] { retake_every_slot(slots); });
+  });
   EXPECT_EQ(dec.fetch_and_promote(p), 0) << "recomputed";
-  EXPECT_GE(dec.tiers->peer_stats()->num_slot_reused, 1);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_slot_reused, 3);
   EXPECT_EQ(dec.tiers->peer_stats()->num_slot_hits, 0);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_slot_pool_blocks, 0);
+  EXPECT_EQ(dec.tiers->stats().num_faults, 1) << "the chain ends at its first block";
+  EXPECT_EQ(dec.cache->pool(0).num_cached_blocks(), 0);
+  EXPECT_EQ(dec.cache->pool(0).num_used_blocks(), 0);
   // The region holds none of p now; the outbox does.
   Instance again(region_decode_config(local_peer(pre)));
   EXPECT_EQ(again.fetch_and_promote(p), 3);
   EXPECT_EQ(again.tiers->peer_stats()->num_slot_hits, 0);
+}
+
+// The same with the copies still running when the slots are taken again (a GPU's copy stream):
+// the scribbled bytes fail their checksum here on the CPU, and on either path the confirmation
+// finds the records changed; the blocks are misses and their pool blocks go back.
+TEST(KvTiersPeerTest, ASlotTakenAgainWhileItsCopyIsInFlightIsAMiss) {
+  Instance pre(region_prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  DeferredMover* mover = nullptr;
+  Instance dec(region_decode_config(local_peer(pre)), [&](HostKvBuffer& pool) {
+    auto m = std::make_unique<DeferredMover>(pool);
+    mover = m.get();
+    return m;
+  });
+  PrefetchState state;
+  dec.tiers->prefetch(p, {}, state);
+  while (state.pending()) dec.tiers->wait_io();
+  PrefixHit hit = dec.cache->find_cached_prefix(p, {});
+  EXPECT_TRUE(dec.tiers->promote_async(&state, p, {}, hit).pending);
+  retake_every_slot(*pre.tiers->peer_slots());
+  mover->complete();
+  dec.tiers->wait_promotion();
+  const KvTiers::Progress done = dec.tiers->promote_async(&state, p, {}, hit);
+  EXPECT_FALSE(done.pending);
+  EXPECT_EQ(done.promoted.host_blocks, 0);
+  EXPECT_TRUE(hit.blocks().empty());
+  EXPECT_EQ(dec.tiers->peer_stats()->num_slot_pool_blocks, 0);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_bad, 1) << "the first block's checksum";
+  EXPECT_EQ(dec.cache->pool(0).num_cached_blocks(), 0);
 }
 
 // Rewrites every slot record of a round trip with edit.
@@ -735,13 +847,16 @@ TEST(KvTiersPeerTest, ARegionThatDoesNotOpenFallsBackToValues) {
   EXPECT_FALSE(open_shm_peer_region(name, id, bytes + 4096).ok());
 }
 
-// The prefill instance dies after answering the records and before confirming them: the blocks
-// copied may not be trusted, so they are misses (recomputed); nothing stays pinned.
+// The prefill instance dies after answering the records and before confirming them (the
+// confirmation's own connection finds it gone): the blocks copied into the pool may not be
+// trusted, so they are misses (recomputed); nothing stays pinned, no pool block leaks.
 TEST(KvTiersPeerTest, APrefillInstanceDyingBeforeTheConfirmationIsAMiss) {
   Instance pre(region_prefill_config());
   const std::vector<int32_t> p = prompt(100, 3);
   prefill(pre, p);
+  std::atomic<bool> dead = false;  // (each source connects on its own thread)
   Instance dec(region_decode_config([&]() -> Result<std::unique_ptr<PeerClient>> {
+    if (dead.exchange(true)) return Status::Unavailable("connection refused");
     return std::unique_ptr<PeerClient>(
         new DyingPeer(*pre.tiers->outbox(), 1, pre.tiers->peer_slots()));
   }));

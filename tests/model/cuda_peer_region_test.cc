@@ -2,9 +2,11 @@
 // a prefill and a decode instance use it: a second process (this binary run again, as
 // CudaPeerRegionOwner.Serve) makes a device pool and a region, copies pool blocks into slots with
 // CudaBlockMover::to_region (device to device) and sends the handle over a pipe; this process
-// opens the handle and copies each slot out byte for byte. A handle of another region id, a
-// garbage handle and the owner's own handle in its own process are refused, never a crash.
-// Skips without a GPU.
+// opens the handle and copies each slot out byte for byte -- to the host (copy_out), and straight
+// into a device pool of its own with its CudaBlockMover (start_from_region: device to device, as
+// a decode instance promotes a block out of the region, no host slot between). A handle of
+// another region id, a garbage handle and the owner's own handle in its own process are refused,
+// never a crash. Skips without a GPU.
 
 #include "model/cuda/cuda_peer_region.h"
 
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -99,6 +102,48 @@ TEST(CudaPeerRegionOwner, Serve) {
   cudaFree(pool);
 }
 
+// The reader's side of the decode instance's promotion: the owner's slots straight into pool
+// blocks of this process's own device pool (slot kCopies[i].dst -> pool block kPoolBlocks - 1 -
+// i), in two started batches whose tickets finish in order; then the pool, read back, holds each
+// slot's pool block's pattern. A GPU pool has no host bytes to checksum (host_block is empty).
+void copy_into_pool(const kv::PeerRegionView& view, int64_t block_bytes) {
+  void* pool = nullptr;
+  ASSERT_EQ(cudaMalloc(&pool, kPoolBlocks * block_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset(pool, 0, kPoolBlocks * block_bytes), cudaSuccess);
+  {
+    CudaBlockMover mover(pool, kPoolBlocks, block_bytes);
+    EXPECT_TRUE(mover.host_block(BlockId{1}).empty());
+    std::vector<kv::RegionCopy> copies;
+    for (size_t i = 0; i < kCopies.size(); ++i) {
+      copies.push_back(kv::RegionCopy{
+          view.data() + kv::kPeerRegionHeaderBytes + kCopies[i].dst.value * block_bytes,
+          BlockId{kPoolBlocks - 1 - static_cast<int32_t>(i)}});
+    }
+    const uint64_t first = mover.start_from_region(std::span(copies).first(1));
+    const uint64_t rest = mover.start_from_region(std::span(copies).subspan(1));
+    EXPECT_NE(first, kv::BlockMover::kDoneTicket);
+    EXPECT_GT(rest, first);
+    EXPECT_EQ(mover.start_from_region({}), kv::BlockMover::kDoneTicket);
+    mover.wait_copies(rest);
+    EXPECT_TRUE(mover.copies_done(first));
+    EXPECT_TRUE(mover.copies_done(rest));
+  }
+  std::vector<uint8_t> host(static_cast<size_t>(kPoolBlocks * block_bytes));
+  ASSERT_EQ(cudaMemcpy(host.data(), pool, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(pool);
+  for (size_t i = 0; i < kCopies.size(); ++i) {
+    const int64_t b = kPoolBlocks - 1 - static_cast<int64_t>(i);
+    int64_t wrong = 0;
+    for (int64_t k = 0; k < block_bytes; ++k) {
+      wrong += host[static_cast<size_t>(b * block_bytes + k)] != pattern(kCopies[i].src.value, k);
+    }
+    EXPECT_EQ(wrong, 0) << "pool block " << b << " from slot " << kCopies[i].dst.value;
+  }
+  int64_t touched = 0;  // pool block 0 (the null block) is no copy's destination
+  for (int64_t k = 0; k < block_bytes; ++k) touched += host[static_cast<size_t>(k)] != 0;
+  EXPECT_EQ(touched, 0);
+}
+
 TEST(CudaPeerRegionTest, ASecondProcessCopiesTheBlocksOutOfTheRegion) {
   if (!has_cuda_device()) GTEST_SKIP() << "no CUDA device";
   int to_parent[2], from_parent[2];
@@ -145,6 +190,7 @@ TEST(CudaPeerRegionTest, ASecondProcessCopiesTheBlocksOutOfTheRegion) {
         EXPECT_EQ(wrong, 0) << "slot " << c.dst.value << " from pool block " << c.src.value;
       }
       EXPECT_FALSE((*view)->copy_out(size - 8, out).ok()) << "past the region's end";
+      copy_into_pool(**view, kBlockBytes);
       view->reset();
     }
   }

@@ -8,7 +8,7 @@
 # With `region`, the two instances share the machine's memory as a decode and a prefill instance
 # on one GPU do (docs/kv.md, "One machine"): the prefill instance copies its blocks into a
 # shared-memory region too (--kv-peer-region-bytes), the decode instance copies them out of it
-# (--kv-peer-region), and every block must have come that way.
+# (--kv-peer-region) straight into its KV pool, and every block must have come that way.
 # Usage: disaggregation_test.sh STRATA_BINARY [region]. Exit 77 (skipped) when the client is not
 # installed.
 set -uo pipefail
@@ -59,6 +59,11 @@ if [[ "$mode" == region ]]; then
     sed -n 's/^strata:kv_peer_region_read_blocks_total //p')
   [[ -n "$region_blocks" && "$region_blocks" != 0 && "$region_blocks" == "$read_blocks" ]] && ok ||
     fail "not every block came out of the region ($region_blocks of $read_blocks)"
+  # ... and straight into the decode instance's pool, through none of its host slots.
+  pool_blocks=$(curl -s "$url_decode/metrics" |
+    sed -n 's/^strata:kv_peer_region_pool_blocks_total //p')
+  [[ "$pool_blocks" == "$region_blocks" ]] && ok ||
+    fail "blocks went through a host slot ($pool_blocks of $region_blocks straight into the pool)"
 fi
 
 kill -STOP "$pid_prefill"

@@ -58,16 +58,19 @@ TEST(MetricsTextTest, PeerReadsAndTheirTransferTime) {
   EXPECT_TRUE(has_line(t, "strata:kv_peer_transfer_seconds_total 0.25")) << t;
 }
 
-// Of those, the blocks copied out of the prefill instance's region (one machine) and the slots
-// taken again during a copy.
+// Of those, the blocks copied out of the prefill instance's region (one machine), those of them
+// copied straight into the pool, and the slots taken again during a copy.
 TEST(MetricsTextTest, PeerRegionReads) {
   EngineSnapshot s;
   s.totals.kv_peer_read_blocks = 7;
   s.totals.kv_peer_region_read_blocks = 5;
   s.totals.kv_peer_region_reused = 2;
+  s.totals.kv_peer_region_pool_blocks = 4;
   const std::string t = Metrics().render(s, KvCacheFacts{}, 1, TransportStats{});
   EXPECT_TRUE(has_line(t, "strata:kv_peer_read_blocks_total 7")) << t;
   EXPECT_TRUE(has_line(t, "strata:kv_peer_region_read_blocks_total 5")) << t;
+  EXPECT_TRUE(has_line(t, "# TYPE strata:kv_peer_region_pool_blocks_total counter")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_peer_region_pool_blocks_total 4")) << t;
   EXPECT_TRUE(has_line(t, "# TYPE strata:kv_peer_region_reused_total counter")) << t;
   EXPECT_TRUE(has_line(t, "strata:kv_peer_region_reused_total 2")) << t;
 }

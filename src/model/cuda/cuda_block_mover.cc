@@ -134,6 +134,21 @@ uint64_t CudaBlockMover::start_from_host(std::span<const kv::BlockCopy> pairs,
     return kDoneTicket;
   }
   start_runs(pairs, mapped_host_, pool_);
+  return record_ticket();
+}
+
+uint64_t CudaBlockMover::start_from_region(std::span<const kv::RegionCopy> copies) {
+  if (copies.empty()) return kDoneTicket;
+  for (const kv::RegionCopy& c : copies) {
+    check_cuda(
+        cudaMemcpyAsync(static_cast<std::byte*>(pool_) + c.dst.value * block_bytes_, c.src,
+                        static_cast<size_t>(block_bytes_), cudaMemcpyDeviceToDevice, stream_.get()),
+        "copy out of the peer region");
+  }
+  return record_ticket();
+}
+
+uint64_t CudaBlockMover::record_ticket() {
   Result<cuda::Event> done = cuda::Event::create();
   STRATA_CHECK(done.ok(), ("swap copy: " + done.status().to_string()).c_str());
   const Status recorded = done->record(stream_.get());

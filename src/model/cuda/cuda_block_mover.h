@@ -47,6 +47,10 @@ class CudaBlockMover final : public kv::BlockMover {
   // kDmaBlockBytes, or an unpinned buffer, copy at once (kDoneTicket).
   uint64_t start_from_host(std::span<const kv::BlockCopy> pairs,
                            const kv::HostKvBuffer& host) override;
+  // Device to device out of a CUDA IPC region this process opened (kv::PeerRegionView::data()),
+  // one cudaMemcpyAsync per block on the mover's stream, an event recorded after them: the
+  // decode instance's blocks skip its host tier.
+  uint64_t start_from_region(std::span<const kv::RegionCopy> copies) override;
   bool copies_done(uint64_t ticket) override;
   void wait_copies(uint64_t ticket) override;
 
@@ -55,6 +59,8 @@ class CudaBlockMover final : public kv::BlockMover {
   void copy(std::span<const kv::BlockCopy> pairs, const void* src_pool, void* dst_pool);
   // The same by the copy engines, a cudaMemcpyAsync per run of consecutive pairs, left running.
   void start_runs(std::span<const kv::BlockCopy> pairs, const void* src_pool, void* dst_pool);
+  // A ticket for the copies queued on the stream so far (an event recorded after them).
+  uint64_t record_ticket();
 
   void* pool_;
   int32_t num_blocks_;

@@ -52,6 +52,7 @@ class CudaView final : public kv::PeerRegionView {
   CudaView& operator=(const CudaView&) = delete;
 
   int64_t size_bytes() const override { return bytes_; }
+  const std::byte* data() const override { return static_cast<const std::byte*>(base_); }
   Status copy_out(int64_t offset, std::span<std::byte> out) override {
     if (offset < 0 || offset > bytes_ || static_cast<int64_t>(out.size()) > bytes_ - offset) {
       return Status::InvalidArgument("copy past the CUDA IPC region's end");

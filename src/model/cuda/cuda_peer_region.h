@@ -23,9 +23,10 @@ namespace strata::model {
 // or the export fails.
 Result<std::unique_ptr<kv::PeerRegion>> create_cuda_peer_region(int64_t bytes);
 
-// A peer's region, opened; its header checked against region_id and size_bytes. copy_out copies
-// device to host (into the decode instance's pinned host slots: by the copy engines) on a stream
-// of its own per concurrent caller, never the legacy default stream.
+// A peer's region, opened; its header checked against region_id and size_bytes. data() is the
+// mapping's device pointer, which the decode instance's CudaBlockMover copies slots from straight
+// into its pool (start_from_region, device to device). copy_out copies device to host (by the
+// copy engines) on a stream of its own per concurrent caller, never the legacy default stream.
 Result<std::unique_ptr<kv::PeerRegionView>> open_cuda_peer_region(std::string_view handle,
                                                                   uint64_t region_id,
                                                                   int64_t size_bytes);
