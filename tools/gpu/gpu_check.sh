@@ -66,11 +66,13 @@ build_engine() {
   cmake -S "$ROOT" -B "$CARRY/engine-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON \
     -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
   ninja -C "$CARRY/engine-build" -j "$JOBS" strata model_cuda_model_test model_cuda_kv_quant_test \
-    model_cuda_fp8_weights_test engine_cuda_engine_test strata_tier_copy_bench strata_remote_tier_bench
+    model_cuda_fp8_weights_test model_cuda_moe_model_test engine_cuda_engine_test strata_tier_copy_bench \
+    strata_remote_tier_bench
   cp "$CARRY/engine-build/tools/strata/strata" "$CARRY/engine-build/bench/strata_tier_copy_bench" \
     "$CARRY/engine-build/bench/strata_remote_tier_bench" "$CARRY/engine-build/tests/model/model_cuda_model_test" \
     "$CARRY/engine-build/tests/model/model_cuda_kv_quant_test" \
     "$CARRY/engine-build/tests/model/model_cuda_fp8_weights_test" \
+    "$CARRY/engine-build/tests/model/model_cuda_moe_model_test" \
     "$CARRY/engine-build/tests/engine/engine_cuda_engine_test" "$CARRY/bin/"
   mkdir -p "$CARRY/bin/lib"
   ldd "$CARRY/bin/strata" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
@@ -188,7 +190,7 @@ cmd_build() {
   # the same kernels: a dictionary larger than the tar lets xz store them once (14 MB against
   # 35 MB with -6's 8 MiB), which leaves room beside the tree for a second build to compare with.
   strip "$CARRY/bin/strata" "$CARRY/bin/model_cuda_model_test" "$CARRY/bin/model_cuda_kv_quant_test" \
-    "$CARRY/bin/model_cuda_fp8_weights_test" \
+    "$CARRY/bin/model_cuda_fp8_weights_test" "$CARRY/bin/model_cuda_moe_model_test" \
     "$CARRY/bin/engine_cuda_engine_test" \
     "$CARRY/bin/strata_kernels_cuda_test" "$CARRY/bin/strata_decode_bench" "$CARRY/bin/strata_prefill_bench" \
     "$CARRY/bin/strata_model_ops_bench" "$CARRY/bin/strata_tensor_core_bench" \
@@ -289,7 +291,7 @@ cmd_run() {
     mkdir -p "$(dirname "$built_root")" && ln -s "$ROOT" "$built_root"
   fi
   step engine_tests engine "${GPU_CHECK_ENGINE_TEST_LIMIT:-240}" \
-    bash -c '"$1/model_cuda_model_test" --gtest_brief=1; a=$?; "$1/model_cuda_kv_quant_test" --gtest_brief=1; b=$?; "$1/engine_cuda_engine_test" --gtest_brief=1; c=$?; "$1/model_cuda_fp8_weights_test"; d=$?; bash tests/tools/generate_device_test.sh gpu "$1/strata" tests/data; exit $((a | b | c | d | $?))' _ "$bin"
+    bash -c '"$1/model_cuda_model_test" --gtest_brief=1; a=$?; "$1/model_cuda_kv_quant_test" --gtest_brief=1; b=$?; "$1/engine_cuda_engine_test" --gtest_brief=1; c=$?; "$1/model_cuda_fp8_weights_test"; d=$?; "$1/model_cuda_moe_model_test" --gtest_brief=1; e=$?; bash tests/tools/generate_device_test.sh gpu "$1/strata" tests/data; exit $((a | b | c | d | e | $?))' _ "$bin"
   step engine_bench engine "${GPU_CHECK_ENGINE_BENCH_LIMIT:-420}" bash "$bin/gpu_engine_bench.sh" "$bin" "$OUT/engine.json"
   # Issue 41's FP8 weights end to end, BF16 and FP8 in one call (about 2 minutes): not in the
   # default steps; GPU_CHECK_STEPS=fp8_weights.
@@ -387,7 +389,7 @@ for name in ("memcheck", "racecheck"):
 eng = read("engine.log")
 ep = [int(x) for x in re.findall(r"\[  PASSED  \] (\d+) test", eng)]
 ef = sorted(set(x for x in re.findall(r"\[  FAILED  \] (\S+)", eng) if "." in x))
-lines.append(f"| GPU engine tests (`model_cuda_model_test`, `model_cuda_kv_quant_test`, `engine_cuda_engine_test`, `model_cuda_fp8_weights_test`) | {status.get('engine_tests', '?')} | {sum(ep)} passed, {len(ef)} failed |")
+lines.append(f"| GPU engine tests (`model_cuda_model_test`, `model_cuda_kv_quant_test`, `engine_cuda_engine_test`, `model_cuda_fp8_weights_test`, `model_cuda_moe_model_test`) | {status.get('engine_tests', '?')} | {sum(ep)} passed, {len(ef)} failed |")
 lines.append(f"| GPU engine benchmarks (`tools/gpu/gpu_engine_bench.sh`) | {status.get('engine_bench', '?')} | see below |")
 f = f + ef
 lines.append(f"| decode benchmark | {status.get('bench', '?')} | see below |")
