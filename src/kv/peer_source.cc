@@ -153,6 +153,7 @@ void PeerSource::get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock
         break;
       }
       g.status = Status::Ok();
+      if (reads_[j] == Read::kClaim) continue;  // counted when confirmed
       ++s.num_hits;
       if (reads_[j] == Read::kSlot) ++s.num_slot_hits;
     }
@@ -287,8 +288,10 @@ void PeerSource::confirm_slots(size_t p, std::span<BlockGet> blocks, size_t pres
 std::vector<uint8_t> PeerSource::confirm(std::span<const PeerSlotClaim* const> claims,
                                          std::span<const uint8_t> copied) {
   STRATA_CHECK(claims.size() == copied.size(), "PeerSource::confirm: a copy check per claim");
-  std::vector<uint8_t> ok(claims.size(), 0);
+  enum class Found : uint8_t { kSame, kBadCopy, kChanged, kNoAnswer };
+  std::vector<Found> found(claims.size(), Found::kNoAnswer);
   PeerSourceStats s;
+  const auto start = std::chrono::steady_clock::now();
   // Per prefill instance, its claims' keys in one round trip (a chain's come from one).
   for (size_t p = 0; p < peers_.size(); ++p) {
     std::vector<size_t> asked;
@@ -296,7 +299,7 @@ std::vector<uint8_t> PeerSource::confirm(std::span<const PeerSlotClaim* const> c
     for (size_t i = 0; i < claims.size(); ++i) {
       if (claims[i]->peer != p) continue;
       if (!copied[i]) {
-        ++s.num_bad;
+        found[i] = Found::kBadCopy;
         continue;
       }
       asked.push_back(i);
@@ -315,17 +318,27 @@ std::vector<uint8_t> PeerSource::confirm(std::span<const PeerSlotClaim* const> c
       continue;
     }
     for (size_t k = 0; k < asked.size(); ++k) {
-      const size_t i = asked[k];
-      if (k >= confirmed_.size() || confirmed_[k] != claims[i]->record) {
-        ++s.num_slot_reused;
-        continue;
-      }
-      ok[i] = 1;
-      ++s.num_slot_hits;
-      ++s.num_slot_pool_blocks;
-      s.bytes_read += format_.block_bytes();
+      const bool same = k < confirmed_.size() && confirmed_[k] == claims[asked[k]]->record;
+      found[asked[k]] = same ? Found::kSame : Found::kChanged;
+      if (!same) ++s.num_slot_reused;
     }
   }
+  // Counted as get() counts a chain: its blocks up to the first that failed are hits, that one
+  // is bad (a copy that failed its check, a slot taken again), the rest are not counted.
+  std::vector<uint8_t> ok(claims.size(), 0);
+  for (size_t i = 0; i < claims.size(); ++i) {
+    if (found[i] != Found::kSame) {
+      if (found[i] != Found::kNoAnswer) ++s.num_bad;
+      break;
+    }
+    ok[i] = 1;
+    ++s.num_hits;
+    ++s.num_slot_hits;
+    ++s.num_slot_pool_blocks;
+    s.bytes_read += format_.block_bytes();
+  }
+  s.transfer_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::lock_guard lock(mu_);
   stats_ += s;
   return ok;

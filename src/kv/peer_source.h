@@ -89,7 +89,7 @@ using PeerConnect = std::function<Result<std::unique_ptr<PeerClient>>()>;
 
 struct PeerSourceStats {
   int64_t num_get_blocks = 0;  // blocks asked for
-  int64_t num_hits = 0;        // read and verified
+  int64_t num_hits = 0;        // read and verified (a claim: once confirmed)
   int64_t num_bad = 0;         // read but failing a check (treated as misses)
   int64_t num_missing = 0;     // not found by the end of the wait
   int64_t num_errors = 0;      // round trips that failed (no answer, no connection)
@@ -102,7 +102,9 @@ struct PeerSourceStats {
   int64_t num_slot_pool_blocks = 0;
   // The round trips that brought blocks, from the ask to the last value checked: a get's time
   // less its waits for blocks not there yet (bytes_read / transfer_seconds is the rate of the
-  // transfer itself, where a get that overlaps the prefill lasts as long as the prefill).
+  // transfer itself, where a get that overlaps the prefill lasts as long as the prefill). For
+  // claims: the records' round trip and the confirmation's; the copy into the pool is the
+  // promotion's time (KvTierStats::up_seconds).
   double transfer_seconds = 0.0;
   LatencyHistogram get_latency;  // each get() call
 
@@ -122,9 +124,11 @@ class PeerSource final : public BlockSource {
   // Asks the claims' prefill instances for their keys' records again, once the caller's copies of
   // the claims' blocks have completed: ok[i] says whether claims[i]'s record is the same, which
   // proves its slot was not written since it was served (docs/kv.md "One machine"). copied[i]
-  // false (the copy's own check failed): counted bad, not asked for, ok[i] false. No answer: all
-  // false. From one thread at a time, never beside get() on the same PeerSource (KvTiers keeps a
-  // PeerSource, with connections of its own, for confirmations).
+  // false (the copy's own check failed): not asked for, ok[i] false. No answer: false. Counted
+  // as a chain is (claims in chain order): hits up to the first that failed, which is bad (a
+  // changed record also counts as num_slot_reused). From one thread at a time, never beside
+  // get() on the same PeerSource (KvTiers keeps a PeerSource, with connections of its own, for
+  // confirmations).
   std::vector<uint8_t> confirm(std::span<const PeerSlotClaim* const> claims,
                                std::span<const uint8_t> copied);
   PeerSourceStats stats() const;

@@ -628,6 +628,7 @@ TEST(KvTiersPeerTest, OnOneMachineBlocksAreCopiedOutOfThePrefillInstancesRegion)
   });
   EXPECT_EQ(dec.fetch_and_promote(p), 3);
   const PeerSourceStats s = *dec.tiers->peer_stats();
+  EXPECT_EQ(s.num_hits, 3);
   EXPECT_EQ(s.num_slot_hits, 3);
   // Straight from the region into the pool: no host slot held them on the way.
   EXPECT_EQ(s.num_slot_pool_blocks, 3);
@@ -726,6 +727,8 @@ TEST(KvTiersPeerTest, ASlotTakenAgainDuringTheCopyIsAMissNeverAWrongBlock) {
   });
   EXPECT_EQ(dec.fetch_and_promote(p), 0) << "recomputed";
   EXPECT_EQ(dec.tiers->peer_stats()->num_slot_reused, 3);
+  EXPECT_EQ(dec.tiers->peer_stats()->num_bad, 1) << "counted as the chain's end";
+  EXPECT_EQ(dec.tiers->peer_stats()->num_hits, 0);
   EXPECT_EQ(dec.tiers->peer_stats()->num_slot_hits, 0);
   EXPECT_EQ(dec.tiers->peer_stats()->num_slot_pool_blocks, 0);
   EXPECT_EQ(dec.tiers->stats().num_faults, 1) << "the chain ends at its first block";
