@@ -758,7 +758,7 @@ bool KvTiers::start_promotion(const void* owner, std::span<const int32_t> tokens
       continue;
     }
     if (const auto claim = claims_.find(k); claim != claims_.end()) {
-      stage.push_back(Staged{BlockId{}, k, false, claim->second});
+      stage.push_back(Staged{BlockId{}, k, false, claim->second.claim});
       continue;
     }
     if (!t.disk || !t.disk->contains(k.hash)) {
@@ -851,12 +851,11 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
     ++stats_.num_faults;
   }
   for (const Staged& s : p.staged) {
-    if (s.claim) {
-      claims_.erase(s.key);  // used, or a miss: recomputed
-      continue;
-    }
-    if (t.host->contains(s.key) && t.host->pinned(s.slot)) t.host->unpin(s.slot);  // not erased
+    if (!s.claim && t.host->contains(s.key) && t.host->pinned(s.slot)) t.host->unpin(s.slot);
   }
+  // The claim that failed is gone (recomputed); the rest are let go as they are registered, and
+  // stay for a later promotion when they are not (the owner left, the chain broke before them).
+  if (keep < p.staged.size() && p.staged[keep].claim) claims_.erase(p.staged[keep].key);
   // Registered in chain order, as a computed prefix would be, and appended to the hit -- unless
   // the owner left (no hit) or the hit is no longer the prefix the promotion went on from (the
   // blocks are freed uncached; the host tier still has them). With several groups or a window
@@ -881,6 +880,7 @@ bool KvTiers::finish_promotion(std::span<const int32_t> tokens, const BlockExtra
       more = false;
       break;  // the rest go back uncached and are recomputed
     }
+    if (p.staged[registered].claim) claims_.erase(p.staged[registered].key);
     if (p.staged[registered].claim || from_remote_.erase(p.staged[registered].key) > 0) {
       ++stats_.num_remote_hit_blocks;
     }
@@ -970,8 +970,7 @@ bool KvTiers::apply_remote(bool block, std::chrono::steady_clock::time_point unt
         // Left in the prefill instance's region: its host slot goes back unused, and the
         // promotion copies it from there into the pool.
         t.host->erase(b.slot);
-        claims_.insert_or_assign(b.key, std::move(job->gets[i].claim));
-        claim_order_.push_back(b.key);
+        claims_.insert_or_assign(b.key, Claim{std::move(job->gets[i].claim), ++claims_seen_});
         ++committed;
         continue;
       }
@@ -984,11 +983,11 @@ bool KvTiers::apply_remote(bool block, std::chrono::steady_clock::time_point unt
   }
   stats_.num_remote_fetched_blocks += committed;
   const auto max_claims = static_cast<size_t>(std::max(1, t.host->capacity() / 2));
-  while (claims_.size() > max_claims && !claim_order_.empty()) {
-    claims_.erase(claim_order_.front());
-    claim_order_.pop_front();
+  while (claims_.size() > max_claims) {
+    claims_.erase(
+        std::min_element(claims_.begin(), claims_.end(),
+                         [](const auto& a, const auto& b) { return a.second.seq < b.second.seq; }));
   }
-  if (claims_.empty()) claim_order_.clear();
   // Blocks that came let the waiting requests' prefetches walk further; a read that found
   // nothing (or no answer) is not asked again until blocks move.
   if (committed > 0) ++changes_;

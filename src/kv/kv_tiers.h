@@ -54,7 +54,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <future>
 #include <memory>
 #include <optional>
@@ -432,10 +431,15 @@ class KvTiers final : public PoolListener {
   std::unique_ptr<RemoteFetcher> fetcher_;
   std::unordered_set<TierKey, TierKeyHasher> from_remote_;  // host blocks they brought, unserved
   // Blocks a prefill instance's region on this machine holds, as its slot records named them
-  // (PeerSource claims): not copied until a promotion copies them into the pool. At most half
-  // the host tier's blocks (the peer reads' prefetch share); the oldest go first.
-  std::unordered_map<TierKey, std::shared_ptr<const PeerSlotClaim>, TierKeyHasher> claims_;
-  std::deque<TierKey> claim_order_;
+  // (PeerSource claims), each with the order it came in: not copied until a promotion copies
+  // them into the pool. At most half the host tier's blocks (the peer reads' prefetch share);
+  // past that the oldest go (a scan, only then).
+  struct Claim {
+    std::shared_ptr<const PeerSlotClaim> claim;
+    int64_t seq = 0;
+  };
+  std::unordered_map<TierKey, Claim, TierKeyHasher> claims_;
+  int64_t claims_seen_ = 0;
   RemoteReadCost read_cost_;
   std::vector<Cached> cached_;  // write-through: cached since the last poll()
   int64_t changes_ = 0;  // bumped when blocks leave the pool or reach disk (PrefetchState)

@@ -770,6 +770,37 @@ TEST(KvTiersPeerTest, ASlotTakenAgainWhileItsCopyIsInFlightIsAMiss) {
   EXPECT_EQ(dec.cache->pool(0).num_cached_blocks(), 0);
 }
 
+// A request that leaves the queue while its blocks are being copied out of the region: the pool
+// blocks go back uncached (none leaks), and the blocks stay claimed, so the next promotion of the
+// prompt copies them again without asking the prefill instance for them again.
+TEST(KvTiersPeerTest, ACancelledRegionPromotionGivesItsPoolBlocksBackAndKeepsItsClaims) {
+  Instance pre(region_prefill_config());
+  const std::vector<int32_t> p = prompt(100, 3);
+  prefill(pre, p);
+  DeferredMover* mover = nullptr;
+  Instance dec(region_decode_config(local_peer(pre)), [&](HostKvBuffer& pool) {
+    auto m = std::make_unique<DeferredMover>(pool);
+    mover = m.get();
+    return m;
+  });
+  PrefetchState state;
+  dec.tiers->prefetch(p, {}, state);
+  while (state.pending()) dec.tiers->wait_io();
+  PrefixHit hit = dec.cache->find_cached_prefix(p, {});
+  EXPECT_TRUE(dec.tiers->promote_async(&state, p, {}, hit).pending);
+  EXPECT_EQ(dec.cache->pool(0).num_used_blocks(), 3);
+  dec.tiers->cancel_promotion(&state);
+  EXPECT_EQ(mover->num_in_flight(), 0);
+  EXPECT_EQ(dec.cache->pool(0).num_used_blocks(), 0);
+  EXPECT_EQ(dec.cache->pool(0).num_cached_blocks(), 0);
+  const int64_t served = pre.tiers->peer_slots()->stats().num_served;
+  PrefixHit again = dec.cache->find_cached_prefix(p, {});
+  EXPECT_EQ(dec.tiers->promote(p, {}, again).host_blocks, 3);
+  EXPECT_EQ(again.blocks().size(), 3U);
+  EXPECT_EQ(pre.tiers->peer_slots()->stats().num_served, served + 3) << "the confirmation only";
+  EXPECT_EQ(dec.tiers->peer_stats()->num_slot_pool_blocks, 6) << "copied, confirmed, twice";
+}
+
 // Rewrites every slot record of a round trip with edit.
 std::function<void(std::vector<std::string>&)> edit_records(
     std::function<void(PeerSlotRecord&, std::string&)> edit) {
