@@ -45,7 +45,9 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::create(UcxTransports transports) {
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // One thread at a time, not always the same one: a decode instance's confirmations of region
+  // blocks run on each promotion's own thread (KvTiers::start_confirm), one after another.
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   ucp_worker_h worker = nullptr;
   s = ucp_worker_create(context, &wp, &worker);
   if (s != UCS_OK) {
