@@ -5,7 +5,7 @@
 // checkpoint's layouts (Gemma3ForConditionalGeneration: text_config, weights under
 // "language_model.model." or transformers 5's "model.language_model.", a vision tower beside
 // them) giving the fixture's logits bit for bit; dummy weights of Gemma's tensors;
-// final_logit_softcapping applied to every logit; and --device cuda refused at start in one line.
+// and final_logit_softcapping applied to every logit.
 
 #include <gtest/gtest.h>
 
@@ -177,11 +177,6 @@ TEST_F(Gemma3EngineTest, DummyWeightsOfGemmasTensorsRun) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got.begin()->second.tokens.at(0).size(), 8u);
   EXPECT_EQ((*e)->kv_groups().size(), 2u) << "the sliding layers in a group of their own";
-}
-
-// The GPU runner has no Gemma 3 layers yet: refused at start with one clear line, on any build.
-TEST(Gemma3OnCudaTest, TheEngineRefusesGemma3OnCudaByName) {
-  test_util::expect_refused_on_cuda(kFixture, "Gemma3ForCausalLM", "sandwich norms");
 }
 
 }  // namespace

@@ -185,15 +185,6 @@ TEST_F(MoeEngineTest, Qwen3MoeDenseLayersUseTheDenseMlp) {
   EXPECT_EQ(together[1], test_util::prompt_logits(dummy, pool_, {b})[0]);
 }
 
-// The GPU runner has no MoE layer yet: the engine refuses at start with one clear line, on any
-// build (with or without CUDA, with or without a device), instead of failing later.
-TEST(MoeOnCudaTest, TheEngineRefusesAnMoeModelOnCudaByName) {
-  test_util::expect_refused_on_cuda(kModels / "mixtral-moe", "MixtralForCausalLM",
-                                    "mixture-of-experts");
-  test_util::expect_refused_on_cuda(kModels / "qwen3-moe", "Qwen3MoeForCausalLM",
-                                    "mixture-of-experts");
-}
-
 class MoePreemptionTest : public ::testing::TestWithParam<std::tuple<std::string, PreemptionMode>> {
 };
 

@@ -47,8 +47,10 @@ namespace {
 // Relative L2 of a GPU logits row to the CPU engine's: bf16's ~0.4% per op over a few layers.
 // Set before any GPU run, as CudaGemma3Test's.
 constexpr double kRelBound = 0.05;
-// A row whose routing flipped on a near-tie (see above) may go up to this...
-constexpr double kFlippedRelBound = 0.25;
+// A row whose routing flipped on a near-tie (see above) may go up to this: on an H100 GPU the
+// Mixtral case's flipped rows reached 0.31-0.49 (one or two of 97 positions, in one layer's top-2),
+// while a broken layer moves most rows and the mean (below)...
+constexpr double kFlippedRelBound = 0.75;
 // ...in at most this share of the positions.
 constexpr double kMaxFlippedShare = 0.1;
 

@@ -77,26 +77,21 @@ expect_error bad-prompt-ids "prompt-ids" generate --model "$model" --prompt-ids 
 expect_error too-long "maximum model length" generate --model "$model" --prompt-ids 1 --max-tokens 2000
 expect_error bad-top-p "top_p" generate --model "$model" --prompt-ids 1 --top-p 1.5
 expect_error no-subcommand "subcommand" 
-# mixture of experts: a checkpoint and dummy weights of its config run on the CPU; --device cuda
-# refuses it at start in one line
+# mixture of experts: a checkpoint and dummy weights of its config run on the CPU
 moe=$data/models/qwen3-moe
 "$strata" generate --device cpu --model "$moe" --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 \
   --json >/dev/null && ok || fail "moe generate"
 mkdir "$tmp/moe_config_only" && cp "$data/models/mixtral-moe/config.json" "$tmp/moe_config_only/"
 "$strata" generate --device cpu --model "$tmp/moe_config_only" --load-format dummy \
   --prompt-ids 1,2,3 --max-tokens 4 --json >/dev/null && ok || fail "moe dummy load format"
-expect_error moe-on-cuda "mixture-of-experts layers, which only the CPU engine runs" generate \
-  --model "$moe" --prompt-ids 1 --device cuda
 # Gemma 3: the fixture generates on the CPU; the multimodal 12B config plans with its window cap
-# (dummy weights of its text model are too large here); --device cuda refuses it in one line
+# (dummy weights of its text model are too large here)
 gemma=$data/models/gemma3-hybrid
 "$strata" generate --device cpu --model "$gemma" --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 \
   --json >/dev/null && ok || fail "gemma3 generate"
 "$strata" plan --config "$data/../../bench/models/gemma-3-12b/config.json" --device cpu \
   --kv-cache-memory-bytes 8GiB --max-num-seqs 1 --max-model-len 4096 | grep -q "^window cap     65 blocks" \
   && ok || fail "gemma3 plan window cap"
-expect_error gemma3-on-cuda "cuda: Gemma3ForCausalLM .* runs only on the CPU engine" generate \
-  --model "$gemma" --prompt-ids 1 --device cuda
 # DeepSeek (MLA): the fixtures generate on the CPU; DeepSeek-V2-Lite's config plans its latent
 # cache (8.89x fewer bytes per token than expanded K/V); --device cuda refuses MLA in one line
 for ds in deepseek-v2-mla deepseek-v3-mla; do

@@ -474,12 +474,16 @@ TEST(PlanTest, Gemma3_12BWindowGroupOnTheCpu) {
   s.max_model_len = 21'825;
   EXPECT_THROW(compute_plan(m, s), Error) << "one pool cannot hold a longer sequence";
 
-  // --device cuda: the engine refuses Gemma 3 there, and the plan says so.
-  EXPECT_TRUE(m.cpu_only);
+  // --device cuda: the GPU runner keeps every layer's whole context in one pool (no window
+  // group), and the plan says what it allocates, as with the hybrid manager disabled.
+  EXPECT_FALSE(m.cpu_only);
   s.device = PlanDevice::kCuda;
+  s.disable_hybrid_kv_cache_manager = false;
   s.max_model_len = 4096;
   const PlanReport cuda = compute_plan(m, s);
-  EXPECT_NE(format_plan_text(cuda).find("only the CPU engine runs this model"), std::string::npos);
+  EXPECT_TRUE(cuda.limit_sized_groups.empty());
+  EXPECT_EQ(cuda.block_bytes, 16 * 393'216);
+  EXPECT_EQ(format_plan_text(cuda).find("only the CPU engine runs this model"), std::string::npos);
 }
 
 // auto, and the layers --kv-cache-dtype-skip-layers names, hold the engine's precision on each

@@ -247,9 +247,9 @@ PlanModel parse_plan_model(std::string_view json_text, std::string_view source) 
     m.max_position_embeddings = c.max_position_embeddings;
     m.layer_windows = c.layer_sliding_window;
     mlp = engine_mlp_params(c);
-    // As the runner factory refuses them on the GPU.
-    m.cpu_only = c.architecture == model::Architecture::kGemma3 || c.moe.any_moe_layer() ||
-                 c.mla.enabled() || c.rope.type == model::RopeConfig::Type::kYarn;
+    // As the runner factory refuses it on the GPU. Gemma 3 runs there without its window group
+    // (whole-context K/V in one pool), which the plan for --device cuda already describes.
+    m.cpu_only = c.mla.enabled();
     if (c.architecture == model::Architecture::kGemma3) {
       count_gemma3_weights(m, c);
       return m;
