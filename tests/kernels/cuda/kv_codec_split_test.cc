@@ -409,6 +409,60 @@ TEST_F(KvCodecSplitTest, DecodeReadsSplitStreamsThatDoNotPay) {
   }
 }
 
+TEST_F(KvCodecSplitTest, DecodesEscapesAtTheEdgesOfGroupsChunksAndSegments) {
+  // The decoder takes 8 elements a group (a code word, 8 raw bytes, 16 output bytes) and places
+  // each group's escapes by a prefix over the groups: escapes at each segment's first and last
+  // element, on both sides of every group of 8 and of every chunk, an all-escape segment and one
+  // with none, segments of 4109 elements (not a multiple of 8; units that start inside a chunk
+  // and span segments), a last segment of 38, and the escapes NaNs, infinities, denormals and
+  // signed zeros.
+  constexpr size_t kSegment = 4109;
+  constexpr size_t kElems = 3 * kSegment + 38;
+  Bytes block(2 * kElems);
+  for (size_t i = 0; i < kElems; ++i) {
+    const size_t seg = i / kSegment, at = i % kSegment;
+    const bool edge = at == 0 || at == kSegment - 1 || i == kElems - 1 || at % 8 == 0 ||
+                      at % 8 == 7 || i % 8 == 0 || i % 8 == 7 || at % 4096 == 0 ||
+                      at % 4096 == 4095 || i % 4096 == 0 || i % 4096 == 4095;
+    const bool escape = seg == 1 || (seg != 2 && edge);
+    uint16_t x = static_cast<uint16_t>(0x3f80 | (i & 0x7f) | ((i & 0x80) << 8));  // 1.x, +-
+    if (escape) {
+      const uint16_t specials[6] = {static_cast<uint16_t>(0x7fc0 | (i & 0x3f)),  // NaN
+                                    0x7f80,
+                                    0xff80,                                      // +-Inf
+                                    static_cast<uint16_t>(0x0001 + (i & 0x7f)),  // denormal
+                                    0x8000,                                      // -0
+                                    f32_to_bf16(static_cast<float>(i + 1) * 1e20F)};
+      x = specials[i % 6];
+    }
+    std::memcpy(block.data() + 2 * i, &x, 2);
+  }
+  std::vector<std::string> streams;
+  for (const kv::SplitFormat format : {kBf16, kF16}) {
+    kv::KvCodebook one;
+    one.size = 1;
+    one.symbols[0] = format == kBf16 ? 0x7f : 0x3f;
+    const std::vector<Bytes> blocks = {block};
+    for (const auto& books : std::vector<std::vector<kv::KvCodebook>>{
+             {one}, calibrate(blocks, format, 2 * kSegment, 4)}) {
+      streams.push_back(split_stream(block, format, 2 * kSegment, books));
+    }
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    std::vector<std::byte> cpu(block.size());
+    ASSERT_TRUE(kv::kv_decode(as_bytes(streams[i]), cpu).ok()) << "stream " << i;
+    ASSERT_TRUE(cpu == block) << "stream " << i;
+  }
+  const Decoded d = gpu_decode(streams, block.size());
+  ASSERT_EQ(d.blocks.size(), streams.size());
+  EXPECT_TRUE(d.others_untouched);
+  for (size_t i = 0; i < streams.size(); ++i) {
+    EXPECT_EQ(d.errors[i], 0) << "stream " << i << ": "
+                              << kv_split_decode_status(d.errors[i]).to_string();
+    EXPECT_TRUE(d.blocks[i] == block) << "stream " << i;
+  }
+}
+
 // Decodes every variant on the GPU and checks it against kv_decode: an error on one exactly when
 // on the other, the same bytes when neither, and no other block written.
 void expect_decodes_as_cpu(const std::vector<std::string>& variants, size_t block_bytes) {
