@@ -25,7 +25,6 @@
 // is stored in errors[block] (the first one found) and never leaves a team waiting.
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -37,6 +36,7 @@
 namespace strata::cuda {
 namespace {
 
+using split::kGroup;
 using split::kThreads;
 using split::kWarps;
 using split::read_u32;
@@ -184,127 +184,49 @@ __global__ void __launch_bounds__(kThreads) parse_kernel(const __grid_constant__
   if (b < a.num_blocks) parse_block(a, b);
 }
 
-// ---- Staging: a piece's bytes in shared memory ----
-//
-// A piece's codes, raw bytes, segment header and chunk index entries are copied into a stage as
-// the aligned 16-byte vectors around each region (cp.async through L2, 16 bytes a request), so
-// each region's bytes sit in their buffer at their address's offset modulo 16. Vectors that
-// reach outside the stream (only at its two ends) are read byte by byte, never past it.
-constexpr int kCodesBuf =
-    2080;                       // up to 2048 code bytes at any offset (129 vectors), a vector spare
-constexpr int kRawBuf = 4128;   // up to 4096 raw bytes (257 vectors), a vector spare
-constexpr int kHeaderBuf = 48;  // 20 bytes at any offset: 3 vectors
-constexpr int kIndexBuf = 32;   // two chunk index entries: 2 vectors
-
-struct alignas(16) Stage {
-  uint8_t codes[kCodesBuf];
-  uint8_t raw[kRawBuf];
-  uint8_t header[kHeaderBuf];
-  uint8_t index[kIndexBuf];
-};
-static_assert(sizeof(Stage) >= split::kNatBytes, "a stored unit's copy goes through a stage");
-
-__device__ __forceinline__ void cp_async16(void* smem, uintptr_t gmem) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Copies the aligned 16-byte vectors around [p, p + len) to buf (the vector holding p first), the
-// team's threads sharing them: those inside [lo, hi) by cp.async, the others byte by byte with
-// the bytes outside [lo, hi) left 0. Region byte i lands at buf[(p mod 16) + i].
-__device__ __forceinline__ void stage_region(uint8_t* buf, const uint8_t* p, int64_t len,
-                                             const uint8_t* lo, const uint8_t* hi) {
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t a = at & ~uintptr_t{15};
-  const auto n = static_cast<int>((at - a + static_cast<uint64_t>(len) + 15) / 16);
-  const auto l = reinterpret_cast<uintptr_t>(lo);
-  const auto h = reinterpret_cast<uintptr_t>(hi);
-  for (int v = static_cast<int>(threadIdx.x); v < n; v += kThreads) {
-    const uintptr_t src = a + 16 * static_cast<uintptr_t>(v);
-    if (src >= l && src + 16 <= h) {
-      cp_async16(buf + 16 * v, src);
-    } else {
-      uint32_t w[4] = {0, 0, 0, 0};
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        if (src + i >= l && src + i < h) {
-          w[i / 4] |= uint32_t{*reinterpret_cast<const uint8_t*>(src + i)} << (8 * (i % 4));
-        }
-      }
-      *reinterpret_cast<uint4*>(buf + 16 * v) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-  }
-}
-
-__device__ __forceinline__ uint32_t mod16(const uint8_t* p) {
-  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 15);
-}
-
-// Stages segment elements [from, to) (inside one chunk): their codes and raw bytes, the segment's
-// header and the chunk index entries k and k + 1 (or the bytes after entry k). Issues the copies
-// only; the caller commits and waits.
-__device__ __forceinline__ void stage_piece(Stage& sg, const Segment& s, const uint8_t* lo,
-                                            const uint8_t* hi, int64_t from, int64_t to) {
-  const int64_t k = from / kKvSplitChunk;
-  stage_region(sg.codes, s.codes() + from / 2, (to + 1) / 2 - from / 2, lo, hi);
-  stage_region(sg.raw, s.raw() + from, to - from, lo, hi);
-  stage_region(sg.header, s.header, split::kSegmentHeaderBytes, lo, hi);
-  stage_region(sg.index, s.index() + 4 * k, 8, lo, hi);
-}
-
-// What a team shares: the unit it decodes and the one it stages next, a stage for each, the
-// piece's code -> symbol table and scan scratch.
-struct UnitInfo {
-  uint64_t word;
-  const uint8_t* st;  // the stream
-  uint64_t size;      // its bytes
-  uint8_t* block;     // where it decodes to
-};
-
-// Teams resident on an SM (the decode launch's grid is this many a multiprocessor; 72 registers a
-// thread), each with two stages: the unit it decodes and the next, in flight.
-constexpr int kTeamsPerSm = 7;
-constexpr int kStages = 2;
-
+// What a team shares while decoding a unit.
 struct UnitShared {
-  UnitInfo unit[kStages];
-  alignas(16) uint8_t table[16];  // code -> symbol; codes past the codebook 0 (checked apart)
+  uint64_t word;
+  uint8_t table[16];  // code -> symbol; codes past the codebook 0 (checked apart)
   uint32_t scratch[kWarps];
-  unsigned long long scratch64[kWarps];
-  Stage stage[kStages];
+  alignas(16) uint8_t nat[split::kNatBytes];  // a stored unit's bytes on their way
 };
 
-// Exclusive prefix of v over the team's threads, and (in *total) their sum: team_scan on 64 bits
-// (four 16-bit counts side by side, none of whose sums carries).
-__device__ __forceinline__ uint64_t team_scan64(uint64_t v, uint64_t* total,
-                                                unsigned long long* scratch) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int warp = static_cast<int>(threadIdx.x) >> 5;
-  uint64_t x = v;
+// A thread's up to 32 elements of a piece.
+struct Codes {
+  uint32_t codes[4];  // element j's code in nibble j
+  uint32_t raw[8];    // element j's raw byte in byte j
+};
+
+// Loads the codes and raw bytes of segment elements [first, first + min(m, 32)) (none for m <=
+// 0): three 16-byte loads at any alignment, and for an odd `first` (a unit that starts inside a
+// segment of an odd length) one byte more, the codes shifted down a nibble. Bytes past the
+// elements (another piece's, the next plane's) are loaded but never used; none past the stream.
+__device__ __forceinline__ void load_codes(const Segment& s, const uint8_t* lo, const uint8_t* hi,
+                                           int64_t first, int64_t m, Codes& c) {
 #pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const uint64_t y = __shfl_up_sync(0xffffffffu, x, d);
-    if (lane >= d) x += y;
-  }
-  if (lane == 31) scratch[warp] = x;
-  __syncthreads();
-  uint64_t before = 0, sum = 0;
+  for (int i = 0; i < 4; ++i) c.codes[i] = 0;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    const uint64_t s = scratch[w];
-    if (w < warp) before += s;
-    sum += s;
+  for (int i = 0; i < 8; ++i) c.raw[i] = 0;
+  if (m <= 0) return;
+  const uint8_t* codes = s.codes() + first / 2;
+  const uint4 k = split::load16(codes, lo, hi);
+  const uint4 r0 = split::load16(s.raw() + first, lo, hi);
+  const uint4 r1 = split::load16(s.raw() + first + 16, lo, hi);
+  c.codes[0] = k.x, c.codes[1] = k.y, c.codes[2] = k.z, c.codes[3] = k.w;
+  if (first % 2 != 0) {
+    const uint32_t next = codes + 16 < hi ? codes[16] : 0;
+    c.codes[0] = __funnelshift_r(c.codes[0], c.codes[1], 4);
+    c.codes[1] = __funnelshift_r(c.codes[1], c.codes[2], 4);
+    c.codes[2] = __funnelshift_r(c.codes[2], c.codes[3], 4);
+    c.codes[3] = __funnelshift_r(c.codes[3], next, 4);
   }
-  __syncthreads();
-  *total = sum;
-  return before + x - v;
+  c.raw[0] = r0.x, c.raw[1] = r0.y, c.raw[2] = r0.z, c.raw[3] = r0.w;
+  c.raw[4] = r1.x, c.raw[5] = r1.y, c.raw[6] = r1.z, c.raw[7] = r1.w;
+}
+
+__device__ __forceinline__ uint32_t code_at(const Codes& c, int j) {
+  return (c.codes[j / 8] >> (4 * (j % 8))) & 0xf;
 }
 
 // Escape codes among segment elements [from, to) (at most a chunk), summed over the team.
@@ -318,44 +240,29 @@ __device__ uint32_t count_escapes(const Segment& s, int64_t from, int64_t to, ui
   return total;
 }
 
-// The symbols of four codes (the nibbles of h's low 16 bits) under the table t, one byte each:
-// two byte permutes pick among entries 0-7 and 8-15, a third by each code's bit 3.
-__device__ __forceinline__ uint32_t lookup4(const uint4& t, uint32_t h) {
-  const uint32_t sel = h & 0x7777;
-  const uint32_t lo = __byte_perm(t.x, t.y, sel);
-  const uint32_t hi = __byte_perm(t.z, t.w, sel);
-  return __byte_perm(lo, hi, 0x3210 | ((h >> 1) & 0x4444));
-}
-
-// Two elements from y = [raw, symbol, raw, symbol] (bytes, low first).
+// Decodes segment elements [from, to), inside one chunk, to out (the segment's first element):
+// kOk or the error, the same in every thread. [lo, hi): the stream.
 template <KvSplitFormat F>
-__device__ __forceinline__ uint32_t elements2(uint32_t y) {
-  if constexpr (F == KvSplitFormat::kBf16)
-    return ((y << 8) & 0x80008000u) | ((y >> 1) & 0x7f807f80u) | (y & 0x007f007fu);
-  return y;
-}
-
-// A thread's share of a piece: groups of 8 elements, group G = threadIdx.x + kThreads * j (j <
-// kRows) holding piece elements [8 G, 8 G + 8): a code word, 8 raw bytes and 16 output bytes
-// each, so that a warp's loads and stores are contiguous.
-constexpr int kRows = static_cast<int>(kKvSplitChunk) / (8 * kThreads);
-static_assert(kRows == 4);
-
-// Decodes segment elements [from, to), inside one chunk, staged in sg, to out (the segment's
-// first element): kOk or the error, the same in every thread. [lo, hi): the stream.
-template <KvSplitFormat F>
-__device__ int32_t decode_piece(UnitShared& sh, const Stage& sg, const Segment& s, int64_t from,
-                                int64_t to, uint8_t* out) {
+__device__ int32_t decode_piece(UnitShared& sh, const Segment& s, const uint8_t* lo,
+                                const uint8_t* hi, int64_t from, int64_t to, uint8_t* out) {
   const int64_t k = from / kKvSplitChunk;
   const int64_t chunk_end = min((k + 1) * kKvSplitChunk, s.n);
-  const uint8_t* hdr = sg.header + mod16(s.header);
-  const uint8_t* idx = sg.index + mod16(s.index() + 4 * k);
-  const uint32_t num_escapes = read_u32(hdr);
-  const uint32_t book_size = hdr[4];
-  uint64_t base = read_u32(idx);
-  const uint64_t next = to != chunk_end ? 0 : to == s.n ? num_escapes : read_u32(idx + 4);
-  // The previous piece's table reads are behind a barrier (the caller's).
-  if (threadIdx.x < 16) sh.table[threadIdx.x] = threadIdx.x < book_size ? hdr[5 + threadIdx.x] : 0;
+  const int64_t first = from + kGroup * static_cast<int64_t>(threadIdx.x);
+  const int64_t m = min(to - first, int64_t{kGroup});
+  // Issued together: the codes and raw bytes, the header, the chunk index entries.
+  Codes c;
+  load_codes(s, lo, hi, first, m, c);
+  const uint32_t num_escapes = read_u32(s.header);
+  const uint32_t book_size = s.header[4];
+  uint64_t base = read_u32(s.index() + 4 * k);
+  const uint64_t next = to != chunk_end ? 0
+                        : to == s.n     ? num_escapes
+                                        : read_u32(s.index() + 4 * (k + 1));
+  __syncthreads();  // the previous piece is done with the table
+  if (threadIdx.x < 16) {
+    sh.table[threadIdx.x] =
+        threadIdx.x < book_size && book_size <= 15 ? s.header[5 + threadIdx.x] : 0;
+  }
   if (book_size > 15) return kCodebook;
   if (s.escape_room < num_escapes) return kSegmentTruncated;
   // The escapes before `from` in the segment: the chunk index's, and those of the chunk's
@@ -363,276 +270,118 @@ __device__ int32_t decode_piece(UnitShared& sh, const Stage& sg, const Segment& 
   if (from > k * kKvSplitChunk) base += count_escapes(s, k * kKvSplitChunk, from, sh.scratch);
   if (from == 0 && base != 0) return kChunkIndex;
 
-  // Code word of group G: 32 bits from nibble 2 rc + (from odd) + 8 G of the staged codes.
-  const uint32_t rc = mod16(s.codes() + from / 2);
-  const uint32_t cbit = 8 * rc + 4 * static_cast<uint32_t>(from & 1);
-  const uint32_t rr = mod16(s.raw() + from);
-  const auto* cwords = reinterpret_cast<const uint32_t*>(sg.codes);
-  const auto* rwords = reinterpret_cast<const uint32_t*>(sg.raw);
-  const int len = static_cast<int>(to - from);  // 1 .. 4096
-  // The codes are read twice (to count escapes, then to decode), the raw bytes once: shared
-  // memory reads are cheaper than the registers that would hold them across the scan.
-  const auto code_word = [&](int g, int m) {
-    const uint32_t valid = m >= 8 ? 0xffffffffu : (1u << (4 * m)) - 1;
-    const uint32_t cq = (cbit >> 5) + static_cast<uint32_t>(g);
-    return __funnelshift_r(cwords[cq], cwords[cq + 1], cbit & 31) & valid;
-  };
-  // Bit 4 i set where code i is the escape (the nibbles past the group's elements are 0).
-  const auto escapes_of = [](uint32_t c) {
-    return c & (c >> 1) & (c >> 2) & (c >> 3) & 0x11111111u;
-  };
-  uint64_t counts = 0;
+  uint32_t escapes = 0;
   bool bad = false;
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    const int g = static_cast<int>(threadIdx.x) + kThreads * j;
-    const int m = min(max(len - 8 * g, 0), 8);  // the group's elements
-    const uint32_t cw = code_word(g, m);
-    counts |= static_cast<uint64_t>(__popc(escapes_of(cw))) << (16 * j);
-    if (book_size < 15) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const uint32_t code = (cw >> (4 * i)) & 0xf;
-        if (i < m && code != split::kEscape && code >= book_size) bad = true;
-      }
-    }
+  for (int j = 0; j < kGroup; ++j) {
+    const uint32_t code = code_at(c, j);
+    if (j < m && code == split::kEscape) escapes |= 1u << j;
+    if (j < m && code != split::kEscape && code >= book_size) bad = true;
   }
-  uint64_t totals;
-  const uint64_t before = team_scan64(counts, &totals, sh.scratch64);
+  uint32_t total;
+  const uint32_t before =
+      split::team_scan(static_cast<uint32_t>(__popc(escapes)), &total, sh.scratch);
   if (__syncthreads_or(bad)) return kBadCode;
-  const uint64_t total =
-      (totals & 0xffff) + ((totals >> 16) & 0xffff) + ((totals >> 32) & 0xffff) + (totals >> 48);
   if (base + total > num_escapes) return kTooManyEscapes;
   if (to == chunk_end && base + total != next) return kChunkIndex;
-  if (to == s.n && s.n % 2 != 0) {
-    // The padding nibble: the high one of the segment's last code byte.
-    if ((sg.codes[rc + (s.n / 2 - from / 2)] >> 4) != 0) return kPadding;
-  }
+  if (to == s.n && s.n % 2 != 0 && (s.codes()[s.n / 2] >> 4) != 0) return kPadding;
+  if (m <= 0) return kOk;
 
-  const uint4 table = *reinterpret_cast<const uint4*>(sh.table);
-  uint8_t* dst = out + 2 * from;
-  const bool aligned = reinterpret_cast<uintptr_t>(dst) % 16 == 0;
-  const uint8_t* escapes = s.escapes() + base;
-  uint64_t row_base = 0;  // escapes in the rows before row j
+  // Assembled and stored 16 elements at a time (fewer live registers).
+  const uint8_t* esc = s.escapes() + base + before;
+  uint8_t* dst = out + 2 * first;
+  const bool whole = m >= kGroup && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    const int g = static_cast<int>(threadIdx.x) + kThreads * j;
-    const int m = min(max(len - 8 * g, 0), 8);
-    if (m > 0) {
-      const uint32_t cw = code_word(g, m);
-      const uint32_t esc = escapes_of(cw);
-      const uint32_t rq = (rr >> 2) + 2 * static_cast<uint32_t>(g);
-      const uint32_t r0 = __funnelshift_r(rwords[rq], rwords[rq + 1], 8 * (rr & 3));
-      const uint32_t r1 = __funnelshift_r(rwords[rq + 1], rwords[rq + 2], 8 * (rr & 3));
-      uint32_t sym_lo = lookup4(table, cw & 0xffff);
-      uint32_t sym_hi = lookup4(table, cw >> 16);
-      if (esc != 0) {
-        // Checked above: these escapes are inside the segment's, inside the stream.
-        const uint8_t* e = escapes + row_base + ((before >> (16 * j)) & 0xffff);
+  for (int h = 0; h < 2; ++h) {
+    uint32_t x[8];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if ((esc >> (4 * i)) & 1)
-            sym_lo = (sym_lo & ~(0xffu << (8 * i))) | uint32_t{*e++} << (8 * i);
-        }
+    for (int i = 0; i < 16; ++i) {
+      const int j = 16 * h + i;
+      const uint32_t code = code_at(c, j);
+      const uint32_t symbol = code == split::kEscape ? (j < m ? *esc++ : 0) : sh.table[code];
+      const uint32_t e = split::element_of<F>(symbol, (c.raw[j / 4] >> (8 * (j % 4))) & 0xff);
+      x[i / 2] = i % 2 == 0 ? e : x[i / 2] | e << 16;
+    }
+    if (whole) {
+      uint4* v = reinterpret_cast<uint4*>(dst + 32 * h);
+      v[0] = make_uint4(x[0], x[1], x[2], x[3]);
+      v[1] = make_uint4(x[4], x[5], x[6], x[7]);
+    } else {
+      uint16_t* e = reinterpret_cast<uint16_t*>(dst + 32 * h);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if ((esc >> (4 * (i + 4))) & 1)
-            sym_hi = (sym_hi & ~(0xffu << (8 * i))) | uint32_t{*e++} << (8 * i);
-        }
-      }
-      const uint32_t x0 = elements2<F>(__byte_perm(r0, sym_lo, 0x5140));
-      const uint32_t x1 = elements2<F>(__byte_perm(r0, sym_lo, 0x7362));
-      const uint32_t x2 = elements2<F>(__byte_perm(r1, sym_hi, 0x5140));
-      const uint32_t x3 = elements2<F>(__byte_perm(r1, sym_hi, 0x7362));
-      uint8_t* p = dst + 16 * g;
-      if (m == 8 && aligned) {
-        *reinterpret_cast<uint4*>(p) = make_uint4(x0, x1, x2, x3);
-      } else {
-        const uint32_t x[4] = {x0, x1, x2, x3};
-        auto* e16 = reinterpret_cast<uint16_t*>(p);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          if (i < m) e16[i] = static_cast<uint16_t>(x[i / 2] >> (16 * (i % 2)));
-        }
+      for (int i = 0; i < 16; ++i) {
+        if (16 * h + i < m) e[i] = static_cast<uint16_t>(x[i / 2] >> (16 * (i % 2)));
       }
     }
-    row_base += (totals >> (16 * j)) & 0xffff;
   }
   return kOk;
 }
 
-// Where a unit of the split stream st starts: its segment (false when the stream ends before its
-// escapes) and its first piece [from, to) of that segment, which begins at element `first`.
-struct FirstPiece {
-  Segment s;
-  int64_t seg_elems, first, from, to;
-};
-
-__device__ __forceinline__ bool first_piece(uint64_t word, const uint8_t* st, uint64_t size,
-                                            int64_t num_elems, int64_t begin, int64_t end,
-                                            FirstPiece* f) {
-  const auto packed = static_cast<int64_t>((word >> kSegElemsShift) & kSegElemsMask);
-  f->seg_elems = packed != 0 ? packed : read_u32(st + 20) / 2;
-  f->first = begin / f->seg_elems * f->seg_elems;
-  const auto off = static_cast<int64_t>(word & kOffsetMask);
-  if (!segment_at(st, size, off, min(f->seg_elems, num_elems - f->first), &f->s)) return false;
-  f->from = begin - f->first;
-  f->to = min(min((f->from / kKvSplitChunk + 1) * kKvSplitChunk, end - f->first), f->s.n);
-  return true;
-}
-
-// Decodes block elements [begin, end) of the split stream st: the first piece is staged in sg
-// already (when its segment fits the stream); later ones (a unit that starts inside a chunk or
-// spans segments) are staged here, one after the other. Every thread returns the same.
+// Decodes block elements [begin, end) from the split stream st, cut in segments of seg_elems,
+// whose segment holding `begin` starts at off; every thread returns the same.
 template <KvSplitFormat F>
-__device__ int32_t decode_split_unit(UnitShared& sh, Stage& sg, uint64_t word, const uint8_t* st,
-                                     uint64_t size, int64_t num_elems, int64_t begin, int64_t end,
-                                     uint8_t* block) {
-  FirstPiece f;
-  if (!first_piece(word, st, size, num_elems, begin, end, &f)) return kSegmentTruncated;
-  Segment s = f.s;
-  int64_t first = f.first;
-  bool staged = true;
+__device__ int32_t decode_split_unit(UnitShared& sh, const uint8_t* st, uint64_t size,
+                                     int64_t num_elems, int64_t seg_elems, int64_t off,
+                                     int64_t begin, int64_t end, uint8_t* block) {
+  int64_t first = begin / seg_elems * seg_elems;  // the segment's first element
+  int64_t at = begin;
   while (true) {
+    Segment s;
+    if (!segment_at(st, size, off, min(seg_elems, num_elems - first), &s)) return kSegmentTruncated;
     const int64_t to = min(end - first, s.n);
-    for (int64_t from = begin - first; from < to;) {
+    for (int64_t from = at - first; from < to;) {
       const int64_t piece_end = min((from / kKvSplitChunk + 1) * kKvSplitChunk, to);
-      if (!staged) {
-        __syncthreads();  // the team is done with the stage and the table
-        stage_piece(sg, s, st, st + size, from, piece_end);
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
-      }
-      staged = false;
-      const int32_t e = decode_piece<F>(sh, sg, s, from, piece_end, block + 2 * first);
+      const int32_t e = decode_piece<F>(sh, s, st, st + size, from, piece_end, block + 2 * first);
       if (e != kOk) return e;
       from = piece_end;
     }
-    begin = first + to;
-    if (begin >= end) return kOk;
+    at = first + to;
+    if (at >= end) return kOk;
     // decode_piece checked that the escapes fit in the stream.
-    const int64_t off = s.escapes() + read_u32(s.header) - st;
-    first += f.seg_elems;
-    if (!segment_at(st, size, off, min(f.seg_elems, num_elems - first), &s)) {
-      return kSegmentTruncated;
-    }
+    off = s.escapes() + read_u32(s.header) - st;
+    first += seg_elems;
   }
 }
 
-// Unit g of the launch, unit-major: g = unit * num_blocks + block.
-__device__ __forceinline__ void unit_of(const DecodeArgs& a, uint32_t g, uint32_t* b, uint32_t* u) {
-  *u = g / static_cast<uint32_t>(a.num_blocks);
-  *b = g - *u * static_cast<uint32_t>(a.num_blocks);
-}
-
-// One thread: waits for unit g's word and gathers where it reads and writes.
-__device__ void fetch_unit(const DecodeArgs& a, uint32_t g, UnitInfo* info) {
-  uint32_t b, u;
-  unit_of(a, g, &b, &u);
+__global__ void __launch_bounds__(kThreads) decode_kernel(const __grid_constant__ DecodeArgs a) {
+  __shared__ UnitShared sh;
+  // Unit-major: blockIdx.x = unit * num_blocks + block.
+  const int64_t b = blockIdx.x % static_cast<uint32_t>(a.num_blocks);
+  const int64_t u = blockIdx.x / static_cast<uint32_t>(a.num_blocks);
+  // Loads that need no word are issued before the wait.
   const uint8_t* st = a.streams[b];
   const uint64_t size = a.stream_bytes[b];
-  const int32_t id = a.block_ids[b];
-  const unsigned long long* word = a.units + static_cast<int64_t>(b) * a.units_per_block + u;
-  unsigned long long w;
-  while ((w = __ldcv(word)) == kPending) __nanosleep(32);
-  info->word = w;
-  info->st = st;
-  info->size = size;
-  info->block = a.pool + static_cast<int64_t>(id) * a.block_bytes;
-}
-
-// Stages unit g's first piece into sg, when it is split and its segment fits the stream.
-__device__ void prefetch_unit(const DecodeArgs& a, uint32_t g, const UnitInfo& info, Stage& sg) {
-  if ((info.word >> kStateShift) != kSplit) return;
-  uint32_t b, u;
-  unit_of(a, g, &b, &u);
-  const int64_t num_elems = a.block_bytes / 2;
-  const int64_t begin = static_cast<int64_t>(u) * kKvSplitChunk;
-  const int64_t end = min(begin + kKvSplitChunk, num_elems);
-  FirstPiece f;
-  if (!first_piece(info.word, info.st, info.size, num_elems, begin, end, &f)) return;
-  stage_piece(sg, f.s, info.st, info.st + info.size, f.from, f.to);
-}
-
-__device__ void decode_unit(const DecodeArgs& a, uint32_t g, UnitShared& sh, const UnitInfo& info,
-                            Stage& sg) {
-  const uint64_t state = info.word >> kStateShift;
+  uint8_t* block = a.pool + static_cast<int64_t>(a.block_ids[b]) * a.block_bytes;
+  if (threadIdx.x == 0) {
+    const unsigned long long* word = a.units + b * a.units_per_block + u;
+    unsigned long long w;
+    while ((w = __ldcv(word)) == kPending) __nanosleep(32);
+    sh.word = w;
+  }
+  __syncthreads();
+  const uint64_t state = sh.word >> kStateShift;
   if (state == kError) return;
-  uint32_t b, u;
-  unit_of(a, g, &b, &u);
   const int64_t num_elems = a.block_bytes / 2;
-  const int64_t begin = static_cast<int64_t>(u) * kKvSplitChunk;
+  const int64_t begin = u * kKvSplitChunk;
   const int64_t end = min(begin + kKvSplitChunk, num_elems);
   if (state == kStored) {
-    split::copy_region(info.block + 2 * begin, info.st + kKvStreamHeaderBytes + 2 * begin,
-                       2 * (end - begin), reinterpret_cast<uint8_t*>(&sg));
+    split::copy_region(block + 2 * begin, st + kKvStreamHeaderBytes + 2 * begin, 2 * (end - begin),
+                       sh.nat);
     return;
   }
-  const int32_t error =
-      (info.word & kF16Bit) == 0
-          ? decode_split_unit<KvSplitFormat::kBf16>(sh, sg, info.word, info.st, info.size,
-                                                    num_elems, begin, end, info.block)
-          : decode_split_unit<KvSplitFormat::kF16>(sh, sg, info.word, info.st, info.size, num_elems,
-                                                   begin, end, info.block);
+  const int64_t off = static_cast<int64_t>(sh.word & kOffsetMask);
+  const auto packed = static_cast<int64_t>((sh.word >> kSegElemsShift) & kSegElemsMask);
+  const int64_t seg_elems = packed != 0 ? packed : read_u32(st + 20) / 2;
+  const int32_t error = (sh.word & kF16Bit) == 0
+                            ? decode_split_unit<KvSplitFormat::kBf16>(
+                                  sh, st, size, num_elems, seg_elems, off, begin, end, block)
+                            : decode_split_unit<KvSplitFormat::kF16>(
+                                  sh, st, size, num_elems, seg_elems, off, begin, end, block);
   if (error != kOk && threadIdx.x == 0) report(a, b, error);
-}
-
-// A persistent team: takes units blockIdx.x, + gridDim.x, ... and stages each next unit's first
-// piece while it decodes the current one, so that a unit's bytes are in flight throughout.
-__global__ void __launch_bounds__(kThreads, kTeamsPerSm)
-    decode_kernel(const __grid_constant__ DecodeArgs a) {
-  __shared__ UnitShared sh;
-  const uint32_t total =
-      static_cast<uint32_t>(a.num_blocks) * static_cast<uint32_t>(a.units_per_block);
-  uint32_t g = blockIdx.x;
-  if (g >= total) return;
-  if (threadIdx.x == 0) fetch_unit(a, g, &sh.unit[0]);
-  __syncthreads();
-  prefetch_unit(a, g, sh.unit[0], sh.stage[0]);
-  cp_async_commit();
-  for (int slot = 0;; slot ^= 1) {
-    const uint32_t next = g + gridDim.x;
-    const bool more = next < total && next > g;
-    __syncthreads();  // the previous unit is done with the other slot
-    if (more && threadIdx.x == 0) fetch_unit(a, next, &sh.unit[slot ^ 1]);
-    __syncthreads();
-    if (more) prefetch_unit(a, next, sh.unit[slot ^ 1], sh.stage[slot ^ 1]);
-    cp_async_commit();
-    cp_async_wait<1>();  // this unit's copies have landed
-    __syncthreads();     // every thread's
-    decode_unit(a, g, sh, sh.unit[slot], sh.stage[slot]);
-    if (!more) break;
-    g = next;
-  }
 }
 
 constexpr int64_t units_per_block(int64_t block_bytes) {
   return (block_bytes / 2 + kKvSplitChunk - 1) / kKvSplitChunk;
-}
-
-// The decode kernel's grid: the teams that fit on the device at once (asked once per device,
-// with the carveout set to shared memory: the stages live there and L1 caches nothing else).
-int decode_teams() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return kTeamsPerSm;
-  static std::atomic<int> cached[64];
-  if (device >= 0 && device < 64) {
-    const int c = cached[device].load(std::memory_order_relaxed);
-    if (c > 0) return c;
-  }
-  int sms = 0, per_sm = 0;
-  (void)cudaFuncSetAttribute(decode_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel, kThreads, 0) !=
-          cudaSuccess) {
-    (void)cudaGetLastError();
-    return kTeamsPerSm;
-  }
-  const int teams = std::max(sms, 1) * std::max(per_sm, 1);
-  if (device >= 0 && device < 64) cached[device].store(teams, std::memory_order_relaxed);
-  return teams;
 }
 
 }  // namespace
@@ -686,8 +435,8 @@ Status kv_split_decode(const KvSplitDecodeParams& p, cudaStream_t stream) {
   STRATA_CUDA_CHECK_LAUNCH();
   // Waits on the parsers' words, never on their end: launched beside them (or after, where the
   // launch cannot overlap), it needs no pdl_wait.
-  const int64_t teams = std::min(int64_t{p.num_blocks} * units, int64_t{decode_teams()});
-  STRATA_CUDA_CHECK(detail::launch_pdl(decode_kernel, dim3(static_cast<unsigned>(teams)),
+  STRATA_CUDA_CHECK(detail::launch_pdl(decode_kernel,
+                                       dim3(static_cast<unsigned>(int64_t{p.num_blocks} * units)),
                                        dim3(kThreads), 0, stream, a));
   return Status::Ok();
 }
