@@ -1,7 +1,9 @@
 #pragma once
-// DeferredMover: a BlockMover for tests whose started copies (start_from_host,
-// start_from_region) stay in flight until complete() or wait_copies() -- a GPU's copy stream
-// held still -- and then run as the CPU backend's memcpys. Its synchronous copies run at once.
+// Pool movers for tests. PassThroughMover runs every copy at once, as the CPU backend
+// (HostBlockMover) does; a test's mover derives from it and overrides only the copies it holds
+// back or counts. DeferredMover: its started copies (start_from_host, start_from_region) stay in
+// flight until complete() or wait_copies() -- a GPU's copy stream held still -- and then run as
+// the CPU backend's memcpys.
 
 #include <cstdint>
 #include <span>
@@ -11,9 +13,9 @@
 
 namespace strata::kv {
 
-class DeferredMover final : public BlockMover {
+class PassThroughMover : public BlockMover {
  public:
-  explicit DeferredMover(HostKvBuffer& pool) : now_(pool) {}
+  explicit PassThroughMover(HostKvBuffer& pool) : now_(pool) {}
 
   int32_t num_pool_blocks() const override { return now_.num_pool_blocks(); }
   void attach(HostKvBuffer& /*host*/) override {}
@@ -27,6 +29,21 @@ class DeferredMover final : public BlockMover {
   void to_region(std::span<const BlockCopy> pairs, std::byte* slots) override {
     now_.to_region(pairs, slots);
   }
+  uint64_t start_from_region(std::span<const RegionCopy> copies) override {
+    return now_.start_from_region(copies);
+  }
+  std::span<const std::byte> host_block(BlockId block) const override {
+    return now_.host_block(block);
+  }
+
+ protected:
+  HostBlockMover now_;
+};
+
+class DeferredMover final : public PassThroughMover {
+ public:
+  using PassThroughMover::PassThroughMover;
+
   uint64_t start_from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override {
     started_.push_back(Started{++last_, {pairs.begin(), pairs.end()}, &host, {}});
     return last_;
@@ -34,9 +51,6 @@ class DeferredMover final : public BlockMover {
   uint64_t start_from_region(std::span<const RegionCopy> copies) override {
     started_.push_back(Started{++last_, {}, nullptr, {copies.begin(), copies.end()}});
     return last_;
-  }
-  std::span<const std::byte> host_block(BlockId block) const override {
-    return now_.host_block(block);
   }
   bool copies_done(uint64_t ticket) override { return ticket <= done_; }
   void wait_copies(uint64_t ticket) override {
@@ -60,7 +74,6 @@ class DeferredMover final : public BlockMover {
     const HostKvBuffer* host;        // from_host's, or null
     std::vector<RegionCopy> region;  // start_from_region's
   };
-  HostBlockMover now_;
   std::vector<Started> started_;
   uint64_t last_ = kDoneTicket;
   uint64_t done_ = kDoneTicket;

@@ -565,26 +565,13 @@ PeerConnect local_peer(Instance& pre, std::function<void(std::vector<std::string
 // A decode instance's pool mover whose first copy out of a region runs `during` once the
 // bytes are copied (what the prefill instance may do while a decode instance copies out of its
 // region), and that counts the blocks it copied out of regions and into the pool from host slots.
-class HookedMover final : public BlockMover {
+class HookedMover final : public PassThroughMover {
  public:
   HookedMover(HostKvBuffer& pool, std::function<void()> during)
-      : now_(pool), during_(std::move(during)) {}
-  int32_t num_pool_blocks() const override { return now_.num_pool_blocks(); }
-  void attach(HostKvBuffer& /*host*/) override {}
-  void detach(HostKvBuffer& /*host*/) override {}
-  void to_host(std::span<const BlockCopy> pairs, HostKvBuffer& host) override {
-    now_.to_host(pairs, host);
-  }
+      : PassThroughMover(pool), during_(std::move(during)) {}
   void from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override {
     from_host_blocks += static_cast<int64_t>(pairs.size());
-    now_.from_host(pairs, host);
-  }
-  void to_region(std::span<const BlockCopy> pairs, std::byte* slots) override {
-    now_.to_region(pairs, slots);
-  }
-  uint64_t start_from_host(std::span<const BlockCopy> pairs, const HostKvBuffer& host) override {
-    from_host(pairs, host);
-    return kDoneTicket;
+    PassThroughMover::from_host(pairs, host);
   }
   uint64_t start_from_region(std::span<const RegionCopy> copies) override {
     from_region_blocks += static_cast<int64_t>(copies.size());
@@ -592,14 +579,10 @@ class HookedMover final : public BlockMover {
     if (during_) std::exchange(during_, nullptr)();
     return kDoneTicket;
   }
-  std::span<const std::byte> host_block(BlockId block) const override {
-    return now_.host_block(block);
-  }
   int64_t from_host_blocks = 0;
   int64_t from_region_blocks = 0;
 
  private:
-  HostBlockMover now_;
   std::function<void()> during_;
 };
 
@@ -650,23 +633,36 @@ TEST(KvTiersPeerTest, OnOneMachineBlocksAreCopiedOutOfThePrefillInstancesRegion)
   EXPECT_EQ(pre.tiers->outbox()->stats().num_served, 3);
 }
 
+// A decode instance whose pool mover holds its copies out of the region until told (a GPU's
+// copy stream, DeferredMover), with p's blocks read from `pre` and their promotion started.
+struct HeldRegionPromotion {
+  DeferredMover* mover = nullptr;
+  Instance dec;
+  PrefetchState state;
+  PrefixHit hit;
+  KvTiers::Progress started;
+
+  HeldRegionPromotion(Instance& pre, const std::vector<int32_t>& p)
+      : dec(region_decode_config(local_peer(pre)), [this](HostKvBuffer& pool) {
+          auto m = std::make_unique<DeferredMover>(pool);
+          mover = m.get();
+          return m;
+        }) {
+    dec.tiers->prefetch(p, {}, state);
+    while (state.pending()) dec.tiers->wait_io();
+    hit = dec.cache->find_cached_prefix(p, {});
+    started = dec.tiers->promote_async(&state, p, {}, hit);
+  }
+};
+
 // A GPU's copy stream: the copies out of the region are still running when the promotion is
 // first looked at; the confirmation waits for them, and only then are the blocks used.
 TEST(KvTiersPeerTest, RegionCopiesStillRunningAreConfirmedOnlyOnceDone) {
   Instance pre(region_prefill_config());
   const std::vector<int32_t> p = prompt(100, 3);
   prefill(pre, p);
-  DeferredMover* mover = nullptr;
-  Instance dec(region_decode_config(local_peer(pre)), [&](HostKvBuffer& pool) {
-    auto m = std::make_unique<DeferredMover>(pool);
-    mover = m.get();
-    return m;
-  });
-  PrefetchState state;
-  dec.tiers->prefetch(p, {}, state);
-  while (state.pending()) dec.tiers->wait_io();
-  PrefixHit hit = dec.cache->find_cached_prefix(p, {});
-  const KvTiers::Progress started = dec.tiers->promote_async(&state, p, {}, hit);
+  HeldRegionPromotion held(pre, p);
+  auto& [mover, dec, state, hit, started] = held;
   EXPECT_TRUE(started.pending);
   EXPECT_EQ(mover->num_in_flight(), 1);
   EXPECT_FALSE(dec.tiers->promotion_ready());
@@ -747,17 +743,9 @@ TEST(KvTiersPeerTest, ASlotTakenAgainWhileItsCopyIsInFlightIsAMiss) {
   Instance pre(region_prefill_config());
   const std::vector<int32_t> p = prompt(100, 3);
   prefill(pre, p);
-  DeferredMover* mover = nullptr;
-  Instance dec(region_decode_config(local_peer(pre)), [&](HostKvBuffer& pool) {
-    auto m = std::make_unique<DeferredMover>(pool);
-    mover = m.get();
-    return m;
-  });
-  PrefetchState state;
-  dec.tiers->prefetch(p, {}, state);
-  while (state.pending()) dec.tiers->wait_io();
-  PrefixHit hit = dec.cache->find_cached_prefix(p, {});
-  EXPECT_TRUE(dec.tiers->promote_async(&state, p, {}, hit).pending);
+  HeldRegionPromotion held(pre, p);
+  auto& [mover, dec, state, hit, started] = held;
+  EXPECT_TRUE(started.pending);
   retake_every_slot(*pre.tiers->peer_slots());
   mover->complete();
   dec.tiers->wait_promotion();
@@ -777,17 +765,9 @@ TEST(KvTiersPeerTest, ACancelledRegionPromotionGivesItsPoolBlocksBackAndKeepsIts
   Instance pre(region_prefill_config());
   const std::vector<int32_t> p = prompt(100, 3);
   prefill(pre, p);
-  DeferredMover* mover = nullptr;
-  Instance dec(region_decode_config(local_peer(pre)), [&](HostKvBuffer& pool) {
-    auto m = std::make_unique<DeferredMover>(pool);
-    mover = m.get();
-    return m;
-  });
-  PrefetchState state;
-  dec.tiers->prefetch(p, {}, state);
-  while (state.pending()) dec.tiers->wait_io();
-  PrefixHit hit = dec.cache->find_cached_prefix(p, {});
-  EXPECT_TRUE(dec.tiers->promote_async(&state, p, {}, hit).pending);
+  HeldRegionPromotion held(pre, p);
+  auto& [mover, dec, state, hit, started] = held;
+  EXPECT_TRUE(started.pending);
   EXPECT_EQ(dec.cache->pool(0).num_used_blocks(), 3);
   dec.tiers->cancel_promotion(&state);
   EXPECT_EQ(mover->num_in_flight(), 0);
