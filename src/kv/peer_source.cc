@@ -251,6 +251,19 @@ Status PeerSource::read_slot(std::string_view value, size_t p, BlockGet& g, Read
   return Status::Ok();
 }
 
+Status PeerSource::ask_records_again(size_t p, PeerClient* c, PeerSourceStats& s) {
+  Status got = Status::Unavailable("no connection to the prefill instance");
+  if (c != nullptr) {
+    ++s.num_round_trips;
+    got = c->get_flagged(confirm_keys_, kPeerAcceptSlotRecords, confirmed_);
+  }
+  if (!got.ok()) {
+    ++s.num_errors;
+    if (got.code() == StatusCode::kUnavailable) peers_[p].client.reset();
+  }
+  return got;
+}
+
 void PeerSource::confirm_slots(size_t p, std::span<BlockGet> blocks, size_t present,
                                PeerSourceStats& s) {
   confirm_keys_.clear();
@@ -262,16 +275,7 @@ void PeerSource::confirm_slots(size_t p, std::span<BlockGet> blocks, size_t pres
   if (confirm_keys_.empty()) return;
   // Every copy out of the region has returned: the same records now prove the slots were not
   // written during them (peer_slots.h).
-  PeerClient* const c = peers_[p].client.get();
-  Status got = Status::Unavailable("no connection to the prefill instance");
-  if (c != nullptr) {
-    ++s.num_round_trips;
-    got = c->get_flagged(confirm_keys_, kPeerAcceptSlotRecords, confirmed_);
-    if (!got.ok()) {
-      ++s.num_errors;
-      if (got.code() == StatusCode::kUnavailable) peers_[p].client.reset();
-    }
-  }
+  const Status got = ask_records_again(p, peers_[p].client.get(), s);
   size_t k = 0;
   for (size_t i = 0; i < present; ++i) {
     if (reads_[i] != Read::kSlot || !decoded_[i].ok()) continue;
@@ -306,17 +310,8 @@ std::vector<uint8_t> PeerSource::confirm(std::span<const PeerSlotClaim* const> c
       confirm_keys_.push_back(claims[i]->key);
     }
     if (asked.empty()) continue;
-    PeerClient* const c = client(p);
-    Status got = Status::Unavailable("no connection to the prefill instance");
-    if (c != nullptr) {
-      ++s.num_round_trips;
-      got = c->get_flagged(confirm_keys_, kPeerAcceptSlotRecords, confirmed_);
-    }
-    if (!got.ok()) {
-      ++s.num_errors;
-      if (got.code() == StatusCode::kUnavailable) peers_[p].client.reset();
-      continue;
-    }
+    // Later than the read: the connection may have to be made again.
+    if (!ask_records_again(p, client(p), s).ok()) continue;
     for (size_t k = 0; k < asked.size(); ++k) {
       const bool same = k < confirmed_.size() && confirmed_[k] == claims[asked[k]]->record;
       found[asked[k]] = same ? Found::kSame : Found::kChanged;

@@ -147,6 +147,9 @@ class PeerSource final : public BlockSource {
   // One chain of a get (above), whose wait counts from start.
   void get_chain(std::span<BlockGet> blocks, std::chrono::steady_clock::time_point start,
                  size_t per_trip, PeerSourceStats& s);
+  // Asks peer p, over c (none: an error), for confirm_keys_' slot records again, into
+  // confirmed_; a failed round trip counts as an error and drops a connection that broke.
+  Status ask_records_again(size_t p, PeerClient* c, PeerSourceStats& s);
   // Asks the peers for keys_ (the one that last had blocks first) until one has the first;
   // values_ holds its answer. Ok with values_[0] empty when none has it; the last error when
   // none answered.
