@@ -14,6 +14,7 @@
 #include "model/cpu_model_runner.h"
 #include "model/hf_config.h"
 #include "model/kv_scales.h"
+#include "model/mla_gpu.h"
 #if STRATA_HAVE_CUDA
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/cuda_peer_region.h"
@@ -151,14 +152,18 @@ Result<BuiltRunner> cuda_runner(const EngineConfig& c) {
   o.gpu_memory_utilization = c.gpu_memory_utilization;
   o.max_model_len = c.max_model_len;
   o.enforce_eager = c.enforce_eager;
-  const kv::KvGroupsPlan plan = kv::plan_kv_groups(
-      kv_groups_request(c, mc,
-                        kv::KvSpec{.num_layers = static_cast<int32_t>(mc.num_hidden_layers),
-                                   .num_kv_heads = static_cast<int32_t>(mc.num_key_value_heads),
-                                   .head_dim = static_cast<int32_t>(mc.head_dim),
-                                   .dtype = o.kv_dtype,
-                                   .layer_dtypes = o.kv_layer_dtypes},
-                        DType::kBF16, /*hybrid_groups=*/false));
+  kv::KvSpec spec{.num_layers = static_cast<int32_t>(mc.num_hidden_layers),
+                  .num_kv_heads = static_cast<int32_t>(mc.num_key_value_heads),
+                  .head_dim = static_cast<int32_t>(mc.head_dim),
+                  .dtype = o.kv_dtype,
+                  .layer_dtypes = o.kv_layer_dtypes};
+  if (mc.mla.enabled()) {  // the latent pool the runner allocates (one 576-wide row per token)
+    spec.num_kv_heads = 1;
+    spec.head_dim = static_cast<int32_t>(mc.mla.latent_dim());
+    spec.latent = true;
+  }
+  const kv::KvGroupsPlan plan =
+      kv::plan_kv_groups(kv_groups_request(c, mc, spec, DType::kBF16, /*hybrid_groups=*/false));
   if (plan.groups.size() > 1) {
     o.newest_blocks = plan.groups[1].spec.newest_blocks;
     o.num_newest_blocks = plan.groups[1].num_blocks;
@@ -246,15 +251,14 @@ Result<BuiltRunner> cpu_runner(const EngineConfig& c, std::unique_ptr<model::Mod
   return built;
 }
 
-// What the GPU runner cannot run yet, refused before anything is loaded onto the device:
-// DeepSeek's MLA (issue 40; the CPU engine runs it). MoE layers (Mixtral, Qwen3-MoE) run on the
-// GPU MoE kernels, and Gemma 3's sliding layers as a mask over the one pool (no window group on
-// the GPU: every layer keeps the whole context's K/V, docs/gpu-engine.md).
+// What the GPU runner cannot run, refused before anything is loaded onto the device: DeepSeek's
+// MLA outside the GPU kernels' shapes (mla_gpu.h; the CPU engine runs any). MLA and MoE layers
+// (DeepSeek, Mixtral, Qwen3-MoE) run on the GPU kernels, and Gemma 3's sliding layers as a mask
+// over the one pool (no window group on the GPU: every layer keeps the whole context's K/V,
+// docs/gpu-engine.md).
 void check_cuda_supports(const model::ModelConfig& mc) {
-  if (mc.mla.enabled()) {
-    throw Error("--device cuda: " + std::string(model::architecture_name(mc.architecture)) +
-                " (Multi-head Latent Attention) runs only on the CPU engine for now; use "
-                "--device cpu");
+  if (const std::string why = model::gpu_mla_refusal(mc); !why.empty()) {
+    throw Error(why + "; use --device cpu");
   }
 }
 

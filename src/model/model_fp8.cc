@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "model/fp8_block_dequant.h"
 #include "model/model.h"
 
 namespace strata::model {
@@ -65,36 +66,37 @@ void for_each_view(DecoderWeights& w, Fn fn) {
 
 }  // namespace
 
-void Model::dequantize_fp8_weights() {
-  if (config_.quant_method != "fp8") return;
+void dequantize_block_fp8(const ModelConfig& config, const WeightStore& store,
+                          DecoderWeights& weights, std::deque<std::vector<uint16_t>>& owned) {
+  if (config.quant_method != "fp8") return;
   std::unordered_map<const void*, std::string> name_of;
-  for (const std::string& name : store_.names()) name_of[store_.get(name).data] = name;
-  const int64_t bm = config_.quant_block_rows, bn = config_.quant_block_cols;
+  for (const std::string& name : store.names()) name_of[store.get(name).data] = name;
+  const int64_t bm = config.quant_block_rows, bn = config.quant_block_cols;
   std::unordered_map<const void*, size_t> done;  // a tied view converts once
-  for_each_view(weights_, [&](TensorView& v) {
+  for_each_view(weights, [&](TensorView& v) {
     if (v.empty() || v.dtype != DType::kF8E4M3) return;
     if (const auto it = done.find(v.data); it != done.end()) {
-      v.data = fp8_dequantized_[it->second].data();
+      v.data = owned[it->second].data();
       v.dtype = DType::kBF16;
       return;
     }
     const auto named = name_of.find(v.data);
     if (named == name_of.end() || v.rank != 2) {
-      throw Error(store_.source() +
+      throw Error(store.source() +
                   ": an F8_E4M3 weight that is not a whole 2-D tensor (fused "
                   "experts?) cannot be dequantized");
     }
     const std::string scale_name = named->second + "_scale_inv";
-    if (!store_.contains(scale_name)) {
-      throw Error(store_.source() + ": F8_E4M3 tensor '" + named->second + "' has no '" +
+    if (!store.contains(scale_name)) {
+      throw Error(store.source() + ": F8_E4M3 tensor '" + named->second + "' has no '" +
                   scale_name + "' (block-scaled FP8 needs one scale per " + std::to_string(bm) +
                   "x" + std::to_string(bn) + " block)");
     }
     const int64_t rows = v.dim(0), cols = v.dim(1);
     const TensorView scale =
-        store_.get_checked(scale_name, {(rows + bm - 1) / bm, (cols + bn - 1) / bn});
+        store.get_checked(scale_name, {(rows + bm - 1) / bm, (cols + bn - 1) / bn});
     if (scale.dtype != DType::kF32 && scale.dtype != DType::kBF16 && scale.dtype != DType::kF16) {
-      throw Error(store_.source() + ": '" + scale_name + "' is not a float tensor");
+      throw Error(store.source() + ": '" + scale_name + "' is not a float tensor");
     }
     std::vector<uint16_t> out(static_cast<size_t>(rows * cols));
     const auto* codes = static_cast<const uint8_t*>(v.data);
@@ -106,11 +108,15 @@ void Model::dequantize_fp8_weights() {
             f32_to_bf16(fp8_e4m3_to_f32(codes[r * cols + c]) * s);
       }
     }
-    done[v.data] = fp8_dequantized_.size();
-    fp8_dequantized_.push_back(std::move(out));
-    v.data = fp8_dequantized_.back().data();
+    done[v.data] = owned.size();
+    owned.push_back(std::move(out));
+    v.data = owned.back().data();
     v.dtype = DType::kBF16;
   });
+}
+
+void Model::dequantize_fp8_weights() {
+  dequantize_block_fp8(config_, store_, weights_, fp8_dequantized_);
 }
 
 }  // namespace strata::model

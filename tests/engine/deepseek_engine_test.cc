@@ -155,10 +155,12 @@ TEST_F(DeepseekEngineTest, DummyWeightsOfADeepseekConfigGenerate) {
   }
 }
 
-// The GPU runner has no MLA yet: refused at start in one line naming it, before any load.
-TEST(DeepseekRefusalTest, TheEngineRefusesMlaOnCudaByName) {
+// The GPU MLA kernels take a latent of 576 (kv_lora_rank 512 + rope 64); the fixtures' tiny
+// latent (32 + 16) is refused at start in one line naming the sizes, before any load.
+TEST(DeepseekRefusalTest, TheEngineRefusesAnMlaShapeTheGpuKernelsDoNotTakeByName) {
   test_util::expect_refused_on_cuda(kModels / "deepseek-v2-mla", "DeepseekV2ForCausalLM",
-                                    "Multi-head Latent Attention");
+                                    "kv_lora_rank 512 and qk_rope_head_dim 64 (a latent row of "
+                                    "576), not 32 and 16");
   test_util::expect_refused_on_cuda(kModels / "deepseek-v3-mla", "DeepseekV3ForCausalLM",
                                     "Multi-head Latent Attention");
 }

@@ -1,13 +1,16 @@
-// Mixture-of-experts models on the GPU runner (issue 40): a Mixtral-shaped and a Qwen3-MoE-shaped
-// tiny model on the same random bf16 checkpoint as the CPU engine, whose MoE block matches
-// transformers to 1e-4 (tests/engine/moe_engine_test.cc). A GPU row far from the CPU's means the
-// GPU MoE layer (router GEMM, moe_route's top-k and renormalization, the grouped GEMMs, the
-// combine into the residual, the dense layers of a mixed model) is missing or wrong, not bf16
-// noise. Cases: the whole prompt, prefill in chunks then one-token decode steps, a prompt alone
-// and batched with others (the MoE kernels are batch invariant by construction; the rest of the
-// step follows the GPU rule), and decode steps replayed from CUDA graphs against eager steps.
-// The bf16 fixture against transformers (mixtral-moe-hd64, tools/fixtures/make_gpu_fixtures.py)
-// joins CudaModelTest's list in cuda_model_test.cc once it is made. Skips without a GPU.
+// Mixture-of-experts models on the GPU runner (issue 40): a Mixtral-shaped, a Qwen3-MoE-shaped
+// and two DeepSeek-shaped tiny models on the same random bf16 checkpoint as the CPU engine, whose
+// MoE block and MLA match transformers to 1e-4 (tests/engine/moe_engine_test.cc,
+// deepseek_engine_test.cc). A GPU row far from the CPU's means the GPU MoE layer (router GEMM,
+// moe_route's top-k and renormalization, the grouped GEMMs, the combine into the residual, the
+// dense layers of a mixed model, DeepSeek's shared experts) or DeepSeek's MLA (the latent pool,
+// the absorbed queries, the MLA decode kernel over per-row layouts for prompt rows, W_UV) is
+// missing or wrong, not bf16 noise. Cases: the whole prompt, prefill in chunks then one-token
+// decode steps, a prompt alone and batched with others (the MoE kernels are batch invariant by
+// construction; the rest of the step follows the GPU rule), and decode steps replayed from CUDA
+// graphs against eager steps. The bf16 fixture against transformers (mixtral-moe-hd64,
+// tools/fixtures/make_gpu_fixtures.py) joins CudaModelTest's list in cuda_model_test.cc once it is
+// made. Skips without a GPU.
 //
 // Routing is discrete: a token whose k-th and (k+1)-th router scores are within bf16 noise of
 // each other may pick another expert on the GPU than on the CPU (as transformers' bf16 run does
@@ -84,20 +87,69 @@ const char* kQwen3MoeConfig = R"({
   "bos_token_id": 1, "eos_token_id": 2
 })";
 
-const MoeCase kCases[] = {{"mixtral", kMixtralConfig}, {"qwen3_moe", kQwen3MoeConfig}};
+// DeepSeek-V2-shaped: MLA without q LoRA over the GPU kernels' latent of 512 + 64 with 16 heads
+// (their smallest head count) and small nope / v widths; YaRN with mscale_all_dim (the softmax
+// scale's mscale^2); layer 0 dense (first_k_dense_replace), layers 1 and 2 MoE: 8 experts in 4
+// groups, group-limited softmax top-2 of 2 groups without renormalization, one shared expert.
+const char* kDeepseekV2Config = R"({
+  "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+  "vocab_size": 256, "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 3,
+  "num_attention_heads": 16, "num_key_value_heads": 16, "q_lora_rank": null,
+  "kv_lora_rank": 512, "qk_nope_head_dim": 32, "qk_rope_head_dim": 64, "v_head_dim": 32,
+  "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+  "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2,
+  "topk_method": "group_limited_greedy", "norm_topk_prob": false,
+  "routed_scaling_factor": 1.0, "attention_bias": false, "rms_norm_eps": 1e-06,
+  "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+    "original_max_position_embeddings": 256, "beta_fast": 32.0, "beta_slow": 1.0,
+    "mscale": 0.707, "mscale_all_dim": 0.707},
+  "max_position_embeddings": 1024, "tie_word_embeddings": false,
+  "bos_token_id": 1, "eos_token_id": 2
+})";
+
+// DeepSeek-V3-shaped: q LoRA (q_a_proj -> q_a_layernorm -> q_b_proj), interleaved RoPE with
+// YaRN, sigmoid scores with e_score_correction_bias and noaux_tc's grouped top-2 of 2 of 4
+// groups, renormalized and scaled by routed_scaling_factor 2.5, one shared expert.
+const char* kDeepseekV3Config = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+  "vocab_size": 256, "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 3,
+  "num_attention_heads": 16, "num_key_value_heads": 16, "q_lora_rank": 96,
+  "kv_lora_rank": 512, "qk_nope_head_dim": 32, "qk_rope_head_dim": 64, "v_head_dim": 32,
+  "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+  "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2,
+  "norm_topk_prob": true, "routed_scaling_factor": 2.5, "rope_interleave": true,
+  "attention_bias": false, "rms_norm_eps": 1e-06,
+  "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+    "original_max_position_embeddings": 256, "beta_fast": 32.0, "beta_slow": 1.0,
+    "mscale": 0.707, "mscale_all_dim": 0.707},
+  "max_position_embeddings": 1024, "tie_word_embeddings": false,
+  "bos_token_id": 1, "eos_token_id": 2
+})";
+
+const MoeCase kCases[] = {{"mixtral", kMixtralConfig},
+                          {"qwen3_moe", kQwen3MoeConfig},
+                          {"deepseek_v2", kDeepseekV2Config},
+                          {"deepseek_v3", kDeepseekV3Config}};
 
 // A bf16 checkpoint of the config's tensors (seeded uniform values: matrices in +-0.02, norm
 // weights in [0.9, 1.1], the routers in +-0.3 so their logits spread over a few units and most
 // tokens' top-k are clear of bf16 noise, the experts in +-0.06 so the MoE block's output weighs
-// in the residual as much as the attention's), written as model.safetensors: the CPU engine and
-// the GPU runner load the same file.
+// in the residual as much as the attention's, DeepSeek's query and latent projections in +-0.1
+// so the attention's scores spread over a few units and a wrong causal extent, position or
+// latent row moves its output), written as model.safetensors: the CPU engine and the GPU runner
+// load the same file.
 void write_checkpoint(const std::filesystem::path& dir, const ModelConfig& config) {
   DummyWeightsConfig dummy;
   dummy.scale = 0.02f;
-  dummy.range_for = [](std::string_view name) -> std::optional<DummyRange> {
+  const bool mla = config.mla.enabled();
+  dummy.range_for = [mla](std::string_view name) -> std::optional<DummyRange> {
     if (name.find("norm") != std::string_view::npos) return DummyRange{0.9f, 1.1f};
     if (name.ends_with(".gate.weight")) return DummyRange{-0.3f, 0.3f};  // the routers
     if (name.find(".experts.") != std::string_view::npos) return DummyRange{-0.06f, 0.06f};
+    for (const std::string_view projection :
+         {".q_proj.", ".q_b_proj.", ".kv_a_proj_with_mqa.", ".kv_b_proj."}) {
+      if (mla && name.find(projection) != std::string_view::npos) return DummyRange{-0.1f, 0.1f};
+    }
     return std::nullopt;
   };
   const TensorShapes shapes = llama_family_tensors(config);

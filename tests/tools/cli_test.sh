@@ -93,7 +93,8 @@ gemma=$data/models/gemma3-hybrid
   --kv-cache-memory-bytes 8GiB --max-num-seqs 1 --max-model-len 4096 | grep -q "^window cap     65 blocks" \
   && ok || fail "gemma3 plan window cap"
 # DeepSeek (MLA): the fixtures generate on the CPU; DeepSeek-V2-Lite's config plans its latent
-# cache (8.89x fewer bytes per token than expanded K/V); --device cuda refuses MLA in one line
+# cache (8.89x fewer bytes per token than expanded K/V); --device cuda refuses the fixtures' MLA
+# shape (a latent of 48, the GPU kernels take 576) in one line
 for ds in deepseek-v2-mla deepseek-v3-mla; do
   "$strata" generate --device cpu --model "$data/models/$ds" --prompt-ids 1,2,3 --max-tokens 4 \
     --temperature 0 --json >/dev/null && ok || fail "$ds generate"
@@ -101,7 +102,7 @@ done
 "$strata" plan --config "$data/../../bench/models/deepseek-v2-lite/config.json" --device cpu \
   --kv-cache-dtype bfloat16 --kv-cache-memory-bytes 8GiB --max-num-seqs 1 \
   | grep -q "^naive MHA      276480 bytes/token at 16 bits: 8.89x more" && ok || fail "deepseek plan"
-expect_error mla-on-cuda "cuda: DeepseekV3ForCausalLM .Multi-head Latent Attention. runs only on the CPU" \
+expect_error mla-on-cuda "cuda: DeepseekV3ForCausalLM .Multi-head Latent Attention.: the GPU MLA kernels take kv_lora_rank 512" \
   generate --model "$data/models/deepseek-v3-mla" --prompt-ids 1 --device cuda
 # structured outputs: strata-tiny (it has a tokenizer) answers one of the choices; a model without
 # tokenizer.json and a malformed flag are one line each

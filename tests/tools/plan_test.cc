@@ -308,7 +308,7 @@ TEST(PlanTest, DeepSeekV3MlaLatentCache) {
   const PlanModel m = parse_plan_model(kDeepSeekV3, "deepseek-v3");
   EXPECT_TRUE(m.kv.is_mla());
   EXPECT_TRUE(m.engine_supported) << "parsed by the engine's own config parser";
-  EXPECT_TRUE(m.cpu_only) << "--device cuda refuses MLA at start";
+  EXPECT_FALSE(m.cpu_only) << "its latent of 576 and 128 heads are the GPU MLA kernels' shape";
   // ~671e9 parameters at 1 byte (fp8 weights).
   EXPECT_NEAR(static_cast<double>(m.weight_bytes), 671e9, 2e9);
   PlanSettings s = settings(80 * kGiB);
@@ -325,6 +325,29 @@ TEST(PlanTest, DeepSeekV3MlaLatentCache) {
   EXPECT_EQ(r.max_concurrent_seqs, 5);
   s.kv_dtype = KvCacheDType::kFp8E4M3;
   EXPECT_EQ(compute_plan(m, s).kv_bytes_per_token, 35136.0) << "fp8 latent: 61 x 576";
+  // --device cuda keeps the same bf16 latent pool, and the plan says so without a refusal.
+  s.kv_dtype = KvCacheDType::kBF16;
+  s.device = PlanDevice::kCuda;
+  const PlanReport cuda = compute_plan(m, s);
+  EXPECT_EQ(cuda.kv_bytes_per_token, 70272.0);
+  EXPECT_EQ(cuda.block_bytes, 1'124'352);
+  for (const std::string& note : cuda.notes) {
+    EXPECT_EQ(note.find("only the CPU engine"), std::string::npos) << note;
+  }
+}
+
+// An MLA shape the GPU kernels do not take (a latent other than 512 + 64, heads not a multiple
+// of 16) plans as CPU-only, as the runner factory refuses it on --device cuda.
+TEST(PlanTest, AnMlaShapeOutsideTheGpuKernelsIsCpuOnly) {
+  std::string v3 = kDeepSeekV3;
+  const std::string key = "\"kv_lora_rank\": 512";
+  v3.replace(v3.find(key), key.size(), "\"kv_lora_rank\": 256");
+  EXPECT_TRUE(parse_plan_model(v3, "deepseek-v3-rank-256").cpu_only);
+  std::string heads = kDeepSeekV3;
+  const std::string heads_key = "\"num_attention_heads\": 128, \"num_key_value_heads\": 128";
+  heads.replace(heads.find(heads_key), heads_key.size(),
+                "\"num_attention_heads\": 40, \"num_key_value_heads\": 40");
+  EXPECT_TRUE(parse_plan_model(heads, "deepseek-v3-40-heads").cpu_only);
 }
 
 // MoE models the engine loads: every expert is resident, so the weights are the total

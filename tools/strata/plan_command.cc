@@ -21,6 +21,7 @@
 #include "kv/kv_layout.h"
 #include "kv_cache_options.h"
 #include "model/hf_config.h"
+#include "model/mla_gpu.h"
 
 namespace strata::cli {
 namespace {
@@ -247,9 +248,11 @@ PlanModel parse_plan_model(std::string_view json_text, std::string_view source) 
     m.max_position_embeddings = c.max_position_embeddings;
     m.layer_windows = c.layer_sliding_window;
     mlp = engine_mlp_params(c);
-    // As the runner factory refuses it on the GPU. Gemma 3 runs there without its window group
-    // (whole-context K/V in one pool), which the plan for --device cuda already describes.
-    m.cpu_only = c.mla.enabled();
+    // As the runner factory refuses it on the GPU: MLA outside the GPU kernels' shapes (a
+    // supported one keeps the same latent bytes there, bf16). Gemma 3 runs there without its
+    // window group (whole-context K/V in one pool), which the plan for --device cuda already
+    // describes.
+    m.cpu_only = !model::gpu_mla_refusal(c).empty();
     if (c.architecture == model::Architecture::kGemma3) {
       count_gemma3_weights(m, c);
       return m;

@@ -28,6 +28,7 @@
 #include "model/cuda/cuda_model_impl.h"
 #include "model/cuda/cuda_step_inputs.h"
 #include "model/cuda/cuda_weights.h"
+#include "model/mla_gpu.h"
 #include "model/rope.h"
 
 namespace strata::model {
@@ -76,13 +77,25 @@ int32_t graph_batch_size(int32_t n) {
   return (n + 7) / 8 * 8;
 }
 
-// The MoE kernels' limits (kernels/cuda/moe.h), checked once at start rather than per launch;
-// MLA (DeepSeek) has no GPU attention yet.
-void check_moe_shapes(const ModelConfig& c) {
-  if (c.mla.enabled()) {
-    throw Error("--device cuda: Multi-head Latent Attention (" +
-                std::string(architecture_name(c.architecture)) + ") runs only on the CPU engine");
+// MLA's (DeepSeek): the kernels' shapes (mla_gpu.h), a bf16 latent cache with no per-layer
+// exceptions, and BF16 weights (the latent products take no FP8 path).
+void check_mla_shapes(const ModelConfig& c, const CudaModelOptions& o) {
+  if (!c.mla.enabled()) return;
+  if (const std::string why = gpu_mla_refusal(c); !why.empty()) throw Error(why);
+  const std::string name(architecture_name(c.architecture));
+  if (o.kv_dtype != DType::kBF16 || !o.kv_layer_dtypes.empty()) {
+    throw Error("--device cuda: " + name +
+                "'s MLA latent cache is bfloat16 only on the GPU (--kv-cache-dtype auto or "
+                "bfloat16, no --kv-cache-dtype-skip-layers)");
   }
+  if (o.weight_dtype != DType::kBF16) {
+    throw Error("--device cuda: " + name +
+                " runs with bfloat16 weights only (no --quantization fp8)");
+  }
+}
+
+// The MoE kernels' limits (kernels/cuda/moe.h), checked once at start rather than per launch.
+void check_moe_shapes(const ModelConfig& c) {
   const MoeConfig& m = c.moe;
   if (!m.any_moe_layer()) return;
   auto refuse = [&](const std::string& what) {
@@ -127,9 +140,15 @@ Status check_layer_dtypes(const ModelConfig& config, DType kv_dtype,
 }
 
 kv::KvSpec kv_spec(const ModelConfig& c, DType dtype) {
-  return kv::KvSpec{static_cast<int32_t>(c.num_hidden_layers),
-                    static_cast<int32_t>(c.num_key_value_heads), static_cast<int32_t>(c.head_dim),
-                    dtype};
+  kv::KvSpec spec{static_cast<int32_t>(c.num_hidden_layers),
+                  static_cast<int32_t>(c.num_key_value_heads), static_cast<int32_t>(c.head_dim),
+                  dtype};
+  if (c.mla.enabled()) {  // one latent row per token and layer, as the CPU engine's Model::kv_spec
+    spec.num_kv_heads = 1;
+    spec.head_dim = static_cast<int32_t>(c.mla.latent_dim());
+    spec.latent = true;
+  }
+  return spec;
 }
 
 void CudaModel::Impl::allocate_scratch() {
@@ -183,7 +202,7 @@ void CudaModel::Impl::allocate_scratch() {
   upload_table(config.rope, inv_freq);
   if (config.sliding_rope) upload_table(*config.sliding_rope, sliding_inv_freq);
   if (config.sandwich_norms) branch = device_bytes(t * h * 4, "GPU activations");
-  int64_t bytes = allocate_moe_scratch();
+  int64_t bytes = allocate_moe_scratch() + allocate_mla_scratch();
   for (const cuda::DeviceBuffer* b :
        {&residual, &normed, &qkv, &attn, &gate_up, &act, &logits, &workspace, &lse_workspace,
         &inv_freq, &sliding_inv_freq, &branch, &sampled_tokens, &sampled_logprobs}) {
@@ -604,10 +623,14 @@ Status CudaModel::Impl::run_layer(int32_t l, const CudaStepInputs::Device& in) {
   const int64_t h = config.hidden_size;
   const bool sandwich = config.sandwich_norms;
   if (!sandwich || l == 0) STRATA_RETURN_IF_ERROR(norm(w.input_norm, nullptr, in.num_tokens));
-  STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.qkv, w.qkv_scale, w.qkv_bias, qkv.data(), qkv_width(),
-                                  DType::kBF16, false, t, qkv_width(), h));
-  STRATA_RETURN_IF_ERROR(rope_and_append(l, w, in));
-  STRATA_RETURN_IF_ERROR(run_attention(l, in));
+  if (config.mla.enabled()) {
+    STRATA_RETURN_IF_ERROR(run_mla_attention(l, in));
+  } else {
+    STRATA_RETURN_IF_ERROR(gemm_run(normed.data(), h, w.qkv, w.qkv_scale, w.qkv_bias, qkv.data(),
+                                    qkv_width(), DType::kBF16, false, t, qkv_width(), h));
+    STRATA_RETURN_IF_ERROR(rope_and_append(l, w, in));
+    STRATA_RETURN_IF_ERROR(run_attention(l, in));
+  }
   if (attention_capture != nullptr) STRATA_RETURN_IF_ERROR(capture_attention(l, in));
   if (!sandwich) {
     STRATA_RETURN_IF_ERROR(gemm_run(attn.data(), q_width(), w.o_proj, w.o_scale, w.o_bias,
@@ -815,6 +838,7 @@ std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightSto
                 " has no CUDA attention kernel at head_dim " + std::to_string(head_dim) +
                 " (quantized KV caches: head_dim 64 or 128); use --kv-cache-dtype bfloat16");
   }
+  check_mla_shapes(config, options);
   check_moe_shapes(config);
   if (!cuda::contains(cuda::kKvBlockSizes, options.block_size)) {
     throw Error("--device cuda: block size " + std::to_string(options.block_size) +
@@ -879,6 +903,7 @@ Status CudaModel::forward(const ForwardBatch& batch, std::span<float> logits,
     return Status::InvalidArgument(
         "forward: a newest-blocks group for a KV pool with no int4 layer");
   }
+  STRATA_RETURN_IF_ERROR(m.upload_mla_rows(batch));
   m.stepped = true;
   // Every way out of the step passes the mask signal (a wait kernel launched would spin forever).
   m.mask_thread->arm();

@@ -181,6 +181,9 @@ Status CudaModel::Impl::calibration_pass(std::span<const int32_t> tokens,
 Result<std::vector<std::pair<float, float>>> CudaModel::kv_abs_max(
     std::span<const int32_t> tokens) {
   Impl& m = *impl_;
+  if (m.config.mla.enabled()) {
+    return Status::Unsupported("kv_abs_max: the MLA latent cache is not quantized");
+  }
   if (tokens.empty()) return Status::InvalidArgument("kv_abs_max: no calibration tokens");
   const int32_t bs = m.options.block_size;
   const kv::KvLayout scratch_layout(kv_spec(m.config, DType::kBF16), bs);
@@ -278,6 +281,9 @@ Status CudaModel::set_kv_static_scales(kv::KvStaticScales scales) {
 
 Status CudaModel::set_kv_layer_dtypes(std::vector<DType> layer_dtypes) {
   Impl& m = *impl_;
+  if (m.config.mla.enabled()) {
+    return Status::Unsupported("the MLA latent cache has no per-layer KV dtypes");
+  }
   if (m.stepped) {
     return Status::InvalidArgument("the KV pool's layout cannot change after the first step");
   }

@@ -86,6 +86,16 @@ struct CudaModel::Impl {
   // experts and weights [max_num_tokens, k], and moe_experts_forward's workspace for
   // max_num_tokens tokens (moe_workspace_bytes), all at fixed addresses for the decode graphs.
   cuda::DeviceBuffer moe_logits, moe_experts, moe_weights, moe_workspace;
+  // MLA (DeepSeek, cuda_model_mla.cc; empty otherwise), for max_num_tokens rows: the queries
+  // [t, heads * qk_head_dim] bf16, q LoRA's product [t, q_lora_rank] fp32 and normed bf16,
+  // kv_a's product [t, 576] fp32, the absorbed queries [t, heads, 576] bf16, the attention's
+  // latent output [t, heads, 512] bf16 (up-projected into `attn`, [t, heads * v_head_dim]), the
+  // decode kernel's split workspace, and the per-row paged layout of a step with prompt rows
+  // (mla_gpu.h: int32 kv_indptr | kv_last_page_len | kv_indices, grown on demand; eager steps
+  // only) with its view.
+  cuda::DeviceBuffer mla_q, mla_q_a, mla_q_a_normed, mla_kv_a, mla_q_latent, mla_o_latent;
+  cuda::DeviceBuffer mla_workspace, mla_rows;
+  PagedKvLayout mla_row_view;
   CudaStepInputs inputs;
   cuda::DeviceBuffer pool;
   std::unique_ptr<CudaBlockMover> mover;  // made with the pool
@@ -98,7 +108,11 @@ struct CudaModel::Impl {
   std::unique_ptr<CudaBlockMover> newest_mover;
   cuda::DeviceBuffer lse_workspace;
 
-  int64_t q_width() const { return config.num_attention_heads * config.head_dim; }
+  // The attention's output width (o_proj's input): MLA's heads * v_head_dim.
+  int64_t q_width() const {
+    return config.num_attention_heads *
+           (config.mla.enabled() ? config.mla.v_head_dim : config.head_dim);
+  }
   int64_t qkv_width() const {
     return (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim;
   }
@@ -136,6 +150,15 @@ struct CudaModel::Impl {
   // newest-blocks pool and the blocks they fill are quantized into the int4 pool after.
   Status rope_and_append(int32_t l, const CudaLayerWeights& w, const CudaStepInputs::Device& in);
   Status run_attention(int32_t l, const CudaStepInputs::Device& in);
+  // An MLA layer's attention (cuda_model_mla.cc): normed -> q (LoRA) and kv_a -> latent row
+  // into the pool and roped q_pe -> W_UK absorption -> mla_decode over the latent pool (every
+  // row its own query, through mla_row_view when the step has prompt rows) -> W_UV -> attn.
+  Status run_mla_attention(int32_t l, const CudaStepInputs::Device& in);
+  // The MLA scratch above (but mla_rows); returns its bytes (0 without MLA).
+  int64_t allocate_mla_scratch();
+  // A step with prompt rows: builds its per-row layout (build_mla_row_layout) on the host,
+  // uploads it into mla_rows and points mla_row_view at it. Decode-only steps need none.
+  Status upload_mla_rows(const ForwardBatch& batch);
   // Whole-block copies inside one device pool (copy-on-write), waited for.
   Status copy_pool_blocks(void* pool_data, int64_t block_bytes,
                           std::span<const kv::BlockCopy> copies);

@@ -2,17 +2,20 @@
 
 #include <cuda_runtime_api.h>
 
+#include <deque>
 #include <initializer_list>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "core/tensor_view.h"
 #include "core/error.h"
+#include "core/tensor_view.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_quantize.h"
 #include "kernels/cuda/random_fill.h"
+#include "model/fp8_block_dequant.h"
 #include "model/llama_family.h"
+#include "model/mla_gpu.h"
 
 namespace strata::model {
 namespace {
@@ -127,13 +130,49 @@ Status upload_moe(const MoeWeights& m, CudaLayerWeights& out) {
   return Status::Ok();
 }
 
-Status upload_layer(const LayerWeights& w, bool unit_offset, CudaLayerWeights& out) {
+// W_UK_h^T per head from the layer's kv_b_proj already on the device (read back once at load,
+// arranged on the host, uploaded), so checkpoint and dummy weights take the same path.
+Status arrange_uk_t(const ModelConfig& c, CudaLayerWeights& out) {
+  std::vector<uint16_t> kv_b(static_cast<size_t>(out.kv_b_proj.numel));
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+  STRATA_CUDA_CHECK(
+      cudaMemcpy(kv_b.data(), out.kv_b_proj.data(), kv_b.size() * 2, cudaMemcpyDeviceToHost));
+  const MlaConfig& m = c.mla;
+  const std::vector<uint16_t> uk_t = mla_uk_transposed(
+      kv_b, c.num_attention_heads, m.qk_nope_head_dim, m.v_head_dim, m.kv_lora_rank);
+  STRATA_ASSIGN_TENSOR(out.uk_t, allocate(DType::kBF16, static_cast<int64_t>(uk_t.size())));
+  STRATA_CUDA_CHECK(
+      cudaMemcpy(out.uk_t.buffer.data(), uk_t.data(), uk_t.size() * 2, cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+// An MLA layer's attention projections (CudaLayerWeights' MLA fields).
+Status upload_mla(const ModelConfig& c, const LayerWeights& w, CudaLayerWeights& out) {
+  if (w.q_proj.empty()) {
+    STRATA_ASSIGN_TENSOR(out.q_a_proj, upload_bf16({w.q_a_proj}));
+    STRATA_ASSIGN_TENSOR(out.q_a_norm, upload_f32(w.q_a_norm));
+    STRATA_ASSIGN_TENSOR(out.q_b_proj, upload_bf16({w.q_b_proj}));
+  } else {
+    STRATA_ASSIGN_TENSOR(out.q_proj, upload_bf16({w.q_proj}));
+  }
+  STRATA_ASSIGN_TENSOR(out.kv_a_proj, upload_bf16({w.kv_a_proj}));
+  STRATA_ASSIGN_TENSOR(out.kv_a_norm, upload_f32(w.kv_a_norm));
+  STRATA_ASSIGN_TENSOR(out.kv_b_proj, upload_bf16({w.kv_b_proj}));
+  return arrange_uk_t(c, out);
+}
+
+Status upload_layer(const ModelConfig& c, const LayerWeights& w, CudaLayerWeights& out) {
+  const bool unit_offset = c.norm_unit_offset;
   STRATA_ASSIGN_TENSOR(out.input_norm, upload_norm(w.input_norm, unit_offset));
   STRATA_ASSIGN_TENSOR(out.post_attention_norm, upload_norm(w.post_attention_norm, unit_offset));
   STRATA_ASSIGN_TENSOR(out.attn_output_norm, upload_norm(w.attn_output_norm, unit_offset));
   STRATA_ASSIGN_TENSOR(out.mlp_output_norm, upload_norm(w.mlp_output_norm, unit_offset));
-  STRATA_ASSIGN_TENSOR(out.qkv, upload_bf16({w.q_proj, w.k_proj, w.v_proj}));
-  STRATA_ASSIGN_TENSOR(out.qkv_bias, upload_bias({w.q_bias, w.k_bias, w.v_bias}));
+  if (c.mla.enabled()) {
+    STRATA_RETURN_IF_ERROR(upload_mla(c, w, out));
+  } else {
+    STRATA_ASSIGN_TENSOR(out.qkv, upload_bf16({w.q_proj, w.k_proj, w.v_proj}));
+    STRATA_ASSIGN_TENSOR(out.qkv_bias, upload_bias({w.q_bias, w.k_bias, w.v_bias}));
+  }
   STRATA_ASSIGN_TENSOR(out.q_norm, upload_norm(w.q_norm, unit_offset));
   STRATA_ASSIGN_TENSOR(out.k_norm, upload_norm(w.k_norm, unit_offset));
   STRATA_ASSIGN_TENSOR(out.o_proj, upload_bf16({w.o_proj}));
@@ -196,6 +235,10 @@ int64_t CudaDecoderWeights::bytes() const {
                                   &l.experts_gate_up, &l.experts_down, &l.score_bias}) {
       total += t->bytes();
     }
+    for (const DeviceTensor* t : {&l.q_proj, &l.q_a_proj, &l.q_a_norm, &l.q_b_proj, &l.kv_a_proj,
+                                  &l.kv_a_norm, &l.kv_b_proj, &l.uk_t}) {
+      total += t->bytes();
+    }
   }
   return total;
 }
@@ -250,7 +293,10 @@ Status quantize_weights_fp8(CudaDecoderWeights& weights) {
 }
 
 Result<CudaDecoderWeights> upload_weights(const ModelConfig& config, const WeightStore& store) {
-  const DecoderWeights w = bind_llama_family(config, store);
+  DecoderWeights w = bind_llama_family(config, store);
+  // Block-scaled FP8 (DeepSeek-V3): dequantized to BF16 on the host first, as the CPU engine does.
+  std::deque<std::vector<uint16_t>> dequantized;
+  dequantize_block_fp8(config, store, w, dequantized);
   CudaDecoderWeights out;
   out.embed_source_dtype = w.embed.dtype;
   STRATA_ASSIGN_TENSOR(out.embed, upload_bf16({w.embed}));
@@ -258,10 +304,34 @@ Result<CudaDecoderWeights> upload_weights(const ModelConfig& config, const Weigh
   if (w.lm_head.data != w.embed.data) STRATA_ASSIGN_TENSOR(out.lm_head, upload_bf16({w.lm_head}));
   out.layers.resize(w.layers.size());
   for (size_t l = 0; l < w.layers.size(); ++l) {
-    STRATA_RETURN_IF_ERROR(upload_layer(w.layers[l], config.norm_unit_offset, out.layers[l]));
+    STRATA_RETURN_IF_ERROR(upload_layer(config, w.layers[l], out.layers[l]));
   }
   return out;
 }
+
+namespace {
+
+// An MLA layer's projections, random (the latent norms' weights F32, as uploaded ones are).
+Status dummy_mla(const ModelConfig& c, DummyFiller& f, CudaLayerWeights& l) {
+  const MlaConfig& m = c.mla;
+  const int64_t hidden = c.hidden_size, heads = c.num_attention_heads;
+  const int64_t q_out = heads * m.qk_head_dim();
+  if (m.q_lora_rank > 0) {
+    STRATA_ASSIGN_TENSOR(l.q_a_proj, f.matrix(m.q_lora_rank * hidden));
+    STRATA_ASSIGN_TENSOR(l.q_a_norm, f.norm_f32(m.q_lora_rank));
+    STRATA_ASSIGN_TENSOR(l.q_b_proj, f.matrix(q_out * m.q_lora_rank));
+  } else {
+    STRATA_ASSIGN_TENSOR(l.q_proj, f.matrix(q_out * hidden));
+  }
+  STRATA_ASSIGN_TENSOR(l.kv_a_proj, f.matrix(m.latent_dim() * hidden));
+  STRATA_ASSIGN_TENSOR(l.kv_a_norm, f.norm_f32(m.kv_lora_rank));
+  STRATA_ASSIGN_TENSOR(l.kv_b_proj,
+                       f.matrix(heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank));
+  STRATA_ASSIGN_TENSOR(l.o_proj, f.matrix(hidden * heads * m.v_head_dim));
+  return arrange_uk_t(c, l);
+}
+
+}  // namespace
 
 Result<CudaDecoderWeights> dummy_weights(const ModelConfig& c, uint64_t seed) {
   DummyFiller f{seed};
@@ -282,13 +352,17 @@ Result<CudaDecoderWeights> dummy_weights(const ModelConfig& c, uint64_t seed) {
       STRATA_ASSIGN_TENSOR(l.attn_output_norm, f.norm_f32(hidden));
       STRATA_ASSIGN_TENSOR(l.mlp_output_norm, f.norm_f32(hidden));
     }
-    STRATA_ASSIGN_TENSOR(l.qkv, f.matrix((q_out + 2 * kv_out) * hidden));
-    if (c.qkv_bias) STRATA_ASSIGN_TENSOR(l.qkv_bias, f.matrix(q_out + 2 * kv_out));
-    if (c.qk_norm) {
-      STRATA_ASSIGN_TENSOR(l.q_norm, f.norm(c.head_dim));
-      STRATA_ASSIGN_TENSOR(l.k_norm, f.norm(c.head_dim));
+    if (c.mla.enabled()) {
+      STRATA_RETURN_IF_ERROR(dummy_mla(c, f, l));
+    } else {
+      STRATA_ASSIGN_TENSOR(l.qkv, f.matrix((q_out + 2 * kv_out) * hidden));
+      if (c.qkv_bias) STRATA_ASSIGN_TENSOR(l.qkv_bias, f.matrix(q_out + 2 * kv_out));
+      if (c.qk_norm) {
+        STRATA_ASSIGN_TENSOR(l.q_norm, f.norm(c.head_dim));
+        STRATA_ASSIGN_TENSOR(l.k_norm, f.norm(c.head_dim));
+      }
+      STRATA_ASSIGN_TENSOR(l.o_proj, f.matrix(hidden * q_out));
     }
-    STRATA_ASSIGN_TENSOR(l.o_proj, f.matrix(hidden * q_out));
     if (c.o_bias) STRATA_ASSIGN_TENSOR(l.o_bias, f.matrix(hidden));
     if (c.moe.is_moe(static_cast<int64_t>(layer))) {
       const int64_t experts = c.moe.num_experts, moe_inter = c.moe.moe_intermediate_size;

@@ -3,10 +3,13 @@
 // q, k and v projections are fused into one [ (q_heads + 2 kv_heads) * head_dim, hidden ] matrix
 // and gate and up into one [2 * intermediate, hidden] matrix, so a layer runs four GEMMs. Matrices
 // and biases are BF16 (a checkpoint in F32 or F16 is rounded once at load); norm weights keep the
-// checkpoint's dtype (the norm kernels read F32, BF16 and F16), except Gemma 3's (1 + weight) norms,
-// uploaded as 1 + weight in F32 (ModelConfig::norm_unit_offset). With FP8 weights
+// checkpoint's dtype (the norm kernels read F32, BF16 and F16), except Gemma 3's (1 + weight)
+// norms, uploaded as 1 + weight in F32 (ModelConfig::norm_unit_offset). With FP8 weights
 // (quantize_weights_fp8) the four matrices of each layer hold e4m3 codes beside one fp32 scale
 // per output channel (row); the embedding and the LM head stay BF16.
+//
+// MLA layers (DeepSeek-V2 / V3) hold their projections apart (CudaLayerWeights' MLA fields) and
+// W_UK transposed per head for the absorbed query; qkv stays empty.
 //
 // MoE layers (ModelConfig::moe, Mixtral / Qwen3-MoE): the router [E, hidden] and the experts
 // packed as the MoE kernels take them (kernels/cuda/moe.h): gate | up [E, 2 moe_inter, hidden]
@@ -54,6 +57,13 @@ struct CudaLayerWeights {
   // An MoE layer's (else empty): router [E, hidden] BF16, experts_gate_up [E, 2 moe_inter, hidden]
   // BF16, experts_down [E, hidden, moe_inter] BF16, score_bias [E] F32 (DeepSeek-V3) or empty.
   DeviceTensor router, experts_gate_up, experts_down, score_bias;
+  // An MLA layer's (DeepSeek, else empty), BF16 but the two latent norms' F32 weights: q_proj
+  // [heads * qk_head_dim, hidden], or q_a_proj [q_lora_rank, hidden], q_a_norm [q_lora_rank] and
+  // q_b_proj [heads * qk_head_dim, q_lora_rank]; kv_a_proj [576, hidden], kv_a_norm [512];
+  // kv_b_proj [heads * (qk_nope + v_head_dim), 512], whose rows of head h after its first
+  // qk_nope are W_UV_h [v_head_dim, 512]; uk_t [heads, 512, qk_nope] = W_UK_h^T per head
+  // (mla_uk_transposed), arranged once at load. o_proj is [hidden, heads * v_head_dim].
+  DeviceTensor q_proj, q_a_proj, q_a_norm, q_b_proj, kv_a_proj, kv_a_norm, kv_b_proj, uk_t;
 
   bool is_moe() const { return !router.empty(); }
 };
