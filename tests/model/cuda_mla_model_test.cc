@@ -25,6 +25,7 @@ std::string deepseek_v3_config(int heads, int q_lora_rank) {
   return R"({
   "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
   "vocab_size": 256, "hidden_size": 256, "intermediate_size": 256, "num_hidden_layers": 2,
+  "head_dim": 64,
   "num_attention_heads": )" +
          std::to_string(heads) + R"(, "num_key_value_heads": )" + std::to_string(heads) +
          R"(, "q_lora_rank": )" + std::to_string(q_lora_rank) + R"(,

@@ -21,6 +21,7 @@ ModelConfig lite(int64_t heads = 16, int64_t rank = 512, int64_t rope = 64, int6
   const std::string text = R"({
     "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
     "vocab_size": 256, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+    "head_dim": 64,
     "num_attention_heads": )" +
                            std::to_string(heads) + R"(, "num_key_value_heads": )" +
                            std::to_string(heads) + R"(, "kv_lora_rank": )" + std::to_string(rank) +

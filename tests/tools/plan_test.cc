@@ -346,8 +346,8 @@ TEST(PlanTest, AnMlaShapeOutsideTheGpuKernelsIsCpuOnly) {
   std::string heads = kDeepSeekV3;
   const std::string heads_key = "\"num_attention_heads\": 128, \"num_key_value_heads\": 128";
   heads.replace(heads.find(heads_key), heads_key.size(),
-                "\"num_attention_heads\": 40, \"num_key_value_heads\": 40");
-  EXPECT_TRUE(parse_plan_model(heads, "deepseek-v3-40-heads").cpu_only);
+                "\"num_attention_heads\": 56, \"num_key_value_heads\": 56");
+  EXPECT_TRUE(parse_plan_model(heads, "deepseek-v3-56-heads").cpu_only);
 }
 
 // MoE models the engine loads: every expert is resident, so the weights are the total

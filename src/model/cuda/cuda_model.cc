@@ -813,6 +813,9 @@ std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightSto
   if (!device_available()) throw Error("--device cuda: no CUDA device is available");
   STRATA_CHECK((weights == nullptr) == (options.load_format == LoadFormat::kDummy),
                "CudaModel::create: checkpoint weights exactly when not dummy");
+  // Before the head-dim checks: an MLA model's head_dim is its RoPE width, which its own rule
+  // names.
+  check_mla_shapes(config, options);
   // INT4 reads like the quantized dtypes (bf16 queries, their head dims) plus the newest-blocks
   // group's pool.
   const bool quantized =
@@ -838,7 +841,6 @@ std::unique_ptr<CudaModel> CudaModel::create(ModelConfig config, const WeightSto
                 " has no CUDA attention kernel at head_dim " + std::to_string(head_dim) +
                 " (quantized KV caches: head_dim 64 or 128); use --kv-cache-dtype bfloat16");
   }
-  check_mla_shapes(config, options);
   check_moe_shapes(config);
   if (!cuda::contains(cuda::kKvBlockSizes, options.block_size)) {
     throw Error("--device cuda: block size " + std::to_string(options.block_size) +
