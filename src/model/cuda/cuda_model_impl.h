@@ -91,10 +91,11 @@ struct CudaModel::Impl {
   // kv_a's product [t, 576] fp32, the absorbed queries [t, heads, 576] bf16, the attention's
   // latent output [t, heads, 512] bf16 (up-projected into `attn`, [t, heads * v_head_dim]), the
   // decode kernel's split workspace, and the per-row paged layout of a step with prompt rows
-  // (mla_gpu.h: int32 kv_indptr | kv_last_page_len | kv_indices, grown on demand; eager steps
-  // only) with its view.
+  // (mla_gpu.h: int32 kv_indptr [t + 1] | kv_last_page_len [t] | kv_indices [capacity], the
+  // capacity max_num_tokens x a longest sequence's blocks; eager steps only) with its view.
   cuda::DeviceBuffer mla_q, mla_q_a, mla_q_a_normed, mla_kv_a, mla_q_latent, mla_o_latent;
   cuda::DeviceBuffer mla_workspace, mla_rows;
+  int64_t mla_rows_capacity = 0;
   PagedKvLayout mla_row_view;
   CudaStepInputs inputs;
   cuda::DeviceBuffer pool;
@@ -154,7 +155,7 @@ struct CudaModel::Impl {
   // into the pool and roped q_pe -> W_UK absorption -> mla_decode over the latent pool (every
   // row its own query, through mla_row_view when the step has prompt rows) -> W_UV -> attn.
   Status run_mla_attention(int32_t l, const CudaStepInputs::Device& in);
-  // The MLA scratch above (but mla_rows); returns its bytes (0 without MLA).
+  // The MLA scratch above; returns its bytes (0 without MLA).
   int64_t allocate_mla_scratch();
   // A step with prompt rows: builds its per-row layout (build_mla_row_layout) on the host,
   // uploads it into mla_rows and points mla_row_view at it. Decode-only steps need none.

@@ -78,9 +78,15 @@ int64_t CudaModel::Impl::allocate_mla_scratch() {
   // gets fewer splits from it, which its many rows do not need.
   mla_workspace = take_buffer(zeroed(static_cast<int64_t>(cuda::mla_decode_workspace_bytes(
       options.max_num_seqs, static_cast<int32_t>(heads), kMlaMaxSplits))));
+  // The per-row layout at its largest: every row of a step reads at most a longest sequence's
+  // blocks. Sized once here (so the pool's budget counts it and no step allocates).
+  const int64_t max_len =
+      options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
+  mla_rows_capacity = t * (max_len / options.block_size + 1);
+  mla_rows = take_buffer(zeroed((2 * t + 1 + mla_rows_capacity) * 4));
   int64_t bytes = 0;
   for (const cuda::DeviceBuffer* b : {&mla_q, &mla_q_a, &mla_q_a_normed, &mla_kv_a, &mla_q_latent,
-                                      &mla_o_latent, &mla_workspace}) {
+                                      &mla_o_latent, &mla_workspace, &mla_rows}) {
     bytes += static_cast<int64_t>(b->bytes());
   }
   return bytes;
@@ -100,17 +106,17 @@ Status CudaModel::Impl::upload_mla_rows(const ForwardBatch& batch) {
   build_mla_row_layout(batch.layout, batch.q_indptr, rows);
   const auto num_rows = static_cast<int64_t>(rows.kv_last_page_len.size());
   const auto nnz = static_cast<int64_t>(rows.kv_indices.size());
-  const int64_t bytes = (2 * num_rows + 1 + nnz) * 4;
-  if (static_cast<int64_t>(mla_rows.bytes()) < bytes) {
-    // Eager steps only: the previous step is done (forward waits for its results).
-    Result<cuda::DeviceBuffer> grown = cuda::DeviceBuffer::allocate(static_cast<size_t>(2 * bytes));
-    if (!grown.ok()) return grown.status();
-    mla_rows = std::move(grown).value();
+  if (num_rows > options.max_num_tokens || nnz > mla_rows_capacity) {
+    return Status::OutOfRange("MLA: a step's per-row layout of " + std::to_string(nnz) +
+                              " block entries exceeds max_num_tokens x the longest sequence's "
+                              "blocks (" +
+                              std::to_string(mla_rows_capacity) + ")");
   }
+  // [indptr (max_num_tokens + 1) | last page lengths (max_num_tokens) | indices]
   auto* base = mla_rows.as<int32_t>();
   int32_t* indptr = base;
-  int32_t* last = base + num_rows + 1;
-  int32_t* indices = last + num_rows;
+  int32_t* last = base + options.max_num_tokens + 1;
+  int32_t* indices = last + options.max_num_tokens;
   cudaStream_t s = stream.get();
   STRATA_CUDA_CHECK(cudaMemcpyAsync(indptr, rows.kv_indptr.data(), rows.kv_indptr.size() * 4,
                                     cudaMemcpyHostToDevice, s));
