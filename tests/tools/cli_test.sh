@@ -102,6 +102,11 @@ done
 "$strata" plan --config "$data/../../bench/models/deepseek-v2-lite/config.json" --device cpu \
   --kv-cache-dtype bfloat16 --kv-cache-memory-bytes 8GiB --max-num-seqs 1 \
   | grep -q "^naive MHA      276480 bytes/token at 16 bits: 8.89x more" && ok || fail "deepseek plan"
+# --device cuda plans V2-Lite's latent (a shape the GPU MLA kernels take) byte for byte as the CPU
+out=$("$strata" plan --config "$data/../../bench/models/deepseek-v2-lite/config.json" --device cuda \
+  --kv-cache-memory-bytes 8GiB --max-num-seqs 1) || fail "deepseek cuda plan exited non-zero"
+grep -q "^kv bytes/token 31104 (1152 per layer" <<<"$out" && ! grep -q "only the CPU engine" <<<"$out" \
+  && ok || fail "deepseek cuda plan"
 expect_error mla-on-cuda "cuda: DeepseekV3ForCausalLM .Multi-head Latent Attention.: the GPU MLA kernels take kv_lora_rank 512" \
   generate --model "$data/models/deepseek-v3-mla" --prompt-ids 1 --device cuda
 # structured outputs: strata-tiny (it has a tokenizer) answers one of the choices; a model without
