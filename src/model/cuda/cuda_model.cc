@@ -164,7 +164,10 @@ void CudaModel::Impl::allocate_scratch() {
       std::max(any_dense ? config.intermediate_size : 0, config.moe.shared_intermediate_size);
   residual = device_bytes(t * h * 4, "GPU activations");
   normed = device_bytes(t * h * 2, "GPU activations");
-  qkv = device_bytes(t * qkv_width() * 2, "GPU activations");
+  // MLA (DeepSeek) has its own attention scratch (allocate_mla_scratch): no fused qkv rows and
+  // no GQA decode workspace, which at 128 heads would hold a gigabyte for nothing.
+  const bool mla = config.mla.enabled();
+  qkv = device_bytes(mla ? 0 : t * qkv_width() * 2, "GPU activations");
   attn = device_bytes(t * q_width() * 2, "GPU activations");
   gate_up = device_bytes(t * 2 * inter * 2, "GPU activations");
   act = device_bytes(t * inter * 2, "GPU activations");
@@ -181,10 +184,12 @@ void CudaModel::Impl::allocate_scratch() {
   check(cuda_status(cudaMallocHost(&pinned_signal, 2 * sizeof(uint32_t))), "pinned mask signal");
   mask_signal.reset(static_cast<uint32_t*>(pinned_signal));
   mask_thread = std::make_unique<MaskThread>(mask_signal.get());
-  workspace = device_bytes(static_cast<int64_t>(cuda::decode_attention_workspace_bytes(
-                               options.max_num_seqs, static_cast<int32_t>(config.num_attention_heads),
-                               static_cast<int32_t>(config.head_dim), cuda::kMaxDecodeSplits)),
-                           "GPU attention workspace");
+  workspace = device_bytes(
+      mla ? 0
+          : static_cast<int64_t>(cuda::decode_attention_workspace_bytes(
+                options.max_num_seqs, static_cast<int32_t>(config.num_attention_heads),
+                static_cast<int32_t>(config.head_dim), cuda::kMaxDecodeSplits)),
+      "GPU attention workspace");
   // The split merge counters at its start must be zero before the first launch.
   check(cuda_status(cudaMemset(workspace.data(), 0, workspace.bytes())), "GPU attention workspace");
   if (has_newest_blocks_group()) {

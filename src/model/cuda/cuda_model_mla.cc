@@ -45,8 +45,11 @@ static_assert(cuda::kMlaMaxHeads == kGpuMlaMaxHeads);
 // (and the CPU engine runs them).
 constexpr float kLatentNormEps = 1e-6f;
 
-// Splits the MLA decode workspace allows per sequence (the planner picks up to this many).
+// The MLA decode workspace holds kMlaMaxSplits splits for up to kMlaSplitSeqs sequences (the
+// planner gives a launch of more sequences fewer splits, which its many blocks do not need): at
+// 128 heads 67 MB, where sizing it for max_num_seqs (256) would take 539 MB.
 constexpr int32_t kMlaMaxSplits = 8;
+constexpr int32_t kMlaSplitSeqs = 32;
 
 Result<cuda::DeviceBuffer> zeroed(int64_t bytes) {
   Result<cuda::DeviceBuffer> b =
@@ -74,10 +77,9 @@ int64_t CudaModel::Impl::allocate_mla_scratch() {
   mla_kv_a = take_buffer(zeroed(t * m.latent_dim() * 4));
   mla_q_latent = take_buffer(zeroed(t * heads * cuda::kMlaLatentDim * 2));
   mla_o_latent = take_buffer(zeroed(t * heads * cuda::kMlaValueDim * 2));
-  // Sized for max_num_seqs decode rows; a step of more rows (prompt rows each a "sequence")
-  // gets fewer splits from it, which its many rows do not need.
   mla_workspace = take_buffer(zeroed(static_cast<int64_t>(cuda::mla_decode_workspace_bytes(
-      options.max_num_seqs, static_cast<int32_t>(heads), kMlaMaxSplits))));
+      std::min(options.max_num_seqs, kMlaSplitSeqs), static_cast<int32_t>(heads),
+      kMlaMaxSplits))));
   // The per-row layout at its largest: every row of a step reads at most a longest sequence's
   // blocks. Sized once here (so the pool's budget counts it and no step allocates).
   const int64_t max_len =
