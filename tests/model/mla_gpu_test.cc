@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/hf_config.h"
 
 namespace strata::model {
@@ -113,6 +115,42 @@ TEST(MlaGpuTest, UkTransposedTakesEachHeadsNopeRowsAsColumns) {
   const std::vector<uint16_t> out = mla_uk_transposed(kv_b, heads, nope, v, rank);
   EXPECT_EQ(out, (std::vector<uint16_t>{100, 103, 101, 104, 102, 105,  //
                                         109, 112, 110, 113, 111, 114}));
+}
+
+// What the runner does with it: head h's absorbed query is the product a w^T of q_nope_h [nope]
+// and uk_t[h] as a row-major [rank, nope] matrix (Gemm's convention), and its dot product with a
+// latent c_kv [rank] equals q_nope_h . (W_UK_h c_kv), transformers' expanded q . k_nope.
+TEST(MlaGpuTest, TheAbsorbedQueryScoresAsTheExpandedKey) {
+  const int64_t heads = 3, nope = 4, v = 2, rank = 5;
+  std::vector<uint16_t> kv_b(static_cast<size_t>(heads * (nope + v) * rank));
+  for (size_t i = 0; i < kv_b.size(); ++i) {
+    kv_b[i] = f32_to_bf16(static_cast<float>((i * 7) % 11) / 8.0f - 0.6f);
+  }
+  const std::vector<uint16_t> uk_t = mla_uk_transposed(kv_b, heads, nope, v, rank);
+  const std::vector<float> q_nope = {0.5f, -1.0f, 0.25f, 2.0f};
+  const std::vector<float> c_kv = {1.0f, -0.5f, 0.75f, 0.125f, -2.0f};
+  for (int64_t h = 0; h < heads; ++h) {
+    double expanded = 0.0;  // q_nope . k_nope, k_nope[d] = sum_c kv_b[h (nope + v) + d][c] c[c]
+    for (int64_t d = 0; d < nope; ++d) {
+      double k = 0.0;
+      for (int64_t c = 0; c < rank; ++c) {
+        k += double{bf16_to_f32(kv_b[static_cast<size_t>((h * (nope + v) + d) * rank + c)])} *
+             c_kv[static_cast<size_t>(c)];
+      }
+      expanded += q_nope[static_cast<size_t>(d)] * k;
+    }
+    double absorbed = 0.0;  // (q_nope uk_t[h]^T) . c_kv
+    for (int64_t c = 0; c < rank; ++c) {
+      double q = 0.0;
+      for (int64_t d = 0; d < nope; ++d) {
+        q += double{bf16_to_f32(uk_t[static_cast<size_t>((h * rank + c) * nope + d)])} *
+             q_nope[static_cast<size_t>(d)];
+      }
+      absorbed += q * c_kv[static_cast<size_t>(c)];
+    }
+    EXPECT_NEAR(absorbed, expanded, 1e-9) << "head " << h;
+    EXPECT_GT(std::abs(expanded), 0.01) << "a case that can tell";
+  }
 }
 
 }  // namespace
