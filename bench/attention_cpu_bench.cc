@@ -1,5 +1,6 @@
 // Micro-benchmarks of the CPU kernels: paged decode attention (bytes of K/V read per second, the
-// number to compare with the machine's copy bandwidth) and linear (weight bytes and flops).
+// number to compare with the machine's copy bandwidth), paged prefill attention and linear
+// (flops, against the FP32 / BF16 peaks measured in the same binary).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -97,6 +98,73 @@ BENCHMARK(BM_PagedDecodeAttentionCpu)
     ->Args({1024, 8, static_cast<int64_t>(DType::kI8)})
     ->Args({4096, 1, static_cast<int64_t>(DType::kI4)})
     ->Args({1024, 8, static_cast<int64_t>(DType::kI4)})
+    ->UseRealTime();
+
+// One whole prefill of `tokens` query rows over their own K/V (causal), the Qwen2-0.5B attention
+// shape: 14 query / 2 KV heads, head dim 64, block size 16. Flops count q K^T and p V over the
+// causal triangle (2 x 2 x head_dim per query head and attended key), masked work excluded: read
+// GFLOP/s against BM_Fp32FmaPeak / BM_Bf16DotPeak of the same run.
+void BM_PagedPrefillAttentionCpu(benchmark::State& state) {
+  const auto tokens = static_cast<int32_t>(state.range(0));
+  const auto dtype = static_cast<DType>(state.range(1));
+  const int32_t block_size = 16, num_q_heads = 14, num_kv_heads = 2, head_dim = 64;
+  const kv::KvLayout kv_layout(kv::KvSpec{1, num_kv_heads, head_dim, dtype}, block_size);
+  const int32_t num_blocks = (tokens + block_size - 1) / block_size;
+  // Values drawn from a fixed-seed LCG in [-1, 1), written through append_kv so that every cache
+  // dtype holds what the engine would store.
+  uint64_t lcg = 0x9e3779b97f4a7c15ull;
+  const auto next = [&lcg] {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<double>(lcg >> 40) / static_cast<double>(1 << 23)) - 1.0f;
+  };
+  const size_t kv_elems = static_cast<size_t>(tokens) * num_kv_heads * head_dim;
+  std::vector<float> k(kv_elems), v(kv_elems);
+  std::vector<float> q(static_cast<size_t>(tokens) * num_q_heads * head_dim);
+  for (float& x : k) x = next();
+  for (float& x : v) x = next();
+  for (float& x : q) x = next();
+  std::vector<uint8_t> pool_bytes(static_cast<size_t>(kv_layout.pool_bytes(num_blocks + 1)));
+  std::vector<int64_t> slots(static_cast<size_t>(tokens));
+  std::iota(slots.begin(), slots.end(), int64_t{block_size});  // block 0 stays unused
+  ThreadPool pool(kThreads);
+  AppendKvParams a;
+  a.k = k.data();
+  a.v = v.data();
+  a.slot_mapping = slots.data();
+  a.num_tokens = tokens;
+  a.cache = kv_layout.layer_view(pool_bytes.data(), 0);
+  if (!append_kv(a, pool).ok()) {
+    state.SkipWithError("append_kv failed");
+    return;
+  }
+  std::vector<int32_t> indptr = {0, num_blocks}, indices(static_cast<size_t>(num_blocks));
+  std::iota(indices.begin(), indices.end(), 1);
+  std::vector<int32_t> last_len = {tokens - (num_blocks - 1) * block_size};
+  std::vector<int32_t> q_indptr = {0, tokens};
+  std::vector<float> out(q.size());
+  AttentionParams p;
+  p.q = q.data();
+  p.out = out.data();
+  p.q_indptr = q_indptr.data();
+  p.layout = PagedKvLayout{indptr.data(), indices.data(), last_len.data(), 1, block_size};
+  p.cache = a.cache;
+  p.num_q_heads = num_q_heads;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (auto _ : state) {
+    if (!paged_attention(p, pool).ok()) state.SkipWithError("paged_attention failed");
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double attended = static_cast<double>(tokens) * (tokens + 1) / 2.0;
+  const double flops = 4.0 * head_dim * num_q_heads * attended;
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PagedPrefillAttentionCpu)
+    ->ArgNames({"tokens", "dtype"})
+    ->Args({512, static_cast<int64_t>(DType::kF32)})
+    ->Args({512, static_cast<int64_t>(DType::kBF16)})
+    ->Args({2048, static_cast<int64_t>(DType::kF32)})
+    ->Args({2048, static_cast<int64_t>(DType::kBF16)})
     ->UseRealTime();
 
 // out[m, n] = x[m, k] W[n, k]^T: m = 1 is a decode step (bandwidth bound), m = 64 a prefill chunk.
@@ -219,6 +287,32 @@ __attribute__((target("avx512f,avx512bf16"))) void BM_Bf16DotPeak(benchmark::Sta
       benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Bf16DotPeak)->Threads(1)->Threads(2)->UseRealTime();
+#endif
+
+#if defined(__x86_64__)
+// The FP32 fused multiply-add ceiling, as BM_Bf16DotPeak: 12 independent vfmadd231ps chains on
+// registers, 32 flops each (16 multiply-adds).
+__attribute__((target("avx512f"))) void BM_Fp32FmaPeak(benchmark::State& state) {
+  if (!cpu_supports(CpuIsa::kAvx512)) {
+    state.SkipWithError("this CPU lacks AVX-512");
+    return;
+  }
+  constexpr int kChains = 12;
+  constexpr int64_t kIters = 1 << 14;
+  const __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-7f);
+  __m512 acc[kChains];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (auto _ : state) {
+    for (int64_t i = 0; i < kIters; ++i) {
+      for (auto& v : acc) v = _mm512_fmadd_ps(a, b, v);
+    }
+    benchmark::DoNotOptimize(acc);
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(32.0 * kChains * kIters * static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Fp32FmaPeak)->Threads(1)->Threads(2)->UseRealTime();
 #endif
 
 // One empty parallel_for over the pool's threads: the fixed cost every kernel call pays (a decode
