@@ -101,12 +101,19 @@ BENCHMARK(BM_PagedDecodeAttentionCpu)
     ->UseRealTime();
 
 // One whole prefill of `tokens` query rows over their own K/V (causal), the Qwen2-0.5B attention
-// shape: 14 query / 2 KV heads, head dim 64, block size 16. Flops count q K^T and p V over the
-// causal triangle (2 x 2 x head_dim per query head and attended key), masked work excluded: read
-// GFLOP/s against BM_Fp32FmaPeak / BM_Bf16DotPeak of the same run.
+// shape: 14 query / 2 KV heads, head dim 64, block size 16, on one instruction-set path with up
+// to `tile` query tokens per task (1: a task per token, the structure before query tiles). Flops
+// count q K^T and p V over the causal triangle (2 x 2 x head_dim per query head and attended
+// key), masked work excluded: read GFLOP/s against BM_Fp32FmaPeak / BM_Bf16DotPeak of the run.
 void BM_PagedPrefillAttentionCpu(benchmark::State& state) {
   const auto tokens = static_cast<int32_t>(state.range(0));
   const auto dtype = static_cast<DType>(state.range(1));
+  const auto isa = static_cast<CpuIsa>(state.range(2));
+  const auto tile = static_cast<int32_t>(state.range(3));
+  if (!cpu_supports(isa)) {
+    state.SkipWithError("this CPU lacks the path");
+    return;
+  }
   const int32_t block_size = 16, num_q_heads = 14, num_kv_heads = 2, head_dim = 64;
   const kv::KvLayout kv_layout(kv::KvSpec{1, num_kv_heads, head_dim, dtype}, block_size);
   const int32_t num_blocks = (tokens + block_size - 1) / block_size;
@@ -151,7 +158,9 @@ void BM_PagedPrefillAttentionCpu(benchmark::State& state) {
   p.num_q_heads = num_q_heads;
   p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   for (auto _ : state) {
-    if (!paged_attention(p, pool).ok()) state.SkipWithError("paged_attention failed");
+    if (!detail::paged_attention_with(p, pool, isa, tile).ok()) {
+      state.SkipWithError("paged_attention failed");
+    }
     benchmark::DoNotOptimize(out.data());
   }
   const double attended = static_cast<double>(tokens) * (tokens + 1) / 2.0;
@@ -159,12 +168,22 @@ void BM_PagedPrefillAttentionCpu(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(
       flops * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
+void prefill_attention_args(benchmark::internal::Benchmark* b) {
+  constexpr auto kF32 = static_cast<int64_t>(DType::kF32);
+  constexpr auto kBf16Kv = static_cast<int64_t>(DType::kBF16);
+  constexpr int64_t kTile = kAttentionTileTokens;
+  for (const auto isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+    const auto i = static_cast<int64_t>(isa);
+    for (const int64_t dtype : {kF32, kBf16Kv}) {
+      b->Args({512, dtype, i, kTile});
+      b->Args({512, dtype, i, 1});
+      b->Args({2048, dtype, i, kTile});
+    }
+  }
+}
 BENCHMARK(BM_PagedPrefillAttentionCpu)
-    ->ArgNames({"tokens", "dtype"})
-    ->Args({512, static_cast<int64_t>(DType::kF32)})
-    ->Args({512, static_cast<int64_t>(DType::kBF16)})
-    ->Args({2048, static_cast<int64_t>(DType::kF32)})
-    ->Args({2048, static_cast<int64_t>(DType::kBF16)})
+    ->ArgNames({"tokens", "dtype", "isa", "tile"})
+    ->Apply(prefill_attention_args)
     ->UseRealTime();
 
 // out[m, n] = x[m, k] W[n, k]^T: m = 1 is a decode step (bandwidth bound), m = 64 a prefill chunk.

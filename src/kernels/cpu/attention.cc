@@ -4,46 +4,74 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/cpu/attention_avx2.h"
 #include "kernels/cpu/attention_avx512.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/elementwise_avx512.h"
+#include "kernels/cpu/linear_avx2.h"
 #include "kernels/cpu/linear_avx512.h"
 
 namespace strata::cpu {
 namespace {
 
-// Per-thread buffers reused across calls; sized for the largest row seen so far.
+// Per-thread buffers reused across calls; sized for the largest tile seen so far. A tile's rows
+// are its tokens x the group's query heads, token-major: row r = i * group + h.
 struct Scratch {
-  std::vector<float> scores;  // [group, window]: scores, then softmax numerators
-  std::vector<float> acc;     // [group, head_dim]: sum over blocks of the block partials
+  std::vector<float> q;       // [rows, head_dim]: the tile's query rows, packed
+  std::vector<float> scores;  // [rows, n]: scores, then softmax numerators (n: the tile's keys)
+  std::vector<float> acc;     // [rows, head_dim]: sum over blocks of the block partials
   std::vector<float> tile;    // [block_size, head_dim]: one block's K or V rows as fp32
-  std::vector<float> max;     // [group]
-  std::vector<float> sum;     // [group]
-  std::vector<const float*> weight_rows;  // [group]: AVX-512 p.v operands
-  std::vector<float*> acc_rows;           // [group]
+  std::vector<float> max;     // [rows]
+  std::vector<float> sum;     // [rows]
+  std::vector<const float*> weight_rows;  // [rows]: AVX-512 p.v operands
+  std::vector<float*> acc_rows;           // [rows]
 };
-
-// One path per process (cpu_isa.h): AVX-512 fused multiply-adds for q.k and p.v where the CPU has
-// them, else the portable unfused order. Either way one fixed order per output element.
-bool use_avx512() { return best_cpu_isa() == CpuIsa::kAvx512; }
 
 Scratch& thread_scratch() {
   thread_local Scratch scratch;
   return scratch;
 }
 
-// One unit of work: a token and one KV head, i.e. the `group` query heads sharing that KV head.
-struct RowTask {
+// One unit of work: `tokens` consecutive query tokens of one sequence and one KV head, i.e. the
+// tokens x group query rows sharing that KV head. Token i sits at position pos0 + i and attends
+// to [first(i), pos(i)]; both ends grow with i, so the tile's keys are [first(0), pos(tokens - 1)]
+// and the rows reading any one block are a contiguous run of tokens.
+struct TileTask {
   int32_t seq_idx;
   int32_t kv_head;
-  int32_t first_pos;  // first attended position (sliding window start)
-  int32_t pos;        // the token's own position, the last attended one
-  const float* q;     // [group, head_dim]
-  float* out;         // [group, head_dim]
+  int32_t token;   // the first token's q row
+  int32_t tokens;  // 1 .. the tile size
+  int32_t pos0;    // the first token's position
+  int32_t window;  // AttentionParams::sliding_window
+  // The instruction-set path: AVX-512 fused multiply-adds for q.k and p.v, or the unfused order
+  // of the portable path (AVX2: the same operations 8 lanes wide). One fixed order per output
+  // element either way; paged_attention uses best_cpu_isa() for every task of the process.
+  CpuIsa isa;
+  bool avx512() const { return isa == CpuIsa::kAvx512; }
+  int32_t pos(int32_t i) const { return pos0 + i; }
+  int32_t first(int32_t i) const { return window > 0 ? std::max(0, pos(i) - window + 1) : 0; }
+  int32_t num_keys() const { return pos(tokens - 1) - first(0) + 1; }
 };
+
+// The tokens [lo, hi] of a tile that attend to some key of logical block b, and the keys of b
+// any of them attends to, [key_first, key_last].
+struct BlockRows {
+  int32_t lo, hi, key_first, key_last;
+};
+
+BlockRows block_rows_of(const TileTask& t, int32_t b, int32_t bs) {
+  const int32_t begin = b * bs, end = b * bs + bs - 1;
+  BlockRows r;
+  r.lo = std::max(0, begin - t.pos0);
+  r.hi = t.window > 0 ? std::min(t.tokens - 1, end - t.pos0 + t.window - 1) : t.tokens - 1;
+  r.key_first = std::max(begin, t.first(r.lo));
+  r.key_last = std::min(end, t.pos(r.hi));
+  return r;
+}
 
 // The dtype and, for quantized caches, the scales the view must carry.
 Status validate_kv_encoding(const PagedKvCacheView& cache, const char* who) {
@@ -205,53 +233,65 @@ Status validate(const AttentionParams& p) {
 // Rows [token, token + count) of one block and KV head as fp32; *ld receives the row stride.
 // F32 caches are read in place, every other dtype is decoded into the scratch tile.
 const float* block_rows(const PagedKvCacheView& cache, KvPart part, int32_t block_id,
-                        int32_t kv_head, int32_t token, int32_t count, std::vector<float>& tile,
-                        int64_t* ld) {
+                        int32_t kv_head, int32_t token, int32_t count, bool avx512,
+                        std::vector<float>& tile, int64_t* ld) {
   if (cache.dtype == DType::kF32) {
     *ld = cache.token_stride;
     const void* data = part == KvPart::kK ? cache.k_data : cache.v_data;
     return static_cast<const float*>(data) + cache.offset(block_id, kv_head, token);
   }
   *ld = cache.head_dim;
-  load_kv_rows(cache, part, block_id, kv_head, token, count, tile.data(), use_avx512());
+  load_kv_rows(cache, part, block_id, kv_head, token, count, tile.data(), avx512);
   return tile.data();
 }
 
 // Rows [token, token + count) of logical block b of the task's sequence, as block_rows. An I4
 // cache's rows come from the newest-blocks group for the R blocks ending with the row's own block
-// (b > pos / B - R), else from the int4 codes: a function of (pos, b) alone.
-const float* logical_block_rows(const AttentionParams& p, const RowTask& t, KvPart part, int32_t b,
+// (b > pos / B - R), else from the int4 codes: a function of (pos, b) alone, which is why an I4
+// tile holds one token.
+const float* logical_block_rows(const AttentionParams& p, const TileTask& t, KvPart part, int32_t b,
                                 int32_t token, int32_t count, std::vector<float>& tile,
                                 int64_t* ld) {
   const PagedKvLayout& layout = p.layout;
-  if (p.cache.dtype == DType::kI4 && b > t.pos / layout.block_size - p.newest.blocks) {
+  if (p.cache.dtype == DType::kI4 && b > t.pos(0) / layout.block_size - p.newest.blocks) {
     return block_rows(p.newest.cache, part, p.newest.layout.block_at(t.seq_idx, b), t.kv_head,
-                      token, count, tile, ld);
+                      token, count, t.avx512(), tile, ld);
   }
   const int32_t block_id = layout.kv_indices[layout.kv_indptr[t.seq_idx] + b];
-  return block_rows(p.cache, part, block_id, t.kv_head, token, count, tile, ld);
+  return block_rows(p.cache, part, block_id, t.kv_head, token, count, t.avx512(), tile, ld);
 }
 
-// Pass 1: scores[h][j] = scale * q_h . k_(first_pos + j), block by block.
-void compute_scores(const AttentionParams& p, const RowTask& t, int32_t group, Scratch& s) {
+// Pass 1: scores[r][j] = scale * q_r . k_(first(0) + j), block by block, for the rows whose token
+// attends to some key of the block (keys of the block another row of the tile needs are computed
+// too and never read). Each score is the same fp32 operations whatever the tile: the linear
+// micro-kernel's result does not depend on its row count or a row's place in it.
+void compute_scores(const AttentionParams& p, const TileTask& t, int32_t group, Scratch& s) {
   const int32_t bs = p.layout.block_size;
   const int32_t d = p.cache.head_dim;
-  const int32_t n = t.pos - t.first_pos + 1;
-  for (int32_t b = t.first_pos / bs; b <= t.pos / bs; ++b) {
-    const int32_t first = std::max(t.first_pos, b * bs);
-    const int32_t count = std::min(t.pos, b * bs + bs - 1) - first + 1;
+  const int32_t n = t.num_keys();
+  for (int32_t b = t.first(0) / bs; b <= t.pos(t.tokens - 1) / bs; ++b) {
+    const BlockRows br = block_rows_of(t, b, bs);
+    const int32_t count = br.key_last - br.key_first + 1;
     int64_t ld = 0;
-    const float* k = logical_block_rows(p, t, KvPart::kK, b, first - b * bs, count, s.tile, &ld);
-    // scores[h][j] = q_h . k_j for the group's heads at once (each K row is loaded once per two
-    // heads), then scaled: the same fp32 operations for every row whatever the group size.
-    float* scores = s.scores.data() + (first - t.first_pos);
-    if (use_avx512()) {
-      detail::matmul_nt_f32_avx512(t.q, d, group, k, ld, count, d, scores, n);
-    } else {
-      detail::matmul_nt(t.q, d, group, k, ld, count, d, scores, n);
+    const float* k =
+        logical_block_rows(p, t, KvPart::kK, b, br.key_first - b * bs, count, s.tile, &ld);
+    const int64_t row0 = static_cast<int64_t>(br.lo) * group;
+    const int64_t rows = static_cast<int64_t>(br.hi - br.lo + 1) * group;
+    const float* q = s.q.data() + row0 * d;
+    float* scores = s.scores.data() + row0 * n + (br.key_first - t.first(0));
+    switch (t.isa) {
+      case CpuIsa::kAvx512:
+        detail::matmul_nt_f32_avx512(q, d, rows, k, ld, count, d, scores, n);
+        break;
+      case CpuIsa::kAvx2:
+        detail::matmul_nt_f32_avx2(q, d, rows, k, ld, count, d, scores, n);
+        break;
+      case CpuIsa::kPortable:
+        detail::matmul_nt(q, d, rows, k, ld, count, d, scores, n);
+        break;
     }
-    for (int32_t h = 0; h < group; ++h) {
-      float* row = scores + static_cast<int64_t>(h) * n;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = scores + r * n;
       for (int32_t j = 0; j < count; ++j) row[j] *= p.scale;
     }
   }
@@ -298,122 +338,188 @@ void accumulate_weighted_v(const float* const* w, const float* v, int64_t ld, in
   }
 }
 
-// Pass 2: two-pass softmax. Per block, the weights exp(score - max) are summed and applied to V
-// into block partials that are then added to the row's accumulators (blocked summation: a fixed
-// order, and error growing with block_size + blocks rather than with the window length).
-void weighted_sum(const AttentionParams& p, const RowTask& t, int32_t group, Scratch& s) {
+// acc rows += w rows . V for `rows` rows sharing one V range: the AVX-512 kernel, the AVX2 one or
+// the portable one two rows at a time (AVX2 and portable bit-identical); no path's per-element
+// operations depend on how many rows share a call.
+void accumulate_rows(CpuIsa isa, const float* const* w, int32_t rows, const float* v, int64_t ld,
+                     int32_t count, int32_t d, float* const* acc) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return detail::accumulate_pv_avx512(w, rows, v, ld, count, d, acc);
+    case CpuIsa::kAvx2:
+      return detail::accumulate_pv_avx2(w, rows, v, ld, count, d, acc);
+    case CpuIsa::kPortable:
+      break;
+  }
+  int32_t r = 0;
+  for (; r + 2 <= rows; r += 2) accumulate_weighted_v<2>(w + r, v, ld, count, d, acc + r);
+  if (r < rows) accumulate_weighted_v<1>(w + r, v, ld, count, d, acc + r);
+}
+
+// The row maxima: scores of row (i, h) over [first(i), pos(i)], the row's own keys only.
+void row_maxima(const TileTask& t, int32_t group, Scratch& s) {
+  const int32_t n = t.num_keys();
+  for (int32_t i = 0; i < t.tokens; ++i) {
+    const int32_t begin = t.first(i) - t.first(0);
+    const int32_t len = t.pos(i) - t.first(i) + 1;
+    for (int32_t h = 0; h < group; ++h) {
+      const int64_t r = static_cast<int64_t>(i) * group + h;
+      const float* scores = s.scores.data() + r * n + begin;
+      s.max[r] =
+          t.avx512() ? detail::max_avx512(scores, len) : *std::max_element(scores, scores + len);
+      s.sum[r] = 0.0f;
+    }
+  }
+}
+
+// Row r's numerators exp(score - max) over keys [first, first + count), their sum added to sum[r].
+void exp_block(const TileTask& t, int64_t r, int32_t first, int32_t count, Scratch& s) {
+  float* weights = s.scores.data() + r * t.num_keys() + (first - t.first(0));
+  if (t.avx512()) {
+    s.sum[r] += detail::exp_sub_and_sum_avx512(weights, count, s.max[r]);
+    return;
+  }
+  float block_sum = 0.0f;
+  for (int32_t j = 0; j < count; ++j) {
+    weights[j] = std::exp(weights[j] - s.max[r]);
+    block_sum += weights[j];
+  }
+  s.sum[r] += block_sum;
+}
+
+// Pass 2: two-pass softmax. Per block, each row's weights exp(score - max) over its own keys of
+// the block are summed and applied to V into block partials that are then added to the row's
+// accumulators (blocked summation: a fixed order, and error growing with block_size + blocks
+// rather than with the window length). The block's V rows are read once for the tile; tokens
+// whose keys of the block are the same range (all but the causal diagonal and the window's edge)
+// share each V load.
+void weighted_sum(const AttentionParams& p, const TileTask& t, int32_t group, Scratch& s) {
   const int32_t bs = p.layout.block_size;
   const int32_t d = p.cache.head_dim;
-  const int32_t n = t.pos - t.first_pos + 1;
-  for (int32_t h = 0; h < group; ++h) {
-    const float* scores = s.scores.data() + static_cast<int64_t>(h) * n;
-    s.max[h] = *std::max_element(scores, scores + n);
-    s.sum[h] = 0.0f;
-  }
-  std::fill(s.acc.begin(), s.acc.begin() + static_cast<int64_t>(group) * d, 0.0f);
-  for (int32_t b = t.first_pos / bs; b <= t.pos / bs; ++b) {
-    const int32_t first = std::max(t.first_pos, b * bs);
-    const int32_t count = std::min(t.pos, b * bs + bs - 1) - first + 1;
-    for (int32_t h = 0; h < group; ++h) {
-      float* weights = s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
-      if (use_avx512()) {
-        s.sum[h] += detail::exp_sub_and_sum_avx512(weights, count, s.max[h]);
-        continue;
+  const int32_t n = t.num_keys();
+  row_maxima(t, group, s);
+  std::fill(s.acc.begin(), s.acc.begin() + static_cast<int64_t>(t.tokens) * group * d, 0.0f);
+  for (int32_t b = t.first(0) / bs; b <= t.pos(t.tokens - 1) / bs; ++b) {
+    const BlockRows br = block_rows_of(t, b, bs);
+    const auto keys_of = [&](int32_t i) {
+      const int32_t first = std::max(t.first(i), b * bs);
+      return std::pair{first, std::min(t.pos(i), b * bs + bs - 1) - first + 1};
+    };
+    for (int32_t i = br.lo; i <= br.hi; ++i) {
+      const auto [first, count] = keys_of(i);
+      for (int64_t r = int64_t{i} * group; r < int64_t{i + 1} * group; ++r) {
+        exp_block(t, r, first, count, s);
       }
-      float block_sum = 0.0f;
-      for (int32_t j = 0; j < count; ++j) {
-        weights[j] = std::exp(weights[j] - s.max[h]);
-        block_sum += weights[j];
-      }
-      s.sum[h] += block_sum;
     }
     int64_t ld = 0;
-    const float* v = logical_block_rows(p, t, KvPart::kV, b, first - b * bs, count, s.tile, &ld);
-    const auto weights_of = [&](int32_t h) {
-      return s.scores.data() + static_cast<int64_t>(h) * n + (first - t.first_pos);
-    };
-    const auto acc_of = [&](int32_t h) { return s.acc.data() + static_cast<int64_t>(h) * d; };
-    if (use_avx512()) {
-      for (int32_t h = 0; h < group; ++h) {
-        s.weight_rows[static_cast<size_t>(h)] = weights_of(h);
-        s.acc_rows[static_cast<size_t>(h)] = acc_of(h);
+    const float* v = logical_block_rows(p, t, KvPart::kV, b, br.key_first - b * bs,
+                                        br.key_last - br.key_first + 1, s.tile, &ld);
+    for (int32_t i = br.lo; i <= br.hi;) {
+      const auto keys = keys_of(i);
+      int32_t end = i + 1;
+      while (end <= br.hi && keys_of(end) == keys) ++end;
+      const int32_t rows = (end - i) * group;
+      for (int32_t r = 0; r < rows; ++r) {
+        const int64_t row = static_cast<int64_t>(i) * group + r;
+        s.weight_rows[static_cast<size_t>(r)] =
+            s.scores.data() + row * n + (keys.first - t.first(0));
+        s.acc_rows[static_cast<size_t>(r)] = s.acc.data() + row * d;
       }
-      detail::accumulate_pv_avx512(s.weight_rows.data(), group, v, ld, count, d,
-                                   s.acc_rows.data());
-      continue;
+      accumulate_rows(t.isa, s.weight_rows.data(), rows, v + (keys.first - br.key_first) * ld, ld,
+                      keys.second, d, s.acc_rows.data());
+      i = end;
     }
-    int32_t h = 0;
-    for (; h + 2 <= group; h += 2) {
-      const float* w[2] = {weights_of(h), weights_of(h + 1)};
-      float* acc[2] = {acc_of(h), acc_of(h + 1)};
-      accumulate_weighted_v<2>(w, v, ld, count, d, acc);
-    }
-    if (h < group) {
-      const float* w[1] = {weights_of(h)};
-      float* acc[1] = {acc_of(h)};
-      accumulate_weighted_v<1>(w, v, ld, count, d, acc);
-    }
-  }
-  for (int32_t h = 0; h < group; ++h) {
-    const float* acc = s.acc.data() + static_cast<int64_t>(h) * d;
-    float* out = t.out + static_cast<int64_t>(h) * d;
-    for (int32_t c = 0; c < d; ++c) out[c] = acc[c] / s.sum[h];
   }
 }
 
-// The task's attention-mass row (AttentionParams::mass): after weighted_sum, s.scores holds
-// exp(score - max) and s.sum the row sums, so slot first_pos + j gets sum_h scores[h][j] / sum[h]
+// Where query head h of KV head kv_head's group sits in token row `token` of q and out.
+int64_t row_offset(const AttentionParams& p, int32_t token, int32_t kv_head, int32_t h) {
+  const int32_t group = p.num_q_heads / p.cache.num_kv_heads;
+  return (static_cast<int64_t>(token) * p.num_q_heads + static_cast<int64_t>(kv_head) * group + h) *
+         p.cache.head_dim;
+}
+
+// The tile's outputs acc / sum, each row to its place in out.
+void write_out(const AttentionParams& p, const TileTask& t, int32_t group, const Scratch& s) {
+  const int32_t d = p.cache.head_dim;
+  for (int32_t i = 0; i < t.tokens; ++i) {
+    for (int32_t h = 0; h < group; ++h) {
+      const int64_t r = static_cast<int64_t>(i) * group + h;
+      const float* acc = s.acc.data() + r * d;
+      float* out = p.out + row_offset(p, t.token + i, t.kv_head, h);
+      for (int32_t c = 0; c < d; ++c) out[c] = acc[c] / s.sum[r];
+    }
+  }
+}
+
+// Token i's attention-mass row (AttentionParams::mass): after weighted_sum, s.scores holds
+// exp(score - max) and s.sum the row sums, so slot first(i) + j gets sum_h scores[h][j] / sum[h]
 // in head order; every other slot gets 0.
-void write_mass(const RowTask& t, int32_t group, int32_t kv_len, const Scratch& s, float* row) {
-  const int32_t n = t.pos - t.first_pos + 1;
-  std::fill(row, row + t.first_pos, 0.0f);
-  float* attended = row + t.first_pos;
-  for (int32_t j = 0; j < n; ++j) {
+void write_mass(const TileTask& t, int32_t i, int32_t group, int32_t kv_len, const Scratch& s,
+                float* row) {
+  const int32_t n = t.num_keys();
+  const int32_t first = t.first(i), pos = t.pos(i);
+  std::fill(row, row + first, 0.0f);
+  for (int32_t j = first; j <= pos; ++j) {
     float mass = 0.0f;
     for (int32_t h = 0; h < group; ++h) {
-      mass += s.scores.data()[static_cast<int64_t>(h) * n + j] / s.sum.data()[h];
+      const int64_t r = static_cast<int64_t>(i) * group + h;
+      mass += s.scores.data()[r * n + (j - t.first(0))] / s.sum.data()[r];
     }
-    attended[j] = mass;
+    row[j] = mass;
   }
-  std::fill(row + t.pos + 1, row + kv_len, 0.0f);
+  std::fill(row + pos + 1, row + kv_len, 0.0f);
 }
 
-void attend(const AttentionParams& p, int32_t seq_idx, int32_t token, int32_t kv_head, Scratch& s) {
+void reserve(Scratch& s, int32_t rows, int32_t n, int32_t d, int32_t block_size) {
+  const auto grow = [](auto& v, size_t size) {
+    if (v.size() < size) v.resize(size);
+  };
+  const auto r = static_cast<size_t>(rows);
+  grow(s.q, r * static_cast<size_t>(d));
+  grow(s.scores, r * static_cast<size_t>(n));
+  grow(s.acc, r * static_cast<size_t>(d));
+  grow(s.tile, static_cast<size_t>(block_size) * static_cast<size_t>(d));
+  grow(s.max, r);
+  grow(s.sum, r);
+  grow(s.weight_rows, r);
+  grow(s.acc_rows, r);
+}
+
+void attend(const AttentionParams& p, const TileTask& t, Scratch& s) {
   const int32_t group = p.num_q_heads / p.cache.num_kv_heads;
   const int32_t d = p.cache.head_dim;
-  const int32_t q_begin = p.q_indptr[seq_idx];
-  const int32_t q_len = p.q_indptr[seq_idx + 1] - q_begin;
-  RowTask t;
-  t.seq_idx = seq_idx;
-  t.kv_head = kv_head;
-  t.pos = p.layout.kv_len(seq_idx) - q_len + (token - q_begin);
-  t.first_pos = p.sliding_window > 0 ? std::max(0, t.pos - p.sliding_window + 1) : 0;
-  const int64_t row =
-      (static_cast<int64_t>(token) * p.num_q_heads + static_cast<int64_t>(kv_head) * group) * d;
-  t.q = p.q + row;
-  t.out = p.out + row;
-
-  const auto n = static_cast<size_t>(t.pos - t.first_pos + 1);
-  const auto g = static_cast<size_t>(group);
-  const auto dim = static_cast<size_t>(d);
-  if (s.scores.size() < g * n) s.scores.resize(g * n);
-  if (s.acc.size() < g * dim) s.acc.resize(g * dim);
-  if (s.tile.size() < static_cast<size_t>(p.layout.block_size) * dim) {
-    s.tile.resize(static_cast<size_t>(p.layout.block_size) * dim);
-  }
-  if (s.max.size() < g) {
-    s.max.resize(g);
-    s.sum.resize(g);
-    s.weight_rows.resize(g);
-    s.acc_rows.resize(g);
+  reserve(s, t.tokens * group, t.num_keys(), d, p.layout.block_size);
+  for (int32_t i = 0; i < t.tokens; ++i) {
+    const float* q = p.q + row_offset(p, t.token + i, t.kv_head, 0);
+    std::copy(q, q + static_cast<int64_t>(group) * d,
+              s.q.data() + static_cast<int64_t>(i) * group * d);
   }
   compute_scores(p, t, group, s);
   weighted_sum(p, t, group, s);
-  if (p.mass != nullptr && p.mass_offsets[token] >= 0) {
-    const int32_t kv_len = p.layout.kv_len(seq_idx);
-    float* mass = p.mass + p.mass_offsets[token] + static_cast<int64_t>(kv_head) * kv_len;
-    write_mass(t, group, kv_len, s, mass);
+  write_out(p, t, group, s);
+  if (p.mass == nullptr) return;
+  const int32_t kv_len = p.layout.kv_len(t.seq_idx);
+  for (int32_t i = 0; i < t.tokens; ++i) {
+    const int64_t offset = p.mass_offsets[t.token + i];
+    if (offset < 0) continue;
+    write_mass(t, i, group, kv_len, s, p.mass + offset + static_cast<int64_t>(t.kv_head) * kv_len);
   }
+}
+
+// The batch's tiles: each sequence's q rows in runs of up to tile_tokens from its first row.
+struct Tile {
+  int32_t seq_idx, token, tokens;
+};
+
+std::vector<Tile> make_tiles(const AttentionParams& p, int32_t tile_tokens) {
+  std::vector<Tile> tiles;
+  for (int32_t s = 0; s < p.layout.num_seqs; ++s) {
+    for (int32_t i = p.q_indptr[s]; i < p.q_indptr[s + 1]; i += tile_tokens) {
+      tiles.push_back(Tile{s, i, std::min(tile_tokens, p.q_indptr[s + 1] - i)});
+    }
+  }
+  return tiles;
 }
 
 // I4: the newest-blocks view, and each token's slot there: -1 exactly where its slot is, inside
@@ -507,27 +613,45 @@ void append_int4(const AppendKvParams& p, ThreadPool& pool) {
 
 }  // namespace
 
-Status paged_attention(const AttentionParams& params, ThreadPool& pool) {
+namespace detail {
+
+Status paged_attention_with(const AttentionParams& params, ThreadPool& pool, CpuIsa isa,
+                            int32_t tile_tokens) {
   STRATA_RETURN_IF_ERROR(validate(params));
-  const int32_t num_seqs = params.layout.num_seqs;
-  const int32_t num_tokens = params.q_indptr[num_seqs];
-  std::vector<int32_t> token_seq(static_cast<size_t>(num_tokens));
-  for (int32_t s = 0; s < num_seqs; ++s) {
-    for (int32_t i = params.q_indptr[s]; i < params.q_indptr[s + 1]; ++i) {
-      token_seq[static_cast<size_t>(i)] = s;
-    }
-  }
+  if (tile_tokens < 1) return Status::InvalidArgument("attention: tile_tokens must be positive");
+  if (!cpu_supports(isa)) return Status::Unsupported("attention: this CPU lacks the path");
+  // I4: which blocks a row reads at full precision depends on its position, so rows never share.
+  if (params.cache.dtype == DType::kI4) tile_tokens = 1;
+  const std::vector<Tile> tiles = make_tiles(params, tile_tokens);
   const int32_t num_kv_heads = params.cache.num_kv_heads;
-  const int64_t num_items = static_cast<int64_t>(num_tokens) * num_kv_heads;
+  const auto num_items = static_cast<int64_t>(tiles.size()) * num_kv_heads;
+  // Costliest first (a sequence's last tiles attend to the most keys), so the threads finish
+  // together; the order never changes a result.
   detail::parallel_dynamic(pool, num_items, 1, [&](int64_t begin, int64_t end) {
     Scratch& scratch = thread_scratch();
     for (int64_t item = begin; item < end; ++item) {
-      const auto token = static_cast<int32_t>(item / num_kv_heads);
-      const auto kv_head = static_cast<int32_t>(item % num_kv_heads);
-      attend(params, token_seq[static_cast<size_t>(token)], token, kv_head, scratch);
+      const int64_t index = num_items - 1 - item;
+      const Tile& tile = tiles[static_cast<size_t>(index / num_kv_heads)];
+      const int32_t q_begin = params.q_indptr[tile.seq_idx];
+      const int32_t q_len = params.q_indptr[tile.seq_idx + 1] - q_begin;
+      TileTask t;
+      t.seq_idx = tile.seq_idx;
+      t.kv_head = static_cast<int32_t>(index % num_kv_heads);
+      t.token = tile.token;
+      t.tokens = tile.tokens;
+      t.pos0 = params.layout.kv_len(tile.seq_idx) - q_len + (tile.token - q_begin);
+      t.window = params.sliding_window;
+      t.isa = isa;
+      attend(params, t, scratch);
     }
   });
   return Status::Ok();
+}
+
+}  // namespace detail
+
+Status paged_attention(const AttentionParams& params, ThreadPool& pool) {
+  return detail::paged_attention_with(params, pool, best_cpu_isa(), kAttentionTileTokens);
 }
 
 Status append_kv(const AppendKvParams& params, ThreadPool& pool) {

@@ -32,6 +32,7 @@
 #include "core/paged_kv.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/kv_quant.h"  // kAttentionKvDTypes, the encodings
 
 namespace strata::cpu {
@@ -82,6 +83,22 @@ struct AttentionParams {
 // from at most max(0, first query position / block_size - R + 1) through its last block;
 // Unsupported for a cache dtype outside kAttentionKvDTypes.
 Status paged_attention(const AttentionParams& params, ThreadPool& pool);
+
+// Query tokens per task in paged_attention: a task's tokens x group query rows share each K/V
+// block read and each q K^T call. Small enough that a task's scores ([rows, window] fp32) stay in
+// L2 at long windows.
+inline constexpr int32_t kAttentionTileTokens = 4;
+
+namespace detail {
+// paged_attention on a given instruction-set path with tasks of up to tile_tokens consecutive
+// query tokens of one sequence (I4 caches: always 1); paged_attention itself is best_cpu_isa()
+// and kAttentionTileTokens. The tile size never changes a bit of out or mass, and kAvx2 is
+// bit-identical to kPortable (kAvx512 fuses, so it is only equal to itself): tests compare them,
+// benchmarks time them. InvalidArgument for tile_tokens < 1, Unsupported for a path this CPU
+// lacks.
+Status paged_attention_with(const AttentionParams& params, ThreadPool& pool, CpuIsa isa,
+                            int32_t tile_tokens);
+}  // namespace detail
 
 struct AppendKvParams {
   const float* k = nullptr;  // [num_tokens, cache.num_kv_heads, cache.head_dim]

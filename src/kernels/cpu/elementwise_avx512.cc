@@ -3,6 +3,7 @@
 #include "kernels/cpu/avx512_target.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 
@@ -60,6 +61,17 @@ STRATA_AVX512 float exp_sub_and_sum_impl(float* x, int32_t count, float max) {
   return sum;
 }
 
+STRATA_AVX512 float max_impl(const float* x, int32_t count) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  int32_t j = 0;
+  for (; j + 16 <= count; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + j));
+  if (j < count) {
+    const auto mask = static_cast<__mmask16>((1u << (count - j)) - 1u);
+    m = _mm512_mask_max_ps(m, mask, m, _mm512_maskz_loadu_ps(mask, x + j));
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
 }  // namespace
 
 void silu_and_mul_avx512(const float* gate, const float* up, float* out, int64_t n) {
@@ -70,6 +82,8 @@ float exp_sub_and_sum_avx512(float* x, int32_t count, float max) {
   return exp_sub_and_sum_impl(x, count, max);
 }
 
+float max_avx512(const float* x, int32_t count) { return max_impl(x, count); }
+
 #else  // not x86-64: the dispatchers never select these
 
 void silu_and_mul_avx512(const float*, const float*, float*, int64_t) {
@@ -78,6 +92,11 @@ void silu_and_mul_avx512(const float*, const float*, float*, int64_t) {
 
 float exp_sub_and_sum_avx512(float*, int32_t, float) {
   STRATA_CHECK(false, "exp_sub_and_sum_avx512: not an x86-64 build");
+  return 0.0f;
+}
+
+float max_avx512(const float*, int32_t) {
+  STRATA_CHECK(false, "max_avx512: not an x86-64 build");
   return 0.0f;
 }
 

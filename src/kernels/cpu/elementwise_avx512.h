@@ -20,4 +20,7 @@ void silu_and_mul_avx512(const float* gate, const float* up, float* out, int64_t
 // x[j] = exp(x[j] - max) for j < count; returns the sum of the new x[j] added in increasing j.
 float exp_sub_and_sum_avx512(float* x, int32_t count, float max);
 
+// The largest of x[0 .. count), count >= 1 (exact: the same value whatever the order).
+float max_avx512(const float* x, int32_t count);
+
 }  // namespace strata::cpu::detail

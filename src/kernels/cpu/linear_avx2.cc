@@ -44,10 +44,11 @@ struct F16Weights {
 // `ahead` is where the next tile's weight rows start: each k step prefetches the share of them that
 // it reads of its own rows, so a 1 x 4 decode tile keeps a tile's worth of DRAM reads in flight
 // (prefetches never fault, so ahead may point past the weights).
+// Rows of w are ldw apart (k for a weight matrix).
 template <class W, int R, int C>
-STRATA_AVX2 void dot_tile(const float* x, int64_t ldx, const typename W::T* w, int64_t k,
-                          const float* bias, float* out, int64_t ldo) {
-  const char* ahead = reinterpret_cast<const char*>(w + C * k);
+STRATA_AVX2 void dot_tile(const float* x, int64_t ldx, const typename W::T* w, int64_t ldw,
+                          int64_t k, const float* bias, float* out, int64_t ldo) {
+  const char* ahead = reinterpret_cast<const char*>(w + C * ldw);
   __m256 acc[R][C];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
@@ -58,7 +59,7 @@ STRATA_AVX2 void dot_tile(const float* x, int64_t ldx, const typename W::T* w, i
     __m256 xv[R];
     for (int r = 0; r < R; ++r) xv[r] = _mm256_loadu_ps(x + r * ldx + i);
     for (int c = 0; c < C; ++c) {
-      const __m256 wv = W::load8(w + c * k + i);
+      const __m256 wv = W::load8(w + c * ldw + i);
       for (int r = 0; r < R; ++r) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(xv[r], wv));
     }
   }
@@ -67,7 +68,8 @@ STRATA_AVX2 void dot_tile(const float* x, int64_t ldx, const typename W::T* w, i
     for (int c = 0; c < C; ++c) {
       float lanes[kLanes];
       _mm256_storeu_ps(lanes, acc[r][c]);
-      for (int64_t l = 0; l < tail; ++l) lanes[l] += x[r * ldx + i + l] * W::at(w + c * k + i + l);
+      for (int64_t l = 0; l < tail; ++l)
+        lanes[l] += x[r * ldx + i + l] * W::at(w + c * ldw + i + l);
       float s = reduce_lanes(lanes);
       if (bias != nullptr) s += bias[c];
       out[r * ldo + c] = s;
@@ -79,24 +81,27 @@ STRATA_AVX2 void dot_tile(const float* x, int64_t ldx, const typename W::T* w, i
 // times); leftover rows of x take 1 x 4 and 1 x 1 tiles, which a decode step (m = 1) uses alone.
 template <class W>
 STRATA_AVX2 void matmul_nt(const float* x, int64_t ldx, int64_t m, const typename W::T* w,
-                           int64_t n, int64_t k, const float* bias, float* out, int64_t ldo) {
+                           int64_t ldw, int64_t n, int64_t k, const float* bias, float* out,
+                           int64_t ldo) {
   auto b = [&](int64_t c) { return bias == nullptr ? nullptr : bias + c; };
   int64_t r = 0;
   for (; r + 4 <= m; r += 4) {
     int64_t c = 0;
     for (; c + 2 <= n; c += 2) {
-      dot_tile<W, 4, 2>(x + r * ldx, ldx, w + c * k, k, b(c), out + r * ldo + c, ldo);
+      dot_tile<W, 4, 2>(x + r * ldx, ldx, w + c * ldw, ldw, k, b(c), out + r * ldo + c, ldo);
     }
-    for (; c < n; ++c)
-      dot_tile<W, 4, 1>(x + r * ldx, ldx, w + c * k, k, b(c), out + r * ldo + c, ldo);
+    for (; c < n; ++c) {
+      dot_tile<W, 4, 1>(x + r * ldx, ldx, w + c * ldw, ldw, k, b(c), out + r * ldo + c, ldo);
+    }
   }
   for (; r < m; ++r) {
     int64_t c = 0;
     for (; c + 4 <= n; c += 4) {
-      dot_tile<W, 1, 4>(x + r * ldx, ldx, w + c * k, k, b(c), out + r * ldo + c, ldo);
+      dot_tile<W, 1, 4>(x + r * ldx, ldx, w + c * ldw, ldw, k, b(c), out + r * ldo + c, ldo);
     }
-    for (; c < n; ++c)
-      dot_tile<W, 1, 1>(x + r * ldx, ldx, w + c * k, k, b(c), out + r * ldo + c, ldo);
+    for (; c < n; ++c) {
+      dot_tile<W, 1, 1>(x + r * ldx, ldx, w + c * ldw, ldw, k, b(c), out + r * ldo + c, ldo);
+    }
   }
 }
 
@@ -106,12 +111,13 @@ void matmul_nt_avx2(const float* x, int64_t ldx, int64_t m, const void* w, DType
                     int64_t k, const float* bias, float* out, int64_t ldo) {
   switch (dtype) {
     case DType::kF32:
-      return matmul_nt<F32Weights>(x, ldx, m, static_cast<const float*>(w), n, k, bias, out, ldo);
+      return matmul_nt<F32Weights>(x, ldx, m, static_cast<const float*>(w), k, n, k, bias, out,
+                                   ldo);
     case DType::kBF16:
-      return matmul_nt<Bf16Weights>(x, ldx, m, static_cast<const uint16_t*>(w), n, k, bias, out,
+      return matmul_nt<Bf16Weights>(x, ldx, m, static_cast<const uint16_t*>(w), k, n, k, bias, out,
                                     ldo);
     case DType::kF16:
-      return matmul_nt<F16Weights>(x, ldx, m, static_cast<const uint16_t*>(w), n, k, bias, out,
+      return matmul_nt<F16Weights>(x, ldx, m, static_cast<const uint16_t*>(w), k, n, k, bias, out,
                                    ldo);
     case DType::kF64:
     case DType::kF8E4M3:
@@ -128,11 +134,21 @@ void matmul_nt_avx2(const float* x, int64_t ldx, int64_t m, const void* w, DType
   STRATA_CHECK(false, "matmul_nt_avx2: weight dtype is not F32, BF16 or F16");
 }
 
+void matmul_nt_f32_avx2(const float* x, int64_t ldx, int64_t m, const float* w, int64_t ldw,
+                        int64_t n, int64_t k, float* out, int64_t ldo) {
+  matmul_nt<F32Weights>(x, ldx, m, w, ldw, n, k, nullptr, out, ldo);
+}
+
 #else  // not x86: the dispatcher never selects this path
 
 void matmul_nt_avx2(const float*, int64_t, int64_t, const void*, DType, int64_t, int64_t,
                     const float*, float*, int64_t) {
   STRATA_CHECK(false, "matmul_nt_avx2: not an x86 build");
+}
+
+void matmul_nt_f32_avx2(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t,
+                        float*, int64_t) {
+  STRATA_CHECK(false, "matmul_nt_f32_avx2: not an x86 build");
 }
 
 #endif

@@ -23,4 +23,10 @@ namespace strata::cpu::detail {
 void matmul_nt_avx2(const float* x, int64_t ldx, int64_t m, const void* w, DType dtype, int64_t n,
                     int64_t k, const float* bias, float* out, int64_t ldo);
 
+// The same arithmetic on fp32 rows of w that are ldw apart (attention's q K^T reads K rows in
+// place in the paged cache): out[r * ldo + c] = dot(x row r, w row c), no bias. Bit-identical
+// to the portable matmul_nt (cpu_common.h) on the same rows.
+void matmul_nt_f32_avx2(const float* x, int64_t ldx, int64_t m, const float* w, int64_t ldw,
+                        int64_t n, int64_t k, float* out, int64_t ldo);
+
 }  // namespace strata::cpu::detail

@@ -582,6 +582,116 @@ TEST(PagedAttentionMassTest, RejectsMassWithoutOffsetsAndViceVersa) {
 
 // ---- errors ----------------------------------------------------------------------------------
 
+// ---- query tiles: tasks of several tokens share K/V reads but never change a bit -------------
+
+// The batch's outputs and attention mass (every row wanted) with tasks of up to tile_tokens.
+struct TiledRun {
+  std::vector<float> out;
+  std::vector<float> mass;
+};
+
+TiledRun run_tiled(PagedBatch& batch, const std::vector<SeqSpec>& seqs, int32_t num_kv_heads,
+                   CpuIsa isa, int32_t tile_tokens, int threads) {
+  std::vector<int64_t> offsets;
+  int64_t size = 0;
+  for (const SeqSpec& s : seqs) {
+    for (int32_t i = 0; i < s.q_len; ++i) {
+      offsets.push_back(size);
+      size += static_cast<int64_t>(num_kv_heads) * s.kv_len;
+    }
+  }
+  TiledRun run;
+  run.mass.assign(static_cast<size_t>(size), kMassSentinel);
+  AttentionParams p = batch.params();
+  p.mass_offsets = offsets.data();
+  p.mass = run.mass.data();
+  EXPECT_TRUE(detail::paged_attention_with(p, pool_of(threads), isa, tile_tokens).ok());
+  run.out = batch.out();
+  return run;
+}
+
+bool bit_equal_vectors(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && bit_equal(a.data(), b.data(), static_cast<int64_t>(a.size()));
+}
+
+TEST(PagedAttentionTileTest, TileSizeAndUnfusedPathNeverChangeABit) {
+  // Tasks of one token are the row-at-a-time structure; larger tiles must give the same bits for
+  // every row: whole prefills of odd lengths, a chunk on a cached prefix, decodes, windows that
+  // cut inside a tile, a group of 7 query heads (Qwen2-0.5B's 14 / 2) and the other head
+  // layouts, every cache dtype. AVX2 must match the portable path bit for bit; AVX-512 (fused)
+  // is held to itself at one token per task.
+  const std::vector<SeqSpec> seqs = {{37, 37, 1}, {13, 50, 2}, {1, 29, 3}, {70, 70, 4}};
+  constexpr HeadConfig kQwen2 = {14, 2, "Qwen2"};
+  for (const DType dtype : kAttentionKvDTypes) {
+    for (const HeadConfig& heads : {kQwen2, kHeadConfigs[0], kHeadConfigs[1], kHeadConfigs[2]}) {
+      for (const int32_t block_size : {8, 16}) {
+        for (const int32_t window : {0, 1, 6, 16, 33}) {
+          AttnConfig cfg;
+          cfg.num_q_heads = heads.num_q_heads;
+          cfg.num_kv_heads = heads.num_kv_heads;
+          cfg.head_dim = 36;  // 32 + a tail of 4 lanes
+          cfg.block_size = block_size;
+          cfg.dtype = dtype;
+          cfg.sliding_window = window;
+          cfg.newest_blocks = 2;
+          PagedBatch batch(cfg, seqs, /*shuffle_seed=*/static_cast<uint32_t>(window + 1));
+          const int32_t kv_heads = cfg.num_kv_heads;
+          const TiledRun unfused = run_tiled(batch, seqs, kv_heads, CpuIsa::kPortable, 1, 1);
+          EXPECT_LT(batch.max_row_error(), Tolerance::kAttention) << case_name(cfg, heads);
+          for (const CpuIsa isa : kCpuIsas) {
+            if (!cpu_supports(isa)) continue;
+            const TiledRun rows =
+                isa == CpuIsa::kAvx512 ? run_tiled(batch, seqs, kv_heads, isa, 1, 1) : unfused;
+            for (const int32_t tile : {1, 2, 3, 4, 8, 64}) {
+              const TiledRun tiled = run_tiled(batch, seqs, kv_heads, isa, tile, 2);
+              const std::string what = case_name(cfg, heads) + " isa " +
+                                       std::to_string(static_cast<int>(isa)) + " tile " +
+                                       std::to_string(tile);
+              EXPECT_TRUE(bit_equal_vectors(rows.out, tiled.out)) << what;
+              EXPECT_TRUE(bit_equal_vectors(rows.mass, tiled.mass)) << what;
+            }
+            EXPECT_LT(batch.max_row_error(), Tolerance::kAttention) << case_name(cfg, heads);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionTileTest, ChunksCutAcrossTilesMatchTheWholePrefill) {
+  // Chunk boundaries that fall inside the whole prefill's tiles (and so start tiles at other
+  // positions), with the default tile, a window and the Qwen2 group, against the whole prefill.
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const int32_t window : {0, 11}) {
+      AttnConfig cfg;
+      cfg.num_q_heads = 14;
+      cfg.num_kv_heads = 2;
+      cfg.block_size = 16;
+      cfg.dtype = dtype;
+      cfg.sliding_window = window;
+      const int32_t len = 83;
+      PagedBatch whole(cfg, {{len, len, 5}}, /*shuffle_seed=*/1);
+      ASSERT_TRUE(paged_attention(whole.params(), pool_of(2)).ok());
+      for (const auto& [begin, end] : std::vector<std::pair<int32_t, int32_t>>{
+               {0, 5}, {5, 18}, {18, 19}, {19, 54}, {54, 83}}) {
+        PagedBatch chunk(cfg, {{3, 21, 6}, {end - begin, end, 5}},
+                         /*shuffle_seed=*/static_cast<uint32_t>(end));
+        ASSERT_TRUE(paged_attention(chunk.params(), pool_of(3)).ok());
+        EXPECT_TRUE(bit_equal(whole.out_row(begin), chunk.out_row(chunk.q_begin(1)),
+                              (end - begin) * whole.row_elems()))
+            << dtype_name(dtype) << " window " << window << " chunk [" << begin << ", " << end
+            << ")";
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionTileTest, RejectsANonPositiveTile) {
+  AttnConfig cfg;
+  PagedBatch batch(cfg, {{3, 3, 1}}, /*shuffle_seed=*/1);
+  EXPECT_FALSE(detail::paged_attention_with(batch.params(), pool_of(1), CpuIsa::kPortable, 0).ok());
+}
+
 TEST(PagedAttentionTest, RejectsInvalidParams) {
   AttnConfig cfg;
   PagedBatch batch(cfg, {{2, 10, 1}, {1, 5, 2}}, /*shuffle_seed=*/1);
