@@ -175,8 +175,7 @@ void prefill_attention_args(benchmark::internal::Benchmark* b) {
   for (const auto isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
     const auto i = static_cast<int64_t>(isa);
     for (const int64_t dtype : {kF32, kBf16Kv}) {
-      b->Args({512, dtype, i, kTile});
-      b->Args({512, dtype, i, 1});
+      for (const int64_t tile : {kTile, int64_t{1}, int64_t{8}}) b->Args({512, dtype, i, tile});
       b->Args({2048, dtype, i, kTile});
     }
   }

@@ -27,7 +27,7 @@ struct Scratch {
   std::vector<float> tile;    // [block_size, head_dim]: one block's K or V rows as fp32
   std::vector<float> max;     // [rows]
   std::vector<float> sum;     // [rows]
-  std::vector<const float*> weight_rows;  // [rows]: AVX-512 p.v operands
+  std::vector<const float*> weight_rows;  // [rows]: p.v operands
   std::vector<float*> acc_rows;           // [rows]
 };
 
@@ -365,8 +365,17 @@ void row_maxima(const TileTask& t, int32_t group, Scratch& s) {
     for (int32_t h = 0; h < group; ++h) {
       const int64_t r = static_cast<int64_t>(i) * group + h;
       const float* scores = s.scores.data() + r * n + begin;
-      s.max[r] =
-          t.avx512() ? detail::max_avx512(scores, len) : *std::max_element(scores, scores + len);
+      switch (t.isa) {
+        case CpuIsa::kAvx512:
+          s.max[r] = detail::max_avx512(scores, len);
+          break;
+        case CpuIsa::kAvx2:
+          s.max[r] = detail::max_avx2(scores, len);
+          break;
+        case CpuIsa::kPortable:
+          s.max[r] = *std::max_element(scores, scores + len);
+          break;
+      }
       s.sum[r] = 0.0f;
     }
   }

@@ -5,17 +5,17 @@
 //
 // Determinism: every output row (token, query head) is computed by one thread with one fixed order
 // of fp32 operations that depends only on the row's position, its sliding window, the block size
-// and the K/V values -- not on the batch it is in, the block ids, the thread count or how its
-// prompt was chunked. Batch and chunking invariance of the engine rest on this. The optional
-// attention-mass output (AttentionParams::mass) inherits it: each value is made by the thread of
-// its (token, KV head) from that row's own normalized softmax weights, in one fixed order, so it
-// too depends only on the row's position, window, block size and the K/V values -- never on batch
-// mates, chunking, block ids or the thread count.
+// and the K/V values -- not on the batch it is in, the block ids, the thread count, the tokens it
+// shares a task with or how its prompt was chunked. Batch and chunking invariance of the engine
+// rest on this. The optional attention-mass output (AttentionParams::mass) inherits it: each value
+// is made by the thread of its (token, KV head) from that row's own normalized softmax weights, in
+// one fixed order, so it too depends only on the row's position, window, block size and the K/V
+// values -- never on batch mates, chunking, block ids or the thread count.
 //
-// Cost: attention reads each KV block of a (token, KV head) pair once for K and once for V and
-// shares both reads among the num_q_heads / num_kv_heads query heads of the group (K/V are never
-// repeated); work is spread over (token, KV head) pairs with dynamic balancing across the
-// ThreadPool.
+// Cost: a task is up to kAttentionTileTokens consecutive query tokens of one sequence and one KV
+// head; it reads each KV block its tokens attend to once for K and once for V and shares both
+// reads among its tokens x the num_q_heads / num_kv_heads query heads of the group (K/V are never
+// repeated). Tasks are balanced dynamically across the ThreadPool.
 //
 // Quantized caches (FP8 with the view's static scales, INT8 with per-token scales, INT4 with
 // scales and zero points; kv_quant.h) are dequantized block by block into an fp32 tile as they are

@@ -56,6 +56,18 @@ STRATA_AVX2 void pv_heads(const float* const* w, const float* v, int64_t ldv, in
 
 }  // namespace
 
+STRATA_AVX2 float max_avx2(const float* x, int32_t count) {
+  __m256 m = _mm256_set1_ps(x[0]);
+  int32_t j = 0;
+  for (; j + 8 <= count; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float best = lanes[0];
+  for (int l = 1; l < 8; ++l) best = lanes[l] > best ? lanes[l] : best;
+  for (; j < count; ++j) best = x[j] > best ? x[j] : best;
+  return best;
+}
+
 void accumulate_pv_avx2(const float* const* w, int32_t num_heads, const float* v, int64_t ldv,
                         int32_t count, int32_t d, float* const* acc) {
   int32_t h = 0;
@@ -73,6 +85,11 @@ void accumulate_pv_avx2(const float* const* w, int32_t num_heads, const float* v
 }
 
 #else  // not x86-64: the dispatcher never selects this path
+
+float max_avx2(const float*, int32_t) {
+  STRATA_CHECK(false, "max_avx2: not an x86-64 build");
+  return 0.0f;
+}
 
 void accumulate_pv_avx2(const float* const*, int32_t, const float*, int64_t, int32_t, int32_t,
                         float* const*) {

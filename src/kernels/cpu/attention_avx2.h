@@ -1,5 +1,5 @@
 #pragma once
-// The AVX2 piece of paged attention (attention.cc picks it when best_cpu_isa() is kAvx2; the
+// The AVX2 pieces of paged attention (attention.cc picks it when best_cpu_isa() is kAvx2; the
 // scores use matmul_nt_f32_avx2 from linear_avx2.h). Only call it when cpu_supports(kAvx2).
 //
 // Arithmetic: exactly the portable path's (attention.cc accumulate_weighted_v): acc[h][c] += part,
@@ -18,5 +18,9 @@ namespace strata::cpu::detail {
 // acc: num_heads pointers to [d] fp32 accumulators.
 void accumulate_pv_avx2(const float* const* w, int32_t num_heads, const float* v, int64_t ldv,
                         int32_t count, int32_t d, float* const* acc);
+
+// The largest of x[0 .. count), count >= 1: std::max_element's value (max is exact, so the order
+// does not matter; x holds no NaN).
+float max_avx2(const float* x, int32_t count);
 
 }  // namespace strata::cpu::detail

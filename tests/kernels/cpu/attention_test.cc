@@ -629,7 +629,8 @@ TEST(PagedAttentionTileTest, TileSizeAndUnfusedPathNeverChangeABit) {
           AttnConfig cfg;
           cfg.num_q_heads = heads.num_q_heads;
           cfg.num_kv_heads = heads.num_kv_heads;
-          cfg.head_dim = 36;  // 32 + a tail of 4 lanes
+          // The Qwen2 head dim; elsewhere 32 + a tail of 4 lanes.
+          cfg.head_dim = heads.num_q_heads == kQwen2.num_q_heads ? 64 : 36;
           cfg.block_size = block_size;
           cfg.dtype = dtype;
           cfg.sliding_window = window;

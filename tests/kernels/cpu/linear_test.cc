@@ -139,9 +139,11 @@ bool has_portable_order(CpuIsa isa) {
 }
 
 TEST(LinearTest, UnfusedIsaPathsAreBitIdenticalToThePortablePath) {
-  // Odd k (tails of 1..7), n not a multiple of the 4 x 2 / 1 x 4 tiles, m across the 4-row tiles.
-  constexpr Shape kIsaShapes[] = {{1, 1, 1}, {1, 7, 9}, {5, 13, 31}, {4, 6, 8}, {70, 40, 257},
-                                  {1, 130, 1000}, {9, 33, 4099}};
+  // Odd k (tails of 1..7), n not a multiple of the 4 x 2 / 1 x 4 tiles, m across the 4-row tiles;
+  // k % 8 == 0 with and without bias (4 x 2 tiles reduced across registers).
+  constexpr Shape kIsaShapes[] = {{1, 1, 1},     {1, 7, 9},     {5, 13, 31},
+                                  {4, 6, 8},     {70, 40, 257}, {1, 130, 1000},
+                                  {9, 33, 4099}, {13, 9, 64},   {12, 10, 128}};
   for (CpuIsa isa : kCpuIsas) {
     if (!cpu_supports(isa)) {
       EXPECT_EQ(detail::linear_with_isa(isa, nullptr, TensorView{}, TensorView{}, nullptr, 0,
@@ -153,7 +155,7 @@ TEST(LinearTest, UnfusedIsaPathsAreBitIdenticalToThePortablePath) {
     if (!has_portable_order(isa)) continue;
     for (DType dtype : kCpuFloatDTypes) {
       for (const Shape& s : kIsaShapes) {
-        LinearCase c(s, dtype, /*with_bias=*/s.k % 2 == 1, DType::kBF16);
+        LinearCase c(s, dtype, /*with_bias=*/s.k % 2 == 1 || s.m % 2 == 1, DType::kBF16);
         std::vector<float> portable(static_cast<size_t>(s.m * s.n));
         std::vector<float> fast(portable.size(), -1.0f);
         ASSERT_TRUE(detail::linear_with_isa(CpuIsa::kPortable, c.x.data(), c.weight, c.bias,
