@@ -628,7 +628,11 @@ Status paged_attention_with(const AttentionParams& params, ThreadPool& pool, Cpu
                             int32_t tile_tokens) {
   STRATA_RETURN_IF_ERROR(validate(params));
   if (tile_tokens < 1) return Status::InvalidArgument("attention: tile_tokens must be positive");
-  if (!cpu_supports(isa)) return Status::Unsupported("attention: this CPU lacks the path");
+  // best_cpu_isa() is cached; cpu_supports() runs CPUID, which traps to the hypervisor in a
+  // virtual machine (microseconds, every layer of every step), so only other paths are checked.
+  if (isa != best_cpu_isa() && !cpu_supports(isa)) {
+    return Status::Unsupported("attention: this CPU lacks the path");
+  }
   // I4: which blocks a row reads at full precision depends on its position, so rows never share.
   if (params.cache.dtype == DType::kI4) tile_tokens = 1;
   const std::vector<Tile> tiles = make_tiles(params, tile_tokens);
