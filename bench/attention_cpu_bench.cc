@@ -226,18 +226,22 @@ BENCHMARK(BM_LinearCpu)
     ->Args({1, 4096, 4096, static_cast<int64_t>(DType::kF32), kAvx2})
     ->Args({1, 4096, 4096, kBf16, kPortable})
     ->Args({1, 4096, 4096, kBf16, kAvx2})
-    ->Args({1, 4864, 896, kBf16, kAvx2})  // Qwen2-0.5B gate/up projection, one decode row
-    ->Args({1, 896, 4864, kBf16, kAvx2})  // its down projection
+    ->Args({1, 4864, 896, kBf16, kAvx2})        // Qwen2-0.5B gate/up projection, one decode row
+    ->Args({1, 896, 4864, kBf16, kAvx2})        // its down projection
     ->Args({1, 151936, 896, kBf16, kPortable})  // its LM head: 272 MB, beyond any cache
     ->Args({1, 151936, 896, kBf16, kAvx2})
     ->Args({64, 4096, 4096, kBf16, kPortable})
     ->Args({64, 4096, 4096, kBf16, kAvx2})
-    ->Args({1, 151936, 896, kBf16, kAvx512})  // the LM head, one decode row
+    ->Args({1, 151936, 896, kBf16, kAvx512})   // the LM head, one decode row
     ->Args({16, 151936, 896, kBf16, kAvx512})  // the LM head, 16 streams
     ->Args({16, 4864, 896, kBf16, kAvx2})      // gate/up, 16 streams
+    ->Args({16, 896, 4864, kBf16, kAvx2})      // down, 16 streams
+    ->Args({512, 4864, 896, kBf16, kAvx2})     // gate/up, a 512-token prefill
+    ->Args({512, 896, 4864, kBf16, kAvx2})     // down, a 512-token prefill
+    ->Args({512, 896, 896, kBf16, kAvx2})      // q/o, a 512-token prefill
     ->Args({16, 4864, 896, kBf16, kAvx512})
-    ->Args({16, 896, 4864, kBf16, kAvx512})    // down, 16 streams
-    ->Args({512, 4864, 896, kBf16, kAvx512})   // gate/up, a 512-token prefill
+    ->Args({16, 896, 4864, kBf16, kAvx512})   // down, 16 streams
+    ->Args({512, 4864, 896, kBf16, kAvx512})  // gate/up, a 512-token prefill
     ->Args({64, 4096, 4096, kBf16, kAvx512})
     ->UseRealTime();
 

@@ -23,7 +23,7 @@ bool cpu_supports(CpuIsa isa) {
       return true;
     case CpuIsa::kAvx2:
 #if defined(__x86_64__) || defined(__i386__)
-      return __builtin_cpu_supports("avx2") && has_f16c();
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 #else
       return false;
 #endif

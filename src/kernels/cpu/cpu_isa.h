@@ -6,10 +6,11 @@
 //
 // Determinism: within one path every output is computed by one fixed sequence of fp32 operations
 // whatever the batch size, tile or thread count (what batch and chunking invariance rest on).
-// kPortable and kAvx2 share one sequence (8 lanes, separate multiply and add), so they are
-// bit-identical to each other; kAvx512 fuses multiply-adds over 16 lanes, so it rounds differently
-// from them (tests hold it to the float64 reference and to exact equality across m, row position
-// and thread count). A process uses one path for all its work (best_cpu_isa()).
+// The linear kernels of kAvx2 (8 lanes) and kAvx512 (16 lanes) fuse multiply-adds, so they round
+// differently from kPortable's separate multiply and add (tests hold them to the float64 reference
+// and to exact equality across m, row position and thread count); attention's kAvx2 path keeps
+// the portable sequence and is bit-identical to it. A process uses one path for all its work
+// (best_cpu_isa()).
 
 #include <array>
 
@@ -17,7 +18,7 @@ namespace strata::cpu {
 
 enum class CpuIsa {
   kPortable,  // GCC vector extensions on SSE2: any x86-64 (and any other target)
-  kAvx2,      // AVX2 + F16C: 8-lane fp32, BF16/F16 widened in registers
+  kAvx2,      // AVX2 + FMA + F16C: 8-lane fp32, BF16/F16 widened in registers
   kAvx512,    // AVX-512 F/BW/VL + FMA + F16C: 16-lane fused multiply-adds, BF16/F16 widened in
               // registers
 };

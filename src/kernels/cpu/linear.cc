@@ -10,8 +10,8 @@
 #include "core/check.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/gemm_bf16_avx512.h"
-#include "kernels/cpu/linear_avx2.h"
 #include "kernels/cpu/linear_avx512.h"
+#include "kernels/cpu/linear_fma_avx2.h"
 
 namespace strata::cpu {
 namespace {
@@ -128,25 +128,34 @@ class RegionClaims {
 // a quarter of a call.
 constexpr int64_t kDecodeClaimBytes = 128 * 1024;
 
-// The AVX-512 path. Tasks are (block of up to kMTile rows of x, group of kAvx512TileCols rows of
-// W), x-block major. Each thread owns a contiguous region of them (RegionClaims), so its claims
-// follow one another in memory and the micro-kernel's prefetch of the next weight group at the
-// end of one claim fetches the start of the next (claims from one shared counter interleaved
-// the threads: every claim started cold and ended prefetching another thread's group). A
-// prefill keeps its 64-row x block in L2 while W streams past; a decode step (m = 1) reads long
-// runs of consecutive weight rows. Each claimed range is one micro-kernel call per x block it
-// touches.
-// Splits [m, n] over the pool as the AVX-512 paths do (below) and calls
-// tile(m0, rows, n0, cols, bias) for each claimed range; x_row_bytes sizes the x block,
-// group_bytes is the weight bytes of one group of `group` rows.
-template <class Tile>
-void run_avx512_tiles(int64_t m, int64_t n, int64_t x_row_bytes, int64_t group, int64_t group_bytes,
-                      const TensorView& bias, ThreadPool& pool, const Tile& tile) {
-  const int64_t num_groups = (n + group - 1) / group;
-  // Rows of x per block: at most 64, and few enough that the block (re-read once per group of
-  // weight rows) stays in a 1 MB L2 next to the weights streaming past, e.g. 24 rows for k = 4864.
+// The AVX-512 and AVX2 paths. Tasks are (block of rows of x, group of kAvx512TileCols /
+// kFmaAvx2GroupCols rows of W), x-block major. Each thread owns a contiguous region of them
+// (RegionClaims), so its claims follow one another in memory and the micro-kernel's prefetch of
+// the next weight group at the end of one claim fetches the start of the next (claims from one
+// shared counter interleaved the threads: every claim started cold and ended prefetching another
+// thread's group). A prefill keeps its x block in L2 while W streams past; a decode step (m = 1)
+// reads long runs of consecutive weight rows. Each claimed range is one micro-kernel call per x
+// block it touches.
+
+// Rows of x per block of the AVX-512 kernels: at most 64, and few enough that the block (re-read
+// once per group of weight rows) stays in a 1 MB L2 next to the weights streaming past, e.g. 24
+// rows for k = 4864.
+int64_t avx512_block_rows(int64_t x_row_bytes) {
   constexpr int64_t kXBlockBytes = 512 * 1024;
-  const int64_t m_tile = std::clamp<int64_t>(kXBlockBytes / x_row_bytes / 4 * 4, 4, kMTile);
+  return std::clamp<int64_t>(kXBlockBytes / x_row_bytes / 4 * 4, 4, kMTile);
+}
+
+// Rows of x per block of the AVX2 kernel: it reads x in k-blocks of 256 columns (1 KB a row), so
+// the block's size is set by how many rows share each widened weight slab, not by L2.
+constexpr int64_t kAvx2BlockRows = 128;
+
+// Splits [m, n] over the pool as the AVX-512 and AVX2 paths do (below) and calls
+// tile(m0, rows, n0, cols, bias) for each claimed range: blocks of m_tile rows of x, groups of
+// `group` weight rows of group_bytes each.
+template <class Tile>
+void run_claimed_tiles(int64_t m, int64_t n, int64_t m_tile, int64_t group, int64_t group_bytes,
+                       const TensorView& bias, ThreadPool& pool, const Tile& tile) {
+  const int64_t num_groups = (n + group - 1) / group;
   const int64_t num_m_tiles = (m + m_tile - 1) / m_tile;
   // The bias as fp32 once per call (n floats; the kernel adds it after the dot product).
   thread_local std::vector<float> bias_f32;
@@ -199,12 +208,26 @@ void linear_avx512(const float* x, const TensorView& weight, const TensorView& b
   const int64_t k = weight.shape[1];
   const int64_t w_elem_bytes = dtype_size(weight.dtype);
   const char* w = static_cast<const char*>(weight.data);
-  run_avx512_tiles(m, n, k * static_cast<int64_t>(sizeof(float)), detail::kAvx512TileCols,
-                   detail::kAvx512TileCols * k * w_elem_bytes, bias, pool,
-                   [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
-                     detail::matmul_nt_avx512(x + m0 * k, k, rows, w + n0 * k * w_elem_bytes,
-                                              weight.dtype, cols, k, b, out + m0 * n + n0, n);
-                   });
+  run_claimed_tiles(m, n, avx512_block_rows(k * static_cast<int64_t>(sizeof(float))),
+                    detail::kAvx512TileCols, detail::kAvx512TileCols * k * w_elem_bytes, bias, pool,
+                    [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
+                      detail::matmul_nt_avx512(x + m0 * k, k, rows, w + n0 * k * w_elem_bytes,
+                                               weight.dtype, cols, k, b, out + m0 * n + n0, n);
+                    });
+}
+
+void linear_avx2(const float* x, const TensorView& weight, const TensorView& bias, float* out,
+                 int64_t m, ThreadPool& pool) {
+  const int64_t n = weight.shape[0];
+  const int64_t k = weight.shape[1];
+  const int64_t w_elem_bytes = dtype_size(weight.dtype);
+  const char* w = static_cast<const char*>(weight.data);
+  run_claimed_tiles(m, n, kAvx2BlockRows, detail::kFmaAvx2GroupCols,
+                    detail::kFmaAvx2GroupCols * k * w_elem_bytes, bias, pool,
+                    [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
+                      detail::matmul_nt_fma_avx2(x + m0 * k, k, rows, w + n0 * k * w_elem_bytes,
+                                                 weight.dtype, cols, k, b, out + m0 * n + n0, n);
+                    });
 }
 
 // The BF16 path (LinearPrecision::kBf16, BF16 weights): x rounded to BF16 once per call, rows
@@ -223,11 +246,10 @@ void linear_bf16_avx512(const float* x, const TensorView& weight, const TensorVi
     x_bf16.resize(static_cast<size_t>(ldx));
     uint16_t* xb = x_bf16.data();
     detail::round_rows_to_bf16(x, k, 1, k, xb, ldx);
-    run_avx512_tiles(1, n, ldx * static_cast<int64_t>(sizeof(uint16_t)), detail::kBf16TileCols,
-                     group_bytes, bias, pool,
-                     [&](int64_t, int64_t, int64_t n0, int64_t cols, const float* b) {
-                       detail::gemv_bf16_avx512(xb, w + n0 * k, cols, k, b, out + n0);
-                     });
+    run_claimed_tiles(1, n, 1, detail::kBf16TileCols, group_bytes, bias, pool,
+                      [&](int64_t, int64_t, int64_t n0, int64_t cols, const float* b) {
+                        detail::gemv_bf16_avx512(xb, w + n0 * k, cols, k, b, out + n0);
+                      });
     return;
   }
   const int64_t tile_rows = detail::kBf16TileRows;
@@ -236,14 +258,14 @@ void linear_bf16_avx512(const float* x, const TensorView& weight, const TensorVi
   pool.parallel_for(
       m, [&](int64_t r0, int64_t r1) { detail::pack_rows_to_bf16(x, k, r0, r1, k, xb, ldx); },
       /*min_chunk=*/16);
-  // run_avx512_tiles' x blocks are a multiple of 4 rows, so each starts at a row tile.
+  // run_claimed_tiles' x blocks are a multiple of 4 rows, so each starts at a row tile.
   static_assert(detail::kBf16TileRows == 4);
-  run_avx512_tiles(m, n, ldx * static_cast<int64_t>(sizeof(uint16_t)), detail::kBf16TileCols,
-                   group_bytes, bias, pool,
-                   [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
-                     detail::matmul_nt_bf16_avx512(xb + m0 * ldx, ldx, rows, w + n0 * k, cols, k, b,
-                                                   out + m0 * n + n0, n);
-                   });
+  run_claimed_tiles(m, n, avx512_block_rows(ldx * static_cast<int64_t>(sizeof(uint16_t))),
+                    detail::kBf16TileCols, group_bytes, bias, pool,
+                    [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
+                      detail::matmul_nt_bf16_avx512(xb + m0 * ldx, ldx, rows, w + n0 * k, cols, k,
+                                                    b, out + m0 * n + n0, n);
+                    });
 }
 
 // Process-wide, not per thread: a forward pass's linear() calls also run on pool workers (the
@@ -322,11 +344,14 @@ Status linear_with_isa(CpuIsa isa, const float* x, TensorView weight, TensorView
     linear_avx512(x, weight, bias, out, m, pool);
     return Status::Ok();
   }
+  if (isa == CpuIsa::kAvx2) {
+    linear_avx2(x, weight, bias, out, m, pool);
+    return Status::Ok();
+  }
+  // The portable path. Tasks are n-tile major so a thread's consecutive tasks share one weight
+  // tile, widened to fp32 once.
   const int64_t num_m_tiles = (m + kMTile - 1) / kMTile;
   const int64_t num_n_tiles = (n + kNTile - 1) / kNTile;
-  const int64_t w_elem_bytes = dtype_size(weight.dtype);
-  // Tasks are n-tile major so a thread's consecutive tasks share one weight tile (widened once on
-  // the portable path, kept in L1 on the AVX2 path, which reads BF16/F16 weights as they are).
   pool.parallel_for(num_m_tiles * num_n_tiles, [&](int64_t begin, int64_t end) {
     std::vector<float>& scratch = weight_scratch();
     std::array<float, kNTile> bias_tile{};
@@ -341,29 +366,16 @@ Status linear_with_isa(CpuIsa isa, const float* x, TensorView weight, TensorView
       const float* bias_f32 = bias.empty() ? nullptr : bias_tile.data();
       if (n_tile != cached_n_tile) {
         if (!bias.empty()) detail::load_f32(bias.data, bias.dtype, n0, nt, bias_tile.data());
-        if (isa == CpuIsa::kPortable) {
-          if (weight.dtype == DType::kF32) {
-            w = static_cast<const float*>(weight.data) + n0 * k;
-          } else {
-            scratch.resize(static_cast<size_t>(kNTile * k));
-            detail::load_f32(weight.data, weight.dtype, n0 * k, nt * k, scratch.data());
-            w = scratch.data();
-          }
+        if (weight.dtype == DType::kF32) {
+          w = static_cast<const float*>(weight.data) + n0 * k;
+        } else {
+          scratch.resize(static_cast<size_t>(kNTile * k));
+          detail::load_f32(weight.data, weight.dtype, n0 * k, nt * k, scratch.data());
+          w = scratch.data();
         }
         cached_n_tile = n_tile;
       }
-      switch (isa) {
-        case CpuIsa::kPortable:
-          compute_block(x + m0 * k, mt, w, nt, k, bias_f32, out + m0 * n + n0, n);
-          break;
-        case CpuIsa::kAvx2:
-          matmul_nt_avx2(x + m0 * k, k, mt,
-                         static_cast<const char*>(weight.data) + n0 * k * w_elem_bytes,
-                         weight.dtype, nt, k, bias_f32, out + m0 * n + n0, n);
-          break;
-        case CpuIsa::kAvx512:  // handled above
-          break;
-      }
+      compute_block(x + m0 * k, mt, w, nt, k, bias_f32, out + m0 * n + n0, n);
     }
   });
   return Status::Ok();

@@ -126,12 +126,13 @@ TEST(LinearTest, RowsBitIdenticalAloneOrInBatchAtAnyThreadCount) {
   }
 }
 
-// The paths that share the portable path's arithmetic (8 lanes, separate multiply and add).
+// The paths that share the portable path's arithmetic (8 lanes, separate multiply and add):
+// only the portable path itself now (AVX2 and AVX-512 fuse multiply-adds).
 bool has_portable_order(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kPortable:
-    case CpuIsa::kAvx2:
       return true;
+    case CpuIsa::kAvx2:
     case CpuIsa::kAvx512:
       return false;
   }
@@ -207,14 +208,15 @@ TEST(LinearTest, FusedIsaPathsMatchFloat64Reference) {
 }
 
 // ... and to exact equality with themselves: a row's outputs do not depend on m (which changes
-// the 4-row tiles and the remainder tile it lands in), on its position in the batch, or on the
-// thread count (which changes the column ranges and so the 1..6-column tiles).
+// the row tiles and the remainder tile it lands in, and on AVX2 whether weights are widened in
+// registers or to a slab first), on its position in the batch, or on the thread count (which
+// changes the column ranges and so the column tiles).
 TEST(LinearTest, FusedIsaPathsBitIdenticalAcrossBatchSizesPositionsAndThreads) {
   constexpr int64_t kMaxRows = 103;
   for (CpuIsa isa : kCpuIsas) {
     if (!cpu_supports(isa) || has_portable_order(isa)) continue;
     for (DType dtype : kCpuFloatDTypes) {
-      for (const Shape& s : {Shape{kMaxRows, 47, 1000}, Shape{kMaxRows, 13, 17}}) {
+      for (const Shape& s : {Shape{kMaxRows, 47, 1003}, Shape{kMaxRows, 13, 17}}) {
         LinearCase c(s, dtype, /*with_bias=*/true, DType::kBF16);
         std::vector<float> alone(static_cast<size_t>(s.m * s.n));
         for (int64_t r = 0; r < s.m; ++r) {
@@ -222,7 +224,7 @@ TEST(LinearTest, FusedIsaPathsBitIdenticalAcrossBatchSizesPositionsAndThreads) {
                                               alone.data() + r * s.n, 1, pool_of(1))
                           .ok());
         }
-        for (int64_t m : {1, 3, 16, 17, 64, 100}) {
+        for (int64_t m : {1, 3, 5, 6, 16, 17, 64, 100}) {
           for (int64_t first : {int64_t{0}, int64_t{3}}) {
             for (int threads : {1, 2, 3}) {
               std::vector<float> batch(static_cast<size_t>(m * s.n), -1.0f);
