@@ -18,7 +18,8 @@
 # to round; figures are medians over rounds. Each engine holds its weights in anonymous memory
 # (Strata's default; llama.cpp's no-mmap load mode). The floors come from strata_cpu_floor
 # before and after the rounds: decode against read bandwidth / weight bytes, prefill against the
-# BF16 dot-product peak / flops per prompt token. A round waits (up to QUIET_WAIT s) for the 1-min
+# BF16 dot-product peak (the FP32 FMA peak on CPUs without AVX-512 BF16) / flops per prompt
+# token; each round's figures also go to WORK/rounds.jsonl. A round waits (up to QUIET_WAIT s) for the 1-min
 # load average to fall below QUIET_LOAD, and its load is reported: on a shared machine
 # llama.cpp's spinning OpenMP threads collapse under co-tenant load, so compare quiet rounds only.
 #
@@ -159,6 +160,8 @@ for ((r = 0; r < rounds; ++r)); do
   done
 done
 floor_after=$("$build/bench/strata_cpu_floor" --threads 2 --json)
+printf '%s\n' "${results[@]}" | tr -d '\n' | sed 's/}{/}\n{/g' >"$work/rounds.jsonl"
+echo >>"$work/rounds.jsonl"
 
 python3 - "$json" "$config/config.json" "$model/model.safetensors" "${OMP_WAIT_POLICY:-unset}" \
     "$floor_before" "$floor_after" "$floor_one" "${results[@]}" <<'PY'
@@ -177,13 +180,20 @@ layer_params = L * (h * heads * hd * 2 + 2 * h * kv * hd + 3 * h * inter)
 bw2 = med([f0["read_gbs"], f1["read_gbs"]]) * 1e9
 bw1 = f_one["read_gbs"] * 1e9
 bf16 = med([f0["bf16_gflops"], f1["bf16_gflops"]]) * 1e9
+# Prompt work runs on the BF16 dot products where the CPU has them, else on fp32 FMAs (AVX2).
+peak, peak_is = (bf16, "of BF16 peak") if bf16 > 0 else (
+    med([f0["fp32_gflops"], f1["fp32_gflops"]]) * 1e9, "of FP32 peak")
 flops_per_prompt_token = 2 * layer_params + 2 * L * heads * hd * 512  # + attention, mean len 256
+# A decoded token of the 16 streams: every layer, the LM head, attention over ~144 positions.
+flops_per_decoded_token = 2 * (layer_params + h * cfg["vocab_size"]) + 4 * L * heads * hd * 144
 floors = {
     "decode1": (bw1 / weight_bytes, "of read bandwidth"),
     "decode2": (bw2 / weight_bytes, "of read bandwidth"),
-    "prefill512": (bf16 / flops_per_prompt_token, "of BF16 peak"),
-    "streams_decode": (16 * bw2 / weight_bytes, "of 16 x the decode bound"),
-    "streams_prompt": (bf16 / flops_per_prompt_token, "of BF16 peak"),
+    "prefill512": (peak / flops_per_prompt_token, peak_is),
+    # 16 rows per weight read: the lower of 16 x the decode bound and the compute bound.
+    "streams_decode": min((16 * bw2 / weight_bytes, "of 16 x the decode bound"),
+                          (peak / flops_per_decoded_token, peak_is.replace("peak", "compute"))),
+    "streams_prompt": (peak / flops_per_prompt_token, peak_is),
 }
 names = {"decode1": "decode, 1 thread", "decode2": "decode, 2 threads",
          "prefill512": "prefill 512, 2 threads", "streams_decode": "16 streams x (128 + 32), decode phase",
@@ -209,8 +219,8 @@ if as_json:
     sys.exit()
 fl = report["floors"]
 print(f"weights {weight_bytes / 1e9:.2f} GB; read {fl['read_gbs_1_thread']:.1f} GB/s (1 thread), "
-      f"{fl['read_gbs_2_threads']:.1f} GB/s (2); BF16 peak {fl['bf16_gflops_2_threads']:.0f} GFLOP/s "
-      f"(2 threads); OMP_WAIT_POLICY={omp}; load at the rounds' starts {report['loads']}")
+      f"{fl['read_gbs_2_threads']:.1f} GB/s (2); BF16 peak {fl['bf16_gflops_2_threads']:.0f}, "
+      f"FP32 peak {fl['fp32_gflops_2_threads']:.0f} GFLOP/s (2 threads); OMP_WAIT_POLICY={omp}; load at the rounds' starts {report['loads']}")
 print("| workload | llama.cpp | Strata | Strata / llama.cpp | Strata / floor |")
 print("|---|---|---|---|---|")
 for t in table:

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Two builds of the CPU engine on the same workloads, alternated round by round (which build goes
+# first swaps each round), so a kernel change is read against the build before it on the same
+# machine and minute, with the FP32 FMA peak of each round beside it (docs/benchmarks.md):
+#   prefill   one 512-token prompt in one step (strata generate): prefill tokens/s
+#   streams   16 requests of 128 prompt + 32 output tokens (strata bench): decode-phase tokens/s
+#             (tokens of decode-only steps / their time) and prompt-phase tokens/s
+#   decode    one sequence, 16-token prompt, 32 greedy tokens (strata generate): decode tokens/s
+# `bench/models/qwen2-0.5b` with dummy BF16 weights, 2 threads, block size 16, greedy.
+#
+# Usage: tools/bench/cpu_ab_bench.sh [--json] BEFORE_STRATA AFTER_STRATA [ROUNDS (3)]
+# Progress goes to stderr; the table (medians, after / before, the FP32 peak range) or with
+# --json every round's figures go to stdout.
+set -euo pipefail
+json=0
+if [[ "${1:-}" == "--json" ]]; then json=1; shift; fi
+before=${1:?before: a strata binary}
+after=${2:?after: a strata binary}
+rounds=${3:-3}
+floor=${FLOOR:-build/release/bench/strata_cpu_floor}
+model=${MODEL:-bench/models/qwen2-0.5b}
+common=(--model "$model" --load-format dummy --device cpu --threads 2 --block-size 16
+        --ignore-eos --temperature 0 --max-model-len 1024)
+ids() { python3 -c "print(','.join(str(1 + i % 1000) for i in range($1)))"; }
+p512=$(ids 512)
+p16=$(ids 16)
+
+run() {  # BINARY WORKLOAD: prints the workload's figures, space-separated
+  case $2 in
+    prefill)
+      "$1" generate "${common[@]}" --prompt-ids "$p512" --max-tokens 1 \
+        --max-num-batched-tokens 512 --json 2>/dev/null |
+        python3 -c "import json,sys; print(json.load(sys.stdin)['timing']['prefill_tokens_per_second'])" ;;
+    decode)
+      "$1" generate "${common[@]}" --prompt-ids "$p16" --max-tokens 32 --json 2>/dev/null |
+        python3 -c "import json,sys; print(json.load(sys.stdin)['timing']['decode_tokens_per_second'])" ;;
+    streams)
+      "$1" bench "${common[@]}" --num-prompts 16 --input-len 128 --output-len 32 \
+        --max-num-seqs 16 --max-num-batched-tokens 2048 --json 2>/dev/null |
+        python3 -c "
+import json, sys
+r = json.load(sys.stdin)['runs'][0]
+d, p = r['decode_steps'], r['prompt_steps']
+print(d['steps'] * d['mean_seqs'] / d['seconds'], r['prompt_tokens'] / p['seconds'])" ;;
+  esac
+}
+
+rows=()
+for ((i = 0; i < rounds; ++i)); do
+  peak=$("$floor" --threads 2 --json | python3 -c "import json,sys; print(json.load(sys.stdin)['fp32_gflops'])")
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  echo "round $((i + 1))/$rounds, load $load, FP32 peak $peak GFLOP/s" >&2
+  order=(before after)
+  ((i % 2 == 1)) && order=(after before)
+  declare -A got=()
+  for w in prefill streams decode; do
+    for side in "${order[@]}"; do
+      bin=$before
+      [[ $side == after ]] && bin=$after
+      got[$side.$w]=$(run "$bin" "$w")
+    done
+    echo "  $w: before ${got[before.$w]}, after ${got[after.$w]}" >&2
+  done
+  read -r bsd bsp <<<"${got[before.streams]}"
+  read -r asd asp <<<"${got[after.streams]}"
+  rows+=("{\"round\": $i, \"load\": $load, \"fp32_gflops\": $peak,
+    \"before\": {\"prefill\": ${got[before.prefill]}, \"streams_decode\": $bsd, \"streams_prompt\": $bsp, \"decode\": ${got[before.decode]}},
+    \"after\": {\"prefill\": ${got[after.prefill]}, \"streams_decode\": $asd, \"streams_prompt\": $asp, \"decode\": ${got[after.decode]}}}")
+  unset got
+done
+
+python3 - "$json" "${rows[@]}" <<'PY'
+import json, statistics, sys
+rows = [json.loads(a) for a in sys.argv[2:]]
+if sys.argv[1] == "1":
+    print(json.dumps(rows, indent=1))
+    sys.exit()
+med = statistics.median
+peaks = [r["fp32_gflops"] for r in rows]
+print(f"{len(rows)} rounds, load {min(r['load'] for r in rows)}-{max(r['load'] for r in rows)}, "
+      f"FP32 peak {min(peaks):.0f}-{max(peaks):.0f} GFLOP/s (2 threads)")
+print("| workload | before (median; rounds) | after (median; rounds) | after / before |")
+print("|---|---|---|---|")
+names = {"prefill": "prefill 512, tokens/s", "streams_decode": "16 streams, decode phase",
+         "streams_prompt": "16 streams, prompt phase", "decode": "decode, 1 sequence"}
+for key, name in names.items():
+    b = [r["before"][key] for r in rows]
+    a = [r["after"][key] for r in rows]
+    fmt = lambda v: ", ".join(f"{x:.1f}" for x in v)
+    print(f"| {name} | {med(b):.1f} ({fmt(b)}) | {med(a):.1f} ({fmt(a)}) | {med(a) / med(b):.2f} |")
+PY
