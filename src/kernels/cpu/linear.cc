@@ -202,31 +202,21 @@ void run_claimed_tiles(int64_t m, int64_t n, int64_t m_tile, int64_t group, int6
   });
 }
 
-void linear_avx512(const float* x, const TensorView& weight, const TensorView& bias, float* out,
-                   int64_t m, ThreadPool& pool) {
+// The fp32 kernels of the AVX-512 and AVX2 paths (matmul_nt_avx512, matmul_nt_fma_avx2), one call
+// per claimed range: blocks of m_tile rows of x against groups of `group` weight rows.
+using MatmulNt = void (*)(const float* x, int64_t ldx, int64_t m, const void* w, DType dtype,
+                          int64_t n, int64_t k, const float* bias, float* out, int64_t ldo);
+void linear_fp32(MatmulNt matmul_nt, int64_t m_tile, int64_t group, const float* x,
+                 const TensorView& weight, const TensorView& bias, float* out, int64_t m,
+                 ThreadPool& pool) {
   const int64_t n = weight.shape[0];
   const int64_t k = weight.shape[1];
   const int64_t w_elem_bytes = dtype_size(weight.dtype);
   const char* w = static_cast<const char*>(weight.data);
-  run_claimed_tiles(m, n, avx512_block_rows(k * static_cast<int64_t>(sizeof(float))),
-                    detail::kAvx512TileCols, detail::kAvx512TileCols * k * w_elem_bytes, bias, pool,
+  run_claimed_tiles(m, n, m_tile, group, group * k * w_elem_bytes, bias, pool,
                     [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
-                      detail::matmul_nt_avx512(x + m0 * k, k, rows, w + n0 * k * w_elem_bytes,
-                                               weight.dtype, cols, k, b, out + m0 * n + n0, n);
-                    });
-}
-
-void linear_avx2(const float* x, const TensorView& weight, const TensorView& bias, float* out,
-                 int64_t m, ThreadPool& pool) {
-  const int64_t n = weight.shape[0];
-  const int64_t k = weight.shape[1];
-  const int64_t w_elem_bytes = dtype_size(weight.dtype);
-  const char* w = static_cast<const char*>(weight.data);
-  run_claimed_tiles(m, n, kAvx2BlockRows, detail::kFmaAvx2GroupCols,
-                    detail::kFmaAvx2GroupCols * k * w_elem_bytes, bias, pool,
-                    [&](int64_t m0, int64_t rows, int64_t n0, int64_t cols, const float* b) {
-                      detail::matmul_nt_fma_avx2(x + m0 * k, k, rows, w + n0 * k * w_elem_bytes,
-                                                 weight.dtype, cols, k, b, out + m0 * n + n0, n);
+                      matmul_nt(x + m0 * k, k, rows, w + n0 * k * w_elem_bytes, weight.dtype, cols,
+                                k, b, out + m0 * n + n0, n);
                     });
 }
 
@@ -341,11 +331,14 @@ Status linear_with_isa(CpuIsa isa, const float* x, TensorView weight, TensorView
   const int64_t k = weight.shape[1];
   if (m == 0) return Status::Ok();
   if (isa == CpuIsa::kAvx512) {
-    linear_avx512(x, weight, bias, out, m, pool);
+    linear_fp32(detail::matmul_nt_avx512,
+                avx512_block_rows(k * static_cast<int64_t>(sizeof(float))), detail::kAvx512TileCols,
+                x, weight, bias, out, m, pool);
     return Status::Ok();
   }
   if (isa == CpuIsa::kAvx2) {
-    linear_avx2(x, weight, bias, out, m, pool);
+    linear_fp32(detail::matmul_nt_fma_avx2, kAvx2BlockRows, detail::kFmaAvx2GroupCols, x, weight,
+                bias, out, m, pool);
     return Status::Ok();
   }
   // The portable path. Tasks are n-tile major so a thread's consecutive tasks share one weight
