@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/elementwise_avx2.h"
 #include "kernels/cpu/elementwise_avx512.h"
 
 namespace strata::cpu {
@@ -52,12 +53,16 @@ Status validate_embedding(const EmbeddingParams& p) {
 
 Status silu_and_mul(const float* gate, const float* up, float* out, int64_t n, ThreadPool& pool) {
   STRATA_RETURN_IF_ERROR(validate_elementwise("silu_and_mul", gate, up, out, n));
-  if (best_cpu_isa() == CpuIsa::kAvx512) {
-    // A vectorized exp (elementwise_avx512.h); each element still depends on itself alone.
+  const CpuIsa isa = best_cpu_isa();
+  if (isa != CpuIsa::kPortable) {
+    // A vectorized exp (elementwise_avx512.h, elementwise_avx2.h); each element still depends on
+    // itself alone.
+    const auto kernel =
+        isa == CpuIsa::kAvx512 ? detail::silu_and_mul_avx512 : detail::silu_and_mul_avx2;
     pool.parallel_for(
         n,
         [&](int64_t begin, int64_t end) {
-          detail::silu_and_mul_avx512(gate + begin, up + begin, out + begin, end - begin);
+          kernel(gate + begin, up + begin, out + begin, end - begin);
         },
         kMinElemsPerChunk);
     return Status::Ok();

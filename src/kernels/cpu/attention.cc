@@ -11,8 +11,8 @@
 #include "kernels/cpu/attention_avx512.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/elementwise_avx2.h"
 #include "kernels/cpu/elementwise_avx512.h"
-#include "kernels/cpu/linear_avx2.h"
 #include "kernels/cpu/linear_avx512.h"
 
 namespace strata::cpu {
@@ -25,6 +25,7 @@ struct Scratch {
   std::vector<float> scores;  // [rows, n]: scores, then softmax numerators (n: the tile's keys)
   std::vector<float> acc;     // [rows, head_dim]: sum over blocks of the block partials
   std::vector<float> tile;    // [block_size, head_dim]: one block's K or V rows as fp32
+  std::vector<float> keys_t;  // AVX2: [head_dim, block_size rounded up to 8]: the block's K^T
   std::vector<float> max;     // [rows]
   std::vector<float> sum;     // [rows]
   std::vector<const float*> weight_rows;  // [rows]: p.v operands
@@ -47,9 +48,9 @@ struct TileTask {
   int32_t tokens;  // 1 .. the tile size
   int32_t pos0;    // the first token's position
   int32_t window;  // AttentionParams::sliding_window
-  // The instruction-set path: AVX-512 fused multiply-adds for q.k and p.v, or the unfused order
-  // of the portable path (AVX2: the same operations 8 lanes wide). One fixed order per output
-  // element either way; paged_attention uses best_cpu_isa() for every task of the process.
+  // The instruction-set path: fused multiply-adds and a polynomial exp (AVX-512, AVX2), or the
+  // portable path's separate multiply and add and std::exp. One fixed order per output element
+  // on each; paged_attention uses best_cpu_isa() for every task of the process.
   CpuIsa isa;
   bool avx512() const { return isa == CpuIsa::kAvx512; }
   int32_t pos(int32_t i) const { return pos0 + i; }
@@ -263,8 +264,9 @@ const float* logical_block_rows(const AttentionParams& p, const TileTask& t, KvP
 
 // Pass 1: scores[r][j] = scale * q_r . k_(first(0) + j), block by block, for the rows whose token
 // attends to some key of the block (keys of the block another row of the tile needs are computed
-// too and never read). Each score is the same fp32 operations whatever the tile: the linear
-// micro-kernel's result does not depend on its row count or a row's place in it.
+// too and never read). Each score is the same fp32 operations whatever the tile: no path's
+// micro-kernel result depends on its row count, a row's place in it or a key's place in the block
+// (AVX2 transposes the block's keys and scales in the kernel; attention_avx2.h).
 void compute_scores(const AttentionParams& p, const TileTask& t, int32_t group, Scratch& s) {
   const int32_t bs = p.layout.block_size;
   const int32_t d = p.cache.head_dim;
@@ -284,8 +286,9 @@ void compute_scores(const AttentionParams& p, const TileTask& t, int32_t group, 
         detail::matmul_nt_f32_avx512(q, d, rows, k, ld, count, d, scores, n);
         break;
       case CpuIsa::kAvx2:
-        detail::matmul_nt_f32_avx2(q, d, rows, k, ld, count, d, scores, n);
-        break;
+        detail::transpose_keys_avx2(k, ld, count, d, s.keys_t.data());
+        detail::scores_avx2(q, d, rows, s.keys_t.data(), count, d, p.scale, scores, n);
+        continue;  // scaled in the kernel
       case CpuIsa::kPortable:
         detail::matmul_nt(q, d, rows, k, ld, count, d, scores, n);
         break;
@@ -339,8 +342,8 @@ void accumulate_weighted_v(const float* const* w, const float* v, int64_t ld, in
 }
 
 // acc rows += w rows . V for `rows` rows sharing one V range: the AVX-512 kernel, the AVX2 one or
-// the portable one two rows at a time (AVX2 and portable bit-identical); no path's per-element
-// operations depend on how many rows share a call.
+// the portable one two rows at a time; no path's per-element operations depend on how many rows
+// share a call.
 void accumulate_rows(CpuIsa isa, const float* const* w, int32_t rows, const float* v, int64_t ld,
                      int32_t count, int32_t d, float* const* acc) {
   switch (isa) {
@@ -384,9 +387,15 @@ void row_maxima(const TileTask& t, int32_t group, Scratch& s) {
 // Row r's numerators exp(score - max) over keys [first, first + count), their sum added to sum[r].
 void exp_block(const TileTask& t, int64_t r, int32_t first, int32_t count, Scratch& s) {
   float* weights = s.scores.data() + r * t.num_keys() + (first - t.first(0));
-  if (t.avx512()) {
-    s.sum[r] += detail::exp_sub_and_sum_avx512(weights, count, s.max[r]);
-    return;
+  switch (t.isa) {
+    case CpuIsa::kAvx512:
+      s.sum[r] += detail::exp_sub_and_sum_avx512(weights, count, s.max[r]);
+      return;
+    case CpuIsa::kAvx2:
+      s.sum[r] += detail::exp_sub_and_sum_avx2(weights, count, s.max[r]);
+      return;
+    case CpuIsa::kPortable:
+      break;
   }
   float block_sum = 0.0f;
   for (int32_t j = 0; j < count; ++j) {
@@ -489,6 +498,8 @@ void reserve(Scratch& s, int32_t rows, int32_t n, int32_t d, int32_t block_size)
   grow(s.scores, r * static_cast<size_t>(n));
   grow(s.acc, r * static_cast<size_t>(d));
   grow(s.tile, static_cast<size_t>(block_size) * static_cast<size_t>(d));
+  grow(s.keys_t,
+       static_cast<size_t>(detail::transposed_keys_stride(block_size)) * static_cast<size_t>(d));
   grow(s.max, r);
   grow(s.sum, r);
   grow(s.weight_rows, r);

@@ -92,9 +92,8 @@ inline constexpr int32_t kAttentionTileTokens = 4;
 namespace detail {
 // paged_attention on a given instruction-set path with tasks of up to tile_tokens consecutive
 // query tokens of one sequence (I4 caches: always 1); paged_attention itself is best_cpu_isa()
-// and kAttentionTileTokens. The tile size never changes a bit of out or mass, and kAvx2 is
-// bit-identical to kPortable (kAvx512 fuses, so it is only equal to itself): tests compare them,
-// benchmarks time them. InvalidArgument for tile_tokens < 1, Unsupported for a path this CPU
+// and kAttentionTileTokens. The tile size never changes a bit of out or mass on any path (kAvx2
+// and kAvx512 fuse, so each is only equal to itself): tests compare them, benchmarks time them. InvalidArgument for tile_tokens < 1, Unsupported for a path this CPU
 // lacks.
 Status paged_attention_with(const AttentionParams& params, ThreadPool& pool, CpuIsa isa,
                             int32_t tile_tokens);

@@ -6,11 +6,10 @@
 //
 // Determinism: within one path every output is computed by one fixed sequence of fp32 operations
 // whatever the batch size, tile or thread count (what batch and chunking invariance rest on).
-// The linear kernels of kAvx2 (8 lanes) and kAvx512 (16 lanes) fuse multiply-adds, so they round
-// differently from kPortable's separate multiply and add (tests hold them to the float64 reference
-// and to exact equality across m, row position and thread count); attention's kAvx2 path keeps
-// the portable sequence and is bit-identical to it. A process uses one path for all its work
-// (best_cpu_isa()).
+// kAvx2 (8 lanes) and kAvx512 (16 lanes) fuse multiply-adds and take exp from a polynomial, so
+// they round differently from kPortable's separate multiply and add and std::exp (tests hold each
+// to the float64 reference and to exact equality with itself across m, row position, tile and
+// thread count). A process uses one path for all its work (best_cpu_isa()).
 
 #include <array>
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cpu/avx2_common.h"
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/cpu/reduce_avx2.h"
 
 namespace strata::cpu::detail {
 
@@ -50,12 +50,6 @@ STRATA_FMA_AVX2 __m256 load_tail(const typename W::T* p, int64_t tail) {
   typename W::T buf[kLanes] = {};
   std::memcpy(buf, p, static_cast<size_t>(tail) * sizeof(typename W::T));
   return W::load8(buf);
-}
-
-// Lanes [0, tail) all ones: the x elements of a last step (maskload reads nothing past them).
-STRATA_FMA_AVX2 __m256i lanes_below(int64_t tail) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(tail)),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 STRATA_FMA_AVX2 void store_output(__m256 acc, const float* bias, int c, float* out) {

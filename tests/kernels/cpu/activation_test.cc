@@ -4,11 +4,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/elementwise_avx2.h"
+#include "kernels/cpu/elementwise_avx512.h"
 
 namespace strata::cpu {
 namespace {
@@ -47,6 +51,44 @@ TEST(SiluAndMulTest, MatchesFloat64ReferenceIncludingExtremes) {
       silu_and_mul(gate.data(), u2.data(), u2.data(), static_cast<int64_t>(u2.size()), pool).ok());
   EXPECT_TRUE(bit_equal(g2.data(), out.data(), static_cast<int64_t>(out.size())));
   EXPECT_TRUE(bit_equal(u2.data(), out.data(), static_cast<int64_t>(out.size())));
+}
+
+// The softmax numerators of attention's AVX2 path: exp(x - max) within 2 ulp of float64 over the
+// whole range, denormal results within one denormal step of it (0 far below), inf past the
+// largest float, the sum in its stated order (lane sums, then
+// reduce_lanes' tree), and on a CPU with AVX-512 the same bits as its exp.
+TEST(ExpAvx2Test, MatchesFloat64AndSumsInItsOrder) {
+  if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::vector<float> x = {-200.0f,  -104.0f, -103.9f, -95.5f, -87.4f, -87.3f,
+                          -20.0f,   -1e-6f,  0.0f,    1e-6f,  0.5f,   -0.34657f,
+                          0.34658f, 10.0f,   88.72f,  88.73f, 89.0f,  150.0f};
+  for (size_t i = 0; i < 4000; ++i) x.push_back(-105.0f + 97.5f * (hashed_uniform(21, i) + 1.0f));
+  for (const int32_t count : {1, 7, 8, 9, 16, 17, static_cast<int32_t>(x.size())}) {
+    for (const float max : {0.0f, 1.5f}) {
+      std::vector<float> got(x.begin(), x.begin() + count);
+      const float sum = detail::exp_sub_and_sum_avx2(got.data(), count, max);
+      float lanes[detail::kLanes] = {};
+      for (int32_t j = 0; j < count; ++j) {
+        const float arg = x[static_cast<size_t>(j)] - max;
+        const double ref = std::exp(static_cast<double>(arg));
+        const float e = got[static_cast<size_t>(j)];
+        lanes[j % detail::kLanes] += e;
+        if (ref > std::numeric_limits<float>::max()) {
+          EXPECT_TRUE(std::isinf(e)) << arg;
+        } else if (ref < std::numeric_limits<float>::min()) {
+          EXPECT_LE(std::abs(e - ref), std::numeric_limits<float>::denorm_min()) << arg;
+        } else {
+          EXPECT_LE(std::abs(e - ref), 2.4e-7 * ref) << arg;
+        }
+      }
+      EXPECT_EQ(sum, detail::reduce_lanes(lanes)) << count;
+      if (cpu_supports(CpuIsa::kAvx512)) {
+        std::vector<float> wide(x.begin(), x.begin() + count);
+        detail::exp_sub_and_sum_avx512(wide.data(), count, max);
+        EXPECT_TRUE(bit_equal(wide.data(), got.data(), count)) << count;
+      }
+    }
+  }
 }
 
 TEST(GeluTanhAndMulTest, MatchesFloat64ReferenceIncludingExtremes) {

@@ -1,6 +1,7 @@
 #pragma once
-// reduce8: reduce_lanes (cpu_common.h) of eight 8-lane accumulators at once, for the AVX2
-// kernels (linear_avx2.cc, linear_fma_avx2.cc). Only call it when the CPU has AVX2.
+// Pieces shared by the AVX2 kernels (linear_fma_avx2.cc, attention_avx2.cc, elementwise_avx2.cc):
+// reduce8, reduce_lanes (cpu_common.h) of eight 8-lane accumulators at once, and lanes_below, the
+// mask of a last step's lanes. Only call them when the CPU has AVX2.
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -8,6 +9,13 @@
 #include <cstdint>
 
 namespace strata::cpu::detail {
+
+// Lanes [0, count) all ones, the rest zero (count in 0..8): the mask with which a last step's
+// _mm256_maskload_ps reads nothing past the end of a row.
+__attribute__((target("avx2"))) inline __m256i lanes_below(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 
 // reduce_lanes (cpu_common.h) of 8 accumulators at once, then + bias: out[r * ldo + c] for
 // acc[r * cols + c]. The same additions on the same pairs -- (l, l + 4), then (0 + 2, 1 + 3)
