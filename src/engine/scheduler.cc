@@ -1,7 +1,6 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <utility>
 
 #include "core/check.h"
@@ -242,10 +241,8 @@ int32_t Scheduler::scheduled_tokens(const SchedulerOutput& out, const Sequence* 
 
 int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32_t max_admit) {
   int32_t admitted = 0;
-  // In order. A sequence whose prefix is still being read (from disk or Redis, into host slots
-  // reserved for it) keeps its place and lets those behind it in: holding them until its reads
-  // land left the running batch thin under load. A sequence whose prefix is copying up into the
-  // pool holds the queue (those behind it would evict the blocks it holds there) but not the
+  // In order. A sequence whose prefix is still coming from disk, or still copying up into the
+  // pool, holds the queue (those behind it would evict its pool-resident prefix) but not the
   // running ones: they step on meanwhile.
   auto next = waiting_.begin();
   while (next != waiting_.end() && budget > 0 && admitted < max_admit &&
@@ -254,8 +251,7 @@ int32_t Scheduler::schedule_waiting(SchedulerOutput& out, int32_t& budget, int32
     // Reads from Redis that are not done when computing the blocks would have been go on for
     // whoever needs the blocks next; this request is computed.
     if (seq->prefetch.pending() && (tiers_ == nullptr || !tiers_->abandon_overdue(seq->prefetch))) {
-      ++next;
-      continue;
+      break;
     }
     if (tiers_ != nullptr && tiers_->promotion_pending(seq)) break;
     kv::PrefixHit hit;
@@ -398,12 +394,8 @@ SchedulerOutput Scheduler::schedule(double now) {
       if (tiers_->promotion_under_way()) {
         tiers_->wait_promotion();
       } else {
-        // At most until the first waiting request's reads are overdue: then it is computed.
-        auto until = std::chrono::steady_clock::time_point::max();
-        for (const Sequence* s : waiting_) {
-          if (s->prefetch.pending()) until = std::min(until, s->prefetch.deadline);
-        }
-        tiers_->wait_io(until);
+        // At most until the head's reads are overdue: then it is computed.
+        tiers_->wait_io(waiting_.front()->prefetch.deadline);
       }
     }
     return out;

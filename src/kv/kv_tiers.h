@@ -190,7 +190,7 @@ class KvTiers final : public PoolListener {
   void publish_events();
   // Blocks until a read from Redis under way, else one of group 0's I/O jobs, finishes, and
   // applies it (at once when none is outstanding); a read from Redis is waited for until `until`
-  // at the latest (the earliest PrefetchState::deadline of the waiting requests).
+  // at the latest (the head of the queue's PrefetchState::deadline).
   void wait_io(std::chrono::steady_clock::time_point until =
                    std::chrono::steady_clock::time_point::max());
   // Waits for every outstanding disk read and write, and applies them.
