@@ -53,6 +53,19 @@ print(d['steps'] * d['mean_seqs'] / d['seconds'], r['prompt_tokens'] / p['second
   esac
 }
 
+figures() {  # SIDE: that build's figures of the round (in got) as a JSON object
+  local side=$1 out="" w sd sp
+  for w in "${workloads[@]}"; do
+    if [[ $w == streams ]]; then
+      read -r sd sp <<<"${got[$side.streams]}"
+      out+="${out:+, }\"streams_decode\": $sd, \"streams_prompt\": $sp"
+    else
+      out+="${out:+, }\"$w\": ${got[$side.$w]}"
+    fi
+  done
+  echo "{$out}"
+}
+
 rows=()
 for ((i = 0; i < rounds; ++i)); do
   peak=$("$floor" --threads 2 --json | python3 -c "import json,sys; print(json.load(sys.stdin)['fp32_gflops'])")
@@ -69,18 +82,6 @@ for ((i = 0; i < rounds; ++i)); do
     done
     echo "  $w: before ${got[before.$w]}, after ${got[after.$w]}" >&2
   done
-  figures() {  # SIDE: the round's figures of that build as a JSON object
-    local side=$1 out="" w sd sp
-    for w in "${workloads[@]}"; do
-      if [[ $w == streams ]]; then
-        read -r sd sp <<<"${got[$side.streams]}"
-        out+="${out:+, }\"streams_decode\": $sd, \"streams_prompt\": $sp"
-      else
-        out+="${out:+, }\"$w\": ${got[$side.$w]}"
-      fi
-    done
-    echo "{$out}"
-  }
   rows+=("{\"round\": $i, \"load\": $load, \"fp32_gflops\": $peak,
     \"before\": $(figures before), \"after\": $(figures after)}")
   unset got

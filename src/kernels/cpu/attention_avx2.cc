@@ -1,9 +1,5 @@
 #include "kernels/cpu/attention_avx2.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include <cmath>
 
 #include "core/check.h"
@@ -14,12 +10,10 @@ namespace strata::cpu::detail {
 #if defined(__x86_64__)
 namespace {
 
-#define STRATA_AVX2 __attribute__((target("avx2,fma")))
-
 // H heads x V 8-channel vectors starting at channel c; each V load is shared by H heads.
 template <int H, int V>
-STRATA_AVX2 void pv_tile(const float* const* w, const float* v, int64_t ldv, int32_t count,
-                         int32_t c, float* const* acc) {
+STRATA_FMA_AVX2 void pv_tile(const float* const* w, const float* v, int64_t ldv, int32_t count,
+                             int32_t c, float* const* acc) {
   __m256 part[H][V];
   for (int h = 0; h < H; ++h) {
     for (int q = 0; q < V; ++q) part[h][q] = _mm256_setzero_ps();
@@ -43,8 +37,8 @@ STRATA_AVX2 void pv_tile(const float* const* w, const float* v, int64_t ldv, int
 }
 
 template <int H>
-STRATA_AVX2 void pv_heads(const float* const* w, const float* v, int64_t ldv, int32_t count,
-                          int32_t d, float* const* acc) {
+STRATA_FMA_AVX2 void pv_heads(const float* const* w, const float* v, int64_t ldv, int32_t count,
+                              int32_t d, float* const* acc) {
   int32_t c = 0;
   for (; c + 16 <= d; c += 16) pv_tile<H, 2>(w, v, ldv, count, c, acc);
   for (; c + 8 <= d; c += 8) pv_tile<H, 1>(w, v, ldv, count, c, acc);
@@ -58,7 +52,7 @@ STRATA_AVX2 void pv_heads(const float* const* w, const float* v, int64_t ldv, in
 }
 
 // The 8 x 8 block k[j * ldk + i] (j, i < 8) transposed into kt[i * ldt + j].
-STRATA_AVX2 void transpose8x8(const float* k, int64_t ldk, float* kt, int32_t ldt) {
+STRATA_FMA_AVX2 void transpose8x8(const float* k, int64_t ldk, float* kt, int32_t ldt) {
   __m256 r[8], t[8];
   for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(k + j * ldk);
   for (int j = 0; j < 8; j += 2) {
@@ -86,10 +80,12 @@ constexpr int32_t kScoreChain = 16;
 // in registers, added to the partial sum kept in the scores row (L1), scaled at the last; the
 // last vector's keys past count are neither read nor written.
 template <int R, int V>
-STRATA_AVX2 void scores_tile(const float* q, int64_t ldq, const float* kt, int32_t ldt, int32_t j0,
-                             int32_t count, int32_t d, float scale, float* scores, int64_t lds) {
+STRATA_FMA_AVX2 void scores_tile(const float* q, int64_t ldq, const float* kt, int32_t ldt,
+                                 int32_t j0, int32_t count, int32_t d, float scale, float* scores,
+                                 int64_t lds) {
   const int32_t left = count - j0 - 8 * (V - 1);  // keys of the last vector
   const __m256i last = lanes_below(left < 8 ? left : 8);
+  const __m256 sc = _mm256_set1_ps(scale);
   for (int32_t i0 = 0; i0 < d; i0 += kScoreChain) {
     const int32_t i1 = i0 + kScoreChain < d ? i0 + kScoreChain : d;
     __m256 acc[R][V];
@@ -106,7 +102,6 @@ STRATA_AVX2 void scores_tile(const float* q, int64_t ldq, const float* kt, int32
       }
     } while (++i < i1);
     const bool first = i0 == 0, final = i1 == d;
-    const __m256 sc = _mm256_set1_ps(scale);
     for (int r = 0; r < R; ++r) {
       for (int v = 0; v < V; ++v) {
         float* out = scores + r * lds + j0 + 8 * v;
@@ -126,9 +121,9 @@ STRATA_AVX2 void scores_tile(const float* q, int64_t ldq, const float* kt, int32
 }
 
 template <int V>
-STRATA_AVX2 void scores_rows(const float* q, int64_t ldq, int64_t rows, const float* kt,
-                             int32_t ldt, int32_t j0, int32_t count, int32_t d, float scale,
-                             float* scores, int64_t lds) {
+STRATA_FMA_AVX2 void scores_rows(const float* q, int64_t ldq, int64_t rows, const float* kt,
+                                 int32_t ldt, int32_t j0, int32_t count, int32_t d, float scale,
+                                 float* scores, int64_t lds) {
   int64_t r = 0;
   for (; r + 6 <= rows; r += 6) {
     scores_tile<6, V>(q + r * ldq, ldq, kt, ldt, j0, count, d, scale, scores + r * lds, lds);
@@ -180,7 +175,7 @@ void scores_avx2(const float* q, int64_t ldq, int64_t rows, const float* kt, int
   if (j < count) scores_rows<1>(q, ldq, rows, kt, ldt, j, count, d, scale, scores, lds);
 }
 
-STRATA_AVX2 float max_avx2(const float* x, int32_t count) {
+STRATA_FMA_AVX2 float max_avx2(const float* x, int32_t count) {
   __m256 m = _mm256_set1_ps(x[0]);
   int32_t j = 0;
   for (; j + 8 <= count; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));

@@ -1,10 +1,14 @@
 #pragma once
-// Pieces shared by the AVX2 kernels (linear_fma_avx2.cc, attention_avx2.cc, elementwise_avx2.cc):
-// reduce8, reduce_lanes (cpu_common.h) of eight 8-lane accumulators at once, and lanes_below, the
-// mask of a last step's lanes. Only call them when the CPU has AVX2.
+// What the AVX2 kernels (linear_fma_avx2.cc, attention_avx2.cc, elementwise_avx2.cc) share, as
+// avx512_target.h is for AVX-512: <immintrin.h>; STRATA_FMA_AVX2, the per-function target of the
+// kAvx2 path (AVX2 + FMA + F16C, what cpu_isa.cc checks before choosing it); reduce8,
+// reduce_lanes (cpu_common.h) of eight 8-lane accumulators at once; and lanes_below, the mask of
+// a last step's lanes. Only call them when cpu_supports(CpuIsa::kAvx2).
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#define STRATA_FMA_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 #include <cstdint>
 
@@ -12,7 +16,7 @@ namespace strata::cpu::detail {
 
 // Lanes [0, count) all ones, the rest zero (count in 0..8): the mask with which a last step's
 // _mm256_maskload_ps reads nothing past the end of a row.
-__attribute__((target("avx2"))) inline __m256i lanes_below(int64_t count) {
+STRATA_FMA_AVX2 inline __m256i lanes_below(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -21,8 +25,8 @@ __attribute__((target("avx2"))) inline __m256i lanes_below(int64_t count) {
 // acc[r * cols + c]. The same additions on the same pairs -- (l, l + 4), then (0 + 2, 1 + 3)
 // of the sums, then those two -- done across registers instead of one output at a time, so the
 // bits are reduce_lanes' (IEEE addition is commutative).
-__attribute__((target("avx2"))) inline void reduce8(const __m256* acc, const float* bias,
-                                                    float* out, int64_t ldo, int cols) {
+STRATA_FMA_AVX2 inline void reduce8(const __m256* acc, const float* bias, float* out, int64_t ldo,
+                                    int cols) {
   // s[p] = [a(2p) lanes l + l+4 | a(2p + 1) lanes l + l+4], l < 4.
   __m256 s[4];
   for (int p = 0; p < 4; ++p) {

@@ -1,19 +1,14 @@
 #include "kernels/cpu/elementwise_avx2.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "core/check.h"
 #include "kernels/cpu/avx2_common.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/exp_poly.h"
 
 namespace strata::cpu::detail {
 
 #if defined(__x86_64__)
 namespace {
-
-#define STRATA_FMA_AVX2 __attribute__((target("avx2,fma")))
 
 // 2^e for integer lanes e in [-126, 127], built from the exponent bits.
 STRATA_FMA_AVX2 inline __m256 pow2(__m256i e) {
@@ -21,18 +16,14 @@ STRATA_FMA_AVX2 inline __m256 pow2(__m256i e) {
 }
 
 STRATA_FMA_AVX2 inline __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(89.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpMin)), _mm256_set1_ps(kExpMax));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kExpLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // r = x - n ln2, with ln2 = 0.693359375 (exact in a few bits) - 2.12194440e-4.
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpPoly[0]);
+  for (size_t i = 1; i < kExpPoly.size(); ++i)
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   // n in [-150, 128]: both halves lie in [-75, 64].
   const __m256i e = _mm256_cvtps_epi32(n);

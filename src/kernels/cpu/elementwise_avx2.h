@@ -3,11 +3,11 @@
 // silu_and_mul, attention's softmax numerators). Callers pick them when best_cpu_isa() is kAvx2
 // and never mix them with the scalar std::exp path within one process.
 //
-// exp: the AVX-512 exp's algorithm and constants (elementwise_avx512.h: clamp to [-104, 89],
-// x = n ln2 + r, the degree-7 polynomial) on 8 lanes. AVX2 has no vscalefps, so 2^n is applied
-// as two exact powers of two, 2^(n >> 1) then 2^(n - (n >> 1)), each a normal float: the first
-// product is exact and the second rounds once, so denormal results are rounded correctly and the
-// bits equal the AVX-512 exp's. Each element's result depends on that element alone.
+// exp: the AVX-512 exp's algorithm and constants (exp_poly.h, elementwise_avx512.h) on 8 lanes.
+// AVX2 has no vscalefps, so 2^n is applied as two exact powers of two, 2^(n >> 1) then 2^(n - (n >>
+// 1)), each a normal float: the first product is exact and the second rounds once, so denormal
+// results are rounded correctly and the bits equal the AVX-512 exp's. Each element's result depends
+// on that element alone.
 
 #include <cstdint>
 

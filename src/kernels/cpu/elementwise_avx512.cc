@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "kernels/cpu/exp_poly.h"
 
 namespace strata::cpu::detail {
 
@@ -13,18 +14,14 @@ namespace strata::cpu::detail {
 namespace {
 
 STRATA_AVX512 inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpMin)), _mm512_set1_ps(kExpMax));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // r = x - n ln2, with ln2 = 0.693359375 (exact in a few bits) - 2.12194440e-4.
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpPoly[0]);
+  for (size_t i = 1; i < kExpPoly.size(); ++i)
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
 }
@@ -42,17 +39,16 @@ STRATA_AVX512 void silu_and_mul_impl(const float* gate, const float* up, float* 
   }
   if (i < n) {
     const auto mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_ps(out + i, mask,
-                          silu_mul16(_mm512_maskz_loadu_ps(mask, gate + i),
-                                     _mm512_maskz_loadu_ps(mask, up + i)));
+    _mm512_mask_storeu_ps(
+        out + i, mask,
+        silu_mul16(_mm512_maskz_loadu_ps(mask, gate + i), _mm512_maskz_loadu_ps(mask, up + i)));
   }
 }
 
 STRATA_AVX512 float exp_sub_and_sum_impl(float* x, int32_t count, float max) {
   const __m512 m = _mm512_set1_ps(max);
   for (int32_t j = 0; j < count; j += 16) {
-    const auto mask = static_cast<__mmask16>(
-        count - j >= 16 ? 0xFFFFu : (1u << (count - j)) - 1u);
+    const auto mask = static_cast<__mmask16>(count - j >= 16 ? 0xFFFFu : (1u << (count - j)) - 1u);
     const __m512 v = _mm512_maskz_loadu_ps(mask, x + j);
     _mm512_mask_storeu_ps(x + j, mask, exp16(_mm512_sub_ps(v, m)));
   }

@@ -3,12 +3,12 @@
 // silu_and_mul, attention's softmax numerators). Callers pick them when best_cpu_isa() is kAvx512
 // and never mix them with the scalar std::exp path within one process.
 //
-// exp: x is clamped to [-104, 89] (beyond it the fp32 result is 0 or inf anyway), split as
-// x = n ln2 + r with |r| <= ln2 / 2 (n rounded to nearest, ln2 in two parts), exp(r) is a degree-7
-// polynomial (1 + r + r^2 P5(r), the classic minimax coefficients for this interval) and the
-// result is scaled by 2^n with vscalefps, which rounds denormal results correctly. Error about
-// 1 ulp; each element's result depends on that element alone, so vector width, tails (masked
-// lanes) and batch composition never change it.
+// exp (constants in exp_poly.h): x is clamped to [-104, 89] (beyond it the fp32 result is 0 or
+// inf anyway), split as x = n ln2 + r with |r| <= ln2 / 2 (n rounded to nearest, ln2 in two
+// parts), exp(r) is a degree-7 polynomial (1 + r + r^2 P5(r), the classic minimax coefficients
+// for this interval) and the result is scaled by 2^n with vscalefps, which rounds denormal
+// results correctly. Error about 1 ulp; each element's result depends on that element alone, so
+// vector width, tails (masked lanes) and batch composition never change it.
 
 #include <cstdint>
 

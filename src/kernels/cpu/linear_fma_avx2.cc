@@ -1,9 +1,5 @@
 #include "kernels/cpu/linear_fma_avx2.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -16,8 +12,6 @@ namespace strata::cpu::detail {
 
 #if defined(__x86_64__) || defined(__i386__)
 namespace {
-
-#define STRATA_FMA_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 constexpr int kRows = 3;  // rows of x per register tile
 constexpr int kCols = 4;  // rows of W per register tile: 12 accumulators + 3 x + 1 w = 16 ymm

@@ -55,8 +55,8 @@ TEST(SiluAndMulTest, MatchesFloat64ReferenceIncludingExtremes) {
 
 // The softmax numerators of attention's AVX2 path: exp(x - max) within 2 ulp of float64 over the
 // whole range, denormal results within one denormal step of it (0 far below), inf past the
-// largest float, the sum in its stated order (lane sums, then
-// reduce_lanes' tree), and on a CPU with AVX-512 the same bits as its exp.
+// largest float, the sum in its stated order (lane sums, then reduce_lanes' tree), and on a CPU
+// with AVX-512 the same bits as its exp.
 TEST(ExpAvx2Test, MatchesFloat64AndSumsInItsOrder) {
   if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   std::vector<float> x = {-200.0f,  -104.0f, -103.9f, -95.5f, -87.4f, -87.3f,
