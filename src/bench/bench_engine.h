@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -26,6 +27,9 @@ struct TokenEvent {
   std::vector<int32_t> new_tokens;
   bool finished = false;
   bool cancelled = false;
+  // Not empty: the request failed without an answer (its connection was refused or broke, or the
+  // server answered with an error); finished is set. The run goes on and counts it.
+  std::string error;
 };
 
 // What one step did (the engine's EngineStepStats; an HTTP engine fills what its streams show),

@@ -169,6 +169,15 @@ class Run {
     }
     if (!e.finished) return;
     if (e.cancelled) throw Error(r.describe(idx) + " was cancelled by the engine");
+    if (!e.error.empty()) {
+      // As a serving benchmark counts a failed request: the run goes on (a session's next turn
+      // too, after what this one received) and the failure is reported, not timed.
+      rec.failed = true;
+      if (result_.num_failed++ == 0) result_.first_failure = r.describe(idx) + ": " + e.error;
+      ids_.erase(it);
+      finish(idx, t);
+      return;
+    }
     if (rec.num_output_tokens > r.output_len ||
         (o_.ignore_eos && rec.num_output_tokens != r.output_len)) {
       throw Error(r.describe(idx) + ": asked for " + std::to_string(r.output_len) +

@@ -52,6 +52,7 @@ struct RequestRecord {
   int32_t prompt_len = 0;
   int32_t output_len = 0;         // asked
   int32_t num_output_tokens = 0;  // received
+  bool failed = false;            // TokenEvent::error: no latency of it is counted
 };
 
 struct RunResult {
@@ -63,6 +64,8 @@ struct RunResult {
   int64_t num_prompt_tokens = 0;
   int64_t num_output_tokens = 0;
   int64_t num_stopped_early = 0;  // finished before output_len (EOS allowed only)
+  int64_t num_failed = 0;         // requests that failed (TokenEvent::error)
+  std::string first_failure;      // the first failed request and why
   CacheableShare cacheable;       // in the order requests were really submitted
   EngineTotals counters;        // the engine's, after the run
 };

@@ -297,7 +297,12 @@ void HttpBenchEngine::stream(uint64_t id, std::string body) {
       return true;
     }
     bad_event = reader.feed(data, n, [&](std::vector<int32_t> ids, const std::string& finish) {
-      push({id, std::move(ids), !finish.empty(), finish == "abort"});
+      TokenEvent e;
+      e.id = id;
+      e.new_tokens = std::move(ids);
+      e.finished = !finish.empty();
+      e.cancelled = finish == "abort";
+      push(std::move(e));
     });
     return bad_event.empty();
   };
@@ -327,21 +332,18 @@ void HttpBenchEngine::push(TokenEvent event) {
 }
 
 void HttpBenchEngine::fail(uint64_t id, const std::string& why) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (error_.empty()) {
-      error_ = "request " + std::to_string(id) + " to " + endpoint_of(id) + ": " + why;
-    }
-  }
-  cv_.notify_one();
+  TokenEvent e;
+  e.id = id;
+  e.finished = true;
+  e.error = endpoint_of(id) + ": " + why;
+  push(std::move(e));
 }
 
 Status HttpBenchEngine::step(std::vector<TokenEvent>& events, StepRecord& stats) {
   std::vector<TokenEvent> got;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, config_.poll, [this] { return !pending_.empty() || !error_.empty(); });
-    if (!error_.empty()) return Status::Internal(error_);
+    cv_.wait_for(lock, config_.poll, [this] { return !pending_.empty(); });
     got.swap(pending_);
   }
   stats.num_running = static_cast<int32_t>(num_in_flight_);

@@ -62,8 +62,8 @@ class HttpBenchEngine final : public BenchEngine {
   const ServerInfo& server() const { return info_; }
 
   Result<uint64_t> submit(const SubmitRequest& request) override;
-  // Internal with the server's message when a stream failed (an HTTP error, a broken
-  // connection, an event that is not what was asked).
+  // A stream that failed (an HTTP error, a refused or broken connection, an event that is not
+  // what was asked) finishes its request with TokenEvent::error, the server's message in it.
   Status step(std::vector<TokenEvent>& events, StepRecord& stats) override;
   bool has_unfinished() const override;
   EngineTotals counters() const override;
@@ -77,7 +77,7 @@ class HttpBenchEngine final : public BenchEngine {
   const std::string& endpoint_of(uint64_t id) const;
   void stream(uint64_t id, std::string body);
   void push(TokenEvent event);
-  void fail(uint64_t id, const std::string& why);
+  void fail(uint64_t id, const std::string& why);  // finishes the request with the error
 
   struct Thread {
     std::thread thread;
@@ -91,8 +91,7 @@ class HttpBenchEngine final : public BenchEngine {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<TokenEvent> pending_;    // from the stream threads, not yet handed to step()
-  std::string error_;                  // the first stream failure
+  std::vector<TokenEvent> pending_;  // from the stream threads, not yet handed to step()
   EngineTotals totals_;              // from the streams' usage
   std::atomic<bool> stopping_{false};  // the destructor runs: streams end early
   // Driver thread only (counters() joins the last ones, hence mutable).

@@ -31,15 +31,19 @@ void goodput_metrics(const RunResult& run, const Slo& slo, BenchMetrics& m) {
   if (!slo.active()) return;
   m.has_slo = true;
   m.slo = slo;
-  m.num_good_requests = std::count_if(run.requests.begin(), run.requests.end(),
-                                      [&](const RequestRecord& r) { return meets(r, slo); });
+  m.num_good_requests =
+      std::count_if(run.requests.begin(), run.requests.end(),
+                    [&](const RequestRecord& r) { return !r.failed && meets(r, slo); });
   m.goodput_requests_per_s = ratio(static_cast<double>(m.num_good_requests), run.duration_s);
 }
 
 void latency_metrics(const RunResult& run, BenchMetrics& m) {
   std::vector<double> ttft, tpot, e2e;
   double total_len = 0.0;
+  int64_t answered = 0;
   for (const RequestRecord& r : run.requests) {
+    if (r.failed) continue;
+    ++answered;
     ttft.push_back(r.first_token_s - r.arrival_s);
     e2e.push_back(r.finish_s - r.arrival_s);
     if (r.num_output_tokens > 1) tpot.push_back(request_tpot(r));
@@ -50,7 +54,7 @@ void latency_metrics(const RunResult& run, BenchMetrics& m) {
   m.e2e_s = summarize(e2e);
   std::vector<double> itl = run.inter_token_s;
   m.inter_token_s = summarize(itl);
-  m.mean_sequence_len = ratio(total_len, static_cast<double>(run.requests.size()));
+  m.mean_sequence_len = ratio(total_len, static_cast<double>(answered));
 }
 
 void step_metrics(const RunResult& run, int32_t block_size, BenchMetrics& m) {
@@ -179,6 +183,8 @@ BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context
   m.kv_tier_down_seconds = c.kv_tier_down_seconds;
   m.kv_tier_up_seconds = c.kv_tier_up_seconds;
   m.num_stopped_early = run.num_stopped_early;
+  m.num_failed_requests = run.num_failed;
+  m.first_failure = run.first_failure;
   return m;
 }
 

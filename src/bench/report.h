@@ -121,6 +121,9 @@ struct BenchMetrics {
   double kv_tier_down_seconds = 0.0;  // copying blocks down to host memory
   double kv_tier_up_seconds = 0.0;    // checking and copying them up
   int64_t num_stopped_early = 0;
+  // Requests that failed (RunResult::num_failed): left out of the latencies and the goodput.
+  int64_t num_failed_requests = 0;
+  std::string first_failure;
 
   int64_t num_steps = 0;
   int64_t num_idle_steps = 0;

@@ -124,6 +124,8 @@ json run_json(const BenchMetrics& m) {
       {"kv_tier_down_seconds", m.kv_tier_down_seconds},
       {"kv_tier_up_seconds", m.kv_tier_up_seconds},
       {"stopped_early", m.num_stopped_early},
+      {"failed_requests", m.num_failed_requests},
+      {"first_failure", m.first_failure.empty() ? json(nullptr) : json(m.first_failure)},
       {"steps", m.num_steps},
       {"idle_steps", m.num_idle_steps},
       {"schedule_s", distribution_json(m.schedule_s)},

@@ -65,7 +65,13 @@ std::string mib(int64_t bytes) { return fmt("%.1f", static_cast<double>(bytes) /
 
 std::vector<Row> rows() {
   return {
-      {"requests", [](const BenchMetrics& m) { return num(m.num_requests); }},
+      {"requests",
+       [](const BenchMetrics& m) {
+         return num(static_cast<double>(m.num_requests)) +
+                (m.num_failed_requests > 0
+                     ? " (" + num(static_cast<double>(m.num_failed_requests)) + " failed)"
+                     : "");
+       }},
       {"duration (s)", [](const BenchMetrics& m) { return fmt("%.3f", m.duration_s); }},
       {"prompt / output tokens",
        [](const BenchMetrics& m) {
@@ -198,6 +204,12 @@ std::string report_table(const ReportHeader& h, std::span<const BenchMetrics> ru
     for (size_t c = 0; c < runs.size(); ++c) out += "  " + pad(cells[c][row], widths[c]);
     while (!out.empty() && out.back() == ' ') out.pop_back();
     out += '\n';
+  }
+  for (const BenchMetrics& m : runs) {
+    if (m.num_failed_requests == 0) continue;
+    out += "\n" + m.scheduler + " / " + m.allocator + ": " +
+           num(static_cast<double>(m.num_failed_requests)) +
+           " requests failed, left out of the latencies; the first: " + m.first_failure + "\n";
   }
   return out;
 }

@@ -176,6 +176,48 @@ TEST(DriverTest, RefusedRequestIsAnErrorNamingIt) {
   }
 }
 
+TEST(DriverTest, AFailedRequestIsCountedAndTheRunGoesOn) {
+  ManualClock clock;
+  FakeEngine engine(clock);
+  engine.fail_after = {{2, 0}, {3, 1}};  // ids in submission order: requests 1 and 2
+  Workload w = workload({request({1}, 2), request({2}, 2), request({3}, 3), request({4}, 2)});
+  w.requests[1].source_line = 7;
+  const RunResult r = run_workload(w, engine, clock, {});
+  EXPECT_EQ(r.num_failed, 2);
+  EXPECT_EQ(r.first_failure, "trace line 7: HTTP 400: refused");
+  EXPECT_FALSE(r.requests[0].failed);
+  EXPECT_TRUE(r.requests[1].failed);
+  EXPECT_TRUE(r.requests[2].failed);
+  EXPECT_EQ(r.requests[2].num_output_tokens, 1) << "what came before the failure is counted";
+  EXPECT_FALSE(r.requests[3].failed);
+  EXPECT_EQ(r.requests[3].num_output_tokens, 2);
+  EXPECT_EQ(r.num_output_tokens, 5);
+}
+
+TEST(DriverTest, ASessionGoesOnAfterAFailedTurn) {
+  ManualClock clock;
+  FakeEngine engine(clock);
+  Workload w = make_agentic_workload({.num_sessions = 1,
+                                      .turns = {3, 3},
+                                      .system_prompt_len = 8,
+                                      .turn_input_len = {4, 6},
+                                      .turn_output_len = {2, 3},
+                                      .think_s = 0.5},
+                                     {.vocab_size = 50, .max_model_len = 1000, .seed = 2});
+  engine.fail_after = {{2, 0}};  // the second turn gets nothing
+  const RunResult r = run_workload(w, engine, clock, {});
+  ASSERT_EQ(engine.submitted.size(), 3u);
+  EXPECT_EQ(r.num_failed, 1);
+  EXPECT_TRUE(r.requests[1].failed);
+  // The third turn: the first's prompt and output, the second's new tokens (it answered
+  // nothing), then its own.
+  std::vector<int32_t> expected = engine.submitted[1].prompt;
+  for (int32_t k = 0; k < w.requests[0].output_len; ++k) expected.push_back(100 + k);
+  expected.insert(expected.end(), w.requests[1].tokens.begin(), w.requests[1].tokens.end());
+  expected.insert(expected.end(), w.requests[2].tokens.begin(), w.requests[2].tokens.end());
+  EXPECT_EQ(engine.submitted[3].prompt, expected);
+}
+
 TEST(DriverTest, AStalledEngineIsAnErrorNotAHang) {
   ManualClock clock;
   FakeEngine engine(clock);

@@ -1,11 +1,13 @@
 #pragma once
 // A scripted BenchEngine and a manual clock for the driver tests: every running request gets
 // one token per step (its id * 100 + position, so outputs are recognisable), a step takes
-// step_s on the clock, and at most max_running requests run at once (the rest wait, FCFS).
+// step_s on the clock, and at most max_running requests run at once (the rest wait, FCFS); a
+// request whose id is in fail_after fails (TokenEvent::error) after that many tokens.
 
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "bench/bench_engine.h"
@@ -52,8 +54,20 @@ class FakeEngine final : public BenchEngine {
     stats.capacity_token_slots = 1000;
     for (auto it = running_.begin(); it != running_.end();) {
       Submitted& s = submitted[*it];
+      if (const auto f = fail_after.find(*it);
+          f != fail_after.end() && f->second == produced_[*it]) {
+        TokenEvent e;
+        e.id = *it;
+        e.finished = true;
+        e.error = "HTTP 400: refused";
+        events.push_back(e);
+        it = running_.erase(it);
+        continue;
+      }
       const auto produced = static_cast<int32_t>(produced_[*it]++);
-      TokenEvent e{*it, {static_cast<int32_t>(*it * 100 + produced)}, false, false};
+      TokenEvent e;
+      e.id = *it;
+      e.new_tokens = {static_cast<int32_t>(*it * 100 + produced)};
       const int32_t len =
           stop_after > 0 ? std::min(stop_after, s.request.max_tokens) : s.request.max_tokens;
       stats.live_token_slots += static_cast<int64_t>(s.prompt.size()) + produced + 1;
@@ -77,6 +91,7 @@ class FakeEngine final : public BenchEngine {
   int32_t stop_after = 0;  // > 0: every request stops (EOS) after this many tokens
   int64_t refuse_longer_than = 1 << 30;
   bool stuck = false;  // steps run nothing
+  std::map<uint64_t, int64_t> fail_after;  // request id -> tokens it gets before it fails
 
  private:
   ManualClock& clock_;

@@ -165,6 +165,45 @@ TEST(ReportTest, TableHasOneColumnPerRun) {
   EXPECT_NE(t.find("3, 0.3 (80 %), 1.0"), std::string::npos) << t;
 }
 
+TEST(ReportTest, FailedRequestsAreCountedAndLeftOutOfTheLatencies) {
+  RunResult run = hand_built_run();
+  BenchMetrics clean = compute_metrics(run, {.block_size = 16});
+  EXPECT_EQ(clean.ttft_s.count, 2);
+  const std::vector<BenchMetrics> clean_runs = {clean};
+  EXPECT_EQ(report_table(header(), clean_runs).find("failed"), std::string::npos);
+  const auto run_json = [](const BenchMetrics& one) {
+    return nlohmann::json::parse(report_json(header(), std::vector<BenchMetrics>{one}))["runs"][0];
+  };
+  EXPECT_EQ(run_json(clean)["failed_requests"], 0);
+  EXPECT_TRUE(run_json(clean)["first_failure"].is_null());
+
+  // The second request failed before its first token: its times mean nothing.
+  run.requests[1].failed = true;
+  run.requests[1].first_token_s = 0.0;
+  run.requests[1].num_output_tokens = 0;
+  run.num_failed = 1;
+  run.first_failure = "request 1: HTTP 400: refused";
+  BenchMetrics m = compute_metrics(run, {.block_size = 16, .slo = {.ttft_s = 1.0}});
+  m.scheduler = "http";
+  m.allocator = "a:1";
+  EXPECT_EQ(m.ttft_s.count, 1);
+  EXPECT_DOUBLE_EQ(m.ttft_s.max, 0.5);
+  EXPECT_EQ(m.e2e_s.count, 1);
+  EXPECT_EQ(m.num_good_requests, 1) << "a failed request never meets the SLO";
+  EXPECT_DOUBLE_EQ(m.mean_sequence_len, 33.0);
+  EXPECT_EQ(m.num_requests, 2);
+  const nlohmann::json j = run_json(m);
+  EXPECT_EQ(j["failed_requests"], 1);
+  EXPECT_EQ(j["first_failure"], "request 1: HTTP 400: refused");
+  const std::vector<BenchMetrics> runs = {m};
+  const std::string t = report_table(header(), runs);
+  EXPECT_NE(t.find("2 (1 failed)"), std::string::npos) << t;
+  EXPECT_NE(t.find("http / a:1: 1 requests failed, left out of the latencies; the first: "
+                   "request 1: HTTP 400: refused"),
+            std::string::npos)
+      << t;
+}
+
 TEST(ReportTest, RemoteTierLatencyAndBytesShowOnlyWhenTheTierWasUsed) {
   RunResult run = hand_built_run();
   BenchMetrics plain = compute_metrics(run, {.block_size = 16});

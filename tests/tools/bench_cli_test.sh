@@ -157,6 +157,21 @@ kill "$first_pid" && wait "$first_pid" 2>/dev/null
 base=$first
 bench_error endpoint-down "cannot reach" --endpoint "$base"
 bench_error endpoint-malformed "endpoint" --endpoint "not a url"
+# 5c. requests the server refuses (it lets 2 wait at once; 8 arrive together) are counted as
+#     failed, left out of the latencies, and the run goes on to the end
+start_server --model "$model" --threads 2 --num-blocks 512 --max-waiting-requests 2
+bench --num-prompts 8 --input-len 64 --output-len 20 --seed 5 --endpoint "$base" --json \
+  >"$tmp/http-refused.json" 2>"$tmp/err" || fail "--endpoint, some refused: $(cat "$tmp/err")"
+python3 - "$tmp/http-refused.json" <<'PY' && ok || fail "--endpoint refused requests JSON"
+import json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+failed = r["failed_requests"]
+assert r["num_requests"] == 8 and 0 < failed < 8, r
+assert "HTTP 503" in r["first_failure"] and "at capacity" in r["first_failure"], r["first_failure"]
+assert r["ttft_s"]["count"] == 8 - failed and r["e2e_latency_s"]["count"] == 8 - failed, r
+assert r["output_tokens"] == 20 * (8 - failed), r
+PY
+kill "$server_pid" && wait "$server_pid" 2>/dev/null
 
 # 6. bad input: one line on stderr, non-zero exit, never a crash
 printf '{"input_length": 4, "output_length": 2}\n{"input_length": 4}\n' >"$tmp/missing.jsonl"

@@ -55,7 +55,10 @@ class EngineAdapter final : public bench::BenchEngine {
     Result<std::vector<RequestOutput>> outputs = engine_.step();
     if (!outputs.ok()) return outputs.status();
     for (RequestOutput& o : *outputs) {
-      bench::TokenEvent e{o.id, {}, o.finished, o.cancelled};
+      bench::TokenEvent e;
+      e.id = o.id;
+      e.finished = o.finished;
+      e.cancelled = o.cancelled;
       for (CompletionDelta& d : o.deltas) {
         e.new_tokens.insert(e.new_tokens.end(), d.token_ids.begin(), d.token_ids.end());
       }
