@@ -44,8 +44,10 @@ start prefill --role prefill --kv-offload-bytes $host --kv-peer-listen 127.0.0.1
   "${prefill_region[@]}"
 peer=$(sed -n 's|.*KV blocks for decode instances on \([^ ]*\) .*|\1|p' "$log_prefill")
 [[ -n "$peer" ]] || { echo "FAIL: no peer address: $(cat "$log_prefill")"; exit 1; }
+# The timeouts are what the stopped prefill instance below costs each request, and must outlast
+# a first prefill on a loaded CI machine under the sanitizers (2 s and 1 s did not, now and then).
 start decode --role decode --kv-offload-bytes $host --kv-peer "$peer" \
-  --prefill-url "$url_prefill" --prefill-timeout 2 --kv-peer-timeout-ms 1000 \
+  --prefill-url "$url_prefill" --prefill-timeout 15 --kv-peer-timeout-ms 8000 \
   "${decode_region[@]}"
 start colocated
 
