@@ -234,7 +234,10 @@ STRATA_FMA_AVX2 void matmul_slabs(const float* x, int64_t ldx, int64_t m, const 
       int64_t pf_next = 0;
       int64_t pf_row = 0;
       int64_t pf_line = 0;
-      for (int64_t r = 0; r < m; r += kRows) {
+      for (int64_t r = 0, rows = 0; r < m; r += rows) {
+        // 3-row tiles, the last four rows as two of 2: a 1-row tile has 4 accumulator chains
+        // for an FMA latency of 4 on 2 pipes and runs at half the rate.
+        rows = m - r == 4 ? 2 : std::min<int64_t>(kRows, m - r);
         for (const int64_t pf_end = std::min(pf_total, pf_next + pf_share); pf_next < pf_end;
              ++pf_next) {
           _mm_prefetch(reinterpret_cast<const char*>(w + (next_c0 + pf_row) * k + next_k0 +
@@ -250,7 +253,7 @@ STRATA_FMA_AVX2 void matmul_slabs(const float* x, int64_t ldx, int64_t m, const 
           const int64_t cols = std::min<int64_t>(kCols, group_cols - c);
           float* a = acc.data() + (r * kGroup + c) * kLanes;
           const float* sc = s + c * kFmaAvx2KBlock;
-          switch (std::min<int64_t>(kRows, m - r)) {
+          switch (rows) {
             case 3:
               slab_row_block<3>(cols, xr, ldx, steps, tail, sc, a);
               break;
