@@ -503,6 +503,16 @@ void KvTiers::poll() {
   publish_events();
 }
 
+void KvTiers::release_held_reads() {
+  HostTier& host = *tiers_[0]->host;
+  std::erase_if(held_reads_, [&](const HeldRead& h) {
+    const bool waited_for =
+        std::any_of(h.waiting.begin(), h.waiting.end(), [](const auto& w) { return !w.expired(); });
+    if (!waited_for) host.unpin(h.slot);
+    return !waited_for;
+  });
+}
+
 void KvTiers::publish_events() {
   if (event_sink_ == nullptr) return;
   const Tier& t = *tiers_[0];
@@ -545,7 +555,12 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
       static_cast<int32_t>(from_remote_.size()) - static_cast<int32_t>(claims_.size());
   if (budget <= 0) return;  // looked at again when some are served
   state.checked_at = changes_;
-  state.ticket.reset();
+  // A ticket the request already has is kept (counting this walk's reads afresh): the blocks its
+  // reads brought are held for the request while it holds the ticket (held_reads_).
+  const bool reused = state.ticket != nullptr;
+  std::shared_ptr<PrefetchTicket> ticket =
+      reused ? std::move(state.ticket) : std::make_shared<PrefetchTicket>();
+  ticket->blocks = 0;
   const BlockPool& pool = cache_.pool(t.group);
   const int32_t bs = cache_.block_size();
   const auto max_blocks = (static_cast<int32_t>(tokens.size()) - 1) / bs;
@@ -559,7 +574,6 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
           hasher_.hash(i == 0 ? nullptr : &state.chain.back(), block_tokens(i), extra));
     }
   }
-  auto ticket = std::make_shared<PrefetchTicket>();
   BlockId parent = kNullBlock;
   bool in_pool = true;
   int32_t pool_blocks = 0;
@@ -588,7 +602,10 @@ void KvTiers::prefetch(std::span<const int32_t> tokens, const BlockExtraKeys& ex
     if (!slot) break;
     submit_read(t, *slot, k, block_tokens(i), /*keep_pinned=*/false, ticket);
   }
-  if (ticket->pending == 0) return;
+  if (ticket->pending == 0) {
+    if (reused) state.ticket = std::move(ticket);
+    return;
+  }
   state.ticket = std::move(ticket);
   state.deadline = std::chrono::steady_clock::time_point::max();
   if (fetcher_ && !remote_read_always_ && read_cost_.known()) {
@@ -945,6 +962,7 @@ void KvTiers::fetch_remote(Tier& t, std::span<const int32_t> tokens, const Prefe
 
 bool KvTiers::apply_remote(bool block, std::chrono::steady_clock::time_point until) {
   if (!fetcher_) return false;
+  release_held_reads();
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::unique_ptr<RemoteFetcher::Job>> jobs = fetcher_->take_done(block, until);
   if (block) {
@@ -975,7 +993,17 @@ bool KvTiers::apply_remote(bool block, std::chrono::steady_clock::time_point unt
         continue;
       }
       t.host->commit(b.slot, job->gets[i].checksum);  // checked as it was read
-      t.host->unpin(b.slot);
+      // Held for the requests that still wait for it: a ticket is theirs while a PrefetchState
+      // holds it besides this job.
+      HeldRead held{b.slot, {}};
+      for (const std::shared_ptr<PrefetchTicket>& ticket : job->tickets) {
+        if (ticket.use_count() > 1) held.waiting.push_back(ticket);
+      }
+      if (held.waiting.empty()) {
+        t.host->unpin(b.slot);
+      } else {
+        held_reads_.push_back(std::move(held));
+      }
       from_remote_.insert(b.key);
       ++committed;
     }

@@ -430,6 +430,17 @@ class KvTiers final : public PoolListener {
   // Group 0's reads of Redis (a remote tier) or of the prefill instance (a peer).
   std::unique_ptr<RemoteFetcher> fetcher_;
   std::unordered_set<TierKey, TierKeyHasher> from_remote_;  // host blocks they brought, unserved
+  // Host slots a read of the fetcher filled while requests that asked for them still wait (their
+  // tickets held by their PrefetchState): pinned until every such ticket is dropped (the request
+  // admitted, gone, or on without them), so blocks going down do not push them out before they
+  // are used. Within the prefetch share (from_remote_ counts them). Released as reads are applied
+  // (poll, wait_io, drain_io).
+  struct HeldRead {
+    BlockId slot;
+    std::vector<std::weak_ptr<PrefetchTicket>> waiting;
+  };
+  std::vector<HeldRead> held_reads_;
+  void release_held_reads();
   // Blocks a prefill instance's region on this machine holds, as its slot records named them
   // (PeerSource claims), each with the order it came in: not copied until a promotion copies
   // them into the pool. At most half the host tier's blocks (the peer reads' prefetch share);

@@ -257,6 +257,22 @@ Status RedisClient::mget(
   return error;
 }
 
+Status RedisClient::exists(std::span<const std::string> keys,
+                           const std::function<void(size_t, bool)>& each) {
+  std::vector<Command> commands;
+  commands.reserve(keys.size());
+  for (const std::string& k : keys) commands.push_back({"EXISTS", k});
+  Status refused;
+  const Status s = pipeline(commands, [&](size_t i, const ReplyView& r) {
+    if (r.kind == ReplyView::Kind::kInteger) {
+      each(i, r.integer > 0);
+    } else if (refused.ok()) {
+      refused = Status::Internal("redis EXISTS: " + std::string(r.text));
+    }
+  });
+  return s.ok() ? refused : s;
+}
+
 RedisClient::Command set_nx_command(const RedisKeyValue& kv, const std::string& ttl) {
   RedisClient::Command c = {"SET", kv.key, kv.value, "NX"};
   if (ttl != "0") {

@@ -65,6 +65,10 @@ class RedisStore {
   virtual Status mget(std::span<const std::string> keys,
                       const std::function<void(size_t, std::optional<std::string_view>)>& each,
                       size_t chunk) = 0;
+  // Whether each key is there: each(i, there) for every key answered (EXISTS, pipelined; a few
+  // bytes a key). Unavailable / Internal as mget for the keys not answered.
+  virtual Status exists(std::span<const std::string> keys,
+                        const std::function<void(size_t, bool)>& each) = 0;
   // SET NX [EX ttl] of every pair: written(i, true) where pairs[i] was written, (i, false) where
   // its key was there. Unavailable / Internal as mget for the pairs not answered (a server down,
   // or an error reply such as OOM): those are not passed to written.
@@ -101,6 +105,9 @@ class RedisClient final : public RedisStore {
   Status mget(std::span<const std::string> keys,
               const std::function<void(size_t, std::optional<std::string_view>)>& each,
               size_t chunk) override;
+  // By pipeline(): Internal for an error reply (that key not passed).
+  Status exists(std::span<const std::string> keys,
+                const std::function<void(size_t, bool)>& each) override;
 
   // ---- Redis Cluster: what RedisCluster asks of each node ---------------------------------------
   // A reply as pipeline() hands it over (text valid during the callback).

@@ -170,6 +170,27 @@ Status RedisCluster::mget(std::span<const std::string> keys,
       std::max<size_t>(1, chunk) * RedisClient::kMgetWindow);
 }
 
+Status RedisCluster::exists(std::span<const std::string> keys,
+                            const std::function<void(size_t, bool)>& each) {
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  Status refused;
+  const Status s = route(
+      keys.size(),
+      [&](size_t i) {
+        return RedisClient::Command{"EXISTS", views[i]};
+      },
+      views,
+      [&](size_t i, const RedisClient::ReplyView& r) {
+        if (r.kind == RedisClient::ReplyView::Kind::kInteger) {
+          each(i, r.integer > 0);
+        } else if (refused.ok()) {
+          refused = Status::Internal("redis EXISTS: " + std::string(r.text));
+        }
+      },
+      SIZE_MAX);
+  return s.ok() ? refused : s;
+}
+
 Status RedisCluster::set_nx(std::span<const RedisKeyValue> pairs, int64_t ttl_seconds,
                             const std::function<void(size_t, bool)>& written) {
   std::vector<std::string_view> keys;

@@ -9,6 +9,7 @@
 //                 one slot): one round trip per master holding some of them, the masters' at
 //                 the same time (redis_fan_out.h)
 //   set_nx(pairs) the same with SET NX [EX ttl]
+//   exists(keys)  the same with EXISTS
 //
 // A MOVED reply (the slot has moved for good) refreshes the slot map and retries the key at its
 // new master; an ASK reply (a slot being migrated) sends ASKING and the command to the node
@@ -47,6 +48,8 @@ class RedisCluster final : public RedisStore {
               size_t chunk) override;
   Status set_nx(std::span<const RedisKeyValue> pairs, int64_t ttl_seconds,
                 const std::function<void(size_t, bool)>& written) override;
+  Status exists(std::span<const std::string> keys,
+                const std::function<void(size_t, bool)>& each) override;
 
   int64_t num_redirects() const { return num_redirects_; }  // MOVED and ASK replies followed
 

@@ -76,6 +76,22 @@ Status RedisShards::mget(std::span<const std::string> keys,
   });
 }
 
+Status RedisShards::exists(std::span<const std::string> keys,
+                           const std::function<void(size_t, bool)>& each) {
+  const std::vector<std::vector<size_t>> by_server =
+      group(keys.size(), [&](size_t i) -> std::string_view { return keys[i]; });
+  const std::vector<size_t> servers = holding(by_server);
+  return fan_out_.run(servers.size(), [&](size_t k) {
+    const size_t s = servers[k];
+    const std::vector<size_t>& indices = by_server[s];
+    std::vector<std::string> mine;
+    mine.reserve(indices.size());
+    for (const size_t i : indices) mine.push_back(keys[i]);
+    return clients_[s]->exists(
+        mine, [&](size_t j, bool there) { fan_out_.serialized([&] { each(indices[j], there); }); });
+  });
+}
+
 Status RedisShards::set_nx(std::span<const RedisKeyValue> pairs, int64_t ttl_seconds,
                            const std::function<void(size_t, bool)>& written) {
   const std::vector<std::vector<size_t>> by_server =

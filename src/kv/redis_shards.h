@@ -15,6 +15,7 @@
 //                 the servers' at the same time (redis_fan_out.h), so a call takes its slowest
 //                 server's round trip; one server holding them all is read on the calling thread
 //   set_nx(pairs) the same with pipelined SET NX [EX ttl]
+//   exists(keys)  the same with pipelined EXISTS
 //
 // The callbacks (each, written) run on the fan-out's threads, the calling thread among them, and
 // one at a time (a mutex: never two calls at once, and each sees what the one before it wrote),
@@ -56,6 +57,8 @@ class RedisShards final : public RedisStore {
               size_t chunk) override;
   Status set_nx(std::span<const RedisKeyValue> pairs, int64_t ttl_seconds,
                 const std::function<void(size_t, bool)>& written) override;
+  Status exists(std::span<const std::string> keys,
+                const std::function<void(size_t, bool)>& each) override;
 
  private:
   // Key indices by server: by_server[s] lists, in order, the keys server s holds.

@@ -113,8 +113,10 @@ class RemoteTier final : public BlockSource, public BlockSink {
 
   std::string key(const BlockHash& hash) const;
 
-  // One round trip for the blocks (per server or cluster master holding some); a block a server
-  // did not answer for is Unavailable.
+  // Two round trips (per server or cluster master holding some of the blocks): which of the keys
+  // the store holds, then the values of each chain (BlockGet::chain) up to its first absent
+  // block; the blocks past it are NotFound without being read. A block a server did not answer
+  // for is Unavailable.
   using Get = BlockGet;
   void get(std::span<Get> blocks) override;
 
@@ -137,6 +139,10 @@ class RemoteTier final : public BlockSource, public BlockSink {
   std::vector<BlockHash> take_stored();
 
  private:
+  // The blocks get() reads, in order: each chain's up to its first block the store does not hold
+  // (one EXISTS round trip; with one block, or a probe that fails, all of them). Those past that
+  // block, and it, get NotFound here.
+  std::vector<size_t> probe_chains(std::span<const std::string> keys, std::span<Get> blocks);
   void run_writer();
   // A write round trip takes at most this many blocks, and stops adding them past this many bytes.
   static constexpr size_t kWriteBatch = 64;

@@ -154,5 +154,50 @@ TEST_F(KvTiersRemoteTest, AReadIsPutOffWhileItsBlocksWouldBeEvictedBeforeTheRequ
   tiers_->host().check_invariants();
 }
 
+// A block read from Redis for a request that still waits stays in the host tier, however many
+// blocks go down meanwhile, until the request drops its ticket (admitted, gone, or on without
+// the read); read for a request that has dropped it, the same churn pushes it out.
+TEST_F(KvTiersRemoteTest, ABlockReadForAWaitingRequestIsHeldUntilTheRequestDropsIt) {
+  const std::vector<int32_t> p = prompt(100, 2);
+  const std::vector<int32_t> q = prompt(500, 1);
+  compute(p);
+  compute(q);
+  evict_everything();
+  tiers_->drain_io();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (tiers_->remote()->stats().num_writes < 3 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(tiers_->remote()->stats().num_writes, 3);
+
+  start(/*host_blocks=*/12, /*with_disk=*/false);  // another instance: prefetches may hold 3
+  PrefetchState waiting, gone;
+  tiers_->prefetch(p, {}, waiting);
+  tiers_->prefetch(q, {}, gone);
+  ASSERT_TRUE(waiting.pending());
+  ASSERT_TRUE(gone.pending());
+  tiers_->drain_io();
+  ASSERT_EQ(tiers_->stats().num_remote_fetched_blocks, 3);
+  EXPECT_EQ(tiers_->host().num_pinned(), 3) << "held for the two requests";
+  gone = {};  // q's request is admitted, or leaves
+  tiers_->poll();
+  EXPECT_EQ(tiers_->host().num_pinned(), 2);
+  for (const int32_t first : {900, 2000, 3000}) {  // 18 blocks through a tier of 12
+    compute(prompt(first, 6));
+    evict_everything();
+    tiers_->poll();
+  }
+  tiers_->drain_io();
+  EXPECT_EQ(promote(q).host_blocks, 0) << "pushed out";
+  EXPECT_EQ(promote(p).host_blocks, 2) << "held";
+  expect_hit_bytes(p, 2);
+  EXPECT_EQ(tiers_->host().num_pinned(), 2);
+  waiting = {};
+  tiers_->poll();
+  tiers_->drain_io();
+  EXPECT_EQ(tiers_->host().num_pinned(), 0);
+  tiers_->host().check_invariants();
+}
+
 }  // namespace
 }  // namespace strata::kv

@@ -122,12 +122,14 @@ Blocks make_blocks(int32_t n) {
   return b;
 }
 
-// Reads every block; counts the good ones, and fails on any that came back with other bytes.
+// Reads every block (each a chain of its own); counts the good ones, and fails on any that came
+// back with other bytes.
 int32_t read_all(RemoteTier& t, const Blocks& b) {
   std::vector<std::vector<std::byte>> out(b.hashes.size(), std::vector<std::byte>(kBlockBytes));
   std::vector<RemoteTier::Get> gets;
   for (size_t i = 0; i < b.hashes.size(); ++i) {
-    gets.push_back(RemoteTier::Get{b.hashes[i], b.tokens[i], out[i], 0, {}});
+    gets.push_back(
+        RemoteTier::Get{b.hashes[i], b.tokens[i], out[i], 0, {}, static_cast<int32_t>(i)});
   }
   t.get(gets);
   int32_t good = 0;

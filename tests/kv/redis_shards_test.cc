@@ -117,12 +117,13 @@ class RedisShardsTest : public ::testing::Test {
     }
     t.flush();
   }
-  // Every block's status; a block read fails the test if its bytes differ.
+  // Every block's status (each a chain of its own); a block read fails the test if its bytes
+  // differ.
   std::vector<StatusCode> read_all(RemoteTier& t) const {
     std::vector<std::vector<std::byte>> out(kNumBlocks, std::vector<std::byte>(kBlockBytes));
     std::vector<RemoteTier::Get> gets;
     for (int32_t i = 0; i < kNumBlocks; ++i) {
-      gets.push_back(RemoteTier::Get{hashes_[i], tokens_[i], out[i], 0, {}});
+      gets.push_back(RemoteTier::Get{hashes_[i], tokens_[i], out[i], 0, {}, i});
     }
     t.get(gets);
     std::vector<StatusCode> codes;

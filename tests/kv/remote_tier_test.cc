@@ -49,13 +49,20 @@ class RemoteTierTest : public ::testing::Test {
     o.client = fast();
     return std::make_unique<RemoteTier>(server_.endpoint(), ns, kBs, kBlockBytes, o);
   }
-  // Reads blocks through t; each Get's status and, for hits, its bytes.
+  // Reads blocks through t, each a chain of its own unless one_chain; each Get's status and,
+  // for hits, its bytes.
   static std::vector<RemoteTier::Get> read(RemoteTier& t, const std::vector<Block>& blocks,
-                                           std::vector<std::vector<std::byte>>& out) {
+                                           std::vector<std::vector<std::byte>>& out,
+                                           bool one_chain = false) {
     out.assign(blocks.size(), std::vector<std::byte>(kBlockBytes));
     std::vector<RemoteTier::Get> gets;
     for (size_t i = 0; i < blocks.size(); ++i) {
-      gets.push_back(RemoteTier::Get{blocks[i].hash, blocks[i].tokens, out[i], 0, {}});
+      gets.push_back(RemoteTier::Get{blocks[i].hash,
+                                     blocks[i].tokens,
+                                     out[i],
+                                     0,
+                                     {},
+                                     one_chain ? 0 : static_cast<int32_t>(i)});
     }
     t.get(gets);
     return gets;
@@ -93,6 +100,45 @@ TEST_F(RemoteTierTest, BlocksComeBackByteForByteInOneReadAndAbsentOnesAreMisses)
   EXPECT_EQ(s.num_get_blocks, 3);
   EXPECT_EQ(s.num_hits, 2);
   EXPECT_EQ(s.bytes_written, 2 * static_cast<int64_t>(t->value_bytes()));
+}
+
+// A chain is read up to its first block the store lacks: the blocks past it are misses that
+// cost no bytes (writes dropped under load leave such holes); another chain in the same read is
+// read on.
+TEST_F(RemoteTierTest, AChainIsReadOnlyUpToItsFirstAbsentBlock) {
+  auto t = tier();
+  const std::vector<Block> blocks = {block(1), block(2), block(3), block(4)};
+  for (const size_t i : {0, 2, 3}) {
+    EXPECT_TRUE(t->put(blocks[i].hash, blocks[i].tokens, blocks[i].bytes, blocks[i].checksum));
+  }
+  t->flush();
+  std::vector<std::vector<std::byte>> out;
+  const std::vector<RemoteTier::Get> chain = read(*t, {blocks[0], blocks[1], blocks[2]}, out,
+                                                  /*one_chain=*/true);
+  ASSERT_TRUE(chain[0].status.ok()) << chain[0].status.to_string();
+  EXPECT_EQ(out[0], blocks[0].bytes);
+  EXPECT_EQ(chain[1].status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(chain[2].status.code(), StatusCode::kNotFound) << "there, but past the hole";
+  RemoteTierStats s = t->stats();
+  EXPECT_EQ(s.num_hits, 1);
+  EXPECT_EQ(s.bytes_read, static_cast<int64_t>(t->value_bytes())) << "one value read";
+
+  std::vector<RemoteTier::Get> two(4);
+  std::vector<std::vector<std::byte>> buf(4, std::vector<std::byte>(kBlockBytes));
+  const int32_t chain_of[] = {0, 0, 1, 1};  // {1, 2} and {3, 4}
+  const size_t order[] = {0, 1, 2, 3};
+  for (const size_t i : order) {
+    two[i] = RemoteTier::Get{blocks[i].hash, blocks[i].tokens, buf[i], 0, {}, chain_of[i]};
+  }
+  t->get(two);
+  EXPECT_TRUE(two[0].status.ok());
+  EXPECT_EQ(two[1].status.code(), StatusCode::kNotFound);
+  ASSERT_TRUE(two[2].status.ok()) << "the other chain goes on";
+  ASSERT_TRUE(two[3].status.ok());
+  EXPECT_EQ(buf[3], blocks[3].bytes);
+  s = t->stats();
+  EXPECT_EQ(s.num_hits, 4);
+  EXPECT_EQ(s.bytes_read, 4 * static_cast<int64_t>(t->value_bytes()));
 }
 
 // Split-coded values (kv_codec.h): each writer codes its first kCalibrationBlocks blocks with
