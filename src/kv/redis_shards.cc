@@ -55,9 +55,8 @@ std::vector<std::vector<size_t>> RedisShards::group(size_t num_keys, const KeyOf
   return by_server;
 }
 
-Status RedisShards::mget(std::span<const std::string> keys,
-                         const std::function<void(size_t, std::optional<std::string_view>)>& each,
-                         size_t chunk) {
+template <typename Read>
+Status RedisShards::per_server(std::span<const std::string> keys, const Read& read) {
   const std::vector<std::vector<size_t>> by_server =
       group(keys.size(), [&](size_t i) -> std::string_view { return keys[i]; });
   const std::vector<size_t> servers = holding(by_server);
@@ -67,7 +66,16 @@ Status RedisShards::mget(std::span<const std::string> keys,
     std::vector<std::string> mine;
     mine.reserve(indices.size());
     for (const size_t i : indices) mine.push_back(keys[i]);
-    return clients_[s]->mget(
+    return read(*clients_[s], mine, indices);
+  });
+}
+
+Status RedisShards::mget(std::span<const std::string> keys,
+                         const std::function<void(size_t, std::optional<std::string_view>)>& each,
+                         size_t chunk) {
+  return per_server(keys, [&](RedisClient& c, std::span<const std::string> mine,
+                              const std::vector<size_t>& indices) {
+    return c.mget(
         mine,
         [&](size_t j, std::optional<std::string_view> v) {
           fan_out_.serialized([&] { each(indices[j], v); });
@@ -78,16 +86,9 @@ Status RedisShards::mget(std::span<const std::string> keys,
 
 Status RedisShards::exists(std::span<const std::string> keys,
                            const std::function<void(size_t, bool)>& each) {
-  const std::vector<std::vector<size_t>> by_server =
-      group(keys.size(), [&](size_t i) -> std::string_view { return keys[i]; });
-  const std::vector<size_t> servers = holding(by_server);
-  return fan_out_.run(servers.size(), [&](size_t k) {
-    const size_t s = servers[k];
-    const std::vector<size_t>& indices = by_server[s];
-    std::vector<std::string> mine;
-    mine.reserve(indices.size());
-    for (const size_t i : indices) mine.push_back(keys[i]);
-    return clients_[s]->exists(
+  return per_server(keys, [&](RedisClient& c, std::span<const std::string> mine,
+                              const std::vector<size_t>& indices) {
+    return c.exists(
         mine, [&](size_t j, bool there) { fan_out_.serialized([&] { each(indices[j], there); }); });
   });
 }

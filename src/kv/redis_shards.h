@@ -64,6 +64,10 @@ class RedisShards final : public RedisStore {
   // Key indices by server: by_server[s] lists, in order, the keys server s holds.
   template <typename KeyOf>
   std::vector<std::vector<size_t>> group(size_t num_keys, const KeyOf& key_of) const;
+  // read(client, its keys, their indices in keys) for every server holding some of keys, the
+  // servers' at the same time; the first failure in the servers' order.
+  template <typename Read>
+  Status per_server(std::span<const std::string> keys, const Read& read);
 
   std::vector<std::unique_ptr<RedisClient>> clients_;
   std::vector<uint64_t> seeds_;  // per server: XXH3 of its name

@@ -31,6 +31,18 @@ Workload workload(std::vector<BenchRequest> requests) {
   return w;
 }
 
+// Agentic sessions of 3 turns each (8-token system prompt, 4-6 new tokens and 2-3 output tokens
+// a turn, 0.5 s of thinking between turns).
+Workload sessions_of_three_turns(int32_t num_sessions) {
+  return make_agentic_workload({.num_sessions = num_sessions,
+                                .turns = {3, 3},
+                                .system_prompt_len = 8,
+                                .turn_input_len = {4, 6},
+                                .turn_output_len = {2, 3},
+                                .think_s = 0.5},
+                               {.vocab_size = 50, .max_model_len = 1000, .seed = 2});
+}
+
 TEST(DriverTest, OfflineSubmitsEverythingAtOnceAndTimesEveryToken) {
   ManualClock clock;
   FakeEngine engine(clock);
@@ -80,13 +92,7 @@ TEST(DriverTest, LatenciesCountFromArrivalEvenWhenQueued) {
 TEST(DriverTest, SessionTurnsExtendThePreviousPromptWithItsRealOutput) {
   ManualClock clock;
   FakeEngine engine(clock);
-  Workload w = make_agentic_workload({.num_sessions = 2,
-                                      .turns = {3, 3},
-                                      .system_prompt_len = 8,
-                                      .turn_input_len = {4, 6},
-                                      .turn_output_len = {2, 3},
-                                      .think_s = 0.5},
-                                     {.vocab_size = 50, .max_model_len = 1000, .seed = 2});
+  const Workload w = sessions_of_three_turns(2);
   ASSERT_EQ(w.requests.size(), 6u);
   const RunResult r = run_workload(w, engine, clock, {.block_size = 4});
   ASSERT_EQ(engine.submitted.size(), 6u);
@@ -197,13 +203,7 @@ TEST(DriverTest, AFailedRequestIsCountedAndTheRunGoesOn) {
 TEST(DriverTest, ASessionGoesOnAfterAFailedTurn) {
   ManualClock clock;
   FakeEngine engine(clock);
-  Workload w = make_agentic_workload({.num_sessions = 1,
-                                      .turns = {3, 3},
-                                      .system_prompt_len = 8,
-                                      .turn_input_len = {4, 6},
-                                      .turn_output_len = {2, 3},
-                                      .think_s = 0.5},
-                                     {.vocab_size = 50, .max_model_len = 1000, .seed = 2});
+  const Workload w = sessions_of_three_turns(1);
   engine.fail_after = {{2, 0}};  // the second turn gets nothing
   const RunResult r = run_workload(w, engine, clock, {});
   ASSERT_EQ(engine.submitted.size(), 3u);

@@ -31,6 +31,26 @@ class KvTiersRemoteTest : public KvTiersTest {
     server_.stop();
   }
 
+  // Waits (up to 10 s) until the remote tier has written n blocks in all.
+  void wait_for_writes(int64_t n) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (tiers_->remote()->stats().num_writes < n && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(tiers_->remote()->stats().num_writes, n);
+  }
+  // Computes the prompts, evicts them down to the host tier and waits until Redis holds them.
+  void in_redis(const std::vector<std::vector<int32_t>>& prompts) {
+    int64_t blocks = 0;
+    for (const std::vector<int32_t>& p : prompts) {
+      compute(p);
+      blocks += static_cast<int64_t>(p.size()) / kBs;
+    }
+    evict_everything();
+    tiers_->drain_io();
+    wait_for_writes(blocks);
+  }
+
   test_util::RedisServer server_;
 };
 
@@ -49,12 +69,9 @@ TEST_F(KvTiersRemoteTest, APromotionStagesHostSlotsTheWriterStillHolds) {
   tiers_->drain_io();
   EXPECT_EQ(tiers_->host().num_pinned(), 0);
   tiers_->host().check_invariants();
-  // The writer gave the slots back before its round trip: the writes land soon after.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (tiers_->remote()->stats().num_writes < 3 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(tiers_->remote()->stats().num_writes, 3) << "and the blocks reached Redis";
+  // The writer gave the slots back before its round trip: the writes land soon after, and the
+  // blocks reach Redis.
+  wait_for_writes(3);
 }
 
 // The tiers' KV events: blocks the pool evicts are reported stored on the host tier at once,
@@ -116,15 +133,7 @@ TEST_F(KvTiersRemoteTest, AWriteThroughBlockStillBeingWrittenIsPromoted) {
 TEST_F(KvTiersRemoteTest, AReadIsPutOffWhileItsBlocksWouldBeEvictedBeforeTheRequestComesUp) {
   const std::vector<int32_t> p = prompt(100, 2);
   const std::vector<int32_t> q = prompt(500, 1);
-  compute(p);
-  compute(q);
-  evict_everything();  // both down to the host tier and queued for Redis
-  tiers_->drain_io();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (tiers_->remote()->stats().num_writes < 3 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_EQ(tiers_->remote()->stats().num_writes, 3);
+  in_redis({p, q});
 
   // Another instance, nothing in its host tier of 12 blocks (prefetches may hold 3): 18 blocks
   // go through it, so it takes its oldest for the last 6.
@@ -160,15 +169,7 @@ TEST_F(KvTiersRemoteTest, AReadIsPutOffWhileItsBlocksWouldBeEvictedBeforeTheRequ
 TEST_F(KvTiersRemoteTest, ABlockReadForAWaitingRequestIsHeldUntilTheRequestDropsIt) {
   const std::vector<int32_t> p = prompt(100, 2);
   const std::vector<int32_t> q = prompt(500, 1);
-  compute(p);
-  compute(q);
-  evict_everything();
-  tiers_->drain_io();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (tiers_->remote()->stats().num_writes < 3 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_EQ(tiers_->remote()->stats().num_writes, 3);
+  in_redis({p, q});
 
   start(/*host_blocks=*/12, /*with_disk=*/false);  // another instance: prefetches may hold 3
   PrefetchState waiting, gone;
