@@ -993,8 +993,9 @@ bool KvTiers::apply_remote(bool block, std::chrono::steady_clock::time_point unt
         continue;
       }
       t.host->commit(b.slot, job->gets[i].checksum);  // checked as it was read
-      // Held for the requests that still wait for it: a ticket is theirs while a PrefetchState
-      // holds it besides this job.
+      // Held for the requests that still wait for it: a ticket is theirs while someone besides
+      // this job holds it -- its request's PrefetchState, or another job it joined, which ends
+      // soon; a hold whose tickets have all gone is released at the next apply.
       HeldRead held{b.slot, {}};
       for (const std::shared_ptr<PrefetchTicket>& ticket : job->tickets) {
         if (ticket.use_count() > 1) held.waiting.push_back(ticket);

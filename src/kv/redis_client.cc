@@ -263,14 +263,18 @@ Status RedisClient::exists(std::span<const std::string> keys,
   commands.reserve(keys.size());
   for (const std::string& k : keys) commands.push_back({"EXISTS", k});
   Status refused;
-  const Status s = pipeline(commands, [&](size_t i, const ReplyView& r) {
-    if (r.kind == ReplyView::Kind::kInteger) {
-      each(i, r.integer > 0);
-    } else if (refused.ok()) {
-      refused = Status::Internal("redis EXISTS: " + std::string(r.text));
-    }
-  });
+  const Status s = pipeline(
+      commands, [&](size_t i, const ReplyView& r) { take_exists_reply(i, r, each, refused); });
   return s.ok() ? refused : s;
+}
+
+void take_exists_reply(size_t i, const RedisClient::ReplyView& r,
+                       const std::function<void(size_t, bool)>& each, Status& refused) {
+  if (r.kind == RedisClient::ReplyView::Kind::kInteger) {
+    each(i, r.integer > 0);
+  } else if (refused.ok()) {
+    refused = Status::Internal("redis EXISTS: " + std::string(r.text));
+  }
 }
 
 RedisClient::Command set_nx_command(const RedisKeyValue& kv, const std::string& ttl) {

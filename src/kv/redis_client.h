@@ -168,5 +168,9 @@ class RedisClient final : public RedisStore {
 
 // SET key value NX, with EX ttl unless ttl is "0": the command both stores write with.
 RedisClient::Command set_nx_command(const RedisKeyValue& kv, const std::string& ttl);
+// EXISTS's reply for key i, as both stores take it: each(i, there), or an error reply kept in
+// refused (the first one) and the key not passed.
+void take_exists_reply(size_t i, const RedisClient::ReplyView& r,
+                       const std::function<void(size_t, bool)>& each, Status& refused);
 
 }  // namespace strata::kv

@@ -180,13 +180,7 @@ Status RedisCluster::exists(std::span<const std::string> keys,
         return RedisClient::Command{"EXISTS", views[i]};
       },
       views,
-      [&](size_t i, const RedisClient::ReplyView& r) {
-        if (r.kind == RedisClient::ReplyView::Kind::kInteger) {
-          each(i, r.integer > 0);
-        } else if (refused.ok()) {
-          refused = Status::Internal("redis EXISTS: " + std::string(r.text));
-        }
-      },
+      [&](size_t i, const RedisClient::ReplyView& r) { take_exists_reply(i, r, each, refused); },
       SIZE_MAX);
   return s.ok() ? refused : s;
 }
