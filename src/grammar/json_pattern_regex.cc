@@ -13,7 +13,6 @@ namespace strata::grammar::json_regex {
 namespace {
 
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
-constexpr int64_t kMaxRepeat = 1000;                         // RegexLimits::max_repeat
 using CodeSet = std::vector<std::pair<uint32_t, uint32_t>>;  // ranges of code points
 
 CodeSet normalized(CodeSet s) {

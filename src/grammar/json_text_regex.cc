@@ -8,8 +8,6 @@
 namespace strata::grammar::json_regex {
 namespace {
 
-constexpr int64_t kMaxRepeat = 1000;  // RegexLimits::max_repeat
-
 std::string alternatives(const std::vector<std::string>& alts) {
   if (alts.size() == 1) return alts.front();
   std::string out;

@@ -16,6 +16,8 @@
 namespace strata::grammar::json_regex {
 
 inline constexpr int64_t kUnbounded = -1;
+// The largest n or m of {n,m} in the dialect (RegexLimits::max_repeat).
+inline constexpr int64_t kMaxRepeat = 1000;
 // The largest |bound| a numeric keyword may have: its digits stay exact in a double and int64.
 inline constexpr int64_t kMaxNumericBound = 1'000'000'000'000'000;
 

@@ -34,11 +34,11 @@ NodePtr make_set(CodePointSet set) {
   return n;
 }
 
-constexpr int32_t kMaxNesting = 256;  // groups within groups: the parser recurses per level
+constexpr int32_t kMaxGroupNesting = 256;  // groups within groups: the parser recurses per level
 
-class Parser {
+class RegexParser {
  public:
-  Parser(std::string_view p, const RegexLimits& limits) : p_(p), limits_(limits) {}
+  RegexParser(std::string_view p, const RegexLimits& limits) : p_(p), limits_(limits) {}
 
   Result<NodePtr> parse() {
     NodePtr n = alternation(0);
@@ -57,8 +57,8 @@ class Parser {
   char peek() const { return p_[pos_]; }
 
   NodePtr alternation(int32_t depth) {
-    if (depth > kMaxNesting) {
-      fail("groups nested more than " + std::to_string(kMaxNesting) + " deep");
+    if (depth > kMaxGroupNesting) {
+      fail("groups nested more than " + std::to_string(kMaxGroupNesting) + " deep");
       return make(Node::Kind::kConcat);
     }
     NodePtr alt = make(Node::Kind::kAlt);
@@ -375,9 +375,9 @@ class Parser {
 };
 
 // Thompson construction: each node becomes a fragment (start, end) of fresh states.
-class Builder {
+class RegexNfaBuilder {
  public:
-  explicit Builder(const RegexLimits& limits) : limits_(limits) {}
+  explicit RegexNfaBuilder(const RegexLimits& limits) : limits_(limits) {}
 
   Result<Nfa> build(const Node& root) {
     const int32_t start = state();
@@ -468,10 +468,10 @@ class Builder {
 }  // namespace
 
 Result<Nfa> compile_regex(std::string_view pattern, const RegexLimits& limits) {
-  Parser parser(pattern, limits);
+  RegexParser parser(pattern, limits);
   Result<NodePtr> root = parser.parse();
   if (!root.ok()) return root.status();
-  return Builder(limits).build(**root);
+  return RegexNfaBuilder(limits).build(**root);
 }
 
 }  // namespace strata::grammar

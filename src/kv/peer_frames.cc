@@ -49,7 +49,7 @@ bool has_magic(std::string_view frame, const char (&magic)[4]) {
   return frame.size() >= sizeof(magic) && std::memcmp(frame.data(), magic, sizeof(magic)) == 0;
 }
 
-Status bad(const std::string& what) { return Status::InvalidArgument("peer frame: " + what); }
+Status bad_frame(const std::string& what) { return Status::InvalidArgument("peer frame: " + what); }
 
 // The fields every frame starts with after its magic.
 struct Preamble {
@@ -61,15 +61,17 @@ struct Preamble {
 };
 
 Status read_preamble(Reader& r, std::string_view frame, const char (&magic)[4], Preamble& p) {
-  if (!has_magic(frame, magic)) return bad("wrong magic");
+  if (!has_magic(frame, magic)) return bad_frame("wrong magic");
   uint32_t m = 0;
   if (!r.get(m) || !r.get(p.version) || !r.get(p.word) || !r.get(p.request_id) ||
       !r.get(p.num_keys) || !r.get(p.reserved)) {
-    return bad("truncated header");
+    return bad_frame("truncated header");
   }
-  if (p.version != kPeerFrameVersion) return bad("unknown version " + std::to_string(p.version));
-  if (p.reserved != 0) return bad("reserved field set");
-  if (p.num_keys > kMaxPeerKeys) return bad("too many keys: " + std::to_string(p.num_keys));
+  if (p.version != kPeerFrameVersion) {
+    return bad_frame("unknown version " + std::to_string(p.version));
+  }
+  if (p.reserved != 0) return bad_frame("reserved field set");
+  if (p.num_keys > kMaxPeerKeys) return bad_frame("too many keys: " + std::to_string(p.num_keys));
   return Status::Ok();
 }
 
@@ -102,10 +104,10 @@ Result<PeerRequest> decode_peer_request(std::string_view frame) {
   Reader r(frame);
   Preamble p;
   STRATA_RETURN_IF_ERROR(read_preamble(r, frame, kRequestMagic, p));
-  if ((p.word & ~kPeerAcceptSlotRecords) != 0) return bad("unknown request flags");
+  if ((p.word & ~kPeerAcceptSlotRecords) != 0) return bad_frame("unknown request flags");
   if (r.left() != size_t{p.num_keys} * kPeerKeyBytes) {
-    return bad("request of " + std::to_string(p.num_keys) + " keys has " +
-               std::to_string(r.left()) + " bytes of keys");
+    return bad_frame("request of " + std::to_string(p.num_keys) + " keys has " +
+                     std::to_string(r.left()) + " bytes of keys");
   }
   PeerRequest req;
   req.request_id = p.request_id;
@@ -114,7 +116,7 @@ Result<PeerRequest> decode_peer_request(std::string_view frame) {
   for (TierKey& k : req.keys) {
     // Cannot fail: the length was checked above.
     if (!r.get(k.ns) || !r.get_bytes(k.hash.bytes.data(), k.hash.bytes.size())) {
-      return bad("truncated key");
+      return bad_frame("truncated key");
     }
   }
   return req;
@@ -186,25 +188,27 @@ Result<PeerResponseHead> decode_peer_response_head(std::string_view head) {
       break;
   }
   if (static_cast<uint16_t>(out.status) != p.word) {
-    return bad("unknown response status " + std::to_string(p.word));
+    return bad_frame("unknown response status " + std::to_string(p.word));
   }
-  if (!r.get(out.total_bytes)) return bad("truncated header");
+  if (!r.get(out.total_bytes)) return bad_frame("truncated header");
   const bool ok = out.status == PeerFrameStatus::kOk;
-  if (!ok && out.total_bytes != 0) return bad("a refusal carries values");
+  if (!ok && out.total_bytes != 0) return bad_frame("a refusal carries values");
   const size_t expected = ok ? size_t{p.num_keys} * kLengthBytes : 0;
   if (r.left() != expected) {
-    return bad("head of " + std::to_string(p.num_keys) + " keys has " + std::to_string(r.left()) +
-               " bytes of lengths");
+    return bad_frame("head of " + std::to_string(p.num_keys) + " keys has " +
+                     std::to_string(r.left()) + " bytes of lengths");
   }
   if (!ok) return out;
   out.lengths.resize(p.num_keys);
   uint64_t total = 0;
   for (uint32_t& n : out.lengths) {
-    if (!r.get(n)) return bad("truncated lengths");  // cannot happen: checked above
+    if (!r.get(n)) return bad_frame("truncated lengths");  // cannot happen: checked above
     total += n;                                      // at most kMaxPeerKeys * 4 GiB: no overflow
   }
-  if (total != out.total_bytes) return bad("lengths do not sum to the total");
-  if (total > kMaxPeerResponseBytes) return bad("response of " + std::to_string(total) + " bytes");
+  if (total != out.total_bytes) return bad_frame("lengths do not sum to the total");
+  if (total > kMaxPeerResponseBytes) {
+    return bad_frame("response of " + std::to_string(total) + " bytes");
+  }
   return out;
 }
 
@@ -239,13 +243,13 @@ Status check_peer_response(const PeerResponseHead& head, uint64_t request_id, si
 Status split_peer_values(const PeerResponseHead& head, std::string_view data,
                          std::vector<std::string>& values) {
   if (head.status != PeerFrameStatus::kOk || head.lengths.size() != head.num_keys) {
-    return bad("no values in a refusal");
+    return bad_frame("no values in a refusal");
   }
   uint64_t total = 0;
   for (const uint32_t n : head.lengths) total += n;
   if (total != data.size()) {
-    return bad(std::to_string(data.size()) + " bytes of values for lengths summing to " +
-               std::to_string(total));
+    return bad_frame(std::to_string(data.size()) + " bytes of values for lengths summing to " +
+                     std::to_string(total));
   }
   values.resize(head.num_keys);
   size_t at = 0;

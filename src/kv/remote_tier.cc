@@ -41,7 +41,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 RemoteTier::RemoteTier(const RedisTarget& target, uint64_t ns, int32_t block_size,
                        int64_t block_bytes, RemoteTierOptions options)
     : ns_(ns),
-      block_size_(block_size),
       block_bytes_(block_bytes),
       options_(std::move(options)),
       format_(ns, block_size, block_bytes, options_.codec),

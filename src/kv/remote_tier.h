@@ -151,7 +151,6 @@ class RemoteTier final : public BlockSource, public BlockSink {
   static constexpr int64_t kWriteBatchBytes = int64_t{16} << 20;
 
   uint64_t ns_;
-  int32_t block_size_;
   int64_t block_bytes_;
   RemoteTierOptions options_;
   BlockValueFormat format_;

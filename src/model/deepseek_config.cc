@@ -16,18 +16,10 @@ struct Defaults {
 constexpr Defaults kV2 = {512, 1536, 128, 64, 128, 64, 2, 1407, 0, 0, 1.0, false};
 constexpr Defaults kV3 = {512, 1536, 128, 64, 128, 256, 1, 2048, 8, 3, 2.5, true};
 constexpr int64_t kMaxDim = 1 << 20;
-constexpr int64_t kMaxExperts = 1 << 16;
-
-void check_in(const JsonFields& f, std::string_view key, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi) {
-    f.fail(f.name(key) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-           "], got " + std::to_string(value));
-  }
-}
 
 int64_t size_key(const JsonFields& f, std::string_view key, int64_t fallback, int64_t lo) {
   const int64_t v = f.opt_int(key).value_or(fallback);
-  check_in(f, key, v, lo, kMaxDim);
+  f.check_in(key, v, lo, kMaxDim);
   return v;
 }
 
@@ -65,9 +57,9 @@ void parse_mla(const nlohmann::json& config, const JsonFields& f, const Defaults
 // (DeepSeek's own modeling code; every released config has moe_layer_freq 1).
 void parse_moe_layers(const JsonFields& f, const Defaults& d, ModelConfig& c) {
   const int64_t first_dense = f.opt_int("first_k_dense_replace").value_or(d.first_k_dense);
-  check_in(f, "first_k_dense_replace", first_dense, 0, c.num_hidden_layers);
+  f.check_in("first_k_dense_replace", first_dense, 0, c.num_hidden_layers);
   const int64_t freq = f.opt_int("moe_layer_freq").value_or(1);
-  check_in(f, "moe_layer_freq", freq, 1, c.num_hidden_layers);
+  f.check_in("moe_layer_freq", freq, 1, c.num_hidden_layers);
   c.moe.layer_is_moe.assign(static_cast<size_t>(c.num_hidden_layers), false);
   if (c.moe.num_experts == 0) return;
   for (int64_t l = first_dense; l < c.num_hidden_layers; ++l) {
@@ -99,12 +91,12 @@ void parse_routing(const JsonFields& f, const Defaults& d, bool v3, MoeConfig& m
   m.num_groups = f.opt_int("n_group").value_or(v3 ? 8 : 1);
   m.topk_groups = f.opt_int("topk_group").value_or(v3 ? 4 : 1);
   if (m.topk_method != MoeTopkMethod::kGreedy) {
-    check_in(f, "n_group", m.num_groups, 1, m.num_experts);
+    f.check_in("n_group", m.num_groups, 1, m.num_experts);
     if (m.num_experts % m.num_groups != 0) {
       f.fail("'n_routed_experts' (" + std::to_string(m.num_experts) +
              ") is not a multiple of 'n_group' (" + std::to_string(m.num_groups) + ")");
     }
-    check_in(f, "topk_group", m.topk_groups, 1, m.num_groups);
+    f.check_in("topk_group", m.topk_groups, 1, m.num_groups);
     const int64_t per_group = m.num_experts / m.num_groups;
     if (m.num_experts_per_tok > m.topk_groups * per_group) {
       f.fail("'num_experts_per_tok' (" + std::to_string(m.num_experts_per_tok) +
@@ -128,13 +120,13 @@ void parse_deepseek_moe(const JsonFields& f, const Defaults& d, bool v3, ModelCo
   MoeConfig& m = c.moe;
   m = MoeConfig{};
   m.num_experts = f.opt_int("n_routed_experts").value_or(d.routed_experts);
-  check_in(f, "n_routed_experts", m.num_experts, 0, kMaxExperts);
+  f.check_in("n_routed_experts", m.num_experts, 0, kMaxExperts);
   if (m.num_experts > 0) {
     m.num_experts_per_tok = f.opt_int("num_experts_per_tok").value_or(d.top_k);
-    check_in(f, "num_experts_per_tok", m.num_experts_per_tok, 1, m.num_experts);
+    f.check_in("num_experts_per_tok", m.num_experts_per_tok, 1, m.num_experts);
     m.moe_intermediate_size = size_key(f, "moe_intermediate_size", d.moe_intermediate, 1);
     const int64_t shared = f.opt_int("n_shared_experts").value_or(d.shared_experts);
-    check_in(f, "n_shared_experts", shared, 0, kMaxExperts);
+    f.check_in("n_shared_experts", shared, 0, kMaxExperts);
     m.shared_intermediate_size = shared * m.moe_intermediate_size;
     parse_routing(f, d, v3, m);
   }

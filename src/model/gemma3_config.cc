@@ -16,7 +16,6 @@ constexpr std::string_view kConditionalGeneration = "Gemma3ForConditionalGenerat
 constexpr double kGlobalTheta = 1'000'000.0;
 constexpr double kLocalTheta = 10'000.0;
 constexpr int64_t kDefaultPattern = 6;  // five sliding layers, then a global one
-constexpr int64_t kMaxLayers = 1 << 16;
 
 std::string first_architecture(const json& config) {
   const auto a = config.find("architectures");
@@ -67,7 +66,7 @@ void fill_layer_types(json& text, std::string_view source) {
   }
   if (!layers.is_number_integer()) return;
   const auto n = layers.get<int64_t>();
-  if (n < 1 || n > kMaxLayers) return;
+  if (n < 1 || n > kMaxConfigLayers) return;
   json types = json::array();
   for (int64_t i = 0; i < n; ++i) {
     types.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");

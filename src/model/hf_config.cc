@@ -40,7 +40,6 @@ constexpr std::array<ArchInfo, 9> kArchitectures = {{
 
 // Guards against configs whose sizes would make Strata allocate absurd amounts before failing.
 constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
-constexpr int64_t kMaxLayers = 1 << 16;
 // transformers' Qwen3Config default when "head_dim" is absent.
 constexpr int64_t kQwen3DefaultHeadDim = 128;
 // transformers' Qwen2Config / Qwen3Config default for "max_window_layers".
@@ -75,13 +74,6 @@ Architecture parse_architecture(const JsonFields& f) {
          "deepseek_v2, deepseek_v3");
 }
 
-void check_range(const JsonFields& f, std::string_view key, int64_t value, int64_t max) {
-  if (value <= 0 || value > max) {
-    f.fail(f.name(key) + " must be in [1, " + std::to_string(max) + "], got " +
-           std::to_string(value));
-  }
-}
-
 void check_positive_finite(const JsonFields& f, std::string_view key, double value) {
   if (!(value > 0.0) || !std::isfinite(value)) {
     f.fail(f.name(key) + " must be a positive finite number, got " + std::to_string(value));
@@ -95,14 +87,14 @@ void parse_sizes(const JsonFields& f, ModelConfig& c) {
   c.num_hidden_layers = f.get_int("num_hidden_layers");
   c.num_attention_heads = f.get_int("num_attention_heads");
   c.max_position_embeddings = f.get_int("max_position_embeddings");
-  check_range(f, "vocab_size", c.vocab_size, kMaxSize);
-  check_range(f, "hidden_size", c.hidden_size, kMaxSize);
-  check_range(f, "intermediate_size", c.intermediate_size, kMaxSize);
-  check_range(f, "num_hidden_layers", c.num_hidden_layers, kMaxLayers);
-  check_range(f, "num_attention_heads", c.num_attention_heads, kMaxSize);
-  check_range(f, "max_position_embeddings", c.max_position_embeddings, kMaxSize);
+  f.check_in("vocab_size", c.vocab_size, 1, kMaxSize);
+  f.check_in("hidden_size", c.hidden_size, 1, kMaxSize);
+  f.check_in("intermediate_size", c.intermediate_size, 1, kMaxSize);
+  f.check_in("num_hidden_layers", c.num_hidden_layers, 1, kMaxConfigLayers);
+  f.check_in("num_attention_heads", c.num_attention_heads, 1, kMaxSize);
+  f.check_in("max_position_embeddings", c.max_position_embeddings, 1, kMaxSize);
   c.num_key_value_heads = f.opt_int("num_key_value_heads").value_or(c.num_attention_heads);
-  check_range(f, "num_key_value_heads", c.num_key_value_heads, kMaxSize);
+  f.check_in("num_key_value_heads", c.num_key_value_heads, 1, kMaxSize);
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     f.fail("num_attention_heads " + std::to_string(c.num_attention_heads) +
            " is not a multiple of num_key_value_heads " + std::to_string(c.num_key_value_heads));
@@ -119,7 +111,7 @@ void parse_sizes(const JsonFields& f, ModelConfig& c) {
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  check_range(f, "head_dim", c.head_dim, kMaxSize);
+  f.check_in("head_dim", c.head_dim, 1, kMaxSize);
   c.rms_norm_eps = f.opt_number("rms_norm_eps").value_or(1e-6);
   check_positive_finite(f, "rms_norm_eps", c.rms_norm_eps);
 }
@@ -222,7 +214,7 @@ std::optional<int64_t> effective_window(const JsonFields& f, Architecture arch) 
 
 std::vector<int32_t> parse_sliding_windows(const JsonFields& f, const ModelConfig& c) {
   const std::optional<int64_t> window = effective_window(f, c.architecture);
-  if (window) check_range(f, "sliding_window", *window, kMaxSize);
+  if (window) f.check_in("sliding_window", *window, 1, kMaxSize);
   const auto num_layers = static_cast<size_t>(c.num_hidden_layers);
   std::vector<int32_t> windows(num_layers, 0);
   if (const json* types = f.find("layer_types")) {
@@ -301,8 +293,8 @@ void parse_yarn(const JsonFields& f, RopeConfig& rope) {
   rope.factor = f.get_number("factor");
   check_positive_finite(f, "factor", rope.factor);
   rope.original_max_position_embeddings = f.get_int("original_max_position_embeddings");
-  check_range(f, "original_max_position_embeddings", rope.original_max_position_embeddings,
-              kMaxSize);
+  f.check_in("original_max_position_embeddings", rope.original_max_position_embeddings, 1,
+             kMaxSize);
   rope.beta_fast = f.opt_number("beta_fast").value_or(32.0);
   rope.beta_slow = f.opt_number("beta_slow").value_or(1.0);
   check_positive_finite(f, "beta_fast", rope.beta_fast);
@@ -340,8 +332,8 @@ RopeConfig parse_rope_params(const JsonFields& f, double theta) {
       check_positive_finite(f, "factor", rope.factor);
       check_positive_finite(f, "low_freq_factor", rope.low_freq_factor);
       check_positive_finite(f, "high_freq_factor", rope.high_freq_factor);
-      check_range(f, "original_max_position_embeddings", rope.original_max_position_embeddings,
-                  kMaxSize);
+      f.check_in("original_max_position_embeddings", rope.original_max_position_embeddings, 1,
+                 kMaxSize);
       if (!(rope.high_freq_factor > rope.low_freq_factor)) {
         f.fail(f.name("high_freq_factor") + " must be greater than low_freq_factor");
       }

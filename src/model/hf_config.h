@@ -116,6 +116,10 @@ struct MlaConfig {
   bool operator==(const MlaConfig&) const = default;
 };
 
+// The most layers, and MoE experts, a config.json may declare: guards against absurd allocations.
+inline constexpr int64_t kMaxConfigLayers = 1 << 16;
+inline constexpr int64_t kMaxExperts = 1 << 16;
+
 // Every size is validated positive; num_attention_heads % num_key_value_heads == 0;
 // layer_sliding_window.size() == num_hidden_layers.
 struct ModelConfig {

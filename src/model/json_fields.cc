@@ -33,6 +33,13 @@ std::string JsonFields::name(std::string_view key) const {
   return "'" + std::string(prefix_) + std::string(key) + "'";
 }
 
+void JsonFields::check_in(std::string_view key, int64_t value, int64_t lo, int64_t hi) const {
+  if (value < lo || value > hi) {
+    fail(name(key) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+         std::to_string(value));
+  }
+}
+
 void JsonFields::fail(const std::string& what) const {
   throw Error(std::string(source_) + ": " + what);
 }

@@ -44,6 +44,9 @@ class JsonFields {
   // The object under `key`, or nullptr when absent or null; throws if it is not an object.
   const nlohmann::json* opt_object(std::string_view key) const;
 
+  // Fails "'<key>' must be in [lo, hi], got <value>" unless lo <= value <= hi.
+  void check_in(std::string_view key, int64_t value, int64_t lo, int64_t hi) const;
+
   // "'<prefix><key>'", for messages.
   std::string name(std::string_view key) const;
   [[noreturn]] void fail(const std::string& what) const;

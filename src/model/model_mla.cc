@@ -25,6 +25,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
+#include "model/index_cast.h"
 #include "model/model.h"
 #include "model/rope.h"
 
@@ -34,8 +35,6 @@ namespace {
 // transformers (and DeepSeek's own code) build q_a_layernorm and kv_a_layernorm without the
 // config's rms_norm_eps: RMSNorm's default epsilon.
 constexpr float kLatentNormEps = 1e-6f;
-
-size_t at(int64_t i) { return static_cast<size_t>(i); }
 
 // RMSNorm of num_rows rows of weight.dim(0) elements with the latent norms' epsilon.
 Status latent_rms_norm(float* x, TensorView weight, int64_t num_rows, ThreadPool& pool) {

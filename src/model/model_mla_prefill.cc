@@ -27,6 +27,7 @@
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_avx512.h"
+#include "model/index_cast.h"
 #include "model/mla_prefill.h"
 #include "model/model.h"
 
@@ -40,8 +41,6 @@ namespace {
 // expanded form's copies of the up-projected K/V weighed nothing measurable.
 constexpr double kAbsorbedAttentionFlopCost = 1.75;
 constexpr double kExpandedAttentionFlopCost = 2.0;
-
-size_t at(int64_t i) { return static_cast<size_t>(i); }
 
 // (query, key) pairs of q_len causal rows whose last is at position kv_len - 1.
 double attended_pairs(int64_t q_len, int64_t kv_len) {

@@ -8,14 +8,13 @@
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/linear.h"
+#include "model/index_cast.h"
 
 namespace strata::model {
 namespace {
 
 // Above this many rows per expert hit, each expert's kernels split over the pool instead.
 constexpr int64_t kExpertParallelMaxRows = 32;
-
-size_t at(int64_t i) { return static_cast<size_t>(i); }
 
 // DeepSeek's shared experts: one SwiGLU MLP over every token, added to out.
 Status add_shared_experts(const ExpertWeights& w, const float* x, int64_t num_tokens,

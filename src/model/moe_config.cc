@@ -14,7 +14,6 @@ constexpr double kMixtralDefaultRopeTheta = 1e6;
 constexpr int64_t kQwen3MoeDefaultExperts = 128;
 constexpr int64_t kQwen3MoeDefaultTopK = 8;
 constexpr int64_t kQwen3MoeDefaultMoeIntermediate = 768;
-constexpr int64_t kMaxExperts = 1 << 16;
 
 // "num_local_experts" is the stored name; "num_experts" its alias in both configs (and the name
 // Qwen3-MoE checkpoints written before transformers 5 use).
@@ -39,13 +38,6 @@ bool rope_theta_given(const JsonFields& f) {
   return false;
 }
 
-void check_in(const JsonFields& f, std::string_view key, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi) {
-    f.fail(f.name(key) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-           "], got " + std::to_string(value));
-  }
-}
-
 // Qwen3-MoE's dense layers: those in mlp_only_layers, and those where (layer + 1) is not a
 // multiple of decoder_sparse_step (Qwen3MoeDecoderLayer).
 std::vector<bool> qwen3_moe_layers(const JsonFields& f, const ModelConfig& c) {
@@ -53,7 +45,7 @@ std::vector<bool> qwen3_moe_layers(const JsonFields& f, const ModelConfig& c) {
   std::vector<bool> moe(num_layers, false);
   if (c.moe.num_experts == 0) return moe;
   const int64_t step = f.opt_int("decoder_sparse_step").value_or(1);
-  check_in(f, "decoder_sparse_step", step, 1, c.num_hidden_layers);
+  f.check_in("decoder_sparse_step", step, 1, c.num_hidden_layers);
   for (size_t l = 0; l < num_layers; ++l) moe[l] = (static_cast<int64_t>(l) + 1) % step == 0;
   if (const json* dense = f.find("mlp_only_layers")) {
     if (!dense->is_array()) f.fail("'mlp_only_layers' must be a list of layer indices");
@@ -83,12 +75,12 @@ void parse_moe(const JsonFields& f, ModelConfig& c) {
   }
   MoeConfig& m = c.moe;
   m.num_experts = num_experts(f, mixtral ? kMixtralDefaultExperts : kQwen3MoeDefaultExperts);
-  check_in(f, f.has("num_local_experts") ? "num_local_experts" : "num_experts", m.num_experts,
-           mixtral ? 1 : 0, kMaxExperts);
+  f.check_in(f.has("num_local_experts") ? "num_local_experts" : "num_experts", m.num_experts,
+             mixtral ? 1 : 0, kMaxExperts);
   m.num_experts_per_tok = f.opt_int("num_experts_per_tok")
                               .value_or(mixtral ? kMixtralDefaultTopK : kQwen3MoeDefaultTopK);
   if (m.num_experts > 0) {
-    check_in(f, "num_experts_per_tok", m.num_experts_per_tok, 1, m.num_experts);
+    f.check_in("num_experts_per_tok", m.num_experts_per_tok, 1, m.num_experts);
   }
   if (mixtral) {
     m.moe_intermediate_size = c.intermediate_size;
@@ -99,7 +91,7 @@ void parse_moe(const JsonFields& f, ModelConfig& c) {
   }
   m.moe_intermediate_size =
       f.opt_int("moe_intermediate_size").value_or(kQwen3MoeDefaultMoeIntermediate);
-  check_in(f, "moe_intermediate_size", m.moe_intermediate_size, 1, int64_t{1} << 31);
+  f.check_in("moe_intermediate_size", m.moe_intermediate_size, 1, int64_t{1} << 31);
   m.norm_topk_prob = f.opt_bool("norm_topk_prob").value_or(false);
   m.layer_is_moe = qwen3_moe_layers(f, c);
 }

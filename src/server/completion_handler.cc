@@ -22,10 +22,6 @@ namespace {
 
 using nlohmann::json;
 
-void send_error(HttpResponder& res, const ApiError& e, const HttpHeaders& headers = {}) {
-  res.send(e.http_status, "application/json", e.to_json(), headers);
-}
-
 // How often a waiting handler looks at its streams and its client.
 constexpr auto kPlainPoll = std::chrono::milliseconds(100);
 constexpr auto kStreamPoll = std::chrono::milliseconds(50);
@@ -34,17 +30,16 @@ ApiError unavailable_error(std::string message) {
   return {503, "service_unavailable", std::move(message), {}, {}};
 }
 
-// One submitted prompt of a completion request.
-struct Running {
-  std::shared_ptr<RequestStream> stream;
-  std::unique_ptr<CompletionOutput> output;
-  bool done = false;
-  RequestMetrics metrics;  // as of its latest output
-};
-
 }  // namespace
 
 struct CompletionCall {
+  // One submitted prompt of the request.
+  struct Running {
+    std::shared_ptr<RequestStream> stream;
+    std::unique_ptr<CompletionOutput> output;
+    bool done = false;
+    RequestMetrics metrics;  // as of its latest output
+  };
   // Releases the call's admitted sequences however the handler ends.
   struct Admission {
     std::function<void()> release;
@@ -192,7 +187,7 @@ void HttpServer::completions(const HttpRequest& req, HttpResponder& res, bool ch
       call.cancel_unfinished(engine_);
       return send_error(res, ApiError::from_status(stream.status()));
     }
-    Running r;
+    CompletionCall::Running r;
     r.stream = *stream;
     r.output = std::make_unique<CompletionOutput>(request, model_, i);
     call.running.push_back(std::move(r));
@@ -254,7 +249,7 @@ void HttpServer::plain_completion(CompletionCall& call, HttpResponder& res) {
                                   {}});
   }
   json choices = json::array();
-  for (const Running& r : call.running) {
+  for (const CompletionCall::Running& r : call.running) {
     for (const auto& c : r.output->choices()) {
       choices.push_back(choice_json(c, call.request.chat, /*stream=*/false, /*first=*/true));
     }
@@ -274,7 +269,7 @@ void HttpServer::streaming_completion(CompletionCall& call, HttpResponder& res) 
   std::set<int32_t> started;  // choices whose first chunk went out
   while (more) {
     more = call.pump(engine_, kStreamPoll);
-    for (Running& r : call.running) {
+    for (CompletionCall::Running& r : call.running) {
       for (const auto& c : r.output->take_deltas()) {
         const bool first = started.insert(c.index).second;
         json choices = json::array({choice_json(c, chat, /*stream=*/true, first)});
@@ -284,7 +279,7 @@ void HttpServer::streaming_completion(CompletionCall& call, HttpResponder& res) 
     if (res.client_gone()) more = false;
   }
   bool all_done = true;
-  for (const Running& r : call.running) all_done = all_done && r.done;
+  for (const CompletionCall::Running& r : call.running) all_done = all_done && r.done;
   if (!all_done) {
     call.cancel_unfinished(engine_);  // the client went away
     return res.abandon();

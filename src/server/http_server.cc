@@ -21,10 +21,6 @@ HttpResponse error_response(const ApiError& e) {
   return {e.http_status, "application/json", e.to_json(), {}, false};
 }
 
-void send_error(HttpResponder& res, const ApiError& e, const HttpHeaders& headers = {}) {
-  res.send(e.http_status, "application/json", e.to_json(), headers);
-}
-
 ApiError unavailable(std::string message) {
   return {503, "service_unavailable", std::move(message), {}, {}};
 }
@@ -44,6 +40,10 @@ const char* route_method(std::string_view path) {
 }
 
 }  // namespace
+
+void send_error(HttpResponder& res, const ApiError& e, const HttpHeaders& headers) {
+  res.send(e.http_status, "application/json", e.to_json(), headers);
+}
 
 HttpServer::HttpServer(AsyncEngine& engine, ServedModel model, ServerConfig config)
     : engine_(engine),

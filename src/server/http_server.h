@@ -44,6 +44,9 @@ namespace strata::server {
 
 struct CompletionCall;  // one completion request being served (completion_handler.cc)
 
+// Sends `e` as the OpenAI error object with its HTTP status (and `headers`).
+void send_error(HttpResponder& res, const ApiError& e, const HttpHeaders& headers = {});
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;

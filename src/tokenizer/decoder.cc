@@ -7,22 +7,11 @@
 #include "core/error.h"
 #include "core/quote.h"
 #include "tokenizer/json_util.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/utf8.h"
 
 namespace strata::tokenizer {
 namespace {
-
-std::string replace_all(const std::string& s, const std::string& pattern, const std::string& with) {
-  if (pattern.empty() || s.find(pattern) == std::string::npos) return s;
-  std::string out;
-  size_t pos = 0;
-  for (size_t hit; (hit = s.find(pattern, pos)) != std::string::npos; pos = hit + pattern.size()) {
-    out.append(s, pos, hit - pos);
-    out += with;
-  }
-  out.append(s, pos);
-  return out;
-}
 
 // Byte-level characters back to bytes; a token with any character outside the alphabet (an
 // added token such as "<｜User｜>") keeps its own UTF-8 bytes. Not repaired: the bytes may end in

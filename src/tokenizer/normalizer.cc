@@ -25,20 +25,6 @@ std::string unicode_normal_form(std::string_view text, utf8proc_option_t options
   return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
 }
 
-std::string replace_all(std::string_view text, std::string_view pattern, std::string_view with) {
-  if (pattern.empty()) return std::string(text);
-  std::string out;
-  out.reserve(text.size());
-  size_t pos = 0;
-  for (size_t hit; (hit = text.find(pattern, pos)) != std::string_view::npos;) {
-    out.append(text.substr(pos, hit - pos));
-    out.append(with);
-    pos = hit + pattern.size();
-  }
-  out.append(text.substr(pos));
-  return out;
-}
-
 std::string lowercase(std::string_view text) {
   std::string out;
   out.reserve(text.size());
@@ -77,6 +63,20 @@ bool is_ascii(std::string_view s) {
 }
 
 }  // namespace
+
+std::string replace_all(std::string_view text, std::string_view pattern, std::string_view with) {
+  if (pattern.empty()) return std::string(text);
+  std::string out;
+  out.reserve(text.size());
+  size_t pos = 0;
+  for (size_t hit; (hit = text.find(pattern, pos)) != std::string_view::npos;) {
+    out.append(text.substr(pos, hit - pos));
+    out.append(with);
+    pos = hit + pattern.size();
+  }
+  out.append(text.substr(pos));
+  return out;
+}
 
 void Normalizer::add_json(const nlohmann::json& j, const std::string& where,
                           std::vector<Step>& out) {

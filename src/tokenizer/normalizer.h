@@ -15,6 +15,11 @@
 
 namespace strata::tokenizer {
 
+// tokenizer.json's Replace with a literal pattern (a normalizer and a decoder step): every
+// occurrence of `pattern`, left to right without overlap, replaced by `with`; an empty pattern
+// replaces nothing.
+std::string replace_all(std::string_view text, std::string_view pattern, std::string_view with);
+
 class Normalizer {
  public:
   // An empty normalizer (null in tokenizer.json): apply() returns its input.

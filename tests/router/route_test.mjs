@@ -5,7 +5,8 @@
 //   placement requests sharing a long prefix land on one instance under `prefix` (and find it
 //             cached), and spread over all three under round-robin
 //   load      streams and plain requests while the test kills an instance: each either
-//             finishes or fails cleanly (an error, never a hang); prints "finished failed"
+//             finishes or fails cleanly (an error, never a hang); prints "streaming" once every
+//             stream has its first token (the test kills then), then "finished failed"
 //   after     with an instance gone (or back, `back`), every request succeeds
 // Usage: node route_test.mjs PHASE ROUTER_URL DIRECT_URL [RR_ROUTER_URL]
 import OpenAI from "../server/client/node_modules/openai/index.mjs";
@@ -30,11 +31,15 @@ async function perInstance(url, name) {
 }
 const sum = (o) => Object.values(o).reduce((a, b) => a + b, 0);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-async function streamText(c, create) {
+async function streamText(c, create, onFirst = () => {}) {
   let text = "";
   for await (const chunk of await create(c)) {
     const ch = chunk.choices[0];
     if (ch) text += ch.text ?? ch.delta?.content ?? "";
+    if (text.length > 0) {
+      onFirst();
+      onFirst = () => {};
+    }
   }
   return text;
 }
@@ -119,14 +124,21 @@ if (phase === "placement") {
 }
 
 if (phase === "load") {
-  const long = { model, max_tokens: 1500, temperature: 0, ignore_eos: true };
+  // Long enough that every request is still decoding when the kill lands, which the test sends
+  // as soon as all six streams have a token: the plain requests went out with them.
+  const long = { model, max_tokens: 300, temperature: 0, ignore_eos: true };
   let finished = 0;
   let failed = 0;
+  let streaming = 0;
+  const started = () => {
+    if (++streaming === 6) console.log("streaming");
+  };
   const jobs = [];
   for (let i = 0; i < 6; i++) {
     jobs.push((async () => {
       try {
-        await streamText(router, (c) => c.completions.create({ ...long, prompt: `s${i}`, stream: true }));
+        await streamText(router, (c) => c.completions.create({ ...long, prompt: `s${i}`, stream: true }),
+                         started);
         finished++;
       } catch (e) {
         failed++;  // the stream's error event: a clean end

@@ -58,11 +58,15 @@ node "$here/route_test.mjs" placement "$prefix_url" "$direct" "$rr_url" && ok ||
 # An instance killed under load (round-robin, so it has some of the requests).
 node "$here/route_test.mjs" load "$rr_url" "$direct" >"$tmp/load.out" 2>&1 &
 load=$!
-sleep 1.5
+for _ in $(seq 1 600); do
+  grep -q '^streaming$' "$tmp/load.out" && break
+  kill -0 "$load" 2>/dev/null || break
+  sleep 0.05
+done
 kill -KILL "$pid_1"
 wait "$pid_1" 2>/dev/null
-if wait "$load"; then
-  read -r finished failed <"$tmp/load.out"
+if wait "$load" && grep -q '^streaming$' "$tmp/load.out"; then
+  read -r finished failed < <(grep -v '^streaming$' "$tmp/load.out")
   ((failed > 0 && finished > 0 && finished + failed == 12)) && ok ||
     fail "load: $finished finished, $failed failed (some of each expected)"
 else
