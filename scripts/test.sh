@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds and runs every test stage; prints each stage's time and fails if
-# the whole run passes STRATA_TEST_BUDGET_S (default 3600 s). This is what .ci/run executes.
+# the whole run passes STRATA_TEST_BUDGET_S (default 4800 s: CI stops a run at 90 minutes, and this
+# fails it first, with every stage's time printed; the aim is 30 minutes). This is what .ci/run
+# executes.
 #
 # Stages: release build (gcc; CUDA compiled when nvcc exists) and its tests (GPU tests skip
 # without a device); clang ASan+UBSan build with the libFuzzer targets, its tests without the
@@ -10,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-budget_s=${STRATA_TEST_BUDGET_S:-3600}
+budget_s=${STRATA_TEST_BUDGET_S:-4800}
 fuzz_s=${STRATA_FUZZ_SECONDS:-10}
 jobs=${STRATA_JOBS:-$(nproc)}
 start=$(date +%s)
@@ -104,12 +106,19 @@ stage api-boundary
 scripts/check_api_boundary.sh
 
 stage clang-tidy
+# clang-tidy needs each file's own compile command, and the ASan build's database holds the unity
+# batches instead: an unbatched copy of its configuration (configured, never built) gives them.
+cmake --preset asan -B build/tidy -DSTRATA_UNITY_BUILD=OFF >/dev/null
 mapfile -t tidy_files < <(git ls-files 'src/core/*.cc' 'src/kv/*.cc' 'src/engine/*.cc')
-# Internal headers are reached through each folder's include root (build/asan/strata_modules,
+for f in "${tidy_files[@]}"; do
+  grep -qF "\"file\": \"$(pwd)/$f\"" build/tidy/compile_commands.json ||
+    { echo "test.sh: no compile command for $f: clang-tidy would skip it" >&2; exit 1; }
+done
+# Internal headers are reached through each folder's include root (build/tidy/strata_modules,
 # links to src/), public ones through include/.
-run-clang-tidy -quiet -p build/asan -j "$jobs" \
-  -header-filter="$(pwd)/(src|include|build/asan/strata_modules)/.*" "${tidy_files[@]}" \
-  >build/asan/clang-tidy.log 2>&1 || { tail -n 60 build/asan/clang-tidy.log; exit 1; }
+run-clang-tidy -quiet -p build/tidy -j "$jobs" \
+  -header-filter="$(pwd)/(src|include|build/tidy/strata_modules)/.*" "${tidy_files[@]}" \
+  >build/tidy/clang-tidy.log 2>&1 || { tail -n 60 build/tidy/clang-tidy.log; exit 1; }
 echo "clang-tidy: ${#tidy_files[@]} files clean"
 
 stage gpu-run-record
