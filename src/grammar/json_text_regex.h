@@ -12,12 +12,13 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "grammar/regex.h"
 
 namespace strata::grammar::json_regex {
 
 inline constexpr int64_t kUnbounded = -1;
-// The largest n or m of {n,m} in the dialect (RegexLimits::max_repeat).
-inline constexpr int64_t kMaxRepeat = 1000;
+// The largest n or m of {n,m} in the dialect.
+inline constexpr int64_t kMaxRepeat = RegexLimits{}.max_repeat;
 // The largest |bound| a numeric keyword may have: its digits stay exact in a double and int64.
 inline constexpr int64_t kMaxNumericBound = 1'000'000'000'000'000;
 
