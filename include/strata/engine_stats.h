@@ -70,10 +70,12 @@ struct EngineTotals {
   int64_t kv_tier_faults = 0;
   // The remote tier (EngineConfig::kv_remote_urls): blocks Redis brought into host memory, and of
   // them the prompt tokens served (part of kv_host_tier_hit_tokens); blocks written, and writes
-  // dropped (queue full, server not answering); reads that got no answer (from some server).
+  // dropped (queue full, server not answering), and not written because another instance had
+  // written them already; reads that got no answer (from some server).
   int64_t kv_remote_fetched_blocks = 0;
   int64_t kv_remote_hit_tokens = 0;
   int64_t kv_remote_written_blocks = 0;
+  int64_t kv_remote_present_blocks = 0;
   int64_t kv_remote_dropped_writes = 0;
   int64_t kv_remote_errors = 0;
   // Blocks not read from Redis because computing them was expected to end sooner, and requests

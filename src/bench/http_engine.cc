@@ -57,6 +57,7 @@ constexpr MetricCounter kMetricCounters[] = {
     {"strata:kv_tier_hits_total{tier=\"disk\"}", &EngineTotals::kv_disk_tier_hit_tokens},
     {"strata:kv_remote_hits_total", &EngineTotals::kv_remote_hit_tokens},
     {"strata:kv_remote_written_blocks_total", &EngineTotals::kv_remote_written_blocks},
+    {"strata:kv_remote_present_blocks_total", &EngineTotals::kv_remote_present_blocks},
     {"strata:kv_remote_dropped_writes_total", &EngineTotals::kv_remote_dropped_writes},
     {"strata:kv_remote_skipped_blocks_total", &EngineTotals::kv_remote_skipped_blocks},
     {"strata:kv_remote_overdue_requests_total", &EngineTotals::kv_remote_overdue_requests},

@@ -168,6 +168,7 @@ BenchMetrics compute_metrics(const RunResult& run, const MetricsContext& context
   m.kv_tier_faults = c.kv_tier_faults;
   m.kv_remote_hit_tokens = c.kv_remote_hit_tokens;
   m.kv_remote_written_blocks = c.kv_remote_written_blocks;
+  m.kv_remote_present_blocks = c.kv_remote_present_blocks;
   m.kv_remote_dropped_writes = c.kv_remote_dropped_writes;
   m.kv_remote_skipped_blocks = c.kv_remote_skipped_blocks;
   m.kv_remote_overdue_requests = c.kv_remote_overdue_requests;

@@ -99,6 +99,7 @@ struct BenchMetrics {
   int64_t kv_tier_faults = 0;
   int64_t kv_remote_hit_tokens = 0;      // of the host tier's, brought from Redis
   int64_t kv_remote_written_blocks = 0;
+  int64_t kv_remote_present_blocks = 0;  // not written: another instance had
   int64_t kv_remote_dropped_writes = 0;
   int64_t kv_remote_skipped_blocks = 0;    // not read: computing them was sooner
   int64_t kv_remote_overdue_requests = 0;  // admitted before their reads ended

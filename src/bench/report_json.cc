@@ -108,6 +108,7 @@ json run_json(const BenchMetrics& m) {
       {"kv_tier_faults", m.kv_tier_faults},
       {"kv_remote_hit_tokens", m.kv_remote_hit_tokens},
       {"kv_remote_written_blocks", m.kv_remote_written_blocks},
+      {"kv_remote_present_blocks", m.kv_remote_present_blocks},
       {"kv_remote_dropped_writes", m.kv_remote_dropped_writes},
       {"kv_remote_skipped_blocks", m.kv_remote_skipped_blocks},
       {"kv_remote_overdue_requests", m.kv_remote_overdue_requests},

@@ -113,6 +113,12 @@ std::vector<Row> rows() {
          return num(m.kv_remote_skipped_blocks) + " / " + num(m.kv_remote_overdue_requests);
        },
        false, true},
+      {"remote written / present / dropped blocks",
+       [](const BenchMetrics& m) {
+         return num(m.kv_remote_written_blocks) + " / " + num(m.kv_remote_present_blocks) + " / " +
+                num(m.kv_remote_dropped_writes);
+       },
+       false, true},
       {"remote read / written (MiB)",
        [](const BenchMetrics& m) {
          return mib(m.kv_remote_read_bytes) + " / " + mib(m.kv_remote_written_bytes);

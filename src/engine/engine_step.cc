@@ -421,6 +421,7 @@ void EngineImpl::record_step_stats(const engine::SchedulerOutput& plan, double s
     if (const kv::RemoteTier* remote = tiers_->remote()) {
       const kv::RemoteTierStats r = remote->stats();
       totals_.kv_remote_written_blocks = r.num_writes;
+      totals_.kv_remote_present_blocks = r.num_present;
       totals_.kv_remote_dropped_writes = r.num_dropped + r.num_put_errors;
       totals_.kv_remote_errors = r.num_get_errors;
       totals_.kv_remote_read_bytes = r.bytes_read;

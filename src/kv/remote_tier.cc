@@ -246,12 +246,35 @@ void RemoteTier::run_writer() {
     }
     writing_ = true;
     lock.unlock();
+    enum class Outcome : uint8_t { kFailed, kWritten, kPresent };
+    std::vector<Outcome> outcome(batch.size(), Outcome::kFailed);
+    const auto start = std::chrono::steady_clock::now();
+    // Blocks another instance wrote since this one computed them are neither coded nor sent:
+    // the store is asked first which keys it holds (EXISTS, a few bytes a key). Where several
+    // instances compute the same prefixes, such blocks are a large share of the puts, and
+    // sending them only for SET NX to refuse them took the writer's round trips. A key the
+    // probe did not answer for is written (SET NX still keeps it from being written twice).
+    {
+      std::vector<std::string> keys;
+      keys.reserve(batch.size());
+      for (const Write& w : batch) keys.push_back(w.key);
+      (void)writer_client_->exists(keys, [&](size_t i, bool there) {
+        if (there) outcome[i] = Outcome::kPresent;
+      });
+    }
     std::vector<RedisKeyValue> pairs;
+    std::vector<size_t> sent;  // pairs[j] is batch[sent[j]]
     pairs.reserve(batch.size());
+    sent.reserve(batch.size());
     if (coded.size() < batch.size()) coded.resize(batch.size());
     std::vector<uint64_t> released;
     for (size_t i = 0; i < batch.size(); ++i) {
       const Write& w = batch[i];
+      if (outcome[i] == Outcome::kPresent) {
+        if (w.borrowed) released.push_back(w.tag);
+        continue;
+      }
+      sent.push_back(i);
       if (!w.borrowed && !recode) {
         pairs.push_back({w.key, w.value});
         continue;
@@ -283,17 +306,21 @@ void RemoteTier::run_writer() {
       const std::lock_guard released_lock(mu_);
       for (const uint64_t tag : released) lent_.give_back(tag);
     }
-    enum class Outcome : uint8_t { kFailed, kWritten, kPresent };
-    std::vector<Outcome> outcome(batch.size(), Outcome::kFailed);
-    const auto start = std::chrono::steady_clock::now();
-    const Status s = writer_client_->set_nx(pairs, options_.ttl_seconds, [&](size_t i, bool w) {
-      outcome[i] = w ? Outcome::kWritten : Outcome::kPresent;
-    });
+    const Status s =
+        pairs.empty() ? Status::Ok()
+                      : writer_client_->set_nx(pairs, options_.ttl_seconds, [&](size_t j, bool w) {
+                          outcome[sent[j]] = w ? Outcome::kWritten : Outcome::kPresent;
+                        });
     const double seconds = seconds_since(start);
     lock.lock();
     writing_ = false;
     queued_bytes_ -= batch_bytes;
     stats_.put_latency.observe(seconds);
+    for (size_t j = 0; j < sent.size(); ++j) {
+      if (outcome[sent[j]] == Outcome::kWritten) {
+        stats_.bytes_written += static_cast<int64_t>(pairs[j].value.size());
+      }
+    }
     // put() drops while a store that answered none of the batch is asked again; one server of
     // several down fails only its own blocks (its breaker refuses them at once), so the others'
     // writes go on.
@@ -307,7 +334,6 @@ void RemoteTier::run_writer() {
           break;
         case Outcome::kWritten:
           ++stats_.num_writes;
-          stats_.bytes_written += static_cast<int64_t>(pairs[i].value.size());
           break;
         case Outcome::kPresent:
           ++stats_.num_present;

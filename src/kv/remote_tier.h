@@ -16,13 +16,14 @@
 //                 answer fails only its own blocks
 //   put(block)    queued for the writer thread, which writes what is queued, pipelined (up to 64
 //                 blocks or 16 MiB a round trip, split over the servers or masters, whose
-//                 pipelines run at the same time), coded (kv_codec.h), with SET NX (a block
-//                 already there is never written again) and the TTL; when the queued bytes would
-//                 pass their bound, or the last round trip got no answer at all (the store is
-//                 retried by one write at a time), the put is dropped and counted instead of
-//                 blocking the caller; a server that does not answer fails only its own blocks'
-//                 writes. put_borrowed() queues the caller's bytes as they are, without a copy:
-//                 the writer codes the value from them and hands their tag back
+//                 pipelines run at the same time): it asks which of the keys are there
+//                 (EXISTS) and codes (kv_codec.h) and sends only the others, with SET NX (a
+//                 block already there is never written again) and the TTL; when the queued
+//                 bytes would pass their bound, or the last round trip got no answer at all (the
+//                 store is retried by one write at a time), the put is dropped and counted
+//                 instead of blocking the caller; a server that does not answer fails only its
+//                 own blocks' writes. put_borrowed() queues the caller's bytes as they are, without
+//                 a copy: the writer codes the value from them and hands their tag back
 //                 (take_released) before it sends it
 //
 // Capacity and eviction are the server's (maxmemory with allkeys-lru), plus the optional TTL.
@@ -82,7 +83,7 @@ struct RemoteTierStats {
   int64_t num_bad = 0;           // found but failing a check (treated as misses)
   int64_t num_get_errors = 0;    // get calls that failed (no answer in time, breaker open)
   int64_t num_writes = 0;        // blocks written
-  int64_t num_present = 0;       // puts that found the block there already (SET NX)
+  int64_t num_present = 0;       // puts that found the block there already (EXISTS or SET NX)
   int64_t num_dropped = 0;       // puts dropped: queue full, or the server not answering
   int64_t num_put_errors = 0;    // writes the server refused or did not answer
   int64_t bytes_read = 0;        // values received

@@ -165,6 +165,9 @@ std::string Metrics::render(const EngineSnapshot& s, const KvCacheFacts& kv,
          static_cast<double>(t.kv_remote_hit_tokens));
   metric(out, "strata:kv_remote_written_blocks_total", "counter", "Blocks written to Redis.",
          static_cast<double>(t.kv_remote_written_blocks));
+  metric(out, "strata:kv_remote_present_blocks_total", "counter",
+         "Blocks not written to Redis: another instance had written them already.",
+         static_cast<double>(t.kv_remote_present_blocks));
   metric(out, "strata:kv_remote_dropped_writes_total", "counter",
          "Writes to Redis dropped: the queue was full or Redis did not answer.",
          static_cast<double>(t.kv_remote_dropped_writes));

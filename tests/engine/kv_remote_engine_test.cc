@@ -98,6 +98,15 @@ class KvRemoteEngineTest : public ::testing::Test {
   }
   int32_t prefix_tokens() const { return static_cast<int32_t>((a_.prompt.size() - 1) / 16) * 16; }
   std::vector<std::string> keys() { return keys(server_); }
+  // The size of a stored value (every block's is the same): STRLEN of one of them.
+  int64_t value_bytes() {
+    const std::vector<std::string> all = keys();
+    if (all.empty()) return -1;
+    kv::RedisClient c(server_.endpoint());
+    const std::string_view args[] = {"STRLEN", all.front()};
+    const Result<std::string> reply = c.command(args);
+    return reply.ok() ? std::stoll(*reply) : -1;
+  }
   static std::vector<std::string> keys(const kv::test_util::RedisServer& server) {
     kv::RedisClient c(server.endpoint());
     const std::string_view args[] = {"KEYS", "strata:kv:*"};
@@ -229,9 +238,13 @@ TEST_F(KvRemoteEngineTest, QueuedRequestsShareOneReadOfThePrefixEvenWithPrefetch
     expect_same(got.at(id), want);
     EXPECT_EQ(got.at(id).metrics.num_cached_tokens, prefix_tokens()) << "request " << id;
   }
-  // Each block asked after once (EXISTS) and read once: Redis counts both as keyspace hits.
-  EXPECT_EQ(keyspace_hits() - hits_before, 2 * prefix_tokens() / 16);
-  EXPECT_EQ(second->totals().kv_remote_fetched_blocks, prefix_tokens() / 16);
+  // One read for the three, each block's value read once (the writer's own EXISTS probes count
+  // as keyspace hits too, so the bytes tell).
+  const EngineTotals t = second->totals();
+  EXPECT_EQ(t.kv_remote_get_latency.count(), 1);
+  EXPECT_EQ(t.kv_remote_fetched_blocks, prefix_tokens() / 16);
+  EXPECT_EQ(t.kv_remote_read_bytes, int64_t{prefix_tokens() / 16} * value_bytes());
+  EXPECT_GE(keyspace_hits() - hits_before, 2 * prefix_tokens() / 16);
   EXPECT_EQ(second->last_step().num_used_blocks, 0);
 }
 

@@ -72,6 +72,15 @@ class RemoteTierTest : public ::testing::Test {
     const std::string_view args[] = {"GET", key};
     return *c.command(args);
   }
+  // The SET commands the server has run (SET NX's included), from INFO commandstats.
+  int64_t set_calls() {
+    RedisClient c(server_.endpoint());
+    const std::string_view args[] = {"INFO", "commandstats"};
+    const std::string info = *c.command(args);
+    const std::string tag = "cmdstat_set:calls=";
+    const size_t at = info.find(tag);
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + tag.size()));
+  }
   void set_raw(const std::string& key, const std::string& value) {
     RedisClient c(server_.endpoint());
     const std::string_view args[] = {"SET", key, value};
@@ -202,6 +211,33 @@ TEST_F(RemoteTierTest, ABlockIsWrittenOnceAndTheTtlIsSet) {
   const int ttl_left = std::stoi(*c.command(ttl));
   EXPECT_GT(ttl_left, 0);
   EXPECT_LE(ttl_left, 100);
+}
+
+// A block another instance wrote since this one computed it is neither coded nor sent: the
+// writer asks first which keys are there, and SET NX is never issued for them.
+TEST_F(RemoteTierTest, ABlockAnotherInstanceWroteIsNotSentAgain) {
+  auto first = tier();
+  auto second = tier();
+  const Block a = block(1), b = block(2);
+  first->put(a.hash, a.tokens, a.bytes, a.checksum);
+  first->flush();
+  const int64_t sets = set_calls();
+  ASSERT_GE(sets, 1);
+  ASSERT_TRUE(second->put_borrowed(a.hash, a.tokens, a.bytes, a.checksum, 7));
+  ASSERT_TRUE(second->put(b.hash, b.tokens, b.bytes, b.checksum));
+  second->flush();
+  EXPECT_EQ(set_calls(), sets + 1) << "only the block that was not there is sent";
+  const RemoteTierStats s = second->stats();
+  EXPECT_EQ(s.num_present, 1);
+  EXPECT_EQ(s.num_writes, 1);
+  EXPECT_EQ(s.bytes_written, static_cast<int64_t>(second->value_bytes()));
+  EXPECT_EQ(second->take_released(/*wait=*/true), std::vector<uint64_t>{7})
+      << "the borrowed block's tag comes back though it was not coded";
+  std::vector<std::vector<std::byte>> out;
+  const std::vector<RemoteTier::Get> got = read(*second, {a, b}, out);
+  ASSERT_TRUE(got[0].status.ok() && got[1].status.ok());
+  EXPECT_EQ(out[0], a.bytes);
+  EXPECT_EQ(out[1], b.bytes);
 }
 
 TEST_F(RemoteTierTest, AValueThatFailsACheckIsAMissCountedAsBad) {

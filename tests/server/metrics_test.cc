@@ -19,6 +19,7 @@ TEST(MetricsTextTest, RemoteTierBytesAndLatencyHistograms) {
   EngineSnapshot s;
   s.totals.kv_remote_read_bytes = 123456;
   s.totals.kv_remote_written_bytes = 7890;
+  s.totals.kv_remote_present_blocks = 12;
   s.totals.kv_remote_get_latency.observe(0.0015);  // (1, 2 ms]
   s.totals.kv_remote_get_latency.observe(0.0015);
   s.totals.kv_remote_get_latency.observe(0.3);   // (200, 500 ms]
@@ -26,6 +27,7 @@ TEST(MetricsTextTest, RemoteTierBytesAndLatencyHistograms) {
   const std::string t = Metrics().render(s, KvCacheFacts{}, 1, TransportStats{});
   EXPECT_TRUE(has_line(t, "strata:kv_remote_read_bytes_total 123456")) << t;
   EXPECT_TRUE(has_line(t, "strata:kv_remote_written_bytes_total 7890")) << t;
+  EXPECT_TRUE(has_line(t, "strata:kv_remote_present_blocks_total 12")) << t;
   EXPECT_TRUE(has_line(t, "# TYPE strata:kv_remote_get_seconds histogram")) << t;
   EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_bucket{le=\"5e-05\"} 0")) << t;
   EXPECT_TRUE(has_line(t, "strata:kv_remote_get_seconds_bucket{le=\"0.001\"} 0")) << t;

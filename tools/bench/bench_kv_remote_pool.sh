@@ -83,7 +83,8 @@ import json, sys
 r = json.load(open(sys.argv[1]))["runs"][0]
 print({k: r.get(k) for k in ("num_requests", "prefix_hit_rate", "cacheable_share",
                              "output_tokens_per_s", "kv_remote_hit_tokens",
-                             "kv_remote_written_blocks", "kv_remote_dropped_writes",
+                             "kv_remote_written_blocks", "kv_remote_present_blocks",
+                             "kv_remote_dropped_writes",
                              "kv_remote_skipped_blocks", "kv_remote_overdue_requests",
                              "kv_remote_read_bytes", "kv_remote_errors")},
       {f"{m}_{p}": r[k][p] for m, k in (("ttft", "ttft_s"), ("e2e", "e2e_latency_s"))
