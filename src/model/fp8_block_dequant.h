@@ -1,6 +1,7 @@
 #pragma once
-// Block-scaled FP8 checkpoints (DeepSeek-V3's quantization_config quant_method "fp8";
-// model_fp8.cc): what the CPU engine and the GPU runner both do at load.
+// FP8 checkpoints (model_fp8.cc): DeepSeek-V3's block-scaled weights (quant_method "fp8"), and
+// compressed-tensors' and FBGEMM's with a scale per output channel or per tensor: what the CPU
+// engine and the GPU runner both do at load.
 
 #include <cstdint>
 #include <deque>
@@ -12,10 +13,11 @@
 
 namespace strata::model {
 
-// For quant_method "fp8": every F8_E4M3 weight view of `weights` (bound from `store`) is
-// dequantized with its weight_scale_inv blocks into BF16 appended to `owned` (the product in
-// fp32, rounded once), and the view repointed there. Does nothing for other configs. Throws
-// strata::Error for a weight without its scales or one that is not a whole 2-D tensor.
+// For a loadable quant_method: every F8_E4M3 weight view of `weights` (bound from `store`) is
+// dequantized with its scales (weight_scale_inv blocks, or weight_scale per row or tensor) into
+// BF16 appended to `owned` (the product in fp32, rounded once), and the view repointed there.
+// Does nothing without quantization. Throws strata::Error for a weight without its scales, with
+// scales of another shape, or one that is not a whole 2-D tensor.
 void dequantize_block_fp8(const ModelConfig& config, const WeightStore& store,
                           DecoderWeights& weights, std::deque<std::vector<uint16_t>>& owned);
 

@@ -251,6 +251,33 @@ std::vector<int32_t> parse_sliding_windows(const JsonFields& f, const ModelConfi
   return windows;
 }
 
+// compressed-tensors' quantization_config: which weights each config group quantizes and how.
+// The FP8 checkpoints (format float-quantized: every group's weights 8-bit floats, one scale per
+// output channel or per tensor) load; what else makes them unloadable, or "" when nothing.
+// input_activations (dynamic per token, or static input_scale tensors) do not matter: the
+// weights are dequantized at load and the activations stay in the model's dtype.
+std::string compressed_tensors_unsupported(const JsonFields& qf, std::string_view source) {
+  const json* groups = qf.opt_object("config_groups");
+  if (groups == nullptr || groups->empty()) qf.fail(qf.name("config_groups") + " is missing");
+  for (const auto& [name, group] : groups->items()) {
+    const std::string prefix = "quantization_config.config_groups." + name + ".";
+    if (!group.is_object()) qf.fail(qf.name("config_groups." + name) + " must be an object");
+    const JsonFields gf(group, source, prefix);
+    const json* weights = gf.opt_object("weights");
+    if (weights == nullptr) continue;  // activations only
+    const std::string weights_prefix = prefix + "weights.";
+    const JsonFields wf(*weights, source, weights_prefix);
+    const int64_t bits = wf.opt_int("num_bits").value_or(0);
+    const std::string type = wf.opt_string("type").value_or("");
+    const std::string strategy = wf.opt_string("strategy").value_or("");
+    if (bits != 8 || type != "float" || (strategy != "channel" && strategy != "tensor")) {
+      return "compressed-tensors " + std::to_string(bits) + "-bit " + quote(type) +
+             " weights with strategy " + quote(strategy);
+    }
+  }
+  return "";
+}
+
 ModelConfig parse_model_config(const json& config, std::string_view source) {
   const JsonFields f(config, source);
   ModelConfig c;
@@ -267,6 +294,11 @@ ModelConfig parse_model_config(const json& config, std::string_view source) {
   if (const json* q = f.opt_object("quantization_config")) {
     const JsonFields qf(*q, source, "quantization_config.");
     c.quant_method = qf.opt_string("quant_method").value_or("unknown");
+    if (c.quant_method == "compressed-tensors") {
+      c.quant_unsupported = compressed_tensors_unsupported(qf, source);
+    } else if (c.quant_method != "fp8" && c.quant_method != "fbgemm_fp8") {
+      c.quant_unsupported = "quant_method " + quote(c.quant_method);
+    }
     if (const json* block = qf.find("weight_block_size")) {
       if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
           !(*block)[1].is_number_integer() || (*block)[0].get<int64_t>() < 1 ||

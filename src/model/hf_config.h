@@ -143,12 +143,18 @@ struct ModelConfig {
   std::vector<int64_t> bos_token_ids;  // empty when null or absent
   std::vector<int64_t> eos_token_ids;
   std::string torch_dtype;  // "bfloat16", ...; empty when absent
-  // quantization_config.quant_method ("fp8": DeepSeek-V3's block-scaled F8_E4M3 weights with
-  // weight_scale_inv), dequantized at load; empty when the weights are not quantized. Model::load
-  // refuses any other method.
+  // quantization_config.quant_method, empty when the weights are not quantized. F8_E4M3 weights
+  // are dequantized at load (fp8_block_dequant.h): "fp8" (DeepSeek-V3: weight_scale_inv per
+  // weight_block_size block), "compressed-tensors" (8-bit float weights, strategy channel or
+  // tensor) and "fbgemm_fp8" (weight_scale per output channel or per tensor).
   std::string quant_method;
+  // Why Model::load cannot load these weights ("quant_method 'awq'", "4-bit int weights, ..."),
+  // empty when it can.
+  std::string quant_unsupported;
   // quantization_config.weight_block_size for "fp8": the rows and columns one scale covers.
   int64_t quant_block_rows = 128, quant_block_cols = 128;
+  // F8_E4M3 weights scaled by <weight>_scale_inv blocks ("fp8") rather than <weight>_scale.
+  bool quant_scale_inverse_blocks() const { return quant_method == "fp8"; }
   RopeConfig rope;
   std::vector<int32_t> layer_sliding_window;  // per layer: window in tokens, 0 = full attention
   MoeConfig moe;  // Mixtral, Qwen3-MoE, DeepSeek; empty for the dense architectures

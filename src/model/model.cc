@@ -72,11 +72,12 @@ Model::Model(ModelConfig config, WeightStore store)
 
 Model Model::load(const ModelLoadOptions& options) {
   ModelConfig config = load_model_config(options.model_dir);
-  if (!config.quant_method.empty() && config.quant_method != "fp8") {
-    throw Error((options.model_dir / "config.json").string() +
-                ": 'quantization_config' (quant_method " + quote(config.quant_method) +
-                "): only block-scaled fp8 weights (F8_E4M3 with weight_scale_inv) are "
-                "supported; convert the checkpoint to bfloat16 first");
+  if (!config.quant_unsupported.empty()) {
+    throw Error((options.model_dir / "config.json").string() + ": 'quantization_config' (" +
+                config.quant_unsupported +
+                "): only FP8 weights load (F8_E4M3: 'fp8' with weight_scale_inv blocks, "
+                "'compressed-tensors' or 'fbgemm_fp8' with a weight_scale per channel or "
+                "tensor); convert the checkpoint to bfloat16 first");
   }
   WeightStore store = open_weights(options, config);
   return Model(std::move(config), std::move(store));

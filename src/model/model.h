@@ -280,9 +280,9 @@ class Model {
   Status run_mla_absorbed_rows(int32_t layer_idx, const PagedKvCacheView& cache, ThreadPool& pool);
   Status run_mla_expanded(int32_t layer_idx, const ForwardBatch& batch,
                           const PagedKvCacheView& cache, ThreadPool& pool);
-  // quant_method "fp8" (model_fp8.cc): every F8_E4M3 weight and its weight_scale_inv blocks
-  // dequantized once into BF16 that fp8_dequantized_ owns, its view repointed there. Throws
-  // strata::Error for an F8 weight without its scales.
+  // An FP8 checkpoint (model_fp8.cc): every F8_E4M3 weight and its scales (weight_scale_inv
+  // blocks, or weight_scale per row or tensor) dequantized once into BF16 that fp8_dequantized_
+  // owns, its view repointed there. Throws strata::Error for an F8 weight without its scales.
   void dequantize_fp8_weights();
   // KV heads per layer in the pool: num_key_value_heads, or MLA's one latent.
   int64_t cache_kv_heads() const { return config_.mla.enabled() ? 1 : config_.num_key_value_heads; }
@@ -317,7 +317,7 @@ class Model {
     std::vector<TensorView> uk_t_head, uv_head;
   };
   std::vector<MlaLayer> mla_;
-  // The BF16 copies of a block-scaled FP8 checkpoint's weights (dequantize_fp8_weights); a
+  // The BF16 copies of an FP8 checkpoint's weights (dequantize_fp8_weights); a
   // std::deque keeps each buffer where it is as more are added.
   std::deque<std::vector<uint16_t>> fp8_dequantized_;
   struct MlaScratch {

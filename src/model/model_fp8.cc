@@ -1,8 +1,10 @@
-// Model's block-scaled FP8 checkpoints (DeepSeek-V3's quantization_config quant_method "fp8"):
-// every F8_E4M3 weight W [rows, cols] comes with W_scale_inv [ceil(rows / bm), ceil(cols / bn)]
-// (bm x bn = weight_block_size, 128 x 128 in the released checkpoints), and its real value is
-// fp8(W[r][c]) * scale_inv[r / bm][c / bn]. The CPU multiplies F32 / BF16 / F16 weights only, so
-// each is dequantized once at load into a BF16 tensor the model owns (as DeepSeek's own
+// Model's FP8 checkpoints. DeepSeek-V3's (quantization_config quant_method "fp8"): every F8_E4M3
+// weight W [rows, cols] comes with W_scale_inv [ceil(rows / bm), ceil(cols / bn)] (bm x bn =
+// weight_block_size, 128 x 128 in the released checkpoints), and its real value is
+// fp8(W[r][c]) * scale_inv[r / bm][c / bn]. compressed-tensors' and FBGEMM's ("compressed-tensors",
+// "fbgemm_fp8"): W_scale, one per output row or one for the whole tensor, the same product
+// with blocks of one row (or all rows) by all columns. The CPU multiplies F32 / BF16 / F16 weights
+// only, so each is dequantized once at load into a BF16 tensor the model owns (as DeepSeek's own
 // fp8_cast_bf16 does: the product in fp32, rounded to bf16), and the bound view points there.
 
 #include <string>
@@ -64,14 +66,62 @@ void for_each_view(DecoderWeights& w, Fn fn) {
   }
 }
 
+// The scales of F8_E4M3 weight `name` [rows, cols] and the rows and columns each covers:
+// weight_scale_inv per block for "fp8"; otherwise weight_scale, one per output row ([rows, 1] or
+// [rows]) or one for the tensor ([], [1] or [1, 1]).
+struct Fp8Scales {
+  TensorView scale;
+  int64_t block_rows = 0, block_cols = 0;
+};
+
+Fp8Scales fp8_scales(const ModelConfig& config, const WeightStore& store, const std::string& name,
+                     int64_t rows, int64_t cols) {
+  const bool blocks = config.quant_scale_inverse_blocks();
+  const std::string scale_name = name + (blocks ? "_scale_inv" : "_scale");
+  if (!store.contains(scale_name)) {
+    throw Error(store.source() + ": F8_E4M3 tensor '" + name + "' has no '" + scale_name + "' (" +
+                (blocks ? "block-scaled FP8 needs one scale per " +
+                              std::to_string(config.quant_block_rows) + "x" +
+                              std::to_string(config.quant_block_cols) + " block"
+                        : std::string("FP8 weights need one scale per output channel or tensor")) +
+                ")");
+  }
+  Fp8Scales s;
+  if (blocks) {
+    const int64_t bm = config.quant_block_rows, bn = config.quant_block_cols;
+    s.scale = store.get_checked(scale_name, {(rows + bm - 1) / bm, (cols + bn - 1) / bn});
+    s.block_rows = bm;
+    s.block_cols = bn;
+  } else {
+    s.scale = store.get(scale_name);
+    const int64_t n = s.scale.numel();
+    const bool column = s.scale.rank <= 2 && (s.scale.rank < 2 || s.scale.dim(1) == 1);
+    if (n == rows && column && s.scale.rank >= 1) {
+      s.block_rows = 1;
+    } else if (n == 1) {
+      s.block_rows = rows;
+    } else {
+      throw Error(store.source() + ": '" + scale_name + "' holds " + std::to_string(n) +
+                  " scales in " + std::to_string(s.scale.rank) + " dimensions; '" + name +
+                  "' has " + std::to_string(rows) + " rows (one scale per row, [" +
+                  std::to_string(rows) + ", 1], or one for the tensor)");
+    }
+    s.block_cols = cols;
+  }
+  if (s.scale.dtype != DType::kF32 && s.scale.dtype != DType::kBF16 &&
+      s.scale.dtype != DType::kF16) {
+    throw Error(store.source() + ": '" + scale_name + "' is not a float tensor");
+  }
+  return s;
+}
+
 }  // namespace
 
 void dequantize_block_fp8(const ModelConfig& config, const WeightStore& store,
                           DecoderWeights& weights, std::deque<std::vector<uint16_t>>& owned) {
-  if (config.quant_method != "fp8") return;
+  if (config.quant_method.empty() || !config.quant_unsupported.empty()) return;
   std::unordered_map<const void*, std::string> name_of;
   for (const std::string& name : store.names()) name_of[store.get(name).data] = name;
-  const int64_t bm = config.quant_block_rows, bn = config.quant_block_cols;
   std::unordered_map<const void*, size_t> done;  // a tied view converts once
   for_each_view(weights, [&](TensorView& v) {
     if (v.empty() || v.dtype != DType::kF8E4M3) return;
@@ -86,26 +136,17 @@ void dequantize_block_fp8(const ModelConfig& config, const WeightStore& store,
                   ": an F8_E4M3 weight that is not a whole 2-D tensor (fused "
                   "experts?) cannot be dequantized");
     }
-    const std::string scale_name = named->second + "_scale_inv";
-    if (!store.contains(scale_name)) {
-      throw Error(store.source() + ": F8_E4M3 tensor '" + named->second + "' has no '" +
-                  scale_name + "' (block-scaled FP8 needs one scale per " + std::to_string(bm) +
-                  "x" + std::to_string(bn) + " block)");
-    }
     const int64_t rows = v.dim(0), cols = v.dim(1);
-    const TensorView scale =
-        store.get_checked(scale_name, {(rows + bm - 1) / bm, (cols + bn - 1) / bn});
-    if (scale.dtype != DType::kF32 && scale.dtype != DType::kBF16 && scale.dtype != DType::kF16) {
-      throw Error(store.source() + ": '" + scale_name + "' is not a float tensor");
-    }
+    const Fp8Scales s = fp8_scales(config, store, named->second, rows, cols);
+    const int64_t scale_cols = (cols + s.block_cols - 1) / s.block_cols;
     std::vector<uint16_t> out(static_cast<size_t>(rows * cols));
     const auto* codes = static_cast<const uint8_t*>(v.data);
-    const int64_t scale_cols = scale.dim(1);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        const float s = load_as_f32(scale.data, scale.dtype, (r / bm) * scale_cols + c / bn);
+        const float scale = load_as_f32(s.scale.data, s.scale.dtype,
+                                        (r / s.block_rows) * scale_cols + c / s.block_cols);
         out[static_cast<size_t>(r * cols + c)] =
-            f32_to_bf16(fp8_e4m3_to_f32(codes[r * cols + c]) * s);
+            f32_to_bf16(fp8_e4m3_to_f32(codes[r * cols + c]) * scale);
       }
     }
     done[v.data] = owned.size();

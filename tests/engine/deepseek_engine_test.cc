@@ -2,8 +2,8 @@
 // and invariances: transformers' knock-outs reproduced through the checkpoint (top-1 routing, no
 // shared experts, no router bias, unit norms) within the reference tolerance, the absorbed MLA
 // decode agreeing with the whole-prompt pass, the latent pool's size, dummy weights, and
-// block-scaled FP8 weights dequantized at load, and one-line refusals (--device cuda, a
-// quantized latent cache, other quantized checkpoints).
+// one-line refusals (--device cuda, a quantized latent cache). Its block-scaled FP8 weights:
+// fp8_checkpoint_test.cc.
 
 #include <gtest/gtest.h>
 
@@ -36,20 +36,7 @@ constexpr double kReferenceTolerance = 1e-4;
 constexpr int64_t kVocab = 160;
 const fs::path kModels = fs::path(STRATA_TEST_DATA_DIR) / "models";
 
-// A scratch copy of a fixture with its config.json's keys changed and its tensors edited (all
-// F32, as the fixtures are, plus raw tensors of other dtypes the edit adds).
-class EditedFixture : public test_util::FixtureCopy {
- public:
-  using Tensors = test_util::F32Tensors;
-  using RawTensors = test_util::RawTensors;
-
-  EditedFixture(const std::string& name, const json& keys,
-                const std::function<void(Tensors&, RawTensors&)>& edit = {})
-      : test_util::FixtureCopy(kModels / name) {
-    set_config(keys);
-    if (edit) rewrite_weights(edit);
-  }
-};
+using test_util::EditedFixture;
 
 class DeepseekEngineTest : public ::testing::Test {
  protected:
@@ -176,109 +163,6 @@ TEST(DeepseekRefusalTest, AQuantizedLatentCacheIsRefusedByName) {
     ASSERT_FALSE(e.ok());
     EXPECT_NE(e.status().message().find("MLA latent cache"), std::string::npos)
         << e.status().message();
-  }
-}
-
-// Block-scaled FP8 as DeepSeek-V3 ships it, with 16 x 16 blocks so that the fixture's small
-// weights hold several blocks and partial ones (24 rows of q_b_proj, 48 of kv_a_proj): its linear
-// weights as F8_E4M3 codes and weight_scale_inv, dequantized at load. The logits must be those
-// of a float32 checkpoint of the same dequantized values (bf16(fp8(code) * scale)); a wrong
-// block index or scale would be far off.
-constexpr int64_t kFp8Block = 16;
-
-bool fp8_quantized(const std::string& name, const std::vector<int64_t>& shape) {
-  return shape.size() == 2 && name.find("embed_tokens") == std::string::npos &&
-         name != "lm_head.weight" && !name.ends_with("mlp.gate.weight");
-}
-
-// Quantizes w [rows, cols] per block: codes, scales, and the dequantized values the engine makes.
-void quantize_fp8(const std::vector<int64_t>& shape, std::vector<float>& w, std::string& codes,
-                  std::vector<float>& scales) {
-  const int64_t rows = shape[0], cols = shape[1];
-  const int64_t srows = (rows + kFp8Block - 1) / kFp8Block,
-                scols = (cols + kFp8Block - 1) / kFp8Block;
-  scales.assign(static_cast<size_t>(srows * scols), 0.0f);
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    float& s = scales[static_cast<size_t>((i / cols / kFp8Block) * scols + (i % cols) / kFp8Block)];
-    s = std::max(s, std::fabs(w[static_cast<size_t>(i)]) / 448.0f);
-  }
-  codes.resize(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    const float s =
-        scales[static_cast<size_t>((i / cols / kFp8Block) * scols + (i % cols) / kFp8Block)];
-    const uint8_t code = f32_to_fp8_e4m3(w[static_cast<size_t>(i)] / s);
-    codes[static_cast<size_t>(i)] = static_cast<char>(code);
-    w[static_cast<size_t>(i)] = bf16_to_f32(f32_to_bf16(fp8_e4m3_to_f32(code) * s));
-  }
-}
-
-TEST_F(DeepseekEngineTest, BlockScaledFp8WeightsAreDequantizedAtLoad) {
-  const json keys = {{"quantization_config",
-                      {{"quant_method", "fp8"}, {"weight_block_size", {kFp8Block, kFp8Block}}}}};
-  EditedFixture::Tensors dequantized;
-  int num_fp8 = 0;
-  const EditedFixture fp8(
-      "deepseek-v3-mla", keys, [&](EditedFixture::Tensors& t, EditedFixture::RawTensors& raw) {
-        for (auto it = t.begin(); it != t.end();) {
-          if (!fp8_quantized(it->first, it->second.first)) {
-            ++it;
-            continue;
-          }
-          std::string codes;
-          std::vector<float> scales;
-          quantize_fp8(it->second.first, it->second.second, codes, scales);
-          dequantized[it->first] = it->second;
-          const std::vector<int64_t>& shape = it->second.first;
-          raw[it->first] = {"F8_E4M3", shape, codes};
-          raw[it->first + "_scale_inv"] = {
-              "F32",
-              {(shape[0] + kFp8Block - 1) / kFp8Block, (shape[1] + kFp8Block - 1) / kFp8Block},
-              std::string(reinterpret_cast<const char*>(scales.data()), scales.size() * 4)};
-          ++num_fp8;
-          it = t.erase(it);
-        }
-      });
-  EXPECT_GT(num_fp8, 40);
-  const EditedFixture plain("deepseek-v3-mla", json::object(),
-                            [&](EditedFixture::Tensors& t, EditedFixture::RawTensors&) {
-                              for (const auto& [name, v] : dequantized) t[name] = v;
-                            });
-  const auto ref =
-      model::SafetensorsFile::open(kModels / "deepseek-v3-mla" / "reference.safetensors");
-  const std::vector<int32_t> prompt = test_util::int_tensor(ref.tensor("prompt.0"));
-  model::Model fp8_model = model::Model::load({fp8.dir()});
-  model::Model plain_model = model::Model::load({plain.dir()});
-  const std::vector<float> got = test_util::prompt_logits(fp8_model, pool_, {prompt})[0];
-  const std::vector<float> want = test_util::prompt_logits(plain_model, pool_, {prompt})[0];
-  ASSERT_EQ(got.size(), want.size());
-  const auto rows = static_cast<int64_t>(prompt.size());
-  EXPECT_LE(test_util::max_row_rel_err(got.data(), want.data(), rows, kVocab), 1e-5);
-  // And the quantization itself is far from nothing: the logits moved from the fixture's.
-  const auto* full = static_cast<const float*>(ref.tensor("logits.0").data);
-  EXPECT_GE(test_util::max_row_rel_err(got.data(), full, rows, kVocab), 1e-3);
-}
-
-TEST(DeepseekRefusalTest, Fp8WithoutScalesAndOtherQuantizationAreErrorsNamingThem) {
-  const json fp8 = {{"quantization_config", {{"quant_method", "fp8"}}}};
-  const EditedFixture no_scale("deepseek-v3-mla", fp8,
-                               [](EditedFixture::Tensors& t, EditedFixture::RawTensors& raw) {
-                                 const std::string name = "model.layers.0.self_attn.o_proj.weight";
-                                 const auto& [shape, values] = t.at(name);
-                                 raw[name] = {"F8_E4M3", shape, std::string(values.size(), '\x38')};
-                                 t.erase(name);
-                               });
-  try {
-    (void)model::Model::load({no_scale.dir()});
-    FAIL() << "an F8 weight without scales loaded";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("o_proj.weight_scale_inv"), std::string::npos) << e.what();
-  }
-  const EditedFixture awq("deepseek-v3-mla", {{"quantization_config", {{"quant_method", "awq"}}}});
-  try {
-    (void)model::Model::load({awq.dir()});
-    FAIL() << "an AWQ checkpoint loaded";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'awq'"), std::string::npos) << e.what();
   }
 }
 

@@ -1,9 +1,9 @@
 #pragma once
-// A scratch copy of a fixture checkpoint for the engine tests that change one (the MoE, Gemma 3
-// and DeepSeek tests): config.json keys set or the whole config replaced, model.safetensors
-// rewritten from the fixture's F32 tensors through an edit, tensors of other dtypes written as
-// raw bytes. The directory lives under the test's temporary directory and is removed on
-// destruction.
+// A scratch copy of a fixture checkpoint for the engine tests that change one (the MoE, Gemma 3,
+// DeepSeek and FP8 checkpoint tests): config.json keys set or the whole config replaced,
+// model.safetensors rewritten from the fixture's F32 tensors through an edit, tensors of other
+// dtypes written as raw bytes. The directory lives under the test's temporary directory and is
+// removed on destruction.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -140,6 +141,21 @@ class FixtureCopy {
   static inline int count_ = 0;
   std::filesystem::path from_;
   std::filesystem::path dir_;
+};
+
+// A scratch copy of tests/data/models/<name> with its config.json's keys changed and its tensors
+// edited (all F32, as the fixtures are, plus raw tensors of other dtypes the edit adds).
+class EditedFixture : public FixtureCopy {
+ public:
+  using Tensors = F32Tensors;
+  using RawTensors = test_util::RawTensors;
+
+  EditedFixture(const std::string& name, const nlohmann::json& keys,
+                const std::function<void(F32Tensors&, RawTensors&)>& edit = {})
+      : FixtureCopy(std::filesystem::path(STRATA_TEST_DATA_DIR) / "models" / name) {
+    set_config(keys);
+    if (edit) rewrite_weights(edit);
+  }
 };
 
 }  // namespace strata::engine::test_util
