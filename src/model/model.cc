@@ -7,7 +7,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/quote.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
