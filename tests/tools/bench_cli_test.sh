@@ -172,6 +172,24 @@ assert r["ttft_s"]["count"] == 8 - failed and r["e2e_latency_s"]["count"] == 8 -
 assert r["output_tokens"] == 20 * (8 - failed), r
 PY
 kill "$server_pid" && wait "$server_pid" 2>/dev/null
+# 5d. a server that closes connections past its per-client limit (2 here; 32 requests arrive
+#     together): the client's writes on those sockets fail (EPIPE), each request is counted as
+#     failed and the run ends normally -- never killed by SIGPIPE (exit 141), which before
+#     happened in about one run of three
+start_server --model "$model" --threads 2 --num-blocks 512 --max-connections-per-client 2
+for round in 1 2 3 4 5 6; do
+  rc=0
+  bench --num-prompts 32 --input-len 64 --output-len 4 --seed "$round" --endpoint "$base" --json \
+    >"$tmp/http-closed.json" 2>"$tmp/err" || rc=$?
+  ((rc == 0)) || { fail "--endpoint, connections closed: exit $rc (round $round)"; break; }
+done
+((rc == 0)) && python3 - "$tmp/http-closed.json" "$base" <<'PY' && ok || fail "--endpoint closed connections JSON"
+import json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+assert r["num_requests"] == 32 and 0 < r["failed_requests"] < 32, r
+assert sys.argv[2] in r["first_failure"], r["first_failure"]
+PY
+kill "$server_pid" && wait "$server_pid" 2>/dev/null
 
 # 6. bad input: one line on stderr, non-zero exit, never a crash
 printf '{"input_length": 4, "output_length": 2}\n{"input_length": 4}\n' >"$tmp/missing.jsonl"

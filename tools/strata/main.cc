@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -68,6 +69,12 @@ int run(CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write to a socket whose peer has gone is an error where it happens (EPIPE), never the end
+  // of the process: Debian's cpp-httplib sends without MSG_NOSIGNAL (strata bench --endpoint,
+  // strata route, a decode instance's prefill client) and hiredis writes with write(), so one
+  // server closing a connection (a dead instance, one at its connection limit, a Redis killed
+  // mid-run) would otherwise kill the client with SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"Strata: an LLM inference engine built around the KV cache", "strata"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata 0.1.0");
