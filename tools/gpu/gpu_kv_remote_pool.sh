@@ -34,9 +34,11 @@ model="$root/bench/models/llama-3.1-8b"
 cp "$bin/build-info.txt" "$out/build-info.txt"
 # Each instance: a 32 GiB pool (sized, not a share of the free memory, which the other instance
 # takes too), a host tier (8 GiB) that every cached block is written through to (and so to Redis,
-# when it is there).
+# when it is there), and room for every stream of an overloaded replay (all come from one
+# address: the default 1,024 a client would close the rest).
 serve=(--device cuda --load-format dummy --kv-cache-memory-bytes $((${POOL_GIB:-32} << 30))
-       --kv-offload-bytes $((${KV_OFFLOAD_GIB:-8} << 30)) --kv-offload-policy write-through --kv-remote-timeout-ms 2000)
+       --kv-offload-bytes $((${KV_OFFLOAD_GIB:-8} << 30)) --kv-offload-policy write-through --kv-remote-timeout-ms 2000
+       --max-connections 16384 --max-connections-per-client 16384)
 read -r -a extra <<<"${SERVE_EXTRA:-}"
 serve+=("${extra[@]}")
 case "$what" in
