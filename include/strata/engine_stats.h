@@ -84,7 +84,8 @@ struct EngineTotals {
   int64_t kv_remote_overdue_requests = 0;
   // Bytes of values read from Redis (checked or not) and written to it; how long each read (the
   // prefixes of the requests queued since the last read, every server's round trip together) and
-  // each write round trip (a batch of up to 64 blocks) took, answered or not.
+  // each write of a batch (up to 64 blocks: which keys are there, then the SETs) took, answered or
+  // not.
   int64_t kv_remote_read_bytes = 0;
   int64_t kv_remote_written_bytes = 0;
   LatencyHistogram kv_remote_get_latency = {};

@@ -31,7 +31,7 @@
 // breaker's backoff (redis_client.h).
 //
 // Owns two stores (get's caller's, the writer's: a connection each, or one per server or
-// cluster master) and the writer thread; times each get() and each write round trip (stats()).
+// cluster master) and the writer thread; times each get() and each batch's write (stats()).
 // get() from one thread at a time; put(), put_borrowed(), take_released(), flush() and stats()
 // from any. Cost: get decodes each value once (a copy, for stored values); put copies the block
 // once on the caller's thread, and its writer codes it again (when the codec is not stored);
@@ -89,7 +89,7 @@ struct RemoteTierStats {
   int64_t bytes_read = 0;        // values received
   int64_t bytes_written = 0;     // values written (not those SET NX found there)
   LatencyHistogram get_latency;  // each get() call, answered or not
-  LatencyHistogram put_latency;  // each of the writer's round trips (one batch of writes)
+  LatencyHistogram put_latency;  // each batch the writer writes (its EXISTS and SET round trips)
 };
 
 class RemoteTier final : public BlockSource, public BlockSink {
