@@ -138,15 +138,8 @@ class KvRemoteEngineTest : public ::testing::Test {
     return {std::move(got), took};
   }
 
-  // GETs that found their key (INFO stats keyspace_hits; MGET counts each key).
-  int64_t keyspace_hits() {
-    kv::RedisClient c(server_.endpoint());
-    const std::string_view args[] = {"INFO", "stats"};
-    const Result<std::string> reply = c.command(args);
-    const std::string info = reply.ok() ? *reply : std::string();
-    const size_t at = info.find("keyspace_hits:");
-    return at == std::string::npos ? -1 : std::stoll(info.substr(at + 14));
-  }
+  // Lookups that found their key (INFO stats keyspace_hits; MGET and EXISTS count each key).
+  int64_t keyspace_hits() { return server_.info_counter("stats", "keyspace_hits:"); }
 
   kv::test_util::RedisServer server_;
   ThreadPool pool_;

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -95,6 +96,16 @@ class RedisServer {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return false;
+  }
+  // The number after `field` (e.g. "keyspace_hits:", "cmdstat_set:calls=") in INFO `section`;
+  // -1 when the server does not answer or does not list it (a command never run).
+  int64_t info_counter(std::string_view section, std::string_view field) const {
+    RedisClient c(endpoint());
+    const std::string_view args[] = {"INFO", section};
+    const Result<std::string> reply = c.command(args);
+    if (!reply.ok()) return -1;
+    const size_t at = reply->find(field);
+    return at == std::string::npos ? -1 : std::stoll(reply->substr(at + field.size()));
   }
   void stop() {
     if (pid_ <= 0) return;

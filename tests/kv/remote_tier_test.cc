@@ -72,15 +72,8 @@ class RemoteTierTest : public ::testing::Test {
     const std::string_view args[] = {"GET", key};
     return *c.command(args);
   }
-  // The SET commands the server has run (SET NX's included), from INFO commandstats.
-  int64_t set_calls() {
-    RedisClient c(server_.endpoint());
-    const std::string_view args[] = {"INFO", "commandstats"};
-    const std::string info = *c.command(args);
-    const std::string tag = "cmdstat_set:calls=";
-    const size_t at = info.find(tag);
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + tag.size()));
-  }
+  // The SET commands the server has run (SET NX's included).
+  int64_t set_calls() { return server_.info_counter("commandstats", "cmdstat_set:calls="); }
   void set_raw(const std::string& key, const std::string& value) {
     RedisClient c(server_.endpoint());
     const std::string_view args[] = {"SET", key, value};
