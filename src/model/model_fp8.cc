@@ -95,8 +95,9 @@ Fp8Scales fp8_scales(const ModelConfig& config, const WeightStore& store, const 
   } else {
     s.scale = store.get(scale_name);
     const int64_t n = s.scale.numel();
-    const bool column = s.scale.rank <= 2 && (s.scale.rank < 2 || s.scale.dim(1) == 1);
-    if (n == rows && column && s.scale.rank >= 1) {
+    const TensorView& v = s.scale;
+    const bool per_row = (v.rank == 1 || (v.rank == 2 && v.dim(1) == 1)) && v.dim(0) == rows;
+    if (per_row) {
       s.block_rows = 1;
     } else if (n == 1) {
       s.block_rows = rows;

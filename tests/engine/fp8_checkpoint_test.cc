@@ -88,7 +88,7 @@ void quantize_fp8(const std::vector<int64_t>& shape, std::vector<float>& w,
   scales.dtype = layout.dtype;
   if (layout.block_rows == 1 && layout.block_cols == 0) {
     scales.shape = layout.rank1 ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, 1};
-  } else if (srows == 1 && scols == 1 && layout.block_rows == 0) {
+  } else if (layout.block_rows == 0 && layout.block_cols == 0) {
     scales.shape = {1};
   } else {
     scales.shape = {srows, scols};
@@ -104,9 +104,9 @@ void quantize_fp8(const std::vector<int64_t>& shape, std::vector<float>& w,
   }
 }
 
-// `fixture` with its linear weights as F8_E4M3 and scales laid out as `layout` (plus `extra`
-// tensors per weight, such as static input scales), under quantization_config `quant`; and a
-// float32 copy of the same dequantized values.
+// `fixture` with its linear weights as F8_E4M3 and scales laid out as `layout` (and, with
+// static_input_scales, an input_scale beside each, as static-activation checkpoints carry), under
+// quantization_config `quant`; and a float32 copy of the same dequantized values.
 struct Fp8Checkpoint {
   std::unique_ptr<EditedFixture> fp8, plain;
   int num_fp8 = 0;
