@@ -658,7 +658,9 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
       wgmma_commit();
       return;
     }
-    wgmma_fence_operands(s);
+    // The 16-bit products' first k-step overwrites S (wgmma_16_ss_first): S's registers still
+    // hold the last tile's P, which nothing reads any more.
+    if constexpr (Shape::kFp8 || !kRefined) wgmma_fence_operands(s);
     wgmma_fence();
     if constexpr (Shape::kFp8) {
       // k-step kk: 32 codes, 32 bytes into the key rows. The four k-steps of a 128-channel head
@@ -672,8 +674,13 @@ __global__ void __launch_bounds__(PrefillWsShape<kKv, kHeadDim>::kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; ++kk) {
         // k-step kk: 32 bytes into its atom column.
-        wgmma_16_ss<kT, kN>(s, q_desc + (((kk / 4) * kQColBytes + (kk % 4) * 32) >> 4),
-                            k_desc + (((kk / 4) * kKvColBytes + (kk % 4) * 32) >> 4), kk > 0);
+        const uint64_t qk = q_desc + (((kk / 4) * kQColBytes + (kk % 4) * 32) >> 4);
+        const uint64_t kd = k_desc + (((kk / 4) * kKvColBytes + (kk % 4) * 32) >> 4);
+        if (kRefined && kk == 0) {
+          wgmma_16_ss_first<kT, kN>(s, qk, kd);
+        } else {
+          wgmma_16_ss<kT, kN>(s, qk, kd, kk > 0);
+        }
       }
     }
     wgmma_commit();

@@ -252,6 +252,46 @@ __device__ __forceinline__ void wgmma_16_ss(float (&d)[kN / 8][4], uint64_t a, u
 #undef STRATA_WGMMA16_SS
 }
 
+// wgmma_16_ss_first: D = A B, the first k-step of a product whose D registers hold something
+// else (the last tile's P). D's operands are write-only, so the compiler neither keeps their old
+// values alive nor zero-fills them for an accumulation the scale-d predicate (false) turns off.
+template <DType kT, int kN>
+__device__ __forceinline__ void wgmma_16_ss_first(float (&d)[kN / 8][4], uint64_t a, uint64_t b) {
+  static_assert(kT == DType::kBF16 || kT == DType::kF16);
+  static_assert(kN == 64 || kN == 128);
+#define STRATA_WGMMA_W4(j) "=f"(d[j][0]), "=f"(d[j][1]), "=f"(d[j][2]), "=f"(d[j][3])
+#define STRATA_WGMMA_W32_OPERANDS                                                 \
+  STRATA_WGMMA_W4(0), STRATA_WGMMA_W4(1), STRATA_WGMMA_W4(2), STRATA_WGMMA_W4(3), \
+      STRATA_WGMMA_W4(4), STRATA_WGMMA_W4(5), STRATA_WGMMA_W4(6), STRATA_WGMMA_W4(7)
+#define STRATA_WGMMA_W64_OPERANDS                                                         \
+  STRATA_WGMMA_W32_OPERANDS, STRATA_WGMMA_W4(8), STRATA_WGMMA_W4(9), STRATA_WGMMA_W4(10), \
+      STRATA_WGMMA_W4(11), STRATA_WGMMA_W4(12), STRATA_WGMMA_W4(13), STRATA_WGMMA_W4(14), \
+      STRATA_WGMMA_W4(15)
+#define STRATA_WGMMA16_SS_FIRST(SHAPE, TYPE, DREGS, AB, PRED, DOPS)                           \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, " PRED                                     \
+               ", 0;\n"                                                                       \
+               "wgmma.mma_async.sync.aligned." SHAPE TYPE DREGS ", " AB ", p, 1, 1, 0, 0;\n}" \
+               : DOPS                                                                         \
+               : "l"(a), "l"(b), "r"(0))
+  if constexpr (kN == 64 && kT == DType::kBF16) {
+    STRATA_WGMMA16_SS_FIRST("m64n64k16", ".f32.bf16.bf16 ", STRATA_WGMMA_D32, "%32, %33", "%34",
+                            STRATA_WGMMA_W32_OPERANDS);
+  } else if constexpr (kN == 64) {
+    STRATA_WGMMA16_SS_FIRST("m64n64k16", ".f32.f16.f16 ", STRATA_WGMMA_D32, "%32, %33", "%34",
+                            STRATA_WGMMA_W32_OPERANDS);
+  } else if constexpr (kT == DType::kBF16) {
+    STRATA_WGMMA16_SS_FIRST("m64n128k16", ".f32.bf16.bf16 ", STRATA_WGMMA_D64, "%64, %65", "%66",
+                            STRATA_WGMMA_W64_OPERANDS);
+  } else {
+    STRATA_WGMMA16_SS_FIRST("m64n128k16", ".f32.f16.f16 ", STRATA_WGMMA_D64, "%64, %65", "%66",
+                            STRATA_WGMMA_W64_OPERANDS);
+  }
+#undef STRATA_WGMMA16_SS_FIRST
+#undef STRATA_WGMMA_W64_OPERANDS
+#undef STRATA_WGMMA_W32_OPERANDS
+#undef STRATA_WGMMA_W4
+}
+
 template <DType kT, int kN>
 __device__ __forceinline__ void wgmma_16_rs_mn(float (&d)[kN / 8][4], const uint32_t (&a)[4],
                                                uint64_t b, bool accumulate) {
