@@ -29,8 +29,10 @@ enum class KvAllocatorKind { kPaged, kContiguous };
 enum class Device { kCpu, kCuda };
 // Weight quantization (--quantization): none keeps the checkpoint's matrices (bf16 on the GPU);
 // fp8 quantizes the decoder's linear layers to FP8 E4M3 at load with one scale per output channel
-// (docs/gpu-engine.md, "FP8 weights"). GPU only for now.
-enum class WeightQuantization { kNone, kFp8 };
+// (docs/gpu-engine.md, "FP8 weights"), GPU only for now; auto is fp8 on the GPU for a checkpoint
+// that ships FP8 weights with a scale per channel or per tensor (compressed-tensors, FBGEMM),
+// none otherwise (ModelConfig::fp8_weights_per_channel).
+enum class WeightQuantization { kAuto, kNone, kFp8 };
 // What an instance does in disaggregated serving (--role): both prefill and decode (colocated),
 // prefill only (its blocks read by decode instances), or decode (its prompts' blocks read from a
 // prefill instance).
@@ -57,7 +59,7 @@ struct EngineConfig {
   bool cpu_bf16_matmul = false;
   int32_t num_threads = 0;  // 0 = every core
   Device device = Device::kCpu;
-  WeightQuantization quantization = WeightQuantization::kNone;  // --quantization
+  WeightQuantization quantization = WeightQuantization::kAuto;  // --quantization
 
   // ---- KV cache ---------------------------------------------------------------------------
   int32_t block_size = 16;  // 8, 16, 32, 64 or 128

@@ -139,7 +139,8 @@ Result<BuiltRunner> cuda_runner(const EngineConfig& c) {
   model::CudaModelOptions o;
   o.model_dir = c.model_dir;
   o.load_format = load_format(c);
-  o.weight_dtype = c.quantization == WeightQuantization::kFp8 ? DType::kF8E4M3 : DType::kBF16;
+  o.weight_dtype = resolve_weight_quantization(c, mc) == WeightQuantization::kFp8 ? DType::kF8E4M3
+                                                                                  : DType::kBF16;
   o.kv_dtype = kv::resolve_kv_cache_dtype(c.kv_cache_dtype, DType::kBF16);
   Result<std::vector<DType>> layer_dtypes = gpu_skip_layer_dtypes(c, mc, o.kv_dtype);
   if (!layer_dtypes.ok()) return layer_dtypes.status();
@@ -298,6 +299,20 @@ Result<BuiltRunner> make_cpu_runner(const EngineConfig& c, model::Model& model, 
   } catch (const Error& e) {  // a malformed tokenizer.json
     return Status::InvalidArgument(e.what());
   }
+}
+
+WeightQuantization resolve_weight_quantization(const EngineConfig& c,
+                                               const model::ModelConfig& mc) {
+  if (c.quantization != WeightQuantization::kAuto) return c.quantization;
+  // The GPU's FP8 rows are multiples of 16 elements (fp8_quantize_rows): a checkpoint whose
+  // matrices are not stays bf16 rather than failing at load.
+  const auto rows_of_16 = [](int64_t n) { return n % 16 == 0; };
+  const bool shapes = rows_of_16(mc.hidden_size) &&
+                      rows_of_16(mc.num_attention_heads * mc.head_dim) &&
+                      rows_of_16(mc.intermediate_size);
+  return c.device == Device::kCuda && mc.fp8_weights_per_channel() && !mc.mla.enabled() && shapes
+             ? WeightQuantization::kFp8
+             : WeightQuantization::kNone;
 }
 
 kv::PeerRegionFactory peer_region_factory(const EngineConfig& config) {

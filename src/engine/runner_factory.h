@@ -37,6 +37,13 @@ Result<BuiltRunner> make_runner(const EngineConfig& config);
 Result<BuiltRunner> make_cpu_runner(const EngineConfig& config, model::Model& model,
                                     ThreadPool& pool);
 
+// What config.quantization means for this checkpoint on config.device: auto is fp8 on the GPU
+// for FP8 weights scaled per channel or per tensor (not for an MLA model, whose latent products
+// take BF16 weights only, nor for matrices whose rows are not multiples of 16 elements), none
+// otherwise; none and fp8 are themselves.
+WeightQuantization resolve_weight_quantization(const EngineConfig& config,
+                                               const model::ModelConfig& model);
+
 // A prefill instance's peer region for config.device: CUDA IPC device memory on the GPU, shared
 // memory on the CPU (docs/kv.md, "One machine").
 kv::PeerRegionFactory peer_region_factory(const EngineConfig& config);

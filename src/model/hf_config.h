@@ -155,6 +155,13 @@ struct ModelConfig {
   int64_t quant_block_rows = 128, quant_block_cols = 128;
   // F8_E4M3 weights scaled by <weight>_scale_inv blocks ("fp8") rather than <weight>_scale.
   bool quant_scale_inverse_blocks() const { return quant_method == "fp8"; }
+  // FP8 weights with one scale per output channel or per tensor, which FP8 weights with a scale
+  // per channel hold again (the GPU's --quantization fp8): what --quantization auto runs in FP8.
+  // DeepSeek-V3's 128 x 128 blocks are not: a row's one scale would coarsen its finer blocks.
+  bool fp8_weights_per_channel() const {
+    return quant_unsupported.empty() &&
+           (quant_method == "compressed-tensors" || quant_method == "fbgemm_fp8");
+  }
   RopeConfig rope;
   std::vector<int32_t> layer_sliding_window;  // per layer: window in tokens, 0 = full attention
   MoeConfig moe;  // Mixtral, Qwen3-MoE, DeepSeek; empty for the dense architectures

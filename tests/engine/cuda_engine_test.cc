@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "engine_testing.h"
+#include "fixture_copy.h"
 #include "grammar/grammar_compiler.h"
 #include "kv/kv_cache_manager.h"
 #include "model/hf_config.h"
@@ -161,6 +162,36 @@ void expect_mixed_batch_finishes(Engine& e) {
   EXPECT_EQ(e.last_step().num_used_blocks, 0);
   EXPECT_EQ(e.last_step().num_free_blocks, e.kv_cache().num_blocks - 1);
   EXPECT_EQ(newest_blocks_group(e).num_used_blocks, 0);
+}
+
+// --quantization auto, the default: a checkpoint whose quantization_config says FP8 weights with
+// a scale per channel (fbgemm_fp8) runs its decoder matrices in FP8, where none keeps them BF16.
+// The copy keeps the fixture's BF16 tensors (loading F8_E4M3 tensors is the CPU tests'), so the
+// two engines differ by the resolution alone: the weights held in fewer bytes, and the greedy
+// continuations of the same prompts finishing at their lengths.
+TEST_F(CudaEngineTest, AutoQuantizationRunsAPerChannelFp8CheckpointInFp8) {
+  const engine::test_util::FixtureCopy fp8(kFixture);
+  fp8.set_config({{"quantization_config", {{"quant_method", "fbgemm_fp8"}}}});
+  EngineConfig c = cuda_config();
+  c.model_dir = fp8.dir().string();
+  ASSERT_EQ(c.quantization, WeightQuantization::kAuto);
+  Result<std::unique_ptr<Engine>> fp8_engine = Engine::create(c);
+  ASSERT_TRUE(fp8_engine.ok()) << fp8_engine.status().to_string();
+  c.quantization = WeightQuantization::kNone;
+  Result<std::unique_ptr<Engine>> bf16_engine = Engine::create(c);
+  ASSERT_TRUE(bf16_engine.ok()) << bf16_engine.status().to_string();
+  const int64_t fp8_bytes = (*fp8_engine)->model().weight_bytes;
+  const int64_t bf16_bytes = (*bf16_engine)->model().weight_bytes;
+  std::printf("[ auto quantization ] weights %lld bytes in fp8, %lld in bf16\n",
+              static_cast<long long>(fp8_bytes), static_cast<long long>(bf16_bytes));
+  EXPECT_LT(fp8_bytes, bf16_bytes);
+  for (Engine* e : {fp8_engine->get(), bf16_engine->get()}) {
+    ASSERT_TRUE(e->submit(request(40, 1, 12)).ok());
+    const Tokens got = run_all(*e);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got.begin()->second.at(0).size(), 12u);
+    EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  }
 }
 
 TEST_F(CudaEngineTest, AHostTierServesALostPrefixWithTheTokensItWasComputedWith) {

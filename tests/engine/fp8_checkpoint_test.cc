@@ -21,6 +21,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/runner_factory.h"
 #include "engine_testing.h"
 #include "fixture_copy.h"
 #include "model/model.h"
@@ -267,6 +268,47 @@ TEST_F(Fp8CheckpointTest, QuantizationsOtherThanFp8WeightsAreErrorsNamingThem) {
   no_groups.erase("config_groups");
   const EditedFixture missing("llama3-gqa", {{"quantization_config", no_groups}});
   expect_refused(missing.dir(), {"config_groups"});
+}
+
+// --quantization auto (the default) runs a checkpoint's FP8 weights in FP8 on the GPU when a
+// scale per channel holds them again; everywhere else it keeps BF16 (the CPU has no FP8 path,
+// DeepSeek's blocks would coarsen, MLA's latent products take BF16 only, the GPU's FP8 rows are
+// multiples of 16 elements).
+TEST(WeightQuantizationTest, AutoIsFp8OnTheGpuForPerChannelAndPerTensorFp8CheckpointsOnly) {
+  const EditedFixture channel("llama3-gqa",
+                              {{"quantization_config", compressed_tensors("channel")}});
+  const EditedFixture tensor("llama3-gqa", {{"quantization_config", compressed_tensors("tensor")}});
+  const EditedFixture fbgemm("llama3-gqa",
+                             {{"quantization_config", {{"quant_method", "fbgemm_fp8"}}}});
+  const EditedFixture blocks(
+      "llama3-gqa",
+      {{"quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", {16, 16}}}}});
+  const EditedFixture w4a16("llama3-gqa",
+                            {{"quantization_config", compressed_tensors("group", 4, "int")}});
+  // Rows of 120 elements: the GPU's FP8 rows are multiples of 16, so auto keeps them bf16.
+  const EditedFixture odd_rows(
+      "llama3-gqa",
+      {{"quantization_config", compressed_tensors("channel")}, {"intermediate_size", 120}});
+  const EditedFixture mla("deepseek-v3-mla",
+                          {{"quantization_config", compressed_tensors("channel")}});
+  const auto resolve = [](const fs::path& dir, Device device, WeightQuantization q) {
+    EngineConfig c;
+    c.device = device;
+    c.quantization = q;
+    return resolve_weight_quantization(c, model::load_model_config(dir));
+  };
+  const WeightQuantization kAuto = EngineConfig{}.quantization;
+  ASSERT_EQ(kAuto, WeightQuantization::kAuto);
+  for (const fs::path& dir : {channel.dir(), tensor.dir(), fbgemm.dir()}) {
+    EXPECT_EQ(resolve(dir, Device::kCuda, kAuto), WeightQuantization::kFp8) << dir;
+    EXPECT_EQ(resolve(dir, Device::kCpu, kAuto), WeightQuantization::kNone) << dir;
+    EXPECT_EQ(resolve(dir, Device::kCuda, WeightQuantization::kNone), WeightQuantization::kNone);
+  }
+  const fs::path plain = kModels / "llama3-gqa";
+  for (const fs::path& dir : {plain, blocks.dir(), w4a16.dir(), odd_rows.dir(), mla.dir()}) {
+    EXPECT_EQ(resolve(dir, Device::kCuda, kAuto), WeightQuantization::kNone) << dir;
+    EXPECT_EQ(resolve(dir, Device::kCuda, WeightQuantization::kFp8), WeightQuantization::kFp8);
+  }
 }
 
 }  // namespace

@@ -38,9 +38,10 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
   cmd.add_flag("--enforce-eager", o.enforce_eager,
                "cuda: issue every launch each step instead of replaying CUDA graphs");
   cmd.add_option("--quantization", o.quantization,
-                 "none, or fp8: the decoder's linear layers in FP8 E4M3 with per-channel scales "
-                 "computed at load (cuda only)")
-      ->check(CLI::IsMember({"none", "fp8"}));
+                 "auto, none, or fp8: the decoder's linear layers in FP8 E4M3 with per-channel "
+                 "scales computed at load (cuda only); auto is fp8 on cuda for a checkpoint of FP8 "
+                 "weights scaled per channel or per tensor, none otherwise")
+      ->check(CLI::IsMember({"auto", "none", "fp8"}));
   if (serving) {
     cmd.add_option("--tokenizer", o.tokenizer_dir,
                    "Directory with tokenizer.json, when --model has none (default: --model)")
@@ -221,7 +222,9 @@ EngineConfig engine_config(const EngineOptions& o) {
                                   : default_device();
   c.gpu_memory_utilization = o.gpu_memory_utilization;
   c.enforce_eager = o.enforce_eager;
-  c.quantization = o.quantization == "fp8" ? WeightQuantization::kFp8 : WeightQuantization::kNone;
+  c.quantization = o.quantization == "fp8"    ? WeightQuantization::kFp8
+                   : o.quantization == "none" ? WeightQuantization::kNone
+                                              : WeightQuantization::kAuto;
   if (c.quantization == WeightQuantization::kFp8 && c.device != Device::kCuda) {
     // Every command refuses it here, also those whose CPU path builds no Engine (generate).
     throw Error("--quantization fp8 is not supported on --device cpu yet (FP8 weights run on "
