@@ -155,9 +155,9 @@ struct ModelConfig {
   int64_t quant_block_rows = 128, quant_block_cols = 128;
   // F8_E4M3 weights scaled by <weight>_scale_inv blocks ("fp8") rather than <weight>_scale.
   bool quant_scale_inverse_blocks() const { return quant_method == "fp8"; }
-  // FP8 weights with one scale per output channel or per tensor, which FP8 weights with a scale
-  // per channel hold again (the GPU's --quantization fp8): what --quantization auto runs in FP8.
-  // DeepSeek-V3's 128 x 128 blocks are not: a row's one scale would coarsen its finer blocks.
+  // FP8 weights with one scale per output channel or per tensor (compressed-tensors, FBGEMM):
+  // the GPU's per-channel FP8 (--quantization fp8) holds them again, so --quantization auto runs
+  // them in FP8. Not DeepSeek-V3's 128 x 128 blocks: one scale per row would coarsen them.
   bool fp8_weights_per_channel() const {
     return quant_unsupported.empty() &&
            (quant_method == "compressed-tensors" || quant_method == "fbgemm_fp8");
