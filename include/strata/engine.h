@@ -83,6 +83,7 @@ class Engine {
   const EngineConfig& config() const;
   const ModelInfo& model() const;
   const KvCacheInfo& kv_cache() const;
+  const WarmUpInfo& warm_up() const;
   // Seconds on the clock the metrics use.
   double now() const;
   // Where decode instances read this prefill instance's blocks (EngineConfig::kv_role kPrefill:

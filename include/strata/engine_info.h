@@ -44,4 +44,12 @@ struct KvCacheInfo {
   std::optional<KvQuantCheckReport> quant_check;  // when --kv-quant-check ran
 };
 
+// EngineConfig::warm_up's request as it ran before Engine::create returned; zeros where none ran
+// (the CPU, or warm_up off).
+struct WarmUpInfo {
+  int64_t prompt_tokens = 0;
+  int32_t steps = 0;
+  double seconds = 0.0;
+};
+
 }  // namespace strata

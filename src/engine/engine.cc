@@ -472,6 +472,38 @@ void EngineImpl::cancel(RequestId id) {
   }
 }
 
+Status EngineImpl::warm_up() {
+  if (!config_.warm_up || config_.device != Device::kCuda) return Status::Ok();
+  const int64_t prompt_len =
+      std::min<int64_t>(config_.max_num_batched_tokens, max_request_tokens() - 2);
+  if (prompt_len < 1) return Status::Ok();
+  const double start = now();
+  EngineRequest request;
+  request.prompt.resize(static_cast<size_t>(prompt_len));
+  const int64_t vocab = vocab_size();
+  for (int64_t i = 0; i < prompt_len; ++i) {
+    request.prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 1) % vocab);
+  }
+  request.params.max_tokens = 2;  // the prompt's step, then one decode step
+  request.params.ignore_eos = true;
+  request.params.temperature = 0.0f;
+  if (Result<RequestId> id = submit(std::move(request)); !id.ok()) {
+    return Status::Internal("the warm-up request: " + id.status().message());
+  }
+  int32_t steps = 0;
+  for (; !requests_.empty(); ++steps) {
+    if (Result<std::vector<RequestOutput>> out = step(); !out.ok()) {
+      return Status::Internal("the warm-up request: " + out.status().message());
+    }
+  }
+  STRATA_RETURN_IF_ERROR(reset_prefix_cache());
+  warm_up_info_ = {prompt_len, steps, now() - start};
+  totals_ = {};
+  last_step_ = {};
+  next_id_ = 1;
+  return Status::Ok();
+}
+
 Status EngineImpl::reset_prefix_cache() {
   if (!requests_.empty()) {
     return Status::Unavailable(std::to_string(requests_.size()) +
@@ -573,6 +605,7 @@ Result<std::unique_ptr<Engine>> start(std::unique_ptr<EngineImpl> impl) {
   if (Status s = impl->check_default_eviction(); !s.ok()) {
     return Status::InvalidArgument("--kv-eviction-policy: " + s.message());
   }
+  STRATA_RETURN_IF_ERROR(impl->warm_up());
   STRATA_RETURN_IF_ERROR(impl->start_kv_events());
   STRATA_RETURN_IF_ERROR(impl->start_tiers());
   return std::make_unique<Engine>(std::move(impl));
@@ -613,6 +646,7 @@ EngineTotals Engine::totals() const { return impl_->totals_; }
 const EngineConfig& Engine::config() const { return impl_->config_; }
 const ModelInfo& Engine::model() const { return impl_->model_info_; }
 const KvCacheInfo& Engine::kv_cache() const { return impl_->kv_cache_info_; }
+const WarmUpInfo& Engine::warm_up() const { return impl_->warm_up_info_; }
 std::vector<KvGroupStats> Engine::kv_groups() const {
   const kv::KvCacheManager& cache = impl_->cache();
   std::vector<KvGroupStats> groups;

@@ -62,6 +62,9 @@ class EngineImpl {
   Status start_kv_events();
   // Whether this engine can run EngineConfig::kv_eviction (its device and KV cache).
   Status check_default_eviction() const;
+  // EngineConfig::warm_up's request, run to its end before the tiers and KV events start; the
+  // engine then holds no request, no cached block and no counts.
+  Status warm_up();
 
   Result<RequestId> submit(EngineRequest request);
   // Engine::compile_structured_output: thread-safe.
@@ -89,6 +92,7 @@ class EngineImpl {
   std::unique_ptr<model::ModelRunner> runner_;
   ModelInfo model_info_;
   KvCacheInfo kv_cache_info_;
+  WarmUpInfo warm_up_info_;
 
   const kv::KvCacheManager& cache() const { return *cache_; }
   // Blocks the compactions in flight still hold (given back at the next step's start).

@@ -14,7 +14,8 @@
 // the promotion's copy on the mover's stream) with the tokens it had when computed, beside swap
 // preemption too, for bf16 and INT4 (whose newest-blocks group is tiered as well).
 // StreamingLLM evicts on the GPU what it evicts on the CPU, and the other eviction policies are
-// refused. Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips
+// refused. The warm-up at start leaves no block, count or request id behind and changes no
+// token. Correctness of the logits themselves is tests/model/cuda_model_test.cc's. Skips
 // without a GPU.
 
 #include "strata/engine.h"
@@ -192,6 +193,45 @@ TEST_F(CudaEngineTest, AutoQuantizationRunsAPerChannelFp8CheckpointInFp8) {
     EXPECT_EQ(got.begin()->second.at(0).size(), 12u);
     EXPECT_EQ(e->last_step().num_used_blocks, 0);
   }
+}
+
+// EngineConfig::warm_up, the default on the GPU: its request runs before Engine::create returns
+// (the largest prompt step the pool holds, then a decode step) and leaves nothing behind -- no
+// block in use or cached, no count, request ids from 1 -- so the mixed batch draws exactly the
+// tokens it draws on an engine that did not warm up.
+TEST_F(CudaEngineTest, TheWarmUpLeavesNoBlockCountOrIdAndChangesNoToken) {
+  std::vector<Tokens> runs;
+  std::vector<EngineTotals> totals;
+  for (const bool warm_up : {true, false}) {
+    EngineConfig c = cuda_config();
+    c.warm_up = warm_up;
+    Result<std::unique_ptr<Engine>> made = Engine::create(c);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    Engine& e = **made;
+    const WarmUpInfo& w = e.warm_up();
+    if (warm_up) {
+      EXPECT_EQ(w.prompt_tokens, c.max_num_batched_tokens);
+      EXPECT_EQ(w.steps, 2);  // the prompt's step and one decode step
+      EXPECT_GT(w.seconds, 0.0);
+    } else {
+      EXPECT_EQ(w.steps, 0);
+    }
+    EXPECT_EQ(e.totals().num_steps, 0);
+    EXPECT_EQ(e.totals().num_prompt_tokens, 0);
+    EXPECT_EQ(e.totals().num_generated_tokens, 0);
+    for (const KvGroupStats& g : e.kv_groups()) EXPECT_EQ(g.num_used_blocks, 0);
+    EXPECT_EQ(e.last_step().num_cached_blocks, 0);
+    const std::vector<RequestId> ids = submit_mixed(e);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids.front(), 1u);
+    runs.push_back(run_all(e));
+    totals.push_back(e.totals());
+    EXPECT_EQ(e.last_step().num_used_blocks, 0);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_EQ(totals[0].num_steps, totals[1].num_steps);
+  EXPECT_EQ(totals[0].num_prompt_tokens, totals[1].num_prompt_tokens);
+  EXPECT_EQ(totals[0].prefix_hit_tokens, totals[1].prefix_hit_tokens);
 }
 
 TEST_F(CudaEngineTest, AHostTierServesALostPrefixWithTheTokensItWasComputedWith) {

@@ -51,6 +51,11 @@ void print_pool(const Engine& engine) {
       static_cast<long long>(engine.kv_cache().bytes_per_token), engine.config().block_size,
       static_cast<long long>(engine.kv_cache().scale_bytes_per_token), kv_gib, residual,
       scales.c_str(), static_cast<double>(engine.model().weight_bytes) / kGiB);
+  if (const WarmUpInfo& w = engine.warm_up(); w.steps > 0) {
+    std::fprintf(stderr,
+                 "strata: warmed up in %.2f s (%lld prompt tokens, %d steps; --no-warm-up)\n",
+                 w.seconds, static_cast<long long>(w.prompt_tokens), w.steps);
+  }
 }
 
 }  // namespace strata::cli
