@@ -3,19 +3,20 @@
 // tools/gpu/gpu_check.sh runs both).
 //
 // BF16 KV, 32 query / 8 KV heads, head dim 128, block size 16, one sequence: a prompt of 4096 or
-// 16384 tokens, or a 4096-token chunk on a cached prefix of 4096 or 12288 tokens. Causal FLOPs
+// 16384 tokens, a 4096-token chunk on a cached prefix of 4096 or 12288 tokens, or the second
+// 16384-token chunk of a 32768-token prompt (the engine's time-to-first-token run). Causal FLOPs
 // (4 * heads * head_dim * attended pairs) over the median of event-timed launches; a few rows are
 // checked against a double-precision reference first. --kv-dtypes adds quantized caches read
 // with BF16 queries (fp8_e4m3, int8, int4), their K/V appended by kv_append from bf16 rows and
 // checked against the host's decoding of the pool (int4: each row's own block from a bf16
 // newest-blocks pool, R = 1), each timed as a ratio to BF16's at the same case. --variant runs
 // the warp-specialized kernel's schedules (PrefillWsVariant: base, pingpong, pingpong3,
-// independent3; all of them) one after another on each case, each checked against the
-// reference and against the first one's output bit for bit, one row each (the default:
-// prefill_attention's schedule alone).
+// independent3, pingpong-serial; all of them) one after another on each case, each checked
+// against the reference and against the first one's output bit for bit, one row each (the
+// default: prefill_attention's schedule alone).
 //
 //   strata_prefill_bench [--reps N] [--kv-dtypes bf16,fp8_e4m3,fp8_e5m2,int8,int4]
-//                        [--variant base|pingpong|pingpong3|independent3|all]
+//                        [--variant base|pingpong|pingpong3|independent3|pingpong-serial|all]
 //   (prints one JSON line prefixed "json: " for the BF16 cases)
 
 #include <cuda_runtime_api.h>
@@ -61,7 +62,7 @@ struct Case {
   int32_t prefix;
   int32_t chunk;
 };
-constexpr Case kCases[] = {{0, 4096}, {0, 16384}, {4096, 4096}, {12288, 4096}};
+constexpr Case kCases[] = {{0, 4096}, {0, 16384}, {4096, 4096}, {12288, 4096}, {16384, 16384}};
 
 // Median milliseconds of reps event-timed launches, after two untimed ones.
 template <typename F>
@@ -199,7 +200,7 @@ int run(int argc, char** argv) {
       if (variants.empty()) {
         std::fprintf(stderr,
                      "--variant: unknown schedule '%s' (base, pingpong, pingpong3, independent3, "
-                     "all)\n",
+                     "pingpong-serial, all)\n",
                      name.c_str());
         return 2;
       }
