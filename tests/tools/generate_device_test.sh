@@ -2,7 +2,8 @@
 # `strata generate --device cuda` end to end. Mode cpu: without a GPU it is refused with one line on
 # stderr and a non-zero exit (never a crash), and the GPU-only flags are accepted by the CPU path.
 # Mode gpu: with a GPU the one request runs through the Engine and prints the CPU path's JSON
-# fields (8 greedy ids, usage, finish reason, KV dtype and bytes per token, logprobs).
+# fields (8 greedy ids, usage, finish reason, KV dtype and bytes per token, logprobs), the same
+# ids with --no-warm-up.
 # Each mode exits 77 (skipped) where it does not apply: cpu where a GPU is present, gpu without one.
 # Usage: generate_device_test.sh cpu|gpu STRATA_BINARY TEST_DATA_DIR
 set -uo pipefail
@@ -34,7 +35,7 @@ if [[ $mode == cpu ]]; then
     --device cuda --json --logprobs 2 --kv-cache-dtype int8
   # The GPU-only flags are accepted (and have no effect) on the CPU path.
   out=$("$strata" generate --model "$model" --prompt-ids 1,2,3 --max-tokens 4 --ignore-eos --json \
-        --device cpu --gpu-memory-utilization 0.5 --enforce-eager "${small_pool[@]}") \
+        --device cpu --gpu-memory-utilization 0.5 --enforce-eager --no-warm-up "${small_pool[@]}") \
     || fail "--device cpu with the GPU flags exited non-zero"
   python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["device"]=="cpu" and len(j["output_ids"])==4, j' \
     <<<"$out" && ok || fail "--device cpu JSON"
@@ -65,6 +66,11 @@ assert j["kv_cache_dtype"] == "bfloat16" and j["kv_bytes_per_token"] == 1024, j
 assert j["timing"]["prefill_seconds"] > 0 and j["timing"]["decode_seconds"] > 0, j
 assert set(j) == set(c), (sorted(j), sorted(c))
 PY
+
+# 1b. --no-warm-up: the same greedy ids (the warm-up request leaves nothing behind)
+cold=$("$strata" "${cuda[@]}" --no-warm-up) || fail "--no-warm-up exited non-zero"
+python3 -c 'import json,sys; a,b=(json.loads(x) for x in sys.argv[1:]); assert a["output_ids"]==b["output_ids"], (a, b)' \
+  "$out" "$cold" && ok || fail "--no-warm-up changed the greedy ids"
 
 # 2. --logprobs 2: 8 entries, each the chosen token's logprob and 2 alternatives
 out=$("$strata" "${cuda[@]}" --logprobs 2) || fail "--logprobs 2 exited non-zero"
