@@ -41,6 +41,9 @@ enum class KvRole { kBoth, kPrefill, kDecode };
 Device default_device();
 const char* device_name(Device device);
 
+// EngineConfig::warm_up.
+enum class WarmUp { kAuto, kOn, kOff };
+
 struct EngineConfig {
   // ---- model (read by Engine::create) ------------------------------------------------------
   std::string model_dir;
@@ -86,13 +89,15 @@ struct EngineConfig {
   bool kv_compaction_copy_thread = false;
   // GPU: issue every launch each step instead of replaying decode steps from CUDA graphs.
   bool enforce_eager = false;
-  // GPU: before the engine takes requests, one request of the largest prompt step
+  // Before the engine takes requests, one request of the largest prompt step
   // (max_num_batched_tokens tokens, or the longest the pool holds) and one decode step runs and
   // is forgotten (its cached blocks and its counts), so that the one-time costs of the first
   // forward passes -- kernel modules loaded on first launch, cuBLASLt's choices for the step's
-  // shapes, the first decode graph's capture -- are paid at start rather than by the first
-  // request (--no-warm-up turns it off). The CPU has no such costs: it never warms up.
-  bool warm_up = true;
+  // shapes, the first decode step -- are paid at start rather than by the first request.
+  // kAuto, the default: on the GPU only (on the CPU the costs are the weights' and
+  // activations' first page faults, not worth a prompt step in every engine a test or tool
+  // makes); kOn (--warm-up): on either device; kOff (--no-warm-up).
+  WarmUp warm_up = WarmUp::kAuto;
   // KV cache dtype (--kv-cache-dtype; docs/kv-quant.md). kAuto, the default, stores the
   // device's model precision: float32 on the CPU, bfloat16 on the GPU. CPU: any of float32,
   // bfloat16, float16, fp8_e4m3 / fp8_e5m2 (per-layer static scales), int8 (a dynamic scale per

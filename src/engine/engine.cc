@@ -473,7 +473,9 @@ void EngineImpl::cancel(RequestId id) {
 }
 
 Status EngineImpl::warm_up() {
-  if (!config_.warm_up || config_.device != Device::kCuda) return Status::Ok();
+  const bool on = config_.warm_up == WarmUp::kOn ||
+                  (config_.warm_up == WarmUp::kAuto && config_.device == Device::kCuda);
+  if (!on) return Status::Ok();
   const int64_t prompt_len =
       std::min<int64_t>(config_.max_num_batched_tokens, max_request_tokens() - 2);
   if (prompt_len < 1) return Status::Ok();

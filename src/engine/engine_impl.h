@@ -62,8 +62,8 @@ class EngineImpl {
   Status start_kv_events();
   // Whether this engine can run EngineConfig::kv_eviction (its device and KV cache).
   Status check_default_eviction() const;
-  // EngineConfig::warm_up's request, run to its end before the tiers and KV events start; the
-  // engine then holds no request, no cached block and no counts.
+  // EngineConfig::warm_up's request (where it applies), run to its end before the tiers and KV
+  // events start; the engine then holds no request, no cached block and no counts.
   Status warm_up();
 
   Result<RequestId> submit(EngineRequest request);

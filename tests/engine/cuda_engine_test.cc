@@ -204,7 +204,8 @@ TEST_F(CudaEngineTest, TheWarmUpLeavesNoBlockCountOrIdAndChangesNoToken) {
   std::vector<EngineTotals> totals;
   for (const bool warm_up : {true, false}) {
     EngineConfig c = cuda_config();
-    c.warm_up = warm_up;
+    ASSERT_EQ(c.warm_up, WarmUp::kAuto);  // the GPU's default: on
+    if (!warm_up) c.warm_up = WarmUp::kOff;
     Result<std::unique_ptr<Engine>> made = Engine::create(c);
     ASSERT_TRUE(made.ok()) << made.status().to_string();
     Engine& e = **made;

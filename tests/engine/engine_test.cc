@@ -3,7 +3,8 @@
 // 1, 7 and 64 tokens, after a prefix hit, after recompute preemption -- (greedy tokens identical
 // to the request run alone, top-20 logprobs within 1e-5); cancellation frees blocks; randomized
 // submit / cancel / finish sequences leak nothing and never overcommit the pool; priority order;
-// n > 1 holds the prompt's blocks once; a sliding-window sequence holds only its window.
+// n > 1 holds the prompt's blocks once; a sliding-window sequence holds only its window; the
+// warm-up leaves nothing behind.
 
 #include "strata/engine.h"
 #include "engine/engine_on_model.h"
@@ -503,6 +504,51 @@ TEST_F(EngineTest, StepStatsTimeTheForwardPassInsideTheStep) {
     const EngineStepStats& st = e->last_step();
     EXPECT_GT(st.forward_seconds, 0.0);
     EXPECT_LE(st.schedule_seconds + st.forward_seconds, st.step_seconds);
+  }
+}
+
+// EngineConfig::warm_up: kAuto leaves the CPU cold; kOn runs its request (the largest prompt
+// step, here max_num_batched_tokens, then one decode step) before create_engine returns and
+// leaves nothing behind -- no block in use or cached, zero totals, ids from 1 -- so the same
+// requests get the same tokens and logprobs, and the same totals, as on a cold engine.
+TEST_F(EngineTest, TheWarmUpRunsWhereAskedAndLeavesNoBlockCountOrId) {
+  std::vector<std::map<RequestId, Collected>> runs;
+  std::vector<EngineTotals> totals;
+  for (const WarmUp w : {WarmUp::kOn, WarmUp::kAuto, WarmUp::kOff}) {
+    EngineConfig c;
+    c.block_size = 16;
+    c.max_num_batched_tokens = 96;
+    c.warm_up = w;
+    auto e = make(c);
+    const WarmUpInfo& info = e->warm_up();
+    if (w == WarmUp::kOn) {
+      EXPECT_EQ(info.prompt_tokens, 96);
+      EXPECT_EQ(info.steps, 2);
+      EXPECT_GT(info.seconds, 0.0);
+    } else {
+      EXPECT_EQ(info.steps, 0) << "the CPU warms up only when asked";
+    }
+    EXPECT_EQ(e->totals().num_steps, 0);
+    EXPECT_EQ(e->totals().num_prompt_tokens, 0);
+    EXPECT_EQ(e->totals().num_generated_tokens, 0);
+    for (const KvGroupStats& g : e->kv_groups()) EXPECT_EQ(g.num_used_blocks, 0);
+    EXPECT_EQ(e->last_step().num_cached_blocks, 0);
+    const Result<RequestId> first = e->submit(greedy(prompt_of(50, 1), 6));
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(*first, 1u);
+    ASSERT_TRUE(e->submit(greedy(prompt_of(130, 2), 4)).ok());
+    runs.push_back(drain(*e));
+    totals.push_back(e->totals());
+    EXPECT_EQ(e->last_step().num_used_blocks, 0);
+  }
+  for (size_t i = 1; i < runs.size(); ++i) {
+    for (const auto& [id, got] : runs[0]) {
+      EXPECT_EQ(got.tokens, runs[i].at(id).tokens) << "request " << id;
+      EXPECT_LE(rel_err(got.logprobs.at(0), runs[i].at(id).logprobs.at(0)), kTolerance);
+    }
+    EXPECT_EQ(totals[0].num_steps, totals[i].num_steps);
+    EXPECT_EQ(totals[0].num_prompt_tokens, totals[i].num_prompt_tokens);
+    EXPECT_EQ(totals[0].prefix_hit_tokens, totals[i].prefix_hit_tokens);
   }
 }
 

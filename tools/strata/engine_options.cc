@@ -37,9 +37,12 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, EngineFlags flags) {
       ->check(CLI::Range(0.01, 1.0));
   cmd.add_flag("--enforce-eager", o.enforce_eager,
                "cuda: issue every launch each step instead of replaying CUDA graphs");
-  cmd.add_flag("--warm-up,!--no-warm-up", o.warm_up,
-               "cuda: run one request of the largest prompt step at start and forget it, so that "
-               "the first request does not pay the first forward pass's one-time costs (default)");
+  CLI::Option* warm_up = cmd.add_flag(
+      "--warm-up", o.warm_up,
+      "Run one request of the largest prompt step at start and forget it, so that the first "
+      "request does not pay the first forward pass's one-time costs (default on cuda only)");
+  cmd.add_flag("--no-warm-up", o.no_warm_up, "No warm-up request at start, on cuda either")
+      ->excludes(warm_up);
   cmd.add_option("--quantization", o.quantization,
                  "auto, none, or fp8: the decoder's linear layers in FP8 E4M3 with per-channel "
                  "scales computed at load (cuda only); auto is fp8 on cuda for a checkpoint of FP8 "
@@ -225,7 +228,7 @@ EngineConfig engine_config(const EngineOptions& o) {
                                   : default_device();
   c.gpu_memory_utilization = o.gpu_memory_utilization;
   c.enforce_eager = o.enforce_eager;
-  c.warm_up = o.warm_up;
+  c.warm_up = o.warm_up ? WarmUp::kOn : o.no_warm_up ? WarmUp::kOff : WarmUp::kAuto;
   c.quantization = o.quantization == "fp8"    ? WeightQuantization::kFp8
                    : o.quantization == "none" ? WeightQuantization::kNone
                                               : WeightQuantization::kAuto;

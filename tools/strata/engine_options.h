@@ -33,7 +33,8 @@ struct EngineOptions {
   std::string device = "auto";          // auto, cpu or cuda
   double gpu_memory_utilization = 0.9;  // cuda: share of GPU memory for weights, activations, KV
   bool enforce_eager = false;           // cuda: no CUDA graphs
-  bool warm_up = true;                  // cuda: one request run and forgotten at start
+  bool warm_up = false;                 // --warm-up: on either device
+  bool no_warm_up = false;              // --no-warm-up (neither: the GPU warms up)
   std::string quantization = "auto";    // auto, none or fp8 (cuda: FP8 weights)
   int32_t block_size = 16;
   int32_t num_blocks = 0;
