@@ -45,7 +45,7 @@ struct KvCacheInfo {
 };
 
 // EngineConfig::warm_up's request as it ran before Engine::create returned; zeros where none ran
-// (the CPU, or warm_up off).
+// (kOff, or kAuto on the CPU).
 struct WarmUpInfo {
   int64_t prompt_tokens = 0;
   int32_t steps = 0;
